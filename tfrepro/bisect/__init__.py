@@ -1,0 +1,1 @@
+"""Trials, verdicts and the searches over them (feature sets and commits)."""

@@ -1,0 +1,161 @@
+"""Values that cross layers: trial settings, trial results, verdicts.
+
+Frozen dataclasses, JSON round-trippable. The trial runner produces
+`TrialResult`s, the classifier (`outcome.py`) turns them into `Verdict`s, and
+neither knows how the other works.
+
+JSON encoding: a non-finite loss is written as `null` (strict JSON has no NaN);
+`first_nonfinite_step` says where the first one was.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import asdict, dataclass, field, fields
+from enum import Enum
+from typing import Any
+
+
+class Verdict(str, Enum):
+    """What a trial shows, relative to its baseline/reference."""
+
+    OK = "ok"
+    NAN = "nan"
+    CRASH = "crash"
+    TIMEOUT = "timeout"
+    MISMATCH = "mismatch"
+    SLOWDOWN = "slowdown"
+    # The trial could not be judged for the symptom hunted (commit bisection's
+    # "skip", an executor that lost its worker twice). Never blames a feature.
+    UNTESTABLE = "untestable"
+
+
+# The order in which `bisect` without --symptom picks the symptom to hunt.
+SYMPTOM_ORDER: tuple[Verdict, ...] = (
+    Verdict.NAN,
+    Verdict.CRASH,
+    Verdict.TIMEOUT,
+    Verdict.MISMATCH,
+    Verdict.SLOWDOWN,
+)
+
+# Steps at the start of a trial that never enter a timing comparison
+# (tracing, XLA compilation).
+WARMUP_STEPS = 3
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    """How a trial runs (Contract 2, `[trial]`), minus `repeats`, which is the
+    bisect's business. `repeat` distinguishes repeated runs of the same variant
+    in the cache (timing and flakiness need independent samples)."""
+
+    entry: str = "repro.py"
+    command: tuple[str, ...] | None = None
+    steps: int = 50
+    timeout_s: float = 300.0
+    seed: int = 0
+    deterministic: bool = True
+    repeat: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["command"] = list(self.command) if self.command is not None else None
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrialSettings":
+        d = dict(d)
+        if d.get("command") is not None:
+            d["command"] = tuple(d["command"])
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
+@dataclass(frozen=True)
+class SymptomSettings:
+    """Contract 2, `[symptoms]`."""
+
+    nan: bool = True
+    slowdown: float = 1.25
+    mismatch: float = 0.05
+
+
+def _enc_float(x: float) -> float | None:
+    return x if math.isfinite(x) else None
+
+
+def _dec_float(x: float | None) -> float:
+    return float("nan") if x is None else float(x)
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """The measured facts of one trial; no judgement (that is `outcome.py`).
+
+    Invariants: `losses[i]` is the loss of step i+1; the list stops at the first
+    non-finite loss (included) or at `steps`. `step_times[i]` is the wall time
+    of step i+1 in seconds. `crashed` means the training raised or the process
+    exited non-zero without having been killed for a timeout.
+    """
+
+    enabled: tuple[str, ...] = ()
+    label: str = ""  # e.g. a commit sha in commit mode; "" for feature trials
+    losses: tuple[float, ...] = ()
+    step_times: tuple[float, ...] = ()
+    first_nonfinite_step: int | None = None
+    weights_finite: bool | None = None
+    nonfinite_weights: tuple[str, ...] = ()  # names of variables holding NaN/Inf
+    crashed: bool = False
+    timed_out: bool = False
+    exit_code: int | None = None
+    error: str | None = None  # the last traceback line of a crash
+    mode: str = "none"  # "fit" | "loop" | "none" (no training was seen)
+    steps_run: int = 0
+    wall_s: float = 0.0
+    key: str = ""  # cache key
+    cached: bool = False
+    log_dir: str | None = None
+    tf_version: str | None = None
+    keras_version: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def nonfinite(self) -> bool:
+        return self.first_nonfinite_step is not None or self.weights_finite is False
+
+    @property
+    def first_loss(self) -> float | None:
+        return self.losses[0] if self.losses else None
+
+    @property
+    def last_loss(self) -> float | None:
+        return self.losses[-1] if self.losses else None
+
+    def steady_step_times(self, warmup: int = WARMUP_STEPS) -> tuple[float, ...]:
+        """Step times without the warm-up steps (empty when too short)."""
+        return self.step_times[warmup:]
+
+    def median_step_time(self, warmup: int = WARMUP_STEPS) -> float | None:
+        steady = self.steady_step_times(warmup)
+        return statistics.median(steady) if steady else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["enabled"] = list(self.enabled)
+        d["losses"] = [_enc_float(x) for x in self.losses]
+        d["step_times"] = list(self.step_times)
+        d["nonfinite_weights"] = list(self.nonfinite_weights)
+        d["median_step_time"] = self.median_step_time()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TrialResult":
+        known = {f.name for f in fields(cls)}
+        kw = {k: v for k, v in d.items() if k in known}
+        kw["enabled"] = tuple(kw.get("enabled", ()))
+        kw["losses"] = tuple(_dec_float(x) for x in kw.get("losses", ()))
+        kw["step_times"] = tuple(float(x) for x in kw.get("step_times", ()))
+        kw["nonfinite_weights"] = tuple(kw.get("nonfinite_weights", ()))
+        kw["extra"] = dict(kw.get("extra") or {})
+        return cls(**kw)

@@ -1,0 +1,1 @@
+"""Bug-report bundles: standalone repro, issue text, environment, plots."""

@@ -1,0 +1,1 @@
+"""Copier wrapper for `tfrepro new` and `tfrepro update`."""
