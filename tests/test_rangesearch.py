@@ -1,0 +1,120 @@
+"""The pure range search: lambdas for tests, properties over random ranges."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfrepro.bisect.rangesearch import Mark, bisect_range
+
+
+def planted(first_bad: int, untestable: frozenset[int] = frozenset()):
+    """A test over integer items: bad from `first_bad` on, skips in `untestable`."""
+    calls: list[int] = []
+
+    def test(i: int) -> Mark:
+        calls.append(i)
+        if i in untestable:
+            return Mark.SKIP
+        return Mark.BAD if i >= first_bad else Mark.GOOD
+
+    return test, calls
+
+
+def test_finds_first_bad_in_log2_trials():
+    items = list(range(1025))
+    test, calls = planted(700)
+    result = bisect_range(items, test)
+    assert result.status == "found"
+    assert result.first_bad == 700
+    assert result.candidates == ()
+    # two ends + ceil(log2(1024)) midpoints
+    assert result.trials == len(calls) == 2 + 10
+    assert [m for _, m in result.tried][:2] == [Mark.GOOD, Mark.BAD]
+
+
+def test_adjacent_ends_need_only_the_ends():
+    result = bisect_range(["good", "bad"], lambda s: Mark.GOOD if s == "good" else Mark.BAD)
+    assert (result.status, result.first_bad, result.trials) == ("found", "bad", 2)
+
+
+def test_skipped_midpoint_tries_a_neighbour_and_still_finds_it():
+    items = list(range(9))  # midpoint of the inner 1..7 is 4
+    test, calls = planted(6, frozenset({4}))
+    result = bisect_range(items, test)
+    assert result.status == "found" and result.first_bad == 6
+    assert calls[2] == 4
+    assert (4, Mark.SKIP) in result.tried
+
+
+def test_skip_next_to_the_boundary_gives_candidates_not_a_guess():
+    items = list(range(9))
+    # 4 untestable and 3 good, 5 bad: the first bad one is 4 or 5, nobody can tell
+    r1 = bisect_range(items, planted(4, frozenset({4}))[0])
+    r2 = bisect_range(items, planted(5, frozenset({4, 5}))[0])
+    assert r1.status == "ambiguous" and r1.first_bad is None
+    assert r1.candidates == (4, 5)
+    assert r2.status == "ambiguous" and r2.candidates == (4, 5, 6)
+
+
+def test_ends_are_checked_first_and_stop_the_search():
+    items = list(range(10))
+    r = bisect_range(items, lambda i: Mark.BAD)
+    assert (r.status, r.trials, r.first_bad) == ("good-end-bad", 1, None)
+    r = bisect_range(items, lambda i: Mark.GOOD)
+    assert (r.status, r.trials) == ("bad-end-good", 2)
+    r = bisect_range(items, lambda i: Mark.SKIP if i == 9 else Mark.GOOD)
+    assert r.status == "bad-end-untestable"
+    r = bisect_range(items, lambda i: Mark.SKIP)
+    assert r.status == "good-end-untestable"
+
+
+def test_a_range_needs_two_ends():
+    with pytest.raises(ValueError):
+        bisect_range([1], lambda i: Mark.BAD)
+
+
+def test_each_item_is_tried_once_even_when_everything_skips():
+    items = list(range(20))
+    test, calls = planted(19, frozenset(range(1, 19)))
+    result = bisect_range(items, test)
+    assert sorted(calls) == items
+    assert result.status == "ambiguous"
+    assert result.candidates == tuple(range(1, 20))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    data=st.data(),
+    n=st.integers(min_value=2, max_value=300),
+)
+def test_right_answer_or_honest_candidates_within_the_bound(data, n):
+    first_bad = data.draw(st.integers(min_value=1, max_value=n - 1), label="first_bad")
+    inner = list(range(1, n - 1))
+    untestable = frozenset(
+        data.draw(st.lists(st.sampled_from(inner), unique=True), label="untestable")
+        if inner
+        else []
+    )
+    test, calls = planted(first_bad, untestable)
+    result = bisect_range(list(range(n)), test)
+
+    if result.status == "found":
+        assert result.first_bad == first_bad
+    else:
+        assert result.status == "ambiguous"
+        assert first_bad in result.candidates
+        # honest: every candidate but the last one was tried and skipped
+        assert set(result.candidates[:-1]) <= untestable
+        assert list(result.candidates) == list(
+            range(result.candidates[0], result.candidates[-1] + 1)
+        )
+    skips = sum(1 for _, m in result.tried if m is Mark.SKIP)
+    assert result.trials == len(calls) == len(set(calls))
+    assert result.trials <= math.ceil(math.log2(n - 1 if n > 2 else 1)) + skips + 2
+    # a skip-free range always gives an exact answer
+    if not untestable:
+        assert result.status == "found"

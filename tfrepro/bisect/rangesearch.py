@@ -1,0 +1,118 @@
+"""Bisection over an ordered range of commits, with skips (PURE: no I/O).
+
+The search knows only *a sequence and a test*: `items[0]` is the good end,
+`items[-1]` the bad end, and `test(item) -> Mark` says whether an item is
+good, bad or cannot be judged (skip, as `git bisect skip`). The git edge
+(`commits.py`) supplies the commits and a test that runs a trial; the tests
+supply lambdas.
+
+Invariants (for a monotone range: good up to some index, bad from there on):
+
+- Both ends are tested first; a good end that tests bad or a bad end that
+  tests good ends the search with `status` "good-end-bad" / "bad-end-good"
+  and nothing else is tried.
+- At every point `items[lo]` tested good, `items[hi]` tested bad (or is the
+  bad end), and the first bad item lies in `items[lo+1 : hi+1]`.
+- The next item tried is the median of the *untried* items strictly between
+  `lo` and `hi`, so each good/bad answer at least halves them: good/bad
+  tests after the ends are at most ceil(log2(len(items) - 1)); every skip
+  costs one more test and never more.
+- The result never guesses: when only skipped items remain between `lo` and
+  `hi`, `first_bad` is None and `candidates` lists `items[lo+1 : hi+1]`
+  (each of them may be the first bad one), in range order.
+- Each item is tested at most once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable, Generic, Sequence, TypeVar
+
+T = TypeVar("T")
+
+
+class Mark(str, Enum):
+    """What one tried item says about the range."""
+
+    GOOD = "good"
+    BAD = "bad"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class RangeResult(Generic[T]):
+    """The outcome of `bisect_range`.
+
+    `status`: "found" (`first_bad` set), "ambiguous" (`candidates` set: skips
+    hide which of them is the first bad one), "good-end-bad", "bad-end-good",
+    "good-end-untestable", "bad-end-untestable" (the ends checked first do not
+    hold; nothing between them was tried).
+    `tried` lists every test in the order it ran.
+    """
+
+    status: str
+    first_bad: T | None
+    candidates: tuple[T, ...]
+    tried: tuple[tuple[T, Mark], ...]
+
+    @property
+    def trials(self) -> int:
+        return len(self.tried)
+
+
+def _median_untried(lo: int, hi: int, skipped: set[int]) -> int | None:
+    inner = [i for i in range(lo + 1, hi) if i not in skipped]
+    if not inner:
+        return None
+    # The lower median on even counts: the answer falls in either half with
+    # equal likelihood, and it keeps the choice deterministic.
+    return inner[(len(inner) - 1) // 2]
+
+
+def bisect_range(items: Sequence[T], test: Callable[[T], Mark]) -> RangeResult[T]:
+    """Find the first bad item of `items` (good end first, bad end last).
+
+    `test` is called once per tried item; see the module docstring for the
+    invariants and the bound on the number of calls.
+    """
+    if len(items) < 2:
+        raise ValueError("a range needs a good end and a bad end (two items at least)")
+    tried: list[tuple[T, Mark]] = []
+
+    def run(i: int) -> Mark:
+        mark = Mark(test(items[i]))
+        tried.append((items[i], mark))
+        return mark
+
+    def ended(status: str) -> RangeResult[T]:
+        return RangeResult(status, None, (), tuple(tried))
+
+    good_end = run(0)
+    if good_end is Mark.BAD:
+        return ended("good-end-bad")
+    if good_end is Mark.SKIP:
+        return ended("good-end-untestable")
+    bad_end = run(len(items) - 1)
+    if bad_end is Mark.GOOD:
+        return ended("bad-end-good")
+    if bad_end is Mark.SKIP:
+        return ended("bad-end-untestable")
+
+    lo, hi = 0, len(items) - 1
+    skipped: set[int] = set()
+    while True:
+        mid = _median_untried(lo, hi, skipped)
+        if mid is None:
+            break
+        mark = run(mid)
+        if mark is Mark.GOOD:
+            lo = mid
+        elif mark is Mark.BAD:
+            hi = mid
+        else:
+            skipped.add(mid)
+
+    if hi - lo == 1:
+        return RangeResult("found", items[hi], (), tuple(tried))
+    return RangeResult("ambiguous", None, tuple(items[lo + 1 : hi + 1]), tuple(tried))
