@@ -1,0 +1,382 @@
+"""The feature-block grammar (Contract 1): parse, render, export, set states.
+
+Pure: text in, text out. No file system access; the caller names the path so
+errors can say `file:line`.
+
+A block::
+
+    # tfrepro: feature NAME [-- description]
+    <part 1: the code when the feature is ON>
+    # tfrepro: else                       (optional)
+    <part 2: the code when the feature is OFF>
+    # tfrepro: end
+
+Invariants kept here:
+
+- Whatever part is inactive is commented: each non-blank line carries `# `
+  right after the block's indentation (the indentation of its `feature`
+  marker); a line holding only `#` there stands for an empty line.
+- `set_states` (and `render`) touch only the parts whose state changes, so
+  switching a block and switching it back restores the text byte for byte
+  (empty lines inside a part are written as `<indent>#` when commented).
+- A live part may hold comments of its own; a live part that also holds a
+  commented line which is code (a half-toggled block) is an error.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from tfrepro.errors import UserError
+
+NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
+_MARKER_RE = re.compile(r"^(?P<indent>[ \t]*)#\s*tfrepro:\s*(?P<rest>.*?)\s*$")
+_FEATURE_RE = re.compile(r"^feature(?:\s+(?P<name>\S+))?(?:\s+--\s*(?P<desc>.*))?$")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One feature block. Line numbers are 1-based, ranges are 0-based
+    half-open indices into the file's lines (marker lines excluded)."""
+
+    name: str
+    description: str
+    path: str
+    line: int
+    else_line: int | None
+    end_line: int
+    indent: str
+    on_part: tuple[int, int]
+    off_part: tuple[int, int] | None
+    state: bool  # True when the block is ON as written in the file
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+def _strip_eol(line: str) -> str:
+    return line.rstrip("\r\n")
+
+
+def _eol(line: str) -> str:
+    return line[len(_strip_eol(line)) :]
+
+
+def _is_blank(line: str) -> bool:
+    return not _strip_eol(line).strip()
+
+
+def _is_commented(line: str, indent: str) -> bool:
+    body = _strip_eol(line)
+    return body.startswith(indent + "# ") or body == indent + "#"
+
+
+def _looks_like_code(text: str) -> bool:
+    """True when a commented line's content is a Python statement rather than
+    prose: used to catch half-toggled parts without rejecting real comments."""
+    text = text.strip()
+    if not text:
+        return False
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return False
+    for node in tree.body:
+        if isinstance(node, ast.Expr) and isinstance(node.value, (ast.Name, ast.Constant)):
+            continue  # a bare word ("TODO") is prose, not code
+        return True
+    return False
+
+
+def comment_line(line: str, indent: str) -> str:
+    body, eol = _strip_eol(line), _eol(line)
+    if not body.strip():
+        return indent + "#" + eol
+    return indent + "# " + body[len(indent) :] + eol
+
+
+def uncomment_line(line: str, indent: str) -> str:
+    body, eol = _strip_eol(line), _eol(line)
+    if not body.strip():
+        return line
+    if body == indent + "#":
+        return eol
+    return indent + body[len(indent) + 2 :] + eol
+
+
+class SourceFile:
+    """A parsed `.py` file: its lines and its blocks (possibly none)."""
+
+    def __init__(self, path: str, text: str, blocks: list[Block]) -> None:
+        self.path = path
+        self.text = text
+        self.lines = text.splitlines(keepends=True)
+        self.blocks = tuple(blocks)
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return tuple(sorted({b.name for b in self.blocks}))
+
+    def _emit(self, want: Mapping[str, bool], *, export: bool) -> str:
+        out: list[str] = []
+        pos = 0
+        for b in self.blocks:
+            out.extend(self.lines[pos : b.line - 1])
+            on = want.get(b.name, b.state)
+            live = b.on_part if on else b.off_part
+            if export:
+                emitted = self._export_part(b, live)
+                if not emitted and _needs_pass(self.lines, b):
+                    emitted = [b.indent + "pass\n"]
+                out.extend(emitted)
+            else:
+                out.append(self.lines[b.line - 1])
+                out.extend(self._part(b, b.on_part, live=on))
+                if b.else_line is not None:
+                    out.append(self.lines[b.else_line - 1])
+                    out.extend(self._part(b, b.off_part, live=not on))
+                out.append(self.lines[b.end_line - 1])
+            pos = b.end_line
+        out.extend(self.lines[pos:])
+        return "".join(out)
+
+    def _part(self, b: Block, part: tuple[int, int] | None, *, live: bool) -> list[str]:
+        if part is None:
+            return []
+        lines = self.lines[part[0] : part[1]]
+        if _part_is_commented(lines, b.indent) == (not live):
+            return lines  # already in the wanted form: keep the bytes
+        if live:
+            return [uncomment_line(x, b.indent) for x in lines]
+        return [comment_line(x, b.indent) for x in lines]
+
+    def _export_part(self, b: Block, part: tuple[int, int] | None) -> list[str]:
+        lines = self._part(b, part, live=True)
+        # Trim blank lines at the edges of a part: markers often sit between
+        # blank lines already, and an exported script should read naturally.
+        while lines and _is_blank(lines[0]):
+            lines.pop(0)
+        while lines and _is_blank(lines[-1]):
+            lines.pop()
+        return lines
+
+    def render(self, enabled: Iterable[str] | None) -> str:
+        """The file with every block ON iff its name is in `enabled`, markers
+        kept (line numbers unchanged). `None` keeps the states as written."""
+        if enabled is None:
+            return self.text
+        on = set(enabled)
+        return self._emit({b.name: b.name in on for b in self.blocks}, export=False)
+
+    def set_states(self, states: Mapping[str, bool]) -> str:
+        """The file with the named features switched; others as written."""
+        return self._emit(states, export=False)
+
+    def export(self, enabled: Iterable[str] | None) -> str:
+        """A standalone variant: markers and inactive parts removed, `pass`
+        where a suite would be left empty. `None`: states as written."""
+        if enabled is None:
+            want = {b.name: b.state for b in self.blocks}
+        else:
+            on = set(enabled)
+            want = {b.name: b.name in on for b in self.blocks}
+        return self._emit(want, export=True)
+
+
+def _part_is_commented(lines: list[str], indent: str) -> bool:
+    code = [x for x in lines if not _is_blank(x)]
+    return bool(code) and all(_is_commented(x, indent) for x in code)
+
+
+def _code_lines(lines: list[str], start: int, stop: int, step: int) -> str | None:
+    for i in range(start, stop, step):
+        body = _strip_eol(lines[i]).strip()
+        if body and not body.startswith("#"):
+            return _strip_eol(lines[i])
+    return None
+
+
+def _indent_width(line: str) -> int:
+    return len(line) - len(line.lstrip(" \t"))
+
+
+def _needs_pass(lines: list[str], b: Block) -> bool:
+    """Whether removing block `b` entirely leaves a suite empty: the code line
+    before it opens a suite and the code line after it is not inside it."""
+    before = _code_lines(lines, b.line - 2, -1, -1)
+    after = _code_lines(lines, b.end_line, len(lines), 1)
+    width = len(b.indent)
+    if before is None or _indent_width(before) >= width:
+        return False
+    if not before.split("#", 1)[0].rstrip().endswith(":"):
+        return False
+    return after is None or _indent_width(after) < width
+
+
+def _check_part(
+    path: str, lines: list[str], start: int, stop: int, indent: str, what: str, marker_line: int
+) -> bool:
+    """Validate one part; returns True when it is commented (inactive)."""
+    part = lines[start:stop]
+    code = [(start + i, x) for i, x in enumerate(part) if not _is_blank(x)]
+    if not code:
+        raise UserError(
+            f"the {what} part of this feature block holds no code",
+            path=path,
+            line=marker_line,
+            hint="put the statements the part stands for between the markers, or delete the empty part",
+        )
+    for i, x in code:
+        if not _strip_eol(x).startswith(indent):
+            raise UserError(
+                "line is indented less than its feature marker",
+                path=path,
+                line=i + 1,
+                hint="indent the feature markers like the code they enclose",
+            )
+    commented = [_is_commented(x, indent) for _, x in code]
+    if all(commented):
+        contents = [uncomment_line(x, indent) for _, x in code]
+        if not any(c.strip() and not c.strip().startswith("#") for c in contents):
+            raise UserError(
+                f"the {what} part of this feature block holds no code (only comments)",
+                path=path,
+                line=marker_line,
+                hint="a part must hold at least one statement",
+            )
+        return True
+    if not any(commented):
+        return False
+    # A live part may carry its own comments; a commented *statement* next to
+    # live code means the block was half switched by hand.
+    for (i, x), c in zip(code, commented):
+        if c and _looks_like_code(uncomment_line(x, indent)):
+            raise UserError(
+                f"the {what} part mixes commented and live code lines",
+                path=path,
+                line=i + 1,
+                hint="comment every line of the inactive part (or none), e.g. with "
+                "`tfrepro features --set NAME=on`",
+            )
+    return False
+
+
+def parse(text: str, path: str = "<string>") -> SourceFile:
+    """Parse one file into its blocks, validating the whole grammar.
+
+    Raises `UserError` (exit 2) naming `path:line` for: unclosed blocks, a
+    stray `else`/`end`, a second `else`, nesting, a bad or missing name, an
+    unknown marker keyword, a part without code, a part mixing commented and
+    live code, both parts live or both commented.
+    """
+    lines = text.splitlines(keepends=True)
+    blocks: list[Block] = []
+    open_: dict | None = None
+    for idx, raw in enumerate(lines):
+        m = _MARKER_RE.match(_strip_eol(raw))
+        if not m:
+            continue
+        lineno = idx + 1
+        indent, rest = m.group("indent"), m.group("rest")
+        keyword = rest.split(None, 1)[0] if rest else ""
+        if keyword == "feature":
+            fm = _FEATURE_RE.match(rest)
+            name = fm.group("name") if fm else None
+            if open_ is not None:
+                raise UserError(
+                    f"feature block {name or '?'!r} opened inside block {open_['name']!r} "
+                    f"(opened at line {open_['line']}); blocks do not nest",
+                    path=path,
+                    line=lineno,
+                    hint="close the outer block with `# tfrepro: end` first",
+                )
+            if not name:
+                raise UserError(
+                    "feature marker without a name",
+                    path=path,
+                    line=lineno,
+                    hint="write `# tfrepro: feature NAME -- description`",
+                )
+            if not NAME_RE.match(name):
+                raise UserError(
+                    f"bad feature name {name!r}: names match [a-z][a-z0-9_]*",
+                    path=path,
+                    line=lineno,
+                    hint="use lower case letters, digits and underscores, starting with a letter",
+                )
+            desc = (fm.group("desc") or "").strip()
+            open_ = {"name": name, "desc": desc, "line": lineno, "indent": indent, "else": None}
+        elif keyword == "else" and rest == "else":
+            if open_ is None:
+                raise UserError("`# tfrepro: else` outside any feature block", path=path, line=lineno,
+                                hint="remove it, or open a block with `# tfrepro: feature NAME` before it")
+            if open_["else"] is not None:
+                raise UserError(
+                    f"second `else` in feature block {open_['name']!r} (first at line {open_['else']})",
+                    path=path,
+                    line=lineno,
+                    hint="a block has at most two parts",
+                )
+            open_["else"] = lineno
+        elif keyword == "end" and rest == "end":
+            if open_ is None:
+                raise UserError("`# tfrepro: end` outside any feature block", path=path, line=lineno,
+                                hint="remove it, or open a block with `# tfrepro: feature NAME` before it")
+            blocks.append(_close(path, lines, open_, lineno))
+            open_ = None
+        else:
+            raise UserError(
+                f"unknown tfrepro marker {rest!r}",
+                path=path,
+                line=lineno,
+                hint="markers are `# tfrepro: feature NAME -- description`, `# tfrepro: else`, `# tfrepro: end`",
+            )
+    if open_ is not None:
+        raise UserError(
+            f"feature block {open_['name']!r} is never closed",
+            path=path,
+            line=open_["line"],
+            hint="add `# tfrepro: end` after the block's code",
+        )
+    return SourceFile(path, text, blocks)
+
+
+def _close(path: str, lines: list[str], o: dict, end_line: int) -> Block:
+    indent = o["indent"]
+    start = o["line"]  # index of the first line after the marker
+    else_line = o["else"]
+    on_stop = (else_line - 1) if else_line else (end_line - 1)
+    on_commented = _check_part(path, lines, start, on_stop, indent, "ON", o["line"])
+    off_part = None
+    if else_line is not None:
+        off_part = (else_line, end_line - 1)
+        off_commented = _check_part(path, lines, else_line, end_line - 1, indent, "OFF", else_line)
+        if on_commented == off_commented:
+            both = "commented" if on_commented else "live"
+            raise UserError(
+                f"both parts of feature block {o['name']!r} are {both}",
+                path=path,
+                line=o["line"],
+                hint="exactly one part is live: comment the inactive one with `# `",
+            )
+    return Block(
+        name=o["name"],
+        description=o["desc"],
+        path=path,
+        line=o["line"],
+        else_line=else_line,
+        end_line=end_line,
+        indent=indent,
+        on_part=(start, on_stop),
+        off_part=off_part,
+        state=not on_commented,
+    )
+
+
+def has_markers(text: str) -> bool:
+    """Cheap pre-check: does the text mention a tfrepro marker at all?"""
+    return "tfrepro:" in text

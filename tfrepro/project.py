@@ -1,0 +1,373 @@
+"""A project directory: its manifest, its marked files, its variants.
+
+`Project.load` reads and validates everything up front (every malformed
+marker or manifest entry is a `UserError` naming file:line), so nothing is run
+or written for a bad project. Variants are written under a destination the
+caller chooses (always below `.tfrepro/` or a temp dir, never the user's files).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import tomllib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfrepro import features as fb
+from tfrepro.bisect.results import SymptomSettings, TrialSettings
+from tfrepro.errors import UserError
+
+MANIFEST = "tfrepro.toml"
+STATE_DIR = ".tfrepro"
+# Directories never part of a project (state, VCS, environments, caches).
+EXCLUDED_DIRS = frozenset(
+    {STATE_DIR, ".git", "__pycache__", ".venv", "venv", "env", ".tox", ".nox", "node_modules",
+     ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", "build", "dist", ".ipynb_checkpoints"}
+)
+# Files larger than this are linked into variants rather than copied: data
+# sets would otherwise be copied once per trial.
+LINK_ABOVE_BYTES = 16 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class FeatureConfig:
+    affects_loss: bool = False
+
+
+@dataclass(frozen=True)
+class Manifest:
+    trial: TrialSettings = TrialSettings()
+    repeats: int = 1
+    symptoms: SymptomSettings = SymptomSettings()
+    features: dict[str, FeatureConfig] = field(default_factory=dict)
+    path: str | None = None
+
+    @classmethod
+    def parse(cls, text: str, path: str = MANIFEST) -> "Manifest":
+        """Validate a `tfrepro.toml` text (Contract 2). Raises UserError."""
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            m = re.search(r"\(at line (\d+)", str(e))
+            raise UserError(
+                f"not valid TOML: {e}", path=path, line=int(m.group(1)) if m else None,
+                hint="see https://toml.io for the syntax",
+            ) from None
+        return cls._from_data(data, text, path)
+
+    @classmethod
+    def _from_data(cls, data: dict[str, Any], text: str, path: str) -> "Manifest":
+        def err(msg: str, table: str, key: str | None = None, hint: str | None = None) -> UserError:
+            return UserError(msg, path=path, line=_line_of(text, table, key), hint=hint)
+
+        for table in data:
+            if table not in ("trial", "symptoms", "features"):
+                raise err(f"unknown table [{table}]", table, None,
+                          hint="tables are [trial], [symptoms] and [features.NAME]")
+        trial = data.get("trial", {})
+        symptoms = data.get("symptoms", {})
+        feats = data.get("features", {})
+        for table, value in (("trial", trial), ("symptoms", symptoms), ("features", feats)):
+            if not isinstance(value, dict):
+                raise err(f"`{table}` must be a table", table)
+
+        t_kw: dict[str, Any] = {}
+        repeats = 1
+        spec = {
+            "entry": (str,), "command": (list,), "steps": (int,), "timeout_s": (int, float),
+            "repeats": (int,), "seed": (int,), "deterministic": (bool,),
+        }
+        for key, value in trial.items():
+            if key not in spec:
+                raise err(f"unknown key `{key}` in [trial]", "trial", key,
+                          hint="known keys: " + ", ".join(spec))
+            _check_type(value, spec[key], lambda m, k=key: err(f"[trial] {k}: {m}", "trial", k))
+            if key == "command":
+                if not value or not all(isinstance(x, str) for x in value):
+                    raise err("[trial] command must be a non-empty list of strings", "trial", key,
+                              hint='e.g. command = ["python", "train.py", "--fast"]')
+                t_kw[key] = tuple(value)
+            elif key in ("steps", "repeats") and value < 1:
+                raise err(f"[trial] {key} must be at least 1, not {value}", "trial", key)
+            elif key == "timeout_s" and value <= 0:
+                raise err(f"[trial] timeout_s must be positive, not {value}", "trial", key)
+            elif key == "repeats":
+                repeats = value
+            else:
+                t_kw[key] = float(value) if key == "timeout_s" else value
+        if "entry" in t_kw and "command" in t_kw:
+            raise err("[trial] has both `entry` and `command`; keep one", "trial", "command")
+
+        s_kw: dict[str, Any] = {}
+        s_spec = {"nan": (bool,), "slowdown": (int, float), "mismatch": (int, float)}
+        for key, value in symptoms.items():
+            if key not in s_spec:
+                raise err(f"unknown key `{key}` in [symptoms]", "symptoms", key,
+                          hint="known keys: " + ", ".join(s_spec))
+            _check_type(value, s_spec[key], lambda m, k=key: err(f"[symptoms] {k}: {m}", "symptoms", k))
+            if key == "slowdown" and value <= 1:
+                raise err(f"[symptoms] slowdown is a ratio above 1, not {value}", "symptoms", key,
+                          hint="e.g. slowdown = 1.25 for 25% slower")
+            if key == "mismatch" and value < 0:
+                raise err(f"[symptoms] mismatch must be >= 0, not {value}", "symptoms", key)
+            s_kw[key] = float(value) if key != "nan" else value
+
+        f_cfg: dict[str, FeatureConfig] = {}
+        for name, cfg in feats.items():
+            where = f"features.{name}"
+            if not fb.NAME_RE.match(name):
+                raise err(f"bad feature name {name!r} in [features]", where)
+            if not isinstance(cfg, dict):
+                raise err(f"[features.{name}] must be a table", where)
+            for key, value in cfg.items():
+                if key != "affects_loss":
+                    raise err(f"unknown key `{key}` in [features.{name}]", where, key,
+                              hint="the only key is affects_loss = true|false")
+                _check_type(value, (bool,), lambda m, k=key: err(f"[features.{name}] {k}: {m}", where, k))
+            f_cfg[name] = FeatureConfig(affects_loss=bool(cfg.get("affects_loss", False)))
+
+        return cls(trial=TrialSettings(**t_kw), repeats=repeats, symptoms=SymptomSettings(**s_kw),
+                   features=f_cfg, path=path)
+
+
+def _check_type(value: Any, types: tuple[type, ...], err) -> None:
+    # bool is an int in Python; a manifest `steps = true` is still a mistake.
+    if isinstance(value, bool) and bool not in types:
+        raise err(f"expected {' or '.join(t.__name__ for t in types)}, got a boolean")
+    if not isinstance(value, types):
+        raise err(f"expected {' or '.join(t.__name__ for t in types)}, got {type(value).__name__} {value!r}")
+
+
+def _line_of(text: str, table: str, key: str | None) -> int | None:
+    """Best-effort line number of `[table]` / `key =` in a TOML text."""
+    lines = text.splitlines()
+    header = re.compile(r"^\s*\[\s*" + re.escape(table) + r"\s*\]")
+    start = None
+    for i, line in enumerate(lines):
+        if header.match(line):
+            start = i
+            if key is None:
+                return i + 1
+            break
+    if key is None:
+        return None
+    keyre = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
+    for i in range(start + 1 if start is not None else 0, len(lines)):
+        if start is not None and lines[i].lstrip().startswith("["):
+            break
+        if keyre.match(lines[i]):
+            return i + 1
+    return start + 1 if start is not None else None
+
+
+def iter_project_files(root: Path) -> Iterator[Path]:
+    """Every file of the project, relative to root, sorted, exclusions applied."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_DIRS and not d.endswith(".egg-info"))
+        for name in sorted(filenames):
+            yield (Path(dirpath) / name).relative_to(root)
+
+
+class Project:
+    """A loaded, validated project. Cheap to keep; never writes into root."""
+
+    def __init__(self, root: Path, manifest: Manifest, sources: dict[str, fb.SourceFile],
+                 files: list[str]) -> None:
+        self.root = root
+        self.manifest = manifest
+        self.sources = sources  # relpath -> parsed file, only files with blocks
+        self.files = files  # every project file (relpaths, posix)
+        self._hash_memo: dict[tuple[str, int, int], str] = {}
+
+    # -- loading -----------------------------------------------------------
+    @classmethod
+    def load(cls, path: str | Path = ".") -> "Project":
+        p = Path(path)
+        if not p.exists():
+            raise UserError("no such file or directory", path=p,
+                            hint="give the project directory (or its .py entry file)")
+        entry_override = None
+        if p.is_file():
+            if p.suffix != ".py":
+                raise UserError("not a Python file or a project directory", path=p,
+                                hint="give the project directory, or the training script ending in .py")
+            entry_override = p.name
+            root = p.parent.resolve()
+        else:
+            root = p.resolve()
+        manifest_path = root / MANIFEST
+        if manifest_path.exists():
+            text = manifest_path.read_text(encoding="utf-8")
+            manifest = Manifest.parse(text, str(manifest_path))
+        else:
+            text, manifest = "", Manifest()
+        if entry_override and manifest.trial.command is None:
+            manifest = Manifest(trial=_replace(manifest.trial, entry=entry_override), repeats=manifest.repeats,
+                                symptoms=manifest.symptoms, features=manifest.features, path=manifest.path)
+
+        files = [f.as_posix() for f in iter_project_files(root)]
+        sources: dict[str, fb.SourceFile] = {}
+        for rel in files:
+            if not rel.endswith(".py"):
+                continue
+            full = root / rel
+            try:
+                src = full.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                raise UserError("not a UTF-8 text file, so not Python source", path=full) from None
+            if not fb.has_markers(src):
+                continue
+            parsed = fb.parse(src, str(full))
+            if parsed.blocks:
+                sources[rel] = parsed
+
+        if manifest.trial.command is None:
+            entry = root / manifest.trial.entry
+            if not entry.is_file():
+                raise UserError(
+                    f"the trial entry {manifest.trial.entry!r} does not exist in {root}",
+                    path=manifest.path or root,
+                    line=_line_of(text, "trial", "entry") if manifest.path else None,
+                    hint='set [trial] entry = "your_script.py" (or command = [...]) in tfrepro.toml',
+                )
+        project = cls(root, manifest, sources, files)
+        known = set(project.feature_names)
+        for name in manifest.features:
+            if name not in known:
+                raise UserError(
+                    f"[features.{name}] names a feature that no file marks",
+                    path=manifest.path, line=_line_of(text, f"features.{name}", None),
+                    hint="known features: " + (", ".join(sorted(known)) or "(none)"),
+                )
+        return project
+
+    # -- features ----------------------------------------------------------
+    @property
+    def state_dir(self) -> Path:
+        return self.root / STATE_DIR
+
+    @property
+    def blocks(self) -> list[fb.Block]:
+        return [b for s in self.sources.values() for b in s.blocks]
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return tuple(sorted({b.name for b in self.blocks}))
+
+    @property
+    def features(self) -> dict[str, list[fb.Block]]:
+        out: dict[str, list[fb.Block]] = {}
+        for b in self.blocks:
+            out.setdefault(b.name, []).append(b)
+        return dict(sorted(out.items()))
+
+    def description(self, name: str) -> str:
+        return next((b.description for b in self.features.get(name, []) if b.description), "")
+
+    @property
+    def affects_loss(self) -> frozenset[str]:
+        return frozenset(n for n, c in self.manifest.features.items() if c.affects_loss)
+
+    def states_in_files(self) -> dict[str, bool | None]:
+        """Each feature's state as written: True/False, None when its blocks disagree."""
+        out: dict[str, bool | None] = {}
+        for name, blocks in self.features.items():
+            states = {b.state for b in blocks}
+            out[name] = states.pop() if len(states) == 1 else None
+        return out
+
+    def check_names(self, names: Iterable[str]) -> frozenset[str]:
+        names = frozenset(names)
+        unknown = sorted(names - set(self.feature_names))
+        if unknown:
+            raise UserError(
+                f"unknown feature{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}",
+                path=self.root,
+                hint="known features: " + (", ".join(self.feature_names) or "(none)"),
+            )
+        return names
+
+    # -- variants ----------------------------------------------------------
+    def render(self, enabled: Iterable[str] | None) -> dict[str, str]:
+        """relpath -> text of every marked file with the given features ON
+        (`None`: as written)."""
+        enabled = None if enabled is None else set(enabled)
+        return {rel: s.render(enabled) for rel, s in self.sources.items()}
+
+    def export(self, enabled: Iterable[str] | None) -> dict[str, str]:
+        """relpath -> standalone text (markers and inactive parts removed)."""
+        enabled = None if enabled is None else set(enabled)
+        return {rel: s.export(enabled) for rel, s in self.sources.items()}
+
+    def write_variant(self, enabled: Iterable[str] | None, dest: Path) -> None:
+        """Copy the project to `dest` with marked files rendered. Large files
+        are symlinked (see LINK_ABOVE_BYTES); `dest` must not exist or be empty."""
+        dest = Path(dest)
+        rendered = self.render(enabled)
+        dest.mkdir(parents=True, exist_ok=True)
+        for rel in self.files:
+            src, out = self.root / rel, dest / rel
+            out.parent.mkdir(parents=True, exist_ok=True)
+            if rel in rendered:
+                out.write_text(rendered[rel], encoding="utf-8", newline="")
+                shutil.copymode(src, out)
+            elif src.is_symlink() or src.stat().st_size <= LINK_ABOVE_BYTES:
+                shutil.copy2(src, out, follow_symlinks=True)
+            else:
+                os.symlink(src.resolve(), out)
+
+    def variant_hash(self, enabled: Iterable[str] | None) -> str:
+        """Content hash of the variant (every file, rendered), stable across
+        machines: relpaths and bytes only."""
+        rendered = self.render(enabled)
+        h = hashlib.sha256()
+        for rel in self.files:
+            h.update(rel.encode() + b"\0")
+            if rel in rendered:
+                h.update(hashlib.sha256(rendered[rel].encode("utf-8")).hexdigest().encode())
+            else:
+                h.update(self._file_digest(rel).encode())
+            h.update(b"\0")
+        return h.hexdigest()
+
+    def _file_digest(self, rel: str) -> str:
+        st = (self.root / rel).stat()
+        memo_key = (rel, st.st_size, st.st_mtime_ns)
+        if memo_key not in self._hash_memo:
+            h = hashlib.sha256()
+            with open(self.root / rel, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            self._hash_memo[memo_key] = h.hexdigest()
+        return self._hash_memo[memo_key]
+
+    # -- writing states (the one operation that edits the user's files) -----
+    def set_states(self, states: dict[str, bool]) -> list[str]:
+        """Rewrite the named features' states in place; returns the relpaths
+        changed. Validates every name before writing anything."""
+        self.check_names(states)
+        changed = []
+        new_texts = {}
+        for rel, s in self.sources.items():
+            text = s.set_states(states)
+            if text != s.text:
+                new_texts[rel] = text
+        for rel, text in new_texts.items():
+            path = self.root / rel
+            tmp = path.with_name(path.name + ".tfrepro-tmp")
+            tmp.write_text(text, encoding="utf-8", newline="")
+            shutil.copymode(path, tmp)
+            os.replace(tmp, path)
+            changed.append(rel)
+        return changed
+
+
+def _replace(settings: TrialSettings, **kw: Any) -> TrialSettings:
+    from dataclasses import replace
+
+    return replace(settings, **kw)
