@@ -132,8 +132,9 @@ def test_variant_hash_depends_on_rendered_content_only(tmp_path):
     assert p.variant_hash({"lr_warmup"}) != p.variant_hash(set())
     other = Project.load(make_project(tmp_path / "copy"))
     assert other.variant_hash({"lr_warmup"}) == p.variant_hash({"lr_warmup"})
-    (p.root / "data.bin").write_bytes(b"changed")
-    assert Project.load(p.root).variant_hash(set()) != p.variant_hash(set())
+    before = p.variant_hash(set())
+    (p.root / "data.bin").write_bytes(b"changed!")
+    assert Project.load(p.root).variant_hash(set()) != before
 
 
 @pytest.mark.parametrize("bad", ["missing_dir", "notes.txt"])
