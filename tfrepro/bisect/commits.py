@@ -1,0 +1,274 @@
+"""Commit bisection: the first commit whose trial shows the symptom (EDGE).
+
+`tfrepro bisect --good REV --bad REV [PATH]` runs the project *as written* at
+each tried commit (Contract 4) and reuses the feature trials: same runner,
+same cache, same classifier, the good commit's trial being the reference.
+The search itself is `rangesearch.bisect_range` (pure); this module supplies
+the commits and the test.
+
+How a commit is checked out, and why not `git worktree`:
+each tried commit is copied out of the object database with a *private*
+index: `GIT_INDEX_FILE=<tmp> git read-tree <sha>:<project dir>` and
+`git checkout-index -a --prefix=<dest>/`. This reads `.git` and writes only
+the temp index and the destination directory, so:
+
+- the user's working tree, index, current branch, HEAD, stash and uncommitted
+  changes are never written, whatever happens (no `checkout`, no `stash`);
+- unlike `git worktree add`, nothing is registered in `.git/worktrees`, so a
+  bisect killed with SIGKILL leaves no metadata behind that `git worktree
+  list` would show, and no `git worktree prune` (which would also prune the
+  user's own stale worktrees) is ever needed;
+- unlike `git archive`, checkout-index applies the smudge/eol filters and
+  ignores `export-ignore`, so the copy is the file tree a checkout would give.
+
+Copies live in `<project>/.tfrepro/checkouts/<pid>-<time>/<sha>/` (the state
+directory holds a `.gitignore` of `*`, so `git status` never shows it) and are
+removed after their trial; directories left by a run that was killed are
+removed at the start of the next run (their pid is gone).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+from tfrepro.errors import TfreproError, UserError
+
+CHECKOUTS_DIR = "checkouts"
+STATE_DIR_NAME = ".tfrepro"
+
+
+@dataclass(frozen=True)
+class CommitInfo:
+    """One commit as a result shows it (Contract 4 `commit`, `tried`)."""
+
+    sha: str
+    subject: str
+    author: str
+    date: str  # author date, ISO 8601 with offset
+
+    def to_dict(self) -> dict[str, str]:
+        return {"sha": self.sha, "subject": self.subject, "author": self.author, "date": self.date}
+
+
+@dataclass(frozen=True)
+class CommitRange:
+    """A validated `--good/--bad` range.
+
+    Invariants: `commits[0]` is the good end, `commits[-1]` the bad end, each
+    one a first-parent descendant of the one before it (`git rev-list
+    --first-parent --ancestry-path good..bad`, oldest first). `relpath` is the
+    project directory relative to the repository root ("." for the root).
+    """
+
+    repo_root: Path
+    relpath: str
+    commits: tuple[CommitInfo, ...]
+
+    @property
+    def good(self) -> CommitInfo:
+        return self.commits[0]
+
+    @property
+    def bad(self) -> CommitInfo:
+        return self.commits[-1]
+
+
+def _git_module():
+    # gitpython is imported lazily: `tfrepro --help` must stay instant.
+    import git
+
+    return git
+
+
+def _info(commit: Any) -> CommitInfo:
+    subject = (commit.message or "").strip().splitlines()
+    return CommitInfo(
+        sha=commit.hexsha,
+        subject=subject[0] if subject else "",
+        author=f"{commit.author.name} <{commit.author.email}>",
+        date=commit.authored_datetime.isoformat(),
+    )
+
+
+def open_repo(path: str | Path) -> Any:
+    """The `git.Repo` holding `path`; UserError (exit 2) when there is none."""
+    git = _git_module()
+    p = Path(path)
+    if not p.exists():
+        raise UserError("no such project directory", path=p)
+    try:
+        repo = git.Repo(p, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UserError(
+            "not inside a git repository",
+            path=p,
+            hint="commit mode (--good/--bad) bisects the history of a git repository; "
+            "without --good/--bad, `tfrepro bisect` bisects the features instead",
+        ) from None
+    if repo.bare or repo.working_tree_dir is None:
+        raise UserError("a bare repository has no project to run", path=p)
+    return repo
+
+
+def _resolve(repo: Any, rev: str, option: str) -> Any:
+    git = _git_module()
+    try:
+        return repo.commit(rev)
+    except (git.BadName, git.BadObject, ValueError, git.GitCommandError):
+        raise UserError(
+            f"unknown revision {rev!r} given to {option}",
+            hint="give a commit sha, branch or tag that exists in this repository "
+            "(`git log --oneline` lists them)",
+        ) from None
+
+
+def open_range(path: str | Path, good: str, bad: str) -> CommitRange:
+    """Validate `--good/--bad` for the project at `path` (UserError, exit 2).
+
+    Bad input: not a git repository, unknown revisions, good == bad, good not
+    an ancestor of bad, and the one case where the user's uncommitted state
+    matters: the project directory is not committed at the bad end (the
+    bisect only ever runs committed code).
+    """
+    repo = open_repo(path)
+    root = Path(repo.working_tree_dir).resolve()
+    project = Path(path).resolve()
+    relpath = project.relative_to(root).as_posix() if project != root else "."
+    good_c = _resolve(repo, good, "--good")
+    bad_c = _resolve(repo, bad, "--bad")
+    if good_c.hexsha == bad_c.hexsha:
+        raise UserError(
+            f"--good {good} and --bad {bad} are the same commit ({good_c.hexsha[:12]})",
+            hint="give a good commit older than the bad one",
+        )
+    if not repo.is_ancestor(good_c, bad_c):
+        hint = (
+            "they are the other way round: swap --good and --bad"
+            if repo.is_ancestor(bad_c, good_c)
+            else "bisect along one line of history: pick a good commit that the bad one descends from"
+        )
+        raise UserError(
+            f"--good {good} ({good_c.hexsha[:12]}) is not an ancestor of --bad {bad} "
+            f"({bad_c.hexsha[:12]})",
+            hint=hint,
+        )
+    if relpath != "." and not _has_dir(bad_c, relpath):
+        raise UserError(
+            f"the project directory {relpath!r} is not committed at --bad {bad}",
+            path=project,
+            hint="commit mode runs committed code only and never touches your working "
+            "tree: commit the project first (or give a later --bad)",
+        )
+    shas = repo.git.rev_list("--first-parent", "--ancestry-path", f"{good_c.hexsha}..{bad_c.hexsha}")
+    chain = [repo.commit(s) for s in reversed(shas.split())]
+    return CommitRange(root, relpath, tuple(_info(c) for c in [good_c, *chain]))
+
+
+def _has_dir(commit: Any, relpath: str) -> bool:
+    try:
+        obj = commit.tree / relpath
+    except KeyError:
+        return False
+    return obj.type == "tree"
+
+
+def materialize(repo_root: Path, sha: str, relpath: str, dest: Path) -> Path:
+    """Copy the project directory as committed at `sha` into `dest`.
+
+    Reads the object database only: a private index in a temp file, never the
+    repository's index (see the module docstring). Raises TfreproError when
+    the project directory does not exist at `sha`.
+    """
+    git = _git_module()
+    treeish = sha if relpath == "." else f"{sha}:{relpath}"
+    dest.mkdir(parents=True, exist_ok=True)
+    fd, index = tempfile.mkstemp(prefix="tfrepro-index-")
+    os.close(fd)
+    os.unlink(index)  # read-tree wants to create it itself
+    try:
+        g = git.Git(str(repo_root))
+        env = {"GIT_INDEX_FILE": index}
+        try:
+            g.read_tree(treeish, env=env)
+            g.checkout_index("-a", "-f", f"--prefix={dest.as_posix().rstrip('/')}/", env=env)
+        except git.GitCommandError as e:
+            raise TfreproError(f"cannot check out {relpath!r} at {sha[:12]}: {e.stderr.strip()}") from None
+    finally:
+        for leftover in (index, index + ".lock"):
+            if os.path.exists(leftover):
+                os.unlink(leftover)
+    return dest
+
+
+def ensure_state_dir(project_root: Path) -> Path:
+    """`<project>/.tfrepro`, created invisible to `git status` when new.
+
+    A `.gitignore` holding `*` hides the directory and itself (as pytest does
+    for `.pytest_cache`), so the user's `git status` stays byte-for-byte the
+    same. An existing state directory is left as it is.
+    """
+    state = project_root / STATE_DIR_NAME
+    if not state.exists():
+        state.mkdir(parents=True)
+        (state / ".gitignore").write_text("# created by tfrepro\n*\n")
+    return state
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def clean_leftover_checkouts(state_dir: Path) -> list[Path]:
+    """Remove checkout directories of runs whose process is gone."""
+    base = state_dir / CHECKOUTS_DIR
+    removed: list[Path] = []
+    if not base.is_dir():
+        return removed
+    for d in base.iterdir():
+        pid_text = d.name.split("-", 1)[0]
+        if pid_text.isdigit() and _pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
+            continue  # another bisect running in this project right now
+        shutil.rmtree(d, ignore_errors=True)
+        removed.append(d)
+    return removed
+
+
+class Checkouts:
+    """This run's checkout area: cleans old runs' leftovers on entry, its own
+    directory on exit (also on exceptions and KeyboardInterrupt)."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir
+        self.dir = state_dir / CHECKOUTS_DIR / f"{os.getpid()}-{time.time_ns()}"
+
+    def __enter__(self) -> "Checkouts":
+        clean_leftover_checkouts(self.state_dir)
+        self.dir.mkdir(parents=True)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def checkout(self, rng: CommitRange, sha: str) -> Path:
+        dest = self.dir / sha
+        if dest.exists():
+            shutil.rmtree(dest)
+        return materialize(rng.repo_root, sha, rng.relpath, dest)
+
+    def release(self, sha: str) -> None:
+        shutil.rmtree(self.dir / sha, ignore_errors=True)
+
+    def __iter__(self) -> Iterator[Path]:
+        return iter(sorted(self.dir.iterdir()) if self.dir.exists() else [])
