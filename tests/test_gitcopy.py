@@ -1,4 +1,4 @@
-"""Commit mode against real git repositories (isolated config, fixed dates)."""
+"""The git edge of commit mode against real repositories (isolated config, fixed dates)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gitrepo import GitRepo, isolated_git_env
-from tfrepro.bisect import commits as cm
+from tfrepro.bisect import gitcopy as cm
 from tfrepro.errors import TfreproError, UserError
 
 

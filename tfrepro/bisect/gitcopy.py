@@ -1,10 +1,4 @@
-"""Commit bisection: the first commit whose trial shows the symptom (EDGE).
-
-`tfrepro bisect --good REV --bad REV [PATH]` runs the project *as written* at
-each tried commit (Contract 4) and reuses the feature trials: same runner,
-same cache, same classifier, the good commit's trial being the reference.
-The search itself is `rangesearch.bisect_range` (pure); this module supplies
-the commits and the test.
+"""The git edge of commit bisection: validated ranges, read-only checkouts.
 
 How a commit is checked out, and why not `git worktree`:
 each tried commit is copied out of the object database with a *private*
@@ -25,6 +19,8 @@ Copies live in `<project>/.tfrepro/checkouts/<pid>-<time>/<sha>/` (the state
 directory holds a `.gitignore` of `*`, so `git status` never shows it) and are
 removed after their trial; directories left by a run that was killed are
 removed at the start of the next run (their pid is gone).
+
+gitpython is imported lazily (`tfrepro --help` must stay instant).
 """
 
 from __future__ import annotations
