@@ -1,0 +1,122 @@
+"""Runs in a child process (stdlib + TensorFlow only, executed by path; never
+imports tfrepro): runs an exported repro script under
+`tf.debugging.enable_check_numerics()` with XLA forced off, and records what
+the script set up.
+
+    python _runprobe.py OUT.json SCRIPT.py
+
+check_numerics does not work under XLA, so `jit_compile` is dropped from
+`Model.compile` and `tf.function`, and `tf.config.optimizer.set_jit` becomes a
+no-op; what the script asked for is recorded, not silently lost. OUT.json gets
+{"error_type", "message", "layers", "settings", "completed"}.
+"""
+
+import json
+import os
+import runpy
+import sys
+import traceback
+
+
+def main():
+    out_path, script = sys.argv[1], os.path.abspath(sys.argv[2])
+    facts = {"completed": False, "error_type": None, "message": None, "layers": [],
+             "settings": {"jit_compile_requested": [], "replicas": None}}
+    settings = facts["settings"]
+
+    import tensorflow as tf
+
+    orig_function = tf.function
+
+    def function(*args, **kwargs):
+        if kwargs.pop("jit_compile", None):
+            settings["jit_compile_requested"].append("tf.function")
+        return orig_function(*args, **kwargs)
+
+    tf.function = function
+    orig_set_jit = tf.config.optimizer.set_jit
+
+    def set_jit(enabled):
+        if enabled:
+            settings["jit_compile_requested"].append("tf.config.optimizer.set_jit")
+        return orig_set_jit(False)
+
+    tf.config.optimizer.set_jit = set_jit
+
+    def patch_compile(model_cls, label):
+        orig = model_cls.compile
+
+        def compile(self, *args, **kwargs):
+            jit = kwargs.get("jit_compile", "auto")
+            if jit not in (False, None, "auto"):
+                settings["jit_compile_requested"].append(f"{label}(jit_compile={jit!r})")
+            kwargs["jit_compile"] = False
+            try:
+                seen = {}
+                for layer in self._flatten_layers(include_self=False):
+                    seen.setdefault(layer.name, type(layer).__name__)
+                facts["layers"] = [[n, c] for n, c in seen.items()]
+            except Exception:
+                pass
+            return orig(self, *args, **kwargs)
+
+        model_cls.compile = compile
+
+    legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
+    try:
+        if legacy:
+            import tf_keras
+
+            patch_compile(tf_keras.Model, "tf_keras.Model.compile")
+        else:
+            import keras
+
+            patch_compile(keras.Model, "Model.compile")
+    except Exception:
+        pass
+
+    orig_mirrored_init = tf.distribute.MirroredStrategy.__init__
+
+    def mirrored_init(self, *args, **kwargs):
+        orig_mirrored_init(self, *args, **kwargs)
+        settings["replicas"] = max(settings["replicas"] or 0, int(self.num_replicas_in_sync))
+
+    tf.distribute.MirroredStrategy.__init__ = mirrored_init
+
+    tf.debugging.enable_check_numerics()
+    sys.argv = [script]
+    sys.path.insert(0, os.path.dirname(script))
+    try:
+        runpy.run_path(script, run_name="__main__")
+        facts["completed"] = True
+    except SystemExit as e:
+        facts["completed"] = e.code in (None, 0)
+    except BaseException as e:  # the error is the finding
+        facts["error_type"] = type(e).__name__
+        facts["message"] = str(e)
+        facts["traceback"] = traceback.format_exc()[-20000:]
+    finally:
+        try:
+            import keras
+
+            settings["precision_policy"] = keras.mixed_precision.global_policy().name
+        except Exception:
+            pass
+        try:
+            from tensorflow.python.framework import config as tf_config
+
+            settings["op_determinism"] = bool(tf_config.is_op_determinism_enabled())
+        except Exception:
+            pass
+        try:
+            settings["run_functions_eagerly"] = bool(tf.config.functions_run_eagerly())
+        except Exception:
+            pass
+        with open(out_path, "w", encoding="utf-8") as f:
+            json.dump(facts, f, indent=1)
+    # Daemon threads of tf.data / distribution can hang interpreter shutdown.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

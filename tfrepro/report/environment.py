@@ -1,0 +1,56 @@
+"""The environment a bug report states: versions, build, devices, variables.
+
+TensorFlow is imported only in a child process (`_envprobe.py`), so the CLI
+process stays light and a broken TensorFlow install still gives a report that
+says so. The same child writes the TensorBoard event files, to pay for one
+TensorFlow import instead of two.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+PROBE = Path(__file__).with_name("_envprobe.py")
+
+
+def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
+    """An environment for TensorFlow children: quiet logs, and no path that
+    would make tfrepro importable (a repro must stand on its own)."""
+    env = dict(os.environ if base is None else base)
+    env.pop("PYTHONPATH", None)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return env
+
+
+def collect(
+    *,
+    python: str | None = None,
+    events: dict[str, Any] | None = None,
+    timeout_s: float = 180.0,
+) -> dict[str, Any]:
+    """Facts about the TensorFlow installation `python` runs (see
+    `_envprobe.py`); with `events`, also writes TensorBoard event files.
+    Never raises for a failing child: the facts then carry `probe_error`."""
+    python = python or sys.executable
+    with tempfile.TemporaryDirectory(prefix="tfrepro-env-") as tmp:
+        out = Path(tmp) / "env.json"
+        cmd = [python, str(PROBE), str(out)]
+        if events is not None:
+            spec = Path(tmp) / "events.json"
+            spec.write_text(json.dumps(events), encoding="utf-8")
+            cmd.append(str(spec))
+        try:
+            proc = subprocess.run(cmd, cwd=tmp, env=child_env(), capture_output=True, text=True,
+                                  timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"probe_error": f"environment probe timed out after {timeout_s:.0f} s"}
+        if not out.exists():
+            tail = (proc.stderr or "").strip().splitlines()[-1:] or ["no output"]
+            return {"probe_error": f"environment probe failed (exit {proc.returncode}): {tail[0]}"}
+        return json.loads(out.read_text(encoding="utf-8"))
