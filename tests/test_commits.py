@@ -1,0 +1,228 @@
+"""Commit bisection over real git repositories, with a scripted trial.
+
+The trial here reads the checked-out project (so it sees exactly what the
+bisection checked out) and plays a tiny, fast stand-in for the trial runner:
+a file that does not compile crashes with a SyntaxError, a `LOSS = nan` line
+goes non-finite at step 3, anything else trains cleanly. The real runner is
+exercised in test_commits_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from gitrepo import GitRepo, isolated_git_env
+from tfrepro.bisect.commits import bisect_commits, exception_type, judge
+from tfrepro.bisect.rangesearch import Mark
+from tfrepro.bisect.results import TrialResult, Verdict
+from tfrepro.errors import UserError
+
+GOOD_SRC = "LOSS = 1.0\nprint('step=1 loss=1.0')\n"
+NAN_SRC = "LOSS = nan\nprint('step=1 loss=nan')\n"
+BROKEN_SRC = "LOSS = 1.0\ndef broken(:\n"
+
+
+class ScriptedTrial:
+    """Stand-in for `run_trial`: the verdict follows from the checked-out source."""
+
+    def __init__(self) -> None:
+        self.labels: list[str] = []
+        self.repeats: list[int] = []
+
+    def __call__(self, project, settings, label):
+        self.labels.append(label)
+        src = (project.root / settings.entry).read_text()
+        try:
+            compile(src, settings.entry, "exec")
+        except SyntaxError:
+            return TrialResult(label=label, crashed=True, exit_code=1,
+                               error="SyntaxError: invalid syntax", mode="none")
+        if "crash" in src:
+            kind = src.split("crash ")[1].split()[0]
+            return TrialResult(label=label, crashed=True, exit_code=1, error=f"{kind}: boom",
+                               losses=(1.0,), mode="loop", steps_run=1)
+        scale = float(src.split("LOSS = ")[1].split()[0]) if "LOSS = " in src and "nan" not in src else 1.0
+        losses = (1.0, 0.9, math.nan) if "nan" in src else tuple(scale * x for x in (1.0, 0.9, 0.8, 0.7))
+        self.repeats.append(settings.repeat)
+        return TrialResult(label=label, losses=losses, mode="loop", steps_run=len(losses),
+                           first_nonfinite_step=3 if "nan" in src else None,
+                           step_times=(0.01,) * len(losses), weights_finite=True)
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> GitRepo:
+    isolated_git_env(tmp_path / "home", monkeypatch)
+    return GitRepo.init(tmp_path / "repo", tmp_path / "home")
+
+
+def history(repo: GitRepo, n: int, first_bad: int, broken: set[int] = frozenset()) -> list[str]:
+    """Commits 0..n-1 of proj/repro.py: NaN from `first_bad` on, a syntax error at `broken`."""
+    for i in range(n):
+        src = NAN_SRC if i >= first_bad else GOOD_SRC
+        if i in broken:
+            src = BROKEN_SRC
+        repo.commit(f"commit {i}", {"proj/repro.py": src, "proj/notes.txt": f"{i}\n"})
+    return repo.commits
+
+
+def dirty_the_tree(repo: GitRepo) -> None:
+    """A stash entry, a modified tracked file, an untracked file."""
+    repo.write("proj/notes.txt", "stashed edit\n")
+    repo.git("stash", "push", "-q", "-m", "wip")
+    repo.write("proj/repro.py", "print('my uncommitted edit')\n")
+    repo.write("proj/scratch.py", "x = 1\n")
+
+
+def test_finds_the_planted_regression_skips_the_untestable_and_touches_nothing(repo):
+    # commit 8 is the first midpoint the search tries: the skip is on its path
+    shas = history(repo, 17, first_bad=11, broken={8})
+    dirty_the_tree(repo)
+    before = repo.snapshot("proj/repro.py", "proj/scratch.py", "proj/notes.txt")
+    trial = ScriptedTrial()
+
+    result = bisect_commits(repo.root / "proj", shas[0], "HEAD", trial=trial)
+
+    assert result["status"] == "found"
+    assert result["symptom"] == "nan"
+    assert result["first_bad_commit"] == shas[11]
+    assert result["commit"]["subject"] == "commit 11"
+    assert result["commit"]["author"] == "Ada Tester <ada@example.com>"
+    assert result["culprits"] == [] and result["candidates"] == []
+    tried = {t["sha"]: t["verdict"] for t in result["tried"]}
+    assert tried[shas[0]] == "ok" and tried[shas[16]] == "nan"
+    assert tried[shas[8]] == "untestable"
+    assert tried[shas[11]] == "nan" and tried[shas[10]] == "ok"
+    # 16 steps between the ends: the two ends, log2(16) midpoints, one skip
+    assert result["trials"] == len(trial.labels) == len(result["tried"]) <= 2 + 4 + 1
+    assert repo.snapshot("proj/repro.py", "proj/scratch.py", "proj/notes.txt") == before
+
+
+def test_a_skip_on_the_way_is_listed_and_the_answer_still_exact(repo):
+    shas = history(repo, 9, first_bad=6, broken={4})
+    result = bisect_commits(repo.root / "proj", shas[0], shas[8], trial=ScriptedTrial())
+    assert result["first_bad_commit"] == shas[6]
+    skipped = [t for t in result["tried"] if t["verdict"] == "untestable"]
+    assert [t["sha"] for t in skipped] == [shas[4]]
+    assert "SyntaxError" in skipped[0]["reason"] and "crash while hunting nan" in skipped[0]["reason"]
+
+
+def test_skips_next_to_the_regression_give_candidates_not_a_guess(repo):
+    shas = history(repo, 9, first_bad=5, broken={4})
+    result = bisect_commits(repo.root / "proj", shas[0], shas[8], trial=ScriptedTrial())
+    assert result["status"] == "found"
+    assert result["first_bad_commit"] is None
+    assert [c["sha"] for c in result["candidates"]] == [shas[4], shas[5]]
+    assert "candidate" in result["message"]
+
+
+def test_good_end_with_the_symptom_is_baseline_fails(repo):
+    shas = history(repo, 5, first_bad=0)
+    trial = ScriptedTrial()
+    result = bisect_commits(repo.root / "proj", shas[0], shas[4], trial=trial)
+    assert result["status"] == "baseline-fails"
+    assert "already shows nan" in result["message"] and shas[0][:12] in result["message"]
+    assert trial.labels == [shas[0]]  # nothing else was tried
+
+
+def test_bad_end_without_the_symptom_is_an_error(repo):
+    shas = history(repo, 5, first_bad=99)
+    trial = ScriptedTrial()
+    result = bisect_commits(repo.root / "proj", shas[0], shas[4], trial=trial)
+    assert result["status"] == "error"
+    assert "does not show any symptom" in result["message"]
+    result = bisect_commits(repo.root / "proj", shas[0], shas[4], trial=trial,
+                            symptom=Verdict.NAN)
+    assert result["status"] == "error" and "does not show nan" in result["message"]
+
+
+def test_a_mismatch_is_hunted_against_the_good_end_run_twice_for_noise(repo):
+    for i in range(8):
+        repo.commit(f"c{i}", {"proj/repro.py": f"LOSS = {1.0 if i < 6 else 1.5}\n"})
+    shas = repo.commits
+    trial = ScriptedTrial()
+    result = bisect_commits(repo.root / "proj", shas[0], shas[-1], trial=trial)
+    assert (result["symptom"], result["first_bad_commit"]) == ("mismatch", shas[6])
+    assert sorted(trial.repeats).count(1) == 1  # the good end's second run
+    tiny = bisect_commits(repo.root / "proj", shas[0], shas[5], trial=ScriptedTrial())
+    assert tiny["status"] == "error"  # identical losses: nothing to hunt
+
+
+def test_hunting_a_crash_skips_other_crashes(repo):
+    srcs = ["x = 1\n"] * 3 + ["crash KeyError\n"] + ["x = 2\n"] * 2 + ["crash ValueError\n"] * 3
+    for i, s in enumerate(srcs):
+        repo.commit(f"c{i}", {"proj/repro.py": s})
+    shas = repo.commits
+    result = bisect_commits(repo.root / "proj", shas[0], shas[-1], trial=ScriptedTrial())
+    assert result["symptom"] == "crash"
+    assert result["first_bad_commit"] == shas[6]
+    reasons = {t["sha"]: t.get("reason", "") for t in result["tried"]}
+    if shas[3] in reasons:
+        assert "different crash" in reasons[shas[3]]
+
+
+def test_a_commit_whose_project_does_not_load_is_skipped(repo):
+    shas = history(repo, 7, first_bad=5)
+    # commit 3 gets an unclosed feature block on top of its source
+    repo.git("checkout", "-q", shas[2])
+    repo.git("checkout", "-q", "-b", "rewrite")
+    for i in range(3, 7):
+        src = NAN_SRC if i >= 5 else GOOD_SRC
+        if i == 3:
+            src = "# tfrepro: feature xla\n" + src
+        repo.commit(f"r{i}", {"proj/repro.py": src})
+    result = bisect_commits(repo.root / "proj", shas[0], "rewrite", trial=ScriptedTrial())
+    assert result["first_bad_commit"] == repo.commits[-2]
+    skipped = [t for t in result["tried"] if t["verdict"] == "untestable"]
+    assert skipped and "does not load" in skipped[0]["reason"]
+
+
+def test_result_and_trial_log_land_in_the_run_dir(repo):
+    shas = history(repo, 5, first_bad=3)
+    result = bisect_commits(repo.root / "proj", shas[0], shas[4], trial=ScriptedTrial())
+    run_dir = repo.root / "proj" / result["run_dir"] if not result["run_dir"].startswith("/") \
+        else __import__("pathlib").Path(result["run_dir"])
+    assert json.loads((run_dir / "result.json").read_text()) == json.loads(json.dumps(result))
+    log = [json.loads(x) for x in (run_dir / "trials.jsonl").read_text().splitlines()]
+    assert len(log) == result["trials"]
+    assert {e["sha"] for e in log} >= {shas[0], shas[4]}
+    assert not list((repo.root / "proj" / ".tfrepro" / "checkouts").glob("*/*"))
+
+
+def test_bad_input_is_a_user_error(repo):
+    shas = history(repo, 3, first_bad=2)
+    with pytest.raises(UserError, match="unknown revision"):
+        bisect_commits(repo.root / "proj", "v0.0.0", shas[2], trial=ScriptedTrial())
+
+
+# -- the pure pieces -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shown, target, error, bad_error, mark",
+    [
+        ({Verdict.NAN}, Verdict.NAN, None, None, Mark.BAD),
+        ({Verdict.CRASH}, Verdict.NAN, "SyntaxError: x", None, Mark.SKIP),
+        ({Verdict.MISMATCH}, Verdict.NAN, None, None, Mark.GOOD),
+        (set(), Verdict.MISMATCH, None, None, Mark.GOOD),
+        ({Verdict.NAN}, Verdict.MISMATCH, None, None, Mark.SKIP),
+        ({Verdict.CRASH}, Verdict.CRASH, "ValueError: a", "ValueError: b", Mark.BAD),
+        ({Verdict.CRASH}, Verdict.CRASH, "ModuleNotFoundError: No module named 'x'",
+         "ValueError: b", Mark.SKIP),
+        ({Verdict.TIMEOUT}, Verdict.SLOWDOWN, None, None, Mark.SKIP),
+    ],
+)
+def test_judge_locks_onto_the_hunted_symptom(shown, target, error, bad_error, mark):
+    got, reason = judge(frozenset(shown), target, error=error, bad_error=bad_error)
+    assert got is mark
+    assert (reason is not None) == (mark is Mark.SKIP)
+
+
+def test_exception_type_reads_the_last_traceback_line():
+    assert exception_type("ValueError: x: y") == "ValueError"
+    assert exception_type("tensorflow.python.framework.errors_impl.InvalidArgumentError: z") \
+        == "InvalidArgumentError"
+    assert exception_type("KeyboardInterrupt") == "KeyboardInterrupt"
+    assert exception_type(None) is None

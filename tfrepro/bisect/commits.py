@@ -1,0 +1,419 @@
+"""Commit bisection: the first commit whose trial shows the symptom (EDGE).
+
+`tfrepro bisect --good REV --bad REV [PATH]` runs the project *as written* at
+each tried commit (Contract 4) with the feature trials' runner, cache and
+classifier; the good commit's trial is the reference for mismatch and
+slowdown. The search is `rangesearch.bisect_range` (pure), the checkouts are
+`gitcopy` (read-only on the repository); this module ties them together.
+
+Invariants:
+
+- The user's working tree, index, branch, HEAD and stash are never written
+  (see `gitcopy`); everything this module writes is under the project's
+  `.tfrepro/` (hidden from `git status`): checkouts, the run directory, the
+  trial cache.
+- Both ends are checked before anything else: a good end that is not healthy
+  gives status "baseline-fails", a bad end without the symptom "error" (both
+  exit 1 in the CLI). Nothing in between is tried then.
+- The search is locked onto one symptom (`judge`): a commit that stops on
+  something else (a syntax error, a crash while hunting a NaN) is a skip, and
+  skips that hide the answer give `candidates`, never a guess.
+- Every trial goes through the trial cache, so a rerun after an interruption
+  pays only for the trials that never finished.
+- All trials use one set of settings: the user's current `tfrepro.toml` (or
+  the defaults) with the command-line overrides; only the code varies.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+import signal
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from tfrepro.bisect import gitcopy
+from tfrepro.bisect.rangesearch import Mark, bisect_range
+from tfrepro.bisect.results import SYMPTOM_ORDER, SymptomSettings, TrialResult, TrialSettings, Verdict
+from tfrepro.errors import TfreproError, UserError
+
+if TYPE_CHECKING:
+    from tfrepro.project import Project
+
+# A trial of one project as written, under the given settings, labelled with
+# the commit sha. The default runs `trial.run_trial` (cached); tests inject fakes.
+TrialFn = Callable[["Project", TrialSettings, str], TrialResult]
+# Progress for the CLI: event name ("trial", "range", "symptom") and details.
+EventFn = Callable[[str, dict[str, Any]], None]
+
+# Verdicts after which a trial stopped early: it cannot tell whether another
+# symptom would have shown later, so it is a skip unless it is the one hunted.
+_STOPPERS = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
+
+
+def exception_type(error: str | None) -> str | None:
+    """`"ValueError: bad shape"` -> `"ValueError"` (the last traceback line)."""
+    if not error:
+        return None
+    m = re.match(r"\s*([A-Za-z_][\w.]*)\s*(?::|$)", error)
+    return m.group(1).rsplit(".", 1)[-1] if m else None
+
+
+def judge(
+    shown: frozenset[Verdict], target: Verdict, *, error: str | None = None,
+    bad_error: str | None = None,
+) -> tuple[Mark, str | None]:
+    """One commit's symptoms -> good / bad / skip (with a reason), locked onto `target`.
+
+    Bad: the hunted symptom shows (a crash only when it is the same exception
+    type as the bad end's: a commit with a syntax error is not "the" crash).
+    Skip: the trial stopped on something else (a crash while hunting a NaN,
+    a NaN while hunting a mismatch), so it says nothing about the target.
+    Good: otherwise (e.g. a mismatch while hunting a NaN: the run went through).
+    """
+    if target is Verdict.CRASH and Verdict.CRASH in shown:
+        got, want = exception_type(error), exception_type(bad_error)
+        if got == want:
+            return Mark.BAD, None
+        return Mark.SKIP, f"a different crash ({error or 'no traceback'}) than the bad end's ({want})"
+    if target in shown:
+        return Mark.BAD, None
+    stopped = sorted(v.value for v in shown & _STOPPERS)
+    if stopped:
+        reason = f"{'/'.join(stopped)} while hunting {target.value}"
+        return Mark.SKIP, f"{reason}: {error}" if error else reason
+    return Mark.GOOD, None
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One tried commit: what the search made of it."""
+
+    commit: gitcopy.CommitInfo
+    mark: Mark
+    verdict: Verdict  # the target when bad, OK when good, UNTESTABLE when skipped
+    shows: tuple[Verdict, ...] = ()
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"sha": self.commit.sha, "subject": self.commit.subject,
+                             "verdict": self.verdict.value,
+                             "shows": [v.value for v in self.shows]}
+        if self.reason:
+            d["reason"] = self.reason
+        return d
+
+
+def _verdict_of(mark: Mark, target: Verdict) -> Verdict:
+    return {Mark.BAD: target, Mark.GOOD: Verdict.OK, Mark.SKIP: Verdict.UNTESTABLE}[mark]
+
+
+def trial_summary(r: TrialResult) -> dict[str, Any]:
+    """The few numbers a reader wants from one trial (the result's `baseline`)."""
+    return {
+        "label": r.label, "mode": r.mode, "steps_run": r.steps_run,
+        "first_loss": r.first_loss, "last_loss": r.last_loss,
+        "first_nonfinite_step": r.first_nonfinite_step,
+        "median_step_time": r.median_step_time(), "crashed": r.crashed,
+        "timed_out": r.timed_out, "error": r.error, "cached": r.cached, "log_dir": r.log_dir,
+    }
+
+
+def _default_trial(state_dir: Path, use_cache: bool) -> TrialFn:
+    def run(project: "Project", settings: TrialSettings, label: str) -> TrialResult:
+        from tfrepro.bisect.trial import run_trial
+
+        # None renders every block as written (also a feature whose blocks disagree).
+        return run_trial(project, None, settings, use_cache=use_cache, label=label, state_dir=state_dir)
+
+    return run
+
+
+def load_settings(project_root: Path) -> tuple[TrialSettings, SymptomSettings]:
+    """The user's current `tfrepro.toml` (working tree), or the defaults."""
+    from tfrepro.project import MANIFEST, Manifest
+
+    path = project_root / MANIFEST
+    if not path.exists():
+        m = Manifest()
+    else:
+        m = Manifest.parse(path.read_text(encoding="utf-8"), str(path))
+    return m.trial, m.symptoms
+
+
+def new_run_dir(state_dir: Path) -> Path:
+    """`.tfrepro/runs/<UTC time>[-n]`, created."""
+    base = state_dir / "runs"
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    for n in range(1000):
+        d = base / (stamp if n == 0 else f"{stamp}-{n}")
+        try:
+            d.mkdir(parents=True)
+            return d
+        except FileExistsError:
+            continue
+    raise TfreproError(f"cannot create a run directory under {base}")
+
+
+@contextmanager
+def _sigterm_interrupts() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt, so cleanup runs as on Ctrl-C
+    (SIGKILL cannot be caught: its leftovers are removed by the next run)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class _Bisection:
+    """The state of one commit bisection (one instance per run)."""
+
+    def __init__(self, rng: gitcopy.CommitRange, checkouts: gitcopy.Checkouts, trial: TrialFn,
+                 settings: TrialSettings, symptoms: SymptomSettings, run_dir: Path,
+                 on_event: EventFn) -> None:
+        self.rng, self.checkouts, self.trial = rng, checkouts, trial
+        self.settings, self.symptoms, self.run_dir = settings, symptoms, run_dir
+        self.on_event = on_event
+        self.projects: dict[str, Project | str] = {}  # sha -> project, or why it cannot load
+        self.trials = 0
+        self.cached = 0
+        self.noise = 0.0
+        self.tried: list[Tried] = []
+        self.log = (run_dir / "trials.jsonl").open("a", encoding="utf-8")
+
+    # -- running -----------------------------------------------------------
+    def project(self, sha: str) -> "Project | str":
+        if sha not in self.projects:
+            from tfrepro.project import Project
+
+            try:
+                self.projects[sha] = Project.load(self.checkouts.checkout(self.rng, sha))
+            except TfreproError as e:  # UserError included: bad markers, no entry
+                self.projects[sha] = f"the project does not load at this commit: {e}"
+        return self.projects[sha]
+
+    def run(self, commit: gitcopy.CommitInfo, repeat: int = 0) -> TrialResult | str:
+        project = self.project(commit.sha)
+        if isinstance(project, str):
+            return project
+        result = self.trial(project, replace(self.settings, repeat=repeat), commit.sha)
+        self.trials += 1
+        self.cached += bool(result.cached)
+        entry = {"sha": commit.sha, "subject": commit.subject, "repeat": repeat, **trial_summary(result),
+                 "key": result.key, "wall_s": result.wall_s}
+        self.log.write(json.dumps(entry) + "\n")
+        self.log.flush()
+        self.on_event("trial", entry)
+        return result
+
+    def shows(self, result: TrialResult, reference: TrialResult | None) -> frozenset[Verdict]:
+        from tfrepro.bisect.outcome import symptoms
+
+        return symptoms(result, reference=reference, settings=self.symptoms, noise=self.noise)
+
+    def slowdown(self, good: gitcopy.CommitInfo, commit: gitcopy.CommitInfo) -> tuple[bool, str | None]:
+        """Interleaved repeats of the good end and `commit` (outcome's
+        sequential test); repeat i of each is cached, so reruns are free."""
+        from tfrepro.bisect.outcome import sequential_slowdown
+
+        def pair(i: int) -> tuple[float, float] | Verdict:
+            a, b = self.run(good, i), self.run(commit, i)
+            if isinstance(a, str) or isinstance(b, str):
+                return Verdict.UNTESTABLE
+            ta, tb = a.median_step_time(), b.median_step_time()
+            if ta is None or tb is None or a.crashed or b.crashed or b.nonfinite:
+                return Verdict.UNTESTABLE
+            return ta, tb
+
+        out = sequential_slowdown(pair, self.symptoms.slowdown, rng=random.Random(self.settings.seed))
+        if out.stopped is not None:
+            return False, f"could not be timed ({out.stopped.value})"
+        return out.verdict is Verdict.SLOWDOWN, None
+
+    def record(self, commit: gitcopy.CommitInfo, mark: Mark, verdict: Verdict,
+               shows: frozenset[Verdict] = frozenset(), reason: str | None = None) -> Mark:
+        order = [v for v in (*SYMPTOM_ORDER, Verdict.UNTESTABLE) if v in shows]
+        self.tried.append(Tried(commit, mark, verdict, tuple(order), reason))
+        self.on_event("tried", self.tried[-1].to_dict())
+        return mark
+
+
+def _first_symptom(shown: frozenset[Verdict]) -> Verdict | None:
+    return next((v for v in SYMPTOM_ORDER if v in shown), None)
+
+
+def bisect_commits(
+    path: str | Path,
+    good: str,
+    bad: str,
+    *,
+    symptom: Verdict | None = None,
+    settings: TrialSettings | None = None,
+    symptoms: SymptomSettings | None = None,
+    use_cache: bool = True,
+    trial: TrialFn | None = None,
+    on_event: EventFn | None = None,
+) -> dict[str, Any]:
+    """Find the first commit in good..bad whose trial shows the symptom.
+
+    Returns the Contract 4 object (also written to `<run_dir>/result.json`,
+    with every trial logged in `<run_dir>/trials.jsonl`). Bad input raises
+    UserError (exit 2); ends that do not hold give status "baseline-fails" /
+    "error" with a `message`. `settings`/`symptoms` default to the user's
+    current `tfrepro.toml`; `symptom` None hunts what the bad end shows
+    (nan, crash, timeout, mismatch, slowdown in that order).
+    """
+    started = time.monotonic()
+    root = Path(path).resolve()
+    rng = gitcopy.open_range(root, good, bad)
+    if settings is None or symptoms is None:
+        t, s = load_settings(root)
+        settings, symptoms = settings or t, symptoms or s
+    state_dir = gitcopy.ensure_state_dir(root)
+    run_dir = new_run_dir(state_dir)
+    emit = on_event or (lambda kind, data: None)
+    emit("range", {"good": rng.good.to_dict(), "bad": rng.bad.to_dict(), "commits": len(rng.commits),
+                   "run_dir": str(run_dir)})
+    trial = trial or _default_trial(state_dir, use_cache)
+    with _sigterm_interrupts(), gitcopy.Checkouts(state_dir) as checkouts:
+        b = _Bisection(rng, checkouts, trial, settings, symptoms, run_dir, emit)
+        try:
+            out = _search(b, rng, symptom)
+        finally:
+            b.log.close()
+    result = {
+        "status": out["status"], "symptom": out.get("symptom"), "culprits": [],
+        "baseline": out.get("baseline"), "trials": b.trials, "cached_trials": b.cached,
+        "wall_s": round(time.monotonic() - started, 3), "run_dir": str(run_dir),
+        "first_bad_commit": out.get("first_bad_commit"), "commit": out.get("commit"),
+        "candidates": out.get("candidates", []),
+        "good": rng.good.to_dict(), "bad": rng.bad.to_dict(), "range_size": len(rng.commits),
+        "tried": [t.to_dict() for t in b.tried],
+    }
+    if "message" in out:
+        result["message"] = out["message"]
+    (run_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    return result
+
+
+def _search(b: _Bisection, rng: gitcopy.CommitRange, symptom: Verdict | None) -> dict[str, Any]:
+    good_c, bad_c = rng.good, rng.bad
+    short = lambda c: c.sha[:12]  # noqa: E731
+
+    # The good end: it must run cleanly, it is everybody's reference.
+    g = b.run(good_c)
+    if isinstance(g, str):
+        b.record(good_c, Mark.SKIP, Verdict.UNTESTABLE, reason=g)
+        return {"status": "error", "symptom": symptom and symptom.value,
+                "message": f"the good end {short(good_c)} cannot be tried: {g}"}
+    g_shows = b.shows(g, None)
+    baseline = trial_summary(g)
+    bad_alone = (symptom is not None and symptom in g_shows) or bool(g_shows & _STOPPERS)
+    if bad_alone:
+        b.record(good_c, Mark.BAD, symptom if symptom in g_shows else _first_symptom(g_shows),
+                 g_shows, g.error)
+        what = ", ".join(v.value for v in SYMPTOM_ORDER if v in g_shows)
+        return {"status": "baseline-fails", "symptom": symptom and symptom.value, "baseline": baseline,
+                "message": f"the good end {short(good_c)} ({good_c.subject}) already shows {what}"
+                + (f": {g.error}" if g.error else "") + "; give an older --good"}
+    # The bad end: it must show the symptom hunted (or one, to pick the hunt).
+    x = b.run(bad_c)
+    if isinstance(x, str):
+        b.record(good_c, Mark.GOOD, Verdict.OK, g_shows)
+        b.record(bad_c, Mark.SKIP, Verdict.UNTESTABLE, reason=x)
+        return {"status": "error", "symptom": symptom and symptom.value, "baseline": baseline,
+                "message": f"the bad end {short(bad_c)} cannot be tried: {x}"}
+    x_shows = b.shows(x, g)
+    target = symptom or _first_symptom(x_shows)
+    if target is Verdict.MISMATCH:
+        # The good end run twice says how much loss noise is inherent; a
+        # "mismatch" within that noise is no symptom.
+        g2 = b.run(good_c, repeat=1)
+        if not isinstance(g2, str):
+            from tfrepro.bisect.outcome import measure_noise
+
+            b.noise = measure_noise(g, g2)
+        x_shows = b.shows(x, g)
+        target = symptom or _first_symptom(x_shows)
+    if target is None and b.symptoms.slowdown and b.slowdown(good_c, bad_c)[0]:
+        target = Verdict.SLOWDOWN
+        x_shows = x_shows | {Verdict.SLOWDOWN}
+    elif target is Verdict.SLOWDOWN and b.slowdown(good_c, bad_c)[0]:
+        x_shows = x_shows | {Verdict.SLOWDOWN}
+    b.record(good_c, Mark.GOOD, Verdict.OK, g_shows)
+    if target is None or target not in x_shows:
+        what = target.value if target else "any symptom (nan, crash, timeout, mismatch, slowdown)"
+        shows = ", ".join(v.value for v in SYMPTOM_ORDER if v in x_shows) or "nothing"
+        b.record(bad_c, Mark.GOOD, _first_symptom(x_shows) or Verdict.OK, x_shows)
+        return {"status": "error", "symptom": target and target.value, "baseline": baseline,
+                "message": f"the bad end {short(bad_c)} ({bad_c.subject}) does not show {what} "
+                f"against the good end {short(good_c)} (it shows {shows})"}
+    b.record(bad_c, Mark.BAD, target, x_shows)
+    b.on_event("symptom", {"symptom": target.value})
+
+    def test(c: gitcopy.CommitInfo) -> Mark:
+        if c.sha == good_c.sha:
+            return Mark.GOOD
+        if c.sha == bad_c.sha:
+            return Mark.BAD
+        r = b.run(c)
+        if isinstance(r, str):
+            b.checkouts.release(c.sha)
+            return b.record(c, Mark.SKIP, Verdict.UNTESTABLE, reason=r)
+        shown = b.shows(r, g)
+        if target is Verdict.SLOWDOWN and not shown & _STOPPERS:
+            slower, why = b.slowdown(good_c, c)
+            if why:
+                return b.record(c, Mark.SKIP, Verdict.UNTESTABLE, shown, why)
+            shown = shown | {Verdict.SLOWDOWN} if slower else shown
+        mark, reason = judge(shown, target, error=r.error, bad_error=x.error)
+        b.checkouts.release(c.sha)
+        return b.record(c, mark, _verdict_of(mark, target), shown, reason)
+
+    found = bisect_range(rng.commits, test)
+    out: dict[str, Any] = {"status": "found", "symptom": target.value, "baseline": baseline}
+    if found.status == "found":
+        out["first_bad_commit"] = found.first_bad.sha
+        out["commit"] = found.first_bad.to_dict()
+    else:  # "ambiguous": skips hide which candidate is the first bad one
+        out["first_bad_commit"] = None
+        out["candidates"] = [c.to_dict() for c in found.candidates]
+        out["message"] = (f"{len(found.candidates)} candidate commits: the untestable ones among "
+                          "them hide which one is the first bad one")
+    return out
+
+
+def format_result(result: dict[str, Any]) -> str:
+    """The human summary of a commit bisection's result."""
+    lines: list[str] = []
+    for t in result.get("tried", []):
+        extra = f"  ({t['reason']})" if t.get("reason") else ""
+        lines.append(f"  {t['sha'][:12]}  {t['verdict']:<10}  {t['subject']}{extra}")
+    head = ["tried commits:"] + lines if lines else []
+    status = result["status"]
+    if status == "found" and result.get("first_bad_commit"):
+        c = result["commit"]
+        head += [f"first bad commit ({result['symptom']}): {c['sha']}",
+                 f"  {c['subject']}", f"  {c['author']}, {c['date']}"]
+    elif status == "found":
+        head += [f"{result['symptom']}: the first bad commit is one of:"]
+        head += [f"  {c['sha'][:12]}  {c['subject']}" for c in result["candidates"]]
+    else:
+        head.append(f"{status}: {result.get('message', '')}")
+    cached = f", {result['cached_trials']} from cache" if result.get("cached_trials") else ""
+    head.append(f"{result['trials']} trials{cached}, {result['wall_s']:.1f} s; run: {result['run_dir']}")
+    return "\n".join(head)
