@@ -100,3 +100,45 @@ def features(path: Path, set_: str | None, as_json: bool) -> None:
         where = ", ".join(f"{b['file']}:{b['line']}" for b in i["blocks"])
         extra = "  (affects loss)" if i["affects_loss"] else ""
         click.echo(f"{i['name']:<{width}}  {i['state']:<5}  {where}  {i['description']}{extra}")
+
+
+@main.command()
+@click.argument("run_dir", required=False, type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), help="Bundle directory (default: RUN_DIR/report).")
+@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True,
+              help="What to print: a summary and the bundle's path, or the report document as JSON.")
+@click.option("--no-rerun", is_flag=True, help="Do not re-run the exported repro to confirm the symptom.")
+@click.option("--no-localize", is_flag=True, help="Skip the check_numerics localisation of a NaN.")
+def report(run_dir: Path | None, out: Path | None, fmt: str, no_rerun: bool, no_localize: bool) -> None:
+    """Turn a bisect run into a bug-report bundle.
+
+    RUN_DIR is a run directory (.tfrepro/runs/<id>) or a project; default: the
+    latest run of the current directory. The bundle holds the standalone
+    repro.py (re-run in a fresh process to confirm the symptom), ISSUE.md
+    following TensorFlow's issue form, plots, TensorBoard event files and,
+    for a NaN, the op and layer that produced the first non-finite value.
+    Secrets are never recorded and your home directory shows as ~.
+    """
+    from tfrepro.report.bundle import build_report, find_run
+
+    run = find_run(run_dir)
+    if fmt == "md":
+        click.echo(f"reporting run {run}", err=True)
+    bundle = build_report(run, out=out, rerun=not no_rerun, localize=not no_localize)
+    doc = bundle.doc
+    if fmt == "json":
+        click.echo(json.dumps({**doc, "bundle": str(bundle.out)}, indent=2))
+        return
+    rep = doc.get("reproduction")
+    click.echo(f"bundle: {bundle.out}")
+    click.echo(f"symptom: {doc['symptom']}; culprits: {', '.join(doc['culprits']) or '(none)'}")
+    if rep is None:
+        click.echo("reproduced: not checked (--no-rerun)")
+    else:
+        word = {True: "yes", False: "NO", None: "undecided"}[rep["reproduced"]]
+        click.echo(f"reproduced by the exported repro.py: {word} ({rep['detail']})")
+    loc = doc.get("localization")
+    if loc:
+        click.echo(f"localisation: {loc['headline']}")
+    for name, what in doc["artifacts"].items():
+        click.echo(f"  {name}: {what}")

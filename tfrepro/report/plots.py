@@ -1,0 +1,105 @@
+"""The bundle's pictures (matplotlib, imported here only, non-interactive).
+
+Inputs are trial summaries as stored in result.json (`TrialResult.to_dict()`:
+`losses` with null for a non-finite value, `step_times` in seconds,
+`first_nonfinite_step`).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tfrepro.bisect.results import WARMUP_STEPS
+
+
+def _losses(summary: dict[str, Any]) -> list[float]:
+    return [math.nan if v is None else float(v) for v in summary.get("losses") or []]
+
+
+def loss_plot(
+    path: Path,
+    curves: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    title: str,
+) -> bool:
+    """Per-step loss of each (label, summary); a non-finite step is drawn as a
+    red vertical line and named in the legend. Returns False (and writes
+    nothing) when no curve has a single loss."""
+    if not any(s.get("losses") for _, s in curves):
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    try:
+        finite_all: list[float] = []
+        for label, s in curves:
+            ys = _losses(s)
+            xs = list(range(1, len(ys) + 1))
+            finite_all += [y for y in ys if math.isfinite(y)]
+            (line,) = ax.plot(xs, ys, marker="." if len(ys) < 60 else None, label=label)
+            bad = s.get("first_nonfinite_step")
+            if bad is not None:
+                ax.axvline(bad, color="red", linestyle="--", linewidth=1.2,
+                           label=f"{label}: first non-finite loss, step {bad}")
+                ax.plot([bad], [finite_all[-1] if finite_all else 0.0], marker="x", color="red",
+                        markersize=10, linestyle="none")
+            elif s.get("weights_finite") is False:
+                ax.plot([], [], " ", label=f"{label}: weights non-finite at the end")
+        if finite_all and min(finite_all) > 0 and max(finite_all) / min(finite_all) > 100:
+            ax.set_yscale("log")
+        ax.set_xlabel("step")
+        ax.set_ylabel("loss")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return True
+
+
+def step_time_plot(
+    path: Path,
+    groups: Sequence[tuple[str, Sequence[float]]],
+    *,
+    title: str,
+) -> bool:
+    """Distributions of step time (seconds in, milliseconds drawn), one box
+    per (label, samples). Returns False when a group is empty."""
+    groups = [(label, [1000.0 * t for t in xs]) for label, xs in groups]
+    if not groups or any(not xs for _, xs in groups):
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    try:
+        labels = [f"{label}\nmedian {statistics.median(xs):.2f} ms (n={len(xs)})" for label, xs in groups]
+        ax.boxplot([xs for _, xs in groups], showfliers=True)
+        ax.set_xticks(range(1, len(groups) + 1), labels)
+        for i, (_, xs) in enumerate(groups, start=1):
+            jitter = [i + 0.08 * ((k % 7) - 3) / 3 for k in range(len(xs))]
+            ax.plot(jitter, xs, ".", alpha=0.4, color="gray")
+        ax.set_ylabel("step time (ms)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3, axis="y")
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return True
+
+
+def steady(summary: dict[str, Any]) -> list[float]:
+    """Step times without warm-up (tracing, compilation)."""
+    return [float(t) for t in (summary.get("step_times") or [])[WARMUP_STEPS:]]

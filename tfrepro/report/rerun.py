@@ -1,0 +1,173 @@
+"""Does the exported repro, on its own, still show the symptom?
+
+The bundle's files are copied to a fresh temp directory (outside the project,
+so nothing but TensorFlow and NumPy is there to import) and run through the
+trial machinery, which measures loss, NaN, crash and step time the same way
+the bisect did; the classifier judges the result. What counts as reproduced:
+
+- nan / crash / timeout: the exported culprit variant shows it;
+- mismatch: its per-step loss deviates from the exported reference variant's
+  by more than the configured tolerance;
+- slowdown: interleaved runs of reference and culprit variants, the
+  sequential rank test of `outcome.sequential_slowdown` says "slower".
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from tfrepro.bisect.results import SymptomSettings, TrialResult, TrialSettings, Verdict
+
+# (project_dir, settings) -> TrialResult. The default runs a real trial.
+Runner = Callable[[Path, TrialSettings], TrialResult]
+
+
+@dataclass(frozen=True)
+class Reproduction:
+    """`reproduced` is None when the re-run could not decide (e.g. no trial
+    machinery, a timing comparison inconclusive at its budget)."""
+
+    symptom: str
+    reproduced: bool | None
+    detail: str
+    verdict: str | None = None
+    candidate: dict[str, Any] | None = None
+    reference: dict[str, Any] | None = None
+    timing: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def default_runner(state_dir: Path, env: dict[str, str] | None = None) -> Runner:
+    from tfrepro.bisect import trial
+    from tfrepro.project import Project
+
+    def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
+        project = Project.load(project_dir)
+        return trial.run_trial(project, frozenset(), settings, use_cache=False,
+                               state_dir=state_dir, env=env, label="report-rerun")
+
+    return run
+
+
+def _write(dest: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text, encoding="utf-8")
+    return dest
+
+
+def _fmt_loss(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4g}"
+
+
+def reproduce(
+    symptom: str,
+    candidate: dict[str, str],
+    reference: dict[str, str],
+    *,
+    settings: TrialSettings,
+    symptoms: SymptomSettings,
+    noise: float = 0.0,
+    runner: Runner | None = None,
+    max_pairs: int = 5,
+    workdir: Path | None = None,
+) -> Reproduction:
+    """Re-run the exported `candidate` files (relpath -> text, entry
+    `settings.entry`) and, when the symptom needs one, the `reference`."""
+    with tempfile.TemporaryDirectory(prefix="tfrepro-rerun-", dir=workdir) as tmp:
+        root = Path(tmp)
+        cand_dir = _write(root / "candidate", candidate)
+        ref_dir = _write(root / "reference", reference)
+        if runner is None:
+            runner = default_runner(root / "state")
+        settings = replace(settings, repeat=0)
+        if symptom == Verdict.SLOWDOWN.value:
+            return _slowdown(cand_dir, ref_dir, settings, symptoms, runner, max_pairs)
+        cand = runner(cand_dir, settings)
+        ref = None
+        if symptom == Verdict.MISMATCH.value:
+            ref = runner(ref_dir, settings)
+        from tfrepro.bisect.outcome import classify, loss_deviation, mismatch_tolerance
+
+        verdict = classify(cand, reference=ref, settings=symptoms, noise=noise,
+                           target=Verdict(symptom) if symptom in Verdict._value2member_map_ else None)
+        shown = verdict.value == symptom
+        if symptom == "nan":
+            if cand.first_nonfinite_step is not None:
+                detail = f"the loss became non-finite at step {cand.first_nonfinite_step}"
+            elif cand.weights_finite is False:
+                detail = "the weights were non-finite at the end of training"
+            else:
+                detail = (f"the loss stayed finite over {cand.steps_run} steps "
+                          f"(last loss {_fmt_loss(cand.last_loss)})")
+        elif symptom == "crash":
+            detail = f"the script raised: {cand.error}" if cand.crashed else "the script ran to the end"
+        elif symptom == "timeout":
+            detail = (f"the script did not finish within {settings.timeout_s:.0f} s" if cand.timed_out
+                      else f"the script finished in {cand.wall_s:.1f} s")
+        elif symptom == "mismatch" and ref is not None:
+            dev = loss_deviation(cand.losses, ref.losses)
+            tol = mismatch_tolerance(symptoms, noise)
+            detail = (f"largest per-step relative loss deviation from reference.py: {dev:.3g} "
+                      f"(tolerance {tol:.3g}) over {min(len(cand.losses), len(ref.losses))} steps")
+        else:
+            detail = f"verdict {verdict.value}"
+        if not shown and verdict != Verdict.OK:
+            detail += f"; it showed {verdict.value} instead"
+        return Reproduction(symptom, shown, detail, verdict.value, cand.to_dict(),
+                            ref.to_dict() if ref is not None else None)
+
+
+def _slowdown(cand_dir: Path, ref_dir: Path, settings: TrialSettings, symptoms: SymptomSettings,
+              runner: Runner, max_pairs: int) -> Reproduction:
+    from tfrepro.bisect.outcome import sequential_slowdown
+
+    last: dict[str, TrialResult] = {}
+
+    def sample(i: int) -> tuple[float, float] | Verdict:
+        # Baseline first, then candidate, never concurrently (DESIGN: timing).
+        s = replace(settings, repeat=i)
+        ref = runner(ref_dir, s)
+        cand = runner(cand_dir, s)
+        last["ref"], last["cand"] = ref, cand
+        for r in (ref, cand):
+            if r.timed_out:
+                return Verdict.TIMEOUT
+            if r.crashed:
+                return Verdict.CRASH
+            if r.nonfinite:
+                return Verdict.NAN
+        a, b = ref.median_step_time(), cand.median_step_time()
+        if a is None or b is None:
+            return Verdict.UNTESTABLE
+        return a, b
+
+    out = sequential_slowdown(sample, symptoms.slowdown, min_samples=min(3, max_pairs),
+                              max_samples=max_pairs, rng=random.Random(0))
+    if out.stopped is not None:
+        reproduced: bool | None = False
+        detail = f"a timing run stopped with {out.stopped.value}"
+    elif out.verdict == Verdict.SLOWDOWN:
+        reproduced = True
+        detail = (f"median step time {out.ratio:.2f}x that of reference.py "
+                  f"(threshold {symptoms.slowdown}x, p={out.p_value:.3g}, {len(out.candidate)} interleaved pairs)")
+    elif out.conclusive:
+        reproduced = False
+        detail = f"not slower: median step time ratio {out.ratio:.2f}x (threshold {symptoms.slowdown}x)"
+    else:
+        reproduced = None
+        ratio = f"{out.ratio:.2f}x" if out.ratio is not None else "n/a"
+        detail = f"inconclusive after {len(out.candidate)} pairs: ratio {ratio} (threshold {symptoms.slowdown}x)"
+    return Reproduction(
+        "slowdown", reproduced, detail, out.verdict.value,
+        last["cand"].to_dict() if "cand" in last else None,
+        last["ref"].to_dict() if "ref" in last else None,
+        out.to_dict(),
+    )
