@@ -34,6 +34,7 @@ class ScriptedTrial:
 
     def __call__(self, project, settings, label):
         self.labels.append(label)
+        assert project.sources == {}  # as written: nothing rendered
         src = (project.root / settings.entry).read_text()
         try:
             compile(src, settings.entry, "exec")
@@ -163,20 +164,26 @@ def test_hunting_a_crash_skips_other_crashes(repo):
         assert "different crash" in reasons[shas[3]]
 
 
-def test_a_commit_whose_project_does_not_load_is_skipped(repo):
-    shas = history(repo, 7, first_bad=5)
-    # commit 3 gets an unclosed feature block on top of its source
-    repo.git("checkout", "-q", shas[2])
-    repo.git("checkout", "-q", "-b", "rewrite")
-    for i in range(3, 7):
-        src = NAN_SRC if i >= 5 else GOOD_SRC
-        if i == 3:
-            src = "# tfrepro: feature xla\n" + src
-        repo.commit(f"r{i}", {"proj/repro.py": src})
-    result = bisect_commits(repo.root / "proj", shas[0], "rewrite", trial=ScriptedTrial())
-    assert result["first_bad_commit"] == repo.commits[-2]
-    skipped = [t for t in result["tried"] if t["verdict"] == "untestable"]
-    assert skipped and "does not load" in skipped[0]["reason"]
+def test_commits_without_the_project_are_skipped_and_bad_markers_run_as_written(repo):
+    repo.commit("c0", {"proj/repro.py": GOOD_SRC})
+    repo.commit("c1", {"proj/repro.py": GOOD_SRC + "# tfrepro: feature xla\n"})  # unclosed block
+    repo.git("rm", "-q", "proj/repro.py")
+    repo.commit("c2 removes the entry", {"proj/train.py": GOOD_SRC})
+    repo.git("rm", "-q", "-r", "proj")
+    repo.commit("c3 removes the project", {"other.txt": "x\n"})
+    repo.commit("c4", {"proj/repro.py": NAN_SRC})
+    repo.commit("c5", {"proj/repro.py": NAN_SRC + "x = 1\n"})
+    shas = repo.commits
+    result = bisect_commits(repo.root / "proj", shas[0], shas[5], trial=ScriptedTrial())
+    verdicts = {t["subject"]: (t["verdict"], t.get("reason", "")) for t in result["tried"]}
+    assert verdicts["c1"][0] == "ok"
+    assert verdicts["c2 removes the entry"] == (
+        "untestable", "the project does not load at this commit: no repro.py")
+    assert verdicts["c3 removes the project"][0] == "untestable"
+    assert "cannot check out 'proj'" in verdicts["c3 removes the project"][1]
+    assert result["first_bad_commit"] is None
+    assert [c["subject"] for c in result["candidates"]] == [
+        "c2 removes the entry", "c3 removes the project", "c4"]
 
 
 def test_result_and_trial_log_land_in_the_run_dir(repo):

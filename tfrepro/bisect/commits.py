@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 from tfrepro.bisect import gitcopy
 from tfrepro.bisect.rangesearch import Mark, bisect_range
 from tfrepro.bisect.results import SYMPTOM_ORDER, SymptomSettings, TrialResult, TrialSettings, Verdict
-from tfrepro.errors import TfreproError, UserError
+from tfrepro.errors import TfreproError
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
@@ -125,12 +125,24 @@ def trial_summary(r: TrialResult) -> dict[str, Any]:
     }
 
 
+def as_written(root: Path) -> "Project":
+    """The project at `root` with no feature blocks: its variant is the files
+    byte for byte, as committed.
+
+    Commit mode toggles nothing, so it does not parse markers: a commit whose
+    markers are malformed (or whose blocks of one feature disagree) still
+    runs exactly as written, as plain Python ignores the marker comments.
+    """
+    from tfrepro.project import Manifest, Project, iter_project_files
+
+    return Project(root, Manifest(), {}, [f.as_posix() for f in iter_project_files(root)])
+
+
 def _default_trial(state_dir: Path, use_cache: bool) -> TrialFn:
     def run(project: "Project", settings: TrialSettings, label: str) -> TrialResult:
         from tfrepro.bisect.trial import run_trial
 
-        # None renders every block as written (also a feature whose blocks disagree).
-        return run_trial(project, None, settings, use_cache=use_cache, label=label, state_dir=state_dir)
+        return run_trial(project, (), settings, use_cache=use_cache, label=label, state_dir=state_dir)
 
     return run
 
@@ -198,12 +210,16 @@ class _Bisection:
     # -- running -----------------------------------------------------------
     def project(self, sha: str) -> "Project | str":
         if sha not in self.projects:
-            from tfrepro.project import Project
-
             try:
-                self.projects[sha] = Project.load(self.checkouts.checkout(self.rng, sha))
-            except TfreproError as e:  # UserError included: bad markers, no entry
+                root = self.checkouts.checkout(self.rng, sha)
+            except TfreproError as e:
                 self.projects[sha] = f"the project does not load at this commit: {e}"
+                return self.projects[sha]
+            entry = self.settings.entry
+            if self.settings.command is None and not (root / entry).is_file():
+                self.projects[sha] = f"the project does not load at this commit: no {entry}"
+            else:
+                self.projects[sha] = as_written(root)
         return self.projects[sha]
 
     def run(self, commit: gitcopy.CommitInfo, repeat: int = 0) -> TrialResult | str:
