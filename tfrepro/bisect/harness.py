@@ -1,0 +1,562 @@
+"""The trial harness: runs INSIDE the trial process, never in the CLI.
+
+Standalone on purpose: stdlib + TensorFlow/Keras only, no tfrepro import. It is
+loaded by path (module name `_tfrepro_harness`) from `_inject/sitecustomize.py`,
+which the parent puts first on PYTHONPATH; it activates only when the
+environment variable TFREPRO_TRIAL_CONFIG names a config JSON, and pops that
+variable so the processes the script spawns are not measured. So `python
+repro.py` and any `python ...` command are measured with no code in the project.
+
+What it does (Contract 3):
+- seeds (python, numpy, TensorFlow, Keras) and op determinism when the config
+  says `deterministic`, applied right after `tensorflow` / `keras` / `tf_keras`
+  finish importing (post-import hooks on sys.meta_path; nothing is imported
+  early, so a script can still set TF_USE_LEGACY_KERAS or logical devices);
+- `Model.fit` (Keras 3 and tf_keras): the exact per-step loss is taken from the
+  model's loss tracker inside `train_step` (an extra output of the train
+  function, removed before callbacks see the logs); a model whose own
+  `train_step` bypasses the tracker falls back to recovering the per-step
+  loss from Keras's running mean. Step time = on_train_batch_begin → end of
+  our callback, which runs after the user's callbacks. With
+  steps_per_execution > 1 a "step" is one execution;
+- custom loops: lines `step=<int> loss=<float>` written to sys.stdout (Python
+  level: `print`, not `tf.print`); step time = time between two such lines;
+- stops at `steps` and at the first non-finite loss: the result is written and
+  the process leaves with os._exit(0) right there (no exception to be
+  swallowed by the script's own `except`);
+- at the end (stop, normal exit, or uncaught exception) checks the weights of
+  every Keras model created during the trial for NaN/Inf, and writes the
+  result JSON to the path named in the config. An uncaught exception is a
+  crash whose `error` is the last traceback line.
+
+Plugin hook (used by `tfrepro check`): the config's `plugins` are .py paths;
+before the script runs, each is imported by path and `plugin.install(ctx)` is
+called, where `ctx` offers
+  ctx.options              dict, the config's `plugin_options`
+  ctx.record(key, value)   JSON-serializable; ends up in TrialResult.extra[key]
+  ctx.add_fit_hook(fn)     fn(model, args, kwargs) just before each Model.fit
+  ctx.add_end_hook(fn)     fn(models) at the end (also after a step-cap stop),
+                           models = the Keras models created during the trial
+A plugin that raises is recorded in extra["harness_errors"]; it never fails
+the trial.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import math
+import os
+import re
+import sys
+import threading
+import time
+import traceback
+
+CONFIG_ENV = "TFREPRO_TRIAL_CONFIG"
+LOSS_KEY = "_tfrepro_loss"
+STEP_LINE = re.compile(r"^\s*step=(-?\d+)\s+loss=(\S+)")
+_MAX_PENDING_LINE = 4096
+
+
+class _State:
+    def __init__(self, config: dict) -> None:
+        self.config = config
+        self.steps = int(config.get("steps") or 0)
+        self.result_path = config["result_path"]
+        self.losses: list[float] = []
+        self.step_times: list[float] = []
+        self.first_nonfinite_step: int | None = None
+        self.mode = "none"
+        self.crashed = False
+        self.error: str | None = None
+        self.stop_reason = "exit"
+        self.models: list = []  # strong refs: a model built in a function must survive until the check
+        self.model_ids: set[int] = set()
+        self.keras_lib: str | None = None  # "keras" | "tf_keras"
+        self.extra: dict = {}
+        self.errors: list[str] = []
+        self.fit_hooks: list = []
+        self.end_hooks: list = []
+        self.fit_depth = 0
+        self.pending_loss = None  # exact loss tensor of the last fit step
+        self.t_ref = time.perf_counter()  # reference for the first loop step
+        self.lock = threading.Lock()
+        self.finished = False
+
+
+S: _State | None = None
+
+
+def _note_error(where: str) -> None:
+    if S is not None:
+        S.errors.append(f"{where}: {traceback.format_exc(limit=3).strip().splitlines()[-1]}")
+
+
+# -- recording ----------------------------------------------------------------
+
+
+def _record_step(loss: float, dt: float) -> None:
+    """One training step. Stops the process at the cap or a non-finite loss."""
+    S.losses.append(loss)
+    S.step_times.append(dt)
+    if not math.isfinite(loss):
+        S.first_nonfinite_step = len(S.losses)
+        _stop("nonfinite")
+    elif S.steps and len(S.losses) >= S.steps:
+        _stop("steps")
+
+
+def _stop(reason: str) -> None:
+    S.stop_reason = reason
+    finish()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(0)
+
+
+class _StdoutTap:
+    """sys.stdout proxy that parses `step=<int> loss=<float>` lines."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._pending = ""
+
+    def write(self, s):
+        n = self._stream.write(s)
+        if S.fit_depth == 0 and isinstance(s, str):
+            if "\n" not in s:
+                if len(self._pending) < _MAX_PENDING_LINE:
+                    self._pending += s
+                return n
+            *lines, self._pending = (self._pending + s).split("\n")
+            for line in lines:
+                m = STEP_LINE.match(line)
+                if m:
+                    self._on_step_line(m.group(2))
+        return n
+
+    def _on_step_line(self, text: str) -> None:
+        try:
+            loss = float(text.rstrip(",;"))
+        except ValueError:
+            return
+        now = time.perf_counter()
+        dt, S.t_ref = now - S.t_ref, now
+        if S.mode == "none":
+            S.mode = "loop"
+        self._stream.flush()
+        _record_step(loss, dt)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+# -- Keras patches --------------------------------------------------------------
+
+
+def _track(model) -> None:
+    if id(model) not in S.model_ids:
+        S.model_ids.add(id(model))
+        S.models.append(model)
+
+
+def _loss_tracker(model):
+    tracker = getattr(model, "_loss_tracker", None)  # Keras 3
+    if tracker is None:  # tf_keras
+        tracker = getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None)
+    return tracker
+
+
+def _make_callback(base, lib: str):
+    class TrialCallback(base):
+        """Last in the list: its batch end comes after the user's callbacks."""
+
+        _supports_tf_logs = True  # tf_keras: do not convert every log to numpy for us
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._t0 = 0.0
+            self._k = 0
+            self._prev_mean = 0.0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._k = 0
+            self._prev_mean = 0.0
+
+        def on_train_batch_begin(self, batch, logs=None):
+            S.pending_loss = None
+            self._t0 = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self._k += 1
+            loss = float("nan")
+            if S.pending_loss is not None:
+                loss = float(S.pending_loss)
+                S.extra["fit_loss_source"] = "exact"
+            elif logs and "loss" in logs:
+                # Keras logs the running mean over the epoch; equal batch weights assumed.
+                mean = float(logs["loss"])
+                loss = self._k * mean - (self._k - 1) * self._prev_mean
+                self._prev_mean = mean
+                S.extra["fit_loss_source"] = "running_mean"
+            _record_step(loss, time.perf_counter() - self._t0)
+
+    TrialCallback.__name__ = f"TfreproTrialCallback_{lib}"
+    return TrialCallback
+
+
+def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
+    """Wrap fit / make_train_function / train_step of a Keras trainer class."""
+    if getattr(cls, "_tfrepro_patched", False):
+        return
+    callback_cls = _make_callback(callback_base, lib)
+    orig_fit = cls.fit
+    orig_make = cls.make_train_function
+    orig_step = cls.train_step
+
+    def fit(self, *args, **kwargs):
+        _track(self)
+        S.keras_lib = S.keras_lib or lib
+        S.mode = "fit"
+        for hook in S.fit_hooks:
+            try:
+                hook(self, args, kwargs)
+            except Exception:
+                _note_error("fit hook")
+        args = list(args)
+        if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
+            args[5] = _with_callback(args[5], callback_cls())
+        else:
+            kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback_cls())
+        S.fit_depth += 1
+        try:
+            return orig_fit(self, *args, **kwargs)
+        finally:
+            S.fit_depth -= 1
+
+    def make_train_function(self, *args, **kwargs):
+        orig_make(self, *args, **kwargs)
+        fn = self.train_function
+        if fn is not None and not getattr(fn, "_tfrepro", False):
+            def train_function(*a, **k):
+                out = fn(*a, **k)
+                if isinstance(out, dict) and LOSS_KEY in out:
+                    out = dict(out)
+                    S.pending_loss = out.pop(LOSS_KEY)
+                return out
+
+            train_function._tfrepro = True
+            train_function.__wrapped__ = fn
+            self.train_function = train_function
+        return self.train_function
+
+    def train_step(self, data):
+        tracker = _loss_tracker(self)
+        seen = []
+        if tracker is not None:
+            had_own = "update_state" in vars(tracker)
+            own = tracker.update_state
+
+            def update_state(values, sample_weight=None, *a, **k):
+                seen.append((values, sample_weight))
+                return own(values, sample_weight, *a, **k)
+
+            object.__setattr__(tracker, "update_state", update_state)
+        try:
+            logs = orig_step(self, data)
+        finally:
+            if tracker is not None:
+                if had_own:
+                    object.__setattr__(tracker, "update_state", own)
+                else:
+                    object.__delattr__(tracker, "update_state")
+        if seen and isinstance(logs, dict):
+            logs = dict(logs)
+            logs[LOSS_KEY] = _global_loss(seen[-1], distributed_sum)
+        return logs
+
+    cls.fit = fit
+    cls.make_train_function = make_train_function
+    cls.train_step = train_step
+    cls._tfrepro_patched = True
+
+
+def _with_callback(callbacks, cb):
+    if callbacks is None:
+        return [cb]
+    if hasattr(callbacks, "append") and not isinstance(callbacks, (list, tuple)):
+        callbacks.append(cb)  # a CallbackList
+        cb.set_model(getattr(callbacks, "model", None))
+        return callbacks
+    return list(callbacks) + [cb]
+
+
+def _global_loss(seen, distributed_sum: bool):
+    """The step's loss as one value after the trainer's per-replica reduction:
+    Keras 3 averages replicas (equal shards: exact); tf_keras sums them, so
+    each replica contributes its batch share."""
+    import tensorflow as tf
+
+    value, weight = seen
+    value = tf.cast(value, tf.float32)
+    ctx = tf.distribute.get_replica_context()
+    if distributed_sum and ctx is not None and ctx.num_replicas_in_sync > 1 and weight is not None:
+        w = tf.cast(weight, tf.float32)
+        return value * w / ctx.all_reduce("sum", w)
+    return value
+
+
+def _patch_init(cls) -> None:
+    orig = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        try:
+            _track(self)
+        except Exception:
+            pass
+
+    cls.__init__ = __init__
+
+
+def _on_tensorflow(tf) -> None:
+    S.t_ref = time.perf_counter()
+    atexit.register(finish)  # runs before TensorFlow's own atexit handlers
+    if S.config.get("deterministic"):
+        seed = int(S.config.get("seed", 0))
+        import random
+
+        import numpy as np
+
+        random.seed(seed)
+        np.random.seed(seed)
+        tf.random.set_seed(seed)
+        tf.config.experimental.enable_op_determinism()
+
+
+def _on_keras(keras) -> None:
+    if keras.backend.backend() != "tensorflow":
+        S.errors.append(f"keras backend {keras.backend.backend()!r} is not measured")
+        return
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+    from keras.src.trainers.trainer import Trainer
+
+    _patch_trainer(TensorFlowTrainer, keras.callbacks.Callback, "keras", distributed_sum=False)
+    _patch_init(Trainer)
+    if S.config.get("deterministic"):
+        keras.utils.set_random_seed(int(S.config.get("seed", 0)))
+
+
+def _on_tf_keras(tf_keras) -> None:
+    from tf_keras.src.engine.training import Model
+
+    _patch_trainer(Model, tf_keras.callbacks.Callback, "tf_keras", distributed_sum=True)
+    _patch_init(Model)
+    if S.config.get("deterministic"):
+        tf_keras.utils.set_random_seed(int(S.config.get("seed", 0)))
+
+
+_HOOKS = {"tensorflow": _on_tensorflow, "keras": _on_keras, "tf_keras": _on_tf_keras}
+
+
+class _HookLoader:
+    def __init__(self, loader, hook) -> None:
+        self._loader = loader
+        self._hook = hook
+
+    def create_module(self, spec):
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create else None
+
+    def exec_module(self, module):
+        # Introspection (importlib.resources, pkgutil) must see the real loader.
+        module.__loader__ = self._loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        try:
+            self._hook(module)
+        except Exception:
+            _note_error(f"post-import hook for {module.__name__}")
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class _PostImportFinder:
+    """Runs a hook right after a watched top-level module finishes importing."""
+
+    def __init__(self, hooks: dict) -> None:
+        self._hooks = dict(hooks)
+
+    def find_spec(self, fullname, path=None, target=None):
+        # A mere importlib.util.find_spec (TensorFlow probes for keras) also
+        # lands here: the hook is consumed when the module executes, not now.
+        hook = self._hooks.get(fullname)
+        if hook is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _HookLoader(spec.loader, self._consume(fullname))
+                return spec
+        return None
+
+    def _consume(self, fullname):
+        def run(module):
+            hook = self._hooks.pop(fullname, None)
+            if hook is not None:
+                hook(module)
+
+        return run
+
+
+# -- plugins ----------------------------------------------------------------------
+
+
+class PluginContext:
+    def __init__(self, options: dict) -> None:
+        self.options = dict(options)
+
+    def record(self, key: str, value) -> None:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            value = repr(value)
+        S.extra[key] = value
+
+    def add_fit_hook(self, fn) -> None:
+        S.fit_hooks.append(fn)
+
+    def add_end_hook(self, fn) -> None:
+        S.end_hooks.append(fn)
+
+
+def _load_plugins(paths, options) -> None:
+    import importlib.util
+
+    ctx = PluginContext(options or {})
+    for i, path in enumerate(paths):
+        try:
+            spec = importlib.util.spec_from_file_location(f"_tfrepro_plugin_{i}", path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            spec.loader.exec_module(module)
+            module.install(ctx)
+        except Exception:
+            _note_error(f"plugin {path}")
+
+
+# -- the end ------------------------------------------------------------------------
+
+
+def _check_weights() -> tuple[bool | None, list[str]]:
+    if "tensorflow" not in sys.modules or not S.models:
+        return None, []
+    import numpy as np
+
+    checked, bad, seen = 0, [], set()
+    for model in S.models:
+        try:
+            weights = model.weights
+        except Exception:
+            continue
+        for w in weights:
+            if id(w) in seen:
+                continue
+            seen.add(id(w))
+            try:
+                a = np.asarray(w.numpy())
+                if a.dtype.kind not in "fc":
+                    if a.dtype.kind != "V":
+                        continue
+                    a = a.astype(np.float32)  # bfloat16 and friends
+                checked += 1
+                if not np.isfinite(a).all():
+                    bad.append(getattr(w, "path", None) or w.name)
+            except Exception:
+                _note_error("weight check")
+    if not checked:
+        return None, []
+    return not bad, bad
+
+
+def _versions() -> tuple[str | None, str | None]:
+    tf = sys.modules.get("tensorflow")
+    tf_v = getattr(tf, "__version__", None)
+    lib = S.keras_lib or ("tf_keras" if "tf_keras" in sys.modules else "keras")
+    k_v = getattr(sys.modules.get(lib), "__version__", None)
+    return tf_v, k_v
+
+
+def finish() -> None:
+    """Write the result once: at a stop, at exit, after a crash."""
+    with S.lock:
+        if S.finished:
+            return
+        S.finished = True
+    for hook in S.end_hooks:
+        try:
+            hook(list(S.models))
+        except Exception:
+            _note_error("end hook")
+    weights_finite, bad = _check_weights()
+    tf_v, k_v = _versions()
+    extra = dict(S.extra)
+    extra["stop"] = S.stop_reason
+    if S.keras_lib:
+        extra["keras"] = S.keras_lib
+    if S.errors:
+        extra["harness_errors"] = S.errors
+    result = {
+        "losses": [x if math.isfinite(x) else None for x in S.losses],
+        "step_times": S.step_times,
+        "first_nonfinite_step": S.first_nonfinite_step,
+        "weights_finite": weights_finite,
+        "nonfinite_weights": bad,
+        "crashed": S.crashed,
+        "error": S.error,
+        "mode": S.mode,
+        "steps_run": len(S.losses),
+        "tf_version": tf_v,
+        "keras_version": k_v,
+        "extra": extra,
+    }
+    tmp = S.result_path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(result, f, allow_nan=False, default=repr)
+    os.replace(tmp, S.result_path)
+
+
+def _excepthook(orig):
+    def hook(tp, value, tb):
+        if not issubclass(tp, SystemExit):
+            S.crashed = True
+            S.error = traceback.format_exception_only(tp, value)[-1].strip()
+        orig(tp, value, tb)
+
+    return hook
+
+
+def activate(config_path: str) -> None:
+    """Install everything; called once, from sitecustomize, before the script."""
+    global S
+    with open(config_path, encoding="utf-8") as f:
+        S = _State(json.load(f))
+    sys.excepthook = _excepthook(sys.excepthook)
+    atexit.register(finish)
+    sys.stdout = _StdoutTap(sys.stdout)
+    sys.meta_path.insert(0, _PostImportFinder(_HOOKS))
+    if S.config.get("plugins"):
+        _load_plugins(S.config["plugins"], S.config.get("plugin_options"))

@@ -1,0 +1,290 @@
+"""One configuration → a variant under `.tfrepro/` → a fresh process → TrialResult.
+
+The edge between tfrepro and the training script (asv's runner pattern): the
+child writes its result JSON to a path the parent names, stdout and stderr
+are log files, the child runs in its own session so a timeout (or a Ctrl-C in
+the parent) kills its whole process tree. The runner measures; it never
+decides what a result means (`outcome.py` does).
+
+Layout under the state dir:
+    trials/<key[:16]>-<random>/{variant/, trial.json, result.json, stdout.log, stderr.log}
+    cache/<key>.json
+
+Invariants:
+- the user's files are only read (the variant is rendered into the trial dir);
+- a result produced by the child, a crash or a timeout is cached; a trial
+  interrupted in the parent is not, and leaves no process behind;
+- safe from several threads: unique trial dirs, cache writes are atomic.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
+from functools import cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tfrepro.bisect import harness
+from tfrepro.bisect.results import TrialResult, TrialSettings
+
+if TYPE_CHECKING:
+    from tfrepro.project import Project
+
+INJECT_DIR = Path(__file__).resolve().parent / "_inject"
+HARNESS_FILE = Path(harness.__file__).resolve()
+# Variables of the parent's environment that change what a trial computes,
+# hence part of the cache key (explicit `env` overrides always are).
+_KEYED_ENV_PREFIXES = ("TF_", "KERAS_", "XLA_", "CUDA_", "TFREPRO_")
+_PYTHON_NAMES = {"python", "python3"}
+
+
+# -- cache key ------------------------------------------------------------------
+
+
+@cache
+def _dist_version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def tf_version() -> str | None:
+    """The installed TensorFlow's version, without importing it."""
+    return _dist_version("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly", "tensorflow-macos")
+
+
+@cache
+def _harness_digest() -> str:
+    h = hashlib.sha256(HARNESS_FILE.read_bytes())
+    h.update((INJECT_DIR / "sitecustomize.py").read_bytes())
+    return h.hexdigest()
+
+
+def _file_digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return "missing"
+
+
+def keyed_env(env: Mapping[str, str] | None) -> dict[str, str]:
+    """The environment that enters the key: inherited TF_/KERAS_/... variables
+    plus the explicit overrides."""
+    out = {k: v for k, v in os.environ.items() if k.startswith(_KEYED_ENV_PREFIXES)}
+    out.update(env or {})
+    return dict(sorted(out.items()))
+
+
+def trial_key(variant_hash: str, settings: TrialSettings, *, env: Mapping[str, str] | None = None,
+              plugins: Sequence[Path] = (), plugin_options: Mapping[str, Any] | None = None) -> str:
+    """sha256 over everything that can change a trial's result."""
+    payload = {
+        "variant": variant_hash,
+        "settings": settings.to_dict(),
+        "tensorflow": tf_version(),
+        "keras": _dist_version("keras"),
+        "tf_keras": _dist_version("tf_keras", "tf-keras"),
+        "python": sys.version.split()[0],
+        "harness": _harness_digest(),
+        "env": keyed_env(env),
+        "plugins": [[str(p), _file_digest(Path(p))] for p in plugins],
+        "plugin_options": plugin_options or {},
+    }
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# -- the trial ------------------------------------------------------------------
+
+
+def run_trial(project: "Project", enabled: Iterable[str], settings: TrialSettings, *,
+              use_cache: bool = True, label: str = "", state_dir: Path | None = None,
+              env: Mapping[str, str] | None = None,
+              plugins: Sequence[Path] = (), plugin_options: Mapping[str, Any] | None = None,
+              ) -> TrialResult:
+    """Run `project` with the features `enabled` ON (all others OFF), or return
+    the cached result of the same trial."""
+    enabled_t = tuple(sorted(set(enabled)))
+    state = Path(state_dir) if state_dir is not None else project.state_dir
+    plugins = tuple(Path(p).resolve() for p in plugins)
+    key = trial_key(project.variant_hash(enabled_t), settings, env=env, plugins=plugins,
+                    plugin_options=plugin_options)
+    cache_file = state / "cache" / f"{key}.json"
+    if use_cache:
+        hit = load_cached(cache_file)
+        if hit is not None:
+            return replace(hit, enabled=enabled_t, label=label, cached=True)
+    trials = state / "trials"
+    trials.mkdir(parents=True, exist_ok=True)
+    trial_dir = Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=trials))
+    project.write_variant(enabled_t, trial_dir / "variant")
+    result = run_variant(trial_dir / "variant", settings, trial_dir, env=env, plugins=plugins,
+                         plugin_options=plugin_options)
+    result = replace(result, enabled=enabled_t, label=label, key=key)
+    _atomic_write_json(cache_file, result.to_dict())
+    return result
+
+
+def load_cached(path: Path) -> TrialResult | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    try:
+        return TrialResult.from_dict(data)
+    except (TypeError, ValueError):
+        return None  # written by an incompatible version: run again
+
+
+def command_for(settings: TrialSettings) -> list[str]:
+    """The child's argv; `python ...` runs under this interpreter."""
+    if settings.command:
+        cmd = list(settings.command)
+        if cmd[0] in _PYTHON_NAMES:
+            cmd[0] = sys.executable
+        return cmd
+    return [sys.executable, settings.entry]
+
+
+def child_env(settings: TrialSettings, config_path: Path, env: Mapping[str, str] | None) -> dict[str, str]:
+    out = dict(os.environ)
+    out.pop(harness.CONFIG_ENV, None)
+    out["PYTHONPATH"] = os.pathsep.join([str(INJECT_DIR)] + ([out["PYTHONPATH"]] if out.get("PYTHONPATH") else []))
+    out.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    out["PYTHONUNBUFFERED"] = "1"  # a killed trial still leaves its logs
+    if settings.deterministic:
+        out["PYTHONHASHSEED"] = str(settings.seed)
+    out.update(env or {})
+    out[harness.CONFIG_ENV] = str(config_path)
+    return out
+
+
+def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
+                env: Mapping[str, str] | None = None, plugins: Sequence[Path] = (),
+                plugin_options: Mapping[str, Any] | None = None) -> TrialResult:
+    """Run an already rendered variant (no cache). `trial_dir` receives the
+    config, the result and the logs. Raises what interrupted the parent
+    (KeyboardInterrupt) after killing the child's process tree."""
+    trial_dir = Path(trial_dir).resolve()
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    result_path = trial_dir / "result.json"
+    config_path = trial_dir / "trial.json"
+    config = {
+        "result_path": str(result_path),
+        "steps": settings.steps,
+        "seed": settings.seed,
+        "deterministic": settings.deterministic,
+        "plugins": [str(Path(p).resolve()) for p in plugins],
+        "plugin_options": dict(plugin_options or {}),
+    }
+    config_path.write_text(json.dumps(config, indent=1, default=str), encoding="utf-8")
+    stdout_path, stderr_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
+    cmd = command_for(settings)
+    timed_out = False
+    start = time.perf_counter()
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        try:
+            proc = subprocess.Popen(cmd, cwd=variant_dir, env=child_env(settings, config_path, env),
+                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+        except OSError as e:
+            return TrialResult(crashed=True, error=f"cannot start {cmd[0]!r}: {e.strerror or e}",
+                               wall_s=0.0, log_dir=str(trial_dir), tf_version=tf_version())
+        try:
+            proc.wait(timeout=settings.timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            # Grandchildren outlive a finished child too; the group dies with it.
+            _kill_tree(proc)
+    wall = time.perf_counter() - start
+    return _collect(proc.returncode, timed_out, wall, settings, result_path, stderr_path, trial_dir)
+
+
+def _kill_tree(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not honoured
+        pass
+
+
+def _collect(rc: int | None, timed_out: bool, wall: float, settings: TrialSettings,
+             result_path: Path, stderr_path: Path, trial_dir: Path) -> TrialResult:
+    base = {"exit_code": rc, "wall_s": round(wall, 4), "log_dir": str(trial_dir)}
+    if timed_out:
+        return TrialResult(timed_out=True, error=f"timed out after {settings.timeout_s:g} s",
+                           tf_version=tf_version(), **{**base, "exit_code": None})
+    try:
+        data = json.loads(result_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = None
+    if data is None:
+        # Died without a word from the harness: segfault, os._exit, python -S.
+        crashed = rc != 0
+        return TrialResult(crashed=crashed, error=_crash_line(rc, stderr_path) if crashed else None,
+                           tf_version=tf_version(), extra={"no_result": True}, **base)
+    result = TrialResult.from_dict({**data, **base})
+    if rc != 0 and not result.crashed:
+        result = replace(result, crashed=True, error=result.error or _crash_line(rc, stderr_path))
+    if result.tf_version is None:
+        result = replace(result, tf_version=tf_version())
+    return result
+
+
+def _crash_line(rc: int | None, stderr_path: Path) -> str:
+    line = last_line(stderr_path)
+    if line:
+        return line
+    if rc is not None and rc < 0:
+        try:
+            return f"killed by {signal.Signals(-rc).name}"
+        except ValueError:
+            return f"killed by signal {-rc}"
+    return f"exit code {rc}"
+
+
+def last_line(path: Path, tail: int = 65536) -> str | None:
+    """The last non-blank line of a log file (its end only is read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - tail))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    for line in reversed(text.splitlines()):
+        if line.strip():
+            return line.strip()
+    return None
+
+
+def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump(data, f, indent=1, allow_nan=False, default=str)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
