@@ -1,0 +1,136 @@
+"""Commit bisection end to end: real repository, real trial runner, real kill.
+
+The planted project is a tiny Python script printing `step=N loss=X` lines
+(a custom loop as far as the harness is concerned), so each trial is a real
+subprocess through `trial.run_trial` and its cache, without TensorFlow's
+start-up cost. History: 17 commits, the loss goes NaN from commit 11 on,
+commit 8 (the first midpoint the search tries) has a syntax error, and the
+user has a stash entry, a modified tracked file and an untracked file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gitrepo import GitRepo, isolated_git_env
+from tfrepro.bisect.commits import bisect_commits
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+FIRST_BAD, BROKEN, N = 11, 8, 17
+
+SCRIPT = """\
+import time
+time.sleep({sleep})
+loss = 2.0
+for step in range(1, 100):
+    loss = {update}
+    print(f"step={{step}} loss={{loss}}", flush=True)
+"""
+MANIFEST = "[trial]\nsteps = 5\ntimeout_s = 60\n"
+USER_FILES = ("proj/repro.py", "proj/scratch.py", "proj/notes.txt", "proj/tfrepro.toml")
+
+
+def build(repo: GitRepo, sleep: float) -> list[str]:
+    for i in range(N):
+        update = "loss * 0.9" if i < FIRST_BAD else "loss * 0.9 if step < 3 else float('nan')"
+        src = SCRIPT.format(sleep=sleep, update=update)
+        if i == BROKEN:
+            src += "def broken(:\n"
+        files = {"proj/repro.py": src, "proj/notes.txt": f"change {i}\n"}
+        if i == 0:
+            files["proj/tfrepro.toml"] = MANIFEST
+        repo.commit(f"commit {i}", files)
+    # the user's uncommitted state: a stash entry, a modified file, an untracked file
+    repo.write("proj/notes.txt", "stashed edit\n")
+    repo.git("stash", "push", "-q", "-m", "wip")
+    repo.write("proj/repro.py", "print('my uncommitted edit')\n")
+    repo.write("proj/scratch.py", "x = 1\n")
+    return repo.commits
+
+
+@pytest.fixture
+def repo(tmp_path, monkeypatch) -> GitRepo:
+    isolated_git_env(tmp_path / "home", monkeypatch)
+    return GitRepo.init(tmp_path / "repo", tmp_path / "home")
+
+
+def check_answer(result: dict, shas: list[str]) -> None:
+    assert result["status"] == "found", result.get("message")
+    assert result["symptom"] == "nan"
+    assert result["first_bad_commit"] == shas[FIRST_BAD]
+    assert result["commit"]["subject"] == f"commit {FIRST_BAD}"
+    verdicts = {t["sha"]: t["verdict"] for t in result["tried"]}
+    assert verdicts[shas[BROKEN]] == "untestable"
+    assert verdicts[shas[FIRST_BAD]] == "nan" and verdicts[shas[FIRST_BAD - 1]] == "ok"
+
+
+@pytest.mark.e2e
+def test_real_trials_find_the_regression_and_leave_the_repository_as_it_was(repo):
+    shas = build(repo, sleep=0)
+    before = repo.snapshot(*USER_FILES)
+
+    result = bisect_commits(repo.root / "proj", shas[0], "main")
+
+    check_answer(result, shas)
+    # 16 steps between the ends: 2 ends + log2(16) midpoints + the one skip
+    assert result["trials"] == len(result["tried"]) <= 2 + 4 + 1
+    assert result["baseline"]["steps_run"] == 5
+    assert repo.snapshot(*USER_FILES) == before
+
+    again = bisect_commits(repo.root / "proj", shas[0], "main")
+    assert again["cached_trials"] == again["trials"] == result["trials"]
+    assert again["tried"] == result["tried"]
+    assert repo.snapshot(*USER_FILES) == before
+
+
+CHILD = """\
+import json, sys
+from tfrepro.bisect.commits import bisect_commits
+r = bisect_commits(sys.argv[1], sys.argv[2], "main")
+print(json.dumps(r))
+"""
+
+
+@pytest.mark.e2e
+def test_a_bisect_killed_midway_leaves_the_repository_untouched_and_resumes_from_cache(repo):
+    shas = build(repo, sleep=0.4)
+    before = repo.snapshot(*USER_FILES)
+    proj = repo.root / "proj"
+    env = {**repo.env, "PYTHONPATH": str(REPO_ROOT)}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(proj), shas[0]], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # kill -9 once three trials are logged: mid-search, a trial probably running
+    deadline = time.monotonic() + 60
+    logged: list[str] = []
+    while time.monotonic() < deadline and child.poll() is None:
+        logs = list((proj / ".tfrepro" / "runs").glob("*/trials.jsonl"))
+        logged = logs[0].read_text().splitlines() if logs else []
+        if len(logged) >= 3:
+            break
+        time.sleep(0.05)
+    assert child.poll() is None, child.communicate()
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    child.stderr.close()
+    time.sleep(0.6)  # the orphaned trial (its own session) finishes its 0.4 s sleep
+
+    assert repo.snapshot(*USER_FILES) == before
+    leftovers = list((proj / ".tfrepro" / "checkouts").iterdir())
+    assert leftovers  # the killed run could not clean up ...
+
+    result = bisect_commits(proj, shas[0], "main")
+
+    assert not any(p.exists() for p in leftovers)  # ... the next run did
+    check_answer(result, shas)
+    assert result["cached_trials"] >= len(logged) >= 3
+    assert result["cached_trials"] < result["trials"]  # and it finished the rest itself
+    assert repo.snapshot(*USER_FILES) == before
