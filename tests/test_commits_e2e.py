@@ -126,6 +126,7 @@ def test_a_bisect_killed_midway_leaves_the_repository_untouched_and_resumes_from
     assert repo.snapshot(*USER_FILES) == before
     leftovers = list((proj / ".tfrepro" / "checkouts").iterdir())
     assert leftovers  # the killed run could not clean up ...
+    assert repo.git("worktree", "list", "--porcelain").count("worktree ") == 1
 
     result = bisect_commits(proj, shas[0], "main")
 
@@ -133,4 +134,25 @@ def test_a_bisect_killed_midway_leaves_the_repository_untouched_and_resumes_from
     check_answer(result, shas)
     assert result["cached_trials"] >= len(logged) >= 3
     assert result["cached_trials"] < result["trials"]  # and it finished the rest itself
+    assert repo.snapshot(*USER_FILES) == before
+
+
+@pytest.mark.e2e
+def test_sigterm_stops_the_bisect_and_cleans_up_at_once(repo):
+    shas = build(repo, sleep=0.4)
+    before = repo.snapshot(*USER_FILES)
+    proj = repo.root / "proj"
+    env = {**repo.env, "PYTHONPATH": str(REPO_ROOT)}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(proj), shas[0]], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and child.poll() is None:
+        if list((proj / ".tfrepro" / "trials").glob("*/trial.json")):
+            break  # a trial is running
+        time.sleep(0.02)
+    child.send_signal(signal.SIGTERM)
+    out, err = child.communicate(timeout=30)
+    assert child.returncode != 0 and out == ""
+    assert "KeyboardInterrupt" in err
+    assert list((proj / ".tfrepro" / "checkouts").iterdir()) == []
     assert repo.snapshot(*USER_FILES) == before
