@@ -1,0 +1,219 @@
+"""`tfrepro annotate`: find the engineering features of an existing training
+script and write them as feature blocks (Contract 1), every block ON.
+
+Invariants:
+- The annotated file, as written, runs exactly as the original: each ON part
+  is the original code or code computing the same values in the same order.
+- Nothing is half-edited: an edit that does not pass every check of
+  `rewrite.build` is dropped whole and reported with file:line.
+- Running it on its own output changes nothing (code inside existing blocks is
+  never touched; grouped names already used are skipped).
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import shutil
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfrepro import features as fb
+from tfrepro.annotate.model import Context, Found, Skipped
+from tfrepro.errors import UserError
+
+__all__ = ["Annotation", "FileResult", "Found", "Skipped", "annotate", "annotate_text"]
+
+
+@dataclass(frozen=True)
+class FileResult:
+    path: Path
+    original: str
+    annotated: str
+    found: tuple[Found, ...]
+
+    @property
+    def changed(self) -> bool:
+        return self.annotated != self.original
+
+
+@dataclass(frozen=True)
+class Annotation:
+    files: tuple[FileResult, ...]
+    skipped: tuple[Skipped, ...]
+    manifest_path: Path | None = None
+    manifest_original: str | None = None
+    manifest_new: str | None = None
+    problems: tuple[str, ...] = ()
+
+    @property
+    def found(self) -> tuple[Found, ...]:
+        return tuple(f for r in self.files for f in r.found)
+
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        return tuple(sorted({f.name for f in self.found}))
+
+    def diff(self) -> str:
+        """A unified diff of every change (files, then the manifest)."""
+        parts = []
+        for r in self.files:
+            if r.changed:
+                parts.append(_diff(r.original, r.annotated, _display(r.path)))
+        if self.manifest_new is not None and self.manifest_path is not None:
+            parts.append(_diff(self.manifest_original or "", self.manifest_new, _display(self.manifest_path),
+                               new_file=self.manifest_original is None))
+        return "".join(parts)
+
+    def write(self) -> list[Path]:
+        """Write the changes in place; returns the paths written."""
+        written = []
+        for r in self.files:
+            if r.changed:
+                _atomic_write(r.path, r.annotated)
+                written.append(r.path)
+        if self.manifest_new is not None and self.manifest_path is not None:
+            _atomic_write(self.manifest_path, self.manifest_new)
+            written.append(self.manifest_path)
+        return written
+
+
+def _display(path: Path) -> str:
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _diff(old: str, new: str, name: str, new_file: bool = False) -> str:
+    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
+                                 fromfile="/dev/null" if new_file else f"a/{name}", tofile=f"b/{name}")
+    out = []
+    for x in lines:
+        out.append(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n")
+    return "".join(out)
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tfrepro-tmp")
+    tmp.write_text(text, encoding="utf-8", newline="")
+    if path.exists():
+        shutil.copymode(path, tmp)
+    os.replace(tmp, path)
+
+
+def _edits_for(src, ctx: Context, layer_classes) -> list:
+    from tfrepro.annotate.callbacks import callback_edits
+    from tfrepro.annotate.chains import chain_edits
+    from tfrepro.annotate.detect import candidates_to_edits, find_candidates
+
+    edits = chain_edits(src, ctx)
+    edits += callback_edits(src, ctx)
+    edits += candidates_to_edits(src, ctx, find_candidates(src, layer_classes, ctx))
+    return edits
+
+
+def annotate_text(text: str, path: str = "<string>", *, only: Iterable[str] | None = None,
+                  layer_sources: Iterable[tuple[str, str]] = (),
+                  ctx: Context | None = None) -> tuple[str, tuple[Found, ...], tuple[Skipped, ...]]:
+    """Annotate one file's text. `layer_sources` are (path, text) of other
+    project files whose Layer subclasses count as the project's own."""
+    from tfrepro.annotate.layers import collect_layer_classes
+    from tfrepro.annotate.rewrite import build, resolve_overlaps
+    from tfrepro.annotate.source import Src
+
+    existing = fb.parse(text, path)  # validates markers already there (exit 2)
+    src = Src(text, path)
+    if ctx is None:
+        ctx = Context(existing=frozenset(existing.feature_names),
+                      only=frozenset(only) if only is not None else None)
+    others = []
+    for p, t in layer_sources:
+        try:
+            others.append(Src(t, p))
+        except UserError:
+            continue  # a broken sibling file only loses its layer classes
+    layer_classes = collect_layer_classes([src, *others])
+    occupied = [(b.line, b.end_line) for b in existing.blocks]
+    edits = resolve_overlaps(_edits_for(src, ctx, layer_classes), occupied, ctx, path)
+    new, kept = build(text, path, edits, ctx)
+    found = tuple(f for e in kept for f in e.found)
+    skipped = tuple(s for s in ctx.skipped if s.path == path)
+    return new, found, skipped
+
+
+def _expand(paths: Iterable[str | Path]) -> list[Path]:
+    from tfrepro.project import iter_project_files
+
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if not p.exists():
+            raise UserError("no such file or directory", path=p, hint="give the training script(s) to annotate")
+        if p.is_dir():
+            out.extend(p / rel for rel in iter_project_files(p) if rel.suffix == ".py")
+        elif p.suffix != ".py":
+            raise UserError("not a Python file", path=p, hint="annotate reads .py training scripts")
+        else:
+            out.append(p)
+    seen: dict[Path, None] = {}
+    for p in out:
+        seen.setdefault(p.resolve(), None)
+    return list(seen)
+
+
+def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) -> Annotation:
+    """Annotate files (nothing is written: see `Annotation.write`/`.diff`).
+
+    Raises UserError (exit 2) for a missing file, a syntax error, or malformed
+    markers already in a file.
+    """
+    from tfrepro.annotate.manifest import find_manifest_dir, merge
+    from tfrepro.annotate.source import parse_python
+    from tfrepro.project import MANIFEST
+
+    files = _expand(paths)
+    if not files:
+        raise UserError("no Python files to annotate", hint="give the training script(s)")
+    texts: dict[Path, str] = {}
+    existing: set[str] = set()
+    for p in files:
+        try:
+            texts[p] = p.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            raise UserError("not a UTF-8 text file", path=p) from None
+        parse_python(texts[p], str(p))
+        existing.update(fb.parse(texts[p], str(p)).feature_names)
+    # Layer classes may be defined in any Python file next to the scripts.
+    layer_sources: dict[Path, str] = dict(texts)
+    for d in {p.parent for p in files}:
+        for q in sorted(d.glob("*.py")):
+            if q.resolve() not in layer_sources:
+                try:
+                    layer_sources[q.resolve()] = q.read_text(encoding="utf-8")
+                except (OSError, UnicodeDecodeError):
+                    continue
+    ctx = Context(existing=frozenset(existing), only=frozenset(only) if only is not None else None)
+    results = []
+    for p in files:
+        new, found, _ = annotate_text(texts[p], str(p), layer_sources=[(str(q), t) for q, t in layer_sources.items()
+                                                                        if q != p], ctx=ctx)
+        results.append(FileResult(p, texts[p], new, found))
+
+    root = find_manifest_dir(Path(os.path.commonpath([str(p.parent) for p in files])))
+    mpath = root / MANIFEST
+    original = mpath.read_text(encoding="utf-8") if mpath.is_file() else None
+    affects = [f.name for r in results for f in r.found if f.affects_loss]
+    entry = _entry(results, root)
+    new_manifest, problems = merge(original, affects, entry)
+    return Annotation(tuple(results), tuple(ctx.skipped), mpath if new_manifest is not None else None,
+                      original, new_manifest, tuple(problems))
+
+
+def _entry(results: list[FileResult], root: Path) -> str | None:
+    """The script a trial should run: the one with a `__main__` guard, else the first."""
+    for r in results:
+        if "__name__" in r.original and "__main__" in r.original:
+            return r.path.relative_to(root).as_posix() if r.path.is_relative_to(root) else None
+    r = results[0]
+    return r.path.relative_to(root).as_posix() if r.path.is_relative_to(root) else None

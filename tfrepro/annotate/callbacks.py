@@ -1,0 +1,238 @@
+"""Callbacks passed to `fit`, each its own feature.
+
+The list is rebuilt one element per statement so that each element can be
+switched alone: `cbs = [a, b]` becomes `cbs = []`, `cbs.append(a)`,
+`cbs.append(b)` (the same list, built in the same order). The list may be
+inline in the `fit` call, a variable of the same function, or what a helper
+function of the file returns; `cbs.append(x)` statements are wrapped as they
+are. Anything else (comprehensions, `+`, `extend`, parameters) is reported.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from tfrepro.annotate.detect import callback_feature
+from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
+from tfrepro.annotate.source import Src, arg, last_name
+
+_LR_CALLBACKS = {"LearningRateScheduler", "ReduceLROnPlateau"}
+
+
+class _Collector:
+    def __init__(self, src: Src, ctx: Context) -> None:
+        self.src = src
+        self.ctx = ctx
+        self.edits: list[Edit] = []
+        self.done: set[int] = set()
+
+    # -- resolution --------------------------------------------------------
+    def from_fit(self, fit: cst.Call) -> None:
+        value = arg(fit, None, "callbacks")
+        if value is None:
+            return
+        v = value.value
+        scope = self.src.scope(fit)
+        if isinstance(v, cst.List):
+            self.inline_list(fit, v, scope)
+        else:
+            self.resolve(v, scope, self.src.line(fit), depth=0)
+
+    def resolve(self, v: cst.BaseExpression, scope: cst.CSTNode, line: int, depth: int) -> None:
+        src, ctx = self.src, self.ctx
+        if depth > 3:
+            return
+        if isinstance(v, cst.Name):
+            if isinstance(scope, cst.FunctionDef) and v.value in _params(scope):
+                ctx.skip(src.path, line, f"callbacks come from the parameter {v.value!r}: not followed "
+                         "(annotate where the list is built)")
+                return
+            assigns = [s for s in _statements(src, scope) if _assigns_name(s, v.value)]
+            if len(assigns) != 1:
+                if not assigns and scope is not src.module:
+                    return self.resolve(v, src.module, line, depth + 1)
+                ctx.skip(src.path, line, f"callbacks list {v.value!r} is assigned {len(assigns)} times: not followed")
+                return
+            stmt = assigns[0]
+            value = stmt.body[0].value  # type: ignore[attr-defined]
+            if isinstance(value, cst.List):
+                self.list_statement(stmt, value, v.value, scope)
+            elif isinstance(value, cst.Call):
+                self.resolve(value, scope, src.line(stmt), depth + 1)
+            else:
+                ctx.skip(src.path, src.line(stmt), f"callbacks list {v.value!r} is built by an expression "
+                         "that cannot be split: not marked")
+            for s in _statements(src, scope):
+                small = s.body[0]
+                if isinstance(small, cst.AugAssign) and _is_name(small.target, v.value) or (
+                        isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
+                        and _method_on(small.value, v.value) in ("extend", "insert")):
+                    ctx.skip(src.path, src.line(s), f"callbacks added to {v.value!r} in bulk: not marked")
+                elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) \
+                        and _method_on(small.value, v.value) == "append":
+                    self.append_statement(s, small.value, scope)
+        elif isinstance(v, cst.Call) and isinstance(v.func, cst.Name):
+            fn = next((n for n in src.walk() if isinstance(n, cst.FunctionDef) and n.name.value == v.func.value), None)
+            if fn is None:
+                ctx.skip(src.path, line, f"callbacks come from {v.func.value}(), not defined in this file: not followed")
+                return
+            returns = [n for n in src.walk(fn) if isinstance(n, cst.Return) and src.scope(n) is fn]
+            if len(returns) != 1 or returns[0].value is None:
+                ctx.skip(src.path, src.line(fn), f"{v.func.value}() returns its callbacks in several places: not followed")
+                return
+            ret = returns[0].value
+            stmt = src.statement(returns[0])
+            if isinstance(ret, cst.List) and isinstance(stmt, cst.SimpleStatementLine):
+                self.list_statement(stmt, ret, None, fn)
+            else:
+                self.resolve(ret, fn, src.line(returns[0]), depth + 1)
+        else:
+            ctx.skip(src.path, line, "callbacks given by an expression that cannot be split: not marked")
+
+    # -- edits -------------------------------------------------------------
+    def inline_list(self, fit: cst.Call, lst: cst.List, scope: cst.CSTNode) -> None:
+        src = self.src
+        stmt = src.statement(fit)
+        if isinstance(stmt, str) or isinstance(stmt, cst.Decorator):
+            self.ctx.skip(src.path, src.line(fit), f"fit with inline callbacks {stmt}: not marked")
+            return
+        if not lst.elements or id(lst) in self.done:
+            return
+        self.done.add(id(lst))
+        indent = src.indent_of(stmt)
+        if indent is None:
+            self.ctx.skip(src.path, src.line(stmt), "fit call cannot be commented at its indentation: not marked")
+            return
+        var = src.fresh_name(scope, ("callbacks", "fit_callbacks"))
+        segs, found = self.elements(lst, var, indent, scope)
+        if not found:
+            return
+        start, end = src.line(stmt), src.end_line(stmt)
+        a, b = src.span(lst)
+        fit_text = src.between(src.offset(start, 0), a) + var + src.between(b, src.offset(end, 0) + len(src.lines[end - 1]))
+        if not fit_text.endswith("\n"):
+            fit_text += "\n"
+        self.edits.append(Edit(start, end, indent, (f"{indent}{var} = []\n", *segs, fit_text), tuple(found)))
+
+    def list_statement(self, stmt: cst.SimpleStatementLine, lst: cst.List, var: str | None,
+                       scope: cst.CSTNode) -> None:
+        """`var = [a, b]` or `return [a, b]` rebuilt with appends."""
+        src = self.src
+        if id(lst) in self.done or not lst.elements:
+            return
+        self.done.add(id(lst))
+        indent = src.indent_of(stmt)
+        if indent is None:
+            self.ctx.skip(src.path, src.line(stmt), "callbacks list cannot be commented at its indentation: not marked")
+            return
+        small = stmt.body[0]
+        name = var or src.fresh_name(scope, ("callbacks", "cbs"))
+        segs, found = self.elements(lst, name, indent, scope)
+        if not found:
+            return
+        head = f"{indent}{name} = []\n"
+        if isinstance(small, cst.AnnAssign):
+            head = f"{indent}{name}: {src.code(small.annotation.annotation)} = []\n"
+        tail = (f"{indent}return {name}\n",) if isinstance(small, cst.Return) else ()
+        self.edits.append(Edit(src.line(stmt), src.end_line(stmt), indent, (head, *segs, *tail), tuple(found)))
+
+    def elements(self, lst: cst.List, var: str, indent: str, scope: cst.CSTNode) -> tuple[list, list[Found]]:
+        src, ctx = self.src, self.ctx
+        segs: list[str | BlockSeg] = []
+        found: list[Found] = []
+        for el in lst.elements:
+            if isinstance(el, cst.StarredElement):
+                ctx.skip(src.path, src.line(el), "a starred element in a callbacks list: not marked")
+                return [], []
+        for el in lst.elements:
+            code = src.code(el.value)
+            line = src.line(el.value)
+            stmt = f"{indent}{var}.append({code})\n"
+            seg, f = self.block_for(el.value, stmt, line, scope)
+            segs.append(seg)
+            if f is not None:
+                found.append(f)
+        # Comments between the elements are not part of any element's code.
+        comments = [n for n in src.walk(lst) if isinstance(n, cst.Comment)
+                    and not any(src.span(e.value)[0] <= src.span(n)[0] < src.span(e.value)[1] for e in lst.elements)]
+        return [f"{indent}{c.value}\n" for c in comments] + segs, found
+
+    def append_statement(self, stmt: cst.SimpleStatementLine, call: cst.Call, scope: cst.CSTNode) -> None:
+        src = self.src
+        if id(stmt) in self.done or not call.args:
+            return
+        self.done.add(id(stmt))
+        indent = src.indent_of(stmt)
+        if indent is None:
+            return
+        value = call.args[0].value
+        seg, f = self.block_for(value, src.lines_text(src.line(stmt), src.end_line(stmt)), src.line(stmt), scope)
+        if f is not None:
+            self.edits.append(Edit(src.line(stmt), src.end_line(stmt), indent, (seg,), (f,)))
+
+    def block_for(self, value: cst.BaseExpression, stmt: str, line: int,
+                  scope: cst.CSTNode) -> tuple[str | BlockSeg, Found | None]:
+        cls, var = _callback_class(self.src, value, scope)
+        base = callback_feature(cls, var)
+        name = self.ctx.claim(base, "callback", group=False, path=self.src.path, line=line)
+        if name is None:
+            return stmt, None
+        what = cls or var or "callback"
+        desc = f"{what} callback passed to fit"
+        lr = cls in _LR_CALLBACKS
+        if lr:
+            desc += " (changes the learning rate)"
+        return BlockSeg(name, desc, stmt), Found(name, desc, self.src.path, line, "callback", affects_loss=lr)
+
+
+def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> tuple[str | None, str | None]:
+    if isinstance(value, cst.Call):
+        return last_name(value.func), None
+    if isinstance(value, cst.Name):
+        for s in [*_statements(src, scope), *_statements(src, src.module)]:
+            if _assigns_name(s, value.value):
+                v = s.body[0].value  # type: ignore[attr-defined]
+                if isinstance(v, cst.Call):
+                    return last_name(v.func), value.value
+        return None, value.value
+    return None, None
+
+
+def _params(fn: cst.FunctionDef) -> set[str]:
+    p = fn.params
+    return {x.name.value for x in [*p.params, *p.kwonly_params, *p.posonly_params]}
+
+
+def _statements(src: Src, scope: cst.CSTNode) -> list[cst.SimpleStatementLine]:
+    """Simple statement lines of `scope` itself (not of nested functions)."""
+    return [n for n in src.walk(scope) if isinstance(n, cst.SimpleStatementLine)
+            and len(n.body) == 1 and src.scope(n) is scope]
+
+
+def _is_name(node: cst.CSTNode, name: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == name
+
+
+def _assigns_name(stmt: cst.SimpleStatementLine, name: str) -> bool:
+    small = stmt.body[0]
+    if isinstance(small, cst.Assign):
+        return len(small.targets) == 1 and _is_name(small.targets[0].target, name)
+    if isinstance(small, cst.AnnAssign):
+        return small.value is not None and _is_name(small.target, name)
+    return False
+
+
+def _method_on(call: cst.Call, name: str) -> str | None:
+    f = call.func
+    if isinstance(f, cst.Attribute) and _is_name(f.value, name):
+        return f.attr.value
+    return None
+
+
+def callback_edits(src: Src, ctx: Context) -> list[Edit]:
+    c = _Collector(src, ctx)
+    for n in src.walk():
+        if isinstance(n, cst.Call) and last_name(n.func) in ("fit", "fit_generator") \
+                and isinstance(n.func, cst.Attribute):
+            c.from_fit(n)
+    return c.edits

@@ -1,0 +1,268 @@
+"""tf.data chains: `ds = ds.map(f, num_parallel_calls=A).batch(32).prefetch(A)`
+is split into one statement per link that is a feature, so each can be its
+own block; the split statements compute the same dataset (each link is
+applied once, in the same order, to the result of the previous one).
+
+Feature links and their OFF form:
+    prefetch / cache / shuffle   the link dropped
+    interleave(f, ...)           flat_map(f): files read one after another
+    map(f, num_parallel_calls)   map(f)                       (parallel_map)
+    batch(..., num_parallel_calls) batch(...)                 (parallel_batch)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
+from tfrepro.annotate.source import Src, arg, literal
+
+METHODS = {
+    "map", "batch", "prefetch", "cache", "shuffle", "interleave", "repeat", "filter", "take",
+    "skip", "unbatch", "padded_batch", "apply", "with_options", "flat_map", "rebatch",
+    "ragged_batch", "enumerate", "shard", "window", "concatenate", "take_while", "scan",
+    "group_by_window", "bucket_by_sequence_length", "ignore_errors", "snapshot", "unique",
+    "parallel_interleave", "prefetch_to_device",
+}
+_STRONG = {"prefetch", "interleave", "padded_batch", "unbatch", "with_options", "rebatch",
+           "ragged_batch", "flat_map"}
+_NAME_HINT = re.compile(r"(^|_)(ds|dataset|datasets|data|pipeline)(_|$)|dataset")
+_DESCRIPTIONS = {
+    "prefetch": "tf.data prefetch (overlaps input and training); off: no prefetch",
+    "cache": "tf.data cache; off: no cache",
+    "shuffle": "tf.data shuffle; off: input order kept",
+    "interleave": "tf.data interleave over files; off: flat_map (files one after another)",
+    "parallel_map": "tf.data map with num_parallel_calls; off: sequential map",
+    "parallel_batch": "tf.data batch with num_parallel_calls; off: sequential batch",
+}
+
+
+@dataclass
+class _Link:
+    call: cst.Call
+    method: str
+    feature: str | None = None  # feature name once claimed
+
+
+def flatten(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.Call]]:
+    """(base, links in application order) of a method chain."""
+    links: list[cst.Call] = []
+    node = expr
+    while isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute) and node.func.attr.value in METHODS:
+        links.append(node)
+        node = node.func.value
+    links.reverse()
+    return node, links
+
+
+def _feature_kind(call: cst.Call) -> str | None:
+    method = call.func.attr.value  # type: ignore[attr-defined]
+    if method in ("prefetch", "cache", "shuffle"):
+        return method
+    if method == "interleave":
+        return "interleave"
+    if method == "map":
+        npc = arg(call, 1, "num_parallel_calls")
+        if npc is not None and literal(npc.value) not in (None, 1):
+            return "parallel_map"
+    if method in ("batch", "padded_batch"):
+        npc = arg(call, None, "num_parallel_calls")
+        if npc is not None and literal(npc.value) not in (None, 1):
+            return "parallel_batch"
+    return None
+
+
+def dataset_vars(src: Src) -> set[str]:
+    """Names assigned a tf.data pipeline somewhere in the file."""
+    names: set[str] = set()
+    for _ in range(3):
+        for n in src.walk():
+            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
+                if _is_dataset(src, n.value, names):
+                    names.add(n.targets[0].target.value)
+    return names
+
+
+def _is_dataset(src: Src, expr: cst.BaseExpression, known: set[str]) -> bool:
+    base, links = flatten(expr)
+    base_code = src.code(base)
+    if any(link.func.attr.value in _STRONG for link in links):  # type: ignore[attr-defined]
+        return True
+    if "Dataset" in base_code or "tf.data" in base_code:
+        return True
+    if isinstance(base, cst.Name) and links and (base.value in known or _NAME_HINT.search(base.value)):
+        return True
+    return False
+
+
+def chain_edits(src: Src, ctx: Context) -> list[Edit]:
+    known = dataset_vars(src)
+    edits: list[Edit] = []
+    handled: set[int] = set()
+    for stmt in src.walk():
+        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+            continue
+        small = stmt.body[0]
+        value = getattr(small, "value", None)
+        if not isinstance(value, cst.Call) or not isinstance(small, (cst.Assign, cst.AnnAssign, cst.Return)):
+            continue
+        base, links = flatten(value)
+        if not links or not any(_feature_kind(c) for c in links) or not _is_dataset(src, value, known):
+            continue
+        handled.update(id(c) for c in links)
+        edit = _split(src, ctx, stmt, small, base, links)
+        if edit is not None:
+            edits.append(edit)
+    # Feature links anywhere else (an argument, a lambda...) cannot be split safely.
+    for n in src.walk():
+        if isinstance(n, cst.Call) and id(n) not in handled and isinstance(n.func, cst.Attribute) \
+                and n.func.attr.value in METHODS and _feature_kind(n) and _is_dataset(src, n, known):
+            base, links = flatten(n)
+            handled.update(id(c) for c in links)
+            kinds = sorted({k for c in links if (k := _feature_kind(c))})
+            if kinds and any(ctx.wanted(k, "dataset") for k in kinds):
+                ctx.skip(src.path, src.line(n), f"tf.data {', '.join(kinds)} inside an expression: not split "
+                         "(assign the pipeline to a variable first)")
+    return edits
+
+
+def _split(src: Src, ctx: Context, stmt: cst.SimpleStatementLine, small: cst.BaseSmallStatement,
+           base: cst.BaseExpression, calls: list[cst.Call]) -> Edit | None:
+    line = src.line(stmt)
+    indent = src.indent_of(stmt)
+    if indent is None:
+        ctx.skip(src.path, line, "tf.data chain: its lines cannot be commented at its indentation: not split")
+        return None
+    annotation = ""
+    if isinstance(small, cst.Return):
+        target = src.fresh_name(src.scope(stmt), ("dataset", "ds", "pipeline"))
+    else:
+        tnode = small.targets[0].target if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+            else getattr(small, "target", None)
+        if not isinstance(tnode, cst.Name):
+            ctx.skip(src.path, line, "tf.data chain assigned to something other than a plain name: not split")
+            return None
+        target = tnode.value
+        if isinstance(small, cst.AnnAssign):
+            annotation = f": {src.code(small.annotation.annotation)}"
+        # Rebinding the name between links would change what later links see.
+        for c in calls:
+            for a in c.args:
+                if any(isinstance(n, cst.Name) and n.value == target for n in src.walk(a)):
+                    ctx.skip(src.path, line, f"tf.data chain uses {target!r} inside its own links: not split")
+                    return None
+        if not (isinstance(base, cst.Name) and base.value == target) and \
+                any(isinstance(n, cst.Name) and n.value == target for n in src.walk(base)):
+            ctx.skip(src.path, line, f"tf.data chain uses {target!r} in its source: not split")
+            return None
+
+    links = [_Link(c, c.func.attr.value) for c in calls]  # type: ignore[attr-defined]
+    found: list[Found] = []
+    for link in links:
+        kind = _feature_kind(link.call)
+        if kind is None:
+            continue
+        name = ctx.claim(kind, "dataset", group=True, path=src.path, line=src.line(link.call.func.attr))  # type: ignore[attr-defined]
+        if name is None:
+            continue
+        if kind == "interleave" and arg(link.call, 0, "map_func") is None:
+            ctx.skip(src.path, src.line(link.call), "interleave without a map function: not marked")
+            continue
+        link.feature = name
+        found.append(Found(name, _DESCRIPTIONS[kind], src.path, src.line(link.call.func.attr),  # type: ignore[attr-defined]
+                           "dataset"))
+    if not found:
+        return None
+
+    # Groups: the base with any leading plain links, then each feature link
+    # alone, plain links in between kept together.
+    groups: list[list[_Link]] = []
+    for link in links:
+        if link.feature or not groups or groups[-1][-1].feature:
+            groups.append([link])
+        else:
+            groups[-1].append(link)
+    base_code = src.code(base)
+    comments = _lost_comments(src, stmt, base, calls)
+
+    segments: list[str | BlockSeg] = []
+    whole = isinstance(small, (cst.Assign, cst.AnnAssign)) and len(groups) == 1
+    for gi, group in enumerate(groups):
+        receiver = base_code if gi == 0 else target
+        lhs = f"{indent}{target}{annotation if gi == 0 else ''} = "
+        for link in group:
+            segments.extend(f"{indent}{c}\n" for c in comments.get(id(link.call), []))
+        on = lhs + receiver + "".join(_tail(src, link) for link in group) + "\n"
+        feature = group[0].feature
+        if feature is None:
+            segments.append(on)
+            continue
+        if whole:
+            on = src.lines_text(line, src.end_line(stmt))  # nothing to split: keep the bytes
+        off = _off(src, group[0], lhs, receiver, target)
+        segments.append(BlockSeg(feature, _DESCRIPTIONS[_feature_kind(group[0].call) or ""], on, off))
+    for c in comments.get(0, []):
+        segments.append(f"{indent}{c}\n")
+    if isinstance(small, cst.Return):
+        segments.append(f"{indent}return {target}\n")
+    return Edit(line, src.end_line(stmt), indent, tuple(segments), tuple(found))
+
+
+def _tail(src: Src, link: _Link) -> str:
+    """`.method(args...)` as written (whitespace before the dot normalised)."""
+    attr = link.call.func.attr  # type: ignore[attr-defined]
+    return "." + link.method + src.between(src.span(attr)[1], src.span(link.call)[1])
+
+
+def _off(src: Src, link: _Link, lhs: str, receiver: str, target: str) -> str | None:
+    kind = _feature_kind(link.call)
+    call = link.call
+    if kind in ("prefetch", "cache", "shuffle"):
+        return None if receiver == target else lhs + receiver + "\n"
+    if kind == "interleave":
+        fn = arg(call, 0, "map_func")
+        return f"{lhs}{receiver}.flat_map({src.code(fn.value)})\n"  # type: ignore[union-attr]
+    drop = {"num_parallel_calls", "deterministic"}
+    npc = arg(call, 1 if kind == "parallel_map" else None, "num_parallel_calls")
+    positional = [x for x in call.args if x.keyword is None and not x.star]
+    parts = []
+    for a in call.args:
+        if a is npc or (a.keyword is not None and a.keyword.value in drop):
+            continue
+        if kind == "parallel_map" and a in positional and positional.index(a) >= 1:
+            continue  # map(f, num_parallel_calls, deterministic) positionally
+        kw = f"{a.keyword.value}=" if a.keyword is not None else (a.star or "")
+        parts.append(kw + src.code(a.value))
+    return f"{lhs}{receiver}.{link.method}({', '.join(parts)})\n"
+
+
+def _lost_comments(src: Src, stmt: cst.SimpleStatementLine, base: cst.BaseExpression,
+                   calls: list[cst.Call]) -> dict[int, list[str]]:
+    """Comments of the statement that the split statements would drop (those
+    between links, and the trailing one), keyed by the id of the link they
+    belong to (0: after the last statement)."""
+    kept = [src.span(base)] + [
+        (src.span(c.func.attr)[1], src.span(c)[1]) for c in calls  # type: ignore[attr-defined]
+    ]
+    starts = [(src.line(c.func.attr), id(c)) for c in calls]  # type: ignore[attr-defined]
+    out: dict[int, list[str]] = {}
+    for n in src.walk(stmt):
+        if not isinstance(n, cst.Comment):
+            continue
+        a, _ = src.span(n)
+        if any(x <= a < y for x, y in kept):
+            continue
+        line = src.line(n)
+        trailing = bool(src.lines[line - 1][: src.pos[n].start.column].strip())
+        key = 0
+        if trailing:
+            on_or_before = [k for ln, k in starts if ln <= line]
+            key = on_or_before[-1] if on_or_before else (starts[0][1] if starts else 0)
+        else:
+            after = [k for ln, k in starts if ln > line]
+            key = after[0] if after else 0
+        out.setdefault(key, []).append(n.value)
+    return out

@@ -1,0 +1,267 @@
+"""Recognisers for features that live in one statement: the statement is
+wrapped as it is (ON) and, when the feature has an OFF form, the else part is
+the same statement with one expression replaced.
+
+precision policy, LossScaleOptimizer, distribution strategy, `jit_compile`,
+`run_eagerly`, `run_functions_eagerly`, XLA auto-jit, memory growth,
+learning-rate schedules and the project's own layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from tfrepro.annotate.layers import LayerClass, stock_equivalent
+from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
+from tfrepro.annotate.source import NOTHING, Src, arg, dotted, last_name, literal, snake
+
+STRATEGIES = {
+    "MirroredStrategy": "mirrored_strategy",
+    "MultiWorkerMirroredStrategy": "multi_worker_strategy",
+    "CentralStorageStrategy": "central_storage_strategy",
+    "TPUStrategy": "tpu_strategy",
+    "ParameterServerStrategy": "parameter_server_strategy",
+}
+SCHEDULES = {
+    "CosineDecay", "CosineDecayRestarts", "ExponentialDecay", "InverseTimeDecay",
+    "PiecewiseConstantDecay", "PolynomialDecay",
+}
+_POLICY_SETTERS = {"set_global_policy", "set_policy", "set_dtype_policy"}
+_LOSS_SCALE_METHODS = ("get_scaled_loss", "get_unscaled_gradients", "scale_loss")
+
+
+@dataclass
+class Candidate:
+    unit: cst.CSTNode  # a SimpleStatementLine or a Decorator
+    base: str  # feature name before suffixing
+    kind: str
+    group: bool
+    description: str
+    node: cst.CSTNode | None = None  # replaced in the else part (None: no else part)
+    replacement: str | None = None
+    note: str | None = None
+    affects_loss: bool = False
+
+
+def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context) -> list[Candidate]:
+    out: list[Candidate] = []
+    text = src.text
+    loss_scale_methods_used = any(f".{m}(" in text for m in _LOSS_SCALE_METHODS)
+    prefix = src.layers_prefix()
+    for node in src.walk():
+        if isinstance(node, cst.Call):
+            out.extend(_from_call(src, ctx, node, layer_classes, prefix, loss_scale_methods_used))
+    return out
+
+
+def _unit(src: Src, ctx: Context, node: cst.CSTNode, what: str) -> cst.CSTNode | None:
+    unit = src.statement(node)
+    if isinstance(unit, str):
+        ctx.skip(src.path, src.line(node), f"{what} {unit}: not marked (move it to a statement of its own)")
+        return None
+    return unit
+
+
+def _wrap_call(src: Src, ctx: Context, call: cst.Call, what: str) -> cst.CSTNode | None:
+    """The statement when it is exactly `call` (an expression statement)."""
+    unit = _unit(src, ctx, call, what)
+    if unit is None:
+        return None
+    if not (isinstance(unit, cst.SimpleStatementLine) and isinstance(unit.body[0], cst.Expr)
+            and unit.body[0].value is call):
+        ctx.skip(src.path, src.line(call), f"{what} is used inside a larger expression: not marked")
+        return None
+    return unit
+
+
+def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, LayerClass],
+               prefix: str | None, loss_scale_methods_used: bool) -> list[Candidate]:
+    out: list[Candidate] = []
+    d = dotted(call.func) or ""
+    name = last_name(call.func) or ""
+    first = arg(call, 0, None)
+
+    if name in _POLICY_SETTERS and ("mixed_precision" in d or "config" in d or name == "set_global_policy"):
+        value = literal(first.value) if first else NOTHING
+        if value not in ("float32", None):
+            unit = _wrap_call(src, ctx, call, "precision policy call")
+            if unit is not None:
+                desc = f"{value} compute policy" if isinstance(value, str) else "mixed precision policy"
+                out.append(Candidate(unit, "mixed_precision", "precision", True, desc))
+    elif name == "LossScaleOptimizer":
+        inner = arg(call, 0, "inner_optimizer") or arg(call, None, "optimizer")
+        if loss_scale_methods_used:
+            ctx.skip(src.path, src.line(call), "LossScaleOptimizer: the code calls its loss-scaling "
+                     "methods, so it stays as written (it is harmless without mixed precision)")
+        elif inner is not None:
+            unit = _unit(src, ctx, call, "LossScaleOptimizer")
+            if unit is not None:
+                out.append(Candidate(unit, "mixed_precision", "precision", True,
+                                     "loss scaling for mixed precision; off: the plain optimizer",
+                                     call, src.code(inner.value)))
+    elif name in STRATEGIES and ("distribute" in d or "distribute" in src.import_aliases().get(d, "")):
+        if "." in d:
+            getter = d.rsplit(".", 1)[0] + ".get_strategy()"
+        elif src.tf_alias():
+            getter = f"{src.tf_alias()}.distribute.get_strategy()"
+        else:
+            ctx.skip(src.path, src.line(call), f"{name}: no `import tensorflow` to write the default strategy with")
+            return out
+        unit = _unit(src, ctx, call, name)
+        if unit is not None:
+            out.append(Candidate(unit, STRATEGIES[name], "strategy", True,
+                                 f"{name}; off: the default strategy", call, getter))
+    elif name == "run_functions_eagerly":
+        if first is None or literal(first.value) is not False:
+            unit = _wrap_call(src, ctx, call, "run_functions_eagerly")
+            if unit is not None:
+                out.append(Candidate(unit, "eager_debug", "eager", True,
+                                     "tf.functions run eagerly (debugging)"))
+    elif name == "set_jit" and "optimizer" in d:
+        if first is None or literal(first.value) not in (False, None):
+            unit = _wrap_call(src, ctx, call, "set_jit")
+            if unit is not None:
+                out.append(Candidate(unit, "xla_auto_jit", "xla", True, "XLA auto-clustering (set_jit)"))
+    elif name == "set_memory_growth":
+        flag = arg(call, 1, "enable")
+        if flag is None or literal(flag.value) is not False:
+            unit = _wrap_call(src, ctx, call, "set_memory_growth")
+            if unit is not None:
+                out.append(Candidate(unit, "memory_growth", "memory", True, "GPU memory growth"))
+    elif name in SCHEDULES:
+        out.extend(_schedule(src, ctx, call, name))
+    elif name in layer_classes and isinstance(call.func, (cst.Name, cst.Attribute)):
+        out.extend(_custom_layer(src, ctx, call, layer_classes[name], prefix))
+
+    for a in call.args:
+        if a.keyword is None:
+            continue
+        kw = a.keyword.value
+        if kw in ("jit_compile", "run_eagerly") and literal(a.value) not in (False, None, "auto"):
+            unit = _unit(src, ctx, a, f"{kw}={src.code(a.value)}")
+            if unit is None:
+                continue
+            if kw == "jit_compile":
+                out.append(Candidate(unit, "jit_compile", "xla", True,
+                                     "XLA compilation (jit_compile); off: jit_compile=False", a.value, "False"))
+            else:
+                out.append(Candidate(unit, "eager_debug", "eager", True,
+                                     "eager execution (run_eagerly); off: run_eagerly=False", a.value, "False"))
+    return out
+
+
+def _schedule(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candidate]:
+    if name == "PiecewiseConstantDecay":
+        values = arg(call, 1, "values")
+        if values is None:
+            constant = None
+        elif isinstance(values.value, (cst.List, cst.Tuple)) and values.value.elements:
+            constant = src.code(values.value.elements[0].value)
+        else:
+            constant = f"{src.code(values.value)}[0]"
+    else:
+        target = arg(call, None, "warmup_target") or arg(call, 0, "initial_learning_rate")
+        constant = src.code(target.value) if target is not None else None
+    if constant is None:
+        ctx.skip(src.path, src.line(call), f"{name}: its starting learning rate is not given; not marked")
+        return []
+    unit = _unit(src, ctx, call, name)
+    if unit is None:
+        return []
+    # A schedule that is called by the code (to log the rate) cannot become a float.
+    if isinstance(unit, cst.SimpleStatementLine) and isinstance(unit.body[0], cst.Assign):
+        targets = {t.target.value for t in unit.body[0].targets if isinstance(t.target, cst.Name)}
+        for n in src.walk():
+            if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in targets:
+                ctx.skip(src.path, src.line(n), f"{name} schedule is called as a function here; "
+                         "a constant rate could not stand in for it: not marked")
+                return []
+    return [Candidate(unit, "lr_schedule", "lr_schedule", True,
+                      f"{name} learning-rate schedule; off: constant {constant}", call, constant,
+                      affects_loss=True)]
+
+
+def _custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix: str | None) -> list[Candidate]:
+    if prefix is None:
+        ctx.skip(src.path, src.line(call), f"{cls.name}: this file imports no Keras to name a stock layer with")
+        return []
+    unit = _unit(src, ctx, call, f"{cls.name}(...)")
+    if unit is None:
+        return []
+    expr, what, note = stock_equivalent(src, call, cls, prefix)
+    return [Candidate(unit, cls.feature, "custom_layer", True,
+                      f"the project's {cls.name} layer; off: {what}", call, expr, note=note)]
+
+
+def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[Edit]:
+    """One edit per statement; the first feature of a statement wins, the
+    others are reported (a statement belongs to one block)."""
+    by_unit: dict[int, list[Candidate]] = {}
+    order: list[cst.CSTNode] = []
+    for c in cands:
+        if id(c.unit) not in by_unit:
+            by_unit[id(c.unit)] = []
+            order.append(c.unit)
+        by_unit[id(c.unit)].append(c)
+    order.sort(key=lambda u: src.span(u)[0])
+    edits: list[Edit] = []
+    for unit in order:
+        group = sorted(by_unit[id(unit)], key=lambda c: src.span(c.node or c.unit)[0])
+        head = group[0]
+        indent = src.indent_of(unit)
+        line = src.line(unit)
+        if indent is None:
+            ctx.skip(src.path, line, f"{head.base}: the statement's lines cannot be commented at its "
+                     "indentation (a continuation line is indented less): not marked")
+            continue
+        name = ctx.claim(head.base, head.kind, group=head.group, path=src.path, line=line)
+        if name is None:
+            continue
+        same = [c for c in group if c.base == head.base]
+        for other in group:
+            if other.base != head.base:
+                ctx.skip(src.path, src.line(other.node or other.unit),
+                         f"{other.base} shares a statement with {name}: not marked (split the statement)")
+        start, end = line, src.end_line(unit)
+        on = src.lines_text(start, end)
+        off = None
+        if any(c.node is not None for c in same):
+            base_off = src.offset(start, 0)
+            pieces, cursor = [], base_off
+            for c in same:
+                if c.node is None:
+                    continue
+                a, b = src.span(c.node)
+                if a < cursor:
+                    continue  # nested in a replaced node
+                pieces.append(src.between(cursor, a))
+                pieces.append(c.replacement or "")
+                cursor = b
+            pieces.append(src.between(cursor, src.offset(end, 0) + len(src.lines[end - 1])))
+            off = "".join(pieces)
+            if not off.endswith("\n"):
+                off += "\n"
+        found = Found(name, head.description, src.path, line, head.kind, head.note, head.affects_loss)
+        edits.append(Edit(start, end, indent, (BlockSeg(name, head.description, on, off),), (found,)))
+    return edits
+
+
+def callback_feature(class_name: str | None, var_name: str | None) -> str:
+    """`callback_early_stopping` from `EarlyStopping`, or from a variable name."""
+    special = {"TensorBoard": "tensorboard", "TerminateOnNaN": "terminate_on_nan",
+               "LearningRateScheduler": "lr_scheduler", "LambdaCallback": "lambda"}
+    if class_name:
+        short = special.get(class_name) or snake(class_name)
+    elif var_name:
+        short = snake(var_name)
+    else:
+        short = "custom"
+    for suffix in ("_callback", "_cb"):
+        if short.endswith(suffix) and len(short) > len(suffix):
+            short = short[: -len(suffix)]
+    for pre in ("callback_", "cb_"):
+        if short.startswith(pre) and len(short) > len(pre):
+            short = short[len(pre):]
+    return "callback_" + short

@@ -1,0 +1,165 @@
+"""The project's own Keras `Layer` subclasses and a stock layer to stand in
+for each when its feature is OFF.
+
+"Obvious" stock equivalents, in order: the stock layer the class subclasses
+(when it keeps the stock constructor), then a layer its name says it is
+(`...LayerNorm` -> `LayerNormalization`); otherwise `Identity()` with a note
+asking the user to choose.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import libcst as cst
+
+from tfrepro.annotate.source import Src, dotted, last_name
+
+_NOT_LAYERS = {"Model", "Sequential", "Functional", "Layer", "InputSpec", "Callback"}
+_ALWAYS_KW = ("name", "dtype")
+
+# (pattern on the snake-cased class name, stock class, its positional
+# parameters, keywords it accepts, required parameters)
+_TABLE: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...] = (
+    (r"layer_?norm", "LayerNormalization", (), ("axis", "epsilon"), ()),
+    (r"batch_?norm", "BatchNormalization", (), ("axis", "epsilon", "momentum"), ()),
+    (r"dense|linear", "Dense", ("units",), ("units", "activation", "use_bias"), ("units",)),
+    (r"dropout", "Dropout", ("rate",), ("rate",), ("rate",)),
+    (r"softmax", "Softmax", (), ("axis",), ()),
+    (r"embedding", "Embedding", ("input_dim", "output_dim"), ("input_dim", "output_dim"),
+     ("input_dim", "output_dim")),
+    (r"(^|_)relu", "ReLU", (), (), ()),
+)
+
+
+@dataclass(frozen=True)
+class LayerClass:
+    name: str
+    path: str
+    line: int
+    stock_base: str | None  # e.g. "Dense" for `class MyDense(layers.Dense)`
+    init_params: tuple[str, ...] | None  # None: no __init__ of its own
+
+    @property
+    def feature(self) -> str:
+        return "custom_layer_" + _snake(self.name)
+
+
+def _snake(name: str) -> str:
+    from tfrepro.annotate.source import snake
+
+    return snake(name)
+
+
+def _keras_layer_base(src: Src, base: cst.BaseExpression) -> tuple[bool, str | None]:
+    """(is a Keras layer base, stock layer name if a stock layer other than Layer)."""
+    d = dotted(base)
+    if d is None:
+        return False, None
+    parts = d.split(".")
+    aliases = src.import_aliases()
+    target = aliases.get(parts[0], parts[0])
+    full = ".".join([target, *parts[1:]])
+    if full.endswith(".Layer") and ("keras" in full or "layers" in full):
+        return True, None
+    if d == "Layer" and "keras" in full:
+        return True, None
+    if ".layers." in full + "." and parts[-1][:1].isupper() and parts[-1] not in _NOT_LAYERS \
+            and ("keras" in full or parts[0] == "layers"):
+        return True, parts[-1]
+    return False, None
+
+
+def collect_layer_classes(srcs: list[Src]) -> dict[str, LayerClass]:
+    """Every `Layer` subclass defined in `srcs`, direct or through another."""
+    classes: list[tuple[Src, cst.ClassDef]] = [
+        (s, n) for s in srcs for n in s.walk() if isinstance(n, cst.ClassDef)
+    ]
+    found: dict[str, LayerClass] = {}
+    changed = True
+    while changed:
+        changed = False
+        for src, node in classes:
+            name = node.name.value
+            if name in found:
+                continue
+            stock: str | None = None
+            is_layer = False
+            for b in node.bases:
+                ok, st = _keras_layer_base(src, b.value)
+                parent = last_name(b.value)
+                if ok:
+                    is_layer, stock = True, st
+                elif parent in found:
+                    is_layer, stock = True, None
+                if parent in _NOT_LAYERS - {"Layer"} and not ok:
+                    is_layer = False
+                    break
+            if is_layer:
+                found[name] = LayerClass(name, src.path, src.line(node), stock, _init_params(node))
+                changed = True
+    return found
+
+
+def _init_params(node: cst.ClassDef) -> tuple[str, ...] | None:
+    body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
+    for st in body:
+        if isinstance(st, cst.FunctionDef) and st.name.value == "__init__":
+            ps = [p.name.value for p in st.params.params] + [p.name.value for p in st.params.kwonly_params]
+            return tuple(p for p in ps if p != "self")
+    return None
+
+
+def stock_equivalent(src: Src, call: cst.Call, cls: LayerClass, prefix: str) -> tuple[str, str, str | None]:
+    """(replacement expression, short description, note for the user or None)."""
+    if cls.stock_base and cls.init_params is None:
+        args = src.between(src.span(call.func)[1], src.span(call)[1])
+        return f"{prefix}.{cls.stock_base}{args}", f"stock {cls.stock_base}", None
+    key = _snake(cls.name)
+    given = _named_args(src, call, cls)
+    for pattern, stock, positional, accepts, required in _TABLE:
+        if not re.search(pattern, key):
+            continue
+        if given is None:
+            break
+        kept: dict[str, str] = {}
+        for i, pname in enumerate(positional):
+            if i in given:
+                kept[pname] = given.pop(i)
+        for k in (*accepts, *_ALWAYS_KW):
+            if k in given:
+                kept[k] = given[k]
+        if any(r not in kept for r in required):
+            break
+        args = ", ".join(f"{k}={v}" for k, v in kept.items())
+        return f"{prefix}.{stock}({args})", f"stock {stock}", None
+    name_kw = ""
+    if given and "name" in given:
+        name_kw = f"name={given['name']}"
+    return (
+        f"{prefix}.Identity({name_kw})",
+        "Identity (no obvious stock equivalent)",
+        f"no obvious stock layer for {cls.name}: OFF uses Identity(); "
+        "edit the else part to choose the stock layer it should be compared with",
+    )
+
+
+def _named_args(src: Src, call: cst.Call, cls: LayerClass) -> dict | None:
+    """Arguments of the call: keyword -> code, and positional index -> code
+    for positionals the class's own __init__ cannot name. None: *args/**kw."""
+    out: dict = {}
+    pos = 0
+    for a in call.args:
+        if a.star:
+            return None
+        code = src.code(a.value)
+        if a.keyword is not None:
+            out[a.keyword.value] = code
+            continue
+        if cls.init_params is not None and pos < len(cls.init_params):
+            out[cls.init_params[pos]] = code
+        else:
+            out[pos] = code
+        pos += 1
+    return out

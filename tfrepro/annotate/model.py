@@ -1,0 +1,118 @@
+"""Values of the annotator: what was found, what was left alone, and the
+line edits that write feature blocks (Contract 1 of DESIGN.md).
+
+An `Edit` replaces whole lines `start..end` (1-based, inclusive) of the
+original text with plain code and feature blocks. Every block is written ON:
+its first part is the original code (or code computing exactly the same
+thing), its `else` part the OFF alternative, commented.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Found:
+    """One block proposed for a feature (a feature may have several blocks)."""
+
+    name: str
+    description: str
+    path: str
+    line: int  # line of the code in the original file
+    kind: str  # e.g. "dataset", "callback", "custom_layer"
+    note: str | None = None
+    affects_loss: bool = False
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """Something that looks like a feature but cannot be marked safely."""
+
+    path: str
+    line: int
+    reason: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"
+
+
+@dataclass(frozen=True)
+class BlockSeg:
+    """A feature block inside an edit; `on`/`off` are full lines (with the
+    block's indentation and newlines). `off is None`: no else part."""
+
+    name: str
+    description: str
+    on: str
+    off: str | None = None
+
+
+@dataclass(frozen=True)
+class Edit:
+    start: int
+    end: int
+    indent: str
+    segments: tuple[str | BlockSeg, ...]
+    found: tuple[Found, ...]
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(s.name for s in self.segments if isinstance(s, BlockSeg))
+
+
+@dataclass
+class Context:
+    """Naming and filtering shared by every recogniser of one run.
+
+    Grouped kinds (`prefetch`, `mixed_precision`, `custom_layer_x`...) give
+    every occurrence the same name, so their blocks switch together; a
+    grouped name that an existing block already uses is skipped (running
+    the annotator twice changes nothing). Per-occurrence kinds (callbacks)
+    get `_2`, `_3`... suffixes instead.
+    """
+
+    existing: frozenset[str] = frozenset()
+    only: frozenset[str] | None = None
+    claimed: set[str] = field(default_factory=set)
+    skipped: list[Skipped] = field(default_factory=list)
+
+    def wanted(self, name: str, kind: str) -> bool:
+        if self.only is None:
+            return True
+        return any(name == o or kind == o or name.startswith(o + "_") for o in self.only)
+
+    def claim(self, base: str, kind: str, *, group: bool, path: str, line: int) -> str | None:
+        """The name to use, or None when the feature must be left alone."""
+        if not self.wanted(base, kind):
+            return None
+        if group:
+            if base in self.existing:
+                self.skip(path, line, f"feature name {base!r} is already used by a block; left as is")
+                return None
+            self.claimed.add(base)
+            return base
+        name, n = base, 1
+        while name in self.existing or name in self.claimed:
+            n += 1
+            name = f"{base}_{n}"
+        self.claimed.add(name)
+        return name
+
+    def skip(self, path: str, line: int, reason: str) -> None:
+        item = Skipped(path, line, reason)
+        if item not in self.skipped:
+            self.skipped.append(item)
+
+
+def unique(items: Iterable[Found]) -> tuple[Found, ...]:
+    seen: dict[tuple[str, str, int], Found] = {}
+    for f in items:
+        seen.setdefault((f.name, f.path, f.line), f)
+    return tuple(seen.values())

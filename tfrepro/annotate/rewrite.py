@@ -1,0 +1,129 @@
+"""Turn edits into the annotated text, and prove it safe before anyone sees it.
+
+Checks, for every file: the result parses under the Contract 1 grammar
+(`tfrepro.features.parse`) with every new block ON, rendering all features ON
+gives the file back byte for byte, and the file compiles with each new
+feature OFF and with all of them OFF. An edit that fails is dropped whole
+(never half-applied) and reported.
+"""
+
+from __future__ import annotations
+
+from tfrepro import features as fb
+from tfrepro.annotate.model import BlockSeg, Context, Edit
+from tfrepro.errors import UserError
+
+
+def render_block(seg: BlockSeg, indent: str) -> list[str]:
+    head = f"{indent}# tfrepro: feature {seg.name}"
+    if seg.description:
+        head += f" -- {seg.description}"
+    out = [head + "\n", *seg.on.splitlines(keepends=True)]
+    if seg.off is not None:
+        out.append(f"{indent}# tfrepro: else\n")
+        out.extend(fb.comment_line(x, indent) for x in seg.off.splitlines(keepends=True))
+    out.append(f"{indent}# tfrepro: end\n")
+    return out
+
+
+def apply(lines: list[str], edits: list[Edit]) -> tuple[str, dict[int, tuple[int, BlockSeg]]]:
+    """The new text and, per marker line of a new block, (edit index, segment)."""
+    out: list[str] = []
+    markers: dict[int, tuple[int, BlockSeg]] = {}
+    pos = 0
+    for i, e in enumerate(sorted(edits, key=lambda e: e.start)):
+        out.extend(lines[pos : e.start - 1])
+        for seg in e.segments:
+            if isinstance(seg, BlockSeg):
+                markers[len(out) + 1] = (i, seg)
+                out.extend(render_block(seg, e.indent))
+            else:
+                out.extend(seg.splitlines(keepends=True))
+        pos = e.end
+    out.extend(lines[pos:])
+    return "".join(out), markers
+
+
+def resolve_overlaps(edits: list[Edit], occupied: list[tuple[int, int]], ctx: Context, path: str) -> list[Edit]:
+    """Drop edits inside existing blocks (already annotated: silently) and
+    edits overlapping an earlier one (reported)."""
+    kept: list[Edit] = []
+    for e in sorted(edits, key=lambda e: (e.start, e.end)):
+        if any(a <= e.end and e.start <= b for a, b in occupied):
+            continue
+        clash = next((k for k in kept if k.start <= e.end and e.start <= k.end), None)
+        if clash is not None:
+            for f in e.found:
+                ctx.skip(path, f.line, f"{f.name} touches the same lines as {', '.join(sorted(clash.names))}: not marked")
+            continue
+        kept.append(e)
+    return kept
+
+
+def _with_pass_else(e: Edit, seg: BlockSeg) -> Edit:
+    segs = tuple(BlockSeg(s.name, s.description, s.on, f"{e.indent}pass\n") if s is seg else s for s in e.segments)
+    return Edit(e.start, e.end, e.indent, segs, e.found)
+
+
+def _compiles(text: str, path: str) -> bool:
+    try:
+        compile(text, path, "exec", flags=0x400, dont_inherit=True)
+        return True
+    except SyntaxError:
+        return False
+
+
+def build(text: str, path: str, edits: list[Edit], ctx: Context) -> tuple[str, list[Edit]]:
+    """The annotated text and the edits it holds, every check passed."""
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"  # a block may follow the last line
+    edits = sorted(edits, key=lambda e: e.start)
+    for _ in range(len(edits) + 2):
+        if not edits:
+            return text, []
+        new, markers = apply(lines, edits)
+        try:
+            parsed = fb.parse(new, path)
+        except UserError as err:  # a bug of ours, never the user's: report, write nothing
+            for e in edits:
+                for f in e.found:
+                    ctx.skip(path, f.line, f"{f.name}: annotation would not parse ({err.message}); not marked")
+            return text, []
+        # A block without an else part that is alone in its suite would leave
+        # the suite empty when OFF: give it `pass` as its OFF part.
+        fixed = False
+        new_lines = new.splitlines(keepends=True)
+        for b in parsed.blocks:
+            if b.line in markers and b.off_part is None and fb._needs_pass(new_lines, b):  # noqa: SLF001
+                i, seg = markers[b.line]
+                edits[i] = _with_pass_else(edits[i], seg)
+                fixed = True
+        if fixed:
+            continue
+        ours = {seg.name for _, seg in markers.values()}
+        names = set(parsed.feature_names)
+        bad: set[str] = set()
+        for b in parsed.blocks:
+            if b.line in markers and not b.state:
+                bad.add(b.name)
+        if parsed.render(names) != new:
+            bad |= ours
+        for name in sorted(ours - bad):
+            if not _compiles(parsed.render(names - {name}), path):
+                bad.add(name)
+        if not bad and not _compiles(parsed.render(names - ours), path):
+            bad |= ours
+        if not bad:
+            return new, edits
+        remaining = []
+        for e in edits:
+            if e.names & bad:
+                culprit = ", ".join(sorted(e.names & bad))
+                for f in e.found:
+                    ctx.skip(path, f.line, f"{f.name}: not marked (the file would not compile, or not "
+                             f"round-trip, with {culprit} switched off)")
+            else:
+                remaining.append(e)
+        edits = remaining
+    return text, []  # pragma: no cover - each round removes an edit or returns
