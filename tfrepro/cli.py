@@ -142,3 +142,104 @@ def report(run_dir: Path | None, out: Path | None, fmt: str, no_rerun: bool, no_
         click.echo(f"localisation: {loc['headline']}")
     for name, what in doc["artifacts"].items():
         click.echo(f"  {name}: {what}")
+
+
+@main.command()
+@path_argument
+@click.option("--with", "with_", metavar="A,B,...", help="Run with exactly these features ON (all others OFF).")
+@click.option("--all", "all_", is_flag=True, help="Every feature ON (the failing configuration).")
+@click.option("--none", "none_", is_flag=True, help="Every feature OFF (the baseline).")
+@click.option("--steps", type=click.IntRange(min=1), help="Training steps, at most (default: [trial] steps).")
+@click.option("--repeats", type=click.IntRange(min=1), help="Independent runs (default: [trial] repeats).")
+@click.option("--no-cache", is_flag=True, help="Run even if the same trial is cached.")
+@click.option("--json", "as_json", is_flag=True, help="Print the trial summary as JSON.")
+def run(path: Path, with_: str | None, all_: bool, none_: bool, steps: int | None, repeats: int | None,
+        no_cache: bool, as_json: bool) -> None:
+    """Run one configuration of a project and measure it.
+
+    Without --with/--all/--none the features stay as the files have them.
+    Prints the loss at the first and last step, the first non-finite step,
+    non-finite weights, the median steady-state step time, a crash's last
+    traceback line or a timeout. --json prints the trial summary (with
+    --repeats K > 1: {"repeats": [summary, ...]}). Exit code 1 when a trial
+    crashed or timed out.
+    """
+    from dataclasses import replace
+
+    from tfrepro.bisect.trial import describe, run_trial, summary
+    from tfrepro.project import Project
+
+    if sum([with_ is not None, all_, none_]) > 1:
+        raise UserError("--with, --all and --none exclude each other", hint="give one of them")
+    project = Project.load(path)
+    if with_ is not None:
+        enabled = project.check_names(parse_names(with_))
+    elif all_:
+        enabled = frozenset(project.feature_names)
+    elif none_:
+        enabled = frozenset()
+    else:
+        states = project.states_in_files()
+        mixed = sorted(n for n, s in states.items() if s is None)
+        if mixed:
+            raise UserError(f"feature {mixed[0]!r} is ON in some blocks and OFF in others", path=project.root,
+                            hint="say which configuration to run: --with a,b, --all or --none")
+        enabled = frozenset(n for n, s in states.items() if s)
+    settings = project.manifest.trial
+    if steps is not None:
+        settings = replace(settings, steps=steps)
+    results = []
+    for i in range(repeats or project.manifest.repeats):
+        if not as_json:
+            click.echo(f"running {project.root.name} ({i + 1})...", err=True)
+        results.append(run_trial(project, enabled, replace(settings, repeat=i), use_cache=not no_cache))
+    if as_json:
+        out = summary(results[0]) if len(results) == 1 else {"repeats": [summary(r) for r in results]}
+        click.echo(json.dumps(out, indent=2))
+    else:
+        for i, r in enumerate(results):
+            if len(results) > 1:
+                click.echo(f"-- run {i + 1}")
+            click.echo("\n".join(describe(r)))
+    if any(r.crashed or r.timed_out for r in results):
+        sys.exit(1)
+
+
+@main.command("annotate")
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--write", is_flag=True, help="Edit the files in place (default: print a unified diff).")
+@click.option("--only", metavar="NAME,...",
+              help="Mark only these features: names (prefetch, jit_compile...) or kinds (callback, dataset, custom_layer).")
+def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None) -> None:
+    """Find the engineering features of existing training scripts and mark
+    them as feature blocks, every one ON, so that `tfrepro bisect` can switch
+    them. The annotated files run exactly as before.
+
+    Without --write, prints a unified diff and changes nothing. The summary
+    (features found, what was left alone and why) goes to stderr.
+    """
+    from tfrepro.annotate import annotate
+
+    names = parse_names(only)
+    result = annotate(files, only=names or None)
+    if write:
+        for p in result.write():
+            click.echo(f"wrote {p}")
+    else:
+        click.echo(result.diff(), nl=False)
+    for f in result.found:
+        click.echo(f"  {f.name:<28} {f.where}  {f.description}", err=True)
+        if f.note:
+            click.echo(f"  {'':<28} note: {f.note}", err=True)
+    for s in result.skipped:
+        click.echo(f"  left alone: {s.where}: {s.reason}", err=True)
+    for p in result.problems:
+        click.echo(f"  manifest: {p}", err=True)
+    unknown = [n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_")
+                                           for f in result.found)]
+    if unknown:
+        click.echo(f"  --only: nothing found for {', '.join(unknown)}", err=True)
+    n = len(result.feature_names)
+    verb = "marked" if write else "would mark"
+    click.echo(f"{verb} {n} feature{'s' if n != 1 else ''}" + ("" if write or not n else " (run again with --write)"),
+               err=True)

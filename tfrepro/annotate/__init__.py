@@ -156,10 +156,10 @@ def _expand(paths: Iterable[str | Path]) -> list[Path]:
             raise UserError("not a Python file", path=p, hint="annotate reads .py training scripts")
         else:
             out.append(p)
-    seen: dict[Path, None] = {}
+    seen: dict[Path, Path] = {}
     for p in out:
-        seen.setdefault(p.resolve(), None)
-    return list(seen)
+        seen.setdefault(p.resolve(), p)
+    return list(seen.values())
 
 
 def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) -> Annotation:
@@ -188,19 +188,19 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     layer_sources: dict[Path, str] = dict(texts)
     for d in {p.parent for p in files}:
         for q in sorted(d.glob("*.py")):
-            if q.resolve() not in layer_sources:
+            if q.resolve() not in {p.resolve() for p in layer_sources}:
                 try:
-                    layer_sources[q.resolve()] = q.read_text(encoding="utf-8")
+                    layer_sources[q] = q.read_text(encoding="utf-8")
                 except (OSError, UnicodeDecodeError):
                     continue
     ctx = Context(existing=frozenset(existing), only=frozenset(only) if only is not None else None)
     results = []
     for p in files:
         new, found, _ = annotate_text(texts[p], str(p), layer_sources=[(str(q), t) for q, t in layer_sources.items()
-                                                                        if q != p], ctx=ctx)
+                                                                        if q.resolve() != p.resolve()], ctx=ctx)
         results.append(FileResult(p, texts[p], new, found))
 
-    root = find_manifest_dir(Path(os.path.commonpath([str(p.parent) for p in files])))
+    root = find_manifest_dir(Path(os.path.commonpath([str(p.resolve().parent) for p in files])))
     mpath = root / MANIFEST
     original = mpath.read_text(encoding="utf-8") if mpath.is_file() else None
     affects = [f.name for r in results for f in r.found if f.affects_loss]
@@ -214,6 +214,10 @@ def _entry(results: list[FileResult], root: Path) -> str | None:
     """The script a trial should run: the one with a `__main__` guard, else the first."""
     for r in results:
         if "__name__" in r.original and "__main__" in r.original:
-            return r.path.relative_to(root).as_posix() if r.path.is_relative_to(root) else None
-    r = results[0]
-    return r.path.relative_to(root).as_posix() if r.path.is_relative_to(root) else None
+            return _rel(r.path, root)
+    return _rel(results[0].path, root)
+
+
+def _rel(path: Path, root: Path) -> str | None:
+    p = path.resolve()
+    return p.relative_to(root).as_posix() if p.is_relative_to(root) else None
