@@ -554,6 +554,10 @@ def activate(config_path: str) -> None:
     global S
     with open(config_path, encoding="utf-8") as f:
         S = _State(json.load(f))
+    if S.config.get("deterministic"):
+        import random
+
+        random.seed(int(S.config.get("seed", 0)))
     sys.excepthook = _excepthook(sys.excepthook)
     atexit.register(finish)
     sys.stdout = _StdoutTap(sys.stdout)

@@ -161,13 +161,13 @@ def command_for(settings: TrialSettings) -> list[str]:
 
 def child_env(settings: TrialSettings, config_path: Path, env: Mapping[str, str] | None) -> dict[str, str]:
     out = dict(os.environ)
-    out.pop(harness.CONFIG_ENV, None)
-    out["PYTHONPATH"] = os.pathsep.join([str(INJECT_DIR)] + ([out["PYTHONPATH"]] if out.get("PYTHONPATH") else []))
     out.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     out["PYTHONUNBUFFERED"] = "1"  # a killed trial still leaves its logs
     if settings.deterministic:
         out["PYTHONHASHSEED"] = str(settings.seed)
     out.update(env or {})
+    # The injection dir goes first, also before a PYTHONPATH the caller overrides.
+    out["PYTHONPATH"] = os.pathsep.join([str(INJECT_DIR)] + ([out["PYTHONPATH"]] if out.get("PYTHONPATH") else []))
     out[harness.CONFIG_ENV] = str(config_path)
     return out
 
@@ -288,3 +288,59 @@ def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
         except OSError:
             pass
         raise
+
+
+# -- presentation (`tfrepro run`) -------------------------------------------------
+
+
+def summary(result: TrialResult) -> dict[str, Any]:
+    """The trial summary printed by `tfrepro run --json`: every field of the
+    result plus the derived numbers a reader looks for first."""
+    d = result.to_dict()
+    d["first_loss"] = result.first_loss if result.losses and _finite(result.first_loss) else None
+    d["last_loss"] = result.last_loss if result.losses and _finite(result.last_loss) else None
+    d["nonfinite"] = result.nonfinite
+    return d
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and x == x and abs(x) != float("inf")
+
+
+def describe(result: TrialResult) -> list[str]:
+    """Human-readable lines for one trial."""
+    on = ", ".join(result.enabled) or "none"
+    head = f"features on: {on}"
+    if result.label:
+        head = f"{result.label}  {head}"
+    lines = [head + ("  (cached)" if result.cached else "")]
+    if result.timed_out:
+        lines.append(f"TIMEOUT: {result.error}")
+    elif result.crashed:
+        lines.append(f"CRASH: {result.error or 'exit code ' + str(result.exit_code)}")
+    if result.losses:
+        n = len(result.losses)
+        lines.append(f"{result.mode}: {n} step{'s' if n != 1 else ''}; loss at step 1: {_fmt(result.losses[0])}, "
+                     f"at step {n}: {_fmt(result.losses[-1])}")
+    elif not (result.crashed or result.timed_out):
+        lines.append("no training step seen (no Model.fit, no `step=N loss=X` line)")
+    if result.first_nonfinite_step is not None:
+        lines.append(f"first non-finite loss at step {result.first_nonfinite_step}")
+    if result.weights_finite is False:
+        lines.append("non-finite weights at the end: " + ", ".join(result.nonfinite_weights))
+    elif result.losses and result.first_nonfinite_step is None:
+        lines.append("loss finite at every step" + (", weights finite" if result.weights_finite else ""))
+    median = result.median_step_time()
+    if median is not None:
+        from tfrepro.bisect.results import WARMUP_STEPS
+
+        lines.append(f"median step time: {median * 1000:.3g} ms (steps {WARMUP_STEPS + 1}-{len(result.step_times)})")
+    elif result.step_times:
+        lines.append("median step time: too few steps past the warm-up")
+    if result.log_dir:
+        lines.append(f"logs: {result.log_dir}")
+    return lines
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}" if _finite(x) else str(x)
