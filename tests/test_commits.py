@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -189,13 +190,19 @@ def test_commits_without_the_project_are_skipped_and_bad_markers_run_as_written(
 def test_result_and_trial_log_land_in_the_run_dir(repo):
     shas = history(repo, 5, first_bad=3)
     result = bisect_commits(repo.root / "proj", shas[0], shas[4], trial=ScriptedTrial())
-    run_dir = repo.root / "proj" / result["run_dir"] if not result["run_dir"].startswith("/") \
-        else __import__("pathlib").Path(result["run_dir"])
+    run_dir = Path(result["run_dir"])
     assert json.loads((run_dir / "result.json").read_text()) == json.loads(json.dumps(result))
     log = [json.loads(x) for x in (run_dir / "trials.jsonl").read_text().splitlines()]
     assert len(log) == result["trials"]
     assert {e["sha"] for e in log} >= {shas[0], shas[4]}
     assert not list((repo.root / "proj" / ".tfrepro" / "checkouts").glob("*/*"))
+    # what the bug report needs: both commits' code, both trials' losses, the settings
+    assert (Path(result["first_bad_project"]) / "repro.py").read_text() == NAN_SRC
+    assert (Path(result["good_project"]) / "repro.py").read_text() == GOOD_SRC
+    assert result["failing"]["label"] == shas[3] and result["failing"]["first_nonfinite_step"] == 3
+    assert result["baseline"]["losses"] == [1.0, 0.9, 0.8, 0.7]
+    assert result["settings"]["entry"] == "repro.py"
+    assert result["project"] == str((repo.root / "proj").resolve())
 
 
 def test_bad_input_is_a_user_error(repo):

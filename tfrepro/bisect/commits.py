@@ -27,6 +27,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 import signal
@@ -110,15 +111,25 @@ class Tried:
         return d
 
 
+def _finite_or_none(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
 def _verdict_of(mark: Mark, target: Verdict) -> Verdict:
     return {Mark.BAD: target, Mark.GOOD: Verdict.OK, Mark.SKIP: Verdict.UNTESTABLE}[mark]
 
 
+def full_summary(r: TrialResult) -> dict[str, Any]:
+    """Every field of a trial plus the numbers a reader looks for first (the
+    result's `baseline` and `failing`; the report plots their losses)."""
+    return {**r.to_dict(), **trial_summary(r)}
+
+
 def trial_summary(r: TrialResult) -> dict[str, Any]:
-    """The few numbers a reader wants from one trial (the result's `baseline`)."""
+    """The few numbers a reader wants from one trial (one line of the trial log)."""
     return {
         "label": r.label, "mode": r.mode, "steps_run": r.steps_run,
-        "first_loss": r.first_loss, "last_loss": r.last_loss,
+        "first_loss": _finite_or_none(r.first_loss), "last_loss": _finite_or_none(r.last_loss),
         "first_nonfinite_step": r.first_nonfinite_step,
         "median_step_time": r.median_step_time(), "crashed": r.crashed,
         "timed_out": r.timed_out, "error": r.error, "cached": r.cached, "log_dir": r.log_dir,
@@ -205,6 +216,7 @@ class _Bisection:
         self.cached = 0
         self.noise = 0.0
         self.tried: list[Tried] = []
+        self.results: dict[str, TrialResult] = {}  # sha -> its first trial (repeat 0)
         self.log = (run_dir / "trials.jsonl").open("a", encoding="utf-8")
 
     # -- running -----------------------------------------------------------
@@ -228,6 +240,7 @@ class _Bisection:
             return project
         result = self.trial(project, replace(self.settings, repeat=repeat), commit.sha)
         self.trials += 1
+        self.results.setdefault(commit.sha, result)
         self.cached += bool(result.cached)
         entry = {"sha": commit.sha, "subject": commit.subject, "repeat": repeat, **trial_summary(result),
                  "key": result.key, "wall_s": result.wall_s}
@@ -311,15 +324,25 @@ def bisect_commits(
             out = _search(b, rng, symptom)
         finally:
             b.log.close()
+    failing = out.get("first_bad_commit") or rng.bad.sha
     result = {
         "status": out["status"], "symptom": out.get("symptom"), "culprits": [],
-        "baseline": out.get("baseline"), "trials": b.trials, "cached_trials": b.cached,
+        "baseline": out.get("baseline"),
+        "failing": full_summary(b.results[failing]) if failing in b.results else None,
+        "trials": b.trials, "cached_trials": b.cached,
         "wall_s": round(time.monotonic() - started, 3), "run_dir": str(run_dir),
         "first_bad_commit": out.get("first_bad_commit"), "commit": out.get("commit"),
         "candidates": out.get("candidates", []),
         "good": rng.good.to_dict(), "bad": rng.bad.to_dict(), "range_size": len(rng.commits),
         "tried": [t.to_dict() for t in b.tried],
+        "project": str(root), "settings": settings.to_dict(),
     }
+    if out.get("first_bad_commit"):
+        # The two commits' projects, kept for the bug report (small: one directory each).
+        for key, sha in (("good_project", rng.good.sha), ("first_bad_project", out["first_bad_commit"])):
+            dest = run_dir / "commits" / sha[:12]
+            gitcopy.materialize(rng.repo_root, sha, rng.relpath, dest)
+            result[key] = str(dest)
     if "message" in out:
         result["message"] = out["message"]
     (run_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
@@ -337,7 +360,7 @@ def _search(b: _Bisection, rng: gitcopy.CommitRange, symptom: Verdict | None) ->
         return {"status": "error", "symptom": symptom and symptom.value,
                 "message": f"the good end {short(good_c)} cannot be tried: {g}"}
     g_shows = b.shows(g, None)
-    baseline = trial_summary(g)
+    baseline = full_summary(g)
     bad_alone = (symptom is not None and symptom in g_shows) or bool(g_shows & _STOPPERS)
     if bad_alone:
         b.record(good_c, Mark.BAD, symptom if symptom in g_shows else _first_symptom(g_shows),
