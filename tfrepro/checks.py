@@ -1,0 +1,576 @@
+"""The sanity checks before blaming a feature: the judging (pure, no I/O).
+
+The probes (`tfrepro/bisect/probes.py`) record facts inside one trial; this
+module turns a `TrialResult` carrying them into a checklist of six items,
+each `pass` / `warn` / `fail` / `skip` with its evidence and the fix:
+
+1. environment     versions, devices, build; a GPU expected but absent warns
+2. input pipeline  the pipeline alone against the model's step
+3. first batches   shapes, dtypes, ranges, NaN/Inf, labels, normalisation
+4. initial loss    against chance, ln(C) for cross-entropy over C classes
+5. short run       the loss falls and stays finite, weights stay finite
+6. parameters      trainable and not (against `expect_params` if given)
+
+Invariants:
+- A check without the data it needs says `skip` with the reason (a probe
+  that could not apply, a trial that ended early); it never passes by default.
+- Checks 4 and 5 are judged only on sound data: when check 3 flags the
+  batches, a non-passing 4 or 5 becomes `skip` ("fix the data first") and
+  keeps its evidence, so one planted defect is flagged by one check and the
+  checklist points at the cause, not at its consequences.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from enum import Enum
+from typing import Any, Sequence
+
+from tfrepro.bisect.results import TrialResult
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class CheckItem:
+    number: int
+    key: str
+    title: str
+    status: Status
+    summary: str
+    evidence: tuple[str, ...] = ()
+    fix: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"number": self.number, "key": self.key, "title": self.title, "status": self.status.value,
+                "summary": self.summary, "evidence": list(self.evidence), "fix": self.fix}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CheckItem":
+        return cls(number=int(d["number"]), key=d["key"], title=d["title"], status=Status(d["status"]),
+                   summary=d["summary"], evidence=tuple(d.get("evidence") or ()), fix=d.get("fix"))
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    items: tuple[CheckItem, ...]
+    project: str = ""
+    enabled: tuple[str, ...] = ()
+    trial: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def status(self) -> Status:
+        """The worst status: fail > warn > pass (skips do not count)."""
+        statuses = {i.status for i in self.items}
+        for s in (Status.FAIL, Status.WARN):
+            if s in statuses:
+                return s
+        return Status.PASS
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not Status.FAIL
+
+    def item(self, key: str) -> CheckItem:
+        for i in self.items:
+            if i.key == key:
+                return i
+        raise KeyError(key)
+
+    def flagged(self) -> list[str]:
+        """Keys of the checks that warn or fail."""
+        return [i.key for i in self.items if i.status in (Status.WARN, Status.FAIL)]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status.value, "project": self.project, "enabled": list(self.enabled),
+                "trial": dict(self.trial), "checks": [i.to_dict() for i in self.items]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CheckReport":
+        return cls(items=tuple(CheckItem.from_dict(i) for i in d.get("checks", ())), project=d.get("project", ""),
+                   enabled=tuple(d.get("enabled", ())), trial=dict(d.get("trial") or {}))
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """Thresholds, stated in the evidence wherever they decide."""
+
+    expect_params: int | None = None  # total parameters the author expects
+    chance_tolerance: float = 0.25  # relative, around ln(C)
+    input_scale: float = 10.0  # |mean| or std above this: far from normalised
+    fall_fraction: float = 0.02  # last steps' mean at least this much below the first's
+    input_bound_step_share: float = 0.5  # pipeline >= this share of the trial's step
+
+
+KEYS = ("environment", "input_pipeline", "first_batches", "initial_loss", "short_run", "parameters")
+TITLES = {"environment": "environment", "input_pipeline": "input pipeline", "first_batches": "first batches",
+          "initial_loss": "initial loss", "short_run": "short run", "parameters": "parameters"}
+_CLASSIFICATION = ("sparse", "categorical", "binary")
+
+
+def _item(key: str, status: Status, summary: str, evidence: Sequence[str] = (), fix: str | None = None) -> CheckItem:
+    return CheckItem(KEYS.index(key) + 1, key, TITLES[key], status, summary, tuple(evidence), fix)
+
+
+def _g(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "?"
+    return f"{x:.4g}{unit}"
+
+
+def _ms(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds * 1000:.3g} ms"
+
+
+def _missing(result: TrialResult, what: str) -> str:
+    """Why a probe's record is absent, as precisely as the trial tells."""
+    errors = result.extra.get("check.errors") or []
+    for e in errors:
+        if e.split(":", 1)[0].strip() in _ERROR_SOURCES.get(what, ()):
+            return f"the probe failed: {e}"
+    if result.timed_out:
+        return "the trial timed out before the probes could record it"
+    if result.crashed and result.steps_run == 0:
+        return f"the run crashed before training: {result.error}"
+    if "check.env" not in result.extra and not result.extra.get("harness_errors"):
+        return "no probe data: the trial ran without the probes (or never imported TensorFlow)"
+    return "the probe recorded nothing for it"
+
+
+_ERROR_SOURCES = {
+    "batches": ("fit data", "dataset peek", "fit probe"),
+    "timing": ("timing", "end probe"),
+    "model": ("model", "model (fit)", "end probe"),
+    "env": ("environment", "end probe"),
+    "loss": ("compiled loss", "loss probe"),
+}
+
+
+# -- 1. environment -----------------------------------------------------------------
+
+
+def check_environment(result: TrialResult) -> CheckItem:
+    env = result.extra.get("check.env")
+    if not env:
+        return _item("environment", Status.SKIP, _missing(result, "env"))
+    if not env.get("tensorflow"):
+        return _item("environment", Status.SKIP, "the trial never imported TensorFlow",
+                     [f"Python {env.get('python')} on {env.get('platform')}"])
+    keras = env.get("keras") or env.get("tf_keras")
+    versions = f"TensorFlow {env['tensorflow']}, Keras {keras or '?'}, Python {env.get('python')}"
+    devices = env.get("physical_devices") or {}
+    gpus = int(devices.get("GPU", 0))
+    dev_text = ", ".join(f"{n} {kind}" for kind, n in sorted(devices.items())) or "none"
+    build = env.get("build") or {}
+    evidence = [f"physical devices: {dev_text}"]
+    if env.get("gpu_names"):
+        evidence.append("GPUs: " + ", ".join(env["gpu_names"]))
+    logical = env.get("logical_devices")
+    if logical and logical != devices:
+        evidence.append("logical devices: " + ", ".join(f"{n} {k}" for k, n in sorted(logical.items())))
+    if build:
+        cuda = "CUDA build" if build.get("is_cuda_build") else ("ROCm build" if build.get("is_rocm_build") else "CPU-only build")
+        extra = ", ".join(f"{k} {build[k]}" for k in ("cuda_version", "cudnn_version") if build.get(k))
+        evidence.append(f"build: {cuda}" + (f" ({extra})" if extra else ""))
+    evidence.append(f"platform: {env.get('platform')}")
+    tf_env = env.get("tf_env") or {}
+    if tf_env:
+        evidence.append("environment: " + ", ".join(f"{k}={v}" for k, v in sorted(tf_env.items())))
+    if env.get("gpu_expected") and gpus == 0:
+        if build and not build.get("is_cuda_build") and not build.get("is_rocm_build"):
+            fix = "this TensorFlow is a CPU-only build: install the GPU one (`pip install 'tensorflow[and-cuda]'`)"
+        else:
+            fix = ("check the driver (`nvidia-smi`), CUDA_VISIBLE_DEVICES, and TensorFlow's start-up log "
+                   "for 'Could not load dynamic library' / 'Cannot dlopen'")
+        return _item("environment", Status.WARN,
+                     f"{versions}; a GPU is expected ({env.get('gpu_expected_why')}) but TensorFlow sees none",
+                     evidence, fix)
+    gpu_text = f"{gpus} GPU" if gpus else "no GPU (none expected)"
+    return _item("environment", Status.PASS, f"{versions}; {gpu_text}", evidence)
+
+
+# -- 2. input pipeline ----------------------------------------------------------------
+
+
+def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
+    skips = result.extra.get("check.skips") or {}
+    timing = result.extra.get("check.timing")
+    if "timing" in skips:
+        return _item("input_pipeline", Status.SKIP, skips["timing"])
+    if not timing:
+        return _item("input_pipeline", Status.SKIP, _missing(result, "timing"))
+    if timing.get("pipeline_error"):
+        return _item("input_pipeline", Status.SKIP, f"the pipeline could not be timed: {timing['pipeline_error']}")
+    pipe = timing.get("pipeline_s")
+    compute = timing.get("compute_s")
+    step = result.median_step_time()
+    if pipe is None:
+        return _item("input_pipeline", Status.SKIP, "the pipeline could not be timed")
+    evidence = [f"input pipeline alone: {_ms(pipe)} per batch ({timing.get('pipeline_batches', '?')} batches; "
+                f"{timing.get('pipeline_method', '')})"]
+    if compute is not None:
+        evidence.append(f"model alone: {_ms(compute)} per step ({timing.get('compute_method', '')})")
+    elif timing.get("compute_error"):
+        evidence.append(f"model alone: not measured ({timing['compute_error']})")
+    if step is not None:
+        evidence.append(f"trial: {_ms(step)} median step (warm-up excluded)")
+    # The data starves the model when it takes longer than the model's own
+    # work AND a real share of the step (tiny models on a busy CPU make the
+    # first comparison alone noisy).
+    slower_than_model = compute is None or pipe > compute
+    share_of_step = step is None or pipe >= options.input_bound_step_share * step
+    reference = compute if compute is not None else step
+    if reference is None:
+        return _item("input_pipeline", Status.SKIP, "no step time to compare with (no model, no training step)",
+                     evidence)
+    if slower_than_model and share_of_step:
+        summary = (f"input-bound: the pipeline alone needs {_ms(pipe)} per batch, "
+                   f"the model {_ms(reference)} per step" + (f" (trial step {_ms(step)})" if step else ""))
+        fix = ("fix the data layer first: `ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`, "
+               "`ds.cache()` after the expensive deterministic work (before random augmentation), "
+               "`ds.prefetch(tf.data.AUTOTUNE)` last; move slow Python (`tf.py_function`) out of `map` or offline")
+        return _item("input_pipeline", Status.WARN, summary, evidence, fix)
+    ratio = pipe / reference if reference else 0.0
+    return _item("input_pipeline", Status.PASS,
+                 f"not input-bound: pipeline {_ms(pipe)} per batch, model {_ms(reference)} per step "
+                 f"({ratio:.0%})", evidence)
+
+
+# -- 3. first batches ----------------------------------------------------------------
+
+
+def num_classes(loss: dict | None, model: dict | None) -> tuple[int | None, str]:
+    """(C, "") for a classification loss, else (None, why not)."""
+    if not loss:
+        return None, "the loss was not seen (no compiled loss, no Keras loss or cross-entropy call)"
+    kind = loss.get("kind")
+    if kind not in _CLASSIFICATION:
+        return None, f"the loss {loss.get('name')} is not a classification loss"
+    width = (model or {}).get("output_width")
+    if kind == "binary":
+        return 2, ""
+    if width is None:
+        return None, "the model's output width is unknown"
+    if width < 2:
+        return None, f"{loss.get('name')} over {width} output unit(s) is not a C-way classification"
+    return int(width), ""
+
+
+def _describe(t: dict) -> str:
+    shape = "(" + ", ".join(str(s) for s in t.get("shape", [])) + ("," if len(t.get("shape", [])) == 1 else "") + ")"
+    text = f"{shape} {t.get('dtype')}"
+    if "min" in t:
+        text += f" in [{_g(t['min'])}, {_g(t['max'])}], mean {_g(t['mean'])}, std {_g(t['std'])}"
+    bad = [f"{t[k]} {label}" for k, label in (("nan", "NaN"), ("inf", "Inf")) if t.get(k)]
+    if bad:
+        text += ", " + " and ".join(bad)
+    if t.get("note"):
+        text += f" ({t['note']})"
+    return text
+
+
+def _label_problems(t: dict, kind: str, c: int) -> list[str]:
+    """Problems of one label tensor for a classification loss over c classes."""
+    problems = []
+    name = t.get("name") or "labels"
+    if t.get("nan") or t.get("inf"):
+        problems.append(f"{name}: {t.get('nan', 0)} NaN and {t.get('inf', 0)} Inf")
+    if "min" not in t:
+        return problems
+    shape = t.get("shape") or []
+    one_hot = kind == "categorical" and len(shape) >= 2 and shape[-1] == c
+    if kind == "binary" or one_hot:
+        if t["min"] < 0 or t["max"] > 1:
+            problems.append(f"{name}: values in [{_g(t['min'])}, {_g(t['max'])}], outside [0, 1]")
+        if one_hot and "row_sum_min" in t and (t["row_sum_min"] < 0.99 or t["row_sum_max"] > 1.01):
+            problems.append(f"{name}: one-hot rows summing to {_g(t['row_sum_min'])}..{_g(t['row_sum_max'])}, "
+                            f"not 1 (rows of zeros come from class ids outside [0, {c}) in `tf.one_hot`)")
+        return problems
+    if not t.get("integral", False):
+        problems.append(f"{name}: fractional values (e.g. {_g(t['min'])}..{_g(t['max'])}) where class ids are expected")
+    if t["min"] < 0 or t["max"] >= c:
+        problems.append(f"{name}: class ids in [{_g(t['min'])}, {_g(t['max'])}], outside [0, {c}) "
+                        f"for a {c}-way output")
+    return problems
+
+
+def _input_scale_problem(t: dict, limit: float, what: str) -> str | None:
+    if t.get("kind") != "float" or "mean" not in t or t.get("size", 0) < 2:
+        return None
+    if abs(t["mean"]) > limit or t["std"] > limit:
+        return (f"{what} far from normalised: mean {_g(t['mean'])}, std {_g(t['std'])}, range "
+                f"[{_g(t['min'])}, {_g(t['max'])}] (|mean| or std above {_g(limit)})")
+    if t["std"] == 0 and t["max"] == 0:
+        return f"{what}: every value is 0"
+    return None
+
+
+def check_first_batches(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
+    skips = result.extra.get("check.skips") or {}
+    data = result.extra.get("check.batches")
+    if "batches" in skips and not data:
+        return _item("first_batches", Status.SKIP, skips["batches"])
+    if not data or not data.get("batches"):
+        return _item("first_batches", Status.SKIP, _missing(result, "batches"))
+    loss = result.extra.get("check.loss")
+    model = result.extra.get("check.model")
+    c, why_no_classes = num_classes(loss, model)
+    fails: list[str] = []
+    warns: list[str] = []
+    evidence: list[str] = [f"seen at: {data.get('source')}"]
+    for b, batch in enumerate(data["batches"][:2], start=1):
+        for role in ("inputs", "labels"):
+            for t in batch.get(role) or []:
+                evidence.append(f"batch {b} {t.get('name') or role}: {_describe(t)}")
+                if role == "inputs" and (t.get("nan") or t.get("inf")):
+                    fails.append(f"batch {b} {t.get('name')}: {t.get('nan', 0)} NaN and {t.get('inf', 0)} Inf "
+                                 f"among {t.get('size')} values")
+        labels = batch.get("labels") or []
+        if c is not None and len(labels) == 1:
+            fails.extend(f"batch {b} {p}" for p in _label_problems(labels[0], loss["kind"], c))
+    first_input = (model or {}).get("first_layer_input")
+    if first_input and first_input.get("normalised_by"):
+        evidence.append(f"inputs normalised in the model by {first_input['layer']} ({first_input['normalised_by']})")
+    elif first_input and first_input.get("stats"):
+        via = ", ".join(first_input.get("via") or [])
+        t = first_input["stats"]
+        evidence.append(f"the first weighted layer {first_input['layer']} receives (after {via}): {_describe(t)}")
+        p = _input_scale_problem(t, options.input_scale, f"what {first_input['layer']} receives")
+        if p:
+            warns.append(p)
+    else:
+        first = data["batches"][0].get("inputs") or []
+        for t in first:
+            p = _input_scale_problem(t, options.input_scale, f"batch 1 {t.get('name')}")
+            if p:
+                warns.append(p)
+    if c is None:
+        evidence.append(f"labels not judged: {why_no_classes}")
+    else:
+        evidence.append(f"labels judged for {loss.get('name')} over {c} classes")
+    fixes = []
+    text = " ".join(fails + warns)
+    if "NaN" in text or "Inf" in text:
+        fixes.append("find where the NaN/Inf come from (missing values, log(0), a division): drop or impute them "
+                     "in the data layer (`tf.where(tf.math.is_nan(x), 0.0, x)`); "
+                     "`tf.debugging.check_numerics` in a `map` finds the first one")
+    if "class ids" in text or "one-hot rows" in text or "outside [0, 1]" in text:
+        fixes.append(f"labels must be class ids in [0, C): shift 1-based ids (`y - 1`), or give the output layer "
+                     f"one unit per class (C = largest id + 1)")
+    if "normalised" in text or "every value is 0" in text:
+        fixes.append("standardise the inputs: a `keras.layers.Normalization()` adapted on the training data as "
+                     "the model's first layer, or `x / 255.0` / `(x - mean) / std` in the pipeline")
+    fix = "; ".join(fixes) or None
+    if fails:
+        return _item("first_batches", Status.FAIL, "; ".join(fails + warns), evidence, fix)
+    if warns:
+        return _item("first_batches", Status.WARN, "; ".join(warns), evidence, fix)
+    shapes = ", ".join(f"{t.get('name')} {_describe(t).split(' in [')[0]}"
+                       for role in ("inputs", "labels") for t in data["batches"][0].get(role) or [])
+    return _item("first_batches", Status.PASS, f"{len(data['batches'])} batch(es) look right: {shapes}", evidence)
+
+
+# -- 4. initial loss ----------------------------------------------------------------
+
+
+def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
+    loss = result.extra.get("check.loss")
+    model = result.extra.get("check.model")
+    c, why = num_classes(loss, model)
+    if c is None:
+        return _item("initial_loss", Status.SKIP, f"chance level unknown: {why}")
+    if not result.losses:
+        reason = f"the run crashed before step 1: {result.error}" if result.crashed else "no training step finished"
+        return _item("initial_loss", Status.SKIP, reason)
+    first = result.losses[0]
+    chance = math.log(c)
+    tol = options.chance_tolerance * chance
+    expect = f"chance ln({c}) = {chance:.3f} ± {options.chance_tolerance:.0%} ({chance - tol:.3f}..{chance + tol:.3f})"
+    evidence = [f"step 1 loss: {_g(first)}", f"expected at initialisation: {expect}",
+                f"loss: {loss.get('name')} (from_logits={loss.get('from_logits')}, seen at {loss.get('source')})"]
+    act = (model or {}).get("last_activation")
+    if act:
+        evidence.append(f"last layer activation: {act}")
+    if not math.isfinite(first):
+        return _item("initial_loss", Status.FAIL, f"the first loss is {first}", evidence,
+                     "look at the inputs (check 3) and for log(0) / division in the loss")
+    if abs(first - chance) > tol:
+        if first > chance:
+            summary = f"initial loss {_g(first)} is far above chance {chance:.3f}: confidently wrong at initialisation"
+            fix = ("normalise the inputs, check the initialisation scale, and that softmax is applied exactly once "
+                   "(logits + from_logits=True, or softmax + from_logits=False)")
+        else:
+            summary = f"initial loss {_g(first)} is far below chance {chance:.3f}"
+            fix = "the labels may leak into the inputs, or the loss is not averaged per sample"
+        return _item("initial_loss", Status.FAIL, summary, evidence, fix)
+    mismatch = _logits_mismatch(loss, act)
+    if mismatch:
+        return _item("initial_loss", Status.WARN, mismatch[0], evidence, mismatch[1])
+    return _item("initial_loss", Status.PASS, f"initial loss {_g(first)} ≈ {expect}", evidence)
+
+
+def _logits_mismatch(loss: dict, act: str | None) -> tuple[str, str] | None:
+    if act is None or loss.get("from_logits") is None:
+        return None
+    squash = "sigmoid" if loss.get("kind") == "binary" else "softmax"
+    if loss["from_logits"] and act == squash:
+        return (f"the last layer applies {squash} and the loss from_logits=True applies it again",
+                f"drop the {squash} from the last layer, or pass from_logits=False")
+    if not loss["from_logits"] and act == "linear":
+        return ("the last layer outputs logits (linear) but the loss expects probabilities (from_logits=False)",
+                "pass from_logits=True to the loss")
+    return None
+
+
+# -- 5. short run --------------------------------------------------------------------
+
+
+def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
+    n = len(result.losses)
+    evidence = [f"{n} step(s), mode {result.mode}"]
+    if result.timed_out:
+        return _item("short_run", Status.FAIL, f"the run timed out after {n} step(s)", evidence,
+                     "raise [trial] timeout_s, or look for a hang in the input pipeline")
+    if result.first_nonfinite_step is not None:
+        return _item("short_run", Status.FAIL,
+                     f"the loss became {result.losses[result.first_nonfinite_step - 1]} at step "
+                     f"{result.first_nonfinite_step}", evidence + _loss_head(result.losses),
+                     "lower the learning rate, look at the inputs (check 3), clip gradients; "
+                     "`tf.debugging.enable_check_numerics()` names the first op")
+    if result.weights_finite is False:
+        names = ", ".join(result.nonfinite_weights[:4]) + (" ..." if len(result.nonfinite_weights) > 4 else "")
+        return _item("short_run", Status.FAIL, f"weights hold NaN/Inf after {n} step(s): {names}",
+                     evidence + _loss_head(result.losses),
+                     "a ReLU turns NaN into 0 and hides it from the loss: look at the inputs (check 3) and "
+                     "the learning rate")
+    if result.crashed:
+        return _item("short_run", Status.FAIL, f"the run crashed after {n} step(s): {result.error}", evidence,
+                     "fix the error above (the trial's log is in .tfrepro/)")
+    if n < 4:
+        return _item("short_run", Status.SKIP, f"only {n} training step(s) ran; 4 are needed to see a trend",
+                     evidence)
+    w = max(2, n // 5)
+    head = sum(result.losses[:w]) / w
+    tail = sum(result.losses[-w:]) / w
+    evidence.append(f"mean of the first {w} steps: {_g(head)}; of the last {w}: {_g(tail)}")
+    if tail < head - options.fall_fraction * abs(head):
+        return _item("short_run", Status.PASS,
+                     f"the loss falls ({_g(head)} → {_g(tail)} over {n} steps) and stays finite", evidence)
+    return _item("short_run", Status.FAIL, f"the loss does not fall ({_g(head)} → {_g(tail)} over {n} steps)",
+                 evidence, "check the learning rate, that the optimizer updates model.trainable_variables, "
+                           "that custom loops pass training=True, and the labels (check 3)")
+
+
+def _loss_head(losses: Sequence[float], k: int = 5) -> list[str]:
+    return ["losses: " + ", ".join(_g(x) for x in losses[:k]) + (" ..." if len(losses) > k else "")]
+
+
+# -- 6. parameters ----------------------------------------------------------------------
+
+
+def check_parameters(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
+    skips = result.extra.get("check.skips") or {}
+    model = result.extra.get("check.model")
+    if not model:
+        return _item("parameters", Status.SKIP, skips.get("model") or _missing(result, "model"))
+    if model.get("trainable") is None:
+        return _item("parameters", Status.SKIP, f"the parameters of model {model.get('name')} could not be counted")
+    tr, nt = int(model["trainable"]), int(model.get("non_trainable") or 0)
+    total = tr + nt
+    summary = f"{total:,} parameters: {tr:,} trainable, {nt:,} non-trainable (model {model.get('name')!r})"
+    evidence = [f"model {model.get('name')!r} ({model.get('class')}), output width {model.get('output_width')}"]
+    if options.expect_params is not None:
+        evidence.append(f"expected: {options.expect_params:,} in total")
+        if total != options.expect_params:
+            return _item("parameters", Status.FAIL,
+                         f"{summary}; expected {options.expect_params:,}", evidence,
+                         "compare `model.summary()` with the architecture you meant (layer widths, a frozen "
+                         "or missing block, a model built on the wrong input shape)")
+    if total == 0:
+        return _item("parameters", Status.WARN, f"model {model.get('name')!r} has no parameters (never built?)",
+                     evidence, "build the model (keras.Input or a first call) before training")
+    if tr == 0:
+        return _item("parameters", Status.WARN, f"{summary}: nothing can train", evidence,
+                     "set `trainable = True` on the layers meant to learn")
+    return _item("parameters", Status.PASS, summary, evidence)
+
+
+# -- the checklist ----------------------------------------------------------------------
+
+
+def judge(result: TrialResult, options: CheckOptions = CheckOptions(), *, project: str = "") -> CheckReport:
+    """The six checks for one probed trial, with the data-first rule applied."""
+    items = [
+        check_environment(result),
+        check_input_pipeline(result, options),
+        check_first_batches(result, options),
+        check_initial_loss(result, options),
+        check_short_run(result, options),
+        check_parameters(result, options),
+    ]
+    items = _data_first(items)
+    trial = {"mode": result.mode, "steps_run": result.steps_run, "crashed": result.crashed, "error": result.error,
+             "timed_out": result.timed_out, "wall_s": result.wall_s, "log_dir": result.log_dir,
+             "first_loss": result.first_loss if result.losses and math.isfinite(result.losses[0]) else None,
+             "probe_errors": list(result.extra.get("check.errors") or [])
+             + list(result.extra.get("harness_errors") or [])}
+    return CheckReport(tuple(items), project=project, enabled=tuple(result.enabled), trial=trial)
+
+
+def _data_first(items: list[CheckItem]) -> list[CheckItem]:
+    batches = next(i for i in items if i.key == "first_batches")
+    if batches.status not in (Status.FAIL, Status.WARN):
+        return items
+    out = []
+    for i in items:
+        if i.key in ("initial_loss", "short_run") and i.status in (Status.FAIL, Status.WARN):
+            i = replace(i, status=Status.SKIP,
+                        summary=f"not judged: the first batches are flagged (check {batches.number}); "
+                                f"observed: {i.summary}",
+                        fix=f"fix check {batches.number} first, then run `tfrepro check` again")
+        out.append(i)
+    return out
+
+
+_MARK = {Status.PASS: "pass", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "skip"}
+
+
+def format_report(report: CheckReport, *, color: bool = False, verbose: bool = False) -> str:
+    """The checklist as text: one line per check; the evidence of the checks
+    that did not pass (of all with `verbose`) and the fix indented below."""
+    import click  # only for styling; the text is the same without colour
+
+    styles = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "red", Status.SKIP: None}
+    what = "baseline (every feature off)" if not report.enabled else "with " + ", ".join(report.enabled)
+    lines = [f"tfrepro check: {report.project}  [{what}]"]
+    t = report.trial
+    if t:
+        lines.append(f"one probed trial: {t.get('mode')}, {t.get('steps_run')} step(s), {t.get('wall_s', 0):.1f} s")
+    lines.append("")
+    width = max(len(i.title) for i in report.items) if report.items else 0
+    for i in report.items:
+        mark = _MARK[i.status]
+        if color and styles[i.status]:
+            mark = click.style(mark, fg=styles[i.status], bold=i.status is not Status.PASS)
+        lines.append(f"{i.number}. {i.title:<{width}}  {mark}  {i.summary}")
+        pad = " " * (width + 11)
+        if verbose or i.status is not Status.PASS:
+            for e in i.evidence:
+                lines.append(f"{pad}{e}")
+        if i.fix:
+            lines.append(f"{pad}fix: {i.fix}")
+    errors = t.get("probe_errors") if t else None
+    if errors:
+        lines.append("")
+        lines.append("probe errors: " + "; ".join(errors))
+    lines.append("")
+    counts = {s: sum(1 for i in report.items if i.status is s) for s in Status}
+    lines.append(f"{counts[Status.PASS]} pass, {counts[Status.WARN]} warn, {counts[Status.FAIL]} fail, "
+                 f"{counts[Status.SKIP]} skipped")
+    return "\n".join(lines)
