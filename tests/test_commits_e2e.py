@@ -156,3 +156,32 @@ def test_sigterm_stops_the_bisect_and_cleans_up_at_once(repo):
     assert "KeyboardInterrupt" in err
     assert list((proj / ".tfrepro" / "checkouts").iterdir()) == []
     assert repo.snapshot(*USER_FILES) == before
+
+
+@pytest.mark.e2e
+def test_cli_entry_prints_one_json_object_and_exit_codes(repo):
+    from tfrepro.bisect.commits import run_from_cli
+    from tfrepro.errors import UserError
+
+    shas = build(repo, sleep=0)
+    out: list[tuple[str, bool]] = []
+
+    def echo(text: str = "", err: bool = False) -> None:
+        out.append((text, err))
+
+    proj = repo.root / "proj"
+    assert run_from_cli(proj, shas[0], "main", as_json=True, echo=echo) == 0
+    assert [err for _, err in out] == [False]
+    doc = json.loads(out[0][0])
+    assert doc["first_bad_commit"] == shas[FIRST_BAD] and doc["culprits"] == []
+
+    out.clear()
+    assert run_from_cli(proj, shas[0], shas[5], symptom="nan", echo=echo) == 1
+    text = "\n".join(t for t, _ in out)
+    assert f"the bad end {shas[5][:12]} (commit 5) does not show nan" in text
+    assert "bisecting 6 commits" in text
+
+    with pytest.raises(UserError, match="needs both --good REV and --bad REV"):
+        run_from_cli(proj, shas[0], None, echo=echo)
+    with pytest.raises(UserError, match="unknown symptom 'oops'"):
+        run_from_cli(proj, shas[0], "main", symptom="oops", echo=echo)
