@@ -1,0 +1,191 @@
+"""`tfrepro new`: a baseline repro project from a template, committed in git.
+
+Everything a user can get wrong is checked before anything is written: the
+destination, the template name, every `--data` key and value (copier's own
+validators run on the answers too). The project is rendered into a temporary
+directory next to the destination and moved into place only once it is
+complete and committed, so a failure leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfrepro.errors import TfreproError, UserError
+from tfrepro.scaffold.templates import TemplateRepo, check_template, ensure_template_repo
+
+DEFAULT_TEMPLATE = "image"
+ANSWERS_FILE = ".copier-answers.yml"
+
+
+@dataclass(frozen=True)
+class NewProject:
+    path: Path
+    template: str
+    version: str
+    commit: str  # the baseline commit in the new project's git repository
+    answers: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        return tuple(self.answers.get("features") or ())
+
+
+def parse_data_items(items: Iterable[str]) -> dict[str, str]:
+    """`["batch_size=64", "features=prefetch,cache"]` -> {"batch_size": "64", ...}."""
+    data: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UserError(f"bad --data item {item!r}", hint="write KEY=VALUE, e.g. --data batch_size=64")
+        data[key] = value.strip()
+    return data
+
+
+def questions(repo: TemplateRepo) -> dict[str, dict[str, Any]]:
+    """The template's questions (name -> spec), as copier reads copier.yml."""
+    from copier._template import load_template_config
+
+    config = load_template_config(repo.path / "copier.yml")
+    return {k: (v if isinstance(v, dict) else {"default": v}) for k, v in config.items() if not k.startswith("_")}
+
+
+def _choice_values(spec: Mapping[str, Any]) -> list[Any] | None:
+    choices = spec.get("choices")
+    if choices is None:
+        return None
+    if isinstance(choices, dict):
+        return list(choices.values())
+    return [c[1] if isinstance(c, (list, tuple)) and len(c) == 2 else c for c in choices]
+
+
+def validate_data(data: Mapping[str, Any], specs: Mapping[str, Mapping[str, Any]], template: str) -> dict[str, Any]:
+    """Answers given on the command line -> values copier accepts, or a
+    UserError naming the key and what it accepts. Types and ranges are left
+    to copier's validators (they know the dependencies between answers)."""
+    out: dict[str, Any] = {}
+    askable = {k: s for k, s in specs.items() if s.get("when") is not False}
+    for key, value in data.items():
+        if key not in askable:
+            raise UserError(
+                f"template {template!r} has no question {key!r}",
+                hint="questions: " + ", ".join(askable),
+            )
+        spec = askable[key]
+        choices = _choice_values(spec)
+        if spec.get("multiselect"):
+            items = value if isinstance(value, list) else [x.strip() for x in str(value).split(",") if x.strip()]
+            unknown = [x for x in items if choices is not None and x not in choices]
+            if unknown:
+                raise UserError(
+                    f"unknown {key}: {', '.join(unknown)}",
+                    hint=f"choose among: {', '.join(map(str, choices or []))} (comma-separated; empty for none)",
+                )
+            out[key] = items
+        else:
+            if choices is not None and value not in choices and str(value) not in map(str, choices):
+                raise UserError(
+                    f"{key}={value!r} is not one of the choices",
+                    hint=f"choose among: {', '.join(map(str, choices))}",
+                )
+            out[key] = value
+    return out
+
+
+def check_destination(dest: Path) -> None:
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise UserError(
+            "destination is not empty" if dest.is_dir() else "destination exists and is not a directory",
+            path=dest,
+            hint="give a new (or empty) directory: tfrepro never writes over existing files",
+        )
+
+
+def new_project(
+    dest: str | Path,
+    *,
+    template: str = DEFAULT_TEMPLATE,
+    data: Mapping[str, Any] | None = None,
+    defaults: bool = True,
+    source: str | Path | None = None,
+    cache: str | Path | None = None,
+) -> NewProject:
+    """Render `template` into `dest`, initialise git there and commit the
+    baseline. `defaults=False` asks the unanswered questions on the terminal."""
+    import copier
+    from copier.errors import CopierError, UserMessageError
+
+    dest = Path(dest).expanduser().absolute()
+    check_destination(dest)
+    check_template(template, source)
+    repo = ensure_template_repo(template, source=source, cache=cache)
+    answers_in = validate_data(data or {}, questions(repo), template)
+
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tfrepro-new-", dir=dest.parent))
+    try:
+        out = staging / dest.name
+        try:
+            worker = copier.run_copy(
+                str(repo.path),
+                out,
+                data=answers_in,
+                vcs_ref=repo.tag,
+                defaults=defaults,
+                quiet=True,
+                cleanup_on_error=True,
+            )
+        except (ValueError, TypeError, UserMessageError) as e:
+            raise UserError(_copier_message(e), hint="see the template's questions with tfrepro new --help") from None
+        except KeyboardInterrupt:
+            raise TfreproError("interrupted: nothing was written") from None
+        except CopierError as e:
+            raise TfreproError(f"copier failed: {e}") from e
+        answers = {k: v for k, v in worker.answers.combined.items() if not str(k).startswith("_")}
+        commit = _commit_baseline(out, f"tfrepro new: baseline from template {template} {repo.tag}")
+        check_destination(dest)  # nobody wrote there meanwhile
+        if dest.exists():
+            dest.rmdir()
+        out.rename(dest)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    recorded = _read_answers(dest)
+    return NewProject(
+        path=dest,
+        template=template,
+        version=str(recorded.get("_commit", repo.tag)),
+        commit=commit,
+        answers={k: v for k, v in recorded.items() if not k.startswith("_")} or answers,
+    )
+
+
+def _copier_message(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.replace("Validation error for question ", "invalid answer to ")
+
+
+def _commit_baseline(path: Path, message: str) -> str:
+    import git
+
+    repo = git.Repo.init(path)
+    repo.git.add("--all", ".")
+    try:
+        commit = repo.index.commit(message)
+    except ValueError as e:  # no usable identity: gitpython's fallback failed
+        raise TfreproError(f"could not commit the baseline: {e}") from None
+    return commit.hexsha
+
+
+def _read_answers(path: Path) -> dict[str, Any]:
+    import yaml
+
+    try:
+        return yaml.safe_load((path / ANSWERS_FILE).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        return {}

@@ -1,0 +1,182 @@
+"""The packaged templates, and the git-versioned copies copier works from.
+
+Copier updates a project only from a template that sits at the root of a git
+repository with PEP 440 version tags; an installed package folder is not one.
+So each template is *assembled* from the package (its `copier.yml`, its shape
+files under `shape/`, the shared catalog under `_shared/`) into a git
+repository in a cache directory, one commit and one tag per template content:
+
+    ~/.cache/tfrepro/templates/<name>/    tags: 1.0.0, 1.0.0.post1, 1.1.0, ...
+
+The tag is the template's `VERSION`; content that changed without a version
+bump gets the next `.postN` tag, so every tag names exactly one content and
+old tags stay valid for `tfrepro update`. Invariant: HEAD's tree is the
+assembled template of the current package, and HEAD carries a tag.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfrepro.errors import TfreproError, UserError
+
+PACKAGED_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+SHARED_DIR = "_shared"
+SHAPE_DIR = "shape"
+VERSION_FILE = "VERSION"
+_IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".DS_Store")
+_COMMITTER = ("tfrepro", "tfrepro@localhost")
+
+
+@dataclass(frozen=True)
+class TemplateRepo:
+    """A template as copier sees it: a git repository and the tag to use."""
+
+    name: str
+    path: Path
+    tag: str
+    commit: str
+
+
+def template_source(source: str | Path | None = None) -> Path:
+    """Where the templates are read from: `source`, else $TFREPRO_TEMPLATES_DIR
+    (template development), else the ones shipped in the package."""
+    chosen = source or os.environ.get("TFREPRO_TEMPLATES_DIR") or PACKAGED_TEMPLATES
+    return Path(chosen).expanduser().resolve()
+
+
+def cache_dir(cache: str | Path | None = None) -> Path:
+    """The directory holding the git-versioned templates."""
+    if cache:
+        return Path(cache).expanduser().resolve()
+    if os.environ.get("TFREPRO_CACHE_DIR"):
+        return Path(os.environ["TFREPRO_CACHE_DIR"]).expanduser().resolve() / "templates"
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base).expanduser().resolve() / "tfrepro" / "templates"
+
+
+def available_templates(source: str | Path | None = None) -> list[str]:
+    root = template_source(source)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "copier.yml").is_file() and not p.name.startswith("_"))
+
+
+def template_version(source: str | Path | None = None) -> str:
+    """The templates' version (one for all: they share the feature catalog)."""
+    from packaging.version import InvalidVersion, Version
+
+    path = template_source(source) / VERSION_FILE
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+        Version(text)
+    except (OSError, InvalidVersion) as e:
+        raise TfreproError(f"{path}: not a readable PEP 440 version ({e})") from None
+    return text
+
+
+def check_template(name: str, source: str | Path | None = None) -> None:
+    names = available_templates(source)
+    if name not in names:
+        raise UserError(
+            f"unknown template {name!r}",
+            hint="templates: " + (", ".join(names) or f"(none found in {template_source(source)})"),
+        )
+
+
+def assemble(name: str, source: str | Path | None, dest: Path) -> None:
+    """Lay the template out as copier expects it, in the empty dir `dest`."""
+    src = template_source(source)
+    check_template(name, src)
+    shutil.copytree(src / SHARED_DIR, dest / SHARED_DIR, ignore=_IGNORED)
+    for entry in sorted((src / name).iterdir()):
+        if entry.name == "copier.yml":
+            shutil.copy2(entry, dest / "copier.yml")
+        elif entry.is_dir():
+            shutil.copytree(entry, dest / SHAPE_DIR / entry.name, ignore=_IGNORED)
+        elif entry.name not in ("__pycache__",):
+            (dest / SHAPE_DIR).mkdir(exist_ok=True)
+            shutil.copy2(entry, dest / SHAPE_DIR / entry.name)
+    shutil.copy2(src / VERSION_FILE, dest / VERSION_FILE)
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """Two `tfrepro new` at once must not both rebuild the same cache repo."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_template_repo(
+    name: str, *, source: str | Path | None = None, cache: str | Path | None = None
+) -> TemplateRepo:
+    """The git-versioned copy of template `name`, brought up to date with the
+    package: a new commit and tag when the content changed."""
+    import git
+    from packaging.version import Version
+
+    version = template_version(source)
+    check_template(name, source)
+    root = cache_dir(cache)
+    repo_path = root / name
+    with _locked(root / f".{name}.lock"):
+        if (repo_path / ".git").is_dir():
+            repo = git.Repo(repo_path)
+        else:
+            if repo_path.exists():
+                shutil.rmtree(repo_path)  # a half-built cache entry, never user data
+            repo = git.Repo.init(repo_path)
+        with repo.config_writer() as cw:  # copier's update runs git in here too
+            cw.set_value("user", "name", _COMMITTER[0])
+            cw.set_value("user", "email", _COMMITTER[1])
+            cw.set_value("commit", "gpgsign", "false")
+            cw.set_value("tag", "gpgsign", "false")
+        for entry in repo_path.iterdir():
+            if entry.name != ".git":
+                shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
+        with tempfile.TemporaryDirectory(prefix="tfrepro-template-") as tmp:
+            assemble(name, source, Path(tmp) / "t")
+            shutil.copytree(Path(tmp) / "t", repo_path, dirs_exist_ok=True)
+        repo.git.add("--all", ".")
+        has_head = repo.head.is_valid()
+        if not has_head or repo.is_dirty(index=True, working_tree=False):
+            repo.git.commit("-m", f"template {name} {version}", "--allow-empty", "--no-verify")
+        head = repo.head.commit
+        tags = {t.name: t.commit.hexsha for t in repo.tags}
+        on_head = sorted((t for t, sha in tags.items() if sha == head.hexsha), key=Version)
+        if on_head:
+            tag = on_head[-1]
+        else:
+            newest = max((Version(t) for t in tags if _is_version(t)), default=None)
+            if newest is not None and newest > Version(version) and Version(version).base_version != newest.base_version:
+                raise TfreproError(
+                    f"template version {version} is older than {newest}, already in {repo_path}",
+                    )
+            tag, n = version, 0
+            while tag in tags:
+                n += 1
+                tag = f"{version}.post{n}"
+            repo.create_tag(tag, message=f"template {name} {tag}")
+        return TemplateRepo(name=name, path=repo_path, tag=tag, commit=head.hexsha)
+
+
+def _is_version(text: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        Version(text)
+    except InvalidVersion:
+        return False
+    return True
