@@ -147,3 +147,13 @@ def test_leftover_checkouts_of_dead_runs_are_removed(repo, tmp_path):
         path = co.checkout(cm.open_range(repo.root / "proj", "HEAD~1", "HEAD"), repo.commits[3])
         assert (path / "repro.py").read_text() == "print('v3')\n"
     assert not co.dir.exists()
+
+
+def test_good_on_a_merged_side_branch_enters_the_mainline_at_the_merge(repo):
+    repo.git("checkout", "-q", "-b", "side", repo.commits[2])
+    side = repo.commit("side 1", {"proj/side.py": "a = 1\n"})
+    repo.git("checkout", "-q", "main")
+    repo.git("merge", "-q", "--no-ff", "-m", "merge side", "side")
+    repo.commit("after merge", {"proj/repro.py": "print('v9')\n"})
+    rng = cm.open_range(repo.root / "proj", side, "main")
+    assert [c.subject for c in rng.commits] == ["side 1", "merge side", "after merge"]
