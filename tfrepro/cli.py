@@ -243,3 +243,55 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None) -> None
     verb = "marked" if write else "would mark"
     click.echo(f"{verb} {n} feature{'s' if n != 1 else ''}" + ("" if write or not n else " (run again with --write)"),
                err=True)
+
+
+@main.command("new")
+@click.argument("dest", required=False, type=click.Path(path_type=Path))
+@click.option("--template", "-t", "template", default="image", show_default=True,
+              help="Task shape: image (small CNN), tabular (MLP), sequence (embedding/time series + LSTM, GRU "
+                   "or attention).")
+@click.option("--defaults", is_flag=True, help="Take the default answer to every question not given with --data.")
+@click.option("--data", "-d", "data", multiple=True, metavar="KEY=VALUE",
+              help="Answer a question, e.g. -d batch_size=64 -d features=prefetch,mixed_precision (repeatable).")
+def new_cmd(dest: Path | None, template: str, defaults: bool, data: tuple[str, ...]) -> None:
+    """Create a baseline repro project (DEST, default ./repro-TEMPLATE).
+
+    repro.py holds data, model and train; each engineering feature your real
+    project uses is a switchable block, written OFF. The project is a git
+    repository with the baseline committed. Asks the questions on the terminal
+    unless --defaults or --data is given.
+    """
+    from tfrepro.scaffold.generate import new_project, parse_data_items
+
+    answers = parse_data_items(data)
+    interactive = not defaults and not answers
+    if interactive and not sys.stdin.isatty():
+        raise UserError("no terminal to ask the template's questions on",
+                        hint="pass --defaults, and --data KEY=VALUE for the answers that differ")
+    created = new_project(dest or Path(f"repro-{template}"), template=template, data=answers,
+                          defaults=not interactive)
+    click.echo(f"created {created.path} (template {created.template} {created.version}); "
+               f"baseline committed as {created.commit[:10]}")
+    click.echo("features, all OFF: " + (", ".join(created.features) or "(none)"))
+    click.echo(f"next: cd {created.path} && python repro.py   # the baseline must train; then: tfrepro bisect")
+
+
+@main.command("update")
+@path_argument
+def update_cmd(path: Path) -> None:
+    """Move a project made by `tfrepro new` to the current template version,
+    keeping your committed edits (copier's three-way update). The result is
+    left uncommitted: review it with `git diff`, then commit."""
+    from tfrepro.scaffold.update import update_project
+
+    result = update_project(path)
+    if result.up_to_date:
+        click.echo(f"{result.path}: already at template {result.template} {result.new_version}")
+        return
+    click.echo(f"{result.path}: template {result.template} {result.old_version} -> {result.new_version}")
+    for f in result.changed:
+        click.echo(f"  {'conflict' if f in result.conflicts else 'changed '}  {f}")
+    if result.conflicts:
+        click.echo("resolve the conflict markers (<<<<<<< ... >>>>>>>) in the files above, then commit", err=True)
+    else:
+        click.echo("review with `git diff`, then commit")
