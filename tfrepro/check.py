@@ -1,0 +1,44 @@
+"""`tfrepro check` (the edge): one probed trial of a configuration → CheckReport.
+
+All probes run in ONE trial through the ordinary trial machinery (variant,
+fresh process, harness, cache); the probe plugin records facts and the pure
+`tfrepro.checks.judge` turns them into the checklist. `run_checks` is also
+what `tfrepro bisect` calls when the baseline itself fails, so that
+`baseline-fails` comes with a reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from tfrepro.bisect.results import TrialSettings
+from tfrepro.checks import CheckOptions, CheckReport, judge
+
+if TYPE_CHECKING:
+    from tfrepro.project import Project
+
+PROBES_FILE = Path(__file__).resolve().parent / "bisect" / "probes.py"
+
+
+def run_checks(project: "Project", enabled: Iterable[str] = (), settings: TrialSettings | None = None, *,
+               options: CheckOptions = CheckOptions(), expect_gpu: bool | None = None, use_cache: bool = True,
+               state_dir: Path | None = None, env: Mapping[str, str] | None = None) -> CheckReport:
+    """Run `project` with `enabled` ON (the baseline by default) under the
+    probes and judge the six sanity checks.
+
+    `expect_gpu`: None decides in the trial process (CUDA_VISIBLE_DEVICES,
+    /dev/nvidia0, nvidia-smi); True/False says so. The trial is cached like
+    any other (its key includes the probe file and its options).
+    """
+    from tfrepro.bisect.trial import run_trial
+
+    settings = settings if settings is not None else project.manifest.trial
+    # One run, no repeats: the checks judge a single trial (timings inside it
+    # take the least disturbed of several measurements on their own).
+    result = run_trial(project, enabled, replace(settings, repeat=0), use_cache=use_cache, label="check",
+                       state_dir=state_dir, env=env, plugins=(PROBES_FILE,),
+                       plugin_options={"expect_gpu": expect_gpu})
+    return judge(result, options, project=str(project.root))
