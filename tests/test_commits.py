@@ -205,6 +205,15 @@ def test_result_and_trial_log_land_in_the_run_dir(repo):
     assert result["project"] == str((repo.root / "proj").resolve())
 
 
+def test_path_may_be_the_entry_script(repo):
+    for i in range(4):
+        repo.commit(f"c{i}", {"proj/train.py": NAN_SRC if i == 3 else GOOD_SRC})
+    result = bisect_commits(repo.root / "proj" / "train.py", repo.commits[0], "HEAD",
+                            trial=ScriptedTrial())
+    assert result["first_bad_commit"] == repo.commits[3]
+    assert result["settings"]["entry"] == "train.py"
+
+
 def test_bad_input_is_a_user_error(repo):
     shas = history(repo, 3, first_bad=2)
     with pytest.raises(UserError, match="unknown revision"):

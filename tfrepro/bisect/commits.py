@@ -158,6 +158,15 @@ def _default_trial(state_dir: Path, use_cache: bool) -> TrialFn:
     return run
 
 
+def project_root(path: str | Path) -> tuple[Path, str | None]:
+    """PATH as the user gave it -> (project directory, entry file or None):
+    like `Project.load`, a .py file stands for its directory with that entry."""
+    p = Path(path).resolve()
+    if p.is_file() and p.suffix == ".py":
+        return p.parent, p.name
+    return p, None
+
+
 def load_settings(project_root: Path) -> tuple[TrialSettings, SymptomSettings]:
     """The user's current `tfrepro.toml` (working tree), or the defaults."""
     from tfrepro.project import MANIFEST, Manifest
@@ -307,11 +316,13 @@ def bisect_commits(
     (nan, crash, timeout, mismatch, slowdown in that order).
     """
     started = time.monotonic()
-    root = Path(path).resolve()
+    root, entry = project_root(path)
     rng = gitcopy.open_range(root, good, bad)
     if settings is None or symptoms is None:
         t, s = load_settings(root)
         settings, symptoms = settings or t, symptoms or s
+    if entry and settings.command is None:
+        settings = replace(settings, entry=entry)
     state_dir = gitcopy.ensure_state_dir(root)
     run_dir = new_run_dir(state_dir)
     emit = on_event or (lambda kind, data: None)
@@ -477,7 +488,7 @@ def run_from_cli(
         if target is None or target not in SYMPTOM_ORDER:
             raise UserError(f"unknown symptom {symptom!r}",
                             hint="one of: " + ", ".join(v.value for v in SYMPTOM_ORDER))
-    settings, symptoms = load_settings(Path(path).resolve())
+    settings, symptoms = load_settings(project_root(path)[0])
     if steps is not None:
         settings = replace(settings, steps=steps)
     if timeout_s is not None:
