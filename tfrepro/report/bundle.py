@@ -32,7 +32,7 @@ from tfrepro.bisect.results import SymptomSettings, TrialSettings
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report.rerun import Reproduction, Runner
-from tfrepro.report.scan import merge_runtime, scan_setup
+from tfrepro.report.scan import merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, redacted_names
 
 RUNS = Path(".tfrepro") / "runs"
@@ -183,7 +183,7 @@ def build_report(
     ref_files = {k: scrubber.scrub(v) for k, v in bundle_files(project, ref_cfg, entry).items()}
     diff = unified_diff(ref_files, cand_files)
 
-    out = Path(out) if out is not None else run_dir / "report"
+    out = (Path(out) if out is not None else run_dir / "report").resolve()
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
@@ -223,7 +223,10 @@ def build_report(
 
         loc = run_localize(cand_files, entry=ENTRY, python=python, timeout_s=settings.timeout_s)
 
-    setup = merge_runtime(scan_setup(cand_files[ENTRY]), loc.settings if loc else None)
+    setup = scan_setup(cand_files[ENTRY])
+    if reproduction and reproduction.candidate:
+        setup = merge_trial_setup(setup, (reproduction.candidate.get("extra") or {}).get("setup"))
+    setup = merge_runtime(setup, loc.settings if loc else None)
 
     trials = _load_trials(run_dir, result)
     events = _events_spec(trials, out / "tensorboard")

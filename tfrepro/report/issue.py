@@ -13,7 +13,7 @@ import math
 from typing import Any
 
 SYMPTOM_WORDS = {
-    "nan": "non-finite (NaN/Inf) loss",
+    "nan": "NaN/Inf loss",
     "crash": "crash",
     "timeout": "hang (timeout)",
     "mismatch": "loss mismatch",
@@ -48,9 +48,13 @@ def title(doc: dict[str, Any]) -> str:
     what = SYMPTOM_WORDS.get(doc.get("symptom") or "", doc.get("symptom") or "problem")
     culprits = doc.get("culprits") or []
     if doc.get("first_bad_commit"):
-        return f"{what.capitalize()} since commit {doc['first_bad_commit'][:12]} (TensorFlow {tf})"
+        return f"{_cap(what)} since commit {doc['first_bad_commit'][:12]} (TensorFlow {tf})"
     with_ = f" with {' + '.join(culprits)}" if culprits else ""
-    return f"{what.capitalize()}{with_} (TensorFlow {tf})"
+    return f"{_cap(what)}{with_} (TensorFlow {tf})"
+
+
+def _cap(s: str) -> str:
+    return s[:1].upper() + s[1:]
 
 
 def _gpu_line(env: dict[str, Any]) -> str:
@@ -188,9 +192,12 @@ def render_issue(doc: dict[str, Any]) -> str:
         out.append("")
     out.append(f"Run it with `{repro.get('command') or 'python repro.py'}`: it needs only TensorFlow and NumPy.")
     out.append("")
-    verdict = {True: "**yes**", False: "**no**", None: "**undecided**"}[rep.get("reproduced")] if rep else "not run"
-    out.append(f"Re-run of this exact file in a fresh process (outside the project): reproduced {verdict}"
-               + (f" — {rep.get('detail')}." if rep.get("detail") else "."))
+    if rep:
+        verdict = {True: "**yes**", False: "**no**", None: "**undecided**"}[rep.get("reproduced")]
+        out.append(f"Re-run of this exact file in a fresh process, outside the project: reproduced {verdict}"
+                   f" — {rep.get('detail')}.")
+    else:
+        out.append("This file was not re-run on its own (`tfrepro report --no-rerun`).")
     out.append("")
 
     out.extend(["### Relevant log output", ""])

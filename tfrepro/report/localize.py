@@ -126,10 +126,12 @@ def parse_check_numerics(
     source: str = "",
     layers: dict[str, str] | None = None,
     rel: str = "repro.py",
+    traceback_text: str = "",
 ) -> Localization:
     """Read a check_numerics error. `script` is the path the child ran (frames
     in that file are the user's code); `source` its text (for the line and its
-    enclosing class); `layers` the model's layer name -> class."""
+    enclosing class); `layers` the model's layer name -> class;
+    `traceback_text` the Python traceback of the error (eager ops)."""
     layers = layers or {}
     m = _DETECTED.search(message)
     if not m:
@@ -157,7 +159,13 @@ def parse_check_numerics(
     base = os.path.basename(script)
     frames = [(f, int(n), fn) for f, n, fn in _FRAME.findall(message)]
     frames += [(f, int(n), fn) for f, n, fn in _STACK_FRAME.findall(message)]
-    for f, n, fn in _user_frames(frames, script_abs, base)[-1:]:
+    user = _user_frames(frames, script_abs, base)
+    if not user and traceback_text:
+        # Eager ops carry no creation stack: the exception's own traceback,
+        # innermost frame last, is where the op ran.
+        user = _user_frames([(f, int(n), fn) for f, n, fn in _FRAME.findall(traceback_text)],
+                            script_abs, base)
+    for f, n, fn in user[-1:]:
         file, line = rel, n
         lines = source.splitlines()
         code = lines[n - 1].strip() if 0 < n <= len(lines) else None
@@ -166,13 +174,22 @@ def parse_check_numerics(
             cls = function.split(".")[0]
             if cls in layers.values() or not layers:
                 layer_class = cls
+            named = [n for n, c in layers.items() if c == cls]
+            if layer is None and len(named) == 1:
+                layer = named[0]
     kind = _KIND.search(message)
     dtype = _DTYPE.search(message)
     shape = _SHAPE.search(message)
     inp = _INPUT.search(message)
     start = message.find("!!! Detected")
     stop = message.find("Stack trace of op's creation", start)
-    excerpt = message[start:stop if stop > 0 else start + 1500].strip()
+    excerpt = message[start:stop if stop > 0 else len(message)].strip()
+    # Eager reports print the whole input tensor: keep its first lines only.
+    cut = excerpt.find("Input tensor: tf.Tensor(")
+    if cut >= 0:
+        cut = excerpt.rfind("\n", 0, cut) + 1
+        excerpt = "\n".join(excerpt[:cut].splitlines() + excerpt[cut:].splitlines()[:3] + ["  ..."])
+    excerpt = excerpt[:1500]
     return Localization(
         found=True, op_type=op_type, node=node, scope=scope, layer=layer, layer_class=layer_class,
         kind=kind.group(1) if kind else None, dtype=dtype.group(1) if dtype else None,
@@ -235,7 +252,7 @@ def localize(
             )
         msg = facts.get("message") or ""
         loc = parse_check_numerics(msg, script=str(root / entry), source=files.get(entry, ""),
-                                   layers=layers, rel=entry)
+                                   layers=layers, rel=entry, traceback_text=facts.get("traceback") or "")
         if not loc.found:
             last = (facts.get("traceback") or msg).strip().splitlines()[-1:] or [""]
             return Localization(found=False, settings=settings,

@@ -48,10 +48,12 @@ def default_runner(state_dir: Path, env: dict[str, str] | None = None) -> Runner
     from tfrepro.bisect import trial
     from tfrepro.project import Project
 
+    plugin = Path(__file__).with_name("_setup_plugin.py")
+
     def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
         project = Project.load(project_dir)
-        return trial.run_trial(project, frozenset(), settings, use_cache=False,
-                               state_dir=state_dir, env=env, label="report-rerun")
+        return trial.run_trial(project, frozenset(), settings, use_cache=False, state_dir=state_dir,
+                               env=env, label="report-rerun", plugins=[plugin])
 
     return run
 

@@ -88,3 +88,23 @@ def merge_runtime(setup: dict[str, Any], runtime: dict[str, Any] | None) -> dict
     if runtime.get("run_functions_eagerly") is True:
         out["eager"] = "tf.config.run_functions_eagerly(True) (observed at run time)"
     return out
+
+
+def merge_trial_setup(setup: dict[str, Any], facts: dict[str, Any] | None) -> dict[str, Any]:
+    """Facts the report's re-run recorded (`_setup_plugin.py`, under
+    `extra["setup"]`) override the static read."""
+    if not facts:
+        return setup
+    out = dict(setup)
+    if facts.get("precision_policy"):
+        out["precision_policy"] = f"{facts['precision_policy']} (observed at run time)"
+    if facts.get("replicas") is not None:
+        out["replicas"] = f"{facts['replicas']} (observed at run time)"
+    if facts.get("strategy") and facts["strategy"] not in ("_DefaultDistributionStrategy",):
+        out["distribution"] = facts["strategy"]
+    if "jit_compile" in facts:
+        out["xla"] = ("jit_compile=True in Model.fit (observed at run time)" if facts["jit_compile"]
+                      else setup.get("xla", "off") + "; model.jit_compile False at run time")
+    if facts.get("run_functions_eagerly"):
+        out["eager"] = "tf.config.run_functions_eagerly(True) (observed at run time)"
+    return out

@@ -74,6 +74,11 @@ ENV_ALLOW_EXACT = frozenset(
     }
 )
 ENV_ALLOW_PREFIXES = ("TF_", "XLA_", "KERAS_", "TFREPRO_")
+# Terraform shares the TF_ prefix; its variables say nothing about TensorFlow
+# (and TF_VAR_*/TF_TOKEN_* often hold credentials).
+ENV_DENY_PREFIXES = ("TF_VAR_", "TF_CLI_", "TF_LOG", "TF_INPUT", "TF_IN_AUTOMATION", "TF_DATA_DIR",
+                     "TF_WORKSPACE", "TF_PLUGIN_", "TF_REGISTRY_", "TF_TOKEN_", "TF_STATE_",
+                     "TF_IGNORE", "TF_APPEND_USER_AGENT", "TF_WARN_OUTPUT_ERRORS")
 
 # Values shorter than this are not hunted through texts: replacing "1" or
 # "yes" everywhere would shred the bundle and protect nothing.
@@ -154,6 +159,8 @@ class Scrubber:
 
 
 def is_allowed_env(name: str) -> bool:
+    if name.startswith(ENV_DENY_PREFIXES):
+        return False
     return name in ENV_ALLOW_EXACT or name.startswith(ENV_ALLOW_PREFIXES)
 
 

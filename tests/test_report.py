@@ -1,0 +1,370 @@
+"""`tfrepro report`: scrubbing, localisation parsing, setup scan, and the
+bundle built from a hand-written run over a tiny marked project.
+
+The trial runner is replaced by a scripted one that reads the exported
+script it is given (so a wrong export changes the verdict); the real
+re-run, check_numerics and environment probe are in test_report_e2e.py.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tfrepro.bisect.results import TrialResult, TrialSettings
+from tfrepro.cli import main
+from tfrepro.errors import UserError
+from tfrepro.report.bundle import build_report, find_run
+from tfrepro.report.localize import enclosing_scope, parse_check_numerics
+from tfrepro.report.scan import scan_setup
+from tfrepro.report.scrub import REDACTED, Scrubber, capture_env
+
+SECRETS = {
+    "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
+    "HF_TOKEN": "hf_AbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "MY_PASSWORD": "correct-horse-battery",
+}
+
+# The form fields of TensorFlow's bug issue template, plus what it forgets.
+ISSUE_HEADINGS = [
+    "### Issue type", "### Have you reproduced the bug with TensorFlow Nightly?", "### Source",
+    "### TensorFlow version", "### Custom code", "### OS platform and distribution", "### Python version",
+    "### CUDA/cuDNN version", "### GPU model and memory", "### Current behavior?", "### Expected behavior",
+    "### Standalone code to reproduce the issue", "### Relevant log output",
+    "### Versions and training setup", "### Bisect evidence",
+]
+ISSUE_ROWS = ["| Keras |", "| Precision policy |", "| Distribution / replicas |", "| XLA |",
+              "| Determinism |", "Relevant environment variables", "Culprits", "Every trial", "```diff"]
+
+
+def check_issue_fields(text: str) -> None:
+    missing = [h for h in ISSUE_HEADINGS + ISSUE_ROWS if h not in text]
+    assert not missing, f"ISSUE.md lacks {missing}"
+
+
+# --------------------------------------------------------------------------- scrubbing
+
+
+def test_scrubber_replaces_secret_values_wherever_they_appear():
+    s = Scrubber.from_environ({**SECRETS, "HOME": "/home/alice", "PATH": "/usr/bin"})
+    text = (f"Traceback: File /home/alice/proj/repro.py, token={SECRETS['HF_TOKEN']}\n"
+            f"login failed for {SECRETS['MY_PASSWORD']} with key {SECRETS['AWS_SECRET_ACCESS_KEY']}")
+    out = s.scrub(text)
+    for v in SECRETS.values():
+        assert v not in out
+    assert "~/proj/repro.py" in out and "/home/alice" not in out
+    assert s.scrub(out) == out  # idempotent
+
+
+def test_scrubber_leaves_code_and_other_users_alone():
+    s = Scrubber.from_environ({"HOME": "/home/al"})
+    code = ('norm = keras.layers.LayerNormalization(epsilon=1e-3)\n'
+            'token = tokenizer(x)\n'
+            'path = "/home/alice/data.csv"\n'
+            'node = "sequential_1/custom_norm_1/Exp/CheckNumericsV2"\n'
+            'digest = "3b5d5c3712955042212316173ccf37be800958e4c38d23d5c2e0fdd1c0c1a5e1"\n')
+    assert s.scrub(code) == code
+
+
+def test_credential_shapes_are_redacted_even_without_a_variable():
+    s = Scrubber.from_environ({"HOME": "/nonexistent-home"})
+    text = ("key AKIAIOSFODNN7EXAMPLE, gh ghp_abcdefghijklmnopqrstuvwxyz0123456789, "
+            "url https://bob:s3cr3tpass@example.com/x, password=hunter22 ok")
+    out = s.scrub(text)
+    for leak in ("AKIAIOSFODNN7EXAMPLE", "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "s3cr3tpass", "hunter22"):
+        assert leak not in out
+    assert "https://bob:" in out and "@example.com/x" in out
+
+
+def test_env_capture_is_an_allow_list_with_redaction():
+    env = {**SECRETS, "PATH": "/usr/bin", "TF_CPP_MIN_LOG_LEVEL": "2", "XLA_FLAGS": "--xla_dump_to=/home/alice/d",
+           "TF_API_TOKEN": "abcd1234efgh", "TF_VAR_region": "eu", "CUDA_VISIBLE_DEVICES": "0", "HOME": "/home/alice"}
+    got = capture_env(env, Scrubber.from_environ(env))
+    assert got == {
+        "CUDA_VISIBLE_DEVICES": "0",
+        "TF_API_TOKEN": REDACTED,
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "XLA_FLAGS": "--xla_dump_to=~/d",
+    }
+
+
+# --------------------------------------------------------------------------- localisation
+
+GRAPH_ERROR = '''Graph execution error:
+
+Detected at node sequential_1/custom_norm_1/Exp/CheckNumericsV2 defined at (most recent call last):
+  File "/tmp/x/_runprobe.py", line 11, in <module>
+  File "/tmp/x/repro/repro.py", line 16, in <module>
+  File "/venv/lib/python3.11/site-packages/keras/src/backend/tensorflow/trainer.py", line 399, in fit
+  File "/venv/lib/python3.11/site-packages/keras/src/layers/layer.py", line 1002, in __call__
+  File "/tmp/x/repro/repro.py", line 9, in call
+
+!!! Detected Infinity or NaN in output 0 of graph op "Exp" (# of outputs: 1) !!!
+  dtype: <dtype: 'float16'>
+  shape: (16, 16)
+
+  Input tensor: Tensor("sequential_1/custom_norm_1/mul:0", shape=(16, 16), dtype=float16)
+  Graph name: "one_step_on_data"
+
+  Stack trace of op's creation ("->": inferred user code):
+    + ... (Omitted 36 frames)
+    + ...e-packages/keras/src/backend/tensorflow/trainer.py (L134) one_step_on_data
+    + repro.py (L9) call
+ -> |
+
+ : Tensor had +Inf values
+\t [[{{node sequential_1/custom_norm_1/Exp/CheckNumericsV2}}]]'''
+
+REPRO_SRC = '''import tensorflow as tf
+import keras
+
+
+class CustomNorm(keras.layers.Layer):
+    """Softmax by hand."""
+
+    def call(self, x):
+        e = tf.exp(x * 20.0)
+        return e / tf.reduce_sum(e, axis=-1, keepdims=True)
+'''
+
+
+def test_check_numerics_error_names_op_layer_and_line():
+    loc = parse_check_numerics(GRAPH_ERROR, script="/tmp/x/repro/repro.py", source=REPRO_SRC,
+                               layers={"custom_norm": "CustomNorm", "dense": "Dense"})
+    assert loc.found
+    assert (loc.op_type, loc.layer, loc.layer_class) == ("Exp", "custom_norm", "CustomNorm")
+    assert (loc.file, loc.line, loc.function) == ("repro.py", 9, "CustomNorm.call")
+    assert loc.code == "e = tf.exp(x * 20.0)"
+    assert (loc.kind, loc.dtype, loc.node) == ("+Inf", "float16", "sequential_1/custom_norm_1/Exp")
+    assert not loc.backward
+    assert loc.headline() == ("first non-finite value (+Inf) produced by op `Exp` in layer `custom_norm` "
+                              "(CustomNorm) at repro.py:9 in `CustomNorm.call`")
+    assert "Stack trace" not in loc.excerpt and "graph op \"Exp\"" in loc.excerpt
+
+
+def test_other_errors_are_not_mistaken_for_a_localisation():
+    loc = parse_check_numerics("ValueError: shapes (3,) and (4,) are incompatible", script="repro.py")
+    assert not loc.found and "not a check_numerics report" in loc.note
+
+
+def test_enclosing_scope_is_innermost_def():
+    assert enclosing_scope(REPRO_SRC, 9) == "CustomNorm.call"
+    assert enclosing_scope(REPRO_SRC, 6) == "CustomNorm"
+    assert enclosing_scope(REPRO_SRC, 1) is None
+
+
+def test_setup_scan_reads_live_code_only():
+    src = ('keras.mixed_precision.set_global_policy("mixed_float16")\n'
+           '# model.compile(jit_compile=True)\n'
+           'tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)\n'
+           'strategy = tf.distribute.MirroredStrategy()\n'
+           'tf.config.experimental.enable_op_determinism()\n')
+    s = scan_setup(src)
+    assert s["precision_policy"] == "mixed_float16"
+    assert s["xla"].startswith("off")
+    assert s["distribution"] == "MirroredStrategy" and s["replicas"].startswith("2")
+    assert "enable_op_determinism" in s["determinism"]
+    assert scan_setup("x = 1\n")["precision_policy"].startswith("float32")
+
+
+# --------------------------------------------------------------------------- bundles
+
+PROJECT_SRC = '''"""Tiny marked project (never run by these tests)."""
+import numpy as np
+import tensorflow as tf
+import keras
+
+# tfrepro: feature mixed_precision -- float16 compute
+# keras.mixed_precision.set_global_policy("mixed_float16")
+# tfrepro: end
+
+# tfrepro: feature lr_warmup -- warm the learning rate up
+# lr = keras.optimizers.schedules.PolynomialDecay(1e-4, 10, 1e-2)
+# tfrepro: else
+lr = 1e-2
+# tfrepro: end
+
+# tfrepro: feature custom_loop -- hand-written training step
+# MODE = "loop"
+# tfrepro: else
+MODE = "fit"
+# tfrepro: end
+
+# tfrepro: feature slow_callback -- a callback sleeping each batch
+# SLEEP = 0.05
+# tfrepro: else
+SLEEP = 0.0
+# tfrepro: end
+print(MODE, lr, SLEEP)
+'''
+
+
+@pytest.fixture
+def project(tmp_path: Path) -> Path:
+    root = tmp_path / "home" / "alice" / "proj"
+    root.mkdir(parents=True)
+    (root / "repro.py").write_text(PROJECT_SRC)
+    (root / "tfrepro.toml").write_text('[trial]\nsteps = 8\n\n[features.lr_warmup]\naffects_loss = true\n')
+    return root
+
+
+def trial(enabled=(), losses=(1.0, 0.8, 0.6, 0.5, 0.45, 0.4), step=0.01, **kw) -> dict:
+    n = len(losses)
+    return TrialResult(enabled=tuple(enabled), losses=tuple(losses), step_times=(0.5,) + (step,) * (n - 1),
+                       steps_run=n, weights_finite=True, mode="fit", **kw).to_dict()
+
+
+def make_run(project: Path, symptom: str, culprits: list[str], culprit_config: list[str] | None = None,
+             run_id: str = "20261129-120000", **extra) -> Path:
+    run = project / ".tfrepro" / "runs" / run_id
+    (run / "trials").mkdir(parents=True)
+    culprit_config = culprit_config or culprits
+    bad = {"nan": trial(culprit_config, losses=(1.0, math.nan), first_nonfinite_step=2),
+           "mismatch": trial(culprit_config, losses=(1.0, 0.9, 0.85, 0.8, 0.78, 0.77)),
+           "slowdown": trial(culprit_config, step=0.06)}[symptom]
+    base = trial()
+    table = []
+    for i, (s, v) in enumerate([(base, "ok"), (bad, symptom)]):
+        (run / "trials" / f"{i}.json").write_text(json.dumps(s))
+        table.append({"enabled": s["enabled"], "verdict": v, "summary": f"trials/{i}.json", "cached": False})
+    result = {
+        "status": "found", "symptom": symptom, "culprits": culprits, "baseline": base, "trials": 2, "wall_s": 3.5,
+        "run_dir": str(run), "first_bad_commit": None, "project": str(project),
+        "settings": TrialSettings(steps=8).to_dict(), "features": ["custom_loop", "lr_warmup", "mixed_precision",
+                                                                   "slow_callback"],
+        "affects_loss": ["lr_warmup"], "failing": bad, "culprit_trial": bad, "culprit_config": culprit_config,
+        "ablation": {c: "ok" for c in culprits}, "trials_table": table, "flaky": False, "reproduction_rate": 1.0,
+        "noise": 0.0, "timing": None, "version": 1, **extra,
+    }
+    (run / "result.json").write_text(json.dumps(result))
+    return run
+
+
+class ScriptedRunner:
+    """Judges the exported script it is handed by what it contains."""
+
+    def __init__(self, healthy: bool = False) -> None:
+        self.calls: list[str] = []
+        self.healthy = healthy
+
+    def __call__(self, project_dir: Path, settings: TrialSettings) -> TrialResult:
+        src = (project_dir / settings.entry).read_text()
+        assert "tfrepro:" not in src, "the re-run must get the exported file, markers removed"
+        self.calls.append(src)
+        live = [line for line in src.splitlines() if not line.lstrip().startswith("#")]
+        has = lambda s: any(s in line for line in live)  # noqa: E731
+        if self.healthy:
+            return TrialResult.from_dict(trial())
+        if has("mixed_float16"):
+            return TrialResult.from_dict(trial(losses=(1.0, math.nan), first_nonfinite_step=2))
+        if has('MODE = "loop"'):
+            return TrialResult.from_dict(trial(losses=(1.0, 0.9, 0.85, 0.8, 0.78, 0.77)))
+        if has("SLEEP = 0.05"):
+            return TrialResult.from_dict(trial(losses=(1.0, 0.8, 0.6, 0.5, 0.45, 0.4), step=0.06 + 0.001 * len(self.calls)))
+        return TrialResult.from_dict(trial(step=0.01 + 0.001 * len(self.calls)))
+
+
+def build(run: Path, runner, environ=None, **kw):
+    env = {"HOME": str(run.parents[3]), **(environ or {})}  # the project sits in ~/proj
+    return build_report(run, runner=runner, localize=False, probe_environment=False, environ=env, **kw)
+
+
+def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project):
+    run = make_run(project, "nan", ["mixed_precision"])
+    runner = ScriptedRunner()
+    b = build(run, runner)
+    assert b.out == (run / "report").resolve()
+    repro = (b.out / "repro.py").read_text()
+    assert "tfrepro" not in repro and 'keras.mixed_precision.set_global_policy("mixed_float16")' in repro
+    assert 'MODE = "fit"' in repro and 'MODE = "loop"' not in repro  # inactive parts removed
+    ref = (b.out / "reference.py").read_text()
+    assert "mixed_float16" not in ref
+    assert b.reproduced is True and len(runner.calls) == 1
+    issue = (b.out / "ISSUE.md").read_text()
+    check_issue_fields(issue)
+    assert "becomes NaN/Inf at step 2" in issue
+    assert '+keras.mixed_precision.set_global_policy("mixed_float16")' in issue
+    assert "reproduced **yes**" in issue
+    assert (b.out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not (b.out / "steps.png").exists()
+    doc = json.loads((b.out / "report.json").read_text())
+    assert doc["culprits"] == ["mixed_precision"] and doc["reproduction"]["reproduced"] is True
+    # Paths under the home directory show as ~.
+    assert doc["project"] == "~/proj"
+
+
+def test_a_repro_that_no_longer_fails_says_so(project):
+    run = make_run(project, "nan", ["mixed_precision"])
+    b = build(run, ScriptedRunner(healthy=True))
+    assert b.reproduced is False
+    assert "reproduced **no**" in (b.out / "ISSUE.md").read_text()
+
+
+def test_mismatch_is_judged_against_the_reference_configuration(project):
+    # The minimal failing config keeps lr_warmup (affects_loss): the reference
+    # is lr_warmup alone, the culprit the custom loop.
+    run = make_run(project, "mismatch", ["custom_loop"], ["custom_loop", "lr_warmup"])
+    runner = ScriptedRunner()
+    b = build(run, runner)
+    assert len(runner.calls) == 2
+    ref = (b.out / "reference.py").read_text()
+    assert "PolynomialDecay" in ref and 'MODE = "fit"' in ref
+    assert b.reproduced is True
+    issue = (b.out / "ISSUE.md").read_text()
+    check_issue_fields(issue)
+    assert '-MODE = "fit"' in issue and '+MODE = "loop"' in issue
+    assert "relative loss deviation" in b.doc["reproduction"]["detail"]
+
+
+def test_slowdown_bundle_times_interleaved_pairs_and_draws_step_times(project):
+    run = make_run(project, "slowdown", ["slow_callback"])
+    runner = ScriptedRunner()
+    b = build(run, runner, max_pairs=4)
+    # Reference first, candidate second, pair after pair.
+    assert ["SLEEP = 0.05" in c for c in runner.calls[:6]] == [False, True] * 3
+    assert b.reproduced is True and "x that of reference.py" in b.doc["reproduction"]["detail"]
+    assert (b.out / "steps.png").read_bytes()[:4] == b"\x89PNG"
+    issue = (b.out / "ISSUE.md").read_text()
+    check_issue_fields(issue)
+    assert "### Issue type\n\nPerformance" in issue
+
+
+def test_secret_environment_values_never_reach_the_bundle(project):
+    run = make_run(project, "nan", ["mixed_precision"])
+    # A secret echoed into a trial's error line must not survive either.
+    result = json.loads((run / "result.json").read_text())
+    result["culprit_trial"]["error"] = (f"PermissionError: bad token {SECRETS['HF_TOKEN']} "
+                                        f"for login {SECRETS['MY_PASSWORD']}")
+    (run / "result.json").write_text(json.dumps(result))
+    b = build(run, ScriptedRunner(), environ={**SECRETS, "TF_ENABLE_ONEDNN_OPTS": "0"})
+    blobs = {p: p.read_bytes() for p in b.out.rglob("*") if p.is_file()}
+    assert len(blobs) >= 5
+    for name, value in SECRETS.items():
+        leaks = [p.name for p, data in blobs.items() if value.encode() in data]
+        assert not leaks, f"{name}'s value leaked into {leaks}"
+    assert "TF_ENABLE_ONEDNN_OPTS=0" in (b.out / "ISSUE.md").read_text()
+
+
+def test_find_run_takes_the_latest_run_of_a_project(project):
+    make_run(project, "nan", ["mixed_precision"], run_id="20261129-100000")
+    newer = make_run(project, "nan", ["mixed_precision"], run_id="20261129-110000")
+    assert find_run(project) == newer
+    assert find_run(newer) == newer
+    with pytest.raises(UserError, match="no bisect run"):
+        find_run(project / ".tfrepro" / "runs" / "20261129-100000" / "trials")
+
+
+def test_healthy_run_is_not_reported(project):
+    run = make_run(project, "nan", ["mixed_precision"], status="none")
+    with pytest.raises(UserError, match="no failure to report"):
+        build(run, ScriptedRunner())
+
+
+def test_cli_without_any_run_is_a_usage_error(tmp_path):
+    r = CliRunner().invoke(main, ["report", str(tmp_path)])
+    assert r.exit_code == 2
+    assert "no bisect run found" in r.output and "tfrepro bisect" in r.output

@@ -1,0 +1,47 @@
+"""Harness plugin (loaded by path inside a trial process; stdlib + TensorFlow
+only): records the training setup the script actually ran with, for the
+report's re-run of the exported repro. See `harness.py`, "Plugin hook".
+
+Recorded under TrialResult.extra["setup"]: precision policy, replicas of each
+model's strategy, the resolved `jit_compile` of each model, eager execution.
+Op determinism is not recorded: the harness itself turns it on for
+deterministic trials, so it would describe tfrepro, not the script.
+"""
+
+import sys
+
+
+def install(ctx):
+    fit_facts = {}
+
+    def on_fit(model, args, kwargs):
+        try:
+            fit_facts["jit_compile"] = bool(getattr(model, "jit_compile", False))
+        except Exception:
+            pass
+        try:
+            fit_facts["replicas"] = int(model.distribute_strategy.num_replicas_in_sync)
+            fit_facts["strategy"] = type(model.distribute_strategy).__name__
+        except Exception:
+            pass
+
+    def on_end(models):
+        setup = dict(fit_facts)
+        tf = sys.modules.get("tensorflow")
+        keras = sys.modules.get("keras")
+        try:
+            if keras is not None:
+                setup["precision_policy"] = keras.mixed_precision.global_policy().name
+        except Exception:
+            pass
+        try:
+            if tf is not None:
+                setup["run_functions_eagerly"] = bool(tf.config.functions_run_eagerly())
+                setup["logical_devices"] = len(tf.config.list_logical_devices("CPU")) + len(
+                    tf.config.list_logical_devices("GPU"))
+        except Exception:
+            pass
+        ctx.record("setup", setup)
+
+    ctx.add_fit_hook(on_fit)
+    ctx.add_end_hook(on_end)
