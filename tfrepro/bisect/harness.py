@@ -461,13 +461,19 @@ def _load_plugins(paths, options) -> None:
 # -- the end ------------------------------------------------------------------------
 
 
+def _user_models() -> list:
+    """Tracked models minus Keras's own (a Keras 3 Sequential's inner Functional)."""
+    inner = {id(getattr(m, "_functional", None)) for m in S.models}
+    return [m for m in S.models if id(m) not in inner]
+
+
 def _check_weights() -> tuple[bool | None, list[str]]:
     if "tensorflow" not in sys.modules or not S.models:
         return None, []
     import numpy as np
 
     checked, bad, seen = 0, [], set()
-    for model in S.models:
+    for model in _user_models():
         try:
             weights = model.weights
         except Exception:
@@ -508,7 +514,7 @@ def finish() -> None:
         S.finished = True
     for hook in S.end_hooks:
         try:
-            hook(list(S.models))
+            hook(_user_models())
         except Exception:
             _note_error("end hook")
     weights_finite, bad = _check_weights()
