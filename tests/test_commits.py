@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 from gitrepo import GitRepo, isolated_git_env
-from tfrepro.bisect.commits import bisect_commits, exception_type, judge
-from tfrepro.bisect.rangesearch import Mark
+from tfrepro.bisect.commits import bisect_commits
 from tfrepro.bisect.results import TrialResult, Verdict
 from tfrepro.errors import UserError
 
@@ -218,34 +217,3 @@ def test_bad_input_is_a_user_error(repo):
     shas = history(repo, 3, first_bad=2)
     with pytest.raises(UserError, match="unknown revision"):
         bisect_commits(repo.root / "proj", "v0.0.0", shas[2], trial=ScriptedTrial())
-
-
-# -- the pure pieces -------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "shown, target, error, bad_error, mark",
-    [
-        ({Verdict.NAN}, Verdict.NAN, None, None, Mark.BAD),
-        ({Verdict.CRASH}, Verdict.NAN, "SyntaxError: x", None, Mark.SKIP),
-        ({Verdict.MISMATCH}, Verdict.NAN, None, None, Mark.GOOD),
-        (set(), Verdict.MISMATCH, None, None, Mark.GOOD),
-        ({Verdict.NAN}, Verdict.MISMATCH, None, None, Mark.SKIP),
-        ({Verdict.CRASH}, Verdict.CRASH, "ValueError: a", "ValueError: b", Mark.BAD),
-        ({Verdict.CRASH}, Verdict.CRASH, "ModuleNotFoundError: No module named 'x'",
-         "ValueError: b", Mark.SKIP),
-        ({Verdict.TIMEOUT}, Verdict.SLOWDOWN, None, None, Mark.SKIP),
-    ],
-)
-def test_judge_locks_onto_the_hunted_symptom(shown, target, error, bad_error, mark):
-    got, reason = judge(frozenset(shown), target, error=error, bad_error=bad_error)
-    assert got is mark
-    assert (reason is not None) == (mark is Mark.SKIP)
-
-
-def test_exception_type_reads_the_last_traceback_line():
-    assert exception_type("ValueError: x: y") == "ValueError"
-    assert exception_type("tensorflow.python.framework.errors_impl.InvalidArgumentError: z") \
-        == "InvalidArgumentError"
-    assert exception_type("KeyboardInterrupt") == "KeyboardInterrupt"
-    assert exception_type(None) is None

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrepro.bisect.rangesearch import Mark, bisect_range
+from tfrepro.bisect.rangesearch import Mark, bisect_range, exception_type, judge
+from tfrepro.bisect.results import Verdict
 
 
 def planted(first_bad: int, untestable: frozenset[int] = frozenset()):
@@ -118,3 +119,34 @@ def test_right_answer_or_honest_candidates_within_the_bound(data, n):
     # a skip-free range always gives an exact answer
     if not untestable:
         assert result.status == "found"
+
+
+# -- a commit's symptoms -> good / bad / skip -------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "shown, target, error, bad_error, mark",
+    [
+        ({Verdict.NAN}, Verdict.NAN, None, None, Mark.BAD),
+        ({Verdict.CRASH}, Verdict.NAN, "SyntaxError: x", None, Mark.SKIP),
+        ({Verdict.MISMATCH}, Verdict.NAN, None, None, Mark.GOOD),
+        (set(), Verdict.MISMATCH, None, None, Mark.GOOD),
+        ({Verdict.NAN}, Verdict.MISMATCH, None, None, Mark.SKIP),
+        ({Verdict.CRASH}, Verdict.CRASH, "ValueError: a", "ValueError: b", Mark.BAD),
+        ({Verdict.CRASH}, Verdict.CRASH, "ModuleNotFoundError: No module named 'x'",
+         "ValueError: b", Mark.SKIP),
+        ({Verdict.TIMEOUT}, Verdict.SLOWDOWN, None, None, Mark.SKIP),
+    ],
+)
+def test_judge_locks_onto_the_hunted_symptom(shown, target, error, bad_error, mark):
+    got, reason = judge(frozenset(shown), target, error=error, bad_error=bad_error)
+    assert got is mark
+    assert (reason is not None) == (mark is Mark.SKIP)
+
+
+def test_exception_type_reads_the_last_traceback_line():
+    assert exception_type("ValueError: x: y") == "ValueError"
+    assert exception_type("tensorflow.python.framework.errors_impl.InvalidArgumentError: z") \
+        == "InvalidArgumentError"
+    assert exception_type("KeyboardInterrupt") == "KeyboardInterrupt"
+    assert exception_type(None) is None

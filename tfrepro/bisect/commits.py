@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import re
 import signal
 import threading
 import time
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from tfrepro.bisect import gitcopy
-from tfrepro.bisect.rangesearch import Mark, bisect_range
+from tfrepro.bisect.rangesearch import STOPPERS, Mark, bisect_range, judge
 from tfrepro.bisect.results import SYMPTOM_ORDER, SymptomSettings, TrialResult, TrialSettings, Verdict
 from tfrepro.errors import TfreproError, UserError
 
@@ -52,45 +51,6 @@ if TYPE_CHECKING:
 TrialFn = Callable[["Project", TrialSettings, str], TrialResult]
 # Progress for the CLI: event name ("trial", "range", "symptom") and details.
 EventFn = Callable[[str, dict[str, Any]], None]
-
-# Verdicts after which a trial stopped early: it cannot tell whether another
-# symptom would have shown later, so it is a skip unless it is the one hunted.
-_STOPPERS = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
-
-
-def exception_type(error: str | None) -> str | None:
-    """`"ValueError: bad shape"` -> `"ValueError"` (the last traceback line)."""
-    if not error:
-        return None
-    m = re.match(r"\s*([A-Za-z_][\w.]*)\s*(?::|$)", error)
-    return m.group(1).rsplit(".", 1)[-1] if m else None
-
-
-def judge(
-    shown: frozenset[Verdict], target: Verdict, *, error: str | None = None,
-    bad_error: str | None = None,
-) -> tuple[Mark, str | None]:
-    """One commit's symptoms -> good / bad / skip (with a reason), locked onto `target`.
-
-    Bad: the hunted symptom shows (a crash only when it is the same exception
-    type as the bad end's: a commit with a syntax error is not "the" crash).
-    Skip: the trial stopped on something else (a crash while hunting a NaN,
-    a NaN while hunting a mismatch), so it says nothing about the target.
-    Good: otherwise (e.g. a mismatch while hunting a NaN: the run went through).
-    """
-    if target is Verdict.CRASH and Verdict.CRASH in shown:
-        got, want = exception_type(error), exception_type(bad_error)
-        if got == want:
-            return Mark.BAD, None
-        return Mark.SKIP, f"a different crash ({error or 'no traceback'}) than the bad end's ({want})"
-    if target in shown:
-        return Mark.BAD, None
-    stopped = sorted(v.value for v in shown & _STOPPERS)
-    if stopped:
-        reason = f"{'/'.join(stopped)} while hunting {target.value}"
-        return Mark.SKIP, f"{reason}: {error}" if error else reason
-    return Mark.GOOD, None
-
 
 @dataclass(frozen=True)
 class Tried:
@@ -372,7 +332,7 @@ def _search(b: _Bisection, rng: gitcopy.CommitRange, symptom: Verdict | None) ->
                 "message": f"the good end {short(good_c)} cannot be tried: {g}"}
     g_shows = b.shows(g, None)
     baseline = full_summary(g)
-    bad_alone = (symptom is not None and symptom in g_shows) or bool(g_shows & _STOPPERS)
+    bad_alone = (symptom is not None and symptom in g_shows) or bool(g_shows & STOPPERS)
     if bad_alone:
         b.record(good_c, Mark.BAD, symptom if symptom in g_shows else _first_symptom(g_shows),
                  g_shows, g.error)
@@ -425,7 +385,7 @@ def _search(b: _Bisection, rng: gitcopy.CommitRange, symptom: Verdict | None) ->
             b.checkouts.release(c.sha)
             return b.record(c, Mark.SKIP, Verdict.UNTESTABLE, reason=r)
         shown = b.shows(r, g)
-        if target is Verdict.SLOWDOWN and not shown & _STOPPERS:
+        if target is Verdict.SLOWDOWN and not shown & STOPPERS:
             slower, why = b.slowdown(good_c, c)
             if why:
                 return b.record(c, Mark.SKIP, Verdict.UNTESTABLE, shown, why)

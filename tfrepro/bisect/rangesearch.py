@@ -21,13 +21,19 @@ Invariants (for a monotone range: good up to some index, bad from there on):
   `hi`, `first_bad` is None and `candidates` lists `items[lo+1 : hi+1]`
   (each of them may be the first bad one), in range order.
 - Each item is tested at most once.
+
+`judge` is the commit-mode test's pure half: a trial's symptoms -> a Mark,
+locked onto the hunted symptom.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Generic, Sequence, TypeVar
+
+from tfrepro.bisect.results import Verdict
 
 T = TypeVar("T")
 
@@ -116,3 +122,44 @@ def bisect_range(items: Sequence[T], test: Callable[[T], Mark]) -> RangeResult[T
     if hi - lo == 1:
         return RangeResult("found", items[hi], (), tuple(tried))
     return RangeResult("ambiguous", None, tuple(items[lo + 1 : hi + 1]), tuple(tried))
+
+
+# --------------------------------------------------------------------------- commits
+
+# Verdicts after which a trial stopped early: it cannot tell whether another
+# symptom would have shown later, so it is a skip unless it is the one hunted.
+STOPPERS = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
+
+
+def exception_type(error: str | None) -> str | None:
+    """`"ValueError: bad shape"` -> `"ValueError"` (the last traceback line)."""
+    if not error:
+        return None
+    m = re.match(r"\s*([A-Za-z_][\w.]*)\s*(?::|$)", error)
+    return m.group(1).rsplit(".", 1)[-1] if m else None
+
+
+def judge(
+    shown: frozenset[Verdict], target: Verdict, *, error: str | None = None,
+    bad_error: str | None = None,
+) -> tuple[Mark, str | None]:
+    """One commit's symptoms -> good / bad / skip (with a reason), locked onto `target`.
+
+    Bad: the hunted symptom shows (a crash only when it is the same exception
+    type as the bad end's: a commit with a syntax error is not "the" crash).
+    Skip: the trial stopped on something else (a crash while hunting a NaN,
+    a NaN while hunting a mismatch), so it says nothing about the target.
+    Good: otherwise (e.g. a mismatch while hunting a NaN: the run went through).
+    """
+    if target is Verdict.CRASH and Verdict.CRASH in shown:
+        got, want = exception_type(error), exception_type(bad_error)
+        if got == want:
+            return Mark.BAD, None
+        return Mark.SKIP, f"a different crash ({error or 'no traceback'}) than the bad end's ({want})"
+    if target in shown:
+        return Mark.BAD, None
+    stopped = sorted(v.value for v in shown & STOPPERS)
+    if stopped:
+        reason = f"{'/'.join(stopped)} while hunting {target.value}"
+        return Mark.SKIP, f"{reason}: {error}" if error else reason
+    return Mark.GOOD, None
