@@ -207,6 +207,7 @@ class _Bisection:
         project = self.project(commit.sha)
         if isinstance(project, str):
             return project
+        self.on_event("running", {"sha": commit.sha, "subject": commit.subject, "repeat": repeat})
         result = self.trial(project, replace(self.settings, repeat=repeat), commit.sha)
         self.trials += 1
         self.results.setdefault(commit.sha, result)
@@ -459,6 +460,9 @@ def run_from_cli(
             echo(f"bisecting {data['commits']} commits: good {data['good']['sha'][:12]} "
                  f"({data['good']['subject']}) .. bad {data['bad']['sha'][:12]} ({data['bad']['subject']})",
                  err=True)
+        elif kind == "running":
+            again = f" (repeat {data['repeat']})" if data["repeat"] else ""
+            echo(f"  running {data['sha'][:12]}{again}...", err=True)
         elif kind == "tried":
             why = f"  ({data['reason']})" if data.get("reason") else ""
             echo(f"  {data['sha'][:12]}  {data['verdict']:<10}  {data['subject']}{why}", err=True)
