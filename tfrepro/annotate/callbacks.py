@@ -148,6 +148,10 @@ class _Collector:
             code = src.code(el.value)
             line = src.line(el.value)
             stmt = f"{indent}{var}.append({code})\n"
+            col = src.pos[el.value].start.column
+            if "\n" in code and col > len(indent):
+                # Keep a multi-line element's layout: its lines stay where they were.
+                stmt = f"{indent}{var}.append(\n{' ' * col}{code}\n{indent})\n"
             seg, f = self.block_for(el.value, stmt, line, scope)
             segs.append(seg)
             if f is not None:

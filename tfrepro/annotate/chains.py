@@ -249,11 +249,13 @@ def _lost_comments(src: Src, stmt: cst.SimpleStatementLine, base: cst.BaseExpres
     ]
     starts = [(src.line(c.func.attr), id(c)) for c in calls]  # type: ignore[attr-defined]
     out: dict[int, list[str]] = {}
+    first = src.span(stmt)[0]
     for n in src.walk(stmt):
         if not isinstance(n, cst.Comment):
             continue
         a, _ = src.span(n)
-        if any(x <= a < y for x, y in kept):
+        # Comments above the statement stay where they are (outside the edit).
+        if a < first or any(x <= a < y for x, y in kept):
             continue
         line = src.line(n)
         trailing = bool(src.lines[line - 1][: src.pos[n].start.column].strip())
