@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -90,3 +91,48 @@ def test_script_runs_as_many_steps_as_a_trial(name):
     text = (project.root / project.manifest.trial.entry).read_text(encoding="utf-8")
     m = re.search(r"^STEPS = (\d+)$", text, re.MULTILINE)
     assert m and int(m.group(1)) == steps
+
+
+# -- the benchmark's scoring (benchmarks/bisect_suite.py), pure ----------------------
+
+
+def _suite():
+    import importlib.util
+
+    path = EXAMPLES_DIR.parent.parent / "benchmarks" / "bisect_suite.py"
+    spec = importlib.util.spec_from_file_location("bisect_suite", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+GOOD = {"status": "found", "symptom": "nan", "culprits": ["custom_norm", "mixed_precision"],
+        "baseline": {}, "trials": 7, "wall_s": 41.2, "run_dir": ".tfrepro/runs/x", "first_bad_commit": None}
+
+
+def test_suite_contract_check_accepts_the_contract_example_and_names_each_break():
+    suite = _suite()
+    assert suite.contract_problems(GOOD) == []
+    assert suite.contract_problems({**GOOD, "culprits": ["b", "a"]}) == ["'culprits' is not sorted: ['b', 'a']"]
+    assert suite.contract_problems({k: v for k, v in GOOD.items() if k != "trials"}) == ["missing key 'trials'"]
+    assert suite.contract_problems({**GOOD, "status": "maybe"})[0].startswith("'status' should be")
+    assert suite.contract_problems({**GOOD, "flaky": "yes"}) == ["'flaky' should be a boolean, got 'yes'"]
+
+
+def test_suite_scores_culprits_exactly_and_flaky_only_as_flaky():
+    suite = _suite()
+    fp16 = _expected("fp16_custom_layer")
+    assert suite.is_right(fp16, GOOD)
+    assert not suite.is_right(fp16, {**GOOD, "culprits": ["mixed_precision"]})  # not the whole pair
+    assert not suite.is_right(fp16, {**GOOD, "symptom": "crash"})
+    assert not suite.is_right(fp16, {**GOOD, "flaky": True})
+    flaky = _expected("flaky_nan")
+    found = {**GOOD, "culprits": ["shard_shuffle"]}
+    assert not suite.is_right(flaky, found)  # a confident culprit from a coin flip is wrong
+    assert suite.is_right(flaky, {**found, "flaky": True, "reproduction_rate": 0.5})
+    assert suite.is_right(flaky, {**found, "culprits": [], "flaky": True})
+    assert not suite.is_right(flaky, {**found, "culprits": ["cache"], "flaky": True})
+    healthy = _expected("healthy")
+    assert suite.is_right(healthy, {**GOOD, "status": "none", "symptom": None, "culprits": []})
+    assert not suite.is_right(healthy, GOOD)
