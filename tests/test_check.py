@@ -255,12 +255,23 @@ def test_probe_error_is_the_skip_reason():
 # -- 4. initial loss ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("first,status", [(2.30, "pass"), (2.85, "pass"), (2.95, "fail"), (1.6, "fail")])
+@pytest.mark.parametrize("first,status", [(2.30, "pass"), (2.85, "pass"), (2.95, "warn"), (4.7, "fail"),
+                                          (1.6, "warn"), (1.1, "fail"), (float("inf"), "fail")])
 def test_initial_loss_against_ln_num_classes(first, status):
     report = judge(result(losses=(first,) + FALLING[1:]))
     item = report.item("initial_loss")
     assert item.status.value == status
-    assert "expected at initialisation: chance ln(10) = 2.303 ± 25% (1.727..2.878)" in item.evidence
+    assert ("expected at initialisation: chance ln(10) = 2.303; pass 1.727..2.878 (-25%, +max(25%, 0.5 nats)); "
+            "fail below 1.151 or above 4.605") in item.evidence
+
+
+def test_few_classes_get_absolute_slack_above_chance():
+    loss = {"name": "binary_crossentropy", "kind": "binary", "from_logits": True, "source": "compile"}
+    model = dict(CLEAN["check.model"], output_width=1)
+    y = tstats("labels", (64, 1), min=0, max=1, mean=0.5, std=0.5, nan=0, inf=0, integral=True)
+    for first, status in ((0.97, Status.PASS), (1.4, Status.WARN), (2.8, Status.FAIL)):
+        report = judge(result(with_(loss=loss, model=model, batches=batches(y=y)), losses=(first,) + FALLING[1:]))
+        assert report.item("initial_loss").status is status, first
 
 
 def test_binary_chance_is_ln_2():

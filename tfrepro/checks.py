@@ -102,7 +102,9 @@ class CheckOptions:
     """Thresholds, stated in the evidence wherever they decide."""
 
     expect_params: int | None = None  # total parameters the author expects
-    chance_tolerance: float = 0.25  # relative, around ln(C)
+    chance_tolerance: float = 0.25  # relative, around ln(C) ...
+    chance_slack_nats: float = 0.5  # ... but at least this much above it (logits of std ~1)
+    chance_fail_nats: float = 2.0  # fail above ln(C) + max(ln(C), this); below ln(C) / 2
     input_scale: float = 10.0  # |mean| or std above this: far from normalised
     fall_fraction: float = 0.02  # last steps' mean at least this much below the first's
     input_bound_step_share: float = 0.5  # pipeline >= this share of the trial's step
@@ -390,9 +392,11 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
         return _item("initial_loss", Status.SKIP, reason)
     first = result.losses[0]
     chance = math.log(c)
-    tol = options.chance_tolerance * chance
-    expect = f"chance ln({c}) = {chance:.3f} ± {options.chance_tolerance:.0%} ({chance - tol:.3f}..{chance + tol:.3f})"
-    evidence = [f"step 1 loss: {_g(first)}", f"expected at initialisation: {expect}",
+    lo, hi, fail_lo, fail_hi = chance_bands(chance, options)
+    expect = f"chance ln({c}) = {chance:.3f}"
+    bands = (f"pass {lo:.3f}..{hi:.3f} (-{options.chance_tolerance:.0%}, +max({options.chance_tolerance:.0%}, "
+             f"{options.chance_slack_nats:g} nats)); fail below {fail_lo:.3f} or above {fail_hi:.3f}")
+    evidence = [f"step 1 loss: {_g(first)}", f"expected at initialisation: {expect}; {bands}",
                 f"loss: {loss.get('name')} (from_logits={loss.get('from_logits')}, seen at {loss.get('source')})"]
     act = (model or {}).get("last_activation")
     if act:
@@ -400,19 +404,38 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
     if not math.isfinite(first):
         return _item("initial_loss", Status.FAIL, f"the first loss is {first}", evidence,
                      "look at the inputs (check 3) and for log(0) / division in the loss")
-    if abs(first - chance) > tol:
-        if first > chance:
-            summary = f"initial loss {_g(first)} is far above chance {chance:.3f}: confidently wrong at initialisation"
-            fix = ("normalise the inputs, check the initialisation scale, and that softmax is applied exactly once "
+    if not lo <= first <= hi:
+        status = Status.FAIL if (first < fail_lo or first > fail_hi) else Status.WARN
+        if first > hi:
+            summary = (f"initial loss {_g(first)} is far above chance {chance:.3f}: confidently wrong at "
+                       f"initialisation" if status is Status.FAIL else
+                       f"initial loss {_g(first)} is above chance {chance:.3f} (pass up to {hi:.3f}): "
+                       f"overconfident at initialisation")
+            fix = ("normalise the inputs, check the initialisation scale (a smaller last layer, e.g. "
+                   "kernel_initializer='zeros'), and that softmax is applied exactly once "
                    "(logits + from_logits=True, or softmax + from_logits=False)")
         else:
-            summary = f"initial loss {_g(first)} is far below chance {chance:.3f}"
-            fix = "the labels may leak into the inputs, or the loss is not averaged per sample"
-        return _item("initial_loss", Status.FAIL, summary, evidence, fix)
+            summary = f"initial loss {_g(first)} is {'far ' if status is Status.FAIL else ''}below chance {chance:.3f}"
+            fix = ("the labels may leak into the inputs, some samples may contribute nothing (rows of zeros "
+                   "from `tf.one_hot`), or the loss is not averaged per sample")
+        return _item("initial_loss", status, summary, evidence, fix)
     mismatch = _logits_mismatch(loss, act)
     if mismatch:
         return _item("initial_loss", Status.WARN, mismatch[0], evidence, mismatch[1])
-    return _item("initial_loss", Status.PASS, f"initial loss {_g(first)} ≈ {expect}", evidence)
+    return _item("initial_loss", Status.PASS, f"initial loss {_g(first)} ≈ {expect} (pass {lo:.3f}..{hi:.3f})",
+                 evidence)
+
+
+def chance_bands(chance: float, options: CheckOptions = CheckOptions()) -> tuple[float, float, float, float]:
+    """(pass low, pass high, fail low, fail high) around the chance loss.
+
+    Above chance the slack is absolute as well as relative: with logits of
+    standard deviation s at initialisation the loss exceeds ln(C) by roughly
+    s²/2 whatever C, so a relative band alone would punish few classes.
+    """
+    lo = chance * (1 - options.chance_tolerance)
+    hi = chance + max(options.chance_tolerance * chance, options.chance_slack_nats)
+    return lo, hi, chance / 2, chance + max(chance, options.chance_fail_nats)
 
 
 def _logits_mismatch(loss: dict, act: str | None) -> tuple[str, str] | None:
