@@ -94,8 +94,19 @@ def validate_data(data: Mapping[str, Any], specs: Mapping[str, Mapping[str, Any]
                     f"{key}={value!r} is not one of the choices",
                     hint=f"choose among: {', '.join(map(str, choices))}",
                 )
-            out[key] = value
+            out[key] = _cast(key, value, spec.get("type", "str"))
     return out
+
+
+def _cast(key: str, value: Any, type_name: str) -> Any:
+    casts = {"int": int, "float": float}
+    if type_name not in casts or not isinstance(value, str):
+        return value
+    try:
+        return casts[type_name](value)
+    except ValueError:
+        raise UserError(f"{key}={value!r} is not {'an integer' if type_name == 'int' else 'a number'}",
+                        hint=f"e.g. --data {key}={'32' if type_name == 'int' else '0.001'}") from None
 
 
 def check_destination(dest: Path) -> None:
