@@ -180,14 +180,10 @@ class Src:
         return self.module  # pragma: no cover
 
     def names_in(self, scope: cst.CSTNode) -> set[str]:
-        out: set[str] = set()
-
-        class V(cst.CSTVisitor):
-            def visit_Name(self, n: cst.Name) -> None:
-                out.add(n.value)
-
-        scope.visit(V())
-        return out
+        # Keyword names (`f(callbacks=...)`) and attribute names (`x.ds`) bind nothing.
+        skip = {id(n.keyword) for n in self.walk(scope) if isinstance(n, cst.Arg) and n.keyword is not None}
+        skip |= {id(n.attr) for n in self.walk(scope) if isinstance(n, cst.Attribute)}
+        return {n.value for n in self.walk(scope) if isinstance(n, cst.Name) and id(n) not in skip}
 
     def fresh_name(self, scope: cst.CSTNode, candidates: tuple[str, ...]) -> str:
         # The whole module, not just the scope: a name free in the scope may
