@@ -131,6 +131,8 @@ def _behaviour(doc: dict[str, Any]) -> tuple[str, str]:
         return cur, "The step time stays close to the baseline's."
     if sym == "mismatch":
         ref = doc.get("reference_trial") or base
+        if doc.get("reference_trial"):  # compare two runs of the same re-run
+            cand = (doc.get("reproduction") or {}).get("candidate") or cand
         r_loss, c_loss = ref.get("losses") or [], cand.get("losses") or []
         cur = (f"{with_}, the per-step loss no longer matches the reference configuration "
                f"(tolerance {_fmt((doc.get('symptom_settings') or {}).get('mismatch'))} relative)")
@@ -139,6 +141,35 @@ def _behaviour(doc: dict[str, Any]) -> tuple[str, str]:
         return cur + "." + alone, ("The per-step loss matches the reference (same math, only engineering "
                                    "features differ), as it does under determinism without the culprit.")
     return f"{with_}, the run shows {sym}.", "The run behaves as the baseline."
+
+
+def _series(xs: list[Any], scale: float = 1.0, n: int = 12) -> str:
+    shown = ", ".join("NaN" if x is None else _fmt(float(x) * scale) for x in xs[:n])
+    return shown + (" ..." if len(xs) > n else "")
+
+
+def _series_log(doc: dict[str, Any]) -> list[str]:
+    """The measured series a maintainer compares, as text."""
+    sym = doc.get("symptom")
+    cand = doc.get("culprit_trial") or {}
+    base = doc.get("baseline") or {}
+    if sym == "slowdown":
+        lines = [f"step time, ms (culprit configuration): {_series(cand.get('step_times') or [], 1000)}",
+                 f"step time, ms (baseline):              {_series(base.get('step_times') or [], 1000)}"]
+        timing = (doc.get("reproduction") or {}).get("timing") or {}
+        if timing.get("candidate"):
+            lines.append(f"re-run medians, ms: repro.py {_series(timing['candidate'], 1000)}; "
+                         f"reference.py {_series(timing.get('baseline') or [], 1000)}")
+        return lines
+    if sym == "mismatch":
+        ref = doc.get("reference_trial") or base
+        if doc.get("reference_trial"):  # compare two runs of the same re-run
+            cand = (doc.get("reproduction") or {}).get("candidate") or cand
+        return [f"per-step loss, repro.py:     {_series(cand.get('losses') or [])}",
+                f"per-step loss, reference.py: {_series(ref.get('losses') or [])}"]
+    if cand.get("losses"):
+        return [f"per-step loss (culprit configuration): {_series(cand['losses'])}"]
+    return []
 
 
 def render_issue(doc: dict[str, Any]) -> str:
@@ -209,10 +240,7 @@ def render_issue(doc: dict[str, Any]) -> str:
         log.append(cand["error"])
     if (rep.get("candidate") or {}).get("error") and rep["candidate"]["error"] not in log:
         log.append(rep["candidate"]["error"])
-    losses = cand.get("losses") or []
-    if losses:
-        shown = ", ".join(_fmt(None if x is None else float(x)) if x is not None else "NaN" for x in losses[:12])
-        log.append(f"per-step loss (culprit configuration): {shown}{' ...' if len(losses) > 12 else ''}")
+    log.extend(_series_log(doc))
     out.append(_code("\n".join(log) if log else "(no error output: see the per-step loss in loss.png)"))
     out.append("")
 
