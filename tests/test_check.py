@@ -406,3 +406,13 @@ def test_judge_output_is_json_serialisable_even_with_nan_losses():
     report = judge(result(losses=(float("nan"),), first_nonfinite_step=1))
     assert json.loads(json.dumps(report.to_dict(), allow_nan=False))["trial"]["first_loss"] is None
     assert not math.isnan(report.trial["steps_run"])
+
+
+def test_dataset_elements_split_like_keras_and_dict_loops():
+    split = _probes()._split_element
+    assert split(("x", "y")) == ("x", "y")
+    assert split(("x", "y", "w")) == ("x", "y", "w")
+    assert split({"image": "x", "label": "y"}) == ("x", "y")
+    assert split({"a": "x1", "b": "x2", "target": "y"}) == ({"a": "x1", "b": "x2"}, "y")
+    assert split({"a": "x1", "b": "x2"}) == ({"a": "x1", "b": "x2"},)
+    assert split("x") == ("x",)

@@ -186,7 +186,8 @@ class _Probes:
         if loss is not None:
             self._guard("compiled loss", self._note_loss_object, loss, "compile")
         self._guard("fit data", self._on_fit_data, args, kwargs)
-        self._guard("model (fit)", self._record_model, model)
+        # No forward pass here: it would build an unbuilt model before fit does.
+        self._guard("model (fit)", self._record_model, model, False)
 
     def _on_fit_data(self, args, kwargs) -> None:
         x = kwargs.get("x", args[0] if args else None)
@@ -230,9 +231,8 @@ class _Probes:
         import numpy as np
 
         batches = []
+        elements = [_split_element(el) for el in elements]
         for el in elements:
-            if not isinstance(el, (tuple, list)):
-                el = (el,)
             parts = {"inputs": el[0], "labels": el[1] if len(el) > 1 else None}
             batch = {}
             for role, value in parts.items():
@@ -242,13 +242,12 @@ class _Probes:
                 batch[role] = [_tensor_stats(path, leaf, np) for path, leaf in _leaves(value, role)]
             batches.append(batch)
         if elements:
-            first = elements[0]
-            self.first_x = first[0] if isinstance(first, (tuple, list)) else first
+            self.first_x = elements[0][0]
         self.ctx.record("check.batches", {"source": source, "batches": batches})
 
     # -- model ----------------------------------------------------------------
 
-    def _record_model(self, model) -> None:
+    def _record_model(self, model, call: bool = True) -> None:
         import numpy as np
 
         info = {"name": getattr(model, "name", type(model).__name__), "class": type(model).__name__}
@@ -265,7 +264,7 @@ class _Probes:
                 width = outs[0].shape[-1]
         except Exception:
             pass
-        if width is None and self.first_x is not None:
+        if width is None and call and self.first_x is not None:
             try:
                 out = model(self.first_x, training=False)
                 first = out[0] if isinstance(out, (list, tuple)) else out
@@ -275,7 +274,7 @@ class _Probes:
         info["output_width"] = int(width) if width is not None else None
         info["last_activation"] = _last_activation(model)
         eff = None
-        if self.first_x is not None:
+        if call and self.first_x is not None:
             try:
                 eff = _first_weighted_input(model, self.first_x, np)
             except Exception:
@@ -399,6 +398,24 @@ def _is_array(x) -> bool:
     return hasattr(x, "shape") and hasattr(x, "dtype")
 
 
+_LABEL_KEYS = ("y", "label", "labels", "target", "targets")
+
+
+def _split_element(el) -> tuple:
+    """(inputs, labels[, weights]) the way Keras reads a dataset element; a
+    dict with a label-like key ("label", "y", ...) is split on it, as custom
+    loops usually do."""
+    if isinstance(el, tuple) or (isinstance(el, list) and 1 <= len(el) <= 3):
+        return tuple(el)
+    if isinstance(el, dict):
+        keys = [k for k in el if str(k).lower() in _LABEL_KEYS]
+        if len(keys) == 1:
+            rest = {k: v for k, v in el.items() if k != keys[0]}
+            inputs = next(iter(rest.values())) if len(rest) == 1 else rest
+            return (inputs, el[keys[0]])
+    return (el,)
+
+
 def _map(fn, x):
     if isinstance(x, dict):
         return {k: _map(fn, v) for k, v in x.items()}
@@ -514,9 +531,11 @@ def _first_weighted_input(model, x, np):
         prefix.append(layer.name)
     if target is None or not prefix:
         return None  # the first weighted layer sees the raw inputs
-    import keras
+    lib = sys.modules.get("tf_keras") if type(model).__module__.startswith("tf_keras") else None
+    if lib is None:
+        import keras as lib
 
-    if isinstance(model, keras.Sequential):
+    if isinstance(model, lib.Sequential):
         h = x
         for layer in layers:
             if layer is target:
@@ -524,7 +543,7 @@ def _first_weighted_input(model, x, np):
             if type(layer).__name__ != "InputLayer":
                 h = layer(h)
     else:
-        h = keras.Model(model.inputs, target.input)(x)
+        h = lib.Model(model.inputs, target.input)(x)
     stats = _tensor_stats("", h, np)
     return {"layer": target.name, "via": prefix, "stats": stats}
 
