@@ -416,3 +416,24 @@ def test_dataset_elements_split_like_keras_and_dict_loops():
     assert split({"a": "x1", "b": "x2", "target": "y"}) == ({"a": "x1", "b": "x2"}, "y")
     assert split({"a": "x1", "b": "x2"}) == ({"a": "x1", "b": "x2"},)
     assert split("x") == ("x",)
+
+
+def test_reason_names_the_first_failing_check_then_the_first_warning():
+    y = tstats("labels", (64,), "int32", min=1, max=10, mean=5, std=3, integral=True)
+    timing = {"pipeline_s": 0.036, "compute_s": 0.00035}
+    report = judge(result(with_(batches=batches(y=y), timing=timing), step_time=0.04))
+    assert report.reason().startswith("check 3 (first batches) fails: batch 1 labels: class ids in [1, 10]")
+    assert report.to_dict()["flagged"] == ["input_pipeline", "first_batches"]
+    only_warn = judge(result(with_(timing=timing), step_time=0.04))
+    assert only_warn.reason().startswith("check 2 (input pipeline) warns: input-bound")
+    assert judge(result()).reason() is None
+
+
+def test_checks_for_bisect_never_raise(tmp_path):
+    from tfrepro.check import checks_for_result
+
+    class Unloadable:
+        manifest = None  # no trial settings: run_checks cannot even start
+
+    out = checks_for_result(Unloadable())
+    assert out["status"] == "error" and out["error"].startswith("AttributeError") and out["checks"] == []

@@ -42,3 +42,15 @@ def run_checks(project: "Project", enabled: Iterable[str] = (), settings: TrialS
                        state_dir=state_dir, env=env, plugins=(PROBES_FILE,),
                        plugin_options={"expect_gpu": expect_gpu})
     return judge(result, options, project=str(project.root))
+
+
+def checks_for_result(project: "Project", enabled: Iterable[str] = (), settings: TrialSettings | None = None,
+                      **kwargs) -> dict:
+    """What `bisect` puts under "checks" when the baseline fails: the report
+    as a dict ("status", "reason", "flagged", "checks", ...). Never raises:
+    the bisect result must be written even when the checks cannot run, so
+    a failure becomes {"status": "error", "error": ...}."""
+    try:
+        return run_checks(project, enabled, settings, **kwargs).to_dict()
+    except Exception as e:  # noqa: BLE001 - reported, not swallowed
+        return {"status": "error", "error": f"{type(e).__name__}: {e}", "checks": []}

@@ -87,8 +87,18 @@ class CheckReport:
         """Keys of the checks that warn or fail."""
         return [i.key for i in self.items if i.status in (Status.WARN, Status.FAIL)]
 
+    def reason(self) -> str | None:
+        """One line naming the likeliest cause: the first failing check, else
+        the first warning (checks run in causal order: data before loss)."""
+        for status in (Status.FAIL, Status.WARN):
+            for i in self.items:
+                if i.status is status:
+                    return f"check {i.number} ({i.title}) {i.status.value}s: {i.summary}"
+        return None
+
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status.value, "project": self.project, "enabled": list(self.enabled),
+        return {"status": self.status.value, "reason": self.reason(), "flagged": self.flagged(),
+                "project": self.project, "enabled": list(self.enabled),
                 "trial": dict(self.trial), "checks": [i.to_dict() for i in self.items]}
 
     @classmethod
