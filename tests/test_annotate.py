@@ -248,8 +248,7 @@ def test_a_feature_alone_in_its_suite_gets_pass_as_off_part():
 @pytest.mark.parametrize("script", sorted(p.name for p in SCRIPTS.glob("*.py")))
 def test_realistic_scripts_round_trip_and_are_idempotent(script):
     original = (SCRIPTS / script).read_text()
-    others = [(str(p), p.read_text()) for p in SCRIPTS.glob("*.py") if p.name != script]
-    text, found, _ = annotate_text(original, script, layer_sources=others)
+    text, found, _ = annotate_text(original, script)
     assert found and text != original
     parsed = fb.parse(text, script)
     every = set(parsed.feature_names)
@@ -258,7 +257,7 @@ def test_realistic_scripts_round_trip_and_are_idempotent(script):
     off = parsed.set_states({n: False for n in every})
     compile(off, script, "exec")
     assert fb.parse(off, script).set_states({n: True for n in every}) == text  # byte for byte back
-    again, found2, skipped2 = annotate_text(text, script, layer_sources=others)
+    again, found2, skipped2 = annotate_text(text, script)
     assert again == text and not found2
     assert not [s for s in skipped2 if "already used" not in s.reason]
 

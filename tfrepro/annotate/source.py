@@ -100,6 +100,12 @@ class Src:
         self.module = self.wrapper.module
         self.pos = self.wrapper.resolve(PositionProvider)
         self.parents = self.wrapper.resolve(ParentNodeProvider)
+        # libcst computes `node.children` by a visit each time: index them once
+        # (the parent map is filled in traversal order, i.e. document order).
+        self._kids: dict[int, list[cst.CSTNode]] = {}
+        for child, parent in self.parents.items():
+            self._kids.setdefault(id(parent), []).append(child)
+        self._names_memo: dict[int, set[str]] = {}
         self.lines = text.splitlines(keepends=True)
         self._starts = [0]
         for line in self.lines:
@@ -180,10 +186,14 @@ class Src:
         return self.module  # pragma: no cover
 
     def names_in(self, scope: cst.CSTNode) -> set[str]:
+        if id(scope) in self._names_memo:
+            return self._names_memo[id(scope)]
         # Keyword names (`f(callbacks=...)`) and attribute names (`x.ds`) bind nothing.
         skip = {id(n.keyword) for n in self.walk(scope) if isinstance(n, cst.Arg) and n.keyword is not None}
         skip |= {id(n.attr) for n in self.walk(scope) if isinstance(n, cst.Attribute)}
-        return {n.value for n in self.walk(scope) if isinstance(n, cst.Name) and id(n) not in skip}
+        out = {n.value for n in self.walk(scope) if isinstance(n, cst.Name) and id(n) not in skip}
+        self._names_memo[id(scope)] = out
+        return out
 
     def fresh_name(self, scope: cst.CSTNode, candidates: tuple[str, ...]) -> str:
         # The whole module, not just the scope: a name free in the scope may
@@ -203,11 +213,14 @@ class Src:
         while stack:
             n = stack.pop()
             yield n
-            stack.extend(reversed(n.children))
+            stack.extend(reversed(self._kids.get(id(n), ())))
 
     # -- imports -----------------------------------------------------------
     def import_aliases(self) -> dict[str, str]:
         """alias -> dotted module/object it is bound to by a top-level-or-nested import."""
+        if getattr(self, "_aliases", None) is not None:
+            return self._aliases
+        self._aliases: dict[str, str] | None = None
         out: dict[str, str] = {}
         for n in self.walk():
             if isinstance(n, cst.Import):
@@ -221,6 +234,7 @@ class Src:
                     name = dotted(a.name) or ""
                     alias = a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else name
                     out[alias] = f"{mod}.{name}" if mod else name
+        self._aliases = out
         return out
 
     def layers_prefix(self) -> str | None:
