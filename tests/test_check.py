@@ -437,3 +437,14 @@ def test_checks_for_bisect_never_raise(tmp_path):
 
     out = checks_for_result(Unloadable())
     assert out["status"] == "error" and out["error"].startswith("AttributeError") and out["checks"] == []
+
+
+def test_input_bound_judged_on_the_quiet_steps_not_the_load_spikes():
+    timing = {"pipeline_s": 0.036, "compute_s": 0.00035}
+    # Steps that wait for their batch (~40 ms), half of them stretched by a busy machine.
+    steps = (3.0, 0.1, 0.1) + (0.04, 0.2) * 10
+    r = TrialResult(losses=FALLING[:len(steps)], step_times=steps, mode="loop", steps_run=len(steps),
+                    weights_finite=True, extra=with_(timing=timing))
+    item = judge(r).item("input_pipeline")
+    assert item.status is Status.WARN
+    assert "trial step 40 ms" in item.summary
