@@ -145,3 +145,10 @@ def test_a_raise_after_model_build_is_a_crash(trial):
     r = trial("raises")
     assert r.crashed and r.error == "ValueError: boom" and r.exit_code == 1
     assert r.mode == "none" and r.weights_finite is True  # the built model was still checked
+
+
+def test_mirrored_strategy_losses_are_the_global_batchs(trial):
+    r = trial("mirrored")
+    assert r.mode == "fit" and r.steps_run == 6 and not r.crashed
+    assert r.extra["fit_loss_source"] == "exact"
+    assert_close(r.losses, own_losses(r))

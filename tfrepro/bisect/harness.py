@@ -259,25 +259,15 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
         return self.train_function
 
     def train_step(self, data):
+        # MirroredStrategy traces one replica per thread: captures are per thread.
         tracker = _loss_tracker(self)
-        seen = []
         if tracker is not None:
-            had_own = "update_state" in vars(tracker)
-            own = tracker.update_state
-
-            def update_state(values, sample_weight=None, *a, **k):
-                seen.append((values, sample_weight))
-                return own(values, sample_weight, *a, **k)
-
-            object.__setattr__(tracker, "update_state", update_state)
+            _hook_tracker(tracker)
+        _tls.seen = seen = []
         try:
             logs = orig_step(self, data)
         finally:
-            if tracker is not None:
-                if had_own:
-                    object.__setattr__(tracker, "update_state", own)
-                else:
-                    object.__delattr__(tracker, "update_state")
+            _tls.seen = None
         if seen and isinstance(logs, dict):
             logs = dict(logs)
             logs[LOSS_KEY] = _global_loss(seen[-1], distributed_sum)
@@ -287,6 +277,27 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
     cls.make_train_function = make_train_function
     cls.train_step = train_step
     cls._tfrepro_patched = True
+
+
+_tls = threading.local()
+
+
+def _hook_tracker(tracker) -> None:
+    """Make the loss tracker report what it is fed to the train_step running
+    in this thread (once per tracker; a no-op outside our train_step)."""
+    if vars(tracker).get("_tfrepro_hooked"):
+        return
+    own = tracker.update_state
+
+    def update_state(values, sample_weight=None, *args, **kwargs):
+        seen = getattr(_tls, "seen", None)
+        if seen is not None:
+            seen.append((values, sample_weight))
+        return own(values, sample_weight, *args, **kwargs)
+
+    # object.__setattr__: no Keras attribute tracking for a plain function
+    object.__setattr__(tracker, "update_state", update_state)
+    object.__setattr__(tracker, "_tfrepro_hooked", True)
 
 
 def _with_callback(callbacks, cb):
