@@ -331,3 +331,79 @@ def test_cli_bad_existing_markers_are_exit_2(tmp_path, monkeypatch):
 def test_cli_missing_file_is_exit_2(tmp_path):
     r = CliRunner().invoke(main, ["annotate", str(tmp_path / "nope.py")])
     assert r.exit_code == 2
+
+
+SEQUENTIAL = '''\
+from keras import layers
+import keras
+
+
+class Norm(layers.Layer):
+    pass
+
+
+class Wide(layers.Dense):
+    pass
+
+
+def build():
+    return keras.Sequential([
+        layers.Dense(8),
+        Norm(),  # the team's norm
+        Wide(4, activation="relu"),
+    ], name="net")
+'''
+
+
+def _fake_keras():
+    made = []
+
+    class Layer:
+        def __init__(self, *args, **kwargs):
+            self.spec = (type(self).__name__, args, tuple(sorted(kwargs.items())))
+            made.append(self.spec)
+
+    class Dense(Layer):
+        pass
+
+    class Identity(Layer):
+        pass
+
+    def Sequential(layer_list, name=None):
+        return [x.spec for x in layer_list], name
+
+    layers = _NS(Layer=Layer, Dense=Dense, Identity=Identity)
+    return _NS(layers=layers, Sequential=Sequential), layers, made
+
+
+def _build(code: str):
+    keras, layers, made = _fake_keras()
+    env = {"__name__": "m"}
+    code = code.replace("from keras import layers\nimport keras\n", "")
+    env.update(keras=keras, layers=layers)
+    exec(compile(code, "m.py", "exec"), env)
+    return env["build"](), made
+
+
+def test_several_custom_layers_in_one_sequential_get_a_block_each():
+    text, found, skipped = ann(SEQUENTIAL)
+    assert names(found) == {"custom_layer_norm", "custom_layer_wide"} and not skipped
+    assert _build(text) == _build(SEQUENTIAL)  # same layers, same order, same model
+    parsed = fb.parse(text, "t")
+    (specs, name), _ = _build(parsed.render({"custom_layer_wide"}))
+    assert name == "net"
+    assert [s[0] for s in specs] == ["Dense", "Identity", "Wide"]
+    (specs, _), _ = _build(parsed.render(set()))
+    assert specs[2] == ("Dense", (4,), (("activation", "relu"),))
+    assert "    # the team's norm\n" in text
+
+
+def test_layer_classes_from_sibling_files_count_as_the_projects(tmp_path):
+    (tmp_path / "blocks.py").write_text(
+        "import tensorflow as tf\n\nclass GatedUnit(tf.keras.layers.Layer):\n    pass\n")
+    (tmp_path / "train.py").write_text(
+        "import tensorflow as tf\nfrom blocks import GatedUnit\n\nx = GatedUnit()(inp)\n")
+    result = annotate([tmp_path / "train.py"])
+    assert [f.name for f in result.found] == ["custom_layer_gated_unit"]
+    assert "# x = tf.keras.layers.Identity()(inp)" in result.files[0].annotated
+    assert result.manifest_new is None  # nothing affects the loss: no manifest written

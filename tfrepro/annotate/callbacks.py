@@ -13,6 +13,7 @@ from __future__ import annotations
 import libcst as cst
 
 from tfrepro.annotate.detect import callback_feature
+from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
 from tfrepro.annotate.source import Src, arg, last_name
 
@@ -138,28 +139,19 @@ class _Collector:
 
     def elements(self, lst: cst.List, var: str, indent: str, scope: cst.CSTNode) -> tuple[list, list[Found]]:
         src, ctx = self.src, self.ctx
-        segs: list[str | BlockSeg] = []
         found: list[Found] = []
         for el in lst.elements:
             if isinstance(el, cst.StarredElement):
                 ctx.skip(src.path, src.line(el), "a starred element in a callbacks list: not marked")
                 return [], []
-        for el in lst.elements:
-            code = src.code(el.value)
-            line = src.line(el.value)
-            stmt = f"{indent}{var}.append({code})\n"
-            col = src.pos[el.value].start.column
-            if "\n" in code and col > len(indent):
-                # Keep a multi-line element's layout: its lines stay where they were.
-                stmt = f"{indent}{var}.append(\n{' ' * col}{code}\n{indent})\n"
-            seg, f = self.block_for(el.value, stmt, line, scope)
-            segs.append(seg)
+
+        def segment(el: cst.Element) -> str | BlockSeg:
+            seg, f = self.block_for(el.value, append_stmt(src, indent, var, el.value), src.line(el.value), scope)
             if f is not None:
                 found.append(f)
-        # Comments between the elements are not part of any element's code.
-        comments = [n for n in src.walk(lst) if isinstance(n, cst.Comment)
-                    and not any(src.span(e.value)[0] <= src.span(n)[0] < src.span(e.value)[1] for e in lst.elements)]
-        return [f"{indent}{c.value}\n" for c in comments] + segs, found
+            return seg
+
+        return split_list(src, lst, indent, segment), found
 
     def append_statement(self, stmt: cst.SimpleStatementLine, call: cst.Call, scope: cst.CSTNode) -> None:
         src = self.src

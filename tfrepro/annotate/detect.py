@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from tfrepro.annotate.layers import LayerClass, stock_equivalent
+from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
 from tfrepro.annotate.source import NOTHING, Src, arg, dotted, last_name, literal, snake
 
@@ -216,6 +217,11 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
             ctx.skip(src.path, line, f"{head.base}: the statement's lines cannot be commented at its "
                      "indentation (a continuation line is indented less): not marked")
             continue
+        if len({c.base for c in group}) > 1:
+            split = _sequential_split(src, ctx, unit, indent, group)
+            if split is not None:
+                edits.append(split)
+                continue
         name = ctx.claim(head.base, head.kind, group=head.group, path=src.path, line=line)
         if name is None:
             continue
@@ -246,6 +252,53 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
         found = Found(name, head.description, src.path, line, head.kind, head.note, head.affects_loss)
         edits.append(Edit(start, end, indent, (BlockSeg(name, head.description, on, off),), (found,)))
     return edits
+
+
+def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str,
+                      group: list[Candidate]) -> Edit | None:
+    """Several custom layers in one `Sequential([...])`: rebuild the list with
+    appends so that each layer gets its own block (same layers, same order)."""
+    if not all(c.kind == "custom_layer" and c.node is not None for c in group):
+        return None
+    lists = set()
+    for c in group:
+        el = src.parent(c.node)  # type: ignore[arg-type]
+        lst = src.parent(el) if isinstance(el, cst.Element) else None
+        if not isinstance(lst, cst.List) or el.value is not c.node:  # type: ignore[union-attr]
+            return None
+        lists.add(lst)
+    if len(lists) != 1:
+        return None
+    lst = lists.pop()
+    argnode = src.parent(lst)
+    call = src.parent(argnode) if isinstance(argnode, cst.Arg) else None
+    if not isinstance(call, cst.Call) or last_name(call.func) != "Sequential" \
+            or any(isinstance(e, cst.StarredElement) for e in lst.elements):
+        return None
+    by_node = {id(c.node): c for c in group}
+    var = src.fresh_name(src.scope(unit), ("model_layers", "stack"))
+    found: list[Found] = []
+
+    def segment(el: cst.Element) -> str | BlockSeg:
+        on = append_stmt(src, indent, var, el.value)
+        c = by_node.get(id(el.value))
+        if c is None:
+            return on
+        name = ctx.claim(c.base, c.kind, group=True, path=src.path, line=src.line(el.value))
+        if name is None:
+            return on
+        found.append(Found(name, c.description, src.path, src.line(el.value), c.kind, c.note))
+        return BlockSeg(name, c.description, on, append_stmt(src, indent, var, el.value, c.replacement))
+
+    segs = split_list(src, lst, indent, segment)
+    if not found:
+        return None
+    start, end = src.line(unit), src.end_line(unit)
+    a, b = src.span(lst)
+    rest = src.between(src.offset(start, 0), a) + var + src.between(b, src.offset(end, 0) + len(src.lines[end - 1]))
+    if not rest.endswith("\n"):
+        rest += "\n"
+    return Edit(start, end, indent, (f"{indent}{var} = []\n", *segs, rest), tuple(found))
 
 
 def callback_feature(class_name: str | None, var_name: str | None) -> str:
