@@ -87,8 +87,9 @@ def _display(path: Path) -> str:
 
 
 def _diff(old: str, new: str, name: str, new_file: bool = False) -> str:
+    a, b = (name, name) if name.startswith("/") else (f"a/{name}", f"b/{name}")
     lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                 fromfile="/dev/null" if new_file else f"a/{name}", tofile=f"b/{name}")
+                                 fromfile="/dev/null" if new_file else a, tofile=b)
     out = []
     for x in lines:
         out.append(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n")

@@ -26,22 +26,26 @@ def render_block(seg: BlockSeg, indent: str) -> list[str]:
     return out
 
 
-def apply(lines: list[str], edits: list[Edit]) -> tuple[str, dict[int, tuple[int, BlockSeg]]]:
-    """The new text and, per marker line of a new block, (edit index, segment)."""
+def apply(lines: list[str], edits: list[Edit]) -> tuple[str, dict[int, tuple[int, BlockSeg]], list[tuple[int, int]]]:
+    """The new text; per marker line of a new block, (edit index, segment);
+    per edit (sorted by start), the range of new lines it wrote."""
     out: list[str] = []
     markers: dict[int, tuple[int, BlockSeg]] = {}
+    ranges: list[tuple[int, int]] = []
     pos = 0
     for i, e in enumerate(sorted(edits, key=lambda e: e.start)):
         out.extend(lines[pos : e.start - 1])
+        first = len(out) + 1
         for seg in e.segments:
             if isinstance(seg, BlockSeg):
                 markers[len(out) + 1] = (i, seg)
                 out.extend(render_block(seg, e.indent))
             else:
                 out.extend(seg.splitlines(keepends=True))
+        ranges.append((first, len(out)))
         pos = e.end
     out.extend(lines[pos:])
-    return "".join(out), markers
+    return "".join(out), markers, ranges
 
 
 def resolve_overlaps(edits: list[Edit], occupied: list[tuple[int, int]], ctx: Context, path: str) -> list[Edit]:
@@ -82,14 +86,20 @@ def build(text: str, path: str, edits: list[Edit], ctx: Context) -> tuple[str, l
     for _ in range(len(edits) + 2):
         if not edits:
             return text, []
-        new, markers = apply(lines, edits)
+        new, markers, ranges = apply(lines, edits)
         try:
             parsed = fb.parse(new, path)
-        except UserError as err:  # a bug of ours, never the user's: report, write nothing
-            for e in edits:
-                for f in e.found:
-                    ctx.skip(path, f.line, f"{f.name}: annotation would not parse ({err.message}); not marked")
-            return text, []
+        except UserError as err:
+            # E.g. a commented-out statement inside the wrapped code reads as
+            # a half-switched block: drop the edit holding the line.
+            hit = [i for i, (a, b) in enumerate(ranges) if err.line is not None and a <= err.line <= b]
+            for i in hit or range(len(edits)):
+                for f in edits[i].found:
+                    ctx.skip(path, f.line, f"{f.name}: not marked, the block would not be valid ({err.message})")
+            if not hit:
+                return text, []
+            edits = [e for i, e in enumerate(edits) if i not in hit]
+            continue
         # A block without an else part that is alone in its suite would leave
         # the suite empty when OFF: give it `pass` as its OFF part.
         fixed = False
