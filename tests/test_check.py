@@ -19,10 +19,12 @@ from tfrepro.bisect.results import TrialResult
 from tfrepro.checks import CheckOptions, CheckReport, Status, format_report, judge, num_classes
 
 PROBES = Path(__file__).resolve().parents[1] / "tfrepro" / "bisect" / "probes.py"
+TOOLS = PROBES.with_name("probe_tools.py")
 
 
 def _probes():
-    spec = importlib.util.spec_from_file_location("_probes_under_test", PROBES)
+    """The probes' helper module, loaded by path as the plugin loads it."""
+    spec = importlib.util.spec_from_file_location("_probe_tools_under_test", TOOLS)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -370,33 +372,34 @@ def test_gpu_present_passes():
 def test_tensor_stats_counts_nan_and_inf_and_describes_finite_values():
     probes = _probes()
     a = np.array([[1.0, np.nan], [np.inf, 3.0]], dtype="float32")
-    d = probes._tensor_stats("x", a, np)
+    d = probes.tensor_stats("x", a, np)
     assert (d["nan"], d["inf"], d["min"], d["max"], d["shape"]) == (1, 1, 1.0, 3.0, [2, 2])
     assert json.dumps(d, allow_nan=False)
-    labels = probes._tensor_stats("y", np.array([1, 10, 3]), np)
+    labels = probes.tensor_stats("y", np.array([1, 10, 3]), np)
     assert (labels["kind"], labels["min"], labels["max"]) == ("int", 1.0, 10.0)
-    one_hot = probes._tensor_stats("y", np.eye(3, dtype="float32")[[0, 2]] * [[1], [0]], np)
+    one_hot = probes.tensor_stats("y", np.eye(3, dtype="float32")[[0, 2]] * [[1], [0]], np)
     assert (one_hot["row_sum_min"], one_hot["row_sum_max"]) == (0.0, 1.0)
 
 
 def test_all_nan_tensor_has_no_range_but_counts():
-    d = _probes()._tensor_stats("x", np.full((2, 2), np.nan), np)
+    d = _probes().tensor_stats("x", np.full((2, 2), np.nan), np)
     assert d["nan"] == 4 and "min" not in d
 
 
 def test_gpu_expectation_from_the_environment(monkeypatch):
     probes = _probes()
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    assert probes._gpu_expected(None) == (True, "CUDA_VISIBLE_DEVICES=0,1")
-    assert probes._gpu_expected(False) == (False, None)
+    assert probes.gpu_expected(None) == (True, "CUDA_VISIBLE_DEVICES=0,1")
+    assert probes.gpu_expected(False) == (False, None)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "-1")
     monkeypatch.setattr(probes.os.path, "exists", lambda p: False)
     monkeypatch.setattr(probes.shutil, "which", lambda n: None)
-    assert probes._gpu_expected(None) == (False, None)
+    assert probes.gpu_expected(None) == (False, None)
 
 
-def test_probe_module_imports_no_tensorflow_and_no_tfrepro():
-    text = PROBES.read_text()
+@pytest.mark.parametrize("path", [PROBES, TOOLS], ids=["probes", "probe_tools"])
+def test_probe_modules_import_no_tensorflow_and_no_tfrepro(path):
+    text = path.read_text()
     assert "import tfrepro" not in text and "from tfrepro" not in text
     top_level = [ln for ln in text.splitlines() if ln.startswith(("import ", "from "))]
     assert not any("tensorflow" in ln or "keras" in ln or "numpy" in ln for ln in top_level)
@@ -409,7 +412,7 @@ def test_judge_output_is_json_serialisable_even_with_nan_losses():
 
 
 def test_dataset_elements_split_like_keras_and_dict_loops():
-    split = _probes()._split_element
+    split = _probes().split_element
     assert split(("x", "y")) == ("x", "y")
     assert split(("x", "y", "w")) == ("x", "y", "w")
     assert split({"image": "x", "label": "y"}) == ("x", "y")
@@ -422,7 +425,7 @@ def test_reason_names_the_first_failing_check_then_the_first_warning():
     y = tstats("labels", (64,), "int32", min=1, max=10, mean=5, std=3, integral=True)
     timing = {"pipeline_s": 0.036, "compute_s": 0.00035}
     report = judge(result(with_(batches=batches(y=y), timing=timing), step_time=0.04))
-    assert report.reason().startswith("check 3 (first batches) fails: batch 1 labels: class ids in [1, 10]")
+    assert report.reason().startswith("check 3 (first batches) fails: batches 1 and 2 labels: class ids in [1, 10]")
     assert report.to_dict()["flagged"] == ["input_pipeline", "first_batches"]
     only_warn = judge(result(with_(timing=timing), step_time=0.04))
     assert only_warn.reason().startswith("check 2 (input pipeline) warns: input-bound")

@@ -9,6 +9,7 @@ what `tfrepro bisect` calls when the baseline itself fails, so that
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +22,14 @@ if TYPE_CHECKING:
     from tfrepro.project import Project
 
 PROBES_FILE = Path(__file__).resolve().parent / "bisect" / "probes.py"
+PROBE_TOOLS_FILE = PROBES_FILE.with_name("probe_tools.py")
+
+
+def _probe_options(expect_gpu: bool | None) -> dict:
+    # The trial key digests the plugin file only; the helpers it loads by
+    # path enter the key through the options, so editing them re-runs.
+    digest = hashlib.sha256(PROBE_TOOLS_FILE.read_bytes()).hexdigest()[:16]
+    return {"expect_gpu": expect_gpu, "probe_tools": digest}
 
 
 def run_checks(project: "Project", enabled: Iterable[str] = (), settings: TrialSettings | None = None, *,
@@ -40,7 +49,7 @@ def run_checks(project: "Project", enabled: Iterable[str] = (), settings: TrialS
     # take the least disturbed of several measurements on their own).
     result = run_trial(project, enabled, replace(settings, repeat=0), use_cache=use_cache, label="check",
                        state_dir=state_dir, env=env, plugins=(PROBES_FILE,),
-                       plugin_options={"expect_gpu": expect_gpu})
+                       plugin_options=_probe_options(expect_gpu))
     return judge(result, options, project=str(project.root))
 
 

@@ -20,6 +20,9 @@ What it records (each key ends up in `TrialResult.extra`):
 - `check.env`: versions, devices, build info, whether a GPU is expected;
 - `check.skips`: why a probe could not apply; `check.errors`: probe failures.
 
+The measuring helpers (statistics, timing, model walking) are in the sibling
+`probe_tools.py`, loaded by path as well.
+
 Invariant: a probe never raises into the script; whatever goes wrong is
 recorded as a reason, so the checklist can say "skipped" instead of failing
 silently. Side effect worth knowing: peeking at a dataset's first batches
@@ -28,19 +31,11 @@ creates one extra iterator, which advances a reshuffling `shuffle` by one epoch.
 
 from __future__ import annotations
 
-import math
 import os
 import platform
-import shutil
-import statistics
 import sys
-import time
 import traceback
 
-_NORMALISING = frozenset({
-    "Normalization", "Rescaling", "BatchNormalization", "LayerNormalization",
-    "GroupNormalization", "UnitNormalization", "RMSNormalization", "Discretization",
-})
 _LOSS_KINDS = {
     "sparse_categorical_crossentropy": "sparse",
     "sparsecategoricalcrossentropy": "sparse",
@@ -55,8 +50,20 @@ _LOSS_KINDS = {
 _TF_ENV_PREFIXES = ("TF_CPP_", "TF_ENABLE_", "TF_XLA_", "TF_GPU_", "TF_FORCE_", "TF_CUDNN_", "TF_DETERMINISTIC",
                     "TF_NUM_", "TF_DISABLE_", "TF_ONEDNN", "TF_MKL", "TF_USE_LEGACY_KERAS")
 _TF_ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "XLA_FLAGS", "KERAS_BACKEND", "KERAS_HOME")
-_PIPELINE_BUDGET_S = 1.5
-_COMPUTE_BUDGET_S = 0.6
+
+
+def _load_tools():
+    """The sibling helper module, by path (the plugin itself is loaded by path)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe_tools.py")
+    spec = importlib.util.spec_from_file_location("_tfrepro_probe_tools", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+T = _load_tools()
 
 
 class _Probes:
@@ -197,14 +204,14 @@ class _Probes:
 
         if isinstance(x, tf.data.Dataset):
             self._capture_dataset(x, "fit")
-        elif x is not None and _is_array(x):
+        elif x is not None and T.is_array(x):
             self.captured = True
             elements = []
             for i in range(2):
                 sl = slice(i * batch_size, (i + 1) * batch_size)
-                xs = _map(lambda a: a[sl], x)
-                ys = _map(lambda a: a[sl], y) if y is not None else None
-                if _first_dim(xs) == 0:
+                xs = T.map_structure(lambda a: a[sl], x)
+                ys = T.map_structure(lambda a: a[sl], y) if y is not None else None
+                if T.first_dim(xs) == 0:
                     break
                 elements.append((xs, ys) if ys is not None else (xs,))
             self._record_batches(elements, "fit (arrays)")
@@ -231,7 +238,7 @@ class _Probes:
         import numpy as np
 
         batches = []
-        elements = [_split_element(el) for el in elements]
+        elements = [T.split_element(el) for el in elements]
         for el in elements:
             parts = {"inputs": el[0], "labels": el[1] if len(el) > 1 else None}
             batch = {}
@@ -239,7 +246,7 @@ class _Probes:
                 if value is None:
                     batch[role] = []
                     continue
-                batch[role] = [_tensor_stats(path, leaf, np) for path, leaf in _leaves(value, role)]
+                batch[role] = [T.tensor_stats(path, leaf, np) for path, leaf in T.leaves(value, role)]
             batches.append(batch)
         if elements:
             self.first_x = elements[0][0]
@@ -272,11 +279,11 @@ class _Probes:
             except Exception:
                 pass
         info["output_width"] = int(width) if width is not None else None
-        info["last_activation"] = _last_activation(model)
+        info["last_activation"] = T.last_activation(model)
         eff = None
         if call and self.first_x is not None:
             try:
-                eff = _first_weighted_input(model, self.first_x, np)
+                eff = T.first_weighted_input(model, self.first_x, np)
             except Exception:
                 eff = None
         info["first_layer_input"] = eff
@@ -305,7 +312,7 @@ class _Probes:
         best, best_n = None, -1
         for m in models:
             try:
-                n = sum(int(v.shape.num_elements() if hasattr(v.shape, "num_elements") else _prod(v.shape))
+                n = sum(int(v.shape.num_elements() if hasattr(v.shape, "num_elements") else T.prod(v.shape))
                         for v in m.trainable_weights)
             except Exception:
                 continue
@@ -325,13 +332,13 @@ class _Probes:
         timing: dict = {}
         self.busy = True
         try:
-            timing.update(_time_pipeline(self.dataset, tf, np))
+            timing.update(T.time_pipeline(self.dataset, tf, np))
         finally:
             self.busy = False
         main = self._main_model(models) if models else None
         if main is not None and self.first_x is not None:
             try:
-                timing.update(_time_compute(main, self.first_x, tf))
+                timing.update(T.time_compute(main, self.first_x, tf))
             except Exception:
                 line = traceback.format_exc(limit=1).strip().splitlines()[-1]
                 timing["compute_error"] = line
@@ -374,275 +381,10 @@ class _Probes:
         # An allow-list: other tools use TF_* too (Terraform keeps tokens in TF_TOKEN_*).
         env["tf_env"] = {k: v for k, v in os.environ.items()
                          if k.startswith(_TF_ENV_PREFIXES) or k in _TF_ENV_NAMES}
-        expected, why = _gpu_expected(self.options.get("expect_gpu"))
+        expected, why = T.gpu_expected(self.options.get("expect_gpu"))
         env["gpu_expected"] = expected
         env["gpu_expected_why"] = why
         self.ctx.record("check.env", env)
-
-
-# -- helpers (pure, NumPy passed in) ----------------------------------------------
-
-
-def _prod(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
-
-
-def _is_array(x) -> bool:
-    if isinstance(x, dict):
-        return all(_is_array(v) for v in x.values())
-    if isinstance(x, (list, tuple)):
-        return bool(x) and all(_is_array(v) for v in x)
-    return hasattr(x, "shape") and hasattr(x, "dtype")
-
-
-_LABEL_KEYS = ("y", "label", "labels", "target", "targets")
-
-
-def _split_element(el) -> tuple:
-    """(inputs, labels[, weights]) the way Keras reads a dataset element; a
-    dict with a label-like key ("label", "y", ...) is split on it, as custom
-    loops usually do."""
-    if isinstance(el, tuple) or (isinstance(el, list) and 1 <= len(el) <= 3):
-        return tuple(el)
-    if isinstance(el, dict):
-        keys = [k for k in el if str(k).lower() in _LABEL_KEYS]
-        if len(keys) == 1:
-            rest = {k: v for k, v in el.items() if k != keys[0]}
-            inputs = next(iter(rest.values())) if len(rest) == 1 else rest
-            return (inputs, el[keys[0]])
-    return (el,)
-
-
-def _map(fn, x):
-    if isinstance(x, dict):
-        return {k: _map(fn, v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return type(x)(_map(fn, v) for v in x)
-    return fn(x)
-
-
-def _first_dim(x) -> int:
-    for _, leaf in _leaves(x, ""):
-        return int(leaf.shape[0]) if len(leaf.shape) else 1
-    return 0
-
-
-def _leaves(x, prefix: str):
-    if isinstance(x, dict):
-        for k in sorted(x, key=str):
-            yield from _leaves(x[k], f"{prefix}[{k!r}]")
-    elif isinstance(x, (list, tuple)):
-        for i, v in enumerate(x):
-            yield from _leaves(v, f"{prefix}[{i}]")
-    else:
-        yield prefix, x
-
-
-def _finite_or_none(v: float):
-    return float(v) if math.isfinite(v) else None
-
-
-def _tensor_stats(name: str, value, np) -> dict:
-    """Shape, dtype and value statistics of one tensor; never raises."""
-    d: dict = {"name": name}
-    try:
-        a = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-        a = np.asarray(a)
-    except Exception as e:  # ragged, sparse, strings of odd kinds
-        d.update({"dtype": str(getattr(value, "dtype", type(value).__name__)), "kind": "other",
-                  "note": f"not inspected: {type(e).__name__}"})
-        return d
-    d["shape"] = [int(s) for s in a.shape]
-    d["dtype"] = str(a.dtype)
-    d["size"] = int(a.size)
-    kind = a.dtype.kind
-    if kind == "b":
-        d["kind"] = "bool"
-        return d
-    if kind in "iu":
-        d["kind"] = "int"
-        if a.size:
-            d.update({"min": float(a.min()), "max": float(a.max()), "mean": float(a.mean()),
-                      "std": float(a.std()), "integral": True})
-        return d
-    if kind == "V" or kind == "f" or kind == "c":
-        try:
-            a = a.astype(np.float64) if kind != "c" else np.abs(a)
-        except Exception:
-            d["kind"] = "other"
-            return d
-        d["kind"] = "float"
-        finite = np.isfinite(a)
-        d["nan"] = int(np.isnan(a).sum())
-        d["inf"] = int(np.isinf(a).sum())
-        good = a[finite]
-        if good.size:
-            d.update({"min": float(good.min()), "max": float(good.max()), "mean": float(good.mean()),
-                      "std": float(good.std()),
-                      "integral": bool(np.all(np.equal(np.floor(good), good)))})
-            if a.ndim >= 1 and a.shape[-1] >= 2 and good.size == a.size:
-                rows = a.reshape(-1, a.shape[-1]).sum(axis=1)
-                d["row_sum_min"] = float(rows.min())
-                d["row_sum_max"] = float(rows.max())
-        return d
-    d["kind"] = "other"
-    return d
-
-
-def _last_activation(model):
-    try:
-        layers = model.layers
-    except Exception:
-        return None
-    if not layers:
-        return None
-    last = layers[-1]
-    cls = type(last).__name__
-    if cls == "Softmax":
-        return "softmax"
-    act = getattr(last, "activation", None)
-    name = getattr(act, "__name__", None)
-    if name is None and act is not None:
-        name = str(act)
-    return name
-
-
-def _first_weighted_input(model, x, np):
-    """What the first layer with weights receives, walking weightless layers
-    (a hand-written standardiser counts). A known normalising layer on the
-    way answers by its name. None when the model cannot be walked."""
-    layers = list(getattr(model, "layers", []) or [])
-    if not layers:
-        return None
-    prefix = []
-    target = None
-    for layer in layers:
-        cls = type(layer).__name__
-        if cls == "InputLayer":
-            continue
-        if cls in _NORMALISING:
-            return {"layer": layer.name, "normalised_by": cls, "via": prefix}
-        if layer.weights:
-            target = layer
-            break
-        prefix.append(layer.name)
-    if target is None or not prefix:
-        return None  # the first weighted layer sees the raw inputs
-    lib = sys.modules.get("tf_keras") if type(model).__module__.startswith("tf_keras") else None
-    if lib is None:
-        import keras as lib
-
-    if isinstance(model, lib.Sequential):
-        h = x
-        for layer in layers:
-            if layer is target:
-                break
-            if type(layer).__name__ != "InputLayer":
-                h = layer(h)
-    else:
-        h = lib.Model(model.inputs, target.input)(x)
-    stats = _tensor_stats("", h, np)
-    return {"layer": target.name, "via": prefix, "stats": stats}
-
-
-def _time_pipeline(ds, tf, np) -> dict:
-    """Seconds per batch of the pipeline alone: each batch is stamped in-graph
-    (`tf.timestamp` in a map after it) as it comes out, so iterator start-up
-    (buffers filling) and Python overhead stay out. The first half of the gaps
-    is dropped: a `prefetch` buffer filled during start-up would hide the
-    steady rate. The least disturbed of up to three runs counts (other
-    processes on the machine only ever add time). Bounded in time."""
-    def stamps(k: int) -> tuple[list[float], float]:
-        t = time.perf_counter()
-        s = _nondeterministic(lambda: ds.take(k).map(lambda *_: tf.timestamp()).batch(k).get_single_element())
-        return [float(v) for v in np.asarray(s)], time.perf_counter() - t
-
-    first, startup = stamps(3)
-    gaps = [b - a for a, b in zip(first, first[1:])]
-    if not gaps:
-        return {"pipeline_error": f"the dataset yielded {len(first)} batch(es); at least 2 are needed"}
-    estimate = max(statistics.mean(gaps), 1e-6)
-    n = int(max(4, min(40, _PIPELINE_BUDGET_S / 3 / estimate)))
-    # The least disturbed of up to three runs: other processes only ever add time.
-    runs, batches = [], 0
-    deadline = time.perf_counter() + _PIPELINE_BUDGET_S
-    for _ in range(3):
-        s, wall = stamps(1 + n)
-        batches += len(s)
-        steady = [b - a for a, b in zip(s, s[1:])][(len(s) - 1) // 2:]
-        if steady:
-            runs.append(statistics.median(steady))
-        if time.perf_counter() > deadline:
-            break
-    if not runs:
-        runs = [statistics.median(gaps)]
-    return {"pipeline_s": min(runs), "pipeline_runs": [round(r, 7) for r in runs],
-            "pipeline_batches": batches, "pipeline_startup_s": startup,
-            "pipeline_method": "in-graph timestamps between consecutive batches "
-                               "(median of the steady half, least disturbed run)"}
-
-
-def _nondeterministic(fn):
-    """Runs fn with op determinism off: `tf.timestamp` refuses to run under it,
-    and the trial is over by the time anything is timed."""
-    try:
-        from tensorflow.python.framework import config
-        was = config.is_op_determinism_enabled()
-    except Exception:
-        return fn()
-    if was:
-        config.disable_op_determinism()
-    try:
-        return fn()
-    finally:
-        if was:
-            config.enable_op_determinism()
-
-
-def _time_compute(model, x, tf) -> dict:
-    """Seconds of the model's forward+backward on one in-memory batch (no
-    optimizer update, inference-mode layers: the weights and statistics stay
-    as the trial left them)."""
-    variables = list(model.trainable_variables)
-
-    @tf.function
-    def step(inputs):
-        with tf.GradientTape() as tape:
-            out = model(inputs, training=False)
-            total = tf.add_n([tf.reduce_mean(tf.cast(o, tf.float32)) for o in tf.nest.flatten(out)])
-        return tape.gradient(total, variables) if variables else total
-
-    step(x)  # trace
-    runs = []
-    deadline = time.perf_counter() + _COMPUTE_BUDGET_S
-    for _ in range(3):
-        times = []
-        for _ in range(7):
-            t = time.perf_counter()
-            step(x)
-            times.append(time.perf_counter() - t)
-        runs.append(statistics.median(times))
-        if time.perf_counter() > deadline:
-            break
-    return {"compute_s": min(runs), "compute_runs": [round(r, 7) for r in runs],
-            "compute_method": "forward+backward of the model on one in-memory batch "
-                              "(median of 7 calls, least disturbed run)"}
-
-
-def _gpu_expected(option) -> tuple[bool, str | None]:
-    if option is not None:
-        return bool(option), "requested (--expect-gpu)" if option else None
-    cvd = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if cvd is not None and cvd.strip() not in ("", "-1"):
-        return True, f"CUDA_VISIBLE_DEVICES={cvd}"
-    if os.path.exists("/dev/nvidia0"):
-        return True, "/dev/nvidia0 exists"
-    if shutil.which("nvidia-smi"):
-        return True, "nvidia-smi is installed"
-    return False, None
 
 
 # -- post-import hook ------------------------------------------------------------

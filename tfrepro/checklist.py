@@ -1,0 +1,126 @@
+"""The checklist's values and its text (pure): what `tfrepro check` reports.
+
+`CheckReport` crosses layers (CLI, `bisect`'s baseline-fails result, JSON);
+the judging that fills it lives in `tfrepro.checks`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    WARN = "warn"
+    FAIL = "fail"
+    SKIP = "skip"
+
+
+@dataclass(frozen=True)
+class CheckItem:
+    number: int
+    key: str
+    title: str
+    status: Status
+    summary: str
+    evidence: tuple[str, ...] = ()
+    fix: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"number": self.number, "key": self.key, "title": self.title, "status": self.status.value,
+                "summary": self.summary, "evidence": list(self.evidence), "fix": self.fix}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CheckItem":
+        return cls(number=int(d["number"]), key=d["key"], title=d["title"], status=Status(d["status"]),
+                   summary=d["summary"], evidence=tuple(d.get("evidence") or ()), fix=d.get("fix"))
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    items: tuple[CheckItem, ...]
+    project: str = ""
+    enabled: tuple[str, ...] = ()
+    trial: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def status(self) -> Status:
+        """The worst status: fail > warn > pass (skips do not count)."""
+        statuses = {i.status for i in self.items}
+        for s in (Status.FAIL, Status.WARN):
+            if s in statuses:
+                return s
+        return Status.PASS
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not Status.FAIL
+
+    def item(self, key: str) -> CheckItem:
+        for i in self.items:
+            if i.key == key:
+                return i
+        raise KeyError(key)
+
+    def flagged(self) -> list[str]:
+        """Keys of the checks that warn or fail."""
+        return [i.key for i in self.items if i.status in (Status.WARN, Status.FAIL)]
+
+    def reason(self) -> str | None:
+        """One line naming the likeliest cause: the first failing check, else
+        the first warning (checks run in causal order: data before loss)."""
+        for status in (Status.FAIL, Status.WARN):
+            for i in self.items:
+                if i.status is status:
+                    return f"check {i.number} ({i.title}) {i.status.value}s: {i.summary}"
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": self.status.value, "reason": self.reason(), "flagged": self.flagged(),
+                "project": self.project, "enabled": list(self.enabled),
+                "trial": dict(self.trial), "checks": [i.to_dict() for i in self.items]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "CheckReport":
+        return cls(items=tuple(CheckItem.from_dict(i) for i in d.get("checks", ())), project=d.get("project", ""),
+                   enabled=tuple(d.get("enabled", ())), trial=dict(d.get("trial") or {}))
+
+
+_MARK = {Status.PASS: "pass", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "skip"}
+
+
+def format_report(report: CheckReport, *, color: bool = False, verbose: bool = False) -> str:
+    """The checklist as text: one line per check; the evidence of the checks
+    that did not pass (of all with `verbose`) and the fix indented below."""
+    import click  # only for styling; the text is the same without colour
+
+    styles = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "red", Status.SKIP: None}
+    what = "baseline (every feature off)" if not report.enabled else "with " + ", ".join(report.enabled)
+    lines = [f"tfrepro check: {report.project}  [{what}]"]
+    t = report.trial
+    if t:
+        lines.append(f"one probed trial: {t.get('mode')}, {t.get('steps_run')} step(s), {t.get('wall_s', 0):.1f} s")
+    lines.append("")
+    width = max(len(i.title) for i in report.items) if report.items else 0
+    for i in report.items:
+        mark = _MARK[i.status]
+        if color and styles[i.status]:
+            mark = click.style(mark, fg=styles[i.status], bold=i.status is not Status.PASS)
+        lines.append(f"{i.number}. {i.title:<{width}}  {mark}  {i.summary}")
+        pad = " " * (width + 11)
+        if verbose or i.status is not Status.PASS:
+            for e in i.evidence:
+                lines.append(f"{pad}{e}")
+        if i.fix:
+            lines.append(f"{pad}fix: {i.fix}")
+    errors = t.get("probe_errors") if t else None
+    if errors:
+        lines.append("")
+        lines.append("probe errors: " + "; ".join(errors))
+    lines.append("")
+    counts = {s: sum(1 for i in report.items if i.status is s) for s in Status}
+    lines.append(f"{counts[Status.PASS]} pass, {counts[Status.WARN]} warn, {counts[Status.FAIL]} fail, "
+                 f"{counts[Status.SKIP]} skipped")
+    return "\n".join(lines)
