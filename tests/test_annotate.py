@@ -271,14 +271,17 @@ def test_manifest_is_created_with_the_entry_and_merged_without_losing_anything()
     existing = '# mine\n[trial]\nsteps = 20  # keep\n\n[features.lr_schedule]\n# why\n\n[symptoms]\nnan = true\n'
     merged, problems = merge(existing, ["lr_schedule", "callback_lr_scheduler"], "train.py")
     assert not problems
-    assert merged.startswith(existing.split("[features")[0]) and "# why" in merged and "steps = 20  # keep" in merged
+    assert merged.startswith('# mine\n[trial]\nentry = "train.py"\nsteps = 20  # keep\n') and "# why" in merged
     d = tomllib.loads(merged)
-    assert d["trial"] == {"steps": 20} and d["symptoms"] == {"nan": True}
+    assert d["trial"] == {"steps": 20, "entry": "train.py"} and d["symptoms"] == {"nan": True}
     assert d["features"]["lr_schedule"] == {"affects_loss": True}
     assert d["features"]["callback_lr_scheduler"] == {"affects_loss": True}
     assert merge(merged, ["lr_schedule"], None) == (None, [])
     same, problems = merge("[features.lr_schedule]\naffects_loss = false\n", ["lr_schedule"], None)
     assert same is None and "false" in problems[0].lower()
+    with_entry, problems = merge("[symptoms]\nnan = true\n", [], "train.py")
+    assert tomllib.loads(with_entry) == {"trial": {"entry": "train.py"}, "symptoms": {"nan": True}}
+    assert merge('[trial]\ncommand = ["python", "t.py"]\n', [], "train.py") == (None, [])
     broken, problems = merge("[features\n", ["lr_schedule"], None)
     assert broken is None and "not valid TOML" in problems[0]
     inline, problems = merge('features = { lr_schedule = { } }\n', ["lr_schedule"], None)
@@ -406,4 +409,5 @@ def test_layer_classes_from_sibling_files_count_as_the_projects(tmp_path):
     result = annotate([tmp_path / "train.py"])
     assert [f.name for f in result.found] == ["custom_layer_gated_unit"]
     assert "# x = tf.keras.layers.Identity()(inp)" in result.files[0].annotated
-    assert result.manifest_new is None  # nothing affects the loss: no manifest written
+    # nothing affects the loss; the manifest only says which script a trial runs
+    assert tomllib.loads(result.manifest_new) == {"trial": {"entry": "train.py"}}

@@ -205,7 +205,10 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     mpath = root / MANIFEST
     original = mpath.read_text(encoding="utf-8") if mpath.is_file() else None
     affects = [f.name for r in results for f in r.found if f.affects_loss]
-    entry = _entry(results, root)
+    # `tfrepro bisect` in that directory must find the script to run.
+    entry = _entry(results, root) if any(r.found for r in results) else None
+    if entry == "repro.py" or (original is None and (root / "repro.py").is_file()):
+        entry = None
     new_manifest, problems = merge(original, affects, entry)
     return Annotation(tuple(results), tuple(ctx.skipped), mpath if new_manifest is not None else None,
                       original, new_manifest, tuple(problems))

@@ -28,9 +28,12 @@ def find_manifest_dir(start: Path) -> Path:
 
 
 def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> tuple[str | None, list[str]]:
-    """(new manifest text or None when nothing changes, problems)."""
+    """(new manifest text or None when nothing changes, problems).
+
+    `entry`: the script trials should run, written as `[trial] entry` when the
+    manifest says neither `entry` nor `command` (None: leave [trial] alone)."""
     names = sorted(set(affects_loss))
-    if not names:
+    if not names and not entry:
         return None, []
     if existing is None:
         text = _HEADER
@@ -50,6 +53,16 @@ def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> t
     problems: list[str] = []
     want = copy.deepcopy(data)
     text = existing
+    trial = data.get("trial", {})
+    if entry and isinstance(trial, dict) and "entry" not in trial and "command" not in trial:
+        want.setdefault("trial", {})["entry"] = entry
+        header = re.compile(r"^[ \t]*\[[ \t]*trial[ \t]*\][ \t]*(#.*)?$", re.M)
+        m = header.search(text)
+        line = f'entry = "{entry}"'
+        if m:
+            text = text[: m.end()] + "\n" + line + text[m.end():]
+        else:
+            text = f"[trial]\n{line}\n\n" + text
     for n in names:
         cfg = feats.get(n)
         if isinstance(cfg, dict) and "affects_loss" in cfg:
@@ -73,6 +86,6 @@ def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> t
         if tomllib.loads(text) != want:
             raise ValueError
     except (tomllib.TOMLDecodeError, ValueError):
-        return None, problems + [f"could not add affects_loss = true for {', '.join(names)} to {MANIFEST} "
-                                 "safely; add it by hand"]
+        what = ", ".join([f"affects_loss = true for {n}" for n in names] + ([f'entry = "{entry}"'] if entry else []))
+        return None, problems + [f"could not add {what} to {MANIFEST} safely; add it by hand"]
     return text, problems
