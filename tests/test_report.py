@@ -368,3 +368,23 @@ def test_cli_without_any_run_is_a_usage_error(tmp_path):
     r = CliRunner().invoke(main, ["report", str(tmp_path)])
     assert r.exit_code == 2
     assert "no bisect run found" in r.output and "tfrepro bisect" in r.output
+
+
+def test_commit_mode_reports_the_first_bad_commit_against_the_good_one(project):
+    run = make_run(project, "nan", [], [], first_bad_commit="ab" * 20,
+                   commit={"sha": "ab" * 20, "subject": "Switch to float16"})
+    for name, policy in (("good", ""), ("bad", 'keras.mixed_precision.set_global_policy("mixed_float16")\n')):
+        d = run / "commits" / name
+        d.mkdir(parents=True)
+        (d / "repro.py").write_text(f"import keras\n{policy}print('train')\n")
+    result = json.loads((run / "result.json").read_text())
+    result.update(good_project=str(run / "commits" / "good"), first_bad_project=str(run / "commits" / "bad"),
+                  good={"sha": "cd" * 20})
+    (run / "result.json").write_text(json.dumps(result))
+    b = build(run, ScriptedRunner())
+    assert "mixed_float16" in (b.out / "repro.py").read_text()
+    assert "mixed_float16" not in (b.out / "reference.py").read_text()
+    issue = (b.out / "ISSUE.md").read_text()
+    assert "Since commit `abababababab` (Switch to float16)" in issue
+    assert '+keras.mixed_precision.set_global_policy("mixed_float16")' in issue
+    assert b.reproduced is True

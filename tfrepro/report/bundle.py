@@ -179,8 +179,15 @@ def build_report(
     else:
         cand_cfg = sorted(result.get("culprit_config") or result.get("culprits") or [])
         ref_cfg = _reference_config(result, symptom)
-    cand_files = {k: scrubber.scrub(v) for k, v in bundle_files(project, cand_cfg, entry).items()}
-    ref_files = {k: scrubber.scrub(v) for k, v in bundle_files(project, ref_cfg, entry).items()}
+    cand_project = ref_project = project
+    if commit_mode:
+        # Commit bisection keeps both ends' projects in the run directory.
+        bad_dir, good_dir = result.get("first_bad_project"), result.get("good_project")
+        if not (bad_dir and good_dir and Path(bad_dir).is_dir() and Path(good_dir).is_dir()):
+            raise TfreproError(f"the run {run_dir} lacks the first bad commit's project; bisect again")
+        cand_project, ref_project = Project.load(bad_dir), Project.load(good_dir)
+    cand_files = {k: scrubber.scrub(v) for k, v in bundle_files(cand_project, cand_cfg, entry).items()}
+    ref_files = {k: scrubber.scrub(v) for k, v in bundle_files(ref_project, ref_cfg, entry).items()}
     diff = unified_diff(ref_files, cand_files)
 
     out = (Path(out) if out is not None else run_dir / "report").resolve()
@@ -204,7 +211,9 @@ def build_report(
         for rel, text in ref_files.items():
             write(f"reference/{rel}", text)
         ref_name = f"reference/{ENTRY}"
-    artifacts[ref_name] = f"the same script without the culprits ({_cfg_words(ref_cfg)}), for comparison"
+    artifacts[ref_name] = (
+        f"the script at the good commit {str((result.get('good') or {}).get('sha', ''))[:12]}, for comparison"
+        if commit_mode else f"the same script without the culprits ({_cfg_words(ref_cfg)}), for comparison")
 
     rerun_settings = replace(
         settings, entry=ENTRY,
@@ -251,6 +260,7 @@ def build_report(
         "culprit_config": list(cand_cfg or []),
         "reference_config": list(ref_cfg or []),
         "first_bad_commit": result.get("first_bad_commit"),
+        "commit": result.get("commit"),
         "features": {n: {"description": project.description(n), "affects_loss": n in project.affects_loss}
                      for n in project.feature_names},
         "settings": settings.to_dict(),

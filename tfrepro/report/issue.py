@@ -94,6 +94,9 @@ def _behaviour(doc: dict[str, Any]) -> tuple[str, str]:
     base = doc.get("baseline") or {}
     ev = doc.get("evidence") or {}
     with_ = f"With {_names(culprits)} enabled" if culprits else "In the failing configuration"
+    if doc.get("first_bad_commit"):
+        subject = (doc.get("commit") or {}).get("subject")
+        with_ = f"Since commit `{doc['first_bad_commit'][:12]}`" + (f" ({subject})" if subject else "")
     alone = ""
     if len(culprits) > 1:
         alone = " Each of these features alone trains normally; only together do they fail."
@@ -333,7 +336,9 @@ def render_issue(doc: dict[str, Any]) -> str:
         out.append("</details>")
         out.append("")
     if repro.get("diff"):
-        out.append(f"The change that turns the culprit on (`{repro.get('reference', 'reference.py')}` → `repro.py`):")
+        what = ("The change from the good commit to the first bad commit" if doc.get("first_bad_commit")
+                else "The change that turns the culprit on")
+        out.append(f"{what} (`{repro.get('reference', 'reference.py')}` → `repro.py`):")
         out.append("")
         out.append(_code(repro["diff"], "diff"))
         out.append("")
