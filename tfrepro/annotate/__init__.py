@@ -137,6 +137,7 @@ def annotate_text(text: str, path: str = "<string>", *, only: Iterable[str] | No
             continue  # a broken sibling file only loses its layer classes
     layer_classes = collect_layer_classes([src, *others])
     occupied = [(b.line, b.end_line) for b in existing.blocks]
+    ctx.occupied[path] = occupied
     edits = resolve_overlaps(_edits_for(src, ctx, layer_classes), occupied, ctx, path)
     new, kept = build(text, path, edits, ctx)
     found = tuple(f for e in kept for f in e.found)

@@ -82,6 +82,11 @@ class Context:
     only: frozenset[str] | None = None
     claimed: set[str] = field(default_factory=set)
     skipped: list[Skipped] = field(default_factory=list)
+    # path -> (first, last) line of each block already in the file
+    occupied: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+
+    def in_block(self, path: str, line: int) -> bool:
+        return any(a <= line <= b for a, b in self.occupied.get(path, ()))
 
     def wanted(self, name: str, kind: str) -> bool:
         if self.only is None:
@@ -90,7 +95,7 @@ class Context:
 
     def claim(self, base: str, kind: str, *, group: bool, path: str, line: int) -> str | None:
         """The name to use, or None when the feature must be left alone."""
-        if not self.wanted(base, kind):
+        if self.in_block(path, line) or not self.wanted(base, kind):
             return None
         if group:
             if base in self.existing:
