@@ -152,3 +152,15 @@ def test_mirrored_strategy_losses_are_the_global_batchs(trial):
     assert r.mode == "fit" and r.steps_run == 6 and not r.crashed
     assert r.extra["fit_loss_source"] == "exact"
     assert_close(r.losses, own_losses(r))
+
+
+def test_a_custom_train_step_still_gives_exact_losses(trial):
+    r = trial("custom_train_step")
+    assert r.extra["fit_loss_source"] == "exact" and r.steps_run == 10
+    assert_close(r.losses, own_losses(r))
+
+
+def test_running_mean_recovery_when_no_loss_tracker_is_fed(trial):
+    r = trial("custom_train_step", env={"SCENARIO": "fallback"})
+    assert r.extra["fit_loss_source"] == "running_mean" and r.steps_run == 10
+    assert_close(r.losses, own_losses(r), rel=1e-5)  # float32 running means: not exact

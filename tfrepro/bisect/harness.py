@@ -168,11 +168,22 @@ def _track(model) -> None:
         S.models.append(model)
 
 
-def _loss_tracker(model):
-    tracker = getattr(model, "_loss_tracker", None)  # Keras 3
-    if tracker is None:  # tf_keras
-        tracker = getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None)
-    return tracker
+def _loss_trackers(model) -> list:
+    """The Mean metrics that receive the training loss: Keras 3's tracker,
+    tf_keras's compiled-loss mean, and any model metric named "loss" (the
+    custom train_step recipe)."""
+    found = [getattr(model, "_loss_tracker", None),
+             getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None)]
+    try:
+        found += [m for m in model.metrics if getattr(m, "name", None) == "loss"]
+    except Exception:
+        pass
+    out, ids = [], set()
+    for t in found:
+        if t is not None and hasattr(t, "update_state") and id(t) not in ids:
+            ids.add(id(t))
+            out.append(t)
+    return out
 
 
 def _make_callback(base, lib: str):
@@ -214,13 +225,12 @@ def _make_callback(base, lib: str):
 
 
 def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
-    """Wrap fit / make_train_function / train_step of a Keras trainer class."""
+    """Wrap fit and make_train_function of a Keras trainer class."""
     if getattr(cls, "_tfrepro_patched", False):
         return
     callback_cls = _make_callback(callback_base, lib)
     orig_fit = cls.fit
     orig_make = cls.make_train_function
-    orig_step = cls.train_step
 
     def fit(self, *args, **kwargs):
         _track(self)
@@ -243,6 +253,10 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
             S.fit_depth -= 1
 
     def make_train_function(self, *args, **kwargs):
+        # The instance's own train_step (a user override included) is wrapped
+        # before the train function is built from it.
+        if "train_step" not in vars(self):
+            object.__setattr__(self, "train_step", _capturing_step(self, self.train_step, distributed_sum))
         orig_make(self, *args, **kwargs)
         fn = self.train_function
         if fn is not None and not getattr(fn, "_tfrepro", False):
@@ -258,14 +272,21 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
             self.train_function = train_function
         return self.train_function
 
-    def train_step(self, data):
+    cls.fit = fit
+    cls.make_train_function = make_train_function
+    cls._tfrepro_patched = True
+
+
+def _capturing_step(model, step, distributed_sum: bool):
+    """train_step that also returns the loss its loss tracker was fed."""
+
+    def train_step(data):
         # MirroredStrategy traces one replica per thread: captures are per thread.
-        tracker = _loss_tracker(self)
-        if tracker is not None:
+        for tracker in _loss_trackers(model):
             _hook_tracker(tracker)
         _tls.seen = seen = []
         try:
-            logs = orig_step(self, data)
+            logs = step(data)
         finally:
             _tls.seen = None
         if seen and isinstance(logs, dict):
@@ -273,10 +294,8 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
             logs[LOSS_KEY] = _global_loss(seen[-1], distributed_sum)
         return logs
 
-    cls.fit = fit
-    cls.make_train_function = make_train_function
-    cls.train_step = train_step
-    cls._tfrepro_patched = True
+    train_step.__wrapped__ = step
+    return train_step
 
 
 _tls = threading.local()
