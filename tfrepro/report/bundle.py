@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro import __version__
-from tfrepro.bisect.results import SymptomSettings, TrialSettings
+from tfrepro.bisect.results import TrialSettings
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report.rerun import Reproduction, Runner
