@@ -100,6 +100,16 @@ def main():
             import keras
 
             settings["precision_policy"] = keras.mixed_precision.global_policy().name
+            if not facts["layers"]:
+                # Never compiled (custom loop): find the models still alive.
+                import gc
+
+                seen = {}
+                for obj in gc.get_objects():
+                    if isinstance(obj, keras.Model):
+                        for layer in obj._flatten_layers(include_self=False):
+                            seen.setdefault(layer.name, type(layer).__name__)
+                facts["layers"] = [[n, c] for n, c in seen.items()]
         except Exception:
             pass
         try:
