@@ -411,3 +411,16 @@ def test_layer_classes_from_sibling_files_count_as_the_projects(tmp_path):
     assert "# x = tf.keras.layers.Identity()(inp)" in result.files[0].annotated
     # nothing affects the loss; the manifest only says which script a trial runs
     assert tomllib.loads(result.manifest_new) == {"trial": {"entry": "train.py"}}
+
+
+def test_tf_function_decorators_and_rewraps_switch_together():
+    code = (
+        "import tensorflow as tf\n\n\n@tf.function\ndef train_step(x):\n    return x\n\n\n"
+        "def step(x):\n    return x\n\n\nstep = tf.function(step)\nother = tf.function(step)\n"
+    )
+    text, found, _ = ann(code)
+    assert [(f.name, f.line) for f in found] == [("tf_function", 4), ("tf_function", 13)]
+    off = fb.parse(text, "t").export(set())
+    assert "@tf.function" not in off and "step = tf.function(step)" not in off
+    assert "other = tf.function(step)" in off
+    compile(off, "t", "exec")

@@ -25,7 +25,7 @@ EXPECTED = {
         "callback_warmup_scheduler", "callback_loss_history", "callback_csv_logger",
     },
     "custom_loop_mirrored.py": {
-        "memory_growth", "shuffle", "prefetch", "eager_debug", "mirrored_strategy", "lr_schedule",
+        "memory_growth", "shuffle", "prefetch", "eager_debug", "mirrored_strategy", "lr_schedule", "tf_function",
     },
     "tfdata_files_interleave.py": {
         "interleave", "parallel_map", "cache", "shuffle", "prefetch", "jit_compile", "callback_terminate_on_nan",

@@ -54,7 +54,21 @@ def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context
     for node in src.walk():
         if isinstance(node, cst.Call):
             out.extend(_from_call(src, ctx, node, layer_classes, prefix, loss_scale_methods_used))
+        elif isinstance(node, cst.Decorator) and _is_tf_function(node.decorator):
+            deco = node.decorator
+            jit = isinstance(deco, cst.Call) and any(
+                a.keyword is not None and a.keyword.value == "jit_compile" and literal(a.value) not in (False, None)
+                for a in deco.args)
+            if not jit:
+                out.append(Candidate(node, "tf_function", "tf_function", True,
+                                     "tf.function graph compilation; off: the function runs eagerly"))
     return out
+
+
+def _is_tf_function(expr: cst.BaseExpression) -> bool:
+    target = expr.func if isinstance(expr, cst.Call) else expr
+    d = dotted(target) or ""
+    return d.endswith("tf.function") or d == "tf_function"
 
 
 def _unit(src: Src, ctx: Context, node: cst.CSTNode, what: str) -> cst.CSTNode | None:
@@ -114,6 +128,8 @@ def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, 
         if unit is not None:
             out.append(Candidate(unit, STRATEGIES[name], "strategy", True,
                                  f"{name}; off: the default strategy", call, getter))
+    elif name == "function" and d.endswith("tf.function") or d == "tf_function":
+        out.extend(_tf_function(src, ctx, call))
     elif name == "run_functions_eagerly":
         if first is None or literal(first.value) is not False:
             unit = _wrap_call(src, ctx, call, "run_functions_eagerly")
@@ -151,6 +167,25 @@ def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, 
                 out.append(Candidate(unit, "eager_debug", "eager", True,
                                      "eager execution (run_eagerly); off: run_eagerly=False", a.value, "False"))
     return out
+
+
+def _tf_function(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
+    """`f = tf.function(f, ...)`: graph compilation of a step function.
+    (A `@tf.function` decorator is found in `find_candidates`.)"""
+    unit = src.statement(call)
+    if isinstance(unit, cst.Decorator) or isinstance(unit, str):
+        return []
+    small = unit.body[0]
+    fn = arg(call, 0, "func")
+    if not (isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1
+            and fn is not None and isinstance(small.targets[0].target, cst.Name)
+            and isinstance(fn.value, cst.Name) and fn.value.value == small.targets[0].target.value):
+        return []  # `step = tf.function(other)` has no "off" that keeps `step` defined
+    if any(a.keyword is not None and a.keyword.value == "jit_compile" and literal(a.value) not in (False, None)
+           for a in call.args):
+        return []  # the jit_compile feature takes the statement
+    return [Candidate(unit, "tf_function", "tf_function", True,
+                      "tf.function graph compilation; off: the function runs eagerly")]
 
 
 def _schedule(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candidate]:
