@@ -424,3 +424,11 @@ def test_tf_function_decorators_and_rewraps_switch_together():
     assert "@tf.function" not in off and "step = tf.function(step)" not in off
     assert "other = tf.function(step)" in off
     compile(off, "t", "exec")
+
+
+def test_crlf_files_stay_crlf():
+    code = "import tensorflow as tf\r\nds = tf.data.Dataset.range(4)\r\nds = ds.cache().prefetch(2)\r\n"
+    text, found, _ = annotate_text(code, "t.py")
+    assert names(found) == {"cache", "prefetch"}
+    assert text.count("\n") == text.count("\r\n") > 3
+    assert fb.parse(text, "t").render({"cache", "prefetch"}) == text

@@ -125,6 +125,9 @@ def annotate_text(text: str, path: str = "<string>", *, only: Iterable[str] | No
     from tfrepro.annotate.source import Src
 
     existing = fb.parse(text, path)  # validates markers already there (exit 2)
+    # Work on "\n" lines; a file written with "\r\n" throughout gets them back.
+    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
+    original, text = text, (text.replace("\r\n", "\n") if crlf else text)
     src = Src(text, path)
     if ctx is None:
         ctx = Context(existing=frozenset(existing.feature_names),
@@ -140,6 +143,7 @@ def annotate_text(text: str, path: str = "<string>", *, only: Iterable[str] | No
     ctx.occupied[path] = occupied
     edits = resolve_overlaps(_edits_for(src, ctx, layer_classes), occupied, ctx, path)
     new, kept = build(text, path, edits, ctx)
+    new = original if not kept else (new.replace("\n", "\r\n") if crlf else new)
     found = tuple(f for e in kept for f in e.found)
     skipped = tuple(s for s in ctx.skipped if s.path == path)
     return new, found, skipped
