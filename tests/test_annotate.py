@@ -432,3 +432,11 @@ def test_crlf_files_stay_crlf():
     assert names(found) == {"cache", "prefetch"}
     assert text.count("\n") == text.count("\r\n") > 3
     assert fb.parse(text, "t").render({"cache", "prefetch"}) == text
+
+
+def test_cli_write_keeps_crlf_on_disk(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_bytes(b"import tensorflow as tf\r\nds = tf.data.Dataset.range(4).prefetch(2)\r\n")
+    assert CliRunner().invoke(main, ["annotate", "--write", "train.py"]).exit_code == 0
+    data = (tmp_path / "train.py").read_bytes()
+    assert b"# tfrepro: feature prefetch" in data and data.count(b"\n") == data.count(b"\r\n")

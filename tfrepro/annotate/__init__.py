@@ -185,7 +185,8 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     existing: set[str] = set()
     for p in files:
         try:
-            texts[p] = p.read_text(encoding="utf-8")
+            with open(p, encoding="utf-8", newline="") as fh:  # keep "\r\n" as written
+                texts[p] = fh.read()
         except UnicodeDecodeError:
             raise UserError("not a UTF-8 text file", path=p) from None
         parse_python(texts[p], str(p))
@@ -208,7 +209,10 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
 
     root = find_manifest_dir(Path(os.path.commonpath([str(p.resolve().parent) for p in files])))
     mpath = root / MANIFEST
-    original = mpath.read_text(encoding="utf-8") if mpath.is_file() else None
+    original = None
+    if mpath.is_file():
+        with open(mpath, encoding="utf-8", newline="") as fh:
+            original = fh.read()
     affects = [f.name for r in results for f in r.found if f.affects_loss]
     # `tfrepro bisect` in that directory must find the script to run.
     entry = _entry(results, root) if any(r.found for r in results) else None
