@@ -7,7 +7,8 @@ the script set up.
 
 check_numerics does not work under XLA, so `jit_compile` is dropped from
 `Model.compile` and `tf.function`, and `tf.config.optimizer.set_jit` becomes a
-no-op; what the script asked for is recorded, not silently lost. OUT.json gets
+no-op; what the script asked for is recorded, not silently lost. A loss-scale
+optimizer starts at scale 1 (see `patch_loss_scale`). OUT.json gets
 {"error_type", "message", "layers", "settings", "completed"}.
 """
 
@@ -62,16 +63,35 @@ def main():
 
         model_cls.compile = compile
 
+    def patch_loss_scale(cls):
+        # Dynamic loss scaling starts at 2**15 and *expects* the first scaled
+        # gradients to overflow (the optimizer skips those steps). Under
+        # check_numerics that expected Inf would be reported as the culprit,
+        # so the scale starts at 1 here: real overflows still show.
+        orig = cls.__init__
+
+        def init(self, *args, **kwargs):
+            if len(args) >= 2:
+                args = (args[0], 1.0) + tuple(args[2:])
+            else:
+                kwargs["initial_scale"] = 1.0
+            settings["loss_scale_start"] = 1.0
+            return orig(self, *args, **kwargs)
+
+        cls.__init__ = init
+
     legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
     try:
         if legacy:
             import tf_keras
 
             patch_compile(tf_keras.Model, "tf_keras.Model.compile")
+            patch_loss_scale(tf_keras.mixed_precision.LossScaleOptimizer)
         else:
             import keras
 
             patch_compile(keras.Model, "Model.compile")
+            patch_loss_scale(keras.optimizers.LossScaleOptimizer)
     except Exception:
         pass
 

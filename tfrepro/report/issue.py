@@ -281,6 +281,11 @@ def render_issue(doc: dict[str, Any]) -> str:
             out.append(f"Re-running `repro.py` under `tf.debugging.enable_check_numerics()` with XLA off: "
                        f"{loc.get('headline')}.")
             out.append("")
+            if (loc.get("settings") or {}).get("loss_scale_start"):
+                out.append("(For this run the loss-scale optimizer started at scale 1, so the overflowing "
+                           "scaled gradients that dynamic loss scaling expects and skips do not hide the "
+                           "first real non-finite value.)")
+                out.append("")
             if loc.get("code"):
                 out.append(_code(f"{loc.get('file')}:{loc.get('line')}: {loc['code']}", "python"))
                 out.append("")
