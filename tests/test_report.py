@@ -388,3 +388,9 @@ def test_commit_mode_reports_the_first_bad_commit_against_the_good_one(project):
     assert "Since commit `abababababab` (Switch to float16)" in issue
     assert '+keras.mixed_precision.set_global_policy("mixed_float16")' in issue
     assert b.reproduced is True
+
+
+def test_desktop_session_words_are_not_hunted_through_texts():
+    env = {"XDG_SESSION_CLASS": "user", "DESKTOP_SESSION": "ubuntu", "AUTH_TYPE": "basic", "HOME": "/home/al"}
+    text = "inferred user code on ubuntu, basic auth"
+    assert Scrubber.from_environ(env).scrub(text) == text

@@ -31,8 +31,14 @@ _SECRET_NAME = re.compile(
     r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|AUTH|PRIVATE|SESSION|COOKIE|SIGNATURE|PWD$)",
     re.IGNORECASE,
 )
-# `PWD` is the shell's working directory, not a password.
-_NOT_SECRET_NAMES = frozenset({"PWD", "OLDPWD"})
+# Names that match the pattern but hold no credential (`PWD` is the working
+# directory; desktop-session variables hold words like "user" or "ubuntu" that
+# would otherwise be hunted through every text of the bundle).
+_NOT_SECRET_NAME = re.compile(
+    r"^(PWD|OLDPWD|XDG_\w+|DESKTOP_SESSION|SESSION_MANAGER|DBUS_SESSION_BUS_ADDRESS|SSH_AUTH_SOCK|"
+    r"XAUTHORITY|GPG_AGENT_INFO|KEYBOARD\w*|XKB_\w+|\w*_KEYMAP|\w*KEY_?(LAYOUT|MAP|BINDINGS?))$",
+    re.IGNORECASE,
+)
 
 # Shapes of credentials, wherever they appear in a text.
 _SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
@@ -80,13 +86,15 @@ ENV_DENY_PREFIXES = ("TF_VAR_", "TF_CLI_", "TF_LOG", "TF_INPUT", "TF_IN_AUTOMATI
                      "TF_WORKSPACE", "TF_PLUGIN_", "TF_REGISTRY_", "TF_TOKEN_", "TF_STATE_",
                      "TF_IGNORE", "TF_APPEND_USER_AGENT", "TF_WARN_OUTPUT_ERRORS")
 
-# Values shorter than this are not hunted through texts: replacing "1" or
-# "yes" everywhere would shred the bundle and protect nothing.
-_MIN_SECRET_LEN = 4
+# Values shorter than this, or plain words/numbers, are not hunted through
+# texts: replacing "1", "yes" or "basic" everywhere would shred the bundle and
+# protect nothing.
+_MIN_SECRET_LEN = 6
+_PLAIN = re.compile(r"^([a-z]{1,8}|[0-9.]+|true|false|none|null)$", re.IGNORECASE)
 
 
 def is_secret_name(name: str) -> bool:
-    return name.upper() not in _NOT_SECRET_NAMES and bool(_SECRET_NAME.search(name))
+    return not _NOT_SECRET_NAME.match(name) and bool(_SECRET_NAME.search(name))
 
 
 def looks_secret_value(value: str) -> bool:
@@ -119,7 +127,8 @@ class Scrubber:
         environ = os.environ if environ is None else environ
         secrets = {
             v for k, v in environ.items()
-            if v and len(v) >= _MIN_SECRET_LEN and (is_secret_name(k) or looks_secret_value(v))
+            if v and len(v) >= _MIN_SECRET_LEN and not _PLAIN.match(v)
+            and (is_secret_name(k) or looks_secret_value(v))
         }
         home = home if home is not None else environ.get("HOME") or os.path.expanduser("~")
         homes = set()
