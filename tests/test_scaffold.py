@@ -171,6 +171,19 @@ def test_invalid_answers_exit_2_and_write_nothing(tmp_path, args, message):
     assert _leftovers(tmp_path) == []
 
 
+def test_no_parent_directories_are_left_behind(tmp_path):
+    result = CliRunner().invoke(main, ["new", str(tmp_path / "a" / "b" / "r"), "-d", "batch_size=0"])
+    assert result.exit_code == 2
+    assert _leftovers(tmp_path) == []
+
+
+def test_no_features_at_all(tmp_path):
+    dest = _new(tmp_path, "sequence", [])
+    project = Project.load(dest)
+    assert project.feature_names == ()
+    assert "tfrepro" not in (dest / "repro.py").read_text()
+
+
 def test_destination_not_empty_is_refused_untouched(tmp_path):
     dest = tmp_path / "r"
     dest.mkdir()

@@ -138,8 +138,10 @@ def new_project(
     repo = ensure_template_repo(template, source=source, cache=cache)
     answers_in = validate_data(data or {}, questions(repo), template)
 
+    created_parent = next((p for p in reversed(dest.parents) if not p.exists()), None)
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tfrepro-new-", dir=dest.parent))
+    done = False
     try:
         out = staging / dest.name
         try:
@@ -164,8 +166,11 @@ def new_project(
         if dest.exists():
             dest.rmdir()
         out.rename(dest)
+        done = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)
+        if not done and created_parent is not None:
+            shutil.rmtree(created_parent, ignore_errors=True)  # the directories this call made
     recorded = _read_answers(dest)
     return NewProject(
         path=dest,
