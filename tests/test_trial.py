@@ -101,6 +101,14 @@ def test_a_script_that_raises_is_a_crash_with_its_last_traceback_line(tmp_path):
     assert r.losses == (0.5,)
 
 
+def test_a_multiline_error_keeps_its_first_line_and_the_detail(tmp_path):
+    script = "raise RuntimeError('Graph execution error:\\n\\nDetected at node x/PyFunc\\n  [[Op:f]]')\n"
+    p = make_project(tmp_path / "p", script)
+    r = run_trial(p, [], settings_of(p))
+    assert r.crashed and r.error == "RuntimeError: Graph execution error:"
+    assert "Detected at node x/PyFunc" in r.extra["error_detail"]
+
+
 def test_a_process_that_dies_without_a_result_is_a_crash(tmp_path):
     script = "import os, sys\nsys.stderr.write('fatal: out of luck\\n'); sys.stderr.flush()\nos._exit(3)\n"
     p = make_project(tmp_path / "p", script)

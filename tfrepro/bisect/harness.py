@@ -575,11 +575,24 @@ def finish() -> None:
     os.replace(tmp, S.result_path)
 
 
+def _error_line(tp, value) -> tuple[str, str | None]:
+    """("Type: first line of the message", the whole text when it has more).
+    TensorFlow's messages run over many lines with node names and paths; the
+    first line is the stable part to compare crashes by."""
+    text = "".join(traceback.format_exception_only(tp, value)).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return text, None
+    return lines[0].strip(), text[-4000:]
+
+
 def _excepthook(orig):
     def hook(tp, value, tb):
         if not issubclass(tp, SystemExit):
             S.crashed = True
-            S.error = traceback.format_exception_only(tp, value)[-1].strip()
+            S.error, detail = _error_line(tp, value)
+            if detail:
+                S.extra["error_detail"] = detail
         orig(tp, value, tb)
 
     return hook

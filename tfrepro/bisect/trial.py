@@ -320,8 +320,8 @@ def describe(result: TrialResult) -> list[str]:
         lines.append(f"CRASH: {result.error or 'exit code ' + str(result.exit_code)}")
     if result.losses:
         n = len(result.losses)
-        lines.append(f"{result.mode}: {n} step{'s' if n != 1 else ''}; loss at step 1: {_fmt(result.losses[0])}, "
-                     f"at step {n}: {_fmt(result.losses[-1])}")
+        last = f", at step {n}: {_fmt(result.losses[-1])}" if n > 1 else ""
+        lines.append(f"{result.mode}: {n} step{'s' if n != 1 else ''}; loss at step 1: {_fmt(result.losses[0])}{last}")
     elif not (result.crashed or result.timed_out):
         lines.append("no training step seen (no Model.fit, no `step=N loss=X` line)")
     if result.first_nonfinite_step is not None:
