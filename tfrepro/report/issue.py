@@ -141,8 +141,14 @@ def _behaviour(doc: dict[str, Any]) -> tuple[str, str]:
                f"(tolerance {_fmt((doc.get('symptom_settings') or {}).get('mismatch'))} relative)")
         if r_loss and c_loss:
             cur += f": last loss {_fmt(c_loss[-1])} vs {_fmt(r_loss[-1])} after {min(len(r_loss), len(c_loss))} steps"
-        return cur + "." + alone, ("The per-step loss matches the reference (same math, only engineering "
-                                   "features differ), as it does under determinism without the culprit.")
+        refcfg = doc.get("reference_config") or []
+        cur += (". The reference is the same script with " +
+                (f"only {_names(refcfg)} (features that change the loss by design) on" if refcfg
+                 else "every engineering feature off") + ": `reference.py`.")
+        if len(culprits) == 1:
+            alone = " Without the culprit, the losses match the reference step for step."
+        return cur + alone, ("The per-step loss matches the reference (same math, only engineering "
+                             "features differ), as it does without the culprit.")
     return f"{with_}, the run shows {sym}.", "The run behaves as the baseline."
 
 
