@@ -26,6 +26,7 @@ EXPECTED = {
     },
     "custom_loop_mirrored.py": {
         "memory_growth", "shuffle", "prefetch", "eager_debug", "mirrored_strategy", "lr_schedule", "tf_function",
+        "custom_layer_residual_block",
     },
     "tfdata_files_interleave.py": {
         "interleave", "parallel_map", "cache", "shuffle", "prefetch", "jit_compile", "callback_terminate_on_nan",

@@ -13,7 +13,11 @@ Each step prints `step=<n> loss=<value>` so runs can be compared.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
+import logging
 import os
+import tempfile
 import time
 
 import numpy as np
@@ -23,6 +27,32 @@ import keras
 NUM_CLASSES = 4
 NUM_FEATURES = 12
 NUM_REPLICAS = 2
+
+log = logging.getLogger("train")
+
+
+@dataclasses.dataclass
+class TrainConfig:
+    """Everything a run depends on; saved next to the checkpoints."""
+
+    steps: int = 20
+    per_replica_batch: int = 16
+    lr: float = 1e-2
+    seed: int = 0
+    clip_norm: float = 5.0
+    eval_batches: int = 2
+    checkpoint_every: int = 0  # 0: only at the end
+    out_dir: str = ""
+    debug: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "TrainConfig":
+        fields = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in vars(args).items() if k in fields})
+
+    def save(self, directory: str) -> None:
+        with open(os.path.join(directory, "config.json"), "w") as fh:
+            json.dump(dataclasses.asdict(self), fh, indent=2)
 
 
 # --------------------------------------------------------------------------
@@ -66,15 +96,39 @@ def make_dataset(features, labels, global_batch: int) -> tf.data.Dataset:
 # --------------------------------------------------------------------------
 # Model
 # --------------------------------------------------------------------------
+class ResidualBlock(keras.layers.Layer):
+    """x + f(x): two dense layers with a skip connection (width preserved)."""
+
+    def __init__(self, width: int, **kwargs):
+        super().__init__(**kwargs)
+        self.width = width
+        self.inner = keras.layers.Dense(width, activation="relu")
+        self.outer = keras.layers.Dense(width)
+
+    def call(self, x, training=False):
+        return x + self.outer(self.inner(x))
+
+    def get_config(self):
+        return {**super().get_config(), "width": self.width}
+
+
 def build_model() -> keras.Model:
     return keras.Sequential(
         [
             keras.Input(shape=(NUM_FEATURES,)),
             keras.layers.Dense(32, activation="relu"),
-            keras.layers.Dense(32, activation="relu"),
+            ResidualBlock(32),
             keras.layers.Dense(NUM_CLASSES),
         ]
     )
+
+
+def evaluate(model, dataset, batches: int) -> float:
+    """Accuracy on a few batches of held-out data (single device is enough)."""
+    acc = keras.metrics.SparseCategoricalAccuracy()
+    for x, y in dataset.take(batches):
+        acc.update_state(y, model(x, training=False))
+    return float(acc.result())
 
 
 # --------------------------------------------------------------------------
@@ -87,11 +141,18 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=1e-2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--debug", action="store_true", help="run tf.functions eagerly")
+    p.add_argument("--clip-norm", type=float, default=5.0)
+    p.add_argument("--eval-batches", type=int, default=2)
+    p.add_argument("--checkpoint-every", type=int, default=0)
+    p.add_argument("--out-dir", default="")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    config = TrainConfig.from_args(args)
+    config.out_dir = config.out_dir or tempfile.mkdtemp(prefix="loop-")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
     devices = configure_devices(NUM_REPLICAS)
     tf.config.run_functions_eagerly(args.debug)
     keras.utils.set_random_seed(args.seed)
@@ -125,6 +186,7 @@ def main(argv=None) -> None:
             logits = model(x, training=True)
             loss = compute_loss(y, logits)
         grads = tape.gradient(loss, model.trainable_variables)
+        grads, _ = tf.clip_by_global_norm(grads, args.clip_norm)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         train_acc.update_state(y, logits)
         return loss
@@ -134,13 +196,28 @@ def main(argv=None) -> None:
         per_replica = strategy.run(step_fn, args=(x, y))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer)
+    manager = tf.train.CheckpointManager(checkpoint, os.path.join(config.out_dir, "ckpt"), max_to_keep=2)
+    config.save(config.out_dir)
+
     iterator = iter(dist_ds)
     start = time.perf_counter()
     for step in range(1, args.steps + 1):
         x, y = next(iterator)
         loss = train_step(x, y)
-        print(f"step={step} loss={float(loss):.6f} acc={float(train_acc.result()):.3f}")
-    print(f"trained {args.steps} steps in {time.perf_counter() - start:.1f}s")
+        value = float(loss)
+        print(f"step={step} loss={value:.6f} acc={float(train_acc.result()):.3f}")
+        if not np.isfinite(value):
+            log.error("non-finite loss at step %d; stopping", step)
+            break
+        if config.checkpoint_every and step % config.checkpoint_every == 0:
+            manager.save(checkpoint_number=step)
+    elapsed = time.perf_counter() - start
+    log.info("trained %d steps in %.1fs", args.steps, elapsed)
+
+    held_out = make_dataset(*synthetic_examples(256, args.seed + 1), global_batch)
+    log.info("held-out accuracy %.3f", evaluate(model, held_out, config.eval_batches))
+    manager.save(checkpoint_number=args.steps)
 
 
 if __name__ == "__main__":
