@@ -440,3 +440,28 @@ def test_cli_write_keeps_crlf_on_disk(tmp_path, monkeypatch):
     assert CliRunner().invoke(main, ["annotate", "--write", "train.py"]).exit_code == 0
     data = (tmp_path / "train.py").read_bytes()
     assert b"# tfrepro: feature prefetch" in data and data.count(b"\n") == data.count(b"\r\n")
+
+
+def test_cli_reports_what_it_left_alone_and_unknown_only_names(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(UNSAFE)
+    (tmp_path / "tfrepro.toml").write_text("[features.lr_schedule]\naffects_loss = false\n")
+    r = CliRunner().invoke(main, ["annotate", "--only", "prefetch,nonesuch", "train.py"])
+    assert r.exit_code == 0
+    assert r.stdout == ""  # nothing to change
+    assert "left alone: train.py:4: tf.data prefetch, shuffle inside an expression" in r.stderr
+    assert "--only: nothing found for prefetch, nonesuch" in r.stderr
+    assert "would mark 0 features" in r.stderr
+
+
+def test_cli_reports_a_manifest_it_will_not_touch(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(
+        "import keras\nlr = keras.optimizers.schedules.CosineDecay(0.1, decay_steps=10)\n")
+    manifest = '[trial]\nentry = "train.py"\n\n[features.lr_schedule]\naffects_loss = false\n'
+    (tmp_path / "tfrepro.toml").write_text(manifest)
+    r = CliRunner().invoke(main, ["annotate", "--write", "train.py"])
+    assert r.exit_code == 0
+    assert "manifest: tfrepro.toml says affects_loss = False for lr_schedule" in r.stderr
+    assert (tmp_path / "tfrepro.toml").read_text() == manifest
+    assert "# tfrepro: feature lr_schedule" in (tmp_path / "train.py").read_text()
