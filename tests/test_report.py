@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from tfrepro.bisect.results import TrialResult, TrialSettings
 from tfrepro.cli import main
 from tfrepro.errors import UserError
+from tfrepro.report import events
 from tfrepro.report.bundle import build_report, find_run
 from tfrepro.report.localize import enclosing_scope, parse_check_numerics
 from tfrepro.report.scan import scan_setup
@@ -171,6 +172,22 @@ def test_setup_scan_reads_live_code_only():
     assert scan_setup("x = 1\n")["precision_policy"].startswith("float32")
 
 
+# --------------------------------------------------------------------------- event files
+
+
+def test_event_file_round_trip_with_checksums(tmp_path):
+    assert events.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+    path = events.write_run(tmp_path / "run", {"loss": [2.5, 1.25, None], "step_time_ms": [4.0]})
+    got = events.read_scalars(path)
+    assert got["loss"][:2] == [(1, 2.5), (2, 1.25)] and got["loss"][2][0] == 3 and math.isnan(got["loss"][2][1])
+    assert got["step_time_ms"] == [(1, 4.0)]
+    data = bytearray(path.read_bytes())
+    data[-6] ^= 0xFF  # a flipped byte is caught
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match="CRC"):
+        events.read_scalars(path)
+
+
 # --------------------------------------------------------------------------- bundles
 
 PROJECT_SRC = '''"""Tiny marked project (never run by these tests)."""
@@ -291,6 +308,11 @@ def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project):
     assert "reproduced **yes**" in issue
     assert (b.out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (b.out / "steps.png").exists()
+    runs = sorted(d.name for d in (b.out / "tensorboard").iterdir())
+    assert runs == ["01_baseline_ok", "02_mixed_precision_nan"]
+    [bad] = (b.out / "tensorboard" / runs[1]).iterdir()
+    assert events.read_scalars(bad)["loss"][0] == (1, 1.0)
+    assert "tensorboard not installed" in (b.out / "ISSUE.md").read_text()
     doc = json.loads((b.out / "report.json").read_text())
     assert doc["culprits"] == ["mixed_precision"] and doc["reproduction"]["reproduced"] is True
     # Paths under the home directory show as ~.

@@ -1,14 +1,10 @@
-"""Runs in a child process (stdlib + TensorFlow only, executed by path; never
-imports tfrepro): describes the machine's TensorFlow installation and, on
-request, writes TensorBoard event files.
+"""Describes the machine's TensorFlow installation (stdlib + TensorFlow only,
+never imports tfrepro). Two ways in:
 
-    python _envprobe.py OUT.json [EVENTS_SPEC.json]
-
-OUT.json receives the facts. EVENTS_SPEC.json, when given, is
-{"logdir": str, "runs": [{"name": str, "losses": [float|null], "step_times": [...]}]};
-each run becomes a subdirectory of logdir with `loss` and `step_time_ms`
-scalars. `tf.summary.scalar` needs the tensorboard package, so the scalars are
-written with `tf.summary.write` and the metadata the scalars plugin reads.
+    python _envprobe.py OUT.json      a child of its own (`environment.collect`)
+    describe()                        from the report's re-run, where the trial
+                                      process has TensorFlow loaded already
+                                      (`_setup_plugin.py`)
 """
 
 import json
@@ -133,41 +129,9 @@ def describe():
     return facts, tf
 
 
-def write_events(tf, spec):
-    from tensorflow.core.framework import summary_pb2
-
-    meta = summary_pb2.SummaryMetadata(
-        plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
-        data_class=summary_pb2.DATA_CLASS_SCALAR,
-    )
-    written = []
-    for run in spec["runs"]:
-        logdir = os.path.join(spec["logdir"], run["name"])
-        writer = tf.summary.create_file_writer(logdir)
-        with writer.as_default():
-            for i, loss in enumerate(run.get("losses") or []):
-                # NaN is what TensorBoard should show at the step it happened.
-                value = float("nan") if loss is None else float(loss)
-                tf.summary.write("loss", tf.constant(value, tf.float32), step=i + 1, metadata=meta)
-            for i, t in enumerate(run.get("step_times") or []):
-                tf.summary.write("step_time_ms", tf.constant(1000.0 * t, tf.float32), step=i + 1,
-                                 metadata=meta)
-        writer.flush()
-        writer.close()
-        written.append(run["name"])
-    return written
-
-
 def main():
     out = sys.argv[1]
-    facts, tf = describe()
-    if len(sys.argv) > 2 and tf is not None:
-        with open(sys.argv[2], encoding="utf-8") as f:
-            spec = json.load(f)
-        try:
-            facts["events_written"] = write_events(tf, spec)
-        except Exception as e:
-            facts["events_error"] = f"{type(e).__name__}: {e}"
+    facts, _ = describe()
     with open(out, "w", encoding="utf-8") as f:
         json.dump(facts, f, indent=1)
 

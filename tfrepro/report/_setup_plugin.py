@@ -3,12 +3,24 @@ only): records the training setup the script actually ran with, for the
 report's re-run of the exported repro. See `harness.py`, "Plugin hook".
 
 Recorded under TrialResult.extra["setup"]: precision policy, replicas of each
-model's strategy, the resolved `jit_compile` of each model, eager execution.
+model's strategy, the resolved `jit_compile` of each model, eager execution;
+with the option `environment`, under extra["environment"] the facts of
+`_envprobe.describe()` (versions, build info, devices) of this very process.
 Op determinism is not recorded: the harness itself turns it on for
 deterministic trials, so it would describe tfrepro, not the script.
 """
 
+import importlib.util
+import os
 import sys
+
+
+def _describe_environment():
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_envprobe.py")
+    spec = importlib.util.spec_from_file_location("_tfrepro_envprobe", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.describe()[0]
 
 
 def install(ctx):
@@ -42,6 +54,11 @@ def install(ctx):
         except Exception:
             pass
         ctx.record("setup", setup)
+        if ctx.options.get("environment"):
+            try:
+                ctx.record("environment", _describe_environment())
+            except Exception as e:
+                ctx.record("environment", {"probe_error": f"{type(e).__name__}: {e}"})
 
     ctx.add_fit_hook(on_fit)
     ctx.add_end_hook(on_end)

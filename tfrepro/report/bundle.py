@@ -238,14 +238,17 @@ def build_report(
     setup = merge_runtime(setup, loc.settings if loc else None)
 
     trials = _load_trials(run_dir, result)
-    events = _events_spec(trials, out / "tensorboard")
-    from tfrepro.report import environment
+    artifacts.update(_write_events(out / "tensorboard", trials))
 
-    if probe_environment:
-        env_facts = environment.collect(python=python, events=events if events["runs"] else None)
+    env_facts = ((reproduction.candidate or {}).get("extra") or {}).get("environment") if reproduction else None
+    if env_facts and "probe_error" not in env_facts:
+        env_facts = {**env_facts, "collected_in": "the re-run of repro.py"}
+    elif probe_environment:
+        from tfrepro.report import environment
+
+        env_facts = environment.collect(python=python)
     else:
         env_facts = {"probe_error": "environment probe not run"}
-    artifacts.update(_tensorboard_note(env_facts, events))
 
     artifacts.update(_plots(out, result, symptom, reproduction))
 
@@ -322,24 +325,27 @@ def _load_trials(run_dir: Path, result: dict[str, Any]) -> list[tuple[str, dict[
     return trials
 
 
-def _events_spec(trials: list[tuple[str, dict[str, Any]]], logdir: Path) -> dict[str, Any]:
-    return {"logdir": str(logdir),
-            "runs": [{"name": name, "losses": s.get("losses") or [], "step_times": s.get("step_times") or []}
-                     for name, s in trials]}
+def _write_events(logdir: Path, trials: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
+    """One TensorBoard run per trial (pure-Python event files: neither
+    TensorFlow nor tensorboard is needed to write them)."""
+    from tfrepro.report import events
 
-
-def _tensorboard_note(env_facts: dict[str, Any], events: dict[str, Any]) -> dict[str, str]:
-    have_tb = importlib.util.find_spec("tensorboard") is not None
-    if not events["runs"]:
+    if not trials:
         return {"tensorboard/": "skipped: the run kept no per-trial summaries"}
-    written = env_facts.get("events_written") or []
-    if not written:
-        reason = env_facts.get("events_error") or env_facts.get("probe_error") or "TensorFlow unavailable"
-        return {"tensorboard/": f"skipped: {reason}"}
-    view = ("view with `tensorboard --logdir tensorboard`" if have_tb else
-            "written with tf.summary; viewing skipped: tensorboard not installed (`pip install tensorboard`, "
+    for name, s in trials:
+        events.write_run(logdir / _safe_name(name), {
+            "loss": s.get("losses") or [],
+            "step_time_ms": [1000.0 * t for t in s.get("step_times") or []],
+        })
+    have_tb = importlib.util.find_spec("tensorboard") is not None
+    view = ("view them with `tensorboard --logdir tensorboard`" if have_tb else
+            "viewing skipped: tensorboard not installed here (`pip install tensorboard`, "
             "then `tensorboard --logdir tensorboard`)")
-    return {"tensorboard/": f"{len(written)} runs, one per trial (loss, step_time_ms); {view}"}
+    return {"tensorboard/": f"{len(trials)} runs, one per trial (scalars loss, step_time_ms); {view}"}
+
+
+def _safe_name(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "+-_." else "_" for c in name)[:120]
 
 
 def _plots(out: Path, result: dict[str, Any], symptom: str, rep: Reproduction | None) -> dict[str, str]:

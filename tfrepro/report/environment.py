@@ -1,9 +1,9 @@
-"""The environment a bug report states: versions, build, devices, variables.
+"""The environment a bug report states: versions, build, devices.
 
 TensorFlow is imported only in a child process (`_envprobe.py`), so the CLI
 process stays light and a broken TensorFlow install still gives a report that
-says so. The same child writes the TensorBoard event files, to pay for one
-TensorFlow import instead of two.
+says so. When the report re-ran the repro, the re-run's own process already
+described itself (`_setup_plugin.py`) and no extra child is needed.
 """
 
 from __future__ import annotations
@@ -28,23 +28,14 @@ def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def collect(
-    *,
-    python: str | None = None,
-    events: dict[str, Any] | None = None,
-    timeout_s: float = 180.0,
-) -> dict[str, Any]:
+def collect(*, python: str | None = None, timeout_s: float = 180.0) -> dict[str, Any]:
     """Facts about the TensorFlow installation `python` runs (see
-    `_envprobe.py`); with `events`, also writes TensorBoard event files.
-    Never raises for a failing child: the facts then carry `probe_error`."""
+    `_envprobe.py`). Never raises for a failing child: the facts then carry
+    `probe_error`."""
     python = python or sys.executable
     with tempfile.TemporaryDirectory(prefix="tfrepro-env-") as tmp:
         out = Path(tmp) / "env.json"
         cmd = [python, str(PROBE), str(out)]
-        if events is not None:
-            spec = Path(tmp) / "events.json"
-            spec.write_text(json.dumps(events), encoding="utf-8")
-            cmd.append(str(spec))
         try:
             proc = subprocess.run(cmd, cwd=tmp, env=child_env(), capture_output=True, text=True,
                                   timeout=timeout_s)

@@ -53,7 +53,8 @@ def default_runner(state_dir: Path, env: dict[str, str] | None = None) -> Runner
     def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
         project = Project.load(project_dir)
         return trial.run_trial(project, frozenset(), settings, use_cache=False, state_dir=state_dir,
-                               env=env, label="report-rerun", plugins=[plugin])
+                               env=env, label="report-rerun", plugins=[plugin],
+                               plugin_options={"environment": True})
 
     return run
 
