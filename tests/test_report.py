@@ -211,6 +211,10 @@ lr = 1e-2
 MODE = "fit"
 # tfrepro: end
 
+# tfrepro: feature bad_reshape -- reshape the batch (wrongly)
+# BATCH_SHAPE = (3, 7)
+# tfrepro: end
+
 # tfrepro: feature slow_callback -- a callback sleeping each batch
 # SLEEP = 0.05
 # tfrepro: else
@@ -240,7 +244,11 @@ def make_run(project: Path, symptom: str, culprits: list[str], culprit_config: l
     run = project / ".tfrepro" / "runs" / run_id
     (run / "trials").mkdir(parents=True)
     culprit_config = culprit_config or culprits
-    bad = {"nan": trial(culprit_config, losses=(1.0, math.nan), first_nonfinite_step=2),
+    crash = trial(culprit_config, losses=(), crashed=True, exit_code=1,
+                  error="ValueError: cannot reshape array of size 32 into shape (3,7)",
+                  extra={"error_detail": "Traceback (most recent call last):\n  File \"repro.py\", line 30\n"
+                                         "ValueError: cannot reshape array of size 32 into shape (3,7)"})
+    bad = {"crash": crash, "nan": trial(culprit_config, losses=(1.0, math.nan), first_nonfinite_step=2),
            "mismatch": trial(culprit_config, losses=(1.0, 0.9, 0.85, 0.8, 0.78, 0.77)),
            "slowdown": trial(culprit_config, step=0.06)}[symptom]
     base = trial()
@@ -251,8 +259,8 @@ def make_run(project: Path, symptom: str, culprits: list[str], culprit_config: l
     result = {
         "status": "found", "symptom": symptom, "culprits": culprits, "baseline": base, "trials": 2, "wall_s": 3.5,
         "run_dir": str(run), "first_bad_commit": None, "project": str(project),
-        "settings": TrialSettings(steps=8).to_dict(), "features": ["custom_loop", "lr_warmup", "mixed_precision",
-                                                                   "slow_callback"],
+        "settings": TrialSettings(steps=8).to_dict(),
+        "features": ["bad_reshape", "custom_loop", "lr_warmup", "mixed_precision", "slow_callback"],
         "affects_loss": ["lr_warmup"], "failing": bad, "culprit_trial": bad, "culprit_config": culprit_config,
         "ablation": {c: "ok" for c in culprits}, "trials_table": table, "flaky": False, "reproduction_rate": 1.0,
         "noise": 0.0, "timing": None, "version": 1, **extra,
@@ -276,6 +284,8 @@ class ScriptedRunner:
         has = lambda s: any(s in line for line in live)  # noqa: E731
         if self.healthy:
             return TrialResult.from_dict(trial())
+        if has("BATCH_SHAPE = (3, 7)"):
+            return TrialResult(crashed=True, exit_code=1, error="ValueError: cannot reshape array")
         if has("mixed_float16"):
             return TrialResult.from_dict(trial(losses=(1.0, math.nan), first_nonfinite_step=2))
         if has('MODE = "loop"'):
@@ -317,6 +327,16 @@ def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project):
     assert doc["culprits"] == ["mixed_precision"] and doc["reproduction"]["reproduced"] is True
     # Paths under the home directory show as ~.
     assert doc["project"] == "~/proj"
+
+
+def test_crash_bundle_quotes_the_traceback(project):
+    run = make_run(project, "crash", ["bad_reshape"])
+    b = build(run, ScriptedRunner())
+    assert b.reproduced is True and "cannot reshape" in b.doc["reproduction"]["detail"]
+    issue = (b.out / "ISSUE.md").read_text()
+    check_issue_fields(issue)
+    assert "training raises: `ValueError: cannot reshape array of size 32 into shape (3,7)`" in issue
+    assert 'Traceback (most recent call last):\n  File "repro.py", line 30' in issue
 
 
 def test_a_repro_that_no_longer_fails_says_so(project):

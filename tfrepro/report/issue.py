@@ -98,8 +98,12 @@ def _behaviour(doc: dict[str, Any]) -> tuple[str, str]:
         subject = (doc.get("commit") or {}).get("subject")
         with_ = f"Since commit `{doc['first_bad_commit'][:12]}`" + (f" ({subject})" if subject else "")
     alone = ""
+    ablation = ev.get("ablation") or {}
     if len(culprits) > 1:
-        alone = " Each of these features alone trains normally; only together do they fail."
+        alone = " Removing any one of them makes the symptom disappear"
+        if all(ablation.get(c) == "ok" for c in culprits):
+            alone += "; each alone on the baseline trains normally: only together do they fail"
+        alone += "."
     elif culprits:
         alone = " Without it, the same script trains normally."
     base_loss = base.get("losses") or []
@@ -245,7 +249,10 @@ def render_issue(doc: dict[str, Any]) -> str:
     if loc and loc.get("found"):
         log.append(loc.get("excerpt") or "")
     cand = doc.get("culprit_trial") or {}
-    if cand.get("error"):
+    detail = (cand.get("extra") or {}).get("error_detail")
+    if detail:  # a crash's traceback, last lines
+        log.append("\n".join(str(detail).strip().splitlines()[-40:]))
+    elif cand.get("error"):
         log.append(cand["error"])
     if (rep.get("candidate") or {}).get("error") and rep["candidate"]["error"] not in log:
         log.append(rep["candidate"]["error"])
@@ -325,7 +332,7 @@ def render_issue(doc: dict[str, Any]) -> str:
     feats = doc.get("features") or {}
     ablation = ev.get("ablation") or {}
     if feats:
-        out.append("| feature | description | culprit | in minimal config | ablation verdict |")
+        out.append("| feature | description | culprit | in minimal config | alone on the baseline |")
         out.append("|---|---|---|---|---|")
         for name, info in feats.items():
             desc = (info.get("description") or "").replace("|", "\\|")
