@@ -60,12 +60,12 @@ def test_every_feature_on_together_still_trains(tmp_path, template):
     new_project(dest, template=template, data={"features": CATALOG})
     project = Project.load(dest)
     project.write_variant(set(project.feature_names), tmp_path / "all_on")
-    proc = _run(tmp_path / "all_on", "repro.py", steps=4)
+    proc = _run(tmp_path / "all_on", "repro.py", steps=2)
     assert proc.returncode == 0, proc.stderr[-3000:]
     losses = _epoch_losses(proc.stdout)
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses), losses
     steps = [x for x in proc.stdout.splitlines() if x.startswith("step=")]
-    assert [s.split()[0] for s in steps] == ["step=1", "step=2", "step=3", "step=4"]
+    assert [s.split()[0] for s in steps] == ["step=1", "step=2"]
 
 
 def test_custom_loop_matches_fit(tmp_path):
