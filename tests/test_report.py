@@ -436,3 +436,16 @@ def test_desktop_session_words_are_not_hunted_through_texts():
     env = {"XDG_SESSION_CLASS": "user", "DESKTOP_SESSION": "ubuntu", "AUTH_TYPE": "basic", "HOME": "/home/al"}
     text = "inferred user code on ubuntu, basic auth"
     assert Scrubber.from_environ(env).scrub(text) == text
+
+
+def test_out_never_deletes_a_directory_it_did_not_write(project, tmp_path):
+    run = make_run(project, "nan", ["mixed_precision"])
+    precious = tmp_path / "precious"
+    precious.mkdir()
+    (precious / "thesis.tex").write_text("years of work")
+    with pytest.raises(UserError, match="not a tfrepro bundle"):
+        build(run, ScriptedRunner(), out=precious)
+    assert (precious / "thesis.tex").read_text() == "years of work"
+    b = build(run, ScriptedRunner(), out=tmp_path / "bundle")
+    again = build(run, ScriptedRunner(), out=b.out)  # an earlier bundle is replaced
+    assert (again.out / "ISSUE.md").is_file()

@@ -150,7 +150,7 @@ def build_report(
     """Write the bundle for the run in `run_dir` and return it. `runner`
     replaces the real trial runner (tests); `environ` the process environment
     the report describes and scrubs against; `probe_environment=False` skips
-    the TensorFlow child (versions, devices, event files)."""
+    the TensorFlow child describing versions and devices when no re-run did."""
     from tfrepro.project import Project
 
     environ = dict(os.environ if environ is None else environ)
@@ -171,29 +171,12 @@ def build_report(
     entry = _entry_of(settings)
 
     commit_mode = bool(result.get("first_bad_commit"))
-    if status == "baseline-fails":
-        cand_cfg: list[str] | None = []
-        ref_cfg: list[str] | None = []
-    elif commit_mode:
-        cand_cfg = ref_cfg = None  # the project as written at the bad commit
-    else:
-        cand_cfg = sorted(result.get("culprit_config") or result.get("culprits") or [])
-        ref_cfg = _reference_config(result, symptom)
-    cand_project = ref_project = project
-    if commit_mode:
-        # Commit bisection keeps both ends' projects in the run directory.
-        bad_dir, good_dir = result.get("first_bad_project"), result.get("good_project")
-        if not (bad_dir and good_dir and Path(bad_dir).is_dir() and Path(good_dir).is_dir()):
-            raise TfreproError(f"the run {run_dir} lacks the first bad commit's project; bisect again")
-        cand_project, ref_project = Project.load(bad_dir), Project.load(good_dir)
-    cand_files = {k: scrubber.scrub(v) for k, v in bundle_files(cand_project, cand_cfg, entry).items()}
-    ref_files = {k: scrubber.scrub(v) for k, v in bundle_files(ref_project, ref_cfg, entry).items()}
+    cand_cfg, ref_cfg, cand_files, ref_files = _variants(result, project, run_dir, symptom, entry)
+    cand_files = {k: scrubber.scrub(v) for k, v in cand_files.items()}
+    ref_files = {k: scrubber.scrub(v) for k, v in ref_files.items()}
     diff = unified_diff(ref_files, cand_files)
 
-    out = (Path(out) if out is not None else run_dir / "report").resolve()
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
+    out = _prepare_out(Path(out) if out is not None else run_dir / "report")
     artifacts: dict[str, str] = {}
 
     def write(rel: str, text: str) -> None:
@@ -240,15 +223,7 @@ def build_report(
     trials = _load_trials(run_dir, result)
     artifacts.update(_write_events(out / "tensorboard", trials))
 
-    env_facts = ((reproduction.candidate or {}).get("extra") or {}).get("environment") if reproduction else None
-    if env_facts and "probe_error" not in env_facts:
-        env_facts = {**env_facts, "collected_in": "the re-run of repro.py"}
-    elif probe_environment:
-        from tfrepro.report import environment
-
-        env_facts = environment.collect(python=python)
-    else:
-        env_facts = {"probe_error": "environment probe not run"}
+    env_facts = _environment(reproduction, probe=probe_environment, python=python)
 
     artifacts.update(_plots(out, result, symptom, reproduction))
 
@@ -295,6 +270,54 @@ def build_report(
     write("ISSUE.md", issue_md.render_issue(doc))
     write("result.json", json.dumps(result, indent=2))
     return Bundle(out, doc)
+
+
+def _variants(
+    result: dict[str, Any], project: Any, run_dir: Path, symptom: str, entry: str
+) -> tuple[list[str] | None, list[str] | None, dict[str, str], dict[str, str]]:
+    """(culprit config, reference config, their exported files). A config of
+    None means "as written": commit bisection keeps both ends' projects in
+    the run directory, and the good end is the reference."""
+    from tfrepro.project import Project
+
+    if result.get("first_bad_commit"):
+        bad_dir, good_dir = result.get("first_bad_project"), result.get("good_project")
+        if not (bad_dir and good_dir and Path(bad_dir).is_dir() and Path(good_dir).is_dir()):
+            raise TfreproError(f"the run {run_dir} lacks the first bad commit's project; bisect again")
+        return (None, None, bundle_files(Project.load(bad_dir), None, entry),
+                bundle_files(Project.load(good_dir), None, entry))
+    if result.get("status") == "baseline-fails":
+        cand_cfg: list[str] = []
+        ref_cfg: list[str] = []
+    else:
+        cand_cfg = sorted(result.get("culprit_config") or result.get("culprits") or [])
+        ref_cfg = _reference_config(result, symptom)
+    return cand_cfg, ref_cfg, bundle_files(project, cand_cfg, entry), bundle_files(project, ref_cfg, entry)
+
+
+def _prepare_out(out: Path) -> Path:
+    """The bundle directory, emptied if it holds an earlier bundle; any other
+    non-empty directory is refused (never delete what we did not write)."""
+    out = out.resolve()
+    if out.exists() and any(out.iterdir()):
+        if not (out / "ISSUE.md").is_file() or not (out / "report.json").is_file():
+            raise UserError("the output directory exists and is not a tfrepro bundle", path=out,
+                            hint="give --out a new or empty directory")
+        shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _environment(reproduction: Reproduction | None, *, probe: bool, python: str | None) -> dict[str, Any]:
+    """The re-run's process described itself; otherwise a child of its own."""
+    facts = ((reproduction.candidate or {}).get("extra") or {}).get("environment") if reproduction else None
+    if facts and "probe_error" not in facts:
+        return {**facts, "collected_in": "the re-run of repro.py"}
+    if not probe:
+        return {"probe_error": "environment probe not run"}
+    from tfrepro.report import environment
+
+    return environment.collect(python=python)
 
 
 def _cfg_words(cfg: list[str] | None) -> str:
