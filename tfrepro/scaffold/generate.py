@@ -155,7 +155,7 @@ def new_project(
                 cleanup_on_error=True,
             )
         except (ValueError, TypeError, UserMessageError) as e:
-            raise UserError(_copier_message(e), hint="see the template's questions with tfrepro new --help") from None
+            raise UserError(_copier_message(e)) from None  # copier's validators say what is expected
         except KeyboardInterrupt:
             raise TfreproError("interrupted: nothing was written") from None
         except CopierError as e:
