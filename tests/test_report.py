@@ -449,3 +449,16 @@ def test_out_never_deletes_a_directory_it_did_not_write(project, tmp_path):
     b = build(run, ScriptedRunner(), out=tmp_path / "bundle")
     again = build(run, ScriptedRunner(), out=b.out)  # an earlier bundle is replaced
     assert (again.out / "ISSUE.md").is_file()
+
+
+def test_issue_states_gpu_and_cuda_when_present():
+    from tfrepro.report.issue import render_issue
+
+    doc = {"symptom": "nan", "culprits": ["xla"], "environment": {
+        "tf_version": "2.21.0", "build_info": {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9"},
+        "gpus": [{"name": "NVIDIA A100-SXM4-40GB", "memory": "40960 MiB", "compute_capability": "8.0"}],
+        "tf_dist": {"name": "tensorflow", "version": "2.21.0", "source": "pip (binary wheel)"}}}
+    text = render_issue(doc)
+    assert "### CUDA/cuDNN version\n\nCUDA 12.5.1 / cuDNN 9 (build info)\n" in text
+    assert "### GPU model and memory\n\nNVIDIA A100-SXM4-40GB, 40960 MiB (compute capability 8.0)\n" in text
+    assert text.startswith("# NaN/Inf loss with xla (TensorFlow 2.21.0)")
