@@ -72,24 +72,33 @@ def measure(mode: str, steps: int, repeats: int, work: Path) -> dict[str, float]
     project = work / f"project_{mode}"
     project.mkdir()
     (project / "repro.py").write_text(SCRIPT.format(steps=steps, mode=mode))
+    # The harness ends a trial with os._exit at the step cap, skipping the
+    # interpreter's teardown; this twin does the same, so tfrepro / fast-exit
+    # isolates the cost of the CLI, the variant copy and the measuring.
+    (project / "repro_fast_exit.py").write_text(
+        SCRIPT.format(steps=steps, mode=mode) + "\nimport os, sys\nsys.stdout.flush()\nos._exit(0)\n")
     (project / "tfrepro.toml").write_text(f"[trial]\nsteps = {steps}\n")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     repo = Path(__file__).resolve().parents[1]
     env["PYTHONPATH"] = os.pathsep.join([str(repo)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     bare_cmd = [sys.executable, "repro.py"]
+    fast_cmd = [sys.executable, "repro_fast_exit.py"]
     tool_cmd = [sys.executable, "-m", "tfrepro", "run", str(project), "--steps", str(steps), "--no-cache", "--json"]
     # one untimed run each: file-system caches, __pycache__
     timed(bare_cmd, project, env, work / "warm_bare.log")
     timed(tool_cmd, work, env, work / "warm_tool.log")
-    bare, tool = [], []
+    timed(fast_cmd, project, env, work / "warm_fast.log")
+    bare, tool, fast = [], [], []
     for i in range(repeats):
         bare.append(timed(bare_cmd, project, env, work / f"bare{i}.log"))
         tool.append(timed(tool_cmd, work, env, work / f"tool{i}.log"))
+        fast.append(timed(fast_cmd, project, env, work / f"fast{i}.log"))
     result = json.loads((work / f"tool{repeats - 1}.log").read_text())
     assert result["steps_run"] == steps and not result["crashed"], result
     med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
     return {"bare_s": med(bare, 0), "tfrepro_s": med(tool, 0), "ratio": med(tool, 0) / med(bare, 0),
-            "cpu_ratio": med(tool, 1) / med(bare, 1),
+            "cpu_ratio": med(tool, 1) / med(bare, 1), "fast_s": med(fast, 0),
+            "fast_ratio": med(tool, 0) / med(fast, 0), "fast_cpu_ratio": med(tool, 1) / med(fast, 1),
             "bare_all": [x[0] for x in bare], "tfrepro_all": [x[0] for x in tool]}
 
 
@@ -109,6 +118,8 @@ def main() -> None:
                   f"tfrepro run {m['tfrepro_s']:.2f} s  ratio {m['ratio']:.3f}  CPU-time ratio {m['cpu_ratio']:.3f}  "
                   f"(bare {', '.join(f'{x:.2f}' for x in m['bare_all'])}; "
                   f"tfrepro {', '.join(f'{x:.2f}' for x in m['tfrepro_all'])})")
+            print(f"      vs bare python ending with os._exit like the harness ({m['fast_s']:.2f} s): "
+                  f"ratio {m['fast_ratio']:.3f}, CPU-time ratio {m['fast_cpu_ratio']:.3f}")
 
 
 if __name__ == "__main__":

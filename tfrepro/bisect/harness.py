@@ -107,15 +107,26 @@ def _record_step(loss: float, dt: float) -> None:
         _stop("steps")
 
 
+# Exit code of a trial whose harness could not write its result.
+HARNESS_FAILED = 70
+
+
 def _stop(reason: str) -> None:
+    """End the trial here: no exception for the script to swallow, no
+    interpreter teardown to wait for."""
     S.stop_reason = reason
-    finish()
+    code = 0
+    try:
+        finish()
+    except BaseException:
+        traceback.print_exc()
+        code = HARNESS_FAILED
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except Exception:
             pass
-    os._exit(0)
+    os._exit(code)
 
 
 class _StdoutTap:
