@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from tfrepro import features as fb
 from tfrepro.cli import main
-from tfrepro.errors import UserError
+from tfrepro.errors import TfreproError, UserError
 from tfrepro.project import Project
 from tfrepro.scaffold.generate import new_project
 from tfrepro.scaffold.templates import PACKAGED_TEMPLATES, available_templates, ensure_template_repo
@@ -252,6 +252,9 @@ def test_cache_tags_each_template_content_once(tmp_path):
     assert third.tag == "9.0.0"
     tags = {t.name for t in git.Repo(third.path).tags}
     assert tags == {first.tag, second.tag, "9.0.0"}
+    _edit_template(src, "(v9)", "(older)", "1.0.0")
+    with pytest.raises(TfreproError, match="older than 9.0.0"):
+        ensure_template_repo("tabular", source=src)
 
 
 # -- update ------------------------------------------------------------------

@@ -143,6 +143,12 @@ def ensure_template_repo(
             cw.set_value("user", "email", _COMMITTER[1])
             cw.set_value("commit", "gpgsign", "false")
             cw.set_value("tag", "gpgsign", "false")
+        newest = max((Version(t.name) for t in repo.tags if _is_version(t.name)), default=None)
+        if newest is not None and Version(version) < newest and Version(version).base_version != newest.base_version:
+            raise TfreproError(
+                f"template version {version} is older than {newest}, already in {repo_path} "
+                "(an older tfrepro sharing the cache of a newer one?): set TFREPRO_CACHE_DIR to a cache of its own"
+            )
         for entry in repo_path.iterdir():
             if entry.name != ".git":
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
@@ -159,11 +165,6 @@ def ensure_template_repo(
         if on_head:
             tag = on_head[-1]
         else:
-            newest = max((Version(t) for t in tags if _is_version(t)), default=None)
-            if newest is not None and newest > Version(version) and Version(version).base_version != newest.base_version:
-                raise TfreproError(
-                    f"template version {version} is older than {newest}, already in {repo_path}",
-                    )
             tag, n = version, 0
             while tag in tags:
                 n += 1
