@@ -1,0 +1,221 @@
+"""The pure search: ablation and ddmin over feature sets, with fakes."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tfrepro.bisect.results import Verdict
+from tfrepro.bisect.search import Oracle, ablation, ddmin, judge_replay
+
+NAN = Verdict.NAN
+
+
+def planted(*culprit_sets: set[str], verdict: Verdict = NAN):
+    """A fake test: a config fails when it contains any planted set."""
+    sets = [frozenset(s) for s in culprit_sets]
+
+    def test_batch(configs):
+        return [verdict if any(s <= c for s in sets) else Verdict.OK for c in configs]
+
+    return test_batch
+
+
+def names(n: int) -> list[str]:
+    return [f"f{i:02d}" for i in range(n)]
+
+
+def oracle_for(test_batch, features, *, batch_size=1, target=NAN):
+    # The engine checks both ends before searching (mozregression's
+    # ensure_good_and_bad) and seeds the cache with them.
+    known = {frozenset(): Verdict.OK, frozenset(features): target}
+    return Oracle(test_batch, target, batch_size=batch_size, known=known)
+
+
+def assert_failing_and_1_minimal(result, test_batch, target=NAN):
+    assert test_batch([result])[0] == target
+    for x in result:
+        assert test_batch([result - {x}])[0] != target, f"{x} is not needed"
+
+
+def test_single_culprit_among_16_costs_at_most_8_trials():
+    feats = names(16)
+    for culprit in feats:
+        tb = planted({culprit})
+        o = oracle_for(tb, feats)
+        assert ddmin(feats, o) == {culprit}
+        assert o.calls <= 8, (culprit, o.calls)
+
+
+def test_single_culprit_cost_is_logarithmic_for_larger_sets():
+    feats = names(64)
+    worst = 0
+    for culprit in feats:
+        o = oracle_for(planted({culprit}), feats)
+        assert ddmin(feats, o) == {culprit}
+        worst = max(worst, o.calls)
+    assert worst <= 2 * math.ceil(math.log2(64))
+
+
+def test_interacting_pair_is_found_as_a_pair():
+    feats = names(10)
+    tb = planted({"f02", "f07"})
+    assert ddmin(feats, oracle_for(tb, feats)) == {"f02", "f07"}
+
+
+def test_two_independent_culprits_give_one_of_them():
+    feats = names(12)
+    tb = planted({"f03"}, {"f09"})
+    got = ddmin(feats, oracle_for(tb, feats))
+    assert got in ({"f03"}, {"f09"})
+
+
+def test_locked_onto_the_target_symptom():
+    # f01 crashes, f05 goes NaN: hunting NaN must not settle on the crash.
+    def tb(configs):
+        out = []
+        for c in configs:
+            out.append(NAN if "f05" in c else Verdict.CRASH if "f01" in c else Verdict.OK)
+        return out
+
+    feats = names(8)
+    assert ddmin(feats, oracle_for(tb, feats)) == {"f05"}
+
+
+def test_fixed_context_is_kept_on_and_never_returned():
+    # the mismatch needs custom_loop together with lr_warmup (kept as context)
+    tb = planted({"custom_loop", "lr_warmup"}, verdict=Verdict.MISMATCH)
+    o = Oracle(tb, Verdict.MISMATCH)
+    got = ddmin(["custom_loop", "xla", "prefetch"], o, fixed=frozenset({"lr_warmup"}))
+    assert got == {"custom_loop"}
+    assert all("lr_warmup" in c for c, _ in o.tested)
+
+
+def test_empty_answer_when_fixed_alone_fails():
+    tb = planted({"a"})
+    o = Oracle(tb, NAN)
+    assert ddmin(["b", "c", "d"], o, fixed=frozenset({"a"})) == frozenset()
+
+
+def test_ddmin_refuses_a_passing_start():
+    with pytest.raises(ValueError):
+        ddmin(["a", "b"], Oracle(planted({"z"}), NAN))
+
+
+def test_no_configuration_is_tested_twice():
+    feats = names(9)
+    o = oracle_for(planted({"f01", "f04"}, {"f06", "f08"}), feats)
+    ddmin(feats, o)
+    configs = [c for c, _ in o.tested]
+    assert len(configs) == len(set(configs))
+
+
+def test_batches_respect_batch_size_and_parallel_costs_fewer_rounds():
+    feats = names(16)
+    seen: list[int] = []
+    inner = planted({"f11"})
+
+    def tb(configs):
+        seen.append(len(configs))
+        return inner(configs)
+
+    o = oracle_for(tb, feats, batch_size=4)
+    assert ddmin(feats, o) == {"f11"}
+    assert max(seen) <= 4
+    assert len(seen) <= 4  # one round per halving
+
+
+def test_ablation_is_one_batch_with_every_feature():
+    feats = names(6)
+    seen = []
+    inner = planted({"f02"}, {"f03", "f04"})
+
+    def tb(configs):
+        seen.append(list(configs))
+        return inner(configs)
+
+    table = ablation(feats, Oracle(tb, NAN))
+    assert len(seen) == 1 and len(seen[0]) == 6
+    assert table == {f: (NAN if f == "f02" else Verdict.OK) for f in feats}
+
+
+def test_oracle_rejects_wrong_length_answers():
+    o = Oracle(lambda cs: [Verdict.OK], NAN)
+    with pytest.raises(RuntimeError):
+        o.verdicts([frozenset({"a"}), frozenset({"b"})])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    n=st.integers(min_value=1, max_value=20),
+    data=st.data(),
+    batch=st.integers(min_value=1, max_value=4),
+)
+def test_ddmin_returns_a_failing_1_minimal_set(n, data, batch):
+    feats = names(n)
+    k = data.draw(st.integers(min_value=1, max_value=3), label="number of culprit sets")
+    sets = [
+        data.draw(st.sets(st.sampled_from(feats), min_size=1, max_size=min(3, n)), label="culprit set")
+        for _ in range(k)
+    ]
+    tb = planted(*sets)
+    o = oracle_for(tb, feats, batch_size=batch)
+    got = ddmin(feats, o)
+    assert_failing_and_1_minimal(got, tb)
+    # bounded: never worse than the quadratic ddmin bound
+    assert o.calls <= n * n + 3 * n
+
+
+@settings(max_examples=100, deadline=None)
+@given(n=st.integers(min_value=2, max_value=32), data=st.data())
+def test_single_culprit_cost_bound_property(n, data):
+    feats = names(n)
+    culprit = data.draw(st.sampled_from(feats))
+    o = oracle_for(planted({culprit}), feats)
+    assert ddmin(feats, o) == {culprit}
+    assert o.calls <= 2 * math.ceil(math.log2(n))
+
+
+class ScriptedFlaky:
+    """A fake whose failures do not repeat: each call fails with probability
+    `p` from an injected RNG, whatever the configuration."""
+
+    def __init__(self, p: float, seed: int) -> None:
+        self.p = p
+        self.rng = random.Random(seed)
+
+    def __call__(self, configs):
+        return [NAN if self.rng.random() < self.p else Verdict.OK for _ in configs]
+
+    def rounds(self, n: int, repeats: int = 1):
+        return [[self(["x"])[0] == NAN for _ in range(repeats)] for _ in range(n)]
+
+
+def test_flaky_search_terminates_and_replay_exposes_it():
+    feats = names(8)
+    flagged = 0
+    for seed in range(50):
+        fake = ScriptedFlaky(0.5, seed)
+        o = oracle_for(fake, feats)
+        ddmin(feats, o)  # any answer; must terminate without error
+        judgement = judge_replay(fake.rounds(3), fake.rounds(3))
+        flagged += judgement.flaky
+    # the answer survives replay only when 6 coin flips all go its way
+    assert flagged >= 45
+
+
+def test_replay_rule():
+    stable = judge_replay([[True], [True], [True]], [[False], [False]])
+    assert not stable.flaky and stable.reproduction_rate == 1.0
+    missed = judge_replay([[True], [False], [True]], [[False]])
+    assert missed.flaky and missed.reproduction_rate == pytest.approx(2 / 3)
+    assert "1 of 3" in missed.reason
+    base = judge_replay([[True], [True]], [[False], [True]])
+    assert base.flaky and "baseline" in base.reason
+    # with repeats, a round reproduces when any of its trials does
+    repeated = judge_replay([[False, True], [True, False]], [[False, False]])
+    assert not repeated.flaky and repeated.reproduction_rate == 0.5

@@ -1,0 +1,203 @@
+"""Search over feature sets: ablation and delta debugging (pure).
+
+The search knows only configurations (frozensets of feature names) and a
+batch test function `test_batch(list[frozenset]) -> list[Verdict]`; it never
+starts a process or reads a file, so it is tested in milliseconds with fakes
+and reused by any executor. Batches let the executor run independent
+configurations in parallel (a round of ablation, the candidates of one delta
+debugging step).
+
+Invariants (the pattern of Hypothesis's shrinker):
+
+- Locked onto one symptom: a configuration *fails* when its verdict is the
+  hunted `target`, nothing else. A search for a NaN never drifts into chasing
+  a crash.
+- Outcomes are cached by canonical value (the frozenset): no configuration is
+  sent to `test_batch` twice, and the executor may seed known outcomes (the
+  baseline and the failing configuration, checked before any search).
+- `ddmin` returns a failing, 1-minimal subset: it fails, and removing any one
+  of its items makes the failure disappear (every such removal was tested).
+  Chunks are deleted in halving sizes, so a single culprit among N items costs
+  about 2*log2(N) tests at most (1.5*log2(N) on average when run one by one).
+- Replay is the caller's business (it needs fresh runs); `judge_replay` is the
+  pure rule that turns replay observations into "found" or "flaky".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+from tfrepro.bisect.results import Verdict
+
+Config = frozenset[str]
+TestBatch = Callable[[list[Config]], list[Verdict]]
+
+
+class Oracle:
+    """Cached, batched, symptom-locked access to a test function.
+
+    `batch_size` is how many configurations the executor can usefully run at
+    once; `first_failing` asks for that many at a time so that a serial
+    executor (batch_size 1) stops at the first failure instead of paying for
+    the whole batch.
+    """
+
+    def __init__(
+        self,
+        test_batch: TestBatch,
+        target: Verdict,
+        *,
+        batch_size: int = 1,
+        known: dict[Config, Verdict] | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self._test_batch = test_batch
+        self.target = target
+        self.batch_size = batch_size
+        self.cache: dict[Config, Verdict] = dict(known or {})
+        self.tested: list[tuple[Config, Verdict]] = []  # in test order, cache misses only
+
+    @property
+    def calls(self) -> int:
+        """How many configurations were actually tested (cache misses)."""
+        return len(self.tested)
+
+    def verdicts(self, configs: Sequence[Config]) -> list[Verdict]:
+        """Verdicts of all `configs`, testing the unknown ones in one batch."""
+        todo: list[Config] = []
+        for c in configs:
+            c = frozenset(c)
+            if c not in self.cache and c not in todo:
+                todo.append(c)
+        if todo:
+            got = self._test_batch(todo)
+            if len(got) != len(todo):
+                raise RuntimeError("test_batch returned a wrong number of verdicts")
+            for c, v in zip(todo, got):
+                self.cache[c] = v
+                self.tested.append((c, v))
+        return [self.cache[frozenset(c)] for c in configs]
+
+    def fails(self, config: Iterable[str]) -> bool:
+        return self.verdicts([frozenset(config)])[0] == self.target
+
+    def first_failing(self, configs: Sequence[Config]) -> int | None:
+        """Index of the first failing configuration in order, testing at most
+        `batch_size` unknown ones at a time; None when none fails."""
+        i = 0
+        while i < len(configs):
+            # Grow the window until it holds batch_size unknown configs, so
+            # cached ones never waste a slot of the batch.
+            j, unknown = i, 0
+            while j < len(configs) and (unknown < self.batch_size or frozenset(configs[j]) in self.cache):
+                unknown += frozenset(configs[j]) not in self.cache
+                j += 1
+            window = configs[i:j]
+            for k, v in enumerate(self.verdicts(window)):
+                if v == self.target:
+                    return i + k
+            i = j
+        return None
+
+
+def ablation(
+    features: Iterable[str], oracle: Oracle, *, base: Config = frozenset()
+) -> dict[str, Verdict]:
+    """Each feature alone on top of `base` (the baseline): every feature's
+    individual effect, in one batch."""
+    names = sorted(features)
+    got = oracle.verdicts([base | {f} for f in names])
+    return dict(zip(names, got))
+
+
+def _split(items: Sequence[str], n: int) -> list[list[str]]:
+    """`n` contiguous chunks of near-equal size (the first ones larger)."""
+    k, r = divmod(len(items), n)
+    out, start = [], 0
+    for i in range(n):
+        size = k + (1 if i < r else 0)
+        out.append(list(items[start : start + size]))
+        start += size
+    return [c for c in out if c]
+
+
+def ddmin(
+    items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()
+) -> Config:
+    """Delta debugging (Zeller's ddmin) from `items`, which must fail.
+
+    The configuration tested for a subset S is `S | fixed` (`fixed` holds
+    features kept on throughout, e.g. the `affects_loss` context of a mismatch
+    hunt). Returns a failing, 1-minimal subset of `items`; it is empty only
+    when `fixed` alone fails. Raises ValueError when `items | fixed` does not
+    fail (the caller checks both ends first).
+    """
+    current = sorted(set(items))
+
+    def cfg(subset: Iterable[str]) -> Config:
+        return frozenset(subset) | fixed
+
+    if not oracle.fails(cfg(current)):
+        raise ValueError("ddmin must start from a failing configuration")
+    n = 2
+    while len(current) >= 2:
+        chunks = _split(current, n)
+        # For n == 2 the complements are the chunks themselves.
+        complements = [] if len(chunks) == 2 else [
+            [x for x in current if x not in set(c)] for c in chunks
+        ]
+        candidates = chunks + complements
+        hit = oracle.first_failing([cfg(c) for c in candidates])
+        if hit is not None and hit < len(chunks):
+            current, n = candidates[hit], 2
+        elif hit is not None:
+            current, n = candidates[hit], max(n - 1, 2)
+        elif n >= len(current):
+            break  # every single removal tested: 1-minimal
+        else:
+            n = min(2 * n, len(current))
+    if len(current) == 1 and oracle.fails(cfg([])):
+        current = []
+    return frozenset(current)
+
+
+@dataclass(frozen=True)
+class ReplayJudgement:
+    """Whether a found answer stands up to fresh runs.
+
+    `reproduction_rate` is the fraction of replayed culprit *trials* that
+    showed the symptom (None when nothing was replayed)."""
+
+    flaky: bool
+    reproduction_rate: float | None
+    reason: str = ""
+
+
+def judge_replay(
+    culprit_rounds: Sequence[Sequence[bool]],
+    baseline_rounds: Sequence[Sequence[bool]] = (),
+) -> ReplayJudgement:
+    """The replay rule, stated once.
+
+    A round is one evaluation of a configuration as the search saw it: its
+    `repeats` trials with fresh repeat indices, and it shows the symptom when
+    any of its trials does (the same rule as during the search). The answer
+    stands only if every culprit round shows the symptom and no baseline round
+    does; otherwise the failure is flaky and no culprit may be named, because
+    the search's decisions were taken on outcomes that do not repeat.
+    """
+    trials = [t for r in culprit_rounds for t in r]
+    rate = (sum(trials) / len(trials)) if trials else None
+    missed = sum(1 for r in culprit_rounds if not any(r))
+    base_hits = sum(1 for r in baseline_rounds if any(r))
+    if missed:
+        return ReplayJudgement(
+            True, rate, f"the culprit configuration did not reproduce in {missed} of {len(culprit_rounds)} replays"
+        )
+    if base_hits:
+        return ReplayJudgement(
+            True, rate, f"the baseline showed the symptom in {base_hits} of {len(baseline_rounds)} replays"
+        )
+    return ReplayJudgement(False, rate)
