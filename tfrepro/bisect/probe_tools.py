@@ -193,9 +193,13 @@ def time_pipeline(ds, tf, np) -> dict:
     is dropped: a `prefetch` buffer filled during start-up would hide the
     steady rate. The least disturbed of up to three runs counts (other
     processes on the machine only ever add time). Bounded in time."""
+    # Not converted by AutoGraph: there is nothing to convert, and a module
+    # loaded by path makes it warn.
+    stamp = tf.autograph.experimental.do_not_convert(lambda *_: tf.timestamp())
+
     def stamps(k: int) -> tuple[list[float], float]:
         t = time.perf_counter()
-        s = nondeterministic(lambda: ds.take(k).map(lambda *_: tf.timestamp()).batch(k).get_single_element())
+        s = nondeterministic(lambda: ds.take(k).map(stamp).batch(k).get_single_element())
         return [float(v) for v in np.asarray(s)], time.perf_counter() - t
 
     first, startup = stamps(3)
@@ -246,7 +250,7 @@ def time_compute(model, x, tf) -> dict:
     as the trial left them)."""
     variables = list(model.trainable_variables)
 
-    @tf.function
+    @tf.function(autograph=False)
     def step(inputs):
         with tf.GradientTape() as tape:
             out = model(inputs, training=False)

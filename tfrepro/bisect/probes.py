@@ -59,6 +59,7 @@ def _load_tools():
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe_tools.py")
     spec = importlib.util.spec_from_file_location("_tfrepro_probe_tools", path)
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # AutoGraph and pickling look functions up by module
     spec.loader.exec_module(module)
     return module
 
@@ -99,17 +100,43 @@ class _Probes:
     def on_tensorflow(self, tf) -> None:
         probes = self
         orig_iter = tf.data.Dataset.__iter__
+        # Only datasets the script iterates itself are peeked at: the ones
+        # TensorFlow iterates internally (per-device datasets of a distributed
+        # iterator) must not get a second consumer, which deadlocks them.
+        internal = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                         for m in (tf, sys.modules.get("keras"), sys.modules.get("tf_keras"))
+                         if m is not None and getattr(m, "__file__", None))
 
         def __iter__(ds):
             if not probes.busy and not probes.captured and tf.executing_eagerly():
-                probes._guard("dataset peek", probes._capture_dataset, ds, "iter")
+                caller = os.path.abspath(sys._getframe(1).f_code.co_filename)
+                if not caller.startswith(internal + probes._internal_extra()):
+                    probes._guard("dataset peek", probes._capture_dataset, ds, "iter")
             return orig_iter(ds)
 
         tf.data.Dataset.__iter__ = __iter__
         self._orig_iter = orig_iter
+        strategy = getattr(getattr(tf, "distribute", None), "Strategy", None)
+        orig_distribute = getattr(strategy, "experimental_distribute_dataset", None)
+        if orig_distribute is not None:
+            def experimental_distribute_dataset(strategy_self, dataset, *args, **kwargs):
+                # A custom loop under a strategy: peek at the global dataset
+                # before it is split across replicas.
+                if not probes.captured and isinstance(dataset, tf.data.Dataset) and tf.executing_eagerly():
+                    probes._guard("dataset peek", probes._capture_dataset, dataset, "distributed dataset")
+                return orig_distribute(strategy_self, dataset, *args, **kwargs)
+
+            strategy.experimental_distribute_dataset = experimental_distribute_dataset
         for name in ("sparse_softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits",
                      "sigmoid_cross_entropy_with_logits"):
             self._wrap_loss_fn(tf.nn, name, from_logits=True)
+
+    @staticmethod
+    def _internal_extra() -> tuple[str, ...]:
+        # Keras may be imported after TensorFlow: look it up at call time.
+        return tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+                     for m in (sys.modules.get("keras"), sys.modules.get("tf_keras"))
+                     if m is not None and getattr(m, "__file__", None))
 
     def on_keras(self, keras_module) -> None:
         losses = getattr(keras_module, "losses", None)
@@ -232,7 +259,7 @@ class _Probes:
             elements = [el for el in it]
         finally:
             self.busy = False
-        self._record_batches(elements, "fit (tf.data)" if source == "fit" else "first dataset iterated")
+        self._record_batches(elements, {"fit": "fit (tf.data)", "iter": "first dataset iterated"}.get(source, source))
 
     def _record_batches(self, elements, source: str) -> None:
         import numpy as np
