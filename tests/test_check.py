@@ -451,3 +451,8 @@ def test_input_bound_judged_on_the_quiet_steps_not_the_load_spikes():
     item = judge(r).item("input_pipeline")
     assert item.status is Status.WARN
     assert "trial step 40 ms" in item.summary
+
+
+def test_no_training_seen_says_how_a_loop_reports_steps():
+    item = judge(TrialResult(mode="none", extra=copy.deepcopy(CLEAN))).item("short_run")
+    assert item.status is Status.SKIP and "step=<int> loss=<float>" in item.summary

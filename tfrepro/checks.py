@@ -423,6 +423,10 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
     if result.crashed:
         return _item("short_run", Status.FAIL, f"the run crashed after {n} step(s): {result.error}", evidence,
                      "fix the error above (the trial's log is in .tfrepro/)")
+    if n == 0 and result.mode == "none":
+        return _item("short_run", Status.SKIP, "no training step was seen: Model.fit never ran and the script "
+                     "printed no `step=<int> loss=<float>` line", evidence,
+                     "a custom loop reports each step by printing `step=N loss=X` (see `tfrepro new`)")
     if n < 4:
         return _item("short_run", Status.SKIP, f"only {n} training step(s) ran; 4 are needed to see a trend",
                      evidence)
