@@ -42,7 +42,7 @@ class CheckOptions:
     chance_fail_nats: float = 2.0  # fail above ln(C) + max(ln(C), this); below ln(C) / 2
     input_scale: float = 10.0  # |mean| or std above this: far from normalised
     fall_fraction: float = 0.02  # last steps' mean at least this much below the first's
-    input_bound_step_share: float = 0.5  # pipeline >= this share of the trial's step
+    input_bound_step_share: float = 0.3  # pipeline >= this share of the trial's quiet step
 
 
 KEYS = ("environment", "input_pipeline", "first_batches", "initial_loss", "short_run", "parameters")
@@ -171,6 +171,8 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
     # work AND a real share of the step (tiny models on a busy CPU make the
     # first comparison alone noisy).
     slower_than_model = compute is None or pipe > compute
+    evidence.append(f"input-bound when the pipeline is slower than the model and takes at least "
+                    f"{options.input_bound_step_share:.0%} of the trial's step")
     share_of_step = step is None or pipe >= options.input_bound_step_share * step
     reference = compute if compute is not None else step
     if reference is None:
