@@ -340,7 +340,8 @@ def _load_trials(run_dir: Path, result: dict[str, Any]) -> list[tuple[str, dict[
         if summary is None:
             continue
         label = "+".join(row.get("enabled") or []) or "baseline"
-        trials.append((f"{i:02d}_{label}_{row.get('verdict', '')}"[:120], summary))
+        role = f"_{row['role']}{row.get('repeat', '')}" if row.get("role") else ""
+        trials.append((f"{i:02d}_{label}{role}_{row.get('verdict', '')}"[:120], summary))
     if not trials:
         for key in ("baseline", "failing", "culprit_trial"):
             if result.get(key):

@@ -345,11 +345,11 @@ def render_issue(doc: dict[str, Any]) -> str:
     if table:
         out.append("<details><summary>Every trial</summary>")
         out.append("")
-        out.append("| # | features on | verdict | cached |")
-        out.append("|---|---|---|---|")
+        out.append("| # | features on | role | verdict | cached |")
+        out.append("|---|---|---|---|---|")
         for i, t in enumerate(table, 1):
-            out.append(f"| {i} | {', '.join(t.get('enabled') or []) or '(baseline)'} | {t.get('verdict')} | "
-                       f"{'yes' if t.get('cached') else ''} |")
+            out.append(f"| {i} | {', '.join(t.get('enabled') or []) or '(baseline)'} | {t.get('role') or ''} | "
+                       f"{t.get('verdict')} | {'yes' if t.get('cached') else ''} |")
         out.append("")
         out.append("</details>")
         out.append("")
