@@ -165,39 +165,38 @@ def ddmin(
 
 @dataclass(frozen=True)
 class ReplayJudgement:
-    """Whether a found answer stands up to fresh runs.
+    """Whether a found answer stands up to repeated runs.
 
-    `reproduction_rate` is the fraction of replayed culprit *trials* that
-    showed the symptom (None when nothing was replayed)."""
+    `reproduction_rate` is the fraction of the culprit configuration's trials
+    that showed the symptom (None when it has none)."""
 
     flaky: bool
     reproduction_rate: float | None
     reason: str = ""
 
 
-def judge_replay(
-    culprit_rounds: Sequence[Sequence[bool]],
-    baseline_rounds: Sequence[Sequence[bool]] = (),
-) -> ReplayJudgement:
+def judge_replay(culprit: Sequence[bool], baseline: Sequence[bool] = ()) -> ReplayJudgement:
     """The replay rule, stated once.
 
-    A round is one evaluation of a configuration as the search saw it: its
-    `repeats` trials with fresh repeat indices, and it shows the symptom when
-    any of its trials does (the same rule as during the search). The answer
-    stands only if every culprit round shows the symptom and no baseline round
-    does; otherwise the failure is flaky and no culprit may be named, because
-    the search's decisions were taken on outcomes that do not repeat.
+    `culprit` holds, for every trial of the culprit configuration (those the
+    search saw and the replays with fresh repeat indices), whether it showed
+    the symptom; `baseline` the same for the baseline's trials. The answer
+    stands only if every culprit trial shows the symptom and no baseline trial
+    does. Anything else means the search took its decisions on outcomes that
+    do not repeat, so it may not name a culprit: the failure is flaky, with the
+    observed rate. (With `repeats` > 1 the search counts a configuration as
+    failing when any repeat fails; that lets it *find* a flaky culprit, but the
+    answer is still reported as flaky.)
     """
-    trials = [t for r in culprit_rounds for t in r]
-    rate = (sum(trials) / len(trials)) if trials else None
-    missed = sum(1 for r in culprit_rounds if not any(r))
-    base_hits = sum(1 for r in baseline_rounds if any(r))
-    if missed:
+    rate = (sum(culprit) / len(culprit)) if culprit else None
+    missed = sum(1 for t in culprit if not t)
+    base_hits = sum(1 for t in baseline if t)
+    if not culprit or missed:
         return ReplayJudgement(
-            True, rate, f"the culprit configuration did not reproduce in {missed} of {len(culprit_rounds)} replays"
+            True, rate, f"the culprit configuration did not show it in {missed} of {len(culprit)} runs"
         )
     if base_hits:
         return ReplayJudgement(
-            True, rate, f"the baseline showed the symptom in {base_hits} of {len(baseline_rounds)} replays"
+            True, rate, f"the baseline showed it in {base_hits} of {len(baseline)} runs"
         )
     return ReplayJudgement(False, rate)

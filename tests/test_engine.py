@@ -1,0 +1,348 @@
+"""The bisect engine's status logic with a fake trial runner (no TensorFlow).
+
+The projects are real (`Project.load` on a temp dir: cheap); only the trial
+runner is faked. The fake keeps its own cache across engine runs, the way
+`run_trial` does, so resuming is tested for real.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import pytest
+
+from tfrepro.bisect.engine import BisectEvents, BisectOptions, bisect
+from tfrepro.bisect.results import TrialResult, Verdict
+from tfrepro.project import Project
+
+CONTRACT4 = {"status", "symptom", "culprits", "baseline", "trials", "wall_s", "run_dir", "first_bad_commit"}
+REPORT_KEYS = {"project", "settings", "features", "affects_loss", "failing", "culprit_trial", "culprit_config",
+               "ablation", "trials_table", "flaky", "reproduction_rate", "noise", "timing", "version", "error"}
+
+
+def make_project(tmp_path: Path, features, *, repeats: int = 1, affects_loss=(), steps: int = 20) -> Project:
+    root = tmp_path / "proj"
+    root.mkdir(parents=True)
+    lines = ["x = 0"]
+    for f in features:
+        lines += [f"# tfrepro: feature {f} -- {f} on", f"# x += 1  # {f}", "# tfrepro: end"]
+    (root / "repro.py").write_text("\n".join(lines) + "\n")
+    toml = [f"[trial]\nsteps = {steps}\nrepeats = {repeats}\n"]
+    for f in affects_loss:
+        toml.append(f"[features.{f}]\naffects_loss = true\n")
+    (root / "tfrepro.toml").write_text("\n".join(toml))
+    return Project.load(root)
+
+
+def losses(scale: float = 1.0, n: int = 20) -> tuple[float, ...]:
+    return tuple(2.3 * scale * 0.95**i for i in range(n))
+
+
+class FakeRunner:
+    """`run_trial` stand-in: `behave(config, repeat) -> dict of TrialResult
+    fields`, a cache keyed like the real one (config + settings), a count of
+    real executions and of the largest number running at once."""
+
+    def __init__(self, behave, *, delay: float = 0.0, interrupt_after: int | None = None) -> None:
+        self.behave = behave
+        self.cache: dict[tuple, TrialResult] = {}
+        self.executed: list[tuple[tuple[str, ...], int]] = []
+        self.delay = delay
+        self.interrupt_after = interrupt_after
+        self.lock = threading.Lock()
+        self.running = 0
+        self.max_running = 0
+
+    def __call__(self, project, enabled, settings, *, use_cache=True, label="", **_):
+        enabled = tuple(sorted(enabled))
+        key = (enabled, settings)
+        with self.lock:
+            if use_cache and key in self.cache:
+                hit = self.cache[key]
+                return TrialResult(**{**hit.__dict__, "cached": True, "label": label})
+            if self.interrupt_after is not None and len(self.executed) >= self.interrupt_after:
+                raise KeyboardInterrupt
+            self.running += 1
+            self.max_running = max(self.max_running, self.running)
+        try:
+            if self.delay:
+                time.sleep(self.delay)
+            fields = {"losses": losses(), "step_times": (0.5,) * 3 + (0.02,) * 17, "mode": "fit",
+                      "steps_run": 20, "weights_finite": True}
+            fields.update(self.behave(frozenset(enabled), settings.repeat))
+            tag = zlib.crc32(repr(key).encode())
+            result = TrialResult(enabled=enabled, label=label, key=f"{tag:08x}", **fields)
+        finally:
+            with self.lock:
+                self.running -= 1
+        with self.lock:
+            self.executed.append((enabled, settings.repeat))
+            self.cache[key] = result
+        return result
+
+
+NAN = {"losses": losses()[:3] + (math.nan,), "first_nonfinite_step": 4}
+CRASH = {"crashed": True, "exit_code": 1, "error": "ValueError: boom", "losses": losses()[:2]}
+
+
+def nan_when(*needed):
+    return lambda cfg, r: NAN if set(needed) <= cfg else {}
+
+
+def check_shape(doc: dict, run_root: Path) -> None:
+    assert CONTRACT4 | REPORT_KEYS <= set(doc)
+    assert doc["culprits"] == sorted(doc["culprits"])
+    assert doc["first_bad_commit"] is None
+    run_dir = Path(doc["run_dir"])
+    run_dir = run_dir if run_dir.is_absolute() else Path.cwd() / run_dir
+    assert run_dir.parent == run_root / ".tfrepro" / "runs"
+    assert json.loads((run_dir / "result.json").read_text()) == json.loads(json.dumps(doc))
+    for row in doc["trials_table"]:
+        assert (run_dir / row["summary"]).is_file()
+    assert doc["trials"] == len(doc["trials_table"])
+    json.dumps(doc, allow_nan=False)
+
+
+FEATS = ["cache", "csv_logger", "early_stopping", "mixed_precision", "prefetch", "xla"]
+
+
+def test_found_single_culprit(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    runner = FakeRunner(nan_when("mixed_precision"))
+    res = bisect(p, BisectOptions(strategy="ddmin"), runner=runner)
+    doc = res.to_dict()
+    assert (res.status, doc["symptom"], doc["culprits"]) == ("found", "nan", ["mixed_precision"])
+    assert res.exit_code == 0 and doc["flaky"] is False and doc["reproduction_rate"] == 1.0
+    assert doc["culprit_config"] == ["mixed_precision"]
+    assert doc["culprit_trial"]["first_nonfinite_step"] == 4
+    assert doc["failing"]["enabled"] == FEATS and doc["baseline"]["enabled"] == []
+    assert doc["ablation"] is None
+    check_shape(doc, p.root)
+    # every trial of this run executed once; the replay used fresh repeats
+    assert len(runner.executed) == len(set(runner.executed)) == doc["trials"]
+    roles = [r["role"] for r in doc["trials_table"]]
+    assert roles.count("replay") == 3 and roles.count("replay-baseline") == 3
+
+
+def test_baseline_fails(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    res = bisect(p, runner=FakeRunner(lambda cfg, r: CRASH))
+    doc = res.to_dict()
+    assert res.status == "baseline-fails" and res.exit_code == 1
+    assert doc["symptom"] == "crash" and doc["culprits"] == [] and "boom" in doc["error"]
+    assert doc["flaky"] is False
+    check_shape(doc, p.root)
+
+
+def test_healthy_failing_configuration_is_none(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    runner = FakeRunner(lambda cfg, r: {})
+    res = bisect(p, runner=runner)
+    assert (res.status, res.exit_code, res.to_dict()["symptom"]) == ("none", 0, None)
+    assert len(runner.executed) == 3  # baseline twice (noise), failing once
+
+
+def test_symptom_auto_pick_follows_the_order_and_the_search_stays_locked(tmp_path):
+    # xla crashes, prefetch goes NaN; all-ON shows both (NaN, then the crash)
+    def behave(cfg, r):
+        out = {}
+        if "prefetch" in cfg:
+            out.update(NAN)
+        if "xla" in cfg:
+            out.update(crashed=True, exit_code=1, error="XlaRuntimeError")
+        return out
+
+    p = make_project(tmp_path, FEATS)
+    doc = bisect(p, runner=FakeRunner(behave)).to_dict()
+    assert (doc["symptom"], doc["culprits"]) == ("nan", ["prefetch"])
+    # asked for the crash, the search is locked onto it and ignores the NaN
+    p2 = make_project(tmp_path / "b", FEATS)
+    doc = bisect(p2, BisectOptions(symptom=Verdict.CRASH), runner=FakeRunner(behave)).to_dict()
+    assert (doc["status"], doc["symptom"], doc["culprits"]) == ("found", "crash", ["xla"])
+
+
+def test_mismatch_is_picked_after_the_failures(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    doc = bisect(p, runner=FakeRunner(lambda cfg, r: {"losses": losses(1.2)} if "cache" in cfg else {})).to_dict()
+    assert (doc["status"], doc["symptom"], doc["culprits"]) == ("found", "mismatch", ["cache"])
+
+
+def test_requested_symptom_not_shown_is_none(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    res = bisect(p, BisectOptions(symptom=Verdict.CRASH), runner=FakeRunner(nan_when("xla")))
+    assert res.status == "none" and res.to_dict()["symptom"] == "crash"
+
+
+def test_mismatch_never_blames_affects_loss_and_keeps_needed_context(tmp_path):
+    feats = ["custom_loop", "lr_warmup", "prefetch", "xla"]
+
+    def behave(cfg, r):
+        scale = 1.0
+        if "lr_warmup" in cfg:
+            scale *= 0.8  # intended change
+        if "custom_loop" in cfg and "lr_warmup" in cfg:
+            scale *= 1.3  # the loop applies the warmup twice
+        return {"losses": losses(scale)}
+
+    p = make_project(tmp_path, feats, affects_loss=["lr_warmup"])
+    doc = bisect(p, runner=FakeRunner(behave)).to_dict()
+    assert (doc["status"], doc["symptom"], doc["culprits"]) == ("found", "mismatch", ["custom_loop"])
+    assert doc["culprit_config"] == ["custom_loop", "lr_warmup"]
+    assert doc["affects_loss"] == ["lr_warmup"]
+
+
+def test_noise_raises_the_tolerance(tmp_path):
+    # repeats differ by 8% on their own; the feature changes the loss by 6%
+    def behave(cfg, r):
+        s = 1.0 + (0.08 if r % 2 else 0.0)
+        return {"losses": losses(s * (1.06 if "xla" in cfg else 1.0))}
+
+    p = make_project(tmp_path, FEATS)
+    doc = bisect(p, BisectOptions(symptom=Verdict.MISMATCH), runner=FakeRunner(behave)).to_dict()
+    assert doc["status"] == "none" and doc["noise"] == pytest.approx(0.08)
+
+
+def test_interacting_pair(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    doc = bisect(p, BisectOptions(strategy="ablation"), runner=FakeRunner(nan_when("cache", "xla"))).to_dict()
+    assert (doc["status"], doc["culprits"]) == ("found", ["cache", "xla"])
+    assert doc["ablation"] == {f: "ok" for f in FEATS}
+
+
+def test_ablation_table_with_two_independent_culprits(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    behave = lambda cfg, r: NAN if cfg & {"prefetch", "xla"} else {}
+    doc = bisect(p, BisectOptions(strategy="ablation"), runner=FakeRunner(behave)).to_dict()
+    assert doc["culprits"] in (["prefetch"], ["xla"])
+    assert {f for f, v in doc["ablation"].items() if v == "nan"} == {"prefetch", "xla"}
+
+
+def flaky_nan(feature, p):
+    def behave(cfg, r):
+        rng = random.Random(zlib.crc32(f"{sorted(cfg)}{r}".encode()))
+        return NAN if feature in cfg and rng.random() < p else {}
+
+    return behave
+
+
+def test_flaky_culprit_is_reported_flaky_not_found(tmp_path):
+    p = make_project(tmp_path, FEATS, repeats=4)
+    res = bisect(p, runner=FakeRunner(flaky_nan("prefetch", 0.5)))
+    doc = res.to_dict()
+    assert doc["flaky"] is True and doc["culprits"] == [] and res.status == "error"
+    assert 0 < doc["reproduction_rate"] < 1 and "flaky" in doc["error"]
+    assert doc["symptom"] == "nan" and "prefetch" in doc["suspects"]
+
+
+def test_randomly_failing_project_never_names_a_culprit(tmp_path):
+    # every run, baseline included, goes NaN with probability 0.5
+    for seed in range(12):
+        def behave(cfg, r, seed=seed):
+            rng = random.Random(zlib.crc32(f"{seed}{sorted(cfg)}{r}".encode()))
+            return NAN if rng.random() < 0.5 else {}
+
+        p = make_project(tmp_path / str(seed), FEATS)
+        doc = bisect(p, runner=FakeRunner(behave)).to_dict()
+        assert doc["culprits"] == [] and doc["status"] != "found", (seed, doc["status"])
+        if doc["status"] != "none":
+            assert doc["flaky"] is True or doc["status"] == "baseline-fails"
+
+
+def test_jobs_run_a_batch_in_parallel(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    runner = FakeRunner(nan_when("early_stopping"), delay=0.02)
+    doc = bisect(p, BisectOptions(jobs=3, strategy="ablation"), runner=runner).to_dict()
+    assert doc["culprits"] == ["early_stopping"]
+    assert 2 <= runner.max_running <= 3
+
+
+def slow_when(feature, ratio=2.0):
+    def behave(cfg, r):
+        rng = random.Random(zlib.crc32(f"{sorted(cfg)}{r}".encode()))
+        step = 0.02 * (ratio if feature in cfg else 1.0)
+        return {"step_times": (0.5,) * 3 + tuple(step * math.exp(rng.gauss(0, 0.05)) for _ in range(17))}
+
+    return behave
+
+
+def test_slowdown_found_with_serial_interleaved_timing(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    runner = FakeRunner(slow_when("csv_logger"), delay=0.001)
+    doc = bisect(p, BisectOptions(jobs=4), runner=runner).to_dict()
+    assert (doc["status"], doc["symptom"], doc["culprits"]) == ("found", "slowdown", ["csv_logger"])
+    assert runner.max_running == 1  # timing trials never run concurrently
+    t = doc["timing"]
+    assert len(t["baseline"]) == len(t["candidate"]) >= 3 and t["p_value"] <= 0.05
+    assert t["ratio"] == pytest.approx(2.0, rel=0.15)
+    # interleaved: every timing trial of the candidate follows a baseline one
+    rows = [r for r in doc["trials_table"] if r["role"].startswith("timing")]
+    assert [r["role"] for r in rows[:2]] == ["timing-baseline", "timing"]
+
+
+def test_a_vs_a_is_not_a_slowdown(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    res = bisect(p, BisectOptions(symptom=Verdict.SLOWDOWN), runner=FakeRunner(slow_when("nothing")))
+    assert res.status == "none" and res.to_dict()["timing"]["conclusive"] is True
+
+
+def test_resume_after_interrupt_reuses_every_finished_trial(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    runner = FakeRunner(nan_when("prefetch"), interrupt_after=6)
+    with pytest.raises(KeyboardInterrupt):
+        bisect(p, BisectOptions(strategy="ddmin"), runner=runner)
+    finished = list(runner.executed)
+    assert len(finished) == 6
+    runner.interrupt_after = None
+    doc = bisect(p, BisectOptions(strategy="ddmin"), runner=runner).to_dict()
+    assert doc["culprits"] == ["prefetch"]
+    assert len(runner.executed) == len(set(runner.executed))  # nothing ran twice
+    cached = [(tuple(r["enabled"]), r["repeat"]) for r in doc["trials_table"] if r["cached"]]
+    assert sorted(cached) == sorted(finished)
+    # a third run is answered from the cache alone, with the same answer
+    before = len(runner.executed)
+    again = bisect(p, BisectOptions(strategy="ddmin"), runner=runner).to_dict()
+    assert again["culprits"] == ["prefetch"] and len(runner.executed) == before
+    assert all(r["cached"] for r in again["trials_table"])
+    assert again["run_dir"] != doc["run_dir"]
+
+
+def test_no_cache_runs_everything_again(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    runner = FakeRunner(nan_when("prefetch"))
+    bisect(p, runner=runner)
+    n = len(runner.executed)
+    doc = bisect(p, BisectOptions(use_cache=False), runner=runner).to_dict()
+    assert len(runner.executed) == 2 * n and not any(r["cached"] for r in doc["trials_table"])
+
+
+def test_events_see_every_trial(tmp_path):
+    seen, phases = [], []
+
+    class Ev(BisectEvents):
+        def phase(self, text):
+            phases.append(text)
+
+        def trial_finished(self, record):
+            seen.append(record.index)
+
+    p = make_project(tmp_path, FEATS)
+    doc = bisect(p, runner=FakeRunner(nan_when("xla")), events=Ev()).to_dict()
+    assert sorted(seen) == list(range(1, doc["trials"] + 1))
+    assert phases[0].startswith("baseline") and phases[-1].startswith("replay")
+
+
+def test_runner_error_becomes_status_error(tmp_path):
+    from tfrepro.errors import TfreproError
+
+    def broken(*a, **k):
+        raise TfreproError("disk full")
+
+    p = make_project(tmp_path, FEATS)
+    res = bisect(p, runner=broken)
+    assert res.status == "error" and res.exit_code == 1 and res.to_dict()["error"] == "disk full"

@@ -1,0 +1,466 @@
+"""`tfrepro bisect` orchestration: the edge that runs trials and writes the run dir.
+
+The engine gets its trial runner and its event handler injected (the pattern
+of mozregression's `Bisector`): `runner` defaults to `trial.run_trial`, and a
+fake one makes the status logic testable in milliseconds. It decides nothing
+by itself: `outcome.py` says what a trial shows, `search.py` which
+configuration to try next and whether a replayed answer stands.
+
+The sequence, and the status each step can end with:
+
+1. both ends first: the baseline (every feature OFF, run at least twice: the
+   second run measures the loss noise) and the failing configuration (every
+   feature ON), `repeats` times each. A baseline that fails -> `baseline-fails`.
+2. the symptom: `--symptom`, or the first of nan, crash, timeout, mismatch,
+   slowdown that the failing configuration shows and the baseline does not.
+   None shown -> `none`.
+3. the search, locked onto that symptom: ablation and/or ddmin.
+4. replay: the culprit configuration and the baseline run again with fresh
+   repeat indices. The answer stands (`found`) only if every culprit trial
+   showed the symptom and no baseline trial did; otherwise the result is
+   flaky: `status: error`, `flaky: true`, the observed `reproduction_rate`,
+   no culprit named (the configuration the search ended on is kept as
+   `suspects`).
+
+Repeat indices are a pure function of (configuration, role, round), so a
+bisect that is interrupted and run again asks for exactly the same trials and
+gets every finished one from the trial cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import threading
+import time
+import traceback
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from tfrepro import __version__
+from tfrepro.bisect import outcome
+from tfrepro.bisect.results import (
+    SYMPTOM_ORDER,
+    WARMUP_STEPS,
+    TrialResult,
+    TrialSettings,
+    Verdict,
+)
+from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, judge_replay
+from tfrepro.errors import TfreproError, UserError
+
+Runner = Callable[..., TrialResult]
+STRATEGIES = ("auto", "ablation", "ddmin")
+_FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
+# Repeat-index bases: far apart so that no two roles ever share a cache entry.
+_TIMING_CANDIDATE = 100
+_TIMING_BASELINE = 10_000
+
+
+@dataclass(frozen=True)
+class BisectOptions:
+    """What the user asked for (CLI flags); None means "from tfrepro.toml"."""
+
+    symptom: Verdict | None = None
+    strategy: str = "auto"
+    steps: int | None = None
+    repeats: int | None = None
+    jobs: int = 1
+    use_cache: bool = True
+    replays: int = 3  # fresh runs of the culprit (and of the baseline) at the end
+    timing_min: int = 3  # interleaved pairs before the first slowdown decision
+    timing_max: int = 10  # ... and at most
+
+
+@dataclass
+class TrialRecord:
+    """One trial of this run, as it goes into the run dir and trials_table."""
+
+    index: int
+    enabled: tuple[str, ...]
+    role: str
+    repeat: int
+    result: TrialResult
+    summary: str  # path relative to the run dir
+    verdict: Verdict | None = None
+
+
+class BisectEvents:
+    """Progress callbacks (no-ops). Called from worker threads too."""
+
+    def phase(self, text: str) -> None: ...
+
+    def trial_started(self, enabled: tuple[str, ...], role: str, repeat: int) -> None: ...
+
+    def trial_finished(self, record: TrialRecord) -> None: ...
+
+
+@dataclass
+class BisectResult:
+    status: str
+    symptom: Verdict | None = None
+    culprits: tuple[str, ...] = ()
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.status in ("found", "none") else 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.data)
+
+
+def bisect(
+    project: Any,
+    options: BisectOptions = BisectOptions(),
+    *,
+    runner: Runner | None = None,
+    events: BisectEvents | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    run_id: str | None = None,
+) -> BisectResult:
+    """Bisect `project` (a `tfrepro.project.Project`); see the module docstring.
+    Writes `.tfrepro/runs/<id>/result.json` and returns the same result."""
+    if runner is None:
+        from tfrepro.bisect.trial import run_trial as runner
+    return _Bisection(project, options, runner, events or BisectEvents(), clock, run_id).run()
+
+
+def _slug(enabled: Iterable[str]) -> str:
+    text = "+".join(enabled) or "baseline"
+    return text if len(text) <= 60 else text[:50] + f"-{zlib.crc32(text.encode()):08x}"
+
+
+def _summary(result: TrialResult) -> dict[str, Any]:
+    try:
+        from tfrepro.bisect.trial import summary
+    except ImportError:  # pragma: no cover - trial.py is part of the package
+        return result.to_dict()
+    return summary(result)
+
+
+class _Bisection:
+    def __init__(self, project, options: BisectOptions, runner: Runner, events: BisectEvents,
+                 clock: Callable[[], float], run_id: str | None) -> None:
+        if options.strategy not in STRATEGIES:
+            raise UserError(f"unknown strategy {options.strategy!r}", hint="use auto, ablation or ddmin")
+        self.project, self.opts, self.runner, self.events, self.clock = project, options, runner, events, clock
+        manifest = project.manifest
+        self.settings: TrialSettings = replace(manifest.trial, repeat=0)
+        if options.steps is not None:
+            self.settings = replace(self.settings, steps=options.steps)
+        self.k = max(1, options.repeats or manifest.repeats)
+        self.symptom_settings = manifest.symptoms
+        self.features: tuple[str, ...] = tuple(project.feature_names)
+        self.affects_loss = frozenset(project.affects_loss)
+        self.jobs = max(1, options.jobs)
+        self.records: list[TrialRecord] = []
+        self.memo: dict[tuple[Config, int], TrialResult] = {}
+        self.lock = threading.Lock()
+        self.noise = 0.0
+        self.timing: dict[Config, list[outcome.TimingOutcome]] = {}
+        if not self.features:
+            raise UserError("the project has no feature blocks to bisect", path=project.root,
+                            hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`")
+        if options.symptom == Verdict.SLOWDOWN and self.settings.steps < WARMUP_STEPS + 2:
+            raise UserError(f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
+                            hint=f"use --steps {WARMUP_STEPS + 10} or more")
+        self.t0 = clock()
+        runs = Path(project.state_dir) / "runs"
+        run_id = run_id or time.strftime("%Y%m%d-%H%M%S")
+        self.run_dir = runs / run_id
+        n = 1
+        while self.run_dir.exists():
+            n += 1
+            self.run_dir = runs / f"{run_id}-{n}"
+        (self.run_dir / "trials").mkdir(parents=True)
+
+    # -- trials ------------------------------------------------------------
+    def _trial(self, config: Config, repeat: int, role: str) -> TrialResult:
+        key = (config, repeat)
+        with self.lock:
+            if key in self.memo:
+                return self.memo[key]
+        enabled = tuple(sorted(config))
+        self.events.trial_started(enabled, role, repeat)
+        result = self.runner(self.project, enabled, replace(self.settings, repeat=repeat),
+                             use_cache=self.opts.use_cache, label=role)
+        with self.lock:
+            if key in self.memo:  # another thread ran it meanwhile
+                return self.memo[key]
+            self.memo[key] = result
+            index = len(self.records) + 1
+            rel = f"trials/{index:03d}-{role}-{_slug(enabled)}-r{repeat}"
+            record = TrialRecord(index, enabled, role, repeat, result, f"{rel}/summary.json")
+            self.records.append(record)
+        self._write_trial(self.run_dir / rel, result)
+        self.events.trial_finished(record)
+        return result
+
+    def _write_trial(self, dest: Path, result: TrialResult) -> None:
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / "summary.json").write_text(json.dumps(_summary(result), indent=1, default=str), encoding="utf-8")
+        if result.log_dir:
+            for name in ("stdout.log", "stderr.log"):
+                src = Path(result.log_dir) / name
+                if src.is_file():
+                    try:
+                        os.link(src, dest / name)
+                    except OSError:
+                        shutil.copyfile(src, dest / name)
+
+    def _many(self, wanted: list[tuple[Config, int, str]]) -> None:
+        """Run independent non-timing trials, `jobs` at a time."""
+        todo = list(dict.fromkeys((c, r, role) for c, r, role in wanted if (c, r) not in self.memo))
+        if self.jobs == 1 or len(todo) <= 1:
+            for c, r, role in todo:
+                self._trial(c, r, role)
+            return
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            for f in [pool.submit(self._trial, c, r, role) for c, r, role in todo]:
+                f.result()
+
+    # -- judging -----------------------------------------------------------
+    def _reference(self, config: Config) -> TrialResult | None:
+        """The mismatch reference of `config`: only its affects_loss features
+        on (None when that trial was not run)."""
+        return self.memo.get((frozenset(config) & self.affects_loss, 0))
+
+    def _shows(self, config: Config, result: TrialResult) -> frozenset[Verdict]:
+        return outcome.symptoms(result, reference=self._reference(config),
+                                settings=self.symptom_settings, noise=self.noise)
+
+    def _needs(self, config: Config, repeats: Iterable[int], role: str, target: Verdict | None):
+        wanted = [(config, r, role) for r in repeats]
+        if target in (None, Verdict.MISMATCH) and config & self.affects_loss:
+            wanted.append((config & self.affects_loss, 0, "reference"))
+        return wanted
+
+    def _verdict(self, config: Config, target: Verdict) -> Verdict:
+        shown = [self._shows(config, self.memo[(config, r)]) for r in range(self.k)]
+        if any(target in s for s in shown):
+            return target
+        return outcome.primary(shown[0])
+
+    def test_batch(self, target: Verdict) -> Callable[[list[Config]], list[Verdict]]:
+        def run(configs: list[Config]) -> list[Verdict]:
+            if target == Verdict.SLOWDOWN:  # timing trials never run concurrently
+                return [self._timed(c, 0).verdict for c in configs]
+            self._many([w for c in configs for w in self._needs(c, range(self.k), "search", target)])
+            return [self._verdict(c, target) for c in configs]
+
+        return run
+
+    def _timed(self, config: Config, round_: int) -> outcome.TimingOutcome:
+        """The sequential, interleaved timing comparison of `config` against
+        the baseline, round `round_` (0: the search, 1: the replay)."""
+        slot = zlib.crc32(",".join(sorted(config)).encode()) % 1_000_000
+        offset = round_ * self.opts.timing_max
+
+        def pair(i: int):
+            b = self._trial(frozenset(), _TIMING_BASELINE + slot * 1000 + offset + i, "timing-baseline")
+            c = self._trial(config, _TIMING_CANDIDATE + offset + i, "timing")
+            stop = outcome.primary(self._shows(config, c) & _FAILURES)
+            if stop != Verdict.OK:
+                return stop
+            mb, mc = b.median_step_time(), c.median_step_time()
+            if b.crashed or b.timed_out or b.nonfinite or mb is None or mc is None:
+                return Verdict.UNTESTABLE
+            return mb, mc
+
+        rng = random.Random(self.settings.seed * 1_000_003 + slot + round_)
+        got = outcome.sequential_slowdown(
+            pair, self.symptom_settings.slowdown, min_samples=self.opts.timing_min,
+            max_samples=self.opts.timing_max, rng=rng)
+        self.timing.setdefault(config, []).append(got)
+        mine = range(_TIMING_CANDIDATE + offset, _TIMING_CANDIDATE + offset + self.opts.timing_max)
+        for rec in self.records:
+            if rec.role == "timing" and frozenset(rec.enabled) == config and rec.repeat in mine:
+                rec.verdict = got.verdict
+        return got
+
+    # -- the run -----------------------------------------------------------
+    def run(self) -> BisectResult:
+        try:
+            result = self._run()
+        except UserError:
+            raise
+        except (TfreproError, OSError) as e:
+            result = self._finish("error", None, error=str(e))
+        except Exception as e:  # a bug must still leave one JSON object and a run dir
+            result = self._finish("error", None, error=f"{type(e).__name__}: {e}",
+                                  extra={"traceback": traceback.format_exc()})
+        return result
+
+    def _run(self) -> BisectResult:
+        opts, k = self.opts, self.k
+        base, full = frozenset(), frozenset(self.features)
+        n_base = max(k, 2)  # the second run measures the noise
+        self.events.phase("baseline and failing configuration")
+        self._many([(base, r, "baseline") for r in range(n_base)]
+                   + self._needs(full, range(k), "failing", opts.symptom))
+
+        base_runs = [self.memo[(base, r)] for r in range(n_base)]
+        base_fail = [bool(outcome.symptoms(t, reference=None, settings=self.symptom_settings) & _FAILURES)
+                     for t in base_runs]
+        if any(base_fail):
+            rate = sum(base_fail) / len(base_fail)
+            first = next(t for t, bad in zip(base_runs, base_fail) if bad)
+            shown = outcome.classify(first, reference=None, settings=self.symptom_settings)
+            return self._finish("baseline-fails", shown, flaky=not all(base_fail), rate=rate,
+                                error=f"the baseline (every feature off) already shows {shown.value}: "
+                                      f"{first.error or 'see its logs'}")
+        self.noise = outcome.measure_noise(base_runs[0], base_runs[1])
+
+        target = self._pick_symptom(full)
+        if target is None:
+            return self._finish("none", opts.symptom)
+
+        oracle = Oracle(self.test_batch(target), target,
+                        batch_size=1 if target == Verdict.SLOWDOWN else self.jobs,
+                        known={base: Verdict.OK, full: target})
+        mismatch = target == Verdict.MISMATCH
+        fixed = self.affects_loss if mismatch else frozenset()
+        items = [f for f in self.features if f not in fixed]
+        if mismatch:
+            oracle.cache[fixed] = Verdict.OK  # its own reference: no mismatch by definition
+        table: dict[str, Verdict] | None = None
+        culprits: Config | None = None
+        use_ablation = opts.strategy == "ablation" or (
+            opts.strategy == "auto"
+            and (len(items) <= 4 or (self.jobs >= len(items) and target != Verdict.SLOWDOWN)))
+        if use_ablation:
+            self.events.phase(f"ablation: each feature alone ({target.value})")
+            if mismatch:
+                for f in fixed:
+                    oracle.cache.setdefault(frozenset({f}), Verdict.OK)
+            table = ablation(self.features, oracle)
+            alone = [f for f in items if table[f] == target]
+            if alone:
+                culprits = frozenset({alone[0]})
+        if culprits is None:
+            self.events.phase(f"delta debugging ({target.value})")
+            culprits = ddmin(items, oracle, fixed=fixed)
+        config = culprits
+        if mismatch and fixed:
+            # the affects_loss context the mismatch needs, minimised too
+            config = culprits | ddmin(sorted(fixed), oracle, fixed=culprits)
+        return self._replay(target, culprits, frozenset(config), table)
+
+    def _pick_symptom(self, full: Config) -> Verdict | None:
+        opts = self.opts
+        shown: set[Verdict] = set()
+        for r in range(self.k):
+            shown |= self._shows(full, self.memo[(full, r)])
+        if opts.symptom is not None and opts.symptom != Verdict.SLOWDOWN:
+            return opts.symptom if opts.symptom in shown else None
+        if opts.symptom is None:
+            for v in SYMPTOM_ORDER:
+                if v in shown:
+                    return v
+            # Cheap pre-screen before paying for a timing comparison: one pair
+            # at least halfway to the threshold.
+            mb = self.memo[(frozenset(), 0)].median_step_time()
+            mf = self.memo[(full, 0)].median_step_time()
+            halfway = 1 + (self.symptom_settings.slowdown - 1) / 2
+            if mb is None or mf is None or mf / mb < halfway:
+                return None
+        self.events.phase("timing the failing configuration against the baseline")
+        got = self._timed(full, 0)
+        return Verdict.SLOWDOWN if got.verdict == Verdict.SLOWDOWN else None
+
+    def _replay(self, target: Verdict, culprits: Config, config: Config,
+                table: dict[str, Verdict] | None) -> BisectResult:
+        self.events.phase("replaying the answer")
+        fresh = range(max(self.k, 2), max(self.k, 2) + self.opts.replays)
+        if target == Verdict.SLOWDOWN:
+            if config not in self.timing:
+                self._timed(config, 0)
+            self._timed(config, 1)
+            culprit_obs = [t.verdict == target for t in self.timing[config]]
+            base_obs: list[bool] = []
+        else:
+            self._many(self._needs(config, fresh, "replay", target)
+                       + [(frozenset(), r, "replay-baseline") for r in fresh])
+            runs = [(config, r) for r in list(range(self.k)) + list(fresh)]
+            culprit_obs = [target in self._shows(config, self.memo[c]) for c in runs]
+            base_obs = [target in self._shows(frozenset(), self.memo[(frozenset(), r)])
+                        for r in list(range(max(self.k, 2))) + list(fresh)]
+        judged = judge_replay(culprit_obs, base_obs)
+        extra = {"ablation": {f: v.value for f, v in table.items()} if table else None}
+        if judged.flaky:
+            extra["suspects"] = sorted(config)
+            return self._finish("error", target, flaky=True, rate=judged.reproduction_rate, extra=extra,
+                                error=f"the {target.value} is flaky: {judged.reason}; no culprit is named. "
+                                      "Raise [trial] repeats (or --repeats) to hunt it with more runs "
+                                      "per configuration.")
+        return self._finish("found", target, culprits=culprits, config=config,
+                            rate=judged.reproduction_rate, extra=extra)
+
+    # -- the result --------------------------------------------------------
+    def _finish(self, status: str, symptom: Verdict | None, *, culprits: Config = frozenset(),
+                config: Config | None = None, flaky: bool = False, rate: float | None = None,
+                error: str | None = None, extra: dict[str, Any] | None = None) -> BisectResult:
+        base, full = frozenset(), frozenset(self.features)
+        target = symptom
+
+        def best(cfg: Config | None) -> dict[str, Any] | None:
+            """A summary of `cfg`, preferring a trial that shows the symptom."""
+            if cfg is None:
+                return None
+            mine = [(r, t) for (c, r), t in sorted(self.memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
+            if not mine:
+                return None
+            for _, t in mine:
+                if target is not None and target in self._shows(cfg, t):
+                    return _summary(t)
+            return _summary(mine[0][1])
+
+        for rec in self.records:
+            cfg = frozenset(rec.enabled)
+            if rec.verdict is None:
+                rec.verdict = outcome.primary(self._shows(cfg, rec.result), target)
+        timing = None
+        if self.timing:
+            key = config if config in self.timing else full if full in self.timing else next(iter(self.timing))
+            timing = self.timing[key][-1].to_dict()
+        rel = os.path.relpath(self.run_dir, Path.cwd())
+        data: dict[str, Any] = {
+            "status": status,
+            "symptom": symptom.value if symptom is not None else None,
+            "culprits": sorted(culprits),
+            "baseline": best(base),
+            "trials": len(self.records),
+            "wall_s": round(self.clock() - self.t0, 3),
+            "run_dir": rel if not rel.startswith("..") else str(self.run_dir),
+            "first_bad_commit": None,
+            "project": str(Path(self.project.root).resolve()),
+            "settings": self.settings.to_dict(),
+            "repeats": self.k,
+            "features": list(self.features),
+            "affects_loss": sorted(self.affects_loss),
+            "failing": best(full),
+            "culprit_trial": best(config) if config is not None else None,
+            "culprit_config": sorted(config) if config is not None else [],
+            "ablation": None,
+            "trials_table": [
+                {"enabled": list(r.enabled), "verdict": r.verdict.value if r.verdict else None,
+                 "summary": r.summary, "cached": r.result.cached, "role": r.role, "repeat": r.repeat,
+                 "key": r.result.key}
+                for r in self.records
+            ],
+            "flaky": flaky,
+            "reproduction_rate": rate,
+            "noise": self.noise,
+            "timing": timing,
+            "version": __version__,
+            "error": error,
+        }
+        data.update(extra or {})
+        (self.run_dir / "result.json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+        return BisectResult(status, symptom, tuple(sorted(culprits)), data)
