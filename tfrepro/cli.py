@@ -347,3 +347,104 @@ def update_cmd(path: Path) -> None:
         click.echo("resolve the conflict markers (<<<<<<< ... >>>>>>>) in the files above, then commit", err=True)
     else:
         click.echo("review with `git diff`, then commit")
+
+
+_SYMPTOMS = ["nan", "crash", "timeout", "mismatch", "slowdown"]
+
+
+@main.command("bisect")
+@path_argument
+@click.option("--symptom", type=click.Choice(_SYMPTOMS),
+              help="The symptom to hunt (default: the first the failing configuration shows, in this order).")
+@click.option("--strategy", type=click.Choice(["auto", "ablation", "ddmin"]), default="auto", show_default=True,
+              help="ablation: each feature alone first; ddmin: delta debugging from every feature on.")
+@click.option("--steps", type=click.IntRange(min=1), help="Training steps per trial (default: [trial] steps).")
+@click.option("--repeats", type=click.IntRange(min=1),
+              help="Runs per configuration; a configuration fails when any run does (default: [trial] repeats).")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Trials run in parallel (never for slowdown: timing trials run one at a time).")
+@click.option("--no-cache", is_flag=True, help="Run every trial again, even if cached.")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object (the result) on stdout.")
+@click.option("--good", metavar="REV", help="Commit mode: a commit without the symptom.")
+@click.option("--bad", metavar="REV", help="Commit mode: a commit with the symptom.")
+def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None, repeats: int | None,
+               jobs: int, no_cache: bool, as_json: bool, good: str | None, bad: str | None) -> None:
+    """Find the feature, or smallest set of interacting features, behind a symptom.
+
+    Runs the baseline (every feature OFF) and the failing configuration
+    (every feature ON), picks the symptom the failing one shows, searches for
+    a minimal set of culprits, and replays the answer: a failure that does
+    not reproduce every time is reported as flaky, never blamed on a
+    feature. The run is kept in .tfrepro/runs/<id>/ (result.json, every
+    trial's summary and logs). Interrupted? Run the same command again:
+    finished trials come from the cache. Exit code 0 when a culprit was found
+    or the failing configuration is healthy, 1 otherwise.
+
+    With --good REV --bad REV: the first commit whose trial shows the symptom.
+    """
+    if good or bad:
+        from tfrepro.bisect.commits import run_from_cli
+
+        sys.exit(run_from_cli(path, good, bad, symptom=symptom, as_json=as_json, steps=steps,
+                              use_cache=not no_cache))
+    from tfrepro.bisect.display import answer_lines, run_bisect
+    from tfrepro.bisect.engine import BisectOptions
+    from tfrepro.bisect.results import Verdict
+    from tfrepro.project import Project
+
+    project = Project.load(path)
+    options = BisectOptions(symptom=Verdict(symptom) if symptom else None, strategy=strategy, steps=steps,
+                            repeats=repeats, jobs=jobs, use_cache=not no_cache)
+    try:
+        doc = run_bisect(project, options, as_json=as_json)
+    except KeyboardInterrupt:
+        click.echo("interrupted: finished trials are cached; run the same command again to continue", err=True)
+        sys.exit(130)
+    click.echo(json.dumps(doc) if as_json else "\n".join(answer_lines(doc)))
+    sys.exit(0 if doc["status"] in ("found", "none") else 1)
+
+
+@main.command("demo")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Trials run in parallel.")
+@click.option("--keep", is_flag=True, help="Keep the temporary copy of the example (its path is printed).")
+def demo_cmd(jobs: int, keep: bool) -> None:
+    """The whole loop on a bundled example with a planted bug.
+
+    Copies the example project to a temporary directory, bisects it with
+    live progress and prints the answer. Exit code 0 when the planted
+    culprit is found. Next step on a real project: `tfrepro report`.
+    """
+    import shutil
+    import tempfile
+
+    from tfrepro.bisect.display import answer_lines, run_bisect
+    from tfrepro.bisect.engine import BisectOptions
+    from tfrepro.project import Project
+
+    src = Path(__file__).resolve().parent / "examples" / "demo"
+    expected = json.loads((src / "expected.json").read_text(encoding="utf-8"))
+    tmp = Path(tempfile.mkdtemp(prefix="tfrepro-demo-"))
+    try:
+        dest = tmp / "demo"
+        shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".tfrepro", "__pycache__", "expected.json"))
+        click.echo(f"demo project copied to {dest}")
+        click.echo(f"planted bug: {expected.get('note', '')}", err=True)
+        try:
+            doc = run_bisect(Project.load(dest), BisectOptions(jobs=jobs), as_json=False)
+        except KeyboardInterrupt:
+            click.echo("interrupted", err=True)
+            sys.exit(130)
+        click.echo("\n".join(answer_lines(doc)))
+        right = doc["status"] == expected["status"] and doc["culprits"] == expected["culprits"]
+        if right:
+            click.echo(f"the planted culprit was found: {', '.join(expected['culprits'])}")
+        else:
+            click.echo(f"expected {expected['symptom']}: {', '.join(expected['culprits'])}, "
+                       f"got {doc['status']}", err=True)
+        if keep:
+            click.echo(f"kept: {dest}; try `tfrepro report {dest}`")
+        sys.exit(0 if right else 1)
+    finally:
+        if not keep:
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -221,9 +221,13 @@ class _Bisection:
             for c, r, role in todo:
                 self._trial(c, r, role)
             return
-        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+        pool = ThreadPoolExecutor(max_workers=self.jobs)
+        try:
             for f in [pool.submit(self._trial, c, r, role) for c, r, role in todo]:
                 f.result()
+        finally:
+            # On Ctrl-C: start nothing new; the running trials finish and are cached.
+            pool.shutdown(wait=True, cancel_futures=True)
 
     # -- judging -----------------------------------------------------------
     def _reference(self, config: Config) -> TrialResult | None:

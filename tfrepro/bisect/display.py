@@ -1,0 +1,155 @@
+"""What `tfrepro bisect` shows on a terminal: live progress and the final table.
+
+Everything goes to stderr except the final answer, so `tfrepro bisect > out`
+keeps the answer alone. Imported only by the CLI (rich is not needed by the
+engine).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from tfrepro.bisect import outcome
+from tfrepro.bisect.engine import BisectEvents, TrialRecord
+from tfrepro.bisect.results import SymptomSettings
+
+
+def _config(enabled: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(enabled) or "(baseline)"
+
+
+class RichProgress(BisectEvents):
+    """One line per finished trial under a spinner that says what is running."""
+
+    def __init__(self, console: Console, symptoms: SymptomSettings | None = None) -> None:
+        self.console = console
+        self.symptoms = symptoms or SymptomSettings()
+        self.lock = threading.Lock()
+        self.running: dict[tuple[tuple[str, ...], int], str] = {}
+        self.done = 0
+        self.cached = 0
+        self.status = console.status("starting", spinner="dots")
+        self.phase_text = "starting"
+
+    def __enter__(self) -> "RichProgress":
+        self.status.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.status.stop()
+
+    def _refresh(self) -> None:
+        now = ", ".join(f"{_config(c)} [{role}]" for (c, _), role in list(self.running.items())[:3]) or "-"
+        self.status.update(f"{self.phase_text}  |  {self.done} trials ({self.cached} cached)  |  running: {now}")
+
+    def phase(self, text: str) -> None:
+        with self.lock:
+            self.phase_text = text
+            self.console.print(f"[bold]{text}[/bold]")
+            self._refresh()
+
+    def trial_started(self, enabled: tuple[str, ...], role: str, repeat: int) -> None:
+        with self.lock:
+            self.running[(enabled, repeat)] = role
+            self._refresh()
+
+    def trial_finished(self, record: TrialRecord) -> None:
+        r = record.result
+        shown = outcome.symptoms(r, reference=None, settings=self.symptoms)
+        what = outcome.primary(shown).value
+        median = r.median_step_time()
+        timing = f"{median * 1000:.3g} ms/step" if median is not None else ""
+        with self.lock:
+            self.running.pop((record.enabled, record.repeat), None)
+            self.done += 1
+            self.cached += r.cached
+            tag = "cached" if r.cached else f"{r.wall_s:.1f} s"
+            self.console.print(f"  {record.index:3d}  {record.role:<15} {_config(record.enabled):<40} "
+                               f"r{record.repeat:<5} {what:<8} {timing:>14}  ({tag})", highlight=False)
+            self._refresh()
+
+
+def final_table(console: Console, doc: dict[str, Any]) -> None:
+    """The end of a run: culprits, verdict per configuration, trials, wall time."""
+    rows: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+    for row in doc.get("trials_table") or []:
+        rows.setdefault(tuple(row["enabled"]), []).append(row)
+    table = Table(title="trials", show_lines=False)
+    for col in ("configuration", "runs", "verdicts", "cached"):
+        table.add_column(col)
+    for cfg, rs in rows.items():
+        verdicts: dict[str, int] = {}
+        for r in rs:
+            verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+        text = ", ".join(f"{v} x{n}" if n > 1 else str(v) for v, n in verdicts.items())
+        table.add_row(_config(cfg), str(len(rs)), text, str(sum(1 for r in rs if r["cached"])))
+    console.print(table)
+    if doc.get("ablation"):
+        ab = Table(title="each feature alone on the baseline")
+        ab.add_column("feature")
+        ab.add_column("verdict")
+        for f, v in doc["ablation"].items():
+            ab.add_row(f, v)
+        console.print(ab)
+
+
+def answer_lines(doc: dict[str, Any]) -> list[str]:
+    """The answer in words (stdout)."""
+    status, symptom = doc["status"], doc.get("symptom")
+    lines: list[str] = []
+    if status == "found":
+        lines.append(f"{symptom}: caused by {' + '.join(doc['culprits'])}")
+        extra = sorted(set(doc.get("culprit_config") or []) - set(doc["culprits"]))
+        if extra:
+            lines.append(f"  (together with {', '.join(extra)}, which change the loss on purpose)")
+        if doc.get("timing") and symptom == "slowdown":
+            t = doc["timing"]
+            lines.append(f"  step time x{t['ratio']:.2f} over {len(t['candidate'])} interleaved runs "
+                         f"(p = {t['p_value']:.3g})")
+    elif status == "none":
+        what = f"no {symptom}" if symptom else "no nan, crash, timeout, mismatch or slowdown"
+        lines.append(f"none: the failing configuration (every feature on) shows {what} against the baseline")
+    elif doc.get("flaky"):
+        rate = doc.get("reproduction_rate")
+        rate_text = f" (reproduced in {rate:.0%} of runs)" if isinstance(rate, (int, float)) else ""
+        lines.append(f"flaky {symptom or ''}{rate_text}: {doc.get('error') or ''}".rstrip())
+        if doc.get("suspects"):
+            lines.append(f"  the search ended on: {', '.join(doc['suspects'])}")
+    else:
+        lines.append(f"{status}: {doc.get('error') or ''}".rstrip())
+    lines.append(f"{doc['trials']} trials ({sum(1 for r in doc.get('trials_table') or [] if r['cached'])} "
+                 f"from cache), {doc['wall_s']:.1f} s; run: {doc['run_dir']}")
+    return lines
+
+
+def run_bisect(project: Any, options: Any, *, as_json: bool, console: Console | None = None) -> dict[str, Any]:
+    """Run the engine with a live display (none with `as_json`) and return the
+    result document. SIGTERM interrupts like Ctrl-C, so a running trial's
+    process tree is killed on the way out; finished trials stay cached."""
+    import signal
+
+    from tfrepro.bisect.engine import bisect
+
+    console = console or Console(stderr=True)
+
+    def on_term(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, on_term) if main_thread else None
+    try:
+        if as_json:
+            return bisect(project, options).to_dict()
+        console.print(f"bisecting {project.root} ({len(project.feature_names)} features: "
+                      f"{', '.join(project.feature_names)})")
+        with RichProgress(console, project.manifest.symptoms) as progress:
+            doc = bisect(project, options, events=progress).to_dict()
+        final_table(console, doc)
+        return doc
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
