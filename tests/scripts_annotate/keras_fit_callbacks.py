@@ -74,7 +74,8 @@ class WarmupScheduler(keras.callbacks.Callback):
 class LossHistory(keras.callbacks.Callback):
     """Keep the per-batch losses for the training report."""
 
-    def on_train_begin(self, logs=None):
+    def __init__(self):
+        super().__init__()
         self.losses = []
 
     def on_train_batch_end(self, batch, logs=None):
