@@ -12,12 +12,10 @@ What it does (Contract 3):
   says `deterministic`, applied right after `tensorflow` / `keras` / `tf_keras`
   finish importing (post-import hooks on sys.meta_path; nothing is imported
   early, so a script can still set TF_USE_LEGACY_KERAS or logical devices);
-- `Model.fit` (Keras 3 and tf_keras): the exact per-step loss is taken from the
-  model's loss tracker inside `train_step` (an extra output of the train
-  function, removed before callbacks see the logs); a model whose own
-  `train_step` bypasses the tracker falls back to recovering the per-step
-  loss from Keras's running mean. Step time = on_train_batch_begin → end of
-  our callback, which runs after the user's callbacks. With
+- `Model.fit` (Keras 3 and tf_keras), in harness_keras.py (loaded by path when
+  Keras is imported): the exact per-step loss from the model's loss tracker
+  (running-mean recovery as the fallback). Step time = on_train_batch_begin →
+  end of our callback, which runs after the user's callbacks. With
   steps_per_execution > 1 a "step" is one execution;
 - custom loops: lines `step=<int> loss=<float>` written to sys.stdout (Python
   level: `print`, not `tf.print`); step time = time between two such lines;
@@ -27,7 +25,8 @@ What it does (Contract 3):
 - at the end (stop, normal exit, or uncaught exception) checks the weights of
   every Keras model created during the trial for NaN/Inf, and writes the
   result JSON to the path named in the config. An uncaught exception is a
-  crash whose `error` is the last traceback line.
+  crash whose `error` is its last traceback line ("Type: message", the
+  message's first line when it runs over several).
 
 Plugin hook (used by `tfrepro check`): the config's `plugins` are .py paths;
 before the script runs, each is imported by path and `plugin.install(ctx)` is
@@ -54,7 +53,6 @@ import time
 import traceback
 
 CONFIG_ENV = "TFREPRO_TRIAL_CONFIG"
-LOSS_KEY = "_tfrepro_loss"
 STEP_LINE = re.compile(r"^\s*step=(-?\d+)\s+loss=(\S+)")
 _MAX_PENDING_LINE = 4096
 
@@ -88,7 +86,7 @@ class _State:
 S: _State | None = None
 
 
-def _note_error(where: str) -> None:
+def note_error(where: str) -> None:
     if S is not None:
         S.errors.append(f"{where}: {traceback.format_exc(limit=3).strip().splitlines()[-1]}")
 
@@ -96,7 +94,7 @@ def _note_error(where: str) -> None:
 # -- recording ----------------------------------------------------------------
 
 
-def _record_step(loss: float, dt: float) -> None:
+def record_step(loss: float, dt: float) -> None:
     """One training step. Stops the process at the cap or a non-finite loss."""
     S.losses.append(loss)
     S.step_times.append(dt)
@@ -160,7 +158,7 @@ class _StdoutTap:
         if S.mode == "none":
             S.mode = "loop"
         self._stream.flush()
-        _record_step(loss, dt)
+        record_step(loss, dt)
 
     def writelines(self, lines):
         for line in lines:
@@ -168,204 +166,6 @@ class _StdoutTap:
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
-
-
-# -- Keras patches --------------------------------------------------------------
-
-
-def _track(model) -> None:
-    if id(model) not in S.model_ids:
-        S.model_ids.add(id(model))
-        S.models.append(model)
-
-
-def _loss_trackers(model) -> list:
-    """The Mean metrics that receive the training loss: Keras 3's tracker,
-    tf_keras's compiled-loss mean, and any model metric named "loss" (the
-    custom train_step recipe)."""
-    found = [getattr(model, "_loss_tracker", None),
-             getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None)]
-    try:
-        found += [m for m in model.metrics if getattr(m, "name", None) == "loss"]
-    except Exception:
-        pass
-    out, ids = [], set()
-    for t in found:
-        if t is not None and hasattr(t, "update_state") and id(t) not in ids:
-            ids.add(id(t))
-            out.append(t)
-    return out
-
-
-def _make_callback(base, lib: str):
-    class TrialCallback(base):
-        """Last in the list: its batch end comes after the user's callbacks."""
-
-        _supports_tf_logs = True  # tf_keras: do not convert every log to numpy for us
-
-        def __init__(self) -> None:
-            super().__init__()
-            self._t0 = 0.0
-            self._k = 0
-            self._prev_mean = 0.0
-
-        def on_epoch_begin(self, epoch, logs=None):
-            self._k = 0
-            self._prev_mean = 0.0
-
-        def on_train_batch_begin(self, batch, logs=None):
-            S.pending_loss = None
-            self._t0 = time.perf_counter()
-
-        def on_train_batch_end(self, batch, logs=None):
-            self._k += 1
-            loss = float("nan")
-            if S.pending_loss is not None:
-                loss = float(S.pending_loss)
-                S.extra["fit_loss_source"] = "exact"
-            elif logs and "loss" in logs:
-                # Keras logs the running mean over the epoch; equal batch weights assumed.
-                mean = float(logs["loss"])
-                loss = self._k * mean - (self._k - 1) * self._prev_mean
-                self._prev_mean = mean
-                S.extra["fit_loss_source"] = "running_mean"
-            _record_step(loss, time.perf_counter() - self._t0)
-
-    TrialCallback.__name__ = f"TfreproTrialCallback_{lib}"
-    return TrialCallback
-
-
-def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
-    """Wrap fit and make_train_function of a Keras trainer class."""
-    if getattr(cls, "_tfrepro_patched", False):
-        return
-    callback_cls = _make_callback(callback_base, lib)
-    orig_fit = cls.fit
-    orig_make = cls.make_train_function
-
-    def fit(self, *args, **kwargs):
-        _track(self)
-        S.keras_lib = S.keras_lib or lib
-        S.mode = "fit"
-        for hook in S.fit_hooks:
-            try:
-                hook(self, args, kwargs)
-            except Exception:
-                _note_error("fit hook")
-        args = list(args)
-        if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
-            args[5] = _with_callback(args[5], callback_cls())
-        else:
-            kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback_cls())
-        S.fit_depth += 1
-        try:
-            return orig_fit(self, *args, **kwargs)
-        finally:
-            S.fit_depth -= 1
-
-    def make_train_function(self, *args, **kwargs):
-        # The instance's own train_step (a user override included) is wrapped
-        # before the train function is built from it.
-        if "train_step" not in vars(self):
-            object.__setattr__(self, "train_step", _capturing_step(self, self.train_step, distributed_sum))
-        orig_make(self, *args, **kwargs)
-        fn = self.train_function
-        if fn is not None and not getattr(fn, "_tfrepro", False):
-            def train_function(*a, **k):
-                out = fn(*a, **k)
-                if isinstance(out, dict) and LOSS_KEY in out:
-                    out = dict(out)
-                    S.pending_loss = out.pop(LOSS_KEY)
-                return out
-
-            train_function._tfrepro = True
-            train_function.__wrapped__ = fn
-            self.train_function = train_function
-        return self.train_function
-
-    cls.fit = fit
-    cls.make_train_function = make_train_function
-    cls._tfrepro_patched = True
-
-
-def _capturing_step(model, step, distributed_sum: bool):
-    """train_step that also returns the loss its loss tracker was fed."""
-
-    def train_step(data):
-        # MirroredStrategy traces one replica per thread: captures are per thread.
-        for tracker in _loss_trackers(model):
-            _hook_tracker(tracker)
-        _tls.seen = seen = []
-        try:
-            logs = step(data)
-        finally:
-            _tls.seen = None
-        if seen and isinstance(logs, dict):
-            logs = dict(logs)
-            logs[LOSS_KEY] = _global_loss(seen[-1], distributed_sum)
-        return logs
-
-    train_step.__wrapped__ = step
-    return train_step
-
-
-_tls = threading.local()
-
-
-def _hook_tracker(tracker) -> None:
-    """Make the loss tracker report what it is fed to the train_step running
-    in this thread (once per tracker; a no-op outside our train_step)."""
-    if vars(tracker).get("_tfrepro_hooked"):
-        return
-    own = tracker.update_state
-
-    def update_state(values, sample_weight=None, *args, **kwargs):
-        seen = getattr(_tls, "seen", None)
-        if seen is not None:
-            seen.append((values, sample_weight))
-        return own(values, sample_weight, *args, **kwargs)
-
-    # object.__setattr__: no Keras attribute tracking for a plain function
-    object.__setattr__(tracker, "update_state", update_state)
-    object.__setattr__(tracker, "_tfrepro_hooked", True)
-
-
-def _with_callback(callbacks, cb):
-    if callbacks is None:
-        return [cb]
-    if hasattr(callbacks, "append") and not isinstance(callbacks, (list, tuple)):
-        callbacks.append(cb)  # a CallbackList
-        cb.set_model(getattr(callbacks, "model", None))
-        return callbacks
-    return list(callbacks) + [cb]
-
-
-def _global_loss(seen, distributed_sum: bool):
-    """The step's loss as one value after the trainer's per-replica reduction:
-    Keras 3 averages replicas (equal shards: exact); tf_keras sums them, so
-    each replica contributes its batch share."""
-    import tensorflow as tf
-
-    value, weight = seen
-    value = tf.cast(value, tf.float32)
-    ctx = tf.distribute.get_replica_context()
-    if distributed_sum and ctx is not None and ctx.num_replicas_in_sync > 1 and weight is not None:
-        w = tf.cast(weight, tf.float32)
-        return value * w / ctx.all_reduce("sum", w)
-    return value
-
-
-def _patch_init(cls) -> None:
-    orig = cls.__init__
-
-    def __init__(self, *args, **kwargs):
-        orig(self, *args, **kwargs)
-        try:
-            _track(self)
-        except Exception:
-            pass
-
-    cls.__init__ = __init__
 
 
 def _on_tensorflow(tf) -> None:
@@ -383,29 +183,30 @@ def _on_tensorflow(tf) -> None:
         tf.config.experimental.enable_op_determinism()
 
 
-def _on_keras(keras) -> None:
-    if keras.backend.backend() != "tensorflow":
-        S.errors.append(f"keras backend {keras.backend.backend()!r} is not measured")
-        return
-    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
-    from keras.src.trainers.trainer import Trainer
-
-    _patch_trainer(TensorFlowTrainer, keras.callbacks.Callback, "keras", distributed_sum=False)
-    _patch_init(Trainer)
-    if S.config.get("deterministic"):
-        keras.utils.set_random_seed(int(S.config.get("seed", 0)))
+_keras_side = None
 
 
-def _on_tf_keras(tf_keras) -> None:
-    from tf_keras.src.engine.training import Model
+def _keras():
+    """harness_keras.py, loaded by path on first use (the parent never needs it)."""
+    global _keras_side
+    if _keras_side is None:
+        import importlib.util
 
-    _patch_trainer(Model, tf_keras.callbacks.Callback, "tf_keras", distributed_sum=True)
-    _patch_init(Model)
-    if S.config.get("deterministic"):
-        tf_keras.utils.set_random_seed(int(S.config.get("seed", 0)))
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness_keras.py")
+        spec = importlib.util.spec_from_file_location("_tfrepro_harness_keras", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        module.bind(sys.modules[__name__])
+        _keras_side = module
+    return _keras_side
 
 
-_HOOKS = {"tensorflow": _on_tensorflow, "keras": _on_keras, "tf_keras": _on_tf_keras}
+_HOOKS = {
+    "tensorflow": _on_tensorflow,
+    "keras": lambda module: _keras().on_keras(module),
+    "tf_keras": lambda module: _keras().on_tf_keras(module),
+}
 
 
 class _HookLoader:
@@ -426,7 +227,7 @@ class _HookLoader:
         try:
             self._hook(module)
         except Exception:
-            _note_error(f"post-import hook for {module.__name__}")
+            note_error(f"post-import hook for {module.__name__}")
 
     def __getattr__(self, name):
         return getattr(self._loader, name)
@@ -496,47 +297,10 @@ def _load_plugins(paths, options) -> None:
             spec.loader.exec_module(module)
             module.install(ctx)
         except Exception:
-            _note_error(f"plugin {path}")
+            note_error(f"plugin {path}")
 
 
 # -- the end ------------------------------------------------------------------------
-
-
-def _user_models() -> list:
-    """Tracked models minus Keras's own (a Keras 3 Sequential's inner Functional)."""
-    inner = {id(getattr(m, "_functional", None)) for m in S.models}
-    return [m for m in S.models if id(m) not in inner]
-
-
-def _check_weights() -> tuple[bool | None, list[str]]:
-    if "tensorflow" not in sys.modules or not S.models:
-        return None, []
-    import numpy as np
-
-    checked, bad, seen = 0, [], set()
-    for model in _user_models():
-        try:
-            weights = model.weights
-        except Exception:
-            continue
-        for w in weights:
-            if id(w) in seen:
-                continue
-            seen.add(id(w))
-            try:
-                a = np.asarray(w.numpy())
-                if a.dtype.kind not in "fc":
-                    if a.dtype.kind != "V":
-                        continue
-                    a = a.astype(np.float32)  # bfloat16 and friends
-                checked += 1
-                if not np.isfinite(a).all():
-                    bad.append(getattr(w, "path", None) or w.name)
-            except Exception:
-                _note_error("weight check")
-    if not checked:
-        return None, []
-    return not bad, bad
 
 
 def _versions() -> tuple[str | None, str | None]:
@@ -553,12 +317,13 @@ def finish() -> None:
         if S.finished:
             return
         S.finished = True
+    models = _keras_side.user_models() if _keras_side is not None else []
     for hook in S.end_hooks:
         try:
-            hook(_user_models())
+            hook(models)
         except Exception:
-            _note_error("end hook")
-    weights_finite, bad = _check_weights()
+            note_error("end hook")
+    weights_finite, bad = _keras_side.check_weights() if _keras_side is not None else (None, [])
     tf_v, k_v = _versions()
     extra = dict(S.extra)
     extra["stop"] = S.stop_reason

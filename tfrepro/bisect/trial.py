@@ -69,6 +69,7 @@ def tf_version() -> str | None:
 @cache
 def _harness_digest() -> str:
     h = hashlib.sha256(HARNESS_FILE.read_bytes())
+    h.update(HARNESS_FILE.with_name("harness_keras.py").read_bytes())
     h.update((INJECT_DIR / "sitecustomize.py").read_bytes())
     return h.hexdigest()
 

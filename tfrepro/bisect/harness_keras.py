@@ -1,0 +1,283 @@
+"""The Keras side of the trial harness: Model.fit capture and the weight check.
+
+Loaded by path by harness.py (module `_tfrepro_harness_keras`) when `keras`
+or `tf_keras` finishes importing; like the harness it imports no tfrepro
+module. `bind(core)` hands it the harness core, whose state `H.S` it fills.
+
+Per-step loss under fit, exact: the model's own `train_step` (a user
+override included) is wrapped when its train function is built; every Mean
+metric that receives the training loss (Keras 3's `_loss_tracker`, tf_keras's
+compiled-loss mean, a model metric named "loss") reports what it is fed, per
+thread (MirroredStrategy traces each replica in its own thread); the value
+leaves the train function as an extra output, removed before callbacks see
+the logs. A train_step that feeds no such metric falls back to recovering
+the per-step loss from Keras's logged running mean (float32: ~1e-6 relative).
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+
+LOSS_KEY = "_tfrepro_loss"
+H = None  # the harness core module, set by bind()
+
+
+def bind(core) -> None:
+    global H
+    H = core
+
+
+def _track(model) -> None:
+    if id(model) not in H.S.model_ids:
+        H.S.model_ids.add(id(model))
+        H.S.models.append(model)
+
+
+def _loss_trackers(model) -> list:
+    """The Mean metrics that receive the training loss: Keras 3's tracker,
+    tf_keras's compiled-loss mean, and any model metric named "loss" (the
+    custom train_step recipe)."""
+    found = [getattr(model, "_loss_tracker", None),
+             getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None)]
+    try:
+        found += [m for m in model.metrics if getattr(m, "name", None) == "loss"]
+    except Exception:
+        pass
+    out, ids = [], set()
+    for t in found:
+        if t is not None and hasattr(t, "update_state") and id(t) not in ids:
+            ids.add(id(t))
+            out.append(t)
+    return out
+
+
+def _make_callback(base, lib: str):
+    class TrialCallback(base):
+        """Last in the list: its batch end comes after the user's callbacks."""
+
+        _supports_tf_logs = True  # tf_keras: do not convert every log to numpy for us
+
+        def __init__(self) -> None:
+            super().__init__()
+            self._t0 = 0.0
+            self._k = 0
+            self._prev_mean = 0.0
+
+        def on_epoch_begin(self, epoch, logs=None):
+            self._k = 0
+            self._prev_mean = 0.0
+
+        def on_train_batch_begin(self, batch, logs=None):
+            H.S.pending_loss = None
+            self._t0 = time.perf_counter()
+
+        def on_train_batch_end(self, batch, logs=None):
+            self._k += 1
+            loss = float("nan")
+            if H.S.pending_loss is not None:
+                loss = float(H.S.pending_loss)
+                H.S.extra["fit_loss_source"] = "exact"
+            elif logs and "loss" in logs:
+                # Keras logs the running mean over the epoch; equal batch weights assumed.
+                mean = float(logs["loss"])
+                loss = self._k * mean - (self._k - 1) * self._prev_mean
+                self._prev_mean = mean
+                H.S.extra["fit_loss_source"] = "running_mean"
+            H.record_step(loss, time.perf_counter() - self._t0)
+
+    TrialCallback.__name__ = f"TfreproTrialCallback_{lib}"
+    return TrialCallback
+
+
+def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
+    """Wrap fit and make_train_function of a Keras trainer class."""
+    if getattr(cls, "_tfrepro_patched", False):
+        return
+    callback_cls = _make_callback(callback_base, lib)
+    orig_fit = cls.fit
+    orig_make = cls.make_train_function
+
+    def fit(self, *args, **kwargs):
+        _track(self)
+        H.S.keras_lib = H.S.keras_lib or lib
+        H.S.mode = "fit"
+        for hook in H.S.fit_hooks:
+            try:
+                hook(self, args, kwargs)
+            except Exception:
+                H.note_error("fit hook")
+        args = list(args)
+        if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
+            args[5] = _with_callback(args[5], callback_cls())
+        else:
+            kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback_cls())
+        H.S.fit_depth += 1
+        try:
+            return orig_fit(self, *args, **kwargs)
+        finally:
+            H.S.fit_depth -= 1
+
+    def make_train_function(self, *args, **kwargs):
+        # The instance's own train_step (a user override included) is wrapped
+        # before the train function is built from it.
+        if "train_step" not in vars(self):
+            object.__setattr__(self, "train_step", _capturing_step(self, self.train_step, distributed_sum))
+        orig_make(self, *args, **kwargs)
+        fn = self.train_function
+        if fn is not None and not getattr(fn, "_tfrepro", False):
+            def train_function(*a, **k):
+                out = fn(*a, **k)
+                if isinstance(out, dict) and LOSS_KEY in out:
+                    out = dict(out)
+                    H.S.pending_loss = out.pop(LOSS_KEY)
+                return out
+
+            train_function._tfrepro = True
+            train_function.__wrapped__ = fn
+            self.train_function = train_function
+        return self.train_function
+
+    cls.fit = fit
+    cls.make_train_function = make_train_function
+    cls._tfrepro_patched = True
+
+
+def _capturing_step(model, step, distributed_sum: bool):
+    """train_step that also returns the loss its loss tracker was fed."""
+
+    def train_step(data):
+        # MirroredStrategy traces one replica per thread: captures are per thread.
+        for tracker in _loss_trackers(model):
+            _hook_tracker(tracker)
+        _tls.seen = seen = []
+        try:
+            logs = step(data)
+        finally:
+            _tls.seen = None
+        if seen and isinstance(logs, dict):
+            logs = dict(logs)
+            logs[LOSS_KEY] = _global_loss(seen[-1], distributed_sum)
+        return logs
+
+    train_step.__wrapped__ = step
+    return train_step
+
+
+_tls = threading.local()
+
+
+def _hook_tracker(tracker) -> None:
+    """Make the loss tracker report what it is fed to the train_step running
+    in this thread (once per tracker; a no-op outside our train_step)."""
+    if vars(tracker).get("_tfrepro_hooked"):
+        return
+    own = tracker.update_state
+
+    def update_state(values, sample_weight=None, *args, **kwargs):
+        seen = getattr(_tls, "seen", None)
+        if seen is not None:
+            seen.append((values, sample_weight))
+        return own(values, sample_weight, *args, **kwargs)
+
+    # object.__setattr__: no Keras attribute tracking for a plain function
+    object.__setattr__(tracker, "update_state", update_state)
+    object.__setattr__(tracker, "_tfrepro_hooked", True)
+
+
+def _with_callback(callbacks, cb):
+    if callbacks is None:
+        return [cb]
+    if hasattr(callbacks, "append") and not isinstance(callbacks, (list, tuple)):
+        callbacks.append(cb)  # a CallbackList
+        cb.set_model(getattr(callbacks, "model", None))
+        return callbacks
+    return list(callbacks) + [cb]
+
+
+def _global_loss(seen, distributed_sum: bool):
+    """The step's loss as one value after the trainer's per-replica reduction:
+    Keras 3 averages replicas (equal shards: exact); tf_keras sums them, so
+    each replica contributes its batch share."""
+    import tensorflow as tf
+
+    value, weight = seen
+    value = tf.cast(value, tf.float32)
+    ctx = tf.distribute.get_replica_context()
+    if distributed_sum and ctx is not None and ctx.num_replicas_in_sync > 1 and weight is not None:
+        w = tf.cast(weight, tf.float32)
+        return value * w / ctx.all_reduce("sum", w)
+    return value
+
+
+def _patch_init(cls) -> None:
+    orig = cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        try:
+            _track(self)
+        except Exception:
+            pass
+
+    cls.__init__ = __init__
+
+
+def on_keras(keras) -> None:
+    if keras.backend.backend() != "tensorflow":
+        H.S.errors.append(f"keras backend {keras.backend.backend()!r} is not measured")
+        return
+    from keras.src.backend.tensorflow.trainer import TensorFlowTrainer
+    from keras.src.trainers.trainer import Trainer
+
+    _patch_trainer(TensorFlowTrainer, keras.callbacks.Callback, "keras", distributed_sum=False)
+    _patch_init(Trainer)
+    if H.S.config.get("deterministic"):
+        keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
+
+
+def on_tf_keras(tf_keras) -> None:
+    from tf_keras.src.engine.training import Model
+
+    _patch_trainer(Model, tf_keras.callbacks.Callback, "tf_keras", distributed_sum=True)
+    _patch_init(Model)
+    if H.S.config.get("deterministic"):
+        tf_keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
+
+
+def user_models() -> list:
+    """Tracked models minus Keras's own (a Keras 3 Sequential's inner Functional)."""
+    inner = {id(getattr(m, "_functional", None)) for m in H.S.models}
+    return [m for m in H.S.models if id(m) not in inner]
+
+
+def check_weights() -> tuple[bool | None, list[str]]:
+    if "tensorflow" not in sys.modules or not H.S.models:
+        return None, []
+    import numpy as np
+
+    checked, bad, seen = 0, [], set()
+    for model in user_models():
+        try:
+            weights = model.weights
+        except Exception:
+            continue
+        for w in weights:
+            if id(w) in seen:
+                continue
+            seen.add(id(w))
+            try:
+                a = np.asarray(w.numpy())
+                if a.dtype.kind not in "fc":
+                    if a.dtype.kind != "V":
+                        continue
+                    a = a.astype(np.float32)  # bfloat16 and friends
+                checked += 1
+                if not np.isfinite(a).all():
+                    bad.append(getattr(w, "path", None) or w.name)
+            except Exception:
+                H.note_error("weight check")
+    if not checked:
+        return None, []
+    return not bad, bad
