@@ -238,6 +238,21 @@ def test_processes_the_script_spawns_are_not_measured(tmp_path):
     assert r.losses == (0.25,)
 
 
+def test_a_forked_child_neither_counts_steps_nor_writes_the_result(tmp_path):
+    script = """\
+    import os
+    pid = os.fork()
+    if pid == 0:
+        print("step=1 loss=9.0")  # would hit the 1-step cap and write a result
+        os._exit(0)
+    os.waitpid(pid, 0)
+    os._exit(3)
+    """
+    p = make_project(tmp_path / "p", script, "[trial]\nsteps = 1\n")
+    r = run_trial(p, [], p.manifest.trial)
+    assert r.losses == () and r.crashed and r.exit_code == 3 and r.extra.get("no_result")
+
+
 def test_seed_and_hash_seed_reach_the_script(tmp_path):
     script = "import os, random\nprint('hashseed', os.environ.get('PYTHONHASHSEED'), random.random())\n"
     p = make_project(tmp_path / "p", script, "[trial]\nseed = 7\n")

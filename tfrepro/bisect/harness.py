@@ -81,6 +81,7 @@ class _State:
         self.t_ref = time.perf_counter()  # reference for the first loop step
         self.lock = threading.Lock()
         self.finished = False
+        self.pid = os.getpid()  # a forked worker inherits all this: it must stay silent
 
 
 S: _State | None = None
@@ -96,6 +97,8 @@ def note_error(where: str) -> None:
 
 def record_step(loss: float, dt: float) -> None:
     """One training step. Stops the process at the cap or a non-finite loss."""
+    if os.getpid() != S.pid:
+        return
     S.losses.append(loss)
     S.step_times.append(dt)
     if not math.isfinite(loss):
@@ -314,7 +317,7 @@ def _versions() -> tuple[str | None, str | None]:
 def finish() -> None:
     """Write the result once: at a stop, at exit, after a crash."""
     with S.lock:
-        if S.finished:
+        if S.finished or os.getpid() != S.pid:
             return
         S.finished = True
     models = _keras_side.user_models() if _keras_side is not None else []
