@@ -465,3 +465,19 @@ def test_cli_reports_a_manifest_it_will_not_touch(tmp_path, monkeypatch):
     assert "manifest: tfrepro.toml says affects_loss = False for lr_schedule" in r.stderr
     assert (tmp_path / "tfrepro.toml").read_text() == manifest
     assert "# tfrepro: feature lr_schedule" in (tmp_path / "train.py").read_text()
+
+
+def test_input_options_and_experimental_strategies():
+    code = (
+        "import tensorflow as tf\n"
+        "opts = tf.data.Options()\n"
+        "opts.experimental_deterministic = False\n"
+        "ds = tf.data.TFRecordDataset(files, num_parallel_reads=tf.data.AUTOTUNE)\n"
+        "strategy = tf.distribute.experimental.TPUStrategy(tpu)\n"
+    )
+    text, found, _ = ann(code)
+    assert names(found) == {"nondeterministic_data", "parallel_reads", "tpu_strategy"}
+    off = fb.parse(text, "t").export(set())
+    assert "experimental_deterministic" not in off
+    assert "ds = tf.data.TFRecordDataset(files, num_parallel_reads=None)" in off
+    assert "strategy = tf.distribute.get_strategy()" in off

@@ -48,6 +48,16 @@ class Candidate:
 
 def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context) -> list[Candidate]:
     out: list[Candidate] = []
+    for node in src.walk():
+        # `options.experimental_deterministic = False`: tf.data may reorder elements.
+        if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 \
+                and isinstance(node.body[0], cst.Assign) and len(node.body[0].targets) == 1:
+            target = node.body[0].targets[0].target
+            if isinstance(target, cst.Attribute) and target.attr.value in ("experimental_deterministic",
+                                                                           "deterministic") \
+                    and literal(node.body[0].value) is False:
+                out.append(Candidate(node, "nondeterministic_data", "dataset", True,
+                                     "tf.data may reorder elements (deterministic = False)"))
     text = src.text
     loss_scale_methods_used = any(f".{m}(" in text for m in _LOSS_SCALE_METHODS)
     prefix = src.layers_prefix()
@@ -117,8 +127,10 @@ def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, 
                                      "loss scaling for mixed precision; off: the plain optimizer",
                                      call, src.code(inner.value)))
     elif name in STRATEGIES and ("distribute" in d or "distribute" in src.import_aliases().get(d, "")):
-        if "." in d:
-            getter = d.rsplit(".", 1)[0] + ".get_strategy()"
+        parts = d.split(".")
+        if "distribute" in parts[:-1]:
+            # `tf.distribute.experimental.TPUStrategy` -> `tf.distribute.get_strategy()`
+            getter = ".".join(parts[: parts.index("distribute") + 1]) + ".get_strategy()"
         elif src.tf_alias():
             getter = f"{src.tf_alias()}.distribute.get_strategy()"
         else:
@@ -156,6 +168,11 @@ def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, 
         if a.keyword is None:
             continue
         kw = a.keyword.value
+        if kw == "num_parallel_reads" and name.endswith("Dataset") and literal(a.value) not in (None, 1):
+            unit = _unit(src, ctx, a, f"{name}(num_parallel_reads=...)")
+            if unit is not None:
+                out.append(Candidate(unit, "parallel_reads", "dataset", True,
+                                     "tf.data files read in parallel; off: one after another", a.value, "None"))
         if kw in ("jit_compile", "run_eagerly") and literal(a.value) not in (False, None, "auto"):
             unit = _unit(src, ctx, a, f"{kw}={src.code(a.value)}")
             if unit is None:
