@@ -456,3 +456,46 @@ def test_input_bound_judged_on_the_quiet_steps_not_the_load_spikes():
 def test_no_training_seen_says_how_a_loop_reports_steps():
     item = judge(TrialResult(mode="none", extra=copy.deepcopy(CLEAN))).item("short_run")
     assert item.status is Status.SKIP and "step=<int> loss=<float>" in item.summary
+
+
+# -- bisect: a failing baseline comes with the checks ------------------------------------------------
+
+
+def _project(tmp_path):
+    from tfrepro.project import Project
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "repro.py").write_text("x = 0\n# tfrepro: feature xla -- jit\n# x += 1\n# tfrepro: end\n")
+    (root / "tfrepro.toml").write_text("[trial]\nsteps = 20\n")
+    return Project.load(root)
+
+
+class ProbedRunner:
+    """`run_trial` stand-in: the baseline goes NaN from step 1; the probed
+    run (the one given the probe plugin) also carries what the probes saw."""
+
+    def __init__(self):
+        self.probed = []
+
+    def __call__(self, project, enabled, settings, *, plugins=(), plugin_options=None, **_):
+        nan = dict(losses=(float("nan"),), step_times=(0.01,), first_nonfinite_step=1, mode="fit",
+                   steps_run=1, weights_finite=False, nonfinite_weights=("dense/kernel",))
+        if plugins:
+            self.probed.append((tuple(enabled), [Path(p).name for p in plugins], dict(plugin_options)))
+            return result(with_(batches=batches(x=dict(X_OK, nan=7))), **nan)
+        return TrialResult(enabled=tuple(enabled), **nan)
+
+
+def test_bisect_baseline_fails_with_the_checks_as_its_reason(tmp_path):
+    from tfrepro.bisect.engine import bisect
+
+    runner = ProbedRunner()
+    doc = bisect(_project(tmp_path), runner=runner).to_dict()
+    assert doc["status"] == "baseline-fails" and doc["symptom"] == "nan"
+    assert runner.probed == [((), ["probes.py"], runner.probed[0][2])]  # one probed run, of the baseline
+    assert doc["checks"]["flagged"] == ["first_batches"]
+    assert doc["checks"]["reason"].startswith("check 3 (first batches) fails: batch 1 inputs: 7 NaN")
+    assert "sanity check 3 (first batches) fails: batch 1 inputs: 7 NaN" in doc["error"]
+    saved = json.loads((Path(doc["run_dir"]) / "result.json").read_text())  # relative to the cwd, or absolute
+    assert saved["checks"]["flagged"] == ["first_batches"]

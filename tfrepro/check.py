@@ -10,12 +10,12 @@ what `tfrepro bisect` calls when the baseline itself fails, so that
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tfrepro.bisect.results import TrialSettings
+from tfrepro.bisect.results import TrialResult, TrialSettings
 from tfrepro.checks import CheckOptions, CheckReport, judge
 
 if TYPE_CHECKING:
@@ -34,22 +34,25 @@ def _probe_options(expect_gpu: bool | None) -> dict:
 
 def run_checks(project: "Project", enabled: Iterable[str] = (), settings: TrialSettings | None = None, *,
                options: CheckOptions = CheckOptions(), expect_gpu: bool | None = None, use_cache: bool = True,
-               state_dir: Path | None = None, env: Mapping[str, str] | None = None) -> CheckReport:
+               state_dir: Path | None = None, env: Mapping[str, str] | None = None,
+               runner: Callable[..., TrialResult] | None = None) -> CheckReport:
     """Run `project` with `enabled` ON (the baseline by default) under the
     probes and judge the six sanity checks.
 
     `expect_gpu`: None decides in the trial process (CUDA_VISIBLE_DEVICES,
     /dev/nvidia0, nvidia-smi); True/False says so. The trial is cached like
-    any other (its key includes the probe file and its options).
+    any other (its key includes the probe file and its options). `runner`
+    stands in for `trial.run_trial` (bisect passes its own).
     """
-    from tfrepro.bisect.trial import run_trial
+    if runner is None:
+        from tfrepro.bisect.trial import run_trial as runner
 
     settings = settings if settings is not None else project.manifest.trial
     # One run, no repeats: the checks judge a single trial (timings inside it
     # take the least disturbed of several measurements on their own).
-    result = run_trial(project, enabled, replace(settings, repeat=0), use_cache=use_cache, label="check",
-                       state_dir=state_dir, env=env, plugins=(PROBES_FILE,),
-                       plugin_options=_probe_options(expect_gpu))
+    result = runner(project, enabled, replace(settings, repeat=0), use_cache=use_cache, label="check",
+                    state_dir=state_dir, env=env, plugins=(PROBES_FILE,),
+                    plugin_options=_probe_options(expect_gpu))
     return judge(result, options, project=str(project.root))
 
 

@@ -316,9 +316,11 @@ class _Bisection:
             rate = sum(base_fail) / len(base_fail)
             first = next(t for t, bad in zip(base_runs, base_fail) if bad)
             shown = outcome.classify(first, reference=None, settings=self.symptom_settings)
+            checks = self._baseline_checks(shown)
+            reason = f"; sanity {checks['reason']}" if checks.get("reason") else ""
             return self._finish("baseline-fails", shown, flaky=not all(base_fail), rate=rate,
                                 error=f"the baseline (every feature off) already shows {shown.value}: "
-                                      f"{first.error or 'see its logs'}")
+                                      f"{first.error or 'see its logs'}{reason}", extra={"checks": checks})
         self.noise = outcome.measure_noise(base_runs[0], base_runs[1])
 
         target = self._pick_symptom(full)
@@ -355,6 +357,18 @@ class _Bisection:
             # the affects_loss context the mismatch needs, minimised too
             config = culprits | ddmin(sorted(fixed), oracle, fixed=culprits)
         return self._replay(target, culprits, frozenset(config), table)
+
+    def _baseline_checks(self, shown: Verdict) -> dict[str, Any]:
+        """`tfrepro check` on the baseline, so that `baseline-fails` comes with
+        a reason (one more trial, through the injected runner; never raises)."""
+        if shown == Verdict.TIMEOUT:
+            return {"status": "skipped", "reason": None, "checks": [],
+                    "error": "the baseline timed out: a probed run of it would time out as well"}
+        from tfrepro.check import checks_for_result
+
+        self.events.phase("sanity checks on the baseline")
+        return checks_for_result(self.project, (), self.settings, runner=self.runner,
+                                 use_cache=self.opts.use_cache)
 
     def _pick_symptom(self, full: Config) -> Verdict | None:
         opts = self.opts
