@@ -481,3 +481,17 @@ def test_input_options_and_experimental_strategies():
     assert "experimental_deterministic" not in off
     assert "ds = tf.data.TFRecordDataset(files, num_parallel_reads=None)" in off
     assert "strategy = tf.distribute.get_strategy()" in off
+
+
+def test_custom_layers_without_a_safe_stand_in_are_reported():
+    code = (
+        "import keras\nfrom keras import layers\n\n\n"
+        "class CTCLayer(layers.Layer):\n    def call(self, y_true, y_pred):\n"
+        "        self.add_loss(1.0)\n        return y_pred\n\n\n"
+        "class Merge(layers.Layer):\n    def call(self, a, b):\n        return a + b\n\n\n"
+        "out = CTCLayer(name='ctc')(labels, x)\ny = Merge()(a, b)\n"
+    )
+    text, found, skipped = ann(code)
+    assert text == code and not found
+    assert {s.line for s in skipped} == {16, 17}
+    assert any("add_loss" in s.reason for s in skipped)

@@ -240,10 +240,20 @@ def _custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefi
     if prefix is None:
         ctx.skip(src.path, src.line(call), f"{cls.name}: this file imports no Keras to name a stock layer with")
         return []
+    if cls.adds_loss:
+        ctx.skip(src.path, src.line(call), f"{cls.name} adds to the loss (add_loss): no stock layer can "
+                 "stand in for it, not marked")
+        return []
     unit = _unit(src, ctx, call, f"{cls.name}(...)")
     if unit is None:
         return []
     expr, what, note = stock_equivalent(src, call, cls, prefix)
+    outer = src.parent(call)
+    if note is not None and isinstance(outer, cst.Call) and outer.func is call \
+            and len([a for a in outer.args if a.keyword is None]) > 1:
+        ctx.skip(src.path, src.line(call), f"{cls.name} takes several inputs and has no obvious stock "
+                 "equivalent: not marked (write its block by hand)")
+        return []
     return [Candidate(unit, cls.feature, "custom_layer", True,
                       f"the project's {cls.name} layer; off: {what}", call, expr, note=note)]
 

@@ -40,6 +40,7 @@ class LayerClass:
     line: int
     stock_base: str | None  # e.g. "Dense" for `class MyDense(layers.Dense)`
     init_params: tuple[str, ...] | None  # None: no __init__ of its own
+    adds_loss: bool = False  # part of the objective (`self.add_loss`): no stand-in
 
     @property
     def feature(self) -> str:
@@ -97,7 +98,8 @@ def collect_layer_classes(srcs: list[Src]) -> dict[str, LayerClass]:
                     is_layer = False
                     break
             if is_layer:
-                found[name] = LayerClass(name, src.path, src.line(node), stock, _init_params(node))
+                adds_loss = "add_loss(" in src.code(node)
+                found[name] = LayerClass(name, src.path, src.line(node), stock, _init_params(node), adds_loss)
                 changed = True
     return found
 
