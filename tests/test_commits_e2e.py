@@ -185,3 +185,29 @@ def test_cli_entry_prints_one_json_object_and_exit_codes(repo):
         run_from_cli(proj, shas[0], None, echo=echo)
     with pytest.raises(UserError, match="unknown symptom 'oops'"):
         run_from_cli(proj, shas[0], "main", symptom="oops", echo=echo)
+
+
+@pytest.mark.e2e
+def test_bisect_command_in_commit_mode(repo):
+    from click.testing import CliRunner
+
+    from tfrepro.cli import main
+
+    shas = build(repo, sleep=0)
+    proj = str(repo.root / "proj")
+    before = repo.snapshot(*USER_FILES)
+    runner = CliRunner()
+    r = runner.invoke(main, ["bisect", "--good", shas[0], "--bad", "main", "--json", proj])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["first_bad_commit"] == shas[FIRST_BAD] and doc["status"] == "found"
+
+    r = runner.invoke(main, ["bisect", "--good", shas[0], "--bad", shas[4], "--symptom", "nan", proj])
+    assert r.exit_code == 1
+    assert f"the bad end {shas[4][:12]} (commit 4) does not show nan" in r.output
+
+    r = runner.invoke(main, ["bisect", "--good", shas[0], proj])
+    assert r.exit_code == 2 and "needs both --good REV and --bad REV" in r.output
+    r = runner.invoke(main, ["bisect", "--good", "nope", "--bad", "main", proj])
+    assert r.exit_code == 2 and "unknown revision 'nope' given to --good" in r.output
+    assert repo.snapshot(*USER_FILES) == before

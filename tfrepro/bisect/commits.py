@@ -433,7 +433,8 @@ def run_from_cli(
     use_cache: bool = True, echo: Callable[..., None] | None = None,
 ) -> int:
     """What `tfrepro bisect --good REV --bad REV` does; returns the exit code
-    (0 found, 1 the ends do not hold). Bad input raises UserError (exit 2)."""
+    (0 found, 1 the ends do not hold, 130 interrupted). Bad input raises
+    UserError (exit 2)."""
     import click
 
     echo = echo or click.echo
@@ -469,8 +470,12 @@ def run_from_cli(
         elif kind == "symptom":
             echo(f"hunting: {data['symptom']}", err=True)
 
-    result = bisect_commits(path, good, bad, symptom=target, settings=settings, symptoms=symptoms,
-                            use_cache=use_cache, on_event=None if as_json else progress)
+    try:
+        result = bisect_commits(path, good, bad, symptom=target, settings=settings, symptoms=symptoms,
+                                use_cache=use_cache, on_event=None if as_json else progress)
+    except KeyboardInterrupt:
+        echo("interrupted: finished trials are cached; run the same command again to continue", err=True)
+        return 130
     if as_json:
         echo(json.dumps(result))
     else:
