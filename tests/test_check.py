@@ -499,3 +499,11 @@ def test_bisect_baseline_fails_with_the_checks_as_its_reason(tmp_path):
     assert "sanity check 3 (first batches) fails: batch 1 inputs: 7 NaN" in doc["error"]
     saved = json.loads((Path(doc["run_dir"]) / "result.json").read_text())  # relative to the cwd, or absolute
     assert saved["checks"]["flagged"] == ["first_batches"]
+
+
+def test_environment_names_tf_keras_when_the_script_uses_it():
+    env = dict(CLEAN["check.env"])
+    env.pop("keras")
+    env["tf_keras"] = "2.21.0"
+    item = judge(result(with_(env=env))).item("environment")
+    assert item.summary.startswith("TensorFlow 2.21.0, tf_keras 2.21.0, Python 3.11.7")

@@ -99,8 +99,8 @@ def check_environment(result: TrialResult) -> CheckItem:
     if not env.get("tensorflow"):
         return _item("environment", Status.SKIP, "the trial never imported TensorFlow",
                      [f"Python {env.get('python')} on {env.get('platform')}"])
-    keras = env.get("keras") or env.get("tf_keras")
-    versions = f"TensorFlow {env['tensorflow']}, Keras {keras or '?'}, Python {env.get('python')}"
+    kerases = [f"{label} {env[k]}" for k, label in (("keras", "Keras"), ("tf_keras", "tf_keras")) if env.get(k)]
+    versions = f"TensorFlow {env['tensorflow']}, {', '.join(kerases) or 'no Keras'}, Python {env.get('python')}"
     devices = env.get("physical_devices") or {}
     gpus = int(devices.get("GPU", 0))
     dev_text = ", ".join(f"{n} {kind}" for kind, n in sorted(devices.items())) or "none"

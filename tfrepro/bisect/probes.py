@@ -52,6 +52,11 @@ _TF_ENV_PREFIXES = ("TF_CPP_", "TF_ENABLE_", "TF_XLA_", "TF_GPU_", "TF_FORCE_", 
 _TF_ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "XLA_FLAGS", "KERAS_BACKEND", "KERAS_HOME")
 
 
+class _Namespace:
+    def __init__(self, losses) -> None:
+        self.losses = losses
+
+
 def _load_tools():
     """The sibling helper module, by path (the plugin itself is loaded by path)."""
     import importlib.util
@@ -109,6 +114,7 @@ class _Probes:
 
         def __iter__(ds):
             if not probes.busy and not probes.captured and tf.executing_eagerly():
+                probes._guard("late loss patches", probes.patch_losses_late)
                 caller = os.path.abspath(sys._getframe(1).f_code.co_filename)
                 if not caller.startswith(internal + probes._internal_extra()):
                     probes._guard("dataset peek", probes._capture_dataset, ds, "iter")
@@ -145,6 +151,23 @@ class _Probes:
         self._wrap_loss_class(losses.Loss)
         for name in ("sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy"):
             self._wrap_loss_fn(losses, name, from_logits=None)
+
+    def patch_losses_late(self) -> None:
+        """tf_keras imported from inside `import tensorflow` (TF_USE_LEGACY_KERAS)
+        has no `losses` yet when its import hook runs; by the first dataset
+        iteration or fit it has. Idempotent."""
+        import importlib
+
+        for name in ("keras", "tf_keras"):
+            module = sys.modules.get(name)
+            if module is None:
+                continue
+            try:
+                losses = getattr(module, "losses", None) or importlib.import_module(f"{name}.losses")
+            except Exception:
+                continue
+            if not getattr(losses.Loss, "_tfrepro_probe", False):
+                self.on_keras(module if getattr(module, "losses", None) is not None else _Namespace(losses))
 
     def _wrap_loss_class(self, cls) -> None:
         if getattr(cls, "_tfrepro_probe", False):
@@ -216,6 +239,7 @@ class _Probes:
             return
         self.fit_seen = True
         self.fit_model = model
+        self._guard("late loss patches", self.patch_losses_late)
         loss = getattr(model, "loss", None)
         if loss is not None:
             self._guard("compiled loss", self._note_loss_object, loss, "compile")
