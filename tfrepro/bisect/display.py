@@ -68,8 +68,10 @@ class RichProgress(BisectEvents):
             self.done += 1
             self.cached += r.cached
             tag = "cached" if r.cached else f"{r.wall_s:.1f} s"
-            self.console.print(f"  {record.index:3d}  {record.role:<15} {_config(record.enabled):<40} "
-                               f"r{record.repeat:<5} {what:<8} {timing:>14}  ({tag})", highlight=False)
+            cfg = _config(record.enabled)
+            cfg = cfg if len(cfg) <= 34 else cfg[:33] + "…"
+            self.console.print(f"{record.index:3d} {what:<8} {cfg:<34} {record.role:<15} r{record.repeat:<5} "
+                               f"{timing:>13} ({tag})", highlight=False, soft_wrap=True)
             self._refresh()
 
 

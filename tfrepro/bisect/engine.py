@@ -381,16 +381,22 @@ class _Bisection:
             for v in SYMPTOM_ORDER:
                 if v in shown:
                     return v
-            # Cheap pre-screen before paying for a timing comparison: one pair
-            # at least halfway to the threshold.
-            mb = self.memo[(frozenset(), 0)].median_step_time()
-            mf = self.memo[(full, 0)].median_step_time()
+            # Cheap pre-screen before paying for a timing comparison: the
+            # fastest runs so far (the least disturbed by parallel trials) at
+            # least halfway to the threshold.
+            mb = self._fastest(frozenset(), range(max(self.k, 2)))
+            mf = self._fastest(full, range(self.k))
             halfway = 1 + (self.symptom_settings.slowdown - 1) / 2
             if mb is None or mf is None or mf / mb < halfway:
                 return None
         self.events.phase("timing the failing configuration against the baseline")
         got = self._timed(full, 0)
         return Verdict.SLOWDOWN if got.verdict == Verdict.SLOWDOWN else None
+
+    def _fastest(self, config: Config, repeats: Iterable[int]) -> float | None:
+        medians = [self.memo[(config, r)].median_step_time() for r in repeats]
+        known = [m for m in medians if m is not None]
+        return min(known) if known else None
 
     def _replay(self, target: Verdict, culprits: Config, config: Config,
                 table: dict[str, Verdict] | None) -> BisectResult:
