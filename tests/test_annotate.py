@@ -495,3 +495,11 @@ def test_custom_layers_without_a_safe_stand_in_are_reported():
     assert text == code and not found
     assert {s.line for s in skipped} == {16, 17}
     assert any("add_loss" in s.reason for s in skipped)
+
+
+def test_a_chain_that_needs_no_split_keeps_its_comments_once():
+    code = "ds = tf.data.Dataset.range(4)\nds = ds.prefetch(2)  # overlap\nds = (ds  # src\n      .cache())  # keep\n"
+    text, found, _ = ann(code)
+    assert names(found) == {"prefetch", "cache"}
+    for c in ("# overlap", "# src", "# keep"):
+        assert text.count(c) == 1

@@ -186,10 +186,11 @@ def _split(src: Src, ctx: Context, stmt: cst.SimpleStatementLine, small: cst.Bas
         else:
             groups[-1].append(link)
     base_code = src.code(base)
-    comments = _lost_comments(src, stmt, base, calls)
+    whole = isinstance(small, (cst.Assign, cst.AnnAssign)) and len(groups) == 1
+    # Nothing to split: the statement is kept byte for byte, comments included.
+    comments = {} if whole else _lost_comments(src, stmt, base, calls)
 
     segments: list[str | BlockSeg] = []
-    whole = isinstance(small, (cst.Assign, cst.AnnAssign)) and len(groups) == 1
     for gi, group in enumerate(groups):
         receiver = base_code if gi == 0 else target
         lhs = f"{indent}{target}{annotation if gi == 0 else ''} = "
