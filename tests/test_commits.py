@@ -192,7 +192,11 @@ def test_result_and_trial_log_land_in_the_run_dir(repo):
     run_dir = Path(result["run_dir"])
     assert json.loads((run_dir / "result.json").read_text()) == json.loads(json.dumps(result))
     log = [json.loads(x) for x in (run_dir / "trials.jsonl").read_text().splitlines()]
-    assert len(log) == result["trials"]
+    assert len(log) == result["trials"] == len(result["trials_table"])
+    row = result["trials_table"][-1]
+    assert row["verdict"] in ("ok", "nan") and row["role"] == f"commit {row['sha'][:12]}"
+    summary = json.loads((run_dir / row["summary"]).read_text())
+    assert summary["label"] == row["sha"] and summary["losses"]
     assert {e["sha"] for e in log} >= {shas[0], shas[4]}
     assert not list((repo.root / "proj" / ".tfrepro" / "checkouts").glob("*/*"))
     # what the bug report needs: both commits' code, both trials' losses, the settings

@@ -160,7 +160,7 @@ def test_sigterm_stops_the_bisect_and_cleans_up_at_once(repo):
 
 @pytest.mark.e2e
 def test_cli_entry_prints_one_json_object_and_exit_codes(repo):
-    from tfrepro.bisect.commits import run_from_cli
+    from tfrepro.bisect.commits_cli import run_from_cli
     from tfrepro.errors import UserError
 
     shas = build(repo, sleep=0)

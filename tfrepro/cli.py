@@ -383,7 +383,7 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     With --good REV --bad REV: the first commit whose trial shows the symptom.
     """
     if good or bad:
-        from tfrepro.bisect.commits import run_from_cli
+        from tfrepro.bisect.commits_cli import run_from_cli
 
         sys.exit(run_from_cli(path, good, bad, symptom=symptom, as_json=as_json, steps=steps,
                               use_cache=not no_cache))

@@ -28,20 +28,21 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
+import shutil
 import signal
 import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from tfrepro.bisect import gitcopy
 from tfrepro.bisect.rangesearch import STOPPERS, Mark, bisect_range, judge
 from tfrepro.bisect.results import SYMPTOM_ORDER, SymptomSettings, TrialResult, TrialSettings, Verdict
-from tfrepro.errors import TfreproError, UserError
+from tfrepro.errors import TfreproError
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
@@ -140,17 +141,37 @@ def load_settings(project_root: Path) -> tuple[TrialSettings, SymptomSettings]:
 
 
 def new_run_dir(state_dir: Path) -> Path:
-    """`.tfrepro/runs/<UTC time>[-n]`, created."""
+    """`.tfrepro/runs/<local time>[-n]`, created (the engine's naming)."""
     base = state_dir / "runs"
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    for n in range(1000):
-        d = base / (stamp if n == 0 else f"{stamp}-{n}")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1, 1000):
+        d = base / (stamp if n == 1 else f"{stamp}-{n}")
         try:
             d.mkdir(parents=True)
             return d
         except FileExistsError:
             continue
     raise TfreproError(f"cannot create a run directory under {base}")
+
+
+def _shown_path(p: Path) -> str:
+    """Relative to the current directory when below it (as the engine shows it)."""
+    rel = os.path.relpath(p, Path.cwd())
+    return rel if not rel.startswith("..") else str(p)
+
+
+def _write_trial(dest: Path, result: TrialResult) -> None:
+    """A trial's summary and logs in the run dir (logs hard-linked when possible)."""
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "summary.json").write_text(json.dumps(full_summary(result), indent=1, default=str),
+                                       encoding="utf-8")
+    for name in ("stdout.log", "stderr.log"):
+        src = Path(result.log_dir or "") / name
+        if result.log_dir and src.is_file():
+            try:
+                os.link(src, dest / name)
+            except OSError:
+                shutil.copyfile(src, dest / name)
 
 
 @contextmanager
@@ -186,6 +207,7 @@ class _Bisection:
         self.noise = 0.0
         self.tried: list[Tried] = []
         self.results: dict[str, TrialResult] = {}  # sha -> its first trial (repeat 0)
+        self.table: list[dict[str, Any]] = []  # every trial, in order (result's trials_table)
         self.log = (run_dir / "trials.jsonl").open("a", encoding="utf-8")
 
     # -- running -----------------------------------------------------------
@@ -212,8 +234,11 @@ class _Bisection:
         self.trials += 1
         self.results.setdefault(commit.sha, result)
         self.cached += bool(result.cached)
+        rel = f"trials/{self.trials:03d}-{commit.sha[:12]}-r{repeat}"
+        _write_trial(self.run_dir / rel, result)
         entry = {"sha": commit.sha, "subject": commit.subject, "repeat": repeat, **trial_summary(result),
-                 "key": result.key, "wall_s": result.wall_s}
+                 "key": result.key, "wall_s": result.wall_s, "summary": f"{rel}/summary.json"}
+        self.table.append(entry)
         self.log.write(json.dumps(entry) + "\n")
         self.log.flush()
         self.on_event("trial", entry)
@@ -297,17 +322,23 @@ def bisect_commits(
         finally:
             b.log.close()
     failing = out.get("first_bad_commit") or rng.bad.sha
+    verdicts = {t.commit.sha: t.verdict.value for t in b.tried}
     result = {
         "status": out["status"], "symptom": out.get("symptom"), "culprits": [],
         "baseline": out.get("baseline"),
         "failing": full_summary(b.results[failing]) if failing in b.results else None,
         "trials": b.trials, "cached_trials": b.cached,
-        "wall_s": round(time.monotonic() - started, 3), "run_dir": str(run_dir),
+        "wall_s": round(time.monotonic() - started, 3), "run_dir": _shown_path(run_dir),
         "first_bad_commit": out.get("first_bad_commit"), "commit": out.get("commit"),
         "candidates": out.get("candidates", []),
         "good": rng.good.to_dict(), "bad": rng.bad.to_dict(), "range_size": len(rng.commits),
         "tried": [t.to_dict() for t in b.tried],
         "project": str(root), "settings": settings.to_dict(),
+        "trials_table": [
+            {**row, "enabled": [], "role": f"commit {row['sha'][:12]}", "verdict": verdicts.get(row["sha"])}
+            for row in b.table
+        ],
+        "error": out.get("message") if out["status"] != "found" else None,
     }
     if out.get("first_bad_commit"):
         # The two commits' projects, kept for the bug report (small: one directory each).
@@ -406,78 +437,3 @@ def _search(b: _Bisection, rng: gitcopy.CommitRange, symptom: Verdict | None) ->
         out["message"] = (f"{len(found.candidates)} candidate commits: the untestable ones among "
                           "them hide which one is the first bad one")
     return out
-
-
-def format_result(result: dict[str, Any]) -> str:
-    """The human summary of a commit bisection's result (the tried commits
-    are printed as they go, see `run_from_cli`)."""
-    head: list[str] = []
-    status = result["status"]
-    if status == "found" and result.get("first_bad_commit"):
-        c = result["commit"]
-        head += [f"first bad commit ({result['symptom']}): {c['sha']}",
-                 f"  {c['subject']}", f"  {c['author']}, {c['date']}"]
-    elif status == "found":
-        head += [f"{result['symptom']}: the first bad commit is one of:"]
-        head += [f"  {c['sha'][:12]}  {c['subject']}" for c in result["candidates"]]
-    else:
-        head.append(f"{status}: {result.get('message', '')}")
-    cached = f", {result['cached_trials']} from cache" if result.get("cached_trials") else ""
-    head.append(f"{result['trials']} trials{cached}, {result['wall_s']:.1f} s; run: {result['run_dir']}")
-    return "\n".join(head)
-
-
-def run_from_cli(
-    path: str | Path, good: str | None, bad: str | None, *, symptom: str | None = None,
-    as_json: bool = False, steps: int | None = None, timeout_s: float | None = None,
-    use_cache: bool = True, echo: Callable[..., None] | None = None,
-) -> int:
-    """What `tfrepro bisect --good REV --bad REV` does; returns the exit code
-    (0 found, 1 the ends do not hold, 130 interrupted). Bad input raises
-    UserError (exit 2)."""
-    import click
-
-    echo = echo or click.echo
-    if not good or not bad:
-        raise UserError("commit mode needs both --good REV and --bad REV",
-                        hint="e.g. tfrepro bisect --good v1.2 --bad HEAD")
-    target = None
-    if symptom:
-        try:
-            target = Verdict(symptom)
-        except ValueError:
-            target = None
-        if target is None or target not in SYMPTOM_ORDER:
-            raise UserError(f"unknown symptom {symptom!r}",
-                            hint="one of: " + ", ".join(v.value for v in SYMPTOM_ORDER))
-    settings, symptoms = load_settings(project_root(path)[0])
-    if steps is not None:
-        settings = replace(settings, steps=steps)
-    if timeout_s is not None:
-        settings = replace(settings, timeout_s=float(timeout_s))
-
-    def progress(kind: str, data: dict[str, Any]) -> None:
-        if kind == "range":
-            echo(f"bisecting {data['commits']} commits: good {data['good']['sha'][:12]} "
-                 f"({data['good']['subject']}) .. bad {data['bad']['sha'][:12]} ({data['bad']['subject']})",
-                 err=True)
-        elif kind == "running":
-            again = f" (repeat {data['repeat']})" if data["repeat"] else ""
-            echo(f"  running {data['sha'][:12]}{again}...", err=True)
-        elif kind == "tried":
-            why = f"  ({data['reason']})" if data.get("reason") else ""
-            echo(f"  {data['sha'][:12]}  {data['verdict']:<10}  {data['subject']}{why}", err=True)
-        elif kind == "symptom":
-            echo(f"hunting: {data['symptom']}", err=True)
-
-    try:
-        result = bisect_commits(path, good, bad, symptom=target, settings=settings, symptoms=symptoms,
-                                use_cache=use_cache, on_event=None if as_json else progress)
-    except KeyboardInterrupt:
-        echo("interrupted: finished trials are cached; run the same command again to continue", err=True)
-        return 130
-    if as_json:
-        echo(json.dumps(result))
-    else:
-        echo(format_result(result))
-    return 0 if result["status"] == "found" else 1
