@@ -507,3 +507,13 @@ def test_environment_names_tf_keras_when_the_script_uses_it():
     env["tf_keras"] = "2.21.0"
     item = judge(result(with_(env=env))).item("environment")
     assert item.summary.startswith("TensorFlow 2.21.0, tf_keras 2.21.0, Python 3.11.7")
+
+
+def test_probes_that_failed_to_load_say_so_in_every_skip():
+    r = TrialResult(losses=FALLING, step_times=(0.001,) * 30, mode="fit", steps_run=30, weights_finite=True,
+                    extra={"harness_errors": ["plugin /x/probes.py: SyntaxError: invalid syntax"]})
+    report = judge(r)
+    for key in ("environment", "input_pipeline", "first_batches", "parameters"):
+        assert report.item(key).summary == "the probes failed to load: plugin /x/probes.py: SyntaxError: " \
+                                           "invalid syntax", key
+    assert report.item("short_run").status is Status.PASS  # the trial's own measurements still count

@@ -71,6 +71,9 @@ def _missing(result: TrialResult, what: str) -> str:
     for e in errors:
         if e.split(":", 1)[0].strip() in _ERROR_SOURCES.get(what, ()):
             return f"the probe failed: {e}"
+    for e in result.extra.get("harness_errors") or []:
+        if e.startswith("plugin ") and "probes.py" in e:
+            return f"the probes failed to load: {e}"
     if result.timed_out:
         return "the trial timed out before the probes could record it"
     if result.crashed and result.steps_run == 0:
