@@ -77,8 +77,10 @@ class CommitRange:
 
 def _git_module():
     # gitpython is imported lazily: `tfrepro --help` must stay instant.
-    import git
-
+    try:
+        import git
+    except ImportError as e:  # gitpython raises ImportError when no git executable is found
+        raise TfreproError(f"commit mode needs git and gitpython: {str(e).splitlines()[0]}") from None
     return git
 
 
