@@ -381,6 +381,11 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     or the failing configuration is healthy, 1 otherwise.
 
     With --good REV --bad REV: the first commit whose trial shows the symptom.
+    Each tried commit runs as written, copied out of git under .tfrepro/
+    (your working tree, index, branch and stash are never touched); the good
+    commit is the reference; a commit that fails otherwise (syntax error,
+    another crash) is skipped, and skips that hide the answer list the
+    candidate commits. Exit code 1 when the ends do not hold.
     """
     if good or bad:
         from tfrepro.bisect.commits_cli import run_from_cli
