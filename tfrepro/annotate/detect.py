@@ -3,8 +3,10 @@ wrapped as it is (ON) and, when the feature has an OFF form, the else part is
 the same statement with one expression replaced.
 
 precision policy, LossScaleOptimizer, distribution strategy, `jit_compile`,
-`run_eagerly`, `run_functions_eagerly`, XLA auto-jit, memory growth,
-learning-rate schedules and the project's own layers.
+`run_eagerly`, `run_functions_eagerly`, `tf.function`, XLA auto-jit, memory
+growth, tf.data parallel reads and non-determinism, learning-rate schedules
+and the project's own layers. (tf.data chains and callbacks need the
+statement rebuilt: `chains.py`, `callbacks.py`.)
 """
 
 from __future__ import annotations
@@ -48,18 +50,7 @@ class Candidate:
 
 def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context) -> list[Candidate]:
     out: list[Candidate] = []
-    for node in src.walk():
-        # `options.experimental_deterministic = False`: tf.data may reorder elements.
-        if isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 \
-                and isinstance(node.body[0], cst.Assign) and len(node.body[0].targets) == 1:
-            target = node.body[0].targets[0].target
-            if isinstance(target, cst.Attribute) and target.attr.value in ("experimental_deterministic",
-                                                                           "deterministic") \
-                    and literal(node.body[0].value) is False:
-                out.append(Candidate(node, "nondeterministic_data", "dataset", True,
-                                     "tf.data may reorder elements (deterministic = False)"))
-    text = src.text
-    loss_scale_methods_used = any(f".{m}(" in text for m in _LOSS_SCALE_METHODS)
+    loss_scale_methods_used = any(f".{m}(" in src.text for m in _LOSS_SCALE_METHODS)
     prefix = src.layers_prefix()
     for node in src.walk():
         if isinstance(node, cst.Call):
@@ -69,9 +60,18 @@ def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context
             jit = isinstance(deco, cst.Call) and any(
                 a.keyword is not None and a.keyword.value == "jit_compile" and literal(a.value) not in (False, None)
                 for a in deco.args)
-            if not jit:
+            if not jit:  # else the jit_compile feature takes the decorator
                 out.append(Candidate(node, "tf_function", "tf_function", True,
                                      "tf.function graph compilation; off: the function runs eagerly"))
+        elif isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 \
+                and isinstance(node.body[0], cst.Assign) and len(node.body[0].targets) == 1:
+            # `options.experimental_deterministic = False`: tf.data may reorder elements.
+            target = node.body[0].targets[0].target
+            if isinstance(target, cst.Attribute) and target.attr.value in ("experimental_deterministic",
+                                                                           "deterministic") \
+                    and literal(node.body[0].value) is False:
+                out.append(Candidate(node, "nondeterministic_data", "dataset", True,
+                                     "tf.data may reorder elements (deterministic = False)"))
     return out
 
 
