@@ -203,7 +203,7 @@ def num_classes(loss: dict | None, model: dict | None) -> tuple[int | None, str]
         return None, "the loss was not seen (no compiled loss, no Keras loss or cross-entropy call)"
     kind = loss.get("kind")
     if kind == "multi":
-        return None, "the model has one loss per output (a dict or list of losses); judged per model only"
+        return None, "the model has one loss per output (a dict or list of losses): no single chance level"
     if kind not in _CLASSIFICATION:
         return None, f"the loss {loss.get('name')} is not a classification loss"
     width = (model or {}).get("output_width")
