@@ -17,7 +17,7 @@ import pytest
 
 from gitrepo import GitRepo, isolated_git_env
 from tfrepro.bisect.commits import bisect_commits
-from tfrepro.bisect.results import TrialResult, Verdict
+from tfrepro.bisect.results import SymptomSettings, TrialResult, TrialSettings, Verdict
 from tfrepro.errors import UserError
 
 GOOD_SRC = "LOSS = 1.0\nprint('step=1 loss=1.0')\n"
@@ -48,9 +48,10 @@ class ScriptedTrial:
         scale = float(src.split("LOSS = ")[1].split()[0]) if "LOSS = " in src and "nan" not in src else 1.0
         losses = (1.0, 0.9, math.nan) if "nan" in src else tuple(scale * x for x in (1.0, 0.9, 0.8, 0.7))
         self.repeats.append(settings.repeat)
+        step = 0.03 if "SLOW" in src else 0.01
         return TrialResult(label=label, losses=losses, mode="loop", steps_run=len(losses),
                            first_nonfinite_step=3 if "nan" in src else None,
-                           step_times=(0.01,) * len(losses), weights_finite=True)
+                           step_times=(step,) * len(losses), weights_finite=True)
 
 
 @pytest.fixture
@@ -151,6 +152,19 @@ def test_a_mismatch_is_hunted_against_the_good_end_run_twice_for_noise(repo):
     assert tiny["status"] == "error"  # identical losses: nothing to hunt
 
 
+def test_a_slowdown_is_hunted_with_interleaved_repeats_of_the_good_end(repo):
+    for i in range(6):
+        repo.commit(f"c{i}", {"proj/repro.py": "x = 1  # SLOW\n" if i >= 4 else f"x = {i}\n"})
+    shas = repo.commits
+    trial = ScriptedTrial()
+    result = bisect_commits(repo.root / "proj", shas[0], shas[-1], trial=trial)
+    assert (result["symptom"], result["first_bad_commit"]) == ("slowdown", shas[4])
+    assert {t["sha"]: t["verdict"] for t in result["tried"]}[shas[3]] == "ok"
+    # timing pairs: the good end at repeats 0, 1, 2... interleaved with each candidate
+    assert set(trial.repeats) == {0, 1, 2}
+    assert trial.labels[:4] == [shas[0], shas[-1], shas[0], shas[-1]]
+
+
 def test_hunting_a_crash_skips_other_crashes(repo):
     srcs = ["x = 1\n"] * 3 + ["crash KeyError\n"] + ["x = 2\n"] * 2 + ["crash ValueError\n"] * 3
     for i, s in enumerate(srcs):
@@ -221,3 +235,7 @@ def test_bad_input_is_a_user_error(repo):
     shas = history(repo, 3, first_bad=2)
     with pytest.raises(UserError, match="unknown revision"):
         bisect_commits(repo.root / "proj", "v0.0.0", shas[2], trial=ScriptedTrial())
+    with pytest.raises(UserError, match="slowdown needs steps past"):
+        bisect_commits(repo.root / "proj", shas[0], shas[2], trial=ScriptedTrial(),
+                       symptom=Verdict.SLOWDOWN, settings=TrialSettings(steps=3),
+                       symptoms=SymptomSettings())

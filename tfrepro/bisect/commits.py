@@ -41,8 +41,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from tfrepro.bisect import gitcopy
 from tfrepro.bisect.rangesearch import STOPPERS, Mark, bisect_range, judge
-from tfrepro.bisect.results import SYMPTOM_ORDER, SymptomSettings, TrialResult, TrialSettings, Verdict
-from tfrepro.errors import TfreproError
+from tfrepro.bisect.results import (
+    SYMPTOM_ORDER, WARMUP_STEPS, SymptomSettings, TrialResult, TrialSettings, Verdict,
+)
+from tfrepro.errors import TfreproError, UserError
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
@@ -309,6 +311,9 @@ def bisect_commits(
         settings, symptoms = settings or t, symptoms or s
     if entry and settings.command is None:
         settings = replace(settings, entry=entry)
+    if symptom is Verdict.SLOWDOWN and settings.steps < WARMUP_STEPS + 2:
+        raise UserError(f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
+                        hint=f"use --steps {WARMUP_STEPS + 10} or more")
     state_dir = gitcopy.ensure_state_dir(root)
     run_dir = new_run_dir(state_dir)
     emit = on_event or (lambda kind, data: None)
