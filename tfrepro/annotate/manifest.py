@@ -12,7 +12,8 @@ from pathlib import Path
 
 from tfrepro.project import MANIFEST
 
-_HEADER = "# Written by `tfrepro annotate`; see Contract 2 of the tfrepro design.\n"
+_HEADER = ("# Written by `tfrepro annotate`: the script a trial runs, and the features that\n"
+           "# change the loss on purpose (never blamed for a loss mismatch).\n")
 
 
 def find_manifest_dir(start: Path) -> Path:
