@@ -9,12 +9,13 @@ are applied by a post-import hook when the script imports `tensorflow`/`keras`.
 What it records (each key ends up in `TrialResult.extra`):
 - `check.batches`: the first two batches (shapes, dtypes, ranges, NaN/Inf),
   seen at `Model.fit` (its `x`/`y`) or, for custom loops, at the first
-  `tf.data.Dataset` iterated eagerly; plus what the first weighted layer of the
-  model receives (a weightless standardising layer in front counts);
+  `tf.data.Dataset` the script iterates eagerly (or hands to
+  `experimental_distribute_dataset`); plus what the first weighted layer of
+  the model receives (a weightless standardising layer in front counts);
 - `check.loss`: the loss: the compiled one under `fit`, else the first Keras
   loss object / cross-entropy function called;
 - `check.model`: the main model's parameter counts, output width, last activation;
-- `check.timing`: the input pipeline alone (batches per second, in-graph) and
+- `check.timing`: the input pipeline alone (seconds per batch, in-graph) and
   the model's forward+backward on one in-memory batch, measured at the end so
   the training trial itself is not disturbed;
 - `check.env`: versions, devices, build info, whether a GPU is expected;
@@ -50,11 +51,6 @@ _LOSS_KINDS = {
 _TF_ENV_PREFIXES = ("TF_CPP_", "TF_ENABLE_", "TF_XLA_", "TF_GPU_", "TF_FORCE_", "TF_CUDNN_", "TF_DETERMINISTIC",
                     "TF_NUM_", "TF_DISABLE_", "TF_ONEDNN", "TF_MKL", "TF_USE_LEGACY_KERAS")
 _TF_ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "XLA_FLAGS", "KERAS_BACKEND", "KERAS_HOME")
-
-
-class _Namespace:
-    def __init__(self, losses) -> None:
-        self.losses = losses
 
 
 def _load_tools():
@@ -146,11 +142,8 @@ class _Probes:
 
     def on_keras(self, keras_module) -> None:
         losses = getattr(keras_module, "losses", None)
-        if losses is None:
-            return
-        self._wrap_loss_class(losses.Loss)
-        for name in ("sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy"):
-            self._wrap_loss_fn(losses, name, from_logits=None)
+        if losses is not None:
+            self._patch_losses(losses)
 
     def patch_losses_late(self) -> None:
         """tf_keras imported from inside `import tensorflow` (TF_USE_LEGACY_KERAS)
@@ -159,15 +152,18 @@ class _Probes:
         import importlib
 
         for name in ("keras", "tf_keras"):
-            module = sys.modules.get(name)
-            if module is None:
+            if name not in sys.modules:
                 continue
             try:
-                losses = getattr(module, "losses", None) or importlib.import_module(f"{name}.losses")
+                losses = getattr(sys.modules[name], "losses", None) or importlib.import_module(f"{name}.losses")
             except Exception:
                 continue
-            if not getattr(losses.Loss, "_tfrepro_probe", False):
-                self.on_keras(module if getattr(module, "losses", None) is not None else _Namespace(losses))
+            self._patch_losses(losses)
+
+    def _patch_losses(self, losses) -> None:
+        self._wrap_loss_class(losses.Loss)
+        for name in ("sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy"):
+            self._wrap_loss_fn(losses, name, from_logits=None)
 
     def _wrap_loss_class(self, cls) -> None:
         if getattr(cls, "_tfrepro_probe", False):
