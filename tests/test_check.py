@@ -517,3 +517,9 @@ def test_probes_that_failed_to_load_say_so_in_every_skip():
         assert report.item(key).summary == "the probes failed to load: plugin /x/probes.py: SyntaxError: " \
                                            "invalid syntax", key
     assert report.item("short_run").status is Status.PASS  # the trial's own measurements still count
+
+
+def test_batches_without_labels_say_the_labels_were_not_judged():
+    item = judge(result(with_(batches=batches(y=None)))).item("first_batches")
+    assert item.status is Status.PASS
+    assert "labels not judged: the batches carry no labels" in item.evidence

@@ -277,6 +277,7 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
     c, why_no_classes = num_classes(loss, model)
     fails: list[str] = []
     label_problems: dict[str, list[str]] = {}  # the same problem in both batches is said once
+    n_labels = 0
     warns: list[str] = []
     evidence: list[str] = [f"seen at: {data.get('source')}"]
     for b, batch in enumerate(data["batches"][:2], start=1):
@@ -287,6 +288,7 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
                     fails.append(f"batch {b} {t.get('name')}: {t.get('nan', 0)} NaN and {t.get('inf', 0)} Inf "
                                  f"among {t.get('size')} values")
         labels = batch.get("labels") or []
+        n_labels = max(n_labels, len(labels))
         if c is not None and len(labels) == 1:
             for p in _label_problems(labels[0], loss["kind"], c):
                 label_problems.setdefault(p, []).append(str(b))
@@ -309,6 +311,9 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
                 warns.append(p)
     if c is None:
         evidence.append(f"labels not judged: {why_no_classes}")
+    elif n_labels != 1:
+        evidence.append("labels not judged: " + ("the batches carry no labels" if n_labels == 0
+                                                 else f"{n_labels} label tensors (one per output)"))
     else:
         evidence.append(f"labels judged for {loss.get('name')} over {c} classes")
     fixes = []
