@@ -103,6 +103,7 @@ def test_materialize_copies_the_project_as_committed_and_touches_nothing(repo, t
     root_copy = cm.materialize(repo.root, repo.commits[0], ".", tmp_path / "co-root")
     assert (root_copy / "README").read_text() == "hi\n"
     assert (root_copy / "proj" / "repro.py").read_text() == "print('v0')\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith("co")) == ["co", "co-root"]
 
     assert repo.snapshot("proj/repro.py", "proj/untracked.py") == before
     assert _tree_digest(repo.root / ".git") == git_dir_before

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,16 +178,15 @@ def _has_dir(commit: Any, relpath: str) -> bool:
 def materialize(repo_root: Path, sha: str, relpath: str, dest: Path) -> Path:
     """Copy the project directory as committed at `sha` into `dest`.
 
-    Reads the object database only: a private index in a temp file, never the
+    Reads the object database only: a private index file next to `dest`
+    (so a killed run leaves it where its leftovers are cleaned), never the
     repository's index (see the module docstring). Raises TfreproError when
     the project directory does not exist at `sha`.
     """
     git = _git_module()
     treeish = sha if relpath == "." else f"{sha}:{relpath}"
     dest.mkdir(parents=True, exist_ok=True)
-    fd, index = tempfile.mkstemp(prefix="tfrepro-index-")
-    os.close(fd)
-    os.unlink(index)  # read-tree wants to create it itself
+    index = str(dest.with_name(dest.name + ".index"))
     try:
         g = git.Git(str(repo_root))
         env = {"GIT_INDEX_FILE": index}
