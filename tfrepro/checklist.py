@@ -88,6 +88,29 @@ class CheckReport:
                    enabled=tuple(d.get("enabled", ())), trial=dict(d.get("trial") or {}))
 
 
+def fmt_num(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "?"
+    return f"{x:.4g}{unit}"
+
+
+def fmt_ms(seconds: float | None) -> str:
+    return "?" if seconds is None else f"{seconds * 1000:.3g} ms"
+
+
+def describe_tensor(t: dict) -> str:
+    shape = "(" + ", ".join(str(s) for s in t.get("shape", [])) + ("," if len(t.get("shape", [])) == 1 else "") + ")"
+    text = f"{shape} {t.get('dtype')}"
+    if "min" in t:
+        text += f" in [{fmt_num(t['min'])}, {fmt_num(t['max'])}], mean {fmt_num(t['mean'])}, std {fmt_num(t['std'])}"
+    bad = [f"{t[k]} {label}" for k, label in (("nan", "NaN"), ("inf", "Inf")) if t.get(k)]
+    if bad:
+        text += ", " + " and ".join(bad)
+    if t.get("note"):
+        text += f" ({t['note']})"
+    return text
+
+
 _MARK = {Status.PASS: "pass", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "skip"}
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from tfrepro.bisect.results import TrialResult
-from tfrepro.checklist import CheckItem, CheckReport, Status, format_report
+from tfrepro.checklist import CheckItem, CheckReport, Status, describe_tensor, fmt_ms, fmt_num, format_report
 
 __all__ = ["CheckItem", "CheckOptions", "CheckReport", "Status", "format_report", "judge", "num_classes"]
 
@@ -53,16 +53,6 @@ _CLASSIFICATION = ("sparse", "categorical", "binary")
 
 def _item(key: str, status: Status, summary: str, evidence: Sequence[str] = (), fix: str | None = None) -> CheckItem:
     return CheckItem(KEYS.index(key) + 1, key, TITLES[key], status, summary, tuple(evidence), fix)
-
-
-def _g(x: float | None, unit: str = "") -> str:
-    if x is None:
-        return "?"
-    return f"{x:.4g}{unit}"
-
-
-def _ms(seconds: float | None) -> str:
-    return "?" if seconds is None else f"{seconds * 1000:.3g} ms"
 
 
 def _missing(result: TrialResult, what: str) -> str:
@@ -161,15 +151,15 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
     step = quiet_step_time(result)
     if pipe is None:
         return _item("input_pipeline", Status.SKIP, "the pipeline could not be timed")
-    evidence = [f"input pipeline alone: {_ms(pipe)} per batch ({timing.get('pipeline_batches', '?')} batches; "
+    evidence = [f"input pipeline alone: {fmt_ms(pipe)} per batch ({timing.get('pipeline_batches', '?')} batches; "
                 f"{timing.get('pipeline_method', '')})"]
     if compute is not None:
-        evidence.append(f"model alone: {_ms(compute)} per step ({timing.get('compute_method', '')})")
+        evidence.append(f"model alone: {fmt_ms(compute)} per step ({timing.get('compute_method', '')})")
     elif timing.get("compute_error"):
         evidence.append(f"model alone: not measured ({timing['compute_error']})")
     if step is not None:
-        evidence.append(f"trial: {_ms(step)} per step (first quartile of the steps after warm-up; "
-                        f"median {_ms(result.median_step_time())})")
+        evidence.append(f"trial: {fmt_ms(step)} per step (first quartile of the steps after warm-up; "
+                        f"median {fmt_ms(result.median_step_time())})")
     # The data starves the model when it takes longer than the model's own
     # work AND a real share of the step (tiny models on a busy CPU make the
     # first comparison alone noisy).
@@ -182,15 +172,15 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
         return _item("input_pipeline", Status.SKIP, "no step time to compare with (no model, no training step)",
                      evidence)
     if slower_than_model and share_of_step:
-        summary = (f"input-bound: the pipeline alone needs {_ms(pipe)} per batch, "
-                   f"the model {_ms(reference)} per step" + (f" (trial step {_ms(step)})" if step else ""))
+        summary = (f"input-bound: the pipeline alone needs {fmt_ms(pipe)} per batch, "
+                   f"the model {fmt_ms(reference)} per step" + (f" (trial step {fmt_ms(step)})" if step else ""))
         fix = ("fix the data layer first: `ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`, "
                "`ds.cache()` after the expensive deterministic work (before random augmentation), "
                "`ds.prefetch(tf.data.AUTOTUNE)` last; move slow Python (`tf.py_function`) out of `map` or offline")
         return _item("input_pipeline", Status.WARN, summary, evidence, fix)
     ratio = pipe / reference if reference else 0.0
     return _item("input_pipeline", Status.PASS,
-                 f"not input-bound: pipeline {_ms(pipe)} per batch, model {_ms(reference)} per step "
+                 f"not input-bound: pipeline {fmt_ms(pipe)} per batch, model {fmt_ms(reference)} per step "
                  f"({ratio:.0%})", evidence)
 
 
@@ -216,19 +206,6 @@ def num_classes(loss: dict | None, model: dict | None) -> tuple[int | None, str]
     return int(width), ""
 
 
-def _describe(t: dict) -> str:
-    shape = "(" + ", ".join(str(s) for s in t.get("shape", [])) + ("," if len(t.get("shape", [])) == 1 else "") + ")"
-    text = f"{shape} {t.get('dtype')}"
-    if "min" in t:
-        text += f" in [{_g(t['min'])}, {_g(t['max'])}], mean {_g(t['mean'])}, std {_g(t['std'])}"
-    bad = [f"{t[k]} {label}" for k, label in (("nan", "NaN"), ("inf", "Inf")) if t.get(k)]
-    if bad:
-        text += ", " + " and ".join(bad)
-    if t.get("note"):
-        text += f" ({t['note']})"
-    return text
-
-
 def _label_problems(t: dict, kind: str, c: int) -> list[str]:
     """Problems of one label tensor for a classification loss over c classes."""
     problems = []
@@ -241,15 +218,15 @@ def _label_problems(t: dict, kind: str, c: int) -> list[str]:
     one_hot = kind == "categorical" and len(shape) >= 2 and shape[-1] == c
     if kind == "binary" or one_hot:
         if t["min"] < 0 or t["max"] > 1:
-            problems.append(f"{name}: values in [{_g(t['min'])}, {_g(t['max'])}], outside [0, 1]")
+            problems.append(f"{name}: values in [{fmt_num(t['min'])}, {fmt_num(t['max'])}], outside [0, 1]")
         if one_hot and "row_sum_min" in t and (t["row_sum_min"] < 0.99 or t["row_sum_max"] > 1.01):
-            problems.append(f"{name}: one-hot rows summing to {_g(t['row_sum_min'])}..{_g(t['row_sum_max'])}, "
+            problems.append(f"{name}: one-hot rows summing to {fmt_num(t['row_sum_min'])}..{fmt_num(t['row_sum_max'])}, "
                             f"not 1 (rows of zeros come from class ids outside [0, {c}) in `tf.one_hot`)")
         return problems
     if not t.get("integral", False):
-        problems.append(f"{name}: fractional values (e.g. {_g(t['min'])}..{_g(t['max'])}) where class ids are expected")
+        problems.append(f"{name}: fractional values (e.g. {fmt_num(t['min'])}..{fmt_num(t['max'])}) where class ids are expected")
     if t["min"] < 0 or t["max"] >= c:
-        problems.append(f"{name}: class ids in [{_g(t['min'])}, {_g(t['max'])}], outside [0, {c}) "
+        problems.append(f"{name}: class ids in [{fmt_num(t['min'])}, {fmt_num(t['max'])}], outside [0, {c}) "
                         f"for a {c}-way output")
     return problems
 
@@ -258,8 +235,8 @@ def _input_scale_problem(t: dict, limit: float, what: str) -> str | None:
     if t.get("kind") != "float" or "mean" not in t or t.get("size", 0) < 2:
         return None
     if abs(t["mean"]) > limit or t["std"] > limit:
-        return (f"{what} far from normalised: mean {_g(t['mean'])}, std {_g(t['std'])}, range "
-                f"[{_g(t['min'])}, {_g(t['max'])}] (|mean| or std above {_g(limit)})")
+        return (f"{what} far from normalised: mean {fmt_num(t['mean'])}, std {fmt_num(t['std'])}, range "
+                f"[{fmt_num(t['min'])}, {fmt_num(t['max'])}] (|mean| or std above {fmt_num(limit)})")
     if t["std"] == 0 and t["max"] == 0:
         return f"{what}: every value is 0"
     return None
@@ -283,7 +260,7 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
     for b, batch in enumerate(data["batches"][:2], start=1):
         for role in ("inputs", "labels"):
             for t in batch.get(role) or []:
-                evidence.append(f"batch {b} {t.get('name') or role}: {_describe(t)}")
+                evidence.append(f"batch {b} {t.get('name') or role}: {describe_tensor(t)}")
                 if role == "inputs" and (t.get("nan") or t.get("inf")):
                     fails.append(f"batch {b} {t.get('name')}: {t.get('nan', 0)} NaN and {t.get('inf', 0)} Inf "
                                  f"among {t.get('size')} values")
@@ -299,7 +276,7 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
     elif first_input and first_input.get("stats"):
         via = ", ".join(first_input.get("via") or [])
         t = first_input["stats"]
-        evidence.append(f"the first weighted layer {first_input['layer']} receives (after {via}): {_describe(t)}")
+        evidence.append(f"the first weighted layer {first_input['layer']} receives (after {via}): {describe_tensor(t)}")
         p = _input_scale_problem(t, options.input_scale, f"what {first_input['layer']} receives")
         if p:
             warns.append(p)
@@ -333,7 +310,7 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
         return _item("first_batches", Status.FAIL, "; ".join(fails + warns), evidence, fix)
     if warns:
         return _item("first_batches", Status.WARN, "; ".join(warns), evidence, fix)
-    shapes = ", ".join(f"{t.get('name')} {_describe(t).split(' in [')[0]}"
+    shapes = ", ".join(f"{t.get('name')} {describe_tensor(t).split(' in [')[0]}"
                        for role in ("inputs", "labels") for t in data["batches"][0].get(role) or [])
     return _item("first_batches", Status.PASS, f"{len(data['batches'])} batch(es) look right: {shapes}", evidence)
 
@@ -356,7 +333,7 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
     expect = f"chance ln({c}) = {chance:.3f}"
     bands = (f"pass {lo:.3f}..{hi:.3f} (-{options.chance_tolerance:.0%}, +max({options.chance_tolerance:.0%}, "
              f"{options.chance_slack_nats:g} nats)); fail below {fail_lo:.3f} or above {fail_hi:.3f}")
-    evidence = [f"step 1 loss: {_g(first)}", f"expected at initialisation: {expect}; {bands}",
+    evidence = [f"step 1 loss: {fmt_num(first)}", f"expected at initialisation: {expect}; {bands}",
                 f"loss: {loss.get('name')} (from_logits={loss.get('from_logits')}, seen at {loss.get('source')})"]
     act = (model or {}).get("last_activation")
     if act:
@@ -367,22 +344,22 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
     if not lo <= first <= hi:
         status = Status.FAIL if (first < fail_lo or first > fail_hi) else Status.WARN
         if first > hi:
-            summary = (f"initial loss {_g(first)} is far above chance {chance:.3f}: confidently wrong at "
+            summary = (f"initial loss {fmt_num(first)} is far above chance {chance:.3f}: confidently wrong at "
                        f"initialisation" if status is Status.FAIL else
-                       f"initial loss {_g(first)} is above chance {chance:.3f} (pass up to {hi:.3f}): "
+                       f"initial loss {fmt_num(first)} is above chance {chance:.3f} (pass up to {hi:.3f}): "
                        f"overconfident at initialisation")
             fix = ("normalise the inputs, check the initialisation scale (a smaller last layer, e.g. "
                    "kernel_initializer='zeros'), and that softmax is applied exactly once "
                    "(logits + from_logits=True, or softmax + from_logits=False)")
         else:
-            summary = f"initial loss {_g(first)} is {'far ' if status is Status.FAIL else ''}below chance {chance:.3f}"
+            summary = f"initial loss {fmt_num(first)} is {'far ' if status is Status.FAIL else ''}below chance {chance:.3f}"
             fix = ("the labels may leak into the inputs, some samples may contribute nothing (rows of zeros "
                    "from `tf.one_hot`), or the loss is not averaged per sample")
         return _item("initial_loss", status, summary, evidence, fix)
     mismatch = _logits_mismatch(loss, act)
     if mismatch:
         return _item("initial_loss", Status.WARN, mismatch[0], evidence, mismatch[1])
-    return _item("initial_loss", Status.PASS, f"initial loss {_g(first)} ≈ {expect} (pass {lo:.3f}..{hi:.3f})",
+    return _item("initial_loss", Status.PASS, f"initial loss {fmt_num(first)} ≈ {expect} (pass {lo:.3f}..{hi:.3f})",
                  evidence)
 
 
@@ -445,17 +422,17 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
     w = max(2, n // 5)
     head = sum(result.losses[:w]) / w
     tail = sum(result.losses[-w:]) / w
-    evidence.append(f"mean of the first {w} steps: {_g(head)}; of the last {w}: {_g(tail)}")
+    evidence.append(f"mean of the first {w} steps: {fmt_num(head)}; of the last {w}: {fmt_num(tail)}")
     if tail < head - options.fall_fraction * abs(head):
         return _item("short_run", Status.PASS,
-                     f"the loss falls ({_g(head)} → {_g(tail)} over {n} steps) and stays finite", evidence)
-    return _item("short_run", Status.FAIL, f"the loss does not fall ({_g(head)} → {_g(tail)} over {n} steps)",
+                     f"the loss falls ({fmt_num(head)} → {fmt_num(tail)} over {n} steps) and stays finite", evidence)
+    return _item("short_run", Status.FAIL, f"the loss does not fall ({fmt_num(head)} → {fmt_num(tail)} over {n} steps)",
                  evidence, "check the learning rate, that the optimizer updates model.trainable_variables, "
                            "that custom loops pass training=True, and the labels (check 3)")
 
 
 def _loss_head(losses: Sequence[float], k: int = 5) -> list[str]:
-    return ["losses: " + ", ".join(_g(x) for x in losses[:k]) + (" ..." if len(losses) > k else "")]
+    return ["losses: " + ", ".join(fmt_num(x) for x in losses[:k]) + (" ..." if len(losses) > k else "")]
 
 
 # -- 6. parameters ----------------------------------------------------------------------
