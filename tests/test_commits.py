@@ -83,9 +83,13 @@ def test_finds_the_planted_regression_skips_the_untestable_and_touches_nothing(r
     shas = history(repo, 17, first_bad=11, broken={8})
     dirty_the_tree(repo)
     before = repo.snapshot("proj/repro.py", "proj/scratch.py", "proj/notes.txt")
+    git_dir = {p: p.read_bytes() for p in sorted((repo.root / ".git").rglob("*")) if p.is_file()}
     trial = ScriptedTrial()
 
     result = bisect_commits(repo.root / "proj", shas[0], "HEAD", trial=trial)
+
+    # not one byte of .git was written (no worktree metadata, no index, no refs)
+    assert {p: p.read_bytes() for p in sorted((repo.root / ".git").rglob("*")) if p.is_file()} == git_dir
 
     assert result["status"] == "found"
     assert result["symptom"] == "nan"

@@ -2,9 +2,9 @@
 
 How a commit is checked out, and why not `git worktree`:
 each tried commit is copied out of the object database with a *private*
-index: `GIT_INDEX_FILE=<tmp> git read-tree <sha>:<project dir>` and
+index: `GIT_INDEX_FILE=<copy>.index git read-tree <sha>:<project dir>` and
 `git checkout-index -a --prefix=<dest>/`. This reads `.git` and writes only
-the temp index and the destination directory, so:
+that index file and the destination directory, both under `.tfrepro/`, so:
 
 - the user's working tree, index, current branch, HEAD, stash and uncommitted
   changes are never written, whatever happens (no `checkout`, no `stash`);
