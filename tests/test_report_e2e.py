@@ -93,9 +93,6 @@ class BatchLogger(keras.callbacks.Callback):
 x = np.random.default_rng(0).normal(size=(128, 8)).astype("float32")
 y = (x.sum(axis=1) > 0).astype("int32")
 ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(16).repeat()
-# tfrepro: feature prefetch -- overlap input preparation with training
-# ds = ds.prefetch(2)
-# tfrepro: end
 callbacks = []
 # tfrepro: feature batch_logger -- log every batch
 # callbacks.append(BatchLogger())
@@ -127,13 +124,21 @@ def _make_project(root: Path, symptom: str) -> Path:
 
 
 def _bisect(project: Path) -> Path:
-    if "bisect" not in main.commands:
-        pytest.skip("`tfrepro bisect` is not available")
-    r = subprocess.run([sys.executable, "-m", "tfrepro", "bisect", str(project), "--json"],
-                       capture_output=True, text=True, timeout=900, cwd=project)
-    assert r.returncode == 0, r.stderr[-3000:]
-    run_dir = Path(json.loads(r.stdout)["run_dir"])
-    return run_dir if run_dir.is_absolute() else project / run_dir
+    """The real bisect engine on the project, one replay instead of three to
+    keep this module's cost down (the replay rule has its own tests). The
+    slowdown project has one feature: every slowdown trial is timed in
+    interleaved pairs, so each extra feature costs six trials."""
+    try:
+        from tfrepro.bisect.engine import BisectOptions, bisect
+    except ImportError:
+        pytest.skip("the bisect engine is not available")
+    from tfrepro.project import Project
+
+    # Timing comparisons need 3 interleaved pairs at least; a 40x slowdown
+    # never needs more than 4.
+    result = bisect(Project.load(project), BisectOptions(replays=1, timing_max=4))
+    assert result.status == "found", result.data.get("error")
+    return Path(result.data["run_dir"]).resolve()
 
 
 def _report(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
