@@ -64,6 +64,7 @@ class _State:
         self.result_path = config["result_path"]
         self.losses: list[float] = []
         self.step_times: list[float] = []
+        self.steps_seen = 0
         self.first_nonfinite_step: int | None = None
         self.mode = "none"
         self.crashed = False
@@ -95,16 +96,20 @@ def note_error(where: str) -> None:
 # -- recording ----------------------------------------------------------------
 
 
-def record_step(loss: float, dt: float) -> None:
-    """One training step. Stops the process at the cap or a non-finite loss."""
+def record_step(loss: float | None, dt: float) -> None:
+    """One training step (loss None: a fit whose logs carry no loss; the
+    step still counts towards the cap). Stops the process at the cap or at
+    a non-finite loss."""
     if os.getpid() != S.pid:
         return
-    S.losses.append(loss)
+    S.steps_seen += 1
     S.step_times.append(dt)
-    if not math.isfinite(loss):
-        S.first_nonfinite_step = len(S.losses)
-        _stop("nonfinite")
-    elif S.steps and len(S.losses) >= S.steps:
+    if loss is not None:
+        S.losses.append(loss)
+        if not math.isfinite(loss):
+            S.first_nonfinite_step = S.steps_seen
+            _stop("nonfinite")
+    if S.steps and S.steps_seen >= S.steps:
         _stop("steps")
 
 
@@ -343,7 +348,7 @@ def finish() -> None:
         "crashed": S.crashed,
         "error": S.error,
         "mode": S.mode,
-        "steps_run": len(S.losses),
+        "steps_run": S.steps_seen,
         "tf_version": tf_v,
         "keras_version": k_v,
         "extra": extra,

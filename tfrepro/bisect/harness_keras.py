@@ -75,7 +75,7 @@ def _make_callback(base, lib: str):
 
         def on_train_batch_end(self, batch, logs=None):
             self._k += 1
-            loss = float("nan")
+            loss = None
             if H.S.pending_loss is not None:
                 loss = float(H.S.pending_loss)
                 H.S.extra["fit_loss_source"] = "exact"
@@ -85,6 +85,8 @@ def _make_callback(base, lib: str):
                 loss = self._k * mean - (self._k - 1) * self._prev_mean
                 self._prev_mean = mean
                 H.S.extra["fit_loss_source"] = "running_mean"
+            else:
+                H.S.extra["fit_loss_source"] = "none"
             H.record_step(loss, time.perf_counter() - self._t0)
 
     TrialCallback.__name__ = f"TfreproTrialCallback_{lib}"
