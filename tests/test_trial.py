@@ -150,6 +150,8 @@ def test_a_hang_is_killed_at_its_timeout_with_its_grandchild(tmp_path):
     r = run_trial(p, [], p.manifest.trial)
     assert time.monotonic() - t0 < 10
     assert r.timed_out and not r.crashed and r.exit_code is None
+    # the steps seen before the hang are kept
+    assert r.losses == (0.5,) and r.steps_run == 1 and r.error == "timed out after 1 s (last step seen: 1)"
     pid = int((Path(r.log_dir) / "variant" / "grandchild.pid").read_text())
     assert _gone(pid)
     # a timeout is a result: cached

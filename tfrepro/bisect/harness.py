@@ -55,6 +55,8 @@ import traceback
 CONFIG_ENV = "TFREPRO_TRIAL_CONFIG"
 STEP_LINE = re.compile(r"^\s*step=(-?\d+)\s+loss=(\S+)")
 _MAX_PENDING_LINE = 4096
+# The steps so far are saved at the first step, then at most this often.
+PROGRESS_EVERY_S = 1.0
 
 
 class _State:
@@ -65,6 +67,7 @@ class _State:
         self.losses: list[float] = []
         self.step_times: list[float] = []
         self.steps_seen = 0
+        self.last_progress = float("-inf")
         self.first_nonfinite_step: int | None = None
         self.mode = "none"
         self.crashed = False
@@ -111,6 +114,27 @@ def record_step(loss: float | None, dt: float) -> None:
             _stop("nonfinite")
     if S.steps and S.steps_seen >= S.steps:
         _stop("steps")
+    now = time.monotonic()
+    if now - S.last_progress >= PROGRESS_EVERY_S:
+        S.last_progress = now
+        _write_progress()
+
+
+def _write_progress() -> None:
+    """What a trial killed at its timeout leaves behind: the steps so far."""
+    progress = {"mode": S.mode, "losses": [x if math.isfinite(x) else None for x in S.losses],
+                "step_times": S.step_times, "steps_run": S.steps_seen}
+    try:
+        tmp = S.result_path + ".progress.tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(progress, f)
+        os.replace(tmp, progress_path(S.result_path))
+    except OSError:
+        note_error("progress")
+
+
+def progress_path(result_path: str) -> str:
+    return result_path + ".progress"
 
 
 # Exit code of a trial whose harness could not write its result.

@@ -7,7 +7,8 @@ the parent) kills its whole process tree. The runner measures; it never
 decides what a result means (`outcome.py` does).
 
 Layout under the state dir:
-    trials/<key[:16]>-<random>/{variant/, trial.json, result.json, stdout.log, stderr.log}
+    trials/<key[:16]>-<random>/{variant/, trial.json, result.json, stdout.log, stderr.log,
+                                result.json.progress (the steps so far: what a timeout keeps)}
     cache/<key>.json
 
 Invariants:
@@ -229,12 +230,13 @@ def _collect(rc: int | None, timed_out: bool, wall: float, settings: TrialSettin
              result_path: Path, stderr_path: Path, trial_dir: Path) -> TrialResult:
     base = {"exit_code": rc, "wall_s": round(wall, 4), "log_dir": str(trial_dir)}
     if timed_out:
-        return TrialResult(timed_out=True, error=f"timed out after {settings.timeout_s:g} s",
-                           tf_version=tf_version(), **{**base, "exit_code": None})
-    try:
-        data = json.loads(result_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        data = None
+        progress = _read_json(Path(harness.progress_path(str(result_path)))) or {}
+        error = f"timed out after {settings.timeout_s:g} s"
+        if progress.get("steps_run"):
+            error += f" (last step seen: {progress['steps_run']})"
+        return TrialResult.from_dict({**progress, "timed_out": True, "error": error, "tf_version": tf_version(),
+                                      **base, "exit_code": None})
+    data = _read_json(result_path)
     if data is None:
         # Died without a word from the harness: segfault, os._exit, python -S.
         crashed = rc != 0
@@ -246,6 +248,14 @@ def _collect(rc: int | None, timed_out: bool, wall: float, settings: TrialSettin
     if result.tf_version is None:
         result = replace(result, tf_version=tf_version())
     return result
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _crash_line(rc: int | None, stderr_path: Path) -> str:
