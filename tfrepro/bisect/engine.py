@@ -460,6 +460,7 @@ class _Bisection:
             "culprits": sorted(culprits),
             "baseline": best(base),
             "trials": len(self.records),
+            "cached_trials": sum(1 for r in self.records if r.result.cached),
             "wall_s": round(self.clock() - self.t0, 3),
             "run_dir": rel if not rel.startswith("..") else str(self.run_dir),
             "first_bad_commit": None,
