@@ -99,8 +99,7 @@ def reproduce(
             ref = runner(ref_dir, settings)
         from tfrepro.bisect.outcome import classify, loss_deviation, mismatch_tolerance
 
-        verdict = classify(cand, reference=ref, settings=symptoms, noise=noise,
-                           target=Verdict(symptom) if symptom in Verdict._value2member_map_ else None)
+        verdict = classify(cand, reference=ref, settings=symptoms, noise=noise, target=_verdict(symptom))
         shown = verdict.value == symptom
         if symptom == "nan":
             if cand.first_nonfinite_step is not None:
@@ -126,6 +125,13 @@ def reproduce(
             detail += f"; it showed {verdict.value} instead"
         return Reproduction(symptom, shown, detail, verdict.value, cand.to_dict(),
                             ref.to_dict() if ref is not None else None)
+
+
+def _verdict(symptom: str) -> Verdict | None:
+    try:
+        return Verdict(symptom)
+    except ValueError:
+        return None
 
 
 def _slowdown(cand_dir: Path, ref_dir: Path, settings: TrialSettings, symptoms: SymptomSettings,
