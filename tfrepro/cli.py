@@ -137,6 +137,10 @@ def report(run_dir: Path | None, out: Path | None, fmt: str, no_rerun: bool, no_
     else:
         word = {True: "yes", False: "NO", None: "undecided"}[rep["reproduced"]]
         click.echo(f"reproduced by the exported repro.py: {word} ({rep['detail']})")
+        if rep["reproduced"] is not True:
+            click.echo("  hint: the standalone script does not show the symptom on its own; it may need files "
+                       "the bundle lacks, or the failure is flaky (raise [trial] repeats and bisect again)",
+                       err=True)
     loc = doc.get("localization")
     if loc:
         click.echo(f"localisation: {loc['headline']}")
