@@ -462,3 +462,19 @@ def test_issue_states_gpu_and_cuda_when_present():
     assert "### CUDA/cuDNN version\n\nCUDA 12.5.1 / cuDNN 9 (build info)\n" in text
     assert "### GPU model and memory\n\nNVIDIA A100-SXM4-40GB, 40960 MiB (compute capability 8.0)\n" in text
     assert text.startswith("# NaN/Inf loss with xla (TensorFlow 2.21.0)")
+
+
+def test_cli_md_summary_names_the_bundle(project, monkeypatch):
+    # The environment child imports TensorFlow (seconds); its facts are not
+    # what this test is about.
+    from tfrepro.report import environment
+
+    monkeypatch.setattr(environment, "collect", lambda **kw: {"tf_version": "9.9.9"})
+    run = make_run(project, "nan", ["mixed_precision"])
+    r = CliRunner().invoke(main, ["report", str(project), "--no-rerun", "--no-localize"])
+    assert r.exit_code == 0, r.output
+    out = (run / "report").resolve()
+    assert f"bundle: {out}" in r.output
+    assert "reproduced: not checked (--no-rerun)" in r.output
+    assert "  repro.py: the minimal failing script (features on: mixed_precision)" in r.output
+    assert "# NaN/Inf loss with mixed_precision (TensorFlow 9.9.9)" in (out / "ISSUE.md").read_text()
