@@ -61,13 +61,15 @@ def test_clean_project_passes_every_check(checked):
     assert report.trial["mode"] == "fit"
 
 
-def test_labels_are_judged_in_a_custom_loop(checked):
+def test_labels_are_judged_in_a_distributed_custom_loop(checked):
     _, report = checked("labels_out_of_range")
     assert report.trial["mode"] == "loop"
     item = report.item("first_batches")
     assert item.status is Status.FAIL
     assert "class ids in [1, 10], outside [0, 10) for a 10-way output" in item.summary
     assert "labels judged for CategoricalCrossentropy over 10 classes" in item.evidence
+    # Seen before the split across replicas (peeking at the per-replica datasets deadlocked).
+    assert "seen at: distributed dataset" in item.evidence
     # The zero rows of tf.one_hot do not crash: the loss still falls.
     assert report.item("short_run").status is Status.PASS
 
@@ -91,6 +93,7 @@ def test_unnormalised_inputs_warn_with_their_scale(checked):
 
 def test_slow_map_is_input_bound_with_both_numbers(checked):
     _, report = checked("slow_map")
+    assert "seen at: first dataset iterated" in report.item("first_batches").evidence
     item = report.item("input_pipeline")
     assert item.status is Status.WARN and item.summary.startswith("input-bound: the pipeline alone needs ")
     assert "ms per batch" in item.summary and "ms per step" in item.summary
