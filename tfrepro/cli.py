@@ -131,7 +131,10 @@ def report(run_dir: Path | None, out: Path | None, fmt: str, no_rerun: bool, no_
         return
     rep = doc.get("reproduction")
     click.echo(f"bundle: {bundle.out}")
-    click.echo(f"symptom: {doc['symptom']}; culprits: {', '.join(doc['culprits']) or '(none)'}")
+    if doc.get("first_bad_commit"):
+        click.echo(f"symptom: {doc['symptom']}; first bad commit: {doc['first_bad_commit']}")
+    else:
+        click.echo(f"symptom: {doc['symptom']}; culprits: {', '.join(doc['culprits']) or '(none)'}")
     if rep is None:
         click.echo("reproduced: not checked (--no-rerun)")
     else:

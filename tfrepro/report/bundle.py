@@ -185,7 +185,9 @@ def build_report(
 
     for rel, text in cand_files.items():
         write(rel, text)
-    artifacts[ENTRY] = f"the minimal failing script ({_cfg_words(cand_cfg)}); run `python {ENTRY}`"
+    artifacts[ENTRY] = (
+        f"the script at the first bad commit {str(result.get('first_bad_commit'))[:12]}; run `python {ENTRY}`"
+        if commit_mode else f"the minimal failing script ({_cfg_words(cand_cfg)}); run `python {ENTRY}`")
     single = set(ref_files) == {ENTRY}
     if single:
         write(REFERENCE, ref_files[ENTRY])
