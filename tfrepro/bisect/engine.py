@@ -37,13 +37,13 @@ import threading
 import time
 import traceback
 import zlib
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from tfrepro import __version__
 from tfrepro.bisect import outcome
+from tfrepro.bisect.executors import Executor, TrialRequest, make_executor
 from tfrepro.bisect.results import (
     SYMPTOM_ORDER,
     WARMUP_STEPS,
@@ -75,6 +75,8 @@ class BisectOptions:
     replays: int = 3  # fresh runs of the culprit (and of the baseline) at the end
     timing_min: int = 3  # interleaved pairs before the first slowdown decision
     timing_max: int = 10  # ... and at most
+    executor: str = "local"  # where trials run: "local" (`jobs` at a time) or "ray"
+    address: str | None = None  # the Ray cluster to join (None: start a local one)
 
 
 @dataclass
@@ -123,12 +125,22 @@ def bisect(
     events: BisectEvents | None = None,
     clock: Callable[[], float] = time.monotonic,
     run_id: str | None = None,
+    executor: Executor | None = None,
 ) -> BisectResult:
     """Bisect `project` (a `tfrepro.project.Project`); see the module docstring.
-    Writes `.tfrepro/runs/<id>/result.json` and returns the same result."""
+    Writes `.tfrepro/runs/<id>/result.json` and returns the same result.
+    Trials run on `executor`, by default the one `options` names (an injected
+    `runner` becomes a local executor's runner)."""
+    own = executor is None
+    if executor is None:
+        executor = make_executor(options.executor, jobs=options.jobs, address=options.address, runner=runner)
     if runner is None:
         from tfrepro.bisect.trial import run_trial as runner
-    return _Bisection(project, options, runner, events or BisectEvents(), clock, run_id).run()
+    try:
+        return _Bisection(project, options, runner, events or BisectEvents(), clock, run_id, executor).run()
+    finally:
+        if own:
+            executor.close()
 
 
 def _slug(enabled: Iterable[str]) -> str:
@@ -146,7 +158,7 @@ def _summary(result: TrialResult) -> dict[str, Any]:
 
 class _Bisection:
     def __init__(self, project, options: BisectOptions, runner: Runner, events: BisectEvents,
-                 clock: Callable[[], float], run_id: str | None) -> None:
+                 clock: Callable[[], float], run_id: str | None, executor: Executor) -> None:
         if options.strategy not in STRATEGIES:
             raise UserError(f"unknown strategy {options.strategy!r}", hint="use auto, ablation or ddmin")
         self.project, self.opts, self.runner, self.events, self.clock = project, options, runner, events, clock
@@ -158,7 +170,8 @@ class _Bisection:
         self.symptom_settings = manifest.symptoms
         self.features: tuple[str, ...] = tuple(project.feature_names)
         self.affects_loss = frozenset(project.affects_loss)
-        self.jobs = max(1, options.jobs)
+        self.executor = executor
+        self.jobs = executor.slots
         self.records: list[TrialRecord] = []
         self.memo: dict[tuple[Config, int], TrialResult] = {}
         self.lock = threading.Lock()
@@ -181,15 +194,22 @@ class _Bisection:
         (self.run_dir / "trials").mkdir(parents=True)
 
     # -- trials ------------------------------------------------------------
+    def _request(self, config: Config, repeat: int, role: str) -> TrialRequest:
+        return TrialRequest(tuple(sorted(config)), replace(self.settings, repeat=repeat), role,
+                            use_cache=self.opts.use_cache)
+
     def _trial(self, config: Config, repeat: int, role: str) -> TrialResult:
+        """One timing trial (alone: see `_timed`), or a memo hit."""
         key = (config, repeat)
         with self.lock:
             if key in self.memo:
                 return self.memo[key]
-        enabled = tuple(sorted(config))
-        self.events.trial_started(enabled, role, repeat)
-        result = self.runner(self.project, enabled, replace(self.settings, repeat=repeat),
-                             use_cache=self.opts.use_cache, label=role)
+        self.events.trial_started(tuple(sorted(config)), role, repeat)
+        return self._record(config, repeat, role,
+                            self.executor.run_timed(self.project, self._request(config, repeat, role)))
+
+    def _record(self, config: Config, repeat: int, role: str, result: TrialResult) -> TrialResult:
+        key, enabled = (config, repeat), tuple(sorted(config))
         with self.lock:
             if key in self.memo:  # another thread ran it meanwhile
                 return self.memo[key]
@@ -215,19 +235,17 @@ class _Bisection:
                         shutil.copyfile(src, dest / name)
 
     def _many(self, wanted: list[tuple[Config, int, str]]) -> None:
-        """Run independent non-timing trials, `jobs` at a time."""
-        todo = list(dict.fromkeys((c, r, role) for c, r, role in wanted if (c, r) not in self.memo))
-        if self.jobs == 1 or len(todo) <= 1:
-            for c, r, role in todo:
-                self._trial(c, r, role)
-            return
-        pool = ThreadPoolExecutor(max_workers=self.jobs)
-        try:
-            for f in [pool.submit(self._trial, c, r, role) for c, r, role in todo]:
-                f.result()
-        finally:
-            # On Ctrl-C: start nothing new; the running trials finish and are cached.
-            pool.shutdown(wait=True, cancel_futures=True)
+        """Run independent non-timing trials on the executor, as a batch.
+        On Ctrl-C it starts nothing new; the running trials finish and are cached."""
+        first: dict[tuple[Config, int], tuple[Config, int, str]] = {}
+        for c, r, role in wanted:
+            if (c, r) not in self.memo:
+                first.setdefault((c, r), (c, r, role))
+        todo = list(first.values())
+        self.executor.run_batch(
+            self.project, [self._request(c, r, role) for c, r, role in todo],
+            on_start=lambda i: self.events.trial_started(tuple(sorted(todo[i][0])), todo[i][2], todo[i][1]),
+            on_result=lambda i, res: self._record(*todo[i], res))
 
     # -- judging -----------------------------------------------------------
     def _reference(self, config: Config) -> TrialResult | None:

@@ -91,6 +91,8 @@ def symptoms(
     `reference` is the trial the losses are compared with; None skips the
     mismatch check. Slowdown is never decided here (see `decide_slowdown`).
     """
+    if result.could_not_run:  # lost by the executor: says nothing about the features
+        return frozenset({Verdict.UNTESTABLE})
     found: set[Verdict] = set()
     if settings.nan and result.nonfinite:
         found.add(Verdict.NAN)
@@ -115,7 +117,7 @@ def primary(shown: frozenset[Verdict] | set[Verdict], target: Verdict | None = N
     for v in SYMPTOM_ORDER:
         if v in shown:
             return v
-    return Verdict.OK
+    return Verdict.UNTESTABLE if Verdict.UNTESTABLE in shown else Verdict.OK
 
 
 def classify(

@@ -108,6 +108,9 @@ class TrialResult:
     nonfinite_weights: tuple[str, ...] = ()  # names of variables holding NaN/Inf
     crashed: bool = False
     timed_out: bool = False
+    # The executor lost the trial (a dead worker, twice): no measurement at
+    # all, never cached, never a verdict on the feature (UNTESTABLE).
+    could_not_run: bool = False
     exit_code: int | None = None
     error: str | None = None  # the last traceback line of a crash
     mode: str = "none"  # "fit" | "loop" | "none" (no training was seen)
