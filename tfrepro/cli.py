@@ -374,8 +374,14 @@ _SYMPTOMS = ["nan", "crash", "timeout", "mismatch", "slowdown"]
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object (the result) on stdout.")
 @click.option("--good", metavar="REV", help="Commit mode: a commit without the symptom.")
 @click.option("--bad", metavar="REV", help="Commit mode: a commit with the symptom.")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where trials run: this machine (--jobs at a time) or a Ray cluster (one task per trial; "
+                   "needs pip install 'tfrepro[ray]').")
+@click.option("--address", metavar="ADDR",
+              help="With --executor ray: the cluster to join (e.g. 10.0.0.5:6379); default: a local Ray instance.")
 def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None, repeats: int | None,
-               jobs: int, no_cache: bool, as_json: bool, good: str | None, bad: str | None) -> None:
+               jobs: int, no_cache: bool, as_json: bool, good: str | None, bad: str | None,
+               executor: str, address: str | None) -> None:
     """Find the feature, or smallest set of interacting features, behind a symptom.
 
     Runs the baseline (every feature OFF) and the failing configuration
@@ -398,7 +404,7 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
         from tfrepro.bisect.commits_cli import run_from_cli
 
         sys.exit(run_from_cli(path, good, bad, symptom=symptom, as_json=as_json, steps=steps,
-                              use_cache=not no_cache))
+                              use_cache=not no_cache, executor=executor, address=address))
     from tfrepro.bisect.display import answer_lines, run_bisect
     from tfrepro.bisect.engine import BisectOptions
     from tfrepro.bisect.results import Verdict
@@ -406,7 +412,8 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
 
     project = Project.load(path)
     options = BisectOptions(symptom=Verdict(symptom) if symptom else None, strategy=strategy, steps=steps,
-                            repeats=repeats, jobs=jobs, use_cache=not no_cache)
+                            repeats=repeats, jobs=jobs, use_cache=not no_cache, executor=executor,
+                            address=address)
     try:
         doc = run_bisect(project, options, as_json=as_json)
     except KeyboardInterrupt:

@@ -47,6 +47,7 @@ from tfrepro.bisect.results import (
 from tfrepro.errors import TfreproError, UserError
 
 if TYPE_CHECKING:
+    from tfrepro.bisect.executors import Executor
     from tfrepro.project import Project
 
 # A trial of one project as written, under the given settings, labelled with
@@ -112,13 +113,26 @@ def as_written(root: Path) -> "Project":
     return Project(root, Manifest(), {}, [f.as_posix() for f in iter_project_files(root)])
 
 
-def _default_trial(state_dir: Path, use_cache: bool) -> TrialFn:
-    def run(project: "Project", settings: TrialSettings, label: str) -> TrialResult:
-        from tfrepro.bisect.trial import run_trial
+def _default_trial(state_dir: Path, use_cache: bool, executor: "Executor | None" = None) -> TrialFn:
+    if executor is None:
+        def run(project: "Project", settings: TrialSettings, label: str) -> TrialResult:
+            from tfrepro.bisect.trial import run_trial
 
-        return run_trial(project, (), settings, use_cache=use_cache, label=label, state_dir=state_dir)
+            return run_trial(project, (), settings, use_cache=use_cache, label=label, state_dir=state_dir)
 
-    return run
+        return run
+    from tfrepro.bisect.executors import TrialRequest
+
+    def request(settings: TrialSettings, label: str) -> TrialRequest:
+        return TrialRequest((), settings, label, use_cache=use_cache, state_dir=state_dir)
+
+    def on_executor(project: "Project", settings: TrialSettings, label: str) -> TrialResult:
+        return executor.run_one(project, request(settings, label))
+
+    # Timing trials (slowdown pairs) go to the executor's timed path: alone, same node.
+    on_executor.timed = lambda project, settings, label: executor.run_timed(  # type: ignore[attr-defined]
+        project, request(settings, label))
+    return on_executor
 
 
 def project_root(path: str | Path) -> tuple[Path, str | None]:
@@ -227,14 +241,16 @@ class _Bisection:
                 self.projects[sha] = as_written(root)
         return self.projects[sha]
 
-    def run(self, commit: gitcopy.CommitInfo, repeat: int = 0) -> TrialResult | str:
+    def run(self, commit: gitcopy.CommitInfo, repeat: int = 0, timed: bool = False) -> TrialResult | str:
         project = self.project(commit.sha)
         if isinstance(project, str):
             return project
         self.on_event("running", {"sha": commit.sha, "subject": commit.subject, "repeat": repeat})
-        result = self.trial(project, replace(self.settings, repeat=repeat), commit.sha)
+        fn = getattr(self.trial, "timed", self.trial) if timed else self.trial
+        result = fn(project, replace(self.settings, repeat=repeat), commit.sha)
         self.trials += 1
-        self.results.setdefault(commit.sha, result)
+        if not result.could_not_run:
+            self.results.setdefault(commit.sha, result)
         self.cached += bool(result.cached)
         rel = f"trials/{self.trials:03d}-{commit.sha[:12]}-r{repeat}"
         _write_trial(self.run_dir / rel, result)
@@ -244,6 +260,8 @@ class _Bisection:
         self.log.write(json.dumps(entry) + "\n")
         self.log.flush()
         self.on_event("trial", entry)
+        if result.could_not_run:  # the executor lost it twice: a skip, never a verdict
+            return result.error or "could not run"
         return result
 
     def shows(self, result: TrialResult, reference: TrialResult | None) -> frozenset[Verdict]:
@@ -257,7 +275,7 @@ class _Bisection:
         from tfrepro.bisect.outcome import sequential_slowdown
 
         def pair(i: int) -> tuple[float, float] | Verdict:
-            a, b = self.run(good, i), self.run(commit, i)
+            a, b = self.run(good, i, timed=True), self.run(commit, i, timed=True)
             if isinstance(a, str) or isinstance(b, str):
                 return Verdict.UNTESTABLE
             ta, tb = a.median_step_time(), b.median_step_time()
@@ -293,6 +311,7 @@ def bisect_commits(
     use_cache: bool = True,
     trial: TrialFn | None = None,
     on_event: EventFn | None = None,
+    executor: "Executor | None" = None,
 ) -> dict[str, Any]:
     """Find the first commit in good..bad whose trial shows the symptom.
 
@@ -301,7 +320,8 @@ def bisect_commits(
     UserError (exit 2); ends that do not hold give status "baseline-fails" /
     "error" with a `message`. `settings`/`symptoms` default to the user's
     current `tfrepro.toml`; `symptom` None hunts what the bad end shows
-    (nan, crash, timeout, mismatch, slowdown in that order).
+    (nan, crash, timeout, mismatch, slowdown in that order). `executor`
+    (see `executors.py`) runs the trials; None runs them here, one at a time.
     """
     started = time.monotonic()
     root, entry = project_root(path)
@@ -319,7 +339,7 @@ def bisect_commits(
     emit = on_event or (lambda kind, data: None)
     emit("range", {"good": rng.good.to_dict(), "bad": rng.bad.to_dict(), "commits": len(rng.commits),
                    "run_dir": str(run_dir)})
-    trial = trial or _default_trial(state_dir, use_cache)
+    trial = trial or _default_trial(state_dir, use_cache, executor)
     with _sigterm_interrupts(), gitcopy.Checkouts(state_dir) as checkouts:
         b = _Bisection(rng, checkouts, trial, settings, symptoms, run_dir, emit)
         try:

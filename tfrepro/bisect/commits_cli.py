@@ -40,6 +40,7 @@ def run_from_cli(
     path: str | Path, good: str | None, bad: str | None, *, symptom: str | None = None,
     as_json: bool = False, steps: int | None = None, timeout_s: float | None = None,
     use_cache: bool = True, echo: Callable[..., None] | None = None,
+    executor: str = "local", address: str | None = None,
 ) -> int:
     """What `tfrepro bisect --good REV --bad REV` does; returns the exit code
     (0 found, 1 the ends do not hold, 130 interrupted). Bad input raises
@@ -79,12 +80,21 @@ def run_from_cli(
         elif kind == "symptom":
             echo(f"hunting: {data['symptom']}", err=True)
 
+    runs_on = None
+    if executor != "local" or address:
+        from tfrepro.bisect.executors import make_executor
+
+        runs_on = make_executor(executor, address=address, log=lambda text: echo(text, err=True))
     try:
         result = bisect_commits(path, good, bad, symptom=target, settings=settings, symptoms=symptoms,
-                                use_cache=use_cache, on_event=None if as_json else progress)
+                                use_cache=use_cache, on_event=None if as_json else progress,
+                                executor=runs_on)
     except KeyboardInterrupt:
         echo("interrupted: finished trials are cached; run the same command again to continue", err=True)
         return 130
+    finally:
+        if runs_on is not None:
+            runs_on.close()
     if as_json:
         echo(json.dumps(result))
     else:

@@ -1,0 +1,206 @@
+"""Trials as Ray tasks: a bisect spread over a cluster (`--executor ray`).
+
+Imported only when asked for (it imports Ray); `tfrepro --help` never loads it.
+
+How one trial runs:
+1. the driver computes the trial's cache key exactly as `run_trial` does and
+   returns a cache hit without submitting anything;
+2. the project's files (the user's, unrendered) are packed once per bisect
+   into a tar held in Ray's object store (each node fetches it once); a task
+   carries only the rendered text of the marked files, the settings and the
+   driver's TF_/KERAS_/XLA_/... variables (the ones the key covers);
+3. the task unpacks them into a temp dir on its node and runs the variant
+   with `trial.run_variant` (a fresh process in its own session, timeout,
+   harness: the very code of a local trial; tfrepro must be installed on the
+   workers, with the same TensorFlow), then returns the result and the logs;
+4. the driver writes the logs into a trial dir under `.tfrepro/trials/` and
+   the result into the cache, so a local rerun is all cache hits.
+
+Resources: one GPU per task when the cluster has GPUs, else one CPU. A timing
+trial is pinned to one node (the same for every timing trial of the run) and
+takes every CPU of it on a CPU cluster (one GPU on a GPU cluster), so nothing
+else Ray schedules runs beside it on that device.
+
+Failures: the task runs with Ray's own retries off; a lost worker, a dead
+node or a task that raised is tried once more, then the trial "could not
+run" (`executors.could_not_run`: never cached, UNTESTABLE). A trial that
+crashes or times out is a measurement, not a failure of the task.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import socket
+import sys
+import tarfile
+import tempfile
+import threading
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+import ray
+import ray.exceptions
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from tfrepro.bisect.executors import Executor, TrialRequest, cached_run, could_not_run, retry_once
+from tfrepro.bisect.results import TrialResult, TrialSettings
+
+if TYPE_CHECKING:
+    from tfrepro.project import Project
+
+LOGS = ("stdout.log", "stderr.log")
+# Set by the tests' planted projects and by the task: which attempt this is.
+ATTEMPT_ENV = "TFREPRO_RAY_ATTEMPT"
+
+
+def pack_project(project: "Project") -> bytes:
+    """Every file of the project as a tar (symlinks followed: large data files
+    are symlinked into local variants, but a remote node needs their bytes)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", dereference=True) as tar:
+        for rel in project.files:
+            tar.add(str(Path(project.root) / rel), arcname=rel, recursive=False)
+    return buf.getvalue()
+
+
+def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    return [m for m in tar.getmembers() if not (m.name.startswith("/") or ".." in Path(m.name).parts)]
+
+
+def run_shipped(base: bytes, rendered: dict[str, str], settings: dict[str, Any],
+                env: dict[str, str]) -> dict[str, Any]:
+    """The task body (also callable in-process): unpack, run, return the
+    result dict, the logs and where it ran."""
+    from tfrepro.bisect import trial
+
+    with tempfile.TemporaryDirectory(prefix="tfrepro-ray-") as tmp:
+        variant, trial_dir = Path(tmp) / "variant", Path(tmp) / "trial"
+        with tarfile.open(fileobj=io.BytesIO(base), mode="r") as tar:
+            tar.extractall(variant, members=_safe_members(tar))
+        for rel, text in rendered.items():
+            (variant / rel).write_text(text, encoding="utf-8", newline="")
+        result = trial.run_variant(variant, TrialSettings.from_dict(settings), trial_dir, env=env)
+        logs = {name: (trial_dir / name).read_bytes() for name in LOGS if (trial_dir / name).is_file()}
+    try:
+        node = ray.get_runtime_context().get_node_id()
+    except Exception:  # called outside a Ray worker (tests)
+        node = None
+    return {"result": result.to_dict(), "logs": logs, "node": node, "host": socket.gethostname(),
+            "pid": os.getpid()}
+
+
+@ray.remote(max_retries=0, retry_exceptions=False)
+def _trial_task(base: bytes, rendered: dict[str, str], settings: dict[str, Any], env: dict[str, str],
+                attempt: int) -> dict[str, Any]:
+    return run_shipped(base, rendered, settings, {**env, ATTEMPT_ENV: str(attempt)})
+
+
+def is_lost(e: BaseException) -> bool:
+    """A failure of the task, not of the training: worth one more try."""
+    return isinstance(e, ray.exceptions.RayError) and not isinstance(e, ray.exceptions.TaskCancelledError)
+
+
+def shipped_env() -> dict[str, str]:
+    """The driver's variables that enter the cache key; the GPU a task gets is
+    Ray's business (it sets CUDA_VISIBLE_DEVICES on the worker)."""
+    from tfrepro.bisect.trial import keyed_env
+
+    return {k: v for k, v in keyed_env(None).items() if k != "CUDA_VISIBLE_DEVICES"}
+
+
+class RayExecutor(Executor):
+    """Each trial a Ray task (see the module docstring).
+
+    `address`: an existing cluster (`ray start --head` prints it); None joins
+    the Ray instance this process already started, or starts a local one.
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, *, log: Callable[[str], None] | None = None,
+                 init_kwargs: dict[str, Any] | None = None) -> None:
+        log = log or (lambda text: print(text, file=sys.stderr))
+        self._owns = False
+        if not ray.is_initialized():
+            kw: dict[str, Any] = {"log_to_driver": False, **(init_kwargs or {})}
+            if address:
+                log(f"ray: joining the cluster at {address}")
+                ray.init(address=address, **kw)
+            else:
+                log("ray: no --address given, starting a local Ray instance on this machine")
+                ray.init(include_dashboard=False, **kw)
+            self._owns = True
+        resources = ray.cluster_resources()
+        self.gpus = int(resources.get("GPU", 0))
+        super().__init__(self.gpus or int(resources.get("CPU", 1)))
+        self._bases: dict[str, Any] = {}  # project root -> ObjectRef of its packed files
+        self._lock = threading.Lock()
+        self._timing_node: tuple[str, float] | None = None  # (node id, its CPUs)
+        self.attempts = 0  # tasks submitted (retries included)
+
+    # -- scheduling --------------------------------------------------------
+    def _base(self, project: "Project") -> Any:
+        with self._lock:
+            key = str(Path(project.root).resolve())
+            if key not in self._bases:
+                self._bases[key] = ray.put(pack_project(project))
+            return self._bases[key]
+
+    def _pick_timing_node(self) -> tuple[str, float]:
+        with self._lock:
+            if self._timing_node is None:
+                alive = [n for n in ray.nodes() if n.get("Alive")]
+                want = "GPU" if self.gpus else "CPU"
+                best = max(alive, key=lambda n: n.get("Resources", {}).get(want, 0))
+                self._timing_node = (best["NodeID"], float(best["Resources"].get("CPU", 1)))
+            return self._timing_node
+
+    def _options(self, exclusive: bool) -> dict[str, Any]:
+        if not exclusive:
+            return {"num_gpus": 1} if self.gpus else {"num_cpus": 1}
+        node, cpus = self._pick_timing_node()
+        strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+        if self.gpus:
+            return {"num_gpus": 1, "scheduling_strategy": strategy}
+        return {"num_cpus": cpus, "scheduling_strategy": strategy}
+
+    # -- one trial ---------------------------------------------------------
+    def _run(self, project: "Project", request: TrialRequest, slot: int, exclusive: bool) -> TrialResult:
+        enabled = tuple(sorted(set(request.enabled)))
+
+        def execute(trial_dir: Path) -> TrialResult:
+            args = (self._base(project), project.render(enabled), request.settings.to_dict(), shipped_env())
+            options = self._options(exclusive)
+
+            def attempt(n: int) -> dict[str, Any]:
+                with self._lock:
+                    self.attempts += 1
+                ref = _trial_task.options(**options).remote(*args, n)
+                try:
+                    return ray.get(ref)
+                except KeyboardInterrupt:
+                    # KeyboardInterrupt in the task: run_variant kills the trial's process tree.
+                    ray.cancel(ref)
+                    raise
+
+            out, lost = retry_once(attempt, is_lost)
+            if out is None:
+                return could_not_run(lost, trial_dir)
+            for name, data in out["logs"].items():
+                (trial_dir / name).write_bytes(data)
+            result = TrialResult.from_dict(out["result"])
+            where = {"executor": "ray", "node": out["node"], "host": out["host"], "attempts": len(lost) + 1}
+            return replace(result, log_dir=str(trial_dir), extra={**result.extra, **where})
+
+        return cached_run(project, request, execute)
+
+    def describe(self) -> str:
+        kind = f"{self.gpus} GPUs" if self.gpus else f"{self.slots} CPUs"
+        return f"ray ({kind}, {self.slots} at a time)"
+
+    def close(self) -> None:
+        if self._owns and ray.is_initialized():
+            ray.shutdown()
+        self._owns = False
