@@ -1,0 +1,257 @@
+"""Executors without Ray and without TensorFlow: the batch interface, the
+retry-once rule, could-not-run results, GPU pinning with a fake device list.
+(The real Ray executor: tests/test_ray_e2e.py.)"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tfrepro.bisect import outcome
+from tfrepro.bisect.engine import BisectOptions, bisect
+from tfrepro.bisect.executors import (
+    Executor,
+    LocalExecutor,
+    TrialRequest,
+    cached_run,
+    could_not_run,
+    device_for_slot,
+    make_executor,
+    retry_once,
+    visible_gpus,
+)
+from tfrepro.bisect.results import SymptomSettings, TrialResult, TrialSettings, Verdict
+from tfrepro.errors import UserError
+from tfrepro.project import Project
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def make_project(tmp_path: Path, features=("a", "b", "c")) -> Project:
+    root = tmp_path / "proj"
+    root.mkdir()
+    lines = ["x = 0"]
+    for f in features:
+        lines += [f"# tfrepro: feature {f}", f"# x += 1  # {f}", "# tfrepro: end"]
+    (root / "repro.py").write_text("\n".join(lines) + "\n")
+    return Project.load(root)
+
+
+def req(*enabled: str, repeat: int = 0) -> TrialRequest:
+    return TrialRequest(tuple(enabled), TrialSettings(repeat=repeat), "search")
+
+
+class Recorder:
+    """A runner that notes how many trials run at once and which env each got."""
+
+    def __init__(self, delay: float = 0.02) -> None:
+        self.lock = threading.Lock()
+        self.running = self.peak = 0
+        self.delay = delay
+        self.calls: list[tuple[tuple[str, ...], int]] = []
+
+    def __call__(self, project, enabled, settings, *, use_cache=True, label="", **_):
+        with self.lock:
+            self.running += 1
+            self.peak = max(self.peak, self.running)
+        time.sleep(self.delay)
+        with self.lock:
+            self.running -= 1
+            self.calls.append((tuple(enabled), settings.repeat))
+        return TrialResult(enabled=tuple(enabled), label=label, losses=(1.0,), steps_run=1)
+
+
+def test_run_batch_keeps_request_order_and_runs_jobs_at_once(tmp_path):
+    p = make_project(tmp_path)
+    runner = Recorder()
+    ex = LocalExecutor(3, runner=runner)
+    started, finished = [], []
+    reqs = [req(f, repeat=r) for f in "abc" for r in range(2)]
+    out = ex.run_batch(p, reqs, on_start=started.append, on_result=lambda i, r: finished.append(i))
+    assert [r.enabled for r in out] == [q.enabled for q in reqs]
+    assert runner.peak == 3
+    assert sorted(started) == sorted(finished) == list(range(6))
+
+
+def test_one_job_runs_in_order_in_the_calling_thread(tmp_path):
+    p = make_project(tmp_path)
+    runner = Recorder(delay=0)
+    LocalExecutor(1, runner=runner).run_batch(p, [req("c"), req("a"), req("b")])
+    assert [c[0] for c in runner.calls] == [("c",), ("a",), ("b",)] and runner.peak == 1
+
+
+def test_a_failing_trial_raises_after_the_batch_stops(tmp_path):
+    p = make_project(tmp_path)
+
+    def runner(project, enabled, settings, **_):
+        if enabled == ("b",):
+            raise RuntimeError("boom")
+        return TrialResult(enabled=tuple(enabled))
+
+    with pytest.raises(RuntimeError, match="boom"):
+        LocalExecutor(2, runner=runner).run_batch(p, [req("a"), req("b"), req("c")])
+
+
+# -- retry once ------------------------------------------------------------------
+
+
+class Lost(Exception):
+    pass
+
+
+def flaky(losses: int):
+    calls: list[int] = []
+
+    def attempt(n: int) -> str:
+        calls.append(n)
+        if len(calls) <= losses:
+            raise Lost(f"worker died (attempt {n})")
+        return "result"
+
+    return attempt, calls
+
+
+def test_a_lost_attempt_is_retried_once():
+    attempt, calls = flaky(1)
+    value, lost = retry_once(attempt, lambda e: isinstance(e, Lost))
+    assert value == "result" and calls == [0, 1] and lost == ["Lost: worker died (attempt 0)"]
+
+
+def test_two_losses_give_nothing_and_no_third_try():
+    attempt, calls = flaky(5)
+    value, lost = retry_once(attempt, lambda e: isinstance(e, Lost))
+    assert value is None and calls == [0, 1] and len(lost) == 2
+
+
+def test_other_errors_are_not_retried():
+    attempt, calls = flaky(1)
+    with pytest.raises(Lost):
+        retry_once(attempt, lambda e: False)
+    assert calls == [0]
+
+
+def test_could_not_run_is_untestable_never_a_symptom():
+    r = could_not_run(["WorkerCrashedError: gone", "NodeDiedError: gone"])
+    assert r.could_not_run and not r.crashed and "2 attempts lost" in r.error
+    assert outcome.symptoms(r, reference=None, settings=SymptomSettings()) == {Verdict.UNTESTABLE}
+    assert outcome.classify(r, reference=None, settings=SymptomSettings()) == Verdict.UNTESTABLE
+    assert outcome.classify(r, reference=None, settings=SymptomSettings(), target=Verdict.NAN) == Verdict.UNTESTABLE
+    assert TrialResult.from_dict(r.to_dict()).could_not_run
+
+
+def test_cached_run_never_caches_a_could_not_run_result(tmp_path):
+    p = make_project(tmp_path)
+    calls = []
+
+    def lost(trial_dir: Path) -> TrialResult:
+        calls.append(trial_dir)
+        return could_not_run(["x"], trial_dir)
+
+    for _ in range(2):
+        r = cached_run(p, req("a"), lost)
+        assert r.could_not_run and not r.cached and r.key
+    assert len(calls) == 2 and not (p.state_dir / "cache").exists()
+
+    ok = cached_run(p, req("a"), lambda d: TrialResult(losses=(1.0,)))
+    again = cached_run(p, req("a"), lambda d: pytest.fail("should be a cache hit"))
+    assert again.cached and again.key == ok.key and again.enabled == ("a",)
+
+
+def test_a_lost_culprit_trial_is_never_blamed(tmp_path):
+    """The engine over an executor that loses every trial of feature b: the NaN
+    culprit a is still found; b is never named."""
+    p = make_project(tmp_path)
+
+    class Losing(Executor):
+        name = "fake"
+
+        def _run(self, project, request, slot, exclusive):
+            on = set(request.enabled)
+            if "b" in on and len(on) == 1:
+                return could_not_run(["WorkerCrashedError", "WorkerCrashedError"])
+            nan = "a" in on
+            return TrialResult(enabled=request.enabled, losses=(1.0, float("nan")) if nan else (1.0, 0.9),
+                               first_nonfinite_step=2 if nan else None, steps_run=2, mode="loop")
+
+    res = bisect(p, BisectOptions(strategy="ablation"), executor=Losing(1))
+    doc = res.to_dict()
+    assert res.status == "found" and doc["culprits"] == ["a"]
+    assert doc["ablation"]["b"] == "untestable"
+
+
+# -- GPUs ------------------------------------------------------------------------
+
+
+def test_visible_gpus_from_env_or_nvidia_smi():
+    smi = "GPU 0: NVIDIA A100 (UUID: x)\nGPU 1: NVIDIA A100 (UUID: y)\n"
+    assert visible_gpus({}, lambda: smi) == ["0", "1"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "2,3"}, lambda: smi) == ["2", "3"]
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}, lambda: smi) == []
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}, lambda: smi) == []
+    assert visible_gpus({}, lambda: None) == []
+
+
+def test_each_worker_slot_is_pinned_to_one_gpu():
+    assert [device_for_slot(["4", "7"], s) for s in range(4)] == ["4", "7", "4", "7"]
+    ex = LocalExecutor(2, devices=["4", "7"])
+    assert ex.pinned_env(0) == {"CUDA_VISIBLE_DEVICES": "4"}
+    assert ex.pinned_env(1) == {"CUDA_VISIBLE_DEVICES": "7"}
+    assert LocalExecutor(2, devices=[]).pinned_env(1) == {}
+    assert "GPUs 4,7" in ex.describe()
+
+
+def test_pinned_trials_see_their_gpu_and_share_the_unpinned_cache_key(tmp_path):
+    """Real subprocesses: two concurrent trials each see one GPU id; the key
+    is the one `run_trial` gives, so any GPU's result serves every slot."""
+    from tfrepro.bisect.trial import run_trial
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "repro.py").write_text(
+        "import os\nprint('gpu', os.environ.get('CUDA_VISIBLE_DEVICES'))\n"
+        "# tfrepro: feature a\n# x = 1\n# tfrepro: end\n"
+        "# tfrepro: feature b\n# x = 2\n# tfrepro: end\n"
+        "for s in range(1, 3):\n    print(f'step={s} loss={1.0 / s}')\n")
+    p = Project.load(root)
+    settings = TrialSettings(steps=2, timeout_s=60)
+    ex = LocalExecutor(2, devices=["4", "7"])
+    out = ex.run_batch(p, [TrialRequest(("a",), settings), TrialRequest(("b",), settings)])
+    seen = {Path(r.log_dir, "stdout.log").read_text().splitlines()[0] for r in out}
+    assert seen == {"gpu 4", "gpu 7"}
+    assert all(r.steps_run == 2 and not r.cached for r in out)
+    again = run_trial(p, ("a",), settings)  # the plain local runner: a cache hit
+    assert again.cached and again.key == out[0].key
+
+
+# -- choosing an executor ----------------------------------------------------------
+
+
+def test_make_executor_checks_its_options():
+    assert isinstance(make_executor("local", jobs=3), LocalExecutor)
+    assert make_executor("local", jobs=3).slots == 3
+    with pytest.raises(UserError, match="--address needs --executor ray"):
+        make_executor("local", address="1.2.3.4:6379")
+    with pytest.raises(UserError, match="unknown executor"):
+        make_executor("dask")
+
+
+def test_without_ray_the_error_says_how_to_install_it(tmp_path):
+    """A Python where `import ray` fails (a shadowing module)."""
+    (tmp_path / "ray.py").write_text("raise ImportError('No module named ray')\n")
+    code = ("from tfrepro.bisect.executors import make_executor\n"
+            "try:\n    make_executor('ray')\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert out.stdout.startswith("UserError --executor ray needs Ray"), out.stderr
+    assert "pip install 'tfrepro[ray]'" in out.stdout
+
+
+def test_help_does_not_import_ray():
+    code = "import sys, tfrepro.cli, tfrepro.bisect.engine; print('ray' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert out.stdout.strip() == "False", out.stderr
