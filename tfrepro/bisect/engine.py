@@ -290,7 +290,7 @@ class _Bisection:
             stop = outcome.primary(self._shows(config, c) & _FAILURES)
             if stop != Verdict.OK:
                 return stop
-            mb, mc = b.median_step_time(), c.median_step_time()
+            mb, mc = outcome.timing_sample(b), outcome.timing_sample(c)
             if b.crashed or b.timed_out or b.nonfinite or mb is None or mc is None:
                 return Verdict.UNTESTABLE
             return mb, mc
@@ -412,7 +412,7 @@ class _Bisection:
         return Verdict.SLOWDOWN if got.verdict == Verdict.SLOWDOWN else None
 
     def _fastest(self, config: Config, repeats: Iterable[int]) -> float | None:
-        medians = [self.memo[(config, r)].median_step_time() for r in repeats]
+        medians = [outcome.timing_sample(self.memo[(config, r)]) for r in repeats]
         known = [m for m in medians if m is not None]
         return min(known) if known else None
 
