@@ -186,3 +186,19 @@ def test_a_non_timing_verdict_stops_the_comparison():
 
     out = sequential_slowdown(sample, 1.25, rng=random.Random(0))
     assert out.verdict == Verdict.CRASH and out.stopped == Verdict.CRASH
+
+
+def test_timing_sample_ignores_warmup_and_contended_steps():
+    from tfrepro.bisect.outcome import timing_sample
+
+    # warm-up 3 steps of tracing, then 1 ms steps, some stretched by another process
+    steps = (0.9, 0.5, 0.4) + (0.001,) * 12 + (0.008,) * 8
+    t = trial(step_times=steps)
+    assert timing_sample(t) == pytest.approx(0.001)
+    assert t.median_step_time() == pytest.approx(0.001)
+    contended = trial(step_times=(0.9, 0.5, 0.4) + (0.001,) * 8 + (0.008,) * 12)
+    assert contended.median_step_time() == pytest.approx(0.008)  # the median moved ...
+    assert timing_sample(contended) == pytest.approx(0.001)  # ... the fast steps did not
+    slower = trial(step_times=(0.9, 0.5, 0.4) + (0.0015,) * 20)
+    assert timing_sample(slower) / timing_sample(t) == pytest.approx(1.5)
+    assert timing_sample(trial(step_times=(0.9, 0.5, 0.4, 0.001))) is None
