@@ -352,3 +352,13 @@ def test_runner_error_becomes_status_error(tmp_path):
     p = make_project(tmp_path, FEATS)
     res = bisect(p, runner=broken)
     assert res.status == "error" and res.exit_code == 1 and res.to_dict()["error"] == "disk full"
+
+
+def test_wall_time_comes_from_the_injected_clock(tmp_path):
+    ticks = iter([100.0, 142.5])
+    p = make_project(tmp_path, FEATS)
+    doc = bisect(p, runner=FakeRunner(lambda cfg, r: {}), clock=lambda: next(ticks), run_id="fixed").to_dict()
+    assert doc["wall_s"] == 42.5 and doc["run_dir"].endswith("runs/fixed")
+    # the same id again gets a fresh directory, never overwrites a run
+    again = bisect(p, runner=FakeRunner(lambda cfg, r: {}), run_id="fixed").to_dict()
+    assert again["run_dir"].endswith("runs/fixed-2")
