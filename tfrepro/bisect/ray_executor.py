@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import socket
 import sys
 import tarfile
@@ -75,7 +76,10 @@ def run_shipped(base: bytes, rendered: dict[str, str], settings: dict[str, Any],
     result dict, the logs and where it ran."""
     from tfrepro.bisect import trial
 
-    with tempfile.TemporaryDirectory(prefix="tfrepro-ray-") as tmp:
+    parent = Path(tempfile.gettempdir()) / "tfrepro-ray"
+    parent.mkdir(exist_ok=True)
+    _sweep(parent)
+    with tempfile.TemporaryDirectory(prefix=f"{os.getpid()}-", dir=parent) as tmp:
         variant, trial_dir = Path(tmp) / "variant", Path(tmp) / "trial"
         with tarfile.open(fileobj=io.BytesIO(base), mode="r") as tar:
             tar.extractall(variant, members=_safe_members(tar))
@@ -89,6 +93,21 @@ def run_shipped(base: bytes, rendered: dict[str, str], settings: dict[str, Any],
         node = None
     return {"result": result.to_dict(), "logs": logs, "node": node, "host": socket.gethostname(),
             "pid": os.getpid()}
+
+
+def _sweep(parent: Path) -> None:
+    """Remove the temp dirs of workers that died in a trial (a lost worker
+    cannot clean up after itself); a dir is named after its worker's pid."""
+    for d in parent.iterdir():
+        pid = d.name.split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(d, ignore_errors=True)
+        except PermissionError:  # alive, someone else's
+            pass
 
 
 @ray.remote(max_retries=0, retry_exceptions=False)

@@ -1,0 +1,196 @@
+"""The Ray executor for real: a local Ray instance on 127.0.0.1 (one per module).
+
+The planted projects are tiny Python scripts printing `step=N loss=X` lines
+(a custom loop for the harness), so every trial is a real subprocess on a
+Ray worker without TensorFlow's start-up cost. What is checked is what a user
+would notice: the same answer (culprits, verdicts, first bad commit) as the
+local executor, a worker killed in the middle of a trial is retried once,
+and the results land in the project's trial cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'tfrepro[ray]'")
+
+from tfrepro.bisect.engine import BisectOptions, bisect  # noqa: E402
+from tfrepro.bisect.executors import TrialRequest  # noqa: E402
+from tfrepro.bisect.results import TrialSettings  # noqa: E402
+from tfrepro.project import Project  # noqa: E402
+
+pytestmark = pytest.mark.e2e
+REPO = Path(__file__).resolve().parents[1]
+
+# NaN only when fp16 and big_lr are both on: ablation finds no single
+# culprit, delta debugging finds the pair.
+FEATURES = """\
+lr, half = 0.1, False
+# tfrepro: feature warmup -- harmless
+# lr = 0.1
+# tfrepro: end
+# tfrepro: feature fp16 -- half of the NaN
+# half = True
+# tfrepro: end
+# tfrepro: feature big_lr -- the other half
+# lr = 3.0
+# tfrepro: end
+# tfrepro: feature logging -- harmless
+# verbose = True
+# tfrepro: end
+loss = 2.0
+for step in range(1, 9):
+    loss = float("nan") if half and lr > 1 and step >= 3 else loss * (1 - lr / 10)
+    print(f"step={step} loss={loss}", flush=True)
+"""
+MANIFEST = "[trial]\nsteps = 8\ntimeout_s = 60\n"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """One Ray instance for the module: 2 CPUs, a small object store, no dashboard."""
+    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,
+             _node_ip_address="127.0.0.1", log_to_driver=False,
+             _temp_dir=str(tmp_path_factory.mktemp("ray")))
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+
+
+def planted(dest: Path, script: str = FEATURES) -> Path:
+    dest.mkdir(parents=True)
+    (dest / "repro.py").write_text(script)
+    (dest / "tfrepro.toml").write_text(MANIFEST)
+    return dest
+
+
+def answer(doc: dict) -> dict:
+    """What must not depend on the executor: the answer and every trial's verdict."""
+    rows = sorted((tuple(r["enabled"]), r["role"], r["repeat"], r["verdict"], r["key"])
+                  for r in doc["trials_table"])
+    return {k: doc[k] for k in ("status", "symptom", "culprits", "culprit_config", "ablation")} | {"rows": rows}
+
+
+def test_feature_bisect_gives_the_local_answer_and_fills_the_same_cache(cluster, tmp_path):
+    from tfrepro.bisect.ray_executor import RayExecutor
+
+    local_p = Project.load(planted(tmp_path / "local"))
+    ray_p = Project.load(planted(tmp_path / "ray"))
+    local = bisect(local_p, BisectOptions(jobs=2, use_cache=False)).to_dict()
+    assert local["status"] == "found" and local["culprits"] == ["big_lr", "fp16"]
+
+    ex = RayExecutor()
+    assert ex.slots == 2 and not ex._owns  # joined the module's instance
+    remote = bisect(ray_p, BisectOptions(executor="ray", use_cache=False), executor=ex).to_dict()
+    assert answer(remote) == answer(local)
+    assert ex.attempts == remote["trials"]  # every trial was a task, none retried
+    run_dir = Path(remote["run_dir"]) if Path(remote["run_dir"]).is_absolute() else Path.cwd() / remote["run_dir"]
+    first = remote["trials_table"][0]
+    summary = json.loads((run_dir / first["summary"]).read_text())
+    assert summary["extra"]["executor"] == "ray" and summary["steps_run"] == 8
+    assert "step=8 loss=" in (run_dir / Path(first["summary"]).parent / "stdout.log").read_text()
+
+    # The ray run's results are in the project's cache: a local rerun runs nothing.
+    again = bisect(ray_p, BisectOptions(jobs=2)).to_dict()
+    assert answer(again) == answer(local)
+    assert again["cached_trials"] == again["trials"] == remote["trials"]
+
+
+KILLER = """\
+import os, signal
+attempt = os.environ.get("TFREPRO_RAY_ATTEMPT")
+with open({log!r}, "a") as f:
+    f.write(f"{{attempt}}\\n")
+kill = attempt == "0"
+# tfrepro: feature always -- every attempt kills its worker
+# kill = True
+# tfrepro: end
+if kill:
+    os.kill(os.getppid(), signal.SIGKILL)  # the Ray worker running this trial
+    os._exit(0)
+for step in range(1, 4):
+    print(f"step={{step}} loss={{1.0 / step}}", flush=True)
+"""
+
+
+def test_a_worker_killed_mid_trial_is_retried_once_then_could_not_run(cluster, tmp_path):
+    from tfrepro.bisect.ray_executor import RayExecutor
+
+    log = tmp_path / "attempts.log"
+    p = Project.load(planted(tmp_path / "proj", KILLER.format(log=str(log))))
+    ex = RayExecutor()
+    settings = TrialSettings(steps=3, timeout_s=60)
+
+    r = ex.run_one(p, TrialRequest((), settings))
+    assert log.read_text() == "0\n1\n"  # killed on the first attempt, run again
+    assert not r.could_not_run and not r.crashed and r.steps_run == 3 and r.extra["attempts"] == 2
+    assert (p.state_dir / "cache" / f"{r.key}.json").is_file()
+    hit = ex.run_one(p, TrialRequest((), settings))
+    assert hit.cached and log.read_text() == "0\n1\n"
+
+    lost = ex.run_one(p, TrialRequest(("always",), settings))
+    assert log.read_text() == "0\n1\n0\n1\n"  # two attempts, no third
+    assert lost.could_not_run and "2 attempts lost" in lost.error and "WorkerCrashedError" in lost.error
+    assert not (p.state_dir / "cache" / f"{lost.key}.json").exists()  # never cached
+    ex.run_one(p, TrialRequest(("always",), TrialSettings(steps=2, timeout_s=60)))  # sweeps on the way
+    alive = [d for d in (Path(tempfile.gettempdir()) / "tfrepro-ray").iterdir()]
+    assert len(alive) <= 1  # the dead workers' temp dirs were removed (the last killed one may remain)
+
+
+def test_cli_joins_an_existing_cluster_by_address(cluster, tmp_path):
+    proj = planted(tmp_path / "proj")
+    code = "import sys; from tfrepro.cli import main; sys.argv[0] = 'tfrepro'; main()"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    out = subprocess.run([sys.executable, "-c", code, "bisect", "--executor", "ray", "--address", cluster,
+                          "--json", str(proj)], capture_output=True, text=True, env=env, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    doc = json.loads(out.stdout)
+    assert doc["culprits"] == ["big_lr", "fp16"]
+    assert f"ray: joining the cluster at {cluster}" in out.stderr
+    cached = [json.loads(f.read_text()) for f in (proj / ".tfrepro" / "cache").glob("*.json")]
+    assert len(cached) == doc["trials"] and all(c["extra"]["executor"] == "ray" for c in cached)
+
+
+def test_commit_bisect_gives_the_local_answer(cluster, tmp_path, monkeypatch):
+    from gitrepo import GitRepo, isolated_git_env
+    from test_commits_e2e import FIRST_BAD, build
+
+    from tfrepro.bisect.commits import bisect_commits
+    from tfrepro.bisect.ray_executor import RayExecutor
+
+    isolated_git_env(tmp_path / "home", monkeypatch)
+    repo = GitRepo.init(tmp_path / "repo", tmp_path / "home")
+    shas = build(repo, sleep=0)
+    proj = repo.root / "proj"
+
+    def same(doc: dict) -> dict:
+        return {"status": doc["status"], "first_bad_commit": doc["first_bad_commit"],
+                "tried": [(t["sha"], t["verdict"]) for t in doc["tried"]]}
+
+    local = bisect_commits(proj, shas[0], "main", use_cache=False)
+    assert local["first_bad_commit"] == shas[FIRST_BAD]
+    remote = bisect_commits(proj, shas[0], "main", use_cache=False, executor=RayExecutor())
+    assert same(remote) == same(local)
+    again = bisect_commits(proj, shas[0], "main")  # local, from the cache the ray run wrote
+    assert same(again) == same(local) and again["cached_trials"] == again["trials"]
+
+
+def test_state_dir_leftovers_are_only_trial_dirs(cluster, tmp_path):
+    """Sanity of the layout a ray run leaves: trial dirs hold the logs, no variant copies."""
+    from tfrepro.bisect.ray_executor import RayExecutor
+
+    p = Project.load(planted(tmp_path / "proj"))
+    r = RayExecutor().run_one(p, TrialRequest(("fp16",), TrialSettings(steps=8, timeout_s=60)))
+    trial_dir = Path(r.log_dir)
+    assert trial_dir.parent == p.state_dir / "trials"
+    assert sorted(x.name for x in trial_dir.iterdir()) == ["stderr.log", "stdout.log"]
+    shutil.rmtree(p.state_dir)
