@@ -194,3 +194,42 @@ def test_state_dir_leftovers_are_only_trial_dirs(cluster, tmp_path):
     assert trial_dir.parent == p.state_dir / "trials"
     assert sorted(x.name for x in trial_dir.iterdir()) == ["stderr.log", "stdout.log"]
     shutil.rmtree(p.state_dir)
+
+
+SLOW = """\
+import time
+pause = 0.004
+# tfrepro: feature a -- harmless
+# x = 1
+# tfrepro: end
+# tfrepro: feature slow -- triples the step time
+# pause = 0.012
+# tfrepro: end
+# tfrepro: feature c -- harmless
+# y = 2
+# tfrepro: end
+loss = 2.0
+for step in range(1, 13):
+    time.sleep(pause)
+    loss *= 0.9
+    print(f"step={step} loss={loss}", flush=True)
+"""
+
+
+def test_slowdown_timing_trials_run_alone_on_one_node(cluster, tmp_path):
+    from tfrepro.bisect.ray_executor import RayExecutor
+
+    root = planted(tmp_path / "proj", SLOW)
+    (root / "tfrepro.toml").write_text("[trial]\nsteps = 12\ntimeout_s = 60\n")
+    ex = RayExecutor()
+    doc = bisect(Project.load(root), BisectOptions(executor="ray"), executor=ex).to_dict()
+    assert (doc["status"], doc["symptom"], doc["culprits"]) == ("found", "slowdown", ["slow"])
+    assert doc["timing"]["ratio"] > 1.8
+    node, cpus = ex._timing_node
+    opts = ex._options(True)
+    assert opts["num_cpus"] == cpus == 2  # the whole node: nothing else runs beside a timing trial
+    assert opts["scheduling_strategy"].node_id == node and opts["scheduling_strategy"].soft is False
+    run_dir = Path(doc["run_dir"]) if Path(doc["run_dir"]).is_absolute() else Path.cwd() / doc["run_dir"]
+    timed = [json.loads((run_dir / r["summary"]).read_text()) for r in doc["trials_table"]
+             if r["role"].startswith("timing")]
+    assert len(timed) >= 6 and {t["extra"]["node"] for t in timed} == {node}
