@@ -56,10 +56,11 @@ MANIFEST = "[trial]\nsteps = 8\ntimeout_s = 60\n"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    """One Ray instance for the module: 2 CPUs, a small object store, no dashboard."""
+    """One Ray instance for the module: 2 CPUs, a small object store, no dashboard.
+    It lives on this machine only; Ray advertises the host's address rather
+    than 127.0.0.1 (`ray.init` maps a loopback `_node_ip_address` to it)."""
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,
-             _node_ip_address="127.0.0.1", log_to_driver=False,
-             _temp_dir=str(tmp_path_factory.mktemp("ray")))
+             log_to_driver=False, _temp_dir=str(tmp_path_factory.mktemp("ray")))
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
