@@ -147,6 +147,9 @@ class RayExecutor(Executor):
             if address:
                 log(f"ray: joining the cluster at {address}")
                 ray.init(address=address, **kw)
+            elif os.environ.get("RAY_ADDRESS"):
+                log(f"ray: joining the cluster at {os.environ['RAY_ADDRESS']} (RAY_ADDRESS)")
+                ray.init(**kw)
             else:
                 log("ray: no --address given, starting a local Ray instance on this machine")
                 ray.init(include_dashboard=False, **kw)
