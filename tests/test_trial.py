@@ -337,3 +337,30 @@ def test_cli_run_exit_codes(tmp_path):
     assert res.exit_code == 2 and "unknown feature: nope" in res.output
     res = CliRunner().invoke(main, ["run", str(tmp_path / "p"), "--all", "--none"])
     assert res.exit_code == 2
+
+
+def test_a_trial_whose_tfrepro_parent_is_killed_dies_with_it(tmp_path):
+    # `tfrepro run` killed with SIGKILL cannot clean up: the trial notices its
+    # parent is gone and kills its own process group (grandchild included).
+    import subprocess
+
+    p = hang_project(tmp_path, timeout=120)
+    parent = subprocess.Popen([sys.executable, "-m", "tfrepro", "run", str(p.root), "--no-cache"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    pid_files: list[Path] = []
+    while time.monotonic() < deadline and not pid_files:
+        pid_files = list((p.state_dir / "trials").glob("*/variant/grandchild.pid"))
+        time.sleep(0.1)
+    assert pid_files, "the trial never started"
+    time.sleep(0.3)
+    grandchild = int(pid_files[0].read_text())
+    parent.kill()
+    parent.wait()
+    assert _gone(grandchild, within=10)
+
+
+def test_the_state_dir_is_invisible_to_git(tmp_path):
+    p = make_project(tmp_path / "p")
+    run_trial(p, [], settings_of(p))
+    assert (p.state_dir / ".gitignore").read_text().splitlines()[-1] == "*"

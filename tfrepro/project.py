@@ -34,6 +34,20 @@ EXCLUDED_DIRS = frozenset(
 LINK_ABOVE_BYTES = 16 * 1024 * 1024
 
 
+def ensure_state_dir(state: Path) -> Path:
+    """Create a state directory (`<project>/.tfrepro`) invisible to `git status`.
+
+    A `.gitignore` holding `*` hides the directory and itself (as pytest does
+    for `.pytest_cache`), so the user's `git status` stays byte-for-byte the
+    same. An existing directory is left as it is.
+    """
+    state = Path(state)
+    if not state.exists():
+        state.mkdir(parents=True, exist_ok=True)
+        (state / ".gitignore").write_text("# created by tfrepro\n*\n")
+    return state
+
+
 @dataclass(frozen=True)
 class FeatureConfig:
     affects_loss: bool = False

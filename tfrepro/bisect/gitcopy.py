@@ -203,17 +203,10 @@ def materialize(repo_root: Path, sha: str, relpath: str, dest: Path) -> Path:
 
 
 def ensure_state_dir(project_root: Path) -> Path:
-    """`<project>/.tfrepro`, created invisible to `git status` when new.
+    """`<project>/.tfrepro`, created invisible to `git status` when new."""
+    from tfrepro.project import ensure_state_dir as ensure
 
-    A `.gitignore` holding `*` hides the directory and itself (as pytest does
-    for `.pytest_cache`), so the user's `git status` stays byte-for-byte the
-    same. An existing state directory is left as it is.
-    """
-    state = project_root / STATE_DIR_NAME
-    if not state.exists():
-        state.mkdir(parents=True)
-        (state / ".gitignore").write_text("# created by tfrepro\n*\n")
-    return state
+    return ensure(project_root / STATE_DIR_NAME)
 
 
 def _pid_alive(pid: int) -> bool:

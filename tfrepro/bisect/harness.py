@@ -406,6 +406,25 @@ def _excepthook(orig):
     return hook
 
 
+def _watch_parent() -> None:
+    """Die with the tfrepro process that started us. A parent killed with
+    SIGKILL cannot kill our session itself, and an orphaned trial would train
+    on for nothing (and hold a core a resumed bisect needs). The trial runs in
+    its own session, so killing our process group takes grandchildren too."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.5)
+            if os.getppid() != parent:
+                try:
+                    os.killpg(os.getpgrp(), 9)
+                finally:
+                    os._exit(137)
+
+    threading.Thread(target=watch, name="tfrepro-parent-watch", daemon=True).start()
+
+
 def activate(config_path: str) -> None:
     """Install everything; called once, from sitecustomize, before the script."""
     global S
@@ -415,6 +434,8 @@ def activate(config_path: str) -> None:
         import random
 
         random.seed(int(S.config.get("seed", 0)))
+    if os.getpgrp() == os.getpid():  # only when we lead our own group (as run_trial starts us)
+        _watch_parent()
     sys.excepthook = _excepthook(sys.excepthook)
     atexit.register(finish)
     sys.stdout = _StdoutTap(sys.stdout)

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfrepro.bisect import harness
 from tfrepro.bisect.results import TrialResult, TrialSettings
+from tfrepro.project import ensure_state_dir
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
@@ -129,7 +130,7 @@ def run_trial(project: "Project", enabled: Iterable[str], settings: TrialSetting
         hit = load_cached(cache_file)
         if hit is not None:
             return replace(hit, enabled=enabled_t, label=label, cached=True)
-    trials = state / "trials"
+    trials = ensure_state_dir(state) / "trials"
     trials.mkdir(parents=True, exist_ok=True)
     trial_dir = Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=trials))
     project.write_variant(enabled_t, trial_dir / "variant")
