@@ -315,7 +315,7 @@ def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project):
     check_issue_fields(issue)
     assert "becomes NaN/Inf at step 2" in issue
     assert '+keras.mixed_precision.set_global_policy("mixed_float16")' in issue
-    assert "reproduced **yes**" in issue
+    assert "reproduced **yes**" in issue and "it needs only TensorFlow and NumPy." in issue
     assert (b.out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (b.out / "steps.png").exists()
     runs = sorted(d.name for d in (b.out / "tensorboard").iterdir())
@@ -478,3 +478,12 @@ def test_cli_md_summary_names_the_bundle(project, monkeypatch):
     assert "reproduced: not checked (--no-rerun)" in r.output
     assert "  repro.py: the minimal failing script (features on: mixed_precision)" in r.output
     assert "# NaN/Inf loss with mixed_precision (TensorFlow 9.9.9)" in (out / "ISSUE.md").read_text()
+
+
+def test_imports_beyond_tensorflow_and_numpy_are_named():
+    from tfrepro.report.scan import extra_imports
+
+    files = {"repro.py": "import os\nimport numpy as np\nimport tensorflow as tf\nfrom keras import ops\n"
+                         "import pandas as pd\nfrom tfrepro.features import parse\nimport helpers\n",
+             "helpers.py": "from sklearn.metrics import f1_score\n"}
+    assert extra_imports(files) == ["pandas", "sklearn", "tfrepro"]

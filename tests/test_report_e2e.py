@@ -192,6 +192,7 @@ def test_bundle_holds_everything_the_issue_form_asks(reported):
 
     assert md.version("tensorflow") in issue and md.version("keras") in issue
     assert "reproduced **yes**" in issue, doc["reproduction"]
+    assert "it needs only TensorFlow and NumPy." in issue
     assert "tfrepro:" not in (bundle / "repro.py").read_text()
 
 

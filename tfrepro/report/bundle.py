@@ -32,7 +32,7 @@ from tfrepro.bisect.results import TrialSettings
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report.rerun import Reproduction, Runner
-from tfrepro.report.scan import merge_runtime, merge_trial_setup, scan_setup
+from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, redacted_names
 
 RUNS = Path(".tfrepro") / "runs"
@@ -257,6 +257,7 @@ def build_report(
         "reproduction": reproduction.to_dict() if reproduction else None,
         "localization": ({**loc.to_dict(), "headline": loc.headline()} if loc else None),
         "repro": {"entry": ENTRY, "files": sorted(cand_files), "code": cand_files[ENTRY],
+                  "extra_imports": extra_imports(cand_files),
                   "reference": ref_name, "diff": diff,
                   "command": " ".join(["python", *rerun_settings.command[1:]]) if rerun_settings.command
                   else f"python {ENTRY}"},

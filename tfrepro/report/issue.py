@@ -234,7 +234,11 @@ def render_issue(doc: dict[str, Any]) -> str:
     if extra_files:
         out.append("The script imports these files, also in the bundle: " + ", ".join(f"`{f}`" for f in extra_files) + ".")
         out.append("")
-    out.append(f"Run it with `{repro.get('command') or 'python repro.py'}`: it needs only TensorFlow and NumPy.")
+    extra = repro.get("extra_imports") or []
+    needs = ("it needs only TensorFlow and NumPy." if not extra else
+             "besides TensorFlow and NumPy it imports " + ", ".join(f"`{x}`" for x in extra)
+             + " (a maintainer will ask for a script without them).")
+    out.append(f"Run it with `{repro.get('command') or 'python repro.py'}`: {needs}")
     out.append("")
     if rep:
         verdict = {True: "**yes**", False: "**no**", None: "**undecided**"}[rep.get("reproduced")]

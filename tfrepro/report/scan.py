@@ -108,3 +108,35 @@ def merge_trial_setup(setup: dict[str, Any], facts: dict[str, Any] | None) -> di
     if facts.get("run_functions_eagerly"):
         out["eager"] = "tf.config.run_functions_eagerly(True) (observed at run time)"
     return out
+
+
+# What a TensorFlow bug report may assume is installed.
+_ALLOWED_PACKAGES = frozenset({"tensorflow", "keras", "tf_keras", "numpy"})
+
+
+def extra_imports(files: dict[str, str]) -> list[str]:
+    """Top-level packages the exported scripts import beyond the standard
+    library, TensorFlow/Keras, NumPy and the bundle's own modules (sorted).
+    A repro for the issue tracker should need none; `tfrepro` least of all."""
+    import ast
+    import sys
+
+    local = {rel[:-3].replace("/", ".").split(".")[0] for rel in files if rel.endswith(".py")}
+    found: set[str] = set()
+    for text in files.values():
+        try:
+            tree = ast.parse(text)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top not in sys.stdlib_module_names and top not in _ALLOWED_PACKAGES and top not in local:
+                    found.add(top)
+    return sorted(found)
