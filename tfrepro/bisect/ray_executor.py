@@ -82,7 +82,9 @@ def run_shipped(base: bytes, rendered: dict[str, str], settings: dict[str, Any],
     with tempfile.TemporaryDirectory(prefix=f"{os.getpid()}-", dir=parent) as tmp:
         variant, trial_dir = Path(tmp) / "variant", Path(tmp) / "trial"
         with tarfile.open(fileobj=io.BytesIO(base), mode="r") as tar:
-            tar.extractall(variant, members=_safe_members(tar))
+            # The "data" filter (Python >= 3.11.4) also refuses links and devices.
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            tar.extractall(variant, members=_safe_members(tar), **safe)
         for rel, text in rendered.items():
             (variant / rel).write_text(text, encoding="utf-8", newline="")
         result = trial.run_variant(variant, TrialSettings.from_dict(settings), trial_dir, env=env)
