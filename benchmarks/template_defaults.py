@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import random
-import statistics
 import sys
 import tempfile
 from pathlib import Path

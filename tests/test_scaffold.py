@@ -22,7 +22,6 @@ from tfrepro.errors import TfreproError, UserError
 from tfrepro.project import Project
 from tfrepro.scaffold.generate import new_project
 from tfrepro.scaffold.templates import PACKAGED_TEMPLATES, available_templates, ensure_template_repo
-from tfrepro.scaffold.update import update_project
 
 CATALOG = [
     "mixed_precision", "mirrored_strategy", "xla", "eager_debugging", "prefetch", "parallel_map", "cache",
