@@ -362,3 +362,21 @@ def test_wall_time_comes_from_the_injected_clock(tmp_path):
     # the same id again gets a fresh directory, never overwrites a run
     again = bisect(p, runner=FakeRunner(lambda cfg, r: {}), run_id="fixed").to_dict()
     assert again["run_dir"].endswith("runs/fixed-2")
+
+
+def test_cli_bad_input_exits_2_before_any_trial(tmp_path):
+    from click.testing import CliRunner
+
+    from tfrepro.cli import main
+
+    p = make_project(tmp_path, [])
+    res = CliRunner().invoke(main, ["bisect", "--json", str(p.root)])
+    assert res.exit_code == 2 and "no feature blocks to bisect" in res.output
+    assert not (p.root / ".tfrepro").exists()
+    res = CliRunner().invoke(main, ["bisect", "--strategy", "bogus", str(p.root)])
+    assert res.exit_code == 2
+    p2 = make_project(tmp_path / "b", FEATS, steps=4)
+    res = CliRunner().invoke(main, ["bisect", "--symptom", "slowdown", str(p2.root)])
+    assert res.exit_code == 2 and "--steps 13" in res.output
+    for cmd in ("bisect", "demo"):
+        assert CliRunner().invoke(main, [cmd, "--help"]).exit_code == 0
