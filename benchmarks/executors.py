@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         if not (EXAMPLES / n / "expected.json").is_file():
             ap.error(f"unknown example {n!r}")
 
+    from tfrepro.bisect.executors import keep_ray_on_loopback
+
+    keep_ray_on_loopback()
     import ray
 
     print(f"# executors benchmark, {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")

@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pytest
 
+from tfrepro.bisect.executors import keep_ray_on_loopback  # noqa: E402
+
+keep_ray_on_loopback()  # the test instance binds and advertises 127.0.0.1 only
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'tfrepro[ray]'")
 
 from tfrepro.bisect.engine import BisectOptions, bisect  # noqa: E402
@@ -57,8 +60,7 @@ MANIFEST = "[trial]\nsteps = 8\ntimeout_s = 60\n"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     """One Ray instance for the module: 2 CPUs, a small object store, no dashboard.
-    It lives on this machine only; Ray advertises the host's address rather
-    than 127.0.0.1 (`ray.init` maps a loopback `_node_ip_address` to it)."""
+    It binds and advertises 127.0.0.1 only (see `keep_ray_on_loopback`)."""
     ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,
              log_to_driver=False, _temp_dir=str(tmp_path_factory.mktemp("ray")))
     try:
@@ -234,3 +236,9 @@ def test_slowdown_timing_trials_run_alone_on_one_node(cluster, tmp_path):
     timed = [json.loads((run_dir / r["summary"]).read_text()) for r in doc["trials_table"]
              if r["role"].startswith("timing")]
     assert len(timed) >= 6 and {t["extra"]["node"] for t in timed} == {node}
+
+
+def test_the_local_instance_lives_on_loopback(cluster):
+    # A Ray instance tfrepro starts has no business on the network.
+    assert cluster.startswith("127.0.0.1:")
+    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}

@@ -27,6 +27,7 @@ import os
 import queue
 import shutil
 import subprocess
+import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
@@ -259,6 +260,16 @@ class LocalExecutor(Executor):
         return f"local ({self.slots} at a time{gpus})"
 
 
+def keep_ray_on_loopback() -> None:
+    """Make a Ray instance started by this process bind and advertise
+    127.0.0.1 instead of the host's address: a local instance has no business
+    on the network. Ray reads the switch when it is first imported, so this
+    must run before `import ray`; it is not set when joining a cluster, whose
+    workers must reach the driver's address."""
+    if "ray" not in sys.modules:
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+
 def make_executor(name: str = "local", *, jobs: int = 1, address: str | None = None,
                   runner: Runner | None = None, log: Callable[[str], None] | None = None) -> Executor:
     """The executor the user asked for (`--executor`, `--jobs`, `--address`)."""
@@ -267,6 +278,8 @@ def make_executor(name: str = "local", *, jobs: int = 1, address: str | None = N
             raise UserError("--address needs --executor ray", hint="add --executor ray")
         return LocalExecutor(jobs, runner=runner)
     if name == "ray":
+        if not address and not os.environ.get("RAY_ADDRESS"):
+            keep_ray_on_loopback()
         try:
             from tfrepro.bisect.ray_executor import RayExecutor
         except ImportError as e:
