@@ -7,11 +7,16 @@ Two questions live here, kept apart because they need different evidence:
   with the reference, the same configuration with only its `affects_loss`
   features on (the baseline when it has none).
 - `decide_slowdown` / `sequential_slowdown`: a slowdown is never read off one
-  trial. It takes interleaved repeated runs of baseline and candidate, a ratio
-  of medians at or above the `slowdown` threshold *and* a significant rank test;
-  when the evidence is inconclusive the sequential policy asks for another
-  pair, up to a budget, and at the budget it says "no slowdown (inconclusive)"
-  rather than guess.
+  trial. It takes interleaved repeated runs of baseline and candidate (one
+  timing sample per trial, see `timing_sample`), a ratio of their medians at
+  or above the `slowdown` threshold *and* a significant one-sided rank test
+  (Mann-Whitney by exact permutation) of the candidate scaled down by
+  sqrt(threshold) against the baseline; when the evidence is inconclusive the
+  sequential policy asks for another pair, up to a budget, and at the budget
+  it says "no slowdown (inconclusive)" rather than guess. Measured on fakes
+  (lognormal noise, 10% of trials doubled by contention): a 1.5x slowdown is
+  found in ~95% of runs with 8% noise, an A/A comparison reports a slowdown
+  in ~0.3% (10% noise) to ~1% (15% noise) of runs.
 
 Nothing here sleeps, reads a clock or starts a process: randomness comes from
 an injected `random.Random`, samples from an injected function.
