@@ -36,6 +36,8 @@ called, where `ctx` offers
   ctx.add_fit_hook(fn)     fn(model, args, kwargs) just before each Model.fit
   ctx.add_end_hook(fn)     fn(models) at the end (also after a step-cap stop),
                            models = the Keras models created during the trial
+  ctx.after_import(name, fn)  fn(module) right after the script imports the
+                           top-level module `name` (e.g. "tensorflow")
 A plugin that raises is recorded in extra["harness_errors"]; it never fails
 the trial.
 """
@@ -266,16 +268,22 @@ class _HookLoader:
 
 
 class _PostImportFinder:
-    """Runs a hook right after a watched top-level module finishes importing."""
+    """Runs hooks right after a watched top-level module finishes importing."""
 
     def __init__(self, hooks: dict) -> None:
-        self._hooks = dict(hooks)
+        self._hooks = {name: [fn] for name, fn in hooks.items()}
+
+    def add(self, fullname: str, hook) -> None:
+        """Watch one more module; a module imported already gets the hook now."""
+        if fullname in sys.modules:
+            hook(sys.modules[fullname])
+        else:
+            self._hooks.setdefault(fullname, []).append(hook)
 
     def find_spec(self, fullname, path=None, target=None):
         # A mere importlib.util.find_spec (TensorFlow probes for keras) also
-        # lands here: the hook is consumed when the module executes, not now.
-        hook = self._hooks.get(fullname)
-        if hook is None:
+        # lands here: the hooks are consumed when the module executes, not now.
+        if fullname not in self._hooks:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -289,11 +297,16 @@ class _PostImportFinder:
 
     def _consume(self, fullname):
         def run(module):
-            hook = self._hooks.pop(fullname, None)
-            if hook is not None:
-                hook(module)
+            for hook in self._hooks.pop(fullname, []):
+                try:
+                    hook(module)
+                except Exception:
+                    note_error(f"post-import hook for {fullname}")
 
         return run
+
+
+_FINDER: _PostImportFinder | None = None
 
 
 # -- plugins ----------------------------------------------------------------------
@@ -315,6 +328,11 @@ class PluginContext:
 
     def add_end_hook(self, fn) -> None:
         S.end_hooks.append(fn)
+
+    def after_import(self, module_name: str, fn) -> None:
+        """fn(module) right after the script imports `module_name` (a
+        top-level name such as "tensorflow"), or now if it is imported."""
+        _FINDER.add(module_name, fn)
 
 
 def _load_plugins(paths, options) -> None:
@@ -439,6 +457,8 @@ def activate(config_path: str) -> None:
     sys.excepthook = _excepthook(sys.excepthook)
     atexit.register(finish)
     sys.stdout = _StdoutTap(sys.stdout)
-    sys.meta_path.insert(0, _PostImportFinder(_HOOKS))
+    global _FINDER
+    _FINDER = _PostImportFinder(_HOOKS)
+    sys.meta_path.insert(0, _FINDER)
     if S.config.get("plugins"):
         _load_plugins(S.config["plugins"], S.config.get("plugin_options"))

@@ -434,47 +434,6 @@ class _Probes:
         self.ctx.record("check.env", env)
 
 
-# -- post-import hook ------------------------------------------------------------
-
-
-class _HookLoader:
-    def __init__(self, loader, hook) -> None:
-        self._loader = loader
-        self._hook = hook
-
-    def create_module(self, spec):
-        create = getattr(self._loader, "create_module", None)
-        return create(spec) if create else None
-
-    def exec_module(self, module):
-        self._loader.exec_module(module)
-        self._hook(module)
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
-
-
-class _AfterImport:
-    """Calls a hook right after a watched top-level module finishes importing."""
-
-    def __init__(self, hooks: dict) -> None:
-        self._hooks = dict(hooks)
-
-    def find_spec(self, fullname, path=None, target=None):
-        hook = self._hooks.pop(fullname, None)
-        if hook is None:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _HookLoader(spec.loader, hook)
-                return spec
-        return None
-
-
 def install(ctx) -> None:
     """The harness's plugin entry point (see harness.py)."""
     probes = _Probes(ctx)
@@ -485,9 +444,7 @@ def install(ctx) -> None:
     hooks = {"tensorflow": guarded("tensorflow patches", probes.on_tensorflow),
              "keras": guarded("keras patches", probes.on_keras),
              "tf_keras": guarded("tf_keras patches", probes.on_keras)}
-    for name in list(hooks):
-        if name in sys.modules:  # imported already (not the case under the harness)
-            hooks.pop(name)(sys.modules[name])
-    sys.meta_path.insert(0, _AfterImport(hooks))
+    for name, hook in hooks.items():
+        ctx.after_import(name, hook)
     ctx.add_fit_hook(lambda model, args, kwargs: probes._guard("fit probe", probes.on_fit, model, args, kwargs))
     ctx.add_end_hook(lambda models: probes._guard("end probe", probes.on_end, models))
