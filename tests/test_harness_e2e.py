@@ -164,3 +164,26 @@ def test_running_mean_recovery_when_no_loss_tracker_is_fed(trial):
     r = trial("custom_train_step", env={"SCENARIO": "fallback"})
     assert r.extra["fit_loss_source"] == "running_mean" and r.steps_run == 10
     assert_close(r.losses, own_losses(r), rel=1e-5)  # float32 running means: not exact
+
+
+XLA_SCRIPT = """\
+import numpy as np
+import keras
+x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+model.compile(optimizer="sgd", loss="mse", jit_compile=True)
+model.fit(x, y, batch_size=16, epochs=2, verbose=0)
+"""
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_xla_dropped_by_keras_under_determinism_is_reported(tmp_path, deterministic):
+    # Keras 3 turns jit_compile=True off under op determinism (which the
+    # harness enables): the trial must say its XLA feature did not run.
+    (tmp_path / "repro.py").write_text(XLA_SCRIPT)
+    (tmp_path / "tfrepro.toml").write_text(f"[trial]\nsteps = 5\ndeterministic = {str(deterministic).lower()}\n")
+    r = run_trial(Project.load(tmp_path), [], Project.load(tmp_path).manifest.trial)
+    assert r.mode == "fit" and len(r.losses) == 5
+    warned = any("jit_compile" in w for w in r.extra.get("warnings", []))
+    assert warned is deterministic

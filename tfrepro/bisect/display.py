@@ -123,6 +123,7 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
             lines.append(f"  the search ended on: {', '.join(doc['suspects'])}")
     else:
         lines.append(f"{status}: {doc.get('error') or ''}".rstrip())
+    lines.extend(f"warning: {w}" for w in doc.get("warnings") or [])
     lines.append(f"{doc['trials']} trials ({sum(1 for r in doc.get('trials_table') or [] if r['cached'])} "
                  f"from cache), {doc['wall_s']:.1f} s; run: {doc['run_dir']}")
     return lines

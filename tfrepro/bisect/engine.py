@@ -503,6 +503,8 @@ class _Bisection:
             "timing": timing,
             "version": __version__,
             "error": error,
+            # What trials said about themselves (e.g. XLA dropped under determinism).
+            "warnings": sorted({w for r in self.records for w in r.result.extra.get("warnings", [])}),
         }
         data.update(extra or {})
         (self.run_dir / "result.json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")

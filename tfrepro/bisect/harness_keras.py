@@ -226,6 +226,27 @@ def _patch_init(cls) -> None:
     cls.__init__ = __init__
 
 
+JIT_DROPPED = ("Keras ignored jit_compile=True: op determinism is on (deterministic = true), so "
+               "this trial ran without XLA; set deterministic = false in tfrepro.toml to test XLA")
+
+
+def _patch_compile(cls) -> None:
+    """Keras 3 quietly drops `jit_compile=True` under op determinism, which
+    the harness turns on: an XLA feature would then be a no-op in every trial.
+    Say so in the result rather than let a bisect blame or clear XLA wrongly."""
+    orig = cls.compile
+
+    def compile(self, *args, **kwargs):
+        out = orig(self, *args, **kwargs)
+        if kwargs.get("jit_compile") is True and getattr(self, "jit_compile", None) is False:
+            warnings = H.S.extra.setdefault("warnings", [])
+            if JIT_DROPPED not in warnings:
+                warnings.append(JIT_DROPPED)
+        return out
+
+    cls.compile = compile
+
+
 def on_keras(keras) -> None:
     if keras.backend.backend() != "tensorflow":
         H.S.errors.append(f"keras backend {keras.backend.backend()!r} is not measured")
@@ -235,6 +256,7 @@ def on_keras(keras) -> None:
 
     _patch_trainer(TensorFlowTrainer, keras.callbacks.Callback, "keras", distributed_sum=False)
     _patch_init(Trainer)
+    _patch_compile(Trainer)
     if H.S.config.get("deterministic"):
         keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
 

@@ -349,6 +349,7 @@ def describe(result: TrialResult) -> list[str]:
         lines.append(f"median step time: {median * 1000:.3g} ms (steps {WARMUP_STEPS + 1}-{len(result.step_times)})")
     elif result.step_times:
         lines.append("median step time: too few steps past the warm-up")
+    lines.extend(f"warning: {w}" for w in result.extra.get("warnings", []))
     if result.log_dir:
         lines.append(f"logs: {result.log_dir}")
     return lines
