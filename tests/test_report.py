@@ -487,3 +487,14 @@ def test_imports_beyond_tensorflow_and_numpy_are_named():
                          "import pandas as pd\nfrom tfrepro.features import parse\nimport helpers\n",
              "helpers.py": "from sklearn.metrics import f1_score\n"}
     assert extra_imports(files) == ["pandas", "sklearn", "tfrepro"]
+
+
+def test_a_moved_project_is_reported_from_where_its_run_now_lives(project, tmp_path):
+    # The run records the project's absolute path; after a move (or a copy of
+    # a bisect suite's run) the project that holds the run dir is the truth.
+    run = make_run(project, "nan", ["mixed_precision"])
+    moved = project.parent / "moved"
+    project.rename(moved)
+    b = build(moved / ".tfrepro" / "runs" / run.name, ScriptedRunner())
+    assert b.reproduced is True
+    assert "mixed_float16" in (b.out / "repro.py").read_text()

@@ -164,7 +164,13 @@ def build_report(
             hint="report a run whose status is 'found' (or 'baseline-fails')",
         )
     symptom = result.get("symptom") or "nan"
-    project_root = Path(result.get("project") or run_dir.parent.parent.parent)
+    # The run dir sits in <project>/.tfrepro/runs/<id>: that project is the one
+    # to report, even when it was moved or copied since the bisect recorded it.
+    in_project = run_dir.resolve().parent.parent
+    if in_project.name == ".tfrepro" or not result.get("project"):
+        project_root = in_project.parent
+    else:
+        project_root = Path(result["project"])
     project = Project.load(project_root)
     settings = TrialSettings.from_dict(result.get("settings") or {}) if result.get("settings") else project.manifest.trial
     symptoms = project.manifest.symptoms
