@@ -16,13 +16,13 @@ def planted(first_bad: int, untestable: frozenset[int] = frozenset()):
     """A test over integer items: bad from `first_bad` on, skips in `untestable`."""
     calls: list[int] = []
 
-    def test(i: int) -> Mark:
+    def fake(i: int) -> Mark:
         calls.append(i)
         if i in untestable:
             return Mark.SKIP
         return Mark.BAD if i >= first_bad else Mark.GOOD
 
-    return test, calls
+    return fake, calls
 
 
 def test_finds_first_bad_in_log2_trials():

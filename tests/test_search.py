@@ -19,10 +19,10 @@ def planted(*culprit_sets: set[str], verdict: Verdict = NAN):
     """A fake test: a config fails when it contains any planted set."""
     sets = [frozenset(s) for s in culprit_sets]
 
-    def test_batch(configs):
+    def fake_batch(configs):
         return [verdict if any(s <= c for s in sets) else Verdict.OK for c in configs]
 
-    return test_batch
+    return fake_batch
 
 
 def names(n: int) -> list[str]:
