@@ -14,7 +14,7 @@ import re
 import shutil
 import tomllib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -221,8 +221,7 @@ class Project:
         else:
             text, manifest = "", Manifest()
         if entry_override and manifest.trial.command is None:
-            manifest = Manifest(trial=_replace(manifest.trial, entry=entry_override), repeats=manifest.repeats,
-                                symptoms=manifest.symptoms, features=manifest.features, path=manifest.path)
+            manifest = replace(manifest, trial=replace(manifest.trial, entry=entry_override))
 
         files = [f.as_posix() for f in iter_project_files(root)]
         sources: dict[str, fb.SourceFile] = {}
@@ -380,8 +379,3 @@ class Project:
             changed.append(rel)
         return changed
 
-
-def _replace(settings: TrialSettings, **kw: Any) -> TrialSettings:
-    from dataclasses import replace
-
-    return replace(settings, **kw)
