@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (EXAMPLES / n / "expected.json").is_file():
             ap.error(f"unknown example {n!r}")
 
-    from tfrepro.bisect.executors import keep_ray_on_loopback
+    from tfrepro.trials.executors import keep_ray_on_loopback
 
     keep_ray_on_loopback()
     import ray

@@ -25,11 +25,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tfrepro.bisect.outcome import classify, measure_noise, sequential_slowdown  # noqa: E402
-from tfrepro.bisect.results import Verdict  # noqa: E402
-from tfrepro.bisect.trial import run_trial  # noqa: E402
 from tfrepro.project import Project  # noqa: E402
 from tfrepro.scaffold.generate import new_project  # noqa: E402
+from tfrepro.trials.classify import classify, measure_noise, sequential_slowdown  # noqa: E402
+from tfrepro.trials.runner import run_trial  # noqa: E402
+from tfrepro.trials.values import Verdict  # noqa: E402
 
 
 def judge_defaults(project: Project) -> dict[str, object]:

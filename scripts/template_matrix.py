@@ -120,7 +120,6 @@ def run_row(row: Row, work: Path, steps: int, timeout: float) -> Outcome:
 
 def markdown(outcomes: list[Outcome], steps: int) -> str:
     import platform
-
     from importlib.metadata import version
 
     passed = sum(o.ok for o in outcomes)

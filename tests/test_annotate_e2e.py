@@ -58,9 +58,9 @@ def original_copy(script: str, dest: Path) -> Path:
 @pytest.mark.e2e
 @pytest.mark.parametrize("script", sorted(EXPECTED))
 def test_annotated_script_trains_exactly_like_the_original(script: str, tmp_path: Path) -> None:
-    from tfrepro.bisect.results import TrialSettings
-    from tfrepro.bisect.trial import run_trial
     from tfrepro.project import Project
+    from tfrepro.settings import TrialSettings
+    from tfrepro.trials.runner import run_trial
 
     original = original_copy(script, tmp_path / "original")
     annotated = annotated_copy(script, tmp_path / "annotated")

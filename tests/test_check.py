@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tfrepro.bisect.results import TrialResult
-from tfrepro.checks import CheckOptions, CheckReport, Status, format_report, judge, num_classes
+from tfrepro.check.judge import CheckOptions, CheckReport, Status, format_report, judge, num_classes
+from tfrepro.trials.values import TrialResult
 
-PROBES = Path(__file__).resolve().parents[1] / "tfrepro" / "bisect" / "probes.py"
+PROBES = Path(__file__).resolve().parents[1] / "tfrepro" / "inside" / "probes.py"
 TOOLS = PROBES.with_name("probe_tools.py")
 
 
@@ -433,7 +433,7 @@ def test_reason_names_the_first_failing_check_then_the_first_warning():
 
 
 def test_checks_for_bisect_never_raise(tmp_path):
-    from tfrepro.check import checks_for_result
+    from tfrepro.check.run import checks_for_result
 
     class Unloadable:
         manifest = None  # no trial settings: run_checks cannot even start
@@ -488,10 +488,11 @@ class ProbedRunner:
 
 
 def test_bisect_baseline_fails_with_the_checks_as_its_reason(tmp_path):
-    from tfrepro.bisect.engine import bisect
+    from tfrepro.bisect.engine import BisectOptions, bisect
+    from tfrepro.check.run import checks_for_result
 
     runner = ProbedRunner()
-    doc = bisect(_project(tmp_path), runner=runner).to_dict()
+    doc = bisect(_project(tmp_path), BisectOptions(baseline_checks=checks_for_result), runner=runner).to_dict()
     assert doc["status"] == "baseline-fails" and doc["symptom"] == "nan"
     assert runner.probed == [((), ["probes.py"], runner.probed[0][2])]  # one probed run, of the baseline
     assert doc["checks"]["flagged"] == ["first_batches"]

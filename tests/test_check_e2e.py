@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tfrepro.checks import Status
+from tfrepro.check.judge import Status
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +31,7 @@ EXPECTED = {
 @pytest.fixture(scope="module")
 def checked(tmp_path_factory):
     """name -> (project dir copy, CheckReport); each project runs once."""
-    from tfrepro.check import run_checks
+    from tfrepro.check.run import run_checks
     from tfrepro.project import Project
 
     root = tmp_path_factory.mktemp("projects_check")

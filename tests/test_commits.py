@@ -14,11 +14,12 @@ import math
 from pathlib import Path
 
 import pytest
-
 from gitrepo import GitRepo, isolated_git_env
+
 from tfrepro.bisect.commits import bisect_commits
-from tfrepro.bisect.results import SymptomSettings, TrialResult, TrialSettings, Verdict
 from tfrepro.errors import UserError
+from tfrepro.settings import SymptomSettings, TrialSettings
+from tfrepro.trials.values import TrialResult, Verdict
 
 GOOD_SRC = "LOSS = 1.0\nprint('step=1 loss=1.0')\n"
 NAN_SRC = "LOSS = nan\nprint('step=1 loss=nan')\n"

@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from gitrepo import GitRepo, isolated_git_env
+
 from tfrepro.bisect.commits import bisect_commits
 
 REPO_ROOT = Path(__file__).resolve().parents[1]

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 from tfrepro.bisect.engine import BisectEvents, BisectOptions, bisect
-from tfrepro.bisect.results import TrialResult, Verdict
 from tfrepro.project import Project
+from tfrepro.trials.values import TrialResult, Verdict
 
 CONTRACT4 = {"status", "symptom", "culprits", "baseline", "trials", "wall_s", "run_dir", "first_bad_commit"}
 REPORT_KEYS = {"project", "settings", "features", "affects_loss", "failing", "culprit_trial", "culprit_config",

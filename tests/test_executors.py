@@ -12,22 +12,23 @@ from pathlib import Path
 
 import pytest
 
-from tfrepro.bisect import outcome
 from tfrepro.bisect.engine import BisectOptions, bisect
-from tfrepro.bisect.executors import (
+from tfrepro.errors import UserError
+from tfrepro.project import Project
+from tfrepro.settings import SymptomSettings, TrialSettings
+from tfrepro.trials import classify, runner
+from tfrepro.trials.executors import (
     Executor,
     LocalExecutor,
     TrialRequest,
-    cached_run,
     could_not_run,
     device_for_slot,
     make_executor,
     retry_once,
     visible_gpus,
 )
-from tfrepro.bisect.results import SymptomSettings, TrialResult, TrialSettings, Verdict
-from tfrepro.errors import UserError
-from tfrepro.project import Project
+from tfrepro.trials.state import StateDir
+from tfrepro.trials.values import TrialResult, Verdict
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -138,9 +139,9 @@ def test_other_errors_are_not_retried():
 def test_could_not_run_is_untestable_never_a_symptom():
     r = could_not_run(["WorkerCrashedError: gone", "NodeDiedError: gone"])
     assert r.could_not_run and not r.crashed and "2 attempts lost" in r.error
-    assert outcome.symptoms(r, reference=None, settings=SymptomSettings()) == {Verdict.UNTESTABLE}
-    assert outcome.classify(r, reference=None, settings=SymptomSettings()) == Verdict.UNTESTABLE
-    assert outcome.classify(r, reference=None, settings=SymptomSettings(), target=Verdict.NAN) == Verdict.UNTESTABLE
+    assert classify.symptoms(r, reference=None, settings=SymptomSettings()) == {Verdict.UNTESTABLE}
+    assert classify.classify(r, reference=None, settings=SymptomSettings()) == Verdict.UNTESTABLE
+    assert classify.classify(r, reference=None, settings=SymptomSettings(), target=Verdict.NAN) == Verdict.UNTESTABLE
     assert TrialResult.from_dict(r.to_dict()).could_not_run
 
 
@@ -151,6 +152,11 @@ def test_cached_run_never_caches_a_could_not_run_result(tmp_path):
     def lost(trial_dir: Path) -> TrialResult:
         calls.append(trial_dir)
         return could_not_run(["x"], trial_dir)
+
+    state = StateDir.of(p.root)
+
+    def cached_run(project, request, execute):
+        return runner.cached(state, "k" * 64, request.enabled, request.label, request.use_cache, execute)
 
     for _ in range(2):
         r = cached_run(p, req("a"), lost)
@@ -208,7 +214,7 @@ def test_each_worker_slot_is_pinned_to_one_gpu():
 def test_pinned_trials_see_their_gpu_and_share_the_unpinned_cache_key(tmp_path):
     """Real subprocesses: two concurrent trials each see one GPU id; the key
     is the one `run_trial` gives, so any GPU's result serves every slot."""
-    from tfrepro.bisect.trial import run_trial
+    from tfrepro.trials.runner import run_trial
 
     root = tmp_path / "proj"
     root.mkdir()
@@ -243,7 +249,7 @@ def test_make_executor_checks_its_options():
 def test_without_ray_the_error_says_how_to_install_it(tmp_path):
     """A Python where `import ray` fails (a shadowing module)."""
     (tmp_path / "ray.py").write_text("raise ImportError('No module named ray')\n")
-    code = ("from tfrepro.bisect.executors import make_executor\n"
+    code = ("from tfrepro.trials.executors import make_executor\n"
             "try:\n    make_executor('ray')\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"}, timeout=60)

@@ -6,10 +6,11 @@ import os
 from pathlib import Path
 
 import pytest
-
 from gitrepo import GitRepo, isolated_git_env
+
 from tfrepro.bisect import gitcopy as cm
 from tfrepro.errors import TfreproError, UserError
+from tfrepro.trials.state import StateDir
 
 
 @pytest.fixture
@@ -130,19 +131,20 @@ def _tree_digest(root: Path) -> dict[str, bytes]:
 
 def test_state_dir_is_invisible_to_git_status(repo):
     before = repo.git("status", "--porcelain", "--untracked-files=all")
-    state = cm.ensure_state_dir(repo.root / "proj")
+    state = StateDir.of(repo.root / "proj").ensure()
     (state / "runs" / "x").mkdir(parents=True)
     (state / "runs" / "x" / "result.json").write_text("{}")
     assert repo.git("status", "--porcelain", "--untracked-files=all") == before
 
 
 def test_leftover_checkouts_of_dead_runs_are_removed(repo, tmp_path):
-    state = cm.ensure_state_dir(repo.root / "proj")
+    sd = StateDir.of(repo.root / "proj")
+    state = sd.ensure()
     dead = state / cm.CHECKOUTS_DIR / "999999999-1"  # no such pid
     (dead / "abc").mkdir(parents=True)
     alive = state / cm.CHECKOUTS_DIR / f"{os.getppid()}-1"  # a live process, not us
     alive.mkdir(parents=True)
-    with cm.Checkouts(state) as co:
+    with cm.Checkouts(sd) as co:
         assert not dead.exists()
         assert alive.exists()
         path = co.checkout(cm.open_range(repo.root / "proj", "HEAD~1", "HEAD"), repo.commits[3])

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tfrepro.bisect.results import TrialResult
-from tfrepro.bisect.trial import run_trial
 from tfrepro.cli import main
 from tfrepro.project import Project
+from tfrepro.trials.runner import run_trial
+from tfrepro.trials.values import TrialResult
 
 pytestmark = pytest.mark.e2e
 FIXTURES = Path(__file__).parent / "projects"

@@ -7,7 +7,8 @@ import random
 
 import pytest
 
-from tfrepro.bisect.outcome import (
+from tfrepro.settings import SymptomSettings
+from tfrepro.trials.classify import (
     TimingState,
     classify,
     decide_slowdown,
@@ -18,7 +19,7 @@ from tfrepro.bisect.outcome import (
     sequential_slowdown,
     symptoms,
 )
-from tfrepro.bisect.results import SymptomSettings, TrialResult, Verdict
+from tfrepro.trials.values import TrialResult, Verdict
 
 S = SymptomSettings()
 LOSSES = tuple(2.3 * 0.95**i for i in range(20))
@@ -189,7 +190,7 @@ def test_a_non_timing_verdict_stops_the_comparison():
 
 
 def test_timing_sample_ignores_warmup_and_contended_steps():
-    from tfrepro.bisect.outcome import timing_sample
+    from tfrepro.trials.classify import timing_sample
 
     # warm-up 3 steps of tracing, then 1 ms steps, some stretched by another process
     steps = (0.9, 0.5, 0.4) + (0.001,) * 12 + (0.008,) * 8

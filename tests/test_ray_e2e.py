@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from tfrepro.bisect.executors import keep_ray_on_loopback  # noqa: E402
+from tfrepro.trials.executors import keep_ray_on_loopback  # noqa: E402
 
 keep_ray_on_loopback()  # the test instance binds and advertises 127.0.0.1 only
 ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'tfrepro[ray]'")
 
 from tfrepro.bisect.engine import BisectOptions, bisect  # noqa: E402
-from tfrepro.bisect.executors import TrialRequest  # noqa: E402
-from tfrepro.bisect.results import TrialSettings  # noqa: E402
 from tfrepro.project import Project  # noqa: E402
+from tfrepro.trials.executors import TrialRequest  # noqa: E402
+from tfrepro.settings import TrialSettings  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def answer(doc: dict) -> dict:
 
 
 def test_feature_bisect_gives_the_local_answer_and_fills_the_same_cache(cluster, tmp_path):
-    from tfrepro.bisect.ray_executor import RayExecutor
+    from tfrepro.trials.ray_executor import RayExecutor
 
     local_p = Project.load(planted(tmp_path / "local"))
     ray_p = Project.load(planted(tmp_path / "ray"))
@@ -126,7 +126,7 @@ for step in range(1, 4):
 
 
 def test_a_worker_killed_mid_trial_is_retried_once_then_could_not_run(cluster, tmp_path):
-    from tfrepro.bisect.ray_executor import RayExecutor
+    from tfrepro.trials.ray_executor import RayExecutor
 
     log = tmp_path / "attempts.log"
     p = Project.load(planted(tmp_path / "proj", KILLER.format(log=str(log))))
@@ -168,7 +168,7 @@ def test_commit_bisect_gives_the_local_answer(cluster, tmp_path, monkeypatch):
     from test_commits_e2e import FIRST_BAD, build
 
     from tfrepro.bisect.commits import bisect_commits
-    from tfrepro.bisect.ray_executor import RayExecutor
+    from tfrepro.trials.ray_executor import RayExecutor
 
     isolated_git_env(tmp_path / "home", monkeypatch)
     repo = GitRepo.init(tmp_path / "repo", tmp_path / "home")
@@ -189,7 +189,7 @@ def test_commit_bisect_gives_the_local_answer(cluster, tmp_path, monkeypatch):
 
 def test_state_dir_leftovers_are_only_trial_dirs(cluster, tmp_path):
     """Sanity of the layout a ray run leaves: trial dirs hold the logs, no variant copies."""
-    from tfrepro.bisect.ray_executor import RayExecutor
+    from tfrepro.trials.ray_executor import RayExecutor
 
     p = Project.load(planted(tmp_path / "proj"))
     r = RayExecutor().run_one(p, TrialRequest(("fp16",), TrialSettings(steps=8, timeout_s=60)))
@@ -220,7 +220,7 @@ for step in range(1, 13):
 
 
 def test_slowdown_timing_trials_run_alone_on_one_node(cluster, tmp_path):
-    from tfrepro.bisect.ray_executor import RayExecutor
+    from tfrepro.trials.ray_executor import RayExecutor
 
     root = planted(tmp_path / "proj", SLOW)
     (root / "tfrepro.toml").write_text("[trial]\nsteps = 12\ntimeout_s = 60\n")

@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tfrepro.bisect.results import TrialResult, TrialSettings
 from tfrepro.cli import main
 from tfrepro.errors import UserError
 from tfrepro.report import events
@@ -23,6 +22,8 @@ from tfrepro.report.bundle import build_report, find_run
 from tfrepro.report.localize import enclosing_scope, parse_check_numerics
 from tfrepro.report.scan import scan_setup
 from tfrepro.report.scrub import REDACTED, Scrubber, capture_env
+from tfrepro.settings import TrialSettings
+from tfrepro.trials.values import TrialResult
 
 SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",

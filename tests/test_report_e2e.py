@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from test_report import SECRETS, check_issue_fields
+
 from tfrepro.cli import main
 
 pytestmark = pytest.mark.e2e

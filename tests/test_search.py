@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrepro.bisect.results import Verdict
 from tfrepro.bisect.search import Oracle, ablation, ddmin, judge_replay
+from tfrepro.trials.values import Verdict
 
 NAN = Verdict.NAN
 

@@ -8,7 +8,6 @@ test_harness_e2e.py.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import sys
 import textwrap
@@ -20,11 +19,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tfrepro.bisect import trial
-from tfrepro.bisect.results import TrialSettings
-from tfrepro.bisect.trial import run_trial, trial_key
 from tfrepro.cli import main
 from tfrepro.project import Project
+from tfrepro.settings import TrialSettings
+from tfrepro.trials import runner
+from tfrepro.trials.runner import run_trial, trial_key
 
 FIXTURES = Path(__file__).parent / "projects"
 
@@ -304,8 +303,8 @@ def test_a_user_sitecustomize_still_runs(tmp_path):
 def test_last_line_reads_only_the_tail(tmp_path):
     log = tmp_path / "err.log"
     log.write_text("x" * 200_000 + "\nTraceback...\nKeyError: 'a'\n\n  \n")
-    assert trial.last_line(log) == "KeyError: 'a'"
-    assert trial.last_line(tmp_path / "missing") is None
+    assert runner.last_line(log) == "KeyError: 'a'"
+    assert runner.last_line(tmp_path / "missing") is None
 
 
 # -- the CLI ---------------------------------------------------------------------

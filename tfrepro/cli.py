@@ -173,8 +173,8 @@ def run(path: Path, with_: str | None, all_: bool, none_: bool, steps: int | Non
     """
     from dataclasses import replace
 
-    from tfrepro.bisect.trial import describe, run_trial, summary
     from tfrepro.project import Project
+    from tfrepro.trials.runner import describe, run_trial, summary
 
     if sum([with_ is not None, all_, none_]) > 1:
         raise UserError("--with, --all and --none exclude each other", hint="give one of them")
@@ -278,8 +278,8 @@ def check_cmd(path: Path, with_: str | None, all_: bool, steps: int | None, expe
     """
     from dataclasses import replace
 
-    from tfrepro.check import run_checks
-    from tfrepro.checks import CheckOptions, format_report
+    from tfrepro.check.judge import CheckOptions, format_report
+    from tfrepro.check.run import run_checks
     from tfrepro.project import Project
 
     if with_ is not None and all_:
@@ -407,13 +407,14 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
                               use_cache=not no_cache, executor=executor, address=address))
     from tfrepro.bisect.display import answer_lines, run_bisect
     from tfrepro.bisect.engine import BisectOptions
-    from tfrepro.bisect.results import Verdict
+    from tfrepro.check.run import checks_for_result
     from tfrepro.project import Project
+    from tfrepro.trials.values import Verdict
 
     project = Project.load(path)
     options = BisectOptions(symptom=Verdict(symptom) if symptom else None, strategy=strategy, steps=steps,
                             repeats=repeats, jobs=jobs, use_cache=not no_cache, executor=executor,
-                            address=address)
+                            address=address, baseline_checks=checks_for_result)
     try:
         doc = run_bisect(project, options, as_json=as_json)
     except KeyboardInterrupt:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro import features as fb
-from tfrepro.bisect.results import SymptomSettings, TrialSettings
 from tfrepro.errors import UserError
+from tfrepro.settings import SymptomSettings, TrialSettings
 
 MANIFEST = "tfrepro.toml"
 STATE_DIR = ".tfrepro"
@@ -32,20 +32,6 @@ EXCLUDED_DIRS = frozenset(
 # Files larger than this are linked into variants rather than copied: data
 # sets would otherwise be copied once per trial.
 LINK_ABOVE_BYTES = 16 * 1024 * 1024
-
-
-def ensure_state_dir(state: Path) -> Path:
-    """Create a state directory (`<project>/.tfrepro`) invisible to `git status`.
-
-    A `.gitignore` holding `*` hides the directory and itself (as pytest does
-    for `.pytest_cache`), so the user's `git status` stays byte-for-byte the
-    same. An existing directory is left as it is.
-    """
-    state = Path(state)
-    if not state.exists():
-        state.mkdir(parents=True, exist_ok=True)
-        (state / ".gitignore").write_text("# created by tfrepro\n*\n")
-    return state
 
 
 @dataclass(frozen=True)

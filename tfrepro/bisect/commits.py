@@ -30,25 +30,25 @@ import json
 import math
 import os
 import random
-import shutil
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from tfrepro.bisect import gitcopy
 from tfrepro.bisect.rangesearch import STOPPERS, Mark, bisect_range, judge
-from tfrepro.bisect.results import (
-    SYMPTOM_ORDER, WARMUP_STEPS, SymptomSettings, TrialResult, TrialSettings, Verdict,
-)
 from tfrepro.errors import TfreproError, UserError
+from tfrepro.settings import WARMUP_STEPS, SymptomSettings, TrialSettings
+from tfrepro.trials.state import StateDir, write_trial_record
+from tfrepro.trials.values import SYMPTOM_ORDER, TrialResult, Verdict
 
 if TYPE_CHECKING:
-    from tfrepro.bisect.executors import Executor
     from tfrepro.project import Project
+    from tfrepro.trials.executors import Executor
 
 # A trial of one project as written, under the given settings, labelled with
 # the commit sha. The default runs `trial.run_trial` (cached); tests inject fakes.
@@ -116,12 +116,12 @@ def as_written(root: Path) -> "Project":
 def _default_trial(state_dir: Path, use_cache: bool, executor: "Executor | None" = None) -> TrialFn:
     if executor is None:
         def run(project: "Project", settings: TrialSettings, label: str) -> TrialResult:
-            from tfrepro.bisect.trial import run_trial
+            from tfrepro.trials.runner import run_trial
 
             return run_trial(project, (), settings, use_cache=use_cache, label=label, state_dir=state_dir)
 
         return run
-    from tfrepro.bisect.executors import TrialRequest
+    from tfrepro.trials.executors import TrialRequest
 
     def request(settings: TrialSettings, label: str) -> TrialRequest:
         return TrialRequest((), settings, label, use_cache=use_cache, state_dir=state_dir)
@@ -156,38 +156,10 @@ def load_settings(project_root: Path) -> tuple[TrialSettings, SymptomSettings]:
     return m.trial, m.symptoms
 
 
-def new_run_dir(state_dir: Path) -> Path:
-    """`.tfrepro/runs/<local time>[-n]`, created (the engine's naming)."""
-    base = state_dir / "runs"
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    for n in range(1, 1000):
-        d = base / (stamp if n == 1 else f"{stamp}-{n}")
-        try:
-            d.mkdir(parents=True)
-            return d
-        except FileExistsError:
-            continue
-    raise TfreproError(f"cannot create a run directory under {base}")
-
-
 def _shown_path(p: Path) -> str:
     """Relative to the current directory when below it (as the engine shows it)."""
     rel = os.path.relpath(p, Path.cwd())
     return rel if not rel.startswith("..") else str(p)
-
-
-def _write_trial(dest: Path, result: TrialResult) -> None:
-    """A trial's summary and logs in the run dir (logs hard-linked when possible)."""
-    dest.mkdir(parents=True, exist_ok=True)
-    (dest / "summary.json").write_text(json.dumps(full_summary(result), indent=1, default=str),
-                                       encoding="utf-8")
-    for name in ("stdout.log", "stderr.log"):
-        src = Path(result.log_dir or "") / name
-        if result.log_dir and src.is_file():
-            try:
-                os.link(src, dest / name)
-            except OSError:
-                shutil.copyfile(src, dest / name)
 
 
 @contextmanager
@@ -253,7 +225,7 @@ class _Bisection:
             self.results.setdefault(commit.sha, result)
         self.cached += bool(result.cached)
         rel = f"trials/{self.trials:03d}-{commit.sha[:12]}-r{repeat}"
-        _write_trial(self.run_dir / rel, result)
+        write_trial_record(self.run_dir / rel, full_summary(result), result.log_dir)
         entry = {"sha": commit.sha, "subject": commit.subject, "repeat": repeat, **trial_summary(result),
                  "key": result.key, "wall_s": result.wall_s, "summary": f"{rel}/summary.json"}
         self.table.append(entry)
@@ -265,14 +237,14 @@ class _Bisection:
         return result
 
     def shows(self, result: TrialResult, reference: TrialResult | None) -> frozenset[Verdict]:
-        from tfrepro.bisect.outcome import symptoms
+        from tfrepro.trials.classify import symptoms
 
         return symptoms(result, reference=reference, settings=self.symptoms, noise=self.noise)
 
     def slowdown(self, good: gitcopy.CommitInfo, commit: gitcopy.CommitInfo) -> tuple[bool, str | None]:
         """Interleaved repeats of the good end and `commit` (outcome's
         sequential test); repeat i of each is cached, so reruns are free."""
-        from tfrepro.bisect.outcome import sequential_slowdown
+        from tfrepro.trials.classify import sequential_slowdown
 
         def pair(i: int) -> tuple[float, float] | Verdict:
             a, b = self.run(good, i, timed=True), self.run(commit, i, timed=True)
@@ -334,13 +306,14 @@ def bisect_commits(
     if symptom is Verdict.SLOWDOWN and settings.steps < WARMUP_STEPS + 2:
         raise UserError(f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
                         hint=f"use --steps {WARMUP_STEPS + 10} or more")
-    state_dir = gitcopy.ensure_state_dir(root)
-    run_dir = new_run_dir(state_dir)
+    state = StateDir.of(root)
+    state_dir = state.ensure()
+    run_dir = state.new_run_dir()
     emit = on_event or (lambda kind, data: None)
     emit("range", {"good": rng.good.to_dict(), "bad": rng.bad.to_dict(), "commits": len(rng.commits),
                    "run_dir": str(run_dir)})
     trial = trial or _default_trial(state_dir, use_cache, executor)
-    with _sigterm_interrupts(), gitcopy.Checkouts(state_dir) as checkouts:
+    with _sigterm_interrupts(), gitcopy.Checkouts(state) as checkouts:
         b = _Bisection(rng, checkouts, trial, settings, symptoms, run_dir, emit)
         try:
             out = _search(b, rng, symptom)
@@ -411,7 +384,7 @@ def _search(b: _Bisection, rng: gitcopy.CommitRange, symptom: Verdict | None) ->
         # "mismatch" within that noise is no symptom.
         g2 = b.run(good_c, repeat=1)
         if not isinstance(g2, str):
-            from tfrepro.bisect.outcome import measure_noise
+            from tfrepro.trials.classify import measure_noise
 
             b.noise = measure_noise(g, g2)
         x_shows = b.shows(x, g)

@@ -8,13 +8,14 @@ JSON object with --json), the exit code.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from tfrepro.bisect.commits import bisect_commits, load_settings, project_root
-from tfrepro.bisect.results import SYMPTOM_ORDER, Verdict
 from tfrepro.errors import UserError
+from tfrepro.trials.values import SYMPTOM_ORDER, Verdict
 
 
 def format_result(result: dict[str, Any]) -> str:
@@ -82,7 +83,7 @@ def run_from_cli(
 
     runs_on = None
     if executor != "local" or address:
-        from tfrepro.bisect.executors import make_executor
+        from tfrepro.trials.executors import make_executor
 
         runs_on = make_executor(executor, address=address, log=lambda text: echo(text, err=True))
     try:

@@ -13,9 +13,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tfrepro.bisect import outcome
 from tfrepro.bisect.engine import BisectEvents, TrialRecord
-from tfrepro.bisect.results import SymptomSettings
+from tfrepro.settings import SymptomSettings
+from tfrepro.trials import classify
 
 
 def _config(enabled: tuple[str, ...] | list[str]) -> str:
@@ -59,8 +59,8 @@ class RichProgress(BisectEvents):
 
     def trial_finished(self, record: TrialRecord) -> None:
         r = record.result
-        shown = outcome.symptoms(r, reference=None, settings=self.symptoms)
-        what = outcome.primary(shown).value
+        shown = classify.symptoms(r, reference=None, settings=self.symptoms)
+        what = classify.primary(shown).value
         median = r.median_step_time()
         timing = f"{median * 1000:.3g} ms/step" if median is not None else ""
         with self.lock:

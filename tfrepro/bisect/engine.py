@@ -3,7 +3,7 @@
 The engine gets its trial runner and its event handler injected (the pattern
 of mozregression's `Bisector`): `runner` defaults to `trial.run_trial`, and a
 fake one makes the status logic testable in milliseconds. It decides nothing
-by itself: `outcome.py` says what a trial shows, `search.py` which
+by itself: `trials/classify.py` says what a trial shows, `search.py` which
 configuration to try next and whether a replayed answer stands.
 
 The sequence, and the status each step can end with:
@@ -32,27 +32,23 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
 import threading
 import time
 import traceback
 import zlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 from tfrepro import __version__
-from tfrepro.bisect import outcome
-from tfrepro.bisect.executors import Executor, TrialRequest, make_executor
-from tfrepro.bisect.results import (
-    SYMPTOM_ORDER,
-    WARMUP_STEPS,
-    TrialResult,
-    TrialSettings,
-    Verdict,
-)
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, judge_replay
 from tfrepro.errors import TfreproError, UserError
+from tfrepro.settings import WARMUP_STEPS, TrialSettings
+from tfrepro.trials import classify
+from tfrepro.trials.executors import Executor, TrialRequest, make_executor
+from tfrepro.trials.state import StateDir, write_trial_record
+from tfrepro.trials.values import SYMPTOM_ORDER, TrialResult, Verdict
 
 Runner = Callable[..., TrialResult]
 STRATEGIES = ("auto", "ablation", "ddmin")
@@ -77,6 +73,9 @@ class BisectOptions:
     timing_max: int = 10  # ... and at most
     executor: str = "local"  # where trials run: "local" (`jobs` at a time) or "ray"
     address: str | None = None  # the Ray cluster to join (None: start a local one)
+    # Why a failing baseline fails: `tfrepro.check.run.checks_for_result`,
+    # injected by the CLI (commands never import each other).
+    baseline_checks: Callable[..., dict[str, Any]] | None = None
 
 
 @dataclass
@@ -135,7 +134,7 @@ def bisect(
     if executor is None:
         executor = make_executor(options.executor, jobs=options.jobs, address=options.address, runner=runner)
     if runner is None:
-        from tfrepro.bisect.trial import run_trial as runner
+        from tfrepro.trials.runner import run_trial as runner
     try:
         return _Bisection(project, options, runner, events or BisectEvents(), clock, run_id, executor).run()
     finally:
@@ -150,7 +149,7 @@ def _slug(enabled: Iterable[str]) -> str:
 
 def _summary(result: TrialResult) -> dict[str, Any]:
     try:
-        from tfrepro.bisect.trial import summary
+        from tfrepro.trials.runner import summary
     except ImportError:  # pragma: no cover - trial.py is part of the package
         return result.to_dict()
     return summary(result)
@@ -176,7 +175,7 @@ class _Bisection:
         self.memo: dict[tuple[Config, int], TrialResult] = {}
         self.lock = threading.Lock()
         self.noise = 0.0
-        self.timing: dict[Config, list[outcome.TimingOutcome]] = {}
+        self.timing: dict[Config, list[classify.TimingOutcome]] = {}
         if not self.features:
             raise UserError("the project has no feature blocks to bisect", path=project.root,
                             hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`")
@@ -184,14 +183,7 @@ class _Bisection:
             raise UserError(f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
                             hint=f"use --steps {WARMUP_STEPS + 10} or more")
         self.t0 = clock()
-        runs = Path(project.state_dir) / "runs"
-        run_id = run_id or time.strftime("%Y%m%d-%H%M%S")
-        self.run_dir = runs / run_id
-        n = 1
-        while self.run_dir.exists():
-            n += 1
-            self.run_dir = runs / f"{run_id}-{n}"
-        (self.run_dir / "trials").mkdir(parents=True)
+        self.run_dir = StateDir.of(project.root).new_run_dir(run_id)
 
     # -- trials ------------------------------------------------------------
     def _request(self, config: Config, repeat: int, role: str) -> TrialRequest:
@@ -218,21 +210,9 @@ class _Bisection:
             rel = f"trials/{index:03d}-{role}-{_slug(enabled)}-r{repeat}"
             record = TrialRecord(index, enabled, role, repeat, result, f"{rel}/summary.json")
             self.records.append(record)
-        self._write_trial(self.run_dir / rel, result)
+        write_trial_record(self.run_dir / rel, _summary(result), result.log_dir)
         self.events.trial_finished(record)
         return result
-
-    def _write_trial(self, dest: Path, result: TrialResult) -> None:
-        dest.mkdir(parents=True, exist_ok=True)
-        (dest / "summary.json").write_text(json.dumps(_summary(result), indent=1, default=str), encoding="utf-8")
-        if result.log_dir:
-            for name in ("stdout.log", "stderr.log"):
-                src = Path(result.log_dir) / name
-                if src.is_file():
-                    try:
-                        os.link(src, dest / name)
-                    except OSError:
-                        shutil.copyfile(src, dest / name)
 
     def _many(self, wanted: list[tuple[Config, int, str]]) -> None:
         """Run independent non-timing trials on the executor, as a batch.
@@ -254,7 +234,7 @@ class _Bisection:
         return self.memo.get((frozenset(config) & self.affects_loss, 0))
 
     def _shows(self, config: Config, result: TrialResult) -> frozenset[Verdict]:
-        return outcome.symptoms(result, reference=self._reference(config),
+        return classify.symptoms(result, reference=self._reference(config),
                                 settings=self.symptom_settings, noise=self.noise)
 
     def _needs(self, config: Config, repeats: Iterable[int], role: str, target: Verdict | None):
@@ -267,7 +247,7 @@ class _Bisection:
         shown = [self._shows(config, self.memo[(config, r)]) for r in range(self.k)]
         if any(target in s for s in shown):
             return target
-        return outcome.primary(shown[0])
+        return classify.primary(shown[0])
 
     def test_batch(self, target: Verdict) -> Callable[[list[Config]], list[Verdict]]:
         def run(configs: list[Config]) -> list[Verdict]:
@@ -278,7 +258,7 @@ class _Bisection:
 
         return run
 
-    def _timed(self, config: Config, round_: int) -> outcome.TimingOutcome:
+    def _timed(self, config: Config, round_: int) -> classify.TimingOutcome:
         """The sequential, interleaved timing comparison of `config` against
         the baseline, round `round_` (0: the search, 1: the replay)."""
         slot = zlib.crc32(",".join(sorted(config)).encode()) % 1_000_000
@@ -287,16 +267,16 @@ class _Bisection:
         def pair(i: int):
             b = self._trial(frozenset(), _TIMING_BASELINE + slot * 1000 + offset + i, "timing-baseline")
             c = self._trial(config, _TIMING_CANDIDATE + offset + i, "timing")
-            stop = outcome.primary(self._shows(config, c) & _FAILURES)
+            stop = classify.primary(self._shows(config, c) & _FAILURES)
             if stop != Verdict.OK:
                 return stop
-            mb, mc = outcome.timing_sample(b), outcome.timing_sample(c)
+            mb, mc = classify.timing_sample(b), classify.timing_sample(c)
             if b.crashed or b.timed_out or b.nonfinite or mb is None or mc is None:
                 return Verdict.UNTESTABLE
             return mb, mc
 
         rng = random.Random(self.settings.seed * 1_000_003 + slot + round_)
-        got = outcome.sequential_slowdown(
+        got = classify.sequential_slowdown(
             pair, self.symptom_settings.slowdown, min_samples=self.opts.timing_min,
             max_samples=self.opts.timing_max, rng=rng)
         self.timing.setdefault(config, []).append(got)
@@ -328,18 +308,18 @@ class _Bisection:
                    + self._needs(full, range(k), "failing", opts.symptom))
 
         base_runs = [self.memo[(base, r)] for r in range(n_base)]
-        base_fail = [bool(outcome.symptoms(t, reference=None, settings=self.symptom_settings) & _FAILURES)
+        base_fail = [bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & _FAILURES)
                      for t in base_runs]
         if any(base_fail):
             rate = sum(base_fail) / len(base_fail)
             first = next(t for t, bad in zip(base_runs, base_fail) if bad)
-            shown = outcome.classify(first, reference=None, settings=self.symptom_settings)
+            shown = classify.classify(first, reference=None, settings=self.symptom_settings)
             checks = self._baseline_checks(shown)
             reason = f"; sanity {checks['reason']}" if checks.get("reason") else ""
             return self._finish("baseline-fails", shown, flaky=not all(base_fail), rate=rate,
                                 error=f"the baseline (every feature off) already shows {shown.value}: "
                                       f"{first.error or 'see its logs'}{reason}", extra={"checks": checks})
-        self.noise = outcome.measure_noise(base_runs[0], base_runs[1])
+        self.noise = classify.measure_noise(base_runs[0], base_runs[1])
 
         target = self._pick_symptom(full)
         if target is None:
@@ -382,10 +362,10 @@ class _Bisection:
         if shown == Verdict.TIMEOUT:
             return {"status": "skipped", "reason": None, "checks": [],
                     "error": "the baseline timed out: a probed run of it would time out as well"}
-        from tfrepro.check import checks_for_result
-
+        if self.opts.baseline_checks is None:
+            return {"status": "skipped", "reason": None, "checks": [], "error": "no sanity checks were asked for"}
         self.events.phase("sanity checks on the baseline")
-        return checks_for_result(self.project, (), self.settings, runner=self.runner,
+        return self.opts.baseline_checks(self.project, (), self.settings, runner=self.runner,
                                  use_cache=self.opts.use_cache)
 
     def _pick_symptom(self, full: Config) -> Verdict | None:
@@ -412,7 +392,7 @@ class _Bisection:
         return Verdict.SLOWDOWN if got.verdict == Verdict.SLOWDOWN else None
 
     def _fastest(self, config: Config, repeats: Iterable[int]) -> float | None:
-        medians = [outcome.timing_sample(self.memo[(config, r)]) for r in repeats]
+        medians = [classify.timing_sample(self.memo[(config, r)]) for r in repeats]
         known = [m for m in medians if m is not None]
         return min(known) if known else None
 
@@ -466,7 +446,7 @@ class _Bisection:
         for rec in self.records:
             cfg = frozenset(rec.enabled)
             if rec.verdict is None:
-                rec.verdict = outcome.primary(self._shows(cfg, rec.result), target)
+                rec.verdict = classify.primary(self._shows(cfg, rec.result), target)
         timing = None
         if self.timing:
             key = config if config in self.timing else full if full in self.timing else next(iter(self.timing))

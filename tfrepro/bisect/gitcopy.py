@@ -28,14 +28,17 @@ from __future__ import annotations
 import os
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from tfrepro.errors import TfreproError, UserError
 
+if TYPE_CHECKING:
+    from tfrepro.trials.state import StateDir
+
 CHECKOUTS_DIR = "checkouts"
-STATE_DIR_NAME = ".tfrepro"
 
 
 @dataclass(frozen=True)
@@ -202,13 +205,6 @@ def materialize(repo_root: Path, sha: str, relpath: str, dest: Path) -> Path:
     return dest
 
 
-def ensure_state_dir(project_root: Path) -> Path:
-    """`<project>/.tfrepro`, created invisible to `git status` when new."""
-    from tfrepro.project import ensure_state_dir as ensure
-
-    return ensure(project_root / STATE_DIR_NAME)
-
-
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -238,13 +234,15 @@ class Checkouts:
     """This run's checkout area: cleans old runs' leftovers on entry, its own
     directory on exit (also on exceptions and KeyboardInterrupt)."""
 
-    def __init__(self, state_dir: Path) -> None:
-        self.state_dir = state_dir
-        self.dir = state_dir / CHECKOUTS_DIR / f"{os.getpid()}-{time.time_ns()}"
+    def __init__(self, state: "StateDir") -> None:
+        self.state = state
+        self.dir = state.path / CHECKOUTS_DIR / f"{os.getpid()}-{time.time_ns()}"
 
     def __enter__(self) -> "Checkouts":
-        clean_leftover_checkouts(self.state_dir)
-        self.dir.mkdir(parents=True)
+        base = self.state.checkouts_dir()
+        clean_leftover_checkouts(self.state.path)
+        self.dir = base / self.dir.name
+        self.dir.mkdir()
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -29,11 +29,12 @@ locked onto the hunted symptom.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Callable, Generic, Sequence, TypeVar
+from typing import Generic, TypeVar
 
-from tfrepro.bisect.results import Verdict
+from tfrepro.trials.values import Verdict
 
 T = TypeVar("T")
 

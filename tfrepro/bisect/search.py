@@ -25,10 +25,10 @@ Invariants (the pattern of Hypothesis's shrinker):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
 
-from tfrepro.bisect.results import Verdict
+from tfrepro.trials.values import Verdict
 
 Config = frozenset[str]
 TestBatch = Callable[[list[Config]], list[Verdict]]

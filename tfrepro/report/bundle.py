@@ -28,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro import __version__
-from tfrepro.bisect.results import TrialSettings
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report.rerun import Reproduction, Runner
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, redacted_names
+from tfrepro.settings import TrialSettings
 
 RUNS = Path(".tfrepro") / "runs"
 ENTRY = "repro.py"

@@ -1,9 +1,9 @@
 """The environment a bug report states: versions, build, devices.
 
-TensorFlow is imported only in a child process (`_envprobe.py`), so the CLI
+TensorFlow is imported only in a child process (`inside/envprobe.py`), so the CLI
 process stays light and a broken TensorFlow install still gives a report that
 says so. When the report re-ran the repro, the re-run's own process already
-described itself (`_setup_plugin.py`) and no extra child is needed.
+described itself (`inside/setup_plugin.py`) and no extra child is needed.
 """
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-PROBE = Path(__file__).with_name("_envprobe.py")
+from tfrepro.inside import ENV_PROBE
+
+PROBE = ENV_PROBE
 
 
 def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
@@ -30,7 +32,7 @@ def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
 
 def collect(*, python: str | None = None, timeout_s: float = 180.0) -> dict[str, Any]:
     """Facts about the TensorFlow installation `python` runs (see
-    `_envprobe.py`). Never raises for a failing child: the facts then carry
+    `inside/envprobe.py`). Never raises for a failing child: the facts then carry
     `probe_error`."""
     python = python or sys.executable
     with tempfile.TemporaryDirectory(prefix="tfrepro-env-") as tmp:

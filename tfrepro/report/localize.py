@@ -3,7 +3,7 @@
 op, a layer and a line of the exported repro.
 
 `parse_check_numerics` and `enclosing_scope` are pure (tested on captured
-messages); `localize` runs the child (`_runprobe.py`).
+messages); `localize` runs the child (`inside/runprobe.py`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfrepro.inside import RUN_PROBE
 from tfrepro.report.environment import child_env
 
-PROBE = Path(__file__).with_name("_runprobe.py")
+PROBE = RUN_PROBE
 
 _DETECTED = re.compile(
     r'Detected Infinity or NaN in output (\d+) of (graph op|eagerly-executing op) "([^"]+)"'

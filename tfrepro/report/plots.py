@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tfrepro.bisect.results import WARMUP_STEPS
+from tfrepro.settings import WARMUP_STEPS
 
 
 def _losses(summary: dict[str, Any]) -> list[float]:

@@ -9,7 +9,7 @@ the bisect did; the classifier judges the result. What counts as reproduced:
 - mismatch: its per-step loss deviates from the exported reference variant's
   by more than the configured tolerance;
 - slowdown: interleaved runs of reference and culprit variants, the
-  sequential rank test of `outcome.sequential_slowdown` says "slower".
+  sequential rank test of `classify.sequential_slowdown` says "slower".
 """
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tfrepro.bisect.results import SymptomSettings, TrialResult, TrialSettings, Verdict
+from tfrepro.inside import SETUP_PLUGIN
+from tfrepro.settings import SymptomSettings, TrialSettings
+from tfrepro.trials.values import TrialResult, Verdict
 
 # (project_dir, settings) -> TrialResult. The default runs a real trial.
 Runner = Callable[[Path, TrialSettings], TrialResult]
@@ -45,14 +47,14 @@ class Reproduction:
 
 
 def default_runner(state_dir: Path, env: dict[str, str] | None = None) -> Runner:
-    from tfrepro.bisect import trial
     from tfrepro.project import Project
+    from tfrepro.trials import runner
 
-    plugin = Path(__file__).with_name("_setup_plugin.py")
+    plugin = SETUP_PLUGIN
 
     def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
         project = Project.load(project_dir)
-        return trial.run_trial(project, frozenset(), settings, use_cache=False, state_dir=state_dir,
+        return runner.run_trial(project, frozenset(), settings, use_cache=False, state_dir=state_dir,
                                env=env, label="report-rerun", plugins=[plugin],
                                plugin_options={"environment": True})
 
@@ -97,7 +99,7 @@ def reproduce(
         ref = None
         if symptom == Verdict.MISMATCH.value:
             ref = runner(ref_dir, settings)
-        from tfrepro.bisect.outcome import classify, loss_deviation, mismatch_tolerance
+        from tfrepro.trials.classify import classify, loss_deviation, mismatch_tolerance
 
         verdict = classify(cand, reference=ref, settings=symptoms, noise=noise, target=_verdict(symptom))
         shown = verdict.value == symptom
@@ -136,7 +138,7 @@ def _verdict(symptom: str) -> Verdict | None:
 
 def _slowdown(cand_dir: Path, ref_dir: Path, settings: TrialSettings, symptoms: SymptomSettings,
               runner: Runner, max_pairs: int) -> Reproduction:
-    from tfrepro.bisect.outcome import sequential_slowdown
+    from tfrepro.trials.classify import sequential_slowdown
 
     last: dict[str, TrialResult] = {}
 

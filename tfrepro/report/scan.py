@@ -72,7 +72,7 @@ def scan_setup(source: str) -> dict[str, Any]:
 
 
 def merge_runtime(setup: dict[str, Any], runtime: dict[str, Any] | None) -> dict[str, Any]:
-    """Facts recorded while the script ran (`_runprobe.py`) override the static
+    """Facts recorded while the script ran (`inside/runprobe.py`) override the static
     read where they are known."""
     if not runtime:
         return setup
@@ -91,7 +91,7 @@ def merge_runtime(setup: dict[str, Any], runtime: dict[str, Any] | None) -> dict
 
 
 def merge_trial_setup(setup: dict[str, Any], facts: dict[str, Any] | None) -> dict[str, Any]:
-    """Facts the report's re-run recorded (`_setup_plugin.py`, under
+    """Facts the report's re-run recorded (`inside/setup_plugin.py`, under
     `extra["setup"]`) override the static read."""
     if not facts:
         return setup

@@ -3,7 +3,7 @@ imports tfrepro): runs an exported repro script under
 `tf.debugging.enable_check_numerics()` with XLA forced off, and records what
 the script set up.
 
-    python _runprobe.py OUT.json SCRIPT.py
+    python runprobe.py OUT.json SCRIPT.py
 
 check_numerics does not work under XLA, so `jit_compile` is dropped from
 `Model.compile` and `tf.function`, and `tf.config.optimizer.set_jit` becomes a

@@ -1,7 +1,7 @@
 """The checklist's values and its text (pure): what `tfrepro check` reports.
 
 `CheckReport` crosses layers (CLI, `bisect`'s baseline-fails result, JSON);
-the judging that fills it lives in `tfrepro.checks`.
+the judging that fills it lives in `tfrepro.check.judge`.
 """
 
 from __future__ import annotations

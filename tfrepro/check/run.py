@@ -2,34 +2,31 @@
 
 All probes run in ONE trial through the ordinary trial machinery (variant,
 fresh process, harness, cache); the probe plugin records facts and the pure
-`tfrepro.checks.judge` turns them into the checklist. `run_checks` is also
+`tfrepro.check.judge.judge` turns them into the checklist. `run_checks` is also
 what `tfrepro bisect` calls when the baseline itself fails, so that
 `baseline-fails` comes with a reason.
 """
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tfrepro.bisect.results import TrialResult, TrialSettings
-from tfrepro.checks import CheckOptions, CheckReport, judge
+from tfrepro.check.judge import CheckOptions, CheckReport, judge
+from tfrepro.inside import PROBES
+from tfrepro.settings import TrialSettings
+from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
 
-PROBES_FILE = Path(__file__).resolve().parent / "bisect" / "probes.py"
-PROBE_TOOLS_FILE = PROBES_FILE.with_name("probe_tools.py")
+PROBES_FILE = PROBES  # the probes and the helpers they load enter the key through inside.digest()
 
 
 def _probe_options(expect_gpu: bool | None) -> dict:
-    # The trial key digests the plugin file only; the helpers it loads by
-    # path enter the key through the options, so editing them re-runs.
-    digest = hashlib.sha256(PROBE_TOOLS_FILE.read_bytes()).hexdigest()[:16]
-    return {"expect_gpu": expect_gpu, "probe_tools": digest}
+    return {"expect_gpu": expect_gpu}
 
 
 def run_checks(project: "Project", enabled: Iterable[str] = (), settings: TrialSettings | None = None, *,
@@ -45,7 +42,7 @@ def run_checks(project: "Project", enabled: Iterable[str] = (), settings: TrialS
     stands in for `trial.run_trial` (bisect passes its own).
     """
     if runner is None:
-        from tfrepro.bisect.trial import run_trial as runner
+        from tfrepro.trials.runner import run_trial as runner
 
     settings = settings if settings is not None else project.manifest.trial
     # One run, no repeats: the checks judge a single trial (timings inside it

@@ -5,7 +5,7 @@ subsets of a delta-debugging step) and, for a slowdown, for timing trials one
 at a time. An `Executor` runs them and returns their `TrialResult`s; the
 engine never knows which executor it has.
 
-- `LocalExecutor`: today's thread pool around `trial.run_trial`, `jobs` wide;
+- `LocalExecutor`: today's thread pool around `runner.run_trial`, `jobs` wide;
   when GPUs exist, each worker slot is pinned to one of them through
   `CUDA_VISIBLE_DEVICES` (slot i gets device i mod n).
 - `RayExecutor` (`ray_executor.py`, imported only when asked for): each trial
@@ -18,7 +18,7 @@ Invariants every executor keeps:
   trials one after another) and always on the same node and device kind;
 - a trial that could not run (a lost worker, twice) comes back with
   `could_not_run=True`, is never cached and never counts as a verdict on the
-  feature (`outcome.symptoms` says UNTESTABLE).
+  feature (`classify.symptoms` says UNTESTABLE).
 """
 
 from __future__ import annotations
@@ -28,14 +28,15 @@ import queue
 import shutil
 import subprocess
 import sys
-import tempfile
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from tfrepro.bisect.results import TrialResult, TrialSettings
 from tfrepro.errors import UserError
+from tfrepro.settings import TrialSettings
+from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
@@ -126,37 +127,6 @@ class Executor:
         self.close()
 
 
-# -- the cache, shared by executors that run a variant themselves ------------------
-
-
-def new_trial_dir(state_dir: Path, key: str) -> Path:
-    trials = Path(state_dir) / "trials"
-    trials.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=trials))
-
-
-def cached_run(project: "Project", request: TrialRequest,
-               execute: Callable[[Path], TrialResult]) -> TrialResult:
-    """`run_trial`'s cache protocol around `execute(trial_dir)`: the same key,
-    the same cache file, the same trial-dir layout. A could-not-run result is
-    returned but never cached."""
-    from tfrepro.bisect import trial
-
-    enabled = tuple(sorted(set(request.enabled)))
-    state = Path(request.state_dir) if request.state_dir is not None else Path(project.state_dir)
-    key = trial.trial_key(project.variant_hash(enabled), request.settings)
-    cache_file = state / "cache" / f"{key}.json"
-    if request.use_cache:
-        hit = trial.load_cached(cache_file)
-        if hit is not None:
-            return replace(hit, enabled=enabled, label=request.label, cached=True)
-    result = execute(new_trial_dir(state, key))
-    result = replace(result, enabled=enabled, label=request.label, key=key)
-    if not result.could_not_run:
-        trial._atomic_write_json(cache_file, result.to_dict())
-    return result
-
-
 # -- retry once ----------------------------------------------------------------------
 
 
@@ -197,7 +167,7 @@ def visible_gpus(environ: dict[str, str] | None = None,
     text = (nvidia_smi or _nvidia_smi_list)()
     if not text:
         return []
-    return [str(i) for i, line in enumerate(l for l in text.splitlines() if l.startswith("GPU "))]
+    return [str(i) for i, _ in enumerate(ln for ln in text.splitlines() if ln.startswith("GPU "))]
 
 
 def _nvidia_smi_list() -> str | None:
@@ -220,7 +190,7 @@ class LocalExecutor(Executor):
 
     With an injected `runner` (tests, the engine's fakes) each trial is
     `runner(project, enabled, settings, use_cache=, label=)` as before. Without
-    one, trials go through `trial.run_trial`, or, when GPUs are visible,
+    one, trials go through `runner.run_trial`, or, when GPUs are visible,
     through the same cache protocol with the slot's GPU pinned (the pinned
     device is kept out of the cache key: any GPU of the box gives the same
     trial)."""
@@ -242,18 +212,11 @@ class LocalExecutor(Executor):
             kw["state_dir"] = request.state_dir
         if self.runner is not None:
             return self.runner(project, request.enabled, request.settings, **kw)
-        from tfrepro.bisect import trial
+        from tfrepro.trials.runner import run_trial
 
-        if not self.devices:
-            return trial.run_trial(project, request.enabled, request.settings, **kw)
         # Timing trials all take slot 0's GPU: same device for every pair.
-        env = self.pinned_env(0 if exclusive else slot)
-
-        def execute(trial_dir: Path) -> TrialResult:
-            project.write_variant(tuple(sorted(set(request.enabled))), trial_dir / "variant")
-            return trial.run_variant(trial_dir / "variant", request.settings, trial_dir, env=env)
-
-        return cached_run(project, request, execute)
+        return run_trial(project, request.enabled, request.settings,
+                                unkeyed_env=self.pinned_env(0 if exclusive else slot), **kw)
 
     def describe(self) -> str:
         gpus = f", GPUs {','.join(self.devices)}" if self.devices else ""
@@ -281,7 +244,7 @@ def make_executor(name: str = "local", *, jobs: int = 1, address: str | None = N
         if not address and not os.environ.get("RAY_ADDRESS"):
             keep_ray_on_loopback()
         try:
-            from tfrepro.bisect.ray_executor import RayExecutor
+            from tfrepro.trials.ray_executor import RayExecutor
         except ImportError as e:
             raise UserError(f"--executor ray needs Ray, which is not installed ({e})",
                             hint=f"{RAY_INSTALL_HINT}, or run without --executor ray") from None

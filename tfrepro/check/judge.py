@@ -23,11 +23,11 @@ Invariants:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Sequence
 
-from tfrepro.bisect.results import TrialResult
-from tfrepro.checklist import CheckItem, CheckReport, Status, describe_tensor, fmt_ms, fmt_num, format_report
+from tfrepro.check.checklist import CheckItem, CheckReport, Status, describe_tensor, fmt_ms, fmt_num, format_report
+from tfrepro.trials.values import TrialResult
 
 __all__ = ["CheckItem", "CheckOptions", "CheckReport", "Status", "format_report", "judge", "num_classes"]
 
@@ -300,8 +300,8 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
                      "in the data layer (`tf.where(tf.math.is_nan(x), 0.0, x)`); "
                      "`tf.debugging.check_numerics` in a `map` finds the first one")
     if "class ids" in text or "one-hot rows" in text or "outside [0, 1]" in text:
-        fixes.append(f"labels must be class ids in [0, C): shift 1-based ids (`y - 1`), or give the output layer "
-                     f"one unit per class (C = largest id + 1)")
+        fixes.append("labels must be class ids in [0, C): shift 1-based ids (`y - 1`), or give the output layer "
+                     "one unit per class (C = largest id + 1)")
     if "normalised" in text or "every value is 0" in text:
         fixes.append("standardise the inputs: a `keras.layers.Normalization()` adapted on the training data as "
                      "the model's first layer, or `x / 255.0` / `(x - mean) / std` in the pipeline")

@@ -28,11 +28,12 @@ import itertools
 import math
 import random
 import statistics
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Sequence
 
-from tfrepro.bisect.results import SYMPTOM_ORDER, SymptomSettings, TrialResult, Verdict
+from tfrepro.settings import SymptomSettings
+from tfrepro.trials.values import SYMPTOM_ORDER, TrialResult, Verdict
 
 # Denominator floor for relative loss deviations, as a fraction of the
 # reference's largest |loss|: a loss that converges towards 0 would otherwise

@@ -5,7 +5,7 @@ report's re-run of the exported repro. See `harness.py`, "Plugin hook".
 Recorded under TrialResult.extra["setup"]: precision policy, replicas of each
 model's strategy, the resolved `jit_compile` of each model, eager execution;
 with the option `environment`, under extra["environment"] the facts of
-`_envprobe.describe()` (versions, build info, devices) of this very process.
+`envprobe.describe()` (versions, build info, devices) of this very process.
 Op determinism is not recorded: the harness itself turns it on for
 deterministic trials, so it would describe tfrepro, not the script.
 """
@@ -16,7 +16,7 @@ import sys
 
 
 def _describe_environment():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_envprobe.py")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "envprobe.py")
     spec = importlib.util.spec_from_file_location("_tfrepro_envprobe", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

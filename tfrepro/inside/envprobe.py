@@ -1,10 +1,10 @@
 """Describes the machine's TensorFlow installation (stdlib + TensorFlow only,
 never imports tfrepro). Two ways in:
 
-    python _envprobe.py OUT.json      a child of its own (`environment.collect`)
+    python envprobe.py OUT.json      a child of its own (`environment.collect`)
     describe()                        from the report's re-run, where the trial
                                       process has TensorFlow loaded already
-                                      (`_setup_plugin.py`)
+                                      (`inside/setup_plugin.py`)
 """
 
 import json

@@ -10,7 +10,7 @@ How one trial runs:
    carries only the rendered text of the marked files, the settings and the
    driver's TF_/KERAS_/XLA_/... variables (the ones the key covers);
 3. the task unpacks them into a temp dir on its node and runs the variant
-   with `trial.run_variant` (a fresh process in its own session, timeout,
+   with `runner.run_variant` (a fresh process in its own session, timeout,
    harness: the very code of a local trial; tfrepro must be installed on the
    workers, with the same TensorFlow), then returns the result and the logs;
 4. the driver writes the logs into a trial dir under `.tfrepro/trials/` and
@@ -37,16 +37,19 @@ import sys
 import tarfile
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import ray
 import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from tfrepro.bisect.executors import Executor, TrialRequest, cached_run, could_not_run, retry_once
-from tfrepro.bisect.results import TrialResult, TrialSettings
+from tfrepro.settings import TrialSettings
+from tfrepro.trials.executors import Executor, TrialRequest, could_not_run, retry_once
+from tfrepro.trials.state import StateDir
+from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
@@ -74,7 +77,7 @@ def run_shipped(base: bytes, rendered: dict[str, str], settings: dict[str, Any],
                 env: dict[str, str]) -> dict[str, Any]:
     """The task body (also callable in-process): unpack, run, return the
     result dict, the logs and where it ran."""
-    from tfrepro.bisect import trial
+    from tfrepro.trials import runner
 
     parent = Path(tempfile.gettempdir()) / "tfrepro-ray"
     parent.mkdir(exist_ok=True)
@@ -87,7 +90,7 @@ def run_shipped(base: bytes, rendered: dict[str, str], settings: dict[str, Any],
             tar.extractall(variant, members=_safe_members(tar), **safe)
         for rel, text in rendered.items():
             (variant / rel).write_text(text, encoding="utf-8", newline="")
-        result = trial.run_variant(variant, TrialSettings.from_dict(settings), trial_dir, env=env)
+        result = runner.run_variant(variant, TrialSettings.from_dict(settings), trial_dir, env=env)
         logs = {name: (trial_dir / name).read_bytes() for name in LOGS if (trial_dir / name).is_file()}
     try:
         node = ray.get_runtime_context().get_node_id()
@@ -126,7 +129,7 @@ def is_lost(e: BaseException) -> bool:
 def shipped_env() -> dict[str, str]:
     """The driver's variables that enter the cache key; the GPU a task gets is
     Ray's business (it sets CUDA_VISIBLE_DEVICES on the worker)."""
-    from tfrepro.bisect.trial import keyed_env
+    from tfrepro.trials.runner import keyed_env
 
     return {k: v for k, v in keyed_env(None).items() if k != "CUDA_VISIBLE_DEVICES"}
 
@@ -218,7 +221,11 @@ class RayExecutor(Executor):
             where = {"executor": "ray", "node": out["node"], "host": out["host"], "attempts": len(lost) + 1}
             return replace(result, log_dir=str(trial_dir), extra={**result.extra, **where})
 
-        return cached_run(project, request, execute)
+        from tfrepro.trials import runner
+
+        state = StateDir(request.state_dir) if request.state_dir is not None else StateDir.of(project.root)
+        key = runner.trial_key(project.variant_hash(enabled), request.settings)
+        return runner.cached(state, key, enabled, request.label, request.use_cache, execute)
 
     def describe(self) -> str:
         kind = f"{self.gpus} GPUs" if self.gpus else f"{self.slots} CPUs"

@@ -4,7 +4,7 @@ The edge between tfrepro and the training script (asv's runner pattern): the
 child writes its result JSON to a path the parent names, stdout and stderr
 are log files, the child runs in its own session so a timeout (or a Ctrl-C in
 the parent) kills its whole process tree. The runner measures; it never
-decides what a result means (`outcome.py` does).
+decides what a result means (`classify.py` does).
 
 Layout under the state dir:
     trials/<key[:16]>-<random>/{variant/, trial.json, result.json, stdout.log, stderr.log,
@@ -27,23 +27,22 @@ import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tfrepro.bisect import harness
-from tfrepro.bisect.results import TrialResult, TrialSettings
-from tfrepro.project import ensure_state_dir
+from tfrepro import inside
+from tfrepro.inside import harness
+from tfrepro.settings import WARMUP_STEPS, TrialSettings
+from tfrepro.trials.state import StateDir, load_result
+from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
 
-INJECT_DIR = Path(__file__).resolve().parent / "_inject"
-HARNESS_FILE = Path(harness.__file__).resolve()
 # Variables of the parent's environment that change what a trial computes,
 # hence part of the cache key (explicit `env` overrides always are).
 _KEYED_ENV_PREFIXES = ("TF_", "KERAS_", "XLA_", "CUDA_", "TFREPRO_")
@@ -66,14 +65,6 @@ def _dist_version(*names: str) -> str | None:
 def tf_version() -> str | None:
     """The installed TensorFlow's version, without importing it."""
     return _dist_version("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly", "tensorflow-macos")
-
-
-@cache
-def _harness_digest() -> str:
-    h = hashlib.sha256(HARNESS_FILE.read_bytes())
-    h.update(HARNESS_FILE.with_name("harness_keras.py").read_bytes())
-    h.update((INJECT_DIR / "sitecustomize.py").read_bytes())
-    return h.hexdigest()
 
 
 def _file_digest(path: Path) -> str:
@@ -101,7 +92,7 @@ def trial_key(variant_hash: str, settings: TrialSettings, *, env: Mapping[str, s
         "keras": _dist_version("keras"),
         "tf_keras": _dist_version("tf_keras", "tf-keras"),
         "python": sys.version.split()[0],
-        "harness": _harness_digest(),
+        "harness": inside.digest(),
         "env": keyed_env(env),
         "plugins": [[str(p), _file_digest(Path(p))] for p in plugins],
         "plugin_options": plugin_options or {},
@@ -115,41 +106,44 @@ def trial_key(variant_hash: str, settings: TrialSettings, *, env: Mapping[str, s
 
 def run_trial(project: "Project", enabled: Iterable[str], settings: TrialSettings, *,
               use_cache: bool = True, label: str = "", state_dir: Path | None = None,
-              env: Mapping[str, str] | None = None,
+              env: Mapping[str, str] | None = None, unkeyed_env: Mapping[str, str] | None = None,
               plugins: Sequence[Path] = (), plugin_options: Mapping[str, Any] | None = None,
               ) -> TrialResult:
     """Run `project` with the features `enabled` ON (all others OFF), or return
-    the cached result of the same trial."""
+    the cached result of the same trial. `env` is part of the cache key;
+    `unkeyed_env` is not (the GPU a trial is pinned to: any GPU of the box
+    gives the same trial)."""
     enabled_t = tuple(sorted(set(enabled)))
-    state = Path(state_dir) if state_dir is not None else project.state_dir
+    state = StateDir(state_dir) if state_dir is not None else StateDir.of(project.root)
     plugins = tuple(Path(p).resolve() for p in plugins)
     key = trial_key(project.variant_hash(enabled_t), settings, env=env, plugins=plugins,
                     plugin_options=plugin_options)
-    cache_file = state / "cache" / f"{key}.json"
+
+    def execute(trial_dir: Path) -> TrialResult:
+        project.write_variant(enabled_t, trial_dir / "variant")
+        return run_variant(trial_dir / "variant", settings, trial_dir, env={**(env or {}), **(unkeyed_env or {})},
+                           plugins=plugins, plugin_options=plugin_options)
+
+    return cached(state, key, enabled_t, label, use_cache, execute)
+
+
+def cached(state: StateDir, key: str, enabled: tuple[str, ...], label: str, use_cache: bool,
+           execute: Callable[[Path], TrialResult]) -> TrialResult:
+    """The trial cache protocol, the same for every executor: a hit is returned
+    as is; otherwise `execute(trial_dir)` runs it in a new trial dir and its
+    result is stored (a could-not-run result is returned, never stored)."""
     if use_cache:
-        hit = load_cached(cache_file)
+        hit = state.load_cached(key)
         if hit is not None:
-            return replace(hit, enabled=enabled_t, label=label, cached=True)
-    trials = ensure_state_dir(state) / "trials"
-    trials.mkdir(parents=True, exist_ok=True)
-    trial_dir = Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=trials))
-    project.write_variant(enabled_t, trial_dir / "variant")
-    result = run_variant(trial_dir / "variant", settings, trial_dir, env=env, plugins=plugins,
-                         plugin_options=plugin_options)
-    result = replace(result, enabled=enabled_t, label=label, key=key)
-    _atomic_write_json(cache_file, result.to_dict())
+            return replace(hit, enabled=enabled, label=label, cached=True)
+    result = execute(state.new_trial_dir(key))
+    result = replace(result, enabled=enabled, label=label, key=key)
+    state.store(key, result)
     return result
 
 
 def load_cached(path: Path) -> TrialResult | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    try:
-        return TrialResult.from_dict(data)
-    except (TypeError, ValueError):
-        return None  # written by an incompatible version: run again
+    return load_result(path)
 
 
 def command_for(settings: TrialSettings) -> list[str]:
@@ -170,7 +164,7 @@ def child_env(settings: TrialSettings, config_path: Path, env: Mapping[str, str]
         out["PYTHONHASHSEED"] = str(settings.seed)
     out.update(env or {})
     # The injection dir goes first, also before a PYTHONPATH the caller overrides.
-    out["PYTHONPATH"] = os.pathsep.join([str(INJECT_DIR)] + ([out["PYTHONPATH"]] if out.get("PYTHONPATH") else []))
+    out["PYTHONPATH"] = os.pathsep.join([str(inside.INJECT_DIR)] + ([out["PYTHONPATH"]] if out.get("PYTHONPATH") else []))
     out[harness.CONFIG_ENV] = str(config_path)
     return out
 
@@ -287,21 +281,6 @@ def last_line(path: Path, tail: int = 65536) -> str | None:
     return None
 
 
-def _atomic_write_json(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1, allow_nan=False, default=str)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
 # -- presentation (`tfrepro run`) -------------------------------------------------
 
 
@@ -344,8 +323,6 @@ def describe(result: TrialResult) -> list[str]:
         lines.append("loss finite at every step" + (", weights finite" if result.weights_finite else ""))
     median = result.median_step_time()
     if median is not None:
-        from tfrepro.bisect.results import WARMUP_STEPS
-
         lines.append(f"median step time: {median * 1000:.3g} ms (steps {WARMUP_STEPS + 1}-{len(result.step_times)})")
     elif result.step_times:
         lines.append("median step time: too few steps past the warm-up")

@@ -1,7 +1,7 @@
-"""Values that cross layers: trial settings, trial results, verdicts.
+"""Values that cross layers: trial results, verdicts (settings: `tfrepro.settings`).
 
 Frozen dataclasses, JSON round-trippable. The trial runner produces
-`TrialResult`s, the classifier (`outcome.py`) turns them into `Verdict`s, and
+`TrialResult`s, the classifier (`classify.py`) turns them into `Verdict`s, and
 neither knows how the other works.
 
 JSON encoding: a non-finite loss is written as `null` (strict JSON has no NaN);
@@ -15,6 +15,8 @@ import statistics
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any
+
+from tfrepro.settings import WARMUP_STEPS
 
 
 class Verdict(str, Enum):
@@ -40,47 +42,6 @@ SYMPTOM_ORDER: tuple[Verdict, ...] = (
     Verdict.SLOWDOWN,
 )
 
-# Steps at the start of a trial that never enter a timing comparison
-# (tracing, XLA compilation).
-WARMUP_STEPS = 3
-
-
-@dataclass(frozen=True)
-class TrialSettings:
-    """How a trial runs (Contract 2, `[trial]`), minus `repeats`, which is the
-    bisect's business. `repeat` distinguishes repeated runs of the same variant
-    in the cache (timing and flakiness need independent samples)."""
-
-    entry: str = "repro.py"
-    command: tuple[str, ...] | None = None
-    steps: int = 50
-    timeout_s: float = 300.0
-    seed: int = 0
-    deterministic: bool = True
-    repeat: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["command"] = list(self.command) if self.command is not None else None
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TrialSettings":
-        d = dict(d)
-        if d.get("command") is not None:
-            d["command"] = tuple(d["command"])
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
-
-
-@dataclass(frozen=True)
-class SymptomSettings:
-    """Contract 2, `[symptoms]`."""
-
-    nan: bool = True
-    slowdown: float = 1.25
-    mismatch: float = 0.05
-
-
 def _enc_float(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
@@ -91,7 +52,7 @@ def _dec_float(x: float | None) -> float:
 
 @dataclass(frozen=True)
 class TrialResult:
-    """The measured facts of one trial; no judgement (that is `outcome.py`).
+    """The measured facts of one trial; no judgement (that is `classify.py`).
 
     Invariants: `losses[i]` is the loss of step i+1; the list stops at the first
     non-finite loss (included) or at `steps`. `step_times[i]` is the wall time

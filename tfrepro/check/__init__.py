@@ -1,0 +1,2 @@
+"""`tfrepro check`: the probed trial (`run`), the judging (`judge`, pure) and
+the checklist values and their text (`checklist`)."""
