@@ -34,8 +34,9 @@ from tfrepro.report.rerun import Reproduction, Runner
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, redacted_names
 from tfrepro.settings import TrialSettings
+from tfrepro.trials.state import STATE_DIR_NAME
 
-RUNS = Path(".tfrepro") / "runs"
+RUNS = Path(STATE_DIR_NAME) / "runs"
 ENTRY = "repro.py"
 REFERENCE = "reference.py"
 
@@ -167,7 +168,7 @@ def build_report(
     # The run dir sits in <project>/.tfrepro/runs/<id>: that project is the one
     # to report, even when it was moved or copied since the bisect recorded it.
     in_project = run_dir.resolve().parent.parent
-    if in_project.name == ".tfrepro" or not result.get("project"):
+    if in_project.name == STATE_DIR_NAME or not result.get("project"):
         project_root = in_project.parent
     else:
         project_root = Path(result["project"])
