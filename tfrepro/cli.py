@@ -8,7 +8,9 @@ become one message and an exit code in `_Group.invoke`, and only there.
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 
 import click
@@ -16,17 +18,76 @@ import click
 from tfrepro import __version__
 from tfrepro.errors import TfreproError, UserError
 
+EXIT_INTERRUPTED = 130
+
+
+def _json_error(message: str, code: int, **extra: object) -> None:
+    click.echo(json.dumps({"status": "error", "error": message, "exit_code": code, **extra}))
+
+
+def _fail(message: str, code: int, as_json: bool, **extra: object) -> None:
+    """The one way an error leaves the CLI: one message (a JSON object on
+    stdout with --json), one exit code."""
+    if as_json:
+        _json_error(message, code, **extra)
+    else:
+        click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+def _input_error(e: BaseException) -> str | None:
+    """A one-line message for an error caused by the user's input (a file
+    that cannot be read or decoded, a bad git revision), else None."""
+    if isinstance(e, UnicodeDecodeError):
+        return f"cannot decode a file as {e.encoding}: {e.reason} at byte {e.start}"
+    if isinstance(e, OSError) and e.filename is not None:
+        return f"{e.filename}: {e.strerror or e}"
+    if type(e).__name__ in ("GitCommandError", "BadName", "InvalidGitRepositoryError", "NoSuchPathError"):
+        return f"git: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
+    return None
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
 
 class _Group(click.Group):
+    """The one place that turns errors into messages and exit codes:
+    UserError and input errors 2, other failures 1, Ctrl-C or SIGTERM 130
+    (finished trials are cached: the same command continues)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["tfrepro.json"] = "--json" in args
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context):
+        as_json = bool(ctx.meta.get("tfrepro.json"))
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             return super().invoke(ctx)
         except UserError as e:
-            click.echo(f"Error: {e.render()}", err=True)
-            sys.exit(e.exit_code)
+            _fail(e.render(), e.exit_code, as_json, where=e.where, hint=e.hint)
         except TfreproError as e:
-            click.echo(f"Error: {e}", err=True)
-            sys.exit(e.exit_code)
+            _fail(str(e), e.exit_code, as_json)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException as e:
+            if not as_json:
+                raise
+            _fail(e.format_message(), e.exit_code, True)
+        except KeyboardInterrupt:
+            _fail("interrupted: finished trials are cached; run the same command again to continue",
+                  EXIT_INTERRUPTED, as_json, status="interrupted")
+        except Exception as e:
+            message = _input_error(e)
+            if message is None:
+                raise
+            _fail(message, 2, as_json)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -390,38 +451,43 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     not reproduce every time is reported as flaky, never blamed on a
     feature. The run is kept in .tfrepro/runs/<id>/ (result.json, every
     trial's summary and logs). Interrupted? Run the same command again:
-    finished trials come from the cache. Exit code 0 when a culprit was found
-    or the failing configuration is healthy, 1 otherwise.
+    finished trials come from the cache.
 
     With --good REV --bad REV: the first commit whose trial shows the symptom.
     Each tried commit runs as written, copied out of git under .tfrepro/
     (your working tree, index, branch and stash are never touched); the good
     commit is the reference; a commit that fails otherwise (syntax error,
     another crash) is skipped, and skips that hide the answer list the
-    candidate commits. Exit code 1 when the ends do not hold.
+    candidate commits (ambiguous). With --jobs J, J commits of a round are
+    tried at once (k-ary bisection).
+
+    Exit codes: 0 found, 1 the baseline (good end) fails or an error, 2 bad
+    input, 3 none (the failing configuration or bad end is healthy), 4 flaky
+    or ambiguous, 130 interrupted.
     """
     if good or bad:
         from tfrepro.bisect.commits_cli import run_from_cli
 
+        ignored = [name for name, given in (("--repeats", repeats is not None), ("--strategy", strategy != "auto"))
+                   if given]
+        if ignored:
+            raise UserError(f"commit mode does not use {' or '.join(ignored)}",
+                            hint="commit mode runs each commit once as written; drop the option")
         sys.exit(run_from_cli(path, good, bad, symptom=symptom, as_json=as_json, steps=steps,
-                              use_cache=not no_cache, executor=executor, address=address))
+                              use_cache=not no_cache, executor=executor, address=address, jobs=jobs))
     from tfrepro.bisect.display import answer_lines, run_bisect
     from tfrepro.bisect.engine import BisectOptions
     from tfrepro.check.run import checks_for_result
     from tfrepro.project import Project
-    from tfrepro.trials.values import Verdict
+    from tfrepro.trials.values import Status, Verdict
 
     project = Project.load(path)
     options = BisectOptions(symptom=Verdict(symptom) if symptom else None, strategy=strategy, steps=steps,
                             repeats=repeats, jobs=jobs, use_cache=not no_cache, executor=executor,
                             address=address, baseline_checks=checks_for_result)
-    try:
-        doc = run_bisect(project, options, as_json=as_json)
-    except KeyboardInterrupt:
-        click.echo("interrupted: finished trials are cached; run the same command again to continue", err=True)
-        sys.exit(130)
+    doc = run_bisect(project, options, as_json=as_json)
     click.echo(json.dumps(doc) if as_json else "\n".join(answer_lines(doc)))
-    sys.exit(0 if doc["status"] in ("found", "none") else 1)
+    sys.exit(Status(doc["status"]).exit_code)
 
 
 @main.command("demo")

@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tfrepro.bisect.engine import BisectEvents, TrialRecord
+from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.settings import SymptomSettings
 from tfrepro.trials import classify
 

@@ -30,7 +30,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -61,6 +61,8 @@ class TrialRequest:
     label: str = ""
     use_cache: bool = True
     state_dir: Path | None = None  # None: the project's `.tfrepro`
+    # The project to run, when it is not the batch's (commit mode: one per commit).
+    project: Any = field(default=None, compare=False)
 
 
 class Executor:
@@ -83,7 +85,7 @@ class Executor:
         timing trial of this executor (the caller never overlaps two)."""
         return self._run(project, request, 0, True)
 
-    def run_batch(self, project: "Project", requests: Sequence[TrialRequest], *,
+    def run_batch(self, project: "Project | None", requests: Sequence[TrialRequest], *,
                   on_start: OnStart | None = None, on_result: OnResult | None = None) -> list[TrialResult]:
         """Run independent trials, `slots` at a time; results in request order.
         `on_start(i)` / `on_result(i, result)` are called from worker threads.
@@ -98,7 +100,7 @@ class Executor:
             try:
                 if on_start:
                     on_start(i)
-                result = self._run(project, requests[i], slot, False)
+                result = self._run(requests[i].project or project, requests[i], slot, False)
             finally:
                 free.put(slot)
             if on_result:
