@@ -81,6 +81,7 @@ def reproduce(
     runner: Runner | None = None,
     max_pairs: int = 5,
     workdir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Reproduction:
     """Re-run the exported `candidate` files (relpath -> text, entry
     `settings.entry`) and, when the symptom needs one, the `reference`."""
@@ -92,7 +93,7 @@ def reproduce(
             runner = default_runner(root / "state")
         settings = replace(settings, repeat=0)
         if symptom == Verdict.SLOWDOWN.value:
-            return _slowdown(cand_dir, ref_dir, settings, symptoms, runner, max_pairs)
+            return _slowdown(cand_dir, ref_dir, settings, symptoms, runner, max_pairs, progress)
         cand = runner(cand_dir, settings)
         ref = None
         if symptom == Verdict.MISMATCH.value:
@@ -135,13 +136,15 @@ def _verdict(symptom: str) -> Verdict | None:
 
 
 def _slowdown(cand_dir: Path, ref_dir: Path, settings: TrialSettings, symptoms: SymptomSettings,
-              runner: Runner, max_pairs: int) -> Reproduction:
+              runner: Runner, max_pairs: int, progress: Callable[[str], None] | None = None) -> Reproduction:
     from tfrepro.bisect.outcome import sequential_slowdown
 
     last: dict[str, TrialResult] = {}
 
     def sample(i: int) -> tuple[float, float] | Verdict:
         # Baseline first, then candidate, never concurrently (DESIGN: timing).
+        if progress:
+            progress(f"  timing pair {i + 1} (at most {max_pairs}): reference.py, then repro.py")
         s = replace(settings, repeat=i)
         ref = runner(ref_dir, s)
         cand = runner(cand_dir, s)
