@@ -383,3 +383,16 @@ def test_a_moved_project_is_reported_from_where_its_run_now_lives(project, tmp_p
     b = build(moved / ".tfrepro" / "runs" / run.name, ScriptedRunner())
     assert b.reproduced is True
     assert "mixed_float16" in (b.out / "repro.py").read_text()
+
+
+def test_cli_json_prints_one_document_and_progress_goes_to_stderr(project, monkeypatch):
+    from tfrepro.report import environment
+
+    monkeypatch.setattr(environment, "collect", lambda **kw: {"tf_version": "9.9.9"})
+    make_run(project, "nan", ["mixed_precision"])
+    r = CliRunner().invoke(main, ["report", str(project), "--json", "--no-rerun", "--no-localize"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["culprits"] == ["mixed_precision"] and Path(doc["bundle"], "ISSUE.md").is_file()
+    assert "describing the environment" in r.stderr
+    assert CliRunner().invoke(main, ["report", str(project), "--format", "json"]).exit_code == 2
