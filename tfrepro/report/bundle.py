@@ -204,6 +204,7 @@ def build_report(
         artifacts.update(_write_events(out / "tensorboard", _load_trials(ctx.run_dir, ctx.result)))
         env_facts = _environment(reproduction, probe=probe_environment, python=python, environ=environ, say=say)
         artifacts.update(_plots(out, ctx.result, ctx.symptom, reproduction))
+        artifacts.update(_write_notebook(writer, ctx, export, env_facts))
         doc = _document(ctx, export, reproduction=reproduction, loc=loc, env_facts=env_facts,
                         environ=environ, scrubber=scrubber, artifacts=artifacts)
         doc = scrubber.scrub_obj(doc)  # type: ignore[assignment]
@@ -275,6 +276,19 @@ def _write_scripts(writer: _Writer, ctx: Context, export: Export) -> dict[str, s
                 export.ref_name: f"the script at the good commit {good}, for comparison"}
     return {ENTRY: f"the minimal failing script ({_cfg_words(export.cand_cfg)}); run `python {ENTRY}`",
             export.ref_name: f"the same script without the culprits ({_cfg_words(export.ref_cfg)}), for comparison"}
+
+
+def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: dict[str, Any]) -> dict[str, str]:
+    from tfrepro.report import notebook
+
+    head = {"symptom": ctx.symptom, "culprits": ctx.result.get("culprits") or [], "environment": env,
+            "first_bad_commit": ctx.result.get("first_bad_commit")}
+    try:
+        nb = notebook.build(export.cand_files[ENTRY], symptom=ctx.symptom, env=env, title=issue_md.title(head))
+    except SyntaxError as e:
+        return {"repro.ipynb": f"skipped: repro.py does not parse ({e.msg}, line {e.lineno})"}
+    writer.write("repro.ipynb", notebook.dumps(nb))
+    return {"repro.ipynb": "the repro as a notebook, exact versions pinned; upload it as a gist to link it"}
 
 
 def _rerun_settings(ctx: Context) -> TrialSettings:
