@@ -94,9 +94,11 @@ def make_run(project: Path, symptom: str, culprits: list[str], culprit_config: l
 class ScriptedRunner:
     """Judges the exported script it is handed by what it contains."""
 
-    def __init__(self, healthy: bool = False) -> None:
+    def __init__(self, healthy: bool = False,
+                 crash_error: str = "ValueError: cannot reshape array of size 32 into shape (3,7)") -> None:
         self.calls: list[str] = []
         self.healthy = healthy
+        self.crash_error = crash_error
 
     def __call__(self, project_dir: Path, settings: TrialSettings) -> TrialResult:
         src = (project_dir / settings.entry).read_text()
@@ -107,7 +109,7 @@ class ScriptedRunner:
         if self.healthy:
             return TrialResult.from_dict(trial())
         if has("BATCH_SHAPE = (3, 7)"):
-            return TrialResult(crashed=True, exit_code=1, error="ValueError: cannot reshape array")
+            return TrialResult(crashed=True, exit_code=1, error=self.crash_error)
         if has("mixed_float16"):
             return TrialResult.from_dict(trial(losses=(1.0, math.nan), first_nonfinite_step=2))
         if has('MODE = "loop"'):

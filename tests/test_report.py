@@ -237,6 +237,16 @@ def test_crash_bundle_quotes_the_traceback(project):
     assert 'Traceback (most recent call last):\n  File "repro.py", line 30' in issue
 
 
+def test_a_crash_with_another_message_is_not_the_bisects_crash(project):
+    run = make_run(project, "crash", ["bad_reshape"])
+    b = build(run, ScriptedRunner(crash_error="ImportError: No module named 'helpers'"))
+    assert b.reproduced is False
+    assert b.doc["reproduction"]["detail"] == ("the script raised: ImportError: No module named 'helpers', not the "
+                                               "bisect's ValueError: cannot reshape array of size 32 into shape (3,7)")
+    again = build(run, ScriptedRunner(crash_error="ValueError: cannot reshape array of size 32 into shape (3,7)  "))
+    assert again.reproduced is True
+
+
 def test_a_repro_that_no_longer_fails_says_so(project):
     run = make_run(project, "nan", ["mixed_precision"])
     b = build(run, ScriptedRunner(healthy=True))

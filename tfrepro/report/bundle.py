@@ -306,7 +306,8 @@ def _reproduce(ctx: Context, export: Export, *, rerun: bool, runner: Runner | No
     say(f"re-running {ENTRY} in a fresh process to confirm the {ctx.symptom} ...")
     rep = reproduce(ctx.symptom, export.cand_files, export.ref_files, settings=_rerun_settings(ctx),
                     symptoms=ctx.symptoms, noise=float(ctx.result.get("noise") or 0.0), runner=runner,
-                    max_pairs=max_pairs, progress=say)
+                    max_pairs=max_pairs, progress=say,
+                    expected_error=(ctx.result.get("culprit_trial") or ctx.result.get("failing") or {}).get("error"))
     verdict = {True: "reproduced", False: "NOT reproduced", None: "undecided"}[rep.reproduced]
     say(f"re-run: {verdict} ({rep.detail})")
     return rep

@@ -16,7 +16,7 @@ from tfrepro.errors import UserError
 MANIFEST = ".tfrepro-bundle.json"
 # What a bundle written before the manifest could hold (top-level names).
 _LEGACY_NAMES = frozenset({"repro.py", "reference.py", "reference", "ISSUE.md", "report.json", "result.json",
-                           "loss.png", "steps.png", "tensorboard"})
+                           "loss.png", "steps.png", "tensorboard", "repro.ipynb"})
 
 
 def prepare(out: Path) -> Path:
