@@ -18,7 +18,6 @@ Every text written passes through one `Scrubber` (secrets, home directory).
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -31,6 +30,7 @@ from tfrepro.bisect.results import SymptomSettings, TrialSettings
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report import outdir
+from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.rerun import Reproduction, Runner
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, redacted_names
@@ -201,9 +201,9 @@ def build_report(
         artifacts = _write_scripts(writer, ctx, export)
         reproduction = _reproduce(ctx, export, rerun=rerun, runner=runner, max_pairs=max_pairs, say=say)
         loc = _localize(ctx, export, localize=localize, python=python, say=say)
-        artifacts.update(_write_events(out / "tensorboard", _load_trials(ctx.run_dir, ctx.result)))
+        artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = _environment(reproduction, probe=probe_environment, python=python, environ=environ, say=say)
-        artifacts.update(_plots(out, ctx.result, ctx.symptom, reproduction))
+        artifacts.update(plots(out, ctx.result, ctx.symptom, reproduction))
         artifacts.update(_write_notebook(writer, ctx, export, env_facts))
         doc = _document(ctx, export, reproduction=reproduction, loc=loc, env_facts=env_facts,
                         environ=environ, scrubber=scrubber, artifacts=artifacts)
@@ -430,79 +430,3 @@ def _cfg_words(cfg: list[str] | None) -> str:
     if cfg is None:
         return "the project as written"
     return "features on: " + ", ".join(cfg) if cfg else "every feature off"
-
-
-def _load_trials(run_dir: Path, result: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(name, summary) of every trial of the run, in order; the baseline,
-    failing and culprit summaries when the table has none."""
-    trials = []
-    for i, row in enumerate(result.get("trials_table") or [], 1):
-        summary = None
-        if row.get("summary"):
-            try:
-                summary = json.loads((run_dir / row["summary"]).read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError):
-                summary = None
-        if summary is None:
-            continue
-        label = "+".join(row.get("enabled") or []) or "baseline"
-        role = f"_{row['role']}{row.get('repeat', '')}" if row.get("role") else ""
-        trials.append((f"{i:02d}_{label}{role}_{row.get('verdict', '')}"[:120], summary))
-    if not trials:
-        for key in ("baseline", "failing", "culprit_trial"):
-            if result.get(key):
-                trials.append((key, result[key]))
-    return trials
-
-
-def _write_events(logdir: Path, trials: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
-    """One TensorBoard run per trial (pure-Python event files: neither
-    TensorFlow nor tensorboard is needed to write them)."""
-    from tfrepro.report import events
-
-    if not trials:
-        return {"tensorboard/": "skipped: the run kept no per-trial summaries"}
-    for name, s in trials:
-        events.write_run(logdir / _safe_name(name), {
-            "loss": s.get("losses") or [],
-            "step_time_ms": [1000.0 * t for t in s.get("step_times") or []],
-        })
-    have_tb = importlib.util.find_spec("tensorboard") is not None
-    view = ("view them with `tensorboard --logdir tensorboard`" if have_tb else
-            "viewing skipped: tensorboard not installed here (`pip install tensorboard`, "
-            "then `tensorboard --logdir tensorboard`)")
-    return {"tensorboard/": f"{len(trials)} runs, one per trial (scalars loss, step_time_ms); {view}"}
-
-
-def _safe_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "+-_." else "_" for c in name)[:120]
-
-
-def _plots(out: Path, result: dict[str, Any], symptom: str, rep: Reproduction | None) -> dict[str, str]:
-    from tfrepro.report import plots
-
-    notes: dict[str, str] = {}
-    base = result.get("baseline") or {}
-    cand = result.get("culprit_trial") or result.get("failing") or {}
-    label = "+".join(result.get("culprit_config") or result.get("culprits") or []) or "failing"
-    curves = [("baseline (all features off)", base), (f"culprit configuration ({label})", cand)]
-    if symptom == "mismatch" and rep and rep.reference:
-        curves.insert(1, ("reference (re-run of reference.py)", rep.reference))
-    if plots.loss_plot(out / "loss.png", curves, title=f"per-step loss — {symptom}"):
-        notes["loss.png"] = "per-step loss, baseline against the culprit configuration" + (
-            ", first non-finite step marked" if symptom == "nan" else "")
-    else:
-        notes["loss.png"] = "skipped: no per-step loss recorded"
-    if symptom == "slowdown":
-        # Every steady step of one trial each shows the spread; the per-trial
-        # medians of the interleaved timing runs are what the test compared.
-        groups = [("baseline", plots.steady(base)), (label, plots.steady(cand))]
-        timing = result.get("timing") or {}
-        if not (groups[0][1] and groups[1][1]) and timing.get("baseline") and timing.get("candidate"):
-            groups = [("baseline (per-trial medians)", timing["baseline"]),
-                      (f"{label} (per-trial medians)", timing["candidate"])]
-        if plots.step_time_plot(out / "steps.png", groups, title="steady-state step time (warm-up excluded)"):
-            notes["steps.png"] = "step-time distributions, baseline against the culprit configuration"
-        else:
-            notes["steps.png"] = "skipped: no step times recorded"
-    return notes
