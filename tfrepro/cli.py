@@ -166,11 +166,10 @@ def features(path: Path, set_: str | None, as_json: bool) -> None:
 @main.command()
 @click.argument("run_dir", required=False, type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), help="Bundle directory (default: RUN_DIR/report).")
-@click.option("--format", "fmt", type=click.Choice(["md", "json"]), default="md", show_default=True,
-              help="What to print: a summary and the bundle's path, or the report document as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report document as JSON (progress stays on stderr).")
 @click.option("--no-rerun", is_flag=True, help="Do not re-run the exported repro to confirm the symptom.")
 @click.option("--no-localize", is_flag=True, help="Skip the check_numerics localisation of a NaN.")
-def report(run_dir: Path | None, out: Path | None, fmt: str, no_rerun: bool, no_localize: bool) -> None:
+def report(run_dir: Path | None, out: Path | None, as_json: bool, no_rerun: bool, no_localize: bool) -> None:
     """Turn a bisect run into a bug-report bundle.
 
     RUN_DIR is a run directory (.tfrepro/runs/<id>) or a project; default: the
@@ -183,11 +182,11 @@ def report(run_dir: Path | None, out: Path | None, fmt: str, no_rerun: bool, no_
     from tfrepro.report.bundle import build_report, find_run
 
     run = find_run(run_dir)
-    if fmt == "md":
-        click.echo(f"reporting run {run}", err=True)
-    bundle = build_report(run, out=out, rerun=not no_rerun, localize=not no_localize)
+    click.echo(f"reporting run {run}", err=True)
+    bundle = build_report(run, out=out, rerun=not no_rerun, localize=not no_localize,
+                          progress=lambda line: click.echo(line, err=True))
     doc = bundle.doc
-    if fmt == "json":
+    if as_json:
         click.echo(json.dumps({**doc, "bundle": str(bundle.out)}, indent=2))
         return
     rep = doc.get("reproduction")
