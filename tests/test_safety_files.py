@@ -1,0 +1,236 @@
+"""Issue 13: nothing of the user's is lost, leaked or left running — the files.
+
+Each test sets up what a user has on disk (real files, links, FIFOs, a fake
+home directory) and checks what the user would notice afterwards.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from tfrepro.cli import main
+from tfrepro.errors import UserError
+from tfrepro.project import Project
+
+PY = sys.executable
+MB = 1024 * 1024
+BLOCK = "# tfrepro: feature a -- demo\n# A = 1\n# tfrepro: else\nA = 0\n# tfrepro: end\n"
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **(env or {})}
+    return subprocess.run([PY, "-m", "tfrepro", *args], capture_output=True, text=True, env=full_env,
+                          timeout=600)
+
+
+# -- 1. trials never write through into user files ------------------------------
+
+
+def test_variant_files_are_copies_not_links_of_large_user_files(tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "repro.py").write_text("print('hi')\n")
+    ckpt = root / "model.ckpt"
+    ckpt.write_bytes(os.urandom(20 * MB))
+    before = digest(ckpt)
+
+    note = Project.load(root).write_variant(set(), tmp_path / "variant")
+
+    copy = tmp_path / "variant" / "model.ckpt"
+    assert not copy.is_symlink() and copy.stat().st_ino != ckpt.stat().st_ino
+    copy.write_bytes(b"overwritten by trial")  # what the user's script did
+    assert digest(ckpt) == before
+    assert note["copied"] + len(note["reflinked"]) == 2 - note["rendered"]
+    assert note["copied_bytes"] >= 20 * MB or note["reflinked"] == ["model.ckpt"]
+
+
+def test_file_beyond_the_copy_budget_fails_before_the_trial_naming_file_and_setting(tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "repro.py").write_text("print('hi')\n")
+    (root / "tfrepro.toml").write_text("[state]\ncopy_budget_mb = 10\n")
+    (root / "big.bin").write_bytes(b"\0" * (20 * MB))
+
+    r = cli("run", str(root), "--json")
+
+    assert r.returncode == 2, r.stderr
+    assert "big.bin" in r.stderr and "copy_budget_mb" in r.stderr and "Traceback" not in r.stderr
+    assert not list((root / ".tfrepro" / "trials").glob("*/result.json"))
+
+
+TRIAL_SCRIPT = """\
+import numpy as np
+import keras
+
+# The habits that turned a 20 MB checkpoint into 20 bytes: save where you load.
+with open("data.ckpt", "r+b") as f:
+    f.write(b"overwritten in place")
+with open("data.ckpt", "wb") as f:
+    f.write(b"truncated")
+np.save("arr.npy", np.zeros(3))
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+model.compile(optimizer="sgd", loss="mse")
+model.fit(np.ones((8, 4)), np.ones((8, 2)), epochs=1, verbose=0)
+model.save_weights("model.weights.h5")
+print("wrote everything")
+"""
+
+
+@pytest.mark.e2e
+def test_trial_writing_open_np_save_and_save_weights_leaves_user_files_identical(tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "train.py").write_text(TRIAL_SCRIPT)
+    for name in ("data.ckpt", "arr.npy", "model.weights.h5"):
+        (root / name).write_bytes(os.urandom(20 * MB))
+    before = {p.name: digest(p) for p in root.iterdir()}
+
+    r = cli("run", str(root / "train.py"), "--json", "--no-cache")
+
+    after = {p.name: digest(p) for p in root.iterdir() if p.name != ".tfrepro"}
+    assert after == before
+    variant = next((root / ".tfrepro" / "trials").glob("*/variant"))
+    assert (variant / "data.ckpt").read_bytes() == b"truncated", r.stdout + r.stderr  # the trial did run
+    assert (variant / "arr.npy").stat().st_size < MB
+
+
+# -- 2. features --set keeps every byte it does not switch -------------------------
+
+
+def features_set(root: Path, states: str) -> None:
+    r = CliRunner().invoke(main, ["features", str(root), "--set", states])
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("encoding,data", [
+    ("crlf", BLOCK.replace("\n", "\r\n").encode() + b"print(A)\r\n"),
+    ("bom", b"\xef\xbb\xbf" + BLOCK.encode() + "print('héllo', A)\n".encode()),
+    ("latin-1", b"# -*- coding: latin-1 -*-\n" + BLOCK.encode() + "print('caf\xe9', A)\n".encode("latin-1")),
+    ("mixed-eol-formfeed", b"x = 1\r\n\x0c\n" + BLOCK.encode() + b"y = 2\r"),
+])
+def test_set_on_then_off_restores_the_original_bytes(tmp_path, encoding, data):
+    (tmp_path / "repro.py").write_bytes(data)
+
+    features_set(tmp_path, "a=on")
+    on = (tmp_path / "repro.py").read_bytes()
+    features_set(tmp_path, "a=off")
+
+    assert on != data and b"A = 1" in on and b"# A = 0" in on
+    assert (tmp_path / "repro.py").read_bytes() == data
+    if encoding == "crlf":
+        assert on.count(b"\r\n") == data.count(b"\r\n") and b"\n" not in on.replace(b"\r\n", b"")
+    if encoding != "mixed-eol-formfeed":
+        env = {**os.environ, "PYTHONIOENCODING": "utf-8"}
+        out = subprocess.run([PY, "repro.py"], cwd=tmp_path, capture_output=True, text=True, env=env)
+        assert out.returncode == 0 and out.stdout.strip().endswith("0"), out.stderr
+
+
+def test_set_writes_through_a_symlink_and_a_hard_link(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "blocks.py").write_text(BLOCK)
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "repro.py").write_text("import blocks\n")
+    (proj / "blocks.py").symlink_to(shared / "blocks.py")
+    os.link(shared / "blocks.py", shared / "hard.py")
+
+    features_set(proj, "a=on")
+
+    assert (proj / "blocks.py").is_symlink()
+    assert (shared / "blocks.py").stat().st_ino == (shared / "hard.py").stat().st_ino
+    for name in (proj / "blocks.py", shared / "blocks.py", shared / "hard.py"):
+        assert "\nA = 1\n" in name.read_text(), name
+    assert not [p for p in shared.iterdir() if "tfrepro" in p.name]  # no temp or backup left
+
+
+# -- 3. a script path never turns $HOME (or its secrets) into the project ----------
+
+
+def fake_home(tmp_path: Path) -> Path:
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    (home / "Pictures").mkdir()
+    (home / "Pictures" / "holiday.jpg").write_bytes(b"\xff\xd8jpeg")
+    return home
+
+
+def test_script_directly_in_home_is_refused_with_a_hint(tmp_path):
+    home = fake_home(tmp_path)
+    (home / "train.py").write_text(BLOCK)
+
+    r = cli("features", str(home / "train.py"), env={"HOME": str(home)})
+
+    assert r.returncode == 2 and "home directory" in r.stderr and "hint" in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_script_in_a_home_subfolder_copies_that_folder_never_secrets_or_venvs(tmp_path, monkeypatch):
+    home = fake_home(tmp_path)
+    proj = home / "work" / "repro"
+    (proj / "sub").mkdir(parents=True)
+    (proj / "train.py").write_text(BLOCK)
+    (proj / "sub" / "helper.py").write_text("X = 1\n")
+    for secret in (".aws/credentials", ".netrc", ".docker/config.json", ".config/gcloud/creds.json",
+                   ".git-credentials", ".kaggle/kaggle.json", "env2/pyvenv.cfg", "env2/lib/site.py"):
+        (proj / secret).parent.mkdir(parents=True, exist_ok=True)
+        (proj / secret).write_text("secret\n")
+
+    monkeypatch.setenv("HOME", str(home))
+    p = Project.load(proj / "train.py")
+
+    assert p.root == proj.resolve() and p.manifest.trial.entry == "train.py"
+    assert sorted(p.files) == ["sub/helper.py", "train.py"]
+
+
+def test_script_in_a_subdirectory_of_a_repo_belongs_to_the_repo(tmp_path):
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    (repo / "model_lib.py").write_text("X = 1\n")
+    (repo / "scripts" / "train.py").write_text(BLOCK)
+
+    p = Project.load(repo / "scripts" / "train.py")
+
+    assert p.root == repo.resolve() and p.manifest.trial.entry == "scripts/train.py"
+    assert "model_lib.py" in p.files
+
+
+def test_home_as_project_directory_is_refused(tmp_path, monkeypatch):
+    home = fake_home(tmp_path)
+    monkeypatch.setenv("HOME", str(home))
+    with pytest.raises(UserError, match="home directory"):
+        Project.load(home)
+
+
+# -- 4. special files and dangling links ------------------------------------------
+
+
+def test_fifo_and_dangling_symlink_are_skipped_with_a_warning_and_run_finishes(tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "repro.py").write_text("print('step=1 loss=0.5')\n")
+    os.mkfifo(root / "pipe")
+    (root / "gone.csv").symlink_to(tmp_path / "deleted.csv")
+
+    r = cli("run", str(root), "--json", "--steps", "1")
+
+    assert r.returncode in (0, 1), r.stderr
+    assert "pipe: a FIFO" in r.stderr and "gone.csv: a dangling symlink" in r.stderr
+    assert "Traceback" not in r.stderr
+    variant = next((root / ".tfrepro" / "trials").glob("*/variant"))
+    assert sorted(p.name for p in variant.iterdir()) == ["repro.py"]
+    json.loads(r.stdout)
