@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,83 @@ def test_fifo_and_dangling_symlink_are_skipped_with_a_warning_and_run_finishes(t
     variant = next((root / ".tfrepro" / "trials").glob("*/variant"))
     assert sorted(p.name for p in variant.iterdir()) == ["repro.py"]
     json.loads(r.stdout)
+
+
+# -- 6. .tfrepro/ is pruned, and clean never deletes outside it ---------------------
+
+
+def make_trial(state, key: str, mtime: float, *, done: bool = True) -> Path:
+    d = state.new_trial_dir(key)
+    (d / "variant").mkdir()
+    (d / "variant" / "data.bin").write_bytes(b"\0" * 1000)
+    (d / "stdout.log").write_text("log\n")
+    if done:
+        (d / "result.json").write_text("{}")
+    os.utime(d, (mtime, mtime))
+    return d
+
+
+def test_prune_keeps_the_newest_runs_and_trials_and_what_kept_runs_refer_to(tmp_path):
+    from tfrepro.trials.state import StateDir, write_trial_record
+
+    state = StateDir(tmp_path / ".tfrepro")
+    trials = [make_trial(state, f"{i:016x}", 1000 + i) for i in range(5)]
+    runs = []
+    for i in range(3):
+        r = state.new_run_dir(f"run{i}")
+        runs.append(r)
+    write_trial_record(runs[2] / "trials" / "1-all", {"log_dir": str(trials[0])}, str(trials[0]))
+    for i, r in enumerate(runs):
+        os.utime(r, (2000 + i, 2000 + i))
+    state.sub("cache")
+    (state.path / "cache" / "k.json").write_text("{}")
+    busy = make_trial(state, "f" * 16, time.time(), done=False)  # a trial running next door
+
+    pruned = state.prune(keep_runs=1, keep_trials=2)
+
+    assert sorted(p.name for p in (state.path / "runs").iterdir()) == ["run2"]
+    left = sorted(p.name for p in (state.path / "trials").iterdir())
+    assert left == sorted([trials[0].name, trials[3].name, trials[4].name, busy.name])
+    assert not (trials[0] / "variant").exists() and (trials[0] / "stdout.log").exists()
+    assert (trials[4] / "variant" / "data.bin").exists() and (busy / "variant").exists()
+    assert (state.path / "cache" / "k.json").exists()
+    assert pruned.runs == 2 and pruned.trials == 2 and pruned.variants == 1
+
+
+def test_clean_removes_links_inside_the_state_dir_never_their_targets(tmp_path):
+    from tfrepro.trials.state import StateDir, clean_project
+
+    user = tmp_path / "precious"
+    user.mkdir()
+    (user / "thesis.tex").write_text("years of work\n")
+    (tmp_path / "repro.py").write_text("print(1)\n")
+    state = StateDir(tmp_path / ".tfrepro")
+    t = make_trial(state, "a" * 16, 1000)
+    (t / "variant" / "data").symlink_to(user)
+    (state.path / "trials" / "linked").symlink_to(user)
+    (state.path / "tmp").symlink_to(user)
+
+    clean_project(tmp_path)
+    assert not (t / "variant").exists() and (state.path / "trials" / "linked").is_symlink()
+    clean_project(tmp_path, everything=True)
+
+    assert not state.path.exists()
+    assert (user / "thesis.tex").read_text() == "years of work\n"
+
+
+def test_clean_after_a_real_run_frees_the_trial_copy_and_keeps_the_cache(tmp_path):
+    from tfrepro.trials.state import clean_project
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "repro.py").write_text("print('step=1 loss=0.5')\n")
+    (root / "data.bin").write_bytes(b"\0" * MB)
+    r = cli("run", str(root), "--json", "--steps", "1")
+    assert r.returncode in (0, 1), r.stderr
+    assert list((root / ".tfrepro" / "trials").glob("*/variant/data.bin"))
+
+    pruned = clean_project(root)
+
+    assert not list((root / ".tfrepro" / "trials").glob("*/variant"))
+    assert list((root / ".tfrepro" / "cache").glob("*.json")) and pruned.bytes >= MB
+    assert (root / "data.bin").stat().st_size == MB
