@@ -315,3 +315,15 @@ def test_clean_after_a_real_run_frees_the_trial_copy_and_keeps_the_cache(tmp_pat
     assert not list((root / ".tfrepro" / "trials").glob("*/variant"))
     assert list((root / ".tfrepro" / "cache").glob("*.json")) and pruned.bytes >= MB
     assert (root / "data.bin").stat().st_size == MB
+
+
+def test_clean_all_command_removes_the_state_dir_only(tmp_path):
+    (tmp_path / "repro.py").write_text("print(1)\n")
+    (tmp_path / ".tfrepro" / "cache").mkdir(parents=True)
+    (tmp_path / ".tfrepro" / "cache" / "k.json").write_text("{}")
+
+    r = CliRunner().invoke(main, ["clean", str(tmp_path), "--all", "--json"])
+
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["other"] == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["repro.py"]
