@@ -327,3 +327,43 @@ def test_clean_all_command_removes_the_state_dir_only(tmp_path):
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["other"] == 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["repro.py"]
+
+
+# -- 7. report's check_numerics probe leaves nothing running or behind -------------
+
+SPAWNER = """\
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+open({pid_file!r}, "w").write(str(child.pid))
+time.sleep(300)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a killed orphan waits as a zombie until init reaps it
+
+
+@pytest.mark.e2e
+def test_localize_timeout_kills_the_probes_children_and_removes_its_temp_dir(tmp_path, monkeypatch):
+    import tempfile
+
+    from tfrepro.report.localize import localize
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    pid_file = tmp_path / "grandchild.pid"
+
+    loc = localize({"repro.py": SPAWNER.format(pid_file=str(pid_file))}, timeout_s=20)
+
+    assert "timed out" in loc.note
+    pid = int(pid_file.read_text())
+    deadline = time.time() + 5
+    while _alive(pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid), "the probe's child outlived the timeout"
+    assert list(scratch.iterdir()) == []
