@@ -533,3 +533,17 @@ def demo_cmd(jobs: int, keep: bool) -> None:
     finally:
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@main.command("clean")
+@path_argument
+@click.option("--all", "all_", is_flag=True, help="Remove the whole .tfrepro/ directory, cache included.")
+@click.option("--json", "as_json", is_flag=True, help="Print what was removed as JSON.")
+def clean_cmd(path: Path, all_: bool, as_json: bool) -> None:
+    """Free the disk space of .tfrepro/: every trial's project copy, scratch
+    dirs, and runs and trials beyond [state] keep_runs / keep_trials (the cache
+    stays). Deletes nothing outside .tfrepro/ and never follows a link."""
+    from tfrepro.trials.state import clean_project
+
+    pruned = clean_project(path, everything=all_)
+    click.echo(json.dumps(pruned.to_dict()) if as_json else pruned.describe())

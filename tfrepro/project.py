@@ -9,29 +9,44 @@ caller chooses (always below `.tfrepro/` or a temp dir, never the user's files).
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import shutil
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tfrepro import features as fb
 from tfrepro.errors import UserError
-from tfrepro.settings import SymptomSettings, TrialSettings
+from tfrepro.projectfiles import (
+    EXCLUDED_DIRS,
+    STATE_DIR,
+    FileNote,
+    check_root,
+    copy_file,
+    find_root,
+    iter_project_files,
+    write_in_place,
+)
+from tfrepro.settings import StateSettings, SymptomSettings, TrialSettings
 
 MANIFEST = "tfrepro.toml"
-STATE_DIR = ".tfrepro"
-# Directories never part of a project (state, VCS, environments, caches).
-EXCLUDED_DIRS = frozenset(
-    {STATE_DIR, ".git", "__pycache__", ".venv", "venv", "env", ".tox", ".nox", "node_modules",
-     ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", "build", "dist", ".ipynb_checkpoints"}
-)
-# Files larger than this are linked into variants rather than copied: data
-# sets would otherwise be copied once per trial.
-LINK_ABOVE_BYTES = 16 * 1024 * 1024
+__all__ = ["EXCLUDED_DIRS", "MANIFEST", "STATE_DIR", "Manifest", "Project", "iter_project_files"]
+
+# Finite bounds of the numeric settings: nan, inf or 1e300 would silently
+# switch a check off. (low, high, low is exclusive)
+_BOUNDS: dict[str, tuple[float, float, bool]] = {
+    "timeout_s": (0.0, 7 * 24 * 3600.0, True),
+    "slowdown": (1.0, 1000.0, True),
+    "mismatch": (0.0, 100.0, False),
+    "memory": (1.0, 1000.0, True),
+    "keep_runs": (0, 100_000, False),
+    "keep_trials": (0, 1_000_000, False),
+    "copy_budget_mb": (0.0, 1e8, False),
+}
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,7 @@ class Manifest:
     symptoms: SymptomSettings = SymptomSettings()
     features: dict[str, FeatureConfig] = field(default_factory=dict)
     path: str | None = None
+    state: StateSettings = StateSettings()
 
     @classmethod
     def parse(cls, text: str, path: str = MANIFEST) -> "Manifest":
@@ -66,15 +82,22 @@ class Manifest:
             return UserError(msg, path=path, line=_line_of(text, table, key), hint=hint)
 
         for table in data:
-            if table not in ("trial", "symptoms", "features"):
+            if table not in ("trial", "symptoms", "features", "state"):
                 raise err(f"unknown table [{table}]", table, None,
-                          hint="tables are [trial], [symptoms] and [features.NAME]")
+                          hint="tables are [trial], [symptoms], [state] and [features.NAME]")
         trial = data.get("trial", {})
         symptoms = data.get("symptoms", {})
         feats = data.get("features", {})
-        for table, value in (("trial", trial), ("symptoms", symptoms), ("features", feats)):
+        state = data.get("state", {})
+        for table, value in (("trial", trial), ("symptoms", symptoms), ("features", feats), ("state", state)):
             if not isinstance(value, dict):
                 raise err(f"`{table}` must be a table", table)
+        for table, values in (("trial", trial), ("symptoms", symptoms), ("state", state)):
+            for key, value in values.items():
+                # trial and symptom keys below their low bound get their own message below
+                if key in _BOUNDS and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                        and (table == "state" or key == "memory" or not value <= _BOUNDS[key][0]):
+                    _check_bounds(value, key, lambda m, t=table, k=key: err(f"[{t}] {k}: {m}", t, k))
 
         t_kw: dict[str, Any] = {}
         repeats = 1
@@ -92,6 +115,10 @@ class Manifest:
                     raise err("[trial] command must be a non-empty list of strings", "trial", key,
                               hint='e.g. command = ["python", "train.py", "--fast"]')
                 t_kw[key] = tuple(value)
+            elif key == "entry" and _outside(value):
+                raise err(f"[trial] entry {value!r} is outside the project", "trial", key,
+                          hint="give the script's path relative to the project directory, e.g. "
+                          'entry = "train.py" (to run a script elsewhere: command = ["python", "/path/x.py"])')
             elif key in ("steps", "repeats") and value < 1:
                 raise err(f"[trial] {key} must be at least 1, not {value}", "trial", key)
             elif key == "timeout_s" and value <= 0:
@@ -131,8 +158,33 @@ class Manifest:
                 _check_type(value, (bool,), lambda m, k=key: err(f"[features.{name}] {k}: {m}", where, k))
             f_cfg[name] = FeatureConfig(affects_loss=bool(cfg.get("affects_loss", False)))
 
+        st_kw: dict[str, Any] = {}
+        st_spec = {"keep_runs": (int,), "keep_trials": (int,), "copy_budget_mb": (int, float)}
+        for key, value in state.items():
+            if key not in st_spec:
+                raise err(f"unknown key `{key}` in [state]", "state", key,
+                          hint="known keys: " + ", ".join(st_spec))
+            _check_type(value, st_spec[key], lambda m, k=key: err(f"[state] {k}: {m}", "state", k))
+            st_kw[key] = float(value) if key == "copy_budget_mb" else value
+
         return cls(trial=TrialSettings(**t_kw), repeats=repeats, symptoms=SymptomSettings(**s_kw),
-                   features=f_cfg, path=path)
+                   features=f_cfg, path=path, state=StateSettings(**st_kw))
+
+
+def _outside(entry: str) -> bool:
+    """`entry` is absolute or climbs out of the project (`../x.py`)."""
+    if os.path.isabs(entry) or entry.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", entry):
+        return True
+    return os.path.normpath(entry).split(os.sep)[0] == os.pardir
+
+
+def _check_bounds(value: float, key: str, err) -> None:
+    lo, hi, lo_open = _BOUNDS[key]
+    if not math.isfinite(value):
+        raise err(f"must be a finite number, not {value}")
+    if value > hi or value < lo or (lo_open and value == lo):
+        raise err(f"{value:g} is out of range: give a number {'above' if lo_open else 'of at least'} {lo:g} "
+                  f"and at most {hi:g}")
 
 
 def _check_type(value: Any, types: tuple[type, ...], err) -> None:
@@ -165,14 +217,6 @@ def _line_of(text: str, table: str, key: str | None) -> int | None:
     return start + 1 if start is not None else None
 
 
-def iter_project_files(root: Path) -> Iterator[Path]:
-    """Every file of the project, relative to root, sorted, exclusions applied."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_DIRS and not d.endswith(".egg-info"))
-        for name in sorted(filenames):
-            yield (Path(dirpath) / name).relative_to(root)
-
-
 class Project:
     """A loaded, validated project. Cheap to keep; never writes into root."""
 
@@ -182,6 +226,7 @@ class Project:
         self.manifest = manifest
         self.sources = sources  # relpath -> parsed file, only files with blocks
         self.files = files  # every project file (relpaths, posix)
+        self.warnings: list[str] = []  # files skipped (special files, dangling symlinks)
         self._hash_memo: dict[tuple[str, int, int], str] = {}
 
     # -- loading -----------------------------------------------------------
@@ -196,32 +241,44 @@ class Project:
             if p.suffix != ".py":
                 raise UserError("not a Python file or a project directory", path=p,
                                 hint="give the project directory, or the training script ending in .py")
-            entry_override = p.name
-            root = p.parent.resolve()
+            # The script's project: the nearest tfrepro.toml/.git/pyproject.toml
+            # above it, else its folder; never $HOME or / (projectfiles.find_root).
+            root = find_root(p)
+            entry_override = p.resolve().relative_to(root).as_posix()
         else:
             root = p.resolve()
+            check_root(root)
         manifest_path = root / MANIFEST
+        if manifest_path.is_dir():
+            raise UserError(f"{MANIFEST} is a directory, not a file", path=manifest_path,
+                            hint=f"remove or rename that directory ({MANIFEST} is tfrepro's settings file)")
         if manifest_path.exists():
-            text = manifest_path.read_text(encoding="utf-8")
+            try:
+                text = manifest_path.read_bytes().decode("utf-8")
+            except UnicodeDecodeError as e:
+                line = manifest_path.read_bytes()[: e.start].count(b"\n") + 1
+                raise UserError("not UTF-8 text (TOML files are UTF-8)", path=manifest_path, line=line,
+                                hint="save tfrepro.toml as UTF-8") from None
             manifest = Manifest.parse(text, str(manifest_path))
         else:
             text, manifest = "", Manifest()
         if entry_override and manifest.trial.command is None:
             manifest = replace(manifest, trial=replace(manifest.trial, entry=entry_override))
 
-        files = [f.as_posix() for f in iter_project_files(root)]
+        skipped: list[str] = []
+        files = [f.as_posix() for f in iter_project_files(root, skipped)]
         sources: dict[str, fb.SourceFile] = {}
         for rel in files:
             if not rel.endswith(".py"):
                 continue
             full = root / rel
-            try:
-                src = full.read_text(encoding="utf-8")
-            except UnicodeDecodeError:
-                raise UserError("not a UTF-8 text file, so not Python source", path=full) from None
+            data = full.read_bytes()
+            if b"tfrepro:" not in data:  # no marker: never decoded, whatever its encoding
+                continue
+            src, encoding = fb.decode_source(data, str(full))
             if not fb.has_markers(src):
                 continue
-            parsed = fb.parse(src, str(full))
+            parsed = fb.parse(src, str(full), encoding)
             if parsed.blocks:
                 sources[rel] = parsed
 
@@ -235,6 +292,7 @@ class Project:
                     hint='set [trial] entry = "your_script.py" (or command = [...]) in tfrepro.toml',
                 )
         project = cls(root, manifest, sources, files)
+        project.warnings = skipped
         known = set(project.feature_names)
         for name in manifest.features:
             if name not in known:
@@ -303,22 +361,29 @@ class Project:
         enabled = None if enabled is None else set(enabled)
         return {rel: s.export(enabled) for rel, s in self.sources.items()}
 
-    def write_variant(self, enabled: Iterable[str] | None, dest: Path) -> None:
-        """Copy the project to `dest` with marked files rendered. Large files
-        are symlinked (see LINK_ABOVE_BYTES); `dest` must not exist or be empty."""
+    def write_variant(self, enabled: Iterable[str] | None, dest: Path) -> dict[str, Any]:
+        """Copy the project to `dest` with marked files rendered; `dest` must
+        not exist or be empty. Every file is the variant's own (a reflink or
+        a copy, never a link: see `projectfiles`), so nothing a trial writes
+        reaches the user's files. Copies beyond `[state] copy_budget_mb`
+        raise a UserError naming the file. Returns how the files were made,
+        for `TrialResult.extra["files"]`: {"copied", "copied_bytes",
+        "reflinked" (relpaths), "rendered"}."""
         dest = Path(dest)
         rendered = self.render(enabled)
+        budget = int(self.manifest.state.copy_budget_mb * 1024 * 1024)
+        note = FileNote()
         dest.mkdir(parents=True, exist_ok=True)
         for rel in self.files:
             src, out = self.root / rel, dest / rel
             out.parent.mkdir(parents=True, exist_ok=True)
             if rel in rendered:
-                out.write_text(rendered[rel], encoding="utf-8", newline="")
+                out.write_bytes(self.sources[rel].encode(rendered[rel]))
                 shutil.copymode(src, out)
-            elif src.is_symlink() or src.stat().st_size <= LINK_ABOVE_BYTES:
-                shutil.copy2(src, out, follow_symlinks=True)
+                note.rendered += 1
             else:
-                os.symlink(src.resolve(), out)
+                copy_file(src, out, rel, note, budget)
+        return note.to_dict()
 
     def variant_hash(self, enabled: Iterable[str] | None) -> str:
         """Content hash of the variant (every file, rendered), stable across
@@ -348,20 +413,17 @@ class Project:
     # -- writing states (the one operation that edits the user's files) -----
     def set_states(self, states: dict[str, bool]) -> list[str]:
         """Rewrite the named features' states in place; returns the relpaths
-        changed. Validates every name before writing anything."""
+        changed. Validates every name and prepares every file's bytes before
+        writing anything. Bytes outside the switched parts are kept (line
+        endings, BOM, declared encoding); a symlinked or hard-linked file is
+        written through to its target (`projectfiles.write_in_place`)."""
         self.check_names(states)
-        changed = []
-        new_texts = {}
+        new_bytes: dict[str, bytes] = {}
         for rel, s in self.sources.items():
             text = s.set_states(states)
             if text != s.text:
-                new_texts[rel] = text
-        for rel, text in new_texts.items():
-            path = self.root / rel
-            tmp = path.with_name(path.name + ".tfrepro-tmp")
-            tmp.write_text(text, encoding="utf-8", newline="")
-            shutil.copymode(path, tmp)
-            os.replace(tmp, path)
-            changed.append(rel)
-        return changed
+                new_bytes[rel] = s.encode(text)
+        for rel, data in new_bytes.items():
+            write_in_place(self.root / rel, data)
+        return list(new_bytes)
 
