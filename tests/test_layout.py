@@ -163,8 +163,8 @@ def test_no_module_is_over_600_lines(module):
 
 def test_only_the_state_owner_names_the_state_dir():
     """A second way to create paths under .tfrepro/ is how `.gitignore` went
-    missing before: only trials/state.py may spell the name."""
-    allowed = {"tfrepro.trials.state", "tfrepro.project", "tfrepro.cli"}
+    missing before: only projectfiles (the layout) spells the name; trials/state.py owns the paths."""
+    allowed = {"tfrepro.projectfiles", "tfrepro.cli"}
     spelled = []
     for m, path in MODULES.items():
         if m in allowed:

@@ -67,7 +67,9 @@ def test_file_beyond_the_copy_budget_fails_before_the_trial_naming_file_and_sett
     r = cli("run", str(root), "--json")
 
     assert r.returncode == 2, r.stderr
-    assert "big.bin" in r.stderr and "copy_budget_mb" in r.stderr and "Traceback" not in r.stderr
+    err = json.loads(r.stdout)  # with --json, the error is one JSON object on stdout
+    assert err["status"] == "error" and "big.bin" in err["error"] and "copy_budget_mb" in err["error"]
+    assert "Traceback" not in r.stderr
     assert not list((root / ".tfrepro" / "trials").glob("*/result.json"))
 
 

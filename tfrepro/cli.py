@@ -235,6 +235,7 @@ def run(path: Path, with_: str | None, all_: bool, none_: bool, steps: int | Non
 
     from tfrepro.project import Project
     from tfrepro.trials.runner import describe, run_trial, summary
+    from tfrepro.trials.state import prune_after_run
 
     if sum([with_ is not None, all_, none_]) > 1:
         raise UserError("--with, --all and --none exclude each other", hint="give one of them")
@@ -260,6 +261,7 @@ def run(path: Path, with_: str | None, all_: bool, none_: bool, steps: int | Non
         if not as_json:
             click.echo(f"running {project.root.name} ({i + 1})...", err=True)
         results.append(run_trial(project, enabled, replace(settings, repeat=i), use_cache=not no_cache))
+    prune_after_run(project)
     if as_json:
         out = summary(results[0]) if len(results) == 1 else {"repeats": [summary(r) for r in results]}
         click.echo(json.dumps(out, indent=2))
@@ -478,6 +480,7 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     from tfrepro.bisect.engine import BisectOptions
     from tfrepro.check.run import checks_for_result
     from tfrepro.project import Project
+    from tfrepro.trials.state import prune_after_run
     from tfrepro.trials.values import Status, Verdict
 
     project = Project.load(path)
@@ -485,6 +488,7 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
                             repeats=repeats, jobs=jobs, use_cache=not no_cache, executor=executor,
                             address=address, baseline_checks=checks_for_result)
     doc = run_bisect(project, options, as_json=as_json)
+    prune_after_run(project)
     click.echo(json.dumps(doc) if as_json else "\n".join(answer_lines(doc)))
     sys.exit(Status(doc["status"]).exit_code)
 

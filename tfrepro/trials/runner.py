@@ -120,9 +120,11 @@ def run_trial(project: "Project", enabled: Iterable[str], settings: TrialSetting
                     plugin_options=plugin_options)
 
     def execute(trial_dir: Path) -> TrialResult:
-        project.write_variant(enabled_t, trial_dir / "variant")
-        return run_variant(trial_dir / "variant", settings, trial_dir, env={**(env or {}), **(unkeyed_env or {})},
-                           plugins=plugins, plugin_options=plugin_options)
+        files = project.write_variant(enabled_t, trial_dir / "variant")
+        result = run_variant(trial_dir / "variant", settings, trial_dir, env={**(env or {}), **(unkeyed_env or {})},
+                             plugins=plugins, plugin_options=plugin_options)
+        # Which files the trial got as its own copies (and how): never a link.
+        return replace(result, extra={**result.extra, "files": files}) if files else result
 
     return cached(state, key, enabled_t, label, use_cache, execute)
 

@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfrepro.projectfiles import STATE_DIR
 from tfrepro.trials.values import TrialResult
 
-STATE_DIR_NAME = ".tfrepro"
+STATE_DIR_NAME = STATE_DIR  # the name is the project layout's (projectfiles excludes it from variants)
 GITIGNORE = "# created by tfrepro: nothing in here belongs in git\n*\n"
 LOGS = ("stdout.log", "stderr.log")
 # A trial dir without result.json touched more recently than this may belong
