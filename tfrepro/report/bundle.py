@@ -33,7 +33,7 @@ from tfrepro.errors import TfreproError, UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report.rerun import Reproduction, Runner
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
-from tfrepro.report.scrub import Scrubber, capture_env, redacted_names
+from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 
 RUNS = Path(".tfrepro") / "runs"
 ENTRY = "repro.py"
@@ -258,7 +258,7 @@ def build_report(
                                                  "reproduction_rate", "noise", "timing")},
         "environment": env_facts,
         "env_vars": capture_env(environ, scrubber),
-        "redacted_env": redacted_names(environ),
+        "redacted_env_count": withheld_count(environ),  # how many, never their names
         "setup": setup,
         "reproduction": reproduction.to_dict() if reproduction else None,
         "localization": ({**loc.to_dict(), "headline": loc.headline()} if loc else None),
