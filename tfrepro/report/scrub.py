@@ -204,8 +204,9 @@ def _is_short_name_secret(m: re.Match[str]) -> bool:
     if m.group("name") not in ("key", "apikey"):
         return True
     value = m.group("v")
-    return bool(_HEX_KEY.match(value)) or _is_random_looking(value) or (
-        len(value) >= 20 and " " not in value and _is_token_like(value))
+    if re.fullmatch(r"[0-9a-fA-F]+", value):  # a hex key, but not a sha256 digest (trial-cache keys)
+        return bool(_HEX_KEY.match(value))
+    return _is_random_looking(value) or (len(value) >= 20 and " " not in value and _is_token_like(value))
 
 
 @dataclass(frozen=True)

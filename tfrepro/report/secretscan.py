@@ -9,12 +9,14 @@ a file written without the scrubber) stops the report instead of being posted:
 - the scrubber's own credential shapes: every line of every text file must be
   left unchanged by them (it is, once scrubbed).
 
-What the bundle legitimately holds is not a finding: our redaction marker, and
-the hashes tfrepro writes itself -- git commit shas (40 hex digits, named
+What the bundle legitimately holds is not a finding: our redaction marker;
+the hashes tfrepro writes itself, git commit shas (40 hex digits, named
 `sha`/`commit` on their line) and sha256 trial-cache keys (64 hex digits),
-which detect-secrets' hex-entropy plugin flags as "Hex High Entropy String".
-A W&B key is 40 hex digits too, so a 40-digit value counts as a commit only
-where its line names it one.
+which detect-secrets' hex-entropy plugin flags as "Hex High Entropy String"
+(a W&B key is 40 hex digits too, so a 40-digit value counts as a commit only
+where its line names it one); and absolute paths such as the re-run's log
+directory, which its base64-entropy plugin flags. One default filter is off
+(see `_DISABLED_FILTERS`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from tfrepro.errors import UserError
 from tfrepro.report.scrub import REDACTED, Scrubber
 
 HEX_KIND = "Hex High Entropy String"
+BASE64_KIND = "Base64 High Entropy String"
 OWN_KIND = "credential shape (tfrepro's redaction rules)"
 # Files that hold no text: images and TensorBoard event files (binary records
 # of our own scalar names and numbers).
@@ -114,12 +117,23 @@ def _is_ours(kind: str, value: str, line: str) -> bool:
     """The redaction marker, or a hash that tfrepro itself wrote."""
     if not value or "redacted" in value.lower() or value in REDACTED:
         return True
+    if kind == BASE64_KIND and _is_path(value):
+        return True
     if kind == HEX_KIND:
         if len(value) == 64:  # sha256: trial-cache keys, content hashes
             return True
         if len(value) == 40 and _COMMIT_CONTEXT.search(line[:max(line.find(value), 0)].rstrip(" \"':=")):
             return True
     return False
+
+
+def _is_path(value: str) -> bool:
+    """An absolute path (the re-run's log directory under /tmp), which the
+    base64-entropy plugin takes for a key: at least three segments, two of
+    them plain words (`tmp`, `state`), which a random key does not have."""
+    if not re.fullmatch(r"~?(/[\w.+-]+){3,}/?", value):
+        return False
+    return sum(seg.isalpha() and seg.islower() and len(seg) >= 3 for seg in value.split("/")) >= 2
 
 
 def _own_rules(root: Path, texts: dict[Path, str]) -> Iterator[Finding]:
