@@ -32,7 +32,8 @@ from tfrepro.report import outdir
 from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.rerun import Reproduction, Runner
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
-from tfrepro.report.scrub import Scrubber, capture_env, redacted_names
+from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
+from tfrepro.report.secretscan import raise_on_findings, scan_bundle
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
 
@@ -214,6 +215,8 @@ def build_report(
         writer.write("result.json", json.dumps(ctx.result, indent=2))
     finally:
         outdir.record(out)
+    # A finding the rules did not redact fails the report, naming file:line.
+    raise_on_findings(scan_bundle(out), bundle=out)
     return Bundle(out, doc)
 
 
@@ -353,7 +356,8 @@ def _document(ctx: Context, export: Export, *, reproduction: Reproduction | None
         "evidence": {k: result.get(k) for k in ("trials", "wall_s", "ablation", "trials_table", "flaky",
                                                  "reproduction_rate", "noise", "timing")},
         "environment": env_facts, "env_vars": capture_env(environ, scrubber),
-        "redacted_env": redacted_names(environ), "setup": _setup_facts(export, reproduction, loc),
+        "redacted_env_count": withheld_count(environ),  # how many, never their names
+        "setup": _setup_facts(export, reproduction, loc),
         "reproduction": reproduction.to_dict() if reproduction else None,
         "localization": ({**loc.to_dict(), "headline": loc.headline()} if loc else None),
         "repro": _repro_facts(ctx, export),

@@ -169,8 +169,8 @@ def bundle_files(doc: dict[str, Any]) -> list[str]:
     out = ["### Files in this bundle", ""]
     out.extend(f"- `{name}`: {what}" for name, what in (doc.get("artifacts") or {}).items())
     out.append("")
-    redacted = doc.get("redacted_env") or []
-    if redacted:
-        out += [(f"_{len(redacted)} secret-looking environment variable(s) were never recorded; "
+    n = doc.get("redacted_env_count") or 0
+    if n:
+        out += [(f"_{n} secret-looking environment variable(s) were never recorded; "
                 "any of their values found in the bundle's texts was replaced by `<redacted>`._"), ""]
     return out
