@@ -22,9 +22,9 @@ import re
 import sys
 import time
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from tfrepro.errors import UserError
 
