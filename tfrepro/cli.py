@@ -434,8 +434,14 @@ _SYMPTOMS = ["nan", "crash", "timeout", "mismatch", "slowdown"]
               help="Trials run in parallel (never for slowdown: timing trials run one at a time).")
 @click.option("--no-cache", is_flag=True, help="Run every trial again, even if cached.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object (the result) on stdout.")
-@click.option("--good", metavar="REV", help="Commit mode: a commit without the symptom.")
-@click.option("--bad", metavar="REV", help="Commit mode: a commit with the symptom.")
+@click.option("--good", metavar="REV", help="Commit mode: a commit without the symptom (version mode: a release).")
+@click.option("--bad", metavar="REV", help="Commit mode: a commit with the symptom (version mode: a release).")
+@click.option("--tf-versions", metavar="A,B,...|A..B",
+              help="Version mode: TensorFlow releases to bisect; A..B means every final release in between.")
+@click.option("--keras", "keras_mode", type=click.Choice(["default", "legacy"]), default="default",
+              show_default=True, help="Version mode: legacy runs tf.keras as tf_keras (TF_USE_LEGACY_KERAS=1).")
+@click.option("--tf-dist", type=click.Choice(["tensorflow", "tensorflow-cpu"]),
+              help="Version mode: the distribution to install (default: the one installed here).")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Where trials run: this machine (--jobs at a time) or a Ray cluster (one task per trial; "
                    "needs pip install 'tfrepro[ray]').")
@@ -443,7 +449,8 @@ _SYMPTOMS = ["nan", "crash", "timeout", "mismatch", "slowdown"]
               help="With --executor ray: the cluster to join (e.g. 10.0.0.5:6379); default: a local Ray instance.")
 def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None, repeats: int | None,
                jobs: int, no_cache: bool, as_json: bool, good: str | None, bad: str | None,
-               executor: str, address: str | None) -> None:
+               executor: str, address: str | None, tf_versions: str | None, keras_mode: str,
+               tf_dist: str | None) -> None:
     """Find the feature, or smallest set of interacting features, behind a symptom.
 
     Runs the baseline (every feature OFF) and the failing configuration
@@ -465,7 +472,18 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     Exit codes: 0 found, 1 the baseline (good end) fails or an error, 2 bad
     input, 3 none (the failing configuration or bad end is healthy), 4 flaky
     or ambiguous, 130 interrupted.
+
+    With --tf-versions A,B,... (or A..B): the first TensorFlow release whose
+    trial shows the symptom, each release in its own environment (built once,
+    kept in the user cache: see `tfrepro envs`); the oldest release is the
+    reference unless --good/--bad say otherwise; a release that cannot be
+    installed is skipped.
     """
+    if tf_versions:
+        from tfrepro.bisect.versions_cli import run_from_cli as run_versions
+
+        sys.exit(run_versions(path, tf_versions, good=good, bad=bad, symptom=symptom, keras=keras_mode,
+                              tf_dist=tf_dist, as_json=as_json, steps=steps, use_cache=not no_cache))
     if good or bad:
         from tfrepro.bisect.commits_cli import run_from_cli
 
@@ -491,6 +509,19 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     prune_after_run(project)
     click.echo(json.dumps(doc) if as_json else "\n".join(answer_lines(doc)))
     sys.exit(Status(doc["status"]).exit_code)
+
+
+@main.command("envs")
+@click.option("--prune", is_flag=True, help="Remove incomplete environments and those unused for --days.")
+@click.option("--days", type=click.FloatRange(min=0), default=30, show_default=True,
+              help="With --prune: remove environments unused for this many days.")
+@click.option("--all", "all_", is_flag=True, help="With --prune: remove every environment.")
+def envs_cmd(prune: bool, days: float, all_: bool) -> None:
+    """List (or prune) the per-TensorFlow-version environments of `bisect --tf-versions`."""
+    from tfrepro.trials.envs import envs_lines, prune_lines
+
+    lines = prune_lines(max_age_days=days, everything=all_) if prune else envs_lines()
+    click.echo("\n".join(lines))
 
 
 @main.command("demo")

@@ -67,6 +67,12 @@ def tf_version() -> str | None:
     return _dist_version("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly", "tensorflow-macos")
 
 
+def driver_versions() -> dict[str, str | None]:
+    """The versions of this interpreter's environment (the default trial's)."""
+    return {"tensorflow": tf_version(), "keras": _dist_version("keras"),
+            "tf_keras": _dist_version("tf_keras", "tf-keras"), "python": sys.version.split()[0]}
+
+
 def _file_digest(path: Path) -> str:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -83,15 +89,19 @@ def keyed_env(env: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def trial_key(variant_hash: str, settings: TrialSettings, *, env: Mapping[str, str] | None = None,
-              plugins: Sequence[Path] = (), plugin_options: Mapping[str, Any] | None = None) -> str:
-    """sha256 over everything that can change a trial's result."""
+              plugins: Sequence[Path] = (), plugin_options: Mapping[str, Any] | None = None,
+              versions: Mapping[str, str | None] | None = None) -> str:
+    """sha256 over everything that can change a trial's result. `versions`
+    (keys tensorflow, keras, tf_keras, python) are those of the interpreter the
+    trial runs under when it is not this one (`envs.read_versions`)."""
+    v = versions if versions is not None else driver_versions()
     payload = {
         "variant": variant_hash,
         "settings": settings.to_dict(),
-        "tensorflow": tf_version(),
-        "keras": _dist_version("keras"),
-        "tf_keras": _dist_version("tf_keras", "tf-keras"),
-        "python": sys.version.split()[0],
+        "tensorflow": v.get("tensorflow"),
+        "keras": v.get("keras"),
+        "tf_keras": v.get("tf_keras"),
+        "python": v.get("python"),
         "harness": inside.digest(),
         "env": keyed_env(env),
         "plugins": [[str(p), _file_digest(Path(p))] for p in plugins],
@@ -108,23 +118,29 @@ def run_trial(project: "Project", enabled: Iterable[str], settings: TrialSetting
               use_cache: bool = True, label: str = "", state_dir: Path | None = None,
               env: Mapping[str, str] | None = None, unkeyed_env: Mapping[str, str] | None = None,
               plugins: Sequence[Path] = (), plugin_options: Mapping[str, Any] | None = None,
+              python: str | None = None, versions: Mapping[str, str | None] | None = None,
               ) -> TrialResult:
     """Run `project` with the features `enabled` ON (all others OFF), or return
     the cached result of the same trial. `env` is part of the cache key;
     `unkeyed_env` is not (the GPU a trial is pinned to: any GPU of the box
-    gives the same trial)."""
+    gives the same trial). `python` runs the trial under another interpreter
+    (a version environment), whose `versions` enter the key and the result."""
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(state_dir) if state_dir is not None else StateDir.of(project.root)
     plugins = tuple(Path(p).resolve() for p in plugins)
     key = trial_key(project.variant_hash(enabled_t), settings, env=env, plugins=plugins,
-                    plugin_options=plugin_options)
+                    plugin_options=plugin_options, versions=versions)
 
     def execute(trial_dir: Path) -> TrialResult:
         files = project.write_variant(enabled_t, trial_dir / "variant")
         result = run_variant(trial_dir / "variant", settings, trial_dir, env={**(env or {}), **(unkeyed_env or {})},
-                             plugins=plugins, plugin_options=plugin_options)
+                             plugins=plugins, plugin_options=plugin_options, python=python)
         # Which files the trial got as its own copies (and how): never a link.
-        return replace(result, extra={**result.extra, "files": files}) if files else result
+        extra = {**result.extra, "files": files} if files else dict(result.extra)
+        if versions is not None:  # the trial's interpreter, not the driver's
+            extra["versions"] = dict(versions)
+            result = replace(result, tf_version=result.tf_version or versions.get("tensorflow"))
+        return replace(result, extra=extra)
 
     return cached(state, key, enabled_t, label, use_cache, execute)
 
@@ -148,14 +164,15 @@ def load_cached(path: Path) -> TrialResult | None:
     return load_result(path)
 
 
-def command_for(settings: TrialSettings) -> list[str]:
-    """The child's argv; `python ...` runs under this interpreter."""
+def command_for(settings: TrialSettings, python: str | None = None) -> list[str]:
+    """The child's argv; `python ...` runs under `python` (default: this interpreter)."""
+    python = python or sys.executable
     if settings.command:
         cmd = list(settings.command)
         if cmd[0] in _PYTHON_NAMES:
-            cmd[0] = sys.executable
+            cmd[0] = python
         return cmd
-    return [sys.executable, settings.entry]
+    return [python, settings.entry]
 
 
 def child_env(settings: TrialSettings, config_path: Path, env: Mapping[str, str] | None) -> dict[str, str]:
@@ -173,7 +190,7 @@ def child_env(settings: TrialSettings, config_path: Path, env: Mapping[str, str]
 
 def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
                 env: Mapping[str, str] | None = None, plugins: Sequence[Path] = (),
-                plugin_options: Mapping[str, Any] | None = None) -> TrialResult:
+                plugin_options: Mapping[str, Any] | None = None, python: str | None = None) -> TrialResult:
     """Run an already rendered variant (no cache). `trial_dir` receives the
     config, the result and the logs. Raises what interrupted the parent
     (KeyboardInterrupt) after killing the child's process tree."""
@@ -191,7 +208,7 @@ def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
     }
     config_path.write_text(json.dumps(config, indent=1, default=str), encoding="utf-8")
     stdout_path, stderr_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
-    cmd = command_for(settings)
+    cmd = command_for(settings, python)
     timed_out = False
     start = time.perf_counter()
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
@@ -200,7 +217,7 @@ def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
                                     stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
         except OSError as e:
             return TrialResult(crashed=True, error=f"cannot start {cmd[0]!r}: {e.strerror or e}",
-                               wall_s=0.0, log_dir=str(trial_dir), tf_version=tf_version())
+                               wall_s=0.0, log_dir=str(trial_dir), tf_version=None if python else tf_version())
         try:
             proc.wait(timeout=settings.timeout_s)
         except subprocess.TimeoutExpired:
@@ -209,7 +226,9 @@ def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
             # Grandchildren outlive a finished child too; the group dies with it.
             _kill_tree(proc)
     wall = time.perf_counter() - start
-    return _collect(proc.returncode, timed_out, wall, settings, result_path, stderr_path, trial_dir)
+    # The driver's TensorFlow says nothing about another interpreter's trial.
+    return _collect(proc.returncode, timed_out, wall, settings, result_path, stderr_path, trial_dir,
+                    tf_fallback=None if python else tf_version())
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
@@ -224,26 +243,26 @@ def _kill_tree(proc: subprocess.Popen) -> None:
 
 
 def _collect(rc: int | None, timed_out: bool, wall: float, settings: TrialSettings,
-             result_path: Path, stderr_path: Path, trial_dir: Path) -> TrialResult:
+             result_path: Path, stderr_path: Path, trial_dir: Path, tf_fallback: str | None = None) -> TrialResult:
     base = {"exit_code": rc, "wall_s": round(wall, 4), "log_dir": str(trial_dir)}
     if timed_out:
         progress = _read_json(Path(harness.progress_path(str(result_path)))) or {}
         error = f"timed out after {settings.timeout_s:g} s"
         if progress.get("steps_run"):
             error += f" (last step seen: {progress['steps_run']})"
-        return TrialResult.from_dict({**progress, "timed_out": True, "error": error, "tf_version": tf_version(),
+        return TrialResult.from_dict({**progress, "timed_out": True, "error": error, "tf_version": tf_fallback,
                                       **base, "exit_code": None})
     data = _read_json(result_path)
     if data is None:
         # Died without a word from the harness: segfault, os._exit, python -S.
         crashed = rc != 0
         return TrialResult(crashed=crashed, error=_crash_line(rc, stderr_path) if crashed else None,
-                           tf_version=tf_version(), extra={"no_result": True}, **base)
+                           tf_version=tf_fallback, extra={"no_result": True}, **base)
     result = TrialResult.from_dict({**data, **base})
     if rc != 0 and not result.crashed:
         result = replace(result, crashed=True, error=result.error or _crash_line(rc, stderr_path))
     if result.tf_version is None:
-        result = replace(result, tf_version=tf_version())
+        result = replace(result, tf_version=tf_fallback)
     return result
 
 
