@@ -176,8 +176,11 @@ class _Bisection:
         self.lock = threading.Lock()
         self.noise = 0.0
         self.timing: dict[Config, list[classify.TimingOutcome]] = {}
+        self.dropped: list[dict[str, str]] = []
         if not self.features:
-            raise UserError("the project has no feature blocks to bisect", path=project.root,
+            raise UserError("the project has no feature blocks to bisect"
+                            + (" and none was detected" if getattr(project, "detected", False) else ""),
+                            path=project.root,
                             hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`")
         if options.symptom == Verdict.SLOWDOWN and self.settings.steps < WARMUP_STEPS + 2:
             raise UserError(f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
@@ -304,6 +307,8 @@ class _Bisection:
         base, full = frozenset(), frozenset(self.features)
         n_base = max(k, 2)  # the second run measures the noise
         self.events.phase("baseline and failing configuration")
+        self._preflight()
+        base, full = frozenset(), frozenset(self.features)
         self._many([(base, r, "baseline") for r in range(n_base)]
                    + self._needs(full, range(k), "failing", opts.symptom))
 
@@ -355,6 +360,33 @@ class _Bisection:
             # the affects_loss context the mismatch needs, minimised too
             config = culprits | ddmin(sorted(fixed), oracle, fixed=culprits)
         return self._replay(target, culprits, frozenset(config), table)
+
+    def _preflight(self) -> None:
+        """The baseline must run: a feature whose OFF part breaks it is kept
+        ON and is no longer a candidate (`bisect/preflight.py`)."""
+        from tfrepro.bisect.preflight import preflight
+
+        base = frozenset()
+        if (base, 0) in self.memo:
+            return
+        request = self._request(base, 0, "baseline")
+        calls = []
+
+        def run(project: Any) -> TrialResult:
+            if len(calls) == 1:
+                self.events.phase("preflight: the baseline crashes; looking for a feature whose OFF part breaks it")
+            calls.append(project)
+            self.events.trial_started((), "baseline" if len(calls) == 1 else "preflight", 0)
+            return self.executor.run_batch(project, [request])[0]
+
+        got = preflight(self.project, run)
+        if got.dropped:
+            self.project, self.dropped = got.project, got.dropped
+            self.features = tuple(got.project.feature_names)
+            self.affects_loss = frozenset(got.project.affects_loss)
+            for d in got.dropped:
+                self.events.phase(f"dropped {d['name']}: {d['reason']}")
+        self._record(base, 0, "baseline", got.baseline)
 
     def _baseline_checks(self, shown: Verdict) -> dict[str, Any]:
         """`tfrepro check` on the baseline, so that `baseline-fails` comes with
@@ -467,6 +499,8 @@ class _Bisection:
             "repeats": self.k,
             "features": list(self.features),
             "affects_loss": sorted(self.affects_loss),
+            "dropped_features": list(self.dropped),
+            "detected": bool(getattr(self.project, "detected", False)),
             "failing": best(full),
             "culprit_trial": best(config) if config is not None else None,
             "culprit_config": sorted(config) if config is not None else [],
