@@ -178,9 +178,7 @@ class _Bisection:
         self.timing: dict[Config, list[classify.TimingOutcome]] = {}
         self.dropped: list[dict[str, str]] = []
         if not self.features:
-            raise UserError("the project has no feature blocks to bisect"
-                            + (" and none was detected" if getattr(project, "detected", False) else ""),
-                            path=project.root,
+            raise UserError("the project has no feature blocks to bisect", path=project.root,
                             hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`")
         if options.symptom == Verdict.SLOWDOWN and self.settings.steps < WARMUP_STEPS + 2:
             raise UserError(f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
@@ -362,31 +360,14 @@ class _Bisection:
         return self._replay(target, culprits, frozenset(config), table)
 
     def _preflight(self) -> None:
-        """The baseline must run: a feature whose OFF part breaks it is kept
-        ON and is no longer a candidate (`bisect/preflight.py`)."""
-        from tfrepro.bisect.preflight import preflight
+        """The baseline must run: a feature whose OFF part breaks it is kept ON, no candidate."""
+        from tfrepro.bisect.preflight import run_preflight
 
-        base = frozenset()
-        if (base, 0) in self.memo:
-            return
-        request = self._request(base, 0, "baseline")
-        calls = []
-
-        def run(project: Any) -> TrialResult:
-            if len(calls) == 1:
-                self.events.phase("preflight: the baseline crashes; looking for a feature whose OFF part breaks it")
-            calls.append(project)
-            self.events.trial_started((), "baseline" if len(calls) == 1 else "preflight", 0)
-            return self.executor.run_batch(project, [request])[0]
-
-        got = preflight(self.project, run)
+        got = run_preflight(self.project, self.executor, self._request(frozenset(), 0, "baseline"), self.events)
         if got.dropped:
-            self.project, self.dropped = got.project, got.dropped
-            self.features = tuple(got.project.feature_names)
+            self.project, self.dropped, self.features = got.project, got.dropped, tuple(got.project.feature_names)
             self.affects_loss = frozenset(got.project.affects_loss)
-            for d in got.dropped:
-                self.events.phase(f"dropped {d['name']}: {d['reason']}")
-        self._record(base, 0, "baseline", got.baseline)
+        self._record(frozenset(), 0, "baseline", got.baseline)
 
     def _baseline_checks(self, shown: Verdict) -> dict[str, Any]:
         """`tfrepro check` on the baseline, so that `baseline-fails` comes with
@@ -456,6 +437,15 @@ class _Bisection:
         return self._finish("found", target, culprits=culprits, config=config,
                             rate=judged.reproduction_rate, extra=extra)
 
+    def _also_seen(self, target: Verdict | None) -> list[dict[str, Any]]:
+        from tfrepro.bisect.also_seen import also_seen
+
+        full, base = frozenset(self.features), frozenset()
+        mine = [r for r in range(self.k) if (full, r) in self.memo]
+        shown = set().union(set(), *(self._shows(full, self.memo[(full, r)]) for r in mine))
+        return also_seen(shown, target, full_fastest=self._fastest(full, mine), slowdown=self.symptom_settings.slowdown,
+                         base_fastest=self._fastest(base, [r for r in range(max(self.k, 2)) if (base, r) in self.memo]))
+
     # -- the result --------------------------------------------------------
     def _finish(self, status: str, symptom: Verdict | None, *, culprits: Config = frozenset(),
                 config: Config | None = None, flaky: bool = False, rate: float | None = None,
@@ -500,6 +490,7 @@ class _Bisection:
             "features": list(self.features),
             "affects_loss": sorted(self.affects_loss),
             "dropped_features": list(self.dropped),
+            "also_seen": self._also_seen(symptom),
             "detected": bool(getattr(self.project, "detected", False)),
             "failing": best(full),
             "culprit_trial": best(config) if config is not None else None,

@@ -102,3 +102,21 @@ def preflight(project: Any, run: RunBaseline, *, max_rounds: int = 3) -> Preflig
 
 def _exclude(project: Any, dropped: list[dict[str, str]]) -> Any:
     return project.exclude({d["name"]: "preflight: " + d["reason"] for d in dropped})
+
+
+def run_preflight(project: Any, executor: Any, request: Any, events: Any) -> PreflightResult:
+    """`preflight` with the engine's executor, baseline request and events
+    (a phase is announced only when the baseline crashes)."""
+    calls: list[Any] = []
+
+    def run(p: Any) -> TrialResult:
+        if len(calls) == 1:
+            events.phase("preflight: the baseline crashes; looking for a feature whose OFF part breaks it")
+        calls.append(p)
+        events.trial_started((), "baseline" if len(calls) == 1 else "preflight", 0)
+        return executor.run_batch(p, [request])[0]
+
+    got = preflight(project, run)
+    for d in got.dropped:
+        events.phase(f"dropped {d['name']}: {d['reason']}")
+    return got
