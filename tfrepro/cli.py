@@ -56,19 +56,35 @@ def parse_names(value: str | None) -> list[str]:
 path_argument = click.argument("path", default=".", type=click.Path(path_type=Path))
 
 
+def select_options(f):
+    """--only/--skip: choose among the features (names, name prefixes or kinds)."""
+    f = click.option("--skip", metavar="A,B,...", help="Leave these features as written (not candidates).")(f)
+    return click.option("--only", metavar="A,B,...", help="Only these features are candidates.")(f)
+
+
+def load_project(path: Path, only: str | None = None, skip: str | None = None):
+    """Project.load, saying so when the features were detected in memory (zero-edit)."""
+    from tfrepro.project import Project
+
+    project = Project.load(path, only=parse_names(only) if only else None, skip=parse_names(skip) or None)
+    if project.detected:
+        click.echo(f"{len(project.feature_names)} features detected in memory (nothing written); "
+                   "`tfrepro annotate --write` to keep them", err=True)
+    return project
+
+
 @main.command()
 @path_argument
 @click.option("--set", "set_", metavar="NAME=on|off,...", help="Rewrite the features' states in the files.")
 @click.option("--json", "as_json", is_flag=True, help="Print the features as JSON.")
-def features(path: Path, set_: str | None, as_json: bool) -> None:
+@select_options
+def features(path: Path, set_: str | None, as_json: bool, only: str | None, skip: str | None) -> None:
     """List the feature blocks of a project (or switch them with --set).
 
     --set is the only command that ever writes into your files; switching a
     feature and switching it back restores each file byte for byte.
     """
-    from tfrepro.project import Project
-
-    project = Project.load(path)
+    project = load_project(path, only, skip)
     if set_:
         changed = project.set_states(parse_states(set_))
         if as_json:
@@ -85,11 +101,12 @@ def features(path: Path, set_: str | None, as_json: bool) -> None:
             "description": project.description(name),
             "state": "mixed" if state is None else ("on" if state else "off"),
             "affects_loss": name in project.affects_loss,
-            "blocks": [{"file": str(Path(b.path).relative_to(project.root)), "line": b.line,
-                        "state": "on" if b.state else "off"} for b in blocks],
+            "blocks": [{"file": f, "line": line, "state": "on" if b.state else "off"}
+                       for b, (f, line) in zip(blocks, project.locations(name))],
         })
     if as_json:
-        click.echo(json.dumps({"project": str(project.root), "features": items}, indent=2))
+        click.echo(json.dumps({"project": str(project.root), "detected": project.detected, "features": items,
+                               "excluded": project.excluded}, indent=2))
         return
     if not items:
         click.echo(f"no feature blocks in {project.root}")
@@ -160,8 +177,9 @@ def report(run_dir: Path | None, out: Path | None, fmt: str, no_rerun: bool, no_
 @click.option("--repeats", type=click.IntRange(min=1), help="Independent runs (default: [trial] repeats).")
 @click.option("--no-cache", is_flag=True, help="Run even if the same trial is cached.")
 @click.option("--json", "as_json", is_flag=True, help="Print the trial summary as JSON.")
+@select_options
 def run(path: Path, with_: str | None, all_: bool, none_: bool, steps: int | None, repeats: int | None,
-        no_cache: bool, as_json: bool) -> None:
+        no_cache: bool, as_json: bool, only: str | None, skip: str | None) -> None:
     """Run one configuration of a project and measure it.
 
     Without --with/--all/--none the features stay as the files have them.
@@ -173,12 +191,11 @@ def run(path: Path, with_: str | None, all_: bool, none_: bool, steps: int | Non
     """
     from dataclasses import replace
 
-    from tfrepro.project import Project
     from tfrepro.trials.runner import describe, run_trial, summary
 
     if sum([with_ is not None, all_, none_]) > 1:
         raise UserError("--with, --all and --none exclude each other", hint="give one of them")
-    project = Project.load(path)
+    project = load_project(path, only, skip)
     if with_ is not None:
         enabled = project.check_names(parse_names(with_))
     elif all_:
@@ -264,8 +281,10 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None) -> None
 @click.option("--no-cache", is_flag=True, help="Run even if the same probed trial is cached.")
 @click.option("-v", "--verbose", is_flag=True, help="Show the evidence of the checks that pass too.")
 @click.option("--json", "as_json", is_flag=True, help="Print the checklist as JSON.")
+@select_options
 def check_cmd(path: Path, with_: str | None, all_: bool, steps: int | None, expect_params: int | None,
-              expect_gpu: bool | None, no_cache: bool, verbose: bool, as_json: bool) -> None:
+              expect_gpu: bool | None, no_cache: bool, verbose: bool, as_json: bool, only: str | None,
+              skip: str | None) -> None:
     """The sanity checks to run before blaming a feature.
 
     Runs one configuration (the baseline, every feature OFF, by default) in
@@ -280,11 +299,10 @@ def check_cmd(path: Path, with_: str | None, all_: bool, steps: int | None, expe
 
     from tfrepro.check.judge import CheckOptions, format_report
     from tfrepro.check.run import run_checks
-    from tfrepro.project import Project
 
     if with_ is not None and all_:
         raise UserError("--with and --all exclude each other", hint="give one of them")
-    project = Project.load(path)
+    project = load_project(path, only, skip)
     if with_ is not None:
         enabled = project.check_names(parse_names(with_))
     else:
@@ -379,9 +397,10 @@ _SYMPTOMS = ["nan", "crash", "timeout", "mismatch", "slowdown"]
                    "needs pip install 'tfrepro[ray]').")
 @click.option("--address", metavar="ADDR",
               help="With --executor ray: the cluster to join (e.g. 10.0.0.5:6379); default: a local Ray instance.")
+@select_options
 def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None, repeats: int | None,
                jobs: int, no_cache: bool, as_json: bool, good: str | None, bad: str | None,
-               executor: str, address: str | None) -> None:
+               executor: str, address: str | None, only: str | None, skip: str | None) -> None:
     """Find the feature, or smallest set of interacting features, behind a symptom.
 
     Runs the baseline (every feature OFF) and the failing configuration
@@ -408,10 +427,9 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     from tfrepro.bisect.display import answer_lines, run_bisect
     from tfrepro.bisect.engine import BisectOptions
     from tfrepro.check.run import checks_for_result
-    from tfrepro.project import Project
     from tfrepro.trials.values import Verdict
 
-    project = Project.load(path)
+    project = load_project(path, only, skip)
     options = BisectOptions(symptom=Verdict(symptom) if symptom else None, strategy=strategy, steps=steps,
                             repeats=repeats, jobs=jobs, use_cache=not no_cache, executor=executor,
                             address=address, baseline_checks=checks_for_result)
