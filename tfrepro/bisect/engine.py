@@ -443,8 +443,10 @@ class _Bisection:
         full, base = frozenset(self.features), frozenset()
         mine = [r for r in range(self.k) if (full, r) in self.memo]
         shown = set().union(set(), *(self._shows(full, self.memo[(full, r)]) for r in mine))
+        timed = full in self.timing  # measured: no "possible" slowdown to guess
         return also_seen(shown, target, full_fastest=self._fastest(full, mine), slowdown=self.symptom_settings.slowdown,
-                         base_fastest=self._fastest(base, [r for r in range(max(self.k, 2)) if (base, r) in self.memo]))
+                         base_fastest=None if timed else self._fastest(base, [r for r in range(max(self.k, 2))
+                                                                              if (base, r) in self.memo]))
 
     # -- the result --------------------------------------------------------
     def _finish(self, status: str, symptom: Verdict | None, *, culprits: Config = frozenset(),
