@@ -23,6 +23,7 @@ from tfrepro import features as fb
 from tfrepro.errors import UserError
 from tfrepro.projectfiles import (
     EXCLUDED_DIRS,
+    MANIFEST,
     STATE_DIR,
     FileNote,
     check_root,
@@ -33,7 +34,6 @@ from tfrepro.projectfiles import (
 )
 from tfrepro.settings import StateSettings, SymptomSettings, TrialSettings
 
-MANIFEST = "tfrepro.toml"
 __all__ = ["EXCLUDED_DIRS", "MANIFEST", "STATE_DIR", "Manifest", "Project", "iter_project_files"]
 
 # Finite bounds of the numeric settings: nan, inf or 1e300 would silently
@@ -228,10 +228,22 @@ class Project:
         self.files = files  # every project file (relpaths, posix)
         self.warnings: list[str] = []  # files skipped (special files, dangling symlinks)
         self._hash_memo: dict[tuple[str, int, int], str] = {}
+        # Zero-edit mode (no marker in any file): the blocks were detected by
+        # the annotator and live only in memory (`sources` hold annotated texts).
+        self.detected = False
+        self.detection: Any = None  # tfrepro.annotate.zeroedit.Detection when detected
+        # Features that are not candidates (--only/--skip, preflight): name ->
+        # why; their blocks stay in the state in `fixed_on` (ON) or OFF.
+        self.excluded: dict[str, str] = {}
+        self.fixed_on: frozenset[str] = frozenset()
 
     # -- loading -----------------------------------------------------------
     @classmethod
-    def load(cls, path: str | Path = ".") -> "Project":
+    def load(cls, path: str | Path = ".", *, detect: bool = True, only: Iterable[str] | None = None,
+             skip: Iterable[str] | None = None) -> "Project":
+        """Load and validate a project. A project with no marker in any file
+        is zero-edit: its features are detected in memory (`detect=False`:
+        none). `only`/`skip`: see `select`."""
         p = Path(path)
         if not p.exists():
             raise UserError("no such file or directory", path=p,
@@ -291,8 +303,14 @@ class Project:
                     line=_line_of(text, "trial", "entry") if manifest.path else None,
                     hint='set [trial] entry = "your_script.py" (or command = [...]) in tfrepro.toml',
                 )
+        detection = None
+        if not sources and detect:
+            detection = _detect(root, manifest, files)
+            sources = {rel: fb.parse(t, str(root / rel)) for rel, t in detection.texts.items()}
         project = cls(root, manifest, sources, files)
         project.warnings = skipped
+        if detection is not None:
+            project.detected, project.detection = True, detection
         known = set(project.feature_names)
         for name in manifest.features:
             if name not in known:
@@ -301,7 +319,58 @@ class Project:
                     path=manifest.path, line=_line_of(text, f"features.{name}", None),
                     hint="known features: " + (", ".join(sorted(known)) or "(none)"),
                 )
+        if only is not None or skip is not None:
+            project = project.select(only, skip)
         return project
+
+    def _copy(self) -> "Project":
+        other = Project(self.root, self.manifest, self.sources, self.files)
+        other.detected, other.detection = self.detected, self.detection
+        other.excluded, other.fixed_on = dict(self.excluded), self.fixed_on
+        return other
+
+    def select(self, only: Iterable[str] | None = None, skip: Iterable[str] | None = None) -> "Project":
+        """A project whose candidate features are those named in `only` (all
+        when None) minus `skip`. Each item is a feature name, a name prefix
+        (`callback` for callback_*) or a catalog kind (`dataset`). The others
+        stay as written (ON for detected features) in every variant."""
+        from tfrepro import catalog
+
+        names = self.feature_names
+
+        def match(item: str) -> set[str]:
+            got = {n for n in names if n == item or n.startswith(item + "_") or catalog.kind_of(n) == item}
+            if not got:
+                raise UserError(f"no feature matches {item!r}", path=self.root,
+                                hint="known features: " + (", ".join(names) or "(none)"))
+            return got
+
+        keep = set(names) if only is None else set().union(*(match(x) for x in only))
+        out = set(names) - keep
+        why = dict.fromkeys(out, "not in --only")
+        for x in skip or ():
+            for n in match(x):
+                why[n] = "--skip"
+        return self.exclude(why)
+
+    def exclude(self, why: dict[str, str], *, on: bool = True) -> "Project":
+        """A project without the features `why` names as candidates (name ->
+        reason); they stay ON (`on`) or as written, in every variant."""
+        other = self._copy()
+        other.excluded.update(why)
+        states = self.states_in_files()
+        if on:
+            other.fixed_on = self.fixed_on | frozenset(why)
+        else:
+            other.fixed_on = self.fixed_on | frozenset(n for n in why if states.get(n) is not False)
+        return other
+
+    def locations(self, name: str) -> list[tuple[str, int]]:
+        """(relpath, line) of each block of `name`; for detected features the
+        line of the code in the original file."""
+        if self.detection is not None:
+            return [(f.path, f.line) for f in self.detection.found if f.name == name]
+        return [(Path(b.path).relative_to(self.root).as_posix(), b.line) for b in self.features.get(name, [])]
 
     # -- features ----------------------------------------------------------
     @property
@@ -310,7 +379,7 @@ class Project:
 
     @property
     def blocks(self) -> list[fb.Block]:
-        return [b for s in self.sources.values() for b in s.blocks]
+        return [b for s in self.sources.values() for b in s.blocks if b.name not in self.excluded]
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -328,7 +397,11 @@ class Project:
 
     @property
     def affects_loss(self) -> frozenset[str]:
-        return frozenset(n for n, c in self.manifest.features.items() if c.affects_loss)
+        """From tfrepro.toml; detected features default to the catalog's say."""
+        declared = self.manifest.features
+        detected = self.detection.affects_loss if self.detection is not None else frozenset()
+        return frozenset(n for n in set(declared) | detected
+                         if (declared[n].affects_loss if n in declared else True) and n not in self.excluded)
 
     def states_in_files(self) -> dict[str, bool | None]:
         """Each feature's state as written: True/False, None when its blocks disagree."""
@@ -353,12 +426,12 @@ class Project:
     def render(self, enabled: Iterable[str] | None) -> dict[str, str]:
         """relpath -> text of every marked file with the given features ON
         (`None`: as written)."""
-        enabled = None if enabled is None else set(enabled)
+        enabled = None if enabled is None else set(enabled) | self.fixed_on
         return {rel: s.render(enabled) for rel, s in self.sources.items()}
 
     def export(self, enabled: Iterable[str] | None) -> dict[str, str]:
         """relpath -> standalone text (markers and inactive parts removed)."""
-        enabled = None if enabled is None else set(enabled)
+        enabled = None if enabled is None else set(enabled) | self.fixed_on
         return {rel: s.export(enabled) for rel, s in self.sources.items()}
 
     def write_variant(self, enabled: Iterable[str] | None, dest: Path) -> dict[str, Any]:
@@ -417,6 +490,9 @@ class Project:
         writing anything. Bytes outside the switched parts are kept (line
         endings, BOM, declared encoding); a symlinked or hard-linked file is
         written through to its target (`projectfiles.write_in_place`)."""
+        if self.detected:
+            raise UserError("these features were detected in memory: the files have no feature blocks to switch",
+                            path=self.root, hint="`tfrepro annotate --write` marks them in the files first")
         self.check_names(states)
         new_bytes: dict[str, bytes] = {}
         for rel, s in self.sources.items():
@@ -427,3 +503,12 @@ class Project:
             write_in_place(self.root / rel, data)
         return list(new_bytes)
 
+
+
+def _detect(root: Path, manifest: Manifest, files: list[str]):
+    """Zero-edit: the feature blocks of the entry script and the modules it imports, in memory."""
+    from tfrepro.annotate.zeroedit import default_targets, detect, entry_scripts, imported_files
+
+    entries = entry_scripts(manifest.trial.entry, manifest.trial.command, files)
+    targets = imported_files(root, entries, files) if entries else default_targets(files)
+    return detect(root, targets)

@@ -40,6 +40,7 @@ from tfrepro.errors import UserError
 
 log = logging.getLogger("tfrepro")
 
+MANIFEST = "tfrepro.toml"
 STATE_DIR = ".tfrepro"
 # Directories never part of a project (state, VCS, environments, caches).
 EXCLUDED_DIRS = frozenset(

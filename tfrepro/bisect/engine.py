@@ -139,6 +139,7 @@ class _Bisection:
         self.lock = threading.Lock()
         self.noise = 0.0
         self.timing: dict[Config, list[classify.TimingOutcome]] = {}
+        self.dropped: list[dict[str, str]] = []
         if not self.features:
             raise UserError("the project has no feature blocks to bisect", path=project.root,
                             hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`")
@@ -267,6 +268,8 @@ class _Bisection:
         base, full = frozenset(), frozenset(self.features)
         n_base = max(k, 2)  # the second run measures the noise
         self.events.phase("baseline and failing configuration")
+        self._preflight()
+        base, full = frozenset(), frozenset(self.features)
         self._many([(base, r, "baseline") for r in range(n_base)]
                    + self._needs(full, range(k), "failing", opts.symptom))
 
@@ -318,6 +321,16 @@ class _Bisection:
             # the affects_loss context the mismatch needs, minimised too
             config = culprits | ddmin(sorted(fixed), oracle, fixed=culprits)
         return self._replay(target, culprits, frozenset(config), table)
+
+    def _preflight(self) -> None:
+        """The baseline must run: a feature whose OFF part breaks it is kept ON, no candidate."""
+        from tfrepro.bisect.preflight import run_preflight
+
+        got = run_preflight(self.project, self.executor, self._request(frozenset(), 0, "baseline"), self.events)
+        if got.dropped:
+            self.project, self.dropped, self.features = got.project, got.dropped, tuple(got.project.feature_names)
+            self.affects_loss = frozenset(got.project.affects_loss)
+        self._record(frozenset(), 0, "baseline", got.baseline)
 
     def _baseline_checks(self, shown: Verdict) -> dict[str, Any]:
         """`tfrepro check` on the baseline, so that `baseline-fails` comes with
@@ -386,6 +399,17 @@ class _Bisection:
         return self._finish(Status.FOUND, target, culprits=culprits, config=config,
                             rate=judged.reproduction_rate, extra=extra)
 
+    def _also_seen(self, target: Verdict | None) -> list[dict[str, Any]]:
+        from tfrepro.bisect.also_seen import also_seen
+
+        full, base = frozenset(self.features), frozenset()
+        mine = [r for r in range(self.k) if (full, r) in self.memo]
+        shown = set().union(set(), *(self._shows(full, self.memo[(full, r)]) for r in mine))
+        timed = full in self.timing  # measured: no "possible" slowdown to guess
+        return also_seen(shown, target, full_fastest=self._fastest(full, mine), slowdown=self.symptom_settings.slowdown,
+                         base_fastest=None if timed else self._fastest(base, [r for r in range(max(self.k, 2))
+                                                                              if (base, r) in self.memo]))
+
     # -- the result --------------------------------------------------------
     def _best(self, cfg: Config | None, target: Verdict | None) -> dict[str, Any] | None:
         """A summary of a trial of `cfg`, preferring one that shows `target`."""
@@ -425,6 +449,8 @@ class _Bisection:
             "affects_loss": sorted(self.affects_loss),
             "failing": self._best(frozenset(self.features), symptom),
             "culprit_trial": self._best(config, symptom),
+            "dropped_features": list(self.dropped),
+            "detected": bool(getattr(self.project, "detected", False)),
             "culprit_config": sorted(config) if config is not None else [],
             "ablation": None,
             "trials_table": self._trials_table(symptom),
@@ -439,7 +465,8 @@ class _Bisection:
             status, symptom, tuple(sorted(culprits)), baseline=self._best(frozenset(), symptom),
             trials=len(self.records), wall_s=round(self.clock() - self.t0, 3),
             run_dir=rel if not rel.startswith("..") else str(self.run_dir),
-            reproduction_rate=rate, suspects=tuple(sorted(suspects)), error=error, details=details)
+            reproduction_rate=rate, suspects=tuple(sorted(suspects)), also_seen=tuple(self._also_seen(symptom)),
+            error=error, details=details)
         (self.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=1, default=str),
                                                   encoding="utf-8")
         return result
