@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tfrepro.bisect.versions import Row, bisect_versions, follows, order_range
+from tfrepro.bisect import versions as vmode
+from tfrepro.bisect.versions import Row, follows, order_range
 from tfrepro.errors import UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import envs, releases
@@ -190,6 +191,10 @@ def test_cache_root_respects_xdg(monkeypatch, tmp_path):
 
 
 # -- the search ------------------------------------------------------------------------------
+
+
+def bisect_versions(*args, **kwargs) -> dict:
+    return vmode.bisect_versions(*args, **kwargs).to_dict()
 
 
 def project(tmp_path) -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tfrepro.bisect.versions import bisect_versions
+from tfrepro.bisect import versions as vmode
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.envs import EnvStore, spec_for
 
@@ -47,6 +47,11 @@ FIT = """\
     model.compile(optimizer={optimizer}, loss="binary_crossentropy")
     model.fit(x, y, batch_size=32, epochs=2, verbose=0)
 """
+
+
+
+def bisect_versions(*args, **kwargs) -> dict:
+    return vmode.bisect_versions(*args, **kwargs).to_dict()
 
 
 @pytest.mark.e2e

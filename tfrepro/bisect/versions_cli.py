@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro.bisect.commits import load_settings, project_root
+from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.errors import UserError
 from tfrepro.trials.values import SYMPTOM_ORDER
 
@@ -36,6 +37,24 @@ def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str,
 
     versions, excluded = expand(spec, listing)
     return versions, excluded, notes
+
+
+class _Progress(BisectEvents):
+    """Environment and trial progress on stderr."""
+
+    def __init__(self, echo: Callable[..., None]) -> None:
+        self.echo = echo
+
+    def phase(self, text: str) -> None:
+        self.echo(text, err=True)
+
+    def trial_started(self, enabled: tuple[str, ...], role: str, repeat: int) -> None:
+        again = f" (repeat {repeat})" if repeat else ""
+        self.echo(f"  running {role}{again}...", err=True)
+
+    def point_tried(self, point: PointTried) -> None:
+        note = f"  ({point.reason})" if point.reason else ""
+        self.echo(f"  {point.label:<14} {point.verdict.value:<10}{note}", err=True)
 
 
 def format_result(result: dict[str, Any]) -> str:
@@ -70,7 +89,7 @@ def run_from_cli(
     echo: Callable[..., None] | None = None,
 ) -> int:
     """What `tfrepro bisect --tf-versions ...` does; returns the exit code
-    (0 found, 1 the ends do not hold or error, 4 ambiguous, 130 interrupted).
+    (Contract 4: 0 found, 1 the ends do not hold or an error, 3 none, 4 ambiguous).
     Bad input raises UserError (exit 2)."""
     import click
 
@@ -93,31 +112,14 @@ def run_from_cli(
     if timeout_s is not None:
         settings = replace(settings, timeout_s=float(timeout_s))
 
-    def progress(kind: str, data: dict[str, Any]) -> None:
-        if kind == "range":
-            echo(f"bisecting {len(data['versions'])} {dist} releases: good {data['good']} .. bad {data['bad']}",
-                 err=True)
-        elif kind == "env":
-            echo(f"  {data['line']}", err=True)
-        elif kind == "running":
-            again = f" (repeat {data['repeat']})" if data["repeat"] else ""
-            echo(f"  running tf {data['version']}{again}...", err=True)
-        elif kind == "tried":
-            note = f"  ({data['note']})" if data.get("note") else ""
-            echo(f"  {data['version']:<14} {data['verdict']:<10}{note}", err=True)
-        elif kind == "symptom":
-            echo(f"hunting: {data['symptom']}", err=True)
-
     for n in notes:
         echo(f"note: {n}", err=True)
-    try:
-        result = bisect_versions(path, versions, good=good, bad=bad, symptom=target, settings=settings,
-                                 symptoms=symptoms, use_cache=use_cache, legacy_keras=keras == "legacy",
-                                 tf_dist=dist, on_event=None if as_json else progress, excluded=excluded)
-    except KeyboardInterrupt:
-        echo("interrupted: finished trials and built environments are kept; run the same command again",
-             err=True)
-        return 130
-    result["notes"] = [*notes, *result.get("notes", [])]
-    echo(json.dumps(result) if as_json else format_result(result))
-    return {"found": 0, "ambiguous": 4}.get(result["status"], 1)
+    progress = None if as_json else _Progress(echo)
+    result = bisect_versions(path, versions, good=good, bad=bad, symptom=target, settings=settings,
+                             symptoms=symptoms, use_cache=use_cache, legacy_keras=keras == "legacy",
+                             tf_dist=dist, events=progress, excluded=excluded,
+                             on_line=None if as_json else (lambda line: echo(f"  {line}", err=True)))
+    doc = result.to_dict()
+    doc["notes"] = [*notes, *doc.get("notes", [])]
+    echo(json.dumps(doc) if as_json else format_result(doc))
+    return result.exit_code

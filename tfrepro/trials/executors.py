@@ -63,6 +63,8 @@ class TrialRequest:
     state_dir: Path | None = None  # None: the project's `.tfrepro`
     # The project to run, when it is not the batch's (commit mode: one per commit).
     project: Any = field(default=None, compare=False)
+    # More keywords for the trial runner (version mode: `python`, `versions`, `env`).
+    options: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 class Executor:
@@ -212,6 +214,7 @@ class LocalExecutor(Executor):
         kw: dict[str, Any] = {"use_cache": request.use_cache, "label": request.label}
         if request.state_dir is not None:
             kw["state_dir"] = request.state_dir
+        kw.update(request.options)
         if self.runner is not None:
             return self.runner(project, request.enabled, request.settings, **kw)
         from tfrepro.trials.runner import run_trial

@@ -1,0 +1,351 @@
+"""Bisection over an ordered range of *points*: commits or TensorFlow releases (EDGE).
+
+Commit mode (`commits.py`) and version mode (`versions.py`) differ only in
+what a point is and how it is tried; everything else lives here, once: both
+ends first, the symptom the bad end decides, the good end as everybody's
+reference, the hunt with `rangesearch.bisect_range` (k-ary when the executor
+runs several trials at once), skips for points that cannot be tried or that
+stop on another symptom, the trials table and the run dir.
+
+A mode supplies a `Source`: `request(point, repeat)` gives the trial to run
+(or the reason the point cannot be tried), `release(point)` frees what it
+held. Trials run on the same `Executor` as feature mode; progress goes to
+the same typed `BisectEvents`.
+
+Invariants:
+- Both ends are judged before anything in between is tried: a good end that
+  fails gives `baseline-fails`, an end that cannot be tried `error`, a bad end
+  without the symptom `none`.
+- The hunt is locked onto one symptom (`rangesearch.judge`); skips that hide
+  the answer give `ambiguous` with the candidates, never a guess.
+- Timing trials (slowdown) run one at a time, interleaved with the good end's;
+  other trials of a round run `executor.slots` at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tfrepro.bisect.events import BisectEvents, PointTried, TrialRecord
+from tfrepro.bisect.rangesearch import STOPPERS, Mark, RangeResult, bisect_range, judge
+from tfrepro.settings import SymptomSettings, TrialSettings
+from tfrepro.trials import classify
+from tfrepro.trials.executors import Executor, TrialRequest
+from tfrepro.trials.state import write_trial_record
+from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict
+
+
+@dataclass(frozen=True)
+class Point:
+    """One point of the range: a commit (label = sha) or a release (label = version)."""
+
+    label: str
+    subject: str
+    info: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def short(self) -> str:
+        return self.label[:12]
+
+    @property
+    def named(self) -> str:
+        """`abc123def456 (subject)`, or the label alone when there is no subject."""
+        return f"{self.short} ({self.subject})" if self.subject else self.short
+
+
+class Source:
+    """How a mode tries its points (subclassed by commit and version mode)."""
+
+    noun = "point"
+    key = "point"  # what the trial log and the tables call a point's label ("sha", "version")
+    older = "give an older good end"  # what to do when the good end already fails
+
+    def request(self, point: Point, repeat: int, settings: TrialSettings) -> TrialRequest | str:
+        raise NotImplementedError
+
+    def release(self, point: Point) -> None:
+        """The point's trials are done (e.g. remove its checkout)."""
+
+    def role(self, point: Point) -> str:
+        return f"{self.noun} {point.short}"
+
+
+def _finite_or_none(x: float | None) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
+
+
+def trial_summary(r: TrialResult) -> dict[str, Any]:
+    """The few numbers a reader wants from one trial (one line of the trial log)."""
+    return {
+        "label": r.label, "mode": r.mode, "steps_run": r.steps_run,
+        "first_loss": _finite_or_none(r.first_loss), "last_loss": _finite_or_none(r.last_loss),
+        "first_nonfinite_step": r.first_nonfinite_step,
+        "median_step_time": r.median_step_time(), "crashed": r.crashed,
+        "timed_out": r.timed_out, "error": r.error, "cached": r.cached, "log_dir": r.log_dir,
+    }
+
+
+def full_summary(r: TrialResult) -> dict[str, Any]:
+    """Every field of a trial plus the numbers a reader looks for first."""
+    return {**r.to_dict(), **trial_summary(r)}
+
+
+def first_symptom(shown: frozenset[Verdict]) -> Verdict | None:
+    return next((v for v in SYMPTOM_ORDER if v in shown), None)
+
+
+def names(shown: frozenset[Verdict]) -> str:
+    return ", ".join(v.value for v in SYMPTOM_ORDER if v in shown) or "nothing"
+
+
+@dataclass(frozen=True)
+class Ends:
+    """What the two ends established: the reference trial, the bad end's
+    trial, the symptom hunted, the good end's summary."""
+
+    good: TrialResult
+    bad: TrialResult
+    target: Verdict
+    baseline: dict[str, Any]
+
+
+class Stop(Exception):
+    """The ends do not hold: the run ends with this status and message."""
+
+    def __init__(self, status: Status, message: str, symptom: Verdict | None = None,
+                 baseline: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.symptom, self.baseline = status, message, symptom, baseline
+
+
+class RangeRun:
+    """The state of one range bisection: trials, judged points, the run dir."""
+
+    def __init__(self, points: list[Point], source: Source, executor: Executor, settings: TrialSettings,
+                 symptoms: SymptomSettings, run_dir: Path, events: BisectEvents) -> None:
+        if len(points) < 2:
+            raise ValueError("a range needs a good end and a bad end")
+        self.points, self.source, self.executor = points, source, executor
+        self.settings, self.symptoms, self.run_dir, self.events = settings, symptoms, run_dir, events
+        self.records: list[TrialRecord] = []
+        self.tried: list[PointTried] = []
+        self.first: dict[str, TrialResult] = {}  # label -> its first trial that ran
+        self.table: list[dict[str, Any]] = []
+        self.noise = 0.0
+        self._log = (run_dir / "trials.jsonl").open("a", encoding="utf-8")
+
+    @property
+    def good(self) -> Point:
+        return self.points[0]
+
+    @property
+    def bad(self) -> Point:
+        return self.points[-1]
+
+    def close(self) -> None:
+        self._log.close()
+
+    # -- running -----------------------------------------------------------
+    def run_many(self, points: list[Point], repeat: int = 0) -> list[TrialResult | str]:
+        """Trials of several points (independent: `executor.slots` at a time).
+        A point that cannot be tried gives the reason instead of a trial."""
+        wanted = [self.source.request(p, repeat, self.settings) for p in points]
+        todo = [(i, p, w) for i, (p, w) in enumerate(zip(points, wanted)) if not isinstance(w, str)]
+        out: list[TrialResult | str] = [w if isinstance(w, str) else "" for w in wanted]
+        for _, p, _w in todo:
+            self.events.trial_started((), self.source.role(p), repeat)
+        results = self.executor.run_batch(None, [w for _, _, w in todo])
+        for (i, p, _w), r in zip(todo, results):
+            out[i] = self._record(p, repeat, r)
+        return out
+
+    def run_timed(self, point: Point, repeat: int) -> TrialResult | str:
+        wanted = self.source.request(point, repeat, self.settings)
+        if isinstance(wanted, str):
+            return wanted
+        self.events.trial_started((), self.source.role(point), repeat)
+        return self._record(point, repeat, self.executor.run_timed(wanted.project, wanted))
+
+    def _record(self, point: Point, repeat: int, result: TrialResult) -> TrialResult | str:
+        if not result.could_not_run:
+            self.first.setdefault(point.label, result)
+        index = len(self.records) + 1
+        rel = f"trials/{index:03d}-{point.short.replace(' ', '_')}-r{repeat}"
+        write_trial_record(self.run_dir / rel, full_summary(result), result.log_dir)
+        record = TrialRecord(index, (), self.source.role(point), repeat, result, f"{rel}/summary.json")
+        self.records.append(record)
+        row = {self.source.key: point.label, "subject": point.subject, "repeat": repeat, **trial_summary(result),
+               "key": result.key, "wall_s": result.wall_s, "summary": record.summary}
+        self.table.append(row)
+        self._log.write(json.dumps(row) + "\n")
+        self._log.flush()
+        self.events.trial_finished(record)
+        if result.could_not_run:  # the executor lost it twice: a skip, never a verdict
+            return result.error or "could not run"
+        return result
+
+    # -- judging -----------------------------------------------------------
+    def shows(self, result: TrialResult, reference: TrialResult | None) -> frozenset[Verdict]:
+        return classify.symptoms(result, reference=reference, settings=self.symptoms, noise=self.noise)
+
+    def slower(self, point: Point) -> tuple[bool, str | None]:
+        """Interleaved timing trials of the good end and `point` (the
+        classifier's sequential test); repeat i of each is cached."""
+
+        def pair(i: int) -> tuple[float, float] | Verdict:
+            a, b = self.run_timed(self.good, i), self.run_timed(point, i)
+            if isinstance(a, str) or isinstance(b, str) or a.crashed or b.crashed or b.nonfinite:
+                return Verdict.UNTESTABLE
+            ta, tb = a.median_step_time(), b.median_step_time()
+            return Verdict.UNTESTABLE if ta is None or tb is None else (ta, tb)
+
+        out = classify.sequential_slowdown(pair, self.symptoms.slowdown, rng=random.Random(self.settings.seed))
+        if out.stopped is not None:
+            return False, f"could not be timed ({out.stopped.value})"
+        return out.verdict is Verdict.SLOWDOWN, None
+
+    def mark(self, point: Point, mark: Mark, verdict: Verdict | None, shows: frozenset[Verdict] = frozenset(),
+             reason: str | None = None) -> Mark:
+        order = tuple(v for v in (*SYMPTOM_ORDER, Verdict.UNTESTABLE) if v in shows)
+        tried = PointTried(point.label, point.subject, verdict or Verdict.OK, order, reason)
+        self.tried.append(tried)
+        self.events.point_tried(tried)
+        return mark
+
+    def judge_point(self, point: Point, r: TrialResult | str, ends: Ends) -> Mark:
+        """Good, bad or skip for one tried point, locked onto the target."""
+        if isinstance(r, str):
+            self.source.release(point)
+            return self.mark(point, Mark.SKIP, Verdict.UNTESTABLE, reason=r)
+        shown = self.shows(r, ends.good)
+        if ends.target is Verdict.SLOWDOWN and not shown & STOPPERS:
+            slower, why = self.slower(point)
+            if why:
+                return self.mark(point, Mark.SKIP, Verdict.UNTESTABLE, shown, why)
+            shown = shown | {Verdict.SLOWDOWN} if slower else shown
+        mark, reason = judge(shown, ends.target, error=r.error, bad_error=ends.bad.error)
+        self.source.release(point)
+        verdict = {Mark.BAD: ends.target, Mark.GOOD: Verdict.OK, Mark.SKIP: Verdict.UNTESTABLE}[mark]
+        if reason is None and mark is Mark.BAD and ends.target is Verdict.CRASH:
+            reason = r.error
+        return self.mark(point, mark, verdict, shown, reason)
+
+
+def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
+    """Both ends first: the good end must be healthy, the bad end must show the
+    symptom hunted (or one, to pick the hunt). Raises Stop when they do not."""
+    good, bad, noun = run.good, run.bad, run.source.noun
+    # Side by side when trials run in parallel; else the good end alone first
+    # (a good end that fails ends the run before the bad end costs a trial).
+    g, x = run.run_many([good, bad]) if run.executor.slots > 1 else (run.run_many([good])[0], None)
+    if isinstance(g, str):
+        run.mark(good, Mark.SKIP, Verdict.UNTESTABLE, reason=g)
+        raise Stop(Status.ERROR, f"the good end {good.short} cannot be tried: {g}", symptom)
+    g_shows = run.shows(g, None)
+    baseline = full_summary(g)
+    if (symptom is not None and symptom in g_shows) or g_shows & STOPPERS:
+        run.mark(good, Mark.BAD, symptom if symptom in g_shows else first_symptom(g_shows), g_shows, g.error)
+        raise Stop(Status.BASELINE_FAILS, f"the good end {good.named} already shows "
+                   f"{names(g_shows)}" + (f": {g.error}" if g.error else "") + f"; {run.source.older}",
+                   symptom, baseline)
+    run.mark(good, Mark.GOOD, Verdict.OK, g_shows)
+    x = x if x is not None else run.run_many([bad])[0]
+    if isinstance(x, str):
+        run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, reason=x)
+        raise Stop(Status.ERROR, f"the bad end {bad.short} cannot be tried: {x}", symptom, baseline)
+    x_shows = run.shows(x, g)
+    target = symptom or first_symptom(x_shows)
+    if target is Verdict.MISMATCH:
+        # The good end run twice says how much loss noise is inherent; a
+        # "mismatch" within that noise is no symptom.
+        g2 = run.run_many([good], repeat=1)[0]
+        if not isinstance(g2, str):
+            run.noise = classify.measure_noise(g, g2)
+        x_shows = run.shows(x, g)
+        target = symptom or first_symptom(x_shows)
+    if target in (None, Verdict.SLOWDOWN) and run.symptoms.slowdown and not x_shows & STOPPERS:
+        if run.slower(bad)[0]:
+            target, x_shows = Verdict.SLOWDOWN, x_shows | {Verdict.SLOWDOWN}
+    if target is None or target not in x_shows:
+        what = target.value if target else "any symptom (nan, crash, timeout, mismatch, slowdown)"
+        run.mark(bad, Mark.GOOD, first_symptom(x_shows) or Verdict.OK, x_shows)
+        raise Stop(Status.NONE, f"the bad end {bad.named} does not show {what} against the "
+                   f"good end {good.short} (it shows {names(x_shows)})", target, baseline)
+    run.mark(bad, Mark.BAD, target, x_shows, x.error if target is Verdict.CRASH else None)
+    run.events.phase(f"hunting: {target.value} ({len(run.points)} {noun}s)")
+    return Ends(g, x, target, baseline)
+
+
+def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
+    """The range between the ends (both already judged)."""
+    inner = {p.label for p in run.points[1:-1]}
+
+    def test(p: Point) -> Mark:
+        if p.label == run.good.label:
+            return Mark.GOOD
+        if p.label == run.bad.label:
+            return Mark.BAD
+        r = run.run_timed(p, 0) if ends.target is Verdict.SLOWDOWN else run.run_many([p])[0]
+        return run.judge_point(p, r, ends)
+
+    def test_many(ps: list[Point]) -> list[Mark]:
+        todo = [p for p in ps if p.label in inner]
+        got = dict(zip([p.label for p in todo], run.run_many(todo)))
+        return [run.judge_point(p, got[p.label], ends) if p.label in got else test(p) for p in ps]
+
+    width = run.executor.slots if ends.target is not Verdict.SLOWDOWN else 1
+    return bisect_range(run.points, test, width=width, test_many=test_many if width > 1 else None)
+
+
+def bisect_points(run: RangeRun, symptom: Verdict | None) -> RunResult:
+    """Both ends, then the hunt: the mode's RunResult without its own fields
+    (the caller fills first_bad_commit / first_bad_version from `candidates`
+    and `details["first_bad"]`)."""
+    try:
+        ends = check_ends(run, symptom)
+    except Stop as stop:
+        return RunResult(stop.status, stop.symptom, baseline=stop.baseline, error=stop.message)
+    found = hunt(run, ends)
+    if found.status == "found":
+        return RunResult(Status.FOUND, ends.target, baseline=ends.baseline,
+                         details={"first_bad": found.first_bad})
+    noun = run.source.noun
+    return RunResult(Status.AMBIGUOUS, ends.target, baseline=ends.baseline,
+                     candidates=tuple(found.candidates),
+                     error=f"{len(found.candidates)} candidate {noun}s: the untestable ones among them hide "
+                     f"which one is the first bad one")
+
+
+def evidence(run: RangeRun, answer: RunResult) -> dict[str, Any]:
+    """The run's evidence for the result document: what was tried, every trial."""
+    verdicts = {t.label: t.verdict.value for t in run.tried}
+    key = run.source.key
+    first_bad = answer.details.get("first_bad")
+    failing = first_bad.label if first_bad else run.bad.label
+    return {
+        "failing": full_summary(run.first[failing]) if failing in run.first else None,
+        "cached_trials": sum(1 for r in run.records if r.result.cached),
+        "noise": run.noise,
+        "tried": [{key: t.label, **t.to_dict()} for t in run.tried],
+        "trials_table": [{**row, "enabled": [], "role": f"{run.source.noun} {row[key][:12]}",
+                          "verdict": verdicts.get(row[key])} for row in run.table],
+    }
+
+
+def with_evidence(answer: RunResult, run: RangeRun, details: dict[str, Any], wall_s: float,
+                  run_dir_shown: str) -> RunResult:
+    """The final result (details merged, `first_bad` replaced by the mode's
+    fields), written to `<run_dir>/result.json`."""
+    details = {k: v for k, v in {**answer.details, **evidence(run, answer), **details}.items() if k != "first_bad"}
+    if answer.error:
+        details["message"] = answer.error
+    result = replace(answer, trials=len(run.records), wall_s=round(wall_s, 3), run_dir=run_dir_shown,
+                     details=details)
+    (run.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n",
+                                             encoding="utf-8")
+    return result
