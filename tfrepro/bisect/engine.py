@@ -264,55 +264,64 @@ class _Bisection:
         return result
 
     def _run(self) -> RunResult:
-        opts, k = self.opts, self.k
-        base, full = frozenset(), frozenset(self.features)
-        n_base = max(k, 2)  # the second run measures the noise
         self.events.phase("baseline and failing configuration")
         self._preflight()
-        base, full = frozenset(), frozenset(self.features)
-        self._many([(base, r, "baseline") for r in range(n_base)]
-                   + self._needs(full, range(k), "failing", opts.symptom))
+        failed = self._both_ends()
+        if failed is not None:
+            return failed
+        target = self._pick_symptom(frozenset(self.features))
+        if target is None:
+            return self._finish(Status.NONE, self.opts.symptom)
+        culprits, config, table = self._search(target)
+        return self._replay(target, culprits, config, table)
 
+    def _both_ends(self) -> RunResult | None:
+        """The baseline (twice at least: the second run measures the noise)
+        and the failing configuration; `baseline-fails` when the baseline
+        already fails, else None (and `self.noise` is set)."""
+        k, base, full = self.k, frozenset(), frozenset(self.features)
+        n_base = max(k, 2)
+        self._many([(base, r, "baseline") for r in range(n_base)]
+                   + self._needs(full, range(k), "failing", self.opts.symptom))
         base_runs = [self.memo[(base, r)] for r in range(n_base)]
         base_fail = [bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & _FAILURES)
                      for t in base_runs]
-        if any(base_fail):
-            rate = sum(base_fail) / len(base_fail)
-            first = next(t for t, bad in zip(base_runs, base_fail) if bad)
-            shown = classify.classify(first, reference=None, settings=self.symptom_settings)
-            checks = self._baseline_checks(shown)
-            reason = f"; sanity {checks['reason']}" if checks.get("reason") else ""
-            return self._finish(Status.BASELINE_FAILS, shown, rate=rate,
-                                error=f"the baseline (every feature off) already shows {shown.value}: "
-                                      f"{first.error or 'see its logs'}{reason}", extra={"checks": checks, "baseline_flaky": not all(base_fail)})
-        self.noise = classify.measure_noise(base_runs[0], base_runs[1])
+        if not any(base_fail):
+            self.noise = classify.measure_noise(base_runs[0], base_runs[1])
+            return None
+        first = next(t for t, bad in zip(base_runs, base_fail) if bad)
+        shown = classify.classify(first, reference=None, settings=self.symptom_settings)
+        checks = self._baseline_checks(shown)
+        reason = f"; sanity {checks['reason']}" if checks.get("reason") else ""
+        return self._finish(Status.BASELINE_FAILS, shown, rate=sum(base_fail) / len(base_fail),
+                            error=f"the baseline (every feature off) already shows {shown.value}: "
+                                  f"{first.error or 'see its logs'}{reason}",
+                            extra={"checks": checks, "baseline_flaky": not all(base_fail)})
 
-        target = self._pick_symptom(full)
-        if target is None:
-            return self._finish(Status.NONE, opts.symptom)
-
-        oracle = Oracle(self.test_batch(target), target,
-                        batch_size=1 if target == Verdict.SLOWDOWN else self.jobs,
-                        known={base: Verdict.OK, full: target})
+    def _search(self, target: Verdict) -> tuple[Config, Config, dict[str, Verdict] | None]:
+        """Ablation and/or ddmin locked onto `target` -> (culprits, the
+        configuration that shows it, the ablation table or None). For a
+        mismatch, the affects_loss features are context, never culprits: the
+        oracle knows from the start that they alone show no mismatch (they
+        are their own reference)."""
+        base, full = frozenset(), frozenset(self.features)
         mismatch = target == Verdict.MISMATCH
         fixed = self.affects_loss if mismatch else frozenset()
-        items = [f for f in self.features if f not in fixed]
+        known = {base: Verdict.OK, full: target}
         if mismatch:
-            oracle.cache[fixed] = Verdict.OK  # its own reference: no mismatch by definition
+            known.update({fixed: Verdict.OK, **{frozenset({f}): Verdict.OK for f in fixed}})
+        oracle = Oracle(self.test_batch(target), target,
+                        batch_size=1 if target == Verdict.SLOWDOWN else self.jobs, known=known)
+        items = [f for f in self.features if f not in fixed]
         table: dict[str, Verdict] | None = None
         culprits: Config | None = None
-        use_ablation = opts.strategy == "ablation" or (
-            opts.strategy == "auto"
-            and (len(items) <= 4 or (self.jobs >= len(items) and target != Verdict.SLOWDOWN)))
-        if use_ablation:
+        strategy = self.opts.strategy
+        if strategy == "ablation" or (strategy == "auto" and (
+                len(items) <= 4 or (self.jobs >= len(items) and target != Verdict.SLOWDOWN))):
             self.events.phase(f"ablation: each feature alone ({target.value})")
-            if mismatch:
-                for f in fixed:
-                    oracle.cache.setdefault(frozenset({f}), Verdict.OK)
             table = ablation(self.features, oracle)
             alone = [f for f in items if table[f] == target]
-            if alone:
-                culprits = frozenset({alone[0]})
+            culprits = frozenset(alone[:1]) or None
         if culprits is None:
             self.events.phase(f"delta debugging ({target.value})")
             culprits = ddmin(items, oracle, fixed=fixed)
@@ -320,7 +329,7 @@ class _Bisection:
         if mismatch and fixed:
             # the affects_loss context the mismatch needs, minimised too
             config = culprits | ddmin(sorted(fixed), oracle, fixed=culprits)
-        return self._replay(target, culprits, frozenset(config), table)
+        return culprits, frozenset(config), table
 
     def _preflight(self) -> None:
         """The baseline must run: a feature whose OFF part breaks it is kept ON, no candidate."""
