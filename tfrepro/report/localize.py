@@ -134,71 +134,88 @@ def parse_check_numerics(
     """Read a check_numerics error. `script` is the path the child ran (frames
     in that file are the user's code); `source` its text (for the line and its
     enclosing class); `layers` the model's layer name -> class;
-    `traceback_text` the Python traceback of the error (eager ops)."""
+    `traceback_text` the Python traceback of the error (eager ops).
+
+    Three readings, each its own step: the graph node (op, scope, layer,
+    forward or backward), the user's line (the innermost frame in the
+    script), and the excerpt a maintainer wants to read."""
     layers = layers or {}
     m = _DETECTED.search(message)
     if not m:
         return Localization(found=False, note="the error is not a check_numerics report",
                             excerpt=message.strip()[:2000])
-    op_type = m.group(3)
-    node = None
-    for nm in _NODE.finditer(message):
-        node = (nm.group(1) or nm.group(2)).strip()
-        break
+    where = _node_of(message, layers)
+    line = _user_line(message, traceback_text, script, source, rel)
+    layer, layer_class = where["layer"], where["layer_class"]
+    if layer_class is None and line.get("function") and "." in line["function"]:
+        cls = line["function"].split(".")[0]
+        if cls in layers.values() or not layers:
+            layer_class = cls
+        named = [n for n, c in layers.items() if c == cls]
+        if layer is None and len(named) == 1:
+            layer = named[0]
+    return Localization(
+        found=True, op_type=m.group(3), node=where["node"], scope=where["scope"], layer=layer,
+        layer_class=layer_class, backward=where["backward"], excerpt=_excerpt(message),
+        **_tensor_facts(message), **{k: line.get(k) for k in ("file", "line", "code", "function")},
+    )
+
+
+def _node_of(message: str, layers: dict[str, str]) -> dict[str, Any]:
+    """The graph node the report names, its name scope, the layer it belongs
+    to (matched against the model's layers, else the innermost scope part)
+    and whether it is part of the gradient computation."""
+    nm = next(_NODE.finditer(message), None)
+    node = (nm.group(1) or nm.group(2)).strip() if nm else None
     if node:
         node = re.sub(r"/CheckNumerics(V2)?$", "", node)
     parts = node.split("/") if node else []
-    scope = "/".join(parts[:-1]) if len(parts) > 1 else None
     layer, layer_class = _match_layer(parts[:-1], layers)
     if layer is None and len(parts) > 1:
         # No model layer list (custom loop, legacy Keras): the innermost
         # scope component is the best name there is.
         cand = [p for p in parts[:-1] if p not in _NOT_LAYERS]
         layer = cand[-1] if cand else None
-    backward = any(p.startswith(("gradient", "Grad")) or "_grad" in p.lower() for p in parts)
+    return {"node": node, "scope": "/".join(parts[:-1]) if len(parts) > 1 else None, "layer": layer,
+            "layer_class": layer_class,
+            "backward": any(p.startswith(("gradient", "Grad")) or "_grad" in p.lower() for p in parts)}
 
-    file = line = code = function = None
-    script_abs = os.path.abspath(script)
-    base = os.path.basename(script)
+
+def _user_line(message: str, traceback_text: str, script: str, source: str, rel: str) -> dict[str, Any]:
+    """file/line/code/function of the innermost frame in the user's script:
+    from the op's creation stack, else (eager ops carry none) from the
+    exception's own traceback."""
+    script_abs, base = os.path.abspath(script), os.path.basename(script)
     frames = [(f, int(n), fn) for f, n, fn in _FRAME.findall(message)]
     frames += [(f, int(n), fn) for f, n, fn in _STACK_FRAME.findall(message)]
     user = _user_frames(frames, script_abs, base)
     if not user and traceback_text:
-        # Eager ops carry no creation stack: the exception's own traceback,
-        # innermost frame last, is where the op ran.
-        user = _user_frames([(f, int(n), fn) for f, n, fn in _FRAME.findall(traceback_text)],
-                            script_abs, base)
-    for f, n, fn in user[-1:]:
-        file, line = rel, n
-        lines = source.splitlines()
-        code = lines[n - 1].strip() if 0 < n <= len(lines) else None
-        function = enclosing_scope(source, n) if source else None
-        if layer_class is None and function and "." in function:
-            cls = function.split(".")[0]
-            if cls in layers.values() or not layers:
-                layer_class = cls
-            named = [n for n, c in layers.items() if c == cls]
-            if layer is None and len(named) == 1:
-                layer = named[0]
-    kind = _KIND.search(message)
-    dtype = _DTYPE.search(message)
-    shape = _SHAPE.search(message)
-    inp = _INPUT.search(message)
+        user = _user_frames([(f, int(n), fn) for f, n, fn in _FRAME.findall(traceback_text)], script_abs, base)
+    if not user:
+        return {}
+    n = user[-1][1]
+    lines = source.splitlines()
+    return {"file": rel, "line": n, "code": lines[n - 1].strip() if 0 < n <= len(lines) else None,
+            "function": enclosing_scope(source, n) if source else None}
+
+
+def _tensor_facts(message: str) -> dict[str, str | None]:
+    found = {k: rx.search(message) for k, rx in (("kind", _KIND), ("dtype", _DTYPE), ("shape", _SHAPE),
+                                                  ("input_tensor", _INPUT))}
+    return {k: m.group(1) if m else None for k, m in found.items()}
+
+
+def _excerpt(message: str) -> str:
+    """The report itself, without the op-creation stack; an eager report's
+    whole input tensor cut to its first lines."""
     start = message.find("!!! Detected")
     stop = message.find("Stack trace of op's creation", start)
     excerpt = message[start:stop if stop > 0 else len(message)].strip()
-    # Eager reports print the whole input tensor: keep its first lines only.
     cut = excerpt.find("Input tensor: tf.Tensor(")
     if cut >= 0:
         cut = excerpt.rfind("\n", 0, cut) + 1
         excerpt = "\n".join(excerpt[:cut].splitlines() + excerpt[cut:].splitlines()[:3] + ["  ..."])
-    excerpt = excerpt[:1500]
-    return Localization(
-        found=True, op_type=op_type, node=node, scope=scope, layer=layer, layer_class=layer_class,
-        kind=kind.group(1) if kind else None, dtype=dtype.group(1) if dtype else None,
-        shape=shape.group(1) if shape else None, input_tensor=inp.group(1) if inp else None,
-        backward=backward, file=file, line=line, code=code, function=function, excerpt=excerpt,
-    )
+    return excerpt[:1500]
 
 
 def _user_frames(frames: list[tuple[str, int, str]], script_abs: str, base: str) -> list[tuple[str, int, str]]:
