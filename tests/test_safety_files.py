@@ -369,3 +369,23 @@ def test_localize_timeout_kills_the_probes_children_and_removes_its_temp_dir(tmp
         time.sleep(0.1)
     assert not _alive(pid), "the probe's child outlived the timeout"
     assert list(scratch.iterdir()) == []
+
+
+def test_the_bundle_ships_the_entry_and_its_local_imports_only(tmp_path):
+    """An unrelated module next to the script (settings.py with a DB password,
+    an old experiment) is not the repro's business."""
+    from tfrepro.project import Project
+    from tfrepro.report.bundle import bundle_files
+
+    root = tmp_path / "proj"
+    (root / "lib").mkdir(parents=True)
+    (root / "train.py").write_text("import helpers\nfrom lib import layers\nprint(helpers.X, layers.Y)\n")
+    (root / "helpers.py").write_text("X = 1\n")
+    (root / "lib" / "__init__.py").write_text("")
+    (root / "lib" / "layers.py").write_text("Y = 2\n")
+    (root / "settings.py").write_text("DB_PASSWORD = 'hunter2'\n")
+    (root / "old_experiment").mkdir()
+    (root / "old_experiment" / "train_v0.py").write_text("print('v0')\n")
+    (root / "tfrepro.toml").write_text('[trial]\nentry = "train.py"\n')
+    files = bundle_files(Project.load(root, detect=False), None, "train.py")
+    assert sorted(files) == ["helpers.py", "lib/__init__.py", "lib/layers.py", "repro.py"]

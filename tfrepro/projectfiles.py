@@ -24,6 +24,7 @@ Three promises live here (issue 13):
 
 from __future__ import annotations
 
+import ast
 import errno
 import fcntl
 import logging
@@ -31,7 +32,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -270,3 +271,45 @@ def write_in_place(path: Path, data: bytes) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# -- the files a script needs --------------------------------------------------
+
+
+def imported_files(root: Path, start: Iterable[str], files: Iterable[str]) -> list[str]:
+    """`start` and every project file they import, transitively (relpaths)."""
+    known = set(files)
+    seen: list[str] = []
+    todo = list(start)
+    while todo:
+        rel = todo.pop(0)
+        if rel in seen or rel not in known:
+            continue
+        seen.append(rel)
+        try:
+            tree = ast.parse((root / rel).read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
+            continue  # annotate reports it (a syntax error is bad input)
+        here = Path(rel).parent
+        for mod in _modules(tree, here):
+            for base in {here, Path(".")}:
+                p = (base / mod.replace(".", "/")).as_posix().removeprefix("./")
+                for cand in (f"{p}.py", f"{p}/__init__.py"):
+                    if cand in known and cand not in seen:
+                        todo.append(cand)
+    return seen
+
+
+def _modules(tree: ast.Module, here: Path) -> list[str]:
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level > 1:
+                continue  # beyond the script's directory: rare in training scripts
+            if base:
+                out.append(base)
+            out += [f"{base}.{a.name}" if base else a.name for a in node.names]
+    return out

@@ -11,12 +11,12 @@ that is not a test.
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from tfrepro.annotate.model import Found, Skipped
+from tfrepro.projectfiles import imported_files  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)
@@ -40,45 +40,6 @@ def entry_scripts(entry: str | None, command: Sequence[str] | None, files: Itera
         if c == "-m":
             mod = command[i + 1].replace(".", "/")
             out += [m for m in (f"{mod}.py", f"{mod}/__main__.py") if m in known]
-    return out
-
-
-def imported_files(root: Path, start: Iterable[str], files: Iterable[str]) -> list[str]:
-    """`start` and every project file they import, transitively (relpaths)."""
-    known = set(files)
-    seen: list[str] = []
-    todo = list(start)
-    while todo:
-        rel = todo.pop(0)
-        if rel in seen or rel not in known:
-            continue
-        seen.append(rel)
-        try:
-            tree = ast.parse((root / rel).read_text(encoding="utf-8"))
-        except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
-            continue  # annotate reports it (a syntax error is bad input)
-        here = Path(rel).parent
-        for mod in _modules(tree, here):
-            for base in {here, Path(".")}:
-                p = (base / mod.replace(".", "/")).as_posix().removeprefix("./")
-                for cand in (f"{p}.py", f"{p}/__init__.py"):
-                    if cand in known and cand not in seen:
-                        todo.append(cand)
-    return seen
-
-
-def _modules(tree: ast.Module, here: Path) -> list[str]:
-    out: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level > 1:
-                continue  # beyond the script's directory: rare in training scripts
-            if base:
-                out.append(base)
-            out += [f"{base}.{a.name}" if base else a.name for a in node.names]
     return out
 
 

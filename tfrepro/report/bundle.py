@@ -95,12 +95,15 @@ def _entry_of(settings: TrialSettings) -> str:
 
 
 def bundle_files(project: Any, enabled: list[str] | None, entry: str) -> dict[str, str]:
-    """The variant as standalone files: every .py file of the project, marked
-    ones exported (markers and inactive parts gone), the entry renamed to
+    """The variant as standalone files: the entry and the project modules it
+    imports (transitively; never the project's other .py files), marked ones
+    exported (markers and inactive parts gone), the entry renamed to
     repro.py. Data files are not carried: a repro uses synthetic data."""
+    from tfrepro.projectfiles import imported_files
+
     exported = project.export(enabled)
     files: dict[str, str] = {}
-    for rel in project.files:
+    for rel in imported_files(project.root, [entry], project.files):
         if not rel.endswith(".py"):
             continue
         text = exported.get(rel)
