@@ -82,3 +82,48 @@ def test_legacy_optimizer_crashes_from_keras3(tmp_path):
     again = bisect_versions(root, ["2.14.1", "2.15.1", "2.16.2", "2.17.1"], tf_dist=DIST,
                             settings=TrialSettings(steps=10))
     assert again["cached_trials"] == again["trials"] == r["trials"]
+
+
+MARKED = """\
+    import numpy as np
+    import tensorflow as tf
+
+    x = np.random.rand(256, 8).astype("float32")
+    y = (x.sum(axis=1, keepdims=True) > 4).astype("float32")
+    # tfrepro: feature legacy_optimizer -- the pre-Keras-3 optimizer
+    optimizer = tf.keras.optimizers.legacy.Adam(1e-3)
+    # tfrepro: else
+    # optimizer = tf.keras.optimizers.Adam(1e-3)
+    # tfrepro: end
+    # tfrepro: feature wide -- a wider hidden layer
+    units = 32
+    # tfrepro: else
+    # units = 16
+    # tfrepro: end
+    model = tf.keras.Sequential([tf.keras.Input(shape=(8,)), tf.keras.layers.Dense(units, activation="relu"),
+                                 tf.keras.layers.Dense(1, activation="sigmoid")])
+    model.compile(optimizer=optimizer, loss="binary_crossentropy")
+    model.fit(x, y, batch_size=32, epochs=2, verbose=0)
+"""
+
+
+@pytest.mark.e2e
+@needs_envs("2.15.1", "2.16.2")
+def test_then_features_names_the_feature_that_breaks_in_the_first_bad_release(tmp_path):
+    """"2.16.2 broke it, and only with legacy_optimizer on": the version bisect,
+    then a feature bisect inside the first bad release's environment (CLI)."""
+    import json
+    import subprocess
+    import sys
+
+    root = write(tmp_path / "p", MARKED)
+    (root / "tfrepro.toml").write_text("[trial]\nsteps = 10\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "tfrepro", "bisect", str(root), "--tf-versions", "2.15.1,2.16.2",
+                           "--tf-dist", DIST, "--then-features", "--json"], capture_output=True, text=True,
+                          env=env, timeout=900)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0, doc
+    assert (doc["last_good_version"], doc["first_bad_version"], doc["symptom"]) == ("2.15.1", "2.16.2", "crash")
+    assert doc["then_features"]["status"] == "found", doc["then_features"]
+    assert doc["then_features"]["culprits"] == ["legacy_optimizer"]

@@ -57,12 +57,37 @@ class _Progress(BisectEvents):
         self.echo(f"  {point.label:<14} {point.verdict.value:<10}{note}", err=True)
 
 
+def _feature_hook(steps: int | None, use_cache: bool, only: str | None, skip: str | None,
+                  events: BisectEvents | None) -> Callable[[Any], dict[str, Any]]:
+    """`--then-features`: a feature bisection of the project inside the first
+    bad release's environment; its answer goes under `then_features`."""
+
+    def hook(start: Any) -> dict[str, Any]:
+        from tfrepro.bisect.engine import BisectOptions, bisect
+        from tfrepro.project import Project
+
+        names = lambda v: [x.strip() for x in (v or "").split(",") if x.strip()]  # noqa: E731
+        project = Project.load(start.project_root, only=names(only) or None, skip=names(skip) or None)
+        if events is not None:
+            events.phase(f"bisecting the features inside tensorflow {start.version}")
+        doc = bisect(project, BisectOptions(steps=steps, use_cache=use_cache), runner=start.runner(),
+                     events=events).to_dict()
+        return {k: doc.get(k) for k in ("status", "symptom", "culprits", "trials", "run_dir", "error")}
+
+    return hook
+
+
 def format_result(result: dict[str, Any]) -> str:
     """The human summary: the answer, then one line per release."""
     lines: list[str] = []
     if result["status"] == "found":
         lines.append(f"first bad version ({result['symptom']}): {result['first_bad_version']}"
                      f"  (last good: {result['last_good_version']})")
+        then = result.get("then_features")
+        if then:
+            inside = (f"and only with {' + '.join(then['culprits'])} on" if then.get("culprits")
+                      else f"feature bisect inside it: {then.get('status')}")
+            lines.append(f"  {inside} (run: {then.get('run_dir')})")
         if result.get("follows_note"):
             lines.append(f"  follows {result['follows']}: {result['follows_note']}")
     elif result["status"] == "ambiguous":
@@ -86,7 +111,8 @@ def run_from_cli(
     path: str | Path, tf_versions: str, *, good: str | None = None, bad: str | None = None,
     symptom: str | None = None, keras: str = "default", tf_dist: str | None = None, as_json: bool = False,
     steps: int | None = None, timeout_s: float | None = None, use_cache: bool = True,
-    echo: Callable[..., None] | None = None,
+    echo: Callable[..., None] | None = None, then_features: bool = False, only: str | None = None,
+    skip: str | None = None,
 ) -> int:
     """What `tfrepro bisect --tf-versions ...` does; returns the exit code
     (Contract 4: 0 found, 1 the ends do not hold or an error, 3 none, 4 ambiguous).
@@ -118,6 +144,8 @@ def run_from_cli(
     result = bisect_versions(path, versions, good=good, bad=bad, symptom=target, settings=settings,
                              symptoms=symptoms, use_cache=use_cache, legacy_keras=keras == "legacy",
                              tf_dist=dist, events=progress, excluded=excluded,
+                             then_features=_feature_hook(steps, use_cache, only, skip, progress)
+                             if then_features else None,
                              on_line=None if as_json else (lambda line: echo(f"  {line}", err=True)))
     doc = result.to_dict()
     doc["notes"] = [*notes, *doc.get("notes", [])]

@@ -35,6 +35,8 @@ _SYMPTOMS = ["nan", "crash", "timeout", "mismatch", "slowdown"]
               show_default=True, help="Version mode: legacy runs tf.keras as tf_keras (TF_USE_LEGACY_KERAS=1).")
 @click.option("--tf-dist", type=click.Choice(["tensorflow", "tensorflow-cpu"]),
               help="Version mode: the distribution to install (default: the one installed here).")
+@click.option("--then-features", is_flag=True,
+              help="Version mode: then bisect the features inside the first bad release.")
 @click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="Where trials run: this machine (--jobs at a time) or a Ray cluster (one task per trial; "
                    "needs pip install 'tfrepro[ray]').")
@@ -44,7 +46,7 @@ _SYMPTOMS = ["nan", "crash", "timeout", "mismatch", "slowdown"]
 def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None, repeats: int | None,
                jobs: int, no_cache: bool, as_json: bool, good: str | None, bad: str | None,
                executor: str, address: str | None, tf_versions: str | None, keras_mode: str,
-               tf_dist: str | None, only: str | None, skip: str | None) -> None:
+               tf_dist: str | None, then_features: bool, only: str | None, skip: str | None) -> None:
     """Find the feature, or smallest set of interacting features, behind a symptom.
 
     Runs the baseline (every feature OFF) and the failing configuration
@@ -71,13 +73,17 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     trial shows the symptom, each release in its own environment (built once,
     kept in the user cache: see `tfrepro envs`); the oldest release is the
     reference unless --good/--bad say otherwise; a release that cannot be
-    installed is skipped.
+    installed is skipped. --then-features then bisects the features inside
+    the first bad release ("2.16.1 broke it, and only with mixed_precision").
     """
     if tf_versions:
         from tfrepro.bisect.versions_cli import run_from_cli as run_versions
 
         sys.exit(run_versions(path, tf_versions, good=good, bad=bad, symptom=symptom, keras=keras_mode,
-                              tf_dist=tf_dist, as_json=as_json, steps=steps, use_cache=not no_cache))
+                              tf_dist=tf_dist, as_json=as_json, steps=steps, use_cache=not no_cache,
+                              then_features=then_features, only=only, skip=skip))
+    if then_features:
+        raise UserError("--then-features continues a version bisect", hint="add --tf-versions A,B,...")
     if good or bad:
         from tfrepro.bisect.commits_cli import run_from_cli
 
