@@ -94,8 +94,36 @@ class _Group(click.Group):
                 signal.signal(signal.SIGTERM, previous)
 
 
+def _dist_version(*names: str) -> str | None:
+    """An installed distribution's version, from its metadata (nothing imported)."""
+    from importlib import metadata
+
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def version_line() -> str:
+    """`tfrepro --version`: tfrepro's version and the TensorFlow and Keras
+    installed next to it, read from package metadata (instant: no import)."""
+    tf = _dist_version("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos", "intel-tensorflow")
+    keras = _dist_version("keras")
+    return (f"tfrepro {__version__} (TensorFlow {tf or 'not installed'}, Keras {keras or 'not installed'}"
+            + (f", tf_keras {tf_keras}" if (tf_keras := _dist_version("tf_keras")) else "") + ")")
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(version_line())
+        ctx.exit()
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="tfrepro")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show tfrepro's version and the installed TensorFlow and Keras versions, and exit.")
 def main() -> None:
     """Find the TensorFlow/Keras feature behind a NaN, a slowdown or a loss
     mismatch, and turn it into a minimal repro and a bug report."""
