@@ -376,7 +376,7 @@ def _search(b: _Run, items: list[str], symptom: Verdict | None) -> dict[str, Any
         what = target.value if target else "any symptom (nan, crash, timeout, mismatch, slowdown)"
         shows = ", ".join(v.value for v in SYMPTOM_ORDER if v in x_shows) or "nothing"
         b.record(bad_v, Mark.GOOD, _first(x_shows) or Verdict.OK, x_shows)
-        return {"status": "error", "symptom": target and target.value, "baseline": baseline,
+        return {"status": "none", "symptom": target and target.value, "baseline": baseline,
                 "message": f"the bad end {bad_v} does not show {what} against the good end {good_v} "
                 f"(it shows {shows})"}
     b.record(bad_v, Mark.BAD, target, x_shows, x.error if target is Verdict.CRASH else None)

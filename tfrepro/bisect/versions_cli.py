@@ -15,7 +15,7 @@ from typing import Any
 
 from tfrepro.bisect.commits import load_settings, project_root
 from tfrepro.errors import UserError
-from tfrepro.trials.values import SYMPTOM_ORDER
+from tfrepro.trials.values import SYMPTOM_ORDER, Status
 
 KERAS_MODES = ("default", "legacy")
 
@@ -120,4 +120,4 @@ def run_from_cli(
         return 130
     result["notes"] = [*notes, *result.get("notes", [])]
     echo(json.dumps(result) if as_json else format_result(result))
-    return {"found": 0, "ambiguous": 4}.get(result["status"], 1)
+    return Status(result["status"]).exit_code  # Contract 4: 0 found, 1 error/baseline-fails, 3 none, 4 ambiguous
