@@ -61,8 +61,16 @@ class _Group(click.Group):
     (finished trials are cached: the same command continues)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        ctx.meta["tfrepro.json"] = "--json" in args
-        return super().parse_args(ctx, args)
+        ctx.meta["tfrepro.json"] = as_json = "--json" in args
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException as e:  # `tfrepro --bogus --json`: before any command runs
+            if not as_json:
+                raise
+            _fail(e.format_message(), e.exit_code, True)
+            raise  # not reached: _fail exits
 
     def invoke(self, ctx: click.Context):
         as_json = bool(ctx.meta.get("tfrepro.json"))

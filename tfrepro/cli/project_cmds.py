@@ -126,7 +126,8 @@ def run(path: Path, with_: str | None, all_: bool, none_: bool, steps: int | Non
 @click.option("--write", is_flag=True, help="Edit the files in place (default: print a unified diff).")
 @click.option("--only", metavar="NAME,...",
               help="Mark only these features: names (prefetch, jit_compile...) or kinds (callback, dataset, custom_layer).")
-def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print what was found (and the diff or files written) as JSON.")
+def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json: bool) -> None:
     """Find the engineering features of existing training scripts and mark
     them as feature blocks, every one ON, so that `tfrepro bisect` can switch
     them. The annotated files run exactly as before.
@@ -138,6 +139,9 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None) -> None
 
     names = parse_names(only)
     result = annotate(files, only=names or None)
+    if as_json:
+        click.echo(json.dumps(annotation_doc(result, names, write), indent=2))
+        return
     if write:
         for p in result.write():
             click.echo(f"wrote {p}")
@@ -159,6 +163,23 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None) -> None
     verb = "marked" if write else "would mark"
     click.echo(f"{verb} {n} feature{'s' if n != 1 else ''}" + ("" if write or not n else " (run again with --write)"),
                err=True)
+
+
+def annotation_doc(result, names: list[str], write: bool) -> dict:
+    """`annotate --json`: the features proposed, what was left alone, and the
+    diff (or, with --write, the files written)."""
+    found = [{"name": f.name, "kind": f.kind, "file": f.path, "line": f.line, "description": f.description,
+              "affects_loss": f.affects_loss, "note": f.note} for f in result.found]
+    doc = {"features": list(result.feature_names), "found": found,
+           "skipped": [{"file": s.path, "line": s.line, "reason": s.reason} for s in result.skipped],
+           "manifest_problems": list(result.problems),
+           "unknown_only": [n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_")
+                                                        for f in result.found)]}
+    if write:
+        doc["written"] = [str(p) for p in result.write()]
+    else:
+        doc["diff"] = result.diff()
+    return doc
 
 
 @main.command("check")
@@ -233,9 +254,26 @@ def clean_cmd(path: Path, all_: bool, as_json: bool) -> None:
 @click.option("--days", type=click.FloatRange(min=0), default=30, show_default=True,
               help="With --prune: remove environments unused for this many days.")
 @click.option("--all", "all_", is_flag=True, help="With --prune: remove every environment.")
-def envs_cmd(prune: bool, days: float, all_: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the environments (or those removed) as JSON.")
+def envs_cmd(prune: bool, days: float, all_: bool, as_json: bool) -> None:
     """List (or prune) the per-TensorFlow-version environments of `bisect --tf-versions`."""
     from tfrepro.trials.envs import envs_lines, prune_lines
 
+    if as_json:
+        click.echo(json.dumps(envs_doc(prune, days, all_), indent=2))
+        return
     lines = prune_lines(max_age_days=days, everything=all_) if prune else envs_lines()
     click.echo("\n".join(lines))
+
+
+def envs_doc(prune: bool, days: float, everything: bool) -> dict:
+    """`envs --json`: the environments, or with --prune those removed and why."""
+    from tfrepro.trials.envs import EnvStore
+
+    store = EnvStore()
+    if prune:
+        removed = store.prune(max_age_days=days, everything=everything)
+        return {"root": str(store.root), "removed": [{"name": i.name, "reason": why} for i, why in removed]}
+    return {"root": str(store.root), "environments": [
+        {"name": i.name, "ready": i.ready, "versions": i.versions, "size": i.size, "last_used": i.last_used}
+        for i in store.entries(sizes=True)]}
