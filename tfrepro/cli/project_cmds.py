@@ -1,4 +1,4 @@
-"""Commands on one project: features, run, check, annotate, clean, envs."""
+"""Commands on one project: features, check, annotate, clean, envs (`run`: run_cmds)."""
 
 from __future__ import annotations
 
@@ -56,69 +56,6 @@ def features(path: Path, set_: str | None, as_json: bool, only: str | None, skip
         where = ", ".join(f"{b['file']}:{b['line']}" for b in i["blocks"])
         extra = "  (affects loss)" if i["affects_loss"] else ""
         click.echo(f"{i['name']:<{width}}  {i['state']:<5}  {where}  {i['description']}{extra}")
-
-
-@main.command()
-@path_argument
-@click.option("--with", "with_", metavar="A,B,...", help="Run with exactly these features ON (all others OFF).")
-@click.option("--all", "all_", is_flag=True, help="Every feature ON (the failing configuration).")
-@click.option("--none", "none_", is_flag=True, help="Every feature OFF (the baseline).")
-@click.option("--steps", type=click.IntRange(min=1), help="Training steps, at most (default: [trial] steps).")
-@click.option("--repeats", type=click.IntRange(min=1), help="Independent runs (default: [trial] repeats).")
-@click.option("--no-cache", is_flag=True, help="Run even if the same trial is cached.")
-@click.option("--json", "as_json", is_flag=True, help="Print the trial summary as JSON.")
-@select_options
-def run(path: Path, with_: str | None, all_: bool, none_: bool, steps: int | None, repeats: int | None,
-        no_cache: bool, as_json: bool, only: str | None, skip: str | None) -> None:
-    """Run one configuration of a project and measure it.
-
-    Without --with/--all/--none the features stay as the files have them.
-    Prints the loss at the first and last step, the first non-finite step,
-    non-finite weights, the median steady-state step time, a crash's last
-    traceback line or a timeout. --json prints the trial summary (with
-    --repeats K > 1: {"repeats": [summary, ...]}). Exit code 1 when a trial
-    crashed or timed out.
-    """
-    from dataclasses import replace
-
-    from tfrepro.trials.runner import describe, run_trial, summary
-    from tfrepro.trials.state import prune_after_run
-
-    if sum([with_ is not None, all_, none_]) > 1:
-        raise UserError("--with, --all and --none exclude each other", hint="give one of them")
-    project = load_project(path, only, skip)
-    if with_ is not None:
-        enabled = project.check_names(parse_names(with_))
-    elif all_:
-        enabled = frozenset(project.feature_names)
-    elif none_:
-        enabled = frozenset()
-    else:
-        states = project.states_in_files()
-        mixed = sorted(n for n, s in states.items() if s is None)
-        if mixed:
-            raise UserError(f"feature {mixed[0]!r} is ON in some blocks and OFF in others", path=project.root,
-                            hint="say which configuration to run: --with a,b, --all or --none")
-        enabled = frozenset(n for n, s in states.items() if s)
-    settings = project.manifest.trial
-    if steps is not None:
-        settings = replace(settings, steps=steps)
-    results = []
-    for i in range(repeats or project.manifest.repeats):
-        if not as_json:
-            click.echo(f"running {project.root.name} ({i + 1})...", err=True)
-        results.append(run_trial(project, enabled, replace(settings, repeat=i), use_cache=not no_cache))
-    prune_after_run(project)
-    if as_json:
-        out = summary(results[0]) if len(results) == 1 else {"repeats": [summary(r) for r in results]}
-        click.echo(json.dumps(out, indent=2))
-    else:
-        for i, r in enumerate(results):
-            if len(results) > 1:
-                click.echo(f"-- run {i + 1}")
-            click.echo("\n".join(describe(r)))
-    if any(r.crashed or r.timed_out for r in results):
-        sys.exit(1)
 
 
 @main.command("annotate")
