@@ -137,6 +137,13 @@ def main() -> None:
     mismatch, and turn it into a minimal repro and a bug report."""
 
 
+def use_color(stream) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (non-empty)."""
+    import os
+
+    return bool(stream.isatty()) and not os.environ.get("NO_COLOR")
+
+
 def parse_states(value: str) -> dict[str, bool]:
     """`a=on,b=off` -> {"a": True, "b": False}."""
     states: dict[str, bool] = {}

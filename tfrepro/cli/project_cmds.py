@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from tfrepro.cli.app import load_project, main, parse_names, parse_states, path_argument, select_options
+from tfrepro.cli.app import load_project, main, parse_names, parse_states, path_argument, select_options, use_color
 from tfrepro.errors import UserError
 
 
@@ -167,7 +167,7 @@ def check_cmd(path: Path, with_: str | None, all_: bool, steps: int | None, expe
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
-        click.echo(format_report(report, color=sys.stdout.isatty(), verbose=verbose))
+        click.echo(format_report(report, color=use_color(sys.stdout), verbose=verbose))
     if not report.ok:
         sys.exit(1)
 
