@@ -119,13 +119,15 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
 
         check_release(good, "--good")
         check_release(bad, "--bad")
-        sys.exit(run_versions(path, tf_versions, good=good, bad=bad, symptom=symptom, keras=keras_mode,
-                              tf_dist=tf_dist, as_json=as_json, steps=steps, use_cache=not no_cache))
+        code = run_versions(path, tf_versions, good=good, bad=bad, symptom=symptom, keras=keras_mode,
+                            tf_dist=tf_dist, as_json=as_json, steps=steps, use_cache=not no_cache)
+        sys.exit(write_tables(path, None, code))
     if good or bad:
         from tfrepro.bisect.commits_cli import run_from_cli
 
-        sys.exit(run_from_cli(path, good, bad, symptom=symptom, as_json=as_json, steps=steps,
-                              use_cache=not no_cache, executor=executor, address=address, jobs=jobs))
+        code = run_from_cli(path, good, bad, symptom=symptom, as_json=as_json, steps=steps,
+                            use_cache=not no_cache, executor=executor, address=address, jobs=jobs)
+        sys.exit(write_tables(path, None, code))
     from tfrepro.bisect.display import answer_lines, run_bisect
     from tfrepro.bisect.engine import BisectOptions
     from tfrepro.check.run import checks_for_result
@@ -139,7 +141,30 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     doc = run_bisect(project, options, as_json=as_json)
     prune_after_run(project)
     click.echo(json.dumps(doc) if as_json else "\n".join(answer_lines(doc)))
-    sys.exit(Status(doc["status"]).exit_code)
+    sys.exit(write_tables(path, doc.get("run_dir"), Status(doc["status"]).exit_code))
+
+
+def write_tables(path: Path, run_dir: str | None, code: int) -> int:
+    """trials.csv and the TensorBoard HParams view of the run just finished
+    (best effort: a failure is a warning on stderr); returns `code`."""
+    from tfrepro.report.bundle import find_run
+    from tfrepro.report.tables import write_trial_tables
+
+    if code == 130:
+        return code
+    try:
+        if run_dir is None:
+            from tfrepro.bisect.commits import project_root
+
+            run_dir = str(find_run(project_root(path)[0]))
+        written = write_trial_tables(Path(run_dir))
+    except Exception as e:  # noqa: BLE001  (the answer is already out; the tables are extras)
+        click.echo(f"warning: trials.csv not written: {type(e).__name__}: {e}", err=True)
+        return code
+    if written:
+        click.echo(f"trials: {written['trials.csv']}; `tensorboard --logdir {written['tensorboard']}` "
+                   "(HParams tab: features against verdicts)", err=True)
+    return code
 
 
 @main.command("demo")
