@@ -401,8 +401,8 @@ def _variants(
         bad_dir, good_dir = result.get("first_bad_project"), result.get("good_project")
         if not (bad_dir and good_dir and Path(bad_dir).is_dir() and Path(good_dir).is_dir()):
             raise TfreproError(f"the run {run_dir} lacks the first bad commit's project; bisect again")
-        return (None, None, bundle_files(Project.load(bad_dir), None, entry),
-                bundle_files(Project.load(good_dir), None, entry))
+        return (None, None, bundle_files(Project.load(bad_dir, detect=False), None, entry),
+                bundle_files(Project.load(good_dir, detect=False), None, entry))
     if result.get("status") == "baseline-fails":
         cand_cfg: list[str] = []
         ref_cfg: list[str] = []
