@@ -335,7 +335,7 @@ def _reproduce_trimmed(ctx: Context, export: Export, *, rerun: bool, runner: Run
         return None, export, {"trimmed": False, "changes": changes,
                               "note": "not trimmed: a trim is kept only when a re-run confirms it (--no-rerun)"}
     trimmed = replace(export, cand_files=cand, ref_files=trim_files(export.ref_files)[0])
-    say(f"trimmed {ENTRY} ({len(changes)} changes)")
+    say(f"trimmed {ENTRY} ({len(changes)} change{'s' if len(changes) != 1 else ''}): re-running it")
     rep = _reproduce(ctx, trimmed, **kw)
     if rep is not None and rep.reproduced is True:
         return rep, trimmed, {"trimmed": True, "changes": changes}
