@@ -313,12 +313,12 @@ def test_last_line_reads_only_the_tail(tmp_path):
 def test_cli_run_prints_the_summary_and_json(tmp_path):
     make_project(tmp_path / "p")
     res = CliRunner().invoke(main, ["run", str(tmp_path / "p"), "--with", "blowup", "--steps", "10"])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 1, res.output  # a trial that went non-finite exits 1
     assert "features on: blowup" in res.stdout
     assert "loop: 3 steps; loss at step 1: 1, at step 3: nan" in res.stdout
     assert "first non-finite loss at step 3" in res.stdout
     res = CliRunner().invoke(main, ["run", str(tmp_path / "p"), "--with", "blowup", "--steps", "10", "--json"])
-    assert res.exit_code == 0
+    assert res.exit_code == 1
     doc = json.loads(res.stdout)
     assert doc["cached"] is True and doc["first_nonfinite_step"] == 3 and doc["losses"] == [1.0, 0.5, None]
     assert doc["first_loss"] == 1.0 and doc["last_loss"] is None and doc["nonfinite"] is True

@@ -288,3 +288,8 @@ def test_follows_tensorflow_when_keras_major_is_unchanged():
     assert follows(rows, "a", "b")[0] == "tensorflow"
     rows["b"] = Row("b", "crash", keras="3.3.3", keras_lib="keras")
     assert follows(rows, "a", "b")[0] == "keras"
+
+
+def test_bad_end_without_the_symptom_is_none_exit_3(tmp_path):
+    r = bisect_versions(project(tmp_path), VERSIONS, trial=scripted("9.0"))
+    assert r["status"] == "none" and "does not show" in r["message"]

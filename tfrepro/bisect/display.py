@@ -7,6 +7,7 @@ engine).
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -16,6 +17,18 @@ from rich.table import Table
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.settings import SymptomSettings
 from tfrepro.trials import classify
+
+
+def no_color(environ: dict[str, str] | None = None) -> bool:
+    """NO_COLOR (https://no-color.org): set and not empty means no colour,
+    on a terminal too."""
+    return bool((os.environ if environ is None else environ).get("NO_COLOR"))
+
+
+def make_console(**kwargs: Any) -> Console:
+    """The progress console: stderr, colourless when NO_COLOR is set."""
+    kwargs.setdefault("stderr", True)
+    return Console(no_color=no_color() or None, **kwargs)
 
 
 def _config(enabled: tuple[str, ...] | list[str]) -> str:
@@ -144,7 +157,7 @@ def run_bisect(project: Any, options: Any, *, as_json: bool, console: Console | 
 
     from tfrepro.bisect.engine import bisect
 
-    console = console or Console(stderr=True)
+    console = console or make_console()
 
     def on_term(signum: int, frame: object) -> None:
         raise KeyboardInterrupt(f"signal {signum}")

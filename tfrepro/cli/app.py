@@ -61,8 +61,16 @@ class _Group(click.Group):
     (finished trials are cached: the same command continues)."""
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        ctx.meta["tfrepro.json"] = "--json" in args
-        return super().parse_args(ctx, args)
+        ctx.meta["tfrepro.json"] = as_json = "--json" in args
+        try:
+            return super().parse_args(ctx, args)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException as e:  # `tfrepro --bogus --json`: before any command runs
+            if not as_json:
+                raise
+            _fail(e.format_message(), e.exit_code, True)
+            raise  # not reached: _fail exits
 
     def invoke(self, ctx: click.Context):
         as_json = bool(ctx.meta.get("tfrepro.json"))
@@ -94,11 +102,46 @@ class _Group(click.Group):
                 signal.signal(signal.SIGTERM, previous)
 
 
+def _dist_version(*names: str) -> str | None:
+    """An installed distribution's version, from its metadata (nothing imported)."""
+    from importlib import metadata
+
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def version_line() -> str:
+    """`tfrepro --version`: tfrepro's version and the TensorFlow and Keras
+    installed next to it, read from package metadata (instant: no import)."""
+    tf = _dist_version("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos", "intel-tensorflow")
+    keras = _dist_version("keras")
+    return (f"tfrepro {__version__} (TensorFlow {tf or 'not installed'}, Keras {keras or 'not installed'}"
+            + (f", tf_keras {tf_keras}" if (tf_keras := _dist_version("tf_keras")) else "") + ")")
+
+
+def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(version_line())
+        ctx.exit()
+
+
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="tfrepro")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show tfrepro's version and the installed TensorFlow and Keras versions, and exit.")
 def main() -> None:
     """Find the TensorFlow/Keras feature behind a NaN, a slowdown or a loss
     mismatch, and turn it into a minimal repro and a bug report."""
+
+
+def use_color(stream) -> bool:
+    """Colour only on a terminal, and never when NO_COLOR is set (non-empty)."""
+    import os
+
+    return bool(stream.isatty()) and not os.environ.get("NO_COLOR")
 
 
 def parse_states(value: str) -> dict[str, bool]:

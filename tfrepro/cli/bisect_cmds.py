@@ -14,6 +14,45 @@ from tfrepro.errors import UserError
 _SYMPTOMS = ["nan", "crash", "timeout", "mismatch", "slowdown"]
 
 
+# The options each mode uses; any other given is refused (exit 2), never
+# silently ignored.
+MODE_OPTIONS = {
+    "feature": {"--strategy", "--repeats", "--jobs", "--executor ray", "--only", "--skip"},
+    "commit": {"--jobs", "--executor ray"},
+    "version": {"--keras legacy", "--tf-dist", "--then-features"},
+    # --then-features continues in feature mode: --only/--skip choose its features
+    "version+features": {"--keras legacy", "--tf-dist", "--then-features", "--only", "--skip"},
+}
+_WHY = {
+    "feature": "--keras and --tf-dist belong to version mode (--tf-versions)",
+    "commit": "commit mode runs each commit once, as written (every feature as in the file)",
+    "version": "version mode runs the project as written, one release at a time, on this machine",
+    "version+features": "version mode runs the project as written, one release at a time, on this machine",
+}
+
+
+def refuse_ignored(mode: str, given: dict[str, bool]) -> None:
+    """A UserError naming the options the mode would ignore."""
+    ignored = [name for name, on in given.items() if on and name not in MODE_OPTIONS[mode]]
+    if ignored:
+        raise UserError(f"{mode.split('+')[0]} mode does not use {', '.join(ignored)}",
+                        hint=f"{_WHY[mode]}; drop the option")
+
+
+def check_release(rev: str | None, option: str) -> None:
+    """Version mode: --good/--bad name releases, not commits."""
+    from packaging.version import InvalidVersion, Version
+
+    if rev is None:
+        return
+    try:
+        Version(rev)
+    except InvalidVersion:
+        raise UserError(f"{option} {rev} is not a TensorFlow release",
+                        hint="with --tf-versions, --good/--bad are releases (e.g. 2.15.1); "
+                             "for commits drop --tf-versions") from None
+
+
 @main.command("bisect")
 @path_argument
 @click.option("--symptom", type=click.Choice(_SYMPTOMS),
@@ -76,24 +115,28 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     installed is skipped. --then-features then bisects the features inside
     the first bad release ("2.16.1 broke it, and only with mixed_precision").
     """
+    mode = ("version+features" if then_features else "version") if tf_versions else (
+        "commit" if good or bad else "feature")
+    refuse_ignored(mode, {"--then-features": then_features,
+        "--strategy": strategy != "auto", "--repeats": repeats is not None, "--jobs": jobs != 1,
+        "--executor ray": executor != "local", "--only": only is not None, "--skip": skip is not None,
+        "--keras legacy": keras_mode != "default", "--tf-dist": tf_dist is not None,
+        "--address (without --executor ray)": address is not None and executor != "ray"})
     if tf_versions:
         from tfrepro.bisect.versions_cli import run_from_cli as run_versions
 
-        sys.exit(run_versions(path, tf_versions, good=good, bad=bad, symptom=symptom, keras=keras_mode,
-                              tf_dist=tf_dist, as_json=as_json, steps=steps, use_cache=not no_cache,
-                              then_features=then_features, only=only, skip=skip))
-    if then_features:
-        raise UserError("--then-features continues a version bisect", hint="add --tf-versions A,B,...")
+        check_release(good, "--good")
+        check_release(bad, "--bad")
+        code = run_versions(path, tf_versions, good=good, bad=bad, symptom=symptom, keras=keras_mode,
+                            tf_dist=tf_dist, as_json=as_json, steps=steps, use_cache=not no_cache,
+                            then_features=then_features, only=only, skip=skip)
+        sys.exit(write_tables(path, None, code))
     if good or bad:
         from tfrepro.bisect.commits_cli import run_from_cli
 
-        ignored = [name for name, given in (("--repeats", repeats is not None), ("--strategy", strategy != "auto"))
-                   if given]
-        if ignored:
-            raise UserError(f"commit mode does not use {' or '.join(ignored)}",
-                            hint="commit mode runs each commit once as written; drop the option")
-        sys.exit(run_from_cli(path, good, bad, symptom=symptom, as_json=as_json, steps=steps,
-                              use_cache=not no_cache, executor=executor, address=address, jobs=jobs))
+        code = run_from_cli(path, good, bad, symptom=symptom, as_json=as_json, steps=steps,
+                            use_cache=not no_cache, executor=executor, address=address, jobs=jobs)
+        sys.exit(write_tables(path, None, code))
     from tfrepro.bisect.display import answer_lines, run_bisect
     from tfrepro.bisect.engine import BisectOptions
     from tfrepro.check.run import checks_for_result
@@ -107,50 +150,84 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     doc = run_bisect(project, options, as_json=as_json)
     prune_after_run(project)
     click.echo(json.dumps(doc) if as_json else "\n".join(answer_lines(doc)))
-    sys.exit(Status(doc["status"]).exit_code)
+    sys.exit(write_tables(path, doc.get("run_dir"), Status(doc["status"]).exit_code))
+
+
+def write_tables(path: Path, run_dir: str | None, code: int) -> int:
+    """trials.csv and the TensorBoard HParams view of the run just finished
+    (best effort: a failure is a warning on stderr); returns `code`."""
+    from tfrepro.report.bundle import find_run
+    from tfrepro.report.tables import write_trial_tables
+
+    if code == 130:
+        return code
+    try:
+        if run_dir is None:
+            from tfrepro.bisect.commits import project_root
+
+            run_dir = str(find_run(project_root(path)[0]))
+        written = write_trial_tables(Path(run_dir))
+    except Exception as e:  # noqa: BLE001  (the answer is already out; the tables are extras)
+        click.echo(f"warning: trials.csv not written: {type(e).__name__}: {e}", err=True)
+        return code
+    if written:
+        click.echo(f"trials: {written['trials.csv']}; `tensorboard --logdir {written['tensorboard']}` "
+                   "(HParams tab: features against verdicts)", err=True)
+    return code
 
 
 @main.command("demo")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=2, show_default=True,
               help="Trials run in parallel.")
 @click.option("--keep", is_flag=True, help="Keep the temporary copy of the example (its path is printed).")
-def demo_cmd(jobs: int, keep: bool) -> None:
+@click.option("--json", "as_json", is_flag=True,
+              help="Print the bisect result as one JSON object (with demo_dir, expected, found_planted).")
+def demo_cmd(jobs: int, keep: bool, as_json: bool) -> None:
     """The whole loop on a bundled example with a planted bug.
 
     Copies the example project to a temporary directory, bisects it with
     live progress and prints the answer. Exit code 0 when the planted
-    culprit is found. Next step on a real project: `tfrepro report`.
+    culprit is found, the bisect's own code (Contract 4) when it ends
+    otherwise, 1 when it names another culprit. Next step on a real project:
+    `tfrepro report`.
     """
     import shutil
     import tempfile
 
-    from tfrepro.bisect.display import answer_lines, run_bisect
+    from tfrepro.bisect.display import run_bisect
     from tfrepro.bisect.engine import BisectOptions
     from tfrepro.project import Project
+    from tfrepro.trials.values import Status
 
-    src = Path(__file__).resolve().parent / "examples" / "demo"
+    src = Path(__file__).resolve().parent.parent / "examples" / "demo"
     expected = json.loads((src / "expected.json").read_text(encoding="utf-8"))
     tmp = Path(tempfile.mkdtemp(prefix="tfrepro-demo-"))
     try:
         dest = tmp / "demo"
         shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".tfrepro", "__pycache__", "expected.json"))
-        click.echo(f"demo project copied to {dest}")
+        click.echo(f"demo project copied to {dest}", err=as_json)
         click.echo(f"planted bug: {expected.get('note', '')}", err=True)
-        try:
-            doc = run_bisect(Project.load(dest), BisectOptions(jobs=jobs), as_json=False)
-        except KeyboardInterrupt:
-            click.echo("interrupted", err=True)
-            sys.exit(130)
-        click.echo("\n".join(answer_lines(doc)))
+        doc = run_bisect(Project.load(dest), BisectOptions(jobs=jobs), as_json=as_json)
         right = doc["status"] == expected["status"] and doc["culprits"] == expected["culprits"]
-        if right:
-            click.echo(f"the planted culprit was found: {', '.join(expected['culprits'])}")
+        if as_json:
+            click.echo(json.dumps({**doc, "demo_dir": str(dest) if keep else None, "expected": expected,
+                                   "found_planted": right}))
         else:
-            click.echo(f"expected {expected['symptom']}: {', '.join(expected['culprits'])}, "
-                       f"got {doc['status']}", err=True)
-        if keep:
-            click.echo(f"kept: {dest}; try `tfrepro report {dest}`")
-        sys.exit(0 if right else 1)
+            _demo_answer(doc, expected, right, dest if keep else None)
+        sys.exit(0 if right else (Status(doc["status"]).exit_code or 1))
     finally:
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _demo_answer(doc: dict, expected: dict, right: bool, kept: Path | None) -> None:
+    from tfrepro.bisect.display import answer_lines
+
+    click.echo("\n".join(answer_lines(doc)))
+    if right:
+        click.echo(f"the planted culprit was found: {', '.join(expected['culprits'])}")
+    else:
+        click.echo(f"expected {expected['symptom']}: {', '.join(expected['culprits'])}, got {doc['status']}",
+                   err=True)
+    if kept:
+        click.echo(f"kept: {kept}; try `tfrepro report {kept}`")

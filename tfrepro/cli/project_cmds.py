@@ -1,4 +1,4 @@
-"""Commands on one project: features, run, check, annotate, clean, envs."""
+"""Commands on one project: features, check, annotate, clean, envs (`run`: run_cmds)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from tfrepro.cli.app import load_project, main, parse_names, parse_states, path_argument, select_options
+from tfrepro.cli.app import load_project, main, parse_names, parse_states, path_argument, select_options, use_color
 from tfrepro.errors import UserError
 
 
@@ -58,75 +58,13 @@ def features(path: Path, set_: str | None, as_json: bool, only: str | None, skip
         click.echo(f"{i['name']:<{width}}  {i['state']:<5}  {where}  {i['description']}{extra}")
 
 
-@main.command()
-@path_argument
-@click.option("--with", "with_", metavar="A,B,...", help="Run with exactly these features ON (all others OFF).")
-@click.option("--all", "all_", is_flag=True, help="Every feature ON (the failing configuration).")
-@click.option("--none", "none_", is_flag=True, help="Every feature OFF (the baseline).")
-@click.option("--steps", type=click.IntRange(min=1), help="Training steps, at most (default: [trial] steps).")
-@click.option("--repeats", type=click.IntRange(min=1), help="Independent runs (default: [trial] repeats).")
-@click.option("--no-cache", is_flag=True, help="Run even if the same trial is cached.")
-@click.option("--json", "as_json", is_flag=True, help="Print the trial summary as JSON.")
-@select_options
-def run(path: Path, with_: str | None, all_: bool, none_: bool, steps: int | None, repeats: int | None,
-        no_cache: bool, as_json: bool, only: str | None, skip: str | None) -> None:
-    """Run one configuration of a project and measure it.
-
-    Without --with/--all/--none the features stay as the files have them.
-    Prints the loss at the first and last step, the first non-finite step,
-    non-finite weights, the median steady-state step time, a crash's last
-    traceback line or a timeout. --json prints the trial summary (with
-    --repeats K > 1: {"repeats": [summary, ...]}). Exit code 1 when a trial
-    crashed or timed out.
-    """
-    from dataclasses import replace
-
-    from tfrepro.trials.runner import describe, run_trial, summary
-    from tfrepro.trials.state import prune_after_run
-
-    if sum([with_ is not None, all_, none_]) > 1:
-        raise UserError("--with, --all and --none exclude each other", hint="give one of them")
-    project = load_project(path, only, skip)
-    if with_ is not None:
-        enabled = project.check_names(parse_names(with_))
-    elif all_:
-        enabled = frozenset(project.feature_names)
-    elif none_:
-        enabled = frozenset()
-    else:
-        states = project.states_in_files()
-        mixed = sorted(n for n, s in states.items() if s is None)
-        if mixed:
-            raise UserError(f"feature {mixed[0]!r} is ON in some blocks and OFF in others", path=project.root,
-                            hint="say which configuration to run: --with a,b, --all or --none")
-        enabled = frozenset(n for n, s in states.items() if s)
-    settings = project.manifest.trial
-    if steps is not None:
-        settings = replace(settings, steps=steps)
-    results = []
-    for i in range(repeats or project.manifest.repeats):
-        if not as_json:
-            click.echo(f"running {project.root.name} ({i + 1})...", err=True)
-        results.append(run_trial(project, enabled, replace(settings, repeat=i), use_cache=not no_cache))
-    prune_after_run(project)
-    if as_json:
-        out = summary(results[0]) if len(results) == 1 else {"repeats": [summary(r) for r in results]}
-        click.echo(json.dumps(out, indent=2))
-    else:
-        for i, r in enumerate(results):
-            if len(results) > 1:
-                click.echo(f"-- run {i + 1}")
-            click.echo("\n".join(describe(r)))
-    if any(r.crashed or r.timed_out for r in results):
-        sys.exit(1)
-
-
 @main.command("annotate")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--write", is_flag=True, help="Edit the files in place (default: print a unified diff).")
 @click.option("--only", metavar="NAME,...",
               help="Mark only these features: names (prefetch, jit_compile...) or kinds (callback, dataset, custom_layer).")
-def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print what was found (and the diff or files written) as JSON.")
+def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json: bool) -> None:
     """Find the engineering features of existing training scripts and mark
     them as feature blocks, every one ON, so that `tfrepro bisect` can switch
     them. The annotated files run exactly as before.
@@ -138,6 +76,9 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None) -> None
 
     names = parse_names(only)
     result = annotate(files, only=names or None)
+    if as_json:
+        click.echo(json.dumps(annotation_doc(result, names, write), indent=2))
+        return
     if write:
         for p in result.write():
             click.echo(f"wrote {p}")
@@ -159,6 +100,23 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None) -> None
     verb = "marked" if write else "would mark"
     click.echo(f"{verb} {n} feature{'s' if n != 1 else ''}" + ("" if write or not n else " (run again with --write)"),
                err=True)
+
+
+def annotation_doc(result, names: list[str], write: bool) -> dict:
+    """`annotate --json`: the features proposed, what was left alone, and the
+    diff (or, with --write, the files written)."""
+    found = [{"name": f.name, "kind": f.kind, "file": f.path, "line": f.line, "description": f.description,
+              "affects_loss": f.affects_loss, "note": f.note} for f in result.found]
+    doc = {"features": list(result.feature_names), "found": found,
+           "skipped": [{"file": s.path, "line": s.line, "reason": s.reason} for s in result.skipped],
+           "manifest_problems": list(result.problems),
+           "unknown_only": [n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_")
+                                                        for f in result.found)]}
+    if write:
+        doc["written"] = [str(p) for p in result.write()]
+    else:
+        doc["diff"] = result.diff()
+    return doc
 
 
 @main.command("check")
@@ -209,7 +167,7 @@ def check_cmd(path: Path, with_: str | None, all_: bool, steps: int | None, expe
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
-        click.echo(format_report(report, color=sys.stdout.isatty(), verbose=verbose))
+        click.echo(format_report(report, color=use_color(sys.stdout), verbose=verbose))
     if not report.ok:
         sys.exit(1)
 
@@ -233,9 +191,26 @@ def clean_cmd(path: Path, all_: bool, as_json: bool) -> None:
 @click.option("--days", type=click.FloatRange(min=0), default=30, show_default=True,
               help="With --prune: remove environments unused for this many days.")
 @click.option("--all", "all_", is_flag=True, help="With --prune: remove every environment.")
-def envs_cmd(prune: bool, days: float, all_: bool) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the environments (or those removed) as JSON.")
+def envs_cmd(prune: bool, days: float, all_: bool, as_json: bool) -> None:
     """List (or prune) the per-TensorFlow-version environments of `bisect --tf-versions`."""
     from tfrepro.trials.envs import envs_lines, prune_lines
 
+    if as_json:
+        click.echo(json.dumps(envs_doc(prune, days, all_), indent=2))
+        return
     lines = prune_lines(max_age_days=days, everything=all_) if prune else envs_lines()
     click.echo("\n".join(lines))
+
+
+def envs_doc(prune: bool, days: float, everything: bool) -> dict:
+    """`envs --json`: the environments, or with --prune those removed and why."""
+    from tfrepro.trials.envs import EnvStore
+
+    store = EnvStore()
+    if prune:
+        removed = store.prune(max_age_days=days, everything=everything)
+        return {"root": str(store.root), "removed": [{"name": i.name, "reason": why} for i, why in removed]}
+    return {"root": str(store.root), "environments": [
+        {"name": i.name, "ready": i.ready, "versions": i.versions, "size": i.size, "last_used": i.last_used}
+        for i in store.entries(sizes=True)]}

@@ -68,7 +68,8 @@ def report(run_dir: Path | None, out: Path | None, as_json: bool, no_rerun: bool
 @click.option("--defaults", is_flag=True, help="Take the default answer to every question not given with --data.")
 @click.option("--data", "-d", "data", multiple=True, metavar="KEY=VALUE",
               help="Answer a question, e.g. -d batch_size=64 -d features=prefetch,mixed_precision (repeatable).")
-def new_cmd(dest: Path | None, template: str, defaults: bool, data: tuple[str, ...]) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the created project as JSON (needs --defaults or --data).")
+def new_cmd(dest: Path | None, template: str, defaults: bool, data: tuple[str, ...], as_json: bool) -> None:
     """Create a baseline repro project (DEST, default ./repro-TEMPLATE).
 
     repro.py holds data, model and train; each engineering feature your real
@@ -80,11 +81,16 @@ def new_cmd(dest: Path | None, template: str, defaults: bool, data: tuple[str, .
 
     answers = parse_data_items(data)
     interactive = not defaults and not answers
-    if interactive and not sys.stdin.isatty():
-        raise UserError("no terminal to ask the template's questions on",
+    if interactive and (as_json or not sys.stdin.isatty()):
+        raise UserError("--json asks no questions" if as_json else "no terminal to ask the template's questions on",
                         hint="pass --defaults, and --data KEY=VALUE for the answers that differ")
     created = new_project(dest or Path(f"repro-{template}"), template=template, data=answers,
                           defaults=not interactive)
+    if as_json:
+        click.echo(json.dumps({"path": str(created.path), "template": created.template,
+                               "version": created.version, "commit": created.commit,
+                               "features": list(created.features)}, indent=2))
+        return
     click.echo(f"created {created.path} (template {created.template} {created.version}); "
                f"baseline committed as {created.commit[:10]}")
     click.echo("features, all OFF: " + (", ".join(created.features) or "(none)"))
@@ -93,13 +99,20 @@ def new_cmd(dest: Path | None, template: str, defaults: bool, data: tuple[str, .
 
 @main.command("update")
 @path_argument
-def update_cmd(path: Path) -> None:
+@click.option("--json", "as_json", is_flag=True, help="Print the update (versions, files changed, conflicts) as JSON.")
+def update_cmd(path: Path, as_json: bool) -> None:
     """Move a project made by `tfrepro new` to the current template version,
     keeping your committed edits (copier's three-way update). The result is
     left uncommitted: review it with `git diff`, then commit."""
     from tfrepro.scaffold.update import update_project
 
     result = update_project(path)
+    if as_json:
+        click.echo(json.dumps({"path": str(result.path), "template": result.template,
+                               "old_version": result.old_version, "new_version": result.new_version,
+                               "up_to_date": result.up_to_date, "changed": list(result.changed),
+                               "conflicts": list(result.conflicts)}, indent=2))
+        return
     if result.up_to_date:
         click.echo(f"{result.path}: already at template {result.template} {result.new_version}")
         return

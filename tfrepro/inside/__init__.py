@@ -21,6 +21,7 @@ INJECT_DIR = INSIDE_DIR / "_inject"
 HARNESS = INSIDE_DIR / "harness.py"
 PROBES = INSIDE_DIR / "probes.py"
 ENV_PROBE = INSIDE_DIR / "envprobe.py"
+RUNTIME_PROBE = INSIDE_DIR / "runtimeprobe.py"
 RUN_PROBE = INSIDE_DIR / "runprobe.py"
 SETUP_PLUGIN = INSIDE_DIR / "setup_plugin.py"
 

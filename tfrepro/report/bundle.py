@@ -203,8 +203,9 @@ def build_report(
     out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         writer = _Writer(out, scrubber)
+        reproduction, export, trim = _reproduce_trimmed(ctx, export, rerun=rerun, runner=runner,
+                                                        max_pairs=max_pairs, say=say)
         artifacts = _write_scripts(writer, ctx, export)
-        reproduction = _reproduce(ctx, export, rerun=rerun, runner=runner, max_pairs=max_pairs, say=say)
         loc = _localize(ctx, export, localize=localize, python=python, say=say)
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = _environment(reproduction, probe=probe_environment, python=python, environ=environ, say=say)
@@ -212,6 +213,7 @@ def build_report(
         artifacts.update(_write_notebook(writer, ctx, export, env_facts))
         doc = _document(ctx, export, reproduction=reproduction, loc=loc, env_facts=env_facts,
                         environ=environ, scrubber=scrubber, artifacts=artifacts)
+        doc["repro"].update(trimmed=trim["trimmed"], trim=trim)
         doc = scrubber.scrub_obj(doc)  # type: ignore[assignment]
         writer.write("report.json", json.dumps(doc, indent=2))
         writer.write("ISSUE.md", issue_md.render_issue(doc))
@@ -320,6 +322,31 @@ def _reproduce(ctx: Context, export: Export, *, rerun: bool, runner: Runner | No
     return rep
 
 
+def _reproduce_trimmed(ctx: Context, export: Export, *, rerun: bool, runner: Runner | None, max_pairs: int,
+                       say: Progress) -> tuple[Reproduction | None, Export, dict[str, Any]]:
+    """The trimmed repro (report/trim.py) when a re-run shows the symptom
+    with it; else the untrimmed one. Returns (reproduction, export, facts)."""
+    from dataclasses import replace
+
+    from tfrepro.report.trim import trim_files
+
+    cand, changes = trim_files(export.cand_files)
+    kw = dict(rerun=rerun, runner=runner, max_pairs=max_pairs, say=say)
+    if not changes:
+        return _reproduce(ctx, export, **kw), export, {"trimmed": False, "changes": [], "note": "nothing to trim"}
+    if not rerun:
+        return None, export, {"trimmed": False, "changes": changes,
+                              "note": "not trimmed: a trim is kept only when a re-run confirms it (--no-rerun)"}
+    trimmed = replace(export, cand_files=cand, ref_files=trim_files(export.ref_files)[0])
+    say(f"trimmed {ENTRY} ({len(changes)} change{'s' if len(changes) != 1 else ''}): re-running it")
+    rep = _reproduce(ctx, trimmed, **kw)
+    if rep is not None and rep.reproduced is True:
+        return rep, trimmed, {"trimmed": True, "changes": changes}
+    say("the trimmed repro does not show the symptom: the untrimmed one is kept")
+    return _reproduce(ctx, export, **kw), export, {
+        "trimmed": False, "changes": changes, "note": "the trimmed repro did not reproduce; untrimmed kept"}
+
+
 def _localize(ctx: Context, export: Export, *, localize: bool, python: str | None, say: Progress) -> Any:
     if not (localize and ctx.symptom == "nan"):
         return None
@@ -404,8 +431,8 @@ def _variants(
         bad_dir, good_dir = result.get("first_bad_project"), result.get("good_project")
         if not (bad_dir and good_dir and Path(bad_dir).is_dir() and Path(good_dir).is_dir()):
             raise TfreproError(f"the run {run_dir} lacks the first bad commit's project; bisect again")
-        return (None, None, bundle_files(Project.load(bad_dir), None, entry),
-                bundle_files(Project.load(good_dir), None, entry))
+        return (None, None, bundle_files(Project.load(bad_dir, detect=False), None, entry),
+                bundle_files(Project.load(good_dir, detect=False), None, entry))
     if result.get("status") == "baseline-fails":
         cand_cfg: list[str] = []
         ref_cfg: list[str] = []

@@ -30,14 +30,14 @@ def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def collect(*, python: str | None = None, timeout_s: float = 180.0) -> dict[str, Any]:
+def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path = PROBE) -> dict[str, Any]:
     """Facts about the TensorFlow installation `python` runs (see
-    `inside/envprobe.py`). Never raises for a failing child: the facts then carry
-    `probe_error`."""
+    `inside/envprobe.py`; `inside/runtimeprobe.py` adds the runtime settings).
+    Never raises for a failing child: the facts then carry `probe_error`."""
     python = python or sys.executable
     with tempfile.TemporaryDirectory(prefix="tfrepro-env-") as tmp:
         out = Path(tmp) / "env.json"
-        cmd = [python, str(PROBE), str(out)]
+        cmd = [python, str(probe), str(out)]
         try:
             proc = subprocess.run(cmd, cwd=tmp, env=child_env(), capture_output=True, text=True,
                                   timeout=timeout_s)

@@ -66,9 +66,7 @@ def _event(wall_time: float, step: int, *, file_version: str | None = None,
     if file_version is not None:
         msg += _field_bytes(3, file_version.encode())
     if tag is not None and value is not None:
-        # Summary.Value{tag = 1, simple_value = 2 (float32)}
-        v = _field_bytes(1, tag.encode()) + _varint(2 << 3 | 5) + struct.pack("<f", value)
-        msg += _field_bytes(5, _field_bytes(1, v))  # Event.summary = 5, Summary.value = 1
+        msg += _field_bytes(5, _field_bytes(1, scalar_value(tag, value)))  # Event.summary = 5, Summary.value = 1  # Event.summary = 5, Summary.value = 1
     return msg
 
 
@@ -83,19 +81,34 @@ def _record(data: bytes) -> bytes:
 EVENT_FILE = "events.out.tfevents.tfrepro"
 
 
-def write_run(logdir: Path, scalars: dict[str, Sequence[float | None]], *, wall_time: float | None = None) -> Path:
+def scalar_value(tag: str, value: float) -> bytes:
+    """Summary.Value{tag = 1, simple_value = 2 (float32)}."""
+    return _field_bytes(1, tag.encode()) + _varint(2 << 3 | 5) + struct.pack("<f", value)
+
+
+def value_event(wall_time: float, step: int, value: bytes) -> bytes:
+    """An Event holding one ready-made `Summary.Value` (e.g. an HParams one)."""
+    msg = _varint(1 << 3 | 1) + struct.pack("<d", wall_time) + _varint(2 << 3 | 0) + _varint(step)
+    return msg + _field_bytes(5, _field_bytes(1, value))
+
+
+def write_run(logdir: Path, scalars: dict[str, Sequence[float | None]], *, wall_time: float | None = None,
+              values: Sequence[tuple[int, bytes]] = ()) -> Path:
     """One event file in `logdir` holding each series as scalars at steps
     1, 2, ...; None (a non-finite loss in result.json) is written as NaN,
-    which TensorBoard shows at the step it happened."""
+    which TensorBoard shows at the step it happened. `values`: (step,
+    Summary.Value bytes) written after them (HParams session info, metrics)."""
     logdir.mkdir(parents=True, exist_ok=True)
     t = time.time() if wall_time is None else wall_time
     path = logdir / EVENT_FILE
     with open(path, "wb") as f:
         f.write(_record(_event(t, 0, file_version="brain.Event:2")))
-        for tag, values in scalars.items():
-            for i, v in enumerate(values, 1):
+        for tag, series in scalars.items():
+            for i, v in enumerate(series, 1):
                 x = math.nan if v is None else float(v)
                 f.write(_record(_event(t, i, tag=tag, value=x)))
+        for step, value in values:
+            f.write(_record(value_event(t, step, value)))
     return path
 
 
@@ -114,7 +127,7 @@ def read_scalars(path: Path) -> dict[str, list[tuple[int, float]]]:
             raise ValueError("bad data CRC")
         pos += 16 + n
         step, tag, value = _parse_event(body)
-        if tag is not None:
+        if tag is not None and value is not None:
             out.setdefault(tag, []).append((step, value))
     return out
 

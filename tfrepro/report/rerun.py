@@ -54,7 +54,9 @@ def default_runner(state_dir: Path, env: dict[str, str] | None = None) -> Runner
     plugin = SETUP_PLUGIN
 
     def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
-        project = Project.load(project_dir)
+        # As written: an exported repro has no markers, and zero-edit
+        # detection would find (and switch OFF) the very culprit it exports.
+        project = Project.load(project_dir, detect=False)
         return runner.run_trial(project, frozenset(), settings, use_cache=False, state_dir=state_dir,
                                env=env, label="report-rerun", plugins=[plugin],
                                plugin_options={"environment": True})

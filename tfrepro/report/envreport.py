@@ -1,0 +1,111 @@
+"""`tfrepro env`: versions, devices, precision policy, XLA and determinism
+settings and the relevant environment variables, as one JSON-able document
+and as text lines.
+
+TensorFlow is imported only in a child (`inside/runtimeprobe.py`, through
+`environment.collect`); the variables come from this process's environment,
+allow-listed and redacted by `scrub.py`'s rules, and every string passes
+the scrubber (the home directory shows as `~`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from tfrepro import __version__
+from tfrepro.report import scrub
+
+# Variables named by their own section (XLA, determinism) as well as listed.
+XLA_VARS = ("TF_XLA_FLAGS", "XLA_FLAGS")
+DETERMINISM_VARS = ("TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "PYTHONHASHSEED")
+
+
+def relevant_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """TF_*, KERAS_*, CUDA_*, XLA_* (and scrub.py's allow-list), sorted;
+    a secret-looking name or value shows as `<redacted>`."""
+    names = {n for n in environ if scrub.is_allowed_env(n) or n.startswith("CUDA_")}
+    names |= {n for n in DETERMINISM_VARS if n in environ}
+    scrubber = scrub.Scrubber.from_environ(environ)
+    out: dict[str, str] = {}
+    for name in sorted(names):
+        value = environ[name]
+        secret = scrub.is_secret_name(name) or scrub.looks_secret_value(value)
+        out[name] = scrub.REDACTED if secret else scrubber.scrub(value)
+    return out
+
+
+def _version(facts: dict[str, Any], key: str, dist_key: str) -> str | None:
+    return facts.get(key) or (facts.get(dist_key) or {}).get("version")
+
+
+def env_doc(facts: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """The document `tfrepro env --json` prints, from the probe's facts."""
+    environ = os.environ if environ is None else environ
+    variables = relevant_env(environ)
+    runtime = facts.get("runtime") or {}
+    doc: dict[str, Any] = {
+        "versions": {
+            "tfrepro": __version__,
+            "python": facts.get("python"),
+            "tensorflow": _version(facts, "tf_version", "tf_dist"),
+            "keras": _version(facts, "keras_version", "keras_dist"),
+            "tf_keras": _version(facts, "", "tf_keras_dist"),
+            "numpy": _version(facts, "", "numpy_dist"),
+        },
+        "tf_dist": (facts.get("tf_dist") or {}).get("name"),
+        "os": facts.get("os"),
+        "devices": facts.get("devices") or [],
+        "gpus": facts.get("gpus") or [],
+        "nvidia_driver": facts.get("nvidia_driver"),
+        "precision_policy": runtime.get("precision_policy"),
+        "xla": {"jit": runtime.get("xla_jit"), **{n: variables.get(n) for n in XLA_VARS}},
+        "determinism": {"op_determinism": runtime.get("op_determinism"),
+                        "tensor_float_32": runtime.get("tensor_float_32"),
+                        **{n: variables.get(n) for n in DETERMINISM_VARS}},
+        "env": variables,
+        "withheld_env": scrub.withheld_count(environ),
+    }
+    for key in ("tf_error", "probe_error"):
+        if facts.get(key):
+            doc[key] = facts[key]
+    return scrub.Scrubber.from_environ(environ).scrub_obj(doc)  # type: ignore[return-value]
+
+
+def _unset(value: object) -> str:
+    return "(unset)" if value is None else str(value)
+
+
+def env_lines(doc: dict[str, Any]) -> list[str]:
+    """`tfrepro env` as text."""
+    v = doc["versions"]
+    lines = [f"{name:<11} {v[key] if v[key] is not None else '(not installed)'}"
+             for name, key in (("tfrepro", "tfrepro"), ("Python", "python"), ("TensorFlow", "tensorflow"),
+                               ("Keras", "keras"), ("tf_keras", "tf_keras"), ("NumPy", "numpy"))]
+    for key in ("tf_error", "probe_error"):
+        if doc.get(key):
+            lines.append(f"error: {doc[key]}")
+    devices = ", ".join(f"{d['name']} ({d['type']})" for d in doc["devices"]) or "(none seen)"
+    lines.append(f"devices     {devices}")
+    for g in doc["gpus"]:
+        lines.append(f"  GPU {g.get('name')} (compute {g.get('compute_capability') or '?'})")
+    lines.append(f"precision   {_unset(doc['precision_policy'])}")
+    x = doc["xla"]
+    lines.append(f"XLA         tf.config jit {_unset(x['jit'])}; " + "; ".join(f"{n}={_unset(x[n])}" for n in XLA_VARS))
+    d = doc["determinism"]
+    lines.append(f"determinism op determinism {_unset(d['op_determinism'])}; TF32 {_unset(d['tensor_float_32'])}; "
+                 + "; ".join(f"{n}={_unset(d[n])}" for n in DETERMINISM_VARS))
+    lines.append("environment" + ("" if doc["env"] else "  (no TF_*, KERAS_*, CUDA_*, XLA_* variable set)"))
+    lines.extend(f"  {k}={val}" for k, val in doc["env"].items())
+    if doc["withheld_env"]:
+        lines.append(f"  ({doc['withheld_env']} secret-looking variables elsewhere in the environment not shown)")
+    return lines
+
+
+def collect_env(python: str | None = None) -> dict[str, Any]:
+    """Probe the installation in a child process and build the document."""
+    from tfrepro.inside import RUNTIME_PROBE
+    from tfrepro.report import environment
+
+    return env_doc(environment.collect(python=python, probe=RUNTIME_PROBE))
