@@ -8,8 +8,8 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
 from gitrepo import GitRepo, isolated_git_env
+
 from tfrepro.bisect import commits_cli, versions
 from tfrepro.cli import main
 from tfrepro.trials.values import RunResult, Status

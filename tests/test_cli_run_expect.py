@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from gitrepo import GitRepo
+
 from tfrepro.cli import main
 from tfrepro.cli.run_cmds import expect_verdict
 from tfrepro.trials.values import TrialResult

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from gitrepo import GitRepo, isolated_git_env
+
 from tfrepro.cli import main
 from tfrepro.report import events, hparams
 from tfrepro.report.tables import write_trial_tables

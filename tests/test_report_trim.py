@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from report_fakes import ScriptedRunner, build, make_project, make_run
+
 from tfrepro.report.trim import trim_source
 
 SRC = '''from __future__ import annotations
