@@ -18,7 +18,11 @@ from tfrepro.errors import UserError
 @click.option("--json", "as_json", is_flag=True, help="Print the report document as JSON (progress stays on stderr).")
 @click.option("--no-rerun", is_flag=True, help="Do not re-run the exported repro to confirm the symptom.")
 @click.option("--no-localize", is_flag=True, help="Skip the check_numerics localisation of a NaN.")
-def report(run_dir: Path | None, out: Path | None, as_json: bool, no_rerun: bool, no_localize: bool) -> None:
+@click.option("--nightly", is_flag=True,
+              help="Also re-run the repro on the newest tf-nightly (its own environment in the user cache) "
+                   "and answer the form's nightly question from it.")
+def report(run_dir: Path | None, out: Path | None, as_json: bool, no_rerun: bool, no_localize: bool,
+           nightly: bool) -> None:
     """Turn a bisect run into a bug-report bundle.
 
     RUN_DIR is a run directory (.tfrepro/runs/<id>) or a project; default: the
@@ -32,7 +36,9 @@ def report(run_dir: Path | None, out: Path | None, as_json: bool, no_rerun: bool
 
     run = find_run(run_dir)
     click.echo(f"reporting run {run}", err=True)
-    bundle = build_report(run, out=out, rerun=not no_rerun, localize=not no_localize,
+    if nightly and no_rerun:
+        raise UserError("--nightly re-runs the repro, --no-rerun says not to", hint="drop one of them")
+    bundle = build_report(run, out=out, rerun=not no_rerun, localize=not no_localize, nightly=nightly,
                           progress=lambda line: click.echo(line, err=True))
     doc = bundle.doc
     if as_json:

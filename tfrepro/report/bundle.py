@@ -189,12 +189,14 @@ def build_report(
     max_pairs: int = 5,
     probe_environment: bool = True,
     progress: Progress | None = None,
+    nightly: bool = False,
 ) -> Bundle:
     """Write the bundle for the run in `run_dir` and return it. `runner`
     replaces the real trial runner (tests); `environ` the process environment
     the report describes and scrubs against; `probe_environment=False` skips
     the TensorFlow child describing versions and devices when no re-run did;
-    `progress` hears one line per slow step (re-run, localisation, probe)."""
+    `progress` hears one line per slow step (re-run, localisation, probe);
+    `nightly` re-runs the export on the newest tf-nightly too."""
     environ = dict(os.environ if environ is None else environ)
     say = progress or (lambda _msg: None)
     scrubber = Scrubber.from_environ(environ)
@@ -214,6 +216,8 @@ def build_report(
         doc = _document(ctx, export, reproduction=reproduction, loc=loc, env_facts=env_facts,
                         environ=environ, scrubber=scrubber, artifacts=artifacts)
         doc["repro"].update(trimmed=trim["trimmed"], trim=trim)
+        if nightly:
+            doc["nightly"] = _on_nightly(ctx, export, max_pairs=max_pairs, say=say)
         doc = scrubber.scrub_obj(doc)  # type: ignore[assignment]
         writer.write("report.json", json.dumps(doc, indent=2))
         writer.write("ISSUE.md", issue_md.render_issue(doc))
@@ -345,6 +349,19 @@ def _reproduce_trimmed(ctx: Context, export: Export, *, rerun: bool, runner: Run
     say("the trimmed repro does not show the symptom: the untrimmed one is kept")
     return _reproduce(ctx, export, **kw), export, {
         "trimmed": False, "changes": changes, "note": "the trimmed repro did not reproduce; untrimmed kept"}
+
+
+def _on_nightly(ctx: Context, export: Export, *, max_pairs: int, say: Progress) -> dict[str, Any]:
+    from tfrepro.report.nightly import nightly_env, on_nightly
+
+    def again(runner: Runner) -> Reproduction:
+        say(f"re-running {ENTRY} on tf-nightly ...")
+        return _reproduce(ctx, export, rerun=True, runner=runner, max_pairs=max_pairs, say=say)
+
+    got = on_nightly(again, nightly_env(say))
+    say(f"nightly: {got['version']}: " + {True: "reproduced", False: "NOT reproduced", None: "undecided"}[
+        got["reproduced"]] + f" ({got['detail']})")
+    return got
 
 
 def _localize(ctx: Context, export: Export, *, localize: bool, python: str | None, say: Progress) -> Any:

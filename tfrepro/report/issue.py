@@ -106,6 +106,8 @@ def nightly_answer(nightly: dict[str, Any] | None) -> str:
         return ("No: not tried on the nightly build. To try: `pip install tf-nightly` in a fresh "
                 "environment, then `python repro.py`.")
     version = nightly.get("version") or "tf-nightly"
+    if nightly.get("reproduced") is None:
+        return f"Tried on {version}, undecided: {nightly.get('detail') or 'the re-run could not tell'}."
     if nightly.get("reproduced"):
         return f"Yes: the symptom shows on {version} too."
     return f"No: on {version} the symptom does not show (it may already be fixed there)."

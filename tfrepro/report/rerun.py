@@ -47,7 +47,10 @@ class Reproduction:
         return asdict(self)
 
 
-def default_runner(state_dir: Path, env: dict[str, str] | None = None) -> Runner:
+def default_runner(state_dir: Path, env: dict[str, str] | None = None, *, python: str | None = None,
+                   versions: dict[str, Any] | None = None) -> Runner:
+    """Trials of an exported repro, as written; under `python` (another
+    environment's interpreter, e.g. tf-nightly's) when given."""
     from tfrepro.project import Project
     from tfrepro.trials import runner
 
@@ -59,7 +62,7 @@ def default_runner(state_dir: Path, env: dict[str, str] | None = None) -> Runner
         project = Project.load(project_dir, detect=False)
         return runner.run_trial(project, frozenset(), settings, use_cache=False, state_dir=state_dir,
                                env=env, label="report-rerun", plugins=[plugin],
-                               plugin_options={"environment": True})
+                               plugin_options={"environment": True}, python=python, versions=versions)
 
     return run
 

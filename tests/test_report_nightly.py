@@ -1,0 +1,50 @@
+"""`report --nightly`: the form's nightly question answered from a re-run
+under the newest tf-nightly (fakes here; the real install is a benchmark)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tfrepro.report import nightly
+from tfrepro.report.issue import nightly_answer
+from tfrepro.report.rerun import Reproduction
+
+
+@dataclass
+class FakeEnv:
+    python: Path = Path("/nowhere/bin/python")
+    versions: dict = field(default_factory=lambda: {"tensorflow": "2.22.0.dev20261130"})
+
+
+@dataclass
+class Listing:
+    versions: tuple
+
+
+def test_the_newest_nightly_is_picked_from_the_index():
+    got = nightly.newest_nightly(lambda: Listing(("2.22.0.dev20261128", "2.22.0.dev20261130", "2.21.0.dev1")))
+    assert got == "2.22.0.dev20261130"
+
+
+def test_the_repro_reruns_under_the_nightly_interpreter_and_answers_the_form():
+    seen = {}
+
+    def reproduce(runner):
+        seen["runner"] = runner
+        return Reproduction("nan", True, "the loss became non-finite at step 3")
+
+    got = nightly.on_nightly(reproduce, FakeEnv())
+    assert got == {"version": "tf-nightly 2.22.0.dev20261130", "reproduced": True,
+                   "detail": "the loss became non-finite at step 3"}
+    assert callable(seen["runner"])
+    assert nightly_answer(got) == "Yes: the symptom shows on tf-nightly 2.22.0.dev20261130 too."
+    fixed = nightly.on_nightly(lambda r: Reproduction("nan", False, "finite at every step"), FakeEnv())
+    assert nightly_answer(fixed).startswith("No: on tf-nightly 2.22.0.dev20261130 the symptom does not show")
+
+
+def test_an_environment_that_cannot_be_built_is_said_not_guessed():
+    got = nightly.on_nightly(lambda r: 1 / 0, "no environment for tf-nightly 2.22: install failed")
+    assert got["reproduced"] is None
+    assert nightly_answer(got).startswith("Tried on tf-nightly, undecided: no environment for tf-nightly")
+    assert nightly_answer(None).startswith("No: not tried on the nightly build")
