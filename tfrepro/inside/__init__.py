@@ -23,6 +23,8 @@ PROBES = INSIDE_DIR / "probes.py"
 ENV_PROBE = INSIDE_DIR / "envprobe.py"
 RUN_PROBE = INSIDE_DIR / "runprobe.py"
 SETUP_PLUGIN = INSIDE_DIR / "setup_plugin.py"
+LAUNCH = INSIDE_DIR / "launch.py"
+WARM = INSIDE_DIR / "warm.py"
 
 
 @cache

@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from tfrepro import inside
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
+from tfrepro.trials import warm
 from tfrepro.trials.state import StateDir, load_result
 from tfrepro.trials.values import TrialResult
 
@@ -47,6 +49,8 @@ if TYPE_CHECKING:
 # hence part of the cache key (explicit `env` overrides always are).
 _KEYED_ENV_PREFIXES = ("TF_", "KERAS_", "XLA_", "CUDA_", "TFREPRO_")
 _PYTHON_NAMES = {"python", "python3"}
+# (return code, timed out, wall seconds, "warm" | "cold"), or a could-not-start result.
+Outcome = tuple[int | None, bool, float, str] | TrialResult
 
 
 # -- cache key ------------------------------------------------------------------
@@ -171,10 +175,15 @@ def child_env(settings: TrialSettings, config_path: Path, env: Mapping[str, str]
 
 def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
                 env: Mapping[str, str] | None = None, plugins: Sequence[Path] = (),
-                plugin_options: Mapping[str, Any] | None = None) -> TrialResult:
+                plugin_options: Mapping[str, Any] | None = None, cold: bool = False,
+                warm_pool: "warm.WarmPool | None" = None) -> TrialResult:
     """Run an already rendered variant (no cache). `trial_dir` receives the
-    config, the result and the logs. Raises what interrupted the parent
-    (KeyboardInterrupt) after killing the child's process tree."""
+    config, the result and the logs. The trial is a child forked from a warm
+    server (`trials/warm.py`) when it is a plain `python script.py` that
+    imports TensorFlow, else (or with `cold=True`, or when the warm side
+    fails) a cold process behind `inside/launch.py`. Raises what interrupted
+    the parent (KeyboardInterrupt; `TrialStopped` from `stop_trials`) after
+    killing the child's process tree."""
     trial_dir = Path(trial_dir).resolve()
     trial_dir.mkdir(parents=True, exist_ok=True)
     result_path = trial_dir / "result.json"
@@ -190,24 +199,145 @@ def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
     config_path.write_text(json.dumps(config, indent=1, default=str), encoding="utf-8")
     stdout_path, stderr_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
     cmd = command_for(settings)
+    full_env = child_env(settings, config_path, env)
+    outcome = None
+    if not cold:
+        outcome = _run_warm(cmd, Path(variant_dir), full_env, settings.timeout_s, stdout_path, stderr_path,
+                            warm_pool or warm.default_pool())
+    if outcome is None:
+        for stale in (result_path, Path(harness.progress_path(str(result_path)))):
+            stale.unlink(missing_ok=True)  # left by a warm attempt whose server died
+        outcome = _run_cold(cmd, Path(variant_dir), full_env, settings.timeout_s, stdout_path, stderr_path)
+    if isinstance(outcome, TrialResult):
+        return replace(outcome, log_dir=str(trial_dir))
+    rc, timed_out, wall, how = outcome
+    result = _collect(rc, timed_out, wall, settings, result_path, stderr_path, trial_dir)
+    return replace(result, extra={**result.extra, "process": how})
+
+
+def warm_argv(cmd: Sequence[str]) -> list[str] | None:
+    """`[python, script.py, args...]` → `[script.py, args...]`; None for
+    anything else (`-m`, interpreter options, a wrapper): those run cold."""
+    if len(cmd) < 2 or cmd[0] != sys.executable or cmd[1].startswith("-") or not cmd[1].endswith(".py"):
+        return None
+    return list(cmd[1:])
+
+
+def _run_warm(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, stdout: Path,
+              stderr: Path, pool: "warm.WarmPool") -> Outcome | None:
+    """The trial forked from a warm server, or None: run it cold."""
+    argv = warm_argv(cmd)
+    if argv is None or pool.wants(cwd / argv[0]) is not None:
+        return None
+    start = time.perf_counter()
+    try:
+        child = pool.server(cmd[0], env).submit(argv, cwd, env, stdout, stderr)
+    except warm.WarmUnavailable:
+        return None
+    token = LIVE.add(child.pid)
+    timed_out = False
+    rc = None
+    try:
+        try:
+            rc = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            child.kill()
+            rc = child.wait(10)
+        except warm.ServerLost:
+            return None  # the child died with its server: the trial runs again, cold
+        finally:
+            child.kill()  # grandchildren outlive a finished child too: the group dies with it
+            child.close()
+    finally:
+        if LIVE.remove(token):
+            raise TrialStopped()
+    return rc, timed_out, time.perf_counter() - start, "warm"
+
+
+def _run_cold(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, stdout_path: Path,
+              stderr_path: Path) -> Outcome:
     timed_out = False
     start = time.perf_counter()
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         try:
-            proc = subprocess.Popen(cmd, cwd=variant_dir, env=child_env(settings, config_path, env),
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
+            proc = subprocess.Popen(launcher(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=err, start_new_session=True)
         except OSError as e:
             return TrialResult(crashed=True, error=f"cannot start {cmd[0]!r}: {e.strerror or e}",
-                               wall_s=0.0, log_dir=str(trial_dir), tf_version=tf_version())
+                               wall_s=0.0, tf_version=tf_version())
+        token = LIVE.add(proc.pid)
         try:
-            proc.wait(timeout=settings.timeout_s)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
             # Grandchildren outlive a finished child too; the group dies with it.
             _kill_tree(proc)
-    wall = time.perf_counter() - start
-    return _collect(proc.returncode, timed_out, wall, settings, result_path, stderr_path, trial_dir)
+            if LIVE.remove(token):
+                raise TrialStopped()
+    return proc.returncode, timed_out, time.perf_counter() - start, "cold"
+
+
+def launcher(cmd: Sequence[str]) -> list[str]:
+    """`cmd` behind inside/launch.py, which kills the trial's group when we die."""
+    return [sys.executable, "-I", "-S", str(inside.LAUNCH), str(os.getpid()), *cmd]
+
+
+# -- stopping the running trials (Ctrl-C with --jobs > 1) -------------------------------
+
+
+class TrialStopped(KeyboardInterrupt):
+    """The trial was killed by `stop_trials`: no result, nothing cached."""
+
+
+class _Live:
+    """The trials running in this process: their process group and the thread
+    that waits on them. Safe from several threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = 0
+        self._running: dict[int, tuple[int, int]] = {}  # token → (thread ident, pgid)
+        self._stopped: set[int] = set()
+
+    def add(self, pgid: int) -> int:
+        with self._lock:
+            self._next += 1
+            self._running[self._next] = (threading.get_ident(), pgid)
+            return self._next
+
+    def remove(self, token: int) -> bool:
+        """Forget a finished trial; True when `stop` killed it."""
+        with self._lock:
+            self._running.pop(token, None)
+            if token in self._stopped:
+                self._stopped.discard(token)
+                return True
+            return False
+
+    def stop(self, threads: Iterable[int] | None = None) -> int:
+        """SIGKILL the process group of every running trial (of `threads` only,
+        when given); their `run_variant` raises TrialStopped. Returns how many."""
+        wanted = None if threads is None else set(threads)
+        with self._lock:
+            hit = [(t, pg) for t, (ident, pg) in self._running.items()
+                   if (wanted is None or ident in wanted) and t not in self._stopped]
+            self._stopped.update(t for t, _ in hit)
+        for _, pgid in hit:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return len(hit)
+
+
+LIVE = _Live()
+
+
+def stop_trials(threads: Iterable[int] | None = None) -> int:
+    """Kill the running trials now (of the given threads, or all)."""
+    return LIVE.stop(threads)
 
 
 def _kill_tree(proc: subprocess.Popen) -> None:
