@@ -112,11 +112,12 @@ def run_trial(project: "Project", enabled: Iterable[str], settings: TrialSetting
               use_cache: bool = True, label: str = "", state_dir: Path | None = None,
               env: Mapping[str, str] | None = None, unkeyed_env: Mapping[str, str] | None = None,
               plugins: Sequence[Path] = (), plugin_options: Mapping[str, Any] | None = None,
-              ) -> TrialResult:
+              cold: bool = False) -> TrialResult:
     """Run `project` with the features `enabled` ON (all others OFF), or return
     the cached result of the same trial. `env` is part of the cache key;
     `unkeyed_env` is not (the GPU a trial is pinned to: any GPU of the box
-    gives the same trial)."""
+    gives the same trial), nor is `cold` (a warm and a cold process give the
+    same trial: tests/test_warm.py)."""
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(state_dir) if state_dir is not None else StateDir.of(project.root)
     plugins = tuple(Path(p).resolve() for p in plugins)
@@ -126,7 +127,7 @@ def run_trial(project: "Project", enabled: Iterable[str], settings: TrialSetting
     def execute(trial_dir: Path) -> TrialResult:
         project.write_variant(enabled_t, trial_dir / "variant")
         return run_variant(trial_dir / "variant", settings, trial_dir, env={**(env or {}), **(unkeyed_env or {})},
-                           plugins=plugins, plugin_options=plugin_options)
+                           plugins=plugins, plugin_options=plugin_options, cold=cold)
 
     return cached(state, key, enabled_t, label, use_cache, execute)
 

@@ -317,3 +317,11 @@ def default_pool() -> WarmPool:
             _DEFAULT = WarmPool()
             atexit.register(_DEFAULT.close)
         return _DEFAULT
+
+
+def close_default_pool() -> None:
+    """End the process's warm servers (the next trial starts new ones)."""
+    with _DEFAULT_LOCK:
+        pool = _DEFAULT
+    if pool is not None:
+        pool.close()
