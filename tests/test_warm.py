@@ -320,7 +320,10 @@ def test_tensorflow_fit_warm_and_cold_give_bit_identical_losses_and_verdicts(tmp
         own = [(tmp_path / f"variant-{t}" / "own_losses.txt").read_text() for t in runs]
         assert own[0] == own[1] == own[2]
         sym = SymptomSettings()
-        assert classify.symptoms(runs["warm"], runs["cold"], sym) == classify.symptoms(runs["cold"], runs["warm"], sym)
+        for a, b in [("warm", "cold"), ("cold", "warm"), ("warm2", "cold")]:
+            assert classify.symptoms(runs[a], reference=runs[b], settings=sym) == frozenset()
+        assert (classify.classify(runs["warm"], reference=None, settings=sym)
+                == classify.classify(runs["cold"], reference=None, settings=sym))
     finally:
         pool.close()
 
