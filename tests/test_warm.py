@@ -264,6 +264,13 @@ def test_the_default_pool_keeps_scripts_without_tensorflow_or_setting_its_variab
     assert p.wants(via_module / "repro.py") is None
 
 
+def test_a_local_module_shadowing_one_the_server_imported_runs_cold(tmp_path, pool):
+    d = script_dir(tmp_path, "import selectors\nprint(selectors.MARK)\nprint('step=1 loss=1.0')\n")
+    (d / "selectors.py").write_text("MARK = 'local selectors'\n")  # the server imported the stdlib one
+    result, out, _ = run(d, tmp_path, pool, cold=False)
+    assert result.extra["process"] == "cold" and out.startswith("local selectors")
+
+
 def test_the_server_key_holds_import_time_variables_but_not_the_pinned_device():
     base = {"HOME": "/h", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0", "CUDA_VISIBLE_DEVICES": "0"}
     key = warm.server_key("py", base, ())
@@ -336,7 +343,8 @@ def test_bundled_examples_warm_equal_cold(tmp_path, example):
         cold = _tf_trial(REPO / "tfrepro" / "examples" / example, tmp_path, cold=True, tag="cold", pool=pool)
         hot = _tf_trial(REPO / "tfrepro" / "examples" / example, tmp_path, cold=False, tag="warm", pool=pool)
         assert hot.extra["process"] == "warm"
-        assert cold.losses == hot.losses and (cold.crashed, cold.error) == (hot.crashed, hot.error)
+        assert [x.hex() if x == x else "nan" for x in cold.losses] == [x.hex() if x == x else "nan" for x in hot.losses]
+        assert (cold.crashed, cold.error) == (hot.crashed, hot.error)
         assert cold.first_nonfinite_step == hot.first_nonfinite_step
     finally:
         pool.close()

@@ -348,7 +348,8 @@ def serve(argv: list[str]) -> None:
         if threads > limit:
             raise RuntimeError(f"{threads} threads after the preload (at most {limit} to fork)")
         server = Server(sock_path, limit)
-        ready = {"ready": True, "pid": os.getpid(), "threads": threads}
+        modules = sorted({name.partition(".")[0] for name in sys.modules})
+        ready = {"ready": True, "pid": os.getpid(), "threads": threads, "modules": modules}
     except BaseException as e:
         ready = {"ready": False, "error": f"{type(e).__name__}: {e}"}
         server = None

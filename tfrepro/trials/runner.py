@@ -232,7 +232,10 @@ def _run_warm(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float
         return None
     start = time.perf_counter()
     try:
-        child = pool.server(cmd[0], env).submit(argv, cwd, env, stdout, stderr)
+        server = pool.server(cmd[0], env)
+        if server.shadowed_by((cwd / argv[0]).parent) is not None:
+            return None
+        child = server.submit(argv, cwd, env, stdout, stderr)
     except warm.WarmUnavailable:
         return None
     token = LIVE.add(child.pid)

@@ -189,6 +189,20 @@ class WarmServer:
             raise WarmUnavailable(f"warm server did not start: {self.info.get('error')}")
         self.pid = self.info["pid"]
 
+    def shadowed_by(self, script_dir: Path) -> str | None:
+        """A module of the script's dir that a cold run would import instead of
+        the one this server imported already (a local `utils.py`, `six.py`, ...)."""
+        loaded = set(self.info.get("modules", ()))
+        try:
+            entries = list(script_dir.iterdir())
+        except OSError:
+            return None
+        for entry in entries:
+            name = entry.stem if entry.suffix == ".py" else entry.name if entry.is_dir() else None
+            if name in loaded:
+                return name
+        return None
+
     def alive(self) -> bool:
         return not self.dead and self.proc is not None and self.proc.poll() is None
 
