@@ -247,7 +247,10 @@ def _run_warm(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float
         except subprocess.TimeoutExpired:
             timed_out = True
             child.kill()
-            rc = child.wait(10)
+            try:
+                rc = child.wait(10)
+            except (subprocess.TimeoutExpired, warm.ServerLost):
+                rc = None  # a timeout is the result either way
         except warm.ServerLost:
             return None  # the child died with its server: the trial runs again, cold
         finally:
