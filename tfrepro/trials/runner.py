@@ -6,6 +6,12 @@ are log files, the child runs in its own session so a timeout (or a Ctrl-C in
 the parent) kills its whole process tree. The runner measures; it never
 decides what a result means (`classify.py` does).
 
+The process is warm or cold. Warm: a plain `python script.py` that imports
+TensorFlow is forked from a warm server that imported it already
+(`trials/warm.py`, `inside/warm.py`); the same trial, 2-3 s cheaper. Cold
+(`cold=True`, any other command, or whenever the warm side cannot serve):
+`inside/launch.py` leads the trial's session and runs the command under it.
+
 Layout under the state dir:
     trials/<key[:16]>-<random>/{variant/, trial.json, result.json, stdout.log, stderr.log,
                                 result.json.progress (the steps so far: what a timeout keeps)}
@@ -14,7 +20,12 @@ Layout under the state dir:
 Invariants:
 - the user's files are only read (the variant is rendered into the trial dir);
 - a result produced by the child, a crash or a timeout is cached; a trial
-  interrupted in the parent is not, and leaves no process behind;
+  interrupted in the parent (Ctrl-C, `stop_trials`) is not, and leaves no
+  process behind;
+- no trial outlives this process, whatever it runs: a cold trial's launcher
+  and a warm trial's server kill the trial's group when we die (SIGKILL too);
+- a warm and a cold run of the same trial give the same result (same cache
+  key; tests/test_warm.py, benchmarks/warm_vs_cold.py);
 - safe from several threads: unique trial dirs, cache writes are atomic.
 """
 
