@@ -96,12 +96,12 @@ class Executor:
         for s in range(self.slots):
             free.put(s)
         stop = threading.Event()
-        workers: set[int] = set()
+        workers: list[int] = []  # appended from worker threads (a set could change size under a copy)
 
         def one(i: int) -> TrialResult:
             from tfrepro.trials.runner import TrialStopped
 
-            workers.add(threading.get_ident())
+            workers.append(threading.get_ident())
             if stop.is_set():
                 raise TrialStopped()
             slot = free.get()
@@ -130,13 +130,13 @@ class Executor:
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
 
-    def _stop_running(self, workers: set[int], futures: Sequence) -> None:
+    def _stop_running(self, workers: list[int], futures: Sequence) -> None:
         """Kill what the worker threads run until every one of them is done
         (a trial that started while we killed is caught on the next round)."""
         from tfrepro.trials.runner import stop_trials
 
         while not all(f.done() for f in futures):
-            stop_trials(set(workers))
+            stop_trials(list(workers))
             wait(futures, timeout=0.1)
 
     def describe(self) -> str:
