@@ -85,12 +85,13 @@ def equivalence(tmp: Path, pool: warm.WarmPool, only: list[str]) -> bool:
 def cost(tmp: Path, pool: warm.WarmPool, example: str, pairs: int) -> None:
     proj = Project.load(EXAMPLES / example)
     rows = []
-    for i in range(pairs + 1):  # pair 0: the warm side starts its server
+    for i in range(pairs + 1):  # pair 0: warm-up (the warm side may start its server)
         for cold in ((True, False) if i % 2 == 0 else (False, True)):
             result, wall = trial(proj, (), tmp, f"cost{i}", cold, pool)
             train = sum(result.step_times)
             rows.append((i, "cold" if cold else "warm", wall, train, wall - train, result.median_step_time()))
-    print(f"\ncost: {example} baseline, {pairs} interleaved pairs (pair 0 = warm server start, not counted)")
+    print(f"\ncost: {example} baseline, {pairs} interleaved pairs (pair 0: warm-up of both sides, the warm "
+          "server's start if not started yet; not counted)")
     print(f"{'pair':>4} {'process':7} {'wall s':>8} {'train s':>8} {'fixed s':>8} {'median step ms':>15}")
     for i, how, wall, train, fixed, med in rows:
         print(f"{i:4d} {how:7} {wall:8.3f} {train:8.3f} {fixed:8.3f} {med * 1000 if med else float('nan'):15.3f}")
