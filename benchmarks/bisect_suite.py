@@ -159,8 +159,8 @@ def run_example(name: str, *, timeout_s: float, keep: Path | None, extra_args: l
     if out.doc is not None:
         out.problems += contract_problems(out.doc)
         status = out.doc.get("status")
-        want_rc = {"found": 0, "none": 0, "baseline-fails": 1, "error": 1}.get(status)
-        if want_rc is not None and not out.doc.get("flaky") and proc.returncode != want_rc:
+        want_rc = {"found": 0, "none": 3, "flaky": 4, "ambiguous": 4, "baseline-fails": 1, "error": 1}.get(status)
+        if want_rc is not None and proc.returncode != want_rc:
             out.problems.append(f"exit code {proc.returncode} for status {status!r} (expected {want_rc})")
     if keep is not None:
         shutil.copytree(project, keep / name, dirs_exist_ok=True)

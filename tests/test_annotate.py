@@ -310,7 +310,7 @@ def test_cli_write_edits_files_and_writes_the_manifest(tmp_path, monkeypatch):
 
     project = Project.load(tmp_path)  # the manifest names the entry and validates
     assert project.manifest.trial.entry == "train.py"
-    assert project.affects_loss == {"lr_schedule", "callback_reduce_lr_on_plateau"}
+    assert project.affects_loss == {"lr_schedule", "callback_reduce_lr_on_plateau", "shuffle"}
     r2 = CliRunner().invoke(main, ["annotate", "--write", "train.py"])
     assert r2.exit_code == 0 and "marked 0 features" in r2.stderr
     assert "wrote" not in r2.stdout

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from gitrepo import GitRepo, isolated_git_env
 
-from tfrepro.bisect.commits import bisect_commits
+from tfrepro.bisect import commits
 from tfrepro.errors import UserError
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.values import TrialResult, Verdict
@@ -33,7 +33,8 @@ class ScriptedTrial:
         self.labels: list[str] = []
         self.repeats: list[int] = []
 
-    def __call__(self, project, settings, label):
+    def __call__(self, project, enabled, settings, *, label="", **kw):
+        assert enabled == ()  # commit mode runs the project as written
         self.labels.append(label)
         assert project.sources == {}  # as written: nothing rendered
         src = (project.root / settings.entry).read_text()
@@ -53,6 +54,10 @@ class ScriptedTrial:
         return TrialResult(label=label, losses=losses, mode="loop", steps_run=len(losses),
                            first_nonfinite_step=3 if "nan" in src else None,
                            step_times=(step,) * len(losses), weights_finite=True)
+
+
+def bisect_commits(*args, **kwargs) -> dict:
+    return commits.bisect_commits(*args, **kwargs).to_dict()
 
 
 @pytest.fixture
@@ -119,7 +124,7 @@ def test_a_skip_on_the_way_is_listed_and_the_answer_still_exact(repo):
 def test_skips_next_to_the_regression_give_candidates_not_a_guess(repo):
     shas = history(repo, 9, first_bad=5, broken={4})
     result = bisect_commits(repo.root / "proj", shas[0], shas[8], trial=ScriptedTrial())
-    assert result["status"] == "found"
+    assert result["status"] == "ambiguous"
     assert result["first_bad_commit"] is None
     assert [c["sha"] for c in result["candidates"]] == [shas[4], shas[5]]
     assert "candidate" in result["message"]
@@ -134,15 +139,15 @@ def test_good_end_with_the_symptom_is_baseline_fails(repo):
     assert trial.labels == [shas[0]]  # nothing else was tried
 
 
-def test_bad_end_without_the_symptom_is_an_error(repo):
+def test_bad_end_without_the_symptom_is_none(repo):
     shas = history(repo, 5, first_bad=99)
     trial = ScriptedTrial()
     result = bisect_commits(repo.root / "proj", shas[0], shas[4], trial=trial)
-    assert result["status"] == "error"
+    assert result["status"] == "none"
     assert "does not show any symptom" in result["message"]
     result = bisect_commits(repo.root / "proj", shas[0], shas[4], trial=trial,
                             symptom=Verdict.NAN)
-    assert result["status"] == "error" and "does not show nan" in result["message"]
+    assert result["status"] == "none" and "does not show nan" in result["message"]
 
 
 def test_a_mismatch_is_hunted_against_the_good_end_run_twice_for_noise(repo):
@@ -154,7 +159,7 @@ def test_a_mismatch_is_hunted_against_the_good_end_run_twice_for_noise(repo):
     assert (result["symptom"], result["first_bad_commit"]) == ("mismatch", shas[6])
     assert sorted(trial.repeats).count(1) == 1  # the good end's second run
     tiny = bisect_commits(repo.root / "proj", shas[0], shas[5], trial=ScriptedTrial())
-    assert tiny["status"] == "error"  # identical losses: nothing to hunt
+    assert tiny["status"] == "none"  # identical losses: nothing to hunt
 
 
 def test_a_slowdown_is_hunted_with_interleaved_repeats_of_the_good_end(repo):

@@ -77,7 +77,7 @@ def test_real_trials_find_the_regression_and_leave_the_repository_as_it_was(repo
     shas = build(repo, sleep=0)
     before = repo.snapshot(*USER_FILES)
 
-    result = bisect_commits(repo.root / "proj", shas[0], "main")
+    result = bisect_commits(repo.root / "proj", shas[0], "main").to_dict()
 
     check_answer(result, shas)
     # 16 steps between the ends: 2 ends + log2(16) midpoints + the one skip
@@ -85,7 +85,7 @@ def test_real_trials_find_the_regression_and_leave_the_repository_as_it_was(repo
     assert result["baseline"]["steps_run"] == 5
     assert repo.snapshot(*USER_FILES) == before
 
-    again = bisect_commits(repo.root / "proj", shas[0], "main")
+    again = bisect_commits(repo.root / "proj", shas[0], "main").to_dict()
     assert again["cached_trials"] == again["trials"] == result["trials"]
     assert again["tried"] == result["tried"]
     assert repo.snapshot(*USER_FILES) == before
@@ -95,7 +95,7 @@ CHILD = """\
 import json, sys
 from tfrepro.bisect.commits import bisect_commits
 r = bisect_commits(sys.argv[1], sys.argv[2], "main")
-print(json.dumps(r))
+print(json.dumps(r.to_dict()))
 """
 
 
@@ -128,7 +128,7 @@ def test_a_bisect_killed_midway_leaves_the_repository_untouched_and_resumes_from
     assert leftovers  # the killed run could not clean up ...
     assert repo.git("worktree", "list", "--porcelain").count("worktree ") == 1
 
-    result = bisect_commits(proj, shas[0], "main")
+    result = bisect_commits(proj, shas[0], "main").to_dict()
 
     assert not any(p.exists() for p in leftovers)  # ... the next run did
     check_answer(result, shas)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tfrepro.bisect.engine import BisectEvents, BisectOptions, bisect
+from tfrepro.bisect.engine import BisectOptions, bisect
+from tfrepro.bisect.events import BisectEvents
 from tfrepro.project import Project
 from tfrepro.trials.values import TrialResult, Verdict
 
@@ -142,7 +143,7 @@ def test_baseline_fails(tmp_path):
     doc = res.to_dict()
     assert res.status == "baseline-fails" and res.exit_code == 1
     assert doc["symptom"] == "crash" and doc["culprits"] == [] and "boom" in doc["error"]
-    assert doc["flaky"] is False
+    assert doc["flaky"] is False and doc["baseline_flaky"] is False
     check_shape(doc, p.root)
 
 
@@ -150,7 +151,7 @@ def test_healthy_failing_configuration_is_none(tmp_path):
     p = make_project(tmp_path, FEATS)
     runner = FakeRunner(lambda cfg, r: {})
     res = bisect(p, runner=runner)
-    assert (res.status, res.exit_code, res.to_dict()["symptom"]) == ("none", 0, None)
+    assert (res.status, res.exit_code, res.to_dict()["symptom"]) == ("none", 3, None)
     assert len(runner.executed) == 3  # baseline twice (noise), failing once
 
 
@@ -241,7 +242,8 @@ def test_flaky_culprit_is_reported_flaky_not_found(tmp_path):
     p = make_project(tmp_path, FEATS, repeats=4)
     res = bisect(p, runner=FakeRunner(flaky_nan("prefetch", 0.5)))
     doc = res.to_dict()
-    assert doc["flaky"] is True and doc["culprits"] == [] and res.status == "error"
+    assert doc["flaky"] is True and doc["culprits"] == [] and res.status == "flaky" and res.exit_code == 4
+    assert doc["suspects"] == ["prefetch"]
     assert 0 < doc["reproduction_rate"] < 1 and "flaky" in doc["error"]
     assert doc["symptom"] == "nan" and "prefetch" in doc["suspects"]
 
@@ -257,7 +259,7 @@ def test_randomly_failing_project_never_names_a_culprit(tmp_path):
         doc = bisect(p, runner=FakeRunner(behave)).to_dict()
         assert doc["culprits"] == [] and doc["status"] != "found", (seed, doc["status"])
         if doc["status"] != "none":
-            assert doc["flaky"] is True or doc["status"] == "baseline-fails"
+            assert doc["status"] in ("flaky", "baseline-fails")
 
 
 def test_jobs_run_a_batch_in_parallel(tmp_path):

@@ -150,3 +150,26 @@ def test_exception_type_reads_the_last_traceback_line():
         == "InvalidArgumentError"
     assert exception_type("KeyboardInterrupt") == "KeyboardInterrupt"
     assert exception_type(None) is None
+
+
+@given(n=st.integers(min_value=2, max_value=80), data=st.data(), width=st.integers(min_value=2, max_value=6))
+def test_k_ary_rounds_find_the_same_first_bad_item_in_fewer_rounds(n, data, width):
+    first_bad = data.draw(st.integers(min_value=1, max_value=n - 1))
+    skips = data.draw(st.sets(st.integers(min_value=1, max_value=n - 2), max_size=n // 4)) if n > 2 else set()
+    mark = lambda i: Mark.SKIP if i in skips else (Mark.BAD if i >= first_bad else Mark.GOOD)  # noqa: E731
+    rounds: list[list[int]] = []
+
+    def many(xs: list[int]) -> list[Mark]:
+        rounds.append(xs)
+        assert len(xs) <= width
+        return [mark(x) for x in xs]
+
+    one = bisect_range(list(range(n)), mark)
+    k = bisect_range(list(range(n)), mark, width=width, test_many=many)
+    assert (k.status, k.first_bad, k.candidates) == (one.status, one.first_bad, one.candidates)
+    assert len({x for x, _ in k.tried}) == len(k.tried)  # each item tried once
+    if not skips:
+        import math
+
+        # the ends' round, then each round divides the candidates by width + 1
+        assert len(rounds) <= 1 + math.ceil(math.log(max(n - 1, 1), width + 1)) + 1

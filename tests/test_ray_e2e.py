@@ -27,8 +27,8 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'tfre
 
 from tfrepro.bisect.engine import BisectOptions, bisect  # noqa: E402
 from tfrepro.project import Project  # noqa: E402
-from tfrepro.trials.executors import TrialRequest  # noqa: E402
 from tfrepro.settings import TrialSettings  # noqa: E402
+from tfrepro.trials.executors import TrialRequest  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -179,11 +179,11 @@ def test_commit_bisect_gives_the_local_answer(cluster, tmp_path, monkeypatch):
         return {"status": doc["status"], "first_bad_commit": doc["first_bad_commit"],
                 "tried": [(t["sha"], t["verdict"]) for t in doc["tried"]]}
 
-    local = bisect_commits(proj, shas[0], "main", use_cache=False)
+    local = bisect_commits(proj, shas[0], "main", use_cache=False).to_dict()
     assert local["first_bad_commit"] == shas[FIRST_BAD]
-    remote = bisect_commits(proj, shas[0], "main", use_cache=False, executor=RayExecutor())
+    remote = bisect_commits(proj, shas[0], "main", use_cache=False, executor=RayExecutor()).to_dict()
     assert same(remote) == same(local)
-    again = bisect_commits(proj, shas[0], "main")  # local, from the cache the ray run wrote
+    again = bisect_commits(proj, shas[0], "main").to_dict()  # local, from the cache the ray run wrote
     assert same(again) == same(local) and again["cached_trials"] == again["trials"]
 
 

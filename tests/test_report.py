@@ -14,16 +14,15 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from report_fakes import ScriptedRunner, build, make_project, make_run
 
 from tfrepro.cli import main
 from tfrepro.errors import UserError
 from tfrepro.report import events
-from tfrepro.report.bundle import build_report, find_run
+from tfrepro.report.bundle import find_run
 from tfrepro.report.localize import enclosing_scope, parse_check_numerics
 from tfrepro.report.scan import scan_setup
 from tfrepro.report.scrub import REDACTED, Scrubber, capture_env
-from tfrepro.settings import TrialSettings
-from tfrepro.trials.values import TrialResult
 
 SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
@@ -31,12 +30,13 @@ SECRETS = {
     "MY_PASSWORD": "correct-horse-battery",
 }
 
-# The form fields of TensorFlow's bug issue template, plus what it forgets.
+# TensorFlow's bug issue form, field by field, then what it forgets.
 ISSUE_HEADINGS = [
     "### Issue type", "### Have you reproduced the bug with TensorFlow Nightly?", "### Source",
-    "### TensorFlow version", "### Custom code", "### OS platform and distribution", "### Python version",
-    "### CUDA/cuDNN version", "### GPU model and memory", "### Current behavior?", "### Expected behavior",
-    "### Standalone code to reproduce the issue", "### Relevant log output",
+    "### TensorFlow version", "### Custom code", "### OS platform and distribution", "### Mobile device",
+    "### Python version", "### Bazel version", "### GCC/compiler version", "### CUDA/cuDNN version",
+    "### GPU model and memory", "### Current behavior?", "### Standalone code to reproduce the issue",
+    "### Relevant log output", "## Beyond the issue form", "### Reproduction",
     "### Versions and training setup", "### Bisect evidence",
 ]
 ISSUE_ROWS = ["| Keras |", "| Precision policy |", "| Distribution / replicas |", "| XLA |",
@@ -46,6 +46,8 @@ ISSUE_ROWS = ["| Keras |", "| Precision policy |", "| Distribution / replicas |"
 def check_issue_fields(text: str) -> None:
     missing = [h for h in ISSUE_HEADINGS + ISSUE_ROWS if h not in text]
     assert not missing, f"ISSUE.md lacks {missing}"
+    headings = [line for line in text.splitlines() if line.startswith("#")]
+    assert [h for h in headings if h in ISSUE_HEADINGS] == ISSUE_HEADINGS  # in the form's order
 
 
 # --------------------------------------------------------------------------- scrubbing
@@ -191,115 +193,10 @@ def test_event_file_round_trip_with_checksums(tmp_path):
 
 # --------------------------------------------------------------------------- bundles
 
-PROJECT_SRC = '''"""Tiny marked project (never run by these tests)."""
-import numpy as np
-import tensorflow as tf
-import keras
-
-# tfrepro: feature mixed_precision -- float16 compute
-# keras.mixed_precision.set_global_policy("mixed_float16")
-# tfrepro: end
-
-# tfrepro: feature lr_warmup -- warm the learning rate up
-# lr = keras.optimizers.schedules.PolynomialDecay(1e-4, 10, 1e-2)
-# tfrepro: else
-lr = 1e-2
-# tfrepro: end
-
-# tfrepro: feature custom_loop -- hand-written training step
-# MODE = "loop"
-# tfrepro: else
-MODE = "fit"
-# tfrepro: end
-
-# tfrepro: feature bad_reshape -- reshape the batch (wrongly)
-# BATCH_SHAPE = (3, 7)
-# tfrepro: end
-
-# tfrepro: feature slow_callback -- a callback sleeping each batch
-# SLEEP = 0.05
-# tfrepro: else
-SLEEP = 0.0
-# tfrepro: end
-print(MODE, lr, SLEEP)
-'''
-
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    root = tmp_path / "home" / "alice" / "proj"
-    root.mkdir(parents=True)
-    (root / "repro.py").write_text(PROJECT_SRC)
-    (root / "tfrepro.toml").write_text('[trial]\nsteps = 8\n\n[features.lr_warmup]\naffects_loss = true\n')
-    return root
-
-
-def trial(enabled=(), losses=(1.0, 0.8, 0.6, 0.5, 0.45, 0.4), step=0.01, **kw) -> dict:
-    n = len(losses)
-    return TrialResult(enabled=tuple(enabled), losses=tuple(losses), step_times=(0.5,) + (step,) * (n - 1),
-                       steps_run=n, weights_finite=True, mode="fit", **kw).to_dict()
-
-
-def make_run(project: Path, symptom: str, culprits: list[str], culprit_config: list[str] | None = None,
-             run_id: str = "20261129-120000", **extra) -> Path:
-    run = project / ".tfrepro" / "runs" / run_id
-    (run / "trials").mkdir(parents=True)
-    culprit_config = culprit_config or culprits
-    crash = trial(culprit_config, losses=(), crashed=True, exit_code=1,
-                  error="ValueError: cannot reshape array of size 32 into shape (3,7)",
-                  extra={"error_detail": "Traceback (most recent call last):\n  File \"repro.py\", line 30\n"
-                                         "ValueError: cannot reshape array of size 32 into shape (3,7)"})
-    bad = {"crash": crash, "nan": trial(culprit_config, losses=(1.0, math.nan), first_nonfinite_step=2),
-           "mismatch": trial(culprit_config, losses=(1.0, 0.9, 0.85, 0.8, 0.78, 0.77)),
-           "slowdown": trial(culprit_config, step=0.06)}[symptom]
-    base = trial()
-    table = []
-    for i, (s, v) in enumerate([(base, "ok"), (bad, symptom)]):
-        (run / "trials" / f"{i}.json").write_text(json.dumps(s))
-        table.append({"enabled": s["enabled"], "verdict": v, "summary": f"trials/{i}.json", "cached": False})
-    result = {
-        "status": "found", "symptom": symptom, "culprits": culprits, "baseline": base, "trials": 2, "wall_s": 3.5,
-        "run_dir": str(run), "first_bad_commit": None, "project": str(project),
-        "settings": TrialSettings(steps=8).to_dict(),
-        "features": ["bad_reshape", "custom_loop", "lr_warmup", "mixed_precision", "slow_callback"],
-        "affects_loss": ["lr_warmup"], "failing": bad, "culprit_trial": bad, "culprit_config": culprit_config,
-        "ablation": {c: "ok" for c in culprits}, "trials_table": table, "flaky": False, "reproduction_rate": 1.0,
-        "noise": 0.0, "timing": None, "version": 1, **extra,
-    }
-    (run / "result.json").write_text(json.dumps(result))
-    return run
-
-
-class ScriptedRunner:
-    """Judges the exported script it is handed by what it contains."""
-
-    def __init__(self, healthy: bool = False) -> None:
-        self.calls: list[str] = []
-        self.healthy = healthy
-
-    def __call__(self, project_dir: Path, settings: TrialSettings) -> TrialResult:
-        src = (project_dir / settings.entry).read_text()
-        assert "tfrepro:" not in src, "the re-run must get the exported file, markers removed"
-        self.calls.append(src)
-        live = [line for line in src.splitlines() if not line.lstrip().startswith("#")]
-        has = lambda s: any(s in line for line in live)  # noqa: E731
-        if self.healthy:
-            return TrialResult.from_dict(trial())
-        if has("BATCH_SHAPE = (3, 7)"):
-            return TrialResult(crashed=True, exit_code=1, error="ValueError: cannot reshape array")
-        if has("mixed_float16"):
-            return TrialResult.from_dict(trial(losses=(1.0, math.nan), first_nonfinite_step=2))
-        if has('MODE = "loop"'):
-            return TrialResult.from_dict(trial(losses=(1.0, 0.9, 0.85, 0.8, 0.78, 0.77)))
-        if has("SLEEP = 0.05"):
-            return TrialResult.from_dict(trial(losses=(1.0, 0.8, 0.6, 0.5, 0.45, 0.4), step=0.06 + 0.001 * len(self.calls)))
-        return TrialResult.from_dict(trial(step=0.01 + 0.001 * len(self.calls)))
-
-
-def build(run: Path, runner, environ=None, **kw):
-    env = {"HOME": str(run.parents[3]), **(environ or {})}  # the project sits in ~/proj
-    return build_report(run, runner=runner, localize=False, probe_environment=False, environ=env, **kw)
-
+    return make_project(tmp_path)
 
 def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project):
     run = make_run(project, "nan", ["mixed_precision"])
@@ -316,7 +213,7 @@ def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project):
     check_issue_fields(issue)
     assert "becomes NaN/Inf at step 2" in issue
     assert '+keras.mixed_precision.set_global_policy("mixed_float16")' in issue
-    assert "reproduced **yes**" in issue and "it needs only TensorFlow and NumPy." in issue
+    assert "reproduced yes" in issue and "it needs only TensorFlow and NumPy." in issue
     assert (b.out / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not (b.out / "steps.png").exists()
     runs = sorted(d.name for d in (b.out / "tensorboard").iterdir())
@@ -336,15 +233,25 @@ def test_crash_bundle_quotes_the_traceback(project):
     assert b.reproduced is True and "cannot reshape" in b.doc["reproduction"]["detail"]
     issue = (b.out / "ISSUE.md").read_text()
     check_issue_fields(issue)
-    assert "training raises: `ValueError: cannot reshape array of size 32 into shape (3,7)`" in issue
+    assert "training raises: ValueError: cannot reshape array of size 32 into shape (3,7)." in issue
     assert 'Traceback (most recent call last):\n  File "repro.py", line 30' in issue
+
+
+def test_a_crash_with_another_message_is_not_the_bisects_crash(project):
+    run = make_run(project, "crash", ["bad_reshape"])
+    b = build(run, ScriptedRunner(crash_error="ImportError: No module named 'helpers'"))
+    assert b.reproduced is False
+    assert b.doc["reproduction"]["detail"] == ("the script raised: ImportError: No module named 'helpers', not the "
+                                               "bisect's ValueError: cannot reshape array of size 32 into shape (3,7)")
+    again = build(run, ScriptedRunner(crash_error="ValueError: cannot reshape array of size 32 into shape (3,7)  "))
+    assert again.reproduced is True
 
 
 def test_a_repro_that_no_longer_fails_says_so(project):
     run = make_run(project, "nan", ["mixed_precision"])
     b = build(run, ScriptedRunner(healthy=True))
     assert b.reproduced is False
-    assert "reproduced **no**" in (b.out / "ISSUE.md").read_text()
+    assert "reproduced no" in (b.out / "ISSUE.md").read_text()
 
 
 def test_mismatch_is_judged_against_the_reference_configuration(project):
@@ -428,7 +335,7 @@ def test_commit_mode_reports_the_first_bad_commit_against_the_good_one(project):
     assert "mixed_float16" in (b.out / "repro.py").read_text()
     assert "mixed_float16" not in (b.out / "reference.py").read_text()
     issue = (b.out / "ISSUE.md").read_text()
-    assert "Since commit `abababababab` (Switch to float16)" in issue
+    assert "Since commit abababababab (Switch to float16)" in issue
     assert '+keras.mixed_precision.set_global_policy("mixed_float16")' in issue
     assert b.reproduced is True
 
@@ -437,19 +344,6 @@ def test_desktop_session_words_are_not_hunted_through_texts():
     env = {"XDG_SESSION_CLASS": "user", "DESKTOP_SESSION": "ubuntu", "AUTH_TYPE": "basic", "HOME": "/home/al"}
     text = "inferred user code on ubuntu, basic auth"
     assert Scrubber.from_environ(env).scrub(text) == text
-
-
-def test_out_never_deletes_a_directory_it_did_not_write(project, tmp_path):
-    run = make_run(project, "nan", ["mixed_precision"])
-    precious = tmp_path / "precious"
-    precious.mkdir()
-    (precious / "thesis.tex").write_text("years of work")
-    with pytest.raises(UserError, match="not a tfrepro bundle"):
-        build(run, ScriptedRunner(), out=precious)
-    assert (precious / "thesis.tex").read_text() == "years of work"
-    b = build(run, ScriptedRunner(), out=tmp_path / "bundle")
-    again = build(run, ScriptedRunner(), out=b.out)  # an earlier bundle is replaced
-    assert (again.out / "ISSUE.md").is_file()
 
 
 def test_issue_states_gpu_and_cuda_when_present():
@@ -499,3 +393,16 @@ def test_a_moved_project_is_reported_from_where_its_run_now_lives(project, tmp_p
     b = build(moved / ".tfrepro" / "runs" / run.name, ScriptedRunner())
     assert b.reproduced is True
     assert "mixed_float16" in (b.out / "repro.py").read_text()
+
+
+def test_cli_json_prints_one_document_and_progress_goes_to_stderr(project, monkeypatch):
+    from tfrepro.report import environment
+
+    monkeypatch.setattr(environment, "collect", lambda **kw: {"tf_version": "9.9.9"})
+    make_run(project, "nan", ["mixed_precision"])
+    r = CliRunner().invoke(main, ["report", str(project), "--json", "--no-rerun", "--no-localize"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["culprits"] == ["mixed_precision"] and Path(doc["bundle"], "ISSUE.md").is_file()
+    assert "describing the environment" in r.stderr
+    assert CliRunner().invoke(main, ["report", str(project), "--format", "json"]).exit_code == 2

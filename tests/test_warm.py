@@ -21,8 +21,9 @@ from pathlib import Path
 import pytest
 
 from tfrepro.settings import TrialSettings
-from tfrepro.trials import runner, warm
-from tfrepro.trials.runner import TrialStopped, run_variant, stop_trials, warm_argv
+from tfrepro.trials import procs, warm
+from tfrepro.trials.procs import TrialStopped, stop_trials, warm_argv
+from tfrepro.trials.runner import run_variant
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -244,6 +245,7 @@ def test_only_a_plain_python_script_goes_warm():
     assert warm_argv([py, "-u", "repro.py"]) is None
     assert warm_argv(["bash", "-c", "python repro.py"]) is None
     assert warm_argv(["/other/python", "repro.py"]) is None
+    assert warm_argv(["/other/python", "repro.py"], "/other/python") == ["repro.py"]  # a version environment
 
 
 def test_the_default_pool_keeps_scripts_without_tensorflow_or_setting_its_variables_cold(tmp_path):
@@ -350,5 +352,5 @@ def test_bundled_examples_warm_equal_cold(tmp_path, example):
         pool.close()
 
 
-def test_runner_module_exports_what_executors_use():
-    assert callable(runner.stop_trials) and issubclass(runner.TrialStopped, KeyboardInterrupt)
+def test_a_stopped_trial_is_an_interrupt_never_a_result():
+    assert callable(procs.stop_trials) and issubclass(procs.TrialStopped, KeyboardInterrupt)

@@ -26,7 +26,9 @@ Invariants kept here:
 from __future__ import annotations
 
 import ast
+import io
 import re
+import tokenize
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -35,6 +37,36 @@ from tfrepro.errors import UserError
 NAME_RE = re.compile(r"[a-z][a-z0-9_]*\Z")
 _MARKER_RE = re.compile(r"^(?P<indent>[ \t]*)#\s*tfrepro:\s*(?P<rest>.*?)\s*$")
 _FEATURE_RE = re.compile(r"^feature(?:\s+(?P<name>\S+))?(?:\s+--\s*(?P<desc>.*))?$")
+# Python ends lines at \n, \r\n and \r only (str.splitlines also splits at
+# form feeds and other separators, which would shift line numbers).
+_LINE_RE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+\Z")
+
+
+def split_lines(text: str) -> list[str]:
+    """The lines of a source text, each with its own line ending."""
+    return _LINE_RE.findall(text)
+
+
+def decode_source(data: bytes, path: str = "<bytes>") -> tuple[str, str]:
+    """A source file's bytes -> (text, encoding), as Python reads it: a UTF-8
+    BOM or a PEP 263 coding line, else UTF-8. Line endings are kept as they
+    are, and `text.encode(encoding) == data` is guaranteed (UserError
+    otherwise), so a rewrite changes no byte outside what it edits."""
+    try:
+        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
+    except SyntaxError as e:
+        raise UserError(f"cannot tell the file's encoding: {e}", path=path,
+                        hint="declare it in the first two lines, e.g. `# -*- coding: utf-8 -*-`") from None
+    try:
+        text = data.decode(encoding)
+    except (UnicodeDecodeError, LookupError) as e:
+        raise UserError(f"not valid {encoding} text ({e.__class__.__name__}), so not Python source",
+                        path=path, hint="save the file as UTF-8, or declare its real encoding in a "
+                        "`# -*- coding: NAME -*-` line") from None
+    if text.encode(encoding) != data:
+        raise UserError(f"the file's {encoding} text does not encode back to the same bytes", path=path,
+                        hint="save the file as UTF-8")
+    return text, encoding
 
 
 @dataclass(frozen=True)
@@ -111,11 +143,17 @@ def uncomment_line(line: str, indent: str) -> str:
 class SourceFile:
     """A parsed `.py` file: its lines and its blocks (possibly none)."""
 
-    def __init__(self, path: str, text: str, blocks: list[Block]) -> None:
+    def __init__(self, path: str, text: str, blocks: list[Block], encoding: str = "utf-8") -> None:
         self.path = path
         self.text = text
-        self.lines = text.splitlines(keepends=True)
+        self.encoding = encoding  # the file's bytes are text.encode(encoding)
+        self.lines = split_lines(text)
         self.blocks = tuple(blocks)
+
+    def encode(self, text: str) -> bytes:
+        """A rendering of this file as bytes in the file's own encoding (a
+        BOM kept: `utf-8-sig`)."""
+        return text.encode(self.encoding)
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -265,7 +303,7 @@ def _check_part(
     return False
 
 
-def parse(text: str, path: str = "<string>") -> SourceFile:
+def parse(text: str, path: str = "<string>", encoding: str = "utf-8") -> SourceFile:
     """Parse one file into its blocks, validating the whole grammar.
 
     Raises `UserError` (exit 2) naming `path:line` for: unclosed blocks, a
@@ -273,7 +311,7 @@ def parse(text: str, path: str = "<string>") -> SourceFile:
     unknown marker keyword, a part without code, a part mixing commented and
     live code, both parts live or both commented.
     """
-    lines = text.splitlines(keepends=True)
+    lines = split_lines(text)
     blocks: list[Block] = []
     open_: dict | None = None
     for idx, raw in enumerate(lines):
@@ -342,7 +380,7 @@ def parse(text: str, path: str = "<string>") -> SourceFile:
             line=open_["line"],
             hint="add `# tfrepro: end` after the block's code",
         )
-    return SourceFile(path, text, blocks)
+    return SourceFile(path, text, blocks, encoding)
 
 
 def _close(path: str, lines: list[str], o: dict, end_line: int) -> Block:

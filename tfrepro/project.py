@@ -9,29 +9,44 @@ caller chooses (always below `.tfrepro/` or a temp dir, never the user's files).
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 import shutil
 import tomllib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tfrepro import features as fb
 from tfrepro.errors import UserError
-from tfrepro.settings import SymptomSettings, TrialSettings
-
-MANIFEST = "tfrepro.toml"
-STATE_DIR = ".tfrepro"
-# Directories never part of a project (state, VCS, environments, caches).
-EXCLUDED_DIRS = frozenset(
-    {STATE_DIR, ".git", "__pycache__", ".venv", "venv", "env", ".tox", ".nox", "node_modules",
-     ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", "build", "dist", ".ipynb_checkpoints"}
+from tfrepro.projectfiles import (
+    EXCLUDED_DIRS,
+    MANIFEST,
+    STATE_DIR,
+    FileNote,
+    check_root,
+    copy_file,
+    find_root,
+    iter_project_files,
+    write_in_place,
 )
-# Files larger than this are linked into variants rather than copied: data
-# sets would otherwise be copied once per trial.
-LINK_ABOVE_BYTES = 16 * 1024 * 1024
+from tfrepro.settings import StateSettings, SymptomSettings, TrialSettings
+
+__all__ = ["EXCLUDED_DIRS", "MANIFEST", "STATE_DIR", "Manifest", "Project", "iter_project_files"]
+
+# Finite bounds of the numeric settings: nan, inf or 1e300 would silently
+# switch a check off. (low, high, low is exclusive)
+_BOUNDS: dict[str, tuple[float, float, bool]] = {
+    "timeout_s": (0.0, 7 * 24 * 3600.0, True),
+    "slowdown": (1.0, 1000.0, True),
+    "mismatch": (0.0, 100.0, False),
+    "memory": (1.0, 1000.0, True),
+    "keep_runs": (0, 100_000, False),
+    "keep_trials": (0, 1_000_000, False),
+    "copy_budget_mb": (0.0, 1e8, False),
+}
 
 
 @dataclass(frozen=True)
@@ -46,6 +61,7 @@ class Manifest:
     symptoms: SymptomSettings = SymptomSettings()
     features: dict[str, FeatureConfig] = field(default_factory=dict)
     path: str | None = None
+    state: StateSettings = StateSettings()
 
     @classmethod
     def parse(cls, text: str, path: str = MANIFEST) -> "Manifest":
@@ -66,15 +82,22 @@ class Manifest:
             return UserError(msg, path=path, line=_line_of(text, table, key), hint=hint)
 
         for table in data:
-            if table not in ("trial", "symptoms", "features"):
+            if table not in ("trial", "symptoms", "features", "state"):
                 raise err(f"unknown table [{table}]", table, None,
-                          hint="tables are [trial], [symptoms] and [features.NAME]")
+                          hint="tables are [trial], [symptoms], [state] and [features.NAME]")
         trial = data.get("trial", {})
         symptoms = data.get("symptoms", {})
         feats = data.get("features", {})
-        for table, value in (("trial", trial), ("symptoms", symptoms), ("features", feats)):
+        state = data.get("state", {})
+        for table, value in (("trial", trial), ("symptoms", symptoms), ("features", feats), ("state", state)):
             if not isinstance(value, dict):
                 raise err(f"`{table}` must be a table", table)
+        for table, values in (("trial", trial), ("symptoms", symptoms), ("state", state)):
+            for key, value in values.items():
+                # trial and symptom keys below their low bound get their own message below
+                if key in _BOUNDS and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                        and (table == "state" or key == "memory" or not value <= _BOUNDS[key][0]):
+                    _check_bounds(value, key, lambda m, t=table, k=key: err(f"[{t}] {k}: {m}", t, k))
 
         t_kw: dict[str, Any] = {}
         repeats = 1
@@ -92,6 +115,10 @@ class Manifest:
                     raise err("[trial] command must be a non-empty list of strings", "trial", key,
                               hint='e.g. command = ["python", "train.py", "--fast"]')
                 t_kw[key] = tuple(value)
+            elif key == "entry" and _outside(value):
+                raise err(f"[trial] entry {value!r} is outside the project", "trial", key,
+                          hint="give the script's path relative to the project directory, e.g. "
+                          'entry = "train.py" (to run a script elsewhere: command = ["python", "/path/x.py"])')
             elif key in ("steps", "repeats") and value < 1:
                 raise err(f"[trial] {key} must be at least 1, not {value}", "trial", key)
             elif key == "timeout_s" and value <= 0:
@@ -131,8 +158,33 @@ class Manifest:
                 _check_type(value, (bool,), lambda m, k=key: err(f"[features.{name}] {k}: {m}", where, k))
             f_cfg[name] = FeatureConfig(affects_loss=bool(cfg.get("affects_loss", False)))
 
+        st_kw: dict[str, Any] = {}
+        st_spec = {"keep_runs": (int,), "keep_trials": (int,), "copy_budget_mb": (int, float)}
+        for key, value in state.items():
+            if key not in st_spec:
+                raise err(f"unknown key `{key}` in [state]", "state", key,
+                          hint="known keys: " + ", ".join(st_spec))
+            _check_type(value, st_spec[key], lambda m, k=key: err(f"[state] {k}: {m}", "state", k))
+            st_kw[key] = float(value) if key == "copy_budget_mb" else value
+
         return cls(trial=TrialSettings(**t_kw), repeats=repeats, symptoms=SymptomSettings(**s_kw),
-                   features=f_cfg, path=path)
+                   features=f_cfg, path=path, state=StateSettings(**st_kw))
+
+
+def _outside(entry: str) -> bool:
+    """`entry` is absolute or climbs out of the project (`../x.py`)."""
+    if os.path.isabs(entry) or entry.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", entry):
+        return True
+    return os.path.normpath(entry).split(os.sep)[0] == os.pardir
+
+
+def _check_bounds(value: float, key: str, err) -> None:
+    lo, hi, lo_open = _BOUNDS[key]
+    if not math.isfinite(value):
+        raise err(f"must be a finite number, not {value}")
+    if value > hi or value < lo or (lo_open and value == lo):
+        raise err(f"{value:g} is out of range: give a number {'above' if lo_open else 'of at least'} {lo:g} "
+                  f"and at most {hi:g}")
 
 
 def _check_type(value: Any, types: tuple[type, ...], err) -> None:
@@ -165,14 +217,6 @@ def _line_of(text: str, table: str, key: str | None) -> int | None:
     return start + 1 if start is not None else None
 
 
-def iter_project_files(root: Path) -> Iterator[Path]:
-    """Every file of the project, relative to root, sorted, exclusions applied."""
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if d not in EXCLUDED_DIRS and not d.endswith(".egg-info"))
-        for name in sorted(filenames):
-            yield (Path(dirpath) / name).relative_to(root)
-
-
 class Project:
     """A loaded, validated project. Cheap to keep; never writes into root."""
 
@@ -182,11 +226,24 @@ class Project:
         self.manifest = manifest
         self.sources = sources  # relpath -> parsed file, only files with blocks
         self.files = files  # every project file (relpaths, posix)
+        self.warnings: list[str] = []  # files skipped (special files, dangling symlinks)
         self._hash_memo: dict[tuple[str, int, int], str] = {}
+        # Zero-edit mode (no marker in any file): the blocks were detected by
+        # the annotator and live only in memory (`sources` hold annotated texts).
+        self.detected = False
+        self.detection: Any = None  # tfrepro.annotate.zeroedit.Detection when detected
+        # Features that are not candidates (--only/--skip, preflight): name ->
+        # why; their blocks stay in the state in `fixed_on` (ON) or OFF.
+        self.excluded: dict[str, str] = {}
+        self.fixed_on: frozenset[str] = frozenset()
 
     # -- loading -----------------------------------------------------------
     @classmethod
-    def load(cls, path: str | Path = ".") -> "Project":
+    def load(cls, path: str | Path = ".", *, detect: bool = True, only: Iterable[str] | None = None,
+             skip: Iterable[str] | None = None) -> "Project":
+        """Load and validate a project. A project with no marker in any file
+        is zero-edit: its features are detected in memory (`detect=False`:
+        none). `only`/`skip`: see `select`."""
         p = Path(path)
         if not p.exists():
             raise UserError("no such file or directory", path=p,
@@ -196,32 +253,44 @@ class Project:
             if p.suffix != ".py":
                 raise UserError("not a Python file or a project directory", path=p,
                                 hint="give the project directory, or the training script ending in .py")
-            entry_override = p.name
-            root = p.parent.resolve()
+            # The script's project: the nearest tfrepro.toml/.git/pyproject.toml
+            # above it, else its folder; never $HOME or / (projectfiles.find_root).
+            root = find_root(p)
+            entry_override = p.resolve().relative_to(root).as_posix()
         else:
             root = p.resolve()
+            check_root(root)
         manifest_path = root / MANIFEST
+        if manifest_path.is_dir():
+            raise UserError(f"{MANIFEST} is a directory, not a file", path=manifest_path,
+                            hint=f"remove or rename that directory ({MANIFEST} is tfrepro's settings file)")
         if manifest_path.exists():
-            text = manifest_path.read_text(encoding="utf-8")
+            try:
+                text = manifest_path.read_bytes().decode("utf-8")
+            except UnicodeDecodeError as e:
+                line = manifest_path.read_bytes()[: e.start].count(b"\n") + 1
+                raise UserError("not UTF-8 text (TOML files are UTF-8)", path=manifest_path, line=line,
+                                hint="save tfrepro.toml as UTF-8") from None
             manifest = Manifest.parse(text, str(manifest_path))
         else:
             text, manifest = "", Manifest()
         if entry_override and manifest.trial.command is None:
             manifest = replace(manifest, trial=replace(manifest.trial, entry=entry_override))
 
-        files = [f.as_posix() for f in iter_project_files(root)]
+        skipped: list[str] = []
+        files = [f.as_posix() for f in iter_project_files(root, skipped)]
         sources: dict[str, fb.SourceFile] = {}
         for rel in files:
             if not rel.endswith(".py"):
                 continue
             full = root / rel
-            try:
-                src = full.read_text(encoding="utf-8")
-            except UnicodeDecodeError:
-                raise UserError("not a UTF-8 text file, so not Python source", path=full) from None
+            data = full.read_bytes()
+            if b"tfrepro:" not in data:  # no marker: never decoded, whatever its encoding
+                continue
+            src, encoding = fb.decode_source(data, str(full))
             if not fb.has_markers(src):
                 continue
-            parsed = fb.parse(src, str(full))
+            parsed = fb.parse(src, str(full), encoding)
             if parsed.blocks:
                 sources[rel] = parsed
 
@@ -234,7 +303,14 @@ class Project:
                     line=_line_of(text, "trial", "entry") if manifest.path else None,
                     hint='set [trial] entry = "your_script.py" (or command = [...]) in tfrepro.toml',
                 )
+        detection = None
+        if not sources and detect:
+            detection = _detect(root, manifest, files)
+            sources = {rel: fb.parse(t, str(root / rel)) for rel, t in detection.texts.items()}
         project = cls(root, manifest, sources, files)
+        project.warnings = skipped
+        if detection is not None:
+            project.detected, project.detection = True, detection
         known = set(project.feature_names)
         for name in manifest.features:
             if name not in known:
@@ -243,7 +319,58 @@ class Project:
                     path=manifest.path, line=_line_of(text, f"features.{name}", None),
                     hint="known features: " + (", ".join(sorted(known)) or "(none)"),
                 )
+        if only is not None or skip is not None:
+            project = project.select(only, skip)
         return project
+
+    def _copy(self) -> "Project":
+        other = Project(self.root, self.manifest, self.sources, self.files)
+        other.detected, other.detection = self.detected, self.detection
+        other.excluded, other.fixed_on = dict(self.excluded), self.fixed_on
+        return other
+
+    def select(self, only: Iterable[str] | None = None, skip: Iterable[str] | None = None) -> "Project":
+        """A project whose candidate features are those named in `only` (all
+        when None) minus `skip`. Each item is a feature name, a name prefix
+        (`callback` for callback_*) or a catalog kind (`dataset`). The others
+        stay as written (ON for detected features) in every variant."""
+        from tfrepro import catalog
+
+        names = self.feature_names
+
+        def match(item: str) -> set[str]:
+            got = {n for n in names if n == item or n.startswith(item + "_") or catalog.kind_of(n) == item}
+            if not got:
+                raise UserError(f"no feature matches {item!r}", path=self.root,
+                                hint="known features: " + (", ".join(names) or "(none)"))
+            return got
+
+        keep = set(names) if only is None else set().union(*(match(x) for x in only))
+        out = set(names) - keep
+        why = dict.fromkeys(out, "not in --only")
+        for x in skip or ():
+            for n in match(x):
+                why[n] = "--skip"
+        return self.exclude(why)
+
+    def exclude(self, why: dict[str, str], *, on: bool = True) -> "Project":
+        """A project without the features `why` names as candidates (name ->
+        reason); they stay ON (`on`) or as written, in every variant."""
+        other = self._copy()
+        other.excluded.update(why)
+        states = self.states_in_files()
+        if on:
+            other.fixed_on = self.fixed_on | frozenset(why)
+        else:
+            other.fixed_on = self.fixed_on | frozenset(n for n in why if states.get(n) is not False)
+        return other
+
+    def locations(self, name: str) -> list[tuple[str, int]]:
+        """(relpath, line) of each block of `name`; for detected features the
+        line of the code in the original file."""
+        if self.detection is not None:
+            return [(f.path, f.line) for f in self.detection.found if f.name == name]
+        return [(Path(b.path).relative_to(self.root).as_posix(), b.line) for b in self.features.get(name, [])]
 
     # -- features ----------------------------------------------------------
     @property
@@ -252,7 +379,7 @@ class Project:
 
     @property
     def blocks(self) -> list[fb.Block]:
-        return [b for s in self.sources.values() for b in s.blocks]
+        return [b for s in self.sources.values() for b in s.blocks if b.name not in self.excluded]
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -270,7 +397,11 @@ class Project:
 
     @property
     def affects_loss(self) -> frozenset[str]:
-        return frozenset(n for n, c in self.manifest.features.items() if c.affects_loss)
+        """From tfrepro.toml; detected features default to the catalog's say."""
+        declared = self.manifest.features
+        detected = self.detection.affects_loss if self.detection is not None else frozenset()
+        return frozenset(n for n in set(declared) | detected
+                         if (declared[n].affects_loss if n in declared else True) and n not in self.excluded)
 
     def states_in_files(self) -> dict[str, bool | None]:
         """Each feature's state as written: True/False, None when its blocks disagree."""
@@ -295,30 +426,37 @@ class Project:
     def render(self, enabled: Iterable[str] | None) -> dict[str, str]:
         """relpath -> text of every marked file with the given features ON
         (`None`: as written)."""
-        enabled = None if enabled is None else set(enabled)
+        enabled = None if enabled is None else set(enabled) | self.fixed_on
         return {rel: s.render(enabled) for rel, s in self.sources.items()}
 
     def export(self, enabled: Iterable[str] | None) -> dict[str, str]:
         """relpath -> standalone text (markers and inactive parts removed)."""
-        enabled = None if enabled is None else set(enabled)
+        enabled = None if enabled is None else set(enabled) | self.fixed_on
         return {rel: s.export(enabled) for rel, s in self.sources.items()}
 
-    def write_variant(self, enabled: Iterable[str] | None, dest: Path) -> None:
-        """Copy the project to `dest` with marked files rendered. Large files
-        are symlinked (see LINK_ABOVE_BYTES); `dest` must not exist or be empty."""
+    def write_variant(self, enabled: Iterable[str] | None, dest: Path) -> dict[str, Any]:
+        """Copy the project to `dest` with marked files rendered; `dest` must
+        not exist or be empty. Every file is the variant's own (a reflink or
+        a copy, never a link: see `projectfiles`), so nothing a trial writes
+        reaches the user's files. Copies beyond `[state] copy_budget_mb`
+        raise a UserError naming the file. Returns how the files were made,
+        for `TrialResult.extra["files"]`: {"copied", "copied_bytes",
+        "reflinked" (relpaths), "rendered"}."""
         dest = Path(dest)
         rendered = self.render(enabled)
+        budget = int(self.manifest.state.copy_budget_mb * 1024 * 1024)
+        note = FileNote()
         dest.mkdir(parents=True, exist_ok=True)
         for rel in self.files:
             src, out = self.root / rel, dest / rel
             out.parent.mkdir(parents=True, exist_ok=True)
             if rel in rendered:
-                out.write_text(rendered[rel], encoding="utf-8", newline="")
+                out.write_bytes(self.sources[rel].encode(rendered[rel]))
                 shutil.copymode(src, out)
-            elif src.is_symlink() or src.stat().st_size <= LINK_ABOVE_BYTES:
-                shutil.copy2(src, out, follow_symlinks=True)
+                note.rendered += 1
             else:
-                os.symlink(src.resolve(), out)
+                copy_file(src, out, rel, note, budget)
+        return note.to_dict()
 
     def variant_hash(self, enabled: Iterable[str] | None) -> str:
         """Content hash of the variant (every file, rendered), stable across
@@ -348,20 +486,29 @@ class Project:
     # -- writing states (the one operation that edits the user's files) -----
     def set_states(self, states: dict[str, bool]) -> list[str]:
         """Rewrite the named features' states in place; returns the relpaths
-        changed. Validates every name before writing anything."""
+        changed. Validates every name and prepares every file's bytes before
+        writing anything. Bytes outside the switched parts are kept (line
+        endings, BOM, declared encoding); a symlinked or hard-linked file is
+        written through to its target (`projectfiles.write_in_place`)."""
+        if self.detected:
+            raise UserError("these features were detected in memory: the files have no feature blocks to switch",
+                            path=self.root, hint="`tfrepro annotate --write` marks them in the files first")
         self.check_names(states)
-        changed = []
-        new_texts = {}
+        new_bytes: dict[str, bytes] = {}
         for rel, s in self.sources.items():
             text = s.set_states(states)
             if text != s.text:
-                new_texts[rel] = text
-        for rel, text in new_texts.items():
-            path = self.root / rel
-            tmp = path.with_name(path.name + ".tfrepro-tmp")
-            tmp.write_text(text, encoding="utf-8", newline="")
-            shutil.copymode(path, tmp)
-            os.replace(tmp, path)
-            changed.append(rel)
-        return changed
+                new_bytes[rel] = s.encode(text)
+        for rel, data in new_bytes.items():
+            write_in_place(self.root / rel, data)
+        return list(new_bytes)
 
+
+
+def _detect(root: Path, manifest: Manifest, files: list[str]):
+    """Zero-edit: the feature blocks of the entry script and the modules it imports, in memory."""
+    from tfrepro.annotate.zeroedit import default_targets, detect, entry_scripts, imported_files
+
+    entries = entry_scripts(manifest.trial.entry, manifest.trial.command, files)
+    targets = imported_files(root, entries, files) if entries else default_targets(files)
+    return detect(root, targets)

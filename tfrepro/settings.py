@@ -47,3 +47,14 @@ class SymptomSettings:
     nan: bool = True
     slowdown: float = 1.25
     mismatch: float = 0.05
+
+
+@dataclass(frozen=True)
+class StateSettings:
+    """`[state]` in tfrepro.toml: how much `.tfrepro/` keeps, and how many
+    bytes a trial's variant may copy (files a copy-on-write clone cannot
+    share)."""
+
+    keep_runs: int = 20
+    keep_trials: int = 200
+    copy_budget_mb: float = 2048.0

@@ -150,7 +150,7 @@ def annotate_text(text: str, path: str = "<string>", *, only: Iterable[str] | No
 
 
 def _expand(paths: Iterable[str | Path]) -> list[Path]:
-    from tfrepro.project import iter_project_files
+    from tfrepro.projectfiles import iter_project_files
 
     out: list[Path] = []
     for p in map(Path, paths):
@@ -176,7 +176,7 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     """
     from tfrepro.annotate.manifest import find_manifest_dir, merge
     from tfrepro.annotate.source import parse_python
-    from tfrepro.project import MANIFEST
+    from tfrepro.projectfiles import MANIFEST
 
     files = _expand(paths)
     if not files:

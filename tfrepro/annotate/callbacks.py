@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import libcst as cst
 
+from tfrepro import catalog
 from tfrepro.annotate.detect import callback_feature
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
 from tfrepro.annotate.source import Src, arg, last_name
-
-_LR_CALLBACKS = {"LearningRateScheduler", "ReduceLROnPlateau"}
 
 
 class _Collector:
@@ -173,12 +172,10 @@ class _Collector:
         name = self.ctx.claim(base, "callback", group=False, path=self.src.path, line=line)
         if name is None:
             return stmt, None
-        what = cls or var or "callback"
-        desc = f"{what} callback passed to fit"
-        lr = cls in _LR_CALLBACKS
-        if lr:
-            desc += " (changes the learning rate)"
-        return BlockSeg(name, desc, stmt), Found(name, desc, self.src.path, line, "callback", affects_loss=lr)
+        entry = catalog.callback_entry(cls, name)
+        desc = entry.describe(cls=cls or var or "a")
+        return BlockSeg(name, desc, stmt), Found(name, desc, self.src.path, line, entry.kind,
+                                                 affects_loss=entry.affects_loss)
 
 
 def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> tuple[str | None, str | None]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from tfrepro import catalog
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
 from tfrepro.annotate.source import Src, arg, literal
 
@@ -30,14 +31,8 @@ METHODS = {
 _STRONG = {"prefetch", "interleave", "padded_batch", "unbatch", "with_options", "rebatch",
            "ragged_batch", "flat_map"}
 _NAME_HINT = re.compile(r"(^|_)(ds|dataset|datasets|data|pipeline)(_|$)|dataset")
-_DESCRIPTIONS = {
-    "prefetch": "tf.data prefetch (overlaps input and training); off: no prefetch",
-    "cache": "tf.data cache; off: no cache",
-    "shuffle": "tf.data shuffle; off: input order kept",
-    "interleave": "tf.data interleave over files; off: flat_map (files one after another)",
-    "parallel_map": "tf.data map with num_parallel_calls; off: sequential map",
-    "parallel_batch": "tf.data batch with num_parallel_calls; off: sequential batch",
-}
+_KINDS = ("prefetch", "cache", "shuffle", "interleave", "parallel_map", "parallel_batch")
+_DESCRIPTIONS = {k: catalog.CATALOG[k].description for k in _KINDS}
 
 
 @dataclass
@@ -173,7 +168,7 @@ def _split(src: Src, ctx: Context, stmt: cst.SimpleStatementLine, small: cst.Bas
             continue
         link.feature = name
         found.append(Found(name, _DESCRIPTIONS[kind], src.path, src.line(link.call.func.attr),  # type: ignore[attr-defined]
-                           "dataset"))
+                           "dataset", affects_loss=catalog.affects_loss(name)))
     if not found:
         return None
 

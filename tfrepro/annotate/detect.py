@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
+from tfrepro import catalog
 from tfrepro.annotate.layers import LayerClass, stock_equivalent
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
@@ -48,6 +49,15 @@ class Candidate:
     affects_loss: bool = False
 
 
+def _c(unit: cst.CSTNode, name: str, node: cst.CSTNode | None = None, replacement: str | None = None, *,
+       note: str | None = None, desc: str | None = None, **fields: object) -> Candidate:
+    """A candidate whose kind, description and affects_loss come from the catalog."""
+    e = catalog.get(name)
+    assert e is not None, name
+    return Candidate(unit, name, e.kind, True, desc or e.describe(**fields), node, replacement, note,
+                     catalog.affects_loss(name))
+
+
 def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context) -> list[Candidate]:
     out: list[Candidate] = []
     loss_scale_methods_used = any(f".{m}(" in src.text for m in _LOSS_SCALE_METHODS)
@@ -61,8 +71,7 @@ def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context
                 a.keyword is not None and a.keyword.value == "jit_compile" and literal(a.value) not in (False, None)
                 for a in deco.args)
             if not jit:  # else the jit_compile feature takes the decorator
-                out.append(Candidate(node, "tf_function", "tf_function", True,
-                                     "tf.function graph compilation; off: the function runs eagerly"))
+                out.append(_c(node, "tf_function"))
         elif isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 \
                 and isinstance(node.body[0], cst.Assign) and len(node.body[0].targets) == 1:
             # `options.experimental_deterministic = False`: tf.data may reorder elements.
@@ -70,8 +79,7 @@ def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context
             if isinstance(target, cst.Attribute) and target.attr.value in ("experimental_deterministic",
                                                                            "deterministic") \
                     and literal(node.body[0].value) is False:
-                out.append(Candidate(node, "nondeterministic_data", "dataset", True,
-                                     "tf.data may reorder elements (deterministic = False)"))
+                out.append(_c(node, "nondeterministic_data"))
     return out
 
 
@@ -113,8 +121,8 @@ def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, 
         if value not in ("float32", None):
             unit = _wrap_call(src, ctx, call, "precision policy call")
             if unit is not None:
-                desc = f"{value} compute policy" if isinstance(value, str) else "mixed precision policy"
-                out.append(Candidate(unit, "mixed_precision", "precision", True, desc))
+                policy = value if isinstance(value, str) else "mixed precision"
+                out.append(_c(unit, "mixed_precision", policy=policy))
     elif name == "LossScaleOptimizer":
         inner = arg(call, 0, "inner_optimizer") or arg(call, None, "optimizer")
         if loss_scale_methods_used:
@@ -123,9 +131,8 @@ def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, 
         elif inner is not None:
             unit = _unit(src, ctx, call, "LossScaleOptimizer")
             if unit is not None:
-                out.append(Candidate(unit, "mixed_precision", "precision", True,
-                                     "loss scaling for mixed precision; off: the plain optimizer",
-                                     call, src.code(inner.value)))
+                out.append(_c(unit, "mixed_precision", call, src.code(inner.value),
+                              desc="loss scaling for mixed precision; off: the plain optimizer"))
     elif name in STRATEGIES and ("distribute" in d or "distribute" in src.import_aliases().get(d, "")):
         parts = d.split(".")
         if "distribute" in parts[:-1]:
@@ -138,31 +145,33 @@ def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, 
             return out
         unit = _unit(src, ctx, call, name)
         if unit is not None:
-            out.append(Candidate(unit, STRATEGIES[name], "strategy", True,
-                                 f"{name}; off: the default strategy", call, getter))
+            out.append(_c(unit, STRATEGIES[name], call, getter, cls=name))
     elif name == "function" and d.endswith("tf.function") or d == "tf_function":
         out.extend(_tf_function(src, ctx, call))
     elif name == "run_functions_eagerly":
         if first is None or literal(first.value) is not False:
             unit = _wrap_call(src, ctx, call, "run_functions_eagerly")
             if unit is not None:
-                out.append(Candidate(unit, "eager_debug", "eager", True,
-                                     "tf.functions run eagerly (debugging)"))
+                out.append(_c(unit, "eager_debug", how="tf.functions run eagerly, debugging"))
     elif name == "set_jit" and "optimizer" in d:
         if first is None or literal(first.value) not in (False, None):
             unit = _wrap_call(src, ctx, call, "set_jit")
             if unit is not None:
-                out.append(Candidate(unit, "xla_auto_jit", "xla", True, "XLA auto-clustering (set_jit)"))
+                out.append(_c(unit, "xla_auto_jit"))
     elif name == "set_memory_growth":
         flag = arg(call, 1, "enable")
         if flag is None or literal(flag.value) is not False:
             unit = _wrap_call(src, ctx, call, "set_memory_growth")
             if unit is not None:
-                out.append(Candidate(unit, "memory_growth", "memory", True, "GPU memory growth"))
+                out.append(_c(unit, "memory_growth"))
     elif name in SCHEDULES:
         out.extend(_schedule(src, ctx, call, name))
     elif name in layer_classes and isinstance(call.func, (cst.Name, cst.Attribute)):
         out.extend(_custom_layer(src, ctx, call, layer_classes[name], prefix))
+    elif catalog.RANDOM_LAYER_RE.match(name) and prefix is not None and (d == name or "layers" in d):
+        unit = _unit(src, ctx, call, f"{name}(...)")
+        if unit is not None:
+            out.append(_c(unit, "random_augmentation", call, f"{prefix}.Identity()", cls=name))
 
     for a in call.args:
         if a.keyword is None:
@@ -171,18 +180,19 @@ def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, 
         if kw == "num_parallel_reads" and name.endswith("Dataset") and literal(a.value) not in (None, 1):
             unit = _unit(src, ctx, a, f"{name}(num_parallel_reads=...)")
             if unit is not None:
-                out.append(Candidate(unit, "parallel_reads", "dataset", True,
-                                     "tf.data files read in parallel; off: one after another", a.value, "None"))
+                out.append(_c(unit, "parallel_reads", a.value, catalog.CATALOG["parallel_reads"].off_code))
         if kw in ("jit_compile", "run_eagerly") and literal(a.value) not in (False, None, "auto"):
             unit = _unit(src, ctx, a, f"{kw}={src.code(a.value)}")
             if unit is None:
                 continue
-            if kw == "jit_compile":
-                out.append(Candidate(unit, "jit_compile", "xla", True,
-                                     "XLA compilation (jit_compile); off: jit_compile=False", a.value, "False"))
-            else:
-                out.append(Candidate(unit, "eager_debug", "eager", True,
-                                     "eager execution (run_eagerly); off: run_eagerly=False", a.value, "False"))
+            feature = "jit_compile" if kw == "jit_compile" else "eager_debug"
+            out.append(_c(unit, feature, a.value, catalog.CATALOG[feature].off_code,
+                          how="run_eagerly; off: run_eagerly=False"))
+        elif kw in catalog.KEYWORDS and literal(a.value) not in (None, 0, 0.0, False):
+            feature = catalog.KEYWORDS[kw]
+            unit = _unit(src, ctx, a, f"{kw}={src.code(a.value)}")
+            if unit is not None:
+                out.append(_c(unit, feature, a.value, catalog.CATALOG[feature].off_code, arg=kw))
     return out
 
 
@@ -201,8 +211,7 @@ def _tf_function(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
     if any(a.keyword is not None and a.keyword.value == "jit_compile" and literal(a.value) not in (False, None)
            for a in call.args):
         return []  # the jit_compile feature takes the statement
-    return [Candidate(unit, "tf_function", "tf_function", True,
-                      "tf.function graph compilation; off: the function runs eagerly")]
+    return [_c(unit, "tf_function")]
 
 
 def _schedule(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candidate]:
@@ -231,9 +240,7 @@ def _schedule(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candida
                 ctx.skip(src.path, src.line(n), f"{name} schedule is called as a function here; "
                          "a constant rate could not stand in for it: not marked")
                 return []
-    return [Candidate(unit, "lr_schedule", "lr_schedule", True,
-                      f"{name} learning-rate schedule; off: constant {constant}", call, constant,
-                      affects_loss=True)]
+    return [_c(unit, "lr_schedule", call, constant, cls=name, constant=constant)]
 
 
 def _custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix: str | None) -> list[Candidate]:
@@ -254,8 +261,7 @@ def _custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefi
         ctx.skip(src.path, src.line(call), f"{cls.name} takes several inputs and has no obvious stock "
                  "equivalent: not marked (write its block by hand)")
         return []
-    return [Candidate(unit, cls.feature, "custom_layer", True,
-                      f"the project's {cls.name} layer; off: {what}", call, expr, note=note)]
+    return [_c(unit, cls.feature, call, expr, note=note, cls=cls.name, stock=what)]
 
 
 def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[Edit]:
@@ -311,7 +317,7 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
             off = "".join(pieces)
             if not off.endswith("\n"):
                 off += "\n"
-        found = Found(name, head.description, src.path, line, head.kind, head.note, head.affects_loss)
+        found = Found(name, head.description, src.path, line, head.kind, head.note, catalog.affects_loss(name))
         edits.append(Edit(start, end, indent, (BlockSeg(name, head.description, on, off),), (found,)))
     return edits
 
@@ -349,7 +355,8 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str,
         name = ctx.claim(c.base, c.kind, group=True, path=src.path, line=src.line(el.value))
         if name is None:
             return on
-        found.append(Found(name, c.description, src.path, src.line(el.value), c.kind, c.note))
+        found.append(Found(name, c.description, src.path, src.line(el.value), c.kind, c.note,
+                           catalog.affects_loss(name)))
         return BlockSeg(name, c.description, on, append_stmt(src, indent, var, el.value, c.replacement))
 
     segs = split_list(src, lst, indent, segment)

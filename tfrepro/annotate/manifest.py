@@ -10,7 +10,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from tfrepro.project import MANIFEST
+from tfrepro.projectfiles import MANIFEST
 
 _HEADER = ("# Written by `tfrepro annotate`: the script a trial runs, and the features that\n"
            "# change the loss on purpose (never blamed for a loss mismatch).\n")

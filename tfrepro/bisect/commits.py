@@ -1,25 +1,25 @@
 """Commit bisection: the first commit whose trial shows the symptom (EDGE).
 
 `tfrepro bisect --good REV --bad REV [PATH]` runs the project *as written* at
-each tried commit (Contract 4) with the feature trials' runner, cache and
-classifier; the good commit's trial is the reference for mismatch and
-slowdown. The search is `rangesearch.bisect_range` (pure), the checkouts are
-`gitcopy` (read-only on the repository); this module ties them together.
+each tried commit (Contract 4) on the same executor, events, trial cache and
+classifier as feature mode; the good commit's trial is the reference for
+mismatch and slowdown. The search is `rangesearch.bisect_range` (pure; k-ary
+when the executor runs several trials at once), the checkouts are `gitcopy`
+(read-only on the repository); this module ties them together.
 
 Invariants:
 
 - The user's working tree, index, branch, HEAD and stash are never written
   (see `gitcopy`); everything this module writes is under the project's
-  `.tfrepro/` (hidden from `git status`): checkouts, the run directory, the
-  trial cache.
+  `.tfrepro/` (`StateDir`): checkouts, the run directory, the trial cache.
 - Both ends are checked before anything else: a good end that is not healthy
-  gives status "baseline-fails", a bad end without the symptom "error" (both
-  exit 1 in the CLI). Nothing in between is tried then.
+  gives `baseline-fails`, a bad end that cannot be tried `error`, a bad end
+  without the symptom `none`. Nothing in between is tried then.
 - The search is locked onto one symptom (`judge`): a commit that stops on
   something else (a syntax error, a crash while hunting a NaN) is a skip, and
-  skips that hide the answer give `candidates`, never a guess.
-- Every trial goes through the trial cache, so a rerun after an interruption
-  pays only for the trials that never finished.
+  skips that hide the answer give `ambiguous` with `candidates`, never a guess.
+- Timing trials (a slowdown hunt) run one at a time, interleaved with the
+  good end's; other trials of a round run `executor.slots` at a time.
 - All trials use one set of settings: the user's current `tfrepro.toml` (or
   the defaults) with the command-line overrides; only the code varies.
 """
@@ -30,57 +30,27 @@ import json
 import math
 import os
 import random
-import signal
-import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro.bisect import gitcopy
+from tfrepro.bisect.events import BisectEvents, PointTried, TrialRecord
 from tfrepro.bisect.rangesearch import STOPPERS, Mark, bisect_range, judge
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import WARMUP_STEPS, SymptomSettings, TrialSettings
+from tfrepro.trials import classify
+from tfrepro.trials.executors import Executor, LocalExecutor, Runner, TrialRequest
 from tfrepro.trials.state import StateDir, write_trial_record
-from tfrepro.trials.values import SYMPTOM_ORDER, TrialResult, Verdict
+from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
-    from tfrepro.trials.executors import Executor
-
-# A trial of one project as written, under the given settings, labelled with
-# the commit sha. The default runs `trial.run_trial` (cached); tests inject fakes.
-TrialFn = Callable[["Project", TrialSettings, str], TrialResult]
-# Progress for the CLI: event name ("trial", "range", "symptom") and details.
-EventFn = Callable[[str, dict[str, Any]], None]
-
-@dataclass(frozen=True)
-class Tried:
-    """One tried commit: what the search made of it."""
-
-    commit: gitcopy.CommitInfo
-    mark: Mark
-    verdict: Verdict  # the target when bad, OK when good, UNTESTABLE when skipped
-    shows: tuple[Verdict, ...] = ()
-    reason: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"sha": self.commit.sha, "subject": self.commit.subject,
-                             "verdict": self.verdict.value,
-                             "shows": [v.value for v in self.shows]}
-        if self.reason:
-            d["reason"] = self.reason
-        return d
 
 
 def _finite_or_none(x: float | None) -> float | None:
     return x if x is not None and math.isfinite(x) else None
-
-
-def _verdict_of(mark: Mark, target: Verdict) -> Verdict:
-    return {Mark.BAD: target, Mark.GOOD: Verdict.OK, Mark.SKIP: Verdict.UNTESTABLE}[mark]
 
 
 def full_summary(r: TrialResult) -> dict[str, Any]:
@@ -113,28 +83,6 @@ def as_written(root: Path) -> "Project":
     return Project(root, Manifest(), {}, [f.as_posix() for f in iter_project_files(root)])
 
 
-def _default_trial(state_dir: Path, use_cache: bool, executor: "Executor | None" = None) -> TrialFn:
-    if executor is None:
-        def run(project: "Project", settings: TrialSettings, label: str) -> TrialResult:
-            from tfrepro.trials.runner import run_trial
-
-            return run_trial(project, (), settings, use_cache=use_cache, label=label, state_dir=state_dir)
-
-        return run
-    from tfrepro.trials.executors import TrialRequest
-
-    def request(settings: TrialSettings, label: str) -> TrialRequest:
-        return TrialRequest((), settings, label, use_cache=use_cache, state_dir=state_dir)
-
-    def on_executor(project: "Project", settings: TrialSettings, label: str) -> TrialResult:
-        return executor.run_one(project, request(settings, label))
-
-    # Timing trials (slowdown pairs) go to the executor's timed path: alone, same node.
-    on_executor.timed = lambda project, settings, label: executor.run_timed(  # type: ignore[attr-defined]
-        project, request(settings, label))
-    return on_executor
-
-
 def project_root(path: str | Path) -> tuple[Path, str | None]:
     """PATH as the user gave it -> (project directory, entry file or None):
     like `Project.load`, a .py file stands for its directory with that entry."""
@@ -162,40 +110,40 @@ def _shown_path(p: Path) -> str:
     return rel if not rel.startswith("..") else str(p)
 
 
-@contextmanager
-def _sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt, so cleanup runs as on Ctrl-C
-    (SIGKILL cannot be caught: its leftovers are removed by the next run)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+def _first_symptom(shown: frozenset[Verdict]) -> Verdict | None:
+    return next((v for v in SYMPTOM_ORDER if v in shown), None)
 
 
-class _Bisection:
-    """The state of one commit bisection (one instance per run)."""
+def _names(shown: frozenset[Verdict]) -> str:
+    return ", ".join(v.value for v in SYMPTOM_ORDER if v in shown) or "nothing"
 
-    def __init__(self, rng: gitcopy.CommitRange, checkouts: gitcopy.Checkouts, trial: TrialFn,
-                 settings: TrialSettings, symptoms: SymptomSettings, run_dir: Path,
-                 on_event: EventFn) -> None:
-        self.rng, self.checkouts, self.trial = rng, checkouts, trial
-        self.settings, self.symptoms, self.run_dir = settings, symptoms, run_dir
-        self.on_event = on_event
+
+@dataclass(frozen=True)
+class _Ends:
+    """What the two ends established: the reference trial, the bad end's
+    trial, the symptom hunted."""
+
+    good: TrialResult
+    bad: TrialResult
+    target: Verdict
+    baseline: dict[str, Any]
+
+
+class _Run:
+    """The state of one commit bisection: trials, marks, the run dir."""
+
+    def __init__(self, rng: gitcopy.CommitRange, checkouts: gitcopy.Checkouts, executor: Executor,
+                 settings: TrialSettings, symptoms: SymptomSettings, state: StateDir, run_dir: Path,
+                 events: BisectEvents, use_cache: bool) -> None:
+        self.rng, self.checkouts, self.executor = rng, checkouts, executor
+        self.settings, self.symptoms, self.state, self.run_dir = settings, symptoms, state, run_dir
+        self.events, self.use_cache = events, use_cache
         self.projects: dict[str, Project | str] = {}  # sha -> project, or why it cannot load
-        self.trials = 0
-        self.cached = 0
+        self.records: list[TrialRecord] = []
         self.noise = 0.0
-        self.tried: list[Tried] = []
-        self.results: dict[str, TrialResult] = {}  # sha -> its first trial (repeat 0)
-        self.table: list[dict[str, Any]] = []  # every trial, in order (result's trials_table)
+        self.tried: list[PointTried] = []
+        self.first: dict[str, TrialResult] = {}  # sha -> its first trial (repeat 0)
+        self.table: list[dict[str, Any]] = []
         self.log = (run_dir / "trials.jsonl").open("a", encoding="utf-8")
 
     # -- running -----------------------------------------------------------
@@ -213,41 +161,64 @@ class _Bisection:
                 self.projects[sha] = as_written(root)
         return self.projects[sha]
 
-    def run(self, commit: gitcopy.CommitInfo, repeat: int = 0, timed: bool = False) -> TrialResult | str:
-        project = self.project(commit.sha)
-        if isinstance(project, str):
-            return project
-        self.on_event("running", {"sha": commit.sha, "subject": commit.subject, "repeat": repeat})
-        fn = getattr(self.trial, "timed", self.trial) if timed else self.trial
-        result = fn(project, replace(self.settings, repeat=repeat), commit.sha)
-        self.trials += 1
+    def _request(self, commit: gitcopy.CommitInfo, repeat: int, project: "Project") -> TrialRequest:
+        return TrialRequest((), replace(self.settings, repeat=repeat), commit.sha, use_cache=self.use_cache,
+                            state_dir=self.state.path, project=project)
+
+    def run_many(self, commits: list[gitcopy.CommitInfo], repeat: int = 0) -> list[TrialResult | str]:
+        """Trials of several commits (independent: `executor.slots` at a time).
+        A commit that cannot be tried gives the reason instead of a trial."""
+        out: list[TrialResult | str] = []
+        runnable: list[tuple[int, gitcopy.CommitInfo, Project]] = []
+        for c in commits:
+            p = self.project(c.sha)
+            out.append(p if isinstance(p, str) else "")
+            if not isinstance(p, str):
+                runnable.append((len(out) - 1, c, p))
+        for _, c, _p in runnable:
+            self.events.trial_started((), f"commit {c.sha[:12]}", repeat)
+        results = self.executor.run_batch(runnable[0][2] if runnable else None,
+                                          [self._request(c, repeat, p) for _, c, p in runnable])
+        for (i, c, _p), r in zip(runnable, results):
+            out[i] = self._record(c, repeat, r)
+        return out
+
+    def run_timed(self, commit: gitcopy.CommitInfo, repeat: int) -> TrialResult | str:
+        p = self.project(commit.sha)
+        if isinstance(p, str):
+            return p
+        self.events.trial_started((), f"commit {commit.sha[:12]}", repeat)
+        return self._record(commit, repeat, self.executor.run_timed(p, self._request(commit, repeat, p)))
+
+    def _record(self, commit: gitcopy.CommitInfo, repeat: int, result: TrialResult) -> TrialResult | str:
         if not result.could_not_run:
-            self.results.setdefault(commit.sha, result)
-        self.cached += bool(result.cached)
-        rel = f"trials/{self.trials:03d}-{commit.sha[:12]}-r{repeat}"
+            self.first.setdefault(commit.sha, result)
+        index = len(self.records) + 1
+        rel = f"trials/{index:03d}-{commit.sha[:12]}-r{repeat}"
         write_trial_record(self.run_dir / rel, full_summary(result), result.log_dir)
-        entry = {"sha": commit.sha, "subject": commit.subject, "repeat": repeat, **trial_summary(result),
-                 "key": result.key, "wall_s": result.wall_s, "summary": f"{rel}/summary.json"}
-        self.table.append(entry)
-        self.log.write(json.dumps(entry) + "\n")
+        record = TrialRecord(index, (), f"commit {commit.sha[:12]}", repeat, result, f"{rel}/summary.json")
+        self.records.append(record)
+        row = {"sha": commit.sha, "subject": commit.subject, "repeat": repeat, **trial_summary(result),
+               "key": result.key, "wall_s": result.wall_s, "summary": record.summary}
+        self.table.append(row)
+        self.log.write(json.dumps(row) + "\n")
         self.log.flush()
-        self.on_event("trial", entry)
+        self.events.trial_finished(record)
         if result.could_not_run:  # the executor lost it twice: a skip, never a verdict
             return result.error or "could not run"
         return result
 
+    # -- judging -----------------------------------------------------------
     def shows(self, result: TrialResult, reference: TrialResult | None) -> frozenset[Verdict]:
-        from tfrepro.trials.classify import symptoms
+        return classify.symptoms(result, reference=reference, settings=self.symptoms, noise=self.noise)
 
-        return symptoms(result, reference=reference, settings=self.symptoms, noise=self.noise)
-
-    def slowdown(self, good: gitcopy.CommitInfo, commit: gitcopy.CommitInfo) -> tuple[bool, str | None]:
-        """Interleaved repeats of the good end and `commit` (outcome's
-        sequential test); repeat i of each is cached, so reruns are free."""
-        from tfrepro.trials.classify import sequential_slowdown
+    def slower(self, commit: gitcopy.CommitInfo) -> tuple[bool, str | None]:
+        """Interleaved timing trials of the good end and `commit` (the
+        classifier's sequential test); repeat i of each is cached."""
+        good = self.rng.good
 
         def pair(i: int) -> tuple[float, float] | Verdict:
-            a, b = self.run(good, i, timed=True), self.run(commit, i, timed=True)
+            a, b = self.run_timed(good, i), self.run_timed(commit, i)
             if isinstance(a, str) or isinstance(b, str):
                 return Verdict.UNTESTABLE
             ta, tb = a.median_step_time(), b.median_step_time()
@@ -255,21 +226,118 @@ class _Bisection:
                 return Verdict.UNTESTABLE
             return ta, tb
 
-        out = sequential_slowdown(pair, self.symptoms.slowdown, rng=random.Random(self.settings.seed))
+        out = classify.sequential_slowdown(pair, self.symptoms.slowdown, rng=random.Random(self.settings.seed))
         if out.stopped is not None:
             return False, f"could not be timed ({out.stopped.value})"
         return out.verdict is Verdict.SLOWDOWN, None
 
-    def record(self, commit: gitcopy.CommitInfo, mark: Mark, verdict: Verdict,
-               shows: frozenset[Verdict] = frozenset(), reason: str | None = None) -> Mark:
-        order = [v for v in (*SYMPTOM_ORDER, Verdict.UNTESTABLE) if v in shows]
-        self.tried.append(Tried(commit, mark, verdict, tuple(order), reason))
-        self.on_event("tried", self.tried[-1].to_dict())
+    def mark(self, commit: gitcopy.CommitInfo, mark: Mark, verdict: Verdict,
+             shows: frozenset[Verdict] = frozenset(), reason: str | None = None) -> Mark:
+        order = tuple(v for v in (*SYMPTOM_ORDER, Verdict.UNTESTABLE) if v in shows)
+        point = PointTried(commit.sha, commit.subject, verdict, order, reason)
+        self.tried.append(point)
+        self.events.point_tried(point)
         return mark
 
+    def judge_commit(self, commit: gitcopy.CommitInfo, r: TrialResult | str, ends: _Ends) -> Mark:
+        """Good, bad or skip for one tried commit, locked onto the target."""
+        if isinstance(r, str):
+            self.checkouts.release(commit.sha)
+            return self.mark(commit, Mark.SKIP, Verdict.UNTESTABLE, reason=r)
+        shown = self.shows(r, ends.good)
+        if ends.target is Verdict.SLOWDOWN and not shown & STOPPERS:
+            slower, why = self.slower(commit)
+            if why:
+                return self.mark(commit, Mark.SKIP, Verdict.UNTESTABLE, shown, why)
+            shown = shown | {Verdict.SLOWDOWN} if slower else shown
+        mark, reason = judge(shown, ends.target, error=r.error, bad_error=ends.bad.error)
+        self.checkouts.release(commit.sha)
+        verdict = {Mark.BAD: ends.target, Mark.GOOD: Verdict.OK, Mark.SKIP: Verdict.UNTESTABLE}[mark]
+        return self.mark(commit, mark, verdict, shown, reason)
 
-def _first_symptom(shown: frozenset[Verdict]) -> Verdict | None:
-    return next((v for v in SYMPTOM_ORDER if v in shown), None)
+
+class _Stop(Exception):
+    """The ends do not hold: the run ends with this status and message."""
+
+    def __init__(self, status: Status, message: str, symptom: Verdict | None = None,
+                 baseline: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.symptom, self.baseline = status, message, symptom, baseline
+
+
+def _check_ends(run: _Run, symptom: Verdict | None) -> _Ends:
+    """Both ends first (in one round): the good end must be healthy, the bad
+    end must show the symptom hunted (or one, to pick the hunt)."""
+    good_c, bad_c = run.rng.good, run.rng.bad
+    short = lambda c: c.sha[:12]  # noqa: E731
+    # Side by side when trials run in parallel; else the good end alone first
+    # (a good end that fails ends the run before the bad end costs a trial).
+    g, x = run.run_many([good_c, bad_c]) if run.executor.slots > 1 else (run.run_many([good_c])[0], None)
+    if isinstance(g, str):
+        run.mark(good_c, Mark.SKIP, Verdict.UNTESTABLE, reason=g)
+        raise _Stop(Status.ERROR, f"the good end {short(good_c)} cannot be tried: {g}", symptom)
+    g_shows = run.shows(g, None)
+    baseline = full_summary(g)
+    if (symptom is not None and symptom in g_shows) or g_shows & STOPPERS:
+        run.mark(good_c, Mark.BAD, symptom if symptom in g_shows else _first_symptom(g_shows), g_shows, g.error)
+        raise _Stop(Status.BASELINE_FAILS, f"the good end {short(good_c)} ({good_c.subject}) already shows "
+                    f"{_names(g_shows)}" + (f": {g.error}" if g.error else "") + "; give an older --good",
+                    symptom, baseline)
+    run.mark(good_c, Mark.GOOD, Verdict.OK, g_shows)
+    x = x if x is not None else run.run_many([bad_c])[0]
+    if isinstance(x, str):
+        run.mark(bad_c, Mark.SKIP, Verdict.UNTESTABLE, reason=x)
+        raise _Stop(Status.ERROR, f"the bad end {short(bad_c)} cannot be tried: {x}", symptom, baseline)
+    x_shows = run.shows(x, g)
+    target = symptom or _first_symptom(x_shows)
+    if target is Verdict.MISMATCH:
+        # The good end run twice says how much loss noise is inherent; a
+        # "mismatch" within that noise is no symptom.
+        g2 = run.run_many([good_c], repeat=1)[0]
+        if not isinstance(g2, str):
+            run.noise = classify.measure_noise(g, g2)
+        x_shows = run.shows(x, g)
+        target = symptom or _first_symptom(x_shows)
+    if target in (None, Verdict.SLOWDOWN) and run.symptoms.slowdown and not x_shows & STOPPERS:
+        if run.slower(bad_c)[0]:
+            target, x_shows = Verdict.SLOWDOWN, x_shows | {Verdict.SLOWDOWN}
+    if target is None or target not in x_shows:
+        what = target.value if target else "any symptom (nan, crash, timeout, mismatch, slowdown)"
+        run.mark(bad_c, Mark.GOOD, _first_symptom(x_shows) or Verdict.OK, x_shows)
+        raise _Stop(Status.NONE, f"the bad end {short(bad_c)} ({bad_c.subject}) does not show {what} "
+                    f"against the good end {short(good_c)} (it shows {_names(x_shows)})", target, baseline)
+    run.mark(bad_c, Mark.BAD, target, x_shows)
+    run.events.phase(f"hunting: {target.value}")
+    return _Ends(g, x, target, baseline)
+
+
+def _hunt(run: _Run, ends: _Ends) -> RunResult:
+    """The range between the ends (both already judged), then the answer."""
+    rng = run.rng
+    inner = {c.sha: c for c in rng.commits[1:-1]}
+
+    def test(c: gitcopy.CommitInfo) -> Mark:
+        if c.sha == rng.good.sha:
+            return Mark.GOOD
+        if c.sha == rng.bad.sha:
+            return Mark.BAD
+        r = run.run_timed(c, 0) if ends.target is Verdict.SLOWDOWN else run.run_many([c])[0]
+        return run.judge_commit(c, r, ends)
+
+    def test_many(cs: list[gitcopy.CommitInfo]) -> list[Mark]:
+        todo = [c for c in cs if c.sha in inner]
+        got = dict(zip([c.sha for c in todo], run.run_many(todo)))
+        return [test(c) if c.sha not in got else run.judge_commit(c, got[c.sha], ends) for c in cs]
+
+    width = run.executor.slots if ends.target is not Verdict.SLOWDOWN else 1
+    found = bisect_range(rng.commits, test, width=width, test_many=test_many if width > 1 else None)
+    if found.status == "found":
+        return RunResult(Status.FOUND, ends.target, baseline=ends.baseline, first_bad_commit=found.first_bad.sha,
+                         details={"commit": found.first_bad.to_dict()})
+    return RunResult(Status.AMBIGUOUS, ends.target, baseline=ends.baseline,
+                     candidates=tuple(c.to_dict() for c in found.candidates),
+                     error=f"{len(found.candidates)} candidate commits: the untestable ones among them hide "
+                     "which one is the first bad one")
 
 
 def bisect_commits(
@@ -281,19 +349,18 @@ def bisect_commits(
     settings: TrialSettings | None = None,
     symptoms: SymptomSettings | None = None,
     use_cache: bool = True,
-    trial: TrialFn | None = None,
-    on_event: EventFn | None = None,
-    executor: "Executor | None" = None,
-) -> dict[str, Any]:
+    trial: Runner | None = None,
+    events: BisectEvents | None = None,
+    executor: Executor | None = None,
+) -> RunResult:
     """Find the first commit in good..bad whose trial shows the symptom.
 
-    Returns the Contract 4 object (also written to `<run_dir>/result.json`,
-    with every trial logged in `<run_dir>/trials.jsonl`). Bad input raises
-    UserError (exit 2); ends that do not hold give status "baseline-fails" /
-    "error" with a `message`. `settings`/`symptoms` default to the user's
-    current `tfrepro.toml`; `symptom` None hunts what the bad end shows
-    (nan, crash, timeout, mismatch, slowdown in that order). `executor`
-    (see `executors.py`) runs the trials; None runs them here, one at a time.
+    Returns the RunResult (its JSON also in `<run_dir>/result.json`, every
+    trial in `<run_dir>/trials.jsonl`). Bad input raises UserError (exit 2).
+    `settings`/`symptoms` default to the user's current `tfrepro.toml`;
+    `symptom` None hunts what the bad end shows (nan, crash, timeout,
+    mismatch, slowdown in that order). Trials run on `executor` (default:
+    local, one at a time; `trial` stands in for the trial runner in tests).
     """
     started = time.monotonic()
     root, entry = project_root(path)
@@ -307,131 +374,46 @@ def bisect_commits(
         raise UserError(f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
                         hint=f"use --steps {WARMUP_STEPS + 10} or more")
     state = StateDir.of(root)
-    state_dir = state.ensure()
     run_dir = state.new_run_dir()
-    emit = on_event or (lambda kind, data: None)
-    emit("range", {"good": rng.good.to_dict(), "bad": rng.bad.to_dict(), "commits": len(rng.commits),
-                   "run_dir": str(run_dir)})
-    trial = trial or _default_trial(state_dir, use_cache, executor)
-    with _sigterm_interrupts(), gitcopy.Checkouts(state) as checkouts:
-        b = _Bisection(rng, checkouts, trial, settings, symptoms, run_dir, emit)
+    events = events or BisectEvents()
+    events.phase(f"bisecting {len(rng.commits)} commits: good {rng.good.sha[:12]} ({rng.good.subject}) .. "
+                 f"bad {rng.bad.sha[:12]} ({rng.bad.subject})")
+    executor = executor or LocalExecutor(1, runner=trial)
+    with gitcopy.Checkouts(state) as checkouts:
+        run = _Run(rng, checkouts, executor, settings, symptoms, state, run_dir, events, use_cache)
         try:
-            out = _search(b, rng, symptom)
+            try:
+                answer = _hunt(run, _check_ends(run, symptom))
+            except _Stop as stop:
+                answer = RunResult(stop.status, stop.symptom, baseline=stop.baseline, error=stop.message)
         finally:
-            b.log.close()
-    failing = out.get("first_bad_commit") or rng.bad.sha
-    verdicts = {t.commit.sha: t.verdict.value for t in b.tried}
-    result = {
-        "status": out["status"], "symptom": out.get("symptom"), "culprits": [],
-        "baseline": out.get("baseline"),
-        "failing": full_summary(b.results[failing]) if failing in b.results else None,
-        "trials": b.trials, "cached_trials": b.cached,
-        "wall_s": round(time.monotonic() - started, 3), "run_dir": _shown_path(run_dir),
-        "first_bad_commit": out.get("first_bad_commit"), "commit": out.get("commit"),
-        "candidates": out.get("candidates", []),
+            run.log.close()
+    return _finish(run, answer, root, started)
+
+
+def _finish(run: _Run, answer: RunResult, root: Path, started: float) -> RunResult:
+    """The answer with the run's evidence; the two commits' projects kept for
+    the bug report; written to `<run_dir>/result.json`."""
+    rng, failing = run.rng, answer.first_bad_commit or run.rng.bad.sha
+    verdicts = {t.label: t.verdict.value for t in run.tried}
+    details: dict[str, Any] = {
+        **answer.details,
+        "failing": full_summary(run.first[failing]) if failing in run.first else None,
+        "cached_trials": sum(1 for r in run.records if r.result.cached),
         "good": rng.good.to_dict(), "bad": rng.bad.to_dict(), "range_size": len(rng.commits),
-        "tried": [t.to_dict() for t in b.tried],
-        "project": str(root), "settings": settings.to_dict(),
-        "trials_table": [
-            {**row, "enabled": [], "role": f"commit {row['sha'][:12]}", "verdict": verdicts.get(row["sha"])}
-            for row in b.table
-        ],
-        "error": out.get("message") if out["status"] != "found" else None,
+        "tried": [{"sha": t.label, **t.to_dict()} for t in run.tried],
+        "project": str(root), "settings": run.settings.to_dict(), "noise": run.noise,
+        "trials_table": [{**row, "enabled": [], "role": f"commit {row['sha'][:12]}",
+                          "verdict": verdicts.get(row["sha"])} for row in run.table],
     }
-    if out.get("first_bad_commit"):
-        # The two commits' projects, kept for the bug report (small: one directory each).
-        for key, sha in (("good_project", rng.good.sha), ("first_bad_project", out["first_bad_commit"])):
-            dest = run_dir / "commits" / sha[:12]
+    if answer.error:
+        details["message"] = answer.error
+    if answer.first_bad_commit:
+        for key, sha in (("good_project", rng.good.sha), ("first_bad_project", answer.first_bad_commit)):
+            dest = run.run_dir / "commits" / sha[:12]
             gitcopy.materialize(rng.repo_root, sha, rng.relpath, dest)
-            result[key] = str(dest)
-    if "message" in out:
-        result["message"] = out["message"]
-    (run_dir / "result.json").write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+            details[key] = str(dest)
+    result = replace(answer, trials=len(run.records), wall_s=round(time.monotonic() - started, 3),
+                     run_dir=_shown_path(run.run_dir), details=details)
+    (run.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2) + "\n", encoding="utf-8")
     return result
-
-
-def _search(b: _Bisection, rng: gitcopy.CommitRange, symptom: Verdict | None) -> dict[str, Any]:
-    good_c, bad_c = rng.good, rng.bad
-    short = lambda c: c.sha[:12]  # noqa: E731
-
-    # The good end: it must run cleanly, it is everybody's reference.
-    g = b.run(good_c)
-    if isinstance(g, str):
-        b.record(good_c, Mark.SKIP, Verdict.UNTESTABLE, reason=g)
-        return {"status": "error", "symptom": symptom and symptom.value,
-                "message": f"the good end {short(good_c)} cannot be tried: {g}"}
-    g_shows = b.shows(g, None)
-    baseline = full_summary(g)
-    bad_alone = (symptom is not None and symptom in g_shows) or bool(g_shows & STOPPERS)
-    if bad_alone:
-        b.record(good_c, Mark.BAD, symptom if symptom in g_shows else _first_symptom(g_shows),
-                 g_shows, g.error)
-        what = ", ".join(v.value for v in SYMPTOM_ORDER if v in g_shows)
-        return {"status": "baseline-fails", "symptom": symptom and symptom.value, "baseline": baseline,
-                "message": f"the good end {short(good_c)} ({good_c.subject}) already shows {what}"
-                + (f": {g.error}" if g.error else "") + "; give an older --good"}
-    # The bad end: it must show the symptom hunted (or one, to pick the hunt).
-    x = b.run(bad_c)
-    if isinstance(x, str):
-        b.record(good_c, Mark.GOOD, Verdict.OK, g_shows)
-        b.record(bad_c, Mark.SKIP, Verdict.UNTESTABLE, reason=x)
-        return {"status": "error", "symptom": symptom and symptom.value, "baseline": baseline,
-                "message": f"the bad end {short(bad_c)} cannot be tried: {x}"}
-    x_shows = b.shows(x, g)
-    target = symptom or _first_symptom(x_shows)
-    if target is Verdict.MISMATCH:
-        # The good end run twice says how much loss noise is inherent; a
-        # "mismatch" within that noise is no symptom.
-        g2 = b.run(good_c, repeat=1)
-        if not isinstance(g2, str):
-            from tfrepro.trials.classify import measure_noise
-
-            b.noise = measure_noise(g, g2)
-        x_shows = b.shows(x, g)
-        target = symptom or _first_symptom(x_shows)
-    if target is None and b.symptoms.slowdown and b.slowdown(good_c, bad_c)[0]:
-        target = Verdict.SLOWDOWN
-        x_shows = x_shows | {Verdict.SLOWDOWN}
-    elif target is Verdict.SLOWDOWN and b.slowdown(good_c, bad_c)[0]:
-        x_shows = x_shows | {Verdict.SLOWDOWN}
-    b.record(good_c, Mark.GOOD, Verdict.OK, g_shows)
-    if target is None or target not in x_shows:
-        what = target.value if target else "any symptom (nan, crash, timeout, mismatch, slowdown)"
-        shows = ", ".join(v.value for v in SYMPTOM_ORDER if v in x_shows) or "nothing"
-        b.record(bad_c, Mark.GOOD, _first_symptom(x_shows) or Verdict.OK, x_shows)
-        return {"status": "error", "symptom": target and target.value, "baseline": baseline,
-                "message": f"the bad end {short(bad_c)} ({bad_c.subject}) does not show {what} "
-                f"against the good end {short(good_c)} (it shows {shows})"}
-    b.record(bad_c, Mark.BAD, target, x_shows)
-    b.on_event("symptom", {"symptom": target.value})
-
-    def test(c: gitcopy.CommitInfo) -> Mark:
-        if c.sha == good_c.sha:
-            return Mark.GOOD
-        if c.sha == bad_c.sha:
-            return Mark.BAD
-        r = b.run(c)
-        if isinstance(r, str):
-            b.checkouts.release(c.sha)
-            return b.record(c, Mark.SKIP, Verdict.UNTESTABLE, reason=r)
-        shown = b.shows(r, g)
-        if target is Verdict.SLOWDOWN and not shown & STOPPERS:
-            slower, why = b.slowdown(good_c, c)
-            if why:
-                return b.record(c, Mark.SKIP, Verdict.UNTESTABLE, shown, why)
-            shown = shown | {Verdict.SLOWDOWN} if slower else shown
-        mark, reason = judge(shown, target, error=r.error, bad_error=x.error)
-        b.checkouts.release(c.sha)
-        return b.record(c, mark, _verdict_of(mark, target), shown, reason)
-
-    found = bisect_range(rng.commits, test)
-    out: dict[str, Any] = {"status": "found", "symptom": target.value, "baseline": baseline}
-    if found.status == "found":
-        out["first_bad_commit"] = found.first_bad.sha
-        out["commit"] = found.first_bad.to_dict()
-    else:  # "ambiguous": skips hide which candidate is the first bad one
-        out["first_bad_commit"] = None
-        out["candidates"] = [c.to_dict() for c in found.candidates]
-        out["message"] = (f"{len(found.candidates)} candidate commits: the untestable ones among "
-                          "them hide which one is the first bad one")
-    return out

@@ -14,8 +14,27 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro.bisect.commits import bisect_commits, load_settings, project_root
+from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.errors import UserError
 from tfrepro.trials.values import SYMPTOM_ORDER, Verdict
+
+
+class _Progress(BisectEvents):
+    """Progress lines on stderr as commits are tried."""
+
+    def __init__(self, echo: Callable[..., None]) -> None:
+        self.echo = echo
+
+    def phase(self, text: str) -> None:
+        self.echo(text, err=True)
+
+    def trial_started(self, enabled: tuple[str, ...], role: str, repeat: int) -> None:
+        again = f" (repeat {repeat})" if repeat else ""
+        self.echo(f"  running {role.removeprefix('commit ')}{again}...", err=True)
+
+    def point_tried(self, point: PointTried) -> None:
+        why = f"  ({point.reason})" if point.reason else ""
+        self.echo(f"  {point.label[:12]}  {point.verdict.value:<10}  {point.subject}{why}", err=True)
 
 
 def format_result(result: dict[str, Any]) -> str:
@@ -23,11 +42,11 @@ def format_result(result: dict[str, Any]) -> str:
     are printed as they go, see `run_from_cli`)."""
     head: list[str] = []
     status = result["status"]
-    if status == "found" and result.get("first_bad_commit"):
+    if status == "found":
         c = result["commit"]
         head += [f"first bad commit ({result['symptom']}): {c['sha']}",
                  f"  {c['subject']}", f"  {c['author']}, {c['date']}"]
-    elif status == "found":
+    elif status == "ambiguous":
         head += [f"{result['symptom']}: the first bad commit is one of:"]
         head += [f"  {c['sha'][:12]}  {c['subject']}" for c in result["candidates"]]
     else:
@@ -41,11 +60,11 @@ def run_from_cli(
     path: str | Path, good: str | None, bad: str | None, *, symptom: str | None = None,
     as_json: bool = False, steps: int | None = None, timeout_s: float | None = None,
     use_cache: bool = True, echo: Callable[..., None] | None = None,
-    executor: str = "local", address: str | None = None,
+    executor: str = "local", address: str | None = None, jobs: int = 1,
 ) -> int:
     """What `tfrepro bisect --good REV --bad REV` does; returns the exit code
-    (0 found, 1 the ends do not hold, 130 interrupted). Bad input raises
-    UserError (exit 2)."""
+    (Contract 4: 0 found, 1 the ends do not hold or an error, 3 none, 4
+    ambiguous). Bad input raises UserError (exit 2); Ctrl-C propagates."""
     import click
 
     echo = echo or click.echo
@@ -66,38 +85,15 @@ def run_from_cli(
         settings = replace(settings, steps=steps)
     if timeout_s is not None:
         settings = replace(settings, timeout_s=float(timeout_s))
+    from tfrepro.trials.executors import make_executor
 
-    def progress(kind: str, data: dict[str, Any]) -> None:
-        if kind == "range":
-            echo(f"bisecting {data['commits']} commits: good {data['good']['sha'][:12]} "
-                 f"({data['good']['subject']}) .. bad {data['bad']['sha'][:12]} ({data['bad']['subject']})",
-                 err=True)
-        elif kind == "running":
-            again = f" (repeat {data['repeat']})" if data["repeat"] else ""
-            echo(f"  running {data['sha'][:12]}{again}...", err=True)
-        elif kind == "tried":
-            why = f"  ({data['reason']})" if data.get("reason") else ""
-            echo(f"  {data['sha'][:12]}  {data['verdict']:<10}  {data['subject']}{why}", err=True)
-        elif kind == "symptom":
-            echo(f"hunting: {data['symptom']}", err=True)
-
-    runs_on = None
-    if executor != "local" or address:
-        from tfrepro.trials.executors import make_executor
-
-        runs_on = make_executor(executor, address=address, log=lambda text: echo(text, err=True))
+    runs_on = make_executor(executor, jobs=jobs, address=address, log=lambda text: echo(text, err=True))
     try:
         result = bisect_commits(path, good, bad, symptom=target, settings=settings, symptoms=symptoms,
-                                use_cache=use_cache, on_event=None if as_json else progress,
+                                use_cache=use_cache, events=None if as_json else _Progress(echo),
                                 executor=runs_on)
-    except KeyboardInterrupt:
-        echo("interrupted: finished trials are cached; run the same command again to continue", err=True)
-        return 130
     finally:
-        if runs_on is not None:
-            runs_on.close()
-    if as_json:
-        echo(json.dumps(result))
-    else:
-        echo(format_result(result))
-    return 0 if result["status"] == "found" else 1
+        runs_on.close()
+    doc = result.to_dict()
+    echo(json.dumps(doc) if as_json else format_result(doc))
+    return result.exit_code

@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from tfrepro.bisect.engine import BisectEvents, TrialRecord
+from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.settings import SymptomSettings
 from tfrepro.trials import classify
 
@@ -123,6 +123,13 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
             lines.append(f"  the search ended on: {', '.join(doc['suspects'])}")
     else:
         lines.append(f"{status}: {doc.get('error') or ''}".rstrip())
+    for d in doc.get("dropped_features") or []:
+        lines.append(f"dropped {d['name']}: {d['reason']}")
+    for seen in doc.get("also_seen") or []:
+        lines.append(f"also seen: {seen['symptom']}" + (f" (x{seen['ratio']:g}, untimed)" if seen.get("ratio") else "")
+                     + f"; {seen['hint']}")
+    if doc.get("detected"):
+        lines.append("features detected in memory (nothing written); `tfrepro annotate --write` to keep them")
     lines.extend(f"warning: {w}" for w in doc.get("warnings") or [])
     lines.append(f"{doc['trials']} trials ({sum(1 for r in doc.get('trials_table') or [] if r['cached'])} "
                  f"from cache), {doc['wall_s']:.1f} s; run: {doc['run_dir']}")

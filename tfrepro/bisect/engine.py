@@ -18,7 +18,7 @@ The sequence, and the status each step can end with:
 4. replay: the culprit configuration and the baseline run again with fresh
    repeat indices. The answer stands (`found`) only if every culprit trial
    showed the symptom and no baseline trial did; otherwise the result is
-   flaky: `status: error`, `flaky: true`, the observed `reproduction_rate`,
+   flaky: `status: flaky` (exit 4), the observed `reproduction_rate`,
    no culprit named (the configuration the search ended on is kept as
    `suspects`).
 
@@ -37,18 +37,19 @@ import time
 import traceback
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from tfrepro import __version__
+from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, judge_replay
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest, make_executor
 from tfrepro.trials.state import StateDir, write_trial_record
-from tfrepro.trials.values import SYMPTOM_ORDER, TrialResult, Verdict
+from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict
 
 Runner = Callable[..., TrialResult]
 STRATEGIES = ("auto", "ablation", "ddmin")
@@ -78,44 +79,6 @@ class BisectOptions:
     baseline_checks: Callable[..., dict[str, Any]] | None = None
 
 
-@dataclass
-class TrialRecord:
-    """One trial of this run, as it goes into the run dir and trials_table."""
-
-    index: int
-    enabled: tuple[str, ...]
-    role: str
-    repeat: int
-    result: TrialResult
-    summary: str  # path relative to the run dir
-    verdict: Verdict | None = None
-
-
-class BisectEvents:
-    """Progress callbacks (no-ops). Called from worker threads too."""
-
-    def phase(self, text: str) -> None: ...
-
-    def trial_started(self, enabled: tuple[str, ...], role: str, repeat: int) -> None: ...
-
-    def trial_finished(self, record: TrialRecord) -> None: ...
-
-
-@dataclass
-class BisectResult:
-    status: str
-    symptom: Verdict | None = None
-    culprits: tuple[str, ...] = ()
-    data: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.status in ("found", "none") else 1
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.data)
-
-
 def bisect(
     project: Any,
     options: BisectOptions = BisectOptions(),
@@ -125,7 +88,7 @@ def bisect(
     clock: Callable[[], float] = time.monotonic,
     run_id: str | None = None,
     executor: Executor | None = None,
-) -> BisectResult:
+) -> RunResult:
     """Bisect `project` (a `tfrepro.project.Project`); see the module docstring.
     Writes `.tfrepro/runs/<id>/result.json` and returns the same result.
     Trials run on `executor`, by default the one `options` names (an injected
@@ -176,6 +139,7 @@ class _Bisection:
         self.lock = threading.Lock()
         self.noise = 0.0
         self.timing: dict[Config, list[classify.TimingOutcome]] = {}
+        self.dropped: list[dict[str, str]] = []
         if not self.features:
             raise UserError("the project has no feature blocks to bisect", path=project.root,
                             hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`")
@@ -287,23 +251,25 @@ class _Bisection:
         return got
 
     # -- the run -----------------------------------------------------------
-    def run(self) -> BisectResult:
+    def run(self) -> RunResult:
         try:
             result = self._run()
         except UserError:
             raise
         except (TfreproError, OSError) as e:
-            result = self._finish("error", None, error=str(e))
+            result = self._finish(Status.ERROR, None, error=str(e))
         except Exception as e:  # a bug must still leave one JSON object and a run dir
-            result = self._finish("error", None, error=f"{type(e).__name__}: {e}",
+            result = self._finish(Status.ERROR, None, error=f"{type(e).__name__}: {e}",
                                   extra={"traceback": traceback.format_exc()})
         return result
 
-    def _run(self) -> BisectResult:
+    def _run(self) -> RunResult:
         opts, k = self.opts, self.k
         base, full = frozenset(), frozenset(self.features)
         n_base = max(k, 2)  # the second run measures the noise
         self.events.phase("baseline and failing configuration")
+        self._preflight()
+        base, full = frozenset(), frozenset(self.features)
         self._many([(base, r, "baseline") for r in range(n_base)]
                    + self._needs(full, range(k), "failing", opts.symptom))
 
@@ -316,14 +282,14 @@ class _Bisection:
             shown = classify.classify(first, reference=None, settings=self.symptom_settings)
             checks = self._baseline_checks(shown)
             reason = f"; sanity {checks['reason']}" if checks.get("reason") else ""
-            return self._finish("baseline-fails", shown, flaky=not all(base_fail), rate=rate,
+            return self._finish(Status.BASELINE_FAILS, shown, rate=rate,
                                 error=f"the baseline (every feature off) already shows {shown.value}: "
-                                      f"{first.error or 'see its logs'}{reason}", extra={"checks": checks})
+                                      f"{first.error or 'see its logs'}{reason}", extra={"checks": checks, "baseline_flaky": not all(base_fail)})
         self.noise = classify.measure_noise(base_runs[0], base_runs[1])
 
         target = self._pick_symptom(full)
         if target is None:
-            return self._finish("none", opts.symptom)
+            return self._finish(Status.NONE, opts.symptom)
 
         oracle = Oracle(self.test_batch(target), target,
                         batch_size=1 if target == Verdict.SLOWDOWN else self.jobs,
@@ -355,6 +321,16 @@ class _Bisection:
             # the affects_loss context the mismatch needs, minimised too
             config = culprits | ddmin(sorted(fixed), oracle, fixed=culprits)
         return self._replay(target, culprits, frozenset(config), table)
+
+    def _preflight(self) -> None:
+        """The baseline must run: a feature whose OFF part breaks it is kept ON, no candidate."""
+        from tfrepro.bisect.preflight import run_preflight
+
+        got = run_preflight(self.project, self.executor, self._request(frozenset(), 0, "baseline"), self.events)
+        if got.dropped:
+            self.project, self.dropped, self.features = got.project, got.dropped, tuple(got.project.feature_names)
+            self.affects_loss = frozenset(got.project.affects_loss)
+        self._record(frozenset(), 0, "baseline", got.baseline)
 
     def _baseline_checks(self, shown: Verdict) -> dict[str, Any]:
         """`tfrepro check` on the baseline, so that `baseline-fails` comes with
@@ -397,7 +373,7 @@ class _Bisection:
         return min(known) if known else None
 
     def _replay(self, target: Verdict, culprits: Config, config: Config,
-                table: dict[str, Verdict] | None) -> BisectResult:
+                table: dict[str, Verdict] | None) -> RunResult:
         self.events.phase("replaying the answer")
         fresh = range(max(self.k, 2), max(self.k, 2) + self.opts.replays)
         if target == Verdict.SLOWDOWN:
@@ -416,76 +392,81 @@ class _Bisection:
         judged = judge_replay(culprit_obs, base_obs)
         extra = {"ablation": {f: v.value for f, v in table.items()} if table else None}
         if judged.flaky:
-            extra["suspects"] = sorted(config)
-            return self._finish("error", target, flaky=True, rate=judged.reproduction_rate, extra=extra,
+            return self._finish(Status.FLAKY, target, suspects=config, rate=judged.reproduction_rate, extra=extra,
                                 error=f"the {target.value} is flaky: {judged.reason}; no culprit is named. "
                                       "Raise [trial] repeats (or --repeats) to hunt it with more runs "
                                       "per configuration.")
-        return self._finish("found", target, culprits=culprits, config=config,
+        return self._finish(Status.FOUND, target, culprits=culprits, config=config,
                             rate=judged.reproduction_rate, extra=extra)
 
+    def _also_seen(self, target: Verdict | None) -> list[dict[str, Any]]:
+        from tfrepro.bisect.also_seen import also_seen
+
+        full, base = frozenset(self.features), frozenset()
+        mine = [r for r in range(self.k) if (full, r) in self.memo]
+        shown = set().union(set(), *(self._shows(full, self.memo[(full, r)]) for r in mine))
+        timed = full in self.timing  # measured: no "possible" slowdown to guess
+        return also_seen(shown, target, full_fastest=self._fastest(full, mine), slowdown=self.symptom_settings.slowdown,
+                         base_fastest=None if timed else self._fastest(base, [r for r in range(max(self.k, 2))
+                                                                              if (base, r) in self.memo]))
+
     # -- the result --------------------------------------------------------
-    def _finish(self, status: str, symptom: Verdict | None, *, culprits: Config = frozenset(),
-                config: Config | None = None, flaky: bool = False, rate: float | None = None,
-                error: str | None = None, extra: dict[str, Any] | None = None) -> BisectResult:
-        base, full = frozenset(), frozenset(self.features)
-        target = symptom
+    def _best(self, cfg: Config | None, target: Verdict | None) -> dict[str, Any] | None:
+        """A summary of a trial of `cfg`, preferring one that shows `target`."""
+        if cfg is None:
+            return None
+        mine = [t for (c, _r), t in sorted(self.memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
+        shows = [t for t in mine if target is not None and target in self._shows(cfg, t)]
+        return _summary((shows or mine)[0]) if mine else None
 
-        def best(cfg: Config | None) -> dict[str, Any] | None:
-            """A summary of `cfg`, preferring a trial that shows the symptom."""
-            if cfg is None:
-                return None
-            mine = [(r, t) for (c, r), t in sorted(self.memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
-            if not mine:
-                return None
-            for _, t in mine:
-                if target is not None and target in self._shows(cfg, t):
-                    return _summary(t)
-            return _summary(mine[0][1])
-
+    def _trials_table(self, target: Verdict | None) -> list[dict[str, Any]]:
         for rec in self.records:
-            cfg = frozenset(rec.enabled)
             if rec.verdict is None:
-                rec.verdict = classify.primary(self._shows(cfg, rec.result), target)
-        timing = None
-        if self.timing:
-            key = config if config in self.timing else full if full in self.timing else next(iter(self.timing))
-            timing = self.timing[key][-1].to_dict()
+                rec.verdict = classify.primary(self._shows(frozenset(rec.enabled), rec.result), target)
+        return [{"enabled": list(r.enabled), "verdict": r.verdict.value if r.verdict else None,
+                 "summary": r.summary, "cached": r.result.cached, "role": r.role, "repeat": r.repeat,
+                 "key": r.result.key} for r in self.records]
+
+    def _timing_evidence(self, config: Config | None) -> dict[str, Any] | None:
+        if not self.timing:
+            return None
+        full = frozenset(self.features)
+        key = config if config in self.timing else full if full in self.timing else next(iter(self.timing))
+        return self.timing[key][-1].to_dict()
+
+    def _finish(self, status: Status, symptom: Verdict | None, *, culprits: Config = frozenset(),
+                config: Config | None = None, suspects: Config = frozenset(), rate: float | None = None,
+                error: str | None = None, extra: dict[str, Any] | None = None) -> RunResult:
+        """The run's answer: RunResult (Contract 4) plus what the report and the
+        display read, written to `<run_dir>/result.json`."""
         rel = os.path.relpath(self.run_dir, Path.cwd())
-        data: dict[str, Any] = {
-            "status": status,
-            "symptom": symptom.value if symptom is not None else None,
-            "culprits": sorted(culprits),
-            "baseline": best(base),
-            "trials": len(self.records),
+        details: dict[str, Any] = {
             "cached_trials": sum(1 for r in self.records if r.result.cached),
-            "wall_s": round(self.clock() - self.t0, 3),
-            "run_dir": rel if not rel.startswith("..") else str(self.run_dir),
-            "first_bad_commit": None,
             "project": str(Path(self.project.root).resolve()),
             "settings": self.settings.to_dict(),
             "repeats": self.k,
             "features": list(self.features),
             "affects_loss": sorted(self.affects_loss),
-            "failing": best(full),
-            "culprit_trial": best(config) if config is not None else None,
+            "failing": self._best(frozenset(self.features), symptom),
+            "culprit_trial": self._best(config, symptom),
+            "dropped_features": list(self.dropped),
+            "detected": bool(getattr(self.project, "detected", False)),
             "culprit_config": sorted(config) if config is not None else [],
             "ablation": None,
-            "trials_table": [
-                {"enabled": list(r.enabled), "verdict": r.verdict.value if r.verdict else None,
-                 "summary": r.summary, "cached": r.result.cached, "role": r.role, "repeat": r.repeat,
-                 "key": r.result.key}
-                for r in self.records
-            ],
-            "flaky": flaky,
-            "reproduction_rate": rate,
+            "trials_table": self._trials_table(symptom),
             "noise": self.noise,
-            "timing": timing,
+            "timing": self._timing_evidence(config),
             "version": __version__,
-            "error": error,
             # What trials said about themselves (e.g. XLA dropped under determinism).
             "warnings": sorted({w for r in self.records for w in r.result.extra.get("warnings", [])}),
+            **(extra or {}),
         }
-        data.update(extra or {})
-        (self.run_dir / "result.json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
-        return BisectResult(status, symptom, tuple(sorted(culprits)), data)
+        result = RunResult(
+            status, symptom, tuple(sorted(culprits)), baseline=self._best(frozenset(), symptom),
+            trials=len(self.records), wall_s=round(self.clock() - self.t0, 3),
+            run_dir=rel if not rel.startswith("..") else str(self.run_dir),
+            reproduction_rate=rate, suspects=tuple(sorted(suspects)), also_seen=tuple(self._also_seen(symptom)),
+            error=error, details=details)
+        (self.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=1, default=str),
+                                                  encoding="utf-8")
+        return result

@@ -68,39 +68,51 @@ class RangeResult(Generic[T]):
         return len(self.tried)
 
 
-def _median_untried(lo: int, hi: int, skipped: set[int]) -> int | None:
+def _untried(lo: int, hi: int, skipped: set[int], width: int) -> list[int]:
+    """Up to `width` untried indices strictly between lo and hi, evenly spaced
+    (width 1: the lower median, which keeps the choice deterministic and
+    splits the candidates in halves of equal likelihood)."""
     inner = [i for i in range(lo + 1, hi) if i not in skipped]
-    if not inner:
-        return None
-    # The lower median on even counts: the answer falls in either half with
-    # equal likelihood, and it keeps the choice deterministic.
-    return inner[(len(inner) - 1) // 2]
+    if len(inner) <= width:
+        return inner
+    n = len(inner)
+    return sorted({inner[((k + 1) * (n + 1)) // (width + 1) - 1] for k in range(width)})
 
 
-def bisect_range(items: Sequence[T], test: Callable[[T], Mark]) -> RangeResult[T]:
+def bisect_range(items: Sequence[T], test: Callable[[T], Mark], *, width: int = 1,
+                 test_many: Callable[[list[T]], list[Mark]] | None = None) -> RangeResult[T]:
     """Find the first bad item of `items` (good end first, bad end last).
 
     `test` is called once per tried item; see the module docstring for the
-    invariants and the bound on the number of calls.
+    invariants and the bound on the number of calls. With `width` k > 1 and
+    `test_many`, each round tries k items at once (k-ary bisection: each
+    round divides the candidates by k + 1), the ends too; `test_many` gets
+    the items of a round and returns their marks in order.
     """
     if len(items) < 2:
         raise ValueError("a range needs a good end and a bad end (two items at least)")
     tried: list[tuple[T, Mark]] = []
+    width = max(1, width) if test_many is not None else 1
 
-    def run(i: int) -> Mark:
-        mark = Mark(test(items[i]))
-        tried.append((items[i], mark))
-        return mark
+    def run(indices: list[int]) -> list[Mark]:
+        chosen = [items[i] for i in indices]
+        marks = [Mark(m) for m in test_many(chosen)] if test_many and len(indices) > 1 \
+            else [Mark(test(x)) for x in chosen]
+        tried.extend(zip(chosen, marks))
+        return marks
 
     def ended(status: str) -> RangeResult[T]:
         return RangeResult(status, None, (), tuple(tried))
 
-    good_end = run(0)
+    if width > 1:
+        good_end, bad_end = run([0, len(items) - 1])
+    else:
+        good_end, = run([0])
+        bad_end = Mark.BAD if good_end is not Mark.GOOD else run([len(items) - 1])[0]
     if good_end is Mark.BAD:
         return ended("good-end-bad")
     if good_end is Mark.SKIP:
         return ended("good-end-untestable")
-    bad_end = run(len(items) - 1)
     if bad_end is Mark.GOOD:
         return ended("bad-end-good")
     if bad_end is Mark.SKIP:
@@ -108,17 +120,11 @@ def bisect_range(items: Sequence[T], test: Callable[[T], Mark]) -> RangeResult[T
 
     lo, hi = 0, len(items) - 1
     skipped: set[int] = set()
-    while True:
-        mid = _median_untried(lo, hi, skipped)
-        if mid is None:
-            break
-        mark = run(mid)
-        if mark is Mark.GOOD:
-            lo = mid
-        elif mark is Mark.BAD:
-            hi = mid
-        else:
-            skipped.add(mid)
+    while points := _untried(lo, hi, skipped, width):
+        marks = dict(zip(points, run(points)))
+        skipped.update(i for i, m in marks.items() if m is Mark.SKIP)
+        hi = min([i for i, m in marks.items() if m is Mark.BAD] + [hi])
+        lo = max([i for i, m in marks.items() if m is Mark.GOOD and i < hi] + [lo])
 
     if hi - lo == 1:
         return RangeResult("found", items[hi], (), tuple(tried))

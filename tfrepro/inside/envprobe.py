@@ -72,6 +72,17 @@ def _nvidia_smi():
     return gpus
 
 
+def _nvidia_wheels():
+    """CUDA/cuDNN libraries installed as pip wheels (nvidia-cudnn-cu12, ...)."""
+    try:
+        from importlib import metadata
+
+        names = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
+    except Exception:
+        return {}
+    return {n: v for n, v in sorted(names.items()) if n.startswith("nvidia-")}
+
+
 def describe():
     facts = {
         "python": platform.python_version(),
@@ -86,6 +97,7 @@ def describe():
         if d:
             facts["tf_dist"] = d
             break
+    facts["cuda_wheels"] = _nvidia_wheels()
     for name, key in (("keras", "keras_dist"), ("tf_keras", "tf_keras_dist"), ("numpy", "numpy_dist")):
         d = _dist(name)
         if d:
@@ -121,6 +133,9 @@ def describe():
         gpus.append({"name": det.get("device_name", d.name),
                      "compute_capability": ".".join(map(str, cc)) if cc else None})
     smi = _nvidia_smi()
+    if smi:  # the driver is worth stating even when TensorFlow sees no GPU
+        facts["nvidia_driver"] = smi[0]["driver"]
+        facts["smi_gpus"] = smi
     for i, g in enumerate(gpus):
         if i < len(smi):
             g["memory"] = smi[i]["memory"]

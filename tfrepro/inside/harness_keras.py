@@ -248,6 +248,9 @@ def _patch_compile(cls) -> None:
 
 
 def on_keras(keras) -> None:
+    if str(getattr(keras, "__version__", "3")).startswith("2."):
+        _on_keras2(keras)  # TensorFlow <= 2.15: tf.keras is Keras 2, laid out as tf_keras is
+        return
     if keras.backend.backend() != "tensorflow":
         H.S.errors.append(f"keras backend {keras.backend.backend()!r} is not measured")
         return
@@ -257,6 +260,19 @@ def on_keras(keras) -> None:
     _patch_trainer(TensorFlowTrainer, keras.callbacks.Callback, "keras", distributed_sum=False)
     _patch_init(Trainer)
     _patch_compile(Trainer)
+    if H.S.config.get("deterministic"):
+        keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
+
+
+def _on_keras2(keras) -> None:
+    import importlib
+
+    try:  # keras 2.13+ keeps its code under keras.src
+        Model = importlib.import_module("keras.src.engine.training").Model
+    except ImportError:
+        Model = importlib.import_module("keras.engine.training").Model
+    _patch_trainer(Model, keras.callbacks.Callback, "keras", distributed_sum=True)
+    _patch_init(Model)
     if H.S.config.get("deterministic"):
         keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
 

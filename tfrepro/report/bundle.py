@@ -18,11 +18,9 @@ Every text written passes through one `Scrubber` (secrets, home directory).
 from __future__ import annotations
 
 import difflib
-import importlib.util
 import json
 import os
-import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -30,12 +28,16 @@ from typing import Any
 from tfrepro import __version__
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.report import issue as issue_md
+from tfrepro.report import outdir
+from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.rerun import Reproduction, Runner
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
-from tfrepro.report.scrub import Scrubber, capture_env, redacted_names
-from tfrepro.settings import TrialSettings
+from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
+from tfrepro.report.secretscan import raise_on_findings, scan_bundle
+from tfrepro.settings import SymptomSettings, TrialSettings
+from tfrepro.trials.state import STATE_DIR_NAME
 
-RUNS = Path(".tfrepro") / "runs"
+RUNS = Path(STATE_DIR_NAME) / "runs"
 ENTRY = "repro.py"
 REFERENCE = "reference.py"
 
@@ -134,6 +136,43 @@ def _reference_config(result: dict[str, Any], symptom: str) -> list[str]:
 
 # --------------------------------------------------------------------------- the report
 
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the run says: its result, the project it bisected, the settings."""
+
+    run_dir: Path
+    result: dict[str, Any]
+    symptom: str
+    project: Any
+    settings: TrialSettings
+    symptoms: SymptomSettings
+    entry: str
+
+    @property
+    def commit_mode(self) -> bool:
+        return bool(self.result.get("first_bad_commit"))
+
+
+@dataclass(frozen=True)
+class Export:
+    """The two exported variants, scrubbed: the culprit one and its reference."""
+
+    cand_cfg: list[str] | None
+    ref_cfg: list[str] | None
+    cand_files: dict[str, str]
+    ref_files: dict[str, str]
+
+    @property
+    def ref_name(self) -> str:
+        return REFERENCE if set(self.ref_files) == {ENTRY} else f"reference/{ENTRY}"
+
+    @property
+    def diff(self) -> str:
+        return unified_diff(self.ref_files, self.cand_files)
+
 
 def build_report(
     run_dir: Path,
@@ -146,16 +185,45 @@ def build_report(
     python: str | None = None,
     max_pairs: int = 5,
     probe_environment: bool = True,
+    progress: Progress | None = None,
 ) -> Bundle:
     """Write the bundle for the run in `run_dir` and return it. `runner`
     replaces the real trial runner (tests); `environ` the process environment
     the report describes and scrubs against; `probe_environment=False` skips
-    the TensorFlow child describing versions and devices when no re-run did."""
+    the TensorFlow child describing versions and devices when no re-run did;
+    `progress` hears one line per slow step (re-run, localisation, probe)."""
+    environ = dict(os.environ if environ is None else environ)
+    say = progress or (lambda _msg: None)
+    scrubber = Scrubber.from_environ(environ)
+    ctx = load_context(Path(run_dir))
+    export = _export(ctx, scrubber)
+    out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
+    try:
+        writer = _Writer(out, scrubber)
+        artifacts = _write_scripts(writer, ctx, export)
+        reproduction = _reproduce(ctx, export, rerun=rerun, runner=runner, max_pairs=max_pairs, say=say)
+        loc = _localize(ctx, export, localize=localize, python=python, say=say)
+        artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
+        env_facts = _environment(reproduction, probe=probe_environment, python=python, environ=environ, say=say)
+        artifacts.update(plots(out, ctx.result, ctx.symptom, reproduction))
+        artifacts.update(_write_notebook(writer, ctx, export, env_facts))
+        doc = _document(ctx, export, reproduction=reproduction, loc=loc, env_facts=env_facts,
+                        environ=environ, scrubber=scrubber, artifacts=artifacts)
+        doc = scrubber.scrub_obj(doc)  # type: ignore[assignment]
+        writer.write("report.json", json.dumps(doc, indent=2))
+        writer.write("ISSUE.md", issue_md.render_issue(doc))
+        writer.write("result.json", json.dumps(ctx.result, indent=2))
+    finally:
+        outdir.record(out)
+    # A finding the rules did not redact fails the report, naming file:line.
+    raise_on_findings(scan_bundle(out), bundle=out)
+    return Bundle(out, doc)
+
+
+def load_context(run_dir: Path) -> Context:
+    """The run's result and project; a healthy or failed run is refused."""
     from tfrepro.project import Project
 
-    environ = dict(os.environ if environ is None else environ)
-    scrubber = Scrubber.from_environ(environ)
-    run_dir = Path(run_dir)
     result = load_result(run_dir)
     status = result.get("status")
     if status in ("none", "error"):
@@ -163,122 +231,162 @@ def build_report(
             f"the run's status is {status!r}: there is no failure to report", path=run_dir / "result.json",
             hint="report a run whose status is 'found' (or 'baseline-fails')",
         )
-    symptom = result.get("symptom") or "nan"
-    # The run dir sits in <project>/.tfrepro/runs/<id>: that project is the one
-    # to report, even when it was moved or copied since the bisect recorded it.
+    project = Project.load(_project_root(run_dir, result))
+    settings = TrialSettings.from_dict(result["settings"]) if result.get("settings") else project.manifest.trial
+    return Context(run_dir, result, result.get("symptom") or "nan", project, settings,
+                   project.manifest.symptoms, _entry_of(settings))
+
+
+def _project_root(run_dir: Path, result: dict[str, Any]) -> Path:
+    """The run dir sits in <project>/.tfrepro/runs/<id>: that project is the
+    one to report, even when it was moved or copied since the bisect."""
     in_project = run_dir.resolve().parent.parent
-    if in_project.name == ".tfrepro" or not result.get("project"):
-        project_root = in_project.parent
+    if in_project.name == STATE_DIR_NAME or not result.get("project"):
+        return in_project.parent
+    return Path(result["project"])
+
+
+def _export(ctx: Context, scrubber: Scrubber) -> Export:
+    cand_cfg, ref_cfg, cand, ref = _variants(ctx.result, ctx.project, ctx.run_dir, ctx.symptom, ctx.entry)
+    return Export(cand_cfg, ref_cfg, {k: scrubber.scrub(v) for k, v in cand.items()},
+                  {k: scrubber.scrub(v) for k, v in ref.items()})
+
+
+class _Writer:
+    """Writes scrubbed text into the bundle."""
+
+    def __init__(self, out: Path, scrubber: Scrubber) -> None:
+        self.out, self.scrubber = out, scrubber
+
+    def write(self, rel: str, text: str) -> None:
+        path = self.out / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(self.scrubber.scrub(text), encoding="utf-8")
+
+
+def _write_scripts(writer: _Writer, ctx: Context, export: Export) -> dict[str, str]:
+    """repro.py (and the files it imports), the reference next to it."""
+    for rel, text in export.cand_files.items():
+        writer.write(rel, text)
+    if export.ref_name == REFERENCE:
+        writer.write(REFERENCE, export.ref_files[ENTRY])
     else:
-        project_root = Path(result["project"])
-    project = Project.load(project_root)
-    settings = TrialSettings.from_dict(result.get("settings") or {}) if result.get("settings") else project.manifest.trial
-    symptoms = project.manifest.symptoms
-    entry = _entry_of(settings)
+        for rel, text in export.ref_files.items():
+            writer.write(f"reference/{rel}", text)
+    if ctx.commit_mode:
+        bad = str(ctx.result.get("first_bad_commit"))[:12]
+        good = str((ctx.result.get("good") or {}).get("sha", ""))[:12]
+        return {ENTRY: f"the script at the first bad commit {bad}; run `python {ENTRY}`",
+                export.ref_name: f"the script at the good commit {good}, for comparison"}
+    return {ENTRY: f"the minimal failing script ({_cfg_words(export.cand_cfg)}); run `python {ENTRY}`",
+            export.ref_name: f"the same script without the culprits ({_cfg_words(export.ref_cfg)}), for comparison"}
 
-    commit_mode = bool(result.get("first_bad_commit"))
-    cand_cfg, ref_cfg, cand_files, ref_files = _variants(result, project, run_dir, symptom, entry)
-    cand_files = {k: scrubber.scrub(v) for k, v in cand_files.items()}
-    ref_files = {k: scrubber.scrub(v) for k, v in ref_files.items()}
-    diff = unified_diff(ref_files, cand_files)
 
-    out = _prepare_out(Path(out) if out is not None else run_dir / "report")
-    artifacts: dict[str, str] = {}
+def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: dict[str, Any]) -> dict[str, str]:
+    from tfrepro.report import notebook
 
-    def write(rel: str, text: str) -> None:
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out / rel).write_text(scrubber.scrub(text), encoding="utf-8")
+    head = {"symptom": ctx.symptom, "culprits": ctx.result.get("culprits") or [], "environment": env,
+            "first_bad_commit": ctx.result.get("first_bad_commit")}
+    try:
+        nb = notebook.build(export.cand_files[ENTRY], symptom=ctx.symptom, env=env, title=issue_md.title(head))
+    except SyntaxError as e:
+        return {"repro.ipynb": f"skipped: repro.py does not parse ({e.msg}, line {e.lineno})"}
+    writer.write("repro.ipynb", notebook.dumps(nb))
+    return {"repro.ipynb": "the repro as a notebook, exact versions pinned; upload it as a gist to link it"}
 
-    for rel, text in cand_files.items():
-        write(rel, text)
-    artifacts[ENTRY] = (
-        f"the script at the first bad commit {str(result.get('first_bad_commit'))[:12]}; run `python {ENTRY}`"
-        if commit_mode else f"the minimal failing script ({_cfg_words(cand_cfg)}); run `python {ENTRY}`")
-    single = set(ref_files) == {ENTRY}
-    if single:
-        write(REFERENCE, ref_files[ENTRY])
-        ref_name = REFERENCE
-    else:
-        for rel, text in ref_files.items():
-            write(f"reference/{rel}", text)
-        ref_name = f"reference/{ENTRY}"
-    artifacts[ref_name] = (
-        f"the script at the good commit {str((result.get('good') or {}).get('sha', ''))[:12]}, for comparison"
-        if commit_mode else f"the same script without the culprits ({_cfg_words(ref_cfg)}), for comparison")
 
-    rerun_settings = replace(
-        settings, entry=ENTRY,
-        command=tuple(ENTRY if a == entry else a for a in settings.command) if settings.command else None,
-    )
-    reproduction: Reproduction | None = None
-    if rerun:
-        from tfrepro.report.rerun import reproduce
+def _rerun_settings(ctx: Context) -> TrialSettings:
+    command = ctx.settings.command
+    return replace(ctx.settings, entry=ENTRY,
+                   command=tuple(ENTRY if a == ctx.entry else a for a in command) if command else None)
 
-        reproduction = reproduce(symptom, cand_files, ref_files, settings=rerun_settings, symptoms=symptoms,
-                                 noise=float(result.get("noise") or 0.0), runner=runner, max_pairs=max_pairs)
 
-    loc = None
-    if localize and symptom == "nan":
-        from tfrepro.report.localize import localize as run_localize
+def _reproduce(ctx: Context, export: Export, *, rerun: bool, runner: Runner | None, max_pairs: int,
+               say: Progress) -> Reproduction | None:
+    if not rerun:
+        return None
+    from tfrepro.report.rerun import reproduce
 
-        loc = run_localize(cand_files, entry=ENTRY, python=python, timeout_s=settings.timeout_s)
+    say(f"re-running {ENTRY} in a fresh process to confirm the {ctx.symptom} ...")
+    rep = reproduce(ctx.symptom, export.cand_files, export.ref_files, settings=_rerun_settings(ctx),
+                    symptoms=ctx.symptoms, noise=float(ctx.result.get("noise") or 0.0), runner=runner,
+                    max_pairs=max_pairs, progress=say,
+                    expected_error=(ctx.result.get("culprit_trial") or ctx.result.get("failing") or {}).get("error"))
+    verdict = {True: "reproduced", False: "NOT reproduced", None: "undecided"}[rep.reproduced]
+    say(f"re-run: {verdict} ({rep.detail})")
+    return rep
 
-    setup = scan_setup(cand_files[ENTRY])
+
+def _localize(ctx: Context, export: Export, *, localize: bool, python: str | None, say: Progress) -> Any:
+    if not (localize and ctx.symptom == "nan"):
+        return None
+    from tfrepro.report.localize import localize as run_localize
+
+    say("localising the first non-finite value (check_numerics, XLA off) ...")
+    return run_localize(export.cand_files, entry=ENTRY, python=python, timeout_s=ctx.settings.timeout_s)
+
+
+def _setup_facts(export: Export, reproduction: Reproduction | None, loc: Any) -> dict[str, Any]:
+    """Precision, replicas, XLA...: read from the source, then corrected by
+    what the re-run and the localisation saw at run time."""
+    setup = scan_setup(export.cand_files[ENTRY])
     if reproduction and reproduction.candidate:
         setup = merge_trial_setup(setup, (reproduction.candidate.get("extra") or {}).get("setup"))
-    setup = merge_runtime(setup, loc.settings if loc else None)
+    return merge_runtime(setup, loc.settings if loc else None)
 
-    trials = _load_trials(run_dir, result)
-    artifacts.update(_write_events(out / "tensorboard", trials))
 
-    env_facts = _environment(reproduction, probe=probe_environment, python=python)
-
-    artifacts.update(_plots(out, result, symptom, reproduction))
-
+def _document(ctx: Context, export: Export, *, reproduction: Reproduction | None, loc: Any,
+              env_facts: dict[str, Any], environ: dict[str, str], scrubber: Scrubber,
+              artifacts: dict[str, str]) -> dict[str, Any]:
+    """report.json: everything ISSUE.md says, as data."""
+    result, project = ctx.result, ctx.project
     doc: dict[str, Any] = {
-        "tfrepro_version": __version__,
-        "run_id": run_dir.name,
-        "run_dir": str(run_dir),
-        "project": str(project_root),
-        "status": status,
-        "symptom": symptom,
-        "culprits": list(result.get("culprits") or []),
-        "culprit_config": list(cand_cfg or []),
-        "reference_config": list(ref_cfg or []),
-        "first_bad_commit": result.get("first_bad_commit"),
-        "commit": result.get("commit"),
+        "tfrepro_version": __version__, "run_id": ctx.run_dir.name, "run_dir": str(ctx.run_dir),
+        "project": str(project.root), "status": result.get("status"), "symptom": ctx.symptom,
+        "culprits": list(result.get("culprits") or []), "culprit_config": list(export.cand_cfg or []),
+        "reference_config": list(export.ref_cfg or []), "first_bad_commit": result.get("first_bad_commit"),
+        "commit": result.get("commit"), "follows": result.get("follows"), "nightly": _nightly(result),
         "features": {n: {"description": project.description(n), "affects_loss": n in project.affects_loss}
                      for n in project.feature_names},
-        "settings": settings.to_dict(),
-        "symptom_settings": {"nan": symptoms.nan, "slowdown": symptoms.slowdown, "mismatch": symptoms.mismatch},
-        "baseline": result.get("baseline") or {},
-        "failing": result.get("failing") or {},
+        "settings": ctx.settings.to_dict(),
+        "symptom_settings": {"nan": ctx.symptoms.nan, "slowdown": ctx.symptoms.slowdown,
+                             "mismatch": ctx.symptoms.mismatch},
+        "baseline": result.get("baseline") or {}, "failing": result.get("failing") or {},
         "culprit_trial": result.get("culprit_trial") or result.get("failing") or {},
         "evidence": {k: result.get(k) for k in ("trials", "wall_s", "ablation", "trials_table", "flaky",
                                                  "reproduction_rate", "noise", "timing")},
-        "environment": env_facts,
-        "env_vars": capture_env(environ, scrubber),
-        "redacted_env": redacted_names(environ),
-        "setup": setup,
+        "environment": env_facts, "env_vars": capture_env(environ, scrubber),
+        "redacted_env_count": withheld_count(environ),  # how many, never their names
+        "setup": _setup_facts(export, reproduction, loc),
         "reproduction": reproduction.to_dict() if reproduction else None,
         "localization": ({**loc.to_dict(), "headline": loc.headline()} if loc else None),
-        "repro": {"entry": ENTRY, "files": sorted(cand_files), "code": cand_files[ENTRY],
-                  "extra_imports": extra_imports(cand_files),
-                  "reference": ref_name, "diff": diff,
-                  "command": " ".join(["python", *rerun_settings.command[1:]]) if rerun_settings.command
-                  else f"python {ENTRY}"},
-        "artifacts": artifacts,
+        "repro": _repro_facts(ctx, export),
+        "artifacts": {**artifacts, "ISSUE.md": "this issue text", "report.json": "everything in ISSUE.md, as data",
+                      "result.json": "the bisect result this report was made from"},
     }
-    if symptom == "mismatch" and reproduction and reproduction.reference:
+    if ctx.symptom == "mismatch" and reproduction and reproduction.reference:
         doc["reference_trial"] = reproduction.reference
-    artifacts["ISSUE.md"] = "this issue text"
-    artifacts["report.json"] = "everything in ISSUE.md, as data"
-    artifacts["result.json"] = "the bisect result this report was made from"
-    doc = scrubber.scrub_obj(doc)  # type: ignore[assignment]
-    write("report.json", json.dumps(doc, indent=2))
-    write("ISSUE.md", issue_md.render_issue(doc))
-    write("result.json", json.dumps(result, indent=2))
-    return Bundle(out, doc)
+    return doc
+
+
+def _repro_facts(ctx: Context, export: Export) -> dict[str, Any]:
+    command = _rerun_settings(ctx).command
+    return {"entry": ENTRY, "files": sorted(export.cand_files), "code": export.cand_files[ENTRY],
+            "extra_imports": extra_imports(export.cand_files), "reference": export.ref_name,
+            "diff": export.diff,
+            "command": " ".join(["python", *command[1:]]) if command else f"python {ENTRY}"}
+
+
+def _nightly(result: dict[str, Any]) -> dict[str, Any] | None:
+    """Whether a nightly build was tried: a `nightly` record of the run
+    ({"version", "reproduced"}), or a nightly among a version bisect's trials."""
+    if isinstance(result.get("nightly"), dict):
+        return result["nightly"]
+    for row in result.get("version_trials") or []:
+        version = str(row.get("version") or "")
+        if "dev" in version or "nightly" in version:
+            return {"version": version, "reproduced": row.get("verdict") == result.get("symptom")}
+    return None
 
 
 def _variants(
@@ -304,108 +412,26 @@ def _variants(
     return cand_cfg, ref_cfg, bundle_files(project, cand_cfg, entry), bundle_files(project, ref_cfg, entry)
 
 
-def _prepare_out(out: Path) -> Path:
-    """The bundle directory, emptied if it holds an earlier bundle; any other
-    non-empty directory is refused (never delete what we did not write)."""
-    out = out.resolve()
-    if out.exists() and any(out.iterdir()):
-        if not (out / "ISSUE.md").is_file() or not (out / "report.json").is_file():
-            raise UserError("the output directory exists and is not a tfrepro bundle", path=out,
-                            hint="give --out a new or empty directory")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    return out
-
-
-def _environment(reproduction: Reproduction | None, *, probe: bool, python: str | None) -> dict[str, Any]:
-    """The re-run's process described itself; otherwise a child of its own."""
+def _environment(reproduction: Reproduction | None, *, probe: bool, python: str | None,
+                 environ: Mapping[str, str], say: Progress) -> dict[str, Any]:
+    """The re-run's process described itself; otherwise a child of its own.
+    The library path the CUDA libraries load from comes from `environ`."""
     facts = ((reproduction.candidate or {}).get("extra") or {}).get("environment") if reproduction else None
     if facts and "probe_error" not in facts:
-        return {**facts, "collected_in": "the re-run of repro.py"}
-    if not probe:
-        return {"probe_error": "environment probe not run"}
-    from tfrepro.report import environment
+        facts = {**facts, "collected_in": "the re-run of repro.py"}
+    elif not probe:
+        facts = {"probe_error": "environment probe not run"}
+    else:
+        from tfrepro.report import environment
 
-    return environment.collect(python=python)
+        say("describing the environment (versions, devices) in a TensorFlow child ...")
+        facts = environment.collect(python=python)
+    if environ.get("LD_LIBRARY_PATH"):
+        facts = {**facts, "ld_library_path": environ["LD_LIBRARY_PATH"]}
+    return facts
 
 
 def _cfg_words(cfg: list[str] | None) -> str:
     if cfg is None:
         return "the project as written"
     return "features on: " + ", ".join(cfg) if cfg else "every feature off"
-
-
-def _load_trials(run_dir: Path, result: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(name, summary) of every trial of the run, in order; the baseline,
-    failing and culprit summaries when the table has none."""
-    trials = []
-    for i, row in enumerate(result.get("trials_table") or [], 1):
-        summary = None
-        if row.get("summary"):
-            try:
-                summary = json.loads((run_dir / row["summary"]).read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError):
-                summary = None
-        if summary is None:
-            continue
-        label = "+".join(row.get("enabled") or []) or "baseline"
-        role = f"_{row['role']}{row.get('repeat', '')}" if row.get("role") else ""
-        trials.append((f"{i:02d}_{label}{role}_{row.get('verdict', '')}"[:120], summary))
-    if not trials:
-        for key in ("baseline", "failing", "culprit_trial"):
-            if result.get(key):
-                trials.append((key, result[key]))
-    return trials
-
-
-def _write_events(logdir: Path, trials: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
-    """One TensorBoard run per trial (pure-Python event files: neither
-    TensorFlow nor tensorboard is needed to write them)."""
-    from tfrepro.report import events
-
-    if not trials:
-        return {"tensorboard/": "skipped: the run kept no per-trial summaries"}
-    for name, s in trials:
-        events.write_run(logdir / _safe_name(name), {
-            "loss": s.get("losses") or [],
-            "step_time_ms": [1000.0 * t for t in s.get("step_times") or []],
-        })
-    have_tb = importlib.util.find_spec("tensorboard") is not None
-    view = ("view them with `tensorboard --logdir tensorboard`" if have_tb else
-            "viewing skipped: tensorboard not installed here (`pip install tensorboard`, "
-            "then `tensorboard --logdir tensorboard`)")
-    return {"tensorboard/": f"{len(trials)} runs, one per trial (scalars loss, step_time_ms); {view}"}
-
-
-def _safe_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "+-_." else "_" for c in name)[:120]
-
-
-def _plots(out: Path, result: dict[str, Any], symptom: str, rep: Reproduction | None) -> dict[str, str]:
-    from tfrepro.report import plots
-
-    notes: dict[str, str] = {}
-    base = result.get("baseline") or {}
-    cand = result.get("culprit_trial") or result.get("failing") or {}
-    label = "+".join(result.get("culprit_config") or result.get("culprits") or []) or "failing"
-    curves = [("baseline (all features off)", base), (f"culprit configuration ({label})", cand)]
-    if symptom == "mismatch" and rep and rep.reference:
-        curves.insert(1, ("reference (re-run of reference.py)", rep.reference))
-    if plots.loss_plot(out / "loss.png", curves, title=f"per-step loss — {symptom}"):
-        notes["loss.png"] = "per-step loss, baseline against the culprit configuration" + (
-            ", first non-finite step marked" if symptom == "nan" else "")
-    else:
-        notes["loss.png"] = "skipped: no per-step loss recorded"
-    if symptom == "slowdown":
-        # Every steady step of one trial each shows the spread; the per-trial
-        # medians of the interleaved timing runs are what the test compared.
-        groups = [("baseline", plots.steady(base)), (label, plots.steady(cand))]
-        timing = result.get("timing") or {}
-        if not (groups[0][1] and groups[1][1]) and timing.get("baseline") and timing.get("candidate"):
-            groups = [("baseline (per-trial medians)", timing["baseline"]),
-                      (f"{label} (per-trial medians)", timing["candidate"])]
-        if plots.step_time_plot(out / "steps.png", groups, title="steady-state step time (warm-up excluded)"):
-            notes["steps.png"] = "step-time distributions, baseline against the culprit configuration"
-        else:
-            notes["steps.png"] = "skipped: no step times recorded"
-    return notes

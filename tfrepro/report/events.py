@@ -11,8 +11,6 @@ run per trial without starting TensorFlow.
 from __future__ import annotations
 
 import math
-import os
-import socket
 import struct
 import time
 from collections.abc import Sequence
@@ -79,13 +77,19 @@ def _record(data: bytes) -> bytes:
     return header + struct.pack("<I", masked_crc(header)) + data + struct.pack("<I", masked_crc(data))
 
 
+# TensorBoard reads any file whose name holds "tfevents"; the usual name
+# carries the host name and process id, which a bundle meant for a public
+# tracker must not (one run per directory: one fixed name is enough).
+EVENT_FILE = "events.out.tfevents.tfrepro"
+
+
 def write_run(logdir: Path, scalars: dict[str, Sequence[float | None]], *, wall_time: float | None = None) -> Path:
     """One event file in `logdir` holding each series as scalars at steps
     1, 2, ...; None (a non-finite loss in result.json) is written as NaN,
     which TensorBoard shows at the step it happened."""
     logdir.mkdir(parents=True, exist_ok=True)
     t = time.time() if wall_time is None else wall_time
-    path = logdir / f"events.out.tfevents.{int(t)}.{socket.gethostname() or 'localhost'}.{os.getpid()}.0"
+    path = logdir / EVENT_FILE
     with open(path, "wb") as f:
         f.write(_record(_event(t, 0, file_version="brain.Event:2")))
         for tag, values in scalars.items():

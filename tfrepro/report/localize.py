@@ -12,6 +12,8 @@ import ast
 import json
 import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -222,41 +224,70 @@ def localize(
     in a fresh process, XLA off, and say where the first non-finite value came
     from. Never raises for a failing run: the note says what happened."""
     python = python or sys.executable
-    with tempfile.TemporaryDirectory(prefix="tfrepro-localize-") as tmp:
-        root = Path(tmp) / "repro"
-        for rel, text in files.items():
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_text(text, encoding="utf-8")
-        out = Path(tmp) / "probe.json"
-        env = child_env()
-        # Auto-clustering would put ops under XLA too.
-        flags = re.sub(r"--tf_xla_auto_jit=\S+", "", env.get("TF_XLA_FLAGS", "")).strip()
-        env["TF_XLA_FLAGS"] = (flags + " --tf_xla_auto_jit=0").strip()
-        try:
-            proc = subprocess.run(
-                [python, str(PROBE), str(out), str(root / entry)], cwd=root, env=env,
-                capture_output=True, text=True, timeout=timeout_s, start_new_session=True,
-            )
-        except subprocess.TimeoutExpired:
-            return Localization(found=False, note=f"the check_numerics run timed out after {timeout_s:.0f} s")
-        if not out.exists():
-            tail = (proc.stderr or "").strip().splitlines()[-1:] or ["no output"]
-            return Localization(found=False, note=f"the check_numerics run failed (exit {proc.returncode}): {tail[0]}")
-        facts = json.loads(out.read_text(encoding="utf-8"))
-        settings = facts.get("settings") or {}
-        layers = {n: c for n, c in facts.get("layers") or []}
-        if facts.get("completed"):
-            return Localization(
-                found=False, settings=settings,
-                note="check_numerics saw no NaN/Inf in any op output with XLA off: the non-finite value "
-                     "may come from XLA itself, or only the final weights are non-finite",
-            )
-        msg = facts.get("message") or ""
-        loc = parse_check_numerics(msg, script=str(root / entry), source=files.get(entry, ""),
-                                   layers=layers, rel=entry, traceback_text=facts.get("traceback") or "")
-        if not loc.found:
-            last = (facts.get("traceback") or msg).strip().splitlines()[-1:] or [""]
-            return Localization(found=False, settings=settings,
-                                note=f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}",
-                                excerpt=loc.excerpt)
-        return Localization(**{**loc.to_dict(), "settings": settings})
+    tmp = tempfile.mkdtemp(prefix="tfrepro-localize-")
+    try:
+        return _localize_in(tmp, files, entry, python, timeout_s)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """The probe runs in its own session: kill it and everything it started."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not honoured
+        pass
+
+
+def _run_probe(cmd: list[str], root: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str] | None:
+    """(exit code, stderr) of the probe, or None when it timed out. Its whole
+    process group is killed on the way out, finished or not."""
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+        return proc.returncode, err or ""
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        _kill_group(proc)
+
+
+def _localize_in(tmp: str, files: dict[str, str], entry: str, python: str, timeout_s: float) -> Localization:
+    root = Path(tmp) / "repro"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    out = Path(tmp) / "probe.json"
+    env = child_env()
+    # Auto-clustering would put ops under XLA too.
+    flags = re.sub(r"--tf_xla_auto_jit=\S+", "", env.get("TF_XLA_FLAGS", "")).strip()
+    env["TF_XLA_FLAGS"] = (flags + " --tf_xla_auto_jit=0").strip()
+    done = _run_probe([python, str(PROBE), str(out), str(root / entry)], root, env, timeout_s)
+    if done is None:
+        return Localization(found=False, note=f"the check_numerics run timed out after {timeout_s:.0f} s")
+    if not out.exists():
+        tail = done[1].strip().splitlines()[-1:] or ["no output"]
+        return Localization(found=False, note=f"the check_numerics run failed (exit {done[0]}): {tail[0]}")
+    facts = json.loads(out.read_text(encoding="utf-8"))
+    settings = facts.get("settings") or {}
+    layers = {n: c for n, c in facts.get("layers") or []}
+    if facts.get("completed"):
+        return Localization(
+            found=False, settings=settings,
+            note="check_numerics saw no NaN/Inf in any op output with XLA off: the non-finite value "
+                 "may come from XLA itself, or only the final weights are non-finite",
+        )
+    msg = facts.get("message") or ""
+    loc = parse_check_numerics(msg, script=str(root / entry), source=files.get(entry, ""),
+                               layers=layers, rel=entry, traceback_text=facts.get("traceback") or "")
+    if not loc.found:
+        last = (facts.get("traceback") or msg).strip().splitlines()[-1:] or [""]
+        return Localization(found=False, settings=settings,
+                            note=f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}",
+                            excerpt=loc.excerpt)
+    return Localization(**{**loc.to_dict(), "settings": settings})

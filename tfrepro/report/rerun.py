@@ -15,6 +15,7 @@ the bisect did; the classifier judges the result. What counts as reproduced:
 from __future__ import annotations
 
 import random
+import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -83,9 +84,13 @@ def reproduce(
     runner: Runner | None = None,
     max_pairs: int = 5,
     workdir: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+    expected_error: str | None = None,
 ) -> Reproduction:
     """Re-run the exported `candidate` files (relpath -> text, entry
-    `settings.entry`) and, when the symptom needs one, the `reference`."""
+    `settings.entry`) and, when the symptom needs one, the `reference`. A
+    crash reproduces only with the bisect's `expected_error` (exception type
+    and message), when it is known."""
     with tempfile.TemporaryDirectory(prefix="tfrepro-rerun-", dir=workdir) as tmp:
         root = Path(tmp)
         cand_dir = _write(root / "candidate", candidate)
@@ -94,7 +99,7 @@ def reproduce(
             runner = default_runner(root / "state")
         settings = replace(settings, repeat=0)
         if symptom == Verdict.SLOWDOWN.value:
-            return _slowdown(cand_dir, ref_dir, settings, symptoms, runner, max_pairs)
+            return _slowdown(cand_dir, ref_dir, settings, symptoms, runner, max_pairs, progress)
         cand = runner(cand_dir, settings)
         ref = None
         if symptom == Verdict.MISMATCH.value:
@@ -103,6 +108,8 @@ def reproduce(
 
         verdict = classify(cand, reference=ref, settings=symptoms, noise=noise, target=_verdict(symptom))
         shown = verdict.value == symptom
+        if shown and symptom == "crash" and not same_error(cand.error, expected_error):
+            shown = False
         if symptom == "nan":
             if cand.first_nonfinite_step is not None:
                 detail = f"the loss became non-finite at step {cand.first_nonfinite_step}"
@@ -113,6 +120,8 @@ def reproduce(
                           f"(last loss {_fmt_loss(cand.last_loss)})")
         elif symptom == "crash":
             detail = f"the script raised: {cand.error}" if cand.crashed else "the script ran to the end"
+            if cand.crashed and not shown:
+                detail += f", not the bisect's {expected_error}"
         elif symptom == "timeout":
             detail = (f"the script did not finish within {settings.timeout_s:.0f} s" if cand.timed_out
                       else f"the script finished in {cand.wall_s:.1f} s")
@@ -123,10 +132,25 @@ def reproduce(
                       f"(tolerance {tol:.3g}) over {min(len(cand.losses), len(ref.losses))} steps")
         else:
             detail = f"verdict {verdict.value}"
-        if not shown and verdict != Verdict.OK:
+        if not shown and verdict not in (Verdict.OK, _verdict(symptom)):
             detail += f"; it showed {verdict.value} instead"
         return Reproduction(symptom, shown, detail, verdict.value, cand.to_dict(),
                             ref.to_dict() if ref is not None else None)
+
+
+def same_error(got: str | None, expected: str | None) -> bool:
+    """Same exception type and message (the last traceback line), ignoring
+    what differs between two runs of the same failure: memory addresses,
+    temp paths, spacing. Unknown expectations match any crash."""
+    if not expected:
+        return True
+    return _error_key(got or "") == _error_key(expected)
+
+
+def _error_key(line: str) -> str:
+    line = re.sub(r"0x[0-9a-fA-F]+", "0x?", line.strip().splitlines()[-1] if line.strip() else "")
+    line = re.sub(r"/\S*/(tfrepro-rerun-|tmp)\S*", "<tmp>", line)
+    return " ".join(line.split())
 
 
 def _verdict(symptom: str) -> Verdict | None:
@@ -137,13 +161,15 @@ def _verdict(symptom: str) -> Verdict | None:
 
 
 def _slowdown(cand_dir: Path, ref_dir: Path, settings: TrialSettings, symptoms: SymptomSettings,
-              runner: Runner, max_pairs: int) -> Reproduction:
+              runner: Runner, max_pairs: int, progress: Callable[[str], None] | None = None) -> Reproduction:
     from tfrepro.trials.classify import sequential_slowdown
 
     last: dict[str, TrialResult] = {}
 
     def sample(i: int) -> tuple[float, float] | Verdict:
         # Baseline first, then candidate, never concurrently (DESIGN: timing).
+        if progress:
+            progress(f"  timing pair {i + 1} (at most {max_pairs}): reference.py, then repro.py")
         s = replace(settings, repeat=i)
         ref = runner(ref_dir, s)
         cand = runner(cand_dir, s)

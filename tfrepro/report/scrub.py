@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 REDACTED = "<redacted>"
@@ -40,28 +40,85 @@ _NOT_SECRET_NAME = re.compile(
     re.IGNORECASE,
 )
 
+# Private keys (PEM, OpenSSH, PGP armor): the whole block, or, when the END
+# line is missing (a truncated paste), the BEGIN line and every line after it
+# that is key material. Never a quote: the block is redacted inside its string
+# literal, and the code around it stays valid Python.
+_KEY_BEGIN = r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----"
+_PRIVATE_KEY_BLOCK = re.compile(
+    _KEY_BEGIN + r"""(?:(?!-----BEGIN)[^"'`])*?-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----"""
+)
+_PRIVATE_KEY_HEAD = re.compile(
+    _KEY_BEGIN
+    + r"(?:\\[rn]|[A-Za-z0-9+/=])*"  # the rest of its line (a one-line string with \n escapes)
+    + r"(?:\r?\n[ \t]*(?:Version|Comment|Hash|Charset|Proc-Type|DEK-Info): [^\r\n]*)*"  # armor headers
+    + r"(?:\r?\n[ \t]*(?=\r?\n))?"  # the blank line after them
+    + r"(?:\r?\n[ \t]*(?:[A-Za-z0-9+/]{16,}={0,2}|[A-Za-z0-9+/]{0,15}={1,2}|=[A-Za-z0-9+/]{4})[ \t]*(?=\r?\n|\Z))*"
+)
 # Shapes of credentials, wherever they appear in a text.
 _SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?-----END [A-Z ]*PRIVATE KEY-----", re.S),
+    _PRIVATE_KEY_BLOCK,
+    _PRIVATE_KEY_HEAD,
     re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"),  # AWS access key ids
-    re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"),  # Hugging Face
+    # AWS secret access keys: 40 base64 characters, slashes included.
+    re.compile(r"(?<![A-Za-z0-9/+=])(?!/)(?![A-Za-z0-9/+]*//)(?=(?:[A-Za-z0-9+]*/){0,3}[A-Za-z0-9+]*(?![A-Za-z0-9/+=]))"
+               r"(?=[A-Za-z0-9/+]*[A-Z])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[0-9])"
+               r"[A-Za-z0-9/+]{39}[A-Za-z0-9+](?![A-Za-z0-9/+=])"),
+    re.compile(r"\bhf_(?=[A-Za-z0-9]*[A-Z])[A-Za-z0-9]{8,}\b"),  # Hugging Face, however short
     re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}\b|\bgithub_pat_[A-Za-z0-9_]{20,}\b"),
+    re.compile(r"\bgl(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-[A-Za-z0-9_-]{20,}|\bGR1348941[A-Za-z0-9_-]{20,}"),
+    re.compile(r"\b[rsp]k_(?:live|test)_[0-9A-Za-z]{10,}\b"),  # Stripe
     re.compile(r"\bsk-[A-Za-z0-9_-]{20,}\b"),  # OpenAI-style keys
     re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b"),  # Slack
     re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"),  # Google API keys
     re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\b"),  # JWT
 )
-# `scheme://user:password@host` keeps the user, loses the password.
-_URL_CREDENTIALS = re.compile(r"(\b[a-z][a-z0-9+.-]*://[^/\s:@]+:)([^/\s@]+)(@)", re.IGNORECASE)
-# `password=...`, `api_key: ...`, `"token": "..."`: keep the name, lose the value.
-_ASSIGNMENT = re.compile(
-    r"""(\b[\w.-]*(?:password|passwd|secret|token|api[_-]?key|access[_-]?key|credential)s?["']?\s*[:=]\s*["']?)"""
-    r"""([^\s"',;()\[\]{}]{4,})(?=[\s"',;]|$)""",
+# `Bearer <token>` (any case): keep the scheme, lose the token. Prose ("bearer
+# authentication") has no digit and is short.
+_BEARER = re.compile(r"\b([Bb]earer\s+)([A-Za-z0-9._~+/-]{8,}=*)")
+# `scheme://user:password@host` keeps the user, loses the password (which may
+# hold `/`; `host:8080/path@x` is a port, not a password).
+_URL_CREDENTIALS = re.compile(
+    r"""(\b[a-z][a-z0-9+.-]*://[^/\s:@"'<>]+:)((?!\d+(?:/|$))[^\s@"'<>]+)(@)""", re.IGNORECASE
+)
+# `https://TOKEN@host`: a user part that is a token, not a name like `git`.
+_URL_TOKEN = re.compile(r"""(\b[a-z][a-z0-9+.-]*://)([^/\s:@"'<>]+)(@)""", re.IGNORECASE)
+# `password=...`, `api_key: ...`, `"token": "..."`, `password: str = "..."`,
+# `os.environ["WANDB_API_KEY"] = "..."`: keep the name, lose the value. The
+# same inside a JSON string (`\"token\": \"...\"`: result.json quotes code).
+_NAME = (r"[\w.-]*(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
+         r"|credential|_pass|_pwd)s?")
+_CLOSE_NAME = r"""(?:\\?["'])?\]?"""  # the end of a quoted name or a subscript: `"]`
+_SEP = r"""[ \t]*(?::[ \t]*[A-Za-z_][\w.\[\], |]*?[ \t]*=|[:=])[ \t]*"""  # =, :, or `: type =`
+# A quoted value up to its closing quote: `"`, `'`, or JSON's `\"`. Groups:
+# `q` the quote, `v` the value.
+_QUOTED = r"""(?P<q>\\?["'])(?P<v>(?:\\.|(?!(?P=q))[^\\\r\n]){MIN,}?)(?=(?P=q))"""
+_ASSIGNMENT = re.compile(  # unquoted values
+    r"(\b" + _NAME + _CLOSE_NAME + _SEP + r"""["']?)([^\s"',;()\[\]{}\\]{4,})(?=[\s"',;\\]|$)""",
     re.IGNORECASE,
+)
+_ASSIGNMENT_QUOTED = re.compile(  # quoted values, spaces included (passphrases)
+    r"\b" + _NAME + _CLOSE_NAME + _SEP + _QUOTED.replace("MIN", "1"), re.IGNORECASE
+)
+# Short or ambiguous names (`pw="..."`, `'pass': '...'`, `key="..."`) count
+# only in lower case with a quoted value; for `key`, only a value shaped like
+# a key (`PASS = "pass"` is a constant, `key="name"` a sort key).
+_SHORT_ASSIGNMENT = re.compile(
+    r"""(?<![\w.])(?P<nq>\\?["']?)(?P<name>pw|pwd|pass|passwd|key|apikey)(?P=nq)[ \t]*[:=][ \t]*"""
+    + _QUOTED.replace("MIN", "4")
+)
+# `os.environ.setdefault("HF_TOKEN", "...")`, `os.putenv("MY_PASSWORD", "...")`.
+_NAME_VALUE_PAIR = re.compile(
+    r"""(?P<nq>\\?["'])""" + _NAME + r"(?P=nq)[ \t]*,[ \t]*" + _QUOTED.replace("MIN", "4"), re.IGNORECASE
 )
 # A long run of base64/url-safe characters with upper case, lower case and
 # digits looks random: a key. Hex digests (no upper case) and words pass.
 _RANDOM_LOOKING = re.compile(r"(?<![A-Za-z0-9/+_=-])[A-Za-z0-9/+_=-]{32,}(?![A-Za-z0-9/+_=-])")
+# Hex keys (W&B: 40, Kaggle: 32). 64 hex digits are a sha256 digest (trial
+# cache keys), never redacted by shape alone.
+_HEX_KEY = re.compile(r"^(?=.*[0-9])(?=.*[a-f])[0-9a-f]{32,63}$", re.IGNORECASE)
+# Values that are not credentials whatever their name says.
+_NOT_A_VALUE = re.compile(r"^(\d{1,7}|\d*\.\d+(e-?\d+)?|None|True|False|null|true|false|<redacted>)$")
 
 # Environment variables worth recording in a TensorFlow bug report.
 ENV_ALLOW_EXACT = frozenset(
@@ -114,6 +171,44 @@ def _is_random_looking(s: str) -> bool:
     return bool(re.search(r"[A-Z]", s) and re.search(r"[a-z]", s) and re.search(r"[0-9]", s))
 
 
+def _redact_group(group: int | str, when: Callable[[re.Match[str]], bool] | None = None
+                  ) -> Callable[[re.Match[str]], str]:
+    """A `re.sub` replacement that redacts one group of the match, keeping
+    the text around it (the name, the quotes), when `when` says the match
+    holds a credential."""
+    def replace(m: re.Match[str]) -> str:
+        if m.group(group) == REDACTED or (when is not None and not when(m)):
+            return m.group(0)
+        start, end = m.start(group) - m.start(0), m.end(group) - m.start(0)
+        return m.group(0)[:start] + REDACTED + m.group(0)[end:]
+    return replace
+
+
+def _is_token_like(s: str) -> bool:
+    """A bearer token or a URL's user part that is a token: long, or with
+    letters and digits mixed (`git`, `alice` and prose words are not)."""
+    has_digit, has_alpha = any(c.isdigit() for c in s), any(c.isalpha() for c in s)
+    return len(s) >= 24 or (len(s) >= 8 and has_digit and has_alpha)
+
+
+def _is_bare_secret(m: re.Match[str]) -> bool:
+    """An unquoted value after a secret name: not a number, a constant or a
+    short word of prose (`token: long`)."""
+    value = m.group(2)
+    return not _NOT_A_VALUE.match(value) and not (value.isalpha() and len(value) < 6)
+
+
+def _is_short_name_secret(m: re.Match[str]) -> bool:
+    """`pw`, `pass`: any quoted value. `key`: only a value shaped like a key
+    (the hex of a W&B or Kaggle key, or random-looking), not `key="name"`."""
+    if m.group("name") not in ("key", "apikey"):
+        return True
+    value = m.group("v")
+    if re.fullmatch(r"[0-9a-fA-F]+", value):  # a hex key, but not a sha256 digest (trial-cache keys)
+        return bool(_HEX_KEY.match(value))
+    return _is_random_looking(value) or (len(value) >= 20 and " " not in value and _is_token_like(value))
+
+
 @dataclass(frozen=True)
 class Scrubber:
     """Replaces secrets and the home directory in texts. Build it with
@@ -123,7 +218,7 @@ class Scrubber:
     homes: tuple[str, ...] = ()
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None, home: str | None = None) -> "Scrubber":
+    def from_environ(cls, environ: Mapping[str, str] | None = None, home: str | None = None) -> Scrubber:
         environ = os.environ if environ is None else environ
         secrets = {
             v for k, v in environ.items()
@@ -146,10 +241,13 @@ class Scrubber:
             text = text.replace(s, REDACTED)
         for p in _SECRET_PATTERNS:
             text = p.sub(REDACTED, text)
-        text = _URL_CREDENTIALS.sub(lambda m: m.group(1) + REDACTED + m.group(3), text)
-        text = _ASSIGNMENT.sub(
-            lambda m: m.group(0) if m.group(2) == REDACTED else m.group(1) + REDACTED, text
-        )
+        text = _BEARER.sub(_redact_group(2, lambda m: _is_token_like(m.group(2))), text)
+        text = _URL_CREDENTIALS.sub(_redact_group(2), text)
+        text = _URL_TOKEN.sub(_redact_group(2, lambda m: len(m.group(2)) >= 12 and _is_token_like(m.group(2))), text)
+        text = _ASSIGNMENT_QUOTED.sub(_redact_group("v"), text)
+        text = _SHORT_ASSIGNMENT.sub(_redact_group("v", _is_short_name_secret), text)
+        text = _NAME_VALUE_PAIR.sub(_redact_group("v"), text)
+        text = _ASSIGNMENT.sub(_redact_group(2, _is_bare_secret), text)
         text = _RANDOM_LOOKING.sub(lambda m: REDACTED if _is_random_looking(m.group(0)) else m.group(0), text)
         for h in self.homes:
             # Only as a path prefix: "/home/al" must not eat "/home/alice".
@@ -188,7 +286,13 @@ def capture_env(environ: Mapping[str, str], scrubber: Scrubber) -> dict[str, str
 
 
 def redacted_names(environ: Mapping[str, str], names: Iterable[str] | None = None) -> list[str]:
-    """Names of the variables whose values a scrubber hides (for the report's
-    'what was removed' note; names only, never values)."""
+    """Names of the variables whose values a scrubber hides. For tfrepro's
+    own use: a bundle says only how many there were (`withheld_count`), since
+    a name (`ACME_PROD_DB_PASSWORD`) tells an attacker what to look for."""
     pool = environ if names is None else {n: environ[n] for n in names if n in environ}
     return sorted(n for n, v in pool.items() if v and (is_secret_name(n) or looks_secret_value(v)))
+
+
+def withheld_count(environ: Mapping[str, str]) -> int:
+    """How many environment variables look secret (recorded in no bundle)."""
+    return len(redacted_names(environ))

@@ -9,6 +9,8 @@ complete and committed, so a failure leaves nothing half-written.
 
 from __future__ import annotations
 
+import math
+import re
 import shutil
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -94,19 +96,40 @@ def validate_data(data: Mapping[str, Any], specs: Mapping[str, Mapping[str, Any]
                     f"{key}={value!r} is not one of the choices",
                     hint=f"choose among: {', '.join(map(str, choices))}",
                 )
+            if choices is None and isinstance(value, str):
+                _check_text(key, value)
             out[key] = _cast(key, value, spec.get("type", "str"))
     return out
+
+
+# A free-text answer (a path) lands in Python source as a string literal: one
+# line of text, nothing that splits a line (str.splitlines() knows more line
+# breaks than \n), no NUL, no lone surrogate (undecodable bytes of argv).
+_BAD_TEXT = re.compile(r"[\x00-\x1f\x7f\x85\u2028\u2029\ud800-\udfff]")
+# Larger than any sensible learning rate or other float answer; 1e300 is a typo.
+MAX_FLOAT = 1e6
+
+
+def _check_text(key: str, value: str) -> None:
+    bad = _BAD_TEXT.search(value)
+    if bad:
+        raise UserError(f"{key} must be one line of printable text; it holds {bad.group(0)!r} at "
+                        f"position {bad.start()}", hint=f"e.g. --data {key}=data/train.npz")
 
 
 def _cast(key: str, value: Any, type_name: str) -> Any:
     casts = {"int": int, "float": float}
     if type_name not in casts or not isinstance(value, str):
         return value
+    hint = f"e.g. --data {key}={'32' if type_name == 'int' else '0.001'}"
     try:
-        return casts[type_name](value)
+        number = casts[type_name](value)
     except ValueError:
         raise UserError(f"{key}={value!r} is not {'an integer' if type_name == 'int' else 'a number'}",
-                        hint=f"e.g. --data {key}={'32' if type_name == 'int' else '0.001'}") from None
+                        hint=hint) from None
+    if type_name == "float" and not (math.isfinite(number) and abs(number) <= MAX_FLOAT):
+        raise UserError(f"{key}={value!r} is not a finite number of at most {MAX_FLOAT:g}", hint=hint)
+    return number
 
 
 def check_destination(dest: Path) -> None:

@@ -31,7 +31,7 @@ import sys
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -62,6 +62,8 @@ class TrialRequest:
     label: str = ""
     use_cache: bool = True
     state_dir: Path | None = None  # None: the project's `.tfrepro`
+    # The project to run, when it is not the batch's (commit mode: one per commit).
+    project: Any = field(default=None, compare=False)
 
 
 class Executor:
@@ -84,7 +86,7 @@ class Executor:
         timing trial of this executor (the caller never overlaps two)."""
         return self._run(project, request, 0, True)
 
-    def run_batch(self, project: "Project", requests: Sequence[TrialRequest], *,
+    def run_batch(self, project: "Project | None", requests: Sequence[TrialRequest], *,
                   on_start: OnStart | None = None, on_result: OnResult | None = None) -> list[TrialResult]:
         """Run independent trials, `slots` at a time; results in request order.
         `on_start(i)` / `on_result(i, result)` are called from worker threads.
@@ -99,7 +101,7 @@ class Executor:
         workers: list[int] = []  # appended from worker threads (a set could change size under a copy)
 
         def one(i: int) -> TrialResult:
-            from tfrepro.trials.runner import TrialStopped
+            from tfrepro.trials.procs import TrialStopped
 
             workers.append(threading.get_ident())
             if stop.is_set():
@@ -108,7 +110,7 @@ class Executor:
             try:
                 if on_start:
                     on_start(i)
-                result = self._run(project, requests[i], slot, False)
+                result = self._run(requests[i].project or project, requests[i], slot, False)
             finally:
                 free.put(slot)
             if on_result:
@@ -133,7 +135,7 @@ class Executor:
     def _stop_running(self, workers: list[int], futures: Sequence) -> None:
         """Kill what the worker threads run until every one of them is done
         (a trial that started while we killed is caught on the next round)."""
-        from tfrepro.trials.runner import stop_trials
+        from tfrepro.trials.procs import stop_trials
 
         while not all(f.done() for f in futures):
             stop_trials(list(workers))

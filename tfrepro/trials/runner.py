@@ -36,10 +36,7 @@ import importlib.metadata
 import json
 import os
 import signal
-import subprocess
 import sys
-import threading
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import cache
@@ -50,6 +47,7 @@ from tfrepro import inside
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import warm
+from tfrepro.trials.procs import run_cold, run_warm
 from tfrepro.trials.state import StateDir, load_result
 from tfrepro.trials.values import TrialResult
 
@@ -60,8 +58,6 @@ if TYPE_CHECKING:
 # hence part of the cache key (explicit `env` overrides always are).
 _KEYED_ENV_PREFIXES = ("TF_", "KERAS_", "XLA_", "CUDA_", "TFREPRO_")
 _PYTHON_NAMES = {"python", "python3"}
-# (return code, timed out, wall seconds, "warm" | "cold"), or a could-not-start result.
-Outcome = tuple[int | None, bool, float, str] | TrialResult
 
 
 # -- cache key ------------------------------------------------------------------
@@ -82,6 +78,12 @@ def tf_version() -> str | None:
     return _dist_version("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly", "tensorflow-macos")
 
 
+def driver_versions() -> dict[str, str | None]:
+    """The versions of this interpreter's environment (the default trial's)."""
+    return {"tensorflow": tf_version(), "keras": _dist_version("keras"),
+            "tf_keras": _dist_version("tf_keras", "tf-keras"), "python": sys.version.split()[0]}
+
+
 def _file_digest(path: Path) -> str:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()
@@ -98,15 +100,19 @@ def keyed_env(env: Mapping[str, str] | None) -> dict[str, str]:
 
 
 def trial_key(variant_hash: str, settings: TrialSettings, *, env: Mapping[str, str] | None = None,
-              plugins: Sequence[Path] = (), plugin_options: Mapping[str, Any] | None = None) -> str:
-    """sha256 over everything that can change a trial's result."""
+              plugins: Sequence[Path] = (), plugin_options: Mapping[str, Any] | None = None,
+              versions: Mapping[str, str | None] | None = None) -> str:
+    """sha256 over everything that can change a trial's result. `versions`
+    (keys tensorflow, keras, tf_keras, python) are those of the interpreter the
+    trial runs under when it is not this one (`envs.read_versions`)."""
+    v = versions if versions is not None else driver_versions()
     payload = {
         "variant": variant_hash,
         "settings": settings.to_dict(),
-        "tensorflow": tf_version(),
-        "keras": _dist_version("keras"),
-        "tf_keras": _dist_version("tf_keras", "tf-keras"),
-        "python": sys.version.split()[0],
+        "tensorflow": v.get("tensorflow"),
+        "keras": v.get("keras"),
+        "tf_keras": v.get("tf_keras"),
+        "python": v.get("python"),
         "harness": inside.digest(),
         "env": keyed_env(env),
         "plugins": [[str(p), _file_digest(Path(p))] for p in plugins],
@@ -123,22 +129,31 @@ def run_trial(project: "Project", enabled: Iterable[str], settings: TrialSetting
               use_cache: bool = True, label: str = "", state_dir: Path | None = None,
               env: Mapping[str, str] | None = None, unkeyed_env: Mapping[str, str] | None = None,
               plugins: Sequence[Path] = (), plugin_options: Mapping[str, Any] | None = None,
+              python: str | None = None, versions: Mapping[str, str | None] | None = None,
               cold: bool = False) -> TrialResult:
     """Run `project` with the features `enabled` ON (all others OFF), or return
     the cached result of the same trial. `env` is part of the cache key;
     `unkeyed_env` is not (the GPU a trial is pinned to: any GPU of the box
     gives the same trial), nor is `cold` (a warm and a cold process give the
-    same trial: tests/test_warm.py)."""
+    same trial: tests/test_warm.py). `python` runs the trial under another
+    interpreter (a version environment), whose `versions` enter the key and
+    the result."""
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(state_dir) if state_dir is not None else StateDir.of(project.root)
     plugins = tuple(Path(p).resolve() for p in plugins)
     key = trial_key(project.variant_hash(enabled_t), settings, env=env, plugins=plugins,
-                    plugin_options=plugin_options)
+                    plugin_options=plugin_options, versions=versions)
 
     def execute(trial_dir: Path) -> TrialResult:
-        project.write_variant(enabled_t, trial_dir / "variant")
-        return run_variant(trial_dir / "variant", settings, trial_dir, env={**(env or {}), **(unkeyed_env or {})},
-                           plugins=plugins, plugin_options=plugin_options, cold=cold)
+        files = project.write_variant(enabled_t, trial_dir / "variant")
+        result = run_variant(trial_dir / "variant", settings, trial_dir, env={**(env or {}), **(unkeyed_env or {})},
+                             plugins=plugins, plugin_options=plugin_options, python=python, cold=cold)
+        # Which files the trial got as its own copies (and how): never a link.
+        extra = {**result.extra, "files": files} if files else dict(result.extra)
+        if versions is not None:  # the trial's interpreter, not the driver's
+            extra["versions"] = dict(versions)
+            result = replace(result, tf_version=result.tf_version or versions.get("tensorflow"))
+        return replace(result, extra=extra)
 
     return cached(state, key, enabled_t, label, use_cache, execute)
 
@@ -162,14 +177,15 @@ def load_cached(path: Path) -> TrialResult | None:
     return load_result(path)
 
 
-def command_for(settings: TrialSettings) -> list[str]:
-    """The child's argv; `python ...` runs under this interpreter."""
+def command_for(settings: TrialSettings, python: str | None = None) -> list[str]:
+    """The child's argv; `python ...` runs under `python` (default: this interpreter)."""
+    python = python or sys.executable
     if settings.command:
         cmd = list(settings.command)
         if cmd[0] in _PYTHON_NAMES:
-            cmd[0] = sys.executable
+            cmd[0] = python
         return cmd
-    return [sys.executable, settings.entry]
+    return [python, settings.entry]
 
 
 def child_env(settings: TrialSettings, config_path: Path, env: Mapping[str, str] | None) -> dict[str, str]:
@@ -187,8 +203,8 @@ def child_env(settings: TrialSettings, config_path: Path, env: Mapping[str, str]
 
 def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
                 env: Mapping[str, str] | None = None, plugins: Sequence[Path] = (),
-                plugin_options: Mapping[str, Any] | None = None, cold: bool = False,
-                warm_pool: "warm.WarmPool | None" = None) -> TrialResult:
+                plugin_options: Mapping[str, Any] | None = None, python: str | None = None,
+                cold: bool = False, warm_pool: "warm.WarmPool | None" = None) -> TrialResult:
     """Run an already rendered variant (no cache). `trial_dir` receives the
     config, the result and the logs. The trial is a child forked from a warm
     server (`trials/warm.py`) when it is a plain `python script.py` that
@@ -210,186 +226,46 @@ def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
     }
     config_path.write_text(json.dumps(config, indent=1, default=str), encoding="utf-8")
     stdout_path, stderr_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
-    cmd = command_for(settings)
+    cmd = command_for(settings, python)
+    # The driver's TensorFlow says nothing about another interpreter's trial.
+    tf_fallback = None if python else tf_version()
     full_env = child_env(settings, config_path, env)
     outcome = None
     if not cold:
-        outcome = _run_warm(cmd, Path(variant_dir), full_env, settings.timeout_s, stdout_path, stderr_path,
+        outcome = run_warm(cmd, Path(variant_dir), full_env, settings.timeout_s, stdout_path, stderr_path,
                             warm_pool or warm.default_pool())
     if outcome is None:
         for stale in (result_path, Path(harness.progress_path(str(result_path)))):
             stale.unlink(missing_ok=True)  # left by a warm attempt whose server died
-        outcome = _run_cold(cmd, Path(variant_dir), full_env, settings.timeout_s, stdout_path, stderr_path)
+        outcome = run_cold(cmd, Path(variant_dir), full_env, settings.timeout_s, stdout_path, stderr_path)
     if isinstance(outcome, TrialResult):
-        return replace(outcome, log_dir=str(trial_dir))
+        return replace(outcome, log_dir=str(trial_dir), tf_version=tf_fallback)
     rc, timed_out, wall, how = outcome
-    result = _collect(rc, timed_out, wall, settings, result_path, stderr_path, trial_dir)
+    result = _collect(rc, timed_out, wall, settings, result_path, stderr_path, trial_dir, tf_fallback=tf_fallback)
     return replace(result, extra={**result.extra, "process": how})
 
 
-def warm_argv(cmd: Sequence[str]) -> list[str] | None:
-    """`[python, script.py, args...]` → `[script.py, args...]`; None for
-    anything else (`-m`, interpreter options, a wrapper): those run cold."""
-    if len(cmd) < 2 or cmd[0] != sys.executable or cmd[1].startswith("-") or not cmd[1].endswith(".py"):
-        return None
-    return list(cmd[1:])
-
-
-def _run_warm(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, stdout: Path,
-              stderr: Path, pool: "warm.WarmPool") -> Outcome | None:
-    """The trial forked from a warm server, or None: run it cold."""
-    argv = warm_argv(cmd)
-    if argv is None or pool.wants(cwd / argv[0]) is not None:
-        return None
-    start = time.perf_counter()
-    try:
-        server = pool.server(cmd[0], env)
-        if server.shadowed_by((cwd / argv[0]).parent) is not None:
-            return None
-        child = server.submit(argv, cwd, env, stdout, stderr)
-    except warm.WarmUnavailable:
-        return None
-    token = LIVE.add(child.pid)
-    timed_out = False
-    rc = None
-    try:
-        try:
-            rc = child.wait(timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            child.kill()
-            try:
-                rc = child.wait(10)
-            except (subprocess.TimeoutExpired, warm.ServerLost):
-                rc = None  # a timeout is the result either way
-        except warm.ServerLost:
-            return None  # the child died with its server: the trial runs again, cold
-        finally:
-            child.kill()  # grandchildren outlive a finished child too: the group dies with it
-            child.close()
-    finally:
-        if LIVE.remove(token):
-            raise TrialStopped()
-    return rc, timed_out, time.perf_counter() - start, "warm"
-
-
-def _run_cold(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, stdout_path: Path,
-              stderr_path: Path) -> Outcome:
-    timed_out = False
-    start = time.perf_counter()
-    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        try:
-            proc = subprocess.Popen(launcher(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=err, start_new_session=True)
-        except OSError as e:
-            return TrialResult(crashed=True, error=f"cannot start {cmd[0]!r}: {e.strerror or e}",
-                               wall_s=0.0, tf_version=tf_version())
-        token = LIVE.add(proc.pid)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            # Grandchildren outlive a finished child too; the group dies with it.
-            _kill_tree(proc)
-            if LIVE.remove(token):
-                raise TrialStopped()
-    return proc.returncode, timed_out, time.perf_counter() - start, "cold"
-
-
-def launcher(cmd: Sequence[str]) -> list[str]:
-    """`cmd` behind inside/launch.py, which kills the trial's group when we die."""
-    return [sys.executable, "-I", "-S", str(inside.LAUNCH), str(os.getpid()), *cmd]
-
-
-# -- stopping the running trials (Ctrl-C with --jobs > 1) -------------------------------
-
-
-class TrialStopped(KeyboardInterrupt):
-    """The trial was killed by `stop_trials`: no result, nothing cached."""
-
-
-class _Live:
-    """The trials running in this process: their process group and the thread
-    that waits on them. Safe from several threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._next = 0
-        self._running: dict[int, tuple[int, int]] = {}  # token → (thread ident, pgid)
-        self._stopped: set[int] = set()
-
-    def add(self, pgid: int) -> int:
-        with self._lock:
-            self._next += 1
-            self._running[self._next] = (threading.get_ident(), pgid)
-            return self._next
-
-    def remove(self, token: int) -> bool:
-        """Forget a finished trial; True when `stop` killed it."""
-        with self._lock:
-            self._running.pop(token, None)
-            if token in self._stopped:
-                self._stopped.discard(token)
-                return True
-            return False
-
-    def stop(self, threads: Iterable[int] | None = None) -> int:
-        """SIGKILL the process group of every running trial (of `threads` only,
-        when given); their `run_variant` raises TrialStopped. Returns how many."""
-        wanted = None if threads is None else set(threads)
-        with self._lock:
-            hit = [(t, pg) for t, (ident, pg) in self._running.items()
-                   if (wanted is None or ident in wanted) and t not in self._stopped]
-            self._stopped.update(t for t, _ in hit)
-        for _, pgid in hit:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-        return len(hit)
-
-
-LIVE = _Live()
-
-
-def stop_trials(threads: Iterable[int] | None = None) -> int:
-    """Kill the running trials now (of the given threads, or all)."""
-    return LIVE.stop(threads)
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not honoured
-        pass
-
-
 def _collect(rc: int | None, timed_out: bool, wall: float, settings: TrialSettings,
-             result_path: Path, stderr_path: Path, trial_dir: Path) -> TrialResult:
+             result_path: Path, stderr_path: Path, trial_dir: Path, tf_fallback: str | None = None) -> TrialResult:
     base = {"exit_code": rc, "wall_s": round(wall, 4), "log_dir": str(trial_dir)}
     if timed_out:
         progress = _read_json(Path(harness.progress_path(str(result_path)))) or {}
         error = f"timed out after {settings.timeout_s:g} s"
         if progress.get("steps_run"):
             error += f" (last step seen: {progress['steps_run']})"
-        return TrialResult.from_dict({**progress, "timed_out": True, "error": error, "tf_version": tf_version(),
+        return TrialResult.from_dict({**progress, "timed_out": True, "error": error, "tf_version": tf_fallback,
                                       **base, "exit_code": None})
     data = _read_json(result_path)
     if data is None:
         # Died without a word from the harness: segfault, os._exit, python -S.
         crashed = rc != 0
         return TrialResult(crashed=crashed, error=_crash_line(rc, stderr_path) if crashed else None,
-                           tf_version=tf_version(), extra={"no_result": True}, **base)
+                           tf_version=tf_fallback, extra={"no_result": True}, **base)
     result = TrialResult.from_dict({**data, **base})
     if rc != 0 and not result.crashed:
         result = replace(result, crashed=True, error=result.error or _crash_line(rc, stderr_path))
     if result.tf_version is None:
-        result = replace(result, tf_version=tf_version())
+        result = replace(result, tf_version=tf_fallback)
     return result
 
 

@@ -123,3 +123,95 @@ class TrialResult:
         kw["nonfinite_weights"] = tuple(kw.get("nonfinite_weights", ()))
         kw["extra"] = dict(kw.get("extra") or {})
         return cls(**kw)
+
+
+class Status(str, Enum):
+    """The outcome of a bisection (Contract 4), and its exit code."""
+
+    FOUND = "found"
+    NONE = "none"  # the failing configuration (bad end) is healthy
+    FLAKY = "flaky"  # the symptom does not reproduce reliably: no culprit named
+    AMBIGUOUS = "ambiguous"  # commit/version mode: skips hide the first bad one
+    BASELINE_FAILS = "baseline-fails"
+    ERROR = "error"
+
+    @property
+    def exit_code(self) -> int:
+        return _EXIT_CODES[self]
+
+
+_EXIT_CODES = {Status.FOUND: 0, Status.NONE: 3, Status.FLAKY: 4, Status.AMBIGUOUS: 4,
+               Status.BASELINE_FAILS: 1, Status.ERROR: 1}
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """One bisection's answer, shared by the feature, commit and version
+    bisections, the display, the report, the benchmarks and the tests.
+
+    `to_dict()` is Contract 4's JSON object: the typed fields below, then the
+    mode's own details (trials table, ablation, tried commits, ...), which
+    never override a typed field. Invariants: `culprits` is sorted; a `found`
+    feature bisection names at least one culprit, a `found` commit bisection a
+    `first_bad_commit`, a `found` version bisection a `first_bad_version`;
+    `flaky` names no culprit (`suspects` instead).
+    """
+
+    status: Status
+    symptom: Verdict | None = None
+    culprits: tuple[str, ...] = ()
+    baseline: dict[str, Any] | None = None
+    trials: int = 0
+    wall_s: float = 0.0
+    run_dir: str | None = None
+    first_bad_commit: str | None = None
+    first_bad_version: str | None = None
+    last_good_version: str | None = None
+    reproduction_rate: float | None = None
+    suspects: tuple[str, ...] = ()
+    candidates: tuple[Any, ...] = ()
+    also_seen: tuple[dict[str, Any], ...] = ()
+    error: str | None = None
+    details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def exit_code(self) -> int:
+        return self.status.exit_code
+
+    @property
+    def flaky(self) -> bool:
+        return self.status is Status.FLAKY
+
+    def to_dict(self) -> dict[str, Any]:
+        typed = {
+            "status": self.status.value,
+            "symptom": self.symptom.value if self.symptom is not None else None,
+            "culprits": sorted(self.culprits),
+            "baseline": self.baseline,
+            "trials": self.trials,
+            "wall_s": self.wall_s,
+            "run_dir": self.run_dir,
+            "first_bad_commit": self.first_bad_commit,
+            "first_bad_version": self.first_bad_version,
+            "last_good_version": self.last_good_version,
+            "flaky": self.flaky,
+            "reproduction_rate": self.reproduction_rate,
+            "suspects": list(self.suspects),
+            "candidates": list(self.candidates),
+            "also_seen": list(self.also_seen),
+            "error": self.error,
+        }
+        return {**self.details, **typed}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "RunResult":
+        typed = {f.name for f in fields(cls)} - {"details"}
+        status = Status(d["status"])
+        kw: dict[str, Any] = {k: d[k] for k in typed if k in d and k not in ("status", "symptom")}
+        for k in ("culprits", "suspects", "candidates", "also_seen"):
+            kw[k] = tuple(kw.get(k) or ())
+        symptom = Verdict(d["symptom"]) if d.get("symptom") else None
+        details = {k: v for k, v in d.items() if k not in typed and k != "flaky"}
+        return cls(status=status, symptom=symptom, details=details, **kw)

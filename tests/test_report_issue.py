@@ -1,0 +1,132 @@
+"""ISSUE.md against TensorFlow's bug issue form, and the Keras routing
+(fake report documents: no TensorFlow, no run)."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+from tfrepro.report.issue import KERAS_FORM, SHELL_FIELDS, TF_FORM, render_issue
+from tfrepro.report.route import KERAS, TENSORFLOW, TF_KERAS, route
+
+ENV = {
+    "tf_version": "2.21.0", "python": "3.11.9", "os": "Ubuntu 22.04.4 LTS", "platform": "Linux-6.5", "machine": "x86_64",
+    "tf_dist": {"name": "tensorflow", "version": "2.21.0", "source": "pip (binary wheel)"},
+    "keras_version": "3.12.0",
+    "build_info": {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9"},
+    "gpus": [{"name": "NVIDIA A100-SXM4-40GB", "memory": "40960 MiB", "compute_capability": "8.0",
+              "driver": "550.54.15"}],
+    "nvidia_driver": "550.54.15",
+    "cuda_wheels": {"nvidia-cudnn-cu12": "9.3.0.75", "nvidia-cuda-runtime-cu12": "12.5.82"},
+    "ld_library_path": "/usr/local/cuda/lib64",
+}
+REPRO = "import numpy as np\nimport tensorflow as tf\n\nmodel = tf.keras.Sequential()\nmodel.fit(x, y)\n"
+TRACEBACK = ('Traceback (most recent call last):\n  File "repro.py", line 30, in <module>\n'
+             '  File "/venv/lib/python3.11/site-packages/tensorflow/python/ops/array_ops.py", line 9, in reshape\n'
+             "ValueError: cannot reshape array of size 32 into shape (3,7)")
+
+
+def doc(symptom: str, **extra) -> dict:
+    trial = {"nan": {"losses": [1.0, math.nan], "first_nonfinite_step": 2},
+             "slowdown": {"median_step_time": 0.06, "step_times": [0.5, 0.06, 0.06]},
+             "crash": {"error": "ValueError: cannot reshape array of size 32 into shape (3,7)",
+                       "extra": {"error_detail": TRACEBACK}}}[symptom]
+    return {"symptom": symptom, "status": "found", "culprits": ["mixed_precision"], "environment": ENV,
+            "baseline": {"losses": [1.0, 0.5], "median_step_time": 0.01}, "culprit_trial": trial,
+            "repro": {"code": REPRO, "entry": "repro.py", "files": ["repro.py"], "diff": "+x = 1\n"},
+            "reproduction": {"reproduced": True, "detail": "the loss became non-finite at step 2"},
+            "evidence": {"timing": {"ratio": 6.0, "p_value": 0.001}}, **extra}
+
+
+def sections(text: str) -> list[tuple[str, str]]:
+    """(heading, body) of every ### section before the part beyond the form."""
+    form = text.split("## Beyond the issue form")[0]
+    parts = re.split(r"^### (.+)$", form, flags=re.MULTILINE)[1:]
+    return [(parts[i], parts[i + 1].strip()) for i in range(0, len(parts), 2)]
+
+
+@pytest.mark.parametrize("symptom", ["nan", "slowdown", "crash"])
+def test_issue_fills_tensorflows_form_in_order_with_plain_shell_fields(symptom):
+    text = render_issue(doc(symptom))
+    got = sections(text)
+    assert [h for h, _ in got] == list(TF_FORM)
+    fields = dict(got)
+    for name in SHELL_FIELDS:
+        assert "```" not in fields[name], f"{name} is rendered as shell by GitHub: no fences"
+    assert fields["Standalone code to reproduce the issue"] == REPRO.strip()
+    assert "Expected: " in fields["Current behavior?"]  # one field says both
+    assert "Expected behavior" not in text
+    assert fields["Source"] == "binary"
+    assert fields["Issue type"] == ("Performance" if symptom == "slowdown" else "Bug")
+    assert fields["Custom code"] == "Yes"
+    assert "tensorflow/tensorflow/issues/new" in text
+
+
+def test_symptom_specific_words_land_in_their_fields():
+    nan = dict(sections(render_issue(doc("nan"))))
+    assert "the training loss becomes NaN/Inf at step 2" in nan["Current behavior?"]
+    assert "Expected: The loss stays finite" in nan["Current behavior?"]
+    slow = dict(sections(render_issue(doc("slowdown"))))
+    assert "60.00 ms against 10.00 ms" in slow["Current behavior?"] and "6x" in slow["Current behavior?"]
+    assert "step time, ms (culprit configuration): 500, 60, 60" in slow["Relevant log output"]
+    crash = dict(sections(render_issue(doc("crash"))))
+    assert crash["Relevant log output"].startswith("Traceback (most recent call last):")
+    assert "`" not in crash["Current behavior?"]
+
+
+def test_environment_fields_show_driver_cuda_wheels_and_library_path():
+    fields = dict(sections(render_issue(doc("nan"))))
+    assert fields["GPU model and memory"] == ("NVIDIA A100-SXM4-40GB, 40960 MiB (compute capability 8.0); "
+                                              "NVIDIA driver 550.54.15")
+    cuda = fields["CUDA/cuDNN version"]
+    assert cuda.startswith("CUDA 12.5.1 / cuDNN 9 (build info)")
+    assert "nvidia-cudnn-cu12 9.3.0.75" in cuda and "LD_LIBRARY_PATH=/usr/local/cuda/lib64" in cuda
+    assert fields["Bazel version"] == "n/a (binary install)"
+
+
+def test_nightly_is_answered_from_data_or_said_untried():
+    untried = dict(sections(render_issue(doc("nan"))))["Have you reproduced the bug with TensorFlow Nightly?"]
+    assert untried.startswith("No: not tried on the nightly build") and "pip install tf-nightly" in untried
+    assert "Not checked" not in untried
+    tried = doc("nan", nightly={"version": "2.22.0.dev20261101", "reproduced": True})
+    assert dict(sections(render_issue(tried)))["Have you reproduced the bug with TensorFlow Nightly?"] == (
+        "Yes: the symptom shows on 2.22.0.dev20261101 too.")
+    fixed = doc("nan", nightly={"version": "2.22.0.dev20261101", "reproduced": False})
+    assert "does not show" in dict(sections(render_issue(fixed)))["Have you reproduced the bug with TensorFlow Nightly?"]
+
+
+def test_a_source_build_says_source():
+    env = {**ENV, "tf_dist": {"name": "tensorflow", "version": "2.21.0", "source": "source (editable install)"}}
+    assert dict(sections(render_issue(doc("nan", environment=env))))["Source"] == "source"
+
+
+def keras_crash(package: str) -> dict:
+    frame = f'  File "/venv/lib/python3.11/site-packages/{package}/src/layers/core/dense.py", line 9, in call\n'
+    d = doc("crash")
+    d["culprit_trial"]["extra"]["error_detail"] = TRACEBACK.replace("ValueError", frame + "ValueError", 1)
+    return d
+
+
+def test_routing_reads_the_evidence():
+    assert route(doc("nan")).repo == TENSORFLOW
+    assert route(doc("crash")).repo == TENSORFLOW  # innermost frame in tensorflow
+    assert route(keras_crash("keras")).repo == KERAS
+    assert route(keras_crash("tf_keras")).repo == TF_KERAS
+    assert route(doc("nan", follows="keras")).repo == KERAS
+    assert route(keras_crash("keras") | {"follows": "tensorflow"}).repo == TENSORFLOW  # a version bisect wins
+    legacy_on = doc("nan", repro={"diff": '+os.environ["TF_USE_LEGACY_KERAS"] = "1"\n+import tf_keras\n'})
+    assert route(legacy_on).repo == TF_KERAS
+    legacy_off = doc("nan", repro={"diff": '-os.environ["TF_USE_LEGACY_KERAS"] = "1"\n'})
+    assert route(legacy_off).repo == KERAS
+
+
+def test_a_keras_bug_gets_the_keras_form():
+    text = render_issue(keras_crash("keras"))
+    assert [h for h, _ in sections(text)] == list(KERAS_FORM)
+    assert "keras-team/keras/issues/new" in text and "inside the `keras` package" in text
+    fields = dict(sections(text))
+    assert "- Keras version: 3.12.0" in fields["System information"]
+    assert fields["Standalone code to reproduce the issue"].startswith("```python\n")  # a markdown template
+    assert "Have you reproduced the bug with TensorFlow Nightly?" not in text

@@ -1,0 +1,115 @@
+"""Zero-edit mode: the feature blocks of an unmarked project, found by the
+annotate recognisers and kept in memory (nothing is written to the user's
+files). `Project.load` calls `detect` when no file of the project has a
+marker; trials then render their variants from the annotated texts.
+
+Which files: the trial's entry script and the project modules it imports
+(transitively, as `import x` / `from x import y` resolve from the script's
+directory or the project root); when the entry is unknown, every `.py` file
+that is not a test.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfrepro.annotate.model import Found, Skipped
+
+
+@dataclass(frozen=True)
+class Detection:
+    texts: dict[str, str]  # relpath -> annotated text (only files that changed)
+    found: tuple[Found, ...]  # Found.path is the relpath, Found.line a line of the original file
+    skipped: tuple[Skipped, ...]
+
+    @property
+    def affects_loss(self) -> frozenset[str]:
+        return frozenset(f.name for f in self.found if f.affects_loss)
+
+
+def entry_scripts(entry: str | None, command: Sequence[str] | None, files: Iterable[str]) -> list[str]:
+    """The project's entry scripts (relpaths) from `[trial] entry` or `command`."""
+    known = set(files)
+    if command is None:
+        return [entry] if entry in known else []
+    out = [c for c in command if c.endswith(".py") and c in known]
+    for i, c in enumerate(command[:-1]):
+        if c == "-m":
+            mod = command[i + 1].replace(".", "/")
+            out += [m for m in (f"{mod}.py", f"{mod}/__main__.py") if m in known]
+    return out
+
+
+def imported_files(root: Path, start: Iterable[str], files: Iterable[str]) -> list[str]:
+    """`start` and every project file they import, transitively (relpaths)."""
+    known = set(files)
+    seen: list[str] = []
+    todo = list(start)
+    while todo:
+        rel = todo.pop(0)
+        if rel in seen or rel not in known:
+            continue
+        seen.append(rel)
+        try:
+            tree = ast.parse((root / rel).read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
+            continue  # annotate reports it (a syntax error is bad input)
+        here = Path(rel).parent
+        for mod in _modules(tree, here):
+            for base in {here, Path(".")}:
+                p = (base / mod.replace(".", "/")).as_posix().removeprefix("./")
+                for cand in (f"{p}.py", f"{p}/__init__.py"):
+                    if cand in known and cand not in seen:
+                        todo.append(cand)
+    return seen
+
+
+def _modules(tree: ast.Module, here: Path) -> list[str]:
+    out: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level > 1:
+                continue  # beyond the script's directory: rare in training scripts
+            if base:
+                out.append(base)
+            out += [f"{base}.{a.name}" if base else a.name for a in node.names]
+    return out
+
+
+def default_targets(files: Iterable[str]) -> list[str]:
+    """Every `.py` file that is not a test (when the entry is unknown)."""
+    return [f for f in files if f.endswith(".py") and not f.startswith("tests/")
+            and not Path(f).name.startswith(("test_", "conftest"))]
+
+
+def detect(root: Path, targets: Sequence[str]) -> Detection:
+    """Run the annotator over `targets` (relpaths under `root`) in memory."""
+    from tfrepro.annotate import annotate
+
+    if not targets:
+        return Detection({}, (), ())
+    result = annotate([root / t for t in targets])
+    texts: dict[str, str] = {}
+    found: list[Found] = []
+    for r in result.files:
+        rel = Path(r.path).resolve().relative_to(root.resolve()).as_posix()
+        if r.changed:
+            texts[rel] = r.annotated
+        found += [_rel(f, rel) for f in r.found]
+    skipped = tuple(Skipped(_relpath(s.path, root), s.line, s.reason) for s in result.skipped)
+    return Detection(texts, tuple(found), skipped)
+
+
+def _rel(f: Found, rel: str) -> Found:
+    return Found(f.name, f.description, rel, f.line, f.kind, f.note, f.affects_loss)
+
+
+def _relpath(path: str, root: Path) -> str:
+    p = Path(path).resolve()
+    return p.relative_to(root.resolve()).as_posix() if p.is_relative_to(root.resolve()) else path

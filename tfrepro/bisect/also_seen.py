@@ -1,0 +1,31 @@
+"""`also_seen`: every symptom the failing configuration showed besides the
+one hunted (Contract 3), so a user who came for another symptom is told how
+to hunt it. Pure: the engine passes what its trials showed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tfrepro.trials.values import SYMPTOM_ORDER, Verdict
+
+_FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
+
+
+def also_seen(shown: Iterable[Verdict], target: Verdict | None, *, base_fastest: float | None,
+              full_fastest: float | None, slowdown: float) -> list[dict[str, Any]]:
+    """The symptoms in `shown` other than `target`, in the hunting order, and
+    a possible slowdown when the fastest failing run is at least halfway to
+    the `slowdown` threshold over the fastest baseline run (an untimed, cheap
+    comparison: the hint says to hunt it with timing trials)."""
+    shown = set(shown)
+    out: list[dict[str, Any]] = [
+        {"symptom": v.value, "hint": f"rerun with --symptom {v.value}"}
+        for v in SYMPTOM_ORDER if v in shown and v != target and v != Verdict.SLOWDOWN]
+    if target != Verdict.SLOWDOWN and not shown & _FAILURES and base_fastest and full_fastest:
+        ratio = full_fastest / base_fastest
+        if ratio >= 1 + (slowdown - 1) / 2:
+            r = round(ratio, 2)
+            out.append({"symptom": "slowdown", "ratio": r, "possible": True,
+                        "hint": f"possible slowdown x{r:g} (untimed runs): rerun with --symptom slowdown"})
+    return out

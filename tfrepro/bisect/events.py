@@ -1,0 +1,53 @@
+"""What a bisection tells its display while it runs: typed callbacks, the same
+for the feature, commit and version bisections (mozregression's
+`BisectorHandler`, with values instead of strings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tfrepro.trials.values import TrialResult, Verdict
+
+
+@dataclass
+class TrialRecord:
+    """One trial of a run, as it goes into the run dir and the trials table."""
+
+    index: int
+    enabled: tuple[str, ...]
+    role: str  # "baseline", "search", "timing", ... or "commit <sha12>", "version <v>"
+    repeat: int
+    result: TrialResult
+    summary: str  # its summary.json, relative to the run dir
+    verdict: Verdict | None = None
+
+
+@dataclass(frozen=True)
+class PointTried:
+    """One point of a range (a commit, a release) judged by the search."""
+
+    label: str  # the commit sha, or the version
+    subject: str  # the commit subject, or "tensorflow X"
+    verdict: Verdict  # the target when bad, OK when good, UNTESTABLE when skipped
+    shows: tuple[Verdict, ...] = ()
+    reason: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"label": self.label, "subject": self.subject, "verdict": self.verdict.value,
+                             "shows": [v.value for v in self.shows]}
+        if self.reason:
+            d["reason"] = self.reason
+        return d
+
+
+class BisectEvents:
+    """Progress callbacks (no-ops). Called from worker threads too."""
+
+    def phase(self, text: str) -> None: ...
+
+    def trial_started(self, enabled: tuple[str, ...], role: str, repeat: int) -> None: ...
+
+    def trial_finished(self, record: TrialRecord) -> None: ...
+
+    def point_tried(self, point: PointTried) -> None: ...

@@ -1,0 +1,123 @@
+"""`tfrepro bisect --tf-versions A,B,...`: options in, progress and answer out.
+
+The presentation half of version mode (`versions.py` does the work): the
+versions expanded (ranges from the package index), environment and trial
+progress on stderr, the answer on stdout (or one JSON object), the exit code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from tfrepro.bisect.commits import load_settings, project_root
+from tfrepro.errors import UserError
+from tfrepro.trials.values import SYMPTOM_ORDER
+
+KERAS_MODES = ("default", "legacy")
+
+
+def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    """`--tf-versions` -> (versions, excluded with reasons, notes); the index is
+    asked only for ranges."""
+    from tfrepro.trials.envs import cache_root
+    from tfrepro.trials.releases import expand, list_releases
+
+    notes: list[str] = []
+
+    def listing():
+        got = list_releases(tf_dist, cache_root())
+        if got.stale:
+            notes.append(f"the package index is unreachable: using the {tf_dist} release list cached earlier")
+        return got
+
+    versions, excluded = expand(spec, listing)
+    return versions, excluded, notes
+
+
+def format_result(result: dict[str, Any]) -> str:
+    """The human summary: the answer, then one line per release."""
+    lines: list[str] = []
+    if result["status"] == "found":
+        lines.append(f"first bad version ({result['symptom']}): {result['first_bad_version']}"
+                     f"  (last good: {result['last_good_version']})")
+        if result.get("follows_note"):
+            lines.append(f"  follows {result['follows']}: {result['follows_note']}")
+    elif result["status"] == "ambiguous":
+        lines.append(f"{result['symptom']}: the first bad version is one of {', '.join(result['candidates'])}")
+    else:
+        lines.append(f"{result['status']}: {result.get('message', '')}")
+    for row in result["versions"]:
+        what = row["verdict"] if row["verdict"] in ("ok", "not tried", "untestable", "excluded") else "BAD"
+        shows = f" [{', '.join(row['shows'])}]" if row["shows"] else ""
+        keras = f"  keras {row['keras']}" + (" (tf_keras)" if row.get("keras_lib") == "tf_keras" else "") \
+            if row.get("keras") else ""
+        note = f"  {row['note']}" if row.get("note") else ""
+        lines.append(f"  {row['version']:<14} {what:<10}{shows}{keras}{note}")
+    lines += [f"note: {n}" for n in result.get("notes", [])]
+    cached = f", {result['cached_trials']} from cache" if result.get("cached_trials") else ""
+    lines.append(f"{result['trials']} trials{cached}, {result['wall_s']:.1f} s; run: {result['run_dir']}")
+    return "\n".join(lines)
+
+
+def run_from_cli(
+    path: str | Path, tf_versions: str, *, good: str | None = None, bad: str | None = None,
+    symptom: str | None = None, keras: str = "default", tf_dist: str | None = None, as_json: bool = False,
+    steps: int | None = None, timeout_s: float | None = None, use_cache: bool = True,
+    echo: Callable[..., None] | None = None,
+) -> int:
+    """What `tfrepro bisect --tf-versions ...` does; returns the exit code
+    (0 found, 1 the ends do not hold or error, 4 ambiguous, 130 interrupted).
+    Bad input raises UserError (exit 2)."""
+    import click
+
+    from tfrepro.bisect.versions import bisect_versions
+    from tfrepro.trials.envs import detect_tf_dist
+
+    echo = echo or click.echo
+    if keras not in KERAS_MODES:
+        raise UserError(f"unknown --keras {keras!r}", hint="default or legacy")
+    target = None
+    if symptom:
+        target = next((v for v in SYMPTOM_ORDER if v.value == symptom), None)
+        if target is None:
+            raise UserError(f"unknown symptom {symptom!r}", hint="one of: " + ", ".join(v.value for v in SYMPTOM_ORDER))
+    dist = tf_dist or detect_tf_dist()
+    versions, excluded, notes = expand_versions(tf_versions, dist)
+    settings, symptoms = load_settings(project_root(path)[0])
+    if steps is not None:
+        settings = replace(settings, steps=steps)
+    if timeout_s is not None:
+        settings = replace(settings, timeout_s=float(timeout_s))
+
+    def progress(kind: str, data: dict[str, Any]) -> None:
+        if kind == "range":
+            echo(f"bisecting {len(data['versions'])} {dist} releases: good {data['good']} .. bad {data['bad']}",
+                 err=True)
+        elif kind == "env":
+            echo(f"  {data['line']}", err=True)
+        elif kind == "running":
+            again = f" (repeat {data['repeat']})" if data["repeat"] else ""
+            echo(f"  running tf {data['version']}{again}...", err=True)
+        elif kind == "tried":
+            note = f"  ({data['note']})" if data.get("note") else ""
+            echo(f"  {data['version']:<14} {data['verdict']:<10}{note}", err=True)
+        elif kind == "symptom":
+            echo(f"hunting: {data['symptom']}", err=True)
+
+    for n in notes:
+        echo(f"note: {n}", err=True)
+    try:
+        result = bisect_versions(path, versions, good=good, bad=bad, symptom=target, settings=settings,
+                                 symptoms=symptoms, use_cache=use_cache, legacy_keras=keras == "legacy",
+                                 tf_dist=dist, on_event=None if as_json else progress, excluded=excluded)
+    except KeyboardInterrupt:
+        echo("interrupted: finished trials and built environments are kept; run the same command again",
+             err=True)
+        return 130
+    result["notes"] = [*notes, *result.get("notes", [])]
+    echo(json.dumps(result) if as_json else format_result(result))
+    return {"found": 0, "ambiguous": 4}.get(result["status"], 1)

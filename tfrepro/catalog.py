@@ -1,0 +1,196 @@
+"""The feature catalog: for every kind of feature tfrepro knows, its name, what
+it is, whether it changes the math on purpose (`affects_loss`, Contract 3),
+and how it is switched off.
+
+One table, read by both producers of feature blocks:
+- `tfrepro annotate` (and zero-edit mode, which runs the same recognisers in
+  memory) takes each feature's name, description, `affects_loss` and OFF
+  stand-in from here;
+- the copier templates are Jinja and cannot import this module when they
+  render, so `tests/test_catalog.py` parses every template's feature blocks
+  and its `tfrepro.toml` and checks that they agree with this table.
+
+`affects_loss` is true exactly for the features that change the loss on
+purpose: the order or content of what a step sees (shuffle, interleave,
+parallel reads, non-deterministic tf.data, random augmentation), the
+learning rate (schedules, warmup, LR callbacks, callbacks that stop or
+retune training), and the objective or update (class/sample weights,
+regularizers, label smoothing, gradient clipping). Such a feature is never
+blamed for a loss mismatch: a configuration's mismatch reference has it on.
+
+Pure data and lookups: no imports from the rest of tfrepro.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["CATALOG", "Entry", "affects_loss", "callback_entry", "get", "kind_of"]
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One kind of feature.
+
+    `name` is the feature name, or the prefix of a family (`family=True`:
+    `custom_layer_<class>`, `callback_<class>`). `description` may hold
+    `{fields}` filled by the recogniser (`Entry.describe`). `off` says in
+    words what the OFF part is; `off_code`, when the OFF part is one constant
+    expression standing in for the feature's, is that expression.
+    """
+
+    name: str
+    kind: str
+    description: str
+    off: str
+    affects_loss: bool = False
+    off_code: str | None = None
+    family: bool = False
+    why: str = ""  # why it changes the loss (affects_loss entries)
+
+    def describe(self, **fields: object) -> str:
+        return self.description.format(**fields) if fields else self.description
+
+
+_ORDER = "changes which examples each step sees, so the per-step loss"
+_LR = "changes the learning rate, so the loss"
+_OBJ = "changes the objective or the update, so the loss"
+
+_ENTRIES: tuple[Entry, ...] = (
+    # -- precision, distribution, compilation (same math, other numerics) --
+    Entry("mixed_precision", "precision", "{policy} compute policy", "float32 (the policy call removed, "
+          "or the plain optimizer for a LossScaleOptimizer)"),
+    Entry("mirrored_strategy", "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()"),
+    Entry("multi_worker_strategy", "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()"),
+    Entry("central_storage_strategy", "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()"),
+    Entry("tpu_strategy", "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()"),
+    Entry("parameter_server_strategy", "strategy", "{cls}; off: the default strategy",
+          "tf.distribute.get_strategy()"),
+    Entry("sync_batchnorm", "strategy", "BatchNorm statistics all-reduced across replicas (synchronized=True)",
+          "synchronized=False"),
+    Entry("tf_function", "tf_function", "tf.function graph compilation; off: the function runs eagerly",
+          "the decorator or wrapper removed"),
+    Entry("jit_compile", "xla", "XLA compilation (jit_compile); off: jit_compile=False", "jit_compile=False",
+          off_code="False"),
+    Entry("xla", "xla", "compile the train step with XLA (jit_compile=True)", "jit_compile=False"),
+    Entry("xla_auto_jit", "xla", "XLA auto-clustering (set_jit)", "the set_jit call removed"),
+    Entry("eager_debug", "eager", "eager execution ({how})", "run_eagerly=False (the call removed)",
+          off_code="False"),
+    Entry("eager_debugging", "eager", "run every tf.function eagerly (debugging only: several times slower)",
+          "the call removed"),
+    Entry("memory_growth", "memory", "GPU memory growth", "the call removed"),
+    Entry("custom_loop", "loop", "a tf.GradientTape training loop instead of fit, the same math", "model.fit"),
+    Entry("gradient_accumulation", "loop", "gradients of several micro-batches summed, then applied once "
+          "(the same gradient as the whole batch)", "one gradient per batch"),
+    Entry("custom_layer", "custom_layer", "the project's {cls} layer; off: {stock}", "a stock layer",
+          family=True),
+    # -- tf.data: same examples, same order --------------------------------
+    Entry("prefetch", "dataset", "tf.data prefetch (overlaps input and training); off: no prefetch",
+          "the link dropped"),
+    Entry("cache", "dataset", "tf.data cache; off: no cache", "the link dropped"),
+    Entry("parallel_map", "dataset", "tf.data map with num_parallel_calls; off: sequential map",
+          "map without num_parallel_calls"),
+    Entry("parallel_batch", "dataset", "tf.data batch with num_parallel_calls; off: sequential batch",
+          "batch without num_parallel_calls"),
+    # -- tf.data: other examples or another order (affects_loss) ----------
+    Entry("shuffle", "dataset", "tf.data shuffle; off: input order kept", "the link dropped",
+          affects_loss=True, why=_ORDER),
+    Entry("interleave", "dataset", "tf.data interleave over files; off: flat_map (files one after another)",
+          "flat_map", affects_loss=True, why="interleaving changes the order of the examples, so the per-step loss"),
+    Entry("parallel_reads", "dataset", "tf.data files read in parallel; off: one after another",
+          "num_parallel_reads=None", affects_loss=True, off_code="None", why=_ORDER),
+    Entry("nondeterministic_data", "dataset", "tf.data may reorder elements (deterministic = False)",
+          "the assignment removed", affects_loss=True, why=_ORDER),
+    Entry("random_augmentation", "augmentation", "random data augmentation ({cls}); off: identity",
+          "keras.layers.Identity()", affects_loss=True, why="random augmentation changes the inputs, so the loss"),
+    # -- learning rate (affects_loss) --------------------------------------
+    Entry("lr_schedule", "lr_schedule", "{cls} learning-rate schedule; off: constant {constant}",
+          "the schedule's starting rate", affects_loss=True, why=_LR),
+    Entry("lr_warmup", "lr_schedule", "linear learning-rate warmup (changes the loss on purpose)",
+          "the peak rate from the first step", affects_loss=True,
+          why="a warmup schedule changes the learning rate, so the loss, on purpose"),
+    # -- callbacks ----------------------------------------------------------
+    Entry("callback", "callback", "{cls} callback passed to fit", "not passed to fit", family=True),
+    Entry("callback_lr_scheduler", "callback", "{cls} callback passed to fit (changes the learning rate)",
+          "not passed to fit", affects_loss=True, why=_LR),
+    Entry("callback_reduce_lr_on_plateau", "callback", "{cls} callback passed to fit (changes the learning rate)",
+          "not passed to fit", affects_loss=True, why=_LR),
+    Entry("callbacks", "callback", "callbacks passed to fit (EarlyStopping, ReduceLROnPlateau...)",
+          "no callbacks", affects_loss=True,
+          why="ReduceLROnPlateau and EarlyStopping change the learning rate and the run, so the loss"),
+    # -- objective and update (affects_loss) --------------------------------
+    Entry("class_weight", "objective", "class weights in fit ({arg}); off: unweighted", "class_weight=None",
+          affects_loss=True, off_code="None", why=_OBJ),
+    Entry("sample_weight", "objective", "sample weights in fit ({arg}); off: unweighted", "sample_weight=None",
+          affects_loss=True, off_code="None", why=_OBJ),
+    Entry("regularizer", "objective", "weight regularizers ({arg}); off: none", "...regularizer=None",
+          affects_loss=True, off_code="None", why=_OBJ),
+    Entry("label_smoothing", "objective", "label smoothing ({arg}); off: 0", "label_smoothing=0.0",
+          affects_loss=True, off_code="0.0", why=_OBJ),
+    Entry("gradient_clipping", "objective", "gradient clipping ({arg}); off: none", "clipnorm/clipvalue=None",
+          affects_loss=True, off_code="None", why=_OBJ),
+)
+
+CATALOG: dict[str, Entry] = {e.name: e for e in _ENTRIES}
+
+# Keyword arguments that are a feature wherever they appear with a value
+# other than their default: keyword -> catalog name.
+KEYWORDS: dict[str, str] = {
+    "class_weight": "class_weight",
+    "sample_weight": "sample_weight",
+    "kernel_regularizer": "regularizer",
+    "bias_regularizer": "regularizer",
+    "activity_regularizer": "regularizer",
+    "label_smoothing": "label_smoothing",
+    "clipnorm": "gradient_clipping",
+    "clipvalue": "gradient_clipping",
+    "global_clipnorm": "gradient_clipping",
+}
+# Keras preprocessing layers that draw random numbers in training.
+RANDOM_LAYER_RE = re.compile(r"^Random[A-Z]\w*$")
+# Callback classes that change the learning rate or stop training.
+_LR_CALLBACK_RE = re.compile(r"(learning_?rate|(^|_)lr(_|$)|warm_?up|reduce_lr|one_?cycle|cyclic)", re.I)
+_SUFFIX_RE = re.compile(r"_\d+$")
+
+
+def get(name: str) -> Entry | None:
+    """The entry of a feature name: exact (`shuffle`), without an occurrence
+    suffix (`callback_csv_logger_2`), or its family (`custom_layer_my_norm`)."""
+    for n in (name, _SUFFIX_RE.sub("", name)):
+        if n in CATALOG:
+            return CATALOG[n]
+    for e in _ENTRIES:
+        if e.family and name.startswith(e.name + "_"):
+            return e
+    return None
+
+
+def kind_of(name: str) -> str | None:
+    e = get(name)
+    return e.kind if e else None
+
+
+def affects_loss(name: str) -> bool:
+    """Whether the feature `name` changes the math on purpose (catalog default;
+    `[features.NAME] affects_loss` in tfrepro.toml overrides it)."""
+    e = get(name)
+    if e is None:
+        return False
+    if e.name == "callback":  # a callback the catalog does not name: judge by its name
+        return bool(_LR_CALLBACK_RE.search(name))
+    return e.affects_loss
+
+
+def callback_entry(class_name: str | None, feature: str) -> Entry:
+    """The entry for a callback of class `class_name` named `feature`."""
+    e = get(feature)
+    if e is not None and e.name != "callback":
+        return e
+    if _LR_CALLBACK_RE.search(feature) or (class_name and _LR_CALLBACK_RE.search(_snake(class_name))):
+        return CATALOG["callback_lr_scheduler"]
+    return CATALOG["callback"]
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()

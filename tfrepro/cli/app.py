@@ -1,0 +1,138 @@
+"""The command line's root: the group, the one error wrapper, shared options.
+
+The commands live next to this module (project_cmds, bisect_cmds,
+report_cmds); `tfrepro/cli/__init__.py` registers them. Click commands only:
+parse, one call into the library, print.
+
+Heavy modules (TensorFlow, copier, git, rich, matplotlib) are imported inside
+the commands that need them, so `tfrepro --help` stays instant. Library errors
+become one message and an exit code in `_Group.invoke`, and only there.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from tfrepro import __version__
+from tfrepro.errors import TfreproError, UserError
+
+EXIT_INTERRUPTED = 130
+
+
+def _json_error(message: str, code: int, **extra: object) -> None:
+    click.echo(json.dumps({"status": "error", "error": message, "exit_code": code, **extra}))
+
+
+def _fail(message: str, code: int, as_json: bool, **extra: object) -> None:
+    """The one way an error leaves the CLI: one message (a JSON object on
+    stdout with --json), one exit code."""
+    if as_json:
+        _json_error(message, code, **extra)
+    else:
+        click.echo(f"Error: {message}", err=True)
+    sys.exit(code)
+
+
+def _input_error(e: BaseException) -> str | None:
+    """A one-line message for an error caused by the user's input (a file
+    that cannot be read or decoded, a bad git revision), else None."""
+    if isinstance(e, UnicodeDecodeError):
+        return f"cannot decode a file as {e.encoding}: {e.reason} at byte {e.start}"
+    if isinstance(e, OSError) and e.filename is not None:
+        return f"{e.filename}: {e.strerror or e}"
+    if type(e).__name__ in ("GitCommandError", "BadName", "InvalidGitRepositoryError", "NoSuchPathError"):
+        return f"git: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
+    return None
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+class _Group(click.Group):
+    """The one place that turns errors into messages and exit codes:
+    UserError and input errors 2, other failures 1, Ctrl-C or SIGTERM 130
+    (finished trials are cached: the same command continues)."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta["tfrepro.json"] = "--json" in args
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context):
+        as_json = bool(ctx.meta.get("tfrepro.json"))
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        try:
+            return super().invoke(ctx)
+        except UserError as e:
+            _fail(e.render(), e.exit_code, as_json, where=e.where, hint=e.hint)
+        except TfreproError as e:
+            _fail(str(e), e.exit_code, as_json)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException as e:
+            if not as_json:
+                raise
+            _fail(e.format_message(), e.exit_code, True)
+        except KeyboardInterrupt:
+            _fail("interrupted: finished trials are cached; run the same command again to continue",
+                  EXIT_INTERRUPTED, as_json, status="interrupted")
+        except Exception as e:
+            message = _input_error(e)
+            if message is None:
+                raise
+            _fail(message, 2, as_json)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="tfrepro")
+def main() -> None:
+    """Find the TensorFlow/Keras feature behind a NaN, a slowdown or a loss
+    mismatch, and turn it into a minimal repro and a bug report."""
+
+
+def parse_states(value: str) -> dict[str, bool]:
+    """`a=on,b=off` -> {"a": True, "b": False}."""
+    states: dict[str, bool] = {}
+    for item in filter(None, (x.strip() for x in value.split(","))):
+        name, sep, state = item.partition("=")
+        if not sep or state.lower() not in ("on", "off"):
+            raise UserError(f"bad --set item {item!r}", hint="write NAME=on or NAME=off, comma-separated")
+        states[name.strip()] = state.lower() == "on"
+    if not states:
+        raise UserError("--set needs at least one NAME=on|off")
+    return states
+
+
+def parse_names(value: str | None) -> list[str]:
+    return [x.strip() for x in (value or "").split(",") if x.strip()]
+
+
+path_argument = click.argument("path", default=".", type=click.Path(path_type=Path))
+
+
+def select_options(f):
+    """--only/--skip: choose among the features (names, name prefixes or kinds)."""
+    f = click.option("--skip", metavar="A,B,...", help="Leave these features as written (not candidates).")(f)
+    return click.option("--only", metavar="A,B,...", help="Only these features are candidates.")(f)
+
+
+def load_project(path: Path, only: str | None = None, skip: str | None = None):
+    """Project.load, saying so when the features were detected in memory (zero-edit)."""
+    from tfrepro.project import Project
+
+    project = Project.load(path, only=parse_names(only) if only else None, skip=parse_names(skip) or None)
+    if project.detected:
+        click.echo(f"{len(project.feature_names)} features detected in memory (nothing written); "
+                   "`tfrepro annotate --write` to keep them", err=True)
+    return project

@@ -1,0 +1,112 @@
+"""`tfrepro report`, and the templates: `new`, `update`."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from tfrepro.cli.app import main, path_argument
+from tfrepro.errors import UserError
+
+
+@main.command()
+@click.argument("run_dir", required=False, type=click.Path(path_type=Path))
+@click.option("--out", type=click.Path(path_type=Path), help="Bundle directory (default: RUN_DIR/report).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report document as JSON (progress stays on stderr).")
+@click.option("--no-rerun", is_flag=True, help="Do not re-run the exported repro to confirm the symptom.")
+@click.option("--no-localize", is_flag=True, help="Skip the check_numerics localisation of a NaN.")
+def report(run_dir: Path | None, out: Path | None, as_json: bool, no_rerun: bool, no_localize: bool) -> None:
+    """Turn a bisect run into a bug-report bundle.
+
+    RUN_DIR is a run directory (.tfrepro/runs/<id>) or a project; default: the
+    latest run of the current directory. The bundle holds the standalone
+    repro.py (re-run in a fresh process to confirm the symptom), ISSUE.md
+    following TensorFlow's issue form, plots, TensorBoard event files and,
+    for a NaN, the op and layer that produced the first non-finite value.
+    Secrets are never recorded and your home directory shows as ~.
+    """
+    from tfrepro.report.bundle import build_report, find_run
+
+    run = find_run(run_dir)
+    click.echo(f"reporting run {run}", err=True)
+    bundle = build_report(run, out=out, rerun=not no_rerun, localize=not no_localize,
+                          progress=lambda line: click.echo(line, err=True))
+    doc = bundle.doc
+    if as_json:
+        click.echo(json.dumps({**doc, "bundle": str(bundle.out)}, indent=2))
+        return
+    rep = doc.get("reproduction")
+    click.echo(f"bundle: {bundle.out}")
+    if doc.get("first_bad_commit"):
+        click.echo(f"symptom: {doc['symptom']}; first bad commit: {doc['first_bad_commit']}")
+    else:
+        click.echo(f"symptom: {doc['symptom']}; culprits: {', '.join(doc['culprits']) or '(none)'}")
+    if rep is None:
+        click.echo("reproduced: not checked (--no-rerun)")
+    else:
+        word = {True: "yes", False: "NO", None: "undecided"}[rep["reproduced"]]
+        click.echo(f"reproduced by the exported repro.py: {word} ({rep['detail']})")
+        if rep["reproduced"] is not True:
+            click.echo("  hint: the standalone script does not show the symptom on its own; it may need files "
+                       "the bundle lacks, or the failure is flaky (raise [trial] repeats and bisect again)",
+                       err=True)
+    loc = doc.get("localization")
+    if loc:
+        click.echo(f"localisation: {loc['headline']}")
+    for name, what in doc["artifacts"].items():
+        click.echo(f"  {name}: {what}")
+
+
+@main.command("new")
+@click.argument("dest", required=False, type=click.Path(path_type=Path))
+@click.option("--template", "-t", "template", default="image", show_default=True,
+              help="Task shape: image (small CNN), tabular (MLP), sequence (embedding/time series + LSTM, GRU "
+                   "or attention).")
+@click.option("--defaults", is_flag=True, help="Take the default answer to every question not given with --data.")
+@click.option("--data", "-d", "data", multiple=True, metavar="KEY=VALUE",
+              help="Answer a question, e.g. -d batch_size=64 -d features=prefetch,mixed_precision (repeatable).")
+def new_cmd(dest: Path | None, template: str, defaults: bool, data: tuple[str, ...]) -> None:
+    """Create a baseline repro project (DEST, default ./repro-TEMPLATE).
+
+    repro.py holds data, model and train; each engineering feature your real
+    project uses is a switchable block, written OFF. The project is a git
+    repository with the baseline committed. Asks the questions on the terminal
+    unless --defaults or --data is given.
+    """
+    from tfrepro.scaffold.generate import new_project, parse_data_items
+
+    answers = parse_data_items(data)
+    interactive = not defaults and not answers
+    if interactive and not sys.stdin.isatty():
+        raise UserError("no terminal to ask the template's questions on",
+                        hint="pass --defaults, and --data KEY=VALUE for the answers that differ")
+    created = new_project(dest or Path(f"repro-{template}"), template=template, data=answers,
+                          defaults=not interactive)
+    click.echo(f"created {created.path} (template {created.template} {created.version}); "
+               f"baseline committed as {created.commit[:10]}")
+    click.echo("features, all OFF: " + (", ".join(created.features) or "(none)"))
+    click.echo(f"next: cd {created.path} && python repro.py   # the baseline must train; then: tfrepro bisect")
+
+
+@main.command("update")
+@path_argument
+def update_cmd(path: Path) -> None:
+    """Move a project made by `tfrepro new` to the current template version,
+    keeping your committed edits (copier's three-way update). The result is
+    left uncommitted: review it with `git diff`, then commit."""
+    from tfrepro.scaffold.update import update_project
+
+    result = update_project(path)
+    if result.up_to_date:
+        click.echo(f"{result.path}: already at template {result.template} {result.new_version}")
+        return
+    click.echo(f"{result.path}: template {result.template} {result.old_version} -> {result.new_version}")
+    for f in result.changed:
+        click.echo(f"  {'conflict' if f in result.conflicts else 'changed '}  {f}")
+    if result.conflicts:
+        click.echo("resolve the conflict markers (<<<<<<< ... >>>>>>>) in the files above, then commit", err=True)
+    else:
+        click.echo("review with `git diff`, then commit")

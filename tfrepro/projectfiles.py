@@ -1,0 +1,272 @@
+"""The file-system edge of a project: which files belong to it, how a
+variant gets its own copy of them, and how `features --set` writes back.
+
+Three promises live here (issue 13):
+
+- **Nothing of the user's is copied that is not the project's.** A project
+  never includes credential stores (`.ssh`, `.aws`, `.netrc`, ...),
+  virtualenvs (any directory holding `pyvenv.cfg` or `conda-meta`), tool
+  caches, or special files (FIFOs, sockets, devices: reading a FIFO blocks
+  forever). A dangling symlink is skipped with a warning. A script given by
+  path belongs to the nearest enclosing project (`find_root`), never to `$HOME`
+  or `/` as a whole.
+- **No trial write reaches a user file.** A variant never links to a user
+  file: each file is reflinked (a copy-on-write clone, `ioctl FICLONE`, on
+  btrfs/XFS/...) or copied. Copies count against a budget per variant
+  (`[state] copy_budget_mb`, default 2048); a file that would exceed it stops
+  the trial before it starts, naming the file and the setting to raise.
+  Symlinks, hard links and read-only bits are all unsafe against a script
+  that opens the file for writing, so none of them is used.
+- **`features --set` writes through links, byte for byte.** `write_in_place`
+  writes the link's target (a symlinked `.py` stays a symlink, a hard link
+  keeps its inode, so every name sees the change).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import shutil
+import stat
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfrepro.errors import UserError
+
+log = logging.getLogger("tfrepro")
+
+MANIFEST = "tfrepro.toml"
+STATE_DIR = ".tfrepro"
+# Directories never part of a project (state, VCS, environments, caches).
+EXCLUDED_DIRS = frozenset(
+    {STATE_DIR, ".git", "__pycache__", ".venv", "venv", "env", ".tox", ".nox", "node_modules",
+     ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", "build", "dist", ".ipynb_checkpoints"}
+)
+# Credential stores: never copied into a trial, wherever they sit in the tree.
+CREDENTIAL_DIRS = frozenset(
+    {".ssh", ".aws", ".gnupg", ".kaggle", ".azure", ".kube", ".password-store", ".pki", ".terraform.d"}
+)
+CREDENTIAL_FILES = frozenset(
+    {".netrc", "_netrc", ".git-credentials", ".pypirc", ".pgpass", ".npmrc", ".boto", ".s3cfg",
+     ".dockercfg", "credentials.db", "access_tokens.db", "application_default_credentials.json"}
+)
+# Credential paths below a directory (relative to any directory of the tree).
+CREDENTIAL_PATHS = frozenset({".config/gcloud", ".docker/config.json", ".config/gh/hosts.yml"})
+# Marks of a virtual environment (venv / virtualenv, conda).
+ENV_MARKS = ("pyvenv.cfg", "conda-meta")
+# A directory holding one of these is a project root (nearest one wins).
+ROOT_MARKS = ("tfrepro.toml", ".git", "pyproject.toml")
+
+DEFAULT_COPY_BUDGET = 2048 * 1024 * 1024
+
+try:  # linux/fs.h: _IOW(0x94, 9, int)
+    FICLONE = fcntl.FICLONE  # type: ignore[attr-defined]
+except AttributeError:
+    FICLONE = 0x40049409
+
+
+# -- which files ----------------------------------------------------------------
+
+
+def _is_credential(rel_posix: str) -> bool:
+    parts = rel_posix.split("/")
+    if parts[-1] in CREDENTIAL_FILES or any(p in CREDENTIAL_DIRS for p in parts):
+        return True
+    return any(rel_posix == c or rel_posix.endswith("/" + c) or rel_posix.startswith(c + "/")
+               or ("/" + c + "/") in rel_posix for c in CREDENTIAL_PATHS)
+
+
+def _is_env(path: Path) -> bool:
+    return any((path / m).exists() for m in ENV_MARKS)
+
+
+def iter_project_files(root: Path, skipped: list[str] | None = None) -> Iterator[Path]:
+    """Every file of the project, relative to root, sorted, exclusions applied.
+
+    Regular files and symlinks to regular files only. Special files and
+    dangling symlinks are skipped with a warning (logged to the `tfrepro`
+    logger, and appended to `skipped` when given); credential stores and
+    virtualenvs are skipped silently: they are never part of a project.
+    """
+    root = Path(root)
+
+    def note(rel: Path, why: str) -> None:
+        msg = f"{rel.as_posix()}: {why}, not copied into trials"
+        log.warning("warning: %s", msg)
+        if skipped is not None:
+            skipped.append(msg)
+
+    for dirpath, dirnames, filenames in os.walk(root):
+        here = Path(dirpath)
+        rel_dir = here.relative_to(root)
+        keep = []
+        for d in sorted(dirnames):
+            rel = (rel_dir / d).as_posix()
+            if d in EXCLUDED_DIRS or d.endswith(".egg-info") or _is_credential(rel) or _is_env(here / d):
+                continue
+            keep.append(d)
+        dirnames[:] = keep
+        for name in sorted(filenames):
+            rel = rel_dir / name
+            if _is_credential(rel.as_posix()):
+                continue
+            full = here / name
+            try:
+                st = full.stat()  # follows symlinks
+            except OSError:
+                note(rel, "a dangling symlink" if full.is_symlink() else "unreadable")
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
+                        else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                        else "not a regular file")
+                note(rel, kind)
+                continue
+            yield rel
+
+
+def _protected_dirs() -> set[Path]:
+    out = {Path("/")}
+    home = os.environ.get("HOME")
+    if home:
+        out.add(Path(home).resolve())
+    return out
+
+
+def find_root(script: Path) -> Path:
+    """The project a script belongs to: the nearest ancestor holding
+    `tfrepro.toml`, `.git` or `pyproject.toml`, else the script's directory.
+    Never `$HOME` or `/` (they hold far more than a project): a script directly
+    there is a UserError asking to move it into a folder of its own."""
+    start = script.resolve().parent
+    protected = _protected_dirs()
+    for d in (start, *start.parents):
+        if d in protected:
+            break
+        if any((d / m).exists() for m in ROOT_MARKS):
+            return d
+    if start in protected:
+        raise UserError(
+            f"{script.name} sits directly in {'your home directory' if start != Path('/') else '/'}, "
+            "and tfrepro would copy that whole directory into every trial",
+            path=script,
+            hint="move the script (and the files it reads) into a folder of its own, "
+            "e.g. mkdir ~/repro && mv train.py ~/repro/",
+        )
+    return start
+
+
+def check_root(root: Path) -> None:
+    """A directory given as the project must not be `$HOME` or `/`."""
+    if root.resolve() in _protected_dirs():
+        raise UserError(
+            "this is your home directory (or /): tfrepro would copy all of it into every trial",
+            path=root,
+            hint="give the folder that holds the training script and its files",
+        )
+
+
+# -- variants: copy-on-write or copy, never a link ------------------------------
+
+
+@dataclass
+class FileNote:
+    """How a variant got its files (for `TrialResult.extra["files"]`)."""
+
+    copied: int = 0
+    copied_bytes: int = 0
+    reflinked: list[str] = field(default_factory=list)
+    rendered: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"copied": self.copied, "copied_bytes": self.copied_bytes,
+                "reflinked": list(self.reflinked), "rendered": self.rendered}
+
+
+def reflink(src: Path, dest: Path) -> bool:
+    """Clone `src` to a new file `dest` sharing its blocks copy-on-write.
+    False (and no `dest`) where the file system cannot."""
+    try:
+        with open(src, "rb") as fi, open(dest, "xb") as fo:
+            try:
+                fcntl.ioctl(fo.fileno(), FICLONE, fi.fileno())
+            except OSError as e:
+                if e.errno in (errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL,
+                               errno.ENOSYS, errno.EBADF, errno.EPERM):
+                    raise _NoReflink from None
+                raise
+    except _NoReflink:
+        dest.unlink(missing_ok=True)
+        return False
+    shutil.copystat(src, dest)
+    return True
+
+
+class _NoReflink(Exception):
+    pass
+
+
+def copy_file(src: Path, dest: Path, rel: str, note: FileNote, budget: int, *,
+              try_reflink: bool = True) -> None:
+    """Give the variant its own `dest` for `src`: a reflink, else a copy
+    within `budget` bytes of copies per variant, else a UserError."""
+    if try_reflink and src.stat().st_size > 64 * 1024 and reflink(src, dest):
+        note.reflinked.append(rel)
+        return
+    size = src.stat().st_size
+    if note.copied_bytes + size > budget:
+        raise UserError(
+            f"{rel} ({size / 2**20:.0f} MB) does not fit the copy budget of a trial "
+            f"({budget / 2**20:.0f} MB per variant, {note.copied_bytes / 2**20:.0f} MB used): every trial "
+            "runs on its own copy of the project, so that nothing it writes reaches your files",
+            path=src,
+            hint="raise `[state] copy_budget_mb` in tfrepro.toml, or keep large data outside the project "
+            "directory and read it by absolute path (this file system cannot make copy-on-write clones)",
+        )
+    shutil.copy2(src, dest, follow_symlinks=True)
+    note.copied += 1
+    note.copied_bytes += size
+
+
+# -- features --set: write through links ------------------------------------------
+
+
+def write_in_place(path: Path, data: bytes) -> None:
+    """Replace the bytes of the file `path` names, as the user's editor would.
+
+    - `path` a symlink: the target is written, the link stays.
+    - hard-linked (st_nlink > 1): written in place (same inode), so every name
+      sees the new content. A copy of the old bytes is kept next to it as
+      `.<name>.tfrepro-backup` until the write is complete and synced; after a
+      crash in between, that file holds the original.
+    - otherwise: the new content goes to a temp file in the same directory
+      (mode copied), synced and renamed over the file: atomic.
+    """
+    target = Path(os.path.realpath(path))
+    st = target.stat()
+    if st.st_nlink > 1:
+        backup = target.with_name(f".{target.name}.tfrepro-backup")
+        shutil.copyfile(target, backup)
+        with open(target, "r+b") as f:
+            f.write(data)
+            f.truncate()
+            f.flush()
+            os.fsync(f.fileno())
+        backup.unlink()
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tfrepro-tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, stat.S_IMODE(st.st_mode))
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,144 @@
+"""The last look at a finished bundle: does anything in it still look like a secret?
+
+The `Scrubber` redacts while the bundle is written; this scan reads what was
+written, with two independent eyes, so a secret that slipped past one rule (or
+a file written without the scrubber) stops the report instead of being posted:
+
+- detect-secrets (Yelp's scanner) with its default plugins and filters, over
+  every text file of the bundle;
+- the scrubber's own credential shapes: every line of every text file must be
+  left unchanged by them (it is, once scrubbed).
+
+What the bundle legitimately holds is not a finding: our redaction marker;
+the hashes tfrepro writes itself, git commit shas (40 hex digits, named
+`sha`/`commit` on their line) and sha256 trial-cache keys (64 hex digits),
+which detect-secrets' hex-entropy plugin flags as "Hex High Entropy String"
+(a W&B key is 40 hex digits too, so a 40-digit value counts as a commit only
+where its line names it one); and absolute paths such as the re-run's log
+directory, which its base64-entropy plugin flags. One default filter is off
+(see `_DISABLED_FILTERS`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfrepro.errors import UserError
+from tfrepro.report.scrub import REDACTED, Scrubber
+
+HEX_KIND = "Hex High Entropy String"
+BASE64_KIND = "Base64 High Entropy String"
+OWN_KIND = "credential shape (tfrepro's redaction rules)"
+# Files that hold no text: images and TensorBoard event files (binary records
+# of our own scalar names and numbers).
+_BINARY = re.compile(r"(\.png|\.jpe?g|\.gif|\.pdf)$|tfevents", re.IGNORECASE)
+_COMMIT_CONTEXT = re.compile(r"(sha|commit|rev(ision)?)\W*$", re.IGNORECASE)
+# detect-secrets drops every line shaped `x = f(...)` as an "indirect
+# reference" (`secret = get_secret()`); in a repro such a line is
+# `conn = connect(password="...")`, which is exactly what must be seen.
+_DISABLED_FILTERS = ("detect_secrets.filters.heuristic.is_indirect_reference",)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """Something that looks like a secret: where, and what detector saw it
+    (never the value itself: a finding is printed)."""
+
+    file: str  # relative to the bundle, with `/`
+    line: int
+    kind: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.kind}"
+
+
+def scan_bundle(path: str | Path) -> list[Finding]:
+    """Every finding in the text files under `path`, sorted by file and line."""
+    root = Path(path)
+    files = sorted(p for p in root.rglob("*") if p.is_file() and not _BINARY.search(p.name))
+    texts = {p: _read_text(p) for p in files}
+    texts = {p: t for p, t in texts.items() if t is not None}
+    found = set(_detect_secrets(root, texts)) | set(_own_rules(root, texts))
+    return sorted(found, key=lambda f: (f.file, f.line, f.kind))
+
+
+def raise_on_findings(findings: Iterable[Finding], bundle: str | Path | None = None) -> None:
+    """A UserError naming file:line of each finding, if there is any.
+
+    The first finding is the error's place (`path`, `line`), every finding
+    is listed in the message, and the hint says how to get a clean bundle."""
+    findings = list(findings)
+    if not findings:
+        return
+    base = Path(bundle) if bundle is not None else None
+    first = findings[0]
+    lines = "\n".join(f"  {base / f.file if base else f.file}:{f.line}: {f.kind}" for f in findings)
+    raise UserError(
+        f"the bundle still holds {len(findings)} secret-looking value(s); it must not be shared as is:\n{lines}",
+        path=(base / first.file) if base else first.file,
+        line=first.line,
+        hint="remove the credential from the project (read it from an environment variable instead), "
+             "or put it in an environment variable whose name says KEY/TOKEN/SECRET/PASSWORD so the "
+             "report redacts its value, then run `tfrepro report` again",
+    )
+
+
+def _read_text(p: Path) -> str | None:
+    try:
+        return p.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _rel(root: Path, p: Path) -> str:
+    return p.relative_to(root).as_posix()
+
+
+def _detect_secrets(root: Path, texts: dict[Path, str]) -> Iterator[Finding]:
+    from detect_secrets.core import scan
+    from detect_secrets.settings import default_settings, get_settings
+
+    with default_settings():
+        get_settings().disable_filters(*_DISABLED_FILTERS)
+        for p, text in texts.items():
+            lines = text.splitlines()
+            for secret in scan.scan_file(str(p)):
+                n = secret.line_number
+                line = lines[n - 1] if 0 < n <= len(lines) else ""
+                if _is_ours(secret.type, str(secret.secret_value or ""), line):
+                    continue
+                yield Finding(_rel(root, p), n, secret.type)
+
+
+def _is_ours(kind: str, value: str, line: str) -> bool:
+    """The redaction marker, or a hash that tfrepro itself wrote."""
+    if not value or "redacted" in value.lower() or value in REDACTED:
+        return True
+    if kind == BASE64_KIND and _is_path(value):
+        return True
+    if kind == HEX_KIND:
+        if len(value) == 64:  # sha256: trial-cache keys, content hashes
+            return True
+        if len(value) == 40 and _COMMIT_CONTEXT.search(line[:max(line.find(value), 0)].rstrip(" \"':=")):
+            return True
+    return False
+
+
+def _is_path(value: str) -> bool:
+    """An absolute path (the re-run's log directory under /tmp), which the
+    base64-entropy plugin takes for a key: at least three segments, two of
+    them plain words (`tmp`, `state`), which a random key does not have."""
+    if not re.fullmatch(r"~?(/[\w.+-]+){3,}/?", value):
+        return False
+    return sum(seg.isalpha() and seg.islower() and len(seg) >= 3 for seg in value.split("/")) >= 2
+
+
+def _own_rules(root: Path, texts: dict[Path, str]) -> Iterator[Finding]:
+    shapes = Scrubber()  # the credential shapes alone: no environment values, no home directory
+    for p, text in texts.items():
+        for n, line in enumerate(text.splitlines(), 1):
+            if shapes.scrub(line) != line:
+                yield Finding(_rel(root, p), n, OWN_KIND)

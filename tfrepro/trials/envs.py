@@ -1,0 +1,484 @@
+"""One Python environment per TensorFlow version, built once, cached, reused (nox's model).
+
+An `EnvSpec` says what an environment holds: the TensorFlow distribution the
+user has (`tensorflow` or `tensorflow-cpu`) pinned to one version, the
+project's own requirements (TensorFlow's stack and tfrepro left out: the
+version tried decides TensorFlow and Keras, and a trial never imports
+tfrepro), `tf_keras` when trials run with legacy Keras, and the interpreter.
+`EnvStore` keeps them under the user cache (`$XDG_CACHE_HOME/tfrepro/envs`,
+shared across projects), one directory per spec named so a user can tell
+them apart: `tf-2.15.1-cpu-py3.11-<spec hash>`.
+
+Invariants:
+- an environment is reused only when its spec file holds the same spec; the
+  spec file is written last, atomically, so a half-built environment (an
+  interrupted or failed install) is never reused: it is rebuilt, or pruned;
+- one builder per environment at a time (a lock file beside it); readers
+  never see a directory without its spec file as ready;
+- a failed build raises `EnvError` with the installer's last lines and leaves
+  nothing behind; the caller makes that version untestable (a skip);
+- the versions a trial runs with (TensorFlow, Keras, tf_keras, Python) are
+  read once from the environment's own interpreter and kept in the spec file.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import tomllib
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from tfrepro.errors import TfreproError
+
+SPEC_FILE = "tfrepro-env.json"
+TF_DISTS = ("tensorflow-cpu", "tensorflow")
+# Decided by the version tried, never by the project's requirements.
+TF_STACK = frozenset({"tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
+                      "tf-nightly", "tf-nightly-cpu", "keras", "tf-keras", "keras-nightly", "tfrepro"})
+# The first TensorFlow whose tf.keras is Keras 3 (tf_keras is Keras 2 from there on).
+KERAS3_FROM = (2, 16)
+_LOG_TAIL = 12
+
+OnLine = Callable[[str], None]
+# run(argv, on_line) -> (exit code, last lines of output)
+RunCmd = Callable[[Sequence[str], OnLine], tuple[int, list[str]]]
+
+
+class EnvError(TfreproError):
+    """An environment could not be built (the version cannot be tried)."""
+
+
+# -- what an environment holds ---------------------------------------------------------
+
+
+def base_python() -> str:
+    """The interpreter behind this one (a venv's python is a link to it)."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+def detect_tf_dist() -> str:
+    """`tensorflow-cpu` if that is what this environment has, else `tensorflow`."""
+    import importlib.metadata
+
+    for dist in TF_DISTS:
+        try:
+            importlib.metadata.version(dist)
+            return dist
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "tensorflow"
+
+
+def norm_name(requirement: str) -> str:
+    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
+    return re.sub(r"[-_.]+", "-", m.group(1)).lower() if m else ""
+
+
+def project_requirements(root: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(kept, left out): `requirements.txt` lines and `[project].dependencies`
+    of `root`, without TensorFlow's stack, tfrepro, options (`-r`, `-e`, `--...`)
+    and local paths."""
+    lines: list[str] = []
+    req = Path(root) / "requirements.txt"
+    if req.is_file():
+        for line in req.read_text(encoding="utf-8").splitlines():
+            line = line.split(" #", 1)[0].strip()
+            if line and not line.startswith("#"):
+                lines.append(line)
+    pyproject = Path(root) / "pyproject.toml"
+    if pyproject.is_file():
+        try:
+            deps = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("dependencies", [])
+        except tomllib.TOMLDecodeError:
+            deps = []
+        lines.extend(str(d).strip() for d in deps if str(d).strip())
+    kept, dropped = [], []
+    for line in dict.fromkeys(lines):
+        name = norm_name(line)
+        if line.startswith(("-", ".", "/")) or not name or name in TF_STACK:
+            dropped.append(line)
+        else:
+            kept.append(line)
+    return tuple(sorted(kept)), tuple(dropped)
+
+
+def tf_keras_pin(tf_version: str) -> str | None:
+    """The tf_keras matching a TensorFlow release (None before Keras 3: there
+    tf.keras is Keras 2 already)."""
+    m = re.match(r"(\d+)\.(\d+)", tf_version)
+    if not m or (int(m[1]), int(m[2])) < KERAS3_FROM:
+        return None
+    major, minor = int(m[1]), int(m[2])
+    return f"tf_keras>={major}.{minor},<{major}.{minor + 1}"
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """Everything that decides what an environment holds (its name's hash)."""
+
+    tf_dist: str
+    tf_version: str
+    python: str  # the base interpreter's real path
+    python_version: str  # "3.11"
+    requirements: tuple[str, ...] = ()
+    legacy_keras: bool = False
+
+    def packages(self) -> list[str]:
+        out = [f"{self.tf_dist}=={self.tf_version}", *self.requirements]
+        pin = tf_keras_pin(self.tf_version) if self.legacy_keras else None
+        return out + [pin] if pin else out
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["requirements"] = list(self.requirements)
+        return d
+
+    def digest(self) -> str:
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
+
+    @property
+    def name(self) -> str:
+        dist = "-cpu" if self.tf_dist == "tensorflow-cpu" else ""
+        keras = "-tfkeras" if self.legacy_keras and tf_keras_pin(self.tf_version) else ""
+        return f"tf-{self.tf_version}{dist}{keras}-py{self.python_version}-{self.digest()[:8]}"
+
+
+def spec_for(version: str, root: Path | None = None, *, tf_dist: str | None = None, legacy_keras: bool = False,
+             python: str | None = None) -> EnvSpec:
+    """The spec of `version` for the project at `root`, on this interpreter."""
+    reqs = project_requirements(root)[0] if root is not None else ()
+    py = python or base_python()
+    return EnvSpec(tf_dist or detect_tf_dist(), version, py, f"{sys.version_info[0]}.{sys.version_info[1]}",
+                   reqs, legacy_keras)
+
+
+@dataclass(frozen=True)
+class Env:
+    """A ready environment: its interpreter and the versions inside it."""
+
+    path: Path
+    spec: EnvSpec
+    versions: dict = field(default_factory=dict, compare=False, hash=False)
+    built: bool = False  # built by this call (not reused)
+    build_s: float = 0.0
+
+    @property
+    def python(self) -> Path:
+        return self.path / "bin" / "python"
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+
+# -- reading the versions inside an environment ------------------------------------------
+
+VERSIONS_SCRIPT = """\
+import importlib.metadata as m, json, sys
+def v(*names):
+    for n in names:
+        try:
+            return m.version(n)
+        except m.PackageNotFoundError:
+            pass
+print(json.dumps({"python": sys.version.split()[0],
+                  "tensorflow": v("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly"),
+                  "keras": v("keras"), "tf_keras": v("tf_keras", "tf-keras")}))
+"""
+
+
+def read_versions(python: Path | str, timeout_s: float = 60) -> dict:
+    """TensorFlow, Keras, tf_keras and Python versions of an interpreter's
+    environment, from package metadata (nothing is imported: ~50 ms)."""
+    try:
+        out = subprocess.run([str(python), "-I", "-c", VERSIONS_SCRIPT], capture_output=True, text=True,
+                             timeout=timeout_s, check=True).stdout
+        return json.loads(out.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
+        raise EnvError(f"cannot read the versions of {python}: {e}") from None
+
+
+# -- installers ----------------------------------------------------------------------------
+
+
+def run_streaming(argv: Sequence[str], on_line: OnLine) -> tuple[int, list[str]]:
+    """Run `argv`, each output line to `on_line`; (exit code, last lines)."""
+    tail: deque[str] = deque(maxlen=_LOG_TAIL)
+    try:
+        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                stdin=subprocess.DEVNULL, errors="replace")
+    except OSError as e:
+        return 127, [f"cannot start {argv[0]}: {e.strerror or e}"]
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            line = line.rstrip()
+            if line:
+                tail.append(line)
+                on_line(line)
+        return proc.wait(), list(tail)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+class Installer(Protocol):
+    name: str
+
+    def commands(self, path: Path, spec: EnvSpec) -> list[list[str]]: ...
+
+
+@dataclass(frozen=True)
+class UvInstaller:
+    """`uv venv --python <interpreter>` + `uv pip install --python <env python>`."""
+
+    uv: str
+    name: str = "uv"
+
+    def commands(self, path: Path, spec: EnvSpec) -> list[list[str]]:
+        return [[self.uv, "venv", "--quiet", "--python", spec.python, str(path)],
+                [self.uv, "pip", "install", "--python", str(path / "bin" / "python"), *spec.packages()]]
+
+
+@dataclass(frozen=True)
+class PipInstaller:
+    """`python -m venv` + pip, when uv is not there."""
+
+    name: str = "pip"
+
+    def commands(self, path: Path, spec: EnvSpec) -> list[list[str]]:
+        py = str(path / "bin" / "python")
+        return [[spec.python, "-m", "venv", str(path)],
+                [py, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
+                 *spec.packages()]]
+
+
+def find_uv() -> str | None:
+    """uv beside this interpreter (installed in the venv), else on PATH."""
+    beside = Path(sys.executable).parent / "uv"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("uv")
+
+
+def default_installer() -> Installer:
+    uv = find_uv()
+    return UvInstaller(uv) if uv else PipInstaller()
+
+
+def cache_root() -> Path:
+    """`$XDG_CACHE_HOME/tfrepro`, else `~/.cache/tfrepro`."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "tfrepro"
+
+
+# -- the store -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnvInfo:
+    """One directory of the store, as `tfrepro envs` lists it."""
+
+    name: str
+    path: Path
+    ready: bool
+    spec: dict | None
+    versions: dict | None
+    last_used: float
+    size: int | None = None
+
+
+def _atomic_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _dir_size(path: Path) -> int:
+    total = 0
+    for dirpath, _, files in os.walk(path):
+        for f in files:
+            try:
+                total += os.lstat(os.path.join(dirpath, f)).st_size
+            except OSError:
+                pass
+    return total
+
+
+class EnvStore:
+    """The environments under `root` (default: the user cache, shared)."""
+
+    def __init__(self, root: Path | None = None, *, installer: Installer | None = None, run: RunCmd | None = None,
+                 probe: Callable[[Path], dict] = read_versions, clock: Callable[[], float] = time.time) -> None:
+        self.root = Path(root) if root is not None else cache_root() / "envs"
+        self._installer = installer
+        self.run = run or run_streaming
+        self.probe = probe
+        self.clock = clock
+
+    @property
+    def installer(self) -> Installer:
+        if self._installer is None:
+            self._installer = default_installer()
+        return self._installer
+
+    def path(self, spec: EnvSpec) -> Path:
+        return self.root / spec.name
+
+    def _read_spec(self, path: Path) -> dict | None:
+        try:
+            data = json.loads((path / SPEC_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def ready(self, spec: EnvSpec) -> Env | None:
+        """The environment of `spec` if it is fully built with this very spec."""
+        path = self.path(spec)
+        data = self._read_spec(path)
+        if not data or data.get("spec") != spec.to_dict() or not (path / "bin" / "python").exists():
+            return None
+        return Env(path, spec, dict(data.get("versions") or {}))
+
+    @contextmanager
+    def _lock(self, name: str) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True)
+        with open(self.root / f".{name}.lock", "w") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
+
+    def ensure(self, spec: EnvSpec, on_line: OnLine | None = None) -> Env:
+        """The ready environment of `spec`, built first when missing or stale.
+        Raises EnvError (nothing left behind) when the build fails."""
+        say = on_line or (lambda line: None)
+        with self._lock(spec.name):
+            env = self.ready(spec)
+            if env is not None:
+                os.utime(env.path / SPEC_FILE)  # last used
+                say(f"environment {spec.name}: reused")
+                return env
+            return self._build(spec, say)
+
+    def _build(self, spec: EnvSpec, say: OnLine) -> Env:
+        path = self.path(spec)
+        if path.exists():  # half-built, or built from another spec: never reused
+            say(f"environment {spec.name}: removing an incomplete or outdated build")
+            shutil.rmtree(path, ignore_errors=True)
+        say(f"environment {spec.name}: creating with {self.installer.name} ({', '.join(spec.packages())})")
+        started = self.clock()
+        try:
+            for argv in self.installer.commands(path, spec):
+                rc, tail = self.run(argv, lambda line: say(f"  {line}"))
+                if rc != 0:
+                    raise EnvError(f"installing {' '.join(spec.packages())} failed (exit {rc}): "
+                                   + (tail[-1] if tail else "no output"))
+            versions = self.probe(path / "bin" / "python")
+        except BaseException:
+            shutil.rmtree(path, ignore_errors=True)
+            raise
+        build_s = round(self.clock() - started, 2)
+        _atomic_json(path / SPEC_FILE, {"spec": spec.to_dict(), "versions": versions, "created": self.clock(),
+                                        "build_s": build_s, "installer": self.installer.name})
+        say(f"environment {spec.name}: ready in {build_s:.1f} s")
+        return Env(path, spec, versions, built=True, build_s=build_s)
+
+    # -- tfrepro envs ----------------------------------------------------------
+    def entries(self, *, sizes: bool = False) -> list[EnvInfo]:
+        if not self.root.is_dir():
+            return []
+        out = []
+        for path in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            data = self._read_spec(path)
+            try:
+                used = (path / SPEC_FILE).stat().st_mtime if data else path.stat().st_mtime
+            except OSError:
+                used = 0.0
+            out.append(EnvInfo(path.name, path, data is not None, (data or {}).get("spec"),
+                               (data or {}).get("versions"), used, _dir_size(path) if sizes else None))
+        return out
+
+    def prune(self, *, max_age_days: float = 30.0, everything: bool = False) -> list[tuple[EnvInfo, str]]:
+        """Remove half-built environments, those whose interpreter is gone, and
+        those unused for `max_age_days` (all with `everything`). One being built
+        right now (its lock is held) is left alone. Returns (env, why) removed."""
+        removed = []
+        now = self.clock()
+        for info in self.entries():
+            if everything:
+                why = "asked for"
+            elif not info.ready:
+                why = "incomplete build"
+            elif info.spec and not Path(info.spec.get("python", "")).exists():
+                why = f"its interpreter {info.spec.get('python')} is gone"
+            elif now - info.last_used > max_age_days * 86400:
+                why = f"unused for {(now - info.last_used) / 86400:.0f} days"
+            else:
+                continue
+            with open(self.root / f".{info.name}.lock", "w") as f:
+                try:
+                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError:
+                    continue  # being built or used right now
+                shutil.rmtree(info.path, ignore_errors=True)
+                fcntl.flock(f, fcntl.LOCK_UN)
+            try:
+                (self.root / f".{info.name}.lock").unlink()
+            except OSError:
+                pass
+            removed.append((info, why))
+        return removed
+
+
+# -- the command bodies of `tfrepro envs [--prune]` (the CLI prints these lines) ---------------
+
+
+def _size(n: int | None) -> str:
+    if n is None:
+        return "?"
+    for unit in ("B", "KB", "MB", "GB"):
+        if n < 1024 or unit == "GB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024  # type: ignore[assignment]
+    return f"{n} B"
+
+
+def envs_lines(store: EnvStore | None = None, now: float | None = None) -> list[str]:
+    """`tfrepro envs`: one line per environment (name, state, versions, size, last use)."""
+    store = store or EnvStore()
+    now = time.time() if now is None else now
+    infos = store.entries(sizes=True)
+    if not infos:
+        return [f"no environments in {store.root}"]
+    lines = [f"environments in {store.root}:"]
+    for i in infos:
+        v = i.versions or {}
+        what = (f"tensorflow {v.get('tensorflow')}, keras {v.get('keras')}"
+                + (f", tf_keras {v['tf_keras']}" if v.get("tf_keras") else "") + f", python {v.get('python')}"
+                if i.ready else "INCOMPLETE (removed by --prune)")
+        lines.append(f"  {i.name}  {what}  {_size(i.size)}  used {(now - i.last_used) / 86400:.0f} days ago")
+    return lines
+
+
+def prune_lines(store: EnvStore | None = None, *, max_age_days: float = 30.0, everything: bool = False) -> list[str]:
+    """`tfrepro envs --prune`: what was removed and why."""
+    store = store or EnvStore()
+    removed = store.prune(max_age_days=max_age_days, everything=everything)
+    if not removed:
+        return [f"nothing to prune in {store.root}"]
+    return [f"removed {info.name} ({why})" for info, why in removed]

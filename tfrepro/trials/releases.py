@@ -1,0 +1,227 @@
+"""TensorFlow releases: version order, `--tf-versions` parsing, the index listing.
+
+`--tf-versions` takes a comma list whose items are versions (`2.15.1`) or
+ranges (`2.14..2.17`). A range means every FINAL release between its ends,
+inclusive, read from the package index (PEP 691 JSON, so PyPI or any mirror
+that speaks it); a short end covers its series (`..2.17` includes 2.17.1).
+Pre-releases and dev releases are never in a range (they are tried only when
+named); of a release with post releases (2.15.0.post1) only the last post is
+kept, since it replaces the release it fixes; yanked files and releases with
+no wheel for this interpreter and platform are left out, with the reason.
+
+The listing is cached (`<cache>/tfrepro/index/<dist>.json`, fresh for a day);
+offline, a stale listing is used and said so; no listing at all is a
+UserError that says how to go on (name the versions).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfrepro.errors import UserError
+
+DEFAULT_INDEX = "https://pypi.org/simple"
+LISTING_TTL_S = 24 * 3600
+_VERSION = re.compile(
+    r"^v?(?P<release>\d+(?:\.\d+)*)(?:[._-]?(?P<pre>a|b|rc)(?P<pre_n>\d+))?"
+    r"(?:[._-]?post(?P<post>\d+))?(?:[._-]?dev(?P<dev>\d+))?$", re.IGNORECASE)
+_PRE_RANK = {"a": 0, "b": 1, "rc": 2}
+
+# fetch(url) -> the response body; raises OSError when the index cannot be reached.
+Fetch = Callable[[str], bytes]
+
+
+def _parse(version: str) -> re.Match[str]:
+    m = _VERSION.match(version.strip())
+    if m is None:
+        raise UserError(f"not a version: {version!r}", hint="e.g. --tf-versions 2.15.1,2.16.2 or 2.14..2.17")
+    return m
+
+
+def release_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in _parse(version)["release"].split("."))
+
+
+def version_key(version: str) -> tuple:
+    """A sort key in PEP 440 order for the versions TensorFlow publishes:
+    dev < a < b < rc < final < post."""
+    m = _parse(version)
+    release = release_tuple(version) + (0,) * (4 - len(release_tuple(version)))
+    dev = -1 if m["dev"] is None else int(m["dev"])
+    if m["pre"]:
+        pre: tuple[int, int] = (_PRE_RANK[m["pre"].lower()], int(m["pre_n"]))
+    elif m["dev"] is not None and m["post"] is None:
+        pre = (-1, 0)  # 2.16.0.dev1 comes before 2.16.0a1
+    else:
+        pre = (3, 0)
+    post = -1 if m["post"] is None else int(m["post"])
+    return (release, pre, post, dev if dev >= 0 else float("inf"))
+
+
+def is_final(version: str) -> bool:
+    """A release or a post release; never a pre-release or a dev release."""
+    m = _parse(version)
+    return m["pre"] is None and m["dev"] is None
+
+
+def sort_versions(versions: Sequence[str]) -> list[str]:
+    return sorted(dict.fromkeys(versions), key=version_key)
+
+
+def in_range(version: str, lo: str, hi: str) -> bool:
+    """lo <= version <= hi, a short end standing for its whole series."""
+    v = release_tuple(version)
+    lo_t, hi_t = release_tuple(lo), release_tuple(hi)
+    return v[: len(lo_t)] >= lo_t and v[: len(hi_t)] <= hi_t
+
+
+def finals_between(available: Sequence[str], lo: str, hi: str) -> list[str]:
+    """The final releases of `available` in lo..hi, oldest first, one per
+    release (its last post release)."""
+    last: dict[tuple[int, ...], str] = {}
+    for v in sort_versions([v for v in available if is_final(v) and in_range(v, lo, hi)]):
+        last[release_tuple(v)] = v  # sorted: a post release comes after its release
+    return sort_versions(list(last.values()))
+
+
+@dataclass(frozen=True)
+class Listing:
+    """The index's answer for one distribution: installable versions here, and
+    why others were left out. `stale` says the index could not be reached and
+    an older cached answer is used."""
+
+    dist: str
+    versions: tuple[str, ...]
+    excluded: tuple[tuple[str, str], ...] = ()  # (version, reason)
+    stale: bool = False
+    fetched: float = 0.0
+
+
+def expand(spec: str, listing: Callable[[], Listing]) -> tuple[list[str], list[tuple[str, str]]]:
+    """`--tf-versions` -> (versions oldest first, (version, reason) left out).
+
+    `listing` is called only when a range needs the index. Explicit versions
+    are taken as given (a pre-release included), and checked for the form only.
+    """
+    items = [x.strip() for x in spec.split(",") if x.strip()]
+    if not items:
+        raise UserError("--tf-versions is empty", hint="e.g. --tf-versions 2.15.1,2.16.2 or 2.14..2.17")
+    out: list[str] = []
+    excluded: list[tuple[str, str]] = []
+    known: Listing | None = None
+    for item in items:
+        if ".." not in item:
+            _parse(item)
+            out.append(item)
+            continue
+        lo, _, hi = item.partition("..")
+        if not lo or not hi:
+            raise UserError(f"a range needs both ends: {item!r}", hint="e.g. 2.14..2.17")
+        _parse(lo), _parse(hi)
+        known = known or listing()
+        found = finals_between(known.versions, lo, hi)
+        if not found:
+            raise UserError(f"no final {known.dist} release in {item}",
+                            hint=f"known releases: {', '.join(finals_between(known.versions, '0', '99'))}")
+        out.extend(found)
+        excluded.extend((v, why) for v, why in known.excluded if in_range(v, lo, hi))
+    versions = sort_versions(out)
+    if len(versions) < 2:
+        raise UserError("a version bisection needs two versions at least",
+                        hint="e.g. --tf-versions 2.15.1,2.16.2")
+    return versions, excluded
+
+
+# -- the index -------------------------------------------------------------------------
+
+
+def index_url() -> str:
+    for var in ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL"):
+        if os.environ.get(var):
+            return os.environ[var].rstrip("/")
+    return DEFAULT_INDEX
+
+
+def _http_fetch(url: str) -> bytes:
+    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
+    with urllib.request.urlopen(req, timeout=30) as response:
+        return response.read()
+
+
+def _platform_word() -> str:
+    return {"darwin": "macosx", "win32": "win"}.get(sys.platform, "linux")
+
+
+def wheel_versions(files: Sequence[dict], dist: str, python_tag: str | None = None,
+                   platform_word: str | None = None) -> Listing:
+    """Index files (PEP 691 `files`) -> the versions with a usable wheel here."""
+    python_tag = python_tag or f"cp{sys.version_info[0]}{sys.version_info[1]}"
+    platform_word = platform_word or _platform_word()
+    prefix = re.sub(r"[-_.]+", "_", dist).lower() + "-"
+    usable: set[str] = set()
+    seen: dict[str, str] = {}
+    for f in files:
+        name = str(f.get("filename", ""))
+        if not name.endswith(".whl") or not name.lower().startswith(prefix):
+            continue
+        parts = name[:-4].split("-")
+        if len(parts) < 5:
+            continue
+        version, py, plat = parts[1], parts[-3], parts[-1]
+        try:
+            _parse(version)
+        except UserError:
+            continue
+        if f.get("yanked"):
+            seen.setdefault(version, "yanked")
+            continue
+        if python_tag in py.split(".") and platform_word in plat:
+            usable.add(version)
+        else:
+            seen.setdefault(version, f"no {python_tag} wheel for {platform_word}")
+    excluded = tuple((v, why) for v, why in sorted(seen.items(), key=lambda kv: version_key(kv[0]))
+                     if v not in usable)
+    return Listing(dist, tuple(sort_versions(list(usable))), excluded)
+
+
+def list_releases(dist: str, cache_dir: Path, *, fetch: Fetch | None = None, now: float | None = None,
+                  ttl_s: float = LISTING_TTL_S) -> Listing:
+    """The installable versions of `dist` (cached for `ttl_s`)."""
+    now = time.time() if now is None else now
+    path = Path(cache_dir) / "index" / f"{dist}.json"
+    cached = None
+    try:
+        cached = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass
+    url = f"{index_url()}/{dist}/"
+    if cached and cached.get("url") == url and now - float(cached.get("fetched", 0)) < ttl_s:
+        return _listing(dist, cached, stale=False)
+    try:
+        data = json.loads((fetch or _http_fetch)(url))
+        files = [{"filename": f.get("filename"), "yanked": bool(f.get("yanked"))} for f in data.get("files", [])]
+    except (OSError, ValueError, AttributeError) as e:
+        if cached:
+            return _listing(dist, cached, stale=True)
+        raise UserError(f"cannot list the {dist} releases from {url}: {e}",
+                        hint="check the network (or the index URL), or name the versions: "
+                        "--tf-versions 2.15.1,2.16.2") from None
+    record = {"url": url, "fetched": now, "files": files}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record), encoding="utf-8")
+    os.replace(tmp, path)
+    return _listing(dist, record, stale=False)
+
+
+def _listing(dist: str, record: dict, *, stale: bool) -> Listing:
+    got = wheel_versions(record.get("files", []), dist)
+    return Listing(dist, got.versions, got.excluded, stale, float(record.get("fetched", 0)))
