@@ -235,6 +235,19 @@ def test_a_server_that_grew_threads_forks_no_more(tmp_path):
         p.close()
 
 
+def test_idle_servers_beyond_the_limit_are_ended_least_recently_used_first(tmp_path):
+    p = warm.WarmPool(preload=(), only_tf_scripts=False, max_servers=2)
+    try:
+        d = script_dir(tmp_path, "print('step=1 loss=1.0')\n")
+        for i in range(3):  # three import-time environments, one after the other
+            r, _, _ = run(d, tmp_path, p, cold=False, env={"TF_FAKE_SETTING": str(i)}, tag=str(i))
+            assert r.extra["process"] == "warm"
+        assert len(p._servers) == 2
+        assert sorted(dict(k[2])["TF_FAKE_SETTING"] for k in p._servers) == ["1", "2"]
+    finally:
+        p.close()
+
+
 # -- which trials go warm, and with which server ---------------------------------------
 
 

@@ -51,6 +51,8 @@ DEFAULT_PRELOAD = ("numpy", "tensorflow", "tensorflow:keras")
 TF_MODULES = ("tensorflow", "keras", "tf_keras")
 _TF_IMPORT = re.compile(r"^\s*(import|from)\s+(" + "|".join(TF_MODULES) + r")\b", re.M)
 START_TIMEOUT_S = 180.0
+# Servers kept alive at once (each holds an imported TensorFlow, ~0.5 GB).
+MAX_SERVERS = 2
 
 # Variables read at interpreter start or at import by Python, NumPy, TensorFlow,
 # Keras, BLAS/OpenMP, malloc or the loader: any difference means another server.
@@ -139,6 +141,8 @@ class WarmChild:
             pass
 
     def close(self) -> None:
+        if self.conn.fileno() >= 0:
+            self.server.running -= 1
         try:
             self.conn.close()
         except OSError:
@@ -158,6 +162,8 @@ class WarmServer:
     pid: int | None = None
     dead: bool = False
     info: dict = field(default_factory=dict)
+    running: int = 0  # children forked and not yet closed (never evict a busy server)
+    last_used: float = 0.0
 
     @property
     def sock_path(self) -> str:
@@ -233,6 +239,8 @@ class WarmServer:
         if "pid" not in answer:
             conn.close()
             raise WarmUnavailable(f"warm server refused the job: {answer.get('error')}")
+        self.running += 1
+        self.last_used = time.monotonic()
         return WarmChild(int(answer["pid"]), conn, self)
 
     def close(self) -> None:
@@ -261,8 +269,9 @@ class WarmPool:
     saves nothing."""
 
     def __init__(self, preload: Sequence[str] = DEFAULT_PRELOAD, *, only_tf_scripts: bool = True,
-                 max_threads: int = 0) -> None:
+                 max_threads: int = 0, max_servers: int = MAX_SERVERS) -> None:
         self.preload = tuple(preload)
+        self.max_servers = max_servers
         self.only_tf_scripts = only_tf_scripts
         self.max_threads = max_threads
         self._servers: dict[tuple, WarmServer] = {}
@@ -303,6 +312,7 @@ class WarmPool:
                 server.close()
             server = WarmServer(executable, {k: v for k, v in env.items() if k not in PER_TRIAL},
                                 self.preload, self.max_threads)
+            self._evict_idle()
             try:
                 server.start()
             except WarmUnavailable as e:
@@ -311,6 +321,18 @@ class WarmPool:
                 raise
             self._servers[key] = server
             return server
+
+    def _evict_idle(self) -> None:
+        """Room for one more server: end the least recently used idle ones
+        (a version bisect meets one interpreter after another; each idle
+        server holds its TensorFlow in memory)."""
+        with self._lock:
+            live = [(k, s) for k, s in self._servers.items() if s.alive()]
+            idle = sorted((s.last_used, k) for k, s in live if s.running == 0)
+            evict = [k for _, k in idle[:max(0, len(live) - self.max_servers + 1)]]
+            gone = [self._servers.pop(k) for k in evict]
+        for server in gone:
+            server.close()
 
     def close(self) -> None:
         self.closed = True
