@@ -314,14 +314,14 @@ def test_a_deterministic_trial_gets_a_server_started_with_its_hash_seed(tmp_path
 # -- real TensorFlow: the same bytes out ------------------------------------------------
 
 
-def _tf_trial(project: Path, tmp: Path, *, cold: bool, tag: str, steps: int = 20, pool=None):
+def _tf_trial(project: Path, tmp: Path, *, cold: bool, tag: str, steps: int = 20, pool=None, all_on=False):
     from tfrepro.project import Project
 
     proj = Project.load(project)
     settings = TrialSettings(entry=proj.manifest.trial.entry, steps=steps, timeout_s=300, seed=0,
                              deterministic=True)
     variant = tmp / f"variant-{tag}"
-    proj.write_variant((), variant)
+    proj.write_variant(proj.feature_names if all_on else (), variant)
     return run_variant(variant, settings, tmp / f"trial-{tag}", cold=cold, warm_pool=pool)
 
 
@@ -334,7 +334,9 @@ def test_tensorflow_fit_warm_and_cold_give_bit_identical_losses_and_verdicts(tmp
     try:
         runs = {}
         for tag, cold in [("cold", True), ("warm", False), ("warm2", False)]:
-            runs[tag] = _tf_trial(REPO / "tests" / "projects" / "fit_basic", tmp_path, cold=cold, tag=tag, pool=pool)
+            # every feature ON: the script as written (with its own per-step loss callback)
+            runs[tag] = _tf_trial(REPO / "tests" / "projects" / "fit_basic", tmp_path, cold=cold, tag=tag, pool=pool,
+                                  all_on=True)
         assert [runs[t].extra["process"] for t in runs] == ["cold", "warm", "warm"]
         assert runs["cold"].losses and not runs["cold"].crashed
         assert runs["cold"].losses == runs["warm"].losses == runs["warm2"].losses  # bit-identical floats
