@@ -24,6 +24,8 @@ ENV_PROBE = INSIDE_DIR / "envprobe.py"
 RUNTIME_PROBE = INSIDE_DIR / "runtimeprobe.py"
 RUN_PROBE = INSIDE_DIR / "runprobe.py"
 SETUP_PLUGIN = INSIDE_DIR / "setup_plugin.py"
+LAUNCH = INSIDE_DIR / "launch.py"
+WARM = INSIDE_DIR / "warm.py"
 
 
 @cache

@@ -280,6 +280,13 @@ class _PostImportFinder:
         else:
             self._hooks.setdefault(fullname, []).append(hook)
 
+    def fire_imported(self) -> None:
+        """Run now the hooks of watched modules imported already: in a child
+        of a warm server (inside/warm.py) TensorFlow and Keras were imported
+        before the trial began; in a cold process this does nothing."""
+        for name in [n for n in self._hooks if n in sys.modules]:
+            self._consume(name)(sys.modules[name])
+
     def find_spec(self, fullname, path=None, target=None):
         # A mere importlib.util.find_spec (TensorFlow probes for keras) also
         # lands here: the hooks are consumed when the module executes, not now.
@@ -460,5 +467,6 @@ def activate(config_path: str) -> None:
     global _FINDER
     _FINDER = _PostImportFinder(_HOOKS)
     sys.meta_path.insert(0, _FINDER)
+    _FINDER.fire_imported()
     if S.config.get("plugins"):
         _load_plugins(S.config["plugins"], S.config.get("plugin_options"))

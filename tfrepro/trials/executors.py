@@ -28,8 +28,9 @@ import queue
 import shutil
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -92,12 +93,21 @@ class Executor:
         """Run independent trials, `slots` at a time; results in request order.
         `on_start(i)` / `on_result(i, result)` are called from worker threads.
         An exception of one trial is raised after the running ones finished
-        (nothing new starts: on Ctrl-C the finished trials are cached)."""
+        (nothing new starts); a KeyboardInterrupt (Ctrl-C) kills the running
+        trials' process groups at once and is raised when their threads are
+        done: the finished trials are cached, the killed ones are not."""
         free: "queue.SimpleQueue[int]" = queue.SimpleQueue()
         for s in range(self.slots):
             free.put(s)
+        stop = threading.Event()
+        workers: list[int] = []  # appended from worker threads (a set could change size under a copy)
 
         def one(i: int) -> TrialResult:
+            from tfrepro.trials.procs import TrialStopped
+
+            workers.append(threading.get_ident())
+            if stop.is_set():
+                raise TrialStopped()
             slot = free.get()
             try:
                 if on_start:
@@ -112,11 +122,26 @@ class Executor:
         if self.slots == 1 or len(requests) <= 1:
             return [one(i) for i in range(len(requests))]
         pool = ThreadPoolExecutor(max_workers=min(self.slots, len(requests)))
+        futures = []
         try:
             futures = [pool.submit(one, i) for i in range(len(requests))]
             return [f.result() for f in futures]
+        except KeyboardInterrupt:
+            stop.set()
+            pool.shutdown(wait=False, cancel_futures=True)
+            self._stop_running(workers, futures)
+            raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
+
+    def _stop_running(self, workers: list[int], futures: Sequence) -> None:
+        """Kill what the worker threads run until every one of them is done
+        (a trial that started while we killed is caught on the next round)."""
+        from tfrepro.trials.procs import stop_trials
+
+        while not all(f.done() for f in futures):
+            stop_trials(list(workers))
+            wait(futures, timeout=0.1)
 
     def describe(self) -> str:
         return f"{self.name} ({self.slots} at a time)"
@@ -202,9 +227,10 @@ class LocalExecutor(Executor):
     name = "local"
 
     def __init__(self, jobs: int = 1, *, runner: Runner | None = None,
-                 devices: Sequence[str] | None = None) -> None:
+                 devices: Sequence[str] | None = None, cold: bool = False) -> None:
         super().__init__(jobs)
         self.runner = runner
+        self.cold = cold  # every trial in a cold process (`--cold`), never forked from a warm server
         self.devices = list(devices) if devices is not None else ([] if runner else visible_gpus())
 
     def pinned_env(self, slot: int) -> dict[str, str]:
@@ -221,11 +247,18 @@ class LocalExecutor(Executor):
 
         # Timing trials all take slot 0's GPU: same device for every pair.
         return run_trial(project, request.enabled, request.settings,
-                                unkeyed_env=self.pinned_env(0 if exclusive else slot), **kw)
+                         unkeyed_env=self.pinned_env(0 if exclusive else slot), cold=self.cold, **kw)
 
     def describe(self) -> str:
         gpus = f", GPUs {','.join(self.devices)}" if self.devices else ""
-        return f"local ({self.slots} at a time{gpus})"
+        return f"local ({self.slots} at a time{gpus}{', cold processes' if self.cold else ''})"
+
+    def close(self) -> None:
+        """End the warm servers this process started (they die with it anyway)."""
+        if self.runner is None:
+            from tfrepro.trials import warm
+
+            warm.close_default_pool()
 
 
 def keep_ray_on_loopback() -> None:
@@ -239,12 +272,13 @@ def keep_ray_on_loopback() -> None:
 
 
 def make_executor(name: str = "local", *, jobs: int = 1, address: str | None = None,
-                  runner: Runner | None = None, log: Callable[[str], None] | None = None) -> Executor:
-    """The executor the user asked for (`--executor`, `--jobs`, `--address`)."""
+                  runner: Runner | None = None, log: Callable[[str], None] | None = None,
+                  cold: bool = False) -> Executor:
+    """The executor the user asked for (`--executor`, `--jobs`, `--address`, `--cold`)."""
     if name == "local":
         if address:
             raise UserError("--address needs --executor ray", hint="add --executor ray")
-        return LocalExecutor(jobs, runner=runner)
+        return LocalExecutor(jobs, runner=runner, cold=cold)
     if name == "ray":
         if not address and not os.environ.get("RAY_ADDRESS"):
             keep_ray_on_loopback()

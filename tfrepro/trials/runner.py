@@ -6,6 +6,12 @@ are log files, the child runs in its own session so a timeout (or a Ctrl-C in
 the parent) kills its whole process tree. The runner measures; it never
 decides what a result means (`classify.py` does).
 
+The process is warm or cold. Warm: a plain `python script.py` that imports
+TensorFlow is forked from a warm server that imported it already
+(`trials/warm.py`, `inside/warm.py`); the same trial, 2-3 s cheaper. Cold
+(`cold=True`, any other command, or whenever the warm side cannot serve):
+`inside/launch.py` leads the trial's session and runs the command under it.
+
 Layout under the state dir:
     trials/<key[:16]>-<random>/{variant/, trial.json, result.json, stdout.log, stderr.log,
                                 result.json.progress (the steps so far: what a timeout keeps)}
@@ -14,7 +20,12 @@ Layout under the state dir:
 Invariants:
 - the user's files are only read (the variant is rendered into the trial dir);
 - a result produced by the child, a crash or a timeout is cached; a trial
-  interrupted in the parent is not, and leaves no process behind;
+  interrupted in the parent (Ctrl-C, `stop_trials`) is not, and leaves no
+  process behind;
+- no trial outlives this process, whatever it runs: a cold trial's launcher
+  and a warm trial's server kill the trial's group when we die (SIGKILL too);
+- a warm and a cold run of the same trial give the same result (same cache
+  key; tests/test_warm.py, benchmarks/warm_vs_cold.py);
 - safe from several threads: unique trial dirs, cache writes are atomic.
 """
 
@@ -25,9 +36,7 @@ import importlib.metadata
 import json
 import os
 import signal
-import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import cache
@@ -37,6 +46,8 @@ from typing import TYPE_CHECKING, Any
 from tfrepro import inside
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
+from tfrepro.trials import warm
+from tfrepro.trials.procs import run_cold, run_warm
 from tfrepro.trials.state import StateDir, load_result
 from tfrepro.trials.values import TrialResult
 
@@ -119,12 +130,14 @@ def run_trial(project: "Project", enabled: Iterable[str], settings: TrialSetting
               env: Mapping[str, str] | None = None, unkeyed_env: Mapping[str, str] | None = None,
               plugins: Sequence[Path] = (), plugin_options: Mapping[str, Any] | None = None,
               python: str | None = None, versions: Mapping[str, str | None] | None = None,
-              ) -> TrialResult:
+              cold: bool = False) -> TrialResult:
     """Run `project` with the features `enabled` ON (all others OFF), or return
     the cached result of the same trial. `env` is part of the cache key;
     `unkeyed_env` is not (the GPU a trial is pinned to: any GPU of the box
-    gives the same trial). `python` runs the trial under another interpreter
-    (a version environment), whose `versions` enter the key and the result."""
+    gives the same trial), nor is `cold` (a warm and a cold process give the
+    same trial: tests/test_warm.py). `python` runs the trial under another
+    interpreter (a version environment), whose `versions` enter the key and
+    the result."""
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(state_dir) if state_dir is not None else StateDir.of(project.root)
     plugins = tuple(Path(p).resolve() for p in plugins)
@@ -134,7 +147,7 @@ def run_trial(project: "Project", enabled: Iterable[str], settings: TrialSetting
     def execute(trial_dir: Path) -> TrialResult:
         files = project.write_variant(enabled_t, trial_dir / "variant")
         result = run_variant(trial_dir / "variant", settings, trial_dir, env={**(env or {}), **(unkeyed_env or {})},
-                             plugins=plugins, plugin_options=plugin_options, python=python)
+                             plugins=plugins, plugin_options=plugin_options, python=python, cold=cold)
         # Which files the trial got as its own copies (and how): never a link.
         extra = {**result.extra, "files": files} if files else dict(result.extra)
         if versions is not None:  # the trial's interpreter, not the driver's
@@ -190,10 +203,15 @@ def child_env(settings: TrialSettings, config_path: Path, env: Mapping[str, str]
 
 def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
                 env: Mapping[str, str] | None = None, plugins: Sequence[Path] = (),
-                plugin_options: Mapping[str, Any] | None = None, python: str | None = None) -> TrialResult:
+                plugin_options: Mapping[str, Any] | None = None, python: str | None = None,
+                cold: bool = False, warm_pool: "warm.WarmPool | None" = None) -> TrialResult:
     """Run an already rendered variant (no cache). `trial_dir` receives the
-    config, the result and the logs. Raises what interrupted the parent
-    (KeyboardInterrupt) after killing the child's process tree."""
+    config, the result and the logs. The trial is a child forked from a warm
+    server (`trials/warm.py`) when it is a plain `python script.py` that
+    imports TensorFlow, else (or with `cold=True`, or when the warm side
+    fails) a cold process behind `inside/launch.py`. Raises what interrupted
+    the parent (KeyboardInterrupt; `TrialStopped` from `stop_trials`) after
+    killing the child's process tree."""
     trial_dir = Path(trial_dir).resolve()
     trial_dir.mkdir(parents=True, exist_ok=True)
     result_path = trial_dir / "result.json"
@@ -209,37 +227,22 @@ def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
     config_path.write_text(json.dumps(config, indent=1, default=str), encoding="utf-8")
     stdout_path, stderr_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
     cmd = command_for(settings, python)
-    timed_out = False
-    start = time.perf_counter()
-    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
-        try:
-            proc = subprocess.Popen(cmd, cwd=variant_dir, env=child_env(settings, config_path, env),
-                                    stdin=subprocess.DEVNULL, stdout=out, stderr=err, start_new_session=True)
-        except OSError as e:
-            return TrialResult(crashed=True, error=f"cannot start {cmd[0]!r}: {e.strerror or e}",
-                               wall_s=0.0, log_dir=str(trial_dir), tf_version=None if python else tf_version())
-        try:
-            proc.wait(timeout=settings.timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            # Grandchildren outlive a finished child too; the group dies with it.
-            _kill_tree(proc)
-    wall = time.perf_counter() - start
     # The driver's TensorFlow says nothing about another interpreter's trial.
-    return _collect(proc.returncode, timed_out, wall, settings, result_path, stderr_path, trial_dir,
-                    tf_fallback=None if python else tf_version())
-
-
-def _kill_tree(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not honoured
-        pass
+    tf_fallback = None if python else tf_version()
+    full_env = child_env(settings, config_path, env)
+    outcome = None
+    if not cold:
+        outcome = run_warm(cmd, Path(variant_dir), full_env, settings.timeout_s, stdout_path, stderr_path,
+                            warm_pool or warm.default_pool())
+    if outcome is None:
+        for stale in (result_path, Path(harness.progress_path(str(result_path)))):
+            stale.unlink(missing_ok=True)  # left by a warm attempt whose server died
+        outcome = run_cold(cmd, Path(variant_dir), full_env, settings.timeout_s, stdout_path, stderr_path)
+    if isinstance(outcome, TrialResult):
+        return replace(outcome, log_dir=str(trial_dir), tf_version=tf_fallback)
+    rc, timed_out, wall, how = outcome
+    result = _collect(rc, timed_out, wall, settings, result_path, stderr_path, trial_dir, tf_fallback=tf_fallback)
+    return replace(result, extra={**result.extra, "process": how})
 
 
 def _collect(rc: int | None, timed_out: bool, wall: float, settings: TrialSettings,

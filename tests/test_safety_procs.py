@@ -1,0 +1,184 @@
+"""No trial outlives tfrepro, and Ctrl-C stops running trials at once: real processes.
+
+A helper process stands for tfrepro (it runs trials through the real runner);
+the test kills it (SIGKILL: no cleanup code of ours runs) or interrupts it
+(SIGINT) and looks for what is left, by a marker in the command line and by
+pids the trial scripts write down.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+SLEEPER = """\
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", *sys.argv[1:]])
+with open(os.path.join(os.environ["PIDS"], str(os.getpid())), "w") as f:
+    f.write(f"{os.getpid()} {child.pid}")
+print("step=1 loss=1.0", flush=True)
+time.sleep(300)
+"""
+
+HELPER = """\
+import sys
+from pathlib import Path
+from tfrepro.settings import TrialSettings
+from tfrepro.trials import runner, warm
+d, how, marker = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+py = sys.executable
+if how == "shell":
+    settings = TrialSettings(command=("bash", "-c", f"{py} s.py {marker}; echo after"), timeout_s=120)
+    runner.run_variant(d, settings, d.parent / "trial", cold=True)
+else:
+    settings = TrialSettings(command=("python", "s.py", marker), timeout_s=120)
+    pool = warm.WarmPool(preload=(), only_tf_scripts=False)
+    r = runner.run_variant(d, settings, d.parent / "trial", warm_pool=pool)
+"""
+
+
+def _procs_with(marker: str) -> list[int]:
+    out = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            if marker.encode() in cmdline.read_bytes():
+                out.append(int(cmdline.parent.name))
+        except OSError:
+            continue
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _wait_for(cond, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+def _setup(tmp_path: Path) -> tuple[Path, Path, dict]:
+    d = tmp_path / "variant"
+    d.mkdir()
+    (d / "s.py").write_text(SLEEPER)
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PIDS": str(pids)}
+    return d, pids, env
+
+
+def _kill_helper_mid_trial(tmp_path: Path, how: str) -> None:
+    d, pids, env = _setup(tmp_path)
+    marker = f"tfrepro-marker-{uuid.uuid4().hex}"
+    helper = subprocess.Popen([sys.executable, "-c", HELPER, str(d), how, marker], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        assert _wait_for(lambda: any(pids.iterdir()), 60), helper.communicate(timeout=5)
+        trial_pids = [int(x) for f in pids.iterdir() for x in f.read_text().split()]
+        assert all(_alive(p) for p in trial_pids)
+        os.kill(helper.pid, signal.SIGKILL)
+        helper.wait()
+        assert _wait_for(lambda: not any(_alive(p) for p in trial_pids), 5), "trial processes left running"
+        if how == "shell":  # bash, the python under it and its child all carry the marker
+            assert _wait_for(lambda: not [p for p in _procs_with(marker) if _alive(p)], 5)
+    finally:
+        if helper.poll() is None:
+            helper.kill()
+        helper.communicate()
+
+
+def test_a_killed_tfrepro_leaves_no_process_of_a_shell_command_trial(tmp_path):
+    _kill_helper_mid_trial(tmp_path, "shell")
+
+
+def test_a_killed_tfrepro_leaves_no_process_of_a_warm_trial(tmp_path):
+    _kill_helper_mid_trial(tmp_path, "warm")
+
+
+BATCH = """\
+import sys
+from pathlib import Path
+from tfrepro.project import Project
+from tfrepro.trials.executors import LocalExecutor, TrialRequest
+p = Project.load(Path(sys.argv[1]))
+s = p.manifest.trial
+reqs = [TrialRequest(enabled, s) for enabled in [(), ("slow",), ("slow", "other")]]
+with LocalExecutor(2) as ex:
+    ex.run_batch(p, reqs)
+print("finished")
+"""
+
+PROJECT = """\
+import os, time
+SLOW = False
+# tfrepro: feature slow -- sleeps for a long time
+# SLOW = True
+# tfrepro: end
+# tfrepro: feature other -- nothing
+# OTHER = 1
+# tfrepro: end
+with open(os.path.join(os.environ["PIDS"], str(os.getpid())), "w") as f:
+    f.write(str(os.getpid()))
+if SLOW:
+    time.sleep(60)
+print("step=1 loss=1.0")
+"""
+
+
+def test_ctrl_c_with_jobs_2_stops_running_trials_at_once_and_keeps_finished_ones(tmp_path):
+    from tfrepro.project import Project
+    from tfrepro.trials.executors import LocalExecutor, TrialRequest
+
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "repro.py").write_text(textwrap.dedent(PROJECT))
+    (root / "tfrepro.toml").write_text("[trial]\nsteps = 5\ntimeout_s = 120\n")
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PIDS": str(pids)}
+    helper = subprocess.Popen([sys.executable, "-c", BATCH, str(root)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # the fast trial finishes, the two slow ones run side by side
+        assert _wait_for(lambda: len(list(pids.iterdir())) >= 3, 60), helper.communicate(timeout=5)
+        time.sleep(0.3)
+        running = [int(f.read_text()) for f in pids.iterdir() if _alive(int(f.read_text()))]
+        assert len(running) == 2
+        start = time.monotonic()
+        helper.send_signal(signal.SIGINT)
+        out, err = helper.communicate(timeout=30)
+        took = time.monotonic() - start
+    finally:
+        if helper.poll() is None:
+            helper.kill()
+            helper.communicate()
+    assert took < 5, f"Ctrl-C took {took:.1f} s"
+    assert "KeyboardInterrupt" in err and "finished" not in out
+    assert not any(_alive(p) for p in running)
+    cache = list((root / ".tfrepro" / "cache").glob("*.json"))
+    assert len(cache) == 1  # the finished trial, not the killed ones
+
+    # resume: the finished trial comes from the cache
+    os.environ["PIDS"] = str(pids)
+    try:
+        p = Project.load(root)
+        (fast,) = LocalExecutor(1).run_batch(p, [TrialRequest((), p.manifest.trial)])
+    finally:
+        del os.environ["PIDS"]
+    assert fast.cached and fast.losses == (1.0,)

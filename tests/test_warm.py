@@ -1,0 +1,371 @@
+"""Warm trials (a child forked from a warm server) against cold ones, on real processes.
+
+Fork-path tests use a server that preloads nothing and small plain-Python
+scripts: the same script runs warm and cold and must see the same world
+(argv, cwd, sys.path, environment, exit codes, crash lines). The e2e tests
+(real TensorFlow) prove the point of it all: the same seeded deterministic
+trial gives bit-identical per-step losses and the same verdicts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tfrepro.settings import TrialSettings
+from tfrepro.trials import procs, warm
+from tfrepro.trials.procs import TrialStopped, stop_trials, warm_argv
+from tfrepro.trials.runner import run_variant
+
+REPO = Path(__file__).resolve().parents[1]
+
+WORLD = """\
+import json, os, sys
+world = {"argv": sys.argv, "cwd": os.getcwd(), "path": sys.path, "env": dict(os.environ),
+         "name": __name__, "file": __file__, "main": sys.modules["__main__"].__dict__.get("__file__"),
+         "stdin": sys.stdin.read()}
+print(json.dumps(world))
+print("step=1 loss=0.5")
+"""
+
+GROUP = """\
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
+with open("pids", "w") as f:
+    f.write(f"{os.getpid()} {child.pid}")
+print("step=1 loss=1.0", flush=True)
+time.sleep(300)
+"""
+
+
+@pytest.fixture(scope="module")
+def pool():
+    p = warm.WarmPool(preload=(), only_tf_scripts=False)
+    yield p
+    p.close()
+
+
+def script_dir(tmp_path: Path, text: str, name: str = "s.py") -> Path:
+    d = tmp_path / "variant"
+    d.mkdir(exist_ok=True)
+    (d / name).write_text(textwrap.dedent(text))
+    return d
+
+
+def run(d: Path, tmp: Path, pool, *, cold: bool, args=(), timeout=30.0, env=None, tag=""):
+    settings = TrialSettings(command=("python", "s.py", *args), steps=10, timeout_s=timeout)
+    trial = tmp / f"trial-{'cold' if cold else 'warm'}{tag}"
+    result = run_variant(d, settings, trial, env=env, cold=cold, warm_pool=pool)
+    return result, (trial / "stdout.log").read_text(), (trial / "stderr.log").read_text()
+
+
+def gone(pid: int, within: float = 5.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # a zombie is gone for our purposes
+            if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                return True
+        except OSError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+# -- the same world, warm and cold ------------------------------------------------------
+
+
+def test_warm_child_sees_what_a_cold_interpreter_sees(tmp_path, pool):
+    d = script_dir(tmp_path, WORLD)
+    cold, cold_out, _ = run(d, tmp_path, pool, cold=True, args=("--flag", "x y"), env={"MY_VAR": "1"})
+    hot, hot_out, _ = run(d, tmp_path, pool, cold=False, args=("--flag", "x y"), env={"MY_VAR": "1"})
+    assert (cold.extra["process"], hot.extra["process"]) == ("cold", "warm")
+    a, b = json.loads(cold_out.splitlines()[0]), json.loads(hot_out.splitlines()[0])
+    assert b["argv"] == ["s.py", "--flag", "x y"]
+    assert b["cwd"] == str(d) and b["path"][0] == str(d)
+    assert b["env"]["MY_VAR"] == "1" and "TFREPRO_TRIAL_CONFIG" not in b["env"]
+    assert b["name"] == "__main__" and b["file"] == b["main"] == str(d / "s.py")
+    assert a == b  # environment, sys.path, argv, cwd, stdin (empty): all of it
+    assert cold.losses == hot.losses == (0.5,)
+
+
+@pytest.mark.parametrize("code, expect", [("raise SystemExit(3)", 3), ("import sys; sys.exit()", 0),
+                                          ("import sys; sys.exit('bye')", 1), ("import os; os._exit(5)", 5)])
+def test_exit_codes_are_those_of_a_real_interpreter(tmp_path, pool, code, expect):
+    d = script_dir(tmp_path, f"print('step=1 loss=1.0')\n{code}\n")
+    cold, _, cold_err = run(d, tmp_path, pool, cold=True)
+    hot, _, hot_err = run(d, tmp_path, pool, cold=False)
+    assert cold.exit_code == hot.exit_code == expect
+    assert hot.extra["process"] == "warm"
+    assert cold_err == hot_err
+    assert (cold.crashed, cold.error) == (hot.crashed, hot.error)
+
+
+def test_an_uncaught_exception_is_a_crash_with_the_same_line_and_traceback(tmp_path, pool):
+    d = script_dir(tmp_path, "print('step=1 loss=1.0')\ndef f():\n    raise ValueError('bad\\nsecond line')\nf()\n")
+    cold, _, cold_err = run(d, tmp_path, pool, cold=True)
+    hot, _, hot_err = run(d, tmp_path, pool, cold=False)
+    assert hot.crashed and hot.exit_code == 1 and hot.error == "ValueError: bad"
+    assert (cold.error, cold.exit_code) == (hot.error, hot.exit_code)
+    assert hot_err == cold_err  # the traceback starts at the script, nothing of ours in it
+    assert "warm.py" not in hot_err
+
+
+def test_threads_are_joined_and_atexit_runs_before_the_exit(tmp_path, pool):
+    d = script_dir(tmp_path, """\
+        import atexit, threading, time
+        atexit.register(lambda: print("atexit ran", flush=True))
+        def late():
+            time.sleep(0.3)
+            print("thread done", flush=True)
+        threading.Thread(target=late).start()
+        print("step=1 loss=1.0")
+        """)
+    _, cold_out, _ = run(d, tmp_path, pool, cold=True)
+    hot, hot_out, _ = run(d, tmp_path, pool, cold=False)
+    assert hot.extra["process"] == "warm"
+    assert hot_out == cold_out and hot_out.splitlines()[-2:] == ["thread done", "atexit ran"]
+
+
+def test_a_timeout_kills_the_childs_whole_group(tmp_path, pool):
+    d = script_dir(tmp_path, GROUP)
+    result, _, _ = run(d, tmp_path, pool, cold=False, timeout=2.0)
+    assert result.timed_out and result.extra["process"] == "warm"
+    assert result.losses == (1.0,)  # what the timed-out trial got through is kept
+    for pid in map(int, (d / "pids").read_text().split()):
+        assert gone(pid)
+
+
+def test_stop_trials_kills_a_running_warm_trial_which_raises(tmp_path, pool):
+    d = script_dir(tmp_path, GROUP)
+    raised: list[BaseException] = []
+
+    def go():
+        try:
+            run(d, tmp_path, pool, cold=False, timeout=60)
+        except BaseException as e:
+            raised.append(e)
+
+    t = threading.Thread(target=go)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not (d / "pids").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.1)
+    start = time.monotonic()
+    assert stop_trials({t.ident}) == 1
+    t.join(10)
+    assert time.monotonic() - start < 5
+    assert len(raised) == 1 and isinstance(raised[0], TrialStopped)
+    for pid in map(int, (d / "pids").read_text().split()):
+        assert gone(pid)
+
+
+def test_a_dead_server_is_replaced_and_the_trial_still_runs(tmp_path):
+    p = warm.WarmPool(preload=(), only_tf_scripts=False)
+    try:
+        d = script_dir(tmp_path, "print('step=1 loss=2.0')\n")
+        first, _, _ = run(d, tmp_path, p, cold=False)
+        (server,) = p._servers.values()
+        os.kill(server.pid, signal.SIGKILL)
+        server.proc.wait()
+        again, _, _ = run(d, tmp_path, p, cold=False, tag="2")
+        assert first.losses == again.losses == (2.0,)
+        (new,) = p._servers.values()
+        assert new.pid != server.pid and new.alive()
+    finally:
+        p.close()
+
+
+def test_a_server_lost_while_its_child_runs_falls_back_to_cold(tmp_path):
+    p = warm.WarmPool(preload=(), only_tf_scripts=False)
+    try:
+        d = script_dir(tmp_path, "import os, time\nopen('started-' + str(os.getpid()), 'w')\n"
+                                 "time.sleep(1.0)\nprint('step=1 loss=3.0')\n")
+
+        def kill_server_once_started():
+            deadline = time.monotonic() + 30
+            while not list(d.glob("started-*")) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            (server,) = p._servers.values()
+            os.kill(server.pid, signal.SIGKILL)
+
+        killer = threading.Thread(target=kill_server_once_started)
+        killer.start()
+        result, _, _ = run(d, tmp_path, p, cold=False)
+        killer.join()
+        assert result.extra["process"] == "cold" and result.losses == (3.0,) and not result.crashed
+        assert len(list(d.glob("started-*"))) == 2  # the warm child died with its server; a cold one ran
+    finally:
+        p.close()
+
+
+def test_a_server_that_grew_threads_forks_no_more(tmp_path):
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "spawner.py").write_text(textwrap.dedent("""\
+        import threading, time
+        def later():
+            time.sleep(0.8)
+            threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
+            time.sleep(600)
+        threading.Thread(target=later, daemon=True).start()
+        """))
+    p = warm.WarmPool(preload=("spawner",), only_tf_scripts=False)
+    try:
+        d = script_dir(tmp_path, "print('step=1 loss=1.0')\n")
+        env = {"PYTHONPATH": str(mods)}
+        first, _, _ = run(d, tmp_path, p, cold=False, env=env)
+        time.sleep(1.5)
+        second, _, _ = run(d, tmp_path, p, cold=False, env=env, tag="2")
+        assert first.extra["process"] == "warm"
+        assert second.extra["process"] == "cold" and second.losses == (1.0,)
+    finally:
+        p.close()
+
+
+def test_idle_servers_beyond_the_limit_are_ended_least_recently_used_first(tmp_path):
+    p = warm.WarmPool(preload=(), only_tf_scripts=False, max_servers=2)
+    try:
+        d = script_dir(tmp_path, "print('step=1 loss=1.0')\n")
+        for i in range(3):  # three import-time environments, one after the other
+            r, _, _ = run(d, tmp_path, p, cold=False, env={"TF_FAKE_SETTING": str(i)}, tag=str(i))
+            assert r.extra["process"] == "warm"
+        assert len(p._servers) == 2
+        assert sorted(dict(k[2])["TF_FAKE_SETTING"] for k in p._servers) == ["1", "2"]
+    finally:
+        p.close()
+
+
+# -- which trials go warm, and with which server ---------------------------------------
+
+
+def test_only_a_plain_python_script_goes_warm():
+    py = sys.executable
+    assert warm_argv([py, "repro.py", "--fast"]) == ["repro.py", "--fast"]
+    assert warm_argv([py, "-m", "train"]) is None
+    assert warm_argv([py, "-u", "repro.py"]) is None
+    assert warm_argv(["bash", "-c", "python repro.py"]) is None
+    assert warm_argv(["/other/python", "repro.py"]) is None
+    assert warm_argv(["/other/python", "repro.py"], "/other/python") == ["repro.py"]  # a version environment
+
+
+def test_the_default_pool_keeps_scripts_without_tensorflow_or_setting_its_variables_cold(tmp_path):
+    p = warm.WarmPool()
+    plain = tmp_path / "plain.py"
+    plain.write_text("print('step=1 loss=1')\n")
+    assert p.wants(plain) == "imports no TensorFlow/Keras"
+    tf_script = tmp_path / "tf.py"
+    tf_script.write_text("import os\nX = os.environ.get('TF_USE_LEGACY_KERAS')\nimport tensorflow as tf\n")
+    assert p.wants(tf_script) is None
+    legacy = tmp_path / "legacy.py"
+    legacy.write_text("import os\nos.environ['TF_USE_LEGACY_KERAS'] = '1'\nimport tensorflow as tf\n")
+    assert p.wants(legacy) == "sets an import-time variable itself"
+    via_module = tmp_path / "sub"
+    via_module.mkdir()
+    (via_module / "repro.py").write_text("from model import build\n")
+    (via_module / "model.py").write_text("import keras\n")
+    assert p.wants(via_module / "repro.py") is None
+
+
+def test_a_local_module_shadowing_one_the_server_imported_runs_cold(tmp_path, pool):
+    d = script_dir(tmp_path, "import selectors\nprint(selectors.MARK)\nprint('step=1 loss=1.0')\n")
+    (d / "selectors.py").write_text("MARK = 'local selectors'\n")  # the server imported the stdlib one
+    result, out, _ = run(d, tmp_path, pool, cold=False)
+    assert result.extra["process"] == "cold" and out.startswith("local selectors")
+
+
+def test_the_server_key_holds_import_time_variables_but_not_the_pinned_device():
+    base = {"HOME": "/h", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0", "CUDA_VISIBLE_DEVICES": "0"}
+    key = warm.server_key("py", base, ())
+    assert key == warm.server_key("py", {**base, "CUDA_VISIBLE_DEVICES": "1", "HOME": "/x", "N": "4"}, ())
+    for name, value in [("PYTHONHASHSEED", "1"), ("TF_USE_LEGACY_KERAS", "1"), ("KERAS_BACKEND", "jax"),
+                        ("XLA_FLAGS", "--x"), ("OMP_NUM_THREADS", "1"), ("TF_ENABLE_ONEDNN_OPTS", "0"),
+                        ("LD_PRELOAD", "libtcmalloc.so")]:
+        assert warm.server_key("py", {**base, name: value}, ()) != key, name
+    assert warm.server_key("other-python", base, ()) != key
+
+
+def test_a_deterministic_trial_gets_a_server_started_with_its_hash_seed(tmp_path, pool):
+    d = script_dir(tmp_path, "import sys, os\nprint(hash('abc'), os.environ['PYTHONHASHSEED'])\n"
+                             "print('step=1 loss=1.0')\n")
+    outs = []
+    for seed in (0, 1):
+        settings = TrialSettings(command=("python", "s.py"), steps=5, timeout_s=30, seed=seed)
+        for cold in (True, False):
+            trial = tmp_path / f"t{seed}{cold}"
+            r = run_variant(d, settings, trial, cold=cold, warm_pool=pool)
+            assert r.extra["process"] == ("cold" if cold else "warm")
+            outs.append((trial / "stdout.log").read_text().splitlines()[0])
+    assert outs[0] == outs[1] and outs[2] == outs[3] and outs[0] != outs[2]
+
+
+# -- real TensorFlow: the same bytes out ------------------------------------------------
+
+
+def _tf_trial(project: Path, tmp: Path, *, cold: bool, tag: str, steps: int = 20, pool=None, all_on=False):
+    from tfrepro.project import Project
+
+    proj = Project.load(project)
+    settings = TrialSettings(entry=proj.manifest.trial.entry, steps=steps, timeout_s=300, seed=0,
+                             deterministic=True)
+    variant = tmp / f"variant-{tag}"
+    proj.write_variant(proj.feature_names if all_on else (), variant)
+    return run_variant(variant, settings, tmp / f"trial-{tag}", cold=cold, warm_pool=pool)
+
+
+@pytest.mark.e2e
+def test_tensorflow_fit_warm_and_cold_give_bit_identical_losses_and_verdicts(tmp_path):
+    from tfrepro.settings import SymptomSettings
+    from tfrepro.trials import classify
+
+    pool = warm.WarmPool()
+    try:
+        runs = {}
+        for tag, cold in [("cold", True), ("warm", False), ("warm2", False)]:
+            # every feature ON: the script as written (with its own per-step loss callback)
+            runs[tag] = _tf_trial(REPO / "tests" / "projects" / "fit_basic", tmp_path, cold=cold, tag=tag, pool=pool,
+                                  all_on=True)
+        assert [runs[t].extra["process"] for t in runs] == ["cold", "warm", "warm"]
+        assert runs["cold"].losses and not runs["cold"].crashed
+        assert runs["cold"].losses == runs["warm"].losses == runs["warm2"].losses  # bit-identical floats
+        assert runs["cold"].weights_finite is runs["warm"].weights_finite is True
+        own = [(tmp_path / f"variant-{t}" / "own_losses.txt").read_text() for t in runs]
+        assert own[0] == own[1] == own[2]
+        sym = SymptomSettings()
+        for a, b in [("warm", "cold"), ("cold", "warm"), ("warm2", "cold")]:
+            assert classify.symptoms(runs[a], reference=runs[b], settings=sym) == frozenset()
+        assert (classify.classify(runs["warm"], reference=None, settings=sym)
+                == classify.classify(runs["cold"], reference=None, settings=sym))
+    finally:
+        pool.close()
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("example", ["demo", "loop_missing_training"])
+def test_bundled_examples_warm_equal_cold(tmp_path, example):
+    pool = warm.WarmPool()
+    try:
+        cold = _tf_trial(REPO / "tfrepro" / "examples" / example, tmp_path, cold=True, tag="cold", pool=pool)
+        hot = _tf_trial(REPO / "tfrepro" / "examples" / example, tmp_path, cold=False, tag="warm", pool=pool)
+        assert hot.extra["process"] == "warm"
+        assert [x.hex() if x == x else "nan" for x in cold.losses] == [x.hex() if x == x else "nan" for x in hot.losses]
+        assert (cold.crashed, cold.error) == (hot.crashed, hot.error)
+        assert cold.first_nonfinite_step == hot.first_nonfinite_step
+    finally:
+        pool.close()
+
+
+def test_a_stopped_trial_is_an_interrupt_never_a_result():
+    assert callable(procs.stop_trials) and issubclass(procs.TrialStopped, KeyboardInterrupt)

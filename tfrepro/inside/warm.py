@@ -1,0 +1,361 @@
+"""The warm trial server: runs INSIDE a trial's interpreter, never imports tfrepro.
+
+Started once per import-time environment by `tfrepro/trials/warm.py` as
+`python -c BOOT warm.py SOCKET PRELOAD MAX_THREADS` (stdlib only, loaded by path). It
+imports the PRELOAD modules (NumPy, TensorFlow, Keras), runs no op, touches
+no device, then forks one child per trial on request. It is as dumb as
+gunicorn's arbiter: import, fork, hand the child its job, reap, report. The
+child, not the server, sets up everything per trial.
+
+Protocol (one Unix-socket connection per trial, JSON lines):
+    parent → server  {"argv": [script, args...], "cwd", "env", "stdout", "stderr"}
+    server → parent  {"pid": N}            the child runs (its own session: pgid == N)
+                     {"status": W}         W = the raw wait status, once reaped
+                  or {"error": "..."}      nothing was forked: run the trial cold
+The server reaps; the parent kills the child's process group (timeout,
+Ctrl-C) by pgid. A connection the parent closes before the status kills the
+child's group: the connection is the child's lease.
+
+Invariants:
+- the server forks only while it has no more threads than right after the
+  preload (TensorFlow's import leaves 2 here); otherwise it answers "error";
+- the server dies when its stdin (a pipe from the tfrepro process) reaches
+  EOF, i.e. when tfrepro exits or is killed, and takes its children with it;
+  a child also dies with the server (PR_SET_PDEATHSIG) and the harness
+  watches its parent;
+- a child does what `python script args` would from here on: own session,
+  cwd, argv, sys.path[0], os.environ replaced, the harness installed by the
+  same sitecustomize function, stdio on the trial's files, the script as
+  `__main__`, CPython's exit-code semantics (SystemExit, uncaught exception
+  → traceback + 1, KeyboardInterrupt → killed by SIGINT), non-daemon threads
+  joined and atexit handlers run before the exit, no interpreter teardown.
+  What it cannot redo: hash randomisation (PYTHONHASHSEED is part of the
+  server's key) and anything a module read at import (the server's key).
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import json
+import os
+import selectors
+import signal
+import socket
+import sys
+import traceback
+
+ERROR_EXIT = 70  # the child could not be set up (never the script's own code)
+
+
+def thread_count() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        import threading
+
+        return threading.active_count()
+
+
+def preload(names: list[str]) -> None:
+    """`mod` imports mod; `mod:attr` also resolves a lazy attribute (tensorflow:keras)."""
+    import importlib
+
+    for name in names:
+        mod_name, _, attr = name.partition(":")
+        module = importlib.import_module(mod_name)
+        if attr:
+            getattr(module, attr)
+
+
+# -- the child --------------------------------------------------------------------------
+
+
+def _pdeathsig(sig: int) -> None:
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass  # not Linux: the harness's parent watch still runs
+
+
+def _redirect(path: str | None, fd: int, flags: int) -> None:
+    new = os.open(path or os.devnull, flags, 0o644)
+    if new != fd:
+        os.dup2(new, fd)
+        os.close(new)
+
+
+def _activate_harness() -> None:
+    """What sitecustomize does at a cold interpreter's start (the same function)."""
+    site = sys.modules.get("sitecustomize")
+    activate = getattr(site, "_tfrepro_activate", None)
+    if activate is not None:
+        activate()
+        return
+    config = os.environ.pop("TFREPRO_TRIAL_CONFIG", None)
+    if config:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness.py")
+        spec = importlib.util.spec_from_file_location("_tfrepro_harness", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        module.activate(config)
+
+
+def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
+    os.setsid()
+    _pdeathsig(signal.SIGKILL)
+    if os.getppid() != server_pid:
+        os._exit(137)
+    # The server's fds become /dev/null rather than closed: their Python
+    # objects live on in this process, and closing them later must not hit a
+    # number the trial reuses.
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in close_fds:
+        try:
+            os.dup2(null, fd)
+        except OSError:
+            pass
+    os.close(null)
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    _redirect(None, 0, os.O_RDONLY)
+    _redirect(job.get("stdout"), 1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    _redirect(job.get("stderr"), 2, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.chdir(job["cwd"])
+    os.environ.clear()
+    os.environ.update(job["env"])
+    sys.argv = list(job["argv"])
+    script = os.path.abspath(sys.argv[0])
+    sys.path[0] = os.path.dirname(script)
+    np = sys.modules.get("numpy")
+    if np is not None:
+        np.random.seed()  # a cold interpreter seeds NumPy's global state from the OS
+    _activate_harness()
+    return script
+
+
+def _exit_code(e: SystemExit) -> int:
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    try:
+        sys.stderr.write(f"{code}\n")
+    except Exception:
+        pass
+    return 1
+
+
+def _run_main(script: str) -> tuple[int, int]:
+    """The script as `__main__`; returns (the exit code a real interpreter
+    would give, the signal it would die of instead, or 0)."""
+    import builtins
+    import importlib.machinery
+    import types
+
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=script, __builtins__=builtins, __spec__=None, __cached__=None,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", script))
+    sys.modules["__main__"] = main
+    try:
+        with open(script, "rb") as f:
+            code = compile(f.read(), script, "exec")
+        exec(code, main.__dict__)
+        return 0, 0
+    except SystemExit as e:
+        return _exit_code(e), 0
+    except BaseException as e:
+        tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
+        if tb is not None:
+            e.__traceback__ = tb  # the traceback starts at the script, as in a cold run
+        sys.excepthook(type(e), e, e.__traceback__)
+        return 1, (signal.SIGINT if isinstance(e, KeyboardInterrupt) else 0)
+
+
+def _finish(code: int, sig: int) -> None:
+    """Py_FinalizeEx's order minus the teardown: join threads, atexit, flush, exit."""
+    import threading
+
+    try:
+        threading._shutdown()
+    except BaseException:
+        pass
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    if sig:  # an uncaught KeyboardInterrupt: CPython dies of SIGINT
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(code & 0xFF)
+
+
+def child_main(job: dict, server_pid: int, close_fds: list[int]) -> None:
+    """In the forked child: never returns."""
+    try:
+        try:
+            script = _setup_child(job, server_pid, close_fds)
+        except BaseException:
+            traceback.print_exc()
+            sys.stderr.flush()
+            os._exit(ERROR_EXIT)
+        _finish(*_run_main(script))
+    finally:
+        os._exit(ERROR_EXIT)
+
+
+# -- the server --------------------------------------------------------------------------
+
+
+def _send(conn: socket.socket, msg: dict) -> None:
+    try:
+        conn.sendall(json.dumps(msg).encode() + b"\n")
+    except OSError:
+        pass
+
+
+def _read_job(conn: socket.socket) -> dict:
+    conn.settimeout(10)
+    buf = b""
+    while not buf.endswith(b"\n"):
+        chunk = conn.recv(65536)
+        if not chunk:
+            raise EOFError("connection closed before the job")
+        buf += chunk
+    conn.setblocking(True)
+    return json.loads(buf)
+
+
+def _killpg(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except OSError:
+        pass
+
+
+class Server:
+    def __init__(self, sock_path: str, max_threads: int) -> None:
+        self.max_threads = max_threads
+        self.pid = os.getpid()
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(sock_path)
+        self.listener.listen(64)
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_r, False)
+        os.set_blocking(self.wake_w, False)
+        signal.set_wakeup_fd(self.wake_w)
+        signal.signal(signal.SIGCHLD, lambda *a: None)
+        self.children: dict[int, socket.socket] = {}  # pid → its connection
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(0, selectors.EVENT_READ, "stdin")
+        self.sel.register(self.listener, selectors.EVENT_READ, "accept")
+        self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
+
+    def fds(self) -> list[int]:
+        """The server's own descriptors, which no child may keep."""
+        sel_fd = getattr(self.sel, "fileno", lambda: -1)()
+        return [self.listener.fileno(), self.wake_r, self.wake_w, sel_fd] + [c.fileno() for c in self.children.values()]
+
+    def serve(self) -> None:
+        while True:
+            for key, _ in self.sel.select():
+                if key.data == "stdin":
+                    if not os.read(0, 4096):
+                        self.shutdown()
+                elif key.data == "accept":
+                    conn, _ = self.listener.accept()
+                    self.start(conn)
+                elif key.data == "wake":
+                    try:
+                        while os.read(self.wake_r, 4096):
+                            pass
+                    except BlockingIOError:
+                        pass
+                    self.reap()
+                else:  # a child's connection: EOF means its parent let go
+                    pid, conn = key.data
+                    try:
+                        data = conn.recv(4096)
+                    except OSError:
+                        data = b""
+                    if not data:
+                        _killpg(pid)
+                        self.sel.unregister(conn)
+
+    def start(self, conn: socket.socket) -> None:
+        try:
+            job = _read_job(conn)
+        except (OSError, ValueError, EOFError) as e:
+            _send(conn, {"error": f"bad job: {e}"})
+            conn.close()
+            return
+        threads = thread_count()
+        if threads > self.max_threads:
+            _send(conn, {"error": f"{threads} threads in the warm server (at most {self.max_threads} to fork)"})
+            conn.close()
+            return
+        close_fds = [fd for fd in self.fds() if fd >= 0] + [conn.fileno()]
+        pid = os.fork()
+        if pid == 0:
+            child_main(job, self.pid, close_fds)
+        self.children[pid] = conn
+        _send(conn, {"pid": pid})
+        self.sel.register(conn, selectors.EVENT_READ, (pid, conn))
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            conn = self.children.pop(pid, None)
+            if conn is not None:
+                try:
+                    self.sel.unregister(conn)
+                except (KeyError, ValueError):
+                    pass
+                _send(conn, {"status": status})
+                conn.close()
+
+    def shutdown(self) -> None:
+        for pid in list(self.children):
+            _killpg(pid)
+        os._exit(0)
+
+
+def serve(argv: list[str]) -> None:
+    """Entry point: argv = [socket path, comma-separated preload, max threads or 0 (= as after preload)]."""
+    sock_path, names, max_threads = argv[0], [n for n in argv[1].split(",") if n], int(argv[2])
+    try:
+        preload(names)
+        gc.collect()
+        if hasattr(gc, "freeze"):
+            gc.freeze()  # the children do not copy pages for the collector's sake
+        threads = thread_count()
+        limit = max_threads or threads
+        if threads > limit:
+            raise RuntimeError(f"{threads} threads after the preload (at most {limit} to fork)")
+        server = Server(sock_path, limit)
+        modules = sorted({name.partition(".")[0] for name in sys.modules})
+        ready = {"ready": True, "pid": os.getpid(), "threads": threads, "modules": modules}
+    except BaseException as e:
+        ready = {"ready": False, "error": f"{type(e).__name__}: {e}"}
+        server = None
+    sys.stdout.flush()
+    os.write(1, json.dumps(ready).encode() + b"\n")
+    _redirect(None, 1, os.O_WRONLY)  # nothing else goes to the parent's pipe
+    if server is None:
+        os._exit(1)
+    server.serve()

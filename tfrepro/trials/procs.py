@@ -1,0 +1,178 @@
+"""How a trial's process runs: forked from a warm server, or cold behind a launcher.
+
+`runner.run_variant` decides nothing here but which: it prepares the trial
+dir and the environment, calls `run_warm` (None: not possible, run it cold)
+or `run_cold`, and reads the result. Both return (return code as Popen gives
+it, timed out, wall seconds, "warm" | "cold").
+
+Invariants:
+- every trial leads its own process group (the launcher, or the warm child
+  after setsid) and is killed as a group: at its timeout, after it ends
+  (grandchildren), on Ctrl-C, by `stop_trials`;
+- no trial outlives this process: the cold launcher (`inside/launch.py`)
+  kills its group when we die, the warm server kills its children when its
+  stdin pipe from us closes, and the warm child dies with its server;
+- a trial killed by `stop_trials` raises `TrialStopped` in the thread that
+  ran it, so it is never cached.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from tfrepro import inside
+from tfrepro.trials import warm
+from tfrepro.trials.values import TrialResult
+
+# (return code, timed out, wall seconds, "warm" | "cold"), or a could-not-start result.
+Outcome = tuple[int | None, bool, float, str] | TrialResult
+
+
+def warm_argv(cmd: Sequence[str], python: str | None = None) -> list[str] | None:
+    """`[python, script.py, args...]` → `[script.py, args...]`; None for
+    anything else (`-m`, interpreter options, a wrapper, another program):
+    those run cold. `python`: the trial's interpreter (default: this one)."""
+    if (len(cmd) < 2 or cmd[0] != (python or sys.executable) or cmd[1].startswith("-")
+            or not cmd[1].endswith(".py")):
+        return None
+    return list(cmd[1:])
+
+
+def run_warm(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, stdout: Path,
+              stderr: Path, pool: "warm.WarmPool") -> Outcome | None:
+    """The trial forked from a warm server, or None: run it cold."""
+    argv = warm_argv(cmd, cmd[0])
+    if argv is None or pool.wants(cwd / argv[0]) is not None:
+        return None
+    start = time.perf_counter()
+    try:
+        server = pool.server(cmd[0], env)
+        if server.shadowed_by((cwd / argv[0]).parent) is not None:
+            return None
+        child = server.submit(argv, cwd, env, stdout, stderr)
+    except warm.WarmUnavailable:
+        return None
+    token = LIVE.add(child.pid)
+    timed_out = False
+    rc = None
+    try:
+        try:
+            rc = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            child.kill()
+            try:
+                rc = child.wait(10)
+            except (subprocess.TimeoutExpired, warm.ServerLost):
+                rc = None  # a timeout is the result either way
+        except warm.ServerLost:
+            return None  # the child died with its server: the trial runs again, cold
+        finally:
+            child.kill()  # grandchildren outlive a finished child too: the group dies with it
+            child.close()
+    finally:
+        if LIVE.remove(token):
+            raise TrialStopped()
+    return rc, timed_out, time.perf_counter() - start, "warm"
+
+
+def run_cold(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, stdout_path: Path,
+              stderr_path: Path) -> Outcome:
+    timed_out = False
+    start = time.perf_counter()
+    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+        try:
+            proc = subprocess.Popen(launcher(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=err, start_new_session=True)
+        except OSError as e:
+            return TrialResult(crashed=True, error=f"cannot start {cmd[0]!r}: {e.strerror or e}", wall_s=0.0)
+        token = LIVE.add(proc.pid)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            # Grandchildren outlive a finished child too; the group dies with it.
+            kill_tree(proc)
+            if LIVE.remove(token):
+                raise TrialStopped()
+    return proc.returncode, timed_out, time.perf_counter() - start, "cold"
+
+
+def launcher(cmd: Sequence[str]) -> list[str]:
+    """`cmd` behind inside/launch.py, which kills the trial's group when we die."""
+    return [sys.executable, "-I", "-S", str(inside.LAUNCH), str(os.getpid()), *cmd]
+
+
+# -- stopping the running trials (Ctrl-C with --jobs > 1) -------------------------------
+
+
+class TrialStopped(KeyboardInterrupt):
+    """The trial was killed by `stop_trials`: no result, nothing cached."""
+
+
+class _Live:
+    """The trials running in this process: their process group and the thread
+    that waits on them. Safe from several threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._next = 0
+        self._running: dict[int, tuple[int, int]] = {}  # token → (thread ident, pgid)
+        self._stopped: set[int] = set()
+
+    def add(self, pgid: int) -> int:
+        with self._lock:
+            self._next += 1
+            self._running[self._next] = (threading.get_ident(), pgid)
+            return self._next
+
+    def remove(self, token: int) -> bool:
+        """Forget a finished trial; True when `stop` killed it."""
+        with self._lock:
+            self._running.pop(token, None)
+            if token in self._stopped:
+                self._stopped.discard(token)
+                return True
+            return False
+
+    def stop(self, threads: Iterable[int] | None = None) -> int:
+        """SIGKILL the process group of every running trial (of `threads` only,
+        when given); their `run_variant` raises TrialStopped. Returns how many."""
+        wanted = None if threads is None else set(threads)
+        with self._lock:
+            hit = [(t, pg) for t, (ident, pg) in self._running.items()
+                   if (wanted is None or ident in wanted) and t not in self._stopped]
+            self._stopped.update(t for t, _ in hit)
+        for _, pgid in hit:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return len(hit)
+
+
+LIVE = _Live()
+
+
+def stop_trials(threads: Iterable[int] | None = None) -> int:
+    """Kill the running trials now (of the given threads, or all)."""
+    return LIVE.stop(threads)
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not honoured
+        pass
