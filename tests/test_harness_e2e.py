@@ -65,7 +65,7 @@ def trial(tmp_path_factory):
     def run(name: str, env: dict | None = None, **kw) -> TrialResult:
         key = (name, tuple(sorted((env or {}).items())), tuple(sorted(kw)))
         if key not in done:
-            p = Project.load(FIXTURES / name)
+            p = Project.load(FIXTURES / name, detect=False)  # the fixtures as written: harness under test
             done[key] = run_trial(p, [], p.manifest.trial, state_dir=state, env=env, **kw)
         return done[key]
 
@@ -183,7 +183,8 @@ def test_xla_dropped_by_keras_under_determinism_is_reported(tmp_path, determinis
     # harness enables): the trial must say its XLA feature did not run.
     (tmp_path / "repro.py").write_text(XLA_SCRIPT)
     (tmp_path / "tfrepro.toml").write_text(f"[trial]\nsteps = 5\ndeterministic = {str(deterministic).lower()}\n")
-    r = run_trial(Project.load(tmp_path), [], Project.load(tmp_path).manifest.trial)
+    p = Project.load(tmp_path, detect=False)
+    r = run_trial(p, [], p.manifest.trial)
     assert r.mode == "fit" and len(r.losses) == 5
     warned = any("jit_compile" in w for w in r.extra.get("warnings", []))
     assert warned is deterministic

@@ -369,3 +369,24 @@ def test_bundled_examples_warm_equal_cold(tmp_path, example):
 
 def test_a_stopped_trial_is_an_interrupt_never_a_result():
     assert callable(procs.stop_trials) and issubclass(procs.TrialStopped, KeyboardInterrupt)
+
+
+@pytest.mark.e2e
+def test_cli_cold_flag_runs_the_trial_in_a_fresh_interpreter(tmp_path):
+    """`tfrepro run --cold`: the same trial, started cold (the flag reaches the runner)."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    root = tmp_path / "fit_basic"
+    shutil.copytree(Path(__file__).parent / "projects" / "fit_basic", root)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    got = {}
+    for flag in ([], ["--cold"]):
+        proc = subprocess.run([sys.executable, "-m", "tfrepro", "run", str(root), "--none", "--no-cache", "--json",
+                               *flag], capture_output=True, text=True, env=env, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        got[bool(flag)] = json.loads(proc.stdout)
+    assert got[False]["extra"]["process"] == "warm" and got[True]["extra"]["process"] == "cold"
+    assert got[False]["losses"] == got[True]["losses"]

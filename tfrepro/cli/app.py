@@ -164,6 +164,18 @@ def parse_names(value: str | None) -> list[str]:
 path_argument = click.argument("path", default=".", type=click.Path(path_type=Path))
 
 
+def _set_cold(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        from tfrepro.trials.warm import force_cold
+
+        force_cold()
+
+
+cold_option = click.option(
+    "--cold", is_flag=True, expose_value=False, callback=_set_cold,
+    help="Start every trial as a fresh interpreter instead of forking a warm one (slower; for comparison).")
+
+
 def select_options(f):
     """--only/--skip: choose among the features (names, name prefixes or kinds)."""
     f = click.option("--skip", metavar="A,B,...", help="Leave these features as written (not candidates).")(f)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from tfrepro.cli.app import load_project, main, path_argument, select_options
+from tfrepro.cli.app import cold_option, load_project, main, path_argument, select_options
 from tfrepro.errors import UserError
 
 _SYMPTOMS = ["nan", "crash", "timeout", "mismatch", "slowdown"]
@@ -54,6 +54,7 @@ def check_release(rev: str | None, option: str) -> None:
 
 
 @main.command("bisect")
+@cold_option
 @path_argument
 @click.option("--symptom", type=click.Choice(_SYMPTOMS),
               help="The symptom to hunt (default: the first the failing configuration shows, in this order).")
@@ -177,6 +178,7 @@ def write_tables(path: Path, run_dir: str | None, code: int) -> int:
 
 
 @main.command("demo")
+@cold_option
 @click.option("--jobs", "-j", type=click.IntRange(min=1), default=2, show_default=True,
               help="Trials run in parallel.")
 @click.option("--keep", is_flag=True, help="Keep the temporary copy of the example (its path is printed).")

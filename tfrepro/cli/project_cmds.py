@@ -8,7 +8,16 @@ from pathlib import Path
 
 import click
 
-from tfrepro.cli.app import load_project, main, parse_names, parse_states, path_argument, select_options, use_color
+from tfrepro.cli.app import (
+    cold_option,
+    load_project,
+    main,
+    parse_names,
+    parse_states,
+    path_argument,
+    select_options,
+    use_color,
+)
 from tfrepro.errors import UserError
 
 
@@ -120,6 +129,7 @@ def annotation_doc(result, names: list[str], write: bool) -> dict:
 
 
 @main.command("check")
+@cold_option
 @path_argument
 @click.option("--with", "with_", metavar="A,B,...", help="Check with exactly these features ON (default: the baseline).")
 @click.option("--all", "all_", is_flag=True, help="Check the failing configuration (every feature ON).")

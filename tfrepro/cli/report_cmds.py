@@ -8,11 +8,12 @@ from pathlib import Path
 
 import click
 
-from tfrepro.cli.app import main, path_argument
+from tfrepro.cli.app import cold_option, main, path_argument
 from tfrepro.errors import UserError
 
 
 @main.command()
+@cold_option
 @click.argument("run_dir", required=False, type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path), help="Bundle directory (default: RUN_DIR/report).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report document as JSON (progress stays on stderr).")
