@@ -70,7 +70,7 @@ def test_annotated_script_trains_exactly_like_the_original(script: str, tmp_path
 
     settings = TrialSettings(entry=script, steps=STEPS, timeout_s=240)
     env = {"TRAIN_STEPS": str(STEPS)}
-    before = run_trial(Project.load(original), (), settings, use_cache=False, env=env)
+    before = run_trial(Project.load(original, detect=False), (), settings, use_cache=False, env=env)
     after = run_trial(ann, ann.feature_names, settings, use_cache=False, env=env)
     for r in (before, after):
         assert not r.crashed, r.error

@@ -98,7 +98,7 @@ def test_healthy_and_broken_baseline_statuses_and_exit_codes(tmp_path):
     healthy = planted(tmp_path / "a")
     proc = cli("bisect", "--json", str(healthy), cwd=tmp_path)
     doc = json.loads(proc.stdout)
-    assert (proc.returncode, doc["status"], doc["symptom"], doc["trials"]) == (0, "none", None, 3)
+    assert (proc.returncode, doc["status"], doc["symptom"], doc["trials"]) == (3, "none", None, 3)
 
     broken = planted(tmp_path / "b", crash_always=True)
     proc = cli("bisect", str(broken), cwd=tmp_path)  # the human output

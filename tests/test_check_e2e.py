@@ -111,7 +111,7 @@ def test_cli_prints_the_checklist_and_exits_by_the_worst_status(checked):
     labels_dir, _ = checked("labels_out_of_range")
     res = runner.invoke(main, ["check", str(labels_dir), "--json"])
     assert res.exit_code == 1
-    doc = json.loads(res.output)
+    doc = json.loads(res.stdout)  # stderr says the features were detected in memory
     assert doc["status"] == "fail" and [c["status"] for c in doc["checks"]][2] == "fail"
     # --params only changes the judging: the same cached trial answers.
     res = runner.invoke(main, ["check", str(clean_dir), "--params", "5"])

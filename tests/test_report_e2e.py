@@ -137,8 +137,8 @@ def _bisect(project: Path) -> Path:
     # Timing comparisons need 3 interleaved pairs at least; a 40x slowdown
     # never needs more than 4.
     result = bisect(Project.load(project), BisectOptions(replays=1, timing_max=4))
-    assert result.status == "found", result.data.get("error")
-    return Path(result.data["run_dir"]).resolve()
+    assert result.status == "found", result.error
+    return Path(result.run_dir).resolve()
 
 
 def _report(run_dir: Path, monkeypatch: pytest.MonkeyPatch) -> dict:

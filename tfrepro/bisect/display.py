@@ -153,18 +153,11 @@ def run_bisect(project: Any, options: Any, *, as_json: bool, console: Console | 
     """Run the engine with a live display (none with `as_json`) and return the
     result document. SIGTERM interrupts like Ctrl-C, so a running trial's
     process tree is killed on the way out; finished trials stay cached."""
-    import signal
-
     from tfrepro.bisect.engine import bisect
+    from tfrepro.trials.procs import sigterm_interrupts
 
     console = console or make_console()
-
-    def on_term(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, on_term) if main_thread else None
-    try:
+    with sigterm_interrupts():
         if as_json:
             return bisect(project, options).to_dict()
         console.print(f"bisecting {project.root} ({len(project.feature_names)} features: "
@@ -173,6 +166,3 @@ def run_bisect(project: Any, options: Any, *, as_json: bool, console: Console | 
             doc = bisect(project, options, events=progress).to_dict()
         final_table(console, doc)
         return doc
-    finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)

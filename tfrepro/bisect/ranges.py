@@ -36,6 +36,7 @@ from tfrepro.bisect.rangesearch import STOPPERS, Mark, RangeResult, bisect_range
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest
+from tfrepro.trials.procs import sigterm_interrupts
 from tfrepro.trials.state import write_trial_record
 from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict
 
@@ -306,11 +307,12 @@ def bisect_points(run: RangeRun, symptom: Verdict | None) -> RunResult:
     """Both ends, then the hunt: the mode's RunResult without its own fields
     (the caller fills first_bad_commit / first_bad_version from `candidates`
     and `details["first_bad"]`)."""
-    try:
-        ends = check_ends(run, symptom)
-    except Stop as stop:
-        return RunResult(stop.status, stop.symptom, baseline=stop.baseline, error=stop.message)
-    found = hunt(run, ends)
+    with sigterm_interrupts():
+        try:
+            ends = check_ends(run, symptom)
+        except Stop as stop:
+            return RunResult(stop.status, stop.symptom, baseline=stop.baseline, error=stop.message)
+        found = hunt(run, ends)
     if found.status == "found":
         return RunResult(Status.FOUND, ends.target, baseline=ends.baseline,
                          details={"first_bad": found.first_bad})
