@@ -203,6 +203,7 @@ def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
         "steps": settings.steps,
         "seed": settings.seed,
         "deterministic": settings.deterministic,
+        "memory_limit_mb": settings.memory_limit_mb,
         "plugins": [str(Path(p).resolve()) for p in plugins],
         "plugin_options": dict(plugin_options or {}),
     }
