@@ -54,7 +54,7 @@ def default_runner(state_dir: Path, env: dict[str, str] | None = None) -> Runner
     plugin = SETUP_PLUGIN
 
     def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
-        project = Project.load(project_dir)
+        project = Project.load(project_dir, detect=False)  # the export runs as written: no zero-edit features
         return runner.run_trial(project, frozenset(), settings, use_cache=False, state_dir=state_dir,
                                env=env, label="report-rerun", plugins=[plugin],
                                plugin_options={"environment": True})
