@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from tfrepro import inside
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
+from tfrepro.trials.memcheck import memory_lines
 from tfrepro.trials.state import StateDir, load_result
 from tfrepro.trials.values import TrialResult
 
@@ -348,6 +349,7 @@ def describe(result: TrialResult) -> list[str]:
         lines.append(f"median step time: {median * 1000:.3g} ms (steps {WARMUP_STEPS + 1}-{len(result.step_times)})")
     elif result.step_times:
         lines.append("median step time: too few steps past the warm-up")
+    lines.extend(memory_lines(result))
     lines.extend(f"warning: {w}" for w in result.extra.get("warnings", []))
     if result.log_dir:
         lines.append(f"logs: {result.log_dir}")
