@@ -36,7 +36,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "tfrepro" / "examples"
 STATUSES = {"found", "none", "baseline-fails", "error"}
-SYMPTOMS = {"nan", "crash", "timeout", "mismatch", "slowdown"}
+SYMPTOMS = {"nan", "crash", "timeout", "memory", "mismatch", "slowdown"}
 
 
 # -- Contract 4 ---------------------------------------------------------------------

@@ -21,9 +21,9 @@ from tfrepro.project import Project
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "tfrepro" / "examples"
 REQUIRED = {
     "demo", "fp16_custom_layer", "slow_callback", "eager_debug", "loop_missing_training",
-    "lr_batch_scaling", "interaction", "healthy", "flaky_nan",
+    "lr_batch_scaling", "interaction", "healthy", "flaky_nan", "memory_callback",
 }
-SYMPTOMS = {"nan", "crash", "timeout", "mismatch", "slowdown"}
+SYMPTOMS = {"nan", "crash", "timeout", "memory", "mismatch", "slowdown"}
 EXAMPLES = sorted(p.name for p in EXAMPLES_DIR.iterdir() if (p / "expected.json").is_file())
 
 

@@ -75,6 +75,7 @@ _ENTRIES: tuple[Entry, ...] = (
           off_code="False"),
     Entry("xla", "xla", "compile the train step with XLA (jit_compile=True)", "jit_compile=False"),
     Entry("xla_auto_jit", "xla", "XLA auto-clustering (set_jit)", "the set_jit call removed"),
+    Entry("xla_flags", "xla", "XLA flags set in the environment ({var})", "the assignment removed"),
     Entry("eager_debug", "eager", "eager execution ({how})", "run_eagerly=False (the call removed)",
           off_code="False"),
     Entry("eager_debugging", "eager", "run every tf.function eagerly (debugging only: several times slower)",

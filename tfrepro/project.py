@@ -104,6 +104,7 @@ class Manifest:
         spec = {
             "entry": (str,), "command": (list,), "steps": (int,), "timeout_s": (int, float),
             "repeats": (int,), "seed": (int,), "deterministic": (bool,),
+            "gpus": (int, str), "memory_limit_mb": (int,),
         }
         for key, value in trial.items():
             if key not in spec:
@@ -123,6 +124,11 @@ class Manifest:
                 raise err(f"[trial] {key} must be at least 1, not {value}", "trial", key)
             elif key == "timeout_s" and value <= 0:
                 raise err(f"[trial] timeout_s must be positive, not {value}", "trial", key)
+            elif key == "gpus" and (value != "all" if isinstance(value, str) else not 0 <= value <= 1024):
+                raise err(f"[trial] gpus is a count (0-1024) or \"all\", not {value!r}", "trial", key,
+                          hint='e.g. gpus = 1, gpus = 4 or gpus = "all"')
+            elif key == "memory_limit_mb" and not 64 <= value <= 1 << 30:
+                raise err(f"[trial] memory_limit_mb must be between 64 and {1 << 30}, not {value}", "trial", key)
             elif key == "repeats":
                 repeats = value
             else:
@@ -131,7 +137,7 @@ class Manifest:
             raise err("[trial] has both `entry` and `command`; keep one", "trial", "command")
 
         s_kw: dict[str, Any] = {}
-        s_spec = {"nan": (bool,), "slowdown": (int, float), "mismatch": (int, float)}
+        s_spec = {"nan": (bool,), "slowdown": (int, float), "mismatch": (int, float), "memory": (int, float)}
         for key, value in symptoms.items():
             if key not in s_spec:
                 raise err(f"unknown key `{key}` in [symptoms]", "symptoms", key,

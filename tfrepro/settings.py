@@ -26,6 +26,12 @@ class TrialSettings:
     seed: int = 0
     deterministic: bool = True
     repeat: int = 0
+    # GPUs a trial gets: a count, "all", or None (auto: all visible GPUs when
+    # the project has a distribution feature, else one; `trials/gpus.py`).
+    gpus: int | str | None = None
+    # An address-space limit (RLIMIT_AS, MiB) the harness sets in the trial
+    # process before the script runs: an OOM made reproducible. None: no limit.
+    memory_limit_mb: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -47,6 +53,7 @@ class SymptomSettings:
     nan: bool = True
     slowdown: float = 1.25
     mismatch: float = 0.05
+    memory: float = 1.5  # peak memory ratio (or steady growth the baseline lacks)
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ the same statement with one expression replaced.
 
 precision policy, LossScaleOptimizer, distribution strategy, `jit_compile`,
 `run_eagerly`, `run_functions_eagerly`, `tf.function`, XLA auto-jit, memory
-growth, tf.data parallel reads and non-determinism, learning-rate schedules
+growth, `os.environ["XLA_FLAGS"]` / `TF_XLA_FLAGS`, tf.data parallel reads and non-determinism, learning-rate schedules
 and the project's own layers. (tf.data chains and callbacks need the
 statement rebuilt: `chains.py`, `callbacks.py`.)
 """
@@ -80,7 +80,22 @@ def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context
                                                                            "deterministic") \
                     and literal(node.body[0].value) is False:
                 out.append(_c(node, "nondeterministic_data"))
+            elif _xla_env_var(target):
+                out.append(_c(node, "xla_flags", var=_xla_env_var(target)))
     return out
+
+
+_XLA_VARS = ("XLA_FLAGS", "TF_XLA_FLAGS")
+
+
+def _xla_env_var(target: cst.BaseExpression) -> str | None:
+    """`os.environ["XLA_FLAGS"] = ...` (or TF_XLA_FLAGS): the variable's name."""
+    if not isinstance(target, cst.Subscript) or not (dotted(target.value) or "").endswith("environ"):
+        return None
+    if len(target.slice) != 1 or not isinstance(target.slice[0].slice, cst.Index):
+        return None
+    key = literal(target.slice[0].slice.value)
+    return key if key in _XLA_VARS else None
 
 
 def _is_tf_function(expr: cst.BaseExpression) -> bool:

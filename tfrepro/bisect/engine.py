@@ -54,6 +54,10 @@ from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult,
 Runner = Callable[..., TrialResult]
 STRATEGIES = ("auto", "ablation", "ddmin")
 _FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
+# What makes the baseline unusable: judged alone, MEMORY is an out-of-memory kill.
+_BASELINE_FAILURES = _FAILURES | {Verdict.MEMORY}
+_MEMORY_CLOSE = 500  # repeat-index base of the extra runs of a close memory decision
+_MEMORY_EXTRA = 2
 # Repeat-index bases: far apart so that no two roles ever share a cache entry.
 _TIMING_CANDIDATE = 100
 _TIMING_BASELINE = 10_000
@@ -199,7 +203,29 @@ class _Bisection:
 
     def _shows(self, config: Config, result: TrialResult) -> frozenset[Verdict]:
         return classify.symptoms(result, reference=self._reference(config),
-                                settings=self.symptom_settings, noise=self.noise)
+                                settings=self.symptom_settings, noise=self.noise,
+                                baselines=self._memory_baselines())
+
+    def _memory_baselines(self) -> list[TrialResult]:
+        """The baseline runs memory is compared with (the first two, once both ran)."""
+        runs = [self.memo.get((frozenset(), r)) for r in range(max(self.k, 2))]
+        return [t for t in runs if t is not None] if all(runs) else []
+
+    def _memory_verdicts(self, configs: list[Config]) -> dict[Config, Verdict]:
+        """A memory decision near its threshold is not trusted from `k` runs:
+        such configurations get `_MEMORY_EXTRA` more runs and the majority decides."""
+        from tfrepro.trials.memcheck import decide_memory
+
+        base, thr = self._memory_baselines(), self.symptom_settings.memory
+        close = [c for c in configs if any(decide_memory(self.memo[(c, r)], base, thr).close for r in range(self.k))]
+        extra = range(_MEMORY_CLOSE, _MEMORY_CLOSE + _MEMORY_EXTRA)
+        self._many([(c, r, "memory-repeat") for c in close for r in extra])
+        out = {}
+        for c in close:
+            shows = [Verdict.MEMORY in self._shows(c, self.memo[(c, r)]) for r in [*range(self.k), *extra]]
+            out[c] = Verdict.MEMORY if 2 * sum(shows) > len(shows) else classify.primary(
+                self._shows(c, self.memo[(c, 0)]) - {Verdict.MEMORY})
+        return out
 
     def _needs(self, config: Config, repeats: Iterable[int], role: str, target: Verdict | None):
         wanted = [(config, r, role) for r in repeats]
@@ -218,7 +244,8 @@ class _Bisection:
             if target == Verdict.SLOWDOWN:  # timing trials never run concurrently
                 return [self._timed(c, 0).verdict for c in configs]
             self._many([w for c in configs for w in self._needs(c, range(self.k), "search", target)])
-            return [self._verdict(c, target) for c in configs]
+            memory = self._memory_verdicts(configs) if target == Verdict.MEMORY else {}
+            return [memory.get(c) or self._verdict(c, target) for c in configs]
 
         return run
 
@@ -284,7 +311,7 @@ class _Bisection:
         self._many([(base, r, "baseline") for r in range(n_base)]
                    + self._needs(full, range(k), "failing", self.opts.symptom))
         base_runs = [self.memo[(base, r)] for r in range(n_base)]
-        base_fail = [bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & _FAILURES)
+        base_fail = [bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & _BASELINE_FAILURES)
                      for t in base_runs]
         if not any(base_fail):
             self.noise = classify.measure_noise(base_runs[0], base_runs[1])

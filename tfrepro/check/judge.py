@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from tfrepro.check.checklist import CheckItem, CheckReport, Status, describe_tensor, fmt_ms, fmt_num, format_report
+from tfrepro.check.gpu_util import with_gpu_utilisation
 from tfrepro.trials.values import TrialResult
 
 __all__ = ["CheckItem", "CheckOptions", "CheckReport", "Status", "format_report", "judge", "num_classes"]
@@ -472,7 +473,7 @@ def judge(result: TrialResult, options: CheckOptions = CheckOptions(), *, projec
     """The six checks for one probed trial, with the data-first rule applied."""
     items = [
         check_environment(result),
-        check_input_pipeline(result, options),
+        with_gpu_utilisation(check_input_pipeline(result, options), result),
         check_first_batches(result, options),
         check_initial_loss(result, options),
         check_short_run(result, options),

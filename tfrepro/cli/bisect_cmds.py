@@ -11,7 +11,7 @@ import click
 from tfrepro.cli.app import cold_option, load_project, main, path_argument, select_options
 from tfrepro.errors import UserError
 
-_SYMPTOMS = ["nan", "crash", "timeout", "mismatch", "slowdown"]
+_SYMPTOMS = ["nan", "crash", "timeout", "memory", "mismatch", "slowdown"]
 
 
 # The options each mode uses; any other given is refused (exit 2), never

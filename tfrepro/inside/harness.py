@@ -109,6 +109,7 @@ def record_step(loss: float | None, dt: float) -> None:
         return
     S.steps_seen += 1
     S.step_times.append(dt)
+    _memory_step()
     if loss is not None:
         S.losses.append(loss)
         if not math.isfinite(loss):
@@ -357,6 +358,41 @@ def _load_plugins(paths, options) -> None:
             note_error(f"plugin {path}")
 
 
+# -- memory (memory.py, loaded by path) ----------------------------------------------
+
+_MEMORY = None  # this trial's MemorySampler, or False when it could not load
+
+
+def _memory_start() -> None:
+    """Load the sampler; it sets `[trial] memory_limit_mb` (RLIMIT_AS) before the script runs."""
+    global _MEMORY
+    try:
+        import importlib.util
+
+        spec = importlib.util.spec_from_file_location("_tfrepro_memory", os.path.join(os.path.dirname(__file__), "memory.py"))
+        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        _MEMORY = module.start(S.config)
+    except Exception:
+        _MEMORY = False
+        note_error("memory sampler")
+
+
+def _memory_step() -> None:
+    try:
+        _MEMORY and _MEMORY.step()
+    except Exception:
+        note_error("memory sample")
+
+
+def _memory_result(result: dict) -> None:
+    """Add the memory fields (peak RSS, RSS per step, growth, device peak) to `result`."""
+    try:
+        _MEMORY and _MEMORY.merge_into(result)
+    except Exception:
+        note_error("memory result")
+
+
 # -- the end ------------------------------------------------------------------------
 
 
@@ -402,6 +438,7 @@ def finish() -> None:
         "keras_version": k_v,
         "extra": extra,
     }
+    _memory_result(result)
     tmp = S.result_path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(result, f, allow_nan=False, default=repr)
@@ -461,6 +498,7 @@ def activate(config_path: str) -> None:
         random.seed(int(S.config.get("seed", 0)))
     if os.getpgrp() == os.getpid():  # only when we lead our own group (as run_trial starts us)
         _watch_parent()
+    _memory_start()
     sys.excepthook = _excepthook(sys.excepthook)
     atexit.register(finish)
     sys.stdout = _StdoutTap(sys.stdout)

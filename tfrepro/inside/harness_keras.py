@@ -230,6 +230,38 @@ JIT_DROPPED = ("Keras ignored jit_compile=True: op determinism is on (determinis
                "this trial ran without XLA; set deterministic = false in tfrepro.toml to test XLA")
 
 
+AUTO_JIT_DROPPED = ("Keras's default jit_compile=\"auto\" would compile this model with XLA on the GPU, but op "
+                    "determinism is on (deterministic = true), so this trial ran without XLA; set "
+                    "deterministic = false in tfrepro.toml to test what XLA does")
+
+
+def auto_jit_dropped(model, kwargs: dict, tf, deterministic: bool) -> bool:
+    """jit_compile="auto" (the default) that Keras 3 would resolve to XLA on
+    this machine - a GPU, no distribution strategy, no eager run, every layer
+    XLA-capable - and that op determinism turned off. On a CPU-only machine
+    "auto" means no XLA: nothing was dropped."""
+    if kwargs.get("jit_compile", "auto") != "auto" or kwargs.get("run_eagerly"):
+        return False
+    if getattr(model, "jit_compile", None) is not False or tf is None:
+        return False
+    try:
+        if not deterministic:
+            return False
+        if not [d for d in tf.config.list_physical_devices() if d.device_type != "CPU"]:
+            return False
+        if getattr(model, "_distribute_strategy", None):
+            return False
+        return all(getattr(x, "supports_jit", True) for x in model._flatten_layers())
+    except Exception:
+        return False
+
+
+def _warn(text: str) -> None:
+    warnings = H.S.extra.setdefault("warnings", [])
+    if text not in warnings:
+        warnings.append(text)
+
+
 def _patch_compile(cls) -> None:
     """Keras 3 quietly drops `jit_compile=True` under op determinism, which
     the harness turns on: an XLA feature would then be a no-op in every trial.
@@ -239,9 +271,9 @@ def _patch_compile(cls) -> None:
     def compile(self, *args, **kwargs):
         out = orig(self, *args, **kwargs)
         if kwargs.get("jit_compile") is True and getattr(self, "jit_compile", None) is False:
-            warnings = H.S.extra.setdefault("warnings", [])
-            if JIT_DROPPED not in warnings:
-                warnings.append(JIT_DROPPED)
+            _warn(JIT_DROPPED)
+        elif auto_jit_dropped(self, kwargs, sys.modules.get("tensorflow"), bool(H.S.config.get("deterministic"))):
+            _warn(AUTO_JIT_DROPPED)
         return out
 
     cls.compile = compile

@@ -45,12 +45,13 @@ def write_events(logdir: Path, trials: list[tuple[str, dict[str, Any]]]) -> dict
         events.write_run(logdir / _safe_name(name), {
             "loss": s.get("losses") or [],
             "step_time_ms": [1000.0 * t for t in s.get("step_times") or []],
+            "rss_mb": [v / 1e6 for v in s.get("rss_per_step") or []],
         })
     have_tb = importlib.util.find_spec("tensorboard") is not None
     view = ("view them with `tensorboard --logdir tensorboard`" if have_tb else
             "viewing skipped: tensorboard not installed here (`pip install tensorboard`, "
             "then `tensorboard --logdir tensorboard`)")
-    return {"tensorboard/": f"{len(trials)} runs, one per trial (scalars loss, step_time_ms); {view}"}
+    return {"tensorboard/": f"{len(trials)} runs, one per trial (scalars loss, step_time_ms, rss_mb); {view}"}
 
 
 def _safe_name(name: str) -> str:
@@ -72,6 +73,11 @@ def plots(out: Path, result: dict[str, Any], symptom: str, rep: Reproduction | N
             ", first non-finite step marked" if symptom == "nan" else "")
     else:
         notes["loss.png"] = "skipped: no per-step loss recorded"
+    if symptom == "memory":
+        if draw.memory_plot(out / "memory.png", curves[-2:], title="process memory per step — memory"):
+            notes["memory.png"] = "resident memory after each step, baseline against the culprit configuration"
+        else:
+            notes["memory.png"] = "skipped: no memory series recorded"
     if symptom == "slowdown":
         # Every steady step of one trial each shows the spread; the per-trial
         # medians of the interleaved timing runs are what the test compared.

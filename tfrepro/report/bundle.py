@@ -397,7 +397,7 @@ def _document(ctx: Context, export: Export, *, reproduction: Reproduction | None
                      for n in project.feature_names},
         "settings": ctx.settings.to_dict(),
         "symptom_settings": {"nan": ctx.symptoms.nan, "slowdown": ctx.symptoms.slowdown,
-                             "mismatch": ctx.symptoms.mismatch},
+                             "mismatch": ctx.symptoms.mismatch, "memory": ctx.symptoms.memory},
         "baseline": result.get("baseline") or {}, "failing": result.get("failing") or {},
         "culprit_trial": result.get("culprit_trial") or result.get("failing") or {},
         "evidence": {k: result.get(k) for k in ("trials", "wall_s", "ablation", "trials_table", "flaky",

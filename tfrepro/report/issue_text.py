@@ -12,6 +12,7 @@ SYMPTOM_WORDS = {
     "nan": "NaN/Inf loss",
     "crash": "crash",
     "timeout": "hang (timeout)",
+    "memory": "memory growth / out of memory",
     "mismatch": "loss mismatch",
     "slowdown": "slowdown",
 }
@@ -178,12 +179,32 @@ def _mismatch(doc: dict[str, Any], who: str) -> tuple[str, str]:
                          "features differ), as it does without the culprit.")
 
 
+def _mb(x: Any) -> str:
+    return "n/a" if not isinstance(x, (int, float)) else f"{x / 1e6:.1f} MB"
+
+
+def _memory(doc: dict[str, Any], who: str) -> tuple[str, str]:
+    cand, base = _candidate(doc), doc.get("baseline") or {}
+    if cand.get("crashed"):
+        cur = f"{who}, training is killed for memory: `{cand.get('error') or 'exit ' + str(cand.get('exit_code'))}`."
+    else:
+        g, gb = cand.get("growth_per_step"), base.get("growth_per_step")
+        cur = (f"{who}, the process's peak resident memory is {_mb(cand.get('peak_rss_bytes'))} against "
+               f"{_mb(base.get('peak_rss_bytes'))} without, and it grows by {_mb(g)} per step "
+               f"(baseline {_mb(gb)} per step; robust slope over the steady steps).")
+        if cand.get("device_peak_bytes"):
+            cur += (f" Device peak: {_mb(cand['device_peak_bytes'])} against "
+                    f"{_mb(base.get('device_peak_bytes'))}.")
+    return cur + _alone(doc), "Memory stays flat after the first steps, as in the baseline configuration."
+
+
 def _other(doc: dict[str, Any], who: str) -> tuple[str, str]:
     return f"{who}, the run shows {doc.get('symptom')}.", "The run behaves as the baseline."
 
 
 _BEHAVIOUR: dict[str, Callable[[dict[str, Any], str], tuple[str, str]]] = {
     "nan": _nan, "crash": _crash, "timeout": _timeout, "slowdown": _slowdown, "mismatch": _mismatch,
+    "memory": _memory,
 }
 
 
@@ -208,6 +229,9 @@ def series_log(doc: dict[str, Any]) -> list[str]:
             lines.append(f"re-run medians, ms: repro.py {_series(timing['candidate'], 1000)}; "
                          f"reference.py {_series(timing.get('baseline') or [], 1000)}")
         return lines
+    if sym == "memory":
+        return [f"RSS after each step, MB (culprit configuration): {_series(cand.get('rss_per_step') or [], 1e-6)}",
+                f"RSS after each step, MB (baseline):              {_series(base.get('rss_per_step') or [], 1e-6)}"]
     if sym == "mismatch":
         cand, ref = mismatch_pair(doc)
         return [f"per-step loss, repro.py:     {_series(cand.get('losses') or [])}",

@@ -106,3 +106,36 @@ def step_time_plot(
 def steady(summary: dict[str, Any]) -> list[float]:
     """Step times without warm-up (tracing, compilation)."""
     return [float(t) for t in (summary.get("step_times") or [])[WARMUP_STEPS:]]
+
+
+def memory_plot(path: Path, curves: Sequence[tuple[str, dict[str, Any]]], *, title: str) -> bool:
+    """Process RSS after each step (MB) of each (label, summary), with its
+    growth slope in the legend. Returns False when no curve has a series."""
+    if not any(s.get("rss_per_step") for _, s in curves):
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    try:
+        for label, s in curves:
+            ys = [v / 1e6 for v in s.get("rss_per_step") or []]
+            stride = int(((s.get("extra") or {}).get("memory") or {}).get("stride") or 1)
+            xs = [(i + 1) * stride for i in range(len(ys))]
+            growth = s.get("growth_per_step")
+            tail = f" ({growth / 1e6:+.2f} MB/step)" if isinstance(growth, (int, float)) else ""
+            ax.plot(xs, ys, marker="." if len(ys) < 60 else None, label=label + tail)
+            if s.get("device_peak_bytes"):
+                ax.axhline(s["device_peak_bytes"] / 1e6, linestyle=":", linewidth=1, label=f"{label}: device peak")
+        ax.set_xlabel("step")
+        ax.set_ylabel("resident memory (MB)")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return True

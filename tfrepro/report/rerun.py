@@ -107,11 +107,14 @@ def reproduce(
             return _slowdown(cand_dir, ref_dir, settings, symptoms, runner, max_pairs, progress)
         cand = runner(cand_dir, settings)
         ref = None
-        if symptom == Verdict.MISMATCH.value:
+        if symptom in (Verdict.MISMATCH.value, Verdict.MEMORY.value):
             ref = runner(ref_dir, settings)
-        from tfrepro.trials.classify import classify, loss_deviation, mismatch_tolerance
+        from tfrepro.trials.classify import loss_deviation, mismatch_tolerance, primary
+        from tfrepro.trials.classify import symptoms as shows
 
-        verdict = classify(cand, reference=ref, settings=symptoms, noise=noise, target=_verdict(symptom))
+        memory = symptom == Verdict.MEMORY.value
+        verdict = primary(shows(cand, reference=None if memory else ref, settings=symptoms, noise=noise,
+                                baselines=[ref] if memory and ref is not None else ()), _verdict(symptom))
         shown = verdict.value == symptom
         if shown and symptom == "crash" and not same_error(cand.error, expected_error):
             shown = False
@@ -135,6 +138,10 @@ def reproduce(
             tol = mismatch_tolerance(symptoms, noise)
             detail = (f"largest per-step relative loss deviation from reference.py: {dev:.3g} "
                       f"(tolerance {tol:.3g}) over {min(len(cand.losses), len(ref.losses))} steps")
+        elif memory and ref is not None:
+            from tfrepro.trials.memcheck import decide_memory
+
+            detail = f"against reference.py: {decide_memory(cand, [ref], symptoms.memory).reason}"
         else:
             detail = f"verdict {verdict.value}"
         if not shown and verdict not in (Verdict.OK, _verdict(symptom)):

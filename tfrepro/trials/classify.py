@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from tfrepro.settings import SymptomSettings
+from tfrepro.trials.memcheck import decide_memory, is_oom
 from tfrepro.trials.values import SYMPTOM_ORDER, TrialResult, Verdict
 
 # Denominator floor for relative loss deviations, as a fraction of the
@@ -91,11 +92,15 @@ def symptoms(
     reference: TrialResult | None,
     settings: SymptomSettings,
     noise: float = 0.0,
+    baselines: Sequence[TrialResult] = (),
 ) -> frozenset[Verdict]:
     """Every symptom one trial shows (a NaN trial may also have crashed).
 
     `reference` is the trial the losses are compared with; None skips the
-    mismatch check. Slowdown is never decided here (see `decide_slowdown`).
+    mismatch check. `baselines` (the baseline configuration's runs) are what
+    memory is compared with (`memcheck.py`); an out-of-memory kill is MEMORY,
+    never CRASH, with or without them. Slowdown is never decided here (see
+    `decide_slowdown`).
     """
     if result.could_not_run:  # lost by the executor: says nothing about the features
         return frozenset({Verdict.UNTESTABLE})
@@ -104,6 +109,8 @@ def symptoms(
         found.add(Verdict.NAN)
     if result.timed_out:
         found.add(Verdict.TIMEOUT)
+    elif is_oom(result):
+        found.add(Verdict.MEMORY)
     elif result.crashed:
         found.add(Verdict.CRASH)
     if reference is not None and not found:
@@ -112,6 +119,8 @@ def symptoms(
         tol = mismatch_tolerance(settings, noise)
         if loss_deviation(result.losses, reference.losses) > tol:
             found.add(Verdict.MISMATCH)
+    if baselines and not found - {Verdict.MISMATCH} and decide_memory(result, baselines, settings.memory).shows:
+        found.add(Verdict.MEMORY)
     return frozenset(found)
 
 
@@ -133,10 +142,11 @@ def classify(
     settings: SymptomSettings,
     noise: float = 0.0,
     target: Verdict | None = None,
+    baselines: Sequence[TrialResult] = (),
 ) -> Verdict:
     """The one verdict of a trial (see `symptoms` and `primary`)."""
     return primary(
-        symptoms(result, reference=reference, settings=settings, noise=noise), target
+        symptoms(result, reference=reference, settings=settings, noise=noise, baselines=baselines), target
     )
 
 

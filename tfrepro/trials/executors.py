@@ -6,8 +6,9 @@ at a time. An `Executor` runs them and returns their `TrialResult`s; the
 engine never knows which executor it has.
 
 - `LocalExecutor`: today's thread pool around `runner.run_trial`, `jobs` wide;
-  when GPUs exist, each worker slot is pinned to one of them through
-  `CUDA_VISIBLE_DEVICES` (slot i gets device i mod n).
+  when GPUs exist, each trial gets the free GPUs it needs (`[trial] gpus`,
+  `trials/gpus.py`: disjoint sets, first come first served) through
+  `CUDA_VISIBLE_DEVICES`.
 - `RayExecutor` (`ray_executor.py`, imported only when asked for): each trial
   a Ray task; see that module.
 
@@ -37,6 +38,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from tfrepro.errors import UserError
 from tfrepro.settings import TrialSettings
+from tfrepro.trials.gpus import GpuPool, cuda_env, gpus_needed
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
@@ -232,6 +234,7 @@ class LocalExecutor(Executor):
         self.runner = runner
         self.cold = cold  # every trial in a cold process (`--cold`), never forked from a warm server
         self.devices = list(devices) if devices is not None else ([] if runner else visible_gpus())
+        self.pool = GpuPool(self.devices)
 
     def pinned_env(self, slot: int) -> dict[str, str]:
         return {"CUDA_VISIBLE_DEVICES": device_for_slot(self.devices, slot)} if self.devices else {}
@@ -245,9 +248,22 @@ class LocalExecutor(Executor):
             return self.runner(project, request.enabled, request.settings, **kw)
         from tfrepro.trials.runner import run_trial
 
-        # Timing trials all take slot 0's GPU: same device for every pair.
-        return run_trial(project, request.enabled, request.settings,
-                         unkeyed_env=self.pinned_env(0 if exclusive else slot), cold=self.cold, **kw)
+        if not self.devices:
+            return run_trial(project, request.enabled, request.settings, cold=self.cold, **kw)
+        return self._on_free_gpus(project, request, lambda env: run_trial(
+            project, request.enabled, request.settings, unkeyed_env=env, cold=self.cold, **kw))
+
+    def _on_free_gpus(self, project: "Project", request: TrialRequest,
+                      run: Callable[[dict[str, str]], TrialResult]) -> TrialResult:
+        """Run with the GPUs the trial needs (`trials/gpus.py`), disjoint from
+        every running trial's. A timing trial runs alone, so it gets the
+        lowest ids: the same devices for every pair."""
+        need = gpus_needed(request.settings.gpus, getattr(project, "feature_names", ()), self.devices)
+        ids = self.pool.acquire(need)
+        try:
+            return run(cuda_env(ids))
+        finally:
+            self.pool.release(ids)
 
     def describe(self) -> str:
         gpus = f", GPUs {','.join(self.devices)}" if self.devices else ""

@@ -47,6 +47,7 @@ from tfrepro import inside
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import warm
+from tfrepro.trials.memcheck import memory_lines
 from tfrepro.trials.procs import run_cold, run_warm
 from tfrepro.trials.state import StateDir, load_result
 from tfrepro.trials.values import TrialResult
@@ -221,6 +222,7 @@ def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
         "steps": settings.steps,
         "seed": settings.seed,
         "deterministic": settings.deterministic,
+        "memory_limit_mb": settings.memory_limit_mb,
         "plugins": [str(Path(p).resolve()) for p in plugins],
         "plugin_options": dict(plugin_options or {}),
     }
@@ -350,6 +352,7 @@ def describe(result: TrialResult) -> list[str]:
         lines.append(f"median step time: {median * 1000:.3g} ms (steps {WARMUP_STEPS + 1}-{len(result.step_times)})")
     elif result.step_times:
         lines.append("median step time: too few steps past the warm-up")
+    lines.extend(memory_lines(result))
     lines.extend(f"warning: {w}" for w in result.extra.get("warnings", []))
     if result.log_dir:
         lines.append(f"logs: {result.log_dir}")

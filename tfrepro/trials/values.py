@@ -26,6 +26,7 @@ class Verdict(str, Enum):
     NAN = "nan"
     CRASH = "crash"
     TIMEOUT = "timeout"
+    MEMORY = "memory"
     MISMATCH = "mismatch"
     SLOWDOWN = "slowdown"
     # The trial could not be judged for the symptom hunted (commit bisection's
@@ -38,6 +39,7 @@ SYMPTOM_ORDER: tuple[Verdict, ...] = (
     Verdict.NAN,
     Verdict.CRASH,
     Verdict.TIMEOUT,
+    Verdict.MEMORY,
     Verdict.MISMATCH,
     Verdict.SLOWDOWN,
 )
@@ -82,6 +84,14 @@ class TrialResult:
     log_dir: str | None = None
     tf_version: str | None = None
     keras_version: str | None = None
+    # Memory (Contract 3), measured by the harness: the largest RSS seen, RSS
+    # after each step (bytes; a compact series, see `inside/memory.py`), the
+    # device's peak where there is a device, and the robust growth slope over
+    # the steady steps (bytes/step). None / () when not measured.
+    peak_rss_bytes: int | None = None
+    rss_per_step: tuple[int, ...] = ()
+    device_peak_bytes: int | None = None
+    growth_per_step: float | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -110,6 +120,7 @@ class TrialResult:
         d["losses"] = [_enc_float(x) for x in self.losses]
         d["step_times"] = list(self.step_times)
         d["nonfinite_weights"] = list(self.nonfinite_weights)
+        d["rss_per_step"] = list(self.rss_per_step)
         d["median_step_time"] = self.median_step_time()
         return d
 
@@ -121,6 +132,7 @@ class TrialResult:
         kw["losses"] = tuple(_dec_float(x) for x in kw.get("losses", ()))
         kw["step_times"] = tuple(float(x) for x in kw.get("step_times", ()))
         kw["nonfinite_weights"] = tuple(kw.get("nonfinite_weights", ()))
+        kw["rss_per_step"] = tuple(int(x) for x in kw.get("rss_per_step") or ())
         kw["extra"] = dict(kw.get("extra") or {})
         return cls(**kw)
 

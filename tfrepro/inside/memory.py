@@ -1,0 +1,261 @@
+"""Memory and device sampling inside the trial process (Contract 3, `memory`).
+
+Standalone like the harness (stdlib only; TensorFlow and NVML looked up in
+sys.modules / imported lazily, never required); loaded by path by harness.py
+(module `_tfrepro_memory`). The parent imports it too, for the same robust
+slope (`theil_sen`, `steady_growth`), so the harness's `growth_per_step` and
+the classifier's are one computation.
+
+Per step, `MemorySampler.step()` reads the process's resident set size:
+`/proc/self/statm` (one `pread` on a kept descriptor, ~5 us), else
+`resource.getrusage` max RSS (a high-water mark: it can only show growth).
+At the end, `finish()` adds the RSS high-water mark, the device's peak
+(`tf.config.experimental.get_memory_info` for each GPU TensorFlow sees, only
+when it sees one) and, when NVML (`pynvml`, from `nvidia-ml-py`) imports,
+GPU utilisation and memory sampled at most every `NVML_EVERY_S` seconds.
+
+Series longer than `MAX_POINTS` are kept at a stride (every k-th step, k a
+power of two): `rss_per_step[i]` is then the RSS after step (i+1)*k.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+
+MAX_POINTS = 2048
+NVML_EVERY_S = 0.2
+# Steps at the start that are never "steady" for growth: tracing, the first
+# allocations of the optimizer and the input pipeline (and at least a fifth of
+# the trial).
+GROWTH_WARMUP = 3
+
+
+def theil_sen(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(median of the pairwise slopes, Kendall's tau of y against x).
+
+    Robust: a few outliers (a GC, the allocator returning a chunk) move
+    neither. O(n^2) pairs; callers keep n at a few thousand at most.
+    """
+    slopes: list[float] = []
+    conc = disc = 0
+    n = len(xs)
+    for i in range(n):
+        for j in range(i + 1, n):
+            dx = xs[j] - xs[i]
+            if dx == 0:
+                continue
+            dy = ys[j] - ys[i]
+            slopes.append(dy / dx)
+            if dy * dx > 0:
+                conc += 1
+            elif dy * dx < 0:
+                disc += 1
+    if not slopes:
+        return 0.0, 0.0
+    slopes.sort()
+    m = len(slopes)
+    median = slopes[m // 2] if m % 2 else 0.5 * (slopes[m // 2 - 1] + slopes[m // 2])
+    return median, (conc - disc) / m
+
+
+def steady_part(series: list[int], stride: int = 1, warmup: int = GROWTH_WARMUP) -> tuple[list[float], list[float]]:
+    """(step numbers, RSS) of the steady steps: past `warmup` steps and past
+    the first fifth of the trial."""
+    n = len(series)
+    start = max(warmup // max(stride, 1), n // 5)
+    xs = [float((i + 1) * stride) for i in range(start, n)]
+    return xs, [float(y) for y in series[start:]]
+
+
+def steady_growth(series: list[int], stride: int = 1) -> tuple[float | None, float]:
+    """(robust growth in bytes per step over the steady steps, Kendall's tau);
+    (None, 0.0) when fewer than 6 steady points."""
+    xs, ys = steady_part(series, stride)
+    if len(xs) < 6:
+        return None, 0.0
+    while len(xs) > 512:  # O(n^2): thin out evenly, keeps the slope
+        xs, ys = xs[::2], ys[::2]
+    slope, tau = theil_sen(xs, ys)
+    return slope, tau
+
+
+def tau_z(tau: float, n: int) -> float:
+    """Kendall's tau as a z-score under "no trend" (no tie correction)."""
+    if n < 3:
+        return 0.0
+    sd = math.sqrt(2.0 * (2 * n + 5) / (9.0 * n * (n - 1)))
+    return tau / sd
+
+
+class MemorySampler:
+    """Per-step RSS and, at the end, the peaks (see the module docstring)."""
+
+    def __init__(self, max_points: int = MAX_POINTS) -> None:
+        self.series: list[int] = []
+        self.stride = 1
+        self.max_points = max_points
+        self.steps = 0
+        self.peak = 0
+        self.source = "statm"
+        self._fd: int | None = None
+        self._pid = -1
+        try:
+            self._page = os.sysconf("SC_PAGE_SIZE")
+        except (ValueError, OSError, AttributeError):
+            self._page = 4096
+        self._nvml = None
+        self._nvml_next = 0.0
+        self._nvml_util: list[int] = []
+        self._nvml_mem_peak = 0
+
+    # -- RSS -------------------------------------------------------------------
+    def rss(self) -> int | None:
+        """Current RSS in bytes (statm), else the max RSS so far (getrusage)."""
+        if self.source == "statm":
+            try:
+                if self._fd is None or self._pid != os.getpid():  # a forked worker reopens its own
+                    self._fd, self._pid = os.open("/proc/self/statm", os.O_RDONLY), os.getpid()
+                fields = os.pread(self._fd, 128, 0).split()
+                return int(fields[1]) * self._page
+            except (OSError, IndexError, ValueError):
+                self.source = "getrusage"
+        return max_rss()
+
+    def step(self) -> None:
+        self.steps += 1
+        value = self.rss()
+        if value is not None:
+            self.peak = max(self.peak, value)
+            if self.steps % self.stride == 0:
+                self.series.append(value)
+                if len(self.series) > self.max_points:
+                    self.series = self.series[1::2]  # keep steps 2k, 4k, ... : stride doubles
+                    self.stride *= 2
+        self._sample_nvml()
+
+    # -- devices ---------------------------------------------------------------
+    def _sample_nvml(self) -> None:
+        now = time.monotonic()
+        if now < self._nvml_next:
+            return
+        self._nvml_next = now + NVML_EVERY_S
+        if self._nvml is None:
+            self._nvml = _Nvml.open() or False
+        if not self._nvml:
+            return
+        got = self._nvml.sample()
+        if got is not None:
+            self._nvml_util.append(got[0])
+            self._nvml_mem_peak = max(self._nvml_mem_peak, got[1])
+
+    def result(self) -> dict:
+        """The fields the harness writes (TrialResult's memory fields + extra)."""
+        peak = max([self.peak, max_rss() or 0]) or None
+        growth, tau = steady_growth(self.series, self.stride)
+        out: dict = {"peak_rss_bytes": peak, "rss_per_step": list(self.series),
+                     "growth_per_step": growth, "device_peak_bytes": None}
+        extra: dict = {"memory": {"source": self.source, "stride": self.stride, "growth_tau": round(tau, 4)}}
+        device = device_peaks()
+        if device:
+            out["device_peak_bytes"] = max(device.values())
+            extra["memory"]["device_peaks"] = device
+        if self._nvml:
+            extra["nvml"] = {"gpu_util": self._nvml_util, "memory_used_peak_bytes": self._nvml_mem_peak or None,
+                             "every_s": NVML_EVERY_S}
+        return {**out, "extra": extra}
+
+    def merge_into(self, result: dict) -> None:
+        """Add `result()` to the harness's result dict (non-finite numbers dropped)."""
+        got = self.result()
+        result.setdefault("extra", {}).update(got.pop("extra"))
+        result.update({k: v for k, v in got.items() if not (isinstance(v, float) and not math.isfinite(v))})
+
+
+def max_rss() -> int | None:
+    """The process's RSS high-water mark in bytes (None where unknown)."""
+    try:
+        import resource
+
+        kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    except (ImportError, OSError, AttributeError):
+        return None
+    return int(kb) if sys.platform == "darwin" else int(kb) * 1024
+
+
+def device_peaks() -> dict[str, int]:
+    """{"GPU:0": peak bytes, ...} from TensorFlow's allocator, only when
+    TensorFlow is imported and sees a GPU (never initialises a device)."""
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return {}
+    try:
+        gpus = tf.config.list_physical_devices("GPU")
+    except Exception:
+        return {}
+    out: dict[str, int] = {}
+    for i in range(len(gpus)):
+        try:
+            info = tf.config.experimental.get_memory_info(f"GPU:{i}")
+            out[f"GPU:{i}"] = int(info.get("peak", 0))
+        except Exception:
+            continue
+    return out
+
+
+class _Nvml:
+    """GPU utilisation (%) and memory used (bytes) of the GPUs this process
+    may use (CUDA_VISIBLE_DEVICES when it lists indices, else all), through
+    pynvml. `open()` is None when pynvml is missing or finds no GPU."""
+
+    def __init__(self, nvml, handles: list) -> None:
+        self.nvml, self.handles = nvml, handles
+
+    @classmethod
+    def open(cls) -> "_Nvml | None":
+        try:
+            import pynvml as nvml
+
+            nvml.nvmlInit()
+            count = nvml.nvmlDeviceGetCount()
+            wanted = os.environ.get("CUDA_VISIBLE_DEVICES")
+            ids = list(range(count))
+            if wanted is not None:
+                try:
+                    ids = [int(x) for x in wanted.split(",") if x.strip() and int(x) >= 0]
+                except ValueError:
+                    pass  # UUIDs: all devices
+            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in ids if i < count]
+        except Exception:
+            return None
+        return cls(nvml, handles) if handles else None
+
+    def sample(self) -> tuple[int, int] | None:
+        """(mean utilisation %, total memory used) over our GPUs."""
+        try:
+            util = [self.nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in self.handles]
+            used = sum(int(self.nvml.nvmlDeviceGetMemoryInfo(h).used) for h in self.handles)
+        except Exception:
+            return None
+        return round(sum(util) / len(util)), used
+
+
+def set_memory_limit(limit_mb: int | None) -> None:
+    """RLIMIT_AS for this process and its children (`[trial] memory_limit_mb`)."""
+    if not limit_mb:
+        return
+    import resource
+
+    limit = int(limit_mb) * 1024 * 1024
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    if hard != resource.RLIM_INFINITY:
+        limit = min(limit, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+
+def start(config: dict) -> MemorySampler:
+    """The harness's entry: the limit set, a sampler for the trial."""
+    set_memory_limit(config.get("memory_limit_mb"))
+    return MemorySampler()
