@@ -5,9 +5,9 @@
 # ("WARNING:tensorflow:Callbacks method `on_train_batch_end` is slow compared to
 # the batch time ... Check your callbacks."): work done in on_train_batch_end
 # runs on every step and dominates a small model's step time.
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 keras.utils.set_random_seed(11)
 

@@ -6,9 +6,9 @@
 # ("when you use cache operation on your dataset, the order will be 'frozen'
 # and so you will only benefit the shuffle once ... in every epoch I will have
 # the same order").
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 keras.utils.set_random_seed(13)
 

@@ -8,9 +8,9 @@
 # val_loss when fit gets no validation data).
 import os
 
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 keras.utils.set_random_seed(21)
 

@@ -5,9 +5,9 @@
 # ("tf.nn.softmax overflow due to exp(x)": "I ran into a loss = NaN today and
 # suspect this is the cause"). The stock softmax subtracts the max logit before
 # exp(); this hand-written one does not, so a logit above ~88 overflows float32.
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 keras.utils.set_random_seed(7)
 

@@ -8,9 +8,9 @@
 # `Model.compile(..., run_eagerly=True)`, or
 # `tf.config.run_functions_eagerly(True)` for more information",
 # https://github.com/tensorflow/tensorflow/issues/54398).
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 tf.config.run_functions_eagerly(True)  # TODO remove, debugging the reshape error
 keras.utils.set_random_seed(5)

@@ -6,9 +6,9 @@
 # tf.keras.mixed_precision.set_global_policy('mixed_float16') the loss is NaN).
 # Here the custom layer computes the variance as E[x^2] - E[x]^2 in the compute
 # dtype: x^2 of a reading of ~300 is ~9e4, past float16's max of 65504.
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 from keras import mixed_precision
 
 mixed_precision.set_global_policy("mixed_float16")

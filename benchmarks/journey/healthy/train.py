@@ -6,9 +6,9 @@
 # Adapted from https://github.com/keras-team/keras/issues/2743
 # ("Each time I run the Keras, I get different result"): the answer there is
 # seeding (and shuffling is expected to change the loss curve, on purpose).
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 keras.utils.set_random_seed(2024)
 

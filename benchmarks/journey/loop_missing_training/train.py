@@ -7,9 +7,9 @@
 # than keras fit"); the fix in the thread was to call the model with
 # training=True inside the tape, which this loop forgets, so BatchNormalization
 # uses its moving statistics and Dropout is off.
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 keras.utils.set_random_seed(4)
 

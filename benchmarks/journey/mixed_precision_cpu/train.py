@@ -4,9 +4,9 @@
 # Adapted from https://github.com/tensorflow/tensorflow/issues/45441
 # ("mixed_precision make train and predict very slow when only using cpu":
 # 3 s/epoch in float32 against 187 s/epoch with mixed_float16 on CPU).
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 keras.mixed_precision.set_global_policy("mixed_float16")
 keras.utils.set_random_seed(1)

@@ -6,9 +6,9 @@
 # during training with layer normalisation when "the input has zero variance.
 # In that case there will be direct division by epsilon"; the fix there was a
 # larger epsilon). This hand-written layer has no epsilon at all: 0 / 0 = NaN.
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 keras.utils.set_random_seed(17)
 

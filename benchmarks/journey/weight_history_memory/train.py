@@ -6,9 +6,9 @@
 # as the fit() works ... This memory leak only happens when a callback is
 # assigned"). Here the growth is the callback's own: it keeps every batch's
 # copy of the weights (about 8 MB each) alive until training ends.
+import keras
 import numpy as np
 import tensorflow as tf
-import keras
 
 keras.utils.set_random_seed(8)
 
