@@ -1,0 +1,219 @@
+"""Run tfrepro on the journey suite: unmarked user scripts, as users write them.
+
+Each case under benchmarks/journey/<case>/ holds a `train.py` adapted from a
+public bug report (no tfrepro markers, no tfrepro import) and an
+`expected.json`: {"symptom": "nan"|...|null, "culprits": [...], "source", "note"}.
+For each case and mode, the runner commits train.py alone in a fresh temp git
+repository (isolated git config, fixed dates), runs the tfrepro of the current
+interpreter there and scores the one JSON object `bisect --json` prints:
+
+    zero-edit  tfrepro bisect train.py --json           (the user's file as it is)
+    annotate   tfrepro annotate train.py --write; tfrepro bisect . --json
+
+Right: the expected symptom and culprits (a healthy case: status "none").
+A miss is acceptable only as none / flaky / a clear error; a culprit other than
+the expected one is a false culprit. `git status --porcelain` after the run
+must be empty in zero-edit mode and touch only train.py and tfrepro.toml in
+annotate mode.
+
+    .venv/bin/python benchmarks/journey_suite.py
+    .venv/bin/python benchmarks/journey_suite.py --case healthy,cache_after_shuffle --modes annotate
+    .venv/bin/python benchmarks/journey_suite.py --json-out journey.json
+
+Exit code 0 when every run is right with a clean tree, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+CASES = Path(__file__).resolve().parent / "journey"
+MODES = ("zero-edit", "annotate")
+ANNOTATE_MAY_TOUCH = {"train.py", "tfrepro.toml"}
+GIT_ENV = {
+    "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "journey", "GIT_AUTHOR_EMAIL": "journey@example.invalid",
+    "GIT_COMMITTER_NAME": "journey", "GIT_COMMITTER_EMAIL": "journey@example.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
+}
+
+
+@dataclass
+class Outcome:
+    case: str
+    mode: str
+    expected: str
+    got: str = ""
+    status: str = ""
+    trials: int | None = None
+    wall_s: float = 0.0
+    right: bool = False
+    false_culprit: bool = False
+    git_clean: bool = False
+    git_status: list[str] = field(default_factory=list)
+    git_extra: list[str] = field(default_factory=list)  # what should not be there
+    error: str = ""
+
+
+def describe(symptom: str | None, culprits: list[str]) -> str:
+    return "healthy" if symptom is None and not culprits else f"{symptom}: {','.join(sorted(culprits)) or '-'}"
+
+
+def child_env() -> dict[str, str]:
+    """The environment of a tfrepro child: isolated git, and this interpreter's tfrepro first on the path."""
+    env = {**os.environ, **GIT_ENV}
+    spec = importlib.util.find_spec("tfrepro")
+    if spec is not None and spec.origin:
+        root = str(Path(spec.origin).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
+    return env
+
+
+def git(repo: Path, *args: str, env: dict[str, str]) -> str:
+    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def last_json(stdout: str) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(stdout)
+        return doc if isinstance(doc, dict) else None
+    except json.JSONDecodeError:
+        pass
+    for line in reversed(stdout.strip().splitlines()):
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except json.JSONDecodeError:
+                return None
+    return None
+
+
+def score(out: Outcome, doc: dict[str, Any], want: dict[str, Any]) -> None:
+    status, symptom = doc.get("status"), doc.get("symptom")
+    culprits = sorted(doc.get("culprits") or [])
+    out.status, out.trials = str(status), doc.get("trials")
+    if status == "found":
+        out.got = describe(symptom, culprits)
+    elif status == "error":
+        out.got = f"error: {str(doc.get('error', ''))[:60]}"
+    else:
+        out.got = str(status)
+    if want["symptom"] is None:
+        out.right = status == "none"
+    else:
+        out.right = status == "found" and symptom == want["symptom"] and culprits == sorted(want["culprits"])
+    out.false_culprit = status == "found" and not out.right
+
+
+def run_case(case: Path, mode: str, timeout: float, keep: bool) -> Outcome:
+    want = json.loads((case / "expected.json").read_text())
+    out = Outcome(case.name, mode, describe(want["symptom"], want["culprits"]))
+    env = child_env()
+    tfrepro = [sys.executable, "-m", "tfrepro"]
+    tmp = Path(tempfile.mkdtemp(prefix=f"journey-{case.name}-"))
+    repo = tmp / case.name
+    repo.mkdir()
+    try:
+        shutil.copy2(case / "train.py", repo / "train.py")
+        git(repo, "init", "-q", "-b", "main", env=env)
+        git(repo, "add", "train.py", env=env)
+        git(repo, "commit", "-q", "-m", "my training script", env=env)
+        start = time.monotonic()
+        try:
+            if mode == "annotate":
+                ann = subprocess.run([*tfrepro, "annotate", "train.py", "--write"], check=False, cwd=repo, env=env,
+                                     capture_output=True, text=True, timeout=timeout)
+                if ann.returncode != 0:
+                    out.error = f"annotate exit {ann.returncode}: {ann.stderr.strip()[-200:]}"
+            cmd = [*tfrepro, "bisect", "train.py" if mode == "zero-edit" else ".", "--json"]
+            proc = subprocess.run(cmd, check=False, cwd=repo, env=env, capture_output=True, text=True, timeout=timeout)
+            doc = last_json(proc.stdout)
+            if doc is None:
+                out.got = f"no JSON (exit {proc.returncode})"
+                out.error = out.error or proc.stderr.strip()[-300:]
+            else:
+                score(out, doc, want)
+                if doc.get("status") == "error":
+                    out.error = out.error or str(doc.get("error", ""))[:300]
+        except subprocess.TimeoutExpired:
+            out.got = f"timeout after {timeout:.0f}s"
+        out.wall_s = round(time.monotonic() - start, 1)
+        out.git_status = git(repo, "status", "--porcelain", "--untracked-files=all", env=env).splitlines()
+        touched = {line[3:].strip() for line in out.git_status}
+        out.git_clean = not touched if mode == "zero-edit" else touched <= ANNOTATE_MAY_TOUCH
+        out.git_extra = sorted(touched if mode == "zero-edit" else touched - ANNOTATE_MAY_TOUCH)
+    finally:
+        if keep:
+            print(f"  kept {repo}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
+def clean_label(r: Outcome) -> str:
+    if r.git_clean:
+        return "yes"
+    if r.git_extra and all(p.startswith(".tfrepro/") for p in r.git_extra):
+        return "NO (.tfrepro/ untracked)"
+    return "NO: " + ", ".join(r.git_extra[:3])
+
+
+def table(rows: list[Outcome]) -> str:
+    head = ("case", "mode", "expected", "got", "trials", "wall s", "right?", "false culprit?", "git clean?")
+    body = [(r.case, r.mode, r.expected, r.got, "-" if r.trials is None else str(r.trials), f"{r.wall_s:.1f}",
+             "yes" if r.right else "NO", "YES" if r.false_culprit else "no", clean_label(r))
+            for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
+    lines = ["  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip() for row in (head, *body)]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--case", default="", help="comma-separated case names (default: every case)")
+    ap.add_argument("--modes", default=",".join(MODES), help=f"comma-separated, from {', '.join(MODES)}")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per tfrepro command")
+    ap.add_argument("--json-out", type=Path, help="write every outcome to this JSON file")
+    ap.add_argument("--keep", action="store_true", help="keep the temp repositories (paths on stderr)")
+    args = ap.parse_args(argv)
+    modes = [m for m in args.modes.split(",") if m]
+    if bad := [m for m in modes if m not in MODES]:
+        ap.error(f"unknown mode(s): {', '.join(bad)}")
+    cases = sorted(p for p in CASES.iterdir() if (p / "train.py").is_file() and (p / "expected.json").is_file())
+    if args.case:
+        names = set(args.case.split(","))
+        if missing := names - {c.name for c in cases}:
+            ap.error(f"unknown case(s): {', '.join(sorted(missing))}")
+        cases = [c for c in cases if c.name in names]
+    rows: list[Outcome] = []
+    for case in cases:
+        for mode in modes:
+            print(f"{case.name} [{mode}] ...", file=sys.stderr, flush=True)
+            row = run_case(case, mode, args.timeout, args.keep)
+            print(f"  -> {row.got} ({row.wall_s:.0f}s){'  ' + row.error if row.error else ''}", file=sys.stderr)
+            rows.append(row)
+    print(table(rows))
+    right = sum(r.right for r in rows)
+    false = sum(r.false_culprit for r in rows)
+    dirty = sum(not r.git_clean for r in rows)
+    print(f"\n{right}/{len(rows)} right, {false} false culprit(s), {dirty} dirty tree(s), "
+          f"{sum(r.wall_s for r in rows):.0f} s in tfrepro")
+    if args.json_out:
+        args.json_out.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
+    return 0 if right == len(rows) and not dirty else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
