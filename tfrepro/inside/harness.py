@@ -21,7 +21,12 @@ What it does (Contract 3):
   level: `print`, not `tf.print`); step time = time between two such lines;
 - stops at `steps` and at the first non-finite loss: the result is written and
   the process leaves with os._exit(0) right there (no exception to be
-  swallowed by the script's own `except`);
+  swallowed by the script's own `except`); a timing trial (config
+  `steps_max` > 0) ignores `steps` and stops on its time budget instead:
+  `min_time_s` of steady-state steps (past `warmup`) and `min_steps` of
+  them, or `steps_max` steps, or 5x the time budget with 5 steady steps (a
+  very slow step). It sets REPRO_STEPS=steps_max for the script unless set
+  (the templates read it), so a project that asks runs long enough;
 - at the end (stop, normal exit, or uncaught exception) checks the weights of
   every Keras model created during the trial for NaN/Inf, and writes the
   result JSON to the path named in the config. An uncaught exception is a
@@ -65,6 +70,12 @@ class _State:
     def __init__(self, config: dict) -> None:
         self.config = config
         self.steps = int(config.get("steps") or 0)
+        # a timing trial's budget (0: none; see the module docstring)
+        self.steps_max = int(config.get("steps_max") or 0)
+        self.min_time_s = float(config.get("min_time_s") or 0.0)
+        self.min_steps = int(config.get("min_steps") or 0)
+        self.warmup = int(config.get("warmup") or 0)
+        self.steady_s = 0.0
         self.result_path = config["result_path"]
         self.losses: list[float] = []
         self.step_times: list[float] = []
@@ -114,12 +125,24 @@ def record_step(loss: float | None, dt: float) -> None:
         if not math.isfinite(loss):
             S.first_nonfinite_step = S.steps_seen
             _stop("nonfinite")
-    if S.steps and S.steps_seen >= S.steps:
+    if S.steps_max:
+        if S.steps_seen > S.warmup:
+            S.steady_s += dt
+        if _budget_spent():
+            _stop("budget")
+    elif S.steps and S.steps_seen >= S.steps:
         _stop("steps")
     now = time.monotonic()
     if now - S.last_progress >= PROGRESS_EVERY_S:
         S.last_progress = now
         _write_progress()
+
+
+def _budget_spent() -> bool:
+    steady = S.steps_seen - S.warmup
+    return (S.steps_seen >= S.steps_max
+            or (steady >= S.min_steps and S.steady_s >= S.min_time_s)
+            or (steady >= 5 and S.steady_s >= 5 * S.min_time_s > 0))
 
 
 def _write_progress() -> None:
@@ -452,6 +475,8 @@ def activate(config_path: str) -> None:
         import random
 
         random.seed(int(S.config.get("seed", 0)))
+    if S.steps_max:
+        os.environ.setdefault("REPRO_STEPS", str(S.steps_max))
     if os.getpgrp() == os.getpid():  # only when we lead our own group (as run_trial starts us)
         _watch_parent()
     sys.excepthook = _excepthook(sys.excepthook)
