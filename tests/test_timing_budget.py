@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import sys
+import time
 
 import pytest
 
@@ -30,6 +32,10 @@ def harness(tmp_path, monkeypatch):
 
     def start(**config):
         module.S = module._State({"result_path": str(tmp_path / "result.json"), **config})
+        if config.get("steps_max"):
+            monkeypatch.delenv("REPRO_STEPS", raising=False)
+            module.S.budget = module._sibling("timing").Budget(module.S.config)
+            assert os.environ["REPRO_STEPS"] == str(config["steps_max"])
         return module
 
     return start
@@ -60,6 +66,19 @@ def test_timing_trials_stop_when_both_the_time_and_the_steps_are_in(harness):
     assert run_steps(harness(**{**budget, "steps_max": 200}), [0.001] * 5000) == (200, "budget")
     # a very slow step: 5x the time budget with 5 steady steps is enough
     assert run_steps(harness(**budget), [0.5] * 3 + [2.0] * 100) == (8, "budget")
+
+
+def test_a_timing_trial_measures_the_contention_of_its_steady_steps(harness):
+    h = harness(steps=50, steps_max=5000, min_time_s=0.05, min_steps=5, warmup=3)
+    run_steps(h, [0.5] * 3)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 0.05:  # a little wall time (and our own CPU) for the window
+        pass
+    assert run_steps(h, [0.02] * 10)[1] == "budget"
+    extra = {}
+    h.S.budget.finish(extra)
+    if sys.platform.startswith("linux"):
+        assert 0.0 <= extra["others_cpu"] <= 1.0
 
 
 def test_a_timing_trial_still_stops_at_a_nonfinite_loss(harness):
