@@ -19,7 +19,8 @@ def slow(feature: str, ratio: float, *, cv: float = 0.05, steps: int = 60):
     def behave(cfg, r):
         rng = random.Random(zlib.crc32(f"{sorted(cfg)}{r}".encode()))
         step = 0.002 * (ratio if feature in cfg else 1.0) * math.exp(rng.gauss(0, cv))
-        return {"step_times": (0.5,) * 3 + tuple(step * math.exp(rng.gauss(0, 0.03)) for _ in range(steps))}
+        return {"step_times": (0.5,) * 3 + tuple(step * math.exp(rng.gauss(0, 0.03)) for _ in range(steps)),
+                "extra": {"others_cpu": 0.0}}  # a quiet machine
 
     return behave
 
@@ -110,3 +111,16 @@ def test_a_timing_trial_that_runs_past_steps_is_judged_on_its_first_steps(tmp_pa
 
     doc = bisect(p, BisectOptions(symptom=Verdict.SLOWDOWN), runner=FakeRunner(behave)).to_dict()
     assert (doc["status"], doc["culprits"]) == ("found", ["xla"])
+
+
+def test_on_a_shared_machine_a_clear_slowdown_takes_two_pairs(tmp_path):
+    p = make_project(tmp_path, ["cache", "xla"])
+    loaded = slow("xla", 3.0)
+
+    def behave(cfg, r):
+        return {**loaded(cfg, r), "extra": {"others_cpu": 0.6}}
+
+    doc = bisect(p, BisectOptions(symptom=Verdict.SLOWDOWN), runner=FakeRunner(behave)).to_dict()
+    assert (doc["status"], doc["culprits"]) == ("found", ["xla"])
+    t = doc["timing"]
+    assert t["fast"] and len(t["pairs"]) == 3 and not any(x["quiet"] for x in t["pairs"])

@@ -305,7 +305,9 @@ class _Bisection:
             after = self._baseline_timing()
             if any(b.crashed or b.timed_out or b.nonfinite for b in (before, after)):
                 return Verdict.UNTESTABLE
-            got = classify.TimingPair(*(tuple(t.steady_step_times()) for t in (before, c, after)))
+            quiet = all((t.extra.get("others_cpu") if t.extra.get("others_cpu") is not None else 1.0)
+                        <= classify.QUIET_OTHERS for t in (before, c, after))
+            got = classify.TimingPair(*(tuple(t.steady_step_times()) for t in (before, c, after)), quiet=quiet)
             if min(len(got.before), len(got.candidate), len(got.after)) < 2:
                 return Verdict.UNTESTABLE
             evidence.append(got)
