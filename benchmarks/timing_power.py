@@ -50,7 +50,7 @@ from tfrepro.settings import (  # noqa: E402
     WARMUP_STEPS,
     TrialSettings,
 )
-from tfrepro.trials.classify import TimingPair, sequential_slowdown, typical_step  # noqa: E402
+from tfrepro.trials.classify import QUIET_OTHERS, TimingPair, sequential_slowdown, typical_step  # noqa: E402
 from tfrepro.trials.values import Verdict  # noqa: E402
 
 MLP = REPO / "benchmarks" / "projects" / "mlp_fp16"
@@ -74,14 +74,18 @@ def record(n: int, steps: int, out: Path) -> None:
     traces = []
     for i in range(n):
         for enabled in ((), ("mixed_precision",)):
-            s = TrialSettings(steps=steps, timeout_s=600, repeat=i)
+            # a timing trial (so the harness measures others_cpu) whose budget is `steps` steps
+            s = TrialSettings(steps=steps, timeout_s=600, repeat=i, steps_max=steps, min_time_s=1e9,
+                              min_steps=steps)
             t0 = time.time()
-            r = run_trial(project, enabled, s, use_cache=False, state_dir=state, env={"REPRO_STEPS": str(steps)})
+            r = run_trial(project, enabled, s, use_cache=False, state_dir=state)
             traces.append({"enabled": list(enabled), "t": t0, "load": os.getloadavg()[0],
+                           "others_cpu": r.extra.get("others_cpu"),
                            "step_times": [round(x, 7) for x in r.step_times], "crashed": r.crashed})
             out.write_text(json.dumps(traces))
             print(f"{i:3d} {'+'.join(enabled) or 'bare':16s} {len(r.step_times)} steps, "
-                  f"typical {1e3 * (typical_step(r.steady_step_times()) or 0):.2f} ms, {load()}", flush=True)
+                  f"typical {1e3 * (typical_step(r.steady_step_times()) or 0):.2f} ms, "
+                  f"others_cpu {r.extra.get('others_cpu')}, {load()}", flush=True)
     shutil.rmtree(state, ignore_errors=True)
 
 
@@ -106,19 +110,25 @@ def triples(traces: list[dict]) -> dict[str, list[TimingPair]]:
     ok = [t for t in traces if not t["crashed"] and len(t["step_times"]) > WARMUP_STEPS + 10]
     bare = [i for i, t in enumerate(ok) if not t["enabled"]]
     out: dict[str, list[TimingPair]] = {"A/A": [], "1.4x": [], "mixed_float16": []}
+
+    def quiet(*idx):  # as the engine: unknown contention counts as a loaded machine
+        return all((ok[j].get("others_cpu") if ok[j].get("others_cpu") is not None else 1.0) <= QUIET_OTHERS
+                   for j in idx)
+
     for a, b, c in zip(bare, bare[1:], bare[2:]):
         before, mid, after = (ok[j]["step_times"] for j in (a, b, c))
-        out["A/A"].append(TimingPair(budget_cut(before), budget_cut(mid), budget_cut(after)))
-        out["1.4x"].append(TimingPair(budget_cut(before), budget_cut(mid, 1.4), budget_cut(after)))
+        q = quiet(a, b, c)
+        out["A/A"].append(TimingPair(budget_cut(before), budget_cut(mid), budget_cut(after), quiet=q))
+        out["1.4x"].append(TimingPair(budget_cut(before), budget_cut(mid, 1.4), budget_cut(after), quiet=q))
     for a, b in zip(bare, bare[1:]):
         for m in range(a + 1, b):
             if ok[m]["enabled"] == ["mixed_precision"]:
                 out["mixed_float16"].append(
-                    TimingPair(*(budget_cut(ok[j]["step_times"]) for j in (a, m, b))))
+                    TimingPair(*(budget_cut(ok[j]["step_times"]) for j in (a, m, b)), quiet=quiet(a, m, b)))
     return out
 
 
-def simulate(pairs: list[TimingPair], runs: int, seed: int, max_pairs: int = 10) -> dict[str, float]:
+def simulate(pairs: list[TimingPair], runs: int, seed: int, max_pairs: int = 16) -> dict[str, float]:
     rng = random.Random(seed)
     slow = fast = conclusive = 0
     used = []
@@ -138,14 +148,14 @@ def resample(paths: list[Path], runs: int) -> None:
     groups = triples(traces)
     print(f"{len(traces)} recorded trials, load while recording {min(loads):.1f}-{max(loads):.1f} "
           f"(median {statistics.median(loads):.1f}); now {load()}")
-    print(f"{'case':14s} {'pairs':>5s} {'ratio/pair (median, range)':>28s} {'slowdown':>9s} {'fast':>6s} "
+    print(f"{'case':14s} {'pairs':>5s} {'quiet':>5s} {'ratio/pair (median, range)':>28s} {'slowdown':>9s} {'fast':>6s} "
           f"{'conclusive':>10s} {'mean pairs':>10s}")
     for name, pairs in groups.items():
         if not pairs:
             continue
         ratios = sorted(p.candidate_step / p.baseline_step for p in pairs)
         r = simulate(pairs, runs, seed=len(name))
-        print(f"{name:14s} {len(pairs):5d} {statistics.median(ratios):10.3f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+        print(f"{name:14s} {len(pairs):5d} {sum(p.quiet for p in pairs):5d} {statistics.median(ratios):10.3f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
               f"{'':6s} {r['slowdown']:9.3f} {r['fast']:6.3f} {r['conclusive']:10.3f} {r['mean pairs']:10.2f}")
     # the statistics per trial: how much contention moves each
     for name in ("bare", "mixed_precision"):
@@ -194,7 +204,7 @@ def real(n: int) -> None:
                 pool.append(trial(()))
                 return TimingPair(pool[-2], c, pool[-1])
 
-            out = sequential_slowdown(sample, THRESHOLD, min_samples=3, max_samples=10)
+            out = sequential_slowdown(sample, THRESHOLD, min_samples=3, max_samples=16)
             trials = out.new + (len(pool) - before_count)
             totals.setdefault(name, []).append(out)
             print(f"{name:16s} {i:3d} {out.verdict.value:>9s} {out.ratio or 0:6.2f} {len(out.pairs):5d} "

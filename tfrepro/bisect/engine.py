@@ -84,7 +84,7 @@ class BisectOptions:
     # Slowdown hunts. A pair is one candidate timing trial between two
     # baseline ones; a clear-cut pair decides alone (classify.TimingPair.clear).
     timing_min: int = 3  # pairs before the rank test is consulted (it can pass from 5 on)
-    timing_max: int = 10  # new pairs per comparison, at most
+    timing_max: int = 16  # new pairs per comparison, at most
     timing_replays: int = 1  # fresh pairs the replay adds to the evidence, at least
     timing_budget_s: float = TIMING_MIN_TIME_S  # steady-state seconds a timing trial measures
     timing_min_steps: int = TIMING_MIN_STEPS  # ... and steady steps, at least
