@@ -17,8 +17,9 @@ The sequence, and the status each step can end with:
 3. the search, locked onto that symptom: ablation and/or ddmin.
 4. replay: the culprit configuration and the baseline run again with fresh
    repeat indices (a slowdown: fresh timing pairs added to the evidence the
-   search gathered, and the decision taken again over all of it). The answer stands (`found`) only if every culprit trial
-   showed the symptom and no baseline trial did; otherwise the result is
+   search gathered, decided again over all of it). The answer stands
+   (`found`) only if every culprit trial showed the symptom and no baseline
+   trial did; otherwise the result is
    flaky: `status: error`, `flaky: true`, the observed `reproduction_rate`,
    no culprit named (the configuration the search ended on is kept as
    `suspects`).
@@ -26,12 +27,8 @@ The sequence, and the status each step can end with:
 Repeat indices are a pure function of (configuration, role, round), so a
 bisect that is interrupted and run again asks for exactly the same trials and
 gets every finished one from the trial cache. Timing trials (a slowdown hunt)
-run one at a time with a time budget (`TrialSettings.steps_max` & co.): the
-engine keeps one pool of baseline timing trials, and each candidate trial
-runs between the pool's latest baseline trial and a fresh one, so one
-baseline trial serves the candidates on both sides of it; the k-th timing
-trial of a configuration (baseline: of the pool) has a fixed repeat index,
-and the run asks for them in a deterministic order.
+run one at a time with a time budget (`TrialSettings.steps_max` & co.),
+against one shared pool of baseline timing trials (bisect/timing.py).
 """
 
 from __future__ import annotations
@@ -49,14 +46,9 @@ from typing import Any
 
 from tfrepro import __version__
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, judge_replay
+from tfrepro.bisect.timing import TimingPool
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.settings import (
-    TIMING_MIN_STEPS,
-    TIMING_MIN_TIME_S,
-    TIMING_STEPS_MAX,
-    WARMUP_STEPS,
-    TrialSettings,
-)
+from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX, WARMUP_STEPS, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest, make_executor
 from tfrepro.trials.state import StateDir, write_trial_record
@@ -65,9 +57,6 @@ from tfrepro.trials.values import SYMPTOM_ORDER, TrialResult, Verdict
 Runner = Callable[..., TrialResult]
 STRATEGIES = ("auto", "ablation", "ddmin")
 _FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
-# Repeat-index bases: far apart so that no two roles ever share a cache entry.
-_TIMING_CANDIDATE = 100
-_TIMING_BASELINE = 10_000
 
 
 @dataclass(frozen=True)
@@ -193,9 +182,9 @@ class _Bisection:
         self.memo: dict[tuple[Config, int], TrialResult] = {}
         self.lock = threading.Lock()
         self.noise = 0.0
-        self.timing: dict[Config, list[classify.TimingOutcome]] = {}
-        self.pairs: dict[Config, list[classify.TimingPair]] = {}  # the timing evidence
-        self.pool: list[TrialResult] = []  # baseline timing trials, in the order run
+        self.timing_pool = TimingPool(
+            self._trial, lambda c, t: classify.primary(self._shows(c, t) & _FAILURES), manifest.symptoms.slowdown)
+        self.timing = self.timing_pool.outcomes
         if not self.features:
             raise UserError("the project has no feature blocks to bisect", path=project.root,
                             hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`")
@@ -283,40 +272,10 @@ class _Bisection:
 
         return run
 
-    def _baseline_timing(self) -> TrialResult:
-        """The next baseline trial of the pool (one more timing trial)."""
-        n = len(self.pool)
-        self.pool.append(self._trial(frozenset(), _TIMING_BASELINE + n, "timing-baseline"))
-        return self.pool[-1]
-
     def _timed(self, config: Config, fresh: int = 1) -> classify.TimingOutcome:
-        """The sequential timing comparison of `config` against the baseline:
-        new pairs (at least `fresh`) added to the evidence already gathered
-        for `config`, decided over all of it. Pair = the pool's latest
-        baseline trial, a candidate trial, a fresh baseline trial."""
-        evidence = self.pairs.setdefault(config, [])
-
-        def pair(i: int):
-            before = self.pool[-1] if self.pool else self._baseline_timing()
-            c = self._trial(config, _TIMING_CANDIDATE + len(evidence), "timing")
-            stop = classify.primary(self._shows(config, c) & _FAILURES)
-            if stop != Verdict.OK:
-                return stop
-            after = self._baseline_timing()
-            if any(b.crashed or b.timed_out or b.nonfinite for b in (before, after)):
-                return Verdict.UNTESTABLE
-            quiet = all((t.extra.get("others_cpu") if t.extra.get("others_cpu") is not None else 1.0)
-                        <= classify.QUIET_OTHERS for t in (before, c, after))
-            got = classify.TimingPair(*(tuple(t.steady_step_times()) for t in (before, c, after)), quiet=quiet)
-            if min(len(got.before), len(got.candidate), len(got.after)) < 2:
-                return Verdict.UNTESTABLE
-            evidence.append(got)
-            return got
-
-        got = classify.sequential_slowdown(
-            pair, self.symptom_settings.slowdown, prior=tuple(evidence), min_new=fresh,
-            min_samples=self.opts.timing_min, max_samples=max(self.opts.timing_max, fresh))
-        self.timing.setdefault(config, []).append(got)
+        """The timing comparison of `config` against the baseline (bisect/timing.py)."""
+        o = self.opts
+        got = self.timing_pool.timed(config, fresh=fresh, min_pairs=o.timing_min, max_pairs=o.timing_max)
         for rec in self.records:
             if rec.role == "timing" and frozenset(rec.enabled) == config:
                 rec.verdict = got.verdict
