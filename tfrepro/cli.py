@@ -7,6 +7,7 @@ become one message and an exit code in `_Group.invoke`, and only there.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -379,9 +380,14 @@ _SYMPTOMS = ["nan", "crash", "timeout", "mismatch", "slowdown"]
                    "needs pip install 'tfrepro[ray]').")
 @click.option("--address", metavar="ADDR",
               help="With --executor ray: the cluster to join (e.g. 10.0.0.5:6379); default: a local Ray instance.")
+@click.option("--replays", type=click.IntRange(min=1), metavar="N",
+              help="Fresh runs of the answer at the end (default 3); for a slowdown, fresh timing pairs "
+                   "added to the evidence (default 1).")
+@click.option("--timing-budget", type=click.FloatRange(min=0.01), metavar="SECONDS",
+              help="Steady-state seconds each timing trial measures (default 1.0, and at least 30 steps).")
 def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None, repeats: int | None,
                jobs: int, no_cache: bool, as_json: bool, good: str | None, bad: str | None,
-               executor: str, address: str | None) -> None:
+               executor: str, address: str | None, replays: int | None, timing_budget: float | None) -> None:
     """Find the feature, or smallest set of interacting features, behind a symptom.
 
     Runs the baseline (every feature OFF) and the failing configuration
@@ -415,6 +421,10 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     options = BisectOptions(symptom=Verdict(symptom) if symptom else None, strategy=strategy, steps=steps,
                             repeats=repeats, jobs=jobs, use_cache=not no_cache, executor=executor,
                             address=address, baseline_checks=checks_for_result)
+    if replays is not None:
+        options = dataclasses.replace(options, replays=replays, timing_replays=replays)
+    if timing_budget is not None:
+        options = dataclasses.replace(options, timing_budget_s=timing_budget)
     try:
         doc = run_bisect(project, options, as_json=as_json)
     except KeyboardInterrupt:
