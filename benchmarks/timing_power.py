@@ -6,7 +6,8 @@ Four parts, each printing a table and the load average (1, 5, 15 min):
             tiny CPU MLP in benchmarks/projects/mlp_fp16 (784->256->256->10,
             batch 64), each through the real harness with a long fixed step
             count; their per-step times are saved as JSON traces.
-  resample  the classifier's sequential decision (classify.sequential_slowdown)
+  resample  (traces recorded here at load 4-13 on 2 cores: benchmarks/data/)
+            the classifier's sequential decision (classify.sequential_slowdown)
             on pairs drawn from recorded traces, each trace cut to the time
             budget the harness would stop at: A/A (a bare trial between two
             bare ones), a uniform 1.4x (that middle trial's steps x1.4) and
@@ -18,7 +19,7 @@ Four parts, each printing a table and the load average (1, 5, 15 min):
             features, run_eagerly >= 3x slower): status, culprit, trials.
 
     .venv/bin/python benchmarks/timing_power.py record --n 25 --steps 600 --out traces.json
-    .venv/bin/python benchmarks/timing_power.py resample traces.json [more.json ...] --runs 2000
+    .venv/bin/python benchmarks/timing_power.py resample benchmarks/data/*.json.gz --runs 2000
     .venv/bin/python benchmarks/timing_power.py real --n 5
     .venv/bin/python benchmarks/timing_power.py bisect
 
@@ -28,6 +29,7 @@ Never a timed assertion: figures to read, with the load they were taken under.
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import random
@@ -53,6 +55,18 @@ from tfrepro.settings import (  # noqa: E402
 from tfrepro.trials.classify import QUIET_OTHERS, TimingPair, sequential_slowdown, typical_step  # noqa: E402
 from tfrepro.trials.values import Verdict  # noqa: E402
 
+
+def _budget_class():
+    import importlib.util
+
+    path = REPO / "tfrepro" / "inside" / "harness_timing.py"
+    spec = importlib.util.spec_from_file_location("_harness_timing", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.Budget
+
+
+_BUDGET = _budget_class()
 MLP = REPO / "benchmarks" / "projects" / "mlp_fp16"
 SLOW6 = REPO / "benchmarks" / "projects" / "slow6"
 THRESHOLD = 1.25
@@ -92,16 +106,16 @@ def record(n: int, steps: int, out: Path) -> None:
 # -- resample ----------------------------------------------------------------------------
 
 
-def budget_cut(step_times, scale: float = 1.0, budget_s: float = TIMING_MIN_TIME_S,
-               min_steps: int = TIMING_MIN_STEPS) -> tuple[float, ...]:
-    """The steady steps a time-budget trial would have kept (harness rule)."""
-    steady, total = [], 0.0
-    for dt in step_times[WARMUP_STEPS:TIMING_STEPS_MAX]:
-        steady.append(dt * scale)
-        total += dt * scale
-        if len(steady) >= min_steps and total >= budget_s:
+def budget_cut(step_times, scale: float = 1.0) -> tuple[float, ...]:
+    """The steady steps a timing trial would have kept: the harness's own
+    budget rule (harness_timing.Budget) fed with the recorded step times (a
+    recording shorter than the budget keeps all its steps)."""
+    budget = _BUDGET({"steps_max": TIMING_STEPS_MAX, "min_time_s": TIMING_MIN_TIME_S,
+                      "min_steps": TIMING_MIN_STEPS, "warmup": WARMUP_STEPS})
+    for dt in step_times:
+        if budget.step(dt * scale):
             break
-    return tuple(steady)
+    return tuple(budget.steady)
 
 
 def triples(traces: list[dict]) -> dict[str, list[TimingPair]]:
@@ -143,7 +157,8 @@ def simulate(pairs: list[TimingPair], runs: int, seed: int, max_pairs: int = 16)
 
 
 def resample(paths: list[Path], runs: int) -> None:
-    traces = [t for p in paths for t in json.loads(p.read_text())]
+    traces = [t for p in paths for t in json.loads(
+        gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())]
     loads = [t["load"] for t in traces]
     groups = triples(traces)
     print(f"{len(traces)} recorded trials, load while recording {min(loads):.1f}-{max(loads):.1f} "

@@ -40,6 +40,7 @@ class Budget:
         self.min_steps = int(config.get("min_steps") or 0)
         self.warmup = int(config.get("warmup") or 0)
         self.seen = 0
+        self.steady: list[float] = []  # the steady step times (benchmarks replay recorded ones through this)
         self.steady_s = 0.0
         self.cpu0 = _cpu_now() if self.warmup == 0 else None
         os.environ.setdefault("REPRO_STEPS", str(self.steps_max))
@@ -48,6 +49,7 @@ class Budget:
         """Count one step; True when the budget is spent (stop the trial)."""
         self.seen += 1
         if self.seen > self.warmup:
+            self.steady.append(dt)
             self.steady_s += dt
         elif self.seen == self.warmup:
             self.cpu0 = _cpu_now()
