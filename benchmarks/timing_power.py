@@ -256,6 +256,9 @@ def bisect_count(project: Path) -> None:
     print(f"status {doc['status']}, symptom {doc['symptom']}, culprits {doc['culprits']}, "
           f"trials {doc['trials']} ({', '.join(f'{k} {v}' for k, v in sorted(roles.items()))}), "
           f"wall {wall:.0f} s, exit {proc.returncode}")
+    seq = [f"{'+'.join(r['enabled']) or 'base'}:{r['verdict']}" for r in doc.get("trials_table", [])
+           if r["role"] == "timing"]
+    print("candidate timing trials, in order:", " ".join(seq))
     if t:
         print(f"culprit timing: ratio {t.get('ratio'):.2f}, pairs {len(t.get('pairs', []))}, fast {t.get('fast')}, "
               f"p {t.get('p_value')}")
