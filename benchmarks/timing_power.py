@@ -191,6 +191,9 @@ def resample(paths: list[Path], runs: int) -> None:
 
 
 def real(n: int) -> None:
+    """The engine's own timing code (bisect/timing.TimingPool: one shared
+    baseline pool, B C B C B, contention from the harness) on real trials."""
+    from tfrepro.bisect.timing import TimingPool
     from tfrepro.trials.runner import run_trial
 
     project = Project.load(MLP)
@@ -198,29 +201,26 @@ def real(n: int) -> None:
     base = TrialSettings(steps=50, timeout_s=600, min_time_s=TIMING_MIN_TIME_S, min_steps=TIMING_MIN_STEPS,
                          steps_max=TIMING_STEPS_MAX)
     counter = iter(range(10**6))
-    pool: list[tuple[float, ...]] = []
+    others: list[float] = []
 
-    def trial(enabled) -> tuple[float, ...]:
-        s = TrialSettings(**{**base.__dict__, "repeat": next(counter)})
-        r = run_trial(project, enabled, s, use_cache=False, state_dir=state)
-        return tuple(r.steady_step_times())
+    def trial(config, repeat, role):
+        # config names a comparison ("aa3", "mixed_precision3"): its own evidence
+        enabled = ("mixed_precision",) if any(c.startswith("mixed") for c in config) else ()
+        r = run_trial(project, enabled, TrialSettings(**{**base.__dict__, "repeat": next(counter)}),
+                      use_cache=False, state_dir=state)
+        if r.extra.get("others_cpu") is not None:
+            others.append(r.extra["others_cpu"])
+        return r
 
+    pool = TimingPool(trial, lambda c, t: Verdict.CRASH if t.crashed or t.timed_out else Verdict.OK, THRESHOLD)
     print(f"start: {load()}")
     print(f"{'case':16s} {'run':>3s} {'verdict':>9s} {'ratio':>6s} {'pairs':>5s} {'fast':>5s} {'trials':>6s}  load")
     totals: dict[str, list] = {}
     for i in range(n):
-        for name, enabled in (("A/A", ()), ("mixed_float16", ("mixed_precision",))):
-            before_count = len(pool)
-
-            def sample(j, enabled=enabled):
-                if not pool:
-                    pool.append(trial(()))
-                c = trial(enabled)
-                pool.append(trial(()))
-                return TimingPair(pool[-2], c, pool[-1])
-
-            out = sequential_slowdown(sample, THRESHOLD, min_samples=3, max_samples=16)
-            trials = out.new + (len(pool) - before_count)
+        for name, key in (("A/A", f"aa{i}"), ("mixed_float16", f"mixed_precision{i}")):
+            before = next(counter)
+            out = pool.timed(frozenset({key}), min_pairs=3, max_pairs=16)
+            trials = next(counter) - before - 1
             totals.setdefault(name, []).append(out)
             print(f"{name:16s} {i:3d} {out.verdict.value:>9s} {out.ratio or 0:6.2f} {len(out.pairs):5d} "
                   f"{str(out.fast):>5s} {trials:6d}  {os.getloadavg()[0]:.1f}", flush=True)
@@ -228,6 +228,9 @@ def real(n: int) -> None:
         k = sum(o.verdict == Verdict.SLOWDOWN for o in outs)
         print(f"{name}: slowdown in {k}/{len(outs)}, pairs per comparison "
               f"{statistics.mean(len(o.pairs) for o in outs):.1f}")
+    if others:
+        print(f"others_cpu per trial: median {statistics.median(others):.2f}, "
+              f"{sum(o <= QUIET_OTHERS for o in others)}/{len(others)} quiet")
     print(f"end: {load()}")
     shutil.rmtree(state, ignore_errors=True)
 
