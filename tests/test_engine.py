@@ -274,7 +274,8 @@ def slow_when(feature, ratio=2.0):
     def behave(cfg, r):
         rng = random.Random(zlib.crc32(f"{sorted(cfg)}{r}".encode()))
         step = 0.02 * (ratio if feature in cfg else 1.0)
-        return {"step_times": (0.5,) * 3 + tuple(step * math.exp(rng.gauss(0, 0.05)) for _ in range(17))}
+        return {"step_times": (0.5,) * 3 + tuple(step * math.exp(rng.gauss(0, 0.05)) for _ in range(17)),
+                "extra": {"others_cpu": 0.0}}  # a quiet machine
 
     return behave
 
@@ -286,7 +287,8 @@ def test_slowdown_found_with_serial_interleaved_timing(tmp_path):
     assert (doc["status"], doc["symptom"], doc["culprits"]) == ("found", "slowdown", ["csv_logger"])
     assert not runner.timing_overlap  # timing trials never run alongside another trial
     t = doc["timing"]
-    assert len(t["baseline"]) == len(t["candidate"]) >= 3 and t["p_value"] <= 0.05
+    # a clear 2x pair decides alone; the replay added one more to the evidence
+    assert len(t["baseline"]) == len(t["candidate"]) == 2 and t["fast"] and t["new_pairs"] == 1
     assert t["ratio"] == pytest.approx(2.0, rel=0.15)
     # interleaved: every timing trial of the candidate follows a baseline one
     rows = [r for r in doc["trials_table"] if r["role"].startswith("timing")]

@@ -12,12 +12,25 @@ from typing import Any
 # (tracing, XLA compilation).
 WARMUP_STEPS = 3
 
+# A timing trial's budget (DESIGN: "a time budget, not a fixed 40 steps of
+# 3 ms"): steady steps until both this much steady time and this many steady
+# steps are in, or `TIMING_STEPS_MAX` steps in all.
+TIMING_MIN_TIME_S = 1.0
+TIMING_MIN_STEPS = 30
+TIMING_STEPS_MAX = 5000
+
 
 @dataclass(frozen=True)
 class TrialSettings:
     """How a trial runs (Contract 2, `[trial]`), minus `repeats`, which is the
     bisect's business. `repeat` distinguishes repeated runs of the same variant
-    in the cache (timing and flakiness need independent samples)."""
+    in the cache (timing and flakiness need independent samples).
+
+    `steps_max` > 0 makes a timing trial: it runs until `min_time_s` of
+    steady-state steps and `min_steps` steady steps are in (or `steps_max`
+    steps), ignoring `steps`; its losses count over the first `steps` only
+    (`classify.first_steps`). The three are left out of `to_dict` (the cache
+    key) while `steps_max` is 0, so the keys of other trials do not change."""
 
     entry: str = "repro.py"
     command: tuple[str, ...] | None = None
@@ -32,9 +45,19 @@ class TrialSettings:
     # An address-space limit (RLIMIT_AS, MiB) the harness sets in the trial
     # process before the script runs: an OOM made reproducible. None: no limit.
     memory_limit_mb: int | None = None
+    min_time_s: float = 0.0
+    min_steps: int = 0
+    steps_max: int = 0
+
+    @property
+    def timing(self) -> bool:
+        return self.steps_max > 0
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        if not self.timing:
+            for k in ("min_time_s", "min_steps", "steps_max"):
+                del d[k]
         d["command"] = list(self.command) if self.command is not None else None
         return d
 

@@ -16,22 +16,25 @@ The sequence, and the status each step can end with:
    None shown -> `none`.
 3. the search, locked onto that symptom: ablation and/or ddmin.
 4. replay: the culprit configuration and the baseline run again with fresh
-   repeat indices. The answer stands (`found`) only if every culprit trial
-   showed the symptom and no baseline trial did; otherwise the result is
-   flaky: `status: flaky` (exit 4), the observed `reproduction_rate`,
+   repeat indices (a slowdown: fresh timing pairs added to the evidence the
+   search gathered, decided again over all of it). The answer stands
+   (`found`) only if every culprit trial showed the symptom and no baseline
+   trial did; otherwise the result is flaky: `status: flaky` (exit 4), the
+   observed `reproduction_rate`,
    no culprit named (the configuration the search ended on is kept as
    `suspects`).
 
 Repeat indices are a pure function of (configuration, role, round), so a
 bisect that is interrupted and run again asks for exactly the same trials and
-gets every finished one from the trial cache.
+gets every finished one from the trial cache. Timing trials (a slowdown hunt)
+run one at a time with a time budget (`TrialSettings.steps_max` & co.),
+against one shared pool of baseline timing trials (bisect/timing.py).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import threading
 import time
 import traceback
@@ -44,8 +47,9 @@ from typing import Any
 from tfrepro import __version__
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, judge_replay
+from tfrepro.bisect.timing import TimingPool
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.settings import WARMUP_STEPS, TrialSettings
+from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX, WARMUP_STEPS, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest, make_executor
 from tfrepro.trials.state import StateDir, write_trial_record
@@ -58,9 +62,6 @@ _FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
 _BASELINE_FAILURES = _FAILURES | {Verdict.MEMORY}
 _MEMORY_CLOSE = 500  # repeat-index base of the extra runs of a close memory decision
 _MEMORY_EXTRA = 2
-# Repeat-index bases: far apart so that no two roles ever share a cache entry.
-_TIMING_CANDIDATE = 100
-_TIMING_BASELINE = 10_000
 
 
 @dataclass(frozen=True)
@@ -74,8 +75,14 @@ class BisectOptions:
     jobs: int = 1
     use_cache: bool = True
     replays: int = 3  # fresh runs of the culprit (and of the baseline) at the end
-    timing_min: int = 3  # interleaved pairs before the first slowdown decision
-    timing_max: int = 10  # ... and at most
+    # Slowdown hunts. A pair is one candidate timing trial between two
+    # baseline ones; a clear-cut pair decides alone (classify.TimingPair.clear).
+    timing_min: int = 3  # pairs before the rank test is consulted (it can pass from 5 on)
+    timing_max: int = 16  # new pairs per comparison, at most
+    timing_replays: int = 1  # fresh pairs the replay adds to the evidence, at least
+    timing_budget_s: float = TIMING_MIN_TIME_S  # steady-state seconds a timing trial measures
+    timing_min_steps: int = TIMING_MIN_STEPS  # ... and steady steps, at least
+    timing_steps_max: int = TIMING_STEPS_MAX  # ... and steps in all, at most
     executor: str = "local"  # where trials run: "local" (`jobs` at a time) or "ray"
     address: str | None = None  # the Ray cluster to join (None: start a local one)
     # Why a failing baseline fails: `tfrepro.check.run.checks_for_result`,
@@ -142,7 +149,9 @@ class _Bisection:
         self.memo: dict[tuple[Config, int], TrialResult] = {}
         self.lock = threading.Lock()
         self.noise = 0.0
-        self.timing: dict[Config, list[classify.TimingOutcome]] = {}
+        self.timing_pool = TimingPool(
+            self._trial, lambda c, t: classify.primary(self._shows(c, t) & _FAILURES), manifest.symptoms.slowdown)
+        self.timing = self.timing_pool.outcomes
         self.dropped: list[dict[str, str]] = []
         if not self.features:
             raise UserError("the project has no feature blocks to bisect", path=project.root,
@@ -155,8 +164,12 @@ class _Bisection:
 
     # -- trials ------------------------------------------------------------
     def _request(self, config: Config, repeat: int, role: str) -> TrialRequest:
-        return TrialRequest(tuple(sorted(config)), replace(self.settings, repeat=repeat), role,
-                            use_cache=self.opts.use_cache)
+        settings = replace(self.settings, repeat=repeat)
+        if role.startswith("timing"):  # a time budget of steady steps, not `steps`
+            o = self.opts
+            settings = replace(settings, min_time_s=o.timing_budget_s, min_steps=o.timing_min_steps,
+                               steps_max=max(o.timing_steps_max, WARMUP_STEPS + o.timing_min_steps))
+        return TrialRequest(tuple(sorted(config)), settings, role, use_cache=self.opts.use_cache)
 
     def _trial(self, config: Config, repeat: int, role: str) -> TrialResult:
         """One timing trial (alone: see `_timed`), or a memo hit."""
@@ -202,6 +215,7 @@ class _Bisection:
         return self.memo.get((frozenset(config) & self.affects_loss, 0))
 
     def _shows(self, config: Config, result: TrialResult) -> frozenset[Verdict]:
+        result = classify.first_steps(result, self.settings.steps)  # a timing trial runs longer
         return classify.symptoms(result, reference=self._reference(config),
                                 settings=self.symptom_settings, noise=self.noise,
                                 baselines=self._memory_baselines())
@@ -242,38 +256,19 @@ class _Bisection:
     def test_batch(self, target: Verdict) -> Callable[[list[Config]], list[Verdict]]:
         def run(configs: list[Config]) -> list[Verdict]:
             if target == Verdict.SLOWDOWN:  # timing trials never run concurrently
-                return [self._timed(c, 0).verdict for c in configs]
+                return [self._timed(c).verdict for c in configs]
             self._many([w for c in configs for w in self._needs(c, range(self.k), "search", target)])
             memory = self._memory_verdicts(configs) if target == Verdict.MEMORY else {}
             return [memory.get(c) or self._verdict(c, target) for c in configs]
 
         return run
 
-    def _timed(self, config: Config, round_: int) -> classify.TimingOutcome:
-        """The sequential, interleaved timing comparison of `config` against
-        the baseline, round `round_` (0: the search, 1: the replay)."""
-        slot = zlib.crc32(",".join(sorted(config)).encode()) % 1_000_000
-        offset = round_ * self.opts.timing_max
-
-        def pair(i: int):
-            b = self._trial(frozenset(), _TIMING_BASELINE + slot * 1000 + offset + i, "timing-baseline")
-            c = self._trial(config, _TIMING_CANDIDATE + offset + i, "timing")
-            stop = classify.primary(self._shows(config, c) & _FAILURES)
-            if stop != Verdict.OK:
-                return stop
-            mb, mc = classify.timing_sample(b), classify.timing_sample(c)
-            if b.crashed or b.timed_out or b.nonfinite or mb is None or mc is None:
-                return Verdict.UNTESTABLE
-            return mb, mc
-
-        rng = random.Random(self.settings.seed * 1_000_003 + slot + round_)
-        got = classify.sequential_slowdown(
-            pair, self.symptom_settings.slowdown, min_samples=self.opts.timing_min,
-            max_samples=self.opts.timing_max, rng=rng)
-        self.timing.setdefault(config, []).append(got)
-        mine = range(_TIMING_CANDIDATE + offset, _TIMING_CANDIDATE + offset + self.opts.timing_max)
+    def _timed(self, config: Config, fresh: int = 1) -> classify.TimingOutcome:
+        """The timing comparison of `config` against the baseline (bisect/timing.py)."""
+        o = self.opts
+        got = self.timing_pool.timed(config, fresh=fresh, min_pairs=o.timing_min, max_pairs=o.timing_max)
         for rec in self.records:
-            if rec.role == "timing" and frozenset(rec.enabled) == config and rec.repeat in mine:
+            if rec.role == "timing" and frozenset(rec.enabled) == config:
                 rec.verdict = got.verdict
         return got
 
@@ -400,7 +395,7 @@ class _Bisection:
             if mb is None or mf is None or mf / mb < halfway:
                 return None
         self.events.phase("timing the failing configuration against the baseline")
-        got = self._timed(full, 0)
+        got = self._timed(full)
         return Verdict.SLOWDOWN if got.verdict == Verdict.SLOWDOWN else None
 
     def _fastest(self, config: Config, repeats: Iterable[int]) -> float | None:
@@ -414,8 +409,8 @@ class _Bisection:
         fresh = range(max(self.k, 2), max(self.k, 2) + self.opts.replays)
         if target == Verdict.SLOWDOWN:
             if config not in self.timing:
-                self._timed(config, 0)
-            self._timed(config, 1)
+                self._timed(config)
+            self._timed(config, fresh=max(1, self.opts.timing_replays))
             culprit_obs = [t.verdict == target for t in self.timing[config]]
             base_obs: list[bool] = []
         else:

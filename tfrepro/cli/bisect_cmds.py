@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -17,7 +18,8 @@ _SYMPTOMS = ["nan", "crash", "timeout", "memory", "mismatch", "slowdown"]
 # The options each mode uses; any other given is refused (exit 2), never
 # silently ignored.
 MODE_OPTIONS = {
-    "feature": {"--strategy", "--repeats", "--jobs", "--executor ray", "--only", "--skip"},
+    "feature": {"--strategy", "--repeats", "--jobs", "--executor ray", "--only", "--skip", "--replays",
+                "--timing-budget"},
     "commit": {"--jobs", "--executor ray"},
     "version": {"--keras legacy", "--tf-dist", "--then-features"},
     # --then-features continues in feature mode: --only/--skip choose its features
@@ -82,11 +84,17 @@ def check_release(rev: str | None, option: str) -> None:
                    "needs pip install 'tfrepro[ray]').")
 @click.option("--address", metavar="ADDR",
               help="With --executor ray: the cluster to join (e.g. 10.0.0.5:6379); default: a local Ray instance.")
+@click.option("--replays", type=click.IntRange(min=1), metavar="N",
+              help="Fresh runs of the answer at the end (default 3); for a slowdown, fresh timing pairs "
+                   "added to the evidence (default 1).")
+@click.option("--timing-budget", type=click.FloatRange(min=0.01), metavar="SECONDS",
+              help="Steady-state seconds each timing trial measures (default 1.0, and at least 30 steps).")
 @select_options
 def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None, repeats: int | None,
                jobs: int, no_cache: bool, as_json: bool, good: str | None, bad: str | None,
                executor: str, address: str | None, tf_versions: str | None, keras_mode: str,
-               tf_dist: str | None, then_features: bool, only: str | None, skip: str | None) -> None:
+               tf_dist: str | None, then_features: bool, replays: int | None, timing_budget: float | None,
+               only: str | None, skip: str | None) -> None:
     """Find the feature, or smallest set of interacting features, behind a symptom.
 
     Runs the baseline (every feature OFF) and the failing configuration
@@ -118,7 +126,8 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     """
     mode = ("version+features" if then_features else "version") if tf_versions else (
         "commit" if good or bad else "feature")
-    refuse_ignored(mode, {"--then-features": then_features,
+    refuse_ignored(mode, {"--then-features": then_features, "--replays": replays is not None,
+                          "--timing-budget": timing_budget is not None,
         "--strategy": strategy != "auto", "--repeats": repeats is not None, "--jobs": jobs != 1,
         "--executor ray": executor != "local", "--only": only is not None, "--skip": skip is not None,
         "--keras legacy": keras_mode != "default", "--tf-dist": tf_dist is not None,
@@ -148,6 +157,10 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     options = BisectOptions(symptom=Verdict(symptom) if symptom else None, strategy=strategy, steps=steps,
                             repeats=repeats, jobs=jobs, use_cache=not no_cache, executor=executor,
                             address=address, baseline_checks=checks_for_result)
+    if replays is not None:
+        options = replace(options, replays=replays, timing_replays=replays)
+    if timing_budget is not None:
+        options = replace(options, timing_budget_s=timing_budget)
     doc = run_bisect(project, options, as_json=as_json)
     prune_after_run(project)
     click.echo(json.dumps(doc) if as_json else "\n".join(answer_lines(doc)))

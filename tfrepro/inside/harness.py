@@ -21,7 +21,8 @@ What it does (Contract 3):
   level: `print`, not `tf.print`); step time = time between two such lines;
 - stops at `steps` and at the first non-finite loss: the result is written and
   the process leaves with os._exit(0) right there (no exception to be
-  swallowed by the script's own `except`);
+  swallowed by the script's own `except`); a timing trial (`steps_max` > 0)
+  stops on its time budget instead (harness_timing.py);
 - at the end (stop, normal exit, or uncaught exception) checks the weights of
   every Keras model created during the trial for NaN/Inf, and writes the
   result JSON to the path named in the config. An uncaught exception is a
@@ -65,6 +66,7 @@ class _State:
     def __init__(self, config: dict) -> None:
         self.config = config
         self.steps = int(config.get("steps") or 0)
+        self.budget = None  # a timing trial's harness_timing.Budget
         self.result_path = config["result_path"]
         self.losses: list[float] = []
         self.step_times: list[float] = []
@@ -115,7 +117,10 @@ def record_step(loss: float | None, dt: float) -> None:
         if not math.isfinite(loss):
             S.first_nonfinite_step = S.steps_seen
             _stop("nonfinite")
-    if S.steps and S.steps_seen >= S.steps:
+    if S.budget is not None:
+        if S.budget.step(dt):
+            _stop("budget")
+    elif S.steps and S.steps_seen >= S.steps:
         _stop("steps")
     now = time.monotonic()
     if now - S.last_progress >= PROGRESS_EVERY_S:
@@ -221,17 +226,23 @@ def _on_tensorflow(tf) -> None:
 _keras_side = None
 
 
+def _sibling(name: str):
+    """harness_<name>.py next to this file, loaded by path (no tfrepro import)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"harness_{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_tfrepro_harness_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def _keras():
-    """harness_keras.py, loaded by path on first use (the parent never needs it)."""
+    """harness_keras.py, loaded on first use (the parent never needs it)."""
     global _keras_side
     if _keras_side is None:
-        import importlib.util
-
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness_keras.py")
-        spec = importlib.util.spec_from_file_location("_tfrepro_harness_keras", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+        module = _sibling("keras")
         module.bind(sys.modules[__name__])
         _keras_side = module
     return _keras_side
@@ -410,6 +421,8 @@ def finish() -> None:
         if S.finished or os.getpid() != S.pid:
             return
         S.finished = True
+    if S.budget is not None:
+        S.budget.finish(S.extra)
     models = _keras_side.user_models() if _keras_side is not None else []
     for hook in S.end_hooks:
         try:
@@ -496,6 +509,8 @@ def activate(config_path: str) -> None:
         import random
 
         random.seed(int(S.config.get("seed", 0)))
+    if S.config.get("steps_max"):
+        S.budget = _sibling("timing").Budget(S.config)
     if os.getpgrp() == os.getpid():  # only when we lead our own group (as run_trial starts us)
         _watch_parent()
     _memory_start()

@@ -220,6 +220,11 @@ def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
     config = {
         "result_path": str(result_path),
         "steps": settings.steps,
+        # a timing trial's budget (0: none), in steps past the warm-up
+        "steps_max": settings.steps_max,
+        "min_time_s": settings.min_time_s,
+        "min_steps": settings.min_steps,
+        "warmup": WARMUP_STEPS,
         "seed": settings.seed,
         "deterministic": settings.deterministic,
         "memory_limit_mb": settings.memory_limit_mb,

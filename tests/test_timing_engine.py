@@ -1,0 +1,127 @@
+"""Slowdown hunts in the bisect engine, with a fake trial runner: time-budget
+trials, one shared pool of baseline timing trials, clear pairs deciding
+alone, the replay adding to the evidence, and the trial count of a bisect."""
+
+from __future__ import annotations
+
+import math
+import random
+import zlib
+
+import pytest
+from test_engine import FEATS, FakeRunner, make_project
+
+from tfrepro.bisect.engine import BisectOptions, bisect
+from tfrepro.trials.values import Verdict
+
+
+def slow(feature: str, ratio: float, *, cv: float = 0.05, steps: int = 60):
+    def behave(cfg, r):
+        rng = random.Random(zlib.crc32(f"{sorted(cfg)}{r}".encode()))
+        step = 0.002 * (ratio if feature in cfg else 1.0) * math.exp(rng.gauss(0, cv))
+        return {"step_times": (0.5,) * 3 + tuple(step * math.exp(rng.gauss(0, 0.03)) for _ in range(steps)),
+                "extra": {"others_cpu": 0.0}}  # a quiet machine
+
+    return behave
+
+
+def timing_rows(doc):
+    return [r for r in doc["trials_table"] if r["role"].startswith("timing")]
+
+
+def test_timing_trials_get_a_time_budget_and_the_others_do_not(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    runner = FakeRunner(slow("xla", 3.0))
+    opts = BisectOptions(timing_budget_s=0.5, timing_min_steps=20, timing_steps_max=900)
+    doc = bisect(p, opts, runner=runner).to_dict()
+    assert doc["status"] == "found" and doc["culprits"] == ["xla"]
+    timing = {r["repeat"] for r in timing_rows(doc)}
+    for (enabled, settings) in runner.cache:
+        if settings.repeat in timing:
+            assert (settings.min_time_s, settings.min_steps, settings.steps_max) == (0.5, 20, 900)
+        else:
+            assert settings.steps_max == 0 and "steps_max" not in settings.to_dict()
+
+
+@pytest.mark.parametrize("culprit", FEATS)
+def test_one_3x_culprit_among_6_features_in_at_most_20_trials(tmp_path, culprit):
+    p = make_project(tmp_path, FEATS)
+    doc = bisect(p, BisectOptions(), runner=FakeRunner(slow(culprit, 3.0))).to_dict()
+    assert (doc["status"], doc["culprits"]) == ("found", [culprit])
+    assert doc["trials"] <= 20, doc["trials"]
+
+
+def test_one_baseline_pool_serves_the_candidates_on_both_sides(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    runner = FakeRunner(slow("prefetch", 3.0))
+    doc = bisect(p, BisectOptions(), runner=runner).to_dict()
+    rows = timing_rows(doc)
+    roles = [r["role"] for r in rows]
+    # B C B C B ...: every candidate trial between two baseline trials, none shared twice in a row
+    assert roles[0] == "timing-baseline" and roles[-1] == "timing-baseline"
+    assert all(a != b for a, b in zip(roles, roles[1:]))
+    assert roles.count("timing-baseline") == roles.count("timing") + 1
+    # and they ran in that order (never concurrently: test_engine checks that)
+    order = [(tuple(e), r) for e, r in runner.executed]
+    timing = [(tuple(r["enabled"]), r["repeat"]) for r in rows]
+    assert [x for x in order if x in timing] == timing
+
+
+def test_a_110x_slower_step_is_decided_on_one_pair_and_replayed_on_one_more(tmp_path):
+    p = make_project(tmp_path, ["cache", "xla"])
+    doc = bisect(p, BisectOptions(symptom=Verdict.SLOWDOWN), runner=FakeRunner(slow("xla", 110.0))).to_dict()
+    assert (doc["status"], doc["culprits"]) == ("found", ["xla"])
+    t = doc["timing"]
+    assert t["fast"] and len(t["pairs"]) == 2 and t["new_pairs"] == 1 and t["ratio"] > 50
+    candidates = [r for r in timing_rows(doc) if r["role"] == "timing" and r["enabled"] == ["xla"]]
+    assert len(candidates) == 2
+
+
+def test_the_replay_continues_the_evidence_until_it_is_conclusive_again(tmp_path):
+    # 1.6x with 5% noise: no clear pair, the rank test decides (from 5 pairs)
+    p = make_project(tmp_path, ["cache", "xla"])
+    opts = BisectOptions(symptom=Verdict.SLOWDOWN, strategy="ablation", timing_replays=2)
+    doc = bisect(p, opts, runner=FakeRunner(slow("xla", 1.6))).to_dict()
+    assert (doc["status"], doc["culprits"]) == ("found", ["xla"])
+    t = doc["timing"]
+    assert not t["fast"] and t["p_value"] <= 0.05 and t["new_pairs"] >= 2
+    assert len(t["pairs"]) >= 5 + t["new_pairs"]
+
+
+def test_a_vs_a_is_not_a_slowdown_and_costs_few_trials(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    res = bisect(p, BisectOptions(symptom=Verdict.SLOWDOWN), runner=FakeRunner(slow("nothing", 1.0)))
+    d = res.to_dict()
+    assert res.status == "none" and d["timing"]["conclusive"] and d["timing"]["fast"]
+    assert d["trials"] <= 6
+
+
+def test_a_timing_trial_that_runs_past_steps_is_judged_on_its_first_steps(tmp_path):
+    # the failing configuration goes NaN at step 30 of a 60-step timing trial:
+    # past the 20 `steps` a trial runs for nan and mismatch, so not a NaN
+    p = make_project(tmp_path, ["cache", "xla"], steps=20)
+    fast = slow("xla", 3.0)
+
+    def behave(cfg, r):
+        out = fast(cfg, r)
+        if r >= 100 and "xla" in cfg:
+            out["losses"] = tuple(1.0 for _ in range(29)) + (math.nan,)
+            out["first_nonfinite_step"] = 30
+        return out
+
+    doc = bisect(p, BisectOptions(symptom=Verdict.SLOWDOWN), runner=FakeRunner(behave)).to_dict()
+    assert (doc["status"], doc["culprits"]) == ("found", ["xla"])
+
+
+def test_on_a_shared_machine_a_clear_slowdown_takes_two_pairs(tmp_path):
+    p = make_project(tmp_path, ["cache", "xla"])
+    loaded = slow("xla", 3.0)
+
+    def behave(cfg, r):
+        return {**loaded(cfg, r), "extra": {"others_cpu": 0.6}}
+
+    doc = bisect(p, BisectOptions(symptom=Verdict.SLOWDOWN), runner=FakeRunner(behave)).to_dict()
+    assert (doc["status"], doc["culprits"]) == ("found", ["xla"])
+    t = doc["timing"]
+    # two clear pairs in the search, one more in the replay
+    assert t["fast"] and len(t["pairs"]) == 3 and not any(x["quiet"] for x in t["pairs"])
