@@ -85,6 +85,22 @@ def _shown_path(p: Path) -> str:
     return rel if not rel.startswith("..") else str(p)
 
 
+def range_settings(root: Path, entry: str | None, settings: TrialSettings | None,
+                   symptoms: SymptomSettings | None, symptom: Verdict | None) -> tuple[TrialSettings, SymptomSettings]:
+    """One set of settings for every trial of a range bisection: the user's
+    current `tfrepro.toml` (or the defaults) with the caller's overrides and
+    the entry PATH named. Bad input raises UserError."""
+    if settings is None or symptoms is None:
+        t, s = load_settings(root)
+        settings, symptoms = settings or t, symptoms or s
+    if entry and settings.command is None:
+        settings = replace(settings, entry=entry)
+    if symptom is Verdict.SLOWDOWN and settings.steps < WARMUP_STEPS + 2:
+        raise UserError(f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
+                        hint=f"use --steps {WARMUP_STEPS + 10} or more")
+    return settings, symptoms
+
+
 def shown_path(p: Path) -> str:
     """Relative to the current directory when below it (as the engine shows it)."""
     rel = os.path.relpath(p, Path.cwd())
@@ -153,14 +169,7 @@ def bisect_commits(
     started = time.monotonic()
     root, entry = project_root(path)
     rng = gitcopy.open_range(root, good, bad)
-    if settings is None or symptoms is None:
-        t, s = load_settings(root)
-        settings, symptoms = settings or t, symptoms or s
-    if entry and settings.command is None:
-        settings = replace(settings, entry=entry)
-    if symptom is Verdict.SLOWDOWN and settings.steps < WARMUP_STEPS + 2:
-        raise UserError(f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
-                        hint=f"use --steps {WARMUP_STEPS + 10} or more")
+    settings, symptoms = range_settings(root, entry, settings, symptoms, symptom)
     state = StateDir.of(root)
     run_dir = state.new_run_dir()
     events = events or BisectEvents()

@@ -14,27 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro.bisect.commits import bisect_commits, load_settings, project_root
-from tfrepro.bisect.events import BisectEvents, PointTried
+from tfrepro.bisect.events import ProgressLines
 from tfrepro.errors import UserError
 from tfrepro.trials.values import SYMPTOM_ORDER, Verdict
-
-
-class _Progress(BisectEvents):
-    """Progress lines on stderr as commits are tried."""
-
-    def __init__(self, echo: Callable[..., None]) -> None:
-        self.echo = echo
-
-    def phase(self, text: str) -> None:
-        self.echo(text, err=True)
-
-    def trial_started(self, enabled: tuple[str, ...], role: str, repeat: int) -> None:
-        again = f" (repeat {repeat})" if repeat else ""
-        self.echo(f"  running {role.removeprefix('commit ')}{again}...", err=True)
-
-    def point_tried(self, point: PointTried) -> None:
-        why = f"  ({point.reason})" if point.reason else ""
-        self.echo(f"  {point.label[:12]}  {point.verdict.value:<10}  {point.subject}{why}", err=True)
 
 
 def format_result(result: dict[str, Any]) -> str:
@@ -90,7 +72,7 @@ def run_from_cli(
     runs_on = make_executor(executor, jobs=jobs, address=address, log=lambda text: echo(text, err=True))
     try:
         result = bisect_commits(path, good, bad, symptom=target, settings=settings, symptoms=symptoms,
-                                use_cache=use_cache, events=None if as_json else _Progress(echo),
+                                use_cache=use_cache, events=None if as_json else ProgressLines(echo, 12),
                                 executor=runs_on)
     finally:
         runs_on.close()

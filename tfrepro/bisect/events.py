@@ -4,6 +4,7 @@ for the feature, commit and version bisections (mozregression's
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,3 +52,23 @@ class BisectEvents:
     def trial_finished(self, record: TrialRecord) -> None: ...
 
     def point_tried(self, point: PointTried) -> None: ...
+
+
+class ProgressLines(BisectEvents):
+    """Progress of a range bisection (commits, releases) as lines on stderr."""
+
+    def __init__(self, echo: Callable[..., None], label_width: int = 12) -> None:
+        self.echo, self.width = echo, label_width
+
+    def phase(self, text: str) -> None:
+        self.echo(text, err=True)
+
+    def trial_started(self, enabled: tuple[str, ...], role: str, repeat: int) -> None:
+        again = f" (repeat {repeat})" if repeat else ""
+        self.echo(f"  running {role}{again}...", err=True)
+
+    def point_tried(self, point: PointTried) -> None:
+        subject = f"  {point.subject}" if point.subject else ""
+        why = f"  ({point.reason})" if point.reason else ""
+        label = point.label[: self.width]
+        self.echo(f"  {label:<{self.width}}  {point.verdict.value:<10}{subject}{why}", err=True)

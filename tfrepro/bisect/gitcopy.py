@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro.errors import TfreproError, UserError
+from tfrepro.trials.state import pid_alive
 
 if TYPE_CHECKING:
     from tfrepro.trials.state import StateDir
@@ -217,16 +218,6 @@ def materialize(repo_root: Path, sha: str, relpath: str, dest: Path) -> Path:
     return dest
 
 
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def clean_leftover_checkouts(state_dir: Path) -> list[Path]:
     """Remove checkout directories of runs whose process is gone."""
     base = state_dir / CHECKOUTS_DIR
@@ -235,7 +226,7 @@ def clean_leftover_checkouts(state_dir: Path) -> list[Path]:
         return removed
     for d in base.iterdir():
         pid_text = d.name.split("-", 1)[0]
-        if pid_text.isdigit() and _pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
+        if pid_text.isdigit() and pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
             continue  # another bisect running in this project right now
         shutil.rmtree(d, ignore_errors=True)
         removed.append(d)

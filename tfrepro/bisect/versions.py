@@ -32,11 +32,11 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from tfrepro.bisect.commits import as_written, load_settings, project_root, shown_path
+from tfrepro.bisect.commits import as_written, project_root, range_settings, shown_path
 from tfrepro.bisect.events import BisectEvents
 from tfrepro.bisect.ranges import Point, RangeRun, Source, bisect_points, with_evidence
 from tfrepro.errors import UserError
-from tfrepro.settings import WARMUP_STEPS, SymptomSettings, TrialSettings
+from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.executors import LocalExecutor, TrialRequest
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, TrialResult, Verdict
@@ -240,14 +240,7 @@ def bisect_versions(
     started = time.monotonic()
     root, entry = project_root(path)
     items = order_range(versions, good, bad)
-    if settings is None or symptoms is None:
-        t, s = load_settings(root)
-        settings, symptoms = settings or t, symptoms or s
-    if entry and settings.command is None:
-        settings = replace(settings, entry=entry)
-    if symptom is Verdict.SLOWDOWN and settings.steps < WARMUP_STEPS + 2:
-        raise UserError(f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
-                        hint=f"use --steps {WARMUP_STEPS + 10} or more")
+    settings, symptoms = range_settings(root, entry, settings, symptoms, symptom)
     state = StateDir.of(root)
     run_dir = state.new_run_dir()
     notes: list[str] = []

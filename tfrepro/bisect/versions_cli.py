@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro.bisect.commits import load_settings, project_root
-from tfrepro.bisect.events import BisectEvents, PointTried
+from tfrepro.bisect.events import BisectEvents, ProgressLines
 from tfrepro.errors import UserError
 from tfrepro.trials.values import SYMPTOM_ORDER
 
@@ -37,24 +37,6 @@ def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str,
 
     versions, excluded = expand(spec, listing)
     return versions, excluded, notes
-
-
-class _Progress(BisectEvents):
-    """Environment and trial progress on stderr."""
-
-    def __init__(self, echo: Callable[..., None]) -> None:
-        self.echo = echo
-
-    def phase(self, text: str) -> None:
-        self.echo(text, err=True)
-
-    def trial_started(self, enabled: tuple[str, ...], role: str, repeat: int) -> None:
-        again = f" (repeat {repeat})" if repeat else ""
-        self.echo(f"  running {role}{again}...", err=True)
-
-    def point_tried(self, point: PointTried) -> None:
-        note = f"  ({point.reason})" if point.reason else ""
-        self.echo(f"  {point.label:<14} {point.verdict.value:<10}{note}", err=True)
 
 
 def _feature_hook(steps: int | None, use_cache: bool, only: str | None, skip: str | None,
@@ -140,7 +122,7 @@ def run_from_cli(
 
     for n in notes:
         echo(f"note: {n}", err=True)
-    progress = None if as_json else _Progress(echo)
+    progress = None if as_json else ProgressLines(echo, 14)
     result = bisect_versions(path, versions, good=good, bad=bad, symptom=target, settings=settings,
                              symptoms=symptoms, use_cache=use_cache, legacy_keras=keras == "legacy",
                              tf_dist=dist, events=progress, excluded=excluded,

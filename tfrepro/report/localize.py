@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +22,7 @@ from typing import Any
 
 from tfrepro.inside import RUN_PROBE
 from tfrepro.report.environment import child_env
+from tfrepro.trials.procs import kill_tree
 
 PROBE = RUN_PROBE
 
@@ -248,18 +248,6 @@ def localize(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """The probe runs in its own session: kill it and everything it started."""
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not honoured
-        pass
-
-
 def _run_probe(cmd: list[str], root: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str] | None:
     """(exit code, stderr) of the probe, or None when it timed out. Its whole
     process group is killed on the way out, finished or not."""
@@ -271,7 +259,7 @@ def _run_probe(cmd: list[str], root: Path, env: dict[str, str], timeout_s: float
     except subprocess.TimeoutExpired:
         return None
     finally:
-        _kill_group(proc)
+        kill_tree(proc)
 
 
 def _localize_in(tmp: str, files: dict[str, str], entry: str, python: str, timeout_s: float) -> Localization:

@@ -219,12 +219,13 @@ class StateDir:
         if checkouts.is_dir() and not checkouts.is_symlink():
             for e in checkouts.iterdir():
                 pid = e.name.split("-", 1)[0]
-                if not (pid.isdigit() and _pid_alive(int(pid))):
+                if not (pid.isdigit() and pid_alive(int(pid))):
                     self._remove(e, out, "other")
         return out
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process runs (another user's counts as running)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
