@@ -57,16 +57,18 @@ def contract_problems(doc: Any) -> list[str]:
     status, culprits = doc.get("status"), doc.get("culprits")
     check("status", status in STATUSES, "one of " + "/".join(sorted(STATUSES)))
     check("symptom", doc.get("symptom") is None or doc.get("symptom") in SYMPTOMS, "a symptom or null")
-    check("culprits", isinstance(culprits, list) and all(isinstance(c, str) for c in culprits),
-          "a list of feature names")
+    check(
+        "culprits", isinstance(culprits, list) and all(isinstance(c, str) for c in culprits), "a list of feature names"
+    )
     if isinstance(culprits, list) and culprits != sorted(culprits, key=str):
         problems.append(f"'culprits' is not sorted: {culprits}")
-    check("baseline", isinstance(doc.get("baseline"), dict) or doc.get("baseline") is None,
-          "a trial summary object")
-    check("trials", isinstance(doc.get("trials"), int) and not isinstance(doc.get("trials"), bool)
-          and doc.get("trials", -1) >= 0, "a count")
-    check("wall_s", isinstance(doc.get("wall_s"), (int, float)) and not isinstance(doc.get("wall_s"), bool),
-          "seconds")
+    check("baseline", isinstance(doc.get("baseline"), dict) or doc.get("baseline") is None, "a trial summary object")
+    check(
+        "trials",
+        isinstance(doc.get("trials"), int) and not isinstance(doc.get("trials"), bool) and doc.get("trials", -1) >= 0,
+        "a count",
+    )
+    check("wall_s", isinstance(doc.get("wall_s"), (int, float)) and not isinstance(doc.get("wall_s"), bool), "seconds")
     check("run_dir", isinstance(doc.get("run_dir"), str) or doc.get("run_dir") is None, "a path")
     check("first_bad_commit", doc.get("first_bad_commit") is None, "null in feature mode")
     if "flaky" in doc and not isinstance(doc["flaky"], bool):
@@ -96,8 +98,11 @@ def answer_text(doc: dict | None) -> str:
     if status != "found" and not doc.get("flaky"):
         return str(status)
     rate = doc.get("reproduction_rate")
-    flaky = f"flaky ({rate:.2f}) " if doc.get("flaky") and isinstance(rate, (int, float)) else (
-        "flaky " if doc.get("flaky") else "")
+    flaky = (
+        f"flaky ({rate:.2f}) "
+        if doc.get("flaky") and isinstance(rate, (int, float))
+        else ("flaky " if doc.get("flaky") else "")
+    )
     return f"{flaky}{doc.get('symptom')}: {', '.join(doc.get('culprits') or []) or '-'}"
 
 
@@ -110,10 +115,17 @@ def is_right(exp: dict, doc: dict | None) -> bool:
     if exp["status"] == "none":
         return doc.get("status") == "none" and not doc.get("flaky")
     if exp["status"] == "flaky":
-        return (bool(doc.get("flaky")) and doc.get("symptom") in (exp["symptom"], None)
-                and set(doc.get("culprits") or []) <= set(exp["culprits"]))
-    return (doc.get("status") == "found" and not doc.get("flaky") and doc.get("symptom") == exp["symptom"]
-            and list(doc.get("culprits") or []) == exp["culprits"])
+        return (
+            bool(doc.get("flaky"))
+            and doc.get("symptom") in (exp["symptom"], None)
+            and set(doc.get("culprits") or []) <= set(exp["culprits"])
+        )
+    return (
+        doc.get("status") == "found"
+        and not doc.get("flaky")
+        and doc.get("symptom") == exp["symptom"]
+        and list(doc.get("culprits") or []) == exp["culprits"]
+    )
 
 
 # -- running ----------------------------------------------------------------------
@@ -143,8 +155,9 @@ def run_example(name: str, *, timeout_s: float, keep: Path | None, extra_args: l
     cmd = [sys.executable, "-m", "tfrepro", "bisect", "--json", *extra_args, str(project)]
     t0 = time.perf_counter()
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp,
-                              env={**os.environ, "PYTHONPATH": str(REPO)})
+        proc = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout_s, cwd=tmp, env={**os.environ, "PYTHONPATH": str(REPO)}
+        )
     except subprocess.TimeoutExpired:
         out.wall_s = time.perf_counter() - t0
         out.problems.append(f"bisect did not finish within {timeout_s:.0f} s")
@@ -179,16 +192,26 @@ def machine() -> str:
     except Exception:
         tf = "?"
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python "
-            f"{platform.python_version()}, TensorFlow {tf}, load average at start {load:.1f}")
+    return (
+        f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, TensorFlow {tf}, load average at start {load:.1f}"
+    )
 
 
 def table(outcomes: list[Outcome]) -> str:
     rows = [("example", "expected", "found", "trials", "wall s", "ok?")]
     for o in outcomes:
         trials = o.doc.get("trials") if o.doc else None
-        rows.append((o.name, expectation_text(o.expected), answer_text(o.doc),
-                     "-" if trials is None else str(trials), f"{o.wall_s:.0f}", "yes" if o.ok else "NO"))
+        rows.append(
+            (
+                o.name,
+                expectation_text(o.expected),
+                answer_text(o.doc),
+                "-" if trials is None else str(trials),
+                f"{o.wall_s:.0f}",
+                "yes" if o.ok else "NO",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
@@ -240,10 +263,25 @@ def main(argv: list[str] | None = None) -> int:
         if not o.ok and o.stderr_tail:
             print(f"  {o.name} stderr (last lines):\n    " + o.stderr_tail.replace("\n", "\n    "))
     if args.save:
-        args.save.write_text(json.dumps([
-            {"name": o.name, "expected": o.expected, "result": o.doc, "exit_code": o.exit_code,
-             "wall_s": round(o.wall_s, 1), "ok": o.ok, "problems": o.problems} for o in outcomes
-        ], indent=2) + "\n", encoding="utf-8")
+        args.save.write_text(
+            json.dumps(
+                [
+                    {
+                        "name": o.name,
+                        "expected": o.expected,
+                        "result": o.doc,
+                        "exit_code": o.exit_code,
+                        "wall_s": round(o.wall_s, 1),
+                        "ok": o.ok,
+                        "problems": o.problems,
+                    }
+                    for o in outcomes
+                ],
+                indent=2,
+            )
+            + "\n",
+            encoding="utf-8",
+        )
     return 0 if right == len(outcomes) else 1
 
 

@@ -56,8 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(address="local", num_cpus=args.cpus, include_dashboard=False, log_to_driver=False)
     address = ray.get_runtime_context().gcs_address
     ray_start = time.perf_counter() - t0
-    print(f"# local Ray instance ({args.cpus} CPUs) started in {ray_start:.1f} s at {address} "
-          "(not counted below)", flush=True)
+    print(
+        f"# local Ray instance ({args.cpus} CPUs) started in {ray_start:.1f} s at {address} (not counted below)",
+        flush=True,
+    )
 
     configs = {
         "local --jobs 1": ["--jobs", "1"],
@@ -68,14 +70,25 @@ def main(argv: list[str] | None = None) -> int:
     runs: list[dict] = []
     try:
         for i, name in enumerate(names):
-            for label in order[i % len(order):] + order[:i % len(order)]:
+            for label in order[i % len(order) :] + order[: i % len(order)]:
                 o = run_example(name, timeout_s=args.timeout, keep=None, extra_args=configs[label])
                 trials = o.doc.get("trials") if o.doc else None
-                runs.append({"example": name, "executor": label, "wall_s": round(o.wall_s, 1),
-                             "trials": trials, "answer": answer_text(o.doc), "ok": o.ok,
-                             "problems": o.problems})
-                print(f"  {name:<22} {label:<15} {o.wall_s:6.1f} s  {trials} trials  "
-                      f"{answer_text(o.doc)} -> {'ok' if o.ok else 'WRONG'}", flush=True)
+                runs.append(
+                    {
+                        "example": name,
+                        "executor": label,
+                        "wall_s": round(o.wall_s, 1),
+                        "trials": trials,
+                        "answer": answer_text(o.doc),
+                        "ok": o.ok,
+                        "problems": o.problems,
+                    }
+                )
+                print(
+                    f"  {name:<22} {label:<15} {o.wall_s:6.1f} s  {trials} trials  "
+                    f"{answer_text(o.doc)} -> {'ok' if o.ok else 'WRONG'}",
+                    flush=True,
+                )
     finally:
         ray.shutdown()
 
@@ -86,12 +99,16 @@ def main(argv: list[str] | None = None) -> int:
     for label in configs:
         mine = [r for r in runs if r["executor"] == label]
         wall = sum(r["wall_s"] for r in mine)
-        print(f"| {label} | {wall:.0f} | {wall / base:.2f} | {sum(r['trials'] or 0 for r in mine)} | "
-              f"{sum(r['ok'] for r in mine)}/{len(mine)} |")
+        print(
+            f"| {label} | {wall:.0f} | {wall / base:.2f} | {sum(r['trials'] or 0 for r in mine)} | "
+            f"{sum(r['ok'] for r in mine)}/{len(mine)} |"
+        )
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
     if args.save:
-        args.save.write_text(json.dumps({"machine": machine(), "ray_start_s": round(ray_start, 1),
-                                         "runs": runs}, indent=2) + "\n", encoding="utf-8")
+        args.save.write_text(
+            json.dumps({"machine": machine(), "ray_start_s": round(ray_start, 1), "runs": runs}, indent=2) + "\n",
+            encoding="utf-8",
+        )
     return 0 if all(r["ok"] for r in runs) else 1
 
 

@@ -42,10 +42,14 @@ CASES = Path(__file__).resolve().parent / "journey"
 MODES = ("zero-edit", "annotate")
 ANNOTATE_MAY_TOUCH = {"train.py", "tfrepro.toml"}
 GIT_ENV = {
-    "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "journey", "GIT_AUTHOR_EMAIL": "journey@example.invalid",
-    "GIT_COMMITTER_NAME": "journey", "GIT_COMMITTER_EMAIL": "journey@example.invalid",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
+    "GIT_CONFIG_GLOBAL": os.devnull,
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_AUTHOR_NAME": "journey",
+    "GIT_AUTHOR_EMAIL": "journey@example.invalid",
+    "GIT_COMMITTER_NAME": "journey",
+    "GIT_COMMITTER_EMAIL": "journey@example.invalid",
+    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
+    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
 }
 
 
@@ -132,8 +136,15 @@ def run_case(case: Path, mode: str, timeout: float, keep: bool) -> Outcome:
         start = time.monotonic()
         try:
             if mode == "annotate":
-                ann = subprocess.run([*tfrepro, "annotate", "train.py", "--write"], check=False, cwd=repo, env=env,
-                                     capture_output=True, text=True, timeout=timeout)
+                ann = subprocess.run(
+                    [*tfrepro, "annotate", "train.py", "--write"],
+                    check=False,
+                    cwd=repo,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                    timeout=timeout,
+                )
                 if ann.returncode != 0:
                     out.error = f"annotate exit {ann.returncode}: {ann.stderr.strip()[-200:]}"
             cmd = [*tfrepro, "bisect", "train.py" if mode == "zero-edit" else ".", "--json"]
@@ -171,9 +182,20 @@ def clean_label(r: Outcome) -> str:
 
 def table(rows: list[Outcome]) -> str:
     head = ("case", "mode", "expected", "got", "trials", "wall s", "right?", "false culprit?", "git clean?")
-    body = [(r.case, r.mode, r.expected, r.got, "-" if r.trials is None else str(r.trials), f"{r.wall_s:.1f}",
-             "yes" if r.right else "NO", "YES" if r.false_culprit else "no", clean_label(r))
-            for r in rows]
+    body = [
+        (
+            r.case,
+            r.mode,
+            r.expected,
+            r.got,
+            "-" if r.trials is None else str(r.trials),
+            f"{r.wall_s:.1f}",
+            "yes" if r.right else "NO",
+            "YES" if r.false_culprit else "no",
+            clean_label(r),
+        )
+        for r in rows
+    ]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *body)]
     lines = ["  ".join(str(x).ljust(w) for x, w in zip(row, widths)).rstrip() for row in (head, *body)]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -208,8 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     right = sum(r.right for r in rows)
     false = sum(r.false_culprit for r in rows)
     dirty = sum(not r.git_clean for r in rows)
-    print(f"\n{right}/{len(rows)} right, {false} false culprit(s), {dirty} dirty tree(s), "
-          f"{sum(r.wall_s for r in rows):.0f} s in tfrepro")
+    print(
+        f"\n{right}/{len(rows)} right, {false} false culprit(s), {dirty} dirty tree(s), "
+        f"{sum(r.wall_s for r in rows):.0f} s in tfrepro"
+    )
     if args.json_out:
         args.json_out.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
     return 0 if right == len(rows) and not dirty else 1

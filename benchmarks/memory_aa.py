@@ -34,17 +34,28 @@ def one_round(project: Project, i: int, state: Path) -> dict:
     settings = project.manifest.trial
     from dataclasses import replace
 
-    runs = [run_trial(project, (), replace(settings, repeat=1000 + 2 * i + j), use_cache=False, state_dir=state)
-            for j in range(2)]
-    full = run_trial(project, project.feature_names, replace(settings, repeat=1000 + i), use_cache=False,
-                     state_dir=state)
+    runs = [
+        run_trial(project, (), replace(settings, repeat=1000 + 2 * i + j), use_cache=False, state_dir=state)
+        for j in range(2)
+    ]
+    full = run_trial(
+        project, project.feature_names, replace(settings, repeat=1000 + i), use_cache=False, state_dir=state
+    )
     d = decide_memory(full, runs, project.manifest.symptoms.memory)
     shown = symptoms(full, reference=None, settings=project.manifest.symptoms, baselines=runs)
-    return {"round": i, "memory": Verdict.MEMORY in shown, "close": d.close, "reason": d.reason,
-            "peak_ratio": d.peak_ratio, "growth_per_step": d.growth, "growth_limit": d.growth_limit,
-            "growth_z": d.growth_z, "base_growth": [r.growth_per_step for r in runs],
-            "peaks_mb": [round((r.peak_rss_bytes or 0) / 1e6, 1) for r in [*runs, full]],
-            "wall_s": round(sum(r.wall_s for r in [*runs, full]), 2)}
+    return {
+        "round": i,
+        "memory": Verdict.MEMORY in shown,
+        "close": d.close,
+        "reason": d.reason,
+        "peak_ratio": d.peak_ratio,
+        "growth_per_step": d.growth,
+        "growth_limit": d.growth_limit,
+        "growth_z": d.growth_z,
+        "base_growth": [r.growth_per_step for r in runs],
+        "peaks_mb": [round((r.peak_rss_bytes or 0) / 1e6, 1) for r in [*runs, full]],
+        "wall_s": round(sum(r.wall_s for r in [*runs, full]), 2),
+    }
 
 
 def main() -> int:
@@ -69,13 +80,18 @@ def main() -> int:
                 controls.append(c)
                 print("control", json.dumps(c), flush=True)
     false = sum(r["memory"] for r in rows)
-    summary = {"example": args.example, "rounds": len(rows), "memory_shown": false,
-               "close_calls": sum(r["close"] for r in rows),
-               "max_peak_ratio": max((r["peak_ratio"] or 0) for r in rows),
-               "max_growth_per_step": max((r["growth_per_step"] or 0) for r in rows),
-               "growth_limit_per_step": min((r["growth_limit"] or 0) for r in rows),
-               "controls": len(controls), "controls_shown": sum(c["memory"] for c in controls),
-               "wall_s": round(time.monotonic() - t0, 1)}
+    summary = {
+        "example": args.example,
+        "rounds": len(rows),
+        "memory_shown": false,
+        "close_calls": sum(r["close"] for r in rows),
+        "max_peak_ratio": max((r["peak_ratio"] or 0) for r in rows),
+        "max_growth_per_step": max((r["growth_per_step"] or 0) for r in rows),
+        "growth_limit_per_step": min((r["growth_limit"] or 0) for r in rows),
+        "controls": len(controls),
+        "controls_shown": sum(c["memory"] for c in controls),
+        "wall_s": round(time.monotonic() - t0, 1),
+    }
     print(json.dumps(summary))
     if args.save:
         args.save.write_text(json.dumps({"summary": summary, "rows": rows, "controls": controls}, indent=1))

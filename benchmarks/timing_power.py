@@ -89,17 +89,26 @@ def record(n: int, steps: int, out: Path) -> None:
     for i in range(n):
         for enabled in ((), ("mixed_precision",)):
             # a timing trial (so the harness measures others_cpu) whose budget is `steps` steps
-            s = TrialSettings(steps=steps, timeout_s=600, repeat=i, steps_max=steps, min_time_s=1e9,
-                              min_steps=steps)
+            s = TrialSettings(steps=steps, timeout_s=600, repeat=i, steps_max=steps, min_time_s=1e9, min_steps=steps)
             t0 = time.time()
             r = run_trial(project, enabled, s, use_cache=False, state_dir=state)
-            traces.append({"enabled": list(enabled), "t": t0, "load": os.getloadavg()[0],
-                           "others_cpu": r.extra.get("others_cpu"),
-                           "step_times": [round(x, 7) for x in r.step_times], "crashed": r.crashed})
+            traces.append(
+                {
+                    "enabled": list(enabled),
+                    "t": t0,
+                    "load": os.getloadavg()[0],
+                    "others_cpu": r.extra.get("others_cpu"),
+                    "step_times": [round(x, 7) for x in r.step_times],
+                    "crashed": r.crashed,
+                }
+            )
             out.write_text(json.dumps(traces))
-            print(f"{i:3d} {'+'.join(enabled) or 'bare':16s} {len(r.step_times)} steps, "
-                  f"typical {1e3 * (typical_step(r.steady_step_times()) or 0):.2f} ms, "
-                  f"others_cpu {r.extra.get('others_cpu')}, {load()}", flush=True)
+            print(
+                f"{i:3d} {'+'.join(enabled) or 'bare':16s} {len(r.step_times)} steps, "
+                f"typical {1e3 * (typical_step(r.steady_step_times()) or 0):.2f} ms, "
+                f"others_cpu {r.extra.get('others_cpu')}, {load()}",
+                flush=True,
+            )
     shutil.rmtree(state, ignore_errors=True)
 
 
@@ -110,8 +119,14 @@ def budget_cut(step_times, scale: float = 1.0) -> tuple[float, ...]:
     """The steady steps a timing trial would have kept: the harness's own
     budget rule (harness_timing.Budget) fed with the recorded step times (a
     recording shorter than the budget keeps all its steps)."""
-    budget = _BUDGET({"steps_max": TIMING_STEPS_MAX, "min_time_s": TIMING_MIN_TIME_S,
-                      "min_steps": TIMING_MIN_STEPS, "warmup": WARMUP_STEPS})
+    budget = _BUDGET(
+        {
+            "steps_max": TIMING_STEPS_MAX,
+            "min_time_s": TIMING_MIN_TIME_S,
+            "min_steps": TIMING_MIN_STEPS,
+            "warmup": WARMUP_STEPS,
+        }
+    )
     for dt in step_times:
         if budget.step(dt * scale):
             break
@@ -126,8 +141,9 @@ def triples(traces: list[dict]) -> dict[str, list[TimingPair]]:
     out: dict[str, list[TimingPair]] = {"A/A": [], "1.4x": [], "mixed_float16": []}
 
     def quiet(*idx):  # as the engine: unknown contention counts as a loaded machine
-        return all((ok[j].get("others_cpu") if ok[j].get("others_cpu") is not None else 1.0) <= QUIET_OTHERS
-                   for j in idx)
+        return all(
+            (ok[j].get("others_cpu") if ok[j].get("others_cpu") is not None else 1.0) <= QUIET_OTHERS for j in idx
+        )
 
     for a, b, c in zip(bare, bare[1:], bare[2:]):
         before, mid, after = (ok[j]["step_times"] for j in (a, b, c))
@@ -138,7 +154,8 @@ def triples(traces: list[dict]) -> dict[str, list[TimingPair]]:
         for m in range(a + 1, b):
             if ok[m]["enabled"] == ["mixed_precision"]:
                 out["mixed_float16"].append(
-                    TimingPair(*(budget_cut(ok[j]["step_times"]) for j in (a, m, b)), quiet=quiet(a, m, b)))
+                    TimingPair(*(budget_cut(ok[j]["step_times"]) for j in (a, m, b)), quiet=quiet(a, m, b))
+                )
     return out
 
 
@@ -152,38 +169,56 @@ def simulate(pairs: list[TimingPair], runs: int, seed: int, max_pairs: int = 16)
         fast += out.fast
         conclusive += out.conclusive
         used.append(len(out.pairs))
-    return {"slowdown": slow / runs, "fast": fast / runs, "conclusive": conclusive / runs,
-            "mean pairs": statistics.mean(used)}
+    return {
+        "slowdown": slow / runs,
+        "fast": fast / runs,
+        "conclusive": conclusive / runs,
+        "mean pairs": statistics.mean(used),
+    }
 
 
 def resample(paths: list[Path], runs: int) -> None:
-    traces = [t for p in paths for t in json.loads(
-        gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())]
+    traces = [
+        t for p in paths for t in json.loads(gzip.decompress(p.read_bytes()) if p.suffix == ".gz" else p.read_text())
+    ]
     loads = [t["load"] for t in traces]
     groups = triples(traces)
-    print(f"{len(traces)} recorded trials, load while recording {min(loads):.1f}-{max(loads):.1f} "
-          f"(median {statistics.median(loads):.1f}); now {load()}")
-    print(f"{'case':14s} {'pairs':>5s} {'quiet':>5s} {'ratio/pair (median, range)':>28s} {'slowdown':>9s} {'fast':>6s} "
-          f"{'conclusive':>10s} {'mean pairs':>10s}")
+    print(
+        f"{len(traces)} recorded trials, load while recording {min(loads):.1f}-{max(loads):.1f} "
+        f"(median {statistics.median(loads):.1f}); now {load()}"
+    )
+    print(
+        f"{'case':14s} {'pairs':>5s} {'quiet':>5s} {'ratio/pair (median, range)':>28s} {'slowdown':>9s} {'fast':>6s} "
+        f"{'conclusive':>10s} {'mean pairs':>10s}"
+    )
     for name, pairs in groups.items():
         if not pairs:
             continue
         ratios = sorted(p.candidate_step / p.baseline_step for p in pairs)
         r = simulate(pairs, runs, seed=len(name))
-        print(f"{name:14s} {len(pairs):5d} {sum(p.quiet for p in pairs):5d} {statistics.median(ratios):10.3f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
-              f"{'':6s} {r['slowdown']:9.3f} {r['fast']:6.3f} {r['conclusive']:10.3f} {r['mean pairs']:10.2f}")
+        print(
+            f"{name:14s} {len(pairs):5d} {sum(p.quiet for p in pairs):5d} {statistics.median(ratios):10.3f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+            f"{'':6s} {r['slowdown']:9.3f} {r['fast']:6.3f} {r['conclusive']:10.3f} {r['mean pairs']:10.2f}"
+        )
     # the statistics per trial: how much contention moves each
     for name in ("bare", "mixed_precision"):
-        sel = [budget_cut(t["step_times"]) for t in traces
-               if (t["enabled"] == [] if name == "bare" else t["enabled"] == [name]) and not t["crashed"]]
+        sel = [
+            budget_cut(t["step_times"])
+            for t in traces
+            if (t["enabled"] == [] if name == "bare" else t["enabled"] == [name]) and not t["crashed"]
+        ]
         if len(sel) < 2:
             continue
-        rows = {"typical (window)": [typical_step(s) for s in sel],
-                "median": [statistics.median(s) for s in sel],
-                "p10": [sorted(s)[len(s) // 10] for s in sel]}
-        text = ", ".join(f"{k} {1e3 * statistics.median(v):.2f} ms (log-sd "
-                         f"{statistics.stdev([__import__('math').log(x) for x in v]):.2f})"
-                         for k, v in rows.items())
+        rows = {
+            "typical (window)": [typical_step(s) for s in sel],
+            "median": [statistics.median(s) for s in sel],
+            "p10": [sorted(s)[len(s) // 10] for s in sel],
+        }
+        text = ", ".join(
+            f"{k} {1e3 * statistics.median(v):.2f} ms (log-sd "
+            f"{statistics.stdev([__import__('math').log(x) for x in v]):.2f})"
+            for k, v in rows.items()
+        )
         print(f"  per trial, {name}: {text}")
 
 
@@ -198,16 +233,22 @@ def real(n: int) -> None:
 
     project = Project.load(MLP)
     state = Path(tempfile.mkdtemp(prefix="tfrepro-timing-"))
-    base = TrialSettings(steps=50, timeout_s=600, min_time_s=TIMING_MIN_TIME_S, min_steps=TIMING_MIN_STEPS,
-                         steps_max=TIMING_STEPS_MAX)
+    base = TrialSettings(
+        steps=50, timeout_s=600, min_time_s=TIMING_MIN_TIME_S, min_steps=TIMING_MIN_STEPS, steps_max=TIMING_STEPS_MAX
+    )
     counter = iter(range(10**6))
     others: list[float] = []
 
     def trial(config, repeat, role):
         # config names a comparison ("aa3", "mixed_precision3"): its own evidence
         enabled = ("mixed_precision",) if any(c.startswith("mixed") for c in config) else ()
-        r = run_trial(project, enabled, TrialSettings(**{**base.__dict__, "repeat": next(counter)}),
-                      use_cache=False, state_dir=state)
+        r = run_trial(
+            project,
+            enabled,
+            TrialSettings(**{**base.__dict__, "repeat": next(counter)}),
+            use_cache=False,
+            state_dir=state,
+        )
         if r.extra.get("others_cpu") is not None:
             others.append(r.extra["others_cpu"])
         return r
@@ -222,15 +263,22 @@ def real(n: int) -> None:
             out = pool.timed(frozenset({key}), min_pairs=3, max_pairs=16)
             trials = next(counter) - before - 1
             totals.setdefault(name, []).append(out)
-            print(f"{name:16s} {i:3d} {out.verdict.value:>9s} {out.ratio or 0:6.2f} {len(out.pairs):5d} "
-                  f"{str(out.fast):>5s} {trials:6d}  {os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f"{name:16s} {i:3d} {out.verdict.value:>9s} {out.ratio or 0:6.2f} {len(out.pairs):5d} "
+                f"{str(out.fast):>5s} {trials:6d}  {os.getloadavg()[0]:.1f}",
+                flush=True,
+            )
     for name, outs in totals.items():
         k = sum(o.verdict == Verdict.SLOWDOWN for o in outs)
-        print(f"{name}: slowdown in {k}/{len(outs)}, pairs per comparison "
-              f"{statistics.mean(len(o.pairs) for o in outs):.1f}")
+        print(
+            f"{name}: slowdown in {k}/{len(outs)}, pairs per comparison "
+            f"{statistics.mean(len(o.pairs) for o in outs):.1f}"
+        )
     if others:
-        print(f"others_cpu per trial: median {statistics.median(others):.2f}, "
-              f"{sum(o <= QUIET_OTHERS for o in others)}/{len(others)} quiet")
+        print(
+            f"others_cpu per trial: median {statistics.median(others):.2f}, "
+            f"{sum(o <= QUIET_OTHERS for o in others)}/{len(others)} quiet"
+        )
     print(f"end: {load()}")
     shutil.rmtree(state, ignore_errors=True)
 
@@ -244,8 +292,9 @@ def bisect_count(project: Path) -> None:
     print(f"start: {load()}")
     t0 = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    proc = subprocess.run([sys.executable, "-m", "tfrepro", "bisect", str(work), "--json"],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tfrepro", "bisect", str(work), "--json"], capture_output=True, text=True, env=env
+    )
     wall = time.perf_counter() - t0
     try:
         doc = json.loads(proc.stdout)
@@ -256,15 +305,22 @@ def bisect_count(project: Path) -> None:
     roles: dict[str, int] = {}
     for row in doc.get("trials_table", []):
         roles[row["role"]] = roles.get(row["role"], 0) + 1
-    print(f"status {doc['status']}, symptom {doc['symptom']}, culprits {doc['culprits']}, "
-          f"trials {doc['trials']} ({', '.join(f'{k} {v}' for k, v in sorted(roles.items()))}), "
-          f"wall {wall:.0f} s, exit {proc.returncode}")
-    seq = [f"{'+'.join(r['enabled']) or 'base'}:{r['verdict']}" for r in doc.get("trials_table", [])
-           if r["role"] == "timing"]
+    print(
+        f"status {doc['status']}, symptom {doc['symptom']}, culprits {doc['culprits']}, "
+        f"trials {doc['trials']} ({', '.join(f'{k} {v}' for k, v in sorted(roles.items()))}), "
+        f"wall {wall:.0f} s, exit {proc.returncode}"
+    )
+    seq = [
+        f"{'+'.join(r['enabled']) or 'base'}:{r['verdict']}"
+        for r in doc.get("trials_table", [])
+        if r["role"] == "timing"
+    ]
     print("candidate timing trials, in order:", " ".join(seq))
     if t:
-        print(f"culprit timing: ratio {t.get('ratio'):.2f}, pairs {len(t.get('pairs', []))}, fast {t.get('fast')}, "
-              f"p {t.get('p_value')}")
+        print(
+            f"culprit timing: ratio {t.get('ratio'):.2f}, pairs {len(t.get('pairs', []))}, fast {t.get('fast')}, "
+            f"p {t.get('p_value')}"
+        )
     print(f"end: {load()}")
     shutil.rmtree(work.parent, ignore_errors=True)
 

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-SCRIPT = '''\
+SCRIPT = """\
 import numpy as np
 import tensorflow as tf
 import keras
@@ -53,7 +53,7 @@ else:
     for step in range(STEPS):
         sl = slice(step * BATCH, (step + 1) * BATCH)
         print(f"step={{step + 1}} loss={{float(train_step(x[sl], y[sl]))!r}}")
-'''
+"""
 
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> tuple[float, float]:
@@ -76,7 +76,8 @@ def measure(mode: str, steps: int, repeats: int, work: Path) -> dict[str, float]
     # interpreter's teardown; this twin does the same, so tfrepro / fast-exit
     # isolates the cost of the CLI, the variant copy and the measuring.
     (project / "repro_fast_exit.py").write_text(
-        SCRIPT.format(steps=steps, mode=mode) + "\nimport os, sys\nsys.stdout.flush()\nos._exit(0)\n")
+        SCRIPT.format(steps=steps, mode=mode) + "\nimport os, sys\nsys.stdout.flush()\nos._exit(0)\n"
+    )
     (project / "tfrepro.toml").write_text(f"[trial]\nsteps = {steps}\n")
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     repo = Path(__file__).resolve().parents[1]
@@ -96,13 +97,20 @@ def measure(mode: str, steps: int, repeats: int, work: Path) -> dict[str, float]
     result = json.loads((work / f"tool{repeats - 1}.log").read_text())
     assert result["steps_run"] == steps and not result["crashed"], result
     med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
-    return {"bare_s": med(bare, 0), "tfrepro_s": med(tool, 0), "ratio": med(tool, 0) / med(bare, 0),
-            "cpu_ratio": med(tool, 1) / med(bare, 1), "fast_s": med(fast, 0),
-            "fast_ratio": med(tool, 0) / med(fast, 0), "fast_cpu_ratio": med(tool, 1) / med(fast, 1),
-            # load only ever adds time: the fastest runs are the least disturbed
-            "min_ratio": min(x[0] for x in tool) / min(x[0] for x in bare),
-            "min_fast_ratio": min(x[0] for x in tool) / min(x[0] for x in fast),
-            "bare_all": [x[0] for x in bare], "tfrepro_all": [x[0] for x in tool]}
+    return {
+        "bare_s": med(bare, 0),
+        "tfrepro_s": med(tool, 0),
+        "ratio": med(tool, 0) / med(bare, 0),
+        "cpu_ratio": med(tool, 1) / med(bare, 1),
+        "fast_s": med(fast, 0),
+        "fast_ratio": med(tool, 0) / med(fast, 0),
+        "fast_cpu_ratio": med(tool, 1) / med(fast, 1),
+        # load only ever adds time: the fastest runs are the least disturbed
+        "min_ratio": min(x[0] for x in tool) / min(x[0] for x in bare),
+        "min_fast_ratio": min(x[0] for x in tool) / min(x[0] for x in fast),
+        "bare_all": [x[0] for x in bare],
+        "tfrepro_all": [x[0] for x in tool],
+    }
 
 
 def main() -> None:
@@ -117,12 +125,16 @@ def main() -> None:
             work = Path(tmp) / mode
             work.mkdir()
             m = measure(mode, args.steps, args.repeats, work)
-            print(f"{mode:<4}  steps={args.steps}  bare python {m['bare_s']:.2f} s  "
-                  f"tfrepro run {m['tfrepro_s']:.2f} s  ratio {m['ratio']:.3f}  CPU-time ratio {m['cpu_ratio']:.3f}  "
-                  f"(bare {', '.join(f'{x:.2f}' for x in m['bare_all'])}; "
-                  f"tfrepro {', '.join(f'{x:.2f}' for x in m['tfrepro_all'])})")
-            print(f"      vs bare python ending with os._exit like the harness ({m['fast_s']:.2f} s): "
-                  f"ratio {m['fast_ratio']:.3f}, CPU-time ratio {m['fast_cpu_ratio']:.3f}")
+            print(
+                f"{mode:<4}  steps={args.steps}  bare python {m['bare_s']:.2f} s  "
+                f"tfrepro run {m['tfrepro_s']:.2f} s  ratio {m['ratio']:.3f}  CPU-time ratio {m['cpu_ratio']:.3f}  "
+                f"(bare {', '.join(f'{x:.2f}' for x in m['bare_all'])}; "
+                f"tfrepro {', '.join(f'{x:.2f}' for x in m['tfrepro_all'])})"
+            )
+            print(
+                f"      vs bare python ending with os._exit like the harness ({m['fast_s']:.2f} s): "
+                f"ratio {m['fast_ratio']:.3f}, CPU-time ratio {m['fast_cpu_ratio']:.3f}"
+            )
             print(f"      fastest runs: ratio {m['min_ratio']:.3f}, vs the os._exit twin {m['min_fast_ratio']:.3f}")
 
 

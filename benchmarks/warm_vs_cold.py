@@ -44,8 +44,9 @@ def trial(proj: Project, enabled: tuple[str, ...], tmp: Path, tag: str, cold: bo
     if not variant.exists():
         proj.write_variant(enabled, variant)
     start = time.perf_counter()
-    result = run_variant(variant, settings, tmp / f"trial-{tag}-{'cold' if cold else 'warm'}", cold=cold,
-                         warm_pool=pool)
+    result = run_variant(
+        variant, settings, tmp / f"trial-{tag}-{'cold' if cold else 'warm'}", cold=cold, warm_pool=pool
+    )
     wall = time.perf_counter() - start
     return result, wall
 
@@ -69,16 +70,22 @@ def equivalence(tmp: Path, pool: warm.WarmPool, only: list[str]) -> bool:
             cold, _ = trial(proj, enabled, tmp, tag, True, pool)
             hot, _ = trial(proj, enabled, tmp, tag, False, pool)
             same = same_losses(cold.losses, hot.losses)
-            same_end = ((cold.crashed, cold.error, cold.first_nonfinite_step, cold.timed_out)
-                        == (hot.crashed, hot.error, hot.first_nonfinite_step, hot.timed_out))
+            same_end = (cold.crashed, cold.error, cold.first_nonfinite_step, cold.timed_out) == (
+                hot.crashed,
+                hot.error,
+                hot.first_nonfinite_step,
+                hot.timed_out,
+            )
             verdict = "identical" if same else "DIFFER"
             if not (same and same_end):  # random by design? then two cold runs differ too
                 again, _ = trial(proj, enabled, tmp, tag + "-again", True, pool)
                 if not same_losses(cold.losses, again.losses):
                     verdict, same, same_end = "random", True, True
             ok &= same and same_end and hot.extra.get("process") == "warm"
-            print(f"{ex.name:24} {config:9} {len(cold.losses):5d} {verdict:>9} "
-                  f"{'same' if same_end else 'DIFFER':>9}  {cold.extra.get('process')}/{hot.extra.get('process')}")
+            print(
+                f"{ex.name:24} {config:9} {len(cold.losses):5d} {verdict:>9} "
+                f"{'same' if same_end else 'DIFFER':>9}  {cold.extra.get('process')}/{hot.extra.get('process')}"
+            )
     return ok
 
 
@@ -86,21 +93,25 @@ def cost(tmp: Path, pool: warm.WarmPool, example: str, pairs: int) -> None:
     proj = Project.load(EXAMPLES / example)
     rows = []
     for i in range(pairs + 1):  # pair 0: warm-up (the warm side may start its server)
-        for cold in ((True, False) if i % 2 == 0 else (False, True)):
+        for cold in (True, False) if i % 2 == 0 else (False, True):
             result, wall = trial(proj, (), tmp, f"cost{i}", cold, pool)
             train = sum(result.step_times)
             rows.append((i, "cold" if cold else "warm", wall, train, wall - train, result.median_step_time()))
-    print(f"\ncost: {example} baseline, {pairs} interleaved pairs (pair 0: warm-up of both sides, the warm "
-          "server's start if not started yet; not counted)")
+    print(
+        f"\ncost: {example} baseline, {pairs} interleaved pairs (pair 0: warm-up of both sides, the warm "
+        "server's start if not started yet; not counted)"
+    )
     print(f"{'pair':>4} {'process':7} {'wall s':>8} {'train s':>8} {'fixed s':>8} {'median step ms':>15}")
     for i, how, wall, train, fixed, med in rows:
         print(f"{i:4d} {how:7} {wall:8.3f} {train:8.3f} {fixed:8.3f} {med * 1000 if med else float('nan'):15.3f}")
     counted = [r for r in rows if r[0] > 0]
     for how in ("cold", "warm"):
         mine = [r for r in counted if r[1] == how]
-        print(f"median {how}: wall {statistics.median(r[2] for r in mine):.3f} s, "
-              f"training {statistics.median(r[3] for r in mine):.3f} s, "
-              f"fixed cost {statistics.median(r[4] for r in mine):.3f} s")
+        print(
+            f"median {how}: wall {statistics.median(r[2] for r in mine):.3f} s, "
+            f"training {statistics.median(r[3] for r in mine):.3f} s, "
+            f"fixed cost {statistics.median(r[4] for r in mine):.3f} s"
+        )
     ratios = []
     for i in range(1, pairs + 1):
         c = next(r for r in counted if r[0] == i and r[1] == "cold")
@@ -108,8 +119,10 @@ def cost(tmp: Path, pool: warm.WarmPool, example: str, pairs: int) -> None:
         if c[5] and w[5]:
             ratios.append(w[5] / c[5])
     if ratios:
-        print(f"A/A step time warm/cold, per pair: {', '.join(f'{r:.3f}' for r in ratios)}; "
-              f"median {statistics.median(ratios):.3f}")
+        print(
+            f"A/A step time warm/cold, per pair: {', '.join(f'{r:.3f}' for r in ratios)}; "
+            f"median {statistics.median(ratios):.3f}"
+        )
 
 
 def main() -> int:

@@ -33,8 +33,20 @@ from tfrepro.project import Project  # noqa: E402
 from tfrepro.scaffold.generate import new_project  # noqa: E402
 
 CATALOG = [
-    "mixed_precision", "mirrored_strategy", "xla", "eager_debugging", "prefetch", "parallel_map", "cache",
-    "shuffle", "interleave", "callbacks", "custom_loop", "custom_layer", "lr_warmup", "gradient_accumulation",
+    "mixed_precision",
+    "mirrored_strategy",
+    "xla",
+    "eager_debugging",
+    "prefetch",
+    "parallel_map",
+    "cache",
+    "shuffle",
+    "interleave",
+    "callbacks",
+    "custom_loop",
+    "custom_layer",
+    "lr_warmup",
+    "gradient_accumulation",
     "sync_batchnorm",
 ]
 TEMPLATES = ["image", "tabular", "sequence"]
@@ -67,18 +79,25 @@ def rows(templates: list[str]) -> list[Row]:
             if f == "mixed_precision":
                 out.append(Row(t, "mixed_precision (bfloat16)", (f,), (f,), (("mixed_precision_dtype", "bfloat16"),)))
         out.append(Row(t, "ALL ON", tuple(CATALOG), tuple(CATALOG)))
-        out.append(Row(t, "ALL ON (bfloat16)", tuple(CATALOG), tuple(CATALOG),
-                       (("mixed_precision_dtype", "bfloat16"),)))
+        out.append(
+            Row(t, "ALL ON (bfloat16)", tuple(CATALOG), tuple(CATALOG), (("mixed_precision_dtype", "bfloat16"),))
+        )
     extra = {
-        "image": [("npz data, interleave ON", (("data_source", "npz"),)),
-                  ("TFRecord files, interleave ON", (("data_source", "tfrecord"),)),
-                  ("image folder, interleave ON", (("data_source", "image_folder"),))],
-        "tabular": [("regression, ALL ON", (("task", "regression"), ("num_targets", "2"))),
-                    ("TFRecord files, interleave ON", (("data_source", "tfrecord"),))],
-        "sequence": [("GRU, ALL ON", (("sequence_layer", "gru"),)),
-                     ("attention, ALL ON", (("sequence_layer", "attention"),)),
-                     ("time series + LSTM, ALL ON", (("task", "regression"),)),
-                     ("npz data, interleave ON", (("data_source", "npz"),))],
+        "image": [
+            ("npz data, interleave ON", (("data_source", "npz"),)),
+            ("TFRecord files, interleave ON", (("data_source", "tfrecord"),)),
+            ("image folder, interleave ON", (("data_source", "image_folder"),)),
+        ],
+        "tabular": [
+            ("regression, ALL ON", (("task", "regression"), ("num_targets", "2"))),
+            ("TFRecord files, interleave ON", (("data_source", "tfrecord"),)),
+        ],
+        "sequence": [
+            ("GRU, ALL ON", (("sequence_layer", "gru"),)),
+            ("attention, ALL ON", (("sequence_layer", "attention"),)),
+            ("time series + LSTM, ALL ON", (("task", "regression"),)),
+            ("npz data, interleave ON", (("data_source", "npz"),)),
+        ],
     }
     for t in templates:
         for label, data in extra[t]:
@@ -98,10 +117,17 @@ def run_row(row: Row, work: Path, steps: int, timeout: float) -> Outcome:
         Project.load(dest).write_variant(set(row.on), variant)
         env = dict(os.environ, REPRO_STEPS=str(steps), TF_CPP_MIN_LOG_LEVEL="2")
         if (variant / "make_sample_data.py").exists():
-            subprocess.run([sys.executable, "make_sample_data.py"], cwd=variant, env=env, check=True,
-                           capture_output=True, timeout=timeout)
-        proc = subprocess.run([sys.executable, "repro.py"], cwd=variant, env=env, capture_output=True,
-                              text=True, timeout=timeout)
+            subprocess.run(
+                [sys.executable, "make_sample_data.py"],
+                cwd=variant,
+                env=env,
+                check=True,
+                capture_output=True,
+                timeout=timeout,
+            )
+        proc = subprocess.run(
+            [sys.executable, "repro.py"], cwd=variant, env=env, capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return Outcome(row, False, time.perf_counter() - start, (), f"timeout after {timeout:.0f} s")
     except Exception as e:  # noqa: BLE001 - a row's failure is a result, not a crash of the matrix
@@ -160,8 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         for i, row in enumerate(todo, 1):
             o = run_row(row, Path(tmp), args.steps, args.timeout)
             outcomes.append(o)
-            print(f"[{i}/{len(todo)}] {row.template:<8} {row.label:<40} {'ok ' if o.ok else 'FAIL'} "
-                  f"{o.seconds:5.1f}s {o.error}", flush=True)
+            print(
+                f"[{i}/{len(todo)}] {row.template:<8} {row.label:<40} {'ok ' if o.ok else 'FAIL'} "
+                f"{o.seconds:5.1f}s {o.error}",
+                flush=True,
+            )
     text = markdown(outcomes, args.steps)
     if args.write:
         args.write.write_text(text, encoding="utf-8")

@@ -81,7 +81,11 @@ class GitRepo:
             self.git("add", "--", relpath)
         date = f"@{EPOCH + 60 * len(self.commits)} +0000"
         self.git(
-            "commit", "-q", "--allow-empty", "-m", message,
+            "commit",
+            "-q",
+            "--allow-empty",
+            "-m",
+            message,
             env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date},
         )
         sha = self.git("rev-parse", "HEAD").strip()

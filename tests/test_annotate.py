@@ -35,6 +35,7 @@ def names(found) -> set[str]:
 
 # -- a recording fake for tf.data ---------------------------------------------
 
+
 class FakeDS:
     def __init__(self, ops=()):
         self.ops = tuple(ops)
@@ -45,6 +46,7 @@ class FakeDS:
 
         def link(*args, **kwargs):
             return FakeDS(self.ops + ((method, args, tuple(sorted(kwargs.items()))),))
+
         return link
 
 
@@ -78,8 +80,7 @@ def test_split_chain_computes_the_same_pipeline_and_each_off_part_drops_only_its
     parsed = fb.parse(text, "train.py")
     every = set(parsed.feature_names)
     ops = [m for m, _, _ in run_pipeline(CHAIN)]
-    assert [m for m, _, _ in run_pipeline(parsed.render(every - {"cache"}))] == \
-        [m for m in ops if m != "cache"]
+    assert [m for m, _, _ in run_pipeline(parsed.render(every - {"cache"}))] == [m for m in ops if m != "cache"]
     assert [m for m, _, _ in run_pipeline(parsed.render(every - {"prefetch"}))] == ops[:-1]
     assert ops[0] == "range"
     off_map = run_pipeline(parsed.render(every - {"parallel_map"}))
@@ -91,15 +92,22 @@ def test_split_chain_computes_the_same_pipeline_and_each_off_part_drops_only_its
 
 
 _LINKS = {
-    "prefetch": "prefetch(AUTOTUNE)", "cache": "cache()", "shuffle": "shuffle(10)",
-    "batch": "batch(4)", "repeat": "repeat()", "pmap": "map(f, num_parallel_calls=AUTOTUNE)",
-    "map": "map(g)", "interleave": "interleave(g, cycle_length=2)",
+    "prefetch": "prefetch(AUTOTUNE)",
+    "cache": "cache()",
+    "shuffle": "shuffle(10)",
+    "batch": "batch(4)",
+    "repeat": "repeat()",
+    "pmap": "map(f, num_parallel_calls=AUTOTUNE)",
+    "map": "map(g)",
+    "interleave": "interleave(g, cycle_length=2)",
 }
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from(sorted(_LINKS)), min_size=1, max_size=7),
-       st.sampled_from(["assign", "return", "rename", "parens"]))
+@given(
+    st.lists(st.sampled_from(sorted(_LINKS)), min_size=1, max_size=7),
+    st.sampled_from(["assign", "return", "rename", "parens"]),
+)
 def test_any_chain_is_split_without_changing_the_pipeline(links, form):
     chain = "tf.data.Dataset.range(8)" + "".join("." + _LINKS[x] for x in links)
     if form == "assign":
@@ -125,7 +133,7 @@ def test_any_chain_is_split_without_changing_the_pipeline(links, form):
 
 # -- the other recognisers -----------------------------------------------------
 
-SIMPLE = '''\
+SIMPLE = """\
 import tensorflow as tf
 import keras
 from keras import layers
@@ -162,21 +170,28 @@ with strategy.scope():
     odd = Mystery()
     model.compile("adam", "mse", jit_compile=True)
 model.fit(None, callbacks=cbs())
-'''
+"""
 
 
 def test_single_statement_features_and_their_off_parts():
     text, found, skipped = ann(SIMPLE)
     assert names(found) == {
-        "mixed_precision", "eager_debug", "mirrored_strategy", "jit_compile", "custom_layer_scaled_dense",
-        "custom_layer_layer_norm", "custom_layer_mystery", "callback_terminate_on_nan", "callback_lr_scheduler",
+        "mixed_precision",
+        "eager_debug",
+        "mirrored_strategy",
+        "jit_compile",
+        "custom_layer_scaled_dense",
+        "custom_layer_layer_norm",
+        "custom_layer_mystery",
+        "callback_terminate_on_nan",
+        "callback_lr_scheduler",
     }
     assert not skipped
     parsed = fb.parse(text, "train.py")
     off = parsed.render(set())
     assert "\nstrategy = tf.distribute.get_strategy()\n" in off
     assert "@tf.function(jit_compile=False)\ndef step" in off.replace("# tfrepro: end\n", "")
-    assert "model = keras.Sequential([layers.Dense(4, activation=\"relu\"), layers.Dense(1)])" in off
+    assert 'model = keras.Sequential([layers.Dense(4, activation="relu"), layers.Dense(1)])' in off
     assert "norm = layers.LayerNormalization(epsilon=1e-3)" in off
     assert "odd = layers.Identity()" in off
     assert 'model.compile("adam", "mse", jit_compile=False)' in off
@@ -188,7 +203,7 @@ def test_single_statement_features_and_their_off_parts():
     # every state compiles; the live text is the original code
     for name in parsed.feature_names:
         compile(parsed.render(set(parsed.feature_names) - {name}), "t", "exec")
-    assert parsed.export(set(parsed.feature_names)).replace("\n", "") .count("set_global_policy") == 1
+    assert parsed.export(set(parsed.feature_names)).replace("\n", "").count("set_global_policy") == 1
 
 
 def test_the_annotated_file_holds_the_original_statements_live():
@@ -207,7 +222,7 @@ def test_the_annotated_file_holds_the_original_statements_live():
     ]
 
 
-UNSAFE = '''\
+UNSAFE = """\
 import tensorflow as tf
 
 ds = tf.data.Dataset.range(8)
@@ -218,7 +233,7 @@ with tf.distribute.MirroredStrategy().scope():
     pass
 model.fit(ds, callbacks=[*extra, tf.keras.callbacks.TerminateOnNaN()])
 model.fit(ds, callbacks=make_callbacks())
-'''
+"""
 
 
 def test_what_cannot_be_split_is_reported_with_its_line_and_left_alone():
@@ -245,6 +260,7 @@ def test_a_feature_alone_in_its_suite_gets_pass_as_off_part():
 
 # -- the five realistic scripts --------------------------------------------------
 
+
 @pytest.mark.parametrize("script", sorted(p.name for p in SCRIPTS.glob("*.py")))
 def test_realistic_scripts_round_trip_and_are_idempotent(script):
     original = (SCRIPTS / script).read_text()
@@ -264,11 +280,12 @@ def test_realistic_scripts_round_trip_and_are_idempotent(script):
 
 # -- manifest ------------------------------------------------------------------
 
+
 def test_manifest_is_created_with_the_entry_and_merged_without_losing_anything():
     new, problems = merge(None, ["lr_schedule"], "train.py")
     data = tomllib.loads(new)
     assert data["trial"]["entry"] == "train.py" and data["features"]["lr_schedule"]["affects_loss"] is True
-    existing = '# mine\n[trial]\nsteps = 20  # keep\n\n[features.lr_schedule]\n# why\n\n[symptoms]\nnan = true\n'
+    existing = "# mine\n[trial]\nsteps = 20  # keep\n\n[features.lr_schedule]\n# why\n\n[symptoms]\nnan = true\n"
     merged, problems = merge(existing, ["lr_schedule", "callback_lr_scheduler"], "train.py")
     assert not problems
     assert merged.startswith('# mine\n[trial]\nentry = "train.py"\nsteps = 20  # keep\n') and "# why" in merged
@@ -284,11 +301,12 @@ def test_manifest_is_created_with_the_entry_and_merged_without_losing_anything()
     assert merge('[trial]\ncommand = ["python", "t.py"]\n', [], "train.py") == (None, [])
     broken, problems = merge("[features\n", ["lr_schedule"], None)
     assert broken is None and "not valid TOML" in problems[0]
-    inline, problems = merge('features = { lr_schedule = { } }\n', ["lr_schedule"], None)
+    inline, problems = merge("features = { lr_schedule = { } }\n", ["lr_schedule"], None)
     assert inline is None and "by hand" in problems[0]
 
 
 # -- CLI -------------------------------------------------------------------------
+
 
 def test_cli_prints_a_diff_and_changes_nothing_without_write(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
@@ -336,7 +354,7 @@ def test_cli_missing_file_is_exit_2(tmp_path):
     assert r.exit_code == 2
 
 
-SEQUENTIAL = '''\
+SEQUENTIAL = """\
 from keras import layers
 import keras
 
@@ -355,7 +373,7 @@ def build():
         Norm(),  # the team's norm
         Wide(4, activation="relu"),
     ], name="net")
-'''
+"""
 
 
 def _fake_keras():
@@ -403,9 +421,11 @@ def test_several_custom_layers_in_one_sequential_get_a_block_each():
 
 def test_layer_classes_from_sibling_files_count_as_the_projects(tmp_path):
     (tmp_path / "blocks.py").write_text(
-        "import tensorflow as tf\n\nclass GatedUnit(tf.keras.layers.Layer):\n    pass\n")
+        "import tensorflow as tf\n\nclass GatedUnit(tf.keras.layers.Layer):\n    pass\n"
+    )
     (tmp_path / "train.py").write_text(
-        "import tensorflow as tf\nfrom blocks import GatedUnit\n\nx = GatedUnit()(inp)\n")
+        "import tensorflow as tf\nfrom blocks import GatedUnit\n\nx = GatedUnit()(inp)\n"
+    )
     result = annotate([tmp_path / "train.py"])
     assert [f.name for f in result.found] == ["custom_layer_gated_unit"]
     assert "# x = tf.keras.layers.Identity()(inp)" in result.files[0].annotated
@@ -457,7 +477,8 @@ def test_cli_reports_what_it_left_alone_and_unknown_only_names(tmp_path, monkeyp
 def test_cli_reports_a_manifest_it_will_not_touch(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "train.py").write_text(
-        "import keras\nlr = keras.optimizers.schedules.CosineDecay(0.1, decay_steps=10)\n")
+        "import keras\nlr = keras.optimizers.schedules.CosineDecay(0.1, decay_steps=10)\n"
+    )
     manifest = '[trial]\nentry = "train.py"\n\n[features.lr_schedule]\naffects_loss = false\n'
     (tmp_path / "tfrepro.toml").write_text(manifest)
     r = CliRunner().invoke(main, ["annotate", "--write", "train.py"])

@@ -21,21 +21,45 @@ STEPS = 5
 
 EXPECTED = {
     "keras_fit_callbacks.py": {
-        "shuffle", "prefetch", "callback_early_stopping", "callback_model_checkpoint",
-        "callback_warmup_scheduler", "callback_loss_history", "callback_csv_logger",
+        "shuffle",
+        "prefetch",
+        "callback_early_stopping",
+        "callback_model_checkpoint",
+        "callback_warmup_scheduler",
+        "callback_loss_history",
+        "callback_csv_logger",
     },
     "custom_loop_mirrored.py": {
-        "memory_growth", "shuffle", "prefetch", "eager_debug", "mirrored_strategy", "lr_schedule", "tf_function",
+        "memory_growth",
+        "shuffle",
+        "prefetch",
+        "eager_debug",
+        "mirrored_strategy",
+        "lr_schedule",
+        "tf_function",
         "custom_layer_residual_block",
     },
     "tfdata_files_interleave.py": {
-        "interleave", "parallel_map", "cache", "shuffle", "prefetch", "jit_compile", "callback_terminate_on_nan",
+        "interleave",
+        "parallel_map",
+        "cache",
+        "shuffle",
+        "prefetch",
+        "jit_compile",
+        "callback_terminate_on_nan",
     },
     "mixed_precision_custom_layer.py": {
-        "mixed_precision", "prefetch", "custom_layer_scaled_dense", "custom_layer_rms_norm",
+        "mixed_precision",
+        "prefetch",
+        "custom_layer_scaled_dense",
+        "custom_layer_rms_norm",
     },
     "tf_keras_names.py": {
-        "custom_layer_linear", "shuffle", "lr_schedule", "callback_print_every", "callback_reduce_lr_on_plateau",
+        "custom_layer_linear",
+        "shuffle",
+        "lr_schedule",
+        "callback_print_every",
+        "callback_reduce_lr_on_plateau",
     },
 }
 

@@ -22,8 +22,16 @@ pytestmark = pytest.mark.e2e
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 FEATURES = [f"f{i}" for i in range(8)]
-CONTRACT4 = {"status": str, "symptom": (str, type(None)), "culprits": list, "baseline": (dict, type(None)),
-             "trials": int, "wall_s": (int, float), "run_dir": str, "first_bad_commit": type(None)}
+CONTRACT4 = {
+    "status": str,
+    "symptom": (str, type(None)),
+    "culprits": list,
+    "baseline": (dict, type(None)),
+    "trials": int,
+    "wall_s": (int, float),
+    "run_dir": str,
+    "first_bad_commit": type(None),
+}
 
 SCRIPT = """\
 import time
@@ -39,8 +47,15 @@ for step in range(1, 100):
 """
 
 
-def planted(tmp_path: Path, *, nan: tuple[str, ...] = (), slow: str | None = None, crash_always=False,
-            sleep: float = 0.0, steps: int = 6) -> Path:
+def planted(
+    tmp_path: Path,
+    *,
+    nan: tuple[str, ...] = (),
+    slow: str | None = None,
+    crash_always=False,
+    sleep: float = 0.0,
+    steps: int = 6,
+) -> Path:
     """A project with features f0..f7; `nan`: the set of features that
     together make the loss NaN at step 3; `slow`: a feature that triples the
     step time."""
@@ -66,8 +81,9 @@ def planted(tmp_path: Path, *, nan: tuple[str, ...] = (), slow: str | None = Non
 
 def cli(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run([sys.executable, "-m", "tfrepro", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "tfrepro", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def check_contract4(doc: dict) -> None:
@@ -133,8 +149,13 @@ def test_killed_midway_then_rerun_reaches_the_same_answer_without_running_a_fini
     root = planted(tmp_path, nan=("f5",), sleep=0.3)
     cache = root / ".tfrepro" / "cache"
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    child = subprocess.Popen([sys.executable, "-m", "tfrepro", "bisect", "--json", str(root)], cwd=tmp_path,
-                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tfrepro", "bisect", "--json", str(root)],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and child.poll() is None and len(list(cache.glob("*.json"))) < 4:
         time.sleep(0.02)

@@ -28,7 +28,7 @@ def template_affects_loss() -> set[str]:
     """The names the template's tfrepro.toml declares affects_loss = true
     (the Jinja list of (name, why) pairs it loops over)."""
     text = (TEMPLATES / "_shared" / "project" / "tfrepro.toml.jinja").read_text(encoding="utf-8")
-    loop = text[text.index("{%- for name, why in ["):text.index("] if name in features %}")]
+    loop = text[text.index("{%- for name, why in [") : text.index("] if name in features %}")]
     return set(re.findall(r'\(\s*"([a-z0-9_]+)"\s*,', loop))
 
 
@@ -45,17 +45,48 @@ def test_template_manifest_declares_exactly_the_catalog_affects_loss_features():
     assert template_affects_loss() == {n for n in names if catalog.affects_loss(n)}
 
 
-@pytest.mark.parametrize("name", ["shuffle", "interleave", "parallel_reads", "nondeterministic_data",
-                                  "random_augmentation", "lr_schedule", "lr_warmup", "callback_lr_scheduler",
-                                  "callback_reduce_lr_on_plateau", "callbacks", "class_weight", "sample_weight",
-                                  "regularizer", "label_smoothing", "gradient_clipping"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "shuffle",
+        "interleave",
+        "parallel_reads",
+        "nondeterministic_data",
+        "random_augmentation",
+        "lr_schedule",
+        "lr_warmup",
+        "callback_lr_scheduler",
+        "callback_reduce_lr_on_plateau",
+        "callbacks",
+        "class_weight",
+        "sample_weight",
+        "regularizer",
+        "label_smoothing",
+        "gradient_clipping",
+    ],
+)
 def test_the_features_that_change_the_math_on_purpose_affect_the_loss(name):
     assert catalog.affects_loss(name)
 
 
-@pytest.mark.parametrize("name", ["prefetch", "cache", "parallel_map", "parallel_batch", "mixed_precision",
-                                  "mirrored_strategy", "jit_compile", "xla", "tf_function", "custom_layer_my_norm",
-                                  "callback_csv_logger", "callback_early_stopping_2", "custom_loop"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "prefetch",
+        "cache",
+        "parallel_map",
+        "parallel_batch",
+        "mixed_precision",
+        "mirrored_strategy",
+        "jit_compile",
+        "xla",
+        "tf_function",
+        "custom_layer_my_norm",
+        "callback_csv_logger",
+        "callback_early_stopping_2",
+        "custom_loop",
+    ],
+)
 def test_the_same_math_features_do_not(name):
     assert not catalog.affects_loss(name)
 
@@ -81,12 +112,14 @@ def test_annotate_takes_every_found_feature_from_the_catalog():
 
 def test_annotate_marks_shuffle_affects_loss_and_writes_it_to_the_manifest(tmp_path):
     script = tmp_path / "train.py"
-    script.write_text(textwrap.dedent("""\
+    script.write_text(
+        textwrap.dedent("""\
         import tensorflow as tf
         ds = tf.data.Dataset.range(10).shuffle(10).batch(2).prefetch(1)
         if __name__ == "__main__":
             pass
-    """))
+    """)
+    )
     result = annotate([script])
     assert {f.name: f.affects_loss for f in result.found} == {"shuffle": True, "prefetch": False}
     assert "[features.shuffle]\naffects_loss = true" in (result.manifest_new or "")
@@ -110,8 +143,9 @@ model.fit(xs, ys, class_weight={0: 1.0, 1: 2.0})
 def test_objective_keywords_and_random_layers_are_features_with_a_neutral_off_part():
     text, found, skipped = annotate_text(KEYWORDS, "train.py")
     by = {f.name: f for f in found}
-    assert set(by) == {"random_augmentation", "regularizer", "label_smoothing", "gradient_clipping",
-                       "class_weight"}, skipped
+    assert set(by) == {"random_augmentation", "regularizer", "label_smoothing", "gradient_clipping", "class_weight"}, (
+        skipped
+    )
     assert all(f.affects_loss for f in found)
     off = fb.parse(text, "train.py").render(set())
     assert "keras.layers.Identity()(inputs)" in off

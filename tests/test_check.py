@@ -31,8 +31,13 @@ def _probes():
 
 
 def tstats(name, shape, dtype="float32", **kw):
-    d = {"name": name, "shape": list(shape), "dtype": dtype, "size": int(np.prod(shape)),
-         "kind": "int" if dtype.startswith("int") else "float"}
+    d = {
+        "name": name,
+        "shape": list(shape),
+        "dtype": dtype,
+        "size": int(np.prod(shape)),
+        "kind": "int" if dtype.startswith("int") else "float",
+    }
     d.update(kw)
     return d
 
@@ -41,16 +46,33 @@ X_OK = tstats("inputs", (64, 32), min=-3.4, max=3.8, mean=0.0, std=1.0, nan=0, i
 Y_OK = tstats("labels", (64,), "int32", min=0, max=9, mean=4.7, std=2.6, integral=True)
 
 CLEAN = {
-    "check.env": {"python": "3.11.7", "platform": "Linux", "tensorflow": "2.21.0", "keras": "3.15.1",
-                  "build": {"is_cuda_build": True, "cuda_version": "12.5.1"},
-                  "physical_devices": {"CPU": 1}, "gpu_names": [], "logical_devices": {"CPU": 1},
-                  "tf_env": {}, "gpu_expected": False, "gpu_expected_why": None},
-    "check.loss": {"name": "SparseCategoricalCrossentropy", "kind": "sparse", "from_logits": True,
-                   "source": "compile"},
-    "check.batches": {"source": "fit (tf.data)",
-                      "batches": [{"inputs": [X_OK], "labels": [Y_OK]}, {"inputs": [X_OK], "labels": [Y_OK]}]},
-    "check.model": {"name": "sequential", "class": "Sequential", "trainable": 11018, "non_trainable": 0,
-                    "output_width": 10, "last_activation": "linear", "first_layer_input": None},
+    "check.env": {
+        "python": "3.11.7",
+        "platform": "Linux",
+        "tensorflow": "2.21.0",
+        "keras": "3.15.1",
+        "build": {"is_cuda_build": True, "cuda_version": "12.5.1"},
+        "physical_devices": {"CPU": 1},
+        "gpu_names": [],
+        "logical_devices": {"CPU": 1},
+        "tf_env": {},
+        "gpu_expected": False,
+        "gpu_expected_why": None,
+    },
+    "check.loss": {"name": "SparseCategoricalCrossentropy", "kind": "sparse", "from_logits": True, "source": "compile"},
+    "check.batches": {
+        "source": "fit (tf.data)",
+        "batches": [{"inputs": [X_OK], "labels": [Y_OK]}, {"inputs": [X_OK], "labels": [Y_OK]}],
+    },
+    "check.model": {
+        "name": "sequential",
+        "class": "Sequential",
+        "trainable": 11018,
+        "non_trainable": 0,
+        "output_width": 10,
+        "last_activation": "linear",
+        "first_layer_input": None,
+    },
     "check.timing": {"pipeline_s": 0.0001, "compute_s": 0.0004, "pipeline_batches": 120},
 }
 FALLING = tuple(2.4 - 0.04 * i for i in range(30))
@@ -58,8 +80,14 @@ FALLING = tuple(2.4 - 0.04 * i for i in range(30))
 
 def result(extra=None, *, losses=FALLING, step_time=0.001, **kw) -> TrialResult:
     extra = copy.deepcopy(CLEAN if extra is None else extra)
-    fields = dict(losses=tuple(losses), step_times=tuple([step_time] * len(losses)), mode="fit",
-                  steps_run=len(losses), weights_finite=True, extra=extra)
+    fields = dict(
+        losses=tuple(losses),
+        step_times=tuple([step_time] * len(losses)),
+        mode="fit",
+        steps_run=len(losses),
+        weights_finite=True,
+        extra=extra,
+    )
     fields.update(kw)
     return TrialResult(**fields)
 
@@ -90,14 +118,16 @@ def statuses(report: CheckReport) -> dict[str, str]:
 def test_clean_record_passes_every_check():
     report = judge(result())
     assert statuses(report) == dict.fromkeys(
-        ["environment", "input_pipeline", "first_batches", "initial_loss", "short_run", "parameters"], "pass")
+        ["environment", "input_pipeline", "first_batches", "initial_loss", "short_run", "parameters"], "pass"
+    )
     assert report.ok and report.flagged() == []
     assert [i.number for i in report.items] == [1, 2, 3, 4, 5, 6]
 
 
 def test_report_round_trips_through_json():
-    report = judge(result(with_(batches=batches(y=tstats("labels", (64,), "int32", min=1, max=10, mean=5, std=3,
-                                                           integral=True)))))
+    report = judge(
+        result(with_(batches=batches(y=tstats("labels", (64,), "int32", min=1, max=10, mean=5, std=3, integral=True))))
+    )
     again = CheckReport.from_dict(json.loads(json.dumps(report.to_dict())))
     assert again.items == report.items
     assert again.to_dict()["status"] == "fail"
@@ -132,8 +162,19 @@ def test_negative_label_is_out_of_range():
 
 
 def test_one_hot_rows_of_zeros_are_flagged_for_categorical_loss():
-    y = tstats("labels", (64, 10), min=0, max=1, mean=0.09, std=0.29, nan=0, inf=0, integral=True,
-               row_sum_min=0.0, row_sum_max=1.0)
+    y = tstats(
+        "labels",
+        (64, 10),
+        min=0,
+        max=1,
+        mean=0.09,
+        std=0.29,
+        nan=0,
+        inf=0,
+        integral=True,
+        row_sum_min=0.0,
+        row_sum_max=1.0,
+    )
     loss = {"name": "categorical_crossentropy", "kind": "categorical", "from_logits": True, "source": "compile"}
     item = judge(result(with_(batches=batches(y=y), loss=loss))).item("first_batches")
     assert item.status is Status.FAIL and "one-hot rows summing to 0..1" in item.summary
@@ -152,8 +193,10 @@ def test_labels_not_judged_for_regression_and_says_why():
     y = tstats("labels", (64,), min=-50, max=50, mean=0, std=20, nan=0, inf=0, integral=False)
     report = judge(result(with_(batches=batches(y=y), loss=loss)))
     assert report.item("first_batches").status is Status.PASS
-    assert "labels not judged: the loss MeanSquaredError is not a classification loss" in \
-        report.item("first_batches").evidence
+    assert (
+        "labels not judged: the loss MeanSquaredError is not a classification loss"
+        in report.item("first_batches").evidence
+    )
     assert report.item("initial_loss").status is Status.SKIP
     assert "not a classification loss" in report.item("initial_loss").summary
 
@@ -161,8 +204,15 @@ def test_labels_not_judged_for_regression_and_says_why():
 def test_nan_inputs_fail_the_batch_check_and_block_the_loss_checks():
     x = dict(X_OK, nan=3)
     losses = (float("nan"),)
-    report = judge(result(with_(batches=batches(x=x)), losses=losses, first_nonfinite_step=1,
-                          weights_finite=False, nonfinite_weights=("dense/kernel",)))
+    report = judge(
+        result(
+            with_(batches=batches(x=x)),
+            losses=losses,
+            first_nonfinite_step=1,
+            weights_finite=False,
+            nonfinite_weights=("dense/kernel",),
+        )
+    )
     assert report.flagged() == ["first_batches"]
     assert "3 NaN and 0 Inf among 2048 values" in report.item("first_batches").summary
     for key in ("initial_loss", "short_run"):
@@ -191,8 +241,9 @@ def test_unnormalised_inputs_warn_and_block_a_bad_initial_loss():
 
 def test_normalising_layer_in_the_model_excuses_raw_inputs():
     x = tstats("inputs", (64, 32), min=0, max=255, mean=127.4, std=73.9, nan=0, inf=0)
-    model = dict(CLEAN["check.model"], first_layer_input={"layer": "rescaling", "normalised_by": "Rescaling",
-                                                          "via": []})
+    model = dict(
+        CLEAN["check.model"], first_layer_input={"layer": "rescaling", "normalised_by": "Rescaling", "via": []}
+    )
     report = judge(result(with_(batches=batches(x=x), model=model)))
     assert report.item("first_batches").status is Status.PASS
 
@@ -240,8 +291,9 @@ def test_pipeline_slower_than_a_tiny_model_but_small_share_of_the_step_passes():
 
 def test_arrays_fed_to_fit_skip_the_timing_with_the_reason():
     extra = with_(timing=None)
-    extra["check.skips"] = {"timing": "fit was given in-memory arrays: Keras slices them itself, there is no "
-                                      "tf.data pipeline to time"}
+    extra["check.skips"] = {
+        "timing": "fit was given in-memory arrays: Keras slices them itself, there is no tf.data pipeline to time"
+    }
     item = judge(result(extra)).item("input_pipeline")
     assert item.status is Status.SKIP and "in-memory arrays" in item.summary
 
@@ -257,14 +309,26 @@ def test_probe_error_is_the_skip_reason():
 # -- 4. initial loss ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("first,status", [(2.30, "pass"), (2.85, "pass"), (2.95, "warn"), (4.7, "fail"),
-                                          (1.6, "warn"), (1.1, "fail"), (float("inf"), "fail")])
+@pytest.mark.parametrize(
+    "first,status",
+    [
+        (2.30, "pass"),
+        (2.85, "pass"),
+        (2.95, "warn"),
+        (4.7, "fail"),
+        (1.6, "warn"),
+        (1.1, "fail"),
+        (float("inf"), "fail"),
+    ],
+)
 def test_initial_loss_against_ln_num_classes(first, status):
     report = judge(result(losses=(first,) + FALLING[1:]))
     item = report.item("initial_loss")
     assert item.status.value == status
-    assert ("expected at initialisation: chance ln(10) = 2.303; pass 1.727..2.878 (-25%, +max(25%, 0.5 nats)); "
-            "fail below 1.151 or above 4.605") in item.evidence
+    assert (
+        "expected at initialisation: chance ln(10) = 2.303; pass 1.727..2.878 (-25%, +max(25%, 0.5 nats)); "
+        "fail below 1.151 or above 4.605"
+    ) in item.evidence
 
 
 def test_few_classes_get_absolute_slack_above_chance():
@@ -280,8 +344,9 @@ def test_binary_chance_is_ln_2():
     loss = {"name": "binary_crossentropy", "kind": "binary", "from_logits": False, "source": "compile"}
     model = dict(CLEAN["check.model"], output_width=1, last_activation="sigmoid")
     y = tstats("labels", (64, 1), min=0, max=1, mean=0.5, std=0.5, nan=0, inf=0, integral=True)
-    item = judge(result(with_(loss=loss, model=model, batches=batches(y=y)), losses=(0.70,) + FALLING[1:])) \
-        .item("initial_loss")
+    item = judge(result(with_(loss=loss, model=model, batches=batches(y=y)), losses=(0.70,) + FALLING[1:])).item(
+        "initial_loss"
+    )
     assert item.status is Status.PASS and "ln(2) = 0.693" in item.summary
 
 
@@ -298,10 +363,13 @@ def test_logits_into_a_probability_loss_warns():
 
 
 def test_num_classes_reasons():
-    assert num_classes(None, None) == (None, "the loss was not seen (no compiled loss, no Keras loss or "
-                                             "cross-entropy call)")
-    assert num_classes({"kind": "sparse", "name": "s"}, {"output_width": None})[1] == \
-        "the model's output width is unknown"
+    assert num_classes(None, None) == (
+        None,
+        "the loss was not seen (no compiled loss, no Keras loss or cross-entropy call)",
+    )
+    assert (
+        num_classes({"kind": "sparse", "name": "s"}, {"output_width": None})[1] == "the model's output width is unknown"
+    )
     assert num_classes({"kind": "sparse", "name": "s"}, {"output_width": 7}) == (7, "")
 
 
@@ -446,8 +514,14 @@ def test_input_bound_judged_on_the_quiet_steps_not_the_load_spikes():
     timing = {"pipeline_s": 0.036, "compute_s": 0.00035}
     # Steps that wait for their batch (~40 ms), half of them stretched by a busy machine.
     steps = (3.0, 0.1, 0.1) + (0.04, 0.2) * 10
-    r = TrialResult(losses=FALLING[:len(steps)], step_times=steps, mode="loop", steps_run=len(steps),
-                    weights_finite=True, extra=with_(timing=timing))
+    r = TrialResult(
+        losses=FALLING[: len(steps)],
+        step_times=steps,
+        mode="loop",
+        steps_run=len(steps),
+        weights_finite=True,
+        extra=with_(timing=timing),
+    )
     item = judge(r).item("input_pipeline")
     assert item.status is Status.WARN
     assert "trial step 40 ms" in item.summary
@@ -479,8 +553,15 @@ class ProbedRunner:
         self.probed = []
 
     def __call__(self, project, enabled, settings, *, plugins=(), plugin_options=None, **_):
-        nan = dict(losses=(float("nan"),), step_times=(0.01,), first_nonfinite_step=1, mode="fit",
-                   steps_run=1, weights_finite=False, nonfinite_weights=("dense/kernel",))
+        nan = dict(
+            losses=(float("nan"),),
+            step_times=(0.01,),
+            first_nonfinite_step=1,
+            mode="fit",
+            steps_run=1,
+            weights_finite=False,
+            nonfinite_weights=("dense/kernel",),
+        )
         if plugins:
             self.probed.append((tuple(enabled), [Path(p).name for p in plugins], dict(plugin_options)))
             return result(with_(batches=batches(x=dict(X_OK, nan=7))), **nan)
@@ -511,12 +592,19 @@ def test_environment_names_tf_keras_when_the_script_uses_it():
 
 
 def test_probes_that_failed_to_load_say_so_in_every_skip():
-    r = TrialResult(losses=FALLING, step_times=(0.001,) * 30, mode="fit", steps_run=30, weights_finite=True,
-                    extra={"harness_errors": ["plugin /x/probes.py: SyntaxError: invalid syntax"]})
+    r = TrialResult(
+        losses=FALLING,
+        step_times=(0.001,) * 30,
+        mode="fit",
+        steps_run=30,
+        weights_finite=True,
+        extra={"harness_errors": ["plugin /x/probes.py: SyntaxError: invalid syntax"]},
+    )
     report = judge(r)
     for key in ("environment", "input_pipeline", "first_batches", "parameters"):
-        assert report.item(key).summary == "the probes failed to load: plugin /x/probes.py: SyntaxError: " \
-                                           "invalid syntax", key
+        assert (
+            report.item(key).summary == "the probes failed to load: plugin /x/probes.py: SyntaxError: invalid syntax"
+        ), key
     assert report.item("short_run").status is Status.PASS  # the trial's own measurements still count
 
 

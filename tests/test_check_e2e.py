@@ -116,7 +116,9 @@ def test_cli_prints_the_checklist_and_exits_by_the_worst_status(checked):
     # --params only changes the judging: the same cached trial answers.
     res = runner.invoke(main, ["check", str(clean_dir), "--params", "5"])
     assert res.exit_code == 1
-    assert "6. parameters      FAIL  11,018 parameters: 11,018 trainable, 0 non-trainable (model 'sequential'); " \
-           "expected 5" in res.output
+    assert (
+        "6. parameters      FAIL  11,018 parameters: 11,018 trainable, 0 non-trainable (model 'sequential'); "
+        "expected 5" in res.output
+    )
     res = runner.invoke(main, ["check", str(clean_dir), "--with", "nope"])
     assert res.exit_code == 2 and "unknown feature: nope" in res.output

@@ -15,28 +15,53 @@ from tfrepro.cli import main
 from tfrepro.report import environment, envreport
 
 FACTS = {
-    "python": "3.11.7", "os": "Debian GNU/Linux 12 (bookworm)",
-    "tf_dist": {"name": "tensorflow", "version": "2.21.0"}, "tf_version": "2.21.0",
-    "keras_version": "3.15.1", "tf_keras_dist": {"name": "tf_keras", "version": "2.21.0"},
+    "python": "3.11.7",
+    "os": "Debian GNU/Linux 12 (bookworm)",
+    "tf_dist": {"name": "tensorflow", "version": "2.21.0"},
+    "tf_version": "2.21.0",
+    "keras_version": "3.15.1",
+    "tf_keras_dist": {"name": "tf_keras", "version": "2.21.0"},
     "numpy_dist": {"name": "numpy", "version": "2.4.6"},
-    "devices": [{"name": "/physical_device:CPU:0", "type": "CPU"}], "gpus": [],
-    "runtime": {"precision_policy": "mixed_float16", "xla_jit": "off", "op_determinism": False,
-                "tensor_float_32": True},
+    "devices": [{"name": "/physical_device:CPU:0", "type": "CPU"}],
+    "gpus": [],
+    "runtime": {
+        "precision_policy": "mixed_float16",
+        "xla_jit": "off",
+        "op_determinism": False,
+        "tensor_float_32": True,
+    },
 }
-ENVIRON = {"HOME": "/home/ada", "TF_XLA_FLAGS": "--tf_xla_auto_jit=2", "CUDA_VISIBLE_DEVICES": "0",
-           "TF_GCS_TOKEN": "abc123456789xyz", "KERAS_HOME": "/home/ada/.keras",
-           "HF_TOKEN": "hf_AbCdEfGhIjKlMnOp12", "TF_VAR_region": "eu", "PATH": "/usr/bin"}
+ENVIRON = {
+    "HOME": "/home/ada",
+    "TF_XLA_FLAGS": "--tf_xla_auto_jit=2",
+    "CUDA_VISIBLE_DEVICES": "0",
+    "TF_GCS_TOKEN": "abc123456789xyz",
+    "KERAS_HOME": "/home/ada/.keras",
+    "HF_TOKEN": "hf_AbCdEfGhIjKlMnOp12",
+    "TF_VAR_region": "eu",
+    "PATH": "/usr/bin",
+}
 
 
 def test_env_doc_versions_settings_and_redacted_variables():
     doc = envreport.env_doc(FACTS, ENVIRON)
-    assert doc["versions"] == {"tfrepro": __version__, "python": "3.11.7", "tensorflow": "2.21.0",
-                               "keras": "3.15.1", "tf_keras": "2.21.0", "numpy": "2.4.6"}
+    assert doc["versions"] == {
+        "tfrepro": __version__,
+        "python": "3.11.7",
+        "tensorflow": "2.21.0",
+        "keras": "3.15.1",
+        "tf_keras": "2.21.0",
+        "numpy": "2.4.6",
+    }
     assert doc["precision_policy"] == "mixed_float16"
     assert doc["xla"] == {"jit": "off", "TF_XLA_FLAGS": "--tf_xla_auto_jit=2", "XLA_FLAGS": None}
     # Terraform's TF_VAR_ is no TensorFlow variable; PATH and HF_TOKEN are not listed at all.
-    assert doc["env"] == {"CUDA_VISIBLE_DEVICES": "0", "KERAS_HOME": "~/.keras", "TF_GCS_TOKEN": "<redacted>",
-                          "TF_XLA_FLAGS": "--tf_xla_auto_jit=2"}
+    assert doc["env"] == {
+        "CUDA_VISIBLE_DEVICES": "0",
+        "KERAS_HOME": "~/.keras",
+        "TF_GCS_TOKEN": "<redacted>",
+        "TF_XLA_FLAGS": "--tf_xla_auto_jit=2",
+    }
     assert doc["withheld_env"] == 2
     assert "abc123456789xyz" not in json.dumps(doc) and "hf_AbCd" not in json.dumps(doc)
 
@@ -79,8 +104,9 @@ def test_env_probe_failure_is_stated_not_raised(monkeypatch):
 
 @pytest.mark.e2e
 def test_env_real_child_process():
-    out = subprocess.run([sys.executable, "-m", "tfrepro", "env", "--json"], capture_output=True, text=True,
-                         check=True, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-m", "tfrepro", "env", "--json"], capture_output=True, text=True, check=True, timeout=300
+    )
     doc = json.loads(out.stdout)
     assert doc["versions"]["tensorflow"] == metadata.version("tensorflow")
     assert doc["precision_policy"] == "float32" and doc["determinism"]["op_determinism"] is False
@@ -88,11 +114,15 @@ def test_env_real_child_process():
 
 
 def test_version_names_tensorflow_and_keras_without_importing_them():
-    code = ("import sys\nfrom click.testing import CliRunner\nfrom tfrepro.cli import main\n"
-            "r = CliRunner().invoke(main, ['--version'])\n"
-            "print(r.output.strip()); print([m for m in ('tensorflow', 'keras') if m in sys.modules])\n")
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom tfrepro.cli import main\n"
+        "r = CliRunner().invoke(main, ['--version'])\n"
+        "print(r.output.strip()); print([m for m in ('tensorflow', 'keras') if m in sys.modules])\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     line, imported = out.stdout.splitlines()
-    assert line == (f"tfrepro {__version__} (TensorFlow {metadata.version('tensorflow')}, "
-                    f"Keras {metadata.version('keras')}, tf_keras {metadata.version('tf_keras')})")
+    assert line == (
+        f"tfrepro {__version__} (TensorFlow {metadata.version('tensorflow')}, "
+        f"Keras {metadata.version('keras')}, tf_keras {metadata.version('tf_keras')})"
+    )
     assert imported == "[]"

@@ -17,8 +17,20 @@ from tfrepro.trials.values import RunResult, Status
 LOOP = "print('step=1 loss=1.0')\n"
 
 # Every command that prints a result takes --json.
-JSON_COMMANDS = ["annotate", "bisect", "check", "clean", "demo", "env", "envs", "features", "new", "report", "run",
-                 "update"]
+JSON_COMMANDS = [
+    "annotate",
+    "bisect",
+    "check",
+    "clean",
+    "demo",
+    "env",
+    "envs",
+    "features",
+    "new",
+    "report",
+    "run",
+    "update",
+]
 
 
 def test_every_result_command_has_json():
@@ -86,21 +98,26 @@ def test_ctrl_c_is_130_with_one_json_object(project, monkeypatch):
     assert r.exit_code == 130 and r.stdout == "" and r.stderr.startswith("Error: interrupted")
 
 
-@pytest.mark.parametrize("args, refused", [
-    (["--tf-versions", "2.15.1,2.16.2", "--jobs", "2"], "version mode does not use --jobs"),
-    (["--tf-versions", "2.15.1,2.16.2", "--executor", "ray"], "version mode does not use --executor ray"),
-    (["--tf-versions", "2.15.1,2.16.2", "--repeats", "3", "--strategy", "ddmin"],
-     "version mode does not use --strategy, --repeats"),
-    (["--tf-versions", "2.15.1,2.16.2", "--only", "a"], "version mode does not use --only"),
-    (["--tf-versions", "2.15.1,2.16.2", "--good", "HEAD~3"], "--good HEAD~3 is not a TensorFlow release"),
-    (["--tf-versions", "2.15.1,2.16.2", "--bad", "main"], "--bad main is not a TensorFlow release"),
-    (["--good", "HEAD~1", "--bad", "HEAD", "--repeats", "2"], "commit mode does not use --repeats"),
-    (["--good", "HEAD~1", "--bad", "HEAD", "--strategy", "ddmin"], "commit mode does not use --strategy"),
-    (["--good", "HEAD~1", "--bad", "HEAD", "--skip", "a"], "commit mode does not use --skip"),
-    (["--good", "HEAD~1", "--bad", "HEAD", "--keras", "legacy"], "commit mode does not use --keras legacy"),
-    (["--tf-dist", "tensorflow-cpu"], "feature mode does not use --tf-dist"),
-    (["--address", "10.0.0.5:6379"], "feature mode does not use --address (without --executor ray)"),
-])
+@pytest.mark.parametrize(
+    "args, refused",
+    [
+        (["--tf-versions", "2.15.1,2.16.2", "--jobs", "2"], "version mode does not use --jobs"),
+        (["--tf-versions", "2.15.1,2.16.2", "--executor", "ray"], "version mode does not use --executor ray"),
+        (
+            ["--tf-versions", "2.15.1,2.16.2", "--repeats", "3", "--strategy", "ddmin"],
+            "version mode does not use --strategy, --repeats",
+        ),
+        (["--tf-versions", "2.15.1,2.16.2", "--only", "a"], "version mode does not use --only"),
+        (["--tf-versions", "2.15.1,2.16.2", "--good", "HEAD~3"], "--good HEAD~3 is not a TensorFlow release"),
+        (["--tf-versions", "2.15.1,2.16.2", "--bad", "main"], "--bad main is not a TensorFlow release"),
+        (["--good", "HEAD~1", "--bad", "HEAD", "--repeats", "2"], "commit mode does not use --repeats"),
+        (["--good", "HEAD~1", "--bad", "HEAD", "--strategy", "ddmin"], "commit mode does not use --strategy"),
+        (["--good", "HEAD~1", "--bad", "HEAD", "--skip", "a"], "commit mode does not use --skip"),
+        (["--good", "HEAD~1", "--bad", "HEAD", "--keras", "legacy"], "commit mode does not use --keras legacy"),
+        (["--tf-dist", "tensorflow-cpu"], "feature mode does not use --tf-dist"),
+        (["--address", "10.0.0.5:6379"], "feature mode does not use --address (without --executor ray)"),
+    ],
+)
 def test_options_a_mode_ignores_are_refused(project, args, refused):
     r = _invoke(["bisect", str(project), *args, "--json"])
     assert r.exit_code == 2, r.output
@@ -136,8 +153,9 @@ def test_envs_and_annotate_json(tmp_path, monkeypatch):
     r = _invoke(["envs", "--prune", "--json"])
     assert r.exit_code == 0 and json.loads(r.stdout)["removed"] == []
     script = tmp_path / "train.py"
-    script.write_text("import tensorflow as tf\nimport keras\n"
-                      "keras.mixed_precision.set_global_policy('mixed_float16')\n")
+    script.write_text(
+        "import tensorflow as tf\nimport keras\nkeras.mixed_precision.set_global_policy('mixed_float16')\n"
+    )
     r = _invoke(["annotate", str(script), "--json"])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.stdout)

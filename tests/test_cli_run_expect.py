@@ -37,11 +37,23 @@ TIMEOUT = TrialResult(timed_out=True, error="no step in 300 s")
 NOTHING = TrialResult(mode="none")
 
 
-@pytest.mark.parametrize("results, symptom, code", [
-    ([OK], "nan", 0), ([NAN], "nan", 1), ([CRASH], "nan", 125), ([TIMEOUT], "nan", 125), ([NOTHING], "nan", 125),
-    ([OK, NAN], "nan", 1), ([CRASH], "crash", 1), ([NAN], "crash", 0), ([TIMEOUT], "crash", 125),
-    ([TIMEOUT], "timeout", 1), ([CRASH], "timeout", 125), ([OK], "timeout", 0),
-])
+@pytest.mark.parametrize(
+    "results, symptom, code",
+    [
+        ([OK], "nan", 0),
+        ([NAN], "nan", 1),
+        ([CRASH], "nan", 125),
+        ([TIMEOUT], "nan", 125),
+        ([NOTHING], "nan", 125),
+        ([OK, NAN], "nan", 1),
+        ([CRASH], "crash", 1),
+        ([NAN], "crash", 0),
+        ([TIMEOUT], "crash", 125),
+        ([TIMEOUT], "timeout", 1),
+        ([CRASH], "timeout", 125),
+        ([OK], "timeout", 0),
+    ],
+)
 def test_expect_verdict(results, symptom, code):
     assert expect_verdict(results, symptom)[0] == code
 
@@ -67,8 +79,7 @@ def test_expect_nan_good_bad_and_cannot_test(tmp_path):
     assert r.exit_code == 1 and r.stdout.splitlines()[-1] == "expect nan: present -> exit 1 (bad)"
     p = _project(tmp_path, loop())
     r = CliRunner().invoke(main, ["run", str(p), "--expect", "nan", "--json"])
-    assert r.exit_code == 0 and json.loads(r.stdout)["expect"] == {"symptom": "nan", "exit_code": 0,
-                                                                  "reason": "absent"}
+    assert r.exit_code == 0 and json.loads(r.stdout)["expect"] == {"symptom": "nan", "exit_code": 0, "reason": "absent"}
     p = _project(tmp_path, loop(crash=True))
     r = CliRunner().invoke(main, ["run", str(p), "--expect", "nan"])
     assert r.exit_code == 125 and "crashed (not the symptom expected): boom: unrelated" in r.stdout
@@ -81,13 +92,26 @@ def test_git_bisect_run_finds_the_commit_that_planted_the_nan(tmp_path):
     repo = GitRepo.init(tmp_path / "repo", tmp_path / "home")
     k = 5  # commit index (0-based) that plants the NaN
     for i in range(8):
-        repo.commit(f"change {i}", {"repro.py": loop(nan_at=4 if i >= k else None, steps=6 + i % 2),
-                                    "notes.txt": f"{i}\n"})
+        repo.commit(
+            f"change {i}", {"repro.py": loop(nan_at=4 if i >= k else None, steps=6 + i % 2), "notes.txt": f"{i}\n"}
+        )
     env = {**repo.env, "PYTHONPATH": str(ROOT)}
-    run = subprocess.run(["git", "bisect", "start", repo.commits[-1], repo.commits[0]], cwd=repo.root, env=env,
-                         capture_output=True, text=True, check=True)
-    run = subprocess.run(["git", "bisect", "run", sys.executable, "-m", "tfrepro", "run", "--expect", "nan"],
-                         cwd=repo.root, env=env, capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        ["git", "bisect", "start", repo.commits[-1], repo.commits[0]],
+        cwd=repo.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    run = subprocess.run(
+        ["git", "bisect", "run", sys.executable, "-m", "tfrepro", "run", "--expect", "nan"],
+        cwd=repo.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"{repo.commits[k]} is the first bad commit" in run.stdout
     assert "change 5" in run.stdout

@@ -41,19 +41,25 @@ class ScriptedTrial:
         try:
             compile(src, settings.entry, "exec")
         except SyntaxError:
-            return TrialResult(label=label, crashed=True, exit_code=1,
-                               error="SyntaxError: invalid syntax", mode="none")
+            return TrialResult(label=label, crashed=True, exit_code=1, error="SyntaxError: invalid syntax", mode="none")
         if "crash" in src:
             kind = src.split("crash ")[1].split()[0]
-            return TrialResult(label=label, crashed=True, exit_code=1, error=f"{kind}: boom",
-                               losses=(1.0,), mode="loop", steps_run=1)
+            return TrialResult(
+                label=label, crashed=True, exit_code=1, error=f"{kind}: boom", losses=(1.0,), mode="loop", steps_run=1
+            )
         scale = float(src.split("LOSS = ")[1].split()[0]) if "LOSS = " in src and "nan" not in src else 1.0
         losses = (1.0, 0.9, math.nan) if "nan" in src else tuple(scale * x for x in (1.0, 0.9, 0.8, 0.7))
         self.repeats.append(settings.repeat)
         step = 0.03 if "SLOW" in src else 0.01
-        return TrialResult(label=label, losses=losses, mode="loop", steps_run=len(losses),
-                           first_nonfinite_step=3 if "nan" in src else None,
-                           step_times=(step,) * len(losses), weights_finite=True)
+        return TrialResult(
+            label=label,
+            losses=losses,
+            mode="loop",
+            steps_run=len(losses),
+            first_nonfinite_step=3 if "nan" in src else None,
+            step_times=(step,) * len(losses),
+            weights_finite=True,
+        )
 
 
 def bisect_commits(*args, **kwargs) -> dict:
@@ -145,8 +151,7 @@ def test_bad_end_without_the_symptom_is_none(repo):
     result = bisect_commits(repo.root / "proj", shas[0], shas[4], trial=trial)
     assert result["status"] == "none"
     assert "does not show any symptom" in result["message"]
-    result = bisect_commits(repo.root / "proj", shas[0], shas[4], trial=trial,
-                            symptom=Verdict.NAN)
+    result = bisect_commits(repo.root / "proj", shas[0], shas[4], trial=trial, symptom=Verdict.NAN)
     assert result["status"] == "none" and "does not show nan" in result["message"]
 
 
@@ -201,13 +206,11 @@ def test_commits_without_the_project_are_skipped_and_bad_markers_run_as_written(
     result = bisect_commits(repo.root / "proj", shas[0], shas[5], trial=ScriptedTrial())
     verdicts = {t["subject"]: (t["verdict"], t.get("reason", "")) for t in result["tried"]}
     assert verdicts["c1"][0] == "ok"
-    assert verdicts["c2 removes the entry"] == (
-        "untestable", "the project does not load at this commit: no repro.py")
+    assert verdicts["c2 removes the entry"] == ("untestable", "the project does not load at this commit: no repro.py")
     assert verdicts["c3 removes the project"][0] == "untestable"
     assert "cannot check out 'proj'" in verdicts["c3 removes the project"][1]
     assert result["first_bad_commit"] is None
-    assert [c["subject"] for c in result["candidates"]] == [
-        "c2 removes the entry", "c3 removes the project", "c4"]
+    assert [c["subject"] for c in result["candidates"]] == ["c2 removes the entry", "c3 removes the project", "c4"]
 
 
 def test_result_and_trial_log_land_in_the_run_dir(repo):
@@ -235,8 +238,7 @@ def test_result_and_trial_log_land_in_the_run_dir(repo):
 def test_path_may_be_the_entry_script(repo):
     for i in range(4):
         repo.commit(f"c{i}", {"proj/train.py": NAN_SRC if i == 3 else GOOD_SRC})
-    result = bisect_commits(repo.root / "proj" / "train.py", repo.commits[0], "HEAD",
-                            trial=ScriptedTrial())
+    result = bisect_commits(repo.root / "proj" / "train.py", repo.commits[0], "HEAD", trial=ScriptedTrial())
     assert result["first_bad_commit"] == repo.commits[3]
     assert result["settings"]["entry"] == "train.py"
 
@@ -246,6 +248,12 @@ def test_bad_input_is_a_user_error(repo):
     with pytest.raises(UserError, match="unknown revision"):
         bisect_commits(repo.root / "proj", "v0.0.0", shas[2], trial=ScriptedTrial())
     with pytest.raises(UserError, match="slowdown needs steps past"):
-        bisect_commits(repo.root / "proj", shas[0], shas[2], trial=ScriptedTrial(),
-                       symptom=Verdict.SLOWDOWN, settings=TrialSettings(steps=3),
-                       symptoms=SymptomSettings())
+        bisect_commits(
+            repo.root / "proj",
+            shas[0],
+            shas[2],
+            trial=ScriptedTrial(),
+            symptom=Verdict.SLOWDOWN,
+            settings=TrialSettings(steps=3),
+            symptoms=SymptomSettings(),
+        )

@@ -105,8 +105,9 @@ def test_a_bisect_killed_midway_leaves_the_repository_untouched_and_resumes_from
     before = repo.snapshot(*USER_FILES)
     proj = repo.root / "proj"
     env = {**repo.env, "PYTHONPATH": str(REPO_ROOT)}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(proj), shas[0]], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(proj), shas[0]], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     # kill -9 once three trials are logged: mid-search, a trial probably running
     deadline = time.monotonic() + 60
     logged: list[str] = []
@@ -143,8 +144,13 @@ def test_sigterm_stops_the_bisect_and_cleans_up_at_once(repo):
     before = repo.snapshot(*USER_FILES)
     proj = repo.root / "proj"
     env = {**repo.env, "PYTHONPATH": str(REPO_ROOT)}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(proj), shas[0]], env=env,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(proj), shas[0]],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and child.poll() is None:
         if list((proj / ".tfrepro" / "trials").glob("*/trial.json")):

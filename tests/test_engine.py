@@ -23,8 +23,23 @@ from tfrepro.project import Project
 from tfrepro.trials.values import TrialResult, Verdict
 
 CONTRACT4 = {"status", "symptom", "culprits", "baseline", "trials", "wall_s", "run_dir", "first_bad_commit"}
-REPORT_KEYS = {"project", "settings", "features", "affects_loss", "failing", "culprit_trial", "culprit_config",
-               "ablation", "trials_table", "flaky", "reproduction_rate", "noise", "timing", "version", "error"}
+REPORT_KEYS = {
+    "project",
+    "settings",
+    "features",
+    "affects_loss",
+    "failing",
+    "culprit_trial",
+    "culprit_config",
+    "ablation",
+    "trials_table",
+    "flaky",
+    "reproduction_rate",
+    "noise",
+    "timing",
+    "version",
+    "error",
+}
 
 
 def make_project(tmp_path: Path, features, *, repeats: int = 1, affects_loss=(), steps: int = 20) -> Project:
@@ -79,8 +94,13 @@ class FakeRunner:
         try:
             if self.delay:
                 time.sleep(self.delay)
-            fields = {"losses": losses(), "step_times": (0.5,) * 3 + (0.02,) * 17, "mode": "fit",
-                      "steps_run": 20, "weights_finite": True}
+            fields = {
+                "losses": losses(),
+                "step_times": (0.5,) * 3 + (0.02,) * 17,
+                "mode": "fit",
+                "steps_run": 20,
+                "weights_finite": True,
+            }
             fields.update(self.behave(frozenset(enabled), settings.repeat))
             tag = zlib.crc32(repr(key).encode())
             result = TrialResult(enabled=enabled, label=label, key=f"{tag:08x}", **fields)
@@ -251,6 +271,7 @@ def test_flaky_culprit_is_reported_flaky_not_found(tmp_path):
 def test_randomly_failing_project_never_names_a_culprit(tmp_path):
     # every run, baseline included, goes NaN with probability 0.5
     for seed in range(12):
+
         def behave(cfg, r, seed=seed):
             rng = random.Random(zlib.crc32(f"{seed}{sorted(cfg)}{r}".encode()))
             return NAN if rng.random() < 0.5 else {}
@@ -274,8 +295,10 @@ def slow_when(feature, ratio=2.0):
     def behave(cfg, r):
         rng = random.Random(zlib.crc32(f"{sorted(cfg)}{r}".encode()))
         step = 0.02 * (ratio if feature in cfg else 1.0)
-        return {"step_times": (0.5,) * 3 + tuple(step * math.exp(rng.gauss(0, 0.05)) for _ in range(17)),
-                "extra": {"others_cpu": 0.0}}  # a quiet machine
+        return {
+            "step_times": (0.5,) * 3 + tuple(step * math.exp(rng.gauss(0, 0.05)) for _ in range(17)),
+            "extra": {"others_cpu": 0.0},
+        }  # a quiet machine
 
     return behave
 

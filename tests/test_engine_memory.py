@@ -30,14 +30,18 @@ def test_a_leaking_feature_is_found_as_memory(tmp_path):
 
 def test_memory_comes_before_mismatch_and_after_crash(tmp_path):
     mismatch = {"losses": tuple(3.0 * 0.95**i for i in range(20))}
-    runner = FakeRunner(lambda cfg, r: {**rss(3 * MB if "prefetch" in cfg else 0.0),
-                                        **(mismatch if "xla" in cfg else {})})
+    runner = FakeRunner(
+        lambda cfg, r: {**rss(3 * MB if "prefetch" in cfg else 0.0), **(mismatch if "xla" in cfg else {})}
+    )
     res = bisect(make_project(tmp_path, FEATS), BisectOptions(), runner=runner)
     assert res.symptom.value == "memory" and res.culprits == ("prefetch",)
     assert any(s["symptom"] == "mismatch" for s in res.to_dict()["also_seen"])
     # --symptom mismatch hunts the other one
-    res = bisect(make_project(tmp_path / "b", FEATS), BisectOptions(symptom=res.symptom.__class__("mismatch")),
-                 runner=FakeRunner(runner.behave))
+    res = bisect(
+        make_project(tmp_path / "b", FEATS),
+        BisectOptions(symptom=res.symptom.__class__("mismatch")),
+        runner=FakeRunner(runner.behave),
+    )
     assert res.culprits == ("xla",)
 
 

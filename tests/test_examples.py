@@ -20,8 +20,16 @@ from tfrepro.project import Project
 
 EXAMPLES_DIR = Path(__file__).resolve().parent.parent / "tfrepro" / "examples"
 REQUIRED = {
-    "demo", "fp16_custom_layer", "slow_callback", "eager_debug", "loop_missing_training",
-    "lr_batch_scaling", "interaction", "healthy", "flaky_nan", "memory_callback",
+    "demo",
+    "fp16_custom_layer",
+    "slow_callback",
+    "eager_debug",
+    "loop_missing_training",
+    "lr_batch_scaling",
+    "interaction",
+    "healthy",
+    "flaky_nan",
+    "memory_callback",
 }
 SYMPTOMS = {"nan", "crash", "timeout", "memory", "mismatch", "slowdown"}
 EXAMPLES = sorted(p.name for p in EXAMPLES_DIR.iterdir() if (p / "expected.json").is_file())
@@ -107,8 +115,16 @@ def _suite():
     return module
 
 
-GOOD = {"status": "found", "symptom": "nan", "culprits": ["custom_norm", "mixed_precision"],
-        "baseline": {}, "trials": 7, "wall_s": 41.2, "run_dir": ".tfrepro/runs/x", "first_bad_commit": None}
+GOOD = {
+    "status": "found",
+    "symptom": "nan",
+    "culprits": ["custom_norm", "mixed_precision"],
+    "baseline": {},
+    "trials": 7,
+    "wall_s": 41.2,
+    "run_dir": ".tfrepro/runs/x",
+    "first_bad_commit": None,
+}
 
 
 def test_suite_contract_check_accepts_the_contract_example_and_names_each_break():

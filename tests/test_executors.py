@@ -181,8 +181,13 @@ def test_a_lost_culprit_trial_is_never_blamed(tmp_path):
             if "b" in on and len(on) == 1:
                 return could_not_run(["WorkerCrashedError", "WorkerCrashedError"])
             nan = "a" in on
-            return TrialResult(enabled=request.enabled, losses=(1.0, float("nan")) if nan else (1.0, 0.9),
-                               first_nonfinite_step=2 if nan else None, steps_run=2, mode="loop")
+            return TrialResult(
+                enabled=request.enabled,
+                losses=(1.0, float("nan")) if nan else (1.0, 0.9),
+                first_nonfinite_step=2 if nan else None,
+                steps_run=2,
+                mode="loop",
+            )
 
     res = bisect(p, BisectOptions(strategy="ablation"), executor=Losing(1))
     doc = res.to_dict()
@@ -222,7 +227,8 @@ def test_pinned_trials_see_their_gpu_and_share_the_unpinned_cache_key(tmp_path):
         "import os\nprint('gpu', os.environ.get('CUDA_VISIBLE_DEVICES'))\n"
         "# tfrepro: feature a\n# x = 1\n# tfrepro: end\n"
         "# tfrepro: feature b\n# x = 2\n# tfrepro: end\n"
-        "for s in range(1, 3):\n    print(f'step={s} loss={1.0 / s}')\n")
+        "for s in range(1, 3):\n    print(f'step={s} loss={1.0 / s}')\n"
+    )
     p = Project.load(root)
     settings = TrialSettings(steps=2, timeout_s=60)
     ex = LocalExecutor(2, devices=["4", "7"])
@@ -249,10 +255,17 @@ def test_make_executor_checks_its_options():
 def test_without_ray_the_error_says_how_to_install_it(tmp_path):
     """A Python where `import ray` fails (a shadowing module)."""
     (tmp_path / "ray.py").write_text("raise ImportError('No module named ray')\n")
-    code = ("from tfrepro.trials.executors import make_executor\n"
-            "try:\n    make_executor('ray')\nexcept Exception as e:\n    print(type(e).__name__, e)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"}, timeout=60)
+    code = (
+        "from tfrepro.trials.executors import make_executor\n"
+        "try:\n    make_executor('ray')\nexcept Exception as e:\n    print(type(e).__name__, e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": f"{tmp_path}:{REPO}", "PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
     assert out.stdout.startswith("UserError --executor ray needs Ray"), out.stderr
     assert "pip install 'tfrepro[ray]'" in out.stdout
 

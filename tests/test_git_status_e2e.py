@@ -39,15 +39,23 @@ def status(repo: GitRepo) -> str:
 
 def tfrepro(repo: GitRepo, *args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     env = {**repo.env, "PYTHONPATH": str(REPO_ROOT), "NO_COLOR": "1"}
-    return subprocess.run([sys.executable, "-m", "tfrepro", *args], cwd=cwd or repo.root, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "tfrepro", *args],
+        cwd=cwd or repo.root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 @pytest.fixture
 def repo(tmp_path) -> GitRepo:
     repo = GitRepo.init(tmp_path / "repo", tmp_path / "home")
-    repo.commit("a repro", {"proj/repro.py": SCRIPT, "proj/tfrepro.toml": "[trial]\nsteps = 8\ntimeout_s = 60\n",
-                            "README.md": "mine\n"})
+    repo.commit(
+        "a repro",
+        {"proj/repro.py": SCRIPT, "proj/tfrepro.toml": "[trial]\nsteps = 8\ntimeout_s = 60\n", "README.md": "mine\n"},
+    )
     repo.write("proj/scratch.txt", "an untracked file of mine\n")  # status is not empty to begin with
     return repo
 

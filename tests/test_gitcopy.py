@@ -119,11 +119,7 @@ def test_materialize_a_missing_directory_fails_cleanly(repo, tmp_path):
 def _tree_digest(root: Path) -> dict[str, bytes]:
     # git status refreshes .git/index stat data; the snapshot() calls above
     # already did, so this compares the bytes materialize could have written.
-    return {
-        str(p.relative_to(root)): p.read_bytes()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 # -- state directory and leftovers ---------------------------------------------

@@ -17,8 +17,10 @@ FOUR = ["0", "1", "2", "3"]
 
 
 def test_the_need_follows_the_setting_and_the_distribution_features():
-    assert distribution_features(["mirrored_strategy", "prefetch", "tpu_strategy"]) == ["mirrored_strategy",
-                                                                                         "tpu_strategy"]
+    assert distribution_features(["mirrored_strategy", "prefetch", "tpu_strategy"]) == [
+        "mirrored_strategy",
+        "tpu_strategy",
+    ]
     assert gpus_needed(None, ["prefetch"], FOUR) == 1
     assert gpus_needed(None, ["prefetch", "mirrored_strategy"], FOUR) == 4
     assert gpus_needed(None, ["multi_worker_strategy"], FOUR) == 4

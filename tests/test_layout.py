@@ -38,7 +38,8 @@ def _modules() -> dict[str, Path]:
 def _is_type_checking(node: ast.If) -> bool:
     t = node.test
     return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
-        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
 
 
 def _runtime_imports(path: Path, module: str) -> set[str]:
@@ -81,8 +82,9 @@ def _node(module: str) -> str:
 
 
 MODULES = _modules()
-IMPORTS = {m: {i for i in _runtime_imports(p, m) if i in MODULES or i.rsplit(".", 1)[0] in MODULES}
-           for m, p in MODULES.items()}
+IMPORTS = {
+    m: {i for i in _runtime_imports(p, m) if i in MODULES or i.rsplit(".", 1)[0] in MODULES} for m, p in MODULES.items()
+}
 
 
 def _graph() -> dict[str, set[str]]:
@@ -106,7 +108,7 @@ def _cycle(g: dict[str, set[str]]) -> list[str] | None:
         stack.append(n)
         for m in sorted(g.get(n, ())):
             if state.get(m) == 1:
-                return stack[stack.index(m):] + [m]
+                return stack[stack.index(m) :] + [m]
             if m not in state and (found := dfs(m)):
                 return found
         state[n] = 2
@@ -129,9 +131,11 @@ def test_the_cycle_finder_finds_a_planted_cycle():
 
 
 def test_only_bisect_and_the_cli_import_tfrepro_bisect():
-    offenders = sorted(m for m, deps in IMPORTS.items()
-                       if not m.startswith(("tfrepro.bisect", "tfrepro.cli"))
-                       and any(d.startswith("tfrepro.bisect") for d in deps))
+    offenders = sorted(
+        m
+        for m, deps in IMPORTS.items()
+        if not m.startswith(("tfrepro.bisect", "tfrepro.cli")) and any(d.startswith("tfrepro.bisect") for d in deps)
+    )
     assert offenders == []
 
 

@@ -19,17 +19,52 @@ from tfrepro.trials.values import SYMPTOM_ORDER, TrialResult, Verdict
 MB = 1_000_000
 SETTINGS = SymptomSettings()
 # Recorded: the healthy example, 30 steps, every feature on (statm, bytes).
-HEALTHY = (691658752, 693239808, 693440512, 693776384, 693788672, 693817344, 693821440, 693825536,
-           693960704, 693964800, 694112256, 694116352, 694120448, 694120448, 694128640, 694128640,
-           694132736, 694136832, 694280192, 694292480, 694292480, 694292480, 694292480, 694292480,
-           694292480, 694296576, 694296576, 694296576, 694296576, 694300672)
+HEALTHY = (
+    691658752,
+    693239808,
+    693440512,
+    693776384,
+    693788672,
+    693817344,
+    693821440,
+    693825536,
+    693960704,
+    693964800,
+    694112256,
+    694116352,
+    694120448,
+    694120448,
+    694128640,
+    694128640,
+    694132736,
+    694136832,
+    694280192,
+    694292480,
+    694292480,
+    694292480,
+    694292480,
+    694292480,
+    694292480,
+    694296576,
+    694296576,
+    694296576,
+    694296576,
+    694300672,
+)
 
 
 def trial(series, *, peak=None, device=None, steps=None, **kw) -> TrialResult:
     series = tuple(int(x) for x in series)
     growth, _tau = sampler.steady_growth(list(series))
-    return TrialResult(losses=(1.0,) * len(series), rss_per_step=series, peak_rss_bytes=peak or max(series),
-                       device_peak_bytes=device, growth_per_step=growth, steps_run=steps or len(series), **kw)
+    return TrialResult(
+        losses=(1.0,) * len(series),
+        rss_per_step=series,
+        peak_rss_bytes=peak or max(series),
+        device_peak_bytes=device,
+        growth_per_step=growth,
+        steps_run=steps or len(series),
+        **kw,
+    )
 
 
 def noisy(rng: random.Random, n: int = 50, base: float = 700 * MB, slope: float = 16e3, leak: float = 0.0):
@@ -187,14 +222,17 @@ def test_close_growth_is_flagged():
     assert d.close and d.shows
 
 
-@pytest.mark.parametrize("error, code, expected", [
-    ("ResourceExhaustedError: OOM when allocating tensor with shape[1000000,1000]", 1, True),
-    ("MemoryError: Unable to allocate 7.45 GiB for an array", 1, True),
-    (None, -9, True),
-    ("killed by SIGKILL", 137, True),
-    ("ValueError: shapes (3,) and (4,) not aligned", 1, False),
-    (None, -11, False),
-])
+@pytest.mark.parametrize(
+    "error, code, expected",
+    [
+        ("ResourceExhaustedError: OOM when allocating tensor with shape[1000000,1000]", 1, True),
+        ("MemoryError: Unable to allocate 7.45 GiB for an array", 1, True),
+        (None, -9, True),
+        ("killed by SIGKILL", 137, True),
+        ("ValueError: shapes (3,) and (4,) not aligned", 1, False),
+        (None, -11, False),
+    ],
+)
 def test_an_oom_kill_is_memory_not_crash(error, code, expected):
     r = TrialResult(crashed=True, error=error, exit_code=code)
     assert is_oom(r) is expected
@@ -224,12 +262,21 @@ def test_memory_threshold_and_trial_gpus_are_read():
     assert Manifest.parse("[trial]\ngpus = 2\n").trial.gpus == 2
 
 
-@pytest.mark.parametrize("toml", [
-    "[symptoms]\nmemory = 1\n", "[symptoms]\nmemory = 0.5\n", "[symptoms]\nmemory = nan\n",
-    "[symptoms]\nmemory = inf\n", "[symptoms]\nmemory = 1001\n", '[symptoms]\nmemory = "x"\n',
-    '[trial]\ngpus = "some"\n', "[trial]\ngpus = -1\n", "[trial]\ngpus = true\n",
-    "[trial]\nmemory_limit_mb = 1\n",
-])
+@pytest.mark.parametrize(
+    "toml",
+    [
+        "[symptoms]\nmemory = 1\n",
+        "[symptoms]\nmemory = 0.5\n",
+        "[symptoms]\nmemory = nan\n",
+        "[symptoms]\nmemory = inf\n",
+        "[symptoms]\nmemory = 1001\n",
+        '[symptoms]\nmemory = "x"\n',
+        '[trial]\ngpus = "some"\n',
+        "[trial]\ngpus = -1\n",
+        "[trial]\ngpus = true\n",
+        "[trial]\nmemory_limit_mb = 1\n",
+    ],
+)
 def test_bad_memory_settings_are_clear_errors(toml):
     with pytest.raises(UserError):
         Manifest.parse(toml)

@@ -26,12 +26,16 @@ def _project(root: Path, script: str, toml: str = "") -> Project:
 
 
 def test_tensorflow_oom_under_a_low_address_space_limit_is_memory(tmp_path):
-    project = _project(tmp_path / "p", """\
+    project = _project(
+        tmp_path / "p",
+        """\
         import tensorflow as tf
         print("step=1 loss=1.0")
         x = tf.ones([2**30], tf.float32)  # 4 GB, over the 3000 MB limit
         print("step=2 loss=", float(tf.reduce_sum(x)))
-        """, "memory_limit_mb = 3000\n")
+        """,
+        "memory_limit_mb = 3000\n",
+    )
     assert project.manifest.trial.memory_limit_mb == 3000
     result = run_trial(project, (), project.manifest.trial, use_cache=False)
     assert result.crashed and "ResourceExhaustedError" in (result.error or "")
@@ -40,16 +44,23 @@ def test_tensorflow_oom_under_a_low_address_space_limit_is_memory(tmp_path):
 
 
 def test_a_numpy_memory_error_and_an_oom_kill_are_memory(tmp_path):
-    numpy_oom = _project(tmp_path / "np", """\
+    numpy_oom = _project(
+        tmp_path / "np",
+        """\
         import numpy as np
         print("step=1 loss=1.0")
         a = np.ones(2**31, dtype=np.float64)  # 16 GB, over the 512 MB limit
-        """, "memory_limit_mb = 512\n")
-    killed = _project(tmp_path / "kill", """\
+        """,
+        "memory_limit_mb = 512\n",
+    )
+    killed = _project(
+        tmp_path / "kill",
+        """\
         import os, signal
         print("step=1 loss=1.0", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)  # what the kernel's OOM killer sends
-        """)
+        """,
+    )
     for project, what in ((numpy_oom, "MemoryError"), (killed, "SIGKILL")):
         result = run_trial(project, (), project.manifest.trial, use_cache=False)
         assert result.crashed and not result.timed_out

@@ -57,7 +57,9 @@ def test_defaults_without_manifest(tmp_path):
 
 
 def test_manifest_values_are_read(tmp_path):
-    root = make_project(tmp_path, """
+    root = make_project(
+        tmp_path,
+        """
 [trial]
 entry = "repro.py"
 steps = 20
@@ -73,7 +75,8 @@ mismatch = 0.01
 
 [features.lr_warmup]
 affects_loss = true
-""")
+""",
+    )
     p = Project.load(root)
     t = p.manifest.trial
     assert (t.steps, t.timeout_s, t.seed, t.deterministic) == (20, 60.0, 7, False)
@@ -86,7 +89,7 @@ affects_loss = true
     "toml,line,fragment",
     [
         ("[trial]\nsteps = 10\nstep = 5\n", 3, "unknown key `step`"),
-        ("[trial]\nsteps = \"ten\"\n", 2, "expected int"),
+        ('[trial]\nsteps = "ten"\n', 2, "expected int"),
         ("[trial]\nsteps = true\n", 2, "got a boolean"),
         ("[trial]\nsteps = 0\n", 2, "at least 1"),
         ("[symptoms]\nslowdown = 0.9\n", 2, "ratio above 1"),
@@ -95,7 +98,7 @@ affects_loss = true
         ("[features.nope]\naffects_loss = true\n", 1, "no file marks"),
         ("[features.lr_warmup]\naffects = true\n", 2, "unknown key `affects`"),
         ("[trial]\nsteps = = 3\n", 2, "not valid TOML"),
-        ("[trial]\nentry = \"missing.py\"\n", 2, "does not exist"),
+        ('[trial]\nentry = "missing.py"\n', 2, "does not exist"),
         ("[trial]\ncommand = []\n", 2, "non-empty list"),
     ],
 )

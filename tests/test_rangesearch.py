@@ -96,9 +96,7 @@ def test_right_answer_or_honest_candidates_within_the_bound(data, n):
     first_bad = data.draw(st.integers(min_value=1, max_value=n - 1), label="first_bad")
     inner = list(range(1, n - 1))
     untestable = frozenset(
-        data.draw(st.lists(st.sampled_from(inner), unique=True), label="untestable")
-        if inner
-        else []
+        data.draw(st.lists(st.sampled_from(inner), unique=True), label="untestable") if inner else []
     )
     test, calls = planted(first_bad, untestable)
     result = bisect_range(list(range(n)), test)
@@ -110,9 +108,7 @@ def test_right_answer_or_honest_candidates_within_the_bound(data, n):
         assert first_bad in result.candidates
         # honest: every candidate but the last one was tried and skipped
         assert set(result.candidates[:-1]) <= untestable
-        assert list(result.candidates) == list(
-            range(result.candidates[0], result.candidates[-1] + 1)
-        )
+        assert list(result.candidates) == list(range(result.candidates[0], result.candidates[-1] + 1))
     skips = sum(1 for _, m in result.tried if m is Mark.SKIP)
     assert result.trials == len(calls) == len(set(calls))
     assert result.trials <= math.ceil(math.log2(n - 1 if n > 2 else 1)) + skips + 2
@@ -133,8 +129,7 @@ def test_right_answer_or_honest_candidates_within_the_bound(data, n):
         (set(), Verdict.MISMATCH, None, None, Mark.GOOD),
         ({Verdict.NAN}, Verdict.MISMATCH, None, None, Mark.SKIP),
         ({Verdict.CRASH}, Verdict.CRASH, "ValueError: a", "ValueError: b", Mark.BAD),
-        ({Verdict.CRASH}, Verdict.CRASH, "ModuleNotFoundError: No module named 'x'",
-         "ValueError: b", Mark.SKIP),
+        ({Verdict.CRASH}, Verdict.CRASH, "ModuleNotFoundError: No module named 'x'", "ValueError: b", Mark.SKIP),
         ({Verdict.TIMEOUT}, Verdict.SLOWDOWN, None, None, Mark.SKIP),
     ],
 )
@@ -146,8 +141,7 @@ def test_judge_locks_onto_the_hunted_symptom(shown, target, error, bad_error, ma
 
 def test_exception_type_reads_the_last_traceback_line():
     assert exception_type("ValueError: x: y") == "ValueError"
-    assert exception_type("tensorflow.python.framework.errors_impl.InvalidArgumentError: z") \
-        == "InvalidArgumentError"
+    assert exception_type("tensorflow.python.framework.errors_impl.InvalidArgumentError: z") == "InvalidArgumentError"
     assert exception_type("KeyboardInterrupt") == "KeyboardInterrupt"
     assert exception_type(None) is None
 

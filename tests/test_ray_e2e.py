@@ -61,8 +61,14 @@ MANIFEST = "[trial]\nsteps = 8\ntimeout_s = 60\n"
 def cluster(tmp_path_factory):
     """One Ray instance for the module: 2 CPUs, a small object store, no dashboard.
     It binds and advertises 127.0.0.1 only (see `keep_ray_on_loopback`)."""
-    ray.init(address="local", num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,
-             log_to_driver=False, _temp_dir=str(tmp_path_factory.mktemp("ray")))
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=100 * 2**20,
+        log_to_driver=False,
+        _temp_dir=str(tmp_path_factory.mktemp("ray")),
+    )
     try:
         yield ray.get_runtime_context().gcs_address
     finally:
@@ -78,8 +84,7 @@ def planted(dest: Path, script: str = FEATURES) -> Path:
 
 def answer(doc: dict) -> dict:
     """What must not depend on the executor: the answer and every trial's verdict."""
-    rows = sorted((tuple(r["enabled"]), r["role"], r["repeat"], r["verdict"], r["key"])
-                  for r in doc["trials_table"])
+    rows = sorted((tuple(r["enabled"]), r["role"], r["repeat"], r["verdict"], r["key"]) for r in doc["trials_table"])
     return {k: doc[k] for k in ("status", "symptom", "culprits", "culprit_config", "ablation")} | {"rows": rows}
 
 
@@ -158,8 +163,13 @@ def test_cli_joins_an_existing_cluster_by_address(cluster, tmp_path):
     proj = planted(tmp_path / "proj")
     code = "import sys; from tfrepro.cli import main; sys.argv[0] = 'tfrepro'; main()"
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    out = subprocess.run([sys.executable, "-c", code, "bisect", "--executor", "ray", "--address", cluster,
-                          "--json", str(proj)], capture_output=True, text=True, env=env, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", code, "bisect", "--executor", "ray", "--address", cluster, "--json", str(proj)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     doc = json.loads(out.stdout)
     assert doc["culprits"] == ["big_lr", "fp16"]
@@ -181,20 +191,26 @@ def test_commit_bisect_gives_the_local_answer(cluster, tmp_path, monkeypatch):
     proj = repo.root / "proj"
 
     def same(doc: dict) -> dict:
-        return {"status": doc["status"], "first_bad_commit": doc["first_bad_commit"],
-                "tried": [(t["sha"], t["verdict"]) for t in doc["tried"]]}
+        return {
+            "status": doc["status"],
+            "first_bad_commit": doc["first_bad_commit"],
+            "tried": [(t["sha"], t["verdict"]) for t in doc["tried"]],
+        }
 
     from tfrepro.trials.executors import LocalExecutor
 
     ray_ex = RayExecutor()
     # The same width of rounds (k-ary with the cluster's slots) tries the same commits.
-    local = bisect_commits(proj, shas[0], "main", use_cache=False,
-                           executor=LocalExecutor(ray_ex.slots)).to_dict()
+    local = bisect_commits(proj, shas[0], "main", use_cache=False, executor=LocalExecutor(ray_ex.slots)).to_dict()
     assert local["first_bad_commit"] == shas[FIRST_BAD]
     remote = bisect_commits(proj, shas[0], "main", use_cache=False, executor=ray_ex).to_dict()
     assert same(remote) == same(local)
-    again = bisect_commits(proj, shas[0], "main",  # local, from the cache the ray run wrote
-                           executor=LocalExecutor(ray_ex.slots)).to_dict()
+    again = bisect_commits(
+        proj,
+        shas[0],
+        "main",  # local, from the cache the ray run wrote
+        executor=LocalExecutor(ray_ex.slots),
+    ).to_dict()
     assert same(again) == same(local) and again["cached_trials"] == again["trials"]
 
 
@@ -244,8 +260,9 @@ def test_slowdown_timing_trials_run_alone_on_one_node(cluster, tmp_path):
     assert opts["num_cpus"] == cpus == 2  # the whole node: nothing else runs beside a timing trial
     assert opts["scheduling_strategy"].node_id == node and opts["scheduling_strategy"].soft is False
     run_dir = Path(doc["run_dir"]) if Path(doc["run_dir"]).is_absolute() else Path.cwd() / doc["run_dir"]
-    timed = [json.loads((run_dir / r["summary"]).read_text()) for r in doc["trials_table"]
-             if r["role"].startswith("timing")]
+    timed = [
+        json.loads((run_dir / r["summary"]).read_text()) for r in doc["trials_table"] if r["role"].startswith("timing")
+    ]
     assert len(timed) >= 6 and {t["extra"]["node"] for t in timed} == {node}
 
 

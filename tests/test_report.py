@@ -32,15 +32,37 @@ SECRETS = {
 
 # TensorFlow's bug issue form, field by field, then what it forgets.
 ISSUE_HEADINGS = [
-    "### Issue type", "### Have you reproduced the bug with TensorFlow Nightly?", "### Source",
-    "### TensorFlow version", "### Custom code", "### OS platform and distribution", "### Mobile device",
-    "### Python version", "### Bazel version", "### GCC/compiler version", "### CUDA/cuDNN version",
-    "### GPU model and memory", "### Current behavior?", "### Standalone code to reproduce the issue",
-    "### Relevant log output", "## Beyond the issue form", "### Reproduction",
-    "### Versions and training setup", "### Bisect evidence",
+    "### Issue type",
+    "### Have you reproduced the bug with TensorFlow Nightly?",
+    "### Source",
+    "### TensorFlow version",
+    "### Custom code",
+    "### OS platform and distribution",
+    "### Mobile device",
+    "### Python version",
+    "### Bazel version",
+    "### GCC/compiler version",
+    "### CUDA/cuDNN version",
+    "### GPU model and memory",
+    "### Current behavior?",
+    "### Standalone code to reproduce the issue",
+    "### Relevant log output",
+    "## Beyond the issue form",
+    "### Reproduction",
+    "### Versions and training setup",
+    "### Bisect evidence",
 ]
-ISSUE_ROWS = ["| Keras |", "| Precision policy |", "| Distribution / replicas |", "| XLA |",
-              "| Determinism |", "Relevant environment variables", "Culprits", "Every trial", "```diff"]
+ISSUE_ROWS = [
+    "| Keras |",
+    "| Precision policy |",
+    "| Distribution / replicas |",
+    "| XLA |",
+    "| Determinism |",
+    "Relevant environment variables",
+    "Culprits",
+    "Every trial",
+    "```diff",
+]
 
 
 def check_issue_fields(text: str) -> None:
@@ -55,8 +77,10 @@ def check_issue_fields(text: str) -> None:
 
 def test_scrubber_replaces_secret_values_wherever_they_appear():
     s = Scrubber.from_environ({**SECRETS, "HOME": "/home/alice", "PATH": "/usr/bin"})
-    text = (f"Traceback: File /home/alice/proj/repro.py, token={SECRETS['HF_TOKEN']}\n"
-            f"login failed for {SECRETS['MY_PASSWORD']} with key {SECRETS['AWS_SECRET_ACCESS_KEY']}")
+    text = (
+        f"Traceback: File /home/alice/proj/repro.py, token={SECRETS['HF_TOKEN']}\n"
+        f"login failed for {SECRETS['MY_PASSWORD']} with key {SECRETS['AWS_SECRET_ACCESS_KEY']}"
+    )
     out = s.scrub(text)
     for v in SECRETS.values():
         assert v not in out
@@ -66,18 +90,22 @@ def test_scrubber_replaces_secret_values_wherever_they_appear():
 
 def test_scrubber_leaves_code_and_other_users_alone():
     s = Scrubber.from_environ({"HOME": "/home/al"})
-    code = ('norm = keras.layers.LayerNormalization(epsilon=1e-3)\n'
-            'token = tokenizer(x)\n'
-            'path = "/home/alice/data.csv"\n'
-            'node = "sequential_1/custom_norm_1/Exp/CheckNumericsV2"\n'
-            'digest = "3b5d5c3712955042212316173ccf37be800958e4c38d23d5c2e0fdd1c0c1a5e1"\n')
+    code = (
+        "norm = keras.layers.LayerNormalization(epsilon=1e-3)\n"
+        "token = tokenizer(x)\n"
+        'path = "/home/alice/data.csv"\n'
+        'node = "sequential_1/custom_norm_1/Exp/CheckNumericsV2"\n'
+        'digest = "3b5d5c3712955042212316173ccf37be800958e4c38d23d5c2e0fdd1c0c1a5e1"\n'
+    )
     assert s.scrub(code) == code
 
 
 def test_credential_shapes_are_redacted_even_without_a_variable():
     s = Scrubber.from_environ({"HOME": "/nonexistent-home"})
-    text = ("key AKIAIOSFODNN7EXAMPLE, gh ghp_abcdefghijklmnopqrstuvwxyz0123456789, "
-            "url https://bob:s3cr3tpass@example.com/x, password=hunter22 ok")
+    text = (
+        "key AKIAIOSFODNN7EXAMPLE, gh ghp_abcdefghijklmnopqrstuvwxyz0123456789, "
+        "url https://bob:s3cr3tpass@example.com/x, password=hunter22 ok"
+    )
     out = s.scrub(text)
     for leak in ("AKIAIOSFODNN7EXAMPLE", "ghp_abcdefghijklmnopqrstuvwxyz0123456789", "s3cr3tpass", "hunter22"):
         assert leak not in out
@@ -85,8 +113,16 @@ def test_credential_shapes_are_redacted_even_without_a_variable():
 
 
 def test_env_capture_is_an_allow_list_with_redaction():
-    env = {**SECRETS, "PATH": "/usr/bin", "TF_CPP_MIN_LOG_LEVEL": "2", "XLA_FLAGS": "--xla_dump_to=/home/alice/d",
-           "TF_API_TOKEN": "abcd1234efgh", "TF_VAR_region": "eu", "CUDA_VISIBLE_DEVICES": "0", "HOME": "/home/alice"}
+    env = {
+        **SECRETS,
+        "PATH": "/usr/bin",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+        "XLA_FLAGS": "--xla_dump_to=/home/alice/d",
+        "TF_API_TOKEN": "abcd1234efgh",
+        "TF_VAR_region": "eu",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "HOME": "/home/alice",
+    }
     got = capture_env(env, Scrubber.from_environ(env))
     assert got == {
         "CUDA_VISIBLE_DEVICES": "0",
@@ -98,7 +134,7 @@ def test_env_capture_is_an_allow_list_with_redaction():
 
 # --------------------------------------------------------------------------- localisation
 
-GRAPH_ERROR = '''Graph execution error:
+GRAPH_ERROR = """Graph execution error:
 
 Detected at node sequential_1/custom_norm_1/Exp/CheckNumericsV2 defined at (most recent call last):
   File "/tmp/x/_runprobe.py", line 11, in <module>
@@ -121,7 +157,7 @@ Detected at node sequential_1/custom_norm_1/Exp/CheckNumericsV2 defined at (most
  -> |
 
  : Tensor had +Inf values
-\t [[{{node sequential_1/custom_norm_1/Exp/CheckNumericsV2}}]]'''
+\t [[{{node sequential_1/custom_norm_1/Exp/CheckNumericsV2}}]]"""
 
 REPRO_SRC = '''import tensorflow as tf
 import keras
@@ -137,17 +173,23 @@ class CustomNorm(keras.layers.Layer):
 
 
 def test_check_numerics_error_names_op_layer_and_line():
-    loc = parse_check_numerics(GRAPH_ERROR, script="/tmp/x/repro/repro.py", source=REPRO_SRC,
-                               layers={"custom_norm": "CustomNorm", "dense": "Dense"})
+    loc = parse_check_numerics(
+        GRAPH_ERROR,
+        script="/tmp/x/repro/repro.py",
+        source=REPRO_SRC,
+        layers={"custom_norm": "CustomNorm", "dense": "Dense"},
+    )
     assert loc.found
     assert (loc.op_type, loc.layer, loc.layer_class) == ("Exp", "custom_norm", "CustomNorm")
     assert (loc.file, loc.line, loc.function) == ("repro.py", 9, "CustomNorm.call")
     assert loc.code == "e = tf.exp(x * 20.0)"
     assert (loc.kind, loc.dtype, loc.node) == ("+Inf", "float16", "sequential_1/custom_norm_1/Exp")
     assert not loc.backward
-    assert loc.headline() == ("first non-finite value (+Inf) produced by op `Exp` in layer `custom_norm` "
-                              "(CustomNorm) at repro.py:9 in `CustomNorm.call`")
-    assert "Stack trace" not in loc.excerpt and "graph op \"Exp\"" in loc.excerpt
+    assert loc.headline() == (
+        "first non-finite value (+Inf) produced by op `Exp` in layer `custom_norm` "
+        "(CustomNorm) at repro.py:9 in `CustomNorm.call`"
+    )
+    assert "Stack trace" not in loc.excerpt and 'graph op "Exp"' in loc.excerpt
 
 
 def test_other_errors_are_not_mistaken_for_a_localisation():
@@ -162,11 +204,13 @@ def test_enclosing_scope_is_innermost_def():
 
 
 def test_setup_scan_reads_live_code_only():
-    src = ('keras.mixed_precision.set_global_policy("mixed_float16")\n'
-           '# model.compile(jit_compile=True)\n'
-           'tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)\n'
-           'strategy = tf.distribute.MirroredStrategy()\n'
-           'tf.config.experimental.enable_op_determinism()\n')
+    src = (
+        'keras.mixed_precision.set_global_policy("mixed_float16")\n'
+        "# model.compile(jit_compile=True)\n"
+        "tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)\n"
+        "strategy = tf.distribute.MirroredStrategy()\n"
+        "tf.config.experimental.enable_op_determinism()\n"
+    )
     s = scan_setup(src)
     assert s["precision_policy"] == "mixed_float16"
     assert s["xla"].startswith("off")
@@ -197,6 +241,7 @@ def test_event_file_round_trip_with_checksums(tmp_path):
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
     return make_project(tmp_path)
+
 
 def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project):
     run = make_run(project, "nan", ["mixed_precision"])
@@ -241,8 +286,10 @@ def test_a_crash_with_another_message_is_not_the_bisects_crash(project):
     run = make_run(project, "crash", ["bad_reshape"])
     b = build(run, ScriptedRunner(crash_error="ImportError: No module named 'helpers'"))
     assert b.reproduced is False
-    assert b.doc["reproduction"]["detail"] == ("the script raised: ImportError: No module named 'helpers', not the "
-                                               "bisect's ValueError: cannot reshape array of size 32 into shape (3,7)")
+    assert b.doc["reproduction"]["detail"] == (
+        "the script raised: ImportError: No module named 'helpers', not the "
+        "bisect's ValueError: cannot reshape array of size 32 into shape (3,7)"
+    )
     again = build(run, ScriptedRunner(crash_error="ValueError: cannot reshape array of size 32 into shape (3,7)  "))
     assert again.reproduced is True
 
@@ -287,8 +334,9 @@ def test_secret_environment_values_never_reach_the_bundle(project):
     run = make_run(project, "nan", ["mixed_precision"])
     # A secret echoed into a trial's error line must not survive either.
     result = json.loads((run / "result.json").read_text())
-    result["culprit_trial"]["error"] = (f"PermissionError: bad token {SECRETS['HF_TOKEN']} "
-                                        f"for login {SECRETS['MY_PASSWORD']}")
+    result["culprit_trial"]["error"] = (
+        f"PermissionError: bad token {SECRETS['HF_TOKEN']} for login {SECRETS['MY_PASSWORD']}"
+    )
     (run / "result.json").write_text(json.dumps(result))
     b = build(run, ScriptedRunner(), environ={**SECRETS, "TF_ENABLE_ONEDNN_OPTS": "0"})
     blobs = {p: p.read_bytes() for p in b.out.rglob("*") if p.is_file()}
@@ -321,15 +369,19 @@ def test_cli_without_any_run_is_a_usage_error(tmp_path):
 
 
 def test_commit_mode_reports_the_first_bad_commit_against_the_good_one(project):
-    run = make_run(project, "nan", [], [], first_bad_commit="ab" * 20,
-                   commit={"sha": "ab" * 20, "subject": "Switch to float16"})
+    run = make_run(
+        project, "nan", [], [], first_bad_commit="ab" * 20, commit={"sha": "ab" * 20, "subject": "Switch to float16"}
+    )
     for name, policy in (("good", ""), ("bad", 'keras.mixed_precision.set_global_policy("mixed_float16")\n')):
         d = run / "commits" / name
         d.mkdir(parents=True)
         (d / "repro.py").write_text(f"import keras\n{policy}print('train')\n")
     result = json.loads((run / "result.json").read_text())
-    result.update(good_project=str(run / "commits" / "good"), first_bad_project=str(run / "commits" / "bad"),
-                  good={"sha": "cd" * 20})
+    result.update(
+        good_project=str(run / "commits" / "good"),
+        first_bad_project=str(run / "commits" / "bad"),
+        good={"sha": "cd" * 20},
+    )
     (run / "result.json").write_text(json.dumps(result))
     b = build(run, ScriptedRunner())
     assert "mixed_float16" in (b.out / "repro.py").read_text()
@@ -349,10 +401,16 @@ def test_desktop_session_words_are_not_hunted_through_texts():
 def test_issue_states_gpu_and_cuda_when_present():
     from tfrepro.report.issue import render_issue
 
-    doc = {"symptom": "nan", "culprits": ["xla"], "environment": {
-        "tf_version": "2.21.0", "build_info": {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9"},
-        "gpus": [{"name": "NVIDIA A100-SXM4-40GB", "memory": "40960 MiB", "compute_capability": "8.0"}],
-        "tf_dist": {"name": "tensorflow", "version": "2.21.0", "source": "pip (binary wheel)"}}}
+    doc = {
+        "symptom": "nan",
+        "culprits": ["xla"],
+        "environment": {
+            "tf_version": "2.21.0",
+            "build_info": {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9"},
+            "gpus": [{"name": "NVIDIA A100-SXM4-40GB", "memory": "40960 MiB", "compute_capability": "8.0"}],
+            "tf_dist": {"name": "tensorflow", "version": "2.21.0", "source": "pip (binary wheel)"},
+        },
+    }
     text = render_issue(doc)
     assert "### CUDA/cuDNN version\n\nCUDA 12.5.1 / cuDNN 9 (build info)\n" in text
     assert "### GPU model and memory\n\nNVIDIA A100-SXM4-40GB, 40960 MiB (compute capability 8.0)\n" in text
@@ -378,9 +436,11 @@ def test_cli_md_summary_names_the_bundle(project, monkeypatch):
 def test_imports_beyond_tensorflow_and_numpy_are_named():
     from tfrepro.report.scan import extra_imports
 
-    files = {"repro.py": "import os\nimport numpy as np\nimport tensorflow as tf\nfrom keras import ops\n"
-                         "import pandas as pd\nfrom tfrepro.features import parse\nimport helpers\n",
-             "helpers.py": "from sklearn.metrics import f1_score\n"}
+    files = {
+        "repro.py": "import os\nimport numpy as np\nimport tensorflow as tf\nfrom keras import ops\n"
+        "import pandas as pd\nfrom tfrepro.features import parse\nimport helpers\n",
+        "helpers.py": "from sklearn.metrics import f1_score\n",
+    }
     assert extra_imports(files) == ["pandas", "sklearn", "tfrepro"]
 
 

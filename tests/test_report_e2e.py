@@ -107,12 +107,17 @@ PROJECTS = {
     "mismatch": (MISMATCH_SRC, "[trial]\nsteps = 6\ntimeout_s = 120\n\n[features.lr_decay]\naffects_loss = true\n"),
     "slowdown": (SLOW_SRC, "[trial]\nsteps = 16\ntimeout_s = 120\n"),
 }
-EXPECTED_CULPRITS = {"nan": ["custom_norm", "mixed_precision"], "mismatch": ["sum_reduction"],
-                     "slowdown": ["batch_logger"]}
+EXPECTED_CULPRITS = {
+    "nan": ["custom_norm", "mixed_precision"],
+    "mismatch": ["sum_reduction"],
+    "slowdown": ["batch_logger"],
+}
 
 # Runs `repro.py` as `python repro.py` would, with tfrepro made unimportable.
-NO_TFREPRO = ("import runpy, sys; sys.modules['tfrepro'] = None; sys.argv = [sys.argv[1]]; "
-              "runpy.run_path(sys.argv[0], run_name='__main__')")
+NO_TFREPRO = (
+    "import runpy, sys; sys.modules['tfrepro'] = None; sys.argv = [sys.argv[1]]; "
+    "runpy.run_path(sys.argv[0], run_name='__main__')"
+)
 
 
 def _make_project(root: Path, symptom: str) -> Path:
@@ -167,8 +172,15 @@ def _run_clean(bundle: Path, script: str, tmp: Path) -> subprocess.CompletedProc
     shutil.copy(bundle / script, clean / script)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     env["TF_CPP_MIN_LOG_LEVEL"] = "2"
-    return subprocess.run([sys.executable, "-c", NO_TFREPRO, script], cwd=clean, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", NO_TFREPRO, script],
+        cwd=clean,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def _last_step_time(output: str) -> float:
@@ -199,9 +211,18 @@ def test_bundle_holds_everything_the_issue_form_asks(reported):
 
 def test_repro_reproduces_in_a_clean_directory_without_tfrepro(reported, tmp_path):
     symptom, _doc, bundle = reported
-    probe = subprocess.run([sys.executable, "-c", NO_TFREPRO.replace("runpy.run_path(sys.argv[0], "
-                                                                     "run_name='__main__')", "import tfrepro"), "x"],
-                           cwd=tmp_path, capture_output=True, text=True, check=False)
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            NO_TFREPRO.replace("runpy.run_path(sys.argv[0], run_name='__main__')", "import tfrepro"),
+            "x",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert probe.returncode != 0 and "ModuleNotFoundError" in probe.stderr  # the guard works
     got = _run_clean(bundle, "repro.py", tmp_path)
     if symptom == "nan":

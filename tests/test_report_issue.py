@@ -12,32 +12,50 @@ from tfrepro.report.issue import KERAS_FORM, SHELL_FIELDS, TF_FORM, render_issue
 from tfrepro.report.route import KERAS, TENSORFLOW, TF_KERAS, route
 
 ENV = {
-    "tf_version": "2.21.0", "python": "3.11.9", "os": "Ubuntu 22.04.4 LTS", "platform": "Linux-6.5", "machine": "x86_64",
+    "tf_version": "2.21.0",
+    "python": "3.11.9",
+    "os": "Ubuntu 22.04.4 LTS",
+    "platform": "Linux-6.5",
+    "machine": "x86_64",
     "tf_dist": {"name": "tensorflow", "version": "2.21.0", "source": "pip (binary wheel)"},
     "keras_version": "3.12.0",
     "build_info": {"is_cuda_build": True, "cuda_version": "12.5.1", "cudnn_version": "9"},
-    "gpus": [{"name": "NVIDIA A100-SXM4-40GB", "memory": "40960 MiB", "compute_capability": "8.0",
-              "driver": "550.54.15"}],
+    "gpus": [
+        {"name": "NVIDIA A100-SXM4-40GB", "memory": "40960 MiB", "compute_capability": "8.0", "driver": "550.54.15"}
+    ],
     "nvidia_driver": "550.54.15",
     "cuda_wheels": {"nvidia-cudnn-cu12": "9.3.0.75", "nvidia-cuda-runtime-cu12": "12.5.82"},
     "ld_library_path": "/usr/local/cuda/lib64",
 }
 REPRO = "import numpy as np\nimport tensorflow as tf\n\nmodel = tf.keras.Sequential()\nmodel.fit(x, y)\n"
-TRACEBACK = ('Traceback (most recent call last):\n  File "repro.py", line 30, in <module>\n'
-             '  File "/venv/lib/python3.11/site-packages/tensorflow/python/ops/array_ops.py", line 9, in reshape\n'
-             "ValueError: cannot reshape array of size 32 into shape (3,7)")
+TRACEBACK = (
+    'Traceback (most recent call last):\n  File "repro.py", line 30, in <module>\n'
+    '  File "/venv/lib/python3.11/site-packages/tensorflow/python/ops/array_ops.py", line 9, in reshape\n'
+    "ValueError: cannot reshape array of size 32 into shape (3,7)"
+)
 
 
 def doc(symptom: str, **extra) -> dict:
-    trial = {"nan": {"losses": [1.0, math.nan], "first_nonfinite_step": 2},
-             "slowdown": {"median_step_time": 0.06, "step_times": [0.5, 0.06, 0.06]},
-             "crash": {"error": "ValueError: cannot reshape array of size 32 into shape (3,7)",
-                       "extra": {"error_detail": TRACEBACK}}}[symptom]
-    return {"symptom": symptom, "status": "found", "culprits": ["mixed_precision"], "environment": ENV,
-            "baseline": {"losses": [1.0, 0.5], "median_step_time": 0.01}, "culprit_trial": trial,
-            "repro": {"code": REPRO, "entry": "repro.py", "files": ["repro.py"], "diff": "+x = 1\n"},
-            "reproduction": {"reproduced": True, "detail": "the loss became non-finite at step 2"},
-            "evidence": {"timing": {"ratio": 6.0, "p_value": 0.001}}, **extra}
+    trial = {
+        "nan": {"losses": [1.0, math.nan], "first_nonfinite_step": 2},
+        "slowdown": {"median_step_time": 0.06, "step_times": [0.5, 0.06, 0.06]},
+        "crash": {
+            "error": "ValueError: cannot reshape array of size 32 into shape (3,7)",
+            "extra": {"error_detail": TRACEBACK},
+        },
+    }[symptom]
+    return {
+        "symptom": symptom,
+        "status": "found",
+        "culprits": ["mixed_precision"],
+        "environment": ENV,
+        "baseline": {"losses": [1.0, 0.5], "median_step_time": 0.01},
+        "culprit_trial": trial,
+        "repro": {"code": REPRO, "entry": "repro.py", "files": ["repro.py"], "diff": "+x = 1\n"},
+        "reproduction": {"reproduced": True, "detail": "the loss became non-finite at step 2"},
+        "evidence": {"timing": {"ratio": 6.0, "p_value": 0.001}},
+        **extra,
+    }
 
 
 def sections(text: str) -> list[tuple[str, str]]:
@@ -78,8 +96,9 @@ def test_symptom_specific_words_land_in_their_fields():
 
 def test_environment_fields_show_driver_cuda_wheels_and_library_path():
     fields = dict(sections(render_issue(doc("nan"))))
-    assert fields["GPU model and memory"] == ("NVIDIA A100-SXM4-40GB, 40960 MiB (compute capability 8.0); "
-                                              "NVIDIA driver 550.54.15")
+    assert fields["GPU model and memory"] == (
+        "NVIDIA A100-SXM4-40GB, 40960 MiB (compute capability 8.0); NVIDIA driver 550.54.15"
+    )
     cuda = fields["CUDA/cuDNN version"]
     assert cuda.startswith("CUDA 12.5.1 / cuDNN 9 (build info)")
     assert "nvidia-cudnn-cu12 9.3.0.75" in cuda and "LD_LIBRARY_PATH=/usr/local/cuda/lib64" in cuda
@@ -92,9 +111,12 @@ def test_nightly_is_answered_from_data_or_said_untried():
     assert "Not checked" not in untried
     tried = doc("nan", nightly={"version": "2.22.0.dev20261101", "reproduced": True})
     assert dict(sections(render_issue(tried)))["Have you reproduced the bug with TensorFlow Nightly?"] == (
-        "Yes: the symptom shows on 2.22.0.dev20261101 too.")
+        "Yes: the symptom shows on 2.22.0.dev20261101 too."
+    )
     fixed = doc("nan", nightly={"version": "2.22.0.dev20261101", "reproduced": False})
-    assert "does not show" in dict(sections(render_issue(fixed)))["Have you reproduced the bug with TensorFlow Nightly?"]
+    assert (
+        "does not show" in dict(sections(render_issue(fixed)))["Have you reproduced the bug with TensorFlow Nightly?"]
+    )
 
 
 def test_a_source_build_says_source():

@@ -35,8 +35,11 @@ def test_the_repro_reruns_under_the_nightly_interpreter_and_answers_the_form():
         return Reproduction("nan", True, "the loss became non-finite at step 3")
 
     got = nightly.on_nightly(reproduce, FakeEnv())
-    assert got == {"version": "tf-nightly 2.22.0.dev20261130", "reproduced": True,
-                   "detail": "the loss became non-finite at step 3"}
+    assert got == {
+        "version": "tf-nightly 2.22.0.dev20261130",
+        "reproduced": True,
+        "detail": "the loss became non-finite at step 3",
+    }
     assert callable(seen["runner"])
     assert nightly_answer(got) == "Yes: the symptom shows on tf-nightly 2.22.0.dev20261130 too."
     fixed = nightly.on_nightly(lambda r: Reproduction("nan", False, "finite at every step"), FakeEnv())

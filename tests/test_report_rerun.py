@@ -8,7 +8,7 @@ from tfrepro.settings import TrialSettings
 
 # Unmarked (as every exported repro is), with a line zero-edit detection
 # recognises as a feature: plain Python, no TensorFlow.
-EXPORTED = '''import types
+EXPORTED = """import types
 
 keras = types.SimpleNamespace(mixed_precision=types.SimpleNamespace(set_global_policy=lambda p: POLICY.append(p)))
 POLICY = []
@@ -16,7 +16,7 @@ keras.mixed_precision.set_global_policy("mixed_float16")
 loss = float("nan") if POLICY else 1.0
 for step in range(1, 4):
     print(f"step={step} loss={loss}")
-'''
+"""
 
 
 def test_rerun_keeps_the_culprit_that_zero_edit_detection_would_switch_off(tmp_path):

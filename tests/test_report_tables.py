@@ -22,21 +22,38 @@ STEPS = [0.5, 0.01, 0.002, 0.004, 0.003]
 def _fake_run(tmp_path: Path) -> Path:
     run = tmp_path / "run"
     rows = []
-    for i, (enabled, role, verdict, losses) in enumerate([
-        ([], "baseline", "ok", [1.0, 0.5, 0.25, 0.125, 0.0625]),
-        (["amp", "xla"], "failing", "nan", [1.0, None]),
-        (["xla"], "search", "ok", [1.0, 0.5, 0.25, 0.125, 0.0625]),
-    ], 1):
+    for i, (enabled, role, verdict, losses) in enumerate(
+        [
+            ([], "baseline", "ok", [1.0, 0.5, 0.25, 0.125, 0.0625]),
+            (["amp", "xla"], "failing", "nan", [1.0, None]),
+            (["xla"], "search", "ok", [1.0, 0.5, 0.25, 0.125, 0.0625]),
+        ],
+        1,
+    ):
         d = run / "trials" / f"{i:03d}"
         d.mkdir(parents=True)
-        s = {"label": role, "losses": losses, "step_times": STEPS[:len(losses)], "steps_run": len(losses),
-             "first_nonfinite_step": 2 if None in losses else None, "wall_s": 1.5, "cached": False,
-             "median_step_time": 0.003 if len(losses) > 2 else None}
+        s = {
+            "label": role,
+            "losses": losses,
+            "step_times": STEPS[: len(losses)],
+            "steps_run": len(losses),
+            "first_nonfinite_step": 2 if None in losses else None,
+            "wall_s": 1.5,
+            "cached": False,
+            "median_step_time": 0.003 if len(losses) > 2 else None,
+        }
         (d / "summary.json").write_text(json.dumps(s))
-        rows.append({"enabled": enabled, "verdict": verdict, "summary": f"trials/{i:03d}/summary.json",
-                     "cached": i == 3, "role": role, "repeat": 0})
-    (run / "result.json").write_text(json.dumps({"status": "found", "features": ["amp", "xla"],
-                                                 "trials_table": rows}))
+        rows.append(
+            {
+                "enabled": enabled,
+                "verdict": verdict,
+                "summary": f"trials/{i:03d}/summary.json",
+                "cached": i == 3,
+                "role": role,
+                "repeat": 0,
+            }
+        )
+    (run / "result.json").write_text(json.dumps({"status": "found", "features": ["amp", "xla"], "trials_table": rows}))
     return run
 
 
@@ -56,8 +73,8 @@ def test_trials_csv_one_row_per_trial(tmp_path):
 def _records(path: Path) -> list[bytes]:
     data, pos, out = path.read_bytes(), 0, []
     while pos < len(data):
-        (n,) = struct.unpack("<Q", data[pos:pos + 8])
-        out.append(data[pos + 12:pos + 12 + n])
+        (n,) = struct.unpack("<Q", data[pos : pos + 8])
+        out.append(data[pos + 12 : pos + 12 + n])
         pos += 16 + n
     return out
 
@@ -78,7 +95,11 @@ def test_hparams_sessions_features_as_booleans_and_metrics(tmp_path):
     assert sorted(p.name for p in (run / "tensorboard").iterdir()) == ["001_baseline", "002_failing", "003_search"]
     path = run / "tensorboard" / "002_failing" / events.EVENT_FILE
     assert hparams.read_session_start(_session_value(path)) == {
-        "amp": True, "xla": True, "role": "failing", "verdict": "nan"}
+        "amp": True,
+        "xla": True,
+        "role": "failing",
+        "verdict": "nan",
+    }
     scalars = events.read_scalars(path)  # every CRC checked
     assert scalars["shows_symptom"] == [(2, 1.0)] and math.isnan(scalars["final_loss"][0][1])
     assert [s for s, _ in scalars["loss"]] == [1, 2]
@@ -92,8 +113,9 @@ def test_session_start_info_parses_with_protobuf(tmp_path):
     descriptor_pb2 = pytest.importorskip("google.protobuf.descriptor_pb2")
     from google.protobuf import descriptor_pool, message_factory, struct_pb2
 
-    f = descriptor_pb2.FileDescriptorProto(name="hp.proto", package="hp", syntax="proto3",
-                                           dependency=["google/protobuf/struct.proto"])
+    f = descriptor_pb2.FileDescriptorProto(
+        name="hp.proto", package="hp", syntax="proto3", dependency=["google/protobuf/struct.proto"]
+    )
     m = f.message_type.add(name="SessionStartInfo")
     e = m.nested_type.add(name="HparamsEntry")
     e.options.map_entry = True

@@ -9,7 +9,7 @@ from report_fakes import ScriptedRunner, build, make_project, make_run
 
 from tfrepro.report.trim import trim_source
 
-SRC = '''from __future__ import annotations
+SRC = """from __future__ import annotations
 
 import os, sys
 import tempfile
@@ -24,9 +24,9 @@ with strategy.scope():
     model = models.Sequential()
     model.compile()
 print(np.zeros(1), sys.argv, x)
-'''
+"""
 
-TRIMMED = '''from __future__ import annotations
+TRIMMED = """from __future__ import annotations
 
 import sys
 import numpy as np
@@ -36,24 +36,31 @@ x = 1
 model = models.Sequential()
 model.compile()
 print(np.zeros(1), sys.argv, x)
-'''
+"""
 
 
 def test_trim_removes_unused_imports_self_assignments_and_the_default_strategy_scope():
     text, changes = trim_source(SRC)
     assert text == TRIMMED
-    assert changes == ["removed the unused import os", "removed the unused import tempfile",
-                       "removed the unused import L", "removed the self-assignment x = x",
-                       "removed strategy = ...get_strategy() and unwrapped `with strategy.scope():`",
-                       "removed the unused import tf"]
+    assert changes == [
+        "removed the unused import os",
+        "removed the unused import tempfile",
+        "removed the unused import L",
+        "removed the self-assignment x = x",
+        "removed strategy = ...get_strategy() and unwrapped `with strategy.scope():`",
+        "removed the unused import tf",
+    ]
 
 
-@pytest.mark.parametrize("src", [
-    "import os\n__all__ = ['os']\n",  # a module that re-exports
-    "import tensorflow as tf\ns = tf.distribute.get_strategy()\nwith s.scope():\n    pass\nprint(s)\n",
-    "from x import *\n",
-    "def f(:\n",  # does not parse: left alone
-])
+@pytest.mark.parametrize(
+    "src",
+    [
+        "import os\n__all__ = ['os']\n",  # a module that re-exports
+        "import tensorflow as tf\ns = tf.distribute.get_strategy()\nwith s.scope():\n    pass\nprint(s)\n",
+        "from x import *\n",
+        "def f(:\n",  # does not parse: left alone
+    ],
+)
 def test_trim_leaves_alone_what_it_cannot_prove_unused(src):
     assert trim_source(src) == (src, [])
 

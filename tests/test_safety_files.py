@@ -32,8 +32,7 @@ def digest(path: Path) -> str:
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **(env or {})}
-    return subprocess.run([PY, "-m", "tfrepro", *args], capture_output=True, text=True, env=full_env,
-                          timeout=600)
+    return subprocess.run([PY, "-m", "tfrepro", *args], capture_output=True, text=True, env=full_env, timeout=600)
 
 
 # -- 1. trials never write through into user files ------------------------------
@@ -117,12 +116,15 @@ def features_set(root: Path, states: str) -> None:
     assert r.exit_code == 0, r.output
 
 
-@pytest.mark.parametrize("encoding,data", [
-    ("crlf", BLOCK.replace("\n", "\r\n").encode() + b"print(A)\r\n"),
-    ("bom", b"\xef\xbb\xbf" + BLOCK.encode() + "print('héllo', A)\n".encode()),
-    ("latin-1", b"# -*- coding: latin-1 -*-\n" + BLOCK.encode() + "print('caf\xe9', A)\n".encode("latin-1")),
-    ("mixed-eol-formfeed", b"x = 1\r\n\x0c\n" + BLOCK.encode() + b"y = 2\r"),
-])
+@pytest.mark.parametrize(
+    "encoding,data",
+    [
+        ("crlf", BLOCK.replace("\n", "\r\n").encode() + b"print(A)\r\n"),
+        ("bom", b"\xef\xbb\xbf" + BLOCK.encode() + "print('héllo', A)\n".encode()),
+        ("latin-1", b"# -*- coding: latin-1 -*-\n" + BLOCK.encode() + "print('caf\xe9', A)\n".encode("latin-1")),
+        ("mixed-eol-formfeed", b"x = 1\r\n\x0c\n" + BLOCK.encode() + b"y = 2\r"),
+    ],
+)
 def test_set_on_then_off_restores_the_original_bytes(tmp_path, encoding, data):
     (tmp_path / "repro.py").write_bytes(data)
 
@@ -187,8 +189,16 @@ def test_script_in_a_home_subfolder_copies_that_folder_never_secrets_or_venvs(tm
     (proj / "sub").mkdir(parents=True)
     (proj / "train.py").write_text(BLOCK)
     (proj / "sub" / "helper.py").write_text("X = 1\n")
-    for secret in (".aws/credentials", ".netrc", ".docker/config.json", ".config/gcloud/creds.json",
-                   ".git-credentials", ".kaggle/kaggle.json", "env2/pyvenv.cfg", "env2/lib/site.py"):
+    for secret in (
+        ".aws/credentials",
+        ".netrc",
+        ".docker/config.json",
+        ".config/gcloud/creds.json",
+        ".git-credentials",
+        ".kaggle/kaggle.json",
+        "env2/pyvenv.cfg",
+        "env2/lib/site.py",
+    ):
         (proj / secret).parent.mkdir(parents=True, exist_ok=True)
         (proj / secret).write_text("secret\n")
 

@@ -17,8 +17,7 @@ SCRIPT = "# tfrepro: feature a -- demo\n# A = 1\n# tfrepro: else\nA = 0\n# tfrep
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]), **(env or {})}
-    return subprocess.run([PY, "-m", "tfrepro", *args], capture_output=True, text=True, env=full_env,
-                          timeout=300)
+    return subprocess.run([PY, "-m", "tfrepro", *args], capture_output=True, text=True, env=full_env, timeout=300)
 
 
 def project(tmp_path: Path, manifest: str | bytes | None) -> Path:
@@ -40,19 +39,22 @@ def assert_bad_input(r: subprocess.CompletedProcess, *needles: str) -> None:
         assert n in r.stderr, r.stderr
 
 
-@pytest.mark.parametrize("table,key,value", [
-    ("trial", "timeout_s", "nan"),
-    ("trial", "timeout_s", "inf"),
-    ("trial", "timeout_s", "1e300"),
-    ("symptoms", "slowdown", "nan"),
-    ("symptoms", "slowdown", "inf"),
-    ("symptoms", "slowdown", "1e300"),
-    ("symptoms", "mismatch", "nan"),
-    ("symptoms", "mismatch", "+inf"),
-    ("symptoms", "mismatch", "1e300"),
-    ("state", "keep_runs", "-1"),
-    ("state", "copy_budget_mb", "nan"),
-])
+@pytest.mark.parametrize(
+    "table,key,value",
+    [
+        ("trial", "timeout_s", "nan"),
+        ("trial", "timeout_s", "inf"),
+        ("trial", "timeout_s", "1e300"),
+        ("symptoms", "slowdown", "nan"),
+        ("symptoms", "slowdown", "inf"),
+        ("symptoms", "slowdown", "1e300"),
+        ("symptoms", "mismatch", "nan"),
+        ("symptoms", "mismatch", "+inf"),
+        ("symptoms", "mismatch", "1e300"),
+        ("state", "keep_runs", "-1"),
+        ("state", "copy_budget_mb", "nan"),
+    ],
+)
 def test_non_finite_or_absurd_thresholds_are_refused_naming_the_line(tmp_path, table, key, value):
     root = project(tmp_path, f"# settings\n[{table}]\n{key} = {value}\n")
 
@@ -91,10 +93,10 @@ def test_good_beyond_a_shallow_clones_boundary_says_unshallow(tmp_path):
     for i in range(5):
         origin.commit(f"change {i}", {"proj/repro.py": SCRIPT.replace("print(A)", f"print(A, {i})")})
     env = {**os.environ, **git_env(home)}
-    subprocess.run(["git", "clone", "-q", "--depth", "2", f"file://{origin.root}", str(tmp_path / "clone")],
-                   check=True, env=env)
+    subprocess.run(
+        ["git", "clone", "-q", "--depth", "2", f"file://{origin.root}", str(tmp_path / "clone")], check=True, env=env
+    )
 
-    r = cli("bisect", "--good", origin.commits[0], "--bad", "HEAD", str(tmp_path / "clone" / "proj"),
-            env=git_env(home))
+    r = cli("bisect", "--good", origin.commits[0], "--bad", "HEAD", str(tmp_path / "clone" / "proj"), env=git_env(home))
 
     assert_bad_input(r, "shallow", "git fetch --unshallow")

@@ -24,35 +24,65 @@ from tfrepro.report import events
 from tfrepro.report.scrub import REDACTED, Scrubber
 from tfrepro.report.secretscan import Finding, raise_on_findings, scan_bundle
 
-PGP_BODY = ("lQOYBGXk3mUBCADJ7v1mZqk2YwWbq0x8Q9tT2ZrLmVn4cPq1sDf0aHhGjK3lMnBv",
-            "xW8yZ2aQe5rT7uI9oP0aS1dF2gH3jK4lZ5xC6vB7nM8qW9eR0tY1uI2oP3aS4dF")
-PEM_BODY = ("MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7q2Zk8mRvN4pX",
-            "c2Lw9yTb5eJfH3kQa7sUd1oVg6iXr0nPm8tYz4wKjB2hE5fG9cL3xR7uA1qD6sN0")
+PGP_BODY = (
+    "lQOYBGXk3mUBCADJ7v1mZqk2YwWbq0x8Q9tT2ZrLmVn4cPq1sDf0aHhGjK3lMnBv",
+    "xW8yZ2aQe5rT7uI9oP0aS1dF2gH3jK4lZ5xC6vB7nM8qW9eR0tY1uI2oP3aS4dF",
+)
+PEM_BODY = (
+    "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7q2Zk8mRvN4pX",
+    "c2Lw9yTb5eJfH3kQa7sUd1oVg6iXr0nPm8tYz4wKjB2hE5fG9cL3xR7uA1qD6sN0",
+)
 
 # (id, Python source that runs as is, the secret values it holds)
 LEAKS: list[tuple[str, str, tuple[str, ...]]] = [
-    ("environ-subscript", 'os.environ["WANDB_API_KEY"] = "f2903bf6905f947e5d1775086c1d4dd63e274da9"\n',
-     ("f2903bf6905f947e5d1775086c1d4dd63e274da9",)),
+    (
+        "environ-subscript",
+        'os.environ["WANDB_API_KEY"] = "f2903bf6905f947e5d1775086c1d4dd63e274da9"\n',
+        ("f2903bf6905f947e5d1775086c1d4dd63e274da9",),
+    ),
     ("annotated-password", 'password: str = "Tr0ub4dor&3xyz"\n', ("Tr0ub4dor&3xyz",)),
     ("dict-pass", "db = {'user': 'alice', 'pass': 'qu1ckBr0wnF0x'}\n", ("qu1ckBr0wnF0x",)),
     ("pw-keyword", 'conn = dict(host="db", pw="s3cr3tPw9z")\n', ("s3cr3tPw9z",)),
-    ("wandb-login", 'if False:\n    wandb.login(key="1202ca5900ed3739a963d21895a0e5ba249e4cde")\n',
-     ("1202ca5900ed3739a963d21895a0e5ba249e4cde",)),
-    ("kaggle-key", 'kaggle = {"username": "alice", "key": "e5510cf09a910b1e8e537787c5b1469a"}\n',
-     ("e5510cf09a910b1e8e537787c5b1469a",)),
-    ("bearer-lowercase", 'headers = {"Authorization": "Bearer bilrdodmbqpnvtvftaxc3bximnyhzt"}\n',
-     ("bilrdodmbqpnvtvftaxc3bximnyhzt",)),
-    ("gitlab", 'gl = dict(url="https://gitlab.example.com", auth="glpat-o2Zf90cbW3PIVQbulTpU")\n',
-     ("glpat-o2Zf90cbW3PIVQbulTpU",)),
+    (
+        "wandb-login",
+        'if False:\n    wandb.login(key="1202ca5900ed3739a963d21895a0e5ba249e4cde")\n',
+        ("1202ca5900ed3739a963d21895a0e5ba249e4cde",),
+    ),
+    (
+        "kaggle-key",
+        'kaggle = {"username": "alice", "key": "e5510cf09a910b1e8e537787c5b1469a"}\n',
+        ("e5510cf09a910b1e8e537787c5b1469a",),
+    ),
+    (
+        "bearer-lowercase",
+        'headers = {"Authorization": "Bearer bilrdodmbqpnvtvftaxc3bximnyhzt"}\n',
+        ("bilrdodmbqpnvtvftaxc3bximnyhzt",),
+    ),
+    (
+        "gitlab",
+        'gl = dict(url="https://gitlab.example.com", auth="glpat-o2Zf90cbW3PIVQbulTpU")\n',
+        ("glpat-o2Zf90cbW3PIVQbulTpU",),
+    ),
     ("stripe", 'stripe = dict(client="sk_live_NpL94fbjlSx3ywzabzGXVqBZ")\n', ("sk_live_NpL94fbjlSx3ywzabzGXVqBZ",)),
-    ("aws-secret-with-slashes", 'aws = dict(id="AKIAIOSFODNN7EXAMPLE", s="mQxlxDmuhTfPk/0tTjQL8mF9S0/xV9dHEzd1H5D9")\n',
-     ("AKIAIOSFODNN7EXAMPLE", "mQxlxDmuhTfPk/0tTjQL8mF9S0/xV9dHEzd1H5D9")),
-    ("pgp-block", 'PGP = """-----BEGIN PGP PRIVATE KEY BLOCK-----\n\n' + "\n".join(PGP_BODY)
-     + '\n=Xq9z\n-----END PGP PRIVATE KEY BLOCK-----"""\n', PGP_BODY),
+    (
+        "aws-secret-with-slashes",
+        'aws = dict(id="AKIAIOSFODNN7EXAMPLE", s="mQxlxDmuhTfPk/0tTjQL8mF9S0/xV9dHEzd1H5D9")\n',
+        ("AKIAIOSFODNN7EXAMPLE", "mQxlxDmuhTfPk/0tTjQL8mF9S0/xV9dHEzd1H5D9"),
+    ),
+    (
+        "pgp-block",
+        'PGP = """-----BEGIN PGP PRIVATE KEY BLOCK-----\n\n'
+        + "\n".join(PGP_BODY)
+        + '\n=Xq9z\n-----END PGP PRIVATE KEY BLOCK-----"""\n',
+        PGP_BODY,
+    ),
     ("truncated-private-key", 'PEM = """-----BEGIN PRIVATE KEY-----\n' + "\n".join(PEM_BODY) + '\n"""\n', PEM_BODY),
     ("url-token", 'REMOTE = "https://EGn5HpOvluWBx7Qk2Lm9@git.example.com/org/repo.git"\n', ("EGn5HpOvluWBx7Qk2Lm9",)),
-    ("url-password-with-slashes", 'DB_URL = "postgresql://bob:pa/ss/w0rd9@db.example.com:5432/app"\n',
-     ("pa/ss/w0rd9",)),
+    (
+        "url-password-with-slashes",
+        'DB_URL = "postgresql://bob:pa/ss/w0rd9@db.example.com:5432/app"\n',
+        ("pa/ss/w0rd9",),
+    ),
     ("hf-short", 'hub = dict(t="hf_tUwrGqDrWD")\n', ("hf_tUwrGqDrWD",)),
     ("passphrase-with-spaces", 'passphrase = "correct horse battery staple"\n', ("correct horse battery staple",)),
 ]
@@ -117,18 +147,26 @@ def test_scan_finds_every_leak_in_a_raw_file_and_nothing_once_scrubbed(tmp_path)
         assert _lines_of(values, ALL_LEAKS) & flagged, f"{leak_id} not found in the raw file"
     # detect-secrets itself, not only tfrepro's rules, sees what it knows.
     kinds = {f.kind for f in found}
-    assert {"Hex High Entropy String", "Private Key", "Stripe Access Key", "GitLab Token",
-            "AWS Access Key"} <= kinds
+    assert {"Hex High Entropy String", "Private Key", "Stripe Access Key", "GitLab Token", "AWS Access Key"} <= kinds
     assert scan_bundle(clean) == []
 
 
 def test_scan_leaves_the_marker_and_our_own_hashes_alone(tmp_path):
     sha = "3b5d5c3712955042212316173ccf37be800958e4"
     cache_key = hashlib.sha256(b"variant").hexdigest()
-    (tmp_path / "result.json").write_text(json.dumps(
-        {"first_bad_commit": sha, "commit": {"sha": sha, "subject": "float16"}, "good": {"sha": "cd" * 20},
-         "trials_table": [{"key": cache_key, "verdict": "nan"}], "api_key": REDACTED,
-         "log_dir": "/tmp/tfrepro-rerun-2tbjmedq/state/trials/ae35c128cfbbdc07-442y_tqz"}, indent=2))
+    (tmp_path / "result.json").write_text(
+        json.dumps(
+            {
+                "first_bad_commit": sha,
+                "commit": {"sha": sha, "subject": "float16"},
+                "good": {"sha": "cd" * 20},
+                "trials_table": [{"key": cache_key, "verdict": "nan"}],
+                "api_key": REDACTED,
+                "log_dir": "/tmp/tfrepro-rerun-2tbjmedq/state/trials/ae35c128cfbbdc07-442y_tqz",
+            },
+            indent=2,
+        )
+    )
     (tmp_path / "repro.py").write_text(f'password = "{REDACTED}"\nheaders = {{"Authorization": "Bearer {REDACTED}"}}\n')
     assert scan_bundle(tmp_path) == []
     # The same 40 hex digits under a name that is not a commit: a W&B key.
@@ -150,8 +188,15 @@ def test_findings_fail_the_report_naming_file_and_line(tmp_path):
 # --------------------------------------------------------------------------- bundles (scripted runner)
 
 
-@pytest.mark.parametrize("symptom, culprits", [("nan", ["mixed_precision"]), ("crash", ["bad_reshape"]),
-                                               ("mismatch", ["custom_loop"]), ("slowdown", ["slow_callback"])])
+@pytest.mark.parametrize(
+    "symptom, culprits",
+    [
+        ("nan", ["mixed_precision"]),
+        ("crash", ["bad_reshape"]),
+        ("mismatch", ["custom_loop"]),
+        ("slowdown", ["slow_callback"]),
+    ],
+)
 def test_normal_bundles_have_no_findings(project, symptom, culprits):
     run = make_run(project, symptom, culprits)
     result = json.loads((run / "result.json").read_text())
@@ -172,8 +217,12 @@ def test_commit_bundle_with_git_shas_has_no_findings(project):
         d.mkdir(parents=True)
         (d / "repro.py").write_text(f"import keras\n{policy}print('train')\n")
     result = json.loads((run / "result.json").read_text())
-    result.update(good_project=str(run / "commits" / "good"), first_bad_project=str(run / "commits" / "bad"),
-                  good={"sha": good}, bad={"sha": sha})
+    result.update(
+        good_project=str(run / "commits" / "good"),
+        first_bad_project=str(run / "commits" / "bad"),
+        good={"sha": good},
+        bad={"sha": sha},
+    )
     (run / "result.json").write_text(json.dumps(result))
     b = build(run, ScriptedRunner())
     assert sha in (b.out / "report.json").read_text()
@@ -194,8 +243,12 @@ def test_a_leaky_project_gives_a_bundle_without_any_of_its_secrets(project):
 
 def test_report_json_counts_withheld_env_vars_without_naming_them(project):
     run = make_run(project, "nan", ["mixed_precision"])
-    env = {"ACME_PROD_DB_PASSWORD": "hunter2-prod-9", "STRIPE_API_KEY": "sk_live_NpL94fbjlSx3ywzabzGXVqBZ",
-           "INTERNAL_GITLAB_TOKEN": "glpat-o2Zf90cbW3PIVQbulTpU", "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {
+        "ACME_PROD_DB_PASSWORD": "hunter2-prod-9",
+        "STRIPE_API_KEY": "sk_live_NpL94fbjlSx3ywzabzGXVqBZ",
+        "INTERNAL_GITLAB_TOKEN": "glpat-o2Zf90cbW3PIVQbulTpU",
+        "TF_CPP_MIN_LOG_LEVEL": "2",
+    }
     b = build(run, ScriptedRunner(), environ=env)
     assert b.doc["redacted_env_count"] == 3
     for p in b.out.rglob("*"):

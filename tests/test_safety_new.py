@@ -27,8 +27,8 @@ INJECTION = 'x.npz"); __import__("os").system("touch pwned"); ("'
 PATHS = {
     "injection": INJECTION,
     "windows": "C:\\data\\new.npz",
-    "quotes": "it's \"quoted\" data.npz",
-    "triple-quotes": 'a"""b\'\'\'c.npz',
+    "quotes": 'it\'s "quoted" data.npz',
+    "triple-quotes": "a\"\"\"b'''c.npz",
     "non-ascii": "données/日本語 😀.npz",
 }
 FILES = ("repro.py", "make_sample_data.py")
@@ -41,8 +41,11 @@ def _generate(dest: Path, template: str, data_path: str) -> Path:
 
 def _data_path_node(tree: ast.Module) -> ast.expr:
     """The last argument of `DATA_PATH = os.path.join(..., <path>)`."""
-    [assign] = [n for n in tree.body if isinstance(n, ast.Assign)
-                and [getattr(t, "id", None) for t in n.targets] == ["DATA_PATH"]]
+    [assign] = [
+        n
+        for n in tree.body
+        if isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["DATA_PATH"]
+    ]
     assert isinstance(assign.value, ast.Call) and ast.unparse(assign.value.func) == "os.path.join"
     return assign.value.args[-1]
 
@@ -87,8 +90,9 @@ def test_a_data_path_is_one_string_literal_equal_to_what_was_given(tmp_path, mon
         base = ast.parse((baselines[template] / name).read_text(encoding="utf-8"))
         assert _shape(tree, path) == _shape(base, DEFAULT_PATH)
     # Executing the assignment gives the path next to the script, and runs nothing else.
-    line = next(ln for ln in (dest / "repro.py").read_text(encoding="utf-8").splitlines()
-                if ln.startswith("DATA_PATH = "))
+    line = next(
+        ln for ln in (dest / "repro.py").read_text(encoding="utf-8").splitlines() if ln.startswith("DATA_PATH = ")
+    )
     monkeypatch.chdir(tmp_path)
     scope: dict = {"__file__": str(dest / "repro.py")}
     exec("import os\n" + line, scope)  # noqa: S102  (the line under test)
@@ -106,8 +110,7 @@ def test_a_float_that_is_not_finite_and_sensible_is_refused(tmp_path, value):
 
 @pytest.mark.parametrize("value", ["a\nb.npz", "a\rb.npz", "a\x00b.npz", "a\u2028b.npz"])
 def test_a_data_path_that_is_not_one_line_is_refused(tmp_path, value):
-    result = CliRunner().invoke(main, ["new", str(tmp_path / "r"), "-d", "data_source=npz",
-                                       "-d", f"data_path={value}"])
+    result = CliRunner().invoke(main, ["new", str(tmp_path / "r"), "-d", "data_source=npz", "-d", f"data_path={value}"])
     assert result.exit_code == 2, result.output
     assert "data_path must be one line of printable text" in result.stderr
     assert _leftovers(tmp_path) == []

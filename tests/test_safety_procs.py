@@ -86,8 +86,9 @@ def _setup(tmp_path: Path) -> tuple[Path, Path, dict]:
 def _kill_helper_mid_trial(tmp_path: Path, how: str) -> None:
     d, pids, env = _setup(tmp_path)
     marker = f"tfrepro-marker-{uuid.uuid4().hex}"
-    helper = subprocess.Popen([sys.executable, "-c", HELPER, str(d), how, marker], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    helper = subprocess.Popen(
+        [sys.executable, "-c", HELPER, str(d), how, marker], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     try:
         assert _wait_for(lambda: any(pids.iterdir()), 60), helper.communicate(timeout=5)
         trial_pids = [int(x) for f in pids.iterdir() for x in f.read_text().split()]
@@ -152,8 +153,9 @@ def test_ctrl_c_with_jobs_2_stops_running_trials_at_once_and_keeps_finished_ones
     pids = tmp_path / "pids"
     pids.mkdir()
     env = {**os.environ, "PYTHONPATH": str(REPO), "PIDS": str(pids)}
-    helper = subprocess.Popen([sys.executable, "-c", BATCH, str(root)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    helper = subprocess.Popen(
+        [sys.executable, "-c", BATCH, str(root)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         # the fast trial finishes, the two slow ones run side by side
         assert _wait_for(lambda: len(list(pids.iterdir())) >= 3, 60), helper.communicate(timeout=5)

@@ -24,8 +24,20 @@ from tfrepro.scaffold.generate import new_project
 from tfrepro.scaffold.templates import PACKAGED_TEMPLATES, available_templates, ensure_template_repo
 
 CATALOG = [
-    "mixed_precision", "mirrored_strategy", "xla", "eager_debugging", "prefetch", "parallel_map", "cache",
-    "shuffle", "interleave", "callbacks", "custom_loop", "custom_layer", "lr_warmup", "gradient_accumulation",
+    "mixed_precision",
+    "mirrored_strategy",
+    "xla",
+    "eager_debugging",
+    "prefetch",
+    "parallel_map",
+    "cache",
+    "shuffle",
+    "interleave",
+    "callbacks",
+    "custom_loop",
+    "custom_layer",
+    "lr_warmup",
+    "gradient_accumulation",
     "sync_batchnorm",
 ]
 DEFAULT_FEATURES = {"prefetch", "parallel_map", "cache", "shuffle", "callbacks"}
@@ -57,9 +69,14 @@ def _isolated(tmp_path_factory, monkeypatch):
     monkeypatch.delenv("TFREPRO_TEMPLATES_DIR", raising=False)
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(home / "gitconfig"))
     monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
-    for var, value in [("GIT_AUTHOR_NAME", "T"), ("GIT_AUTHOR_EMAIL", "t@example.com"),
-                       ("GIT_COMMITTER_NAME", "T"), ("GIT_COMMITTER_EMAIL", "t@example.com"),
-                       ("GIT_AUTHOR_DATE", "2026-01-01T00:00:00"), ("GIT_COMMITTER_DATE", "2026-01-01T00:00:00")]:
+    for var, value in [
+        ("GIT_AUTHOR_NAME", "T"),
+        ("GIT_AUTHOR_EMAIL", "t@example.com"),
+        ("GIT_COMMITTER_NAME", "T"),
+        ("GIT_COMMITTER_EMAIL", "t@example.com"),
+        ("GIT_AUTHOR_DATE", "2026-01-01T00:00:00"),
+        ("GIT_COMMITTER_DATE", "2026-01-01T00:00:00"),
+    ]:
         monkeypatch.setenv(var, value)
 
 
@@ -135,8 +152,14 @@ def test_defaults_project_is_committed_in_git(tmp_path):
     assert not repo.is_dirty(untracked_files=True)
     assert len(list(repo.iter_commits())) == 1
     tracked = set(repo.git.ls_files().splitlines())
-    assert {"repro.py", "tfrepro.toml", "README.md", ".copier-answers.yml", "tests/test_repro.py",
-            ".gitignore"} <= tracked
+    assert {
+        "repro.py",
+        "tfrepro.toml",
+        "README.md",
+        ".copier-answers.yml",
+        "tests/test_repro.py",
+        ".gitignore",
+    } <= tracked
     answers = yaml.safe_load((dest / ".copier-answers.yml").read_text())
     assert answers["_commit"] == (PACKAGED_TEMPLATES / "VERSION").read_text().strip()
     assert set(answers["features"]) == DEFAULT_FEATURES
@@ -208,8 +231,11 @@ def test_without_a_terminal_new_needs_defaults_or_data(tmp_path):
 
 
 def test_data_sources_come_with_their_loading_code(tmp_path):
-    for source, code in [("npz", "np.load(DATA_PATH)"), ("tfrecord", "tf.data.TFRecordDataset"),
-                         ("image_folder", "image_dataset_from_directory")]:
+    for source, code in [
+        ("npz", "np.load(DATA_PATH)"),
+        ("tfrecord", "tf.data.TFRecordDataset"),
+        ("image_folder", "image_dataset_from_directory"),
+    ]:
         dest = tmp_path / source
         new_project(dest, template="image", data={"data_source": source, "features": "interleave"})
         text = (dest / "repro.py").read_text()
@@ -222,6 +248,7 @@ def test_data_sources_come_with_their_loading_code(tmp_path):
 
 
 # -- the git-versioned template cache ----------------------------------------
+
 
 def _template_copy(tmp_path: Path) -> Path:
     src = tmp_path / "templates"
@@ -257,6 +284,7 @@ def test_cache_tags_each_template_content_once(tmp_path):
 
 
 # -- update ------------------------------------------------------------------
+
 
 @pytest.fixture
 def versioned(tmp_path, monkeypatch):
@@ -331,5 +359,4 @@ def test_generated_files_parse_as_the_marker_grammar(all_on_projects):
     for template, dest in all_on_projects.items():
         for path in dest.rglob("*.py"):
             fb.parse(path.read_text(), str(path))  # raises on a malformed block
-        assert subprocess.run(["git", "status", "--porcelain"], cwd=dest, capture_output=True,
-                              text=True).stdout == ""
+        assert subprocess.run(["git", "status", "--porcelain"], cwd=dest, capture_output=True, text=True).stdout == ""

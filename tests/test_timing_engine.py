@@ -19,8 +19,10 @@ def slow(feature: str, ratio: float, *, cv: float = 0.05, steps: int = 60):
     def behave(cfg, r):
         rng = random.Random(zlib.crc32(f"{sorted(cfg)}{r}".encode()))
         step = 0.002 * (ratio if feature in cfg else 1.0) * math.exp(rng.gauss(0, cv))
-        return {"step_times": (0.5,) * 3 + tuple(step * math.exp(rng.gauss(0, 0.03)) for _ in range(steps)),
-                "extra": {"others_cpu": 0.0}}  # a quiet machine
+        return {
+            "step_times": (0.5,) * 3 + tuple(step * math.exp(rng.gauss(0, 0.03)) for _ in range(steps)),
+            "extra": {"others_cpu": 0.0},
+        }  # a quiet machine
 
     return behave
 
@@ -36,7 +38,7 @@ def test_timing_trials_get_a_time_budget_and_the_others_do_not(tmp_path):
     doc = bisect(p, opts, runner=runner).to_dict()
     assert doc["status"] == "found" and doc["culprits"] == ["xla"]
     timing = {r["repeat"] for r in timing_rows(doc)}
-    for (enabled, settings) in runner.cache:
+    for enabled, settings in runner.cache:
         if settings.repeat in timing:
             assert (settings.min_time_s, settings.min_steps, settings.steps_max) == (0.5, 20, 900)
         else:

@@ -22,8 +22,15 @@ from tfrepro.trials.values import Verdict
 THRESHOLD = 1.25
 
 
-def trial_steps(rng: random.Random, level: float, *, n: int = 60, trial_sd: float = 0.06,
-                step_sd: float = 0.05, contention: float = 0.35) -> tuple[tuple[float, ...], bool]:
+def trial_steps(
+    rng: random.Random,
+    level: float,
+    *,
+    n: int = 60,
+    trial_sd: float = 0.06,
+    step_sd: float = 0.05,
+    contention: float = 0.35,
+) -> tuple[tuple[float, ...], bool]:
     """(steady step times, quiet)"""
     base = 0.002 * level * math.exp(rng.gauss(0, trial_sd))
     steps = [base * math.exp(rng.gauss(0, step_sd)) for _ in range(n)]
@@ -49,8 +56,7 @@ def sampler(ratio: float, seed: int, **noise):
 
 
 def outcomes(ratio: float, seeds, **noise):
-    return [sequential_slowdown(sampler(ratio, s, **noise)[0], THRESHOLD, min_samples=3, max_samples=16)
-            for s in seeds]
+    return [sequential_slowdown(sampler(ratio, s, **noise)[0], THRESHOLD, min_samples=3, max_samples=16) for s in seeds]
 
 
 def test_a_vs_a_false_slowdowns_stay_under_1_in_50():

@@ -46,8 +46,9 @@ print("finished all steps")
 """
 
 
-def make_project(root: Path, script: str = LOOP, manifest: str = "[trial]\nsteps = 5\ntimeout_s = 30\n",
-                 name: str = "repro.py") -> Project:
+def make_project(
+    root: Path, script: str = LOOP, manifest: str = "[trial]\nsteps = 5\ntimeout_s = 30\n", name: str = "repro.py"
+) -> Project:
     root.mkdir(parents=True, exist_ok=True)
     (root / name).write_text(textwrap.dedent(script))
     (root / "tfrepro.toml").write_text(manifest)
@@ -264,12 +265,14 @@ def test_seed_and_hash_seed_reach_the_script(tmp_path):
 
 def test_plugins_install_record_and_end_hooks(tmp_path):
     plugin = tmp_path / "probe.py"
-    plugin.write_text(textwrap.dedent("""\
+    plugin.write_text(
+        textwrap.dedent("""\
         def install(ctx):
             ctx.record("probe_options", ctx.options)
             ctx.add_end_hook(lambda models: ctx.record("probe_end", len(models)))
             ctx.add_fit_hook(lambda model, args, kwargs: None)
-        """))
+        """)
+    )
     broken = tmp_path / "broken.py"
     broken.write_text("def install(ctx):\n    raise RuntimeError('nope')\n")
     p = make_project(tmp_path / "p")
@@ -283,8 +286,7 @@ def test_plugins_install_record_and_end_hooks(tmp_path):
 def test_concurrent_trials_get_their_own_dirs(tmp_path):
     p = make_project(tmp_path / "p")
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda i: run_trial(p, [], settings_of(p, repeat=i % 2), use_cache=False),
-                                range(4)))
+        results = list(pool.map(lambda i: run_trial(p, [], settings_of(p, repeat=i % 2), use_cache=False), range(4)))
     assert len({r.log_dir for r in results}) == 4
     assert all(r.losses == results[0].losses and not r.crashed for r in results)
     assert len(list((p.state_dir / "cache").glob("*.json"))) == 2
@@ -294,8 +296,10 @@ def test_a_user_sitecustomize_still_runs(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text("import builtins\nbuiltins.USER_SITE_RAN = True\n")
-    p = make_project(tmp_path / "p", "import builtins\nprint('step=1 loss=', getattr(builtins, 'USER_SITE_RAN', 0))\n"
-                     "print('step=2 loss=0.5')\n")
+    p = make_project(
+        tmp_path / "p",
+        "import builtins\nprint('step=1 loss=', getattr(builtins, 'USER_SITE_RAN', 0))\nprint('step=2 loss=0.5')\n",
+    )
     r = run_trial(p, [], settings_of(p), env={"PYTHONPATH": str(site)})
     assert "loss= True" in stdout_of(r) and r.losses == (0.5,)
 
@@ -344,8 +348,11 @@ def test_a_trial_whose_tfrepro_parent_is_killed_dies_with_it(tmp_path):
     import subprocess
 
     p = hang_project(tmp_path, timeout=120)
-    parent = subprocess.Popen([sys.executable, "-m", "tfrepro", "run", str(p.root), "--no-cache"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "tfrepro", "run", str(p.root), "--no-cache"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     pid_files: list[Path] = []
     while time.monotonic() < deadline and not pid_files:

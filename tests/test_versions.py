@@ -18,8 +18,22 @@ from tfrepro.trials.values import TrialResult
 
 # -- releases -------------------------------------------------------------------------
 
-FAKE_RELEASES = ["2.13.1", "2.14.0rc0", "2.14.0", "2.14.1", "2.15.0", "2.15.0.post1", "2.15.1", "2.16.0rc0",
-                 "2.16.1", "2.16.2", "2.17.0.dev20240101", "2.17.0", "2.17.1", "2.18.0rc2"]
+FAKE_RELEASES = [
+    "2.13.1",
+    "2.14.0rc0",
+    "2.14.0",
+    "2.14.1",
+    "2.15.0",
+    "2.15.0.post1",
+    "2.15.1",
+    "2.16.0rc0",
+    "2.16.1",
+    "2.16.2",
+    "2.17.0.dev20240101",
+    "2.17.0",
+    "2.17.1",
+    "2.18.0rc2",
+]
 
 
 def fake_listing() -> releases.Listing:
@@ -28,7 +42,13 @@ def fake_listing() -> releases.Listing:
 
 def test_order_puts_prereleases_and_posts_where_pep440_does():
     assert releases.sort_versions(["2.16.1", "2.16.0rc0", "2.15.0.post1", "2.15.0", "2.9.3", "2.16.0.dev1"]) == [
-        "2.9.3", "2.15.0", "2.15.0.post1", "2.16.0.dev1", "2.16.0rc0", "2.16.1"]
+        "2.9.3",
+        "2.15.0",
+        "2.15.0.post1",
+        "2.16.0.dev1",
+        "2.16.0rc0",
+        "2.16.1",
+    ]
 
 
 def test_range_holds_final_releases_only_one_per_release():
@@ -56,12 +76,14 @@ def test_mixed_list_and_range_and_bad_input():
 
 
 def test_wheel_listing_keeps_this_python_and_platform_and_drops_yanked():
-    files = [{"filename": "tensorflow_cpu-2.15.1-cp311-cp311-manylinux_2_17_x86_64.whl"},
-             {"filename": "tensorflow_cpu-2.10.0-cp310-cp310-manylinux_2_17_x86_64.whl"},
-             {"filename": "tensorflow_cpu-2.16.1-cp311-cp311-manylinux_2_17_x86_64.whl", "yanked": True},
-             {"filename": "tensorflow_cpu-2.16.2-cp311-cp311-win_amd64.whl"},
-             {"filename": "tensorflow_cpu-2.16.2-cp311-cp311-manylinux_2_17_x86_64.whl"},
-             {"filename": "tensorflow_cpu-2.15.1.tar.gz"}]
+    files = [
+        {"filename": "tensorflow_cpu-2.15.1-cp311-cp311-manylinux_2_17_x86_64.whl"},
+        {"filename": "tensorflow_cpu-2.10.0-cp310-cp310-manylinux_2_17_x86_64.whl"},
+        {"filename": "tensorflow_cpu-2.16.1-cp311-cp311-manylinux_2_17_x86_64.whl", "yanked": True},
+        {"filename": "tensorflow_cpu-2.16.2-cp311-cp311-win_amd64.whl"},
+        {"filename": "tensorflow_cpu-2.16.2-cp311-cp311-manylinux_2_17_x86_64.whl"},
+        {"filename": "tensorflow_cpu-2.15.1.tar.gz"},
+    ]
     got = releases.wheel_versions(files, "tensorflow-cpu", "cp311", "linux")
     assert got.versions == ("2.15.1", "2.16.2")
     assert dict(got.excluded) == {"2.10.0": "no cp311 wheel for linux", "2.16.1": "yanked"}
@@ -93,8 +115,15 @@ def test_listing_is_cached_and_offline_uses_the_stale_copy(tmp_path):
 
 
 def spec(version="2.15.1", **kw) -> EnvSpec:
-    return EnvSpec(**{"tf_dist": "tensorflow-cpu", "tf_version": version, "python": "/usr/bin/python3.11",
-                      "python_version": "3.11", **kw})
+    return EnvSpec(
+        **{
+            "tf_dist": "tensorflow-cpu",
+            "tf_version": version,
+            "python": "/usr/bin/python3.11",
+            "python_version": "3.11",
+            **kw,
+        }
+    )
 
 
 class FakeInstaller:
@@ -123,8 +152,9 @@ def fake_store(tmp_path, fail=()):
         return {"python": "3.11.7", "tensorflow": "x", "keras": "2.15.0", "tf_keras": None}
 
     clock = iter(range(10**6))
-    return EnvStore(tmp_path / "envs", installer=FakeInstaller(), run=run, probe=probe,
-                    clock=lambda: float(next(clock))), runs
+    return EnvStore(
+        tmp_path / "envs", installer=FakeInstaller(), run=run, probe=probe, clock=lambda: float(next(clock))
+    ), runs
 
 
 def test_env_is_built_once_then_reused_and_named_for_people(tmp_path):
@@ -203,14 +233,22 @@ def project(tmp_path) -> Path:
 
 
 def ok(version, keras="2.15.0") -> TrialResult:
-    return TrialResult(losses=(1.0, 0.9, 0.8), steps_run=3, mode="fit", tf_version=version,
-                       extra={"versions": {"tensorflow": version, "keras": keras}, "keras": "keras"})
+    return TrialResult(
+        losses=(1.0, 0.9, 0.8),
+        steps_run=3,
+        mode="fit",
+        tf_version=version,
+        extra={"versions": {"tensorflow": version, "keras": keras}, "keras": "keras"},
+    )
 
 
 def crash(version, keras="3.3.3") -> TrialResult:
-    return TrialResult(crashed=True, error="ImportError: `keras.optimizers.legacy` is not supported in Keras 3",
-                       tf_version=version, extra={"versions": {"tensorflow": version, "keras": keras},
-                                                  "keras": "keras"})
+    return TrialResult(
+        crashed=True,
+        error="ImportError: `keras.optimizers.legacy` is not supported in Keras 3",
+        tf_version=version,
+        extra={"versions": {"tensorflow": version, "keras": keras}, "keras": "keras"},
+    )
 
 
 def scripted(first_bad: str, untestable=(), calls=None):
@@ -277,14 +315,20 @@ def test_newer_good_end_finds_the_release_that_fixed_it():
 
 def test_then_features_hook_gets_the_first_bad_release(tmp_path):
     seen = []
-    r = bisect_versions(project(tmp_path), VERSIONS, trial=scripted("2.16.2"),
-                        then_features=lambda start: seen.append(start) or {"status": "found"})
+    r = bisect_versions(
+        project(tmp_path),
+        VERSIONS,
+        trial=scripted("2.16.2"),
+        then_features=lambda start: seen.append(start) or {"status": "found"},
+    )
     assert seen[0].version == "2.16.2" and r["then_features"] == {"status": "found"}
 
 
 def test_follows_tensorflow_when_keras_major_is_unchanged():
-    rows = {"a": Row("a", "ok", keras="2.16.0", keras_lib="tf_keras"),
-            "b": Row("b", "crash", keras="2.17.0", keras_lib="tf_keras")}
+    rows = {
+        "a": Row("a", "ok", keras="2.16.0", keras_lib="tf_keras"),
+        "b": Row("b", "crash", keras="2.17.0", keras_lib="tf_keras"),
+    }
     assert follows(rows, "a", "b")[0] == "tensorflow"
     rows["b"] = Row("b", "crash", keras="3.3.3", keras_lib="keras")
     assert follows(rows, "a", "b")[0] == "keras"

@@ -26,7 +26,8 @@ def needs_envs(*versions: str) -> pytest.MarkDecorator:
     cached = all(store.ready(spec_for(v, tf_dist=DIST)) for v in versions)
     return pytest.mark.skipif(
         not (os.environ.get("TFREPRO_VERSION_E2E") == "1" or cached),
-        reason=f"needs {DIST} {', '.join(versions)} environments: set TFREPRO_VERSION_E2E=1 to build them")
+        reason=f"needs {DIST} {', '.join(versions)} environments: set TFREPRO_VERSION_E2E=1 to build them",
+    )
 
 
 def write(root: Path, source: str) -> Path:
@@ -49,7 +50,6 @@ FIT = """\
 """
 
 
-
 def bisect_versions(*args, **kwargs) -> dict:
     return vmode.bisect_versions(*args, **kwargs).to_dict()
 
@@ -70,8 +70,7 @@ def test_planted_version_dependent_nan_is_found(tmp_path):
 @needs_envs("2.14.1", "2.15.1", "2.16.2", "2.17.1")
 def test_legacy_optimizer_crashes_from_keras3(tmp_path):
     root = write(tmp_path / "p", FIT.format(plant="", optimizer="tf.keras.optimizers.legacy.Adam(1e-3)"))
-    r = bisect_versions(root, ["2.14.1", "2.15.1", "2.16.2", "2.17.1"], tf_dist=DIST,
-                        settings=TrialSettings(steps=10))
+    r = bisect_versions(root, ["2.14.1", "2.15.1", "2.16.2", "2.17.1"], tf_dist=DIST, settings=TrialSettings(steps=10))
     assert r["status"] == "found", r.get("message")
     assert (r["symptom"], r["last_good_version"], r["first_bad_version"]) == ("crash", "2.15.1", "2.16.2")
     assert r["follows"] == "keras"
@@ -79,8 +78,9 @@ def test_legacy_optimizer_crashes_from_keras3(tmp_path):
     assert rows["2.15.1"]["keras"].startswith("2.") and rows["2.16.2"]["keras"].startswith("3.")
     # Each trial is keyed and labelled by its own environment's versions.
     assert r["baseline"]["tf_version"] == "2.14.1"
-    again = bisect_versions(root, ["2.14.1", "2.15.1", "2.16.2", "2.17.1"], tf_dist=DIST,
-                            settings=TrialSettings(steps=10))
+    again = bisect_versions(
+        root, ["2.14.1", "2.15.1", "2.16.2", "2.17.1"], tf_dist=DIST, settings=TrialSettings(steps=10)
+    )
     assert again["cached_trials"] == again["trials"] == r["trials"]
 
 
@@ -110,7 +110,7 @@ MARKED = """\
 @pytest.mark.e2e
 @needs_envs("2.15.1", "2.16.2")
 def test_then_features_names_the_feature_that_breaks_in_the_first_bad_release(tmp_path):
-    """"2.16.2 broke it, and only with legacy_optimizer on": the version bisect,
+    """ "2.16.2 broke it, and only with legacy_optimizer on": the version bisect,
     then a feature bisect inside the first bad release's environment (CLI)."""
     import json
     import subprocess
@@ -119,9 +119,25 @@ def test_then_features_names_the_feature_that_breaks_in_the_first_bad_release(tm
     root = write(tmp_path / "p", MARKED)
     (root / "tfrepro.toml").write_text("[trial]\nsteps = 10\n")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    proc = subprocess.run([sys.executable, "-m", "tfrepro", "bisect", str(root), "--tf-versions", "2.15.1,2.16.2",
-                           "--tf-dist", DIST, "--then-features", "--json"], capture_output=True, text=True,
-                          env=env, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tfrepro",
+            "bisect",
+            str(root),
+            "--tf-versions",
+            "2.15.1,2.16.2",
+            "--tf-dist",
+            DIST,
+            "--then-features",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=900,
+    )
     doc = json.loads(proc.stdout)
     assert proc.returncode == 0, doc
     assert (doc["last_good_version"], doc["first_bad_version"], doc["symptom"]) == ("2.15.1", "2.16.2", "crash")

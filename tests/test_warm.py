@@ -100,8 +100,15 @@ def test_warm_child_sees_what_a_cold_interpreter_sees(tmp_path, pool):
     assert cold.losses == hot.losses == (0.5,)
 
 
-@pytest.mark.parametrize("code, expect", [("raise SystemExit(3)", 3), ("import sys; sys.exit()", 0),
-                                          ("import sys; sys.exit('bye')", 1), ("import os; os._exit(5)", 5)])
+@pytest.mark.parametrize(
+    "code, expect",
+    [
+        ("raise SystemExit(3)", 3),
+        ("import sys; sys.exit()", 0),
+        ("import sys; sys.exit('bye')", 1),
+        ("import os; os._exit(5)", 5),
+    ],
+)
 def test_exit_codes_are_those_of_a_real_interpreter(tmp_path, pool, code, expect):
     d = script_dir(tmp_path, f"print('step=1 loss=1.0')\n{code}\n")
     cold, _, cold_err = run(d, tmp_path, pool, cold=True)
@@ -123,7 +130,9 @@ def test_an_uncaught_exception_is_a_crash_with_the_same_line_and_traceback(tmp_p
 
 
 def test_threads_are_joined_and_atexit_runs_before_the_exit(tmp_path, pool):
-    d = script_dir(tmp_path, """\
+    d = script_dir(
+        tmp_path,
+        """\
         import atexit, threading, time
         atexit.register(lambda: print("atexit ran", flush=True))
         def late():
@@ -131,7 +140,8 @@ def test_threads_are_joined_and_atexit_runs_before_the_exit(tmp_path, pool):
             print("thread done", flush=True)
         threading.Thread(target=late).start()
         print("step=1 loss=1.0")
-        """)
+        """,
+    )
     _, cold_out, _ = run(d, tmp_path, pool, cold=True)
     hot, hot_out, _ = run(d, tmp_path, pool, cold=False)
     assert hot.extra["process"] == "warm"
@@ -191,8 +201,10 @@ def test_a_dead_server_is_replaced_and_the_trial_still_runs(tmp_path):
 def test_a_server_lost_while_its_child_runs_falls_back_to_cold(tmp_path):
     p = warm.WarmPool(preload=(), only_tf_scripts=False)
     try:
-        d = script_dir(tmp_path, "import os, time\nopen('started-' + str(os.getpid()), 'w')\n"
-                                 "time.sleep(1.0)\nprint('step=1 loss=3.0')\n")
+        d = script_dir(
+            tmp_path,
+            "import os, time\nopen('started-' + str(os.getpid()), 'w')\ntime.sleep(1.0)\nprint('step=1 loss=3.0')\n",
+        )
 
         def kill_server_once_started():
             deadline = time.monotonic() + 30
@@ -214,14 +226,16 @@ def test_a_server_lost_while_its_child_runs_falls_back_to_cold(tmp_path):
 def test_a_server_that_grew_threads_forks_no_more(tmp_path):
     mods = tmp_path / "mods"
     mods.mkdir()
-    (mods / "spawner.py").write_text(textwrap.dedent("""\
+    (mods / "spawner.py").write_text(
+        textwrap.dedent("""\
         import threading, time
         def later():
             time.sleep(0.8)
             threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
             time.sleep(600)
         threading.Thread(target=later, daemon=True).start()
-        """))
+        """)
+    )
     p = warm.WarmPool(preload=("spawner",), only_tf_scripts=False)
     try:
         d = script_dir(tmp_path, "print('step=1 loss=1.0')\n")
@@ -290,16 +304,23 @@ def test_the_server_key_holds_import_time_variables_but_not_the_pinned_device():
     base = {"HOME": "/h", "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONHASHSEED": "0", "CUDA_VISIBLE_DEVICES": "0"}
     key = warm.server_key("py", base, ())
     assert key == warm.server_key("py", {**base, "CUDA_VISIBLE_DEVICES": "1", "HOME": "/x", "N": "4"}, ())
-    for name, value in [("PYTHONHASHSEED", "1"), ("TF_USE_LEGACY_KERAS", "1"), ("KERAS_BACKEND", "jax"),
-                        ("XLA_FLAGS", "--x"), ("OMP_NUM_THREADS", "1"), ("TF_ENABLE_ONEDNN_OPTS", "0"),
-                        ("LD_PRELOAD", "libtcmalloc.so")]:
+    for name, value in [
+        ("PYTHONHASHSEED", "1"),
+        ("TF_USE_LEGACY_KERAS", "1"),
+        ("KERAS_BACKEND", "jax"),
+        ("XLA_FLAGS", "--x"),
+        ("OMP_NUM_THREADS", "1"),
+        ("TF_ENABLE_ONEDNN_OPTS", "0"),
+        ("LD_PRELOAD", "libtcmalloc.so"),
+    ]:
         assert warm.server_key("py", {**base, name: value}, ()) != key, name
     assert warm.server_key("other-python", base, ()) != key
 
 
 def test_a_deterministic_trial_gets_a_server_started_with_its_hash_seed(tmp_path, pool):
-    d = script_dir(tmp_path, "import sys, os\nprint(hash('abc'), os.environ['PYTHONHASHSEED'])\n"
-                             "print('step=1 loss=1.0')\n")
+    d = script_dir(
+        tmp_path, "import sys, os\nprint(hash('abc'), os.environ['PYTHONHASHSEED'])\nprint('step=1 loss=1.0')\n"
+    )
     outs = []
     for seed in (0, 1):
         settings = TrialSettings(command=("python", "s.py"), steps=5, timeout_s=30, seed=seed)
@@ -318,8 +339,7 @@ def _tf_trial(project: Path, tmp: Path, *, cold: bool, tag: str, steps: int = 20
     from tfrepro.project import Project
 
     proj = Project.load(project)
-    settings = TrialSettings(entry=proj.manifest.trial.entry, steps=steps, timeout_s=300, seed=0,
-                             deterministic=True)
+    settings = TrialSettings(entry=proj.manifest.trial.entry, steps=steps, timeout_s=300, seed=0, deterministic=True)
     variant = tmp / f"variant-{tag}"
     proj.write_variant(proj.feature_names if all_on else (), variant)
     return run_variant(variant, settings, tmp / f"trial-{tag}", cold=cold, warm_pool=pool)
@@ -335,8 +355,9 @@ def test_tensorflow_fit_warm_and_cold_give_bit_identical_losses_and_verdicts(tmp
         runs = {}
         for tag, cold in [("cold", True), ("warm", False), ("warm2", False)]:
             # every feature ON: the script as written (with its own per-step loss callback)
-            runs[tag] = _tf_trial(REPO / "tests" / "projects" / "fit_basic", tmp_path, cold=cold, tag=tag, pool=pool,
-                                  all_on=True)
+            runs[tag] = _tf_trial(
+                REPO / "tests" / "projects" / "fit_basic", tmp_path, cold=cold, tag=tag, pool=pool, all_on=True
+            )
         assert [runs[t].extra["process"] for t in runs] == ["cold", "warm", "warm"]
         assert runs["cold"].losses and not runs["cold"].crashed
         assert runs["cold"].losses == runs["warm"].losses == runs["warm2"].losses  # bit-identical floats
@@ -346,8 +367,9 @@ def test_tensorflow_fit_warm_and_cold_give_bit_identical_losses_and_verdicts(tmp
         sym = SymptomSettings()
         for a, b in [("warm", "cold"), ("cold", "warm"), ("warm2", "cold")]:
             assert classify.symptoms(runs[a], reference=runs[b], settings=sym) == frozenset()
-        assert (classify.classify(runs["warm"], reference=None, settings=sym)
-                == classify.classify(runs["cold"], reference=None, settings=sym))
+        assert classify.classify(runs["warm"], reference=None, settings=sym) == classify.classify(
+            runs["cold"], reference=None, settings=sym
+        )
     finally:
         pool.close()
 
@@ -384,8 +406,13 @@ def test_cli_cold_flag_runs_the_trial_in_a_fresh_interpreter(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     got = {}
     for flag in ([], ["--cold"]):
-        proc = subprocess.run([sys.executable, "-m", "tfrepro", "run", str(root), "--none", "--no-cache", "--json",
-                               *flag], capture_output=True, text=True, env=env, timeout=300)
+        proc = subprocess.run(
+            [sys.executable, "-m", "tfrepro", "run", str(root), "--none", "--no-cache", "--json", *flag],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert proc.returncode == 0, proc.stderr[-2000:]
         got[bool(flag)] = json.loads(proc.stdout)
     assert got[False]["extra"]["process"] == "warm" and got[True]["extra"]["process"] == "cold"

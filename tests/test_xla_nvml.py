@@ -44,7 +44,8 @@ def test_annotate_marks_xla_flags_assignments(tmp_path):
     (tmp_path / "train.py").write_text(
         "import os\nos.environ['XLA_FLAGS'] = '--xla_gpu_autotune_level=0'\n"
         "os.environ['TF_XLA_FLAGS'] = '--tf_xla_auto_jit=2'\nos.environ['OTHER'] = '1'\n"
-        "for s in range(1, 3):\n    print(f'step={s} loss=1.0')\n")
+        "for s in range(1, 3):\n    print(f'step={s} loss=1.0')\n"
+    )
     (tmp_path / "tfrepro.toml").write_text('[trial]\nentry = "train.py"\n')
     project = Project.load(tmp_path)
     assert "xla_flags" in project.feature_names
@@ -54,8 +55,13 @@ def test_annotate_marks_xla_flags_assignments(tmp_path):
 
 def _trial(util: list[int], steps: list[float], compute: float | None) -> TrialResult:
     timing = {"pipeline_s": 0.001, "compute_s": compute, "pipeline_batches": 10}
-    return TrialResult(losses=(1.0,) * len(steps), step_times=tuple(steps), steps_run=len(steps), mode="fit",
-                       extra={"nvml": {"gpu_util": util}, "check.timing": timing})
+    return TrialResult(
+        losses=(1.0,) * len(steps),
+        step_times=tuple(steps),
+        steps_run=len(steps),
+        mode="fit",
+        extra={"nvml": {"gpu_util": util}, "check.timing": timing},
+    )
 
 
 def _pipeline(result: TrialResult):

@@ -58,8 +58,13 @@ def test_an_unmarked_script_is_annotated_in_memory_only(unmarked):
     before = snapshot(unmarked)
     p = Project.load(unmarked / "train.py")
     assert p.detected
-    assert set(p.feature_names) == {"shuffle", "prefetch", "jit_compile", "callback_csv_logger",
-                                    "custom_layer_my_dense"}
+    assert set(p.feature_names) == {
+        "shuffle",
+        "prefetch",
+        "jit_compile",
+        "callback_csv_logger",
+        "custom_layer_my_dense",
+    }
     # only the entry and what it imports; never an unrelated script
     assert "mixed_precision" not in p.feature_names
     assert snapshot(unmarked) == before
@@ -76,24 +81,28 @@ def test_an_unmarked_script_is_annotated_in_memory_only(unmarked):
 def test_locations_are_lines_of_the_original_file(unmarked):
     p = Project.load(unmarked / "train.py")
     lines = TRAIN.splitlines()
-    (rel, line), = p.locations("jit_compile")
+    ((rel, line),) = p.locations("jit_compile")
     assert rel == "train.py" and "jit_compile=True" in lines[line - 1]
-    (rel, line), = p.locations("custom_layer_my_dense")
+    ((rel, line),) = p.locations("custom_layer_my_dense")
     assert rel == "model.py" and "MyDense(2)" in MODEL.splitlines()[line - 1]
-    (rel, line), = p.locations("shuffle")
+    ((rel, line),) = p.locations("shuffle")
     assert ".shuffle(" in lines[line - 1]
 
 
 def test_affects_loss_comes_from_the_catalog_and_the_manifest_overrides_it(unmarked):
     assert Project.load(unmarked / "train.py").affects_loss == {"shuffle"}
-    (unmarked / "tfrepro.toml").write_text('[trial]\nentry = "train.py"\n\n[features.shuffle]\naffects_loss = false\n'
-                                          '\n[features.jit_compile]\naffects_loss = true\n')
+    (unmarked / "tfrepro.toml").write_text(
+        '[trial]\nentry = "train.py"\n\n[features.shuffle]\naffects_loss = false\n'
+        "\n[features.jit_compile]\naffects_loss = true\n"
+    )
     assert Project.load(unmarked).affects_loss == {"jit_compile"}
 
 
 def test_a_marked_project_keeps_its_markers(tmp_path):
-    (tmp_path / "repro.py").write_text("x = 1\n# tfrepro: feature mine\nx = 2\n# tfrepro: end\n"
-                                       "import tensorflow as tf\nds = tf.data.Dataset.range(3).shuffle(3)\n")
+    (tmp_path / "repro.py").write_text(
+        "x = 1\n# tfrepro: feature mine\nx = 2\n# tfrepro: end\n"
+        "import tensorflow as tf\nds = tf.data.Dataset.range(3).shuffle(3)\n"
+    )
     p = Project.load(tmp_path)
     assert not p.detected and p.feature_names == ("mine",)
 
@@ -106,7 +115,11 @@ def test_select_only_and_skip_keep_the_others_on_in_every_variant(unmarked):
     base = q.export(())["train.py"]
     assert ".prefetch(2)" in base and "CSVLogger" in base and ".shuffle(" not in base
     assert Project.load(unmarked / "train.py", skip=["callback"]).feature_names == (
-        "custom_layer_my_dense", "jit_compile", "prefetch", "shuffle")
+        "custom_layer_my_dense",
+        "jit_compile",
+        "prefetch",
+        "shuffle",
+    )
     with pytest.raises(UserError, match="no feature matches 'nope'"):
         p.select(only=["nope"])
     assert p.variant_hash(()) != q.variant_hash(())
@@ -125,8 +138,9 @@ def test_detection_can_be_turned_off(unmarked):
 def test_variants_leave_git_status_clean(unmarked):
     subprocess.run(["git", "init", "-q", str(unmarked)], check=True)
     subprocess.run(["git", "-C", str(unmarked), "add", "-A"], check=True)
-    subprocess.run(["git", "-C", str(unmarked), "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"],
-                   check=True)
+    subprocess.run(
+        ["git", "-C", str(unmarked), "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "x"], check=True
+    )
     from tfrepro.trials.state import StateDir
 
     p = Project.load(unmarked / "train.py")

@@ -11,14 +11,20 @@ from tfrepro.trials.values import Verdict
 
 def test_other_symptoms_in_hunting_order_and_a_possible_slowdown():
     got = also_seen({Verdict.MISMATCH}, None, base_fastest=0.02, full_fastest=0.03, slowdown=1.25)
-    assert got == [{"symptom": "mismatch", "hint": "rerun with --symptom mismatch"},
-                   {"symptom": "slowdown", "ratio": 1.5, "possible": True,
-                    "hint": "possible slowdown x1.5 (untimed runs): rerun with --symptom slowdown"}]
-    assert also_seen({Verdict.MISMATCH}, Verdict.MISMATCH, base_fastest=0.02, full_fastest=0.021,
-                     slowdown=1.25) == []
+    assert got == [
+        {"symptom": "mismatch", "hint": "rerun with --symptom mismatch"},
+        {
+            "symptom": "slowdown",
+            "ratio": 1.5,
+            "possible": True,
+            "hint": "possible slowdown x1.5 (untimed runs): rerun with --symptom slowdown",
+        },
+    ]
+    assert also_seen({Verdict.MISMATCH}, Verdict.MISMATCH, base_fastest=0.02, full_fastest=0.021, slowdown=1.25) == []
     # a crashed or NaN run says nothing about speed
-    assert also_seen({Verdict.NAN, Verdict.CRASH}, Verdict.NAN, base_fastest=0.02, full_fastest=0.2,
-                     slowdown=1.25) == [{"symptom": "crash", "hint": "rerun with --symptom crash"}]
+    assert also_seen({Verdict.NAN, Verdict.CRASH}, Verdict.NAN, base_fastest=0.02, full_fastest=0.2, slowdown=1.25) == [
+        {"symptom": "crash", "hint": "rerun with --symptom crash"}
+    ]
 
 
 def test_bisect_result_lists_a_slowdown_seen_while_hunting_a_mismatch(tmp_path):

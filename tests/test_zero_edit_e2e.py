@@ -50,8 +50,13 @@ def test_bisect_an_unmarked_script_drops_a_broken_off_part_and_writes_nothing(tm
     git(tmp_path, "init", "-q")
     git(tmp_path, "add", "-A")
     git(tmp_path, "-c", "user.email=a@b", "-c", "user.name=a", "commit", "-qm", "init")
-    r = subprocess.run([sys.executable, "-m", "tfrepro", "bisect", "train.py", "--steps", "3", "--symptom", "nan",
-                        "--json"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "tfrepro", "bisect", "train.py", "--steps", "3", "--symptom", "nan", "--json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     doc = json.loads(r.stdout)
     assert doc["detected"] is True
     assert [d["name"] for d in doc["dropped_features"]] == ["custom_layer_my_norm"], r.stderr[-2000:]

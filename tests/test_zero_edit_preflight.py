@@ -40,8 +40,13 @@ def fake(behave):
     def run(project, enabled, settings, **_):
         on = frozenset(enabled) | project.fixed_on
         runs.append(on)
-        fields = {"losses": losses(), "step_times": (0.5,) * 3 + (0.02,) * 17, "mode": "fit", "steps_run": 20,
-                  "weights_finite": True}
+        fields = {
+            "losses": losses(),
+            "step_times": (0.5,) * 3 + (0.02,) * 17,
+            "mode": "fit",
+            "steps_run": 20,
+            "weights_finite": True,
+        }
         fields.update(behave(on))
         return TrialResult(enabled=tuple(sorted(enabled)), key=str(hash((on, settings.repeat))), **fields)
 

@@ -55,17 +55,25 @@ def decode_source(data: bytes, path: str = "<bytes>") -> tuple[str, str]:
     try:
         encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
     except SyntaxError as e:
-        raise UserError(f"cannot tell the file's encoding: {e}", path=path,
-                        hint="declare it in the first two lines, e.g. `# -*- coding: utf-8 -*-`") from None
+        raise UserError(
+            f"cannot tell the file's encoding: {e}",
+            path=path,
+            hint="declare it in the first two lines, e.g. `# -*- coding: utf-8 -*-`",
+        ) from None
     try:
         text = data.decode(encoding)
     except (UnicodeDecodeError, LookupError) as e:
-        raise UserError(f"not valid {encoding} text ({e.__class__.__name__}), so not Python source",
-                        path=path, hint="save the file as UTF-8, or declare its real encoding in a "
-                        "`# -*- coding: NAME -*-` line") from None
+        raise UserError(
+            f"not valid {encoding} text ({e.__class__.__name__}), so not Python source",
+            path=path,
+            hint="save the file as UTF-8, or declare its real encoding in a `# -*- coding: NAME -*-` line",
+        ) from None
     if text.encode(encoding) != data:
-        raise UserError(f"the file's {encoding} text does not encode back to the same bytes", path=path,
-                        hint="save the file as UTF-8")
+        raise UserError(
+            f"the file's {encoding} text does not encode back to the same bytes",
+            path=path,
+            hint="save the file as UTF-8",
+        )
     return text, encoding
 
 
@@ -255,9 +263,7 @@ def _needs_pass(lines: list[str], b: Block) -> bool:
     return after is None or _indent_width(after) < width
 
 
-def _check_part(
-    path: str, lines: list[str], start: int, stop: int, indent: str, what: str, marker_line: int
-) -> bool:
+def _check_part(path: str, lines: list[str], start: int, stop: int, indent: str, what: str, marker_line: int) -> bool:
     """Validate one part; returns True when it is commented (inactive)."""
     part = lines[start:stop]
     code = [(start + i, x) for i, x in enumerate(part) if not _is_blank(x)]
@@ -297,8 +303,7 @@ def _check_part(
                 f"the {what} part mixes commented and live code lines",
                 path=path,
                 line=i + 1,
-                hint="comment every line of the inactive part (or none), e.g. with "
-                "`tfrepro features --set NAME=on`",
+                hint="comment every line of the inactive part (or none), e.g. with `tfrepro features --set NAME=on`",
             )
     return False
 
@@ -350,8 +355,12 @@ def parse(text: str, path: str = "<string>", encoding: str = "utf-8") -> SourceF
             open_ = {"name": name, "desc": desc, "line": lineno, "indent": indent, "else": None}
         elif keyword == "else" and rest == "else":
             if open_ is None:
-                raise UserError("`# tfrepro: else` outside any feature block", path=path, line=lineno,
-                                hint="remove it, or open a block with `# tfrepro: feature NAME` before it")
+                raise UserError(
+                    "`# tfrepro: else` outside any feature block",
+                    path=path,
+                    line=lineno,
+                    hint="remove it, or open a block with `# tfrepro: feature NAME` before it",
+                )
             if open_["else"] is not None:
                 raise UserError(
                     f"second `else` in feature block {open_['name']!r} (first at line {open_['else']})",
@@ -362,8 +371,12 @@ def parse(text: str, path: str = "<string>", encoding: str = "utf-8") -> SourceF
             open_["else"] = lineno
         elif keyword == "end" and rest == "end":
             if open_ is None:
-                raise UserError("`# tfrepro: end` outside any feature block", path=path, line=lineno,
-                                hint="remove it, or open a block with `# tfrepro: feature NAME` before it")
+                raise UserError(
+                    "`# tfrepro: end` outside any feature block",
+                    path=path,
+                    line=lineno,
+                    hint="remove it, or open a block with `# tfrepro: feature NAME` before it",
+                )
             blocks.append(_close(path, lines, open_, lineno))
             open_ = None
         else:

@@ -71,7 +71,9 @@ class Manifest:
         except tomllib.TOMLDecodeError as e:
             m = re.search(r"\(at line (\d+)", str(e))
             raise UserError(
-                f"not valid TOML: {e}", path=path, line=int(m.group(1)) if m else None,
+                f"not valid TOML: {e}",
+                path=path,
+                line=int(m.group(1)) if m else None,
                 hint="see https://toml.io for the syntax",
             ) from None
         return cls._from_data(data, text, path)
@@ -83,8 +85,12 @@ class Manifest:
 
         for table in data:
             if table not in ("trial", "symptoms", "features", "state"):
-                raise err(f"unknown table [{table}]", table, None,
-                          hint="tables are [trial], [symptoms], [state] and [features.NAME]")
+                raise err(
+                    f"unknown table [{table}]",
+                    table,
+                    None,
+                    hint="tables are [trial], [symptoms], [state] and [features.NAME]",
+                )
         trial = data.get("trial", {})
         symptoms = data.get("symptoms", {})
         feats = data.get("features", {})
@@ -95,38 +101,59 @@ class Manifest:
         for table, values in (("trial", trial), ("symptoms", symptoms), ("state", state)):
             for key, value in values.items():
                 # trial and symptom keys below their low bound get their own message below
-                if key in _BOUNDS and isinstance(value, (int, float)) and not isinstance(value, bool) \
-                        and (table == "state" or key == "memory" or not value <= _BOUNDS[key][0]):
+                if (
+                    key in _BOUNDS
+                    and isinstance(value, (int, float))
+                    and not isinstance(value, bool)
+                    and (table == "state" or key == "memory" or not value <= _BOUNDS[key][0])
+                ):
                     _check_bounds(value, key, lambda m, t=table, k=key: err(f"[{t}] {k}: {m}", t, k))
 
         t_kw: dict[str, Any] = {}
         repeats = 1
         spec = {
-            "entry": (str,), "command": (list,), "steps": (int,), "timeout_s": (int, float),
-            "repeats": (int,), "seed": (int,), "deterministic": (bool,),
-            "gpus": (int, str), "memory_limit_mb": (int,),
+            "entry": (str,),
+            "command": (list,),
+            "steps": (int,),
+            "timeout_s": (int, float),
+            "repeats": (int,),
+            "seed": (int,),
+            "deterministic": (bool,),
+            "gpus": (int, str),
+            "memory_limit_mb": (int,),
         }
         for key, value in trial.items():
             if key not in spec:
-                raise err(f"unknown key `{key}` in [trial]", "trial", key,
-                          hint="known keys: " + ", ".join(spec))
+                raise err(f"unknown key `{key}` in [trial]", "trial", key, hint="known keys: " + ", ".join(spec))
             _check_type(value, spec[key], lambda m, k=key: err(f"[trial] {k}: {m}", "trial", k))
             if key == "command":
                 if not value or not all(isinstance(x, str) for x in value):
-                    raise err("[trial] command must be a non-empty list of strings", "trial", key,
-                              hint='e.g. command = ["python", "train.py", "--fast"]')
+                    raise err(
+                        "[trial] command must be a non-empty list of strings",
+                        "trial",
+                        key,
+                        hint='e.g. command = ["python", "train.py", "--fast"]',
+                    )
                 t_kw[key] = tuple(value)
             elif key == "entry" and _outside(value):
-                raise err(f"[trial] entry {value!r} is outside the project", "trial", key,
-                          hint="give the script's path relative to the project directory, e.g. "
-                          'entry = "train.py" (to run a script elsewhere: command = ["python", "/path/x.py"])')
+                raise err(
+                    f"[trial] entry {value!r} is outside the project",
+                    "trial",
+                    key,
+                    hint="give the script's path relative to the project directory, e.g. "
+                    'entry = "train.py" (to run a script elsewhere: command = ["python", "/path/x.py"])',
+                )
             elif key in ("steps", "repeats") and value < 1:
                 raise err(f"[trial] {key} must be at least 1, not {value}", "trial", key)
             elif key == "timeout_s" and value <= 0:
                 raise err(f"[trial] timeout_s must be positive, not {value}", "trial", key)
             elif key == "gpus" and (value != "all" if isinstance(value, str) else not 0 <= value <= 1024):
-                raise err(f"[trial] gpus is a count (0-1024) or \"all\", not {value!r}", "trial", key,
-                          hint='e.g. gpus = 1, gpus = 4 or gpus = "all"')
+                raise err(
+                    f'[trial] gpus is a count (0-1024) or "all", not {value!r}',
+                    "trial",
+                    key,
+                    hint='e.g. gpus = 1, gpus = 4 or gpus = "all"',
+                )
             elif key == "memory_limit_mb" and not 64 <= value <= 1 << 30:
                 raise err(f"[trial] memory_limit_mb must be between 64 and {1 << 30}, not {value}", "trial", key)
             elif key == "repeats":
@@ -140,12 +167,17 @@ class Manifest:
         s_spec = {"nan": (bool,), "slowdown": (int, float), "mismatch": (int, float), "memory": (int, float)}
         for key, value in symptoms.items():
             if key not in s_spec:
-                raise err(f"unknown key `{key}` in [symptoms]", "symptoms", key,
-                          hint="known keys: " + ", ".join(s_spec))
+                raise err(
+                    f"unknown key `{key}` in [symptoms]", "symptoms", key, hint="known keys: " + ", ".join(s_spec)
+                )
             _check_type(value, s_spec[key], lambda m, k=key: err(f"[symptoms] {k}: {m}", "symptoms", k))
             if key == "slowdown" and value <= 1:
-                raise err(f"[symptoms] slowdown is a ratio above 1, not {value}", "symptoms", key,
-                          hint="e.g. slowdown = 1.25 for 25% slower")
+                raise err(
+                    f"[symptoms] slowdown is a ratio above 1, not {value}",
+                    "symptoms",
+                    key,
+                    hint="e.g. slowdown = 1.25 for 25% slower",
+                )
             if key == "mismatch" and value < 0:
                 raise err(f"[symptoms] mismatch must be >= 0, not {value}", "symptoms", key)
             s_kw[key] = float(value) if key != "nan" else value
@@ -159,8 +191,12 @@ class Manifest:
                 raise err(f"[features.{name}] must be a table", where)
             for key, value in cfg.items():
                 if key != "affects_loss":
-                    raise err(f"unknown key `{key}` in [features.{name}]", where, key,
-                              hint="the only key is affects_loss = true|false")
+                    raise err(
+                        f"unknown key `{key}` in [features.{name}]",
+                        where,
+                        key,
+                        hint="the only key is affects_loss = true|false",
+                    )
                 _check_type(value, (bool,), lambda m, k=key: err(f"[features.{name}] {k}: {m}", where, k))
             f_cfg[name] = FeatureConfig(affects_loss=bool(cfg.get("affects_loss", False)))
 
@@ -168,13 +204,18 @@ class Manifest:
         st_spec = {"keep_runs": (int,), "keep_trials": (int,), "copy_budget_mb": (int, float)}
         for key, value in state.items():
             if key not in st_spec:
-                raise err(f"unknown key `{key}` in [state]", "state", key,
-                          hint="known keys: " + ", ".join(st_spec))
+                raise err(f"unknown key `{key}` in [state]", "state", key, hint="known keys: " + ", ".join(st_spec))
             _check_type(value, st_spec[key], lambda m, k=key: err(f"[state] {k}: {m}", "state", k))
             st_kw[key] = float(value) if key == "copy_budget_mb" else value
 
-        return cls(trial=TrialSettings(**t_kw), repeats=repeats, symptoms=SymptomSettings(**s_kw),
-                   features=f_cfg, path=path, state=StateSettings(**st_kw))
+        return cls(
+            trial=TrialSettings(**t_kw),
+            repeats=repeats,
+            symptoms=SymptomSettings(**s_kw),
+            features=f_cfg,
+            path=path,
+            state=StateSettings(**st_kw),
+        )
 
 
 def _outside(entry: str) -> bool:
@@ -189,8 +230,10 @@ def _check_bounds(value: float, key: str, err) -> None:
     if not math.isfinite(value):
         raise err(f"must be a finite number, not {value}")
     if value > hi or value < lo or (lo_open and value == lo):
-        raise err(f"{value:g} is out of range: give a number {'above' if lo_open else 'of at least'} {lo:g} "
-                  f"and at most {hi:g}")
+        raise err(
+            f"{value:g} is out of range: give a number {'above' if lo_open else 'of at least'} {lo:g} "
+            f"and at most {hi:g}"
+        )
 
 
 def _check_type(value: Any, types: tuple[type, ...], err) -> None:
@@ -226,8 +269,7 @@ def _line_of(text: str, table: str, key: str | None) -> int | None:
 class Project:
     """A loaded, validated project. Cheap to keep; never writes into root."""
 
-    def __init__(self, root: Path, manifest: Manifest, sources: dict[str, fb.SourceFile],
-                 files: list[str]) -> None:
+    def __init__(self, root: Path, manifest: Manifest, sources: dict[str, fb.SourceFile], files: list[str]) -> None:
         self.root = root
         self.manifest = manifest
         self.sources = sources  # relpath -> parsed file, only files with blocks
@@ -245,20 +287,30 @@ class Project:
 
     # -- loading -----------------------------------------------------------
     @classmethod
-    def load(cls, path: str | Path = ".", *, detect: bool = True, only: Iterable[str] | None = None,
-             skip: Iterable[str] | None = None) -> "Project":
+    def load(
+        cls,
+        path: str | Path = ".",
+        *,
+        detect: bool = True,
+        only: Iterable[str] | None = None,
+        skip: Iterable[str] | None = None,
+    ) -> "Project":
         """Load and validate a project. A project with no marker in any file
         is zero-edit: its features are detected in memory (`detect=False`:
         none). `only`/`skip`: see `select`."""
         p = Path(path)
         if not p.exists():
-            raise UserError("no such file or directory", path=p,
-                            hint="give the project directory (or its .py entry file)")
+            raise UserError(
+                "no such file or directory", path=p, hint="give the project directory (or its .py entry file)"
+            )
         entry_override = None
         if p.is_file():
             if p.suffix != ".py":
-                raise UserError("not a Python file or a project directory", path=p,
-                                hint="give the project directory, or the training script ending in .py")
+                raise UserError(
+                    "not a Python file or a project directory",
+                    path=p,
+                    hint="give the project directory, or the training script ending in .py",
+                )
             # The script's project: the nearest tfrepro.toml/.git/pyproject.toml
             # above it, else its folder; never $HOME or / (projectfiles.find_root).
             root = find_root(p)
@@ -268,15 +320,22 @@ class Project:
             check_root(root)
         manifest_path = root / MANIFEST
         if manifest_path.is_dir():
-            raise UserError(f"{MANIFEST} is a directory, not a file", path=manifest_path,
-                            hint=f"remove or rename that directory ({MANIFEST} is tfrepro's settings file)")
+            raise UserError(
+                f"{MANIFEST} is a directory, not a file",
+                path=manifest_path,
+                hint=f"remove or rename that directory ({MANIFEST} is tfrepro's settings file)",
+            )
         if manifest_path.exists():
             try:
                 text = manifest_path.read_bytes().decode("utf-8")
             except UnicodeDecodeError as e:
                 line = manifest_path.read_bytes()[: e.start].count(b"\n") + 1
-                raise UserError("not UTF-8 text (TOML files are UTF-8)", path=manifest_path, line=line,
-                                hint="save tfrepro.toml as UTF-8") from None
+                raise UserError(
+                    "not UTF-8 text (TOML files are UTF-8)",
+                    path=manifest_path,
+                    line=line,
+                    hint="save tfrepro.toml as UTF-8",
+                ) from None
             manifest = Manifest.parse(text, str(manifest_path))
         else:
             text, manifest = "", Manifest()
@@ -322,7 +381,8 @@ class Project:
             if name not in known:
                 raise UserError(
                     f"[features.{name}] names a feature that no file marks",
-                    path=manifest.path, line=_line_of(text, f"features.{name}", None),
+                    path=manifest.path,
+                    line=_line_of(text, f"features.{name}", None),
                     hint="known features: " + (", ".join(sorted(known)) or "(none)"),
                 )
         if only is not None or skip is not None:
@@ -347,8 +407,11 @@ class Project:
         def match(item: str) -> set[str]:
             got = {n for n in names if n == item or n.startswith(item + "_") or catalog.kind_of(n) == item}
             if not got:
-                raise UserError(f"no feature matches {item!r}", path=self.root,
-                                hint="known features: " + (", ".join(names) or "(none)"))
+                raise UserError(
+                    f"no feature matches {item!r}",
+                    path=self.root,
+                    hint="known features: " + (", ".join(names) or "(none)"),
+                )
             return got
 
         keep = set(names) if only is None else set().union(*(match(x) for x in only))
@@ -406,8 +469,11 @@ class Project:
         """From tfrepro.toml; detected features default to the catalog's say."""
         declared = self.manifest.features
         detected = self.detection.affects_loss if self.detection is not None else frozenset()
-        return frozenset(n for n in set(declared) | detected
-                         if (declared[n].affects_loss if n in declared else True) and n not in self.excluded)
+        return frozenset(
+            n
+            for n in set(declared) | detected
+            if (declared[n].affects_loss if n in declared else True) and n not in self.excluded
+        )
 
     def states_in_files(self) -> dict[str, bool | None]:
         """Each feature's state as written: True/False, None when its blocks disagree."""
@@ -497,8 +563,11 @@ class Project:
         endings, BOM, declared encoding); a symlinked or hard-linked file is
         written through to its target (`projectfiles.write_in_place`)."""
         if self.detected:
-            raise UserError("these features were detected in memory: the files have no feature blocks to switch",
-                            path=self.root, hint="`tfrepro annotate --write` marks them in the files first")
+            raise UserError(
+                "these features were detected in memory: the files have no feature blocks to switch",
+                path=self.root,
+                hint="`tfrepro annotate --write` marks them in the files first",
+            )
         self.check_names(states)
         new_bytes: dict[str, bytes] = {}
         for rel, s in self.sources.items():
@@ -508,7 +577,6 @@ class Project:
         for rel, data in new_bytes.items():
             write_in_place(self.root / rel, data)
         return list(new_bytes)
-
 
 
 def _detect(root: Path, manifest: Manifest, files: list[str]):

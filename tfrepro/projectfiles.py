@@ -45,16 +45,44 @@ MANIFEST = "tfrepro.toml"
 STATE_DIR = ".tfrepro"
 # Directories never part of a project (state, VCS, environments, caches).
 EXCLUDED_DIRS = frozenset(
-    {STATE_DIR, ".git", "__pycache__", ".venv", "venv", "env", ".tox", ".nox", "node_modules",
-     ".mypy_cache", ".pytest_cache", ".ruff_cache", ".hypothesis", "build", "dist", ".ipynb_checkpoints"}
+    {
+        STATE_DIR,
+        ".git",
+        "__pycache__",
+        ".venv",
+        "venv",
+        "env",
+        ".tox",
+        ".nox",
+        "node_modules",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".hypothesis",
+        "build",
+        "dist",
+        ".ipynb_checkpoints",
+    }
 )
 # Credential stores: never copied into a trial, wherever they sit in the tree.
 CREDENTIAL_DIRS = frozenset(
     {".ssh", ".aws", ".gnupg", ".kaggle", ".azure", ".kube", ".password-store", ".pki", ".terraform.d"}
 )
 CREDENTIAL_FILES = frozenset(
-    {".netrc", "_netrc", ".git-credentials", ".pypirc", ".pgpass", ".npmrc", ".boto", ".s3cfg",
-     ".dockercfg", "credentials.db", "access_tokens.db", "application_default_credentials.json"}
+    {
+        ".netrc",
+        "_netrc",
+        ".git-credentials",
+        ".pypirc",
+        ".pgpass",
+        ".npmrc",
+        ".boto",
+        ".s3cfg",
+        ".dockercfg",
+        "credentials.db",
+        "access_tokens.db",
+        "application_default_credentials.json",
+    }
 )
 # Credential paths below a directory (relative to any directory of the tree).
 CREDENTIAL_PATHS = frozenset({".config/gcloud", ".docker/config.json", ".config/gh/hosts.yml"})
@@ -78,8 +106,10 @@ def _is_credential(rel_posix: str) -> bool:
     parts = rel_posix.split("/")
     if parts[-1] in CREDENTIAL_FILES or any(p in CREDENTIAL_DIRS for p in parts):
         return True
-    return any(rel_posix == c or rel_posix.endswith("/" + c) or rel_posix.startswith(c + "/")
-               or ("/" + c + "/") in rel_posix for c in CREDENTIAL_PATHS)
+    return any(
+        rel_posix == c or rel_posix.endswith("/" + c) or rel_posix.startswith(c + "/") or ("/" + c + "/") in rel_posix
+        for c in CREDENTIAL_PATHS
+    )
 
 
 def _is_env(path: Path) -> bool:
@@ -123,9 +153,15 @@ def iter_project_files(root: Path, skipped: list[str] | None = None) -> Iterator
                 note(rel, "a dangling symlink" if full.is_symlink() else "unreadable")
                 continue
             if not stat.S_ISREG(st.st_mode):
-                kind = ("a FIFO" if stat.S_ISFIFO(st.st_mode) else "a socket" if stat.S_ISSOCK(st.st_mode)
-                        else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
-                        else "not a regular file")
+                kind = (
+                    "a FIFO"
+                    if stat.S_ISFIFO(st.st_mode)
+                    else "a socket"
+                    if stat.S_ISSOCK(st.st_mode)
+                    else "a device"
+                    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                    else "not a regular file"
+                )
                 note(rel, kind)
                 continue
             yield rel
@@ -185,8 +221,12 @@ class FileNote:
     rendered: int = 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"copied": self.copied, "copied_bytes": self.copied_bytes,
-                "reflinked": list(self.reflinked), "rendered": self.rendered}
+        return {
+            "copied": self.copied,
+            "copied_bytes": self.copied_bytes,
+            "reflinked": list(self.reflinked),
+            "rendered": self.rendered,
+        }
 
 
 def reflink(src: Path, dest: Path) -> bool:
@@ -197,8 +237,15 @@ def reflink(src: Path, dest: Path) -> bool:
             try:
                 fcntl.ioctl(fo.fileno(), FICLONE, fi.fileno())
             except OSError as e:
-                if e.errno in (errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL,
-                               errno.ENOSYS, errno.EBADF, errno.EPERM):
+                if e.errno in (
+                    errno.EOPNOTSUPP,
+                    errno.ENOTTY,
+                    errno.EXDEV,
+                    errno.EINVAL,
+                    errno.ENOSYS,
+                    errno.EBADF,
+                    errno.EPERM,
+                ):
                     raise _NoReflink from None
                 raise
     except _NoReflink:
@@ -212,8 +259,7 @@ class _NoReflink(Exception):
     pass
 
 
-def copy_file(src: Path, dest: Path, rel: str, note: FileNote, budget: int, *,
-              try_reflink: bool = True) -> None:
+def copy_file(src: Path, dest: Path, rel: str, note: FileNote, budget: int, *, try_reflink: bool = True) -> None:
     """Give the variant its own `dest` for `src`: a reflink, else a copy
     within `budget` bytes of copies per variant, else a UserError."""
     if try_reflink and src.stat().st_size > 64 * 1024 and reflink(src, dest):

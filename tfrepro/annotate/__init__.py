@@ -62,8 +62,14 @@ class Annotation:
             if r.changed:
                 parts.append(_diff(r.original, r.annotated, _display(r.path)))
         if self.manifest_new is not None and self.manifest_path is not None:
-            parts.append(_diff(self.manifest_original or "", self.manifest_new, _display(self.manifest_path),
-                               new_file=self.manifest_original is None))
+            parts.append(
+                _diff(
+                    self.manifest_original or "",
+                    self.manifest_new,
+                    _display(self.manifest_path),
+                    new_file=self.manifest_original is None,
+                )
+            )
         return "".join(parts)
 
     def write(self) -> list[Path]:
@@ -88,8 +94,9 @@ def _display(path: Path) -> str:
 
 def _diff(old: str, new: str, name: str, new_file: bool = False) -> str:
     a, b = (name, name) if name.startswith("/") else (f"a/{name}", f"b/{name}")
-    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                 fromfile="/dev/null" if new_file else a, tofile=b)
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile="/dev/null" if new_file else a, tofile=b
+    )
     out = []
     for x in lines:
         out.append(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n")
@@ -115,9 +122,14 @@ def _edits_for(src, ctx: Context, layer_classes) -> list:
     return edits
 
 
-def annotate_text(text: str, path: str = "<string>", *, only: Iterable[str] | None = None,
-                  layer_sources: Iterable[tuple[str, str]] = (),
-                  ctx: Context | None = None) -> tuple[str, tuple[Found, ...], tuple[Skipped, ...]]:
+def annotate_text(
+    text: str,
+    path: str = "<string>",
+    *,
+    only: Iterable[str] | None = None,
+    layer_sources: Iterable[tuple[str, str]] = (),
+    ctx: Context | None = None,
+) -> tuple[str, tuple[Found, ...], tuple[Skipped, ...]]:
     """Annotate one file's text. `layer_sources` are (path, text) of other
     project files whose Layer subclasses count as the project's own."""
     from tfrepro.annotate.layers import collect_layer_classes
@@ -130,8 +142,7 @@ def annotate_text(text: str, path: str = "<string>", *, only: Iterable[str] | No
     original, text = text, (text.replace("\r\n", "\n") if crlf else text)
     src = Src(text, path)
     if ctx is None:
-        ctx = Context(existing=frozenset(existing.feature_names),
-                      only=frozenset(only) if only is not None else None)
+        ctx = Context(existing=frozenset(existing.feature_names), only=frozenset(only) if only is not None else None)
     others = []
     for p, t in layer_sources:
         try:
@@ -203,8 +214,12 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     ctx = Context(existing=frozenset(existing), only=frozenset(only) if only is not None else None)
     results = []
     for p in files:
-        new, found, _ = annotate_text(texts[p], str(p), layer_sources=[(str(q), t) for q, t in layer_sources.items()
-                                                                        if q.resolve() != p.resolve()], ctx=ctx)
+        new, found, _ = annotate_text(
+            texts[p],
+            str(p),
+            layer_sources=[(str(q), t) for q, t in layer_sources.items() if q.resolve() != p.resolve()],
+            ctx=ctx,
+        )
         results.append(FileResult(p, texts[p], new, found))
 
     root = find_manifest_dir(Path(os.path.commonpath([str(p.resolve().parent) for p in files])))
@@ -219,8 +234,14 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     if entry == "repro.py" or (original is None and (root / "repro.py").is_file()):
         entry = None
     new_manifest, problems = merge(original, affects, entry)
-    return Annotation(tuple(results), tuple(ctx.skipped), mpath if new_manifest is not None else None,
-                      original, new_manifest, tuple(problems))
+    return Annotation(
+        tuple(results),
+        tuple(ctx.skipped),
+        mpath if new_manifest is not None else None,
+        original,
+        new_manifest,
+        tuple(problems),
+    )
 
 
 def _entry(results: list[FileResult], root: Path) -> str | None:

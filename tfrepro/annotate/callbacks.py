@@ -44,8 +44,11 @@ class _Collector:
             return
         if isinstance(v, cst.Name):
             if isinstance(scope, cst.FunctionDef) and v.value in _params(scope):
-                ctx.skip(src.path, line, f"callbacks come from the parameter {v.value!r}: not followed "
-                         "(annotate where the list is built)")
+                ctx.skip(
+                    src.path,
+                    line,
+                    f"callbacks come from the parameter {v.value!r}: not followed (annotate where the list is built)",
+                )
                 return
             assigns = [s for s in _statements(src, scope) if _assigns_name(s, v.value)]
             if len(assigns) != 1:
@@ -60,25 +63,41 @@ class _Collector:
             elif isinstance(value, cst.Call):
                 self.resolve(value, scope, src.line(stmt), depth + 1)
             else:
-                ctx.skip(src.path, src.line(stmt), f"callbacks list {v.value!r} is built by an expression "
-                         "that cannot be split: not marked")
+                ctx.skip(
+                    src.path,
+                    src.line(stmt),
+                    f"callbacks list {v.value!r} is built by an expression that cannot be split: not marked",
+                )
             for s in _statements(src, scope):
                 small = s.body[0]
-                if isinstance(small, cst.AugAssign) and _is_name(small.target, v.value) or (
-                        isinstance(small, cst.Expr) and isinstance(small.value, cst.Call)
-                        and _method_on(small.value, v.value) in ("extend", "insert")):
+                if (
+                    isinstance(small, cst.AugAssign)
+                    and _is_name(small.target, v.value)
+                    or (
+                        isinstance(small, cst.Expr)
+                        and isinstance(small.value, cst.Call)
+                        and _method_on(small.value, v.value) in ("extend", "insert")
+                    )
+                ):
                     ctx.skip(src.path, src.line(s), f"callbacks added to {v.value!r} in bulk: not marked")
-                elif isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) \
-                        and _method_on(small.value, v.value) == "append":
+                elif (
+                    isinstance(small, cst.Expr)
+                    and isinstance(small.value, cst.Call)
+                    and _method_on(small.value, v.value) == "append"
+                ):
                     self.append_statement(s, small.value, scope)
         elif isinstance(v, cst.Call) and isinstance(v.func, cst.Name):
             fn = next((n for n in src.walk() if isinstance(n, cst.FunctionDef) and n.name.value == v.func.value), None)
             if fn is None:
-                ctx.skip(src.path, line, f"callbacks come from {v.func.value}(), not defined in this file: not followed")
+                ctx.skip(
+                    src.path, line, f"callbacks come from {v.func.value}(), not defined in this file: not followed"
+                )
                 return
             returns = [n for n in src.walk(fn) if isinstance(n, cst.Return) and src.scope(n) is fn]
             if len(returns) != 1 or returns[0].value is None:
-                ctx.skip(src.path, src.line(fn), f"{v.func.value}() returns its callbacks in several places: not followed")
+                ctx.skip(
+                    src.path, src.line(fn), f"{v.func.value}() returns its callbacks in several places: not followed"
+                )
                 return
             ret = returns[0].value
             stmt = src.statement(returns[0])
@@ -109,13 +128,14 @@ class _Collector:
             return
         start, end = src.line(stmt), src.end_line(stmt)
         a, b = src.span(lst)
-        fit_text = src.between(src.offset(start, 0), a) + var + src.between(b, src.offset(end, 0) + len(src.lines[end - 1]))
+        fit_text = (
+            src.between(src.offset(start, 0), a) + var + src.between(b, src.offset(end, 0) + len(src.lines[end - 1]))
+        )
         if not fit_text.endswith("\n"):
             fit_text += "\n"
         self.edits.append(Edit(start, end, indent, (f"{indent}{var} = []\n", *segs, fit_text), tuple(found)))
 
-    def list_statement(self, stmt: cst.SimpleStatementLine, lst: cst.List, var: str | None,
-                       scope: cst.CSTNode) -> None:
+    def list_statement(self, stmt: cst.SimpleStatementLine, lst: cst.List, var: str | None, scope: cst.CSTNode) -> None:
         """`var = [a, b]` or `return [a, b]` rebuilt with appends."""
         src = self.src
         if id(lst) in self.done or not lst.elements:
@@ -165,8 +185,9 @@ class _Collector:
         if f is not None:
             self.edits.append(Edit(src.line(stmt), src.end_line(stmt), indent, (seg,), (f,)))
 
-    def block_for(self, value: cst.BaseExpression, stmt: str, line: int,
-                  scope: cst.CSTNode) -> tuple[str | BlockSeg, Found | None]:
+    def block_for(
+        self, value: cst.BaseExpression, stmt: str, line: int, scope: cst.CSTNode
+    ) -> tuple[str | BlockSeg, Found | None]:
         cls, var = _callback_class(self.src, value, scope)
         base = callback_feature(cls, var)
         name = self.ctx.claim(base, "callback", group=False, path=self.src.path, line=line)
@@ -174,8 +195,9 @@ class _Collector:
             return stmt, None
         entry = catalog.callback_entry(cls, name)
         desc = entry.describe(cls=cls or var or "a")
-        return BlockSeg(name, desc, stmt), Found(name, desc, self.src.path, line, entry.kind,
-                                                 affects_loss=entry.affects_loss)
+        return BlockSeg(name, desc, stmt), Found(
+            name, desc, self.src.path, line, entry.kind, affects_loss=entry.affects_loss
+        )
 
 
 def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> tuple[str | None, str | None]:
@@ -198,8 +220,11 @@ def _params(fn: cst.FunctionDef) -> set[str]:
 
 def _statements(src: Src, scope: cst.CSTNode) -> list[cst.SimpleStatementLine]:
     """Simple statement lines of `scope` itself (not of nested functions)."""
-    return [n for n in src.walk(scope) if isinstance(n, cst.SimpleStatementLine)
-            and len(n.body) == 1 and src.scope(n) is scope]
+    return [
+        n
+        for n in src.walk(scope)
+        if isinstance(n, cst.SimpleStatementLine) and len(n.body) == 1 and src.scope(n) is scope
+    ]
 
 
 def _is_name(node: cst.CSTNode, name: str) -> bool:
@@ -225,7 +250,10 @@ def _method_on(call: cst.Call, name: str) -> str | None:
 def callback_edits(src: Src, ctx: Context) -> list[Edit]:
     c = _Collector(src, ctx)
     for n in src.walk():
-        if isinstance(n, cst.Call) and last_name(n.func) in ("fit", "fit_generator") \
-                and isinstance(n.func, cst.Attribute):
+        if (
+            isinstance(n, cst.Call)
+            and last_name(n.func) in ("fit", "fit_generator")
+            and isinstance(n.func, cst.Attribute)
+        ):
             c.from_fit(n)
     return c.edits

@@ -22,14 +22,38 @@ from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
 from tfrepro.annotate.source import Src, arg, literal
 
 METHODS = {
-    "map", "batch", "prefetch", "cache", "shuffle", "interleave", "repeat", "filter", "take",
-    "skip", "unbatch", "padded_batch", "apply", "with_options", "flat_map", "rebatch",
-    "ragged_batch", "enumerate", "shard", "window", "concatenate", "take_while", "scan",
-    "group_by_window", "bucket_by_sequence_length", "ignore_errors", "snapshot", "unique",
-    "parallel_interleave", "prefetch_to_device",
+    "map",
+    "batch",
+    "prefetch",
+    "cache",
+    "shuffle",
+    "interleave",
+    "repeat",
+    "filter",
+    "take",
+    "skip",
+    "unbatch",
+    "padded_batch",
+    "apply",
+    "with_options",
+    "flat_map",
+    "rebatch",
+    "ragged_batch",
+    "enumerate",
+    "shard",
+    "window",
+    "concatenate",
+    "take_while",
+    "scan",
+    "group_by_window",
+    "bucket_by_sequence_length",
+    "ignore_errors",
+    "snapshot",
+    "unique",
+    "parallel_interleave",
+    "prefetch_to_device",
 }
-_STRONG = {"prefetch", "interleave", "padded_batch", "unbatch", "with_options", "rebatch",
-           "ragged_batch", "flat_map"}
+_STRONG = {"prefetch", "interleave", "padded_batch", "unbatch", "with_options", "rebatch", "ragged_batch", "flat_map"}
 _NAME_HINT = re.compile(r"(^|_)(ds|dataset|datasets|data|pipeline)(_|$)|dataset")
 _KINDS = ("prefetch", "cache", "shuffle", "interleave", "parallel_map", "parallel_batch")
 _DESCRIPTIONS = {k: catalog.CATALOG[k].description for k in _KINDS}
@@ -113,19 +137,35 @@ def chain_edits(src: Src, ctx: Context) -> list[Edit]:
             edits.append(edit)
     # Feature links anywhere else (an argument, a lambda...) cannot be split safely.
     for n in src.walk():
-        if isinstance(n, cst.Call) and id(n) not in handled and isinstance(n.func, cst.Attribute) \
-                and n.func.attr.value in METHODS and _feature_kind(n) and _is_dataset(src, n, known):
+        if (
+            isinstance(n, cst.Call)
+            and id(n) not in handled
+            and isinstance(n.func, cst.Attribute)
+            and n.func.attr.value in METHODS
+            and _feature_kind(n)
+            and _is_dataset(src, n, known)
+        ):
             base, links = flatten(n)
             handled.update(id(c) for c in links)
             kinds = sorted({k for c in links if (k := _feature_kind(c))})
             if kinds and any(ctx.wanted(k, "dataset") for k in kinds):
-                ctx.skip(src.path, src.line(n), f"tf.data {', '.join(kinds)} inside an expression: not split "
-                         "(assign the pipeline to a variable first)")
+                ctx.skip(
+                    src.path,
+                    src.line(n),
+                    f"tf.data {', '.join(kinds)} inside an expression: not split "
+                    "(assign the pipeline to a variable first)",
+                )
     return edits
 
 
-def _split(src: Src, ctx: Context, stmt: cst.SimpleStatementLine, small: cst.BaseSmallStatement,
-           base: cst.BaseExpression, calls: list[cst.Call]) -> Edit | None:
+def _split(
+    src: Src,
+    ctx: Context,
+    stmt: cst.SimpleStatementLine,
+    small: cst.BaseSmallStatement,
+    base: cst.BaseExpression,
+    calls: list[cst.Call],
+) -> Edit | None:
     line = src.line(stmt)
     indent = src.indent_of(stmt)
     if indent is None:
@@ -135,8 +175,11 @@ def _split(src: Src, ctx: Context, stmt: cst.SimpleStatementLine, small: cst.Bas
     if isinstance(small, cst.Return):
         target = src.fresh_name(src.scope(stmt), ("dataset", "ds", "pipeline"))
     else:
-        tnode = small.targets[0].target if isinstance(small, cst.Assign) and len(small.targets) == 1 \
+        tnode = (
+            small.targets[0].target
+            if isinstance(small, cst.Assign) and len(small.targets) == 1
             else getattr(small, "target", None)
+        )
         if not isinstance(tnode, cst.Name):
             ctx.skip(src.path, line, "tf.data chain assigned to something other than a plain name: not split")
             return None
@@ -149,8 +192,9 @@ def _split(src: Src, ctx: Context, stmt: cst.SimpleStatementLine, small: cst.Bas
                 if any(isinstance(n, cst.Name) and n.value == target for n in src.walk(a)):
                     ctx.skip(src.path, line, f"tf.data chain uses {target!r} inside its own links: not split")
                     return None
-        if not (isinstance(base, cst.Name) and base.value == target) and \
-                any(isinstance(n, cst.Name) and n.value == target for n in src.walk(base)):
+        if not (isinstance(base, cst.Name) and base.value == target) and any(
+            isinstance(n, cst.Name) and n.value == target for n in src.walk(base)
+        ):
             ctx.skip(src.path, line, f"tf.data chain uses {target!r} in its source: not split")
             return None
 
@@ -167,8 +211,16 @@ def _split(src: Src, ctx: Context, stmt: cst.SimpleStatementLine, small: cst.Bas
             ctx.skip(src.path, src.line(link.call), "interleave without a map function: not marked")
             continue
         link.feature = name
-        found.append(Found(name, _DESCRIPTIONS[kind], src.path, src.line(link.call.func.attr),  # type: ignore[attr-defined]
-                           "dataset", affects_loss=catalog.affects_loss(name)))
+        found.append(
+            Found(
+                name,
+                _DESCRIPTIONS[kind],
+                src.path,
+                src.line(link.call.func.attr),  # type: ignore[attr-defined]
+                "dataset",
+                affects_loss=catalog.affects_loss(name),
+            )
+        )
     if not found:
         return None
 
@@ -235,13 +287,15 @@ def _off(src: Src, link: _Link, lhs: str, receiver: str, target: str) -> str | N
     return f"{lhs}{receiver}.{link.method}({', '.join(parts)})\n"
 
 
-def _lost_comments(src: Src, stmt: cst.SimpleStatementLine, base: cst.BaseExpression,
-                   calls: list[cst.Call]) -> dict[int, list[str]]:
+def _lost_comments(
+    src: Src, stmt: cst.SimpleStatementLine, base: cst.BaseExpression, calls: list[cst.Call]
+) -> dict[int, list[str]]:
     """Comments of the statement that the split statements would drop (those
     between links, and the trailing one), keyed by the id of the link they
     belong to (0: after the last statement)."""
     kept = [src.span(base)] + [
-        (src.span(c.func.attr)[1], src.span(c)[1]) for c in calls  # type: ignore[attr-defined]
+        (src.span(c.func.attr)[1], src.span(c)[1])
+        for c in calls  # type: ignore[attr-defined]
     ]
     starts = [(src.line(c.func.attr), id(c)) for c in calls]  # type: ignore[attr-defined]
     out: dict[int, list[str]] = {}

@@ -29,8 +29,12 @@ STRATEGIES = {
     "ParameterServerStrategy": "parameter_server_strategy",
 }
 SCHEDULES = {
-    "CosineDecay", "CosineDecayRestarts", "ExponentialDecay", "InverseTimeDecay",
-    "PiecewiseConstantDecay", "PolynomialDecay",
+    "CosineDecay",
+    "CosineDecayRestarts",
+    "ExponentialDecay",
+    "InverseTimeDecay",
+    "PiecewiseConstantDecay",
+    "PolynomialDecay",
 }
 _POLICY_SETTERS = {"set_global_policy", "set_policy", "set_dtype_policy"}
 _LOSS_SCALE_METHODS = ("get_scaled_loss", "get_unscaled_gradients", "scale_loss")
@@ -49,13 +53,22 @@ class Candidate:
     affects_loss: bool = False
 
 
-def _c(unit: cst.CSTNode, name: str, node: cst.CSTNode | None = None, replacement: str | None = None, *,
-       note: str | None = None, desc: str | None = None, **fields: object) -> Candidate:
+def _c(
+    unit: cst.CSTNode,
+    name: str,
+    node: cst.CSTNode | None = None,
+    replacement: str | None = None,
+    *,
+    note: str | None = None,
+    desc: str | None = None,
+    **fields: object,
+) -> Candidate:
     """A candidate whose kind, description and affects_loss come from the catalog."""
     e = catalog.get(name)
     assert e is not None, name
-    return Candidate(unit, name, e.kind, True, desc or e.describe(**fields), node, replacement, note,
-                     catalog.affects_loss(name))
+    return Candidate(
+        unit, name, e.kind, True, desc or e.describe(**fields), node, replacement, note, catalog.affects_loss(name)
+    )
 
 
 def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context) -> list[Candidate]:
@@ -69,16 +82,23 @@ def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context
             deco = node.decorator
             jit = isinstance(deco, cst.Call) and any(
                 a.keyword is not None and a.keyword.value == "jit_compile" and literal(a.value) not in (False, None)
-                for a in deco.args)
+                for a in deco.args
+            )
             if not jit:  # else the jit_compile feature takes the decorator
                 out.append(_c(node, "tf_function"))
-        elif isinstance(node, cst.SimpleStatementLine) and len(node.body) == 1 \
-                and isinstance(node.body[0], cst.Assign) and len(node.body[0].targets) == 1:
+        elif (
+            isinstance(node, cst.SimpleStatementLine)
+            and len(node.body) == 1
+            and isinstance(node.body[0], cst.Assign)
+            and len(node.body[0].targets) == 1
+        ):
             # `options.experimental_deterministic = False`: tf.data may reorder elements.
             target = node.body[0].targets[0].target
-            if isinstance(target, cst.Attribute) and target.attr.value in ("experimental_deterministic",
-                                                                           "deterministic") \
-                    and literal(node.body[0].value) is False:
+            if (
+                isinstance(target, cst.Attribute)
+                and target.attr.value in ("experimental_deterministic", "deterministic")
+                and literal(node.body[0].value) is False
+            ):
                 out.append(_c(node, "nondeterministic_data"))
             elif _xla_env_var(target):
                 out.append(_c(node, "xla_flags", var=_xla_env_var(target)))
@@ -117,15 +137,22 @@ def _wrap_call(src: Src, ctx: Context, call: cst.Call, what: str) -> cst.CSTNode
     unit = _unit(src, ctx, call, what)
     if unit is None:
         return None
-    if not (isinstance(unit, cst.SimpleStatementLine) and isinstance(unit.body[0], cst.Expr)
-            and unit.body[0].value is call):
+    if not (
+        isinstance(unit, cst.SimpleStatementLine) and isinstance(unit.body[0], cst.Expr) and unit.body[0].value is call
+    ):
         ctx.skip(src.path, src.line(call), f"{what} is used inside a larger expression: not marked")
         return None
     return unit
 
 
-def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, LayerClass],
-               prefix: str | None, loss_scale_methods_used: bool) -> list[Candidate]:
+def _from_call(
+    src: Src,
+    ctx: Context,
+    call: cst.Call,
+    layer_classes: dict[str, LayerClass],
+    prefix: str | None,
+    loss_scale_methods_used: bool,
+) -> list[Candidate]:
     out: list[Candidate] = []
     d = dotted(call.func) or ""
     name = last_name(call.func) or ""
@@ -141,13 +168,24 @@ def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, 
     elif name == "LossScaleOptimizer":
         inner = arg(call, 0, "inner_optimizer") or arg(call, None, "optimizer")
         if loss_scale_methods_used:
-            ctx.skip(src.path, src.line(call), "LossScaleOptimizer: the code calls its loss-scaling "
-                     "methods, so it stays as written (it is harmless without mixed precision)")
+            ctx.skip(
+                src.path,
+                src.line(call),
+                "LossScaleOptimizer: the code calls its loss-scaling "
+                "methods, so it stays as written (it is harmless without mixed precision)",
+            )
         elif inner is not None:
             unit = _unit(src, ctx, call, "LossScaleOptimizer")
             if unit is not None:
-                out.append(_c(unit, "mixed_precision", call, src.code(inner.value),
-                              desc="loss scaling for mixed precision; off: the plain optimizer"))
+                out.append(
+                    _c(
+                        unit,
+                        "mixed_precision",
+                        call,
+                        src.code(inner.value),
+                        desc="loss scaling for mixed precision; off: the plain optimizer",
+                    )
+                )
     elif name in STRATEGIES and ("distribute" in d or "distribute" in src.import_aliases().get(d, "")):
         parts = d.split(".")
         if "distribute" in parts[:-1]:
@@ -201,8 +239,9 @@ def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, 
             if unit is None:
                 continue
             feature = "jit_compile" if kw == "jit_compile" else "eager_debug"
-            out.append(_c(unit, feature, a.value, catalog.CATALOG[feature].off_code,
-                          how="run_eagerly; off: run_eagerly=False"))
+            out.append(
+                _c(unit, feature, a.value, catalog.CATALOG[feature].off_code, how="run_eagerly; off: run_eagerly=False")
+            )
         elif kw in catalog.KEYWORDS and literal(a.value) not in (None, 0, 0.0, False):
             feature = catalog.KEYWORDS[kw]
             unit = _unit(src, ctx, a, f"{kw}={src.code(a.value)}")
@@ -219,12 +258,20 @@ def _tf_function(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
         return []
     small = unit.body[0]
     fn = arg(call, 0, "func")
-    if not (isinstance(small, cst.Assign) and small.value is call and len(small.targets) == 1
-            and fn is not None and isinstance(small.targets[0].target, cst.Name)
-            and isinstance(fn.value, cst.Name) and fn.value.value == small.targets[0].target.value):
+    if not (
+        isinstance(small, cst.Assign)
+        and small.value is call
+        and len(small.targets) == 1
+        and fn is not None
+        and isinstance(small.targets[0].target, cst.Name)
+        and isinstance(fn.value, cst.Name)
+        and fn.value.value == small.targets[0].target.value
+    ):
         return []  # `step = tf.function(other)` has no "off" that keeps `step` defined
-    if any(a.keyword is not None and a.keyword.value == "jit_compile" and literal(a.value) not in (False, None)
-           for a in call.args):
+    if any(
+        a.keyword is not None and a.keyword.value == "jit_compile" and literal(a.value) not in (False, None)
+        for a in call.args
+    ):
         return []  # the jit_compile feature takes the statement
     return [_c(unit, "tf_function")]
 
@@ -252,8 +299,12 @@ def _schedule(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candida
         targets = {t.target.value for t in unit.body[0].targets if isinstance(t.target, cst.Name)}
         for n in src.walk():
             if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in targets:
-                ctx.skip(src.path, src.line(n), f"{name} schedule is called as a function here; "
-                         "a constant rate could not stand in for it: not marked")
+                ctx.skip(
+                    src.path,
+                    src.line(n),
+                    f"{name} schedule is called as a function here; "
+                    "a constant rate could not stand in for it: not marked",
+                )
                 return []
     return [_c(unit, "lr_schedule", call, constant, cls=name, constant=constant)]
 
@@ -263,18 +314,29 @@ def _custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefi
         ctx.skip(src.path, src.line(call), f"{cls.name}: this file imports no Keras to name a stock layer with")
         return []
     if cls.adds_loss:
-        ctx.skip(src.path, src.line(call), f"{cls.name} adds to the loss (add_loss): no stock layer can "
-                 "stand in for it, not marked")
+        ctx.skip(
+            src.path,
+            src.line(call),
+            f"{cls.name} adds to the loss (add_loss): no stock layer can stand in for it, not marked",
+        )
         return []
     unit = _unit(src, ctx, call, f"{cls.name}(...)")
     if unit is None:
         return []
     expr, what, note = stock_equivalent(src, call, cls, prefix)
     outer = src.parent(call)
-    if note is not None and isinstance(outer, cst.Call) and outer.func is call \
-            and len([a for a in outer.args if a.keyword is None]) > 1:
-        ctx.skip(src.path, src.line(call), f"{cls.name} takes several inputs and has no obvious stock "
-                 "equivalent: not marked (write its block by hand)")
+    if (
+        note is not None
+        and isinstance(outer, cst.Call)
+        and outer.func is call
+        and len([a for a in outer.args if a.keyword is None]) > 1
+    ):
+        ctx.skip(
+            src.path,
+            src.line(call),
+            f"{cls.name} takes several inputs and has no obvious stock "
+            "equivalent: not marked (write its block by hand)",
+        )
         return []
     return [_c(unit, cls.feature, call, expr, note=note, cls=cls.name, stock=what)]
 
@@ -297,8 +359,12 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
         indent = src.indent_of(unit)
         line = src.line(unit)
         if indent is None:
-            ctx.skip(src.path, line, f"{head.base}: the statement's lines cannot be commented at its "
-                     "indentation (a continuation line is indented less): not marked")
+            ctx.skip(
+                src.path,
+                line,
+                f"{head.base}: the statement's lines cannot be commented at its "
+                "indentation (a continuation line is indented less): not marked",
+            )
             continue
         if len({c.base for c in group}) > 1:
             split = _sequential_split(src, ctx, unit, indent, group)
@@ -311,8 +377,11 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
         same = [c for c in group if c.base == head.base]
         for other in group:
             if other.base != head.base:
-                ctx.skip(src.path, src.line(other.node or other.unit),
-                         f"{other.base} shares a statement with {name}: not marked (split the statement)")
+                ctx.skip(
+                    src.path,
+                    src.line(other.node or other.unit),
+                    f"{other.base} shares a statement with {name}: not marked (split the statement)",
+                )
         start, end = line, src.end_line(unit)
         on = src.lines_text(start, end)
         off = None
@@ -337,8 +406,7 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
     return edits
 
 
-def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str,
-                      group: list[Candidate]) -> Edit | None:
+def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str, group: list[Candidate]) -> Edit | None:
     """Several custom layers in one `Sequential([...])`: rebuild the list with
     appends so that each layer gets its own block (same layers, same order)."""
     if not all(c.kind == "custom_layer" and c.node is not None for c in group):
@@ -355,8 +423,11 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str,
     lst = lists.pop()
     argnode = src.parent(lst)
     call = src.parent(argnode) if isinstance(argnode, cst.Arg) else None
-    if not isinstance(call, cst.Call) or last_name(call.func) != "Sequential" \
-            or any(isinstance(e, cst.StarredElement) for e in lst.elements):
+    if (
+        not isinstance(call, cst.Call)
+        or last_name(call.func) != "Sequential"
+        or any(isinstance(e, cst.StarredElement) for e in lst.elements)
+    ):
         return None
     by_node = {id(c.node): c for c in group}
     var = src.fresh_name(src.scope(unit), ("model_layers", "stack"))
@@ -370,8 +441,9 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str,
         name = ctx.claim(c.base, c.kind, group=True, path=src.path, line=src.line(el.value))
         if name is None:
             return on
-        found.append(Found(name, c.description, src.path, src.line(el.value), c.kind, c.note,
-                           catalog.affects_loss(name)))
+        found.append(
+            Found(name, c.description, src.path, src.line(el.value), c.kind, c.note, catalog.affects_loss(name))
+        )
         return BlockSeg(name, c.description, on, append_stmt(src, indent, var, el.value, c.replacement))
 
     segs = split_list(src, lst, indent, segment)
@@ -387,8 +459,12 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str,
 
 def callback_feature(class_name: str | None, var_name: str | None) -> str:
     """`callback_early_stopping` from `EarlyStopping`, or from a variable name."""
-    special = {"TensorBoard": "tensorboard", "TerminateOnNaN": "terminate_on_nan",
-               "LearningRateScheduler": "lr_scheduler", "LambdaCallback": "lambda"}
+    special = {
+        "TensorBoard": "tensorboard",
+        "TerminateOnNaN": "terminate_on_nan",
+        "LearningRateScheduler": "lr_scheduler",
+        "LambdaCallback": "lambda",
+    }
     if class_name:
         short = special.get(class_name) or snake(class_name)
     elif var_name:
@@ -400,5 +476,5 @@ def callback_feature(class_name: str | None, var_name: str | None) -> str:
             short = short[: -len(suffix)]
     for pre in ("callback_", "cb_"):
         if short.startswith(pre) and len(short) > len(pre):
-            short = short[len(pre):]
+            short = short[len(pre) :]
     return "callback_" + short

@@ -27,8 +27,7 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
     (r"dense|linear", "Dense", ("units",), ("units", "activation", "use_bias"), ("units",)),
     (r"dropout", "Dropout", ("rate",), ("rate",), ("rate",)),
     (r"softmax", "Softmax", (), ("axis",), ()),
-    (r"embedding", "Embedding", ("input_dim", "output_dim"), ("input_dim", "output_dim"),
-     ("input_dim", "output_dim")),
+    (r"embedding", "Embedding", ("input_dim", "output_dim"), ("input_dim", "output_dim"), ("input_dim", "output_dim")),
     (r"(^|_)relu", "ReLU", (), (), ()),
 )
 
@@ -66,17 +65,19 @@ def _keras_layer_base(src: Src, base: cst.BaseExpression) -> tuple[bool, str | N
         return True, None
     if d == "Layer" and "keras" in full:
         return True, None
-    if ".layers." in full + "." and parts[-1][:1].isupper() and parts[-1] not in _NOT_LAYERS \
-            and ("keras" in full or parts[0] == "layers"):
+    if (
+        ".layers." in full + "."
+        and parts[-1][:1].isupper()
+        and parts[-1] not in _NOT_LAYERS
+        and ("keras" in full or parts[0] == "layers")
+    ):
         return True, parts[-1]
     return False, None
 
 
 def collect_layer_classes(srcs: list[Src]) -> dict[str, LayerClass]:
     """Every `Layer` subclass defined in `srcs`, direct or through another."""
-    classes: list[tuple[Src, cst.ClassDef]] = [
-        (s, n) for s in srcs for n in s.walk() if isinstance(n, cst.ClassDef)
-    ]
+    classes: list[tuple[Src, cst.ClassDef]] = [(s, n) for s in srcs for n in s.walk() if isinstance(n, cst.ClassDef)]
     found: dict[str, LayerClass] = {}
     changed = True
     while changed:

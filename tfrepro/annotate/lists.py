@@ -22,8 +22,9 @@ def append_stmt(src: Src, indent: str, var: str, value: cst.BaseExpression, code
     return f"{indent}{var}.append({text})\n"
 
 
-def split_list(src: Src, lst: cst.List, indent: str,
-               segment: Callable[[cst.Element], str | BlockSeg]) -> list[str | BlockSeg]:
+def split_list(
+    src: Src, lst: cst.List, indent: str, segment: Callable[[cst.Element], str | BlockSeg]
+) -> list[str | BlockSeg]:
     """Segments for the elements (`segment(el)` makes each), with the list's
     own comments placed above the element they belong to."""
     elements = list(lst.elements)

@@ -12,8 +12,10 @@ from pathlib import Path
 
 from tfrepro.projectfiles import MANIFEST
 
-_HEADER = ("# Written by `tfrepro annotate`: the script a trial runs, and the features that\n"
-           "# change the loss on purpose (never blamed for a loss mismatch).\n")
+_HEADER = (
+    "# Written by `tfrepro annotate`: the script a trial runs, and the features that\n"
+    "# change the loss on purpose (never blamed for a loss mismatch).\n"
+)
 
 
 def find_manifest_dir(start: Path) -> Path:
@@ -46,8 +48,7 @@ def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> t
     try:
         data = tomllib.loads(existing)
     except tomllib.TOMLDecodeError as e:
-        return None, [f"{MANIFEST} is not valid TOML ({e}); add affects_loss = true for "
-                      f"{', '.join(names)} by hand"]
+        return None, [f"{MANIFEST} is not valid TOML ({e}); add affects_loss = true for {', '.join(names)} by hand"]
     feats = data.get("features", {}) if isinstance(data.get("features", {}), dict) else None
     if feats is None:
         return None, [f"{MANIFEST}: `features` is not a table; left alone"]
@@ -61,15 +62,17 @@ def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> t
         m = header.search(text)
         line = f'entry = "{entry}"'
         if m:
-            text = text[: m.end()] + "\n" + line + text[m.end():]
+            text = text[: m.end()] + "\n" + line + text[m.end() :]
         else:
             text = f"[trial]\n{line}\n\n" + text
     for n in names:
         cfg = feats.get(n)
         if isinstance(cfg, dict) and "affects_loss" in cfg:
             if cfg["affects_loss"] is not True:
-                problems.append(f"{MANIFEST} says affects_loss = {cfg['affects_loss']!r} for {n}; "
-                                "left as is (the annotator would have said true)")
+                problems.append(
+                    f"{MANIFEST} says affects_loss = {cfg['affects_loss']!r} for {n}; "
+                    "left as is (the annotator would have said true)"
+                )
             continue
         want.setdefault("features", {}).setdefault(n, {})["affects_loss"] = True
         header = re.compile(r"^[ \t]*\[[ \t]*features[ \t]*\.[ \t]*" + re.escape(n) + r"[ \t]*\][ \t]*(#.*)?$", re.M)

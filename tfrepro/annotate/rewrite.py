@@ -58,7 +58,9 @@ def resolve_overlaps(edits: list[Edit], occupied: list[tuple[int, int]], ctx: Co
         clash = next((k for k in kept if k.start <= e.end and e.start <= k.end), None)
         if clash is not None:
             for f in e.found:
-                ctx.skip(path, f.line, f"{f.name} touches the same lines as {', '.join(sorted(clash.names))}: not marked")
+                ctx.skip(
+                    path, f.line, f"{f.name} touches the same lines as {', '.join(sorted(clash.names))}: not marked"
+                )
             continue
         kept.append(e)
     return kept
@@ -131,8 +133,12 @@ def build(text: str, path: str, edits: list[Edit], ctx: Context) -> tuple[str, l
             if e.names & bad:
                 culprit = ", ".join(sorted(e.names & bad))
                 for f in e.found:
-                    ctx.skip(path, f.line, f"{f.name}: not marked (the file would not compile, or not "
-                             f"round-trip, with {culprit} switched off)")
+                    ctx.skip(
+                        path,
+                        f.line,
+                        f"{f.name}: not marked (the file would not compile, or not "
+                        f"round-trip, with {culprit} switched off)",
+                    )
             else:
                 remaining.append(e)
         edits = remaining

@@ -26,7 +26,9 @@ def parse_python(text: str, path: str) -> cst.Module:
         compile(text, path, "exec", flags=0x400, dont_inherit=True)  # ast.PyCF_ONLY_AST
     except SyntaxError as e:
         raise UserError(
-            f"not valid Python: {e.msg}", path=path, line=e.lineno,
+            f"not valid Python: {e.msg}",
+            path=path,
+            line=e.lineno,
             hint="annotate reads files Python can run; fix the syntax error first",
         ) from None
     try:
@@ -226,7 +228,9 @@ class Src:
             if isinstance(n, cst.Import):
                 for a in n.names:
                     full = dotted(a.name) or ""
-                    alias = a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else full.split(".")[0]
+                    alias = (
+                        a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else full.split(".")[0]
+                    )
                     out[alias] = full if a.asname else full.split(".")[0]
             elif isinstance(n, cst.ImportFrom) and not isinstance(n.names, cst.ImportStar):
                 mod = dotted(n.module) if n.module is not None else ""

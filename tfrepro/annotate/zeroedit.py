@@ -45,8 +45,11 @@ def entry_scripts(entry: str | None, command: Sequence[str] | None, files: Itera
 
 def default_targets(files: Iterable[str]) -> list[str]:
     """Every `.py` file that is not a test (when the entry is unknown)."""
-    return [f for f in files if f.endswith(".py") and not f.startswith("tests/")
-            and not Path(f).name.startswith(("test_", "conftest"))]
+    return [
+        f
+        for f in files
+        if f.endswith(".py") and not f.startswith("tests/") and not Path(f).name.startswith(("test_", "conftest"))
+    ]
 
 
 def detect(root: Path, targets: Sequence[str]) -> Detection:

@@ -12,8 +12,14 @@ from tfrepro.trials.values import SYMPTOM_ORDER, Verdict
 _FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
 
 
-def also_seen(shown: Iterable[Verdict], target: Verdict | None, *, base_fastest: float | None,
-              full_fastest: float | None, slowdown: float) -> list[dict[str, Any]]:
+def also_seen(
+    shown: Iterable[Verdict],
+    target: Verdict | None,
+    *,
+    base_fastest: float | None,
+    full_fastest: float | None,
+    slowdown: float,
+) -> list[dict[str, Any]]:
     """The symptoms in `shown` other than `target`, in the hunting order, and
     a possible slowdown when the fastest failing run is at least halfway to
     the `slowdown` threshold over the fastest baseline run (an untimed, cheap
@@ -21,11 +27,19 @@ def also_seen(shown: Iterable[Verdict], target: Verdict | None, *, base_fastest:
     shown = set(shown)
     out: list[dict[str, Any]] = [
         {"symptom": v.value, "hint": f"rerun with --symptom {v.value}"}
-        for v in SYMPTOM_ORDER if v in shown and v != target and v != Verdict.SLOWDOWN]
+        for v in SYMPTOM_ORDER
+        if v in shown and v != target and v != Verdict.SLOWDOWN
+    ]
     if target != Verdict.SLOWDOWN and not shown & _FAILURES and base_fastest and full_fastest:
         ratio = full_fastest / base_fastest
         if ratio >= 1 + (slowdown - 1) / 2:
             r = round(ratio, 2)
-            out.append({"symptom": "slowdown", "ratio": r, "possible": True,
-                        "hint": f"possible slowdown x{r:g} (untimed runs): rerun with --symptom slowdown"})
+            out.append(
+                {
+                    "symptom": "slowdown",
+                    "ratio": r,
+                    "possible": True,
+                    "hint": f"possible slowdown x{r:g} (untimed runs): rerun with --symptom slowdown",
+                }
+            )
     return out

@@ -85,8 +85,13 @@ def _shown_path(p: Path) -> str:
     return rel if not rel.startswith("..") else str(p)
 
 
-def range_settings(root: Path, entry: str | None, settings: TrialSettings | None,
-                   symptoms: SymptomSettings | None, symptom: Verdict | None) -> tuple[TrialSettings, SymptomSettings]:
+def range_settings(
+    root: Path,
+    entry: str | None,
+    settings: TrialSettings | None,
+    symptoms: SymptomSettings | None,
+    symptom: Verdict | None,
+) -> tuple[TrialSettings, SymptomSettings]:
     """One set of settings for every trial of a range bisection: the user's
     current `tfrepro.toml` (or the defaults) with the caller's overrides and
     the entry PATH named. Bad input raises UserError."""
@@ -96,8 +101,10 @@ def range_settings(root: Path, entry: str | None, settings: TrialSettings | None
     if entry and settings.command is None:
         settings = replace(settings, entry=entry)
     if symptom is Verdict.SLOWDOWN and settings.steps < WARMUP_STEPS + 2:
-        raise UserError(f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
-                        hint=f"use --steps {WARMUP_STEPS + 10} or more")
+        raise UserError(
+            f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
+            hint=f"use --steps {WARMUP_STEPS + 10} or more",
+        )
     return settings, symptoms
 
 
@@ -114,8 +121,9 @@ class CommitSource(Source):
     key = "sha"
     older = "give an older --good"
 
-    def __init__(self, rng: gitcopy.CommitRange, checkouts: gitcopy.Checkouts, state: StateDir,
-                 use_cache: bool) -> None:
+    def __init__(
+        self, rng: gitcopy.CommitRange, checkouts: gitcopy.Checkouts, state: StateDir, use_cache: bool
+    ) -> None:
         self.rng, self.checkouts, self.state, self.use_cache = rng, checkouts, state, use_cache
         self.projects: dict[str, Project | str] = {}  # sha -> project, or why it cannot load
 
@@ -136,8 +144,14 @@ class CommitSource(Source):
         project = self.project(point.label, settings)
         if isinstance(project, str):
             return project
-        return TrialRequest((), replace(settings, repeat=repeat), point.label, use_cache=self.use_cache,
-                            state_dir=self.state.path, project=project)
+        return TrialRequest(
+            (),
+            replace(settings, repeat=repeat),
+            point.label,
+            use_cache=self.use_cache,
+            state_dir=self.state.path,
+            project=project,
+        )
 
     def release(self, point: Point) -> None:
         self.checkouts.release(point.label)
@@ -173,13 +187,16 @@ def bisect_commits(
     state = StateDir.of(root)
     run_dir = state.new_run_dir()
     events = events or BisectEvents()
-    events.phase(f"bisecting {len(rng.commits)} commits: good {rng.good.sha[:12]} ({rng.good.subject}) .. "
-                 f"bad {rng.bad.sha[:12]} ({rng.bad.subject})")
+    events.phase(
+        f"bisecting {len(rng.commits)} commits: good {rng.good.sha[:12]} ({rng.good.subject}) .. "
+        f"bad {rng.bad.sha[:12]} ({rng.bad.subject})"
+    )
     executor = executor or LocalExecutor(1, runner=trial)
     points = [Point(c.sha, c.subject, c.to_dict()) for c in rng.commits]
     with gitcopy.Checkouts(state) as checkouts:
-        run = RangeRun(points, CommitSource(rng, checkouts, state, use_cache), executor, settings, symptoms,
-                       run_dir, events)
+        run = RangeRun(
+            points, CommitSource(rng, checkouts, state, use_cache), executor, settings, symptoms, run_dir, events
+        )
         try:
             answer = bisect_points(run, symptom)
         finally:
@@ -191,8 +208,11 @@ def _finish(run: RangeRun, rng: gitcopy.CommitRange, answer: RunResult, root: Pa
     """Commit mode's fields; the two commits' projects kept for the bug report."""
     first_bad: Point | None = answer.details.get("first_bad")
     details: dict[str, Any] = {
-        "good": rng.good.to_dict(), "bad": rng.bad.to_dict(), "range_size": len(rng.commits),
-        "project": str(root), "settings": run.settings.to_dict(),
+        "good": rng.good.to_dict(),
+        "bad": rng.bad.to_dict(),
+        "range_size": len(rng.commits),
+        "project": str(root),
+        "settings": run.settings.to_dict(),
     }
     if first_bad is not None:
         answer = replace(answer, first_bad_commit=first_bad.label)
@@ -203,5 +223,3 @@ def _finish(run: RangeRun, rng: gitcopy.CommitRange, answer: RunResult, root: Pa
             details[key] = str(dest)
     answer = replace(answer, candidates=tuple(p.info for p in answer.candidates))
     return with_evidence(answer, run, details, time.monotonic() - started, shown_path(run.run_dir))
-
-

@@ -26,8 +26,11 @@ def format_result(result: dict[str, Any]) -> str:
     status = result["status"]
     if status == "found":
         c = result["commit"]
-        head += [f"first bad commit ({result['symptom']}): {c['sha']}",
-                 f"  {c['subject']}", f"  {c['author']}, {c['date']}"]
+        head += [
+            f"first bad commit ({result['symptom']}): {c['sha']}",
+            f"  {c['subject']}",
+            f"  {c['author']}, {c['date']}",
+        ]
     elif status == "ambiguous":
         head += [f"{result['symptom']}: the first bad commit is one of:"]
         head += [f"  {c['sha'][:12]}  {c['subject']}" for c in result["candidates"]]
@@ -39,10 +42,19 @@ def format_result(result: dict[str, Any]) -> str:
 
 
 def run_from_cli(
-    path: str | Path, good: str | None, bad: str | None, *, symptom: str | None = None,
-    as_json: bool = False, steps: int | None = None, timeout_s: float | None = None,
-    use_cache: bool = True, echo: Callable[..., None] | None = None,
-    executor: str = "local", address: str | None = None, jobs: int = 1,
+    path: str | Path,
+    good: str | None,
+    bad: str | None,
+    *,
+    symptom: str | None = None,
+    as_json: bool = False,
+    steps: int | None = None,
+    timeout_s: float | None = None,
+    use_cache: bool = True,
+    echo: Callable[..., None] | None = None,
+    executor: str = "local",
+    address: str | None = None,
+    jobs: int = 1,
 ) -> int:
     """What `tfrepro bisect --good REV --bad REV` does; returns the exit code
     (Contract 4: 0 found, 1 the ends do not hold or an error, 3 none, 4
@@ -51,8 +63,9 @@ def run_from_cli(
 
     echo = echo or click.echo
     if not good or not bad:
-        raise UserError("commit mode needs both --good REV and --bad REV",
-                        hint="e.g. tfrepro bisect --good v1.2 --bad HEAD")
+        raise UserError(
+            "commit mode needs both --good REV and --bad REV", hint="e.g. tfrepro bisect --good v1.2 --bad HEAD"
+        )
     target = None
     if symptom:
         try:
@@ -60,8 +73,7 @@ def run_from_cli(
         except ValueError:
             target = None
         if target is None or target not in SYMPTOM_ORDER:
-            raise UserError(f"unknown symptom {symptom!r}",
-                            hint="one of: " + ", ".join(v.value for v in SYMPTOM_ORDER))
+            raise UserError(f"unknown symptom {symptom!r}", hint="one of: " + ", ".join(v.value for v in SYMPTOM_ORDER))
     settings, symptoms = load_settings(project_root(path)[0])
     if steps is not None:
         settings = replace(settings, steps=steps)
@@ -71,9 +83,17 @@ def run_from_cli(
 
     runs_on = make_executor(executor, jobs=jobs, address=address, log=lambda text: echo(text, err=True))
     try:
-        result = bisect_commits(path, good, bad, symptom=target, settings=settings, symptoms=symptoms,
-                                use_cache=use_cache, events=None if as_json else ProgressLines(echo, 12),
-                                executor=runs_on)
+        result = bisect_commits(
+            path,
+            good,
+            bad,
+            symptom=target,
+            settings=settings,
+            symptoms=symptoms,
+            use_cache=use_cache,
+            events=None if as_json else ProgressLines(echo, 12),
+            executor=runs_on,
+        )
     finally:
         runs_on.close()
     doc = result.to_dict()

@@ -83,8 +83,11 @@ class RichProgress(BisectEvents):
             tag = "cached" if r.cached else f"{r.wall_s:.1f} s"
             cfg = _config(record.enabled)
             cfg = cfg if len(cfg) <= 34 else cfg[:33] + "…"
-            self.console.print(f"{record.index:3d} {what:<8} {cfg:<34} {record.role:<15} r{record.repeat:<5} "
-                               f"{timing:>13} ({tag})", highlight=False, soft_wrap=True)
+            self.console.print(
+                f"{record.index:3d} {what:<8} {cfg:<34} {record.role:<15} r{record.repeat:<5} {timing:>13} ({tag})",
+                highlight=False,
+                soft_wrap=True,
+            )
             self._refresh()
 
 
@@ -123,8 +126,9 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
             lines.append(f"  (together with {', '.join(extra)}, which change the loss on purpose)")
         if doc.get("timing") and symptom == "slowdown":
             t = doc["timing"]
-            lines.append(f"  step time x{t['ratio']:.2f} over {len(t['candidate'])} interleaved runs "
-                         f"(p = {t['p_value']:.3g})")
+            lines.append(
+                f"  step time x{t['ratio']:.2f} over {len(t['candidate'])} interleaved runs (p = {t['p_value']:.3g})"
+            )
     elif status == "none":
         what = f"no {symptom}" if symptom else "no nan, crash, timeout, mismatch or slowdown"
         lines.append(f"none: the failing configuration (every feature on) shows {what} against the baseline")
@@ -139,13 +143,18 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
     for d in doc.get("dropped_features") or []:
         lines.append(f"dropped {d['name']}: {d['reason']}")
     for seen in doc.get("also_seen") or []:
-        lines.append(f"also seen: {seen['symptom']}" + (f" (x{seen['ratio']:g}, untimed)" if seen.get("ratio") else "")
-                     + f"; {seen['hint']}")
+        lines.append(
+            f"also seen: {seen['symptom']}"
+            + (f" (x{seen['ratio']:g}, untimed)" if seen.get("ratio") else "")
+            + f"; {seen['hint']}"
+        )
     if doc.get("detected"):
         lines.append("features detected in memory (nothing written); `tfrepro annotate --write` to keep them")
     lines.extend(f"warning: {w}" for w in doc.get("warnings") or [])
-    lines.append(f"{doc['trials']} trials ({sum(1 for r in doc.get('trials_table') or [] if r['cached'])} "
-                 f"from cache), {doc['wall_s']:.1f} s; run: {doc['run_dir']}")
+    lines.append(
+        f"{doc['trials']} trials ({sum(1 for r in doc.get('trials_table') or [] if r['cached'])} "
+        f"from cache), {doc['wall_s']:.1f} s; run: {doc['run_dir']}"
+    )
     return lines
 
 
@@ -160,8 +169,9 @@ def run_bisect(project: Any, options: Any, *, as_json: bool, console: Console | 
     with sigterm_interrupts():
         if as_json:
             return bisect(project, options).to_dict()
-        console.print(f"bisecting {project.root} ({len(project.feature_names)} features: "
-                      f"{', '.join(project.feature_names)})")
+        console.print(
+            f"bisecting {project.root} ({len(project.feature_names)} features: {', '.join(project.feature_names)})"
+        )
         with RichProgress(console, project.manifest.symptoms) as progress:
             doc = bisect(project, options, events=progress).to_dict()
         final_table(console, doc)

@@ -130,8 +130,16 @@ def _summary(result: TrialResult) -> dict[str, Any]:
 
 
 class _Bisection:
-    def __init__(self, project, options: BisectOptions, runner: Runner, events: BisectEvents,
-                 clock: Callable[[], float], run_id: str | None, executor: Executor) -> None:
+    def __init__(
+        self,
+        project,
+        options: BisectOptions,
+        runner: Runner,
+        events: BisectEvents,
+        clock: Callable[[], float],
+        run_id: str | None,
+        executor: Executor,
+    ) -> None:
         if options.strategy not in STRATEGIES:
             raise UserError(f"unknown strategy {options.strategy!r}", hint="use auto, ablation or ddmin")
         self.project, self.opts, self.runner, self.events, self.clock = project, options, runner, events, clock
@@ -150,15 +158,21 @@ class _Bisection:
         self.lock = threading.Lock()
         self.noise = 0.0
         self.timing_pool = TimingPool(
-            self._trial, lambda c, t: classify.primary(self._shows(c, t) & _FAILURES), manifest.symptoms.slowdown)
+            self._trial, lambda c, t: classify.primary(self._shows(c, t) & _FAILURES), manifest.symptoms.slowdown
+        )
         self.timing = self.timing_pool.outcomes
         self.dropped: list[dict[str, str]] = []
         if not self.features:
-            raise UserError("the project has no feature blocks to bisect", path=project.root,
-                            hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`")
+            raise UserError(
+                "the project has no feature blocks to bisect",
+                path=project.root,
+                hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`",
+            )
         if options.symptom == Verdict.SLOWDOWN and self.settings.steps < WARMUP_STEPS + 2:
-            raise UserError(f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
-                            hint=f"use --steps {WARMUP_STEPS + 10} or more")
+            raise UserError(
+                f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
+                hint=f"use --steps {WARMUP_STEPS + 10} or more",
+            )
         self.t0 = clock()
         self.run_dir = StateDir.of(project.root).new_run_dir(run_id)
 
@@ -167,8 +181,12 @@ class _Bisection:
         settings = replace(self.settings, repeat=repeat)
         if role.startswith("timing"):  # a time budget of steady steps, not `steps`
             o = self.opts
-            settings = replace(settings, min_time_s=o.timing_budget_s, min_steps=o.timing_min_steps,
-                               steps_max=max(o.timing_steps_max, WARMUP_STEPS + o.timing_min_steps))
+            settings = replace(
+                settings,
+                min_time_s=o.timing_budget_s,
+                min_steps=o.timing_min_steps,
+                steps_max=max(o.timing_steps_max, WARMUP_STEPS + o.timing_min_steps),
+            )
         return TrialRequest(tuple(sorted(config)), settings, role, use_cache=self.opts.use_cache)
 
     def _trial(self, config: Config, repeat: int, role: str) -> TrialResult:
@@ -178,8 +196,9 @@ class _Bisection:
             if key in self.memo:
                 return self.memo[key]
         self.events.trial_started(tuple(sorted(config)), role, repeat)
-        return self._record(config, repeat, role,
-                            self.executor.run_timed(self.project, self._request(config, repeat, role)))
+        return self._record(
+            config, repeat, role, self.executor.run_timed(self.project, self._request(config, repeat, role))
+        )
 
     def _record(self, config: Config, repeat: int, role: str, result: TrialResult) -> TrialResult:
         key, enabled = (config, repeat), tuple(sorted(config))
@@ -204,9 +223,11 @@ class _Bisection:
                 first.setdefault((c, r), (c, r, role))
         todo = list(first.values())
         self.executor.run_batch(
-            self.project, [self._request(c, r, role) for c, r, role in todo],
+            self.project,
+            [self._request(c, r, role) for c, r, role in todo],
             on_start=lambda i: self.events.trial_started(tuple(sorted(todo[i][0])), todo[i][2], todo[i][1]),
-            on_result=lambda i, res: self._record(*todo[i], res))
+            on_result=lambda i, res: self._record(*todo[i], res),
+        )
 
     # -- judging -----------------------------------------------------------
     def _reference(self, config: Config) -> TrialResult | None:
@@ -216,9 +237,13 @@ class _Bisection:
 
     def _shows(self, config: Config, result: TrialResult) -> frozenset[Verdict]:
         result = classify.first_steps(result, self.settings.steps)  # a timing trial runs longer
-        return classify.symptoms(result, reference=self._reference(config),
-                                settings=self.symptom_settings, noise=self.noise,
-                                baselines=self._memory_baselines())
+        return classify.symptoms(
+            result,
+            reference=self._reference(config),
+            settings=self.symptom_settings,
+            noise=self.noise,
+            baselines=self._memory_baselines(),
+        )
 
     def _memory_baselines(self) -> list[TrialResult]:
         """The baseline runs memory is compared with (the first two, once both ran)."""
@@ -237,8 +262,11 @@ class _Bisection:
         out = {}
         for c in close:
             shows = [Verdict.MEMORY in self._shows(c, self.memo[(c, r)]) for r in [*range(self.k), *extra]]
-            out[c] = Verdict.MEMORY if 2 * sum(shows) > len(shows) else classify.primary(
-                self._shows(c, self.memo[(c, 0)]) - {Verdict.MEMORY})
+            out[c] = (
+                Verdict.MEMORY
+                if 2 * sum(shows) > len(shows)
+                else classify.primary(self._shows(c, self.memo[(c, 0)]) - {Verdict.MEMORY})
+            )
         return out
 
     def _needs(self, config: Config, repeats: Iterable[int], role: str, target: Verdict | None):
@@ -281,8 +309,9 @@ class _Bisection:
         except (TfreproError, OSError) as e:
             result = self._finish(Status.ERROR, None, error=str(e))
         except Exception as e:  # a bug must still leave one JSON object and a run dir
-            result = self._finish(Status.ERROR, None, error=f"{type(e).__name__}: {e}",
-                                  extra={"traceback": traceback.format_exc()})
+            result = self._finish(
+                Status.ERROR, None, error=f"{type(e).__name__}: {e}", extra={"traceback": traceback.format_exc()}
+            )
         return result
 
     def _run(self) -> RunResult:
@@ -303,11 +332,14 @@ class _Bisection:
         already fails, else None (and `self.noise` is set)."""
         k, base, full = self.k, frozenset(), frozenset(self.features)
         n_base = max(k, 2)
-        self._many([(base, r, "baseline") for r in range(n_base)]
-                   + self._needs(full, range(k), "failing", self.opts.symptom))
+        self._many(
+            [(base, r, "baseline") for r in range(n_base)] + self._needs(full, range(k), "failing", self.opts.symptom)
+        )
         base_runs = [self.memo[(base, r)] for r in range(n_base)]
-        base_fail = [bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & _BASELINE_FAILURES)
-                     for t in base_runs]
+        base_fail = [
+            bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & _BASELINE_FAILURES)
+            for t in base_runs
+        ]
         if not any(base_fail):
             self.noise = classify.measure_noise(base_runs[0], base_runs[1])
             return None
@@ -315,10 +347,14 @@ class _Bisection:
         shown = classify.classify(first, reference=None, settings=self.symptom_settings)
         checks = self._baseline_checks(shown)
         reason = f"; sanity {checks['reason']}" if checks.get("reason") else ""
-        return self._finish(Status.BASELINE_FAILS, shown, rate=sum(base_fail) / len(base_fail),
-                            error=f"the baseline (every feature off) already shows {shown.value}: "
-                                  f"{first.error or 'see its logs'}{reason}",
-                            extra={"checks": checks, "baseline_flaky": not all(base_fail)})
+        return self._finish(
+            Status.BASELINE_FAILS,
+            shown,
+            rate=sum(base_fail) / len(base_fail),
+            error=f"the baseline (every feature off) already shows {shown.value}: "
+            f"{first.error or 'see its logs'}{reason}",
+            extra={"checks": checks, "baseline_flaky": not all(base_fail)},
+        )
 
     def _search(self, target: Verdict) -> tuple[Config, Config, dict[str, Verdict] | None]:
         """Ablation and/or ddmin locked onto `target` -> (culprits, the
@@ -332,14 +368,16 @@ class _Bisection:
         known = {base: Verdict.OK, full: target}
         if mismatch:
             known.update({fixed: Verdict.OK, **{frozenset({f}): Verdict.OK for f in fixed}})
-        oracle = Oracle(self.test_batch(target), target,
-                        batch_size=1 if target == Verdict.SLOWDOWN else self.jobs, known=known)
+        oracle = Oracle(
+            self.test_batch(target), target, batch_size=1 if target == Verdict.SLOWDOWN else self.jobs, known=known
+        )
         items = [f for f in self.features if f not in fixed]
         table: dict[str, Verdict] | None = None
         culprits: Config | None = None
         strategy = self.opts.strategy
-        if strategy == "ablation" or (strategy == "auto" and (
-                len(items) <= 4 or (self.jobs >= len(items) and target != Verdict.SLOWDOWN))):
+        if strategy == "ablation" or (
+            strategy == "auto" and (len(items) <= 4 or (self.jobs >= len(items) and target != Verdict.SLOWDOWN))
+        ):
             self.events.phase(f"ablation: each feature alone ({target.value})")
             table = ablation(self.features, oracle)
             alone = [f for f in items if table[f] == target]
@@ -367,13 +405,18 @@ class _Bisection:
         """`tfrepro check` on the baseline, so that `baseline-fails` comes with
         a reason (one more trial, through the injected runner; never raises)."""
         if shown == Verdict.TIMEOUT:
-            return {"status": "skipped", "reason": None, "checks": [],
-                    "error": "the baseline timed out: a probed run of it would time out as well"}
+            return {
+                "status": "skipped",
+                "reason": None,
+                "checks": [],
+                "error": "the baseline timed out: a probed run of it would time out as well",
+            }
         if self.opts.baseline_checks is None:
             return {"status": "skipped", "reason": None, "checks": [], "error": "no sanity checks were asked for"}
         self.events.phase("sanity checks on the baseline")
-        return self.opts.baseline_checks(self.project, (), self.settings, runner=self.runner,
-                                 use_cache=self.opts.use_cache)
+        return self.opts.baseline_checks(
+            self.project, (), self.settings, runner=self.runner, use_cache=self.opts.use_cache
+        )
 
     def _pick_symptom(self, full: Config) -> Verdict | None:
         opts = self.opts
@@ -403,8 +446,7 @@ class _Bisection:
         known = [m for m in medians if m is not None]
         return min(known) if known else None
 
-    def _replay(self, target: Verdict, culprits: Config, config: Config,
-                table: dict[str, Verdict] | None) -> RunResult:
+    def _replay(self, target: Verdict, culprits: Config, config: Config, table: dict[str, Verdict] | None) -> RunResult:
         self.events.phase("replaying the answer")
         fresh = range(max(self.k, 2), max(self.k, 2) + self.opts.replays)
         if target == Verdict.SLOWDOWN:
@@ -414,21 +456,31 @@ class _Bisection:
             culprit_obs = [t.verdict == target for t in self.timing[config]]
             base_obs: list[bool] = []
         else:
-            self._many(self._needs(config, fresh, "replay", target)
-                       + [(frozenset(), r, "replay-baseline") for r in fresh])
+            self._many(
+                self._needs(config, fresh, "replay", target) + [(frozenset(), r, "replay-baseline") for r in fresh]
+            )
             runs = [(config, r) for r in list(range(self.k)) + list(fresh)]
             culprit_obs = [target in self._shows(config, self.memo[c]) for c in runs]
-            base_obs = [target in self._shows(frozenset(), self.memo[(frozenset(), r)])
-                        for r in list(range(max(self.k, 2))) + list(fresh)]
+            base_obs = [
+                target in self._shows(frozenset(), self.memo[(frozenset(), r)])
+                for r in list(range(max(self.k, 2))) + list(fresh)
+            ]
         judged = judge_replay(culprit_obs, base_obs)
         extra = {"ablation": {f: v.value for f, v in table.items()} if table else None}
         if judged.flaky:
-            return self._finish(Status.FLAKY, target, suspects=config, rate=judged.reproduction_rate, extra=extra,
-                                error=f"the {target.value} is flaky: {judged.reason}; no culprit is named. "
-                                      "Raise [trial] repeats (or --repeats) to hunt it with more runs "
-                                      "per configuration.")
-        return self._finish(Status.FOUND, target, culprits=culprits, config=config,
-                            rate=judged.reproduction_rate, extra=extra)
+            return self._finish(
+                Status.FLAKY,
+                target,
+                suspects=config,
+                rate=judged.reproduction_rate,
+                extra=extra,
+                error=f"the {target.value} is flaky: {judged.reason}; no culprit is named. "
+                "Raise [trial] repeats (or --repeats) to hunt it with more runs "
+                "per configuration.",
+            )
+        return self._finish(
+            Status.FOUND, target, culprits=culprits, config=config, rate=judged.reproduction_rate, extra=extra
+        )
 
     def _also_seen(self, target: Verdict | None) -> list[dict[str, Any]]:
         from tfrepro.bisect.also_seen import also_seen
@@ -437,9 +489,15 @@ class _Bisection:
         mine = [r for r in range(self.k) if (full, r) in self.memo]
         shown = set().union(set(), *(self._shows(full, self.memo[(full, r)]) for r in mine))
         timed = full in self.timing  # measured: no "possible" slowdown to guess
-        return also_seen(shown, target, full_fastest=self._fastest(full, mine), slowdown=self.symptom_settings.slowdown,
-                         base_fastest=None if timed else self._fastest(base, [r for r in range(max(self.k, 2))
-                                                                              if (base, r) in self.memo]))
+        return also_seen(
+            shown,
+            target,
+            full_fastest=self._fastest(full, mine),
+            slowdown=self.symptom_settings.slowdown,
+            base_fastest=None
+            if timed
+            else self._fastest(base, [r for r in range(max(self.k, 2)) if (base, r) in self.memo]),
+        )
 
     # -- the result --------------------------------------------------------
     def _best(self, cfg: Config | None, target: Verdict | None) -> dict[str, Any] | None:
@@ -454,9 +512,18 @@ class _Bisection:
         for rec in self.records:
             if rec.verdict is None:
                 rec.verdict = classify.primary(self._shows(frozenset(rec.enabled), rec.result), target)
-        return [{"enabled": list(r.enabled), "verdict": r.verdict.value if r.verdict else None,
-                 "summary": r.summary, "cached": r.result.cached, "role": r.role, "repeat": r.repeat,
-                 "key": r.result.key} for r in self.records]
+        return [
+            {
+                "enabled": list(r.enabled),
+                "verdict": r.verdict.value if r.verdict else None,
+                "summary": r.summary,
+                "cached": r.result.cached,
+                "role": r.role,
+                "repeat": r.repeat,
+                "key": r.result.key,
+            }
+            for r in self.records
+        ]
 
     def _timing_evidence(self, config: Config | None) -> dict[str, Any] | None:
         if not self.timing:
@@ -465,9 +532,18 @@ class _Bisection:
         key = config if config in self.timing else full if full in self.timing else next(iter(self.timing))
         return self.timing[key][-1].to_dict()
 
-    def _finish(self, status: Status, symptom: Verdict | None, *, culprits: Config = frozenset(),
-                config: Config | None = None, suspects: Config = frozenset(), rate: float | None = None,
-                error: str | None = None, extra: dict[str, Any] | None = None) -> RunResult:
+    def _finish(
+        self,
+        status: Status,
+        symptom: Verdict | None,
+        *,
+        culprits: Config = frozenset(),
+        config: Config | None = None,
+        suspects: Config = frozenset(),
+        rate: float | None = None,
+        error: str | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> RunResult:
         """The run's answer: RunResult (Contract 4) plus what the report and the
         display read, written to `<run_dir>/result.json`."""
         rel = os.path.relpath(self.run_dir, Path.cwd())
@@ -493,11 +569,18 @@ class _Bisection:
             **(extra or {}),
         }
         result = RunResult(
-            status, symptom, tuple(sorted(culprits)), baseline=self._best(frozenset(), symptom),
-            trials=len(self.records), wall_s=round(self.clock() - self.t0, 3),
+            status,
+            symptom,
+            tuple(sorted(culprits)),
+            baseline=self._best(frozenset(), symptom),
+            trials=len(self.records),
+            wall_s=round(self.clock() - self.t0, 3),
             run_dir=rel if not rel.startswith("..") else str(self.run_dir),
-            reproduction_rate=rate, suspects=tuple(sorted(suspects)), also_seen=tuple(self._also_seen(symptom)),
-            error=error, details=details)
-        (self.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=1, default=str),
-                                                  encoding="utf-8")
+            reproduction_rate=rate,
+            suspects=tuple(sorted(suspects)),
+            also_seen=tuple(self._also_seen(symptom)),
+            error=error,
+            details=details,
+        )
+        (self.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=1, default=str), encoding="utf-8")
         return result

@@ -35,8 +35,12 @@ class PointTried:
     reason: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"label": self.label, "subject": self.subject, "verdict": self.verdict.value,
-                             "shows": [v.value for v in self.shows]}
+        d: dict[str, Any] = {
+            "label": self.label,
+            "subject": self.subject,
+            "verdict": self.verdict.value,
+            "shows": [v.value for v in self.shows],
+        }
         if self.reason:
             d["reason"] = self.reason
         return d

@@ -117,8 +117,10 @@ def open_repo(path: str | Path) -> Any:
     return repo
 
 
-SHALLOW_HINT = ("the clone is shallow (its history stops at a cut-off commit): run `git fetch --unshallow` "
-                "(or `git fetch --deepen=N`) to get the commits up to --good, then try again")
+SHALLOW_HINT = (
+    "the clone is shallow (its history stops at a cut-off commit): run `git fetch --unshallow` "
+    "(or `git fetch --deepen=N`) to get the commits up to --good, then try again"
+)
 
 
 def is_shallow(repo: Any) -> bool:
@@ -133,10 +135,10 @@ def _resolve(repo: Any, rev: str, option: str) -> Any:
         return repo.commit(rev)
     except (git.BadName, git.BadObject, ValueError, git.GitCommandError):
         raise UserError(
-            f"unknown revision {rev!r} given to {option}"
-            + (" (this clone is shallow)" if is_shallow(repo) else ""),
-            hint=SHALLOW_HINT if is_shallow(repo) else "give a commit sha, branch or tag that exists in "
-            "this repository (`git log --oneline` lists them)",
+            f"unknown revision {rev!r} given to {option}" + (" (this clone is shallow)" if is_shallow(repo) else ""),
+            hint=SHALLOW_HINT
+            if is_shallow(repo)
+            else "give a commit sha, branch or tag that exists in this repository (`git log --oneline` lists them)",
         ) from None
 
 
@@ -163,12 +165,12 @@ def open_range(path: str | Path, good: str, bad: str) -> CommitRange:
         hint = (
             "they are the other way round: swap --good and --bad"
             if repo.is_ancestor(bad_c, good_c)
-            else SHALLOW_HINT if is_shallow(repo)
+            else SHALLOW_HINT
+            if is_shallow(repo)
             else "bisect along one line of history: pick a good commit that the bad one descends from"
         )
         raise UserError(
-            f"--good {good} ({good_c.hexsha[:12]}) is not an ancestor of --bad {bad} "
-            f"({bad_c.hexsha[:12]})",
+            f"--good {good} ({good_c.hexsha[:12]}) is not an ancestor of --bad {bad} ({bad_c.hexsha[:12]})",
             hint=hint,
         )
     if relpath != "." and not _has_dir(bad_c, relpath):

@@ -60,7 +60,7 @@ def suspects(project: Any, error: str | None) -> list[str]:
         for b in src.blocks:
             if b.name not in names:
                 continue
-            text = "".join(src.lines[b.on_part[0]:b.on_part[1]])
+            text = "".join(src.lines[b.on_part[0] : b.on_part[1]])
             hits = sum(1 for w in words if re.search(rf"\b{re.escape(w)}\b", text))
             score[b.name] = max(score.get(b.name, 0), hits)
     return sorted(names, key=lambda n: (-score.get(n, 0), names.index(n)))

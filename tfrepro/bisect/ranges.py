@@ -83,11 +83,18 @@ def _finite_or_none(x: float | None) -> float | None:
 def trial_summary(r: TrialResult) -> dict[str, Any]:
     """The few numbers a reader wants from one trial (one line of the trial log)."""
     return {
-        "label": r.label, "mode": r.mode, "steps_run": r.steps_run,
-        "first_loss": _finite_or_none(r.first_loss), "last_loss": _finite_or_none(r.last_loss),
+        "label": r.label,
+        "mode": r.mode,
+        "steps_run": r.steps_run,
+        "first_loss": _finite_or_none(r.first_loss),
+        "last_loss": _finite_or_none(r.last_loss),
         "first_nonfinite_step": r.first_nonfinite_step,
-        "median_step_time": r.median_step_time(), "crashed": r.crashed,
-        "timed_out": r.timed_out, "error": r.error, "cached": r.cached, "log_dir": r.log_dir,
+        "median_step_time": r.median_step_time(),
+        "crashed": r.crashed,
+        "timed_out": r.timed_out,
+        "error": r.error,
+        "cached": r.cached,
+        "log_dir": r.log_dir,
     }
 
 
@@ -118,8 +125,9 @@ class Ends:
 class Stop(Exception):
     """The ends do not hold: the run ends with this status and message."""
 
-    def __init__(self, status: Status, message: str, symptom: Verdict | None = None,
-                 baseline: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, status: Status, message: str, symptom: Verdict | None = None, baseline: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.status, self.message, self.symptom, self.baseline = status, message, symptom, baseline
 
@@ -127,8 +135,16 @@ class Stop(Exception):
 class RangeRun:
     """The state of one range bisection: trials, judged points, the run dir."""
 
-    def __init__(self, points: list[Point], source: Source, executor: Executor, settings: TrialSettings,
-                 symptoms: SymptomSettings, run_dir: Path, events: BisectEvents) -> None:
+    def __init__(
+        self,
+        points: list[Point],
+        source: Source,
+        executor: Executor,
+        settings: TrialSettings,
+        symptoms: SymptomSettings,
+        run_dir: Path,
+        events: BisectEvents,
+    ) -> None:
         if len(points) < 2:
             raise ValueError("a range needs a good end and a bad end")
         self.points, self.source, self.executor = points, source, executor
@@ -180,8 +196,15 @@ class RangeRun:
         write_trial_record(self.run_dir / rel, full_summary(result), result.log_dir)
         record = TrialRecord(index, (), self.source.role(point), repeat, result, f"{rel}/summary.json")
         self.records.append(record)
-        row = {self.source.key: point.label, "subject": point.subject, "repeat": repeat, **trial_summary(result),
-               "key": result.key, "wall_s": result.wall_s, "summary": record.summary}
+        row = {
+            self.source.key: point.label,
+            "subject": point.subject,
+            "repeat": repeat,
+            **trial_summary(result),
+            "key": result.key,
+            "wall_s": result.wall_s,
+            "summary": record.summary,
+        }
         self.table.append(row)
         self._log.write(json.dumps(row) + "\n")
         self._log.flush()
@@ -210,8 +233,14 @@ class RangeRun:
             return False, f"could not be timed ({out.stopped.value})"
         return out.verdict is Verdict.SLOWDOWN, None
 
-    def mark(self, point: Point, mark: Mark, verdict: Verdict | None, shows: frozenset[Verdict] = frozenset(),
-             reason: str | None = None) -> Mark:
+    def mark(
+        self,
+        point: Point,
+        mark: Mark,
+        verdict: Verdict | None,
+        shows: frozenset[Verdict] = frozenset(),
+        reason: str | None = None,
+    ) -> Mark:
         order = tuple(v for v in (*SYMPTOM_ORDER, Verdict.UNTESTABLE) if v in shows)
         tried = PointTried(point.label, point.subject, verdict or Verdict.OK, order, reason)
         self.tried.append(tried)
@@ -251,9 +280,13 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
     baseline = full_summary(g)
     if (symptom is not None and symptom in g_shows) or g_shows & STOPPERS:
         run.mark(good, Mark.BAD, symptom if symptom in g_shows else first_symptom(g_shows), g_shows, g.error)
-        raise Stop(Status.BASELINE_FAILS, f"the good end {good.named} already shows "
-                   f"{names(g_shows)}" + (f": {g.error}" if g.error else "") + f"; {run.source.older}",
-                   symptom, baseline)
+        raise Stop(
+            Status.BASELINE_FAILS,
+            f"the good end {good.named} already shows "
+            f"{names(g_shows)}" + (f": {g.error}" if g.error else "") + f"; {run.source.older}",
+            symptom,
+            baseline,
+        )
     run.mark(good, Mark.GOOD, Verdict.OK, g_shows)
     x = x if x is not None else run.run_many([bad])[0]
     if isinstance(x, str):
@@ -275,8 +308,13 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
     if target is None or target not in x_shows:
         what = target.value if target else "any symptom (nan, crash, timeout, mismatch, slowdown)"
         run.mark(bad, Mark.GOOD, first_symptom(x_shows) or Verdict.OK, x_shows)
-        raise Stop(Status.NONE, f"the bad end {bad.named} does not show {what} against the "
-                   f"good end {good.short} (it shows {names(x_shows)})", target, baseline)
+        raise Stop(
+            Status.NONE,
+            f"the bad end {bad.named} does not show {what} against the "
+            f"good end {good.short} (it shows {names(x_shows)})",
+            target,
+            baseline,
+        )
     run.mark(bad, Mark.BAD, target, x_shows, x.error if target is Verdict.CRASH else None)
     run.events.phase(f"hunting: {target.value} ({len(run.points)} {noun}s)")
     return Ends(g, x, target, baseline)
@@ -314,13 +352,16 @@ def bisect_points(run: RangeRun, symptom: Verdict | None) -> RunResult:
             return RunResult(stop.status, stop.symptom, baseline=stop.baseline, error=stop.message)
         found = hunt(run, ends)
     if found.status == "found":
-        return RunResult(Status.FOUND, ends.target, baseline=ends.baseline,
-                         details={"first_bad": found.first_bad})
+        return RunResult(Status.FOUND, ends.target, baseline=ends.baseline, details={"first_bad": found.first_bad})
     noun = run.source.noun
-    return RunResult(Status.AMBIGUOUS, ends.target, baseline=ends.baseline,
-                     candidates=tuple(found.candidates),
-                     error=f"{len(found.candidates)} candidate {noun}s: the untestable ones among them hide "
-                     f"which one is the first bad one")
+    return RunResult(
+        Status.AMBIGUOUS,
+        ends.target,
+        baseline=ends.baseline,
+        candidates=tuple(found.candidates),
+        error=f"{len(found.candidates)} candidate {noun}s: the untestable ones among them hide "
+        f"which one is the first bad one",
+    )
 
 
 def evidence(run: RangeRun, answer: RunResult) -> dict[str, Any]:
@@ -334,20 +375,23 @@ def evidence(run: RangeRun, answer: RunResult) -> dict[str, Any]:
         "cached_trials": sum(1 for r in run.records if r.result.cached),
         "noise": run.noise,
         "tried": [{key: t.label, **t.to_dict()} for t in run.tried],
-        "trials_table": [{**row, "enabled": [], "role": f"{run.source.noun} {row[key][:12]}",
-                          "verdict": verdicts.get(row[key])} for row in run.table],
+        "trials_table": [
+            {**row, "enabled": [], "role": f"{run.source.noun} {row[key][:12]}", "verdict": verdicts.get(row[key])}
+            for row in run.table
+        ],
     }
 
 
-def with_evidence(answer: RunResult, run: RangeRun, details: dict[str, Any], wall_s: float,
-                  run_dir_shown: str) -> RunResult:
+def with_evidence(
+    answer: RunResult, run: RangeRun, details: dict[str, Any], wall_s: float, run_dir_shown: str
+) -> RunResult:
     """The final result (details merged, `first_bad` replaced by the mode's
     fields), written to `<run_dir>/result.json`."""
     details = {k: v for k, v in {**answer.details, **evidence(run, answer), **details}.items() if k != "first_bad"}
     if answer.error:
         details["message"] = answer.error
-    result = replace(answer, trials=len(run.records), wall_s=round(wall_s, 3), run_dir=run_dir_shown,
-                     details=details)
-    (run.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=2, default=str) + "\n",
-                                             encoding="utf-8")
+    result = replace(answer, trials=len(run.records), wall_s=round(wall_s, 3), run_dir=run_dir_shown, details=details)
+    (run.run_dir / "result.json").write_text(
+        json.dumps(result.to_dict(), indent=2, default=str) + "\n", encoding="utf-8"
+    )
     return result

@@ -79,8 +79,13 @@ def _untried(lo: int, hi: int, skipped: set[int], width: int) -> list[int]:
     return sorted({inner[((k + 1) * (n + 1)) // (width + 1) - 1] for k in range(width)})
 
 
-def bisect_range(items: Sequence[T], test: Callable[[T], Mark], *, width: int = 1,
-                 test_many: Callable[[list[T]], list[Mark]] | None = None) -> RangeResult[T]:
+def bisect_range(
+    items: Sequence[T],
+    test: Callable[[T], Mark],
+    *,
+    width: int = 1,
+    test_many: Callable[[list[T]], list[Mark]] | None = None,
+) -> RangeResult[T]:
     """Find the first bad item of `items` (good end first, bad end last).
 
     `test` is called once per tried item; see the module docstring for the
@@ -96,8 +101,9 @@ def bisect_range(items: Sequence[T], test: Callable[[T], Mark], *, width: int = 
 
     def run(indices: list[int]) -> list[Mark]:
         chosen = [items[i] for i in indices]
-        marks = [Mark(m) for m in test_many(chosen)] if test_many and len(indices) > 1 \
-            else [Mark(test(x)) for x in chosen]
+        marks = (
+            [Mark(m) for m in test_many(chosen)] if test_many and len(indices) > 1 else [Mark(test(x)) for x in chosen]
+        )
         tried.extend(zip(chosen, marks))
         return marks
 
@@ -107,7 +113,7 @@ def bisect_range(items: Sequence[T], test: Callable[[T], Mark], *, width: int = 
     if width > 1:
         good_end, bad_end = run([0, len(items) - 1])
     else:
-        good_end, = run([0])
+        (good_end,) = run([0])
         bad_end = Mark.BAD if good_end is not Mark.GOOD else run([len(items) - 1])[0]
     if good_end is Mark.BAD:
         return ended("good-end-bad")
@@ -147,7 +153,10 @@ def exception_type(error: str | None) -> str | None:
 
 
 def judge(
-    shown: frozenset[Verdict], target: Verdict, *, error: str | None = None,
+    shown: frozenset[Verdict],
+    target: Verdict,
+    *,
+    error: str | None = None,
     bad_error: str | None = None,
 ) -> tuple[Mark, str | None]:
     """One commit's symptoms -> good / bad / skip (with a reason), locked onto `target`.

@@ -102,9 +102,7 @@ class Oracle:
         return None
 
 
-def ablation(
-    features: Iterable[str], oracle: Oracle, *, base: Config = frozenset()
-) -> dict[str, Verdict]:
+def ablation(features: Iterable[str], oracle: Oracle, *, base: Config = frozenset()) -> dict[str, Verdict]:
     """Each feature alone on top of `base` (the baseline): every feature's
     individual effect, in one batch."""
     names = sorted(features)
@@ -123,9 +121,7 @@ def _split(items: Sequence[str], n: int) -> list[list[str]]:
     return [c for c in out if c]
 
 
-def ddmin(
-    items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()
-) -> Config:
+def ddmin(items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()) -> Config:
     """Delta debugging (Zeller's ddmin) from `items`, which must fail.
 
     The configuration tested for a subset S is `S | fixed` (`fixed` holds
@@ -145,9 +141,7 @@ def ddmin(
     while len(current) >= 2:
         chunks = _split(current, n)
         # For n == 2 the complements are the chunks themselves.
-        complements = [] if len(chunks) == 2 else [
-            [x for x in current if x not in set(c)] for c in chunks
-        ]
+        complements = [] if len(chunks) == 2 else [[x for x in current if x not in set(c)] for c in chunks]
         candidates = chunks + complements
         hit = oracle.first_failing([cfg(c) for c in candidates])
         if hit is not None and hit < len(chunks):
@@ -196,7 +190,5 @@ def judge_replay(culprit: Sequence[bool], baseline: Sequence[bool] = ()) -> Repl
             True, rate, f"the culprit configuration did not show it in {missed} of {len(culprit)} runs"
         )
     if base_hits:
-        return ReplayJudgement(
-            True, rate, f"the baseline showed it in {base_hits} of {len(baseline)} runs"
-        )
+        return ReplayJudgement(True, rate, f"the baseline showed it in {base_hits} of {len(baseline)} runs")
     return ReplayJudgement(False, rate)

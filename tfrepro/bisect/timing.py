@@ -33,8 +33,12 @@ def _quiet(t: TrialResult) -> bool:
 
 
 class TimingPool:
-    def __init__(self, trial: Callable[[Config, int, str], TrialResult],
-                 failure: Callable[[Config, TrialResult], Verdict], threshold: float) -> None:
+    def __init__(
+        self,
+        trial: Callable[[Config, int, str], TrialResult],
+        failure: Callable[[Config, TrialResult], Verdict],
+        threshold: float,
+    ) -> None:
         self.trial, self.failure, self.threshold = trial, failure, threshold
         self.pool: list[TrialResult] = []  # baseline timing trials, in the order run
         self.pairs: dict[Config, list[classify.TimingPair]] = {}  # the evidence per configuration
@@ -44,8 +48,9 @@ class TimingPool:
         self.pool.append(self.trial(frozenset(), TIMING_BASELINE + len(self.pool), "timing-baseline"))
         return self.pool[-1]
 
-    def timed(self, config: Config, *, fresh: int = 1, min_pairs: int = 3,
-              max_pairs: int = 16) -> classify.TimingOutcome:
+    def timed(
+        self, config: Config, *, fresh: int = 1, min_pairs: int = 3, max_pairs: int = 16
+    ) -> classify.TimingOutcome:
         """New pairs of `config` (at least `fresh`, at most `max_pairs`) added
         to its evidence, decided over all of it."""
         evidence = self.pairs.setdefault(config, [])
@@ -59,14 +64,22 @@ class TimingPool:
             after = self._baseline()
             if any(b.crashed or b.timed_out or b.nonfinite for b in (before, after)):
                 return Verdict.UNTESTABLE
-            got = classify.TimingPair(*(tuple(t.steady_step_times()) for t in (before, c, after)),
-                                      quiet=all(_quiet(t) for t in (before, c, after)))
+            got = classify.TimingPair(
+                *(tuple(t.steady_step_times()) for t in (before, c, after)),
+                quiet=all(_quiet(t) for t in (before, c, after)),
+            )
             if min(len(got.before), len(got.candidate), len(got.after)) < 2:
                 return Verdict.UNTESTABLE
             evidence.append(got)
             return got
 
-        got = classify.sequential_slowdown(pair, self.threshold, prior=tuple(evidence), min_new=fresh,
-                                           min_samples=min_pairs, max_samples=max(max_pairs, fresh))
+        got = classify.sequential_slowdown(
+            pair,
+            self.threshold,
+            prior=tuple(evidence),
+            min_new=fresh,
+            min_samples=min_pairs,
+            max_samples=max(max_pairs, fresh),
+        )
         self.outcomes.setdefault(config, []).append(got)
         return got

@@ -92,9 +92,18 @@ class VersionSource(Source):
     key = "version"
     older = "give an older --good (or list older releases)"
 
-    def __init__(self, root: Path, state: StateDir, *, store: Any = None, tf_dist: str | None = None,
-                 legacy_keras: bool = False, use_cache: bool = True,
-                 on_line: Callable[[str], None] | None = None, trial: VersionTrial | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        state: StateDir,
+        *,
+        store: Any = None,
+        tf_dist: str | None = None,
+        legacy_keras: bool = False,
+        use_cache: bool = True,
+        on_line: Callable[[str], None] | None = None,
+        trial: VersionTrial | None = None,
+    ) -> None:
         from tfrepro.trials.envs import EnvStore, detect_tf_dist
 
         self.root, self.state, self.use_cache, self.trial = root, state, use_cache, trial
@@ -127,14 +136,21 @@ class VersionSource(Source):
         base = {"use_cache": self.use_cache, "state_dir": self.state.path, "project": self.project}
         if self.trial is not None:  # tests: the injected trial stands in for environment and run
             got = self.trial(point.label, settings)
-            return got if isinstance(got, str) else TrialRequest((), settings, f"tf {point.label}",
-                                                                  options={"given": got}, **base)
+            return (
+                got
+                if isinstance(got, str)
+                else TrialRequest((), settings, f"tf {point.label}", options={"given": got}, **base)
+            )
         env = self.env_for(point.label)
         if isinstance(env, str):
             return env
-        return TrialRequest((), settings, f"tf {point.label}", **base,
-                            options={"env": self.extra_env() or None, "python": str(env.python),
-                                     "versions": env.versions})
+        return TrialRequest(
+            (),
+            settings,
+            f"tf {point.label}",
+            **base,
+            options={"env": self.extra_env() or None, "python": str(env.python), "versions": env.versions},
+        )
 
     def start_for(self, version: str) -> FeatureStart:
         env = self.env_for(version) if self.trial is None else "injected trial"
@@ -160,9 +176,16 @@ class Row:
     keras_lib: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": self.version, "verdict": self.verdict, "symptom": self.shows[0] if self.shows else None,
-                "shows": list(self.shows), "note": self.note, "tensorflow": self.tensorflow,
-                "keras": self.keras, "keras_lib": self.keras_lib}
+        return {
+            "version": self.version,
+            "verdict": self.verdict,
+            "symptom": self.shows[0] if self.shows else None,
+            "shows": list(self.shows),
+            "note": self.note,
+            "tensorflow": self.tensorflow,
+            "keras": self.keras,
+            "keras_lib": self.keras_lib,
+        }
 
 
 def order_range(versions: Sequence[str], good: str | None, bad: str | None) -> list[str]:
@@ -173,8 +196,10 @@ def order_range(versions: Sequence[str], good: str | None, bad: str | None) -> l
     listed = sort_versions([*versions, *(v for v in (good, bad) if v)])
     g, b = good or listed[0], bad or listed[-1]
     if g == b:
-        raise UserError(f"the good and the bad end are the same release ({g})",
-                        hint="give two different releases, e.g. --good 2.15.1 --bad 2.16.2")
+        raise UserError(
+            f"the good and the bad end are the same release ({g})",
+            hint="give two different releases, e.g. --good 2.15.1 --bad 2.16.2",
+        )
     i, j = listed.index(g), listed.index(b)
     return listed[i : j + 1] if i < j else listed[j : i + 1][::-1]
 
@@ -193,9 +218,11 @@ def follows(rows: dict[str, Row], last_good: str | None, first_bad: str | None) 
 
     ka, kb = major(a), major(b)
     if ka is not None and kb is not None and ka != kb:
-        return "keras", (f"the behaviour changes with Keras {ka} -> {kb} ({a.version}: {a.keras_lib or 'keras'} "
-                         f"{a.keras}, {b.version}: {b.keras_lib or 'keras'} {b.keras}); --keras legacy runs tf.keras "
-                         "as tf_keras (Keras 2) to tell whether TensorFlow itself changed")
+        return "keras", (
+            f"the behaviour changes with Keras {ka} -> {kb} ({a.version}: {a.keras_lib or 'keras'} "
+            f"{a.keras}, {b.version}: {b.keras_lib or 'keras'} {b.keras}); --keras legacy runs tf.keras "
+            "as tf_keras (Keras 2) to tell whether TensorFlow itself changed"
+        )
     return "tensorflow", f"the same Keras major on both sides ({a.keras_lib or 'keras'} {ka} -> {kb})"
 
 
@@ -207,30 +234,50 @@ def _rows(run: RangeRun) -> dict[str, Row]:
         v = (r.extra.get("versions") or {}) if r else {}
         lib = r.extra.get("keras") if r else None
         keras = v.get("tf_keras") if lib == "tf_keras" else v.get("keras")
-        rows[t.label] = Row(t.label, t.verdict.value, tuple(s.value for s in t.shows if s in SYMPTOM_ORDER),
-                            t.reason, v.get("tensorflow") or (r and r.tf_version), keras or (r and r.keras_version),
-                            lib)
+        rows[t.label] = Row(
+            t.label,
+            t.verdict.value,
+            tuple(s.value for s in t.shows if s in SYMPTOM_ORDER),
+            t.reason,
+            v.get("tensorflow") or (r and r.tf_version),
+            keras or (r and r.keras_version),
+            lib,
+        )
     return rows
 
 
-def _table(rows: dict[str, Row], versions: Sequence[str], items: list[str],
-           excluded: Sequence[tuple[str, str]]) -> list[dict[str, Any]]:
+def _table(
+    rows: dict[str, Row], versions: Sequence[str], items: list[str], excluded: Sequence[tuple[str, str]]
+) -> list[dict[str, Any]]:
     from tfrepro.trials.releases import sort_versions
 
     table = []
     for v in sort_versions([*versions, items[0], items[-1]]):
-        row = rows.get(v) or Row(v, "not tried", note="outside the good..bad range" if v not in items
-                                 else "not needed by the bisection")
+        row = rows.get(v) or Row(
+            v, "not tried", note="outside the good..bad range" if v not in items else "not needed by the bisection"
+        )
         table.append(row.to_dict())
     return table + [Row(v, "excluded", note=why).to_dict() for v, why in excluded]
 
 
 def bisect_versions(
-    path: str | Path, versions: Sequence[str], *, good: str | None = None, bad: str | None = None,
-    symptom: Verdict | None = None, settings: TrialSettings | None = None, symptoms: SymptomSettings | None = None,
-    trial: VersionTrial | None = None, use_cache: bool = True, legacy_keras: bool = False, tf_dist: str | None = None,
-    store: Any = None, events: BisectEvents | None = None, then_features: FeatureHook | None = None,
-    excluded: Sequence[tuple[str, str]] = (), on_line: Callable[[str], None] | None = None,
+    path: str | Path,
+    versions: Sequence[str],
+    *,
+    good: str | None = None,
+    bad: str | None = None,
+    symptom: Verdict | None = None,
+    settings: TrialSettings | None = None,
+    symptoms: SymptomSettings | None = None,
+    trial: VersionTrial | None = None,
+    use_cache: bool = True,
+    legacy_keras: bool = False,
+    tf_dist: str | None = None,
+    store: Any = None,
+    events: BisectEvents | None = None,
+    then_features: FeatureHook | None = None,
+    excluded: Sequence[tuple[str, str]] = (),
+    on_line: Callable[[str], None] | None = None,
 ) -> RunResult:
     """Find the first release (from the good end to the bad end) whose trial
     shows the symptom. Returns the RunResult (also in `<run_dir>/result.json`).
@@ -246,8 +293,16 @@ def bisect_versions(
     notes: list[str] = []
     if legacy_keras and not uses_tf_keras(root):
         notes.append("--keras legacy: the project does not use tf.keras, so TF_USE_LEGACY_KERAS changes nothing")
-    source = VersionSource(root, state, store=store, tf_dist=tf_dist, legacy_keras=legacy_keras,
-                           use_cache=use_cache, on_line=on_line, trial=trial)
+    source = VersionSource(
+        root,
+        state,
+        store=store,
+        tf_dist=tf_dist,
+        legacy_keras=legacy_keras,
+        use_cache=use_cache,
+        on_line=on_line,
+        trial=trial,
+    )
     events = events or BisectEvents()
     events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
     executor = LocalExecutor(1, runner=_given if trial is not None else None)
@@ -258,18 +313,34 @@ def bisect_versions(
         run.close()
     first_bad: Point | None = answer.details.get("first_bad")
     candidates = [p.label for p in answer.candidates]
-    last_good = (items[items.index(first_bad.label) - 1] if first_bad
-                 else items[items.index(candidates[0]) - 1] if candidates else None)
+    last_good = (
+        items[items.index(first_bad.label) - 1]
+        if first_bad
+        else items[items.index(candidates[0]) - 1]
+        if candidates
+        else None
+    )
     rows = _rows(run)
     lib_follows, follows_note = follows(rows, last_good, first_bad.label if first_bad else None)
     details: dict[str, Any] = {
-        "good": items[0], "bad": items[-1], "versions": _table(rows, versions, items, excluded),
-        "follows": lib_follows, "follows_note": follows_note, "keras": "legacy" if legacy_keras else "default",
-        "tf_dist": source.tf_dist, "notes": notes, "project": str(root), "settings": settings.to_dict(),
+        "good": items[0],
+        "bad": items[-1],
+        "versions": _table(rows, versions, items, excluded),
+        "follows": lib_follows,
+        "follows_note": follows_note,
+        "keras": "legacy" if legacy_keras else "default",
+        "tf_dist": source.tf_dist,
+        "notes": notes,
+        "project": str(root),
+        "settings": settings.to_dict(),
         "environments": {v: (e if isinstance(e, str) else e.name) for v, e in source.envs.items()},
     }
     if first_bad and then_features is not None:
         details["then_features"] = then_features(source.start_for(first_bad.label))
-    answer = replace(answer, first_bad_version=first_bad.label if first_bad else None, last_good_version=last_good,
-                     candidates=tuple(candidates))
+    answer = replace(
+        answer,
+        first_bad_version=first_bad.label if first_bad else None,
+        last_good_version=last_good,
+        candidates=tuple(candidates),
+    )
     return with_evidence(answer, run, details, time.monotonic() - started, shown_path(run_dir))

@@ -39,8 +39,9 @@ def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str,
     return versions, excluded, notes
 
 
-def _feature_hook(steps: int | None, use_cache: bool, only: str | None, skip: str | None,
-                  events: BisectEvents | None) -> Callable[[Any], dict[str, Any]]:
+def _feature_hook(
+    steps: int | None, use_cache: bool, only: str | None, skip: str | None, events: BisectEvents | None
+) -> Callable[[Any], dict[str, Any]]:
     """`--then-features`: a feature bisection of the project inside the first
     bad release's environment; its answer goes under `then_features`."""
 
@@ -52,8 +53,9 @@ def _feature_hook(steps: int | None, use_cache: bool, only: str | None, skip: st
         project = Project.load(start.project_root, only=names(only) or None, skip=names(skip) or None)
         if events is not None:
             events.phase(f"bisecting the features inside tensorflow {start.version}")
-        doc = bisect(project, BisectOptions(steps=steps, use_cache=use_cache), runner=start.runner(),
-                     events=events).to_dict()
+        doc = bisect(
+            project, BisectOptions(steps=steps, use_cache=use_cache), runner=start.runner(), events=events
+        ).to_dict()
         return {k: doc.get(k) for k in ("status", "symptom", "culprits", "trials", "run_dir", "error")}
 
     return hook
@@ -63,12 +65,17 @@ def format_result(result: dict[str, Any]) -> str:
     """The human summary: the answer, then one line per release."""
     lines: list[str] = []
     if result["status"] == "found":
-        lines.append(f"first bad version ({result['symptom']}): {result['first_bad_version']}"
-                     f"  (last good: {result['last_good_version']})")
+        lines.append(
+            f"first bad version ({result['symptom']}): {result['first_bad_version']}"
+            f"  (last good: {result['last_good_version']})"
+        )
         then = result.get("then_features")
         if then:
-            inside = (f"and only with {' + '.join(then['culprits'])} on" if then.get("culprits")
-                      else f"feature bisect inside it: {then.get('status')}")
+            inside = (
+                f"and only with {' + '.join(then['culprits'])} on"
+                if then.get("culprits")
+                else f"feature bisect inside it: {then.get('status')}"
+            )
             lines.append(f"  {inside} (run: {then.get('run_dir')})")
         if result.get("follows_note"):
             lines.append(f"  follows {result['follows']}: {result['follows_note']}")
@@ -79,8 +86,11 @@ def format_result(result: dict[str, Any]) -> str:
     for row in result["versions"]:
         what = row["verdict"] if row["verdict"] in ("ok", "not tried", "untestable", "excluded") else "BAD"
         shows = f" [{', '.join(row['shows'])}]" if row["shows"] else ""
-        keras = f"  keras {row['keras']}" + (" (tf_keras)" if row.get("keras_lib") == "tf_keras" else "") \
-            if row.get("keras") else ""
+        keras = (
+            f"  keras {row['keras']}" + (" (tf_keras)" if row.get("keras_lib") == "tf_keras" else "")
+            if row.get("keras")
+            else ""
+        )
         note = f"  {row['note']}" if row.get("note") else ""
         lines.append(f"  {row['version']:<14} {what:<10}{shows}{keras}{note}")
     lines += [f"note: {n}" for n in result.get("notes", [])]
@@ -90,10 +100,21 @@ def format_result(result: dict[str, Any]) -> str:
 
 
 def run_from_cli(
-    path: str | Path, tf_versions: str, *, good: str | None = None, bad: str | None = None,
-    symptom: str | None = None, keras: str = "default", tf_dist: str | None = None, as_json: bool = False,
-    steps: int | None = None, timeout_s: float | None = None, use_cache: bool = True,
-    echo: Callable[..., None] | None = None, then_features: bool = False, only: str | None = None,
+    path: str | Path,
+    tf_versions: str,
+    *,
+    good: str | None = None,
+    bad: str | None = None,
+    symptom: str | None = None,
+    keras: str = "default",
+    tf_dist: str | None = None,
+    as_json: bool = False,
+    steps: int | None = None,
+    timeout_s: float | None = None,
+    use_cache: bool = True,
+    echo: Callable[..., None] | None = None,
+    then_features: bool = False,
+    only: str | None = None,
     skip: str | None = None,
 ) -> int:
     """What `tfrepro bisect --tf-versions ...` does; returns the exit code
@@ -123,12 +144,22 @@ def run_from_cli(
     for n in notes:
         echo(f"note: {n}", err=True)
     progress = None if as_json else ProgressLines(echo, 14)
-    result = bisect_versions(path, versions, good=good, bad=bad, symptom=target, settings=settings,
-                             symptoms=symptoms, use_cache=use_cache, legacy_keras=keras == "legacy",
-                             tf_dist=dist, events=progress, excluded=excluded,
-                             then_features=_feature_hook(steps, use_cache, only, skip, progress)
-                             if then_features else None,
-                             on_line=None if as_json else (lambda line: echo(f"  {line}", err=True)))
+    result = bisect_versions(
+        path,
+        versions,
+        good=good,
+        bad=bad,
+        symptom=target,
+        settings=settings,
+        symptoms=symptoms,
+        use_cache=use_cache,
+        legacy_keras=keras == "legacy",
+        tf_dist=dist,
+        events=progress,
+        excluded=excluded,
+        then_features=_feature_hook(steps, use_cache, only, skip, progress) if then_features else None,
+        on_line=None if as_json else (lambda line: echo(f"  {line}", err=True)),
+    )
     doc = result.to_dict()
     doc["notes"] = [*notes, *doc.get("notes", [])]
     echo(json.dumps(doc) if as_json else format_result(doc))

@@ -29,13 +29,27 @@ class CheckItem:
     fix: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"number": self.number, "key": self.key, "title": self.title, "status": self.status.value,
-                "summary": self.summary, "evidence": list(self.evidence), "fix": self.fix}
+        return {
+            "number": self.number,
+            "key": self.key,
+            "title": self.title,
+            "status": self.status.value,
+            "summary": self.summary,
+            "evidence": list(self.evidence),
+            "fix": self.fix,
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CheckItem":
-        return cls(number=int(d["number"]), key=d["key"], title=d["title"], status=Status(d["status"]),
-                   summary=d["summary"], evidence=tuple(d.get("evidence") or ()), fix=d.get("fix"))
+        return cls(
+            number=int(d["number"]),
+            key=d["key"],
+            title=d["title"],
+            status=Status(d["status"]),
+            summary=d["summary"],
+            evidence=tuple(d.get("evidence") or ()),
+            fix=d.get("fix"),
+        )
 
 
 @dataclass(frozen=True)
@@ -78,14 +92,24 @@ class CheckReport:
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": self.status.value, "reason": self.reason(), "flagged": self.flagged(),
-                "project": self.project, "enabled": list(self.enabled),
-                "trial": dict(self.trial), "checks": [i.to_dict() for i in self.items]}
+        return {
+            "status": self.status.value,
+            "reason": self.reason(),
+            "flagged": self.flagged(),
+            "project": self.project,
+            "enabled": list(self.enabled),
+            "trial": dict(self.trial),
+            "checks": [i.to_dict() for i in self.items],
+        }
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "CheckReport":
-        return cls(items=tuple(CheckItem.from_dict(i) for i in d.get("checks", ())), project=d.get("project", ""),
-                   enabled=tuple(d.get("enabled", ())), trial=dict(d.get("trial") or {}))
+        return cls(
+            items=tuple(CheckItem.from_dict(i) for i in d.get("checks", ())),
+            project=d.get("project", ""),
+            enabled=tuple(d.get("enabled", ())),
+            trial=dict(d.get("trial") or {}),
+        )
 
 
 def fmt_num(x: float | None, unit: str = "") -> str:
@@ -144,6 +168,8 @@ def format_report(report: CheckReport, *, color: bool = False, verbose: bool = F
         lines.append("probe errors: " + "; ".join(errors))
     lines.append("")
     counts = {s: sum(1 for i in report.items if i.status is s) for s in Status}
-    lines.append(f"{counts[Status.PASS]} pass, {counts[Status.WARN]} warn, {counts[Status.FAIL]} fail, "
-                 f"{counts[Status.SKIP]} skipped")
+    lines.append(
+        f"{counts[Status.PASS]} pass, {counts[Status.WARN]} warn, {counts[Status.FAIL]} fail, "
+        f"{counts[Status.SKIP]} skipped"
+    )
     return "\n".join(lines)

@@ -28,7 +28,7 @@ def steady_utilisation(result: TrialResult) -> tuple[float, int] | None:
     samples = [float(x) for x in ((result.extra.get("nvml") or {}).get("gpu_util") or [])]
     if not samples:
         return None
-    steady = samples[len(samples) // 5:] or samples
+    steady = samples[len(samples) // 5 :] or samples
     return statistics.median(steady), len(steady)
 
 
@@ -43,13 +43,22 @@ def with_gpu_utilisation(item: CheckItem, result: TrialResult) -> CheckItem:
     compute = timing.get("compute_s")
     steady = sorted(result.steady_step_times())
     step = steady[len(steady) // 4] if steady else None
-    evidence = [f"GPU utilisation (NVML): median {util:.0f}% over {n} samples; input-bound on a GPU when under "
-                f"{LOW_UTIL:.0f}% while the step takes at least {SLOW_STEP:g}x the model's own work"]
+    evidence = [
+        f"GPU utilisation (NVML): median {util:.0f}% over {n} samples; input-bound on a GPU when under "
+        f"{LOW_UTIL:.0f}% while the step takes at least {SLOW_STEP:g}x the model's own work"
+    ]
     slow = compute is None or step is None or step >= SLOW_STEP * compute
     if util < LOW_UTIL and slow:
         what = f"step {fmt_ms(step)}" + (f" against the model's {fmt_ms(compute)}" if compute and step else "")
-        fix = item.fix or ("fix the data layer first: `ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`, "
-                           "`ds.cache()` after deterministic work, `ds.prefetch(tf.data.AUTOTUNE)` last")
-        return replace(item, status=Status.WARN, fix=fix, evidence=item.evidence + tuple(evidence),
-                       summary=f"input-bound: the GPU is busy {util:.0f}% of the time ({what})")
+        fix = item.fix or (
+            "fix the data layer first: `ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`, "
+            "`ds.cache()` after deterministic work, `ds.prefetch(tf.data.AUTOTUNE)` last"
+        )
+        return replace(
+            item,
+            status=Status.WARN,
+            fix=fix,
+            evidence=item.evidence + tuple(evidence),
+            summary=f"input-bound: the GPU is busy {util:.0f}% of the time ({what})",
+        )
     return replace(item, evidence=item.evidence + tuple(evidence))

@@ -1,6 +1,6 @@
 """The sanity checks before blaming a feature: the judging (pure, no I/O).
 
-The probes (`tfrepro/bisect/probes.py`) record facts inside one trial; this
+The probes (`tfrepro/inside/probes.py`) record facts inside one trial; this
 module turns a `TrialResult` carrying them into a checklist of six items,
 each `pass` / `warn` / `fail` / `skip` with its evidence and the fix:
 
@@ -24,63 +24,17 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
-from tfrepro.check.checklist import CheckItem, CheckReport, Status, describe_tensor, fmt_ms, fmt_num, format_report
+from tfrepro.check.checklist import CheckItem, CheckReport, Status, fmt_ms, fmt_num, format_report
+from tfrepro.check.common import CheckOptions
+from tfrepro.check.common import item as _item
+from tfrepro.check.common import missing as _missing
+from tfrepro.check.data import check_first_batches, num_classes
 from tfrepro.check.gpu_util import with_gpu_utilisation
 from tfrepro.trials.values import TrialResult
 
 __all__ = ["CheckItem", "CheckOptions", "CheckReport", "Status", "format_report", "judge", "num_classes"]
-
-
-@dataclass(frozen=True)
-class CheckOptions:
-    """Thresholds, stated in the evidence wherever they decide."""
-
-    expect_params: int | None = None  # total parameters the author expects
-    chance_tolerance: float = 0.25  # relative, around ln(C) ...
-    chance_slack_nats: float = 0.5  # ... but at least this much above it (logits of std ~1)
-    chance_fail_nats: float = 2.0  # fail above ln(C) + max(ln(C), this); below ln(C) / 2
-    input_scale: float = 10.0  # |mean| or std above this: far from normalised
-    fall_fraction: float = 0.02  # last steps' mean at least this much below the first's
-    input_bound_step_share: float = 0.3  # pipeline >= this share of the trial's quiet step
-
-
-KEYS = ("environment", "input_pipeline", "first_batches", "initial_loss", "short_run", "parameters")
-TITLES = {"environment": "environment", "input_pipeline": "input pipeline", "first_batches": "first batches",
-          "initial_loss": "initial loss", "short_run": "short run", "parameters": "parameters"}
-_CLASSIFICATION = ("sparse", "categorical", "binary")
-
-
-def _item(key: str, status: Status, summary: str, evidence: Sequence[str] = (), fix: str | None = None) -> CheckItem:
-    return CheckItem(KEYS.index(key) + 1, key, TITLES[key], status, summary, tuple(evidence), fix)
-
-
-def _missing(result: TrialResult, what: str) -> str:
-    """Why a probe's record is absent, as precisely as the trial tells."""
-    errors = result.extra.get("check.errors") or []
-    for e in errors:
-        if e.split(":", 1)[0].strip() in _ERROR_SOURCES.get(what, ()):
-            return f"the probe failed: {e}"
-    for e in result.extra.get("harness_errors") or []:
-        if e.startswith("plugin ") and "probes.py" in e:
-            return f"the probes failed to load: {e}"
-    if result.timed_out:
-        return "the trial timed out before the probes could record it"
-    if result.crashed and result.steps_run == 0:
-        return f"the run crashed before training: {result.error}"
-    if "check.env" not in result.extra and not result.extra.get("harness_errors"):
-        return "no probe data: the trial ran without the probes (or never imported TensorFlow)"
-    return "the probe recorded nothing for it"
-
-
-_ERROR_SOURCES = {
-    "batches": ("fit data", "dataset peek", "fit probe"),
-    "timing": ("timing", "end probe"),
-    "model": ("model", "model (fit)", "end probe"),
-    "env": ("environment", "end probe"),
-    "loss": ("compiled loss", "loss probe"),
-}
 
 
 # -- 1. environment -----------------------------------------------------------------
@@ -91,8 +45,12 @@ def check_environment(result: TrialResult) -> CheckItem:
     if not env:
         return _item("environment", Status.SKIP, _missing(result, "env"))
     if not env.get("tensorflow"):
-        return _item("environment", Status.SKIP, "the trial never imported TensorFlow",
-                     [f"Python {env.get('python')} on {env.get('platform')}"])
+        return _item(
+            "environment",
+            Status.SKIP,
+            "the trial never imported TensorFlow",
+            [f"Python {env.get('python')} on {env.get('platform')}"],
+        )
     kerases = [f"{label} {env[k]}" for k, label in (("keras", "Keras"), ("tf_keras", "tf_keras")) if env.get(k)]
     versions = f"TensorFlow {env['tensorflow']}, {', '.join(kerases) or 'no Keras'}, Python {env.get('python')}"
     devices = env.get("physical_devices") or {}
@@ -106,7 +64,11 @@ def check_environment(result: TrialResult) -> CheckItem:
     if logical and logical != devices:
         evidence.append("logical devices: " + ", ".join(f"{n} {k}" for k, n in sorted(logical.items())))
     if build:
-        cuda = "CUDA build" if build.get("is_cuda_build") else ("ROCm build" if build.get("is_rocm_build") else "CPU-only build")
+        cuda = (
+            "CUDA build"
+            if build.get("is_cuda_build")
+            else ("ROCm build" if build.get("is_rocm_build") else "CPU-only build")
+        )
         extra = ", ".join(f"{k} {build[k]}" for k in ("cuda_version", "cudnn_version") if build.get(k))
         evidence.append(f"build: {cuda}" + (f" ({extra})" if extra else ""))
     evidence.append(f"platform: {env.get('platform')}")
@@ -117,11 +79,17 @@ def check_environment(result: TrialResult) -> CheckItem:
         if build and not build.get("is_cuda_build") and not build.get("is_rocm_build"):
             fix = "this TensorFlow is a CPU-only build: install the GPU one (`pip install 'tensorflow[and-cuda]'`)"
         else:
-            fix = ("check the driver (`nvidia-smi`), CUDA_VISIBLE_DEVICES, and TensorFlow's start-up log "
-                   "for 'Could not load dynamic library' / 'Cannot dlopen'")
-        return _item("environment", Status.WARN,
-                     f"{versions}; a GPU is expected ({env.get('gpu_expected_why')}) but TensorFlow sees none",
-                     evidence, fix)
+            fix = (
+                "check the driver (`nvidia-smi`), CUDA_VISIBLE_DEVICES, and TensorFlow's start-up log "
+                "for 'Could not load dynamic library' / 'Cannot dlopen'"
+            )
+        return _item(
+            "environment",
+            Status.WARN,
+            f"{versions}; a GPU is expected ({env.get('gpu_expected_why')}) but TensorFlow sees none",
+            evidence,
+            fix,
+        )
     gpu_text = f"{gpus} GPU" if gpus else "no GPU (none expected)"
     return _item("environment", Status.PASS, f"{versions}; {gpu_text}", evidence)
 
@@ -152,171 +120,54 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
     step = quiet_step_time(result)
     if pipe is None:
         return _item("input_pipeline", Status.SKIP, "the pipeline could not be timed")
-    evidence = [f"input pipeline alone: {fmt_ms(pipe)} per batch ({timing.get('pipeline_batches', '?')} batches; "
-                f"{timing.get('pipeline_method', '')})"]
+    evidence = [
+        f"input pipeline alone: {fmt_ms(pipe)} per batch ({timing.get('pipeline_batches', '?')} batches; "
+        f"{timing.get('pipeline_method', '')})"
+    ]
     if compute is not None:
         evidence.append(f"model alone: {fmt_ms(compute)} per step ({timing.get('compute_method', '')})")
     elif timing.get("compute_error"):
         evidence.append(f"model alone: not measured ({timing['compute_error']})")
     if step is not None:
-        evidence.append(f"trial: {fmt_ms(step)} per step (first quartile of the steps after warm-up; "
-                        f"median {fmt_ms(result.median_step_time())})")
+        evidence.append(
+            f"trial: {fmt_ms(step)} per step (first quartile of the steps after warm-up; "
+            f"median {fmt_ms(result.median_step_time())})"
+        )
     # The data starves the model when it takes longer than the model's own
     # work AND a real share of the step (tiny models on a busy CPU make the
     # first comparison alone noisy).
     slower_than_model = compute is None or pipe > compute
-    evidence.append(f"input-bound when the pipeline is slower than the model and takes at least "
-                    f"{options.input_bound_step_share:.0%} of the trial's step")
+    evidence.append(
+        f"input-bound when the pipeline is slower than the model and takes at least "
+        f"{options.input_bound_step_share:.0%} of the trial's step"
+    )
     share_of_step = step is None or pipe >= options.input_bound_step_share * step
     reference = compute if compute is not None else step
     if reference is None:
-        return _item("input_pipeline", Status.SKIP, "no step time to compare with (no model, no training step)",
-                     evidence)
+        return _item(
+            "input_pipeline", Status.SKIP, "no step time to compare with (no model, no training step)", evidence
+        )
     if slower_than_model and share_of_step:
-        summary = (f"input-bound: the pipeline alone needs {fmt_ms(pipe)} per batch, "
-                   f"the model {fmt_ms(reference)} per step" + (f" (trial step {fmt_ms(step)})" if step else ""))
-        fix = ("fix the data layer first: `ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`, "
-               "`ds.cache()` after the expensive deterministic work (before random augmentation), "
-               "`ds.prefetch(tf.data.AUTOTUNE)` last; move slow Python (`tf.py_function`) out of `map` or offline")
+        summary = (
+            f"input-bound: the pipeline alone needs {fmt_ms(pipe)} per batch, "
+            f"the model {fmt_ms(reference)} per step" + (f" (trial step {fmt_ms(step)})" if step else "")
+        )
+        fix = (
+            "fix the data layer first: `ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`, "
+            "`ds.cache()` after the expensive deterministic work (before random augmentation), "
+            "`ds.prefetch(tf.data.AUTOTUNE)` last; move slow Python (`tf.py_function`) out of `map` or offline"
+        )
         return _item("input_pipeline", Status.WARN, summary, evidence, fix)
     ratio = pipe / reference if reference else 0.0
-    return _item("input_pipeline", Status.PASS,
-                 f"not input-bound: pipeline {fmt_ms(pipe)} per batch, model {fmt_ms(reference)} per step "
-                 f"({ratio:.0%})", evidence)
+    return _item(
+        "input_pipeline",
+        Status.PASS,
+        f"not input-bound: pipeline {fmt_ms(pipe)} per batch, model {fmt_ms(reference)} per step ({ratio:.0%})",
+        evidence,
+    )
 
 
 # -- 3. first batches ----------------------------------------------------------------
-
-
-def num_classes(loss: dict | None, model: dict | None) -> tuple[int | None, str]:
-    """(C, "") for a classification loss, else (None, why not)."""
-    if not loss:
-        return None, "the loss was not seen (no compiled loss, no Keras loss or cross-entropy call)"
-    kind = loss.get("kind")
-    if kind == "multi":
-        return None, "the model has one loss per output (a dict or list of losses): no single chance level"
-    if kind not in _CLASSIFICATION:
-        return None, f"the loss {loss.get('name')} is not a classification loss"
-    width = (model or {}).get("output_width")
-    if kind == "binary":
-        return 2, ""
-    if width is None:
-        return None, "the model's output width is unknown"
-    if width < 2:
-        return None, f"{loss.get('name')} over {width} output unit(s) is not a C-way classification"
-    return int(width), ""
-
-
-def _label_problems(t: dict, kind: str, c: int) -> list[str]:
-    """Problems of one label tensor for a classification loss over c classes."""
-    problems = []
-    name = t.get("name") or "labels"
-    if t.get("nan") or t.get("inf"):
-        problems.append(f"{name}: {t.get('nan', 0)} NaN and {t.get('inf', 0)} Inf")
-    if "min" not in t:
-        return problems
-    shape = t.get("shape") or []
-    one_hot = kind == "categorical" and len(shape) >= 2 and shape[-1] == c
-    if kind == "binary" or one_hot:
-        if t["min"] < 0 or t["max"] > 1:
-            problems.append(f"{name}: values in [{fmt_num(t['min'])}, {fmt_num(t['max'])}], outside [0, 1]")
-        if one_hot and "row_sum_min" in t and (t["row_sum_min"] < 0.99 or t["row_sum_max"] > 1.01):
-            problems.append(f"{name}: one-hot rows summing to {fmt_num(t['row_sum_min'])}..{fmt_num(t['row_sum_max'])}, "
-                            f"not 1 (rows of zeros come from class ids outside [0, {c}) in `tf.one_hot`)")
-        return problems
-    if not t.get("integral", False):
-        problems.append(f"{name}: fractional values (e.g. {fmt_num(t['min'])}..{fmt_num(t['max'])}) where class ids are expected")
-    if t["min"] < 0 or t["max"] >= c:
-        problems.append(f"{name}: class ids in [{fmt_num(t['min'])}, {fmt_num(t['max'])}], outside [0, {c}) "
-                        f"for a {c}-way output")
-    return problems
-
-
-def _input_scale_problem(t: dict, limit: float, what: str) -> str | None:
-    if t.get("kind") != "float" or "mean" not in t or t.get("size", 0) < 2:
-        return None
-    if abs(t["mean"]) > limit or t["std"] > limit:
-        return (f"{what} far from normalised: mean {fmt_num(t['mean'])}, std {fmt_num(t['std'])}, range "
-                f"[{fmt_num(t['min'])}, {fmt_num(t['max'])}] (|mean| or std above {fmt_num(limit)})")
-    if t["std"] == 0 and t["max"] == 0:
-        return f"{what}: every value is 0"
-    return None
-
-
-def check_first_batches(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
-    skips = result.extra.get("check.skips") or {}
-    data = result.extra.get("check.batches")
-    if "batches" in skips and not data:
-        return _item("first_batches", Status.SKIP, skips["batches"])
-    if not data or not data.get("batches"):
-        return _item("first_batches", Status.SKIP, _missing(result, "batches"))
-    loss = result.extra.get("check.loss")
-    model = result.extra.get("check.model")
-    c, why_no_classes = num_classes(loss, model)
-    fails: list[str] = []
-    label_problems: dict[str, list[str]] = {}  # the same problem in both batches is said once
-    n_labels = 0
-    warns: list[str] = []
-    evidence: list[str] = [f"seen at: {data.get('source')}"]
-    for b, batch in enumerate(data["batches"][:2], start=1):
-        for role in ("inputs", "labels"):
-            for t in batch.get(role) or []:
-                evidence.append(f"batch {b} {t.get('name') or role}: {describe_tensor(t)}")
-                if role == "inputs" and (t.get("nan") or t.get("inf")):
-                    fails.append(f"batch {b} {t.get('name')}: {t.get('nan', 0)} NaN and {t.get('inf', 0)} Inf "
-                                 f"among {t.get('size')} values")
-        labels = batch.get("labels") or []
-        n_labels = max(n_labels, len(labels))
-        if c is not None and len(labels) == 1:
-            for p in _label_problems(labels[0], loss["kind"], c):
-                label_problems.setdefault(p, []).append(str(b))
-    fails.extend(f"batch{'es' if len(bs) > 1 else ''} {' and '.join(bs)} {p}" for p, bs in label_problems.items())
-    first_input = (model or {}).get("first_layer_input")
-    if first_input and first_input.get("normalised_by"):
-        evidence.append(f"inputs normalised in the model by {first_input['layer']} ({first_input['normalised_by']})")
-    elif first_input and first_input.get("stats"):
-        via = ", ".join(first_input.get("via") or [])
-        t = first_input["stats"]
-        evidence.append(f"the first weighted layer {first_input['layer']} receives (after {via}): {describe_tensor(t)}")
-        p = _input_scale_problem(t, options.input_scale, f"what {first_input['layer']} receives")
-        if p:
-            warns.append(p)
-    else:
-        first = data["batches"][0].get("inputs") or []
-        for t in first:
-            p = _input_scale_problem(t, options.input_scale, f"batch 1 {t.get('name')}")
-            if p:
-                warns.append(p)
-    if c is None:
-        evidence.append(f"labels not judged: {why_no_classes}")
-    elif n_labels != 1:
-        evidence.append("labels not judged: " + ("the batches carry no labels" if n_labels == 0
-                                                 else f"{n_labels} label tensors (one per output)"))
-    else:
-        evidence.append(f"labels judged for {loss.get('name')} over {c} classes")
-    fixes = []
-    text = " ".join(fails + warns)
-    if "NaN" in text or "Inf" in text:
-        fixes.append("find where the NaN/Inf come from (missing values, log(0), a division): drop or impute them "
-                     "in the data layer (`tf.where(tf.math.is_nan(x), 0.0, x)`); "
-                     "`tf.debugging.check_numerics` in a `map` finds the first one")
-    if "class ids" in text or "one-hot rows" in text or "outside [0, 1]" in text:
-        fixes.append("labels must be class ids in [0, C): shift 1-based ids (`y - 1`), or give the output layer "
-                     "one unit per class (C = largest id + 1)")
-    if "normalised" in text or "every value is 0" in text:
-        fixes.append("standardise the inputs: a `keras.layers.Normalization()` adapted on the training data as "
-                     "the model's first layer, or `x / 255.0` / `(x - mean) / std` in the pipeline")
-    fix = "; ".join(fixes) or None
-    if fails:
-        return _item("first_batches", Status.FAIL, "; ".join(fails + warns), evidence, fix)
-    if warns:
-        return _item("first_batches", Status.WARN, "; ".join(warns), evidence, fix)
-    shapes = ", ".join(f"{t.get('name')} {describe_tensor(t).split(' in [')[0]}"
-                       for role in ("inputs", "labels") for t in data["batches"][0].get(role) or [])
-    return _item("first_batches", Status.PASS, f"{len(data['batches'])} batch(es) look right: {shapes}", evidence)
-
-
-# -- 4. initial loss ----------------------------------------------------------------
 
 
 def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
@@ -332,36 +183,55 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
     chance = math.log(c)
     lo, hi, fail_lo, fail_hi = chance_bands(chance, options)
     expect = f"chance ln({c}) = {chance:.3f}"
-    bands = (f"pass {lo:.3f}..{hi:.3f} (-{options.chance_tolerance:.0%}, +max({options.chance_tolerance:.0%}, "
-             f"{options.chance_slack_nats:g} nats)); fail below {fail_lo:.3f} or above {fail_hi:.3f}")
-    evidence = [f"step 1 loss: {fmt_num(first)}", f"expected at initialisation: {expect}; {bands}",
-                f"loss: {loss.get('name')} (from_logits={loss.get('from_logits')}, seen at {loss.get('source')})"]
+    bands = (
+        f"pass {lo:.3f}..{hi:.3f} (-{options.chance_tolerance:.0%}, +max({options.chance_tolerance:.0%}, "
+        f"{options.chance_slack_nats:g} nats)); fail below {fail_lo:.3f} or above {fail_hi:.3f}"
+    )
+    evidence = [
+        f"step 1 loss: {fmt_num(first)}",
+        f"expected at initialisation: {expect}; {bands}",
+        f"loss: {loss.get('name')} (from_logits={loss.get('from_logits')}, seen at {loss.get('source')})",
+    ]
     act = (model or {}).get("last_activation")
     if act:
         evidence.append(f"last layer activation: {act}")
     if not math.isfinite(first):
-        return _item("initial_loss", Status.FAIL, f"the first loss is {first}", evidence,
-                     "look at the inputs (check 3) and for log(0) / division in the loss")
+        return _item(
+            "initial_loss",
+            Status.FAIL,
+            f"the first loss is {first}",
+            evidence,
+            "look at the inputs (check 3) and for log(0) / division in the loss",
+        )
     if not lo <= first <= hi:
         status = Status.FAIL if (first < fail_lo or first > fail_hi) else Status.WARN
         if first > hi:
-            summary = (f"initial loss {fmt_num(first)} is far above chance {chance:.3f}: confidently wrong at "
-                       f"initialisation" if status is Status.FAIL else
-                       f"initial loss {fmt_num(first)} is above chance {chance:.3f} (pass up to {hi:.3f}): "
-                       f"overconfident at initialisation")
-            fix = ("normalise the inputs, check the initialisation scale (a smaller last layer, e.g. "
-                   "kernel_initializer='zeros'), and that softmax is applied exactly once "
-                   "(logits + from_logits=True, or softmax + from_logits=False)")
+            summary = (
+                f"initial loss {fmt_num(first)} is far above chance {chance:.3f}: confidently wrong at initialisation"
+                if status is Status.FAIL
+                else f"initial loss {fmt_num(first)} is above chance {chance:.3f} (pass up to {hi:.3f}): "
+                f"overconfident at initialisation"
+            )
+            fix = (
+                "normalise the inputs, check the initialisation scale (a smaller last layer, e.g. "
+                "kernel_initializer='zeros'), and that softmax is applied exactly once "
+                "(logits + from_logits=True, or softmax + from_logits=False)"
+            )
         else:
-            summary = f"initial loss {fmt_num(first)} is {'far ' if status is Status.FAIL else ''}below chance {chance:.3f}"
-            fix = ("the labels may leak into the inputs, some samples may contribute nothing (rows of zeros "
-                   "from `tf.one_hot`), or the loss is not averaged per sample")
+            summary = (
+                f"initial loss {fmt_num(first)} is {'far ' if status is Status.FAIL else ''}below chance {chance:.3f}"
+            )
+            fix = (
+                "the labels may leak into the inputs, some samples may contribute nothing (rows of zeros "
+                "from `tf.one_hot`), or the loss is not averaged per sample"
+            )
         return _item("initial_loss", status, summary, evidence, fix)
     mismatch = _logits_mismatch(loss, act)
     if mismatch:
         return _item("initial_loss", Status.WARN, mismatch[0], evidence, mismatch[1])
-    return _item("initial_loss", Status.PASS, f"initial loss {fmt_num(first)} ≈ {expect} (pass {lo:.3f}..{hi:.3f})",
-                 evidence)
+    return _item(
+        "initial_loss", Status.PASS, f"initial loss {fmt_num(first)} ≈ {expect} (pass {lo:.3f}..{hi:.3f})", evidence
+    )
 
 
 def chance_bands(chance: float, options: CheckOptions = CheckOptions()) -> tuple[float, float, float, float]:
@@ -381,11 +251,15 @@ def _logits_mismatch(loss: dict, act: str | None) -> tuple[str, str] | None:
         return None
     squash = "sigmoid" if loss.get("kind") == "binary" else "softmax"
     if loss["from_logits"] and act == squash:
-        return (f"the last layer applies {squash} and the loss from_logits=True applies it again",
-                f"drop the {squash} from the last layer, or pass from_logits=False")
+        return (
+            f"the last layer applies {squash} and the loss from_logits=True applies it again",
+            f"drop the {squash} from the last layer, or pass from_logits=False",
+        )
     if not loss["from_logits"] and act == "linear":
-        return ("the last layer outputs logits (linear) but the loss expects probabilities (from_logits=False)",
-                "pass from_logits=True to the loss")
+        return (
+            "the last layer outputs logits (linear) but the loss expects probabilities (from_logits=False)",
+            "pass from_logits=True to the loss",
+        )
     return None
 
 
@@ -396,40 +270,68 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
     n = len(result.losses)
     evidence = [f"{n} step(s), mode {result.mode}"]
     if result.timed_out:
-        return _item("short_run", Status.FAIL, f"the run timed out after {n} step(s)", evidence,
-                     "raise [trial] timeout_s, or look for a hang in the input pipeline")
+        return _item(
+            "short_run",
+            Status.FAIL,
+            f"the run timed out after {n} step(s)",
+            evidence,
+            "raise [trial] timeout_s, or look for a hang in the input pipeline",
+        )
     if result.first_nonfinite_step is not None:
-        return _item("short_run", Status.FAIL,
-                     f"the loss became {result.losses[result.first_nonfinite_step - 1]} at step "
-                     f"{result.first_nonfinite_step}", evidence + _loss_head(result.losses),
-                     "lower the learning rate, look at the inputs (check 3), clip gradients; "
-                     "`tf.debugging.enable_check_numerics()` names the first op")
+        return _item(
+            "short_run",
+            Status.FAIL,
+            f"the loss became {result.losses[result.first_nonfinite_step - 1]} at step {result.first_nonfinite_step}",
+            evidence + _loss_head(result.losses),
+            "lower the learning rate, look at the inputs (check 3), clip gradients; "
+            "`tf.debugging.enable_check_numerics()` names the first op",
+        )
     if result.weights_finite is False:
         names = ", ".join(result.nonfinite_weights[:4]) + (" ..." if len(result.nonfinite_weights) > 4 else "")
-        return _item("short_run", Status.FAIL, f"weights hold NaN/Inf after {n} step(s): {names}",
-                     evidence + _loss_head(result.losses),
-                     "a ReLU turns NaN into 0 and hides it from the loss: look at the inputs (check 3) and "
-                     "the learning rate")
+        return _item(
+            "short_run",
+            Status.FAIL,
+            f"weights hold NaN/Inf after {n} step(s): {names}",
+            evidence + _loss_head(result.losses),
+            "a ReLU turns NaN into 0 and hides it from the loss: look at the inputs (check 3) and the learning rate",
+        )
     if result.crashed:
-        return _item("short_run", Status.FAIL, f"the run crashed after {n} step(s): {result.error}", evidence,
-                     "fix the error above (the trial's log is in .tfrepro/)")
+        return _item(
+            "short_run",
+            Status.FAIL,
+            f"the run crashed after {n} step(s): {result.error}",
+            evidence,
+            "fix the error above (the trial's log is in .tfrepro/)",
+        )
     if n == 0 and result.mode == "none":
-        return _item("short_run", Status.SKIP, "no training step was seen: Model.fit never ran and the script "
-                     "printed no `step=<int> loss=<float>` line", evidence,
-                     "a custom loop reports each step by printing `step=N loss=X` (see `tfrepro new`)")
+        return _item(
+            "short_run",
+            Status.SKIP,
+            "no training step was seen: Model.fit never ran and the script printed no `step=<int> loss=<float>` line",
+            evidence,
+            "a custom loop reports each step by printing `step=N loss=X` (see `tfrepro new`)",
+        )
     if n < 4:
-        return _item("short_run", Status.SKIP, f"only {n} training step(s) ran; 4 are needed to see a trend",
-                     evidence)
+        return _item("short_run", Status.SKIP, f"only {n} training step(s) ran; 4 are needed to see a trend", evidence)
     w = max(2, n // 5)
     head = sum(result.losses[:w]) / w
     tail = sum(result.losses[-w:]) / w
     evidence.append(f"mean of the first {w} steps: {fmt_num(head)}; of the last {w}: {fmt_num(tail)}")
     if tail < head - options.fall_fraction * abs(head):
-        return _item("short_run", Status.PASS,
-                     f"the loss falls ({fmt_num(head)} → {fmt_num(tail)} over {n} steps) and stays finite", evidence)
-    return _item("short_run", Status.FAIL, f"the loss does not fall ({fmt_num(head)} → {fmt_num(tail)} over {n} steps)",
-                 evidence, "check the learning rate, that the optimizer updates model.trainable_variables, "
-                           "that custom loops pass training=True, and the labels (check 3)")
+        return _item(
+            "short_run",
+            Status.PASS,
+            f"the loss falls ({fmt_num(head)} → {fmt_num(tail)} over {n} steps) and stays finite",
+            evidence,
+        )
+    return _item(
+        "short_run",
+        Status.FAIL,
+        f"the loss does not fall ({fmt_num(head)} → {fmt_num(tail)} over {n} steps)",
+        evidence,
+        "check the learning rate, that the optimizer updates model.trainable_variables, "
+        "that custom loops pass training=True, and the labels (check 3)",
+    )
 
 
 def _loss_head(losses: Sequence[float], k: int = 5) -> list[str]:
@@ -453,16 +355,30 @@ def check_parameters(result: TrialResult, options: CheckOptions = CheckOptions()
     if options.expect_params is not None:
         evidence.append(f"expected: {options.expect_params:,} in total")
         if total != options.expect_params:
-            return _item("parameters", Status.FAIL,
-                         f"{summary}; expected {options.expect_params:,}", evidence,
-                         "compare `model.summary()` with the architecture you meant (layer widths, a frozen "
-                         "or missing block, a model built on the wrong input shape)")
+            return _item(
+                "parameters",
+                Status.FAIL,
+                f"{summary}; expected {options.expect_params:,}",
+                evidence,
+                "compare `model.summary()` with the architecture you meant (layer widths, a frozen "
+                "or missing block, a model built on the wrong input shape)",
+            )
     if total == 0:
-        return _item("parameters", Status.WARN, f"model {model.get('name')!r} has no parameters (never built?)",
-                     evidence, "build the model (keras.Input or a first call) before training")
+        return _item(
+            "parameters",
+            Status.WARN,
+            f"model {model.get('name')!r} has no parameters (never built?)",
+            evidence,
+            "build the model (keras.Input or a first call) before training",
+        )
     if tr == 0:
-        return _item("parameters", Status.WARN, f"{summary}: nothing can train", evidence,
-                     "set `trainable = True` on the layers meant to learn")
+        return _item(
+            "parameters",
+            Status.WARN,
+            f"{summary}: nothing can train",
+            evidence,
+            "set `trainable = True` on the layers meant to learn",
+        )
     return _item("parameters", Status.PASS, summary, evidence)
 
 
@@ -480,11 +396,17 @@ def judge(result: TrialResult, options: CheckOptions = CheckOptions(), *, projec
         check_parameters(result, options),
     ]
     items = _data_first(items)
-    trial = {"mode": result.mode, "steps_run": result.steps_run, "crashed": result.crashed, "error": result.error,
-             "timed_out": result.timed_out, "wall_s": result.wall_s, "log_dir": result.log_dir,
-             "first_loss": result.first_loss if result.losses and math.isfinite(result.losses[0]) else None,
-             "probe_errors": list(result.extra.get("check.errors") or [])
-             + list(result.extra.get("harness_errors") or [])}
+    trial = {
+        "mode": result.mode,
+        "steps_run": result.steps_run,
+        "crashed": result.crashed,
+        "error": result.error,
+        "timed_out": result.timed_out,
+        "wall_s": result.wall_s,
+        "log_dir": result.log_dir,
+        "first_loss": result.first_loss if result.losses and math.isfinite(result.losses[0]) else None,
+        "probe_errors": list(result.extra.get("check.errors") or []) + list(result.extra.get("harness_errors") or []),
+    }
     return CheckReport(tuple(items), project=project, enabled=tuple(result.enabled), trial=trial)
 
 
@@ -495,9 +417,11 @@ def _data_first(items: list[CheckItem]) -> list[CheckItem]:
     out = []
     for i in items:
         if i.key in ("initial_loss", "short_run") and i.status in (Status.FAIL, Status.WARN):
-            i = replace(i, status=Status.SKIP,
-                        summary=f"not judged: the first batches are flagged (check {batches.number}); "
-                                f"observed: {i.summary}",
-                        fix=f"fix check {batches.number} first, then run `tfrepro check` again")
+            i = replace(
+                i,
+                status=Status.SKIP,
+                summary=f"not judged: the first batches are flagged (check {batches.number}); observed: {i.summary}",
+                fix=f"fix check {batches.number} first, then run `tfrepro check` again",
+            )
         out.append(i)
     return out

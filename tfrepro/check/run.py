@@ -29,10 +29,18 @@ def _probe_options(expect_gpu: bool | None) -> dict:
     return {"expect_gpu": expect_gpu}
 
 
-def run_checks(project: "Project", enabled: Iterable[str] = (), settings: TrialSettings | None = None, *,
-               options: CheckOptions = CheckOptions(), expect_gpu: bool | None = None, use_cache: bool = True,
-               state_dir: Path | None = None, env: Mapping[str, str] | None = None,
-               runner: Callable[..., TrialResult] | None = None) -> CheckReport:
+def run_checks(
+    project: "Project",
+    enabled: Iterable[str] = (),
+    settings: TrialSettings | None = None,
+    *,
+    options: CheckOptions = CheckOptions(),
+    expect_gpu: bool | None = None,
+    use_cache: bool = True,
+    state_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    runner: Callable[..., TrialResult] | None = None,
+) -> CheckReport:
     """Run `project` with `enabled` ON (the baseline by default) under the
     probes and judge the six sanity checks.
 
@@ -47,14 +55,23 @@ def run_checks(project: "Project", enabled: Iterable[str] = (), settings: TrialS
     settings = settings if settings is not None else project.manifest.trial
     # One run, no repeats: the checks judge a single trial (timings inside it
     # take the least disturbed of several measurements on their own).
-    result = runner(project, enabled, replace(settings, repeat=0), use_cache=use_cache, label="check",
-                    state_dir=state_dir, env=env, plugins=(PROBES_FILE,),
-                    plugin_options=_probe_options(expect_gpu))
+    result = runner(
+        project,
+        enabled,
+        replace(settings, repeat=0),
+        use_cache=use_cache,
+        label="check",
+        state_dir=state_dir,
+        env=env,
+        plugins=(PROBES_FILE,),
+        plugin_options=_probe_options(expect_gpu),
+    )
     return judge(result, options, project=str(project.root))
 
 
-def checks_for_result(project: "Project", enabled: Iterable[str] = (), settings: TrialSettings | None = None,
-                      **kwargs) -> dict:
+def checks_for_result(
+    project: "Project", enabled: Iterable[str] = (), settings: TrialSettings | None = None, **kwargs
+) -> dict:
     """What `bisect` puts under "checks" when the baseline fails: the report
     as a dict ("status", "reason", "flagged", "checks", ...). Never raises:
     the bisect result must be written even when the checks cannot run, so

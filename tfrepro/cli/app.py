@@ -90,8 +90,12 @@ class _Group(click.Group):
                 raise
             _fail(e.format_message(), e.exit_code, True)
         except KeyboardInterrupt:
-            _fail("interrupted: finished trials are cached; run the same command again to continue",
-                  EXIT_INTERRUPTED, as_json, status="interrupted")
+            _fail(
+                "interrupted: finished trials are cached; run the same command again to continue",
+                EXIT_INTERRUPTED,
+                as_json,
+                status="interrupted",
+            )
         except Exception as e:
             message = _input_error(e)
             if message is None:
@@ -119,8 +123,11 @@ def version_line() -> str:
     installed next to it, read from package metadata (instant: no import)."""
     tf = _dist_version("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos", "intel-tensorflow")
     keras = _dist_version("keras")
-    return (f"tfrepro {__version__} (TensorFlow {tf or 'not installed'}, Keras {keras or 'not installed'}"
-            + (f", tf_keras {tf_keras}" if (tf_keras := _dist_version("tf_keras")) else "") + ")")
+    return (
+        f"tfrepro {__version__} (TensorFlow {tf or 'not installed'}, Keras {keras or 'not installed'}"
+        + (f", tf_keras {tf_keras}" if (tf_keras := _dist_version("tf_keras")) else "")
+        + ")"
+    )
 
 
 def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> None:
@@ -130,8 +137,14 @@ def _print_version(ctx: click.Context, param: click.Parameter, value: bool) -> N
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
-              help="Show tfrepro's version and the installed TensorFlow and Keras versions, and exit.")
+@click.option(
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_print_version,
+    help="Show tfrepro's version and the installed TensorFlow and Keras versions, and exit.",
+)
 def main() -> None:
     """Find the TensorFlow/Keras feature behind a NaN, a slowdown or a loss
     mismatch, and turn it into a minimal repro and a bug report."""
@@ -172,8 +185,12 @@ def _set_cold(ctx: click.Context, param: click.Parameter, value: bool) -> None:
 
 
 cold_option = click.option(
-    "--cold", is_flag=True, expose_value=False, callback=_set_cold,
-    help="Start every trial as a fresh interpreter instead of forking a warm one (slower; for comparison).")
+    "--cold",
+    is_flag=True,
+    expose_value=False,
+    callback=_set_cold,
+    help="Start every trial as a fresh interpreter instead of forking a warm one (slower; for comparison).",
+)
 
 
 def select_options(f):
@@ -188,6 +205,9 @@ def load_project(path: Path, only: str | None = None, skip: str | None = None):
 
     project = Project.load(path, only=parse_names(only) if only else None, skip=parse_names(skip) or None)
     if project.detected:
-        click.echo(f"{len(project.feature_names)} features detected in memory (nothing written); "
-                   "`tfrepro annotate --write` to keep them", err=True)
+        click.echo(
+            f"{len(project.feature_names)} features detected in memory (nothing written); "
+            "`tfrepro annotate --write` to keep them",
+            err=True,
+        )
     return project

@@ -18,8 +18,16 @@ _SYMPTOMS = ["nan", "crash", "timeout", "memory", "mismatch", "slowdown"]
 # The options each mode uses; any other given is refused (exit 2), never
 # silently ignored.
 MODE_OPTIONS = {
-    "feature": {"--strategy", "--repeats", "--jobs", "--executor ray", "--only", "--skip", "--replays",
-                "--timing-budget"},
+    "feature": {
+        "--strategy",
+        "--repeats",
+        "--jobs",
+        "--executor ray",
+        "--only",
+        "--skip",
+        "--replays",
+        "--timing-budget",
+    },
     "commit": {"--jobs", "--executor ray"},
     "version": {"--keras legacy", "--tf-dist", "--then-features"},
     # --then-features continues in feature mode: --only/--skip choose its features
@@ -37,8 +45,9 @@ def refuse_ignored(mode: str, given: dict[str, bool]) -> None:
     """A UserError naming the options the mode would ignore."""
     ignored = [name for name, on in given.items() if on and name not in MODE_OPTIONS[mode]]
     if ignored:
-        raise UserError(f"{mode.split('+')[0]} mode does not use {', '.join(ignored)}",
-                        hint=f"{_WHY[mode]}; drop the option")
+        raise UserError(
+            f"{mode.split('+')[0]} mode does not use {', '.join(ignored)}", hint=f"{_WHY[mode]}; drop the option"
+        )
 
 
 def check_release(rev: str | None, option: str) -> None:
@@ -50,51 +59,115 @@ def check_release(rev: str | None, option: str) -> None:
     try:
         Version(rev)
     except InvalidVersion:
-        raise UserError(f"{option} {rev} is not a TensorFlow release",
-                        hint="with --tf-versions, --good/--bad are releases (e.g. 2.15.1); "
-                             "for commits drop --tf-versions") from None
+        raise UserError(
+            f"{option} {rev} is not a TensorFlow release",
+            hint="with --tf-versions, --good/--bad are releases (e.g. 2.15.1); for commits drop --tf-versions",
+        ) from None
 
 
 @main.command("bisect")
 @cold_option
 @path_argument
-@click.option("--symptom", type=click.Choice(_SYMPTOMS),
-              help="The symptom to hunt (default: the first the failing configuration shows, in this order).")
-@click.option("--strategy", type=click.Choice(["auto", "ablation", "ddmin"]), default="auto", show_default=True,
-              help="ablation: each feature alone first; ddmin: delta debugging from every feature on.")
+@click.option(
+    "--symptom",
+    type=click.Choice(_SYMPTOMS),
+    help="The symptom to hunt (default: the first the failing configuration shows, in this order).",
+)
+@click.option(
+    "--strategy",
+    type=click.Choice(["auto", "ablation", "ddmin"]),
+    default="auto",
+    show_default=True,
+    help="ablation: each feature alone first; ddmin: delta debugging from every feature on.",
+)
 @click.option("--steps", type=click.IntRange(min=1), help="Training steps per trial (default: [trial] steps).")
-@click.option("--repeats", type=click.IntRange(min=1),
-              help="Runs per configuration; a configuration fails when any run does (default: [trial] repeats).")
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Trials run in parallel (never for slowdown: timing trials run one at a time).")
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    help="Runs per configuration; a configuration fails when any run does (default: [trial] repeats).",
+)
+@click.option(
+    "--jobs",
+    "-j",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Trials run in parallel (never for slowdown: timing trials run one at a time).",
+)
 @click.option("--no-cache", is_flag=True, help="Run every trial again, even if cached.")
 @click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON object (the result) on stdout.")
 @click.option("--good", metavar="REV", help="Commit mode: a commit without the symptom (version mode: a release).")
 @click.option("--bad", metavar="REV", help="Commit mode: a commit with the symptom (version mode: a release).")
-@click.option("--tf-versions", metavar="A,B,...|A..B",
-              help="Version mode: TensorFlow releases to bisect; A..B means every final release in between.")
-@click.option("--keras", "keras_mode", type=click.Choice(["default", "legacy"]), default="default",
-              show_default=True, help="Version mode: legacy runs tf.keras as tf_keras (TF_USE_LEGACY_KERAS=1).")
-@click.option("--tf-dist", type=click.Choice(["tensorflow", "tensorflow-cpu"]),
-              help="Version mode: the distribution to install (default: the one installed here).")
-@click.option("--then-features", is_flag=True,
-              help="Version mode: then bisect the features inside the first bad release.")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Where trials run: this machine (--jobs at a time) or a Ray cluster (one task per trial; "
-                   "needs pip install 'tfrepro[ray]').")
-@click.option("--address", metavar="ADDR",
-              help="With --executor ray: the cluster to join (e.g. 10.0.0.5:6379); default: a local Ray instance.")
-@click.option("--replays", type=click.IntRange(min=1), metavar="N",
-              help="Fresh runs of the answer at the end (default 3); for a slowdown, fresh timing pairs "
-                   "added to the evidence (default 1).")
-@click.option("--timing-budget", type=click.FloatRange(min=0.01), metavar="SECONDS",
-              help="Steady-state seconds each timing trial measures (default 1.0, and at least 30 steps).")
+@click.option(
+    "--tf-versions",
+    metavar="A,B,...|A..B",
+    help="Version mode: TensorFlow releases to bisect; A..B means every final release in between.",
+)
+@click.option(
+    "--keras",
+    "keras_mode",
+    type=click.Choice(["default", "legacy"]),
+    default="default",
+    show_default=True,
+    help="Version mode: legacy runs tf.keras as tf_keras (TF_USE_LEGACY_KERAS=1).",
+)
+@click.option(
+    "--tf-dist",
+    type=click.Choice(["tensorflow", "tensorflow-cpu"]),
+    help="Version mode: the distribution to install (default: the one installed here).",
+)
+@click.option(
+    "--then-features", is_flag=True, help="Version mode: then bisect the features inside the first bad release."
+)
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Where trials run: this machine (--jobs at a time) or a Ray cluster (one task per trial; "
+    "needs pip install 'tfrepro[ray]').",
+)
+@click.option(
+    "--address",
+    metavar="ADDR",
+    help="With --executor ray: the cluster to join (e.g. 10.0.0.5:6379); default: a local Ray instance.",
+)
+@click.option(
+    "--replays",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Fresh runs of the answer at the end (default 3); for a slowdown, fresh timing pairs "
+    "added to the evidence (default 1).",
+)
+@click.option(
+    "--timing-budget",
+    type=click.FloatRange(min=0.01),
+    metavar="SECONDS",
+    help="Steady-state seconds each timing trial measures (default 1.0, and at least 30 steps).",
+)
 @select_options
-def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None, repeats: int | None,
-               jobs: int, no_cache: bool, as_json: bool, good: str | None, bad: str | None,
-               executor: str, address: str | None, tf_versions: str | None, keras_mode: str,
-               tf_dist: str | None, then_features: bool, replays: int | None, timing_budget: float | None,
-               only: str | None, skip: str | None) -> None:
+def bisect_cmd(
+    path: Path,
+    symptom: str | None,
+    strategy: str,
+    steps: int | None,
+    repeats: int | None,
+    jobs: int,
+    no_cache: bool,
+    as_json: bool,
+    good: str | None,
+    bad: str | None,
+    executor: str,
+    address: str | None,
+    tf_versions: str | None,
+    keras_mode: str,
+    tf_dist: str | None,
+    then_features: bool,
+    replays: int | None,
+    timing_budget: float | None,
+    only: str | None,
+    skip: str | None,
+) -> None:
     """Find the feature, or smallest set of interacting features, behind a symptom.
 
     Runs the baseline (every feature OFF) and the failing configuration
@@ -124,28 +197,64 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     installed is skipped. --then-features then bisects the features inside
     the first bad release ("2.16.1 broke it, and only with mixed_precision").
     """
-    mode = ("version+features" if then_features else "version") if tf_versions else (
-        "commit" if good or bad else "feature")
-    refuse_ignored(mode, {"--then-features": then_features, "--replays": replays is not None,
-                          "--timing-budget": timing_budget is not None,
-        "--strategy": strategy != "auto", "--repeats": repeats is not None, "--jobs": jobs != 1,
-        "--executor ray": executor != "local", "--only": only is not None, "--skip": skip is not None,
-        "--keras legacy": keras_mode != "default", "--tf-dist": tf_dist is not None,
-        "--address (without --executor ray)": address is not None and executor != "ray"})
+    mode = (
+        ("version+features" if then_features else "version")
+        if tf_versions
+        else ("commit" if good or bad else "feature")
+    )
+    refuse_ignored(
+        mode,
+        {
+            "--then-features": then_features,
+            "--replays": replays is not None,
+            "--timing-budget": timing_budget is not None,
+            "--strategy": strategy != "auto",
+            "--repeats": repeats is not None,
+            "--jobs": jobs != 1,
+            "--executor ray": executor != "local",
+            "--only": only is not None,
+            "--skip": skip is not None,
+            "--keras legacy": keras_mode != "default",
+            "--tf-dist": tf_dist is not None,
+            "--address (without --executor ray)": address is not None and executor != "ray",
+        },
+    )
     if tf_versions:
         from tfrepro.bisect.versions_cli import run_from_cli as run_versions
 
         check_release(good, "--good")
         check_release(bad, "--bad")
-        code = run_versions(path, tf_versions, good=good, bad=bad, symptom=symptom, keras=keras_mode,
-                            tf_dist=tf_dist, as_json=as_json, steps=steps, use_cache=not no_cache,
-                            then_features=then_features, only=only, skip=skip)
+        code = run_versions(
+            path,
+            tf_versions,
+            good=good,
+            bad=bad,
+            symptom=symptom,
+            keras=keras_mode,
+            tf_dist=tf_dist,
+            as_json=as_json,
+            steps=steps,
+            use_cache=not no_cache,
+            then_features=then_features,
+            only=only,
+            skip=skip,
+        )
         sys.exit(write_tables(path, None, code))
     if good or bad:
         from tfrepro.bisect.commits_cli import run_from_cli
 
-        code = run_from_cli(path, good, bad, symptom=symptom, as_json=as_json, steps=steps,
-                            use_cache=not no_cache, executor=executor, address=address, jobs=jobs)
+        code = run_from_cli(
+            path,
+            good,
+            bad,
+            symptom=symptom,
+            as_json=as_json,
+            steps=steps,
+            use_cache=not no_cache,
+            executor=executor,
+            address=address,
+            jobs=jobs,
+        )
         sys.exit(write_tables(path, None, code))
     from tfrepro.bisect.display import answer_lines, run_bisect
     from tfrepro.bisect.engine import BisectOptions
@@ -154,9 +263,17 @@ def bisect_cmd(path: Path, symptom: str | None, strategy: str, steps: int | None
     from tfrepro.trials.values import Status, Verdict
 
     project = load_project(path, only, skip)
-    options = BisectOptions(symptom=Verdict(symptom) if symptom else None, strategy=strategy, steps=steps,
-                            repeats=repeats, jobs=jobs, use_cache=not no_cache, executor=executor,
-                            address=address, baseline_checks=checks_for_result)
+    options = BisectOptions(
+        symptom=Verdict(symptom) if symptom else None,
+        strategy=strategy,
+        steps=steps,
+        repeats=repeats,
+        jobs=jobs,
+        use_cache=not no_cache,
+        executor=executor,
+        address=address,
+        baseline_checks=checks_for_result,
+    )
     if replays is not None:
         options = replace(options, replays=replays, timing_replays=replays)
     if timing_budget is not None:
@@ -185,18 +302,24 @@ def write_tables(path: Path, run_dir: str | None, code: int) -> int:
         click.echo(f"warning: trials.csv not written: {type(e).__name__}: {e}", err=True)
         return code
     if written:
-        click.echo(f"trials: {written['trials.csv']}; `tensorboard --logdir {written['tensorboard']}` "
-                   "(HParams tab: features against verdicts)", err=True)
+        click.echo(
+            f"trials: {written['trials.csv']}; `tensorboard --logdir {written['tensorboard']}` "
+            "(HParams tab: features against verdicts)",
+            err=True,
+        )
     return code
 
 
 @main.command("demo")
 @cold_option
-@click.option("--jobs", "-j", type=click.IntRange(min=1), default=2, show_default=True,
-              help="Trials run in parallel.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), default=2, show_default=True, help="Trials run in parallel.")
 @click.option("--keep", is_flag=True, help="Keep the temporary copy of the example (its path is printed).")
-@click.option("--json", "as_json", is_flag=True,
-              help="Print the bisect result as one JSON object (with demo_dir, expected, found_planted).")
+@click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print the bisect result as one JSON object (with demo_dir, expected, found_planted).",
+)
 def demo_cmd(jobs: int, keep: bool, as_json: bool) -> None:
     """The whole loop on a bundled example with a planted bug.
 
@@ -225,8 +348,11 @@ def demo_cmd(jobs: int, keep: bool, as_json: bool) -> None:
         doc = run_bisect(Project.load(dest), BisectOptions(jobs=jobs), as_json=as_json)
         right = doc["status"] == expected["status"] and doc["culprits"] == expected["culprits"]
         if as_json:
-            click.echo(json.dumps({**doc, "demo_dir": str(dest) if keep else None, "expected": expected,
-                                   "found_planted": right}))
+            click.echo(
+                json.dumps(
+                    {**doc, "demo_dir": str(dest) if keep else None, "expected": expected, "found_planted": right}
+                )
+            )
         else:
             _demo_answer(doc, expected, right, dest if keep else None)
         sys.exit(0 if right else (Status(doc["status"]).exit_code or 1))
@@ -242,7 +368,6 @@ def _demo_answer(doc: dict, expected: dict, right: bool, kept: Path | None) -> N
     if right:
         click.echo(f"the planted culprit was found: {', '.join(expected['culprits'])}")
     else:
-        click.echo(f"expected {expected['symptom']}: {', '.join(expected['culprits'])}, got {doc['status']}",
-                   err=True)
+        click.echo(f"expected {expected['symptom']}: {', '.join(expected['culprits'])}, got {doc['status']}", err=True)
     if kept:
         click.echo(f"kept: {kept}; try `tfrepro report {kept}`")

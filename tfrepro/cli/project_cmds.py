@@ -44,17 +44,30 @@ def features(path: Path, set_: str | None, as_json: bool, only: str | None, skip
     items = []
     for name, blocks in project.features.items():
         state = states[name]
-        items.append({
-            "name": name,
-            "description": project.description(name),
-            "state": "mixed" if state is None else ("on" if state else "off"),
-            "affects_loss": name in project.affects_loss,
-            "blocks": [{"file": f, "line": line, "state": "on" if b.state else "off"}
-                       for b, (f, line) in zip(blocks, project.locations(name))],
-        })
+        items.append(
+            {
+                "name": name,
+                "description": project.description(name),
+                "state": "mixed" if state is None else ("on" if state else "off"),
+                "affects_loss": name in project.affects_loss,
+                "blocks": [
+                    {"file": f, "line": line, "state": "on" if b.state else "off"}
+                    for b, (f, line) in zip(blocks, project.locations(name))
+                ],
+            }
+        )
     if as_json:
-        click.echo(json.dumps({"project": str(project.root), "detected": project.detected, "features": items,
-                               "excluded": project.excluded}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "project": str(project.root),
+                    "detected": project.detected,
+                    "features": items,
+                    "excluded": project.excluded,
+                },
+                indent=2,
+            )
+        )
         return
     if not items:
         click.echo(f"no feature blocks in {project.root}")
@@ -70,8 +83,11 @@ def features(path: Path, set_: str | None, as_json: bool, only: str | None, skip
 @main.command("annotate")
 @click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--write", is_flag=True, help="Edit the files in place (default: print a unified diff).")
-@click.option("--only", metavar="NAME,...",
-              help="Mark only these features: names (prefetch, jit_compile...) or kinds (callback, dataset, custom_layer).")
+@click.option(
+    "--only",
+    metavar="NAME,...",
+    help="Mark only these features: names (prefetch, jit_compile...) or kinds (callback, dataset, custom_layer).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print what was found (and the diff or files written) as JSON.")
 def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json: bool) -> None:
     """Find the engineering features of existing training scripts and mark
@@ -101,26 +117,42 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json
         click.echo(f"  left alone: {s.where}: {s.reason}", err=True)
     for p in result.problems:
         click.echo(f"  manifest: {p}", err=True)
-    unknown = [n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_")
-                                           for f in result.found)]
+    unknown = [
+        n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_") for f in result.found)
+    ]
     if unknown:
         click.echo(f"  --only: nothing found for {', '.join(unknown)}", err=True)
     n = len(result.feature_names)
     verb = "marked" if write else "would mark"
-    click.echo(f"{verb} {n} feature{'s' if n != 1 else ''}" + ("" if write or not n else " (run again with --write)"),
-               err=True)
+    click.echo(
+        f"{verb} {n} feature{'s' if n != 1 else ''}" + ("" if write or not n else " (run again with --write)"), err=True
+    )
 
 
 def annotation_doc(result, names: list[str], write: bool) -> dict:
     """`annotate --json`: the features proposed, what was left alone, and the
     diff (or, with --write, the files written)."""
-    found = [{"name": f.name, "kind": f.kind, "file": f.path, "line": f.line, "description": f.description,
-              "affects_loss": f.affects_loss, "note": f.note} for f in result.found]
-    doc = {"features": list(result.feature_names), "found": found,
-           "skipped": [{"file": s.path, "line": s.line, "reason": s.reason} for s in result.skipped],
-           "manifest_problems": list(result.problems),
-           "unknown_only": [n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_")
-                                                        for f in result.found)]}
+    found = [
+        {
+            "name": f.name,
+            "kind": f.kind,
+            "file": f.path,
+            "line": f.line,
+            "description": f.description,
+            "affects_loss": f.affects_loss,
+            "note": f.note,
+        }
+        for f in result.found
+    ]
+    doc = {
+        "features": list(result.feature_names),
+        "found": found,
+        "skipped": [{"file": s.path, "line": s.line, "reason": s.reason} for s in result.skipped],
+        "manifest_problems": list(result.problems),
+        "unknown_only": [
+            n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_") for f in result.found)
+        ],
+    }
     if write:
         doc["written"] = [str(p) for p in result.write()]
     else:
@@ -131,20 +163,40 @@ def annotation_doc(result, names: list[str], write: bool) -> dict:
 @main.command("check")
 @cold_option
 @path_argument
-@click.option("--with", "with_", metavar="A,B,...", help="Check with exactly these features ON (default: the baseline).")
+@click.option(
+    "--with", "with_", metavar="A,B,...", help="Check with exactly these features ON (default: the baseline)."
+)
 @click.option("--all", "all_", is_flag=True, help="Check the failing configuration (every feature ON).")
 @click.option("--steps", type=click.IntRange(min=4), help="Steps of the short run (default: [trial] steps).")
-@click.option("--params", "expect_params", type=click.IntRange(min=0), metavar="N",
-              help="The total parameter count you expect (model.summary()'s 'Total params').")
-@click.option("--expect-gpu/--no-expect-gpu", default=None,
-              help="Whether a GPU should be visible (default: guessed from CUDA_VISIBLE_DEVICES, the driver).")
+@click.option(
+    "--params",
+    "expect_params",
+    type=click.IntRange(min=0),
+    metavar="N",
+    help="The total parameter count you expect (model.summary()'s 'Total params').",
+)
+@click.option(
+    "--expect-gpu/--no-expect-gpu",
+    default=None,
+    help="Whether a GPU should be visible (default: guessed from CUDA_VISIBLE_DEVICES, the driver).",
+)
 @click.option("--no-cache", is_flag=True, help="Run even if the same probed trial is cached.")
 @click.option("-v", "--verbose", is_flag=True, help="Show the evidence of the checks that pass too.")
 @click.option("--json", "as_json", is_flag=True, help="Print the checklist as JSON.")
 @select_options
-def check_cmd(path: Path, with_: str | None, all_: bool, steps: int | None, expect_params: int | None,
-              expect_gpu: bool | None, no_cache: bool, verbose: bool, as_json: bool, only: str | None,
-              skip: str | None) -> None:
+def check_cmd(
+    path: Path,
+    with_: str | None,
+    all_: bool,
+    steps: int | None,
+    expect_params: int | None,
+    expect_gpu: bool | None,
+    no_cache: bool,
+    verbose: bool,
+    as_json: bool,
+    only: str | None,
+    skip: str | None,
+) -> None:
     """The sanity checks to run before blaming a feature.
 
     Runs one configuration (the baseline, every feature OFF, by default) in
@@ -172,8 +224,14 @@ def check_cmd(path: Path, with_: str | None, all_: bool, steps: int | None, expe
         settings = replace(settings, steps=steps)
     if not as_json:
         click.echo(f"checking {project.root.name} (one probed trial)...", err=True)
-    report = run_checks(project, enabled, settings, options=CheckOptions(expect_params=expect_params),
-                        expect_gpu=expect_gpu, use_cache=not no_cache)
+    report = run_checks(
+        project,
+        enabled,
+        settings,
+        options=CheckOptions(expect_params=expect_params),
+        expect_gpu=expect_gpu,
+        use_cache=not no_cache,
+    )
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))
     else:
@@ -198,8 +256,13 @@ def clean_cmd(path: Path, all_: bool, as_json: bool) -> None:
 
 @main.command("envs")
 @click.option("--prune", is_flag=True, help="Remove incomplete environments and those unused for --days.")
-@click.option("--days", type=click.FloatRange(min=0), default=30, show_default=True,
-              help="With --prune: remove environments unused for this many days.")
+@click.option(
+    "--days",
+    type=click.FloatRange(min=0),
+    default=30,
+    show_default=True,
+    help="With --prune: remove environments unused for this many days.",
+)
 @click.option("--all", "all_", is_flag=True, help="With --prune: remove every environment.")
 @click.option("--json", "as_json", is_flag=True, help="Print the environments (or those removed) as JSON.")
 def envs_cmd(prune: bool, days: float, all_: bool, as_json: bool) -> None:
@@ -221,6 +284,10 @@ def envs_doc(prune: bool, days: float, everything: bool) -> dict:
     if prune:
         removed = store.prune(max_age_days=days, everything=everything)
         return {"root": str(store.root), "removed": [{"name": i.name, "reason": why} for i, why in removed]}
-    return {"root": str(store.root), "environments": [
-        {"name": i.name, "ready": i.ready, "versions": i.versions, "size": i.size, "last_used": i.last_used}
-        for i in store.entries(sizes=True)]}
+    return {
+        "root": str(store.root),
+        "environments": [
+            {"name": i.name, "ready": i.ready, "versions": i.versions, "size": i.size, "last_used": i.last_used}
+            for i in store.entries(sizes=True)
+        ],
+    }

@@ -19,11 +19,15 @@ from tfrepro.errors import UserError
 @click.option("--json", "as_json", is_flag=True, help="Print the report document as JSON (progress stays on stderr).")
 @click.option("--no-rerun", is_flag=True, help="Do not re-run the exported repro to confirm the symptom.")
 @click.option("--no-localize", is_flag=True, help="Skip the check_numerics localisation of a NaN.")
-@click.option("--nightly", is_flag=True,
-              help="Also re-run the repro on the newest tf-nightly (its own environment in the user cache) "
-                   "and answer the form's nightly question from it.")
-def report(run_dir: Path | None, out: Path | None, as_json: bool, no_rerun: bool, no_localize: bool,
-           nightly: bool) -> None:
+@click.option(
+    "--nightly",
+    is_flag=True,
+    help="Also re-run the repro on the newest tf-nightly (its own environment in the user cache) "
+    "and answer the form's nightly question from it.",
+)
+def report(
+    run_dir: Path | None, out: Path | None, as_json: bool, no_rerun: bool, no_localize: bool, nightly: bool
+) -> None:
     """Turn a bisect run into a bug-report bundle.
 
     RUN_DIR is a run directory (.tfrepro/runs/<id>) or a project; default: the
@@ -39,8 +43,14 @@ def report(run_dir: Path | None, out: Path | None, as_json: bool, no_rerun: bool
     click.echo(f"reporting run {run}", err=True)
     if nightly and no_rerun:
         raise UserError("--nightly re-runs the repro, --no-rerun says not to", hint="drop one of them")
-    bundle = build_report(run, out=out, rerun=not no_rerun, localize=not no_localize, nightly=nightly,
-                          progress=lambda line: click.echo(line, err=True))
+    bundle = build_report(
+        run,
+        out=out,
+        rerun=not no_rerun,
+        localize=not no_localize,
+        nightly=nightly,
+        progress=lambda line: click.echo(line, err=True),
+    )
     doc = bundle.doc
     if as_json:
         click.echo(json.dumps({**doc, "bundle": str(bundle.out)}, indent=2))
@@ -57,9 +67,11 @@ def report(run_dir: Path | None, out: Path | None, as_json: bool, no_rerun: bool
         word = {True: "yes", False: "NO", None: "undecided"}[rep["reproduced"]]
         click.echo(f"reproduced by the exported repro.py: {word} ({rep['detail']})")
         if rep["reproduced"] is not True:
-            click.echo("  hint: the standalone script does not show the symptom on its own; it may need files "
-                       "the bundle lacks, or the failure is flaky (raise [trial] repeats and bisect again)",
-                       err=True)
+            click.echo(
+                "  hint: the standalone script does not show the symptom on its own; it may need files "
+                "the bundle lacks, or the failure is flaky (raise [trial] repeats and bisect again)",
+                err=True,
+            )
     loc = doc.get("localization")
     if loc:
         click.echo(f"localisation: {loc['headline']}")
@@ -69,12 +81,23 @@ def report(run_dir: Path | None, out: Path | None, as_json: bool, no_rerun: bool
 
 @main.command("new")
 @click.argument("dest", required=False, type=click.Path(path_type=Path))
-@click.option("--template", "-t", "template", default="image", show_default=True,
-              help="Task shape: image (small CNN), tabular (MLP), sequence (embedding/time series + LSTM, GRU "
-                   "or attention).")
+@click.option(
+    "--template",
+    "-t",
+    "template",
+    default="image",
+    show_default=True,
+    help="Task shape: image (small CNN), tabular (MLP), sequence (embedding/time series + LSTM, GRU or attention).",
+)
 @click.option("--defaults", is_flag=True, help="Take the default answer to every question not given with --data.")
-@click.option("--data", "-d", "data", multiple=True, metavar="KEY=VALUE",
-              help="Answer a question, e.g. -d batch_size=64 -d features=prefetch,mixed_precision (repeatable).")
+@click.option(
+    "--data",
+    "-d",
+    "data",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Answer a question, e.g. -d batch_size=64 -d features=prefetch,mixed_precision (repeatable).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the created project as JSON (needs --defaults or --data).")
 def new_cmd(dest: Path | None, template: str, defaults: bool, data: tuple[str, ...], as_json: bool) -> None:
     """Create a baseline repro project (DEST, default ./repro-TEMPLATE).
@@ -89,17 +112,29 @@ def new_cmd(dest: Path | None, template: str, defaults: bool, data: tuple[str, .
     answers = parse_data_items(data)
     interactive = not defaults and not answers
     if interactive and (as_json or not sys.stdin.isatty()):
-        raise UserError("--json asks no questions" if as_json else "no terminal to ask the template's questions on",
-                        hint="pass --defaults, and --data KEY=VALUE for the answers that differ")
-    created = new_project(dest or Path(f"repro-{template}"), template=template, data=answers,
-                          defaults=not interactive)
+        raise UserError(
+            "--json asks no questions" if as_json else "no terminal to ask the template's questions on",
+            hint="pass --defaults, and --data KEY=VALUE for the answers that differ",
+        )
+    created = new_project(dest or Path(f"repro-{template}"), template=template, data=answers, defaults=not interactive)
     if as_json:
-        click.echo(json.dumps({"path": str(created.path), "template": created.template,
-                               "version": created.version, "commit": created.commit,
-                               "features": list(created.features)}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "path": str(created.path),
+                    "template": created.template,
+                    "version": created.version,
+                    "commit": created.commit,
+                    "features": list(created.features),
+                },
+                indent=2,
+            )
+        )
         return
-    click.echo(f"created {created.path} (template {created.template} {created.version}); "
-               f"baseline committed as {created.commit[:10]}")
+    click.echo(
+        f"created {created.path} (template {created.template} {created.version}); "
+        f"baseline committed as {created.commit[:10]}"
+    )
     click.echo("features, all OFF: " + (", ".join(created.features) or "(none)"))
     click.echo(f"next: cd {created.path} && python repro.py   # the baseline must train; then: tfrepro bisect")
 
@@ -115,10 +150,20 @@ def update_cmd(path: Path, as_json: bool) -> None:
 
     result = update_project(path)
     if as_json:
-        click.echo(json.dumps({"path": str(result.path), "template": result.template,
-                               "old_version": result.old_version, "new_version": result.new_version,
-                               "up_to_date": result.up_to_date, "changed": list(result.changed),
-                               "conflicts": list(result.conflicts)}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "path": str(result.path),
+                    "template": result.template,
+                    "old_version": result.old_version,
+                    "new_version": result.new_version,
+                    "up_to_date": result.up_to_date,
+                    "changed": list(result.changed),
+                    "conflicts": list(result.conflicts),
+                },
+                indent=2,
+            )
+        )
         return
     if result.up_to_date:
         click.echo(f"{result.path}: already at template {result.template} {result.new_version}")

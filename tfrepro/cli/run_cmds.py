@@ -18,8 +18,9 @@ EXPECTABLE = ["nan", "crash", "timeout"]
 
 def shows(result, symptom: str) -> bool:
     """Whether one trial shows `symptom` (no reference needed for these three)."""
-    return {"nan": result.nonfinite, "crash": result.crashed and not result.nonfinite,
-            "timeout": result.timed_out}[symptom]
+    return {"nan": result.nonfinite, "crash": result.crashed and not result.nonfinite, "timeout": result.timed_out}[
+        symptom
+    ]
 
 
 def failed(result) -> bool:
@@ -55,8 +56,11 @@ def _enabled(project, with_: str | None, all_: bool, none_: bool) -> frozenset[s
     states = project.states_in_files()
     mixed = sorted(n for n, s in states.items() if s is None)
     if mixed:
-        raise UserError(f"feature {mixed[0]!r} is ON in some blocks and OFF in others", path=project.root,
-                        hint="say which configuration to run: --with a,b, --all or --none")
+        raise UserError(
+            f"feature {mixed[0]!r} is ON in some blocks and OFF in others",
+            path=project.root,
+            hint="say which configuration to run: --with a,b, --all or --none",
+        )
     return frozenset(n for n, s in states.items() if s)
 
 
@@ -89,13 +93,28 @@ def _trials(path: Path, only, skip, with_, all_, none_, steps, repeats, no_cache
 @click.option("--steps", type=click.IntRange(min=1), help="Training steps, at most (default: [trial] steps).")
 @click.option("--repeats", type=click.IntRange(min=1), help="Independent runs (default: [trial] repeats).")
 @click.option("--no-cache", is_flag=True, help="Run even if the same trial is cached.")
-@click.option("--expect", type=click.Choice(EXPECTABLE), metavar="SYMPTOM",
-              help="Exit 0 if the symptom (nan, crash, timeout) is absent, 1 if present, 125 if the run could "
-                   "not test it: `git bisect run tfrepro run --expect nan`.")
+@click.option(
+    "--expect",
+    type=click.Choice(EXPECTABLE),
+    metavar="SYMPTOM",
+    help="Exit 0 if the symptom (nan, crash, timeout) is absent, 1 if present, 125 if the run could "
+    "not test it: `git bisect run tfrepro run --expect nan`.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the trial summary as JSON.")
 @select_options
-def run(path: Path, with_: str | None, all_: bool, none_: bool, steps: int | None, repeats: int | None,
-        no_cache: bool, expect: str | None, as_json: bool, only: str | None, skip: str | None) -> None:
+def run(
+    path: Path,
+    with_: str | None,
+    all_: bool,
+    none_: bool,
+    steps: int | None,
+    repeats: int | None,
+    no_cache: bool,
+    expect: str | None,
+    as_json: bool,
+    only: str | None,
+    skip: str | None,
+) -> None:
     """Run one configuration of a project and measure it.
 
     Without --with/--all/--none the features stay as the files have them.
@@ -136,6 +155,8 @@ def _print_results(results: list, expect: str | None, as_json: bool) -> None:
                 click.echo(f"-- run {i + 1}")
             click.echo("\n".join(describe(r)))
         if expect:
-            click.echo(f"expect {expect}: {reason} -> exit {code} "
-                       f"({({GOOD: 'good', BAD: 'bad', CANNOT_TEST: 'cannot test'})[code]})")
+            click.echo(
+                f"expect {expect}: {reason} -> exit {code} "
+                f"({({GOOD: 'good', BAD: 'bad', CANNOT_TEST: 'cannot test'})[code]})"
+            )
     sys.exit(code)

@@ -60,7 +60,9 @@ def _nvidia_smi():
     try:
         out = subprocess.run(
             [exe, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"],
-            capture_output=True, text=True, timeout=20,
+            capture_output=True,
+            text=True,
+            timeout=20,
         ).stdout
     except Exception:
         return []
@@ -110,8 +112,9 @@ def describe():
     facts["tf_version"] = tf.__version__
     facts["tf_git_version"] = getattr(tf.version, "GIT_VERSION", None)
     try:
-        facts["build_info"] = {k: (list(v) if isinstance(v, (list, tuple)) else v)
-                               for k, v in tf.sysconfig.get_build_info().items()}
+        facts["build_info"] = {
+            k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in tf.sysconfig.get_build_info().items()
+        }
     except Exception as e:
         facts["build_info"] = {"error": str(e)}
     try:
@@ -130,8 +133,9 @@ def describe():
         except Exception:
             det = {}
         cc = det.get("compute_capability")
-        gpus.append({"name": det.get("device_name", d.name),
-                     "compute_capability": ".".join(map(str, cc)) if cc else None})
+        gpus.append(
+            {"name": det.get("device_name", d.name), "compute_capability": ".".join(map(str, cc)) if cc else None}
+        )
     smi = _nvidia_smi()
     if smi:  # the driver is worth stating even when TensorFlow sees no GPU
         facts["nvidia_driver"] = smi[0]["driver"]

@@ -130,8 +130,12 @@ def record_step(loss: float | None, dt: float) -> None:
 
 def _write_progress() -> None:
     """What a trial killed at its timeout leaves behind: the steps so far."""
-    progress = {"mode": S.mode, "losses": [x if math.isfinite(x) else None for x in S.losses],
-                "step_times": S.step_times, "steps_run": S.steps_seen}
+    progress = {
+        "mode": S.mode,
+        "losses": [x if math.isfinite(x) else None for x in S.losses],
+        "step_times": S.step_times,
+        "steps_run": S.steps_seen,
+    }
     try:
         tmp = S.result_path + ".progress.tmp"
         with open(tmp, "w", encoding="utf-8") as f:
@@ -380,7 +384,9 @@ def _memory_start() -> None:
     try:
         import importlib.util
 
-        spec = importlib.util.spec_from_file_location("_tfrepro_memory", os.path.join(os.path.dirname(__file__), "memory.py"))
+        spec = importlib.util.spec_from_file_location(
+            "_tfrepro_memory", os.path.join(os.path.dirname(__file__), "memory.py")
+        )
         module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         _MEMORY = module.start(S.config)

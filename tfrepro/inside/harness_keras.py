@@ -39,8 +39,10 @@ def _loss_trackers(model) -> list:
     """The Mean metrics that receive the training loss: Keras 3's tracker,
     tf_keras's compiled-loss mean, and any model metric named "loss" (the
     custom train_step recipe)."""
-    found = [getattr(model, "_loss_tracker", None),
-             getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None)]
+    found = [
+        getattr(model, "_loss_tracker", None),
+        getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None),
+    ]
     try:
         found += [m for m in model.metrics if getattr(m, "name", None) == "loss"]
     except Exception:
@@ -129,6 +131,7 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
         orig_make(self, *args, **kwargs)
         fn = self.train_function
         if fn is not None and not getattr(fn, "_tfrepro", False):
+
             def train_function(*a, **k):
                 out = fn(*a, **k)
                 if isinstance(out, dict) and LOSS_KEY in out:
@@ -226,13 +229,17 @@ def _patch_init(cls) -> None:
     cls.__init__ = __init__
 
 
-JIT_DROPPED = ("Keras ignored jit_compile=True: op determinism is on (deterministic = true), so "
-               "this trial ran without XLA; set deterministic = false in tfrepro.toml to test XLA")
+JIT_DROPPED = (
+    "Keras ignored jit_compile=True: op determinism is on (deterministic = true), so "
+    "this trial ran without XLA; set deterministic = false in tfrepro.toml to test XLA"
+)
 
 
-AUTO_JIT_DROPPED = ("Keras's default jit_compile=\"auto\" would compile this model with XLA on the GPU, but op "
-                    "determinism is on (deterministic = true), so this trial ran without XLA; set "
-                    "deterministic = false in tfrepro.toml to test what XLA does")
+AUTO_JIT_DROPPED = (
+    'Keras\'s default jit_compile="auto" would compile this model with XLA on the GPU, but op '
+    "determinism is on (deterministic = true), so this trial ran without XLA; set "
+    "deterministic = false in tfrepro.toml to test what XLA does"
+)
 
 
 def auto_jit_dropped(model, kwargs: dict, tf, deterministic: bool) -> bool:

@@ -54,9 +54,11 @@ class Budget:
         elif self.seen == self.warmup:
             self.cpu0 = _cpu_now()
         steady = self.seen - self.warmup
-        return (self.seen >= self.steps_max
-                or (steady >= self.min_steps and self.steady_s >= self.min_time_s)
-                or (steady >= 5 and self.steady_s >= 5 * self.min_time_s > 0))
+        return (
+            self.seen >= self.steps_max
+            or (steady >= self.min_steps and self.steady_s >= self.min_time_s)
+            or (steady >= 5 and self.steady_s >= 5 * self.min_time_s > 0)
+        )
 
     def finish(self, extra: dict) -> None:
         now = _cpu_now()

@@ -155,16 +155,23 @@ class MemorySampler:
         """The fields the harness writes (TrialResult's memory fields + extra)."""
         peak = max([self.peak, max_rss() or 0]) or None
         growth, tau = steady_growth(self.series, self.stride)
-        out: dict = {"peak_rss_bytes": peak, "rss_per_step": list(self.series),
-                     "growth_per_step": growth, "device_peak_bytes": None}
+        out: dict = {
+            "peak_rss_bytes": peak,
+            "rss_per_step": list(self.series),
+            "growth_per_step": growth,
+            "device_peak_bytes": None,
+        }
         extra: dict = {"memory": {"source": self.source, "stride": self.stride, "growth_tau": round(tau, 4)}}
         device = device_peaks()
         if device:
             out["device_peak_bytes"] = max(device.values())
             extra["memory"]["device_peaks"] = device
         if self._nvml:
-            extra["nvml"] = {"gpu_util": self._nvml_util, "memory_used_peak_bytes": self._nvml_mem_peak or None,
-                             "every_s": NVML_EVERY_S}
+            extra["nvml"] = {
+                "gpu_util": self._nvml_util,
+                "memory_used_peak_bytes": self._nvml_mem_peak or None,
+                "every_s": NVML_EVERY_S,
+            }
         return {**out, "extra": extra}
 
     def merge_into(self, result: dict) -> None:

@@ -15,14 +15,20 @@ import statistics
 import sys
 import time
 
-NORMALISING = frozenset({
-    "Normalization", "Rescaling", "BatchNormalization", "LayerNormalization",
-    "GroupNormalization", "UnitNormalization", "RMSNormalization", "Discretization",
-})
+NORMALISING = frozenset(
+    {
+        "Normalization",
+        "Rescaling",
+        "BatchNormalization",
+        "LayerNormalization",
+        "GroupNormalization",
+        "UnitNormalization",
+        "RMSNormalization",
+        "Discretization",
+    }
+)
 PIPELINE_BUDGET_S = 1.5
 COMPUTE_BUDGET_S = 0.6
-
-
 
 
 def prod(shape) -> int:
@@ -90,8 +96,13 @@ def tensor_stats(name: str, value, np) -> dict:
         a = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
         a = np.asarray(a)
     except Exception as e:  # ragged, sparse, strings of odd kinds
-        d.update({"dtype": str(getattr(value, "dtype", type(value).__name__)), "kind": "other",
-                  "note": f"not inspected: {type(e).__name__}"})
+        d.update(
+            {
+                "dtype": str(getattr(value, "dtype", type(value).__name__)),
+                "kind": "other",
+                "note": f"not inspected: {type(e).__name__}",
+            }
+        )
         return d
     d["shape"] = [int(s) for s in a.shape]
     d["dtype"] = str(a.dtype)
@@ -103,8 +114,15 @@ def tensor_stats(name: str, value, np) -> dict:
     if kind in "iu":
         d["kind"] = "int"
         if a.size:
-            d.update({"min": float(a.min()), "max": float(a.max()), "mean": float(a.mean()),
-                      "std": float(a.std()), "integral": True})
+            d.update(
+                {
+                    "min": float(a.min()),
+                    "max": float(a.max()),
+                    "mean": float(a.mean()),
+                    "std": float(a.std()),
+                    "integral": True,
+                }
+            )
         return d
     if kind == "V" or kind == "f" or kind == "c":
         try:
@@ -118,9 +136,15 @@ def tensor_stats(name: str, value, np) -> dict:
         d["inf"] = int(np.isinf(a).sum())
         good = a[finite]
         if good.size:
-            d.update({"min": float(good.min()), "max": float(good.max()), "mean": float(good.mean()),
-                      "std": float(good.std()),
-                      "integral": bool(np.all(np.equal(np.floor(good), good)))})
+            d.update(
+                {
+                    "min": float(good.min()),
+                    "max": float(good.max()),
+                    "mean": float(good.mean()),
+                    "std": float(good.std()),
+                    "integral": bool(np.all(np.equal(np.floor(good), good))),
+                }
+            )
             if a.ndim >= 1 and a.shape[-1] >= 2 and good.size == a.size:
                 rows = a.reshape(-1, a.shape[-1]).sum(axis=1)
                 d["row_sum_min"] = float(rows.min())
@@ -214,17 +238,21 @@ def time_pipeline(ds, tf, np) -> dict:
     for _ in range(3):
         s, wall = stamps(1 + n)
         batches += len(s)
-        steady = [b - a for a, b in zip(s, s[1:])][(len(s) - 1) // 2:]
+        steady = [b - a for a, b in zip(s, s[1:])][(len(s) - 1) // 2 :]
         if steady:
             runs.append(statistics.median(steady))
         if time.perf_counter() > deadline:
             break
     if not runs:
         runs = [statistics.median(gaps)]
-    return {"pipeline_s": min(runs), "pipeline_runs": [round(r, 7) for r in runs],
-            "pipeline_batches": batches, "pipeline_startup_s": startup,
-            "pipeline_method": "in-graph timestamps between consecutive batches "
-                               "(median of the steady half, least disturbed run)"}
+    return {
+        "pipeline_s": min(runs),
+        "pipeline_runs": [round(r, 7) for r in runs],
+        "pipeline_batches": batches,
+        "pipeline_startup_s": startup,
+        "pipeline_method": "in-graph timestamps between consecutive batches "
+        "(median of the steady half, least disturbed run)",
+    }
 
 
 def nondeterministic(fn):
@@ -232,6 +260,7 @@ def nondeterministic(fn):
     and the trial is over by the time anything is timed."""
     try:
         from tensorflow.python.framework import config
+
         was = config.is_op_determinism_enabled()
     except Exception:
         return fn()
@@ -269,9 +298,12 @@ def time_compute(model, x, tf) -> dict:
         runs.append(statistics.median(times))
         if time.perf_counter() > deadline:
             break
-    return {"compute_s": min(runs), "compute_runs": [round(r, 7) for r in runs],
-            "compute_method": "forward+backward of the model on one in-memory batch "
-                              "(median of 7 calls, least disturbed run)"}
+    return {
+        "compute_s": min(runs),
+        "compute_runs": [round(r, 7) for r in runs],
+        "compute_method": "forward+backward of the model on one in-memory batch "
+        "(median of 7 calls, least disturbed run)",
+    }
 
 
 def gpu_expected(option) -> tuple[bool, str | None]:

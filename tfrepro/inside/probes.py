@@ -48,8 +48,20 @@ _LOSS_KINDS = {
     "softmax_cross_entropy_with_logits": "categorical",
     "sigmoid_cross_entropy_with_logits": "binary",
 }
-_TF_ENV_PREFIXES = ("TF_CPP_", "TF_ENABLE_", "TF_XLA_", "TF_GPU_", "TF_FORCE_", "TF_CUDNN_", "TF_DETERMINISTIC",
-                    "TF_NUM_", "TF_DISABLE_", "TF_ONEDNN", "TF_MKL", "TF_USE_LEGACY_KERAS")
+_TF_ENV_PREFIXES = (
+    "TF_CPP_",
+    "TF_ENABLE_",
+    "TF_XLA_",
+    "TF_GPU_",
+    "TF_FORCE_",
+    "TF_CUDNN_",
+    "TF_DETERMINISTIC",
+    "TF_NUM_",
+    "TF_DISABLE_",
+    "TF_ONEDNN",
+    "TF_MKL",
+    "TF_USE_LEGACY_KERAS",
+)
 _TF_ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "XLA_FLAGS", "KERAS_BACKEND", "KERAS_HOME")
 
 
@@ -104,9 +116,11 @@ class _Probes:
         # Only datasets the script iterates itself are peeked at: the ones
         # TensorFlow iterates internally (per-device datasets of a distributed
         # iterator) must not get a second consumer, which deadlocks them.
-        internal = tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-                         for m in (tf, sys.modules.get("keras"), sys.modules.get("tf_keras"))
-                         if m is not None and getattr(m, "__file__", None))
+        internal = tuple(
+            os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+            for m in (tf, sys.modules.get("keras"), sys.modules.get("tf_keras"))
+            if m is not None and getattr(m, "__file__", None)
+        )
 
         def __iter__(ds):
             if not probes.busy and not probes.captured and tf.executing_eagerly():
@@ -121,6 +135,7 @@ class _Probes:
         strategy = getattr(getattr(tf, "distribute", None), "Strategy", None)
         orig_distribute = getattr(strategy, "experimental_distribute_dataset", None)
         if orig_distribute is not None:
+
             def experimental_distribute_dataset(strategy_self, dataset, *args, **kwargs):
                 # A custom loop under a strategy: peek at the global dataset
                 # before it is split across replicas.
@@ -129,16 +144,21 @@ class _Probes:
                 return orig_distribute(strategy_self, dataset, *args, **kwargs)
 
             strategy.experimental_distribute_dataset = experimental_distribute_dataset
-        for name in ("sparse_softmax_cross_entropy_with_logits", "softmax_cross_entropy_with_logits",
-                     "sigmoid_cross_entropy_with_logits"):
+        for name in (
+            "sparse_softmax_cross_entropy_with_logits",
+            "softmax_cross_entropy_with_logits",
+            "sigmoid_cross_entropy_with_logits",
+        ):
             self._wrap_loss_fn(tf.nn, name, from_logits=True)
 
     @staticmethod
     def _internal_extra() -> tuple[str, ...]:
         # Keras may be imported after TensorFlow: look it up at call time.
-        return tuple(os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-                     for m in (sys.modules.get("keras"), sys.modules.get("tf_keras"))
-                     if m is not None and getattr(m, "__file__", None))
+        return tuple(
+            os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+            for m in (sys.modules.get("keras"), sys.modules.get("tf_keras"))
+            if m is not None and getattr(m, "__file__", None)
+        )
 
     def on_keras(self, keras_module) -> None:
         losses = getattr(keras_module, "losses", None)
@@ -188,8 +208,7 @@ class _Probes:
         def wrapper(*args, **kwargs):
             if probes.loss is None:
                 logits = from_logits if from_logits is not None else bool(kwargs.get("from_logits", False))
-                probes._set_loss({"name": name, "kind": _LOSS_KINDS[name], "from_logits": logits,
-                                  "source": "call"})
+                probes._set_loss({"name": name, "kind": _LOSS_KINDS[name], "from_logits": logits, "source": "call"})
             return orig(*args, **kwargs)
 
         wrapper._tfrepro_probe = True
@@ -206,12 +225,12 @@ class _Probes:
     def _note_loss_object(self, loss, source: str) -> None:
         if isinstance(loss, str):
             key = loss.lower()
-            self._set_loss({"name": loss, "kind": _LOSS_KINDS.get(key, "other"),
-                            "from_logits": False, "source": source})
+            self._set_loss(
+                {"name": loss, "kind": _LOSS_KINDS.get(key, "other"), "from_logits": False, "source": source}
+            )
             return
         if isinstance(loss, (dict, list, tuple)):
-            self._set_loss({"name": type(loss).__name__, "kind": "multi", "from_logits": None,
-                            "source": source})
+            self._set_loss({"name": type(loss).__name__, "kind": "multi", "from_logits": None, "source": source})
             return
         name = getattr(loss, "__name__", None) or type(loss).__name__
         kind = _LOSS_KINDS.get(name.lower(), "other")
@@ -224,9 +243,14 @@ class _Probes:
         if kind == "other":  # a LossFunctionWrapper around a cross-entropy function
             fn = getattr(loss, "fn", None)
             kind = _LOSS_KINDS.get(getattr(fn, "__name__", "").lower(), "other")
-        self._set_loss({"name": name, "kind": kind,
-                        "from_logits": bool(logits) if logits is not None else (False if kind != "other" else None),
-                        "source": source})
+        self._set_loss(
+            {
+                "name": name,
+                "kind": kind,
+                "from_logits": bool(logits) if logits is not None else (False if kind != "other" else None),
+                "source": source,
+            }
+        )
 
     # -- first batches ----------------------------------------------------------
 
@@ -262,8 +286,10 @@ class _Probes:
                     break
                 elements.append((xs, ys) if ys is not None else (xs,))
             self._record_batches(elements, "fit (arrays)")
-            self._skip("timing", "fit was given in-memory arrays: Keras slices them itself, "
-                                 "there is no tf.data pipeline to time")
+            self._skip(
+                "timing",
+                "fit was given in-memory arrays: Keras slices them itself, there is no tf.data pipeline to time",
+            )
         else:
             self.captured = True
             kind = type(x).__name__
@@ -347,9 +373,12 @@ class _Probes:
             if main is not None:
                 self._guard("model", self._record_model, main)
         if not self.captured:
-            self._skip("batches", "no batch was seen: fit got no data, or the loop iterated no "
-                                  "tf.data.Dataset eagerly (a dataset iterated inside tf.function, "
-                                  "or arrays sliced by hand, are not seen)")
+            self._skip(
+                "batches",
+                "no batch was seen: fit got no data, or the loop iterated no "
+                "tf.data.Dataset eagerly (a dataset iterated inside tf.function, "
+                "or arrays sliced by hand, are not seen)",
+            )
         self._guard("timing", self._record_timing, models)
 
     def _main_model(self, models):
@@ -359,8 +388,10 @@ class _Probes:
         best, best_n = None, -1
         for m in models:
             try:
-                n = sum(int(v.shape.num_elements() if hasattr(v.shape, "num_elements") else T.prod(v.shape))
-                        for v in m.trainable_weights)
+                n = sum(
+                    int(v.shape.num_elements() if hasattr(v.shape, "num_elements") else T.prod(v.shape))
+                    for v in m.trainable_weights
+                )
             except Exception:
                 continue
             if n > best_n:
@@ -392,8 +423,7 @@ class _Probes:
         self.ctx.record("check.timing", timing)
 
     def _record_env(self) -> None:
-        env = {"python": platform.python_version(), "platform": platform.platform(),
-               "executable": sys.executable}
+        env = {"python": platform.python_version(), "platform": platform.platform(), "executable": sys.executable}
         tf = sys.modules.get("tensorflow")
         if tf is not None:
             env["tensorflow"] = getattr(tf, "__version__", None)
@@ -403,8 +433,10 @@ class _Probes:
                     env[lib] = mod.__version__
             try:
                 info = tf.sysconfig.get_build_info()
-                env["build"] = {k: (v if isinstance(v, (bool, int, float, str)) or v is None else str(v))
-                                for k, v in dict(info).items()}
+                env["build"] = {
+                    k: (v if isinstance(v, (bool, int, float, str)) or v is None else str(v))
+                    for k, v in dict(info).items()
+                }
             except Exception:
                 env["build"] = {}
             devices: dict[str, int] = {}
@@ -426,8 +458,7 @@ class _Probes:
             except Exception:
                 pass
         # An allow-list: other tools use TF_* too (Terraform keeps tokens in TF_TOKEN_*).
-        env["tf_env"] = {k: v for k, v in os.environ.items()
-                         if k.startswith(_TF_ENV_PREFIXES) or k in _TF_ENV_NAMES}
+        env["tf_env"] = {k: v for k, v in os.environ.items() if k.startswith(_TF_ENV_PREFIXES) or k in _TF_ENV_NAMES}
         expected, why = T.gpu_expected(self.options.get("expect_gpu"))
         env["gpu_expected"] = expected
         env["gpu_expected_why"] = why
@@ -441,9 +472,11 @@ def install(ctx) -> None:
     def guarded(name, fn):
         return lambda module: probes._guard(name, fn, module)
 
-    hooks = {"tensorflow": guarded("tensorflow patches", probes.on_tensorflow),
-             "keras": guarded("keras patches", probes.on_keras),
-             "tf_keras": guarded("tf_keras patches", probes.on_keras)}
+    hooks = {
+        "tensorflow": guarded("tensorflow patches", probes.on_tensorflow),
+        "keras": guarded("keras patches", probes.on_keras),
+        "tf_keras": guarded("tf_keras patches", probes.on_keras),
+    }
     for name, hook in hooks.items():
         ctx.after_import(name, hook)
     ctx.add_fit_hook(lambda model, args, kwargs: probes._guard("fit probe", probes.on_fit, model, args, kwargs))

@@ -21,8 +21,13 @@ import traceback
 
 def main():
     out_path, script = sys.argv[1], os.path.abspath(sys.argv[2])
-    facts = {"completed": False, "error_type": None, "message": None, "layers": [],
-             "settings": {"jit_compile_requested": [], "replicas": None}}
+    facts = {
+        "completed": False,
+        "error_type": None,
+        "message": None,
+        "layers": [],
+        "settings": {"jit_compile_requested": [], "replicas": None},
+    }
     settings = facts["settings"]
 
     import tensorflow as tf

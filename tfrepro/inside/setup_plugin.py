@@ -50,7 +50,8 @@ def install(ctx):
             if tf is not None:
                 setup["run_functions_eagerly"] = bool(tf.config.functions_run_eagerly())
                 setup["logical_devices"] = len(tf.config.list_logical_devices("CPU")) + len(
-                    tf.config.list_logical_devices("GPU"))
+                    tf.config.list_logical_devices("GPU")
+                )
         except Exception:
             pass
         ctx.record("setup", setup)

@@ -162,8 +162,13 @@ def _run_main(script: str) -> tuple[int, int]:
     import types
 
     main = types.ModuleType("__main__")
-    main.__dict__.update(__file__=script, __builtins__=builtins, __spec__=None, __cached__=None,
-                         __loader__=importlib.machinery.SourceFileLoader("__main__", script))
+    main.__dict__.update(
+        __file__=script,
+        __builtins__=builtins,
+        __spec__=None,
+        __cached__=None,
+        __loader__=importlib.machinery.SourceFileLoader("__main__", script),
+    )
     sys.modules["__main__"] = main
     try:
         with open(script, "rb") as f:

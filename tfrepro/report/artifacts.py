@@ -42,15 +42,21 @@ def write_events(logdir: Path, trials: list[tuple[str, dict[str, Any]]]) -> dict
     if not trials:
         return {"tensorboard/": "skipped: the run kept no per-trial summaries"}
     for name, s in trials:
-        events.write_run(logdir / _safe_name(name), {
-            "loss": s.get("losses") or [],
-            "step_time_ms": [1000.0 * t for t in s.get("step_times") or []],
-            "rss_mb": [v / 1e6 for v in s.get("rss_per_step") or []],
-        })
+        events.write_run(
+            logdir / _safe_name(name),
+            {
+                "loss": s.get("losses") or [],
+                "step_time_ms": [1000.0 * t for t in s.get("step_times") or []],
+                "rss_mb": [v / 1e6 for v in s.get("rss_per_step") or []],
+            },
+        )
     have_tb = importlib.util.find_spec("tensorboard") is not None
-    view = ("view them with `tensorboard --logdir tensorboard`" if have_tb else
-            "viewing skipped: tensorboard not installed here (`pip install tensorboard`, "
-            "then `tensorboard --logdir tensorboard`)")
+    view = (
+        "view them with `tensorboard --logdir tensorboard`"
+        if have_tb
+        else "viewing skipped: tensorboard not installed here (`pip install tensorboard`, "
+        "then `tensorboard --logdir tensorboard`)"
+    )
     return {"tensorboard/": f"{len(trials)} runs, one per trial (scalars loss, step_time_ms, rss_mb); {view}"}
 
 
@@ -70,7 +76,8 @@ def plots(out: Path, result: dict[str, Any], symptom: str, rep: Reproduction | N
         curves.insert(1, ("reference (re-run of reference.py)", rep.reference))
     if draw.loss_plot(out / "loss.png", curves, title=f"per-step loss — {symptom}"):
         notes["loss.png"] = "per-step loss, baseline against the culprit configuration" + (
-            ", first non-finite step marked" if symptom == "nan" else "")
+            ", first non-finite step marked" if symptom == "nan" else ""
+        )
     else:
         notes["loss.png"] = "skipped: no per-step loss recorded"
     if symptom == "memory":
@@ -84,8 +91,10 @@ def plots(out: Path, result: dict[str, Any], symptom: str, rep: Reproduction | N
         groups = [("baseline", draw.steady(base)), (label, draw.steady(cand))]
         timing = result.get("timing") or {}
         if not (groups[0][1] and groups[1][1]) and timing.get("baseline") and timing.get("candidate"):
-            groups = [("baseline (per-trial medians)", timing["baseline"]),
-                      (f"{label} (per-trial medians)", timing["candidate"])]
+            groups = [
+                ("baseline (per-trial medians)", timing["baseline"]),
+                (f"{label} (per-trial medians)", timing["candidate"]),
+            ]
         if draw.step_time_plot(out / "steps.png", groups, title="steady-state step time (warm-up excluded)"):
             notes["steps.png"] = "step-time distributions, baseline against the culprit configuration"
         else:

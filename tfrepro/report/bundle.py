@@ -63,15 +63,20 @@ def find_run(path: str | Path | None = None) -> Path:
         return p
     for runs in (p / RUNS, p / "runs", p):
         if runs.is_dir():
-            found = sorted((d for d in runs.iterdir() if (d / "result.json").is_file()),
-                           key=lambda d: (d.stat().st_mtime, d.name))
+            found = sorted(
+                (d for d in runs.iterdir() if (d / "result.json").is_file()), key=lambda d: (d.stat().st_mtime, d.name)
+            )
             if found:
                 return found[-1]
     if not p.exists():
-        raise UserError("no such run or project directory", path=p,
-                        hint="give a run directory (.tfrepro/runs/<id>) or the project that holds it")
-    raise UserError(f"no bisect run found in {p}", path=p,
-                    hint="run `tfrepro bisect` first; its runs are kept under .tfrepro/runs/")
+        raise UserError(
+            "no such run or project directory",
+            path=p,
+            hint="give a run directory (.tfrepro/runs/<id>) or the project that holds it",
+        )
+    raise UserError(
+        f"no bisect run found in {p}", path=p, hint="run `tfrepro bisect` first; its runs are kept under .tfrepro/runs/"
+    )
 
 
 def load_result(run_dir: Path) -> dict[str, Any]:
@@ -122,8 +127,11 @@ def unified_diff(ref: Mapping[str, str], cand: Mapping[str, str]) -> str:
         if a == b:
             continue
         from_name = REFERENCE if rel == ENTRY else f"reference/{rel}"
-        chunks.extend(difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True),
-                                           fromfile=from_name, tofile=rel))
+        chunks.extend(
+            difflib.unified_diff(
+                a.splitlines(keepends=True), b.splitlines(keepends=True), fromfile=from_name, tofile=rel
+            )
+        )
     return "".join(chunks)
 
 
@@ -205,16 +213,25 @@ def build_report(
     out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         writer = _Writer(out, scrubber)
-        reproduction, export, trim = _reproduce_trimmed(ctx, export, rerun=rerun, runner=runner,
-                                                        max_pairs=max_pairs, say=say)
+        reproduction, export, trim = _reproduce_trimmed(
+            ctx, export, rerun=rerun, runner=runner, max_pairs=max_pairs, say=say
+        )
         artifacts = _write_scripts(writer, ctx, export)
         loc = _localize(ctx, export, localize=localize, python=python, say=say)
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = _environment(reproduction, probe=probe_environment, python=python, environ=environ, say=say)
         artifacts.update(plots(out, ctx.result, ctx.symptom, reproduction))
         artifacts.update(_write_notebook(writer, ctx, export, env_facts))
-        doc = _document(ctx, export, reproduction=reproduction, loc=loc, env_facts=env_facts,
-                        environ=environ, scrubber=scrubber, artifacts=artifacts)
+        doc = _document(
+            ctx,
+            export,
+            reproduction=reproduction,
+            loc=loc,
+            env_facts=env_facts,
+            environ=environ,
+            scrubber=scrubber,
+            artifacts=artifacts,
+        )
         doc["repro"].update(trimmed=trim["trimmed"], trim=trim)
         if nightly:
             doc["nightly"] = _on_nightly(ctx, export, max_pairs=max_pairs, say=say)
@@ -237,13 +254,21 @@ def load_context(run_dir: Path) -> Context:
     status = result.get("status")
     if status in ("none", "error"):
         raise UserError(
-            f"the run's status is {status!r}: there is no failure to report", path=run_dir / "result.json",
+            f"the run's status is {status!r}: there is no failure to report",
+            path=run_dir / "result.json",
             hint="report a run whose status is 'found' (or 'baseline-fails')",
         )
     project = Project.load(_project_root(run_dir, result))
     settings = TrialSettings.from_dict(result["settings"]) if result.get("settings") else project.manifest.trial
-    return Context(run_dir, result, result.get("symptom") or "nan", project, settings,
-                   project.manifest.symptoms, _entry_of(settings))
+    return Context(
+        run_dir,
+        result,
+        result.get("symptom") or "nan",
+        project,
+        settings,
+        project.manifest.symptoms,
+        _entry_of(settings),
+    )
 
 
 def _project_root(run_dir: Path, result: dict[str, Any]) -> Path:
@@ -257,8 +282,12 @@ def _project_root(run_dir: Path, result: dict[str, Any]) -> Path:
 
 def _export(ctx: Context, scrubber: Scrubber) -> Export:
     cand_cfg, ref_cfg, cand, ref = _variants(ctx.result, ctx.project, ctx.run_dir, ctx.symptom, ctx.entry)
-    return Export(cand_cfg, ref_cfg, {k: scrubber.scrub(v) for k, v in cand.items()},
-                  {k: scrubber.scrub(v) for k, v in ref.items()})
+    return Export(
+        cand_cfg,
+        ref_cfg,
+        {k: scrubber.scrub(v) for k, v in cand.items()},
+        {k: scrubber.scrub(v) for k, v in ref.items()},
+    )
 
 
 class _Writer:
@@ -285,17 +314,25 @@ def _write_scripts(writer: _Writer, ctx: Context, export: Export) -> dict[str, s
     if ctx.commit_mode:
         bad = str(ctx.result.get("first_bad_commit"))[:12]
         good = str((ctx.result.get("good") or {}).get("sha", ""))[:12]
-        return {ENTRY: f"the script at the first bad commit {bad}; run `python {ENTRY}`",
-                export.ref_name: f"the script at the good commit {good}, for comparison"}
-    return {ENTRY: f"the minimal failing script ({_cfg_words(export.cand_cfg)}); run `python {ENTRY}`",
-            export.ref_name: f"the same script without the culprits ({_cfg_words(export.ref_cfg)}), for comparison"}
+        return {
+            ENTRY: f"the script at the first bad commit {bad}; run `python {ENTRY}`",
+            export.ref_name: f"the script at the good commit {good}, for comparison",
+        }
+    return {
+        ENTRY: f"the minimal failing script ({_cfg_words(export.cand_cfg)}); run `python {ENTRY}`",
+        export.ref_name: f"the same script without the culprits ({_cfg_words(export.ref_cfg)}), for comparison",
+    }
 
 
 def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: dict[str, Any]) -> dict[str, str]:
     from tfrepro.report import notebook
 
-    head = {"symptom": ctx.symptom, "culprits": ctx.result.get("culprits") or [], "environment": env,
-            "first_bad_commit": ctx.result.get("first_bad_commit")}
+    head = {
+        "symptom": ctx.symptom,
+        "culprits": ctx.result.get("culprits") or [],
+        "environment": env,
+        "first_bad_commit": ctx.result.get("first_bad_commit"),
+    }
     try:
         nb = notebook.build(export.cand_files[ENTRY], symptom=ctx.symptom, env=env, title=issue_md.title(head))
     except SyntaxError as e:
@@ -306,28 +343,39 @@ def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: dict[str
 
 def _rerun_settings(ctx: Context) -> TrialSettings:
     command = ctx.settings.command
-    return replace(ctx.settings, entry=ENTRY,
-                   command=tuple(ENTRY if a == ctx.entry else a for a in command) if command else None)
+    return replace(
+        ctx.settings, entry=ENTRY, command=tuple(ENTRY if a == ctx.entry else a for a in command) if command else None
+    )
 
 
-def _reproduce(ctx: Context, export: Export, *, rerun: bool, runner: Runner | None, max_pairs: int,
-               say: Progress) -> Reproduction | None:
+def _reproduce(
+    ctx: Context, export: Export, *, rerun: bool, runner: Runner | None, max_pairs: int, say: Progress
+) -> Reproduction | None:
     if not rerun:
         return None
     from tfrepro.report.rerun import reproduce
 
     say(f"re-running {ENTRY} in a fresh process to confirm the {ctx.symptom} ...")
-    rep = reproduce(ctx.symptom, export.cand_files, export.ref_files, settings=_rerun_settings(ctx),
-                    symptoms=ctx.symptoms, noise=float(ctx.result.get("noise") or 0.0), runner=runner,
-                    max_pairs=max_pairs, progress=say,
-                    expected_error=(ctx.result.get("culprit_trial") or ctx.result.get("failing") or {}).get("error"))
+    rep = reproduce(
+        ctx.symptom,
+        export.cand_files,
+        export.ref_files,
+        settings=_rerun_settings(ctx),
+        symptoms=ctx.symptoms,
+        noise=float(ctx.result.get("noise") or 0.0),
+        runner=runner,
+        max_pairs=max_pairs,
+        progress=say,
+        expected_error=(ctx.result.get("culprit_trial") or ctx.result.get("failing") or {}).get("error"),
+    )
     verdict = {True: "reproduced", False: "NOT reproduced", None: "undecided"}[rep.reproduced]
     say(f"re-run: {verdict} ({rep.detail})")
     return rep
 
 
-def _reproduce_trimmed(ctx: Context, export: Export, *, rerun: bool, runner: Runner | None, max_pairs: int,
-                       say: Progress) -> tuple[Reproduction | None, Export, dict[str, Any]]:
+def _reproduce_trimmed(
+    ctx: Context, export: Export, *, rerun: bool, runner: Runner | None, max_pairs: int, say: Progress
+) -> tuple[Reproduction | None, Export, dict[str, Any]]:
     """The trimmed repro (report/trim.py) when a re-run shows the symptom
     with it; else the untrimmed one. Returns (reproduction, export, facts)."""
     from dataclasses import replace
@@ -339,16 +387,26 @@ def _reproduce_trimmed(ctx: Context, export: Export, *, rerun: bool, runner: Run
     if not changes:
         return _reproduce(ctx, export, **kw), export, {"trimmed": False, "changes": [], "note": "nothing to trim"}
     if not rerun:
-        return None, export, {"trimmed": False, "changes": changes,
-                              "note": "not trimmed: a trim is kept only when a re-run confirms it (--no-rerun)"}
+        return (
+            None,
+            export,
+            {
+                "trimmed": False,
+                "changes": changes,
+                "note": "not trimmed: a trim is kept only when a re-run confirms it (--no-rerun)",
+            },
+        )
     trimmed = replace(export, cand_files=cand, ref_files=trim_files(export.ref_files)[0])
     say(f"trimmed {ENTRY} ({len(changes)} change{'s' if len(changes) != 1 else ''}): re-running it")
     rep = _reproduce(ctx, trimmed, **kw)
     if rep is not None and rep.reproduced is True:
         return rep, trimmed, {"trimmed": True, "changes": changes}
     say("the trimmed repro does not show the symptom: the untrimmed one is kept")
-    return _reproduce(ctx, export, **kw), export, {
-        "trimmed": False, "changes": changes, "note": "the trimmed repro did not reproduce; untrimmed kept"}
+    return (
+        _reproduce(ctx, export, **kw),
+        export,
+        {"trimmed": False, "changes": changes, "note": "the trimmed repro did not reproduce; untrimmed kept"},
+    )
 
 
 def _on_nightly(ctx: Context, export: Export, *, max_pairs: int, say: Progress) -> dict[str, Any]:
@@ -359,8 +417,11 @@ def _on_nightly(ctx: Context, export: Export, *, max_pairs: int, say: Progress) 
         return _reproduce(ctx, export, rerun=True, runner=runner, max_pairs=max_pairs, say=say)
 
     got = on_nightly(again, nightly_env(say))
-    say(f"nightly: {got['version']}: " + {True: "reproduced", False: "NOT reproduced", None: "undecided"}[
-        got["reproduced"]] + f" ({got['detail']})")
+    say(
+        f"nightly: {got['version']}: "
+        + {True: "reproduced", False: "NOT reproduced", None: "undecided"}[got["reproduced"]]
+        + f" ({got['detail']})"
+    )
     return got
 
 
@@ -382,34 +443,64 @@ def _setup_facts(export: Export, reproduction: Reproduction | None, loc: Any) ->
     return merge_runtime(setup, loc.settings if loc else None)
 
 
-def _document(ctx: Context, export: Export, *, reproduction: Reproduction | None, loc: Any,
-              env_facts: dict[str, Any], environ: dict[str, str], scrubber: Scrubber,
-              artifacts: dict[str, str]) -> dict[str, Any]:
+def _document(
+    ctx: Context,
+    export: Export,
+    *,
+    reproduction: Reproduction | None,
+    loc: Any,
+    env_facts: dict[str, Any],
+    environ: dict[str, str],
+    scrubber: Scrubber,
+    artifacts: dict[str, str],
+) -> dict[str, Any]:
     """report.json: everything ISSUE.md says, as data."""
     result, project = ctx.result, ctx.project
     doc: dict[str, Any] = {
-        "tfrepro_version": __version__, "run_id": ctx.run_dir.name, "run_dir": str(ctx.run_dir),
-        "project": str(project.root), "status": result.get("status"), "symptom": ctx.symptom,
-        "culprits": list(result.get("culprits") or []), "culprit_config": list(export.cand_cfg or []),
-        "reference_config": list(export.ref_cfg or []), "first_bad_commit": result.get("first_bad_commit"),
-        "commit": result.get("commit"), "follows": result.get("follows"), "nightly": _nightly(result),
-        "features": {n: {"description": project.description(n), "affects_loss": n in project.affects_loss}
-                     for n in project.feature_names},
+        "tfrepro_version": __version__,
+        "run_id": ctx.run_dir.name,
+        "run_dir": str(ctx.run_dir),
+        "project": str(project.root),
+        "status": result.get("status"),
+        "symptom": ctx.symptom,
+        "culprits": list(result.get("culprits") or []),
+        "culprit_config": list(export.cand_cfg or []),
+        "reference_config": list(export.ref_cfg or []),
+        "first_bad_commit": result.get("first_bad_commit"),
+        "commit": result.get("commit"),
+        "follows": result.get("follows"),
+        "nightly": _nightly(result),
+        "features": {
+            n: {"description": project.description(n), "affects_loss": n in project.affects_loss}
+            for n in project.feature_names
+        },
         "settings": ctx.settings.to_dict(),
-        "symptom_settings": {"nan": ctx.symptoms.nan, "slowdown": ctx.symptoms.slowdown,
-                             "mismatch": ctx.symptoms.mismatch, "memory": ctx.symptoms.memory},
-        "baseline": result.get("baseline") or {}, "failing": result.get("failing") or {},
+        "symptom_settings": {
+            "nan": ctx.symptoms.nan,
+            "slowdown": ctx.symptoms.slowdown,
+            "mismatch": ctx.symptoms.mismatch,
+            "memory": ctx.symptoms.memory,
+        },
+        "baseline": result.get("baseline") or {},
+        "failing": result.get("failing") or {},
         "culprit_trial": result.get("culprit_trial") or result.get("failing") or {},
-        "evidence": {k: result.get(k) for k in ("trials", "wall_s", "ablation", "trials_table", "flaky",
-                                                 "reproduction_rate", "noise", "timing")},
-        "environment": env_facts, "env_vars": capture_env(environ, scrubber),
+        "evidence": {
+            k: result.get(k)
+            for k in ("trials", "wall_s", "ablation", "trials_table", "flaky", "reproduction_rate", "noise", "timing")
+        },
+        "environment": env_facts,
+        "env_vars": capture_env(environ, scrubber),
         "redacted_env_count": withheld_count(environ),  # how many, never their names
         "setup": _setup_facts(export, reproduction, loc),
         "reproduction": reproduction.to_dict() if reproduction else None,
         "localization": ({**loc.to_dict(), "headline": loc.headline()} if loc else None),
         "repro": _repro_facts(ctx, export),
-        "artifacts": {**artifacts, "ISSUE.md": "this issue text", "report.json": "everything in ISSUE.md, as data",
-                      "result.json": "the bisect result this report was made from"},
+        "artifacts": {
+            **artifacts,
+            "ISSUE.md": "this issue text",
+            "report.json": "everything in ISSUE.md, as data",
+            "result.json": "the bisect result this report was made from",
+        },
     }
     if ctx.symptom == "mismatch" and reproduction and reproduction.reference:
         doc["reference_trial"] = reproduction.reference
@@ -418,10 +509,15 @@ def _document(ctx: Context, export: Export, *, reproduction: Reproduction | None
 
 def _repro_facts(ctx: Context, export: Export) -> dict[str, Any]:
     command = _rerun_settings(ctx).command
-    return {"entry": ENTRY, "files": sorted(export.cand_files), "code": export.cand_files[ENTRY],
-            "extra_imports": extra_imports(export.cand_files), "reference": export.ref_name,
-            "diff": export.diff,
-            "command": " ".join(["python", *command[1:]]) if command else f"python {ENTRY}"}
+    return {
+        "entry": ENTRY,
+        "files": sorted(export.cand_files),
+        "code": export.cand_files[ENTRY],
+        "extra_imports": extra_imports(export.cand_files),
+        "reference": export.ref_name,
+        "diff": export.diff,
+        "command": " ".join(["python", *command[1:]]) if command else f"python {ENTRY}",
+    }
 
 
 def _nightly(result: dict[str, Any]) -> dict[str, Any] | None:
@@ -448,8 +544,12 @@ def _variants(
         bad_dir, good_dir = result.get("first_bad_project"), result.get("good_project")
         if not (bad_dir and good_dir and Path(bad_dir).is_dir() and Path(good_dir).is_dir()):
             raise TfreproError(f"the run {run_dir} lacks the first bad commit's project; bisect again")
-        return (None, None, bundle_files(Project.load(bad_dir, detect=False), None, entry),
-                bundle_files(Project.load(good_dir, detect=False), None, entry))
+        return (
+            None,
+            None,
+            bundle_files(Project.load(bad_dir, detect=False), None, entry),
+            bundle_files(Project.load(good_dir, detect=False), None, entry),
+        )
     if result.get("status") == "baseline-fails":
         cand_cfg: list[str] = []
         ref_cfg: list[str] = []
@@ -459,8 +559,9 @@ def _variants(
     return cand_cfg, ref_cfg, bundle_files(project, cand_cfg, entry), bundle_files(project, ref_cfg, entry)
 
 
-def _environment(reproduction: Reproduction | None, *, probe: bool, python: str | None,
-                 environ: Mapping[str, str], say: Progress) -> dict[str, Any]:
+def _environment(
+    reproduction: Reproduction | None, *, probe: bool, python: str | None, environ: Mapping[str, str], say: Progress
+) -> dict[str, Any]:
     """The re-run's process described itself; otherwise a child of its own.
     The library path the CUDA libraries load from comes from `environ`."""
     facts = ((reproduction.candidate or {}).get("extra") or {}).get("environment") if reproduction else None

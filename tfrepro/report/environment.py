@@ -39,8 +39,7 @@ def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path 
         out = Path(tmp) / "env.json"
         cmd = [python, str(probe), str(out)]
         try:
-            proc = subprocess.run(cmd, cwd=tmp, env=child_env(), capture_output=True, text=True,
-                                  timeout=timeout_s)
+            proc = subprocess.run(cmd, cwd=tmp, env=child_env(), capture_output=True, text=True, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return {"probe_error": f"environment probe timed out after {timeout_s:.0f} s"}
         if not out.exists():

@@ -61,9 +61,11 @@ def env_doc(facts: dict[str, Any], environ: Mapping[str, str] | None = None) -> 
         "nvidia_driver": facts.get("nvidia_driver"),
         "precision_policy": runtime.get("precision_policy"),
         "xla": {"jit": runtime.get("xla_jit"), **{n: variables.get(n) for n in XLA_VARS}},
-        "determinism": {"op_determinism": runtime.get("op_determinism"),
-                        "tensor_float_32": runtime.get("tensor_float_32"),
-                        **{n: variables.get(n) for n in DETERMINISM_VARS}},
+        "determinism": {
+            "op_determinism": runtime.get("op_determinism"),
+            "tensor_float_32": runtime.get("tensor_float_32"),
+            **{n: variables.get(n) for n in DETERMINISM_VARS},
+        },
         "env": variables,
         "withheld_env": scrub.withheld_count(environ),
     }
@@ -80,9 +82,17 @@ def _unset(value: object) -> str:
 def env_lines(doc: dict[str, Any]) -> list[str]:
     """`tfrepro env` as text."""
     v = doc["versions"]
-    lines = [f"{name:<11} {v[key] if v[key] is not None else '(not installed)'}"
-             for name, key in (("tfrepro", "tfrepro"), ("Python", "python"), ("TensorFlow", "tensorflow"),
-                               ("Keras", "keras"), ("tf_keras", "tf_keras"), ("NumPy", "numpy"))]
+    lines = [
+        f"{name:<11} {v[key] if v[key] is not None else '(not installed)'}"
+        for name, key in (
+            ("tfrepro", "tfrepro"),
+            ("Python", "python"),
+            ("TensorFlow", "tensorflow"),
+            ("Keras", "keras"),
+            ("tf_keras", "tf_keras"),
+            ("NumPy", "numpy"),
+        )
+    ]
     for key in ("tf_error", "probe_error"):
         if doc.get(key):
             lines.append(f"error: {doc[key]}")
@@ -94,8 +104,10 @@ def env_lines(doc: dict[str, Any]) -> list[str]:
     x = doc["xla"]
     lines.append(f"XLA         tf.config jit {_unset(x['jit'])}; " + "; ".join(f"{n}={_unset(x[n])}" for n in XLA_VARS))
     d = doc["determinism"]
-    lines.append(f"determinism op determinism {_unset(d['op_determinism'])}; TF32 {_unset(d['tensor_float_32'])}; "
-                 + "; ".join(f"{n}={_unset(d[n])}" for n in DETERMINISM_VARS))
+    lines.append(
+        f"determinism op determinism {_unset(d['op_determinism'])}; TF32 {_unset(d['tensor_float_32'])}; "
+        + "; ".join(f"{n}={_unset(d[n])}" for n in DETERMINISM_VARS)
+    )
     lines.append("environment" + ("" if doc["env"] else "  (no TF_*, KERAS_*, CUDA_*, XLA_* variable set)"))
     lines.extend(f"  {k}={val}" for k, val in doc["env"].items())
     if doc["withheld_env"]:

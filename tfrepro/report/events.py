@@ -59,14 +59,17 @@ def _field_bytes(number: int, payload: bytes) -> bytes:
     return _varint(number << 3 | 2) + _varint(len(payload)) + payload
 
 
-def _event(wall_time: float, step: int, *, file_version: str | None = None,
-           tag: str | None = None, value: float | None = None) -> bytes:
+def _event(
+    wall_time: float, step: int, *, file_version: str | None = None, tag: str | None = None, value: float | None = None
+) -> bytes:
     msg = _varint(1 << 3 | 1) + struct.pack("<d", wall_time)  # wall_time: double
     msg += _varint(2 << 3 | 0) + _varint(step)  # step: int64
     if file_version is not None:
         msg += _field_bytes(3, file_version.encode())
     if tag is not None and value is not None:
-        msg += _field_bytes(5, _field_bytes(1, scalar_value(tag, value)))  # Event.summary = 5, Summary.value = 1  # Event.summary = 5, Summary.value = 1
+        msg += _field_bytes(
+            5, _field_bytes(1, scalar_value(tag, value))
+        )  # Event.summary = 5, Summary.value = 1  # Event.summary = 5, Summary.value = 1
     return msg
 
 
@@ -92,8 +95,13 @@ def value_event(wall_time: float, step: int, value: bytes) -> bytes:
     return msg + _field_bytes(5, _field_bytes(1, value))
 
 
-def write_run(logdir: Path, scalars: dict[str, Sequence[float | None]], *, wall_time: float | None = None,
-              values: Sequence[tuple[int, bytes]] = ()) -> Path:
+def write_run(
+    logdir: Path,
+    scalars: dict[str, Sequence[float | None]],
+    *,
+    wall_time: float | None = None,
+    values: Sequence[tuple[int, bytes]] = (),
+) -> Path:
     """One event file in `logdir` holding each series as scalars at steps
     1, 2, ...; None (a non-finite loss in result.json) is written as NaN,
     which TensorBoard shows at the step it happened. `values`: (step,
@@ -118,12 +126,12 @@ def read_scalars(path: Path) -> dict[str, list[tuple[int, float]]]:
     out: dict[str, list[tuple[int, float]]] = {}
     pos = 0
     while pos < len(data):
-        header = data[pos:pos + 8]
+        header = data[pos : pos + 8]
         (n,) = struct.unpack("<Q", header)
-        if struct.unpack("<I", data[pos + 8:pos + 12])[0] != masked_crc(header):
+        if struct.unpack("<I", data[pos + 8 : pos + 12])[0] != masked_crc(header):
             raise ValueError("bad length CRC")
-        body = data[pos + 12:pos + 12 + n]
-        if struct.unpack("<I", data[pos + 12 + n:pos + 16 + n])[0] != masked_crc(body):
+        body = data[pos + 12 : pos + 12 + n]
+        if struct.unpack("<I", data[pos + 12 + n : pos + 16 + n])[0] != masked_crc(body):
             raise ValueError("bad data CRC")
         pos += 16 + n
         step, tag, value = _parse_event(body)
@@ -151,12 +159,12 @@ def _fields(b: bytes):
         if wire == 0:
             v, i = _read_varint(b, i)
         elif wire == 1:
-            v, i = b[i:i + 8], i + 8
+            v, i = b[i : i + 8], i + 8
         elif wire == 5:
-            v, i = b[i:i + 4], i + 4
+            v, i = b[i : i + 4], i + 4
         elif wire == 2:
             n, i = _read_varint(b, i)
-            v, i = b[i:i + n], i + n
+            v, i = b[i : i + n], i + n
         else:
             raise ValueError(f"unsupported wire type {wire}")
         yield num, v

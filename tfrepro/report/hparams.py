@@ -33,11 +33,13 @@ def _value(v: bool | int | float | str) -> bytes:
     return _field_bytes(3, str(v).encode())
 
 
-def session_start_value(hparams: Mapping[str, bool | int | float | str], *, group_name: str = "",
-                        start_time_secs: float = 0.0) -> bytes:
+def session_start_value(
+    hparams: Mapping[str, bool | int | float | str], *, group_name: str = "", start_time_secs: float = 0.0
+) -> bytes:
     """A `Summary.Value` holding HParamsPluginData{session_start_info}."""
-    info = b"".join(_field_bytes(1, _field_bytes(1, k.encode()) + _field_bytes(2, _value(v)))
-                    for k, v in hparams.items())  # map<string, Value> hparams = 1
+    info = b"".join(
+        _field_bytes(1, _field_bytes(1, k.encode()) + _field_bytes(2, _value(v))) for k, v in hparams.items()
+    )  # map<string, Value> hparams = 1
     if group_name:
         info += _field_bytes(4, group_name.encode())
     if start_time_secs:
@@ -59,6 +61,5 @@ def read_session_start(value: bytes) -> dict[str, bool | float | str]:
             continue
         parts = dict(_fields(entry))
         kind, raw = next(iter(_fields(parts[2])))
-        out[parts[1].decode()] = (bool(raw) if kind == 4 else struct.unpack("<d", raw)[0] if kind == 2
-                                  else raw.decode())
+        out[parts[1].decode()] = bool(raw) if kind == 4 else struct.unpack("<d", raw)[0] if kind == 2 else raw.decode()
     return out

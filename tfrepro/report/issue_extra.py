@@ -19,8 +19,15 @@ def code(text: str, lang: str = "") -> str:
 
 def beyond_the_form(doc: dict[str, Any]) -> list[str]:
     out = ["## Beyond the issue form", ""]
-    for section in (reproduction, training_setup, environment_variables, localisation, bisect_evidence,
-                    culprit_diff, bundle_files):
+    for section in (
+        reproduction,
+        training_setup,
+        environment_variables,
+        localisation,
+        bisect_evidence,
+        culprit_diff,
+        bundle_files,
+    ):
         out.extend(section(doc))
     return out
 
@@ -30,21 +37,30 @@ def reproduction(doc: dict[str, Any]) -> list[str]:
     rep = doc.get("reproduction") or {}
     out = ["### Reproduction", ""]
     extra = repro.get("extra_imports") or []
-    needs = ("it needs only TensorFlow and NumPy." if not extra else
-             "besides TensorFlow and NumPy it imports " + ", ".join(f"`{x}`" for x in extra)
-             + " (a maintainer will ask for a script without them).")
+    needs = (
+        "it needs only TensorFlow and NumPy."
+        if not extra
+        else "besides TensorFlow and NumPy it imports "
+        + ", ".join(f"`{x}`" for x in extra)
+        + " (a maintainer will ask for a script without them)."
+    )
     out.append(f"Run it with `{repro.get('command') or 'python repro.py'}`: {needs}")
     extra_files = [f for f in repro.get("files") or [] if f != repro.get("entry", "repro.py")]
     if extra_files:
-        out.append("The script imports these files, also in the bundle (attach them): "
-                   + ", ".join(f"`{f}`" for f in extra_files) + ".")
+        out.append(
+            "The script imports these files, also in the bundle (attach them): "
+            + ", ".join(f"`{f}`" for f in extra_files)
+            + "."
+        )
     out.append("")
     out.append(rerun_sentence(rep))
     if "repro.ipynb" in (doc.get("artifacts") or {}):
         out.append("")
-        out.append("The form asks for a notebook link: upload `repro.ipynb` as a gist (https://gist.github.com, "
-                   "drag the file in), then open it in Colab (File > Open notebook > GitHub, or "
-                   "https://colab.research.google.com/gist/USER/GIST_ID) and link that.")
+        out.append(
+            "The form asks for a notebook link: upload `repro.ipynb` as a gist (https://gist.github.com, "
+            "drag the file in), then open it in Colab (File > Open notebook > GitHub, or "
+            "https://colab.research.google.com/gist/USER/GIST_ID) and link that."
+        )
     return out + [""]
 
 
@@ -52,8 +68,10 @@ def rerun_sentence(rep: dict[str, Any]) -> str:
     if not rep:
         return "repro.py was not re-run on its own (`tfrepro report --no-rerun`)."
     verdict = {True: "yes", False: "no", None: "undecided"}[rep.get("reproduced")]
-    return (f"Re-run of this exact repro.py in a fresh process, outside the project: "
-            f"reproduced {verdict}, {rep.get('detail')}.")
+    return (
+        f"Re-run of this exact repro.py in a fresh process, outside the project: "
+        f"reproduced {verdict}, {rep.get('detail')}."
+    )
 
 
 def training_setup(doc: dict[str, Any]) -> list[str]:
@@ -63,14 +81,21 @@ def training_setup(doc: dict[str, Any]) -> list[str]:
     tfk = env.get("tf_keras_dist")
     deterministic = (doc.get("settings") or {}).get("deterministic")
     rows = [
-        ("Keras", f"{keras_v or 'unknown'}" + (f"; tf_keras {tfk['version']}" if tfk else "")
-         + (f" — script uses {setup['keras_flavour']}" if setup.get("keras_flavour") else "")),
+        (
+            "Keras",
+            f"{keras_v or 'unknown'}"
+            + (f"; tf_keras {tfk['version']}" if tfk else "")
+            + (f" — script uses {setup['keras_flavour']}" if setup.get("keras_flavour") else ""),
+        ),
         ("NumPy", (env.get("numpy_dist") or {}).get("version", "unknown")),
         ("Precision policy", setup.get("precision_policy", "unknown")),
         ("Distribution / replicas", f"{setup.get('distribution', 'unknown')}; replicas: {setup.get('replicas', '?')}"),
         ("XLA", setup.get("xla", "unknown")),
-        ("Determinism", setup.get("determinism", "unknown")
-         + ("; tfrepro's trials ran with fixed seeds and op determinism" if deterministic else "")),
+        (
+            "Determinism",
+            setup.get("determinism", "unknown")
+            + ("; tfrepro's trials ran with fixed seeds and op determinism" if deterministic else ""),
+        ),
         ("Eager execution", setup.get("eager", "unknown")),
         ("Devices", ", ".join(f"{d.get('name')}" for d in env.get("devices") or []) or "unknown"),
         ("CPU cores", fmt(env.get("cpu_count"))),
@@ -82,8 +107,12 @@ def training_setup(doc: dict[str, Any]) -> list[str]:
 
 def environment_variables(doc: dict[str, Any]) -> list[str]:
     env_vars = doc.get("env_vars") or {}
-    out = ["Relevant environment variables (allow-list; secret-looking values redacted):", "",
-           code("\n".join(f"{k}={v}" for k, v in env_vars.items()) or "(none set)"), ""]
+    out = [
+        "Relevant environment variables (allow-list; secret-looking values redacted):",
+        "",
+        code("\n".join(f"{k}={v}" for k, v in env_vars.items()) or "(none set)"),
+        "",
+    ]
     probe_error = (doc.get("environment") or {}).get("probe_error")
     if probe_error:
         out.extend([f"Environment probe: {probe_error}", ""])
@@ -99,11 +128,18 @@ def localisation(doc: dict[str, Any]) -> list[str]:
         return out + ["Localisation was not run.", ""]
     if not loc.get("found"):
         return out + [f"Localisation with check_numerics (XLA off) found nothing: {loc.get('note')}.", ""]
-    out += [(f"Re-running `repro.py` under `tf.debugging.enable_check_numerics()` with XLA off: "
-            f"{loc.get('headline')}."), ""]
+    out += [
+        (f"Re-running `repro.py` under `tf.debugging.enable_check_numerics()` with XLA off: {loc.get('headline')}."),
+        "",
+    ]
     if (loc.get("settings") or {}).get("loss_scale_start"):
-        out += [("(For this run the loss-scale optimizer started at scale 1, so the overflowing scaled gradients "
-                "that dynamic loss scaling expects and skips do not hide the first real non-finite value.)"), ""]
+        out += [
+            (
+                "(For this run the loss-scale optimizer started at scale 1, so the overflowing scaled gradients "
+                "that dynamic loss scaling expects and skips do not hide the first real non-finite value.)"
+            ),
+            "",
+        ]
     if loc.get("code"):
         out += [code(f"{loc.get('file')}:{loc.get('line')}: {loc['code']}", "python"), ""]
     det = [f"op type `{loc.get('op_type')}`", f"node `{loc.get('node')}`"]
@@ -115,15 +151,23 @@ def localisation(doc: dict[str, Any]) -> list[str]:
 
 def bisect_evidence(doc: dict[str, Any]) -> list[str]:
     ev = doc.get("evidence") or {}
-    out = ["### Bisect evidence", "", f"- Symptom hunted: **{doc.get('symptom') or '?'}**; status `{doc.get('status')}`"]
+    out = [
+        "### Bisect evidence",
+        "",
+        f"- Symptom hunted: **{doc.get('symptom') or '?'}**; status `{doc.get('status')}`",
+    ]
     if doc.get("first_bad_commit"):
         out.append(f"- First bad commit: `{doc['first_bad_commit']}`")
-    out.append(f"- Culprits (minimal: removing any one makes the symptom disappear): {names(doc.get('culprits') or [])}")
+    out.append(
+        f"- Culprits (minimal: removing any one makes the symptom disappear): {names(doc.get('culprits') or [])}"
+    )
     out.append(f"- Minimal failing configuration: {names(doc.get('culprit_config') or [])}")
     out.append(f"- Trials: {fmt(ev.get('trials'))}, wall time {fmt(ev.get('wall_s'), 3)} s")
     if ev.get("reproduction_rate") is not None:
-        out.append(f"- Reproduction rate of the failing configuration: {fmt(ev['reproduction_rate'], 3)}"
-                   + (" (flaky)" if ev.get("flaky") else ""))
+        out.append(
+            f"- Reproduction rate of the failing configuration: {fmt(ev['reproduction_rate'], 3)}"
+            + (" (flaky)" if ev.get("flaky") else "")
+        )
     if ev.get("noise") is not None:
         out.append(f"- Loss noise between two baseline runs: {fmt(ev['noise'], 3)}")
     return out + [""] + _feature_table(doc) + _trials_table(ev.get("trials_table") or [])
@@ -140,19 +184,27 @@ def _feature_table(doc: dict[str, Any]) -> list[str]:
         desc = (info.get("description") or "").replace("|", "\\|")
         if info.get("affects_loss"):
             desc += " (affects loss by design)"
-        out.append(f"| `{name}` | {desc} | {'**yes**' if name in culprits else ''} | "
-                   f"{'yes' if name in config else ''} | {ablation.get(name, '')} |")
+        out.append(
+            f"| `{name}` | {desc} | {'**yes**' if name in culprits else ''} | "
+            f"{'yes' if name in config else ''} | {ablation.get(name, '')} |"
+        )
     return out + [""]
 
 
 def _trials_table(table: list[dict[str, Any]]) -> list[str]:
     if not table:
         return []
-    out = ["<details><summary>Every trial</summary>", "", "| # | features on | role | verdict | cached |",
-           "|---|---|---|---|---|"]
+    out = [
+        "<details><summary>Every trial</summary>",
+        "",
+        "| # | features on | role | verdict | cached |",
+        "|---|---|---|---|---|",
+    ]
     for i, t in enumerate(table, 1):
-        out.append(f"| {i} | {', '.join(t.get('enabled') or []) or '(baseline)'} | {t.get('role') or ''} | "
-                   f"{t.get('verdict')} | {'yes' if t.get('cached') else ''} |")
+        out.append(
+            f"| {i} | {', '.join(t.get('enabled') or []) or '(baseline)'} | {t.get('role') or ''} | "
+            f"{t.get('verdict')} | {'yes' if t.get('cached') else ''} |"
+        )
     return out + ["", "</details>", ""]
 
 
@@ -160,8 +212,11 @@ def culprit_diff(doc: dict[str, Any]) -> list[str]:
     repro = doc.get("repro") or {}
     if not repro.get("diff"):
         return []
-    what = ("The change from the good commit to the first bad commit" if doc.get("first_bad_commit")
-            else "The change that turns the culprit on")
+    what = (
+        "The change from the good commit to the first bad commit"
+        if doc.get("first_bad_commit")
+        else "The change that turns the culprit on"
+    )
     return [f"{what} (`{repro.get('reference', 'reference.py')}` → `repro.py`):", "", code(repro["diff"], "diff"), ""]
 
 
@@ -171,6 +226,11 @@ def bundle_files(doc: dict[str, Any]) -> list[str]:
     out.append("")
     n = doc.get("redacted_env_count") or 0
     if n:
-        out += [(f"_{n} secret-looking environment variable(s) were never recorded; "
-                "any of their values found in the bundle's texts was replaced by `<redacted>`._"), ""]
+        out += [
+            (
+                f"_{n} secret-looking environment variable(s) were never recorded; "
+                "any of their values found in the bundle's texts was replaced by `<redacted>`._"
+            ),
+            "",
+        ]
     return out

@@ -44,8 +44,9 @@ def gpu_line(env: dict[str, Any]) -> str:
         devices = env.get("devices") or []
         kinds = ", ".join(sorted({d.get("type", "?") for d in devices})) or "unknown"
         seen = "; ".join(f"{g.get('name')}, {g.get('memory')}" for g in env.get("smi_gpus") or [])
-        return (f"no GPU visible to TensorFlow (devices: {kinds})"
-                + (f"; nvidia-smi lists {seen}, driver {driver}" if seen else ""))
+        return f"no GPU visible to TensorFlow (devices: {kinds})" + (
+            f"; nvidia-smi lists {seen}, driver {driver}" if seen else ""
+        )
     parts = []
     for g in gpus:
         s = g.get("name") or "GPU"
@@ -132,24 +133,29 @@ def _nan(doc: dict[str, Any], who: str) -> tuple[str, str]:
 
 def _crash(doc: dict[str, Any], who: str) -> tuple[str, str]:
     error = _candidate(doc).get("error") or "see log"
-    return (f"{who}, training raises: `{error}`.{_alone(doc)}",
-            f"Training runs to the end, as in the baseline configuration ({_baseline_words(doc)}).")
+    return (
+        f"{who}, training raises: `{error}`.{_alone(doc)}",
+        f"Training runs to the end, as in the baseline configuration ({_baseline_words(doc)}).",
+    )
 
 
 def _timeout(doc: dict[str, Any], who: str) -> tuple[str, str]:
     limit = fmt((doc.get("settings") or {}).get("timeout_s"))
-    return (f"{who}, training does not finish within {limit} s.{_alone(doc)}",
-            "Training finishes in about the baseline's time.")
+    return (
+        f"{who}, training does not finish within {limit} s.{_alone(doc)}",
+        "Training finishes in about the baseline's time.",
+    )
 
 
 def _slowdown(doc: dict[str, Any], who: str) -> tuple[str, str]:
     timing = (doc.get("evidence") or {}).get("timing") or {}
     b, c = (doc.get("baseline") or {}).get("median_step_time"), _candidate(doc).get("median_step_time")
     ratio = timing.get("ratio") or (c / b if b and c else None)
-    test = (f", one-sided rank test p={fmt(timing.get('p_value'), 3)}"
-            if timing.get("p_value") is not None else "")
-    cur = (f"{who}, the median steady-state step time is {_ms(c)} against {_ms(b)} without"
-           f" ({fmt(ratio, 3)}x{test}; warm-up steps excluded).{_alone(doc)}")
+    test = f", one-sided rank test p={fmt(timing.get('p_value'), 3)}" if timing.get("p_value") is not None else ""
+    cur = (
+        f"{who}, the median steady-state step time is {_ms(c)} against {_ms(b)} without"
+        f" ({fmt(ratio, 3)}x{test}; warm-up steps excluded).{_alone(doc)}"
+    )
     return cur, "The step time stays close to the baseline's."
 
 
@@ -170,13 +176,24 @@ def _mismatch(doc: dict[str, Any], who: str) -> tuple[str, str]:
     if r_loss and c_loss:
         cur += f": last loss {fmt(c_loss[-1])} vs {fmt(r_loss[-1])} after {min(len(r_loss), len(c_loss))} steps"
     refcfg = doc.get("reference_config") or []
-    cur += (". The reference is the same script with "
-            + (f"only {names(refcfg)} (features that change the loss by design) on" if refcfg
-               else "every engineering feature off") + ": `reference.py`.")
-    alone = (" Without the culprit, the losses match the reference step for step."
-             if len(doc.get("culprits") or []) == 1 else _alone(doc))
-    return cur + alone, ("The per-step loss matches the reference (same math, only engineering "
-                         "features differ), as it does without the culprit.")
+    cur += (
+        ". The reference is the same script with "
+        + (
+            f"only {names(refcfg)} (features that change the loss by design) on"
+            if refcfg
+            else "every engineering feature off"
+        )
+        + ": `reference.py`."
+    )
+    alone = (
+        " Without the culprit, the losses match the reference step for step."
+        if len(doc.get("culprits") or []) == 1
+        else _alone(doc)
+    )
+    return cur + alone, (
+        "The per-step loss matches the reference (same math, only engineering "
+        "features differ), as it does without the culprit."
+    )
 
 
 def _mb(x: Any) -> str:
@@ -189,12 +206,13 @@ def _memory(doc: dict[str, Any], who: str) -> tuple[str, str]:
         cur = f"{who}, training is killed for memory: `{cand.get('error') or 'exit ' + str(cand.get('exit_code'))}`."
     else:
         g, gb = cand.get("growth_per_step"), base.get("growth_per_step")
-        cur = (f"{who}, the process's peak resident memory is {_mb(cand.get('peak_rss_bytes'))} against "
-               f"{_mb(base.get('peak_rss_bytes'))} without, and it grows by {_mb(g)} per step "
-               f"(baseline {_mb(gb)} per step; robust slope over the steady steps).")
+        cur = (
+            f"{who}, the process's peak resident memory is {_mb(cand.get('peak_rss_bytes'))} against "
+            f"{_mb(base.get('peak_rss_bytes'))} without, and it grows by {_mb(g)} per step "
+            f"(baseline {_mb(gb)} per step; robust slope over the steady steps)."
+        )
         if cand.get("device_peak_bytes"):
-            cur += (f" Device peak: {_mb(cand['device_peak_bytes'])} against "
-                    f"{_mb(base.get('device_peak_bytes'))}.")
+            cur += f" Device peak: {_mb(cand['device_peak_bytes'])} against {_mb(base.get('device_peak_bytes'))}."
     return cur + _alone(doc), "Memory stays flat after the first steps, as in the baseline configuration."
 
 
@@ -203,7 +221,11 @@ def _other(doc: dict[str, Any], who: str) -> tuple[str, str]:
 
 
 _BEHAVIOUR: dict[str, Callable[[dict[str, Any], str], tuple[str, str]]] = {
-    "nan": _nan, "crash": _crash, "timeout": _timeout, "slowdown": _slowdown, "mismatch": _mismatch,
+    "nan": _nan,
+    "crash": _crash,
+    "timeout": _timeout,
+    "slowdown": _slowdown,
+    "mismatch": _mismatch,
     "memory": _memory,
 }
 
@@ -222,20 +244,28 @@ def series_log(doc: dict[str, Any]) -> list[str]:
     cand = doc.get("culprit_trial") or {}
     base = doc.get("baseline") or {}
     if sym == "slowdown":
-        lines = [f"step time, ms (culprit configuration): {_series(cand.get('step_times') or [], 1000)}",
-                 f"step time, ms (baseline):              {_series(base.get('step_times') or [], 1000)}"]
+        lines = [
+            f"step time, ms (culprit configuration): {_series(cand.get('step_times') or [], 1000)}",
+            f"step time, ms (baseline):              {_series(base.get('step_times') or [], 1000)}",
+        ]
         timing = (doc.get("reproduction") or {}).get("timing") or {}
         if timing.get("candidate"):
-            lines.append(f"re-run medians, ms: repro.py {_series(timing['candidate'], 1000)}; "
-                         f"reference.py {_series(timing.get('baseline') or [], 1000)}")
+            lines.append(
+                f"re-run medians, ms: repro.py {_series(timing['candidate'], 1000)}; "
+                f"reference.py {_series(timing.get('baseline') or [], 1000)}"
+            )
         return lines
     if sym == "memory":
-        return [f"RSS after each step, MB (culprit configuration): {_series(cand.get('rss_per_step') or [], 1e-6)}",
-                f"RSS after each step, MB (baseline):              {_series(base.get('rss_per_step') or [], 1e-6)}"]
+        return [
+            f"RSS after each step, MB (culprit configuration): {_series(cand.get('rss_per_step') or [], 1e-6)}",
+            f"RSS after each step, MB (baseline):              {_series(base.get('rss_per_step') or [], 1e-6)}",
+        ]
     if sym == "mismatch":
         cand, ref = mismatch_pair(doc)
-        return [f"per-step loss, repro.py:     {_series(cand.get('losses') or [])}",
-                f"per-step loss, reference.py: {_series(ref.get('losses') or [])}"]
+        return [
+            f"per-step loss, repro.py:     {_series(cand.get('losses') or [])}",
+            f"per-step loss, reference.py: {_series(ref.get('losses') or [])}",
+        ]
     if cand.get("losses"):
         return [f"per-step loss (culprit configuration): {_series(cand['losses'])}"]
     return []

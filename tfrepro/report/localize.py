@@ -26,9 +26,7 @@ from tfrepro.trials.procs import kill_tree
 
 PROBE = RUN_PROBE
 
-_DETECTED = re.compile(
-    r'Detected Infinity or NaN in output (\d+) of (graph op|eagerly-executing op) "([^"]+)"'
-)
+_DETECTED = re.compile(r'Detected Infinity or NaN in output (\d+) of (graph op|eagerly-executing op) "([^"]+)"')
 _NODE = re.compile(r"Detected at node '?([^\s']+?)'? defined at|\{\{node ([^}]+)\}\}")
 _FRAME = re.compile(r'File "([^"]+)", line (\d+), in (\S+)')
 _STACK_FRAME = re.compile(r"\+ (\S+) \(L(\d+)\) (\S+)")
@@ -142,8 +140,9 @@ def parse_check_numerics(
     layers = layers or {}
     m = _DETECTED.search(message)
     if not m:
-        return Localization(found=False, note="the error is not a check_numerics report",
-                            excerpt=message.strip()[:2000])
+        return Localization(
+            found=False, note="the error is not a check_numerics report", excerpt=message.strip()[:2000]
+        )
     where = _node_of(message, layers)
     line = _user_line(message, traceback_text, script, source, rel)
     layer, layer_class = where["layer"], where["layer_class"]
@@ -155,9 +154,16 @@ def parse_check_numerics(
         if layer is None and len(named) == 1:
             layer = named[0]
     return Localization(
-        found=True, op_type=m.group(3), node=where["node"], scope=where["scope"], layer=layer,
-        layer_class=layer_class, backward=where["backward"], excerpt=_excerpt(message),
-        **_tensor_facts(message), **{k: line.get(k) for k in ("file", "line", "code", "function")},
+        found=True,
+        op_type=m.group(3),
+        node=where["node"],
+        scope=where["scope"],
+        layer=layer,
+        layer_class=layer_class,
+        backward=where["backward"],
+        excerpt=_excerpt(message),
+        **_tensor_facts(message),
+        **{k: line.get(k) for k in ("file", "line", "code", "function")},
     )
 
 
@@ -176,9 +182,13 @@ def _node_of(message: str, layers: dict[str, str]) -> dict[str, Any]:
         # scope component is the best name there is.
         cand = [p for p in parts[:-1] if p not in _NOT_LAYERS]
         layer = cand[-1] if cand else None
-    return {"node": node, "scope": "/".join(parts[:-1]) if len(parts) > 1 else None, "layer": layer,
-            "layer_class": layer_class,
-            "backward": any(p.startswith(("gradient", "Grad")) or "_grad" in p.lower() for p in parts)}
+    return {
+        "node": node,
+        "scope": "/".join(parts[:-1]) if len(parts) > 1 else None,
+        "layer": layer,
+        "layer_class": layer_class,
+        "backward": any(p.startswith(("gradient", "Grad")) or "_grad" in p.lower() for p in parts),
+    }
 
 
 def _user_line(message: str, traceback_text: str, script: str, source: str, rel: str) -> dict[str, Any]:
@@ -195,13 +205,19 @@ def _user_line(message: str, traceback_text: str, script: str, source: str, rel:
         return {}
     n = user[-1][1]
     lines = source.splitlines()
-    return {"file": rel, "line": n, "code": lines[n - 1].strip() if 0 < n <= len(lines) else None,
-            "function": enclosing_scope(source, n) if source else None}
+    return {
+        "file": rel,
+        "line": n,
+        "code": lines[n - 1].strip() if 0 < n <= len(lines) else None,
+        "function": enclosing_scope(source, n) if source else None,
+    }
 
 
 def _tensor_facts(message: str) -> dict[str, str | None]:
-    found = {k: rx.search(message) for k, rx in (("kind", _KIND), ("dtype", _DTYPE), ("shape", _SHAPE),
-                                                  ("input_tensor", _INPUT))}
+    found = {
+        k: rx.search(message)
+        for k, rx in (("kind", _KIND), ("dtype", _DTYPE), ("shape", _SHAPE), ("input_tensor", _INPUT))
+    }
     return {k: m.group(1) if m else None for k, m in found.items()}
 
 
@@ -210,7 +226,7 @@ def _excerpt(message: str) -> str:
     whole input tensor cut to its first lines."""
     start = message.find("!!! Detected")
     stop = message.find("Stack trace of op's creation", start)
-    excerpt = message[start:stop if stop > 0 else len(message)].strip()
+    excerpt = message[start : stop if stop > 0 else len(message)].strip()
     cut = excerpt.find("Input tensor: tf.Tensor(")
     if cut >= 0:
         cut = excerpt.rfind("\n", 0, cut) + 1
@@ -251,8 +267,16 @@ def localize(
 def _run_probe(cmd: list[str], root: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str] | None:
     """(exit code, stderr) of the probe, or None when it timed out. Its whole
     process group is killed on the way out, finished or not."""
-    proc = subprocess.Popen(cmd, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=root,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         _, err = proc.communicate(timeout=timeout_s)
         return proc.returncode, err or ""
@@ -283,16 +307,26 @@ def _localize_in(tmp: str, files: dict[str, str], entry: str, python: str, timeo
     layers = {n: c for n, c in facts.get("layers") or []}
     if facts.get("completed"):
         return Localization(
-            found=False, settings=settings,
+            found=False,
+            settings=settings,
             note="check_numerics saw no NaN/Inf in any op output with XLA off: the non-finite value "
-                 "may come from XLA itself, or only the final weights are non-finite",
+            "may come from XLA itself, or only the final weights are non-finite",
         )
     msg = facts.get("message") or ""
-    loc = parse_check_numerics(msg, script=str(root / entry), source=files.get(entry, ""),
-                               layers=layers, rel=entry, traceback_text=facts.get("traceback") or "")
+    loc = parse_check_numerics(
+        msg,
+        script=str(root / entry),
+        source=files.get(entry, ""),
+        layers=layers,
+        rel=entry,
+        traceback_text=facts.get("traceback") or "",
+    )
     if not loc.found:
         last = (facts.get("traceback") or msg).strip().splitlines()[-1:] or [""]
-        return Localization(found=False, settings=settings,
-                            note=f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}",
-                            excerpt=loc.excerpt)
+        return Localization(
+            found=False,
+            settings=settings,
+            note=f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}",
+            excerpt=loc.excerpt,
+        )
     return Localization(**{**loc.to_dict(), "settings": settings})

@@ -80,34 +80,46 @@ def _kind(code: str, node: ast.stmt) -> str | None:
 
 def check_cell(symptom: str) -> str:
     """A cell that finds the trained model(s) and tells whether the symptom shows."""
-    head = ("# Symptom check: looks at every Keras model defined above.\n"
-            "import numpy as np\n\n"
-            "_models = [v for v in list(globals().values()) if hasattr(v, 'weights') and hasattr(v, 'fit')]\n"
-            "_losses = [float(x) for m in _models for x in (getattr(getattr(m, 'history', None), 'history', None)"
-            " or {}).get('loss', [])]\n"
-            "_finite_w = all(np.isfinite(np.asarray(w)).all() for m in _models for w in m.weights)\n"
-            "print('per-epoch loss:', _losses, '| weights finite:', _finite_w)\n")
+    head = (
+        "# Symptom check: looks at every Keras model defined above.\n"
+        "import numpy as np\n\n"
+        "_models = [v for v in list(globals().values()) if hasattr(v, 'weights') and hasattr(v, 'fit')]\n"
+        "_losses = [float(x) for m in _models for x in (getattr(getattr(m, 'history', None), 'history', None)"
+        " or {}).get('loss', [])]\n"
+        "_finite_w = all(np.isfinite(np.asarray(w)).all() for m in _models for w in m.weights)\n"
+        "print('per-epoch loss:', _losses, '| weights finite:', _finite_w)\n"
+    )
     if symptom == "nan":
-        return head + ("_nan = (not _finite_w) or not all(np.isfinite(_losses))\n"
-                       "print('SYMPTOM REPRODUCED: non-finite loss or weights' if _nan "
-                       "else 'symptom NOT reproduced: loss and weights finite')\n")
+        return head + (
+            "_nan = (not _finite_w) or not all(np.isfinite(_losses))\n"
+            "print('SYMPTOM REPRODUCED: non-finite loss or weights' if _nan "
+            "else 'symptom NOT reproduced: loss and weights finite')\n"
+        )
     if symptom == "crash":
         return head + "print('symptom NOT reproduced: training ran to the end without raising')\n"
-    return head + (f"print('{symptom}: compare with reference.py (same script without the culprit), "
-                   "run the same way')\n")
+    return head + (
+        f"print('{symptom}: compare with reference.py (same script without the culprit), run the same way')\n"
+    )
 
 
 def build(code: str, *, symptom: str, env: dict[str, Any], title: str) -> nbformat.NotebookNode:
     """The notebook for `code` (the exported repro.py), validated."""
     doc = ast.get_docstring(ast.parse(code)) or ""
-    cells = [v4.new_markdown_cell(f"# {title}\n\n{doc}\n\nRun all cells (in Colab: Runtime > Run all)."),
-             v4.new_code_cell(pip_line(env))]
+    cells = [
+        v4.new_markdown_cell(f"# {title}\n\n{doc}\n\nRun all cells (in Colab: Runtime > Run all)."),
+        v4.new_code_cell(pip_line(env)),
+    ]
     for stage, chunk in split_cells(code):
         cells += [v4.new_markdown_cell(f"## {stage}"), v4.new_code_cell(chunk)]
     cells += [v4.new_markdown_cell("## Symptom check"), v4.new_code_cell(check_cell(symptom))]
-    nb = v4.new_notebook(cells=cells, metadata={
-        "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
-        "language_info": {"name": "python"}, "colab": {"provenance": []}})
+    nb = v4.new_notebook(
+        cells=cells,
+        metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+            "colab": {"provenance": []},
+        },
+    )
     nbformat.validate(nb)
     return nb
 

@@ -15,8 +15,20 @@ from tfrepro.errors import UserError
 
 MANIFEST = ".tfrepro-bundle.json"
 # What a bundle written before the manifest could hold (top-level names).
-_LEGACY_NAMES = frozenset({"repro.py", "reference.py", "reference", "ISSUE.md", "report.json", "result.json",
-                           "loss.png", "steps.png", "tensorboard", "repro.ipynb"})
+_LEGACY_NAMES = frozenset(
+    {
+        "repro.py",
+        "reference.py",
+        "reference",
+        "ISSUE.md",
+        "report.json",
+        "result.json",
+        "loss.png",
+        "steps.png",
+        "tensorboard",
+        "repro.ipynb",
+    }
+)
 
 
 def prepare(out: Path) -> Path:
@@ -30,8 +42,11 @@ def prepare(out: Path) -> Path:
         foreign = sorted(p.relative_to(out).as_posix() for p in _all_files(out) if p not in ours)
         if foreign:
             shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
-            raise UserError(f"--out directory holds files tfrepro did not write ({shown}); nothing was deleted",
-                            path=out, hint="give --out a new or empty directory, or an earlier bundle's own")
+            raise UserError(
+                f"--out directory holds files tfrepro did not write ({shown}); nothing was deleted",
+                path=out,
+                hint="give --out a new or empty directory, or an earlier bundle's own",
+            )
         _delete(out, ours)
     out.mkdir(parents=True, exist_ok=True)
     return out

@@ -46,13 +46,21 @@ def loss_plot(
             (line,) = ax.plot(xs, ys, marker="." if len(ys) < 60 else None, label=label)
             bad = s.get("first_nonfinite_step")
             if bad is not None:
-                ax.axvline(bad, color="red", linestyle="--", linewidth=1.2,
-                           label=f"{label}: first non-finite loss, step {bad}")
+                ax.axvline(
+                    bad, color="red", linestyle="--", linewidth=1.2, label=f"{label}: first non-finite loss, step {bad}"
+                )
                 # The loss there has no value to plot: mark the step at the top.
                 tr = ax.get_xaxis_transform()
                 ax.plot([bad], [0.95], marker="x", color="red", markersize=10, linestyle="none", transform=tr)
-                ax.annotate("NaN/Inf", (bad, 0.95), xytext=(6, -4), textcoords="offset points",
-                            xycoords=tr, color="red", fontsize=8)
+                ax.annotate(
+                    "NaN/Inf",
+                    (bad, 0.95),
+                    xytext=(6, -4),
+                    textcoords="offset points",
+                    xycoords=tr,
+                    color="red",
+                    fontsize=8,
+                )
             elif s.get("weights_finite") is False:
                 ax.plot([], [], " ", label=f"{label}: weights non-finite at the end")
         if finite_all and min(finite_all) > 0 and max(finite_all) / min(finite_all) > 100:

@@ -47,8 +47,13 @@ class Reproduction:
         return asdict(self)
 
 
-def default_runner(state_dir: Path, env: dict[str, str] | None = None, *, python: str | None = None,
-                   versions: dict[str, Any] | None = None) -> Runner:
+def default_runner(
+    state_dir: Path,
+    env: dict[str, str] | None = None,
+    *,
+    python: str | None = None,
+    versions: dict[str, Any] | None = None,
+) -> Runner:
     """Trials of an exported repro, as written; under `python` (another
     environment's interpreter, e.g. tf-nightly's) when given."""
     from tfrepro.project import Project
@@ -60,9 +65,19 @@ def default_runner(state_dir: Path, env: dict[str, str] | None = None, *, python
         # As written: an exported repro has no markers, and zero-edit
         # detection would find (and switch OFF) the very culprit it exports.
         project = Project.load(project_dir, detect=False)
-        return runner.run_trial(project, frozenset(), settings, use_cache=False, state_dir=state_dir,
-                               env=env, label="report-rerun", plugins=[plugin],
-                               plugin_options={"environment": True}, python=python, versions=versions)
+        return runner.run_trial(
+            project,
+            frozenset(),
+            settings,
+            use_cache=False,
+            state_dir=state_dir,
+            env=env,
+            label="report-rerun",
+            plugins=[plugin],
+            plugin_options={"environment": True},
+            python=python,
+            versions=versions,
+        )
 
     return run
 
@@ -113,8 +128,16 @@ def reproduce(
         from tfrepro.trials.classify import symptoms as shows
 
         memory = symptom == Verdict.MEMORY.value
-        verdict = primary(shows(cand, reference=None if memory else ref, settings=symptoms, noise=noise,
-                                baselines=[ref] if memory and ref is not None else ()), _verdict(symptom))
+        verdict = primary(
+            shows(
+                cand,
+                reference=None if memory else ref,
+                settings=symptoms,
+                noise=noise,
+                baselines=[ref] if memory and ref is not None else (),
+            ),
+            _verdict(symptom),
+        )
         shown = verdict.value == symptom
         if shown and symptom == "crash" and not same_error(cand.error, expected_error):
             shown = False
@@ -124,20 +147,24 @@ def reproduce(
             elif cand.weights_finite is False:
                 detail = "the weights were non-finite at the end of training"
             else:
-                detail = (f"the loss stayed finite over {cand.steps_run} steps "
-                          f"(last loss {_fmt_loss(cand.last_loss)})")
+                detail = f"the loss stayed finite over {cand.steps_run} steps (last loss {_fmt_loss(cand.last_loss)})"
         elif symptom == "crash":
             detail = f"the script raised: {cand.error}" if cand.crashed else "the script ran to the end"
             if cand.crashed and not shown:
                 detail += f", not the bisect's {expected_error}"
         elif symptom == "timeout":
-            detail = (f"the script did not finish within {settings.timeout_s:.0f} s" if cand.timed_out
-                      else f"the script finished in {cand.wall_s:.1f} s")
+            detail = (
+                f"the script did not finish within {settings.timeout_s:.0f} s"
+                if cand.timed_out
+                else f"the script finished in {cand.wall_s:.1f} s"
+            )
         elif symptom == "mismatch" and ref is not None:
             dev = loss_deviation(cand.losses, ref.losses)
             tol = mismatch_tolerance(symptoms, noise)
-            detail = (f"largest per-step relative loss deviation from reference.py: {dev:.3g} "
-                      f"(tolerance {tol:.3g}) over {min(len(cand.losses), len(ref.losses))} steps")
+            detail = (
+                f"largest per-step relative loss deviation from reference.py: {dev:.3g} "
+                f"(tolerance {tol:.3g}) over {min(len(cand.losses), len(ref.losses))} steps"
+            )
         elif memory and ref is not None:
             from tfrepro.trials.memcheck import decide_memory
 
@@ -146,8 +173,9 @@ def reproduce(
             detail = f"verdict {verdict.value}"
         if not shown and verdict not in (Verdict.OK, _verdict(symptom)):
             detail += f"; it showed {verdict.value} instead"
-        return Reproduction(symptom, shown, detail, verdict.value, cand.to_dict(),
-                            ref.to_dict() if ref is not None else None)
+        return Reproduction(
+            symptom, shown, detail, verdict.value, cand.to_dict(), ref.to_dict() if ref is not None else None
+        )
 
 
 def same_error(got: str | None, expected: str | None) -> bool:
@@ -172,8 +200,15 @@ def _verdict(symptom: str) -> Verdict | None:
         return None
 
 
-def _slowdown(cand_dir: Path, ref_dir: Path, settings: TrialSettings, symptoms: SymptomSettings,
-              runner: Runner, max_pairs: int, progress: Callable[[str], None] | None = None) -> Reproduction:
+def _slowdown(
+    cand_dir: Path,
+    ref_dir: Path,
+    settings: TrialSettings,
+    symptoms: SymptomSettings,
+    runner: Runner,
+    max_pairs: int,
+    progress: Callable[[str], None] | None = None,
+) -> Reproduction:
     from tfrepro.trials.classify import sequential_slowdown
 
     last: dict[str, TrialResult] = {}
@@ -198,15 +233,18 @@ def _slowdown(cand_dir: Path, ref_dir: Path, settings: TrialSettings, symptoms: 
             return Verdict.UNTESTABLE
         return a, b
 
-    out = sequential_slowdown(sample, symptoms.slowdown, min_samples=min(3, max_pairs),
-                              max_samples=max_pairs, rng=random.Random(0))
+    out = sequential_slowdown(
+        sample, symptoms.slowdown, min_samples=min(3, max_pairs), max_samples=max_pairs, rng=random.Random(0)
+    )
     if out.stopped is not None:
         reproduced: bool | None = False
         detail = f"a timing run stopped with {out.stopped.value}"
     elif out.verdict == Verdict.SLOWDOWN:
         reproduced = True
-        detail = (f"median step time {out.ratio:.2f}x that of reference.py "
-                  f"(threshold {symptoms.slowdown}x, p={out.p_value:.3g}, {len(out.candidate)} interleaved pairs)")
+        detail = (
+            f"median step time {out.ratio:.2f}x that of reference.py "
+            f"(threshold {symptoms.slowdown}x, p={out.p_value:.3g}, {len(out.candidate)} interleaved pairs)"
+        )
     elif out.conclusive:
         reproduced = False
         detail = f"not slower: median step time ratio {out.ratio:.2f}x (threshold {symptoms.slowdown}x)"
@@ -215,7 +253,10 @@ def _slowdown(cand_dir: Path, ref_dir: Path, settings: TrialSettings, symptoms: 
         ratio = f"{out.ratio:.2f}x" if out.ratio is not None else "n/a"
         detail = f"inconclusive after {len(out.candidate)} pairs: ratio {ratio} (threshold {symptoms.slowdown}x)"
     return Reproduction(
-        "slowdown", reproduced, detail, out.verdict.value,
+        "slowdown",
+        reproduced,
+        detail,
+        out.verdict.value,
         last["cand"].to_dict() if "cand" in last else None,
         last["ref"].to_dict() if "ref" in last else None,
         out.to_dict(),

@@ -56,13 +56,14 @@ def route(doc: dict[str, Any]) -> Route:
         return Route(KERAS, "the symptom appears when the culprit switches from tf_keras to Keras 3")
     package = crash_package(doc)
     if package:
-        return Route(TF_KERAS if package == "tf_keras" else KERAS,
-                     f"the crash is raised inside the `{package}` package")
+        return Route(
+            TF_KERAS if package == "tf_keras" else KERAS, f"the crash is raised inside the `{package}` package"
+        )
     return Route(TENSORFLOW, "nothing points at Keras rather than TensorFlow")
 
 
 def _keras_switch(diff: str) -> str | None:
-    """"tf_keras" when the culprit's diff turns tf_keras on, "keras" when it
+    """ "tf_keras" when the culprit's diff turns tf_keras on, "keras" when it
     turns it off (back to Keras 3), None when it does neither."""
     added = "\n".join(line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
     removed = "\n".join(line[1:] for line in diff.splitlines() if line.startswith("-") and not line.startswith("---"))

@@ -55,12 +55,15 @@ def scan_setup(source: str) -> dict[str, Any]:
         elif _LOGICAL.search(code):
             n = len(_LOGICAL_N.findall(code)) or None
         setup["distribution"] = ", ".join(strategies)
-        setup["replicas"] = (f"{n} (logical devices)" if n else "one per visible device")
+        setup["replicas"] = f"{n} (logical devices)" if n else "one per visible device"
     else:
         setup["distribution"] = "none (default strategy)"
         setup["replicas"] = "1"
-    setup["determinism"] = ("tf.config.experimental.enable_op_determinism() in the script"
-                            if _DETERMINISM.search(code) else "not set by the script")
+    setup["determinism"] = (
+        "tf.config.experimental.enable_op_determinism() in the script"
+        if _DETERMINISM.search(code)
+        else "not set by the script"
+    )
     eager = []
     if _EAGER.search(code):
         eager.append("tf.config.run_functions_eagerly(True)")
@@ -103,8 +106,11 @@ def merge_trial_setup(setup: dict[str, Any], facts: dict[str, Any] | None) -> di
     if facts.get("strategy") and facts["strategy"] not in ("_DefaultDistributionStrategy",):
         out["distribution"] = facts["strategy"]
     if "jit_compile" in facts:
-        out["xla"] = ("jit_compile=True in Model.fit (observed at run time)" if facts["jit_compile"]
-                      else setup.get("xla", "off") + "; model.jit_compile False at run time")
+        out["xla"] = (
+            "jit_compile=True in Model.fit (observed at run time)"
+            if facts["jit_compile"]
+            else setup.get("xla", "off") + "; model.jit_compile False at run time"
+        )
     if facts.get("run_functions_eagerly"):
         out["eager"] = "tf.config.run_functions_eagerly(True) (observed at run time)"
     return out

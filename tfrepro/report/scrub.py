@@ -61,9 +61,11 @@ _SECRET_PATTERNS: tuple[re.Pattern[str], ...] = (
     _PRIVATE_KEY_HEAD,
     re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[0-9A-Z]{16}\b"),  # AWS access key ids
     # AWS secret access keys: 40 base64 characters, slashes included.
-    re.compile(r"(?<![A-Za-z0-9/+=])(?!/)(?![A-Za-z0-9/+]*//)(?=(?:[A-Za-z0-9+]*/){0,3}[A-Za-z0-9+]*(?![A-Za-z0-9/+=]))"
-               r"(?=[A-Za-z0-9/+]*[A-Z])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[0-9])"
-               r"[A-Za-z0-9/+]{39}[A-Za-z0-9+](?![A-Za-z0-9/+=])"),
+    re.compile(
+        r"(?<![A-Za-z0-9/+=])(?!/)(?![A-Za-z0-9/+]*//)(?=(?:[A-Za-z0-9+]*/){0,3}[A-Za-z0-9+]*(?![A-Za-z0-9/+=]))"
+        r"(?=[A-Za-z0-9/+]*[A-Z])(?=[A-Za-z0-9/+]*[a-z])(?=[A-Za-z0-9/+]*[0-9])"
+        r"[A-Za-z0-9/+]{39}[A-Za-z0-9+](?![A-Za-z0-9/+=])"
+    ),
     re.compile(r"\bhf_(?=[A-Za-z0-9]*[A-Z])[A-Za-z0-9]{8,}\b"),  # Hugging Face, however short
     re.compile(r"\b(?:ghp|gho|ghu|ghs|ghr)_[A-Za-z0-9]{20,}\b|\bgithub_pat_[A-Za-z0-9_]{20,}\b"),
     re.compile(r"\bgl(?:pat|dt|ft|soat|rt|cbt|imt|ptt|agent|oas)-[A-Za-z0-9_-]{20,}|\bGR1348941[A-Za-z0-9_-]{20,}"),
@@ -86,8 +88,10 @@ _URL_TOKEN = re.compile(r"""(\b[a-z][a-z0-9+.-]*://)([^/\s:@"'<>]+)(@)""", re.IG
 # `password=...`, `api_key: ...`, `"token": "..."`, `password: str = "..."`,
 # `os.environ["WANDB_API_KEY"] = "..."`: keep the name, lose the value. The
 # same inside a JSON string (`\"token\": \"...\"`: result.json quotes code).
-_NAME = (r"[\w.-]*(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
-         r"|credential|_pass|_pwd)s?")
+_NAME = (
+    r"[\w.-]*(?:password|passwd|passphrase|secret|token|api[_-]?key|access[_-]?key|private[_-]?key"
+    r"|credential|_pass|_pwd)s?"
+)
 _CLOSE_NAME = r"""(?:\\?["'])?\]?"""  # the end of a quoted name or a subscript: `"]`
 _SEP = r"""[ \t]*(?::[ \t]*[A-Za-z_][\w.\[\], |]*?[ \t]*=|[:=])[ \t]*"""  # =, :, or `: type =`
 # A quoted value up to its closing quote: `"`, `'`, or JSON's `\"`. Groups:
@@ -139,9 +143,22 @@ ENV_ALLOW_EXACT = frozenset(
 ENV_ALLOW_PREFIXES = ("TF_", "XLA_", "KERAS_", "TFREPRO_")
 # Terraform shares the TF_ prefix; its variables say nothing about TensorFlow
 # (and TF_VAR_*/TF_TOKEN_* often hold credentials).
-ENV_DENY_PREFIXES = ("TF_VAR_", "TF_CLI_", "TF_LOG", "TF_INPUT", "TF_IN_AUTOMATION", "TF_DATA_DIR",
-                     "TF_WORKSPACE", "TF_PLUGIN_", "TF_REGISTRY_", "TF_TOKEN_", "TF_STATE_",
-                     "TF_IGNORE", "TF_APPEND_USER_AGENT", "TF_WARN_OUTPUT_ERRORS")
+ENV_DENY_PREFIXES = (
+    "TF_VAR_",
+    "TF_CLI_",
+    "TF_LOG",
+    "TF_INPUT",
+    "TF_IN_AUTOMATION",
+    "TF_DATA_DIR",
+    "TF_WORKSPACE",
+    "TF_PLUGIN_",
+    "TF_REGISTRY_",
+    "TF_TOKEN_",
+    "TF_STATE_",
+    "TF_IGNORE",
+    "TF_APPEND_USER_AGENT",
+    "TF_WARN_OUTPUT_ERRORS",
+)
 
 # Values shorter than this, or plain words/numbers, are not hunted through
 # texts: replacing "1", "yes" or "basic" everywhere would shred the bundle and
@@ -171,16 +188,19 @@ def _is_random_looking(s: str) -> bool:
     return bool(re.search(r"[A-Z]", s) and re.search(r"[a-z]", s) and re.search(r"[0-9]", s))
 
 
-def _redact_group(group: int | str, when: Callable[[re.Match[str]], bool] | None = None
-                  ) -> Callable[[re.Match[str]], str]:
+def _redact_group(
+    group: int | str, when: Callable[[re.Match[str]], bool] | None = None
+) -> Callable[[re.Match[str]], str]:
     """A `re.sub` replacement that redacts one group of the match, keeping
     the text around it (the name, the quotes), when `when` says the match
     holds a credential."""
+
     def replace(m: re.Match[str]) -> str:
         if m.group(group) == REDACTED or (when is not None and not when(m)):
             return m.group(0)
         start, end = m.start(group) - m.start(0), m.end(group) - m.start(0)
         return m.group(0)[:start] + REDACTED + m.group(0)[end:]
+
     return replace
 
 
@@ -221,9 +241,9 @@ class Scrubber:
     def from_environ(cls, environ: Mapping[str, str] | None = None, home: str | None = None) -> Scrubber:
         environ = os.environ if environ is None else environ
         secrets = {
-            v for k, v in environ.items()
-            if v and len(v) >= _MIN_SECRET_LEN and not _PLAIN.match(v)
-            and (is_secret_name(k) or looks_secret_value(v))
+            v
+            for k, v in environ.items()
+            if v and len(v) >= _MIN_SECRET_LEN and not _PLAIN.match(v) and (is_secret_name(k) or looks_secret_value(v))
         }
         home = home if home is not None else environ.get("HOME") or os.path.expanduser("~")
         homes = set()
@@ -233,8 +253,7 @@ class Scrubber:
             if real:
                 homes.add(real)
         # Longest first, so a secret containing another is replaced whole.
-        return cls(tuple(sorted(secrets, key=len, reverse=True)),
-                   tuple(sorted(homes, key=len, reverse=True)))
+        return cls(tuple(sorted(secrets, key=len, reverse=True)), tuple(sorted(homes, key=len, reverse=True)))
 
     def scrub(self, text: str) -> str:
         for s in self.secrets:

@@ -81,8 +81,8 @@ def raise_on_findings(findings: Iterable[Finding], bundle: str | Path | None = N
         path=(base / first.file) if base else first.file,
         line=first.line,
         hint="remove the credential from the project (read it from an environment variable instead), "
-             "or put it in an environment variable whose name says KEY/TOKEN/SECRET/PASSWORD so the "
-             "report redacts its value, then run `tfrepro report` again",
+        "or put it in an environment variable whose name says KEY/TOKEN/SECRET/PASSWORD so the "
+        "report redacts its value, then run `tfrepro report` again",
     )
 
 
@@ -122,7 +122,7 @@ def _is_ours(kind: str, value: str, line: str) -> bool:
     if kind == HEX_KIND:
         if len(value) == 64:  # sha256: trial-cache keys, content hashes
             return True
-        if len(value) == 40 and _COMMIT_CONTEXT.search(line[:max(line.find(value), 0)].rstrip(" \"':=")):
+        if len(value) == 40 and _COMMIT_CONTEXT.search(line[: max(line.find(value), 0)].rstrip(" \"':=")):
             return True
     return False
 

@@ -23,8 +23,21 @@ from typing import Any
 
 from tfrepro.report import events, hparams
 
-COLUMNS = ["index", "role", "repeat", "label", "features_on", "verdict", "steps", "first_loss", "last_loss",
-           "first_nonfinite_step", "median_step_ms", "wall_s", "cached"]
+COLUMNS = [
+    "index",
+    "role",
+    "repeat",
+    "label",
+    "features_on",
+    "verdict",
+    "steps",
+    "first_loss",
+    "last_loss",
+    "first_nonfinite_step",
+    "median_step_ms",
+    "wall_s",
+    "cached",
+]
 WARMUP = 2  # as trials/values.WARMUP_STEPS: the first steps are tracing and compilation
 
 
@@ -54,14 +67,25 @@ def trial_rows(run_dir: Path, result: dict[str, Any]) -> list[dict[str, Any]]:
     for i, row in enumerate(result.get("trials_table") or [], 1):
         s = _summary(run_dir, row)
         losses = [math.nan if x is None else x for x in s.get("losses") or []]  # null: non-finite
-        rows.append({
-            "index": i, "role": row.get("role") or "", "repeat": row.get("repeat", 0), "label": _label(row, s),
-            "features_on": ";".join(row.get("enabled") or []), "verdict": row.get("verdict") or "",
-            "steps": s.get("steps_run", len(losses)), "first_loss": losses[0] if losses else None,
-            "last_loss": losses[-1] if losses else None, "first_nonfinite_step": s.get("first_nonfinite_step"),
-            "median_step_ms": _median_ms(s), "wall_s": s.get("wall_s"), "cached": bool(row.get("cached")),
-            "_summary": s, "_enabled": list(row.get("enabled") or []),
-        })
+        rows.append(
+            {
+                "index": i,
+                "role": row.get("role") or "",
+                "repeat": row.get("repeat", 0),
+                "label": _label(row, s),
+                "features_on": ";".join(row.get("enabled") or []),
+                "verdict": row.get("verdict") or "",
+                "steps": s.get("steps_run", len(losses)),
+                "first_loss": losses[0] if losses else None,
+                "last_loss": losses[-1] if losses else None,
+                "first_nonfinite_step": s.get("first_nonfinite_step"),
+                "median_step_ms": _median_ms(s),
+                "wall_s": s.get("wall_s"),
+                "cached": bool(row.get("cached")),
+                "_summary": s,
+                "_enabled": list(row.get("enabled") or []),
+            }
+        )
     return rows
 
 
@@ -96,14 +120,15 @@ def write_hparams(logdir: Path, rows: list[dict[str, Any]], features: list[str],
     for r in rows:
         s = r["_summary"]
         step = max(1, r["steps"] or 0)
-        metrics = {"shows_symptom": 0.0 if r["verdict"] in ("ok", "") else 1.0,
-                   "final_loss": math.nan if r["last_loss"] is None else r["last_loss"],
-                   "median_step_ms": r["median_step_ms"]}
+        metrics = {
+            "shows_symptom": 0.0 if r["verdict"] in ("ok", "") else 1.0,
+            "final_loss": math.nan if r["last_loss"] is None else r["last_loss"],
+            "median_step_ms": r["median_step_ms"],
+        }
         values = [(0, hparams.session_start_value(_hparams(r, features), start_time_secs=wall_time))]
         values += [(step, events.scalar_value(k, v)) for k, v in metrics.items() if v is not None]
         scalars = {"loss": s.get("losses") or [], "step_time_ms": [1000.0 * t for t in s.get("step_times") or []]}
-        events.write_run(logdir / f"{r['index']:03d}_{_safe(r['role'])}", scalars, wall_time=wall_time,
-                         values=values)
+        events.write_run(logdir / f"{r['index']:03d}_{_safe(r['role'])}", scalars, wall_time=wall_time, values=values)
     return len(rows)
 
 

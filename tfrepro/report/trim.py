@@ -21,8 +21,9 @@ from collections import Counter
 import libcst as cst
 import libcst.matchers as m
 
-_GET_STRATEGY = m.Call(func=m.Attribute(value=m.Attribute(value=m.Name(), attr=m.Name("distribute")),
-                                        attr=m.Name("get_strategy")), args=[])
+_GET_STRATEGY = m.Call(
+    func=m.Attribute(value=m.Attribute(value=m.Name(), attr=m.Name("distribute")), attr=m.Name("get_strategy")), args=[]
+)
 
 
 def _names(tree: cst.CSTNode) -> Counter[str]:
@@ -45,10 +46,24 @@ def _names(tree: cst.CSTNode) -> Counter[str]:
 
 def _scope_only_strategies(tree: cst.Module, counts: Counter[str]) -> set[str]:
     """Names bound once to get_strategy() and used only as `with NAME.scope():`."""
-    bound = [t.value for s in m.findall(tree, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=_GET_STRATEGY))
-             for t in [s.targets[0].target]]  # type: ignore[attr-defined]
-    scopes = Counter(w.items[0].item.func.value.value for w in m.findall(tree, m.With(items=[m.WithItem(
-        item=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("scope")), args=[]), asname=None)])))
+    bound = [
+        t.value
+        for s in m.findall(tree, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=_GET_STRATEGY))
+        for t in [s.targets[0].target]
+    ]  # type: ignore[attr-defined]
+    scopes = Counter(
+        w.items[0].item.func.value.value
+        for w in m.findall(
+            tree,
+            m.With(
+                items=[
+                    m.WithItem(
+                        item=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("scope")), args=[]), asname=None
+                    )
+                ]
+            ),
+        )
+    )
     return {n for n in bound if bound.count(n) == 1 and scopes[n] and counts[n] == 1 + scopes[n]}
 
 
@@ -90,8 +105,11 @@ class _Trim(cst.CSTTransformer):
 
     def leave_With(self, original, updated):
         item = updated.items[0].item if len(updated.items) == 1 else None
-        if (isinstance(item, cst.Call) and m.matches(item.func, m.Attribute(value=m.Name(), attr=m.Name("scope")))
-                and item.func.value.value in self.strategies):  # type: ignore[attr-defined]
+        if (
+            isinstance(item, cst.Call)
+            and m.matches(item.func, m.Attribute(value=m.Name(), attr=m.Name("scope")))
+            and item.func.value.value in self.strategies
+        ):  # type: ignore[attr-defined]
             return cst.FlattenSentinel(list(updated.body.body))  # type: ignore[attr-defined]
         return updated
 
@@ -114,8 +132,12 @@ def trim_source(text: str) -> tuple[str, list[str]]:
     changes: list[str] = []
     for _ in range(3):  # removing one thing can make an import unused
         counts = _names(tree)
-        imported = {_bound(a) for s in m.findall(tree, m.Import() | m.ImportFrom())
-                    if not isinstance(s.names, cst.ImportStar) for a in s.names}  # type: ignore[attr-defined]
+        imported = {
+            _bound(a)
+            for s in m.findall(tree, m.Import() | m.ImportFrom())
+            if not isinstance(s.names, cst.ImportStar)
+            for a in s.names
+        }  # type: ignore[attr-defined]
         unused = set() if counts["__all__"] else {n for n in imported if not counts[n]}
         t = _Trim(_scope_only_strategies(tree, counts), unused)
         new = tree.visit(t)

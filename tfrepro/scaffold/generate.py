@@ -113,8 +113,10 @@ MAX_FLOAT = 1e6
 def _check_text(key: str, value: str) -> None:
     bad = _BAD_TEXT.search(value)
     if bad:
-        raise UserError(f"{key} must be one line of printable text; it holds {bad.group(0)!r} at "
-                        f"position {bad.start()}", hint=f"e.g. --data {key}=data/train.npz")
+        raise UserError(
+            f"{key} must be one line of printable text; it holds {bad.group(0)!r} at position {bad.start()}",
+            hint=f"e.g. --data {key}=data/train.npz",
+        )
 
 
 def _cast(key: str, value: Any, type_name: str) -> Any:
@@ -125,8 +127,9 @@ def _cast(key: str, value: Any, type_name: str) -> Any:
     try:
         number = casts[type_name](value)
     except ValueError:
-        raise UserError(f"{key}={value!r} is not {'an integer' if type_name == 'int' else 'a number'}",
-                        hint=hint) from None
+        raise UserError(
+            f"{key}={value!r} is not {'an integer' if type_name == 'int' else 'a number'}", hint=hint
+        ) from None
     if type_name == "float" and not (math.isfinite(number) and abs(number) <= MAX_FLOAT):
         raise UserError(f"{key}={value!r} is not a finite number of at most {MAX_FLOAT:g}", hint=hint)
     return number

@@ -51,12 +51,16 @@ def _load_answers(root: Path) -> dict[str, Any]:
     try:
         answers = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except yaml.YAMLError as e:
-        raise UserError(f"unreadable answers file: {e}", path=path,
-                        hint=f"restore it from git: git checkout HEAD -- {ANSWERS_FILE}") from None
+        raise UserError(
+            f"unreadable answers file: {e}", path=path, hint=f"restore it from git: git checkout HEAD -- {ANSWERS_FILE}"
+        ) from None
     for key in ("_src_path", "_commit"):
         if not answers.get(key):
-            raise UserError(f"the answers file has no {key}", path=path,
-                            hint=f"restore it from git (git checkout HEAD -- {ANSWERS_FILE}); never edit it by hand")
+            raise UserError(
+                f"the answers file has no {key}",
+                path=path,
+                hint=f"restore it from git (git checkout HEAD -- {ANSWERS_FILE}); never edit it by hand",
+            )
     return answers
 
 
@@ -151,11 +155,13 @@ def update_project(
         raise TfreproError(f"copier failed to update {root}: {e}") from e
     changed = tuple(_dirty_files(repo, root))
     conflicts = tuple(
-        f for f in changed
+        f
+        for f in changed
         if (Path(repo.working_tree_dir) / f).is_file() and _has_conflict(Path(repo.working_tree_dir) / f)
     )
-    return UpdateResult(path=root, template=name, old_version=old, new_version=template.tag,
-                        changed=changed, conflicts=conflicts)
+    return UpdateResult(
+        path=root, template=name, old_version=old, new_version=template.tag, changed=changed, conflicts=conflicts
+    )
 
 
 def _has_conflict(path: Path) -> bool:

@@ -151,9 +151,7 @@ def classify(
     baselines: Sequence[TrialResult] = (),
 ) -> Verdict:
     """The one verdict of a trial (see `symptoms` and `primary`)."""
-    return primary(
-        symptoms(result, reference=reference, settings=settings, noise=noise, baselines=baselines), target
-    )
+    return primary(symptoms(result, reference=reference, settings=settings, noise=noise, baselines=baselines), target)
 
 
 # --------------------------------------------------------------------------- timing
@@ -175,8 +173,10 @@ def classify(
 # a burst of load that spans the three hits both sides).
 TIMING_WINDOWS = 4
 MIN_WINDOW_STEPS = 8
-TIMING_STATISTIC = ("per trial: lowest median over consecutive windows of the steady-state steps; "
-                    "per pair: log(candidate / geometric mean of the baseline trials before and after)")
+TIMING_STATISTIC = (
+    "per trial: lowest median over consecutive windows of the steady-state steps; "
+    "per pair: log(candidate / geometric mean of the baseline trials before and after)"
+)
 # A single pair decides when it is clear-cut: the candidate's typical step at
 # least 1 + FAST_EXCESS x (threshold - 1) times each neighbour's, and its
 # fastest steps (10th percentile) too, i.e. the whole distribution moved; or
@@ -213,7 +213,7 @@ def typical_step(steady: Sequence[float]) -> float | None:
     if n == 0:
         return None
     k = max(1, min(TIMING_WINDOWS, n // MIN_WINDOW_STEPS))
-    return min(statistics.median(steady[i * n // k:(i + 1) * n // k]) for i in range(k))
+    return min(statistics.median(steady[i * n // k : (i + 1) * n // k]) for i in range(k))
 
 
 def timing_sample(result: TrialResult) -> float | None:
@@ -229,8 +229,9 @@ def first_steps(result: TrialResult, steps: int) -> TrialResult:
     if len(result.losses) <= steps:
         return result
     bad = result.first_nonfinite_step
-    return replace(result, losses=result.losses[:steps],
-                   first_nonfinite_step=bad if bad is not None and bad <= steps else None)
+    return replace(
+        result, losses=result.losses[:steps], first_nonfinite_step=bad if bad is not None and bad <= steps else None
+    )
 
 
 @dataclass(frozen=True)
@@ -281,8 +282,13 @@ class TimingPair:
         return TimingState.SLOWER if slower else TimingState.NOT_SLOWER if ok else None
 
     def to_dict(self) -> dict[str, float]:
-        return {"baseline": self.baseline_step, "candidate": self.candidate_step, "quiet": self.quiet,
-                "baseline_steps": sum(len(b) for b in self.baselines), "candidate_steps": len(self.candidate)}
+        return {
+            "baseline": self.baseline_step,
+            "candidate": self.candidate_step,
+            "quiet": self.quiet,
+            "baseline_steps": sum(len(b) for b in self.baselines),
+            "candidate_steps": len(self.candidate),
+        }
 
 
 def signed_rank_greater(d: Sequence[float]) -> float:
@@ -318,6 +324,7 @@ def _mann_whitney_greater(high: Sequence[float], low: Sequence[float]) -> float:
     """One-sided permutation p-value of the Mann-Whitney U that `high` is
     stochastically greater than `low`: exact up to 5000 splits, else 2000
     seeded shuffles. For older samplers only (unpaired typical steps)."""
+
     def u(h, lo):
         return sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in h for b in lo)
 
@@ -325,8 +332,9 @@ def _mann_whitney_greater(high: Sequence[float], low: Sequence[float]) -> float:
     observed = u(high, low) - 1e-9
     if math.comb(len(pooled), n) <= 5000:
         splits = [set(c) for c in itertools.combinations(range(len(pooled)), n)]
-        hits = sum(u([pooled[i] for i in c], [pooled[i] for i in range(len(pooled)) if i not in c]) >= observed
-                   for c in splits)
+        hits = sum(
+            u([pooled[i] for i in c], [pooled[i] for i in range(len(pooled)) if i not in c]) >= observed for c in splits
+        )
         return hits / len(splits)
     rng, hits = random.Random(0), 0
     for _ in range(2000):
@@ -360,8 +368,9 @@ class TimingDecision:
     fast: bool = False
 
 
-def decide_slowdown(pairs: Sequence[TimingPair], threshold: float, *, alpha: float = 0.05,
-                    min_pairs: int = 1) -> TimingDecision:
+def decide_slowdown(
+    pairs: Sequence[TimingPair], threshold: float, *, alpha: float = 0.05, min_pairs: int = 1
+) -> TimingDecision:
     """Pure decision over the pairs so far; see `TimingDecision`. The rank
     test is consulted from `min_pairs` pairs on; the clear-pair rule always."""
     if not pairs:
@@ -479,8 +488,16 @@ def sequential_slowdown(
     decisions: list[TimingDecision] = []
 
     def end(verdict: Verdict, conclusive: bool, d: TimingDecision | None, stopped=None, new=0):
-        return TimingOutcome(verdict, conclusive, d.ratio if d else None, d.p_value if d else None,
-                             tuple(pairs), stopped, tuple(decisions), new)
+        return TimingOutcome(
+            verdict,
+            conclusive,
+            d.ratio if d else None,
+            d.p_value if d else None,
+            tuple(pairs),
+            stopped,
+            tuple(decisions),
+            new,
+        )
 
     for i in range(max_samples):
         got = sample_pair(i)

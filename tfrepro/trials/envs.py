@@ -45,8 +45,21 @@ from tfrepro.errors import TfreproError
 SPEC_FILE = "tfrepro-env.json"
 TF_DISTS = ("tensorflow-cpu", "tensorflow")
 # Decided by the version tried, never by the project's requirements.
-TF_STACK = frozenset({"tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel", "tensorflow-macos",
-                      "tf-nightly", "tf-nightly-cpu", "keras", "tf-keras", "keras-nightly", "tfrepro"})
+TF_STACK = frozenset(
+    {
+        "tensorflow",
+        "tensorflow-cpu",
+        "tensorflow-gpu",
+        "tensorflow-intel",
+        "tensorflow-macos",
+        "tf-nightly",
+        "tf-nightly-cpu",
+        "keras",
+        "tf-keras",
+        "keras-nightly",
+        "tfrepro",
+    }
+)
 # The first TensorFlow whose tf.keras is Keras 3 (tf_keras is Keras 2 from there on).
 KERAS3_FROM = (2, 16)
 _LOG_TAIL = 12
@@ -155,13 +168,20 @@ class EnvSpec:
         return f"tf-{self.tf_version}{dist}{keras}-py{self.python_version}-{self.digest()[:8]}"
 
 
-def spec_for(version: str, root: Path | None = None, *, tf_dist: str | None = None, legacy_keras: bool = False,
-             python: str | None = None) -> EnvSpec:
+def spec_for(
+    version: str,
+    root: Path | None = None,
+    *,
+    tf_dist: str | None = None,
+    legacy_keras: bool = False,
+    python: str | None = None,
+) -> EnvSpec:
     """The spec of `version` for the project at `root`, on this interpreter."""
     reqs = project_requirements(root)[0] if root is not None else ()
     py = python or base_python()
-    return EnvSpec(tf_dist or detect_tf_dist(), version, py, f"{sys.version_info[0]}.{sys.version_info[1]}",
-                   reqs, legacy_keras)
+    return EnvSpec(
+        tf_dist or detect_tf_dist(), version, py, f"{sys.version_info[0]}.{sys.version_info[1]}", reqs, legacy_keras
+    )
 
 
 @dataclass(frozen=True)
@@ -203,8 +223,9 @@ def read_versions(python: Path | str, timeout_s: float = 60) -> dict:
     """TensorFlow, Keras, tf_keras and Python versions of an interpreter's
     environment, from package metadata (nothing is imported: ~50 ms)."""
     try:
-        out = subprocess.run([str(python), "-I", "-c", VERSIONS_SCRIPT], capture_output=True, text=True,
-                             timeout=timeout_s, check=True).stdout
+        out = subprocess.run(
+            [str(python), "-I", "-c", VERSIONS_SCRIPT], capture_output=True, text=True, timeout=timeout_s, check=True
+        ).stdout
         return json.loads(out.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
         raise EnvError(f"cannot read the versions of {python}: {e}") from None
@@ -217,8 +238,14 @@ def run_streaming(argv: Sequence[str], on_line: OnLine) -> tuple[int, list[str]]
     """Run `argv`, each output line to `on_line`; (exit code, last lines)."""
     tail: deque[str] = deque(maxlen=_LOG_TAIL)
     try:
-        proc = subprocess.Popen(list(argv), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                stdin=subprocess.DEVNULL, errors="replace")
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            errors="replace",
+        )
     except OSError as e:
         return 127, [f"cannot start {argv[0]}: {e.strerror or e}"]
     assert proc.stdout is not None
@@ -249,8 +276,10 @@ class UvInstaller:
     name: str = "uv"
 
     def commands(self, path: Path, spec: EnvSpec) -> list[list[str]]:
-        return [[self.uv, "venv", "--quiet", "--python", spec.python, str(path)],
-                [self.uv, "pip", "install", "--python", str(path / "bin" / "python"), *spec.packages()]]
+        return [
+            [self.uv, "venv", "--quiet", "--python", spec.python, str(path)],
+            [self.uv, "pip", "install", "--python", str(path / "bin" / "python"), *spec.packages()],
+        ]
 
 
 @dataclass(frozen=True)
@@ -261,9 +290,10 @@ class PipInstaller:
 
     def commands(self, path: Path, spec: EnvSpec) -> list[list[str]]:
         py = str(path / "bin" / "python")
-        return [[spec.python, "-m", "venv", str(path)],
-                [py, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off",
-                 *spec.packages()]]
+        return [
+            [spec.python, "-m", "venv", str(path)],
+            [py, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", *spec.packages()],
+        ]
 
 
 def find_uv() -> str | None:
@@ -321,8 +351,15 @@ def _dir_size(path: Path) -> int:
 class EnvStore:
     """The environments under `root` (default: the user cache, shared)."""
 
-    def __init__(self, root: Path | None = None, *, installer: Installer | None = None, run: RunCmd | None = None,
-                 probe: Callable[[Path], dict] = read_versions, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        root: Path | None = None,
+        *,
+        installer: Installer | None = None,
+        run: RunCmd | None = None,
+        probe: Callable[[Path], dict] = read_versions,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.root = Path(root) if root is not None else cache_root() / "envs"
         self._installer = installer
         self.run = run or run_streaming
@@ -386,15 +423,25 @@ class EnvStore:
             for argv in self.installer.commands(path, spec):
                 rc, tail = self.run(argv, lambda line: say(f"  {line}"))
                 if rc != 0:
-                    raise EnvError(f"installing {' '.join(spec.packages())} failed (exit {rc}): "
-                                   + (tail[-1] if tail else "no output"))
+                    raise EnvError(
+                        f"installing {' '.join(spec.packages())} failed (exit {rc}): "
+                        + (tail[-1] if tail else "no output")
+                    )
             versions = self.probe(path / "bin" / "python")
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
         build_s = round(self.clock() - started, 2)
-        _atomic_json(path / SPEC_FILE, {"spec": spec.to_dict(), "versions": versions, "created": self.clock(),
-                                        "build_s": build_s, "installer": self.installer.name})
+        _atomic_json(
+            path / SPEC_FILE,
+            {
+                "spec": spec.to_dict(),
+                "versions": versions,
+                "created": self.clock(),
+                "build_s": build_s,
+                "installer": self.installer.name,
+            },
+        )
         say(f"environment {spec.name}: ready in {build_s:.1f} s")
         return Env(path, spec, versions, built=True, build_s=build_s)
 
@@ -409,8 +456,17 @@ class EnvStore:
                 used = (path / SPEC_FILE).stat().st_mtime if data else path.stat().st_mtime
             except OSError:
                 used = 0.0
-            out.append(EnvInfo(path.name, path, data is not None, (data or {}).get("spec"),
-                               (data or {}).get("versions"), used, _dir_size(path) if sizes else None))
+            out.append(
+                EnvInfo(
+                    path.name,
+                    path,
+                    data is not None,
+                    (data or {}).get("spec"),
+                    (data or {}).get("versions"),
+                    used,
+                    _dir_size(path) if sizes else None,
+                )
+            )
         return out
 
     def prune(self, *, max_age_days: float = 30.0, everything: bool = False) -> list[tuple[EnvInfo, str]]:
@@ -468,9 +524,13 @@ def envs_lines(store: EnvStore | None = None, now: float | None = None) -> list[
     lines = [f"environments in {store.root}:"]
     for i in infos:
         v = i.versions or {}
-        what = (f"tensorflow {v.get('tensorflow')}, keras {v.get('keras')}"
-                + (f", tf_keras {v['tf_keras']}" if v.get("tf_keras") else "") + f", python {v.get('python')}"
-                if i.ready else "INCOMPLETE (removed by --prune)")
+        what = (
+            f"tensorflow {v.get('tensorflow')}, keras {v.get('keras')}"
+            + (f", tf_keras {v['tf_keras']}" if v.get("tf_keras") else "")
+            + f", python {v.get('python')}"
+            if i.ready
+            else "INCOMPLETE (removed by --prune)"
+        )
         lines.append(f"  {i.name}  {what}  {_size(i.size)}  used {(now - i.last_used) / 86400:.0f} days ago")
     return lines
 

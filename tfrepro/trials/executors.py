@@ -90,8 +90,14 @@ class Executor:
         timing trial of this executor (the caller never overlaps two)."""
         return self._run(project, request, 0, True)
 
-    def run_batch(self, project: "Project | None", requests: Sequence[TrialRequest], *,
-                  on_start: OnStart | None = None, on_result: OnResult | None = None) -> list[TrialResult]:
+    def run_batch(
+        self,
+        project: "Project | None",
+        requests: Sequence[TrialRequest],
+        *,
+        on_start: OnStart | None = None,
+        on_result: OnResult | None = None,
+    ) -> list[TrialResult]:
         """Run independent trials, `slots` at a time; results in request order.
         `on_start(i)` / `on_result(i, result)` are called from worker threads.
         An exception of one trial is raised after the running ones finished
@@ -161,8 +167,9 @@ class Executor:
 # -- retry once ----------------------------------------------------------------------
 
 
-def retry_once(attempt: Callable[[int], T], is_lost: Callable[[BaseException], bool],
-               retries: int = RETRIES) -> tuple[T | None, list[str]]:
+def retry_once(
+    attempt: Callable[[int], T], is_lost: Callable[[BaseException], bool], retries: int = RETRIES
+) -> tuple[T | None, list[str]]:
     """`attempt(n)` for n = 0, 1, ...: a loss (`is_lost`) is tried again
     `retries` times; anything else propagates. Returns (value or None when
     every attempt was lost, the description of each loss)."""
@@ -180,15 +187,20 @@ def retry_once(attempt: Callable[[int], T], is_lost: Callable[[BaseException], b
 def could_not_run(lost: Sequence[str], log_dir: Path | None = None) -> TrialResult:
     """The result of a trial whose every attempt was lost: no verdict on the feature."""
     why = "; ".join(lost) or "no attempt finished"
-    return TrialResult(could_not_run=True, error=f"could not run ({len(lost)} attempts lost): {why}",
-                       log_dir=str(log_dir) if log_dir else None, extra={"attempts": len(lost)})
+    return TrialResult(
+        could_not_run=True,
+        error=f"could not run ({len(lost)} attempts lost): {why}",
+        log_dir=str(log_dir) if log_dir else None,
+        extra={"attempts": len(lost)},
+    )
 
 
 # -- GPUs ----------------------------------------------------------------------------
 
 
-def visible_gpus(environ: dict[str, str] | None = None,
-                 nvidia_smi: Callable[[], str | None] | None = None) -> list[str]:
+def visible_gpus(
+    environ: dict[str, str] | None = None, nvidia_smi: Callable[[], str | None] | None = None
+) -> list[str]:
     """The GPU ids trials may use, without importing TensorFlow: the parent's
     `CUDA_VISIBLE_DEVICES` when set (empty or -1: none), else `nvidia-smi -L`."""
     env = os.environ if environ is None else environ
@@ -228,8 +240,9 @@ class LocalExecutor(Executor):
 
     name = "local"
 
-    def __init__(self, jobs: int = 1, *, runner: Runner | None = None,
-                 devices: Sequence[str] | None = None, cold: bool = False) -> None:
+    def __init__(
+        self, jobs: int = 1, *, runner: Runner | None = None, devices: Sequence[str] | None = None, cold: bool = False
+    ) -> None:
         super().__init__(jobs)
         self.runner = runner
         self.cold = cold  # every trial in a cold process (`--cold`), never forked from a warm server
@@ -250,11 +263,15 @@ class LocalExecutor(Executor):
 
         if not self.devices:
             return run_trial(project, request.enabled, request.settings, cold=self.cold, **kw)
-        return self._on_free_gpus(project, request, lambda env: run_trial(
-            project, request.enabled, request.settings, unkeyed_env=env, cold=self.cold, **kw))
+        return self._on_free_gpus(
+            project,
+            request,
+            lambda env: run_trial(project, request.enabled, request.settings, unkeyed_env=env, cold=self.cold, **kw),
+        )
 
-    def _on_free_gpus(self, project: "Project", request: TrialRequest,
-                      run: Callable[[dict[str, str]], TrialResult]) -> TrialResult:
+    def _on_free_gpus(
+        self, project: "Project", request: TrialRequest, run: Callable[[dict[str, str]], TrialResult]
+    ) -> TrialResult:
         """Run with the GPUs the trial needs (`trials/gpus.py`), disjoint from
         every running trial's. A timing trial runs alone, so it gets the
         lowest ids: the same devices for every pair."""
@@ -287,9 +304,15 @@ def keep_ray_on_loopback() -> None:
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 
-def make_executor(name: str = "local", *, jobs: int = 1, address: str | None = None,
-                  runner: Runner | None = None, log: Callable[[str], None] | None = None,
-                  cold: bool = False) -> Executor:
+def make_executor(
+    name: str = "local",
+    *,
+    jobs: int = 1,
+    address: str | None = None,
+    runner: Runner | None = None,
+    log: Callable[[str], None] | None = None,
+    cold: bool = False,
+) -> Executor:
     """The executor the user asked for (`--executor`, `--jobs`, `--address`, `--cold`)."""
     if name == "local":
         if address:
@@ -301,7 +324,9 @@ def make_executor(name: str = "local", *, jobs: int = 1, address: str | None = N
         try:
             from tfrepro.trials.ray_executor import RayExecutor
         except ImportError as e:
-            raise UserError(f"--executor ray needs Ray, which is not installed ({e})",
-                            hint=f"{RAY_INSTALL_HINT}, or run without --executor ray") from None
+            raise UserError(
+                f"--executor ray needs Ray, which is not installed ({e})",
+                hint=f"{RAY_INSTALL_HINT}, or run without --executor ray",
+            ) from None
         return RayExecutor(address=address, log=log)
     raise UserError(f"unknown executor {name!r}", hint="use local or ray")

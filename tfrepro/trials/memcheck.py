@@ -35,8 +35,11 @@ MIN_GROWTH_BYTES = 8 * 1024 * 1024  # over the trial's steps
 GROWTH_SHARE_PER_10_STEPS = 0.01  # of the peak
 GROWTH_Z = 3.0
 CLOSE_RATIO = 1.1
-_OOM_LINE = re.compile(r"ResourceExhaustedError|MemoryError|OutOfMemory|OOM when allocating|std::bad_alloc"
-                       r"|out of memory|Cannot allocate memory", re.IGNORECASE)
+_OOM_LINE = re.compile(
+    r"ResourceExhaustedError|MemoryError|OutOfMemory|OOM when allocating|std::bad_alloc"
+    r"|out of memory|Cannot allocate memory",
+    re.IGNORECASE,
+)
 _SIGKILL = (-9, 137)
 
 
@@ -52,9 +55,16 @@ class MemoryDecision:
     growth_z: float | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {"shows": self.shows, "close": self.close, "oom": self.oom, "reason": self.reason,
-                "peak_ratio": self.peak_ratio, "growth_per_step": self.growth,
-                "growth_limit_per_step": self.growth_limit, "growth_z": self.growth_z}
+        return {
+            "shows": self.shows,
+            "close": self.close,
+            "oom": self.oom,
+            "reason": self.reason,
+            "peak_ratio": self.peak_ratio,
+            "growth_per_step": self.growth,
+            "growth_limit_per_step": self.growth_limit,
+            "growth_z": self.growth_z,
+        }
 
 
 def is_oom(result: TrialResult) -> bool:
@@ -116,15 +126,18 @@ def decide_memory(result: TrialResult, baselines: Sequence[TrialResult], thresho
     grows = excess is not None and excess > limit and z >= GROWTH_Z
     high = ratio is not None and ratio >= threshold
     close = (ratio is not None and threshold / CLOSE_RATIO <= ratio < threshold * CLOSE_RATIO) or (
-        excess is not None and limit / 2 <= excess <= 2 * limit and z >= GROWTH_Z - 1)
+        excess is not None and limit / 2 <= excess <= 2 * limit and z >= GROWTH_Z - 1
+    )
     why = []
     if high:
         why.append(f"peak {ratio:.2f}x the baseline's (threshold {threshold:g}x)")
     if grows:
-        why.append(f"grows {excess / 1e6:.2f} MB/step more than the baseline (limit {limit / 1e6:.2f} MB/step, "
-                   f"z {z:.1f})")
-    return MemoryDecision(high or grows, close, False, "; ".join(why) or "within bounds", ratio, excess, limit,
-                          round(z, 2))
+        why.append(
+            f"grows {excess / 1e6:.2f} MB/step more than the baseline (limit {limit / 1e6:.2f} MB/step, z {z:.1f})"
+        )
+    return MemoryDecision(
+        high or grows, close, False, "; ".join(why) or "within bounds", ratio, excess, limit, round(z, 2)
+    )
 
 
 def memory_lines(result: TrialResult) -> list[str]:

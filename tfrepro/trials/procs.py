@@ -40,14 +40,20 @@ def warm_argv(cmd: Sequence[str], python: str | None = None) -> list[str] | None
     """`[python, script.py, args...]` → `[script.py, args...]`; None for
     anything else (`-m`, interpreter options, a wrapper, another program):
     those run cold. `python`: the trial's interpreter (default: this one)."""
-    if (len(cmd) < 2 or cmd[0] != (python or sys.executable) or cmd[1].startswith("-")
-            or not cmd[1].endswith(".py")):
+    if len(cmd) < 2 or cmd[0] != (python or sys.executable) or cmd[1].startswith("-") or not cmd[1].endswith(".py"):
         return None
     return list(cmd[1:])
 
 
-def run_warm(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, stdout: Path,
-              stderr: Path, pool: "warm.WarmPool") -> Outcome | None:
+def run_warm(
+    cmd: Sequence[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    stdout: Path,
+    stderr: Path,
+    pool: "warm.WarmPool",
+) -> Outcome | None:
     """The trial forked from a warm server, or None: run it cold."""
     argv = warm_argv(cmd, cmd[0])
     if argv is None or pool.wants(cwd / argv[0]) is not None:
@@ -84,14 +90,22 @@ def run_warm(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float,
     return rc, timed_out, time.perf_counter() - start, "warm"
 
 
-def run_cold(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, stdout_path: Path,
-              stderr_path: Path) -> Outcome:
+def run_cold(
+    cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, stdout_path: Path, stderr_path: Path
+) -> Outcome:
     timed_out = False
     start = time.perf_counter()
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         try:
-            proc = subprocess.Popen(launcher(cmd), cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=err, start_new_session=True)
+            proc = subprocess.Popen(
+                launcher(cmd),
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                start_new_session=True,
+            )
         except OSError as e:
             return TrialResult(crashed=True, error=f"cannot start {cmd[0]!r}: {e.strerror or e}", wall_s=0.0)
         token = LIVE.add(proc.pid)
@@ -149,8 +163,11 @@ class _Live:
         when given); their `run_variant` raises TrialStopped. Returns how many."""
         wanted = None if threads is None else set(threads)
         with self._lock:
-            hit = [(t, pg) for t, (ident, pg) in self._running.items()
-                   if (wanted is None or ident in wanted) and t not in self._stopped]
+            hit = [
+                (t, pg)
+                for t, (ident, pg) in self._running.items()
+                if (wanted is None or ident in wanted) and t not in self._stopped
+            ]
             self._stopped.update(t for t, _ in hit)
         for _, pgid in hit:
             try:

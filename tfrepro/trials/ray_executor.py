@@ -73,8 +73,7 @@ def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
     return [m for m in tar.getmembers() if not (m.name.startswith("/") or ".." in Path(m.name).parts)]
 
 
-def run_shipped(base: bytes, rendered: dict[str, str], settings: dict[str, Any],
-                env: dict[str, str]) -> dict[str, Any]:
+def run_shipped(base: bytes, rendered: dict[str, str], settings: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
     """The task body (also callable in-process): unpack, run, return the
     result dict, the logs and where it ran."""
     from tfrepro.trials import runner
@@ -96,8 +95,7 @@ def run_shipped(base: bytes, rendered: dict[str, str], settings: dict[str, Any],
         node = ray.get_runtime_context().get_node_id()
     except Exception:  # called outside a Ray worker (tests)
         node = None
-    return {"result": result.to_dict(), "logs": logs, "node": node, "host": socket.gethostname(),
-            "pid": os.getpid()}
+    return {"result": result.to_dict(), "logs": logs, "node": node, "host": socket.gethostname(), "pid": os.getpid()}
 
 
 def _sweep(parent: Path) -> None:
@@ -116,8 +114,9 @@ def _sweep(parent: Path) -> None:
 
 
 @ray.remote(max_retries=0, retry_exceptions=False)
-def _trial_task(base: bytes, rendered: dict[str, str], settings: dict[str, Any], env: dict[str, str],
-                attempt: int) -> dict[str, Any]:
+def _trial_task(
+    base: bytes, rendered: dict[str, str], settings: dict[str, Any], env: dict[str, str], attempt: int
+) -> dict[str, Any]:
     return run_shipped(base, rendered, settings, {**env, ATTEMPT_ENV: str(attempt)})
 
 
@@ -143,8 +142,13 @@ class RayExecutor(Executor):
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, *, log: Callable[[str], None] | None = None,
-                 init_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        address: str | None = None,
+        *,
+        log: Callable[[str], None] | None = None,
+        init_kwargs: dict[str, Any] | None = None,
+    ) -> None:
         log = log or (lambda text: print(text, file=sys.stderr))
         self._owns = False
         if not ray.is_initialized():

@@ -32,7 +32,9 @@ DEFAULT_INDEX = "https://pypi.org/simple"
 LISTING_TTL_S = 24 * 3600
 _VERSION = re.compile(
     r"^v?(?P<release>\d+(?:\.\d+)*)(?:[._-]?(?P<pre>a|b|rc)(?P<pre_n>\d+))?"
-    r"(?:[._-]?post(?P<post>\d+))?(?:[._-]?dev(?P<dev>\d+))?$", re.IGNORECASE)
+    r"(?:[._-]?post(?P<post>\d+))?(?:[._-]?dev(?P<dev>\d+))?$",
+    re.IGNORECASE,
+)
 _PRE_RANK = {"a": 0, "b": 1, "rc": 2}
 
 # fetch(url) -> the response body; raises OSError when the index cannot be reached.
@@ -129,14 +131,15 @@ def expand(spec: str, listing: Callable[[], Listing]) -> tuple[list[str], list[t
         known = known or listing()
         found = finals_between(known.versions, lo, hi)
         if not found:
-            raise UserError(f"no final {known.dist} release in {item}",
-                            hint=f"known releases: {', '.join(finals_between(known.versions, '0', '99'))}")
+            raise UserError(
+                f"no final {known.dist} release in {item}",
+                hint=f"known releases: {', '.join(finals_between(known.versions, '0', '99'))}",
+            )
         out.extend(found)
         excluded.extend((v, why) for v, why in known.excluded if in_range(v, lo, hi))
     versions = sort_versions(out)
     if len(versions) < 2:
-        raise UserError("a version bisection needs two versions at least",
-                        hint="e.g. --tf-versions 2.15.1,2.16.2")
+        raise UserError("a version bisection needs two versions at least", hint="e.g. --tf-versions 2.15.1,2.16.2")
     return versions, excluded
 
 
@@ -160,8 +163,9 @@ def _platform_word() -> str:
     return {"darwin": "macosx", "win32": "win"}.get(sys.platform, "linux")
 
 
-def wheel_versions(files: Sequence[dict], dist: str, python_tag: str | None = None,
-                   platform_word: str | None = None) -> Listing:
+def wheel_versions(
+    files: Sequence[dict], dist: str, python_tag: str | None = None, platform_word: str | None = None
+) -> Listing:
     """Index files (PEP 691 `files`) -> the versions with a usable wheel here."""
     python_tag = python_tag or f"cp{sys.version_info[0]}{sys.version_info[1]}"
     platform_word = platform_word or _platform_word()
@@ -187,13 +191,13 @@ def wheel_versions(files: Sequence[dict], dist: str, python_tag: str | None = No
             usable.add(version)
         else:
             seen.setdefault(version, f"no {python_tag} wheel for {platform_word}")
-    excluded = tuple((v, why) for v, why in sorted(seen.items(), key=lambda kv: version_key(kv[0]))
-                     if v not in usable)
+    excluded = tuple((v, why) for v, why in sorted(seen.items(), key=lambda kv: version_key(kv[0])) if v not in usable)
     return Listing(dist, tuple(sort_versions(list(usable))), excluded)
 
 
-def list_releases(dist: str, cache_dir: Path, *, fetch: Fetch | None = None, now: float | None = None,
-                  ttl_s: float = LISTING_TTL_S) -> Listing:
+def list_releases(
+    dist: str, cache_dir: Path, *, fetch: Fetch | None = None, now: float | None = None, ttl_s: float = LISTING_TTL_S
+) -> Listing:
     """The installable versions of `dist` (cached for `ttl_s`)."""
     now = time.time() if now is None else now
     path = Path(cache_dir) / "index" / f"{dist}.json"
@@ -211,9 +215,10 @@ def list_releases(dist: str, cache_dir: Path, *, fetch: Fetch | None = None, now
     except (OSError, ValueError, AttributeError) as e:
         if cached:
             return _listing(dist, cached, stale=True)
-        raise UserError(f"cannot list the {dist} releases from {url}: {e}",
-                        hint="check the network (or the index URL), or name the versions: "
-                        "--tf-versions 2.15.1,2.16.2") from None
+        raise UserError(
+            f"cannot list the {dist} releases from {url}: {e}",
+            hint="check the network (or the index URL), or name the versions: --tf-versions 2.15.1,2.16.2",
+        ) from None
     record = {"url": url, "fetched": now, "files": files}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")

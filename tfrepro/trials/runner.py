@@ -81,8 +81,12 @@ def tf_version() -> str | None:
 
 def driver_versions() -> dict[str, str | None]:
     """The versions of this interpreter's environment (the default trial's)."""
-    return {"tensorflow": tf_version(), "keras": _dist_version("keras"),
-            "tf_keras": _dist_version("tf_keras", "tf-keras"), "python": sys.version.split()[0]}
+    return {
+        "tensorflow": tf_version(),
+        "keras": _dist_version("keras"),
+        "tf_keras": _dist_version("tf_keras", "tf-keras"),
+        "python": sys.version.split()[0],
+    }
 
 
 def _file_digest(path: Path) -> str:
@@ -100,9 +104,15 @@ def keyed_env(env: Mapping[str, str] | None) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def trial_key(variant_hash: str, settings: TrialSettings, *, env: Mapping[str, str] | None = None,
-              plugins: Sequence[Path] = (), plugin_options: Mapping[str, Any] | None = None,
-              versions: Mapping[str, str | None] | None = None) -> str:
+def trial_key(
+    variant_hash: str,
+    settings: TrialSettings,
+    *,
+    env: Mapping[str, str] | None = None,
+    plugins: Sequence[Path] = (),
+    plugin_options: Mapping[str, Any] | None = None,
+    versions: Mapping[str, str | None] | None = None,
+) -> str:
     """sha256 over everything that can change a trial's result. `versions`
     (keys tensorflow, keras, tf_keras, python) are those of the interpreter the
     trial runs under when it is not this one (`envs.read_versions`)."""
@@ -126,12 +136,22 @@ def trial_key(variant_hash: str, settings: TrialSettings, *, env: Mapping[str, s
 # -- the trial ------------------------------------------------------------------
 
 
-def run_trial(project: "Project", enabled: Iterable[str], settings: TrialSettings, *,
-              use_cache: bool = True, label: str = "", state_dir: Path | None = None,
-              env: Mapping[str, str] | None = None, unkeyed_env: Mapping[str, str] | None = None,
-              plugins: Sequence[Path] = (), plugin_options: Mapping[str, Any] | None = None,
-              python: str | None = None, versions: Mapping[str, str | None] | None = None,
-              cold: bool = False) -> TrialResult:
+def run_trial(
+    project: "Project",
+    enabled: Iterable[str],
+    settings: TrialSettings,
+    *,
+    use_cache: bool = True,
+    label: str = "",
+    state_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    unkeyed_env: Mapping[str, str] | None = None,
+    plugins: Sequence[Path] = (),
+    plugin_options: Mapping[str, Any] | None = None,
+    python: str | None = None,
+    versions: Mapping[str, str | None] | None = None,
+    cold: bool = False,
+) -> TrialResult:
     """Run `project` with the features `enabled` ON (all others OFF), or return
     the cached result of the same trial. `env` is part of the cache key;
     `unkeyed_env` is not (the GPU a trial is pinned to: any GPU of the box
@@ -142,13 +162,27 @@ def run_trial(project: "Project", enabled: Iterable[str], settings: TrialSetting
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(state_dir) if state_dir is not None else StateDir.of(project.root)
     plugins = tuple(Path(p).resolve() for p in plugins)
-    key = trial_key(project.variant_hash(enabled_t), settings, env=env, plugins=plugins,
-                    plugin_options=plugin_options, versions=versions)
+    key = trial_key(
+        project.variant_hash(enabled_t),
+        settings,
+        env=env,
+        plugins=plugins,
+        plugin_options=plugin_options,
+        versions=versions,
+    )
 
     def execute(trial_dir: Path) -> TrialResult:
         files = project.write_variant(enabled_t, trial_dir / "variant")
-        result = run_variant(trial_dir / "variant", settings, trial_dir, env={**(env or {}), **(unkeyed_env or {})},
-                             plugins=plugins, plugin_options=plugin_options, python=python, cold=cold)
+        result = run_variant(
+            trial_dir / "variant",
+            settings,
+            trial_dir,
+            env={**(env or {}), **(unkeyed_env or {})},
+            plugins=plugins,
+            plugin_options=plugin_options,
+            python=python,
+            cold=cold,
+        )
         # Which files the trial got as its own copies (and how): never a link.
         extra = {**result.extra, "files": files} if files else dict(result.extra)
         if versions is not None:  # the trial's interpreter, not the driver's
@@ -159,8 +193,14 @@ def run_trial(project: "Project", enabled: Iterable[str], settings: TrialSetting
     return cached(state, key, enabled_t, label, use_cache, execute)
 
 
-def cached(state: StateDir, key: str, enabled: tuple[str, ...], label: str, use_cache: bool,
-           execute: Callable[[Path], TrialResult]) -> TrialResult:
+def cached(
+    state: StateDir,
+    key: str,
+    enabled: tuple[str, ...],
+    label: str,
+    use_cache: bool,
+    execute: Callable[[Path], TrialResult],
+) -> TrialResult:
     """The trial cache protocol, the same for every executor: a hit is returned
     as is; otherwise `execute(trial_dir)` runs it in a new trial dir and its
     result is stored (a could-not-run result is returned, never stored)."""
@@ -197,15 +237,25 @@ def child_env(settings: TrialSettings, config_path: Path, env: Mapping[str, str]
         out["PYTHONHASHSEED"] = str(settings.seed)
     out.update(env or {})
     # The injection dir goes first, also before a PYTHONPATH the caller overrides.
-    out["PYTHONPATH"] = os.pathsep.join([str(inside.INJECT_DIR)] + ([out["PYTHONPATH"]] if out.get("PYTHONPATH") else []))
+    out["PYTHONPATH"] = os.pathsep.join(
+        [str(inside.INJECT_DIR)] + ([out["PYTHONPATH"]] if out.get("PYTHONPATH") else [])
+    )
     out[harness.CONFIG_ENV] = str(config_path)
     return out
 
 
-def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
-                env: Mapping[str, str] | None = None, plugins: Sequence[Path] = (),
-                plugin_options: Mapping[str, Any] | None = None, python: str | None = None,
-                cold: bool = False, warm_pool: "warm.WarmPool | None" = None) -> TrialResult:
+def run_variant(
+    variant_dir: Path,
+    settings: TrialSettings,
+    trial_dir: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    plugins: Sequence[Path] = (),
+    plugin_options: Mapping[str, Any] | None = None,
+    python: str | None = None,
+    cold: bool = False,
+    warm_pool: "warm.WarmPool | None" = None,
+) -> TrialResult:
     """Run an already rendered variant (no cache). `trial_dir` receives the
     config, the result and the logs. The trial is a child forked from a warm
     server (`trials/warm.py`) when it is a plain `python script.py` that
@@ -239,8 +289,15 @@ def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
     full_env = child_env(settings, config_path, env)
     outcome = None
     if not cold:
-        outcome = run_warm(cmd, Path(variant_dir), full_env, settings.timeout_s, stdout_path, stderr_path,
-                            warm_pool or warm.default_pool())
+        outcome = run_warm(
+            cmd,
+            Path(variant_dir),
+            full_env,
+            settings.timeout_s,
+            stdout_path,
+            stderr_path,
+            warm_pool or warm.default_pool(),
+        )
     if outcome is None:
         for stale in (result_path, Path(harness.progress_path(str(result_path)))):
             stale.unlink(missing_ok=True)  # left by a warm attempt whose server died
@@ -252,22 +309,36 @@ def run_variant(variant_dir: Path, settings: TrialSettings, trial_dir: Path, *,
     return replace(result, extra={**result.extra, "process": how})
 
 
-def _collect(rc: int | None, timed_out: bool, wall: float, settings: TrialSettings,
-             result_path: Path, stderr_path: Path, trial_dir: Path, tf_fallback: str | None = None) -> TrialResult:
+def _collect(
+    rc: int | None,
+    timed_out: bool,
+    wall: float,
+    settings: TrialSettings,
+    result_path: Path,
+    stderr_path: Path,
+    trial_dir: Path,
+    tf_fallback: str | None = None,
+) -> TrialResult:
     base = {"exit_code": rc, "wall_s": round(wall, 4), "log_dir": str(trial_dir)}
     if timed_out:
         progress = _read_json(Path(harness.progress_path(str(result_path)))) or {}
         error = f"timed out after {settings.timeout_s:g} s"
         if progress.get("steps_run"):
             error += f" (last step seen: {progress['steps_run']})"
-        return TrialResult.from_dict({**progress, "timed_out": True, "error": error, "tf_version": tf_fallback,
-                                      **base, "exit_code": None})
+        return TrialResult.from_dict(
+            {**progress, "timed_out": True, "error": error, "tf_version": tf_fallback, **base, "exit_code": None}
+        )
     data = _read_json(result_path)
     if data is None:
         # Died without a word from the harness: segfault, os._exit, python -S.
         crashed = rc != 0
-        return TrialResult(crashed=crashed, error=_crash_line(rc, stderr_path) if crashed else None,
-                           tf_version=tf_fallback, extra={"no_result": True}, **base)
+        return TrialResult(
+            crashed=crashed,
+            error=_crash_line(rc, stderr_path) if crashed else None,
+            tf_version=tf_fallback,
+            extra={"no_result": True},
+            **base,
+        )
     result = TrialResult.from_dict({**data, **base})
     if rc != 0 and not result.crashed:
         result = replace(result, crashed=True, error=result.error or _crash_line(rc, stderr_path))

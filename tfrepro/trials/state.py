@@ -59,14 +59,21 @@ class Pruned:
     paths: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, int]:
-        return {"runs": self.runs, "trials": self.trials, "variants": self.variants,
-                "other": self.other, "bytes": self.bytes}
+        return {
+            "runs": self.runs,
+            "trials": self.trials,
+            "variants": self.variants,
+            "other": self.other,
+            "bytes": self.bytes,
+        }
 
     def describe(self) -> str:
         if not self.paths:
             return "nothing to remove"
-        return (f"removed {self.runs} runs, {self.trials} trials, {self.variants} trial copies and "
-                f"{self.other} scratch dirs: {self.bytes / 2**20:.1f} MB freed")
+        return (
+            f"removed {self.runs} runs, {self.trials} trials, {self.variants} trial copies and "
+            f"{self.other} scratch dirs: {self.bytes / 2**20:.1f} MB freed"
+        )
 
 
 class StateDir:

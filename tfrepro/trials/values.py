@@ -44,6 +44,7 @@ SYMPTOM_ORDER: tuple[Verdict, ...] = (
     Verdict.SLOWDOWN,
 )
 
+
 def _enc_float(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
@@ -152,8 +153,14 @@ class Status(str, Enum):
         return _EXIT_CODES[self]
 
 
-_EXIT_CODES = {Status.FOUND: 0, Status.NONE: 3, Status.FLAKY: 4, Status.AMBIGUOUS: 4,
-               Status.BASELINE_FAILS: 1, Status.ERROR: 1}
+_EXIT_CODES = {
+    Status.FOUND: 0,
+    Status.NONE: 3,
+    Status.FLAKY: 4,
+    Status.AMBIGUOUS: 4,
+    Status.BASELINE_FAILS: 1,
+    Status.ERROR: 1,
+}
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 

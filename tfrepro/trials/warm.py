@@ -42,9 +42,11 @@ from pathlib import Path
 from tfrepro import inside
 
 WARM_SERVER = inside.INSIDE_DIR / "warm.py"
-BOOT = ("import importlib.util as u, sys\n"
-        "s = u.spec_from_file_location('_tfrepro_warm', sys.argv[1]); m = u.module_from_spec(s)\n"
-        "sys.modules[s.name] = m; s.loader.exec_module(m); m.serve(sys.argv[2:])\n")
+BOOT = (
+    "import importlib.util as u, sys\n"
+    "s = u.spec_from_file_location('_tfrepro_warm', sys.argv[1]); m = u.module_from_spec(s)\n"
+    "sys.modules[s.name] = m; s.loader.exec_module(m); m.serve(sys.argv[2:])\n"
+)
 DEFAULT_PRELOAD = ("numpy", "tensorflow", "tensorflow:keras")
 # A warm server is worth it only for a script that imports one of these (itself
 # or a module next to it); anything else starts in milliseconds cold.
@@ -56,9 +58,31 @@ MAX_SERVERS = 2
 
 # Variables read at interpreter start or at import by Python, NumPy, TensorFlow,
 # Keras, BLAS/OpenMP, malloc or the loader: any difference means another server.
-KEY_PREFIXES = ("TF", "KERAS", "XLA_", "PYTHON", "LD_", "MALLOC", "OMP_", "KMP_", "MKL", "OPENBLAS",
-                "GOTO", "NPY_", "NUMPY", "TCMALLOC", "JEMALLOC", "CUDA", "NVIDIA", "HIP", "ROCM", "LANG", "LC_",
-                "ABSL", "GRPC")
+KEY_PREFIXES = (
+    "TF",
+    "KERAS",
+    "XLA_",
+    "PYTHON",
+    "LD_",
+    "MALLOC",
+    "OMP_",
+    "KMP_",
+    "MKL",
+    "OPENBLAS",
+    "GOTO",
+    "NPY_",
+    "NUMPY",
+    "TCMALLOC",
+    "JEMALLOC",
+    "CUDA",
+    "NVIDIA",
+    "HIP",
+    "ROCM",
+    "LANG",
+    "LC_",
+    "ABSL",
+    "GRPC",
+)
 PER_TRIAL = frozenset({"TFREPRO_TRIAL_CONFIG", "CUDA_VISIBLE_DEVICES"})
 # Writing one of these from the script itself (os.environ[...] = ...) before
 # importing TensorFlow changes what the import does: such scripts run cold.
@@ -174,9 +198,22 @@ class WarmServer:
         log = open(os.path.join(self.tmp, "server.log"), "wb")
         try:
             self.proc = subprocess.Popen(
-                [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload),
-                 str(self.max_threads)], cwd=self.tmp, env=self.env, stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+                [
+                    self.executable,
+                    "-c",
+                    BOOT,
+                    str(WARM_SERVER),
+                    self.sock_path,
+                    ",".join(self.preload),
+                    str(self.max_threads),
+                ],
+                cwd=self.tmp,
+                env=self.env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                start_new_session=True,
+            )
         except OSError as e:
             self.dead = True
             raise WarmUnavailable(f"cannot start a warm server: {e}") from None
@@ -212,8 +249,7 @@ class WarmServer:
     def alive(self) -> bool:
         return not self.dead and self.proc is not None and self.proc.poll() is None
 
-    def submit(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], stdout: Path,
-               stderr: Path) -> WarmChild:
+    def submit(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], stdout: Path, stderr: Path) -> WarmChild:
         """Fork one trial; raises WarmUnavailable when nothing was started."""
         if not self.alive():
             self.dead = True
@@ -268,8 +304,14 @@ class WarmPool:
     keeps scripts that import no TensorFlow/Keras cold, where a warm server
     saves nothing."""
 
-    def __init__(self, preload: Sequence[str] = DEFAULT_PRELOAD, *, only_tf_scripts: bool = True,
-                 max_threads: int = 0, max_servers: int = MAX_SERVERS) -> None:
+    def __init__(
+        self,
+        preload: Sequence[str] = DEFAULT_PRELOAD,
+        *,
+        only_tf_scripts: bool = True,
+        max_threads: int = 0,
+        max_servers: int = MAX_SERVERS,
+    ) -> None:
         self.preload = tuple(preload)
         self.max_servers = max_servers
         self.only_tf_scripts = only_tf_scripts
@@ -310,8 +352,9 @@ class WarmPool:
                 return server
             if server is not None:
                 server.close()
-            server = WarmServer(executable, {k: v for k, v in env.items() if k not in PER_TRIAL},
-                                self.preload, self.max_threads)
+            server = WarmServer(
+                executable, {k: v for k, v in env.items() if k not in PER_TRIAL}, self.preload, self.max_threads
+            )
             self._evict_idle()
             try:
                 server.start()
@@ -329,7 +372,7 @@ class WarmPool:
         with self._lock:
             live = [(k, s) for k, s in self._servers.items() if s.alive()]
             idle = sorted((s.last_used, k) for k, s in live if s.running == 0)
-            evict = [k for _, k in idle[:max(0, len(live) - self.max_servers + 1)]]
+            evict = [k for _, k in idle[: max(0, len(live) - self.max_servers + 1)]]
             gone = [self._servers.pop(k) for k in evict]
         for server in gone:
             server.close()

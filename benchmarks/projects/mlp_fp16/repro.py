@@ -26,12 +26,13 @@ y = rng.integers(0, 10, size=(2048,)).astype("int32")
 ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(BATCH, drop_remainder=True).repeat()
 
 keras.utils.set_random_seed(0)
-model = keras.Sequential([
-    keras.Input((784,)),
-    keras.layers.Dense(256, activation="relu"),
-    keras.layers.Dense(256, activation="relu"),
-    keras.layers.Dense(10, dtype="float32"),
-])
-model.compile(optimizer=keras.optimizers.Adam(1e-3),
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model = keras.Sequential(
+    [
+        keras.Input((784,)),
+        keras.layers.Dense(256, activation="relu"),
+        keras.layers.Dense(256, activation="relu"),
+        keras.layers.Dense(10, dtype="float32"),
+    ]
+)
+model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 model.fit(ds, epochs=1, steps_per_epoch=STEPS, verbose=0)

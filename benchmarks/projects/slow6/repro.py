@@ -34,14 +34,15 @@ ds = ds.repeat()
 # tfrepro: end
 
 keras.utils.set_random_seed(0)
-model = keras.Sequential([
-    keras.Input((784,)),
-    keras.layers.Dense(256, activation="relu"),
-    keras.layers.Dense(256, activation="relu"),
-    keras.layers.Dense(10),
-])
-model.compile(optimizer=keras.optimizers.Adam(1e-3),
-              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+model = keras.Sequential(
+    [
+        keras.Input((784,)),
+        keras.layers.Dense(256, activation="relu"),
+        keras.layers.Dense(256, activation="relu"),
+        keras.layers.Dense(10),
+    ]
+)
+model.compile(optimizer=keras.optimizers.Adam(1e-3), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
 
 callbacks = []
 # tfrepro: feature csv_logger -- write per-epoch metrics to a CSV file
@@ -54,5 +55,4 @@ callbacks = []
 # callbacks.append(keras.callbacks.TerminateOnNaN())
 # tfrepro: end
 
-model.fit(ds, epochs=-(-STEPS // STEPS_PER_EPOCH), steps_per_epoch=STEPS_PER_EPOCH,
-          callbacks=callbacks, verbose=0)
+model.fit(ds, epochs=-(-STEPS // STEPS_PER_EPOCH), steps_per_epoch=STEPS_PER_EPOCH, callbacks=callbacks, verbose=0)

@@ -1,0 +1,161 @@
+"""Check 3, the first batches (shapes, dtypes, ranges, NaN/Inf, labels in
+range, normalisation), and the number of classes the loss implies (pure)."""
+
+from __future__ import annotations
+
+from tfrepro.check.checklist import CheckItem, Status, describe_tensor, fmt_num
+from tfrepro.check.common import CLASSIFICATION, CheckOptions
+from tfrepro.check.common import item as _item
+from tfrepro.check.common import missing as _missing
+from tfrepro.trials.values import TrialResult
+
+
+def num_classes(loss: dict | None, model: dict | None) -> tuple[int | None, str]:
+    """(C, "") for a classification loss, else (None, why not)."""
+    if not loss:
+        return None, "the loss was not seen (no compiled loss, no Keras loss or cross-entropy call)"
+    kind = loss.get("kind")
+    if kind == "multi":
+        return None, "the model has one loss per output (a dict or list of losses): no single chance level"
+    if kind not in CLASSIFICATION:
+        return None, f"the loss {loss.get('name')} is not a classification loss"
+    width = (model or {}).get("output_width")
+    if kind == "binary":
+        return 2, ""
+    if width is None:
+        return None, "the model's output width is unknown"
+    if width < 2:
+        return None, f"{loss.get('name')} over {width} output unit(s) is not a C-way classification"
+    return int(width), ""
+
+
+def _label_problems(t: dict, kind: str, c: int) -> list[str]:
+    """Problems of one label tensor for a classification loss over c classes."""
+    problems = []
+    name = t.get("name") or "labels"
+    if t.get("nan") or t.get("inf"):
+        problems.append(f"{name}: {t.get('nan', 0)} NaN and {t.get('inf', 0)} Inf")
+    if "min" not in t:
+        return problems
+    shape = t.get("shape") or []
+    one_hot = kind == "categorical" and len(shape) >= 2 and shape[-1] == c
+    if kind == "binary" or one_hot:
+        if t["min"] < 0 or t["max"] > 1:
+            problems.append(f"{name}: values in [{fmt_num(t['min'])}, {fmt_num(t['max'])}], outside [0, 1]")
+        if one_hot and "row_sum_min" in t and (t["row_sum_min"] < 0.99 or t["row_sum_max"] > 1.01):
+            problems.append(
+                f"{name}: one-hot rows summing to {fmt_num(t['row_sum_min'])}..{fmt_num(t['row_sum_max'])}, "
+                f"not 1 (rows of zeros come from class ids outside [0, {c}) in `tf.one_hot`)"
+            )
+        return problems
+    if not t.get("integral", False):
+        problems.append(
+            f"{name}: fractional values (e.g. {fmt_num(t['min'])}..{fmt_num(t['max'])}) where class ids are expected"
+        )
+    if t["min"] < 0 or t["max"] >= c:
+        problems.append(
+            f"{name}: class ids in [{fmt_num(t['min'])}, {fmt_num(t['max'])}], outside [0, {c}) for a {c}-way output"
+        )
+    return problems
+
+
+def _input_scale_problem(t: dict, limit: float, what: str) -> str | None:
+    if t.get("kind") != "float" or "mean" not in t or t.get("size", 0) < 2:
+        return None
+    if abs(t["mean"]) > limit or t["std"] > limit:
+        return (
+            f"{what} far from normalised: mean {fmt_num(t['mean'])}, std {fmt_num(t['std'])}, range "
+            f"[{fmt_num(t['min'])}, {fmt_num(t['max'])}] (|mean| or std above {fmt_num(limit)})"
+        )
+    if t["std"] == 0 and t["max"] == 0:
+        return f"{what}: every value is 0"
+    return None
+
+
+def check_first_batches(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
+    skips = result.extra.get("check.skips") or {}
+    data = result.extra.get("check.batches")
+    if "batches" in skips and not data:
+        return _item("first_batches", Status.SKIP, skips["batches"])
+    if not data or not data.get("batches"):
+        return _item("first_batches", Status.SKIP, _missing(result, "batches"))
+    loss = result.extra.get("check.loss")
+    model = result.extra.get("check.model")
+    c, why_no_classes = num_classes(loss, model)
+    fails: list[str] = []
+    label_problems: dict[str, list[str]] = {}  # the same problem in both batches is said once
+    n_labels = 0
+    warns: list[str] = []
+    evidence: list[str] = [f"seen at: {data.get('source')}"]
+    for b, batch in enumerate(data["batches"][:2], start=1):
+        for role in ("inputs", "labels"):
+            for t in batch.get(role) or []:
+                evidence.append(f"batch {b} {t.get('name') or role}: {describe_tensor(t)}")
+                if role == "inputs" and (t.get("nan") or t.get("inf")):
+                    fails.append(
+                        f"batch {b} {t.get('name')}: {t.get('nan', 0)} NaN and {t.get('inf', 0)} Inf "
+                        f"among {t.get('size')} values"
+                    )
+        labels = batch.get("labels") or []
+        n_labels = max(n_labels, len(labels))
+        if c is not None and len(labels) == 1:
+            for p in _label_problems(labels[0], loss["kind"], c):
+                label_problems.setdefault(p, []).append(str(b))
+    fails.extend(f"batch{'es' if len(bs) > 1 else ''} {' and '.join(bs)} {p}" for p, bs in label_problems.items())
+    first_input = (model or {}).get("first_layer_input")
+    if first_input and first_input.get("normalised_by"):
+        evidence.append(f"inputs normalised in the model by {first_input['layer']} ({first_input['normalised_by']})")
+    elif first_input and first_input.get("stats"):
+        via = ", ".join(first_input.get("via") or [])
+        t = first_input["stats"]
+        evidence.append(f"the first weighted layer {first_input['layer']} receives (after {via}): {describe_tensor(t)}")
+        p = _input_scale_problem(t, options.input_scale, f"what {first_input['layer']} receives")
+        if p:
+            warns.append(p)
+    else:
+        first = data["batches"][0].get("inputs") or []
+        for t in first:
+            p = _input_scale_problem(t, options.input_scale, f"batch 1 {t.get('name')}")
+            if p:
+                warns.append(p)
+    if c is None:
+        evidence.append(f"labels not judged: {why_no_classes}")
+    elif n_labels != 1:
+        evidence.append(
+            "labels not judged: "
+            + ("the batches carry no labels" if n_labels == 0 else f"{n_labels} label tensors (one per output)")
+        )
+    else:
+        evidence.append(f"labels judged for {loss.get('name')} over {c} classes")
+    fixes = []
+    text = " ".join(fails + warns)
+    if "NaN" in text or "Inf" in text:
+        fixes.append(
+            "find where the NaN/Inf come from (missing values, log(0), a division): drop or impute them "
+            "in the data layer (`tf.where(tf.math.is_nan(x), 0.0, x)`); "
+            "`tf.debugging.check_numerics` in a `map` finds the first one"
+        )
+    if "class ids" in text or "one-hot rows" in text or "outside [0, 1]" in text:
+        fixes.append(
+            "labels must be class ids in [0, C): shift 1-based ids (`y - 1`), or give the output layer "
+            "one unit per class (C = largest id + 1)"
+        )
+    if "normalised" in text or "every value is 0" in text:
+        fixes.append(
+            "standardise the inputs: a `keras.layers.Normalization()` adapted on the training data as "
+            "the model's first layer, or `x / 255.0` / `(x - mean) / std` in the pipeline"
+        )
+    fix = "; ".join(fixes) or None
+    if fails:
+        return _item("first_batches", Status.FAIL, "; ".join(fails + warns), evidence, fix)
+    if warns:
+        return _item("first_batches", Status.WARN, "; ".join(warns), evidence, fix)
+    shapes = ", ".join(
+        f"{t.get('name')} {describe_tensor(t).split(' in [')[0]}"
+        for role in ("inputs", "labels")
+        for t in data["batches"][0].get(role) or []
+    )
+    return _item("first_batches", Status.PASS, f"{len(data['batches'])} batch(es) look right: {shapes}", evidence)
+
+
+# -- 4. initial loss ----------------------------------------------------------------
