@@ -35,7 +35,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "tfrepro" / "examples"
-STATUSES = {"found", "none", "baseline-fails", "error"}
+STATUSES = {"found", "none", "flaky", "ambiguous", "baseline-fails", "error"}  # Contract 4
 SYMPTOMS = {"nan", "crash", "timeout", "memory", "mismatch", "slowdown"}
 
 
