@@ -127,3 +127,23 @@ def test_on_a_shared_machine_a_clear_slowdown_takes_two_pairs(tmp_path):
     t = doc["timing"]
     # two clear pairs in the search, one more in the replay
     assert t["fast"] and len(t["pairs"]) == 3 and not any(x["quiet"] for x in t["pairs"])
+
+
+def test_a_bystander_kept_by_one_unlucky_timing_pair_is_dropped_in_the_replay(tmp_path):
+    """The first timing trial of the culprit alone comes out fast (a noise
+    burst on the baseline side, say): the search then keeps the bystander in
+    a pair. The replay checks each culprit's necessity again with fresh pairs
+    and names the culprit alone."""
+    from tfrepro.bisect.timing import TIMING_CANDIDATE
+
+    honest = slow("xla", 1.6)
+
+    def behave(cfg, r):
+        out = honest(cfg, r)
+        if set(cfg) == {"xla"} and r == TIMING_CANDIDATE:  # the unlucky first pair
+            out = slow("xla", 1.0)(cfg, r)
+        return out
+
+    p = make_project(tmp_path, ["cache", "xla"])
+    doc = bisect(p, BisectOptions(symptom=Verdict.SLOWDOWN), runner=FakeRunner(behave)).to_dict()
+    assert (doc["status"], doc["culprits"]) == ("found", ["xla"]), doc.get("error")

@@ -40,16 +40,17 @@ import time
 import traceback
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from tfrepro import __version__
 from tfrepro.bisect.events import BisectEvents, TrialRecord
+from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, judge_replay
 from tfrepro.bisect.timing import TimingPool
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX, WARMUP_STEPS, TrialSettings
+from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest, make_executor
 from tfrepro.trials.state import StateDir, write_trial_record
@@ -62,32 +63,6 @@ _FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
 _BASELINE_FAILURES = _FAILURES | {Verdict.MEMORY}
 _MEMORY_CLOSE = 500  # repeat-index base of the extra runs of a close memory decision
 _MEMORY_EXTRA = 2
-
-
-@dataclass(frozen=True)
-class BisectOptions:
-    """What the user asked for (CLI flags); None means "from tfrepro.toml"."""
-
-    symptom: Verdict | None = None
-    strategy: str = "auto"
-    steps: int | None = None
-    repeats: int | None = None
-    jobs: int = 1
-    use_cache: bool = True
-    replays: int = 3  # fresh runs of the culprit (and of the baseline) at the end
-    # Slowdown hunts. A pair is one candidate timing trial between two
-    # baseline ones; a clear-cut pair decides alone (classify.TimingPair.clear).
-    timing_min: int = 3  # pairs before the rank test is consulted (it can pass from 5 on)
-    timing_max: int = 16  # new pairs per comparison, at most
-    timing_replays: int = 1  # fresh pairs the replay adds to the evidence, at least
-    timing_budget_s: float = TIMING_MIN_TIME_S  # steady-state seconds a timing trial measures
-    timing_min_steps: int = TIMING_MIN_STEPS  # ... and steady steps, at least
-    timing_steps_max: int = TIMING_STEPS_MAX  # ... and steps in all, at most
-    executor: str = "local"  # where trials run: "local" (`jobs` at a time) or "ray"
-    address: str | None = None  # the Ray cluster to join (None: start a local one)
-    # Why a failing baseline fails: `tfrepro.check.run.checks_for_result`,
-    # injected by the CLI (commands never import each other).
-    baseline_checks: Callable[..., dict[str, Any]] | None = None
 
 
 def bisect(
@@ -450,10 +425,13 @@ class _Bisection:
         self.events.phase("replaying the answer")
         fresh = range(max(self.k, 2), max(self.k, 2) + self.opts.replays)
         if target == Verdict.SLOWDOWN:
-            if config not in self.timing:
-                self._timed(config)
+            # Each decision re-judges all the evidence so far: the replay's
+            # observations are the decisions made from here on (the search's
+            # own may be the very one a fresh look overturns).
+            seen = {c: len(v) for c, v in self.timing.items()}
+            culprits = config = self._minimal_slowdown(culprits)
             self._timed(config, fresh=max(1, self.opts.timing_replays))
-            culprit_obs = [t.verdict == target for t in self.timing[config]]
+            culprit_obs = [t.verdict == target for t in self.timing[config][seen.get(config, 0) :]]
             base_obs: list[bool] = []
         else:
             self._many(
@@ -481,6 +459,23 @@ class _Bisection:
         return self._finish(
             Status.FOUND, target, culprits=culprits, config=config, rate=judged.reproduction_rate, extra=extra
         )
+
+    def _minimal_slowdown(self, culprits: Config) -> Config:
+        """A timing decision near the threshold can wrongly keep a bystander
+        in a set of slowdown culprits (its removal judged "not slower" once).
+        Each culprit's necessity is checked again with fresh pairs added to
+        the evidence of the set without it; a set that is slower without a
+        culprit loses it."""
+        changed = True
+        while changed and len(culprits) > 1:
+            changed = False
+            for c in sorted(culprits):
+                without = frozenset(culprits - {c})
+                self.events.phase(f"replaying: is {c} needed for the slowdown?")
+                if self._timed(without, fresh=max(1, self.opts.timing_replays)).verdict == Verdict.SLOWDOWN:
+                    culprits, changed = without, True
+                    break
+        return culprits
 
     def _also_seen(self, target: Verdict | None) -> list[dict[str, Any]]:
         from tfrepro.bisect.also_seen import also_seen

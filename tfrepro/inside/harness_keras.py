@@ -119,9 +119,15 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
             kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback_cls())
         H.S.fit_depth += 1
         try:
-            return orig_fit(self, *args, **kwargs)
+            history = orig_fit(self, *args, **kwargs)
         finally:
             H.S.fit_depth -= 1
+        if H.S.budget is not None and H.S.fit_depth == 0 and H.S.steps_seen:
+            # A timing trial is for step times: it ends with the training it
+            # timed, before the script's post-training code (which ordinary
+            # trials, capped at `steps`, usually never reach either).
+            H._stop("fit ended (timing trial)")
+        return history
 
     def make_train_function(self, *args, **kwargs):
         # The instance's own train_step (a user override included) is wrapped

@@ -1,0 +1,37 @@
+"""What the user asked a feature bisection for (`tfrepro bisect` flags), as
+one frozen value; None means "from tfrepro.toml"."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX
+from tfrepro.trials.values import Verdict
+
+
+@dataclass(frozen=True)
+class BisectOptions:
+    """What the user asked for (CLI flags); None means "from tfrepro.toml"."""
+
+    symptom: Verdict | None = None
+    strategy: str = "auto"
+    steps: int | None = None
+    repeats: int | None = None
+    jobs: int = 1
+    use_cache: bool = True
+    replays: int = 3  # fresh runs of the culprit (and of the baseline) at the end
+    # Slowdown hunts. A pair is one candidate timing trial between two
+    # baseline ones; a clear-cut pair decides alone (classify.TimingPair.clear).
+    timing_min: int = 3  # pairs before the rank test is consulted (it can pass from 5 on)
+    timing_max: int = 16  # new pairs per comparison, at most
+    timing_replays: int = 1  # fresh pairs the replay adds to the evidence, at least
+    timing_budget_s: float = TIMING_MIN_TIME_S  # steady-state seconds a timing trial measures
+    timing_min_steps: int = TIMING_MIN_STEPS  # ... and steady steps, at least
+    timing_steps_max: int = TIMING_STEPS_MAX  # ... and steps in all, at most
+    executor: str = "local"  # where trials run: "local" (`jobs` at a time) or "ray"
+    address: str | None = None  # the Ray cluster to join (None: start a local one)
+    # Why a failing baseline fails: `tfrepro.check.run.checks_for_result`,
+    # injected by the CLI (commands never import each other).
+    baseline_checks: Callable[..., dict[str, Any]] | None = None
