@@ -33,14 +33,14 @@ import subprocess
 import sys
 import time
 import tomllib
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from tfrepro.errors import TfreproError
+from tfrepro.trials.installers import Installer, OnLine, default_installer, run_streaming
+from tfrepro.trials.state import atomic_write_text
 
 SPEC_FILE = "tfrepro-env.json"
 TF_DISTS = ("tensorflow-cpu", "tensorflow")
@@ -64,7 +64,6 @@ TF_STACK = frozenset(
 KERAS3_FROM = (2, 16)
 _LOG_TAIL = 12
 
-OnLine = Callable[[str], None]
 # run(argv, on_line) -> (exit code, last lines of output)
 RunCmd = Callable[[Sequence[str], OnLine], tuple[int, list[str]]]
 
@@ -234,81 +233,6 @@ def read_versions(python: Path | str, timeout_s: float = 60) -> dict:
 # -- installers ----------------------------------------------------------------------------
 
 
-def run_streaming(argv: Sequence[str], on_line: OnLine) -> tuple[int, list[str]]:
-    """Run `argv`, each output line to `on_line`; (exit code, last lines)."""
-    tail: deque[str] = deque(maxlen=_LOG_TAIL)
-    try:
-        proc = subprocess.Popen(
-            list(argv),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            errors="replace",
-        )
-    except OSError as e:
-        return 127, [f"cannot start {argv[0]}: {e.strerror or e}"]
-    assert proc.stdout is not None
-    try:
-        for line in proc.stdout:
-            line = line.rstrip()
-            if line:
-                tail.append(line)
-                on_line(line)
-        return proc.wait(), list(tail)
-    except BaseException:
-        proc.kill()
-        proc.wait()
-        raise
-
-
-class Installer(Protocol):
-    name: str
-
-    def commands(self, path: Path, spec: EnvSpec) -> list[list[str]]: ...
-
-
-@dataclass(frozen=True)
-class UvInstaller:
-    """`uv venv --python <interpreter>` + `uv pip install --python <env python>`."""
-
-    uv: str
-    name: str = "uv"
-
-    def commands(self, path: Path, spec: EnvSpec) -> list[list[str]]:
-        return [
-            [self.uv, "venv", "--quiet", "--python", spec.python, str(path)],
-            [self.uv, "pip", "install", "--python", str(path / "bin" / "python"), *spec.packages()],
-        ]
-
-
-@dataclass(frozen=True)
-class PipInstaller:
-    """`python -m venv` + pip, when uv is not there."""
-
-    name: str = "pip"
-
-    def commands(self, path: Path, spec: EnvSpec) -> list[list[str]]:
-        py = str(path / "bin" / "python")
-        return [
-            [spec.python, "-m", "venv", str(path)],
-            [py, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", *spec.packages()],
-        ]
-
-
-def find_uv() -> str | None:
-    """uv beside this interpreter (installed in the venv), else on PATH."""
-    beside = Path(sys.executable).parent / "uv"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("uv")
-
-
-def default_installer() -> Installer:
-    uv = find_uv()
-    return UvInstaller(uv) if uv else PipInstaller()
-
-
 def cache_root() -> Path:
     """`$XDG_CACHE_HOME/tfrepro`, else `~/.cache/tfrepro`."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -332,9 +256,7 @@ class EnvInfo:
 
 
 def _atomic_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
 
 
 def _dir_size(path: Path) -> int:
