@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrepro.bisect.search import Oracle, ablation, ddmin, judge_replay
+from tfrepro.bisect.search import Oracle, ablation, ddmin, halving, judge_replay
 from tfrepro.trials.values import Verdict
 
 NAN = Verdict.NAN
@@ -217,3 +217,75 @@ def test_replay_rule():
     base = judge_replay([True, True], [False, True])
     assert base.flaky and "baseline" in base.reason
     assert judge_replay([], []).flaky
+
+
+# -- halving: one test per round, the answer always tested -------------------------------
+
+
+def test_halving_finds_every_single_culprit_in_at_most_log2_plus_one_tests():
+    for n in (2, 3, 5, 6, 7, 16, 33):
+        feats = names(n)
+        bound = math.ceil(math.log2(n)) + 1
+        for culprit in feats:
+            o = oracle_for(planted({culprit}), feats)
+            assert halving(feats, o) == {culprit}
+            assert o.calls <= bound, (n, culprit, o.calls)
+            assert frozenset({culprit}) in {c for c, _ in o.tested}, "the answer itself was tested"
+
+
+def test_halving_costs_less_than_ddmin_on_six_features():
+    feats = names(6)
+    cost_h, cost_d = [], []
+    for culprit in feats:
+        o = oracle_for(planted({culprit}), feats)
+        halving(feats, o)
+        cost_h.append(o.calls)
+        o = oracle_for(planted({culprit}), feats)
+        ddmin(feats, o)
+        cost_d.append(o.calls)
+    assert max(cost_h) <= 4 < max(cost_d)
+    assert sum(cost_h) < sum(cost_d)
+
+
+def test_halving_falls_back_to_ddmin_on_an_interaction():
+    feats = names(8)
+    pair = {"f01", "f06"}  # one in each half: no half fails alone
+    tb = planted(pair)
+    o = oracle_for(tb, feats)
+    got = halving(feats, o)
+    assert got == pair
+    assert_failing_and_1_minimal(got, tb)
+
+
+def test_halving_with_two_independent_culprits_gives_a_verified_one():
+    feats = names(8)
+    tb = planted({"f02"}, {"f07"})
+    got = halving(feats, oracle_for(tb, feats))
+    assert got in ({"f02"}, {"f07"})
+    assert_failing_and_1_minimal(got, tb)
+
+
+def test_halving_keeps_fixed_on_and_refuses_a_passing_start():
+    feats = names(5)
+    seen = []
+
+    def tb(configs):
+        seen.extend(configs)
+        return [NAN if {"f03", "ctx"} <= c else Verdict.OK for c in configs]
+
+    o = Oracle(tb, NAN, known={frozenset({"ctx"}): Verdict.OK})
+    assert halving(feats, o, fixed=frozenset({"ctx"})) == {"f03"}
+    assert all("ctx" in c for c in seen)
+    with pytest.raises(ValueError):
+        halving(feats, Oracle(planted({"zz"}), NAN))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 12), st.data())
+def test_halving_returns_a_failing_1_minimal_set(n, data):
+    feats = names(n)
+    k = data.draw(st.integers(1, 3))
+    sets = [set(data.draw(st.lists(st.sampled_from(feats), min_size=1, max_size=3))) for _ in range(k)]
+    tb = planted(*sets)
+    got = halving(feats, oracle_for(tb, feats))
+    assert_failing_and_1_minimal(got, tb)

@@ -14,7 +14,9 @@ The sequence, and the status each step can end with:
 2. the symptom: `--symptom`, or the first of nan, crash, timeout, mismatch,
    slowdown that the failing configuration shows and the baseline does not.
    None shown -> `none`.
-3. the search, locked onto that symptom: ablation and/or ddmin.
+3. the search, locked onto that symptom: ablation and/or ddmin (a slowdown,
+   whose timing pairs run one at a time: `search.halving`, ddmin's cheaper
+   one-test-per-round form).
 4. replay: the culprit configuration and the baseline run again with fresh
    repeat indices (a slowdown: fresh timing pairs added to the evidence the
    search gathered, decided again over all of it). The answer stands
@@ -47,7 +49,7 @@ from typing import Any
 from tfrepro import __version__
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.options import BisectOptions
-from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, judge_replay
+from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving, judge_replay
 from tfrepro.bisect.timing import TimingPool
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
@@ -357,7 +359,11 @@ class _Bisection:
             table = ablation(self.features, oracle)
             alone = [f for f in items if table[f] == target]
             culprits = frozenset(alone[:1]) or None
-        if culprits is None:
+        if culprits is None and target == Verdict.SLOWDOWN:
+            # timing pairs run one at a time: one test per round (search.halving)
+            self.events.phase(f"halving ({target.value})")
+            culprits = halving(items, oracle, fixed=fixed)
+        elif culprits is None:
             self.events.phase(f"delta debugging ({target.value})")
             culprits = ddmin(items, oracle, fixed=fixed)
         config = culprits
