@@ -52,7 +52,7 @@ from tfrepro.settings import (  # noqa: E402
     WARMUP_STEPS,
     TrialSettings,
 )
-from tfrepro.trials.classify import QUIET_OTHERS, TimingPair, sequential_slowdown, typical_step  # noqa: E402
+from tfrepro.trials.slowdown import QUIET_OTHERS, TimingPair, sequential_slowdown, typical_step  # noqa: E402
 from tfrepro.trials.values import Verdict  # noqa: E402
 
 

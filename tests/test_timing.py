@@ -10,11 +10,11 @@ import math
 
 import pytest
 
-from tfrepro.trials.classify import (
+from tfrepro.trials.classify import first_steps
+from tfrepro.trials.slowdown import (
     TimingPair,
     TimingState,
     decide_slowdown,
-    first_steps,
     sequential_slowdown,
     signed_rank_greater,
     timing_sample,

@@ -16,7 +16,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrepro.trials.classify import TimingPair, TimingState, sequential_slowdown
+from tfrepro.trials.slowdown import TimingPair, TimingState, sequential_slowdown
 from tfrepro.trials.values import Verdict
 
 THRESHOLD = 1.25
