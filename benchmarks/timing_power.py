@@ -145,17 +145,19 @@ def triples(traces: list[dict]) -> dict[str, list[TimingPair]]:
             (ok[j].get("others_cpu") if ok[j].get("others_cpu") is not None else 1.0) <= QUIET_OTHERS for j in idx
         )
 
+    def others(*idx):  # the measured load, as the engine hands it to the decision
+        return tuple(ok[j].get("others_cpu") for j in idx)
+
     for a, b, c in zip(bare, bare[1:], bare[2:]):
         before, mid, after = (ok[j]["step_times"] for j in (a, b, c))
-        q = quiet(a, b, c)
-        out["A/A"].append(TimingPair(budget_cut(before), budget_cut(mid), budget_cut(after), quiet=q))
-        out["1.4x"].append(TimingPair(budget_cut(before), budget_cut(mid, 1.4), budget_cut(after), quiet=q))
+        q, o = quiet(a, b, c), others(a, b, c)
+        out["A/A"].append(TimingPair(budget_cut(before), budget_cut(mid), budget_cut(after), quiet=q, others=o))
+        out["1.4x"].append(TimingPair(budget_cut(before), budget_cut(mid, 1.4), budget_cut(after), quiet=q, others=o))
     for a, b in zip(bare, bare[1:]):
         for m in range(a + 1, b):
             if ok[m]["enabled"] == ["mixed_precision"]:
-                out["mixed_float16"].append(
-                    TimingPair(*(budget_cut(ok[j]["step_times"]) for j in (a, m, b)), quiet=quiet(a, m, b))
-                )
+                cut = (budget_cut(ok[j]["step_times"]) for j in (a, m, b))
+                out["mixed_float16"].append(TimingPair(*cut, quiet=quiet(a, m, b), others=others(a, m, b)))
     return out
 
 

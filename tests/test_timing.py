@@ -124,6 +124,42 @@ def test_a_contended_neighbour_keeps_a_pair_from_being_clearly_fine():
     assert TimingPair(slow_base, scaled(STEADY, 1.4), STEADY).clear(1.25) is None
 
 
+def loaded(k: float, others: tuple) -> TimingPair:
+    return TimingPair(STEADY, scaled(STEADY, k), STEADY, quiet=False, others=others)
+
+
+def test_a_loaded_clear_slowdown_decides_alone_only_beyond_what_its_load_explains():
+    # other processes used half the CPUs during the candidate: load alone
+    # could make it up to 2x slower, so a clear pair needs 1.75 / 0.5 = 3.5x
+    assert loaded(7.8, (0.5, 0.5, 0.5)).decisive(1.25) == TimingState.SLOWER
+    assert loaded(3.0, (0.5, 0.5, 0.5)).decisive(1.25) is None
+    assert loaded(3.0, (0.5, 0.5, 0.5)).clear(1.25) == TimingState.SLOWER  # clear, but not alone
+    assert loaded(3.0, (0.7, 0.1, 0.7)).decisive(1.25) == TimingState.SLOWER  # a quiet candidate: loaded
+    # neighbours only hide a slowdown
+    assert loaded(110.0, (0.0, 0.9, 0.0)).decisive(1.25) is None  # too loaded to judge alone
+    assert loaded(110.0, (0.0, None, 0.0)).decisive(1.25) is None  # unknown load: never alone
+
+
+def test_a_loaded_candidate_plainly_the_same_as_quiet_neighbours_is_not_slower():
+    assert loaded(1.0, (0.1, 0.9, 0.2)).decisive(1.25) == TimingState.NOT_SLOWER
+    assert loaded(1.0, (0.6, 0.1, 0.1)).decisive(1.25) is None  # a loaded neighbour can hide a slowdown
+    assert loaded(1.0, (None, 0.1, 0.1)).decisive(1.25) is None
+
+
+def test_without_measured_load_the_quiet_flag_decides_as_before():
+    assert TimingPair(STEADY, scaled(STEADY, 3.0), STEADY, quiet=True).decisive(1.25) == TimingState.SLOWER
+    assert TimingPair(STEADY, scaled(STEADY, 3.0), STEADY, quiet=False).decisive(1.25) is None
+
+
+def test_one_decisive_loaded_pair_ends_the_comparison():
+    d = decide_slowdown([loaded(7.8, (0.5, 0.5, 0.5))], 1.25, min_pairs=3)
+    assert (d.state, d.fast, d.n) == (TimingState.SLOWER, True, 1)
+    d = decide_slowdown([loaded(3.0, (0.5, 0.5, 0.5))], 1.25, min_pairs=3)
+    assert d.state == TimingState.INCONCLUSIVE
+    d = decide_slowdown([loaded(3.0, (0.5, 0.5, 0.5))] * 2, 1.25, min_pairs=3)
+    assert (d.state, d.fast) == (TimingState.SLOWER, True)  # two clear loaded pairs, as before
+
+
 # -- the decision over pairs ------------------------------------------------------------------
 
 

@@ -67,6 +67,7 @@ class TimingPool:
             got = classify.TimingPair(
                 *(tuple(t.steady_step_times()) for t in (before, c, after)),
                 quiet=all(_quiet(t) for t in (before, c, after)),
+                others=tuple(t.extra.get("others_cpu") for t in (before, c, after)),
             )
             if min(len(got.before), len(got.candidate), len(got.after)) < 2:
                 return Verdict.UNTESTABLE
