@@ -2,14 +2,16 @@
 
 The planted projects are tiny Python scripts printing `step=N loss=X` lines
 (a custom loop for the harness), so every trial is a real subprocess on a
-Ray worker without TensorFlow's start-up cost. What is checked is what a user
-would notice: the same answer (culprits, verdicts, first bad commit) as the
-local executor, a worker killed in the middle of a trial is retried once,
-and the results land in the project's trial cache.
+Ray worker without TensorFlow's start-up cost (one warm trial pays it once,
+in its worker's warm server). What is checked is what a user would notice:
+the same answer (culprits, verdicts, first bad commit) as the local
+executor, a worker killed in the middle of a trial is retried once, `--cold`
+holds on the workers, and the results land in the project's trial cache.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -224,6 +226,71 @@ def test_state_dir_leftovers_are_only_trial_dirs(cluster, tmp_path):
     assert trial_dir.parent == p.state_dir / "trials"
     assert sorted(x.name for x in trial_dir.iterdir()) == ["stderr.log", "stdout.log"]
     shutil.rmtree(p.state_dir)
+
+
+# Looks like a TensorFlow script (so a trial is forked from the worker's warm
+# server, which imports TensorFlow once) but imports nothing: a cold trial of
+# it starts in milliseconds.
+LOOKS_TF = """\
+if False:
+    import tensorflow
+# tfrepro: feature a -- harmless
+# x = 1
+# tfrepro: end
+for step in range(1, 4):
+    print(f"step={step} loss={1.0 / step}", flush=True)
+"""
+
+
+def test_cold_trials_are_cold_on_the_workers(cluster, tmp_path):
+    """`cold=True`, and the driver's `--cold` (`warm.force_cold()`), reach the
+    worker: its trials are cold processes; without either they are forked warm."""
+    from tfrepro.trials import warm
+    from tfrepro.trials.executors import make_executor
+    from tfrepro.trials.ray_executor import RayExecutor
+
+    p = Project.load(planted(tmp_path / "proj", LOOKS_TF))
+    request = TrialRequest((), TrialSettings(steps=3, timeout_s=120), use_cache=False)
+
+    cold = make_executor("ray", cold=True)
+    assert isinstance(cold, RayExecutor) and "cold processes" in cold.describe()
+    r = cold.run_one(p, request)
+    assert r.extra["process"] == "cold" and r.steps_run == 3 and not r.crashed
+    warm.force_cold()
+    try:
+        forced = RayExecutor()
+        assert "cold processes" in forced.describe()
+        assert forced.run_one(p, request).extra["process"] == "cold"
+    finally:
+        warm.force_cold(False)
+
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("a warm trial needs TensorFlow on the worker (its warm server imports it)")
+    hot = RayExecutor()
+    assert "cold" not in hot.describe()
+    r = hot.run_one(p, request)
+    assert r.extra["process"] == "warm" and r.steps_run == 3 and not r.crashed
+
+
+def test_cli_cold_reaches_the_workers(cluster, tmp_path):
+    """`tfrepro bisect --executor ray --cold`: every trial ran cold on a worker
+    (forked warm, the worker would have imported TensorFlow first)."""
+    proj = planted(tmp_path / "proj", LOOKS_TF)
+    code = "import sys; from tfrepro.cli import main; sys.argv[0] = 'tfrepro'; main()"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    argv = ["bisect", "--executor", "ray", "--address", cluster, "--cold", "--json", str(proj)]
+    out = subprocess.run(
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    doc = json.loads(out.stdout)
+    assert doc["trials"] >= 1, out.stderr[-2000:]
+    cached = [json.loads(f.read_text()) for f in (proj / ".tfrepro" / "cache").glob("*.json")]
+    assert len(cached) == doc["trials"]
+    assert {(c["extra"]["executor"], c["extra"]["process"]) for c in cached} == {("ray", "cold")}
 
 
 SLOW = """\

@@ -328,5 +328,5 @@ def make_executor(
                 f"--executor ray needs Ray, which is not installed ({e})",
                 hint=f"{RAY_INSTALL_HINT}, or run without --executor ray",
             ) from None
-        return RayExecutor(address=address, log=log)
+        return RayExecutor(address=address, log=log, cold=cold)
     raise UserError(f"unknown executor {name!r}", hint="use local or ray")

@@ -10,11 +10,19 @@ How one trial runs:
    carries only the rendered text of the marked files, the settings and the
    driver's TF_/KERAS_/XLA_/... variables (the ones the key covers);
 3. the task unpacks them into a temp dir on its node and runs the variant
-   with `runner.run_variant` (a fresh process in its own session, timeout,
-   harness: the very code of a local trial; tfrepro must be installed on the
-   workers, with the same TensorFlow), then returns the result and the logs;
+   with `runner.run_variant` (a process in its own session, timeout, harness:
+   the very code of a local trial; tfrepro must be installed on the workers,
+   with the same TensorFlow), then returns the result and the logs;
 4. the driver writes the logs into a trial dir under `.tfrepro/trials/` and
    the result into the cache, so a local rerun is all cache hits.
+
+Warm or cold: as on this machine, a trial is forked from a warm server
+(`trials/warm.py`), here one held by the Ray worker that runs the task and
+reused by its later tasks, unless it runs cold. `RayExecutor(cold=True)`, or
+`warm.force_cold()` in the driver (the CLI's `--cold`), makes every task run
+its trial as a cold process: the switch travels with the task, since the
+driver's warm pool is not the worker's. The result says which
+(`extra["process"]`).
 
 Resources: one GPU per task when the cluster has GPUs, else one CPU. A timing
 trial is pinned to one node (the same for every timing trial of the run) and
@@ -47,6 +55,7 @@ import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tfrepro.settings import TrialSettings
+from tfrepro.trials import warm
 from tfrepro.trials.executors import Executor, TrialRequest, could_not_run, retry_once
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.values import TrialResult
@@ -73,8 +82,11 @@ def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
     return [m for m in tar.getmembers() if not (m.name.startswith("/") or ".." in Path(m.name).parts)]
 
 
-def run_shipped(base: bytes, rendered: dict[str, str], settings: dict[str, Any], env: dict[str, str]) -> dict[str, Any]:
-    """The task body (also callable in-process): unpack, run, return the
+def run_shipped(
+    base: bytes, rendered: dict[str, str], settings: dict[str, Any], env: dict[str, str], cold: bool = False
+) -> dict[str, Any]:
+    """The task body (also callable in-process): unpack, run (`cold`: in a
+    cold process, never forked from this worker's warm server), return the
     result dict, the logs and where it ran."""
     from tfrepro.trials import runner
 
@@ -89,7 +101,7 @@ def run_shipped(base: bytes, rendered: dict[str, str], settings: dict[str, Any],
             tar.extractall(variant, members=_safe_members(tar), **safe)
         for rel, text in rendered.items():
             (variant / rel).write_text(text, encoding="utf-8", newline="")
-        result = runner.run_variant(variant, TrialSettings.from_dict(settings), trial_dir, env=env)
+        result = runner.run_variant(variant, TrialSettings.from_dict(settings), trial_dir, env=env, cold=cold)
         logs = {name: (trial_dir / name).read_bytes() for name in LOGS if (trial_dir / name).is_file()}
     try:
         node = ray.get_runtime_context().get_node_id()
@@ -115,9 +127,9 @@ def _sweep(parent: Path) -> None:
 
 @ray.remote(max_retries=0, retry_exceptions=False)
 def _trial_task(
-    base: bytes, rendered: dict[str, str], settings: dict[str, Any], env: dict[str, str], attempt: int
+    base: bytes, rendered: dict[str, str], settings: dict[str, Any], env: dict[str, str], cold: bool, attempt: int
 ) -> dict[str, Any]:
-    return run_shipped(base, rendered, settings, {**env, ATTEMPT_ENV: str(attempt)})
+    return run_shipped(base, rendered, settings, {**env, ATTEMPT_ENV: str(attempt)}, cold)
 
 
 def is_lost(e: BaseException) -> bool:
@@ -138,6 +150,8 @@ class RayExecutor(Executor):
 
     `address`: an existing cluster (`ray start --head` prints it); None joins
     the Ray instance this process already started, or starts a local one.
+    `cold`: every trial in a cold process (`--cold`); so does `warm.force_cold()`
+    in this process, looked up when each trial is submitted.
     """
 
     name = "ray"
@@ -148,8 +162,10 @@ class RayExecutor(Executor):
         *,
         log: Callable[[str], None] | None = None,
         init_kwargs: dict[str, Any] | None = None,
+        cold: bool = False,
     ) -> None:
         log = log or (lambda text: print(text, file=sys.stderr))
+        self.cold = cold
         self._owns = False
         if not ray.is_initialized():
             kw: dict[str, Any] = {"log_to_driver": False, **(init_kwargs or {})}
@@ -197,12 +213,23 @@ class RayExecutor(Executor):
             return {"num_gpus": 1, "scheduling_strategy": strategy}
         return {"num_cpus": cpus, "scheduling_strategy": strategy}
 
+    def runs_cold(self) -> bool:
+        """Whether trials are sent as cold processes: `cold`, or the driver's
+        `--cold` (`warm.force_cold()`, which no worker sees by itself)."""
+        return self.cold or warm.forced_cold()
+
     # -- one trial ---------------------------------------------------------
     def _run(self, project: "Project", request: TrialRequest, slot: int, exclusive: bool) -> TrialResult:
         enabled = tuple(sorted(set(request.enabled)))
 
         def execute(trial_dir: Path) -> TrialResult:
-            args = (self._base(project), project.render(enabled), request.settings.to_dict(), shipped_env())
+            args = (
+                self._base(project),
+                project.render(enabled),
+                request.settings.to_dict(),
+                shipped_env(),
+                self.runs_cold(),
+            )
             options = self._options(exclusive)
 
             def attempt(n: int) -> dict[str, Any]:
@@ -233,7 +260,7 @@ class RayExecutor(Executor):
 
     def describe(self) -> str:
         kind = f"{self.gpus} GPUs" if self.gpus else f"{self.slots} CPUs"
-        return f"ray ({kind}, {self.slots} at a time)"
+        return f"ray ({kind}, {self.slots} at a time{', cold processes' if self.runs_cold() else ''})"
 
     def close(self) -> None:
         if self._owns and ray.is_initialized():

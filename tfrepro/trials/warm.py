@@ -410,6 +410,13 @@ def force_cold(cold: bool = True) -> None:
     _FORCE_COLD = cold
 
 
+def forced_cold() -> bool:
+    """Whether `force_cold()` is on in this process: an executor whose trials
+    run elsewhere (a Ray worker never sees this process's pool) asks for cold
+    processes itself."""
+    return _FORCE_COLD
+
+
 _FORCE_COLD = False
 
 
