@@ -100,6 +100,18 @@ def test_warm_child_sees_what_a_cold_interpreter_sees(tmp_path, pool):
     assert cold.losses == hot.losses == (0.5,)
 
 
+def test_a_relative_pythonpath_entry_means_the_trials_dir_warm_as_cold(tmp_path, pool):
+    # PYTHONPATH=lib resolves against the cwd the interpreter starts in: the
+    # trial's for a cold one, not the warm server's
+    d = script_dir(tmp_path, "import helper, sys\nprint(helper.__file__)\nprint('step=1 loss=0.5')\n")
+    (d / "lib").mkdir()
+    (d / "lib" / "helper.py").write_text("")
+    cold, cold_out, _ = run(d, tmp_path, pool, cold=True, env={"PYTHONPATH": "lib"})
+    hot, hot_out, hot_err = run(d, tmp_path, pool, cold=False, env={"PYTHONPATH": "lib"})
+    assert hot.extra["process"] == "warm", hot_err
+    assert hot_out == cold_out and hot_out.splitlines()[0] == str(d / "lib" / "helper.py")
+
+
 @pytest.mark.parametrize(
     "code, expect",
     [

@@ -106,6 +106,23 @@ def _activate_harness() -> None:
         module.activate(config)
 
 
+_SERVER_CWD = os.getcwd()
+
+
+def _rebase_relative_pythonpath() -> None:
+    """A relative PYTHONPATH entry (`PYTHONPATH=.`) is made absolute against
+    the cwd an interpreter starts in: the server's, so far. Re-resolve it
+    against the trial's cwd, as a cold interpreter would (which keeps it even
+    when it repeats sys.path[0])."""
+    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        if not entry or os.path.isabs(entry):
+            continue
+        old, new = os.path.normpath(os.path.join(_SERVER_CWD, entry)), os.path.abspath(entry)
+        if old not in sys.path[1:]:
+            continue
+        sys.path[sys.path.index(old, 1)] = new
+
+
 def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     os.setsid()
     _pdeathsig(signal.SIGKILL)
@@ -134,6 +151,7 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     sys.argv = list(job["argv"])
     script = os.path.abspath(sys.argv[0])
     sys.path[0] = os.path.dirname(script)
+    _rebase_relative_pythonpath()
     np = sys.modules.get("numpy")
     if np is not None:
         np.random.seed()  # a cold interpreter seeds NumPy's global state from the OS

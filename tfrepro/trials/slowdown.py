@@ -296,9 +296,11 @@ def decide_slowdown(
     clear = [p.clear(threshold) for p in pairs]
     slow_n, ok_n = clear.count(TimingState.SLOWER), clear.count(TimingState.NOT_SLOWER)
     alone = {p.decisive(threshold) for p in pairs}
-    if slow_n == n and TimingState.SLOWER in alone or (not ok_n and ratio >= threshold and slow_n >= LOADED_CLEAR_SLOWER):
+    loaded_slow = not ok_n and ratio >= threshold and slow_n >= LOADED_CLEAR_SLOWER
+    loaded_ok = not slow_n and ratio < threshold and ok_n >= LOADED_CLEAR_NOT_SLOWER
+    if slow_n == n and TimingState.SLOWER in alone or loaded_slow:
         return TimingDecision(TimingState.SLOWER, ratio, p_slow, p_ok, n, fast=True)
-    if ok_n == n and TimingState.NOT_SLOWER in alone or (not slow_n and ratio < threshold and ok_n >= LOADED_CLEAR_NOT_SLOWER):
+    if ok_n == n and TimingState.NOT_SLOWER in alone or loaded_ok:
         return TimingDecision(TimingState.NOT_SLOWER, ratio, p_slow, p_ok, n, fast=True)
     state = TimingState.INCONCLUSIVE
     if n >= min_pairs and ratio >= threshold and p_slow <= alpha:
