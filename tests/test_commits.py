@@ -11,14 +11,23 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
 from gitrepo import GitRepo, isolated_git_env
 
 from tfrepro.bisect import commits
+from tfrepro.bisect.timing import TIMING_BASELINE, TIMING_CANDIDATE
 from tfrepro.errors import UserError
-from tfrepro.settings import SymptomSettings, TrialSettings
+from tfrepro.settings import (
+    TIMING_MIN_STEPS,
+    TIMING_MIN_TIME_S,
+    TIMING_STEPS_MAX,
+    WARMUP_STEPS,
+    SymptomSettings,
+    TrialSettings,
+)
 from tfrepro.trials.values import TrialResult, Verdict
 
 GOOD_SRC = "LOSS = 1.0\nprint('step=1 loss=1.0')\n"
@@ -32,10 +41,12 @@ class ScriptedTrial:
     def __init__(self) -> None:
         self.labels: list[str] = []
         self.repeats: list[int] = []
+        self.settings: list[TrialSettings] = []
 
     def __call__(self, project, enabled, settings, *, label="", **kw):
         assert enabled == ()  # commit mode runs the project as written
         self.labels.append(label)
+        self.settings.append(settings)
         assert project.sources == {}  # as written: nothing rendered
         src = (project.root / settings.entry).read_text()
         try:
@@ -50,15 +61,23 @@ class ScriptedTrial:
         scale = float(src.split("LOSS = ")[1].split()[0]) if "LOSS = " in src and "nan" not in src else 1.0
         losses = (1.0, 0.9, math.nan) if "nan" in src else tuple(scale * x for x in (1.0, 0.9, 0.8, 0.7))
         self.repeats.append(settings.repeat)
-        step = 0.03 if "SLOW" in src else 0.01
+        slow = re.search(r"SLOW(\d*)", src)
+        step = 0.01 * (float(slow.group(1) or 3) if slow else 1.0)
+        times, extra = (step,) * len(losses), {}
+        if settings.timing:  # a time budget of steady steps; others_cpu as the harness measures it
+            if "TIMINGFAIL" in src:
+                return TrialResult(label=label, crashed=True, exit_code=1, error="OSError: boom", mode="loop")
+            times = (0.5,) * WARMUP_STEPS + (step,) * settings.min_steps
+            extra = {"others_cpu": 0.6 if "LOADED" in src else 0.0}
         return TrialResult(
             label=label,
             losses=losses,
             mode="loop",
-            steps_run=len(losses),
+            steps_run=len(times),
             first_nonfinite_step=3 if "nan" in src else None,
-            step_times=(step,) * len(losses),
+            step_times=times,
             weights_finite=True,
+            extra=extra,
         )
 
 
@@ -167,7 +186,12 @@ def test_a_mismatch_is_hunted_against_the_good_end_run_twice_for_noise(repo):
     assert tiny["status"] == "none"  # identical losses: nothing to hunt
 
 
-def test_a_slowdown_is_hunted_with_interleaved_repeats_of_the_good_end(repo):
+def timing_trials(trial: ScriptedTrial) -> list[tuple[str, int]]:
+    """(sha, repeat) of each timing trial, in the order run."""
+    return [(sha, s.repeat) for sha, s in zip(trial.labels, trial.settings) if s.timing]
+
+
+def test_a_slowdown_is_hunted_against_one_shared_pool_of_good_end_timing_trials(repo):
     for i in range(6):
         repo.commit(f"c{i}", {"proj/repro.py": "x = 1  # SLOW\n" if i >= 4 else f"x = {i}\n"})
     shas = repo.commits
@@ -175,9 +199,89 @@ def test_a_slowdown_is_hunted_with_interleaved_repeats_of_the_good_end(repo):
     result = bisect_commits(repo.root / "proj", shas[0], shas[-1], trial=trial)
     assert (result["symptom"], result["first_bad_commit"]) == ("slowdown", shas[4])
     assert {t["sha"]: t["verdict"] for t in result["tried"]}[shas[3]] == "ok"
-    # timing pairs: the good end at repeats 0, 1, 2... interleaved with each candidate
-    assert set(trial.repeats) == {0, 1, 2}
-    assert trial.labels[:4] == [shas[0], shas[-1], shas[0], shas[-1]]
+    # B C B C B ...: each tried point's timing trial between two of the good
+    # end's, each of those serving the points on both sides of it
+    timed = timing_trials(trial)
+    good = [(shas[0], TIMING_BASELINE + k) for k in range(len(timed) // 2 + 1)]
+    assert timed[::2] == good
+    assert [sha for sha, _ in timed[1::2]] == [shas[-1], shas[2], shas[3], shas[4]]
+    assert {r for _, r in timed[1::2]} == {TIMING_CANDIDATE}  # one clear pair each (3x, quiet)
+    # the ordinary trials: each end once, each tried point once
+    assert [s.repeat for s in trial.settings if not s.timing] == [0] * 5
+    assert result["timing"]["fast"] and result["timing"]["ratio"] == pytest.approx(3.0)
+
+
+def test_a_10x_slower_bad_end_is_decided_on_one_clear_pair(repo):
+    repo.commit("c0", {"proj/repro.py": "x = 0\n"})
+    repo.commit("c1", {"proj/repro.py": "x = 1  # SLOW10\n"})
+    trial = ScriptedTrial()
+    result = bisect_commits(repo.root / "proj", repo.commits[0], repo.commits[1], trial=trial)
+    assert (result["status"], result["first_bad_commit"]) == ("found", repo.commits[1])
+    # both ends once, then good, bad, good timing trials (the unpaired test took 3 pairs: 2 + 6)
+    assert result["trials"] == len(trial.labels) == 5
+    assert timing_trials(trial) == [
+        (repo.commits[0], TIMING_BASELINE),
+        (repo.commits[1], TIMING_CANDIDATE),
+        (repo.commits[0], TIMING_BASELINE + 1),
+    ]
+    t = result["timing"]
+    assert t["fast"] and len(t["pairs"]) == 1 and t["pairs"][0]["quiet"] and t["ratio"] == pytest.approx(10.0)
+    for s in trial.settings:  # a time budget for timing trials, `steps` for the others
+        budget = (TIMING_MIN_TIME_S, TIMING_MIN_STEPS, TIMING_STEPS_MAX) if s.timing else (0.0, 0, 0)
+        assert (s.min_time_s, s.min_steps, s.steps_max) == budget
+
+
+def test_a_vs_a_bad_end_is_not_slower_on_one_clear_pair(repo):
+    repo.commit("c0", {"proj/repro.py": "x = 0\n"})
+    repo.commit("c1", {"proj/repro.py": "x = 1\n"})
+    trial = ScriptedTrial()
+    result = bisect_commits(repo.root / "proj", *repo.commits, trial=trial, symptom=Verdict.SLOWDOWN)
+    assert result["status"] == "none" and "does not show slowdown" in result["message"]
+    assert result["trials"] == 5 and len(timing_trials(trial)) == 3
+
+
+def test_on_a_loaded_machine_a_3x_slowdown_takes_two_clear_pairs_and_10x_one(repo):
+    # others used 60% of the CPUs: up to 2.5x of a trial's time could be load;
+    # 3x does not clear 1.75 / (1 - 0.6), 10x does (slowdown.TimingPair.decisive)
+    for i, src in enumerate(["x = 0  # LOADED\n", "x = 1  # SLOW3 LOADED\n", "x = 2  # SLOW10 LOADED\n"]):
+        repo.commit(f"c{i}", {"proj/repro.py": src})
+    shas = repo.commits
+    trial = ScriptedTrial()
+    result = bisect_commits(repo.root / "proj", shas[0], shas[1], trial=trial, symptom=Verdict.SLOWDOWN)
+    assert result["status"] == "found" and len(result["timing"]["pairs"]) == 2
+    assert result["timing"]["pairs"][0]["others"] == [0.6, 0.6, 0.6]
+    assert [sha for sha, _ in timing_trials(trial)] == [shas[0], shas[1]] * 2 + [shas[0]]
+    trial = ScriptedTrial()
+    result = bisect_commits(repo.root / "proj", shas[0], shas[2], trial=trial, symptom=Verdict.SLOWDOWN)
+    assert result["first_bad_commit"] == shas[1]
+    # the bad end (10x) on one pair, the midpoint (3x) on two
+    assert [sha for sha, _ in timing_trials(trial)[1::2]] == [shas[2], shas[1], shas[1]]
+
+
+def test_a_timing_run_that_crashes_stops_timing_with_a_verdict(repo):
+    # a point whose timing trial crashes is a skip with that reason; a bad end's is an error
+    for i in range(7):
+        src = "x = 1  # SLOW\n" if i >= 5 else "x = 3  # TIMINGFAIL\n" if i == 3 else f"x = {i}\n"
+        repo.commit(f"c{i}", {"proj/repro.py": src})
+    shas = repo.commits
+    result = bisect_commits(repo.root / "proj", shas[0], shas[6], trial=ScriptedTrial())
+    assert (result["status"], result["first_bad_commit"]) == ("found", shas[5])
+    tried = {t["sha"]: t for t in result["tried"]}
+    assert (tried[shas[3]]["verdict"], tried[shas[3]]["reason"]) == ("untestable", "could not be timed (crash)")
+    trial = ScriptedTrial()
+    result = bisect_commits(repo.root / "proj", shas[0], shas[3], trial=trial, symptom=Verdict.SLOWDOWN)
+    assert result["status"] == "error" and "could not be timed (crash)" in result["message"]
+    assert len(timing_trials(trial)) == 2  # the good end's first, the crash: nothing after it
+
+
+def test_a_rerun_of_a_slowdown_hunt_asks_for_the_same_timing_trials(repo):
+    for i in range(6):
+        repo.commit(f"c{i}", {"proj/repro.py": "x = 1  # SLOW\n" if i >= 3 else f"x = {i}\n"})
+    shas = repo.commits
+    first, again = ScriptedTrial(), ScriptedTrial()
+    bisect_commits(repo.root / "proj", shas[0], shas[-1], trial=first)
+    bisect_commits(repo.root / "proj", shas[0], shas[-1], trial=again)
+    assert list(zip(first.labels, first.settings)) == list(zip(again.labels, again.settings))
 
 
 def test_hunting_a_crash_skips_other_crashes(repo):

@@ -14,7 +14,7 @@ from tfrepro.errors import UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import envs, releases
 from tfrepro.trials.envs import EnvError, EnvSpec, EnvStore
-from tfrepro.trials.values import TrialResult
+from tfrepro.trials.values import TrialResult, Verdict
 
 # -- releases -------------------------------------------------------------------------
 
@@ -337,3 +337,46 @@ def test_follows_tensorflow_when_keras_major_is_unchanged():
 def test_bad_end_without_the_symptom_is_none_exit_3(tmp_path):
     r = bisect_versions(project(tmp_path), VERSIONS, trial=scripted("9.0"))
     assert r["status"] == "none" and "does not show" in r["message"]
+
+
+def slower_from(first_bad: str, ratio: float, calls: list):
+    """Releases from `first_bad` on take `ratio` times as long per step; a
+    timing trial (a time budget) runs enough steady steps on a quiet machine."""
+    from tfrepro.trials.releases import version_key
+
+    def trial(version: str, settings: TrialSettings):
+        calls.append((version, settings.repeat, settings.timing))
+        step = 0.002 * (ratio if version_key(version) >= version_key(first_bad) else 1.0)
+        n = settings.min_steps if settings.timing else 10
+        return TrialResult(
+            losses=(1.0,) * (3 + n),
+            steps_run=3 + n,
+            mode="fit",
+            step_times=(0.5,) * 3 + (step,) * n,
+            extra={"versions": {"tensorflow": version, "keras": "2.15.0"}, "others_cpu": 0.0},
+        )
+
+    return trial
+
+
+def test_a_10x_slowdown_is_found_on_one_clear_pair_per_release_against_a_shared_pool(tmp_path):
+    from tfrepro.bisect.timing import TIMING_BASELINE, TIMING_CANDIDATE
+
+    calls = []
+    r = bisect_versions(project(tmp_path), VERSIONS, trial=slower_from("2.16.2", 10.0, calls))
+    assert (r["status"], r["symptom"], r["first_bad_version"]) == ("found", "slowdown", "2.16.2")
+    timed = [(v, rep) for v, rep, timing in calls if timing]
+    # B C B C B ...: the good end's timing trials, each between two releases' timing trials
+    assert timed[::2] == [("2.14.1", TIMING_BASELINE + k) for k in range(4)]
+    assert timed[1::2] == [(v, TIMING_CANDIDATE) for v in ("2.17.1", "2.15.1", "2.16.2")]
+    # one ordinary trial per tried release, one timing trial each, 4 of the good end's:
+    # 11 (the unpaired test took 3 pairs each: 22)
+    assert r["trials"] == len(calls) == 11
+    assert r["timing"]["fast"] and len(r["timing"]["pairs"]) == 1
+
+
+def test_a_vs_a_releases_are_not_slower(tmp_path):
+    calls = []
+    r = bisect_versions(project(tmp_path), VERSIONS, trial=slower_from("9.0", 10.0, calls), symptom=Verdict.SLOWDOWN)
+    assert r["status"] == "none" and "does not show slowdown" in r["message"]
+    assert [timing for _, _, timing in calls] == [False, False, True, True, True]

@@ -18,22 +18,25 @@ Invariants:
   without the symptom `none`.
 - The hunt is locked onto one symptom (`rangesearch.judge`); skips that hide
   the answer give `ambiguous` with the candidates, never a guess.
-- Timing trials (slowdown) run one at a time, interleaved with the good end's;
-  other trials of a round run `executor.slots` at a time.
+- Timing trials (slowdown) run one at a time with a time budget, each
+  point's between two of the good end's (B C B C B: one pool of good-end
+  timing trials shared by every point, `timing.TimingPool`); other trials of
+  a round run `executor.slots` at a time.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tfrepro.bisect.events import BisectEvents, PointTried, TrialRecord
+from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import STOPPERS, Mark, RangeResult, bisect_range, judge
-from tfrepro.settings import SymptomSettings, TrialSettings
+from tfrepro.bisect.timing import TimingPool
+from tfrepro.settings import WARMUP_STEPS, SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest
 from tfrepro.trials.procs import sigterm_interrupts
@@ -144,11 +147,18 @@ class RangeRun:
         symptoms: SymptomSettings,
         run_dir: Path,
         events: BisectEvents,
+        options: BisectOptions = BisectOptions(),
     ) -> None:
         if len(points) < 2:
             raise ValueError("a range needs a good end and a bad end")
         self.points, self.source, self.executor = points, source, executor
         self.settings, self.symptoms, self.run_dir, self.events = settings, symptoms, run_dir, events
+        self.options = options  # the timing ones: budget, pairs per comparison
+        # The good end is every point's timing baseline: one pool of its
+        # timing trials, each serving the points on both sides of it.
+        self.timing: TimingPool[Point] = TimingPool(
+            self._timing_trial, self._timing_failure, symptoms.slowdown, baseline=points[0]
+        )
         self.records: list[TrialRecord] = []
         self.tried: list[PointTried] = []
         self.first: dict[str, TrialResult] = {}  # label -> its first trial that ran
@@ -181,8 +191,9 @@ class RangeRun:
             out[i] = self._record(p, repeat, r)
         return out
 
-    def run_timed(self, point: Point, repeat: int) -> TrialResult | str:
-        wanted = self.source.request(point, repeat, self.settings)
+    def run_timed(self, point: Point, repeat: int, settings: TrialSettings | None = None) -> TrialResult | str:
+        """One trial alone (`settings`: the run's unless given)."""
+        wanted = self.source.request(point, repeat, settings or self.settings)
         if isinstance(wanted, str):
             return wanted
         self.events.trial_started((), self.source.role(point), repeat)
@@ -217,18 +228,35 @@ class RangeRun:
     def shows(self, result: TrialResult, reference: TrialResult | None) -> frozenset[Verdict]:
         return classify.symptoms(result, reference=reference, settings=self.symptoms, noise=self.noise)
 
+    def _timing_trial(self, point: Point, repeat: int, role: str) -> TrialResult:
+        """One timing trial of `point`: a time budget of steady steps, not
+        `steps`; one that cannot be tried comes back as could-not-run."""
+        o = self.options
+        settings = replace(
+            self.settings,
+            min_time_s=o.timing_budget_s,
+            min_steps=o.timing_min_steps,
+            steps_max=max(o.timing_steps_max, WARMUP_STEPS + o.timing_min_steps),
+        )
+        got = self.run_timed(point, repeat, settings)
+        return TrialResult(label=point.label, could_not_run=True, error=got) if isinstance(got, str) else got
+
+    def _timing_failure(self, point: Point, result: TrialResult) -> Verdict:
+        """What stops timing a point: its timing trial could not run, or went
+        NaN (within `steps`), crashed or timed out."""
+        if result.could_not_run:
+            return Verdict.UNTESTABLE
+        shown = self.shows(classify.first_steps(result, self.settings.steps), None)
+        return classify.primary(shown & (STOPPERS | {Verdict.MEMORY}))
+
     def slower(self, point: Point) -> tuple[bool, str | None]:
-        """Interleaved timing trials of the good end and `point` (the
-        classifier's sequential test); repeat i of each is cached."""
-
-        def pair(i: int) -> tuple[float, float] | Verdict:
-            a, b = self.run_timed(self.good, i), self.run_timed(point, i)
-            if isinstance(a, str) or isinstance(b, str) or a.crashed or b.crashed or b.nonfinite:
-                return Verdict.UNTESTABLE
-            ta, tb = a.median_step_time(), b.median_step_time()
-            return Verdict.UNTESTABLE if ta is None or tb is None else (ta, tb)
-
-        out = classify.sequential_slowdown(pair, self.symptoms.slowdown, rng=random.Random(self.settings.seed))
+        """Timing pairs of `point` between the good end's timing trials (B C B,
+        `timing.TimingPool`), added to the point's evidence until the
+        sequential decision is conclusive; -> (slower, why it could not be
+        timed or None). Repeat indices are deterministic: a re-run gets the
+        finished trials from the cache."""
+        o = self.options
+        out = self.timing.timed(point, min_pairs=o.timing_min, max_pairs=o.timing_max)
         if out.stopped is not None:
             return False, f"could not be timed ({out.stopped.value})"
         return out.verdict is Verdict.SLOWDOWN, None
@@ -302,8 +330,14 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
             run.noise = classify.measure_noise(g, g2)
         x_shows = run.shows(x, g)
         target = symptom or first_symptom(x_shows)
+    untimed = ""
     if target in (None, Verdict.SLOWDOWN) and run.symptoms.slowdown and not x_shows & STOPPERS:
-        if run.slower(bad)[0]:
+        slower, why = run.slower(bad)
+        if why and symptom is Verdict.SLOWDOWN:  # asked for a slowdown: "none" would be a guess
+            run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, why)
+            raise Stop(Status.ERROR, f"the bad end {bad.named} {why}", symptom, baseline)
+        untimed = f"; it {why}" if why else ""
+        if slower:
             target, x_shows = Verdict.SLOWDOWN, x_shows | {Verdict.SLOWDOWN}
     if target is None or target not in x_shows:
         what = target.value if target else "any symptom (nan, crash, timeout, mismatch, slowdown)"
@@ -311,7 +345,7 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         raise Stop(
             Status.NONE,
             f"the bad end {bad.named} does not show {what} against the "
-            f"good end {good.short} (it shows {names(x_shows)})",
+            f"good end {good.short} (it shows {names(x_shows)}{untimed})",
             target,
             baseline,
         )
@@ -370,8 +404,10 @@ def evidence(run: RangeRun, answer: RunResult) -> dict[str, Any]:
     key = run.source.key
     first_bad = answer.details.get("first_bad")
     failing = first_bad.label if first_bad else run.bad.label
+    timed = run.timing.outcomes.get(first_bad or run.bad)
     return {
         "failing": full_summary(run.first[failing]) if failing in run.first else None,
+        "timing": timed[-1].to_dict() if timed else None,  # the failing point's timing evidence
         "cached_trials": sum(1 for r in run.records if r.result.cached),
         "noise": run.noise,
         "tried": [{key: t.label, **t.to_dict()} for t in run.tried],

@@ -8,13 +8,15 @@ the bisect did; the classifier judges the result. What counts as reproduced:
 - nan / crash / timeout: the exported culprit variant shows it;
 - mismatch: its per-step loss deviates from the exported reference variant's
   by more than the configured tolerance;
-- slowdown: interleaved runs of reference and culprit variants, the
-  sequential rank test of `classify.sequential_slowdown` says "slower".
+- slowdown: timing runs with a time budget (as the bisect's), repro.py's
+  each between two of reference.py's (R C R C R: a reference run serves the
+  pairs on both sides of it), the harness's load measurement with each;
+  `classify.sequential_slowdown` over the pairs says "slower" (one clear
+  pair on a quiet machine is enough, else the signed-rank test).
 """
 
 from __future__ import annotations
 
-import random
 import re
 import tempfile
 from collections.abc import Callable
@@ -23,7 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro.inside import SETUP_PLUGIN
-from tfrepro.settings import SymptomSettings, TrialSettings
+from tfrepro.settings import (
+    TIMING_MIN_STEPS,
+    TIMING_MIN_TIME_S,
+    TIMING_STEPS_MAX,
+    WARMUP_STEPS,
+    SymptomSettings,
+    TrialSettings,
+)
 from tfrepro.trials.values import TrialResult, Verdict
 
 # (project_dir, settings) -> TrialResult. The default runs a real trial.
@@ -200,6 +209,18 @@ def _verdict(symptom: str) -> Verdict | None:
         return None
 
 
+def _stopped(r: TrialResult, steps: int) -> Verdict | None:
+    """The non-timing verdict that ends a timing comparison (a NaN only
+    within `steps`: a timing run goes on past them), else None."""
+    if r.timed_out:
+        return Verdict.TIMEOUT
+    if r.crashed:
+        return Verdict.CRASH
+    from tfrepro.trials.classify import first_steps
+
+    return Verdict.NAN if first_steps(r, steps).nonfinite else None
+
+
 def _slowdown(
     cand_dir: Path,
     ref_dir: Path,
@@ -209,49 +230,70 @@ def _slowdown(
     max_pairs: int,
     progress: Callable[[str], None] | None = None,
 ) -> Reproduction:
-    from tfrepro.trials.classify import sequential_slowdown
+    from tfrepro.trials.classify import sequential_slowdown, timing_pair
 
-    last: dict[str, TrialResult] = {}
-
-    def sample(i: int) -> tuple[float, float] | Verdict:
-        # Baseline first, then candidate, never concurrently (DESIGN: timing).
-        if progress:
-            progress(f"  timing pair {i + 1} (at most {max_pairs}): reference.py, then repro.py")
-        s = replace(settings, repeat=i)
-        ref = runner(ref_dir, s)
-        cand = runner(cand_dir, s)
-        last["ref"], last["cand"] = ref, cand
-        for r in (ref, cand):
-            if r.timed_out:
-                return Verdict.TIMEOUT
-            if r.crashed:
-                return Verdict.CRASH
-            if r.nonfinite:
-                return Verdict.NAN
-        a, b = ref.median_step_time(), cand.median_step_time()
-        if a is None or b is None:
-            return Verdict.UNTESTABLE
-        return a, b
-
-    out = sequential_slowdown(
-        sample, symptoms.slowdown, min_samples=min(3, max_pairs), max_samples=max_pairs, rng=random.Random(0)
+    timed = replace(
+        settings,
+        min_time_s=TIMING_MIN_TIME_S,
+        min_steps=TIMING_MIN_STEPS,
+        steps_max=max(TIMING_STEPS_MAX, WARMUP_STEPS + TIMING_MIN_STEPS),
     )
-    if out.stopped is not None:
-        reproduced: bool | None = False
-        detail = f"a timing run stopped with {out.stopped.value}"
+    refs: list[TrialResult] = []  # reference.py's timing runs, in the order run
+    last: dict[str, TrialResult] = {}
+    why: list[str] = []  # why a run could not be timed
+
+    def reference() -> TrialResult:
+        refs.append(runner(ref_dir, replace(timed, repeat=len(refs))))
+        last["ref"] = refs[-1]
+        return refs[-1]
+
+    def broken(ref: TrialResult) -> bool:
+        stop = _stopped(ref, settings.steps)
+        if stop is not None:
+            why.append(f"reference.py stopped with {stop.value}")
+        return stop is not None
+
+    def sample(i: int):
+        # R C R C R ...: repro.py between two reference.py runs, never concurrently.
+        if progress:
+            progress(f"  timing pair {i + 1} (at most {max_pairs}): repro.py between two reference.py runs")
+        before = refs[-1] if refs else reference()
+        if broken(before):
+            return Verdict.UNTESTABLE
+        cand = runner(cand_dir, replace(timed, repeat=i))
+        last["cand"] = cand
+        stop = _stopped(cand, settings.steps)
+        if stop is not None:
+            return stop
+        if broken(reference()):
+            return Verdict.UNTESTABLE
+        got = timing_pair(before, cand, refs[-1])
+        if got is None:
+            why.append("fewer than 2 steps past the warm-up")
+        return got or Verdict.UNTESTABLE
+
+    out = sequential_slowdown(sample, symptoms.slowdown, min_samples=min(3, max_pairs), max_samples=max_pairs)
+    n = len(out.pairs)
+    if out.stopped is Verdict.UNTESTABLE:
+        reproduced: bool | None = None
+        detail = f"could not be timed: {why[-1] if why else 'untestable'}"
+    elif out.stopped is not None:
+        reproduced = False
+        detail = f"a timing run of repro.py stopped with {out.stopped.value}"
     elif out.verdict == Verdict.SLOWDOWN:
         reproduced = True
+        test = f"{n} clear-cut pair{'s' if n != 1 else ''}" if out.fast else f"p={out.p_value:.3g}, {n} pairs"
         detail = (
             f"median step time {out.ratio:.2f}x that of reference.py "
-            f"(threshold {symptoms.slowdown}x, p={out.p_value:.3g}, {len(out.candidate)} interleaved pairs)"
+            f"(threshold {symptoms.slowdown}x, {test}; repro.py between two reference.py runs)"
         )
     elif out.conclusive:
         reproduced = False
-        detail = f"not slower: median step time ratio {out.ratio:.2f}x (threshold {symptoms.slowdown}x)"
+        detail = f"not slower: median step time ratio {out.ratio:.2f}x (threshold {symptoms.slowdown}x, {n} pairs)"
     else:
         reproduced = None
         ratio = f"{out.ratio:.2f}x" if out.ratio is not None else "n/a"
-        detail = f"inconclusive after {len(out.candidate)} pairs: ratio {ratio} (threshold {symptoms.slowdown}x)"
+        detail = f"inconclusive after {n} pairs: ratio {ratio} (threshold {symptoms.slowdown}x)"
     return Reproduction(
         "slowdown",
         reproduced,

@@ -30,6 +30,7 @@ from tfrepro.trials.slowdown import (  # noqa: F401  (the slowdown decision, re-
     TimingState,
     decide_slowdown,
     sequential_slowdown,
+    timing_pair,
     timing_sample,
     typical_step,
 )

@@ -189,6 +189,20 @@ class TimingPair:
         }
 
 
+def timing_pair(before: TrialResult, candidate: TrialResult, after: TrialResult) -> TimingPair | None:
+    """The pair of three timing trials run in this order (B C B): their
+    steady-state step times and the harness's `others_cpu` of each (unknown:
+    not quiet). None when one of them has fewer than 2 steady steps."""
+    trials = (before, candidate, after)
+    others = tuple(t.extra.get("others_cpu") for t in trials)
+    got = TimingPair(
+        *(tuple(t.steady_step_times()) for t in trials),
+        quiet=all(o is not None and o <= QUIET_OTHERS for o in others),
+        others=others,
+    )
+    return got if min(len(got.before), len(got.candidate), len(got.after)) >= 2 else None
+
+
 def signed_rank_greater(d: Sequence[float]) -> float:
     """Exact one-sided p-value of the Wilcoxon signed-rank test that the
     differences `d` are centred above 0 (zeros dropped, ties by midranks).
