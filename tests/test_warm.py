@@ -262,6 +262,68 @@ def test_idle_servers_beyond_the_limit_are_ended_least_recently_used_first(tmp_p
         p.close()
 
 
+FAKE_TF = """\
+import random
+
+random.random()  # an import that draws: the state it leaves must not matter
+class random_ns:
+    @staticmethod
+    def set_seed(seed):
+        pass
+class config:
+    class experimental:
+        @staticmethod
+        def enable_op_determinism():
+            pass
+random = random_ns
+"""
+
+SEEDS_FIRST = """\
+import random
+import sys
+
+print("tensorflow" in sys.modules and "warm" or "cold", file=sys.stderr)
+random.seed(1337)  # "for reproducibility", before the TensorFlow import (old Keras examples do)
+draws = [random.random()]
+import tensorflow  # noqa: E402  the trial's seed replaces the script's here, in a cold process
+draws += [random.random(), random.random()]
+for i, x in enumerate(draws, 1):
+    print(f"step={i} loss={x!r}")
+"""
+
+
+def test_the_trials_seeds_come_at_the_scripts_first_tensorflow_import_warm_as_cold(tmp_path):
+    """A cold trial seeds at the script's `import tensorflow`, replacing a seed
+    the script set before it; a warm child, whose server imported TensorFlow
+    already, must not seed before the script instead (it did: the script's
+    seed won, and warm and cold losses differed). A stand-in `tensorflow`
+    keeps this fast; the journey and example e2e tests run the real one."""
+    mods = tmp_path / "mods"
+    mods.mkdir()
+    (mods / "tensorflow.py").write_text(FAKE_TF)
+    p = warm.WarmPool(preload=("tensorflow",), only_tf_scripts=False)
+    try:
+        d = script_dir(tmp_path, SEEDS_FIRST)
+        env = {"PYTHONPATH": str(mods)}
+        runs = {}
+        for cold in (True, False):
+            settings = TrialSettings(command=("python", "s.py"), steps=5, timeout_s=30, seed=0, deterministic=True)
+            trial = tmp_path / f"trial-{cold}"
+            runs[cold] = run_variant(d, settings, trial, env=env, cold=cold, warm_pool=p)
+            assert (trial / "stderr.log").read_text().split()[0] == ("cold" if cold else "warm")
+        cold, hot = runs[True], runs[False]
+        assert hot.extra["process"] == "warm" and not hot.crashed and len(hot.losses) == 3
+        import random
+
+        random.seed(1337)
+        first = random.random()
+        random.seed(0)
+        assert cold.losses == (first, random.random(), random.random())  # the trial's seed 0 after the import
+        assert hot.losses == cold.losses
+    finally:
+        p.close()
+
+
 # -- which trials go warm, and with which server ---------------------------------------
 
 

@@ -24,8 +24,10 @@ Invariants:
   a child also dies with the server (PR_SET_PDEATHSIG) and the harness
   watches its parent;
 - a child does what `python script args` would from here on: own session,
-  cwd, argv, sys.path[0], os.environ replaced, the harness installed by the
-  same sitecustomize function, stdio on the trial's files, the script as
+  cwd, argv, sys.path[0], os.environ replaced, NumPy's global state reseeded
+  from the OS, the harness installed by the same sitecustomize function (its
+  TensorFlow/Keras hooks - seeds, determinism - run at the script's first
+  import of them, not before the script), stdio on the trial's files, the script as
   `__main__`, CPython's exit-code semantics (SystemExit, uncaught exception
   → traceback + 1, KeyboardInterrupt → killed by SIGINT), non-daemon threads
   joined and atexit handlers run before the exit, no interpreter teardown.
