@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 WORLD = """\
 import json, os, sys
-world = {"argv": sys.argv, "cwd": os.getcwd(), "path": sys.path, "env": dict(os.environ),
+world = {"argv": sys.argv, "orig_argv": sys.orig_argv, "cwd": os.getcwd(), "path": sys.path, "env": dict(os.environ),
          "name": __name__, "file": __file__, "main": sys.modules["__main__"].__dict__.get("__file__"),
          "stdin": sys.stdin.read()}
 print(json.dumps(world))
@@ -98,6 +98,21 @@ def test_warm_child_sees_what_a_cold_interpreter_sees(tmp_path, pool):
     assert b["name"] == "__main__" and b["file"] == b["main"] == str(d / "s.py")
     assert a == b  # environment, sys.path, argv, cwd, stdin (empty): all of it
     assert cold.losses == hot.losses == (0.5,)
+
+
+def test_a_relative_pythonpath_entry_is_the_trials_cwd_not_the_servers(tmp_path, pool):
+    """`PYTHONPATH=src tfrepro ...`: a cold interpreter makes `src` absolute
+    against the trial's cwd (the variant, where the project's src/ is); the
+    warm server had made it absolute against its own temp dir."""
+    d = script_dir(tmp_path, "import helper\n" + WORLD)
+    (d / "src").mkdir()
+    (d / "src" / "helper.py").write_text("")
+    env = {"PYTHONPATH": os.pathsep.join(["src", "."])}
+    cold, cold_out, _ = run(d, tmp_path, pool, cold=True, env=env)
+    hot, hot_out, hot_err = run(d, tmp_path, pool, cold=False, env=env)
+    assert hot.extra["process"] == "warm" and not hot.crashed, hot_err
+    a, b = json.loads(cold_out.splitlines()[0]), json.loads(hot_out.splitlines()[0])
+    assert str(d / "src") in b["path"] and a == b
 
 
 @pytest.mark.parametrize(
