@@ -307,36 +307,51 @@ for i, x in enumerate(draws, 1):
 """
 
 
-def test_the_trials_seeds_come_at_the_scripts_first_tensorflow_import_warm_as_cold(tmp_path):
+@pytest.fixture(scope="module")
+def fake_tf(tmp_path_factory):
+    """A server that preloaded a stand-in `tensorflow` (fast), and the env that finds it."""
+    mods = tmp_path_factory.mktemp("mods")
+    (mods / "tensorflow.py").write_text(FAKE_TF)
+    p = warm.WarmPool(preload=("tensorflow",), only_tf_scripts=False)
+    yield p, {"PYTHONPATH": str(mods)}
+    p.close()
+
+
+def test_the_trials_seeds_come_at_the_scripts_first_tensorflow_import_warm_as_cold(tmp_path, fake_tf):
     """A cold trial seeds at the script's `import tensorflow`, replacing a seed
     the script set before it; a warm child, whose server imported TensorFlow
     already, must not seed before the script instead (it did: the script's
     seed won, and warm and cold losses differed). A stand-in `tensorflow`
     keeps this fast; the journey and example e2e tests run the real one."""
-    mods = tmp_path / "mods"
-    mods.mkdir()
-    (mods / "tensorflow.py").write_text(FAKE_TF)
-    p = warm.WarmPool(preload=("tensorflow",), only_tf_scripts=False)
-    try:
-        d = script_dir(tmp_path, SEEDS_FIRST)
-        env = {"PYTHONPATH": str(mods)}
-        runs = {}
-        for cold in (True, False):
-            settings = TrialSettings(command=("python", "s.py"), steps=5, timeout_s=30, seed=0, deterministic=True)
-            trial = tmp_path / f"trial-{cold}"
-            runs[cold] = run_variant(d, settings, trial, env=env, cold=cold, warm_pool=p)
-            assert (trial / "stderr.log").read_text().split()[0] == ("cold" if cold else "warm")
-        cold, hot = runs[True], runs[False]
-        assert hot.extra["process"] == "warm" and not hot.crashed and len(hot.losses) == 3
-        import random
+    p, env = fake_tf
+    d = script_dir(tmp_path, SEEDS_FIRST)
+    runs = {}
+    for cold in (True, False):
+        settings = TrialSettings(command=("python", "s.py"), steps=5, timeout_s=30, seed=0, deterministic=True)
+        trial = tmp_path / f"trial-{cold}"
+        runs[cold] = run_variant(d, settings, trial, env=env, cold=cold, warm_pool=p)
+        assert (trial / "stderr.log").read_text().split()[0] == ("cold" if cold else "warm")
+    cold, hot = runs[True], runs[False]
+    assert hot.extra["process"] == "warm" and not hot.crashed and len(hot.losses) == 3
+    import random
 
-        random.seed(1337)
-        first = random.random()
-        random.seed(0)
-        assert cold.losses == (first, random.random(), random.random())  # the trial's seed 0 after the import
-        assert hot.losses == cold.losses
-    finally:
-        p.close()
+    random.seed(1337)
+    first = random.random()
+    random.seed(0)
+    assert cold.losses == (first, random.random(), random.random())  # the trial's seed 0 after the import
+    assert hot.losses == cold.losses
+
+
+def test_a_failed_import_before_tensorflow_shows_the_same_traceback_warm_and_cold(tmp_path, fake_tf):
+    """Until the script imports TensorFlow, a warm child's imports pass through
+    the harness (to run its hooks there): none of it in the traceback."""
+    p, env = fake_tf
+    d = script_dir(tmp_path, "print('step=1 loss=1.0')\nimport no_such_module_here\nimport tensorflow\n")
+    cold, _, cold_err = run(d, tmp_path, p, cold=True, env=env)
+    hot, _, hot_err = run(d, tmp_path, p, cold=False, env=env)
+    assert hot.extra["process"] == "warm" and hot.error == "ModuleNotFoundError: No module named 'no_such_module_here'"
+    assert (cold.crashed, cold.error) == (hot.crashed, hot.error)
+    assert hot_err == cold_err and "harness" not in hot_err
 
 
 # -- which trials go warm, and with which server ---------------------------------------

@@ -310,7 +310,9 @@ class _PostImportFinder:
         trial's there, warm as cold (tests/test_warm.py)."""
         self._waiting = {n for n in self._hooks if n in sys.modules}
         if self._waiting:
-            _on_first_import(self._waiting, self._fire_waiting)
+            global _imports
+            _imports = _sibling("imports")
+            _imports.on_first_import(self._waiting, self._fire_waiting)
 
     def _fire_waiting(self) -> None:
         names = [n for n in self._hooks if n in self._waiting]
@@ -345,44 +347,7 @@ class _PostImportFinder:
 
 
 _FINDER: _PostImportFinder | None = None
-
-
-def _on_first_import(names: set[str], fire) -> None:
-    """Call `fire()` once, right after the first import of one of `names`
-    (top-level modules already in sys.modules, which no finder sees again):
-    an `import`/`from` statement or `__import__` (builtins.__import__), or
-    importlib.import_module. Both are restored then, unless replaced since."""
-    import builtins
-    import importlib
-
-    orig_import, orig_import_module = builtins.__import__, importlib.import_module
-    done = False
-
-    def seen(name: str) -> None:
-        nonlocal done
-        if done or name.partition(".")[0] not in names:
-            return
-        done = True
-        if builtins.__import__ is _import:
-            builtins.__import__ = orig_import
-        if importlib.import_module is _import_module:
-            importlib.import_module = orig_import_module
-        fire()
-
-    def _import(name, globals=None, locals=None, fromlist=(), level=0):
-        module = orig_import(name, globals, locals, fromlist, level)
-        if level == 0:
-            seen(name)
-        return module
-
-    def _import_module(name, package=None):
-        module = orig_import_module(name, package)
-        if not name.startswith("."):
-            seen(name)
-        return module
-
-    builtins.__import__ = _import
-    importlib.import_module = _import_module
+_imports = None  # harness_imports.py, in a warm child only
 
 
 # -- plugins ----------------------------------------------------------------------
@@ -535,6 +500,8 @@ def _excepthook(orig):
             S.error, detail = _error_line(tp, value)
             if detail:
                 S.extra["error_detail"] = detail
+        if _imports is not None:
+            tb = _imports.hide(value, tb)
         orig(tp, value, tb)
 
     return hook
