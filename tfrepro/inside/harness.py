@@ -372,7 +372,9 @@ class PluginContext:
 
     def after_import(self, module_name: str, fn) -> None:
         """fn(module) right after the script imports `module_name` (a
-        top-level name such as "tensorflow"), or now if it is imported."""
+        top-level name such as "tensorflow"), or now if it is imported
+        (in a warm child, where it was imported before the trial: at the
+        script's first import of it, as in a cold process)."""
         _FINDER.add(module_name, fn)
 
 
