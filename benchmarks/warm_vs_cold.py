@@ -2,11 +2,22 @@
 
 Two parts, every trial through the real runner (`run_variant`):
 
-1. equivalence: every bundled example (`tfrepro/examples/*`), its baseline
-   (all features OFF) and its failing configuration (all ON), seeded and
-   deterministic, cold then warm: the per-step losses must be identical, the
-   crash line and the first non-finite step too ("random": the script draws
-   from OS entropy on purpose, and a second cold run differs as well);
+1. equivalence: every bundled example (`tfrepro/examples/*`, marked projects)
+   and every journey script (`benchmarks/journey/<case>/train.py`, unmarked:
+   loaded zero-edit, its features detected in memory, from a copy in a scratch
+   directory), `--suite` picks which. Per script, its baseline (all features
+   OFF) and its failing configuration (all ON), seeded and deterministic as
+   the runner makes them, cold then warm, each trial in a fresh variant
+   directory: the per-step losses must be bit-identical, the crash line, the
+   first non-finite step and the timeout too, and the verdict of
+   `classify.classify` the same, warm and cold each judged against the same
+   reference (the cold baseline: its losses for mismatch, its memory for
+   memory; a slowdown is never decided by `classify`, the median step times
+   are printed instead). Exceptions, each with its reason, in `RANDOM_BY_DESIGN`
+   ("flaky_nan": the script draws from OS entropy on purpose); for those, and
+   for any pair that differs, a second cold run is the control: when two cold
+   runs differ as well the row says "random", and only a script listed there
+   may pass that way;
 2. cost: interleaved cold/warm pairs of one example's baseline. Per trial:
    wall (from asking for the trial to its result), training (sum of the
    harness's step times), fixed cost = wall − training. A/A timing: the ratio
@@ -17,38 +28,43 @@ once per bisect): it is shown on its own line and left out of the medians.
 Figures on a shared machine are noisy: read the ratios of interleaved pairs
 and the load average printed with them.
 
-    PYTHONPATH=. .venv/bin/python benchmarks/warm_vs_cold.py [--pairs 5] [--example demo] [--skip-equivalence]
+    PYTHONPATH=. .venv/bin/python benchmarks/warm_vs_cold.py [--suite examples|journey|both]
+        [--only demo,healthy] [--steps N] [--pairs 5] [--example demo] [--skip-equivalence] [--skip-cost]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import sys
 import tempfile
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tfrepro.project import Project
-from tfrepro.trials import warm
+from tfrepro.trials import classify, warm
 from tfrepro.trials.runner import run_variant
+from tfrepro.trials.values import TrialResult
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "tfrepro" / "examples"
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "tfrepro" / "examples"
+JOURNEY = ROOT / "benchmarks" / "journey"
+SUITES = ("examples", "journey", "both")
+# Scripts that are not deterministic on purpose, and why. Their warm and cold
+# runs may differ; a second cold run differing too is the proof it is the script.
+RANDOM_BY_DESIGN = {
+    ("examples", "flaky_nan"): "seeds itself from OS entropy on purpose (a NaN in about half of the runs)",
+}
 
 
-def trial(proj: Project, enabled: tuple[str, ...], tmp: Path, tag: str, cold: bool, pool: warm.WarmPool):
-    settings = replace(proj.manifest.trial, deterministic=True, timeout_s=300)
-    variant = tmp / f"variant-{tag}"
-    if not variant.exists():
-        proj.write_variant(enabled, variant)
-    start = time.perf_counter()
-    result = run_variant(
-        variant, settings, tmp / f"trial-{tag}-{'cold' if cold else 'warm'}", cold=cold, warm_pool=pool
-    )
-    wall = time.perf_counter() - start
-    return result, wall
+@dataclass
+class Script:
+    suite: str  # "examples" | "journey"
+    name: str
+    project: Project
 
 
 def same_losses(a, b) -> bool:
@@ -56,36 +72,118 @@ def same_losses(a, b) -> bool:
     return [x.hex() if x == x else "nan" for x in a] == [x.hex() if x == x else "nan" for x in b]
 
 
-def equivalence(tmp: Path, pool: warm.WarmPool, only: list[str]) -> bool:
-    print("equivalence: cold vs warm, per example and configuration (seeded, deterministic)")
-    print(f"{'example':24} {'config':9} {'steps':>5} {'losses':>9} {'crash/nan':>9}  processes")
+def end_facts(r: TrialResult) -> tuple:
+    """How a trial ended: crashed, its crash line, first non-finite step, timeout."""
+    return (r.crashed, r.error, r.first_nonfinite_step, r.timed_out)
+
+
+def verdict(r: TrialResult, reference: TrialResult, project: Project) -> str:
+    """The classifier's verdict of `r` against `reference` (losses and memory)."""
+    sym = project.manifest.symptoms
+    return classify.classify(r, reference=reference, settings=sym, baselines=(reference,)).value
+
+
+def scripts(suite: str, only: set[str], scratch: Path) -> list[Script]:
+    out = []
+    if suite in ("examples", "both"):
+        for ex in sorted(p for p in EXAMPLES.iterdir() if (p / "tfrepro.toml").exists()):
+            if not only or ex.name in only:
+                out.append(Script("examples", ex.name, Project.load(ex)))
+    if suite in ("journey", "both"):
+        for case in sorted(p for p in JOURNEY.iterdir() if (p / "train.py").is_file()):
+            if only and case.name not in only:
+                continue
+            # The user's file alone in a folder of its own (inside this repository
+            # its project would be the repository): zero-edit, as `tfrepro bisect train.py`.
+            home = scratch / "journey" / case.name
+            home.mkdir(parents=True)
+            shutil.copy2(case / "train.py", home / "train.py")
+            proj = Project.load(home / "train.py")
+            assert proj.detected, f"{case.name}: expected a zero-edit (detected) project"
+            out.append(Script("journey", case.name, proj))
+    if only and (missing := only - {s.name for s in out}):
+        raise SystemExit(f"unknown script(s) for --suite {suite}: {', '.join(sorted(missing))}")
+    return out
+
+
+def trial(
+    proj: Project,
+    enabled: tuple[str, ...],
+    tmp: Path,
+    tag: str,
+    cold: bool,
+    pool: warm.WarmPool,
+    steps: int | None = None,
+):
+    settings = replace(proj.manifest.trial, deterministic=True, timeout_s=300)
+    if steps:
+        settings = replace(settings, steps=steps)
+    how = "cold" if cold else "warm"
+    variant = tmp / f"variant-{tag}-{how}"
+    if variant.exists():  # each trial its own fresh variant (scripts write relative files)
+        shutil.rmtree(variant)
+    proj.write_variant(enabled, variant)
+    start = time.perf_counter()
+    result = run_variant(variant, settings, tmp / f"trial-{tag}-{how}", cold=cold, warm_pool=pool)
+    wall = time.perf_counter() - start
+    return result, wall
+
+
+def _ms(r: TrialResult) -> str:
+    med = r.median_step_time()
+    return f"{med * 1000:.3g}" if med else "-"
+
+
+def equivalence(tmp: Path, pool: warm.WarmPool, chosen: list[Script], steps: int | None) -> bool:
+    print("equivalence: cold vs warm, per script and configuration (seeded, deterministic)")
+    print("verdicts: classify() against the cold baseline; slowdown is not classify's: see the step ms")
+    head = (
+        f"{'suite':8} {'script':30} {'config':8} {'steps':>5} {'losses':>9} {'end':>6} "
+        f"{'verdict cold/warm':>19} {'step ms cold/warm':>17}  process"
+    )
+    print(head)
     ok = True
-    for ex in sorted(p for p in EXAMPLES.iterdir() if (p / "tfrepro.toml").exists()):
-        if only and ex.name not in only:
-            continue
-        proj = Project.load(ex)
-        names = tuple(sorted(proj.feature_names))
+    counts = {"identical": 0, "random": 0, "DIFFER": 0}
+    for s in chosen:
+        names = tuple(sorted(s.project.feature_names))
+        base_cold = None
         for config, enabled in [("baseline", ()), ("all-on", names)]:
-            tag = f"{ex.name}-{config}"
-            cold, _ = trial(proj, enabled, tmp, tag, True, pool)
-            hot, _ = trial(proj, enabled, tmp, tag, False, pool)
+            tag = f"{s.suite}-{s.name}-{config}"
+            cold, _ = trial(s.project, enabled, tmp, tag, True, pool, steps)
+            hot, _ = trial(s.project, enabled, tmp, tag, False, pool, steps)
+            if base_cold is None:
+                base_cold = cold  # the one reference, for warm and cold alike
             same = same_losses(cold.losses, hot.losses)
-            same_end = (cold.crashed, cold.error, cold.first_nonfinite_step, cold.timed_out) == (
-                hot.crashed,
-                hot.error,
-                hot.first_nonfinite_step,
-                hot.timed_out,
-            )
-            verdict = "identical" if same else "DIFFER"
-            if not (same and same_end):  # random by design? then two cold runs differ too
-                again, _ = trial(proj, enabled, tmp, tag + "-again", True, pool)
-                if not same_losses(cold.losses, again.losses):
-                    verdict, same, same_end = "random", True, True
-            ok &= same and same_end and hot.extra.get("process") == "warm"
+            same_end = end_facts(cold) == end_facts(hot)
+            v_cold, v_warm = verdict(cold, base_cold, s.project), verdict(hot, base_cold, s.project)
+            label = "identical" if same else "DIFFER"
+            random_ok = False
+            if not (same and same_end and v_cold == v_warm):  # the control: a second cold run
+                again, _ = trial(s.project, enabled, tmp, tag + "-again", True, pool, steps)
+                if not same_losses(cold.losses, again.losses) or end_facts(cold) != end_facts(again):
+                    label = "random"
+                    random_ok = (s.suite, s.name) in RANDOM_BY_DESIGN
+                    if not random_ok:
+                        label = "random?"  # not declared: a failure, whatever the cause
+            good = (same and same_end and v_cold == v_warm) or random_ok
+            good &= cold.extra.get("process") == "cold" and hot.extra.get("process") == "warm"
+            ok &= good
+            counts["identical" if same and same_end and v_cold == v_warm else "random" if random_ok else "DIFFER"] += 1
             print(
-                f"{ex.name:24} {config:9} {len(cold.losses):5d} {verdict:>9} "
-                f"{'same' if same_end else 'DIFFER':>9}  {cold.extra.get('process')}/{hot.extra.get('process')}"
+                f"{s.suite:8} {s.name:30} {config:8} {len(cold.losses):5d} {label:>9} "
+                f"{'same' if same_end else 'DIFFER':>6} {v_cold + '/' + v_warm:>19} "
+                f"{_ms(cold) + '/' + _ms(hot):>17}  {cold.extra.get('process')}/{hot.extra.get('process')}"
             )
+            if not same_end:
+                print(f"    cold ended {end_facts(cold)}\n    warm ended {end_facts(hot)}")
+    total = sum(counts.values())
+    print(
+        f"{counts['identical']}/{total} identical warm and cold (losses, end, verdict), "
+        f"{counts['random']} random by design, {counts['DIFFER']} differing"
+    )
+    for (suite, name), why in RANDOM_BY_DESIGN.items():
+        if any(s.suite == suite and s.name == name for s in chosen):
+            print(f"  {name}: {why}")
     return ok
 
 
@@ -127,24 +225,30 @@ def cost(tmp: Path, pool: warm.WarmPool, example: str, pairs: int) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--suite", choices=SUITES, default="both", help="which scripts the equivalence part runs")
+    ap.add_argument("--only", default="", help="comma-separated script names (examples or journey cases)")
+    ap.add_argument("--examples", default="", help=argparse.SUPPRESS)  # the old name of --only
+    ap.add_argument("--steps", type=int, default=0, help="steps per equivalence trial (default: the project's)")
     ap.add_argument("--pairs", type=int, default=5)
-    ap.add_argument("--example", default="demo")
+    ap.add_argument("--example", default="demo", help="the example of the cost part")
     ap.add_argument("--skip-equivalence", action="store_true")
     ap.add_argument("--skip-cost", action="store_true")
-    ap.add_argument("--examples", default="", help="comma-separated example names (default: all)")
     args = ap.parse_args()
+    only = {n for n in f"{args.only},{args.examples}".split(",") if n}
+    start = time.monotonic()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} cores, load average at start {os.getloadavg()}")
     pool = warm.WarmPool()
     ok = True
     try:
         with tempfile.TemporaryDirectory(prefix="tfrepro-warm-bench-") as tmp:
             if not args.skip_equivalence:
-                ok = equivalence(Path(tmp), pool, [n for n in args.examples.split(",") if n])
+                chosen = scripts(args.suite, only, Path(tmp))
+                ok = equivalence(Path(tmp), pool, chosen, args.steps or None)
             if not args.skip_cost:
                 cost(Path(tmp), pool, args.example, args.pairs)
     finally:
         pool.close()
-    print(f"load average at end {os.getloadavg()}")
+    print(f"load average at end {os.getloadavg()}, wall {time.monotonic() - start:.0f} s")
     if not ok:
         print("EQUIVALENCE FAILED")
     return 0 if ok else 1

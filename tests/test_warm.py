@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 WORLD = """\
 import json, os, sys
-world = {"argv": sys.argv, "cwd": os.getcwd(), "path": sys.path, "env": dict(os.environ),
+world = {"argv": sys.argv, "orig_argv": sys.orig_argv, "cwd": os.getcwd(), "path": sys.path, "env": dict(os.environ),
          "name": __name__, "file": __file__, "main": sys.modules["__main__"].__dict__.get("__file__"),
          "stdin": sys.stdin.read()}
 print(json.dumps(world))
@@ -100,16 +100,19 @@ def test_warm_child_sees_what_a_cold_interpreter_sees(tmp_path, pool):
     assert cold.losses == hot.losses == (0.5,)
 
 
-def test_a_relative_pythonpath_entry_means_the_trials_dir_warm_as_cold(tmp_path, pool):
-    # PYTHONPATH=lib resolves against the cwd the interpreter starts in: the
-    # trial's for a cold one, not the warm server's
-    d = script_dir(tmp_path, "import helper, sys\nprint(helper.__file__)\nprint('step=1 loss=0.5')\n")
-    (d / "lib").mkdir()
-    (d / "lib" / "helper.py").write_text("")
-    cold, cold_out, _ = run(d, tmp_path, pool, cold=True, env={"PYTHONPATH": "lib"})
-    hot, hot_out, hot_err = run(d, tmp_path, pool, cold=False, env={"PYTHONPATH": "lib"})
-    assert hot.extra["process"] == "warm", hot_err
-    assert hot_out == cold_out and hot_out.splitlines()[0] == str(d / "lib" / "helper.py")
+def test_a_relative_pythonpath_entry_is_the_trials_cwd_not_the_servers(tmp_path, pool):
+    """`PYTHONPATH=src tfrepro ...`: a cold interpreter makes `src` absolute
+    against the trial's cwd (the variant, where the project's src/ is); the
+    warm server had made it absolute against its own temp dir."""
+    d = script_dir(tmp_path, "import helper\n" + WORLD)
+    (d / "src").mkdir()
+    (d / "src" / "helper.py").write_text("")
+    env = {"PYTHONPATH": os.pathsep.join(["src", "."])}
+    cold, cold_out, _ = run(d, tmp_path, pool, cold=True, env=env)
+    hot, hot_out, hot_err = run(d, tmp_path, pool, cold=False, env=env)
+    assert hot.extra["process"] == "warm" and not hot.crashed, hot_err
+    a, b = json.loads(cold_out.splitlines()[0]), json.loads(hot_out.splitlines()[0])
+    assert str(d / "src") in b["path"] and a == b
 
 
 @pytest.mark.parametrize(
@@ -272,6 +275,83 @@ def test_idle_servers_beyond_the_limit_are_ended_least_recently_used_first(tmp_p
         assert sorted(dict(k[2])["TF_FAKE_SETTING"] for k in p._servers) == ["1", "2"]
     finally:
         p.close()
+
+
+FAKE_TF = """\
+import random
+
+random.random()  # an import that draws: the state it leaves must not matter
+class random_ns:
+    @staticmethod
+    def set_seed(seed):
+        pass
+class config:
+    class experimental:
+        @staticmethod
+        def enable_op_determinism():
+            pass
+random = random_ns
+"""
+
+SEEDS_FIRST = """\
+import random
+import sys
+
+print("tensorflow" in sys.modules and "warm" or "cold", file=sys.stderr)
+random.seed(1337)  # "for reproducibility", before the TensorFlow import (old Keras examples do)
+draws = [random.random()]
+import tensorflow  # noqa: E402  the trial's seed replaces the script's here, in a cold process
+draws += [random.random(), random.random()]
+for i, x in enumerate(draws, 1):
+    print(f"step={i} loss={x!r}")
+"""
+
+
+@pytest.fixture(scope="module")
+def fake_tf(tmp_path_factory):
+    """A server that preloaded a stand-in `tensorflow` (fast), and the env that finds it."""
+    mods = tmp_path_factory.mktemp("mods")
+    (mods / "tensorflow.py").write_text(FAKE_TF)
+    p = warm.WarmPool(preload=("tensorflow",), only_tf_scripts=False)
+    yield p, {"PYTHONPATH": str(mods)}
+    p.close()
+
+
+def test_the_trials_seeds_come_at_the_scripts_first_tensorflow_import_warm_as_cold(tmp_path, fake_tf):
+    """A cold trial seeds at the script's `import tensorflow`, replacing a seed
+    the script set before it; a warm child, whose server imported TensorFlow
+    already, must not seed before the script instead (it did: the script's
+    seed won, and warm and cold losses differed). A stand-in `tensorflow`
+    keeps this fast; the journey and example e2e tests run the real one."""
+    p, env = fake_tf
+    d = script_dir(tmp_path, SEEDS_FIRST)
+    runs = {}
+    for cold in (True, False):
+        settings = TrialSettings(command=("python", "s.py"), steps=5, timeout_s=30, seed=0, deterministic=True)
+        trial = tmp_path / f"trial-{cold}"
+        runs[cold] = run_variant(d, settings, trial, env=env, cold=cold, warm_pool=p)
+        assert (trial / "stderr.log").read_text().split()[0] == ("cold" if cold else "warm")
+    cold, hot = runs[True], runs[False]
+    assert hot.extra["process"] == "warm" and not hot.crashed and len(hot.losses) == 3
+    import random
+
+    random.seed(1337)
+    first = random.random()
+    random.seed(0)
+    assert cold.losses == (first, random.random(), random.random())  # the trial's seed 0 after the import
+    assert hot.losses == cold.losses
+
+
+def test_a_failed_import_before_tensorflow_shows_the_same_traceback_warm_and_cold(tmp_path, fake_tf):
+    """Until the script imports TensorFlow, a warm child's imports pass through
+    the harness (to run its hooks there): none of it in the traceback."""
+    p, env = fake_tf
+    d = script_dir(tmp_path, "print('step=1 loss=1.0')\nimport no_such_module_here\nimport tensorflow\n")
+    cold, _, cold_err = run(d, tmp_path, p, cold=True, env=env)
+    hot, _, hot_err = run(d, tmp_path, p, cold=False, env=env)
+    assert hot.extra["process"] == "warm" and hot.error == "ModuleNotFoundError: No module named 'no_such_module_here'"
+    assert (cold.crashed, cold.error) == (hot.crashed, hot.error)
+    assert hot_err == cold_err and "harness" not in hot_err
 
 
 # -- which trials go warm, and with which server ---------------------------------------

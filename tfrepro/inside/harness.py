@@ -11,7 +11,9 @@ What it does (Contract 3):
 - seeds (python, numpy, TensorFlow, Keras) and op determinism when the config
   says `deterministic`, applied right after `tensorflow` / `keras` / `tf_keras`
   finish importing (post-import hooks on sys.meta_path; nothing is imported
-  early, so a script can still set TF_USE_LEGACY_KERAS or logical devices);
+  early, so a script can still set TF_USE_LEGACY_KERAS or logical devices;
+  in a warm child, where they were imported before the trial, at the
+  script's first import of them, as in a cold process);
 - `Model.fit` (Keras 3 and tf_keras), in harness_keras.py (loaded by path when
   Keras is imported): the exact per-step loss from the model's loss tracker
   (running-mean recovery as the fallback). Step time = on_train_batch_begin →
@@ -288,19 +290,34 @@ class _PostImportFinder:
 
     def __init__(self, hooks: dict) -> None:
         self._hooks = {name: [fn] for name, fn in hooks.items()}
+        self._waiting: set[str] = set()  # imported before the trial: hooks wait for its first import
 
     def add(self, fullname: str, hook) -> None:
-        """Watch one more module; a module imported already gets the hook now."""
-        if fullname in sys.modules:
+        """Watch one more module; a module imported already gets the hook now
+        (one imported before the trial: at the trial's first import of it)."""
+        if fullname in sys.modules and fullname not in self._waiting:
             hook(sys.modules[fullname])
         else:
             self._hooks.setdefault(fullname, []).append(hook)
 
     def fire_imported(self) -> None:
-        """Run now the hooks of watched modules imported already: in a child
-        of a warm server (inside/warm.py) TensorFlow and Keras were imported
-        before the trial began; in a cold process this does nothing."""
-        for name in [n for n in self._hooks if n in sys.modules]:
+        """Hooks of watched modules imported before the trial began (in a
+        child of a warm server, inside/warm.py: TensorFlow and Keras; in a cold
+        process none) run when the trial first imports one of them: where a
+        cold process runs them, inside its first `import tensorflow` or
+        `import keras` (each imports the other). Not now: a script that seeds
+        NumPy or `random` before that import has its seed replaced by the
+        trial's there, warm as cold (tests/test_warm.py)."""
+        self._waiting = {n for n in self._hooks if n in sys.modules}
+        if self._waiting:
+            global _imports
+            _imports = _sibling("imports")
+            _imports.on_first_import(self._waiting, self._fire_waiting)
+
+    def _fire_waiting(self) -> None:
+        names = [n for n in self._hooks if n in self._waiting]
+        self._waiting = set()
+        for name in names:
             self._consume(name)(sys.modules[name])
 
     def find_spec(self, fullname, path=None, target=None):
@@ -330,6 +347,7 @@ class _PostImportFinder:
 
 
 _FINDER: _PostImportFinder | None = None
+_imports = None  # harness_imports.py, in a warm child only
 
 
 # -- plugins ----------------------------------------------------------------------
@@ -354,7 +372,9 @@ class PluginContext:
 
     def after_import(self, module_name: str, fn) -> None:
         """fn(module) right after the script imports `module_name` (a
-        top-level name such as "tensorflow"), or now if it is imported."""
+        top-level name such as "tensorflow"), or now if it is imported
+        (in a warm child, where it was imported before the trial: at the
+        script's first import of it, as in a cold process)."""
         _FINDER.add(module_name, fn)
 
 
@@ -482,6 +502,8 @@ def _excepthook(orig):
             S.error, detail = _error_line(tp, value)
             if detail:
                 S.extra["error_detail"] = detail
+        if _imports is not None:
+            tb = _imports.hide(value, tb)
         orig(tp, value, tb)
 
     return hook

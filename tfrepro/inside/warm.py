@@ -24,8 +24,11 @@ Invariants:
   a child also dies with the server (PR_SET_PDEATHSIG) and the harness
   watches its parent;
 - a child does what `python script args` would from here on: own session,
-  cwd, argv, sys.path[0], os.environ replaced, the harness installed by the
-  same sitecustomize function, stdio on the trial's files, the script as
+  cwd, argv and sys.orig_argv, sys.path (its [0], and relative PYTHONPATH
+  entries made absolute against the trial's cwd, not the server's),
+  os.environ replaced, NumPy's global state reseeded from the OS, the harness installed by the same sitecustomize function (its
+  TensorFlow/Keras hooks - seeds, determinism - run at the script's first
+  import of them, not before the script), stdio on the trial's files, the script as
   `__main__`, CPython's exit-code semantics (SystemExit, uncaught exception
   → traceback + 1, KeyboardInterrupt → killed by SIGINT), non-daemon threads
   joined and atexit handlers run before the exit, no interpreter teardown.
@@ -106,23 +109,6 @@ def _activate_harness() -> None:
         module.activate(config)
 
 
-_SERVER_CWD = os.getcwd()
-
-
-def _rebase_relative_pythonpath() -> None:
-    """A relative PYTHONPATH entry (`PYTHONPATH=.`) is made absolute against
-    the cwd an interpreter starts in: the server's, so far. Re-resolve it
-    against the trial's cwd, as a cold interpreter would (which keeps it even
-    when it repeats sys.path[0])."""
-    for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-        if not entry or os.path.isabs(entry):
-            continue
-        old, new = os.path.normpath(os.path.join(_SERVER_CWD, entry)), os.path.abspath(entry)
-        if old not in sys.path[1:]:
-            continue
-        sys.path[sys.path.index(old, 1)] = new
-
-
 def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     os.setsid()
     _pdeathsig(signal.SIGKILL)
@@ -145,18 +131,40 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     _redirect(None, 0, os.O_RDONLY)
     _redirect(job.get("stdout"), 1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     _redirect(job.get("stderr"), 2, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    server_cwd = os.getcwd()
     os.chdir(job["cwd"])
     os.environ.clear()
     os.environ.update(job["env"])
     sys.argv = list(job["argv"])
+    sys.orig_argv = [sys.orig_argv[0], *sys.argv]  # `python script args`, not the server's `-c BOOT`
     script = os.path.abspath(sys.argv[0])
     sys.path[0] = os.path.dirname(script)
-    _rebase_relative_pythonpath()
+    sys.path[1:] = _rebase(sys.path[1:], server_cwd, os.getcwd())
     np = sys.modules.get("numpy")
     if np is not None:
         np.random.seed()  # a cold interpreter seeds NumPy's global state from the OS
     _activate_harness()
     return script
+
+
+def _rebase(entries: list, old: str, new: str) -> list:
+    """sys.path as a cold interpreter started in `new` would have it: a
+    relative PYTHONPATH entry (`.`, `src`) was made absolute against the
+    server's cwd `old` (a temp dir of its own, so nothing else lies under it)
+    and is made absolute against the trial's instead; then, as `site` does,
+    a later duplicate goes."""
+    moved = [
+        new + p[len(old) :] if isinstance(p, str) and (p == old or p.startswith(old + os.sep)) else p for p in entries
+    ]
+    if moved == entries:
+        return entries
+    out, seen = [], set()
+    for p in moved:
+        key = os.path.normcase(p) if isinstance(p, str) else p
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
 
 
 def _exit_code(e: SystemExit) -> int:
