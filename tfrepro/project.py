@@ -26,12 +26,11 @@ from tfrepro.projectfiles import (
     MANIFEST,
     STATE_DIR,
     FileNote,
-    check_root,
     copy_file,
-    find_root,
     iter_project_files,
     write_in_place,
 )
+from tfrepro.projectload import detected_sources, locate, marked_sources, selection
 from tfrepro.settings import StateSettings, SymptomSettings, TrialSettings
 
 __all__ = ["EXCLUDED_DIRS", "MANIFEST", "STATE_DIR", "Manifest", "Project", "iter_project_files"]
@@ -298,26 +297,7 @@ class Project:
         """Load and validate a project. A project with no marker in any file
         is zero-edit: its features are detected in memory (`detect=False`:
         none). `only`/`skip`: see `select`."""
-        p = Path(path)
-        if not p.exists():
-            raise UserError(
-                "no such file or directory", path=p, hint="give the project directory (or its .py entry file)"
-            )
-        entry_override = None
-        if p.is_file():
-            if p.suffix != ".py":
-                raise UserError(
-                    "not a Python file or a project directory",
-                    path=p,
-                    hint="give the project directory, or the training script ending in .py",
-                )
-            # The script's project: the nearest tfrepro.toml/.git/pyproject.toml
-            # above it, else its folder; never $HOME or / (projectfiles.find_root).
-            root = find_root(p)
-            entry_override = p.resolve().relative_to(root).as_posix()
-        else:
-            root = p.resolve()
-            check_root(root)
+        root, entry_override = locate(path)
         manifest_path = root / MANIFEST
         if manifest_path.is_dir():
             raise UserError(
@@ -344,20 +324,7 @@ class Project:
 
         skipped: list[str] = []
         files = [f.as_posix() for f in iter_project_files(root, skipped)]
-        sources: dict[str, fb.SourceFile] = {}
-        for rel in files:
-            if not rel.endswith(".py"):
-                continue
-            full = root / rel
-            data = full.read_bytes()
-            if b"tfrepro:" not in data:  # no marker: never decoded, whatever its encoding
-                continue
-            src, encoding = fb.decode_source(data, str(full))
-            if not fb.has_markers(src):
-                continue
-            parsed = fb.parse(src, str(full), encoding)
-            if parsed.blocks:
-                sources[rel] = parsed
+        sources = marked_sources(root, files)
 
         if manifest.trial.command is None:
             entry = root / manifest.trial.entry
@@ -370,8 +337,7 @@ class Project:
                 )
         detection = None
         if not sources and detect:
-            detection = _detect(root, manifest, files)
-            sources = {rel: fb.parse(t, str(root / rel)) for rel, t in detection.texts.items()}
+            sources, detection = detected_sources(root, manifest.trial.entry, manifest.trial.command, files)
         project = cls(root, manifest, sources, files)
         project.warnings = skipped
         if detection is not None:
@@ -400,27 +366,7 @@ class Project:
         when None) minus `skip`. Each item is a feature name, a name prefix
         (`callback` for callback_*) or a catalog kind (`dataset`). The others
         stay as written (ON for detected features) in every variant."""
-        from tfrepro import catalog
-
-        names = self.feature_names
-
-        def match(item: str) -> set[str]:
-            got = {n for n in names if n == item or n.startswith(item + "_") or catalog.kind_of(n) == item}
-            if not got:
-                raise UserError(
-                    f"no feature matches {item!r}",
-                    path=self.root,
-                    hint="known features: " + (", ".join(names) or "(none)"),
-                )
-            return got
-
-        keep = set(names) if only is None else set().union(*(match(x) for x in only))
-        out = set(names) - keep
-        why = dict.fromkeys(out, "not in --only")
-        for x in skip or ():
-            for n in match(x):
-                why[n] = "--skip"
-        return self.exclude(why)
+        return self.exclude(selection(self.feature_names, only, skip, root=self.root))
 
     def exclude(self, why: dict[str, str], *, on: bool = True) -> "Project":
         """A project without the features `why` names as candidates (name ->
@@ -577,12 +523,3 @@ class Project:
         for rel, data in new_bytes.items():
             write_in_place(self.root / rel, data)
         return list(new_bytes)
-
-
-def _detect(root: Path, manifest: Manifest, files: list[str]):
-    """Zero-edit: the feature blocks of the entry script and the modules it imports, in memory."""
-    from tfrepro.annotate.zeroedit import default_targets, detect, entry_scripts, imported_files
-
-    entries = entry_scripts(manifest.trial.entry, manifest.trial.command, files)
-    targets = imported_files(root, entries, files) if entries else default_targets(files)
-    return detect(root, targets)
