@@ -18,7 +18,8 @@ What it does (Contract 3):
   end of our callback, which runs after the user's callbacks. With
   steps_per_execution > 1 a "step" is one execution;
 - custom loops: lines `step=<int> loss=<float>` written to sys.stdout (Python
-  level: `print`, not `tf.print`); step time = time between two such lines;
+  level: `print`, not `tf.print`), in harness_stdout.py (loaded by path when
+  the harness activates); step time = time between two such lines;
 - stops at `steps` and at the first non-finite loss: the result is written and
   the process leaves with os._exit(0) right there (no exception to be
   swallowed by the script's own `except`); a timing trial (`steps_max` > 0)
@@ -49,15 +50,12 @@ import atexit
 import json
 import math
 import os
-import re
 import sys
 import threading
 import time
 import traceback
 
 CONFIG_ENV = "TFREPRO_TRIAL_CONFIG"
-STEP_LINE = re.compile(r"^\s*step=(-?\d+)\s+loss=(\S+)")
-_MAX_PENDING_LINE = 4096
 # The steps so far are saved at the first step, then at most this often.
 PROGRESS_EVERY_S = 1.0
 
@@ -169,47 +167,6 @@ def _stop(reason: str) -> None:
         except Exception:
             pass
     os._exit(code)
-
-
-class _StdoutTap:
-    """sys.stdout proxy that parses `step=<int> loss=<float>` lines."""
-
-    def __init__(self, stream) -> None:
-        self._stream = stream
-        self._pending = ""
-
-    def write(self, s):
-        n = self._stream.write(s)
-        if S.fit_depth == 0 and isinstance(s, str):
-            if "\n" not in s:
-                if len(self._pending) < _MAX_PENDING_LINE:
-                    self._pending += s
-                return n
-            *lines, self._pending = (self._pending + s).split("\n")
-            for line in lines:
-                m = STEP_LINE.match(line)
-                if m:
-                    self._on_step_line(m.group(2))
-        return n
-
-    def _on_step_line(self, text: str) -> None:
-        try:
-            loss = float(text.rstrip(",;"))
-        except ValueError:
-            return
-        now = time.perf_counter()
-        dt, S.t_ref = now - S.t_ref, now
-        if S.mode == "none":
-            S.mode = "loop"
-        self._stream.flush()
-        record_step(loss, dt)
-
-    def writelines(self, lines):
-        for line in lines:
-            self.write(line)
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
 
 
 def _on_tensorflow(tf) -> None:
@@ -522,7 +479,9 @@ def activate(config_path: str) -> None:
     _memory_start()
     sys.excepthook = _excepthook(sys.excepthook)
     atexit.register(finish)
-    sys.stdout = _StdoutTap(sys.stdout)
+    tap = _sibling("stdout")  # custom loops: `step=N loss=X` lines (harness_stdout.py)
+    tap.bind(sys.modules[__name__])
+    sys.stdout = tap.StdoutTap(sys.stdout)
     global _FINDER
     _FINDER = _PostImportFinder(_HOOKS)
     sys.meta_path.insert(0, _FINDER)
