@@ -10,8 +10,9 @@ repro.py` and any `python ...` command are measured with no code in the project.
 What it does (Contract 3):
 - seeds (python, numpy, TensorFlow, Keras) and op determinism when the config
   says `deterministic`, applied right after `tensorflow` / `keras` / `tf_keras`
-  finish importing (post-import hooks on sys.meta_path; nothing is imported
-  early, so a script can still set TF_USE_LEGACY_KERAS or logical devices);
+  finish importing (post-import hooks on sys.meta_path, harness_imports.py;
+  nothing is imported early, so a script can still set TF_USE_LEGACY_KERAS or
+  logical devices);
 - `Model.fit` (Keras 3 and tf_keras), in harness_keras.py (loaded by path when
   Keras is imported): the exact per-step loss from the model's loss tracker
   (running-mean recovery as the fallback). Step time = on_train_batch_begin →
@@ -216,77 +217,7 @@ _HOOKS = {
 }
 
 
-class _HookLoader:
-    def __init__(self, loader, hook) -> None:
-        self._loader = loader
-        self._hook = hook
-
-    def create_module(self, spec):
-        create = getattr(self._loader, "create_module", None)
-        return create(spec) if create else None
-
-    def exec_module(self, module):
-        # Introspection (importlib.resources, pkgutil) must see the real loader.
-        module.__loader__ = self._loader
-        if getattr(module, "__spec__", None) is not None:
-            module.__spec__.loader = self._loader
-        self._loader.exec_module(module)
-        try:
-            self._hook(module)
-        except Exception:
-            note_error(f"post-import hook for {module.__name__}")
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
-
-
-class _PostImportFinder:
-    """Runs hooks right after a watched top-level module finishes importing."""
-
-    def __init__(self, hooks: dict) -> None:
-        self._hooks = {name: [fn] for name, fn in hooks.items()}
-
-    def add(self, fullname: str, hook) -> None:
-        """Watch one more module; a module imported already gets the hook now."""
-        if fullname in sys.modules:
-            hook(sys.modules[fullname])
-        else:
-            self._hooks.setdefault(fullname, []).append(hook)
-
-    def fire_imported(self) -> None:
-        """Run now the hooks of watched modules imported already: in a child
-        of a warm server (inside/warm.py) TensorFlow and Keras were imported
-        before the trial began; in a cold process this does nothing."""
-        for name in [n for n in self._hooks if n in sys.modules]:
-            self._consume(name)(sys.modules[name])
-
-    def find_spec(self, fullname, path=None, target=None):
-        # A mere importlib.util.find_spec (TensorFlow probes for keras) also
-        # lands here: the hooks are consumed when the module executes, not now.
-        if fullname not in self._hooks:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _HookLoader(spec.loader, self._consume(fullname))
-                return spec
-        return None
-
-    def _consume(self, fullname):
-        def run(module):
-            for hook in self._hooks.pop(fullname, []):
-                try:
-                    hook(module)
-                except Exception:
-                    note_error(f"post-import hook for {fullname}")
-
-        return run
-
-
-_FINDER: _PostImportFinder | None = None
+_FINDER = None  # the PostImportFinder (harness_imports.py), on sys.meta_path once active
 
 
 # -- plugins ----------------------------------------------------------------------
@@ -483,7 +414,7 @@ def activate(config_path: str) -> None:
     tap.bind(sys.modules[__name__])
     sys.stdout = tap.StdoutTap(sys.stdout)
     global _FINDER
-    _FINDER = _PostImportFinder(_HOOKS)
+    _FINDER = _sibling("imports").PostImportFinder(_HOOKS, note_error)
     sys.meta_path.insert(0, _FINDER)
     _FINDER.fire_imported()
     if S.config.get("plugins"):
