@@ -10,7 +10,8 @@ from click.testing import CliRunner
 
 from tfrepro.cli import main
 from tfrepro.errors import UserError
-from tfrepro.project import Manifest, Project
+from tfrepro.manifest import Manifest
+from tfrepro.project import Project
 
 REPRO = """\
 import os

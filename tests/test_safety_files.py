@@ -385,7 +385,7 @@ def test_the_bundle_ships_the_entry_and_its_local_imports_only(tmp_path):
     """An unrelated module next to the script (settings.py with a DB password,
     an old experiment) is not the repro's business."""
     from tfrepro.project import Project
-    from tfrepro.report.bundle import bundle_files
+    from tfrepro.report.export import bundle_files
 
     root = tmp_path / "proj"
     (root / "lib").mkdir(parents=True)

@@ -1,7 +1,8 @@
 """Zero-edit mode: the feature blocks of an unmarked project, found by the
 annotate recognisers and kept in memory (nothing is written to the user's
-files). `Project.load` calls `detect` when no file of the project has a
-marker; trials then render their variants from the annotated texts.
+files). `Project.load` calls `detect` (through `projectload`) when no file
+of the project has a marker; trials then render their variants from the
+annotated texts.
 
 Which files: the trial's entry script and the project modules it imports
 (transitively, as `import x` / `from x import y` resolve from the script's

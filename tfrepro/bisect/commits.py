@@ -53,7 +53,8 @@ def as_written(root: Path) -> "Project":
     markers are malformed (or whose blocks of one feature disagree) still
     runs exactly as written, as plain Python ignores the marker comments.
     """
-    from tfrepro.project import Manifest, Project, iter_project_files
+    from tfrepro.manifest import Manifest
+    from tfrepro.project import Project, iter_project_files
 
     return Project(root, Manifest(), {}, [f.as_posix() for f in iter_project_files(root)])
 
@@ -69,7 +70,8 @@ def project_root(path: str | Path) -> tuple[Path, str | None]:
 
 def load_settings(project_root: Path) -> tuple[TrialSettings, SymptomSettings]:
     """The user's current `tfrepro.toml` (working tree), or the defaults."""
-    from tfrepro.project import MANIFEST, Manifest
+    from tfrepro.manifest import Manifest
+    from tfrepro.projectfiles import MANIFEST
 
     path = project_root / MANIFEST
     if not path.exists():

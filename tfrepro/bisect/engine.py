@@ -35,18 +35,15 @@ against one shared pool of baseline timing trials (bisect/timing.py).
 
 from __future__ import annotations
 
-import json
-import os
 import threading
 import time
 import traceback
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
-from tfrepro import __version__
+from tfrepro.bisect import result_doc
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving, judge_replay
@@ -96,14 +93,6 @@ def bisect(
 def _slug(enabled: Iterable[str]) -> str:
     text = "+".join(enabled) or "baseline"
     return text if len(text) <= 60 else text[:50] + f"-{zlib.crc32(text.encode()):08x}"
-
-
-def _summary(result: TrialResult) -> dict[str, Any]:
-    try:
-        from tfrepro.trials.runner import summary
-    except ImportError:  # pragma: no cover - trial.py is part of the package
-        return result.to_dict()
-    return summary(result)
 
 
 class _Bisection:
@@ -187,7 +176,7 @@ class _Bisection:
             rel = f"trials/{index:03d}-{role}-{_slug(enabled)}-r{repeat}"
             record = TrialRecord(index, enabled, role, repeat, result, f"{rel}/summary.json")
             self.records.append(record)
-        write_trial_record(self.run_dir / rel, _summary(result), result.log_dir)
+        write_trial_record(self.run_dir / rel, result_doc.trial_summary(result), result.log_dir)
         self.events.trial_finished(record)
         return result
 
@@ -485,105 +474,8 @@ class _Bisection:
                     break
         return culprits
 
-    def _also_seen(self, target: Verdict | None) -> list[dict[str, Any]]:
-        from tfrepro.bisect.also_seen import also_seen
-
-        full, base = frozenset(self.features), frozenset()
-        mine = [r for r in range(self.k) if (full, r) in self.memo]
-        shown = set().union(set(), *(self._shows(full, self.memo[(full, r)]) for r in mine))
-        timed = full in self.timing  # measured: no "possible" slowdown to guess
-        return also_seen(
-            shown,
-            target,
-            full_fastest=self._fastest(full, mine),
-            slowdown=self.symptom_settings.slowdown,
-            base_fastest=None
-            if timed
-            else self._fastest(base, [r for r in range(max(self.k, 2)) if (base, r) in self.memo]),
-        )
-
     # -- the result --------------------------------------------------------
-    def _best(self, cfg: Config | None, target: Verdict | None) -> dict[str, Any] | None:
-        """A summary of a trial of `cfg`, preferring one that shows `target`."""
-        if cfg is None:
-            return None
-        mine = [t for (c, _r), t in sorted(self.memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
-        shows = [t for t in mine if target is not None and target in self._shows(cfg, t)]
-        return _summary((shows or mine)[0]) if mine else None
-
-    def _trials_table(self, target: Verdict | None) -> list[dict[str, Any]]:
-        for rec in self.records:
-            if rec.verdict is None:
-                rec.verdict = classify.primary(self._shows(frozenset(rec.enabled), rec.result), target)
-        return [
-            {
-                "enabled": list(r.enabled),
-                "verdict": r.verdict.value if r.verdict else None,
-                "summary": r.summary,
-                "cached": r.result.cached,
-                "role": r.role,
-                "repeat": r.repeat,
-                "key": r.result.key,
-            }
-            for r in self.records
-        ]
-
-    def _timing_evidence(self, config: Config | None) -> dict[str, Any] | None:
-        if not self.timing:
-            return None
-        full = frozenset(self.features)
-        key = config if config in self.timing else full if full in self.timing else next(iter(self.timing))
-        return self.timing[key][-1].to_dict()
-
-    def _finish(
-        self,
-        status: Status,
-        symptom: Verdict | None,
-        *,
-        culprits: Config = frozenset(),
-        config: Config | None = None,
-        suspects: Config = frozenset(),
-        rate: float | None = None,
-        error: str | None = None,
-        extra: dict[str, Any] | None = None,
-    ) -> RunResult:
-        """The run's answer: RunResult (Contract 4) plus what the report and the
-        display read, written to `<run_dir>/result.json`."""
-        rel = os.path.relpath(self.run_dir, Path.cwd())
-        details: dict[str, Any] = {
-            "cached_trials": sum(1 for r in self.records if r.result.cached),
-            "project": str(Path(self.project.root).resolve()),
-            "settings": self.settings.to_dict(),
-            "repeats": self.k,
-            "features": list(self.features),
-            "affects_loss": sorted(self.affects_loss),
-            "failing": self._best(frozenset(self.features), symptom),
-            "culprit_trial": self._best(config, symptom),
-            "dropped_features": list(self.dropped),
-            "detected": bool(getattr(self.project, "detected", False)),
-            "culprit_config": sorted(config) if config is not None else [],
-            "ablation": None,
-            "trials_table": self._trials_table(symptom),
-            "noise": self.noise,
-            "timing": self._timing_evidence(config),
-            "version": __version__,
-            # What trials said about themselves (e.g. XLA dropped under determinism).
-            "warnings": sorted({w for r in self.records for w in r.result.extra.get("warnings", [])}),
-            **(extra or {}),
-        }
-        result = RunResult(
-            status,
-            symptom,
-            tuple(sorted(culprits)),
-            baseline=self._best(frozenset(), symptom),
-            trials=len(self.records),
-            wall_s=round(self.clock() - self.t0, 3),
-            run_dir=rel if not rel.startswith("..") else str(self.run_dir),
-            reproduction_rate=rate,
-            suspects=tuple(sorted(suspects)),
-            also_seen=tuple(self._also_seen(symptom)),
-            error=error,
-            details=details,
-        )
-        (self.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=1, default=str), encoding="utf-8")
-        return result
+    def _finish(self, status: Status, symptom: Verdict | None, **kw: Any) -> RunResult:
+        """The run's answer (`result_doc.finish`: culprits, config, suspects,
+        rate, error, extra), written to `<run_dir>/result.json`."""
+        return result_doc.finish(self, status, symptom, **kw)

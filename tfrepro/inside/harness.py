@@ -20,7 +20,8 @@ What it does (Contract 3):
   end of our callback, which runs after the user's callbacks. With
   steps_per_execution > 1 a "step" is one execution;
 - custom loops: lines `step=<int> loss=<float>` written to sys.stdout (Python
-  level: `print`, not `tf.print`); step time = time between two such lines;
+  level: `print`, not `tf.print`), in harness_stdout.py (loaded by path when
+  the harness activates); step time = time between two such lines;
 - stops at `steps` and at the first non-finite loss: the result is written and
   the process leaves with os._exit(0) right there (no exception to be
   swallowed by the script's own `except`); a timing trial (`steps_max` > 0)
@@ -51,15 +52,12 @@ import atexit
 import json
 import math
 import os
-import re
 import sys
 import threading
 import time
 import traceback
 
 CONFIG_ENV = "TFREPRO_TRIAL_CONFIG"
-STEP_LINE = re.compile(r"^\s*step=(-?\d+)\s+loss=(\S+)")
-_MAX_PENDING_LINE = 4096
 # The steps so far are saved at the first step, then at most this often.
 PROGRESS_EVERY_S = 1.0
 
@@ -173,47 +171,6 @@ def _stop(reason: str) -> None:
     os._exit(code)
 
 
-class _StdoutTap:
-    """sys.stdout proxy that parses `step=<int> loss=<float>` lines."""
-
-    def __init__(self, stream) -> None:
-        self._stream = stream
-        self._pending = ""
-
-    def write(self, s):
-        n = self._stream.write(s)
-        if S.fit_depth == 0 and isinstance(s, str):
-            if "\n" not in s:
-                if len(self._pending) < _MAX_PENDING_LINE:
-                    self._pending += s
-                return n
-            *lines, self._pending = (self._pending + s).split("\n")
-            for line in lines:
-                m = STEP_LINE.match(line)
-                if m:
-                    self._on_step_line(m.group(2))
-        return n
-
-    def _on_step_line(self, text: str) -> None:
-        try:
-            loss = float(text.rstrip(",;"))
-        except ValueError:
-            return
-        now = time.perf_counter()
-        dt, S.t_ref = now - S.t_ref, now
-        if S.mode == "none":
-            S.mode = "loop"
-        self._stream.flush()
-        record_step(loss, dt)
-
-    def writelines(self, lines):
-        for line in lines:
-            self.write(line)
-
-    def __getattr__(self, name):
-        return getattr(self._stream, name)
-
-
 def _on_tensorflow(tf) -> None:
     S.t_ref = time.perf_counter()
     atexit.register(finish)  # runs before TensorFlow's own atexit handlers
@@ -261,93 +218,7 @@ _HOOKS = {
 }
 
 
-class _HookLoader:
-    def __init__(self, loader, hook) -> None:
-        self._loader = loader
-        self._hook = hook
-
-    def create_module(self, spec):
-        create = getattr(self._loader, "create_module", None)
-        return create(spec) if create else None
-
-    def exec_module(self, module):
-        # Introspection (importlib.resources, pkgutil) must see the real loader.
-        module.__loader__ = self._loader
-        if getattr(module, "__spec__", None) is not None:
-            module.__spec__.loader = self._loader
-        self._loader.exec_module(module)
-        try:
-            self._hook(module)
-        except Exception:
-            note_error(f"post-import hook for {module.__name__}")
-
-    def __getattr__(self, name):
-        return getattr(self._loader, name)
-
-
-class _PostImportFinder:
-    """Runs hooks right after a watched top-level module finishes importing."""
-
-    def __init__(self, hooks: dict) -> None:
-        self._hooks = {name: [fn] for name, fn in hooks.items()}
-        self._waiting: set[str] = set()  # imported before the trial: hooks wait for its first import
-
-    def add(self, fullname: str, hook) -> None:
-        """Watch one more module; a module imported already gets the hook now
-        (one imported before the trial: at the trial's first import of it)."""
-        if fullname in sys.modules and fullname not in self._waiting:
-            hook(sys.modules[fullname])
-        else:
-            self._hooks.setdefault(fullname, []).append(hook)
-
-    def fire_imported(self) -> None:
-        """Hooks of watched modules imported before the trial began (in a
-        child of a warm server, inside/warm.py: TensorFlow and Keras; in a cold
-        process none) run when the trial first imports one of them: where a
-        cold process runs them, inside its first `import tensorflow` or
-        `import keras` (each imports the other). Not now: a script that seeds
-        NumPy or `random` before that import has its seed replaced by the
-        trial's there, warm as cold (tests/test_warm.py)."""
-        self._waiting = {n for n in self._hooks if n in sys.modules}
-        if self._waiting:
-            global _imports
-            _imports = _sibling("imports")
-            _imports.on_first_import(self._waiting, self._fire_waiting)
-
-    def _fire_waiting(self) -> None:
-        names = [n for n in self._hooks if n in self._waiting]
-        self._waiting = set()
-        for name in names:
-            self._consume(name)(sys.modules[name])
-
-    def find_spec(self, fullname, path=None, target=None):
-        # A mere importlib.util.find_spec (TensorFlow probes for keras) also
-        # lands here: the hooks are consumed when the module executes, not now.
-        if fullname not in self._hooks:
-            return None
-        for finder in sys.meta_path:
-            if finder is self or not hasattr(finder, "find_spec"):
-                continue
-            spec = finder.find_spec(fullname, path, target)
-            if spec is not None:
-                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _HookLoader(spec.loader, self._consume(fullname))
-                return spec
-        return None
-
-    def _consume(self, fullname):
-        def run(module):
-            for hook in self._hooks.pop(fullname, []):
-                try:
-                    hook(module)
-                except Exception:
-                    note_error(f"post-import hook for {fullname}")
-
-        return run
-
-
-_FINDER: _PostImportFinder | None = None
-_imports = None  # harness_imports.py, in a warm child only
+_FINDER = None  # harness_imports.PostImportFinder, once activated
 
 
 # -- plugins ----------------------------------------------------------------------
@@ -502,8 +373,8 @@ def _excepthook(orig):
             S.error, detail = _error_line(tp, value)
             if detail:
                 S.extra["error_detail"] = detail
-        if _imports is not None:
-            tb = _imports.hide(value, tb)
+        if _FINDER is not None:
+            tb = _FINDER.hide(value, tb)
         orig(tp, value, tb)
 
     return hook
@@ -544,9 +415,11 @@ def activate(config_path: str) -> None:
     _memory_start()
     sys.excepthook = _excepthook(sys.excepthook)
     atexit.register(finish)
-    sys.stdout = _StdoutTap(sys.stdout)
+    tap = _sibling("stdout")  # custom loops: `step=N loss=X` lines (harness_stdout.py)
+    tap.bind(sys.modules[__name__])
+    sys.stdout = tap.StdoutTap(sys.stdout)
     global _FINDER
-    _FINDER = _PostImportFinder(_HOOKS)
+    _FINDER = _sibling("imports").PostImportFinder(_HOOKS, note_error)
     sys.meta_path.insert(0, _FINDER)
     _FINDER.fire_imported()
     if S.config.get("plugins"):

@@ -1,6 +1,9 @@
-"""The first import of modules imported before the trial, inside the trial
-process (loaded by path by harness.py in a child of a warm server only;
-stdlib only, no tfrepro import).
+"""Post-import hooks inside the trial process: a function run right after a
+watched top-level module (`tensorflow`, `keras`, `tf_keras`, a plugin's
+choice) finishes importing (`PostImportFinder`, first on sys.meta_path; it
+imports nothing early, so the script still decides when TensorFlow is
+imported). Loaded by path by harness.py when it activates; stdlib only, no
+tfrepro import. A hook that raises is handed to the harness's `note_error`.
 
 In a warm child TensorFlow and Keras are in sys.modules before the script
 runs, so no finder sees the script import them; a cold process runs the
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import builtins
 import importlib
+import sys
 
 _CODES: set = set()  # the wrappers' code objects
 
@@ -72,3 +76,94 @@ def _pruned(tb):
             node.tb_next = node.tb_next.tb_next
         node = node.tb_next
     return tb
+
+
+class _HookLoader:
+    def __init__(self, loader, hook, note_error) -> None:
+        self._loader = loader
+        self._hook = hook
+        self._note_error = note_error
+
+    def create_module(self, spec):
+        create = getattr(self._loader, "create_module", None)
+        return create(spec) if create else None
+
+    def exec_module(self, module):
+        # Introspection (importlib.resources, pkgutil) must see the real loader.
+        module.__loader__ = self._loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        try:
+            self._hook(module)
+        except Exception:
+            self._note_error(f"post-import hook for {module.__name__}")
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+class PostImportFinder:
+    """Runs hooks right after a watched top-level module finishes importing."""
+
+    def __init__(self, hooks: dict, note_error) -> None:
+        self._note_error = note_error  # the harness's: a hook that raises never fails the import
+        self._watching = False  # on_first_import's wrappers are in place (a warm child)
+        self._hooks = {name: [fn] for name, fn in hooks.items()}
+        self._waiting: set[str] = set()  # imported before the trial: hooks wait for its first import
+
+    def add(self, fullname: str, hook) -> None:
+        """Watch one more module; a module imported already gets the hook now
+        (one imported before the trial: at the trial's first import of it)."""
+        if fullname in sys.modules and fullname not in self._waiting:
+            hook(sys.modules[fullname])
+        else:
+            self._hooks.setdefault(fullname, []).append(hook)
+
+    def fire_imported(self) -> None:
+        """Hooks of watched modules imported before the trial began (in a
+        child of a warm server, inside/warm.py: TensorFlow and Keras; in a cold
+        process none) run when the trial first imports one of them: where a
+        cold process runs them, inside its first `import tensorflow` or
+        `import keras` (each imports the other). Not now: a script that seeds
+        NumPy or `random` before that import has its seed replaced by the
+        trial's there, warm as cold (tests/test_warm.py)."""
+        self._waiting = {n for n in self._hooks if n in sys.modules}
+        if self._waiting:
+            self._watching = True
+            on_first_import(self._waiting, self._fire_waiting)
+
+    def hide(self, exc, tb):
+        """`tb` without the first-import wrappers' frames (see `hide`)."""
+        return hide(exc, tb) if self._watching else tb
+
+    def _fire_waiting(self) -> None:
+        names = [n for n in self._hooks if n in self._waiting]
+        self._waiting = set()
+        for name in names:
+            self._consume(name)(sys.modules[name])
+
+    def find_spec(self, fullname, path=None, target=None):
+        # A mere importlib.util.find_spec (TensorFlow probes for keras) also
+        # lands here: the hooks are consumed when the module executes, not now.
+        if fullname not in self._hooks:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                    spec.loader = _HookLoader(spec.loader, self._consume(fullname), self._note_error)
+                return spec
+        return None
+
+    def _consume(self, fullname):
+        def run(module):
+            for hook in self._hooks.pop(fullname, []):
+                try:
+                    hook(module)
+                except Exception:
+                    self._note_error(f"post-import hook for {fullname}")
+
+        return run

@@ -2,7 +2,7 @@
 
 The bundle (default `<run>/report/`):
 
-    repro.py         the minimal failing variant, exported (Contract 1)
+    repro.py         the minimal failing variant, exported (Contract 1; export.py)
     reference.py     the same script without the culprits (for a mismatch: the
                      reference configuration), to compare against
     ISSUE.md         the issue text (see issue.py)
@@ -17,7 +17,6 @@ Every text written passes through one `Scrubber` (secrets, home directory).
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -26,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro import __version__
-from tfrepro.errors import TfreproError, UserError
+from tfrepro.errors import UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report import outdir
 from tfrepro.report.artifacts import load_trials, plots, write_events
+from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, write_scripts
 from tfrepro.report.rerun import Reproduction, Runner
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
@@ -38,8 +38,6 @@ from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
 
 RUNS = Path(STATE_DIR_NAME) / "runs"
-ENTRY = "repro.py"
-REFERENCE = "reference.py"
 
 
 @dataclass(frozen=True)
@@ -90,61 +88,6 @@ def load_result(run_dir: Path) -> dict[str, Any]:
     return result
 
 
-# --------------------------------------------------------------------------- export
-
-
-def _entry_of(settings: TrialSettings) -> str:
-    if settings.command is None:
-        return settings.entry
-    return next((a for a in settings.command if a.endswith(".py")), settings.entry)
-
-
-def bundle_files(project: Any, enabled: list[str] | None, entry: str) -> dict[str, str]:
-    """The variant as standalone files: the entry and the project modules it
-    imports (transitively; never the project's other .py files), marked ones
-    exported (markers and inactive parts gone), the entry renamed to
-    repro.py. Data files are not carried: a repro uses synthetic data."""
-    from tfrepro.projectfiles import imported_files
-
-    exported = project.export(enabled)
-    files: dict[str, str] = {}
-    for rel in imported_files(project.root, [entry], project.files):
-        if not rel.endswith(".py"):
-            continue
-        text = exported.get(rel)
-        if text is None:
-            text = (project.root / rel).read_text(encoding="utf-8")
-        files[ENTRY if rel == entry else rel] = text
-    if ENTRY not in files:
-        raise TfreproError(f"the trial entry {entry!r} is not a Python file of the project")
-    return files
-
-
-def unified_diff(ref: Mapping[str, str], cand: Mapping[str, str]) -> str:
-    chunks = []
-    for rel in sorted(set(ref) | set(cand)):
-        a, b = ref.get(rel, ""), cand.get(rel, "")
-        if a == b:
-            continue
-        from_name = REFERENCE if rel == ENTRY else f"reference/{rel}"
-        chunks.extend(
-            difflib.unified_diff(
-                a.splitlines(keepends=True), b.splitlines(keepends=True), fromfile=from_name, tofile=rel
-            )
-        )
-    return "".join(chunks)
-
-
-def _reference_config(result: dict[str, Any], symptom: str) -> list[str]:
-    culprit_config = list(result.get("culprit_config") or result.get("culprits") or [])
-    culprits = set(result.get("culprits") or [])
-    if symptom == "mismatch":
-        # The reference of a configuration: only its affects_loss features on (Contract 3).
-        affects = set(result.get("affects_loss") or [])
-        return sorted(set(culprit_config) & affects)
-    return sorted(set(culprit_config) - culprits)
-
-
 # --------------------------------------------------------------------------- the report
 
 Progress = Callable[[str], None]
@@ -165,24 +108,6 @@ class Context:
     @property
     def commit_mode(self) -> bool:
         return bool(self.result.get("first_bad_commit"))
-
-
-@dataclass(frozen=True)
-class Export:
-    """The two exported variants, scrubbed: the culprit one and its reference."""
-
-    cand_cfg: list[str] | None
-    ref_cfg: list[str] | None
-    cand_files: dict[str, str]
-    ref_files: dict[str, str]
-
-    @property
-    def ref_name(self) -> str:
-        return REFERENCE if set(self.ref_files) == {ENTRY} else f"reference/{ENTRY}"
-
-    @property
-    def diff(self) -> str:
-        return unified_diff(self.ref_files, self.cand_files)
 
 
 def build_report(
@@ -209,14 +134,14 @@ def build_report(
     say = progress or (lambda _msg: None)
     scrubber = Scrubber.from_environ(environ)
     ctx = load_context(Path(run_dir))
-    export = _export(ctx, scrubber)
+    export = export_variants(ctx.result, ctx.project, ctx.run_dir, ctx.symptom, ctx.entry, scrubber.scrub)
     out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         writer = _Writer(out, scrubber)
         reproduction, export, trim = _reproduce_trimmed(
             ctx, export, rerun=rerun, runner=runner, max_pairs=max_pairs, say=say
         )
-        artifacts = _write_scripts(writer, ctx, export)
+        artifacts = write_scripts(writer, ctx.result, export)
         loc = _localize(ctx, export, localize=localize, python=python, say=say)
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = _environment(reproduction, probe=probe_environment, python=python, environ=environ, say=say)
@@ -267,7 +192,7 @@ def load_context(run_dir: Path) -> Context:
         project,
         settings,
         project.manifest.symptoms,
-        _entry_of(settings),
+        entry_of(settings),
     )
 
 
@@ -280,16 +205,6 @@ def _project_root(run_dir: Path, result: dict[str, Any]) -> Path:
     return Path(result["project"])
 
 
-def _export(ctx: Context, scrubber: Scrubber) -> Export:
-    cand_cfg, ref_cfg, cand, ref = _variants(ctx.result, ctx.project, ctx.run_dir, ctx.symptom, ctx.entry)
-    return Export(
-        cand_cfg,
-        ref_cfg,
-        {k: scrubber.scrub(v) for k, v in cand.items()},
-        {k: scrubber.scrub(v) for k, v in ref.items()},
-    )
-
-
 class _Writer:
     """Writes scrubbed text into the bundle."""
 
@@ -300,28 +215,6 @@ class _Writer:
         path = self.out / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(self.scrubber.scrub(text), encoding="utf-8")
-
-
-def _write_scripts(writer: _Writer, ctx: Context, export: Export) -> dict[str, str]:
-    """repro.py (and the files it imports), the reference next to it."""
-    for rel, text in export.cand_files.items():
-        writer.write(rel, text)
-    if export.ref_name == REFERENCE:
-        writer.write(REFERENCE, export.ref_files[ENTRY])
-    else:
-        for rel, text in export.ref_files.items():
-            writer.write(f"reference/{rel}", text)
-    if ctx.commit_mode:
-        bad = str(ctx.result.get("first_bad_commit"))[:12]
-        good = str((ctx.result.get("good") or {}).get("sha", ""))[:12]
-        return {
-            ENTRY: f"the script at the first bad commit {bad}; run `python {ENTRY}`",
-            export.ref_name: f"the script at the good commit {good}, for comparison",
-        }
-    return {
-        ENTRY: f"the minimal failing script ({_cfg_words(export.cand_cfg)}); run `python {ENTRY}`",
-        export.ref_name: f"the same script without the culprits ({_cfg_words(export.ref_cfg)}), for comparison",
-    }
 
 
 def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: dict[str, Any]) -> dict[str, str]:
@@ -532,33 +425,6 @@ def _nightly(result: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def _variants(
-    result: dict[str, Any], project: Any, run_dir: Path, symptom: str, entry: str
-) -> tuple[list[str] | None, list[str] | None, dict[str, str], dict[str, str]]:
-    """(culprit config, reference config, their exported files). A config of
-    None means "as written": commit bisection keeps both ends' projects in
-    the run directory, and the good end is the reference."""
-    from tfrepro.project import Project
-
-    if result.get("first_bad_commit"):
-        bad_dir, good_dir = result.get("first_bad_project"), result.get("good_project")
-        if not (bad_dir and good_dir and Path(bad_dir).is_dir() and Path(good_dir).is_dir()):
-            raise TfreproError(f"the run {run_dir} lacks the first bad commit's project; bisect again")
-        return (
-            None,
-            None,
-            bundle_files(Project.load(bad_dir, detect=False), None, entry),
-            bundle_files(Project.load(good_dir, detect=False), None, entry),
-        )
-    if result.get("status") == "baseline-fails":
-        cand_cfg: list[str] = []
-        ref_cfg: list[str] = []
-    else:
-        cand_cfg = sorted(result.get("culprit_config") or result.get("culprits") or [])
-        ref_cfg = _reference_config(result, symptom)
-    return cand_cfg, ref_cfg, bundle_files(project, cand_cfg, entry), bundle_files(project, ref_cfg, entry)
-
-
 def _environment(
     reproduction: Reproduction | None, *, probe: bool, python: str | None, environ: Mapping[str, str], say: Progress
 ) -> dict[str, Any]:
@@ -577,9 +443,3 @@ def _environment(
     if environ.get("LD_LIBRARY_PATH"):
         facts = {**facts, "ld_library_path": environ["LD_LIBRARY_PATH"]}
     return facts
-
-
-def _cfg_words(cfg: list[str] | None) -> str:
-    if cfg is None:
-        return "the project as written"
-    return "features on: " + ", ".join(cfg) if cfg else "every feature off"

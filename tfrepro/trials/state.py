@@ -324,8 +324,8 @@ def clean_project(path: str | Path, *, everything: bool = False) -> Pruned:
     pruned to its `[state]` settings, every trial copy and scratch dir
     removed; `everything`: the whole `.tfrepro/`. Reads only the manifest, so
     it works on a project whose markers are broken."""
-    from tfrepro.project import MANIFEST, Manifest
-    from tfrepro.projectfiles import find_root
+    from tfrepro.manifest import Manifest
+    from tfrepro.projectfiles import MANIFEST, find_root
 
     p = Path(path)
     root = find_root(p) if p.is_file() else p.resolve()

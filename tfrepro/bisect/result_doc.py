@@ -1,0 +1,151 @@
+"""The answer of a feature bisection: `RunResult` (Contract 4) plus the
+details the report and the display read, written to `<run_dir>/result.json`.
+
+The engine decides; this module only writes down what its trials showed:
+the trial it names for each end and for the culprit configuration (one that
+shows the symptom when there is one), the trials table, the timing evidence,
+and every other symptom the failing configuration showed (`also_seen`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tfrepro import __version__
+from tfrepro.bisect.events import TrialRecord
+from tfrepro.bisect.search import Config
+from tfrepro.trials import classify
+from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
+
+if TYPE_CHECKING:
+    from tfrepro.bisect.engine import _Bisection
+
+Shows = Callable[[Config, TrialResult], frozenset[Verdict]]
+
+
+def trial_summary(result: TrialResult) -> dict[str, Any]:
+    """A trial as its summary.json and the result document show it."""
+    try:
+        from tfrepro.trials.runner import summary
+    except ImportError:  # pragma: no cover - trial.py is part of the package
+        return result.to_dict()
+    return summary(result)
+
+
+def best(
+    memo: Mapping[tuple[Config, int], TrialResult], shows: Shows, cfg: Config | None, target: Verdict | None
+) -> dict[str, Any] | None:
+    """A summary of a trial of `cfg`, preferring one that shows `target`."""
+    if cfg is None:
+        return None
+    mine = [t for (c, _r), t in sorted(memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
+    hits = [t for t in mine if target is not None and target in shows(cfg, t)]
+    return trial_summary((hits or mine)[0]) if mine else None
+
+
+def trials_table(records: list[TrialRecord], shows: Shows, target: Verdict | None) -> list[dict[str, Any]]:
+    """Every trial of the run in order, with its verdict (judged now for the
+    trials the search did not judge itself)."""
+    for rec in records:
+        if rec.verdict is None:
+            rec.verdict = classify.primary(shows(frozenset(rec.enabled), rec.result), target)
+    return [
+        {
+            "enabled": list(r.enabled),
+            "verdict": r.verdict.value if r.verdict else None,
+            "summary": r.summary,
+            "cached": r.result.cached,
+            "role": r.role,
+            "repeat": r.repeat,
+            "key": r.result.key,
+        }
+        for r in records
+    ]
+
+
+def timing_evidence(
+    timing: Mapping[Config, list[classify.TimingOutcome]], full: Config, config: Config | None
+) -> dict[str, Any] | None:
+    """The last timing comparison of `config` (else of the failing
+    configuration, else the first one made); None when nothing was timed."""
+    if not timing:
+        return None
+    key = config if config in timing else full if full in timing else next(iter(timing))
+    return timing[key][-1].to_dict()
+
+
+def also_seen_of(run: _Bisection, target: Verdict | None) -> list[dict[str, Any]]:
+    """Every symptom the failing configuration showed besides `target`
+    (bisect/also_seen.py), from the bisection's trials."""
+    from tfrepro.bisect.also_seen import also_seen
+
+    full, base = frozenset(run.features), frozenset()
+    mine = [r for r in range(run.k) if (full, r) in run.memo]
+    shown = set().union(set(), *(run._shows(full, run.memo[(full, r)]) for r in mine))
+    timed = full in run.timing  # measured: no "possible" slowdown to guess
+    return also_seen(
+        shown,
+        target,
+        full_fastest=run._fastest(full, mine),
+        slowdown=run.symptom_settings.slowdown,
+        base_fastest=None if timed else run._fastest(base, [r for r in range(max(run.k, 2)) if (base, r) in run.memo]),
+    )
+
+
+def finish(
+    run: _Bisection,
+    status: Status,
+    symptom: Verdict | None,
+    *,
+    culprits: Config = frozenset(),
+    config: Config | None = None,
+    suspects: Config = frozenset(),
+    rate: float | None = None,
+    error: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> RunResult:
+    """The run's answer from the bisection `run` (its trials, settings and
+    run dir), written to `<run_dir>/result.json`."""
+    rel = os.path.relpath(run.run_dir, Path.cwd())
+    full = frozenset(run.features)
+    details: dict[str, Any] = {
+        "cached_trials": sum(1 for r in run.records if r.result.cached),
+        "project": str(Path(run.project.root).resolve()),
+        "settings": run.settings.to_dict(),
+        "repeats": run.k,
+        "features": list(run.features),
+        "affects_loss": sorted(run.affects_loss),
+        "failing": best(run.memo, run._shows, full, symptom),
+        "culprit_trial": best(run.memo, run._shows, config, symptom),
+        "dropped_features": list(run.dropped),
+        "detected": bool(getattr(run.project, "detected", False)),
+        "culprit_config": sorted(config) if config is not None else [],
+        "ablation": None,
+        "trials_table": trials_table(run.records, run._shows, symptom),
+        "noise": run.noise,
+        "timing": timing_evidence(run.timing, full, config),
+        "version": __version__,
+        # What trials said about themselves (e.g. XLA dropped under determinism).
+        "warnings": sorted({w for r in run.records for w in r.result.extra.get("warnings", [])}),
+        **(extra or {}),
+    }
+    result = RunResult(
+        status,
+        symptom,
+        tuple(sorted(culprits)),
+        baseline=best(run.memo, run._shows, frozenset(), symptom),
+        trials=len(run.records),
+        wall_s=round(run.clock() - run.t0, 3),
+        run_dir=rel if not rel.startswith("..") else str(run.run_dir),
+        reproduction_rate=rate,
+        suspects=tuple(sorted(suspects)),
+        also_seen=tuple(also_seen_of(run, symptom)),
+        error=error,
+        details=details,
+    )
+    (run.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=1, default=str), encoding="utf-8")
+    return result

@@ -1,0 +1,168 @@
+"""The report's export step: the run's two variants as standalone scripts.
+
+The culprit configuration becomes `repro.py` (and the project modules it
+imports), exported (Contract 1: markers and inactive parts gone); its
+reference (the same without the culprits; for a mismatch, the reference
+configuration) goes next to it as `reference.py` (or `reference/...` when it
+takes more than one file). A commit bisection exports both ends' projects
+as written: the first bad commit, and the good commit as the reference.
+Every text is scrubbed before it is kept.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from tfrepro.errors import TfreproError
+from tfrepro.settings import TrialSettings
+
+ENTRY = "repro.py"
+REFERENCE = "reference.py"
+
+
+@dataclass(frozen=True)
+class Export:
+    """The two exported variants, scrubbed: the culprit one and its reference."""
+
+    cand_cfg: list[str] | None
+    ref_cfg: list[str] | None
+    cand_files: dict[str, str]
+    ref_files: dict[str, str]
+
+    @property
+    def ref_name(self) -> str:
+        return REFERENCE if set(self.ref_files) == {ENTRY} else f"reference/{ENTRY}"
+
+    @property
+    def diff(self) -> str:
+        return unified_diff(self.ref_files, self.cand_files)
+
+
+class Writer(Protocol):
+    def write(self, rel: str, text: str) -> None: ...
+
+
+def entry_of(settings: TrialSettings) -> str:
+    """The script a trial runs: `[trial] entry`, or the first .py of `command`."""
+    if settings.command is None:
+        return settings.entry
+    return next((a for a in settings.command if a.endswith(".py")), settings.entry)
+
+
+def export_variants(
+    result: dict[str, Any], project: Any, run_dir: Path, symptom: str, entry: str, scrub: Callable[[str], str]
+) -> Export:
+    """The run's culprit variant and its reference, exported and scrubbed."""
+    cand_cfg, ref_cfg, cand, ref = _variants(result, project, run_dir, symptom, entry)
+    return Export(
+        cand_cfg,
+        ref_cfg,
+        {k: scrub(v) for k, v in cand.items()},
+        {k: scrub(v) for k, v in ref.items()},
+    )
+
+
+def bundle_files(project: Any, enabled: list[str] | None, entry: str) -> dict[str, str]:
+    """The variant as standalone files: the entry and the project modules it
+    imports (transitively; never the project's other .py files), marked ones
+    exported (markers and inactive parts gone), the entry renamed to
+    repro.py. Data files are not carried: a repro uses synthetic data."""
+    from tfrepro.projectfiles import imported_files
+
+    exported = project.export(enabled)
+    files: dict[str, str] = {}
+    for rel in imported_files(project.root, [entry], project.files):
+        if not rel.endswith(".py"):
+            continue
+        text = exported.get(rel)
+        if text is None:
+            text = (project.root / rel).read_text(encoding="utf-8")
+        files[ENTRY if rel == entry else rel] = text
+    if ENTRY not in files:
+        raise TfreproError(f"the trial entry {entry!r} is not a Python file of the project")
+    return files
+
+
+def unified_diff(ref: Mapping[str, str], cand: Mapping[str, str]) -> str:
+    chunks = []
+    for rel in sorted(set(ref) | set(cand)):
+        a, b = ref.get(rel, ""), cand.get(rel, "")
+        if a == b:
+            continue
+        from_name = REFERENCE if rel == ENTRY else f"reference/{rel}"
+        chunks.extend(
+            difflib.unified_diff(
+                a.splitlines(keepends=True), b.splitlines(keepends=True), fromfile=from_name, tofile=rel
+            )
+        )
+    return "".join(chunks)
+
+
+def _reference_config(result: dict[str, Any], symptom: str) -> list[str]:
+    culprit_config = list(result.get("culprit_config") or result.get("culprits") or [])
+    culprits = set(result.get("culprits") or [])
+    if symptom == "mismatch":
+        # The reference of a configuration: only its affects_loss features on (Contract 3).
+        affects = set(result.get("affects_loss") or [])
+        return sorted(set(culprit_config) & affects)
+    return sorted(set(culprit_config) - culprits)
+
+
+def _variants(
+    result: dict[str, Any], project: Any, run_dir: Path, symptom: str, entry: str
+) -> tuple[list[str] | None, list[str] | None, dict[str, str], dict[str, str]]:
+    """(culprit config, reference config, their exported files). A config of
+    None means "as written": commit bisection keeps both ends' projects in
+    the run directory, and the good end is the reference."""
+    from tfrepro.project import Project
+
+    if result.get("first_bad_commit"):
+        bad_dir, good_dir = result.get("first_bad_project"), result.get("good_project")
+        if not (bad_dir and good_dir and Path(bad_dir).is_dir() and Path(good_dir).is_dir()):
+            raise TfreproError(f"the run {run_dir} lacks the first bad commit's project; bisect again")
+        return (
+            None,
+            None,
+            bundle_files(Project.load(bad_dir, detect=False), None, entry),
+            bundle_files(Project.load(good_dir, detect=False), None, entry),
+        )
+    if result.get("status") == "baseline-fails":
+        cand_cfg: list[str] = []
+        ref_cfg: list[str] = []
+    else:
+        cand_cfg = sorted(result.get("culprit_config") or result.get("culprits") or [])
+        ref_cfg = _reference_config(result, symptom)
+    return cand_cfg, ref_cfg, bundle_files(project, cand_cfg, entry), bundle_files(project, ref_cfg, entry)
+
+
+def write_scripts(writer: Writer, result: dict[str, Any], export: Export) -> dict[str, str]:
+    """repro.py (and the files it imports), the reference next to it;
+    returns what each is, for the bundle's artifacts list."""
+    for rel, text in export.cand_files.items():
+        writer.write(rel, text)
+    if export.ref_name == REFERENCE:
+        writer.write(REFERENCE, export.ref_files[ENTRY])
+    else:
+        for rel, text in export.ref_files.items():
+            writer.write(f"reference/{rel}", text)
+    if result.get("first_bad_commit"):
+        bad = str(result.get("first_bad_commit"))[:12]
+        good = str((result.get("good") or {}).get("sha", ""))[:12]
+        return {
+            ENTRY: f"the script at the first bad commit {bad}; run `python {ENTRY}`",
+            export.ref_name: f"the script at the good commit {good}, for comparison",
+        }
+    return {
+        ENTRY: f"the minimal failing script ({_cfg_words(export.cand_cfg)}); run `python {ENTRY}`",
+        export.ref_name: f"the same script without the culprits ({_cfg_words(export.ref_cfg)}), for comparison",
+    }
+
+
+def _cfg_words(cfg: list[str] | None) -> str:
+    if cfg is None:
+        return "the project as written"
+    return "features on: " + ", ".join(cfg) if cfg else "every feature off"
