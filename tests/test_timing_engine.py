@@ -147,3 +147,41 @@ def test_a_bystander_kept_by_one_unlucky_timing_pair_is_dropped_in_the_replay(tm
     p = make_project(tmp_path, ["cache", "xla"])
     doc = bisect(p, BisectOptions(symptom=Verdict.SLOWDOWN), runner=FakeRunner(behave)).to_dict()
     assert (doc["status"], doc["culprits"]) == ("found", ["xla"]), doc.get("error")
+
+
+def loaded_machine(behave, others: float):
+    def run(cfg, r):
+        return {**behave(cfg, r), "extra": {"others_cpu": others}}
+
+    return run
+
+
+@pytest.mark.parametrize("culprit", FEATS)
+def test_a_7x_culprit_among_6_on_a_loaded_machine_in_at_most_16_trials(tmp_path, culprit):
+    # other processes use half the CPUs in every trial: a 7.8x step is more
+    # than that load explains (decided on one pair), and a search's "not
+    # slower" is taken on one clear pair (halving tests its answer anyway)
+    p = make_project(tmp_path, FEATS)
+    doc = bisect(p, BisectOptions(), runner=FakeRunner(loaded_machine(slow(culprit, 7.8), 0.5))).to_dict()
+    assert (doc["status"], doc["culprits"]) == ("found", [culprit])
+    assert doc["trials"] <= 16, doc["trials"]
+
+
+def test_a_search_fooled_into_not_slower_still_ends_on_the_culprit(tmp_path):
+    # the first look at the half holding the culprit comes out as fast as
+    # the baseline (a fluke); halving goes the wrong way, its answer fails
+    # its own test, and ddmin takes over: more trials, the same culprit
+    p = make_project(tmp_path, FEATS)
+    base = slow("cache", 3.0)
+    fooled = frozenset({"cache", "csv_logger", "early_stopping"})
+
+    def behave(cfg, r):
+        got = base(cfg, r)
+        if frozenset(cfg) == fooled and r == 100:
+            return slow("none", 1.0)(cfg, r)
+        return got
+
+    doc = bisect(p, BisectOptions(), runner=FakeRunner(behave)).to_dict()
+    assert (doc["status"], doc["culprits"]) == ("found", ["cache"])
+    seen = [r for r in timing_rows(doc) if r["role"] == "timing" and frozenset(r["enabled"]) == fooled]
+    assert seen and seen[0]["repeat"] == 100  # the fluke was really seen

@@ -250,17 +250,22 @@ class _Bisection:
     def test_batch(self, target: Verdict) -> Callable[[list[Config]], list[Verdict]]:
         def run(configs: list[Config]) -> list[Verdict]:
             if target == Verdict.SLOWDOWN:  # timing trials never run concurrently
-                return [self._timed(c).verdict for c in configs]
+                # A wrong "not slower" in the search costs trials, never the
+                # answer (halving tests its answer, the replay re-times it):
+                # one clear pair says it even on a loaded machine.
+                return [self._timed(c, loaded_not_slower=1).verdict for c in configs]
             self._many([w for c in configs for w in self._needs(c, range(self.k), "search", target)])
             memory = self._memory_verdicts(configs) if target == Verdict.MEMORY else {}
             return [memory.get(c) or self._verdict(c, target) for c in configs]
 
         return run
 
-    def _timed(self, config: Config, fresh: int = 1) -> classify.TimingOutcome:
+    def _timed(self, config: Config, fresh: int = 1, loaded_not_slower: int | None = None) -> classify.TimingOutcome:
         """The timing comparison of `config` against the baseline (bisect/timing.py)."""
         o = self.opts
-        got = self.timing_pool.timed(config, fresh=fresh, min_pairs=o.timing_min, max_pairs=o.timing_max)
+        got = self.timing_pool.timed(
+            config, fresh=fresh, min_pairs=o.timing_min, max_pairs=o.timing_max, loaded_not_slower=loaded_not_slower
+        )
         for rec in self.records:
             if rec.role == "timing" and frozenset(rec.enabled) == config:
                 rec.verdict = got.verdict

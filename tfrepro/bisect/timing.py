@@ -48,9 +48,13 @@ class TimingPool(Generic[K]):
         self.pool.append(self.trial(self.baseline, TIMING_BASELINE + len(self.pool), "timing-baseline"))
         return self.pool[-1]
 
-    def timed(self, key: K, *, fresh: int = 1, min_pairs: int = 3, max_pairs: int = 16) -> classify.TimingOutcome:
+    def timed(
+        self, key: K, *, fresh: int = 1, min_pairs: int = 3, max_pairs: int = 16, loaded_not_slower: int | None = None
+    ) -> classify.TimingOutcome:
         """New pairs of `key` (at least `fresh`, at most `max_pairs`) added
-        to its evidence, decided over all of it."""
+        to its evidence, decided over all of it. `loaded_not_slower`: clear
+        "not slower" pairs that decide on a loaded machine (None: the
+        classifier's LOADED_CLEAR_NOT_SLOWER)."""
         evidence = self.pairs.setdefault(key, [])
 
         def pair(i: int):
@@ -75,6 +79,7 @@ class TimingPool(Generic[K]):
             min_new=fresh,
             min_samples=min_pairs,
             max_samples=max(max_pairs, fresh),
+            **({} if loaded_not_slower is None else {"loaded_not_slower": loaded_not_slower}),
         )
         self.outcomes.setdefault(key, []).append(got)
         return got

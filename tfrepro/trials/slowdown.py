@@ -281,7 +281,12 @@ class TimingDecision:
 
 
 def decide_slowdown(
-    pairs: Sequence[TimingPair], threshold: float, *, alpha: float = 0.05, min_pairs: int = 1
+    pairs: Sequence[TimingPair],
+    threshold: float,
+    *,
+    alpha: float = 0.05,
+    min_pairs: int = 1,
+    loaded_not_slower: int = LOADED_CLEAR_NOT_SLOWER,
 ) -> TimingDecision:
     """Pure decision over the pairs so far; see `TimingDecision`. The rank
     test is consulted from `min_pairs` pairs on; the clear-pair rule always."""
@@ -311,7 +316,7 @@ def decide_slowdown(
     slow_n, ok_n = clear.count(TimingState.SLOWER), clear.count(TimingState.NOT_SLOWER)
     alone = {p.decisive(threshold) for p in pairs}
     loaded_slow = not ok_n and ratio >= threshold and slow_n >= LOADED_CLEAR_SLOWER
-    loaded_ok = not slow_n and ratio < threshold and ok_n >= LOADED_CLEAR_NOT_SLOWER
+    loaded_ok = not slow_n and ratio < threshold and ok_n >= loaded_not_slower
     if slow_n == n and TimingState.SLOWER in alone or loaded_slow:
         return TimingDecision(TimingState.SLOWER, ratio, p_slow, p_ok, n, fast=True)
     if ok_n == n and TimingState.NOT_SLOWER in alone or loaded_ok:
@@ -390,6 +395,7 @@ def sequential_slowdown(
     max_samples: int = 10,
     alpha: float = 0.05,
     rng: object = None,  # unused: the tests are exact (kept for older callers)
+    loaded_not_slower: int = LOADED_CLEAR_NOT_SLOWER,
 ) -> TimingOutcome:
     """Take pairs until the decision over all the evidence (`prior` pairs
     plus new ones, at least `min_new`) is conclusive or `max_samples` new
@@ -422,7 +428,7 @@ def sequential_slowdown(
         pairs.append(got)
         if i + 1 < min_new:
             continue
-        d = decide_slowdown(pairs, threshold, alpha=alpha, min_pairs=min_samples)
+        d = decide_slowdown(pairs, threshold, alpha=alpha, min_pairs=min_samples, loaded_not_slower=loaded_not_slower)
         decisions.append(d)
         if d.state == TimingState.SLOWER:
             return end(Verdict.SLOWDOWN, True, d, new=i + 1)
