@@ -231,6 +231,17 @@ def test_a_10x_slower_bad_end_is_decided_on_one_clear_pair(repo):
         assert (s.min_time_s, s.min_steps, s.steps_max) == budget
 
 
+def test_the_timing_budget_reaches_commit_modes_timing_trials(repo):
+    # `tfrepro bisect --good A --bad B --timing-budget 2.5`
+    repo.commit("c0", {"proj/repro.py": "x = 0\n"})
+    repo.commit("c1", {"proj/repro.py": "x = 1  # SLOW10\n"})
+    trial = ScriptedTrial()
+    result = bisect_commits(repo.root / "proj", repo.commits[0], repo.commits[1], trial=trial, timing_budget_s=2.5)
+    assert result["status"] == "found"
+    budgets = {s.min_time_s for s in trial.settings if s.timing}
+    assert budgets == {2.5}
+
+
 def test_a_vs_a_bad_end_is_not_slower_on_one_clear_pair(repo):
     repo.commit("c0", {"proj/repro.py": "x = 0\n"})
     repo.commit("c1", {"proj/repro.py": "x = 1\n"})

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfrepro.bisect import gitcopy
 from tfrepro.bisect.events import BisectEvents
-from tfrepro.bisect.ranges import Point, RangeRun, Source, bisect_points, with_evidence
+from tfrepro.bisect.ranges import Point, RangeRun, Source, bisect_points, range_options, with_evidence
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import WARMUP_STEPS, SymptomSettings, TrialSettings
 from tfrepro.trials.executors import Executor, LocalExecutor, Runner, TrialRequest
@@ -172,6 +172,7 @@ def bisect_commits(
     trial: Runner | None = None,
     events: BisectEvents | None = None,
     executor: Executor | None = None,
+    timing_budget_s: float | None = None,
 ) -> RunResult:
     """Find the first commit in good..bad whose trial shows the symptom.
 
@@ -197,7 +198,14 @@ def bisect_commits(
     points = [Point(c.sha, c.subject, c.to_dict()) for c in rng.commits]
     with gitcopy.Checkouts(state) as checkouts:
         run = RangeRun(
-            points, CommitSource(rng, checkouts, state, use_cache), executor, settings, symptoms, run_dir, events
+            points,
+            CommitSource(rng, checkouts, state, use_cache),
+            executor,
+            settings,
+            symptoms,
+            run_dir,
+            events,
+            range_options(timing_budget_s),
         )
         try:
             answer = bisect_points(run, symptom)

@@ -55,6 +55,7 @@ def run_from_cli(
     executor: str = "local",
     address: str | None = None,
     jobs: int = 1,
+    timing_budget: float | None = None,
 ) -> int:
     """What `tfrepro bisect --good REV --bad REV` does; returns the exit code
     (Contract 4: 0 found, 1 the ends do not hold or an error, 3 none, 4
@@ -93,6 +94,7 @@ def run_from_cli(
             use_cache=use_cache,
             events=None if as_json else ProgressLines(echo, 12),
             executor=runs_on,
+            timing_budget_s=timing_budget,
         )
     finally:
         runs_on.close()

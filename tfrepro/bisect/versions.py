@@ -34,7 +34,7 @@ from typing import Any
 
 from tfrepro.bisect.commits import as_written, project_root, range_settings, shown_path
 from tfrepro.bisect.events import BisectEvents
-from tfrepro.bisect.ranges import Point, RangeRun, Source, bisect_points, with_evidence
+from tfrepro.bisect.ranges import Point, RangeRun, Source, bisect_points, range_options, with_evidence
 from tfrepro.errors import UserError
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.executors import LocalExecutor, TrialRequest
@@ -278,6 +278,7 @@ def bisect_versions(
     then_features: FeatureHook | None = None,
     excluded: Sequence[tuple[str, str]] = (),
     on_line: Callable[[str], None] | None = None,
+    timing_budget_s: float | None = None,
 ) -> RunResult:
     """Find the first release (from the good end to the bad end) whose trial
     shows the symptom. Returns the RunResult (also in `<run_dir>/result.json`).
@@ -306,7 +307,8 @@ def bisect_versions(
     events = events or BisectEvents()
     events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
     executor = LocalExecutor(1, runner=_given if trial is not None else None)
-    run = RangeRun([Point(v, "") for v in items], source, executor, settings, symptoms, run_dir, events)
+    points = [Point(v, "") for v in items]
+    run = RangeRun(points, source, executor, settings, symptoms, run_dir, events, range_options(timing_budget_s))
     try:
         answer = bisect_points(run, symptom)
     finally:

@@ -40,7 +40,12 @@ def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str,
 
 
 def _feature_hook(
-    steps: int | None, use_cache: bool, only: str | None, skip: str | None, events: BisectEvents | None
+    steps: int | None,
+    use_cache: bool,
+    only: str | None,
+    skip: str | None,
+    events: BisectEvents | None,
+    timing_budget: float | None = None,
 ) -> Callable[[Any], dict[str, Any]]:
     """`--then-features`: a feature bisection of the project inside the first
     bad release's environment; its answer goes under `then_features`."""
@@ -53,9 +58,10 @@ def _feature_hook(
         project = Project.load(start.project_root, only=names(only) or None, skip=names(skip) or None)
         if events is not None:
             events.phase(f"bisecting the features inside tensorflow {start.version}")
-        doc = bisect(
-            project, BisectOptions(steps=steps, use_cache=use_cache), runner=start.runner(), events=events
-        ).to_dict()
+        options = BisectOptions(steps=steps, use_cache=use_cache)
+        if timing_budget is not None:
+            options = BisectOptions(steps=steps, use_cache=use_cache, timing_budget_s=timing_budget)
+        doc = bisect(project, options, runner=start.runner(), events=events).to_dict()
         return {k: doc.get(k) for k in ("status", "symptom", "culprits", "trials", "run_dir", "error")}
 
     return hook
@@ -116,6 +122,7 @@ def run_from_cli(
     then_features: bool = False,
     only: str | None = None,
     skip: str | None = None,
+    timing_budget: float | None = None,
 ) -> int:
     """What `tfrepro bisect --tf-versions ...` does; returns the exit code
     (Contract 4: 0 found, 1 the ends do not hold or an error, 3 none, 4 ambiguous).
@@ -157,8 +164,9 @@ def run_from_cli(
         tf_dist=dist,
         events=progress,
         excluded=excluded,
-        then_features=_feature_hook(steps, use_cache, only, skip, progress) if then_features else None,
+        then_features=_feature_hook(steps, use_cache, only, skip, progress, timing_budget) if then_features else None,
         on_line=None if as_json else (lambda line: echo(f"  {line}", err=True)),
+        timing_budget_s=timing_budget,
     )
     doc = result.to_dict()
     doc["notes"] = [*notes, *doc.get("notes", [])]

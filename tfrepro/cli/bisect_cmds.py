@@ -28,10 +28,10 @@ MODE_OPTIONS = {
         "--replays",
         "--timing-budget",
     },
-    "commit": {"--jobs", "--executor ray"},
-    "version": {"--keras legacy", "--tf-dist", "--then-features"},
+    "commit": {"--jobs", "--executor ray", "--timing-budget"},
+    "version": {"--keras legacy", "--tf-dist", "--then-features", "--timing-budget"},
     # --then-features continues in feature mode: --only/--skip choose its features
-    "version+features": {"--keras legacy", "--tf-dist", "--then-features", "--only", "--skip"},
+    "version+features": {"--keras legacy", "--tf-dist", "--then-features", "--only", "--skip", "--timing-budget"},
 }
 _WHY = {
     "feature": "--keras and --tf-dist belong to version mode (--tf-versions)",
@@ -238,6 +238,7 @@ def bisect_cmd(
             then_features=then_features,
             only=only,
             skip=skip,
+            timing_budget=timing_budget,
         )
         sys.exit(write_tables(path, None, code))
     if good or bad:
@@ -254,6 +255,7 @@ def bisect_cmd(
             executor=executor,
             address=address,
             jobs=jobs,
+            timing_budget=timing_budget,
         )
         sys.exit(write_tables(path, None, code))
     from tfrepro.bisect.display import answer_lines, run_bisect
