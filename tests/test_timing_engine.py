@@ -185,3 +185,27 @@ def test_a_search_fooled_into_not_slower_still_ends_on_the_culprit(tmp_path):
     assert (doc["status"], doc["culprits"]) == ("found", ["cache"])
     seen = [r for r in timing_rows(doc) if r["role"] == "timing" and frozenset(r["enabled"]) == fooled]
     assert seen and seen[0]["repeat"] == 100  # the fluke was really seen
+
+
+def test_a_search_half_a_little_slower_is_cleared_on_three_pairs_not_five(tmp_path):
+    # `cache` makes steps 1.19x slower: under the 1.25 threshold but never a
+    # clear-cut pair (> 1.125x; little noise here); the search takes "not
+    # slower" from the rank test at p = 1/8 (3 pairs), where the symptom
+    # decision would need 5 (p = 1/32)
+    p = make_project(tmp_path, FEATS)
+    base = slow("xla", 3.0, cv=0.005)
+
+    def behave(cfg, r):
+        got = base(cfg, r)
+        if "cache" in cfg:
+            got = {**got, "step_times": got["step_times"][:3] + tuple(x * 1.19 for x in got["step_times"][3:])}
+        return got
+
+    doc = bisect(p, BisectOptions(), runner=FakeRunner(behave)).to_dict()
+    assert (doc["status"], doc["culprits"]) == ("found", ["xla"])
+    half = [
+        r
+        for r in timing_rows(doc)
+        if r["role"] == "timing" and r["enabled"] == ["cache", "csv_logger", "early_stopping"]
+    ]
+    assert [r["verdict"] for r in half] == ["ok"] * 3

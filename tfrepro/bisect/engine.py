@@ -62,6 +62,7 @@ _FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
 _BASELINE_FAILURES = _FAILURES | {Verdict.MEMORY}
 _MEMORY_CLOSE = 500  # repeat-index base of the extra runs of a close memory decision
 _MEMORY_EXTRA = 2
+SEARCH_ALPHA_NOT_SLOWER = 0.25  # the search's "not slower": 3 consistent pairs (p = 1/8)
 
 
 def bisect(
@@ -252,20 +253,23 @@ class _Bisection:
             if target == Verdict.SLOWDOWN:  # timing trials never run concurrently
                 # A wrong "not slower" in the search costs trials, never the
                 # answer (halving tests its answer, the replay re-times it):
-                # one clear pair says it even on a loaded machine.
-                return [self._timed(c, loaded_not_slower=1).verdict for c in configs]
+                # one clear pair says it even on a loaded machine, and the
+                # rank test at SEARCH_ALPHA_NOT_SLOWER (3 pairs, not 5).
+                return [
+                    self._timed(c, loaded_not_slower=1, alpha_not_slower=SEARCH_ALPHA_NOT_SLOWER).verdict
+                    for c in configs
+                ]
             self._many([w for c in configs for w in self._needs(c, range(self.k), "search", target)])
             memory = self._memory_verdicts(configs) if target == Verdict.MEMORY else {}
             return [memory.get(c) or self._verdict(c, target) for c in configs]
 
         return run
 
-    def _timed(self, config: Config, fresh: int = 1, loaded_not_slower: int | None = None) -> classify.TimingOutcome:
-        """The timing comparison of `config` against the baseline (bisect/timing.py)."""
+    def _timed(self, config: Config, fresh: int = 1, **decision: Any) -> classify.TimingOutcome:
+        """The timing comparison of `config` against the baseline (bisect/timing.py);
+        `decision`: the search's looser "not slower" (TimingPool.timed)."""
         o = self.opts
-        got = self.timing_pool.timed(
-            config, fresh=fresh, min_pairs=o.timing_min, max_pairs=o.timing_max, loaded_not_slower=loaded_not_slower
-        )
+        got = self.timing_pool.timed(config, fresh=fresh, min_pairs=o.timing_min, max_pairs=o.timing_max, **decision)
         for rec in self.records:
             if rec.role == "timing" and frozenset(rec.enabled) == config:
                 rec.verdict = got.verdict

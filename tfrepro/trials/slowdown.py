@@ -287,9 +287,11 @@ def decide_slowdown(
     alpha: float = 0.05,
     min_pairs: int = 1,
     loaded_not_slower: int = LOADED_CLEAR_NOT_SLOWER,
+    alpha_not_slower: float | None = None,
 ) -> TimingDecision:
     """Pure decision over the pairs so far; see `TimingDecision`. The rank
     test is consulted from `min_pairs` pairs on; the clear-pair rule always."""
+    alpha_ok = alpha if alpha_not_slower is None else alpha_not_slower
     if not pairs:
         raise ValueError("decide_slowdown needs at least one pair")
     n = len(pairs)
@@ -302,7 +304,7 @@ def decide_slowdown(
         state = TimingState.INCONCLUSIVE
         if n >= min_pairs and ratio >= threshold and p_slow <= alpha:
             state = TimingState.SLOWER
-        elif n >= min_pairs and ratio < threshold and p_ok <= alpha:
+        elif n >= min_pairs and ratio < threshold and p_ok <= alpha_ok:
             state = TimingState.NOT_SLOWER
         return TimingDecision(state, ratio, p_slow, p_ok, n)
     logs = [p.log_ratio for p in pairs]
@@ -324,7 +326,7 @@ def decide_slowdown(
     state = TimingState.INCONCLUSIVE
     if n >= min_pairs and ratio >= threshold and p_slow <= alpha:
         state = TimingState.SLOWER
-    elif n >= min_pairs and ratio < threshold and p_ok <= alpha:
+    elif n >= min_pairs and ratio < threshold and p_ok <= alpha_ok:
         state = TimingState.NOT_SLOWER
     return TimingDecision(state, ratio, p_slow, p_ok, n)
 
@@ -396,6 +398,7 @@ def sequential_slowdown(
     alpha: float = 0.05,
     rng: object = None,  # unused: the tests are exact (kept for older callers)
     loaded_not_slower: int = LOADED_CLEAR_NOT_SLOWER,
+    alpha_not_slower: float | None = None,
 ) -> TimingOutcome:
     """Take pairs until the decision over all the evidence (`prior` pairs
     plus new ones, at least `min_new`) is conclusive or `max_samples` new
@@ -428,7 +431,14 @@ def sequential_slowdown(
         pairs.append(got)
         if i + 1 < min_new:
             continue
-        d = decide_slowdown(pairs, threshold, alpha=alpha, min_pairs=min_samples, loaded_not_slower=loaded_not_slower)
+        d = decide_slowdown(
+            pairs,
+            threshold,
+            alpha=alpha,
+            min_pairs=min_samples,
+            loaded_not_slower=loaded_not_slower,
+            alpha_not_slower=alpha_not_slower,
+        )
         decisions.append(d)
         if d.state == TimingState.SLOWER:
             return end(Verdict.SLOWDOWN, True, d, new=i + 1)
