@@ -122,7 +122,8 @@ def test_a_killed_tfrepro_leaves_no_process_of_a_warm_trial(tmp_path):
 
 
 BATCH = """\
-import sys
+import faulthandler, signal, sys
+faulthandler.register(signal.SIGUSR1)  # a hang shows its threads' stacks (see the test)
 from pathlib import Path
 from tfrepro.project import Project
 from tfrepro.trials.executors import LocalExecutor, TrialRequest
@@ -173,7 +174,14 @@ def test_ctrl_c_with_jobs_2_stops_running_trials_at_once_and_keeps_finished_ones
         assert len(running) == 2
         start = time.monotonic()
         helper.send_signal(signal.SIGINT)
-        out, err = helper.communicate(timeout=30)
+        try:
+            out, err = helper.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            helper.send_signal(signal.SIGUSR1)  # every thread's stack to stderr, then fail with it
+            time.sleep(1)
+            helper.kill()
+            out, err = helper.communicate()
+            raise AssertionError(f"Ctrl-C did not stop the batch in 30 s; its threads:\n{err}") from None
         took = time.monotonic() - start
     finally:
         if helper.poll() is None:
