@@ -301,12 +301,9 @@ def decide_slowdown(
         ratio = statistics.median(cand) / statistics.median(base)
         p_slow = _mann_whitney_greater([c / math.sqrt(threshold) for c in cand], base)
         p_ok = _mann_whitney_greater(base, [c / threshold for c in cand])
-        state = TimingState.INCONCLUSIVE
-        if n >= min_pairs and ratio >= threshold and p_slow <= alpha:
-            state = TimingState.SLOWER
-        elif n >= min_pairs and ratio < threshold and p_ok <= alpha_ok:
-            state = TimingState.NOT_SLOWER
-        return TimingDecision(state, ratio, p_slow, p_ok, n)
+        return TimingDecision(
+            _tested(n >= min_pairs, ratio / threshold, p_slow <= alpha, p_ok <= alpha_ok), ratio, p_slow, p_ok, n
+        )
     logs = [p.log_ratio for p in pairs]
     ratio = math.exp(statistics.median(logs))
     # "Slower" is tested against a margin halfway (geometrically) to the
@@ -323,12 +320,20 @@ def decide_slowdown(
         return TimingDecision(TimingState.SLOWER, ratio, p_slow, p_ok, n, fast=True)
     if ok_n == n and TimingState.NOT_SLOWER in alone or loaded_ok:
         return TimingDecision(TimingState.NOT_SLOWER, ratio, p_slow, p_ok, n, fast=True)
-    state = TimingState.INCONCLUSIVE
-    if n >= min_pairs and ratio >= threshold and p_slow <= alpha:
-        state = TimingState.SLOWER
-    elif n >= min_pairs and ratio < threshold and p_ok <= alpha_ok:
-        state = TimingState.NOT_SLOWER
-    return TimingDecision(state, ratio, p_slow, p_ok, n)
+    return TimingDecision(
+        _tested(n >= min_pairs, ratio / threshold, p_slow <= alpha, p_ok <= alpha_ok), ratio, p_slow, p_ok, n
+    )
+
+
+def _tested(enough: bool, excess: float, slow_significant: bool, ok_significant: bool) -> TimingState:
+    """The rank test's answer: slower (ratio at or above the threshold and
+    significant), not slower (below it and significant), else inconclusive;
+    never before `min_pairs` pairs."""
+    if enough and excess >= 1 and slow_significant:
+        return TimingState.SLOWER
+    if enough and excess < 1 and ok_significant:
+        return TimingState.NOT_SLOWER
+    return TimingState.INCONCLUSIVE
 
 
 @dataclass(frozen=True)
