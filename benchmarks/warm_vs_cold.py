@@ -23,18 +23,24 @@ Two parts, every trial through the real runner (`run_variant`):
    harness's step times), fixed cost = wall − training. A/A timing: the ratio
    warm/cold of the median steady step time, per pair, and its median.
 
+3. `--aa N`: A/A timing of the process kind, as a slowdown is decided: the
+   example's baseline with the bisect's time budget, cold, warm, cold, ...,
+   each warm trial against its two cold neighbours; the median ratio and
+   the signed-rank p-values both ways.
+
 The first warm trial also pays the server's start (the TensorFlow import,
 once per bisect): it is shown on its own line and left out of the medians.
 Figures on a shared machine are noisy: read the ratios of interleaved pairs
 and the load average printed with them.
 
     PYTHONPATH=. .venv/bin/python benchmarks/warm_vs_cold.py [--suite examples|journey|both]
-        [--only demo,healthy] [--steps N] [--pairs 5] [--example demo] [--skip-equivalence] [--skip-cost]
+        [--only demo,healthy] [--steps N] [--pairs 5] [--example demo] [--skip-equivalence] [--skip-cost] [--aa 15]
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shutil
 import statistics
@@ -223,6 +229,44 @@ def cost(tmp: Path, pool: warm.WarmPool, example: str, pairs: int) -> None:
         )
 
 
+def aa_timing(tmp: Path, pool: warm.WarmPool, example: str, n: int) -> None:
+    """A/A of the process kind: the same configuration timed cold, warm,
+    cold, warm, ... with the bisect's time budget, each warm trial paired
+    with its two cold neighbours (TimingPair, as a slowdown is decided):
+    the median warm/cold ratio and the exact one-sided signed-rank p-values
+    of "warm is slower" and "warm is faster"."""
+    from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX
+    from tfrepro.trials.slowdown import signed_rank_greater, timing_pair
+
+    proj = Project.load(EXAMPLES / example)
+    budget = replace(
+        proj.manifest.trial,
+        deterministic=True,
+        timeout_s=300,
+        min_time_s=TIMING_MIN_TIME_S,
+        min_steps=TIMING_MIN_STEPS,
+        steps_max=TIMING_STEPS_MAX,
+    )
+    trial(proj, (), tmp, "aa-warmup", False, pool)  # the warm server's start, not counted
+    seq = []
+    for i in range(2 * n + 1):
+        cold = i % 2 == 0
+        variant = tmp / f"variant-aa{i}"
+        proj.write_variant((), variant)
+        seq.append(run_variant(variant, budget, tmp / f"trial-aa{i}", cold=cold, warm_pool=pool))
+        shutil.rmtree(variant, ignore_errors=True)
+    pairs = [timing_pair(seq[i - 1], seq[i], seq[i + 1]) for i in range(1, 2 * n, 2)]
+    logs = [p.log_ratio for p in pairs if p is not None]
+    ratios = sorted(math.exp(x) for x in logs)
+    print(f"\nA/A timing, {example} baseline, {len(logs)} warm trials each between two cold ones, time budget")
+    print(f"  warm/cold per pair: {', '.join(f'{r:.3f}' for r in ratios)}")
+    print(
+        f"  median {statistics.median(ratios):.3f}; p(warm slower) {signed_rank_greater(logs):.3f}, "
+        f"p(warm faster) {signed_rank_greater([-x for x in logs]):.3f}; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--suite", choices=SUITES, default="both", help="which scripts the equivalence part runs")
@@ -233,6 +277,7 @@ def main() -> int:
     ap.add_argument("--example", default="demo", help="the example of the cost part")
     ap.add_argument("--skip-equivalence", action="store_true")
     ap.add_argument("--skip-cost", action="store_true")
+    ap.add_argument("--aa", type=int, default=0, help="A/A timing: this many warm trials between cold ones")
     args = ap.parse_args()
     only = {n for n in f"{args.only},{args.examples}".split(",") if n}
     start = time.monotonic()
@@ -246,6 +291,8 @@ def main() -> int:
                 ok = equivalence(Path(tmp), pool, chosen, args.steps or None)
             if not args.skip_cost:
                 cost(Path(tmp), pool, args.example, args.pairs)
+            if args.aa:
+                aa_timing(Path(tmp), pool, args.example, args.aa)
     finally:
         pool.close()
     print(f"load average at end {os.getloadavg()}, wall {time.monotonic() - start:.0f} s")
