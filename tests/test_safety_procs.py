@@ -124,6 +124,10 @@ def test_a_killed_tfrepro_leaves_no_process_of_a_warm_trial(tmp_path):
 BATCH = """\
 import faulthandler, signal, sys
 faulthandler.register(signal.SIGUSR1)  # a hang shows its threads' stacks (see the test)
+# Ctrl-C as in a terminal, however the suite was started: a shell without job
+# control starts background commands (`cmd &`, nohup) with SIGINT ignored,
+# and this process would inherit that
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 from tfrepro.project import Project
 from tfrepro.trials.executors import LocalExecutor, TrialRequest
