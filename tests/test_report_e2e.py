@@ -131,16 +131,16 @@ def _make_project(root: Path, symptom: str) -> Path:
 def _bisect(project: Path) -> Path:
     """The real bisect engine on the project, one replay instead of three to
     keep this module's cost down (the replay rule has its own tests). The
-    slowdown project has one feature: every slowdown trial is timed in
-    interleaved pairs, so each extra feature costs six trials."""
+    slowdown project has one feature: each timing comparison costs at least
+    two trials (the candidate, then a baseline), more when it is not clear-cut."""
     try:
         from tfrepro.bisect.engine import BisectOptions, bisect
     except ImportError:
         pytest.skip("the bisect engine is not available")
     from tfrepro.project import Project
 
-    # Timing comparisons need 3 interleaved pairs at least; a 40x slowdown
-    # never needs more than 4.
+    # A 40x slowdown is clear-cut (one pair, two on a loaded machine); a
+    # budget of 4 pairs per comparison is ample.
     result = bisect(Project.load(project), BisectOptions(replays=1, timing_max=4))
     assert result.status == "found", result.error
     return Path(result.run_dir).resolve()
