@@ -255,21 +255,20 @@ class _Bisection:
                 # answer (halving tests its answer, the replay re-times it):
                 # one clear pair says it even on a loaded machine, and the
                 # rank test at SEARCH_ALPHA_NOT_SLOWER (3 pairs, not 5).
-                return [
-                    self._timed(c, loaded_not_slower=1, alpha_not_slower=SEARCH_ALPHA_NOT_SLOWER).verdict
-                    for c in configs
-                ]
+                return [self._timed(c, search=True).verdict for c in configs]
             self._many([w for c in configs for w in self._needs(c, range(self.k), "search", target)])
             memory = self._memory_verdicts(configs) if target == Verdict.MEMORY else {}
             return [memory.get(c) or self._verdict(c, target) for c in configs]
 
         return run
 
-    def _timed(self, config: Config, fresh: int = 1, **decision: Any) -> classify.TimingOutcome:
+    def _timed(self, config: Config, fresh: int = 1, *, search: bool = False) -> classify.TimingOutcome:
         """The timing comparison of `config` against the baseline (bisect/timing.py);
-        `decision`: the search's looser "not slower" (TimingPool.timed)."""
+        `search`: the search's looser "not slower" (one clear pair even on a
+        loaded machine, the rank test at SEARCH_ALPHA_NOT_SLOWER)."""
         o = self.opts
-        got = self.timing_pool.timed(config, fresh=fresh, min_pairs=o.timing_min, max_pairs=o.timing_max, **decision)
+        lenient = {"loaded_not_slower": 1, "alpha_not_slower": SEARCH_ALPHA_NOT_SLOWER} if search else {}
+        got = self.timing_pool.timed(config, fresh=fresh, min_pairs=o.timing_min, max_pairs=o.timing_max, **lenient)
         for rec in self.records:
             if rec.role == "timing" and frozenset(rec.enabled) == config:
                 rec.verdict = got.verdict

@@ -19,6 +19,7 @@ from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
 from tfrepro.trials import classify
+from tfrepro.trials.slowdown import LOADED_CLEAR_NOT_SLOWER
 from tfrepro.trials.values import TrialResult, Verdict
 
 # Repeat-index bases: far apart so that no two roles ever share a cache entry.
@@ -55,14 +56,13 @@ class TimingPool(Generic[K]):
         fresh: int = 1,
         min_pairs: int = 3,
         max_pairs: int = 16,
-        loaded_not_slower: int | None = None,
+        loaded_not_slower: int = LOADED_CLEAR_NOT_SLOWER,
         alpha_not_slower: float | None = None,
     ) -> classify.TimingOutcome:
         """New pairs of `key` (at least `fresh`, at most `max_pairs`) added
         to its evidence, decided over all of it. `loaded_not_slower`: clear
-        "not slower" pairs that decide on a loaded machine (None: the
-        classifier's LOADED_CLEAR_NOT_SLOWER); `alpha_not_slower`: the rank
-        test's level for "not slower" (None: the same as for "slower")."""
+        "not slower" pairs that decide on a loaded machine; `alpha_not_slower`:
+        the rank test's level for "not slower" (None: the same as for "slower")."""
         evidence = self.pairs.setdefault(key, [])
 
         def pair(i: int):
@@ -87,7 +87,7 @@ class TimingPool(Generic[K]):
             min_new=fresh,
             min_samples=min_pairs,
             max_samples=max(max_pairs, fresh),
-            **({} if loaded_not_slower is None else {"loaded_not_slower": loaded_not_slower}),
+            loaded_not_slower=loaded_not_slower,
             alpha_not_slower=alpha_not_slower,
         )
         self.outcomes.setdefault(key, []).append(got)

@@ -60,7 +60,7 @@ def _feature_hook(
             events.phase(f"bisecting the features inside tensorflow {start.version}")
         options = BisectOptions(steps=steps, use_cache=use_cache)
         if timing_budget is not None:
-            options = BisectOptions(steps=steps, use_cache=use_cache, timing_budget_s=timing_budget)
+            options = replace(options, timing_budget_s=timing_budget)
         doc = bisect(project, options, runner=start.runner(), events=events).to_dict()
         return {k: doc.get(k) for k in ("status", "symptom", "culprits", "trials", "run_dir", "error")}
 
