@@ -235,18 +235,10 @@ def aa_timing(tmp: Path, pool: warm.WarmPool, example: str, n: int) -> None:
     with its two cold neighbours (TimingPair, as a slowdown is decided):
     the median warm/cold ratio and the exact one-sided signed-rank p-values
     of "warm is slower" and "warm is faster"."""
-    from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX
     from tfrepro.trials.slowdown import signed_rank_greater, timing_pair
 
     proj = Project.load(EXAMPLES / example)
-    budget = replace(
-        proj.manifest.trial,
-        deterministic=True,
-        timeout_s=300,
-        min_time_s=TIMING_MIN_TIME_S,
-        min_steps=TIMING_MIN_STEPS,
-        steps_max=TIMING_STEPS_MAX,
-    )
+    budget = replace(proj.manifest.trial, deterministic=True, timeout_s=300).timed()
     trial(proj, (), tmp, "aa-warmup", False, pool)  # the warm server's start, not counted
     seq = []
     for i in range(2 * n + 1):

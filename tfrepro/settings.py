@@ -5,7 +5,7 @@ and the trial runner (which runs with them).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 # Steps at the start of a trial that never enter a timing comparison
@@ -52,6 +52,18 @@ class TrialSettings:
     @property
     def timing(self) -> bool:
         return self.steps_max > 0
+
+    def timed(
+        self,
+        budget_s: float = TIMING_MIN_TIME_S,
+        min_steps: int = TIMING_MIN_STEPS,
+        steps_max: int = TIMING_STEPS_MAX,
+    ) -> "TrialSettings":
+        """These settings for a timing trial: `budget_s` of steady steps and
+        `min_steps` of them (room for the warm-up kept within `steps_max`)."""
+        return replace(
+            self, min_time_s=budget_s, min_steps=min_steps, steps_max=max(steps_max, WARMUP_STEPS + min_steps)
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

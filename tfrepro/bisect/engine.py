@@ -146,14 +146,8 @@ class _Bisection:
     # -- trials ------------------------------------------------------------
     def _request(self, config: Config, repeat: int, role: str) -> TrialRequest:
         settings = replace(self.settings, repeat=repeat)
-        if role.startswith("timing"):  # a time budget of steady steps, not `steps`
-            o = self.opts
-            settings = replace(
-                settings,
-                min_time_s=o.timing_budget_s,
-                min_steps=o.timing_min_steps,
-                steps_max=max(o.timing_steps_max, WARMUP_STEPS + o.timing_min_steps),
-            )
+        if role.startswith("timing"):
+            settings = self.opts.timing_settings(settings)
         return TrialRequest(tuple(sorted(config)), settings, role, use_cache=self.opts.use_cache)
 
     def _trial(self, config: Config, repeat: int, role: str) -> TrialResult:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX
+from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX, TrialSettings
 from tfrepro.trials.values import Verdict
 
 
@@ -35,3 +35,7 @@ class BisectOptions:
     # Why a failing baseline fails: `tfrepro.check.run.checks_for_result`,
     # injected by the CLI (commands never import each other).
     baseline_checks: Callable[..., dict[str, Any]] | None = None
+
+    def timing_settings(self, settings: TrialSettings) -> TrialSettings:
+        """`settings` for a timing trial: a time budget of steady steps, not `steps`."""
+        return settings.timed(self.timing_budget_s, self.timing_min_steps, self.timing_steps_max)

@@ -36,7 +36,7 @@ from tfrepro.bisect.events import BisectEvents, PointTried, TrialRecord
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import STOPPERS, Mark, RangeResult, bisect_range, judge
 from tfrepro.bisect.timing import TimingPool
-from tfrepro.settings import WARMUP_STEPS, SymptomSettings, TrialSettings
+from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest
 from tfrepro.trials.procs import sigterm_interrupts
@@ -237,14 +237,7 @@ class RangeRun:
     def _timing_trial(self, point: Point, repeat: int, role: str) -> TrialResult:
         """One timing trial of `point`: a time budget of steady steps, not
         `steps`; one that cannot be tried comes back as could-not-run."""
-        o = self.options
-        settings = replace(
-            self.settings,
-            min_time_s=o.timing_budget_s,
-            min_steps=o.timing_min_steps,
-            steps_max=max(o.timing_steps_max, WARMUP_STEPS + o.timing_min_steps),
-        )
-        got = self.run_timed(point, repeat, settings)
+        got = self.run_timed(point, repeat, self.options.timing_settings(self.settings))
         return TrialResult(label=point.label, could_not_run=True, error=got) if isinstance(got, str) else got
 
     def _timing_failure(self, point: Point, result: TrialResult) -> Verdict:

@@ -26,10 +26,6 @@ from typing import Any
 
 from tfrepro.inside import SETUP_PLUGIN
 from tfrepro.settings import (
-    TIMING_MIN_STEPS,
-    TIMING_MIN_TIME_S,
-    TIMING_STEPS_MAX,
-    WARMUP_STEPS,
     SymptomSettings,
     TrialSettings,
 )
@@ -232,12 +228,7 @@ def _slowdown(
 ) -> Reproduction:
     from tfrepro.trials.classify import sequential_slowdown, timing_pair
 
-    timed = replace(
-        settings,
-        min_time_s=TIMING_MIN_TIME_S,
-        min_steps=TIMING_MIN_STEPS,
-        steps_max=max(TIMING_STEPS_MAX, WARMUP_STEPS + TIMING_MIN_STEPS),
-    )
+    timed = settings.timed()
     refs: list[TrialResult] = []  # reference.py's timing runs, in the order run
     last: dict[str, TrialResult] = {}
     why: list[str] = []  # why a run could not be timed
