@@ -182,14 +182,15 @@ def halving(items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()
 
     if not oracle.fails(cfg(current)):
         raise ValueError("halving must start from a failing configuration")
-    seen_failing = current
+    seen_failing, inferred = current, False
     while len(current) >= 2:
         first, second = _split(current, 2)
         if oracle.fails(cfg(first)):
             current = seen_failing = first
+            inferred = False
         else:
-            current = second  # inferred, not tested
-    if current is not seen_failing and not oracle.fails(cfg(current)):
+            current, inferred = second, True  # not tested
+    if inferred and not oracle.fails(cfg(current)):
         return ddmin(seen_failing, oracle, fixed=fixed)
     if oracle.fails(cfg([])):
         return frozenset()
