@@ -40,7 +40,7 @@ from pathlib import Path
 
 from tfrepro.errors import TfreproError
 from tfrepro.trials.installers import Installer, OnLine, default_installer, run_streaming
-from tfrepro.trials.state import atomic_write_text
+from tfrepro.trials.state import atomic_write_text, tree_size
 
 SPEC_FILE = "tfrepro-env.json"
 TF_DISTS = ("tensorflow-cpu", "tensorflow")
@@ -259,17 +259,6 @@ def _atomic_json(path: Path, data: dict) -> None:
     atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
 
 
-def _dir_size(path: Path) -> int:
-    total = 0
-    for dirpath, _, files in os.walk(path):
-        for f in files:
-            try:
-                total += os.lstat(os.path.join(dirpath, f)).st_size
-            except OSError:
-                pass
-    return total
-
-
 class EnvStore:
     """The environments under `root` (default: the user cache, shared)."""
 
@@ -386,7 +375,7 @@ class EnvStore:
                     (data or {}).get("spec"),
                     (data or {}).get("versions"),
                     used,
-                    _dir_size(path) if sizes else None,
+                    tree_size(path) if sizes else None,
                 )
             )
         return out

@@ -164,7 +164,7 @@ class StateDir:
             st = path.lstat()
         except FileNotFoundError:
             return
-        size = _tree_size(path)
+        size = tree_size(path)
         if stat.S_ISDIR(st.st_mode):
             shutil.rmtree(path, ignore_errors=True)  # unlinks symlinks inside, never follows them
         else:
@@ -250,7 +250,8 @@ def _in_use(d: Path) -> bool:
     return stat.S_ISDIR(st.st_mode) and not (d / "result.json").exists() and time.time() - st.st_mtime < IN_USE_S
 
 
-def _tree_size(path: Path) -> int:
+def tree_size(path: Path) -> int:
+    """Bytes under `path` (lstat: links are not followed)."""
     total = 0
     try:
         total = path.lstat().st_size
