@@ -355,7 +355,10 @@ def test_path_may_be_the_entry_script(repo):
         repo.commit(f"c{i}", {"proj/train.py": NAN_SRC if i == 3 else GOOD_SRC})
     result = bisect_commits(repo.root / "proj" / "train.py", repo.commits[0], "HEAD", trial=ScriptedTrial())
     assert result["first_bad_commit"] == repo.commits[3]
-    assert result["settings"]["entry"] == "train.py"
+    # The script's project is the repository it sits in, as in feature mode
+    # (one root for every mode: tests/test_one_root.py).
+    assert result["settings"]["entry"] == "proj/train.py"
+    assert result["project"] == str(repo.root.resolve())
 
 
 def test_bad_input_is_a_user_error(repo):

@@ -185,9 +185,9 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     Raises UserError (exit 2) for a missing file, a syntax error, or malformed
     markers already in a file.
     """
-    from tfrepro.annotate.manifest import find_manifest_dir, merge
+    from tfrepro.annotate.manifest import merge
     from tfrepro.annotate.source import parse_python
-    from tfrepro.projectfiles import MANIFEST
+    from tfrepro.projectfiles import MANIFEST, find_root
 
     files = _expand(paths)
     if not files:
@@ -222,7 +222,9 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
         )
         results.append(FileResult(p, texts[p], new, found))
 
-    root = find_manifest_dir(Path(os.path.commonpath([str(p.resolve().parent) for p in files])))
+    # The project `tfrepro bisect` will load these files as (one root for
+    # every mode and command: projectfiles.find_root).
+    root = find_root(Path(os.path.commonpath([str(p.resolve().parent) for p in files])) / "_.py")
     mpath = root / MANIFEST
     original = None
     if mpath.is_file():

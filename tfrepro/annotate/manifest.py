@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import re
 import tomllib
-from pathlib import Path
 
 from tfrepro.projectfiles import MANIFEST
 
@@ -16,18 +15,6 @@ _HEADER = (
     "# Written by `tfrepro annotate`: the script a trial runs, and the features that\n"
     "# change the loss on purpose (never blamed for a loss mismatch).\n"
 )
-
-
-def find_manifest_dir(start: Path) -> Path:
-    """The directory of an existing tfrepro.toml at or above `start` (not
-    beyond a git root), else `start`."""
-    d = start.resolve()
-    for p in [d, *d.parents]:
-        if (p / MANIFEST).is_file():
-            return p
-        if (p / ".git").exists():
-            break
-    return d
 
 
 def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> tuple[str | None, list[str]]:

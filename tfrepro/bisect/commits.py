@@ -60,12 +60,15 @@ def as_written(root: Path) -> "Project":
 
 
 def project_root(path: str | Path) -> tuple[Path, str | None]:
-    """PATH as the user gave it -> (project directory, entry file or None):
-    like `Project.load`, a .py file stands for its directory with that entry."""
-    p = Path(path).resolve()
-    if p.is_file() and p.suffix == ".py":
-        return p.parent, p.name
-    return p, None
+    """PATH as the user gave it -> (project directory, entry file or None),
+    exactly as feature mode finds them (`projectload.locate`): a script
+    stands for the project it belongs to (the nearest `tfrepro.toml`, `.git`
+    or `pyproject.toml` above it), so `bisect sub/train.py` and `bisect
+    --good A --bad B sub/train.py` read one `tfrepro.toml` and write one
+    `.tfrepro/`."""
+    from tfrepro.projectload import locate
+
+    return locate(path)
 
 
 def load_settings(project_root: Path) -> tuple[TrialSettings, SymptomSettings]:
@@ -79,12 +82,6 @@ def load_settings(project_root: Path) -> tuple[TrialSettings, SymptomSettings]:
     else:
         m = Manifest.parse(path.read_text(encoding="utf-8"), str(path))
     return m.trial, m.symptoms
-
-
-def _shown_path(p: Path) -> str:
-    """Relative to the current directory when below it (as the engine shows it)."""
-    rel = os.path.relpath(p, Path.cwd())
-    return rel if not rel.startswith("..") else str(p)
 
 
 def range_settings(
