@@ -72,8 +72,10 @@ class RichProgress(BisectEvents):
 
     def trial_finished(self, record: TrialRecord) -> None:
         r = record.result
-        shown = classify.symptoms(r, reference=None, settings=self.symptoms)
-        what = classify.primary(shown).value
+        # The engine's verdict (against the trial's reference and baselines);
+        # a range bisection's trials are judged per point (point_tried).
+        live = record.live or record.verdict
+        what = (live or classify.primary(classify.symptoms(r, reference=None, settings=self.symptoms))).value
         median = r.median_step_time()
         timing = f"{median * 1000:.3g} ms/step" if median is not None else ""
         with self.lock:

@@ -121,6 +121,8 @@ class _Bisection:
         self.executor = executor
         self.jobs = executor.slots
         self.records: list[TrialRecord] = []
+        self.unshown: list[TrialRecord] = []  # recorded, not yet judged for the progress line
+        self.target: Verdict | None = None  # the symptom hunted, once picked
         self.memo: dict[tuple[Config, int], TrialResult] = {}
         self.lock = threading.Lock()
         self.noise = 0.0
@@ -171,9 +173,31 @@ class _Bisection:
             rel = f"trials/{index:03d}-{role}-{_slug(enabled)}-r{repeat}"
             record = TrialRecord(index, enabled, role, repeat, result, f"{rel}/summary.json")
             self.records.append(record)
+            self.unshown.append(record)
+            ready = self._judged_now()
         write_trial_record(self.run_dir / rel, result_doc.trial_summary(result), result.log_dir)
-        self.events.trial_finished(record)
+        for rec in ready:
+            self.events.trial_finished(rec)
         return result
+
+    def _judged_now(self) -> list[TrialRecord]:
+        """The recorded trials the engine can judge now, each with its verdict
+        (`live`), in the order they finished: a trial waits for its mismatch
+        reference and for the baselines (memory, loss noise) it is judged
+        against, so the progress line shows what the engine decides, never a
+        verdict made without them. Called under the lock."""
+        base = [self.memo.get((frozenset(), r)) for r in range(max(self.k, 2))]
+        if all(base) and not self.noise:  # as _both_ends sets it
+            self.noise = classify.measure_noise(base[0], base[1])
+        ready: list[TrialRecord] = []
+        for rec in list(self.unshown):
+            config = frozenset(rec.enabled)
+            if self._reference(config) is None or (config and not all(base)):
+                continue
+            rec.live = classify.primary(self._shows(config, rec.result), self.target)
+            ready.append(rec)
+            self.unshown.remove(rec)
+        return ready
 
     def _many(self, wanted: list[tuple[Config, int, str]]) -> None:
         """Run independent non-timing trials on the executor, as a batch.
@@ -288,7 +312,7 @@ class _Bisection:
         failed = self._both_ends()
         if failed is not None:
             return failed
-        target = self._pick_symptom(frozenset(self.features))
+        target = self.target = self._pick_symptom(frozenset(self.features))
         if target is None:
             return self._finish(Status.NONE, self.opts.symptom)
         culprits, config, table = self._search(target)

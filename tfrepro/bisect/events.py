@@ -22,6 +22,7 @@ class TrialRecord:
     result: TrialResult
     summary: str  # its summary.json, relative to the run dir
     verdict: Verdict | None = None
+    live: Verdict | None = None  # what the engine judged when the trial was shown (the progress line)
 
 
 @dataclass(frozen=True)
