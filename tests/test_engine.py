@@ -160,7 +160,9 @@ def test_found_single_culprit(tmp_path):
     assert roles.count("replay") == 1 and roles.count("replay-baseline") == 0
     p2 = make_project(tmp_path / "nondet", FEATS)
     (p2.root / "tfrepro.toml").write_text("[trial]\nsteps = 20\ndeterministic = false\n")
-    doc2 = bisect(Project.load(p2.root), BisectOptions(strategy="ddmin"), runner=FakeRunner(nan_when("mixed_precision")))
+    doc2 = bisect(
+        Project.load(p2.root), BisectOptions(strategy="ddmin"), runner=FakeRunner(nan_when("mixed_precision"))
+    )
     roles2 = [r["role"] for r in doc2.to_dict()["trials_table"]]
     assert list(doc2.culprits) == ["mixed_precision"]
     assert roles2.count("replay") == 3 and roles2.count("replay-baseline") == 3

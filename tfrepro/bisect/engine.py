@@ -97,10 +97,11 @@ def _same_outcome(a: TrialResult, b: TrialResult) -> bool:
     same_losses = len(a.losses) == len(b.losses) and all(
         x == y or (x != x and y != y) for x, y in zip(a.losses, b.losses)
     )
-    return (
-        same_losses
-        and (a.first_nonfinite_step, a.crashed, a.error, a.timed_out)
-        == (b.first_nonfinite_step, b.crashed, b.error, b.timed_out)
+    return same_losses and (a.first_nonfinite_step, a.crashed, a.error, a.timed_out) == (
+        b.first_nonfinite_step,
+        b.crashed,
+        b.error,
+        b.timed_out,
     )
 
 
@@ -488,7 +489,9 @@ class _Bisection:
             Status.FOUND, target, culprits=culprits, config=config, rate=judged.reproduction_rate, extra=extra
         )
 
-    def _replayed(self, target: Verdict, culprits: Config, config: Config, fresh: range) -> tuple[list[bool], list[bool]]:
+    def _replayed(
+        self, target: Verdict, culprits: Config, config: Config, fresh: range
+    ) -> tuple[list[bool], list[bool]]:
         """The replay's observations (culprit side, baseline side), as many
         fresh runs as the evidence needs.
 
@@ -512,9 +515,7 @@ class _Bisection:
             again = self.memo[(config, first)]
             if all(_same_outcome(again, t) for t in seen) and target in self._shows(config, again):
                 return [*hits, True], clean
-        self._many(
-            self._needs(config, fresh, "replay", target) + [(frozenset(), r, "replay-baseline") for r in fresh]
-        )
+        self._many(self._needs(config, fresh, "replay", target) + [(frozenset(), r, "replay-baseline") for r in fresh])
         runs = [*range(self.k), *fresh]
         culprit_obs = [target in self._shows(config, self.memo[(config, r)]) for r in runs]
         base_runs = [*range(max(self.k, 2)), *fresh]
