@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from tfrepro.settings import SymptomSettings
+
 pytestmark = pytest.mark.e2e
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -129,8 +131,10 @@ def test_slowdown_with_real_timing(tmp_path):
     doc = json.loads(proc.stdout)
     assert (doc["status"], doc["symptom"], doc["culprits"]) == ("found", "slowdown", ["f3"]), proc.stderr
     t = doc["timing"]
-    # decided by clear pairs (at least 2: search + replay) or by the rank test
-    assert t["ratio"] > 1.8 and t["conclusive"] and (t["fast"] or t["p_value"] <= 0.05) and len(t["pairs"]) >= 2
+    # decided by clear pairs (at least 2: search + replay) or by the rank test,
+    # at a ratio the rule calls slower (no figure for how much slower real sleeps are under load)
+    assert t["ratio"] >= SymptomSettings().slowdown and t["conclusive"] and (t["fast"] or t["p_value"] <= 0.05)
+    assert len(t["pairs"]) >= 2
 
 
 def _children(pid: int) -> list[int]:
