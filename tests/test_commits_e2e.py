@@ -99,6 +99,25 @@ print(json.dumps(r.to_dict()))
 """
 
 
+def _procs_under(root: Path) -> list[int]:
+    """The processes whose working directory is inside `root` (a trial runs in its checkout)."""
+    out = []
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            if Path(os.readlink(cwd)).is_relative_to(root.resolve()):
+                out.append(int(cwd.parent.name))
+        except OSError:
+            continue
+    return out
+
+
+def _wait_until(cond, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return cond()
+
+
 @pytest.mark.e2e
 def test_a_bisect_killed_midway_leaves_the_repository_untouched_and_resumes_from_cache(repo):
     shas = build(repo, sleep=0.4)
@@ -122,7 +141,8 @@ def test_a_bisect_killed_midway_leaves_the_repository_untouched_and_resumes_from
     child.wait()
     child.stdout.close()
     child.stderr.close()
-    time.sleep(0.6)  # the orphaned trial (its own session) finishes its 0.4 s sleep
+    # the orphaned trial (its own session) ends: it notices its parent is gone
+    assert _wait_until(lambda: not _procs_under(proj / ".tfrepro"), 30), _procs_under(proj / ".tfrepro")
 
     assert repo.snapshot(*USER_FILES) == before
     leftovers = list((proj / ".tfrepro" / "checkouts").iterdir())
