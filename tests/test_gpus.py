@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from tfrepro.settings import TrialSettings
-from tfrepro.trials import gpus
+from tfrepro.trials import gpus as gpus_module
 from tfrepro.trials.executors import LocalExecutor, TrialRequest
 from tfrepro.trials.gpus import GpuPool, assign, distribution_features, gpus_needed, pack
 
@@ -60,7 +60,7 @@ def test_the_pool_never_hands_out_a_busy_gpu_and_serves_in_arrival_order(monkeyp
     lock = threading.Lock()
     running: set[str] = set()
     release = [threading.Event() for _ in needs]
-    real_assign = gpus.assign
+    real_assign = gpus_module.assign
 
     def recording_assign(devices, busy, need):
         ids = real_assign(devices, busy, need)
@@ -68,7 +68,7 @@ def test_the_pool_never_hands_out_a_busy_gpu_and_serves_in_arrival_order(monkeyp
             served.append(int(threading.current_thread().name))
         return ids
 
-    monkeypatch.setattr(gpus, "assign", recording_assign)
+    monkeypatch.setattr(gpus_module, "assign", recording_assign)
 
     def trial(i: int) -> None:
         ids = pool.acquire(needs[i])

@@ -173,9 +173,8 @@ def test_ctrl_c_with_jobs_2_stops_running_trials_at_once_and_keeps_finished_ones
     try:
         # the fast trial finishes (its result cached), the two slow ones run side by side
         cache = root / ".tfrepro" / "cache"
-        assert _wait_for(lambda: len(list(pids.iterdir())) >= 3 and any(cache.glob("*.json")), 60), (
-            helper.communicate(timeout=5)
-        )
+        started = _wait_for(lambda: len(list(pids.iterdir())) >= 3 and any(cache.glob("*.json")), 60)
+        assert started, helper.communicate(timeout=5)
         running = [int(f.read_text()) for f in pids.iterdir() if _alive(int(f.read_text()))]
         assert len(running) == 2
         helper.send_signal(signal.SIGINT)
