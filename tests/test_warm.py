@@ -148,10 +148,10 @@ def test_threads_are_joined_and_atexit_runs_before_the_exit(tmp_path, pool):
     d = script_dir(
         tmp_path,
         """\
-        import atexit, threading, time
+        import atexit, threading
         atexit.register(lambda: print("atexit ran", flush=True))
-        def late():
-            time.sleep(0.3)
+        def late():  # still running when the script's main code ends, whatever the load
+            threading.main_thread().join()
             print("thread done", flush=True)
         threading.Thread(target=late).start()
         print("step=1 loss=1.0")
