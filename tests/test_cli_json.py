@@ -129,21 +129,40 @@ EXIT = {"found": 0, "baseline-fails": 1, "error": 1, "none": 3, "flaky": 4, "amb
 
 @pytest.mark.parametrize("status", sorted(EXIT))
 def test_bisect_exit_codes_in_every_mode(project, monkeypatch, status):
+    """Each mode's engine is replaced by a recorder: the CLI must hand it the
+    project and the range asked for, print its document whole and exit with
+    Contract 4's code for its status (EXIT, written out here, not the
+    product's table)."""
     from tfrepro.bisect import display
 
-    doc = RunResult(Status(status), run_dir="r").to_dict()
-    monkeypatch.setattr(display, "run_bisect", lambda *a, **kw: doc)
-    r = _invoke(["bisect", str(project), "--json"])
-    assert (r.exit_code, _one_json_object(r.stdout)["status"]) == (EXIT[status], status)
+    calls = {}
 
-    monkeypatch.setattr(commits_cli, "bisect_commits", lambda *a, **kw: RunResult(Status(status), run_dir="r"))
+    def engine(mode, run_dir):
+        def fake(*args, **kw):
+            calls[mode] = (args, kw)
+            result = RunResult(Status(status), run_dir=run_dir)
+            return result.to_dict() if mode == "features" else result
+
+        return fake
+
+    monkeypatch.setattr(display, "run_bisect", engine("features", "r-features"))
+    r = _invoke(["bisect", str(project), "--json"])
+    doc = _one_json_object(r.stdout)
+    assert (r.exit_code, doc) == (EXIT[status], RunResult(Status(status), run_dir="r-features").to_dict())
+    assert calls["features"][0][0].root == project.resolve()
+
+    monkeypatch.setattr(commits_cli, "bisect_commits", engine("commits", "r-commits"))
     r = _invoke(["bisect", str(project), "--good", "HEAD~1", "--bad", "HEAD", "--json"])
-    assert (r.exit_code, _one_json_object(r.stdout)["status"]) == (EXIT[status], status)
+    doc = _one_json_object(r.stdout)
+    assert (r.exit_code, doc["status"], doc["run_dir"]) == (EXIT[status], status, "r-commits")
+    assert calls["commits"][0][1:3] == ("HEAD~1", "HEAD")
 
     if status != "flaky":  # version mode is never flaky
-        monkeypatch.setattr(versions, "bisect_versions", lambda *a, **kw: RunResult(Status(status), run_dir="r"))
+        monkeypatch.setattr(versions, "bisect_versions", engine("versions", "r-versions"))
         r = _invoke(["bisect", str(project), "--tf-versions", "2.15.1,2.16.2", "--json"])
-        assert (r.exit_code, _one_json_object(r.stdout)["status"]) == (EXIT[status], status)
+        doc = _one_json_object(r.stdout)
+        assert (r.exit_code, doc["status"], doc["run_dir"]) == (EXIT[status], status, "r-versions")
+        assert list(calls["versions"][0][1]) == ["2.15.1", "2.16.2"]
 
 
 def test_envs_and_annotate_json(tmp_path, monkeypatch):

@@ -27,8 +27,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 FIRST_BAD, BROKEN, N = 11, 8, 17
 
 SCRIPT = """\
-import time
+import os, signal, time
 time.sleep({sleep})
+{gate}
 loss = 2.0
 for step in range(1, 100):
     loss = {update}
@@ -38,10 +39,20 @@ MANIFEST = "[trial]\nsteps = 5\ntimeout_s = 60\n"
 USER_FILES = ("proj/repro.py", "proj/scratch.py", "proj/notes.txt", "proj/tfrepro.toml")
 
 
-def build(repo: GitRepo, sleep: float) -> list[str]:
+def build(repo: GitRepo, sleep: float = 0.0, gate: Path | None = None, hold_after: int = 0) -> list[str]:
+    """The planted history; with `gate`: while that file exists, every trial
+    notes its start there and those after the first `hold_after` block until
+    killed (a bisect that cannot end before the test stops it)."""
+    held = (
+        f"if os.path.exists({str(gate)!r}):\n"
+        f"    with open({str(gate)!r}, 'a') as f:\n        f.write('started\\n')\n"
+        f"    if len(open({str(gate)!r}).read().split()) > {hold_after}:\n        signal.pause()"
+        if gate
+        else ""
+    )
     for i in range(N):
         update = "loss * 0.9" if i < FIRST_BAD else "loss * 0.9 if step < 3 else float('nan')"
-        src = SCRIPT.format(sleep=sleep, update=update)
+        src = SCRIPT.format(sleep=sleep, gate=held, update=update)
         if i == BROKEN:
             src += "def broken(:\n"
         files = {"proj/repro.py": src, "proj/notes.txt": f"change {i}\n"}
@@ -99,16 +110,37 @@ print(json.dumps(r.to_dict()))
 """
 
 
+def _procs_under(root: Path) -> list[int]:
+    """The processes whose working directory is inside `root` (a trial runs in its checkout)."""
+    out = []
+    for cwd in Path("/proc").glob("[0-9]*/cwd"):
+        try:
+            if Path(os.readlink(cwd)).is_relative_to(root.resolve()):
+                out.append(int(cwd.parent.name))
+        except OSError:
+            continue
+    return out
+
+
+def _wait_until(cond, within: float) -> bool:
+    deadline = time.monotonic() + within
+    while not cond() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return cond()
+
+
 @pytest.mark.e2e
-def test_a_bisect_killed_midway_leaves_the_repository_untouched_and_resumes_from_cache(repo):
-    shas = build(repo, sleep=0.4)
+def test_a_bisect_killed_midway_leaves_the_repository_untouched_and_resumes_from_cache(repo, tmp_path):
+    gate = tmp_path / "gate"  # three trials finish, the fourth blocks: killed mid-search by construction
+    gate.write_text("")
+    shas = build(repo, gate=gate, hold_after=3)
     before = repo.snapshot(*USER_FILES)
     proj = repo.root / "proj"
     env = {**repo.env, "PYTHONPATH": str(REPO_ROOT)}
     child = subprocess.Popen(
         [sys.executable, "-c", CHILD, str(proj), shas[0]], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
     )
-    # kill -9 once three trials are logged: mid-search, a trial probably running
+    # kill -9 once three trials are logged: mid-search, the fourth trial running
     deadline = time.monotonic() + 60
     logged: list[str] = []
     while time.monotonic() < deadline and child.poll() is None:
@@ -122,13 +154,15 @@ def test_a_bisect_killed_midway_leaves_the_repository_untouched_and_resumes_from
     child.wait()
     child.stdout.close()
     child.stderr.close()
-    time.sleep(0.6)  # the orphaned trial (its own session) finishes its 0.4 s sleep
+    # the orphaned trial (its own session) ends: it notices its parent is gone
+    assert _wait_until(lambda: not _procs_under(proj / ".tfrepro"), 30), _procs_under(proj / ".tfrepro")
 
     assert repo.snapshot(*USER_FILES) == before
     leftovers = list((proj / ".tfrepro" / "checkouts").iterdir())
     assert leftovers  # the killed run could not clean up ...
     assert repo.git("worktree", "list", "--porcelain").count("worktree ") == 1
 
+    gate.unlink()  # the rerun's trials run through
     result = bisect_commits(proj, shas[0], "main").to_dict()
 
     assert not any(p.exists() for p in leftovers)  # ... the next run did
@@ -139,8 +173,10 @@ def test_a_bisect_killed_midway_leaves_the_repository_untouched_and_resumes_from
 
 
 @pytest.mark.e2e
-def test_sigterm_stops_the_bisect_and_cleans_up_at_once(repo):
-    shas = build(repo, sleep=0.4)
+def test_sigterm_stops_the_bisect_and_cleans_up_at_once(repo, tmp_path):
+    gate = tmp_path / "gate"  # every trial blocks: SIGTERM arrives while one runs
+    gate.write_text("")
+    shas = build(repo, gate=gate, hold_after=0)
     before = repo.snapshot(*USER_FILES)
     proj = repo.root / "proj"
     env = {**repo.env, "PYTHONPATH": str(REPO_ROOT)}

@@ -11,7 +11,6 @@ import json
 import math
 import random
 import threading
-import time
 import zlib
 from pathlib import Path
 
@@ -65,17 +64,22 @@ class FakeRunner:
     fields`, a cache keyed like the real one (config + settings), a count of
     real executions and of the largest number running at once."""
 
-    def __init__(self, behave, *, delay: float = 0.0, interrupt_after: int | None = None) -> None:
+    def __init__(self, behave, *, together: tuple[str, int] | None = None, interrupt_after: int | None = None) -> None:
         self.behave = behave
         self.cache: dict[tuple, TrialResult] = {}
         self.executed: list[tuple[tuple[str, ...], int]] = []
-        self.delay = delay
+        # (label, n): trials of that label wait (a rendezvous, no sleep) until n
+        # trials run at once; a serial engine never gets there (`together_missed`)
+        self.together = together
+        self.together_met = self.together_missed = False
         self.interrupt_after = interrupt_after
         self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
         self.running = 0
         self.max_running = 0
         self.labels: list[str] = []
         self.timing_overlap = False
+        self.timing_threads: set[int] = set()
 
     def __call__(self, project, enabled, settings, *, use_cache=True, label="", **_):
         enabled = tuple(sorted(enabled))
@@ -88,12 +92,18 @@ class FakeRunner:
                 raise KeyboardInterrupt
             if self.labels and (label.startswith("timing") or any(x.startswith("timing") for x in self.labels)):
                 self.timing_overlap = True
+            if label.startswith("timing"):
+                self.timing_threads.add(threading.get_ident())
             self.labels.append(label)
             self.running += 1
             self.max_running = max(self.max_running, self.running)
+            if self.together and label == self.together[0] and not self.together_met:
+                self.cond.notify_all()
+                if not self.cond.wait_for(lambda: self.running >= self.together[1] or self.together_met, timeout=30):
+                    self.together_missed = True
+                self.together_met = True
+                self.cond.notify_all()
         try:
-            if self.delay:
-                time.sleep(self.delay)
             fields = {
                 "losses": losses(),
                 "step_times": (0.5,) * 3 + (0.02,) * 17,
@@ -319,10 +329,11 @@ def test_randomly_failing_project_never_names_a_culprit(tmp_path):
 
 def test_jobs_run_a_batch_in_parallel(tmp_path):
     p = make_project(tmp_path, FEATS)
-    runner = FakeRunner(nan_when("early_stopping"), delay=0.02)
+    # the six one-feature trials are one batch: three of them must run at once
+    runner = FakeRunner(nan_when("early_stopping"), together=("search", 3))
     doc = bisect(p, BisectOptions(jobs=3, strategy="ablation"), runner=runner).to_dict()
     assert doc["culprits"] == ["early_stopping"]
-    assert 2 <= runner.max_running <= 3
+    assert not runner.together_missed and runner.max_running == 3
 
 
 def slow_when(feature, ratio=2.0):
@@ -339,10 +350,12 @@ def slow_when(feature, ratio=2.0):
 
 def test_slowdown_found_with_serial_interleaved_timing(tmp_path):
     p = make_project(tmp_path, FEATS)
-    runner = FakeRunner(slow_when("csv_logger"), delay=0.001)
+    runner = FakeRunner(slow_when("csv_logger"))
     doc = bisect(p, BisectOptions(jobs=4), runner=runner).to_dict()
     assert (doc["status"], doc["symptom"], doc["culprits"]) == ("found", "slowdown", ["csv_logger"])
-    assert not runner.timing_overlap  # timing trials never run alongside another trial
+    # timing trials never run alongside another trial: none was running when
+    # one started, and all ran one after another in the bisect's own thread
+    assert not runner.timing_overlap and runner.timing_threads == {threading.get_ident()}
     t = doc["timing"]
     # a clear 2x pair decides alone; the replay added one more to the evidence
     assert len(t["baseline"]) == len(t["candidate"]) == 2 and t["fast"] and t["new_pairs"] == 1

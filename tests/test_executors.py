@@ -7,7 +7,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -48,20 +47,29 @@ def req(*enabled: str, repeat: int = 0) -> TrialRequest:
 
 
 class Recorder:
-    """A runner that notes how many trials run at once and which env each got."""
+    """A runner that notes how many trials run at once, in which threads and
+    which env each got. With `together=n` the first trials wait (a
+    rendezvous, no sleep) until n run at once: `missed` when they never did."""
 
-    def __init__(self, delay: float = 0.02) -> None:
-        self.lock = threading.Lock()
+    def __init__(self, together: int = 0) -> None:
+        self.cond = threading.Condition()
         self.running = self.peak = 0
-        self.delay = delay
+        self.together, self.met, self.missed = together, False, False
         self.calls: list[tuple[tuple[str, ...], int]] = []
+        self.threads: list[int] = []
 
     def __call__(self, project, enabled, settings, *, use_cache=True, label="", **_):
-        with self.lock:
+        with self.cond:
             self.running += 1
             self.peak = max(self.peak, self.running)
-        time.sleep(self.delay)
-        with self.lock:
+            self.threads.append(threading.get_ident())
+            if self.together and not self.met:
+                self.cond.notify_all()
+                if not self.cond.wait_for(lambda: self.running >= self.together or self.met, timeout=30):
+                    self.missed = True
+                self.met = True
+                self.cond.notify_all()
+        with self.cond:
             self.running -= 1
             self.calls.append((tuple(enabled), settings.repeat))
         return TrialResult(enabled=tuple(enabled), label=label, losses=(1.0,), steps_run=1)
@@ -69,21 +77,22 @@ class Recorder:
 
 def test_run_batch_keeps_request_order_and_runs_jobs_at_once(tmp_path):
     p = make_project(tmp_path)
-    runner = Recorder()
+    runner = Recorder(together=3)
     ex = LocalExecutor(3, runner=runner)
     started, finished = [], []
     reqs = [req(f, repeat=r) for f in "abc" for r in range(2)]
     out = ex.run_batch(p, reqs, on_start=started.append, on_result=lambda i, r: finished.append(i))
     assert [r.enabled for r in out] == [q.enabled for q in reqs]
-    assert runner.peak == 3
+    assert not runner.missed and runner.peak == 3
     assert sorted(started) == sorted(finished) == list(range(6))
 
 
 def test_one_job_runs_in_order_in_the_calling_thread(tmp_path):
     p = make_project(tmp_path)
-    runner = Recorder(delay=0)
+    runner = Recorder()
     LocalExecutor(1, runner=runner).run_batch(p, [req("c"), req("a"), req("b")])
     assert [c[0] for c in runner.calls] == [("c",), ("a",), ("b",)] and runner.peak == 1
+    assert set(runner.threads) == {threading.get_ident()}
 
 
 def test_a_failing_trial_raises_after_the_batch_stops(tmp_path):

@@ -4,12 +4,12 @@ allocator, the pool under concurrent trials, the executor's pinning."""
 from __future__ import annotations
 
 import threading
-import time
 from types import SimpleNamespace
 
 import pytest
 
 from tfrepro.settings import TrialSettings
+from tfrepro.trials import gpus as gpus_module
 from tfrepro.trials.executors import LocalExecutor, TrialRequest
 from tfrepro.trials.gpus import GpuPool, assign, distribution_features, gpus_needed, pack
 
@@ -47,37 +47,58 @@ def test_pack_gives_disjoint_sets_in_order_and_an_all_gpu_trial_runs_alone():
     assert pack(FOUR, [1, 4, 1], jobs=4) == [(0, ("0",))]  # arrival order: the big one waits, nobody overtakes
 
 
-def test_the_pool_never_hands_out_a_busy_gpu_and_serves_in_order():
+def test_the_pool_never_hands_out_a_busy_gpu_and_serves_in_arrival_order(monkeypatch):
+    """Trials arrive one at a time (each queued before the next asks) while
+    every GPU is taken; they hold their GPUs until released, oldest first.
+    The order the pool serves them is recorded under its own lock."""
     pool = GpuPool(FOUR)
+    blocker = pool.acquire(4)
     needs = [1, 2, 4, 1, 3, 1, 1, 2]
-    seen: list[tuple[int, tuple[str, ...]]] = []
+    served: list[int] = []
+    got: dict[int, tuple[str, ...]] = {}
     overlap = []
     lock = threading.Lock()
     running: set[str] = set()
+    release = [threading.Event() for _ in needs]
+    real_assign = gpus_module.assign
+
+    def recording_assign(devices, busy, need):
+        ids = real_assign(devices, busy, need)
+        if ids is not None:  # called under the pool's lock: this is the serving order
+            served.append(int(threading.current_thread().name))
+        return ids
+
+    monkeypatch.setattr(gpus_module, "assign", recording_assign)
 
     def trial(i: int) -> None:
-        time.sleep(0.002 * i)  # arrive in index order
         ids = pool.acquire(needs[i])
         with lock:
             if running & set(ids):
                 overlap.append(i)
             running.update(ids)
-            seen.append((i, ids))
-        time.sleep(0.02)
+            got[i] = ids
+        release[i].wait(30)
         with lock:
             running.difference_update(ids)
         pool.release(ids)
 
-    threads = [threading.Thread(target=trial, args=(i,)) for i in range(len(needs))]
-    for t in threads:
+    threads = [threading.Thread(target=trial, args=(i,), name=str(i)) for i in range(len(needs))]
+    for i, t in enumerate(threads):
         t.start()
+        with pool._cond:  # arrival order: trial i is queued before trial i + 1 asks
+            assert pool._cond.wait_for(lambda: pool.waiting == i + 1, timeout=30)
+    pool.release(blocker)
+    for r in range(len(needs)):  # release the oldest holder once it is served
+        with pool._cond:
+            assert pool._cond.wait_for(lambda: len(served) > r, timeout=30), served
+        release[served[r]].set()
     for t in threads:
-        t.join(10)
+        t.join(30)
+    assert served == list(range(len(needs)))  # first come, first served: trial 3 never overtakes trial 2
     assert not overlap
-    assert sorted(i for i, _ in seen) == list(range(len(needs)))
-    assert [len(ids) for i, ids in sorted(seen)] == needs
-    assert dict(seen)[2] == tuple(FOUR)
-    assert pool.busy == frozenset()
+    assert [len(got[i]) for i in range(len(needs))] == needs
+    assert got[2] == tuple(FOUR) and got[3] == ("0",)
+    assert pool.busy == frozenset() and pool.waiting == 0
 
 
 def test_local_executor_pins_each_trial_to_the_gpus_it_needs():

@@ -5,6 +5,7 @@ the symptom order. Milliseconds; the real trials are in test_memory_e2e.py."""
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 
 import pytest
 
@@ -118,11 +119,13 @@ def test_sampler_falls_back_to_getrusage(monkeypatch):
 
 
 class _FakeNvml:
-    class _Util:
-        gpu = 37
+    """pynvml with two GPUs that read differently, their readings changing
+    over the first three calls (then the third again)."""
 
-    class _Mem:
-        used = 3 * MB
+    def __init__(self):
+        self.util = {0: [90, 90, 90], 1: [30, 50, 40]}
+        self.used = {0: [9 * MB] * 3, 1: [3 * MB, 7 * MB, 5 * MB]}
+        self.calls = {0: 0, 1: 0}
 
     def nvmlInit(self):
         pass
@@ -134,19 +137,34 @@ class _FakeNvml:
         return i
 
     def nvmlDeviceGetUtilizationRates(self, h):
-        return self._Util()
+        return type("Util", (), {"gpu": self.util[h][min(self.calls[h], 2)]})()
 
     def nvmlDeviceGetMemoryInfo(self, h):
-        return self._Mem()
+        got = type("Mem", (), {"used": self.used[h][min(self.calls[h], 2)]})()
+        self.calls[h] += 1
+        return got
 
 
-def test_nvml_is_sampled_when_pynvml_imports(monkeypatch):
-    monkeypatch.setitem(__import__("sys").modules, "pynvml", _FakeNvml())
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+@pytest.mark.parametrize(
+    "visible, util, peak",
+    [
+        ("1", [30, 50, 40], 7 * MB),  # only the trial's GPU; the peak over samples, not the last
+        ("0,1", [60, 70, 65], 16 * MB),  # utilisation averaged over its GPUs, memory summed
+    ],
+)
+def test_nvml_samples_the_trials_gpus_at_most_every_interval(monkeypatch, visible, util, peak):
+    fake = _FakeNvml()
+    monkeypatch.setitem(__import__("sys").modules, "pynvml", fake)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    now = [100.0]
+    monkeypatch.setattr(sampler, "time", SimpleNamespace(monotonic=lambda: now[0]))  # an injected clock
     s = sampler.MemorySampler()
-    s.step()
+    for t in (100.0, 100.05, 100.1, 100.25, 100.3, 100.5):  # samples at 100, 100.25 and 100.5 (every 0.2 s)
+        now[0] = t
+        s.step()
     nvml = s.result()["extra"]["nvml"]
-    assert nvml["gpu_util"] == [37] and nvml["memory_used_peak_bytes"] == 3 * MB
+    assert nvml["gpu_util"] == util and nvml["memory_used_peak_bytes"] == peak
+    assert nvml["every_s"] == sampler.NVML_EVERY_S == 0.2
 
 
 def test_no_nvml_no_device_fields(monkeypatch):

@@ -27,20 +27,33 @@ def test_the_newest_nightly_is_picked_from_the_index():
     assert got == "2.22.0.dev20261130"
 
 
-def test_the_repro_reruns_under_the_nightly_interpreter_and_answers_the_form():
-    seen = {}
+def test_the_repro_reruns_under_the_nightly_interpreter_and_answers_the_form(tmp_path, monkeypatch):
+    from tfrepro.settings import TrialSettings
+    from tfrepro.trials import runner as trial_runner
+    from tfrepro.trials.values import TrialResult
 
-    def reproduce(runner):
-        seen["runner"] = runner
+    calls = []
+
+    def run_trial(project, enabled, settings, **kw):  # the trial the re-run starts
+        calls.append(kw)
+        return TrialResult(losses=(1.0,), steps_run=1)
+
+    monkeypatch.setattr(trial_runner, "run_trial", run_trial)
+    (tmp_path / "repro.py").write_text("print('step=1 loss=1.0')\n")
+
+    def reproduce(runner):  # the re-run: one trial of the exported repro
+        runner(tmp_path, TrialSettings())
         return Reproduction("nan", True, "the loss became non-finite at step 3")
 
-    got = nightly.on_nightly(reproduce, FakeEnv())
+    env = FakeEnv()
+    got = nightly.on_nightly(reproduce, env)
     assert got == {
         "version": "tf-nightly 2.22.0.dev20261130",
         "reproduced": True,
         "detail": "the loss became non-finite at step 3",
     }
-    assert callable(seen["runner"])
+    (kw,) = calls  # under the nightly environment's interpreter, with its versions
+    assert kw["python"] == str(env.python) and kw["versions"] == env.versions and kw["use_cache"] is False
     assert nightly_answer(got) == "Yes: the symptom shows on tf-nightly 2.22.0.dev20261130 too."
     fixed = nightly.on_nightly(lambda r: Reproduction("nan", False, "finite at every step"), FakeEnv())
     assert nightly_answer(fixed).startswith("No: on tf-nightly 2.22.0.dev20261130 the symptom does not show")

@@ -6,8 +6,6 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import sys
-import time
 
 import pytest
 
@@ -68,17 +66,39 @@ def test_timing_trials_stop_when_both_the_time_and_the_steps_are_in(harness):
     assert run_steps(harness(**budget), [0.5] * 3 + [2.0] * 100) == (8, "budget")
 
 
-def test_a_timing_trial_measures_the_contention_of_its_steady_steps(harness):
+def test_a_timing_trial_measures_the_contention_of_its_steady_steps(harness, monkeypatch):
+    """others_cpu: the machine's busy CPU time less the trial's own, over the
+    wall time of the steady steps, per CPU; from readings (wall, ours, busy)
+    taken when the warm-up ends and at the finish (an injected /proc/stat)."""
     h = harness(steps=50, steps_max=5000, min_time_s=0.05, min_steps=5, warmup=3)
-    run_steps(h, [0.5] * 3)
-    t0 = time.monotonic()
-    while time.monotonic() - t0 < 0.05:  # a little wall time (and our own CPU) for the window
-        pass
+    clock = h.S.budget.step.__globals__  # the harness_timing module's globals
+    monkeypatch.setattr(clock["os"], "cpu_count", lambda: 4)
+    reading = [(0.0, 0.0, 0.0)]
+    monkeypatch.setitem(clock, "_cpu_now", lambda: reading[0])
+    reading[0] = (5.0, 1.0, 3.0)  # seen during the warm-up: must not count
+    run_steps(h, [0.5] * 2)
+    reading[0] = (10.0, 2.0, 6.0)  # the warm-up's last step: the window opens
+    run_steps(h, [0.5])
+    reading[0] = (11.0, 2.5, 7.0)  # mid-window: not read
     assert run_steps(h, [0.02] * 10)[1] == "budget"
+    reading[0] = (12.0, 3.0, 9.0)  # the finish: 2 s of wall, 1 s ours, 3 s busy
     extra = {}
     h.S.budget.finish(extra)
-    if sys.platform.startswith("linux"):
-        assert 0.0 <= extra["others_cpu"] <= 1.0
+    assert extra["others_cpu"] == 0.25  # (3 - 1) / (2 x 4 CPUs)
+
+    reading[0] = (13.0, 6.0, 9.5)  # our own CPU is never someone else's: not below 0
+    extra = {}
+    h.S.budget.finish(extra)
+    assert extra["others_cpu"] == 0.0
+
+
+def test_no_contention_figure_without_readings(harness, monkeypatch):
+    h = harness(steps=50, steps_max=5000, min_time_s=0.05, min_steps=5, warmup=3)
+    monkeypatch.setitem(h.S.budget.step.__globals__, "_cpu_now", lambda: None)  # off Linux
+    run_steps(h, [0.5] * 3 + [0.02] * 10)
+    extra = {}
+    h.S.budget.finish(extra)
+    assert "others_cpu" not in extra
 
 
 def test_a_timing_trial_still_stops_at_a_nonfinite_loss(harness):

@@ -148,10 +148,10 @@ def test_threads_are_joined_and_atexit_runs_before_the_exit(tmp_path, pool):
     d = script_dir(
         tmp_path,
         """\
-        import atexit, threading, time
+        import atexit, threading
         atexit.register(lambda: print("atexit ran", flush=True))
-        def late():
-            time.sleep(0.3)
+        def late():  # still running when the script's main code ends, whatever the load
+            threading.main_thread().join()
             print("thread done", flush=True)
         threading.Thread(target=late).start()
         print("step=1 loss=1.0")
@@ -172,6 +172,19 @@ def test_a_timeout_kills_the_childs_whole_group(tmp_path, pool):
         assert gone(pid)
 
 
+def stop_once_started(thread: threading.Thread, started: Path, within: float = 30.0) -> int:
+    """`stop_trials` for `thread`'s trial once its script wrote `started`
+    (and the trial is registered): how many it stopped."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if started.exists() and started.read_text():
+            got = stop_trials({thread.ident})
+            if got:
+                return got
+        time.sleep(0.02)
+    return 0
+
+
 def test_stop_trials_kills_a_running_warm_trial_which_raises(tmp_path, pool):
     d = script_dir(tmp_path, GROUP)
     raised: list[BaseException] = []
@@ -184,14 +197,8 @@ def test_stop_trials_kills_a_running_warm_trial_which_raises(tmp_path, pool):
 
     t = threading.Thread(target=go)
     t.start()
-    deadline = time.monotonic() + 30
-    while not (d / "pids").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    time.sleep(0.1)
-    start = time.monotonic()
-    assert stop_trials({t.ident}) == 1
-    t.join(10)
-    assert time.monotonic() - start < 5
+    assert stop_once_started(t, d / "pids") == 1
+    t.join()  # unstopped, the trial would end at its 60 s timeout with a result, not raise
     assert len(raised) == 1 and isinstance(raised[0], TrialStopped)
     for pid in map(int, (d / "pids").read_text().split()):
         assert gone(pid)
@@ -216,9 +223,11 @@ def test_a_dead_server_is_replaced_and_the_trial_still_runs(tmp_path):
 def test_a_server_lost_while_its_child_runs_falls_back_to_cold(tmp_path):
     p = warm.WarmPool(preload=(), only_tf_scripts=False)
     try:
+        # the first start (warm) waits to die with its server; the second (cold) goes on
         d = script_dir(
             tmp_path,
-            "import os, time\nopen('started-' + str(os.getpid()), 'w')\ntime.sleep(1.0)\nprint('step=1 loss=3.0')\n",
+            "import glob, os, signal\nfirst = not glob.glob('started-*')\nopen('started-' + str(os.getpid()), 'w')\n"
+            "if first:\n    signal.pause()\nprint('step=1 loss=3.0')\n",
         )
 
         def kill_server_once_started():
@@ -241,11 +250,13 @@ def test_a_server_lost_while_its_child_runs_falls_back_to_cold(tmp_path):
 def test_a_server_that_grew_threads_forks_no_more(tmp_path):
     mods = tmp_path / "mods"
     mods.mkdir()
+    grow = tmp_path / "grow"
     (mods / "spawner.py").write_text(
-        textwrap.dedent("""\
-        import threading, time
-        def later():
-            time.sleep(0.8)
+        textwrap.dedent(f"""\
+        import os, threading, time
+        def later():  # a thread that starts another one when told to
+            while not os.path.exists({str(grow)!r}):
+                time.sleep(0.02)
             threading.Thread(target=time.sleep, args=(600,), daemon=True).start()
             time.sleep(600)
         threading.Thread(target=later, daemon=True).start()
@@ -256,7 +267,14 @@ def test_a_server_that_grew_threads_forks_no_more(tmp_path):
         d = script_dir(tmp_path, "print('step=1 loss=1.0')\n")
         env = {"PYTHONPATH": str(mods)}
         first, _, _ = run(d, tmp_path, p, cold=False, env=env)
-        time.sleep(1.5)
+        (server,) = p._servers.values()
+        tasks = Path(f"/proc/{server.pid}/task")
+        before = len(list(tasks.iterdir()))
+        grow.touch()
+        deadline = time.monotonic() + 30
+        while len(list(tasks.iterdir())) <= before and time.monotonic() < deadline:  # the server grew a thread
+            time.sleep(0.02)
+        assert len(list(tasks.iterdir())) > before
         second, _, _ = run(d, tmp_path, p, cold=False, env=env, tag="2")
         assert first.extra["process"] == "warm"
         assert second.extra["process"] == "cold" and second.losses == (1.0,)
@@ -481,8 +499,35 @@ def test_bundled_examples_warm_equal_cold(tmp_path, example):
         pool.close()
 
 
-def test_a_stopped_trial_is_an_interrupt_never_a_result():
-    assert callable(procs.stop_trials) and issubclass(procs.TrialStopped, KeyboardInterrupt)
+def test_a_stopped_trial_is_an_interrupt_never_a_result(tmp_path):
+    """A trial killed by `stop_trials` raises TrialStopped (a KeyboardInterrupt)
+    in its thread, and nothing is cached: the next run of it really runs."""
+    from tfrepro.project import Project
+    from tfrepro.trials.runner import run_trial
+
+    root, started = tmp_path / "p", tmp_path / "started"
+    root.mkdir()
+    (root / "repro.py").write_text(
+        f"import os, signal\nif not os.path.exists({str(started)!r}):\n"
+        f"    open({str(started)!r}, 'w').write('x')\n    signal.pause()\nprint('step=1 loss=1.0')\n"
+    )
+    (root / "tfrepro.toml").write_text("[trial]\nsteps = 1\ntimeout_s = 60\n")
+    project = Project.load(root)
+    raised: list[BaseException] = []
+
+    def go():
+        try:
+            run_trial(project, [], project.manifest.trial)
+        except BaseException as e:
+            raised.append(e)
+
+    t = threading.Thread(target=go)
+    t.start()
+    assert stop_once_started(t, started) == 1
+    t.join()
+    assert [type(e) for e in raised] == [procs.TrialStopped] and isinstance(raised[0], KeyboardInterrupt)
+    again = run_trial(project, [], project.manifest.trial)
+    assert not again.cached and not again.crashed and again.losses == (1.0,)
 
 
 @pytest.mark.e2e
