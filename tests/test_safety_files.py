@@ -259,6 +259,7 @@ def make_trial(state, key: str, mtime: float, *, done: bool = True) -> Path:
     (d / "stdout.log").write_text("log\n")
     if done:
         (d / "result.json").write_text("{}")
+        state.release(d)  # its trial is over; a trial not done keeps its lock (in use)
     os.utime(d, (mtime, mtime))
     return d
 
@@ -271,6 +272,7 @@ def test_prune_keeps_the_newest_runs_and_trials_and_what_kept_runs_refer_to(tmp_
     runs = []
     for i in range(3):
         r = state.new_run_dir(f"run{i}")
+        state.release(r)  # a run of a process that has ended
         runs.append(r)
     write_trial_record(runs[2] / "trials" / "1-all", {"log_dir": str(trials[0])}, str(trials[0]))
     for i, r in enumerate(runs):
@@ -305,9 +307,12 @@ def test_clean_removes_links_inside_the_state_dir_never_their_targets(tmp_path):
 
     clean_project(tmp_path)
     assert not (t / "variant").exists() and (state.path / "trials" / "linked").is_symlink()
-    clean_project(tmp_path, everything=True)
+    pruned = clean_project(tmp_path, everything=True)
 
-    assert not state.path.exists()
+    # What tfrepro made is gone; the links it has no record of making are left (and said).
+    assert sorted(os.listdir(state.path)) == [".gitignore", "tmp", "trials"]
+    assert os.listdir(state.path / "trials") == ["linked"]
+    assert len(pruned.foreign) == 2 and "no record" in pruned.describe()
     assert (user / "thesis.tex").read_text() == "years of work\n"
 
 
@@ -332,7 +337,7 @@ def test_clean_after_a_real_run_frees_the_trial_copy_and_keeps_the_cache(tmp_pat
 def test_clean_all_command_removes_the_state_dir_only(tmp_path):
     (tmp_path / "repro.py").write_text("print(1)\n")
     (tmp_path / ".tfrepro" / "cache").mkdir(parents=True)
-    (tmp_path / ".tfrepro" / "cache" / "k.json").write_text("{}")
+    (tmp_path / ".tfrepro" / "cache" / f"{'ab' * 32}.json").write_text("{}")
 
     r = CliRunner().invoke(main, ["clean", str(tmp_path), "--all", "--json"])
 

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.trials.state import pid_alive
+from tfrepro.trials.state import ours, pid_alive
 
 if TYPE_CHECKING:
     from tfrepro.trials.state import StateDir
@@ -227,6 +227,8 @@ def clean_leftover_checkouts(state_dir: Path) -> list[Path]:
     if not base.is_dir():
         return removed
     for d in base.iterdir():
+        if not ours(d):
+            continue  # no record of ours: never deleted
         pid_text = d.name.split("-", 1)[0]
         if pid_text.isdigit() and pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
             continue  # another bisect running in this project right now
@@ -246,12 +248,12 @@ class Checkouts:
     def __enter__(self) -> "Checkouts":
         base = self.state.checkouts_dir()
         clean_leftover_checkouts(self.state.path)
-        self.dir = base / self.dir.name
-        self.dir.mkdir()
+        self.dir = self.state.make_dir(base / self.dir.name)
         return self
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+        self.state.release(self.dir)
 
     def checkout(self, rng: CommitRange, sha: str) -> Path:
         dest = self.dir / sha

@@ -203,14 +203,22 @@ def cached(
 ) -> TrialResult:
     """The trial cache protocol, the same for every executor: a hit is returned
     as is; otherwise `execute(trial_dir)` runs it in a new trial dir and its
-    result is stored (a could-not-run result is returned, never stored)."""
+    result is stored (a could-not-run result is returned, never stored, and
+    so is one whose trial dir was removed while it ran)."""
     if use_cache:
         hit = state.load_cached(key)
         if hit is not None:
             return replace(hit, enabled=enabled, label=label, cached=True)
-    result = execute(state.new_trial_dir(key))
-    result = replace(result, enabled=enabled, label=label, key=key)
-    state.store(key, result)
+    trial_dir = state.new_trial_dir(key)
+    try:
+        result = replace(execute(trial_dir), enabled=enabled, label=label, key=key)
+        if not state.intact(trial_dir):  # removed under it (a `clean`, an `rm -r`): says nothing
+            result = replace(
+                result, could_not_run=True, error=f"its trial directory {trial_dir} was removed while it ran"
+            )
+        state.store(key, result)
+    finally:
+        state.release(trial_dir)
     return result
 
 
