@@ -333,7 +333,7 @@ def imported_files(root: Path, start: Iterable[str], files: Iterable[str]) -> li
             continue
         seen.append(rel)
         try:
-            tree = ast.parse((root / rel).read_text(encoding="utf-8"))
+            tree = ast.parse((root / rel).read_bytes())  # a BOM, a coding line: as Python reads it
         except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
             continue  # annotate reports it (a syntax error is bad input)
         here = Path(rel).parent
