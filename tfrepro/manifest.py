@@ -137,6 +137,10 @@ class Manifest:
                     key,
                     hint='e.g. gpus = 1, gpus = 4 or gpus = "all"',
                 )
+            elif key == "seed" and not 0 <= value < 2**32:  # numpy's and PYTHONHASHSEED's range
+                raise err(
+                    f"[trial] seed must be between 0 and {2**32 - 1}, not {value}", "trial", key, hint="e.g. seed = 0"
+                )
             elif key == "memory_limit_mb" and not 64 <= value <= 1 << 30:
                 raise err(f"[trial] memory_limit_mb must be between 64 and {1 << 30}, not {value}", "trial", key)
             elif key == "repeats":

@@ -47,6 +47,7 @@ from typing import Any
 
 from tfrepro.errors import UserError
 from tfrepro.projectfiles import STATE_DIR
+from tfrepro.trials.stored import load_result
 from tfrepro.trials.values import TrialResult
 
 STATE_DIR_NAME = STATE_DIR  # the name is the project layout's (projectfiles excludes it from variants)
@@ -184,7 +185,7 @@ class StateDir:
     def load_cached(self, key: str) -> TrialResult | None:
         """The cached result of trial `key`, or None (missing, unreadable, or
         written by an incompatible version: run it again)."""
-        return load_result(self.cache_file(key))
+        return load_result(self.cache_file(key), key)
 
     def store(self, key: str, result: TrialResult) -> None:
         """Cache a finished trial. A could-not-run result is never cached."""
@@ -411,17 +412,6 @@ def tree_size(path: Path) -> int:
                 except OSError:
                     pass
     return total
-
-
-def load_result(path: Path) -> TrialResult | None:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    try:
-        return TrialResult.from_dict(data)
-    except (TypeError, ValueError):
-        return None
 
 
 def write_trial_record(dest: Path, summary: dict[str, Any], log_dir: str | None) -> None:
