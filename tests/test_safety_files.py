@@ -99,7 +99,7 @@ def test_trial_writing_open_np_save_and_save_weights_leaves_user_files_identical
         (root / name).write_bytes(os.urandom(20 * MB))
     before = {p.name: digest(p) for p in root.iterdir()}
 
-    r = cli("run", str(root / "train.py"), "--json", "--no-cache")
+    r = cli("run", str(root / "train.py"), "--json", "--no-cache", env={"TFREPRO_KEEP_VARIANTS": "1"})
 
     after = {p.name: digest(p) for p in root.iterdir() if p.name != ".tfrepro"}
     assert after == before
@@ -239,7 +239,7 @@ def test_fifo_and_dangling_symlink_are_skipped_with_a_warning_and_run_finishes(t
     os.mkfifo(root / "pipe")
     (root / "gone.csv").symlink_to(tmp_path / "deleted.csv")
 
-    r = cli("run", str(root), "--json", "--steps", "1")
+    r = cli("run", str(root), "--json", "--steps", "1", env={"TFREPRO_KEEP_VARIANTS": "1"})
 
     assert r.returncode in (0, 1), r.stderr
     assert "pipe: a FIFO" in r.stderr and "gone.csv: a dangling symlink" in r.stderr
@@ -323,7 +323,7 @@ def test_clean_after_a_real_run_frees_the_trial_copy_and_keeps_the_cache(tmp_pat
     root.mkdir()
     (root / "repro.py").write_text("print('step=1 loss=0.5')\n")
     (root / "data.bin").write_bytes(b"\0" * MB)
-    r = cli("run", str(root), "--json", "--steps", "1")
+    r = cli("run", str(root), "--json", "--steps", "1", env={"TFREPRO_KEEP_VARIANTS": "1"})
     assert r.returncode in (0, 1), r.stderr
     assert list((root / ".tfrepro" / "trials").glob("*/variant/data.bin"))
 

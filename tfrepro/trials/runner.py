@@ -47,6 +47,7 @@ from tfrepro import inside
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import warm
+from tfrepro.trials.diskfull import disk_full
 from tfrepro.trials.memcheck import memory_lines
 from tfrepro.trials.procs import run_cold, run_warm
 from tfrepro.trials.state import StateDir, load_result
@@ -211,13 +212,20 @@ def cached(
             return replace(hit, enabled=enabled, label=label, cached=True)
     trial_dir = state.new_trial_dir(key)
     try:
-        result = replace(execute(trial_dir), enabled=enabled, label=label, key=key)
+        try:
+            result = replace(execute(trial_dir), enabled=enabled, label=label, key=key)
+        except OSError as e:
+            raise disk_full(e, trial_dir) or e
         if not state.intact(trial_dir):  # removed under it (a `clean`, an `rm -r`): says nothing
             result = replace(
                 result, could_not_run=True, error=f"its trial directory {trial_dir} was removed while it ran"
             )
+        full = disk_full(result, trial_dir)
+        if full is not None:  # a crash of a full disk says nothing about the features
+            raise full
         state.store(key, result)
     finally:
+        state.drop_variant(trial_dir)  # results are kept, not copies (a half copy goes at once too)
         state.release(trial_dir)
     return result
 

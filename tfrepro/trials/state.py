@@ -165,6 +165,13 @@ class StateDir:
         if fd is not None:
             os.close(fd)
 
+    def drop_variant(self, trial_dir: Path) -> None:
+        """Remove a finished trial's `variant/` (its copy of the project):
+        the result and the logs stay. `TFREPRO_KEEP_VARIANTS=1` keeps it."""
+        if os.environ.get("TFREPRO_KEEP_VARIANTS") == "1" or self.path not in Path(trial_dir).parents:
+            return
+        shutil.rmtree(Path(trial_dir) / "variant", ignore_errors=True)
+
     @staticmethod
     def intact(trial_dir: Path) -> bool:
         """Whether `trial_dir` is still the dir this process made (its mark
@@ -249,7 +256,9 @@ class StateDir:
         out.bytes += size
         out.paths.append(str(path))
 
-    def prune(self, keep_runs: int, keep_trials: int, *, variants: bool = False) -> Pruned:
+    def prune(
+        self, keep_runs: int, keep_trials: int, *, variants: bool = False, keep_bytes: int | None = None
+    ) -> Pruned:
         """Keep the newest `keep_runs` runs and `keep_trials` trial dirs.
 
         Older runs go whole. An older trial dir goes whole, unless a kept run
@@ -271,6 +280,10 @@ class StateDir:
         out.busy += sum(1 for d in trials if in_use(d))
         trials = [d for d in trials if not in_use(d)]
         cut = max(0, len(trials) - keep_trials)
+        if keep_bytes is not None:  # by size as well as count: the oldest go until the rest fits
+            sizes = [tree_size(d) for d in trials]
+            while cut < len(trials) and sum(sizes[cut:]) > keep_bytes:
+                cut += 1
         for i, d in enumerate(trials):
             if i < cut and d.name not in referenced:
                 self._remove(d, out, "trials")
@@ -418,7 +431,7 @@ def write_trial_record(dest: Path, summary: dict[str, Any], log_dir: str | None)
     """One trial of a run, in the run dir: its summary and its logs (hard
     links when possible: the logs already live in the trial dir)."""
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / "summary.json").write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
+    atomic_write_text(dest / "summary.json", json.dumps(summary, indent=1, default=str))
     if not log_dir:
         return
     for name in LOGS:
@@ -456,7 +469,7 @@ def prune_after_run(project: Any) -> Pruned:
     state = StateDir.of(project.root)
     for held in [d for d in _HELD if Path(d).parent == state.path / "runs"]:
         state.release(Path(held))  # this command's runs are over
-    return state.prune(st.keep_runs, st.keep_trials)
+    return state.prune(st.keep_runs, st.keep_trials, keep_bytes=int(st.keep_mb * 2**20))
 
 
 def clean_project(path: str | Path, *, everything: bool = False) -> Pruned:
