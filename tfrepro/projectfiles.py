@@ -140,6 +140,9 @@ def iter_project_files(root: Path, skipped: list[str] | None = None) -> Iterator
             rel = (rel_dir / d).as_posix()
             if d in EXCLUDED_DIRS or d.endswith(".egg-info") or _is_credential(rel) or _is_env(here / d):
                 continue
+            if (here / d).is_symlink():  # os.walk does not follow it: say so (a trial reading it would fail)
+                note(Path(rel), f"a symlink to the directory {os.readlink(here / d)} (read it by its absolute path)")
+                continue
             keep.append(d)
         dirnames[:] = keep
         for name in sorted(filenames):
