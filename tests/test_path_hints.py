@@ -60,3 +60,17 @@ def test_tf_io_not_found_and_unrelated_errors(tmp_path):
     assert missing_path_hint("FileNotFoundError: [Errno 2] No such file or directory: 'gone.csv'", tmp_path) is None
     assert missing_path_hint("ValueError: bad shape", tmp_path) is None
     assert missing_path_hint(None, tmp_path) is None
+
+
+def test_a_crash_in_a_project_holding_a_git_lfs_pointer_says_so(tmp_path):
+    root = tmp_path / "proj"
+    root.mkdir()
+    (root / "data.bin").write_text(
+        "version https://git-lfs.github.com/spec/v1\noid sha256:" + "ab" * 32 + "\nsize 31000000\n"
+    )
+    (root / "repro.py").write_text("assert len(open('data.bin', 'rb').read()) == 31000000\nprint('step=1 loss=0.5')\n")
+
+    r = cli("run", str(root), "--json", "--steps", "1")
+
+    doc = json.loads(r.stdout)
+    assert doc["crashed"] and "data.bin is a git-lfs pointer file" in doc["error"], doc["error"]

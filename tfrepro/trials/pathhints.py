@@ -6,6 +6,8 @@ user's side: a path through a symlinked directory (`data -> /mnt/data`: a
 variant never links to a user's files, so the link is not copied), and a
 relative path out of the project (`../shared_data/x.csv`: relative to the
 copy, that is somewhere under `.tfrepro/`). The hint says which, and the fix.
+A third: a git-lfs pointer file read as data (commit mode never downloads LFS
+objects, and a clone without `git lfs pull` holds only pointers).
 """
 
 from __future__ import annotations
@@ -53,3 +55,25 @@ def missing_path_hint(error: str | None, root: Path) -> str | None:
                 f"{rel} a real directory in the project"
             )
     return None
+
+
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+
+
+def lfs_pointer_hint(root: Path, files: list[str], limit: int = 1024) -> str | None:
+    """The hint for a crash in a project holding git-lfs pointer files."""
+    pointers = []
+    for rel in files:
+        p = Path(root) / rel
+        try:
+            if p.stat().st_size <= limit and p.read_bytes().startswith(LFS_POINTER):
+                pointers.append(rel)
+        except OSError:
+            continue
+    if not pointers:
+        return None
+    more = f" and {len(pointers) - 1} more" if len(pointers) > 1 else ""
+    return (
+        f"{pointers[0]}{more} is a git-lfs pointer file, not its data (tfrepro never downloads LFS objects): "
+        "if the script reads it, run `git lfs pull` in the project, or give the data by an absolute path"
+    )

@@ -49,7 +49,7 @@ from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import warm
 from tfrepro.trials.diskfull import disk_full
 from tfrepro.trials.memcheck import memory_lines
-from tfrepro.trials.pathhints import missing_path_hint
+from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import run_cold, run_warm
 from tfrepro.trials.state import StateDir, load_result
 from tfrepro.trials.values import TrialResult
@@ -190,7 +190,9 @@ def run_trial(
         if versions is not None:  # the trial's interpreter, not the driver's
             extra["versions"] = dict(versions)
             result = replace(result, tf_version=result.tf_version or versions.get("tensorflow"))
-        hint = missing_path_hint(result.error, project.root) if result.crashed else None
+        hint = None
+        if result.crashed:
+            hint = missing_path_hint(result.error, project.root) or lfs_pointer_hint(project.root, project.files)
         if hint:  # a read through a directory symlink or out of the project: not in the copy
             extra["hint"] = hint
             result = replace(result, error=f"{result.error} (hint: {hint})")
