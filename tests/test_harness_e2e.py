@@ -25,6 +25,11 @@ pytestmark = pytest.mark.e2e
 FIXTURES = Path(__file__).parent / "projects"
 
 
+@pytest.fixture(autouse=True)
+def _keep_variants(monkeypatch):
+    monkeypatch.setenv("TFREPRO_KEEP_VARIANTS", "1")  # these tests read what the trial wrote in its copy
+
+
 def own_losses(result: TrialResult) -> list[float]:
     text = (Path(result.log_dir) / "variant" / "own_losses.txt").read_text()
     return [float(x) for x in text.split()]

@@ -99,7 +99,7 @@ def test_trial_writing_open_np_save_and_save_weights_leaves_user_files_identical
         (root / name).write_bytes(os.urandom(20 * MB))
     before = {p.name: digest(p) for p in root.iterdir()}
 
-    r = cli("run", str(root / "train.py"), "--json", "--no-cache")
+    r = cli("run", str(root / "train.py"), "--json", "--no-cache", env={"TFREPRO_KEEP_VARIANTS": "1"})
 
     after = {p.name: digest(p) for p in root.iterdir() if p.name != ".tfrepro"}
     assert after == before
@@ -239,7 +239,7 @@ def test_fifo_and_dangling_symlink_are_skipped_with_a_warning_and_run_finishes(t
     os.mkfifo(root / "pipe")
     (root / "gone.csv").symlink_to(tmp_path / "deleted.csv")
 
-    r = cli("run", str(root), "--json", "--steps", "1")
+    r = cli("run", str(root), "--json", "--steps", "1", env={"TFREPRO_KEEP_VARIANTS": "1"})
 
     assert r.returncode in (0, 1), r.stderr
     assert "pipe: a FIFO" in r.stderr and "gone.csv: a dangling symlink" in r.stderr
@@ -259,6 +259,7 @@ def make_trial(state, key: str, mtime: float, *, done: bool = True) -> Path:
     (d / "stdout.log").write_text("log\n")
     if done:
         (d / "result.json").write_text("{}")
+        state.release(d)  # its trial is over; a trial not done keeps its lock (in use)
     os.utime(d, (mtime, mtime))
     return d
 
@@ -271,6 +272,7 @@ def test_prune_keeps_the_newest_runs_and_trials_and_what_kept_runs_refer_to(tmp_
     runs = []
     for i in range(3):
         r = state.new_run_dir(f"run{i}")
+        state.release(r)  # a run of a process that has ended
         runs.append(r)
     write_trial_record(runs[2] / "trials" / "1-all", {"log_dir": str(trials[0])}, str(trials[0]))
     for i, r in enumerate(runs):
@@ -305,9 +307,12 @@ def test_clean_removes_links_inside_the_state_dir_never_their_targets(tmp_path):
 
     clean_project(tmp_path)
     assert not (t / "variant").exists() and (state.path / "trials" / "linked").is_symlink()
-    clean_project(tmp_path, everything=True)
+    pruned = clean_project(tmp_path, everything=True)
 
-    assert not state.path.exists()
+    # What tfrepro made is gone; the links it has no record of making are left (and said).
+    assert sorted(os.listdir(state.path)) == [".gitignore", "tmp", "trials"]
+    assert os.listdir(state.path / "trials") == ["linked"]
+    assert len(pruned.foreign) == 2 and "no record" in pruned.describe()
     assert (user / "thesis.tex").read_text() == "years of work\n"
 
 
@@ -318,7 +323,7 @@ def test_clean_after_a_real_run_frees_the_trial_copy_and_keeps_the_cache(tmp_pat
     root.mkdir()
     (root / "repro.py").write_text("print('step=1 loss=0.5')\n")
     (root / "data.bin").write_bytes(b"\0" * MB)
-    r = cli("run", str(root), "--json", "--steps", "1")
+    r = cli("run", str(root), "--json", "--steps", "1", env={"TFREPRO_KEEP_VARIANTS": "1"})
     assert r.returncode in (0, 1), r.stderr
     assert list((root / ".tfrepro" / "trials").glob("*/variant/data.bin"))
 
@@ -332,7 +337,7 @@ def test_clean_after_a_real_run_frees_the_trial_copy_and_keeps_the_cache(tmp_pat
 def test_clean_all_command_removes_the_state_dir_only(tmp_path):
     (tmp_path / "repro.py").write_text("print(1)\n")
     (tmp_path / ".tfrepro" / "cache").mkdir(parents=True)
-    (tmp_path / ".tfrepro" / "cache" / "k.json").write_text("{}")
+    (tmp_path / ".tfrepro" / "cache" / f"{'ab' * 32}.json").write_text("{}")
 
     r = CliRunner().invoke(main, ["clean", str(tmp_path), "--all", "--json"])
 

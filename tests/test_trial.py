@@ -144,7 +144,8 @@ def hang_project(tmp_path: Path, timeout: float = 1.0) -> Project:
     return Project.load(tmp_path / "hang")
 
 
-def test_a_hang_is_killed_at_its_timeout_with_its_grandchild(tmp_path):
+def test_a_hang_is_killed_at_its_timeout_with_its_grandchild(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFREPRO_KEEP_VARIANTS", "1")  # the trial's copy holds the grandchild's pid
     p = hang_project(tmp_path)
     r = run_trial(p, [], p.manifest.trial)  # unkilled, the fixture would end on its own (600 s), not timed out
     assert r.timed_out and not r.crashed and r.exit_code is None
@@ -157,7 +158,8 @@ def test_a_hang_is_killed_at_its_timeout_with_its_grandchild(tmp_path):
 
 
 @pytest.mark.skipif(threading.current_thread() is not threading.main_thread(), reason="needs SIGALRM")
-def test_an_interrupted_trial_kills_its_tree_and_is_not_cached(tmp_path):
+def test_an_interrupted_trial_kills_its_tree_and_is_not_cached(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFREPRO_KEEP_VARIANTS", "1")  # the trial's copy holds the grandchild's pid
     p = hang_project(tmp_path, timeout=60)
 
     def interrupt(signum, frame):

@@ -29,6 +29,7 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "keep_runs": (0, 100_000, False),
     "keep_trials": (0, 1_000_000, False),
     "copy_budget_mb": (0.0, 1e8, False),
+    "keep_mb": (0.0, 1e8, False),
 }
 
 
@@ -137,6 +138,10 @@ class Manifest:
                     key,
                     hint='e.g. gpus = 1, gpus = 4 or gpus = "all"',
                 )
+            elif key == "seed" and not 0 <= value < 2**32:  # numpy's and PYTHONHASHSEED's range
+                raise err(
+                    f"[trial] seed must be between 0 and {2**32 - 1}, not {value}", "trial", key, hint="e.g. seed = 0"
+                )
             elif key == "memory_limit_mb" and not 64 <= value <= 1 << 30:
                 raise err(f"[trial] memory_limit_mb must be between 64 and {1 << 30}, not {value}", "trial", key)
             elif key == "repeats":
@@ -184,12 +189,12 @@ class Manifest:
             f_cfg[name] = FeatureConfig(affects_loss=bool(cfg.get("affects_loss", False)))
 
         st_kw: dict[str, Any] = {}
-        st_spec = {"keep_runs": (int,), "keep_trials": (int,), "copy_budget_mb": (int, float)}
+        st_spec = {"keep_runs": (int,), "keep_trials": (int,), "copy_budget_mb": (int, float), "keep_mb": (int, float)}
         for key, value in state.items():
             if key not in st_spec:
                 raise err(f"unknown key `{key}` in [state]", "state", key, hint="known keys: " + ", ".join(st_spec))
             _check_type(value, st_spec[key], lambda m, k=key: err(f"[state] {k}: {m}", "state", k))
-            st_kw[key] = float(value) if key == "copy_budget_mb" else value
+            st_kw[key] = float(value) if key in ("copy_budget_mb", "keep_mb") else value
 
         return cls(
             trial=TrialSettings(**t_kw),

@@ -140,6 +140,9 @@ def iter_project_files(root: Path, skipped: list[str] | None = None) -> Iterator
             rel = (rel_dir / d).as_posix()
             if d in EXCLUDED_DIRS or d.endswith(".egg-info") or _is_credential(rel) or _is_env(here / d):
                 continue
+            if (here / d).is_symlink():  # os.walk does not follow it: say so (a trial reading it would fail)
+                note(Path(rel), f"a symlink to the directory {os.readlink(here / d)} (read it by its absolute path)")
+                continue
             keep.append(d)
         dirnames[:] = keep
         for name in sorted(filenames):
@@ -333,7 +336,7 @@ def imported_files(root: Path, start: Iterable[str], files: Iterable[str]) -> li
             continue
         seen.append(rel)
         try:
-            tree = ast.parse((root / rel).read_text(encoding="utf-8"))
+            tree = ast.parse((root / rel).read_bytes())  # a BOM, a coding line: as Python reads it
         except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
             continue  # annotate reports it (a syntax error is bad input)
         here = Path(rel).parent

@@ -100,3 +100,4 @@ class StateSettings:
     keep_runs: int = 20
     keep_trials: int = 200
     copy_budget_mb: float = 2048.0
+    keep_mb: float = 4096.0  # trial dirs beyond this total go, oldest first (after keep_trials)

@@ -32,6 +32,7 @@ class FileResult:
     original: str
     annotated: str
     found: tuple[Found, ...]
+    encoding: str = "utf-8"  # the file's own (`features.decode_source`): a BOM, a PEP 263 line
 
     @property
     def changed(self) -> bool:
@@ -73,16 +74,34 @@ class Annotation:
         return "".join(parts)
 
     def write(self) -> list[Path]:
-        """Write the changes in place; returns the paths written."""
+        """Write the changes in place, through links (a symlinked or hard-linked
+        script is annotated in its real file, the link kept), each in the
+        file's own encoding; returns the paths written."""
+        from tfrepro.projectfiles import write_in_place
+
         written = []
         for r in self.files:
             if r.changed:
-                _atomic_write(r.path, r.annotated)
+                write_in_place(r.path, _encode(r.annotated, r.encoding, r.path))
                 written.append(r.path)
         if self.manifest_new is not None and self.manifest_path is not None:
-            _atomic_write(self.manifest_path, self.manifest_new)
+            if self.manifest_path.exists():
+                write_in_place(self.manifest_path, self.manifest_new.encode("utf-8"))
+            else:
+                _atomic_write(self.manifest_path, self.manifest_new)
             written.append(self.manifest_path)
         return written
+
+
+def _encode(text: str, encoding: str, path: Path) -> bytes:
+    try:
+        return text.encode(encoding)
+    except UnicodeEncodeError:
+        raise UserError(
+            f"the annotated text cannot be written in the file's {encoding} encoding",
+            path=path,
+            hint="save the file as UTF-8 and run annotate again",
+        ) from None
 
 
 def _display(path: Path) -> str:
@@ -193,13 +212,11 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     if not files:
         raise UserError("no Python files to annotate", hint="give the training script(s)")
     texts: dict[Path, str] = {}
+    encodings: dict[Path, str] = {}
     existing: set[str] = set()
     for p in files:
-        try:
-            with open(p, encoding="utf-8", newline="") as fh:  # keep "\r\n" as written
-                texts[p] = fh.read()
-        except UnicodeDecodeError:
-            raise UserError("not a UTF-8 text file", path=p) from None
+        # As Python reads it (a BOM, a `coding:` line), "\r\n" kept as written.
+        texts[p], encodings[p] = fb.decode_source(p.read_bytes(), str(p))
         parse_python(texts[p], str(p))
         existing.update(fb.parse(texts[p], str(p)).feature_names)
     # Layer classes may be defined in any Python file next to the scripts.
@@ -208,8 +225,8 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
         for q in sorted(d.glob("*.py")):
             if q.resolve() not in {p.resolve() for p in layer_sources}:
                 try:
-                    layer_sources[q] = q.read_text(encoding="utf-8")
-                except (OSError, UnicodeDecodeError):
+                    layer_sources[q] = fb.decode_source(q.read_bytes(), str(q))[0]
+                except (OSError, UserError):
                     continue
     ctx = Context(existing=frozenset(existing), only=frozenset(only) if only is not None else None)
     results = []
@@ -220,7 +237,7 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
             layer_sources=[(str(q), t) for q, t in layer_sources.items() if q.resolve() != p.resolve()],
             ctx=ctx,
         )
-        results.append(FileResult(p, texts[p], new, found))
+        results.append(FileResult(p, texts[p], new, found, encodings[p]))
 
     # The project `tfrepro bisect` will load these files as (one root for
     # every mode and command: projectfiles.find_root).

@@ -236,13 +236,16 @@ class _Bisection:
 
     def _shows(self, config: Config, result: TrialResult) -> frozenset[Verdict]:
         result = classify.first_steps(result, self.settings.steps)  # a timing trial runs longer
-        return classify.symptoms(
+        shown = classify.symptoms(
             result,
             reference=self._reference(config),
             settings=self.symptom_settings,
             noise=self.noise,
             baselines=self._memory_baselines(),
         )
+        if not shown and classify.stopped_early(result, self.memo.get((frozenset(), 0)), self.settings.steps):
+            return frozenset({Verdict.CRASH})  # exited cleanly, but before the baseline's last step
+        return shown
 
     def _memory_baselines(self) -> list[TrialResult]:
         """The baseline runs memory is compared with (the first two, once both ran)."""
@@ -346,6 +349,15 @@ class _Bisection:
             bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & _BASELINE_FAILURES)
             for t in base_runs
         ]
+        idle = next((t for t, bad in zip(base_runs, base_fail) if not bad and classify.no_training_step(t)), None)
+        if idle is not None:
+            return self._finish(
+                Status.ERROR,
+                None,
+                error=f"no training step ran: the baseline (every feature off) exited with code {idle.exit_code} "
+                "before its first training step, so nothing can be judged (see its logs; does the script exit "
+                "before fit?)",
+            )
         if not any(base_fail):
             self.noise = classify.measure_noise(base_runs[0], base_runs[1])
             return None

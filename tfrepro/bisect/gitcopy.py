@@ -13,7 +13,11 @@ that index file and the destination directory, both under `.tfrepro/`, so:
   list` would show, and no `git worktree prune` (which would also prune the
   user's own stale worktrees) is ever needed;
 - unlike `git archive`, checkout-index applies the smudge/eol filters and
-  ignores `export-ignore`, so the copy is the file tree a checkout would give.
+  ignores `export-ignore`, so the copy is the file tree a checkout would give,
+  except git-lfs's smudge (`NO_LFS_SMUDGE`): LFS files stay pointer files;
+- submodules are copied the same way from their own object databases
+  (`bisect/submodules.py`); one whose commit is not there makes the commit
+  untestable, with that reason.
 
 Copies live in `<project>/.tfrepro/checkouts/<pid>-<time>/<sha>/` (the state
 directory holds a `.gitignore` of `*`, so `git status` never shows it) and are
@@ -34,12 +38,26 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.trials.state import pid_alive
+from tfrepro.trials.state import ours, pid_alive
 
 if TYPE_CHECKING:
     from tfrepro.trials.state import StateDir
 
 CHECKOUTS_DIR = "checkouts"
+# git-lfs's smudge filter downloads (network) into `.git/lfs/objects` (a write
+# under `.git`): commit mode never runs it, so LFS files stay pointer files.
+# GIT_LFS_SKIP_SMUDGE for git-lfs itself; the config (git >= 2.31) empties the
+# filter whatever program it names.
+NO_LFS_SMUDGE = {
+    "GIT_LFS_SKIP_SMUDGE": "1",
+    "GIT_CONFIG_COUNT": "3",
+    "GIT_CONFIG_KEY_0": "filter.lfs.smudge",
+    "GIT_CONFIG_VALUE_0": "",
+    "GIT_CONFIG_KEY_1": "filter.lfs.process",
+    "GIT_CONFIG_VALUE_1": "",
+    "GIT_CONFIG_KEY_2": "filter.lfs.required",
+    "GIT_CONFIG_VALUE_2": "false",
+}
 
 
 @dataclass(frozen=True)
@@ -193,13 +211,14 @@ def _has_dir(commit: Any, relpath: str) -> bool:
     return obj.type == "tree"
 
 
-def materialize(repo_root: Path, sha: str, relpath: str, dest: Path) -> Path:
+def materialize(repo_root: Path, sha: str, relpath: str, dest: Path, git_dir: Path | None = None) -> Path:
     """Copy the project directory as committed at `sha` into `dest`.
 
     Reads the object database only: a private index file next to `dest`
     (so a killed run leaves it where its leftovers are cleaned), never the
     repository's index (see the module docstring). Raises TfreproError when
-    the project directory does not exist at `sha`.
+    the project directory does not exist at `sha`. `git_dir`: read that
+    object database instead (a submodule's).
     """
     git = _git_module()
     treeish = sha if relpath == "." else f"{sha}:{relpath}"
@@ -207,7 +226,9 @@ def materialize(repo_root: Path, sha: str, relpath: str, dest: Path) -> Path:
     index = str(dest.with_name(dest.name + ".index"))
     try:
         g = git.Git(str(repo_root))
-        env = {"GIT_INDEX_FILE": index}
+        env = {"GIT_INDEX_FILE": index, **NO_LFS_SMUDGE}
+        if git_dir is not None:
+            env.update(GIT_DIR=str(git_dir), GIT_WORK_TREE=str(dest))
         try:
             g.read_tree(treeish, env=env)
             g.checkout_index("-a", "-f", f"--prefix={dest.as_posix().rstrip('/')}/", env=env)
@@ -217,6 +238,9 @@ def materialize(repo_root: Path, sha: str, relpath: str, dest: Path) -> Path:
         for leftover in (index, index + ".lock"):
             if os.path.exists(leftover):
                 os.unlink(leftover)
+    from tfrepro.bisect.submodules import checkout_submodules
+
+    checkout_submodules(repo_root, sha, relpath, dest, materialize, git_dir)
     return dest
 
 
@@ -227,6 +251,8 @@ def clean_leftover_checkouts(state_dir: Path) -> list[Path]:
     if not base.is_dir():
         return removed
     for d in base.iterdir():
+        if not ours(d):
+            continue  # no record of ours: never deleted
         pid_text = d.name.split("-", 1)[0]
         if pid_text.isdigit() and pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
             continue  # another bisect running in this project right now
@@ -246,12 +272,12 @@ class Checkouts:
     def __enter__(self) -> "Checkouts":
         base = self.state.checkouts_dir()
         clean_leftover_checkouts(self.state.path)
-        self.dir = base / self.dir.name
-        self.dir.mkdir()
+        self.dir = self.state.make_dir(base / self.dir.name)
         return self
 
     def __exit__(self, *exc: object) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
+        self.state.release(self.dir)
 
     def checkout(self, rng: CommitRange, sha: str) -> Path:
         dest = self.dir / sha

@@ -18,8 +18,11 @@ even an allowed variable is redacted when its name or value looks secret.
 
 from __future__ import annotations
 
+import base64
+import json
 import os
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
@@ -115,6 +118,55 @@ _SHORT_ASSIGNMENT = re.compile(
 _NAME_VALUE_PAIR = re.compile(
     r"""(?P<nq>\\?["'])""" + _NAME + r"(?P=nq)[ \t]*,[ \t]*" + _QUOTED.replace("MIN", "4"), re.IGNORECASE
 )
+# `auth=("alice", "pw")`, `AUTH = ("alice", "pw")`, `HTTPBasicAuth("alice", "pw")`:
+# a (user, password) pair after a name ending in `auth` (never `author`).
+_AUTH_PAIR = re.compile(
+    r"""(?i)\b(?:\w*auth|auth_\w*)\b[ \t]*(?:[:=][ \t]*)?[(\[][ \t]*(?P<uq>\\?["'])[^"'\\\r\n]*(?P=uq)[ \t]*,[ \t]*"""
+    + _QUOTED.replace("MIN", "1")
+)
+# `Authorization: Basic <b64>`, `"Authorization": "Token abc"`: the credentials after the scheme.
+_AUTH_HEADER = re.compile(
+    r"""(?i)(\b(?:proxy-)?authorization\\?["']?[ \t]*[:=][ \t]*\\?["']?[ \t]*"""
+    r"""(?:(?:basic|bearer|token|digest|negotiate|ntlm|apikey|key)[ \t]+)?)([^\s"'\\,;]{4,})"""
+)
+# `Basic <base64 of user:password>` anywhere (a logged header, a curl line).
+_BASIC = re.compile(r"\b([Bb]asic[ \t]+)([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
+# Webhook URLs carry their token in the path.
+_WEBHOOKS = (
+    re.compile(r"(?i)(\bhttps?://(?:[\w-]+\.)?discord(?:app)?\.com/api/webhooks/\d+/)([A-Za-z0-9_-]+)"),
+    re.compile(r"(?i)(\bhttps?://hooks\.slack\.com/(?:services|workflows|triggers)/)([A-Za-z0-9_/-]+)"),
+    re.compile(r"""(?i)(\bhttps?://[^\s"'<>?#\\]*/(?:webhooks?|hooks)/(?:[^\s"'<>/?#\\]+/)*)([A-Za-z0-9_-]{20,})"""),
+)
+# Signed URLs (GCS, S3, Azure SAS) and tokens in a query string: the value of the parameter.
+_SECRET_QUERY = re.compile(
+    r"""(?i)([?&](?:x-goog-signature|x-goog-credential|x-amz-signature|x-amz-credential|x-amz-security-token"""
+    r"""|signature|sig|googleaccessid|access_token|id_token|refresh_token|token|api_key|apikey|key"""
+    r"""|client_secret|password|secret|auth)=)([^&\s"'#<>\\]+)"""
+)
+# A credential-looking option's default: `add_argument("--wandb-key", default="...")`,
+# `click.option("--token", default="...")`, absl's `DEFINE_string("api_key", "...", ...)`.
+_OPTION_WORDS = r"[\w-]*(?:key|token|secret|passw\w*|pwd|pw|auth|credential)[\w-]*"
+_OPTION_DEFAULT = re.compile(
+    r"""(?i)\b(?:add_argument|option)\([ \t]*(?P<oq>["'])-{0,2}(?P<opt>"""
+    + _OPTION_WORDS
+    + r""")(?P=oq)[^)]{0,400}?\bdefault[ \t]*=[ \t]*"""
+    + _QUOTED.replace("MIN", "4")
+)
+_ABSL_DEFAULT = re.compile(
+    r"""(?i)\bDEFINE_\w+\([ \t]*(?P<oq>["'])(?P<opt>"""
+    + _OPTION_WORDS
+    + r""")(?P=oq)[ \t]*,[ \t]*"""
+    + _QUOTED.replace("MIN", "4")
+)
+# A secret named in a comment: `# the db pw is ...`, `# password: ...`, `# token = ...`.
+_COMMENT_SECRET = re.compile(
+    r"""(?im)(#[^\r\n]*?\b(?:pw|pwd|pass|passwd|password|passphrase|secret|token|api[ _-]?key|access[ _-]?key"""
+    r"""|credentials?)\b[ \t]*(?:is|was|=|:|->)[ \t]*["'`]?)([^\s"'`\\]{4,})"""
+)
+# Variables whose value bears secrets whatever it looks like: TF_CONFIG (a
+# cluster spec: internal addresses, sometimes tokens) and package index URLs
+# (credentials in their userinfo).
+_SECRET_BEARING = re.compile(r"^(TF_CONFIG|(PIP|UV)_\w*INDEX\w*|\w*_INDEX_URL|\w*_FIND_LINKS)$", re.IGNORECASE)
 # A long run of base64/url-safe characters with upper case, lower case and
 # digits looks random: a key. Hex digests (no upper case) and words pass.
 _RANDOM_LOOKING = re.compile(r"(?<![A-Za-z0-9/+_=-])[A-Za-z0-9/+_=-]{32,}(?![A-Za-z0-9/+_=-])")
@@ -168,7 +220,46 @@ _PLAIN = re.compile(r"^([a-z]{1,8}|[0-9.]+|true|false|none|null)$", re.IGNORECAS
 
 
 def is_secret_name(name: str) -> bool:
+    if _SECRET_BEARING.match(name):
+        return True
     return not _NOT_SECRET_NAME.match(name) and bool(_SECRET_NAME.search(name))
+
+
+def _secret_parts(name: str, value: str) -> set[str]:
+    """The secrets inside a secret-bearing variable's value, hunted on their
+    own too: TF_CONFIG's strings (addresses, tokens), a URL's userinfo."""
+    out: set[str] = set()
+    if name.upper() == "TF_CONFIG":
+        try:
+            out.update(_strings(json.loads(value)))
+        except ValueError:
+            pass
+    for word in value.split():
+        out.update(p for p in userinfo_parts(word) if p)
+    return {p for p in out if len(p) >= _MIN_SECRET_LEN and not _PLAIN.match(p)}
+
+
+def _strings(obj: object) -> Iterable[str]:
+    if isinstance(obj, str):
+        yield obj
+    elif isinstance(obj, Mapping):
+        for v in obj.values():
+            yield from _strings(v)
+    elif isinstance(obj, list):
+        for v in obj:
+            yield from _strings(v)
+
+
+def userinfo_parts(url: str) -> tuple[str, ...]:
+    """(user, password) of `scheme://user:password@host/...`, () without."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+    except ValueError:
+        return ()
+    if not parts.netloc or "@" not in parts.netloc:
+        return ()
+    user, _, password = parts.netloc.rpartition("@")[0].partition(":")
+    return tuple(urllib.parse.unquote(x) for x in (user, password) if x) + tuple(x for x in (user, password) if x)
 
 
 def looks_secret_value(value: str) -> bool:
@@ -245,6 +336,9 @@ class Scrubber:
             for k, v in environ.items()
             if v and len(v) >= _MIN_SECRET_LEN and not _PLAIN.match(v) and (is_secret_name(k) or looks_secret_value(v))
         }
+        for k, v in environ.items():
+            if v and _SECRET_BEARING.match(k):
+                secrets.update(_secret_parts(k, v))
         home = home if home is not None else environ.get("HOME") or os.path.expanduser("~")
         homes = set()
         if home and home.rstrip("/"):
@@ -267,6 +361,7 @@ class Scrubber:
         text = _SHORT_ASSIGNMENT.sub(_redact_group("v", _is_short_name_secret), text)
         text = _NAME_VALUE_PAIR.sub(_redact_group("v"), text)
         text = _ASSIGNMENT.sub(_redact_group(2, _is_bare_secret), text)
+        text = _scrub_forms(text)
         text = _RANDOM_LOOKING.sub(lambda m: REDACTED if _is_random_looking(m.group(0)) else m.group(0), text)
         for h in self.homes:
             # Only as a path prefix: "/home/al" must not eat "/home/alice".
@@ -282,6 +377,53 @@ class Scrubber:
         if isinstance(obj, (list, tuple)):
             return [self.scrub_obj(v) for v in obj]
         return obj
+
+
+def _scrub_forms(text: str) -> str:
+    """Auth pairs, Authorization headers, webhook and signed URLs,
+    credential-looking option defaults, secrets named in comments."""
+    text = _AUTH_PAIR.sub(_redact_group("v"), text)
+    text = _AUTH_HEADER.sub(_redact_group(2, lambda m: not _NOT_A_VALUE.match(m.group(2))), text)
+    text = _BASIC.sub(_redact_group(2, lambda m: _is_basic_credential(m.group(2))), text)
+    for p in _WEBHOOKS:
+        text = p.sub(_redact_group(2), text)
+    text = _SECRET_QUERY.sub(_redact_group(2, lambda m: not _NOT_A_VALUE.match(m.group(2))), text)
+    for p in (_OPTION_DEFAULT, _ABSL_DEFAULT):
+        text = p.sub(_redact_group("v", _is_option_secret), text)
+    return _COMMENT_SECRET.sub(_redact_group(2, _is_comment_secret), text)
+
+
+def _is_basic_credential(value: str) -> bool:
+    """`Basic <x>` where x is the base64 of `user:password` (not prose)."""
+    try:
+        return b":" in base64.b64decode(value + "=" * (-len(value) % 4), validate=True)
+    except ValueError:
+        return False
+
+
+def _is_option_secret(m: re.Match[str]) -> bool:
+    """A token/secret/password option: any default that is not a constant; a
+    `key` option (`--sort-key`): only a default shaped like a key."""
+    value, opt = m.group("v"), m.group("opt").lower()
+    if _NOT_A_VALUE.match(value) or value.startswith(("$", "{")):
+        return False
+    if re.search(r"token|secret|pass|pwd|pw|auth|credential|api", opt):
+        return True
+    if re.fullmatch(r"[0-9a-fA-F]+", value):
+        return bool(_HEX_KEY.match(value))
+    return _is_random_looking(value) or (len(value) >= 20 and " " not in value and _is_token_like(value))
+
+
+def _is_comment_secret(m: re.Match[str]) -> bool:
+    """The word after `pw is` in a comment, unless it is prose: a lower-case
+    word followed by more words (`# the token is refreshed hourly`)."""
+    value = m.group(2)
+    if _NOT_A_VALUE.match(value):
+        return False
+    if re.fullmatch(r"[a-z]+[.,;:!?]?", value):
+        rest = m.string[m.end() :].split("\n", 1)[0]
+        return not re.match(r"[ \t]+[A-Za-z]", rest)
+    return True
 
 
 def is_allowed_env(name: str) -> bool:

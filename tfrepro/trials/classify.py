@@ -124,6 +124,21 @@ def symptoms(
     return frozenset(found)
 
 
+def stopped_early(result: TrialResult, reference: TrialResult | None, steps: int | None = None) -> bool:
+    """A trial that ended cleanly (no crash, timeout or NaN) with fewer training
+    steps than its reference ran (at most `steps`): a feature that makes the
+    script exit early (`sys.exit(0)` after 3 of 40 steps) is not healthy."""
+    if reference is None or result.crashed or result.timed_out or result.could_not_run or result.nonfinite:
+        return False
+    want = reference.steps_run if steps is None else min(reference.steps_run, steps)
+    return result.steps_run < want
+
+
+def no_training_step(result: TrialResult) -> bool:
+    """A trial that exited cleanly without one training step: nothing was judged."""
+    return result.steps_run == 0 and not result.losses and not (result.crashed or result.timed_out)
+
+
 def primary(shown: frozenset[Verdict] | set[Verdict], target: Verdict | None = None) -> Verdict:
     """One verdict out of several: the hunted `target` when shown (the search is
     locked onto one symptom), otherwise the first in `SYMPTOM_ORDER`, else OK."""

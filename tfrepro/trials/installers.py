@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from tfrepro.urls import hide_userinfo
+
 if TYPE_CHECKING:
     from tfrepro.trials.envs import EnvSpec
 
@@ -38,7 +40,7 @@ def run_streaming(argv: Sequence[str], on_line: OnLine) -> tuple[int, list[str]]
     assert proc.stdout is not None
     try:
         for line in proc.stdout:
-            line = line.rstrip()
+            line = hide_userinfo(line.rstrip())  # a credentialed index URL is never echoed
             if line:
                 tail.append(line)
                 on_line(line)

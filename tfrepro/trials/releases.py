@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tfrepro.errors import UserError
+from tfrepro.urls import basic_auth, hide_userinfo, public_url, split_userinfo
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 LISTING_TTL_S = 24 * 3600
@@ -154,9 +155,16 @@ def index_url() -> str:
 
 
 def _http_fetch(url: str) -> bytes:
-    req = urllib.request.Request(url, headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with urllib.request.urlopen(req, timeout=30) as response:
-        return response.read()
+    """GET `url`; its userinfo (a credentialed index) goes as HTTP Basic auth,
+    as pip sends it (urllib itself refuses a URL with a userinfo)."""
+    public, user, password = split_userinfo(url)
+    headers = {"Accept": "application/vnd.pypi.simple.v1+json", **basic_auth(user, password)}
+    req = urllib.request.Request(public, headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as response:
+            return response.read()
+    except OSError as e:  # an error text may quote the URL: never its userinfo
+        raise OSError(hide_userinfo(str(e))) from None
 
 
 def _platform_word() -> str:
@@ -207,7 +215,8 @@ def list_releases(
     except (OSError, ValueError):
         pass
     url = f"{index_url()}/{dist}/"
-    if cached and cached.get("url") == url and now - float(cached.get("fetched", 0)) < ttl_s:
+    shown = public_url(url)  # what is printed and stored: never the userinfo
+    if cached and cached.get("url") == shown and now - float(cached.get("fetched", 0)) < ttl_s:
         return _listing(dist, cached, stale=False)
     try:
         data = json.loads((fetch or _http_fetch)(url))
@@ -216,10 +225,10 @@ def list_releases(
         if cached:
             return _listing(dist, cached, stale=True)
         raise UserError(
-            f"cannot list the {dist} releases from {url}: {e}",
+            f"cannot list the {dist} releases from {shown}: {hide_userinfo(str(e))}",
             hint="check the network (or the index URL), or name the versions: --tf-versions 2.15.1,2.16.2",
         ) from None
-    record = {"url": url, "fetched": now, "files": files}
+    record = {"url": shown, "fetched": now, "files": files}
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     tmp.write_text(json.dumps(record), encoding="utf-8")

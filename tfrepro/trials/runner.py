@@ -47,7 +47,9 @@ from tfrepro import inside
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import warm
+from tfrepro.trials.diskfull import disk_full
 from tfrepro.trials.memcheck import memory_lines
+from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import run_cold, run_warm
 from tfrepro.trials.state import StateDir, load_result
 from tfrepro.trials.values import TrialResult
@@ -188,6 +190,12 @@ def run_trial(
         if versions is not None:  # the trial's interpreter, not the driver's
             extra["versions"] = dict(versions)
             result = replace(result, tf_version=result.tf_version or versions.get("tensorflow"))
+        hint = None
+        if result.crashed:
+            hint = missing_path_hint(result.error, project.root) or lfs_pointer_hint(project.root, project.files)
+        if hint:  # a read through a directory symlink or out of the project: not in the copy
+            extra["hint"] = hint
+            result = replace(result, error=f"{result.error} (hint: {hint})")
         return replace(result, extra=extra)
 
     return cached(state, key, enabled_t, label, use_cache, execute)
@@ -203,14 +211,29 @@ def cached(
 ) -> TrialResult:
     """The trial cache protocol, the same for every executor: a hit is returned
     as is; otherwise `execute(trial_dir)` runs it in a new trial dir and its
-    result is stored (a could-not-run result is returned, never stored)."""
+    result is stored (a could-not-run result is returned, never stored, and
+    so is one whose trial dir was removed while it ran)."""
     if use_cache:
         hit = state.load_cached(key)
         if hit is not None:
             return replace(hit, enabled=enabled, label=label, cached=True)
-    result = execute(state.new_trial_dir(key))
-    result = replace(result, enabled=enabled, label=label, key=key)
-    state.store(key, result)
+    trial_dir = state.new_trial_dir(key)
+    try:
+        try:
+            result = replace(execute(trial_dir), enabled=enabled, label=label, key=key)
+        except OSError as e:
+            raise disk_full(e, trial_dir) or e
+        if not state.intact(trial_dir):  # removed under it (a `clean`, an `rm -r`): says nothing
+            result = replace(
+                result, could_not_run=True, error=f"its trial directory {trial_dir} was removed while it ran"
+            )
+        full = disk_full(result, trial_dir)
+        if full is not None:  # a crash of a full disk says nothing about the features
+            raise full
+        state.store(key, result)
+    finally:
+        state.drop_variant(trial_dir)  # results are kept, not copies (a half copy goes at once too)
+        state.release(trial_dir)
     return result
 
 

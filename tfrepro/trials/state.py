@@ -16,14 +16,24 @@ Layout:
     tmp/                              scratch (e.g. a Ray task run in-process)
 
 Pruning (`prune`, `clean`) deletes only below this directory and never
-follows a symlink: a link is removed as a link, its target untouched; a
-`runs/` or `trials/` that is itself a link is left alone. A trial dir that
-looks in use (no result.json yet, touched within `IN_USE_S`) is never
-removed, so a bisect running next door keeps its variants.
+follows a symlink: a link is removed as a link, its target untouched. A
+`.tfrepro` (or one of its `runs/`, `trials/`...) that is a symlink or not a
+directory is refused (exit 2, `StateDirError`), never written through.
+
+Records: every directory tfrepro makes here holds a `MARK` file
+(`.tfrepro-made`), and pruning deletes only marked directories, cache
+entries named `<hex>.json`, and the state dir's own `.gitignore`; anything
+else found here is left alone and counted (`Pruned.foreign`). The mark is
+also the directory's lock: the process that made it holds an `flock` on it
+while the directory is in use (a trial until its result is stored, a run
+until the process ends), and pruning, `clean --all` included, skips a locked
+directory. A trial dir whose mark is gone when its trial ends (removed under
+it) gives a could-not-run result, never cached (`runner.cached`).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -35,16 +45,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tfrepro.errors import UserError
 from tfrepro.projectfiles import STATE_DIR
+from tfrepro.trials.stored import load_result
 from tfrepro.trials.values import TrialResult
 
 STATE_DIR_NAME = STATE_DIR  # the name is the project layout's (projectfiles excludes it from variants)
 GITIGNORE = "# created by tfrepro: nothing in here belongs in git\n*\n"
 LOGS = ("stdout.log", "stderr.log")
-# A trial dir without result.json touched more recently than this may belong
-# to a trial still running: pruning leaves it alone.
-IN_USE_S = 6 * 3600
 _TRIAL_REF = re.compile(r"trials[/\\]+([0-9a-f]{16}-[A-Za-z0-9_]+)")
+MARK = ".tfrepro-made"  # in every dir tfrepro makes here: its record and its lock
+_CACHE_NAME = re.compile(r"[0-9a-f]{8,}\.json(\.[A-Za-z0-9_]+\.tmp)?")
+_LAYOUT = ("cache", "trials", "runs", "checkouts", "tmp")
+_HELD: dict[str, int] = {}  # dir -> fd of its MARK, locked by this process
+
+
+class StateDirError(UserError):
+    """`.tfrepro` (or a dir inside it) is a symlink or not a directory."""
 
 
 @dataclass
@@ -57,6 +74,8 @@ class Pruned:
     other: int = 0
     bytes: int = 0
     paths: list[str] = field(default_factory=list)
+    foreign: list[str] = field(default_factory=list)  # left alone: no record of ours
+    busy: int = 0  # skipped: in use by a running tfrepro
 
     def to_dict(self) -> dict[str, int]:
         return {
@@ -68,12 +87,17 @@ class Pruned:
         }
 
     def describe(self) -> str:
-        if not self.paths:
-            return "nothing to remove"
-        return (
-            f"removed {self.runs} runs, {self.trials} trials, {self.variants} trial copies and "
-            f"{self.other} scratch dirs: {self.bytes / 2**20:.1f} MB freed"
-        )
+        text = "nothing to remove"
+        if self.paths:
+            text = (
+                f"removed {self.runs} runs, {self.trials} trials, {self.variants} trial copies and "
+                f"{self.other} scratch dirs: {self.bytes / 2**20:.1f} MB freed"
+            )
+        if self.busy:
+            text += f"; kept {self.busy} in use by a running tfrepro"
+        if self.foreign:
+            text += f"; left {len(self.foreign)} entries tfrepro has no record of writing (e.g. {self.foreign[0]})"
+        return text
 
 
 class StateDir:
@@ -90,28 +114,77 @@ class StateDir:
         return f"StateDir({str(self.path)!r})"
 
     # -- the directory itself ----------------------------------------------
+    def check(self) -> None:
+        """Refuse a state dir that is a symlink or not a directory (exit 2)."""
+        _check_dir(self.path, "the state directory")
+
     def ensure(self) -> Path:
         """Create the state dir if needed, and always its `.gitignore` (also in
         a dir that some older version or a `mkdir -p` created without one)."""
+        self.check()
         self.path.mkdir(parents=True, exist_ok=True)
+        self.check()  # made by someone else between the check and the mkdir
         ignore = self.path / ".gitignore"
         if not ignore.is_file():
             atomic_write_text(ignore, GITIGNORE)
         return self.path
 
     def sub(self, *parts: str) -> Path:
-        """A directory below the state dir, created."""
-        d = self.ensure().joinpath(*parts)
-        d.mkdir(parents=True, exist_ok=True)
+        """A directory below the state dir, created (never through a link)."""
+        d = self.ensure()
+        for part in parts:
+            d = d / part
+            _check_dir(d, f"{d.relative_to(self.path.parent)}")
+            d.mkdir(exist_ok=True)
         return d
 
     def temp_dir(self, prefix: str, where: str = "tmp") -> Path:
-        """A new, unique directory under `where/` (trials, scratch)."""
-        return Path(tempfile.mkdtemp(prefix=prefix, dir=self.sub(where)))
+        """A new, unique directory under `where/` (trials, scratch): marked as
+        ours and locked by this process until `release` (or its exit)."""
+        d = Path(tempfile.mkdtemp(prefix=prefix, dir=self.sub(where)))
+        hold(d)
+        return d
+
+    def make_dir(self, path: Path) -> Path:
+        """`path` (below the state dir, not there yet) created, marked and held."""
+        if self.path not in path.parents:  # pragma: no cover - a bug, not an input
+            raise ValueError(f"{path} is not below {self.path}")
+        self.sub(*path.parent.relative_to(self.path).parts)
+        path.mkdir()
+        hold(path)
+        return path
 
     # -- trials and the cache ----------------------------------------------
     def new_trial_dir(self, key: str) -> Path:
         return self.temp_dir(f"{key[:16]}-", "trials")
+
+    @staticmethod
+    def release(trial_dir: Path) -> None:
+        """The trial in `trial_dir` is over: pruning may remove the dir now."""
+        fd = _HELD.pop(str(trial_dir), None)
+        if fd is not None:
+            os.close(fd)
+
+    def drop_variant(self, trial_dir: Path) -> None:
+        """Remove a finished trial's `variant/` (its copy of the project):
+        the result and the logs stay. `TFREPRO_KEEP_VARIANTS=1` keeps it."""
+        if os.environ.get("TFREPRO_KEEP_VARIANTS") == "1" or self.path not in Path(trial_dir).parents:
+            return
+        shutil.rmtree(Path(trial_dir) / "variant", ignore_errors=True)
+
+    @staticmethod
+    def intact(trial_dir: Path) -> bool:
+        """Whether `trial_dir` is still the dir this process made (its mark
+        not removed or replaced under it while its trial ran)."""
+        fd = _HELD.get(str(trial_dir))
+        try:
+            st = os.lstat(Path(trial_dir) / MARK)
+        except OSError:
+            return False
+        if fd is None:
+            return stat.S_ISREG(st.st_mode)
+        held = os.fstat(fd)
+        return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
 
     def cache_file(self, key: str) -> Path:
         return self.path / "cache" / f"{key}.json"
@@ -119,7 +192,7 @@ class StateDir:
     def load_cached(self, key: str) -> TrialResult | None:
         """The cached result of trial `key`, or None (missing, unreadable, or
         written by an incompatible version: run it again)."""
-        return load_result(self.cache_file(key))
+        return load_result(self.cache_file(key), key)
 
     def store(self, key: str, result: TrialResult) -> None:
         """Cache a finished trial. A could-not-run result is never cached."""
@@ -140,6 +213,7 @@ class StateDir:
                 d.mkdir()
             except FileExistsError:
                 continue
+            hold(d)  # in use until this process ends
             (d / "trials").mkdir()
             return d
         raise FileExistsError(f"cannot create a run directory under {base}")
@@ -148,13 +222,19 @@ class StateDir:
         return self.sub("checkouts")
 
     # -- pruning -------------------------------------------------------------
-    def _children(self, name: str) -> list[Path]:
-        """Entries of `runs/` or `trials/`, oldest first; none when that dir
-        is missing or a symlink (never followed out of the state dir)."""
+    def _children(self, name: str, out: Pruned) -> list[Path]:
+        """The marked entries of `runs/`, `trials/`, ... oldest first; none
+        when that dir is missing or a symlink (never followed out of the state
+        dir). Entries without our mark are counted in `out.foreign`."""
         base = self.path / name
         if not base.is_dir() or base.is_symlink():
             return []
-        entries = [(e.stat(follow_symlinks=False).st_mtime, e.name, Path(e.path)) for e in os.scandir(base)]
+        entries = []
+        for e in os.scandir(base):
+            if ours(Path(e.path)):
+                entries.append((e.stat(follow_symlinks=False).st_mtime, e.name, Path(e.path)))
+            elif not e.name.endswith(".index"):  # a checkout's private index (gitcopy)
+                out.foreign.append(e.path)
         return [p for _, _, p in sorted(entries)]
 
     def _remove(self, path: Path, out: Pruned, kind: str) -> None:
@@ -163,6 +243,9 @@ class StateDir:
         try:
             st = path.lstat()
         except FileNotFoundError:
+            return
+        if stat.S_ISDIR(st.st_mode) and in_use(path):
+            out.busy += 1
             return
         size = tree_size(path)
         if stat.S_ISDIR(st.st_mode):
@@ -173,15 +256,18 @@ class StateDir:
         out.bytes += size
         out.paths.append(str(path))
 
-    def prune(self, keep_runs: int, keep_trials: int, *, variants: bool = False) -> Pruned:
+    def prune(
+        self, keep_runs: int, keep_trials: int, *, variants: bool = False, keep_bytes: int | None = None
+    ) -> Pruned:
         """Keep the newest `keep_runs` runs and `keep_trials` trial dirs.
 
         Older runs go whole. An older trial dir goes whole, unless a kept run
         refers to it (its summary's `log_dir`): then only its `variant/` goes
         (the logs stay). With `variants`, every trial dir's `variant/` goes.
-        The cache is never touched; trial dirs in use are skipped."""
+        The cache is never touched; dirs in use or not ours are skipped."""
+        self.check()
         out = Pruned()
-        runs = self._children("runs")
+        runs = [d for d in self._children("runs", out) if not in_use(d)]
         cut = max(0, len(runs) - keep_runs)
         for d in runs[:cut]:
             self._remove(d, out, "runs")
@@ -190,45 +276,127 @@ class StateDir:
             for f in d.rglob("*.json"):
                 if not f.is_symlink():
                     referenced.update(_TRIAL_REF.findall(f.read_text(encoding="utf-8", errors="replace")))
-        trials = [d for d in self._children("trials") if not _in_use(d)]
+        trials = self._children("trials", out)
+        out.busy += sum(1 for d in trials if in_use(d))
+        trials = [d for d in trials if not in_use(d)]
         cut = max(0, len(trials) - keep_trials)
+        if keep_bytes is not None:  # by size as well as count: the oldest go until the rest fits
+            sizes = [tree_size(d) for d in trials]
+            while cut < len(trials) and sum(sizes[cut:]) > keep_bytes:
+                cut += 1
         for i, d in enumerate(trials):
             if i < cut and d.name not in referenced:
                 self._remove(d, out, "trials")
-            elif (i < cut or variants) and d.is_dir() and not d.is_symlink():
+            elif i < cut or variants:
                 self._remove(d / "variant", out, "variants")
         return out
 
     def clean(self, keep_runs: int, keep_trials: int, *, everything: bool = False) -> Pruned:
         """`tfrepro clean`: `prune` plus every trial's `variant/`, `tmp/` and
-        checkouts of runs that are gone; with `everything`, the whole state
-        dir (cache included; a symlinked state dir is removed as a link)."""
-        out = Pruned()
+        checkouts of runs that are gone; with `everything`, all that tfrepro
+        wrote here (cache included), the dir itself when nothing else is left.
+        Never what is in use, never what has no record of ours."""
         if not self.path.exists() and not self.path.is_symlink():
-            return out
+            return Pruned()
+        self.check()
         if everything:
-            if self.path.is_symlink():
-                self.path.unlink()
-                out.other += 1
-                out.paths.append(str(self.path))
-                return out
-            for e in sorted(self.path.iterdir()):
-                self._remove(e, out, "other")
-            self.path.rmdir()
-            return out
+            return self._clean_all()
         out = self.prune(keep_runs, keep_trials, variants=True)
-        tmp = self.path / "tmp"
-        if tmp.is_dir() and not tmp.is_symlink():
-            for e in tmp.iterdir():
-                if not _in_use(e):
-                    self._remove(e, out, "other")
-        checkouts = self.path / "checkouts"  # <pid>-<ns>/ of commit-mode runs (bisect/gitcopy.py)
-        if checkouts.is_dir() and not checkouts.is_symlink():
-            for e in checkouts.iterdir():
-                pid = e.name.split("-", 1)[0]
-                if not (pid.isdigit() and pid_alive(int(pid))):
-                    self._remove(e, out, "other")
+        for e in self._children("tmp", out):
+            self._remove(e, out, "other")
+        for e in self._children("checkouts", out):  # <pid>-<ns>/ of commit-mode runs (bisect/gitcopy.py)
+            pid = e.name.split("-", 1)[0]
+            if not (pid.isdigit() and pid_alive(int(pid))):
+                self._remove(e, out, "other")
         return out
+
+    def _clean_all(self) -> Pruned:
+        out = Pruned()
+        for e in sorted(self.path.iterdir()):
+            if e.name in _LAYOUT and e.is_dir() and not e.is_symlink():
+                for d in self._children(e.name, out) if e.name != "cache" else ():
+                    self._remove(d, out, "other")
+                if e.name == "cache":
+                    for f in e.iterdir():
+                        if _CACHE_NAME.fullmatch(f.name) and not f.is_dir():
+                            self._remove(f, out, "other")
+                        else:
+                            out.foreign.append(str(f))
+                _rmdir_if_empty(e)
+            elif e.name != ".gitignore":
+                out.foreign.append(str(e))
+        ignore = self.path / ".gitignore"
+        if [p.name for p in self.path.iterdir()] == [".gitignore"] and _read(ignore) == GITIGNORE:
+            ignore.unlink()
+        if _rmdir_if_empty(self.path):
+            out.paths.append(str(self.path))
+        return out
+
+
+def _check_dir(path: Path, what: str) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(st.st_mode):
+        raise StateDirError(
+            f"{what} is a symbolic link (to {os.readlink(path)}): tfrepro keeps its state in a directory "
+            "of its own and never writes or deletes through a link",
+            path=path,
+            hint=f"remove the link (`rm {path}`: its target is left as it is) and run again",
+        )
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateDirError(
+            f"{what} is not a directory: tfrepro keeps its state in a directory of that name",
+            path=path,
+            hint=f"move or remove {path} and run again",
+        )
+
+
+def hold(d: Path) -> None:
+    """Mark `d` as made by tfrepro and lock it for this process."""
+    fd = os.open(d / MARK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    _HELD[str(d)] = fd
+
+
+def ours(d: Path) -> bool:
+    """Whether `d` is a real dir that tfrepro made (it holds our mark)."""
+    try:
+        return stat.S_ISDIR(d.lstat().st_mode) and stat.S_ISREG(os.lstat(d / MARK).st_mode)
+    except OSError:
+        return False
+
+
+def in_use(d: Path) -> bool:
+    """Whether a tfrepro process (this one included) holds `d`'s lock."""
+    try:
+        fd = os.open(d / MARK, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        return None
+
+
+def _rmdir_if_empty(d: Path) -> bool:
+    try:
+        d.rmdir()
+    except OSError:
+        return False
+    return True
 
 
 def pid_alive(pid: int) -> bool:
@@ -240,14 +408,6 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-def _in_use(d: Path) -> bool:
-    try:
-        st = d.lstat()
-    except FileNotFoundError:
-        return False
-    return stat.S_ISDIR(st.st_mode) and not (d / "result.json").exists() and time.time() - st.st_mtime < IN_USE_S
 
 
 def tree_size(path: Path) -> int:
@@ -267,22 +427,11 @@ def tree_size(path: Path) -> int:
     return total
 
 
-def load_result(path: Path) -> TrialResult | None:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    try:
-        return TrialResult.from_dict(data)
-    except (TypeError, ValueError):
-        return None
-
-
 def write_trial_record(dest: Path, summary: dict[str, Any], log_dir: str | None) -> None:
     """One trial of a run, in the run dir: its summary and its logs (hard
     links when possible: the logs already live in the trial dir)."""
     dest.mkdir(parents=True, exist_ok=True)
-    (dest / "summary.json").write_text(json.dumps(summary, indent=1, default=str), encoding="utf-8")
+    atomic_write_text(dest / "summary.json", json.dumps(summary, indent=1, default=str))
     if not log_dir:
         return
     for name in LOGS:
@@ -317,7 +466,10 @@ def prune_after_run(project: Any) -> Pruned:
     """What a command calls when its run is done: keep the project's
     `[state] keep_runs` runs and `keep_trials` trial dirs (the cache stays)."""
     st = project.manifest.state
-    return StateDir.of(project.root).prune(st.keep_runs, st.keep_trials)
+    state = StateDir.of(project.root)
+    for held in [d for d in _HELD if Path(d).parent == state.path / "runs"]:
+        state.release(Path(held))  # this command's runs are over
+    return state.prune(st.keep_runs, st.keep_trials, keep_bytes=int(st.keep_mb * 2**20))
 
 
 def clean_project(path: str | Path, *, everything: bool = False) -> Pruned:

@@ -1,0 +1,93 @@
+"""Issue 24: a run with no training step is never judged healthy. A baseline
+that exits before its first step is `error` ("no training step ran"), as
+`run --expect` says 125; a feature that makes the script exit cleanly after 3
+of the baseline's 40 steps is found (a crash: the training did not finish)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+PY = sys.executable
+
+EXITS_BEFORE_FIT = """\
+import sys
+# tfrepro: feature quiet -- demo
+QUIET = True
+# tfrepro: else
+# QUIET = False
+# tfrepro: end
+sys.exit(0)
+for i in range(1, 41):
+    print(f"step={i} loss={1.0 / i}")
+"""
+
+EXITS_AFTER_3 = """\
+import sys
+# tfrepro: feature early_stop -- demo
+STOP = 3
+# tfrepro: else
+# STOP = None
+# tfrepro: end
+# tfrepro: feature other -- demo
+X = 1
+# tfrepro: else
+# X = 0
+# tfrepro: end
+for i in range(1, 41):
+    print(f"step={i} loss={1.0 / i}")
+    if STOP and i == STOP:
+        sys.exit(0)
+"""
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    return subprocess.run([PY, "-m", "tfrepro", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def project(tmp_path: Path, script: str) -> Path:
+    (tmp_path / "repro.py").write_text(script)
+    return tmp_path
+
+
+@pytest.mark.e2e
+def test_a_baseline_without_a_training_step_is_an_error_not_healthy(tmp_path):
+    root = project(tmp_path, EXITS_BEFORE_FIT)
+
+    r = cli("bisect", str(root), "--steps", "40", "--json")
+    expect = cli("run", str(root), "--steps", "40", "--expect", "nan")
+
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "error" and "no training step ran" in doc["error"], doc
+    assert r.returncode == 1
+    assert expect.returncode == 125
+
+
+@pytest.mark.e2e
+def test_a_feature_that_exits_after_3_of_40_steps_is_found(tmp_path):
+    root = project(tmp_path, EXITS_AFTER_3)
+
+    r = cli("bisect", str(root), "--steps", "40", "--json")
+
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "found" and doc["culprits"] == ["early_stop"], doc
+    assert r.returncode == 0
+
+
+def test_stopped_early_and_no_training_step_are_pure_judgements():
+    from tfrepro.trials.classify import no_training_step, stopped_early
+    from tfrepro.trials.values import TrialResult
+
+    base = TrialResult(losses=(1.0,) * 40, steps_run=40)
+    short = TrialResult(losses=(1.0,) * 3, steps_run=3, exit_code=0)
+    assert stopped_early(short, base) and stopped_early(short, base, steps=10)
+    assert not stopped_early(short, base, steps=3)  # 3 steps were all that was asked
+    assert not stopped_early(TrialResult(steps_run=3, crashed=True), base)  # a crash says so itself
+    assert not stopped_early(base, base) and not stopped_early(short, None)
+    assert no_training_step(TrialResult(exit_code=0)) and not no_training_step(TrialResult(crashed=True))

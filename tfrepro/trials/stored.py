@@ -1,0 +1,64 @@
+"""Reading a stored TrialResult (a cache entry, a trial's result.json) so
+that anything else is a miss: `[]`, a truncated file, a hand-edited field of
+the wrong type, an entry copied under another key. Never an exception.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tfrepro.trials.values import TrialResult
+
+_NUM = (int, float)
+_NONE = type(None)
+# The type of every field of a stored TrialResult (absent fields take their default).
+_RESULT_TYPES: dict[str, tuple[type, ...]] = {
+    **dict.fromkeys(("crashed", "timed_out", "could_not_run", "cached"), (bool,)),
+    "weights_finite": (bool, _NONE),
+    **dict.fromkeys(("first_nonfinite_step", "exit_code", "peak_rss_bytes", "device_peak_bytes"), (int, _NONE)),
+    "steps_run": (int,),
+    "wall_s": _NUM,
+    "growth_per_step": (*_NUM, _NONE),
+    **dict.fromkeys(("label", "key", "mode"), (str,)),
+    **dict.fromkeys(("error", "log_dir", "tf_version", "keras_version"), (str, _NONE)),
+    "extra": (dict, _NONE),
+}
+_LIST_TYPES: dict[str, tuple[type, ...]] = {
+    "enabled": (str,),
+    "losses": (*_NUM, _NONE),  # a non-finite loss is stored as null
+    "step_times": _NUM,
+    "nonfinite_weights": (str,),
+    "rss_per_step": (int,),
+}
+
+
+def _well_formed(data: Any) -> bool:
+    """Whether `data` is a stored TrialResult (not `[]`, not a truncated or
+    hand-edited file): every known field of its type."""
+    if not isinstance(data, dict):
+        return False
+    for name, types in _RESULT_TYPES.items():
+        if name in data and (not isinstance(data[name], types) or (bool not in types and type(data[name]) is bool)):
+            return False
+    for name, types in _LIST_TYPES.items():
+        value = data.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(x, types) and type(x) is not bool for x in value):
+            return False
+    return True
+
+
+def load_result(path: Path, key: str | None = None) -> TrialResult | None:
+    """The TrialResult stored at `path`, or None: missing, unreadable, not a
+    well-formed result, or (given `key`) stored for another key."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not _well_formed(data) or (key is not None and data.get("key", key) != key):
+        return None
+    try:
+        return TrialResult.from_dict(data)
+    except (TypeError, ValueError, AttributeError, KeyError):
+        return None
