@@ -30,6 +30,7 @@ from tfrepro.report import issue as issue_md
 from tfrepro.report import outdir
 from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, write_scripts
+from tfrepro.report.replay import write_replay
 from tfrepro.report.rerun import Reproduction, Runner
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
@@ -142,6 +143,7 @@ def build_report(
             ctx, export, rerun=rerun, runner=runner, max_pairs=max_pairs, say=say
         )
         artifacts = write_scripts(writer, ctx.result, export)
+        artifacts.update(write_replay(out, ctx.run_dir, ctx.result))  # a NaN's one-step replay
         loc = _localize(ctx, export, localize=localize, python=python, say=say)
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = _environment(reproduction, probe=probe_environment, python=python, environ=environ, say=say)
