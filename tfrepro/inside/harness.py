@@ -234,6 +234,26 @@ _HOOKS = {
 
 
 _FINDER = None  # harness_imports.PostImportFinder, once activated
+_DATA = None  # harness_data.Recorder: what the script feeds training
+
+
+def _data_start() -> None:
+    global _DATA
+    try:
+        module = _sibling("data")
+        _DATA = module.Recorder(note_error)
+        module.install(_DATA, _FINDER)
+        S.fit_hooks.append(_DATA.on_fit)
+    except Exception:
+        note_error("data recorder")
+
+
+def data_batch(batch: dict) -> None:
+    """A batch a fit trained on (harness_keras.py, when the config has `record_data`)."""
+    try:
+        _DATA and _DATA.see_batch(batch)
+    except Exception:
+        note_error("data batch")
 
 
 # -- plugins ----------------------------------------------------------------------
@@ -364,6 +384,10 @@ def finish() -> None:
         "extra": extra,
     }
     _memory_result(result)
+    try:
+        result["data"] = _DATA.to_dict() if _DATA else {}
+    except Exception:
+        note_error("data record")
     tmp = S.result_path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(result, f, allow_nan=False, default=repr)
@@ -437,5 +461,6 @@ def activate(config_path: str) -> None:
     _FINDER = _sibling("imports").PostImportFinder(_HOOKS, note_error)
     sys.meta_path.insert(0, _FINDER)
     _FINDER.fire_imported()
+    _data_start()
     if S.config.get("plugins"):
         _load_plugins(S.config["plugins"], S.config.get("plugin_options"))

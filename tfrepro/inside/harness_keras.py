@@ -31,6 +31,14 @@ def bind(core) -> None:
 
 
 _SAVER = None  # harness_nanstate.StateSaver of a nan-state trial, False elsewhere
+_NANSTATE = None  # the harness_nanstate module, once loaded
+
+
+def _batch_outputs(data) -> dict:
+    global _NANSTATE
+    if _NANSTATE is None:
+        _NANSTATE = H._sibling("nanstate")
+    return _NANSTATE.batch_outputs(data)
 
 
 def _saver():
@@ -39,7 +47,8 @@ def _saver():
         _SAVER = False
         if H.S.config.get("save_state_step"):
             try:
-                _SAVER = H._sibling("nanstate").StateSaver(H.S.config)
+                _batch_outputs(None)  # loads the module
+                _SAVER = _NANSTATE.StateSaver(H.S.config)
             except Exception:
                 H.note_error("nan state")
     return _SAVER or None
@@ -106,6 +115,7 @@ def _make_callback(base, lib: str):
             self._k += 1
             if getattr(H.S, "pending_batch", None) is not None:
                 _save("save_batch", H.S.pending_batch)
+                H.data_batch(H.S.pending_batch)
             loss = None
             if H.S.pending_loss is not None:
                 loss = float(H.S.pending_loss)
@@ -200,9 +210,9 @@ def _capturing_step(model, step, distributed_sum: bool):
         if seen and isinstance(logs, dict):
             logs = dict(logs)
             logs[LOSS_KEY] = _global_loss(seen[-1], distributed_sum)
-            if _saver() is not None:  # a nan-state trial: the batch leaves the step too
+            if _saver() is not None or H.S.config.get("record_data"):  # the batch leaves the step too
                 try:
-                    logs[BATCH_KEY] = _saver().batch_outputs(data)
+                    logs[BATCH_KEY] = _batch_outputs(data)
                 except Exception:
                     H.note_error("nan state batch")
         return logs

@@ -35,10 +35,6 @@ class StateSaver:
         """Is the step about to run (steps_seen + 1) the one to save?"""
         return bool(self.dir) and steps_seen + 1 == self.step
 
-    def batch_outputs(self, data) -> dict:
-        """The batch as extra train-function outputs (graph tensors, None left out)."""
-        return dict(_leaves(data, ""))
-
     def save_state(self, model) -> None:
         import numpy as np
 
@@ -70,6 +66,12 @@ class StateSaver:
     def _write_meta(self) -> None:
         with open(os.path.join(self.dir, "state.json"), "w", encoding="utf-8") as f:
             json.dump(self.meta, f, indent=1)
+
+
+def batch_outputs(data) -> dict:
+    """The batch as extra train-function outputs (graph tensors, None left
+    out): for the nan state and for the data recorder (harness_data.py)."""
+    return dict(_leaves(data, ""))
 
 
 def _leaves(data, prefix: str):
