@@ -177,6 +177,7 @@ class Recorder:
             entry = {"call": call, "file": _rel(path) if path is not None else None, "at": caller(), **facts}
             if out is not None and _shape(out) is not None:
                 entry["shape"] = _shape(out)
+                entry["value"] = value_of(out)
             if entry["file"] in self.seen_files and call == "open":
                 return
             self.seen_files.add(entry["file"])
@@ -228,6 +229,28 @@ class Recorder:
             self.fits[-1]["features"] = {k: s.to_dict() for k, s in self.batch_stats.items()}
             self.fits[-1]["stats_from"] = f"the first {self.batches_seen} batches training saw"
         return {"sources": self.sources, "fits": self.fits}
+
+
+def value_of(out) -> dict | None:
+    """What a read returned, for a synthetic stand-in: an array's dtype,
+    shape and per-column statistics, or a DataFrame's columns."""
+    import numpy as np
+
+    if hasattr(out, "columns") and hasattr(out, "dtypes"):
+        cols = {}
+        for c in list(out.columns)[:256]:
+            s = FeatureStats()
+            s.update(out[c].to_numpy()[:ROWS_MAX])
+            cols[str(c)] = s.to_dict()
+        return {"type": "dataframe", "rows": int(len(out)), "columns": cols}
+    if isinstance(out, np.ndarray) and out.dtype.kind in "iubfOSU":
+        cols = {}
+        for name, values in _columns("x", out[:ROWS_MAX]):
+            s = FeatureStats()
+            s.update(values)
+            cols[name] = s.to_dict()
+        return {"type": "array", "shape": list(out.shape), "dtype": str(out.dtype), "columns": cols}
+    return None
 
 
 def _kind(x) -> str:

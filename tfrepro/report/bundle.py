@@ -124,6 +124,7 @@ def build_report(
     probe_environment: bool = True,
     progress: Progress | None = None,
     nightly: bool = False,
+    no_data: bool = False,
 ) -> Bundle:
     """Write the bundle for the run in `run_dir` and return it. `runner`
     replaces the real trial runner (tests); `environ` the process environment
@@ -139,11 +140,12 @@ def build_report(
     out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         writer = _Writer(out, scrubber)
-        reproduction, export, trim = _reproduce_trimmed(
-            ctx, export, rerun=rerun, runner=runner, max_pairs=max_pairs, say=say
+        reproduction, export, trim, data = _with_data(
+            ctx, export, no_data=no_data, rerun=rerun, runner=runner, max_pairs=max_pairs, say=say
         )
         artifacts = write_scripts(writer, ctx.result, export)
-        artifacts.update(write_replay(out, ctx.run_dir, ctx.result))  # a NaN's one-step replay
+        if not no_data:  # its batch is user data
+            artifacts.update(write_replay(out, ctx.run_dir, ctx.result))  # a NaN's one-step replay
         loc = _localize(ctx, export, localize=localize, python=python, say=say)
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = _environment(reproduction, probe=probe_environment, python=python, environ=environ, say=say)
@@ -160,6 +162,7 @@ def build_report(
             artifacts=artifacts,
         )
         doc["repro"].update(trimmed=trim["trimmed"], trim=trim)
+        doc["data"] = data
         if nightly:
             doc["nightly"] = _on_nightly(ctx, export, max_pairs=max_pairs, say=say)
         doc = scrubber.scrub_obj(doc)  # type: ignore[assignment]
@@ -302,6 +305,27 @@ def _reproduce_trimmed(
         export,
         {"trimmed": False, "changes": changes, "note": "the trimmed repro did not reproduce; untrimmed kept"},
     )
+
+
+def _with_data(ctx: Context, export: Export, *, no_data: bool, **kw: Any):
+    """The repro with synthetic stand-ins for the data files it read
+    (report/standin.py) when a re-run shows the symptom with them; else the
+    export as it was, and the report says which data it needs."""
+    from tfrepro.report.standin import with_standins
+
+    standin, data = with_standins(export, ctx.result, ctx.entry, no_data=no_data)
+    if standin is export:
+        return (*_reproduce_trimmed(ctx, export, **kw), data)
+    kw["say"](f"{ENTRY} reads synthetic stand-ins for {len(data['standins'])} data file(s): re-running it")
+    reproduction, got, trim = _reproduce_trimmed(ctx, standin, **kw)
+    data["standin_reproduced"] = reproduction.reproduced if reproduction else None
+    if reproduction is None or reproduction.reproduced is not False:
+        return reproduction, got, trim, data
+    kw["say"]("the stand-ins do not show the symptom: the repro keeps reading the user's data")
+    data["needs_user_data"] = data["standins"] + data["needs_user_data"]
+    data["note"] = "synthetic stand-ins did not reproduce the symptom; the repro reads the user's data"
+    data["standins"] = []
+    return (*_reproduce_trimmed(ctx, export, **kw), data)
 
 
 def _on_nightly(ctx: Context, export: Export, *, max_pairs: int, say: Progress) -> dict[str, Any]:

@@ -104,9 +104,12 @@ def write_replay(out: Path, run_dir: Path, result: dict[str, Any]) -> dict[str, 
     for name in STATE_FILES:
         shutil.copyfile(src / name, dest / name)
     (out / REPLAY).write_text(SCRIPT.format(step=int(meta.get("step") or 0)), encoding="utf-8")
+    shapes = [s for s, _dtype in (meta.get("batch") or {}).values()]
+    records = shapes[0][0] if shapes and shapes[0] else "?"
     return {
         REPLAY: f"one-step replay: the state just before step {meta.get('step')} and that step's batch "
         "(nan_state/), one train step, the loss goes NaN (`python replay.py`)",
         "nan_state/": f"the model's and optimizer's variables before step {meta.get('step')} "
-        f"({len(meta.get('weights') or [])} + {len(meta.get('optimizer') or [])}) and the batch of that step",
+        f"({len(meta.get('weights') or [])} + {len(meta.get('optimizer') or [])}) and the batch of that step: "
+        f"{records} records of the training data (`tfrepro report --no-data` leaves them out)",
     }
