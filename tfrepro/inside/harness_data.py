@@ -170,6 +170,7 @@ class Recorder:
         self.seen_files: set[str] = set()
         self.batch_stats: dict[str, FeatureStats] = {}
         self.batches_seen = 0
+        self.depth = 0  # inside a recorded read
 
     # -- where the data came from ------------------------------------------
     def source(self, call: str, path, out=None, **facts) -> None:
@@ -193,7 +194,13 @@ class Recorder:
         rec = self
 
         def wrapper(*args, **kwargs):
-            out = orig(*args, **kwargs)
+            if rec.depth:  # a read inside another (np.load's own reads): the outer one is recorded
+                return orig(*args, **kwargs)
+            rec.depth += 1
+            try:
+                out = orig(*args, **kwargs)
+            finally:
+                rec.depth -= 1
             path = args[path_arg] if len(args) > path_arg else kwargs.get(path_kw) if path_kw else None
             rec.source(call, path, out)
             return out
@@ -310,7 +317,7 @@ def install(rec: Recorder, finder) -> None:
     """The source hooks, each as its library is imported."""
 
     def on_numpy(np):
-        for attr in ("load", "loadtxt", "genfromtxt", "fromfile"):
+        for attr in ("load", "loadtxt", "genfromtxt"):
             rec.wrap(np, attr, f"numpy.{attr}", 0, "fname" if attr != "load" else "file")
 
     def on_pandas(pd):

@@ -143,7 +143,16 @@ def build_report(
         reproduction, export, trim, data = _with_data(
             ctx, export, no_data=no_data, rerun=rerun, runner=runner, max_pairs=max_pairs, say=say
         )
+        export, npz = _without_npz(export)
         artifacts = write_scripts(writer, ctx.result, export)
+        if npz is not None:
+            (out / "data.npz").write_bytes(npz)
+            red = data.get("reduction") or {}
+            artifacts["data.npz"] = (
+                f"{red.get('records')} of {red.get('of')} records of "
+                + ", ".join(f"`{f['file']}`" for f in red.get("files") or [])
+                + ": the few real records that still show the symptom"
+            )
         if not no_data:  # its batch is user data
             artifacts.update(write_replay(out, ctx.run_dir, ctx.result))  # a NaN's one-step replay
         loc = _localize(ctx, export, localize=localize, python=python, say=say)
@@ -315,7 +324,7 @@ def _with_data(ctx: Context, export: Export, *, no_data: bool, **kw: Any):
 
     standin, data = with_standins(export, ctx.result, ctx.entry, no_data=no_data)
     if standin is export:
-        return (*_reproduce_trimmed(ctx, export, **kw), data)
+        return _reduced(ctx, export, data, no_data=no_data, **kw)
     kw["say"](f"{ENTRY} reads synthetic stand-ins for {len(data['standins'])} data file(s): re-running it")
     reproduction, got, trim = _reproduce_trimmed(ctx, standin, **kw)
     data["standin_reproduced"] = reproduction.reproduced if reproduction else None
@@ -325,7 +334,39 @@ def _with_data(ctx: Context, export: Export, *, no_data: bool, **kw: Any):
     data["needs_user_data"] = data["standins"] + data["needs_user_data"]
     data["note"] = "synthetic stand-ins did not reproduce the symptom; the repro reads the user's data"
     data["standins"] = []
-    return (*_reproduce_trimmed(ctx, export, **kw), data)
+    return _reduced(ctx, export, data, no_data=no_data, **kw)
+
+
+def _without_npz(export: Export) -> tuple[Export, bytes | None]:
+    npz = export.cand_files.get("data.npz")
+    if not isinstance(npz, bytes):
+        return export, None
+    return replace(export, cand_files={k: v for k, v in export.cand_files.items() if k != "data.npz"}), npz
+
+
+def _reduced(ctx: Context, export: Export, data: dict[str, Any], *, no_data: bool, **kw: Any):
+    """The repro reading the few real records that still show the symptom
+    (report/reduce.py) when no stand-in does; else the export as it was."""
+    from tfrepro.report.reduce import reduce_export
+    from tfrepro.report.standin import reads_of
+
+    sites, batches = reads_of(ctx.result, ctx.entry)
+    if no_data or not kw.get("rerun") or not data.get("needs_user_data") or not sites:
+        return (*_reproduce_trimmed(ctx, export, **kw), data)
+    kw["say"]("reducing the data: ddmin over the records the failing run read, each tried by a re-run")
+
+    def shows(files: dict[str, Any]) -> bool:
+        rep = _reproduce(ctx, replace(export, cand_files={**export.cand_files, **files}), **kw)
+        return bool(rep and rep.reproduced)
+
+    got = reduce_export(Path(ctx.project.root), export.cand_files[ENTRY], sites, batches, shows)
+    data["reduction"] = {k: v for k, v in got.items() if k not in ("text", "npz")}
+    if "error" in got:
+        return (*_reproduce_trimmed(ctx, export, **kw), data)
+    files = {**export.cand_files, ENTRY: got["text"], "data.npz": got["npz"]}
+    reduced = replace(export, cand_files=files)
+    data["needs_user_data"] = [s for s in data["needs_user_data"] if s["file"] not in {f["file"] for f in got["files"]}]
+    return (_reproduce(ctx, reduced, **kw), reduced, {"trimmed": False, "changes": [], "note": "data reduced"}, data)
 
 
 def _on_nightly(ctx: Context, export: Export, *, max_pairs: int, say: Progress) -> dict[str, Any]:

@@ -226,7 +226,7 @@ def _brief(s: dict[str, Any]) -> dict[str, Any]:
 def issue_lines(doc: dict[str, Any]) -> list[str]:
     """ISSUE.md's "Data" section: what the repro reads instead of the user's files, and what it still needs."""
     data = doc.get("data") or {}
-    if not (data.get("standins") or data.get("needs_user_data") or data.get("unseen")):
+    if not (data.get("standins") or data.get("needs_user_data") or data.get("unseen") or data.get("reduction")):
         return []
     out = ["### Data", ""]
 
@@ -241,6 +241,17 @@ def issue_lines(doc: dict[str, Any]) -> list[str]:
         out.append(f"repro.py reads seeded synthetic stand-ins of the recorded shape and statistics, {state}:")
         out.extend(line(s) for s in data["standins"])
         out.append("")
+    red = data.get("reduction") or {}
+    if red.get("records"):
+        files = ", ".join(f"`{f['file']}`" for f in red.get("files") or [])
+        out.append(
+            f"No synthetic stand-in showed the symptom: data.npz holds {red['records']} of the {red['of']} "
+            f"records of {files} (found by delta debugging over the records, {red.get('tests')} re-runs); "
+            "repro.py reads them through temp files of the original format."
+        )
+        out.append("")
+    elif red.get("error"):
+        out.extend([f"The data could not be reduced: {red['error']}.", ""])
     if data.get("needs_user_data"):
         out.append("The repro needs the user's data (not shipped):")
         out.extend(line(s) for s in data["needs_user_data"])
@@ -255,3 +266,14 @@ def issue_lines(doc: dict[str, Any]) -> list[str]:
     if data.get("note"):
         out.extend([data["note"], ""])
     return out
+
+
+def reads_of(result: dict[str, Any], entry: str) -> tuple[list[dict[str, Any]], int | None]:
+    """The recorded reads of `entry` (one per call site, in line order) and
+    the first fit's batches per epoch (the reduction's chunk count)."""
+    for key in ("culprit_trial", "failing"):
+        data = (result.get(key) or {}).get("data") or {}
+        if data.get("sources") or data.get("fits"):
+            fits = data.get("fits") or [{}]
+            return _sites(list(data.get("sources") or []), entry), fits[0].get("batches_per_epoch")
+    return [], None
