@@ -155,7 +155,8 @@ def build_report(
             )
         if not no_data:  # its batch is user data
             artifacts.update(write_replay(out, ctx.run_dir, ctx.result))  # a NaN's one-step replay
-        loc = _localize(ctx, export, localize=localize, python=python, say=say)
+        with_npz = replace(export, cand_files={**export.cand_files, "data.npz": npz}) if npz is not None else export
+        loc = _localize(ctx, with_npz, localize=localize, python=python, say=say)
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = _environment(reproduction, probe=probe_environment, python=python, environ=environ, say=say)
         artifacts.update(plots(out, ctx.result, ctx.symptom, reproduction))
