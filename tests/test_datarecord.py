@@ -17,7 +17,10 @@ def test_feature_stats_of_floats_with_nan_inf_and_zeros():
     assert (d["count"], d["nan"], d["inf"]) == (6, 1, 1)
     assert (d["min"], d["max"], d["mean"]) == (0.0, 3.0, 1.0)
     assert d["zero_frac"] == 0.5 and math.isclose(d["std"], math.sqrt(1.5))
-    assert "distinct" not in d
+    assert d["distinct"] == [0.0, 1.0, 3.0]  # a float feature with few values (finite ones)
+    many = hd.FeatureStats()
+    many.update(np.linspace(0, 1, 100))
+    assert "distinct" not in many.to_dict()
 
 
 def test_distinct_values_of_integer_and_string_features_up_to_the_limit():

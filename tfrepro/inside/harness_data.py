@@ -61,6 +61,8 @@ class FeatureStats:
         self.nan += int(np.isnan(f).sum())
         self.inf += int(np.isinf(f).sum())
         good = f[ok]
+        if a.dtype.kind == "f":
+            self._distinct(good)  # labels stored as floats: 0.0/1.0
         self.finite += good.size
         self.zeros += int((good == 0).sum())
         if good.size:
@@ -72,6 +74,9 @@ class FeatureStats:
 
     def _distinct(self, a) -> None:
         if self.distinct is None:
+            return
+        if len(set(a[:1000].tolist())) > DISTINCT_MAX:  # most features: decided on a sample
+            self.distinct = None
             return
         for v in set(a[:ROWS_MAX].tolist()):
             self.distinct.add(v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
@@ -88,6 +93,8 @@ class FeatureStats:
             d.update({k: v if math.isfinite(v) else None for k, v in got.items()})
         if self.dtype and self.dtype[0] in "iub" or (self.dtype or "").startswith(("<U", "|S", "object")):
             d["distinct"] = sorted(self.distinct, key=str) if self.distinct is not None else None
+        elif self.distinct:  # a float feature with few values (labels, flags)
+            d["distinct"] = sorted(self.distinct)
         return d
 
 

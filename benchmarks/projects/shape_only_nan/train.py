@@ -23,8 +23,10 @@ head = [keras.layers.Dense(2), keras.layers.Activation("log_softmax")]
 # head = [keras.layers.Dense(2), LogSoftmax()]
 # tfrepro: end
 model = keras.Sequential([keras.Input(shape=(6,)), keras.layers.Dense(16, activation="relu"), *head])
-model.compile(optimizer=keras.optimizers.Adam(1e-2), loss=lambda t, p: -tf.reduce_mean(
-    tf.gather(p, tf.cast(tf.reshape(t, [-1]), tf.int32), batch_dims=1)))
+model.compile(
+    optimizer=keras.optimizers.Adam(1e-2),
+    loss=lambda t, p: -tf.reduce_mean(tf.gather(p, tf.cast(tf.reshape(t, [-1]), tf.int32), batch_dims=1)),
+)
 callbacks = []
 # tfrepro: feature early_stopping -- stop when the loss stops improving
 # callbacks.append(keras.callbacks.EarlyStopping(monitor="loss", patience=50))
