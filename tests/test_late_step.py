@@ -122,3 +122,17 @@ def test_late_steps_margin():
     assert late_steps(40, 50) == 50
     assert late_steps(51, 50) == 56
     assert late_steps(600, 50) == 660
+
+
+def test_a_longer_run_is_judged_on_memory_within_the_steps():
+    from tfrepro.bisect.late import within_steps
+
+    long = TrialResult(steps_run=700, rss_per_step=tuple(100 + i for i in range(700)), peak_rss_bytes=800)
+    cut = within_steps(long, 50)
+    assert (len(cut.rss_per_step), cut.peak_rss_bytes, cut.steps_run) == (50, 149, 50)
+    strided = TrialResult(
+        steps_run=700, rss_per_step=(1, 2, 3, 4, 5, 6, 7), peak_rss_bytes=7, extra={"memory": {"stride": 100}}
+    )
+    assert within_steps(strided, 250).rss_per_step == (1, 2, 3)
+    short = TrialResult(steps_run=40, rss_per_step=(1, 2), peak_rss_bytes=9)
+    assert within_steps(short, 50) is short

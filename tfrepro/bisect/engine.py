@@ -212,6 +212,10 @@ class _Bisection:
 
     def _shows(self, config: Config, result: TrialResult) -> frozenset[Verdict]:
         result = classify.first_steps(result, self.settings.steps)  # a timing trial runs longer
+        if self.until_symptom:  # the failing run until its symptom ran longer too (bisect/late.py)
+            from tfrepro.bisect.late import within_steps
+
+            result = within_steps(result, self.settings.steps)
         return classify.symptoms(
             result,
             reference=self._reference(config),

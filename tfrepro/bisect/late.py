@@ -65,3 +65,17 @@ def save_nan_state(run, config) -> dict | None:
     else:
         doc["error"] = "the nan-state trial saved no state (a custom loop, or no Keras fit)"
     return doc
+
+
+def within_steps(result: TrialResult, steps: int) -> TrialResult:
+    """The memory view of a trial that ran past `steps` (the run until its
+    symptom, the script's whole length): its RSS series cut at `steps`, so a
+    longer run is not judged against a shorter baseline's peak and growth."""
+    if result.steps_run <= steps or not result.rss_per_step:
+        return result
+    from dataclasses import replace
+
+    stride = max(1, int((result.extra.get("memory") or {}).get("stride") or 1))
+    series = result.rss_per_step[: max(1, -(-steps // stride))]
+    peak = min(max(series), result.peak_rss_bytes or max(series))
+    return replace(result, rss_per_step=series, peak_rss_bytes=peak, growth_per_step=None, steps_run=steps)
