@@ -159,6 +159,18 @@ def _leaves(x, prefix: str):
         yield prefix, x
 
 
+VALUES_MAX = 4_000_000  # values read per array for its statistics (an image array: fewer rows)
+
+
+def _head(a):
+    """The first rows of `a`, at most ROWS_MAX and VALUES_MAX values."""
+    shape = getattr(a, "shape", None) or ()
+    per_row = 1
+    for d in shape[1:]:
+        per_row *= int(d or 1)
+    return a[: max(1, min(ROWS_MAX, VALUES_MAX // max(per_row, 1)))] if shape else a
+
+
 def _columns(name: str, a):
     """The features of one array: its columns when it is 2-D, else the whole array."""
     import numpy as np
@@ -254,12 +266,12 @@ def value_of(out) -> dict | None:
         cols = {}
         for c in list(out.columns)[:256]:
             s = FeatureStats()
-            s.update(out[c].to_numpy()[:ROWS_MAX])
+            s.update(_head(out[c].to_numpy()))
             cols[str(c)] = s.to_dict()
         return {"type": "dataframe", "rows": int(len(out)), "columns": cols}
     if isinstance(out, np.ndarray) and out.dtype.kind in "iubfOSU":
         cols = {}
-        for name, values in _columns("x", out[:ROWS_MAX]):
+        for name, values in _columns("x", _head(out)):
             s = FeatureStats()
             s.update(values)
             cols[name] = s.to_dict()
@@ -310,7 +322,7 @@ def _describe(x, y, batch_size, steps_per_epoch) -> dict:
             out["batches_per_epoch"] = -(-rows // int(batch_size or 32))
         feats: dict = {}
         for name, a in list(_leaves(x, "x")) + list(_leaves(y, "y")):
-            for col, values in _columns(name, a[:ROWS_MAX]):
+            for col, values in _columns(name, _head(a)):
                 s = FeatureStats()
                 s.update(values)
                 feats[col] = s.to_dict()
