@@ -140,22 +140,10 @@ def build_report(
     out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         writer = _Writer(out, scrubber)
-        reproduction, export, trim, data = _with_data(
-            ctx, export, no_data=no_data, rerun=rerun, runner=runner, max_pairs=max_pairs, say=say
-        )
-        export, npz = _without_npz(export)
-        artifacts = write_scripts(writer, ctx.result, export)
-        if npz is not None:
-            (out / "data.npz").write_bytes(npz)
-            red = data.get("reduction") or {}
-            artifacts["data.npz"] = (
-                f"{red.get('records')} of {red.get('of')} records of "
-                + ", ".join(f"`{f['file']}`" for f in red.get("files") or [])
-                + ": the few real records that still show the symptom"
-            )
-        if not no_data:  # its batch is user data
-            artifacts.update(write_replay(out, ctx.run_dir, ctx.result))  # a NaN's one-step replay
-        with_npz = replace(export, cand_files={**export.cand_files, "data.npz": npz}) if npz is not None else export
+        kw = dict(rerun=rerun, runner=runner, max_pairs=max_pairs, say=say)
+        reproduction, export, trim, data = _with_data(ctx, export, no_data=no_data, **kw)
+        with_npz, (export, npz) = export, _without_npz(export)
+        artifacts = {**write_scripts(writer, ctx.result, export), **_write_data(out, ctx, npz, data, no_data)}
         loc = _localize(ctx, with_npz, localize=localize, python=python, say=say)
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = _environment(reproduction, probe=probe_environment, python=python, environ=environ, say=say)
@@ -171,8 +159,7 @@ def build_report(
             scrubber=scrubber,
             artifacts=artifacts,
         )
-        doc["repro"].update(trimmed=trim["trimmed"], trim=trim)
-        doc["data"] = data
+        doc["repro"].update(trimmed=trim["trimmed"], trim=trim), doc.update(data=data)
         if nightly:
             doc["nightly"] = _on_nightly(ctx, export, max_pairs=max_pairs, say=say)
         doc = scrubber.scrub_obj(doc)  # type: ignore[assignment]
@@ -336,6 +323,22 @@ def _with_data(ctx: Context, export: Export, *, no_data: bool, **kw: Any):
     data["note"] = "synthetic stand-ins did not reproduce the symptom; the repro reads the user's data"
     data["standins"] = []
     return _reduced(ctx, export, data, no_data=no_data, **kw)
+
+
+def _write_data(out: Path, ctx: Context, npz: bytes | None, data: dict[str, Any], no_data: bool) -> dict[str, str]:
+    """data.npz (the reduced records) and a NaN's replay.py + nan_state/ (its batch is user data: not with --no-data)."""
+    artifacts: dict[str, str] = {}
+    if npz is not None:
+        (out / "data.npz").write_bytes(npz)
+        red = data.get("reduction") or {}
+        artifacts["data.npz"] = (
+            f"{red.get('records')} of {red.get('of')} records of "
+            + ", ".join(f"`{f['file']}`" for f in red.get("files") or [])
+            + ": the few real records that still show the symptom"
+        )
+    if not no_data:
+        artifacts.update(write_replay(out, ctx.run_dir, ctx.result))
+    return artifacts
 
 
 def _without_npz(export: Export) -> tuple[Export, bytes | None]:
