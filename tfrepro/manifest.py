@@ -23,6 +23,7 @@ from tfrepro.settings import StateSettings, SymptomSettings, TrialSettings
 # switch a check off. (low, high, low is exclusive)
 _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "timeout_s": (0.0, 7 * 24 * 3600.0, True),
+    "budget_s": (0.0, 7 * 24 * 3600.0, True),
     "slowdown": (1.0, 1000.0, True),
     "mismatch": (0.0, 100.0, False),
     "memory": (1.0, 1000.0, True),
@@ -31,6 +32,25 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "copy_budget_mb": (0.0, 1e8, False),
     "keep_mb": (0.0, 1e8, False),
 }
+
+
+def _check_budget(t_kw: dict[str, Any], err) -> None:
+    """`budget_s` (the failing configuration's run until its symptom) must end
+    before the trial's `timeout_s` kills it; left out, it is the default or
+    half of a shorter `timeout_s`."""
+    default = TrialSettings()
+    timeout = t_kw.get("timeout_s", default.timeout_s)
+    if "budget_s" not in t_kw:
+        if default.budget_s >= timeout:
+            t_kw["budget_s"] = timeout / 2
+        return
+    if t_kw["budget_s"] >= timeout:
+        raise err(
+            f"[trial] budget_s ({t_kw['budget_s']:g} s) must be less than timeout_s ({timeout:g} s)",
+            "trial",
+            "budget_s",
+            hint=f"e.g. budget_s = {timeout / 2:g}, or raise timeout_s",
+        )
 
 
 @dataclass(frozen=True)
@@ -100,6 +120,7 @@ class Manifest:
             "command": (list,),
             "steps": (int,),
             "timeout_s": (int, float),
+            "budget_s": (int, float),
             "repeats": (int,),
             "seed": (int,),
             "deterministic": (bool,),
@@ -129,8 +150,8 @@ class Manifest:
                 )
             elif key in ("steps", "repeats") and value < 1:
                 raise err(f"[trial] {key} must be at least 1, not {value}", "trial", key)
-            elif key == "timeout_s" and value <= 0:
-                raise err(f"[trial] timeout_s must be positive, not {value}", "trial", key)
+            elif key in ("timeout_s", "budget_s") and value <= 0:
+                raise err(f"[trial] {key} must be positive, not {value}", "trial", key)
             elif key == "gpus" and (value != "all" if isinstance(value, str) else not 0 <= value <= 1024):
                 raise err(
                     f'[trial] gpus is a count (0-1024) or "all", not {value!r}',
@@ -147,9 +168,10 @@ class Manifest:
             elif key == "repeats":
                 repeats = value
             else:
-                t_kw[key] = float(value) if key == "timeout_s" else value
+                t_kw[key] = float(value) if key in ("timeout_s", "budget_s") else value
         if "entry" in t_kw and "command" in t_kw:
             raise err("[trial] has both `entry` and `command`; keep one", "trial", "command")
+        _check_budget(t_kw, err)
 
         s_kw: dict[str, Any] = {}
         s_spec = {"nan": (bool,), "slowdown": (int, float), "mismatch": (int, float), "memory": (int, float)}

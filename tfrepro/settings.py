@@ -48,6 +48,16 @@ class TrialSettings:
     min_time_s: float = 0.0
     min_steps: int = 0
     steps_max: int = 0
+    # The failing configuration's first trial runs "until its symptom": no
+    # step cap, the script's own length, at most `budget_s` seconds of
+    # training (`[trial] budget_s`, `--budget-s`); later trials then run to a
+    # little past the step it showed (`late_steps`). Both are left out of
+    # `to_dict` unless `until_symptom`, so other trials' cache keys stay.
+    budget_s: float = 60.0
+    until_symptom: bool = False
+    # A NaN hunt's "nan-state" trial: the state before this step and its
+    # batch are saved (inside/harness_nanstate.py). 0: none, and not in `to_dict`.
+    save_state_step: int = 0
 
     @property
     def timing(self) -> bool:
@@ -70,6 +80,10 @@ class TrialSettings:
         if not self.timing:
             for k in ("min_time_s", "min_steps", "steps_max"):
                 del d[k]
+        if not self.until_symptom:
+            del d["budget_s"], d["until_symptom"]
+        if not self.save_state_step:
+            del d["save_state_step"]
         d["command"] = list(self.command) if self.command is not None else None
         return d
 
@@ -79,6 +93,16 @@ class TrialSettings:
         if d.get("command") is not None:
             d["command"] = tuple(d["command"])
         return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+
+
+def late_steps(symptom_step: int, steps: int) -> int:
+    """The steps every later trial runs once the failing configuration showed
+    its symptom at `symptom_step`: `steps` when that is within them, else a
+    little past it (10%, at least 5 steps), so a flaky repeat that shows it a
+    few steps later is still seen."""
+    if symptom_step <= steps:
+        return steps
+    return symptom_step + max(5, symptom_step // 10)
 
 
 @dataclass(frozen=True)

@@ -128,6 +128,18 @@ class _Bisection:
         self.settings: TrialSettings = replace(manifest.trial, repeat=0)
         if options.steps is not None:
             self.settings = replace(self.settings, steps=options.steps)
+        if options.budget_s is not None:
+            if options.budget_s >= self.settings.timeout_s:
+                raise UserError(
+                    f"--budget-s {options.budget_s:g} must be less than the trial timeout "
+                    f"({self.settings.timeout_s:g} s, [trial] timeout_s)",
+                    hint="give a smaller --budget-s, or raise [trial] timeout_s",
+                )
+            self.settings = replace(self.settings, budget_s=options.budget_s)
+        # Without --steps the failing configuration runs until its symptom (bisect/late.py).
+        self.until_symptom = options.steps is None
+        self.late_step: dict | None = None
+        self.nan_state: dict | None = None  # bisect/late.py: the state before the NaN step
         self.k = max(1, options.repeats or manifest.repeats)
         self.symptom_settings = manifest.symptoms
         self.features: tuple[str, ...] = tuple(project.feature_names)
@@ -162,6 +174,8 @@ class _Bisection:
     # -- trials ------------------------------------------------------------
     def _request(self, config: Config, repeat: int, role: str) -> TrialRequest:
         settings = replace(self.settings, repeat=repeat)
+        if role == "failing" and repeat == 0 and self.until_symptom:
+            settings = replace(settings, until_symptom=True)
         if role.startswith("timing"):
             settings = self.opts.timing_settings(settings)
         return TrialRequest(tuple(sorted(config)), settings, role, use_cache=self.opts.use_cache)
@@ -236,6 +250,10 @@ class _Bisection:
 
     def _shows(self, config: Config, result: TrialResult) -> frozenset[Verdict]:
         result = classify.first_steps(result, self.settings.steps)  # a timing trial runs longer
+        if self.until_symptom:  # the failing run until its symptom ran longer too (bisect/late.py)
+            from tfrepro.bisect.late import within_steps
+
+            result = within_steps(result, self.settings.steps)
         shown = classify.symptoms(
             result,
             reference=self._reference(config),
@@ -333,6 +351,10 @@ class _Bisection:
         if target is None:
             return self._finish(Status.NONE, self.opts.symptom)
         culprits, config, table = self._search(target)
+        if target == Verdict.NAN:
+            from tfrepro.bisect.late import save_nan_state
+
+            self.nan_state = save_nan_state(self, config)
         return self._replay(target, culprits, config, table)
 
     def _both_ends(self) -> RunResult | None:
@@ -341,9 +363,11 @@ class _Bisection:
         already fails, else None (and `self.noise` is set)."""
         k, base, full = self.k, frozenset(), frozenset(self.features)
         n_base = max(k, 2)
-        self._many(
-            [(base, r, "baseline") for r in range(n_base)] + self._needs(full, range(k), "failing", self.opts.symptom)
-        )
+        wanted = [(base, r, "baseline") for r in range(n_base)]
+        wanted += self._needs(full, range(k), "failing", self.opts.symptom)
+        self._many(wanted)
+        if self._late(full):
+            self._many(wanted)  # again, at the steps past the late symptom
         base_runs = [self.memo[(base, r)] for r in range(n_base)]
         base_fail = [
             bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & _BASELINE_FAILURES)
@@ -373,6 +397,25 @@ class _Bisection:
             f"{first.error or 'see its logs'}{reason}",
             extra={"checks": checks, "baseline_flaky": not all(base_fail)},
         )
+
+    def _late(self, full: Config) -> bool:
+        """The failing configuration's run until its symptom showed it past
+        `steps`: later trials run to a little past that step, and what ran at
+        the shorter length runs again (its records stay in the run dir)."""
+        from tfrepro.bisect.late import late_doc, symptom_step
+        from tfrepro.settings import late_steps
+
+        explored = self.memo[(full, 0)]
+        step = symptom_step(explored) if self.until_symptom else None
+        if step is None or step <= self.settings.steps:
+            return False
+        old = self.settings.steps
+        self.settings = replace(self.settings, steps=late_steps(step, old))
+        self.late_step = late_doc(step, old, self.settings.steps, self.settings.budget_s)
+        self.events.phase(f"the failing configuration showed it at step {step}: trials now run {self.settings.steps}")
+        with self.lock:
+            self.memo = {(full, 0): explored}
+        return True
 
     def _search(self, target: Verdict) -> tuple[Config, Config, dict[str, Verdict] | None]:
         """Ablation and/or ddmin locked onto `target` -> (culprits, the

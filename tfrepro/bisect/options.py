@@ -18,6 +18,9 @@ class BisectOptions:
     symptom: Verdict | None = None
     strategy: str = "auto"
     steps: int | None = None
+    # seconds of training the failing configuration's run until its symptom
+    # may take (None: [trial] budget_s); only without `steps`
+    budget_s: float | None = None
     repeats: int | None = None
     jobs: int = 1
     use_cache: bool = True

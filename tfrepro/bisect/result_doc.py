@@ -116,6 +116,8 @@ def finish(
         "cached_trials": sum(1 for r in run.records if r.result.cached),
         "project": str(Path(run.project.root).resolve()),
         "settings": run.settings.to_dict(),
+        "late_step": getattr(run, "late_step", None),
+        "nan_state": getattr(run, "nan_state", None),
         "repeats": run.k,
         "features": list(run.features),
         "affects_loss": sorted(run.affects_loss),

@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from tfrepro.trials.ddmin import _split, ddmin  # noqa: F401  (the pure ddmin, shared with report)
 from tfrepro.trials.values import Verdict
 
 Config = frozenset[str]
@@ -111,53 +112,6 @@ def ablation(features: Iterable[str], oracle: Oracle, *, base: Config = frozense
     names = sorted(features)
     got = oracle.verdicts([base | {f} for f in names])
     return dict(zip(names, got))
-
-
-def _split(items: Sequence[str], n: int) -> list[list[str]]:
-    """`n` contiguous chunks of near-equal size (the first ones larger)."""
-    k, r = divmod(len(items), n)
-    out, start = [], 0
-    for i in range(n):
-        size = k + (1 if i < r else 0)
-        out.append(list(items[start : start + size]))
-        start += size
-    return [c for c in out if c]
-
-
-def ddmin(items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()) -> Config:
-    """Delta debugging (Zeller's ddmin) from `items`, which must fail.
-
-    The configuration tested for a subset S is `S | fixed` (`fixed` holds
-    features kept on throughout, e.g. the `affects_loss` context of a mismatch
-    hunt). Returns a failing, 1-minimal subset of `items`; it is empty only
-    when `fixed` alone fails. Raises ValueError when `items | fixed` does not
-    fail (the caller checks both ends first).
-    """
-    current = sorted(set(items))
-
-    def cfg(subset: Iterable[str]) -> Config:
-        return frozenset(subset) | fixed
-
-    if not oracle.fails(cfg(current)):
-        raise ValueError("ddmin must start from a failing configuration")
-    n = 2
-    while len(current) >= 2:
-        chunks = _split(current, n)
-        # For n == 2 the complements are the chunks themselves.
-        complements = [] if len(chunks) == 2 else [[x for x in current if x not in set(c)] for c in chunks]
-        candidates = chunks + complements
-        hit = oracle.first_failing([cfg(c) for c in candidates])
-        if hit is not None and hit < len(chunks):
-            current, n = candidates[hit], 2
-        elif hit is not None:
-            current, n = candidates[hit], max(n - 1, 2)
-        elif n >= len(current):
-            break  # every single removal tested: 1-minimal
-        else:
-            n = min(2 * n, len(current))
-    if len(current) == 1 and oracle.fails(cfg([])):
-        current = []
-    return frozenset(current)
 
 
 def halving(items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()) -> Config:

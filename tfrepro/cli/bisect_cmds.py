@@ -82,6 +82,13 @@ def check_release(rev: str | None, option: str) -> None:
 )
 @click.option("--steps", type=click.IntRange(min=1), help="Training steps per trial (default: [trial] steps).")
 @click.option(
+    "--budget-s",
+    type=click.FloatRange(min=0.1, max=7 * 24 * 3600.0),
+    metavar="SECONDS",
+    help="Without --steps the failing configuration runs until its symptom: at most this many seconds "
+    "of training (default: [trial] budget_s, 60).",
+)
+@click.option(
     "--repeats",
     type=click.IntRange(min=1),
     help="Runs per configuration; a configuration fails when any run does (default: [trial] repeats).",
@@ -151,6 +158,7 @@ def bisect_cmd(
     symptom: str | None,
     strategy: str,
     steps: int | None,
+    budget_s: float | None,
     repeats: int | None,
     jobs: int,
     no_cache: bool,
@@ -269,6 +277,7 @@ def bisect_cmd(
         symptom=Verdict(symptom) if symptom else None,
         strategy=strategy,
         steps=steps,
+        budget_s=budget_s,
         repeats=repeats,
         jobs=jobs,
         use_cache=not no_cache,

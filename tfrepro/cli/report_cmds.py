@@ -25,8 +25,19 @@ from tfrepro.errors import UserError
     help="Also re-run the repro on the newest tf-nightly (its own environment in the user cache) "
     "and answer the form's nightly question from it.",
 )
+@click.option(
+    "--no-data",
+    is_flag=True,
+    help="No synthetic stand-ins for the data files the script read: the repro needs your data (none is shipped).",
+)
 def report(
-    run_dir: Path | None, out: Path | None, as_json: bool, no_rerun: bool, no_localize: bool, nightly: bool
+    run_dir: Path | None,
+    out: Path | None,
+    as_json: bool,
+    no_rerun: bool,
+    no_localize: bool,
+    nightly: bool,
+    no_data: bool,
 ) -> None:
     """Turn a bisect run into a bug-report bundle.
 
@@ -49,6 +60,7 @@ def report(
         rerun=not no_rerun,
         localize=not no_localize,
         nightly=nightly,
+        no_data=no_data,
         progress=lambda line: click.echo(line, err=True),
     )
     doc = bundle.doc

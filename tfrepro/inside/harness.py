@@ -22,7 +22,8 @@ What it does (Contract 3):
 - custom loops: lines `step=<int> loss=<float>` written to sys.stdout (Python
   level: `print`, not `tf.print`), in harness_stdout.py (loaded by path when
   the harness activates); step time = time between two such lines;
-- stops at `steps` and at the first non-finite loss: the result is written and
+- stops at `steps` (a trial run "until its symptom", `until_s` > 0: after
+  `until_s` seconds of training instead) and at the first non-finite loss: the result is written and
   the process leaves with os._exit(0) right there (no exception to be
   swallowed by the script's own `except`); a timing trial (`steps_max` > 0)
   stops on its time budget instead (harness_timing.py);
@@ -66,6 +67,8 @@ class _State:
     def __init__(self, config: dict) -> None:
         self.config = config
         self.steps = int(config.get("steps") or 0)
+        self.until_s = float(config.get("until_s") or 0)  # "until its symptom": a training-time budget
+        self.t_first: float | None = None  # when the first step ended (the budget's start)
         self.budget = None  # a timing trial's harness_timing.Budget
         self.result_path = config["result_path"]
         self.losses: list[float] = []
@@ -122,10 +125,22 @@ def record_step(loss: float | None, dt: float) -> None:
             _stop("budget")
     elif S.steps and S.steps_seen >= S.steps:
         _stop("steps")
+    elif S.until_s:
+        _until_budget()
     now = time.monotonic()
     if now - S.last_progress >= PROGRESS_EVERY_S:
         S.last_progress = now
         _write_progress()
+
+
+def _until_budget() -> None:
+    """A trial run "until its symptom" stops after `until_s` seconds of
+    training (counted from its first step: imports and data loading are not)."""
+    now = time.monotonic()
+    if S.t_first is None:
+        S.t_first = now
+    elif now - S.t_first >= S.until_s:
+        _stop("budget_s")
 
 
 def _write_progress() -> None:
@@ -219,6 +234,26 @@ _HOOKS = {
 
 
 _FINDER = None  # harness_imports.PostImportFinder, once activated
+_DATA = None  # harness_data.Recorder: what the script feeds training
+
+
+def _data_start() -> None:
+    global _DATA
+    try:
+        module = _sibling("data")
+        _DATA = module.Recorder(note_error)
+        module.install(_DATA, _FINDER)
+        S.fit_hooks.append(_DATA.on_fit)
+    except Exception:
+        note_error("data recorder")
+
+
+def data_batch(batch: dict) -> None:
+    """A batch a fit trained on (harness_keras.py, when the config has `record_data`)."""
+    try:
+        _DATA and _DATA.see_batch(batch)
+    except Exception:
+        note_error("data batch")
 
 
 # -- plugins ----------------------------------------------------------------------
@@ -349,6 +384,10 @@ def finish() -> None:
         "extra": extra,
     }
     _memory_result(result)
+    try:
+        result["data"] = _DATA.to_dict() if _DATA else {}
+    except Exception:
+        note_error("data record")
     tmp = S.result_path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(result, f, allow_nan=False, default=repr)
@@ -422,5 +461,6 @@ def activate(config_path: str) -> None:
     _FINDER = _sibling("imports").PostImportFinder(_HOOKS, note_error)
     sys.meta_path.insert(0, _FINDER)
     _FINDER.fire_imported()
+    _data_start()
     if S.config.get("plugins"):
         _load_plugins(S.config["plugins"], S.config.get("plugin_options"))

@@ -21,12 +21,47 @@ import threading
 import time
 
 LOSS_KEY = "_tfrepro_loss"
+BATCH_KEY = "_tfrepro_batch"  # a nan-state trial's batch output (harness_nanstate.py)
 H = None  # the harness core module, set by bind()
 
 
 def bind(core) -> None:
     global H
     H = core
+
+
+_SAVER = None  # harness_nanstate.StateSaver of a nan-state trial, False elsewhere
+_NANSTATE = None  # the harness_nanstate module, once loaded
+
+
+def _batch_outputs(data) -> dict:
+    global _NANSTATE
+    if _NANSTATE is None:
+        _NANSTATE = H._sibling("nanstate")
+    return _NANSTATE.batch_outputs(data)
+
+
+def _saver():
+    global _SAVER
+    if _SAVER is None:
+        _SAVER = False
+        if H.S.config.get("save_state_step"):
+            try:
+                _batch_outputs(None)  # loads the module
+                _SAVER = _NANSTATE.StateSaver(H.S.config)
+            except Exception:
+                H.note_error("nan state")
+    return _SAVER or None
+
+
+def _save(what: str, *args) -> None:
+    """The nan-state trial's save at the step it wants (a failure is noted, never raised)."""
+    saver = _saver()
+    if saver is not None and saver.wanted(H.S.steps_seen):
+        try:
+            getattr(saver, what)(*args)
+        except Exception:
+            H.note_error("nan state")
 
 
 def _track(model) -> None:
@@ -73,10 +108,14 @@ def _make_callback(base, lib: str):
 
         def on_train_batch_begin(self, batch, logs=None):
             H.S.pending_loss = None
+            _save("save_state", self.model)
             self._t0 = time.perf_counter()
 
         def on_train_batch_end(self, batch, logs=None):
             self._k += 1
+            if getattr(H.S, "pending_batch", None) is not None:
+                _save("save_batch", H.S.pending_batch)
+                H.data_batch(H.S.pending_batch)
             loss = None
             if H.S.pending_loss is not None:
                 loss = float(H.S.pending_loss)
@@ -143,6 +182,7 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
                 if isinstance(out, dict) and LOSS_KEY in out:
                     out = dict(out)
                     H.S.pending_loss = out.pop(LOSS_KEY)
+                    H.S.pending_batch = out.pop(BATCH_KEY, None)
                 return out
 
             train_function._tfrepro = True
@@ -170,6 +210,11 @@ def _capturing_step(model, step, distributed_sum: bool):
         if seen and isinstance(logs, dict):
             logs = dict(logs)
             logs[LOSS_KEY] = _global_loss(seen[-1], distributed_sum)
+            if _saver() is not None or H.S.config.get("record_data"):  # the batch leaves the step too
+                try:
+                    logs[BATCH_KEY] = _batch_outputs(data)
+                except Exception:
+                    H.note_error("nan state batch")
         return logs
 
     train_step.__wrapped__ = step

@@ -30,6 +30,7 @@ from tfrepro.report import issue as issue_md
 from tfrepro.report import outdir
 from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, write_scripts
+from tfrepro.report.replay import write_replay
 from tfrepro.report.rerun import Reproduction, Runner
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
@@ -123,6 +124,7 @@ def build_report(
     probe_environment: bool = True,
     progress: Progress | None = None,
     nightly: bool = False,
+    no_data: bool = False,
 ) -> Bundle:
     """Write the bundle for the run in `run_dir` and return it. `runner`
     replaces the real trial runner (tests); `environ` the process environment
@@ -138,11 +140,11 @@ def build_report(
     out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         writer = _Writer(out, scrubber)
-        reproduction, export, trim = _reproduce_trimmed(
-            ctx, export, rerun=rerun, runner=runner, max_pairs=max_pairs, say=say
-        )
-        artifacts = write_scripts(writer, ctx.result, export)
-        loc = _localize(ctx, export, localize=localize, python=python, say=say)
+        kw = dict(rerun=rerun, runner=runner, max_pairs=max_pairs, say=say)
+        reproduction, export, trim, data = _with_data(ctx, export, no_data=no_data, **kw)
+        with_npz, (export, npz) = export, _without_npz(export)
+        artifacts = {**write_scripts(writer, ctx.result, export), **_write_data(out, ctx, npz, data, no_data)}
+        loc = _localize(ctx, with_npz, localize=localize, python=python, say=say)
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = _environment(reproduction, probe=probe_environment, python=python, environ=environ, say=say)
         artifacts.update(plots(out, ctx.result, ctx.symptom, reproduction))
@@ -157,7 +159,7 @@ def build_report(
             scrubber=scrubber,
             artifacts=artifacts,
         )
-        doc["repro"].update(trimmed=trim["trimmed"], trim=trim)
+        doc["repro"].update(trimmed=trim["trimmed"], trim=trim), doc.update(data=data)
         if nightly:
             doc["nightly"] = _on_nightly(ctx, export, max_pairs=max_pairs, say=say)
         doc = scrubber.scrub_obj(doc)  # type: ignore[assignment]
@@ -300,6 +302,75 @@ def _reproduce_trimmed(
         export,
         {"trimmed": False, "changes": changes, "note": "the trimmed repro did not reproduce; untrimmed kept"},
     )
+
+
+def _with_data(ctx: Context, export: Export, *, no_data: bool, **kw: Any):
+    """The repro with synthetic stand-ins for the data files it read
+    (report/standin.py) when a re-run shows the symptom with them; else the
+    export as it was, and the report says which data it needs."""
+    from tfrepro.report.standin import with_standins
+
+    standin, data = with_standins(export, ctx.result, ctx.entry, no_data=no_data)
+    if standin is export:
+        return _reduced(ctx, export, data, no_data=no_data, **kw)
+    kw["say"](f"{ENTRY} reads synthetic stand-ins for {len(data['standins'])} data file(s): re-running it")
+    reproduction, got, trim = _reproduce_trimmed(ctx, standin, **kw)
+    data["standin_reproduced"] = reproduction.reproduced if reproduction else None
+    if reproduction is None or reproduction.reproduced is not False:
+        return reproduction, got, trim, data
+    kw["say"]("the stand-ins do not show the symptom: the repro keeps reading the user's data")
+    data["needs_user_data"] = data["standins"] + data["needs_user_data"]
+    data["note"] = "synthetic stand-ins did not reproduce the symptom; the repro reads the user's data"
+    data["standins"] = []
+    return _reduced(ctx, export, data, no_data=no_data, **kw)
+
+
+def _write_data(out: Path, ctx: Context, npz: bytes | None, data: dict[str, Any], no_data: bool) -> dict[str, str]:
+    """data.npz (the reduced records) and a NaN's replay.py + nan_state/ (its batch is user data: not with --no-data)."""
+    artifacts: dict[str, str] = {}
+    if npz is not None:
+        (out / "data.npz").write_bytes(npz)
+        red = data.get("reduction") or {}
+        artifacts["data.npz"] = (
+            f"{red.get('records')} of {red.get('of')} records of "
+            + ", ".join(f"`{f['file']}`" for f in red.get("files") or [])
+            + ": the few real records that still show the symptom"
+        )
+    if not no_data:
+        artifacts.update(write_replay(out, ctx.run_dir, ctx.result))
+    return artifacts
+
+
+def _without_npz(export: Export) -> tuple[Export, bytes | None]:
+    npz = export.cand_files.get("data.npz")
+    if not isinstance(npz, bytes):
+        return export, None
+    return replace(export, cand_files={k: v for k, v in export.cand_files.items() if k != "data.npz"}), npz
+
+
+def _reduced(ctx: Context, export: Export, data: dict[str, Any], *, no_data: bool, **kw: Any):
+    """The repro reading the few real records that still show the symptom
+    (report/reduce.py) when no stand-in does; else the export as it was."""
+    from tfrepro.report.reduce import reduce_export
+    from tfrepro.report.standin import reads_of
+
+    sites, batches = reads_of(ctx.result, ctx.entry)
+    if no_data or not kw.get("rerun") or not data.get("needs_user_data") or not sites:
+        return (*_reproduce_trimmed(ctx, export, **kw), data)
+    kw["say"]("reducing the data: ddmin over the records the failing run read, each tried by a re-run")
+
+    def shows(files: dict[str, Any]) -> bool:
+        rep = _reproduce(ctx, replace(export, cand_files={**export.cand_files, **files}), **kw)
+        return bool(rep and rep.reproduced)
+
+    got = reduce_export(Path(ctx.project.root), export.cand_files[ENTRY], sites, batches, shows)
+    data["reduction"] = {k: v for k, v in got.items() if k not in ("text", "npz")}
+    if "error" in got:
+        return (*_reproduce_trimmed(ctx, export, **kw), data)
+    files = {**export.cand_files, ENTRY: got["text"], "data.npz": got["npz"]}
+    reduced = replace(export, cand_files=files)
+    data["needs_user_data"] = [s for s in data["needs_user_data"] if s["file"] not in {f["file"] for f in got["files"]}]
+    return (_reproduce(ctx, reduced, **kw), reduced, {"trimmed": False, "changes": [], "note": "data reduced"}, data)
 
 
 def _on_nightly(ctx: Context, export: Export, *, max_pairs: int, say: Progress) -> dict[str, Any]:

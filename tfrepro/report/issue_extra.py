@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from tfrepro.report.issue_text import fmt, names
+from tfrepro.report.standin import issue_lines as data_lines
 
 
 def code(text: str, lang: str = "") -> str:
@@ -21,6 +22,7 @@ def beyond_the_form(doc: dict[str, Any]) -> list[str]:
     out = ["## Beyond the issue form", ""]
     for section in (
         reproduction,
+        data_lines,
         training_setup,
         environment_variables,
         localisation,

@@ -290,7 +290,10 @@ def _localize_in(tmp: str, files: dict[str, str], entry: str, python: str, timeo
     root = Path(tmp) / "repro"
     for rel, text in files.items():
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text, encoding="utf-8")
+        if isinstance(text, bytes):  # data.npz (report/reduce.py)
+            (root / rel).write_bytes(text)
+        else:
+            (root / rel).write_text(text, encoding="utf-8")
     out = Path(tmp) / "probe.json"
     env = child_env()
     # Auto-clustering would put ops under XLA too.

@@ -90,7 +90,10 @@ def default_runner(
 def _write(dest: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        (dest / rel).write_text(text, encoding="utf-8")
+        if isinstance(text, bytes):  # data.npz: the records a reduced repro reads (report/reduce.py)
+            (dest / rel).write_bytes(text)
+        else:
+            (dest / rel).write_text(text, encoding="utf-8")
     return dest
 
 

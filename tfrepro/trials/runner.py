@@ -292,7 +292,13 @@ def run_variant(
     config_path = trial_dir / "trial.json"
     config = {
         "result_path": str(result_path),
-        "steps": settings.steps,
+        "steps": 0 if settings.until_symptom else settings.steps,
+        # "until its symptom": no step cap, this many seconds of training at most
+        "until_s": settings.budget_s if settings.until_symptom else 0,
+        "save_state_step": settings.save_state_step,
+        # the batches a dataset or generator feeds fit, for statistics (harness_data.py)
+        "record_data": settings.until_symptom,
+        "state_dir": str(trial_dir / "nan_state"),
         # a timing trial's budget (0: none), in steps past the warm-up
         "steps_max": settings.steps_max,
         "min_time_s": settings.min_time_s,

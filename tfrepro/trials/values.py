@@ -93,6 +93,10 @@ class TrialResult:
     rss_per_step: tuple[int, ...] = ()
     device_peak_bytes: int | None = None
     growth_per_step: float | None = None
+    # What the script fed training (inside/harness_data.py): `sources` (the
+    # calls that read data files, file:line) and `fits` (element spec,
+    # batches per epoch, per-feature statistics). {} when not recorded.
+    data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -135,6 +139,7 @@ class TrialResult:
         kw["nonfinite_weights"] = tuple(kw.get("nonfinite_weights", ()))
         kw["rss_per_step"] = tuple(int(x) for x in kw.get("rss_per_step") or ())
         kw["extra"] = dict(kw.get("extra") or {})
+        kw["data"] = dict(kw.get("data") or {})
         return cls(**kw)
 
 

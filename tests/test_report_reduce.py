@@ -1,0 +1,85 @@
+"""Real-data reduction (report/reduce.py): ddmin over chunks then records,
+with a fake re-run; records of .npy, text and TFRecord files; the rewritten
+repro writes temp files of the original format (no TensorFlow)."""
+
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from tfrepro.report import reduce as rd
+
+
+def test_ddmin_over_chunks_then_records_keeps_only_the_bad_ones():
+    bad = {613, 618}
+    seen = []
+
+    def test(keep):
+        seen.append(len(keep))
+        return bad <= set(keep)
+
+    kept, tests = rd.reduce_records(640, 16, test)
+    assert kept == [613, 618] and tests == len(seen)
+    assert tests < 40  # far fewer re-runs than records
+
+
+def test_records_of_npy_text_and_tfrecord(tmp_path):
+    np.save(tmp_path / "x.npy", np.arange(12).reshape(6, 2))
+    (tmp_path / "t.csv").write_text("a,b\n1,2\n3,4\n5,6\n")
+    frames = b"".join(struct.pack("<Q", len(p)) + b"\0" * 4 + p + b"\0" * 4 for p in (b"one", b"three"))
+    (tmp_path / "r.tfrecord").write_bytes(frames)
+    npy = rd.read_records(tmp_path, {"call": "numpy.load", "file": "x.npy"})
+    text = rd.read_records(tmp_path, {"call": "numpy.loadtxt", "file": "t.csv"})
+    rec = rd.read_records(tmp_path, {"call": "tf.data.TFRecordDataset", "file": "r.tfrecord"})
+    assert (rd.count(npy), rd.count(text), rd.count(rec)) == (6, 3, 2)
+    assert text.header == b"a,b\n" and rec.items == [b"one", b"three"]
+    assert rd.read_records(tmp_path, {"call": "numpy.load", "file": "missing.npy"}) is None
+
+
+def test_the_reduced_repro_reads_the_kept_records_in_the_original_format(tmp_path):
+    np.save(tmp_path / "x.npy", np.arange(12).reshape(6, 2))
+    (tmp_path / "t.csv").write_text("a,b\n1,2\n3,4\n5,6\n")
+    sites = [
+        {"call": "numpy.load", "file": "x.npy", "at": "train.py:3"},
+        {"call": "numpy.loadtxt", "file": "t.csv", "at": "train.py:4"},
+    ]
+    groups = [(0, rd.read_records(tmp_path, sites[0]))]
+    text = "import numpy as np\n\nx = np.load('data/x.npy')\n"
+    new = rd.rewrite_reads(text, groups)
+    assert "np.load(_tfrepro_file(0))" in new
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "repro.py").write_text(new)
+    (bundle / "data.npz").write_bytes(rd.npz_bytes(groups, [1, 4]))
+    scope = {"__file__": str(bundle / "repro.py"), "__name__": "x"}
+    exec(compile(new, "repro.py", "exec"), scope)
+    assert scope["x"].tolist() == [[2, 3], [8, 9]]
+    text_groups = [(0, rd.read_records(tmp_path, sites[1]))]
+    (bundle / "data.npz").write_bytes(rd.npz_bytes(text_groups, [2]))
+    new = rd.rewrite_reads("import numpy as np\nt = np.loadtxt('t.csv', delimiter=',', skiprows=1)\n", text_groups)
+    exec(compile(new, "repro.py", "exec"), scope)
+    assert scope["t"].tolist() == [5.0, 6.0]
+
+
+def test_tfrecord_frames_carry_the_masked_crc32c():
+    scope: dict = {"__name__": "x"}
+    exec(compile(rd.HEADER.replace("kinds_literal", "{}"), "h.py", "exec"), scope)
+    crc = 0xE3069283  # CRC-32C of b"123456789"
+    assert scope["_tfrepro_crc"](b"123456789") == (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def test_a_reduction_that_keeps_too_much_is_refused(tmp_path):
+    np.save(tmp_path / "x.npy", np.arange(200).reshape(100, 2))
+    sites = [{"call": "numpy.load", "file": "x.npy", "at": "train.py:3"}]
+    got = rd.reduce_export(tmp_path, "import numpy as np\nx = np.load('x.npy')\n", sites, 10, lambda files: True)
+    assert got["records"] <= 1  # any record shows it: at most one is kept
+    got = rd.reduce_export(tmp_path, "import numpy as np\nx = np.load('x.npy')\n", sites, 10, lambda f: _rows(f) >= 50)
+    assert "too many" in got["error"]
+
+
+def _rows(files) -> int:
+    import io
+
+    saved = np.load(io.BytesIO(files["data.npz"]))
+    return len(saved["f0_rows"])

@@ -1,0 +1,81 @@
+"""The late step: the failing configuration's first trial runs until its symptom.
+
+A fixed 50 steps misses a NaN that first shows at step 600 (an export sorted
+by one column, no shuffle, the bad rows in the last batches of the epoch).
+Without `--steps`, the failing configuration's first trial runs with no step
+cap, for the script's own length and at most `[trial] budget_s` seconds of
+training (`TrialSettings.until_symptom`). When it shows a NaN or a crash past
+`steps`, every later trial runs to a little past that step
+(`settings.late_steps`), and the trials already run at the shorter length
+(the baseline, the mismatch reference) are judged again at the new one.
+"""
+
+from __future__ import annotations
+
+from tfrepro.trials.values import TrialResult
+
+
+def symptom_step(result: TrialResult) -> int | None:
+    """The step at which `result` first showed a NaN or a crash, or None.
+    A NaN seen only in the weights at the end, and a crash, count at the last
+    step the trial ran (a crash before any step: step 1)."""
+    if result.first_nonfinite_step is not None:
+        return result.first_nonfinite_step
+    if result.crashed or result.weights_finite is False:
+        return max(1, result.steps_run)
+    return None
+
+
+def late_doc(step: int, old_steps: int, new_steps: int, budget_s: float) -> dict:
+    """What result.json says about it (`late_step`)."""
+    return {"symptom_step": step, "steps_before": old_steps, "steps": new_steps, "budget_s": budget_s}
+
+
+# The repeat index of the nan-state trial (apart from every search and replay index).
+NAN_STATE_REPEAT = 900
+NAN_STATE_DIR = "nan_state"
+
+
+def save_nan_state(run, config) -> dict | None:
+    """For a NaN: rerun `config` (seeded, deterministic) to its first NaN step,
+    saving the state before that step and its batch (`harness_nanstate.py`),
+    copied to `<run_dir>/nan_state/`. Returns result.json's `nan_state`, or
+    None when the NaN showed in no loss (only in the weights at the end)."""
+    import shutil
+    from dataclasses import replace
+    from pathlib import Path
+
+    from tfrepro.trials.executors import TrialRequest
+
+    first = run.memo.get((config, 0))
+    step = first.first_nonfinite_step if first is not None else None
+    if not step:
+        return None
+    settings = replace(run.settings, repeat=NAN_STATE_REPEAT, steps=step, save_state_step=step)
+    request = TrialRequest(tuple(sorted(config)), settings, "nan-state", use_cache=run.opts.use_cache)
+    run.events.phase(f"saving the state before the NaN step {step}")
+    got = run.executor.run_batch(
+        run.project, [request], on_result=lambda i, res: run._record(config, NAN_STATE_REPEAT, "nan-state", res)
+    )[0]
+    src = Path(got.log_dir or "") / NAN_STATE_DIR
+    doc = {"step": step, "dir": None, "config": sorted(config), "deterministic": run.settings.deterministic}
+    if got.log_dir and (src / "state.npz").is_file() and (src / "batch.npz").is_file():
+        shutil.copytree(src, run.run_dir / NAN_STATE_DIR, dirs_exist_ok=True)
+        doc["dir"] = NAN_STATE_DIR
+    else:
+        doc["error"] = "the nan-state trial saved no state (a custom loop, or no Keras fit)"
+    return doc
+
+
+def within_steps(result: TrialResult, steps: int) -> TrialResult:
+    """The memory view of a trial that ran past `steps` (the run until its
+    symptom, the script's whole length): its RSS series cut at `steps`, so a
+    longer run is not judged against a shorter baseline's peak and growth."""
+    if result.steps_run <= steps or not result.rss_per_step:
+        return result
+    from dataclasses import replace
+
+    stride = max(1, int((result.extra.get("memory") or {}).get("stride") or 1))
+    series = result.rss_per_step[: max(1, -(-steps // stride))]
+    peak = min(max(series), result.peak_rss_bytes or max(series))
+    return replace(result, rss_per_step=series, peak_rss_bytes=peak, growth_per_step=None, steps_run=steps)

@@ -1,0 +1,410 @@
+"""What the data is, inside the trial process (loaded by path by harness.py;
+stdlib, NumPy and TensorFlow only, no tfrepro import). Ends up in
+`TrialResult.data`:
+
+- `sources`: where the data came from: each call that read a data file
+  (`numpy.load`, `numpy.loadtxt`, `numpy.genfromtxt`, `pandas.read_csv`,
+  `pandas.read_parquet`, `tf.data.TFRecordDataset`,
+  `tf.data.experimental.make_csv_dataset`,
+  `keras.utils.image_dataset_from_directory`, and `open()` of a file with a
+  data extension), with the file, the script's file:line that made the call,
+  and the shape read where it is known;
+- `fits`: per `Model.fit`, its file:line, what it was fed (`kind`: arrays,
+  dataframe, tf.data, generator, sequence), the element spec (structure,
+  shapes, dtypes), the batches per epoch where they are known, and
+  per-feature statistics (min, max, mean, std, fraction of zeros, NaN/Inf
+  counts, the distinct values of integer, bool and string features up to
+  `DISTINCT_MAX`): from the arrays themselves (their first `ROWS_MAX` rows),
+  or, for a dataset or a generator, from the first `BATCHES_MAX` batches
+  training saw (when the config asks, `record_data`: the batches leave the
+  train step as extra outputs, harness_keras.py).
+
+A fit with no source seen is the case the report names by its file:line: the
+data comes from something the recorder cannot see.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+
+DISTINCT_MAX = 20
+ROWS_MAX = 100_000
+BATCHES_MAX = 32
+DATA_EXTENSIONS = (".csv", ".tsv", ".npy", ".npz", ".tfrecord", ".tfrecords", ".parquet", ".jsonl", ".txt", ".h5")
+_LIBS = ("numpy", "pandas", "tensorflow", "keras", "tf_keras", "_tfrepro", "importlib", "<frozen")
+
+
+class FeatureStats:
+    """Running statistics of one feature (all the values it took)."""
+
+    def __init__(self) -> None:
+        self.n = self.finite = self.zeros = self.nan = self.inf = 0
+        self.total = self.total_sq = 0.0
+        self.lo = self.hi = None
+        self.dtype = None
+        self.distinct: set | None = set()
+
+    def update(self, values) -> None:
+        import numpy as np
+
+        a = np.asarray(values).reshape(-1)
+        self.dtype = self.dtype or str(a.dtype)
+        self.n += a.size
+        if a.dtype.kind in "iub" or a.dtype.kind in "OSU":
+            self._distinct(a)
+        if a.dtype.kind not in "iubf":
+            return
+        f = a.astype(np.float64)
+        ok = np.isfinite(f)
+        self.nan += int(np.isnan(f).sum())
+        self.inf += int(np.isinf(f).sum())
+        good = f[ok]
+        if a.dtype.kind == "f":
+            self._distinct(good)  # labels stored as floats: 0.0/1.0
+        self.finite += good.size
+        self.zeros += int((good == 0).sum())
+        if good.size:
+            self.total += float(good.sum())
+            self.total_sq += float((good * good).sum())
+            lo, hi = float(good.min()), float(good.max())
+            self.lo = lo if self.lo is None else min(self.lo, lo)
+            self.hi = hi if self.hi is None else max(self.hi, hi)
+
+    def _distinct(self, a) -> None:
+        if self.distinct is None:
+            return
+        if len(set(a[:1000].tolist())) > DISTINCT_MAX:  # most features: decided on a sample
+            self.distinct = None
+            return
+        for v in set(a[:ROWS_MAX].tolist()):
+            self.distinct.add(v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
+            if len(self.distinct) > DISTINCT_MAX:
+                self.distinct = None
+                return
+
+    def to_dict(self) -> dict:
+        d = {"dtype": self.dtype, "count": self.n, "nan": self.nan, "inf": self.inf}
+        if self.finite:
+            mean = self.total / self.finite
+            var = max(0.0, self.total_sq / self.finite - mean * mean)
+            got = dict(min=self.lo, max=self.hi, mean=mean, std=math.sqrt(var), zero_frac=self.zeros / self.finite)
+            d.update({k: v if math.isfinite(v) else None for k, v in got.items()})
+        if self.dtype and self.dtype[0] in "iub" or (self.dtype or "").startswith(("<U", "|S", "object")):
+            d["distinct"] = sorted(self.distinct, key=str) if self.distinct is not None else None
+        elif self.distinct:  # a float feature with few values (labels, flags)
+            d["distinct"] = sorted(self.distinct)
+        return d
+
+
+def caller() -> str | None:
+    """file:line of the innermost frame in the user's code (not a library's, not ours)."""
+    f = sys._getframe(1)
+    cwd = os.getcwd()
+    fallback = None
+    while f is not None:
+        name = f.f_code.co_filename
+        if not any(part in name for part in _LIBS) and not name.endswith("harness_data.py"):
+            where = f"{os.path.relpath(name, cwd) if name.startswith(cwd) else name}:{f.f_lineno}"
+            if name.startswith(cwd):
+                return where
+            fallback = fallback or where
+        f = f.f_back
+    return fallback
+
+
+def _rel(path) -> str:
+    try:
+        p = os.fspath(path)
+    except TypeError:
+        return repr(path)[:200]
+    if isinstance(p, bytes):
+        p = p.decode("utf-8", "replace")
+    ab = os.path.abspath(p)
+    cwd = os.getcwd()
+    return os.path.relpath(ab, cwd) if ab.startswith(cwd + os.sep) else p
+
+
+def _shape(x):
+    shape = getattr(x, "shape", None)
+    try:
+        return [None if d is None else int(d) for d in shape] if shape is not None else None
+    except TypeError:
+        return None
+
+
+def spec_of(x):
+    """Structure, shapes and dtypes of arrays, tensors or a dataset's element spec."""
+    if isinstance(x, dict):
+        return {str(k): spec_of(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [spec_of(v) for v in x]
+    if x is None:
+        return None
+    dtype = getattr(x, "dtype", None)
+    name = getattr(dtype, "name", None) or (str(dtype) if dtype is not None else type(x).__name__)
+    return {"shape": _shape(x), "dtype": name}
+
+
+def _leaves(x, prefix: str):
+    """(name, array-like) of a nested dict/list/tuple; a 2-D array is one feature per column."""
+    if isinstance(x, dict):
+        for k, v in x.items():
+            yield from _leaves(v, f"{prefix}[{k!r}]")
+    elif isinstance(x, (list, tuple)):
+        for i, v in enumerate(x):
+            yield from _leaves(v, f"{prefix}[{i}]")
+    elif x is not None:
+        yield prefix, x
+
+
+VALUES_MAX = 4_000_000  # values read per array for its statistics (an image array: fewer rows)
+
+
+def _head(a):
+    """The first rows of `a`, at most ROWS_MAX and VALUES_MAX values."""
+    shape = getattr(a, "shape", None) or ()
+    per_row = 1
+    for d in shape[1:]:
+        per_row *= int(d or 1)
+    return a[: max(1, min(ROWS_MAX, VALUES_MAX // max(per_row, 1)))] if shape else a
+
+
+def _columns(name: str, a):
+    """The features of one array: its columns when it is 2-D, else the whole array."""
+    import numpy as np
+
+    a = np.asarray(a)
+    if a.ndim == 2 and a.shape[1] <= 256:
+        return [(f"{name}[:, {j}]", a[:, j]) for j in range(a.shape[1])]
+    return [(name, a)]
+
+
+class Recorder:
+    def __init__(self, note_error) -> None:
+        self.note_error = note_error
+        self.sources: list[dict] = []
+        self.fits: list[dict] = []
+        self.seen_files: set[str] = set()
+        self.batch_stats: dict[str, FeatureStats] = {}
+        self.batches_seen = 0
+        self.depth = 0  # inside a recorded read
+
+    # -- where the data came from ------------------------------------------
+    def source(self, call: str, path, out=None, **facts) -> None:
+        try:
+            entry = {"call": call, "file": _rel(path) if path is not None else None, "at": caller(), **facts}
+            if out is not None and _shape(out) is not None:
+                entry["shape"] = _shape(out)
+                entry["value"] = value_of(out)
+            if entry["file"] in self.seen_files and call == "open":
+                return
+            self.seen_files.add(entry["file"])
+            if len(self.sources) < 100:
+                self.sources.append(entry)
+        except Exception:
+            self.note_error("data source")
+
+    def wrap(self, owner, attr: str, call: str, path_arg: int = 0, path_kw: str | None = None) -> None:
+        orig = getattr(owner, attr, None)
+        if orig is None or getattr(orig, "_tfrepro_data", False):
+            return
+        rec = self
+
+        def wrapper(*args, **kwargs):
+            if rec.depth:  # a read inside another (np.load's own reads): the outer one is recorded
+                return orig(*args, **kwargs)
+            rec.depth += 1
+            try:
+                out = orig(*args, **kwargs)
+            finally:
+                rec.depth -= 1
+            path = args[path_arg] if len(args) > path_arg else kwargs.get(path_kw) if path_kw else None
+            rec.source(call, path, out)
+            return out
+
+        wrapper._tfrepro_data = True
+        wrapper.__wrapped__ = orig
+        wrapper.__doc__, wrapper.__name__ = orig.__doc__, getattr(orig, "__name__", attr)
+        setattr(owner, attr, wrapper)
+
+    # -- what training was fed ---------------------------------------------
+    def on_fit(self, model, args, kwargs) -> None:
+        x = args[0] if args else kwargs.get("x")
+        y = args[1] if len(args) > 1 else kwargs.get("y")
+        batch_size = args[2] if len(args) > 2 else kwargs.get("batch_size")
+        fit = {"at": caller(), "kind": _kind(x), "sources_seen": len(self.sources)}
+        fit.update(_describe(x, y, batch_size, kwargs.get("steps_per_epoch")))
+        if len(self.fits) < 10:
+            self.fits.append(fit)
+
+    def see_batch(self, batch: dict) -> None:
+        """A batch training saw (path -> tensor; "0" = x, "1" = y), for datasets and generators."""
+        if self.batches_seen >= BATCHES_MAX or not self.fits or self.fits[-1].get("features"):
+            return
+        self.batches_seen += 1
+        for path, t in batch.items():
+            name = {"0": "x", "1": "y", "2": "sample_weight"}.get(path.split("/")[0], path)
+            name += "".join(f"[{p!r}]" for p in path.split("/")[1:])
+            for col, values in _columns(name, t.numpy() if hasattr(t, "numpy") else t):
+                self.batch_stats.setdefault(col, FeatureStats()).update(values)
+
+    def to_dict(self) -> dict:
+        if self.batch_stats and self.fits and not self.fits[-1].get("features"):
+            self.fits[-1]["features"] = {k: s.to_dict() for k, s in self.batch_stats.items()}
+            self.fits[-1]["stats_from"] = f"the first {self.batches_seen} batches training saw"
+        return {"sources": self.sources, "fits": self.fits}
+
+
+def value_of(out) -> dict | None:
+    """What a read returned, for a synthetic stand-in: an array's dtype,
+    shape and per-column statistics, or a DataFrame's columns."""
+    import numpy as np
+
+    if hasattr(out, "columns") and hasattr(out, "dtypes"):
+        cols = {}
+        for c in list(out.columns)[:256]:
+            s = FeatureStats()
+            s.update(_head(out[c].to_numpy()))
+            cols[str(c)] = s.to_dict()
+        return {"type": "dataframe", "rows": int(len(out)), "columns": cols}
+    if isinstance(out, np.ndarray) and out.dtype.kind in "iubfOSU":
+        cols = {}
+        for name, values in _columns("x", _head(out)):
+            s = FeatureStats()
+            s.update(values)
+            cols[name] = s.to_dict()
+        return {"type": "array", "shape": list(out.shape), "dtype": str(out.dtype), "columns": cols}
+    return None
+
+
+def _kind(x) -> str:
+    mod = type(x).__module__ or ""
+    names = {c.__name__ for c in type(x).__mro__}
+    if "DatasetV2" in names or "Dataset" in names and "tensorflow" in mod:
+        return "tf.data"
+    if {"Sequence", "PyDataset"} & names:
+        return "sequence"
+    if "DataFrame" in names:
+        return "dataframe"
+    if hasattr(x, "__next__") or type(x).__name__ == "generator":
+        return "generator"
+    return "arrays"
+
+
+def _describe(x, y, batch_size, steps_per_epoch) -> dict:
+    """Spec, batches per epoch and (for arrays) per-feature statistics."""
+    kind = _kind(x)
+    out: dict = {}
+    if kind == "tf.data":
+        out["element_spec"] = spec_of(getattr(x, "element_spec", None))
+        try:
+            n = int(x.cardinality())
+            out["batches_per_epoch"] = n if n >= 0 else None  # -1 infinite, -2 unknown
+        except Exception:
+            out["batches_per_epoch"] = None
+    elif kind == "sequence":
+        try:
+            out["batches_per_epoch"] = len(x)
+        except Exception:
+            out["batches_per_epoch"] = None
+    elif kind in ("arrays", "dataframe"):
+        if kind == "dataframe":
+            x = {str(c): x[c].to_numpy() for c in x.columns}
+        if hasattr(y, "to_numpy"):
+            y = y.to_numpy()
+        out["element_spec"] = {"x": spec_of(x), "y": spec_of(y)}
+        first = next(iter(_leaves(x, "x")), (None, None))[1]
+        rows = int(first.shape[0]) if getattr(first, "shape", None) else None
+        if rows:
+            out["records"] = rows
+            out["batches_per_epoch"] = -(-rows // int(batch_size or 32))
+        feats: dict = {}
+        for name, a in list(_leaves(x, "x")) + list(_leaves(y, "y")):
+            for col, values in _columns(name, _head(a)):
+                s = FeatureStats()
+                s.update(values)
+                feats[col] = s.to_dict()
+        out["features"] = feats
+    if steps_per_epoch:
+        out["batches_per_epoch"] = int(steps_per_epoch)
+    return out
+
+
+def install(rec: Recorder, finder) -> None:
+    """The source hooks, each as its library is imported."""
+
+    def on_numpy(np):
+        for attr in ("load", "loadtxt", "genfromtxt"):
+            rec.wrap(np, attr, f"numpy.{attr}", 0, "fname" if attr != "load" else "file")
+
+    def on_pandas(pd):
+        for attr in ("read_csv", "read_parquet", "read_json", "read_table", "read_feather"):
+            rec.wrap(pd, attr, f"pandas.{attr}", 0, "filepath_or_buffer" if "csv" in attr else "path")
+
+    def on_tf(tf):
+        try:
+            data = tf.data
+            rec.wrap(data.experimental, "make_csv_dataset", "tf.data.experimental.make_csv_dataset", 0, "file_pattern")
+            cls = data.TFRecordDataset
+            orig = cls.__init__
+            if not getattr(orig, "_tfrepro_data", False):
+
+                def __init__(self, filenames, *args, **kwargs):
+                    orig(self, filenames, *args, **kwargs)
+                    files = filenames if isinstance(filenames, (list, tuple)) else [filenames]
+                    for f in files[:20]:
+                        rec.source("tf.data.TFRecordDataset", f if isinstance(f, (str, bytes)) else repr(f))
+
+                __init__._tfrepro_data = True
+                cls.__init__ = __init__
+        except Exception:
+            rec.note_error("data hooks (tensorflow)")
+
+    def on_keras(keras):
+        for attr in ("image_dataset_from_directory", "text_dataset_from_directory"):
+            rec.wrap(keras.utils, attr, f"keras.utils.{attr}", 0, "directory")
+
+    for name, fn in (("numpy", on_numpy), ("pandas", on_pandas), ("tensorflow", on_tf), ("keras", on_keras)):
+        finder.add(name, _guarded(fn, rec, name))
+    _hook_open(rec)
+
+
+def _guarded(fn, rec, name):
+    def run(module):
+        try:
+            fn(module)
+        except Exception:
+            rec.note_error(f"data hooks ({name})")
+
+    return run
+
+
+def _hook_open(rec: Recorder) -> None:
+    """open() of a data file for reading (csv, npy, tfrecord, ...), from the user's code."""
+    import builtins
+
+    orig = builtins.open
+
+    def open_(file, mode="r", *args, **kwargs):
+        f = orig(file, mode, *args, **kwargs)
+        try:
+            if isinstance(file, (str, os.PathLike)) and "r" in mode and "+" not in mode:
+                name = os.fspath(file)
+                if name.lower().endswith(DATA_EXTENSIONS) and caller_is_user():
+                    rec.source("open", name)
+        except Exception:
+            pass
+        return f
+
+    open_._tfrepro_data = True
+    if not getattr(orig, "_tfrepro_data", False):
+        builtins.open = open_
+
+
+def caller_is_user() -> bool:
+    """Is the direct caller of open() the user's code (not NumPy's np.load opening its file)?"""
+    f = sys._getframe(2)
+    name = f.f_code.co_filename if f is not None else ""
+    return not any(part in name for part in _LIBS)

@@ -1,0 +1,88 @@
+"""The state before a NaN step, inside the trial process (loaded by path by
+harness_keras.py when the config has `save_state_step` > 0; no tfrepro import).
+
+A NaN hunt's "nan-state" trial reruns the failing configuration, seeded and
+deterministic, and at step N (the step whose loss was the first non-finite
+one) saves under `state_dir`:
+
+- state.npz: every variable of the model (`w0`, `w1`, ... in `model.weights`
+  order) and of its optimizer (`o0`, ..., its iteration count and slots), as
+  they were when step N began: the last finite state;
+- batch.npz: the batch step N trained on, one array per leaf of the data
+  structure `train_step` got, named by its path (`0` = x, `1` = y, `2` =
+  sample weights; `0/name` for a dict input);
+- state.json: the step, the variable names and the batch's paths.
+
+`tfrepro report` writes replay.py beside repro.py from them: load the state,
+run that batch, see the NaN (Keras's `train_on_batch`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+BATCH_KEY = "_tfrepro_batch"
+
+
+class StateSaver:
+    def __init__(self, config: dict) -> None:
+        self.step = int(config.get("save_state_step") or 0)
+        self.dir = config.get("state_dir") or ""
+        self.meta: dict = {"step": self.step}
+
+    def wanted(self, steps_seen: int) -> bool:
+        """Is the step about to run (steps_seen + 1) the one to save?"""
+        return bool(self.dir) and steps_seen + 1 == self.step
+
+    def save_state(self, model) -> None:
+        import numpy as np
+
+        os.makedirs(self.dir, exist_ok=True)
+        arrays, names = {}, {"weights": [], "optimizer": []}
+        for i, v in enumerate(model.weights):
+            arrays[f"w{i}"] = np.asarray(v.numpy())
+            names["weights"].append(getattr(v, "path", None) or v.name)
+        opt = getattr(model, "optimizer", None)
+        variables = getattr(opt, "variables", None) if opt is not None else None
+        if callable(variables):
+            variables = variables()
+        for i, v in enumerate(variables or []):
+            arrays[f"o{i}"] = np.asarray(v.numpy())
+            names["optimizer"].append(getattr(v, "path", None) or v.name)
+        np.savez(os.path.join(self.dir, "state.npz"), **arrays)
+        self.meta.update(names)
+        self._write_meta()
+
+    def save_batch(self, batch: dict) -> None:
+        import numpy as np
+
+        os.makedirs(self.dir, exist_ok=True)
+        arrays = {path: np.asarray(t) for path, t in batch.items()}
+        np.savez(os.path.join(self.dir, "batch.npz"), **arrays)
+        self.meta["batch"] = {p: [list(a.shape), str(a.dtype)] for p, a in arrays.items()}
+        self._write_meta()
+
+    def _write_meta(self) -> None:
+        with open(os.path.join(self.dir, "state.json"), "w", encoding="utf-8") as f:
+            json.dump(self.meta, f, indent=1)
+
+
+def batch_outputs(data) -> dict:
+    """The batch as extra train-function outputs (graph tensors, None left
+    out): for the nan state and for the data recorder (harness_data.py)."""
+    return dict(_leaves(data, ""))
+
+
+def _leaves(data, prefix: str):
+    """(path, leaf) of a nested tuple/list/dict ("0", "0/name", ...), None left out."""
+    if isinstance(data, dict):
+        items = sorted(data.items(), key=lambda kv: str(kv[0]))
+    elif isinstance(data, (tuple, list)):
+        items = list(enumerate(data))
+    else:
+        if data is not None:
+            yield prefix, data
+        return
+    for key, value in items:
+        yield from _leaves(value, f"{prefix}/{key}" if prefix else str(key))

@@ -1,0 +1,233 @@
+"""Real-data reduction: when synthetic stand-ins do not show the symptom.
+
+The repro keeps reading real records, but only the few that still show it:
+ddmin (`trials/ddmin.py`, the search's own) first over batch-sized chunks of
+the records the failing run read, then over the records of the smallest
+failing chunk set, each candidate tested by re-running the repro (the
+injected `test`). The records left go to `data.npz`; each read call of the
+repro gets `_tfrepro_file(i)` instead of the user's path: a temp file of the
+same format holding those records, so the script's own reading code (its
+delimiter, header, parsing) runs unchanged.
+
+Record formats: `.npy` (rows), text (lines; the first line, a possible
+header, always kept), TFRecord (framed records; written back with their
+CRC32C). Files of the same record count are reduced together (x.npy and
+y.npy keep the same rows). A reduction that keeps more than `MAX_SHARE` of
+the records (or `MAX_RECORDS`) is refused: a data file is never shipped whole.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import libcst as cst
+import numpy as np
+
+from tfrepro.trials.ddmin import SetOracle, ddmin
+
+MAX_SHARE = 0.1
+MAX_RECORDS = 1000
+TEXT_CALLS = {"numpy.loadtxt", "numpy.genfromtxt", "pandas.read_csv", "pandas.read_table"}
+CALL_NAMES = {
+    "numpy.load": "load",
+    "numpy.loadtxt": "loadtxt",
+    "numpy.genfromtxt": "genfromtxt",
+    "pandas.read_csv": "read_csv",
+    "pandas.read_table": "read_table",
+    "tf.data.TFRecordDataset": "TFRecordDataset",
+}
+
+
+@dataclass
+class Records:
+    """One data file's records, read in the report process."""
+
+    site: dict[str, Any]
+    kind: str  # "npy" | "text" | "tfrecord"
+    suffix: str
+    items: list[Any]  # rows (npy: one array), lines or record payloads
+    header: bytes = b""
+
+    def subset(self, keep: list[int]) -> dict[str, np.ndarray]:
+        if self.kind == "npy":
+            return {"rows": np.asarray(self.items[0])[keep]}
+        parts = ([self.header] if self.header else []) + [self.items[i] for i in keep]
+        offsets = np.cumsum([0] + [len(p) for p in parts]).astype(np.int64)
+        return {"data": np.frombuffer(b"".join(parts), dtype=np.uint8), "offsets": offsets}
+
+
+def read_records(root: Path, site: dict[str, Any]) -> Records | None:
+    """The records of the file `site` read, or None (a format not reduced, a file not there)."""
+    path = root / str(site.get("file") or "")
+    call = site.get("call")
+    if not path.is_file() or call not in CALL_NAMES:
+        return None
+    if call == "numpy.load" and path.suffix == ".npy":
+        rows = np.load(path, mmap_mode="r")
+        return Records(site, "npy", ".npy", [rows]) if rows.ndim >= 1 else None
+    data = path.read_bytes()
+    if call in TEXT_CALLS:
+        lines = data.splitlines(keepends=True)
+        return Records(site, "text", path.suffix, lines[1:], header=lines[0] if lines else b"")
+    if call == "tf.data.TFRecordDataset":
+        return Records(site, "tfrecord", path.suffix, _frames(data))
+    return None
+
+
+def count(r: Records) -> int:
+    return len(r.items[0]) if r.kind == "npy" else len(r.items)
+
+
+def _frames(data: bytes) -> list[bytes]:
+    out, at = [], 0
+    while at + 12 <= len(data):
+        (n,) = struct.unpack("<Q", data[at : at + 8])
+        out.append(data[at + 12 : at + 12 + n])
+        at += 12 + n + 4
+    return out
+
+
+def reduce_records(n: int, chunk: int, test: Callable[[list[int]], bool]) -> tuple[list[int], int]:
+    """ddmin over chunks of `chunk` records, then over the records left ->
+    (the records kept, the tests run). `test(indices)` shows the symptom?"""
+    chunks = {f"{c:08d}": list(range(c * chunk, min(n, (c + 1) * chunk))) for c in range(-(-n // chunk))}
+
+    def rows(cfg) -> list[int]:
+        return sorted(i for c in cfg for i in chunks[c])
+
+    by_chunk = SetOracle(lambda cfg: test(rows(cfg)))
+    kept = rows(ddmin(list(chunks), by_chunk))
+    by_record = SetOracle(lambda cfg: test(sorted(int(i) for i in cfg)))
+    left = sorted(int(i) for i in ddmin([f"{i:08d}" for i in kept], by_record))
+    return left, by_chunk.calls + by_record.calls
+
+
+def npz_bytes(groups: list[tuple[int, Records]], keep: list[int]) -> bytes:
+    arrays: dict[str, np.ndarray] = {}
+    for i, r in groups:
+        for k, v in r.subset(keep).items():
+            arrays[f"f{i}_{k}"] = v
+    buf = io.BytesIO()
+    np.savez_compressed(buf, **arrays)
+    return buf.getvalue()
+
+
+HEADER = '''
+# --- tfrepro: the few real records that still show the symptom (data.npz) ---
+import os as _tfrepro_os
+import struct as _tfrepro_struct
+import tempfile as _tfrepro_tempfile
+
+import numpy as _tfrepro_np
+
+_TFREPRO_FILES = kinds_literal
+
+
+def _tfrepro_crc(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    crc ^= 0xFFFFFFFF
+    return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def _tfrepro_file(i):
+    """A temp file of the original format holding the records kept in data.npz."""
+    kind, suffix = _TFREPRO_FILES[i]
+    here = _tfrepro_os.path.dirname(_tfrepro_os.path.abspath(__file__))
+    saved = _tfrepro_np.load(_tfrepro_os.path.join(here, "data.npz"))
+    fd, path = _tfrepro_tempfile.mkstemp(suffix=suffix)
+    _tfrepro_os.close(fd)
+    if kind == "npy":
+        _tfrepro_np.save(path, saved[f"f{i}_rows"])
+        return path
+    blob, offsets = saved[f"f{i}_data"].tobytes(), saved[f"f{i}_offsets"]
+    parts = [blob[a:b] for a, b in zip(offsets[:-1], offsets[1:])]
+    with open(path, "wb") as f:
+        for part in parts:
+            if kind == "tfrecord":
+                head = _tfrepro_struct.pack("<Q", len(part))
+                f.write(head + _tfrepro_struct.pack("<I", _tfrepro_crc(head)))
+                f.write(part + _tfrepro_struct.pack("<I", _tfrepro_crc(part)))
+            else:
+                f.write(part)
+    return path
+
+
+# --- end of the records ----------------------------------------------------------
+'''
+
+
+class _PathArg(cst.CSTTransformer):
+    """The i-th recorded read call's path argument becomes `_tfrepro_file(i)`, sites in order."""
+
+    def __init__(self, sites: list[tuple[int, str]]) -> None:
+        self.todo = list(sites)
+        self.done: list[int] = []
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        func = original.func
+        name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
+        if self.todo and self.todo[0][1] == name and updated.args:
+            i, _ = self.todo.pop(0)
+            self.done.append(i)
+            first = updated.args[0].with_changes(value=cst.parse_expression(f"_tfrepro_file({i})"))
+            return updated.with_changes(args=[first, *updated.args[1:]])
+        return updated
+
+
+def rewrite_reads(text: str, groups: list[tuple[int, Records]]) -> str | None:
+    """`text` reading the kept records instead of the user's files, or None."""
+    from tfrepro.report.standin import _insert_header
+
+    tr = _PathArg([(i, CALL_NAMES[r.site["call"]]) for i, r in groups])
+    module = cst.parse_module(text).visit(tr)
+    if len(tr.done) != len(groups):
+        return None
+    kinds = {i: (r.kind, r.suffix) for i, r in groups}
+    return _insert_header(module, HEADER.replace("kinds_literal", repr(kinds))).code
+
+
+def reduce_export(
+    root: Path, text: str, sites: list[dict[str, Any]], batches: int | None, shows: Callable[[dict[str, Any]], bool]
+) -> dict[str, Any]:
+    """Reduce the records of the largest group of same-sized data files the
+    entry script `text` reads. `shows(files)` re-runs the repro files
+    (relpath -> text or bytes) and says whether the symptom shows. Returns
+    {"text", "npz", "records", "of", "files", "tests"} or {"error": why}."""
+    recs = [r for r in (read_records(root, s) for s in sites) if r is not None and count(r) > 1]
+    if not recs:
+        return {"error": "no data file the report can split into records (.npy, text, TFRecord)"}
+    n = max(count(r) for r in recs)
+    groups = [(i, r) for i, r in enumerate(r for r in recs if count(r) == n)]
+    new_text = rewrite_reads(text, groups)
+    if new_text is None:
+        return {"error": "the read calls of the exported repro do not match the recorded reads"}
+    chunk = max(1, n // batches) if batches else max(1, n // 64)
+
+    def test(keep: list[int]) -> bool:
+        return shows({"repro.py": new_text, "data.npz": npz_bytes(groups, keep)})
+
+    try:
+        kept, tests = reduce_records(n, chunk, test)
+    except ValueError:
+        return {"error": "the repro reading all the records through data.npz did not show the symptom"}
+    files = [{"file": r.site.get("file"), "call": r.site.get("call"), "at": r.site.get("at")} for _, r in groups]
+    if len(kept) > min(MAX_RECORDS, MAX_SHARE * n):
+        return {"error": f"{len(kept)} of {n} records are needed: too many to ship", "tests": tests}
+    return {
+        "text": new_text,
+        "npz": npz_bytes(groups, kept),
+        "records": len(kept),
+        "of": n,
+        "indices": kept,
+        "files": files,
+        "tests": tests,
+    }

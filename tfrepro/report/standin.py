@@ -1,0 +1,279 @@
+"""Data stand-ins: the exported repro reads synthetic data, not the user's files.
+
+The harness recorded what each data read returned (inside/harness_data.py:
+`data.sources`, each with the call, the file, the script's file:line, and
+for an array or a DataFrame its shape, dtypes and per-column statistics).
+Here each such call in the exported repro.py (`np.load(...)`,
+`np.loadtxt(...)`, `np.genfromtxt(...)`, `pd.read_csv(...)`, ...) is
+rewritten (libcst) into `_tfrepro_data(i)`: seeded NumPy data of the
+recorded shape, dtype and statistics (min/max-clipped normal of the
+recorded mean and std, the recorded fraction of zeros, NaN and Inf counts
+scaled to the rows, the distinct values of integer, bool and string
+columns). The report re-runs the repro to check that the stand-in still
+shows the symptom; if not, the original export is kept and ISSUE.md says
+which files the repro needs.
+
+A read the recorder saw but cannot stand in for (a TFRecord file, an image
+folder, an .npz archive, open()) is named with its file:line: the repro
+needs that data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import libcst as cst
+
+from tfrepro.report.export import ENTRY, Export
+
+# call recorded by the harness -> the function name the exported source calls
+STANDABLE = {
+    "numpy.load": "load",
+    "numpy.loadtxt": "loadtxt",
+    "numpy.genfromtxt": "genfromtxt",
+    "pandas.read_csv": "read_csv",
+    "pandas.read_table": "read_table",
+    "pandas.read_parquet": "read_parquet",
+    "pandas.read_json": "read_json",
+    "pandas.read_feather": "read_feather",
+}
+
+HEADER = """
+# --- tfrepro: synthetic stand-ins for the data files this script read --------
+# Seeded NumPy data of the recorded shapes, dtypes and per-column statistics;
+# the user's files are not needed (and not shipped).
+import numpy as _tfrepro_np
+
+_TFREPRO_DATA = json_specs
+
+
+def _tfrepro_column(rng, n, s):
+    dtype = s.get("dtype") or "float32"
+    if s.get("distinct"):
+        out = rng.choice(_tfrepro_np.array(s["distinct"]), size=n)
+    elif s.get("min") is None:
+        out = _tfrepro_np.full(n, _tfrepro_np.nan)
+    else:
+        out = rng.normal(s["mean"], s["std"] or 0.0, size=n).clip(s["min"], s["max"])
+        zeros = int(round(s.get("zero_frac", 0.0) * n))
+        if zeros:
+            out[rng.choice(n, zeros, replace=False)] = 0.0
+    count = max(1, s.get("count") or n)
+    for key, value in (("nan", _tfrepro_np.nan), ("inf", _tfrepro_np.inf)):
+        k = min(n, int(_tfrepro_np.ceil(s.get(key, 0) * n / count)))
+        if k and out.dtype.kind == "f":
+            out[rng.choice(n, k, replace=False)] = value
+    if dtype[0] in "iu" or dtype.startswith(("int", "uint")):
+        out = _tfrepro_np.rint(out)
+    return out.astype(dtype) if dtype != "object" else out
+
+
+def _tfrepro_data(i):
+    spec = _TFREPRO_DATA[i]
+    rng = _tfrepro_np.random.default_rng(i)
+    cols = spec["columns"]
+    if spec["type"] == "dataframe":
+        import pandas
+
+        return pandas.DataFrame({c: _tfrepro_column(rng, spec["rows"], s) for c, s in cols.items()})
+    shape = tuple(spec["shape"])
+    if len(shape) == 2 and len(cols) == shape[1]:
+        return _tfrepro_np.stack([_tfrepro_column(rng, shape[0], s) for s in cols.values()], axis=1)
+    n = int(_tfrepro_np.prod(shape)) if shape else 1
+    return _tfrepro_column(rng, n, next(iter(cols.values()))).reshape(shape)
+
+
+# --- end of the stand-ins ------------------------------------------------------
+"""
+
+
+def _sites(sources: list[dict[str, Any]], entry: str) -> list[dict[str, Any]]:
+    """The recorded reads of the entry script, one per call site (its first read), in line order."""
+    seen: dict[str, dict[str, Any]] = {}
+    for s in sources:
+        at = str(s.get("at") or "")
+        if at.rsplit(":", 1)[0] == entry and at not in seen:
+            seen[at] = s
+    return sorted(seen.values(), key=lambda s: int(str(s["at"]).rsplit(":", 1)[1]))
+
+
+def _name(func: cst.BaseExpression) -> str | None:
+    if isinstance(func, cst.Attribute):
+        return func.attr.value
+    if isinstance(func, cst.Name):
+        return func.value
+    return None
+
+
+def _literal_file(call: cst.Call) -> str | None:
+    """The basename of a string-literal first argument, or None."""
+    if call.args and isinstance(call.args[0].value, cst.SimpleString):
+        try:
+            return str(call.args[0].value.evaluated_value).replace("\\", "/").rsplit("/", 1)[-1]
+        except Exception:
+            return None
+    return None
+
+
+class _Rewrite(cst.CSTTransformer):
+    """Every recorded site, in order, takes the next call of its function (a
+    call whose literal file names another file is not it); the sites with a
+    recorded value are replaced."""
+
+    def __init__(self, sites: list[dict[str, Any]]) -> None:
+        self.todo = [(i, STANDABLE.get(s["call"]), s) for i, s in enumerate(sites)]
+        self.done: list[int] = []
+
+    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
+        name, lit = _name(original.func), _literal_file(original)
+        for k, (i, want, site) in enumerate(self.todo):
+            if want != name or (lit is not None and lit != str(site.get("file") or "").rsplit("/", 1)[-1]):
+                continue
+            del self.todo[: k + 1]  # sites keep their order
+            if not isinstance(site.get("value"), dict):
+                return updated
+            self.done.append(i)
+            return cst.parse_expression(f"_tfrepro_data({len(self.done) - 1})")
+        return updated
+
+
+def _insert_header(module: cst.Module, header: str) -> cst.Module:
+    """After the docstring and the `from __future__` imports."""
+    body = list(module.body)
+    at = 0
+    for i, stmt in enumerate(body):
+        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
+        is_doc = i == 0 and isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString)
+        is_future = isinstance(small, cst.ImportFrom) and getattr(small.module, "value", None) == "__future__"
+        if is_doc or is_future:
+            at = i + 1
+    return module.with_changes(body=body[:at] + list(cst.parse_module(header).body) + body[at:])
+
+
+def rewrite(text: str, sites: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+    """`text` with the standable reads of `sites` replaced -> (new text, the sites replaced)."""
+    usable = [s for s in sites if s.get("call") in STANDABLE]
+    if not any(isinstance(s.get("value"), dict) for s in usable):
+        return text, []
+    module = cst.parse_module(text)
+    tr = _Rewrite(usable)
+    new = module.visit(tr)
+    if not tr.done:
+        return text, []
+    replaced = [usable[i] for i in tr.done]
+    header = HEADER.replace("json_specs", repr([s["value"] for s in replaced]))
+    return _insert_header(new, header).code, replaced
+
+
+def sources_of(result: dict[str, Any]) -> list[dict[str, Any]]:
+    """The data reads the failing configuration's trial recorded."""
+    for key in ("culprit_trial", "failing"):
+        data = (result.get(key) or {}).get("data") or {}
+        if data.get("sources") or data.get("fits"):
+            return list(data.get("sources") or [])
+    return []
+
+
+def unseen_fits(result: dict[str, Any]) -> list[str]:
+    """file:line of each fit fed by data no recorded read explains (a reader the hooks cannot see)."""
+    for key in ("culprit_trial", "failing"):
+        data = (result.get(key) or {}).get("data") or {}
+        if data.get("fits"):
+            return [str(f.get("at")) for f in data["fits"] if not f.get("sources_seen") and f.get("kind") != "arrays"]
+    return []
+
+
+def with_standins(export: Export, result: dict[str, Any], entry: str, *, no_data: bool = False):
+    """(export with stand-ins in repro.py, the report's `data` facts)."""
+    sources = sources_of(result)
+    doc: dict[str, Any] = {
+        "sources": [_brief(s) for s in sources],
+        "standins": [],
+        "needs_user_data": [],
+        "unseen": unseen_fits(result),
+    }
+    if no_data:
+        doc["needs_user_data"] = [_brief(s) for s in sources]
+        doc["note"] = "--no-data: no stand-ins; the repro needs the user's data"
+        return export, doc
+    try:
+        text, replaced = rewrite(export.cand_files[ENTRY], _sites(sources, entry))
+    except (cst.ParserSyntaxError, ValueError, KeyError) as e:
+        doc["note"] = f"no stand-ins: {e}"
+        return export, doc
+    doc["standins"] = [_brief(s) for s in replaced]
+    doc["needs_user_data"] = [_brief(s) for s in sources if s not in replaced]
+    if not replaced:
+        return export, doc
+    files = {"cand_files": {**export.cand_files, ENTRY: text}}
+    if ENTRY in export.ref_files:
+        ref_text, _ = rewrite(export.ref_files[ENTRY], _sites(sources, entry))
+        files["ref_files"] = {**export.ref_files, ENTRY: ref_text}
+    return replace(export, **files), doc
+
+
+def _brief(s: dict[str, Any]) -> dict[str, Any]:
+    value = s.get("value") or {}
+    return {
+        "call": s.get("call"),
+        "file": s.get("file"),
+        "at": s.get("at"),
+        "shape": value.get("shape") or ([value["rows"], len(value.get("columns") or {})] if "rows" in value else None),
+    }
+
+
+def issue_lines(doc: dict[str, Any]) -> list[str]:
+    """ISSUE.md's "Data" section: what the repro reads instead of the user's files, and what it still needs."""
+    data = doc.get("data") or {}
+    if not (data.get("standins") or data.get("needs_user_data") or data.get("unseen") or data.get("reduction")):
+        return []
+    out = ["### Data", ""]
+
+    def line(s: dict[str, Any]) -> str:
+        shape = "x".join(str(d) for d in s.get("shape") or []) or "?"
+        return f"- `{s.get('file')}` ({s.get('call')} at {s.get('at')}, {shape})"
+
+    if data.get("standins"):
+        state = {True: "and it still shows the symptom", False: "but it did NOT show the symptom"}.get(
+            data.get("standin_reproduced"), "(not re-run)"
+        )
+        out.append(f"repro.py reads seeded synthetic stand-ins of the recorded shape and statistics, {state}:")
+        out.extend(line(s) for s in data["standins"])
+        out.append("")
+    red = data.get("reduction") or {}
+    if red.get("records"):
+        files = ", ".join(f"`{f['file']}`" for f in red.get("files") or [])
+        out.append(
+            f"No synthetic stand-in showed the symptom: data.npz holds {red['records']} of the {red['of']} "
+            f"records of {files} (found by delta debugging over the records, {red.get('tests')} re-runs); "
+            "repro.py reads them through temp files of the original format."
+        )
+        out.append("")
+    elif red.get("error"):
+        out.extend([f"The data could not be reduced: {red['error']}.", ""])
+    if data.get("needs_user_data"):
+        out.append("The repro needs the user's data (not shipped):")
+        out.extend(line(s) for s in data["needs_user_data"])
+        out.append("")
+    for fit in data.get("unseen") or []:
+        out.append(
+            f"- the data `Model.fit` trains on at {fit} comes from a source tfrepro cannot see "
+            "(no file read was recorded): the repro needs it."
+        )
+    if data.get("unseen"):
+        out.append("")
+    if data.get("note"):
+        out.extend([data["note"], ""])
+    return out
+
+
+def reads_of(result: dict[str, Any], entry: str) -> tuple[list[dict[str, Any]], int | None]:
+    """The recorded reads of `entry` (one per call site, in line order) and
+    the first fit's batches per epoch (the reduction's chunk count)."""
+    for key in ("culprit_trial", "failing"):
+        data = (result.get(key) or {}).get("data") or {}
+        if data.get("sources") or data.get("fits"):
+            fits = data.get("fits") or [{}]
+            return _sites(list(data.get("sources") or []), entry), fits[0].get("batches_per_epoch")
+    return [], None
