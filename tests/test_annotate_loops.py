@@ -159,3 +159,14 @@ def test_loops_whose_parts_cannot_be_identified_are_reported_with_the_reason():
 def test_an_apply_that_is_no_training_step_is_not_a_loop():
     _, found, skipped = annotated("for row in rows:\n    frame.apply(row)\n")
     assert not found and not skipped
+
+
+def test_a_loss_that_reshapes_the_labels_itself_gets_them_unaligned():
+    new, _, _ = annotated(
+        STEP_FN.format(loss="tf.reduce_mean(tf.square(yb[:, None] - pred))")
+        + "for xb, yb in ds:\n    train_step(xb, yb)\n"
+    )
+    off = off_part(new)
+    assert "class FitLoss(keras.losses.Loss):\n    def call(self, y_true, y_pred):\n" in off
+    assert "return tf.reduce_mean(tf.square(y_true[:, None] - y_pred))" in off
+    assert "model.compile(optimizer=optimizer, loss=FitLoss())" in off

@@ -49,6 +49,7 @@ class Loop:
     optimizer: str | None = None  # None: the model is compiled already (train_on_batch)
     loss: str | None = None  # the compile loss expression
     loss_def: str | None = None  # body expression of a wrapped hand-written loss
+    loss_base: str | None = None  # `keras.losses.Loss` when the loss reshapes the labels itself
 
 
 def loop_edits(src: Src, ctx: Context) -> list[Edit]:
@@ -117,9 +118,10 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop | None:
         mapping = {n: n for n in locals_}
     y = _label_name(y_names, x, locals_)
     loss_code, loss_def = _loss_code(src, expr, pred, y)
+    base = _loss_base(src, expr, y) if loss_def is not None else None
     data, epochs, block = _data(src, loop, mapping.get(x), mapping.get(y))
     _check_used_after(src, block)
-    return Loop(block, model, data, epochs, optimizer, loss_code, loss_def)
+    return Loop(block, model, data, epochs, optimizer, loss_code, loss_def, base)
 
 
 def _enclosing(src: Src, node: cst.CSTNode, kinds: tuple) -> cst.CSTNode | None:
@@ -230,6 +232,33 @@ def _label_name(names: set[str], x: str, locals_: set[str]) -> str:
         what = ", ".join(f"`{n}`" for n in others) or "no label"
         raise NotSwitchable(f"the loss reads {what} besides the prediction (one label expected)")
     return others[0]
+
+
+_RESHAPES = {"reshape", "expand_dims", "squeeze", "one_hot"}
+
+
+def _loss_base(src: Src, expr, y: str) -> str | None:
+    """None when the loss reads the labels as they come (fit brings them to the
+    predictions' rank first, as Keras does for a loss function); else the
+    `Loss` class to subclass, whose `call` sees the labels unaligned, as the
+    loop does (the loop reshapes them itself)."""
+    for n in src.walk(expr):
+        if not (isinstance(n, cst.Name) and n.value == y):
+            continue
+        parent = src.parent(n)
+        call = src.parent(src.parent(n)) if isinstance(parent, cst.Arg) else None
+        if (isinstance(parent, cst.Subscript) and parent.value is n) or (
+            isinstance(call, cst.Call) and last_name(call.func) in _RESHAPES
+        ):
+            break
+    else:
+        return None
+    for alias, target in src.import_aliases().items():
+        if target in ("keras", "tensorflow.keras", "tf_keras"):
+            return f"{alias}.losses.Loss"
+    if src.tf_alias():
+        return f"{src.tf_alias()}.keras.losses.Loss"
+    raise NotSwitchable("the loss reshapes the labels and the file imports no Keras to write a Loss class with")
 
 
 def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
@@ -400,7 +429,12 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
         return None
     off = []
     loss = loop.loss
-    if loop.loss_def is not None:
+    if loop.loss_def is not None and loop.loss_base is not None:
+        cls = src.fresh_name(src.scope(unit), ("FitLoss", "LoopLoss"))
+        off += [f"{indent}class {cls}({loop.loss_base}):\n", f"{indent}    def call(self, y_true, y_pred):\n"]
+        off += [f"{indent}        return {loop.loss_def}\n", "\n"]
+        loss = f"{cls}()"
+    elif loop.loss_def is not None:
         loss = src.fresh_name(src.scope(unit), ("fit_loss", "loop_loss"))
         off += [f"{indent}def {loss}(y_true, y_pred):\n", f"{indent}    return {loop.loss_def}\n", "\n"]
     if loop.optimizer is not None:
