@@ -439,8 +439,13 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
         off += [f"{indent}def {loss}(y_true, y_pred):\n", f"{indent}    return {loop.loss_def}\n", "\n"]
     if loop.optimizer is not None:
         off.append(f"{indent}{loop.model}.compile(optimizer={loop.optimizer}, loss={loss})\n")
-    epochs = loop.epochs or "1"
-    off.append(f"{indent}{loop.model}.fit({loop.data}, epochs={epochs}, verbose=0)\n")
+    data = loop.data
+    if loop.epochs is not None:
+        # The loop starts a new pass (a new iterator, a reshuffle) per epoch; fit's epochs
+        # over a dataset do not reshuffle the same way, a repeated dataset does.
+        simple = all(c.isalnum() or c in "._()[], " for c in data) and not data.startswith("(")
+        data = f"{data if simple else f'({data})'}.repeat({loop.epochs})"
+    off.append(f"{indent}{loop.model}.fit({data}, epochs=1, verbose=0)\n")
     what = "model.fit over the same data" + (", optimizer and loss" if loop.optimizer else "")
     desc = f"hand-written training loop ({form}) instead of fit, the same math; off: {what}"
     seg = BlockSeg(name, desc, src.lines_text(line, src.end_line(unit)), "".join(off))
