@@ -86,5 +86,8 @@ def check_loop(steps: list[tuple[str, StepFacts]], mode_layers: bool, result: Tr
             fixes.append("use tf.nn.compute_average_loss(per_example_loss, global_batch_size=GLOBAL_BATCH)")
     if warnings:
         summary = warnings[0] if len(warnings) == 1 else f"{len(warnings)} differences from fit"
-        return CheckItem(NUMBER, KEY, TITLE, Status.WARN, summary, tuple(warnings + evidence), "; ".join(fixes))
+        shown = warnings[1:] if len(warnings) == 1 else warnings
+        return CheckItem(
+            NUMBER, KEY, TITLE, Status.WARN, summary, tuple(shown + evidence), "; ".join(dict.fromkeys(fixes))
+        )
     return CheckItem(NUMBER, KEY, TITLE, Status.PASS, "the step trains as fit would", tuple(evidence))
