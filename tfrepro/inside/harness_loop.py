@@ -84,7 +84,8 @@ class _GraphRecorder:
             # A fresh thread: eager, outside any strategy scope or graph of the tracer.
             try:
                 made["buf"] = tf.Variable(tf.zeros([BUF, R_MAX], tf.float32), trainable=False, name="tfrepro_loss")
-                made["cnt"] = tf.Variable(tf.zeros([R_MAX], tf.int64), trainable=False, name="tfrepro_steps")
+                # float32, not int64: every device has float32 scatter kernels (exact to 2**24 steps)
+                made["cnt"] = tf.Variable(tf.zeros([R_MAX], tf.float32), trainable=False, name="tfrepro_steps")
             except Exception as e:  # noqa: BLE001 - reported by the caller
                 made["error"] = e
 
@@ -99,10 +100,10 @@ class _GraphRecorder:
     def write(self, tf, loss, replica) -> None:
         """Ops of the graph being traced: buf[cnt[r] % BUF, r] = loss; cnt[r] += 1."""
         r = tf.cast(replica, tf.int32) if not isinstance(replica, int) else replica
-        i = tf.cast(tf.math.floormod(tf.gather(self.cnt, r), BUF), tf.int32)
+        i = tf.math.floormod(tf.cast(tf.gather(self.cnt, r), tf.int32), BUF)
         value = tf.constant(MISSING, tf.float32) if loss is None else _scalar(tf, loss)
         self.buf.scatter_nd_update(tf.reshape(tf.stack([i, r]), [1, 2]), tf.reshape(value, [1]))
-        self.cnt.scatter_nd_add(tf.reshape(r, [1, 1]), tf.constant([1], tf.int64))
+        self.cnt.scatter_nd_add(tf.reshape(r, [1, 1]), tf.constant([1.0], tf.float32))
 
     def drain(self) -> list[list[float | None]]:
         """The steps since the last drain: per step, the losses of the replicas that ran it."""
