@@ -16,7 +16,7 @@ before it (the unscaled loss when the target came from `scale_loss` /
 
 - Eagerly, the step is recorded right after the apply returns.
 - Inside a `tf.function` the hooks run at trace time: the loss is written
-  into two variables (a ring buffer of losses per replica slot and a count
+  into one variable (a ring buffer of losses per replica slot and a count
   per slot) by ops of the traced graph, which XLA compiles too
   (`jit_compile=True`, where a callback op is not allowed); after every
   outermost `tf.function` call returns, the new entries are read and
@@ -75,7 +75,7 @@ def bind(core) -> None:
 
 
 class _GraphRecorder:
-    """Two variables written by the traced step, read after each outermost call."""
+    """One variable written by the traced step, read after each outermost call."""
 
     def __init__(self, tf) -> None:
         made: dict = {}
@@ -83,9 +83,10 @@ class _GraphRecorder:
         def make() -> None:
             # A fresh thread: eager, outside any strategy scope or graph of the tracer.
             try:
-                made["buf"] = tf.Variable(tf.zeros([BUF, R_MAX], tf.float32), trainable=False, name="tfrepro_loss")
-                # float32, not int64: every device has float32 scatter kernels (exact to 2**24 steps)
-                made["cnt"] = tf.Variable(tf.zeros([R_MAX], tf.float32), trainable=False, name="tfrepro_steps")
+                # Rows 0..BUF-1: losses per replica slot; row BUF: the step count per slot (float32:
+                # every device has float32 scatter kernels, exact to 2**24 steps). One variable, so
+                # one read after each call.
+                made["buf"] = tf.Variable(tf.zeros([BUF + 1, R_MAX], tf.float32), trainable=False, name="tfrepro_loss")
             except Exception as e:  # noqa: BLE001 - reported by the caller
                 made["error"] = e
 
@@ -94,25 +95,26 @@ class _GraphRecorder:
         t.join()
         if "error" in made:
             raise made["error"]
-        self.buf, self.cnt = made["buf"], made["cnt"]
+        self.buf = made["buf"]
         self.seen = [0] * R_MAX
 
     def write(self, tf, loss, replica) -> None:
         """Ops of the graph being traced: buf[cnt[r] % BUF, r] = loss; cnt[r] += 1."""
         r = tf.cast(replica, tf.int32) if not isinstance(replica, int) else replica
-        i = tf.math.floormod(tf.cast(tf.gather(self.cnt, r), tf.int32), BUF)
+        count = tf.gather(tf.gather(self.buf, BUF), r)  # ResourceGather: XLA has it (not ResourceGatherNd)
+        i = tf.math.floormod(tf.cast(count, tf.int32), BUF)
         value = tf.constant(MISSING, tf.float32) if loss is None else _scalar(tf, loss)
         self.buf.scatter_nd_update(tf.reshape(tf.stack([i, r]), [1, 2]), tf.reshape(value, [1]))
-        self.cnt.scatter_nd_add(tf.reshape(r, [1, 1]), tf.constant([1.0], tf.float32))
+        self.buf.scatter_nd_add(tf.reshape(tf.stack([tf.constant(BUF, tf.int32), r]), [1, 2]), tf.constant([1.0]))
 
     def drain(self) -> list[list[float | None]]:
         """The steps since the last drain: per step, the losses of the replicas that ran it."""
-        cnt = [int(c) for c in self.cnt.numpy()]
+        buf = self.buf.numpy()
+        cnt = [int(c) for c in buf[BUF]]
         new = [c - s for c, s in zip(cnt, self.seen)]
         n = max(new)
         if n <= 0:
             return []
-        buf = self.buf.numpy()
         steps = []
         for j in range(n):
             vals = []
