@@ -69,12 +69,14 @@ def test_an_unknown_replica_loss_makes_the_step_lossless(loop):
 
 def test_a_printed_step_line_replaces_the_recorded_steps(loop):
     module, core = loop
+    core.S.t_ref = 5.0
     module._record([2.0], dt=0.1)
     module._record([float("nan")], dt=0.1)
     assert core.S.first_nonfinite_step == 2
     module.yield_to_stdout()
     assert core.S.steps_seen == 0 and core.S.losses == [] and core.S.step_times == []
     assert core.S.first_nonfinite_step is None and core.S.extra["loop_loss_source"] == "stdout"
+    assert core.S.t_ref == 5.0  # the printed step's time starts where the dropped steps' did
     module._record([3.0], dt=0.1)  # once lines are printed, apply_gradients steps do not count
     assert core.S.steps_seen == 0
 

@@ -61,6 +61,7 @@ class _Loop:
         self.traced = False  # a trace happened since the last recorded step
         self.pending: dict[int, list] = {}  # eager replica losses waiting for the other replicas
         self.first_step = None  # S.steps_seen when this source started recording
+        self.t_ref0 = None  # S.t_ref then: a printed line's step time starts there
 
 
 L = _Loop()
@@ -152,7 +153,7 @@ def _record(values: list, dt: float | None = None) -> None:
         return
     if _source() is None:
         S.extra["loop_loss_source"] = "apply"
-        L.first_step = S.steps_seen
+        L.first_step, L.t_ref0 = S.steps_seen, S.t_ref
         if S.mode == "none":
             S.mode = "loop"
     known = [v for v in values if v is not None]
@@ -181,6 +182,7 @@ def yield_to_stdout() -> None:
         del S.losses[k:]
         del S.step_times[k:]
         S.steps_seen = k
+        S.t_ref = L.t_ref0 if L.t_ref0 is not None else S.t_ref
         if S.first_nonfinite_step is not None and S.first_nonfinite_step > k:
             S.first_nonfinite_step = None
         if S.budget is not None:
