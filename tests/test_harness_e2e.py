@@ -90,6 +90,7 @@ def test_fit_per_step_losses_are_the_scripts_own(cli_run):
 def test_loop_per_step_losses_are_the_scripts_own(cli_run):
     r = cli_run("loop_basic")
     assert r.mode == "loop" and r.steps_run == 10
+    assert r.extra["loop_loss_source"] == "stdout"  # printed lines override the apply_gradients steps
     assert_close(r.losses, own_losses(r)[:10])
     assert r.weights_finite is True  # the loop's model was found without fit
 

@@ -134,8 +134,10 @@ def _edits_for(src, ctx: Context, layer_classes) -> list:
     from tfrepro.annotate.callbacks import callback_edits
     from tfrepro.annotate.chains import chain_edits
     from tfrepro.annotate.detect import candidates_to_edits, find_candidates
+    from tfrepro.annotate.loops import loop_edits
 
-    edits = chain_edits(src, ctx)
+    edits = loop_edits(src, ctx)  # first: a loop's block wins over the statements inside it
+    edits += chain_edits(src, ctx)
     edits += callback_edits(src, ctx)
     edits += candidates_to_edits(src, ctx, find_candidates(src, layer_classes, ctx))
     return edits

@@ -66,7 +66,24 @@ def run_checks(
         plugins=(PROBES_FILE,),
         plugin_options=_probe_options(expect_gpu),
     )
-    return judge(result, options, project=str(project.root))
+    report = judge(result, options, project=str(project.root))
+    return _with_loop_check(report, project, result)
+
+
+def _with_loop_check(report: CheckReport, project: "Project", result: TrialResult) -> CheckReport:
+    """Check 7 (check/loops.py) for a script with a GradientTape step: its entry scripts as written."""
+    from tfrepro.annotate.zeroedit import entry_scripts
+    from tfrepro.check.loops import check_loop, facts_of
+
+    trial = project.manifest.trial
+    texts = []
+    for rel in entry_scripts(trial.entry, trial.command, project.files):
+        try:
+            texts.append((rel, (project.root / rel).read_text(encoding="utf-8")))
+        except (OSError, UnicodeDecodeError):
+            continue
+    item = check_loop(*facts_of(texts), result)
+    return report if item is None else replace(report, items=(*report.items, item))
 
 
 def checks_for_result(

@@ -210,4 +210,7 @@ def load_project(path: Path, only: str | None = None, skip: str | None = None):
             "`tfrepro annotate --write` to keep them",
             err=True,
         )
+        for s in project.detection.skipped:  # a training loop is never skipped silently
+            if s.reason.startswith("custom_loop:"):
+                click.echo(f"  left alone: {s.where}: {s.reason}", err=True)
     return project

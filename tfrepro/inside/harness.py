@@ -19,9 +19,12 @@ What it does (Contract 3):
   (running-mean recovery as the fallback). Step time = on_train_batch_begin →
   end of our callback, which runs after the user's callbacks. With
   steps_per_execution > 1 a "step" is one execution;
-- custom loops: lines `step=<int> loss=<float>` written to sys.stdout (Python
-  level: `print`, not `tf.print`), in harness_stdout.py (loaded by path when
-  the harness activates); step time = time between two such lines;
+- custom loops: a step is a call of the optimizer's `apply_gradients`/`apply`
+  outside fit, its loss the target of the step's `GradientTape.gradient`
+  (eager, tf.function, jit_compile, strategy.run), in harness_loop.py; step
+  time = time between two steps. Lines `step=<int> loss=<float>` written to
+  sys.stdout (Python level: `print`, not `tf.print`) override them
+  (harness_stdout.py, loaded by path when the harness activates);
 - stops at `steps` (a trial run "until its symptom", `until_s` > 0: after
   `until_s` seconds of training instead) and at the first non-finite loss: the result is written and
   the process leaves with os._exit(0) right there (no exception to be
@@ -214,6 +217,19 @@ def _sibling(name: str):
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
     return module
+
+
+_loop_side = None
+
+
+def _loop():
+    """harness_loop.py (custom loops: steps from apply_gradients), loaded on first use."""
+    global _loop_side
+    if _loop_side is None:
+        module = _sibling("loop")
+        module.bind(sys.modules[__name__])
+        _loop_side = module
+    return _loop_side
 
 
 def _keras():
@@ -462,5 +478,7 @@ def activate(config_path: str) -> None:
     sys.meta_path.insert(0, _FINDER)
     _FINDER.fire_imported()
     _data_start()
+    for name in ("tensorflow", "keras", "tf_keras"):  # custom loops (harness_loop.py)
+        _FINDER.add(name, lambda module, name=name: getattr(_loop(), f"on_{name}")(module))
     if S.config.get("plugins"):
         _load_plugins(S.config["plugins"], S.config.get("plugin_options"))

@@ -342,6 +342,7 @@ class _Probes:
             outs = model.outputs
             if outs:
                 width = outs[0].shape[-1]
+                info["output_rank"] = len(outs[0].shape)
         except Exception:
             pass
         if width is None and call and self.first_x is not None:

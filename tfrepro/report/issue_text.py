@@ -262,10 +262,16 @@ def series_log(doc: dict[str, Any]) -> list[str]:
         ]
     if sym == "mismatch":
         cand, ref = mismatch_pair(doc)
-        return [
+        lines = [
             f"per-step loss, repro.py:     {_series(cand.get('losses') or [])}",
             f"per-step loss, reference.py: {_series(ref.get('losses') or [])}",
         ]
+        if "custom_loop" in (doc.get("culprits") or []):
+            from tfrepro.report.loop_table import first_diverging_rows
+
+            tol = float((doc.get("symptom_settings") or {}).get("mismatch") or 0.05)
+            lines += ["", *first_diverging_rows(cand.get("losses") or [], ref.get("losses") or [], tol)]
+        return lines
     if cand.get("losses"):
         return [f"per-step loss (culprit configuration): {_series(cand['losses'])}"]
     return []

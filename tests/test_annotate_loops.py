@@ -1,0 +1,172 @@
+"""custom_loop: hand-written training loops found by the annotator, with
+`fit` built from the loop's own parts as the OFF form (annotate/loops.py).
+Pure text in, text out: no TensorFlow."""
+
+from __future__ import annotations
+
+import textwrap
+
+from tfrepro import features as fb
+from tfrepro.annotate import annotate_text
+
+HEAD = """\
+import tensorflow as tf
+import keras
+
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+optimizer = keras.optimizers.SGD(0.1)
+loss_fn = keras.losses.MeanSquaredError()
+ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+"""
+
+STEP_FN = """
+def train_step(xb, yb):
+    with tf.GradientTape() as tape:
+        pred = model(xb, training=True)
+        loss = {loss}
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+"""
+
+
+def annotated(body: str) -> tuple[str, dict, list]:
+    text = HEAD + textwrap.dedent(body)
+    new, found, skipped = annotate_text(text, "train.py", only=["custom_loop"])
+    return new, {f.name: f for f in found}, [s.reason for s in skipped]
+
+
+def off_part(new: str) -> str:
+    """The custom_loop block's OFF code, as a variant with custom_loop off renders it."""
+    parsed = fb.parse(new, "train.py")
+    return parsed.export(set())
+
+
+def test_a_step_function_loop_becomes_fit_with_the_same_parts():
+    new, found, _ = annotated(
+        STEP_FN.format(loss="loss_fn(yb, pred)") + "\nfor step, (xb, yb) in enumerate(ds.take(20), start=1):\n"
+        "    loss = train_step(xb, yb)\n"
+        "    print(f'step {step}: {float(loss):.4f}')\n"
+    )
+    assert found["custom_loop"].kind == "loop" and not found["custom_loop"].affects_loss
+    assert fb.parse(new, "train.py").render({"custom_loop"}) == new  # ON: the file as written
+    off = off_part(new)
+    assert "model.compile(optimizer=optimizer, loss=loss_fn)\nmodel.fit(ds.take(20), epochs=1, verbose=0)\n" in off
+    assert "for step" not in off.replace("# for step", "")
+
+
+def test_a_hand_written_loss_is_wrapped_as_a_keras_loss():
+    new, found, _ = annotated(
+        STEP_FN.format(loss="tf.reduce_mean(tf.square(yb - pred))") + "\nfor epoch in range(3):\n"
+        "    for xb, yb in ds:\n"
+        "        loss = train_step(xb, yb)\n"
+        "    print(epoch)\n"
+    )
+    off = off_part(new)
+    assert "def fit_loss(y_true, y_pred):\n    return tf.reduce_mean(tf.square(y_true - y_pred))\n" in off
+    assert "model.compile(optimizer=optimizer, loss=fit_loss)\nmodel.fit(ds.repeat(3), epochs=1, verbose=0)\n" in off
+    assert found["custom_loop"].note
+
+
+def test_an_inline_tape_loop_with_the_model_call_inside_the_loss():
+    new, found, _ = annotated(
+        """
+        for xb, yb in ds:
+            with tf.GradientTape() as tape:
+                loss = loss_fn(yb, model(xb))
+            grads = tape.gradient(loss, model.trainable_weights)
+            optimizer.apply(grads, model.trainable_weights)
+        """
+    )
+    assert "custom_loop" in found
+    assert "model.fit(ds, epochs=1, verbose=0)" in off_part(new)
+
+
+def test_a_train_on_batch_loop_becomes_fit_over_the_same_data():
+    new, found, _ = annotated(
+        """
+        model.compile(optimizer="adam", loss="mse")
+        for epoch in range(2):
+            for xb, yb in ds:
+                model.train_on_batch(xb, yb)
+        """
+    )
+    assert "custom_loop" in found
+    off = off_part(new)
+    assert "model.fit(ds.repeat(2), epochs=1, verbose=0)" in off and off.count("compile(") == 1
+
+
+def test_a_train_step_override_with_the_compiled_loss_is_switched_to_keras_own():
+    new, found, _ = annotated(
+        """
+        class Trainer(keras.Model):
+            def train_step(self, data):
+                x, y = data
+                with tf.GradientTape() as tape:
+                    loss = self.compute_loss(y=y, y_pred=self(x, training=True))
+                self.optimizer.apply(tape.gradient(loss, self.trainable_variables), self.trainable_variables)
+                return {"loss": loss}
+        """
+    )
+    assert "custom_loop" in found
+    off = off_part(new)
+    assert "def train_step" not in off and "class Trainer(keras.Model):" in off
+    compile(off, "train.py", "exec")
+
+
+def test_loops_whose_parts_cannot_be_identified_are_reported_with_the_reason():
+    cases = {
+        "strategy.run": (
+            "def step_fn(xb, yb):\n"
+            "    with tf.GradientTape() as tape:\n"
+            "        loss = loss_fn(yb, model(xb))\n"
+            "    optimizer.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))\n"
+            "for xb, yb in ds:\n"
+            "    strategy.run(step_fn, args=(xb, yb))\n",
+            "not called directly from a loop",
+        ),
+        "other state": (
+            STEP_FN.format(loss="loss_fn(yb, pred) + penalty * scale").replace(
+                "def train_step(xb, yb):", "def train_step(xb, yb, scale):"
+            )
+            + "for xb, yb in ds:\n    train_step(xb, yb, 2.0)\n",
+            "besides the prediction",
+        ),
+        "read after": (
+            STEP_FN.format(loss="loss_fn(yb, pred)")
+            + "for xb, yb in ds:\n    loss = train_step(xb, yb)\nprint(loss)\n",
+            "is read after it",
+        ),
+        "range": (
+            STEP_FN.format(loss="loss_fn(yb, pred)") + "for i in range(10):\n    train_step(x[i], y[i])\n",
+            "does not iterate (x, y) batches",
+        ),
+        "own loss": (
+            "class T(keras.Model):\n"
+            "    def train_step(self, data):\n"
+            "        x, y = data\n"
+            "        return {'loss': tf.reduce_mean(tf.square(y - self(x)))}\n",
+            "computes its own loss",
+        ),
+    }
+    for label, (body, reason) in cases.items():
+        new, found, skipped = annotated(body)
+        assert "custom_loop" not in found, label
+        assert any("not switchable" in s and reason in s for s in skipped), (label, skipped)
+        assert new == HEAD + body
+
+
+def test_an_apply_that_is_no_training_step_is_not_a_loop():
+    _, found, skipped = annotated("for row in rows:\n    frame.apply(row)\n")
+    assert not found and not skipped
+
+
+def test_a_loss_that_reshapes_the_labels_itself_gets_them_unaligned():
+    new, _, _ = annotated(
+        STEP_FN.format(loss="tf.reduce_mean(tf.square(yb[:, None] - pred))")
+        + "for xb, yb in ds:\n    train_step(xb, yb)\n"
+    )
+    off = off_part(new)
+    assert "class FitLoss(keras.losses.Loss):\n    def call(self, y_true, y_pred):\n" in off
+    assert "return tf.reduce_mean(tf.square(y_true[:, None] - y_pred))" in off
+    assert "model.compile(optimizer=optimizer, loss=FitLoss())" in off

@@ -1,0 +1,72 @@
+"""Check 7, the training loop (check/loops.py): the step as written against
+fit, with the ranks the probes recorded. Pure: no TensorFlow."""
+
+from __future__ import annotations
+
+from tfrepro.check.checklist import Status
+from tfrepro.check.loops import check_loop, facts_of
+from tfrepro.trials.values import TrialResult
+
+STEP = """\
+import tensorflow as tf
+import keras
+
+model = keras.Sequential([keras.Input((4,)), keras.layers.{layer}(), keras.layers.Dense(1)])
+
+
+@tf.function
+def train_step(xb, yb):
+    with tf.GradientTape() as tape:
+        pred = model(xb{training})
+        loss = {loss}
+    grads = tape.gradient(loss, model.trainable_variables)
+    optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    return loss
+"""
+
+
+def shapes(labels, out_rank) -> TrialResult:
+    return TrialResult(
+        extra={
+            "check.batches": {"batches": [{"inputs": [{"shape": [8, 4]}], "labels": [{"shape": labels}]}]},
+            "check.model": {"output_rank": out_rank},
+        }
+    )
+
+
+def judged(result=None, layer="Dropout", training=", training=True", loss="loss_fn(yb, pred)", extra=""):
+    text = STEP.format(layer=layer, training=training, loss=loss) + extra
+    return check_loop(*facts_of([("train.py", text)]), result)
+
+
+def test_a_correct_step_passes():
+    item = judged(shapes([8], 2))
+    assert item.status is Status.PASS and item.number == 7
+
+
+def test_no_training_true_with_dropout_or_batchnorm_warns():
+    for layer in ("Dropout", "BatchNormalization"):
+        item = judged(layer=layer, training="")
+        assert item.status is Status.WARN and "without training=True" in item.summary
+        assert "training=True" in item.fix
+    assert judged(layer="ReLU", training="").status is Status.PASS  # nothing that depends on the mode
+
+
+def test_labels_and_predictions_of_different_rank_in_a_hand_written_loss_warn():
+    hand = "tf.reduce_mean(tf.square(yb - pred))"
+    item = judged(shapes([8], 2), loss=hand)
+    assert item.status is Status.WARN and "rank 1 against predictions of rank 2" in item.summary
+    assert judged(shapes([8, 1], 2), loss=hand).status is Status.PASS
+    assert judged(shapes([8], 2)).status is Status.PASS  # a loss object squeezes the ranks itself
+
+
+def test_a_per_replica_loss_over_the_local_batch_warns():
+    run = "\ndef dist(x, y):\n    return strategy.run(train_step, args=(x, y))\n"
+    item = judged(extra=run)
+    assert item.status is Status.WARN and "replica's own batch" in item.summary
+    good = judged(loss="tf.nn.compute_average_loss(loss_fn(yb, pred), global_batch_size=GB)", extra=run)
+    assert good.status is Status.PASS
+
+
+def test_a_script_without_a_tape_step_gets_no_item():
+    assert check_loop(*facts_of([("train.py", "import keras\nmodel.fit(x, y)\n")]), None) is None

@@ -1,0 +1,87 @@
+"""The GradientTape steps of a script as facts for `tfrepro check` (check 7):
+the model call's `training=`, whether the loss is a Keras loss object or a
+hand-written expression, whether the step runs under `strategy.run` and
+averages over the global batch. Uses the loop recogniser's pieces
+(annotate/loops.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from tfrepro.annotate.loops import (
+    NotSwitchable,
+    _assignments,
+    _enclosing,
+    _gradient_call,
+    _inside,
+    _is_model_call,
+    _loss_and_model,
+    _loss_expr,
+)
+from tfrepro.annotate.source import Src, arg, last_name
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    """One GradientTape step as written: what `tfrepro check` judges."""
+
+    line: int
+    model: str
+    training: bool | None  # the `training=` of the model call in the tape (None: not given)
+    loss_object: bool  # `fn(y, pred)` (a Keras loss squeezes ranks itself), else a hand-written expression
+    loss_code: str
+    per_replica: bool  # the step runs under strategy.run
+    global_average: bool  # the loss is averaged over the global batch (compute_average_loss, a division)
+
+
+def step_facts(src: Src) -> list[StepFacts]:
+    out = []
+    for node in src.walk():
+        if not (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value in ("apply_gradients", "apply")
+        ):
+            continue
+        try:
+            out.append(_facts(src, node))
+        except NotSwitchable:
+            continue
+    return out
+
+
+def _facts(src: Src, apply_call: cst.Call) -> StepFacts:
+    fn = _enclosing(src, apply_call, (cst.FunctionDef,))
+    loop = _enclosing(src, apply_call, (cst.For,))
+    region = loop if loop is not None and (fn is None or _inside(src, loop, fn)) else fn
+    grad = _gradient_call(src, region) if region is not None else None
+    if grad is None:
+        raise NotSwitchable("")
+    loss_name, model = _loss_and_model(grad)
+    assigned = _assignments(src, region, loss_name)
+    code = src.code(assigned[-1].value) if assigned else ""
+    calls = [n for n in src.walk(region) if _is_model_call(n, model)]
+    training = arg(calls[0], None, "training") if calls else None
+    value = None if training is None else {"True": True, "False": False}.get(src.code(training.value))
+    try:
+        expr, pred = _loss_expr(src, region, loss_name, model)
+        loss_object = (
+            isinstance(expr, cst.Call)
+            and len(expr.args) == 2
+            and expr.args[1].value is pred
+            and last_name(expr.func) not in ("reduce_mean", "reduce_sum", "square", "abs")
+        )
+    except NotSwitchable:
+        loss_object = True  # not identified: no claim about ranks
+    runs = isinstance(region, cst.FunctionDef) and any(
+        isinstance(n, cst.Call)
+        and last_name(n.func) == "run"
+        and n.args
+        and isinstance(n.args[0].value, cst.Name)
+        and n.args[0].value.value == region.name.value
+        for n in src.walk()
+    )
+    global_avg = "compute_average_loss" in code or "global_batch" in code.lower() or "/" in code
+    return StepFacts(src.line(grad), model, value, loss_object, code, runs, global_avg)

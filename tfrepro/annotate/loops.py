@@ -1,0 +1,454 @@
+"""The hand-written training loop as a feature (`custom_loop`), whose OFF form
+is `fit` built from the loop's own parts, so a mismatch bisect compares the
+loop with fit as the old advice says (DOMAIN.md: "compare the first steps of
+both on tiny data").
+
+Three forms are recognised:
+- a `GradientTape` loop: `tape.gradient(loss, model.trainable_variables)`
+  and `optimizer.apply_gradients(...)`/`apply(...)`, inline in a `for` over
+  the data or in a step function the loop calls. OFF: the same model
+  compiled with the same optimizer and the loss (a loss object or function
+  called as `fn(y, pred)` as it is; a hand-written expression wrapped as
+  `def fit_loss(y_true, y_pred)`), then `fit` over the same dataset
+  expression, for the same number of epochs;
+- a `train_on_batch` loop over the data. OFF: `fit` over the same data;
+- a `train_step` override of a Model subclass whose loss is the compiled one.
+  OFF: the method removed (Keras's own train_step).
+
+A loop whose parts cannot be identified (no single model, a loss that reads
+other state, data that is not iterated as (x, y), names the rest of the
+script reads) is reported as detected but not switchable, with the reason.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import libcst as cst
+
+from tfrepro import catalog
+from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
+from tfrepro.annotate.source import Src, arg, last_name
+
+_VARS = ("trainable_variables", "trainable_weights")
+_NOT_SWITCHABLE = "custom_loop: a hand-written training loop ({form}) is detected but not switchable: {why}"
+
+
+class NotSwitchable(Exception):
+    pass
+
+
+@dataclass
+class Loop:
+    """What the fit stand-in needs."""
+
+    block: cst.For  # the statement the block wraps (the epoch loop when there is one)
+    model: str
+    data: str
+    epochs: str | None
+    optimizer: str | None = None  # None: the model is compiled already (train_on_batch)
+    loss: str | None = None  # the compile loss expression
+    loss_def: str | None = None  # body expression of a wrapped hand-written loss
+    loss_base: str | None = None  # `keras.losses.Loss` when the loss reshapes the labels itself
+
+
+def loop_edits(src: Src, ctx: Context) -> list[Edit]:
+    edits: list[Edit] = []
+    seen: set[int] = set()
+    for node in src.walk():
+        form, finder = None, None
+        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
+            attr = node.func.attr.value
+            if attr in ("apply_gradients", "apply") and isinstance(node.func.value, cst.Name):
+                form, finder = "GradientTape", _tape_loop
+            elif attr == "train_on_batch" and isinstance(node.func.value, cst.Name):
+                form, finder = "train_on_batch", _train_on_batch_loop
+        elif isinstance(node, cst.FunctionDef) and node.name.value == "train_step":
+            edit = _train_step_override(src, ctx, node)
+            if edit is not None:
+                edits.append(edit)
+            continue
+        if finder is None:
+            continue
+        try:
+            loop = finder(src, node)
+        except NotSwitchable as e:
+            if str(e):
+                ctx.skip(src.path, src.line(node), _NOT_SWITCHABLE.format(form=form, why=e))
+            continue
+        if loop is None or id(loop.block) in seen:
+            continue
+        seen.add(id(loop.block))
+        edit = _edit(src, ctx, loop, form)
+        if edit is not None:
+            edits.append(edit)
+    return edits
+
+
+# -- the GradientTape loop -------------------------------------------------------------------
+
+
+def _tape_loop(src: Src, apply_call: cst.Call) -> Loop | None:
+    optimizer = apply_call.func.value.value  # type: ignore[union-attr]
+    fn = _enclosing(src, apply_call, (cst.FunctionDef,))
+    loop = _enclosing(src, apply_call, (cst.For,))
+    inline = loop is not None and (fn is None or _inside(src, loop, fn))
+    region = loop if inline else fn
+    if region is None:
+        raise NotSwitchable("")  # an apply outside any loop or function: not a training step
+    grad = _gradient_call(src, region)
+    if grad is None:
+        raise NotSwitchable("")  # `.apply(...)` of something else
+    loss_name, model = _loss_and_model(grad)
+    expr, pred = _loss_expr(src, region, loss_name, model)
+    x, y_names = _model_input(src, region, expr, pred)
+    locals_ = _bound_names(src, region)
+    if isinstance(region, cst.FunctionDef):
+        params = [p.name.value for p in region.params.params]
+        for name in (model, optimizer):
+            if name in params or name in locals_:
+                raise NotSwitchable(f"`{name}` is local to {region.name.value}(): fit cannot be given it")
+        call, loop = _single_call(src, region)
+        args = [a.value for a in call.args if a.keyword is None]
+        mapping = {
+            p: (args[i].value if i < len(args) and isinstance(args[i], cst.Name) else None)
+            for i, p in enumerate(params)
+        }
+    else:
+        mapping = {n: n for n in locals_}
+    y = _label_name(y_names, x, locals_)
+    loss_code, loss_def = _loss_code(src, expr, pred, y)
+    base = _loss_base(src, expr, y) if loss_def is not None else None
+    data, epochs, block = _data(src, loop, mapping.get(x), mapping.get(y))
+    _check_used_after(src, block)
+    return Loop(block, model, data, epochs, optimizer, loss_code, loss_def, base)
+
+
+def _enclosing(src: Src, node: cst.CSTNode, kinds: tuple) -> cst.CSTNode | None:
+    return next((p for p in src.ancestors(node) if isinstance(p, kinds)), None)
+
+
+def _inside(src: Src, inner: cst.CSTNode, outer: cst.CSTNode) -> bool:
+    return any(p is outer for p in src.ancestors(inner))
+
+
+def _gradient_call(src: Src, region: cst.CSTNode) -> cst.Call | None:
+    tapes = set()
+    for n in src.walk(region):
+        if isinstance(n, cst.WithItem) and isinstance(n.item, cst.Call) and last_name(n.item.func) == "GradientTape":
+            if n.asname is not None and isinstance(n.asname.name, cst.Name):
+                tapes.add(n.asname.name.value)
+    grads = [
+        n
+        for n in src.walk(region)
+        if isinstance(n, cst.Call)
+        and isinstance(n.func, cst.Attribute)
+        and n.func.attr.value == "gradient"
+        and isinstance(n.func.value, cst.Name)
+        and n.func.value.value in tapes
+    ]
+    if not grads:
+        return None
+    if len(grads) > 1:
+        raise NotSwitchable("several tape.gradient calls in one step")
+    return grads[0]
+
+
+def _loss_and_model(grad: cst.Call) -> tuple[str, str]:
+    target, sources = arg(grad, 0, "target"), arg(grad, 1, "sources")
+    if target is None or not isinstance(target.value, cst.Name):
+        raise NotSwitchable("the tape's target is not one named loss")
+    s = sources.value if sources is not None else None
+    if not (isinstance(s, cst.Attribute) and s.attr.value in _VARS and isinstance(s.value, cst.Name)):
+        raise NotSwitchable("the gradient is not taken over one model's trainable_variables")
+    return target.value.value, s.value.value
+
+
+def _assignments(src: Src, region: cst.CSTNode, name: str) -> list[cst.Assign]:
+    return [
+        n
+        for n in src.walk(region)
+        if isinstance(n, cst.Assign)
+        and len(n.targets) == 1
+        and isinstance(n.targets[0].target, cst.Name)
+        and n.targets[0].target.value == name
+    ]
+
+
+def _loss_expr(src: Src, region, loss: str, model: str) -> tuple[cst.BaseExpression, cst.CSTNode]:
+    """The loss expression and the model's prediction in it (a call, or the name it is bound to)."""
+    found = _assignments(src, region, loss)
+    if len(found) != 1:
+        raise NotSwitchable(f"`{loss}` is not assigned once in the step")
+    expr = found[0].value
+    calls = [n for n in src.walk(expr) if _is_model_call(n, model)]
+    if len(calls) == 1:
+        return expr, calls[0]
+    for n in src.walk(expr):
+        if isinstance(n, cst.Name):
+            bound = _assignments(src, region, n.value)
+            if len(bound) == 1 and _is_model_call(bound[0].value, model):
+                return expr, n
+    raise NotSwitchable(f"the loss does not use one call of `{model}`")
+
+
+def _is_model_call(node: cst.CSTNode, model: str) -> bool:
+    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == model
+
+
+def _model_input(src: Src, region, expr, pred) -> tuple[str, set[str]]:
+    call = pred
+    if isinstance(pred, cst.Name):
+        call = _assignments(src, region, pred.value)[0].value
+    first = arg(call, 0, None)
+    if first is None or not isinstance(first.value, cst.Name) or any(a.keyword is None for a in call.args[1:]):
+        raise NotSwitchable("the model is not called on one named input")
+    names = {n.value for n in src.walk(expr) if isinstance(n, cst.Name)}
+    if isinstance(pred, cst.Name):
+        names.discard(pred.value)
+    else:
+        names -= {n.value for n in src.walk(pred) if isinstance(n, cst.Name)}
+    return first.value.value, names
+
+
+def _bound_names(src: Src, region: cst.CSTNode) -> set[str]:
+    out: set[str] = set()
+    if isinstance(region, cst.FunctionDef):
+        out |= {p.name.value for p in region.params.params}
+    for n in src.walk(region):
+        if isinstance(n, cst.AssignTarget | cst.For | cst.WithItem):
+            target = n.target if not isinstance(n, cst.WithItem) else (n.asname.name if n.asname else None)
+            if target is not None:
+                out |= {t.value for t in src.walk(target) if isinstance(t, cst.Name)}
+    return out
+
+
+def _label_name(names: set[str], x: str, locals_: set[str]) -> str:
+    local = sorted(n for n in names if n in locals_)
+    others = [n for n in local if n != x]
+    if x in local:
+        raise NotSwitchable("the loss reads the model's input as well as its output")
+    if len(others) != 1:
+        what = ", ".join(f"`{n}`" for n in others) or "no label"
+        raise NotSwitchable(f"the loss reads {what} besides the prediction (one label expected)")
+    return others[0]
+
+
+_RESHAPES = {"reshape", "expand_dims", "squeeze", "one_hot"}
+
+
+def _loss_base(src: Src, expr, y: str) -> str | None:
+    """None when the loss reads the labels as they come (fit brings them to the
+    predictions' rank first, as Keras does for a loss function); else the
+    `Loss` class to subclass, whose `call` sees the labels unaligned, as the
+    loop does (the loop reshapes them itself)."""
+    for n in src.walk(expr):
+        if not (isinstance(n, cst.Name) and n.value == y):
+            continue
+        parent = src.parent(n)
+        call = src.parent(src.parent(n)) if isinstance(parent, cst.Arg) else None
+        if (isinstance(parent, cst.Subscript) and parent.value is n) or (
+            isinstance(call, cst.Call) and last_name(call.func) in _RESHAPES
+        ):
+            break
+    else:
+        return None
+    for alias, target in src.import_aliases().items():
+        if target in ("keras", "tensorflow.keras", "tf_keras"):
+            return f"{alias}.losses.Loss"
+    if src.tf_alias():
+        return f"{src.tf_alias()}.keras.losses.Loss"
+    raise NotSwitchable("the loss reshapes the labels and the file imports no Keras to write a Loss class with")
+
+
+def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
+    """`fn` for `fn(y, pred)`, else the expression with y_true / y_pred in it."""
+    if (
+        isinstance(expr, cst.Call)
+        and len(expr.args) == 2
+        and all(a.keyword is None and not a.star for a in expr.args)
+        and isinstance(expr.args[0].value, cst.Name)
+        and expr.args[0].value.value == y
+        and expr.args[1].value is pred
+    ):
+        return src.code(expr.func), None
+    a0 = src.span(expr)[0]
+    pieces, cursor = [], a0
+    swaps = [(src.span(pred), "y_pred")]
+    swaps += [(src.span(n), "y_true") for n in src.walk(expr) if isinstance(n, cst.Name) and n.value == y]
+    for (a, b), text in sorted(swaps):
+        if a < cursor:
+            continue
+        pieces += [src.between(cursor, a), text]
+        cursor = b
+    pieces.append(src.between(cursor, src.span(expr)[1]))
+    return "", "".join(pieces)
+
+
+def _single_call(src: Src, fn: cst.FunctionDef) -> tuple[cst.Call, cst.For]:
+    name = fn.name.value
+    calls = [n for n in src.walk() if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == name]
+    if not calls:
+        raise NotSwitchable(f"{name}() is not called directly from a loop (strategy.run or a callback calls it)")
+    if len(calls) > 1:
+        raise NotSwitchable(f"{name}() is called from {len(calls)} places")
+    loop = _enclosing(src, calls[0], (cst.For,))
+    if loop is None:
+        raise NotSwitchable(f"{name}() is not called inside a `for` loop")
+    return calls[0], loop
+
+
+# -- the data --------------------------------------------------------------------------------
+
+
+def _pair(target: cst.BaseExpression) -> tuple[str, str] | None:
+    if isinstance(target, cst.Tuple | cst.List) and len(target.elements) == 2:
+        names = [e.value for e in target.elements]
+        if all(isinstance(n, cst.Name) for n in names):
+            return names[0].value, names[1].value  # type: ignore[union-attr]
+    return None
+
+
+def _data(src: Src, loop: cst.For, x: str | None, y: str | None) -> tuple[str, str | None, cst.For]:
+    """(the data expression, the epochs, the statement to wrap)."""
+    target, it = loop.target, loop.iter
+    if isinstance(it, cst.Call) and last_name(it.func) == "enumerate" and it.args:
+        if not (isinstance(target, cst.Tuple | cst.List) and len(target.elements) == 2):
+            raise NotSwitchable("the loop's enumerate() target is not (step, batch)")
+        target, it = target.elements[1].value, it.args[0].value
+    pair = _pair(target)
+    if pair is None or x is None or y is None:
+        raise NotSwitchable("the loop does not iterate (x, y) batches of one dataset")
+    if pair != (x, y):
+        raise NotSwitchable(f"the step takes ({x}, {y}) but the loop yields ({pair[0]}, {pair[1]})")
+    if isinstance(it, cst.Call) and last_name(it.func) in ("range", "zip", "iter"):
+        raise NotSwitchable(f"the loop iterates {last_name(it.func)}(...), not a dataset")
+    bound = {n.value for n in src.walk(loop.target) if isinstance(n, cst.Name)}
+    if bound & {n.value for n in src.walk(it) if isinstance(n, cst.Name)}:
+        raise NotSwitchable("the data expression reads the loop's own names")
+    outer = _epoch_loop(src, loop)
+    if outer is not None:
+        return src.code(it), src.code(outer.iter.args[0].value), outer  # type: ignore[union-attr]
+    return src.code(it), None, loop
+
+
+def _epoch_loop(src: Src, loop: cst.For) -> cst.For | None:
+    """`for epoch in range(E):` whose body is this loop (and prints/logging)."""
+    suite = src.parent(loop)
+    outer = src.parent(suite) if isinstance(suite, cst.IndentedBlock) else None
+    if not isinstance(outer, cst.For) or not isinstance(outer.iter, cst.Call):
+        return None
+    if last_name(outer.iter.func) != "range" or len(outer.iter.args) != 1:
+        return None
+    for stmt in outer.body.body:
+        if stmt is loop:
+            continue
+        if not (isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, cst.Expr) for s in stmt.body)):
+            return None
+    return outer
+
+
+def _check_used_after(src: Src, block: cst.For) -> None:
+    """Names the loop binds that the rest of its scope reads: fit would leave them undefined."""
+    suite = src.parent(block)
+    stmts = list(getattr(suite, "body", ()))
+    if block not in stmts:
+        return
+    bound = _bound_names(src, block)
+    later = stmts[stmts.index(block) + 1 :]
+    read = {n.value for s in later for n in src.walk(s) if isinstance(n, cst.Name)}
+    assigned_later = {n for s in later for n in _bound_names(src, s)} if later else set()
+    used = sorted((bound & read) - assigned_later)
+    if used:
+        raise NotSwitchable(f"{', '.join(f'`{n}`' for n in used)}, set in the loop, is read after it")
+
+
+# -- train_on_batch and train_step ---------------------------------------------------------------
+
+
+def _train_on_batch_loop(src: Src, call: cst.Call) -> Loop:
+    model = call.func.value.value  # type: ignore[union-attr]
+    loop = _enclosing(src, call, (cst.For,))
+    if loop is None:
+        raise NotSwitchable("train_on_batch is not called inside a `for` loop")
+    a, b = arg(call, 0, "x"), arg(call, 1, "y")
+    if a is None or b is None or not isinstance(a.value, cst.Name) or not isinstance(b.value, cst.Name):
+        raise NotSwitchable("train_on_batch is not called on two named batches (x, y)")
+    if len([x for x in call.args if x.keyword is None]) > 2 or any(
+        x.keyword is not None and x.keyword.value in ("sample_weight", "class_weight") for x in call.args
+    ):
+        raise NotSwitchable("train_on_batch takes weights fit would need too")
+    data, epochs, block = _data(src, loop, a.value.value, b.value.value)
+    _check_used_after(src, block)
+    return Loop(block, model, data, epochs)
+
+
+def _train_step_override(src: Src, ctx: Context, fn: cst.FunctionDef) -> Edit | None:
+    cls = _enclosing(src, fn, (cst.ClassDef,))
+    if cls is None or src.parent(src.parent(fn)) is not cls:
+        return None
+    if not any("Model" in (src.code(b.value)) for b in cls.bases):
+        return None
+    body = src.code(fn)
+    compiled = any(k in body for k in ("self.compute_loss(", "self.compiled_loss(", "self.loss("))
+    if not compiled:
+        ctx.skip(
+            src.path,
+            src.line(fn),
+            _NOT_SWITCHABLE.format(
+                form="a train_step override",
+                why="it computes its own loss, so Keras's train_step would not have the same one",
+            ),
+        )
+        return None
+    indent = src.indent_of(fn) if not fn.decorators else None
+    name = ctx.claim("custom_loop", "loop", group=True, path=src.path, line=src.line(fn))
+    if name is None or indent is None:
+        return None
+    desc = f"{cls.name.value}.train_step overrides fit's step, the same math; off: Keras's own train_step"
+    start, end = src.line(fn), src.end_line(fn)
+    seg = BlockSeg(name, desc, src.lines_text(start, end), None)
+    found = Found(name, desc, src.path, start, "loop", None, catalog.affects_loss(name))
+    return Edit(start, end, indent, (seg,), (found,))
+
+
+# -- the block -----------------------------------------------------------------------------------
+
+
+def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
+    unit = loop.block
+    line = src.line(unit)
+    indent = src.indent_of(unit)
+    if indent is None:
+        ctx.skip(
+            src.path, line, _NOT_SWITCHABLE.format(form=form, why="its lines cannot be commented at its indentation")
+        )
+        return None
+    name = ctx.claim("custom_loop", "loop", group=True, path=src.path, line=line)
+    if name is None:
+        return None
+    off = []
+    loss = loop.loss
+    if loop.loss_def is not None and loop.loss_base is not None:
+        cls = src.fresh_name(src.scope(unit), ("FitLoss", "LoopLoss"))
+        off += [f"{indent}class {cls}({loop.loss_base}):\n", f"{indent}    def call(self, y_true, y_pred):\n"]
+        off += [f"{indent}        return {loop.loss_def}\n", "\n"]
+        loss = f"{cls}()"
+    elif loop.loss_def is not None:
+        loss = src.fresh_name(src.scope(unit), ("fit_loss", "loop_loss"))
+        off += [f"{indent}def {loss}(y_true, y_pred):\n", f"{indent}    return {loop.loss_def}\n", "\n"]
+    if loop.optimizer is not None:
+        off.append(f"{indent}{loop.model}.compile(optimizer={loop.optimizer}, loss={loss})\n")
+    data = loop.data
+    if loop.epochs is not None:
+        # The loop starts a new pass (a new iterator, a reshuffle) per epoch; fit's epochs
+        # over a dataset do not reshuffle the same way, a repeated dataset does.
+        simple = all(c.isalnum() or c in "._()[], " for c in data) and not data.startswith("(")
+        data = f"{data if simple else f'({data})'}.repeat({loop.epochs})"
+    off.append(f"{indent}{loop.model}.fit({data}, epochs=1, verbose=0)\n")
+    what = "model.fit over the same data" + (", optimizer and loss" if loop.optimizer else "")
+    desc = f"hand-written training loop ({form}) instead of fit, the same math; off: {what}"
+    seg = BlockSeg(name, desc, src.lines_text(line, src.end_line(unit)), "".join(off))
+    note = None if loop.loss_def is None else "the loop's loss expression wrapped as a Keras loss for fit"
+    found = Found(name, desc, src.path, line, "loop", note, catalog.affects_loss(name))
+    return Edit(line, src.end_line(unit), indent, (seg,), (found,))

@@ -1,0 +1,415 @@
+"""Custom training loops, measured by what every loop does rather than by
+what it prints (Contract 3).
+
+Loaded by path by harness.py (module `_tfrepro_harness_loop`) when
+TensorFlow, Keras or tf_keras finish importing; stdlib + TensorFlow only, no
+tfrepro import. `bind(core)` hands it the harness core (`H.S`,
+`H.record_step`).
+
+A training step is one call of the optimizer's `apply_gradients`/`apply`
+(Keras 3, Keras 2 and tf_keras optimizers, loss-scale wrappers included;
+nested calls - a wrapper calling its inner optimizer, `apply_gradients`
+calling `apply` - count once) outside `Model.fit` (fit is measured by
+harness_keras.py). Its loss is the target of the last `GradientTape.gradient`
+before it (the unscaled loss when the target came from `scale_loss` /
+`get_scaled_loss`; a non-scalar target is summed, as the tape does).
+
+- Eagerly, the step is recorded right after the apply returns.
+- Inside a `tf.function` the hooks run at trace time: the loss is written
+  into one variable (a ring buffer of losses per replica slot and a count
+  per slot) by ops of the traced graph, which XLA compiles too
+  (`jit_compile=True`, where a callback op is not allowed); after every
+  outermost `tf.function` call returns, the new entries are read and
+  recorded as steps. A step that traced (or retraced) the function is listed
+  in extra["loop_traced_steps"]; as for fit, the first steps are warm-up and
+  never enter a timing comparison.
+- Under `strategy.run` every replica writes its own slot; a step's loss is
+  the sum of the replica losses (the optimizer sums the replicas' gradients,
+  so the sum is the objective it descends: a loss averaged over the global
+  batch, as `tf.nn.compute_average_loss` gives, sums to fit's loss), and the
+  per-replica losses are kept in extra["loop_replica_losses"].
+
+`H.record_step` stops the process at `steps` and at the first non-finite
+loss. A printed `step=N loss=X` line is an explicit override
+(`yield_to_stdout`, called by the stdout tap): the steps recorded here are
+dropped and the printed ones count instead.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import os
+import sys
+import threading
+import time
+
+BUF = 256  # steps one tf.function call can hold before the oldest losses are lost
+R_MAX = 32  # replica slots
+MISSING = -3.0e38  # a step whose loss could not be identified
+MAX_TRACED = 200  # entries kept in extra["loop_traced_steps"]
+H = None  # the harness core module, set by bind()
+
+_tls = threading.local()
+_lock = threading.Lock()
+
+
+class _Loop:
+    def __init__(self) -> None:
+        self.recorder = None  # _GraphRecorder, created at the first traced step
+        self.primary = None  # id of the optimizer whose steps count
+        self.traced = False  # a trace happened since the last recorded step
+        self.pending: dict[int, list] = {}  # eager replica losses waiting for the other replicas
+        self.first_step = None  # S.steps_seen when this source started recording
+        self.t_ref0 = None  # S.t_ref then: a printed line's step time starts there
+
+
+L = _Loop()
+
+
+def bind(core) -> None:
+    global H
+    H = core
+
+
+# -- the graph side --------------------------------------------------------------------
+
+
+class _GraphRecorder:
+    """One variable written by the traced step, read after each outermost call."""
+
+    def __init__(self, tf) -> None:
+        made: dict = {}
+
+        def make() -> None:
+            # A fresh thread: eager, outside any strategy scope or graph of the tracer.
+            try:
+                # Rows 0..BUF-1: losses per replica slot; row BUF: the step count per slot (float32:
+                # every device has float32 scatter kernels, exact to 2**24 steps). One variable, so
+                # one read after each call.
+                made["buf"] = tf.Variable(tf.zeros([BUF + 1, R_MAX], tf.float32), trainable=False, name="tfrepro_loss")
+            except Exception as e:  # noqa: BLE001 - reported by the caller
+                made["error"] = e
+
+        t = threading.Thread(target=make, name="tfrepro-loop-vars")
+        t.start()
+        t.join()
+        if "error" in made:
+            raise made["error"]
+        self.buf = made["buf"]
+        self.seen = [0] * R_MAX
+
+    def write(self, tf, loss, replica) -> None:
+        """Ops of the graph being traced: buf[cnt[r] % BUF, r] = loss; cnt[r] += 1."""
+        r = tf.cast(replica, tf.int32) if not isinstance(replica, int) else replica
+        count = tf.gather(tf.gather(self.buf, BUF), r)  # ResourceGather: XLA has it (not ResourceGatherNd)
+        i = tf.math.floormod(tf.cast(count, tf.int32), BUF)
+        value = tf.constant(MISSING, tf.float32) if loss is None else _scalar(tf, loss)
+        self.buf.scatter_nd_update(tf.reshape(tf.stack([i, r]), [1, 2]), tf.reshape(value, [1]))
+        self.buf.scatter_nd_add(tf.reshape(tf.stack([tf.constant(BUF, tf.int32), r]), [1, 2]), tf.constant([1.0]))
+
+    def drain(self) -> list[list[float | None]]:
+        """The steps since the last drain: per step, the losses of the replicas that ran it."""
+        buf = self.buf.numpy()
+        cnt = [int(c) for c in buf[BUF]]
+        new = [c - s for c, s in zip(cnt, self.seen)]
+        n = max(new)
+        if n <= 0:
+            return []
+        steps = []
+        for j in range(n):
+            vals = []
+            for r in range(R_MAX):
+                if new[r] > j:
+                    k = self.seen[r] + j
+                    v = float(buf[k % BUF, r]) if cnt[r] - k <= BUF else MISSING
+                    vals.append(None if v == MISSING else v)
+            steps.append(vals)
+        self.seen = cnt
+        return steps
+
+
+def _scalar(tf, loss):
+    """The loss as one float32 scalar: a list or a non-scalar target summed, as the tape does."""
+    parts = loss if isinstance(loss, (list, tuple)) else [loss]
+    total = None
+    for p in parts:
+        p = tf.cast(tf.reduce_sum(p), tf.float32)
+        total = p if total is None else total + p
+    return total
+
+
+# -- recording ------------------------------------------------------------------------------
+
+
+def _source() -> str | None:
+    return H.S.extra.get("loop_loss_source")
+
+
+def _record(values: list, dt: float | None = None) -> None:
+    """One step of the loop from the losses of its replicas (None: unknown)."""
+    S = H.S
+    if _source() == "stdout" or os.getpid() != S.pid:
+        return
+    if _source() is None:
+        S.extra["loop_loss_source"] = "apply"
+        L.first_step, L.t_ref0 = S.steps_seen, S.t_ref
+        if S.mode == "none":
+            S.mode = "loop"
+    known = [v for v in values if v is not None]
+    loss = math.fsum(known) if known and len(known) == len(values) else None
+    if len(values) > 1:
+        S.extra.setdefault("loop_replica_losses", []).append(
+            [v if v is not None and math.isfinite(v) else None for v in values]
+        )
+    if L.traced:
+        L.traced = False
+        traced = S.extra.setdefault("loop_traced_steps", [])
+        if len(traced) < MAX_TRACED:
+            traced.append(S.steps_seen + 1)
+    now = time.perf_counter()
+    if dt is None:
+        dt = now - S.t_ref
+    S.t_ref = now
+    H.record_step(loss, dt)
+
+
+def yield_to_stdout() -> None:
+    """A `step=N loss=X` line was printed: the printed steps count, not ours."""
+    S = H.S
+    if _source() == "apply" and L.first_step is not None:
+        k = L.first_step
+        del S.losses[k:]
+        del S.step_times[k:]
+        S.steps_seen = k
+        S.t_ref = L.t_ref0 if L.t_ref0 is not None else S.t_ref
+        if S.first_nonfinite_step is not None and S.first_nonfinite_step > k:
+            S.first_nonfinite_step = None
+        if S.budget is not None:
+            S.budget = type(S.budget)(S.config)
+        for key in ("loop_replica_losses", "loop_traced_steps"):
+            S.extra.pop(key, None)
+    S.extra["loop_loss_source"] = "stdout"
+
+
+# -- the hooks ----------------------------------------------------------------------------
+
+
+def _replica(tf):
+    """(replica id: an int or a tensor, replicas in sync) of the calling context."""
+    ctx = tf.distribute.get_replica_context()
+    if ctx is None:
+        return 0, 1
+    n = int(ctx.num_replicas_in_sync)
+    if n == 1:
+        return 0, 1
+    rid = getattr(ctx, "_replica_id_in_sync_group", None)
+    if not isinstance(rid, int):
+        rid = ctx.replica_id_in_sync_group
+        static = tf.get_static_value(rid)
+        rid = int(static) if static is not None else rid
+    return rid, n
+
+
+def _target(tf):
+    target = getattr(_tls, "target", None)
+    _tls.target = None
+    scaled = getattr(_tls, "scaled", None)
+    if scaled is not None and target is scaled[0]:
+        target = scaled[1]
+    return target
+
+
+def _on_apply(optimizer) -> None:
+    tf = sys.modules["tensorflow"]
+    if L.primary is None:
+        L.primary = id(optimizer)
+    elif L.primary != id(optimizer):
+        H.S.extra["loop_other_optimizer"] = type(optimizer).__name__
+        return
+    target = _target(tf)
+    rid, n = _replica(tf)
+    if isinstance(rid, int) and rid >= R_MAX:
+        return
+    if tf.executing_eagerly():
+        value = None if target is None else float(_scalar(tf, target).numpy())
+        if n == 1:
+            _record([value])
+        else:
+            _eager_replica(value, rid, n)
+        return
+    L.traced = True
+    if L.recorder is None:
+        L.recorder = _GraphRecorder(tf)
+    if target is not None and not _usable(tf, target):
+        target = None
+    L.recorder.write(tf, target, rid)
+
+
+def _usable(tf, target) -> bool:
+    """A symbolic target of the graph being traced or of a graph it captures from."""
+    current = tf.compat.v1.get_default_graph()
+    for part in target if isinstance(target, (list, tuple)) else [target]:
+        g, graph = getattr(part, "graph", None), current
+        while graph is not None and graph is not g:
+            graph = getattr(graph, "outer_graph", None)
+        if g is None or graph is None:
+            return False
+    return True
+
+
+def _eager_replica(value, rid: int, n: int) -> None:
+    """Eager strategy.run: the replicas' threads each apply; a step is all of them."""
+    with _lock:
+        L.pending.setdefault(int(rid), []).append(value)
+        if not all(L.pending.get(r) for r in range(min(n, R_MAX))):
+            return
+        values = [L.pending[r].pop(0) for r in range(min(n, R_MAX))]
+        _record(values)
+
+
+def _apply_wrapper(orig):
+    def apply(self, *args, **kwargs):
+        S = H.S
+        if getattr(_tls, "apply_depth", 0) or S.fit_depth or os.getpid() != S.pid:
+            return orig(self, *args, **kwargs)
+        _tls.apply_depth = 1
+        try:
+            out = orig(self, *args, **kwargs)
+        finally:
+            _tls.apply_depth = 0
+        try:
+            _on_apply(self)
+        except Exception:
+            H.note_error("loop step")
+        return out
+
+    apply.__wrapped__ = orig
+    apply._tfrepro = True
+    return apply
+
+
+def _gradient_wrapper(orig):
+    def gradient(self, target, *args, **kwargs):
+        out = orig(self, target, *args, **kwargs)
+        if not getattr(_tls, "apply_depth", 0):
+            _tls.target = target
+        return out
+
+    gradient.__wrapped__ = orig
+    gradient._tfrepro = True
+    return gradient
+
+
+def _scale_wrapper(orig):
+    def scale(self, loss, *args, **kwargs):
+        out = orig(self, loss, *args, **kwargs)
+        _tls.scaled = (out, loss)
+        return out
+
+    scale.__wrapped__ = orig
+    scale._tfrepro = True
+    return scale
+
+
+def _call_wrapper(orig):
+    def __call__(self, *args, **kwargs):
+        if getattr(_tls, "fn_depth", 0) or H.S.fit_depth:
+            return orig(self, *args, **kwargs)
+        tf = sys.modules.get("tensorflow")
+        if tf is None or not tf.executing_eagerly():
+            return orig(self, *args, **kwargs)
+        _tls.fn_depth = 1
+        try:
+            out = orig(self, *args, **kwargs)
+        finally:
+            _tls.fn_depth = 0
+        if L.recorder is not None and _source() != "stdout":
+            try:
+                _drain()
+            except Exception:
+                H.note_error("loop step (graph)")
+        return out
+
+    __call__.__wrapped__ = orig
+    __call__._tfrepro = True
+    return __call__
+
+
+def _drain() -> None:
+    steps = L.recorder.drain()
+    if not steps:
+        return
+    dt = (time.perf_counter() - H.S.t_ref) / len(steps)
+    for values in steps:
+        _record(values, dt)
+
+
+def _patch(cls, method: str, wrapper) -> None:
+    fn = cls.__dict__.get(method)
+    if fn is not None and not getattr(fn, "_tfrepro", False):
+        setattr(cls, method, wrapper(fn))
+
+
+def _patch_classes(specs) -> None:
+    """specs: (module, class, methods, wrapper); absent modules and classes are skipped."""
+    for module_name, class_name, methods, wrapper in specs:
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+        except (ImportError, AttributeError):
+            continue
+        for m in methods:
+            _patch(cls, m, wrapper)
+
+
+def on_tensorflow(tf) -> None:
+    _patch(tf.GradientTape, "gradient", _gradient_wrapper)
+    _patch_classes(
+        [
+            (
+                "tensorflow.python.eager.polymorphic_function.polymorphic_function",
+                "Function",
+                ["__call__"],
+                _call_wrapper,
+            ),
+            ("tensorflow.python.eager.def_function", "Function", ["__call__"], _call_wrapper),
+        ]
+    )
+
+
+_APPLY = ["apply_gradients", "apply"]
+
+
+def on_keras(keras) -> None:
+    if str(getattr(keras, "__version__", "3")).startswith("2."):
+        _on_keras2("keras.src")
+        _on_keras2("keras")
+        return
+    _patch_classes(
+        [
+            ("keras.src.optimizers.base_optimizer", "BaseOptimizer", _APPLY, _apply_wrapper),
+            ("keras.src.optimizers.loss_scale_optimizer", "LossScaleOptimizer", _APPLY, _apply_wrapper),
+            ("keras.src.optimizers.base_optimizer", "BaseOptimizer", ["scale_loss"], _scale_wrapper),
+            ("keras.src.optimizers.loss_scale_optimizer", "LossScaleOptimizer", ["scale_loss"], _scale_wrapper),
+        ]
+    )
+
+
+def _on_keras2(root: str) -> None:
+    lso = f"{root}.mixed_precision.loss_scale_optimizer"
+    _patch_classes(
+        [
+            (f"{root}.optimizers.optimizer", "_BaseOptimizer", _APPLY, _apply_wrapper),
+            (f"{root}.optimizers.optimizer", "Optimizer", _APPLY, _apply_wrapper),
+            (f"{root}.optimizers.legacy.optimizer_v2", "OptimizerV2", _APPLY, _apply_wrapper),
+            (lso, "LossScaleOptimizer", _APPLY, _apply_wrapper),
+            (lso, "LossScaleOptimizerV3", _APPLY, _apply_wrapper),
+            (lso, "BaseLossScaleOptimizer", ["get_scaled_loss"], _scale_wrapper),
+            (lso, "LossScaleOptimizer", ["get_scaled_loss"], _scale_wrapper),
+            (lso, "LossScaleOptimizerV3", ["get_scaled_loss"], _scale_wrapper),
+        ]
+    )
+
+
+def on_tf_keras(tf_keras) -> None:
+    _on_keras2("tf_keras.src")
