@@ -51,7 +51,7 @@ from tfrepro.trials.diskfull import disk_full
 from tfrepro.trials.memcheck import memory_lines
 from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import run_cold, run_warm
-from tfrepro.trials.state import StateDir, load_result
+from tfrepro.trials.state import StateDir
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
@@ -235,10 +235,6 @@ def cached(
         state.drop_variant(trial_dir)  # results are kept, not copies (a half copy goes at once too)
         state.release(trial_dir)
     return result
-
-
-def load_cached(path: Path) -> TrialResult | None:
-    return load_result(path)
 
 
 def command_for(settings: TrialSettings, python: str | None = None) -> list[str]:
