@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import random
 import sys
 import tempfile
 from pathlib import Path
@@ -27,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from tfrepro.project import Project  # noqa: E402
 from tfrepro.scaffold.generate import new_project  # noqa: E402
-from tfrepro.trials.classify import classify, measure_noise, sequential_slowdown  # noqa: E402
+from tfrepro.trials.classify import classify, measure_noise, sequential_slowdown, timing_pair  # noqa: E402
 from tfrepro.trials.runner import run_trial  # noqa: E402
 from tfrepro.trials.values import Verdict  # noqa: E402
 
@@ -43,14 +42,15 @@ def judge_defaults(project: Project) -> dict[str, object]:
     noise = measure_noise(base[0], base[1])
     verdict = classify(full, reference=reference, settings=symptoms, noise=noise)
 
-    def pair(i: int):
-        b = run_trial(project, (), dataclasses.replace(settings, repeat=i))
+    def pair(i: int):  # B C B, as the bisect times a candidate
+        before = run_trial(project, (), dataclasses.replace(settings, repeat=2 * i))
         c = run_trial(project, every, dataclasses.replace(settings, repeat=i))
         if c.nonfinite or c.crashed or c.timed_out:
             return Verdict.CRASH
-        return b.median_step_time(), c.median_step_time()
+        after = run_trial(project, (), dataclasses.replace(settings, repeat=2 * i + 1))
+        return timing_pair(before, c, after) or Verdict.UNTESTABLE
 
-    timing = sequential_slowdown(pair, symptoms.slowdown, rng=random.Random(0))
+    timing = sequential_slowdown(pair, symptoms.slowdown)
     return {
         "features": ",".join(sorted(every)),
         "verdict (nan/crash/mismatch)": verdict.value,

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tfrepro.check.judge import CheckOptions, CheckReport, Status, format_report, judge, num_classes
+from tfrepro.check.judge import CheckOptions, CheckReport, CheckStatus, format_report, judge, num_classes
 from tfrepro.trials.values import TrialResult
 
 PROBES = Path(__file__).resolve().parents[1] / "tfrepro" / "inside" / "probes.py"
@@ -152,13 +152,13 @@ def test_labels_out_of_range_fail_only_the_batch_check():
     y = tstats("labels", (64,), "int32", min=1, max=10, mean=5, std=3, integral=True)
     report = judge(result(with_(batches=batches(y=y))))
     assert report.flagged() == ["first_batches"]
-    assert report.item("first_batches").status is Status.FAIL
+    assert report.item("first_batches").status is CheckStatus.FAIL
     assert "class ids in [1, 10], outside [0, 10) for a 10-way output" in report.item("first_batches").summary
 
 
 def test_negative_label_is_out_of_range():
     y = tstats("labels", (64,), "int32", min=-1, max=9, mean=5, std=3, integral=True)
-    assert judge(result(with_(batches=batches(y=y)))).item("first_batches").status is Status.FAIL
+    assert judge(result(with_(batches=batches(y=y)))).item("first_batches").status is CheckStatus.FAIL
 
 
 def test_one_hot_rows_of_zeros_are_flagged_for_categorical_loss():
@@ -177,7 +177,7 @@ def test_one_hot_rows_of_zeros_are_flagged_for_categorical_loss():
     )
     loss = {"name": "categorical_crossentropy", "kind": "categorical", "from_logits": True, "source": "compile"}
     item = judge(result(with_(batches=batches(y=y), loss=loss))).item("first_batches")
-    assert item.status is Status.FAIL and "one-hot rows summing to 0..1" in item.summary
+    assert item.status is CheckStatus.FAIL and "one-hot rows summing to 0..1" in item.summary
 
 
 def test_binary_labels_must_lie_in_unit_interval():
@@ -185,19 +185,19 @@ def test_binary_labels_must_lie_in_unit_interval():
     loss = {"name": "BinaryCrossentropy", "kind": "binary", "from_logits": True, "source": "compile"}
     model = dict(CLEAN["check.model"], output_width=1)
     item = judge(result(with_(batches=batches(y=y), loss=loss, model=model))).item("first_batches")
-    assert item.status is Status.FAIL and "outside [0, 1]" in item.summary
+    assert item.status is CheckStatus.FAIL and "outside [0, 1]" in item.summary
 
 
 def test_labels_not_judged_for_regression_and_says_why():
     loss = {"name": "MeanSquaredError", "kind": "other", "from_logits": None, "source": "compile"}
     y = tstats("labels", (64,), min=-50, max=50, mean=0, std=20, nan=0, inf=0, integral=False)
     report = judge(result(with_(batches=batches(y=y), loss=loss)))
-    assert report.item("first_batches").status is Status.PASS
+    assert report.item("first_batches").status is CheckStatus.PASS
     assert (
         "labels not judged: the loss MeanSquaredError is not a classification loss"
         in report.item("first_batches").evidence
     )
-    assert report.item("initial_loss").status is Status.SKIP
+    assert report.item("initial_loss").status is CheckStatus.SKIP
     assert "not a classification loss" in report.item("initial_loss").summary
 
 
@@ -217,14 +217,14 @@ def test_nan_inputs_fail_the_batch_check_and_block_the_loss_checks():
     assert "3 NaN and 0 Inf among 2048 values" in report.item("first_batches").summary
     for key in ("initial_loss", "short_run"):
         item = report.item(key)
-        assert item.status is Status.SKIP
+        assert item.status is CheckStatus.SKIP
         assert item.summary.startswith("not judged: the first batches are flagged (check 3); observed: ")
     assert "nan" in report.item("initial_loss").summary
 
 
 def test_nan_loss_without_bad_inputs_fails_the_loss_checks():
     report = judge(result(losses=(2.3, 2.2, float("nan")), first_nonfinite_step=3))
-    assert report.item("short_run").status is Status.FAIL
+    assert report.item("short_run").status is CheckStatus.FAIL
     assert "became nan at step 3" in report.item("short_run").summary
 
 
@@ -233,9 +233,9 @@ def test_unnormalised_inputs_warn_and_block_a_bad_initial_loss():
     report = judge(result(with_(batches=batches(x=x)), losses=(82.0, 61.0, 86.0, 40.0, 30.0)))
     assert report.flagged() == ["first_batches"]
     item = report.item("first_batches")
-    assert item.status is Status.WARN and "far from normalised: mean 127.4" in item.summary
+    assert item.status is CheckStatus.WARN and "far from normalised: mean 127.4" in item.summary
     assert "keras.layers.Normalization()" in item.fix
-    assert report.item("initial_loss").status is Status.SKIP
+    assert report.item("initial_loss").status is CheckStatus.SKIP
     assert "initial loss 82 is far above chance 2.303" in report.item("initial_loss").summary
 
 
@@ -245,30 +245,30 @@ def test_normalising_layer_in_the_model_excuses_raw_inputs():
         CLEAN["check.model"], first_layer_input={"layer": "rescaling", "normalised_by": "Rescaling", "via": []}
     )
     report = judge(result(with_(batches=batches(x=x), model=model)))
-    assert report.item("first_batches").status is Status.PASS
+    assert report.item("first_batches").status is CheckStatus.PASS
 
 
 def test_weightless_standardiser_judged_by_what_the_first_weighted_layer_sees():
     x = tstats("inputs", (32, 16), min=300, max=700, mean=500, std=115, nan=0, inf=0)
     seen = tstats("", (32, 16), min=-1.9, max=1.8, mean=0.0, std=1.0, nan=0, inf=0)
     model = dict(CLEAN["check.model"], first_layer_input={"layer": "dense", "via": ["standardize"], "stats": seen})
-    assert judge(result(with_(batches=batches(x=x), model=model))).item("first_batches").status is Status.PASS
+    assert judge(result(with_(batches=batches(x=x), model=model))).item("first_batches").status is CheckStatus.PASS
     far = dict(seen, mean=480.0, std=100.0, min=280, max=690)
     model["first_layer_input"]["stats"] = far
     item = judge(result(with_(batches=batches(x=x), model=model))).item("first_batches")
-    assert item.status is Status.WARN and "what dense receives far from normalised" in item.summary
+    assert item.status is CheckStatus.WARN and "what dense receives far from normalised" in item.summary
 
 
 def test_integer_inputs_are_not_judged_for_scale():
     x = tstats("inputs", (64, 20), "int64", min=0, max=9999, mean=4000, std=2800, integral=True)
-    assert judge(result(with_(batches=batches(x=x)))).item("first_batches").status is Status.PASS
+    assert judge(result(with_(batches=batches(x=x)))).item("first_batches").status is CheckStatus.PASS
 
 
 def test_no_batch_seen_is_a_skip_with_the_reason():
     extra = with_(batches=None)
     extra["check.skips"] = {"batches": "fit was given a PyDataset; only tf.data datasets and arrays are inspected"}
     item = judge(result(extra)).item("first_batches")
-    assert item.status is Status.SKIP and "PyDataset" in item.summary
+    assert item.status is CheckStatus.SKIP and "PyDataset" in item.summary
 
 
 # -- 2. input pipeline -------------------------------------------------------------------------
@@ -279,14 +279,14 @@ def test_slow_pipeline_is_input_bound_with_both_numbers():
     report = judge(result(with_(timing=timing), step_time=0.04))
     assert report.flagged() == ["input_pipeline"]
     item = report.item("input_pipeline")
-    assert item.status is Status.WARN
+    assert item.status is CheckStatus.WARN
     assert "36 ms per batch" in item.summary and "0.35 ms per step" in item.summary
     assert "num_parallel_calls=tf.data.AUTOTUNE" in item.fix and "prefetch" in item.fix
 
 
 def test_pipeline_slower_than_a_tiny_model_but_small_share_of_the_step_passes():
     timing = {"pipeline_s": 0.0005, "compute_s": 0.0003}
-    assert judge(result(with_(timing=timing), step_time=0.004)).item("input_pipeline").status is Status.PASS
+    assert judge(result(with_(timing=timing), step_time=0.004)).item("input_pipeline").status is CheckStatus.PASS
 
 
 def test_arrays_fed_to_fit_skip_the_timing_with_the_reason():
@@ -295,7 +295,7 @@ def test_arrays_fed_to_fit_skip_the_timing_with_the_reason():
         "timing": "fit was given in-memory arrays: Keras slices them itself, there is no tf.data pipeline to time"
     }
     item = judge(result(extra)).item("input_pipeline")
-    assert item.status is Status.SKIP and "in-memory arrays" in item.summary
+    assert item.status is CheckStatus.SKIP and "in-memory arrays" in item.summary
 
 
 def test_probe_error_is_the_skip_reason():
@@ -335,7 +335,7 @@ def test_few_classes_get_absolute_slack_above_chance():
     loss = {"name": "binary_crossentropy", "kind": "binary", "from_logits": True, "source": "compile"}
     model = dict(CLEAN["check.model"], output_width=1)
     y = tstats("labels", (64, 1), min=0, max=1, mean=0.5, std=0.5, nan=0, inf=0, integral=True)
-    for first, status in ((0.97, Status.PASS), (1.4, Status.WARN), (2.8, Status.FAIL)):
+    for first, status in ((0.97, CheckStatus.PASS), (1.4, CheckStatus.WARN), (2.8, CheckStatus.FAIL)):
         report = judge(result(with_(loss=loss, model=model, batches=batches(y=y)), losses=(first,) + FALLING[1:]))
         assert report.item("initial_loss").status is status, first
 
@@ -347,19 +347,19 @@ def test_binary_chance_is_ln_2():
     item = judge(result(with_(loss=loss, model=model, batches=batches(y=y)), losses=(0.70,) + FALLING[1:])).item(
         "initial_loss"
     )
-    assert item.status is Status.PASS and "ln(2) = 0.693" in item.summary
+    assert item.status is CheckStatus.PASS and "ln(2) = 0.693" in item.summary
 
 
 def test_softmax_applied_twice_warns():
     model = dict(CLEAN["check.model"], last_activation="softmax")
     item = judge(result(with_(model=model))).item("initial_loss")
-    assert item.status is Status.WARN and "applies it again" in item.summary
+    assert item.status is CheckStatus.WARN and "applies it again" in item.summary
 
 
 def test_logits_into_a_probability_loss_warns():
     loss = dict(CLEAN["check.loss"], from_logits=False, name="sparse_categorical_crossentropy")
     item = judge(result(with_(loss=loss))).item("initial_loss")
-    assert item.status is Status.WARN and "from_logits=True" in item.fix
+    assert item.status is CheckStatus.WARN and "from_logits=True" in item.fix
 
 
 def test_num_classes_reasons():
@@ -378,52 +378,52 @@ def test_num_classes_reasons():
 
 def test_flat_loss_fails_the_short_run():
     item = judge(result(losses=(2.3,) * 30)).item("short_run")
-    assert item.status is Status.FAIL and "does not fall" in item.summary
+    assert item.status is CheckStatus.FAIL and "does not fall" in item.summary
 
 
 def test_crash_fails_the_short_run_with_the_error():
     report = judge(result(losses=(2.3, 2.2), crashed=True, error="ValueError: shapes do not match"))
     item = report.item("short_run")
-    assert item.status is Status.FAIL and "ValueError: shapes do not match" in item.summary
+    assert item.status is CheckStatus.FAIL and "ValueError: shapes do not match" in item.summary
 
 
 def test_crash_before_anything_skips_the_rest_with_reasons():
     r = TrialResult(crashed=True, error="ModuleNotFoundError: No module named 'tensorflow_addons'", extra={})
     report = judge(r)
-    assert report.item("short_run").status is Status.FAIL
+    assert report.item("short_run").status is CheckStatus.FAIL
     for key in ("environment", "input_pipeline", "first_batches", "parameters"):
         item = report.item(key)
-        assert item.status is Status.SKIP and item.summary, key
+        assert item.status is CheckStatus.SKIP and item.summary, key
     assert "crashed before training" in report.item("first_batches").summary
 
 
 def test_timeout_fails_the_short_run():
-    assert judge(result(losses=(2.3,), timed_out=True)).item("short_run").status is Status.FAIL
+    assert judge(result(losses=(2.3,), timed_out=True)).item("short_run").status is CheckStatus.FAIL
 
 
 def test_too_few_steps_is_a_skip():
     item = judge(result(losses=(2.3, 2.2))).item("short_run")
-    assert item.status is Status.SKIP and "4 are needed" in item.summary
+    assert item.status is CheckStatus.SKIP and "4 are needed" in item.summary
 
 
 # -- 6. parameters and 1. environment --------------------------------------------------------------
 
 
 def test_parameter_count_against_expectation():
-    assert judge(result(), CheckOptions(expect_params=11018)).item("parameters").status is Status.PASS
+    assert judge(result(), CheckOptions(expect_params=11018)).item("parameters").status is CheckStatus.PASS
     item = judge(result(), CheckOptions(expect_params=12000)).item("parameters")
-    assert item.status is Status.FAIL and "expected 12,000" in item.summary
+    assert item.status is CheckStatus.FAIL and "expected 12,000" in item.summary
 
 
 def test_frozen_model_warns():
     model = dict(CLEAN["check.model"], trainable=0, non_trainable=500)
-    assert judge(result(with_(model=model))).item("parameters").status is Status.WARN
+    assert judge(result(with_(model=model))).item("parameters").status is CheckStatus.WARN
 
 
 def test_expected_gpu_absent_warns_with_the_fix():
     env = dict(CLEAN["check.env"], gpu_expected=True, gpu_expected_why="CUDA_VISIBLE_DEVICES=0")
     item = judge(result(with_(env=env))).item("environment")
-    assert item.status is Status.WARN and "a GPU is expected (CUDA_VISIBLE_DEVICES=0)" in item.summary
+    assert item.status is CheckStatus.WARN and "a GPU is expected (CUDA_VISIBLE_DEVICES=0)" in item.summary
     assert "nvidia-smi" in item.fix
     env["build"] = {"is_cuda_build": False}
     assert "CPU-only build" in judge(result(with_(env=env))).item("environment").fix
@@ -523,13 +523,13 @@ def test_input_bound_judged_on_the_quiet_steps_not_the_load_spikes():
         extra=with_(timing=timing),
     )
     item = judge(r).item("input_pipeline")
-    assert item.status is Status.WARN
+    assert item.status is CheckStatus.WARN
     assert "trial step 40 ms" in item.summary
 
 
 def test_no_training_seen_says_how_a_loop_reports_steps():
     item = judge(TrialResult(mode="none", extra=copy.deepcopy(CLEAN))).item("short_run")
-    assert item.status is Status.SKIP and "step=<int> loss=<float>" in item.summary
+    assert item.status is CheckStatus.SKIP and "step=<int> loss=<float>" in item.summary
 
 
 # -- bisect: a failing baseline comes with the checks ------------------------------------------------
@@ -605,10 +605,10 @@ def test_probes_that_failed_to_load_say_so_in_every_skip():
         assert (
             report.item(key).summary == "the probes failed to load: plugin /x/probes.py: SyntaxError: invalid syntax"
         ), key
-    assert report.item("short_run").status is Status.PASS  # the trial's own measurements still count
+    assert report.item("short_run").status is CheckStatus.PASS  # the trial's own measurements still count
 
 
 def test_batches_without_labels_say_the_labels_were_not_judged():
     item = judge(result(with_(batches=batches(y=None)))).item("first_batches")
-    assert item.status is Status.PASS
+    assert item.status is CheckStatus.PASS
     assert "labels not judged: the batches carry no labels" in item.evidence

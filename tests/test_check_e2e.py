@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from tfrepro.check.judge import Status
+from tfrepro.check.judge import CheckStatus
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +59,7 @@ def test_each_planted_defect_is_flagged_by_its_check_only(checked, name):
 
 def test_clean_project_passes_every_check(checked):
     _, report = checked("clean")
-    assert [i.status for i in report.items] == [Status.PASS] * 6
+    assert [i.status for i in report.items] == [CheckStatus.PASS] * 6
     assert report.trial["mode"] == "fit"
 
 
@@ -67,29 +67,29 @@ def test_labels_are_judged_in_a_distributed_custom_loop(checked):
     _, report = checked("labels_out_of_range")
     assert report.trial["mode"] == "loop"
     item = report.item("first_batches")
-    assert item.status is Status.FAIL
+    assert item.status is CheckStatus.FAIL
     assert "class ids in [1, 10], outside [0, 10) for a 10-way output" in item.summary
     assert "labels judged for CategoricalCrossentropy over 10 classes" in item.evidence
     # Seen before the split across replicas (peeking at the per-replica datasets deadlocked).
     assert "seen at: distributed dataset" in item.evidence
     # The zero rows of tf.one_hot do not crash: the loss still falls.
-    assert report.item("short_run").status is Status.PASS
+    assert report.item("short_run").status is CheckStatus.PASS
 
 
 def test_nan_inputs_are_named_and_the_loss_checks_wait_for_the_data(checked):
     _, report = checked("nan_inputs")
     item = report.item("first_batches")
-    assert item.status is Status.FAIL and "NaN" in item.summary
+    assert item.status is CheckStatus.FAIL and "NaN" in item.summary
     # NaN * w poisons the kernel; a ReLU hides it from the loss: the harness sees the weights.
     short = report.item("short_run")
-    assert short.status is Status.SKIP and "weights hold NaN/Inf" in short.summary
+    assert short.status is CheckStatus.SKIP and "weights hold NaN/Inf" in short.summary
 
 
 def test_unnormalised_inputs_warn_with_their_scale(checked):
     _, report = checked("unnormalised")
     item = report.item("first_batches")
-    assert item.status is Status.WARN and "far from normalised" in item.summary
-    assert report.item("initial_loss").status is Status.SKIP
+    assert item.status is CheckStatus.WARN and "far from normalised" in item.summary
+    assert report.item("initial_loss").status is CheckStatus.SKIP
     assert "far above chance" in report.item("initial_loss").summary
 
 
@@ -97,7 +97,7 @@ def test_slow_map_is_input_bound_with_both_numbers(checked):
     _, report = checked("slow_map")
     assert "seen at: first dataset iterated" in report.item("first_batches").evidence
     item = report.item("input_pipeline")
-    assert item.status is Status.WARN and item.summary.startswith("input-bound: the pipeline alone needs ")
+    assert item.status is CheckStatus.WARN and item.summary.startswith("input-bound: the pipeline alone needs ")
     assert "ms per batch" in item.summary and "ms per step" in item.summary
     assert "num_parallel_calls" in item.fix
 

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 import pytest
+import tb_read
 from click.testing import CliRunner
 from report_fakes import ScriptedRunner, build, make_project, make_run
 
@@ -222,17 +223,11 @@ def test_setup_scan_reads_live_code_only():
 # --------------------------------------------------------------------------- event files
 
 
-def test_event_file_round_trip_with_checksums(tmp_path):
-    assert events.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value
+def test_event_file_loads_in_tensorboard(tmp_path):
     path = events.write_run(tmp_path / "run", {"loss": [2.5, 1.25, None], "step_time_ms": [4.0]})
-    got = events.read_scalars(path)
+    got = tb_read.scalars(path)
     assert got["loss"][:2] == [(1, 2.5), (2, 1.25)] and got["loss"][2][0] == 3 and math.isnan(got["loss"][2][1])
     assert got["step_time_ms"] == [(1, 4.0)]
-    data = bytearray(path.read_bytes())
-    data[-6] ^= 0xFF  # a flipped byte is caught
-    path.write_bytes(bytes(data))
-    with pytest.raises(ValueError, match="CRC"):
-        events.read_scalars(path)
 
 
 # --------------------------------------------------------------------------- bundles
@@ -243,7 +238,8 @@ def project(tmp_path: Path) -> Path:
     return make_project(tmp_path)
 
 
-def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project):
+def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project, monkeypatch):
+    monkeypatch.setattr("tfrepro.report.artifacts.have_tensorboard", lambda: False)
     run = make_run(project, "nan", ["mixed_precision"])
     runner = ScriptedRunner()
     b = build(run, runner)
@@ -264,7 +260,7 @@ def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project):
     runs = sorted(d.name for d in (b.out / "tensorboard").iterdir())
     assert runs == ["01_baseline_ok", "02_mixed_precision_nan"]
     [bad] = (b.out / "tensorboard" / runs[1]).iterdir()
-    assert events.read_scalars(bad)["loss"][0] == (1, 1.0)
+    assert tb_read.scalars(bad)["loss"][0] == (1, 1.0)
     assert "tensorboard not installed" in (b.out / "ISSUE.md").read_text()
     doc = json.loads((b.out / "report.json").read_text())
     assert doc["culprits"] == ["mixed_precision"] and doc["reproduction"]["reproduced"] is True

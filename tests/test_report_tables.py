@@ -5,15 +5,17 @@ from __future__ import annotations
 import csv
 import json
 import math
-import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import tb_read
 from click.testing import CliRunner
 from gitrepo import GitRepo, isolated_git_env
 
 from tfrepro.cli import main
-from tfrepro.report import events, hparams
+from tfrepro.report import events
 from tfrepro.report.tables import write_trial_tables
 
 STEPS = [0.5, 0.01, 0.002, 0.004, 0.003]
@@ -70,73 +72,40 @@ def test_trials_csv_one_row_per_trial(tmp_path):
     ]
 
 
-def _records(path: Path) -> list[bytes]:
-    data, pos, out = path.read_bytes(), 0, []
-    while pos < len(data):
-        (n,) = struct.unpack("<Q", data[pos : pos + 8])
-        out.append(data[pos + 12 : pos + 12 + n])
-        pos += 16 + n
-    return out
-
-
-def _session_value(path: Path) -> bytes:
-    for body in _records(path):
-        for num, summary in events._fields(body):
-            if num == 5:
-                value = next(v for n, v in events._fields(summary) if n == 1)
-                if hparams.SESSION_START_INFO_TAG.encode() in value:
-                    return value
-    raise AssertionError("no session start info")
-
-
-def test_hparams_sessions_features_as_booleans_and_metrics(tmp_path):
+def test_hparams_sessions_load_in_tensorboard(tmp_path):
+    """TensorBoard's own HParams plugin reads one session per trial: the
+    features as booleans against the verdict, and the metrics."""
     run = _fake_run(tmp_path)
     write_trial_tables(run)
     assert sorted(p.name for p in (run / "tensorboard").iterdir()) == ["001_baseline", "002_failing", "003_search"]
-    path = run / "tensorboard" / "002_failing" / events.EVENT_FILE
-    assert hparams.read_session_start(_session_value(path)) == {
-        "amp": True,
-        "xla": True,
-        "role": "failing",
-        "verdict": "nan",
+    domains, groups = tb_read.hparams_view(run / "tensorboard")
+    assert domains == {
+        "amp": {False, True},
+        "xla": {False, True},
+        "role": {"baseline", "failing", "search"},
+        "verdict": {"nan", "ok"},
     }
-    scalars = events.read_scalars(path)  # every CRC checked
-    assert scalars["shows_symptom"] == [(2, 1.0)] and math.isnan(scalars["final_loss"][0][1])
-    assert [s for s, _ in scalars["loss"]] == [1, 2]
-    base = events.read_scalars(run / "tensorboard" / "001_baseline" / events.EVENT_FILE)
-    assert base["shows_symptom"] == [(5, 0.0)] and base["median_step_ms"] == [(5, pytest.approx(3.0))]
+    hp, metrics = groups["002_failing"]
+    assert hp == {"amp": True, "xla": True, "role": "failing", "verdict": "nan"}
+    assert metrics["shows_symptom"] == (2, 1.0) and math.isnan(metrics["final_loss"][1])
+    hp, metrics = groups["001_baseline"]
+    assert hp == {"amp": False, "xla": False, "role": "baseline", "verdict": "ok"}
+    assert metrics["shows_symptom"] == (5, 0.0) and metrics["median_step_ms"] == (5, pytest.approx(3.0))
+    loss = tb_read.scalars(run / "tensorboard" / "002_failing" / events.EVENT_FILE)["loss"]
+    assert loss[0] == (1, 1.0) and loss[1][0] == 2 and math.isnan(loss[1][1])
 
 
-def test_session_start_info_parses_with_protobuf(tmp_path):
-    """The hand-written bytes against the real schema (plugin_data.proto),
-    built at run time: the tensorboard package is not needed."""
-    descriptor_pb2 = pytest.importorskip("google.protobuf.descriptor_pb2")
-    from google.protobuf import descriptor_pool, message_factory, struct_pb2
-
-    f = descriptor_pb2.FileDescriptorProto(
-        name="hp.proto", package="hp", syntax="proto3", dependency=["google/protobuf/struct.proto"]
+def test_writing_the_tables_does_not_import_tensorflow(tmp_path):
+    run = _fake_run(tmp_path)
+    code = (
+        "import sys\n"
+        "from tfrepro.report.tables import write_trial_tables\n"
+        f"write_trial_tables({str(run)!r})\n"
+        "print([m for m in ('tensorflow', 'keras', 'tensorboard') if m in sys.modules])\n"
     )
-    m = f.message_type.add(name="SessionStartInfo")
-    e = m.nested_type.add(name="HparamsEntry")
-    e.options.map_entry = True
-    e.field.add(name="key", number=1, type=9, label=1)
-    e.field.add(name="value", number=2, type=11, label=1, type_name=".google.protobuf.Value")
-    m.field.add(name="hparams", number=1, type=11, label=3, type_name=".hp.SessionStartInfo.HparamsEntry")
-    m.field.add(name="start_time_secs", number=5, type=1, label=1)
-    d = f.message_type.add(name="HParamsPluginData")
-    d.field.add(name="version", number=1, type=5, label=1)
-    d.field.add(name="session_start_info", number=3, type=11, label=1, type_name=".hp.SessionStartInfo")
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(descriptor_pb2.FileDescriptorProto.FromString(struct_pb2.DESCRIPTOR.serialized_pb))
-    pool.Add(f)
-    plugin_data = message_factory.GetMessageClass(pool.FindMessageTypeByName("hp.HParamsPluginData"))
-    value = hparams.session_start_value({"amp": True, "verdict": "nan", "lr": 0.5}, start_time_secs=12.5)
-    meta = next(v for n, v in events._fields(value) if n == 9)
-    plugin = next(v for n, v in events._fields(meta) if n == 1)
-    msg = plugin_data.FromString(next(v for n, v in events._fields(plugin) if n == 2))
-    info = msg.session_start_info
-    assert info.hparams["amp"].bool_value is True and info.hparams["verdict"].string_value == "nan"
-    assert info.hparams["lr"].number_value == 0.5 and info.start_time_secs == 12.5
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]" and out.stderr == ""
+    assert (run / "tensorboard" / "002_failing" / events.EVENT_FILE).stat().st_size > 0
 
 
 FEATURE_LOOP = """loss = 1.0

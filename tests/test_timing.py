@@ -225,15 +225,6 @@ def test_a_non_timing_verdict_stops_the_comparison():
     assert out.verdict == Verdict.CRASH and out.stopped == Verdict.CRASH and len(out.pairs) == 1
 
 
-def test_older_samplers_of_two_numbers_still_work():
-    # unpaired, Mann-Whitney as before: 3 perfectly separated pairs decide (p = 1/20)
-    out = sequential_slowdown(lambda i: (1.0 + 0.01 * i, 2.0 + 0.01 * i), 1.25, rng=None)
-    assert out.verdict == Verdict.SLOWDOWN and len(out.pairs) == 3 and out.p_value == pytest.approx(0.05)
-    assert out.baseline == (1.0, 1.01, 1.02)
-    out = sequential_slowdown(lambda i: (1.0 + 0.01 * i, 1.0 + 0.01 * i), 1.25, rng=None)
-    assert out.verdict == Verdict.OK and out.conclusive
-
-
 def test_outcome_to_dict_is_json():
     import json
 

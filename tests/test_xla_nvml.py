@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from tfrepro.check.checklist import Status
+from tfrepro.check.checklist import CheckStatus
 from tfrepro.check.judge import judge
 from tfrepro.inside import harness_keras
 from tfrepro.trials.values import TrialResult
@@ -70,14 +70,14 @@ def _pipeline(result: TrialResult):
 
 def test_an_idle_gpu_with_slow_steps_is_input_bound():
     item = _pipeline(_trial([90, 20, 15, 18, 22, 19, 17, 21, 16, 20], [0.5] + [0.02] * 20, compute=0.005))
-    assert item.status == Status.WARN and "GPU is busy 18%" in item.summary
+    assert item.status == CheckStatus.WARN and "GPU is busy 18%" in item.summary
     assert any("NVML" in e for e in item.evidence)
 
 
 def test_a_busy_gpu_is_not_flagged_and_no_samples_change_nothing():
     busy = _pipeline(_trial([95] * 10, [0.5] + [0.006] * 20, compute=0.005))
-    assert busy.status == Status.PASS and any("median 95%" in e for e in busy.evidence)
+    assert busy.status == CheckStatus.PASS and any("median 95%" in e for e in busy.evidence)
     fast = _pipeline(_trial([30] * 10, [0.5] + [0.005] * 20, compute=0.005))  # idle but steps as fast as the model
-    assert fast.status == Status.PASS
+    assert fast.status == CheckStatus.PASS
     none = _pipeline(_trial([], [0.5] + [0.006] * 20, compute=0.005))
     assert not any("NVML" in e for e in none.evidence)

@@ -11,7 +11,7 @@ from enum import Enum
 from typing import Any
 
 
-class Status(str, Enum):
+class CheckStatus(str, Enum):
     PASS = "pass"
     WARN = "warn"
     FAIL = "fail"
@@ -23,7 +23,7 @@ class CheckItem:
     number: int
     key: str
     title: str
-    status: Status
+    status: CheckStatus
     summary: str
     evidence: tuple[str, ...] = ()
     fix: str | None = None
@@ -45,7 +45,7 @@ class CheckItem:
             number=int(d["number"]),
             key=d["key"],
             title=d["title"],
-            status=Status(d["status"]),
+            status=CheckStatus(d["status"]),
             summary=d["summary"],
             evidence=tuple(d.get("evidence") or ()),
             fix=d.get("fix"),
@@ -60,17 +60,17 @@ class CheckReport:
     trial: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
-    def status(self) -> Status:
+    def status(self) -> CheckStatus:
         """The worst status: fail > warn > pass (skips do not count)."""
         statuses = {i.status for i in self.items}
-        for s in (Status.FAIL, Status.WARN):
+        for s in (CheckStatus.FAIL, CheckStatus.WARN):
             if s in statuses:
                 return s
-        return Status.PASS
+        return CheckStatus.PASS
 
     @property
     def ok(self) -> bool:
-        return self.status is not Status.FAIL
+        return self.status is not CheckStatus.FAIL
 
     def item(self, key: str) -> CheckItem:
         for i in self.items:
@@ -80,12 +80,12 @@ class CheckReport:
 
     def flagged(self) -> list[str]:
         """Keys of the checks that warn or fail."""
-        return [i.key for i in self.items if i.status in (Status.WARN, Status.FAIL)]
+        return [i.key for i in self.items if i.status in (CheckStatus.WARN, CheckStatus.FAIL)]
 
     def reason(self) -> str | None:
         """One line naming the likeliest cause: the first failing check, else
         the first warning (checks run in causal order: data before loss)."""
-        for status in (Status.FAIL, Status.WARN):
+        for status in (CheckStatus.FAIL, CheckStatus.WARN):
             for i in self.items:
                 if i.status is status:
                     return f"check {i.number} ({i.title}) {i.status.value}s: {i.summary}"
@@ -135,7 +135,7 @@ def describe_tensor(t: dict) -> str:
     return text
 
 
-_MARK = {Status.PASS: "pass", Status.WARN: "WARN", Status.FAIL: "FAIL", Status.SKIP: "skip"}
+_MARK = {CheckStatus.PASS: "pass", CheckStatus.WARN: "WARN", CheckStatus.FAIL: "FAIL", CheckStatus.SKIP: "skip"}
 
 
 def format_report(report: CheckReport, *, color: bool = False, verbose: bool = False) -> str:
@@ -143,7 +143,7 @@ def format_report(report: CheckReport, *, color: bool = False, verbose: bool = F
     that did not pass (of all with `verbose`) and the fix indented below."""
     import click  # only for styling; the text is the same without colour
 
-    styles = {Status.PASS: "green", Status.WARN: "yellow", Status.FAIL: "red", Status.SKIP: None}
+    styles = {CheckStatus.PASS: "green", CheckStatus.WARN: "yellow", CheckStatus.FAIL: "red", CheckStatus.SKIP: None}
     what = "baseline (every feature off)" if not report.enabled else "with " + ", ".join(report.enabled)
     lines = [f"tfrepro check: {report.project}  [{what}]"]
     t = report.trial
@@ -154,10 +154,10 @@ def format_report(report: CheckReport, *, color: bool = False, verbose: bool = F
     for i in report.items:
         mark = _MARK[i.status]
         if color and styles[i.status]:
-            mark = click.style(mark, fg=styles[i.status], bold=i.status is not Status.PASS)
+            mark = click.style(mark, fg=styles[i.status], bold=i.status is not CheckStatus.PASS)
         lines.append(f"{i.number}. {i.title:<{width}}  {mark}  {i.summary}")
         pad = " " * (width + 11)
-        if verbose or i.status is not Status.PASS:
+        if verbose or i.status is not CheckStatus.PASS:
             for e in i.evidence:
                 lines.append(f"{pad}{e}")
         if i.fix:
@@ -167,9 +167,9 @@ def format_report(report: CheckReport, *, color: bool = False, verbose: bool = F
         lines.append("")
         lines.append("probe errors: " + "; ".join(errors))
     lines.append("")
-    counts = {s: sum(1 for i in report.items if i.status is s) for s in Status}
+    counts = {s: sum(1 for i in report.items if i.status is s) for s in CheckStatus}
     lines.append(
-        f"{counts[Status.PASS]} pass, {counts[Status.WARN]} warn, {counts[Status.FAIL]} fail, "
-        f"{counts[Status.SKIP]} skipped"
+        f"{counts[CheckStatus.PASS]} pass, {counts[CheckStatus.WARN]} warn, {counts[CheckStatus.FAIL]} fail, "
+        f"{counts[CheckStatus.SKIP]} skipped"
     )
     return "\n".join(lines)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from tfrepro.check.checklist import CheckItem, Status
+from tfrepro.check.checklist import CheckItem, CheckStatus
 from tfrepro.trials.values import TrialResult
 
 
@@ -36,7 +36,9 @@ TITLES = {
 CLASSIFICATION = ("sparse", "categorical", "binary")
 
 
-def item(key: str, status: Status, summary: str, evidence: Sequence[str] = (), fix: str | None = None) -> CheckItem:
+def item(
+    key: str, status: CheckStatus, summary: str, evidence: Sequence[str] = (), fix: str | None = None
+) -> CheckItem:
     return CheckItem(KEYS.index(key) + 1, key, TITLES[key], status, summary, tuple(evidence), fix)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import replace
 
-from tfrepro.check.checklist import CheckItem, Status, fmt_ms
+from tfrepro.check.checklist import CheckItem, CheckStatus, fmt_ms
 from tfrepro.trials.values import TrialResult
 
 LOW_UTIL = 50.0  # percent: below this the GPU mostly waits
@@ -56,7 +56,7 @@ def with_gpu_utilisation(item: CheckItem, result: TrialResult) -> CheckItem:
         )
         return replace(
             item,
-            status=Status.WARN,
+            status=CheckStatus.WARN,
             fix=fix,
             evidence=item.evidence + tuple(evidence),
             summary=f"input-bound: the GPU is busy {util:.0f}% of the time ({what})",

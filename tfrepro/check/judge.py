@@ -26,7 +26,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from tfrepro.check.checklist import CheckItem, CheckReport, Status, fmt_ms, fmt_num, format_report
+from tfrepro.check.checklist import CheckItem, CheckReport, CheckStatus, fmt_ms, fmt_num, format_report
 from tfrepro.check.common import CheckOptions
 from tfrepro.check.common import item as _item
 from tfrepro.check.common import missing as _missing
@@ -34,7 +34,7 @@ from tfrepro.check.data import check_first_batches, num_classes
 from tfrepro.check.gpu_util import with_gpu_utilisation
 from tfrepro.trials.values import TrialResult
 
-__all__ = ["CheckItem", "CheckOptions", "CheckReport", "Status", "format_report", "judge", "num_classes"]
+__all__ = ["CheckItem", "CheckOptions", "CheckReport", "CheckStatus", "format_report", "judge", "num_classes"]
 
 
 # -- 1. environment -----------------------------------------------------------------
@@ -43,11 +43,11 @@ __all__ = ["CheckItem", "CheckOptions", "CheckReport", "Status", "format_report"
 def check_environment(result: TrialResult) -> CheckItem:
     env = result.extra.get("check.env")
     if not env:
-        return _item("environment", Status.SKIP, _missing(result, "env"))
+        return _item("environment", CheckStatus.SKIP, _missing(result, "env"))
     if not env.get("tensorflow"):
         return _item(
             "environment",
-            Status.SKIP,
+            CheckStatus.SKIP,
             "the trial never imported TensorFlow",
             [f"Python {env.get('python')} on {env.get('platform')}"],
         )
@@ -85,13 +85,13 @@ def check_environment(result: TrialResult) -> CheckItem:
             )
         return _item(
             "environment",
-            Status.WARN,
+            CheckStatus.WARN,
             f"{versions}; a GPU is expected ({env.get('gpu_expected_why')}) but TensorFlow sees none",
             evidence,
             fix,
         )
     gpu_text = f"{gpus} GPU" if gpus else "no GPU (none expected)"
-    return _item("environment", Status.PASS, f"{versions}; {gpu_text}", evidence)
+    return _item("environment", CheckStatus.PASS, f"{versions}; {gpu_text}", evidence)
 
 
 # -- 2. input pipeline ----------------------------------------------------------------
@@ -110,16 +110,16 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
     skips = result.extra.get("check.skips") or {}
     timing = result.extra.get("check.timing")
     if "timing" in skips:
-        return _item("input_pipeline", Status.SKIP, skips["timing"])
+        return _item("input_pipeline", CheckStatus.SKIP, skips["timing"])
     if not timing:
-        return _item("input_pipeline", Status.SKIP, _missing(result, "timing"))
+        return _item("input_pipeline", CheckStatus.SKIP, _missing(result, "timing"))
     if timing.get("pipeline_error"):
-        return _item("input_pipeline", Status.SKIP, f"the pipeline could not be timed: {timing['pipeline_error']}")
+        return _item("input_pipeline", CheckStatus.SKIP, f"the pipeline could not be timed: {timing['pipeline_error']}")
     pipe = timing.get("pipeline_s")
     compute = timing.get("compute_s")
     step = quiet_step_time(result)
     if pipe is None:
-        return _item("input_pipeline", Status.SKIP, "the pipeline could not be timed")
+        return _item("input_pipeline", CheckStatus.SKIP, "the pipeline could not be timed")
     evidence = [
         f"input pipeline alone: {fmt_ms(pipe)} per batch ({timing.get('pipeline_batches', '?')} batches; "
         f"{timing.get('pipeline_method', '')})"
@@ -145,7 +145,7 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
     reference = compute if compute is not None else step
     if reference is None:
         return _item(
-            "input_pipeline", Status.SKIP, "no step time to compare with (no model, no training step)", evidence
+            "input_pipeline", CheckStatus.SKIP, "no step time to compare with (no model, no training step)", evidence
         )
     if slower_than_model and share_of_step:
         summary = (
@@ -157,11 +157,11 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
             "`ds.cache()` after the expensive deterministic work (before random augmentation), "
             "`ds.prefetch(tf.data.AUTOTUNE)` last; move slow Python (`tf.py_function`) out of `map` or offline"
         )
-        return _item("input_pipeline", Status.WARN, summary, evidence, fix)
+        return _item("input_pipeline", CheckStatus.WARN, summary, evidence, fix)
     ratio = pipe / reference if reference else 0.0
     return _item(
         "input_pipeline",
-        Status.PASS,
+        CheckStatus.PASS,
         f"not input-bound: pipeline {fmt_ms(pipe)} per batch, model {fmt_ms(reference)} per step ({ratio:.0%})",
         evidence,
     )
@@ -175,10 +175,10 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
     model = result.extra.get("check.model")
     c, why = num_classes(loss, model)
     if c is None:
-        return _item("initial_loss", Status.SKIP, f"chance level unknown: {why}")
+        return _item("initial_loss", CheckStatus.SKIP, f"chance level unknown: {why}")
     if not result.losses:
         reason = f"the run crashed before step 1: {result.error}" if result.crashed else "no training step finished"
-        return _item("initial_loss", Status.SKIP, reason)
+        return _item("initial_loss", CheckStatus.SKIP, reason)
     first = result.losses[0]
     chance = math.log(c)
     lo, hi, fail_lo, fail_hi = chance_bands(chance, options)
@@ -198,17 +198,17 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
     if not math.isfinite(first):
         return _item(
             "initial_loss",
-            Status.FAIL,
+            CheckStatus.FAIL,
             f"the first loss is {first}",
             evidence,
             "look at the inputs (check 3) and for log(0) / division in the loss",
         )
     if not lo <= first <= hi:
-        status = Status.FAIL if (first < fail_lo or first > fail_hi) else Status.WARN
+        status = CheckStatus.FAIL if (first < fail_lo or first > fail_hi) else CheckStatus.WARN
         if first > hi:
             summary = (
                 f"initial loss {fmt_num(first)} is far above chance {chance:.3f}: confidently wrong at initialisation"
-                if status is Status.FAIL
+                if status is CheckStatus.FAIL
                 else f"initial loss {fmt_num(first)} is above chance {chance:.3f} (pass up to {hi:.3f}): "
                 f"overconfident at initialisation"
             )
@@ -218,9 +218,7 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
                 "(logits + from_logits=True, or softmax + from_logits=False)"
             )
         else:
-            summary = (
-                f"initial loss {fmt_num(first)} is {'far ' if status is Status.FAIL else ''}below chance {chance:.3f}"
-            )
+            summary = f"initial loss {fmt_num(first)} is {'far ' if status is CheckStatus.FAIL else ''}below chance {chance:.3f}"
             fix = (
                 "the labels may leak into the inputs, some samples may contribute nothing (rows of zeros "
                 "from `tf.one_hot`), or the loss is not averaged per sample"
@@ -228,9 +226,12 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
         return _item("initial_loss", status, summary, evidence, fix)
     mismatch = _logits_mismatch(loss, act)
     if mismatch:
-        return _item("initial_loss", Status.WARN, mismatch[0], evidence, mismatch[1])
+        return _item("initial_loss", CheckStatus.WARN, mismatch[0], evidence, mismatch[1])
     return _item(
-        "initial_loss", Status.PASS, f"initial loss {fmt_num(first)} ≈ {expect} (pass {lo:.3f}..{hi:.3f})", evidence
+        "initial_loss",
+        CheckStatus.PASS,
+        f"initial loss {fmt_num(first)} ≈ {expect} (pass {lo:.3f}..{hi:.3f})",
+        evidence,
     )
 
 
@@ -272,7 +273,7 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
     if result.timed_out:
         return _item(
             "short_run",
-            Status.FAIL,
+            CheckStatus.FAIL,
             f"the run timed out after {n} step(s)",
             evidence,
             "raise [trial] timeout_s, or look for a hang in the input pipeline",
@@ -280,7 +281,7 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
     if result.first_nonfinite_step is not None:
         return _item(
             "short_run",
-            Status.FAIL,
+            CheckStatus.FAIL,
             f"the loss became {result.losses[result.first_nonfinite_step - 1]} at step {result.first_nonfinite_step}",
             evidence + _loss_head(result.losses),
             "lower the learning rate, look at the inputs (check 3), clip gradients; "
@@ -290,7 +291,7 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
         names = ", ".join(result.nonfinite_weights[:4]) + (" ..." if len(result.nonfinite_weights) > 4 else "")
         return _item(
             "short_run",
-            Status.FAIL,
+            CheckStatus.FAIL,
             f"weights hold NaN/Inf after {n} step(s): {names}",
             evidence + _loss_head(result.losses),
             "a ReLU turns NaN into 0 and hides it from the loss: look at the inputs (check 3) and the learning rate",
@@ -298,7 +299,7 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
     if result.crashed:
         return _item(
             "short_run",
-            Status.FAIL,
+            CheckStatus.FAIL,
             f"the run crashed after {n} step(s): {result.error}",
             evidence,
             "fix the error above (the trial's log is in .tfrepro/)",
@@ -306,13 +307,15 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
     if n == 0 and result.mode == "none":
         return _item(
             "short_run",
-            Status.SKIP,
+            CheckStatus.SKIP,
             "no training step was seen: Model.fit never ran and the script printed no `step=<int> loss=<float>` line",
             evidence,
             "a custom loop reports each step by printing `step=N loss=X` (see `tfrepro new`)",
         )
     if n < 4:
-        return _item("short_run", Status.SKIP, f"only {n} training step(s) ran; 4 are needed to see a trend", evidence)
+        return _item(
+            "short_run", CheckStatus.SKIP, f"only {n} training step(s) ran; 4 are needed to see a trend", evidence
+        )
     w = max(2, n // 5)
     head = sum(result.losses[:w]) / w
     tail = sum(result.losses[-w:]) / w
@@ -320,13 +323,13 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
     if tail < head - options.fall_fraction * abs(head):
         return _item(
             "short_run",
-            Status.PASS,
+            CheckStatus.PASS,
             f"the loss falls ({fmt_num(head)} → {fmt_num(tail)} over {n} steps) and stays finite",
             evidence,
         )
     return _item(
         "short_run",
-        Status.FAIL,
+        CheckStatus.FAIL,
         f"the loss does not fall ({fmt_num(head)} → {fmt_num(tail)} over {n} steps)",
         evidence,
         "check the learning rate, that the optimizer updates model.trainable_variables, "
@@ -345,9 +348,11 @@ def check_parameters(result: TrialResult, options: CheckOptions = CheckOptions()
     skips = result.extra.get("check.skips") or {}
     model = result.extra.get("check.model")
     if not model:
-        return _item("parameters", Status.SKIP, skips.get("model") or _missing(result, "model"))
+        return _item("parameters", CheckStatus.SKIP, skips.get("model") or _missing(result, "model"))
     if model.get("trainable") is None:
-        return _item("parameters", Status.SKIP, f"the parameters of model {model.get('name')} could not be counted")
+        return _item(
+            "parameters", CheckStatus.SKIP, f"the parameters of model {model.get('name')} could not be counted"
+        )
     tr, nt = int(model["trainable"]), int(model.get("non_trainable") or 0)
     total = tr + nt
     summary = f"{total:,} parameters: {tr:,} trainable, {nt:,} non-trainable (model {model.get('name')!r})"
@@ -357,7 +362,7 @@ def check_parameters(result: TrialResult, options: CheckOptions = CheckOptions()
         if total != options.expect_params:
             return _item(
                 "parameters",
-                Status.FAIL,
+                CheckStatus.FAIL,
                 f"{summary}; expected {options.expect_params:,}",
                 evidence,
                 "compare `model.summary()` with the architecture you meant (layer widths, a frozen "
@@ -366,7 +371,7 @@ def check_parameters(result: TrialResult, options: CheckOptions = CheckOptions()
     if total == 0:
         return _item(
             "parameters",
-            Status.WARN,
+            CheckStatus.WARN,
             f"model {model.get('name')!r} has no parameters (never built?)",
             evidence,
             "build the model (keras.Input or a first call) before training",
@@ -374,12 +379,12 @@ def check_parameters(result: TrialResult, options: CheckOptions = CheckOptions()
     if tr == 0:
         return _item(
             "parameters",
-            Status.WARN,
+            CheckStatus.WARN,
             f"{summary}: nothing can train",
             evidence,
             "set `trainable = True` on the layers meant to learn",
         )
-    return _item("parameters", Status.PASS, summary, evidence)
+    return _item("parameters", CheckStatus.PASS, summary, evidence)
 
 
 # -- the checklist ----------------------------------------------------------------------
@@ -412,14 +417,14 @@ def judge(result: TrialResult, options: CheckOptions = CheckOptions(), *, projec
 
 def _data_first(items: list[CheckItem]) -> list[CheckItem]:
     batches = next(i for i in items if i.key == "first_batches")
-    if batches.status not in (Status.FAIL, Status.WARN):
+    if batches.status not in (CheckStatus.FAIL, CheckStatus.WARN):
         return items
     out = []
     for i in items:
-        if i.key in ("initial_loss", "short_run") and i.status in (Status.FAIL, Status.WARN):
+        if i.key in ("initial_loss", "short_run") and i.status in (CheckStatus.FAIL, CheckStatus.WARN):
             i = replace(
                 i,
-                status=Status.SKIP,
+                status=CheckStatus.SKIP,
                 summary=f"not judged: the first batches are flagged (check {batches.number}); observed: {i.summary}",
                 fix=f"fix check {batches.number} first, then run `tfrepro check` again",
             )

@@ -20,6 +20,7 @@ from pathlib import Path
 import click
 
 from tfrepro import __version__
+from tfrepro.dists import dist_version, tf_version
 from tfrepro.errors import TfreproError, UserError
 
 EXIT_INTERRUPTED = 130
@@ -106,26 +107,13 @@ class _Group(click.Group):
                 signal.signal(signal.SIGTERM, previous)
 
 
-def _dist_version(*names: str) -> str | None:
-    """An installed distribution's version, from its metadata (nothing imported)."""
-    from importlib import metadata
-
-    for name in names:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
 def version_line() -> str:
     """`tfrepro --version`: tfrepro's version and the TensorFlow and Keras
     installed next to it, read from package metadata (instant: no import)."""
-    tf = _dist_version("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos", "intel-tensorflow")
-    keras = _dist_version("keras")
+    tf, keras = tf_version(), dist_version("keras")
     return (
         f"tfrepro {__version__} (TensorFlow {tf or 'not installed'}, Keras {keras or 'not installed'}"
-        + (f", tf_keras {tf_keras}" if (tf_keras := _dist_version("tf_keras")) else "")
+        + (f", tf_keras {tf_keras}" if (tf_keras := dist_version("tf_keras")) else "")
         + ")"
     )
 

@@ -26,6 +26,19 @@ def _os_release():
     return None
 
 
+# A copy of tfrepro.dists.TF_DISTS (this file may not import tfrepro).
+TF_DISTS = (
+    "tensorflow",
+    "tensorflow-cpu",
+    "tensorflow-gpu",
+    "tf-nightly",
+    "tf-nightly-cpu",
+    "tensorflow-macos",
+    "tensorflow-intel",
+    "intel-tensorflow",
+)
+
+
 def _dist(name):
     """Version and install source of an installed distribution, or None."""
     try:
@@ -94,7 +107,7 @@ def describe():
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
     }
-    for name in ("tensorflow", "tensorflow-cpu", "tf-nightly", "tensorflow-macos", "intel-tensorflow"):
+    for name in TF_DISTS:
         d = _dist(name)
         if d:
             facts["tf_dist"] = d

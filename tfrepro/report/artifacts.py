@@ -35,7 +35,7 @@ def load_trials(run_dir: Path, result: dict[str, Any]) -> list[tuple[str, dict[s
 
 
 def write_events(logdir: Path, trials: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
-    """One TensorBoard run per trial (pure-Python event files: neither
+    """One TensorBoard run per trial (written with tensorboardX: neither
     TensorFlow nor tensorboard is needed to write them)."""
     from tfrepro.report import events
 
@@ -50,14 +50,17 @@ def write_events(logdir: Path, trials: list[tuple[str, dict[str, Any]]]) -> dict
                 "rss_mb": [v / 1e6 for v in s.get("rss_per_step") or []],
             },
         )
-    have_tb = importlib.util.find_spec("tensorboard") is not None
     view = (
         "view them with `tensorboard --logdir tensorboard`"
-        if have_tb
+        if have_tensorboard()
         else "viewing skipped: tensorboard not installed here (`pip install tensorboard`, "
         "then `tensorboard --logdir tensorboard`)"
     )
     return {"tensorboard/": f"{len(trials)} runs, one per trial (scalars loss, step_time_ms, rss_mb); {view}"}
+
+
+def have_tensorboard() -> bool:
+    return importlib.util.find_spec("tensorboard") is not None
 
 
 def _safe_name(name: str) -> str:

@@ -106,10 +106,6 @@ class Context:
     symptoms: SymptomSettings
     entry: str
 
-    @property
-    def commit_mode(self) -> bool:
-        return bool(self.result.get("first_bad_commit"))
-
 
 def build_report(
     run_dir: Path,

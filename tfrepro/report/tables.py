@@ -8,8 +8,8 @@ run directory, written after every bisect (feature, commit or version mode).
                                   median_step_ms; the loss and step time per step
 
 `tensorboard --logdir <run_dir>/tensorboard` shows them (HParams tab). Read
-from result.json's trials table and each trial's summary.json: no
-TensorFlow, no tensorboard.
+from result.json's trials table and each trial's summary.json; written with
+tensorboardX (no TensorFlow).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from tfrepro.report import events, hparams
+from tfrepro.report import events
 
 COLUMNS = [
     "index",
@@ -125,10 +125,14 @@ def write_hparams(logdir: Path, rows: list[dict[str, Any]], features: list[str],
             "final_loss": math.nan if r["last_loss"] is None else r["last_loss"],
             "median_step_ms": r["median_step_ms"],
         }
-        values = [(0, hparams.session_start_value(_hparams(r, features), start_time_secs=wall_time))]
-        values += [(step, events.scalar_value(k, v)) for k, v in metrics.items() if v is not None]
         scalars = {"loss": s.get("losses") or [], "step_time_ms": [1000.0 * t for t in s.get("step_times") or []]}
-        events.write_run(logdir / f"{r['index']:03d}_{_safe(r['role'])}", scalars, wall_time=wall_time, values=values)
+        events.write_run(
+            logdir / f"{r['index']:03d}_{_safe(r['role'])}",
+            scalars,
+            wall_time=wall_time,
+            hparams=_hparams(r, features),
+            metrics={k: (step, v) for k, v in metrics.items() if v is not None},
+        )
     return len(rows)
 
 

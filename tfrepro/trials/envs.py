@@ -38,28 +38,14 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tfrepro.dists import TF_DISTS, dist_version
 from tfrepro.errors import TfreproError
 from tfrepro.trials.installers import Installer, OnLine, default_installer, run_streaming
 from tfrepro.trials.state import atomic_write_text, tree_size
 
 SPEC_FILE = "tfrepro-env.json"
-TF_DISTS = ("tensorflow-cpu", "tensorflow")
 # Decided by the version tried, never by the project's requirements.
-TF_STACK = frozenset(
-    {
-        "tensorflow",
-        "tensorflow-cpu",
-        "tensorflow-gpu",
-        "tensorflow-intel",
-        "tensorflow-macos",
-        "tf-nightly",
-        "tf-nightly-cpu",
-        "keras",
-        "tf-keras",
-        "keras-nightly",
-        "tfrepro",
-    }
-)
+TF_STACK = frozenset(TF_DISTS) | {"keras", "tf-keras", "keras-nightly", "tfrepro"}
 # The first TensorFlow whose tf.keras is Keras 3 (tf_keras is Keras 2 from there on).
 KERAS3_FROM = (2, 16)
 _LOG_TAIL = 12
@@ -82,15 +68,7 @@ def base_python() -> str:
 
 def detect_tf_dist() -> str:
     """`tensorflow-cpu` if that is what this environment has, else `tensorflow`."""
-    import importlib.metadata
-
-    for dist in TF_DISTS:
-        try:
-            importlib.metadata.version(dist)
-            return dist
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "tensorflow"
+    return "tensorflow-cpu" if dist_version("tensorflow-cpu") else "tensorflow"
 
 
 def norm_name(requirement: str) -> str:

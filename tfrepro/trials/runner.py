@@ -32,18 +32,17 @@ Invariants:
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
-from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import inside
+from tfrepro.dists import dist_version, tf_version
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import warm
@@ -51,7 +50,7 @@ from tfrepro.trials.diskfull import disk_full
 from tfrepro.trials.memcheck import memory_lines
 from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import run_cold, run_warm
-from tfrepro.trials.state import StateDir, load_result
+from tfrepro.trials.state import StateDir
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
@@ -66,27 +65,12 @@ _PYTHON_NAMES = {"python", "python3"}
 # -- cache key ------------------------------------------------------------------
 
 
-@cache
-def _dist_version(*names: str) -> str | None:
-    for name in names:
-        try:
-            return importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def tf_version() -> str | None:
-    """The installed TensorFlow's version, without importing it."""
-    return _dist_version("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly", "tensorflow-macos")
-
-
 def driver_versions() -> dict[str, str | None]:
     """The versions of this interpreter's environment (the default trial's)."""
     return {
         "tensorflow": tf_version(),
-        "keras": _dist_version("keras"),
-        "tf_keras": _dist_version("tf_keras", "tf-keras"),
+        "keras": dist_version("keras"),
+        "tf_keras": dist_version("tf_keras", "tf-keras"),
         "python": sys.version.split()[0],
     }
 
@@ -235,10 +219,6 @@ def cached(
         state.drop_variant(trial_dir)  # results are kept, not copies (a half copy goes at once too)
         state.release(trial_dir)
     return result
-
-
-def load_cached(path: Path) -> TrialResult | None:
-    return load_result(path)
 
 
 def command_for(settings: TrialSettings, python: str | None = None) -> list[str]:

@@ -22,9 +22,7 @@ injected function, and every test is exact (no randomness).
 
 from __future__ import annotations
 
-import itertools
 import math
-import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -232,29 +230,6 @@ def signed_rank_greater(d: Sequence[float]) -> float:
     return sum(c for w, c in counts.items() if w >= observed) / 2**n
 
 
-def _mann_whitney_greater(high: Sequence[float], low: Sequence[float]) -> float:
-    """One-sided permutation p-value of the Mann-Whitney U that `high` is
-    stochastically greater than `low`: exact up to 5000 splits, else 2000
-    seeded shuffles. For older samplers only (unpaired typical steps)."""
-
-    def u(h, lo):
-        return sum(1.0 if a > b else 0.5 if a == b else 0.0 for a in h for b in lo)
-
-    pooled, n = list(high) + list(low), len(high)
-    observed = u(high, low) - 1e-9
-    if math.comb(len(pooled), n) <= 5000:
-        splits = [set(c) for c in itertools.combinations(range(len(pooled)), n)]
-        hits = sum(
-            u([pooled[i] for i in c], [pooled[i] for i in range(len(pooled)) if i not in c]) >= observed for c in splits
-        )
-        return hits / len(splits)
-    rng, hits = random.Random(0), 0
-    for _ in range(2000):
-        rng.shuffle(pooled)
-        hits += u(pooled[:n], pooled[n:]) >= observed
-    return (hits + 1) / 2001
-
-
 class TimingState(str, Enum):
     SLOWER = "slower"
     NOT_SLOWER = "not-slower"
@@ -295,15 +270,6 @@ def decide_slowdown(
     if not pairs:
         raise ValueError("decide_slowdown needs at least one pair")
     n = len(pairs)
-    if all(len(p.candidate) == 1 and len(p.baselines) == 1 and len(p.before) == 1 for p in pairs):
-        # older samplers, (baseline, candidate) typical steps: unpaired, as they always were
-        base, cand = [p.baseline_step for p in pairs], [p.candidate_step for p in pairs]
-        ratio = statistics.median(cand) / statistics.median(base)
-        p_slow = _mann_whitney_greater([c / math.sqrt(threshold) for c in cand], base)
-        p_ok = _mann_whitney_greater(base, [c / threshold for c in cand])
-        return TimingDecision(
-            _tested(n >= min_pairs, ratio / threshold, p_slow <= alpha, p_ok <= alpha_ok), ratio, p_slow, p_ok, n
-        )
     logs = [p.log_ratio for p in pairs]
     ratio = math.exp(statistics.median(logs))
     # "Slower" is tested against a margin halfway (geometrically) to the
@@ -387,9 +353,7 @@ class TimingOutcome:
 # A pair sampler runs the candidate once more between two baseline trials
 # (never concurrently) and returns the pair; or a Verdict when a run could not
 # be timed (the candidate crashed, went NaN...).
-# Older samplers return (baseline, candidate) typical steps instead (no
-# clear-pair rule for them: no step distributions).
-PairSampler = Callable[[int], "TimingPair | tuple[float, float] | Verdict"]
+PairSampler = Callable[[int], "TimingPair | Verdict"]
 
 
 def sequential_slowdown(
@@ -401,7 +365,6 @@ def sequential_slowdown(
     min_samples: int = 3,
     max_samples: int = 10,
     alpha: float = 0.05,
-    rng: object = None,  # unused: the tests are exact (kept for older callers)
     loaded_not_slower: int = LOADED_CLEAR_NOT_SLOWER,
     alpha_not_slower: float | None = None,
 ) -> TimingOutcome:
@@ -429,8 +392,6 @@ def sequential_slowdown(
 
     for i in range(max_samples):
         got = sample_pair(i)
-        if isinstance(got, tuple):  # older samplers: (baseline, candidate) typical steps, unpaired
-            got = TimingPair((got[0],), (got[1],))
         if isinstance(got, Verdict):
             return end(got, True, None, stopped=got, new=i)
         pairs.append(got)

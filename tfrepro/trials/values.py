@@ -228,14 +228,3 @@ class RunResult:
             "error": self.error,
         }
         return {**self.details, **typed}
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "RunResult":
-        typed = {f.name for f in fields(cls)} - {"details"}
-        status = Status(d["status"])
-        kw: dict[str, Any] = {k: d[k] for k in typed if k in d and k not in ("status", "symptom")}
-        for k in ("culprits", "suspects", "candidates", "also_seen"):
-            kw[k] = tuple(kw.get(k) or ())
-        symptom = Verdict(d["symptom"]) if d.get("symptom") else None
-        details = {k: v for k, v in d.items() if k not in typed and k != "flaky"}
-        return cls(status=status, symptom=symptom, details=details, **kw)
