@@ -20,6 +20,12 @@ TIMING_MIN_STEPS = 30
 TIMING_STEPS_MAX = 5000
 
 
+# `--replicas` / `[trial] replicas`, at most.
+MAX_REPLICAS = 64
+
+_KEYED_WHEN_SET = ("replicas", "jit_auto")
+
+
 @dataclass(frozen=True)
 class TrialSettings:
     """How a trial runs (Contract 2, `[trial]`), minus `repeats`, which is the
@@ -48,6 +54,12 @@ class TrialSettings:
     min_time_s: float = 0.0
     min_steps: int = 0
     steps_max: int = 0
+    # `--replicas N`: the harness splits one device into N logical ones before
+    # the script's first op (inside/devices.py), unless N real GPUs are there.
+    replicas: int | None = None
+    # Keras 3's jit_compile="auto" pinned to what it resolved to in the
+    # failing configuration (bisect/compile_pin.py); None: not pinned.
+    jit_auto: bool | None = None
 
     @property
     def timing(self) -> bool:
@@ -69,6 +81,9 @@ class TrialSettings:
         d = asdict(self)
         if not self.timing:
             for k in ("min_time_s", "min_steps", "steps_max"):
+                del d[k]
+        for k in _KEYED_WHEN_SET:  # absent while unset: the keys of other trials do not change
+            if d[k] is None:
                 del d[k]
         d["command"] = list(self.command) if self.command is not None else None
         return d

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from tfrepro.cli.app import cold_option, main, path_argument
+from tfrepro.cli.app import cold_option, main, path_argument, replicas_option
 from tfrepro.errors import UserError
 
 
@@ -25,8 +25,15 @@ from tfrepro.errors import UserError
     help="Also re-run the repro on the newest tf-nightly (its own environment in the user cache) "
     "and answer the form's nightly question from it.",
 )
+@replicas_option
 def report(
-    run_dir: Path | None, out: Path | None, as_json: bool, no_rerun: bool, no_localize: bool, nightly: bool
+    run_dir: Path | None,
+    out: Path | None,
+    as_json: bool,
+    no_rerun: bool,
+    no_localize: bool,
+    nightly: bool,
+    replicas: int | None,
 ) -> None:
     """Turn a bisect run into a bug-report bundle.
 
@@ -49,6 +56,7 @@ def report(
         rerun=not no_rerun,
         localize=not no_localize,
         nightly=nightly,
+        replicas=replicas,
         progress=lambda line: click.echo(line, err=True),
     )
     doc = bundle.doc

@@ -30,6 +30,7 @@ from tfrepro.report import issue as issue_md
 from tfrepro.report import outdir
 from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, write_scripts
+from tfrepro.report.replicas import export_with_split
 from tfrepro.report.rerun import Reproduction, Runner
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
@@ -123,6 +124,7 @@ def build_report(
     probe_environment: bool = True,
     progress: Progress | None = None,
     nightly: bool = False,
+    replicas: int | None = None,
 ) -> Bundle:
     """Write the bundle for the run in `run_dir` and return it. `runner`
     replaces the real trial runner (tests); `environ` the process environment
@@ -134,7 +136,10 @@ def build_report(
     say = progress or (lambda _msg: None)
     scrubber = Scrubber.from_environ(environ)
     ctx = load_context(Path(run_dir))
+    if replicas is not None:  # `report --replicas N` (default: the run's own)
+        ctx = replace(ctx, settings=replace(ctx.settings, replicas=replicas))
     export = export_variants(ctx.result, ctx.project, ctx.run_dir, ctx.symptom, ctx.entry, scrubber.scrub)
+    export = export_with_split(export, ENTRY, ctx.settings.replicas)  # repro.py splits the device as the trials did
     out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         writer = _Writer(out, scrubber)

@@ -278,6 +278,8 @@ def run_variant(
         "seed": settings.seed,
         "deterministic": settings.deterministic,
         "memory_limit_mb": settings.memory_limit_mb,
+        "replicas": settings.replicas,
+        "jit_auto": settings.jit_auto,
         "plugins": [str(Path(p).resolve()) for p in plugins],
         "plugin_options": dict(plugin_options or {}),
     }
