@@ -16,7 +16,7 @@ from typing import Any
 
 GPU_REPLICA_MB = 2048  # as inside/devices.py
 
-_SPLIT = '''\
+_SPLIT = """\
 # Added by tfrepro (--replicas {n}): the bug needs {n} replicas under a distribution
 # strategy. These lines split this machine's one device into {n} logical devices
 # before anything runs (the CPU into {n} logical CPUs, or one GPU into {n} logical
@@ -31,7 +31,7 @@ if len(_gpus) < {n}:
         _gpus[0] if _gpus else _tf_split.config.list_physical_devices("CPU")[0],
         [_conf(memory_limit={mb}) if _gpus else _conf() for _ in range({n})],
     )
-'''
+"""
 
 
 def split_lines(n: int) -> str:

@@ -50,7 +50,7 @@ class Connection:
 
 
 def host_port(address: str) -> tuple[str, int]:
-    """"ray://h:p", "h:p" -> (h, p); a UserError for anything else."""
+    """ "ray://h:p", "h:p" -> (h, p); a UserError for anything else."""
     rest = address.split("://", 1)[-1].rstrip("/")
     host, sep, port = rest.rpartition(":")
     if not sep or not host or not port.isdigit():
