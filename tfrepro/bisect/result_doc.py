@@ -101,7 +101,9 @@ def compile_differs(run: _Bisection, full: Config) -> list[dict[str, Any]]:
     from tfrepro.bisect.compile_pin import differing
 
     failing = run.memo.get((full, 0))
-    return differing(failing, ((r.enabled, r.result) for r in run.records)) if failing is not None else []
+    # the trials that stand (a trial re-run pinned replaced its first run)
+    kept = [(r.enabled, r.result) for r in run.records if run.memo.get((frozenset(r.enabled), r.repeat)) is r.result]
+    return differing(failing, kept) if failing is not None else []
 
 
 def finish(

@@ -47,12 +47,32 @@ def split(tf, config: dict, extra: dict) -> None:
             conf = [tf.config.LogicalDeviceConfiguration(memory_limit=mb) for _ in range(n)]
             tf.config.set_logical_device_configuration(gpus[0], conf)
             extra["replica_devices"] = f"1 GPU split into {n} logical GPUs of {mb} MiB"
+            _no_memory_growth(tf, extra)
         else:
             cpus = tf.config.list_physical_devices("CPU")
             tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
             extra["replica_devices"] = f"the CPU split into {n} logical CPUs"
     except (RuntimeError, ValueError) as e:
         extra.setdefault("warnings", []).append(SPLIT_TOO_LATE.format(n=n, error=str(e).splitlines()[0]))
+
+
+MEMORY_GROWTH_IGNORED = (
+    "--replicas: the script's set_memory_growth was ignored: TensorFlow refuses memory growth on a "
+    "GPU split into logical devices (each has a fixed memory limit instead)"
+)
+
+
+def _no_memory_growth(tf, extra: dict) -> None:
+    """A split GPU refuses `set_memory_growth` (ValueError): the script's call
+    is ignored, with a warning, rather than crash the trial."""
+    experimental = tf.config.experimental
+
+    def set_memory_growth(device, enable):
+        warnings = extra.setdefault("warnings", [])
+        if MEMORY_GROWTH_IGNORED not in warnings:
+            warnings.append(MEMORY_GROWTH_IGNORED)
+
+    experimental.set_memory_growth = set_memory_growth
 
 
 def watch_strategies(tf, extra: dict) -> None:

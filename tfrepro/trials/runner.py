@@ -49,6 +49,7 @@ from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import warm
 from tfrepro.trials.memcheck import memory_lines
 from tfrepro.trials.procs import run_cold, run_warm
+from tfrepro.trials.ran import what_ran
 from tfrepro.trials.state import StateDir, load_result
 from tfrepro.trials.values import TrialResult
 
@@ -431,6 +432,7 @@ def describe(result: TrialResult) -> list[str]:
     elif result.step_times:
         lines.append("median step time: too few steps past the warm-up")
     lines.extend(memory_lines(result))
+    lines.extend(x for x in [what_ran(result)] if x)  # compile mode, replicas, policy, devices
     lines.extend(f"warning: {w}" for w in result.extra.get("warnings", []))
     if result.log_dir:
         lines.append(f"logs: {result.log_dir}")
