@@ -259,6 +259,17 @@ def test_progress_is_printed_while_ray_starts():
 
     assert ray_connect._with_progress(lambda: gate.wait() and "up", "starting", 600, log, 0.001) == "up"
     assert len(ticks) >= 2 and all(t.startswith("ray: starting...") for t in ticks)
+    # A private instance starts in the caller's own thread (Ray's processes die
+    # with the thread that started them), with the same progress lines.
+    gate.clear(), ticks.clear()
+    main = threading.current_thread()
+
+    def start():
+        assert threading.current_thread() is main
+        return gate.wait() and "up"
+
+    assert ray_connect._ticking(start, "starting", log, 0.001) == "up"
+    assert len(ticks) >= 2
 
 
 # -- benchmarks/gpu_check.sh -----------------------------------------------------------------------

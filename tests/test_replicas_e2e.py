@@ -111,12 +111,12 @@ def losses(text: str) -> list[float]:
 def test_a_summed_per_replica_loss_is_found_with_replicas_and_explained_without(tmp_path):
     d = project(tmp_path, "loop", LOOP, "steps = 6\ntimeout_s = 240\n")
 
-    plain = tfrepro(d, "bisect")  # this machine has one CPU device: one replica
+    plain = tfrepro(d, "bisect", "--replays", "1")  # this machine has one CPU device: one replica
     assert plain.returncode == 3, plain.stderr[-3000:]
     assert "none:" in plain.stdout
     assert "note: only one replica was available" in plain.stdout and "--replicas 2" in plain.stdout
 
-    two = tfrepro(d, "bisect", "--json", "--replicas", "2")
+    two = tfrepro(d, "bisect", "--json", "--replicas", "2", "--replays", "1")
     assert two.returncode == 0, two.stderr[-3000:]
     doc = json.loads(two.stdout)
     assert (doc["status"], doc["symptom"], doc["culprits"]) == ("found", "mismatch", ["mirrored_strategy"])
@@ -125,7 +125,7 @@ def test_a_summed_per_replica_loss_is_found_with_replicas_and_explained_without(
     assert failing["losses"][0] == pytest.approx(2 * baseline["losses"][0], rel=1e-5)  # the loss doubled
     assert doc["settings"]["replicas"] == 2
 
-    rep = tfrepro(d, "report", "--no-localize", "--json")
+    rep = tfrepro(d, "report", "--no-localize", "--no-rerun", "--json")
     assert rep.returncode == 0, rep.stderr[-3000:]
     bundle = Path(json.loads(rep.stdout)["bundle"])
     script = (bundle / "repro.py").read_text()
@@ -139,7 +139,7 @@ def test_a_summed_per_replica_loss_is_found_with_replicas_and_explained_without(
 
 def test_every_trial_says_which_compile_mode_ran_and_the_strategy_does_not_toggle_xla(tmp_path):
     d = project(tmp_path, "fit", FIT, "steps = 4\ndeterministic = false\ntimeout_s = 240\n")
-    got = tfrepro(d, "bisect", "--json", "--replicas", "2")
+    got = tfrepro(d, "bisect", "--json", "--replicas", "2", "--replays", "1")
     assert got.returncode in (0, 3), got.stderr[-3000:]
     doc = json.loads(got.stdout)
     assert doc["failing"]["replicas_in_sync"] == 2

@@ -8,6 +8,8 @@
 - With `--address`, the address is first probed with a plain TCP connect
   (nothing listening: an error naming it at once), then `ray.init` gets
   `timeout_s`; past it the error names the address and says what to check.
+  A private instance is bounded by Ray itself (its node must register
+  within 30 s, or `ray.init` raises).
 - While Ray starts, a line every `tick_s` says it is still starting.
 
 `init` is injected (tests); it defaults to `ray.init`.
@@ -28,7 +30,6 @@ from typing import Any
 from tfrepro.errors import TfreproError, UserError
 
 CONNECT_TIMEOUT_S = 60.0
-START_TIMEOUT_S = 180.0
 TICK_S = 5.0
 LOOPBACK = "127.0.0.1"
 
@@ -74,7 +75,9 @@ def probe(address: str, timeout_s: float, connect=socket.create_connection) -> N
 def _with_progress(
     call: Callable[[], Any], what: str, timeout_s: float, log: Callable[[str], None], tick_s: float
 ) -> Any:
-    """`call()` in a thread, a progress line every `tick_s`; TimeoutError past `timeout_s`."""
+    """`call()` in a thread, a progress line every `tick_s`; TimeoutError past
+    `timeout_s`. Only for a call that starts no process: Ray's children die
+    with the thread that started them (PR_SET_PDEATHSIG), see `_ticking`."""
     box: dict[str, Any] = {}
     done = threading.Event()
 
@@ -96,6 +99,24 @@ def _with_progress(
     if "error" in box:
         raise box["error"]
     return box.get("value")
+
+
+def _ticking(call: Callable[[], Any], what: str, log: Callable[[str], None], tick_s: float) -> Any:
+    """`call()` in this thread (it starts Ray's processes, which must outlive
+    the thread that started them), a progress line every `tick_s` meanwhile.
+    Ray bounds its own start-up (the node must register within 30 s)."""
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(tick_s):
+            log(f"ray: {what}... ({time.monotonic() - t0:.0f} s)")
+
+    threading.Thread(target=tick, name="tfrepro-ray-progress", daemon=True).start()
+    try:
+        return call()
+    finally:
+        done.set()
 
 
 def connect(
@@ -127,15 +148,11 @@ def connect(
                 "(Ray's token-auth) is known here"
             ) from None
         return Connection(owns=True)
-    limit = START_TIMEOUT_S if timeout_s is None else timeout_s
     temp_dir = tempfile.mkdtemp(prefix="tfrepro-ray-")
     log("ray: no --address given, starting a private local Ray instance on this machine (127.0.0.1)")
     local = {"address": "local", "include_dashboard": False, "_node_ip_address": LOOPBACK, "_temp_dir": temp_dir}
     try:
-        _with_progress(lambda: init(**{**local, **kw}), "starting the local instance", limit, log, tick_s)
-    except TimeoutError:
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        raise TfreproError(f"ray: the private local instance did not start within {limit:.0f} s") from None
+        _ticking(lambda: init(**{**local, **kw}), "starting the local instance", log, tick_s)
     except BaseException:
         shutil.rmtree(temp_dir, ignore_errors=True)
         raise
