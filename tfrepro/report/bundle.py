@@ -384,8 +384,19 @@ def _document(
         "culprit_trial": result.get("culprit_trial") or result.get("failing") or {},
         "evidence": {
             k: result.get(k)
-            for k in ("trials", "wall_s", "ablation", "trials_table", "flaky", "reproduction_rate", "noise", "timing")
-        },
+            for k in (
+                "trials",
+                "wall_s",
+                "ablation",
+                "trials_table",
+                "flaky",
+                "reproduction_rate",
+                "noise",
+                "timing",
+                "compile_differs",
+            )
+        }
+        | {"replicas": ctx.settings.replicas},
         "environment": env_facts,
         "env_vars": capture_env(environ, scrubber),
         "redacted_env_count": withheld_count(environ),  # how many, never their names
