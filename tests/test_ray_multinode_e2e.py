@@ -24,6 +24,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -92,9 +93,9 @@ start() {  # a loaded machine can miss Ray's 15 s agent start-up: up to 3 tries
   for i in 1 2 3; do
     mkdir -p "$WORK/head/tmp" "$WORK/worker/tmp"
     TMPDIR="$WORK/head/tmp" "$RAY" start --head --port=$PORT --include-dashboard=false \
-      --temp-dir="$WORK/head/ray" $common > "$WORK/head.log" 2>&1 &&
+      --temp-dir="$RAYDIR/h" $common > "$WORK/head.log" 2>&1 &&
     TMPDIR="$WORK/worker/tmp" TFREPRO_TEST_NODE=worker TFREPRO_TEST_KILL_FLAG="$WORK/kill" \
-      "$RAY" start --address=127.0.0.1:$PORT --temp-dir="$WORK/worker/ray" $common > "$WORK/worker.log" 2>&1 &&
+      "$RAY" start --address=127.0.0.1:$PORT --temp-dir="$RAYDIR/w" $common > "$WORK/worker.log" 2>&1 &&
     return 0
     "$RAY" stop --force > /dev/null 2>&1  # this PID namespace's Ray only
   done
@@ -106,7 +107,7 @@ bisect() {
 }
 start || exit 11
 bisect both; rc1=$?
-raylet=$(pgrep -f "raylet .*$WORK/worker/ray/" | head -1)
+raylet=$(pgrep -f "raylet .*$RAYDIR/w/" | head -1)
 touch "$WORK/kill"
 (
   while [ ! -e "$WORK/hunt-over" ]; do
@@ -148,9 +149,11 @@ def _namespace() -> list[str]:
 def run_in_netns(work: Path, scenario: str, project: Path, timeout: int) -> None:
     (work / "netns.sh").write_text(NETNS)
     (work / "scenario.sh").write_text(scenario)
+    raydir = tempfile.mkdtemp(prefix="trn", dir="/tmp")  # Ray's socket paths must stay under 108 bytes
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("RAY_")},
         "WORK": str(work),
+        "RAYDIR": raydir,
         "RAY": str(RAY),
         "PYTHON": sys.executable,
         "PROJECT": str(project),
@@ -167,6 +170,7 @@ def run_in_netns(work: Path, scenario: str, project: Path, timeout: int) -> None
             capture_output=True,
         )
     finally:
+        shutil.rmtree(raydir, ignore_errors=True)
         assert_loopback_only(work)
 
 
