@@ -140,7 +140,9 @@ def test_a_summed_per_replica_loss_is_found_with_replicas_and_explained_without(
 def test_every_trial_says_which_compile_mode_ran_and_the_strategy_does_not_toggle_xla(tmp_path):
     d = project(tmp_path, "fit", FIT, "steps = 4\ndeterministic = false\ntimeout_s = 240\n")
     got = tfrepro(d, "bisect", "--json", "--replicas", "2", "--replays", "1")
-    assert got.returncode in (0, 3), got.stderr[-3000:]
+    assert got.returncode in (0, 3, 4), got.stderr[
+        -3000:
+    ]  # deterministic = false: the answer may vary; what ran may not
     doc = json.loads(got.stdout)
     assert doc["failing"]["replicas_in_sync"] == 2
     run_dir = d / doc["run_dir"] if not Path(doc["run_dir"]).is_absolute() else Path(doc["run_dir"])
