@@ -17,7 +17,7 @@ from typing import Any
 from tfrepro import features as fb
 from tfrepro.errors import UserError
 from tfrepro.projectfiles import MANIFEST
-from tfrepro.settings import StateSettings, SymptomSettings, TrialSettings
+from tfrepro.settings import MAX_REPLICAS, StateSettings, SymptomSettings, TrialSettings
 
 # Finite bounds of the numeric settings: nan, inf or 1e300 would silently
 # switch a check off. (low, high, low is exclusive)
@@ -126,6 +126,7 @@ class Manifest:
             "deterministic": (bool,),
             "gpus": (int, str),
             "memory_limit_mb": (int,),
+            "replicas": (int,),
         }
         for key, value in trial.items():
             if key not in spec:
@@ -165,6 +166,13 @@ class Manifest:
                 )
             elif key == "memory_limit_mb" and not 64 <= value <= 1 << 30:
                 raise err(f"[trial] memory_limit_mb must be between 64 and {1 << 30}, not {value}", "trial", key)
+            elif key == "replicas" and not 1 <= value <= MAX_REPLICAS:
+                raise err(
+                    f"[trial] replicas must be between 1 and {MAX_REPLICAS}, not {value}",
+                    "trial",
+                    key,
+                    hint="e.g. replicas = 2: one device split into 2 logical ones for MirroredStrategy",
+                )
             elif key == "repeats":
                 repeats = value
             else:

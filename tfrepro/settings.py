@@ -20,6 +20,12 @@ TIMING_MIN_STEPS = 30
 TIMING_STEPS_MAX = 5000
 
 
+# `--replicas` / `[trial] replicas`, at most.
+MAX_REPLICAS = 64
+
+_KEYED_WHEN_SET = ("replicas", "jit_auto")
+
+
 @dataclass(frozen=True)
 class TrialSettings:
     """How a trial runs (Contract 2, `[trial]`), minus `repeats`, which is the
@@ -58,6 +64,12 @@ class TrialSettings:
     # A NaN hunt's "nan-state" trial: the state before this step and its
     # batch are saved (inside/harness_nanstate.py). 0: none, and not in `to_dict`.
     save_state_step: int = 0
+    # `--replicas N`: the harness splits one device into N logical ones before
+    # the script's first op (inside/devices.py), unless N real GPUs are there.
+    replicas: int | None = None
+    # Keras 3's jit_compile="auto" pinned to what it resolved to in the
+    # failing configuration (bisect/compile_pin.py); None: not pinned.
+    jit_auto: bool | None = None
 
     @property
     def timing(self) -> bool:
@@ -84,6 +96,9 @@ class TrialSettings:
             del d["budget_s"], d["until_symptom"]
         if not self.save_state_step:
             del d["save_state_step"]
+        for k in _KEYED_WHEN_SET:  # absent while unset: the keys of other trials do not change
+            if d[k] is None:
+                del d[k]
         d["command"] = list(self.command) if self.command is not None else None
         return d
 

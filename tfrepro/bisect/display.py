@@ -142,6 +142,13 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
             lines.append(f"  the search ended on: {', '.join(doc['suspects'])}")
     else:
         lines.append(f"{status}: {doc.get('error') or ''}".rstrip())
+    if doc.get("note"):
+        lines.append(f"note: {doc['note']}")
+    for d in doc.get("compile_differs") or []:
+        lines.append(
+            f"note: {_config(d['configuration'])} compiled with jit_compile={d['jit_compile']}, "
+            f"the failing configuration with {d['failing_jit_compile']}"
+        )
     for d in doc.get("dropped_features") or []:
         lines.append(f"dropped {d['name']}: {d['reason']}")
     for seen in doc.get("also_seen") or []:

@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from tfrepro.bisect import result_doc
+from tfrepro.bisect import compile_pin, result_doc
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving, judge_replay
@@ -140,6 +140,8 @@ class _Bisection:
         self.until_symptom = options.steps is None
         self.late_step: dict | None = None
         self.nan_state: dict | None = None  # bisect/late.py: the state before the NaN step
+        if options.replicas is not None:
+            self.settings = replace(self.settings, replicas=options.replicas)
         self.k = max(1, options.repeats or manifest.repeats)
         self.symptom_settings = manifest.symptoms
         self.features: tuple[str, ...] = tuple(project.feature_names)
@@ -349,7 +351,8 @@ class _Bisection:
             return failed
         target = self.target = self._pick_symptom(frozenset(self.features))
         if target is None:
-            return self._finish(Status.NONE, self.opts.symptom)
+            note = compile_pin.one_replica_note(self.memo[(frozenset(self.features), 0)], self.settings.replicas)
+            return self._finish(Status.NONE, self.opts.symptom, extra={"note": note} if note else None)
         culprits, config, table = self._search(target)
         if target == Verdict.NAN:
             from tfrepro.bisect.late import save_nan_state
@@ -368,6 +371,7 @@ class _Bisection:
         self._many(wanted)
         if self._late(full):
             self._many(wanted)  # again, at the steps past the late symptom
+        self._pin_compile(full)
         base_runs = [self.memo[(base, r)] for r in range(n_base)]
         base_fail = [
             bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & _BASELINE_FAILURES)
@@ -416,6 +420,19 @@ class _Bisection:
         with self.lock:
             self.memo = {(full, 0): explored}
         return True
+
+    def _pin_compile(self, full: Config) -> None:
+        """Keras 3's jit_compile="auto" pinned to what the failing
+        configuration resolved it to (bisect/compile_pin.py); the trials that
+        ran before the pin was known and resolved otherwise run again."""
+        pin = compile_pin.pin_for(self.memo[(full, 0)])
+        if pin is None or self.settings.jit_auto is not None:
+            return
+        self.settings = replace(self.settings, jit_auto=pin)
+        stale = [k for k, r in self.memo.items() if compile_pin.auto_differs(r, pin)]
+        for k in stale:
+            del self.memo[k]
+        self._many([(c, r, "pinned") for c, r in stale])
 
     def _search(self, target: Verdict) -> tuple[Config, Config, dict[str, Verdict] | None]:
         """Ablation and/or ddmin locked onto `target` -> (culprits, the

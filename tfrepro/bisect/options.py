@@ -35,6 +35,7 @@ class BisectOptions:
     timing_steps_max: int = TIMING_STEPS_MAX  # ... and steps in all, at most
     executor: str = "local"  # where trials run: "local" (`jobs` at a time) or "ray"
     address: str | None = None  # the Ray cluster to join (None: start a local one)
+    replicas: int | None = None  # --replicas N: one device split into N logical ones (None: [trial])
     # Why a failing baseline fails: `tfrepro.check.run.checks_for_result`,
     # injected by the CLI (commands never import each other).
     baseline_checks: Callable[..., dict[str, Any]] | None = None

@@ -96,6 +96,16 @@ def also_seen_of(run: _Bisection, target: Verdict | None) -> list[dict[str, Any]
     )
 
 
+def compile_differs(run: _Bisection, full: Config) -> list[dict[str, Any]]:
+    """Trials whose resolved jit_compile differs from the failing configuration's."""
+    from tfrepro.bisect.compile_pin import differing
+
+    failing = run.memo.get((full, 0))
+    # the trials that stand (a trial re-run pinned replaced its first run)
+    kept = [(r.enabled, r.result) for r in run.records if run.memo.get((frozenset(r.enabled), r.repeat)) is r.result]
+    return differing(failing, kept) if failing is not None else []
+
+
 def finish(
     run: _Bisection,
     status: Status,
@@ -133,6 +143,7 @@ def finish(
         "version": __version__,
         # What trials said about themselves (e.g. XLA dropped under determinism).
         "warnings": sorted({w for r in run.records for w in r.result.extra.get("warnings", [])}),
+        "compile_differs": compile_differs(run, full),
         **(extra or {}),
     }
     result = RunResult(

@@ -181,6 +181,15 @@ cold_option = click.option(
 )
 
 
+replicas_option = click.option(
+    "--replicas",
+    type=click.IntRange(min=1, max=64),
+    metavar="N",
+    help="Split one device into N logical ones before the script's first op, so MirroredStrategy "
+    "sees N replicas (default: [trial] replicas; N real GPUs are used as they are).",
+)
+
+
 def select_options(f):
     """--only/--skip: choose among the features (names, name prefixes or kinds)."""
     f = click.option("--skip", metavar="A,B,...", help="Leave these features as written (not candidates).")(f)

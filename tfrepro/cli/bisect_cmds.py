@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from tfrepro.cli.app import cold_option, load_project, main, path_argument, select_options
+from tfrepro.cli.app import cold_option, load_project, main, path_argument, replicas_option, select_options
 from tfrepro.errors import UserError
 
 _SYMPTOMS = ["nan", "crash", "timeout", "memory", "mismatch", "slowdown"]
@@ -27,6 +27,7 @@ MODE_OPTIONS = {
         "--skip",
         "--replays",
         "--timing-budget",
+        "--replicas",
     },
     "commit": {"--jobs", "--executor ray", "--timing-budget"},
     "version": {"--keras legacy", "--tf-dist", "--then-features", "--timing-budget"},
@@ -152,6 +153,7 @@ def check_release(rev: str | None, option: str) -> None:
     metavar="SECONDS",
     help="Steady-state seconds each timing trial measures (default 1.0, and at least 30 steps).",
 )
+@replicas_option
 @select_options
 def bisect_cmd(
     path: Path,
@@ -173,6 +175,7 @@ def bisect_cmd(
     then_features: bool,
     replays: int | None,
     timing_budget: float | None,
+    replicas: int | None,
     only: str | None,
     skip: str | None,
 ) -> None:
@@ -225,6 +228,7 @@ def bisect_cmd(
             "--keras legacy": keras_mode != "default",
             "--tf-dist": tf_dist is not None,
             "--address (without --executor ray)": address is not None and executor != "ray",
+            "--replicas": replicas is not None,
         },
     )
     if tf_versions:
@@ -283,6 +287,7 @@ def bisect_cmd(
         use_cache=not no_cache,
         executor=executor,
         address=address,
+        replicas=replicas,
         baseline_checks=checks_for_result,
     )
     if replays is not None:

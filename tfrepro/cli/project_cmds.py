@@ -15,6 +15,7 @@ from tfrepro.cli.app import (
     parse_names,
     parse_states,
     path_argument,
+    replicas_option,
     select_options,
     use_color,
 )
@@ -183,6 +184,7 @@ def annotation_doc(result, names: list[str], write: bool) -> dict:
 @click.option("--no-cache", is_flag=True, help="Run even if the same probed trial is cached.")
 @click.option("-v", "--verbose", is_flag=True, help="Show the evidence of the checks that pass too.")
 @click.option("--json", "as_json", is_flag=True, help="Print the checklist as JSON.")
+@replicas_option
 @select_options
 def check_cmd(
     path: Path,
@@ -194,6 +196,7 @@ def check_cmd(
     no_cache: bool,
     verbose: bool,
     as_json: bool,
+    replicas: int | None,
     only: str | None,
     skip: str | None,
 ) -> None:
@@ -222,6 +225,8 @@ def check_cmd(
     settings = project.manifest.trial
     if steps is not None:
         settings = replace(settings, steps=steps)
+    if replicas is not None:
+        settings = replace(settings, replicas=replicas)
     if not as_json:
         click.echo(f"checking {project.root.name} (one probed trial)...", err=True)
     report = run_checks(

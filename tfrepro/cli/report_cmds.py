@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from tfrepro.cli.app import cold_option, main, path_argument
+from tfrepro.cli.app import cold_option, main, path_argument, replicas_option
 from tfrepro.errors import UserError
 
 
@@ -30,6 +30,7 @@ from tfrepro.errors import UserError
     is_flag=True,
     help="No synthetic stand-ins for the data files the script read: the repro needs your data (none is shipped).",
 )
+@replicas_option
 def report(
     run_dir: Path | None,
     out: Path | None,
@@ -38,6 +39,7 @@ def report(
     no_localize: bool,
     nightly: bool,
     no_data: bool,
+    replicas: int | None,
 ) -> None:
     """Turn a bisect run into a bug-report bundle.
 
@@ -61,6 +63,7 @@ def report(
         localize=not no_localize,
         nightly=nightly,
         no_data=no_data,
+        replicas=replicas,
         progress=lambda line: click.echo(line, err=True),
     )
     doc = bundle.doc

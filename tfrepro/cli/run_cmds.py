@@ -8,7 +8,16 @@ from pathlib import Path
 
 import click
 
-from tfrepro.cli.app import _fail, cold_option, load_project, main, parse_names, path_argument, select_options
+from tfrepro.cli.app import (
+    _fail,
+    cold_option,
+    load_project,
+    main,
+    parse_names,
+    path_argument,
+    replicas_option,
+    select_options,
+)
 from tfrepro.errors import TfreproError, UserError
 
 # `git bisect run`'s language: 0 good, 1 bad, 125 this commit cannot be tested.
@@ -64,7 +73,7 @@ def _enabled(project, with_: str | None, all_: bool, none_: bool) -> frozenset[s
     return frozenset(n for n, s in states.items() if s)
 
 
-def _trials(path: Path, only, skip, with_, all_, none_, steps, repeats, no_cache, as_json) -> list:
+def _trials(path: Path, only, skip, with_, all_, none_, steps, repeats, no_cache, as_json, replicas=None) -> list:
     from dataclasses import replace
 
     from tfrepro.trials.runner import run_trial
@@ -75,6 +84,8 @@ def _trials(path: Path, only, skip, with_, all_, none_, steps, repeats, no_cache
     settings = project.manifest.trial
     if steps is not None:
         settings = replace(settings, steps=steps)
+    if replicas is not None:
+        settings = replace(settings, replicas=replicas)
     results = []
     for i in range(repeats or project.manifest.repeats):
         if not as_json:
@@ -101,6 +112,7 @@ def _trials(path: Path, only, skip, with_, all_, none_, steps, repeats, no_cache
     "not test it: `git bisect run tfrepro run --expect nan`.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the trial summary as JSON.")
+@replicas_option
 @select_options
 def run(
     path: Path,
@@ -112,6 +124,7 @@ def run(
     no_cache: bool,
     expect: str | None,
     as_json: bool,
+    replicas: int | None,
     only: str | None,
     skip: str | None,
 ) -> None:
@@ -132,7 +145,7 @@ def run(
     if sum([with_ is not None, all_, none_]) > 1:
         raise UserError("--with, --all and --none exclude each other", hint="give one of them")
     try:
-        results = _trials(path, only, skip, with_, all_, none_, steps, repeats, no_cache, as_json)
+        results = _trials(path, only, skip, with_, all_, none_, steps, repeats, no_cache, as_json, replicas)
     except (UserError, TfreproError) as e:
         if expect is None:
             raise

@@ -192,6 +192,7 @@ def _stop(reason: str) -> None:
 def _on_tensorflow(tf) -> None:
     S.t_ref = time.perf_counter()
     atexit.register(finish)  # runs before TensorFlow's own atexit handlers
+    _devices_setup(tf)
     if S.config.get("deterministic"):
         seed = int(S.config.get("seed", 0))
         import random
@@ -202,6 +203,31 @@ def _on_tensorflow(tf) -> None:
         np.random.seed(seed)
         tf.random.set_seed(seed)
         tf.config.experimental.enable_op_determinism()
+
+
+_DEVICES = None  # devices.py (loaded by path) once TensorFlow is set up
+
+
+def _devices_setup(tf) -> None:
+    """`--replicas N` before the script's first op, and what ran (devices.py)."""
+    global _DEVICES
+    try:
+        _DEVICES = _sibling_file("devices")
+        _DEVICES.split(tf, S.config, S.extra)
+        _DEVICES.watch_strategies(tf, S.extra)
+    except Exception:
+        note_error("devices")
+
+
+def _sibling_file(name: str):
+    """<name>.py next to this file, loaded by path as `_tfrepro_<name>`."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_tfrepro_{name}", path)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 _keras_side = None
@@ -404,6 +430,13 @@ def finish() -> None:
         result["data"] = _DATA.to_dict() if _DATA else {}
     except Exception:
         note_error("data record")
+    if _DEVICES is not None:  # what actually ran: compile modes, replicas, policy, devices
+        for k in ("compile_modes", "fits"):
+            extra.pop(k, None)
+        try:
+            result.update(_DEVICES.summary(S.extra))
+        except Exception:
+            note_error("devices summary")
     tmp = S.result_path + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(result, f, allow_nan=False, default=repr)

@@ -157,6 +157,8 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
         else:
             kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback_cls())
         H.S.fit_depth += 1
+        if H._DEVICES is not None:
+            H._DEVICES.record_fit(self, H.S.extra)
         try:
             history = orig_fit(self, *args, **kwargs)
         finally:
@@ -327,7 +329,12 @@ def _patch_compile(cls) -> None:
     orig = cls.compile
 
     def compile(self, *args, **kwargs):
+        dev = H._DEVICES  # devices.py: jit_compile="auto" pinned, the resolved mode recorded
+        requested = dev.requested_jit(args, kwargs) if dev else None
+        kwargs, pinned = dev.pin_compile(args, kwargs, H.S.config) if dev else (kwargs, False)
         out = orig(self, *args, **kwargs)
+        if dev:
+            dev.record_compile(self, H.S.extra, requested, pinned)
         if kwargs.get("jit_compile") is True and getattr(self, "jit_compile", None) is False:
             _warn(JIT_DROPPED)
         elif auto_jit_dropped(self, kwargs, sys.modules.get("tensorflow"), bool(H.S.config.get("deterministic"))):

@@ -31,6 +31,7 @@ from tfrepro.report import outdir
 from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, write_scripts
 from tfrepro.report.replay import write_replay
+from tfrepro.report.replicas import export_with_split
 from tfrepro.report.rerun import Reproduction, Runner
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
@@ -121,6 +122,7 @@ def build_report(
     progress: Progress | None = None,
     nightly: bool = False,
     no_data: bool = False,
+    replicas: int | None = None,
 ) -> Bundle:
     """Write the bundle for the run in `run_dir` and return it. `runner`
     replaces the real trial runner (tests); `environ` the process environment
@@ -132,7 +134,10 @@ def build_report(
     say = progress or (lambda _msg: None)
     scrubber = Scrubber.from_environ(environ)
     ctx = load_context(Path(run_dir))
+    if replicas is not None:  # `report --replicas N` (default: the run's own)
+        ctx = replace(ctx, settings=replace(ctx.settings, replicas=replicas))
     export = export_variants(ctx.result, ctx.project, ctx.run_dir, ctx.symptom, ctx.entry, scrubber.scrub)
+    export = export_with_split(export, ENTRY, ctx.settings.replicas)  # repro.py splits the device as the trials did
     out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         writer = _Writer(out, scrubber)
@@ -446,8 +451,19 @@ def _document(
         "culprit_trial": result.get("culprit_trial") or result.get("failing") or {},
         "evidence": {
             k: result.get(k)
-            for k in ("trials", "wall_s", "ablation", "trials_table", "flaky", "reproduction_rate", "noise", "timing")
-        },
+            for k in (
+                "trials",
+                "wall_s",
+                "ablation",
+                "trials_table",
+                "flaky",
+                "reproduction_rate",
+                "noise",
+                "timing",
+                "compile_differs",
+            )
+        }
+        | {"replicas": ctx.settings.replicas},
         "environment": env_facts,
         "env_vars": capture_env(environ, scrubber),
         "redacted_env_count": withheld_count(environ),  # how many, never their names

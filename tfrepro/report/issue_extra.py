@@ -172,6 +172,13 @@ def bisect_evidence(doc: dict[str, Any]) -> list[str]:
         )
     if ev.get("noise") is not None:
         out.append(f"- Loss noise between two baseline runs: {fmt(ev['noise'], 3)}")
+    if ev.get("replicas"):
+        out.append(f"- Every trial ran with one device split into {ev['replicas']} logical devices (`--replicas`)")
+    for d in ev.get("compile_differs") or []:  # jit_compile resolved otherwise than in the failing run
+        out.append(
+            f"- {names(d['configuration'])} compiled with jit_compile={d['jit_compile']}, "
+            f"the failing configuration with {d['failing_jit_compile']}"
+        )
     return out + [""] + _feature_table(doc) + _trials_table(ev.get("trials_table") or [])
 
 

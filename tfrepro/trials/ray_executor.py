@@ -57,6 +57,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import warm
 from tfrepro.trials.executors import Executor, TrialRequest, could_not_run, retry_once
+from tfrepro.trials.ray_connect import Connection, connect
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.values import TrialResult
 
@@ -148,8 +149,9 @@ def shipped_env() -> dict[str, str]:
 class RayExecutor(Executor):
     """Each trial a Ray task (see the module docstring).
 
-    `address`: an existing cluster (`ray start --head` prints it); None joins
-    the Ray instance this process already started, or starts a local one.
+    `address`: an existing cluster (`ray start --head` prints it), joined
+    with a timeout; None joins the Ray instance this process already started,
+    or starts a private local one (never a cluster found on disk).
     `cold`: every trial in a cold process (`--cold`); so does `warm.force_cold()`
     in this process, looked up when each trial is submitted.
     """
@@ -166,19 +168,10 @@ class RayExecutor(Executor):
     ) -> None:
         log = log or (lambda text: print(text, file=sys.stderr))
         self.cold = cold
-        self._owns = False
+        self._connection = Connection(owns=False)
         if not ray.is_initialized():
-            kw: dict[str, Any] = {"log_to_driver": False, **(init_kwargs or {})}
-            if address:
-                log(f"ray: joining the cluster at {address}")
-                ray.init(address=address, **kw)
-            elif os.environ.get("RAY_ADDRESS"):
-                log(f"ray: joining the cluster at {os.environ['RAY_ADDRESS']} (RAY_ADDRESS)")
-                ray.init(**kw)
-            else:
-                log("ray: no --address given, starting a local Ray instance on this machine")
-                ray.init(include_dashboard=False, **kw)
-            self._owns = True
+            # a private local instance, or --address with a timeout (trials/ray_connect.py)
+            self._connection = connect(address, log, init_kwargs)
         resources = ray.cluster_resources()
         self.gpus = int(resources.get("GPU", 0))
         super().__init__(self.gpus or int(resources.get("CPU", 1)))
@@ -262,7 +255,9 @@ class RayExecutor(Executor):
         kind = f"{self.gpus} GPUs" if self.gpus else f"{self.slots} CPUs"
         return f"ray ({kind}, {self.slots} at a time{', cold processes' if self.runs_cold() else ''})"
 
+    @property
+    def _owns(self) -> bool:
+        return self._connection.owns
+
     def close(self) -> None:
-        if self._owns and ray.is_initialized():
-            ray.shutdown()
-        self._owns = False
+        self._connection.close(lambda: ray.is_initialized() and ray.shutdown())

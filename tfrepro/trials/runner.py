@@ -50,6 +50,7 @@ from tfrepro.trials.diskfull import disk_full
 from tfrepro.trials.memcheck import memory_lines
 from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import run_cold, run_warm
+from tfrepro.trials.ran import what_ran
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.values import TrialResult
 
@@ -287,6 +288,8 @@ def run_variant(
         "seed": settings.seed,
         "deterministic": settings.deterministic,
         "memory_limit_mb": settings.memory_limit_mb,
+        "replicas": settings.replicas,
+        "jit_auto": settings.jit_auto,
         "plugins": [str(Path(p).resolve()) for p in plugins],
         "plugin_options": dict(plugin_options or {}),
     }
@@ -438,6 +441,7 @@ def describe(result: TrialResult) -> list[str]:
     elif result.step_times:
         lines.append("median step time: too few steps past the warm-up")
     lines.extend(memory_lines(result))
+    lines.extend(x for x in [what_ran(result)] if x)  # compile mode, replicas, policy, devices
     lines.extend(f"warning: {w}" for w in result.extra.get("warnings", []))
     if result.log_dir:
         lines.append(f"logs: {result.log_dir}")

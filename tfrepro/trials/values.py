@@ -97,6 +97,13 @@ class TrialResult:
     # calls that read data files, file:line) and `fits` (element spec,
     # batches per epoch, per-feature statistics). {} when not recorded.
     data: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    # What actually ran (Contract 3; inside/devices.py): each compile/fit's
+    # resolved compile mode ({"call", "jit_compile", ...}), the replicas in
+    # sync, the precision policy, the devices. None / () when not seen.
+    compile_modes: tuple[dict[str, Any], ...] = field(default=(), compare=False, hash=False)
+    replicas_in_sync: int | None = None
+    precision_policy: str | None = None
+    devices: tuple[str, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -126,6 +133,7 @@ class TrialResult:
         d["step_times"] = list(self.step_times)
         d["nonfinite_weights"] = list(self.nonfinite_weights)
         d["rss_per_step"] = list(self.rss_per_step)
+        d["compile_modes"], d["devices"] = [dict(m) for m in self.compile_modes], list(self.devices)
         d["median_step_time"] = self.median_step_time()
         return d
 
@@ -138,6 +146,8 @@ class TrialResult:
         kw["step_times"] = tuple(float(x) for x in kw.get("step_times", ()))
         kw["nonfinite_weights"] = tuple(kw.get("nonfinite_weights", ()))
         kw["rss_per_step"] = tuple(int(x) for x in kw.get("rss_per_step") or ())
+        kw["compile_modes"] = tuple(dict(m) for m in kw.get("compile_modes") or ())
+        kw["devices"] = tuple(kw.get("devices") or ())
         kw["extra"] = dict(kw.get("extra") or {})
         kw["data"] = dict(kw.get("data") or {})
         return cls(**kw)

@@ -1,0 +1,202 @@
+"""Devices and what actually ran, inside the trial process (no tfrepro import).
+
+Loaded by path by harness.py when TensorFlow is imported (in a warm child: at
+the script's first import of it, as in a cold process), before the script's
+first op:
+
+- `split(tf, config, extra)`: `[trial] replicas = N` / `--replicas N` splits
+  the CPU into N logical CPU devices, or one GPU into N logical GPUs with a
+  memory limit each, so that `MirroredStrategy()` in the script sees N
+  replicas. A machine with N real GPUs keeps them (nothing is split).
+- `watch_strategies(tf, extra)`: every distribution strategy the script
+  creates is recorded (class, replicas in sync, devices).
+- `pin_compile(kwargs, config)` / `record_compile(...)` / `record_fit(...)`:
+  Keras 3's `jit_compile="auto"` (the default) pinned to the failing
+  configuration's resolution (`config["jit_auto"]`), and each compile/fit's
+  resolved compile mode, replicas in sync and precision policy recorded.
+
+`summary(extra)` turns the records into the result's fields (`compile_modes`,
+`replicas_in_sync`, `precision_policy`, `devices`).
+"""
+
+from __future__ import annotations
+
+import sys
+
+# A logical GPU's memory limit when one GPU is split (MiB).
+GPU_REPLICA_MB = 2048
+
+SPLIT_TOO_LATE = (
+    "--replicas {n}: the devices were already initialised when TensorFlow was set up "
+    "({error}); the trial ran with the devices as they were"
+)
+
+
+def split(tf, config: dict, extra: dict) -> None:
+    """N logical devices out of one (see the module docstring); records what was done."""
+    n = int(config.get("replicas") or 0)
+    if n <= 1:
+        return
+    gpus = tf.config.list_physical_devices("GPU")
+    if len(gpus) >= n:
+        extra["replica_devices"] = f"{len(gpus)} real GPUs (nothing split)"
+        return
+    try:
+        if gpus:
+            mb = int(config.get("replica_memory_mb") or GPU_REPLICA_MB)
+            conf = [tf.config.LogicalDeviceConfiguration(memory_limit=mb) for _ in range(n)]
+            tf.config.set_logical_device_configuration(gpus[0], conf)
+            extra["replica_devices"] = f"1 GPU split into {n} logical GPUs of {mb} MiB"
+            _no_memory_growth(tf, extra)
+        else:
+            cpus = tf.config.list_physical_devices("CPU")
+            tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
+            extra["replica_devices"] = f"the CPU split into {n} logical CPUs"
+    except (RuntimeError, ValueError) as e:
+        extra.setdefault("warnings", []).append(SPLIT_TOO_LATE.format(n=n, error=str(e).splitlines()[0]))
+
+
+MEMORY_GROWTH_IGNORED = (
+    "--replicas: the script's set_memory_growth was ignored: TensorFlow refuses memory growth on a "
+    "GPU split into logical devices (each has a fixed memory limit instead)"
+)
+
+
+def _no_memory_growth(tf, extra: dict) -> None:
+    """A split GPU refuses `set_memory_growth` (ValueError): the script's call
+    is ignored, with a warning, rather than crash the trial."""
+    experimental = tf.config.experimental
+
+    def set_memory_growth(device, enable):
+        warnings = extra.setdefault("warnings", [])
+        if MEMORY_GROWTH_IGNORED not in warnings:
+            warnings.append(MEMORY_GROWTH_IGNORED)
+
+    experimental.set_memory_growth = set_memory_growth
+
+
+def watch_strategies(tf, extra: dict) -> None:
+    """Record every strategy the script builds (the default strategy aside)."""
+    base = tf.distribute.Strategy
+    if getattr(base, "_tfrepro_watched", False):
+        return
+    orig = base.__init__
+
+    def __init__(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        if type(self).__name__.startswith("_Default"):
+            return
+        try:
+            devices = [str(d) for d in getattr(self.extended, "worker_devices", ())]
+            extra.setdefault("strategies", []).append(
+                {"strategy": type(self).__name__, "replicas": int(self.num_replicas_in_sync), "devices": devices}
+            )
+        except Exception:
+            pass
+
+    base.__init__ = __init__
+    base._tfrepro_watched = True
+
+
+def requested_jit(args: tuple, kwargs: dict):
+    """The `jit_compile` a Keras 3 `compile` call asked for ("auto" when not
+    given; the 8th positional argument of `Trainer.compile`)."""
+    if "jit_compile" in kwargs:
+        return kwargs["jit_compile"]
+    return args[7] if len(args) > 7 else "auto"
+
+
+def pin_compile(args: tuple, kwargs: dict, config: dict) -> tuple[dict, bool]:
+    """`kwargs` with a requested "auto" replaced by the pinned value
+    (`config["jit_auto"]`, True or False), and whether it was pinned. Pure."""
+    pin = config.get("jit_auto")
+    if pin is None or requested_jit(args, kwargs) != "auto" or kwargs.get("run_eagerly") or len(args) > 7:
+        return kwargs, False
+    return {**kwargs, "jit_compile": bool(pin)}, True
+
+
+def _policy_name(model) -> str | None:
+    policy = getattr(model, "dtype_policy", None)
+    name = getattr(policy, "name", None)
+    if name is None:
+        keras = sys.modules.get("keras")
+        try:
+            name = keras.mixed_precision.global_policy().name
+        except Exception:
+            return None
+    return str(name)
+
+
+def _replicas(model) -> int | None:
+    strategy = getattr(model, "distribute_strategy", None)
+    try:
+        return int(strategy.num_replicas_in_sync) if strategy is not None else None
+    except Exception:
+        return None
+
+
+def record_compile(model, extra: dict, requested, pinned: bool) -> None:
+    """One `compile`: what was asked, what Keras resolved, whether we pinned it."""
+    n = len(extra.setdefault("compile_modes", [])) + 1
+    jit = getattr(model, "_jit_compile", None)
+    if jit is None:
+        jit = getattr(model, "jit_compile", None)
+    extra["compile_modes"].append(
+        {
+            "call": f"compile#{n}",
+            "requested": requested if isinstance(requested, (bool, str)) else repr(requested),
+            "jit_compile": bool(jit) if jit is not None else None,
+            "pinned": pinned,
+            "run_eagerly": bool(getattr(model, "run_eagerly", False)),
+        }
+    )
+
+
+def record_fit(model, extra: dict) -> None:
+    """One `fit`: the compile mode it ran, replicas in sync, precision policy."""
+    fits = extra.setdefault("fits", [])
+    jit = getattr(model, "_jit_compile", None)
+    fits.append(
+        {
+            "call": f"fit#{len(fits) + 1}",
+            "jit_compile": bool(jit) if jit is not None else None,
+            "run_eagerly": bool(getattr(model, "run_eagerly", False)),
+            "replicas": _replicas(model),
+            "precision_policy": _policy_name(model),
+        }
+    )
+
+
+def summary(extra: dict) -> dict:
+    """The result's fields for what actually ran (see TrialResult)."""
+    fits = extra.get("fits") or []
+    strategies = extra.get("strategies") or []
+    replicas = [f["replicas"] for f in fits if f.get("replicas")] + [s["replicas"] for s in strategies]
+    modes = [*(extra.get("compile_modes") or []), *fits]
+    policy = next((f["precision_policy"] for f in fits if f.get("precision_policy")), None)
+    if policy is None and "keras" in sys.modules:
+        try:
+            policy = str(sys.modules["keras"].mixed_precision.global_policy().name)
+        except Exception:
+            policy = None
+    out = {
+        "compile_modes": modes,
+        "replicas_in_sync": max(replicas) if replicas else None,
+        "precision_policy": policy,
+        "devices": _devices(strategies),
+    }
+    return out
+
+
+def _devices(strategies: list) -> list:
+    """The devices the script's strategy ran on; else the logical devices TensorFlow has."""
+    for s in strategies[::-1]:
+        if s.get("devices"):
+            return list(s["devices"])
+    tf = sys.modules.get("tensorflow")
+    if tf is None:
+        return []
+    try:
+        return [d.name for d in tf.config.list_logical_devices()]
+    except Exception:
+        return []

@@ -1,0 +1,82 @@
+"""The `--replicas N` split, written into the exported repro.py (pure text).
+
+A trial run with `--replicas N` had one device split into N logical ones
+before the script's first op (inside/devices.py); the standalone repro.py
+must do the same, so a maintainer with one device sees the N-replica bug.
+The lines go right after the script's first top-level TensorFlow import (a
+script that sets environment variables before importing TensorFlow keeps
+that order), or at the top when it has none.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from typing import Any
+
+GPU_REPLICA_MB = 2048  # as inside/devices.py
+
+_SPLIT = """\
+# Added by tfrepro (--replicas {n}): the bug needs {n} replicas under a distribution
+# strategy. These lines split this machine's one device into {n} logical devices
+# before anything runs (the CPU into {n} logical CPUs, or one GPU into {n} logical
+# GPUs of {mb} MiB each), so MirroredStrategy() sees {n} replicas. A machine with
+# {n} real GPUs keeps them as they are.
+import tensorflow as _tf_split
+
+_gpus = _tf_split.config.list_physical_devices("GPU")
+if len(_gpus) < {n}:
+    _conf = _tf_split.config.LogicalDeviceConfiguration
+    _tf_split.config.set_logical_device_configuration(
+        _gpus[0] if _gpus else _tf_split.config.list_physical_devices("CPU")[0],
+        [_conf(memory_limit={mb}) if _gpus else _conf() for _ in range({n})],
+    )
+"""
+
+
+def split_lines(n: int) -> str:
+    return _SPLIT.format(n=n, mb=GPU_REPLICA_MB)
+
+
+def _insert_at(source: str) -> int:
+    """The line index after the first top-level `import tensorflow` /
+    `from tensorflow ...` (0: the top, past a shebang and coding lines)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        tree = None
+    for node in tree.body if tree is not None else []:
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+        if any(name.partition(".")[0] == "tensorflow" for name in names):
+            return node.end_lineno or node.lineno
+    lines = source.splitlines()
+    i = 0
+    while i < len(lines) and i < 2 and lines[i].startswith("#"):
+        i += 1
+    return i
+
+
+def with_split(source: str, n: int | None) -> str:
+    """`source` with the split of one device into `n` (nothing for n <= 1)."""
+    if not n or n <= 1:
+        return source
+    lines = source.splitlines(keepends=True)
+    at = _insert_at(source)
+    if at and not lines[at - 1].endswith("\n"):
+        lines[at - 1] += "\n"
+    return "".join(lines[:at] + [split_lines(n)] + lines[at:])
+
+
+def export_with_split(export: Any, entry: str, n: int | None) -> Any:
+    """An `Export` whose two entry scripts carry the split."""
+    if not n or n <= 1:
+        return export
+    cand = {k: with_split(v, n) if k == entry else v for k, v in export.cand_files.items()}
+    ref = {k: with_split(v, n) if k == entry else v for k, v in export.ref_files.items()}
+    return replace(export, cand_files=cand, ref_files=ref)

@@ -1,0 +1,160 @@
+"""Starting or joining Ray for `--executor ray`, without ever hanging.
+
+- Without `--address` (and no RAY_ADDRESS), a **private** local instance:
+  `address="local"` (never the cluster a stale `/tmp/ray/ray_current_cluster`
+  names), its own temp dir (removed at the end), every address 127.0.0.1, no
+  dashboard. `executors.keep_ray_on_loopback` has Ray resolve "this node" to
+  127.0.0.1 rather than the host's interface address.
+- With `--address`, the address is first probed with a plain TCP connect
+  (nothing listening: an error naming it at once), then `ray.init` gets
+  `timeout_s`; past it the error names the address and says what to check.
+  A private instance is bounded by Ray itself (its node must register
+  within 30 s, or `ray.init` raises).
+- While Ray starts, a line every `tick_s` says it is still starting.
+
+`init` is injected (tests); it defaults to `ray.init`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tfrepro.errors import TfreproError, UserError
+
+CONNECT_TIMEOUT_S = 60.0
+TICK_S = 5.0
+LOOPBACK = "127.0.0.1"
+
+
+@dataclass
+class Connection:
+    """How this process got its Ray: `owns` it (a private instance or a
+    connection it made), and the private instance's temp dir to remove."""
+
+    owns: bool
+    temp_dir: str | None = None
+
+    def close(self, shutdown: Callable[[], None]) -> None:
+        if self.owns:
+            shutdown()
+        if self.temp_dir:
+            shutil.rmtree(self.temp_dir, ignore_errors=True)
+        self.owns, self.temp_dir = False, None
+
+
+def host_port(address: str) -> tuple[str, int]:
+    """ "ray://h:p", "h:p" -> (h, p); a UserError for anything else."""
+    rest = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = rest.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise UserError(f"--address {address!r} is not HOST:PORT", hint="e.g. --address 10.0.0.5:6379")
+    return host.strip("[]"), int(port)
+
+
+def probe(address: str, timeout_s: float, connect=socket.create_connection) -> None:
+    """A TCP connect to the address, so a dead cluster is named at once."""
+    host, port = host_port(address)
+    try:
+        connect((host, port), timeout=timeout_s).close()
+    except OSError as e:
+        raise UserError(
+            f"no Ray cluster answers at {address} ({e})",
+            hint="start it with `ray start --head --port PORT` on the head node, or drop --address "
+            "to run on a private local Ray instance",
+        ) from None
+
+
+def _with_progress(
+    call: Callable[[], Any], what: str, timeout_s: float, log: Callable[[str], None], tick_s: float
+) -> Any:
+    """`call()` in a thread, a progress line every `tick_s`; TimeoutError past
+    `timeout_s`. Only for a call that starts no process: Ray's children die
+    with the thread that started them (PR_SET_PDEATHSIG), see `_ticking`."""
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def body() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as e:  # handed to the caller's thread
+            box["error"] = e
+        finally:
+            done.set()
+
+    threading.Thread(target=body, name="tfrepro-ray-init", daemon=True).start()
+    t0 = time.monotonic()
+    while not done.wait(min(tick_s, max(0.0, timeout_s - (time.monotonic() - t0)))):
+        waited = time.monotonic() - t0
+        if waited >= timeout_s:
+            raise TimeoutError(what)
+        log(f"ray: {what}... ({waited:.0f} s)")
+    if "error" in box:
+        raise box["error"]
+    return box.get("value")
+
+
+def _ticking(call: Callable[[], Any], what: str, log: Callable[[str], None], tick_s: float) -> Any:
+    """`call()` in this thread (it starts Ray's processes, which must outlive
+    the thread that started them), a progress line every `tick_s` meanwhile.
+    Ray bounds its own start-up (the node must register within 30 s)."""
+    done = threading.Event()
+    t0 = time.monotonic()
+
+    def tick() -> None:
+        while not done.wait(tick_s):
+            log(f"ray: {what}... ({time.monotonic() - t0:.0f} s)")
+
+    threading.Thread(target=tick, name="tfrepro-ray-progress", daemon=True).start()
+    try:
+        return call()
+    finally:
+        done.set()
+
+
+def connect(
+    address: str | None,
+    log: Callable[[str], None],
+    init_kwargs: dict[str, Any] | None = None,
+    *,
+    init: Callable[..., Any] | None = None,
+    timeout_s: float | None = None,
+    tick_s: float = TICK_S,
+) -> Connection:
+    """Join `address` (or RAY_ADDRESS), or start a private local instance."""
+    if init is None:
+        import ray
+
+        init = ray.init
+    kw: dict[str, Any] = {"log_to_driver": False, **(init_kwargs or {})}
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address:
+        limit = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
+        log(f"ray: joining the cluster at {address}")
+        probe(address, min(limit, 10.0))
+        try:
+            _with_progress(lambda: init(address=address, **kw), f"connecting to {address}", limit, log, tick_s)
+        except TimeoutError:
+            raise TfreproError(
+                f"ray: the cluster at {address} accepted a connection but did not let this process join "
+                f"within {limit:.0f} s; check that it runs the same Ray version and that its token "
+                "(Ray's token-auth) is known here"
+            ) from None
+        return Connection(owns=True)
+    temp_dir = tempfile.mkdtemp(prefix="tfrepro-ray-")
+    log("ray: no --address given, starting a private local Ray instance on this machine (127.0.0.1)")
+    local = {"address": "local", "include_dashboard": False, "_node_ip_address": LOOPBACK, "_temp_dir": temp_dir}
+    try:
+        _ticking(lambda: init(**{**local, **kw}), "starting the local instance", log, tick_s)
+    except BaseException:
+        shutil.rmtree(temp_dir, ignore_errors=True)
+        raise
+    log("ray: the local instance is up")
+    return Connection(owns=True, temp_dir=temp_dir)
