@@ -48,6 +48,9 @@ class TrialSettings:
     min_time_s: float = 0.0
     min_steps: int = 0
     steps_max: int = 0
+    # A timing trial's calls to time (fit#2, ...: the ones the failing
+    # configuration showed slower); () the first. In the key only when set.
+    timed_calls: tuple[str, ...] = ()
 
     @property
     def timing(self) -> bool:
@@ -70,6 +73,10 @@ class TrialSettings:
         if not self.timing:
             for k in ("min_time_s", "min_steps", "steps_max"):
                 del d[k]
+        if not self.timing or not self.timed_calls:
+            del d["timed_calls"]
+        else:
+            d["timed_calls"] = list(self.timed_calls)
         d["command"] = list(self.command) if self.command is not None else None
         return d
 
@@ -78,6 +85,7 @@ class TrialSettings:
         d = dict(d)
         if d.get("command") is not None:
             d["command"] = tuple(d["command"])
+        d["timed_calls"] = tuple(d.get("timed_calls") or ())
         return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 

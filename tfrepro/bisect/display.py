@@ -124,6 +124,8 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
         extra = sorted(set(doc.get("culprit_config") or []) - set(doc["culprits"]))
         if extra:
             lines.append(f"  (together with {', '.join(extra)}, which change the loss on purpose)")
+        if doc.get("symptom_call"):
+            lines.append(f"  it shows in {doc['symptom_call']}")
         if doc.get("timing") and symptom == "slowdown":
             t = doc["timing"]
             lines.append(
@@ -132,6 +134,9 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
     elif status == "none":
         what = f"no {symptom}" if symptom else "no nan, crash, timeout, mismatch or slowdown"
         lines.append(f"none: the failing configuration (every feature on) shows {what} against the baseline")
+    elif status == "untestable":
+        lines.append(f"untestable: {doc.get('reason') or doc.get('error') or 'nothing could be measured'}")
+        lines.append("  (not a verdict on the features: nothing was measured to judge them by)")
     elif doc.get("flaky"):
         rate = doc.get("reproduction_rate")
         rate_text = f" (reproduced in {rate:.0%} of runs)" if isinstance(rate, (int, float)) else ""

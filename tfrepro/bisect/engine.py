@@ -129,6 +129,7 @@ class _Bisection:
         )
         self.timing = self.timing_pool.outcomes
         self.dropped: list[dict[str, str]] = []
+        self.timed_calls: tuple[str, ...] = ()  # what timing trials time (trials/calls.py)
         if not self.features:
             raise UserError(
                 "the project has no feature blocks to bisect",
@@ -147,7 +148,7 @@ class _Bisection:
     def _request(self, config: Config, repeat: int, role: str) -> TrialRequest:
         settings = replace(self.settings, repeat=repeat)
         if role.startswith("timing"):
-            settings = self.opts.timing_settings(settings)
+            settings = replace(self.opts.timing_settings(settings), timed_calls=self.timed_calls)
         return TrialRequest(tuple(sorted(config)), settings, role, use_cache=self.opts.use_cache)
 
     def _trial(self, config: Config, repeat: int, role: str) -> TrialResult:
@@ -288,9 +289,13 @@ class _Bisection:
         failed = self._both_ends()
         if failed is not None:
             return failed
+        cannot = self._unmeasured(self.opts.symptom)
+        if cannot is not None:
+            return cannot
+        self._choose_timed_calls()
         target = self._pick_symptom(frozenset(self.features))
         if target is None:
-            return self._finish(Status.NONE, self.opts.symptom)
+            return self._unmeasured(None, healthy=True) or self._finish(Status.NONE, self.opts.symptom)
         culprits, config, table = self._search(target)
         return self._replay(target, culprits, config, table)
 
@@ -323,6 +328,27 @@ class _Bisection:
             f"{first.error or 'see its logs'}{reason}",
             extra={"checks": checks, "baseline_flaky": not all(base_fail)},
         )
+
+    def _unmeasured(self, symptom: Verdict | None, *, healthy: bool = False) -> RunResult | None:
+        """`untestable` when an end ran no training step or `symptom` could
+        not be measured (trials/untestable.py); `healthy`: nothing was shown."""
+        from tfrepro.trials.untestable import ends_reason
+
+        full = frozenset(self.features)
+        fails = [self.memo[(full, r)] for r in range(self.k)]
+        failed = any(self._shows(full, t) & _FAILURES for t in fails)
+        base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
+        reason = ends_reason(base, fails, symptom, failed=failed, healthy=healthy)
+        return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
+
+    def _choose_timed_calls(self) -> None:
+        """Timing trials time the calls the failing configuration ran slower
+        than the baseline (fit#2...), not only the first (trials/calls.py)."""
+        from tfrepro.trials.calls import slower_calls
+
+        base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
+        fails = [self.memo[(frozenset(self.features), r)] for r in range(self.k)]
+        self.timed_calls = slower_calls(base, fails, 1 + (self.symptom_settings.slowdown - 1) / 4)
 
     def _search(self, target: Verdict) -> tuple[Config, Config, dict[str, Verdict] | None]:
         """Ablation and/or ddmin locked onto `target` -> (culprits, the
@@ -409,7 +435,8 @@ class _Bisection:
             mb = self._fastest(frozenset(), range(max(self.k, 2)))
             mf = self._fastest(full, range(self.k))
             screen = 1 + (self.symptom_settings.slowdown - 1) / 4
-            if mb is None or mf is None or mf / mb < screen:
+            # A later call slower (self.timed_calls) passes the screen too.
+            if (mb is None or mf is None or mf / mb < screen) and not self.timed_calls:
                 return None
         self.events.phase("timing the failing configuration against the baseline")
         got = self._timed(full)

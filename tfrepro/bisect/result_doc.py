@@ -96,6 +96,15 @@ def also_seen_of(run: _Bisection, target: Verdict | None) -> list[dict[str, Any]
     )
 
 
+def _symptom_call(run: _Bisection, symptom: Verdict | None, cfg: Config) -> str | None:
+    """The training call (fit#2, file:line) the symptom shows in (trials/calls.py)."""
+    from tfrepro.trials.calls import symptom_call
+
+    mine = [t for (c, _r), t in sorted(run.memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
+    hits = [t for t in mine if symptom is not None and symptom in run._shows(cfg, t)]
+    return symptom_call((hits or mine or [None])[0], symptom, getattr(run, "timed_calls", ()))
+
+
 def finish(
     run: _Bisection,
     status: Status,
@@ -107,6 +116,7 @@ def finish(
     rate: float | None = None,
     error: str | None = None,
     extra: dict[str, Any] | None = None,
+    reason: str | None = None,
 ) -> RunResult:
     """The run's answer from the bisection `run` (its trials, settings and
     run dir), written to `<run_dir>/result.json`."""
@@ -131,6 +141,8 @@ def finish(
         "version": __version__,
         # What trials said about themselves (e.g. XLA dropped under determinism).
         "warnings": sorted({w for r in run.records for w in r.result.extra.get("warnings", [])}),
+        "timed_calls": list(getattr(run, "timed_calls", ())),
+        "symptom_call": _symptom_call(run, symptom, config if config is not None else full),
         **(extra or {}),
     }
     result = RunResult(
@@ -145,6 +157,7 @@ def finish(
         suspects=tuple(sorted(suspects)),
         also_seen=tuple(also_seen_of(run, symptom)),
         error=error,
+        reason=reason,
         details=details,
     )
     (run.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=1, default=str), encoding="utf-8")

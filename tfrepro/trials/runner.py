@@ -274,6 +274,7 @@ def run_variant(
         "steps_max": settings.steps_max,
         "min_time_s": settings.min_time_s,
         "min_steps": settings.min_steps,
+        "timed_calls": list(settings.timed_calls) if settings.timing else [],
         "warmup": WARMUP_STEPS,
         "seed": settings.seed,
         "deterministic": settings.deterministic,
