@@ -48,7 +48,9 @@ def test_a_slowdown_asked_for_with_no_step_past_the_warm_up_is_untestable(tmp_pa
 def test_healthy_measured_ends_stay_none():
     ran = TrialResult(losses=(1.0,), step_times=(0.1,), steps_run=1)
     assert untestable.no_step_reason([ran], "x") is None
-    assert untestable.no_step_reason([TrialResult()], "the bad end abc") .startswith("no training step ran in the bad end")
+    assert untestable.no_step_reason([TrialResult()], "the bad end abc").startswith(
+        "no training step ran in the bad end"
+    )
     assert untestable.unmeasured(Verdict.MISMATCH, [TrialResult()], [ran]).startswith("the mismatch could not")
     assert untestable.unmeasured(None, [TrialResult()], [TrialResult()]) is None
 

@@ -48,8 +48,14 @@ def test_one_feature_per_callback_class_switched_together_in_every_fit():
     assert len(slow) == 3  # one block in each fit, one name
     live = [ln for ln in parsed.render(["callback_watcher"]).splitlines() if not ln.lstrip().startswith("#")]
     assert not any("SlowBatch()" in ln for ln in live)
-    assert sum("SlowBatch()" in ln for ln in parsed.render(["callback_slow_batch"]).splitlines()
-               if not ln.lstrip().startswith("#")) == 3
+    assert (
+        sum(
+            "SlowBatch()" in ln
+            for ln in parsed.render(["callback_slow_batch"]).splitlines()
+            if not ln.lstrip().startswith("#")
+        )
+        == 3
+    )
 
 
 def test_stopping_callbacks_affect_the_loss_by_what_they_do_or_their_name():

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from tfrepro.cli.app import cold_option, load_project, main, path_argument, select_options
+from tfrepro.cli.app import cold_option, load_project, main, path_argument, script_args_argument, select_options
 from tfrepro.errors import UserError
 
 _SYMPTOMS = ["nan", "crash", "timeout", "memory", "mismatch", "slowdown"]
@@ -68,6 +68,7 @@ def check_release(rev: str | None, option: str) -> None:
 @main.command("bisect")
 @cold_option
 @path_argument
+@script_args_argument
 @click.option(
     "--symptom",
     type=click.Choice(_SYMPTOMS),

@@ -8,7 +8,16 @@ from pathlib import Path
 
 import click
 
-from tfrepro.cli.app import _fail, cold_option, load_project, main, parse_names, path_argument, select_options
+from tfrepro.cli.app import (
+    _fail,
+    cold_option,
+    load_project,
+    main,
+    parse_names,
+    path_argument,
+    script_args_argument,
+    select_options,
+)
 from tfrepro.errors import TfreproError, UserError
 
 # `git bisect run`'s language: 0 good, 1 bad, 125 this commit cannot be tested.
@@ -87,6 +96,7 @@ def _trials(path: Path, only, skip, with_, all_, none_, steps, repeats, no_cache
 @main.command()
 @cold_option
 @path_argument
+@script_args_argument
 @click.option("--with", "with_", metavar="A,B,...", help="Run with exactly these features ON (all others OFF).")
 @click.option("--all", "all_", is_flag=True, help="Every feature ON (the failing configuration).")
 @click.option("--none", "none_", is_flag=True, help="Every feature OFF (the baseline).")

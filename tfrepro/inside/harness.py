@@ -132,7 +132,6 @@ def caller_where(depth: int = 2) -> str:
     return "?"
 
 
-
 def record_step(loss: float | None, dt: float) -> None:
     """One training step (loss None: a fit whose logs carry no loss; the
     step still counts towards the cap). Stops the process at the cap or at

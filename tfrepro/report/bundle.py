@@ -32,6 +32,7 @@ from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, write_scripts
 from tfrepro.report.rerun import Reproduction, Runner
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
+from tfrepro.report.scriptargs import comment_entry, notebook_code, script_args
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 from tfrepro.report.secretscan import raise_on_findings, scan_bundle
 from tfrepro.settings import SymptomSettings, TrialSettings
@@ -135,6 +136,11 @@ def build_report(
     scrubber = Scrubber.from_environ(environ)
     ctx = load_context(Path(run_dir))
     export = export_variants(ctx.result, ctx.project, ctx.run_dir, ctx.symptom, ctx.entry, scrubber.scrub)
+    args = script_args(ctx.settings, ctx.entry)  # `tfrepro bisect train.py -- ARGS`: kept in the repro
+    if args:
+        export = replace(
+            export, cand_files={**export.cand_files, ENTRY: comment_entry(export.cand_files[ENTRY], ENTRY, args)}
+        )
     out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         writer = _Writer(out, scrubber)
@@ -227,7 +233,8 @@ def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: dict[str
         "first_bad_commit": ctx.result.get("first_bad_commit"),
     }
     try:
-        nb = notebook.build(export.cand_files[ENTRY], symptom=ctx.symptom, env=env, title=issue_md.title(head))
+        code = notebook_code(export.cand_files[ENTRY], ENTRY, script_args(ctx.settings, ctx.entry))
+        nb = notebook.build(code, symptom=ctx.symptom, env=env, title=issue_md.title(head))
     except SyntaxError as e:
         return {"repro.ipynb": f"skipped: repro.py does not parse ({e.msg}, line {e.lineno})"}
     writer.write("repro.ipynb", notebook.dumps(nb))

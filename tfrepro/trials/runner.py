@@ -357,7 +357,11 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _crash_line(rc: int | None, stderr_path: Path) -> str:
+    from tfrepro.trials.usage import USAGE_HINT, is_usage_error
+
     line = last_line(stderr_path)
+    if line and is_usage_error(rc, stderr_path):
+        return f"{line} ({USAGE_HINT})"
     if line:
         return line
     if rc is not None and rc < 0:

@@ -33,7 +33,9 @@ def no_step_reason(runs: Sequence[TrialResult], end: str) -> str | None:
     if not runs or not all(_ran_nothing(t) for t in runs):
         return None
     seen = runs[0].mode
-    how = f" (the harness saw {seen!r} training)" if seen not in ("none", "") else " (no Model.fit and no training loop)"
+    how = (
+        f" (the harness saw {seen!r} training)" if seen not in ("none", "") else " (no Model.fit and no training loop)"
+    )
     return f"no training step ran in {end}{how}: nothing to measure; {NO_STEP_WAY_OUT}"
 
 

@@ -9,7 +9,6 @@ samples. Planted problem: a per-batch monitoring callback that runs
 """
 
 import numpy as np
-import tensorflow as tf
 from tensorflow import keras
 
 
