@@ -59,3 +59,27 @@ def test_untestable_round_trips_with_its_reason():
     r = RunResult(Status.UNTESTABLE, reason="no training step ran")
     back = RunResult.from_dict(r.to_dict())
     assert (back.status, back.reason, back.exit_code) == (Status.UNTESTABLE, "no training step ran", 5)
+
+
+class _NoStepAtTheBadEnd:
+    """Commit-mode trial stand-in: a commit whose script says NOSTEP trains nothing."""
+
+    def __call__(self, project, enabled, settings, *, label="", **kw):
+        src = (project.root / settings.entry).read_text()
+        if "NOSTEP" in src:
+            return TrialResult(label=label, mode="none")
+        return TrialResult(label=label, losses=(1.0, 0.9), step_times=(0.01, 0.01), steps_run=2, mode="loop")
+
+
+def test_commit_mode_with_a_bad_end_that_trains_nothing_is_untestable(tmp_path, monkeypatch):
+    from gitrepo import GitRepo, isolated_git_env
+
+    from tfrepro.bisect import commits
+
+    isolated_git_env(tmp_path / "home", monkeypatch)
+    repo = GitRepo.init(tmp_path / "repo", tmp_path / "home")
+    good = repo.commit("good", {"proj/repro.py": "x = 1\n"})
+    bad = repo.commit("bad", {"proj/repro.py": "x = 1  # NOSTEP\n"})
+    res = commits.bisect_commits(repo.root / "proj", good, bad, trial=_NoStepAtTheBadEnd())
+    assert (res.status, res.exit_code) == (Status.UNTESTABLE, 5)
+    assert res.reason.startswith("no training step ran in the bad end")
