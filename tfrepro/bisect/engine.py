@@ -130,6 +130,7 @@ class _Bisection:
         self.timing = self.timing_pool.outcomes
         self.dropped: list[dict[str, str]] = []
         self.timed_calls: tuple[str, ...] = ()  # what timing trials time (trials/calls.py)
+        self.memory_doubt: str | None = None  # why a memory signal did not decide the hunt
         if not self.features:
             raise UserError(
                 "the project has no feature blocks to bisect",
@@ -425,7 +426,7 @@ class _Bisection:
             return opts.symptom if opts.symptom in shown else None
         if opts.symptom is None:
             for v in SYMPTOM_ORDER:
-                if v in shown:
+                if v in shown and (v != Verdict.MEMORY or self._memory_stands(full)):
                     return v
             # Cheap pre-screen before paying for a timing comparison: the
             # fastest runs so far (the least disturbed by parallel trials) at
@@ -441,6 +442,22 @@ class _Bisection:
         self.events.phase("timing the failing configuration against the baseline")
         got = self._timed(full)
         return Verdict.SLOWDOWN if got.verdict == Verdict.SLOWDOWN else None
+
+    def _memory_stands(self, full: Config) -> bool:
+        """Symptom choice by evidence: a memory signal near its threshold is
+        re-run (`_memory_verdicts`); one the repeats do not confirm, or a
+        marginal one while the untimed runs show a slowdown past its
+        threshold, does not preempt the other symptoms (it stays in also_seen)."""
+        from tfrepro.trials.memcheck import decide_memory
+
+        base, thr = self._memory_baselines(), self.symptom_settings.memory
+        if not any(decide_memory(self.memo[(full, r)], base, thr).close for r in range(self.k)):
+            return True
+        confirmed = self._memory_verdicts([full]).get(full) == Verdict.MEMORY
+        mb, mf = self._fastest(frozenset(), range(max(self.k, 2))), self._fastest(full, range(self.k))
+        slower = bool(mb and mf and mf / mb >= self.symptom_settings.slowdown) or bool(self.timed_calls)
+        self.memory_doubt = "marginal, not confirmed by repeats" if not confirmed else "marginal"
+        return confirmed and not slower
 
     def _fastest(self, config: Config, repeats: Iterable[int]) -> float | None:
         medians = [classify.timing_sample(self.memo[(config, r)]) for r in repeats]

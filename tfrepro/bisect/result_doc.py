@@ -85,15 +85,20 @@ def also_seen_of(run: _Bisection, target: Verdict | None) -> list[dict[str, Any]
 
     full, base = frozenset(run.features), frozenset()
     mine = [r for r in range(run.k) if (full, r) in run.memo]
+    doubt = getattr(run, "memory_doubt", None)
     shown = set().union(set(), *(run._shows(full, run.memo[(full, r)]) for r in mine))
     timed = full in run.timing  # measured: no "possible" slowdown to guess
-    return also_seen(
+    seen = also_seen(
         shown,
         target,
         full_fastest=run._fastest(full, mine),
         slowdown=run.symptom_settings.slowdown,
         base_fastest=None if timed else run._fastest(base, [r for r in range(max(run.k, 2)) if (base, r) in run.memo]),
     )
+    for s in seen:
+        if s["symptom"] == Verdict.MEMORY.value and doubt:
+            s["hint"] = f"memory ({doubt}): rerun with --symptom memory --repeats 3 to hunt it"
+    return seen
 
 
 def _symptom_call(run: _Bisection, symptom: Verdict | None, cfg: Config) -> str | None:
