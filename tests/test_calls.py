@@ -91,3 +91,19 @@ def test_without_timed_calls_the_budget_is_as_before():
     b.begin_call("fit#1", 0)
     assert [b.step(0.05) for _ in range(5)] == [False] * 4 + [True]
     assert b.call_ended("fit#1") and b.ranges == []
+
+
+def test_a_zero_edit_variant_line_is_named_as_the_users_file_line():
+    from tfrepro.trials.calls import original_line, where_mapper
+
+    original = "a = 1\nmodel.fit(x, callbacks=[Cb()])\nb = 2\nmodel.fit(\n    y,\n)\n"
+    annotated = (
+        "a = 1\ncallbacks = []\n# tfrepro: feature callback_cb\ncallbacks.append(Cb())\n# tfrepro: end\n"
+        "model.fit(x, callbacks=callbacks)\nb = 2\nmodel.fit(\n    y,\n)\n"
+    )
+    assert original_line(annotated, original, 6) == 2  # the rewritten fit: the statement it replaces
+    assert original_line(annotated, original, 8) == 4  # an unchanged fit further down
+    m = where_mapper({"train.py": (annotated, original)})
+    assert (m("train.py:8"), m("other.py:8"), m("?")) == ("train.py:4", "other.py:8", "?")
+    t = trial([0.01, 0.01], first_nonfinite_step=15)
+    assert symptom_call(t, Verdict.NAN, where=lambda w: w.replace("20", "2")) == "fit#2 (train.py:2)"

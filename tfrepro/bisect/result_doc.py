@@ -103,11 +103,19 @@ def also_seen_of(run: _Bisection, target: Verdict | None) -> list[dict[str, Any]
 
 def _symptom_call(run: _Bisection, symptom: Verdict | None, cfg: Config) -> str | None:
     """The training call (fit#2, file:line) the symptom shows in (trials/calls.py)."""
-    from tfrepro.trials.calls import symptom_call
+    from tfrepro.trials.calls import symptom_call, where_mapper
 
     mine = [t for (c, _r), t in sorted(run.memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
     hits = [t for t in mine if symptom is not None and symptom in run._shows(cfg, t)]
-    return symptom_call((hits or mine or [None])[0], symptom, getattr(run, "timed_calls", ()))
+    texts = {}  # zero-edit: the variant's lines are the annotated text's, not the file's
+    detection = getattr(run.project, "detection", None)
+    for rel, annotated in (getattr(detection, "texts", None) or {}).items():
+        try:
+            texts[rel] = (annotated, (Path(run.project.root) / rel).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue
+    timed = getattr(run, "timed_calls", ())
+    return symptom_call((hits or mine or [None])[0], symptom, timed, where_mapper(texts))
 
 
 def finish(

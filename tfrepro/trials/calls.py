@@ -7,9 +7,10 @@ call a symptom shows in (what the answer names).
 
 from __future__ import annotations
 
+import difflib
 import statistics
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
 from tfrepro.settings import WARMUP_STEPS
 from tfrepro.trials.values import TrialResult, Verdict
@@ -85,18 +86,47 @@ def slower_calls(base: Sequence[TrialResult], failing: Sequence[TrialResult], sc
     return () if slow in ((), (first,)) else slow
 
 
-def symptom_call(result: TrialResult | None, symptom: Verdict | None, timed: Sequence[str] = ()) -> str | None:
+def original_line(annotated: str, original: str, line: int) -> int:
+    """Line `line` of a zero-edit variant (the user's file with feature
+    markers added in memory) as a line of the user's file: the same line
+    where it is unchanged, else the first line of the statement it replaces."""
+    a, b = annotated.splitlines(), original.splitlines()
+    for tag, i1, i2, j1, _j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if i1 < line <= i2 or (i1 == i2 == line - 1):
+            return j1 + (line - i1) if tag == "equal" else j1 + 1
+    return line
+
+
+def where_mapper(texts: Mapping[str, tuple[str, str]]) -> Callable[[str], str]:
+    """file:line of a variant -> of the user's file, for the files whose
+    variant text differs from the file (relpath -> (variant, original))."""
+
+    def map_where(where: str) -> str:
+        rel, _, num = where.rpartition(":")
+        if rel in texts and num.isdigit():
+            return f"{rel}:{original_line(*texts[rel], int(num))}"
+        return where
+
+    return map_where
+
+
+def symptom_call(
+    result: TrialResult | None,
+    symptom: Verdict | None,
+    timed: Sequence[str] = (),
+    where: Callable[[str], str] = str,
+) -> str | None:
     """Where the symptom shows, as the answer names it: the call of the first
     non-finite loss for a NaN, the calls timed for a slowdown (the first call
     when none was chosen); None for a single-call script or no call seen."""
     if result is None or symptom is None:
         return None
-    calls = calls_of(result)
+    calls = [replace(c, where=where(c.where)) for c in calls_of(result)]
     if len(calls) < 2:
         return None
     if symptom is Verdict.NAN and result.first_nonfinite_step is not None:
-        c = call_at(result, result.first_nonfinite_step)
-        return c.text if c else None
+        step = result.first_nonfinite_step
+        return next((c.text for c in calls if c.start < step <= c.end), None)
     if symptom is Verdict.SLOWDOWN:
         wanted = list(timed) or [calls[0].tag]
         return ", ".join(c.text for c in calls if c.tag in wanted) or None
