@@ -124,6 +124,11 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
         extra = sorted(set(doc.get("culprit_config") or []) - set(doc["culprits"]))
         if extra:
             lines.append(f"  (together with {', '.join(extra)}, which change the loss on purpose)")
+        cost = doc.get("known_cost")
+        if cost:
+            lines.append(f"  known cost, not a bug: {cost['reason']}")
+            lines.append(f"  fix: {cost['fix']}")
+            lines.append(f"  source: {cost['source']}")
         if doc.get("symptom_call"):
             lines.append(f"  it shows in {doc['symptom_call']}")
         if doc.get("timing") and symptom == "slowdown":

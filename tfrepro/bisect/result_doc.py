@@ -118,6 +118,18 @@ def _symptom_call(run: _Bisection, symptom: Verdict | None, cfg: Config) -> str 
     return symptom_call((hits or mine or [None])[0], symptom, timed, where_mapper(texts))
 
 
+def _known_cost(run: _Bisection, status: Status, symptom: Verdict | None, culprits: Config) -> dict[str, Any] | None:
+    """A found slowdown whose culprits are documented costs on the hardware
+    the culprit configuration's trials ran on (tfrepro/costs.py)."""
+    from tfrepro.costs import known_cost
+
+    if status is not Status.FOUND or symptom is not Verdict.SLOWDOWN:
+        return None
+    hw = next((t.extra["hardware"] for (c, _r), t in run.memo.items() if c == culprits and t.extra.get("hardware")), {})
+    describe = getattr(run.project, "description", lambda _n: "")
+    return known_cost(sorted(culprits), symptom.value, hw, describe)
+
+
 def finish(
     run: _Bisection,
     status: Status,
@@ -171,6 +183,7 @@ def finish(
         also_seen=tuple(also_seen_of(run, symptom)),
         error=error,
         reason=reason,
+        known_cost=_known_cost(run, status, symptom, culprits),
         details=details,
     )
     (run.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=1, default=str), encoding="utf-8")

@@ -359,6 +359,10 @@ def finish() -> None:
     tf_v, k_v = _versions()
     extra = dict(S.extra)
     extra["stop"] = S.stop_reason
+    try:  # what it ran on: the known costs of features on their hardware (harness_hw.py)
+        extra["hardware"] = _sibling("hw").hardware(S.extra.get("replicas"))
+    except Exception:
+        note_error("hardware")
     if S.keras_lib:
         extra["keras"] = S.keras_lib
     if S.errors:

@@ -118,6 +118,11 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
         else:
             kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback_cls())
         tag = H.begin_call("fit", H.caller_where()) if H.S.fit_depth == 0 else None
+        try:  # replicas in sync: a strategy over one replica is a known cost
+            n = int(self.distribute_strategy.num_replicas_in_sync)
+            H.S.extra["replicas"] = max(n, H.S.extra.get("replicas") or 0)
+        except Exception:
+            pass
         H.S.fit_depth += 1
         try:
             history = orig_fit(self, *args, **kwargs)

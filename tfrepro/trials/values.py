@@ -203,6 +203,9 @@ class RunResult:
     also_seen: tuple[dict[str, Any], ...] = ()
     error: str | None = None
     reason: str | None = None  # untestable: why nothing could be measured, and the way out
+    # The culprits' effect is a documented cost on this hardware (tfrepro/costs.py):
+    # {"reason", "source", "fix", "features"}; `report` explains instead of drafting a bug.
+    known_cost: dict[str, Any] | None = None
     details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -232,6 +235,7 @@ class RunResult:
             "also_seen": list(self.also_seen),
             "error": self.error,
             "reason": self.reason,
+            "known_cost": self.known_cost,
         }
         return {**self.details, **typed}
 
