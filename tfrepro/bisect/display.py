@@ -151,7 +151,7 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
     else:
         lines.append(f"{status}: {doc.get('error') or ''}".rstrip())
     for d in doc.get("dropped_features") or []:
-        lines.append(f"dropped {d['name']}: {d['reason']}")
+        lines.append(f"always on: {d['name']} (its OFF part does not run: {d['reason']})")
     for seen in doc.get("also_seen") or []:
         lines.append(
             f"also seen: {seen['symptom']}"

@@ -325,8 +325,8 @@ class _Bisection:
             Status.BASELINE_FAILS,
             shown,
             rate=sum(base_fail) / len(base_fail),
-            error=f"the baseline (every feature off) already shows {shown.value}: "
-            f"{first.error or 'see its logs'}{reason}",
+            error=f"the baseline ({self._baseline_words()}) already shows {shown.value}: "
+            f"{first.error or 'see its logs'}{reason}{self._suspects_words()}",
             extra={"checks": checks, "baseline_flaky": not all(base_fail)},
         )
 
@@ -350,6 +350,21 @@ class _Bisection:
         base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
         fails = [self.memo[(frozenset(self.features), r)] for r in range(self.k)]
         self.timed_calls = slower_calls(base, fails, 1 + (self.symptom_settings.slowdown - 1) / 4)
+
+    def _baseline_words(self) -> str:
+        """The baseline as it ran: every feature off but the always-on ones
+        (their OFF part breaks the script: kept ON by the preflight)."""
+        on = [d["name"] for d in self.dropped]
+        return f"every feature off except {', '.join(on)}, always on" if on else "every feature off"
+
+    def _suspects_words(self) -> str:
+        on = [d["name"] for d in self.dropped]
+        if not on:
+            return ""
+        return (
+            f"; {' or '.join(on)} {'is' if len(on) == 1 else 'are'} the suspect: always on (no OFF stand-in runs), "
+            "so the bisection cannot clear it; fix its else part by hand and bisect again"
+        )
 
     def _search(self, target: Verdict) -> tuple[Config, Config, dict[str, Verdict] | None]:
         """Ablation and/or ddmin locked onto `target` -> (culprits, the
