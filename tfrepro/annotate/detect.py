@@ -19,8 +19,8 @@ from tfrepro import catalog
 from tfrepro.annotate.layers import LayerClass, stock_equivalent
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.standins import concat_standin, structured_input, tf_alias
 from tfrepro.annotate.source import NOTHING, Src, arg, dotted, last_name, literal, snake
+from tfrepro.annotate.standins import concat_standin, structured_input, tf_alias
 
 STRATEGIES = {
     "MirroredStrategy": "mirrored_strategy",
