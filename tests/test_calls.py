@@ -36,6 +36,10 @@ def test_a_later_call_slower_is_chosen_for_timing_and_the_first_alone_is_not():
     assert per_call_ratios(base, slow_late)["fit#4"] > 40
     assert slower_calls(base, [trial([0.5, 0.01, 0.01, 0.01])], 1.06) == ()  # the default already times fit#1
     assert slower_calls(base, [trial([0.01, 0.5, 0.5, 0.01])], 1.06) == ("fit#2", "fit#3")
+    # a loaded machine: the other calls 10-20 % slower, the planted one 50x: only that one
+    assert slower_calls(base, [trial([0.012, 0.011, 0.5, 0.01])], 1.06) == ("fit#3",)
+    # a uniform slowdown: every call
+    assert slower_calls(base, [trial([0.02, 0.021, 0.02, 0.019])], 1.06) == ("fit#1", "fit#2", "fit#3", "fit#4")
     assert slower_calls([trial([0.01])], [trial([0.5])], 1.06) == ()  # one call: as before
 
 
