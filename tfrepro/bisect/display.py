@@ -133,8 +133,11 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
             lines.append(f"  it shows in {doc['symptom_call']}")
         if doc.get("timing") and symptom == "slowdown":
             t = doc["timing"]
+            p = t.get("p_value")
+            support = "clear-cut" if t.get("fast") else (f"p = {p:.3g}" if p is not None and p <= 0.05 else "")
             lines.append(
-                f"  step time x{t['ratio']:.2f} over {len(t['candidate'])} interleaved runs (p = {t['p_value']:.3g})"
+                f"  step time x{t['ratio']:.2f} over {len(t['candidate'])} interleaved runs"
+                + (f" ({support})" if support else "")
             )
     elif status == "none":
         what = f"no {symptom}" if symptom else "no nan, crash, timeout, mismatch or slowdown"
