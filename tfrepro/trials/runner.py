@@ -357,11 +357,12 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _crash_line(rc: int | None, stderr_path: Path) -> str:
-    from tfrepro.trials.usage import USAGE_HINT, is_usage_error
+    from tfrepro.trials.usage import USAGE_HINT, usage_error
 
+    usage = usage_error(rc, stderr_path)
+    if usage:
+        return f"{usage} ({USAGE_HINT})"
     line = last_line(stderr_path)
-    if line and is_usage_error(rc, stderr_path):
-        return f"{line} ({USAGE_HINT})"
     if line:
         return line
     if rc is not None and rc < 0:

@@ -13,15 +13,26 @@ USAGE_HINT = (
 )
 
 
-def is_usage_error(rc: int | None, stderr_path: Path, tail: int = 65536) -> bool:
-    """Exit code 2 with an argparse `usage:` line in the end of stderr."""
+def usage_error(rc: int | None, stderr_path: Path, tail: int = 65536) -> str | None:
+    """argparse's error line ("train.py: error: ...") when the script exited
+    with code 2 after a `usage:` line on stderr; None otherwise. (TensorFlow's
+    own log lines may come after it: the last line is not the one to quote.)"""
     if rc != 2:
-        return False
+        return None
     try:
         with open(stderr_path, "rb") as f:
             f.seek(0, os.SEEK_END)
             f.seek(max(0, f.tell() - tail))
             text = f.read().decode("utf-8", "replace")
     except OSError:
-        return False
-    return any(line.startswith("usage:") for line in text.splitlines())
+        return None
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("usage:")]
+    if not starts:
+        return None
+    after = lines[starts[-1] :]
+    return next((line.strip() for line in after if ": error: " in line), after[0].strip())
+
+
+def is_usage_error(rc: int | None, stderr_path: Path) -> bool:
+    return usage_error(rc, stderr_path) is not None
