@@ -42,5 +42,5 @@ def train_step(x, y):
 for epoch in range(2):
     for step, (x_batch_train, y_batch_train) in enumerate(train_dataset):
         loss_value = train_step(x_batch_train, y_batch_train)
-    print("epoch %d: training acc %.4f" % (epoch, float(train_acc_metric.result())))
+    print(f"epoch {epoch}: training acc {float(train_acc_metric.result()):.4f}")
     train_acc_metric.reset_state()
