@@ -244,7 +244,11 @@ def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: dict[str
 def _rerun_settings(ctx: Context) -> TrialSettings:
     command = ctx.settings.command
     return replace(
-        ctx.settings, entry=ENTRY, command=tuple(ENTRY if a == ctx.entry else a for a in command) if command else None
+        ctx.settings,
+        entry=ENTRY,
+        command=tuple(ENTRY if a == ctx.entry else a for a in command) if command else None,
+        # the calls the bisect timed (fit#3...): the re-run times the same ones
+        timed_calls=tuple(ctx.result.get("timed_calls") or ()),
     )
 
 
