@@ -34,7 +34,9 @@ def no_step_reason(runs: Sequence[TrialResult], end: str) -> str | None:
         return None
     seen = runs[0].mode
     how = (
-        f" (the harness saw {seen!r} training)" if seen not in ("none", "") else " (no Model.fit and no training loop)"
+        f" (the harness saw {seen!r} training)"
+        if seen not in ("none", "")
+        else " (no Model.fit step and no printed step line: a loop the harness cannot see?)"
     )
     return f"no training step ran in {end}{how}: nothing to measure; {NO_STEP_WAY_OUT}"
 
