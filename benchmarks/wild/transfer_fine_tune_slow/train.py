@@ -4,8 +4,8 @@ Modelled on the shape of keras-io's guides/transfer_learning.py (a frozen
 base model and a new head trained first, then the base unfrozen and the
 whole model fine-tuned at a low learning rate), with a small convolutional
 base instead of a downloaded one; offline, synthetic images. Planted problem:
-a per-batch callback in the fine-tuning fit that copies every weight to numpy
-after each batch.
+a per-batch callback in the fine-tuning fit that evaluates on a validation
+slice after every batch (and keeps a copy of the weights).
 """
 
 import numpy as np
@@ -36,10 +36,11 @@ model.fit(x, y, batch_size=64, epochs=1, verbose=2)
 
 
 class WeightSnapshots(keras.callbacks.Callback):
-    """Keep a copy of the weights after every batch, to plot them later."""
+    """Keep the weights and the validation loss after every batch, to plot them later."""
 
     def on_train_batch_end(self, batch, logs=None):
-        self.snapshot = [np.array(w) for w in self.model.get_weights()] * 20
+        self.snapshot = [np.array(w) for w in self.model.get_weights()]
+        self.val_loss = self.model.evaluate(x[:256], y[:256], verbose=0)
 
 
 base_model.trainable = True
