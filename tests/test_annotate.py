@@ -328,7 +328,7 @@ def test_cli_write_edits_files_and_writes_the_manifest(tmp_path, monkeypatch):
 
     project = Project.load(tmp_path)  # the manifest names the entry and validates
     assert project.manifest.trial.entry == "train.py"
-    assert project.affects_loss == {"lr_schedule", "callback_reduce_lr_on_plateau", "shuffle"}
+    assert project.affects_loss == {"lr_schedule", "callback_reduce_lr_on_plateau", "shuffle", "custom_layer_linear"}
     r2 = CliRunner().invoke(main, ["annotate", "--write", "train.py"])
     assert r2.exit_code == 0 and "marked 0 features" in r2.stderr
     assert "wrote" not in r2.stdout
@@ -429,8 +429,11 @@ def test_layer_classes_from_sibling_files_count_as_the_projects(tmp_path):
     result = annotate([tmp_path / "train.py"])
     assert [f.name for f in result.found] == ["custom_layer_gated_unit"]
     assert "# x = tf.keras.layers.Identity()(inp)" in result.files[0].annotated
-    # nothing affects the loss; the manifest only says which script a trial runs
-    assert tomllib.loads(result.manifest_new) == {"trial": {"entry": "train.py"}}
+    # the layer's stand-in computes something else: it affects the loss by construction
+    assert tomllib.loads(result.manifest_new) == {
+        "trial": {"entry": "train.py"},
+        "features": {"custom_layer_gated_unit": {"affects_loss": True}},
+    }
 
 
 def test_tf_function_decorators_and_rewraps_switch_together():

@@ -281,7 +281,7 @@ def test_a_timing_run_that_crashes_stops_timing_with_a_verdict(repo):
     assert (tried[shas[3]]["verdict"], tried[shas[3]]["reason"]) == ("untestable", "could not be timed (crash)")
     trial = ScriptedTrial()
     result = bisect_commits(repo.root / "proj", shas[0], shas[3], trial=trial, symptom=Verdict.SLOWDOWN)
-    assert result["status"] == "error" and "could not be timed (crash)" in result["message"]
+    assert result["status"] == "untestable" and "could not be timed (crash)" in result["message"]
     assert len(timing_trials(trial)) == 2  # the good end's first, the crash: nothing after it
 
 

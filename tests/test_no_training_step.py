@@ -1,5 +1,5 @@
 """Issue 24: a run with no training step is never judged healthy. A baseline
-that exits before its first step is `error` ("no training step ran"), as
+that exits before its first step is `untestable` ("no training step ran", Contract 4), as
 `run --expect` says 125; a feature that makes the script exit cleanly after 3
 of the baseline's 40 steps is found (a crash: the training did not finish)."""
 
@@ -57,15 +57,15 @@ def project(tmp_path: Path, script: str) -> Path:
 
 
 @pytest.mark.e2e
-def test_a_baseline_without_a_training_step_is_an_error_not_healthy(tmp_path):
+def test_a_baseline_without_a_training_step_is_untestable_not_healthy(tmp_path):
     root = project(tmp_path, EXITS_BEFORE_FIT)
 
     r = cli("bisect", str(root), "--steps", "40", "--json")
     expect = cli("run", str(root), "--steps", "40", "--expect", "nan")
 
     doc = json.loads(r.stdout)
-    assert doc["status"] == "error" and "no training step ran" in doc["error"], doc
-    assert r.returncode == 1
+    assert doc["status"] == "untestable" and "no training step ran" in doc["reason"], doc
+    assert r.returncode == 5
     assert expect.returncode == 125
 
 

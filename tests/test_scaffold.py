@@ -111,7 +111,7 @@ def test_every_catalog_feature_is_a_block_written_off(all_on_projects, template)
     project = Project.load(all_on_projects[template])
     assert set(project.feature_names) == set(CATALOG)
     assert set(project.states_in_files().values()) == {False}
-    assert project.affects_loss == {"lr_warmup", "shuffle", "interleave", "callbacks"}
+    assert project.affects_loss == {"lr_warmup", "shuffle", "interleave", "callbacks", "custom_layer"}
     # The file as written is the baseline: rendering it with nothing on changes nothing.
     text = (project.root / "repro.py").read_text()
     assert project.render(set())["repro.py"] == text

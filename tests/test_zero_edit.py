@@ -90,12 +90,13 @@ def test_locations_are_lines_of_the_original_file(unmarked):
 
 
 def test_affects_loss_comes_from_the_catalog_and_the_manifest_overrides_it(unmarked):
-    assert Project.load(unmarked / "train.py").affects_loss == {"shuffle"}
+    # a custom layer's stand-in computes something else: affects_loss by construction
+    assert Project.load(unmarked / "train.py").affects_loss == {"shuffle", "custom_layer_my_dense"}
     (unmarked / "tfrepro.toml").write_text(
         '[trial]\nentry = "train.py"\n\n[features.shuffle]\naffects_loss = false\n'
         "\n[features.jit_compile]\naffects_loss = true\n"
     )
-    assert Project.load(unmarked).affects_loss == {"jit_compile"}
+    assert Project.load(unmarked).affects_loss == {"jit_compile", "custom_layer_my_dense"}
 
 
 def test_a_marked_project_keeps_its_markers(tmp_path):

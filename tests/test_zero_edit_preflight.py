@@ -115,3 +115,20 @@ def test_a_healthy_baseline_costs_no_extra_trial(tmp_path):
 
 class _Settings:
     repeat = 0
+
+
+def test_a_baseline_failing_with_only_always_on_features_names_the_suspect(tmp_path):
+    # mirrored_strategy's OFF part breaks the script, and with it ON the baseline goes NaN
+    def behave(on):
+        if "mirrored_strategy" not in on:
+            return crash("NameError: name 'strategy' is not defined")
+        return NAN
+
+    doc = bisect(project(tmp_path), runner=fake(behave)).to_dict()
+    assert doc["status"] == "baseline-fails"
+    assert "every feature off except mirrored_strategy, always on" in doc["error"]
+    assert "mirrored_strategy is the suspect" in doc["error"]
+
+    from tfrepro.bisect.display import answer_lines
+
+    assert any(line.startswith("always on: mirrored_strategy") for line in answer_lines(doc))

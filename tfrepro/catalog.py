@@ -14,9 +14,14 @@ One table, read by both producers of feature blocks:
 purpose: the order or content of what a step sees (shuffle, interleave,
 parallel reads, non-deterministic tf.data, random augmentation), the
 learning rate (schedules, warmup, LR callbacks, callbacks that stop or
-retune training), and the objective or update (class/sample weights,
-regularizers, label smoothing, gradient clipping). Such a feature is never
-blamed for a loss mismatch: a configuration's mismatch reference has it on.
+retune training: any that sets `model.stop_training`), the objective or
+update (class/sample weights, regularizers, label smoothing, gradient
+clipping), and every feature whose OFF form computes something else (a
+custom layer's stand-in). Such a feature is never blamed for a loss
+mismatch: a configuration's mismatch reference has it on. A mismatch
+culprit can only be a feature whose OFF form promises the same computation
+(precision, strategy, XLA, a custom loop against fit, tf.data performance
+options, cache).
 
 Pure data and lookups: no imports from the rest of tfrepro.
 """
@@ -107,7 +112,15 @@ _ENTRIES: tuple[Entry, ...] = (
         "gradients of several micro-batches summed, then applied once (the same gradient as the whole batch)",
         "one gradient per batch",
     ),
-    Entry("custom_layer", "custom_layer", "the project's {cls} layer; off: {stock}", "a stock layer", family=True),
+    Entry(
+        "custom_layer",
+        "custom_layer",
+        "the project's {cls} layer; off: {stock}",
+        "a stock layer",
+        family=True,
+        affects_loss=True,
+        why="its OFF stand-in computes something else, so the loss differs by construction",
+    ),
     # -- tf.data: same examples, same order --------------------------------
     Entry(
         "prefetch", "dataset", "tf.data prefetch (overlaps input and training); off: no prefetch", "the link dropped"
@@ -195,6 +208,14 @@ _ENTRIES: tuple[Entry, ...] = (
         why=_LR,
     ),
     Entry(
+        "callback_stopping",
+        "callback",
+        "{cls} callback passed to fit (stops training: sets model.stop_training)",
+        "not passed to fit",
+        affects_loss=True,
+        why="a callback that stops training changes how many steps run, so the loss",
+    ),
+    Entry(
         "callback_reduce_lr_on_plateau",
         "callback",
         "{cls} callback passed to fit (changes the learning rate)",
@@ -277,6 +298,7 @@ KEYWORDS: dict[str, str] = {
 RANDOM_LAYER_RE = re.compile(r"^Random[A-Z]\w*$")
 # Callback classes that change the learning rate or stop training.
 _LR_CALLBACK_RE = re.compile(r"(learning_?rate|(^|_)lr(_|$)|warm_?up|reduce_lr|one_?cycle|cyclic)", re.I)
+_STOP_CALLBACK_RE = re.compile(r"(early_?stop|(^|_)stop(s|ping)?(_|$)|terminate)", re.I)
 _SUFFIX_RE = re.compile(r"_\d+$")
 
 
@@ -304,17 +326,20 @@ def affects_loss(name: str) -> bool:
     if e is None:
         return False
     if e.name == "callback":  # a callback the catalog does not name: judge by its name
-        return bool(_LR_CALLBACK_RE.search(name))
+        return bool(_LR_CALLBACK_RE.search(name) or _STOP_CALLBACK_RE.search(name))
     return e.affects_loss
 
 
-def callback_entry(class_name: str | None, feature: str) -> Entry:
-    """The entry for a callback of class `class_name` named `feature`."""
+def callback_entry(class_name: str | None, feature: str, *, stops: bool = False) -> Entry:
+    """The entry for a callback of class `class_name` named `feature`;
+    `stops`: the class sets `model.stop_training` (annotate saw it)."""
     e = get(feature)
     if e is not None and e.name != "callback":
         return e
     if _LR_CALLBACK_RE.search(feature) or (class_name and _LR_CALLBACK_RE.search(_snake(class_name))):
         return CATALOG["callback_lr_scheduler"]
+    if stops or _STOP_CALLBACK_RE.search(feature) or (class_name and _STOP_CALLBACK_RE.search(_snake(class_name))):
+        return CATALOG["callback_stopping"]
     return CATALOG["callback"]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,7 @@ from tfrepro.projectfiles import (
     iter_project_files,
     write_in_place,
 )
-from tfrepro.projectload import detected_sources, locate, marked_sources, selection
+from tfrepro.projectload import detected_sources, locate, marked_sources, selection, with_script_args
 
 __all__ = ["EXCLUDED_DIRS", "MANIFEST", "STATE_DIR", "Project", "iter_project_files"]
 
@@ -60,6 +60,7 @@ class Project:
         detect: bool = True,
         only: Iterable[str] | None = None,
         skip: Iterable[str] | None = None,
+        script_args: Sequence[str] = (),
     ) -> "Project":
         """Load and validate a project. A project with no marker in any file
         is zero-edit: its features are detected in memory (`detect=False`:
@@ -82,6 +83,9 @@ class Project:
                     line=line_of(text, "trial", "entry") if manifest.path else None,
                     hint='set [trial] entry = "your_script.py" (or command = [...]) in tfrepro.toml',
                 )
+        if script_args:  # `tfrepro bisect train.py -- ARGS`: every trial passes them on
+            command = with_script_args(manifest.trial.command, manifest.trial.entry, script_args)
+            manifest = replace(manifest, trial=replace(manifest.trial, command=command))
         detection = None
         if not sources and detect:
             sources, detection = detected_sources(root, manifest.trial.entry, manifest.trial.command, files)

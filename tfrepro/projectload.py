@@ -8,7 +8,9 @@ are candidates.
 - `detected_sources`: zero-edit mode, when no file has a marker: the entry
   script and the project modules it imports, annotated in memory by the
   annotate recognisers (`annotate/zeroedit.py`); nothing is written;
-- `selection`: `--only` / `--skip`, the features that are not candidates.
+- `selection`: `--only` / `--skip`, the features that are not candidates;
+- `with_script_args`: the script's own arguments (`tfrepro bisect train.py
+  -- --epochs 3`), appended to the command every trial runs.
 
 Values in, values out: `project.py` builds the `Project` from them.
 """
@@ -108,3 +110,12 @@ def selection(
         for n in match(x):
             why[n] = "--skip"
     return why
+
+
+def with_script_args(command: Sequence[str] | None, entry: str, args: Sequence[str]) -> tuple[str, ...] | None:
+    """The trial command with the script's arguments after it, as `git
+    bisect run` passes its command's: `[trial] command` + args, or
+    `python ENTRY` + args; unchanged without args."""
+    if not args:
+        return tuple(command) if command is not None else None
+    return (*(command if command is not None else ("python", entry)), *args)

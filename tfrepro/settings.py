@@ -70,6 +70,9 @@ class TrialSettings:
     # Keras 3's jit_compile="auto" pinned to what it resolved to in the
     # failing configuration (bisect/compile_pin.py); None: not pinned.
     jit_auto: bool | None = None
+    # A timing trial's calls to time (fit#2, ...: the ones the failing
+    # configuration showed slower); () the first. In the key only when set.
+    timed_calls: tuple[str, ...] = ()
 
     @property
     def timing(self) -> bool:
@@ -99,6 +102,10 @@ class TrialSettings:
         for k in _KEYED_WHEN_SET:  # absent while unset: the keys of other trials do not change
             if d[k] is None:
                 del d[k]
+        if not self.timing or not self.timed_calls:
+            del d["timed_calls"]
+        else:
+            d["timed_calls"] = list(self.timed_calls)
         d["command"] = list(self.command) if self.command is not None else None
         return d
 
@@ -107,6 +114,7 @@ class TrialSettings:
         d = dict(d)
         if d.get("command") is not None:
             d["command"] = tuple(d["command"])
+        d["timed_calls"] = tuple(d.get("timed_calls") or ())
         return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 

@@ -1,4 +1,9 @@
-"""Callbacks passed to `fit`, each its own feature.
+"""Callbacks passed to `fit`: one feature per callback class per script.
+
+Every instance of one class (in every `fit` of the script) belongs to the
+same feature, so they switch together; a callback whose class is not known
+(a bare variable) is its own feature. A class of the file that sets
+`model.stop_training` is a stopping callback (`affects_loss`).
 
 The list is rebuilt one element per statement so that each element can be
 switched alone: `cbs = [a, b]` becomes `cbs = []`, `cbs.append(a)`,
@@ -25,6 +30,8 @@ class _Collector:
         self.ctx = ctx
         self.edits: list[Edit] = []
         self.done: set[int] = set()
+        self.by_class: dict[str, str] = {}  # callback class -> its one feature
+        self.stopping = _stopping_classes(src)
 
     # -- resolution --------------------------------------------------------
     def from_fit(self, fit: cst.Call) -> None:
@@ -190,10 +197,16 @@ class _Collector:
     ) -> tuple[str | BlockSeg, Found | None]:
         cls, var = _callback_class(self.src, value, scope)
         base = callback_feature(cls, var)
-        name = self.ctx.claim(base, "callback", group=False, path=self.src.path, line=line)
+        name = self.by_class.get(cls) if cls else None
         if name is None:
+            name = self.ctx.claim(base, "callback", group=False, path=self.src.path, line=line)
+            if name is None:
+                return stmt, None
+            if cls:
+                self.by_class[cls] = name
+        elif self.ctx.in_block(self.src.path, line):
             return stmt, None
-        entry = catalog.callback_entry(cls, name)
+        entry = catalog.callback_entry(cls, name, stops=cls in self.stopping)
         desc = entry.describe(cls=cls or var or "a")
         return BlockSeg(name, desc, stmt), Found(
             name, desc, self.src.path, line, entry.kind, affects_loss=entry.affects_loss
@@ -211,6 +224,19 @@ def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> 
                     return last_name(v.func), value.value
         return None, value.value
     return None, None
+
+
+def _stopping_classes(src: Src) -> frozenset[str]:
+    """Classes of the file that assign `<something>.stop_training`."""
+    out = set()
+    for n in src.walk():
+        if isinstance(n, cst.ClassDef):
+            for a in src.walk(n):
+                targets = [t.target for t in a.targets] if isinstance(a, cst.Assign) else []
+                if any(isinstance(t, cst.Attribute) and t.attr.value == "stop_training" for t in targets):
+                    out.add(n.name.value)
+                    break
+    return frozenset(out)
 
 
 def _params(fn: cst.FunctionDef) -> set[str]:

@@ -126,14 +126,27 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
         extra = sorted(set(doc.get("culprit_config") or []) - set(doc["culprits"]))
         if extra:
             lines.append(f"  (together with {', '.join(extra)}, which change the loss on purpose)")
+        cost = doc.get("known_cost")
+        if cost:
+            lines.append(f"  known cost, not a bug: {cost['reason']}")
+            lines.append(f"  fix: {cost['fix']}")
+            lines.append(f"  source: {cost['source']}")
+        if doc.get("symptom_call"):
+            lines.append(f"  it shows in {doc['symptom_call']}")
         if doc.get("timing") and symptom == "slowdown":
             t = doc["timing"]
+            p = t.get("p_value")
+            support = "clear-cut" if t.get("fast") else (f"p = {p:.3g}" if p is not None and p <= 0.05 else "")
             lines.append(
-                f"  step time x{t['ratio']:.2f} over {len(t['candidate'])} interleaved runs (p = {t['p_value']:.3g})"
+                f"  step time x{t['ratio']:.2f} over {len(t['candidate'])} interleaved runs"
+                + (f" ({support})" if support else "")
             )
     elif status == "none":
         what = f"no {symptom}" if symptom else "no nan, crash, timeout, mismatch or slowdown"
         lines.append(f"none: the failing configuration (every feature on) shows {what} against the baseline")
+    elif status == "untestable":
+        lines.append(f"untestable: {doc.get('reason') or doc.get('error') or 'nothing could be measured'}")
+        lines.append("  (not a verdict on the features: nothing was measured to judge them by)")
     elif doc.get("flaky"):
         rate = doc.get("reproduction_rate")
         rate_text = f" (reproduced in {rate:.0%} of runs)" if isinstance(rate, (int, float)) else ""
@@ -150,7 +163,7 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
             f"the failing configuration with {d['failing_jit_compile']}"
         )
     for d in doc.get("dropped_features") or []:
-        lines.append(f"dropped {d['name']}: {d['reason']}")
+        lines.append(f"always on: {d['name']} (its OFF part does not run: {d['reason']})")
     for seen in doc.get("also_seen") or []:
         lines.append(
             f"also seen: {seen['symptom']}"

@@ -159,6 +159,8 @@ class _Bisection:
         )
         self.timing = self.timing_pool.outcomes
         self.dropped: list[dict[str, str]] = []
+        self.timed_calls: tuple[str, ...] = ()  # what timing trials time (trials/calls.py)
+        self.memory_doubt: str | None = None  # why a memory signal did not decide the hunt
         if not self.features:
             raise UserError(
                 "the project has no feature blocks to bisect",
@@ -179,7 +181,7 @@ class _Bisection:
         if role == "failing" and repeat == 0 and self.until_symptom:
             settings = replace(settings, until_symptom=True)
         if role.startswith("timing"):
-            settings = self.opts.timing_settings(settings)
+            settings = replace(self.opts.timing_settings(settings), timed_calls=self.timed_calls)
         return TrialRequest(tuple(sorted(config)), settings, role, use_cache=self.opts.use_cache)
 
     def _trial(self, config: Config, repeat: int, role: str) -> TrialResult:
@@ -349,10 +351,15 @@ class _Bisection:
         failed = self._both_ends()
         if failed is not None:
             return failed
+        cannot = self._unmeasured(self.opts.symptom)
+        if cannot is not None:
+            return cannot
+        self._choose_timed_calls()
         target = self.target = self._pick_symptom(frozenset(self.features))
         if target is None:
             note = compile_pin.one_replica_note(self.memo[(frozenset(self.features), 0)], self.settings.replicas)
-            return self._finish(Status.NONE, self.opts.symptom, extra={"note": note} if note else None)
+            extra = {"note": note} if note else None
+            return self._unmeasured(None, healthy=True) or self._finish(Status.NONE, self.opts.symptom, extra=extra)
         culprits, config, table = self._search(target)
         if target == Verdict.NAN:
             from tfrepro.bisect.late import save_nan_state
@@ -377,15 +384,7 @@ class _Bisection:
             bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & _BASELINE_FAILURES)
             for t in base_runs
         ]
-        idle = next((t for t, bad in zip(base_runs, base_fail) if not bad and classify.no_training_step(t)), None)
-        if idle is not None:
-            return self._finish(
-                Status.ERROR,
-                None,
-                error=f"no training step ran: the baseline (every feature off) exited with code {idle.exit_code} "
-                "before its first training step, so nothing can be judged (see its logs; does the script exit "
-                "before fit?)",
-            )
+        # An end with no training step is `untestable` (Contract 4): `_unmeasured`, after this.
         if not any(base_fail):
             self.noise = classify.measure_noise(base_runs[0], base_runs[1])
             return None
@@ -397,8 +396,8 @@ class _Bisection:
             Status.BASELINE_FAILS,
             shown,
             rate=sum(base_fail) / len(base_fail),
-            error=f"the baseline (every feature off) already shows {shown.value}: "
-            f"{first.error or 'see its logs'}{reason}",
+            error=f"the baseline ({self._baseline_words()}) already shows {shown.value}: "
+            f"{first.error or 'see its logs'}{reason}{self._suspects_words()}",
             extra={"checks": checks, "baseline_flaky": not all(base_fail)},
         )
 
@@ -433,6 +432,42 @@ class _Bisection:
         for k in stale:
             del self.memo[k]
         self._many([(c, r, "pinned") for c, r in stale])
+
+    def _unmeasured(self, symptom: Verdict | None, *, healthy: bool = False) -> RunResult | None:
+        """`untestable` when an end ran no training step or `symptom` could
+        not be measured (trials/untestable.py); `healthy`: nothing was shown."""
+        from tfrepro.trials.untestable import ends_reason
+
+        full = frozenset(self.features)
+        fails = [self.memo[(full, r)] for r in range(self.k)]
+        failed = any(self._shows(full, t) & _FAILURES for t in fails)
+        base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
+        reason = ends_reason(base, fails, symptom, failed=failed, healthy=healthy)
+        return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
+
+    def _choose_timed_calls(self) -> None:
+        """Timing trials time the calls the failing configuration ran slower
+        than the baseline (fit#2...), not only the first (trials/calls.py)."""
+        from tfrepro.trials.calls import slower_calls
+
+        base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
+        fails = [self.memo[(frozenset(self.features), r)] for r in range(self.k)]
+        self.timed_calls = slower_calls(base, fails, 1 + (self.symptom_settings.slowdown - 1) / 4)
+
+    def _baseline_words(self) -> str:
+        """The baseline as it ran: every feature off but the always-on ones
+        (their OFF part breaks the script: kept ON by the preflight)."""
+        on = [d["name"] for d in self.dropped]
+        return f"every feature off except {', '.join(on)}, always on" if on else "every feature off"
+
+    def _suspects_words(self) -> str:
+        on = [d["name"] for d in self.dropped]
+        if not on:
+            return ""
+        return (
+            f"; {' or '.join(on)} {'is' if len(on) == 1 else 'are'} the suspect: always on (no OFF stand-in runs), "
+            "so the bisection cannot clear it; fix its else part by hand and bisect again"
+        )
 
     def _search(self, target: Verdict) -> tuple[Config, Config, dict[str, Verdict] | None]:
         """Ablation and/or ddmin locked onto `target` -> (culprits, the
@@ -509,7 +544,7 @@ class _Bisection:
             return opts.symptom if opts.symptom in shown else None
         if opts.symptom is None:
             for v in SYMPTOM_ORDER:
-                if v in shown:
+                if v in shown and (v != Verdict.MEMORY or self._memory_stands(full)):
                     return v
             # Cheap pre-screen before paying for a timing comparison: the
             # fastest runs so far (the least disturbed by parallel trials) at
@@ -519,11 +554,28 @@ class _Bisection:
             mb = self._fastest(frozenset(), range(max(self.k, 2)))
             mf = self._fastest(full, range(self.k))
             screen = 1 + (self.symptom_settings.slowdown - 1) / 4
-            if mb is None or mf is None or mf / mb < screen:
+            # A later call slower (self.timed_calls) passes the screen too.
+            if (mb is None or mf is None or mf / mb < screen) and not self.timed_calls:
                 return None
         self.events.phase("timing the failing configuration against the baseline")
         got = self._timed(full)
         return Verdict.SLOWDOWN if got.verdict == Verdict.SLOWDOWN else None
+
+    def _memory_stands(self, full: Config) -> bool:
+        """Symptom choice by evidence: a memory signal near its threshold is
+        re-run (`_memory_verdicts`); one the repeats do not confirm, or a
+        marginal one while the untimed runs show a slowdown past its
+        threshold, does not preempt the other symptoms (it stays in also_seen)."""
+        from tfrepro.trials.memcheck import decide_memory
+
+        base, thr = self._memory_baselines(), self.symptom_settings.memory
+        if not any(decide_memory(self.memo[(full, r)], base, thr).close for r in range(self.k)):
+            return True
+        confirmed = self._memory_verdicts([full]).get(full) == Verdict.MEMORY
+        mb, mf = self._fastest(frozenset(), range(max(self.k, 2))), self._fastest(full, range(self.k))
+        slower = bool(mb and mf and mf / mb >= self.symptom_settings.slowdown) or bool(self.timed_calls)
+        self.memory_doubt = "marginal, not confirmed by repeats" if not confirmed else "marginal"
+        return confirmed and not slower
 
     def _fastest(self, config: Config, repeats: Iterable[int]) -> float | None:
         medians = [classify.timing_sample(self.memo[(config, r)]) for r in repeats]

@@ -320,6 +320,7 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, reason=x)
         raise Stop(Status.ERROR, f"the bad end {bad.short} cannot be tried: {x}", symptom, baseline)
     x_shows = run.shows(x, g)
+    _untestable_ends(run, g, x, x_shows, symptom, baseline)
     target = symptom or first_symptom(x_shows)
     if target is Verdict.MISMATCH:
         # The good end run twice says how much loss noise is inherent; a
@@ -334,7 +335,7 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         slower, why = run.slower(bad)
         if why and symptom is Verdict.SLOWDOWN:  # asked for a slowdown: "none" would be a guess
             run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, why)
-            raise Stop(Status.ERROR, f"the bad end {bad.named} {why}", symptom, baseline)
+            raise Stop(Status.UNTESTABLE, f"the bad end {bad.named} {why}", symptom, baseline)
         untimed = f"; it {why}" if why else ""
         if slower:
             target, x_shows = Verdict.SLOWDOWN, x_shows | {Verdict.SLOWDOWN}
@@ -351,6 +352,22 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
     run.mark(bad, Mark.BAD, target, x_shows, x.error if target is Verdict.CRASH else None)
     run.events.phase(f"hunting: {target.value} ({len(run.points)} {noun}s)")
     return Ends(g, x, target, baseline)
+
+
+def _untestable_ends(run: RangeRun, g, x, x_shows, symptom: Verdict | None, baseline) -> None:
+    """Stop(untestable) when an end ran no training step (and the bad end
+    shows no crash or timeout), or the symptom asked for cannot be measured."""
+    from tfrepro.trials import untestable
+
+    reason = None
+    if not x_shows & STOPPERS:
+        reason = untestable.no_step_reason([x], f"the bad end {run.bad.named}") or untestable.no_step_reason(
+            [g], f"the good end {run.good.named}"
+        )
+    reason = reason or untestable.unmeasured(symptom, [g], [x])
+    if reason is not None:
+        run.mark(run.bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, reason)
+        raise Stop(Status.UNTESTABLE, reason, symptom, baseline)
 
 
 def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
@@ -382,7 +399,8 @@ def bisect_points(run: RangeRun, symptom: Verdict | None) -> RunResult:
         try:
             ends = check_ends(run, symptom)
         except Stop as stop:
-            return RunResult(stop.status, stop.symptom, baseline=stop.baseline, error=stop.message)
+            reason = stop.message if stop.status is Status.UNTESTABLE else None
+            return RunResult(stop.status, stop.symptom, baseline=stop.baseline, error=stop.message, reason=reason)
         found = hunt(run, ends)
     if found.status == "found":
         return RunResult(Status.FOUND, ends.target, baseline=ends.baseline, details={"first_bad": found.first_bad})

@@ -85,15 +85,49 @@ def also_seen_of(run: _Bisection, target: Verdict | None) -> list[dict[str, Any]
 
     full, base = frozenset(run.features), frozenset()
     mine = [r for r in range(run.k) if (full, r) in run.memo]
+    doubt = getattr(run, "memory_doubt", None)
     shown = set().union(set(), *(run._shows(full, run.memo[(full, r)]) for r in mine))
     timed = full in run.timing  # measured: no "possible" slowdown to guess
-    return also_seen(
+    seen = also_seen(
         shown,
         target,
         full_fastest=run._fastest(full, mine),
         slowdown=run.symptom_settings.slowdown,
         base_fastest=None if timed else run._fastest(base, [r for r in range(max(run.k, 2)) if (base, r) in run.memo]),
     )
+    for s in seen:
+        if s["symptom"] == Verdict.MEMORY.value and doubt:
+            s["hint"] = f"memory ({doubt}): rerun with --symptom memory --repeats 3 to hunt it"
+    return seen
+
+
+def _symptom_call(run: _Bisection, symptom: Verdict | None, cfg: Config) -> str | None:
+    """The training call (fit#2, file:line) the symptom shows in (trials/calls.py)."""
+    from tfrepro.trials.calls import symptom_call, where_mapper
+
+    mine = [t for (c, _r), t in sorted(run.memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
+    hits = [t for t in mine if symptom is not None and symptom in run._shows(cfg, t)]
+    texts = {}  # zero-edit: the variant's lines are the annotated text's, not the file's
+    detection = getattr(run.project, "detection", None)
+    for rel, annotated in (getattr(detection, "texts", None) or {}).items():
+        try:
+            texts[rel] = (annotated, (Path(run.project.root) / rel).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue
+    timed = getattr(run, "timed_calls", ())
+    return symptom_call((hits or mine or [None])[0], symptom, timed, where_mapper(texts))
+
+
+def _known_cost(run: _Bisection, status: Status, symptom: Verdict | None, culprits: Config) -> dict[str, Any] | None:
+    """A found slowdown whose culprits are documented costs on the hardware
+    the culprit configuration's trials ran on (tfrepro/costs.py)."""
+    from tfrepro.costs import known_cost
+
+    if status is not Status.FOUND or symptom is not Verdict.SLOWDOWN:
+        return None
+    hw = next((t.extra["hardware"] for (c, _r), t in run.memo.items() if c == culprits and t.extra.get("hardware")), {})
+    describe = getattr(run.project, "description", lambda _n: "")
+    return known_cost(sorted(culprits), symptom.value, hw, describe)
 
 
 def compile_differs(run: _Bisection, full: Config) -> list[dict[str, Any]]:
@@ -117,6 +151,7 @@ def finish(
     rate: float | None = None,
     error: str | None = None,
     extra: dict[str, Any] | None = None,
+    reason: str | None = None,
 ) -> RunResult:
     """The run's answer from the bisection `run` (its trials, settings and
     run dir), written to `<run_dir>/result.json`."""
@@ -144,6 +179,8 @@ def finish(
         # What trials said about themselves (e.g. XLA dropped under determinism).
         "warnings": sorted({w for r in run.records for w in r.result.extra.get("warnings", [])}),
         "compile_differs": compile_differs(run, full),
+        "timed_calls": list(getattr(run, "timed_calls", ())),
+        "symptom_call": _symptom_call(run, symptom, config if config is not None else full),
         **(extra or {}),
     }
     result = RunResult(
@@ -158,6 +195,8 @@ def finish(
         suspects=tuple(sorted(suspects)),
         also_seen=tuple(also_seen_of(run, symptom)),
         error=error,
+        reason=reason,
+        known_cost=_known_cost(run, status, symptom, culprits),
         details=details,
     )
     (run.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=1, default=str), encoding="utf-8")

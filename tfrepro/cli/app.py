@@ -165,6 +165,28 @@ def parse_names(value: str | None) -> list[str]:
 path_argument = click.argument("path", default=".", type=click.Path(path_type=Path))
 
 
+def _store_script_args(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
+    ctx.meta["tfrepro.script_args"] = tuple(value)
+    return value
+
+
+# `tfrepro bisect train.py -- --epochs 3`: the script's own arguments, passed
+# to every trial (as `git bisect run` passes its command's); load_project reads them.
+script_args_argument = click.argument(
+    "script_args",
+    nargs=-1,
+    type=click.UNPROCESSED,
+    expose_value=False,
+    callback=_store_script_args,
+    metavar="[-- SCRIPT_ARGS...]",
+)
+
+
+def script_args() -> tuple[str, ...]:
+    ctx = click.get_current_context(silent=True)
+    return tuple(ctx.meta.get("tfrepro.script_args", ())) if ctx is not None else ()
+
+
 def _set_cold(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:
         from tfrepro.trials.warm import force_cold
@@ -200,7 +222,9 @@ def load_project(path: Path, only: str | None = None, skip: str | None = None):
     """Project.load, saying so when the features were detected in memory (zero-edit)."""
     from tfrepro.project import Project
 
-    project = Project.load(path, only=parse_names(only) if only else None, skip=parse_names(skip) or None)
+    project = Project.load(
+        path, only=parse_names(only) if only else None, skip=parse_names(skip) or None, script_args=script_args()
+    )
     if project.detected:
         click.echo(
             f"{len(project.feature_names)} features detected in memory (nothing written); "

@@ -9,7 +9,15 @@ from pathlib import Path
 
 import click
 
-from tfrepro.cli.app import cold_option, load_project, main, path_argument, replicas_option, select_options
+from tfrepro.cli.app import (
+    cold_option,
+    load_project,
+    main,
+    path_argument,
+    replicas_option,
+    script_args_argument,
+    select_options,
+)
 from tfrepro.errors import UserError
 
 _SYMPTOMS = ["nan", "crash", "timeout", "memory", "mismatch", "slowdown"]
@@ -69,6 +77,7 @@ def check_release(rev: str | None, option: str) -> None:
 @main.command("bisect")
 @cold_option
 @path_argument
+@script_args_argument
 @click.option(
     "--symptom",
     type=click.Choice(_SYMPTOMS),
@@ -198,8 +207,12 @@ def bisect_cmd(
     tried at once (k-ary bisection).
 
     Exit codes: 0 found, 1 the baseline (good end) fails or an error, 2 bad
-    input, 3 none (the failing configuration or bad end is healthy), 4 flaky
-    or ambiguous, 130 interrupted.
+    input, 3 none (measured: the failing configuration or bad end is healthy),
+    4 flaky or ambiguous, 5 untestable (no training step ran, or nothing
+    could be timed: the reason says how to fix it), 130 interrupted.
+
+    The script's own arguments go after `--`: `tfrepro bisect train.py --
+    --epochs 3` runs every trial as `python train.py --epochs 3`.
 
     With --tf-versions A,B,... (or A..B): the first TensorFlow release whose
     trial shows the symptom, each release in its own environment (built once,

@@ -16,6 +16,7 @@ from tfrepro.cli.app import (
     parse_states,
     path_argument,
     replicas_option,
+    script_args_argument,
     select_options,
     use_color,
 )
@@ -24,6 +25,7 @@ from tfrepro.errors import UserError
 
 @main.command()
 @path_argument
+@script_args_argument
 @click.option("--set", "set_", metavar="NAME=on|off,...", help="Rewrite the features' states in the files.")
 @click.option("--json", "as_json", is_flag=True, help="Print the features as JSON.")
 @select_options
@@ -164,6 +166,7 @@ def annotation_doc(result, names: list[str], write: bool) -> dict:
 @main.command("check")
 @cold_option
 @path_argument
+@script_args_argument
 @click.option(
     "--with", "with_", metavar="A,B,...", help="Check with exactly these features ON (default: the baseline)."
 )

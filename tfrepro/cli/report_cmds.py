@@ -31,6 +31,7 @@ from tfrepro.errors import UserError
     help="No synthetic stand-ins for the data files the script read: the repro needs your data (none is shipped).",
 )
 @replicas_option
+@click.option("--force", is_flag=True, help="Draft a bug report even when the answer is a known cost.")
 def report(
     run_dir: Path | None,
     out: Path | None,
@@ -40,6 +41,7 @@ def report(
     nightly: bool,
     no_data: bool,
     replicas: int | None,
+    force: bool,
 ) -> None:
     """Turn a bisect run into a bug-report bundle.
 
@@ -54,6 +56,8 @@ def report(
 
     run = find_run(run_dir)
     click.echo(f"reporting run {run}", err=True)
+    if not force and _explained(run, out, as_json):
+        return
     if nightly and no_rerun:
         raise UserError("--nightly re-runs the repro, --no-rerun says not to", hint="drop one of them")
     bundle = build_report(
@@ -92,6 +96,25 @@ def report(
         click.echo(f"localisation: {loc['headline']}")
     for name, what in doc["artifacts"].items():
         click.echo(f"  {name}: {what}")
+
+
+def _explained(run: Path, out: Path | None, as_json: bool) -> bool:
+    """A known cost (result.json `known_cost`): EXPLANATION.md with the fix, no bug report."""
+    from tfrepro.report.bundle import load_result
+    from tfrepro.report.explain import write_explanation
+
+    result = load_result(run)
+    cost = result.get("known_cost")
+    if not cost:
+        return False
+    path = write_explanation(run, result, out)
+    if as_json:
+        click.echo(json.dumps({"status": "known_cost", "known_cost": cost, "explanation": str(path)}, indent=2))
+    else:
+        click.echo(f"known cost, not a bug: {cost['reason']}")
+        click.echo(f"fix: {cost['fix']}")
+        click.echo(f"explanation: {path} (no bug report drafted; --force drafts one)")
+    return True
 
 
 @main.command("new")

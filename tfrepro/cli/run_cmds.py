@@ -16,6 +16,7 @@ from tfrepro.cli.app import (
     parse_names,
     path_argument,
     replicas_option,
+    script_args_argument,
     select_options,
 )
 from tfrepro.errors import TfreproError, UserError
@@ -98,6 +99,7 @@ def _trials(path: Path, only, skip, with_, all_, none_, steps, repeats, no_cache
 @main.command()
 @cold_option
 @path_argument
+@script_args_argument
 @click.option("--with", "with_", metavar="A,B,...", help="Run with exactly these features ON (all others OFF).")
 @click.option("--all", "all_", is_flag=True, help="Every feature ON (the failing configuration).")
 @click.option("--none", "none_", is_flag=True, help="Every feature OFF (the baseline).")

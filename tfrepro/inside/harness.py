@@ -91,6 +91,9 @@ class _State:
         self.fit_hooks: list = []
         self.end_hooks: list = []
         self.fit_depth = 0
+        # The script's training calls (fit#1, fit#2, loop#1...), in order:
+        # {"call", "where" (file:line), "start" (steps before it)}.
+        self.calls: list[dict] = []
         self.pending_loss = None  # exact loss tensor of the last fit step
         self.t_ref = time.perf_counter()  # reference for the first loop step
         self.lock = threading.Lock()
@@ -107,6 +110,32 @@ def note_error(where: str) -> None:
 
 
 # -- recording ----------------------------------------------------------------
+
+
+def begin_call(kind: str, where: str) -> str:
+    """A training call of the script starts (kind "fit", "loop"...): its
+    steps are the ones recorded from here to the next call. Returns its tag."""
+    tag = f"{kind}#{sum(1 for c in S.calls if c['call'].startswith(kind + '#')) + 1}"
+    S.calls.append({"call": tag, "where": where, "start": S.steps_seen})
+    S.extra["calls"] = S.calls
+    if S.budget is not None:
+        S.budget.begin_call(tag, S.steps_seen)
+    return tag
+
+
+def caller_where(depth: int = 2) -> str:
+    """file:line of the first frame outside Keras, TensorFlow and the harness."""
+    f = sys._getframe(depth)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not any(x in name for x in ("site-packages", "dist-packages", "_tfrepro", "/inside/harness", "<frozen")):
+            try:
+                rel = os.path.relpath(name)
+            except ValueError:
+                rel = name
+            return f"{rel if not rel.startswith('..') else os.path.basename(name)}:{f.f_lineno}"
+        f = f.f_back
+    return "?"
 
 
 def record_step(loss: float | None, dt: float) -> None:
@@ -407,6 +436,10 @@ def finish() -> None:
     tf_v, k_v = _versions()
     extra = dict(S.extra)
     extra["stop"] = S.stop_reason
+    try:  # what it ran on: the known costs of features on their hardware (harness_hw.py)
+        extra["hardware"] = _sibling("hw").hardware(S.extra.get("replicas"))
+    except Exception:
+        note_error("hardware")
     if S.keras_lib:
         extra["keras"] = S.keras_lib
     if S.errors:

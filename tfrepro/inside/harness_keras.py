@@ -156,6 +156,12 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
             args[5] = _with_callback(args[5], callback_cls())
         else:
             kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback_cls())
+        tag = H.begin_call("fit", H.caller_where()) if H.S.fit_depth == 0 else None
+        try:  # replicas in sync: a strategy over one replica is a known cost
+            n = int(self.distribute_strategy.num_replicas_in_sync)
+            H.S.extra["replicas"] = max(n, H.S.extra.get("replicas") or 0)
+        except Exception:
+            pass
         H.S.fit_depth += 1
         if H._DEVICES is not None:
             H._DEVICES.record_fit(self, H.S.extra)
@@ -163,10 +169,11 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
             history = orig_fit(self, *args, **kwargs)
         finally:
             H.S.fit_depth -= 1
-        if H.S.budget is not None and H.S.fit_depth == 0 and H.S.steps_seen:
+        if H.S.budget is not None and H.S.fit_depth == 0 and H.S.steps_seen and H.S.budget.call_ended(tag):
             # A timing trial is for step times: it ends with the training it
-            # timed, before the script's post-training code (which ordinary
-            # trials, capped at `steps`, usually never reach either).
+            # timed (the calls it was asked to time: the first one, or the
+            # ones the failing configuration showed slower), before the
+            # script's post-training code.
             H._stop("fit ended (timing trial)")
         return history
 

@@ -34,6 +34,7 @@ from tfrepro.report.replay import write_replay
 from tfrepro.report.replicas import export_with_split
 from tfrepro.report.rerun import Reproduction, Runner
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
+from tfrepro.report.scriptargs import comment_entry, notebook_code, script_args
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 from tfrepro.report.secretscan import raise_on_findings, scan_bundle
 from tfrepro.settings import SymptomSettings, TrialSettings
@@ -138,6 +139,11 @@ def build_report(
         ctx = replace(ctx, settings=replace(ctx.settings, replicas=replicas))
     export = export_variants(ctx.result, ctx.project, ctx.run_dir, ctx.symptom, ctx.entry, scrubber.scrub)
     export = export_with_split(export, ENTRY, ctx.settings.replicas)  # repro.py splits the device as the trials did
+    args = script_args(ctx.settings, ctx.entry)  # `tfrepro bisect train.py -- ARGS`: kept in the repro
+    if args:
+        export = replace(
+            export, cand_files={**export.cand_files, ENTRY: comment_entry(export.cand_files[ENTRY], ENTRY, args)}
+        )
     out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         writer = _Writer(out, scrubber)
@@ -230,7 +236,8 @@ def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: dict[str
         "first_bad_commit": ctx.result.get("first_bad_commit"),
     }
     try:
-        nb = notebook.build(export.cand_files[ENTRY], symptom=ctx.symptom, env=env, title=issue_md.title(head))
+        code = notebook_code(export.cand_files[ENTRY], ENTRY, script_args(ctx.settings, ctx.entry))
+        nb = notebook.build(code, symptom=ctx.symptom, env=env, title=issue_md.title(head))
     except SyntaxError as e:
         return {"repro.ipynb": f"skipped: repro.py does not parse ({e.msg}, line {e.lineno})"}
     writer.write("repro.ipynb", notebook.dumps(nb))
@@ -240,7 +247,11 @@ def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: dict[str
 def _rerun_settings(ctx: Context) -> TrialSettings:
     command = ctx.settings.command
     return replace(
-        ctx.settings, entry=ENTRY, command=tuple(ENTRY if a == ctx.entry else a for a in command) if command else None
+        ctx.settings,
+        entry=ENTRY,
+        command=tuple(ENTRY if a == ctx.entry else a for a in command) if command else None,
+        # the calls the bisect timed (fit#3...): the re-run times the same ones
+        timed_calls=tuple(ctx.result.get("timed_calls") or ()),
     )
 
 

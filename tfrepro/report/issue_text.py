@@ -5,6 +5,7 @@ the environment fields."""
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -150,13 +151,27 @@ def _timeout(doc: dict[str, Any], who: str) -> tuple[str, str]:
 def _slowdown(doc: dict[str, Any], who: str) -> tuple[str, str]:
     timing = (doc.get("evidence") or {}).get("timing") or {}
     b, c = (doc.get("baseline") or {}).get("median_step_time"), _candidate(doc).get("median_step_time")
+    if timing.get("baseline") and timing.get("candidate"):
+        # one number per claim: the step times and the ratio from the same timed samples
+        b, c = statistics.median(timing["baseline"]), statistics.median(timing["candidate"])
     ratio = timing.get("ratio") or (c / b if b and c else None)
-    test = f", one-sided rank test p={fmt(timing.get('p_value'), 3)}" if timing.get("p_value") is not None else ""
     cur = (
         f"{who}, the median steady-state step time is {_ms(c)} against {_ms(b)} without"
-        f" ({fmt(ratio, 3)}x{test}; warm-up steps excluded).{_alone(doc)}"
+        f" ({fmt(ratio, 3)}x{timing_support(timing)}; warm-up steps excluded).{_alone(doc)}"
     )
     return cur, "The step time stays close to the baseline's."
+
+
+def timing_support(timing: dict[str, Any]) -> str:
+    """What supports a slowdown claim, quoted only when it does: the pairs,
+    and the rank test's p-value when it is significant."""
+    n = len(timing.get("pairs") or timing.get("candidate") or [])
+    if timing.get("fast"):
+        return f", {n} clear-cut interleaved pair{'s' if n != 1 else ''}"
+    p = timing.get("p_value")
+    if p is not None and p <= 0.05:
+        return f", {n} interleaved pairs, one-sided signed-rank test p={fmt(p, 3)}"
+    return f", {n} interleaved pair{'s' if n != 1 else ''}" if n else ""
 
 
 def mismatch_pair(doc: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -284,6 +284,7 @@ def run_variant(
         "steps_max": settings.steps_max,
         "min_time_s": settings.min_time_s,
         "min_steps": settings.min_steps,
+        "timed_calls": list(settings.timed_calls) if settings.timing else [],
         "warmup": WARMUP_STEPS,
         "seed": settings.seed,
         "deterministic": settings.deterministic,
@@ -368,6 +369,11 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _crash_line(rc: int | None, stderr_path: Path) -> str:
+    from tfrepro.trials.usage import USAGE_HINT, usage_error
+
+    usage = usage_error(rc, stderr_path)
+    if usage:
+        return f"{usage} ({USAGE_HINT})"
     line = last_line(stderr_path)
     if line:
         return line

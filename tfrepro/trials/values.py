@@ -119,7 +119,12 @@ class TrialResult:
         return self.losses[-1] if self.losses else None
 
     def steady_step_times(self, warmup: int = WARMUP_STEPS) -> tuple[float, ...]:
-        """Step times without the warm-up steps (empty when too short)."""
+        """Step times without the warm-up steps (empty when too short). A
+        timing trial that timed chosen calls (fit#2...) lists their steady
+        steps in `extra["timed_ranges"]`: those, each call's warm-up out."""
+        ranges = self.extra.get("timed_ranges")
+        if ranges is not None:
+            return tuple(t for a, b in ranges for t in self.step_times[a:b])
         return self.step_times[warmup:]
 
     def median_step_time(self, warmup: int = WARMUP_STEPS) -> float | None:
@@ -162,6 +167,9 @@ class Status(str, Enum):
     AMBIGUOUS = "ambiguous"  # commit/version mode: skips hide the first bad one
     BASELINE_FAILS = "baseline-fails"
     ERROR = "error"
+    # Nothing could be measured (no training step, no step timed): `reason`
+    # says why and the way out. Never "healthy" (that is NONE).
+    UNTESTABLE = "untestable"
 
     @property
     def exit_code(self) -> int:
@@ -175,6 +183,7 @@ _EXIT_CODES = {
     Status.AMBIGUOUS: 4,
     Status.BASELINE_FAILS: 1,
     Status.ERROR: 1,
+    Status.UNTESTABLE: 5,
 }
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
@@ -208,6 +217,10 @@ class RunResult:
     candidates: tuple[Any, ...] = ()
     also_seen: tuple[dict[str, Any], ...] = ()
     error: str | None = None
+    reason: str | None = None  # untestable: why nothing could be measured, and the way out
+    # The culprits' effect is a documented cost on this hardware (tfrepro/costs.py):
+    # {"reason", "source", "fix", "features"}; `report` explains instead of drafting a bug.
+    known_cost: dict[str, Any] | None = None
     details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -236,5 +249,7 @@ class RunResult:
             "candidates": list(self.candidates),
             "also_seen": list(self.also_seen),
             "error": self.error,
+            "reason": self.reason,
+            "known_cost": self.known_cost,
         }
         return {**self.details, **typed}

@@ -1,0 +1,44 @@
+"""Issue 26: one number per claim. ISSUE.md quotes the step times and the ratio
+from the same timed samples, and a p-value only where it supports the claim."""
+
+from __future__ import annotations
+
+from tfrepro.bisect.display import answer_lines
+from tfrepro.report.issue_text import _slowdown
+
+
+def _doc(p_value: float, fast: bool = False) -> dict:
+    return {
+        "culprits": ["callback_slow"],
+        "baseline": {"median_step_time": 0.11165},  # an untimed trial's median: not the claim's samples
+        "culprit_trial": {"median_step_time": 0.31283},
+        "evidence": {
+            "timing": {
+                "baseline": [0.100, 0.102, 0.098],
+                "candidate": [0.210, 0.220, 0.200],
+                "pairs": [{}, {}, {}],
+                "ratio": 2.1,
+                "p_value": p_value,
+                "fast": fast,
+            }
+        },
+    }
+
+
+def test_the_step_times_and_the_ratio_come_from_the_same_samples_and_p_only_when_it_supports():
+    cur, _ = _slowdown(_doc(0.125), "With callback_slow")
+    assert "210" in cur and "100" in cur and "2.1x" in cur
+    assert "312" not in cur and "111" not in cur
+    assert "p=" not in cur and "3 interleaved pairs" in cur
+    sig, _ = _slowdown(_doc(0.01), "With callback_slow")
+    assert "p=0.01" in sig
+    fast, _ = _slowdown(_doc(0.125, fast=True), "With callback_slow")
+    assert "3 clear-cut interleaved pairs" in fast and "p=" not in fast
+
+
+def test_the_cli_quotes_p_only_when_it_supports_the_claim():
+    doc = {"status": "found", "symptom": "slowdown", "culprits": ["x"], "trials": 1, "wall_s": 1.0, "run_dir": "r"}
+    doc["timing"] = {"ratio": 2.1, "candidate": [1, 2, 3], "p_value": 0.125, "fast": False}
+    assert not any("p =" in line for line in answer_lines(doc))
+    doc["timing"]["p_value"] = 0.01
+    assert any("(p = 0.01)" in line for line in answer_lines(doc))

@@ -1,0 +1,81 @@
+"""Issue 26: scripts that take arguments (`tfrepro bisect train.py -- --epochs 3`)."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from tfrepro.cli import main
+from tfrepro.project import Project
+from tfrepro.projectload import with_script_args
+from tfrepro.report.scriptargs import comment_entry, notebook_code, script_args
+from tfrepro.settings import TrialSettings
+from tfrepro.trials.runner import _crash_line
+from tfrepro.trials.usage import is_usage_error
+
+SCRIPT = """\
+import argparse
+
+import tensorflow as tf
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--epochs", type=int, required=True)
+    args = ap.parse_args()
+    ds = tf.data.Dataset.range(8).batch(2)
+    ds = ds.prefetch(2)
+    print(args.epochs, ds)
+
+
+if __name__ == "__main__":
+    main()
+"""
+
+
+def test_the_arguments_reach_every_trial_command(tmp_path):
+    (tmp_path / "train.py").write_text(SCRIPT)
+    p = Project.load(tmp_path / "train.py", script_args=("--epochs", "3"))
+    assert p.manifest.trial.command == ("python", "train.py", "--epochs", "3")
+    assert Project.load(tmp_path / "train.py").manifest.trial.command is None
+    assert with_script_args(("python", "-m", "pkg"), "x.py", ["-v"]) == ("python", "-m", "pkg", "-v")
+
+
+def test_the_cli_takes_them_after_a_double_dash(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "train.py").write_text(SCRIPT)
+    r = CliRunner().invoke(main, ["features", "train.py", "--json", "--", "--epochs", "3"])
+    assert r.exit_code == 0, r.output
+    assert [f["name"] for f in json.loads(r.stdout)["features"]] == ["prefetch"]
+
+
+def test_argparse_usage_error_points_at_the_double_dash(tmp_path):
+    err = tmp_path / "stderr.log"
+    err.write_text(
+        "usage: train.py [-h] --epochs EPOCHS\ntrain.py: error: the following arguments are required: --epochs\n"
+        "E0000 cuda_platform.cc:52] failed call to cuInit\n"  # TensorFlow's log may come after it
+    )
+    assert is_usage_error(2, err) and not is_usage_error(1, err)
+    line = _crash_line(2, err)
+    assert line.startswith("train.py: error: the following arguments are required: --epochs")
+    assert "after `--`" in line and "tfrepro bisect train.py -- --epochs 3" in line
+    other = tmp_path / "other.log"
+    other.write_text("Traceback ...\nValueError: boom\n")
+    assert _crash_line(2, other) == "ValueError: boom"
+
+
+def test_the_report_keeps_them_in_a_comment_and_in_the_notebook():
+    settings = TrialSettings(entry="train.py", command=("python", "train.py", "--epochs", "3", "--data", "./x y"))
+    args = script_args(settings, "train.py")
+    assert args == ["--epochs", "3", "--data", "./x y"]
+    text = comment_entry("#!/usr/bin/env python\nimport os\n", "repro.py", args)
+    assert text.splitlines()[:2] == [
+        "#!/usr/bin/env python",
+        "# run it with its arguments: python repro.py --epochs 3 --data './x y'",
+    ]
+    code = notebook_code("import os\n", "repro.py", args)
+    ns: dict = {}
+    exec(code, ns)  # noqa: S102 - our own two lines
+    assert ns["sys"].argv == ["repro.py", "--epochs", "3", "--data", "./x y"]
+    assert comment_entry("x = 1\n", "repro.py", []) == "x = 1\n" and script_args(TrialSettings(), "repro.py") == []

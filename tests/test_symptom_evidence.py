@@ -1,0 +1,45 @@
+"""Issue 26: symptom choice by evidence. A memory signal near its threshold
+that the repeats do not confirm does not preempt a decisive other symptom;
+it stays in also_seen with the command to hunt it."""
+
+from __future__ import annotations
+
+from test_engine import FEATS, FakeRunner, make_project
+from test_engine_memory import MB, rss
+
+from tfrepro.bisect.engine import BisectOptions, bisect
+
+
+def _marginal_memory_and(other: dict, *, confirmed: bool):
+    """xla: a peak 1.55x the baseline's in the first run (close to 1.5x), 1.3x in
+    the extra runs unless `confirmed`; cache: `other` (a decisive symptom)."""
+
+    def behave(cfg, r):
+        got = rss()
+        if "xla" in cfg:
+            ratio = 1.55 if r == 0 or confirmed else 1.3
+            got["peak_rss_bytes"] = int(700 * MB * ratio)
+        if "cache" in cfg:
+            got.update(other)
+        return got
+
+    return behave
+
+
+MISMATCH = {"losses": tuple(3.0 * 0.95**i for i in range(20))}
+
+
+def test_an_unconfirmed_marginal_memory_signal_does_not_preempt_a_mismatch(tmp_path):
+    runner = FakeRunner(_marginal_memory_and(MISMATCH, confirmed=False))
+    res = bisect(make_project(tmp_path, FEATS), BisectOptions(strategy="ablation"), runner=runner)
+    doc = res.to_dict()
+    assert (res.status.value, doc["symptom"], doc["culprits"]) == ("found", "mismatch", ["cache"])
+    memory = [s for s in doc["also_seen"] if s["symptom"] == "memory"]
+    assert memory and "not confirmed" in memory[0]["hint"] and "--symptom memory" in memory[0]["hint"]
+    assert any(r >= 500 for _e, r in runner.executed)  # the repeats that decided it ran
+
+
+def test_a_confirmed_memory_signal_keeps_its_rank(tmp_path):
+    runner = FakeRunner(_marginal_memory_and(MISMATCH, confirmed=True))
+    res = bisect(make_project(tmp_path, FEATS), BisectOptions(strategy="ablation"), runner=runner)
+    assert (res.symptom.value, res.culprits) == ("memory", ("xla",))

@@ -1,0 +1,85 @@
+"""Issue 26: untestable is a status, not `none` (Contract 3/4): a trial with
+no training step, or a symptom that could not be measured, is answered
+`untestable` (exit 5) with its reason and the way out."""
+
+from __future__ import annotations
+
+from test_engine import FEATS, FakeRunner, make_project
+
+from tfrepro.bisect.display import answer_lines
+from tfrepro.bisect.engine import BisectOptions, bisect
+from tfrepro.trials import untestable
+from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
+
+NO_STEP = {"losses": (), "step_times": (), "steps_run": 0, "mode": "none"}
+
+
+def test_no_training_step_on_either_end_is_untestable_not_none(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    res = bisect(p, runner=FakeRunner(lambda cfg, r: NO_STEP))
+    doc = res.to_dict()
+    assert (res.status, res.exit_code) == (Status.UNTESTABLE, 5)
+    assert "no training step ran in the failing configuration" in doc["reason"]
+    assert "step=<int> loss=<float>" in doc["reason"]  # the way out
+    text = "\n".join(answer_lines(doc))
+    assert text.startswith("untestable: no training step ran") and "none:" not in text
+
+
+def test_a_baseline_that_ran_no_step_cannot_vouch_for_a_healthy_failing_end(tmp_path):
+    p = make_project(tmp_path, FEATS)
+    res = bisect(p, runner=FakeRunner(lambda cfg, r: {} if cfg else NO_STEP))
+    assert res.status == Status.UNTESTABLE and "the baseline" in res.reason
+
+
+def test_a_failing_end_that_crashes_before_any_step_is_still_hunted(tmp_path):
+    crash = {**NO_STEP, "crashed": True, "exit_code": 1, "error": "ValueError: boom"}
+    p = make_project(tmp_path, FEATS)
+    res = bisect(p, runner=FakeRunner(lambda cfg, r: crash if "xla" in cfg else {}))
+    assert (res.status, res.symptom, res.culprits) == (Status.FOUND, Verdict.CRASH, ("xla",))
+
+
+def test_a_slowdown_asked_for_with_no_step_past_the_warm_up_is_untestable(tmp_path):
+    p = make_project(tmp_path, FEATS, steps=20)
+    short = {"losses": (2.3, 2.2), "step_times": (0.5, 0.1), "steps_run": 2}
+    res = bisect(p, BisectOptions(symptom=Verdict.SLOWDOWN), runner=FakeRunner(lambda cfg, r: short))
+    assert res.status == Status.UNTESTABLE and "warm-up" in res.reason
+
+
+def test_healthy_measured_ends_stay_none():
+    ran = TrialResult(losses=(1.0,), step_times=(0.1,), steps_run=1)
+    assert untestable.no_step_reason([ran], "x") is None
+    assert untestable.no_step_reason([TrialResult()], "the bad end abc").startswith(
+        "no training step ran in the bad end"
+    )
+    assert untestable.unmeasured(Verdict.MISMATCH, [TrialResult()], [ran]).startswith("the mismatch could not")
+    assert untestable.unmeasured(None, [TrialResult()], [TrialResult()]) is None
+
+
+def test_untestable_round_trips_with_its_reason():
+    r = RunResult(Status.UNTESTABLE, reason="no training step ran")
+    back = RunResult.from_dict(r.to_dict())
+    assert (back.status, back.reason, back.exit_code) == (Status.UNTESTABLE, "no training step ran", 5)
+
+
+class _NoStepAtTheBadEnd:
+    """Commit-mode trial stand-in: a commit whose script says NOSTEP trains nothing."""
+
+    def __call__(self, project, enabled, settings, *, label="", **kw):
+        src = (project.root / settings.entry).read_text()
+        if "NOSTEP" in src:
+            return TrialResult(label=label, mode="none")
+        return TrialResult(label=label, losses=(1.0, 0.9), step_times=(0.01, 0.01), steps_run=2, mode="loop")
+
+
+def test_commit_mode_with_a_bad_end_that_trains_nothing_is_untestable(tmp_path, monkeypatch):
+    from gitrepo import GitRepo, isolated_git_env
+
+    from tfrepro.bisect import commits
+
+    isolated_git_env(tmp_path / "home", monkeypatch)
+    repo = GitRepo.init(tmp_path / "repo", tmp_path / "home")
+    good = repo.commit("good", {"proj/repro.py": "x = 1\n"})
+    bad = repo.commit("bad", {"proj/repro.py": "x = 1  # NOSTEP\n"})
+    res = commits.bisect_commits(repo.root / "proj", good, bad, trial=_NoStepAtTheBadEnd())
+    assert (res.status, res.exit_code) == (Status.UNTESTABLE, 5)
+    assert res.reason.startswith("no training step ran in the bad end")

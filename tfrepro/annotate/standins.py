@@ -1,0 +1,68 @@
+"""A layer's OFF stand-in checked against how the layer is called.
+
+A stock layer or `Identity()` stands in for a custom layer called on one
+tensor. A layer called on a dict or a list of inputs (a feature layer over
+named columns) returns one tensor from many: `Identity` would hand the next
+layer the dict itself (`KeyError: -1`). Its stand-in is the pass-through of
+the right structure: every input, cast to float32 and flattened per example,
+concatenated into one tensor (the next Dense layer takes any width). The
+expression uses the script's own TensorFlow import, so the variant still
+runs with TensorFlow alone.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from tfrepro.annotate.source import Src
+
+_STRUCTS = (cst.Dict, cst.List, cst.Tuple, cst.DictComp, cst.ListComp)
+
+
+def structured_input(src: Src, call: cst.Call) -> str | None:
+    """'dict' or 'list' when `call` (the layer's construction) is called on
+    a dict/list literal, or on a name whose one assignment in scope is one
+    (or `dict(...)`, or starts empty and is filled by item assignment); else None."""
+    outer = src.parent(call)
+    if not (isinstance(outer, cst.Call) and outer.func is call):
+        return None
+    pos = [a.value for a in outer.args if a.keyword is None and not a.star]
+    if len(pos) != 1:
+        return None
+    value = pos[0]
+    if isinstance(value, cst.Name):
+        value = _assigned(src, src.scope(call), value.value) or _assigned(src, src.module, value.value)
+    if isinstance(value, (cst.Dict, cst.DictComp)) or (
+        isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict"
+    ):
+        return "dict"
+    if isinstance(value, (cst.List, cst.Tuple, cst.ListComp)):
+        return "list"
+    return None
+
+
+def _assigned(src: Src, scope: cst.CSTNode, name: str) -> cst.BaseExpression | None:
+    values = [
+        n.value
+        for n in src.walk(scope)
+        if isinstance(n, cst.Assign)
+        and src.scope(n) is scope
+        and len(n.targets) == 1
+        and isinstance(n.targets[0].target, cst.Name)
+        and n.targets[0].target.value == name
+    ]
+    return values[0] if len(values) == 1 else None
+
+
+def tf_alias(src: Src) -> str | None:
+    """The name the file binds `tensorflow` to (`import tensorflow as tf`), or None."""
+    return next((alias for alias, full in src.import_aliases().items() if full == "tensorflow"), None)
+
+
+def concat_standin(prefix: str, tf: str) -> str:
+    """A layer that turns any structure of inputs into one float32 tensor."""
+    return (
+        f"{prefix}.Lambda(lambda inputs: {tf}.concat("
+        f'[{tf}.reshape({tf}.cast(t, "float32"), (-1, t.shape[1:].num_elements())) for t in {tf}.nest.flatten(inputs)], '
+        "axis=-1))"
+    )

@@ -1,0 +1,107 @@
+"""Known costs: documented costs of features on the hardware they run on.
+
+A slowdown whose culprits are all such features (mixed_float16 on a CPU
+without float16 hardware, a distribution strategy over one replica, XLA's
+compile time on a CPU, eager execution) is what the documentation says to
+expect, not a bug: the bisect result carries `known_cost` (Contract 4:
+reason, source, fix), the CLI prints it, and `report` writes an explanation
+with the fix instead of drafting a bug report (unless `--force`).
+
+Pure data and a matcher over the trial's `extra["hardware"]`
+(inside/harness_hw.py: accelerators, the CPU's fp16/bf16 instructions, the
+replicas a fit ran with) and the features' descriptions. Imports only the
+catalog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tfrepro import catalog
+
+Hardware = Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class KnownCost:
+    kind: str  # the catalog kind it applies to
+    applies: Callable[[str, Hardware], bool]  # (feature description, hardware) -> whether it applies
+    reason: str
+    source: str
+    fix: Callable[[Hardware], str]
+
+
+def _no_accelerator(hw: Hardware) -> bool:
+    return not hw.get("accelerators")
+
+
+def _fp16_on_plain_cpu(description: str, hw: Hardware) -> bool:
+    if "bfloat16" in description:
+        return False
+    return _no_accelerator(hw) and hw.get("cpu_fp16") is False
+
+
+def _precision_fix(hw: Hardware) -> str:
+    if hw.get("cpu_bf16"):
+        return "use mixed_bfloat16 on this CPU (it has bfloat16 instructions), or keep float32"
+    return "keep float32 on this CPU (it has neither float16 nor bfloat16 instructions); use mixed_float16 on a GPU"
+
+
+COSTS: tuple[KnownCost, ...] = (
+    KnownCost(
+        "precision",
+        _fp16_on_plain_cpu,
+        "mixed_float16 on a CPU without float16 hardware: the casts cost and nothing computes faster",
+        "https://github.com/tensorflow/tensorflow/issues/45441 (expected: float16 is emulated on CPUs); "
+        "https://www.tensorflow.org/guide/mixed_precision",
+        _precision_fix,
+    ),
+    KnownCost(
+        "strategy",
+        lambda _d, hw: hw.get("replicas") == 1,
+        "a distribution strategy over one replica: the cross-replica machinery runs and nothing is parallel",
+        "https://www.tensorflow.org/guide/distributed_training",
+        lambda _hw: "use the default strategy on one device; a strategy pays off with several replicas",
+    ),
+    KnownCost(
+        "xla",
+        lambda _d, hw: _no_accelerator(hw),
+        "XLA on a CPU: compile time, and XLA:CPU is often no faster than TensorFlow's own CPU kernels",
+        "https://www.tensorflow.org/xla",
+        lambda _hw: "leave XLA off on this CPU (jit_compile=False), or measure it on the accelerator it is for",
+    ),
+    KnownCost(
+        "eager",
+        lambda _d, _hw: True,
+        "eager execution (run_eagerly / run_functions_eagerly) is slower than graph execution by design",
+        "https://www.tensorflow.org/api_docs/python/tf/keras/Model#compile (run_eagerly: for debugging)",
+        lambda _hw: "turn eager execution off outside debugging (run_eagerly=False)",
+    ),
+)
+
+
+def known_cost(
+    culprits: list[str] | tuple[str, ...],
+    symptom: str | None,
+    hardware: Hardware,
+    describe: Callable[[str], str] = lambda _n: "",
+) -> dict[str, Any] | None:
+    """{"reason", "source", "fix", "features"} when every culprit of a
+    slowdown is a known cost on `hardware`; None otherwise."""
+    if symptom != "slowdown" or not culprits:
+        return None
+    found = []
+    for name in culprits:
+        kind = catalog.kind_of(name)
+        cost = next((c for c in COSTS if c.kind == kind and c.applies(describe(name) or "", hardware)), None)
+        if cost is None:
+            return None
+        found.append((name, cost))
+    return {
+        "reason": "; ".join(c.reason for _n, c in found),
+        "source": "; ".join(c.source for _n, c in found),
+        "fix": "; ".join(c.fix(hardware) for _n, c in found),
+        "features": [n for n, _c in found],
+    }

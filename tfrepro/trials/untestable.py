@@ -1,0 +1,89 @@
+"""Untestable, not healthy (Contract 3/4): a trial that ran no training
+step, or a symptom that could not be measured, says so with its reason and
+the way out, instead of passing for "none" (measured, and healthy).
+
+Pure: judges `TrialResult`s, runs nothing. The bisection engine and the
+range modes (commits, versions) ask here before they answer `none`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from tfrepro.settings import WARMUP_STEPS
+from tfrepro.trials.values import TrialResult, Verdict
+
+NO_STEP_WAY_OUT = (
+    "train with Model.fit, or a loop that calls the optimizer's apply_gradients, "
+    "or print one line `step=<int> loss=<float>` per training step; "
+    "`tfrepro check` shows what the trial saw"
+)
+
+
+def _ran_nothing(t: TrialResult) -> bool:
+    """No training step and no other measured outcome (a crash or a timeout is one)."""
+    measured = t.steps_run or t.losses or t.step_times
+    return not measured and not (t.crashed or t.timed_out or t.could_not_run or t.nonfinite)
+
+
+def no_step_reason(runs: Sequence[TrialResult], end: str) -> str | None:
+    """Why `end` ("the failing configuration", "the baseline", "the bad end
+    abc123") could not be measured, when none of its runs ran a training
+    step; None when one did (or one crashed or timed out: that is measured)."""
+    if not runs or not all(_ran_nothing(t) for t in runs):
+        return None
+    seen = runs[0].mode
+    how = (
+        f" (the harness saw {seen!r} training)"
+        if seen not in ("none", "")
+        else " (no Model.fit step and no printed step line: a loop the harness cannot see?)"
+    )
+    return f"no training step ran in {end}{how}: nothing to measure; {NO_STEP_WAY_OUT}"
+
+
+def unmeasured(symptom: Verdict | None, base: Sequence[TrialResult], failing: Sequence[TrialResult]) -> str | None:
+    """Why the symptom asked for could not be measured on both ends (None:
+    it could). A slowdown needs steps past the warm-up on each end, a
+    mismatch losses on each end, a memory verdict a peak on each end."""
+    ends = (("the baseline", base), ("the failing configuration", failing))
+    if symptom is Verdict.SLOWDOWN:
+        for name, runs in ends:
+            if runs and not any(len(t.step_times) > WARMUP_STEPS for t in runs):
+                return (
+                    f"the slowdown could not be measured: {name} ran no step past the "
+                    f"{WARMUP_STEPS} warm-up steps; let each trial run more steps (--steps, or a longer fit)"
+                )
+    if symptom is Verdict.MISMATCH:
+        for name, runs in ends:
+            if runs and not any(t.losses for t in runs):
+                return (
+                    f"the mismatch could not be measured: {name} recorded no loss; "
+                    "compile the model with a loss, or print `step=<int> loss=<float>`"
+                )
+    if symptom is Verdict.MEMORY:
+        for name, runs in ends:
+            if runs and not any(t.peak_rss_bytes or t.device_peak_bytes for t in runs):
+                return f"memory could not be measured: {name} recorded no peak memory"
+    return None
+
+
+def ends_reason(
+    base: Sequence[TrialResult],
+    failing: Sequence[TrialResult],
+    symptom: Verdict | None,
+    *,
+    failed: bool,
+    healthy: bool,
+) -> str | None:
+    """Why a feature bisection cannot answer from its two ends: the failing
+    configuration ran no step (unless it `failed`: a crash, NaN or timeout
+    is measured), or, when it showed nothing (`healthy`), the baseline ran
+    none either; or the symptom asked for cannot be measured."""
+    reason = None
+    if not failed or healthy:
+        reason = no_step_reason(failing, "the failing configuration (every feature on)")
+    if reason is None and healthy:
+        reason = no_step_reason(base, "the baseline (every feature off)")
+    if reason is None and symptom is not None:
+        reason = unmeasured(symptom, base, failing)
+    return reason

@@ -1,0 +1,38 @@
+"""A script that takes arguments and did not get them: argparse's usage
+error (exit 2, "usage:" on stderr) is named as such, with the way to pass
+the script's arguments (`tfrepro bisect train.py -- --epochs 3`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+USAGE_HINT = (
+    "the script exited with its argparse usage error: pass the script's arguments after `--`, "
+    "e.g. `tfrepro bisect train.py -- --epochs 3` (run, check and features take them the same way)"
+)
+
+
+def usage_error(rc: int | None, stderr_path: Path, tail: int = 65536) -> str | None:
+    """argparse's error line ("train.py: error: ...") when the script exited
+    with code 2 after a `usage:` line on stderr; None otherwise. (TensorFlow's
+    own log lines may come after it: the last line is not the one to quote.)"""
+    if rc != 2:
+        return None
+    try:
+        with open(stderr_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - tail))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return None
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("usage:")]
+    if not starts:
+        return None
+    after = lines[starts[-1] :]
+    return next((line.strip() for line in after if ": error: " in line), after[0].strip())
+
+
+def is_usage_error(rc: int | None, stderr_path: Path) -> bool:
+    return usage_error(rc, stderr_path) is not None
