@@ -44,22 +44,21 @@ from dataclasses import replace
 from typing import Any
 
 from tfrepro.bisect import compile_pin, result_doc
+from tfrepro.bisect.ends import _FAILURES, Ends
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.options import BisectOptions
-from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving, judge_replay
+from tfrepro.bisect.replay import Replay
+from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving
 from tfrepro.bisect.timing import TimingPool
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest, make_executor
 from tfrepro.trials.state import StateDir, write_trial_record
-from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict
+from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
 Runner = Callable[..., TrialResult]
 STRATEGIES = ("auto", "ablation", "ddmin")
-_FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
-# What makes the baseline unusable: judged alone, MEMORY is an out-of-memory kill.
-_BASELINE_FAILURES = _FAILURES | {Verdict.MEMORY}
 _MEMORY_CLOSE = 500  # repeat-index base of the extra runs of a close memory decision
 _MEMORY_EXTRA = 2
 SEARCH_ALPHA_NOT_SLOWER = 0.25  # the search's "not slower": 3 consistent pairs (p = 1/8)
@@ -91,26 +90,12 @@ def bisect(
             executor.close()
 
 
-def _same_outcome(a: TrialResult, b: TrialResult) -> bool:
-    """Two runs of one configuration came out bit-identical: the same losses
-    (NaN equal to NaN), first non-finite step, crash and crash line."""
-    same_losses = len(a.losses) == len(b.losses) and all(
-        x == y or (x != x and y != y) for x, y in zip(a.losses, b.losses)
-    )
-    return same_losses and (a.first_nonfinite_step, a.crashed, a.error, a.timed_out) == (
-        b.first_nonfinite_step,
-        b.crashed,
-        b.error,
-        b.timed_out,
-    )
-
-
 def _slug(enabled: Iterable[str]) -> str:
     text = "+".join(enabled) or "baseline"
     return text if len(text) <= 60 else text[:50] + f"-{zlib.crc32(text.encode()):08x}"
 
 
-class _Bisection:
+class _Bisection(Ends, Replay):
     def __init__(
         self,
         project,
@@ -367,108 +352,6 @@ class _Bisection:
             self.nan_state = save_nan_state(self, config)
         return self._replay(target, culprits, config, table)
 
-    def _both_ends(self) -> RunResult | None:
-        """The baseline (twice at least: the second run measures the noise)
-        and the failing configuration; `baseline-fails` when the baseline
-        already fails, else None (and `self.noise` is set)."""
-        k, base, full = self.k, frozenset(), frozenset(self.features)
-        n_base = max(k, 2)
-        wanted = [(base, r, "baseline") for r in range(n_base)]
-        wanted += self._needs(full, range(k), "failing", self.opts.symptom)
-        self._many(wanted)
-        if self._late(full):
-            self._many(wanted)  # again, at the steps past the late symptom
-        self._pin_compile(full)
-        base_runs = [self.memo[(base, r)] for r in range(n_base)]
-        base_fail = [
-            bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & _BASELINE_FAILURES)
-            for t in base_runs
-        ]
-        # An end with no training step is `untestable` (Contract 4): `_unmeasured`, after this.
-        if not any(base_fail):
-            self.noise = classify.measure_noise(base_runs[0], base_runs[1])
-            return None
-        first = next(t for t, bad in zip(base_runs, base_fail) if bad)
-        shown = classify.classify(first, reference=None, settings=self.symptom_settings)
-        checks = self._baseline_checks(shown)
-        reason = f"; sanity {checks['reason']}" if checks.get("reason") else ""
-        return self._finish(
-            Status.BASELINE_FAILS,
-            shown,
-            rate=sum(base_fail) / len(base_fail),
-            error=f"the baseline ({self._baseline_words()}) already shows {shown.value}: "
-            f"{first.error or 'see its logs'}{reason}{self._suspects_words()}",
-            extra={"checks": checks, "baseline_flaky": not all(base_fail)},
-        )
-
-    def _late(self, full: Config) -> bool:
-        """The failing configuration's run until its symptom showed it past
-        `steps`: later trials run to a little past that step, and what ran at
-        the shorter length runs again (its records stay in the run dir)."""
-        from tfrepro.bisect.late import late_doc, symptom_step
-        from tfrepro.settings import late_steps
-
-        explored = self.memo[(full, 0)]
-        step = symptom_step(explored) if self.until_symptom else None
-        if step is None or step <= self.settings.steps:
-            return False
-        old = self.settings.steps
-        self.settings = replace(self.settings, steps=late_steps(step, old))
-        self.late_step = late_doc(step, old, self.settings.steps, self.settings.budget_s)
-        self.events.phase(f"the failing configuration showed it at step {step}: trials now run {self.settings.steps}")
-        with self.lock:
-            self.memo = {(full, 0): explored}
-        return True
-
-    def _pin_compile(self, full: Config) -> None:
-        """Keras 3's jit_compile="auto" pinned to what the failing
-        configuration resolved it to (bisect/compile_pin.py); the trials that
-        ran before the pin was known and resolved otherwise run again."""
-        pin = compile_pin.pin_for(self.memo[(full, 0)])
-        if pin is None or self.settings.jit_auto is not None:
-            return
-        self.settings = replace(self.settings, jit_auto=pin)
-        stale = [k for k, r in self.memo.items() if compile_pin.auto_differs(r, pin)]
-        for k in stale:
-            del self.memo[k]
-        self._many([(c, r, "pinned") for c, r in stale])
-
-    def _unmeasured(self, symptom: Verdict | None, *, healthy: bool = False) -> RunResult | None:
-        """`untestable` when an end ran no training step or `symptom` could
-        not be measured (trials/untestable.py); `healthy`: nothing was shown."""
-        from tfrepro.trials.untestable import ends_reason
-
-        full = frozenset(self.features)
-        fails = [self.memo[(full, r)] for r in range(self.k)]
-        failed = any(self._shows(full, t) & _FAILURES for t in fails)
-        base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
-        reason = ends_reason(base, fails, symptom, failed=failed, healthy=healthy)
-        return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
-
-    def _choose_timed_calls(self) -> None:
-        """Timing trials time the calls the failing configuration ran slower
-        than the baseline (fit#2...), not only the first (trials/calls.py)."""
-        from tfrepro.trials.calls import slower_calls
-
-        base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
-        fails = [self.memo[(frozenset(self.features), r)] for r in range(self.k)]
-        self.timed_calls = slower_calls(base, fails, 1 + (self.symptom_settings.slowdown - 1) / 4)
-
-    def _baseline_words(self) -> str:
-        """The baseline as it ran: every feature off but the always-on ones
-        (their OFF part breaks the script: kept ON by the preflight)."""
-        on = [d["name"] for d in self.dropped]
-        return f"every feature off except {', '.join(on)}, always on" if on else "every feature off"
-
-    def _suspects_words(self) -> str:
-        on = [d["name"] for d in self.dropped]
-        if not on:
-            return ""
-        return (
-            f"; {' or '.join(on)} {'is' if len(on) == 1 else 'are'} the suspect: always on (no OFF stand-in runs), "
-            "so the bisection cannot clear it; fix its else part by hand and bisect again"
-        )
-
     def _search(self, target: Verdict) -> tuple[Config, Config, dict[str, Verdict] | None]:
         """Ablation and/or ddmin locked onto `target` -> (culprits, the
         configuration that shows it, the ablation table or None). For a
@@ -508,181 +391,6 @@ class _Bisection:
             config = culprits | ddmin(sorted(fixed), oracle, fixed=culprits)
         return culprits, frozenset(config), table
 
-    def _preflight(self) -> None:
-        """The baseline must run: a feature whose OFF part breaks it is kept ON, no candidate."""
-        from tfrepro.bisect.preflight import run_preflight
-
-        got = run_preflight(self.project, self.executor, self._request(frozenset(), 0, "baseline"), self.events)
-        if got.dropped:
-            self.project, self.dropped, self.features = got.project, got.dropped, tuple(got.project.feature_names)
-            self.affects_loss = frozenset(got.project.affects_loss)
-        self._record(frozenset(), 0, "baseline", got.baseline)
-
-    def _baseline_checks(self, shown: Verdict) -> dict[str, Any]:
-        """`tfrepro check` on the baseline, so that `baseline-fails` comes with
-        a reason (one more trial, through the injected runner; never raises)."""
-        if shown == Verdict.TIMEOUT:
-            return {
-                "status": "skipped",
-                "reason": None,
-                "checks": [],
-                "error": "the baseline timed out: a probed run of it would time out as well",
-            }
-        if self.opts.baseline_checks is None:
-            return {"status": "skipped", "reason": None, "checks": [], "error": "no sanity checks were asked for"}
-        self.events.phase("sanity checks on the baseline")
-        return self.opts.baseline_checks(
-            self.project, (), self.settings, runner=self.runner, use_cache=self.opts.use_cache
-        )
-
-    def _pick_symptom(self, full: Config) -> Verdict | None:
-        opts = self.opts
-        shown: set[Verdict] = set()
-        for r in range(self.k):
-            shown |= self._shows(full, self.memo[(full, r)])
-        if opts.symptom is not None and opts.symptom != Verdict.SLOWDOWN:
-            return opts.symptom if opts.symptom in shown else None
-        if opts.symptom is None:
-            for v in SYMPTOM_ORDER:
-                if v in shown and (v != Verdict.MEMORY or self._memory_stands(full)):
-                    return v
-            # Cheap pre-screen before paying for a timing comparison: the
-            # fastest runs so far (the least disturbed by parallel trials) at
-            # least a quarter of the way to the threshold. Halfway missed a
-            # uniform 1.4x (mixed_float16 on a CPU MLP) when its short,
-            # untimed runs happened to be disturbed (journey suite).
-            mb = self._fastest(frozenset(), range(max(self.k, 2)))
-            mf = self._fastest(full, range(self.k))
-            screen = 1 + (self.symptom_settings.slowdown - 1) / 4
-            # A later call slower (self.timed_calls) passes the screen too.
-            if (mb is None or mf is None or mf / mb < screen) and not self.timed_calls:
-                return None
-        self.events.phase("timing the failing configuration against the baseline")
-        got = self._timed(full)
-        return Verdict.SLOWDOWN if got.verdict == Verdict.SLOWDOWN else None
-
-    def _memory_stands(self, full: Config) -> bool:
-        """Symptom choice by evidence: a memory signal near its threshold is
-        re-run (`_memory_verdicts`); one the repeats do not confirm, or a
-        marginal one while the untimed runs show a slowdown past its
-        threshold, does not preempt the other symptoms (it stays in also_seen)."""
-        from tfrepro.trials.memcheck import decide_memory
-
-        base, thr = self._memory_baselines(), self.symptom_settings.memory
-        if not any(decide_memory(self.memo[(full, r)], base, thr).close for r in range(self.k)):
-            return True
-        confirmed = self._memory_verdicts([full]).get(full) == Verdict.MEMORY
-        mb, mf = self._fastest(frozenset(), range(max(self.k, 2))), self._fastest(full, range(self.k))
-        slower = bool(mb and mf and mf / mb >= self.symptom_settings.slowdown) or bool(self.timed_calls)
-        self.memory_doubt = "marginal, not confirmed by repeats" if not confirmed else "marginal"
-        return confirmed and not slower
-
-    def _fastest(self, config: Config, repeats: Iterable[int]) -> float | None:
-        medians = [classify.timing_sample(self.memo[(config, r)]) for r in repeats]
-        known = [m for m in medians if m is not None]
-        return min(known) if known else None
-
-    def _replay(self, target: Verdict, culprits: Config, config: Config, table: dict[str, Verdict] | None) -> RunResult:
-        self.events.phase("replaying the answer")
-        fresh = range(max(self.k, 2), max(self.k, 2) + self.opts.replays)
-        if target == Verdict.SLOWDOWN:
-            # Each decision re-judges all the evidence so far: the replay's
-            # observations are the decisions made from here on (the search's
-            # own may be the very one a fresh look overturns).
-            seen = {c: len(v) for c, v in self.timing.items()}
-            culprits = config = self._minimal_slowdown(culprits)
-            self._timed(config, fresh=max(1, self.opts.timing_replays))
-            culprit_obs = [t.verdict == target for t in self.timing[config][seen.get(config, 0) :]]
-            base_obs: list[bool] = []
-        else:
-            culprit_obs, base_obs = self._replayed(target, culprits, config, fresh)
-        judged = judge_replay(culprit_obs, base_obs)
-        extra = {"ablation": {f: v.value for f, v in table.items()} if table else None}
-        if judged.flaky:
-            return self._finish(
-                Status.FLAKY,
-                target,
-                suspects=config,
-                rate=judged.reproduction_rate,
-                extra=extra,
-                error=f"the {target.value} is flaky: {judged.reason}; no culprit is named. "
-                "Raise [trial] repeats (or --repeats) to hunt it with more runs "
-                "per configuration.",
-            )
-        return self._finish(
-            Status.FOUND, target, culprits=culprits, config=config, rate=judged.reproduction_rate, extra=extra
-        )
-
-    def _replayed(
-        self, target: Verdict, culprits: Config, config: Config, fresh: range
-    ) -> tuple[list[bool], list[bool]]:
-        """The replay's observations (culprit side, baseline side), as many
-        fresh runs as the evidence needs.
-
-        The search's own trials are selected (it ended on `config` because
-        they showed the symptom), so they cannot stand for fresh runs. What can
-        is determinism, seen: under deterministic settings, with the two
-        baselines bit-identical, a run of the whole evidence consistent (every
-        trial holding `config` showed the symptom, none without the culprits
-        did) and one fresh run of `config` identical to the search's (losses,
-        first non-finite step, crash line), the symptom is a function of the
-        configuration, and that one run is the replay. Anything else (a fresh
-        run that differs, any inconsistency, a memory hunt, non-deterministic
-        settings) gets the full replay: `replays` fresh runs of the culprit
-        configuration and of the baseline, as the flaky rule needs."""
-        hits, clean = self._consistent_evidence(target, culprits, config)
-        seen = [self.memo[(config, r)] for r in range(self.k) if (config, r) in self.memo]
-        quick = hits is not None and target != Verdict.MEMORY and self.settings.deterministic and self.noise == 0
-        if quick and seen:
-            first = fresh.start
-            self._many(self._needs(config, [first], "replay", target))
-            again = self.memo[(config, first)]
-            if all(_same_outcome(again, t) for t in seen) and target in self._shows(config, again):
-                return [*hits, True], clean
-        self._many(self._needs(config, fresh, "replay", target) + [(frozenset(), r, "replay-baseline") for r in fresh])
-        runs = [*range(self.k), *fresh]
-        culprit_obs = [target in self._shows(config, self.memo[(config, r)]) for r in runs]
-        base_runs = [*range(max(self.k, 2)), *fresh]
-        base_obs = [target in self._shows(frozenset(), self.memo[(frozenset(), r)]) for r in base_runs]
-        return culprit_obs, base_obs
-
-    def _consistent_evidence(
-        self, target: Verdict, culprits: Config, config: Config
-    ) -> tuple[list[bool] | None, list[bool]]:
-        """(observations of the trials holding `config`, of the trials
-        without the culprits) when all of them agree with the answer, else
-        (None, [])."""
-        hits: list[bool] = []
-        clean: list[bool] = []
-        with self.lock:
-            seen = list(self.memo.items())
-        for (c, _r), result in seen:
-            if config <= c:
-                hits.append(target in self._shows(c, result))
-            elif not culprits <= c:
-                clean.append(target in self._shows(c, result))
-        if not hits or not all(hits) or any(clean):
-            return None, []
-        return hits, clean
-
-    def _minimal_slowdown(self, culprits: Config) -> Config:
-        """A timing decision near the threshold can wrongly keep a bystander
-        in a set of slowdown culprits (its removal judged "not slower" once).
-        Each culprit's necessity is checked again with fresh pairs added to
-        the evidence of the set without it; a set that is slower without a
-        culprit loses it."""
-        changed = True
-        while changed and len(culprits) > 1:
-            changed = False
-            for c in sorted(culprits):
-                without = frozenset(culprits - {c})
-                self.events.phase(f"replaying: is {c} needed for the slowdown?")
-                if self._timed(without, fresh=max(1, self.opts.timing_replays)).verdict == Verdict.SLOWDOWN:
-                    culprits, changed = without, True
-                    break
-        return culprits
-
-    # -- the result --------------------------------------------------------
     def _finish(self, status: Status, symptom: Verdict | None, **kw: Any) -> RunResult:
         """The run's answer (`result_doc.finish`: culprits, config, suspects,
         rate, error, extra), written to `<run_dir>/result.json`."""

@@ -1,0 +1,199 @@
+"""The bisection's two ends (part of `engine._Bisection`): the preflight,
+the baseline and the failing configuration, the late step and the compile
+pin, what could not be measured, the symptom the hunt locks onto (by
+evidence: a marginal memory signal does not preempt a decisive one), and
+the baseline's sanity checks. A mixin: it reads and sets the bisection's
+state (memo, settings, noise) and calls its trial methods."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import Any
+
+from tfrepro.bisect import compile_pin
+from tfrepro.bisect.search import Config
+from tfrepro.trials import classify
+from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, Verdict
+
+_FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
+# What makes the baseline unusable: judged alone, MEMORY is an out-of-memory kill.
+_BASELINE_FAILURES = _FAILURES | {Verdict.MEMORY}
+
+
+class Ends:
+    def _both_ends(self) -> RunResult | None:
+        """The baseline (twice at least: the second run measures the noise)
+        and the failing configuration; `baseline-fails` when the baseline
+        already fails, else None (and `self.noise` is set)."""
+        k, base, full = self.k, frozenset(), frozenset(self.features)
+        n_base = max(k, 2)
+        wanted = [(base, r, "baseline") for r in range(n_base)]
+        wanted += self._needs(full, range(k), "failing", self.opts.symptom)
+        self._many(wanted)
+        if self._late(full):
+            self._many(wanted)  # again, at the steps past the late symptom
+        self._pin_compile(full)
+        base_runs = [self.memo[(base, r)] for r in range(n_base)]
+        base_fail = [
+            bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & _BASELINE_FAILURES)
+            for t in base_runs
+        ]
+        # An end with no training step is `untestable` (Contract 4): `_unmeasured`, after this.
+        if not any(base_fail):
+            self.noise = classify.measure_noise(base_runs[0], base_runs[1])
+            return None
+        first = next(t for t, bad in zip(base_runs, base_fail) if bad)
+        shown = classify.classify(first, reference=None, settings=self.symptom_settings)
+        checks = self._baseline_checks(shown)
+        reason = f"; sanity {checks['reason']}" if checks.get("reason") else ""
+        return self._finish(
+            Status.BASELINE_FAILS,
+            shown,
+            rate=sum(base_fail) / len(base_fail),
+            error=f"the baseline ({self._baseline_words()}) already shows {shown.value}: "
+            f"{first.error or 'see its logs'}{reason}{self._suspects_words()}",
+            extra={"checks": checks, "baseline_flaky": not all(base_fail)},
+        )
+
+    def _late(self, full: Config) -> bool:
+        """The failing configuration's run until its symptom showed it past
+        `steps`: later trials run to a little past that step, and what ran at
+        the shorter length runs again (its records stay in the run dir)."""
+        from tfrepro.bisect.late import late_doc, symptom_step
+        from tfrepro.settings import late_steps
+
+        explored = self.memo[(full, 0)]
+        step = symptom_step(explored) if self.until_symptom else None
+        if step is None or step <= self.settings.steps:
+            return False
+        old = self.settings.steps
+        self.settings = replace(self.settings, steps=late_steps(step, old))
+        self.late_step = late_doc(step, old, self.settings.steps, self.settings.budget_s)
+        self.events.phase(f"the failing configuration showed it at step {step}: trials now run {self.settings.steps}")
+        with self.lock:
+            self.memo = {(full, 0): explored}
+        return True
+
+    def _pin_compile(self, full: Config) -> None:
+        """Keras 3's jit_compile="auto" pinned to what the failing
+        configuration resolved it to (bisect/compile_pin.py); the trials that
+        ran before the pin was known and resolved otherwise run again."""
+        pin = compile_pin.pin_for(self.memo[(full, 0)])
+        if pin is None or self.settings.jit_auto is not None:
+            return
+        self.settings = replace(self.settings, jit_auto=pin)
+        stale = [k for k, r in self.memo.items() if compile_pin.auto_differs(r, pin)]
+        for k in stale:
+            del self.memo[k]
+        self._many([(c, r, "pinned") for c, r in stale])
+
+    def _unmeasured(self, symptom: Verdict | None, *, healthy: bool = False) -> RunResult | None:
+        """`untestable` when an end ran no training step or `symptom` could
+        not be measured (trials/untestable.py); `healthy`: nothing was shown."""
+        from tfrepro.trials.untestable import ends_reason
+
+        full = frozenset(self.features)
+        fails = [self.memo[(full, r)] for r in range(self.k)]
+        failed = any(self._shows(full, t) & _FAILURES for t in fails)
+        base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
+        reason = ends_reason(base, fails, symptom, failed=failed, healthy=healthy)
+        return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
+
+    def _choose_timed_calls(self) -> None:
+        """Timing trials time the calls the failing configuration ran slower
+        than the baseline (fit#2...), not only the first (trials/calls.py)."""
+        from tfrepro.trials.calls import slower_calls
+
+        base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
+        fails = [self.memo[(frozenset(self.features), r)] for r in range(self.k)]
+        self.timed_calls = slower_calls(base, fails, 1 + (self.symptom_settings.slowdown - 1) / 4)
+
+    def _baseline_words(self) -> str:
+        """The baseline as it ran: every feature off but the always-on ones
+        (their OFF part breaks the script: kept ON by the preflight)."""
+        on = [d["name"] for d in self.dropped]
+        return f"every feature off except {', '.join(on)}, always on" if on else "every feature off"
+
+    def _suspects_words(self) -> str:
+        on = [d["name"] for d in self.dropped]
+        if not on:
+            return ""
+        return (
+            f"; {' or '.join(on)} {'is' if len(on) == 1 else 'are'} the suspect: always on (no OFF stand-in runs), "
+            "so the bisection cannot clear it; fix its else part by hand and bisect again"
+        )
+
+    def _preflight(self) -> None:
+        """The baseline must run: a feature whose OFF part breaks it is kept ON, no candidate."""
+        from tfrepro.bisect.preflight import run_preflight
+
+        got = run_preflight(self.project, self.executor, self._request(frozenset(), 0, "baseline"), self.events)
+        if got.dropped:
+            self.project, self.dropped, self.features = got.project, got.dropped, tuple(got.project.feature_names)
+            self.affects_loss = frozenset(got.project.affects_loss)
+        self._record(frozenset(), 0, "baseline", got.baseline)
+
+    def _baseline_checks(self, shown: Verdict) -> dict[str, Any]:
+        """`tfrepro check` on the baseline, so that `baseline-fails` comes with
+        a reason (one more trial, through the injected runner; never raises)."""
+        if shown == Verdict.TIMEOUT:
+            return {
+                "status": "skipped",
+                "reason": None,
+                "checks": [],
+                "error": "the baseline timed out: a probed run of it would time out as well",
+            }
+        if self.opts.baseline_checks is None:
+            return {"status": "skipped", "reason": None, "checks": [], "error": "no sanity checks were asked for"}
+        self.events.phase("sanity checks on the baseline")
+        return self.opts.baseline_checks(
+            self.project, (), self.settings, runner=self.runner, use_cache=self.opts.use_cache
+        )
+
+    def _pick_symptom(self, full: Config) -> Verdict | None:
+        opts = self.opts
+        shown: set[Verdict] = set()
+        for r in range(self.k):
+            shown |= self._shows(full, self.memo[(full, r)])
+        if opts.symptom is not None and opts.symptom != Verdict.SLOWDOWN:
+            return opts.symptom if opts.symptom in shown else None
+        if opts.symptom is None:
+            for v in SYMPTOM_ORDER:
+                if v in shown and (v != Verdict.MEMORY or self._memory_stands(full)):
+                    return v
+            # Cheap pre-screen before paying for a timing comparison: the
+            # fastest runs so far (the least disturbed by parallel trials) at
+            # least a quarter of the way to the threshold. Halfway missed a
+            # uniform 1.4x (mixed_float16 on a CPU MLP) when its short,
+            # untimed runs happened to be disturbed (journey suite).
+            mb = self._fastest(frozenset(), range(max(self.k, 2)))
+            mf = self._fastest(full, range(self.k))
+            screen = 1 + (self.symptom_settings.slowdown - 1) / 4
+            # A later call slower (self.timed_calls) passes the screen too.
+            if (mb is None or mf is None or mf / mb < screen) and not self.timed_calls:
+                return None
+        self.events.phase("timing the failing configuration against the baseline")
+        got = self._timed(full)
+        return Verdict.SLOWDOWN if got.verdict == Verdict.SLOWDOWN else None
+
+    def _memory_stands(self, full: Config) -> bool:
+        """Symptom choice by evidence: a memory signal near its threshold is
+        re-run (`_memory_verdicts`); one the repeats do not confirm, or a
+        marginal one while the untimed runs show a slowdown past its
+        threshold, does not preempt the other symptoms (it stays in also_seen)."""
+        from tfrepro.trials.memcheck import decide_memory
+
+        base, thr = self._memory_baselines(), self.symptom_settings.memory
+        if not any(decide_memory(self.memo[(full, r)], base, thr).close for r in range(self.k)):
+            return True
+        confirmed = self._memory_verdicts([full]).get(full) == Verdict.MEMORY
+        mb, mf = self._fastest(frozenset(), range(max(self.k, 2))), self._fastest(full, range(self.k))
+        slower = bool(mb and mf and mf / mb >= self.symptom_settings.slowdown) or bool(self.timed_calls)
+        self.memory_doubt = "marginal, not confirmed by repeats" if not confirmed else "marginal"
+        return confirmed and not slower
+
+    def _fastest(self, config: Config, repeats: Iterable[int]) -> float | None:
+        medians = [classify.timing_sample(self.memo[(config, r)]) for r in repeats]
+        known = [m for m in medians if m is not None]
+        return min(known) if known else None

@@ -1,0 +1,132 @@
+"""The replay of the answer (part of `engine._Bisection`), sized by its
+evidence: the one-run replay of a deterministic symptom seen to be
+deterministic, the full replay (`replays` fresh runs of the culprit
+configuration and of the baseline) for everything else, the flaky rule
+(`search.judge_replay`), and the slowdown's fresh pairs and minimal set."""
+
+from __future__ import annotations
+
+from tfrepro.bisect.search import Config, judge_replay
+from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
+
+_FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
+# What makes the baseline unusable: judged alone, MEMORY is an out-of-memory kill.
+_BASELINE_FAILURES = _FAILURES | {Verdict.MEMORY}
+
+
+def _same_outcome(a: TrialResult, b: TrialResult) -> bool:
+    """Two runs of one configuration came out bit-identical: the same losses
+    (NaN equal to NaN), first non-finite step, crash and crash line."""
+    same_losses = len(a.losses) == len(b.losses) and all(
+        x == y or (x != x and y != y) for x, y in zip(a.losses, b.losses)
+    )
+    return same_losses and (a.first_nonfinite_step, a.crashed, a.error, a.timed_out) == (
+        b.first_nonfinite_step,
+        b.crashed,
+        b.error,
+        b.timed_out,
+    )
+
+
+class Replay:
+    def _replay(self, target: Verdict, culprits: Config, config: Config, table: dict[str, Verdict] | None) -> RunResult:
+        self.events.phase("replaying the answer")
+        fresh = range(max(self.k, 2), max(self.k, 2) + self.opts.replays)
+        if target == Verdict.SLOWDOWN:
+            # Each decision re-judges all the evidence so far: the replay's
+            # observations are the decisions made from here on (the search's
+            # own may be the very one a fresh look overturns).
+            seen = {c: len(v) for c, v in self.timing.items()}
+            culprits = config = self._minimal_slowdown(culprits)
+            self._timed(config, fresh=max(1, self.opts.timing_replays))
+            culprit_obs = [t.verdict == target for t in self.timing[config][seen.get(config, 0) :]]
+            base_obs: list[bool] = []
+        else:
+            culprit_obs, base_obs = self._replayed(target, culprits, config, fresh)
+        judged = judge_replay(culprit_obs, base_obs)
+        extra = {"ablation": {f: v.value for f, v in table.items()} if table else None}
+        if judged.flaky:
+            return self._finish(
+                Status.FLAKY,
+                target,
+                suspects=config,
+                rate=judged.reproduction_rate,
+                extra=extra,
+                error=f"the {target.value} is flaky: {judged.reason}; no culprit is named. "
+                "Raise [trial] repeats (or --repeats) to hunt it with more runs "
+                "per configuration.",
+            )
+        return self._finish(
+            Status.FOUND, target, culprits=culprits, config=config, rate=judged.reproduction_rate, extra=extra
+        )
+
+    def _replayed(
+        self, target: Verdict, culprits: Config, config: Config, fresh: range
+    ) -> tuple[list[bool], list[bool]]:
+        """The replay's observations (culprit side, baseline side), as many
+        fresh runs as the evidence needs.
+
+        The search's own trials are selected (it ended on `config` because
+        they showed the symptom), so they cannot stand for fresh runs. What can
+        is determinism, seen: under deterministic settings, with the two
+        baselines bit-identical, a run of the whole evidence consistent (every
+        trial holding `config` showed the symptom, none without the culprits
+        did) and one fresh run of `config` identical to the search's (losses,
+        first non-finite step, crash line), the symptom is a function of the
+        configuration, and that one run is the replay. Anything else (a fresh
+        run that differs, any inconsistency, a memory hunt, non-deterministic
+        settings) gets the full replay: `replays` fresh runs of the culprit
+        configuration and of the baseline, as the flaky rule needs."""
+        hits, clean = self._consistent_evidence(target, culprits, config)
+        seen = [self.memo[(config, r)] for r in range(self.k) if (config, r) in self.memo]
+        quick = hits is not None and target != Verdict.MEMORY and self.settings.deterministic and self.noise == 0
+        if quick and seen:
+            first = fresh.start
+            self._many(self._needs(config, [first], "replay", target))
+            again = self.memo[(config, first)]
+            if all(_same_outcome(again, t) for t in seen) and target in self._shows(config, again):
+                return [*hits, True], clean
+        self._many(self._needs(config, fresh, "replay", target) + [(frozenset(), r, "replay-baseline") for r in fresh])
+        runs = [*range(self.k), *fresh]
+        culprit_obs = [target in self._shows(config, self.memo[(config, r)]) for r in runs]
+        base_runs = [*range(max(self.k, 2)), *fresh]
+        base_obs = [target in self._shows(frozenset(), self.memo[(frozenset(), r)]) for r in base_runs]
+        return culprit_obs, base_obs
+
+    def _consistent_evidence(
+        self, target: Verdict, culprits: Config, config: Config
+    ) -> tuple[list[bool] | None, list[bool]]:
+        """(observations of the trials holding `config`, of the trials
+        without the culprits) when all of them agree with the answer, else
+        (None, [])."""
+        hits: list[bool] = []
+        clean: list[bool] = []
+        with self.lock:
+            seen = list(self.memo.items())
+        for (c, _r), result in seen:
+            if config <= c:
+                hits.append(target in self._shows(c, result))
+            elif not culprits <= c:
+                clean.append(target in self._shows(c, result))
+        if not hits or not all(hits) or any(clean):
+            return None, []
+        return hits, clean
+
+    def _minimal_slowdown(self, culprits: Config) -> Config:
+        """A timing decision near the threshold can wrongly keep a bystander
+        in a set of slowdown culprits (its removal judged "not slower" once).
+        Each culprit's necessity is checked again with fresh pairs added to
+        the evidence of the set without it; a set that is slower without a
+        culprit loses it."""
+        changed = True
+        while changed and len(culprits) > 1:
+            changed = False
+            for c in sorted(culprits):
+                without = frozenset(culprits - {c})
+                self.events.phase(f"replaying: is {c} needed for the slowdown?")
+                if self._timed(without, fresh=max(1, self.opts.timing_replays)).verdict == Verdict.SLOWDOWN:
+                    culprits, changed = without, True
+                    break
+        return culprits
+
+    # -- the result --------------------------------------------------------
