@@ -169,6 +169,17 @@ def mlbisect_answer(report: Mapping[str, Any]) -> str:
     return f"{report.get('status')}" + (f": {named}" if named else "")
 
 
+def unsure(report: Mapping[str, Any]) -> str:
+    """The configurations mlbisect could not judge with confidence (why it
+    says inconclusive): their id, drop against the baseline and samples."""
+    shown = []
+    for c in report.get("configurations") or []:
+        if c.get("verdict") == "UNDECIDED" or c.get("low_confidence"):
+            drop = "?" if c.get("drop") is None else f"{c['drop']:.2f}"
+            shown.append(f"{c['id']} {c['verdict']} drop {drop} n={c['n']}")
+    return "; unsure: " + ", ".join(shown) if shown else ""
+
+
 def run_mlbisect(name: str, project: Path, budget: Mapping[str, int], expected: dict, timeout_s: float) -> Side:
     import yaml  # noqa: PLC0415 (mlbisect's own dependency, the bench extra)
 
@@ -191,6 +202,7 @@ def run_mlbisect(name: str, project: Path, budget: Mapping[str, int], expected: 
     report = json.loads(report_path.read_text(encoding="utf-8"))
     failed = sum(1 for line in _log_lines(work) if not json.loads(line).get("ok"))
     note = f"{len(features)} axes; {failed} failed runs" if failed else f"{len(features)} axes"
+    note += unsure(report)
     return Side(mlbisect_answer(report), mlbisect_right(expected, report), report["runs"]["used"], wall, note)
 
 
@@ -244,6 +256,7 @@ def run_mlbisect_here(name: str, project: Path, budget: Mapping[str, int], expec
     note = f"{len(features)} axes, {result.configurations_tested} configurations"
     if executor.trials != result.runs_used:
         note += f"; {executor.trials} trials run"
+    note += unsure(report)
     return Side(mlbisect_answer(report), mlbisect_right(expected, report), result.runs_used, wall, note)
 
 
