@@ -131,6 +131,7 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     _redirect(None, 0, os.O_RDONLY)
     _redirect(job.get("stdout"), 1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     _redirect(job.get("stderr"), 2, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    _confine(job.get("confine"))
     server_cwd = os.getcwd()
     os.chdir(job["cwd"])
     os.environ.clear()
@@ -145,6 +146,38 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
         np.random.seed()  # a cold interpreter seeds NumPy's global state from the OS
     _activate_harness()
     return script
+
+
+def _confine_module():
+    """`confine.py` next to this file (loaded by path, once, in the server)."""
+    module = sys.modules.get("_tfrepro_confine")
+    if module is None:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
+        spec = importlib.util.spec_from_file_location("_tfrepro_confine", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+def _confine(spec: dict | None) -> None:
+    """Confine the child before the user's code runs, as a cold trial is
+    (overlay: returns in PID 2 of a new namespace; the forked child waits
+    and exits as the trial does). A failure exits CANNOT_CONFINE with the
+    mark on stderr: the parent runs the trial cold."""
+    if not spec or spec.get("mode") in (None, "none"):
+        return
+    confine = _confine_module()
+    try:
+        confine.enter(spec)
+    except OSError as e:
+        sys.stderr.write(f"{confine.MARK}{e}\n")
+        sys.stderr.flush()
+        os._exit(confine.CANNOT_CONFINE)
+    if spec.get("mode") == "landlock":
+        confine.reaped()
 
 
 def _rebase(entries: list, old: str, new: str) -> list:
@@ -371,6 +404,7 @@ def serve(argv: list[str]) -> None:
     sock_path, names, max_threads = argv[0], [n for n in argv[1].split(",") if n], int(argv[2])
     try:
         preload(names)
+        _confine_module()
         gc.collect()
         if hasattr(gc, "freeze"):
             gc.freeze()  # the children do not copy pages for the collector's sake

@@ -249,12 +249,24 @@ class WarmServer:
     def alive(self) -> bool:
         return not self.dead and self.proc is not None and self.proc.poll() is None
 
-    def submit(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], stdout: Path, stderr: Path) -> WarmChild:
-        """Fork one trial; raises WarmUnavailable when nothing was started."""
+    def submit(
+        self,
+        argv: Sequence[str],
+        cwd: Path,
+        env: Mapping[str, str],
+        stdout: Path,
+        stderr: Path,
+        confine: Mapping | None = None,
+    ) -> WarmChild:
+        """Fork one trial, confined by the child itself after the fork as
+        `confine` says (`trials/confine.spec_for`); raises WarmUnavailable
+        when nothing was started."""
         if not self.alive():
             self.dead = True
             raise WarmUnavailable("warm server is not running")
         job = {"argv": list(argv), "cwd": str(cwd), "env": dict(env), "stdout": str(stdout), "stderr": str(stderr)}
+        if confine:
+            job["confine"] = dict(confine)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.settimeout(30)
