@@ -218,12 +218,16 @@ def test_daemon_and_subprocess_writes_die_with_a_cold_plain_trial(tmp_path):
     variant = tmp_path / "trial" / "variant"
     variant.mkdir(parents=True)
     (variant / "s.py").write_text(
-        "import subprocess, sys\n"
-        f"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)  # {marker}'], start_new_session=True)\n"
-        f"subprocess.run([sys.executable, '-c', 'open({str(decoy)!r}, \"w\").write(\"trial\")'])\n"
+        "import os, subprocess, sys\n"
+        "code = 'import time; time.sleep(120)  # ' + os.environ['MARKER']\n"
+        "subprocess.Popen([sys.executable, '-c', code], start_new_session=True)\n"
+        'write = f\'open({os.environ["DECOY"]!r}, "w").write("trial")\'\n'
+        "subprocess.run([sys.executable, '-c', write])\n"
         "print('step=1 loss=1.0')\n"
     )
-    result = run_variant(variant, TrialSettings(entry="s.py", steps=1, timeout_s=60), tmp_path / "trial", cold=True)
+    settings = TrialSettings(entry="s.py", steps=1, timeout_s=60)
+    env = {"MARKER": marker, "DECOY": str(decoy)}
+    result = run_variant(variant, settings, tmp_path / "trial", env=env, cold=True)
     assert not result.crashed, result.error
     assert decoy.read_text() == "mine"
     deadline = time.monotonic() + 10  # the namespace's teardown is asynchronous: SIGKILL, then reaped
@@ -259,3 +263,76 @@ def test_bwrap_argv_binds_the_trial_dir_after_the_overlays(tmp_path):
     assert argv[:4] == ["bwrap", "--unshare-user", "--unshare-pid", "--die-with-parent"]
     assert argv.index("--tmp-overlay") < argv.index("--bind")
     assert argv[argv.index("--bind") :][:3] == ["--bind", str(tmp_path), str(tmp_path)]
+
+
+# -- warm and cold confinement behave the same ----------------------------------------
+
+SEES = """\
+import errno, json, os, shutil, tempfile
+D = os.environ["DECOY_DIR"]
+out = {}
+
+
+def attempt(name, fn):
+    try:
+        out[name] = fn()
+    except OSError as e:
+        out[name] = f"{type(e).__name__}:{errno.errorcode.get(e.errno)}"
+
+
+attempt("write", lambda: open(os.path.join(D, "f"), "w").write("trial"))
+attempt("read_back", lambda: open(os.path.join(D, "f")).read())
+attempt("create", lambda: open(os.path.join(D, "new"), "w").write("x"))
+attempt("fixed_tmp", lambda: open(os.environ["DECOY_TMP"], "w").write("x"))
+attempt("rmtree", lambda: shutil.rmtree(os.environ["DECOY_RM"]))
+attempt("cwd", lambda: open("here.txt", "w").write("x"))
+attempt("tmpdir_is_the_trials", lambda: tempfile.gettempdir() == os.path.join(os.path.dirname(os.getcwd()), "tmp"))
+attempt("own_pid_namespace", lambda: len([p for p in os.listdir("/proc") if p.isdigit()]) < 10)
+attempt("shm_is_fresh", lambda: os.listdir("/dev/shm") == [])
+print(json.dumps(out, sort_keys=True))
+print("step=1 loss=1.0")
+"""
+
+
+def _available_modes() -> list[str]:
+    modes = ["overlay"] if _overlay() else []
+    return modes + (["landlock"] if confine.landlock_works() else [])
+
+
+@pytest.mark.parametrize("mode", _available_modes())
+def test_a_warm_child_is_confined_exactly_as_a_cold_trial(tmp_path, monkeypatch, mode):
+    from tfrepro.settings import TrialSettings
+    from tfrepro.trials import warm
+    from tfrepro.trials.runner import run_variant
+
+    monkeypatch.setenv(confine.ENV, mode)
+    decoy = tmp_path / "outside"
+    (decoy / "rm").mkdir(parents=True)
+    (decoy / "f").write_text("mine")
+    (decoy / "rm" / "keep").write_text("mine")
+    fixed_tmp = Path("/tmp") / f"tfrepro-decoy-{uuid.uuid4().hex}"
+    env = {"DECOY_DIR": str(decoy), "DECOY_TMP": str(fixed_tmp), "DECOY_RM": str(decoy / "rm")}
+    before = _tree(decoy)
+    pool = warm.WarmPool(preload=(), only_tf_scripts=False)
+    seen = {}
+    try:
+        for how in ("cold", "warm"):
+            trial = tmp_path / how
+            (trial / "variant").mkdir(parents=True)
+            (trial / "variant" / "s.py").write_text(SEES)
+            settings = TrialSettings(entry="s.py", steps=1, timeout_s=60)
+            r = run_variant(trial / "variant", settings, trial, env=env, cold=how == "cold", warm_pool=pool)
+            assert r.extra["process"] == how and not r.crashed, r.error
+            seen[how] = json.loads((trial / "stdout.log").read_text().splitlines()[0])
+            assert (trial / "variant" / "here.txt").exists()  # the trial's own dir is written for real
+            assert _tree(decoy) == before and not fixed_tmp.exists()
+    finally:
+        pool.close()
+        fixed_tmp.unlink(missing_ok=True)
+    assert seen["warm"] == seen["cold"]
+    if mode == "overlay":  # the script runs as it would: its writes land in the overlay
+        assert seen["cold"]["read_back"] == "trial" and seen["cold"]["own_pid_namespace"] is True
+        assert seen["cold"]["shm_is_fresh"] is True and seen["cold"]["rmtree"] is None
+    else:  # Landlock: they fail
+        assert seen["cold"]["write"] == "PermissionError:EACCES" and seen["cold"]["read_back"] == "mine"
+    assert seen["cold"]["tmpdir_is_the_trials"] is True and seen["cold"]["cwd"] == 1

@@ -337,7 +337,7 @@ class Watch:
         for exc in (value, value.__cause__, value.__context__):
             if exc is None:
                 continue
-            path = getattr(exc, "filename", None) if isinstance(exc, PermissionError | OSError) else None
+            path = getattr(exc, "filename", None) if isinstance(exc, OSError) else None
             if path is None:
                 found = _DENIED.search(str(exc))
                 path = found.group(1) if found else None
