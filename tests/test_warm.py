@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from nspids import host_pids
 
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import procs, warm
@@ -81,6 +82,15 @@ def gone(pid: int, within: float = 5.0) -> bool:
             return True
         time.sleep(0.05)
     return False
+
+
+def all_gone(ns_pids, d: Path, within: float = 5.0) -> bool:
+    """No process left of those the trial wrote down (pids of its own PID namespace)."""
+    ns_pids = list(ns_pids)
+    deadline = time.monotonic() + within
+    while host_pids(ns_pids, d) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return host_pids(ns_pids, d) == []
 
 
 # -- the same world, warm and cold ------------------------------------------------------
@@ -168,8 +178,7 @@ def test_a_timeout_kills_the_childs_whole_group(tmp_path, pool):
     result, _, _ = run(d, tmp_path, pool, cold=False, timeout=2.0)
     assert result.timed_out and result.extra["process"] == "warm"
     assert result.losses == (1.0,)  # what the timed-out trial got through is kept
-    for pid in map(int, (d / "pids").read_text().split()):
-        assert gone(pid)
+    assert all_gone(map(int, (d / "pids").read_text().split()), d)
 
 
 def test_stop_trials_kills_a_running_warm_trial_which_raises(tmp_path, pool):
@@ -193,8 +202,7 @@ def test_stop_trials_kills_a_running_warm_trial_which_raises(tmp_path, pool):
     t.join(10)
     assert time.monotonic() - start < 5
     assert len(raised) == 1 and isinstance(raised[0], TrialStopped)
-    for pid in map(int, (d / "pids").read_text().split()):
-        assert gone(pid)
+    assert all_gone(map(int, (d / "pids").read_text().split()), d)
 
 
 def test_a_dead_server_is_replaced_and_the_trial_still_runs(tmp_path):

@@ -41,6 +41,9 @@ from tfrepro.errors import TfreproError, UserError
 from tfrepro.inside.confine import OUTSIDE
 
 ENV = "TFREPRO_CONFINE"
+# Directories a trial may write for real besides its own (os.pathsep-separated):
+# a shared cache you mean it to fill; the tests' pid drop box.
+WRITABLE_ENV = "TFREPRO_CONFINE_WRITABLE"
 MODES = ("overlay", "landlock", "none")
 CONFINE_PY = inside.INSIDE_DIR / "confine.py"
 SPECIAL = ("/proc", "/sys", "/dev")
@@ -246,9 +249,10 @@ def writable_dirs(trial_dir: Path, also: Sequence[Path] = ()) -> list[str]:
     other dir the trial must write for real (its cwd when that is elsewhere)."""
     first = Path(trial_dir).resolve()
     out = [str(first)]
-    for path in also:
+    extra = [Path(p) for p in os.environ.get(WRITABLE_ENV, "").split(os.pathsep) if p]
+    for path in [*also, *extra]:
         p = Path(path).resolve()
-        if p != first and first not in p.parents and str(p) not in out:
+        if p.is_dir() and p != first and first not in p.parents and str(p) not in out:
             out.append(str(p))
     return out
 
