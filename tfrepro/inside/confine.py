@@ -293,7 +293,7 @@ class Watch:
         self.allowed = [os.path.realpath(p) for p in [*writable, *ALWAYS_WRITABLE]]
         self.root = os.path.realpath(root)
         self.record = os.path.join(writable[0], OUTSIDE)
-        self.done = False
+        self.seen: dict = {}
 
     def outside(self, path) -> bool:
         try:
@@ -310,18 +310,22 @@ class Watch:
             frame = frame.f_back
         return ""
 
-    def note(self, path, where: str) -> None:
-        if self.done:
+    def note(self, path, where: str, kind: str = "audit") -> None:
+        """Keep the first write outside the audit hook saw (with a place in the
+        project) and the one an uncaught exception names; the parent uses
+        them only when the trial crashed (a library that tolerates a failed
+        write at import, ~/.keras, is no reason to stop)."""
+        if kind in self.seen or (kind == "audit" and not where):
             return
-        self.done = True
+        self.seen[kind] = {"path": os.path.abspath(os.fsdecode(path)), "where": where}
         try:
             with open(self.record, "w", encoding="utf-8") as f:
-                json.dump({"path": os.path.abspath(os.fsdecode(path)), "where": where}, f)
+                json.dump(self.seen, f)
         except OSError:
             pass
 
     def audit(self, event: str, args: tuple) -> None:
-        if self.done:
+        if "audit" in self.seen:
             return
         path = None
         if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
@@ -349,7 +353,7 @@ class Watch:
                         line = tb.tb_lineno
                     tb = tb.tb_next
                 where = f"{os.path.relpath(frame.f_code.co_filename, self.root)}:{line}" if frame else ""
-                self.note(path, where)
+                self.note(path, where, "exception")
                 return
 
 

@@ -290,18 +290,23 @@ class WritesOutside(TfreproError):
 
 
 def note_outside(result, trial_dir: Path):
-    """The trial's result with the first denied write (`outside.json`, written
-    by the harness's watch) in `extra["writes_outside"]`, its error naming it."""
+    """A crashed trial's result with the denied write that crashed it (the one
+    its uncaught exception names, else the first the audit hook saw in the
+    project's code; `outside.json`, written by the harness's watch) in
+    `extra["writes_outside"]`, its error naming it."""
+    if not result.crashed:
+        return result
     try:
-        data = json.loads((Path(trial_dir) / OUTSIDE).read_text(encoding="utf-8"))
+        seen = json.loads((Path(trial_dir) / OUTSIDE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
+        return result
+    data = seen.get("exception") or seen.get("audit")
+    if not isinstance(data, dict):
         return result
     where = f" ({data['where']})" if data.get("where") else ""
     text = f"{data.get('path')}{where}"
     error = f"this script writes outside its directory: {text}"
-    return replace(
-        result, error=error if result.crashed else result.error, extra={**result.extra, "writes_outside": text}
-    )
+    return replace(result, error=error, extra={**result.extra, "writes_outside": text})
 
 
 def check_outside(result):
