@@ -84,23 +84,41 @@ def _namespaces() -> None:
 def _layers(plan: dict) -> None:
     """The overlays, then the trial dirs bound back on top (open_tree would do
     without the O_PATH descriptors; these work on every kernel with
-    unprivileged overlayfs, 5.11+)."""
-    scratch = plan["scratch"]
-    keep = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in plan["writable"]]
+    unprivileged overlayfs, 5.11+). `host`: where the real file system is
+    bound in a confined warm server (whose own view is overlaid): every
+    lower layer and every trial dir is taken from there, so a child sees
+    what a cold trial sees, not what the server wrote."""
+    host = plan.get("host")
+    hfd = os.open(host, os.O_PATH | os.O_DIRECTORY) if host else -1  # the path goes under the /tmp overlay
+
+    def real(path: str) -> str:
+        return f"/proc/self/fd/{hfd}{path}" if host else path
+
+    keep = [(path, os.open(real(path), os.O_PATH | os.O_DIRECTORY)) for path in plan["writable"]]
+    scratch = real(plan["scratch"])
     _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0700")
     sfd = os.open(scratch, os.O_PATH | os.O_DIRECTORY)
     for i in range(len(plan["overlay"])):  # all before the first overlay hides `scratch`
         for part in ("u", "w"):
             os.mkdir(os.path.join(scratch, f"{part}{i}"))
     for i, path in enumerate(plan["overlay"]):
-        opts = f"lowerdir={path},upperdir=/proc/self/fd/{sfd}/u{i},workdir=/proc/self/fd/{sfd}/w{i},userxattr"
+        opts = f"lowerdir={real(path)},upperdir=/proc/self/fd/{sfd}/u{i},workdir=/proc/self/fd/{sfd}/w{i},userxattr"
         _mount("overlay", path, "overlay", 0, opts)
     for path, fd in keep:
         _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND)
         os.close(fd)
     os.close(sfd)
+    if host:
+        libc().umount2(os.fsencode(host), 2)  # MNT_DETACH; hidden under an overlay already, mostly
+        os.close(hfd)
     if os.path.isdir("/dev/shm"):
         _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777")
+
+
+def real_path(spec: dict | None, path: str) -> str:
+    """`path` of the real file system, from a confined warm server's view."""
+    host = ((spec or {}).get("host") or "").rstrip("/")
+    return host + path if host and path else path
 
 
 def _exit_as(status: int) -> None:

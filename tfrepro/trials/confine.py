@@ -142,9 +142,9 @@ def _bwrap_path() -> str | None:
         return shutil.which("bwrap")
 
 
-def bwrap_argv(bwrap: str, overlay: Sequence[str], writable: Sequence[str | Path]) -> list[str]:
+def bwrap_argv(bwrap: str, overlay: Sequence[str], writable: Sequence[str | Path], pid: bool = True) -> list[str]:
     """bubblewrap's arguments for the plan (then `--` and the command)."""
-    argv = [bwrap, "--unshare-user", "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/"]
+    argv = [bwrap, "--unshare-user", *(["--unshare-pid"] if pid else []), "--die-with-parent", "--ro-bind", "/", "/"]
     for path in overlay:
         argv += ["--overlay-src", path, "--tmp-overlay", path]
     argv += ["--dev-bind", "/dev", "/dev", "--proc", "/proc", "--ro-bind", "/sys", "/sys"]
@@ -273,6 +273,22 @@ def wrap(cmd: Sequence[str], conf: Confinement, trial_dir: Path, also: Sequence[
     if conf.mode == "overlay" and conf.bwrap:
         return [*bwrap_argv(conf.bwrap, conf.overlay, writable_dirs(trial_dir, also)), "--", *cmd]
     return list(cmd)
+
+
+def server_argv(cmd: Sequence[str], sock_dir: Path) -> tuple[list[str], str | None]:
+    """A warm server's command, and where it sees the real file system. Under
+    the overlay the server runs in bubblewrap (no PID namespace: its pids are
+    the ones the parent kills), its own writes in a throwaway overlay, its
+    socket dir bound, and `/` bound at `sock_dir/host`: each child builds
+    its namespace from there (`inside/confine.py`), as a cold trial's. With
+    Landlock or none: as is (a Landlocked server would confine its children
+    to its own dirs)."""
+    conf = detect()
+    if conf.mode != "overlay" or not conf.bwrap:
+        return list(cmd), None
+    host = Path(sock_dir) / "host"
+    argv = bwrap_argv(conf.bwrap, conf.overlay, [sock_dir], pid=False)
+    return [*argv, "--bind", "/", str(host), "--", *cmd], str(host)
 
 
 def private_tmp(env: dict[str, str], trial_dir: Path) -> dict[str, str]:

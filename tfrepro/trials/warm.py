@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfrepro import inside
+from tfrepro.trials import confine
 
 WARM_SERVER = inside.INSIDE_DIR / "warm.py"
 BOOT = (
@@ -183,6 +184,7 @@ class WarmServer:
     max_threads: int = 0  # 0: as many as right after the preload
     proc: subprocess.Popen | None = None
     tmp: str | None = None
+    host: str | None = None  # where the real file system is, in a confined server's view
     pid: int | None = None
     dead: bool = False
     info: dict = field(default_factory=dict)
@@ -196,17 +198,13 @@ class WarmServer:
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         self.tmp = tempfile.mkdtemp(prefix="tfrepro-warm-")
         log = open(os.path.join(self.tmp, "server.log"), "wb")
+        cmd = [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload)]
+        # Under the overlay the server itself writes only into one of its own
+        # (an import that creates ~/.keras); its children see the real files.
+        argv, self.host = confine.server_argv([*cmd, str(self.max_threads)], Path(self.tmp))
         try:
             self.proc = subprocess.Popen(
-                [
-                    self.executable,
-                    "-c",
-                    BOOT,
-                    str(WARM_SERVER),
-                    self.sock_path,
-                    ",".join(self.preload),
-                    str(self.max_threads),
-                ],
+                argv,
                 cwd=self.tmp,
                 env=self.env,
                 stdin=subprocess.PIPE,
@@ -266,7 +264,7 @@ class WarmServer:
             raise WarmUnavailable("warm server is not running")
         job = {"argv": list(argv), "cwd": str(cwd), "env": dict(env), "stdout": str(stdout), "stderr": str(stderr)}
         if confine:
-            job["confine"] = dict(confine)
+            job["confine"] = {**confine, "host": self.host} if confine.get("mode") == "overlay" else dict(confine)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.settimeout(30)
