@@ -141,22 +141,22 @@ def test_overlay_run_warm_and_cold_and_bisect_touch_nothing_outside(world):
     warm = world.cli("run", "--json", "train.py")
     assert warm.returncode == 0, warm.stderr
     world.assert_untouched()
-    cold = world.cli("run", "--json", "--cold", "--no-cache", "train.py")
-    assert cold.returncode == 0, cold.stderr
-    world.assert_untouched()
-    w, c = json.loads(warm.stdout), json.loads(cold.stdout)
-    trials = [w["trials"][0], c["trials"][0]] if "trials" in w else [w, c]
-    assert trials[0]["process"] == "warm" and trials[1]["process"] == "cold"
-    assert trials[0]["losses"] == trials[1]["losses"]
-    # the script ran as it would: it read back its own write (in the overlay)
-    for t in trials:
-        out = Path(t["log_dir"], "stdout.log").read_text()
-        assert "read back: overwritten by the trial" in out
 
     bisect = world.cli("bisect", "--json", "train.py")
     assert bisect.returncode == 3, bisect.stdout + bisect.stderr  # healthy: as if it wrote inside
     assert json.loads(bisect.stdout)["status"] == "none"
     world.assert_untouched()
+
+    cold = world.cli("run", "--json", "--cold", "--no-cache", "train.py")
+    assert cold.returncode == 0, cold.stderr
+    world.assert_untouched()
+    w, c = json.loads(warm.stdout), json.loads(cold.stdout)
+    assert w["extra"]["process"] == "warm" and c["extra"]["process"] == "cold"
+    assert w["losses"] == c["losses"] and len(w["losses"]) == 4
+    # the script ran as it would: it read back its own write (in the overlay)
+    for t in (w, c):
+        out = Path(t["log_dir"], "stdout.log").read_text()
+        assert "read back: overwritten by the trial" in out
 
     check = world.cli("check", "train.py")
     assert "writes outside" not in check.stdout + check.stderr
@@ -336,3 +336,20 @@ def test_a_warm_child_is_confined_exactly_as_a_cold_trial(tmp_path, monkeypatch,
     else:  # Landlock: they fail
         assert seen["cold"]["write"] == "PermissionError:EACCES" and seen["cold"]["read_back"] == "mine"
     assert seen["cold"]["tmpdir_is_the_trials"] is True and seen["cold"]["cwd"] == 1
+
+
+def test_env_shows_the_active_confinement(monkeypatch):
+    from click.testing import CliRunner
+
+    from tfrepro.cli import main
+    from tfrepro.report import environment
+
+    monkeypatch.setattr(environment, "collect", lambda **kw: {"python": "3.11.7", "devices": [], "gpus": []})
+    monkeypatch.setenv(confine.ENV, "none")
+    r = CliRunner().invoke(main, ["env"])
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[-1] == f"confinement: none ({confine.ENV}=none)"
+    doc = json.loads(CliRunner().invoke(main, ["env", "--json"]).output)
+    assert doc["confinement"]["mode"] == "none"
+    monkeypatch.setenv(confine.ENV, "bogus")
+    assert CliRunner().invoke(main, ["env"]).exit_code == 2

@@ -402,9 +402,16 @@ class Server:
 
 
 def serve(argv: list[str]) -> None:
-    """Entry point: argv = [socket path, comma-separated preload, max threads or 0 (= as after preload)]."""
+    """Entry point: argv = [socket path, comma-separated preload, max threads or 0 (= as after preload),
+    and, under Landlock, the JSON spec the server confines itself with]."""
     sock_path, names, max_threads = argv[0], [n for n in argv[1].split(",") if n], int(argv[2])
     try:
+        if len(argv) > 3:  # Landlock: the server too writes only in its own dir and the trials dir
+            spec = json.loads(argv[3])
+            _confine_module().enter_landlock(spec["writable"])
+            tmp = os.path.join(spec["writable"][0], "tmp")
+            os.makedirs(tmp, exist_ok=True)
+            os.environ["TMPDIR"] = tmp  # what an import caches (matplotlib) goes there
         preload(names)
         _confine_module()
         gc.collect()

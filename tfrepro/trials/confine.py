@@ -275,20 +275,35 @@ def wrap(cmd: Sequence[str], conf: Confinement, trial_dir: Path, also: Sequence[
     return list(cmd)
 
 
-def server_argv(cmd: Sequence[str], sock_dir: Path) -> tuple[list[str], str | None]:
-    """A warm server's command, and where it sees the real file system. Under
-    the overlay the server runs in bubblewrap (no PID namespace: its pids are
-    the ones the parent kills), its own writes in a throwaway overlay, its
-    socket dir bound, and `/` bound at `sock_dir/host`: each child builds
-    its namespace from there (`inside/confine.py`), as a cold trial's. With
-    Landlock or none: as is (a Landlocked server would confine its children
-    to its own dirs)."""
+def server_argv(cmd: Sequence[str], sock_dir: Path, root: Path | None = None) -> tuple[list[str], str | None]:
+    """A warm server's command, and where it sees the real file system.
+
+    Overlay: the server runs in bubblewrap (no PID namespace: its pids are
+    the ones the parent kills), its own writes (an import creating ~/.keras)
+    in a throwaway overlay, its socket dir bound, and `/` bound at
+    `sock_dir/host`: each child builds its namespace from there
+    (`inside/confine.py`), as a cold trial's. Landlock: the server confines
+    itself to its socket dir and the trials dir `root` (a Landlock domain
+    only narrows in its children, so theirs must lie inside it). None: as is."""
     conf = detect()
-    if conf.mode != "overlay" or not conf.bwrap:
-        return list(cmd), None
-    host = Path(sock_dir) / "host"
-    argv = bwrap_argv(conf.bwrap, conf.overlay, [sock_dir], pid=False)
-    return [*argv, "--bind", "/", str(host), "--", *cmd], str(host)
+    if conf.mode == "overlay" and conf.bwrap:
+        host = Path(sock_dir) / "host"
+        argv = bwrap_argv(conf.bwrap, conf.overlay, [sock_dir], pid=False)
+        return [*argv, "--bind", "/", str(host), "--", *cmd], str(host)
+    if conf.mode == "landlock" and root is not None:
+        spec = {"mode": "landlock", "writable": writable_dirs(sock_dir, [root])}
+        return [*cmd, json.dumps(spec)], None
+    return list(cmd), None
+
+
+def server_allows(conf: Confinement, root: Path | None, spec: dict) -> bool:
+    """Whether a child of a server started for trials dir `root` can be given `spec`."""
+    if conf.mode != "landlock":
+        return True
+    if root is None:
+        return False
+    allowed = [Path(p) for p in writable_dirs(root)]
+    return all(any(Path(p) == a or a in Path(p).parents for a in allowed) for p in spec["writable"])
 
 
 def private_tmp(env: dict[str, str], trial_dir: Path) -> dict[str, str]:

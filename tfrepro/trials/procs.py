@@ -62,10 +62,13 @@ def run_warm(
         return None
     start = time.perf_counter()
     try:
-        server = pool.server(cmd[0], env)
+        conf = confine.require()
+        server = pool.server(cmd[0], env, root=stdout.parent.parent)
         if server.shadowed_by((cwd / argv[0]).parent) is not None:
             return None
-        spec = confine.spec_for(confine.require(), stdout.parent, also=[cwd])
+        spec = confine.spec_for(conf, stdout.parent, also=[cwd])
+        if not confine.server_allows(conf, server.root, spec):
+            return None  # a Landlocked server confines its children to its own dirs: this one runs cold
         trial_env = confine.private_tmp(env, stdout.parent)
         child = server.submit(argv, cwd, trial_env, stdout, stderr, confine=spec)
     except warm.WarmUnavailable:

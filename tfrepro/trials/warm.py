@@ -185,6 +185,7 @@ class WarmServer:
     proc: subprocess.Popen | None = None
     tmp: str | None = None
     host: str | None = None  # where the real file system is, in a confined server's view
+    root: Path | None = None  # Landlock: the trials dir its children write under (the server may too)
     pid: int | None = None
     dead: bool = False
     info: dict = field(default_factory=dict)
@@ -201,7 +202,7 @@ class WarmServer:
         cmd = [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload)]
         # Under the overlay the server itself writes only into one of its own
         # (an import that creates ~/.keras); its children see the real files.
-        argv, self.host = confine.server_argv([*cmd, str(self.max_threads)], Path(self.tmp))
+        argv, self.host = confine.server_argv([*cmd, str(self.max_threads)], Path(self.tmp), self.root)
         try:
             self.proc = subprocess.Popen(
                 argv,
@@ -347,7 +348,7 @@ class WarmPool:
             return "sets an import-time variable itself"
         return None
 
-    def server(self, executable: str, env: Mapping[str, str]) -> WarmServer:
+    def server(self, executable: str, env: Mapping[str, str], root: Path | None = None) -> WarmServer:
         """The live server for this environment, started if need be."""
         if self.closed:
             raise WarmUnavailable("warm pool closed")
@@ -365,6 +366,7 @@ class WarmPool:
             server = WarmServer(
                 executable, {k: v for k, v in env.items() if k not in PER_TRIAL}, self.preload, self.max_threads
             )
+            server.root = root
             self._evict_idle()
             try:
                 server.start()
