@@ -96,6 +96,13 @@ def all_gone(ns_pids, d: Path, within: float = 5.0) -> bool:
 # -- the same world, warm and cold ------------------------------------------------------
 
 
+def private_tmps(tmp_path: Path, cold: dict, warm: dict) -> None:
+    """Each trial's private TMPDIR lies in its own trial dir (then out of the comparison)."""
+    for world, how in ((cold, "cold"), (warm, "warm")):
+        tmps = {world["env"].pop(k) for k in ("TMPDIR", "TMP", "TEMP")}
+        assert tmps == {str(tmp_path / f"trial-{how}" / "tmp")}
+
+
 def test_warm_child_sees_what_a_cold_interpreter_sees(tmp_path, pool):
     d = script_dir(tmp_path, WORLD)
     cold, cold_out, _ = run(d, tmp_path, pool, cold=True, args=("--flag", "x y"), env={"MY_VAR": "1"})
@@ -106,6 +113,7 @@ def test_warm_child_sees_what_a_cold_interpreter_sees(tmp_path, pool):
     assert b["cwd"] == str(d) and b["path"][0] == str(d)
     assert b["env"]["MY_VAR"] == "1" and "TFREPRO_TRIAL_CONFIG" not in b["env"]
     assert b["name"] == "__main__" and b["file"] == b["main"] == str(d / "s.py")
+    private_tmps(tmp_path, a, b)
     assert a == b  # environment, sys.path, argv, cwd, stdin (empty): all of it
     assert cold.losses == hot.losses == (0.5,)
 
@@ -122,6 +130,7 @@ def test_a_relative_pythonpath_entry_is_the_trials_cwd_not_the_servers(tmp_path,
     hot, hot_out, hot_err = run(d, tmp_path, pool, cold=False, env=env)
     assert hot.extra["process"] == "warm" and not hot.crashed, hot_err
     a, b = json.loads(cold_out.splitlines()[0]), json.loads(hot_out.splitlines()[0])
+    private_tmps(tmp_path, a, b)
     assert str(d / "src") in b["path"] and a == b
 
 

@@ -133,8 +133,8 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     real = _confine_module().real_path if spec else (lambda _spec, path: path)
     _redirect(real(spec, job.get("stdout")), 1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     _redirect(real(spec, job.get("stderr")), 2, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    server_cwd = os.getcwd()  # before the namespace: the server's dir may be hidden in it
     _confine(spec)
-    server_cwd = os.getcwd()
     os.chdir(job["cwd"])
     os.environ.clear()
     os.environ.update(job["env"])

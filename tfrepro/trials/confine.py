@@ -306,11 +306,12 @@ def server_allows(conf: Confinement, root: Path | None, spec: dict) -> bool:
     return all(any(Path(p) == a or a in Path(p).parents for a in allowed) for p in spec["writable"])
 
 
-def private_tmp(env: dict[str, str], trial_dir: Path) -> dict[str, str]:
-    """The trial's own TMPDIR, inside its dir."""
+def trial_env(env: dict[str, str], trial_dir: Path, cwd: Path) -> dict[str, str]:
+    """The trial's own TMPDIR, inside its dir, and PWD its cwd (bubblewrap sets
+    PWD: every trial, warm or cold, gets the same)."""
     tmp = Path(trial_dir) / "tmp"
     tmp.mkdir(exist_ok=True)
-    return {**env, "TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp)}
+    return {**env, "TMPDIR": str(tmp), "TMP": str(tmp), "TEMP": str(tmp), "PWD": str(cwd)}
 
 
 # -- a write outside the trial dir (Landlock: it failed) -------------------------------

@@ -69,7 +69,7 @@ def run_warm(
         spec = confine.spec_for(conf, stdout.parent, also=[cwd])
         if not confine.server_allows(conf, server.root, spec):
             return None  # a Landlocked server confines its children to its own dirs: this one runs cold
-        trial_env = confine.private_tmp(env, stdout.parent)
+        trial_env = confine.trial_env(env, stdout.parent, cwd)
         child = server.submit(argv, cwd, trial_env, stdout, stderr, confine=spec)
     except warm.WarmUnavailable:
         return None
@@ -109,7 +109,7 @@ def run_cold(
     status_path = trial_dir / "exit.status"
     status_path.unlink(missing_ok=True)
     argv = confined(cmd, trial_dir, status=status_path, also=[cwd])
-    env = confine.private_tmp(env, trial_dir)
+    env = confine.trial_env(env, trial_dir, cwd)
     start = time.perf_counter()
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         try:
