@@ -68,11 +68,13 @@ def main() -> None:
     for mode in MODES:  # detection once per mode, outside the timings
         os.environ[confine.ENV] = mode
         print(f"{mode}: {confine.detect().describe()}")
-    pool = warm.WarmPool() if args.tf else warm.WarmPool(preload=(), only_tf_scripts=False)
+    # one server per mode (TFREPRO_CONFINE is in the server key): all three stay alive
+    pool = warm.WarmPool(max_servers=3) if args.tf else warm.WarmPool(preload=(), only_tf_scripts=False, max_servers=3)
     script = TF if args.tf else PLAIN
     walls: dict[str, list[float]] = {m: [] for m in MODES}
     with tempfile.TemporaryDirectory(prefix="tfrepro-confine-bench-") as tmp:
-        one(script, "none", pool, args.cold, Path(tmp), -1)  # the server's start, left out
+        for mode in MODES:  # each server's start, left out
+            one(script, mode, pool, args.cold, Path(tmp), -1 - MODES.index(mode))
         for i in range(args.pairs):
             for mode in MODES:
                 wall, how = one(script, mode, pool, args.cold, Path(tmp), i)
