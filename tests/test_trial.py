@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from nspids import host_pids
 
 from tfrepro.cli import main
 from tfrepro.project import Project
@@ -152,8 +153,11 @@ def test_a_hang_is_killed_at_its_timeout_with_its_grandchild(tmp_path):
     assert r.timed_out and not r.crashed and r.exit_code is None
     # the steps seen before the hang are kept
     assert r.losses == (0.5,) and r.steps_run == 1 and r.error == "timed out after 1 s (last step seen: 1)"
-    pid = int((Path(r.log_dir) / "variant" / "grandchild.pid").read_text())
-    assert _gone(pid)
+    pid = int((Path(r.log_dir) / "variant" / "grandchild.pid").read_text())  # in its PID namespace
+    deadline = time.monotonic() + 5
+    while host_pids([pid], Path(r.log_dir)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert host_pids([pid], Path(r.log_dir)) == []
     # a timeout is a result: cached
     assert run_trial(p, [], p.manifest.trial).cached
 
