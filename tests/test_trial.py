@@ -182,9 +182,11 @@ def test_an_interrupted_trial_kills_its_tree_and_is_not_cached(tmp_path):
     assert _gone(int((trial_dir / "variant" / "grandchild.pid").read_text()))
 
 
-def test_the_same_trial_asked_twice_runs_once_unless_no_cache(tmp_path):
+def test_the_same_trial_asked_twice_runs_once_unless_no_cache(tmp_path, monkeypatch):
     p = make_project(tmp_path / "p")
-    counter = tmp_path / "counter"
+    (tmp_path / "count").mkdir()
+    monkeypatch.setenv("TFREPRO_CONFINE_WRITABLE", str(tmp_path / "count"))  # the trials write it for real
+    counter = tmp_path / "count" / "counter"
     env = {"COUNTER": str(counter)}
     first = run_trial(p, [], settings_of(p), env=env)
     second = run_trial(p, [], settings_of(p), env=env, label="again")
