@@ -145,6 +145,15 @@ def hang_project(tmp_path: Path, timeout: float = 1.0) -> Project:
     return Project.load(tmp_path / "hang")
 
 
+def _gone_ns(pid: int, under: Path, within: float = 5.0) -> bool:
+    """A pid the trial wrote down (in its own PID namespace, under overlay
+    confinement) names no live process of it any more."""
+    deadline = time.monotonic() + within
+    while host_pids([pid], under) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return host_pids([pid], under) == []
+
+
 def test_a_hang_is_killed_at_its_timeout_with_its_grandchild(tmp_path):
     p = hang_project(tmp_path)
     t0 = time.monotonic()
@@ -179,7 +188,7 @@ def test_an_interrupted_trial_kills_its_tree_and_is_not_cached(tmp_path):
         signal.signal(signal.SIGALRM, old)
     assert not list((p.state_dir / "cache").glob("*.json"))
     (trial_dir,) = (p.state_dir / "trials").iterdir()
-    assert _gone(int((trial_dir / "variant" / "grandchild.pid").read_text()))
+    assert _gone_ns(int((trial_dir / "variant" / "grandchild.pid").read_text()), trial_dir)
 
 
 def test_the_same_trial_asked_twice_runs_once_unless_no_cache(tmp_path, monkeypatch):
@@ -369,7 +378,7 @@ def test_a_trial_whose_tfrepro_parent_is_killed_dies_with_it(tmp_path):
     grandchild = int(pid_files[0].read_text())
     parent.kill()
     parent.wait()
-    assert _gone(grandchild, within=10)
+    assert _gone_ns(grandchild, p.state_dir, within=10)
 
 
 def test_the_state_dir_is_invisible_to_git(tmp_path):
