@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from nspids import host_pids
 
 from tfrepro.cli import main
 from tfrepro.errors import UserError
@@ -373,16 +374,18 @@ def test_localize_timeout_kills_the_probes_children_and_removes_its_temp_dir(tmp
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))
-    pid_file = tmp_path / "grandchild.pid"
+    pid_file = tmp_path / "pids" / "grandchild.pid"
+    pid_file.parent.mkdir()
+    monkeypatch.setenv("TFREPRO_CONFINE_WRITABLE", str(pid_file.parent))  # the probe is confined to its dir
 
     loc = localize({"repro.py": SPAWNER.format(pid_file=str(pid_file))}, timeout_s=20)
 
     assert "timed out" in loc.note
-    pid = int(pid_file.read_text())
+    pid = int(pid_file.read_text())  # in the probe's own PID namespace, where it has one
     deadline = time.time() + 5
-    while _alive(pid) and time.time() < deadline:
+    while host_pids([pid], scratch) and time.time() < deadline:
         time.sleep(0.1)
-    assert not _alive(pid), "the probe's child outlived the timeout"
+    assert host_pids([pid], scratch) == [], "the probe's child outlived the timeout"
     assert list(scratch.iterdir()) == []
 
 

@@ -17,6 +17,8 @@ import time
 import uuid
 from pathlib import Path
 
+from nspids import host_pids
+
 REPO = Path(__file__).resolve().parents[1]
 
 SLEEPER = """\
@@ -77,7 +79,7 @@ def _setup(tmp_path: Path) -> tuple[Path, Path, dict]:
     d = tmp_path / "variant"
     d.mkdir()
     (d / "s.py").write_text(SLEEPER)
-    pids = tmp_path / "pids"
+    pids = d / "pids"  # in the trial's cwd: a confined trial writes only there
     pids.mkdir()
     env = {**os.environ, "PYTHONPATH": str(REPO), "PIDS": str(pids)}
     return d, pids, env
@@ -94,7 +96,7 @@ def _kill_helper_mid_trial(tmp_path: Path, how: str) -> list[int]:
     )
     try:
         assert _wait_for(lambda: any(pids.iterdir()), 60), helper.communicate(timeout=5)
-        trial_pids = [int(x) for f in pids.iterdir() for x in f.read_text().split()]
+        trial_pids = host_pids([int(x) for f in pids.iterdir() for x in f.read_text().split()], d)
         assert all(_alive(p) for p in trial_pids)
         os.kill(helper.pid, signal.SIGKILL)
         helper.wait()
@@ -148,7 +150,8 @@ SLOW = False
 # tfrepro: feature other -- nothing
 # OTHER = 1
 # tfrepro: end
-with open(os.path.join(os.environ["PIDS"], str(os.getpid())), "w") as f:
+# pids repeat across trials in their own PID namespaces: a unique name
+with open(os.path.join(os.environ["PIDS"], f"{os.getpid()}-{os.urandom(4).hex()}"), "w") as f:
     f.write(str(os.getpid()))
 if SLOW:
     time.sleep(600)  # until killed: only Ctrl-C ends it (within the test's 30 s)
@@ -166,7 +169,8 @@ def test_ctrl_c_with_jobs_2_stops_running_trials_at_once_and_keeps_finished_ones
     (root / "tfrepro.toml").write_text("[trial]\nsteps = 5\ntimeout_s = 120\n")
     pids = tmp_path / "pids"
     pids.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PIDS": str(pids)}
+    # the trials (confined to their dirs) write their pids here for real
+    env = {**os.environ, "PYTHONPATH": str(REPO), "PIDS": str(pids), "TFREPRO_CONFINE_WRITABLE": str(pids)}
     helper = subprocess.Popen(
         [sys.executable, "-c", BATCH, str(root)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -175,7 +179,7 @@ def test_ctrl_c_with_jobs_2_stops_running_trials_at_once_and_keeps_finished_ones
         cache = root / ".tfrepro" / "cache"
         started = _wait_for(lambda: len(list(pids.iterdir())) >= 3 and any(cache.glob("*.json")), 60)
         assert started, helper.communicate(timeout=5)
-        running = [int(f.read_text()) for f in pids.iterdir() if _alive(int(f.read_text()))]
+        running = host_pids([int(f.read_text()) for f in pids.iterdir()], root / ".tfrepro")
         assert len(running) == 2
         helper.send_signal(signal.SIGINT)
         try:
@@ -195,10 +199,10 @@ def test_ctrl_c_with_jobs_2_stops_running_trials_at_once_and_keeps_finished_ones
     assert len(list(cache.glob("*.json"))) == 1  # the finished trial, not the killed ones
 
     # resume: the finished trial comes from the cache
-    os.environ["PIDS"] = str(pids)
+    os.environ["PIDS"] = os.environ["TFREPRO_CONFINE_WRITABLE"] = str(pids)  # as the first run had them
     try:
         p = Project.load(root)
         (fast,) = LocalExecutor(1).run_batch(p, [TrialRequest((), p.manifest.trial)])
     finally:
-        del os.environ["PIDS"]
+        del os.environ["PIDS"], os.environ["TFREPRO_CONFINE_WRITABLE"]
     assert fast.cached and fast.losses == (1.0,)

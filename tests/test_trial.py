@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from nspids import host_pids
 
 from tfrepro.cli import main
 from tfrepro.project import Project
@@ -144,6 +145,15 @@ def hang_project(tmp_path: Path, timeout: float = 1.0) -> Project:
     return Project.load(tmp_path / "hang")
 
 
+def _gone_ns(pid: int, under: Path, within: float = 5.0) -> bool:
+    """A pid the trial wrote down (in its own PID namespace, under overlay
+    confinement) names no live process of it any more."""
+    deadline = time.monotonic() + within
+    while host_pids([pid], under) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return host_pids([pid], under) == []
+
+
 def test_a_hang_is_killed_at_its_timeout_with_its_grandchild(tmp_path, monkeypatch):
     monkeypatch.setenv("TFREPRO_KEEP_VARIANTS", "1")  # the trial's copy holds the grandchild's pid
     p = hang_project(tmp_path)
@@ -151,8 +161,11 @@ def test_a_hang_is_killed_at_its_timeout_with_its_grandchild(tmp_path, monkeypat
     assert r.timed_out and not r.crashed and r.exit_code is None
     # the steps seen before the hang are kept
     assert r.losses == (0.5,) and r.steps_run == 1 and r.error == "timed out after 1 s (last step seen: 1)"
-    pid = int((Path(r.log_dir) / "variant" / "grandchild.pid").read_text())
-    assert _gone(pid)
+    pid = int((Path(r.log_dir) / "variant" / "grandchild.pid").read_text())  # in its PID namespace
+    deadline = time.monotonic() + 5
+    while host_pids([pid], Path(r.log_dir)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert host_pids([pid], Path(r.log_dir)) == []
     # a timeout is a result: cached
     assert run_trial(p, [], p.manifest.trial).cached
 
@@ -175,12 +188,14 @@ def test_an_interrupted_trial_kills_its_tree_and_is_not_cached(tmp_path, monkeyp
         signal.signal(signal.SIGALRM, old)
     assert not list((p.state_dir / "cache").glob("*.json"))
     (trial_dir,) = (p.state_dir / "trials").iterdir()
-    assert _gone(int((trial_dir / "variant" / "grandchild.pid").read_text()))
+    assert _gone_ns(int((trial_dir / "variant" / "grandchild.pid").read_text()), trial_dir)
 
 
-def test_the_same_trial_asked_twice_runs_once_unless_no_cache(tmp_path):
+def test_the_same_trial_asked_twice_runs_once_unless_no_cache(tmp_path, monkeypatch):
     p = make_project(tmp_path / "p")
-    counter = tmp_path / "counter"
+    (tmp_path / "count").mkdir()
+    monkeypatch.setenv("TFREPRO_CONFINE_WRITABLE", str(tmp_path / "count"))  # the trials write it for real
+    counter = tmp_path / "count" / "counter"
     env = {"COUNTER": str(counter)}
     first = run_trial(p, [], settings_of(p), env=env)
     second = run_trial(p, [], settings_of(p), env=env, label="again")
@@ -363,7 +378,7 @@ def test_a_trial_whose_tfrepro_parent_is_killed_dies_with_it(tmp_path):
     grandchild = int(written)
     parent.kill()
     parent.wait()
-    assert _gone(grandchild, within=10)
+    assert _gone_ns(grandchild, p.state_dir, within=10)
 
 
 def test_the_state_dir_is_invisible_to_git(tmp_path):

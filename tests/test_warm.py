@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from nspids import host_pids
 
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import procs, warm
@@ -83,7 +84,23 @@ def gone(pid: int, within: float = 5.0) -> bool:
     return False
 
 
+def all_gone(ns_pids, d: Path, within: float = 5.0) -> bool:
+    """No process left of those the trial wrote down (pids of its own PID namespace)."""
+    ns_pids = list(ns_pids)
+    deadline = time.monotonic() + within
+    while host_pids(ns_pids, d) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return host_pids(ns_pids, d) == []
+
+
 # -- the same world, warm and cold ------------------------------------------------------
+
+
+def private_tmps(tmp_path: Path, cold: dict, warm: dict) -> None:
+    """Each trial's private TMPDIR lies in its own trial dir (then out of the comparison)."""
+    for world, how in ((cold, "cold"), (warm, "warm")):
+        tmps = {world["env"].pop(k) for k in ("TMPDIR", "TMP", "TEMP")}
+        assert tmps == {str(tmp_path / f"trial-{how}" / "tmp")}
 
 
 def test_warm_child_sees_what_a_cold_interpreter_sees(tmp_path, pool):
@@ -96,6 +113,7 @@ def test_warm_child_sees_what_a_cold_interpreter_sees(tmp_path, pool):
     assert b["cwd"] == str(d) and b["path"][0] == str(d)
     assert b["env"]["MY_VAR"] == "1" and "TFREPRO_TRIAL_CONFIG" not in b["env"]
     assert b["name"] == "__main__" and b["file"] == b["main"] == str(d / "s.py")
+    private_tmps(tmp_path, a, b)
     assert a == b  # environment, sys.path, argv, cwd, stdin (empty): all of it
     assert cold.losses == hot.losses == (0.5,)
 
@@ -112,6 +130,7 @@ def test_a_relative_pythonpath_entry_is_the_trials_cwd_not_the_servers(tmp_path,
     hot, hot_out, hot_err = run(d, tmp_path, pool, cold=False, env=env)
     assert hot.extra["process"] == "warm" and not hot.crashed, hot_err
     a, b = json.loads(cold_out.splitlines()[0]), json.loads(hot_out.splitlines()[0])
+    private_tmps(tmp_path, a, b)
     assert str(d / "src") in b["path"] and a == b
 
 
@@ -168,8 +187,7 @@ def test_a_timeout_kills_the_childs_whole_group(tmp_path, pool):
     result, _, _ = run(d, tmp_path, pool, cold=False, timeout=2.0)
     assert result.timed_out and result.extra["process"] == "warm"
     assert result.losses == (1.0,)  # what the timed-out trial got through is kept
-    for pid in map(int, (d / "pids").read_text().split()):
-        assert gone(pid)
+    assert all_gone(map(int, (d / "pids").read_text().split()), d)
 
 
 def stop_once_started(thread: threading.Thread, started: Path, within: float = 30.0) -> int:
@@ -200,8 +218,7 @@ def test_stop_trials_kills_a_running_warm_trial_which_raises(tmp_path, pool):
     assert stop_once_started(t, d / "pids") == 1
     t.join()  # unstopped, the trial would end at its 60 s timeout with a result, not raise
     assert len(raised) == 1 and isinstance(raised[0], TrialStopped)
-    for pid in map(int, (d / "pids").read_text().split()):
-        assert gone(pid)
+    assert all_gone(map(int, (d / "pids").read_text().split()), d)
 
 
 def test_a_dead_server_is_replaced_and_the_trial_still_runs(tmp_path):

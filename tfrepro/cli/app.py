@@ -194,7 +194,7 @@ def _set_cold(ctx: click.Context, param: click.Parameter, value: bool) -> None:
         force_cold()
 
 
-cold_option = click.option(
+_cold_flag = click.option(
     "--cold",
     is_flag=True,
     expose_value=False,
@@ -210,6 +210,28 @@ replicas_option = click.option(
     help="Split one device into N logical ones before the script's first op, so MirroredStrategy "
     "sees N replicas (default: [trial] replicas; N real GPUs are used as they are).",
 )
+
+
+def _set_unconfined(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        from tfrepro.trials.confine import allow_unconfined
+
+        allow_unconfined()
+
+
+_unconfined_flag = click.option(
+    "--unconfined",
+    is_flag=True,
+    expose_value=False,
+    callback=_set_unconfined,
+    help="Run trials even where no kernel confinement (bubblewrap overlay, Landlock) works: "
+    "a trial can then write anywhere you can.",
+)
+
+
+def cold_option(f):
+    """--cold and --unconfined: how every command that runs trials starts them."""
+    return _cold_flag(_unconfined_flag(f))
 
 
 def select_options(f):

@@ -21,6 +21,10 @@ def env_cmd(as_json: bool, python: str | None) -> None:
     TensorFlow is imported in a child process only, as a trial would see it.
     """
     from tfrepro.report.envreport import collect_env, env_lines
+    from tfrepro.trials.confine import detect
 
     doc = collect_env(python)
-    click.echo(json.dumps(doc, indent=2) if as_json else "\n".join(env_lines(doc)))
+    conf = detect()
+    doc["confinement"] = {"mode": conf.mode, "detail": conf.describe()}
+    lines = [*env_lines(doc), f"confinement: {conf.describe()}"]
+    click.echo(json.dumps(doc, indent=2) if as_json else "\n".join(lines))

@@ -520,6 +520,29 @@ def _watch_parent() -> None:
     threading.Thread(target=watch, name="tfrepro-parent-watch", daemon=True).start()
 
 
+def _watch_writes(spec: dict | None) -> None:
+    """Landlock: name the first write outside the trial dir (confine.py's Watch)."""
+    if not spec or spec.get("mode") != "landlock":
+        return
+    module = sys.modules.get("_tfrepro_confine")
+    if module is None:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
+        loader = importlib.util.spec_from_file_location("_tfrepro_confine", path)
+        module = importlib.util.module_from_spec(loader)
+        sys.modules[loader.name] = module
+        loader.loader.exec_module(module)
+    w = module.watch(spec, os.getcwd())
+    orig = sys.excepthook
+
+    def hook(tp, value, tb):
+        w.exception(value)
+        orig(tp, value, tb)
+
+    sys.excepthook = hook
+
+
 def activate(config_path: str) -> None:
     """Install everything; called once, from sitecustomize, before the script."""
     global S
@@ -535,6 +558,7 @@ def activate(config_path: str) -> None:
         _watch_parent()
     _memory_start()
     sys.excepthook = _excepthook(sys.excepthook)
+    _watch_writes(S.config.get("confine"))
     atexit.register(finish)
     tap = _sibling("stdout")  # custom loops: `step=N loss=X` lines (harness_stdout.py)
     tap.bind(sys.modules[__name__])

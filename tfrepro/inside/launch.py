@@ -10,6 +10,13 @@ otherwise outlive a SIGKILLed tfrepro. Two watches: PR_SET_PDEATHSIG
 
 `-I -S`: no site, no sitecustomize, no PYTHON* variables: the harness
 activates in CMD's first Python, never here.
+
+Options before CMD: `--confine=JSON` applies `confine.py`'s spec to itself
+before starting CMD (Landlock; under bubblewrap the overlay is set up
+already) and makes it the subreaper of CMD's tree, whose leftovers it kills
+when CMD ends; `--status=PATH` writes CMD's raw wait status there (bubblewrap
+turns a signal death into an exit code); PARENT_PID 0: no parent watch (in
+bubblewrap's PID namespace, which dies with tfrepro).
 """
 
 import os
@@ -35,8 +42,31 @@ def _watch(parent: int) -> None:
             _bail()
 
 
+def _confine(spec: str):
+    import importlib.util
+    import json
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
+    loader = importlib.util.spec_from_file_location("_tfrepro_confine", path)
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    try:
+        module.enter(json.loads(spec))
+    except OSError as e:
+        sys.stderr.write(f"{module.MARK}{e}\n")
+        sys.stderr.flush()
+        os._exit(module.CANNOT_CONFINE)
+    module.subreaper()
+    return module
+
+
 def main(argv: list) -> None:
     parent, cmd = int(argv[0]), argv[1:]
+    opts = {}
+    while cmd and cmd[0].startswith(("--confine=", "--status=")):
+        key, _, value = cmd.pop(0).partition("=")
+        opts[key] = value
+    confine = _confine(opts["--confine"]) if "--confine" in opts else None
     signal.signal(signal.SIGTERM, _bail)
     try:
         import ctypes
@@ -44,9 +74,10 @@ def main(argv: list) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except Exception:
         pass
-    if os.getppid() != parent:
+    if parent and os.getppid() != parent:
         _bail()
-    threading.Thread(target=_watch, args=(parent,), daemon=True).start()
+    if parent:
+        threading.Thread(target=_watch, args=(parent,), daemon=True).start()
     try:
         pid = os.posix_spawnp(cmd[0], cmd, os.environ)
     except OSError as e:
@@ -54,6 +85,11 @@ def main(argv: list) -> None:
         sys.stderr.flush()
         os._exit(CANNOT_START)
     _, status = os.waitpid(pid, 0)
+    if confine is not None:
+        confine.sweep_children()
+    if "--status" in opts:
+        with open(opts["--status"], "w") as f:
+            f.write(str(status))
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         try:

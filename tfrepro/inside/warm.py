@@ -129,9 +129,12 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _redirect(None, 0, os.O_RDONLY)
-    _redirect(job.get("stdout"), 1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    _redirect(job.get("stderr"), 2, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    server_cwd = os.getcwd()
+    spec = job.get("confine")
+    real = _confine_module().real_path if spec else (lambda _spec, path: path)
+    _redirect(real(spec, job.get("stdout")), 1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    _redirect(real(spec, job.get("stderr")), 2, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    server_cwd = os.getcwd()  # before the namespace: the server's dir may be hidden in it
+    _confine(spec)
     os.chdir(job["cwd"])
     os.environ.clear()
     os.environ.update(job["env"])
@@ -145,6 +148,38 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
         np.random.seed()  # a cold interpreter seeds NumPy's global state from the OS
     _activate_harness()
     return script
+
+
+def _confine_module():
+    """`confine.py` next to this file (loaded by path, once, in the server)."""
+    module = sys.modules.get("_tfrepro_confine")
+    if module is None:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
+        spec = importlib.util.spec_from_file_location("_tfrepro_confine", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+def _confine(spec: dict | None) -> None:
+    """Confine the child before the user's code runs, as a cold trial is
+    (overlay: returns in PID 2 of a new namespace; the forked child waits
+    and exits as the trial does). A failure exits CANNOT_CONFINE with the
+    mark on stderr: the parent runs the trial cold."""
+    if not spec or spec.get("mode") in (None, "none"):
+        return
+    confine = _confine_module()
+    try:
+        confine.enter(spec)
+    except OSError as e:
+        sys.stderr.write(f"{confine.MARK}{e}\n")
+        sys.stderr.flush()
+        os._exit(confine.CANNOT_CONFINE)
+    if spec.get("mode") == "landlock":
+        confine.reaped()
 
 
 def _rebase(entries: list, old: str, new: str) -> list:
@@ -367,10 +402,18 @@ class Server:
 
 
 def serve(argv: list[str]) -> None:
-    """Entry point: argv = [socket path, comma-separated preload, max threads or 0 (= as after preload)]."""
+    """Entry point: argv = [socket path, comma-separated preload, max threads or 0 (= as after preload),
+    and, under Landlock, the JSON spec the server confines itself with]."""
     sock_path, names, max_threads = argv[0], [n for n in argv[1].split(",") if n], int(argv[2])
     try:
+        if len(argv) > 3:  # Landlock: the server too writes only in its own dir and the trials dir
+            spec = json.loads(argv[3])
+            _confine_module().enter_landlock(spec["writable"])
+            tmp = os.path.join(spec["writable"][0], "tmp")
+            os.makedirs(tmp, exist_ok=True)
+            os.environ["TMPDIR"] = tmp  # what an import caches (matplotlib) goes there
         preload(names)
+        _confine_module()
         gc.collect()
         if hasattr(gc, "freeze"):
             gc.freeze()  # the children do not copy pages for the collector's sake

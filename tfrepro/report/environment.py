@@ -30,6 +30,16 @@ def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def probe_command(cmd: list[str], tmp: Path) -> list[str]:
+    """The probe confined to `tmp` where a mechanism works; where none does
+    it runs as is (it is tfrepro's code, importing TensorFlow: `tfrepro env`
+    must still tell what is there, the missing confinement included)."""
+    from tfrepro.trials.confine import detect
+    from tfrepro.trials.procs import confined
+
+    return confined(cmd, tmp) if detect().mode != "none" else cmd
+
+
 def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path = PROBE) -> dict[str, Any]:
     """Facts about the TensorFlow installation `python` runs (see
     `inside/envprobe.py`; `inside/runtimeprobe.py` adds the runtime settings).
@@ -39,7 +49,14 @@ def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path 
         out = Path(tmp) / "env.json"
         cmd = [python, str(probe), str(out)]
         try:
-            proc = subprocess.run(cmd, cwd=tmp, env=child_env(), capture_output=True, text=True, timeout=timeout_s)
+            proc = subprocess.run(
+                probe_command(cmd, Path(tmp)),
+                cwd=tmp,
+                env=child_env(),
+                capture_output=True,
+                text=True,
+                timeout=timeout_s,
+            )
         except subprocess.TimeoutExpired:
             return {"probe_error": f"environment probe timed out after {timeout_s:.0f} s"}
         if not out.exists():

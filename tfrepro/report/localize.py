@@ -22,7 +22,7 @@ from typing import Any
 
 from tfrepro.inside import RUN_PROBE
 from tfrepro.report.environment import child_env
-from tfrepro.trials.procs import kill_tree
+from tfrepro.trials.procs import confined, kill_tree
 
 PROBE = RUN_PROBE
 
@@ -268,7 +268,7 @@ def _run_probe(cmd: list[str], root: Path, env: dict[str, str], timeout_s: float
     """(exit code, stderr) of the probe, or None when it timed out. Its whole
     process group is killed on the way out, finished or not."""
     proc = subprocess.Popen(
-        cmd,
+        confined(cmd, root.parent),  # the user's code: confined to the probe's dir, like a trial
         cwd=root,
         env=env,
         stdin=subprocess.DEVNULL,

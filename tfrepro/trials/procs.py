@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -29,7 +30,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tfrepro import inside
-from tfrepro.trials import warm
+from tfrepro.inside import confine as confine_inside
+from tfrepro.trials import confine, warm
 from tfrepro.trials.values import TrialResult
 
 # (return code, timed out, wall seconds, "warm" | "cold"), or a could-not-start result.
@@ -60,10 +62,15 @@ def run_warm(
         return None
     start = time.perf_counter()
     try:
-        server = pool.server(cmd[0], env)
+        conf = confine.require()
+        server = pool.server(cmd[0], env, root=stdout.parent.parent)
         if server.shadowed_by((cwd / argv[0]).parent) is not None:
             return None
-        child = server.submit(argv, cwd, env, stdout, stderr)
+        spec = confine.spec_for(conf, stdout.parent, also=[cwd])
+        if not confine.server_allows(conf, server.root, spec):
+            return None  # a Landlocked server confines its children to its own dirs: this one runs cold
+        trial_env = confine.trial_env(env, stdout.parent, cwd)
+        child = server.submit(argv, cwd, trial_env, stdout, stderr, confine=spec)
     except warm.WarmUnavailable:
         return None
     token = LIVE.add(child.pid)
@@ -87,18 +94,27 @@ def run_warm(
     finally:
         if LIVE.remove(token):
             raise TrialStopped()
+    if rc == confine_inside.CANNOT_CONFINE and _cannot_confine(stderr):
+        return None  # the warm child could not confine itself: the trial runs cold
     return rc, timed_out, time.perf_counter() - start, "warm"
 
 
 def run_cold(
     cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, stdout_path: Path, stderr_path: Path
 ) -> Outcome:
+    """The trial behind the launcher, confined (`trials/confine.py`) to its
+    trial dir, the dir of `stdout_path`."""
     timed_out = False
+    trial_dir = stdout_path.parent
+    status_path = trial_dir / "exit.status"
+    status_path.unlink(missing_ok=True)
+    argv = confined(cmd, trial_dir, status=status_path, also=[cwd])
+    env = confine.trial_env(env, trial_dir, cwd)
     start = time.perf_counter()
     with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
         try:
             proc = subprocess.Popen(
-                launcher(cmd),
+                argv,
                 cwd=cwd,
                 env=env,
                 stdin=subprocess.DEVNULL,
@@ -118,12 +134,43 @@ def run_cold(
             kill_tree(proc)
             if LIVE.remove(token):
                 raise TrialStopped()
-    return proc.returncode, timed_out, time.perf_counter() - start, "cold"
+    return _status(proc.returncode, status_path), timed_out, time.perf_counter() - start, "cold"
 
 
-def launcher(cmd: Sequence[str]) -> list[str]:
+def _status(rc: int | None, status_path: Path) -> int | None:
+    """The command's own return code (bubblewrap reports a signal as 128+N)."""
+    try:
+        return os.waitstatus_to_exitcode(int(status_path.read_text()))
+    except (OSError, ValueError):
+        return rc
+
+
+def _cannot_confine(stderr: Path) -> bool:
+    try:
+        with open(stderr, "rb") as f:
+            return confine_inside.MARK.encode() in f.read(4096)
+    except OSError:
+        return False
+
+
+def launcher(cmd: Sequence[str], options: Sequence[str] = (), parent: int | None = None) -> list[str]:
     """`cmd` behind inside/launch.py, which kills the trial's group when we die."""
-    return [sys.executable, "-I", "-S", str(inside.LAUNCH), str(os.getpid()), *cmd]
+    pid = os.getpid() if parent is None else parent
+    return [sys.executable, "-I", "-S", str(inside.LAUNCH), str(pid), *options, *cmd]
+
+
+def confined(cmd: Sequence[str], trial_dir: Path, status: Path | None = None, also: Sequence[Path] = ()) -> list[str]:
+    """`cmd` behind the launcher, confined to `trial_dir` (and `also`) by the
+    active mechanism (refused without one unless --unconfined,
+    `confine.require`): every process tfrepro starts for a user's code is
+    started with this."""
+    conf = confine.require()
+    options = [f"--status={status}"] if status is not None else []
+    if conf.mode == "overlay":
+        return confine.wrap(launcher(cmd, options, parent=0), conf, trial_dir, also)
+    if conf.mode == "landlock":
+        options.append("--confine=" + json.dumps(confine.spec_for(conf, trial_dir, also)))
+    return launcher(cmd, options)
 
 
 # -- stopping the running trials (Ctrl-C with --jobs > 1) -------------------------------

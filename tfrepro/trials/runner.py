@@ -45,7 +45,7 @@ from tfrepro import inside
 from tfrepro.dists import dist_version, tf_version
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
-from tfrepro.trials import warm
+from tfrepro.trials import confine, warm
 from tfrepro.trials.diskfull import disk_full
 from tfrepro.trials.memcheck import memory_lines
 from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
@@ -115,6 +115,7 @@ def trial_key(
         "env": keyed_env(env),
         "plugins": [[str(p), _file_digest(Path(p))] for p in plugins],
         "plugin_options": plugin_options or {},
+        "confine": confine.detect().mode,  # a write outside: in the overlay, failing, or real
     }
     text = json.dumps(payload, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()
@@ -183,7 +184,7 @@ def run_trial(
             result = replace(result, error=f"{result.error} (hint: {hint})")
         return replace(result, extra=extra)
 
-    return cached(state, key, enabled_t, label, use_cache, execute)
+    return confine.check_outside(cached(state, key, enabled_t, label, use_cache, execute))
 
 
 def cached(
@@ -293,6 +294,8 @@ def run_variant(
         "jit_auto": settings.jit_auto,
         "plugins": [str(Path(p).resolve()) for p in plugins],
         "plugin_options": dict(plugin_options or {}),
+        # the harness names a denied write (Landlock)
+        "confine": confine.spec_for(confine.detect(), trial_dir, also=[variant_dir]),
     }
     config_path.write_text(json.dumps(config, indent=1, default=str), encoding="utf-8")
     stdout_path, stderr_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
@@ -319,7 +322,7 @@ def run_variant(
         return replace(outcome, log_dir=str(trial_dir), tf_version=tf_fallback)
     rc, timed_out, wall, how = outcome
     result = _collect(rc, timed_out, wall, settings, result_path, stderr_path, trial_dir, tf_fallback=tf_fallback)
-    return replace(result, extra={**result.extra, "process": how})
+    return confine.note_outside(replace(result, extra={**result.extra, "process": how}), trial_dir)
 
 
 def _collect(

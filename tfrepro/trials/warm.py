@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfrepro import inside
+from tfrepro.trials import confine
 
 WARM_SERVER = inside.INSIDE_DIR / "warm.py"
 BOOT = (
@@ -183,6 +184,8 @@ class WarmServer:
     max_threads: int = 0  # 0: as many as right after the preload
     proc: subprocess.Popen | None = None
     tmp: str | None = None
+    host: str | None = None  # where the real file system is, in a confined server's view
+    root: Path | None = None  # Landlock: the trials dir its children write under (the server may too)
     pid: int | None = None
     dead: bool = False
     info: dict = field(default_factory=dict)
@@ -196,17 +199,13 @@ class WarmServer:
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         self.tmp = tempfile.mkdtemp(prefix="tfrepro-warm-")
         log = open(os.path.join(self.tmp, "server.log"), "wb")
+        cmd = [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload)]
+        # Under the overlay the server itself writes only into one of its own
+        # (an import that creates ~/.keras); its children see the real files.
+        argv, self.host = confine.server_argv([*cmd, str(self.max_threads)], Path(self.tmp), self.root)
         try:
             self.proc = subprocess.Popen(
-                [
-                    self.executable,
-                    "-c",
-                    BOOT,
-                    str(WARM_SERVER),
-                    self.sock_path,
-                    ",".join(self.preload),
-                    str(self.max_threads),
-                ],
+                argv,
                 cwd=self.tmp,
                 env=self.env,
                 stdin=subprocess.PIPE,
@@ -249,12 +248,24 @@ class WarmServer:
     def alive(self) -> bool:
         return not self.dead and self.proc is not None and self.proc.poll() is None
 
-    def submit(self, argv: Sequence[str], cwd: Path, env: Mapping[str, str], stdout: Path, stderr: Path) -> WarmChild:
-        """Fork one trial; raises WarmUnavailable when nothing was started."""
+    def submit(
+        self,
+        argv: Sequence[str],
+        cwd: Path,
+        env: Mapping[str, str],
+        stdout: Path,
+        stderr: Path,
+        confine: Mapping | None = None,
+    ) -> WarmChild:
+        """Fork one trial, confined by the child itself after the fork as
+        `confine` says (`trials/confine.spec_for`); raises WarmUnavailable
+        when nothing was started."""
         if not self.alive():
             self.dead = True
             raise WarmUnavailable("warm server is not running")
         job = {"argv": list(argv), "cwd": str(cwd), "env": dict(env), "stdout": str(stdout), "stderr": str(stderr)}
+        if confine:
+            job["confine"] = {**confine, "host": self.host} if confine.get("mode") == "overlay" else dict(confine)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             conn.settimeout(30)
@@ -337,7 +348,7 @@ class WarmPool:
             return "sets an import-time variable itself"
         return None
 
-    def server(self, executable: str, env: Mapping[str, str]) -> WarmServer:
+    def server(self, executable: str, env: Mapping[str, str], root: Path | None = None) -> WarmServer:
         """The live server for this environment, started if need be."""
         if self.closed:
             raise WarmUnavailable("warm pool closed")
@@ -355,6 +366,7 @@ class WarmPool:
             server = WarmServer(
                 executable, {k: v for k, v in env.items() if k not in PER_TRIAL}, self.preload, self.max_threads
             )
+            server.root = root
             self._evict_idle()
             try:
                 server.start()
