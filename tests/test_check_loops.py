@@ -3,7 +3,7 @@ fit, with the ranks the probes recorded. Pure: no TensorFlow."""
 
 from __future__ import annotations
 
-from tfrepro.check.checklist import Status
+from tfrepro.check.checklist import CheckStatus
 from tfrepro.check.loops import check_loop, facts_of
 from tfrepro.trials.values import TrialResult
 
@@ -41,31 +41,31 @@ def judged(result=None, layer="Dropout", training=", training=True", loss="loss_
 
 def test_a_correct_step_passes():
     item = judged(shapes([8], 2))
-    assert item.status is Status.PASS and item.number == 7
+    assert item.status is CheckStatus.PASS and item.number == 7
 
 
 def test_no_training_true_with_dropout_or_batchnorm_warns():
     for layer in ("Dropout", "BatchNormalization"):
         item = judged(layer=layer, training="")
-        assert item.status is Status.WARN and "without training=True" in item.summary
+        assert item.status is CheckStatus.WARN and "without training=True" in item.summary
         assert "training=True" in item.fix
-    assert judged(layer="ReLU", training="").status is Status.PASS  # nothing that depends on the mode
+    assert judged(layer="ReLU", training="").status is CheckStatus.PASS  # nothing that depends on the mode
 
 
 def test_labels_and_predictions_of_different_rank_in_a_hand_written_loss_warn():
     hand = "tf.reduce_mean(tf.square(yb - pred))"
     item = judged(shapes([8], 2), loss=hand)
-    assert item.status is Status.WARN and "rank 1 against predictions of rank 2" in item.summary
-    assert judged(shapes([8, 1], 2), loss=hand).status is Status.PASS
-    assert judged(shapes([8], 2)).status is Status.PASS  # a loss object squeezes the ranks itself
+    assert item.status is CheckStatus.WARN and "rank 1 against predictions of rank 2" in item.summary
+    assert judged(shapes([8, 1], 2), loss=hand).status is CheckStatus.PASS
+    assert judged(shapes([8], 2)).status is CheckStatus.PASS  # a loss object squeezes the ranks itself
 
 
 def test_a_per_replica_loss_over_the_local_batch_warns():
     run = "\ndef dist(x, y):\n    return strategy.run(train_step, args=(x, y))\n"
     item = judged(extra=run)
-    assert item.status is Status.WARN and "replica's own batch" in item.summary
+    assert item.status is CheckStatus.WARN and "replica's own batch" in item.summary
     good = judged(loss="tf.nn.compute_average_loss(loss_fn(yb, pred), global_batch_size=GB)", extra=run)
-    assert good.status is Status.PASS
+    assert good.status is CheckStatus.PASS
 
 
 def test_a_script_without_a_tape_step_gets_no_item():

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterable
 
 from tfrepro.annotate.loop_facts import StepFacts
-from tfrepro.check.checklist import CheckItem, Status
+from tfrepro.check.checklist import CheckItem, CheckStatus
 from tfrepro.trials.values import TrialResult
 
 KEY, TITLE, NUMBER = "training_loop", "training loop", 7
@@ -88,6 +88,6 @@ def check_loop(steps: list[tuple[str, StepFacts]], mode_layers: bool, result: Tr
         summary = warnings[0] if len(warnings) == 1 else f"{len(warnings)} differences from fit"
         shown = warnings[1:] if len(warnings) == 1 else warnings
         return CheckItem(
-            NUMBER, KEY, TITLE, Status.WARN, summary, tuple(shown + evidence), "; ".join(dict.fromkeys(fixes))
+            NUMBER, KEY, TITLE, CheckStatus.WARN, summary, tuple(shown + evidence), "; ".join(dict.fromkeys(fixes))
         )
-    return CheckItem(NUMBER, KEY, TITLE, Status.PASS, "the step trains as fit would", tuple(evidence))
+    return CheckItem(NUMBER, KEY, TITLE, CheckStatus.PASS, "the step trains as fit would", tuple(evidence))
