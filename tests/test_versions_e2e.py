@@ -3,7 +3,10 @@
 Guarded: installing several TensorFlow releases is for a benchmark, not CI.
 A test runs when TFREPRO_VERSION_E2E=1 is set (it then builds what is
 missing in the user cache, ~1.2 GB per release) or when every environment it
-needs is already in that cache (then it costs only its trials).
+needs is already in that cache (then it costs only its trials). The suite
+gives every session a fresh, empty cache (tests/conftest.py): these tests
+see the real one only with TFREPRO_TEST_USER_CACHE=1 (they are marked
+`user_cache`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from tfrepro.settings import TrialSettings
 from tfrepro.trials.envs import EnvStore, spec_for
 
 DIST = "tensorflow-cpu"
+pytestmark = pytest.mark.user_cache
 
 
 def needs_envs(*versions: str) -> pytest.MarkDecorator:
@@ -26,7 +30,8 @@ def needs_envs(*versions: str) -> pytest.MarkDecorator:
     cached = all(store.ready(spec_for(v, tf_dist=DIST)) for v in versions)
     return pytest.mark.skipif(
         not (os.environ.get("TFREPRO_VERSION_E2E") == "1" or cached),
-        reason=f"needs {DIST} {', '.join(versions)} environments: set TFREPRO_VERSION_E2E=1 to build them",
+        reason=f"needs {DIST} {', '.join(versions)} environments: set TFREPRO_VERSION_E2E=1 to build them "
+        "(and TFREPRO_TEST_USER_CACHE=1 to use the real user cache)",
     )
 
 

@@ -36,7 +36,7 @@ from tfrepro.report.rerun import Reproduction, Runner
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scriptargs import comment_entry, notebook_code, script_args
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
-from tfrepro.report.secretscan import raise_on_findings, scan_bundle
+from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
 
@@ -176,7 +176,7 @@ def build_report(
     finally:
         outdir.record(out)
     # A finding the rules did not redact fails the report, naming file:line.
-    raise_on_findings(scan_bundle(out), bundle=out)
+    raise_on_findings(scan_bundle(out, commits=run_commits(ctx.result)), bundle=out)
     return Bundle(out, doc)
 
 
@@ -192,8 +192,9 @@ def load_context(run_dir: Path) -> Context:
             path=run_dir / "result.json",
             hint="report a run whose status is 'found' (or 'baseline-fails')",
         )
-    project = Project.load(_project_root(run_dir, result))
-    settings = TrialSettings.from_dict(result["settings"]) if result.get("settings") else project.manifest.trial
+    recorded = TrialSettings.from_dict(result["settings"]) if result.get("settings") else None
+    project = Project.load(_entry_path(_project_root(run_dir, result), recorded))
+    settings = recorded or project.manifest.trial
     return Context(
         run_dir,
         result,
@@ -203,6 +204,14 @@ def load_context(run_dir: Path) -> Context:
         project.manifest.symptoms,
         entry_of(settings),
     )
+
+
+def _entry_path(root: Path, recorded: TrialSettings | None) -> Path:
+    """What to load: the script the run's trials ran (`tfrepro bisect train.py`
+    with no tfrepro.toml records entry = train.py), else the project root."""
+    if recorded is not None and recorded.command is None and (root / recorded.entry).is_file():
+        return root / recorded.entry
+    return root
 
 
 def _project_root(run_dir: Path, result: dict[str, Any]) -> Path:

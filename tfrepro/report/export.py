@@ -53,6 +53,13 @@ def entry_of(settings: TrialSettings) -> str:
     return next((a for a in settings.command if a.endswith(".py")), settings.entry)
 
 
+def _load_at(project_cls: Any, directory: str, entry: str) -> Any:
+    """A commit's checkout as written, with the entry the run recorded (a
+    `train.py` with no tfrepro.toml, not the default repro.py)."""
+    script = Path(directory) / entry
+    return project_cls.load(script if script.is_file() else directory, detect=False)
+
+
 def export_variants(
     result: dict[str, Any], project: Any, run_dir: Path, symptom: str, entry: str, scrub: Callable[[str], str]
 ) -> Export:
@@ -127,8 +134,8 @@ def _variants(
         return (
             None,
             None,
-            bundle_files(Project.load(bad_dir, detect=False), None, entry),
-            bundle_files(Project.load(good_dir, detect=False), None, entry),
+            bundle_files(_load_at(Project, bad_dir, entry), None, entry),
+            bundle_files(_load_at(Project, good_dir, entry), None, entry),
         )
     if result.get("status") == "baseline-fails":
         cand_cfg: list[str] = []

@@ -14,7 +14,9 @@ the hashes tfrepro writes itself, git commit shas (40 hex digits, named
 `sha`/`commit` on their line) and sha256 trial-cache keys (64 hex digits),
 which detect-secrets' hex-entropy plugin flags as "Hex High Entropy String"
 (a W&B key is 40 hex digits too, so a 40-digit value counts as a commit only
-where its line names it one); and absolute paths such as the re-run's log
+where its line names it one, or where it is one of the commits the run
+itself recorded, `run_commits`: a commit-mode run's `"label": "<sha>"`
+lines); and absolute paths such as the re-run's log
 directory, which its base64-entropy plugin flags. One default filter is off
 (see `_DISABLED_FILTERS`).
 """
@@ -35,6 +37,8 @@ OWN_KIND = "credential shape (tfrepro's redaction rules)"
 # Files that hold no text: images and TensorBoard event files (binary records
 # of our own scalar names and numbers).
 _BINARY = re.compile(r"(\.png|\.jpe?g|\.gif|\.pdf)$|tfevents", re.IGNORECASE)
+_SHA = re.compile(r"[0-9a-fA-F]{40}")
+_SHA_KEYS = ("sha", "candidates", "good", "bad")
 _COMMIT_CONTEXT = re.compile(r"(sha|commit|rev(ision)?)\W*$", re.IGNORECASE)
 # detect-secrets drops every line shaped `x = f(...)` as an "indirect
 # reference" (`secret = get_secret()`); in a repro such a line is
@@ -55,14 +59,37 @@ class Finding:
         return f"{self.file}:{self.line}: {self.kind}"
 
 
-def scan_bundle(path: str | Path) -> list[Finding]:
-    """Every finding in the text files under `path`, sorted by file and line."""
+def scan_bundle(path: str | Path, commits: Iterable[str] = ()) -> list[Finding]:
+    """Every finding in the text files under `path`, sorted by file and line.
+    `commits`: full shas the run tried (`run_commits`), never a finding."""
     root = Path(path)
     files = sorted(p for p in root.rglob("*") if p.is_file() and not _BINARY.search(p.name))
     texts = {p: _read_text(p) for p in files}
     texts = {p: t for p, t in texts.items() if t is not None}
-    found = set(_detect_secrets(root, texts)) | set(_own_rules(root, texts))
+    own = frozenset(c.lower() for c in commits if _SHA.fullmatch(c))
+    found = set(_detect_secrets(root, texts, own)) | set(_own_rules(root, texts))
     return sorted(found, key=lambda f: (f.file, f.line, f.kind))
+
+
+def run_commits(result: dict) -> frozenset[str]:
+    """The full shas a commit-mode run recorded (its `tried` and trials-table
+    rows, the first bad commit, candidates...: every value of a `sha`,
+    `*_commit` or `candidates` key): git wrote them, tfrepro recorded them.
+    Nothing in a feature or version run."""
+    shas: set[str] = set()
+
+    def walk(node: object, key: str = "") -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, str(k))
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, key)
+        elif isinstance(node, str) and _SHA.fullmatch(node) and (key in _SHA_KEYS or key.endswith("_commit")):
+            shas.add(node.lower())
+
+    walk(result)
+    return frozenset(shas)
 
 
 def raise_on_findings(findings: Iterable[Finding], bundle: str | Path | None = None) -> None:
@@ -97,7 +124,7 @@ def _rel(root: Path, p: Path) -> str:
     return p.relative_to(root).as_posix()
 
 
-def _detect_secrets(root: Path, texts: dict[Path, str]) -> Iterator[Finding]:
+def _detect_secrets(root: Path, texts: dict[Path, str], commits: frozenset[str] = frozenset()) -> Iterator[Finding]:
     from detect_secrets.core import scan
     from detect_secrets.settings import default_settings, get_settings
 
@@ -108,7 +135,8 @@ def _detect_secrets(root: Path, texts: dict[Path, str]) -> Iterator[Finding]:
             for secret in scan.scan_file(str(p)):
                 n = secret.line_number
                 line = lines[n - 1] if 0 < n <= len(lines) else ""
-                if _is_ours(secret.type, str(secret.secret_value or ""), line):
+                value = str(secret.secret_value or "")
+                if _is_ours(secret.type, value, line) or (secret.type == HEX_KIND and value.lower() in commits):
                     continue
                 yield Finding(_rel(root, p), n, secret.type)
 
