@@ -21,6 +21,14 @@ from tfrepro.trials.values import TrialResult
 pytestmark = pytest.mark.e2e
 STEPS = 6
 
+
+@pytest.fixture(autouse=True)
+def _keep_the_trial_copy(monkeypatch):
+    """The loop's own losses are in its trial copy, which tfrepro removes once
+    the result is stored (trials/state.py) unless asked to keep it."""
+    monkeypatch.setenv("TFREPRO_KEEP_VARIANTS", "1")
+
+
 LOOP = """\
 import numpy as np
 import tensorflow as tf

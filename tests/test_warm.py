@@ -264,10 +264,35 @@ def test_a_server_lost_while_its_child_runs_falls_back_to_cold(tmp_path):
         p.close()
 
 
-def test_a_server_that_grew_threads_forks_no_more(tmp_path):
-    mods = tmp_path / "mods"
+def _server_process(pid: int) -> int:
+    """The warm server's own process: `pid` itself, or (under bubblewrap
+    confinement, trials/confine.py) the descendant of bwrap that runs it."""
+    todo, seen = [pid], []
+    while todo:
+        p = todo.pop()
+        seen.append(p)
+        for child in Path(f"/proc/{p}/task/{p}/children").read_text().split() if Path(f"/proc/{p}").exists() else []:
+            todo.append(int(child))
+    for p in seen:
+        try:
+            if b"_tfrepro_warm" in Path(f"/proc/{p}/cmdline").read_bytes():
+                return p
+        except OSError:
+            pass
+    return pid
+
+
+def test_a_server_that_grew_threads_forks_no_more(tmp_path, monkeypatch):
+    mods, drop = tmp_path / "mods", tmp_path / "drop"
     mods.mkdir()
-    grow = tmp_path / "grow"
+    drop.mkdir()
+    # The thread limit is the warm server's own rule, confinement or not: this
+    # test watches the server's threads from outside, so it runs unconfined.
+    from tfrepro.trials import confine
+
+    monkeypatch.setenv("TFREPRO_CONFINE", "none")
+    monkeypatch.setattr(confine, "_UNCONFINED", True)
+    grow = drop / "grow"
     (mods / "spawner.py").write_text(
         textwrap.dedent(f"""\
         import os, threading, time
@@ -285,7 +310,7 @@ def test_a_server_that_grew_threads_forks_no_more(tmp_path):
         env = {"PYTHONPATH": str(mods)}
         first, _, _ = run(d, tmp_path, p, cold=False, env=env)
         (server,) = p._servers.values()
-        tasks = Path(f"/proc/{server.pid}/task")
+        tasks = Path(f"/proc/{_server_process(server.pid)}/task")
         before = len(list(tasks.iterdir()))
         grow.touch()
         deadline = time.monotonic() + 30
@@ -516,14 +541,17 @@ def test_bundled_examples_warm_equal_cold(tmp_path, example):
         pool.close()
 
 
-def test_a_stopped_trial_is_an_interrupt_never_a_result(tmp_path):
+def test_a_stopped_trial_is_an_interrupt_never_a_result(tmp_path, monkeypatch):
     """A trial killed by `stop_trials` raises TrialStopped (a KeyboardInterrupt)
     in its thread, and nothing is cached: the next run of it really runs."""
     from tfrepro.project import Project
     from tfrepro.trials.runner import run_trial
 
-    root, started = tmp_path / "p", tmp_path / "started"
+    root, drop = tmp_path / "p", tmp_path / "drop"
+    started = drop / "started"
     root.mkdir()
+    drop.mkdir()
+    monkeypatch.setenv("TFREPRO_CONFINE_WRITABLE", str(drop))  # the confined trial really writes `started`
     (root / "repro.py").write_text(
         f"import os, signal\nif not os.path.exists({str(started)!r}):\n"
         f"    open({str(started)!r}, 'w').write('x')\n    signal.pause()\nprint('step=1 loss=1.0')\n"
