@@ -163,6 +163,32 @@ def test_overlay_run_warm_and_cold_and_bisect_touch_nothing_outside(world):
     world.assert_untouched()
 
 
+POISON = """\
+# tfrepro: feature poison -- a NaN record in the inputs
+# x[0, 0] = float("nan")
+# tfrepro: end
+"""
+
+
+@pytest.mark.e2e
+@pytest.mark.skipif(not _overlay(), reason="no unprivileged overlay here")
+def test_overlay_bisect_and_report_of_a_found_nan_touch_nothing_outside(world):
+    # the hostile script with one marked feature that plants a NaN: a bisect
+    # that finds it, then `report` (its re-run and the NaN localisation are
+    # trials too), leave everything outside the project as it was
+    script = (world.root / "train.py").read_text()
+    fit = "model.compile("
+    (world.root / "train.py").write_text(script.replace(fit, POISON + fit, 1))
+    bisect = world.cli("bisect", "--json", "train.py")
+    assert bisect.returncode == 0, bisect.stdout + bisect.stderr
+    doc = json.loads(bisect.stdout)
+    assert (doc["status"], doc["symptom"], doc["culprits"]) == ("found", "nan", ["poison"])
+    world.assert_untouched()
+    report = world.cli("report")
+    assert report.returncode == 0, report.stdout + report.stderr
+    world.assert_untouched()
+
+
 @pytest.mark.e2e
 def test_landlock_alone_names_the_path_and_touches_nothing(world):
     if not confine.landlock_works():

@@ -197,3 +197,15 @@ def test_malformed_marker_in_any_file_is_exit_2_with_file_line(tmp_path):
     assert r.exit_code == 2
     assert f"{root / 'sub/broken.py'}:2" in r.output
     assert "outside any feature block" in r.output
+
+
+def test_a_manifest_naming_a_feature_another_commit_had_is_a_warning_in_zero_edit_mode(tmp_path):
+    # `git bisect run tfrepro run train.py` checks out older commits whose
+    # unmarked script lacks a feature the current tfrepro.toml names
+    (tmp_path / "train.py").write_text("import tensorflow as tf\nds = tf.data.Dataset.range(4).prefetch(2)\n")
+    (tmp_path / "tfrepro.toml").write_text(
+        '[trial]\nentry = "train.py"\n\n[features.gone_since]\naffects_loss = true\n'
+    )
+    p = Project.load(tmp_path)
+    assert p.detected and "gone_since" not in p.feature_names
+    assert any("[features.gone_since]" in w for w in p.warnings)

@@ -95,7 +95,12 @@ class Project:
             project.detected, project.detection = True, detection
         known = set(project.feature_names)
         for name in manifest.features:
-            if name not in known:
+            if name not in known and project.detected:
+                # Detected in memory: the table may describe the script of
+                # another commit (`git bisect run` over history); the
+                # setting applies to nothing here, which is said, not fatal.
+                project.warnings.append(f"tfrepro.toml: [features.{name}] names no feature detected in this script")
+            elif name not in known:
                 raise UserError(
                     f"[features.{name}] names a feature that no file marks",
                     path=manifest.path,

@@ -256,4 +256,6 @@ def load_project(path: Path, only: str | None = None, skip: str | None = None):
         for s in project.detection.skipped:  # a training loop is never skipped silently
             if s.reason.startswith("custom_loop:"):
                 click.echo(f"  left alone: {s.where}: {s.reason}", err=True)
+    for warning in project.warnings:
+        click.echo(f"warning: {warning}", err=True)
     return project
