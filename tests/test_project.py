@@ -209,3 +209,17 @@ def test_a_manifest_naming_a_feature_another_commit_had_is_a_warning_in_zero_edi
     p = Project.load(tmp_path)
     assert p.detected and "gone_since" not in p.feature_names
     assert any("[features.gone_since]" in w for w in p.warnings)
+
+
+def test_a_project_of_its_own_below_is_not_part_of_this_ones_features(tmp_path):
+    # `tfrepro new myrepro` inside a repository: its marked repro.py belongs
+    # to myrepro (its own tfrepro.toml), not to the repository's train.py
+    (tmp_path / "train.py").write_text("import tensorflow as tf\nds = tf.data.Dataset.range(4).prefetch(2)\n")
+    sub = tmp_path / "myrepro"
+    sub.mkdir()
+    (sub / "tfrepro.toml").write_text("[trial]\nsteps = 5\n")
+    (sub / "repro.py").write_text("# tfrepro: feature cache -- cache\n# x = 1\n# tfrepro: end\n")
+    (tmp_path / "tfrepro.toml").write_text('[trial]\nentry = "train.py"\n')
+    p = Project.load(tmp_path)
+    assert p.detected and "cache" not in p.feature_names and "prefetch" in p.feature_names
+    assert Project.load(sub).feature_names == ("cache",)
