@@ -16,6 +16,20 @@ from typing import Any
 from tfrepro.settings import WARMUP_STEPS
 
 
+def _matplotlib():
+    """matplotlib on the Agg backend, its config and font cache in a temp dir
+    of ours: importing it must not create ~/.config/matplotlib (tfrepro
+    writes nothing of the user's, its own processes included)."""
+    import os
+    import tempfile
+
+    os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="tfrepro-mpl-"))
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    return matplotlib
+
+
 def _losses(summary: dict[str, Any]) -> list[float]:
     return [math.nan if v is None else float(v) for v in summary.get("losses") or []]
 
@@ -31,9 +45,7 @@ def loss_plot(
     nothing) when no curve has a single loss."""
     if not any(s.get("losses") for _, s in curves):
         return False
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
+    _matplotlib()
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
@@ -88,9 +100,7 @@ def step_time_plot(
     groups = [(label, [1000.0 * t for t in xs]) for label, xs in groups]
     if not groups or any(not xs for _, xs in groups):
         return False
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
+    _matplotlib()
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
@@ -121,9 +131,7 @@ def memory_plot(path: Path, curves: Sequence[tuple[str, dict[str, Any]]], *, tit
     growth slope in the legend. Returns False when no curve has a series."""
     if not any(s.get("rss_per_step") for _, s in curves):
         return False
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
+    _matplotlib()
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
