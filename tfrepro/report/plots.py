@@ -20,10 +20,15 @@ def _matplotlib():
     """matplotlib on the Agg backend, its config and font cache in a temp dir
     of ours: importing it must not create ~/.config/matplotlib (tfrepro
     writes nothing of the user's, its own processes included)."""
+    import atexit
     import os
+    import shutil
     import tempfile
 
-    os.environ.setdefault("MPLCONFIGDIR", tempfile.mkdtemp(prefix="tfrepro-mpl-"))
+    if "MPLCONFIGDIR" not in os.environ:
+        scratch = tempfile.mkdtemp(prefix="tfrepro-mpl-")
+        atexit.register(shutil.rmtree, scratch, True)
+        os.environ["MPLCONFIGDIR"] = scratch
     import matplotlib
 
     matplotlib.use("Agg", force=True)
