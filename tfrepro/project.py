@@ -61,11 +61,18 @@ class Project:
         only: Iterable[str] | None = None,
         skip: Iterable[str] | None = None,
         script_args: Sequence[str] = (),
+        root: str | Path | None = None,
     ) -> "Project":
         """Load and validate a project. A project with no marker in any file
         is zero-edit: its features are detected in memory (`detect=False`:
-        none). `only`/`skip`: see `select`."""
-        root, entry_override = locate(path)
+        none). `only`/`skip`: see `select`. `root`: the project's directory
+        when it is known (a commit's checkout under `.tfrepro/`: never the
+        project found above it), `path` then its entry script or itself."""
+        if root is None:
+            root, entry_override = locate(path)
+        else:
+            root, script = Path(root).resolve(), Path(path).resolve()
+            entry_override = script.relative_to(root).as_posix() if script.is_file() else None
         text, manifest = read_manifest(root)
         if entry_override and manifest.trial.command is None:
             manifest = replace(manifest, trial=replace(manifest.trial, entry=entry_override))

@@ -57,7 +57,8 @@ def _load_at(project_cls: Any, directory: str, entry: str) -> Any:
     """A commit's checkout as written, with the entry the run recorded (a
     `train.py` with no tfrepro.toml, not the default repro.py)."""
     script = Path(directory) / entry
-    return project_cls.load(script if script.is_file() else directory, detect=False)
+    # the checkout is the project: never the one found above it (.tfrepro/ sits in the user's)
+    return project_cls.load(script if script.is_file() else directory, detect=False, root=directory)
 
 
 def export_variants(
