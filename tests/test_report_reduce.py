@@ -15,11 +15,11 @@ def test_ddmin_over_chunks_then_records_keeps_only_the_bad_ones():
     bad = {613, 618}
     seen = []
 
-    def test(keep):
+    def shows(keep):
         seen.append(len(keep))
         return bad <= set(keep)
 
-    kept, tests = rd.reduce_records(640, 16, test)
+    kept, tests = rd.reduce_records(640, 16, shows)
     assert kept == [613, 618] and tests == len(seen)
     assert tests < 40  # far fewer re-runs than records
 
