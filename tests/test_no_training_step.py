@@ -91,3 +91,46 @@ def test_stopped_early_and_no_training_step_are_pure_judgements():
     assert not stopped_early(TrialResult(steps_run=3, crashed=True), base)  # a crash says so itself
     assert not stopped_early(base, base) and not stopped_early(short, None)
     assert no_training_step(TrialResult(exit_code=0)) and not no_training_step(TrialResult(crashed=True))
+
+
+def test_a_fit_stopped_by_the_scripts_callback_did_not_stop_early():
+    from tfrepro.trials.classify import stopped_early
+    from tfrepro.trials.values import TrialResult
+
+    base = TrialResult(steps_run=40, losses=[1.0] * 40)
+    stopped = TrialResult(steps_run=12, losses=[1.0] * 12, extra={"callback_stops": ["fit#1"]})
+    assert not stopped_early(stopped, base)
+    assert stopped_early(TrialResult(steps_run=12, losses=[1.0] * 12), base)  # the same, no callback: early
+
+
+EARLY_STOPPING_CALLBACK = """\
+import numpy as np
+import keras
+
+
+class StopAfter(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch == 2:
+            self.model.stop_training = True
+
+
+x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+y = x.sum(axis=1, keepdims=True)
+model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+model.compile("sgd", "mse")
+model.fit(x, y, batch_size=8, epochs=5, verbose=0, callbacks=[StopAfter()])
+"""
+
+
+@pytest.mark.e2e
+def test_a_stopping_callback_is_not_a_crash(tmp_path):
+    """The keras-io callbacks guide's EarlyStoppingAtMinLoss ends fit early on
+    purpose: with it ON the script runs fewer steps than the baseline, which is
+    the script's own logic, not a crash (it was `crash ← callback_...`)."""
+    (tmp_path / "train.py").write_text(EARLY_STOPPING_CALLBACK)
+
+    r = cli("bisect", str(tmp_path / "train.py"), "--symptom", "crash", "--json")
+
+    doc = json.loads(r.stdout)
+    assert "callback_stop_after" in doc["features"], doc["features"]
+    assert doc["status"] == "none", doc

@@ -169,6 +169,8 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
             history = orig_fit(self, *args, **kwargs)
         finally:
             H.S.fit_depth -= 1
+        if getattr(self, "stop_training", False):  # a callback of the script's asked fit to stop (EarlyStopping)
+            H.S.extra.setdefault("callback_stops", []).append(tag or "fit")
         if H.S.budget is not None and H.S.fit_depth == 0 and H.S.steps_seen and H.S.budget.call_ended(tag):
             # A timing trial is for step times: it ends with the training it
             # timed (the calls it was asked to time: the first one, or the

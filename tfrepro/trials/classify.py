@@ -127,8 +127,12 @@ def symptoms(
 def stopped_early(result: TrialResult, reference: TrialResult | None, steps: int | None = None) -> bool:
     """A trial that ended cleanly (no crash, timeout or NaN) with fewer training
     steps than its reference ran (at most `steps`): a feature that makes the
-    script exit early (`sys.exit(0)` after 3 of 40 steps) is not healthy."""
+    script exit early (`sys.exit(0)` after 3 of 40 steps) is not healthy. A
+    `fit` that one of the script's callbacks stopped (`model.stop_training`:
+    EarlyStopping and its kin) ended as the script asked, not early."""
     if reference is None or result.crashed or result.timed_out or result.could_not_run or result.nonfinite:
+        return False
+    if (result.extra or {}).get("callback_stops"):
         return False
     want = reference.steps_run if steps is None else min(reference.steps_run, steps)
     return result.steps_run < want
