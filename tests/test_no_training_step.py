@@ -134,3 +134,16 @@ def test_a_stopping_callback_is_not_a_crash(tmp_path):
     doc = json.loads(r.stdout)
     assert "callback_stop_after" in doc["features"], doc["features"]
     assert doc["status"] == "none", doc
+
+
+def test_a_trial_the_harness_stopped_did_not_stop_early():
+    """A timing trial of an 80x slower configuration ends at its time budget
+    after 33 of 40 steps: that is tfrepro's doing, not the script's (eager_debug
+    was answered `none` after it was judged a crash)."""
+    from tfrepro.trials.classify import stopped_early
+    from tfrepro.trials.values import TrialResult
+
+    base = TrialResult(steps_run=40, losses=[1.0] * 40, extra={"stop": "steps"})
+    for reason in ("budget", "steps", "budget_s", "fit ended (timing trial)"):
+        assert not stopped_early(TrialResult(steps_run=33, losses=[1.0] * 33, extra={"stop": reason}), base), reason
+    assert stopped_early(TrialResult(steps_run=33, losses=[1.0] * 33, extra={"stop": "exit"}), base)

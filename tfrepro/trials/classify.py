@@ -129,10 +129,14 @@ def stopped_early(result: TrialResult, reference: TrialResult | None, steps: int
     steps than its reference ran (at most `steps`): a feature that makes the
     script exit early (`sys.exit(0)` after 3 of 40 steps) is not healthy. A
     `fit` that one of the script's callbacks stopped (`model.stop_training`:
-    EarlyStopping and its kin) ended as the script asked, not early."""
+    EarlyStopping and its kin) ended as the script asked, not early; nor did
+    a trial the harness itself stopped (a timing trial at its budget)."""
     if reference is None or result.crashed or result.timed_out or result.could_not_run or result.nonfinite:
         return False
-    if (result.extra or {}).get("callback_stops"):
+    extra = result.extra or {}
+    if extra.get("callback_stops"):
+        return False
+    if extra.get("stop") not in (None, "exit"):  # tfrepro's harness ended it (a timing budget, the step cap)
         return False
     want = reference.steps_run if steps is None else min(reference.steps_run, steps)
     return result.steps_run < want
