@@ -345,6 +345,26 @@ def _custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefi
     return [_c(unit, cls.feature, call, expr, note=note, cls=cls.name, stock=what)]
 
 
+def _off_text(src: Src, same: list[Candidate], start: int, end: int) -> str | None:
+    """Lines `start`..`end` with each candidate's node replaced (its OFF
+    part), or None when no candidate replaces a node (the OFF part is empty)."""
+    if not any(c.node is not None for c in same):
+        return None
+    pieces, cursor = [], src.offset(start, 0)
+    for c in same:
+        if c.node is None:
+            continue
+        a, b = src.span(c.node)
+        if a < cursor:
+            continue  # nested in a replaced node
+        pieces.append(src.between(cursor, a))
+        pieces.append(c.replacement or "")
+        cursor = b
+    pieces.append(src.between(cursor, src.offset(end, 0) + len(src.lines[end - 1])))
+    off = "".join(pieces)
+    return off if off.endswith("\n") else off + "\n"
+
+
 def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[Edit]:
     """One edit per statement; the first feature of a statement wins, the
     others are reported (a statement belongs to one block)."""
@@ -387,24 +407,7 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
                     f"{other.base} shares a statement with {name}: not marked (split the statement)",
                 )
         start, end = line, src.end_line(unit)
-        on = src.lines_text(start, end)
-        off = None
-        if any(c.node is not None for c in same):
-            base_off = src.offset(start, 0)
-            pieces, cursor = [], base_off
-            for c in same:
-                if c.node is None:
-                    continue
-                a, b = src.span(c.node)
-                if a < cursor:
-                    continue  # nested in a replaced node
-                pieces.append(src.between(cursor, a))
-                pieces.append(c.replacement or "")
-                cursor = b
-            pieces.append(src.between(cursor, src.offset(end, 0) + len(src.lines[end - 1])))
-            off = "".join(pieces)
-            if not off.endswith("\n"):
-                off += "\n"
+        on, off = src.lines_text(start, end), _off_text(src, same, start, end)
         found = Found(name, head.description, src.path, line, head.kind, head.note, catalog.affects_loss(name))
         edits.append(Edit(start, end, indent, (BlockSeg(name, head.description, on, off),), (found,)))
     return edits
