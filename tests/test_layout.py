@@ -227,7 +227,6 @@ OVERSIZED = {
     "tfrepro.check.run:run_checks": "params",
     "tfrepro.features:parse": "lines",
     "tfrepro.inside.harness_keras:_patch_trainer": "lines",
-    "tfrepro.inside.runprobe:main": "lines",
     "tfrepro.manifest:Manifest._from_data": "lines",
     "tfrepro.report.bundle:build_report": "params",
     "tfrepro.report.rerun:reproduce": "lines+params",
