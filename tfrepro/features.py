@@ -349,11 +349,10 @@ def parse(text: str, path: str = "<string>", encoding: str = "utf-8") -> SourceF
     lines = split_lines(text)
     blocks: list[Block] = []
     open_: dict | None = None
-    for idx, raw in enumerate(lines):
+    for lineno, raw in enumerate(lines, start=1):
         m = _MARKER_RE.match(_strip_eol(raw))
         if not m:
             continue
-        lineno = idx + 1
         indent, rest = m.group("indent"), m.group("rest")
         keyword = rest.split(None, 1)[0] if rest else ""
         if keyword == "feature":
