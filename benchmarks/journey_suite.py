@@ -26,31 +26,21 @@ Exit code 0 when every run is right with a clean tree, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+# a sibling module; `git` too is the wild suite's through this one
+from _repos import case_repo, child_env, git, tree_status  # noqa: E402, F401
+
 CASES = Path(__file__).resolve().parent / "journey"
 MODES = ("zero-edit", "annotate")
 ANNOTATE_MAY_TOUCH = {"train.py", "tfrepro.toml"}
-GIT_ENV = {
-    "GIT_CONFIG_GLOBAL": os.devnull,
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_AUTHOR_NAME": "journey",
-    "GIT_AUTHOR_EMAIL": "journey@example.invalid",
-    "GIT_COMMITTER_NAME": "journey",
-    "GIT_COMMITTER_EMAIL": "journey@example.invalid",
-    "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+0000",
-    "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+0000",
-}
 
 
 @dataclass
@@ -72,20 +62,6 @@ class Outcome:
 
 def describe(symptom: str | None, culprits: list[str]) -> str:
     return "healthy" if symptom is None and not culprits else f"{symptom}: {','.join(sorted(culprits)) or '-'}"
-
-
-def child_env() -> dict[str, str]:
-    """The environment of a tfrepro child: isolated git, and this interpreter's tfrepro first on the path."""
-    env = {**os.environ, **GIT_ENV}
-    spec = importlib.util.find_spec("tfrepro")
-    if spec is not None and spec.origin:
-        root = str(Path(spec.origin).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join([root, *filter(None, [env.get("PYTHONPATH")])])
-    return env
-
-
-def git(repo: Path, *args: str, env: dict[str, str]) -> str:
-    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
 
 
 def last_json(stdout: str) -> dict[str, Any] | None:
@@ -125,14 +101,7 @@ def run_case(case: Path, mode: str, timeout: float, keep: bool) -> Outcome:
     out = Outcome(case.name, mode, describe(want["symptom"], want["culprits"]))
     env = child_env()
     tfrepro = [sys.executable, "-m", "tfrepro"]
-    tmp = Path(tempfile.mkdtemp(prefix=f"journey-{case.name}-"))
-    repo = tmp / case.name
-    repo.mkdir()
-    try:
-        shutil.copy2(case / "train.py", repo / "train.py")
-        git(repo, "init", "-q", "-b", "main", env=env)
-        git(repo, "add", "train.py", env=env)
-        git(repo, "commit", "-q", "-m", "my training script", env=env)
+    with case_repo(case, prefix="journey", message="my training script", env=env, keep=keep) as repo:
         start = time.monotonic()
         try:
             if mode == "annotate":
@@ -160,15 +129,9 @@ def run_case(case: Path, mode: str, timeout: float, keep: bool) -> Outcome:
         except subprocess.TimeoutExpired:
             out.got = f"timeout after {timeout:.0f}s"
         out.wall_s = round(time.monotonic() - start, 1)
-        out.git_status = git(repo, "status", "--porcelain", "--untracked-files=all", env=env).splitlines()
-        touched = {line[3:].strip() for line in out.git_status}
+        out.git_status, touched = tree_status(repo, env)
         out.git_clean = not touched if mode == "zero-edit" else touched <= ANNOTATE_MAY_TOUCH
         out.git_extra = sorted(touched if mode == "zero-edit" else touched - ANNOTATE_MAY_TOUCH)
-    finally:
-        if keep:
-            print(f"  kept {repo}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

@@ -28,10 +28,8 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -69,14 +67,7 @@ def run_case(case: Path, timeout: float, keep: bool) -> Any:
     want = json.loads((case / "expected.json").read_text())
     out = J.Outcome(case.name, "zero-edit", J.describe(want["symptom"], want["culprits"]))
     env = J.child_env()
-    tmp = Path(tempfile.mkdtemp(prefix=f"wild-{case.name}-"))
-    repo = tmp / case.name
-    repo.mkdir()
-    try:
-        shutil.copy2(case / "train.py", repo / "train.py")
-        J.git(repo, "init", "-q", "-b", "main", env=env)
-        J.git(repo, "add", "train.py", env=env)
-        J.git(repo, "commit", "-q", "-m", "a training script", env=env)
+    with J.case_repo(case, prefix="wild", message="a training script", env=env, keep=keep) as repo:
         args = list(want.get("args") or [])
         cmd = [sys.executable, "-m", "tfrepro", "bisect", "train.py", "--json", *(["--", *args] if args else [])]
         start = time.monotonic()
@@ -92,14 +83,8 @@ def run_case(case: Path, timeout: float, keep: bool) -> Any:
         except subprocess.TimeoutExpired:
             out.got = f"timeout after {timeout:.0f}s"
         out.wall_s = round(time.monotonic() - start, 1)
-        out.git_status = J.git(repo, "status", "--porcelain", "--untracked-files=all", env=env).splitlines()
-        touched = {line[3:].strip() for line in out.git_status}
+        out.git_status, touched = J.tree_status(repo, env)
         out.git_clean, out.git_extra = not touched, sorted(touched)
-    finally:
-        if keep:
-            print(f"  kept {repo}", file=sys.stderr)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 

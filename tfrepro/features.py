@@ -308,6 +308,36 @@ def _check_part(path: str, lines: list[str], start: int, stop: int, indent: str,
     return False
 
 
+def _opened(path: str, lineno: int, indent: str, rest: str, open_: dict | None) -> dict:
+    """The block a `# tfrepro: feature NAME -- description` marker opens."""
+    fm = _FEATURE_RE.match(rest)
+    name = fm.group("name") if fm else None
+    if open_ is not None:
+        raise UserError(
+            f"feature block {name or '?'!r} opened inside block {open_['name']!r} "
+            f"(opened at line {open_['line']}); blocks do not nest",
+            path=path,
+            line=lineno,
+            hint="close the outer block with `# tfrepro: end` first",
+        )
+    if not name:
+        raise UserError(
+            "feature marker without a name",
+            path=path,
+            line=lineno,
+            hint="write `# tfrepro: feature NAME -- description`",
+        )
+    if not NAME_RE.match(name):
+        raise UserError(
+            f"bad feature name {name!r}: names match [a-z][a-z0-9_]*",
+            path=path,
+            line=lineno,
+            hint="use lower case letters, digits and underscores, starting with a letter",
+        )
+    desc = (fm.group("desc") or "").strip()
+    return {"name": name, "desc": desc, "line": lineno, "indent": indent, "else": None}
+
+
 def parse(text: str, path: str = "<string>", encoding: str = "utf-8") -> SourceFile:
     """Parse one file into its blocks, validating the whole grammar.
 
@@ -319,40 +349,14 @@ def parse(text: str, path: str = "<string>", encoding: str = "utf-8") -> SourceF
     lines = split_lines(text)
     blocks: list[Block] = []
     open_: dict | None = None
-    for idx, raw in enumerate(lines):
+    for lineno, raw in enumerate(lines, start=1):
         m = _MARKER_RE.match(_strip_eol(raw))
         if not m:
             continue
-        lineno = idx + 1
         indent, rest = m.group("indent"), m.group("rest")
         keyword = rest.split(None, 1)[0] if rest else ""
         if keyword == "feature":
-            fm = _FEATURE_RE.match(rest)
-            name = fm.group("name") if fm else None
-            if open_ is not None:
-                raise UserError(
-                    f"feature block {name or '?'!r} opened inside block {open_['name']!r} "
-                    f"(opened at line {open_['line']}); blocks do not nest",
-                    path=path,
-                    line=lineno,
-                    hint="close the outer block with `# tfrepro: end` first",
-                )
-            if not name:
-                raise UserError(
-                    "feature marker without a name",
-                    path=path,
-                    line=lineno,
-                    hint="write `# tfrepro: feature NAME -- description`",
-                )
-            if not NAME_RE.match(name):
-                raise UserError(
-                    f"bad feature name {name!r}: names match [a-z][a-z0-9_]*",
-                    path=path,
-                    line=lineno,
-                    hint="use lower case letters, digits and underscores, starting with a letter",
-                )
-            desc = (fm.group("desc") or "").strip()
-            open_ = {"name": name, "desc": desc, "line": lineno, "indent": indent, "else": None}
+            open_ = _opened(path, lineno, indent, rest, open_)
         elif keyword == "else" and rest == "else":
             if open_ is None:
                 raise UserError(

@@ -100,23 +100,27 @@ class Project:
         project.warnings = skipped
         if detection is not None:
             project.detected, project.detection = True, detection
-        known = set(project.feature_names)
-        for name in manifest.features:
-            if name not in known and project.detected:
-                # Detected in memory: the table may describe the script of
-                # another commit (`git bisect run` over history); the
-                # setting applies to nothing here, which is said, not fatal.
-                project.warnings.append(f"tfrepro.toml: [features.{name}] names no feature detected in this script")
-            elif name not in known:
-                raise UserError(
-                    f"[features.{name}] names a feature that no file marks",
-                    path=manifest.path,
-                    line=line_of(text, f"features.{name}", None),
-                    hint="known features: " + (", ".join(sorted(known)) or "(none)"),
-                )
+        project._check_feature_tables(text)
         if only is not None or skip is not None:
             project = project.select(only, skip)
         return project
+
+    def _check_feature_tables(self, text: str) -> None:
+        """Every `[features.NAME]` of tfrepro.toml names a feature of the project."""
+        known = set(self.feature_names)
+        for name in self.manifest.features:
+            if name not in known and self.detected:
+                # Detected in memory: the table may describe the script of
+                # another commit (`git bisect run` over history); the
+                # setting applies to nothing here, which is said, not fatal.
+                self.warnings.append(f"tfrepro.toml: [features.{name}] names no feature detected in this script")
+            elif name not in known:
+                raise UserError(
+                    f"[features.{name}] names a feature that no file marks",
+                    path=self.manifest.path,
+                    line=line_of(text, f"features.{name}", None),
+                    hint="known features: " + (", ".join(sorted(known)) or "(none)"),
+                )
 
     def _copy(self) -> "Project":
         other = Project(self.root, self.manifest, self.sources, self.files)

@@ -221,15 +221,7 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
         texts[p], encodings[p] = fb.decode_source(p.read_bytes(), str(p))
         parse_python(texts[p], str(p))
         existing.update(fb.parse(texts[p], str(p)).feature_names)
-    # Layer classes may be defined in any Python file next to the scripts.
-    layer_sources: dict[Path, str] = dict(texts)
-    for d in {p.parent for p in files}:
-        for q in sorted(d.glob("*.py")):
-            if q.resolve() not in {p.resolve() for p in layer_sources}:
-                try:
-                    layer_sources[q] = fb.decode_source(q.read_bytes(), str(q))[0]
-                except (OSError, UserError):
-                    continue
+    layer_sources = _layer_sources(files, texts)
     ctx = Context(existing=frozenset(existing), only=frozenset(only) if only is not None else None)
     results = []
     for p in files:
@@ -263,6 +255,20 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
         new_manifest,
         tuple(problems),
     )
+
+
+def _layer_sources(files: list[Path], texts: dict[Path, str]) -> dict[Path, str]:
+    """The scripts' texts and those of every other Python file next to them:
+    Layer classes may be defined in any of them."""
+    layer_sources: dict[Path, str] = dict(texts)
+    for d in {p.parent for p in files}:
+        for q in sorted(d.glob("*.py")):
+            if q.resolve() not in {p.resolve() for p in layer_sources}:
+                try:
+                    layer_sources[q] = fb.decode_source(q.read_bytes(), str(q))[0]
+                except (OSError, UserError):
+                    continue
+    return layer_sources
 
 
 def _entry(results: list[FileResult], root: Path) -> str | None:

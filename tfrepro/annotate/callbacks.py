@@ -75,24 +75,7 @@ class _Collector:
                     src.line(stmt),
                     f"callbacks list {v.value!r} is built by an expression that cannot be split: not marked",
                 )
-            for s in _statements(src, scope):
-                small = s.body[0]
-                if (
-                    isinstance(small, cst.AugAssign)
-                    and _is_name(small.target, v.value)
-                    or (
-                        isinstance(small, cst.Expr)
-                        and isinstance(small.value, cst.Call)
-                        and _method_on(small.value, v.value) in ("extend", "insert")
-                    )
-                ):
-                    ctx.skip(src.path, src.line(s), f"callbacks added to {v.value!r} in bulk: not marked")
-                elif (
-                    isinstance(small, cst.Expr)
-                    and isinstance(small.value, cst.Call)
-                    and _method_on(small.value, v.value) == "append"
-                ):
-                    self.append_statement(s, small.value, scope)
+            self.added_later(v.value, scope)
         elif isinstance(v, cst.Call) and isinstance(v.func, cst.Name):
             fn = next((n for n in src.walk() if isinstance(n, cst.FunctionDef) and n.name.value == v.func.value), None)
             if fn is None:
@@ -114,6 +97,29 @@ class _Collector:
                 self.resolve(ret, fn, src.line(returns[0]), depth + 1)
         else:
             ctx.skip(src.path, line, "callbacks given by an expression that cannot be split: not marked")
+
+    def added_later(self, name: str, scope: cst.CSTNode) -> None:
+        """The statements of `scope` that add to the list `name`: an
+        `append` is marked like a list item, a bulk addition is skipped."""
+        src, ctx = self.src, self.ctx
+        for s in _statements(src, scope):
+            small = s.body[0]
+            if (
+                isinstance(small, cst.AugAssign)
+                and _is_name(small.target, name)
+                or (
+                    isinstance(small, cst.Expr)
+                    and isinstance(small.value, cst.Call)
+                    and _method_on(small.value, name) in ("extend", "insert")
+                )
+            ):
+                ctx.skip(src.path, src.line(s), f"callbacks added to {name!r} in bulk: not marked")
+            elif (
+                isinstance(small, cst.Expr)
+                and isinstance(small.value, cst.Call)
+                and _method_on(small.value, name) == "append"
+            ):
+                self.append_statement(s, small.value, scope)
 
     # -- edits -------------------------------------------------------------
     def inline_list(self, fit: cst.Call, lst: cst.List, scope: cst.CSTNode) -> None:

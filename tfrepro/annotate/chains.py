@@ -158,47 +158,45 @@ def chain_edits(src: Src, ctx: Context) -> list[Edit]:
     return edits
 
 
-def _split(
+def _target(
     src: Src,
     ctx: Context,
     stmt: cst.SimpleStatementLine,
     small: cst.BaseSmallStatement,
     base: cst.BaseExpression,
     calls: list[cst.Call],
-) -> Edit | None:
+) -> tuple[str, str] | None:
+    """(the name each link is assigned to, its annotation or ""), or None
+    (said in a skip) when the chain cannot be split over a name."""
     line = src.line(stmt)
-    indent = src.indent_of(stmt)
-    if indent is None:
-        ctx.skip(src.path, line, "tf.data chain: its lines cannot be commented at its indentation: not split")
-        return None
-    annotation = ""
     if isinstance(small, cst.Return):
-        target = src.fresh_name(src.scope(stmt), ("dataset", "ds", "pipeline"))
-    else:
-        tnode = (
-            small.targets[0].target
-            if isinstance(small, cst.Assign) and len(small.targets) == 1
-            else getattr(small, "target", None)
-        )
-        if not isinstance(tnode, cst.Name):
-            ctx.skip(src.path, line, "tf.data chain assigned to something other than a plain name: not split")
-            return None
-        target = tnode.value
-        if isinstance(small, cst.AnnAssign):
-            annotation = f": {src.code(small.annotation.annotation)}"
-        # Rebinding the name between links would change what later links see.
-        for c in calls:
-            for a in c.args:
-                if any(isinstance(n, cst.Name) and n.value == target for n in src.walk(a)):
-                    ctx.skip(src.path, line, f"tf.data chain uses {target!r} inside its own links: not split")
-                    return None
-        if not (isinstance(base, cst.Name) and base.value == target) and any(
-            isinstance(n, cst.Name) and n.value == target for n in src.walk(base)
-        ):
-            ctx.skip(src.path, line, f"tf.data chain uses {target!r} in its source: not split")
-            return None
+        return src.fresh_name(src.scope(stmt), ("dataset", "ds", "pipeline")), ""
+    tnode = (
+        small.targets[0].target
+        if isinstance(small, cst.Assign) and len(small.targets) == 1
+        else getattr(small, "target", None)
+    )
+    if not isinstance(tnode, cst.Name):
+        ctx.skip(src.path, line, "tf.data chain assigned to something other than a plain name: not split")
+        return None
+    target = tnode.value
+    annotation = f": {src.code(small.annotation.annotation)}" if isinstance(small, cst.AnnAssign) else ""
+    # Rebinding the name between links would change what later links see.
+    for c in calls:
+        for a in c.args:
+            if any(isinstance(n, cst.Name) and n.value == target for n in src.walk(a)):
+                ctx.skip(src.path, line, f"tf.data chain uses {target!r} inside its own links: not split")
+                return None
+    if not (isinstance(base, cst.Name) and base.value == target) and any(
+        isinstance(n, cst.Name) and n.value == target for n in src.walk(base)
+    ):
+        ctx.skip(src.path, line, f"tf.data chain uses {target!r} in its source: not split")
+        return None
+    return target, annotation
 
-    links = [_Link(c, c.func.attr.value) for c in calls]  # type: ignore[attr-defined]
+
+def _claim_links(src: Src, ctx: Context, links: list[_Link]) -> list[Found]:
+    """Each link that is a feature claims its name (`link.feature`)."""
     found: list[Found] = []
     for link in links:
         kind = _feature_kind(link.call)
@@ -221,17 +219,43 @@ def _split(
                 affects_loss=catalog.affects_loss(name),
             )
         )
-    if not found:
-        return None
+    return found
 
-    # Groups: the base with any leading plain links, then each feature link
-    # alone, plain links in between kept together.
+
+def _groups(links: list[_Link]) -> list[list[_Link]]:
+    """The base with any leading plain links, then each feature link alone,
+    plain links in between kept together."""
     groups: list[list[_Link]] = []
     for link in links:
         if link.feature or not groups or groups[-1][-1].feature:
             groups.append([link])
         else:
             groups[-1].append(link)
+    return groups
+
+
+def _split(
+    src: Src,
+    ctx: Context,
+    stmt: cst.SimpleStatementLine,
+    small: cst.BaseSmallStatement,
+    base: cst.BaseExpression,
+    calls: list[cst.Call],
+) -> Edit | None:
+    line = src.line(stmt)
+    indent = src.indent_of(stmt)
+    if indent is None:
+        ctx.skip(src.path, line, "tf.data chain: its lines cannot be commented at its indentation: not split")
+        return None
+    named = _target(src, ctx, stmt, small, base, calls)
+    if named is None:
+        return None
+    target, annotation = named
+    links = [_Link(c, c.func.attr.value) for c in calls]  # type: ignore[attr-defined]
+    found = _claim_links(src, ctx, links)
+    if not found:
+        return None
+    groups = _groups(links)
     base_code = src.code(base)
     whole = isinstance(small, (cst.Assign, cst.AnnAssign)) and len(groups) == 1
     # Nothing to split: the statement is kept byte for byte, comments included.

@@ -167,34 +167,10 @@ def _from_call(
                 policy = value if isinstance(value, str) else "mixed precision"
                 out.append(_c(unit, "mixed_precision", policy=policy))
     elif name == "LossScaleOptimizer":
-        inner = arg(call, 0, "inner_optimizer") or arg(call, None, "optimizer")
-        if loss_scale_methods_used:
-            ctx.skip(
-                src.path,
-                src.line(call),
-                "LossScaleOptimizer: the code calls its loss-scaling "
-                "methods, so it stays as written (it is harmless without mixed precision)",
-            )
-        elif inner is not None:
-            unit = _unit(src, ctx, call, "LossScaleOptimizer")
-            if unit is not None:
-                out.append(
-                    _c(
-                        unit,
-                        "mixed_precision",
-                        call,
-                        src.code(inner.value),
-                        desc="loss scaling for mixed precision; off: the plain optimizer",
-                    )
-                )
+        out.extend(_loss_scale(src, ctx, call, loss_scale_methods_used))
     elif name in STRATEGIES and ("distribute" in d or "distribute" in src.import_aliases().get(d, "")):
-        parts = d.split(".")
-        if "distribute" in parts[:-1]:
-            # `tf.distribute.experimental.TPUStrategy` -> `tf.distribute.get_strategy()`
-            getter = ".".join(parts[: parts.index("distribute") + 1]) + ".get_strategy()"
-        elif src.tf_alias():
-            getter = f"{src.tf_alias()}.distribute.get_strategy()"
-        else:
+        getter = _strategy_getter(src, d)
+        if getter is None:
             ctx.skip(src.path, src.line(call), f"{name}: no `import tensorflow` to write the default strategy with")
             return out
         unit = _unit(src, ctx, call, name)
@@ -227,6 +203,44 @@ def _from_call(
         if unit is not None:
             out.append(_c(unit, "random_augmentation", call, f"{prefix}.Identity()", cls=name))
 
+    return out + _from_keywords(src, ctx, call, name)
+
+
+def _loss_scale(src: Src, ctx: Context, call: cst.Call, methods_used: bool) -> list[Candidate]:
+    """A LossScaleOptimizer: OFF is its inner optimizer, unless the code calls
+    its loss-scaling methods."""
+    inner = arg(call, 0, "inner_optimizer") or arg(call, None, "optimizer")
+    if methods_used:
+        ctx.skip(
+            src.path,
+            src.line(call),
+            "LossScaleOptimizer: the code calls its loss-scaling "
+            "methods, so it stays as written (it is harmless without mixed precision)",
+        )
+        return []
+    unit = _unit(src, ctx, call, "LossScaleOptimizer") if inner is not None else None
+    if unit is None:
+        return []
+    desc = "loss scaling for mixed precision; off: the plain optimizer"
+    return [_c(unit, "mixed_precision", call, src.code(inner.value), desc=desc)]
+
+
+def _strategy_getter(src: Src, d: str) -> str | None:
+    """The default strategy's getter a strategy call is replaced by (OFF), or
+    None when the file has no `import tensorflow` to write it with."""
+    parts = d.split(".")
+    if "distribute" in parts[:-1]:
+        # `tf.distribute.experimental.TPUStrategy` -> `tf.distribute.get_strategy()`
+        return ".".join(parts[: parts.index("distribute") + 1]) + ".get_strategy()"
+    if src.tf_alias():
+        return f"{src.tf_alias()}.distribute.get_strategy()"
+    return None
+
+
+def _from_keywords(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candidate]:
+    """Features given as keyword arguments of the call (num_parallel_reads,
+    jit_compile, run_eagerly, the catalog's keywords)."""
+    out: list[Candidate] = []
     for a in call.args:
         if a.keyword is None:
             continue
@@ -345,6 +359,26 @@ def _custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefi
     return [_c(unit, cls.feature, call, expr, note=note, cls=cls.name, stock=what)]
 
 
+def _off_text(src: Src, same: list[Candidate], start: int, end: int) -> str | None:
+    """Lines `start`..`end` with each candidate's node replaced (its OFF
+    part), or None when no candidate replaces a node (the OFF part is empty)."""
+    if not any(c.node is not None for c in same):
+        return None
+    pieces, cursor = [], src.offset(start, 0)
+    for c in same:
+        if c.node is None:
+            continue
+        a, b = src.span(c.node)
+        if a < cursor:
+            continue  # nested in a replaced node
+        pieces.append(src.between(cursor, a))
+        pieces.append(c.replacement or "")
+        cursor = b
+    pieces.append(src.between(cursor, src.offset(end, 0) + len(src.lines[end - 1])))
+    off = "".join(pieces)
+    return off if off.endswith("\n") else off + "\n"
+
+
 def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[Edit]:
     """One edit per statement; the first feature of a statement wins, the
     others are reported (a statement belongs to one block)."""
@@ -387,24 +421,7 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
                     f"{other.base} shares a statement with {name}: not marked (split the statement)",
                 )
         start, end = line, src.end_line(unit)
-        on = src.lines_text(start, end)
-        off = None
-        if any(c.node is not None for c in same):
-            base_off = src.offset(start, 0)
-            pieces, cursor = [], base_off
-            for c in same:
-                if c.node is None:
-                    continue
-                a, b = src.span(c.node)
-                if a < cursor:
-                    continue  # nested in a replaced node
-                pieces.append(src.between(cursor, a))
-                pieces.append(c.replacement or "")
-                cursor = b
-            pieces.append(src.between(cursor, src.offset(end, 0) + len(src.lines[end - 1])))
-            off = "".join(pieces)
-            if not off.endswith("\n"):
-                off += "\n"
+        on, off = src.lines_text(start, end), _off_text(src, same, start, end)
         found = Found(name, head.description, src.path, line, head.kind, head.note, catalog.affects_loss(name))
         edits.append(Edit(start, end, indent, (BlockSeg(name, head.description, on, off),), (found,)))
     return edits

@@ -17,6 +17,16 @@ _HEADER = (
 )
 
 
+def _with_entry(text: str, entry: str) -> str:
+    """`entry = "..."` added under [trial] (a new [trial] table first when there is none)."""
+    header = re.compile(r"^[ \t]*\[[ \t]*trial[ \t]*\][ \t]*(#.*)?$", re.M)
+    m = header.search(text)
+    line = f'entry = "{entry}"'
+    if m:
+        return text[: m.end()] + "\n" + line + text[m.end() :]
+    return f"[trial]\n{line}\n\n" + text
+
+
 def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> tuple[str | None, list[str]]:
     """(new manifest text or None when nothing changes, problems).
 
@@ -45,13 +55,7 @@ def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> t
     trial = data.get("trial", {})
     if entry and isinstance(trial, dict) and "entry" not in trial and "command" not in trial:
         want.setdefault("trial", {})["entry"] = entry
-        header = re.compile(r"^[ \t]*\[[ \t]*trial[ \t]*\][ \t]*(#.*)?$", re.M)
-        m = header.search(text)
-        line = f'entry = "{entry}"'
-        if m:
-            text = text[: m.end()] + "\n" + line + text[m.end() :]
-        else:
-            text = f"[trial]\n{line}\n\n" + text
+        text = _with_entry(text, entry)
     for n in names:
         cfg = feats.get(n)
         if isinstance(cfg, dict) and "affects_loss" in cfg:

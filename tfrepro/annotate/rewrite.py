@@ -79,6 +79,23 @@ def _compiles(text: str, path: str) -> bool:
         return False
 
 
+def _bad_names(parsed: fb.SourceFile, markers: dict[int, tuple[int, BlockSeg]], new: str, path: str) -> set[str]:
+    """The features our blocks in `new` may not keep: a block that does not
+    parse as switched, a file that does not round-trip, or one that does not
+    compile with a feature (or all of ours) switched off."""
+    ours = {seg.name for _, seg in markers.values()}
+    names = set(parsed.feature_names)
+    bad = {b.name for b in parsed.blocks if b.line in markers and not b.state}
+    if parsed.render(names) != new:
+        bad |= ours
+    for name in sorted(ours - bad):
+        if not _compiles(parsed.render(names - {name}), path):
+            bad.add(name)
+    if not bad and not _compiles(parsed.render(names - ours), path):
+        bad |= ours
+    return bad
+
+
 def build(text: str, path: str, edits: list[Edit], ctx: Context) -> tuple[str, list[Edit]]:
     """The annotated text and the edits it holds, every check passed."""
     lines = text.splitlines(keepends=True)
@@ -113,19 +130,7 @@ def build(text: str, path: str, edits: list[Edit], ctx: Context) -> tuple[str, l
                 fixed = True
         if fixed:
             continue
-        ours = {seg.name for _, seg in markers.values()}
-        names = set(parsed.feature_names)
-        bad: set[str] = set()
-        for b in parsed.blocks:
-            if b.line in markers and not b.state:
-                bad.add(b.name)
-        if parsed.render(names) != new:
-            bad |= ours
-        for name in sorted(ours - bad):
-            if not _compiles(parsed.render(names - {name}), path):
-                bad.add(name)
-        if not bad and not _compiles(parsed.render(names - ours), path):
-            bad |= ours
+        bad = _bad_names(parsed, markers, new, path)
         if not bad:
             return new, edits
         remaining = []

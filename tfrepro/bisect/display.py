@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -117,30 +118,37 @@ def final_table(console: Console, doc: dict[str, Any]) -> None:
         console.print(ab)
 
 
+def _found_lines(doc: Mapping[str, Any]) -> list[str]:
+    """A found answer: the culprits, a known cost, where it shows, the timing."""
+    symptom = doc.get("symptom")
+    lines = [f"{symptom}: caused by {' + '.join(doc['culprits'])}"]
+    extra = sorted(set(doc.get("culprit_config") or []) - set(doc["culprits"]))
+    if extra:
+        lines.append(f"  (together with {', '.join(extra)}, which change the loss on purpose)")
+    cost = doc.get("known_cost")
+    if cost:
+        lines.append(f"  known cost, not a bug: {cost['reason']}")
+        lines.append(f"  fix: {cost['fix']}")
+        lines.append(f"  source: {cost['source']}")
+    if doc.get("symptom_call"):
+        lines.append(f"  it shows in {doc['symptom_call']}")
+    if doc.get("timing") and symptom == "slowdown":
+        t = doc["timing"]
+        p = t.get("p_value")
+        support = "clear-cut" if t.get("fast") else (f"p = {p:.3g}" if p is not None and p <= 0.05 else "")
+        lines.append(
+            f"  step time x{t['ratio']:.2f} over {len(t['candidate'])} interleaved runs"
+            + (f" ({support})" if support else "")
+        )
+    return lines
+
+
 def answer_lines(doc: dict[str, Any]) -> list[str]:
     """The answer in words (stdout)."""
     status, symptom = doc["status"], doc.get("symptom")
     lines: list[str] = []
     if status == "found":
-        lines.append(f"{symptom}: caused by {' + '.join(doc['culprits'])}")
-        extra = sorted(set(doc.get("culprit_config") or []) - set(doc["culprits"]))
-        if extra:
-            lines.append(f"  (together with {', '.join(extra)}, which change the loss on purpose)")
-        cost = doc.get("known_cost")
-        if cost:
-            lines.append(f"  known cost, not a bug: {cost['reason']}")
-            lines.append(f"  fix: {cost['fix']}")
-            lines.append(f"  source: {cost['source']}")
-        if doc.get("symptom_call"):
-            lines.append(f"  it shows in {doc['symptom_call']}")
-        if doc.get("timing") and symptom == "slowdown":
-            t = doc["timing"]
-            p = t.get("p_value")
-            support = "clear-cut" if t.get("fast") else (f"p = {p:.3g}" if p is not None and p <= 0.05 else "")
-            lines.append(
-                f"  step time x{t['ratio']:.2f} over {len(t['candidate'])} interleaved runs"
-                + (f" ({support})" if support else "")
-            )
+        lines += _found_lines(doc)
     elif status == "none":
         what = f"no {symptom}" if symptom else "no nan, crash, timeout, mismatch or slowdown"
         lines.append(f"none: the failing configuration (every feature on) shows {what} against the baseline")

@@ -98,6 +98,21 @@ def _nvidia_wheels():
     return {n: v for n, v in sorted(names.items()) if n.startswith("nvidia-")}
 
 
+def _tf_gpus(tf) -> list:
+    """Each GPU TensorFlow sees: its name and compute capability."""
+    gpus = []
+    for d in tf.config.list_physical_devices("GPU"):
+        try:
+            det = tf.config.experimental.get_device_details(d)
+        except Exception:
+            det = {}
+        cc = det.get("compute_capability")
+        gpus.append(
+            {"name": det.get("device_name", d.name), "compute_capability": ".".join(map(str, cc)) if cc else None}
+        )
+    return gpus
+
+
 def describe():
     facts = {
         "python": platform.python_version(),
@@ -139,16 +154,7 @@ def describe():
         facts["keras_error"] = str(e)
     devices = tf.config.list_physical_devices()
     facts["devices"] = [{"name": d.name, "type": d.device_type} for d in devices]
-    gpus = []
-    for d in tf.config.list_physical_devices("GPU"):
-        try:
-            det = tf.config.experimental.get_device_details(d)
-        except Exception:
-            det = {}
-        cc = det.get("compute_capability")
-        gpus.append(
-            {"name": det.get("device_name", d.name), "compute_capability": ".".join(map(str, cc)) if cc else None}
-        )
+    gpus = _tf_gpus(tf)
     smi = _nvidia_smi()
     if smi:  # the driver is worth stating even when TensorFlow sees no GPU
         facts["nvidia_driver"] = smi[0]["driver"]

@@ -36,18 +36,9 @@ What it does (Contract 3):
   crash whose `error` is its last traceback line ("Type: message", the
   message's first line when it runs over several).
 
-Plugin hook (used by `tfrepro check`): the config's `plugins` are .py paths;
-before the script runs, each is imported by path and `plugin.install(ctx)` is
-called, where `ctx` offers
-  ctx.options              dict, the config's `plugin_options`
-  ctx.record(key, value)   JSON-serializable; ends up in TrialResult.extra[key]
-  ctx.add_fit_hook(fn)     fn(model, args, kwargs) just before each Model.fit
-  ctx.add_end_hook(fn)     fn(models) at the end (also after a step-cap stop),
-                           models = the Keras models created during the trial
-  ctx.after_import(name, fn)  fn(module) right after the script imports the
-                           top-level module `name` (e.g. "tensorflow")
-A plugin that raises is recorded in extra["harness_errors"]; it never fails
-the trial.
+Plugin hook (used by `tfrepro check`): the config's `plugins`, in
+harness_plugins.py. The crash excepthook, the parent watch and the Landlock
+write watch are in harness_guard.py.
 """
 
 from __future__ import annotations
@@ -60,6 +51,8 @@ import sys
 import threading
 import time
 import traceback
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
 
 CONFIG_ENV = "TFREPRO_TRIAL_CONFIG"
 # The steps so far are saved at the first step, then at most this often.
@@ -248,15 +241,20 @@ def _devices_setup(tf) -> None:
         note_error("devices")
 
 
-def _sibling_file(name: str):
-    """<name>.py next to this file, loaded by path as `_tfrepro_<name>`."""
+def _load(name: str, path: str):
+    """The file at `path`, loaded as module `name` (the one way the harness
+    loads code: by path, never through tfrepro)."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"_tfrepro_{name}", path)
-    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+def _sibling_file(name: str):
+    """<name>.py next to this file, loaded by path as `_tfrepro_<name>`."""
+    return _load(f"_tfrepro_{name}", os.path.join(_HERE, f"{name}.py"))
 
 
 _keras_side = None
@@ -264,13 +262,13 @@ _keras_side = None
 
 def _sibling(name: str):
     """harness_<name>.py next to this file, loaded by path (no tfrepro import)."""
-    import importlib.util
+    return _sibling_file(f"harness_{name}")
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"harness_{name}.py")
-    spec = importlib.util.spec_from_file_location(f"_tfrepro_harness_{name}", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+
+def _bound(name: str):
+    """harness_<name>.py, loaded and handed this module (its `bind(core)`)."""
+    module = _sibling(name)
+    module.bind(sys.modules[__name__])
     return module
 
 
@@ -281,9 +279,7 @@ def _loop():
     """harness_loop.py (custom loops: steps from apply_gradients), loaded on first use."""
     global _loop_side
     if _loop_side is None:
-        module = _sibling("loop")
-        module.bind(sys.modules[__name__])
-        _loop_side = module
+        _loop_side = _bound("loop")
     return _loop_side
 
 
@@ -291,9 +287,7 @@ def _keras():
     """harness_keras.py, loaded on first use (the parent never needs it)."""
     global _keras_side
     if _keras_side is None:
-        module = _sibling("keras")
-        module.bind(sys.modules[__name__])
-        _keras_side = module
+        _keras_side = _bound("keras")
     return _keras_side
 
 
@@ -306,6 +300,16 @@ _HOOKS = {
 
 _FINDER = None  # harness_imports.PostImportFinder, once activated
 _DATA = None  # harness_data.Recorder: what the script feeds training
+
+
+def _quietly(where: str, fn, *args):
+    """fn(*args), or None with the error noted in harness_errors: a part of
+    the harness that fails never fails the trial."""
+    try:
+        return fn(*args)
+    except Exception:
+        note_error(where)
+        return None
 
 
 def _data_start() -> None:
@@ -321,53 +325,8 @@ def _data_start() -> None:
 
 def data_batch(batch: dict) -> None:
     """A batch a fit trained on (harness_keras.py, when the config has `record_data`)."""
-    try:
-        _DATA and _DATA.see_batch(batch)
-    except Exception:
-        note_error("data batch")
-
-
-# -- plugins ----------------------------------------------------------------------
-
-
-class PluginContext:
-    def __init__(self, options: dict) -> None:
-        self.options = dict(options)
-
-    def record(self, key: str, value) -> None:
-        try:
-            json.dumps(value, allow_nan=False)
-        except (TypeError, ValueError):
-            value = repr(value)
-        S.extra[key] = value
-
-    def add_fit_hook(self, fn) -> None:
-        S.fit_hooks.append(fn)
-
-    def add_end_hook(self, fn) -> None:
-        S.end_hooks.append(fn)
-
-    def after_import(self, module_name: str, fn) -> None:
-        """fn(module) right after the script imports `module_name` (a
-        top-level name such as "tensorflow"), or now if it is imported
-        (in a warm child, where it was imported before the trial: at the
-        script's first import of it, as in a cold process)."""
-        _FINDER.add(module_name, fn)
-
-
-def _load_plugins(paths, options) -> None:
-    import importlib.util
-
-    ctx = PluginContext(options or {})
-    for i, path in enumerate(paths):
-        try:
-            spec = importlib.util.spec_from_file_location(f"_tfrepro_plugin_{i}", path)
-            module = importlib.util.module_from_spec(spec)
-            sys.modules[spec.name] = module
-            spec.loader.exec_module(module)
-            module.install(ctx)
-        except Exception:
-            note_error(f"plugin {path}")
+    if _DATA:
+        _quietly("data batch", _DATA.see_batch, batch)
 
 
 # -- memory (memory.py, loaded by path) ----------------------------------------------
@@ -379,32 +338,21 @@ def _memory_start() -> None:
     """Load the sampler; it sets `[trial] memory_limit_mb` (RLIMIT_AS) before the script runs."""
     global _MEMORY
     try:
-        import importlib.util
-
-        spec = importlib.util.spec_from_file_location(
-            "_tfrepro_memory", os.path.join(os.path.dirname(__file__), "memory.py")
-        )
-        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        _MEMORY = module.start(S.config)
+        _MEMORY = _sibling_file("memory").start(S.config)
     except Exception:
         _MEMORY = False
         note_error("memory sampler")
 
 
 def _memory_step() -> None:
-    try:
-        _MEMORY and _MEMORY.step()
-    except Exception:
-        note_error("memory sample")
+    if _MEMORY:
+        _quietly("memory sample", _MEMORY.step)
 
 
 def _memory_result(result: dict) -> None:
     """Add the memory fields (peak RSS, RSS per step, growth, device peak) to `result`."""
-    try:
-        _MEMORY and _MEMORY.merge_into(result)
-    except Exception:
-        note_error("memory result")
+    if _MEMORY:
+        _quietly("memory result", _MEMORY.merge_into, result)
 
 
 # -- the end ------------------------------------------------------------------------
@@ -476,73 +424,6 @@ def finish() -> None:
     os.replace(tmp, S.result_path)
 
 
-def _error_line(tp, value) -> tuple[str, str | None]:
-    """("Type: first line of the message", the whole text when it has more).
-    TensorFlow's messages run over many lines with node names and paths; the
-    first line is the stable part to compare crashes by."""
-    text = "".join(traceback.format_exception_only(tp, value)).strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    if len(lines) <= 1:
-        return text, None
-    return lines[0].strip(), text[-4000:]
-
-
-def _excepthook(orig):
-    def hook(tp, value, tb):
-        if not issubclass(tp, SystemExit):
-            S.crashed = True
-            S.error, detail = _error_line(tp, value)
-            if detail:
-                S.extra["error_detail"] = detail
-        if _FINDER is not None:
-            tb = _FINDER.hide(value, tb)
-        orig(tp, value, tb)
-
-    return hook
-
-
-def _watch_parent() -> None:
-    """Die with the tfrepro process that started us. A parent killed with
-    SIGKILL cannot kill our session itself, and an orphaned trial would train
-    on for nothing (and hold a core a resumed bisect needs). The trial runs in
-    its own session, so killing our process group takes grandchildren too."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent:
-                try:
-                    os.killpg(os.getpgrp(), 9)
-                finally:
-                    os._exit(137)
-
-    threading.Thread(target=watch, name="tfrepro-parent-watch", daemon=True).start()
-
-
-def _watch_writes(spec: dict | None) -> None:
-    """Landlock: name the first write outside the trial dir (confine.py's Watch)."""
-    if not spec or spec.get("mode") != "landlock":
-        return
-    module = sys.modules.get("_tfrepro_confine")
-    if module is None:
-        import importlib.util
-
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
-        loader = importlib.util.spec_from_file_location("_tfrepro_confine", path)
-        module = importlib.util.module_from_spec(loader)
-        sys.modules[loader.name] = module
-        loader.loader.exec_module(module)
-    w = module.watch(spec, os.getcwd())
-    orig = sys.excepthook
-
-    def hook(tp, value, tb):
-        w.exception(value)
-        orig(tp, value, tb)
-
-    sys.excepthook = hook
-
-
 def activate(config_path: str) -> None:
     """Install everything; called once, from sitecustomize, before the script."""
     global S
@@ -554,11 +435,12 @@ def activate(config_path: str) -> None:
         random.seed(int(S.config.get("seed", 0)))
     if S.config.get("steps_max"):
         S.budget = _sibling("timing").Budget(S.config)
+    guard = _bound("guard")  # the crash excepthook and the watches (harness_guard.py)
     if os.getpgrp() == os.getpid():  # only when we lead our own group (as run_trial starts us)
-        _watch_parent()
+        guard.watch_parent()
     _memory_start()
-    sys.excepthook = _excepthook(sys.excepthook)
-    _watch_writes(S.config.get("confine"))
+    sys.excepthook = guard.excepthook(sys.excepthook)
+    guard.watch_writes(S.config.get("confine"))
     atexit.register(finish)
     tap = _sibling("stdout")  # custom loops: `step=N loss=X` lines (harness_stdout.py)
     tap.bind(sys.modules[__name__])
@@ -570,5 +452,5 @@ def activate(config_path: str) -> None:
     _data_start()
     for name in ("tensorflow", "keras", "tf_keras"):  # custom loops (harness_loop.py)
         _FINDER.add(name, lambda module, name=name: getattr(_loop(), f"on_{name}")(module))
-    if S.config.get("plugins"):
-        _load_plugins(S.config["plugins"], S.config.get("plugin_options"))
+    if S.config.get("plugins"):  # harness_plugins.py
+        _bound("plugins").load(S.config["plugins"], S.config.get("plugin_options"))

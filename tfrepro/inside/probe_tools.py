@@ -89,6 +89,16 @@ def leaves(x, prefix: str):
         yield prefix, x
 
 
+def _moments(a, integral: bool) -> dict:
+    return {
+        "min": float(a.min()),
+        "max": float(a.max()),
+        "mean": float(a.mean()),
+        "std": float(a.std()),
+        "integral": integral,
+    }
+
+
 def tensor_stats(name: str, value, np) -> dict:
     """Shape, dtype and value statistics of one tensor; never raises."""
     d: dict = {"name": name}
@@ -114,15 +124,7 @@ def tensor_stats(name: str, value, np) -> dict:
     if kind in "iu":
         d["kind"] = "int"
         if a.size:
-            d.update(
-                {
-                    "min": float(a.min()),
-                    "max": float(a.max()),
-                    "mean": float(a.mean()),
-                    "std": float(a.std()),
-                    "integral": True,
-                }
-            )
+            d.update(_moments(a, True))
         return d
     if kind == "V" or kind == "f" or kind == "c":
         try:
@@ -136,15 +138,7 @@ def tensor_stats(name: str, value, np) -> dict:
         d["inf"] = int(np.isinf(a).sum())
         good = a[finite]
         if good.size:
-            d.update(
-                {
-                    "min": float(good.min()),
-                    "max": float(good.max()),
-                    "mean": float(good.mean()),
-                    "std": float(good.std()),
-                    "integral": bool(np.all(np.equal(np.floor(good), good))),
-                }
-            )
+            d.update(_moments(good, bool(np.all(np.equal(np.floor(good), good)))))
             if a.ndim >= 1 and a.shape[-1] >= 2 and good.size == a.size:
                 rows = a.reshape(-1, a.shape[-1]).sum(axis=1)
                 d["row_sum_min"] = float(rows.min())

@@ -467,7 +467,7 @@ class _Probes:
 
 
 def install(ctx) -> None:
-    """The harness's plugin entry point (see harness.py)."""
+    """The harness's plugin entry point (see harness_plugins.py)."""
     probes = _Probes(ctx)
 
     def guarded(name, fn):

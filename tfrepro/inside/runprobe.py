@@ -19,19 +19,16 @@ import sys
 import traceback
 
 
-def main():
-    out_path, script = sys.argv[1], os.path.abspath(sys.argv[2])
-    facts = {
-        "completed": False,
-        "error_type": None,
-        "message": None,
-        "layers": [],
-        "settings": {"jit_compile_requested": [], "replicas": None},
-    }
-    settings = facts["settings"]
+def _layers(model) -> list:
+    """[name, class] of each layer of `model`, first seen first."""
+    seen = {}
+    for layer in model._flatten_layers(include_self=False):
+        seen.setdefault(layer.name, type(layer).__name__)
+    return [[n, c] for n, c in seen.items()]
 
-    import tensorflow as tf
 
+def _patch_jit(tf, settings: dict) -> None:
+    """`tf.function(jit_compile=...)` and `set_jit(True)` recorded, XLA kept off."""
     orig_function = tf.function
 
     def function(*args, **kwargs):
@@ -49,57 +46,64 @@ def main():
 
     tf.config.optimizer.set_jit = set_jit
 
-    def patch_compile(model_cls, label):
-        orig = model_cls.compile
 
-        def compile(self, *args, **kwargs):
-            jit = kwargs.get("jit_compile", "auto")
-            if jit not in (False, None, "auto"):
-                settings["jit_compile_requested"].append(f"{label}(jit_compile={jit!r})")
-            kwargs["jit_compile"] = False
-            try:
-                seen = {}
-                for layer in self._flatten_layers(include_self=False):
-                    seen.setdefault(layer.name, type(layer).__name__)
-                facts["layers"] = [[n, c] for n, c in seen.items()]
-            except Exception:
-                pass
-            return orig(self, *args, **kwargs)
+def _patch_compile(model_cls, label: str, facts: dict) -> None:
+    """`Model.compile` without XLA (what it asked for recorded) and its layers noted."""
+    settings = facts["settings"]
+    orig = model_cls.compile
 
-        model_cls.compile = compile
+    def compile(self, *args, **kwargs):
+        jit = kwargs.get("jit_compile", "auto")
+        if jit not in (False, None, "auto"):
+            settings["jit_compile_requested"].append(f"{label}(jit_compile={jit!r})")
+        kwargs["jit_compile"] = False
+        try:
+            facts["layers"] = _layers(self)
+        except Exception:
+            pass
+        return orig(self, *args, **kwargs)
 
-    def patch_loss_scale(cls):
-        # Dynamic loss scaling starts at 2**15 and *expects* the first scaled
-        # gradients to overflow (the optimizer skips those steps). Under
-        # check_numerics that expected Inf would be reported as the culprit,
-        # so the scale starts at 1 here: real overflows still show.
-        orig = cls.__init__
+    model_cls.compile = compile
 
-        def init(self, *args, **kwargs):
-            if len(args) >= 2:
-                args = (args[0], 1.0) + tuple(args[2:])
-            else:
-                kwargs["initial_scale"] = 1.0
-            settings["loss_scale_start"] = 1.0
-            return orig(self, *args, **kwargs)
 
-        cls.__init__ = init
+def _patch_loss_scale(cls, settings: dict) -> None:
+    # Dynamic loss scaling starts at 2**15 and *expects* the first scaled
+    # gradients to overflow (the optimizer skips those steps). Under
+    # check_numerics that expected Inf would be reported as the culprit,
+    # so the scale starts at 1 here: real overflows still show.
+    orig = cls.__init__
 
+    def init(self, *args, **kwargs):
+        if len(args) >= 2:
+            args = (args[0], 1.0) + tuple(args[2:])
+        else:
+            kwargs["initial_scale"] = 1.0
+        settings["loss_scale_start"] = 1.0
+        return orig(self, *args, **kwargs)
+
+    cls.__init__ = init
+
+
+def _patch_keras(facts: dict) -> None:
+    """compile and the loss-scale optimizer of the Keras the script will use."""
     legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
     try:
         if legacy:
             import tf_keras
 
-            patch_compile(tf_keras.Model, "tf_keras.Model.compile")
-            patch_loss_scale(tf_keras.mixed_precision.LossScaleOptimizer)
+            _patch_compile(tf_keras.Model, "tf_keras.Model.compile", facts)
+            _patch_loss_scale(tf_keras.mixed_precision.LossScaleOptimizer, facts["settings"])
         else:
             import keras
 
-            patch_compile(keras.Model, "Model.compile")
-            patch_loss_scale(keras.optimizers.LossScaleOptimizer)
+            _patch_compile(keras.Model, "Model.compile", facts)
+            _patch_loss_scale(keras.optimizers.LossScaleOptimizer, facts["settings"])
     except Exception:
         pass
 
+
+def _patch_mirrored(tf, settings: dict) -> None:
+    """The most replicas a MirroredStrategy of the script ran with."""
     orig_mirrored_init = tf.distribute.MirroredStrategy.__init__
 
     def mirrored_init(self, *args, **kwargs):
@@ -108,6 +112,54 @@ def main():
 
     tf.distribute.MirroredStrategy.__init__ = mirrored_init
 
+
+def _after_run(tf, facts: dict) -> None:
+    """What the script set up, read once it ran: precision policy, the layers
+    of a never-compiled model (custom loop), op determinism, eager functions."""
+    settings = facts["settings"]
+    try:
+        import keras
+
+        settings["precision_policy"] = keras.mixed_precision.global_policy().name
+        if not facts["layers"]:
+            # Never compiled (custom loop): find the models still alive.
+            import gc
+
+            seen = {}
+            for obj in gc.get_objects():
+                if isinstance(obj, keras.Model):
+                    for layer in obj._flatten_layers(include_self=False):
+                        seen.setdefault(layer.name, type(layer).__name__)
+            facts["layers"] = [[n, c] for n, c in seen.items()]
+    except Exception:
+        pass
+    try:
+        from tensorflow.python.framework import config as tf_config
+
+        settings["op_determinism"] = bool(tf_config.is_op_determinism_enabled())
+    except Exception:
+        pass
+    try:
+        settings["run_functions_eagerly"] = bool(tf.config.functions_run_eagerly())
+    except Exception:
+        pass
+
+
+def main():
+    out_path, script = sys.argv[1], os.path.abspath(sys.argv[2])
+    facts = {
+        "completed": False,
+        "error_type": None,
+        "message": None,
+        "layers": [],
+        "settings": {"jit_compile_requested": [], "replicas": None},
+    }
+
+    import tensorflow as tf
+
+    _patch_jit(tf, facts["settings"])
+    _patch_keras(facts)
+    _patch_mirrored(tf, facts["settings"])
     tf.debugging.enable_check_numerics()
     sys.argv = [script]
     sys.path.insert(0, os.path.dirname(script))
@@ -121,32 +173,7 @@ def main():
         facts["message"] = str(e)
         facts["traceback"] = traceback.format_exc()[-20000:]
     finally:
-        try:
-            import keras
-
-            settings["precision_policy"] = keras.mixed_precision.global_policy().name
-            if not facts["layers"]:
-                # Never compiled (custom loop): find the models still alive.
-                import gc
-
-                seen = {}
-                for obj in gc.get_objects():
-                    if isinstance(obj, keras.Model):
-                        for layer in obj._flatten_layers(include_self=False):
-                            seen.setdefault(layer.name, type(layer).__name__)
-                facts["layers"] = [[n, c] for n, c in seen.items()]
-        except Exception:
-            pass
-        try:
-            from tensorflow.python.framework import config as tf_config
-
-            settings["op_determinism"] = bool(tf_config.is_op_determinism_enabled())
-        except Exception:
-            pass
-        try:
-            settings["run_functions_eagerly"] = bool(tf.config.functions_run_eagerly())
-        except Exception:
-            pass
+        _after_run(tf, facts)
         with open(out_path, "w", encoding="utf-8") as f:
             json.dump(facts, f, indent=1)
     # Daemon threads of tf.data / distribution can hang interpreter shutdown.

@@ -1,6 +1,6 @@
 """Harness plugin (loaded by path inside a trial process; stdlib + TensorFlow
 only): records the training setup the script actually ran with, for the
-report's re-run of the exported repro. See `harness.py`, "Plugin hook".
+report's re-run of the exported repro. See `harness_plugins.py`.
 
 Recorded under TrialResult.extra["setup"]: precision policy, replicas of each
 model's strategy, the resolved `jit_compile` of each model, eager execution;

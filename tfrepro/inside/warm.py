@@ -99,14 +99,7 @@ def _activate_harness() -> None:
         return
     config = os.environ.pop("TFREPRO_TRIAL_CONFIG", None)
     if config:
-        import importlib.util
-
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "harness.py")
-        spec = importlib.util.spec_from_file_location("_tfrepro_harness", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-        module.activate(config)
+        _sibling("harness").activate(config)
 
 
 def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
@@ -150,18 +143,20 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     return script
 
 
+def _sibling(name: str):
+    """<name>.py next to this file, loaded by path as `_tfrepro_<name>` (as the harness loads its own)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_tfrepro_{name}", path)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def _confine_module():
     """`confine.py` next to this file (loaded by path, once, in the server)."""
-    module = sys.modules.get("_tfrepro_confine")
-    if module is None:
-        import importlib.util
-
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
-        spec = importlib.util.spec_from_file_location("_tfrepro_confine", path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    return module
+    return sys.modules.get("_tfrepro_confine") or _sibling("confine")
 
 
 def _confine(spec: dict | None) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfrepro.report.issue_text import fmt, names
+from tfrepro.report.issue_text import names
 from tfrepro.report.standin import issue_lines as data_lines
+from tfrepro.report.textfmt import fmt
 
 
 def code(text: str, lang: str = "") -> str:

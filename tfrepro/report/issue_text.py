@@ -4,10 +4,11 @@ the environment fields."""
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Callable
 from typing import Any
+
+from tfrepro.report.textfmt import fmt
 
 SYMPTOM_WORDS = {
     "nan": "NaN/Inf loss",
@@ -17,14 +18,6 @@ SYMPTOM_WORDS = {
     "mismatch": "loss mismatch",
     "slowdown": "slowdown",
 }
-
-
-def fmt(x: Any, digits: int = 4) -> str:
-    if x is None:
-        return "n/a"
-    if isinstance(x, float):
-        return "NaN" if math.isnan(x) else f"{x:.{digits}g}"
-    return str(x)
 
 
 def names(xs: list[str]) -> str:

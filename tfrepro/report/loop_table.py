@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from tfrepro.report.issue_text import fmt
+from tfrepro.report.textfmt import fmt
 
 ROWS = 6
 

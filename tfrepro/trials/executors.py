@@ -25,19 +25,20 @@ Invariants every executor keeps:
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import subprocess
 import sys
-import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from tfrepro.errors import UserError
-from tfrepro.settings import TrialSettings
+from tfrepro.trials.executor_base import (  # noqa: F401 (the base is imported from here too)
+    Executor,
+    Runner,
+    TrialRequest,
+    could_not_run,
+    retry_once,
+)
 from tfrepro.trials.gpus import GpuPool, cuda_env, gpus_needed
 from tfrepro.trials.values import TrialResult
 
@@ -46,155 +47,6 @@ if TYPE_CHECKING:
 
 EXECUTORS = ("local", "ray")
 RAY_INSTALL_HINT = "pip install 'tfrepro[ray]'"
-# How many times a lost task is tried again before it counts as "could not run".
-RETRIES = 1
-
-T = TypeVar("T")
-OnStart = Callable[[int], None]
-OnResult = Callable[[int, TrialResult], None]
-Runner = Callable[..., TrialResult]
-
-
-@dataclass(frozen=True)
-class TrialRequest:
-    """One trial the engine wants: the features ON, how it runs, its label."""
-
-    enabled: tuple[str, ...]
-    settings: TrialSettings
-    label: str = ""
-    use_cache: bool = True
-    state_dir: Path | None = None  # None: the project's `.tfrepro`
-    # The project to run, when it is not the batch's (commit mode: one per commit).
-    project: Any = field(default=None, compare=False)
-    # More keywords for the trial runner (version mode: `python`, `versions`, `env`).
-    options: dict[str, Any] = field(default_factory=dict, compare=False)
-
-
-class Executor:
-    """Runs batches of independent trials, `slots` at a time, and timing
-    trials alone. Subclasses implement `_run`; `run_batch` is shared."""
-
-    name = "executor"
-
-    def __init__(self, slots: int) -> None:
-        self.slots = max(1, int(slots))
-
-    def _run(self, project: "Project", request: TrialRequest, slot: int, exclusive: bool) -> TrialResult:
-        raise NotImplementedError
-
-    def run_one(self, project: "Project", request: TrialRequest) -> TrialResult:
-        return self._run(project, request, 0, False)
-
-    def run_timed(self, project: "Project", request: TrialRequest) -> TrialResult:
-        """A timing trial: alone on its device, on the same node as every other
-        timing trial of this executor (the caller never overlaps two)."""
-        return self._run(project, request, 0, True)
-
-    def run_batch(
-        self,
-        project: "Project | None",
-        requests: Sequence[TrialRequest],
-        *,
-        on_start: OnStart | None = None,
-        on_result: OnResult | None = None,
-    ) -> list[TrialResult]:
-        """Run independent trials, `slots` at a time; results in request order.
-        `on_start(i)` / `on_result(i, result)` are called from worker threads.
-        An exception of one trial is raised after the running ones finished
-        (nothing new starts); a KeyboardInterrupt (Ctrl-C) kills the running
-        trials' process groups at once and is raised when their threads are
-        done: the finished trials are cached, the killed ones are not."""
-        free: "queue.SimpleQueue[int]" = queue.SimpleQueue()
-        for s in range(self.slots):
-            free.put(s)
-        stop = threading.Event()
-        workers: list[int] = []  # appended from worker threads (a set could change size under a copy)
-
-        def one(i: int) -> TrialResult:
-            from tfrepro.trials.procs import TrialStopped
-
-            workers.append(threading.get_ident())
-            if stop.is_set():
-                raise TrialStopped()
-            slot = free.get()
-            try:
-                if on_start:
-                    on_start(i)
-                result = self._run(requests[i].project or project, requests[i], slot, False)
-            finally:
-                free.put(slot)
-            if on_result:
-                on_result(i, result)
-            return result
-
-        if self.slots == 1 or len(requests) <= 1:
-            return [one(i) for i in range(len(requests))]
-        pool = ThreadPoolExecutor(max_workers=min(self.slots, len(requests)))
-        futures = []
-        try:
-            futures = [pool.submit(one, i) for i in range(len(requests))]
-            return [f.result() for f in futures]
-        except KeyboardInterrupt:
-            stop.set()
-            pool.shutdown(wait=False, cancel_futures=True)
-            self._stop_running(workers, futures)
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-
-    def _stop_running(self, workers: list[int], futures: Sequence) -> None:
-        """Kill what the worker threads run until every one of them is done
-        (a trial that started while we killed is caught on the next round)."""
-        from tfrepro.trials.procs import stop_trials
-
-        while not all(f.done() for f in futures):
-            stop_trials(list(workers))
-            wait(futures, timeout=0.1)
-
-    def describe(self) -> str:
-        return f"{self.name} ({self.slots} at a time)"
-
-    def close(self) -> None:
-        """Release what the executor started (a local Ray instance)."""
-
-    def __enter__(self) -> "Executor":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-# -- retry once ----------------------------------------------------------------------
-
-
-def retry_once(
-    attempt: Callable[[int], T], is_lost: Callable[[BaseException], bool], retries: int = RETRIES
-) -> tuple[T | None, list[str]]:
-    """`attempt(n)` for n = 0, 1, ...: a loss (`is_lost`) is tried again
-    `retries` times; anything else propagates. Returns (value or None when
-    every attempt was lost, the description of each loss)."""
-    lost: list[str] = []
-    for n in range(retries + 1):
-        try:
-            return attempt(n), lost
-        except Exception as e:
-            if not is_lost(e):
-                raise
-            lost.append(f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}".rstrip(": "))
-    return None, lost
-
-
-def could_not_run(lost: Sequence[str], log_dir: Path | None = None) -> TrialResult:
-    """The result of a trial whose every attempt was lost: no verdict on the feature."""
-    why = "; ".join(lost) or "no attempt finished"
-    return TrialResult(
-        could_not_run=True,
-        error=f"could not run ({len(lost)} attempts lost): {why}",
-        log_dir=str(log_dir) if log_dir else None,
-        extra={"attempts": len(lost)},
-    )
-
-
 # -- GPUs ----------------------------------------------------------------------------
 
 

@@ -31,7 +31,7 @@ else Ray schedules runs beside it on that device.
 
 Failures: the task runs with Ray's own retries off; a lost worker, a dead
 node or a task that raised is tried once more, then the trial "could not
-run" (`executors.could_not_run`: never cached, UNTESTABLE). A trial that
+run" (`executor_base.could_not_run`: never cached, UNTESTABLE). A trial that
 crashes or times out is a measurement, not a failure of the task.
 """
 
@@ -56,7 +56,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import warm
-from tfrepro.trials.executors import Executor, TrialRequest, could_not_run, retry_once
+from tfrepro.trials.executor_base import Executor, TrialRequest, could_not_run, retry_once
 from tfrepro.trials.ray_connect import Connection, connect
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.values import TrialResult

@@ -1,0 +1,64 @@
+"""The trial harness's plugin hook (used by `tfrepro check`).
+
+Loaded by path by harness.py (module `_tfrepro_harness_plugins`) when the
+config names `plugins`; like the harness it imports no tfrepro module.
+`bind(core)` hands it the harness core, whose state `H.S` the context fills.
+
+The config's `plugins` are .py paths; before the script runs, each is
+imported by path and `plugin.install(ctx)` is called, where `ctx` offers
+  ctx.options              dict, the config's `plugin_options`
+  ctx.record(key, value)   JSON-serializable; ends up in TrialResult.extra[key]
+  ctx.add_fit_hook(fn)     fn(model, args, kwargs) just before each Model.fit
+  ctx.add_end_hook(fn)     fn(models) at the end (also after a step-cap stop),
+                           models = the Keras models created during the trial
+  ctx.after_import(name, fn)  fn(module) right after the script imports the
+                           top-level module `name` (e.g. "tensorflow")
+A plugin that raises is recorded in extra["harness_errors"]; it never fails
+the trial.
+"""
+
+from __future__ import annotations
+
+import json
+
+H = None  # the harness core module, set by bind()
+
+
+def bind(core) -> None:
+    global H
+    H = core
+
+
+class PluginContext:
+    def __init__(self, options: dict) -> None:
+        self.options = dict(options)
+
+    def record(self, key: str, value) -> None:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            value = repr(value)
+        H.S.extra[key] = value
+
+    def add_fit_hook(self, fn) -> None:
+        H.S.fit_hooks.append(fn)
+
+    def add_end_hook(self, fn) -> None:
+        H.S.end_hooks.append(fn)
+
+    def after_import(self, module_name: str, fn) -> None:
+        """fn(module) right after the script imports `module_name` (a
+        top-level name such as "tensorflow"), or now if it is imported
+        (in a warm child, where it was imported before the trial: at the
+        script's first import of it, as in a cold process)."""
+        H._FINDER.add(module_name, fn)
+
+
+def load(paths, options) -> None:
+    """Import each plugin by path and call its `install(ctx)`."""
+    ctx = PluginContext(options or {})
+    for i, path in enumerate(paths):
+        try:
+            H._load(f"_tfrepro_plugin_{i}", path).install(ctx)
+        except Exception:
+            H.note_error(f"plugin {path}")

@@ -1,0 +1,148 @@
+"""Which repro the bundle ships, each choice confirmed by a re-run in a fresh
+process (rerun.py): trimmed (trim.py) when the trimmed one still shows the
+symptom, reading synthetic stand-ins for the data (standin.py) or the few
+real records that still show it (reduce.py); and the same re-run on the
+newest tf-nightly (`--nightly`, nightly.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tfrepro.report.export import ENTRY, Export
+from tfrepro.report.rerun import Reproduction, Runner
+from tfrepro.settings import TrialSettings
+
+if TYPE_CHECKING:
+    from tfrepro.report.bundle import Context, Progress
+
+VERDICT = {True: "reproduced", False: "NOT reproduced", None: "undecided"}
+
+
+def rerun_settings(ctx: Context) -> TrialSettings:
+    command = ctx.settings.command
+    return replace(
+        ctx.settings,
+        entry=ENTRY,
+        command=tuple(ENTRY if a == ctx.entry else a for a in command) if command else None,
+        # the calls the bisect timed (fit#3...): the re-run times the same ones
+        timed_calls=tuple(ctx.result.get("timed_calls") or ()),
+    )
+
+
+def _reproduce(
+    ctx: Context, export: Export, *, rerun: bool, runner: Runner | None, max_pairs: int, say: Progress
+) -> Reproduction | None:
+    if not rerun:
+        return None
+    from tfrepro.report.rerun import reproduce
+
+    say(f"re-running {ENTRY} in a fresh process to confirm the {ctx.symptom} ...")
+    rep = reproduce(
+        ctx.symptom,
+        export.cand_files,
+        export.ref_files,
+        settings=rerun_settings(ctx),
+        symptoms=ctx.symptoms,
+        noise=float(ctx.result.get("noise") or 0.0),
+        runner=runner,
+        max_pairs=max_pairs,
+        progress=say,
+        expected_error=(ctx.result.get("culprit_trial") or ctx.result.get("failing") or {}).get("error"),
+    )
+    say(f"re-run: {VERDICT[rep.reproduced]} ({rep.detail})")
+    return rep
+
+
+def _reproduce_trimmed(
+    ctx: Context, export: Export, *, rerun: bool, runner: Runner | None, max_pairs: int, say: Progress
+) -> tuple[Reproduction | None, Export, dict[str, Any]]:
+    """The trimmed repro (report/trim.py) when a re-run shows the symptom
+    with it; else the untrimmed one. Returns (reproduction, export, facts)."""
+    from tfrepro.report.trim import trim_files
+
+    cand, changes = trim_files(export.cand_files)
+    kw = dict(rerun=rerun, runner=runner, max_pairs=max_pairs, say=say)
+    if not changes:
+        return _reproduce(ctx, export, **kw), export, {"trimmed": False, "changes": [], "note": "nothing to trim"}
+    if not rerun:
+        return (
+            None,
+            export,
+            {
+                "trimmed": False,
+                "changes": changes,
+                "note": "not trimmed: a trim is kept only when a re-run confirms it (--no-rerun)",
+            },
+        )
+    trimmed = replace(export, cand_files=cand, ref_files=trim_files(export.ref_files)[0])
+    say(f"trimmed {ENTRY} ({len(changes)} change{'s' if len(changes) != 1 else ''}): re-running it")
+    rep = _reproduce(ctx, trimmed, **kw)
+    if rep is not None and rep.reproduced is True:
+        return rep, trimmed, {"trimmed": True, "changes": changes}
+    say("the trimmed repro does not show the symptom: the untrimmed one is kept")
+    return (
+        _reproduce(ctx, export, **kw),
+        export,
+        {"trimmed": False, "changes": changes, "note": "the trimmed repro did not reproduce; untrimmed kept"},
+    )
+
+
+def with_data(ctx: Context, export: Export, *, no_data: bool, **kw: Any):
+    """The repro with synthetic stand-ins for the data files it read
+    (report/standin.py) when a re-run shows the symptom with them; else the
+    export as it was, and the report says which data it needs."""
+    from tfrepro.report.standin import with_standins
+
+    standin, data = with_standins(export, ctx.result, ctx.entry, no_data=no_data)
+    if standin is export:
+        return _reduced(ctx, export, data, no_data=no_data, **kw)
+    kw["say"](f"{ENTRY} reads synthetic stand-ins for {len(data['standins'])} data file(s): re-running it")
+    reproduction, got, trim = _reproduce_trimmed(ctx, standin, **kw)
+    data["standin_reproduced"] = reproduction.reproduced if reproduction else None
+    if reproduction is None or reproduction.reproduced is not False:
+        return reproduction, got, trim, data
+    kw["say"]("the stand-ins do not show the symptom: the repro keeps reading the user's data")
+    data["needs_user_data"] = data["standins"] + data["needs_user_data"]
+    data["note"] = "synthetic stand-ins did not reproduce the symptom; the repro reads the user's data"
+    data["standins"] = []
+    return _reduced(ctx, export, data, no_data=no_data, **kw)
+
+
+def _reduced(ctx: Context, export: Export, data: dict[str, Any], *, no_data: bool, **kw: Any):
+    """The repro reading the few real records that still show the symptom
+    (report/reduce.py) when no stand-in does; else the export as it was."""
+    from tfrepro.report.reduce import reduce_export
+    from tfrepro.report.standin import reads_of
+
+    sites, batches = reads_of(ctx.result, ctx.entry)
+    if no_data or not kw.get("rerun") or not data.get("needs_user_data") or not sites:
+        return (*_reproduce_trimmed(ctx, export, **kw), data)
+    kw["say"]("reducing the data: ddmin over the records the failing run read, each tried by a re-run")
+
+    def shows(files: dict[str, Any]) -> bool:
+        rep = _reproduce(ctx, replace(export, cand_files={**export.cand_files, **files}), **kw)
+        return bool(rep and rep.reproduced)
+
+    got = reduce_export(Path(ctx.project.root), export.cand_files[ENTRY], sites, batches, shows)
+    data["reduction"] = {k: v for k, v in got.items() if k not in ("text", "npz")}
+    if "error" in got:
+        return (*_reproduce_trimmed(ctx, export, **kw), data)
+    files = {**export.cand_files, ENTRY: got["text"], "data.npz": got["npz"]}
+    reduced = replace(export, cand_files=files)
+    data["needs_user_data"] = [s for s in data["needs_user_data"] if s["file"] not in {f["file"] for f in got["files"]}]
+    return (_reproduce(ctx, reduced, **kw), reduced, {"trimmed": False, "changes": [], "note": "data reduced"}, data)
+
+
+def nightly_rerun(ctx: Context, export: Export, *, max_pairs: int, say: Progress) -> dict[str, Any]:
+    from tfrepro.report.nightly import nightly_env, on_nightly
+
+    def again(runner: Runner) -> Reproduction:
+        say(f"re-running {ENTRY} on tf-nightly ...")
+        return _reproduce(ctx, export, rerun=True, runner=runner, max_pairs=max_pairs, say=say)
+
+    got = on_nightly(again, nightly_env(say))
+    say(f"nightly: {got['version']}: {VERDICT[got['reproduced']]} ({got['detail']})")
+    return got

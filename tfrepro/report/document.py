@@ -1,0 +1,142 @@
+"""report.json: everything ISSUE.md says, as data (the run's result, the
+exported repro, the re-run, the localisation, the environment, the setup)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from tfrepro import __version__
+from tfrepro.report.confirm import rerun_settings
+from tfrepro.report.export import ENTRY, Export
+from tfrepro.report.rerun import Reproduction
+from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
+from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
+
+if TYPE_CHECKING:
+    from tfrepro.report.bundle import Context, Progress
+
+
+# The run's result fields report.json keeps as its evidence.
+EVIDENCE = (
+    "trials",
+    "wall_s",
+    "ablation",
+    "trials_table",
+    "flaky",
+    "reproduction_rate",
+    "noise",
+    "timing",
+    "compile_differs",
+)
+# The files every bundle has besides its artifacts.
+OWN_FILES = {
+    "ISSUE.md": "this issue text",
+    "report.json": "everything in ISSUE.md, as data",
+    "result.json": "the bisect result this report was made from",
+}
+
+
+def _setup_facts(export: Export, reproduction: Reproduction | None, loc: Any) -> dict[str, Any]:
+    """Precision, replicas, XLA...: read from the source, then corrected by
+    what the re-run and the localisation saw at run time."""
+    setup = scan_setup(export.cand_files[ENTRY])
+    if reproduction and reproduction.candidate:
+        setup = merge_trial_setup(setup, (reproduction.candidate.get("extra") or {}).get("setup"))
+    return merge_runtime(setup, loc.settings if loc else None)
+
+
+def document(
+    ctx: Context,
+    export: Export,
+    *,
+    reproduction: Reproduction | None,
+    loc: Any,
+    env_facts: dict[str, Any],
+    environ: dict[str, str],
+    scrubber: Scrubber,
+    artifacts: dict[str, str],
+) -> dict[str, Any]:
+    """report.json: everything ISSUE.md says, as data."""
+    result, project = ctx.result, ctx.project
+    doc: dict[str, Any] = {
+        "tfrepro_version": __version__,
+        "run_id": ctx.run_dir.name,
+        "run_dir": str(ctx.run_dir),
+        "project": str(project.root),
+        "status": result.get("status"),
+        "symptom": ctx.symptom,
+        "culprits": list(result.get("culprits") or []),
+        "culprit_config": list(export.cand_cfg or []),
+        "reference_config": list(export.ref_cfg or []),
+        "first_bad_commit": result.get("first_bad_commit"),
+        "commit": result.get("commit"),
+        "follows": result.get("follows"),
+        "nightly": _nightly(result),
+        "features": {
+            n: {"description": project.description(n), "affects_loss": n in project.affects_loss}
+            for n in project.feature_names
+        },
+        "settings": ctx.settings.to_dict(),
+        "symptom_settings": {k: getattr(ctx.symptoms, k) for k in ("nan", "slowdown", "mismatch", "memory")},
+        "baseline": result.get("baseline") or {},
+        "failing": result.get("failing") or {},
+        "culprit_trial": result.get("culprit_trial") or result.get("failing") or {},
+        "evidence": {k: result.get(k) for k in EVIDENCE} | {"replicas": ctx.settings.replicas},
+        "environment": env_facts,
+        "env_vars": capture_env(environ, scrubber),
+        "redacted_env_count": withheld_count(environ),  # how many, never their names
+        "setup": _setup_facts(export, reproduction, loc),
+        "reproduction": reproduction.to_dict() if reproduction else None,
+        "localization": ({**loc.to_dict(), "headline": loc.headline()} if loc else None),
+        "repro": _repro_facts(ctx, export),
+        "artifacts": {**artifacts, **OWN_FILES},
+    }
+    if ctx.symptom == "mismatch" and reproduction and reproduction.reference:
+        doc["reference_trial"] = reproduction.reference
+    return doc
+
+
+def _repro_facts(ctx: Context, export: Export) -> dict[str, Any]:
+    command = rerun_settings(ctx).command
+    return {
+        "entry": ENTRY,
+        "files": sorted(export.cand_files),
+        "code": export.cand_files[ENTRY],
+        "extra_imports": extra_imports(export.cand_files),
+        "reference": export.ref_name,
+        "diff": export.diff,
+        "command": " ".join(["python", *command[1:]]) if command else f"python {ENTRY}",
+    }
+
+
+def _nightly(result: dict[str, Any]) -> dict[str, Any] | None:
+    """Whether a nightly build was tried: a `nightly` record of the run
+    ({"version", "reproduced"}), or a nightly among a version bisect's trials."""
+    if isinstance(result.get("nightly"), dict):
+        return result["nightly"]
+    for row in result.get("version_trials") or []:
+        version = str(row.get("version") or "")
+        if "dev" in version or "nightly" in version:
+            return {"version": version, "reproduced": row.get("verdict") == result.get("symptom")}
+    return None
+
+
+def environment_facts(
+    reproduction: Reproduction | None, *, probe: bool, python: str | None, environ: Mapping[str, str], say: Progress
+) -> dict[str, Any]:
+    """The re-run's process described itself; otherwise a child of its own.
+    The library path the CUDA libraries load from comes from `environ`."""
+    facts = ((reproduction.candidate or {}).get("extra") or {}).get("environment") if reproduction else None
+    if facts and "probe_error" not in facts:
+        facts = {**facts, "collected_in": "the re-run of repro.py"}
+    elif not probe:
+        facts = {"probe_error": "environment probe not run"}
+    else:
+        from tfrepro.report import environment
+
+        say("describing the environment (versions, devices) in a TensorFlow child ...")
+        facts = environment.collect(python=python)
+    if environ.get("LD_LIBRARY_PATH"):
+        facts = {**facts, "ld_library_path": environ["LD_LIBRARY_PATH"]}
+    return facts
