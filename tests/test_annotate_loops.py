@@ -51,7 +51,10 @@ def test_a_step_function_loop_becomes_fit_with_the_same_parts():
     assert found["custom_loop"].kind == "loop" and not found["custom_loop"].affects_loss
     assert fb.parse(new, "train.py").render({"custom_loop"}) == new  # ON: the file as written
     off = off_part(new)
-    assert "model.compile(optimizer=optimizer, loss=loss_fn)\nmodel.fit(ds.take(20), epochs=1, verbose=0)\n" in off
+    assert (
+        "model.compile(optimizer=optimizer, loss=loss_fn, run_eagerly=True)\nmodel.fit(ds.take(20), epochs=1, verbose=0)\n"
+        in off
+    )
     assert "for step" not in off.replace("# for step", "")
 
 
@@ -64,7 +67,10 @@ def test_a_hand_written_loss_is_wrapped_as_a_keras_loss():
     )
     off = off_part(new)
     assert "def fit_loss(y_true, y_pred):\n    return tf.reduce_mean(tf.square(y_true - y_pred))\n" in off
-    assert "model.compile(optimizer=optimizer, loss=fit_loss)\nmodel.fit(ds.repeat(3), epochs=1, verbose=0)\n" in off
+    assert (
+        "model.compile(optimizer=optimizer, loss=fit_loss, run_eagerly=True)\nmodel.fit(ds.repeat(3), epochs=1, verbose=0)\n"
+        in off
+    )
     assert found["custom_loop"].note
 
 
@@ -169,4 +175,34 @@ def test_a_loss_that_reshapes_the_labels_itself_gets_them_unaligned():
     off = off_part(new)
     assert "class FitLoss(keras.losses.Loss):\n    def call(self, y_true, y_pred):\n" in off
     assert "return tf.reduce_mean(tf.square(y_true[:, None] - y_pred))" in off
-    assert "model.compile(optimizer=optimizer, loss=FitLoss())" in off
+    assert "model.compile(optimizer=optimizer, loss=FitLoss(), run_eagerly=True)" in off
+
+
+LOOP = "\nfor xb, yb in ds:\n    loss = train_step(xb, yb)\n"
+
+
+def test_fit_keeps_the_compile_mode_of_the_loops_step():
+    # Toggling custom_loop changes the loop into fit and nothing else: an eager step gives an
+    # eager fit; a tf.function step (a feature of its own, so eager when it is off) the mode
+    # read from the function when fit is compiled; jit_compile=True the XLA flag read the same way.
+    eager = off_part(annotated(STEP_FN.format(loss="loss_fn(yb, pred)") + LOOP)[0])
+    assert "model.compile(optimizer=optimizer, loss=loss_fn, run_eagerly=True)\n" in eager
+    graph = off_part(annotated("\n@tf.function" + STEP_FN.format(loss="loss_fn(yb, pred)") + LOOP)[0])
+    mode = 'run_eagerly=not hasattr(train_step, "get_concrete_function")'
+    assert f"model.compile(optimizer=optimizer, loss=loss_fn, {mode}, jit_compile=False)\n" in graph
+    xla = "\n@tf.function(jit_compile=True)" + STEP_FN.format(loss="loss_fn(yb, pred)") + LOOP
+    jit = 'jit_compile=getattr(train_step, "_jit_compile", None) is True'
+    assert f"loss=loss_fn, {mode}, {jit})\n" in off_part(annotated(xla)[0])
+    wrapped = STEP_FN.format(loss="loss_fn(yb, pred)") + "\ntrain_step = tf.function(train_step)\n" + LOOP
+    assert f"loss=loss_fn, {mode}, jit_compile=False)\n" in off_part(annotated(wrapped)[0])
+
+
+def test_an_inline_loop_is_fit_run_eagerly():
+    new, _, _ = annotated(
+        "\nfor xb, yb in ds:\n"
+        "    with tf.GradientTape() as tape:\n"
+        "        loss = loss_fn(yb, model(xb, training=True))\n"
+        "    grads = tape.gradient(loss, model.trainable_variables)\n"
+        "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
+    )
+    assert "model.compile(optimizer=optimizer, loss=loss_fn, run_eagerly=True)\n" in off_part(new)

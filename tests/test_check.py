@@ -530,6 +530,7 @@ def test_input_bound_judged_on_the_quiet_steps_not_the_load_spikes():
 def test_no_training_seen_says_how_a_loop_reports_steps():
     item = judge(TrialResult(mode="none", extra=copy.deepcopy(CLEAN))).item("short_run")
     assert item.status is CheckStatus.SKIP and "step=<int> loss=<float>" in item.summary
+    assert "no optimizer applied gradients" in item.summary and "apply_gradients" in item.fix
 
 
 # -- bisect: a failing baseline comes with the checks ------------------------------------------------

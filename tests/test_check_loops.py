@@ -70,3 +70,18 @@ def test_a_per_replica_loss_over_the_local_batch_warns():
 
 def test_a_script_without_a_tape_step_gets_no_item():
     assert check_loop(*facts_of([("train.py", "import keras\nmodel.fit(x, y)\n")]), None) is None
+
+
+def test_check_runs_a_loop_as_written_and_the_rest_as_the_baseline(tmp_path):
+    # `tfrepro check` on a loop script judges the loop the user runs, not the fit that stands in for it.
+    from tfrepro.check.run import checked_features
+    from tfrepro.project import Project
+
+    loop = STEP.format(layer="Dropout", training=", training=True", loss="loss_fn(yb, pred)")
+    text = loop.replace("import keras\n", "import keras\n\nds = tf.data.Dataset.range(4).shuffle(4)\n")
+    (tmp_path / "train.py").write_text(text + "\n\nfor xb, yb in ds:\n    train_step(xb, yb)\n")
+    project = Project.load(tmp_path / "train.py")
+    assert {"custom_loop", "shuffle", "tf_function"} <= set(project.feature_names)
+    assert checked_features(project) == {"custom_loop"}
+    assert checked_features(project, all_=True) == set(project.feature_names)
+    assert checked_features(project, ["shuffle"]) == {"shuffle"}

@@ -98,3 +98,22 @@ def test_eager_replicas_make_one_step_once_all_have_applied(loop):
     assert core.S.losses == [0.75]
     module._eager_replica(1.0, 0, 2)
     assert core.S.losses == [0.75, 1.5]
+
+
+def test_a_steps_time_holds_the_loop_not_the_harness_bookkeeping(loop, monkeypatch):
+    # A fake clock: the loop's step takes 1 s, recording it (the harness's own work) 5 s; fit's step time,
+    # batch begin to batch end, holds none of the harness's work either.
+    module, core = loop
+    clock = [0.0]
+    monkeypatch.setattr(module.time, "perf_counter", lambda: clock[0])
+    recorded = core.record_step
+
+    def slow_record(loss, dt):
+        recorded(loss, dt)
+        clock[0] += 5.0
+
+    core.record_step = slow_record
+    for _ in range(3):
+        clock[0] += 1.0
+        module._record([1.0])
+    assert core.S.step_times == [1.0, 1.0, 1.0]

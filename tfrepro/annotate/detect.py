@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from tfrepro import catalog
+from tfrepro.annotate.lambdas import LambdaLayer, is_lambda_layer, lambda_layer
 from tfrepro.annotate.layers import LayerClass, stock_equivalent
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
@@ -198,6 +199,8 @@ def _from_call(
         out.extend(_schedule(src, ctx, call, name))
     elif name in layer_classes and isinstance(call.func, (cst.Name, cst.Attribute)):
         out.extend(_custom_layer(src, ctx, call, layer_classes[name], prefix))
+    elif is_lambda_layer(src, call, prefix):
+        out.extend(_lambda_layer(src, ctx, call, prefix))
     elif catalog.RANDOM_LAYER_RE.match(name) and prefix is not None and (d == name or "layers" in d):
         unit = _unit(src, ctx, call, f"{name}(...)")
         if unit is not None:
@@ -377,6 +380,19 @@ def _off_text(src: Src, same: list[Candidate], start: int, end: int) -> str | No
     pieces.append(src.between(cursor, src.offset(end, 0) + len(src.lines[end - 1])))
     off = "".join(pieces)
     return off if off.endswith("\n") else off + "\n"
+
+
+def _lambda_layer(src: Src, ctx: Context, call: cst.Call, prefix: str) -> list[Candidate]:
+    """A Lambda over the project's own function: a custom layer (annotate/lambdas.py)."""
+    found = lambda_layer(src, call, prefix)
+    if isinstance(found, str):
+        ctx.skip(src.path, src.line(call), f"{found}: not marked")
+    if not isinstance(found, LambdaLayer):
+        return []
+    unit = _unit(src, ctx, call, f"{found.what}(...)")
+    if unit is None:
+        return []
+    return [_c(unit, found.feature, call, found.standin, note=found.note, cls=found.what, stock=found.stock)]
 
 
 def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[Edit]:

@@ -9,7 +9,8 @@ Three forms are recognised:
   the data or in a step function the loop calls. OFF: the same model
   compiled with the same optimizer and the loss (a loss object or function
   called as `fn(y, pred)` as it is; a hand-written expression wrapped as
-  `def fit_loss(y_true, y_pred)`), then `fit` over the same dataset
+  `def fit_loss(y_true, y_pred)`) in the loop's compile mode (eager, graph
+  or XLA: annotate/loop_mode.py), then `fit` over the same dataset
   expression, for the same number of epochs;
 - a `train_on_batch` loop over the data. OFF: `fit` over the same data;
 - a `train_step` override of a Model subclass whose loss is the compiled one.
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from tfrepro import catalog
+from tfrepro.annotate.loop_mode import compile_mode
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
 from tfrepro.annotate.source import Src, arg, last_name
 
@@ -50,6 +52,7 @@ class Loop:
     loss: str | None = None  # the compile loss expression
     loss_def: str | None = None  # body expression of a wrapped hand-written loss
     loss_base: str | None = None  # `keras.losses.Loss` when the loss reshapes the labels itself
+    mode: str | None = None  # compile's keywords for the loop's compile mode (annotate/loop_mode.py)
 
 
 def loop_edits(src: Src, ctx: Context) -> list[Edit]:
@@ -121,7 +124,7 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop | None:
     base = _loss_base(src, expr, y) if loss_def is not None else None
     data, epochs, block = _data(src, loop, mapping.get(x), mapping.get(y))
     _check_used_after(src, block)
-    return Loop(block, model, data, epochs, optimizer, loss_code, loss_def, base)
+    return Loop(block, model, data, epochs, optimizer, loss_code, loss_def, base, compile_mode(src, region))
 
 
 def _enclosing(src: Src, node: cst.CSTNode, kinds: tuple) -> cst.CSTNode | None:
@@ -438,7 +441,8 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
         loss = src.fresh_name(src.scope(unit), ("fit_loss", "loop_loss"))
         off += [f"{indent}def {loss}(y_true, y_pred):\n", f"{indent}    return {loop.loss_def}\n", "\n"]
     if loop.optimizer is not None:
-        off.append(f"{indent}{loop.model}.compile(optimizer={loop.optimizer}, loss={loss})\n")
+        mode = f", {loop.mode}" if loop.mode else ""
+        off.append(f"{indent}{loop.model}.compile(optimizer={loop.optimizer}, loss={loss}{mode})\n")
     data = loop.data
     if loop.epochs is not None:
         # The loop starts a new pass (a new iterator, a reshuffle) per epoch; fit's epochs
@@ -446,7 +450,7 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
         simple = all(c.isalnum() or c in "._()[], " for c in data) and not data.startswith("(")
         data = f"{data if simple else f'({data})'}.repeat({loop.epochs})"
     off.append(f"{indent}{loop.model}.fit({data}, epochs=1, verbose=0)\n")
-    what = "model.fit over the same data" + (", optimizer and loss" if loop.optimizer else "")
+    what = "model.fit over the same data" + (", optimizer and loss, in its compile mode" if loop.optimizer else "")
     desc = f"hand-written training loop ({form}) instead of fit, the same math; off: {what}"
     seg = BlockSeg(name, desc, src.lines_text(line, src.end_line(unit)), "".join(off))
     note = None if loop.loss_def is None else "the loop's loss expression wrapped as a Keras loss for fit"

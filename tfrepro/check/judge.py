@@ -308,9 +308,11 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
         return _item(
             "short_run",
             CheckStatus.SKIP,
-            "no training step was seen: Model.fit never ran and the script printed no `step=<int> loss=<float>` line",
+            "no training step was seen: Model.fit never ran, no optimizer applied gradients, and the script "
+            "printed no `step=<int> loss=<float>` line",
             evidence,
-            "a custom loop reports each step by printing `step=N loss=X` (see `tfrepro new`)",
+            "a custom loop is measured at its optimizer's apply_gradients/apply; one that updates the weights "
+            "otherwise can print `step=N loss=X` per step",
         )
     if n < 4:
         return _item(

@@ -29,6 +29,21 @@ def _probe_options(expect_gpu: bool | None) -> dict:
     return {"expect_gpu": expect_gpu}
 
 
+def checked_features(project: "Project", with_: Iterable[str] | None = None, all_: bool = False) -> frozenset[str]:
+    """The configuration `tfrepro check` runs: exactly `with_` when given,
+    every feature with `all_`, else the baseline with the training loop as
+    written: every feature OFF but the hand-written loop's (catalog kind
+    `loop`: custom_loop, gradient accumulation), whose OFF form is the fit
+    that stands in for it. The checks judge the loop the user runs."""
+    if with_ is not None:
+        return project.check_names(with_)
+    if all_:
+        return frozenset(project.feature_names)
+    from tfrepro import catalog
+
+    return frozenset(n for n in project.feature_names if catalog.kind_of(n) == "loop")
+
+
 def run_checks(
     project: "Project",
     enabled: Iterable[str] = (),

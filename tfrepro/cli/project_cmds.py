@@ -205,26 +205,24 @@ def check_cmd(
 ) -> None:
     """The sanity checks to run before blaming a feature.
 
-    Runs one configuration (the baseline, every feature OFF, by default) in
-    one probed trial and prints a checklist, each check pass / warn / fail /
-    skip with its evidence and the fix: 1 environment (versions, devices),
-    2 input pipeline (input-bound or not), 3 first batches (shapes, ranges,
-    NaN/Inf, labels in [0, C), normalisation), 4 initial loss against chance,
-    5 a short run (the loss falls and stays finite), 6 parameter count.
+    Runs one configuration (the baseline by default: every feature OFF, a
+    hand-written training loop kept as written) in one probed trial and
+    prints a checklist, each check pass / warn / fail / skip with its
+    evidence and the fix: 1 environment (versions, devices), 2 input
+    pipeline (input-bound or not), 3 first batches (shapes, ranges, NaN/Inf,
+    labels in [0, C), normalisation), 4 initial loss against chance, 5 a
+    short run (the loss falls and stays finite), 6 parameter count.
     Exit code 1 when a check fails.
     """
     from dataclasses import replace
 
     from tfrepro.check.judge import CheckOptions, format_report
-    from tfrepro.check.run import run_checks
+    from tfrepro.check.run import checked_features, run_checks
 
     if with_ is not None and all_:
         raise UserError("--with and --all exclude each other", hint="give one of them")
     project = load_project(path, only, skip)
-    if with_ is not None:
-        enabled = project.check_names(parse_names(with_))
-    else:
-        enabled = frozenset(project.feature_names) if all_ else frozenset()
+    enabled = checked_features(project, parse_names(with_) if with_ is not None else None, all_)
     settings = project.manifest.trial
     if steps is not None:
         settings = replace(settings, steps=steps)

@@ -167,11 +167,12 @@ def _record(values: list, dt: float | None = None) -> None:
         traced = S.extra.setdefault("loop_traced_steps", [])
         if len(traced) < MAX_TRACED:
             traced.append(S.steps_seen + 1)
-    now = time.perf_counter()
     if dt is None:
-        dt = now - S.t_ref
-    S.t_ref = now
+        dt = time.perf_counter() - S.t_ref
     H.record_step(loss, dt)
+    # The next step's time starts here: the harness's own bookkeeping is not the loop's (fit's
+    # step time, from batch begin to batch end, does not hold it either).
+    S.t_ref = time.perf_counter()
 
 
 def yield_to_stdout() -> None:
@@ -324,9 +325,10 @@ def _call_wrapper(orig):
             out = orig(self, *args, **kwargs)
         finally:
             _tls.fn_depth = 0
+        end = time.perf_counter()
         if L.recorder is not None and _source() != "stdout":
             try:
-                _drain()
+                _drain(end)
             except Exception:
                 H.note_error("loop step (graph)")
         return out
@@ -336,11 +338,12 @@ def _call_wrapper(orig):
     return __call__
 
 
-def _drain() -> None:
+def _drain(end: float) -> None:
+    """The steps the call that ended at `end` recorded (reading them back is not the loop's time)."""
     steps = L.recorder.drain()
     if not steps:
         return
-    dt = (time.perf_counter() - H.S.t_ref) / len(steps)
+    dt = (end - H.S.t_ref) / len(steps)
     for values in steps:
         _record(values, dt)
 

@@ -1,0 +1,54 @@
+"""A Lambda layer over the project's own code is a custom layer
+(annotate/lambdas.py): keras-team/keras#9097's distance of two embeddings.
+Pure text in, text out: no TensorFlow."""
+
+from __future__ import annotations
+
+from tfrepro import features as fb
+from tfrepro.annotate import annotate_text
+
+HEAD = """\
+import tensorflow as tf
+import keras
+from keras import ops
+
+
+def euclidean_distance(vects):
+    x, y = vects
+    return ops.sqrt(ops.sum(ops.square(x - y), axis=1, keepdims=True))
+
+
+a = keras.Input((4,))
+b = keras.Input((4,))
+"""
+
+
+def annotated(body: str) -> tuple[str, dict, list]:
+    new, found, skipped = annotate_text(HEAD + body, "train.py")
+    return new, {f.name: f for f in found}, [s.reason for s in skipped]
+
+
+def test_a_lambda_over_two_tensors_is_a_custom_layer_joined_when_off():
+    body = "distance = keras.layers.Lambda(euclidean_distance)([a, b])\nout = keras.layers.Dense(1)(distance)\n"
+    new, found, _ = annotated(body)
+    f = found["custom_layer_euclidean_distance"]
+    assert f.kind == "custom_layer" and f.affects_loss and f.line == HEAD.count("\n") + 1
+    assert "Lambda(euclidean_distance)" in f.description and "list of inputs concatenated" in f.description
+    off = fb.parse(new, "train.py").export(set())
+    assert "distance = keras.layers.Lambda(lambda inputs: tf.concat(" in off and "([a, b])" in off
+    assert "Lambda(euclidean_distance)" not in off
+    assert fb.parse(new, "train.py").export({"custom_layer_euclidean_distance"}) == HEAD + body
+
+
+def test_a_lambda_on_one_tensor_is_identity_when_off_with_a_note():
+    new, found, _ = annotated('from keras.layers import Lambda\nh = Lambda(lambda t: t * 2.0, name="double")(a)\n')
+    f = found["custom_layer_double"]
+    assert f.note and "Identity()" in f.note
+    assert "h = keras.layers.Identity()(a)" in fb.parse(new, "train.py").export(set())
+    _, found, _ = annotated("scaled = keras.layers.Lambda(lambda t: t / 255.0)(a)\n")
+    assert "custom_layer_scaled" in found
+
+
+def test_a_lambda_over_a_library_function_is_not_the_projects_code():
+    _, found, skipped = annotated("h = keras.layers.Lambda(tf.nn.relu)(a)\nk = keras.layers.Lambda(ops.abs)(a)\n")
+    assert not [n for n in found if n.startswith("custom_layer")] and not skipped

@@ -1,0 +1,72 @@
+"""The compile mode of a hand-written loop's step, for the fit that stands in
+for it (annotate/loops.py): toggling `custom_loop` must change the loop into
+fit and nothing else, so fit keeps the loop's compile mode (as toggling a
+strategy keeps the compile mode, Contract 3 "what actually ran").
+
+- a step run eagerly (an inline loop, a step function no `tf.function`
+  wraps) -> `run_eagerly=True`;
+- a step function wrapped by `tf.function` (a decorator, or
+  `step = tf.function(step)`) -> the graph, without XLA (`jit_compile=False`:
+  Keras's "auto" would pick XLA on a GPU where the loop's function does not);
+- the same with `jit_compile=True` -> `jit_compile=True`.
+
+The wrapper is a feature of its own (`tf_function`, `jit_compile`): in a
+variant with it OFF the step runs eagerly (or without XLA), so the mode is
+read from the step function when fit is compiled, not fixed from the source.
+"""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from tfrepro.annotate.source import Src, arg, dotted, literal
+
+
+def _tf_function(expr: cst.BaseExpression) -> cst.Call | cst.BaseExpression | None:
+    """The `tf.function` (or `tf.function(...)`) expression itself, else None."""
+    target = expr.func if isinstance(expr, cst.Call) else expr
+    d = dotted(target) or ""
+    return expr if d.endswith("tf.function") or d == "tf_function" else None
+
+
+def _jit(expr: cst.BaseExpression) -> bool:
+    if not isinstance(expr, cst.Call):
+        return False
+    flag = arg(expr, None, "jit_compile") or arg(expr, None, "experimental_compile")
+    return flag is not None and literal(flag.value) not in (False, None)
+
+
+def _wrappers(src: Src, fn: cst.FunctionDef) -> list[cst.BaseExpression]:
+    """The `tf.function` expressions that wrap `fn`: its decorators, and `fn = tf.function(fn, ...)`."""
+    out = [d.decorator for d in fn.decorators if _tf_function(d.decorator) is not None]
+    name = fn.name.value
+    for n in src.walk():
+        if not (isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.value, cst.Call)):
+            continue
+        target, first = n.targets[0].target, arg(n.value, 0, "func")
+        if (
+            isinstance(target, cst.Name)
+            and target.value == name
+            and first is not None
+            and isinstance(first.value, cst.Name)
+            and first.value.value == name
+            and _tf_function(n.value) is not None
+        ):
+            out.append(n.value)
+    return out
+
+
+def compile_mode(src: Src, region: cst.CSTNode) -> str:
+    """The keyword arguments of fit's `compile` that give it the mode of the
+    loop's step (`region`: the step function, or the loop itself when the
+    step is inline), as source text."""
+    if not isinstance(region, cst.FunctionDef):
+        return "run_eagerly=True"
+    wrappers = _wrappers(src, region)
+    if not wrappers:
+        return "run_eagerly=True"
+    name = region.name.value
+    eager = f'run_eagerly=not hasattr({name}, "get_concrete_function")'
+    if any(_jit(w) for w in wrappers):
+        return f'{eager}, jit_compile=getattr({name}, "_jit_compile", None) is True'
+    return f"{eager}, jit_compile=False"
