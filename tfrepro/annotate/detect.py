@@ -329,7 +329,10 @@ def _custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefi
     if shape is not None and tf is not None:  # called on a dict/list: one tensor from many (annotate/standins.py)
         expr, what, note = concat_standin(prefix, tf), f"its {shape} of inputs concatenated (float32)", None
         if shape == "list":
-            expr, what = list_standin(prefix, tf), "its list of inputs averaged if of one shape, else concatenated (float32)"
+            expr, what = (
+                list_standin(prefix, tf),
+                "its list of inputs averaged if of one shape, else concatenated (float32)",
+            )
     outer = src.parent(call)
     if (
         note is not None
