@@ -60,17 +60,23 @@ class Ends:
         """The failing configuration's run until its symptom showed it past
         `steps`: later trials run to a little past that step, and what ran at
         the shorter length runs again (its records stay in the run dir)."""
-        from tfrepro.bisect.late import late_doc, symptom_step
+        from tfrepro.bisect.late import late_doc, later_calls_steps, symptom_step
         from tfrepro.settings import late_steps
 
         explored = self.memo[(full, 0)]
         step = symptom_step(explored) if self.until_symptom else None
-        if step is None or step <= self.settings.steps:
-            return False
         old = self.settings.steps
-        self.settings = replace(self.settings, steps=late_steps(step, old))
+        if step is not None and step > old:
+            new, why = late_steps(step, old), f"showed it at step {step}"
+        elif step is None and self.until_symptom:  # reach the calls a capped trial never starts (bisect/late.py)
+            new, why = later_calls_steps(explored, old), "ran training calls past the steps"
+        else:
+            return False
+        if new is None or new <= old:
+            return False
+        self.settings = replace(self.settings, steps=new)
         self.late_step = late_doc(step, old, self.settings.steps, self.settings.budget_s)
-        self.events.phase(f"the failing configuration showed it at step {step}: trials now run {self.settings.steps}")
+        self.events.phase(f"the failing configuration {why}: trials now run {self.settings.steps}")
         with self.lock:
             self.memo = {(full, 0): explored}
         return True
