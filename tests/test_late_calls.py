@@ -76,3 +76,34 @@ def test_with_steps_given_the_trials_stay_at_that_length(tmp_path):
     runner = TwoFits()
     bisect(make_project(tmp_path), BisectOptions(steps=50), runner=runner)
     assert all(s.steps == 50 and not s.until_symptom for s in runner.seen)
+
+
+class OffBreaksBetweenCalls(TwoFits):
+    """With feature `a` off the script crashes between the fits (it reads
+    back a checkpoint that `a`, the callback, would have written)."""
+
+    def __call__(self, project, enabled, settings, **kw):
+        result = super().__call__(project, enabled, settings, **kw)
+        if "a" in enabled or result.steps_run <= FIT1:
+            return result
+        from dataclasses import replace
+
+        return replace(
+            result,
+            losses=result.losses[:FIT1],
+            step_times=result.step_times[:FIT1],
+            steps_run=FIT1,
+            crashed=True,
+            exit_code=1,
+            error="FileNotFoundError: training_1",
+            extra={"calls": calls(FIT1)},
+        )
+
+
+def test_a_baseline_that_crashes_between_the_calls_goes_back_to_the_old_steps(tmp_path):
+    runner = OffBreaksBetweenCalls()
+    result = bisect(make_project(tmp_path), BisectOptions(), runner=runner)
+    assert result.status.value != "baseline-fails"
+    assert result.details["settings"]["steps"] == 50
+    assert "not measured" in result.details["late_step"]["later_calls"]
+    assert "FileNotFoundError" in result.details["late_step"]["later_calls"]
