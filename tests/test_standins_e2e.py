@@ -58,3 +58,54 @@ def test_the_stand_in_runs_and_keeps_every_input(tmp_path):
     r = subprocess.run([sys.executable, "off.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "RAN (4, 1)" in r.stdout  # a (1 column) + b (3 columns), concatenated
+
+
+# A layer over a list of same-shaped inputs (keras-io's VAE Sampling) feeds a
+# decoder model built for its width: a concatenation (width 4) would crash it.
+LIST_SCRIPT = textwrap.dedent(
+    """\
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow import keras
+    from tensorflow.keras import layers
+
+
+    class Sampling(layers.Layer):
+        def call(self, inputs):
+            z_mean, z_log_var = inputs
+            return z_mean + tf.sqrt(z_log_var) * tf.random.normal(tf.shape(z_mean))
+
+
+    enc_in = keras.Input(shape=(8,))
+    z_mean = layers.Dense(2)(enc_in)
+    z_log_var = layers.Dense(2)(enc_in)
+    z = Sampling()([z_mean, z_log_var])
+    encoder = keras.Model(enc_in, [z_mean, z_log_var, z])
+    dec_in = keras.Input(shape=(2,))
+    decoder = keras.Model(dec_in, layers.Dense(8)(dec_in))
+    x = np.random.default_rng(0).standard_normal((64, 8)).astype("float32")
+    out = decoder(encoder(x)[2])
+    print("RAN", tuple(out.shape), bool(np.isfinite(out.numpy()).all()))
+    """
+)
+
+
+def _list_off_variant() -> str:
+    text, found, _ = annotate_text(LIST_SCRIPT, "train.py")
+    assert [f.name for f in found] == ["custom_layer_sampling"]
+    assert "list of inputs averaged" in found[0].description
+    return fb.parse(text, "train.py").render([])
+
+
+def test_a_list_input_layer_gets_a_stand_in_that_keeps_a_shared_shape():
+    live = [ln for ln in _list_off_variant().splitlines() if not ln.lstrip().startswith("#")]
+    assert not any("Sampling()(" in ln for ln in live)
+    assert any("add_n(ts) / len(ts)" in ln and "Lambda" in ln for ln in live)
+
+
+@pytest.mark.e2e
+def test_the_list_stand_in_runs_into_a_model_built_for_the_layers_width(tmp_path):
+    (tmp_path / "off.py").write_text(_list_off_variant())
+    r = subprocess.run([sys.executable, "off.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "RAN (64, 8) True" in r.stdout  # width 2 kept, no NaN from sqrt of a negative

@@ -21,7 +21,7 @@ from tfrepro.annotate.layers import LayerClass, stock_equivalent
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
 from tfrepro.annotate.source import NOTHING, Src, arg, dotted, last_name, literal, snake
-from tfrepro.annotate.standins import concat_standin, structured_input, tf_alias
+from tfrepro.annotate.standins import concat_standin, list_standin, structured_input, tf_alias
 
 STRATEGIES = {
     "MirroredStrategy": "mirrored_strategy",
@@ -345,6 +345,11 @@ def _custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefi
     shape, tf = structured_input(src, call), tf_alias(src)
     if shape is not None and tf is not None:  # called on a dict/list: one tensor from many (annotate/standins.py)
         expr, what, note = concat_standin(prefix, tf), f"its {shape} of inputs concatenated (float32)", None
+        if shape == "list":
+            expr, what = (
+                list_standin(prefix, tf),
+                "its list of inputs averaged if of one shape, else concatenated (float32)",
+            )
     outer = src.parent(call)
     if (
         note is not None

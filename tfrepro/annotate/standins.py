@@ -5,7 +5,12 @@ tensor. A layer called on a dict or a list of inputs (a feature layer over
 named columns) returns one tensor from many: `Identity` would hand the next
 layer the dict itself (`KeyError: -1`). Its stand-in is the pass-through of
 the right structure: every input, cast to float32 and flattened per example,
-concatenated into one tensor (the next Dense layer takes any width). The
+concatenated into one tensor (the next Dense layer takes any width). A
+layer called on a list of inputs of one shape (a sampling or merge layer:
+`Sampling()([z_mean, z_log_var])`) returns that shape, and what takes its
+output may be built for it (a decoder model with `Input(shape=(2,))`): its
+stand-in averages them, as Keras's own `Average` merge does, and
+concatenates only inputs of different shapes. The
 expression uses the script's own TensorFlow import, so the variant still
 runs with TensorFlow alone.
 """
@@ -65,4 +70,16 @@ def concat_standin(prefix: str, tf: str) -> str:
         f"{prefix}.Lambda(lambda inputs: {tf}.concat("
         f'[{tf}.reshape({tf}.cast(t, "float32"), (-1, t.shape[1:].num_elements())) for t in {tf}.nest.flatten(inputs)], '
         "axis=-1))"
+    )
+
+
+def list_standin(prefix: str, tf: str) -> str:
+    """A layer that turns a list of inputs into one float32 tensor: their
+    average when they share a shape (the width a merge layer keeps), else
+    their flattened concatenation."""
+    flat = f'[{tf}.cast(t, "float32") for t in {tf}.nest.flatten(inputs)]'
+    concat = f"{tf}.concat([{tf}.reshape(t, (-1, t.shape[1:].num_elements())) for t in ts], axis=-1)"
+    return (
+        f"{prefix}.Lambda(lambda inputs: (lambda ts: {tf}.add_n(ts) / len(ts) "
+        f"if all(t.shape == ts[0].shape for t in ts) else {concat})({flat}))"
     )

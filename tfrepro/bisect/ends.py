@@ -33,6 +33,7 @@ class Ends:
         self._many(wanted)
         if self._late(full):
             self._many(wanted)  # again, at the steps past the late symptom
+            self._unreachable_calls(n_base)
         self._pin_compile(full)
         base_runs = [self.memo[(base, r)] for r in range(n_base)]
         base_fail = [
@@ -60,20 +61,46 @@ class Ends:
         """The failing configuration's run until its symptom showed it past
         `steps`: later trials run to a little past that step, and what ran at
         the shorter length runs again (its records stay in the run dir)."""
-        from tfrepro.bisect.late import late_doc, symptom_step
+        from tfrepro.bisect.late import late_doc, later_calls_steps, symptom_step
         from tfrepro.settings import late_steps
 
         explored = self.memo[(full, 0)]
         step = symptom_step(explored) if self.until_symptom else None
-        if step is None or step <= self.settings.steps:
-            return False
         old = self.settings.steps
-        self.settings = replace(self.settings, steps=late_steps(step, old))
+        if step is not None and step > old:
+            new, why = late_steps(step, old), f"showed it at step {step}"
+        elif step is None and self.until_symptom:  # reach the calls a capped trial never starts (bisect/late.py)
+            new, why = later_calls_steps(explored, old), "ran training calls past the steps"
+        else:
+            return False
+        if new is None or new <= old:
+            return False
+        self.settings = replace(self.settings, steps=new)
         self.late_step = late_doc(step, old, self.settings.steps, self.settings.budget_s)
-        self.events.phase(f"the failing configuration showed it at step {step}: trials now run {self.settings.steps}")
+        self.events.phase(f"the failing configuration {why}: trials now run {self.settings.steps}")
+        self._calls_undo = (old, dict(self.memo)) if symptom_step(explored) is None else None
         with self.lock:
             self.memo = {(full, 0): explored}
         return True
+
+    def _unreachable_calls(self, n_base: int) -> None:
+        """The later calls cannot be measured when the baseline crashes past
+        the old steps (an OFF part breaks the code between the calls: a
+        checkpoint the script reads back): back to the old steps and what ran
+        at them, said in result.json's `late_step`."""
+        undo, self._calls_undo = getattr(self, "_calls_undo", None), None
+        if undo is None:
+            return
+        old, memo = undo
+        crashed = [t for t in (self.memo[(frozenset(), r)] for r in range(n_base)) if t.crashed and t.steps_run > old]
+        if not crashed:
+            return
+        why = f"the baseline crashes after step {crashed[0].steps_run} ({crashed[0].error or 'see its logs'})"
+        self.settings = replace(self.settings, steps=old)
+        self.late_step = {**(self.late_step or {}), "steps": old, "later_calls": f"not measured: {why}"}
+        self.events.phase(f"the later training calls are not measured: {why}; trials run {old} steps")
+        with self.lock:
+            self.memo = memo
 
     def _pin_compile(self, full: Config) -> None:
         """Keras 3's jit_compile="auto" pinned to what the failing

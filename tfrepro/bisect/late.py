@@ -26,6 +26,20 @@ def symptom_step(result: TrialResult) -> int | None:
     return None
 
 
+def later_calls_steps(result: TrialResult, steps: int) -> int | None:
+    """The steps a trial needs to reach every training call that the run until
+    its symptom ran and a `steps`-long trial never starts (fit#2 of a script
+    whose fit#1 alone is longer than `steps`: a slowdown there is in no capped
+    trial): up to the last such call's start plus `steps` (at most what the run
+    ran). None when every call starts within `steps`."""
+    from tfrepro.trials.calls import calls_of
+
+    starts = [c.start for c in calls_of(result) if c.start >= steps and c.end > c.start]
+    if not starts:
+        return None
+    return max(steps, min(result.steps_run, max(starts) + steps))
+
+
 def late_doc(step: int, old_steps: int, new_steps: int, budget_s: float) -> dict:
     """What result.json says about it (`late_step`)."""
     return {"symptom_step": step, "steps_before": old_steps, "steps": new_steps, "budget_s": budget_s}

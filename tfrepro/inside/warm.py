@@ -131,6 +131,8 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     os.chdir(job["cwd"])
     os.environ.clear()
     os.environ.update(job["env"])
+    if "tempfile" in sys.modules:  # the server's TMPDIR, cached by an import (TensorFlow's): read this trial's
+        sys.modules["tempfile"].tempdir = None
     sys.argv = list(job["argv"])
     sys.orig_argv = [sys.orig_argv[0], *sys.argv]  # `python script args`, not the server's `-c BOOT`
     script = os.path.abspath(sys.argv[0])
