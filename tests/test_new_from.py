@@ -223,3 +223,10 @@ def test_the_new_project_runs_and_its_bisect_agrees_with_the_scripts(tmp_path):
     new, orig = _bisect(out), _bisect(root, "train.py")
     for got in (new, orig):
         assert (got["status"], got["symptom"], got["culprits"]) == ("found", "nan", ["custom_layer_log_features"])
+
+
+def test_a_script_in_a_subdirectory_keeps_its_neighbours_beside_it():
+    assert newfrom.new_rel("src/train.py", "src/train.py") == "repro.py"
+    assert newfrom.new_rel("src/model.py", "src/train.py") == "model.py"
+    assert newfrom.new_rel("src/pkg/layers.py", "src/train.py") == "pkg/layers.py"
+    assert newfrom.new_rel("model.py", "train.py") == "model.py"

@@ -23,6 +23,7 @@ are returned to the caller (`scaffold.generate.new_project(files=...)`).
 
 from __future__ import annotations
 
+import posixpath
 import re
 import tempfile
 from collections.abc import Callable
@@ -120,11 +121,21 @@ def export_script(project: Any, trial: TrialFn | None = None) -> FromScript:
         if may_read_data(texts):
             on, data, facts, extra = _data(project, entry, texts, trial, Path(tmp))
         files: dict[str, str | bytes] = {
-            (ENTRY if rel == entry else rel): _all_off(on if rel == entry else t, rel) for rel, t in texts.items()
+            new_rel(rel, entry): _all_off(on if rel == entry else t, rel) for rel, t in texts.items()
         }
         files.update(extra)
     names = tuple(project.feature_names)
     return FromScript(entry, files, names, tuple(sorted(set(project.affects_loss) & set(names))), data, facts)
+
+
+def new_rel(rel: str, entry: str) -> str:
+    """Where a carried file goes: the entry becomes repro.py at the top, and
+    the modules keep their place relative to it (a script in `src/` imports
+    its neighbours from its own directory)."""
+    if rel == entry:
+        return ENTRY
+    here = posixpath.dirname(entry)
+    return rel[len(here) + 1 :] if here and rel.startswith(here + "/") else rel
 
 
 def _all_off(text: str, rel: str) -> str:
@@ -172,7 +183,7 @@ def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: 
     counter = iter(range(1 << 30))
 
     def ends_alike(files: dict[str, Any]) -> bool:
-        rest = {(ENTRY if r == entry else r): t for r, t in texts.items() if r != entry}
+        rest = {new_rel(r, entry): t for r, t in texts.items() if r != entry}
         new = write_project(tmp / f"try-{next(counter)}", {**rest, **{k: _off(k, v) for k, v in files.items()}})
         return same_end(orig, trial(new, frozenset(project.feature_names)))
 
