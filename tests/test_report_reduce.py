@@ -83,3 +83,54 @@ def _rows(files) -> int:
 
     saved = np.load(io.BytesIO(files["data.npz"]))
     return len(saved["f0_rows"])
+
+
+REDUCED_SRC = '''"""Reads its rows from a .npy file; row 7 makes the NaN."""
+import numpy as np
+
+# tfrepro: feature bad_rows -- train on the raw rows
+# x = np.load("data/x.npy")
+# tfrepro: else
+x = np.load("data/x.npy")
+# tfrepro: end
+'''
+
+
+def test_after_a_reduction_reference_py_reads_the_kept_records_too(tmp_path, monkeypatch):
+    """The bundle's reference.py reads data.npz as repro.py does, never the user's file (issue 27)."""
+    import io
+    import json
+
+    from report_fakes import build, make_run, trial
+
+    from tfrepro.trials.values import TrialResult
+
+    monkeypatch.setattr("tfrepro.report.artifacts.have_tensorboard", lambda: False)
+    root = tmp_path / "home" / "alice" / "proj"
+    (root / "data").mkdir(parents=True)
+    (root / "repro.py").write_text(REDUCED_SRC)
+    np.save(root / "data" / "x.npy", np.arange(40.0).reshape(20, 2))
+    run = make_run(root, "nan", ["bad_rows"])
+    result = json.loads((run / "result.json").read_text())
+    sources = [{"call": "numpy.load", "file": "data/x.npy", "at": "repro.py:5"}]
+    for key in ("failing", "culprit_trial"):
+        result[key]["data"] = {"sources": sources, "fits": [{"batches_per_epoch": 4, "sources_seen": True}]}
+    (run / "result.json").write_text(json.dumps(result))
+    seen = []
+
+    def runner(project_dir, settings):
+        src = (project_dir / settings.entry).read_text()
+        npz = project_dir / "data.npz"
+        rows = np.load(io.BytesIO(npz.read_bytes()))["f0_rows"] if npz.is_file() else np.load(root / "data/x.npy")
+        seen.append(("_tfrepro_file(0)" in src, len(rows)))
+        bad = 14.0 in rows  # row 7: [14, 15]
+        return TrialResult.from_dict(trial(losses=(1.0, float("nan")), first_nonfinite_step=2) if bad else trial())
+
+    b = build(run, runner)
+    for name in ("repro.py", "reference.py"):
+        text = (b.out / name).read_text()
+        assert "np.load(_tfrepro_file(0))" in text and "data/x.npy" not in text, name
+    red = b.doc["data"]["reduction"]
+    assert red["records"] == 1 and red["of"] == 20 and "ref_text" not in red
+    assert np.load(b.out / "data.npz")["f0_rows"].tolist() == [[14.0, 15.0]]
+    assert b.reproduced is True and seen[-1] == (True, 1)

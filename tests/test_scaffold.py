@@ -102,7 +102,7 @@ def all_on_projects(tmp_path_factory):
 
 
 def test_three_templates_are_shipped():
-    assert available_templates() == ["image", "sequence", "tabular"]
+    assert available_templates() == ["image", "script", "sequence", "tabular"]  # script: new --from
     assert (PACKAGED_TEMPLATES / "VERSION").read_text().strip()
 
 

@@ -118,7 +118,15 @@ def _explained(run: Path, out: Path | None, as_json: bool) -> bool:
 
 
 @main.command("new")
+@cold_option
 @click.argument("dest", required=False, type=click.Path(path_type=Path))
+@click.option(
+    "--from",
+    "from_script",
+    type=click.Path(path_type=Path),
+    metavar="SCRIPT",
+    help="Start from your own training script: its data (stand-ins), model and train, each detected feature a block OFF.",
+)
 @click.option(
     "--template",
     "-t",
@@ -137,7 +145,9 @@ def _explained(run: Path, out: Path | None, as_json: bool) -> bool:
     help="Answer a question, e.g. -d batch_size=64 -d features=prefetch,mixed_precision (repeatable).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the created project as JSON (needs --defaults or --data).")
-def new_cmd(dest: Path | None, template: str, defaults: bool, data: tuple[str, ...], as_json: bool) -> None:
+def new_cmd(
+    dest: Path | None, from_script: Path | None, template: str, defaults: bool, data: tuple[str, ...], as_json: bool
+) -> None:
     """Create a baseline repro project (DEST, default ./repro-TEMPLATE).
 
     repro.py holds data, model and train; each engineering feature your real
@@ -147,6 +157,13 @@ def new_cmd(dest: Path | None, template: str, defaults: bool, data: tuple[str, .
     """
     from tfrepro.scaffold.generate import new_project, parse_data_items
 
+    if from_script is not None or template == "script":
+        if from_script is None or data or template not in ("image", "script"):
+            raise UserError(
+                "--from takes no --template/--data" if from_script else "the script template is for --from only",
+                hint="tfrepro new --from train.py [DEST]",
+            )
+        return _new_from(from_script, dest, as_json)
     answers = parse_data_items(data)
     interactive = not defaults and not answers
     if interactive and (as_json or not sys.stdin.isatty()):
@@ -175,6 +192,27 @@ def new_cmd(dest: Path | None, template: str, defaults: bool, data: tuple[str, .
     )
     click.echo("features, all OFF: " + (", ".join(created.features) or "(none)"))
     click.echo(f"next: cd {created.path} && python repro.py   # the baseline must train; then: tfrepro bisect")
+
+
+def _new_from(script: Path, dest: Path | None, as_json: bool) -> None:
+    """`tfrepro new --from train.py [DEST]`: report/newfrom.py's files in the script template."""
+    from tfrepro.report.newfrom import export_script, load_script, summary_lines
+    from tfrepro.scaffold.generate import check_destination, new_project
+
+    project = load_script(script)  # bad input first (exit 2), nothing written
+    dest = dest or Path(f"repro-{script.stem}")
+    check_destination(dest.expanduser().absolute())
+    got = export_script(project)
+    created = new_project(dest, template="script", data=got.answers(), files=got.files)
+    if as_json:
+        doc = {"path": str(created.path), "template": "script", "version": created.version, "commit": created.commit}
+        click.echo(json.dumps({**doc, **got.answers(), "files": sorted(got.files), "data_facts": got.data_facts}))
+        return
+    click.echo(f"created {created.path} from {script}; baseline committed as {created.commit[:10]}")
+    click.echo("features, all OFF: " + (", ".join(got.features) or "(none)"))
+    for line in summary_lines(got):
+        click.echo(line)
+    click.echo(f"next: cd {created.path} && python repro.py   # the baseline; then: tfrepro bisect")
 
 
 @main.command("update")

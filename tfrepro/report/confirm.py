@@ -114,7 +114,7 @@ def with_data(ctx: Context, export: Export, *, no_data: bool, **kw: Any):
 def _reduced(ctx: Context, export: Export, data: dict[str, Any], *, no_data: bool, **kw: Any):
     """The repro reading the few real records that still show the symptom
     (report/reduce.py) when no stand-in does; else the export as it was."""
-    from tfrepro.report.reduce import reduce_export
+    from tfrepro.report.reduce import REFERENCE_KEY, reduce_export
     from tfrepro.report.standin import reads_of
 
     sites, batches = reads_of(ctx.result, ctx.entry)
@@ -123,15 +123,21 @@ def _reduced(ctx: Context, export: Export, data: dict[str, Any], *, no_data: boo
     kw["say"]("reducing the data: ddmin over the records the failing run read, each tried by a re-run")
 
     def shows(files: dict[str, Any]) -> bool:
-        rep = _reproduce(ctx, replace(export, cand_files={**export.cand_files, **files}), **kw)
+        files = dict(files)
+        ref = {ENTRY: files.pop(REFERENCE_KEY)} if REFERENCE_KEY in files else {}
+        tried = replace(export, cand_files={**export.cand_files, **files}, ref_files={**export.ref_files, **ref})
+        rep = _reproduce(ctx, tried, **kw)
         return bool(rep and rep.reproduced)
 
-    got = reduce_export(Path(ctx.project.root), export.cand_files[ENTRY], sites, batches, shows)
-    data["reduction"] = {k: v for k, v in got.items() if k not in ("text", "npz")}
+    ref_text = export.ref_files.get(ENTRY)
+    got = reduce_export(Path(ctx.project.root), export.cand_files[ENTRY], sites, batches, shows, ref_text)
+    data["reduction"] = {k: v for k, v in got.items() if k not in ("text", "npz", "ref_text")}
     if "error" in got:
         return (*_reproduce_trimmed(ctx, export, **kw), data)
     files = {**export.cand_files, ENTRY: got["text"], "data.npz": got["npz"]}
-    reduced = replace(export, cand_files=files)
+    # reference.py reads the same kept records as repro.py (never the user's file)
+    ref_files = {**export.ref_files, ENTRY: got["ref_text"]} if got.get("ref_text") else export.ref_files
+    reduced = replace(export, cand_files=files, ref_files=ref_files)
     data["needs_user_data"] = [s for s in data["needs_user_data"] if s["file"] not in {f["file"] for f in got["files"]}]
     return (_reproduce(ctx, reduced, **kw), reduced, {"trimmed": False, "changes": [], "note": "data reduced"}, data)
 

@@ -31,6 +31,7 @@ import numpy as np
 from tfrepro.trials.ddmin import SetOracle, ddmin
 
 MAX_SHARE = 0.1
+REFERENCE_KEY = "reference.py"  # the reference's rewritten entry, in the files `shows` gets
 MAX_RECORDS = 1000
 TEXT_CALLS = {"numpy.loadtxt", "numpy.genfromtxt", "pandas.read_csv", "pandas.read_table"}
 CALL_NAMES = {
@@ -196,12 +197,20 @@ def rewrite_reads(text: str, groups: list[tuple[int, Records]]) -> str | None:
 
 
 def reduce_export(
-    root: Path, text: str, sites: list[dict[str, Any]], batches: int | None, shows: Callable[[dict[str, Any]], bool]
+    root: Path,
+    text: str,
+    sites: list[dict[str, Any]],
+    batches: int | None,
+    shows: Callable[[dict[str, Any]], bool],
+    ref_text: str | None = None,
 ) -> dict[str, Any]:
     """Reduce the records of the largest group of same-sized data files the
     entry script `text` reads. `shows(files)` re-runs the repro files
-    (relpath -> text or bytes) and says whether the symptom shows. Returns
-    {"text", "npz", "records", "of", "files", "tests"} or {"error": why}."""
+    (relpath -> text or bytes) and says whether the symptom shows. With
+    `ref_text` (the reference's entry), its reads are rewritten the same way:
+    `files` then holds it as `reference.py`, and the result as "ref_text"
+    (None when its reads do not match). Returns {"text", "npz", "records",
+    "of", "files", "tests", "ref_text"} or {"error": why}."""
     recs = [r for r in (read_records(root, s) for s in sites) if r is not None and count(r) > 1]
     if not recs:
         return {"error": "no data file the report can split into records (.npy, text, TFRecord)"}
@@ -211,9 +220,11 @@ def reduce_export(
     if new_text is None:
         return {"error": "the read calls of the exported repro do not match the recorded reads"}
     chunk = max(1, n // batches) if batches else max(1, n // 64)
+    new_ref = rewrite_reads(ref_text, groups) if ref_text is not None else None
 
     def test(keep: list[int]) -> bool:
-        return shows({"repro.py": new_text, "data.npz": npz_bytes(groups, keep)})
+        ref = {REFERENCE_KEY: new_ref} if new_ref is not None else {}
+        return shows({"repro.py": new_text, "data.npz": npz_bytes(groups, keep), **ref})
 
     try:
         kept, tests = reduce_records(n, chunk, test)
@@ -230,4 +241,5 @@ def reduce_export(
         "indices": kept,
         "files": files,
         "tests": tests,
+        "ref_text": new_ref,
     }

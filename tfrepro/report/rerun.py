@@ -119,6 +119,8 @@ def reproduce(
     `settings.entry`) and, when the symptom needs one, the `reference`. A
     crash reproduces only with the bisect's `expected_error` (exception type
     and message), when it is known."""
+    if isinstance(candidate.get("data.npz"), bytes) and "data.npz" not in reference:
+        reference = {**reference, "data.npz": candidate["data.npz"]}  # the records a reduced reference reads too
     with tempfile.TemporaryDirectory(prefix="tfrepro-rerun-", dir=workdir) as tmp:
         root = Path(tmp)
         cand_dir = _write(root / "candidate", candidate)

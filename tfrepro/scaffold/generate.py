@@ -152,9 +152,12 @@ def new_project(
     defaults: bool = True,
     source: str | Path | None = None,
     cache: str | Path | None = None,
+    files: Mapping[str, str | bytes] | None = None,
 ) -> NewProject:
     """Render `template` into `dest`, initialise git there and commit the
-    baseline. `defaults=False` asks the unanswered questions on the terminal."""
+    baseline. `defaults=False` asks the unanswered questions on the terminal.
+    `files` (relpath -> text or bytes) are written beside what the template
+    renders, before the commit: the user's own script (`new --from`)."""
     import copier
     from copier.errors import CopierError, UserMessageError
 
@@ -187,6 +190,7 @@ def new_project(
         except CopierError as e:
             raise TfreproError(f"copier failed: {e}") from e
         answers = {k: v for k, v in worker.answers.combined.items() if not str(k).startswith("_")}
+        _write_files(out, files or {})
         commit = _commit_baseline(out, f"tfrepro new: baseline from template {template} {repo.tag}")
         check_destination(dest)  # nobody wrote there meanwhile
         if dest.exists():
@@ -205,6 +209,18 @@ def new_project(
         commit=commit,
         answers={k: v for k, v in recorded.items() if not k.startswith("_")} or answers,
     )
+
+
+def _write_files(out: Path, files: Mapping[str, str | bytes]) -> None:
+    for rel, content in files.items():
+        path = out / rel
+        if path.exists() or Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise TfreproError(f"{rel}: would overwrite a template file or leave the project")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8", newline="")
 
 
 def _copier_message(e: BaseException) -> str:

@@ -1,0 +1,244 @@
+"""`tfrepro new --from train.py`: the user's own script as a repro project's files.
+
+The same parts as the report, on the script as it is (no bisect run needed):
+
+- the features: the zero-edit detection `tfrepro bisect train.py` uses
+  (`Project.load`), kept as marker blocks (Contract 1), every one written OFF,
+  so `python repro.py` is the stripped baseline and `tfrepro bisect` in the
+  new project switches the same blocks the zero-edit bisect switched;
+- the files: the entry (renamed repro.py) and the project modules it imports,
+  as the report's export carries them (`export.bundle_files`'s rule);
+- the data: when the script reads data files, one trial of the failing
+  configuration (every feature ON, in a throwaway state dir) records the
+  reads; they become seeded synthetic stand-ins (`standin.rewrite`), kept
+  when the new project's failing configuration ends as the script's did (a
+  NaN, the same crash, or a run that stays finite and finishes). When the
+  stand-ins lose a NaN or a crash, the real records are reduced
+  (`reduce.reduce_export`: ddmin, `data.npz`, never a file whole). When
+  neither works, repro.py reads the user's files and the result says so.
+
+Nothing here writes the user's files: trials run on copies, the new files
+are returned to the caller (`scaffold.generate.new_project(files=...)`).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import re
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from tfrepro import features as fb
+from tfrepro.errors import UserError
+from tfrepro.report.export import ENTRY, entry_of
+from tfrepro.trials.values import TrialResult
+
+# (project, features ON) -> the trial's result. The default runs a real one.
+TrialFn = Callable[[Any, frozenset[str]], TrialResult]
+
+MANIFEST_TEXT = '[trial]\nentry = "repro.py"\n'
+
+
+@dataclass(frozen=True)
+class FromScript:
+    """What `new --from` writes beside the template's files."""
+
+    source: str  # the script, relative to its project
+    files: dict[str, str | bytes]  # repro.py, the modules it imports, data.npz
+    features: tuple[str, ...]
+    affects_loss: tuple[str, ...]
+    data: str = "none"  # none | standins | reduced | user
+    data_facts: dict[str, Any] = field(default_factory=dict)
+
+    def answers(self) -> dict[str, object]:
+        return {
+            "source_script": self.source,
+            "features": list(self.features),
+            "affects_loss": list(self.affects_loss),
+            "data": self.data,
+        }
+
+
+def check_script(path: Path) -> Path:
+    """The script to start from, or a UserError (exit 2) saying what to give."""
+    hint = "give your training script: tfrepro new --from train.py [DEST]"
+    if not path.exists():
+        raise UserError("no such file", path=path, hint=hint)
+    if not path.is_file():
+        raise UserError("not a file", path=path, hint=hint)
+    if path.suffix != ".py":
+        raise UserError("not a Python file", path=path, hint=hint + " (a .py file)")
+    from tfrepro.annotate.source import parse_python
+
+    text, _ = fb.decode_source(path.read_bytes(), str(path))
+    parse_python(text, str(path))  # a syntax error: file:line, exit 2
+    return path
+
+
+def load_script(path: Path) -> Any:
+    """The project `tfrepro bisect train.py` would load (zero-edit detection)."""
+    from tfrepro.project import Project
+
+    return Project.load(check_script(path))
+
+
+_READS = re.compile(
+    r"\b(load|loadtxt|genfromtxt|read_csv|read_table|read_parquet|read_json|read_feather|TFRecordDataset)\s*\("
+)
+
+
+def may_read_data(texts: dict[str, str]) -> bool:
+    """Whether any carried file calls a data reader the recorder knows (cheap, static)."""
+    return any(_READS.search(t) for t in texts.values())
+
+
+def source_texts(project: Any) -> tuple[str, dict[str, str]]:
+    """(entry, relpath -> text of the carried files, every feature ON, markers kept)."""
+    from tfrepro.projectfiles import imported_files
+
+    entry = entry_of(project.manifest.trial)
+    rendered = project.render(project.feature_names)
+    texts: dict[str, str] = {}
+    for rel in imported_files(project.root, [entry], project.files):
+        if rel.endswith(".py"):
+            texts[rel] = rendered.get(rel) or fb.decode_source((project.root / rel).read_bytes(), rel)[0]
+    if entry not in texts:
+        raise UserError("the entry is not a Python file of the project", path=project.root / entry)
+    return entry, texts
+
+
+def export_script(project: Any, trial: TrialFn | None = None) -> FromScript:
+    """The new project's files from the loaded `project` (see the module doc).
+    `trial` runs one configuration (tests pass a fake)."""
+    with tempfile.TemporaryDirectory(prefix="tfrepro-new-from-") as tmp:
+        trial = trial or default_trial(project, Path(tmp) / "state")
+        entry, texts = source_texts(project)
+        on = texts[entry]
+        data, facts, extra = "none", {}, {}
+        if may_read_data(texts):
+            on, data, facts, extra = _data(project, entry, texts, trial, Path(tmp))
+        files: dict[str, str | bytes] = {
+            new_rel(rel, entry): _all_off(on if rel == entry else t, rel) for rel, t in texts.items()
+        }
+        files.update(extra)
+    names = tuple(project.feature_names)
+    return FromScript(entry, files, names, tuple(sorted(set(project.affects_loss) & set(names))), data, facts)
+
+
+def new_rel(rel: str, entry: str) -> str:
+    """Where a carried file goes: the entry becomes repro.py at the top, and
+    the modules keep their place relative to it (a script in `src/` imports
+    its neighbours from its own directory)."""
+    if rel == entry:
+        return ENTRY
+    here = posixpath.dirname(entry)
+    return rel[len(here) + 1 :] if here and rel.startswith(here + "/") else rel
+
+
+def _all_off(text: str, rel: str) -> str:
+    parsed = fb.parse(text, rel)
+    return parsed.set_states({n: False for n in parsed.feature_names}) if parsed.blocks else text
+
+
+def default_trial(project: Any, state_dir: Path) -> TrialFn:
+    """Real trials under the user's settings, cached nowhere the user sees."""
+    from tfrepro.trials.runner import run_trial
+
+    settings = project.manifest.trial
+
+    def run(p: Any, enabled: frozenset[str]) -> TrialResult:
+        s = settings if p is project else replace(settings, entry=ENTRY, command=None)
+        return run_trial(p, enabled, s, use_cache=False, state_dir=state_dir, label="new-from")
+
+    return run
+
+
+def same_end(orig: TrialResult, new: TrialResult) -> bool:
+    """The new project's failing configuration ends as the script's did."""
+    from tfrepro.report.rerun import same_error
+
+    if orig.nonfinite:
+        return new.nonfinite
+    if orig.crashed:
+        return new.crashed and same_error(new.error, orig.error)
+    return not (new.crashed or new.timed_out or new.nonfinite) and new.steps_run > 0
+
+
+def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: Path):
+    """(entry text ON, data kind, facts, extra files) from one recording trial."""
+    from tfrepro.report import reduce, standin
+
+    orig = trial(project, frozenset(project.feature_names))
+    result = {"failing": orig.to_dict()}
+    sites, batches = standin.reads_of(result, entry)
+    facts: dict[str, Any] = {
+        "sources": [standin._brief(s) for s in standin.sources_of(result)],
+        "unseen": standin.unseen_fits(result),
+    }
+    if not sites:
+        return texts[entry], "none", facts, {}
+    counter = iter(range(1 << 30))
+
+    def ends_alike(files: dict[str, str | bytes]) -> bool:
+        rest = {new_rel(r, entry): t for r, t in texts.items() if r != entry}
+        new = write_project(tmp / f"try-{next(counter)}", {**rest, **{k: _off(k, v) for k, v in files.items()}})
+        return same_end(orig, trial(new, frozenset(project.feature_names)))
+
+    text, replaced = standin.rewrite(texts[entry], sites)
+    if replaced and ends_alike({ENTRY: text}):
+        return text, "standins", {**facts, "standins": [standin._brief(s) for s in replaced]}, {}
+    if orig.nonfinite or orig.crashed:
+        got = reduce.reduce_export(project.root, texts[entry], sites, batches, ends_alike)
+        facts["reduction"] = {k: v for k, v in got.items() if k not in ("text", "npz")}
+        if "error" not in got:
+            return got["text"], "reduced", facts, {"data.npz": got["npz"]}
+    facts["needs_user_data"] = [standin._brief(s) for s in sites]
+    return texts[entry], "user", facts, {}
+
+
+def _off(rel: str, content: Any) -> Any:
+    return content if isinstance(content, bytes) else _all_off(content, rel)
+
+
+def write_project(dest: Path, files: dict[str, str | bytes]) -> Any:
+    """`files` as a marked project in `dest` (entry repro.py), loaded."""
+    from tfrepro.project import Project
+
+    dest.mkdir(parents=True)
+    (dest / "tfrepro.toml").write_text(MANIFEST_TEXT, encoding="utf-8")
+    for rel, content in files.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            (dest / rel).write_bytes(content)
+        else:
+            (dest / rel).write_text(content, encoding="utf-8", newline="")
+    return Project.load(dest)
+
+
+def summary_lines(got: FromScript) -> list[str]:
+    """What the command says about the data, a line each."""
+    facts = got.data_facts
+    out = []
+    if got.data == "standins":
+        out.append("data: repro.py reads seeded synthetic stand-ins of " + _files(facts.get("standins")))
+    elif got.data == "reduced":
+        red = facts.get("reduction") or {}
+        out.append(
+            f"data: data.npz holds {red.get('records')} of {red.get('of')} records of " + _files(red.get("files"))
+        )
+    elif got.data == "user":
+        out.append(
+            "data: repro.py still reads your data files "
+            + _files(facts.get("needs_user_data"))
+            + " (no stand-in or reduction ended as the script did): run it where they are"
+        )
+    for at in facts.get("unseen") or []:
+        out.append(f"data: the data fit trains on at {at} comes from a source tfrepro cannot see: the repro needs it")
+    return out
+
+
+def _files(items: Any) -> str:
+    return ", ".join(f"{s.get('file')} ({s.get('at')})" for s in items or []) or "(none)"
