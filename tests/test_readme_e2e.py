@@ -121,6 +121,7 @@ EXPECT = [
     ("tfrepro check train.py", 0, ["baseline (every feature off)", "5 pass, 0 warn, 0 fail"]),
     ("tfrepro bisect --good v1.2 --bad HEAD", 0, [PLANTED]),
     ("tfrepro new myrepro --defaults", 0, []),
+    ("tfrepro new --from train.py", 0, ["repro-train"]),
     ("tfrepro clean", 0, []),
     ("tfrepro env --json", 0, []),
     ("tfrepro env", 0, ["TensorFlow"]),
