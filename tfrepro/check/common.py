@@ -22,6 +22,7 @@ class CheckOptions:
     input_scale: float = 10.0  # |mean| or std above this: far from normalised
     fall_fraction: float = 0.02  # last steps' mean at least this much below the first's
     input_bound_step_share: float = 0.3  # pipeline >= this share of the trial's quiet step
+    input_bound_alone: float = 10.0  # or pipeline >= this many model steps: it bounds the throughput itself
 
 
 KEYS = ("environment", "input_pipeline", "first_batches", "initial_loss", "short_run", "parameters")
