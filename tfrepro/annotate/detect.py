@@ -20,6 +20,7 @@ from tfrepro.annotate.lambdas import LambdaLayer, is_lambda_layer, lambda_layer
 from tfrepro.annotate.layers import LayerClass, stock_equivalent
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
+from tfrepro.annotate.offtext import off_text as _off_text
 from tfrepro.annotate.source import NOTHING, Src, arg, dotted, last_name, literal, snake
 from tfrepro.annotate.standins import concat_standin, list_standin, structured_input, tf_alias
 
@@ -365,26 +366,6 @@ def _custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefi
         )
         return []
     return [_c(unit, cls.feature, call, expr, note=note, cls=cls.name, stock=what)]
-
-
-def _off_text(src: Src, same: list[Candidate], start: int, end: int) -> str | None:
-    """Lines `start`..`end` with each candidate's node replaced (its OFF
-    part), or None when no candidate replaces a node (the OFF part is empty)."""
-    if not any(c.node is not None for c in same):
-        return None
-    pieces, cursor = [], src.offset(start, 0)
-    for c in same:
-        if c.node is None:
-            continue
-        a, b = src.span(c.node)
-        if a < cursor:
-            continue  # nested in a replaced node
-        pieces.append(src.between(cursor, a))
-        pieces.append(c.replacement or "")
-        cursor = b
-    pieces.append(src.between(cursor, src.offset(end, 0) + len(src.lines[end - 1])))
-    off = "".join(pieces)
-    return off if off.endswith("\n") else off + "\n"
 
 
 def _lambda_layer(src: Src, ctx: Context, call: cst.Call, prefix: str) -> list[Candidate]:
