@@ -109,3 +109,54 @@ def test_the_list_stand_in_runs_into_a_model_built_for_the_layers_width(tmp_path
     r = subprocess.run([sys.executable, "off.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "RAN (64, 8) True" in r.stdout  # width 2 kept, no NaN from sqrt of a negative
+
+
+# Issue 25: a distance layer called on two positional tensors (the keras#9097
+# siamese shape, written as a subclassed layer): `Dist()(a, b)`. The whole
+# call is stood in by the list stand-in over [a, b], so the baseline still
+# runs the two towers and the head.
+TWO_INPUT_SCRIPT = textwrap.dedent(
+    """\
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow import keras
+    from tensorflow.keras import layers
+
+
+    class Dist(layers.Layer):
+        def call(self, a, b):
+            return tf.sqrt(tf.reduce_sum(tf.square(a - b), axis=1, keepdims=True))
+
+
+    tower = keras.Sequential([layers.Dense(4)])
+    in_a, in_b = keras.Input(shape=(6,)), keras.Input(shape=(6,))
+    d = Dist()(tower(in_a), tower(in_b))
+    out = layers.Dense(1, activation="sigmoid")(d)
+    model = keras.Model([in_a, in_b], out)
+    model.compile("sgd", "binary_crossentropy")
+    x = np.random.default_rng(0).standard_normal((32, 6)).astype("float32")
+    h = model.fit([x, x], np.ones((32, 1), "float32"), batch_size=8, epochs=1, verbose=0)
+    print("RAN", model.layers[-1].kernel.shape, bool(np.isfinite(h.history["loss"][-1])))
+    """
+)
+
+
+def _two_input_off_variant() -> str:
+    text, found, _ = annotate_text(TWO_INPUT_SCRIPT, "train.py")
+    assert [f.name for f in found] == ["custom_layer_dist"]
+    assert "2 inputs averaged" in found[0].description
+    return fb.parse(text, "train.py").render([])
+
+
+def test_a_layer_called_on_two_tensors_is_marked_with_both_inputs_kept():
+    live = [ln for ln in _two_input_off_variant().splitlines() if not ln.lstrip().startswith("#")]
+    assert not any("Dist()(" in ln for ln in live)
+    assert any("add_n(ts) / len(ts)" in ln and "([tower(in_a), tower(in_b)])" in ln for ln in live)
+
+
+@pytest.mark.e2e
+def test_the_two_input_stand_in_runs(tmp_path):
+    (tmp_path / "off.py").write_text(_two_input_off_variant())
+    r = subprocess.run([sys.executable, "off.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "RAN (4, 1) True" in r.stdout  # the head sees the towers' width (4), averaged

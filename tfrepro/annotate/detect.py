@@ -11,18 +11,18 @@ statement rebuilt: `chains.py`, `callbacks.py`.)
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import libcst as cst
 
 from tfrepro import catalog
-from tfrepro.annotate.lambdas import LambdaLayer, is_lambda_layer, lambda_layer
-from tfrepro.annotate.layers import LayerClass, stock_equivalent
+from tfrepro.annotate.candidate import Candidate, statement_unit
+from tfrepro.annotate.candidate import candidate as _c
+from tfrepro.annotate.custom import custom_layer, lambda_layer_candidates
+from tfrepro.annotate.lambdas import is_lambda_layer
+from tfrepro.annotate.layers import LayerClass
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
 from tfrepro.annotate.offtext import off_text as _off_text
 from tfrepro.annotate.source import NOTHING, Src, arg, dotted, last_name, literal, snake
-from tfrepro.annotate.standins import concat_standin, list_standin, structured_input, tf_alias
 
 STRATEGIES = {
     "MirroredStrategy": "mirrored_strategy",
@@ -41,37 +41,6 @@ SCHEDULES = {
 }
 _POLICY_SETTERS = {"set_global_policy", "set_policy", "set_dtype_policy"}
 _LOSS_SCALE_METHODS = ("get_scaled_loss", "get_unscaled_gradients", "scale_loss")
-
-
-@dataclass
-class Candidate:
-    unit: cst.CSTNode  # a SimpleStatementLine or a Decorator
-    base: str  # feature name before suffixing
-    kind: str
-    group: bool
-    description: str
-    node: cst.CSTNode | None = None  # replaced in the else part (None: no else part)
-    replacement: str | None = None
-    note: str | None = None
-    affects_loss: bool = False
-
-
-def _c(
-    unit: cst.CSTNode,
-    name: str,
-    node: cst.CSTNode | None = None,
-    replacement: str | None = None,
-    *,
-    note: str | None = None,
-    desc: str | None = None,
-    **fields: object,
-) -> Candidate:
-    """A candidate whose kind, description and affects_loss come from the catalog."""
-    e = catalog.get(name)
-    assert e is not None, name
-    return Candidate(
-        unit, name, e.kind, True, desc or e.describe(**fields), node, replacement, note, catalog.affects_loss(name)
-    )
 
 
 def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context) -> list[Candidate]:
@@ -127,17 +96,9 @@ def _is_tf_function(expr: cst.BaseExpression) -> bool:
     return d.endswith("tf.function") or d == "tf_function"
 
 
-def _unit(src: Src, ctx: Context, node: cst.CSTNode, what: str) -> cst.CSTNode | None:
-    unit = src.statement(node)
-    if isinstance(unit, str):
-        ctx.skip(src.path, src.line(node), f"{what} {unit}: not marked (move it to a statement of its own)")
-        return None
-    return unit
-
-
 def _wrap_call(src: Src, ctx: Context, call: cst.Call, what: str) -> cst.CSTNode | None:
     """The statement when it is exactly `call` (an expression statement)."""
-    unit = _unit(src, ctx, call, what)
+    unit = statement_unit(src, ctx, call, what)
     if unit is None:
         return None
     if not (
@@ -175,7 +136,7 @@ def _from_call(
         if getter is None:
             ctx.skip(src.path, src.line(call), f"{name}: no `import tensorflow` to write the default strategy with")
             return out
-        unit = _unit(src, ctx, call, name)
+        unit = statement_unit(src, ctx, call, name)
         if unit is not None:
             out.append(_c(unit, STRATEGIES[name], call, getter, cls=name))
     elif name == "function" and d.endswith("tf.function") or d == "tf_function":
@@ -199,11 +160,11 @@ def _from_call(
     elif name in SCHEDULES:
         out.extend(_schedule(src, ctx, call, name))
     elif name in layer_classes and isinstance(call.func, (cst.Name, cst.Attribute)):
-        out.extend(_custom_layer(src, ctx, call, layer_classes[name], prefix))
+        out.extend(custom_layer(src, ctx, call, layer_classes[name], prefix))
     elif is_lambda_layer(src, call, prefix):
-        out.extend(_lambda_layer(src, ctx, call, prefix))
+        out.extend(lambda_layer_candidates(src, ctx, call, prefix))
     elif catalog.RANDOM_LAYER_RE.match(name) and prefix is not None and (d == name or "layers" in d):
-        unit = _unit(src, ctx, call, f"{name}(...)")
+        unit = statement_unit(src, ctx, call, f"{name}(...)")
         if unit is not None:
             out.append(_c(unit, "random_augmentation", call, f"{prefix}.Identity()", cls=name))
 
@@ -222,7 +183,7 @@ def _loss_scale(src: Src, ctx: Context, call: cst.Call, methods_used: bool) -> l
             "methods, so it stays as written (it is harmless without mixed precision)",
         )
         return []
-    unit = _unit(src, ctx, call, "LossScaleOptimizer") if inner is not None else None
+    unit = statement_unit(src, ctx, call, "LossScaleOptimizer") if inner is not None else None
     if unit is None:
         return []
     desc = "loss scaling for mixed precision; off: the plain optimizer"
@@ -250,11 +211,11 @@ def _from_keywords(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Ca
             continue
         kw = a.keyword.value
         if kw == "num_parallel_reads" and name.endswith("Dataset") and literal(a.value) not in (None, 1):
-            unit = _unit(src, ctx, a, f"{name}(num_parallel_reads=...)")
+            unit = statement_unit(src, ctx, a, f"{name}(num_parallel_reads=...)")
             if unit is not None:
                 out.append(_c(unit, "parallel_reads", a.value, catalog.CATALOG["parallel_reads"].off_code))
         if kw in ("jit_compile", "run_eagerly") and literal(a.value) not in (False, None, "auto"):
-            unit = _unit(src, ctx, a, f"{kw}={src.code(a.value)}")
+            unit = statement_unit(src, ctx, a, f"{kw}={src.code(a.value)}")
             if unit is None:
                 continue
             feature = "jit_compile" if kw == "jit_compile" else "eager_debug"
@@ -263,7 +224,7 @@ def _from_keywords(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Ca
             )
         elif kw in catalog.KEYWORDS and literal(a.value) not in (None, 0, 0.0, False):
             feature = catalog.KEYWORDS[kw]
-            unit = _unit(src, ctx, a, f"{kw}={src.code(a.value)}")
+            unit = statement_unit(src, ctx, a, f"{kw}={src.code(a.value)}")
             if unit is not None:
                 out.append(_c(unit, feature, a.value, catalog.CATALOG[feature].off_code, arg=kw))
     return out
@@ -310,7 +271,7 @@ def _schedule(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candida
     if constant is None:
         ctx.skip(src.path, src.line(call), f"{name}: its starting learning rate is not given; not marked")
         return []
-    unit = _unit(src, ctx, call, name)
+    unit = statement_unit(src, ctx, call, name)
     if unit is None:
         return []
     # A schedule that is called by the code (to log the rate) cannot become a float.
@@ -326,59 +287,6 @@ def _schedule(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candida
                 )
                 return []
     return [_c(unit, "lr_schedule", call, constant, cls=name, constant=constant)]
-
-
-def _custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix: str | None) -> list[Candidate]:
-    if prefix is None:
-        ctx.skip(src.path, src.line(call), f"{cls.name}: this file imports no Keras to name a stock layer with")
-        return []
-    if cls.adds_loss:
-        ctx.skip(
-            src.path,
-            src.line(call),
-            f"{cls.name} adds to the loss (add_loss): no stock layer can stand in for it, not marked",
-        )
-        return []
-    unit = _unit(src, ctx, call, f"{cls.name}(...)")
-    if unit is None:
-        return []
-    expr, what, note = stock_equivalent(src, call, cls, prefix)
-    shape, tf = structured_input(src, call), tf_alias(src)
-    if shape is not None and tf is not None:  # called on a dict/list: one tensor from many (annotate/standins.py)
-        expr, what, note = concat_standin(prefix, tf), f"its {shape} of inputs concatenated (float32)", None
-        if shape == "list":
-            expr, what = (
-                list_standin(prefix, tf),
-                "its list of inputs averaged if of one shape, else concatenated (float32)",
-            )
-    outer = src.parent(call)
-    if (
-        note is not None
-        and isinstance(outer, cst.Call)
-        and outer.func is call
-        and len([a for a in outer.args if a.keyword is None]) > 1
-    ):
-        ctx.skip(
-            src.path,
-            src.line(call),
-            f"{cls.name} takes several inputs and has no obvious stock "
-            "equivalent: not marked (write its block by hand)",
-        )
-        return []
-    return [_c(unit, cls.feature, call, expr, note=note, cls=cls.name, stock=what)]
-
-
-def _lambda_layer(src: Src, ctx: Context, call: cst.Call, prefix: str) -> list[Candidate]:
-    """A Lambda over the project's own function: a custom layer (annotate/lambdas.py)."""
-    found = lambda_layer(src, call, prefix)
-    if isinstance(found, str):
-        ctx.skip(src.path, src.line(call), f"{found}: not marked")
-    if not isinstance(found, LambdaLayer):
-        return []
-    unit = _unit(src, ctx, call, f"{found.what}(...)")
-    if unit is None:
-        return []
-    return [_c(unit, found.feature, call, found.standin, note=found.note, cls=found.what, stock=found.stock)]
 
 
 def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[Edit]:

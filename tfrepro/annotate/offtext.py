@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from tfrepro.annotate.source import Src
 
 if TYPE_CHECKING:
-    from tfrepro.annotate.detect import Candidate
+    from tfrepro.annotate.candidate import Candidate
 
 
 def off_text(src: Src, same: list[Candidate], start: int, end: int) -> str | None:

@@ -1,0 +1,77 @@
+"""Custom layers as features: the layer's construction is replaced by a
+stock layer or a stand-in of the right structure (annotate/layers.py,
+annotate/standins.py, annotate/lambdas.py)."""
+
+from __future__ import annotations
+
+import libcst as cst
+
+from tfrepro.annotate.candidate import Candidate, statement_unit
+from tfrepro.annotate.candidate import candidate as _c
+from tfrepro.annotate.lambdas import LambdaLayer, lambda_layer
+from tfrepro.annotate.layers import LayerClass, stock_equivalent
+from tfrepro.annotate.model import Context
+from tfrepro.annotate.source import Src
+from tfrepro.annotate.standins import concat_standin, list_standin, structured_input, tf_alias
+
+
+def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix: str | None) -> list[Candidate]:
+    if prefix is None:
+        ctx.skip(src.path, src.line(call), f"{cls.name}: this file imports no Keras to name a stock layer with")
+        return []
+    if cls.adds_loss:
+        ctx.skip(
+            src.path,
+            src.line(call),
+            f"{cls.name} adds to the loss (add_loss): no stock layer can stand in for it, not marked",
+        )
+        return []
+    unit = statement_unit(src, ctx, call, f"{cls.name}(...)")
+    if unit is None:
+        return []
+    expr, what, note = stock_equivalent(src, call, cls, prefix)
+    shape, tf = structured_input(src, call), tf_alias(src)
+    if shape is not None and tf is not None:  # called on a dict/list: one tensor from many (annotate/standins.py)
+        expr, what, note = concat_standin(prefix, tf), f"its {shape} of inputs concatenated (float32)", None
+        if shape == "list":
+            expr, what = (
+                list_standin(prefix, tf),
+                "its list of inputs averaged if of one shape, else concatenated (float32)",
+            )
+    outer = src.parent(call)
+    several = _positional_inputs(outer, call)
+    if note is not None and len(several) > 1 and tf is not None:
+        # `Dist()(a, b)`: the whole call becomes the list stand-in over its inputs
+        listed = ", ".join(src.between(*src.span(a)) for a in several)
+        what = f"its {len(several)} inputs averaged if of one shape, else concatenated (float32)"
+        return [_c(unit, cls.feature, outer, f"{list_standin(prefix, tf)}([{listed}])", cls=cls.name, stock=what)]
+    if note is not None and isinstance(outer, cst.Call) and len([a for a in outer.args if a.keyword is None]) > 1:
+        ctx.skip(
+            src.path,
+            src.line(call),
+            f"{cls.name} takes several inputs and has no obvious stock "
+            "equivalent: not marked (write its block by hand)",
+        )
+        return []
+    return [_c(unit, cls.feature, call, expr, note=note, cls=cls.name, stock=what)]
+
+
+def _positional_inputs(outer: cst.CSTNode | None, call: cst.Call) -> list[cst.BaseExpression]:
+    """The positional arguments `call` (a layer's construction) is called on,
+    when none is starred or a keyword."""
+    if not (isinstance(outer, cst.Call) and outer.func is call) or any(a.star for a in outer.args):
+        return []
+    return [a.value for a in outer.args if a.keyword is None]
+
+
+def lambda_layer_candidates(src: Src, ctx: Context, call: cst.Call, prefix: str) -> list[Candidate]:
+    """A Lambda over the project's own function: a custom layer (annotate/lambdas.py)."""
+    found = lambda_layer(src, call, prefix)
+    if isinstance(found, str):
+        ctx.skip(src.path, src.line(call), f"{found}: not marked")
+    if not isinstance(found, LambdaLayer):
+        return []
+    unit = statement_unit(src, ctx, call, f"{found.what}(...)")
+    if unit is None:
+        return []
+    return [_c(unit, found.feature, call, found.standin, note=found.note, cls=found.what, stock=found.stock)]
