@@ -298,3 +298,18 @@ def test_memory_threshold_and_trial_gpus_are_read():
 def test_bad_memory_settings_are_clear_errors(toml):
     with pytest.raises(UserError):
         Manifest.parse(toml)
+
+
+def test_a_leak_far_past_its_limit_is_not_marginal_whatever_its_peak_ratio():
+    """The bundled memory_callback example (3.2 MB/step over 40 steps of a
+    288 MB baseline): the peak is 1.45x, near the 1.5x threshold, but the
+    growth is four times its limit, so the signal is decisive, not close;
+    a peak near the threshold with no growth stays close."""
+    level = 288 * MB
+    base = [trial([level + 5_000 * (i % 3) for i in range(40)]) for _ in range(2)]
+    leak = trial([level + 3.2 * MB * i for i in range(40)])
+    d = decide_memory(leak, base, 1.5)
+    assert d.shows and not d.close and 1.36 < d.peak_ratio < 1.5
+    flat = trial([1.45 * level + 5_000 * (i % 3) for i in range(40)])
+    d = decide_memory(flat, base, 1.5)
+    assert d.close and not d.shows

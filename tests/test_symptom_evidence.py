@@ -43,3 +43,18 @@ def test_a_confirmed_memory_signal_keeps_its_rank(tmp_path):
     runner = FakeRunner(_marginal_memory_and(MISMATCH, confirmed=True))
     res = bisect(make_project(tmp_path, FEATS), BisectOptions(strategy="ablation"), runner=runner)
     assert (res.symptom.value, res.culprits) == ("memory", ("xla",))
+
+
+def test_a_leak_that_also_slows_the_steps_is_hunted_as_memory(tmp_path):
+    """memory_callback's shape: a callback copying every weight per batch
+    grows memory 4 MB/step (2.5x its limit; the peak only 1.4x, near the
+    threshold) and doubles the step. The leak is decisive, not marginal, so
+    it keeps its rank before the slowdown it causes."""
+
+    def behave(cfg, r):
+        if "xla" not in cfg:
+            return rss(level=190 * MB)
+        return {**rss(leak=4 * MB, level=190 * MB), "step_times": (0.5,) * 3 + (0.04,) * 17}
+
+    res = bisect(make_project(tmp_path, FEATS), BisectOptions(strategy="ablation"), runner=FakeRunner(behave))
+    assert (res.status.value, res.symptom.value, res.culprits) == ("found", "memory", ("xla",))

@@ -133,8 +133,12 @@ def decide_memory(result: TrialResult, baselines: Sequence[TrialResult], thresho
     limit = max(GROWTH_SHARE_PER_10_STEPS * result.peak_rss_bytes / 10.0, MIN_GROWTH_BYTES / steps)
     grows = excess is not None and excess > limit and z >= GROWTH_Z
     high = ratio is not None and ratio >= threshold
-    close = (ratio is not None and threshold / CLOSE_RATIO <= ratio < threshold * CLOSE_RATIO) or (
-        excess is not None and limit / 2 <= excess <= 2 * limit and z >= GROWTH_Z - 1
+    # Marginal: a measure near its threshold, and none past it by a clear
+    # margin (a peak 1.45x with a 4x growth is a leak, not a near miss).
+    decisive = (ratio is not None and ratio >= threshold * CLOSE_RATIO) or (grows and excess > 2 * limit)
+    close = not decisive and (
+        (ratio is not None and threshold / CLOSE_RATIO <= ratio < threshold * CLOSE_RATIO)
+        or (excess is not None and limit / 2 <= excess <= 2 * limit and z >= GROWTH_Z - 1)
     )
     why = []
     if high:
