@@ -151,7 +151,7 @@ def test_loop_losses_are_the_loops_own_and_stop_at_steps(tmp_path, form, printin
 
 
 def test_a_nan_loss_stops_the_loop_at_its_first_step(tmp_path):
-    r = run_json(tmp_path, loop_script("tf_function", "none", poison="x[40, 2] = np.nan"), steps=20)
+    r = run_json(tmp_path, loop_script("tf_function", "none", poison="y[40, 0] = np.nan"), steps=20)
     assert r.first_nonfinite_step == 6 and r.steps_run == 6 and r.extra["stop"] == "nonfinite"
     assert all(math.isfinite(x) for x in r.losses[:5]) and math.isnan(r.losses[5])
     assert_close(r.losses[:5], own_losses(r))
