@@ -262,6 +262,52 @@ def test_daemon_and_subprocess_writes_die_with_a_cold_plain_trial(tmp_path):
     assert _procs_with(marker) == []
 
 
+@pytest.mark.parametrize("cold", [True, False], ids=["cold", "warm"])
+def test_a_landlock_trial_killed_at_its_timeout_leaves_no_daemon(tmp_path, monkeypatch, cold):
+    """Issue 24's Landlock gap: without a PID namespace a setsid daemon left
+    the trial's group, and the timeout's SIGKILL of the group took the
+    reaper with it, so the daemon outlived the trial. The runner now kills
+    every process carrying the trial's TMPDIR when the trial ends."""
+    if not confine.landlock_works():
+        pytest.skip("no Landlock here")
+    from tfrepro.settings import TrialSettings
+    from tfrepro.trials.runner import run_variant
+
+    monkeypatch.setenv(confine.ENV, "landlock")
+    marker = f"tfrepro-daemon-{uuid.uuid4().hex}"
+    variant = tmp_path / "trial" / "variant"
+    variant.mkdir(parents=True)
+    (variant / "s.py").write_text(
+        "import os, subprocess, sys, time\n"
+        "code = 'import time; time.sleep(300)  # ' + os.environ['MARKER']\n"
+        "subprocess.Popen([sys.executable, '-c', code], start_new_session=True)\n"
+        "print('step=1 loss=1.0', flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    settings = TrialSettings(entry="s.py", steps=5, timeout_s=8)
+    try:
+        result = run_variant(variant, settings, tmp_path / "trial", env={"MARKER": marker}, cold=cold)
+        assert result.timed_out and result.losses == (1.0,), result  # the daemon was started
+        deadline = time.monotonic() + 10  # SIGKILL is asynchronous: killed, then reaped by init
+        while _procs_with(marker) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _procs_with(marker) == []
+    finally:
+        for pid in _procs_with(marker):
+            os.kill(pid, 9)
+
+
+def test_strays_are_the_processes_with_the_trials_tmpdir(tmp_path):
+    from tfrepro.trials.procs import strays
+
+    proc = tmp_path / "proc"
+    for pid, env in {"11": b"A=1\0TMPDIR=/t/trial/tmp\0", "12": b"TMPDIR=/t/trial/tmpx\0", "13": b""}.items():
+        (proc / pid).mkdir(parents=True)
+        (proc / pid / "environ").write_bytes(env)
+    (proc / "self").mkdir()
+    assert strays(Path("/t/trial"), proc) == [11]
+
+
 # -- the plan (pure) --------------------------------------------------------------------
 
 MOUNTINFO = """\

@@ -91,6 +91,8 @@ def run_warm(
         finally:
             child.kill()  # grandchildren outlive a finished child too: the group dies with it
             child.close()
+            if conf.mode != "overlay":  # the namespace's end kills those
+                kill_strays(stdout.parent)
     finally:
         if LIVE.remove(token):
             raise TrialStopped()
@@ -132,6 +134,8 @@ def run_cold(
         finally:
             # Grandchildren outlive a finished child too; the group dies with it.
             kill_tree(proc)
+            if confine.require().mode != "overlay":  # the namespace's end kills those
+                kill_strays(trial_dir)
             if LIVE.remove(token):
                 raise TrialStopped()
     return _status(proc.returncode, status_path), timed_out, time.perf_counter() - start, "cold"
@@ -241,6 +245,35 @@ def kill_tree(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not honoured
         pass
+
+
+def strays(trial_dir: Path, proc: Path = Path("/proc")) -> list[int]:
+    """The processes still running with this trial's TMPDIR (`confine.trial_env`)
+    in their environment: what left the trial's process group (a setsid
+    daemon) and, without a PID namespace, outlived its trial, also when the
+    trial was killed at its timeout (its launcher or reaper with it). A
+    process that rewrote its environment is not seen."""
+    mark = b"TMPDIR=" + os.fsencode(Path(trial_dir) / "tmp")
+    me, out = os.getpid(), []
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue  # gone, or not ours
+        if mark in environ.split(b"\0"):
+            out.append(int(entry.name))
+    return out
+
+
+def kill_strays(trial_dir: Path) -> None:
+    """SIGKILL every `strays` process of the trial (Landlock or unconfined)."""
+    for pid in strays(trial_dir):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 @contextmanager
