@@ -61,6 +61,10 @@ def score(out: Any, doc: dict[str, Any], want: dict[str, Any]) -> None:
         out.got += " (no known_cost)"
     if status == "untestable":
         out.got = f"untestable: {str(doc.get('reason', ''))[:50]}"
+    if status == "flaky":  # the symptom and the suspects: a flaky run is diagnosable without --keep
+        suspects = ",".join(sorted(doc.get("suspects") or [])) or "-"
+        out.got = f"flaky: {doc.get('symptom')} (suspects {suspects}, rate {doc.get('reproduction_rate')})"
+        out.error = str(doc.get("error") or "")[:300]
 
 
 def run_case(case: Path, timeout: float, keep: bool) -> Any:
@@ -79,7 +83,10 @@ def run_case(case: Path, timeout: float, keep: bool) -> Any:
                 out.error = proc.stderr.strip()[-300:]
             else:
                 score(out, doc, want)
-                out.error = str(doc.get("error") or "")[:300] if doc.get("status") == "error" else ""
+                if doc.get("status") not in ("error", "flaky"):
+                    out.error = ""
+                elif doc.get("status") == "error":
+                    out.error = str(doc.get("error") or "")[:300]
         except subprocess.TimeoutExpired:
             out.got = f"timeout after {timeout:.0f}s"
         out.wall_s = round(time.monotonic() - start, 1)

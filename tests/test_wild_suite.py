@@ -48,3 +48,13 @@ def test_the_runner_scores_accepted_statuses_and_known_costs():
         out = outcome()
         suite.score(out, doc, want)
         assert out.right is right, doc
+
+
+def test_a_flaky_outcome_names_its_symptom_and_suspects():
+    suite = _suite()
+    out = suite.J.Outcome("c", "zero-edit", "healthy")
+    doc = {"status": "flaky", "symptom": "memory", "suspects": ["prefetch", "cache"], "reproduction_rate": 0.5}
+    suite.score(out, {**doc, "error": "the memory is flaky: ..."}, {"symptom": None, "culprits": []})
+    assert not out.right and not out.false_culprit
+    assert out.got == "flaky: memory (suspects cache,prefetch, rate 0.5)"
+    assert out.error.startswith("the memory is flaky")

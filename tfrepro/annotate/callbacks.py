@@ -11,6 +11,15 @@ switched alone: `cbs = [a, b]` becomes `cbs = []`, `cbs.append(a)`,
 inline in the `fit` call, a variable of the same function, or what a helper
 function of the file returns; `cbs.append(x)` statements are wrapped as they
 are. Anything else (comprehensions, `+`, `extend`, parameters) is reported.
+
+A stock checkpoint callback built with a batch schedule (`save_freq=N`) is
+switched by its schedule, not removed: its OFF form is the same callback at
+`save_freq="epoch"` (the default). The script's later code often reads the
+checkpoints back (`load_weights`, listing the directory), so a removed
+callback would break it; at the default schedule the files still exist, and
+the per-batch saving is gone. Every `save_freq=N` call of the class gets
+such a block (where the callback is built), the class's other instances
+stay as written; a class with no batch schedule is removed as above.
 """
 
 from __future__ import annotations
@@ -21,7 +30,11 @@ from tfrepro import catalog
 from tfrepro.annotate.detect import callback_feature
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, last_name
+from tfrepro.annotate.source import Src, arg, last_name, literal
+
+# Stock callbacks that save on a schedule: `save_freq` ("epoch", the default,
+# or every N batches) and its positional index.
+_SAVE_FREQ = {"ModelCheckpoint": 6, "BackupAndRestore": 1}
 
 
 class _Collector:
@@ -32,6 +45,10 @@ class _Collector:
         self.done: set[int] = set()
         self.by_class: dict[str, str] = {}  # callback class -> its one feature
         self.stopping = _stopping_classes(src)
+        # id(call) -> (call, its save_freq argument) for each batch-scheduled checkpoint
+        self.scheduled = {id(c): (c, a) for c in src.walk() if isinstance(c, cst.Call) and (a := _batch_schedule(c))}
+        self.scheduled_classes = {last_name(c.func) for c, _ in self.scheduled.values()}
+        self.schedule_done: set[int] = set()
 
     # -- resolution --------------------------------------------------------
     def from_fit(self, fit: cst.Call) -> None:
@@ -202,21 +219,65 @@ class _Collector:
         self, value: cst.BaseExpression, stmt: str, line: int, scope: cst.CSTNode
     ) -> tuple[str | BlockSeg, Found | None]:
         cls, var = _callback_class(self.src, value, scope)
-        base = callback_feature(cls, var)
+        off = None
+        if cls in self.scheduled_classes:
+            if not (isinstance(value, cst.Call) and id(value) in self.scheduled):
+                return stmt, None  # stays ON: its class is switched by the schedule where it is built
+            self.schedule_done.add(id(value))
+            off = stmt.replace(self.src.code(value), self.at_epoch(value), 1)
+        name = self.name_for(cls, var, line)
+        if name is None:
+            return stmt, None
+        desc, found = self.found(cls, var, name, line, value)
+        return BlockSeg(name, desc, stmt, off), found
+
+    def name_for(self, cls: str | None, var: str | None, line: int) -> str | None:
         name = self.by_class.get(cls) if cls else None
         if name is None:
-            name = self.ctx.claim(base, "callback", group=False, path=self.src.path, line=line)
-            if name is None:
-                return stmt, None
-            if cls:
+            name = self.ctx.claim(callback_feature(cls, var), "callback", group=False, path=self.src.path, line=line)
+            if name is not None and cls:
                 self.by_class[cls] = name
         elif self.ctx.in_block(self.src.path, line):
-            return stmt, None
+            return None
+        return name
+
+    def found(
+        self, cls: str | None, var: str | None, name: str, line: int, value: cst.BaseExpression
+    ) -> tuple[str, Found]:
         entry = catalog.callback_entry(cls, name, stops=cls in self.stopping)
         desc = entry.describe(cls=cls or var or "a")
-        return BlockSeg(name, desc, stmt), Found(
-            name, desc, self.src.path, line, entry.kind, affects_loss=entry.affects_loss
-        )
+        if isinstance(value, cst.Call) and id(value) in self.scheduled:
+            every = self.src.code(self.scheduled[id(value)][1].value)
+            desc = f'{cls} saving every {every} batches; off: save_freq="epoch" (its default: saved once per epoch)'
+        return desc, Found(name, desc, self.src.path, line, entry.kind, affects_loss=entry.affects_loss)
+
+    def at_epoch(self, call: cst.Call) -> str:
+        """The code of a batch-scheduled `call` at `save_freq="epoch"`."""
+        src, value = self.src, self.scheduled[id(call)][1].value
+        (a, b), (va, vb) = src.span(call), src.span(value)
+        return src.between(a, va) + '"epoch"' + src.between(vb, b)
+
+    def scheduled_statements(self) -> None:
+        """A block for each batch-scheduled checkpoint built outside a callbacks
+        list (`cp = ModelCheckpoint(..., save_freq=5)`): OFF at "epoch"."""
+        src = self.src
+        for call, _ in self.scheduled.values():
+            if id(call) in self.schedule_done:
+                continue
+            line, stmt = src.line(call), src.statement(call)
+            indent = src.indent_of(stmt) if isinstance(stmt, cst.SimpleStatementLine) else None
+            if indent is None:
+                self.ctx.skip(src.path, line, f"{last_name(call.func)} with save_freq in this statement: not marked")
+                continue
+            start, end = src.line(stmt), src.end_line(stmt)
+            name = self.name_for(last_name(call.func), None, start)
+            if name is None:
+                continue
+            va, vb = src.span(self.scheduled[id(call)][1].value)
+            on = src.lines_text(start, end)
+            off = src.between(src.offset(start, 0), va) + '"epoch"' + on[vb - src.offset(start, 0) :]
+            desc, found = self.found(last_name(call.func), None, name, start, call)
+            self.edits.append(Edit(start, end, indent, (BlockSeg(name, desc, on, off),), (found,)))
 
 
 def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> tuple[str | None, str | None]:
@@ -230,6 +291,14 @@ def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> 
                     return last_name(v.func), value.value
         return None, value.value
     return None, None
+
+
+def _batch_schedule(call: cst.Call) -> cst.Arg | None:
+    """The `save_freq` argument of a stock checkpoint callback saving every N
+    batches (anything but "epoch"), or None."""
+    pos = _SAVE_FREQ.get(last_name(call.func) or "")
+    a = arg(call, pos, "save_freq") if pos is not None else None
+    return a if a is not None and literal(a.value) != "epoch" else None
 
 
 def _stopping_classes(src: Src) -> frozenset[str]:
@@ -288,4 +357,5 @@ def callback_edits(src: Src, ctx: Context) -> list[Edit]:
             and isinstance(n.func, cst.Attribute)
         ):
             c.from_fit(n)
+    c.scheduled_statements()
     return c.edits
