@@ -136,3 +136,33 @@ def test_a_longer_run_is_judged_on_memory_within_the_steps():
     assert within_steps(strided, 250).rss_per_step == (1, 2, 3)
     short = TrialResult(steps_run=40, rss_per_step=(1, 2), peak_rss_bytes=9)
     assert within_steps(short, 50) is short
+
+
+class SlowTailRunner(LateRunner):
+    """The run until its symptom (the script's whole length) reaches the
+    trial's time limit at step 400, before the NaN at 600, as on a loaded
+    machine; capped trials finish: no symptom within the steps compared."""
+
+    def __call__(self, project, enabled, settings, **kw):
+        got = super().__call__(project, enabled, settings, **kw)
+        if not settings.until_symptom:
+            return got
+        from dataclasses import replace
+
+        return replace(
+            got, losses=got.losses[:400], steps_run=400, timed_out=True, first_nonfinite_step=None, weights_finite=True
+        )
+
+
+def test_a_timeout_after_the_steps_in_the_run_until_symptom_is_not_a_symptom(tmp_path):
+    result = bisect(make_project(tmp_path), BisectOptions(), runner=SlowTailRunner())
+    assert result.status.value == "none", result.to_dict().get("error")
+    long = TrialResult(steps_run=400, timed_out=True, losses=(1.0,) * 400)
+    assert within_steps_view(long, 50).timed_out is False
+    assert within_steps_view(TrialResult(steps_run=30, timed_out=True), 50).timed_out is True  # within: a timeout
+
+
+def within_steps_view(result, steps):
+    from tfrepro.bisect.late import within_steps
+
+    return within_steps(result, steps)

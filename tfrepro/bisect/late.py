@@ -82,13 +82,22 @@ def save_nan_state(run, config) -> dict | None:
 
 
 def within_steps(result: TrialResult, steps: int) -> TrialResult:
-    """The memory view of a trial that ran past `steps` (the run until its
+    """The view at `steps` of a trial that ran past them (the run until its
     symptom, the script's whole length): its RSS series cut at `steps`, so a
-    longer run is not judged against a shorter baseline's peak and growth."""
-    if result.steps_run <= steps or not result.rss_per_step:
-        return result
+    longer run is not judged against a shorter baseline's peak and growth;
+    and a timeout after `steps` is not one at `steps` (the trials compared
+    with it stop there: on a loaded machine the whole-length run can reach
+    the trial's time limit, and its timeout, seen in no capped trial, made a
+    healthy script `flaky`). A NaN or a crash past `steps` moves every trial
+    past it instead (`symptom_step`)."""
     from dataclasses import replace
 
+    if result.steps_run <= steps:
+        return result
+    if result.timed_out:
+        result = replace(result, timed_out=False, extra={**result.extra, "timed_out_at_step": result.steps_run})
+    if not result.rss_per_step:
+        return result
     stride = max(1, int((result.extra.get("memory") or {}).get("stride") or 1))
     series = result.rss_per_step[: max(1, -(-steps // stride))]
     peak = min(max(series), result.peak_rss_bytes or max(series))
