@@ -297,6 +297,35 @@ def test_a_landlock_trial_killed_at_its_timeout_leaves_no_daemon(tmp_path, monke
             os.kill(pid, 9)
 
 
+def test_a_denied_write_the_script_survives_is_a_warning_naming_it(tmp_path, monkeypatch):
+    """Issue 24's other Landlock gap: a script that catches the denied write
+    and goes on trained without that file, and nothing said so."""
+    if not confine.landlock_works():
+        pytest.skip("no Landlock here")
+    from tfrepro.settings import TrialSettings
+    from tfrepro.trials.runner import run_variant
+
+    monkeypatch.setenv(confine.ENV, "landlock")
+    decoy = tmp_path / "store" / "weights.txt"
+    decoy.parent.mkdir()
+    decoy.write_text("mine")
+    variant = tmp_path / "trial" / "variant"
+    variant.mkdir(parents=True)
+    (variant / "s.py").write_text(
+        "import os\n"
+        "try:\n"
+        "    open(os.environ['DECOY'], 'w').write('trial')\n"
+        "except PermissionError:\n"
+        "    pass\n"
+        "print('step=1 loss=1.0')\n"
+    )
+    settings = TrialSettings(entry="s.py", steps=1, timeout_s=60)
+    result = run_variant(variant, settings, tmp_path / "trial", env={"DECOY": str(decoy)}, cold=True)
+    assert not result.crashed and decoy.read_text() == "mine"
+    assert str(decoy) in result.extra["denied_write"] and "s.py:3" in result.extra["denied_write"]
+    assert any(str(decoy) in w and "went on" in w for w in result.extra["warnings"])
+
+
 def test_strays_are_the_processes_with_the_trials_tmpdir(tmp_path):
     from tfrepro.trials.procs import strays
 

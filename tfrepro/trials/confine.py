@@ -325,9 +325,9 @@ def note_outside(result, trial_dir: Path):
     """A crashed trial's result with the denied write that crashed it (the one
     its uncaught exception names, else the first the audit hook saw in the
     project's code; `outside.json`, written by the harness's watch) in
-    `extra["writes_outside"]`, its error naming it."""
-    if not result.crashed:
-        return result
+    `extra["writes_outside"]`, its error naming it. A trial that went on
+    after a denied write (the script caught the error) gets a warning naming
+    it instead: what the script did without that file is unknown."""
     try:
         seen = json.loads((Path(trial_dir) / OUTSIDE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -337,6 +337,14 @@ def note_outside(result, trial_dir: Path):
         return result
     where = f" ({data['where']})" if data.get("where") else ""
     text = f"{data.get('path')}{where}"
+    if not result.crashed:
+        warning = (
+            f"a write outside the project was denied and the script went on: {text}; "
+            "the answer is for the script without that write (make the path relative to the project, "
+            "or run where the overlay works)"
+        )
+        warnings = [*result.extra.get("warnings", []), warning]
+        return replace(result, extra={**result.extra, "denied_write": text, "warnings": warnings})
     error = f"this script writes outside its directory: {text}"
     return replace(result, error=error, extra={**result.extra, "writes_outside": text})
 
