@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any
 
 from tfrepro.bisect import gitcopy
 from tfrepro.bisect.events import BisectEvents
-from tfrepro.bisect.ranges import Point, RangeRun, Source, bisect_points, range_options, with_evidence
+from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.ranges import Point, RangeRun, Source, bisect_points, with_evidence
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import WARMUP_STEPS, SymptomSettings, TrialSettings
 from tfrepro.trials.executors import Executor, LocalExecutor, Runner, TrialRequest
@@ -84,22 +85,16 @@ def load_settings(project_root: Path) -> tuple[TrialSettings, SymptomSettings]:
     return m.trial, m.symptoms
 
 
-def range_settings(
-    root: Path,
-    entry: str | None,
-    settings: TrialSettings | None,
-    symptoms: SymptomSettings | None,
-    symptom: Verdict | None,
-) -> tuple[TrialSettings, SymptomSettings]:
+def range_settings(root: Path, entry: str | None, options: BisectOptions) -> tuple[TrialSettings, SymptomSettings]:
     """One set of settings for every trial of a range bisection: the user's
-    current `tfrepro.toml` (or the defaults) with the caller's overrides and
-    the entry PATH named. Bad input raises UserError."""
-    if settings is None or symptoms is None:
-        t, s = load_settings(root)
-        settings, symptoms = settings or t, symptoms or s
+    current `tfrepro.toml` (or the defaults) with --steps and the entry PATH
+    named. Bad input raises UserError."""
+    settings, symptoms = load_settings(root)
+    if options.steps is not None:
+        settings = replace(settings, steps=options.steps)
     if entry and settings.command is None:
         settings = replace(settings, entry=entry)
-    if symptom is Verdict.SLOWDOWN and settings.steps < WARMUP_STEPS + 2:
+    if options.symptom is Verdict.SLOWDOWN and settings.steps < WARMUP_STEPS + 2:
         raise UserError(
             f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
             hint=f"use --steps {WARMUP_STEPS + 10} or more",
@@ -161,29 +156,26 @@ def bisect_commits(
     path: str | Path,
     good: str,
     bad: str,
+    options: BisectOptions = BisectOptions(),
     *,
-    symptom: Verdict | None = None,
-    settings: TrialSettings | None = None,
-    symptoms: SymptomSettings | None = None,
-    use_cache: bool = True,
     trial: Runner | None = None,
     events: BisectEvents | None = None,
     executor: Executor | None = None,
-    timing_budget_s: float | None = None,
 ) -> RunResult:
     """Find the first commit in good..bad whose trial shows the symptom.
 
     Returns the RunResult (its JSON also in `<run_dir>/result.json`, every
     trial in `<run_dir>/trials.jsonl`). Bad input raises UserError (exit 2).
-    `settings`/`symptoms` default to the user's current `tfrepro.toml`;
-    `symptom` None hunts what the bad end shows (nan, crash, timeout,
-    mismatch, slowdown in that order). Trials run on `executor` (default:
-    local, one at a time; `trial` stands in for the trial runner in tests).
+    Every trial runs under the user's current `tfrepro.toml` with the
+    overrides of `options`; `options.symptom` None hunts what the bad end
+    shows (nan, crash, timeout, mismatch, slowdown in that order). Trials
+    run on `executor` (default: local, one at a time; `trial` stands in for
+    the trial runner in tests).
     """
     started = time.monotonic()
     root, entry = project_root(path)
     rng = gitcopy.open_range(root, good, bad)
-    settings, symptoms = range_settings(root, entry, settings, symptoms, symptom)
+    settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)
     run_dir = state.new_run_dir()
     events = events or BisectEvents()
@@ -194,18 +186,10 @@ def bisect_commits(
     executor = executor or LocalExecutor(1, runner=trial)
     points = [Point(c.sha, c.subject, c.to_dict()) for c in rng.commits]
     with gitcopy.Checkouts(state) as checkouts:
-        run = RangeRun(
-            points,
-            CommitSource(rng, checkouts, state, use_cache),
-            executor,
-            settings,
-            symptoms,
-            run_dir,
-            events,
-            range_options(timing_budget_s),
-        )
+        source = CommitSource(rng, checkouts, state, options.use_cache)
+        run = RangeRun(points, source, executor, settings, symptoms, run_dir, events, options)
         try:
-            answer = bisect_points(run, symptom)
+            answer = bisect_points(run, options.symptom)
         finally:
             run.close()
     return _finish(run, rng, answer, root, started)

@@ -95,6 +95,40 @@ def _slug(enabled: Iterable[str]) -> str:
     return text if len(text) <= 60 else text[:50] + f"-{zlib.crc32(text.encode()):08x}"
 
 
+def trial_settings(manifest: Any, options: BisectOptions) -> TrialSettings:
+    """The settings of every trial: `[trial]` with the command-line overrides
+    (--steps, --budget-s, --replicas). A --budget-s past the timeout raises UserError."""
+    settings: TrialSettings = replace(manifest.trial, repeat=0)
+    if options.steps is not None:
+        settings = replace(settings, steps=options.steps)
+    if options.budget_s is not None:
+        if options.budget_s >= settings.timeout_s:
+            raise UserError(
+                f"--budget-s {options.budget_s:g} must be less than the trial timeout "
+                f"({settings.timeout_s:g} s, [trial] timeout_s)",
+                hint="give a smaller --budget-s, or raise [trial] timeout_s",
+            )
+        settings = replace(settings, budget_s=options.budget_s)
+    if options.replicas is not None:
+        settings = replace(settings, replicas=options.replicas)
+    return settings
+
+
+def _refuse(project: Any, options: BisectOptions, settings: TrialSettings) -> None:
+    """Bad input, before any trial: no feature, a slowdown without steps to time."""
+    if not project.feature_names:
+        raise UserError(
+            "the project has no feature blocks to bisect",
+            path=project.root,
+            hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`",
+        )
+    if options.symptom == Verdict.SLOWDOWN and settings.steps < WARMUP_STEPS + 2:
+        raise UserError(
+            f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
+            hint=f"use --steps {WARMUP_STEPS + 10} or more",
+        )
+
+
 class _Bisection(Ends, Replay):
     def __init__(
         self,
@@ -110,23 +144,11 @@ class _Bisection(Ends, Replay):
             raise UserError(f"unknown strategy {options.strategy!r}", hint="use auto, ablation or ddmin")
         self.project, self.opts, self.runner, self.events, self.clock = project, options, runner, events, clock
         manifest = project.manifest
-        self.settings: TrialSettings = replace(manifest.trial, repeat=0)
-        if options.steps is not None:
-            self.settings = replace(self.settings, steps=options.steps)
-        if options.budget_s is not None:
-            if options.budget_s >= self.settings.timeout_s:
-                raise UserError(
-                    f"--budget-s {options.budget_s:g} must be less than the trial timeout "
-                    f"({self.settings.timeout_s:g} s, [trial] timeout_s)",
-                    hint="give a smaller --budget-s, or raise [trial] timeout_s",
-                )
-            self.settings = replace(self.settings, budget_s=options.budget_s)
+        self.settings = trial_settings(manifest, options)
         # Without --steps the failing configuration runs until its symptom (bisect/late.py).
         self.until_symptom = options.steps is None
         self.late_step: dict | None = None
         self.nan_state: dict | None = None  # bisect/late.py: the state before the NaN step
-        if options.replicas is not None:
-            self.settings = replace(self.settings, replicas=options.replicas)
         self.k = max(1, options.repeats or manifest.repeats)
         self.symptom_settings = manifest.symptoms
         self.features: tuple[str, ...] = tuple(project.feature_names)
@@ -146,17 +168,7 @@ class _Bisection(Ends, Replay):
         self.dropped: list[dict[str, str]] = []
         self.timed_calls: tuple[str, ...] = ()  # what timing trials time (trials/calls.py)
         self.memory_doubt: str | None = None  # why a memory signal did not decide the hunt
-        if not self.features:
-            raise UserError(
-                "the project has no feature blocks to bisect",
-                path=project.root,
-                hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`",
-            )
-        if options.symptom == Verdict.SLOWDOWN and self.settings.steps < WARMUP_STEPS + 2:
-            raise UserError(
-                f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
-                hint=f"use --steps {WARMUP_STEPS + 10} or more",
-            )
+        _refuse(project, options, self.settings)
         self.t0 = clock()
         self.run_dir = StateDir.of(project.root).new_run_dir(run_id)
 
@@ -392,6 +404,6 @@ class _Bisection(Ends, Replay):
         return culprits, frozenset(config), table
 
     def _finish(self, status: Status, symptom: Verdict | None, **kw: Any) -> RunResult:
-        """The run's answer (`result_doc.finish`: culprits, config, suspects,
-        rate, error, extra), written to `<run_dir>/result.json`."""
-        return result_doc.finish(self, status, symptom, **kw)
+        """The run's answer (`result_doc.Answer`: culprits, config, suspects,
+        rate, error, extra, reason), written to `<run_dir>/result.json`."""
+        return result_doc.finish(self, result_doc.Answer(status, symptom, **kw))

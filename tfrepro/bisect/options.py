@@ -1,5 +1,6 @@
-"""What the user asked a feature bisection for (`tfrepro bisect` flags), as
-one frozen value; None means "from tfrepro.toml"."""
+"""What the user asked a bisection for (`tfrepro bisect` flags), as one
+frozen value; None means "from tfrepro.toml". Feature mode reads every field;
+commit and version modes the symptom, steps, cache, executor and timing ones."""
 
 from __future__ import annotations
 
@@ -7,8 +8,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tfrepro.errors import UserError
 from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX, TrialSettings
-from tfrepro.trials.values import Verdict
+from tfrepro.trials.values import SYMPTOM_ORDER, Verdict
+
+
+def parse_symptom(text: str | None) -> Verdict | None:
+    """`--symptom NAME` -> the symptom hunted (None: the first one shown); an
+    unknown name is a UserError (exit 2)."""
+    if not text:
+        return None
+    found = next((v for v in SYMPTOM_ORDER if v.value == text), None)
+    if found is None:
+        raise UserError(f"unknown symptom {text!r}", hint="one of: " + ", ".join(v.value for v in SYMPTOM_ORDER))
+    return found
 
 
 @dataclass(frozen=True)

@@ -135,12 +135,6 @@ class Stop(Exception):
         self.status, self.message, self.symptom, self.baseline = status, message, symptom, baseline
 
 
-def range_options(timing_budget_s: float | None = None) -> BisectOptions:
-    """The timing options a range bisection takes from the command line
-    (`--timing-budget`); the rest are the feature engine's defaults."""
-    return BisectOptions() if timing_budget_s is None else BisectOptions(timing_budget_s=timing_budget_s)
-
-
 class RangeRun:
     """The state of one range bisection: trials, judged points, the run dir."""
 

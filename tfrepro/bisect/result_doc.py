@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -140,24 +141,27 @@ def compile_differs(run: _Bisection, full: Config) -> list[dict[str, Any]]:
     return differing(failing, kept) if failing is not None else []
 
 
-def finish(
-    run: _Bisection,
-    status: Status,
-    symptom: Verdict | None,
-    *,
-    culprits: Config = frozenset(),
-    config: Config | None = None,
-    suspects: Config = frozenset(),
-    rate: float | None = None,
-    error: str | None = None,
-    extra: dict[str, Any] | None = None,
-    reason: str | None = None,
-) -> RunResult:
-    """The run's answer from the bisection `run` (its trials, settings and
-    run dir), written to `<run_dir>/result.json`."""
-    rel = os.path.relpath(run.run_dir, Path.cwd())
-    full = frozenset(run.features)
-    details: dict[str, Any] = {
+@dataclass(frozen=True)
+class Answer:
+    """What the engine concluded, for `finish` to write down: the status, the
+    symptom and what names it (culprits, the configuration that shows it,
+    suspects of a flaky run, its reproduction rate), an error, extra details."""
+
+    status: Status
+    symptom: Verdict | None
+    culprits: Config = frozenset()
+    config: Config | None = None
+    suspects: Config = frozenset()
+    rate: float | None = None
+    error: str | None = None
+    extra: Mapping[str, Any] | None = None
+    reason: str | None = None
+
+
+def _details(run: _Bisection, a: Answer) -> dict[str, Any]:
+    """The result's details: what the trials showed, for the report and the display."""
+    full, symptom, config = frozenset(run.features), a.symptom, a.config
+    return {
         "cached_trials": sum(1 for r in run.records if r.result.cached),
         "project": str(Path(run.project.root).resolve()),
         "settings": run.settings.to_dict(),
@@ -181,23 +185,29 @@ def finish(
         "compile_differs": compile_differs(run, full),
         "timed_calls": list(getattr(run, "timed_calls", ())),
         "symptom_call": _symptom_call(run, symptom, config if config is not None else full),
-        **(extra or {}),
+        **(a.extra or {}),
     }
+
+
+def finish(run: _Bisection, a: Answer) -> RunResult:
+    """The run's answer from the bisection `run` (its trials, settings and
+    run dir), written to `<run_dir>/result.json`."""
+    rel = os.path.relpath(run.run_dir, Path.cwd())
     result = RunResult(
-        status,
-        symptom,
-        tuple(sorted(culprits)),
-        baseline=best(run.memo, run._shows, frozenset(), symptom),
+        a.status,
+        a.symptom,
+        tuple(sorted(a.culprits)),
+        baseline=best(run.memo, run._shows, frozenset(), a.symptom),
         trials=len(run.records),
         wall_s=round(run.clock() - run.t0, 3),
         run_dir=rel if not rel.startswith("..") else str(run.run_dir),
-        reproduction_rate=rate,
-        suspects=tuple(sorted(suspects)),
-        also_seen=tuple(also_seen_of(run, symptom)),
-        error=error,
-        reason=reason,
-        known_cost=_known_cost(run, status, symptom, culprits),
-        details=details,
+        reproduction_rate=a.rate,
+        suspects=tuple(sorted(a.suspects)),
+        also_seen=tuple(also_seen_of(run, a.symptom)),
+        error=a.error,
+        reason=a.reason,
+        known_cost=_known_cost(run, a.status, a.symptom, a.culprits),
+        details=_details(run, a),
     )
     (run.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=1, default=str), encoding="utf-8")
     return result

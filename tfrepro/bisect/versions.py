@@ -34,12 +34,13 @@ from typing import Any
 
 from tfrepro.bisect.commits import as_written, project_root, range_settings, shown_path
 from tfrepro.bisect.events import BisectEvents
-from tfrepro.bisect.ranges import Point, RangeRun, Source, bisect_points, range_options, with_evidence
+from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.ranges import Point, RangeRun, Source, bisect_points, with_evidence
 from tfrepro.errors import UserError
-from tfrepro.settings import SymptomSettings, TrialSettings
+from tfrepro.settings import TrialSettings
 from tfrepro.trials.executors import LocalExecutor, TrialRequest
 from tfrepro.trials.state import StateDir
-from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, TrialResult, Verdict
+from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, TrialResult
 
 # One trial of the project under a release's environment, or why that release
 # cannot be tried (its environment failed to build).
@@ -260,47 +261,51 @@ def _table(
     return table + [Row(v, "excluded", note=why).to_dict() for v, why in excluded]
 
 
+@dataclass(frozen=True)
+class Releases:
+    """Which releases a version bisection tries and how: the ends (None: the
+    oldest and the newest listed), `--keras legacy`, the distribution (None:
+    the one installed here), the releases left out with their reason, and
+    the `--then-features` hook (called with the first bad release's
+    `FeatureStart`; its answer kept as `then_features`)."""
+
+    good: str | None = None
+    bad: str | None = None
+    legacy_keras: bool = False
+    tf_dist: str | None = None
+    excluded: tuple[tuple[str, str], ...] = ()
+    then_features: FeatureHook | None = field(default=None, compare=False)
+
+
 def bisect_versions(
     path: str | Path,
     versions: Sequence[str],
+    options: BisectOptions = BisectOptions(),
+    releases: Releases = Releases(),
     *,
-    good: str | None = None,
-    bad: str | None = None,
-    symptom: Verdict | None = None,
-    settings: TrialSettings | None = None,
-    symptoms: SymptomSettings | None = None,
     trial: VersionTrial | None = None,
-    use_cache: bool = True,
-    legacy_keras: bool = False,
-    tf_dist: str | None = None,
     store: Any = None,
     events: BisectEvents | None = None,
-    then_features: FeatureHook | None = None,
-    excluded: Sequence[tuple[str, str]] = (),
     on_line: Callable[[str], None] | None = None,
-    timing_budget_s: float | None = None,
 ) -> RunResult:
     """Find the first release (from the good end to the bad end) whose trial
     shows the symptom. Returns the RunResult (also in `<run_dir>/result.json`).
     `trial` (tests) stands in for building the environment and running;
-    `then_features`, when the answer is found, is called with the first bad
-    release's `FeatureStart` and its answer kept as `then_features`."""
+    `store` for the user cache of environments; `on_line` gets the
+    environment builds' output."""
     started = time.monotonic()
     root, entry = project_root(path)
-    items = order_range(versions, good, bad)
-    settings, symptoms = range_settings(root, entry, settings, symptoms, symptom)
+    items = order_range(versions, releases.good, releases.bad)
+    settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)
     run_dir = state.new_run_dir()
-    notes: list[str] = []
-    if legacy_keras and not uses_tf_keras(root):
-        notes.append("--keras legacy: the project does not use tf.keras, so TF_USE_LEGACY_KERAS changes nothing")
     source = VersionSource(
         root,
         state,
         store=store,
-        tf_dist=tf_dist,
-        legacy_keras=legacy_keras,
-        use_cache=use_cache,
+        tf_dist=releases.tf_dist,
+        legacy_keras=releases.legacy_keras,
+        use_cache=options.use_cache,
         on_line=on_line,
         trial=trial,
     )
@@ -308,11 +313,21 @@ def bisect_versions(
     events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
     executor = LocalExecutor(1, runner=_given if trial is not None else None)
     points = [Point(v, "") for v in items]
-    run = RangeRun(points, source, executor, settings, symptoms, run_dir, events, range_options(timing_budget_s))
+    run = RangeRun(points, source, executor, settings, symptoms, run_dir, events, options)
     try:
-        answer = bisect_points(run, symptom)
+        answer = bisect_points(run, options.symptom)
     finally:
         run.close()
+    answer = _version_answer(run, answer, versions, items, releases)
+    return with_evidence(answer, run, answer.details, time.monotonic() - started, shown_path(run_dir))
+
+
+def _version_answer(
+    run: RangeRun, answer: RunResult, versions: Sequence[str], items: list[str], releases: Releases
+) -> RunResult:
+    """Version mode's fields: the first bad and last good release, the table
+    of releases, what the change follows (Keras or TensorFlow), --then-features."""
+    source = run.source
     first_bad: Point | None = answer.details.get("first_bad")
     candidates = [p.label for p in answer.candidates]
     last_good = (
@@ -324,25 +339,28 @@ def bisect_versions(
     )
     rows = _rows(run)
     lib_follows, follows_note = follows(rows, last_good, first_bad.label if first_bad else None)
+    notes = []
+    if releases.legacy_keras and not uses_tf_keras(source.root):
+        notes.append("--keras legacy: the project does not use tf.keras, so TF_USE_LEGACY_KERAS changes nothing")
     details: dict[str, Any] = {
         "good": items[0],
         "bad": items[-1],
-        "versions": _table(rows, versions, items, excluded),
+        "versions": _table(rows, versions, items, releases.excluded),
         "follows": lib_follows,
         "follows_note": follows_note,
-        "keras": "legacy" if legacy_keras else "default",
+        "keras": "legacy" if releases.legacy_keras else "default",
         "tf_dist": source.tf_dist,
         "notes": notes,
-        "project": str(root),
-        "settings": settings.to_dict(),
+        "project": str(source.root),
+        "settings": run.settings.to_dict(),
         "environments": {v: (e if isinstance(e, str) else e.name) for v, e in source.envs.items()},
     }
-    if first_bad and then_features is not None:
-        details["then_features"] = then_features(source.start_for(first_bad.label))
-    answer = replace(
+    if first_bad and releases.then_features is not None:
+        details["then_features"] = releases.then_features(source.start_for(first_bad.label))
+    return replace(
         answer,
         first_bad_version=first_bad.label if first_bad else None,
         last_good_version=last_good,
         candidates=tuple(candidates),
+        details={**answer.details, **details},
     )
-    return with_evidence(answer, run, details, time.monotonic() - started, shown_path(run_dir))

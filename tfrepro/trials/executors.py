@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tfrepro.errors import UserError
@@ -111,14 +112,15 @@ class LocalExecutor(Executor):
         kw.update(request.options)
         if self.runner is not None:
             return self.runner(project, request.enabled, request.settings, **kw)
-        from tfrepro.trials.runner import run_trial
+        from tfrepro.trials.runner import TrialOptions, run_trial
 
+        how = TrialOptions(cold=self.cold, **kw)
         if not self.devices:
-            return run_trial(project, request.enabled, request.settings, cold=self.cold, **kw)
+            return run_trial(project, request.enabled, request.settings, how)
         return self._on_free_gpus(
             project,
             request,
-            lambda env: run_trial(project, request.enabled, request.settings, unkeyed_env=env, cold=self.cold, **kw),
+            lambda env: run_trial(project, request.enabled, request.settings, replace(how, unkeyed_env=env)),
         )
 
     def _on_free_gpus(
