@@ -11,7 +11,7 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,23 +35,21 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
 }
 
 
-def _check_budget(t_kw: dict[str, Any], err) -> None:
+def _check_budget(settings: TrialSettings, given: bool, err: Callable[..., UserError]) -> TrialSettings:
     """`budget_s` (the failing configuration's run until its symptom) must end
-    before the trial's `timeout_s` kills it; left out, it is the default or
-    half of a shorter `timeout_s`."""
-    default = TrialSettings()
-    timeout = t_kw.get("timeout_s", default.timeout_s)
-    if "budget_s" not in t_kw:
-        if default.budget_s >= timeout:
-            t_kw["budget_s"] = timeout / 2
-        return
-    if t_kw["budget_s"] >= timeout:
+    before the trial's `timeout_s` kills it (`given`: set in [trial]); left
+    out, it is the default or half of a shorter `timeout_s`."""
+    timeout = settings.timeout_s
+    if not given:
+        return replace(settings, budget_s=timeout / 2) if settings.budget_s >= timeout else settings
+    if settings.budget_s >= timeout:
         raise err(
-            f"[trial] budget_s ({t_kw['budget_s']:g} s) must be less than timeout_s ({timeout:g} s)",
+            f"[trial] budget_s ({settings.budget_s:g} s) must be less than timeout_s ({timeout:g} s)",
             "trial",
             "budget_s",
             hint=f"e.g. budget_s = {timeout / 2:g}, or raise timeout_s",
         )
+    return settings
 
 
 @dataclass(frozen=True)
@@ -154,8 +152,7 @@ def _trial(trial: Mapping[str, object], err: Err) -> tuple[TrialSettings, int]:
             t_kw[key] = float(value) if key in ("timeout_s", "budget_s") else value
     if "entry" in t_kw and "command" in t_kw:
         raise err("[trial] has both `entry` and `command`; keep one", "trial", "command")
-    _check_budget(t_kw, err)
-    return TrialSettings(**t_kw), repeats
+    return _check_budget(TrialSettings(**t_kw), "budget_s" in t_kw, err), repeats
 
 
 def _check_trial_value(key: str, value: Any, err: Err) -> None:

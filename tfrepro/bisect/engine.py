@@ -54,6 +54,7 @@ from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest, make_executor
+from tfrepro.trials.runner import summary
 from tfrepro.trials.state import StateDir, write_trial_record
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
@@ -204,7 +205,7 @@ class _Bisection(Ends, Replay):
             self.records.append(record)
             self.unshown.append(record)
             ready = self._judged_now()
-        write_trial_record(self.run_dir / rel, result_doc.trial_summary(result), result.log_dir)
+        write_trial_record(self.run_dir / rel, summary(result), result.log_dir)
         for rec in ready:
             self.events.trial_finished(rec)
         return result

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from tfrepro.bisect.commits import as_written, project_root, range_settings, shown_path
 from tfrepro.bisect.events import BisectEvents
@@ -67,7 +67,18 @@ class FeatureStart:
         return partial(run_trial, python=self.python, versions=self.versions or None, env=self.env or None)
 
 
-FeatureHook = Callable[[FeatureStart], dict]
+class FeatureAnswer(TypedDict, total=False):
+    """`--then-features`: the feature bisection's answer inside the first bad release."""
+
+    status: str
+    symptom: str | None
+    culprits: list[str]
+    trials: int
+    run_dir: str | None
+    error: str | None
+
+
+FeatureHook = Callable[[FeatureStart], FeatureAnswer]
 
 
 def uses_tf_keras(root: Path) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 from tfrepro.bisect.events import BisectEvents, ProgressLines
 from tfrepro.bisect.options import BisectOptions
-from tfrepro.bisect.versions import Releases
+from tfrepro.bisect.versions import FeatureAnswer, FeatureHook, FeatureStart, Releases
 
 
 def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str, str]], list[str]]:
@@ -44,14 +44,12 @@ class ThenFeatures:
     skip: str | None = None
 
 
-def _feature_hook(
-    options: BisectOptions, chosen: ThenFeatures, events: BisectEvents | None
-) -> Callable[[Any], dict[str, Any]]:
+def _feature_hook(options: BisectOptions, chosen: ThenFeatures, events: BisectEvents | None) -> FeatureHook:
     """`--then-features`: a feature bisection of the project inside the first
     bad release's environment (--steps, the cache and --timing-budget of
     `options`); its answer goes under `then_features`."""
 
-    def hook(start: Any) -> dict[str, Any]:
+    def hook(start: FeatureStart) -> FeatureAnswer:
         from tfrepro.bisect.engine import bisect
         from tfrepro.project import Project
 
@@ -63,8 +61,15 @@ def _feature_hook(
         inside = BisectOptions(
             steps=options.steps, use_cache=options.use_cache, timing_budget_s=options.timing_budget_s
         )
-        doc = bisect(project, inside, runner=start.runner(), events=events).to_dict()
-        return {k: doc.get(k) for k in ("status", "symptom", "culprits", "trials", "run_dir", "error")}
+        r = bisect(project, inside, runner=start.runner(), events=events)
+        return FeatureAnswer(
+            status=r.status.value,
+            symptom=r.symptom.value if r.symptom is not None else None,
+            culprits=sorted(r.culprits),
+            trials=r.trials,
+            run_dir=r.run_dir,
+            error=r.error,
+        )
 
     return hook
 
