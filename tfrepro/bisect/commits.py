@@ -26,7 +26,6 @@ Invariants:
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from tfrepro.bisect import gitcopy
 from tfrepro.bisect.events import BisectEvents
 from tfrepro.bisect.options import BisectOptions
-from tfrepro.bisect.ranges import Point, RangeRun, Source, bisect_points, with_evidence
+from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import WARMUP_STEPS, SymptomSettings, TrialSettings
 from tfrepro.trials.executors import Executor, LocalExecutor, Runner, TrialRequest
@@ -73,16 +72,11 @@ def project_root(path: str | Path) -> tuple[Path, str | None]:
 
 
 def load_settings(project_root: Path) -> tuple[TrialSettings, SymptomSettings]:
-    """The user's current `tfrepro.toml` (working tree), or the defaults."""
-    from tfrepro.manifest import Manifest
-    from tfrepro.projectfiles import MANIFEST
+    """The user's current `tfrepro.toml` (working tree, read as feature mode reads it), or the defaults."""
+    from tfrepro.manifest import read_manifest
 
-    path = project_root / MANIFEST
-    if not path.exists():
-        m = Manifest()
-    else:
-        m = Manifest.parse(path.read_text(encoding="utf-8"), str(path))
-    return m.trial, m.symptoms
+    manifest = read_manifest(project_root)[1]
+    return manifest.trial, manifest.symptoms
 
 
 def range_settings(root: Path, entry: str | None, options: BisectOptions) -> tuple[TrialSettings, SymptomSettings]:
@@ -100,12 +94,6 @@ def range_settings(root: Path, entry: str | None, options: BisectOptions) -> tup
             hint=f"use --steps {WARMUP_STEPS + 10} or more",
         )
     return settings, symptoms
-
-
-def shown_path(p: Path) -> str:
-    """Relative to the current directory when below it (as the engine shows it)."""
-    rel = os.path.relpath(p, Path.cwd())
-    return rel if not rel.startswith("..") else str(p)
 
 
 class CommitSource(Source):
@@ -188,10 +176,7 @@ def bisect_commits(
     with gitcopy.Checkouts(state) as checkouts:
         source = CommitSource(rng, checkouts, state, options.use_cache)
         run = RangeRun(points, source, executor, settings, symptoms, run_dir, events, options)
-        try:
-            answer = bisect_points(run, options.symptom)
-        finally:
-            run.close()
+        answer = run.answer(options.symptom)
     return _finish(run, rng, answer, root, started)
 
 
@@ -213,4 +198,4 @@ def _finish(run: RangeRun, rng: gitcopy.CommitRange, answer: RunResult, root: Pa
             gitcopy.materialize(rng.repo_root, sha, rng.relpath, dest)
             details[key] = str(dest)
     answer = replace(answer, candidates=tuple(p.info for p in answer.candidates))
-    return with_evidence(answer, run, details, time.monotonic() - started, shown_path(run.run_dir))
+    return with_evidence(answer, run, details, time.monotonic() - started)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro.bisect.commits import bisect_commits
-from tfrepro.bisect.events import ProgressLines
+from tfrepro.bisect.events import ProgressLines, cost_line
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.errors import UserError
 
@@ -35,8 +35,7 @@ def format_result(result: dict[str, Any]) -> str:
         head += [f"  {c['sha'][:12]}  {c['subject']}" for c in result["candidates"]]
     else:
         head.append(f"{status}: {result.get('message', '')}")
-    cached = f", {result['cached_trials']} from cache" if result.get("cached_trials") else ""
-    head.append(f"{result['trials']} trials{cached}, {result['wall_s']:.1f} s; run: {result['run_dir']}")
+    head.append(cost_line(result))
     return "\n".join(head)
 
 

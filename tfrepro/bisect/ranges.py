@@ -40,7 +40,7 @@ from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest
 from tfrepro.trials.procs import sigterm_interrupts
 from tfrepro.trials.runner import summary
-from tfrepro.trials.state import write_trial_record
+from tfrepro.trials.state import shown_path, write_trial_record
 from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict
 
 
@@ -164,6 +164,13 @@ class RangeRun:
 
     def close(self) -> None:
         self._log.close()
+
+    def answer(self, symptom: Verdict | None) -> RunResult:
+        """Both ends, then the hunt (`bisect_points`); the trial log closed after."""
+        try:
+            return bisect_points(self, symptom)
+        finally:
+            self.close()
 
     # -- running -----------------------------------------------------------
     def run_many(self, points: list[Point], repeat: int = 0) -> list[TrialResult | str]:
@@ -418,15 +425,15 @@ def evidence(run: RangeRun, answer: RunResult) -> dict[str, Any]:
     }
 
 
-def with_evidence(
-    answer: RunResult, run: RangeRun, details: dict[str, Any], wall_s: float, run_dir_shown: str
-) -> RunResult:
+def with_evidence(answer: RunResult, run: RangeRun, details: dict[str, Any], wall_s: float) -> RunResult:
     """The final result (details merged, `first_bad` replaced by the mode's
     fields), written to `<run_dir>/result.json`."""
     details = {k: v for k, v in {**answer.details, **evidence(run, answer), **details}.items() if k != "first_bad"}
     if answer.error:
         details["message"] = answer.error
-    result = replace(answer, trials=len(run.records), wall_s=round(wall_s, 3), run_dir=run_dir_shown, details=details)
+    result = replace(
+        answer, trials=len(run.records), wall_s=round(wall_s, 3), run_dir=shown_path(run.run_dir), details=details
+    )
     (run.run_dir / "result.json").write_text(
         json.dumps(result.to_dict(), indent=2, default=str) + "\n", encoding="utf-8"
     )

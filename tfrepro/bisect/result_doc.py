@@ -10,7 +10,6 @@ and every other symptom the failing configuration showed (`also_seen`).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ from tfrepro.bisect.events import TrialRecord
 from tfrepro.bisect.search import Config
 from tfrepro.trials import classify
 from tfrepro.trials.runner import summary
+from tfrepro.trials.state import shown_path
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
 if TYPE_CHECKING:
@@ -198,7 +198,6 @@ def _details(run: _Bisection, a: Answer) -> dict[str, Any]:
 def finish(run: _Bisection, a: Answer) -> RunResult:
     """The run's answer from the bisection `run` (its trials, settings and
     run dir), written to `<run_dir>/result.json`."""
-    rel = os.path.relpath(run.run_dir, Path.cwd())
     result = RunResult(
         a.status,
         a.symptom,
@@ -206,7 +205,7 @@ def finish(run: _Bisection, a: Answer) -> RunResult:
         baseline=best(run.memo, run._shows, frozenset(), a.symptom),
         trials=len(run.records),
         wall_s=round(run.clock() - run.t0, 3),
-        run_dir=rel if not rel.startswith("..") else str(run.run_dir),
+        run_dir=shown_path(run.run_dir),
         reproduction_rate=a.rate,
         suspects=tuple(sorted(a.suspects)),
         also_seen=tuple(also_seen_of(run, a.symptom)),

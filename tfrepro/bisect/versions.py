@@ -32,10 +32,10 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypedDict
 
-from tfrepro.bisect.commits import as_written, project_root, range_settings, shown_path
+from tfrepro.bisect.commits import as_written, project_root, range_settings
 from tfrepro.bisect.events import BisectEvents
 from tfrepro.bisect.options import BisectOptions
-from tfrepro.bisect.ranges import Point, RangeRun, Source, bisect_points, with_evidence
+from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.errors import UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.executors import LocalExecutor, TrialRequest
@@ -145,34 +145,20 @@ class VersionSource(Source):
 
     def request(self, point: Point, repeat: int, settings: TrialSettings) -> TrialRequest | str:
         settings = replace(settings, repeat=repeat)
-        base = {"use_cache": self.use_cache, "state_dir": self.state.path, "project": self.project}
+        base = TrialRequest((), settings, f"tf {point.label}", self.use_cache, self.state.path, self.project)
         if self.trial is not None:  # tests: the injected trial stands in for environment and run
             got = self.trial(point.label, settings)
-            return (
-                got
-                if isinstance(got, str)
-                else TrialRequest((), settings, f"tf {point.label}", options={"given": got}, **base)
-            )
+            return got if isinstance(got, str) else replace(base, given=got)
         env = self.env_for(point.label)
         if isinstance(env, str):
             return env
-        return TrialRequest(
-            (),
-            settings,
-            f"tf {point.label}",
-            **base,
-            options={"env": self.extra_env() or None, "python": str(env.python), "versions": env.versions},
-        )
+        return replace(base, env=self.extra_env() or None, python=str(env.python), versions=env.versions)
 
     def start_for(self, version: str) -> FeatureStart:
         env = self.env_for(version) if self.trial is None else "injected trial"
         if isinstance(env, str):
             return FeatureStart(self.root, version, None, {}, self.extra_env())
         return FeatureStart(self.root, version, str(env.python), dict(env.versions), self.extra_env())
-
-
-def _given(project: Any, enabled: Any, settings: TrialSettings, *, given: TrialResult, **kw: Any) -> TrialResult:
-    return given
 
 
 @dataclass(frozen=True)
@@ -322,15 +308,11 @@ def bisect_versions(
     )
     events = events or BisectEvents()
     events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
-    executor = LocalExecutor(1, runner=_given if trial is not None else None)
+    executor = LocalExecutor(1, devices=[] if trial is not None else None)
     points = [Point(v, "") for v in items]
     run = RangeRun(points, source, executor, settings, symptoms, run_dir, events, options)
-    try:
-        answer = bisect_points(run, options.symptom)
-    finally:
-        run.close()
-    answer = _version_answer(run, answer, versions, items, releases)
-    return with_evidence(answer, run, answer.details, time.monotonic() - started, shown_path(run_dir))
+    answer = _version_answer(run, run.answer(options.symptom), versions, items, releases)
+    return with_evidence(answer, run, answer.details, time.monotonic() - started)
 
 
 def _version_answer(

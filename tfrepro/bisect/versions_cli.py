@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tfrepro.bisect.events import BisectEvents, ProgressLines
+from tfrepro.bisect.events import BisectEvents, ProgressLines, cost_line
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.versions import FeatureAnswer, FeatureHook, FeatureStart, Releases
 
@@ -107,8 +107,7 @@ def format_result(result: dict[str, Any]) -> str:
         note = f"  {row['note']}" if row.get("note") else ""
         lines.append(f"  {row['version']:<14} {what:<10}{shows}{keras}{note}")
     lines += [f"note: {n}" for n in result.get("notes", [])]
-    cached = f", {result['cached_trials']} from cache" if result.get("cached_trials") else ""
-    lines.append(f"{result['trials']} trials{cached}, {result['wall_s']:.1f} s; run: {result['run_dir']}")
+    lines.append(cost_line(result))
     return "\n".join(lines)
 
 

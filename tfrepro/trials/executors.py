@@ -106,10 +106,13 @@ class LocalExecutor(Executor):
         return {"CUDA_VISIBLE_DEVICES": device_for_slot(self.devices, slot)} if self.devices else {}
 
     def _run(self, project: "Project", request: TrialRequest, slot: int, exclusive: bool) -> TrialResult:
-        kw: dict[str, Any] = {"use_cache": request.use_cache, "label": request.label}
-        if request.state_dir is not None:
-            kw["state_dir"] = request.state_dir
-        kw.update(request.options)
+        if request.given is not None:
+            return request.given
+        # the keywords of `run_trial` (and of an injected runner) this request sets
+        r = request
+        kw: dict[str, Any] = {"use_cache": r.use_cache, "label": r.label}
+        optional = {"state_dir": r.state_dir, "python": r.python, "versions": r.versions, "env": r.env}
+        kw.update({k: v for k, v in optional.items() if v is not None})
         if self.runner is not None:
             return self.runner(project, request.enabled, request.settings, **kw)
         from tfrepro.trials.runner import TrialOptions, run_trial
