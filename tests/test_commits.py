@@ -375,3 +375,13 @@ def test_bad_input_is_a_user_error(repo):
             BisectOptions(symptom=Verdict.SLOWDOWN, steps=3),
             trial=ScriptedTrial(),
         )
+
+
+def test_range_modes_read_tfrepro_toml_as_feature_mode_does(tmp_path):
+    """One reader of tfrepro.toml: a directory in its place is the same UserError in every mode."""
+    (tmp_path / "tfrepro.toml").mkdir()
+    with pytest.raises(UserError, match="is a directory"):
+        commits.load_settings(tmp_path)
+    (tmp_path / "tfrepro.toml").rmdir()
+    (tmp_path / "tfrepro.toml").write_text("[trial]\nsteps = 7\n")
+    assert commits.load_settings(tmp_path)[0].steps == 7
