@@ -35,11 +35,11 @@ from tfrepro.bisect import gitcopy
 from tfrepro.bisect.events import BisectEvents
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
-from tfrepro.errors import TfreproError, UserError
-from tfrepro.settings import WARMUP_STEPS, SymptomSettings, TrialSettings
+from tfrepro.errors import TfreproError
+from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.executors import Executor, LocalExecutor, Runner, TrialRequest
 from tfrepro.trials.state import StateDir
-from tfrepro.trials.values import RunResult, Verdict
+from tfrepro.trials.values import RunResult
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
@@ -88,11 +88,7 @@ def range_settings(root: Path, entry: str | None, options: BisectOptions) -> tup
         settings = replace(settings, steps=options.steps)
     if entry and settings.command is None:
         settings = replace(settings, entry=entry)
-    if options.symptom is Verdict.SLOWDOWN and settings.steps < WARMUP_STEPS + 2:
-        raise UserError(
-            f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
-            hint=f"use --steps {WARMUP_STEPS + 10} or more",
-        )
+    options.refuse_short_slowdown(settings)
     return settings, symptoms
 
 

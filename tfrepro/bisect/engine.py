@@ -51,7 +51,7 @@ from tfrepro.bisect.replay import Replay
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving
 from tfrepro.bisect.timing import TimingPool
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.settings import WARMUP_STEPS, TrialSettings
+from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest, make_executor
 from tfrepro.trials.runner import summary
@@ -123,11 +123,7 @@ def _refuse(project: Any, options: BisectOptions, settings: TrialSettings) -> No
             path=project.root,
             hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`",
         )
-    if options.symptom == Verdict.SLOWDOWN and settings.steps < WARMUP_STEPS + 2:
-        raise UserError(
-            f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
-            hint=f"use --steps {WARMUP_STEPS + 10} or more",
-        )
+    options.refuse_short_slowdown(settings)
 
 
 class _Bisection(Ends, Replay):

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tfrepro.errors import UserError
-from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX, TrialSettings
+from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX, WARMUP_STEPS, TrialSettings
 from tfrepro.trials.values import SYMPTOM_ORDER, Verdict
 
 
@@ -56,3 +56,11 @@ class BisectOptions:
     def timing_settings(self, settings: TrialSettings) -> TrialSettings:
         """`settings` for a timing trial: a time budget of steady steps, not `steps`."""
         return settings.timed(self.timing_budget_s, self.timing_min_steps, self.timing_steps_max)
+
+    def refuse_short_slowdown(self, settings: TrialSettings) -> None:
+        """A slowdown hunt whose trials end within the warm-up steps times nothing: UserError (every mode)."""
+        if self.symptom is Verdict.SLOWDOWN and settings.steps < WARMUP_STEPS + 2:
+            raise UserError(
+                f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
+                hint=f"use --steps {WARMUP_STEPS + 10} or more",
+            )
