@@ -246,7 +246,8 @@ def _rows(run: RangeRun) -> dict[str, Row]:
 
 def _table(
     rows: dict[str, Row], versions: Sequence[str], items: list[str], excluded: Sequence[tuple[str, str]]
-) -> list[dict[str, Any]]:
+) -> list[Row]:
+    """Every listed release in order (those not tried say why), then the excluded ones."""
     from tfrepro.trials.releases import sort_versions
 
     table = []
@@ -254,8 +255,8 @@ def _table(
         row = rows.get(v) or Row(
             v, "not tried", note="outside the good..bad range" if v not in items else "not needed by the bisection"
         )
-        table.append(row.to_dict())
-    return table + [Row(v, "excluded", note=why).to_dict() for v, why in excluded]
+        table.append(row)
+    return table + [Row(v, "excluded", note=why) for v, why in excluded]
 
 
 @dataclass(frozen=True)
@@ -338,7 +339,7 @@ def _version_answer(
     details: dict[str, Any] = {
         "good": items[0],
         "bad": items[-1],
-        "versions": _table(rows, versions, items, releases.excluded),
+        "versions": [r.to_dict() for r in _table(rows, versions, items, releases.excluded)],
         "follows": lib_follows,
         "follows_note": follows_note,
         "keras": "legacy" if releases.legacy_keras else "default",
