@@ -170,11 +170,12 @@ class _Bisection(Ends, Replay):
         self.run_dir = StateDir.of(project.root).new_run_dir(run_id)
 
     # -- trials ------------------------------------------------------------
-    def _request(self, config: Config, repeat: int, role: str) -> TrialRequest:
+    def _request(self, config: Config, repeat: int, role: str, *, timed: bool = False) -> TrialRequest:
+        """The trial of `config`; `timed`: a timing trial (a time budget of steady steps, `_trial`)."""
         settings = replace(self.settings, repeat=repeat)
         if role == "failing" and repeat == 0 and self.until_symptom:
             settings = replace(settings, until_symptom=True)
-        if role.startswith("timing"):
+        if timed:
             settings = replace(self.opts.timing_settings(settings), timed_calls=self.timed_calls)
         return TrialRequest(tuple(sorted(config)), settings, role, use_cache=self.opts.use_cache)
 
@@ -186,7 +187,7 @@ class _Bisection(Ends, Replay):
                 return self.memo[key]
         self.events.trial_started(tuple(sorted(config)), role, repeat)
         return self._record(
-            config, repeat, role, self.executor.run_timed(self.project, self._request(config, repeat, role))
+            config, repeat, role, self.executor.run_timed(self.project, self._request(config, repeat, role, timed=True))
         )
 
     def _record(self, config: Config, repeat: int, role: str, result: TrialResult) -> TrialResult:
