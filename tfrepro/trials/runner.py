@@ -49,7 +49,7 @@ from tfrepro.trials import confine, warm
 from tfrepro.trials.diskfull import disk_full
 from tfrepro.trials.memcheck import memory_lines
 from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
-from tfrepro.trials.procs import run_cold, run_warm
+from tfrepro.trials.procs import Exit, run_cold, run_warm
 from tfrepro.trials.ran import what_ran
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.values import TrialResult
@@ -333,23 +333,16 @@ def run_variant(
         outcome = run_cold(cmd, Path(variant_dir), full_env, settings.timeout_s, *logs)
     if isinstance(outcome, TrialResult):
         return replace(outcome, log_dir=str(trial_dir), tf_version=tf_fallback)
-    rc, timed_out, wall, how_run = outcome
-    result = _collect(rc, timed_out, wall, settings, result_path, stderr_path, trial_dir, tf_fallback=tf_fallback)
-    return confine.note_outside(replace(result, extra={**result.extra, "process": how_run}), trial_dir)
+    result = _collect(outcome, settings, trial_dir, tf_fallback)
+    return confine.note_outside(replace(result, extra={**result.extra, "process": outcome.process}), trial_dir)
 
 
-def _collect(
-    rc: int | None,
-    timed_out: bool,
-    wall: float,
-    settings: TrialSettings,
-    result_path: Path,
-    stderr_path: Path,
-    trial_dir: Path,
-    tf_fallback: str | None = None,
-) -> TrialResult:
-    base = {"exit_code": rc, "wall_s": round(wall, 4), "log_dir": str(trial_dir)}
-    if timed_out:
+def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: str | None = None) -> TrialResult:
+    """The trial's result from its process's end and what the harness wrote in `trial_dir`."""
+    result_path, stderr_path = trial_dir / "result.json", trial_dir / "stderr.log"
+    rc = end.rc
+    base = {"exit_code": rc, "wall_s": round(end.wall_s, 4), "log_dir": str(trial_dir)}
+    if end.timed_out:
         progress = _read_json(Path(harness.progress_path(str(result_path)))) or {}
         error = f"timed out after {settings.timeout_s:g} s"
         if progress.get("steps_run"):
