@@ -18,6 +18,7 @@ import pytest
 from gitrepo import GitRepo, isolated_git_env
 
 from tfrepro.bisect import commits
+from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.timing import TIMING_BASELINE, TIMING_CANDIDATE
 from tfrepro.errors import UserError
 from tfrepro.settings import (
@@ -25,7 +26,6 @@ from tfrepro.settings import (
     TIMING_MIN_TIME_S,
     TIMING_STEPS_MAX,
     WARMUP_STEPS,
-    SymptomSettings,
     TrialSettings,
 )
 from tfrepro.trials.values import TrialResult, Verdict
@@ -170,7 +170,7 @@ def test_bad_end_without_the_symptom_is_none(repo):
     result = bisect_commits(repo.root / "proj", shas[0], shas[4], trial=trial)
     assert result["status"] == "none"
     assert "does not show any symptom" in result["message"]
-    result = bisect_commits(repo.root / "proj", shas[0], shas[4], trial=trial, symptom=Verdict.NAN)
+    result = bisect_commits(repo.root / "proj", shas[0], shas[4], BisectOptions(symptom=Verdict.NAN), trial=trial)
     assert result["status"] == "none" and "does not show nan" in result["message"]
 
 
@@ -236,7 +236,9 @@ def test_the_timing_budget_reaches_commit_modes_timing_trials(repo):
     repo.commit("c0", {"proj/repro.py": "x = 0\n"})
     repo.commit("c1", {"proj/repro.py": "x = 1  # SLOW10\n"})
     trial = ScriptedTrial()
-    result = bisect_commits(repo.root / "proj", repo.commits[0], repo.commits[1], trial=trial, timing_budget_s=2.5)
+    result = bisect_commits(
+        repo.root / "proj", repo.commits[0], repo.commits[1], BisectOptions(timing_budget_s=2.5), trial=trial
+    )
     assert result["status"] == "found"
     budgets = {s.min_time_s for s in trial.settings if s.timing}
     assert budgets == {2.5}
@@ -246,7 +248,7 @@ def test_a_vs_a_bad_end_is_not_slower_on_one_clear_pair(repo):
     repo.commit("c0", {"proj/repro.py": "x = 0\n"})
     repo.commit("c1", {"proj/repro.py": "x = 1\n"})
     trial = ScriptedTrial()
-    result = bisect_commits(repo.root / "proj", *repo.commits, trial=trial, symptom=Verdict.SLOWDOWN)
+    result = bisect_commits(repo.root / "proj", *repo.commits, BisectOptions(symptom=Verdict.SLOWDOWN), trial=trial)
     assert result["status"] == "none" and "does not show slowdown" in result["message"]
     assert result["trials"] == 5 and len(timing_trials(trial)) == 3
 
@@ -258,12 +260,12 @@ def test_on_a_loaded_machine_a_3x_slowdown_takes_two_clear_pairs_and_10x_one(rep
         repo.commit(f"c{i}", {"proj/repro.py": src})
     shas = repo.commits
     trial = ScriptedTrial()
-    result = bisect_commits(repo.root / "proj", shas[0], shas[1], trial=trial, symptom=Verdict.SLOWDOWN)
+    result = bisect_commits(repo.root / "proj", shas[0], shas[1], BisectOptions(symptom=Verdict.SLOWDOWN), trial=trial)
     assert result["status"] == "found" and len(result["timing"]["pairs"]) == 2
     assert result["timing"]["pairs"][0]["others"] == [0.6, 0.6, 0.6]
     assert [sha for sha, _ in timing_trials(trial)] == [shas[0], shas[1]] * 2 + [shas[0]]
     trial = ScriptedTrial()
-    result = bisect_commits(repo.root / "proj", shas[0], shas[2], trial=trial, symptom=Verdict.SLOWDOWN)
+    result = bisect_commits(repo.root / "proj", shas[0], shas[2], BisectOptions(symptom=Verdict.SLOWDOWN), trial=trial)
     assert result["first_bad_commit"] == shas[1]
     # the bad end (10x) on one pair, the midpoint (3x) on two
     assert [sha for sha, _ in timing_trials(trial)[1::2]] == [shas[2], shas[1], shas[1]]
@@ -280,7 +282,7 @@ def test_a_timing_run_that_crashes_stops_timing_with_a_verdict(repo):
     tried = {t["sha"]: t for t in result["tried"]}
     assert (tried[shas[3]]["verdict"], tried[shas[3]]["reason"]) == ("untestable", "could not be timed (crash)")
     trial = ScriptedTrial()
-    result = bisect_commits(repo.root / "proj", shas[0], shas[3], trial=trial, symptom=Verdict.SLOWDOWN)
+    result = bisect_commits(repo.root / "proj", shas[0], shas[3], BisectOptions(symptom=Verdict.SLOWDOWN), trial=trial)
     assert result["status"] == "untestable" and "could not be timed (crash)" in result["message"]
     assert len(timing_trials(trial)) == 2  # the good end's first, the crash: nothing after it
 
@@ -370,8 +372,16 @@ def test_bad_input_is_a_user_error(repo):
             repo.root / "proj",
             shas[0],
             shas[2],
+            BisectOptions(symptom=Verdict.SLOWDOWN, steps=3),
             trial=ScriptedTrial(),
-            symptom=Verdict.SLOWDOWN,
-            settings=TrialSettings(steps=3),
-            symptoms=SymptomSettings(),
         )
+
+
+def test_range_modes_read_tfrepro_toml_as_feature_mode_does(tmp_path):
+    """One reader of tfrepro.toml: a directory in its place is the same UserError in every mode."""
+    (tmp_path / "tfrepro.toml").mkdir()
+    with pytest.raises(UserError, match="is a directory"):
+        commits.load_settings(tmp_path)
+    (tmp_path / "tfrepro.toml").rmdir()
+    (tmp_path / "tfrepro.toml").write_text("[trial]\nsteps = 7\n")
+    assert commits.load_settings(tmp_path)[0].steps == 7

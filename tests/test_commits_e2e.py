@@ -203,7 +203,9 @@ def test_sigterm_stops_the_bisect_and_cleans_up_at_once(repo, tmp_path):
 @pytest.mark.e2e
 def test_cli_entry_prints_one_json_object_and_exit_codes(repo):
     from tfrepro.bisect.commits_cli import run_from_cli
+    from tfrepro.bisect.options import BisectOptions, parse_symptom
     from tfrepro.errors import UserError
+    from tfrepro.trials.values import Verdict
 
     shas = build(repo, sleep=0)
     out: list[tuple[str, bool]] = []
@@ -218,7 +220,9 @@ def test_cli_entry_prints_one_json_object_and_exit_codes(repo):
     assert doc["first_bad_commit"] == shas[FIRST_BAD] and doc["culprits"] == []
 
     out.clear()
-    assert run_from_cli(proj, shas[0], shas[5], symptom="nan", echo=echo) == 3  # the bad end is healthy: none
+    assert (
+        run_from_cli(proj, shas[0], shas[5], BisectOptions(symptom=Verdict.NAN), echo=echo) == 3
+    )  # the bad end is healthy: none
     text = "\n".join(t for t, _ in out)
     assert f"the bad end {shas[5][:12]} (commit 5) does not show nan" in text
     assert "bisecting 6 commits" in text
@@ -226,7 +230,7 @@ def test_cli_entry_prints_one_json_object_and_exit_codes(repo):
     with pytest.raises(UserError, match="needs both --good REV and --bad REV"):
         run_from_cli(proj, shas[0], None, echo=echo)
     with pytest.raises(UserError, match="unknown symptom 'oops'"):
-        run_from_cli(proj, shas[0], "main", symptom="oops", echo=echo)
+        parse_symptom("oops")
 
 
 @pytest.mark.e2e

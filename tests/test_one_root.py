@@ -9,6 +9,7 @@ from pathlib import Path
 
 from tfrepro.annotate import annotate
 from tfrepro.bisect import commits
+from tfrepro.bisect.options import BisectOptions
 from tfrepro.projectload import locate
 from tfrepro.trials.state import StateDir
 
@@ -30,7 +31,7 @@ def test_feature_and_commit_modes_take_one_root_one_manifest_one_state_dir(tmp_p
     feature_root, feature_entry = locate("sub/train.py")
     commit_root, commit_entry = commits.project_root("sub/train.py")
     assert (feature_root, feature_entry) == (commit_root, commit_entry) == (root.resolve(), "sub/train.py")
-    settings, _ = commits.range_settings(commit_root, commit_entry, None, None, None)
+    settings, _ = commits.range_settings(commit_root, commit_entry, BisectOptions())
     assert settings.steps == 7 and settings.entry == "sub/train.py"  # the top-level tfrepro.toml
     assert StateDir.of(feature_root).path == StateDir.of(commit_root).path == root.resolve() / ".tfrepro"
 

@@ -223,9 +223,11 @@ def test_commit_bisect_gives_the_local_answer(cluster, tmp_path, monkeypatch):
 
     ray_ex = RayExecutor()
     # The same width of rounds (k-ary with the cluster's slots) tries the same commits.
-    local = bisect_commits(proj, shas[0], "main", use_cache=False, executor=LocalExecutor(ray_ex.slots)).to_dict()
+    local = bisect_commits(
+        proj, shas[0], "main", BisectOptions(use_cache=False), executor=LocalExecutor(ray_ex.slots)
+    ).to_dict()
     assert local["first_bad_commit"] == shas[FIRST_BAD]
-    remote = bisect_commits(proj, shas[0], "main", use_cache=False, executor=ray_ex).to_dict()
+    remote = bisect_commits(proj, shas[0], "main", BisectOptions(use_cache=False), executor=ray_ex).to_dict()
     assert same(remote) == same(local)
     again = bisect_commits(
         proj,

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tfrepro.bisect import versions as vmode
+from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.versions import Row, follows, order_range
 from tfrepro.errors import UserError
 from tfrepro.settings import TrialSettings
@@ -295,7 +296,9 @@ def test_skips_that_hide_the_answer_give_candidates(tmp_path):
 
 def test_good_and_bad_choose_the_ends_and_the_rest_is_not_tried(tmp_path):
     calls = []
-    r = bisect_versions(project(tmp_path), VERSIONS, good="2.15.1", trial=scripted("2.16.2", calls=calls))
+    r = bisect_versions(
+        project(tmp_path), VERSIONS, releases=vmode.Releases(good="2.15.1"), trial=scripted("2.16.2", calls=calls)
+    )
     assert calls == ["2.15.1", "2.17.1", "2.16.2"] and r["good"] == "2.15.1"
     assert next(x for x in r["versions"] if x["version"] == "2.14.1")["verdict"] == "not tried"
 
@@ -319,7 +322,7 @@ def test_then_features_hook_gets_the_first_bad_release(tmp_path):
         project(tmp_path),
         VERSIONS,
         trial=scripted("2.16.2"),
-        then_features=lambda start: seen.append(start) or {"status": "found"},
+        releases=vmode.Releases(then_features=lambda start: seen.append(start) or {"status": "found"}),
     )
     assert seen[0].version == "2.16.2" and r["then_features"] == {"status": "found"}
 
@@ -377,6 +380,8 @@ def test_a_10x_slowdown_is_found_on_one_clear_pair_per_release_against_a_shared_
 
 def test_a_vs_a_releases_are_not_slower(tmp_path):
     calls = []
-    r = bisect_versions(project(tmp_path), VERSIONS, trial=slower_from("9.0", 10.0, calls), symptom=Verdict.SLOWDOWN)
+    r = bisect_versions(
+        project(tmp_path), VERSIONS, BisectOptions(symptom=Verdict.SLOWDOWN), trial=slower_from("9.0", 10.0, calls)
+    )
     assert r["status"] == "none" and "does not show slowdown" in r["message"]
     assert [timing for _, _, timing in calls] == [False, False, True, True, True]

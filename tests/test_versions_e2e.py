@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tfrepro.bisect import versions as vmode
-from tfrepro.settings import TrialSettings
+from tfrepro.bisect.options import BisectOptions
 from tfrepro.trials.envs import EnvStore, spec_for
 
 DIST = "tensorflow-cpu"
@@ -66,7 +66,7 @@ def test_planted_version_dependent_nan_is_found(tmp_path):
     # a NaN target, not input: a fused MatMul+BiasAdd+ReLU may turn a NaN input into 0 on some CPUs
     plant = "y[0, 0] = np.nan if tuple(map(int, tf.__version__.split('.')[:2])) >= (2, 21) else y[0, 0]"
     root = write(tmp_path / "p", FIT.format(plant=plant, optimizer='"adam"'))
-    r = bisect_versions(root, ["2.20.0", "2.21.0"], tf_dist=DIST, settings=TrialSettings(steps=10))
+    r = bisect_versions(root, ["2.20.0", "2.21.0"], BisectOptions(steps=10), vmode.Releases(tf_dist=DIST))
     assert r["status"] == "found", r.get("message")
     assert (r["symptom"], r["last_good_version"], r["first_bad_version"]) == ("nan", "2.20.0", "2.21.0")
     assert r["follows"] == "tensorflow"  # Keras 3 on both sides
@@ -76,7 +76,9 @@ def test_planted_version_dependent_nan_is_found(tmp_path):
 @needs_envs("2.14.1", "2.15.1", "2.16.2", "2.17.1")
 def test_legacy_optimizer_crashes_from_keras3(tmp_path):
     root = write(tmp_path / "p", FIT.format(plant="", optimizer="tf.keras.optimizers.legacy.Adam(1e-3)"))
-    r = bisect_versions(root, ["2.14.1", "2.15.1", "2.16.2", "2.17.1"], tf_dist=DIST, settings=TrialSettings(steps=10))
+    r = bisect_versions(
+        root, ["2.14.1", "2.15.1", "2.16.2", "2.17.1"], BisectOptions(steps=10), vmode.Releases(tf_dist=DIST)
+    )
     assert r["status"] == "found", r.get("message")
     assert (r["symptom"], r["last_good_version"], r["first_bad_version"]) == ("crash", "2.15.1", "2.16.2")
     assert r["follows"] == "keras"
@@ -85,7 +87,7 @@ def test_legacy_optimizer_crashes_from_keras3(tmp_path):
     # Each trial is keyed and labelled by its own environment's versions.
     assert r["baseline"]["tf_version"] == "2.14.1"
     again = bisect_versions(
-        root, ["2.14.1", "2.15.1", "2.16.2", "2.17.1"], tf_dist=DIST, settings=TrialSettings(steps=10)
+        root, ["2.14.1", "2.15.1", "2.16.2", "2.17.1"], BisectOptions(steps=10), vmode.Releases(tf_dist=DIST)
     )
     assert again["cached_trials"] == again["trials"] == r["trials"]
 

@@ -5,11 +5,20 @@ to hunt it. Pure: the engine passes what its trials showed."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TypedDict
 
 from tfrepro.trials.values import SYMPTOM_ORDER, Verdict
 
 _FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
+
+
+class AlsoSeen(TypedDict, total=False):
+    """One symptom seen besides the one hunted (Contract 4's `also_seen`)."""
+
+    symptom: str
+    hint: str  # how to hunt it
+    ratio: float  # a possible slowdown: failing / baseline fastest step (untimed runs)
+    possible: bool
 
 
 def also_seen(
@@ -19,13 +28,13 @@ def also_seen(
     base_fastest: float | None,
     full_fastest: float | None,
     slowdown: float,
-) -> list[dict[str, Any]]:
+) -> list[AlsoSeen]:
     """The symptoms in `shown` other than `target`, in the hunting order, and
     a possible slowdown when the fastest failing run is at least halfway to
     the `slowdown` threshold over the fastest baseline run (an untimed, cheap
     comparison: the hint says to hunt it with timing trials)."""
     shown = set(shown)
-    out: list[dict[str, Any]] = [
+    out: list[AlsoSeen] = [
         {"symptom": v.value, "hint": f"rerun with --symptom {v.value}"}
         for v in SYMPTOM_ORDER
         if v in shown and v != target and v != Verdict.SLOWDOWN

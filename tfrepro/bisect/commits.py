@@ -26,7 +26,6 @@ Invariants:
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -34,12 +33,13 @@ from typing import TYPE_CHECKING, Any
 
 from tfrepro.bisect import gitcopy
 from tfrepro.bisect.events import BisectEvents
-from tfrepro.bisect.ranges import Point, RangeRun, Source, bisect_points, range_options, with_evidence
-from tfrepro.errors import TfreproError, UserError
-from tfrepro.settings import WARMUP_STEPS, SymptomSettings, TrialSettings
+from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
+from tfrepro.errors import TfreproError
+from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.executors import Executor, LocalExecutor, Runner, TrialRequest
 from tfrepro.trials.state import StateDir
-from tfrepro.trials.values import RunResult, Verdict
+from tfrepro.trials.values import RunResult
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
@@ -72,45 +72,24 @@ def project_root(path: str | Path) -> tuple[Path, str | None]:
 
 
 def load_settings(project_root: Path) -> tuple[TrialSettings, SymptomSettings]:
-    """The user's current `tfrepro.toml` (working tree), or the defaults."""
-    from tfrepro.manifest import Manifest
-    from tfrepro.projectfiles import MANIFEST
+    """The user's current `tfrepro.toml` (working tree, read as feature mode reads it), or the defaults."""
+    from tfrepro.manifest import read_manifest
 
-    path = project_root / MANIFEST
-    if not path.exists():
-        m = Manifest()
-    else:
-        m = Manifest.parse(path.read_text(encoding="utf-8"), str(path))
-    return m.trial, m.symptoms
+    manifest = read_manifest(project_root)[1]
+    return manifest.trial, manifest.symptoms
 
 
-def range_settings(
-    root: Path,
-    entry: str | None,
-    settings: TrialSettings | None,
-    symptoms: SymptomSettings | None,
-    symptom: Verdict | None,
-) -> tuple[TrialSettings, SymptomSettings]:
+def range_settings(root: Path, entry: str | None, options: BisectOptions) -> tuple[TrialSettings, SymptomSettings]:
     """One set of settings for every trial of a range bisection: the user's
-    current `tfrepro.toml` (or the defaults) with the caller's overrides and
-    the entry PATH named. Bad input raises UserError."""
-    if settings is None or symptoms is None:
-        t, s = load_settings(root)
-        settings, symptoms = settings or t, symptoms or s
+    current `tfrepro.toml` (or the defaults) with --steps and the entry PATH
+    named. Bad input raises UserError."""
+    settings, symptoms = load_settings(root)
+    if options.steps is not None:
+        settings = replace(settings, steps=options.steps)
     if entry and settings.command is None:
         settings = replace(settings, entry=entry)
-    if symptom is Verdict.SLOWDOWN and settings.steps < WARMUP_STEPS + 2:
-        raise UserError(
-            f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
-            hint=f"use --steps {WARMUP_STEPS + 10} or more",
-        )
+    options.refuse_short_slowdown(settings)
     return settings, symptoms
-
-
-def shown_path(p: Path) -> str:
-    """Relative to the current directory when below it (as the engine shows it)."""
-    rel = os.path.relpath(p, Path.cwd())
-    return rel if not rel.startswith("..") else str(p)
 
 
 class CommitSource(Source):
@@ -161,29 +140,26 @@ def bisect_commits(
     path: str | Path,
     good: str,
     bad: str,
+    options: BisectOptions = BisectOptions(),
     *,
-    symptom: Verdict | None = None,
-    settings: TrialSettings | None = None,
-    symptoms: SymptomSettings | None = None,
-    use_cache: bool = True,
     trial: Runner | None = None,
     events: BisectEvents | None = None,
     executor: Executor | None = None,
-    timing_budget_s: float | None = None,
 ) -> RunResult:
     """Find the first commit in good..bad whose trial shows the symptom.
 
     Returns the RunResult (its JSON also in `<run_dir>/result.json`, every
     trial in `<run_dir>/trials.jsonl`). Bad input raises UserError (exit 2).
-    `settings`/`symptoms` default to the user's current `tfrepro.toml`;
-    `symptom` None hunts what the bad end shows (nan, crash, timeout,
-    mismatch, slowdown in that order). Trials run on `executor` (default:
-    local, one at a time; `trial` stands in for the trial runner in tests).
+    Every trial runs under the user's current `tfrepro.toml` with the
+    overrides of `options`; `options.symptom` None hunts what the bad end
+    shows (nan, crash, timeout, mismatch, slowdown in that order). Trials
+    run on `executor` (default: local, one at a time; `trial` stands in for
+    the trial runner in tests).
     """
     started = time.monotonic()
     root, entry = project_root(path)
     rng = gitcopy.open_range(root, good, bad)
-    settings, symptoms = range_settings(root, entry, settings, symptoms, symptom)
+    settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)
     run_dir = state.new_run_dir()
     events = events or BisectEvents()
@@ -194,20 +170,9 @@ def bisect_commits(
     executor = executor or LocalExecutor(1, runner=trial)
     points = [Point(c.sha, c.subject, c.to_dict()) for c in rng.commits]
     with gitcopy.Checkouts(state) as checkouts:
-        run = RangeRun(
-            points,
-            CommitSource(rng, checkouts, state, use_cache),
-            executor,
-            settings,
-            symptoms,
-            run_dir,
-            events,
-            range_options(timing_budget_s),
-        )
-        try:
-            answer = bisect_points(run, symptom)
-        finally:
-            run.close()
+        source = CommitSource(rng, checkouts, state, options.use_cache)
+        run = RangeRun(points, source, executor, settings, symptoms, run_dir, events, options)
+        answer = run.answer(options.symptom)
     return _finish(run, rng, answer, root, started)
 
 
@@ -229,4 +194,4 @@ def _finish(run: RangeRun, rng: gitcopy.CommitRange, answer: RunResult, root: Pa
             gitcopy.materialize(rng.repo_root, sha, rng.relpath, dest)
             details[key] = str(dest)
     answer = replace(answer, candidates=tuple(p.info for p in answer.candidates))
-    return with_evidence(answer, run, details, time.monotonic() - started, shown_path(run.run_dir))
+    return with_evidence(answer, run, details, time.monotonic() - started)

@@ -12,7 +12,7 @@ failing configuration's resolution is the one every other trial gets.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TypedDict
 
 from tfrepro.trials.values import TrialResult
 
@@ -40,18 +40,27 @@ def auto_differs(result: TrialResult, pin: bool) -> bool:
     )
 
 
-def differing(failing: TrialResult, trials: Iterable[tuple[tuple[str, ...], TrialResult]]) -> list[dict[str, Any]]:
+class CompileDiff(TypedDict):
+    """A configuration whose resolved jit_compile differs from the failing one's."""
+
+    configuration: list[str]
+    jit_compile: list[str]
+    failing_jit_compile: list[str]
+
+
+def differing(failing: TrialResult, trials: Iterable[tuple[tuple[str, ...], TrialResult]]) -> list[CompileDiff]:
     """The trials whose resolved compile modes differ from the failing
     configuration's (a feature toggled `jit_compile` itself, say): each with
     its configuration and both modes."""
     want = resolved(failing)
-    out, seen = [], set()
+    out: list[CompileDiff] = []
+    seen = set()
     for enabled, result in trials:
         got = resolved(result)
         if not got or not want or got == want or enabled in seen:
             continue
         seen.add(enabled)
-        out.append({"configuration": list(enabled), "jit_compile": list(got), "failing_jit_compile": list(want)})
+        out.append(CompileDiff(configuration=list(enabled), jit_compile=list(got), failing_jit_compile=list(want)))
     return out
 
 

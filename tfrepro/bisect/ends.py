@@ -174,9 +174,10 @@ class Ends:
         if self.opts.baseline_checks is None:
             return {"status": "skipped", "reason": None, "checks": [], "error": "no sanity checks were asked for"}
         self.events.phase("sanity checks on the baseline")
-        return self.opts.baseline_checks(
-            self.project, (), self.settings, runner=self.runner, use_cache=self.opts.use_cache
-        )
+        from tfrepro.trials.runner import TrialOptions
+
+        how = TrialOptions(use_cache=self.opts.use_cache)
+        return self.opts.baseline_checks(self.project, (), self.settings, runner=self.runner, how=how)
 
     def _pick_symptom(self, full: Config) -> Verdict | None:
         opts = self.opts

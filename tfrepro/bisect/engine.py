@@ -51,9 +51,10 @@ from tfrepro.bisect.replay import Replay
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving
 from tfrepro.bisect.timing import TimingPool
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.settings import WARMUP_STEPS, TrialSettings
+from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest, make_executor
+from tfrepro.trials.runner import summary
 from tfrepro.trials.state import StateDir, write_trial_record
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
@@ -95,6 +96,36 @@ def _slug(enabled: Iterable[str]) -> str:
     return text if len(text) <= 60 else text[:50] + f"-{zlib.crc32(text.encode()):08x}"
 
 
+def trial_settings(manifest: Any, options: BisectOptions) -> TrialSettings:
+    """The settings of every trial: `[trial]` with the command-line overrides
+    (--steps, --budget-s, --replicas). A --budget-s past the timeout raises UserError."""
+    settings: TrialSettings = replace(manifest.trial, repeat=0)
+    if options.steps is not None:
+        settings = replace(settings, steps=options.steps)
+    if options.budget_s is not None:
+        if options.budget_s >= settings.timeout_s:
+            raise UserError(
+                f"--budget-s {options.budget_s:g} must be less than the trial timeout "
+                f"({settings.timeout_s:g} s, [trial] timeout_s)",
+                hint="give a smaller --budget-s, or raise [trial] timeout_s",
+            )
+        settings = replace(settings, budget_s=options.budget_s)
+    if options.replicas is not None:
+        settings = replace(settings, replicas=options.replicas)
+    return settings
+
+
+def _refuse(project: Any, options: BisectOptions, settings: TrialSettings) -> None:
+    """Bad input, before any trial: no feature, a slowdown without steps to time."""
+    if not project.feature_names:
+        raise UserError(
+            "the project has no feature blocks to bisect",
+            path=project.root,
+            hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`",
+        )
+    options.refuse_short_slowdown(settings)
+
+
 class _Bisection(Ends, Replay):
     def __init__(
         self,
@@ -110,23 +141,11 @@ class _Bisection(Ends, Replay):
             raise UserError(f"unknown strategy {options.strategy!r}", hint="use auto, ablation or ddmin")
         self.project, self.opts, self.runner, self.events, self.clock = project, options, runner, events, clock
         manifest = project.manifest
-        self.settings: TrialSettings = replace(manifest.trial, repeat=0)
-        if options.steps is not None:
-            self.settings = replace(self.settings, steps=options.steps)
-        if options.budget_s is not None:
-            if options.budget_s >= self.settings.timeout_s:
-                raise UserError(
-                    f"--budget-s {options.budget_s:g} must be less than the trial timeout "
-                    f"({self.settings.timeout_s:g} s, [trial] timeout_s)",
-                    hint="give a smaller --budget-s, or raise [trial] timeout_s",
-                )
-            self.settings = replace(self.settings, budget_s=options.budget_s)
+        self.settings = trial_settings(manifest, options)
         # Without --steps the failing configuration runs until its symptom (bisect/late.py).
         self.until_symptom = options.steps is None
         self.late_step: dict | None = None
         self.nan_state: dict | None = None  # bisect/late.py: the state before the NaN step
-        if options.replicas is not None:
-            self.settings = replace(self.settings, replicas=options.replicas)
         self.k = max(1, options.repeats or manifest.repeats)
         self.symptom_settings = manifest.symptoms
         self.features: tuple[str, ...] = tuple(project.feature_names)
@@ -146,26 +165,17 @@ class _Bisection(Ends, Replay):
         self.dropped: list[dict[str, str]] = []
         self.timed_calls: tuple[str, ...] = ()  # what timing trials time (trials/calls.py)
         self.memory_doubt: str | None = None  # why a memory signal did not decide the hunt
-        if not self.features:
-            raise UserError(
-                "the project has no feature blocks to bisect",
-                path=project.root,
-                hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`",
-            )
-        if options.symptom == Verdict.SLOWDOWN and self.settings.steps < WARMUP_STEPS + 2:
-            raise UserError(
-                f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
-                hint=f"use --steps {WARMUP_STEPS + 10} or more",
-            )
+        _refuse(project, options, self.settings)
         self.t0 = clock()
         self.run_dir = StateDir.of(project.root).new_run_dir(run_id)
 
     # -- trials ------------------------------------------------------------
-    def _request(self, config: Config, repeat: int, role: str) -> TrialRequest:
+    def _request(self, config: Config, repeat: int, role: str, *, timed: bool = False) -> TrialRequest:
+        """The trial of `config`; `timed`: a timing trial (a time budget of steady steps, `_trial`)."""
         settings = replace(self.settings, repeat=repeat)
         if role == "failing" and repeat == 0 and self.until_symptom:
             settings = replace(settings, until_symptom=True)
-        if role.startswith("timing"):
+        if timed:
             settings = replace(self.opts.timing_settings(settings), timed_calls=self.timed_calls)
         return TrialRequest(tuple(sorted(config)), settings, role, use_cache=self.opts.use_cache)
 
@@ -177,7 +187,7 @@ class _Bisection(Ends, Replay):
                 return self.memo[key]
         self.events.trial_started(tuple(sorted(config)), role, repeat)
         return self._record(
-            config, repeat, role, self.executor.run_timed(self.project, self._request(config, repeat, role))
+            config, repeat, role, self.executor.run_timed(self.project, self._request(config, repeat, role, timed=True))
         )
 
     def _record(self, config: Config, repeat: int, role: str, result: TrialResult) -> TrialResult:
@@ -192,7 +202,7 @@ class _Bisection(Ends, Replay):
             self.records.append(record)
             self.unshown.append(record)
             ready = self._judged_now()
-        write_trial_record(self.run_dir / rel, result_doc.trial_summary(result), result.log_dir)
+        write_trial_record(self.run_dir / rel, summary(result), result.log_dir)
         for rec in ready:
             self.events.trial_finished(rec)
         return result
@@ -392,6 +402,6 @@ class _Bisection(Ends, Replay):
         return culprits, frozenset(config), table
 
     def _finish(self, status: Status, symptom: Verdict | None, **kw: Any) -> RunResult:
-        """The run's answer (`result_doc.finish`: culprits, config, suspects,
-        rate, error, extra), written to `<run_dir>/result.json`."""
-        return result_doc.finish(self, status, symptom, **kw)
+        """The run's answer (`result_doc.Answer`: culprits, config, suspects,
+        rate, error, extra, reason), written to `<run_dir>/result.json`."""
+        return result_doc.finish(self, result_doc.Answer(status, symptom, **kw))

@@ -1,5 +1,6 @@
-"""What the user asked a feature bisection for (`tfrepro bisect` flags), as
-one frozen value; None means "from tfrepro.toml"."""
+"""What the user asked a bisection for (`tfrepro bisect` flags), as one
+frozen value; None means "from tfrepro.toml". Feature mode reads every field;
+commit and version modes the symptom, steps, cache, executor and timing ones."""
 
 from __future__ import annotations
 
@@ -7,8 +8,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX, TrialSettings
-from tfrepro.trials.values import Verdict
+from tfrepro.errors import UserError
+from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX, WARMUP_STEPS, TrialSettings
+from tfrepro.trials.values import SYMPTOM_ORDER, Verdict
+
+
+def parse_symptom(text: str | None) -> Verdict | None:
+    """`--symptom NAME` -> the symptom hunted (None: the first one shown); an
+    unknown name is a UserError (exit 2)."""
+    if not text:
+        return None
+    found = next((v for v in SYMPTOM_ORDER if v.value == text), None)
+    if found is None:
+        raise UserError(f"unknown symptom {text!r}", hint="one of: " + ", ".join(v.value for v in SYMPTOM_ORDER))
+    return found
 
 
 @dataclass(frozen=True)
@@ -43,3 +56,11 @@ class BisectOptions:
     def timing_settings(self, settings: TrialSettings) -> TrialSettings:
         """`settings` for a timing trial: a time budget of steady steps, not `steps`."""
         return settings.timed(self.timing_budget_s, self.timing_min_steps, self.timing_steps_max)
+
+    def refuse_short_slowdown(self, settings: TrialSettings) -> None:
+        """A slowdown hunt whose trials end within the warm-up steps times nothing: UserError (every mode)."""
+        if self.symptom is Verdict.SLOWDOWN and settings.steps < WARMUP_STEPS + 2:
+            raise UserError(
+                f"a slowdown needs steps past the {WARMUP_STEPS} warm-up steps",
+                hint=f"use --steps {WARMUP_STEPS + 10} or more",
+            )

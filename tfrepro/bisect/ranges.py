@@ -27,7 +27,6 @@ Invariants:
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -40,7 +39,8 @@ from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest
 from tfrepro.trials.procs import sigterm_interrupts
-from tfrepro.trials.state import write_trial_record
+from tfrepro.trials.runner import summary
+from tfrepro.trials.state import shown_path, write_trial_record
 from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict
 
 
@@ -79,31 +79,21 @@ class Source:
         return f"{self.noun} {point.short}"
 
 
-def _finite_or_none(x: float | None) -> float | None:
-    return x if x is not None and math.isfinite(x) else None
-
-
-def trial_summary(r: TrialResult) -> dict[str, Any]:
-    """The few numbers a reader wants from one trial (one line of the trial log)."""
-    return {
-        "label": r.label,
-        "mode": r.mode,
-        "steps_run": r.steps_run,
-        "first_loss": _finite_or_none(r.first_loss),
-        "last_loss": _finite_or_none(r.last_loss),
-        "first_nonfinite_step": r.first_nonfinite_step,
-        "median_step_time": r.median_step_time(),
-        "crashed": r.crashed,
-        "timed_out": r.timed_out,
-        "error": r.error,
-        "cached": r.cached,
-        "log_dir": r.log_dir,
-    }
-
-
-def full_summary(r: TrialResult) -> dict[str, Any]:
-    """Every field of a trial plus the numbers a reader looks for first."""
-    return {**r.to_dict(), **trial_summary(r)}
+# The few numbers of a trial a reader wants first: one line of the trial log.
+ROW_KEYS = (
+    "label",
+    "mode",
+    "steps_run",
+    "first_loss",
+    "last_loss",
+    "first_nonfinite_step",
+    "median_step_time",
+    "crashed",
+    "timed_out",
+    "error",
+    "cached",
+    "log_dir",
+)
 
 
 def first_symptom(shown: frozenset[Verdict]) -> Verdict | None:
@@ -116,29 +106,21 @@ def names(shown: frozenset[Verdict]) -> str:
 
 @dataclass(frozen=True)
 class Ends:
-    """What the two ends established: the reference trial, the bad end's
-    trial, the symptom hunted, the good end's summary."""
+    """What the two ends established: the reference trial (the good end's:
+    the result's baseline), the bad end's trial, the symptom hunted."""
 
     good: TrialResult
     bad: TrialResult
     target: Verdict
-    baseline: dict[str, Any]
 
 
 class Stop(Exception):
-    """The ends do not hold: the run ends with this status and message."""
+    """The ends do not hold: the run ends with this status and message (and
+    the good end's trial, the baseline, once it ran)."""
 
-    def __init__(
-        self, status: Status, message: str, symptom: Verdict | None = None, baseline: dict[str, Any] | None = None
-    ) -> None:
+    def __init__(self, status: Status, message: str, symptom: Verdict | None = None, good: TrialResult | None = None):
         super().__init__(message)
-        self.status, self.message, self.symptom, self.baseline = status, message, symptom, baseline
-
-
-def range_options(timing_budget_s: float | None = None) -> BisectOptions:
-    """The timing options a range bisection takes from the command line
-    (`--timing-budget`); the rest are the feature engine's defaults."""
-    return BisectOptions() if timing_budget_s is None else BisectOptions(timing_budget_s=timing_budget_s)
+        self.status, self.message, self.symptom, self.good = status, message, symptom, good
 
 
 class RangeRun:
@@ -183,6 +165,13 @@ class RangeRun:
     def close(self) -> None:
         self._log.close()
 
+    def answer(self, symptom: Verdict | None) -> RunResult:
+        """Both ends, then the hunt (`bisect_points`); the trial log closed after."""
+        try:
+            return bisect_points(self, symptom)
+        finally:
+            self.close()
+
     # -- running -----------------------------------------------------------
     def run_many(self, points: list[Point], repeat: int = 0) -> list[TrialResult | str]:
         """Trials of several points (independent: `executor.slots` at a time).
@@ -210,14 +199,15 @@ class RangeRun:
             self.first.setdefault(point.label, result)
         index = len(self.records) + 1
         rel = f"trials/{index:03d}-{point.short.replace(' ', '_')}-r{repeat}"
-        write_trial_record(self.run_dir / rel, full_summary(result), result.log_dir)
+        full = summary(result)
+        write_trial_record(self.run_dir / rel, full, result.log_dir)
         record = TrialRecord(index, (), self.source.role(point), repeat, result, f"{rel}/summary.json")
         self.records.append(record)
         row = {
             self.source.key: point.label,
             "subject": point.subject,
             "repeat": repeat,
-            **trial_summary(result),
+            **{k: full[k] for k in ROW_KEYS},
             "key": result.key,
             "wall_s": result.wall_s,
             "summary": record.summary,
@@ -304,7 +294,6 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         run.mark(good, Mark.SKIP, Verdict.UNTESTABLE, reason=g)
         raise Stop(Status.ERROR, f"the good end {good.short} cannot be tried: {g}", symptom)
     g_shows = run.shows(g, None)
-    baseline = full_summary(g)
     if (symptom is not None and symptom in g_shows) or g_shows & STOPPERS:
         run.mark(good, Mark.BAD, symptom if symptom in g_shows else first_symptom(g_shows), g_shows, g.error)
         raise Stop(
@@ -312,15 +301,15 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
             f"the good end {good.named} already shows "
             f"{names(g_shows)}" + (f": {g.error}" if g.error else "") + f"; {run.source.older}",
             symptom,
-            baseline,
+            g,
         )
     run.mark(good, Mark.GOOD, Verdict.OK, g_shows)
     x = x if x is not None else run.run_many([bad])[0]
     if isinstance(x, str):
         run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, reason=x)
-        raise Stop(Status.ERROR, f"the bad end {bad.short} cannot be tried: {x}", symptom, baseline)
+        raise Stop(Status.ERROR, f"the bad end {bad.short} cannot be tried: {x}", symptom, g)
     x_shows = run.shows(x, g)
-    _untestable_ends(run, g, x, x_shows, symptom, baseline)
+    _untestable_ends(run, g, x, x_shows, symptom)
     target = symptom or first_symptom(x_shows)
     if target is Verdict.MISMATCH:
         # The good end run twice says how much loss noise is inherent; a
@@ -335,7 +324,7 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         slower, why = run.slower(bad)
         if why and symptom is Verdict.SLOWDOWN:  # asked for a slowdown: "none" would be a guess
             run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, why)
-            raise Stop(Status.UNTESTABLE, f"the bad end {bad.named} {why}", symptom, baseline)
+            raise Stop(Status.UNTESTABLE, f"the bad end {bad.named} {why}", symptom, g)
         untimed = f"; it {why}" if why else ""
         if slower:
             target, x_shows = Verdict.SLOWDOWN, x_shows | {Verdict.SLOWDOWN}
@@ -347,14 +336,14 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
             f"the bad end {bad.named} does not show {what} against the "
             f"good end {good.short} (it shows {names(x_shows)}{untimed})",
             target,
-            baseline,
+            g,
         )
     run.mark(bad, Mark.BAD, target, x_shows, x.error if target is Verdict.CRASH else None)
     run.events.phase(f"hunting: {target.value} ({len(run.points)} {noun}s)")
-    return Ends(g, x, target, baseline)
+    return Ends(g, x, target)
 
 
-def _untestable_ends(run: RangeRun, g, x, x_shows, symptom: Verdict | None, baseline) -> None:
+def _untestable_ends(run: RangeRun, g: TrialResult, x: TrialResult, x_shows, symptom: Verdict | None) -> None:
     """Stop(untestable) when an end ran no training step (and the bad end
     shows no crash or timeout), or the symptom asked for cannot be measured."""
     from tfrepro.trials import untestable
@@ -367,7 +356,7 @@ def _untestable_ends(run: RangeRun, g, x, x_shows, symptom: Verdict | None, base
     reason = reason or untestable.unmeasured(symptom, [g], [x])
     if reason is not None:
         run.mark(run.bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, reason)
-        raise Stop(Status.UNTESTABLE, reason, symptom, baseline)
+        raise Stop(Status.UNTESTABLE, reason, symptom, g)
 
 
 def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
@@ -400,15 +389,16 @@ def bisect_points(run: RangeRun, symptom: Verdict | None) -> RunResult:
             ends = check_ends(run, symptom)
         except Stop as stop:
             reason = stop.message if stop.status is Status.UNTESTABLE else None
-            return RunResult(stop.status, stop.symptom, baseline=stop.baseline, error=stop.message, reason=reason)
+            baseline = summary(stop.good) if stop.good is not None else None
+            return RunResult(stop.status, stop.symptom, baseline=baseline, error=stop.message, reason=reason)
         found = hunt(run, ends)
     if found.status == "found":
-        return RunResult(Status.FOUND, ends.target, baseline=ends.baseline, details={"first_bad": found.first_bad})
+        return RunResult(Status.FOUND, ends.target, baseline=summary(ends.good), details={"first_bad": found.first_bad})
     noun = run.source.noun
     return RunResult(
         Status.AMBIGUOUS,
         ends.target,
-        baseline=ends.baseline,
+        baseline=summary(ends.good),
         candidates=tuple(found.candidates),
         error=f"{len(found.candidates)} candidate {noun}s: the untestable ones among them hide "
         f"which one is the first bad one",
@@ -423,7 +413,7 @@ def evidence(run: RangeRun, answer: RunResult) -> dict[str, Any]:
     failing = first_bad.label if first_bad else run.bad.label
     timed = run.timing.outcomes.get(first_bad or run.bad)
     return {
-        "failing": full_summary(run.first[failing]) if failing in run.first else None,
+        "failing": summary(run.first[failing]) if failing in run.first else None,
         "timing": timed[-1].to_dict() if timed else None,  # the failing point's timing evidence
         "cached_trials": sum(1 for r in run.records if r.result.cached),
         "noise": run.noise,
@@ -435,15 +425,15 @@ def evidence(run: RangeRun, answer: RunResult) -> dict[str, Any]:
     }
 
 
-def with_evidence(
-    answer: RunResult, run: RangeRun, details: dict[str, Any], wall_s: float, run_dir_shown: str
-) -> RunResult:
+def with_evidence(answer: RunResult, run: RangeRun, details: dict[str, Any], wall_s: float) -> RunResult:
     """The final result (details merged, `first_bad` replaced by the mode's
     fields), written to `<run_dir>/result.json`."""
     details = {k: v for k, v in {**answer.details, **evidence(run, answer), **details}.items() if k != "first_bad"}
     if answer.error:
         details["message"] = answer.error
-    result = replace(answer, trials=len(run.records), wall_s=round(wall_s, 3), run_dir=run_dir_shown, details=details)
+    result = replace(
+        answer, trials=len(run.records), wall_s=round(wall_s, 3), run_dir=shown_path(run.run_dir), details=details
+    )
     (run.run_dir / "result.json").write_text(
         json.dumps(result.to_dict(), indent=2, default=str) + "\n", encoding="utf-8"
     )

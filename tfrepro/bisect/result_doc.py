@@ -10,30 +10,25 @@ and every other symptom the failing configuration showed (`also_seen`).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from tfrepro import __version__
+from tfrepro.bisect.also_seen import AlsoSeen
+from tfrepro.bisect.compile_pin import CompileDiff
 from tfrepro.bisect.events import TrialRecord
 from tfrepro.bisect.search import Config
 from tfrepro.trials import classify
+from tfrepro.trials.runner import summary
+from tfrepro.trials.state import shown_path
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
 if TYPE_CHECKING:
     from tfrepro.bisect.engine import _Bisection
 
 Shows = Callable[[Config, TrialResult], frozenset[Verdict]]
-
-
-def trial_summary(result: TrialResult) -> dict[str, Any]:
-    """A trial as its summary.json and the result document show it."""
-    try:
-        from tfrepro.trials.runner import summary
-    except ImportError:  # pragma: no cover - trial.py is part of the package
-        return result.to_dict()
-    return summary(result)
 
 
 def best(
@@ -44,41 +39,53 @@ def best(
         return None
     mine = [t for (c, _r), t in sorted(memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
     hits = [t for t in mine if target is not None and target in shows(cfg, t)]
-    return trial_summary((hits or mine)[0]) if mine else None
+    return summary((hits or mine)[0]) if mine else None
 
 
-def trials_table(records: list[TrialRecord], shows: Shows, target: Verdict | None) -> list[dict[str, Any]]:
+class TrialRow(TypedDict):
+    """One trial in the result's trials table."""
+
+    enabled: list[str]
+    verdict: str | None
+    summary: str  # its summary.json, relative to the run dir
+    cached: bool
+    role: str
+    repeat: int
+    key: str
+
+
+def trials_table(records: list[TrialRecord], shows: Shows, target: Verdict | None) -> list[TrialRow]:
     """Every trial of the run in order, with its verdict (judged now for the
     trials the search did not judge itself)."""
     for rec in records:
         if rec.verdict is None:
             rec.verdict = classify.primary(shows(frozenset(rec.enabled), rec.result), target)
     return [
-        {
-            "enabled": list(r.enabled),
-            "verdict": r.verdict.value if r.verdict else None,
-            "summary": r.summary,
-            "cached": r.result.cached,
-            "role": r.role,
-            "repeat": r.repeat,
-            "key": r.result.key,
-        }
+        TrialRow(
+            enabled=list(r.enabled),
+            verdict=r.verdict.value if r.verdict else None,
+            summary=r.summary,
+            cached=r.result.cached,
+            role=r.role,
+            repeat=r.repeat,
+            key=r.result.key,
+        )
         for r in records
     ]
 
 
 def timing_evidence(
     timing: Mapping[Config, list[classify.TimingOutcome]], full: Config, config: Config | None
-) -> dict[str, Any] | None:
+) -> classify.TimingOutcome | None:
     """The last timing comparison of `config` (else of the failing
     configuration, else the first one made); None when nothing was timed."""
     if not timing:
         return None
     key = config if config in timing else full if full in timing else next(iter(timing))
-    return timing[key][-1].to_dict()
+    return timing[key][-1]
 
 
-def also_seen_of(run: _Bisection, target: Verdict | None) -> list[dict[str, Any]]:
+def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
     """Every symptom the failing configuration showed besides `target`
     (bisect/also_seen.py), from the bisection's trials."""
     from tfrepro.bisect.also_seen import also_seen
@@ -130,7 +137,7 @@ def _known_cost(run: _Bisection, status: Status, symptom: Verdict | None, culpri
     return known_cost(sorted(culprits), symptom.value, hw, describe)
 
 
-def compile_differs(run: _Bisection, full: Config) -> list[dict[str, Any]]:
+def compile_differs(run: _Bisection, full: Config) -> list[CompileDiff]:
     """Trials whose resolved jit_compile differs from the failing configuration's."""
     from tfrepro.bisect.compile_pin import differing
 
@@ -140,24 +147,27 @@ def compile_differs(run: _Bisection, full: Config) -> list[dict[str, Any]]:
     return differing(failing, kept) if failing is not None else []
 
 
-def finish(
-    run: _Bisection,
-    status: Status,
-    symptom: Verdict | None,
-    *,
-    culprits: Config = frozenset(),
-    config: Config | None = None,
-    suspects: Config = frozenset(),
-    rate: float | None = None,
-    error: str | None = None,
-    extra: dict[str, Any] | None = None,
-    reason: str | None = None,
-) -> RunResult:
-    """The run's answer from the bisection `run` (its trials, settings and
-    run dir), written to `<run_dir>/result.json`."""
-    rel = os.path.relpath(run.run_dir, Path.cwd())
-    full = frozenset(run.features)
-    details: dict[str, Any] = {
+@dataclass(frozen=True)
+class Answer:
+    """What the engine concluded, for `finish` to write down: the status, the
+    symptom and what names it (culprits, the configuration that shows it,
+    suspects of a flaky run, its reproduction rate), an error, extra details."""
+
+    status: Status
+    symptom: Verdict | None
+    culprits: Config = frozenset()
+    config: Config | None = None
+    suspects: Config = frozenset()
+    rate: float | None = None
+    error: str | None = None
+    extra: Mapping[str, Any] | None = None
+    reason: str | None = None
+
+
+def _details(run: _Bisection, a: Answer) -> dict[str, Any]:
+    """The result's details: what the trials showed, for the report and the display."""
+    full, symptom, config = frozenset(run.features), a.symptom, a.config
+    return {
         "cached_trials": sum(1 for r in run.records if r.result.cached),
         "project": str(Path(run.project.root).resolve()),
         "settings": run.settings.to_dict(),
@@ -174,30 +184,35 @@ def finish(
         "ablation": None,
         "trials_table": trials_table(run.records, run._shows, symptom),
         "noise": run.noise,
-        "timing": timing_evidence(run.timing, full, config),
+        "timing": timed.to_dict() if (timed := timing_evidence(run.timing, full, config)) is not None else None,
         "version": __version__,
         # What trials said about themselves (e.g. XLA dropped under determinism).
         "warnings": sorted({w for r in run.records for w in r.result.extra.get("warnings", [])}),
         "compile_differs": compile_differs(run, full),
         "timed_calls": list(getattr(run, "timed_calls", ())),
         "symptom_call": _symptom_call(run, symptom, config if config is not None else full),
-        **(extra or {}),
+        **(a.extra or {}),
     }
+
+
+def finish(run: _Bisection, a: Answer) -> RunResult:
+    """The run's answer from the bisection `run` (its trials, settings and
+    run dir), written to `<run_dir>/result.json`."""
     result = RunResult(
-        status,
-        symptom,
-        tuple(sorted(culprits)),
-        baseline=best(run.memo, run._shows, frozenset(), symptom),
+        a.status,
+        a.symptom,
+        tuple(sorted(a.culprits)),
+        baseline=best(run.memo, run._shows, frozenset(), a.symptom),
         trials=len(run.records),
         wall_s=round(run.clock() - run.t0, 3),
-        run_dir=rel if not rel.startswith("..") else str(run.run_dir),
-        reproduction_rate=rate,
-        suspects=tuple(sorted(suspects)),
-        also_seen=tuple(also_seen_of(run, symptom)),
-        error=error,
-        reason=reason,
-        known_cost=_known_cost(run, status, symptom, culprits),
-        details=details,
+        run_dir=shown_path(run.run_dir),
+        reproduction_rate=a.rate,
+        suspects=tuple(sorted(a.suspects)),
+        also_seen=tuple(also_seen_of(run, a.symptom)),
+        error=a.error,
+        reason=a.reason,
+        known_cost=_known_cost(run, a.status, a.symptom, a.culprits),
+        details=_details(run, a),
     )
     (run.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=1, default=str), encoding="utf-8")
     return result

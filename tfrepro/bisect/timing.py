@@ -80,15 +80,13 @@ class TimingPool(Generic[K]):
             evidence.append(got)
             return got
 
-        got = classify.sequential_slowdown(
-            pair,
-            self.threshold,
-            prior=tuple(evidence),
+        policy = classify.SequentialPolicy(
             min_new=fresh,
             min_samples=min_pairs,
             max_samples=max(max_pairs, fresh),
             loaded_not_slower=loaded_not_slower,
             alpha_not_slower=alpha_not_slower,
         )
+        got = classify.sequential_slowdown(pair, self.threshold, policy, prior=tuple(evidence))
         self.outcomes.setdefault(key, []).append(got)
         return got

@@ -30,16 +30,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
-from tfrepro.bisect.commits import as_written, project_root, range_settings, shown_path
+from tfrepro.bisect.commits import as_written, project_root, range_settings
 from tfrepro.bisect.events import BisectEvents
-from tfrepro.bisect.ranges import Point, RangeRun, Source, bisect_points, range_options, with_evidence
+from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.errors import UserError
-from tfrepro.settings import SymptomSettings, TrialSettings
+from tfrepro.settings import TrialSettings
 from tfrepro.trials.executors import LocalExecutor, TrialRequest
 from tfrepro.trials.state import StateDir
-from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, TrialResult, Verdict
+from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, TrialResult
 
 # One trial of the project under a release's environment, or why that release
 # cannot be tried (its environment failed to build).
@@ -66,7 +67,18 @@ class FeatureStart:
         return partial(run_trial, python=self.python, versions=self.versions or None, env=self.env or None)
 
 
-FeatureHook = Callable[[FeatureStart], dict]
+class FeatureAnswer(TypedDict, total=False):
+    """`--then-features`: the feature bisection's answer inside the first bad release."""
+
+    status: str
+    symptom: str | None
+    culprits: list[str]
+    trials: int
+    run_dir: str | None
+    error: str | None
+
+
+FeatureHook = Callable[[FeatureStart], FeatureAnswer]
 
 
 def uses_tf_keras(root: Path) -> bool:
@@ -133,34 +145,20 @@ class VersionSource(Source):
 
     def request(self, point: Point, repeat: int, settings: TrialSettings) -> TrialRequest | str:
         settings = replace(settings, repeat=repeat)
-        base = {"use_cache": self.use_cache, "state_dir": self.state.path, "project": self.project}
+        base = TrialRequest((), settings, f"tf {point.label}", self.use_cache, self.state.path, self.project)
         if self.trial is not None:  # tests: the injected trial stands in for environment and run
             got = self.trial(point.label, settings)
-            return (
-                got
-                if isinstance(got, str)
-                else TrialRequest((), settings, f"tf {point.label}", options={"given": got}, **base)
-            )
+            return got if isinstance(got, str) else replace(base, given=got)
         env = self.env_for(point.label)
         if isinstance(env, str):
             return env
-        return TrialRequest(
-            (),
-            settings,
-            f"tf {point.label}",
-            **base,
-            options={"env": self.extra_env() or None, "python": str(env.python), "versions": env.versions},
-        )
+        return replace(base, env=self.extra_env() or None, python=str(env.python), versions=env.versions)
 
     def start_for(self, version: str) -> FeatureStart:
         env = self.env_for(version) if self.trial is None else "injected trial"
         if isinstance(env, str):
             return FeatureStart(self.root, version, None, {}, self.extra_env())
         return FeatureStart(self.root, version, str(env.python), dict(env.versions), self.extra_env())
-
-
-def _given(project: Any, enabled: Any, settings: TrialSettings, *, given: TrialResult, **kw: Any) -> TrialResult:
-    return given
 
 
 @dataclass(frozen=True)
@@ -248,7 +246,8 @@ def _rows(run: RangeRun) -> dict[str, Row]:
 
 def _table(
     rows: dict[str, Row], versions: Sequence[str], items: list[str], excluded: Sequence[tuple[str, str]]
-) -> list[dict[str, Any]]:
+) -> list[Row]:
+    """Every listed release in order (those not tried say why), then the excluded ones."""
     from tfrepro.trials.releases import sort_versions
 
     table = []
@@ -256,63 +255,73 @@ def _table(
         row = rows.get(v) or Row(
             v, "not tried", note="outside the good..bad range" if v not in items else "not needed by the bisection"
         )
-        table.append(row.to_dict())
-    return table + [Row(v, "excluded", note=why).to_dict() for v, why in excluded]
+        table.append(row)
+    return table + [Row(v, "excluded", note=why) for v, why in excluded]
+
+
+@dataclass(frozen=True)
+class Releases:
+    """Which releases a version bisection tries and how: the ends (None: the
+    oldest and the newest listed), `--keras legacy`, the distribution (None:
+    the one installed here), the releases left out with their reason, and
+    the `--then-features` hook (called with the first bad release's
+    `FeatureStart`; its answer kept as `then_features`)."""
+
+    good: str | None = None
+    bad: str | None = None
+    legacy_keras: bool = False
+    tf_dist: str | None = None
+    excluded: tuple[tuple[str, str], ...] = ()
+    then_features: FeatureHook | None = field(default=None, compare=False)
 
 
 def bisect_versions(
     path: str | Path,
     versions: Sequence[str],
+    options: BisectOptions = BisectOptions(),
+    releases: Releases = Releases(),
     *,
-    good: str | None = None,
-    bad: str | None = None,
-    symptom: Verdict | None = None,
-    settings: TrialSettings | None = None,
-    symptoms: SymptomSettings | None = None,
     trial: VersionTrial | None = None,
-    use_cache: bool = True,
-    legacy_keras: bool = False,
-    tf_dist: str | None = None,
     store: Any = None,
     events: BisectEvents | None = None,
-    then_features: FeatureHook | None = None,
-    excluded: Sequence[tuple[str, str]] = (),
     on_line: Callable[[str], None] | None = None,
-    timing_budget_s: float | None = None,
 ) -> RunResult:
     """Find the first release (from the good end to the bad end) whose trial
     shows the symptom. Returns the RunResult (also in `<run_dir>/result.json`).
     `trial` (tests) stands in for building the environment and running;
-    `then_features`, when the answer is found, is called with the first bad
-    release's `FeatureStart` and its answer kept as `then_features`."""
+    `store` for the user cache of environments; `on_line` gets the
+    environment builds' output."""
     started = time.monotonic()
     root, entry = project_root(path)
-    items = order_range(versions, good, bad)
-    settings, symptoms = range_settings(root, entry, settings, symptoms, symptom)
+    items = order_range(versions, releases.good, releases.bad)
+    settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)
     run_dir = state.new_run_dir()
-    notes: list[str] = []
-    if legacy_keras and not uses_tf_keras(root):
-        notes.append("--keras legacy: the project does not use tf.keras, so TF_USE_LEGACY_KERAS changes nothing")
     source = VersionSource(
         root,
         state,
         store=store,
-        tf_dist=tf_dist,
-        legacy_keras=legacy_keras,
-        use_cache=use_cache,
+        tf_dist=releases.tf_dist,
+        legacy_keras=releases.legacy_keras,
+        use_cache=options.use_cache,
         on_line=on_line,
         trial=trial,
     )
     events = events or BisectEvents()
     events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
-    executor = LocalExecutor(1, runner=_given if trial is not None else None)
+    executor = LocalExecutor(1, devices=[] if trial is not None else None)
     points = [Point(v, "") for v in items]
-    run = RangeRun(points, source, executor, settings, symptoms, run_dir, events, range_options(timing_budget_s))
-    try:
-        answer = bisect_points(run, symptom)
-    finally:
-        run.close()
+    run = RangeRun(points, source, executor, settings, symptoms, run_dir, events, options)
+    answer = _version_answer(run, run.answer(options.symptom), versions, items, releases)
+    return with_evidence(answer, run, answer.details, time.monotonic() - started)
+
+
+def _version_answer(
+    run: RangeRun, answer: RunResult, versions: Sequence[str], items: list[str], releases: Releases
+) -> RunResult:
+    """Version mode's fields: the first bad and last good release, the table
+    of releases, what the change follows (Keras or TensorFlow), --then-features."""
+    source = run.source
     first_bad: Point | None = answer.details.get("first_bad")
     candidates = [p.label for p in answer.candidates]
     last_good = (
@@ -324,25 +333,28 @@ def bisect_versions(
     )
     rows = _rows(run)
     lib_follows, follows_note = follows(rows, last_good, first_bad.label if first_bad else None)
+    notes = []
+    if releases.legacy_keras and not uses_tf_keras(source.root):
+        notes.append("--keras legacy: the project does not use tf.keras, so TF_USE_LEGACY_KERAS changes nothing")
     details: dict[str, Any] = {
         "good": items[0],
         "bad": items[-1],
-        "versions": _table(rows, versions, items, excluded),
+        "versions": [r.to_dict() for r in _table(rows, versions, items, releases.excluded)],
         "follows": lib_follows,
         "follows_note": follows_note,
-        "keras": "legacy" if legacy_keras else "default",
+        "keras": "legacy" if releases.legacy_keras else "default",
         "tf_dist": source.tf_dist,
         "notes": notes,
-        "project": str(root),
-        "settings": settings.to_dict(),
+        "project": str(source.root),
+        "settings": run.settings.to_dict(),
         "environments": {v: (e if isinstance(e, str) else e.name) for v, e in source.envs.items()},
     }
-    if first_bad and then_features is not None:
-        details["then_features"] = then_features(source.start_for(first_bad.label))
-    answer = replace(
+    if first_bad and releases.then_features is not None:
+        details["then_features"] = releases.then_features(source.start_for(first_bad.label))
+    return replace(
         answer,
         first_bad_version=first_bad.label if first_bad else None,
         last_good_version=last_good,
         candidates=tuple(candidates),
+        details={**answer.details, **details},
     )
-    return with_evidence(answer, run, details, time.monotonic() - started, shown_path(run_dir))

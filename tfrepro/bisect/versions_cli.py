@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tfrepro.bisect.commits import load_settings, project_root
-from tfrepro.bisect.events import BisectEvents, ProgressLines
-from tfrepro.errors import UserError
-from tfrepro.trials.values import SYMPTOM_ORDER
-
-KERAS_MODES = ("default", "legacy")
+from tfrepro.bisect.events import BisectEvents, ProgressLines, cost_line
+from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.versions import FeatureAnswer, FeatureHook, FeatureStart, Releases
 
 
 def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str, str]], list[str]]:
@@ -39,30 +36,40 @@ def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str,
     return versions, excluded, notes
 
 
-def _feature_hook(
-    steps: int | None,
-    use_cache: bool,
-    only: str | None,
-    skip: str | None,
-    events: BisectEvents | None,
-    timing_budget: float | None = None,
-) -> Callable[[Any], dict[str, Any]]:
-    """`--then-features`: a feature bisection of the project inside the first
-    bad release's environment; its answer goes under `then_features`."""
+@dataclass(frozen=True)
+class ThenFeatures:
+    """`--then-features` and the features it bisects (`--only`, `--skip`: comma lists)."""
 
-    def hook(start: Any) -> dict[str, Any]:
-        from tfrepro.bisect.engine import BisectOptions, bisect
+    only: str | None = None
+    skip: str | None = None
+
+
+def _feature_hook(options: BisectOptions, chosen: ThenFeatures, events: BisectEvents | None) -> FeatureHook:
+    """`--then-features`: a feature bisection of the project inside the first
+    bad release's environment (--steps, the cache and --timing-budget of
+    `options`); its answer goes under `then_features`."""
+
+    def hook(start: FeatureStart) -> FeatureAnswer:
+        from tfrepro.bisect.engine import bisect
         from tfrepro.project import Project
 
         names = lambda v: [x.strip() for x in (v or "").split(",") if x.strip()]  # noqa: E731
-        project = Project.load(start.project_root, only=names(only) or None, skip=names(skip) or None)
+        only, skip = names(chosen.only) or None, names(chosen.skip) or None
+        project = Project.load(start.project_root, only=only, skip=skip)
         if events is not None:
             events.phase(f"bisecting the features inside tensorflow {start.version}")
-        options = BisectOptions(steps=steps, use_cache=use_cache)
-        if timing_budget is not None:
-            options = replace(options, timing_budget_s=timing_budget)
-        doc = bisect(project, options, runner=start.runner(), events=events).to_dict()
-        return {k: doc.get(k) for k in ("status", "symptom", "culprits", "trials", "run_dir", "error")}
+        inside = BisectOptions(
+            steps=options.steps, use_cache=options.use_cache, timing_budget_s=options.timing_budget_s
+        )
+        r = bisect(project, inside, runner=start.runner(), events=events)
+        return FeatureAnswer(
+            status=r.status.value,
+            symptom=r.symptom.value if r.symptom is not None else None,
+            culprits=sorted(r.culprits),
+            trials=r.trials,
+            run_dir=r.run_dir,
+            error=r.error,
+        )
 
     return hook
 
@@ -100,74 +107,39 @@ def format_result(result: dict[str, Any]) -> str:
         note = f"  {row['note']}" if row.get("note") else ""
         lines.append(f"  {row['version']:<14} {what:<10}{shows}{keras}{note}")
     lines += [f"note: {n}" for n in result.get("notes", [])]
-    cached = f", {result['cached_trials']} from cache" if result.get("cached_trials") else ""
-    lines.append(f"{result['trials']} trials{cached}, {result['wall_s']:.1f} s; run: {result['run_dir']}")
+    lines.append(cost_line(result))
     return "\n".join(lines)
 
 
 def run_from_cli(
     path: str | Path,
     tf_versions: str,
+    options: BisectOptions = BisectOptions(),
+    releases: Releases = Releases(),
     *,
-    good: str | None = None,
-    bad: str | None = None,
-    symptom: str | None = None,
-    keras: str = "default",
-    tf_dist: str | None = None,
+    then_features: ThenFeatures | None = None,
     as_json: bool = False,
-    steps: int | None = None,
-    timeout_s: float | None = None,
-    use_cache: bool = True,
     echo: Callable[..., None] | None = None,
-    then_features: bool = False,
-    only: str | None = None,
-    skip: str | None = None,
-    timing_budget: float | None = None,
 ) -> int:
-    """What `tfrepro bisect --tf-versions ...` does; returns the exit code
-    (Contract 4: 0 found, 1 the ends do not hold or an error, 3 none, 4 ambiguous).
-    Bad input raises UserError (exit 2)."""
+    """What `tfrepro bisect --tf-versions ...` does (`options`: the symptom,
+    --steps, the cache, --timing-budget; `releases`: the ends, --keras,
+    --tf-dist); returns the exit code (Contract 4: 0 found, 1 the ends do
+    not hold or an error, 3 none, 4 ambiguous). Bad input raises UserError (exit 2)."""
     import click
 
     from tfrepro.bisect.versions import bisect_versions
     from tfrepro.trials.envs import detect_tf_dist
 
     echo = echo or click.echo
-    if keras not in KERAS_MODES:
-        raise UserError(f"unknown --keras {keras!r}", hint="default or legacy")
-    target = None
-    if symptom:
-        target = next((v for v in SYMPTOM_ORDER if v.value == symptom), None)
-        if target is None:
-            raise UserError(f"unknown symptom {symptom!r}", hint="one of: " + ", ".join(v.value for v in SYMPTOM_ORDER))
-    dist = tf_dist or detect_tf_dist()
+    dist = releases.tf_dist or detect_tf_dist()
     versions, excluded, notes = expand_versions(tf_versions, dist)
-    settings, symptoms = load_settings(project_root(path)[0])
-    if steps is not None:
-        settings = replace(settings, steps=steps)
-    if timeout_s is not None:
-        settings = replace(settings, timeout_s=float(timeout_s))
-
     for n in notes:
         echo(f"note: {n}", err=True)
     progress = None if as_json else ProgressLines(echo, 14)
-    result = bisect_versions(
-        path,
-        versions,
-        good=good,
-        bad=bad,
-        symptom=target,
-        settings=settings,
-        symptoms=symptoms,
-        use_cache=use_cache,
-        legacy_keras=keras == "legacy",
-        tf_dist=dist,
-        events=progress,
-        excluded=excluded,
-        then_features=_feature_hook(steps, use_cache, only, skip, progress, timing_budget) if then_features else None,
-        on_line=None if as_json else (lambda line: echo(f"  {line}", err=True)),
-        timing_budget_s=timing_budget,
-    )
+    hook = _feature_hook(options, then_features, progress) if then_features is not None else None
+    releases = replace(releases, tf_dist=dist, excluded=tuple(excluded), then_features=hook)
+    on_line = None if as_json else (lambda line: echo(f"  {line}", err=True))
+    result = bisect_versions(path, versions, options, releases, events=progress, on_line=on_line)
     doc = result.to_dict()
     doc["notes"] = [*notes, *doc.get("notes", [])]
     echo(json.dumps(doc) if as_json else format_result(doc))

@@ -72,22 +72,15 @@ def _input_scale_problem(t: dict, limit: float, what: str) -> str | None:
     return None
 
 
-def check_first_batches(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
-    skips = result.extra.get("check.skips") or {}
-    data = result.extra.get("check.batches")
-    if "batches" in skips and not data:
-        return _item("first_batches", CheckStatus.SKIP, skips["batches"])
-    if not data or not data.get("batches"):
-        return _item("first_batches", CheckStatus.SKIP, _missing(result, "batches"))
-    loss = result.extra.get("check.loss")
-    model = result.extra.get("check.model")
-    c, why_no_classes = num_classes(loss, model)
+def _batch_problems(
+    batches: list[dict], loss: dict | None, c: int | None, evidence: list[str]
+) -> tuple[list[str], int]:
+    """NaN/Inf inputs and label problems of the first two batches (each
+    tensor described in `evidence`) -> (failures, label tensors per batch)."""
     fails: list[str] = []
     label_problems: dict[str, list[str]] = {}  # the same problem in both batches is said once
     n_labels = 0
-    warns: list[str] = []
-    evidence: list[str] = [f"seen at: {data.get('source')}"]
-    for b, batch in enumerate(data["batches"][:2], start=1):
+    for b, batch in enumerate(batches[:2], start=1):
         for role in ("inputs", "labels"):
             for t in batch.get(role) or []:
                 evidence.append(f"batch {b} {t.get('name') or role}: {describe_tensor(t)}")
@@ -98,37 +91,43 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
                     )
         labels = batch.get("labels") or []
         n_labels = max(n_labels, len(labels))
-        if c is not None and len(labels) == 1:
+        if c is not None and loss is not None and len(labels) == 1:
             for p in _label_problems(labels[0], loss["kind"], c):
                 label_problems.setdefault(p, []).append(str(b))
     fails.extend(f"batch{'es' if len(bs) > 1 else ''} {' and '.join(bs)} {p}" for p, bs in label_problems.items())
+    return fails, n_labels
+
+
+def _scale_warnings(model: dict | None, first: list[dict], limit: float, evidence: list[str]) -> list[str]:
+    """Inputs far from normalised: what the first weighted layer receives
+    when it was seen (unless the model normalises them), else the first batch's inputs."""
     first_input = (model or {}).get("first_layer_input")
     if first_input and first_input.get("normalised_by"):
         evidence.append(f"inputs normalised in the model by {first_input['layer']} ({first_input['normalised_by']})")
-    elif first_input and first_input.get("stats"):
+        return []
+    if first_input and first_input.get("stats"):
         via = ", ".join(first_input.get("via") or [])
         t = first_input["stats"]
         evidence.append(f"the first weighted layer {first_input['layer']} receives (after {via}): {describe_tensor(t)}")
-        p = _input_scale_problem(t, options.input_scale, f"what {first_input['layer']} receives")
-        if p:
-            warns.append(p)
-    else:
-        first = data["batches"][0].get("inputs") or []
-        for t in first:
-            p = _input_scale_problem(t, options.input_scale, f"batch 1 {t.get('name')}")
-            if p:
-                warns.append(p)
+        p = _input_scale_problem(t, limit, f"what {first_input['layer']} receives")
+        return [p] if p else []
+    found = (_input_scale_problem(t, limit, f"batch 1 {t.get('name')}") for t in first)
+    return [p for p in found if p]
+
+
+def _labels_note(c: int | None, why_no_classes: str, n_labels: int, loss: dict | None) -> str:
     if c is None:
-        evidence.append(f"labels not judged: {why_no_classes}")
-    elif n_labels != 1:
-        evidence.append(
-            "labels not judged: "
-            + ("the batches carry no labels" if n_labels == 0 else f"{n_labels} label tensors (one per output)")
+        return f"labels not judged: {why_no_classes}"
+    if n_labels != 1:
+        return "labels not judged: " + (
+            "the batches carry no labels" if n_labels == 0 else f"{n_labels} label tensors (one per output)"
         )
-    else:
-        evidence.append(f"labels judged for {loss.get('name')} over {c} classes")
+    return f"labels judged for {(loss or {}).get('name')} over {c} classes"
+
+
+def _batch_fixes(text: str) -> str | None:
+    """The fix for each kind of problem named in `text`."""
     fixes = []
-    text = " ".join(fails + warns)
     if "NaN" in text or "Inf" in text:
         fixes.append(
             "find where the NaN/Inf come from (missing values, log(0), a division): drop or impute them "
@@ -145,7 +144,24 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
             "standardise the inputs: a `keras.layers.Normalization()` adapted on the training data as "
             "the model's first layer, or `x / 255.0` / `(x - mean) / std` in the pipeline"
         )
-    fix = "; ".join(fixes) or None
+    return "; ".join(fixes) or None
+
+
+def check_first_batches(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
+    skips = result.extra.get("check.skips") or {}
+    data = result.extra.get("check.batches")
+    if "batches" in skips and not data:
+        return _item("first_batches", CheckStatus.SKIP, skips["batches"])
+    if not data or not data.get("batches"):
+        return _item("first_batches", CheckStatus.SKIP, _missing(result, "batches"))
+    loss = result.extra.get("check.loss")
+    model = result.extra.get("check.model")
+    c, why_no_classes = num_classes(loss, model)
+    evidence: list[str] = [f"seen at: {data.get('source')}"]
+    fails, n_labels = _batch_problems(data["batches"], loss, c, evidence)
+    warns = _scale_warnings(model, data["batches"][0].get("inputs") or [], options.input_scale, evidence)
+    evidence.append(_labels_note(c, why_no_classes, n_labels, loss))
+    fix = _batch_fixes(" ".join(fails + warns))
     if fails:
         return _item("first_batches", CheckStatus.FAIL, "; ".join(fails + warns), evidence, fix)
     if warns:

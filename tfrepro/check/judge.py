@@ -178,6 +178,27 @@ def _input_bound(pipe: float, compute: float | None, step: float | None, options
 # -- 3. first batches ----------------------------------------------------------------
 
 
+def _off_chance(first: float, chance: float, hi: float, status: CheckStatus) -> tuple[str, str]:
+    """What an initial loss outside the pass band says, and its fix."""
+    if first > hi:
+        summary = (
+            f"initial loss {fmt_num(first)} is far above chance {chance:.3f}: confidently wrong at initialisation"
+            if status is CheckStatus.FAIL
+            else f"initial loss {fmt_num(first)} is above chance {chance:.3f} (pass up to {hi:.3f}): "
+            f"overconfident at initialisation"
+        )
+        return summary, (
+            "normalise the inputs, check the initialisation scale (a smaller last layer, e.g. "
+            "kernel_initializer='zeros'), and that softmax is applied exactly once "
+            "(logits + from_logits=True, or softmax + from_logits=False)"
+        )
+    far = "far " if status is CheckStatus.FAIL else ""
+    return f"initial loss {fmt_num(first)} is {far}below chance {chance:.3f}", (
+        "the labels may leak into the inputs, some samples may contribute nothing (rows of zeros "
+        "from `tf.one_hot`), or the loss is not averaged per sample"
+    )
+
+
 def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
     loss = result.extra.get("check.loss")
     model = result.extra.get("check.model")
@@ -213,24 +234,7 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
         )
     if not lo <= first <= hi:
         status = CheckStatus.FAIL if (first < fail_lo or first > fail_hi) else CheckStatus.WARN
-        if first > hi:
-            summary = (
-                f"initial loss {fmt_num(first)} is far above chance {chance:.3f}: confidently wrong at initialisation"
-                if status is CheckStatus.FAIL
-                else f"initial loss {fmt_num(first)} is above chance {chance:.3f} (pass up to {hi:.3f}): "
-                f"overconfident at initialisation"
-            )
-            fix = (
-                "normalise the inputs, check the initialisation scale (a smaller last layer, e.g. "
-                "kernel_initializer='zeros'), and that softmax is applied exactly once "
-                "(logits + from_logits=True, or softmax + from_logits=False)"
-            )
-        else:
-            summary = f"initial loss {fmt_num(first)} is {'far ' if status is CheckStatus.FAIL else ''}below chance {chance:.3f}"
-            fix = (
-                "the labels may leak into the inputs, some samples may contribute nothing (rows of zeros "
-                "from `tf.one_hot`), or the loss is not averaged per sample"
-            )
+        summary, fix = _off_chance(first, chance, hi, status)
         return _item("initial_loss", status, summary, evidence, fix)
     mismatch = _logits_mismatch(loss, act)
     if mismatch:
@@ -275,9 +279,10 @@ def _logits_mismatch(loss: dict, act: str | None) -> tuple[str, str] | None:
 # -- 5. short run --------------------------------------------------------------------
 
 
-def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
+def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
+    """The short run's failure when it did not run through: a timeout, a
+    non-finite loss or weights, a crash, no training step at all."""
     n = len(result.losses)
-    evidence = [f"{n} step(s), mode {result.mode}"]
     if result.timed_out:
         return _item(
             "short_run",
@@ -322,6 +327,15 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
             "a custom loop is measured at its optimizer's apply_gradients/apply; one that updates the weights "
             "otherwise can print `step=N loss=X` per step",
         )
+    return None
+
+
+def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
+    n = len(result.losses)
+    evidence = [f"{n} step(s), mode {result.mode}"]
+    stopped = _run_stopped(result, evidence)
+    if stopped is not None:
+        return stopped
     if n < 4:
         return _item(
             "short_run", CheckStatus.SKIP, f"only {n} training step(s) ran; 4 are needed to see a trend", evidence

@@ -9,14 +9,14 @@ what `tfrepro bisect` calls when the baseline itself fails, so that
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfrepro.check.judge import CheckOptions, CheckReport, judge
 from tfrepro.inside import PROBES
 from tfrepro.settings import TrialSettings
+from tfrepro.trials.runner import TrialOptions
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
@@ -51,9 +51,7 @@ def run_checks(
     *,
     options: CheckOptions = CheckOptions(),
     expect_gpu: bool | None = None,
-    use_cache: bool = True,
-    state_dir: Path | None = None,
-    env: Mapping[str, str] | None = None,
+    how: TrialOptions = TrialOptions(),
     runner: Callable[..., TrialResult] | None = None,
 ) -> CheckReport:
     """Run `project` with `enabled` ON (the baseline by default) under the
@@ -61,8 +59,9 @@ def run_checks(
 
     `expect_gpu`: None decides in the trial process (CUDA_VISIBLE_DEVICES,
     /dev/nvidia0, nvidia-smi); True/False says so. The trial is cached like
-    any other (its key includes the probe file and its options). `runner`
-    stands in for `trial.run_trial` (bisect passes its own).
+    any other (its key includes the probe file and its options); `how` gives
+    its cache use, state dir and environment. `runner` stands in for
+    `trial.run_trial` (bisect passes its own).
     """
     if runner is None:
         from tfrepro.trials.runner import run_trial as runner
@@ -74,10 +73,10 @@ def run_checks(
         project,
         enabled,
         replace(settings, repeat=0),
-        use_cache=use_cache,
+        use_cache=how.use_cache,
         label="check",
-        state_dir=state_dir,
-        env=env,
+        state_dir=how.state_dir,
+        env=how.env,
         plugins=(PROBES_FILE,),
         plugin_options=_probe_options(expect_gpu),
     )

@@ -244,54 +244,10 @@ def bisect_cmd(
             "--replicas": replicas is not None,
         },
     )
-    if tf_versions:
-        from tfrepro.bisect.versions_cli import run_from_cli as run_versions
+    from tfrepro.bisect.options import BisectOptions, parse_symptom
 
-        check_release(good, "--good")
-        check_release(bad, "--bad")
-        code = run_versions(
-            path,
-            tf_versions,
-            good=good,
-            bad=bad,
-            symptom=symptom,
-            keras=keras_mode,
-            tf_dist=tf_dist,
-            as_json=as_json,
-            steps=steps,
-            use_cache=not no_cache,
-            then_features=then_features,
-            only=only,
-            skip=skip,
-            timing_budget=timing_budget,
-        )
-        sys.exit(write_tables(path, None, code))
-    if good or bad:
-        from tfrepro.bisect.commits_cli import run_from_cli
-
-        code = run_from_cli(
-            path,
-            good,
-            bad,
-            symptom=symptom,
-            as_json=as_json,
-            steps=steps,
-            use_cache=not no_cache,
-            executor=executor,
-            address=address,
-            jobs=jobs,
-            timing_budget=timing_budget,
-        )
-        sys.exit(write_tables(path, None, code))
-    from tfrepro.bisect.display import answer_lines, run_bisect
-    from tfrepro.bisect.engine import BisectOptions
-    from tfrepro.check.run import checks_for_result
-    from tfrepro.trials.state import prune_after_run
-    from tfrepro.trials.values import Status, Verdict
-
-    project = load_project(path, only, skip)
     options = BisectOptions(
-        symptom=Verdict(symptom) if symptom else None,
+        symptom=parse_symptom(symptom),
         strategy=strategy,
         steps=steps,
         budget_s=budget_s,
@@ -301,12 +257,34 @@ def bisect_cmd(
         executor=executor,
         address=address,
         replicas=replicas,
-        baseline_checks=checks_for_result,
     )
     if replays is not None:
         options = replace(options, replays=replays, timing_replays=replays)
     if timing_budget is not None:
         options = replace(options, timing_budget_s=timing_budget)
+    if tf_versions:
+        from tfrepro.bisect.versions import Releases
+        from tfrepro.bisect.versions_cli import ThenFeatures
+        from tfrepro.bisect.versions_cli import run_from_cli as run_versions
+
+        check_release(good, "--good")
+        check_release(bad, "--bad")
+        releases = Releases(good=good, bad=bad, legacy_keras=keras_mode == "legacy", tf_dist=tf_dist)
+        then = ThenFeatures(only, skip) if then_features else None
+        code = run_versions(path, tf_versions, options, releases, then_features=then, as_json=as_json)
+        sys.exit(write_tables(path, None, code))
+    if good or bad:
+        from tfrepro.bisect.commits_cli import run_from_cli
+
+        code = run_from_cli(path, good, bad, options, as_json=as_json)
+        sys.exit(write_tables(path, None, code))
+    from tfrepro.bisect.display import answer_lines, run_bisect
+    from tfrepro.check.run import checks_for_result
+    from tfrepro.trials.state import prune_after_run
+    from tfrepro.trials.values import Status
+
+    project = load_project(path, only, skip)
+    options = replace(options, baseline_checks=checks_for_result)
     doc = run_bisect(project, options, as_json=as_json)
     prune_after_run(project)
     click.echo(json.dumps(doc) if as_json else "\n".join(answer_lines(doc)))

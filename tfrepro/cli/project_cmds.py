@@ -218,6 +218,7 @@ def check_cmd(
 
     from tfrepro.check.judge import CheckOptions, format_report
     from tfrepro.check.run import checked_features, run_checks
+    from tfrepro.trials.runner import TrialOptions
 
     if with_ is not None and all_:
         raise UserError("--with and --all exclude each other", hint="give one of them")
@@ -236,7 +237,7 @@ def check_cmd(
         settings,
         options=CheckOptions(expect_params=expect_params),
         expect_gpu=expect_gpu,
-        use_cache=not no_cache,
+        how=TrialOptions(use_cache=not no_cache),
     )
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2))

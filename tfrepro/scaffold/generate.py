@@ -158,9 +158,6 @@ def new_project(
     baseline. `defaults=False` asks the unanswered questions on the terminal.
     `files` (relpath -> text or bytes) are written beside what the template
     renders, before the commit: the user's own script (`new --from`)."""
-    import copier
-    from copier.errors import CopierError, UserMessageError
-
     dest = Path(dest).expanduser().absolute()
     check_destination(dest)
     check_template(template, source)
@@ -173,23 +170,7 @@ def new_project(
     done = False
     try:
         out = staging / dest.name
-        try:
-            worker = copier.run_copy(
-                str(repo.path),
-                out,
-                data=answers_in,
-                vcs_ref=repo.tag,
-                defaults=defaults,
-                quiet=True,
-                cleanup_on_error=True,
-            )
-        except (ValueError, TypeError, UserMessageError) as e:
-            raise UserError(_copier_message(e)) from None  # copier's validators say what is expected
-        except KeyboardInterrupt:
-            raise TfreproError("interrupted: nothing was written") from None
-        except CopierError as e:
-            raise TfreproError(f"copier failed: {e}") from e
-        answers = {k: v for k, v in worker.answers.combined.items() if not str(k).startswith("_")}
+        answers = _run_copier(repo, out, answers_in, defaults)
         _write_files(out, files or {})
         commit = _commit_baseline(out, f"tfrepro new: baseline from template {template} {repo.tag}")
         check_destination(dest)  # nobody wrote there meanwhile
@@ -209,6 +190,31 @@ def new_project(
         commit=commit,
         answers={k: v for k, v in recorded.items() if not k.startswith("_")} or answers,
     )
+
+
+def _run_copier(repo: TemplateRepo, out: Path, answers_in: Mapping[str, Any], defaults: bool) -> Mapping[str, Any]:
+    """copier renders the template into `out` -> the answers it used; its
+    errors as ours (a bad answer is a UserError)."""
+    import copier
+    from copier.errors import CopierError, UserMessageError
+
+    try:
+        worker = copier.run_copy(
+            str(repo.path),
+            out,
+            data=dict(answers_in),
+            vcs_ref=repo.tag,
+            defaults=defaults,
+            quiet=True,
+            cleanup_on_error=True,
+        )
+    except (ValueError, TypeError, UserMessageError) as e:
+        raise UserError(_copier_message(e)) from None  # copier's validators say what is expected
+    except KeyboardInterrupt:
+        raise TfreproError("interrupted: nothing was written") from None
+    except CopierError as e:
+        raise TfreproError(f"copier failed: {e}") from e
+    return {k: v for k, v in worker.answers.combined.items() if not str(k).startswith("_")}
 
 
 def _write_files(out: Path, files: Mapping[str, str | bytes]) -> None:

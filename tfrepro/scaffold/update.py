@@ -12,6 +12,7 @@ The result is left uncommitted, for the user to review (`git diff`).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,18 +83,8 @@ def _dirty_files(repo, root: Path) -> list[str]:
     return [line[3:] for line in lines if line.strip()]
 
 
-def update_project(
-    path: str | Path = ".",
-    *,
-    source: str | Path | None = None,
-    cache: str | Path | None = None,
-) -> UpdateResult:
-    """Update the project at `path` to the current version of its template,
-    keeping the user's committed edits (conflicts are left inline)."""
-    root = Path(path).expanduser().resolve()
-    if not root.is_dir():
-        raise UserError("no such project directory", path=root)
-    answers = _load_answers(root)
+def _template_name(root: Path, answers: Mapping[str, Any], source: str | Path | None, cache: str | Path | None) -> str:
+    """The template the project was made from, when this tfrepro ships it from the same cache."""
     src_path = Path(str(answers["_src_path"]))
     name = src_path.name
     if name not in available_templates(source):
@@ -109,7 +100,10 @@ def update_project(
             path=root / ANSWERS_FILE,
             hint=f"run with TFREPRO_CACHE_DIR set to the cache the project was made with ({src_path.parent.parent})",
         )
-    repo = _git_repo(root)
+    return name
+
+
+def _refuse_dirty(repo, root: Path) -> None:
     dirty = _dirty_files(repo, root)
     if dirty:
         shown = ", ".join(dirty[:8]) + (f" and {len(dirty) - 8} more" if len(dirty) > 8 else "")
@@ -119,20 +113,40 @@ def update_project(
             hint="commit them first (git add -A && git commit -m 'my edits'), then run tfrepro update again",
         )
 
-    template = ensure_template_repo(name, source=source, cache=cache)
-    old = str(answers["_commit"])
+
+def _check_base(template_path: Path, old: str, root: Path) -> None:
+    """The recorded template version must be in the cache: the three-way merge's base."""
     import git
 
     try:
-        template_repo = git.Repo(template.path)
-        template_repo.git.rev_parse("--verify", f"{old}^{{commit}}")
+        git.Repo(template_path).git.rev_parse("--verify", f"{old}^{{commit}}")
     except git.GitCommandError:
         raise UserError(
-            f"template version {old} (recorded in {ANSWERS_FILE}) is not in the template cache {template.path}",
+            f"template version {old} (recorded in {ANSWERS_FILE}) is not in the template cache {template_path}",
             path=root / ANSWERS_FILE,
             hint="the cache was rebuilt since the project was made, so the three-way merge has no base: "
             "make a fresh project with tfrepro new and carry your edits over",
         ) from None
+
+
+def update_project(
+    path: str | Path = ".",
+    *,
+    source: str | Path | None = None,
+    cache: str | Path | None = None,
+) -> UpdateResult:
+    """Update the project at `path` to the current version of its template,
+    keeping the user's committed edits (conflicts are left inline)."""
+    root = Path(path).expanduser().resolve()
+    if not root.is_dir():
+        raise UserError("no such project directory", path=root)
+    answers = _load_answers(root)
+    name = _template_name(root, answers, source, cache)
+    repo = _git_repo(root)
+    _refuse_dirty(repo, root)
+    template = ensure_template_repo(name, source=source, cache=cache)
+    old = str(answers["_commit"])
+    _check_base(template.path, old, root)
     if old == template.tag:
         return UpdateResult(path=root, template=name, old_version=old, new_version=old)
 

@@ -24,6 +24,7 @@ from tfrepro.settings import SymptomSettings
 from tfrepro.trials.memcheck import decide_memory, is_oom
 from tfrepro.trials.slowdown import (  # noqa: F401  (the slowdown decision, re-exported: classify is the one entry)
     QUIET_OTHERS,
+    SequentialPolicy,
     TimingDecision,
     TimingOutcome,
     TimingPair,

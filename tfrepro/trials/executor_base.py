@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.values import TrialResult
@@ -38,9 +38,14 @@ class TrialRequest:
     use_cache: bool = True
     state_dir: Path | None = None  # None: the project's `.tfrepro`
     # The project to run, when it is not the batch's (commit mode: one per commit).
-    project: Any = field(default=None, compare=False)
-    # More keywords for the trial runner (version mode: `python`, `versions`, `env`).
-    options: dict[str, Any] = field(default_factory=dict, compare=False)
+    project: "Project | None" = field(default=None, compare=False)
+    # Version mode: the release environment's interpreter, its versions (they
+    # enter the cache key) and its variables (TF_USE_LEGACY_KERAS); None: this one's.
+    python: str | None = None
+    versions: Mapping[str, str | None] | None = field(default=None, compare=False)
+    env: Mapping[str, str] | None = field(default=None, compare=False)
+    # A result known already (version mode's injected trial in tests): nothing runs.
+    given: TrialResult | None = field(default=None, compare=False)
 
 
 class Executor:

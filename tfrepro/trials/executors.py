@@ -29,6 +29,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from tfrepro.errors import UserError
@@ -105,20 +106,24 @@ class LocalExecutor(Executor):
         return {"CUDA_VISIBLE_DEVICES": device_for_slot(self.devices, slot)} if self.devices else {}
 
     def _run(self, project: "Project", request: TrialRequest, slot: int, exclusive: bool) -> TrialResult:
-        kw: dict[str, Any] = {"use_cache": request.use_cache, "label": request.label}
-        if request.state_dir is not None:
-            kw["state_dir"] = request.state_dir
-        kw.update(request.options)
+        if request.given is not None:
+            return request.given
+        # the keywords of `run_trial` (and of an injected runner) this request sets
+        r = request
+        kw: dict[str, Any] = {"use_cache": r.use_cache, "label": r.label}
+        optional = {"state_dir": r.state_dir, "python": r.python, "versions": r.versions, "env": r.env}
+        kw.update({k: v for k, v in optional.items() if v is not None})
         if self.runner is not None:
             return self.runner(project, request.enabled, request.settings, **kw)
-        from tfrepro.trials.runner import run_trial
+        from tfrepro.trials.runner import TrialOptions, run_trial
 
+        how = TrialOptions(cold=self.cold, **kw)
         if not self.devices:
-            return run_trial(project, request.enabled, request.settings, cold=self.cold, **kw)
+            return run_trial(project, request.enabled, request.settings, how)
         return self._on_free_gpus(
             project,
             request,
-            lambda env: run_trial(project, request.enabled, request.settings, unkeyed_env=env, cold=self.cold, **kw),
+            lambda env: run_trial(project, request.enabled, request.settings, replace(how, unkeyed_env=env)),
         )
 
     def _on_free_gpus(

@@ -2,8 +2,8 @@
 
 `runner.run_variant` decides nothing here but which: it prepares the trial
 dir and the environment, calls `run_warm` (None: not possible, run it cold)
-or `run_cold`, and reads the result. Both return (return code as Popen gives
-it, timed out, wall seconds, "warm" | "cold").
+or `run_cold`, and reads the result. Both return how the process ended
+(`Exit`); `run_cold` a could-not-start TrialResult when it cannot start.
 
 Invariants:
 - every trial leads its own process group (the launcher, or the warm child
@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 from tfrepro import inside
@@ -34,8 +35,17 @@ from tfrepro.inside import confine as confine_inside
 from tfrepro.trials import confine, warm
 from tfrepro.trials.values import TrialResult
 
-# (return code, timed out, wall seconds, "warm" | "cold"), or a could-not-start result.
-Outcome = tuple[int | None, bool, float, str] | TrialResult
+
+@dataclass(frozen=True)
+class Exit:
+    """How a trial's process ended: its return code (as Popen gives it; None
+    when it could not be read after a kill), whether it timed out, its wall
+    seconds, and how it ran ("warm" | "cold")."""
+
+    rc: int | None
+    timed_out: bool
+    wall_s: float
+    process: str
 
 
 def warm_argv(cmd: Sequence[str], python: str | None = None) -> list[str] | None:
@@ -55,7 +65,7 @@ def run_warm(
     stdout: Path,
     stderr: Path,
     pool: "warm.WarmPool",
-) -> Outcome | None:
+) -> Exit | None:
     """The trial forked from a warm server, or None: run it cold."""
     argv = warm_argv(cmd, cmd[0])
     if argv is None or pool.wants(cwd / argv[0]) is not None:
@@ -98,12 +108,12 @@ def run_warm(
             raise TrialStopped()
     if rc == confine_inside.CANNOT_CONFINE and _cannot_confine(stderr):
         return None  # the warm child could not confine itself: the trial runs cold
-    return rc, timed_out, time.perf_counter() - start, "warm"
+    return Exit(rc, timed_out, time.perf_counter() - start, "warm")
 
 
 def run_cold(
     cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, stdout_path: Path, stderr_path: Path
-) -> Outcome:
+) -> Exit | TrialResult:
     """The trial behind the launcher, confined (`trials/confine.py`) to its
     trial dir, the dir of `stdout_path`."""
     timed_out = False
@@ -138,7 +148,7 @@ def run_cold(
                 kill_strays(trial_dir)
             if LIVE.remove(token):
                 raise TrialStopped()
-    return _status(proc.returncode, status_path), timed_out, time.perf_counter() - start, "cold"
+    return Exit(_status(proc.returncode, status_path), timed_out, time.perf_counter() - start, "cold")
 
 
 def _status(rc: int | None, status_path: Path) -> int | None:

@@ -45,8 +45,8 @@ import sys
 import tarfile
 import tempfile
 import threading
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -83,12 +83,23 @@ def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
     return [m for m in tar.getmembers() if not (m.name.startswith("/") or ".." in Path(m.name).parts)]
 
 
+@dataclass(frozen=True)
+class Shipped:
+    """What a task sends back: the trial's result, its logs, where it ran."""
+
+    result: TrialResult
+    logs: Mapping[str, bytes]
+    node: str | None
+    host: str
+    pid: int
+
+
 def run_shipped(
-    base: bytes, rendered: dict[str, str], settings: dict[str, Any], env: dict[str, str], cold: bool = False
-) -> dict[str, Any]:
+    base: bytes, rendered: dict[str, str], settings: TrialSettings, env: dict[str, str], cold: bool = False
+) -> Shipped:
     """The task body (also callable in-process): unpack, run (`cold`: in a
     cold process, never forked from this worker's warm server), return the
-    result dict, the logs and where it ran."""
+    result, the logs and where it ran."""
     from tfrepro.trials import runner
 
     parent = Path(tempfile.gettempdir()) / "tfrepro-ray"
@@ -102,13 +113,13 @@ def run_shipped(
             tar.extractall(variant, members=_safe_members(tar), **safe)
         for rel, text in rendered.items():
             (variant / rel).write_text(text, encoding="utf-8", newline="")
-        result = runner.run_variant(variant, TrialSettings.from_dict(settings), trial_dir, env=env, cold=cold)
+        result = runner.run_variant(variant, settings, trial_dir, env=env, cold=cold)
         logs = {name: (trial_dir / name).read_bytes() for name in LOGS if (trial_dir / name).is_file()}
     try:
         node = ray.get_runtime_context().get_node_id()
     except Exception:  # called outside a Ray worker (tests)
         node = None
-    return {"result": result.to_dict(), "logs": logs, "node": node, "host": socket.gethostname(), "pid": os.getpid()}
+    return Shipped(result, logs, node, socket.gethostname(), os.getpid())
 
 
 def _sweep(parent: Path) -> None:
@@ -128,8 +139,8 @@ def _sweep(parent: Path) -> None:
 
 @ray.remote(max_retries=0, retry_exceptions=False)
 def _trial_task(
-    base: bytes, rendered: dict[str, str], settings: dict[str, Any], env: dict[str, str], cold: bool, attempt: int
-) -> dict[str, Any]:
+    base: bytes, rendered: dict[str, str], settings: TrialSettings, env: dict[str, str], cold: bool, attempt: int
+) -> Shipped:
     return run_shipped(base, rendered, settings, {**env, ATTEMPT_ENV: str(attempt)}, cold)
 
 
@@ -219,13 +230,13 @@ class RayExecutor(Executor):
             args = (
                 self._base(project),
                 project.render(enabled),
-                request.settings.to_dict(),
+                request.settings,
                 shipped_env(),
                 self.runs_cold(),
             )
             options = self._options(exclusive)
 
-            def attempt(n: int) -> dict[str, Any]:
+            def attempt(n: int) -> Shipped:
                 with self._lock:
                     self.attempts += 1
                 ref = _trial_task.options(**options).remote(*args, n)
@@ -239,10 +250,10 @@ class RayExecutor(Executor):
             out, lost = retry_once(attempt, is_lost)
             if out is None:
                 return could_not_run(lost, trial_dir)
-            for name, data in out["logs"].items():
+            for name, data in out.logs.items():
                 (trial_dir / name).write_bytes(data)
-            result = TrialResult.from_dict(out["result"])
-            where = {"executor": "ray", "node": out["node"], "host": out["host"], "attempts": len(lost) + 1}
+            result = out.result
+            where = {"executor": "ray", "node": out.node, "host": out.host, "attempts": len(lost) + 1}
             return replace(result, log_dir=str(trial_dir), extra={**result.extra, **where})
 
         from tfrepro.trials import runner

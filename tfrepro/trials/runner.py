@@ -37,7 +37,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +49,7 @@ from tfrepro.trials import confine, warm
 from tfrepro.trials.diskfull import disk_full
 from tfrepro.trials.memcheck import memory_lines
 from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
-from tfrepro.trials.procs import run_cold, run_warm
+from tfrepro.trials.procs import Exit, run_cold, run_warm
 from tfrepro.trials.ran import what_ran
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.values import TrialResult
@@ -124,67 +124,80 @@ def trial_key(
 # -- the trial ------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class TrialOptions:
+    """How one trial runs besides its settings: the one value `run_trial`
+    and `run_variant` take (keywords of the same names override its fields).
+    `env` is part of the cache key; `unkeyed_env` is not (the GPU a trial is
+    pinned to: any GPU of the box gives the same trial), nor is `cold` (a
+    warm and a cold process give the same trial: tests/test_warm.py).
+    `python` runs the trial under another interpreter (a version
+    environment), whose `versions` enter the key and the result."""
+
+    use_cache: bool = True
+    label: str = ""
+    state_dir: Path | None = None  # None: the project's `.tfrepro`
+    env: Mapping[str, str] | None = None
+    unkeyed_env: Mapping[str, str] | None = None
+    plugins: Sequence[Path] = ()
+    plugin_options: Mapping[str, Any] | None = None
+    python: str | None = None
+    versions: Mapping[str, str | None] | None = None
+    cold: bool = False
+
+    def key(self, variant_hash: str, settings: TrialSettings) -> str:
+        return trial_key(
+            variant_hash,
+            settings,
+            env=self.env,
+            plugins=self.plugins,
+            plugin_options=self.plugin_options,
+            versions=self.versions,
+        )
+
+
 def run_trial(
     project: "Project",
     enabled: Iterable[str],
     settings: TrialSettings,
-    *,
-    use_cache: bool = True,
-    label: str = "",
-    state_dir: Path | None = None,
-    env: Mapping[str, str] | None = None,
-    unkeyed_env: Mapping[str, str] | None = None,
-    plugins: Sequence[Path] = (),
-    plugin_options: Mapping[str, Any] | None = None,
-    python: str | None = None,
-    versions: Mapping[str, str | None] | None = None,
-    cold: bool = False,
+    how: TrialOptions | None = None,
+    **fields: Any,
 ) -> TrialResult:
     """Run `project` with the features `enabled` ON (all others OFF), or return
-    the cached result of the same trial. `env` is part of the cache key;
-    `unkeyed_env` is not (the GPU a trial is pinned to: any GPU of the box
-    gives the same trial), nor is `cold` (a warm and a cold process give the
-    same trial: tests/test_warm.py). `python` runs the trial under another
-    interpreter (a version environment), whose `versions` enter the key and
-    the result."""
+    the cached result of the same trial; `how` (and `fields`, its fields by
+    name) says how it runs (`TrialOptions`)."""
+    how = replace(how or TrialOptions(), **fields)
+    how = replace(how, plugins=tuple(Path(p).resolve() for p in how.plugins))
     enabled_t = tuple(sorted(set(enabled)))
-    state = StateDir(state_dir) if state_dir is not None else StateDir.of(project.root)
-    plugins = tuple(Path(p).resolve() for p in plugins)
-    key = trial_key(
-        project.variant_hash(enabled_t),
-        settings,
-        env=env,
-        plugins=plugins,
-        plugin_options=plugin_options,
-        versions=versions,
-    )
+    state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)
+    key = how.key(project.variant_hash(enabled_t), settings)
 
     def execute(trial_dir: Path) -> TrialResult:
         files = project.write_variant(enabled_t, trial_dir / "variant")
-        result = run_variant(
-            trial_dir / "variant",
-            settings,
-            trial_dir,
-            env={**(env or {}), **(unkeyed_env or {})},
-            plugins=plugins,
-            plugin_options=plugin_options,
-            python=python,
-            cold=cold,
-        )
-        # Which files the trial got as its own copies (and how): never a link.
-        extra = {**result.extra, "files": files} if files else dict(result.extra)
-        if versions is not None:  # the trial's interpreter, not the driver's
-            extra["versions"] = dict(versions)
-            result = replace(result, tf_version=result.tf_version or versions.get("tensorflow"))
-        hint = None
-        if result.crashed:
-            hint = missing_path_hint(result.error, project.root) or lfs_pointer_hint(project.root, project.files)
-        if hint:  # a read through a directory symlink or out of the project: not in the copy
-            extra["hint"] = hint
-            result = replace(result, error=f"{result.error} (hint: {hint})")
-        return replace(result, extra=extra)
+        env = {**(how.env or {}), **(how.unkeyed_env or {})}
+        result = run_variant(trial_dir / "variant", settings, trial_dir, replace(how, env=env))
+        return _annotated(result, project, files, how.versions)
 
-    return confine.check_outside(cached(state, key, enabled_t, label, use_cache, execute))
+    return confine.check_outside(cached(state, key, enabled_t, how.label, how.use_cache, execute))
+
+
+def _annotated(
+    result: TrialResult, project: "Project", files: Any, versions: Mapping[str, str | None] | None
+) -> TrialResult:
+    """The result with what the parent knows: the trial's own copies, the
+    trial interpreter's versions, a hint for a crash on a missing file."""
+    # Which files the trial got as its own copies (and how): never a link.
+    extra = {**result.extra, "files": files} if files else dict(result.extra)
+    if versions is not None:  # the trial's interpreter, not the driver's
+        extra["versions"] = dict(versions)
+        result = replace(result, tf_version=result.tf_version or versions.get("tensorflow"))
+    hint = None
+    if result.crashed:
+        hint = missing_path_hint(result.error, project.root) or lfs_pointer_hint(project.root, project.files)
+    if hint:  # a read through a directory symlink or out of the project: not in the copy
+        extra["hint"] = hint
+        result = replace(result, error=f"{result.error} (hint: {hint})")
+    return replace(result, extra=extra)
 
 
 def cached(
@@ -249,31 +262,10 @@ def child_env(settings: TrialSettings, config_path: Path, env: Mapping[str, str]
     return out
 
 
-def run_variant(
-    variant_dir: Path,
-    settings: TrialSettings,
-    trial_dir: Path,
-    *,
-    env: Mapping[str, str] | None = None,
-    plugins: Sequence[Path] = (),
-    plugin_options: Mapping[str, Any] | None = None,
-    python: str | None = None,
-    cold: bool = False,
-    warm_pool: "warm.WarmPool | None" = None,
-) -> TrialResult:
-    """Run an already rendered variant (no cache). `trial_dir` receives the
-    config, the result and the logs. The trial is a child forked from a warm
-    server (`trials/warm.py`) when it is a plain `python script.py` that
-    imports TensorFlow, else (or with `cold=True`, or when the warm side
-    fails) a cold process behind `inside/launch.py`. Raises what interrupted
-    the parent (KeyboardInterrupt; `TrialStopped` from `stop_trials`) after
-    killing the child's process tree."""
-    trial_dir = Path(trial_dir).resolve()
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    result_path = trial_dir / "result.json"
-    config_path = trial_dir / "trial.json"
+def write_config(settings: TrialSettings, trial_dir: Path, variant_dir: Path, how: TrialOptions) -> Path:
+    """`trial_dir/trial.json`: what the harness reads in the trial process."""
     config = {
-        "result_path": str(result_path),
+        "result_path": str(trial_dir / "result.json"),
         "steps": 0 if settings.until_symptom else settings.steps,
         # "until its symptom": no step cap, this many seconds of training at most
         "until_s": settings.budget_s if settings.until_symptom else 0,
@@ -292,51 +284,65 @@ def run_variant(
         "memory_limit_mb": settings.memory_limit_mb,
         "replicas": settings.replicas,
         "jit_auto": settings.jit_auto,
-        "plugins": [str(Path(p).resolve()) for p in plugins],
-        "plugin_options": dict(plugin_options or {}),
+        "plugins": [str(Path(p).resolve()) for p in how.plugins],
+        "plugin_options": dict(how.plugin_options or {}),
         # the harness names a denied write (Landlock)
         "confine": confine.spec_for(confine.detect(), trial_dir, also=[variant_dir]),
     }
-    config_path.write_text(json.dumps(config, indent=1, default=str), encoding="utf-8")
+    path = trial_dir / "trial.json"
+    path.write_text(json.dumps(config, indent=1, default=str), encoding="utf-8")
+    return path
+
+
+def run_variant(
+    variant_dir: Path,
+    settings: TrialSettings,
+    trial_dir: Path,
+    how: TrialOptions | None = None,
+    *,
+    warm_pool: "warm.WarmPool | None" = None,
+    **fields: Any,
+) -> TrialResult:
+    """Run an already rendered variant (no cache; `how.env` is its whole
+    environment override). `trial_dir` receives the config, the result and
+    the logs. The trial is a child forked from a warm server
+    (`trials/warm.py`) when it is a plain `python script.py` that imports
+    TensorFlow, else (or with `cold`, or when the warm side fails) a cold
+    process behind `inside/launch.py`. Raises what interrupted the parent
+    (KeyboardInterrupt; `TrialStopped` from `stop_trials`) after killing the
+    child's process tree."""
+    how = replace(how or TrialOptions(), **fields)
+    trial_dir = Path(trial_dir).resolve()
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    result_path = trial_dir / "result.json"
+    config_path = write_config(settings, trial_dir, variant_dir, how)
     stdout_path, stderr_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
-    cmd = command_for(settings, python)
+    cmd = command_for(settings, how.python)
     # The driver's TensorFlow says nothing about another interpreter's trial.
-    tf_fallback = None if python else tf_version()
-    full_env = child_env(settings, config_path, env)
+    tf_fallback = None if how.python else tf_version()
+    full_env = child_env(settings, config_path, how.env)
+    logs = (stdout_path, stderr_path)
     outcome = None
-    if not cold:
+    if not how.cold:
         outcome = run_warm(
-            cmd,
-            Path(variant_dir),
-            full_env,
-            settings.timeout_s,
-            stdout_path,
-            stderr_path,
-            warm_pool or warm.default_pool(),
+            cmd, Path(variant_dir), full_env, settings.timeout_s, *logs, warm_pool or warm.default_pool()
         )
     if outcome is None:
         for stale in (result_path, Path(harness.progress_path(str(result_path)))):
             stale.unlink(missing_ok=True)  # left by a warm attempt whose server died
-        outcome = run_cold(cmd, Path(variant_dir), full_env, settings.timeout_s, stdout_path, stderr_path)
+        outcome = run_cold(cmd, Path(variant_dir), full_env, settings.timeout_s, *logs)
     if isinstance(outcome, TrialResult):
         return replace(outcome, log_dir=str(trial_dir), tf_version=tf_fallback)
-    rc, timed_out, wall, how = outcome
-    result = _collect(rc, timed_out, wall, settings, result_path, stderr_path, trial_dir, tf_fallback=tf_fallback)
-    return confine.note_outside(replace(result, extra={**result.extra, "process": how}), trial_dir)
+    result = _collect(outcome, settings, trial_dir, tf_fallback)
+    return confine.note_outside(replace(result, extra={**result.extra, "process": outcome.process}), trial_dir)
 
 
-def _collect(
-    rc: int | None,
-    timed_out: bool,
-    wall: float,
-    settings: TrialSettings,
-    result_path: Path,
-    stderr_path: Path,
-    trial_dir: Path,
-    tf_fallback: str | None = None,
-) -> TrialResult:
-    base = {"exit_code": rc, "wall_s": round(wall, 4), "log_dir": str(trial_dir)}
-    if timed_out:
+def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: str | None = None) -> TrialResult:
+    """The trial's result from its process's end and what the harness wrote in `trial_dir`."""
+    result_path, stderr_path = trial_dir / "result.json", trial_dir / "stderr.log"
+    rc = end.rc
+    base = {"exit_code": rc, "wall_s": round(end.wall_s, 4), "log_dir": str(trial_dir)}
+    if end.timed_out:
         progress = _read_json(Path(harness.progress_path(str(result_path)))) or {}
         error = f"timed out after {settings.timeout_s:g} s"
         if progress.get("steps_run"):

@@ -25,8 +25,9 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import Any
 
 from tfrepro.trials.values import TrialResult, Verdict
 
@@ -356,23 +357,37 @@ class TimingOutcome:
 PairSampler = Callable[[int], "TimingPair | Verdict"]
 
 
+@dataclass(frozen=True)
+class SequentialPolicy:
+    """How much evidence `sequential_slowdown` gathers, and how it decides:
+    at least `min_new` new pairs, the rank test from `min_samples` pairs on,
+    at most `max_samples` new ones; `loaded_not_slower` clear "not slower"
+    pairs decide on a loaded machine; `alpha_not_slower` is the rank test's
+    level for "not slower" (None: `alpha`, the same as for "slower")."""
+
+    min_new: int = 1
+    min_samples: int = 3
+    max_samples: int = 10
+    alpha: float = 0.05
+    loaded_not_slower: int = LOADED_CLEAR_NOT_SLOWER
+    alpha_not_slower: float | None = None
+
+
 def sequential_slowdown(
     sample_pair: PairSampler,
     threshold: float,
+    policy: SequentialPolicy | None = None,
     *,
     prior: Sequence[TimingPair] = (),
-    min_new: int = 1,
-    min_samples: int = 3,
-    max_samples: int = 10,
-    alpha: float = 0.05,
-    loaded_not_slower: int = LOADED_CLEAR_NOT_SLOWER,
-    alpha_not_slower: float | None = None,
+    **fields: Any,
 ) -> TimingOutcome:
     """Take pairs until the decision over all the evidence (`prior` pairs
-    plus new ones, at least `min_new`) is conclusive or `max_samples` new
-    pairs are spent. Pair i is requested as `sample_pair(i)`, i = 0, 1, ...
-    (the caller maps i to deterministic repeat indices, so an interrupted run
-    resumes from its cache)."""
+    plus new ones) is conclusive or the policy's budget of new pairs is
+    spent (`fields` override the policy's by name). Pair i is requested as
+    `sample_pair(i)`, i = 0, 1, ... (the caller maps i to deterministic
+    repeat indices, so an interrupted run resumes from its cache)."""
+    pol = replace(policy or SequentialPolicy(), **fields)
+    min_new, min_samples, max_samples = pol.min_new, pol.min_samples, pol.max_samples
     if min_samples < 1 or max_samples < 1 or min_new > max_samples:
         raise ValueError("need 1 <= min_samples, 1 <= max_samples and min_new <= max_samples")
     pairs = list(prior)
@@ -400,10 +415,10 @@ def sequential_slowdown(
         d = decide_slowdown(
             pairs,
             threshold,
-            alpha=alpha,
+            alpha=pol.alpha,
             min_pairs=min_samples,
-            loaded_not_slower=loaded_not_slower,
-            alpha_not_slower=alpha_not_slower,
+            loaded_not_slower=pol.loaded_not_slower,
+            alpha_not_slower=pol.alpha_not_slower,
         )
         decisions.append(d)
         if d.state == TimingState.SLOWER:

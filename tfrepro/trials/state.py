@@ -427,6 +427,12 @@ def tree_size(path: Path) -> int:
     return total
 
 
+def shown_path(p: Path) -> str:
+    """A run dir as the answer shows it: relative to the current directory when below it."""
+    rel = os.path.relpath(p, Path.cwd())
+    return rel if not rel.startswith("..") else str(p)
+
+
 def write_trial_record(dest: Path, summary: dict[str, Any], log_dir: str | None) -> None:
     """One trial of a run, in the run dir: its summary and its logs (hard
     links when possible: the logs already live in the trial dir)."""
