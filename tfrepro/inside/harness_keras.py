@@ -143,40 +143,13 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
     orig_make = cls.make_train_function
 
     def fit(self, *args, **kwargs):
-        _track(self)
-        H.S.keras_lib = H.S.keras_lib or lib
-        H.S.mode = "fit"
-        for hook in H.S.fit_hooks:
-            try:
-                hook(self, args, kwargs)
-            except Exception:
-                H.note_error("fit hook")
-        args = list(args)
-        if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
-            args[5] = _with_callback(args[5], callback_cls())
-        else:
-            kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback_cls())
-        tag = H.begin_call("fit", H.caller_where()) if H.S.fit_depth == 0 else None
-        try:  # replicas in sync: a strategy over one replica is a known cost
-            n = int(self.distribute_strategy.num_replicas_in_sync)
-            H.S.extra["replicas"] = max(n, H.S.extra.get("replicas") or 0)
-        except Exception:
-            pass
+        args, kwargs, tag = _before_fit(self, lib, list(args), kwargs, callback_cls())
         H.S.fit_depth += 1
-        if H._DEVICES is not None:
-            H._DEVICES.record_fit(self, H.S.extra)
         try:
             history = orig_fit(self, *args, **kwargs)
         finally:
             H.S.fit_depth -= 1
-        if getattr(self, "stop_training", False):  # a callback of the script's asked fit to stop (EarlyStopping)
-            H.S.extra.setdefault("callback_stops", []).append(tag or "fit")
-        if H.S.budget is not None and H.S.fit_depth == 0 and H.S.steps_seen and H.S.budget.call_ended(tag):
-            # A timing trial is for step times: it ends with the training it
-            # timed (the calls it was asked to time: the first one, or the
-            # ones the failing configuration showed slower), before the
-            # script's post-training code.
-            H._stop("fit ended (timing trial)")
+        _after_fit(self, tag)
         return history
 
     def make_train_function(self, *args, **kwargs):
@@ -185,25 +158,69 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
         if "train_step" not in vars(self):
             object.__setattr__(self, "train_step", _capturing_step(self, self.train_step, distributed_sum))
         orig_make(self, *args, **kwargs)
-        fn = self.train_function
-        if fn is not None and not getattr(fn, "_tfrepro", False):
-
-            def train_function(*a, **k):
-                out = fn(*a, **k)
-                if isinstance(out, dict) and LOSS_KEY in out:
-                    out = dict(out)
-                    H.S.pending_loss = out.pop(LOSS_KEY)
-                    H.S.pending_batch = out.pop(BATCH_KEY, None)
-                return out
-
-            train_function._tfrepro = True
-            train_function.__wrapped__ = fn
-            self.train_function = train_function
+        _wrap_train_function(self)
         return self.train_function
 
     cls.fit = fit
     cls.make_train_function = make_train_function
     cls._tfrepro_patched = True
+
+
+def _before_fit(model, lib: str, args: list, kwargs: dict, callback) -> tuple[list, dict, str | None]:
+    """What a fit call records before it runs: the fit hooks, our callback
+    added to the script's, the call's tag (fit#N at file:line) and its replicas."""
+    _track(model)
+    H.S.keras_lib = H.S.keras_lib or lib
+    H.S.mode = "fit"
+    for hook in H.S.fit_hooks:
+        try:
+            hook(model, args, kwargs)
+        except Exception:
+            H.note_error("fit hook")
+    if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
+        args[5] = _with_callback(args[5], callback)
+    else:
+        kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback)
+    tag = H.begin_call("fit", H.caller_where()) if H.S.fit_depth == 0 else None
+    try:  # replicas in sync: a strategy over one replica is a known cost
+        n = int(model.distribute_strategy.num_replicas_in_sync)
+        H.S.extra["replicas"] = max(n, H.S.extra.get("replicas") or 0)
+    except Exception:
+        pass
+    if H._DEVICES is not None:
+        H._DEVICES.record_fit(model, H.S.extra)
+    return args, kwargs, tag
+
+
+def _after_fit(model, tag: str | None) -> None:
+    if getattr(model, "stop_training", False):  # a callback of the script's asked fit to stop (EarlyStopping)
+        H.S.extra.setdefault("callback_stops", []).append(tag or "fit")
+    if H.S.budget is not None and H.S.fit_depth == 0 and H.S.steps_seen and H.S.budget.call_ended(tag):
+        # A timing trial is for step times: it ends with the training it
+        # timed (the calls it was asked to time: the first one, or the
+        # ones the failing configuration showed slower), before the
+        # script's post-training code.
+        H._stop("fit ended (timing trial)")
+
+
+def _wrap_train_function(model) -> None:
+    """The built train function, wrapped once to take our loss and batch
+    out of its outputs (the captured step adds them)."""
+    fn = model.train_function
+    if fn is None or getattr(fn, "_tfrepro", False):
+        return
+
+    def train_function(*a, **k):
+        out = fn(*a, **k)
+        if isinstance(out, dict) and LOSS_KEY in out:
+            out = dict(out)
+            H.S.pending_loss = out.pop(LOSS_KEY)
+            H.S.pending_batch = out.pop(BATCH_KEY, None)
+        return out
+
+    train_function._tfrepro = True
+    train_function.__wrapped__ = fn
+    model.train_function = train_function
 
 
 def _capturing_step(model, step, distributed_sum: bool):
