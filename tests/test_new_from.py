@@ -231,3 +231,45 @@ def test_a_script_in_a_subdirectory_keeps_its_neighbours_beside_it():
     assert newfrom.new_rel("src/model.py", "src/train.py") == "model.py"
     assert newfrom.new_rel("src/pkg/layers.py", "src/train.py") == "pkg/layers.py"
     assert newfrom.new_rel("model.py", "train.py") == "model.py"
+
+
+CALLBACK_TAIL = NO_DATA.replace(
+    "model.fit(ds, epochs=1, verbose=0)\n",
+    textwrap.dedent(
+        """\
+        class History(keras.callbacks.Callback):
+            def __init__(self):
+                super().__init__()
+                self.seen = []
+
+            def on_train_batch_end(self, batch, logs=None):
+                self.seen.append(batch)
+
+
+        hist = History()
+        model.fit(ds, epochs=1, verbose=0, callbacks=[hist])
+        last = hist.seen[-1]
+        print("last batch:", last)
+        print("done", model.name)
+        """
+    ),
+)
+
+
+def test_a_tail_line_reading_what_an_off_feature_made_is_commented_out_so_the_baseline_runs(tmp_path):
+    # `hist.seen[-1]` after a fit without the callback (its block OFF) is an
+    # IndexError in a plain `python repro.py`; trials stop at the step cap first.
+    root = _user_project(tmp_path, CALLBACK_TAIL)
+    project = newfrom.load_script(root / "train.py")
+    assert "callback_history" in project.feature_names
+    got = newfrom.export_script(project, FakeTrial(lambda text, where: pytest.fail("no data read: no trial")))
+    baseline = Project.load(newfrom.write_project(tmp_path / "new", got.files).root).export([])["repro.py"]
+    assert "hist.seen" not in "".join(x for x in baseline.splitlines(keepends=True) if not x.startswith("#"))
+    assert '# print("last batch:", last)' in got.files["repro.py"]
+    assert 'print("done", model.name)' in baseline.splitlines()  # what reads no feature's names stays
+    assert [(c.code, c.names, c.features) for c in got.commented] == [
+        ("last = hist.seen[-1]", ("hist",), ("callback_history",)),
+        ('print("last batch:", last)', ("last",), ("callback_history",)),
+    ]
+    assert any("commented out" in x and "callback_history" in x for x in newfrom.summary_lines(got))
+    compile(baseline, "repro.py", "exec")

@@ -206,7 +206,9 @@ def _new_from(script: Path, dest: Path | None, as_json: bool) -> None:
     created = new_project(dest, template="script", data=got.answers(), files=got.files)
     if as_json:
         doc = {"path": str(created.path), "template": "script", "version": created.version, "commit": created.commit}
-        click.echo(json.dumps({**doc, **got.answers(), "files": sorted(got.files), "data_facts": got.data_facts}))
+        commented = [{"line": c.line, "code": c.code, "names": list(c.names)} for c in got.commented]
+        doc.update(got.answers(), files=sorted(got.files), data_facts=got.data_facts, commented=commented)
+        click.echo(json.dumps(doc))
         return
     click.echo(f"created {created.path} from {script}; baseline committed as {created.commit[:10]}")
     click.echo("features, all OFF: " + (", ".join(got.features) or "(none)"))

@@ -34,6 +34,7 @@ from typing import Any
 from tfrepro import features as fb
 from tfrepro.errors import UserError
 from tfrepro.report.export import ENTRY, entry_of
+from tfrepro.report.offtail import comment_tail
 from tfrepro.trials.values import TrialResult
 
 # (project, features ON) -> the trial's result. The default runs a real one.
@@ -52,6 +53,7 @@ class FromScript:
     affects_loss: tuple[str, ...]
     data: str = "none"  # none | standins | reduced | user
     data_facts: dict[str, Any] = field(default_factory=dict)
+    commented: tuple[Any, ...] = ()  # offtail.Commented: tail lines that read what an OFF feature made
 
     def answers(self) -> dict[str, object]:
         return {
@@ -120,12 +122,14 @@ def export_script(project: Any, trial: TrialFn | None = None) -> FromScript:
         data, facts, extra = "none", {}, {}
         if may_read_data(texts):
             on, data, facts, extra = _data(project, entry, texts, trial, Path(tmp))
+        on, commented = comment_tail(on, entry)
         files: dict[str, str | bytes] = {
             new_rel(rel, entry): _all_off(on if rel == entry else t, rel) for rel, t in texts.items()
         }
         files.update(extra)
     names = tuple(project.feature_names)
-    return FromScript(entry, files, names, tuple(sorted(set(project.affects_loss) & set(names))), data, facts)
+    loss = tuple(sorted(set(project.affects_loss) & set(names)))
+    return FromScript(entry, files, names, loss, data, facts, tuple(commented))
 
 
 def new_rel(rel: str, entry: str) -> str:
@@ -234,6 +238,11 @@ def summary_lines(got: FromScript) -> list[str]:
             "data: repro.py still reads your data files "
             + _files(facts.get("needs_user_data"))
             + " (no stand-in or reduction ended as the script did): run it where they are"
+        )
+    for c in got.commented:
+        out.append(
+            f"repro.py: line {c.line} ({c.code}) commented out: it reads {', '.join(c.names)}, "
+            f"which only {', '.join(c.features)} used, OFF in the baseline"
         )
     for at in facts.get("unseen") or []:
         out.append(f"data: the data fit trains on at {at} comes from a source tfrepro cannot see: the repro needs it")
