@@ -112,7 +112,15 @@ def test_data_reads_become_stand_ins_when_the_new_project_ends_as_the_script_did
     project = newfrom.load_script(_user_project(tmp_path) / "train.py")
     nan = TrialResult(losses=(1.0, math.nan), steps_run=2, first_nonfinite_step=2)
     fake = FakeTrial(lambda text, where: nan if "_tfrepro_data(0)" in text else TrialResult(steps_run=5))
-    got = newfrom.export_script(project, fake)
+    said: list[str] = []
+    got = newfrom.export_script(project, fake, say=said.append)
+    assert said[:3] == [
+        "train.py: 2 features, each a block written OFF in repro.py",
+        "the script reads data files: one trial with every feature ON records what it reads",
+        "trial 1: your script, 2 features ON ...",
+    ]
+    assert said[3].startswith("trial 1: NaN/Inf after 2 steps") and said[4].startswith("trying seeded synthetic")
+    assert said[5:] == ["trial 2: a candidate repro.py, 2 features ON ...", "trial 2: NaN/Inf after 2 steps (0.0 s)"]
     assert got.data == "standins" and [s["file"] for s in got.data_facts["standins"]] == ["data/x.npy", "data/y.npy"]
     text = got.files["repro.py"]
     assert "x = _tfrepro_data(0)" in text and "data/x.npy" not in text and "data.npz" not in got.files
@@ -179,7 +187,11 @@ def test_the_cli_writes_a_committed_copier_project_that_update_knows(tmp_path):
     root = _user_project(tmp_path, NO_DATA)
     r = CliRunner().invoke(main, ["new", "--from", str(root / "train.py"), str(tmp_path / "out"), "--json"])
     assert r.exit_code == 0, r.output
-    doc = json.loads(r.output)
+    doc = json.loads(r.stdout)  # progress goes to stderr, a line per step
+    assert r.stderr.splitlines() == [
+        "new --from: train.py: 2 features, each a block written OFF in repro.py",
+        f"new --from: writing the project to {tmp_path / 'out'} (copier template script, baseline committed)",
+    ]
     assert doc["template"] == "script" and doc["features"] == ["custom_layer_log_features", "prefetch"]
     out = tmp_path / "out"
     answers = (out / ".copier-answers.yml").read_text()

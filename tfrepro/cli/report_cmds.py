@@ -202,7 +202,8 @@ def _new_from(script: Path, dest: Path | None, as_json: bool) -> None:
     project = load_script(script)  # bad input first (exit 2), nothing written
     dest = dest or Path(f"repro-{script.stem}")
     check_destination(dest.expanduser().absolute())
-    got = export_script(project)
+    got = export_script(project, say=lambda line: click.echo(f"new --from: {line}", err=True))
+    click.echo(f"new --from: writing the project to {dest} (copier template script, baseline committed)", err=True)
     created = new_project(dest, template="script", data=got.answers(), files=got.files)
     if as_json:
         doc = {"path": str(created.path), "template": "script", "version": created.version, "commit": created.commit}

@@ -39,6 +39,7 @@ from tfrepro.trials.values import TrialResult
 
 # (project, features ON) -> the trial's result. The default runs a real one.
 TrialFn = Callable[[Any, frozenset[str]], TrialResult]
+Say = Callable[[str], None]
 
 MANIFEST_TEXT = '[trial]\nentry = "repro.py"\n'
 
@@ -112,16 +113,20 @@ def source_texts(project: Any) -> tuple[str, dict[str, str]]:
     return entry, texts
 
 
-def export_script(project: Any, trial: TrialFn | None = None) -> FromScript:
+def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = None) -> FromScript:
     """The new project's files from the loaded `project` (see the module doc).
-    `trial` runs one configuration (tests pass a fake)."""
+    `trial` runs one configuration (tests pass a fake); `say` hears a line
+    per step and per trial (the CLI prints them on stderr)."""
+    say = say or (lambda _line: None)
     with tempfile.TemporaryDirectory(prefix="tfrepro-new-from-") as tmp:
-        trial = trial or default_trial(project, Path(tmp) / "state")
+        trial = saying(trial or default_trial(project, Path(tmp) / "state"), project, say)
         entry, texts = source_texts(project)
+        say(f"{entry}: {len(project.feature_names)} features, each a block written OFF in repro.py")
         on = texts[entry]
         data, facts, extra = "none", {}, {}
         if may_read_data(texts):
-            on, data, facts, extra = _data(project, entry, texts, trial, Path(tmp))
+            say("the script reads data files: one trial with every feature ON records what it reads")
+            on, data, facts, extra = _data(project, entry, texts, trial, Path(tmp), say)
         on, commented = comment_tail(on, entry)
         files: dict[str, str | bytes] = {
             new_rel(rel, entry): _all_off(on if rel == entry else t, rel) for rel, t in texts.items()
@@ -160,6 +165,29 @@ def default_trial(project: Any, state_dir: Path) -> TrialFn:
     return run
 
 
+def saying(trial: TrialFn, project: Any, say: Say) -> TrialFn:
+    """`trial`, with a line before and after each one (numbered)."""
+    count = iter(range(1, 1 << 30))
+
+    def run(p: Any, enabled: frozenset[str]) -> TrialResult:
+        k, whose = next(count), "your script" if p is project else "a candidate repro.py"
+        say(f"trial {k}: {whose}, {len(enabled)} features ON ...")
+        r = trial(p, enabled)
+        say(f"trial {k}: {ending(r)} after {r.steps_run} steps ({r.wall_s:.1f} s)")
+        return r
+
+    return run
+
+
+def ending(r: TrialResult) -> str:
+    """How a trial ended, in a word or two."""
+    if r.nonfinite:
+        return "NaN/Inf"
+    if r.crashed:
+        return f"crash ({(r.error or '')[:80]})"
+    return "timed out" if r.timed_out else "finite"
+
+
 def same_end(orig: TrialResult, new: TrialResult) -> bool:
     """The new project's failing configuration ends as the script's did."""
     from tfrepro.report.rerun import same_error
@@ -171,7 +199,7 @@ def same_end(orig: TrialResult, new: TrialResult) -> bool:
     return not (new.crashed or new.timed_out or new.nonfinite) and new.steps_run > 0
 
 
-def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: Path):
+def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: Path, say: Say):
     """(entry text ON, data kind, facts, extra files) from one recording trial."""
     from tfrepro.report import reduce, standin
 
@@ -192,9 +220,12 @@ def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: 
         return same_end(orig, trial(new, frozenset(project.feature_names)))
 
     text, replaced = standin.rewrite(texts[entry], sites)
+    if replaced:
+        say(f"trying seeded synthetic stand-ins of {_files([standin._brief(s) for s in replaced])}")
     if replaced and ends_alike({ENTRY: text}):
         return text, "standins", {**facts, "standins": [standin._brief(s) for s in replaced]}, {}
     if orig.nonfinite or orig.crashed:
+        say("the stand-ins do not end as the script did: reducing the real records (ddmin over batches, then records)")
         got = reduce.reduce_export(project.root, texts[entry], sites, batches, ends_alike)
         facts["reduction"] = {k: v for k, v in got.items() if k not in ("text", "npz")}
         if "error" not in got:
