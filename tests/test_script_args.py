@@ -79,3 +79,46 @@ def test_the_report_keeps_them_in_a_comment_and_in_the_notebook():
     exec(code, ns)  # noqa: S102 - our own two lines
     assert ns["sys"].argv == ["repro.py", "--epochs", "3", "--data", "./x y"]
     assert comment_entry("x = 1\n", "repro.py", []) == "x = 1\n" and script_args(TrialSettings(), "repro.py") == []
+
+
+def _argv_after(text: str, given: list[str]) -> list[str]:
+    import sys as real_sys
+
+    saved = real_sys.argv
+    real_sys.argv = ["repro.py", *given]
+    try:
+        ns: dict = {"__name__": "repro"}
+        exec(compile(text, "repro.py", "exec"), ns)  # noqa: S102 - the text built here
+        return list(real_sys.argv[1:])
+    finally:
+        real_sys.argv = saved
+
+
+def test_a_plain_python_repro_py_runs_with_the_runs_arguments_and_given_ones_win():
+    from tfrepro.report.scriptargs import default_args
+
+    args = ["--epochs", "3", "--data", "./x y"]
+    doc = '"""My script."""\nfrom __future__ import annotations\n\nimport os\n'
+    text = default_args(doc, "repro.py", args)
+    assert text.startswith('"""My script."""\nfrom __future__ import annotations\nimport sys  # (tfrepro)')
+    assert _argv_after(text, []) == args and _argv_after(text, ["--epochs", "1"]) == ["--epochs", "1"]
+    shebang = default_args("#!/usr/bin/env python\n# -*- coding: utf-8 -*-\nimport os\n", "repro.py", args)
+    assert shebang.splitlines()[:3] == ["#!/usr/bin/env python", "# -*- coding: utf-8 -*-", shebang.splitlines()[2]]
+    assert shebang.splitlines()[2].startswith("import sys") and _argv_after(shebang, []) == args
+    assert default_args("x = 1\n", "repro.py", []) == "x = 1\n"
+
+
+def test_the_reports_repro_and_reference_take_the_runs_arguments(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from report_fakes import ScriptedRunner, build, make_project, make_run
+
+    root = make_project(tmp_path)
+    settings = TrialSettings(steps=8, command=("python", "repro.py", "--epochs", "3")).to_dict()
+    run = make_run(root, "nan", ["mixed_precision"], settings=settings)
+    bundle = build(run, ScriptedRunner())
+    for name in ("repro.py", "reference.py"):
+        text = (bundle.out / name).read_text()
+        assert "if len(sys.argv) == 1:\n    sys.argv += ['--epochs', '3']\n" in text, name
+        assert text.index("import sys") > text.index('"""Tiny marked project')  # after the docstring

@@ -34,7 +34,7 @@ from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, writ
 from tfrepro.report.replay import write_replay
 from tfrepro.report.replicas import export_with_split
 from tfrepro.report.rerun import Runner
-from tfrepro.report.scriptargs import comment_entry, notebook_code, script_args
+from tfrepro.report.scriptargs import default_args, notebook_code, script_args
 from tfrepro.report.scrub import Scrubber
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
 from tfrepro.settings import SymptomSettings, TrialSettings
@@ -173,8 +173,11 @@ def _export(ctx: Context, scrubber: Scrubber) -> Export:
     args = script_args(ctx.settings, ctx.entry)  # `tfrepro bisect train.py -- ARGS`: kept in the repro
     if not args:
         return export
+    cand, ref = export.cand_files, export.ref_files
     return replace(
-        export, cand_files={**export.cand_files, ENTRY: comment_entry(export.cand_files[ENTRY], ENTRY, args)}
+        export,
+        cand_files={**cand, ENTRY: default_args(cand[ENTRY], ENTRY, args)},
+        ref_files={**ref, ENTRY: default_args(ref[ENTRY], ENTRY, args)} if ENTRY in ref else ref,
     )
 
 
