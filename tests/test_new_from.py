@@ -285,3 +285,54 @@ def test_a_tail_line_reading_what_an_off_feature_made_is_commented_out_so_the_ba
     ]
     assert any("commented out" in x and "callback_history" in x for x in newfrom.summary_lines(got))
     compile(baseline, "repro.py", "exec")
+
+
+ARGPARSE = NO_DATA.replace(
+    "keras.utils.set_random_seed(1)\n",
+    "import argparse\n\nap = argparse.ArgumentParser()\nap.add_argument('--epochs', type=int, required=True)\n"
+    "epochs = ap.parse_args().epochs\nkeras.utils.set_random_seed(1)\n",
+).replace("epochs=1", "epochs=epochs")
+USER_TOML = '[trial]\nentry = "train.py"\nsteps = 20\nbudget_s = 30\n\n[symptoms]\nslowdown = 1.5\n'
+
+
+def _new_from_cli(root: Path, out: Path, *args: str) -> dict:
+    r = CliRunner().invoke(main, ["new", "--from", str(root / "train.py"), str(out), "--json", *args])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout) | {"stderr": r.stderr}
+
+
+def test_the_scripts_arguments_and_its_toml_settings_are_carried_into_the_new_project(tmp_path, monkeypatch):
+    root = _user_project(tmp_path, ARGPARSE)
+    (root / "tfrepro.toml").write_text(USER_TOML)
+    doc = _new_from_cli(root, tmp_path / "out", "--", "--epochs", "2")
+    assert doc["script_args"] == ["--epochs", "2"]
+    new = Project.load(tmp_path / "out")
+    trial = new.manifest.trial
+    assert (trial.entry, trial.command, trial.steps, trial.budget_s) == ("repro.py", None, 20, 30.0)
+    assert new.manifest.symptoms.slowdown == 1.5
+    repro = (tmp_path / "out" / "repro.py").read_text()
+    assert "if len(sys.argv) == 1:\n    sys.argv += ['--epochs', '2']\n" in repro  # a plain `python repro.py` too
+    assert "python repro.py --epochs 2" in (tmp_path / "out" / "README.md").read_text()
+    # no DEST: what follows `--` is still the script's
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    r = CliRunner().invoke(main, ["new", "--from", str(root / "train.py"), "--json", "--", "--epochs", "4"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["script_args"] == ["--epochs", "4"] and (tmp_path / "cwd" / "repro-train").is_dir()
+
+
+def test_without_arguments_the_latest_bisect_runs_are_taken(tmp_path):
+    from tfrepro.settings import TrialSettings
+
+    root = _user_project(tmp_path, ARGPARSE)
+    for name, epochs in (("20261201-100000", "7"), ("20261201-110000", "3")):
+        run = root / ".tfrepro" / "runs" / name
+        run.mkdir(parents=True)
+        settings = TrialSettings(entry="train.py", command=("python", "train.py", "--epochs", epochs))
+        (run / "result.json").write_text(json.dumps({"status": "found", "settings": settings.to_dict()}))
+        os.utime(run / "result.json", (1000 + int(epochs), 1000 + int(epochs)))
+        os.utime(run, (1000 + int(epochs), 1000 + int(epochs)))
+    doc = _new_from_cli(root, tmp_path / "out")
+    assert doc["script_args"] == ["--epochs", "7"]  # the latest run's
+    assert "the script's arguments of the latest run" in doc["stderr"] and "--epochs 7" in doc["stderr"]
+    assert "sys.argv += ['--epochs', '7']" in (tmp_path / "out" / "repro.py").read_text()

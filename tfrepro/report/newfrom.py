@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shlex
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,9 @@ from typing import Any
 from tfrepro import features as fb
 from tfrepro.errors import UserError
 from tfrepro.report.export import ENTRY, entry_of
+from tfrepro.report.newsettings import user_settings
 from tfrepro.report.offtail import comment_tail
+from tfrepro.report.scriptargs import default_args, script_args
 from tfrepro.trials.values import TrialResult
 
 # (project, features ON) -> the trial's result. The default runs a real one.
@@ -55,6 +58,8 @@ class FromScript:
     data: str = "none"  # none | standins | reduced | user
     data_facts: dict[str, Any] = field(default_factory=dict)
     commented: tuple[Any, ...] = ()  # offtail.Commented: tail lines that read what an OFF feature made
+    script_args: tuple[str, ...] = ()  # repro.py takes them when given none
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # the user's tfrepro.toml tables kept
 
     def answers(self) -> dict[str, object]:
         return {
@@ -62,6 +67,8 @@ class FromScript:
             "features": list(self.features),
             "affects_loss": list(self.affects_loss),
             "data": self.data,
+            "script_args": list(self.script_args),
+            "settings": self.settings,
         }
 
 
@@ -81,11 +88,11 @@ def check_script(path: Path) -> Path:
     return path
 
 
-def load_script(path: Path) -> Any:
-    """The project `tfrepro bisect train.py` would load (zero-edit detection)."""
+def load_script(path: Path, script_args: Sequence[str] = ()) -> Any:
+    """The project `tfrepro bisect train.py [-- ARGS]` would load (zero-edit detection)."""
     from tfrepro.project import Project
 
-    return Project.load(check_script(path))
+    return Project.load(check_script(path), script_args=script_args)
 
 
 _READS = re.compile(
@@ -121,20 +128,25 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
     with tempfile.TemporaryDirectory(prefix="tfrepro-new-from-") as tmp:
         trial = saying(trial or default_trial(project, Path(tmp) / "state"), project, say)
         entry, texts = source_texts(project)
+        args = tuple(script_args(project.manifest.trial, entry))
         say(f"{entry}: {len(project.feature_names)} features, each a block written OFF in repro.py")
+        if args:
+            say(f"repro.py takes the script's arguments when given none: {shlex.join(args)}")
         on = texts[entry]
         data, facts, extra = "none", {}, {}
         if may_read_data(texts):
             say("the script reads data files: one trial with every feature ON records what it reads")
-            on, data, facts, extra = _data(project, entry, texts, trial, Path(tmp), say)
+            on, data, facts, extra = _data(project, entry, texts, trial, Path(tmp), say, args)
         on, commented = comment_tail(on, entry)
+        on = default_args(on, ENTRY, args)
         files: dict[str, str | bytes] = {
             new_rel(rel, entry): _all_off(on if rel == entry else t, rel) for rel, t in texts.items()
         }
         files.update(extra)
     names = tuple(project.feature_names)
     loss = tuple(sorted(set(project.affects_loss) & set(names)))
-    return FromScript(entry, files, names, loss, data, facts, tuple(commented))
+    kept = user_settings(project.manifest)
+    return FromScript(entry, files, names, loss, data, facts, tuple(commented), args, kept)
 
 
 def new_rel(rel: str, entry: str) -> str:
@@ -199,7 +211,7 @@ def same_end(orig: TrialResult, new: TrialResult) -> bool:
     return not (new.crashed or new.timed_out or new.nonfinite) and new.steps_run > 0
 
 
-def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: Path, say: Say):
+def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: Path, say: Say, args: Sequence[str]):
     """(entry text ON, data kind, facts, extra files) from one recording trial."""
     from tfrepro.report import reduce, standin
 
@@ -216,7 +228,8 @@ def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: 
 
     def ends_alike(files: dict[str, str | bytes]) -> bool:
         rest = {new_rel(r, entry): t for r, t in texts.items() if r != entry}
-        new = write_project(tmp / f"try-{next(counter)}", {**rest, **{k: _off(k, v) for k, v in files.items()}})
+        mine = {k: default_args(v, ENTRY, args) if k == ENTRY else v for k, v in files.items()}
+        new = write_project(tmp / f"try-{next(counter)}", {**rest, **{k: _off(k, v) for k, v in mine.items()}})
         return same_end(orig, trial(new, frozenset(project.feature_names)))
 
     text, replaced = standin.rewrite(texts[entry], sites)
