@@ -37,6 +37,7 @@ from tfrepro.report.rerun import Runner
 from tfrepro.report.scriptargs import default_args, notebook_code, script_args
 from tfrepro.report.scrub import Scrubber
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
+from tfrepro.report.shows import with_footer
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
 
@@ -170,6 +171,10 @@ def _export(ctx: Context, scrubber: Scrubber) -> Export:
     """The two variants as standalone scripts: repro.py and its reference."""
     export = export_variants(ctx.result, ctx.project, ctx.run_dir, ctx.symptom, ctx.entry, scrubber.scrub)
     export = export_with_split(export, ENTRY, ctx.settings.replicas)  # repro.py splits the device as the trials did
+    # a plain `python repro.py` ends with a line saying whether it showed the symptom
+    export = replace(
+        export, cand_files={**export.cand_files, ENTRY: with_footer(export.cand_files[ENTRY], ctx.symptom, ctx.result)}
+    )
     args = script_args(ctx.settings, ctx.entry)  # `tfrepro bisect train.py -- ARGS`: kept in the repro
     if not args:
         return export
