@@ -262,7 +262,7 @@ CALLBACK_TAIL = NO_DATA.replace(
         model.fit(ds, epochs=1, verbose=0, callbacks=[hist])
         last = hist.seen[-1]
         print("last batch:", last)
-        print("done", model.name)
+        print("done", model.name, tf.reduce_sum(np.ones(2)))
         """
     ),
 )
@@ -278,7 +278,7 @@ def test_a_tail_line_reading_what_an_off_feature_made_is_commented_out_so_the_ba
     baseline = Project.load(newfrom.write_project(tmp_path / "new", got.files).root).export([])["repro.py"]
     assert "hist.seen" not in "".join(x for x in baseline.splitlines(keepends=True) if not x.startswith("#"))
     assert '# print("last batch:", last)' in got.files["repro.py"]
-    assert 'print("done", model.name)' in baseline.splitlines()  # what reads no feature's names stays
+    assert 'print("done", model.name, tf.reduce_sum(np.ones(2)))' in baseline.splitlines()  # no feature's names
     assert [(c.code, c.names, c.features) for c in got.commented] == [
         ("last = hist.seen[-1]", ("hist",), ("callback_history",)),
         ('print("last batch:", last)', ("last",), ("callback_history",)),
@@ -336,3 +336,32 @@ def test_without_arguments_the_latest_bisect_runs_are_taken(tmp_path):
     assert doc["script_args"] == ["--epochs", "7"]  # the latest run's
     assert "the script's arguments of the latest run" in doc["stderr"] and "--epochs 7" in doc["stderr"]
     assert "sys.argv += ['--epochs', '7']" in (tmp_path / "out" / "repro.py").read_text()
+
+
+def test_a_module_or_function_bound_outside_the_blocks_is_no_features():
+    from tfrepro.report.offtail import comment_tail
+
+    text = textwrap.dedent(
+        """\
+        import json
+        import time as clock
+
+
+        def report(x):
+            return x
+
+
+        cb = Timer()
+        cbs = []
+        # tfrepro: feature callback_timer
+        cbs.append(cb)
+        json.dumps(clock.time(), default=report)
+        # tfrepro: end
+        model.fit(x, callbacks=cbs)
+        print(json.dumps(report(1)), clock.time())
+        print(cb.seconds)
+        """
+    )
+    out, got = comment_tail(text)
+    assert [c.code for c in got] == ["print(cb.seconds)"]
+    assert "\nprint(json.dumps(report(1)), clock.time())\n" in out and "\n# print(cb.seconds)\n" in out

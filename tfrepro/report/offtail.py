@@ -12,7 +12,8 @@ symptom is in the training).
 
 A name is a feature's when a block's ON part reads or binds it and no code
 outside the blocks reads it up to the last training call (binding it there
-is fine: `auc_cb = BatchValAUC(...)` stays). A tail statement that binds a
+is fine: `auc_cb = BatchValAUC(...)` stays; a module, function or class
+the script binds outside the blocks is never one). A tail statement that binds a
 name and is commented out makes that name one too (`h = cb.history`, then
 `print(h[-1])`). Only module-level statements are looked at: a script that
 trains inside `main()` is left as it is.
@@ -75,6 +76,11 @@ def comment_tail(text: str, path: str = "repro.py") -> tuple[str, list[Commented
                 owners.setdefault(n.id, set()).add(b.name)
             elif isinstance(n.ctx, ast.Load):
                 outside.add(n.id)
+    for stmt in tree.body:  # a module, function or class bound outside the blocks is no feature's
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)) and block_of(stmt.lineno) is None:
+            outside.update((a.asname or a.name).split(".")[0] for a in stmt.names)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and block_of(stmt.lineno) is None:
+            outside.add(stmt.name)
     made = {name: feats for name, feats in owners.items() if name not in outside}
     lines = fb.split_lines(text)
     got: list[Commented] = []
