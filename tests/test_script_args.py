@@ -122,3 +122,19 @@ def test_the_reports_repro_and_reference_take_the_runs_arguments(tmp_path):
         text = (bundle.out / name).read_text()
         assert "if len(sys.argv) == 1:\n    sys.argv += ['--epochs', '3']\n" in text, name
         assert text.index("import sys") > text.index('"""Tiny marked project')  # after the docstring
+
+
+def test_a_run_of_train_py_with_arguments_is_reported_without_a_toml_entry(tmp_path):
+    # `tfrepro bisect train.py -- --epochs 3` in a project whose tfrepro.toml
+    # names no entry: the report loads train.py, as the run did (it said "the
+    # trial entry 'repro.py' does not exist").
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from report_fakes import ScriptedRunner, build, make_project, make_run
+
+    root = make_project(tmp_path)
+    (root / "repro.py").rename(root / "train.py")
+    settings = TrialSettings(steps=8, entry="train.py", command=("python", "train.py", "--epochs", "3")).to_dict()
+    bundle = build(make_run(root, "nan", ["mixed_precision"], settings=settings), ScriptedRunner())
+    assert "sys.argv += ['--epochs', '3']" in (bundle.out / "repro.py").read_text()

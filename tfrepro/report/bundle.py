@@ -214,9 +214,11 @@ def load_context(run_dir: Path) -> Context:
 
 def _entry_path(root: Path, recorded: TrialSettings | None) -> Path:
     """What to load: the script the run's trials ran (`tfrepro bisect train.py`
-    with no tfrepro.toml records entry = train.py), else the project root."""
-    if recorded is not None and recorded.command is None and (root / recorded.entry).is_file():
-        return root / recorded.entry
+    with no tfrepro.toml records entry = train.py; `... -- ARGS` records the
+    command `python train.py ARGS`), else the project root."""
+    ran = recorded is not None and (recorded.command is None or recorded.entry in recorded.command)
+    if ran and (root / recorded.entry).is_file():  # type: ignore[union-attr]
+        return root / recorded.entry  # type: ignore[union-attr]
     return root
 
 
