@@ -17,6 +17,11 @@ The same parts as the report, on the script as it is (no bisect run needed):
   (`reduce.reduce_export`: ddmin, `data.npz`, never a file whole). When
   neither works, repro.py reads the user's files and the result says so.
 
+Then the tail: a line after the last training call that reads what an OFF
+feature made is commented out (offtail.py), so `python repro.py` runs; the
+script's arguments go into repro.py as its default ones and the user's
+tfrepro.toml tables into the answers (newsettings.py, scriptargs.py).
+
 Nothing here writes the user's files: trials run on copies, the new files
 are returned to the caller (`scaffold.generate.new_project(files=...)`).
 """
