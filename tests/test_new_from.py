@@ -112,7 +112,15 @@ def test_data_reads_become_stand_ins_when_the_new_project_ends_as_the_script_did
     project = newfrom.load_script(_user_project(tmp_path) / "train.py")
     nan = TrialResult(losses=(1.0, math.nan), steps_run=2, first_nonfinite_step=2)
     fake = FakeTrial(lambda text, where: nan if "_tfrepro_data(0)" in text else TrialResult(steps_run=5))
-    got = newfrom.export_script(project, fake)
+    said: list[str] = []
+    got = newfrom.export_script(project, fake, say=said.append)
+    assert said[:3] == [
+        "train.py: 2 features, each a block written OFF in repro.py",
+        "the script reads data files: one trial with every feature ON records what it reads",
+        "trial 1: your script, 2 features ON ...",
+    ]
+    assert said[3].startswith("trial 1: NaN/Inf after 2 steps") and said[4].startswith("trying seeded synthetic")
+    assert said[5:] == ["trial 2: a candidate repro.py, 2 features ON ...", "trial 2: NaN/Inf after 2 steps (0.0 s)"]
     assert got.data == "standins" and [s["file"] for s in got.data_facts["standins"]] == ["data/x.npy", "data/y.npy"]
     text = got.files["repro.py"]
     assert "x = _tfrepro_data(0)" in text and "data/x.npy" not in text and "data.npz" not in got.files
@@ -179,7 +187,11 @@ def test_the_cli_writes_a_committed_copier_project_that_update_knows(tmp_path):
     root = _user_project(tmp_path, NO_DATA)
     r = CliRunner().invoke(main, ["new", "--from", str(root / "train.py"), str(tmp_path / "out"), "--json"])
     assert r.exit_code == 0, r.output
-    doc = json.loads(r.output)
+    doc = json.loads(r.stdout)  # progress goes to stderr, a line per step
+    assert r.stderr.splitlines() == [
+        "new --from: train.py: 2 features, each a block written OFF in repro.py",
+        f"new --from: writing the project to {tmp_path / 'out'} (copier template script, baseline committed)",
+    ]
     assert doc["template"] == "script" and doc["features"] == ["custom_layer_log_features", "prefetch"]
     out = tmp_path / "out"
     answers = (out / ".copier-answers.yml").read_text()
@@ -231,3 +243,125 @@ def test_a_script_in_a_subdirectory_keeps_its_neighbours_beside_it():
     assert newfrom.new_rel("src/model.py", "src/train.py") == "model.py"
     assert newfrom.new_rel("src/pkg/layers.py", "src/train.py") == "pkg/layers.py"
     assert newfrom.new_rel("model.py", "train.py") == "model.py"
+
+
+CALLBACK_TAIL = NO_DATA.replace(
+    "model.fit(ds, epochs=1, verbose=0)\n",
+    textwrap.dedent(
+        """\
+        class History(keras.callbacks.Callback):
+            def __init__(self):
+                super().__init__()
+                self.seen = []
+
+            def on_train_batch_end(self, batch, logs=None):
+                self.seen.append(batch)
+
+
+        hist = History()
+        model.fit(ds, epochs=1, verbose=0, callbacks=[hist])
+        last = hist.seen[-1]
+        print("last batch:", last)
+        print("done", model.name, tf.reduce_sum(np.ones(2)))
+        """
+    ),
+)
+
+
+def test_a_tail_line_reading_what_an_off_feature_made_is_commented_out_so_the_baseline_runs(tmp_path):
+    # `hist.seen[-1]` after a fit without the callback (its block OFF) is an
+    # IndexError in a plain `python repro.py`; trials stop at the step cap first.
+    root = _user_project(tmp_path, CALLBACK_TAIL)
+    project = newfrom.load_script(root / "train.py")
+    assert "callback_history" in project.feature_names
+    got = newfrom.export_script(project, FakeTrial(lambda text, where: pytest.fail("no data read: no trial")))
+    baseline = Project.load(newfrom.write_project(tmp_path / "new", got.files).root).export([])["repro.py"]
+    assert "hist.seen" not in "".join(x for x in baseline.splitlines(keepends=True) if not x.startswith("#"))
+    assert '# print("last batch:", last)' in got.files["repro.py"]
+    assert 'print("done", model.name, tf.reduce_sum(np.ones(2)))' in baseline.splitlines()  # no feature's names
+    assert [(c.code, c.names, c.features) for c in got.commented] == [
+        ("last = hist.seen[-1]", ("hist",), ("callback_history",)),
+        ('print("last batch:", last)', ("last",), ("callback_history",)),
+    ]
+    assert any("commented out" in x and "callback_history" in x for x in newfrom.summary_lines(got))
+    compile(baseline, "repro.py", "exec")
+
+
+ARGPARSE = NO_DATA.replace(
+    "keras.utils.set_random_seed(1)\n",
+    "import argparse\n\nap = argparse.ArgumentParser()\nap.add_argument('--epochs', type=int, required=True)\n"
+    "epochs = ap.parse_args().epochs\nkeras.utils.set_random_seed(1)\n",
+).replace("epochs=1", "epochs=epochs")
+USER_TOML = '[trial]\nentry = "train.py"\nsteps = 20\nbudget_s = 30\n\n[symptoms]\nslowdown = 1.5\n'
+
+
+def _new_from_cli(root: Path, out: Path, *args: str) -> dict:
+    r = CliRunner().invoke(main, ["new", "--from", str(root / "train.py"), str(out), "--json", *args])
+    assert r.exit_code == 0, r.output
+    return json.loads(r.stdout) | {"stderr": r.stderr}
+
+
+def test_the_scripts_arguments_and_its_toml_settings_are_carried_into_the_new_project(tmp_path, monkeypatch):
+    root = _user_project(tmp_path, ARGPARSE)
+    (root / "tfrepro.toml").write_text(USER_TOML)
+    doc = _new_from_cli(root, tmp_path / "out", "--", "--epochs", "2")
+    assert doc["script_args"] == ["--epochs", "2"]
+    new = Project.load(tmp_path / "out")
+    trial = new.manifest.trial
+    assert (trial.entry, trial.command, trial.steps, trial.budget_s) == ("repro.py", None, 20, 30.0)
+    assert new.manifest.symptoms.slowdown == 1.5
+    repro = (tmp_path / "out" / "repro.py").read_text()
+    assert "if len(sys.argv) == 1:\n    sys.argv += ['--epochs', '2']\n" in repro  # a plain `python repro.py` too
+    assert "python repro.py --epochs 2" in (tmp_path / "out" / "README.md").read_text()
+    # no DEST: what follows `--` is still the script's
+    (tmp_path / "cwd").mkdir()
+    monkeypatch.chdir(tmp_path / "cwd")
+    r = CliRunner().invoke(main, ["new", "--from", str(root / "train.py"), "--json", "--", "--epochs", "4"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["script_args"] == ["--epochs", "4"] and (tmp_path / "cwd" / "repro-train").is_dir()
+
+
+def test_without_arguments_the_latest_bisect_runs_are_taken(tmp_path):
+    from tfrepro.settings import TrialSettings
+
+    root = _user_project(tmp_path, ARGPARSE)
+    for name, epochs in (("20261201-100000", "7"), ("20261201-110000", "3")):
+        run = root / ".tfrepro" / "runs" / name
+        run.mkdir(parents=True)
+        settings = TrialSettings(entry="train.py", command=("python", "train.py", "--epochs", epochs))
+        (run / "result.json").write_text(json.dumps({"status": "found", "settings": settings.to_dict()}))
+        os.utime(run / "result.json", (1000 + int(epochs), 1000 + int(epochs)))
+        os.utime(run, (1000 + int(epochs), 1000 + int(epochs)))
+    doc = _new_from_cli(root, tmp_path / "out")
+    assert doc["script_args"] == ["--epochs", "7"]  # the latest run's
+    assert "the script's arguments of the latest run" in doc["stderr"] and "--epochs 7" in doc["stderr"]
+    assert "sys.argv += ['--epochs', '7']" in (tmp_path / "out" / "repro.py").read_text()
+
+
+def test_a_module_or_function_bound_outside_the_blocks_is_no_features():
+    from tfrepro.report.offtail import comment_tail
+
+    text = textwrap.dedent(
+        """\
+        import json
+        import time as clock
+
+
+        def report(x):
+            return x
+
+
+        cb = Timer()
+        cbs = []
+        # tfrepro: feature callback_timer
+        cbs.append(cb)
+        json.dumps(clock.time(), default=report)
+        # tfrepro: end
+        model.fit(x, callbacks=cbs)
+        print(json.dumps(report(1)), clock.time())
+        print(cb.seconds)
+        """
+    )
+    out, got = comment_tail(text)
+    assert [c.code for c in got] == ["print(cb.seconds)"]
+    assert "\nprint(json.dumps(report(1)), clock.time())\n" in out and "\n# print(cb.seconds)\n" in out

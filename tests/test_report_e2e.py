@@ -229,8 +229,10 @@ def test_repro_reproduces_in_a_clean_directory_without_tfrepro(reported, tmp_pat
     got = _run_clean(bundle, "repro.py", tmp_path)
     if symptom == "nan":
         assert re.search(r"loss: nan", got.stdout, re.IGNORECASE), got.stdout[-2000:] + got.stderr[-2000:]
+        assert got.stdout.splitlines()[-1].startswith("(tfrepro) symptom seen: NaN/Inf in the "), got.stdout[-2000:]
         return
     assert got.returncode == 0, got.stderr[-3000:]
+    assert got.stdout.splitlines()[-1].startswith("(tfrepro) ran to its end ("), got.stdout[-2000:]
     ref = _run_clean(bundle, "reference.py", tmp_path)
     assert ref.returncode == 0, ref.stderr[-3000:]
     if symptom == "mismatch":

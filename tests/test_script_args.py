@@ -79,3 +79,62 @@ def test_the_report_keeps_them_in_a_comment_and_in_the_notebook():
     exec(code, ns)  # noqa: S102 - our own two lines
     assert ns["sys"].argv == ["repro.py", "--epochs", "3", "--data", "./x y"]
     assert comment_entry("x = 1\n", "repro.py", []) == "x = 1\n" and script_args(TrialSettings(), "repro.py") == []
+
+
+def _argv_after(text: str, given: list[str]) -> list[str]:
+    import sys as real_sys
+
+    saved = real_sys.argv
+    real_sys.argv = ["repro.py", *given]
+    try:
+        ns: dict = {"__name__": "repro"}
+        exec(compile(text, "repro.py", "exec"), ns)  # noqa: S102 - the text built here
+        return list(real_sys.argv[1:])
+    finally:
+        real_sys.argv = saved
+
+
+def test_a_plain_python_repro_py_runs_with_the_runs_arguments_and_given_ones_win():
+    from tfrepro.report.scriptargs import default_args
+
+    args = ["--epochs", "3", "--data", "./x y"]
+    doc = '"""My script."""\nfrom __future__ import annotations\n\nimport os\n'
+    text = default_args(doc, "repro.py", args)
+    assert text.startswith('"""My script."""\nfrom __future__ import annotations\nimport sys  # (tfrepro)')
+    assert _argv_after(text, []) == args and _argv_after(text, ["--epochs", "1"]) == ["--epochs", "1"]
+    shebang = default_args("#!/usr/bin/env python\n# -*- coding: utf-8 -*-\nimport os\n", "repro.py", args)
+    assert shebang.splitlines()[:3] == ["#!/usr/bin/env python", "# -*- coding: utf-8 -*-", shebang.splitlines()[2]]
+    assert shebang.splitlines()[2].startswith("import sys") and _argv_after(shebang, []) == args
+    assert default_args("x = 1\n", "repro.py", []) == "x = 1\n"
+
+
+def test_the_reports_repro_and_reference_take_the_runs_arguments(tmp_path):
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from report_fakes import ScriptedRunner, build, make_project, make_run
+
+    root = make_project(tmp_path)
+    settings = TrialSettings(steps=8, command=("python", "repro.py", "--epochs", "3")).to_dict()
+    run = make_run(root, "nan", ["mixed_precision"], settings=settings)
+    bundle = build(run, ScriptedRunner())
+    for name in ("repro.py", "reference.py"):
+        text = (bundle.out / name).read_text()
+        assert "if len(sys.argv) == 1:\n    sys.argv += ['--epochs', '3']\n" in text, name
+        assert text.index("import sys") > text.index('"""Tiny marked project')  # after the docstring
+
+
+def test_a_run_of_train_py_with_arguments_is_reported_without_a_toml_entry(tmp_path):
+    # `tfrepro bisect train.py -- --epochs 3` in a project whose tfrepro.toml
+    # names no entry: the report loads train.py, as the run did (it said "the
+    # trial entry 'repro.py' does not exist").
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parent))
+    from report_fakes import ScriptedRunner, build, make_project, make_run
+
+    root = make_project(tmp_path)
+    (root / "repro.py").rename(root / "train.py")
+    settings = TrialSettings(steps=8, entry="train.py", command=("python", "train.py", "--epochs", "3")).to_dict()
+    bundle = build(make_run(root, "nan", ["mixed_precision"], settings=settings), ScriptedRunner())
+    assert "sys.argv += ['--epochs', '3']" in (bundle.out / "repro.py").read_text()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from tfrepro.cli.app import cold_option, main, path_argument, replicas_option
+from tfrepro.cli.app import cold_option, main, path_argument, replicas_option, script_args, script_args_argument
 from tfrepro.errors import UserError
 
 
@@ -120,6 +120,7 @@ def _explained(run: Path, out: Path | None, as_json: bool) -> bool:
 @main.command("new")
 @cold_option
 @click.argument("dest", required=False, type=click.Path(path_type=Path))
+@script_args_argument
 @click.option(
     "--from",
     "from_script",
@@ -163,7 +164,14 @@ def new_cmd(
                 "--from takes no --template/--data" if from_script else "the script template is for --from only",
                 hint="tfrepro new --from train.py [DEST]",
             )
-        return _new_from(from_script, dest, as_json)
+        args = script_args()
+        if dest is not None and str(dest).startswith("-"):  # `new --from train.py -- --epochs 3`: no DEST
+            dest, args = None, (str(dest), *args)
+        return _new_from(from_script, dest, as_json, args)
+    if script_args():
+        raise UserError(
+            "the script's arguments (after `--`) are for --from only", hint="tfrepro new --from train.py [DEST] -- ARGS"
+        )
     answers = parse_data_items(data)
     interactive = not defaults and not answers
     if interactive and (as_json or not sys.stdin.isatty()):
@@ -194,19 +202,31 @@ def new_cmd(
     click.echo(f"next: cd {created.path} && python repro.py   # the baseline must train; then: tfrepro bisect")
 
 
-def _new_from(script: Path, dest: Path | None, as_json: bool) -> None:
-    """`tfrepro new --from train.py [DEST]`: report/newfrom.py's files in the script template."""
+def _new_from(script: Path, dest: Path | None, as_json: bool, args: tuple[str, ...]) -> None:
+    """`tfrepro new --from train.py [DEST] [-- ARGS]`: report/newfrom.py's files in the script template."""
+    import shlex
+
     from tfrepro.report.newfrom import export_script, load_script, summary_lines
+    from tfrepro.report.newsettings import recorded_args
     from tfrepro.scaffold.generate import check_destination, new_project
 
-    project = load_script(script)  # bad input first (exit 2), nothing written
+    project = load_script(script, args)  # bad input first (exit 2), nothing written
+    entry = project.manifest.trial.entry
+    if not args and project.manifest.trial.command is None:
+        recorded, run = recorded_args(project.root, entry)
+        if recorded:  # `tfrepro bisect train.py -- ARGS` ran before: its arguments
+            click.echo(f"new --from: the script's arguments of the latest run {run}: {shlex.join(recorded)}", err=True)
+            project = load_script(script, recorded)
     dest = dest or Path(f"repro-{script.stem}")
     check_destination(dest.expanduser().absolute())
-    got = export_script(project)
+    got = export_script(project, say=lambda line: click.echo(f"new --from: {line}", err=True))
+    click.echo(f"new --from: writing the project to {dest} (copier template script, baseline committed)", err=True)
     created = new_project(dest, template="script", data=got.answers(), files=got.files)
     if as_json:
         doc = {"path": str(created.path), "template": "script", "version": created.version, "commit": created.commit}
-        click.echo(json.dumps({**doc, **got.answers(), "files": sorted(got.files), "data_facts": got.data_facts}))
+        commented = [{"line": c.line, "code": c.code, "names": list(c.names)} for c in got.commented]
+        doc.update(got.answers(), files=sorted(got.files), data_facts=got.data_facts, commented=commented)
+        click.echo(json.dumps(doc))
         return
     click.echo(f"created {created.path} from {script}; baseline committed as {created.commit[:10]}")
     click.echo("features, all OFF: " + (", ".join(got.features) or "(none)"))

@@ -34,9 +34,10 @@ from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, writ
 from tfrepro.report.replay import write_replay
 from tfrepro.report.replicas import export_with_split
 from tfrepro.report.rerun import Runner
-from tfrepro.report.scriptargs import comment_entry, notebook_code, script_args
+from tfrepro.report.scriptargs import default_args, notebook_code, script_args
 from tfrepro.report.scrub import Scrubber
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
+from tfrepro.report.shows import with_footer
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
 
@@ -170,11 +171,18 @@ def _export(ctx: Context, scrubber: Scrubber) -> Export:
     """The two variants as standalone scripts: repro.py and its reference."""
     export = export_variants(ctx.result, ctx.project, ctx.run_dir, ctx.symptom, ctx.entry, scrubber.scrub)
     export = export_with_split(export, ENTRY, ctx.settings.replicas)  # repro.py splits the device as the trials did
+    # a plain `python repro.py` ends with a line saying whether it showed the symptom
+    export = replace(
+        export, cand_files={**export.cand_files, ENTRY: with_footer(export.cand_files[ENTRY], ctx.symptom, ctx.result)}
+    )
     args = script_args(ctx.settings, ctx.entry)  # `tfrepro bisect train.py -- ARGS`: kept in the repro
     if not args:
         return export
+    cand, ref = export.cand_files, export.ref_files
     return replace(
-        export, cand_files={**export.cand_files, ENTRY: comment_entry(export.cand_files[ENTRY], ENTRY, args)}
+        export,
+        cand_files={**cand, ENTRY: default_args(cand[ENTRY], ENTRY, args)},
+        ref_files={**ref, ENTRY: default_args(ref[ENTRY], ENTRY, args)} if ENTRY in ref else ref,
     )
 
 
@@ -206,9 +214,11 @@ def load_context(run_dir: Path) -> Context:
 
 def _entry_path(root: Path, recorded: TrialSettings | None) -> Path:
     """What to load: the script the run's trials ran (`tfrepro bisect train.py`
-    with no tfrepro.toml records entry = train.py), else the project root."""
-    if recorded is not None and recorded.command is None and (root / recorded.entry).is_file():
-        return root / recorded.entry
+    with no tfrepro.toml records entry = train.py; `... -- ARGS` records the
+    command `python train.py ARGS`), else the project root."""
+    ran = recorded is not None and (recorded.command is None or recorded.entry in recorded.command)
+    if ran and (root / recorded.entry).is_file():  # type: ignore[union-attr]
+        return root / recorded.entry  # type: ignore[union-attr]
     return root
 
 

@@ -17,6 +17,11 @@ The same parts as the report, on the script as it is (no bisect run needed):
   (`reduce.reduce_export`: ddmin, `data.npz`, never a file whole). When
   neither works, repro.py reads the user's files and the result says so.
 
+Then the tail: a line after the last training call that reads what an OFF
+feature made is commented out (offtail.py), so `python repro.py` runs; the
+script's arguments go into repro.py as its default ones and the user's
+tfrepro.toml tables into the answers (newsettings.py, scriptargs.py).
+
 Nothing here writes the user's files: trials run on copies, the new files
 are returned to the caller (`scaffold.generate.new_project(files=...)`).
 """
@@ -25,8 +30,9 @@ from __future__ import annotations
 
 import posixpath
 import re
+import shlex
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -34,10 +40,14 @@ from typing import Any
 from tfrepro import features as fb
 from tfrepro.errors import UserError
 from tfrepro.report.export import ENTRY, entry_of
+from tfrepro.report.newsettings import user_settings
+from tfrepro.report.offtail import comment_tail
+from tfrepro.report.scriptargs import default_args, script_args
 from tfrepro.trials.values import TrialResult
 
 # (project, features ON) -> the trial's result. The default runs a real one.
 TrialFn = Callable[[Any, frozenset[str]], TrialResult]
+Say = Callable[[str], None]
 
 MANIFEST_TEXT = '[trial]\nentry = "repro.py"\n'
 
@@ -52,6 +62,9 @@ class FromScript:
     affects_loss: tuple[str, ...]
     data: str = "none"  # none | standins | reduced | user
     data_facts: dict[str, Any] = field(default_factory=dict)
+    commented: tuple[Any, ...] = ()  # offtail.Commented: tail lines that read what an OFF feature made
+    script_args: tuple[str, ...] = ()  # repro.py takes them when given none
+    settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # the user's tfrepro.toml tables kept
 
     def answers(self) -> dict[str, object]:
         return {
@@ -59,6 +72,8 @@ class FromScript:
             "features": list(self.features),
             "affects_loss": list(self.affects_loss),
             "data": self.data,
+            "script_args": list(self.script_args),
+            "settings": self.settings,
         }
 
 
@@ -78,11 +93,11 @@ def check_script(path: Path) -> Path:
     return path
 
 
-def load_script(path: Path) -> Any:
-    """The project `tfrepro bisect train.py` would load (zero-edit detection)."""
+def load_script(path: Path, script_args: Sequence[str] = ()) -> Any:
+    """The project `tfrepro bisect train.py [-- ARGS]` would load (zero-edit detection)."""
     from tfrepro.project import Project
 
-    return Project.load(check_script(path))
+    return Project.load(check_script(path), script_args=script_args)
 
 
 _READS = re.compile(
@@ -110,22 +125,33 @@ def source_texts(project: Any) -> tuple[str, dict[str, str]]:
     return entry, texts
 
 
-def export_script(project: Any, trial: TrialFn | None = None) -> FromScript:
+def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = None) -> FromScript:
     """The new project's files from the loaded `project` (see the module doc).
-    `trial` runs one configuration (tests pass a fake)."""
+    `trial` runs one configuration (tests pass a fake); `say` hears a line
+    per step and per trial (the CLI prints them on stderr)."""
+    say = say or (lambda _line: None)
     with tempfile.TemporaryDirectory(prefix="tfrepro-new-from-") as tmp:
-        trial = trial or default_trial(project, Path(tmp) / "state")
+        trial = saying(trial or default_trial(project, Path(tmp) / "state"), project, say)
         entry, texts = source_texts(project)
+        args = tuple(script_args(project.manifest.trial, entry))
+        say(f"{entry}: {len(project.feature_names)} features, each a block written OFF in repro.py")
+        if args:
+            say(f"repro.py takes the script's arguments when given none: {shlex.join(args)}")
         on = texts[entry]
         data, facts, extra = "none", {}, {}
         if may_read_data(texts):
-            on, data, facts, extra = _data(project, entry, texts, trial, Path(tmp))
+            say("the script reads data files: one trial with every feature ON records what it reads")
+            on, data, facts, extra = _data(project, entry, texts, trial, Path(tmp), say, args)
+        on, commented = comment_tail(on, entry)
+        on = default_args(on, ENTRY, args)
         files: dict[str, str | bytes] = {
             new_rel(rel, entry): _all_off(on if rel == entry else t, rel) for rel, t in texts.items()
         }
         files.update(extra)
     names = tuple(project.feature_names)
-    return FromScript(entry, files, names, tuple(sorted(set(project.affects_loss) & set(names))), data, facts)
+    loss = tuple(sorted(set(project.affects_loss) & set(names)))
+    kept = user_settings(project.manifest)
+    return FromScript(entry, files, names, loss, data, facts, tuple(commented), args, kept)
 
 
 def new_rel(rel: str, entry: str) -> str:
@@ -156,6 +182,29 @@ def default_trial(project: Any, state_dir: Path) -> TrialFn:
     return run
 
 
+def saying(trial: TrialFn, project: Any, say: Say) -> TrialFn:
+    """`trial`, with a line before and after each one (numbered)."""
+    count = iter(range(1, 1 << 30))
+
+    def run(p: Any, enabled: frozenset[str]) -> TrialResult:
+        k, whose = next(count), "your script" if p is project else "a candidate repro.py"
+        say(f"trial {k}: {whose}, {len(enabled)} features ON ...")
+        r = trial(p, enabled)
+        say(f"trial {k}: {ending(r)} after {r.steps_run} steps ({r.wall_s:.1f} s)")
+        return r
+
+    return run
+
+
+def ending(r: TrialResult) -> str:
+    """How a trial ended, in a word or two."""
+    if r.nonfinite:
+        return "NaN/Inf"
+    if r.crashed:
+        return f"crash ({(r.error or '')[:80]})"
+    return "timed out" if r.timed_out else "finite"
+
+
 def same_end(orig: TrialResult, new: TrialResult) -> bool:
     """The new project's failing configuration ends as the script's did."""
     from tfrepro.report.rerun import same_error
@@ -167,7 +216,7 @@ def same_end(orig: TrialResult, new: TrialResult) -> bool:
     return not (new.crashed or new.timed_out or new.nonfinite) and new.steps_run > 0
 
 
-def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: Path):
+def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: Path, say: Say, args: Sequence[str]):
     """(entry text ON, data kind, facts, extra files) from one recording trial."""
     from tfrepro.report import reduce, standin
 
@@ -184,13 +233,17 @@ def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: 
 
     def ends_alike(files: dict[str, str | bytes]) -> bool:
         rest = {new_rel(r, entry): t for r, t in texts.items() if r != entry}
-        new = write_project(tmp / f"try-{next(counter)}", {**rest, **{k: _off(k, v) for k, v in files.items()}})
+        mine = {k: default_args(v, ENTRY, args) if k == ENTRY else v for k, v in files.items()}
+        new = write_project(tmp / f"try-{next(counter)}", {**rest, **{k: _off(k, v) for k, v in mine.items()}})
         return same_end(orig, trial(new, frozenset(project.feature_names)))
 
     text, replaced = standin.rewrite(texts[entry], sites)
+    if replaced:
+        say(f"trying seeded synthetic stand-ins of {_files([standin._brief(s) for s in replaced])}")
     if replaced and ends_alike({ENTRY: text}):
         return text, "standins", {**facts, "standins": [standin._brief(s) for s in replaced]}, {}
     if orig.nonfinite or orig.crashed:
+        say("the stand-ins do not end as the script did: reducing the real records (ddmin over batches, then records)")
         got = reduce.reduce_export(project.root, texts[entry], sites, batches, ends_alike)
         facts["reduction"] = {k: v for k, v in got.items() if k not in ("text", "npz")}
         if "error" not in got:
@@ -234,6 +287,11 @@ def summary_lines(got: FromScript) -> list[str]:
             "data: repro.py still reads your data files "
             + _files(facts.get("needs_user_data"))
             + " (no stand-in or reduction ended as the script did): run it where they are"
+        )
+    for c in got.commented:
+        out.append(
+            f"repro.py: line {c.line} ({c.code}) commented out: it reads {', '.join(c.names)}, "
+            f"which only {', '.join(c.features)} used, OFF in the baseline"
         )
     for at in facts.get("unseen") or []:
         out.append(f"data: the data fit trains on at {at} comes from a source tfrepro cannot see: the repro needs it")

@@ -1,13 +1,16 @@
 """The script's own arguments in the bundle (`tfrepro bisect train.py --
 --epochs 3`): the run's trial command carries them; the exported repro.py
-says how to run it with them (a comment), and the notebook sets `sys.argv`
-to them before the script's code runs."""
+(and `new --from`'s) takes them when it is given none (`default_args`: a
+plain `python repro.py` is the run's command), and the notebook sets
+`sys.argv` to them before the script's code runs."""
 
 from __future__ import annotations
 
+import ast
 import shlex
 from collections.abc import Sequence
 
+from tfrepro import features as fb
 from tfrepro.settings import TrialSettings
 
 
@@ -32,6 +35,39 @@ def comment_entry(text: str, entry: str, args: Sequence[str]) -> str:
         at += 1
     note = f"# run it with its arguments: python {entry} {shlex.join(args)}\n"
     return "".join([*lines[:at], note, *lines[at:]])
+
+
+def default_args(text: str, entry: str, args: Sequence[str]) -> str:
+    """`text` that runs with `args` when it is given no arguments: three
+    lines after the module docstring and the `__future__` imports (after a
+    shebang or an encoding line when the module starts with code)."""
+    if not args:
+        return text
+    try:
+        body = ast.parse(text).body
+    except SyntaxError:
+        return comment_entry(text, entry, args)
+    i = 1 if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) else 0
+    while i < len(body) and isinstance(body[i], ast.ImportFrom) and body[i].module == "__future__":  # type: ignore[attr-defined]
+        i += 1
+    lines = fb.split_lines(text)
+    if i:
+        at = body[i - 1].end_lineno or body[i - 1].lineno
+    else:
+        at = 0
+        while (
+            at < min(2, len(lines))
+            and lines[at].startswith("#")
+            and ("coding" in lines[at][:40] or at == 0 and lines[at].startswith("#!"))
+        ):
+            at += 1
+    if at and not lines[at - 1].endswith(("\n", "\r")):
+        lines[at - 1] += "\n"
+    code = (
+        f"import sys  # (tfrepro) given no arguments, the run's: python {entry} {shlex.join(args)}\n"
+        f"if len(sys.argv) == 1:\n    sys.argv += {list(args)!r}\n"
+    )
+    return "".join([*lines[:at], code, *lines[at:]])
 
 
 def notebook_code(code: str, entry: str, args: Sequence[str]) -> str:
