@@ -12,6 +12,13 @@ from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 _FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
 # What makes the baseline unusable: judged alone, MEMORY is an out-of-memory kill.
 _BASELINE_FAILURES = _FAILURES | {Verdict.MEMORY}
+# A custom layer's OFF part is a stand-in that does less work (Identity, a
+# stock layer), so the layer is slower than it by its own compute: healthy.
+# Without --symptom, a slowdown whose culprits are all custom layers counts
+# only past this ratio ("several times slower"; keras-io's antirectifier is
+# 1.56x its Identity on an AVX-512 CPU). `--symptom slowdown` hunts it at the
+# plain threshold.
+OWN_COST_SLOWDOWN = 3.0
 
 
 def _same_outcome(a: TrialResult, b: TrialResult) -> bool:
@@ -56,9 +63,35 @@ class Replay:
                 "Raise [trial] repeats (or --repeats) to hunt it with more runs "
                 "per configuration.",
             )
+        own = self._own_cost(target, culprits, config)
+        if own is not None:
+            return self._finish(Status.NONE, None, extra={**extra, "own_cost": own}, reason=own["reason"])
         return self._finish(
             Status.FOUND, target, culprits=culprits, config=config, rate=judged.reproduction_rate, extra=extra
         )
+
+    def _own_cost(self, target: Verdict, culprits: Config, config: Config) -> dict | None:
+        """A slowdown found without --symptom whose culprits are all custom
+        layers, under OWN_COST_SLOWDOWN: the layers' own compute against their
+        stand-ins (what result.json's `own_cost` says, and why it is `none`)."""
+        from tfrepro import catalog
+
+        if target != Verdict.SLOWDOWN or self.opts.symptom is not None or not culprits:
+            return None
+        if not all((e := catalog.get(c)) is not None and e.kind == "custom_layer" for c in culprits):
+            return None
+        outcomes = self.timing.get(config) or []
+        ratio = outcomes[-1].ratio if outcomes else None
+        if ratio is None or ratio >= OWN_COST_SLOWDOWN:
+            return None
+        names = ", ".join(sorted(culprits))
+        return {
+            "features": sorted(culprits),
+            "ratio": round(ratio, 3),
+            "reason": f"{names} is x{ratio:.2f} slower than its OFF stand-in, which does less work: the layer's "
+            f"own compute, not a defect (a custom layer counts from x{OWN_COST_SLOWDOWN:g}; "
+            "rerun with --symptom slowdown to hunt it anyway)",
+        }
 
     def _replayed(
         self, target: Verdict, culprits: Config, config: Config, fresh: range

@@ -1,0 +1,39 @@
+"""A custom layer's OFF part is a stand-in that does less work, so the layer
+is slower than it by its own compute (keras-io's antirectifier: 1.56x its
+Identity on an AVX-512 CPU, a false culprit on a healthy script). Without
+--symptom, a slowdown of custom layers alone counts from OWN_COST_SLOWDOWN
+(replay.py); `--symptom slowdown` hunts it at the plain threshold. Fakes."""
+
+from __future__ import annotations
+
+from test_engine import FakeRunner, make_project, slow_when
+
+from tfrepro.bisect.engine import BisectOptions, bisect
+from tfrepro.bisect.replay import OWN_COST_SLOWDOWN
+from tfrepro.trials.values import Verdict
+
+FEATS = ["custom_layer_antirectifier", "prefetch", "xla"]
+
+
+def test_a_custom_layer_slower_than_its_stand_in_by_its_own_work_is_healthy(tmp_path):
+    res = bisect(make_project(tmp_path, FEATS), BisectOptions(), runner=FakeRunner(slow_when(FEATS[0], 1.6)))
+    doc = res.to_dict()
+    assert (res.status.value, res.culprits) == ("none", ())
+    assert doc["own_cost"]["features"] == [FEATS[0]] and 1.4 < doc["own_cost"]["ratio"] < OWN_COST_SLOWDOWN
+    assert "--symptom slowdown" in doc["reason"]
+
+
+def test_asked_for_it_is_hunted_at_the_plain_threshold(tmp_path):
+    res = bisect(
+        make_project(tmp_path, FEATS),
+        BisectOptions(symptom=Verdict.SLOWDOWN),
+        runner=FakeRunner(slow_when(FEATS[0], 1.6)),
+    )
+    assert (res.status.value, res.symptom.value, res.culprits) == ("found", "slowdown", (FEATS[0],))
+
+
+def test_a_layer_several_times_slower_and_any_other_feature_are_still_culprits(tmp_path):
+    res = bisect(make_project(tmp_path, FEATS), BisectOptions(), runner=FakeRunner(slow_when(FEATS[0], 4.0)))
+    assert (res.status.value, res.culprits) == ("found", (FEATS[0],))
+    res = bisect(make_project(tmp_path / "b", FEATS), BisectOptions(), runner=FakeRunner(slow_when("prefetch", 1.6)))
+    assert (res.status.value, res.culprits) == ("found", ("prefetch",))
