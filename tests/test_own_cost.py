@@ -21,6 +21,9 @@ def test_a_custom_layer_slower_than_its_stand_in_by_its_own_work_is_healthy(tmp_
     assert (res.status.value, res.culprits) == ("none", ())
     assert doc["own_cost"]["features"] == [FEATS[0]] and 1.4 < doc["own_cost"]["ratio"] < OWN_COST_SLOWDOWN
     assert "--symptom slowdown" in doc["reason"]
+    from tfrepro.bisect.display import answer_lines
+
+    assert answer_lines(doc)[0] == f"none: {doc['own_cost']['reason']}"  # the CLI says why
 
 
 def test_asked_for_it_is_hunted_at_the_plain_threshold(tmp_path):
@@ -37,3 +40,4 @@ def test_a_layer_several_times_slower_and_any_other_feature_are_still_culprits(t
     assert (res.status.value, res.culprits) == ("found", (FEATS[0],))
     res = bisect(make_project(tmp_path / "b", FEATS), BisectOptions(), runner=FakeRunner(slow_when("prefetch", 1.6)))
     assert (res.status.value, res.culprits) == ("found", ("prefetch",))
+

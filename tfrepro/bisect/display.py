@@ -151,7 +151,10 @@ def answer_lines(doc: dict[str, Any]) -> list[str]:
         lines += _found_lines(doc)
     elif status == "none":
         what = f"no {symptom}" if symptom else "no nan, crash, timeout, mismatch or slowdown"
-        lines.append(f"none: the failing configuration (every feature on) shows {what} against the baseline")
+        if doc.get("own_cost"):  # a custom layer's own compute against its stand-in (bisect/replay.py)
+            lines.append(f"none: {doc['own_cost']['reason']}")
+        else:
+            lines.append(f"none: the failing configuration (every feature on) shows {what} against the baseline")
     elif status == "untestable":
         lines.append(f"untestable: {doc.get('reason') or doc.get('error') or 'nothing could be measured'}")
         lines.append("  (not a verdict on the features: nothing was measured to judge them by)")
