@@ -466,3 +466,27 @@ def test_cli_json_prints_one_document_and_progress_goes_to_stderr(project, monke
     assert doc["culprits"] == ["mixed_precision"] and Path(doc["bundle"], "ISSUE.md").is_file()
     assert "describing the environment" in r.stderr
     assert CliRunner().invoke(main, ["report", str(project), "--format", "json"]).exit_code == 2
+
+
+def test_features_the_bisect_kept_on_stay_on_in_the_repro(project):
+    """`tfrepro bisect --skip mixed_precision` keeps it ON in every trial
+    (result.json `fixed_on`); the exported repro and its reference are
+    those trials' scripts, so it is ON in both."""
+    run = make_run(project, "crash", ["bad_reshape"], fixed_on=["mixed_precision"])
+    b = build(run, ScriptedRunner())
+    policy = 'keras.mixed_precision.set_global_policy("mixed_float16")'
+    assert policy in (b.out / "repro.py").read_text() and policy in (b.out / "reference.py").read_text()
+    run2 = make_run(project, "crash", ["bad_reshape"], run_id="20261129-130000")
+    b2 = build(run2, ScriptedRunner())
+    assert policy not in (b2.out / "repro.py").read_text()  # without it: OFF, as the trials had it
+
+
+def test_the_bisect_records_what_it_kept_on(tmp_path):
+    from test_engine import FEATS, FakeRunner, nan_when
+    from test_engine import make_project as engine_project
+
+    from tfrepro.bisect.engine import BisectOptions, bisect
+
+    p = engine_project(tmp_path, FEATS).select(skip=["xla"])
+    doc = bisect(p, BisectOptions(), runner=FakeRunner(nan_when("mixed_precision"))).to_dict()
+    assert doc["fixed_on"] == ["xla"] and "xla" not in doc["features"]

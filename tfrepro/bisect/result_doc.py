@@ -179,6 +179,8 @@ def _details(run: _Bisection, a: Answer) -> dict[str, Any]:
         "failing": best(run.memo, run._shows, full, symptom),
         "culprit_trial": best(run.memo, run._shows, config, symptom),
         "dropped_features": list(run.dropped),
+        # Kept ON in every trial (--only/--skip, preflight drops): report renders them so too.
+        "fixed_on": sorted(getattr(run.project, "fixed_on", ())),
         "detected": bool(getattr(run.project, "detected", False)),
         "culprit_config": sorted(config) if config is not None else [],
         "ablation": None,

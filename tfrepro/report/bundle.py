@@ -200,6 +200,9 @@ def load_context(run_dir: Path) -> Context:
         )
     recorded = TrialSettings.from_dict(result["settings"]) if result.get("settings") else None
     project = Project.load(_entry_path(_project_root(run_dir, result), recorded))
+    fixed = [n for n in result.get("fixed_on") or [] if n in project.feature_names]
+    if fixed:  # what the bisect kept ON in every trial (--only/--skip, preflight): so in the repro
+        project = project.exclude(dict.fromkeys(fixed, "kept on in the run"))
     settings = recorded or project.manifest.trial
     return Context(
         run_dir,
