@@ -40,4 +40,3 @@ def test_a_layer_several_times_slower_and_any_other_feature_are_still_culprits(t
     assert (res.status.value, res.culprits) == ("found", (FEATS[0],))
     res = bisect(make_project(tmp_path / "b", FEATS), BisectOptions(), runner=FakeRunner(slow_when("prefetch", 1.6)))
     assert (res.status.value, res.culprits) == ("found", ("prefetch",))
-

@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -394,8 +395,21 @@ def _crash_line(rc: int | None, stderr_path: Path) -> str:
     return f"exit code {rc}"
 
 
+# TensorFlow's own C++ log lines (absl: "E0000 00:00:1796182820.100479 1948
+# cuda_executor.cc:1228] ..."; older: "2026-12-02 03:00:00.123456: I
+# tensorflow/..."): a trial that crashes on import prints them after its
+# traceback's last line, and the crash message would quote cuInit.
+_TF_LOG = re.compile(
+    r"^(?:[IWEF]\d{4} \d\d:\d\d:\d\d[.\d]*\s+\d+ \S+:\d+\]"
+    r"|\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d+: [IWEF] \S+:\d+\]"
+    r"|WARNING: All log messages before absl::InitializeLog\(\))"
+)
+
+
 def last_line(path: Path, tail: int = 65536) -> str | None:
-    """The last non-blank line of a log file (its end only is read)."""
+    """The last non-blank line of a log file (its end only is read) that is
+    not one of TensorFlow's own log lines (the last line at all when every
+    one is)."""
     try:
         with open(path, "rb") as f:
             f.seek(0, os.SEEK_END)
@@ -404,10 +418,8 @@ def last_line(path: Path, tail: int = 65536) -> str | None:
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return None
-    for line in reversed(text.splitlines()):
-        if line.strip():
-            return line.strip()
-    return None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in reversed(lines) if not _TF_LOG.match(line)), lines[-1] if lines else None)
 
 
 # -- presentation (`tfrepro run`) -------------------------------------------------
