@@ -28,12 +28,28 @@ from __future__ import annotations
 import math
 import os
 import sys
+import sysconfig
 
 DISTINCT_MAX = 20
 ROWS_MAX = 100_000
 BATCHES_MAX = 32
 DATA_EXTENSIONS = (".csv", ".tsv", ".npy", ".npz", ".tfrecord", ".tfrecords", ".parquet", ".jsonl", ".txt", ".h5")
-_LIBS = ("numpy", "pandas", "tensorflow", "keras", "tf_keras", "_tfrepro", "importlib", "<frozen")
+# Where library code lives: installed packages, the standard library, the
+# harness's own modules. By location, not by name: a project in a folder
+# called keras-bug/ or pandas-demo/ is the user's code.
+_INSTALLED = ("site-packages", "dist-packages", "_tfrepro")
+_OWN = os.path.dirname(os.path.abspath(__file__))
+_STDLIB = tuple(
+    {os.path.abspath(d) for d in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if d}
+)
+
+
+def _library(name: str) -> bool:
+    """Is the frame's file library code (not the user's)?"""
+    if not name or name.startswith("<") or any(part in name for part in _INSTALLED):
+        return True
+    path = os.path.abspath(name)
+    return any(path == d or path.startswith(d + os.sep) for d in (_OWN, *_STDLIB))
 
 
 class FeatureStats:
@@ -105,7 +121,7 @@ def caller() -> str | None:
     fallback = None
     while f is not None:
         name = f.f_code.co_filename
-        if not any(part in name for part in _LIBS) and not name.endswith("harness_data.py"):
+        if not _library(name):
             where = f"{os.path.relpath(name, cwd) if name.startswith(cwd) else name}:{f.f_lineno}"
             if name.startswith(cwd):
                 return where
@@ -406,5 +422,4 @@ def _hook_open(rec: Recorder) -> None:
 def caller_is_user() -> bool:
     """Is the direct caller of open() the user's code (not NumPy's np.load opening its file)?"""
     f = sys._getframe(2)
-    name = f.f_code.co_filename if f is not None else ""
-    return not any(part in name for part in _LIBS)
+    return f is not None and not _library(f.f_code.co_filename)
