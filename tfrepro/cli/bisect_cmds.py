@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from dataclasses import replace
@@ -285,8 +286,11 @@ def bisect_cmd(
 
     project = load_project(path, only, skip)
     options = replace(options, baseline_checks=checks_for_result)
-    doc = run_bisect(project, options, as_json=as_json)
-    prune_after_run(project)
+    # --json: stdout is the one result object; whatever else writes there
+    # meanwhile (Ray's driver prints a raylet's death notice) goes to stderr.
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        doc = run_bisect(project, options, as_json=as_json)
+        prune_after_run(project)
     click.echo(json.dumps(doc) if as_json else "\n".join(answer_lines(doc)))
     sys.exit(write_tables(path, doc.get("run_dir"), Status(doc["status"]).exit_code))
 
