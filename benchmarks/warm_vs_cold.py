@@ -193,40 +193,56 @@ def equivalence(tmp: Path, pool: warm.WarmPool, chosen: list[Script], steps: int
     return ok
 
 
-def cost(tmp: Path, pool: warm.WarmPool, example: str, pairs: int) -> None:
+def cost(tmp: Path, pool: warm.WarmPool, example: str, pairs: int, modes: list[str] | None = None) -> None:
+    """The fixed cost per trial, cold and warm, in interleaved pairs; with
+    `modes` (confinement mechanisms: overlay, landlock, none), each pair runs
+    every mode, side by side in one run (`TFREPRO_CONFINE` per trial)."""
+    from tfrepro.trials import confine
+
     proj = Project.load(EXAMPLES / example)
     rows = []
+    kinds = modes or [""]
+    if "none" in kinds:
+        confine.allow_unconfined()
     for i in range(pairs + 1):  # pair 0: warm-up (the warm side may start its server)
-        for cold in (True, False) if i % 2 == 0 else (False, True):
-            result, wall = trial(proj, (), tmp, f"cost{i}", cold, pool)
-            train = sum(result.step_times)
-            rows.append((i, "cold" if cold else "warm", wall, train, wall - train, result.median_step_time()))
+        order = kinds if i % 2 == 0 else kinds[::-1]
+        for mode in order:
+            if mode:
+                os.environ[confine.ENV] = mode
+            for cold in (True, False) if i % 2 == 0 else (False, True):
+                result, wall = trial(proj, (), tmp, f"cost{i}{mode}", cold, pool)
+                train = sum(result.step_times)
+                how = ("cold" if cold else "warm") + (f"/{mode}" if mode else "")
+                rows.append((i, how, wall, train, wall - train, result.median_step_time()))
+    os.environ.pop(confine.ENV, None) if modes else None
     print(
         f"\ncost: {example} baseline, {pairs} interleaved pairs (pair 0: warm-up of both sides, the warm "
         "server's start if not started yet; not counted)"
     )
-    print(f"{'pair':>4} {'process':7} {'wall s':>8} {'train s':>8} {'fixed s':>8} {'median step ms':>15}")
+    print(f"{'pair':>4} {'process':14} {'wall s':>8} {'train s':>8} {'fixed s':>8} {'median step ms':>15}")
     for i, how, wall, train, fixed, med in rows:
-        print(f"{i:4d} {how:7} {wall:8.3f} {train:8.3f} {fixed:8.3f} {med * 1000 if med else float('nan'):15.3f}")
+        print(f"{i:4d} {how:14} {wall:8.3f} {train:8.3f} {fixed:8.3f} {med * 1000 if med else float('nan'):15.3f}")
     counted = [r for r in rows if r[0] > 0]
-    for how in ("cold", "warm"):
+    for how in dict.fromkeys(r[1] for r in counted):
         mine = [r for r in counted if r[1] == how]
         print(
             f"median {how}: wall {statistics.median(r[2] for r in mine):.3f} s, "
             f"training {statistics.median(r[3] for r in mine):.3f} s, "
             f"fixed cost {statistics.median(r[4] for r in mine):.3f} s"
         )
-    ratios = []
-    for i in range(1, pairs + 1):
-        c = next(r for r in counted if r[0] == i and r[1] == "cold")
-        w = next(r for r in counted if r[0] == i and r[1] == "warm")
-        if c[5] and w[5]:
-            ratios.append(w[5] / c[5])
-    if ratios:
-        print(
-            f"A/A step time warm/cold, per pair: {', '.join(f'{r:.3f}' for r in ratios)}; "
-            f"median {statistics.median(ratios):.3f}"
-        )
+    for mode in kinds:
+        tag = f"/{mode}" if mode else ""
+        ratios = []
+        for i in range(1, pairs + 1):
+            c = next(r for r in counted if r[0] == i and r[1] == "cold" + tag)
+            w = next(r for r in counted if r[0] == i and r[1] == "warm" + tag)
+            if c[5] and w[5]:
+                ratios.append(w[5] / c[5])
+        if ratios:
+            print(
+                f"A/A step time warm/cold{tag}, per pair: {', '.join(f'{r:.3f}' for r in ratios)}; "
+                f"median {statistics.median(ratios):.3f}"
+            )
 
 
 def aa_timing(tmp: Path, pool: warm.WarmPool, example: str, n: int) -> None:
@@ -270,6 +286,9 @@ def main() -> int:
     ap.add_argument("--skip-equivalence", action="store_true")
     ap.add_argument("--skip-cost", action="store_true")
     ap.add_argument("--aa", type=int, default=0, help="A/A timing: this many warm trials between cold ones")
+    ap.add_argument(
+        "--confine-modes", default="", help="cost part: comma-separated mechanisms side by side (overlay,none)"
+    )
     args = ap.parse_args()
     only = {n for n in f"{args.only},{args.examples}".split(",") if n}
     start = time.monotonic()
@@ -282,7 +301,7 @@ def main() -> int:
                 chosen = scripts(args.suite, only, Path(tmp))
                 ok = equivalence(Path(tmp), pool, chosen, args.steps or None)
             if not args.skip_cost:
-                cost(Path(tmp), pool, args.example, args.pairs)
+                cost(Path(tmp), pool, args.example, args.pairs, [m for m in args.confine_modes.split(",") if m])
             if args.aa:
                 aa_timing(Path(tmp), pool, args.example, args.aa)
     finally:

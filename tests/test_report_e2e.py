@@ -191,7 +191,9 @@ def _runs(script: Path, statement: str) -> bool:
 
 
 def _keras_losses(output: str) -> list[float]:
-    return [float(x) for x in re.findall(r"loss: (\S+)", output)]
+    """Keras's own `loss: X` lines (the bundle's last line, tfrepro's footer, is not one)."""
+    keras_lines = "\n".join(ln for ln in output.splitlines() if not ln.startswith("(tfrepro)"))
+    return [float(x) for x in re.findall(r"loss: (\S+)", keras_lines)]
 
 
 def test_bundle_holds_everything_the_issue_form_asks(reported):
