@@ -77,14 +77,16 @@ def default_runner(
             project,
             frozenset(),
             settings,
-            use_cache=False,
-            state_dir=state_dir,
-            env=env,
-            label="report-rerun",
-            plugins=[plugin],
-            plugin_options={"environment": True},
-            python=python,
-            versions=versions,
+            runner.TrialOptions(
+                use_cache=False,
+                state_dir=state_dir,
+                env=env,
+                label="report-rerun",
+                plugins=(plugin,),
+                plugin_options={"environment": True},
+                python=python,
+                versions=versions,
+            ),
         )
 
     return run
@@ -255,7 +257,7 @@ def _slowdown(
     runner: Runner,
     progress: Callable[[str], None] | None = None,
 ) -> Reproduction:
-    from tfrepro.trials.classify import sequential_slowdown, timing_pair
+    from tfrepro.trials.classify import SequentialPolicy, sequential_slowdown, timing_pair
 
     settings, max_pairs = spec.settings, spec.max_pairs
     timed = settings.timed()
@@ -293,7 +295,9 @@ def _slowdown(
             why.append("fewer than 2 steps past the warm-up")
         return got or Verdict.UNTESTABLE
 
-    out = sequential_slowdown(sample, spec.symptoms.slowdown, min_samples=min(3, max_pairs), max_samples=max_pairs)
+    out = sequential_slowdown(
+        sample, spec.symptoms.slowdown, SequentialPolicy(min_samples=min(3, max_pairs), max_samples=max_pairs)
+    )
     reproduced, detail = _timing_detail(out, why, spec.symptoms.slowdown)
     return Reproduction(
         "slowdown",
