@@ -28,7 +28,7 @@ from pathlib import Path
 
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import confine, warm
-from tfrepro.trials.runner import run_variant
+from tfrepro.trials.runner import TrialOptions, run_variant
 
 PLAIN = "print('step=1 loss=1.0')\n"
 TF = """\
@@ -50,7 +50,11 @@ def one(script: str, mode: str, pool: warm.WarmPool, cold: bool, root: Path, i: 
     (trial / "variant" / "s.py").write_text(script)
     start = time.perf_counter()
     r = run_variant(
-        trial / "variant", TrialSettings(entry="s.py", steps=4, timeout_s=120), trial, cold=cold, warm_pool=pool
+        trial / "variant",
+        TrialSettings(entry="s.py", steps=4, timeout_s=120),
+        trial,
+        TrialOptions(cold=cold),
+        warm_pool=pool,
     )
     wall = time.perf_counter() - start
     if r.crashed:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 from tfrepro.project import Project  # noqa: E402
 from tfrepro.trials.classify import symptoms  # noqa: E402
 from tfrepro.trials.memcheck import decide_memory  # noqa: E402
-from tfrepro.trials.runner import run_trial  # noqa: E402
+from tfrepro.trials.runner import TrialOptions, run_trial  # noqa: E402
 from tfrepro.trials.values import Verdict  # noqa: E402
 
 
@@ -35,11 +35,16 @@ def one_round(project: Project, i: int, state: Path) -> dict:
     from dataclasses import replace
 
     runs = [
-        run_trial(project, (), replace(settings, repeat=1000 + 2 * i + j), use_cache=False, state_dir=state)
+        run_trial(
+            project, (), replace(settings, repeat=1000 + 2 * i + j), TrialOptions(use_cache=False, state_dir=state)
+        )
         for j in range(2)
     ]
     full = run_trial(
-        project, project.feature_names, replace(settings, repeat=1000 + i), use_cache=False, state_dir=state
+        project,
+        project.feature_names,
+        replace(settings, repeat=1000 + i),
+        TrialOptions(use_cache=False, state_dir=state),
     )
     d = decide_memory(full, runs, project.manifest.symptoms.memory)
     shown = symptoms(full, reference=None, settings=project.manifest.symptoms, baselines=runs)

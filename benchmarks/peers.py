@@ -224,14 +224,14 @@ class TrialExecutor:
 
         from mlbisect.executors.base import RunResult  # noqa: PLC0415
 
-        from tfrepro.trials.runner import run_trial, summary  # noqa: PLC0415
+        from tfrepro.trials.runner import TrialOptions, run_trial, summary  # noqa: PLC0415
 
         env = {axis_env(f): "1" if f in config.axes else "0" for f in self.features}
         enabled = configuration_from_env(env, self.features)
         settings = replace(self.project.manifest.trial, repeat=1000 + seed)
         t0 = time.perf_counter()
         self.trials += 1
-        doc = summary(run_trial(self.project, enabled, settings, use_cache=False, label="mlbisect"))
+        doc = summary(run_trial(self.project, enabled, settings, TrialOptions(use_cache=False, label="mlbisect")))
         try:
             metric, error = metric_from_summary(doc), None
         except ValueError as exc:

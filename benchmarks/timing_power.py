@@ -52,7 +52,7 @@ from tfrepro.settings import (  # noqa: E402
     WARMUP_STEPS,
     TrialSettings,
 )
-from tfrepro.trials.slowdown import QUIET_OTHERS, TimingPair, sequential_slowdown, typical_step  # noqa: E402
+from tfrepro.trials.slowdown import QUIET_OTHERS, SequentialPolicy, TimingPair, sequential_slowdown, typical_step  # noqa: E402
 from tfrepro.trials.values import Verdict  # noqa: E402
 
 
@@ -81,7 +81,7 @@ def load() -> str:
 
 
 def record(n: int, steps: int, out: Path) -> None:
-    from tfrepro.trials.runner import run_trial
+    from tfrepro.trials.runner import TrialOptions, run_trial
 
     project = Project.load(MLP)
     state = Path(tempfile.mkdtemp(prefix="tfrepro-traces-"))
@@ -91,7 +91,7 @@ def record(n: int, steps: int, out: Path) -> None:
             # a timing trial (so the harness measures others_cpu) whose budget is `steps` steps
             s = TrialSettings(steps=steps, timeout_s=600, repeat=i, steps_max=steps, min_time_s=1e9, min_steps=steps)
             t0 = time.time()
-            r = run_trial(project, enabled, s, use_cache=False, state_dir=state)
+            r = run_trial(project, enabled, s, TrialOptions(use_cache=False, state_dir=state))
             traces.append(
                 {
                     "enabled": list(enabled),
@@ -166,7 +166,9 @@ def simulate(pairs: list[TimingPair], runs: int, seed: int, max_pairs: int = 16)
     slow = fast = conclusive = 0
     used = []
     for _ in range(runs):
-        out = sequential_slowdown(lambda i: rng.choice(pairs), THRESHOLD, min_samples=3, max_samples=max_pairs)
+        out = sequential_slowdown(
+            lambda i: rng.choice(pairs), THRESHOLD, SequentialPolicy(min_samples=3, max_samples=max_pairs)
+        )
         slow += out.verdict == Verdict.SLOWDOWN
         fast += out.fast
         conclusive += out.conclusive
@@ -231,7 +233,7 @@ def real(n: int) -> None:
     """The engine's own timing code (bisect/timing.TimingPool: one shared
     baseline pool, B C B C B, contention from the harness) on real trials."""
     from tfrepro.bisect.timing import TimingPool
-    from tfrepro.trials.runner import run_trial
+    from tfrepro.trials.runner import TrialOptions, run_trial
 
     project = Project.load(MLP)
     state = Path(tempfile.mkdtemp(prefix="tfrepro-timing-"))
@@ -248,8 +250,7 @@ def real(n: int) -> None:
             project,
             enabled,
             TrialSettings(**{**base.__dict__, "repeat": next(counter)}),
-            use_cache=False,
-            state_dir=state,
+            TrialOptions(use_cache=False, state_dir=state),
         )
         if r.extra.get("others_cpu") is not None:
             others.append(r.extra["others_cpu"])

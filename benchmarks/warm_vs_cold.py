@@ -52,7 +52,7 @@ from pathlib import Path
 
 from tfrepro.project import Project
 from tfrepro.trials import classify, warm
-from tfrepro.trials.runner import run_variant
+from tfrepro.trials.runner import TrialOptions, run_variant
 from tfrepro.trials.values import TrialResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,7 +130,7 @@ def trial(
         shutil.rmtree(variant)
     proj.write_variant(enabled, variant)
     start = time.perf_counter()
-    result = run_variant(variant, settings, tmp / f"trial-{tag}-{how}", cold=cold, warm_pool=pool)
+    result = run_variant(variant, settings, tmp / f"trial-{tag}-{how}", TrialOptions(cold=cold), warm_pool=pool)
     wall = time.perf_counter() - start
     return result, wall
 
@@ -261,7 +261,7 @@ def aa_timing(tmp: Path, pool: warm.WarmPool, example: str, n: int) -> None:
         cold = i % 2 == 0
         variant = tmp / f"variant-aa{i}"
         proj.write_variant((), variant)
-        seq.append(run_variant(variant, budget, tmp / f"trial-aa{i}", cold=cold, warm_pool=pool))
+        seq.append(run_variant(variant, budget, tmp / f"trial-aa{i}", TrialOptions(cold=cold), warm_pool=pool))
         shutil.rmtree(variant, ignore_errors=True)
     pairs = [timing_pair(seq[i - 1], seq[i], seq[i + 1]) for i in range(1, 2 * n, 2)]
     logs = [p.log_ratio for p in pairs if p is not None]

@@ -9,7 +9,7 @@ import json
 import math
 from pathlib import Path
 
-from tfrepro.report.bundle import build_report
+from tfrepro.report.bundle import ReportOptions, build_report
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.values import TrialResult
 
@@ -162,6 +162,7 @@ class ScriptedRunner:
         return TrialResult.from_dict(trial(step=0.01 + 0.001 * len(self.calls)))
 
 
-def build(run: Path, runner, environ=None, **kw):
+def build(run: Path, runner, environ=None, out=None, **how):
     env = {"HOME": str(run.parents[3]), **(environ or {})}  # the project sits in ~/proj
-    return build_report(run, runner=runner, localize=False, probe_environment=False, environ=env, **kw)
+    how = ReportOptions(**{"localize": False, "probe_environment": False, **how})
+    return build_report(run, how, out=out, runner=runner, environ=env)

@@ -84,7 +84,7 @@ def original_copy(script: str, dest: Path) -> Path:
 def test_annotated_script_trains_exactly_like_the_original(script: str, tmp_path: Path) -> None:
     from tfrepro.project import Project
     from tfrepro.settings import TrialSettings
-    from tfrepro.trials.runner import run_trial
+    from tfrepro.trials.runner import TrialOptions, run_trial
 
     original = original_copy(script, tmp_path / "original")
     annotated = annotated_copy(script, tmp_path / "annotated")
@@ -94,8 +94,8 @@ def test_annotated_script_trains_exactly_like_the_original(script: str, tmp_path
 
     settings = TrialSettings(entry=script, steps=STEPS, timeout_s=240)
     env = {"TRAIN_STEPS": str(STEPS)}
-    before = run_trial(Project.load(original, detect=False), (), settings, use_cache=False, env=env)
-    after = run_trial(ann, ann.feature_names, settings, use_cache=False, env=env)
+    before = run_trial(Project.load(original, detect=False), (), settings, TrialOptions(use_cache=False, env=env))
+    after = run_trial(ann, ann.feature_names, settings, TrialOptions(use_cache=False, env=env))
     for r in (before, after):
         assert not r.crashed, r.error
         assert len(r.losses) == STEPS

@@ -11,7 +11,7 @@ import pytest
 from tfrepro.project import Project
 from tfrepro.settings import WARMUP_STEPS
 from tfrepro.trials.calls import calls_of
-from tfrepro.trials.runner import run_trial
+from tfrepro.trials.runner import TrialOptions, run_trial
 
 SCRIPT = textwrap.dedent(
     """\
@@ -37,14 +37,14 @@ def test_each_fit_is_recorded_and_a_timing_trial_times_the_call_it_is_given(tmp_
     (root / "train.py").write_text(SCRIPT)
     (root / "tfrepro.toml").write_text('[trial]\nentry = "train.py"\nsteps = 50\n')
     p = Project.load(root, detect=False)
-    plain = run_trial(p, [], p.manifest.trial, state_dir=tmp_path / "state", use_cache=False)
+    plain = run_trial(p, [], p.manifest.trial, TrialOptions(state_dir=tmp_path / "state", use_cache=False))
     assert [(c.tag, c.where, c.start, c.end) for c in calls_of(plain)] == [
         ("fit#1", "train.py:8", 0, 4),
         ("fit#2", "train.py:9", 4, 12),
         ("fit#3", "train.py:10", 12, 16),
     ]
     timing = replace(p.manifest.trial.timed(budget_s=30.0, min_steps=1000, steps_max=5000), timed_calls=("fit#2",))
-    timed = run_trial(p, [], timing, state_dir=tmp_path / "state", use_cache=False)
+    timed = run_trial(p, [], timing, TrialOptions(state_dir=tmp_path / "state", use_cache=False))
     # fit#2's steps past its own warm-up, and the trial ends with fit#2 (fit#3 never runs)
     warm = WARMUP_STEPS
     assert timed.extra["timed_ranges"] == [[4 + warm, 12]]

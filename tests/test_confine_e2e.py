@@ -236,7 +236,7 @@ def test_daemon_and_subprocess_writes_die_with_a_cold_plain_trial(tmp_path):
     if confine.detect().mode == "none":
         pytest.skip("no confinement here")
     from tfrepro.settings import TrialSettings
-    from tfrepro.trials.runner import run_variant
+    from tfrepro.trials.runner import TrialOptions, run_variant
 
     marker = f"tfrepro-daemon-{uuid.uuid4().hex}"
     decoy = tmp_path / "outside.txt"
@@ -253,7 +253,7 @@ def test_daemon_and_subprocess_writes_die_with_a_cold_plain_trial(tmp_path):
     )
     settings = TrialSettings(entry="s.py", steps=1, timeout_s=60)
     env = {"MARKER": marker, "DECOY": str(decoy)}
-    result = run_variant(variant, settings, tmp_path / "trial", env=env, cold=True)
+    result = run_variant(variant, settings, tmp_path / "trial", TrialOptions(env=env, cold=True))
     assert not result.crashed, result.error
     assert decoy.read_text() == "mine"
     deadline = time.monotonic() + 10  # the namespace's teardown is asynchronous: SIGKILL, then reaped
@@ -271,7 +271,7 @@ def test_a_landlock_trial_killed_at_its_timeout_leaves_no_daemon(tmp_path, monke
     if not confine.landlock_works():
         pytest.skip("no Landlock here")
     from tfrepro.settings import TrialSettings
-    from tfrepro.trials.runner import run_variant
+    from tfrepro.trials.runner import TrialOptions, run_variant
 
     monkeypatch.setenv(confine.ENV, "landlock")
     marker = f"tfrepro-daemon-{uuid.uuid4().hex}"
@@ -286,7 +286,7 @@ def test_a_landlock_trial_killed_at_its_timeout_leaves_no_daemon(tmp_path, monke
     )
     settings = TrialSettings(entry="s.py", steps=5, timeout_s=8)
     try:
-        result = run_variant(variant, settings, tmp_path / "trial", env={"MARKER": marker}, cold=cold)
+        result = run_variant(variant, settings, tmp_path / "trial", TrialOptions(env={"MARKER": marker}, cold=cold))
         assert result.timed_out and result.losses == (1.0,), result  # the daemon was started
         deadline = time.monotonic() + 10  # SIGKILL is asynchronous: killed, then reaped by init
         while _procs_with(marker) and time.monotonic() < deadline:
@@ -303,7 +303,7 @@ def test_a_denied_write_the_script_survives_is_a_warning_naming_it(tmp_path, mon
     if not confine.landlock_works():
         pytest.skip("no Landlock here")
     from tfrepro.settings import TrialSettings
-    from tfrepro.trials.runner import run_variant
+    from tfrepro.trials.runner import TrialOptions, run_variant
 
     monkeypatch.setenv(confine.ENV, "landlock")
     decoy = tmp_path / "store" / "weights.txt"
@@ -320,7 +320,7 @@ def test_a_denied_write_the_script_survives_is_a_warning_naming_it(tmp_path, mon
         "print('step=1 loss=1.0')\n"
     )
     settings = TrialSettings(entry="s.py", steps=1, timeout_s=60)
-    result = run_variant(variant, settings, tmp_path / "trial", env={"DECOY": str(decoy)}, cold=True)
+    result = run_variant(variant, settings, tmp_path / "trial", TrialOptions(env={"DECOY": str(decoy)}, cold=True))
     assert not result.crashed and decoy.read_text() == "mine"
     assert str(decoy) in result.extra["denied_write"] and "s.py:3" in result.extra["denied_write"]
     assert any(str(decoy) in w and "went on" in w for w in result.extra["warnings"])
@@ -404,7 +404,7 @@ def _available_modes() -> list[str]:
 def test_a_warm_child_is_confined_exactly_as_a_cold_trial(tmp_path, monkeypatch, mode):
     from tfrepro.settings import TrialSettings
     from tfrepro.trials import warm
-    from tfrepro.trials.runner import run_variant
+    from tfrepro.trials.runner import TrialOptions, run_variant
 
     monkeypatch.setenv(confine.ENV, mode)
     decoy = tmp_path / "outside"
@@ -422,7 +422,9 @@ def test_a_warm_child_is_confined_exactly_as_a_cold_trial(tmp_path, monkeypatch,
             (trial / "variant").mkdir(parents=True)
             (trial / "variant" / "s.py").write_text(SEES)
             settings = TrialSettings(entry="s.py", steps=1, timeout_s=60)
-            r = run_variant(trial / "variant", settings, trial, env=env, cold=how == "cold", warm_pool=pool)
+            r = run_variant(
+                trial / "variant", settings, trial, TrialOptions(env=env, cold=how == "cold"), warm_pool=pool
+            )
             assert r.extra["process"] == how and not r.crashed, r.error
             seen[how] = json.loads((trial / "stdout.log").read_text().splitlines()[0])
             assert (trial / "variant" / "here.txt").exists()  # the trial's own dir is written for real

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from tfrepro.project import Project
-from tfrepro.trials.runner import run_trial
+from tfrepro.trials.runner import TrialOptions, run_trial
 
 pytestmark = pytest.mark.e2e
 
@@ -43,7 +43,7 @@ def test_sources_and_a_datasets_spec_and_stats(tmp_path):
     (root / "tfrepro.toml").write_text('[trial]\nentry = "repro.py"\nsteps = 50\ntimeout_s = 120\n')
     project = Project.load(root)
     settings = replace(project.manifest.trial, until_symptom=True, budget_s=30.0)  # records the batches
-    got = run_trial(project, [], settings, state_dir=tmp_path / "state", use_cache=False)
+    got = run_trial(project, [], settings, TrialOptions(state_dir=tmp_path / "state", use_cache=False))
     assert got.steps_run == 4, got
     sources = {(s["call"], s["file"]): s for s in got.data["sources"]}
     assert sources[("numpy.load", "data/x.npy")]["at"] == "repro.py:5"

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from tfrepro.cli import main
 from tfrepro.project import Project
-from tfrepro.trials.runner import run_trial
+from tfrepro.trials.runner import TrialOptions, run_trial
 from tfrepro.trials.values import TrialResult
 
 pytestmark = pytest.mark.e2e
@@ -71,7 +71,7 @@ def trial(tmp_path_factory):
         key = (name, tuple(sorted((env or {}).items())), tuple(sorted(kw)))
         if key not in done:
             p = Project.load(FIXTURES / name, detect=False)  # the fixtures as written: harness under test
-            done[key] = run_trial(p, [], p.manifest.trial, state_dir=state, env=env, **kw)
+            done[key] = run_trial(p, [], p.manifest.trial, TrialOptions(state_dir=state, env=env, **kw))
         return done[key]
 
     return run

@@ -12,7 +12,7 @@ import pytest
 from tfrepro.project import Project
 from tfrepro.settings import SymptomSettings
 from tfrepro.trials.classify import classify
-from tfrepro.trials.runner import run_trial
+from tfrepro.trials.runner import TrialOptions, run_trial
 from tfrepro.trials.values import Verdict
 
 pytestmark = pytest.mark.e2e
@@ -37,7 +37,7 @@ def test_tensorflow_oom_under_a_low_address_space_limit_is_memory(tmp_path):
         "memory_limit_mb = 3000\n",
     )
     assert project.manifest.trial.memory_limit_mb == 3000
-    result = run_trial(project, (), project.manifest.trial, use_cache=False)
+    result = run_trial(project, (), project.manifest.trial, TrialOptions(use_cache=False))
     assert result.crashed and "ResourceExhaustedError" in (result.error or "")
     assert result.peak_rss_bytes and result.steps_run == 1
     assert classify(result, reference=None, settings=SymptomSettings()) == Verdict.MEMORY
@@ -62,7 +62,7 @@ def test_a_numpy_memory_error_and_an_oom_kill_are_memory(tmp_path):
         """,
     )
     for project, what in ((numpy_oom, "MemoryError"), (killed, "SIGKILL")):
-        result = run_trial(project, (), project.manifest.trial, use_cache=False)
+        result = run_trial(project, (), project.manifest.trial, TrialOptions(use_cache=False))
         assert result.crashed and not result.timed_out
         assert what in (result.error or ""), result.error
         assert classify(result, reference=None, settings=SymptomSettings()) == Verdict.MEMORY
@@ -78,8 +78,8 @@ def test_a_loop_trial_records_rss_per_step_and_sees_a_leak(tmp_path):
             print(f"step={step} loss=1.0")
         """
     project = _project(tmp_path / "loop", script, "steps = 30\n")
-    base = [run_trial(project, (), project.manifest.trial, use_cache=False) for _ in range(2)]
-    leak = run_trial(project, ("leak",), project.manifest.trial, use_cache=False)
+    base = [run_trial(project, (), project.manifest.trial, TrialOptions(use_cache=False)) for _ in range(2)]
+    leak = run_trial(project, ("leak",), project.manifest.trial, TrialOptions(use_cache=False))
     assert len(leak.rss_per_step) == 30 and leak.peak_rss_bytes >= max(leak.rss_per_step)
     assert leak.growth_per_step == pytest.approx(4 * 1024 * 1024, rel=0.1)
     assert classify(leak, reference=None, settings=SymptomSettings(), baselines=base) == Verdict.MEMORY

@@ -17,7 +17,7 @@ import pytest
 
 from tfrepro.project import Project
 from tfrepro.report.replay import write_replay
-from tfrepro.trials.runner import run_trial
+from tfrepro.trials.runner import TrialOptions, run_trial
 
 pytestmark = pytest.mark.e2e
 
@@ -46,15 +46,15 @@ def project(tmp_path_factory):
 
 def test_run_until_symptom_passes_the_step_cap(project, tmp_path):
     settings = replace(project.manifest.trial, until_symptom=True, budget_s=60.0)
-    got = run_trial(project, [], settings, state_dir=tmp_path / "state", use_cache=False)
+    got = run_trial(project, [], settings, TrialOptions(state_dir=tmp_path / "state", use_cache=False))
     assert got.first_nonfinite_step == 6 and got.steps_run == 6, got
-    capped = run_trial(project, [], project.manifest.trial, state_dir=tmp_path / "state", use_cache=False)
+    capped = run_trial(project, [], project.manifest.trial, TrialOptions(state_dir=tmp_path / "state", use_cache=False))
     assert capped.steps_run == 2 and capped.first_nonfinite_step is None
 
 
 def test_nan_state_and_its_one_step_replay(project, tmp_path):
     settings = replace(project.manifest.trial, steps=6, save_state_step=6)
-    got = run_trial(project, [], settings, state_dir=tmp_path / "state", use_cache=False)
+    got = run_trial(project, [], settings, TrialOptions(state_dir=tmp_path / "state", use_cache=False))
     assert got.first_nonfinite_step == 6, got
     saved = Path(got.log_dir) / "nan_state"
     meta = json.loads((saved / "state.json").read_text())

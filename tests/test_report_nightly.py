@@ -34,8 +34,8 @@ def test_the_repro_reruns_under_the_nightly_interpreter_and_answers_the_form(tmp
 
     calls = []
 
-    def run_trial(project, enabled, settings, **kw):  # the trial the re-run starts
-        calls.append(kw)
+    def run_trial(project, enabled, settings, how):  # the trial the re-run starts
+        calls.append(how)
         return TrialResult(losses=(1.0,), steps_run=1)
 
     monkeypatch.setattr(trial_runner, "run_trial", run_trial)
@@ -52,8 +52,8 @@ def test_the_repro_reruns_under_the_nightly_interpreter_and_answers_the_form(tmp
         "reproduced": True,
         "detail": "the loss became non-finite at step 3",
     }
-    (kw,) = calls  # under the nightly environment's interpreter, with its versions
-    assert kw["python"] == str(env.python) and kw["versions"] == env.versions and kw["use_cache"] is False
+    (how,) = calls  # under the nightly environment's interpreter, with its versions
+    assert how.python == str(env.python) and how.versions == env.versions and how.use_cache is False
     assert nightly_answer(got) == "Yes: the symptom shows on tf-nightly 2.22.0.dev20261130 too."
     fixed = nightly.on_nightly(lambda r: Reproduction("nan", False, "finite at every step"), FakeEnv())
     assert nightly_answer(fixed).startswith("No: on tf-nightly 2.22.0.dev20261130 the symptom does not show")

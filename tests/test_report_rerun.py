@@ -4,7 +4,7 @@ re-verified in B C B timing pairs (fakes, milliseconds)."""
 from __future__ import annotations
 
 from tfrepro.project import Project
-from tfrepro.report.rerun import Reproduction, default_runner, reproduce
+from tfrepro.report.rerun import Reproduction, RerunSpec, default_runner, reproduce
 from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX, SymptomSettings, TrialSettings
 from tfrepro.trials.values import TrialResult
 
@@ -57,17 +57,10 @@ class TimedRunner:
         )
 
 
-def rerun_slowdown(runner, cand_step: float | str, ref_step: float | str = 0.002, **kw) -> Reproduction:
+def rerun_slowdown(runner, cand_step: float | str, ref_step: float | str = 0.002) -> Reproduction:
     text = lambda x: f"STEP = {x}\n" if isinstance(x, float) else x
-    return reproduce(
-        "slowdown",
-        {"repro.py": text(cand_step)},
-        {"repro.py": text(ref_step)},
-        settings=TrialSettings(steps=8),
-        symptoms=SymptomSettings(),
-        runner=runner,
-        **kw,
-    )
+    spec = RerunSpec(TrialSettings(steps=8), SymptomSettings())
+    return reproduce("slowdown", {"repro.py": text(cand_step)}, {"repro.py": text(ref_step)}, spec, runner=runner)
 
 
 def test_a_10x_slower_repro_reproduces_on_one_clear_pair_of_time_budget_runs():

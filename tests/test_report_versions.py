@@ -10,7 +10,7 @@ from pathlib import Path
 
 from test_versions import VERSIONS, bisect_versions, project, scripted
 
-from tfrepro.report.bundle import build_report
+from tfrepro.report.bundle import ReportOptions, build_report
 from tfrepro.report.shows import BEGIN
 
 
@@ -20,7 +20,7 @@ def test_report_after_a_version_bisect_names_the_first_bad_release(tmp_path):
     r = bisect_versions(root, VERSIONS, trial=scripted("2.16.2"))
     assert (r["status"], r["first_bad_version"]) == ("found", "2.16.2")
     run_dir = root / r["run_dir"] if not Path(r["run_dir"]).is_absolute() else Path(r["run_dir"])
-    bundle = build_report(run_dir, rerun=False, localize=False, probe_environment=False)
+    bundle = build_report(run_dir, ReportOptions(rerun=False, localize=False, probe_environment=False))
     issue = (bundle.out / "ISSUE.md").read_text()
     assert "2.16.2" in issue and "2.15.1" in issue
     repro = (bundle.out / "repro.py").read_text()  # the script as written, then the line saying what it shows

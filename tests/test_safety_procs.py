@@ -39,7 +39,7 @@ d, how, marker = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 py = sys.executable
 if how == "shell":
     settings = TrialSettings(command=("bash", "-c", f"{py} s.py {marker}; echo after"), timeout_s=120)
-    runner.run_variant(d, settings, d.parent / "trial", cold=True)
+    runner.run_variant(d, settings, d.parent / "trial", runner.TrialOptions(cold=True))
 else:
     settings = TrialSettings(command=("python", "s.py", marker), timeout_s=120)
     pool = warm.WarmPool(preload=(), only_tf_scripts=False)

@@ -12,6 +12,7 @@ import pytest
 
 from tfrepro.trials.classify import first_steps
 from tfrepro.trials.slowdown import (
+    SequentialPolicy,
     TimingPair,
     TimingState,
     decide_slowdown,
@@ -200,7 +201,7 @@ def test_inconclusive_takes_more_pairs_up_to_the_budget():
         asked.append(i)
         return pair(next(ks))
 
-    out = sequential_slowdown(sample, 1.25, min_samples=3, max_samples=5)
+    out = sequential_slowdown(sample, 1.25, SequentialPolicy(min_samples=3, max_samples=5))
     assert asked == list(range(5)) and out.verdict == Verdict.OK and not out.conclusive
     assert len(out.baseline) == len(out.candidate) == 5 and out.new == 5
 
@@ -213,10 +214,10 @@ def test_the_replay_adds_pairs_to_the_evidence():
         asked.append(i)
         return pair(3.1)
 
-    out = sequential_slowdown(sample, 1.25, prior=prior, min_new=1)
+    out = sequential_slowdown(sample, 1.25, SequentialPolicy(min_new=1), prior=prior)
     assert out.verdict == Verdict.SLOWDOWN and asked == [0] and len(out.pairs) == 2 and out.new == 1
     # a fresh pair that disagrees sends it to the rank test over all the evidence
-    out = sequential_slowdown(lambda i: pair(1.0), 1.25, prior=prior, min_new=1, max_samples=6)
+    out = sequential_slowdown(lambda i: pair(1.0), 1.25, SequentialPolicy(min_new=1, max_samples=6), prior=prior)
     assert out.verdict == Verdict.OK and len(out.pairs) == 7
 
 

@@ -27,7 +27,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrepro.trials.slowdown import TimingPair, TimingState, sequential_slowdown
+from tfrepro.trials.slowdown import SequentialPolicy, TimingPair, TimingState, sequential_slowdown
 from tfrepro.trials.values import Verdict
 
 THRESHOLD = 1.25
@@ -76,7 +76,9 @@ def sampler(ratio: float, seed: int, measured: bool = False, **noise):
 
 def outcomes(ratio: float, seeds, measured: bool = False, **noise):
     return [
-        sequential_slowdown(sampler(ratio, s, measured, **noise)[0], THRESHOLD, min_samples=3, max_samples=16)
+        sequential_slowdown(
+            sampler(ratio, s, measured, **noise)[0], THRESHOLD, SequentialPolicy(min_samples=3, max_samples=16)
+        )
         for s in seeds
     ]
 

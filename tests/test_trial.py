@@ -24,7 +24,7 @@ from tfrepro.cli import main
 from tfrepro.project import Project
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import runner
-from tfrepro.trials.runner import run_trial, trial_key
+from tfrepro.trials.runner import TrialOptions, run_trial, trial_key
 
 FIXTURES = Path(__file__).parent / "projects"
 
@@ -81,7 +81,7 @@ def test_loop_lines_are_measured_and_the_run_stops_at_steps(tmp_path):
 
 def test_a_script_shorter_than_steps_ends_normally(tmp_path):
     p = make_project(tmp_path / "p")
-    r = run_trial(p, [], settings_of(p, steps=50), env={"N": "4"})
+    r = run_trial(p, [], settings_of(p, steps=50), TrialOptions(env={"N": "4"}))
     assert r.steps_run == 4 and r.extra["stop"] == "exit"
     assert "finished all steps" in stdout_of(r)
 
@@ -197,12 +197,12 @@ def test_the_same_trial_asked_twice_runs_once_unless_no_cache(tmp_path, monkeypa
     monkeypatch.setenv("TFREPRO_CONFINE_WRITABLE", str(tmp_path / "count"))  # the trials write it for real
     counter = tmp_path / "count" / "counter"
     env = {"COUNTER": str(counter)}
-    first = run_trial(p, [], settings_of(p), env=env)
-    second = run_trial(p, [], settings_of(p), env=env, label="again")
+    first = run_trial(p, [], settings_of(p), TrialOptions(env=env))
+    second = run_trial(p, [], settings_of(p), TrialOptions(env=env, label="again"))
     assert not first.cached and second.cached
     assert second.losses == first.losses and second.key == first.key and second.label == "again"
     assert counter.read_text().count("ran") == 1
-    third = run_trial(p, [], settings_of(p), env=env, use_cache=False)
+    third = run_trial(p, [], settings_of(p), TrialOptions(env=env, use_cache=False))
     assert not third.cached and counter.read_text().count("ran") == 2
 
 
@@ -229,7 +229,7 @@ def test_the_cache_key_follows_variant_settings_env_and_plugins(tmp_path):
 
 def test_state_dir_elsewhere_leaves_the_project_untouched(tmp_path):
     p = make_project(tmp_path / "p")
-    r = run_trial(p, [], settings_of(p), state_dir=tmp_path / "state")
+    r = run_trial(p, [], settings_of(p), TrialOptions(state_dir=tmp_path / "state"))
     assert not (tmp_path / "p" / ".tfrepro").exists()
     assert Path(r.log_dir).parent == tmp_path / "state" / "trials"
     assert (tmp_path / "state" / "cache" / f"{r.key}.json").exists()
@@ -274,7 +274,7 @@ def test_seed_and_hash_seed_reach_the_script(tmp_path):
     script = "import os, random\nprint('hashseed', os.environ.get('PYTHONHASHSEED'), random.random())\n"
     p = make_project(tmp_path / "p", script, "[trial]\nseed = 7\n")
     a = stdout_of(run_trial(p, [], p.manifest.trial))
-    b = stdout_of(run_trial(p, [], p.manifest.trial, use_cache=False))
+    b = stdout_of(run_trial(p, [], p.manifest.trial, TrialOptions(use_cache=False)))
     assert a == b and "hashseed 7 " in a
 
 
@@ -291,7 +291,7 @@ def test_plugins_install_record_and_end_hooks(tmp_path):
     broken = tmp_path / "broken.py"
     broken.write_text("def install(ctx):\n    raise RuntimeError('nope')\n")
     p = make_project(tmp_path / "p")
-    r = run_trial(p, [], settings_of(p), plugins=[plugin, broken], plugin_options={"level": 2})
+    r = run_trial(p, [], settings_of(p), TrialOptions(plugins=[plugin, broken], plugin_options={"level": 2}))
     assert r.extra["probe_options"] == {"level": 2}
     assert r.extra["probe_end"] == 0  # called after the step-cap stop; no Keras model here
     assert any("nope" in e for e in r.extra["harness_errors"])
@@ -301,7 +301,9 @@ def test_plugins_install_record_and_end_hooks(tmp_path):
 def test_concurrent_trials_get_their_own_dirs(tmp_path):
     p = make_project(tmp_path / "p")
     with ThreadPoolExecutor(4) as pool:
-        results = list(pool.map(lambda i: run_trial(p, [], settings_of(p, repeat=i % 2), use_cache=False), range(4)))
+        results = list(
+            pool.map(lambda i: run_trial(p, [], settings_of(p, repeat=i % 2), TrialOptions(use_cache=False)), range(4))
+        )
     assert len({r.log_dir for r in results}) == 4
     assert all(r.losses == results[0].losses and not r.crashed for r in results)
     assert len(list((p.state_dir / "cache").glob("*.json"))) == 2
@@ -315,7 +317,7 @@ def test_a_user_sitecustomize_still_runs(tmp_path):
         tmp_path / "p",
         "import builtins\nprint('step=1 loss=', getattr(builtins, 'USER_SITE_RAN', 0))\nprint('step=2 loss=0.5')\n",
     )
-    r = run_trial(p, [], settings_of(p), env={"PYTHONPATH": str(site)})
+    r = run_trial(p, [], settings_of(p), TrialOptions(env={"PYTHONPATH": str(site)}))
     assert "loss= True" in stdout_of(r) and r.losses == (0.5,)
 
 

@@ -385,3 +385,23 @@ def test_a_vs_a_releases_are_not_slower(tmp_path):
     )
     assert r["status"] == "none" and "does not show slowdown" in r["message"]
     assert [timing for _, _, timing in calls] == [False, False, True, True, True]
+
+
+def test_the_then_features_runner_runs_in_the_release_and_takes_the_requests_options(monkeypatch, tmp_path):
+    """`FeatureStart.runner` is called as an injected runner (the request's
+    TrialOptions fields by name) and runs `run_trial` with one TrialOptions:
+    the release's interpreter, versions and environment, the request's
+    fields over them."""
+    from tfrepro.trials import runner as trials_runner
+
+    seen = []
+    monkeypatch.setattr(trials_runner, "run_trial", lambda project, enabled, settings, how: seen.append(how))
+    start = vmode.FeatureStart(tmp_path, "2.16.1", "/envs/tf216/bin/python", {"tensorflow": "2.16.1"}, {"A": "1"})
+    start.runner()(None, (), TrialSettings(), use_cache=False, label="then-features", env={"A": "2"})
+    (how,) = seen
+    assert (how.python, dict(how.versions), dict(how.env)) == (
+        "/envs/tf216/bin/python",
+        {"tensorflow": "2.16.1"},
+        {"A": "2"},
+    )
+    assert (how.use_cache, how.label) == (False, "then-features")

@@ -24,7 +24,7 @@ from nspids import host_pids
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import procs, warm
 from tfrepro.trials.procs import TrialStopped, stop_trials, warm_argv
-from tfrepro.trials.runner import run_variant
+from tfrepro.trials.runner import TrialOptions, run_variant
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -64,7 +64,7 @@ def script_dir(tmp_path: Path, text: str, name: str = "s.py") -> Path:
 def run(d: Path, tmp: Path, pool, *, cold: bool, args=(), timeout=30.0, env=None, tag=""):
     settings = TrialSettings(command=("python", "s.py", *args), steps=10, timeout_s=timeout)
     trial = tmp / f"trial-{'cold' if cold else 'warm'}{tag}"
-    result = run_variant(d, settings, trial, env=env, cold=cold, warm_pool=pool)
+    result = run_variant(d, settings, trial, TrialOptions(env=env, cold=cold), warm_pool=pool)
     return result, (trial / "stdout.log").read_text(), (trial / "stderr.log").read_text()
 
 
@@ -389,7 +389,7 @@ def test_the_trials_seeds_come_at_the_scripts_first_tensorflow_import_warm_as_co
     for cold in (True, False):
         settings = TrialSettings(command=("python", "s.py"), steps=5, timeout_s=30, seed=0, deterministic=True)
         trial = tmp_path / f"trial-{cold}"
-        runs[cold] = run_variant(d, settings, trial, env=env, cold=cold, warm_pool=p)
+        runs[cold] = run_variant(d, settings, trial, TrialOptions(env=env, cold=cold), warm_pool=p)
         assert (trial / "stderr.log").read_text().split()[0] == ("cold" if cold else "warm")
     cold, hot = runs[True], runs[False]
     assert hot.extra["process"] == "warm" and not hot.crashed and len(hot.losses) == 3
@@ -478,7 +478,7 @@ def test_a_deterministic_trial_gets_a_server_started_with_its_hash_seed(tmp_path
         settings = TrialSettings(command=("python", "s.py"), steps=5, timeout_s=30, seed=seed)
         for cold in (True, False):
             trial = tmp_path / f"t{seed}{cold}"
-            r = run_variant(d, settings, trial, cold=cold, warm_pool=pool)
+            r = run_variant(d, settings, trial, TrialOptions(cold=cold), warm_pool=pool)
             assert r.extra["process"] == ("cold" if cold else "warm")
             outs.append((trial / "stdout.log").read_text().splitlines()[0])
     assert outs[0] == outs[1] and outs[2] == outs[3] and outs[0] != outs[2]
@@ -494,7 +494,7 @@ def _tf_trial(project: Path, tmp: Path, *, cold: bool, tag: str, steps: int = 20
     settings = TrialSettings(entry=proj.manifest.trial.entry, steps=steps, timeout_s=300, seed=0, deterministic=True)
     variant = tmp / f"variant-{tag}"
     proj.write_variant(proj.feature_names if all_on else (), variant)
-    return run_variant(variant, settings, tmp / f"trial-{tag}", cold=cold, warm_pool=pool)
+    return run_variant(variant, settings, tmp / f"trial-{tag}", TrialOptions(cold=cold), warm_pool=pool)
 
 
 @pytest.mark.e2e

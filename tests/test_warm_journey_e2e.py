@@ -27,7 +27,7 @@ import pytest
 
 from tfrepro.project import Project
 from tfrepro.trials import classify, warm
-from tfrepro.trials.runner import run_variant
+from tfrepro.trials.runner import TrialOptions, run_variant
 from tfrepro.trials.values import TrialResult
 
 pytestmark = pytest.mark.e2e
@@ -70,7 +70,7 @@ def trial(proj: Project, enabled, tmp: Path, tag: str, pool, *, cold: bool, step
     how = "cold" if cold else "warm"
     variant = tmp / f"variant-{tag}-{how}"  # each run its own: the scripts write relative files
     proj.write_variant(enabled, variant)
-    return run_variant(variant, settings, tmp / f"trial-{tag}-{how}", cold=cold, warm_pool=pool)
+    return run_variant(variant, settings, tmp / f"trial-{tag}-{how}", TrialOptions(cold=cold), warm_pool=pool)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -13,7 +13,7 @@ import pytest
 
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import warm
-from tfrepro.trials.runner import run_variant
+from tfrepro.trials.runner import TrialOptions, run_variant
 
 SCRIPT = """\
 import json, os, tempfile
@@ -43,7 +43,7 @@ def test_a_warm_child_writes_temp_files_in_its_own_trial_dir(tmp_path, pool_and_
     seen = {}
     for how in ("cold", "warm"):
         trial = tmp_path / f"trial-{how}"
-        result = run_variant(d, settings, trial, env=env, cold=how == "cold", warm_pool=pool)
+        result = run_variant(d, settings, trial, TrialOptions(env=env, cold=how == "cold"), warm_pool=pool)
         assert result.extra["process"] == how and not result.crashed, (trial / "stderr.log").read_text()
         seen[how] = json.loads((trial / "stdout.log").read_text().splitlines()[0])
         assert seen[how]["tempdir"] == seen[how]["env"] == str(trial / "tmp")

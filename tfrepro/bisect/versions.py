@@ -62,9 +62,12 @@ class FeatureStart:
     env: dict = field(default_factory=dict, compare=False, hash=False)
 
     def runner(self) -> Callable[..., TrialResult]:
-        from tfrepro.trials.runner import run_trial
+        """`run_trial` in this release's environment, called as an injected
+        runner is (`LocalExecutor._run`: the request's `TrialOptions` fields
+        by name, which override the release's)."""
+        from tfrepro.trials.runner import run_trial_with
 
-        return partial(run_trial, python=self.python, versions=self.versions or None, env=self.env or None)
+        return partial(run_trial_with, python=self.python, versions=self.versions or None, env=self.env or None)
 
 
 class FeatureAnswer(TypedDict, total=False):

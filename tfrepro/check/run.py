@@ -64,7 +64,7 @@ def run_checks(
     `trial.run_trial` (bisect passes its own).
     """
     if runner is None:
-        from tfrepro.trials.runner import run_trial as runner
+        from tfrepro.trials.runner import run_trial_with as runner
 
     settings = settings if settings is not None else project.manifest.trial
     # One run, no repeats: the checks judge a single trial (timings inside it

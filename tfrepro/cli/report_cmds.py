@@ -52,7 +52,7 @@ def report(
     for a NaN, the op and layer that produced the first non-finite value.
     Secrets are never recorded and your home directory shows as ~.
     """
-    from tfrepro.report.bundle import build_report, find_run
+    from tfrepro.report.bundle import ReportOptions, build_report, find_run
 
     run = find_run(run_dir)
     click.echo(f"reporting run {run}", err=True)
@@ -60,16 +60,10 @@ def report(
         return
     if nightly and no_rerun:
         raise UserError("--nightly re-runs the repro, --no-rerun says not to", hint="drop one of them")
-    bundle = build_report(
-        run,
-        out=out,
-        rerun=not no_rerun,
-        localize=not no_localize,
-        nightly=nightly,
-        no_data=no_data,
-        replicas=replicas,
-        progress=lambda line: click.echo(line, err=True),
+    how = ReportOptions(
+        rerun=not no_rerun, localize=not no_localize, nightly=nightly, no_data=no_data, replicas=replicas
     )
+    bundle = build_report(run, how, out=out, progress=lambda line: click.echo(line, err=True))
     doc = bundle.doc
     if as_json:
         click.echo(json.dumps({**doc, "bundle": str(bundle.out)}, indent=2))

@@ -77,7 +77,7 @@ def _enabled(project, with_: str | None, all_: bool, none_: bool) -> frozenset[s
 def _trials(path: Path, only, skip, with_, all_, none_, steps, repeats, no_cache, as_json, replicas=None) -> list:
     from dataclasses import replace
 
-    from tfrepro.trials.runner import run_trial
+    from tfrepro.trials.runner import TrialOptions, run_trial
     from tfrepro.trials.state import prune_after_run
 
     project = load_project(path, only, skip)
@@ -91,7 +91,7 @@ def _trials(path: Path, only, skip, with_, all_, none_, steps, repeats, no_cache
     for i in range(repeats or project.manifest.repeats):
         if not as_json:
             click.echo(f"running {project.root.name} ({i + 1})...", err=True)
-        results.append(run_trial(project, enabled, replace(settings, repeat=i), use_cache=not no_cache))
+        results.append(run_trial(project, enabled, replace(settings, repeat=i), TrialOptions(use_cache=not no_cache)))
     prune_after_run(project)
     return results
 

@@ -110,52 +110,65 @@ class Context:
     entry: str
 
 
+@dataclass(frozen=True)
+class ReportOptions:
+    """What `report` does besides the run it reports: re-run the export
+    (`rerun`, `max_pairs` timing pairs for a slowdown), localise a NaN,
+    probe the environment, re-run on tf-nightly (`nightly`), keep the
+    user's data (`no_data`), split the device into `replicas` (None: the
+    run's own); `python` is the interpreter of the localisation and probe."""
+
+    rerun: bool = True
+    localize: bool = True
+    python: str | None = None
+    max_pairs: int = 5
+    probe_environment: bool = True
+    nightly: bool = False
+    no_data: bool = False
+    replicas: int | None = None
+
+
 def build_report(
     run_dir: Path,
+    how: ReportOptions = ReportOptions(),
     *,
     out: Path | None = None,
-    rerun: bool = True,
-    localize: bool = True,
     environ: Mapping[str, str] | None = None,
     runner: Runner | None = None,
-    python: str | None = None,
-    max_pairs: int = 5,
-    probe_environment: bool = True,
     progress: Progress | None = None,
-    nightly: bool = False,
-    no_data: bool = False,
-    replicas: int | None = None,
 ) -> Bundle:
     """Write the bundle for the run in `run_dir` and return it. `runner`
     replaces the real trial runner (tests); `environ` the process environment
-    the report describes and scrubs against; `probe_environment=False` skips
-    the TensorFlow child describing versions and devices when no re-run did;
-    `progress` hears one line per slow step (re-run, localisation, probe);
-    `nightly` re-runs the export on the newest tf-nightly too."""
+    the report describes and scrubs against; `how.probe_environment=False`
+    skips the TensorFlow child describing versions and devices when no re-run
+    did; `progress` hears one line per slow step (re-run, localisation,
+    probe); `how.nightly` re-runs the export on the newest tf-nightly too."""
     environ = dict(os.environ if environ is None else environ)
     say = progress or (lambda _msg: None)
     scrubber = Scrubber.from_environ(environ)
     ctx = load_context(Path(run_dir))
-    if replicas is not None:  # `report --replicas N` (default: the run's own)
-        ctx = replace(ctx, settings=replace(ctx.settings, replicas=replicas))
+    if how.replicas is not None:  # `report --replicas N` (default: the run's own)
+        ctx = replace(ctx, settings=replace(ctx.settings, replicas=how.replicas))
     export = _export(ctx, scrubber)
     out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         writer = _Writer(out, scrubber)
-        kw = dict(rerun=rerun, runner=runner, max_pairs=max_pairs, say=say)
-        reproduction, export, trim, data = with_data(ctx, export, no_data=no_data, **kw)
+        kw = dict(rerun=how.rerun, runner=runner, max_pairs=how.max_pairs, say=say)
+        reproduction, export, trim, data = with_data(ctx, export, no_data=how.no_data, **kw)
         with_npz, (export, npz) = export, _without_npz(export)
-        artifacts = {**write_scripts(writer, ctx.result, export), **_write_data(out, ctx, npz, data, no_data)}
-        loc = _localize(ctx, with_npz, localize=localize, python=python, say=say)
+        artifacts = {**write_scripts(writer, ctx.result, export), **_write_data(out, ctx, npz, data, how.no_data)}
+        loc = _localize(ctx, with_npz, localize=how.localize, python=how.python, say=say)
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
-        env_facts = environment_facts(reproduction, probe=probe_environment, python=python, environ=environ, say=say)
+        env_facts = environment_facts(
+            reproduction, probe=how.probe_environment, python=how.python, environ=environ, say=say
+        )
         artifacts.update(plots(out, ctx.result, ctx.symptom, reproduction))
         artifacts.update(_write_notebook(writer, ctx, export, env_facts))
         facts = dict(reproduction=reproduction, loc=loc, env_facts=env_facts, environ=environ, artifacts=artifacts)
         doc = document(ctx, export, scrubber=scrubber, **facts)
         doc["repro"].update(trimmed=trim["trimmed"], trim=trim), doc.update(data=data)
-        if nightly:
-            doc["nightly"] = nightly_rerun(ctx, export, max_pairs=max_pairs, say=say)
+        if how.nightly:
+            doc["nightly"] = nightly_rerun(ctx, export, max_pairs=how.max_pairs, say=say)
         doc = scrubber.scrub_obj(doc)  # type: ignore[assignment]
         writer.write("report.json", json.dumps(doc, indent=2))
         writer.write("ISSUE.md", issue_md.render_issue(doc))

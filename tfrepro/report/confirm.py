@@ -37,21 +37,17 @@ def _reproduce(
 ) -> Reproduction | None:
     if not rerun:
         return None
-    from tfrepro.report.rerun import reproduce
+    from tfrepro.report.rerun import RerunSpec, reproduce
 
     say(f"re-running {ENTRY} in a fresh process to confirm the {ctx.symptom} ...")
-    rep = reproduce(
-        ctx.symptom,
-        export.cand_files,
-        export.ref_files,
-        settings=rerun_settings(ctx),
-        symptoms=ctx.symptoms,
+    spec = RerunSpec(
+        rerun_settings(ctx),
+        ctx.symptoms,
         noise=float(ctx.result.get("noise") or 0.0),
-        runner=runner,
         max_pairs=max_pairs,
-        progress=say,
         expected_error=(ctx.result.get("culprit_trial") or ctx.result.get("failing") or {}).get("error"),
     )
+    rep = reproduce(ctx.symptom, export.cand_files, export.ref_files, spec, runner=runner, progress=say)
     say(f"re-run: {VERDICT[rep.reproduced]} ({rep.detail})")
     return rep
 

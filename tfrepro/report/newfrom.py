@@ -171,13 +171,13 @@ def _all_off(text: str, rel: str) -> str:
 
 def default_trial(project: Any, state_dir: Path) -> TrialFn:
     """Real trials under the user's settings, cached nowhere the user sees."""
-    from tfrepro.trials.runner import run_trial
+    from tfrepro.trials.runner import TrialOptions, run_trial
 
     settings = project.manifest.trial
 
     def run(p: Any, enabled: frozenset[str]) -> TrialResult:
         s = settings if p is project else replace(settings, entry=ENTRY, command=None)
-        return run_trial(p, enabled, s, use_cache=False, state_dir=state_dir, label="new-from")
+        return run_trial(p, enabled, s, TrialOptions(use_cache=False, state_dir=state_dir, label="new-from"))
 
     return run
 

@@ -22,7 +22,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfrepro.inside import SETUP_PLUGIN
 from tfrepro.settings import (
@@ -30,6 +30,9 @@ from tfrepro.settings import (
     TrialSettings,
 )
 from tfrepro.trials.values import TrialResult, Verdict
+
+if TYPE_CHECKING:
+    from tfrepro.trials.classify import TimingOutcome
 
 # (project_dir, settings) -> TrialResult. The default runs a real trial.
 Runner = Callable[[Path, TrialSettings], TrialResult]
@@ -74,14 +77,16 @@ def default_runner(
             project,
             frozenset(),
             settings,
-            use_cache=False,
-            state_dir=state_dir,
-            env=env,
-            label="report-rerun",
-            plugins=[plugin],
-            plugin_options={"environment": True},
-            python=python,
-            versions=versions,
+            runner.TrialOptions(
+                use_cache=False,
+                state_dir=state_dir,
+                env=env,
+                label="report-rerun",
+                plugins=(plugin,),
+                plugin_options={"environment": True},
+                python=python,
+                versions=versions,
+            ),
         )
 
     return run
@@ -101,24 +106,34 @@ def _fmt_loss(x: float | None) -> str:
     return "n/a" if x is None else f"{x:.4g}"
 
 
+@dataclass(frozen=True)
+class RerunSpec:
+    """What a re-run judges by: the trial `settings` (entry, steps, budget),
+    the `symptoms` thresholds, the bisect's `noise`, at most `max_pairs`
+    timing pairs for a slowdown, and the crash the bisect saw
+    (`expected_error`: exception type and message), when it is known."""
+
+    settings: TrialSettings
+    symptoms: SymptomSettings
+    noise: float = 0.0
+    max_pairs: int = 5
+    expected_error: str | None = None
+
+
 def reproduce(
     symptom: str,
     candidate: dict[str, str],
     reference: dict[str, str],
+    spec: RerunSpec,
     *,
-    settings: TrialSettings,
-    symptoms: SymptomSettings,
-    noise: float = 0.0,
     runner: Runner | None = None,
-    max_pairs: int = 5,
     workdir: Path | None = None,
     progress: Callable[[str], None] | None = None,
-    expected_error: str | None = None,
 ) -> Reproduction:
     """Re-run the exported `candidate` files (relpath -> text, entry
-    `settings.entry`) and, when the symptom needs one, the `reference`. A
-    crash reproduces only with the bisect's `expected_error` (exception type
-    and message), when it is known."""
+    `spec.settings.entry`) and, when the symptom needs one, the `reference`.
+    A crash reproduces only with the bisect's `spec.expected_error`, when it
+    is known."""
     if isinstance(candidate.get("data.npz"), bytes) and "data.npz" not in reference:
         reference = {**reference, "data.npz": candidate["data.npz"]}  # the records a reduced reference reads too
     with tempfile.TemporaryDirectory(prefix="tfrepro-rerun-", dir=workdir) as tmp:
@@ -127,65 +142,78 @@ def reproduce(
         ref_dir = _write(root / "reference", reference)
         if runner is None:
             runner = default_runner(root / "state")
-        settings = replace(settings, repeat=0)
+        spec = replace(spec, settings=replace(spec.settings, repeat=0))
         if symptom == Verdict.SLOWDOWN.value:
-            return _slowdown(cand_dir, ref_dir, settings, symptoms, runner, max_pairs, progress)
-        cand = runner(cand_dir, settings)
+            return _slowdown(cand_dir, ref_dir, spec, runner, progress)
+        cand = runner(cand_dir, spec.settings)
         ref = None
         if symptom in (Verdict.MISMATCH.value, Verdict.MEMORY.value):
-            ref = runner(ref_dir, settings)
-        from tfrepro.trials.classify import loss_deviation, mismatch_tolerance, primary
-        from tfrepro.trials.classify import symptoms as shows
+            ref = runner(ref_dir, spec.settings)
+        return _judged(symptom, cand, ref, spec)
 
-        memory = symptom == Verdict.MEMORY.value
-        verdict = primary(
-            shows(
-                cand,
-                reference=None if memory else ref,
-                settings=symptoms,
-                noise=noise,
-                baselines=[ref] if memory and ref is not None else (),
-            ),
-            _verdict(symptom),
-        )
-        shown = verdict.value == symptom
-        if shown and symptom == "crash" and not same_error(cand.error, expected_error):
-            shown = False
-        if symptom == "nan":
-            if cand.first_nonfinite_step is not None:
-                detail = f"the loss became non-finite at step {cand.first_nonfinite_step}"
-            elif cand.weights_finite is False:
-                detail = "the weights were non-finite at the end of training"
-            else:
-                detail = f"the loss stayed finite over {cand.steps_run} steps (last loss {_fmt_loss(cand.last_loss)})"
-        elif symptom == "crash":
-            detail = f"the script raised: {cand.error}" if cand.crashed else "the script ran to the end"
-            if cand.crashed and not shown:
-                detail += f", not the bisect's {expected_error}"
-        elif symptom == "timeout":
-            detail = (
-                f"the script did not finish within {settings.timeout_s:.0f} s"
-                if cand.timed_out
-                else f"the script finished in {cand.wall_s:.1f} s"
-            )
-        elif symptom == "mismatch" and ref is not None:
-            dev = loss_deviation(cand.losses, ref.losses)
-            tol = mismatch_tolerance(symptoms, noise)
-            detail = (
-                f"largest per-step relative loss deviation from reference.py: {dev:.3g} "
-                f"(tolerance {tol:.3g}) over {min(len(cand.losses), len(ref.losses))} steps"
-            )
-        elif memory and ref is not None:
-            from tfrepro.trials.memcheck import decide_memory
 
-            detail = f"against reference.py: {decide_memory(cand, [ref], symptoms.memory).reason}"
-        else:
-            detail = f"verdict {verdict.value}"
-        if not shown and verdict not in (Verdict.OK, _verdict(symptom)):
-            detail += f"; it showed {verdict.value} instead"
-        return Reproduction(
-            symptom, shown, detail, verdict.value, cand.to_dict(), ref.to_dict() if ref is not None else None
+def _judged(symptom: str, cand: TrialResult, ref: TrialResult | None, spec: RerunSpec) -> Reproduction:
+    """Whether `cand` (against `ref`, for a mismatch or memory) shows `symptom`."""
+    from tfrepro.trials.classify import primary
+    from tfrepro.trials.classify import symptoms as shows
+
+    memory = symptom == Verdict.MEMORY.value
+    verdict = primary(
+        shows(
+            cand,
+            reference=None if memory else ref,
+            settings=spec.symptoms,
+            noise=spec.noise,
+            baselines=[ref] if memory and ref is not None else (),
+        ),
+        _verdict(symptom),
+    )
+    shown = verdict.value == symptom
+    if shown and symptom == "crash" and not same_error(cand.error, spec.expected_error):
+        shown = False
+    detail = _detail(symptom, cand, ref, spec, shown=shown, verdict=verdict)
+    if not shown and verdict not in (Verdict.OK, _verdict(symptom)):
+        detail += f"; it showed {verdict.value} instead"
+    return Reproduction(
+        symptom, shown, detail, verdict.value, cand.to_dict(), ref.to_dict() if ref is not None else None
+    )
+
+
+def _detail(
+    symptom: str, cand: TrialResult, ref: TrialResult | None, spec: RerunSpec, *, shown: bool, verdict: Verdict
+) -> str:
+    """What the re-run saw, in one clause of the report."""
+    from tfrepro.trials.classify import loss_deviation, mismatch_tolerance
+
+    if symptom == "nan":
+        if cand.first_nonfinite_step is not None:
+            return f"the loss became non-finite at step {cand.first_nonfinite_step}"
+        if cand.weights_finite is False:
+            return "the weights were non-finite at the end of training"
+        return f"the loss stayed finite over {cand.steps_run} steps (last loss {_fmt_loss(cand.last_loss)})"
+    if symptom == "crash":
+        detail = f"the script raised: {cand.error}" if cand.crashed else "the script ran to the end"
+        if cand.crashed and not shown:
+            detail += f", not the bisect's {spec.expected_error}"
+        return detail
+    if symptom == "timeout":
+        return (
+            f"the script did not finish within {spec.settings.timeout_s:.0f} s"
+            if cand.timed_out
+            else f"the script finished in {cand.wall_s:.1f} s"
         )
+    if symptom == "mismatch" and ref is not None:
+        dev = loss_deviation(cand.losses, ref.losses)
+        tol = mismatch_tolerance(spec.symptoms, spec.noise)
+        return (
+            f"largest per-step relative loss deviation from reference.py: {dev:.3g} "
+            f"(tolerance {tol:.3g}) over {min(len(cand.losses), len(ref.losses))} steps"
+        )
+    if symptom == Verdict.MEMORY.value and ref is not None:
+        from tfrepro.trials.memcheck import decide_memory
+
+        return f"against reference.py: {decide_memory(cand, [ref], spec.symptoms.memory).reason}"
+    return f"verdict {verdict.value}"
 
 
 def same_error(got: str | None, expected: str | None) -> bool:
@@ -225,14 +253,13 @@ def _stopped(r: TrialResult, steps: int) -> Verdict | None:
 def _slowdown(
     cand_dir: Path,
     ref_dir: Path,
-    settings: TrialSettings,
-    symptoms: SymptomSettings,
+    spec: RerunSpec,
     runner: Runner,
-    max_pairs: int,
     progress: Callable[[str], None] | None = None,
 ) -> Reproduction:
-    from tfrepro.trials.classify import sequential_slowdown, timing_pair
+    from tfrepro.trials.classify import SequentialPolicy, sequential_slowdown, timing_pair
 
+    settings, max_pairs = spec.settings, spec.max_pairs
     timed = settings.timed()
     refs: list[TrialResult] = []  # reference.py's timing runs, in the order run
     last: dict[str, TrialResult] = {}
@@ -268,28 +295,10 @@ def _slowdown(
             why.append("fewer than 2 steps past the warm-up")
         return got or Verdict.UNTESTABLE
 
-    out = sequential_slowdown(sample, symptoms.slowdown, min_samples=min(3, max_pairs), max_samples=max_pairs)
-    n = len(out.pairs)
-    if out.stopped is Verdict.UNTESTABLE:
-        reproduced: bool | None = None
-        detail = f"could not be timed: {why[-1] if why else 'untestable'}"
-    elif out.stopped is not None:
-        reproduced = False
-        detail = f"a timing run of repro.py stopped with {out.stopped.value}"
-    elif out.verdict == Verdict.SLOWDOWN:
-        reproduced = True
-        test = f"{n} clear-cut pair{'s' if n != 1 else ''}" if out.fast else f"p={out.p_value:.3g}, {n} pairs"
-        detail = (
-            f"median step time {out.ratio:.2f}x that of reference.py "
-            f"(threshold {symptoms.slowdown}x, {test}; repro.py between two reference.py runs)"
-        )
-    elif out.conclusive:
-        reproduced = False
-        detail = f"not slower: median step time ratio {out.ratio:.2f}x (threshold {symptoms.slowdown}x, {n} pairs)"
-    else:
-        reproduced = None
-        ratio = f"{out.ratio:.2f}x" if out.ratio is not None else "n/a"
-        detail = f"inconclusive after {n} pairs: ratio {ratio} (threshold {symptoms.slowdown}x)"
+    out = sequential_slowdown(
+        sample, spec.symptoms.slowdown, SequentialPolicy(min_samples=min(3, max_pairs), max_samples=max_pairs)
+    )
+    reproduced, detail = _timing_detail(out, why, spec.symptoms.slowdown)
     return Reproduction(
         "slowdown",
         reproduced,
@@ -299,3 +308,23 @@ def _slowdown(
         last["ref"].to_dict() if "ref" in last else None,
         out.to_dict(),
     )
+
+
+def _timing_detail(out: TimingOutcome, why: list[str], threshold: float) -> tuple[bool | None, str]:
+    """(reproduced, detail) of a timing comparison's outcome `out`; `why`:
+    the reasons a run could not be timed, the last one first to tell."""
+    n = len(out.pairs)
+    if out.stopped is Verdict.UNTESTABLE:
+        return None, f"could not be timed: {why[-1] if why else 'untestable'}"
+    if out.stopped is not None:
+        return False, f"a timing run of repro.py stopped with {out.stopped.value}"
+    if out.verdict == Verdict.SLOWDOWN:
+        test = f"{n} clear-cut pair{'s' if n != 1 else ''}" if out.fast else f"p={out.p_value:.3g}, {n} pairs"
+        return True, (
+            f"median step time {out.ratio:.2f}x that of reference.py "
+            f"(threshold {threshold}x, {test}; repro.py between two reference.py runs)"
+        )
+    if out.conclusive:
+        return False, f"not slower: median step time ratio {out.ratio:.2f}x (threshold {threshold}x, {n} pairs)"
+    ratio = f"{out.ratio:.2f}x" if out.ratio is not None else "n/a"
+    return None, f"inconclusive after {n} pairs: ratio {ratio} (threshold {threshold}x)"

@@ -113,7 +113,7 @@ def run_shipped(
             tar.extractall(variant, members=_safe_members(tar), **safe)
         for rel, text in rendered.items():
             (variant / rel).write_text(text, encoding="utf-8", newline="")
-        result = runner.run_variant(variant, settings, trial_dir, env=env, cold=cold)
+        result = runner.run_variant(variant, settings, trial_dir, runner.TrialOptions(env=env, cold=cold))
         logs = {name: (trial_dir / name).read_bytes() for name in LOGS if (trial_dir / name).is_file()}
     try:
         node = ray.get_runtime_context().get_node_id()

@@ -128,7 +128,7 @@ def trial_key(
 @dataclass(frozen=True)
 class TrialOptions:
     """How one trial runs besides its settings: the one value `run_trial`
-    and `run_variant` take (keywords of the same names override its fields).
+    and `run_variant` take.
     `env` is part of the cache key; `unkeyed_env` is not (the GPU a trial is
     pinned to: any GPU of the box gives the same trial), nor is `cold` (a
     warm and a cold process give the same trial: tests/test_warm.py).
@@ -162,12 +162,10 @@ def run_trial(
     enabled: Iterable[str],
     settings: TrialSettings,
     how: TrialOptions | None = None,
-    **fields: Any,
 ) -> TrialResult:
     """Run `project` with the features `enabled` ON (all others OFF), or return
-    the cached result of the same trial; `how` (and `fields`, its fields by
-    name) says how it runs (`TrialOptions`)."""
-    how = replace(how or TrialOptions(), **fields)
+    the cached result of the same trial; `how` says how it runs (`TrialOptions`)."""
+    how = how or TrialOptions()
     how = replace(how, plugins=tuple(Path(p).resolve() for p in how.plugins))
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)
@@ -295,6 +293,12 @@ def write_config(settings: TrialSettings, trial_dir: Path, variant_dir: Path, ho
     return path
 
 
+def run_trial_with(project: "Project", enabled: Iterable[str], settings: TrialSettings, **fields: Any) -> TrialResult:
+    """`run_trial` as an injected runner is called (`LocalExecutor(runner=...)`,
+    the checks, `--then-features`): the `TrialOptions` fields by name."""
+    return run_trial(project, enabled, settings, TrialOptions(**fields))
+
+
 def run_variant(
     variant_dir: Path,
     settings: TrialSettings,
@@ -302,7 +306,6 @@ def run_variant(
     how: TrialOptions | None = None,
     *,
     warm_pool: "warm.WarmPool | None" = None,
-    **fields: Any,
 ) -> TrialResult:
     """Run an already rendered variant (no cache; `how.env` is its whole
     environment override). `trial_dir` receives the config, the result and
@@ -312,7 +315,7 @@ def run_variant(
     process behind `inside/launch.py`. Raises what interrupted the parent
     (KeyboardInterrupt; `TrialStopped` from `stop_trials`) after killing the
     child's process tree."""
-    how = replace(how or TrialOptions(), **fields)
+    how = how or TrialOptions()
     trial_dir = Path(trial_dir).resolve()
     trial_dir.mkdir(parents=True, exist_ok=True)
     result_path = trial_dir / "result.json"

@@ -25,9 +25,8 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
 
 from tfrepro.trials.values import TrialResult, Verdict
 
@@ -379,14 +378,13 @@ def sequential_slowdown(
     policy: SequentialPolicy | None = None,
     *,
     prior: Sequence[TimingPair] = (),
-    **fields: Any,
 ) -> TimingOutcome:
     """Take pairs until the decision over all the evidence (`prior` pairs
     plus new ones) is conclusive or the policy's budget of new pairs is
-    spent (`fields` override the policy's by name). Pair i is requested as
+    spent. Pair i is requested as
     `sample_pair(i)`, i = 0, 1, ... (the caller maps i to deterministic
     repeat indices, so an interrupted run resumes from its cache)."""
-    pol = replace(policy or SequentialPolicy(), **fields)
+    pol = policy or SequentialPolicy()
     min_new, min_samples, max_samples = pol.min_new, pol.min_samples, pol.max_samples
     if min_samples < 1 or max_samples < 1 or min_new > max_samples:
         raise ValueError("need 1 <= min_samples, 1 <= max_samples and min_new <= max_samples")
