@@ -230,20 +230,36 @@ def test_without_a_mechanism_trials_refuse_exit_2_unless_unconfined(tmp_path):
     assert ran.returncode == 0, ran.stdout + ran.stderr
 
 
+def _plain_trial(tmp_path: Path, script: str, *, steps: int, timeout_s: float, env: dict, cold: bool = True):
+    """`script` as a trial's s.py, through the real runner (no TensorFlow)."""
+    from tfrepro.settings import TrialSettings
+    from tfrepro.trials.runner import TrialOptions, run_variant
+
+    variant = tmp_path / "trial" / "variant"
+    variant.mkdir(parents=True)
+    (variant / "s.py").write_text(script)
+    settings = TrialSettings(entry="s.py", steps=steps, timeout_s=timeout_s)
+    return run_variant(variant, settings, tmp_path / "trial", TrialOptions(env=env, cold=cold))
+
+
+def _none_left(marker: str) -> bool:
+    """No process with `marker` in its command line, once SIGKILL has been
+    delivered and the process reaped (both asynchronous)."""
+    deadline = time.monotonic() + 10
+    while _procs_with(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return _procs_with(marker) == []
+
+
 def test_daemon_and_subprocess_writes_die_with_a_cold_plain_trial(tmp_path):
     """No TensorFlow: a plain script's setsid daemon is gone when its trial ends,
     and a subprocess write outside never lands (any mechanism)."""
     if confine.detect().mode == "none":
         pytest.skip("no confinement here")
-    from tfrepro.settings import TrialSettings
-    from tfrepro.trials.runner import TrialOptions, run_variant
-
     marker = f"tfrepro-daemon-{uuid.uuid4().hex}"
     decoy = tmp_path / "outside.txt"
     decoy.write_text("mine")
-    variant = tmp_path / "trial" / "variant"
-    variant.mkdir(parents=True)
-    (variant / "s.py").write_text(
+    script = (
         "import os, subprocess, sys\n"
         "code = 'import time; time.sleep(120)  # ' + os.environ['MARKER']\n"
         "subprocess.Popen([sys.executable, '-c', code], start_new_session=True)\n"
@@ -251,15 +267,10 @@ def test_daemon_and_subprocess_writes_die_with_a_cold_plain_trial(tmp_path):
         "subprocess.run([sys.executable, '-c', write])\n"
         "print('step=1 loss=1.0')\n"
     )
-    settings = TrialSettings(entry="s.py", steps=1, timeout_s=60)
-    env = {"MARKER": marker, "DECOY": str(decoy)}
-    result = run_variant(variant, settings, tmp_path / "trial", TrialOptions(env=env, cold=True))
+    result = _plain_trial(tmp_path, script, steps=1, timeout_s=60, env={"MARKER": marker, "DECOY": str(decoy)})
     assert not result.crashed, result.error
     assert decoy.read_text() == "mine"
-    deadline = time.monotonic() + 10  # the namespace's teardown is asynchronous: SIGKILL, then reaped
-    while _procs_with(marker) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert _procs_with(marker) == []
+    assert _none_left(marker)
 
 
 @pytest.mark.parametrize("cold", [True, False], ids=["cold", "warm"])
@@ -270,28 +281,20 @@ def test_a_landlock_trial_killed_at_its_timeout_leaves_no_daemon(tmp_path, monke
     every process carrying the trial's TMPDIR when the trial ends."""
     if not confine.landlock_works():
         pytest.skip("no Landlock here")
-    from tfrepro.settings import TrialSettings
-    from tfrepro.trials.runner import TrialOptions, run_variant
 
     monkeypatch.setenv(confine.ENV, "landlock")
     marker = f"tfrepro-daemon-{uuid.uuid4().hex}"
-    variant = tmp_path / "trial" / "variant"
-    variant.mkdir(parents=True)
-    (variant / "s.py").write_text(
+    script = (
         "import os, subprocess, sys, time\n"
         "code = 'import time; time.sleep(300)  # ' + os.environ['MARKER']\n"
         "subprocess.Popen([sys.executable, '-c', code], start_new_session=True)\n"
         "print('step=1 loss=1.0', flush=True)\n"
         "time.sleep(300)\n"
     )
-    settings = TrialSettings(entry="s.py", steps=5, timeout_s=8)
     try:
-        result = run_variant(variant, settings, tmp_path / "trial", TrialOptions(env={"MARKER": marker}, cold=cold))
+        result = _plain_trial(tmp_path, script, steps=5, timeout_s=8, env={"MARKER": marker}, cold=cold)
         assert result.timed_out and result.losses == (1.0,), result  # the daemon was started
-        deadline = time.monotonic() + 10  # SIGKILL is asynchronous: killed, then reaped by init
-        while _procs_with(marker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _procs_with(marker) == []
+        assert _none_left(marker)
     finally:
         for pid in _procs_with(marker):
             os.kill(pid, 9)
@@ -302,16 +305,11 @@ def test_a_denied_write_the_script_survives_is_a_warning_naming_it(tmp_path, mon
     and goes on trained without that file, and nothing said so."""
     if not confine.landlock_works():
         pytest.skip("no Landlock here")
-    from tfrepro.settings import TrialSettings
-    from tfrepro.trials.runner import TrialOptions, run_variant
-
     monkeypatch.setenv(confine.ENV, "landlock")
     decoy = tmp_path / "store" / "weights.txt"
     decoy.parent.mkdir()
     decoy.write_text("mine")
-    variant = tmp_path / "trial" / "variant"
-    variant.mkdir(parents=True)
-    (variant / "s.py").write_text(
+    script = (
         "import os\n"
         "try:\n"
         "    open(os.environ['DECOY'], 'w').write('trial')\n"
@@ -319,8 +317,7 @@ def test_a_denied_write_the_script_survives_is_a_warning_naming_it(tmp_path, mon
         "    pass\n"
         "print('step=1 loss=1.0')\n"
     )
-    settings = TrialSettings(entry="s.py", steps=1, timeout_s=60)
-    result = run_variant(variant, settings, tmp_path / "trial", TrialOptions(env={"DECOY": str(decoy)}, cold=True))
+    result = _plain_trial(tmp_path, script, steps=1, timeout_s=60, env={"DECOY": str(decoy)})
     assert not result.crashed and decoy.read_text() == "mine"
     assert str(decoy) in result.extra["denied_write"] and "s.py:3" in result.extra["denied_write"]
     assert any(str(decoy) in w and "went on" in w for w in result.extra["warnings"])
