@@ -11,7 +11,7 @@ all-default value.
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 T = TypeVar("T")
 
@@ -21,6 +21,33 @@ def of(cls: type[T], d: dict[str, Any] | None) -> T | None:
     if not d:
         return None
     return cls(**{f.name: d.get(f.name, f.default) for f in fields(cls)})  # type: ignore[arg-type]
+
+
+class TrialRow(TypedDict, total=False):
+    """A row of result.json's trials table (bisect/result_doc.py); a commit or version trial names its own."""
+
+    enabled: list[str]
+    verdict: str | None
+    summary: str  # its summary.json, relative to the run dir
+    cached: bool
+    role: str
+    repeat: int
+    sha: str
+    version: str
+
+
+class ResultJson(TypedDict, total=False):
+    """result.json (bisect/result_doc.py), the keys the report reads by name."""
+
+    status: str
+    symptom: str
+    culprits: list[str]
+    features: list[str]
+    trials_table: list[TrialRow]
+    timing: dict[str, Any]
+    known_cost: dict[str, Any]
+    nightly: dict[str, Any]
+    version_trials: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)
@@ -40,6 +67,9 @@ class Trial:
     device_peak_bytes: int | None = None
     growth_per_step: float | None = None
     extra: dict[str, Any] | None = None
+    steps_run: int | None = None
+    wall_s: float | None = None
+    label: str | None = None
 
     @property
     def error_detail(self) -> Any:
@@ -76,7 +106,7 @@ class Evidence:
     trials: int | None = None
     wall_s: float | None = None
     ablation: dict[str, str] | None = None
-    trials_table: list[dict[str, Any]] | None = None
+    trials_table: list[TrialRow] | None = None
     flaky: bool | None = None
     reproduction_rate: float | None = None
     noise: float | None = None

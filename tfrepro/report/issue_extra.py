@@ -7,9 +7,7 @@ evidence, the diff that turns the culprit on, and the files in the bundle.
 
 from __future__ import annotations
 
-from typing import Any
-
-from tfrepro.report.answer import Report, Rerun
+from tfrepro.report.answer import Report, Rerun, TrialRow
 from tfrepro.report.issue_text import names
 from tfrepro.report.standin import issue_lines as data_lines
 from tfrepro.report.textfmt import fmt
@@ -190,7 +188,7 @@ def _feature_table(r: Report) -> list[str]:
     return out + [""]
 
 
-def _trials_table(table: list[dict[str, Any]]) -> list[str]:
+def _trials_table(table: list[TrialRow]) -> list[str]:
     if not table:
         return []
     out = [
