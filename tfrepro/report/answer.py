@@ -1,26 +1,32 @@
-"""The run's answer as ISSUE.md reads it: report.json's document as frozen
-values, built once (`Report.of`) where the issue is rendered.
-
-Each field holds the JSON value as written: None where the key is absent
-(or the default its reader falls back to), so the issue says exactly what
-report.json says. A sub-document that is empty or absent is None where its
-readers tell "none" from "empty" (the culprit trial, the re-run), else an
-all-default value.
-"""
+"""The run's answer as the report reads it: report.json's document as frozen
+values (`Report.of`, built once where ISSUE.md is rendered), result.json's
+trials table as TypedDicts. A field holds the JSON value as written, or the
+default its reader falls back to where the key is absent; an empty or absent
+sub-document is None where a field allows it, else an all-default value."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
-from typing import Any, TypedDict, TypeVar
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any, TypedDict, TypeVar, get_args, get_type_hints
 
 T = TypeVar("T")
 
 
 def of(cls: type[T], d: dict[str, Any] | None) -> T | None:
-    """`cls` from the JSON object's keys of the same names; None for an empty or absent one."""
+    """`cls` from the JSON object's keys of the same names (a field typed as
+    another of these values from its sub-object); None for an empty or absent object."""
     if not d:
         return None
-    return cls(**{f.name: d.get(f.name, f.default) for f in fields(cls)})  # type: ignore[arg-type]
+    hints = get_type_hints(cls)
+    return cls(**{f.name: _value(hints[f.name], d.get(f.name, f.default)) for f in fields(cls)})  # type: ignore
+
+
+def _value(hint: Any, v: Any) -> Any:
+    kinds = get_args(hint) or (hint,)
+    sub = next((k for k in kinds if is_dataclass(k)), None)
+    if sub is None or isinstance(v, sub):
+        return v
+    return of(sub, v) if type(None) in kinds else of(sub, v) or sub()
 
 
 class TrialRow(TypedDict, total=False):
@@ -36,6 +42,14 @@ class TrialRow(TypedDict, total=False):
     version: str
 
 
+class Nightly(TypedDict, total=False):
+    """Whether the symptom shows on a nightly build (nightly.py `on_nightly`, or a version bisect's trial)."""
+
+    version: str
+    reproduced: bool | None
+    detail: str
+
+
 class ResultJson(TypedDict, total=False):
     """result.json (bisect/result_doc.py), the keys the report reads by name."""
 
@@ -46,7 +60,7 @@ class ResultJson(TypedDict, total=False):
     trials_table: list[TrialRow]
     timing: dict[str, Any]
     known_cost: dict[str, Any]
-    nightly: dict[str, Any]
+    nightly: Nightly
     version_trials: list[dict[str, Any]]
 
 
@@ -155,7 +169,7 @@ class Report:
     first_bad_commit: str | None = None
     commit: dict[str, str] | None = None
     follows: str | None = None
-    nightly: dict[str, Any] | None = None
+    nightly: Nightly | None = None
     features: dict[str, dict[str, Any]] | None = None
     settings: dict[str, Any] | None = None
     symptom_settings: dict[str, Any] | None = None
@@ -177,20 +191,7 @@ class Report:
     @classmethod
     def of(cls, doc: dict[str, Any]) -> Report:
         """The report document `doc` (report.json's dict) as typed values."""
-        rep, ev = doc.get("reproduction") or {}, doc.get("evidence") or {}
-        rerun = of(Rerun, rep)
-        if rerun:
-            rerun = replace(
-                rerun, candidate=of(Trial, rep.get("candidate")), timing=of(Timing, rep.get("timing")) or Timing()
-            )
-        return replace(
-            of(cls, doc) or cls(),
-            **{k: of(Trial, doc.get(k)) for k in ("failing", "culprit_trial", "reference_trial")},
-            baseline=of(Trial, doc.get("baseline")) or Trial(),
-            evidence=replace(of(Evidence, ev) or Evidence(), timing=of(Timing, ev.get("timing")) or Timing()),
-            environment=of(Env, doc.get("environment")) or Env(),
-            reproduction=rerun,
-        )
+        return of(cls, doc) or cls()
 
     @property
     def rerun(self) -> Rerun:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfrepro.report.answer import Env, Report
+from tfrepro.report.answer import Env, Nightly, Report
 from tfrepro.report.issue_extra import beyond_the_form, code, rerun_sentence
 from tfrepro.report.issue_text import SYMPTOM_WORDS, behaviour, cuda_line, gpu_line, log_output
 from tfrepro.report.route import Route, route
@@ -50,11 +50,8 @@ KERAS_FORM = (
 
 
 def title(doc: dict[str, Any]) -> str:
-    """The issue's title from a (partial) report document: bundle.py titles the notebook with it."""
-    return _title(Report.of(doc))
-
-
-def _title(r: Report) -> str:
+    """The issue's title from a (partial) report document (bundle.py titles the notebook with it too)."""
+    r = Report.of(doc)
     tf = r.environment.tf_version or "TF ?"
     what = SYMPTOM_WORDS.get(r.symptom or "", r.symptom or "problem")
     what = what[:1].upper() + what[1:]
@@ -69,7 +66,7 @@ def render_issue(doc: dict[str, Any]) -> str:
     r = Report.of(doc)
     where = route(r)
     form = keras_form(r, where) if where.keras else tensorflow_form(r)
-    out = [f"# {_title(r)}", "", _preamble(r, where), ""]
+    out = [f"# {title(doc)}", "", _preamble(r, where), ""]
     for name, value in form:
         out.extend([f"### {name}", "", value.rstrip(), ""])
     out.extend(beyond_the_form(r))
@@ -124,7 +121,7 @@ def install_source(env: Env) -> str:
     return "source" if "source" in source else "binary"
 
 
-def nightly_answer(nightly: dict[str, Any] | None) -> str:
+def nightly_answer(nightly: Nightly | None) -> str:
     if not nightly:
         return (
             "No: not tried on the nightly build. To try: `pip install tf-nightly` in a fresh "
