@@ -4,6 +4,7 @@ from the same timed samples, and a p-value only where it supports the claim."""
 from __future__ import annotations
 
 from tfrepro.bisect.display import answer_lines
+from tfrepro.report.answer import Report
 from tfrepro.report.issue_text import _slowdown
 
 
@@ -26,13 +27,13 @@ def _doc(p_value: float, fast: bool = False) -> dict:
 
 
 def test_the_step_times_and_the_ratio_come_from_the_same_samples_and_p_only_when_it_supports():
-    cur, _ = _slowdown(_doc(0.125), "With callback_slow")
+    cur, _ = _slowdown(Report.of(_doc(0.125)), "With callback_slow")
     assert "210" in cur and "100" in cur and "2.1x" in cur
     assert "312" not in cur and "111" not in cur
     assert "p=" not in cur and "3 interleaved pairs" in cur
-    sig, _ = _slowdown(_doc(0.01), "With callback_slow")
+    sig, _ = _slowdown(Report.of(_doc(0.01)), "With callback_slow")
     assert "p=0.01" in sig
-    fast, _ = _slowdown(_doc(0.125, fast=True), "With callback_slow")
+    fast, _ = _slowdown(Report.of(_doc(0.125, fast=True)), "With callback_slow")
     assert "3 clear-cut interleaved pairs" in fast and "p=" not in fast
 
 

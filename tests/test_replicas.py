@@ -290,10 +290,13 @@ def test_the_gpu_check_dry_run_lists_every_check_and_runs_nothing(tmp_path):
 
 
 def test_the_issue_says_replicas_and_a_trial_that_compiled_otherwise():
+    from tfrepro.report.answer import Report
     from tfrepro.report.issue_extra import bisect_evidence
 
     differs = [{"configuration": ["xla"], "jit_compile": [True], "failing_jit_compile": [False]}]
-    text = "\n".join(bisect_evidence({"status": "found", "evidence": {"replicas": 2, "compile_differs": differs}}))
+    text = "\n".join(
+        bisect_evidence(Report.of({"status": "found", "evidence": {"replicas": 2, "compile_differs": differs}}))
+    )
     assert "split into 2 logical devices" in text
     assert "`xla` compiled with jit_compile=[True], the failing configuration with [False]" in text
-    assert "logical devices" not in "\n".join(bisect_evidence({"status": "found", "evidence": {}}))
+    assert "logical devices" not in "\n".join(bisect_evidence(Report.of({"status": "found", "evidence": {}})))

@@ -8,6 +8,7 @@ import re
 
 import pytest
 
+from tfrepro.report.answer import Report
 from tfrepro.report.issue import KERAS_FORM, SHELL_FIELDS, TF_FORM, render_issue
 from tfrepro.report.route import KERAS, TENSORFLOW, TF_KERAS, route
 
@@ -132,16 +133,19 @@ def keras_crash(package: str) -> dict:
 
 
 def test_routing_reads_the_evidence():
-    assert route(doc("nan")).repo == TENSORFLOW
-    assert route(doc("crash")).repo == TENSORFLOW  # innermost frame in tensorflow
-    assert route(keras_crash("keras")).repo == KERAS
-    assert route(keras_crash("tf_keras")).repo == TF_KERAS
-    assert route(doc("nan", follows="keras")).repo == KERAS
-    assert route(keras_crash("keras") | {"follows": "tensorflow"}).repo == TENSORFLOW  # a version bisect wins
+    def route_of(d: dict):
+        return route(Report.of(d))
+
+    assert route_of(doc("nan")).repo == TENSORFLOW
+    assert route_of(doc("crash")).repo == TENSORFLOW  # innermost frame in tensorflow
+    assert route_of(keras_crash("keras")).repo == KERAS
+    assert route_of(keras_crash("tf_keras")).repo == TF_KERAS
+    assert route_of(doc("nan", follows="keras")).repo == KERAS
+    assert route_of(keras_crash("keras") | {"follows": "tensorflow"}).repo == TENSORFLOW  # a version bisect wins
     legacy_on = doc("nan", repro={"diff": '+os.environ["TF_USE_LEGACY_KERAS"] = "1"\n+import tf_keras\n'})
-    assert route(legacy_on).repo == TF_KERAS
+    assert route_of(legacy_on).repo == TF_KERAS
     legacy_off = doc("nan", repro={"diff": '-os.environ["TF_USE_LEGACY_KERAS"] = "1"\n'})
-    assert route(legacy_off).repo == KERAS
+    assert route_of(legacy_off).repo == KERAS
 
 
 def test_a_keras_bug_gets_the_keras_form():

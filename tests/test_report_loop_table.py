@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from tfrepro.report.answer import Report
 from tfrepro.report.issue_text import series_log
 from tfrepro.report.loop_table import first_diverging_rows
 
@@ -29,7 +30,7 @@ def test_the_issue_log_of_a_custom_loop_culprit_holds_the_table():
         "culprit_trial": {"losses": [1.0, 2.0]},
         "baseline": {"losses": [1.0, 1.0]},
     }
-    log = "\n".join(series_log(doc))
+    log = "\n".join(series_log(Report.of(doc)))
     assert "first diverging steps, custom loop (repro.py) against fit (reference.py)" in log
     doc["culprits"] = ["mixed_precision"]
-    assert "first diverging" not in "\n".join(series_log(doc))
+    assert "first diverging" not in "\n".join(series_log(Report.of(doc)))

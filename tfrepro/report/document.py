@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
+from tfrepro.report.answer import Nightly, ResultJson
 from tfrepro.report.confirm import rerun_settings
 from tfrepro.report.export import ENTRY, Export
 from tfrepro.report.rerun import Reproduction
@@ -110,7 +111,7 @@ def _repro_facts(ctx: Context, export: Export) -> dict[str, Any]:
     }
 
 
-def _nightly(result: dict[str, Any]) -> dict[str, Any] | None:
+def _nightly(result: ResultJson) -> Nightly | None:
     """Whether a nightly build was tried: a `nightly` record of the run
     ({"version", "reproduced"}), or a nightly among a version bisect's trials."""
     if isinstance(result.get("nightly"), dict):

@@ -5,14 +5,14 @@ bug report (`--force` drafts one anyway)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from tfrepro.report import outdir
+from tfrepro.report.answer import ResultJson
 
 EXPLANATION = "EXPLANATION.md"
 
 
-def explanation_text(result: dict[str, Any]) -> str:
+def explanation_text(result: ResultJson) -> str:
     cost = result["known_cost"]
     timing = result.get("timing") or {}
     ratio = f" (step time x{timing['ratio']:.2f})" if isinstance(timing.get("ratio"), (int, float)) else ""
@@ -35,7 +35,7 @@ def explanation_text(result: dict[str, Any]) -> str:
     )
 
 
-def write_explanation(run_dir: Path, result: dict[str, Any], out: Path | None = None) -> Path:
+def write_explanation(run_dir: Path, result: ResultJson, out: Path | None = None) -> Path:
     """Write EXPLANATION.md into `out` (default: RUN_DIR/report) and return its path."""
     dest = outdir.prepare(Path(out) if out is not None else Path(run_dir) / "report")
     path = dest / EXPLANATION

@@ -7,8 +7,7 @@ evidence, the diff that turns the culprit on, and the files in the bundle.
 
 from __future__ import annotations
 
-from typing import Any
-
+from tfrepro.report.answer import Report, Rerun, TrialRow
 from tfrepro.report.issue_text import names
 from tfrepro.report.standin import issue_lines as data_lines
 from tfrepro.report.textfmt import fmt
@@ -19,11 +18,11 @@ def code(text: str, lang: str = "") -> str:
     return f"{fence}{lang}\n{text.rstrip()}\n{fence}"
 
 
-def beyond_the_form(doc: dict[str, Any]) -> list[str]:
+def beyond_the_form(r: Report) -> list[str]:
     out = ["## Beyond the issue form", ""]
     for section in (
         reproduction,
-        data_lines,
+        lambda r: data_lines({"data": r.data}),  # standin.py still reads the document's dict
         training_setup,
         environment_variables,
         localisation,
@@ -31,13 +30,12 @@ def beyond_the_form(doc: dict[str, Any]) -> list[str]:
         culprit_diff,
         bundle_files,
     ):
-        out.extend(section(doc))
+        out.extend(section(r))
     return out
 
 
-def reproduction(doc: dict[str, Any]) -> list[str]:
-    repro = doc.get("repro") or {}
-    rep = doc.get("reproduction") or {}
+def reproduction(r: Report) -> list[str]:
+    repro = r.repro or {}
     out = ["### Reproduction", ""]
     extra = repro.get("extra_imports") or []
     needs = (
@@ -56,8 +54,8 @@ def reproduction(doc: dict[str, Any]) -> list[str]:
             + "."
         )
     out.append("")
-    out.append(rerun_sentence(rep))
-    if "repro.ipynb" in (doc.get("artifacts") or {}):
+    out.append(rerun_sentence(r.reproduction))
+    if "repro.ipynb" in (r.artifacts or {}):
         out.append("")
         out.append(
             "The form asks for a notebook link: upload `repro.ipynb` as a gist (https://gist.github.com, "
@@ -67,22 +65,18 @@ def reproduction(doc: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
-def rerun_sentence(rep: dict[str, Any]) -> str:
+def rerun_sentence(rep: Rerun | None) -> str:
     if not rep:
         return "repro.py was not re-run on its own (`tfrepro report --no-rerun`)."
-    verdict = {True: "yes", False: "no", None: "undecided"}[rep.get("reproduced")]
-    return (
-        f"Re-run of this exact repro.py in a fresh process, outside the project: "
-        f"reproduced {verdict}, {rep.get('detail')}."
-    )
+    verdict = {True: "yes", False: "no", None: "undecided"}[rep.reproduced]
+    return f"Re-run of this exact repro.py in a fresh process, outside the project: reproduced {verdict}, {rep.detail}."
 
 
-def training_setup(doc: dict[str, Any]) -> list[str]:
-    env = doc.get("environment") or {}
-    setup = doc.get("setup") or {}
-    keras_v = env.get("keras_version") or (env.get("keras_dist") or {}).get("version")
-    tfk = env.get("tf_keras_dist")
-    deterministic = (doc.get("settings") or {}).get("deterministic")
+def training_setup(r: Report) -> list[str]:
+    env, setup = r.environment, r.setup or {}
+    keras_v = env.keras_version or (env.keras_dist or {}).get("version")
+    tfk = env.tf_keras_dist
+    deterministic = (r.settings or {}).get("deterministic")
     rows = [
         (
             "Keras",
@@ -90,7 +84,7 @@ def training_setup(doc: dict[str, Any]) -> list[str]:
             + (f"; tf_keras {tfk['version']}" if tfk else "")
             + (f" — script uses {setup['keras_flavour']}" if setup.get("keras_flavour") else ""),
         ),
-        ("NumPy", (env.get("numpy_dist") or {}).get("version", "unknown")),
+        ("NumPy", (env.numpy_dist or {}).get("version", "unknown")),
         ("Precision policy", setup.get("precision_policy", "unknown")),
         ("Distribution / replicas", f"{setup.get('distribution', 'unknown')}; replicas: {setup.get('replicas', '?')}"),
         ("XLA", setup.get("xla", "unknown")),
@@ -100,32 +94,31 @@ def training_setup(doc: dict[str, Any]) -> list[str]:
             + ("; tfrepro's trials ran with fixed seeds and op determinism" if deterministic else ""),
         ),
         ("Eager execution", setup.get("eager", "unknown")),
-        ("Devices", ", ".join(f"{d.get('name')}" for d in env.get("devices") or []) or "unknown"),
-        ("CPU cores", fmt(env.get("cpu_count"))),
+        ("Devices", ", ".join(f"{d.get('name')}" for d in env.devices or []) or "unknown"),
+        ("CPU cores", fmt(env.cpu_count)),
     ]
     out = ["### Versions and training setup", "", "| | |", "|---|---|"]
     out.extend(f"| {k} | {v} |" for k, v in rows)
     return out + [""]
 
 
-def environment_variables(doc: dict[str, Any]) -> list[str]:
-    env_vars = doc.get("env_vars") or {}
+def environment_variables(r: Report) -> list[str]:
+    env_vars = r.env_vars or {}
     out = [
         "Relevant environment variables (allow-list; secret-looking values redacted):",
         "",
         code("\n".join(f"{k}={v}" for k, v in env_vars.items()) or "(none set)"),
         "",
     ]
-    probe_error = (doc.get("environment") or {}).get("probe_error")
-    if probe_error:
-        out.extend([f"Environment probe: {probe_error}", ""])
+    if r.environment.probe_error:
+        out.extend([f"Environment probe: {r.environment.probe_error}", ""])
     return out
 
 
-def localisation(doc: dict[str, Any]) -> list[str]:
-    if doc.get("symptom") != "nan":
+def localisation(r: Report) -> list[str]:
+    if r.symptom != "nan":
         return []
-    loc = doc.get("localization")
+    loc = r.localization
     out = ["### Where the first non-finite value appears", ""]
     if not loc:
         return out + ["Localisation was not run.", ""]
@@ -152,43 +145,37 @@ def localisation(doc: dict[str, Any]) -> list[str]:
     return out + ["- " + "; ".join(det), ""]
 
 
-def bisect_evidence(doc: dict[str, Any]) -> list[str]:
-    ev = doc.get("evidence") or {}
-    out = [
-        "### Bisect evidence",
-        "",
-        f"- Symptom hunted: **{doc.get('symptom') or '?'}**; status `{doc.get('status')}`",
-    ]
-    if doc.get("first_bad_commit"):
-        out.append(f"- First bad commit: `{doc['first_bad_commit']}`")
-    out.append(
-        f"- Culprits (minimal: removing any one makes the symptom disappear): {names(doc.get('culprits') or [])}"
-    )
-    out.append(f"- Minimal failing configuration: {names(doc.get('culprit_config') or [])}")
-    out.append(f"- Trials: {fmt(ev.get('trials'))}, wall time {fmt(ev.get('wall_s'), 3)} s")
-    if ev.get("reproduction_rate") is not None:
+def bisect_evidence(r: Report) -> list[str]:
+    ev = r.evidence
+    out = ["### Bisect evidence", "", f"- Symptom hunted: **{r.symptom or '?'}**; status `{r.status}`"]
+    if r.first_bad_commit:
+        out.append(f"- First bad commit: `{r.first_bad_commit}`")
+    out.append(f"- Culprits (minimal: removing any one makes the symptom disappear): {names(r.culprits)}")
+    out.append(f"- Minimal failing configuration: {names(r.culprit_config)}")
+    out.append(f"- Trials: {fmt(ev.trials)}, wall time {fmt(ev.wall_s, 3)} s")
+    if ev.reproduction_rate is not None:
         out.append(
-            f"- Reproduction rate of the failing configuration: {fmt(ev['reproduction_rate'], 3)}"
-            + (" (flaky)" if ev.get("flaky") else "")
+            f"- Reproduction rate of the failing configuration: {fmt(ev.reproduction_rate, 3)}"
+            + (" (flaky)" if ev.flaky else "")
         )
-    if ev.get("noise") is not None:
-        out.append(f"- Loss noise between two baseline runs: {fmt(ev['noise'], 3)}")
-    if ev.get("replicas"):
-        out.append(f"- Every trial ran with one device split into {ev['replicas']} logical devices (`--replicas`)")
-    for d in ev.get("compile_differs") or []:  # jit_compile resolved otherwise than in the failing run
+    if ev.noise is not None:
+        out.append(f"- Loss noise between two baseline runs: {fmt(ev.noise, 3)}")
+    if ev.replicas:
+        out.append(f"- Every trial ran with one device split into {ev.replicas} logical devices (`--replicas`)")
+    for d in ev.compile_differs or []:  # jit_compile resolved otherwise than in the failing run
         out.append(
             f"- {names(d['configuration'])} compiled with jit_compile={d['jit_compile']}, "
             f"the failing configuration with {d['failing_jit_compile']}"
         )
-    return out + [""] + _feature_table(doc) + _trials_table(ev.get("trials_table") or [])
+    return out + [""] + _feature_table(r) + _trials_table(ev.trials_table or [])
 
 
-def _feature_table(doc: dict[str, Any]) -> list[str]:
-    feats = doc.get("features") or {}
+def _feature_table(r: Report) -> list[str]:
+    feats = r.features or {}
     if not feats:
         return []
-    ablation = (doc.get("evidence") or {}).get("ablation") or {}
-    culprits, config = doc.get("culprits") or [], doc.get("culprit_config") or []
+    ablation = r.evidence.ablation or {}
+    culprits, config = r.culprits or [], r.culprit_config or []
     out = ["| feature | description | culprit | in minimal config | alone on the baseline |", "|---|---|---|---|---|"]
     for name, info in feats.items():
         desc = (info.get("description") or "").replace("|", "\\|")
@@ -201,7 +188,7 @@ def _feature_table(doc: dict[str, Any]) -> list[str]:
     return out + [""]
 
 
-def _trials_table(table: list[dict[str, Any]]) -> list[str]:
+def _trials_table(table: list[TrialRow]) -> list[str]:
     if not table:
         return []
     out = [
@@ -218,23 +205,23 @@ def _trials_table(table: list[dict[str, Any]]) -> list[str]:
     return out + ["", "</details>", ""]
 
 
-def culprit_diff(doc: dict[str, Any]) -> list[str]:
-    repro = doc.get("repro") or {}
+def culprit_diff(r: Report) -> list[str]:
+    repro = r.repro or {}
     if not repro.get("diff"):
         return []
     what = (
         "The change from the good commit to the first bad commit"
-        if doc.get("first_bad_commit")
+        if r.first_bad_commit
         else "The change that turns the culprit on"
     )
     return [f"{what} (`{repro.get('reference', 'reference.py')}` → `repro.py`):", "", code(repro["diff"], "diff"), ""]
 
 
-def bundle_files(doc: dict[str, Any]) -> list[str]:
+def bundle_files(r: Report) -> list[str]:
     out = ["### Files in this bundle", ""]
-    out.extend(f"- `{name}`: {what}" for name, what in (doc.get("artifacts") or {}).items())
+    out.extend(f"- `{name}`: {what}" for name, what in (r.artifacts or {}).items())
     out.append("")
-    n = doc.get("redacted_env_count") or 0
+    n = r.redacted_env_count or 0
     if n:
         out += [
             (

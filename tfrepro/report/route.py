@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+
+from tfrepro.report.answer import Report, Trial
 
 TENSORFLOW = "tensorflow/tensorflow"
 KERAS = "keras-team/keras"
@@ -40,21 +41,21 @@ class Route:
         return f"https://github.com/{self.repo}/issues/new"
 
 
-def route(doc: dict[str, Any]) -> Route:
+def route(r: Report) -> Route:
     """The repository to file the report in, and why."""
-    legacy = "tf_keras" in str((doc.get("setup") or {}).get("keras_flavour") or "")
+    legacy = "tf_keras" in str((r.setup or {}).get("keras_flavour") or "")
     keras_repo = TF_KERAS if legacy else KERAS
-    follows = doc.get("follows")
+    follows = r.follows
     if follows == "keras":
         return Route(keras_repo, "a version bisect found that the symptom follows the Keras version")
     if follows == "tensorflow":
         return Route(TENSORFLOW, "a version bisect found that the symptom follows the TensorFlow version")
-    switch = _keras_switch((doc.get("repro") or {}).get("diff") or "")
+    switch = _keras_switch((r.repro or {}).get("diff") or "")
     if switch == "tf_keras":
         return Route(TF_KERAS, "the symptom appears when the culprit switches from Keras 3 to tf_keras")
     if switch == "keras":
         return Route(KERAS, "the symptom appears when the culprit switches from tf_keras to Keras 3")
-    package = crash_package(doc)
+    package = crash_package(r)
     if package:
         return Route(
             TF_KERAS if package == "tf_keras" else KERAS, f"the crash is raised inside the `{package}` package"
@@ -73,15 +74,13 @@ def _keras_switch(diff: str) -> str | None:
     return None
 
 
-def crash_package(doc: dict[str, Any]) -> str | None:
+def crash_package(r: Report) -> str | None:
     """`keras` or `tf_keras` when a crash's innermost traceback frame lies in
     that package, else None."""
-    if doc.get("symptom") != "crash":
+    if r.symptom != "crash":
         return None
-    trial = doc.get("culprit_trial") or {}
-    rerun = (doc.get("reproduction") or {}).get("candidate") or {}
-    for t in (trial, rerun):
-        frames = _FRAME.findall(str((t.get("extra") or {}).get("error_detail") or ""))
+    for t in (r.culprit_trial or Trial(), r.rerun.candidate or Trial()):
+        frames = _FRAME.findall(str(t.error_detail or ""))
         if frames:
             parts = frames[-1].replace("\\", "/").split("/")
             for i, part in enumerate(parts[1:-1], 1):  # an installed package: .../site-packages/keras/...

@@ -18,73 +18,85 @@ import csv
 import json
 import math
 import statistics
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from tfrepro.report import events
+from tfrepro.report.answer import ResultJson, Trial, TrialRow, of
 
-COLUMNS = [
-    "index",
-    "role",
-    "repeat",
-    "label",
-    "features_on",
-    "verdict",
-    "steps",
-    "first_loss",
-    "last_loss",
-    "first_nonfinite_step",
-    "median_step_ms",
-    "wall_s",
-    "cached",
-]
 WARMUP = 2  # as trials/values.WARMUP_STEPS: the first steps are tracing and compilation
 
 
-def _summary(run_dir: Path, row: dict[str, Any]) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Row:
+    """One trial: the CSV's columns, in order, then its summary and features (for TensorBoard)."""
+
+    index: int
+    role: str
+    repeat: int
+    label: str
+    features_on: str
+    verdict: str
+    steps: int
+    first_loss: float | None
+    last_loss: float | None
+    first_nonfinite_step: int | None
+    median_step_ms: float | None
+    wall_s: float | None
+    cached: bool
+    summary: Trial
+    enabled: list[str]
+
+
+COLUMNS = [f.name for f in fields(Row)][:-2]
+
+
+def _summary(run_dir: Path, row: TrialRow) -> Trial:
     try:
-        return json.loads((run_dir / row["summary"]).read_text(encoding="utf-8")) if row.get("summary") else {}
+        s = json.loads((run_dir / row["summary"]).read_text(encoding="utf-8")) if row.get("summary") else {}
     except (OSError, json.JSONDecodeError):
-        return {}
+        s = {}
+    return of(Trial, s) or Trial()
 
 
-def _median_ms(s: dict[str, Any]) -> float | None:
-    if s.get("median_step_time") is not None:
-        return 1000.0 * s["median_step_time"]
-    steady = (s.get("step_times") or [])[WARMUP:]
+def _median_ms(s: Trial) -> float | None:
+    if s.median_step_time is not None:
+        return 1000.0 * s.median_step_time
+    steady = (s.step_times or [])[WARMUP:]
     return 1000.0 * statistics.median(steady) if steady else None
 
 
-def _label(row: dict[str, Any], s: dict[str, Any]) -> str:
+def _label(row: TrialRow, s: Trial) -> str:
     """A commit's sha or a release (feature trials have none)."""
-    label = row.get("version") or row.get("sha") or s.get("label") or ""
+    label = row.get("version") or row.get("sha") or s.label or ""
     return "" if label == row.get("role") else label
 
 
-def trial_rows(run_dir: Path, result: dict[str, Any]) -> list[dict[str, Any]]:
-    """One dict per trial of the run (the CSV's columns), in order."""
+def trial_rows(run_dir: Path, table: list[TrialRow]) -> list[Row]:
+    """One row per trial of the run's trials table, in order."""
     rows = []
-    for i, row in enumerate(result.get("trials_table") or [], 1):
+    for i, row in enumerate(table, 1):
         s = _summary(run_dir, row)
-        losses = [math.nan if x is None else x for x in s.get("losses") or []]  # null: non-finite
+        losses = [math.nan if x is None else x for x in s.losses or []]  # null: non-finite
         rows.append(
-            {
-                "index": i,
-                "role": row.get("role") or "",
-                "repeat": row.get("repeat", 0),
-                "label": _label(row, s),
-                "features_on": ";".join(row.get("enabled") or []),
-                "verdict": row.get("verdict") or "",
-                "steps": s.get("steps_run", len(losses)),
-                "first_loss": losses[0] if losses else None,
-                "last_loss": losses[-1] if losses else None,
-                "first_nonfinite_step": s.get("first_nonfinite_step"),
-                "median_step_ms": _median_ms(s),
-                "wall_s": s.get("wall_s"),
-                "cached": bool(row.get("cached")),
-                "_summary": s,
-                "_enabled": list(row.get("enabled") or []),
-            }
+            Row(
+                index=i,
+                role=row.get("role") or "",
+                repeat=row.get("repeat", 0),
+                label=_label(row, s),
+                features_on=";".join(row.get("enabled") or []),
+                verdict=row.get("verdict") or "",
+                steps=len(losses) if s.steps_run is None else s.steps_run,
+                first_loss=losses[0] if losses else None,
+                last_loss=losses[-1] if losses else None,
+                first_nonfinite_step=s.first_nonfinite_step,
+                median_step_ms=_median_ms(s),
+                wall_s=s.wall_s,
+                cached=bool(row.get("cached")),
+                summary=s,
+                enabled=list(row.get("enabled") or []),
+            )
         )
     return rows
 
@@ -97,37 +109,36 @@ def _cell(v: Any) -> Any:
     return v
 
 
-def write_csv(path: Path, rows: list[dict[str, Any]]) -> Path:
+def write_csv(path: Path, rows: list[Row]) -> Path:
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(COLUMNS)
         for r in rows:
-            w.writerow([_cell(r[c]) for c in COLUMNS])
+            w.writerow([_cell(getattr(r, c)) for c in COLUMNS])
     return path
 
 
-def _hparams(r: dict[str, Any], features: list[str]) -> dict[str, bool | str]:
-    hp: dict[str, bool | str] = {f: f in r["_enabled"] for f in features}
-    if r["label"] and not features:
-        hp["label"] = r["label"]
-    hp["role"] = r["role"]
-    hp["verdict"] = r["verdict"] or "unknown"
+def _hparams(r: Row, features: list[str]) -> dict[str, bool | str]:
+    hp: dict[str, bool | str] = {f: f in r.enabled for f in features}
+    if r.label and not features:
+        hp["label"] = r.label
+    hp["role"] = r.role
+    hp["verdict"] = r.verdict or "unknown"
     return hp
 
 
-def write_hparams(logdir: Path, rows: list[dict[str, Any]], features: list[str], wall_time: float) -> int:
+def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time: float) -> int:
     """One HParams session per trial under `logdir`; returns how many."""
     for r in rows:
-        s = r["_summary"]
-        step = max(1, r["steps"] or 0)
         metrics = {
-            "shows_symptom": 0.0 if r["verdict"] in ("ok", "") else 1.0,
-            "final_loss": math.nan if r["last_loss"] is None else r["last_loss"],
-            "median_step_ms": r["median_step_ms"],
+            "shows_symptom": 0.0 if r.verdict in ("ok", "") else 1.0,
+            "final_loss": math.nan if r.last_loss is None else r.last_loss,
+            "median_step_ms": r.median_step_ms,
         }
-        scalars = {"loss": s.get("losses") or [], "step_time_ms": [1000.0 * t for t in s.get("step_times") or []]}
+        s, step = r.summary, max(1, r.steps or 0)
+        scalars = {"loss": s.losses or [], "step_time_ms": [1000.0 * t for t in s.step_times or []]}
         events.write_run(
-            logdir / f"{r['index']:03d}_{_safe(r['role'])}",
+            logdir / f"{r.index:03d}_{_safe(r.role)}",
             scalars,
             wall_time=wall_time,
             hparams=_hparams(r, features),
@@ -140,7 +151,7 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "+-_." else "_" for c in name)[:80]
 
 
-def write_trial_tables(run_dir: Path, result: dict[str, Any] | None = None) -> dict[str, Path]:
+def write_trial_tables(run_dir: Path, result: ResultJson | None = None) -> dict[str, Path]:
     """trials.csv and tensorboard/ (HParams) of a finished run; {} when the
     run has no trials table."""
     import time
@@ -148,7 +159,7 @@ def write_trial_tables(run_dir: Path, result: dict[str, Any] | None = None) -> d
     run_dir = Path(run_dir)
     if result is None:
         result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
-    rows = trial_rows(run_dir, result)
+    rows = trial_rows(run_dir, result.get("trials_table") or [])
     if not rows:
         return {}
     features = list(result.get("features") or [])

@@ -1,0 +1,203 @@
+"""The run's answer as the report reads it: report.json's document as frozen
+values (`Report.of`, built once where ISSUE.md is rendered), result.json's
+trials table as TypedDicts. A field holds the JSON value as written, or the
+default its reader falls back to where the key is absent; an empty or absent
+sub-document is None where a field allows it, else an all-default value."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, is_dataclass
+from typing import Any, TypedDict, TypeVar, get_args, get_type_hints
+
+T = TypeVar("T")
+
+
+def of(cls: type[T], d: dict[str, Any] | None) -> T | None:
+    """`cls` from the JSON object's keys of the same names (a field typed as
+    another of these values from its sub-object); None for an empty or absent object."""
+    if not d:
+        return None
+    hints = get_type_hints(cls)
+    return cls(**{f.name: _value(hints[f.name], d.get(f.name, f.default)) for f in fields(cls)})  # type: ignore
+
+
+def _value(hint: Any, v: Any) -> Any:
+    kinds = get_args(hint) or (hint,)
+    sub = next((k for k in kinds if is_dataclass(k)), None)
+    if sub is None or isinstance(v, sub):
+        return v
+    return of(sub, v) if type(None) in kinds else of(sub, v) or sub()
+
+
+class TrialRow(TypedDict, total=False):
+    """A row of result.json's trials table (bisect/result_doc.py); a commit or version trial names its own."""
+
+    enabled: list[str]
+    verdict: str | None
+    summary: str  # its summary.json, relative to the run dir
+    cached: bool
+    role: str
+    repeat: int
+    sha: str
+    version: str
+
+
+class Nightly(TypedDict, total=False):
+    """Whether the symptom shows on a nightly build (nightly.py `on_nightly`, or a version bisect's trial)."""
+
+    version: str
+    reproduced: bool | None
+    detail: str
+
+
+class ResultJson(TypedDict, total=False):
+    """result.json (bisect/result_doc.py), the keys the report reads by name."""
+
+    status: str
+    symptom: str
+    culprits: list[str]
+    features: list[str]
+    trials_table: list[TrialRow]
+    timing: dict[str, Any]
+    known_cost: dict[str, Any]
+    nightly: Nightly
+    version_trials: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A trial's summary (trials/runner.py `summary`): what it measured."""
+
+    losses: list[float | None] | None = None
+    step_times: list[float] | None = None
+    median_step_time: float | None = None
+    first_nonfinite_step: int | None = None
+    nonfinite_weights: list[str] | None = None
+    error: str | None = None
+    crashed: bool | None = None
+    exit_code: int | None = None
+    peak_rss_bytes: int | None = None
+    rss_per_step: list[int] | None = None
+    device_peak_bytes: int | None = None
+    growth_per_step: float | None = None
+    extra: dict[str, Any] | None = None
+    steps_run: int | None = None
+    wall_s: float | None = None
+    label: str | None = None
+
+    @property
+    def error_detail(self) -> Any:
+        """A crash's traceback, as the trial recorded it."""
+        return (self.extra or {}).get("error_detail")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A slowdown's timing evidence: interleaved per-pair medians (seconds)."""
+
+    baseline: list[float] | None = None
+    candidate: list[float] | None = None
+    pairs: list[Any] | None = None
+    ratio: float | None = None
+    p_value: float | None = None
+    fast: bool | None = None
+
+
+@dataclass(frozen=True)
+class Rerun:
+    """The report's re-run of repro.py on its own (rerun.py `Reproduction`)."""
+
+    reproduced: bool | None = None
+    detail: str | None = None
+    candidate: Trial | None = None
+    timing: Timing = Timing()
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the bisect measured besides the answer (document.py `EVIDENCE`)."""
+
+    trials: int | None = None
+    wall_s: float | None = None
+    ablation: dict[str, str] | None = None
+    trials_table: list[TrialRow] | None = None
+    flaky: bool | None = None
+    reproduction_rate: float | None = None
+    noise: float | None = None
+    timing: Timing = Timing()
+    compile_differs: list[dict[str, Any]] | None = None
+    replicas: int | None = None
+
+
+@dataclass(frozen=True)
+class Env:
+    """The environment facts (report/environment.py): versions, devices, CUDA."""
+
+    tf_version: str | None = None
+    tf_git_version: str | None = None
+    tf_dist: dict[str, str] | None = None
+    keras_version: str | None = None
+    keras_dist: dict[str, str] | None = None
+    tf_keras_dist: dict[str, str] | None = None
+    numpy_dist: dict[str, str] | None = None
+    python: str | None = None
+    os: str = "unknown"
+    platform: str = "?"
+    machine: str = "?"
+    cpu_count: int | None = None
+    devices: list[dict[str, str]] | None = None
+    gpus: list[dict[str, str]] | None = None
+    smi_gpus: list[dict[str, str]] | None = None
+    nvidia_driver: str | None = None
+    build_info: dict[str, Any] | None = None
+    cuda_wheels: dict[str, str] | None = None
+    ld_library_path: str | None = None
+    probe_error: str | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    """report.json (document.py), the parts ISSUE.md reads."""
+
+    tfrepro_version: str = ""
+    run_id: str = "?"
+    status: str | None = None
+    symptom: str | None = None
+    culprits: list[str] | None = None
+    culprit_config: list[str] | None = None
+    reference_config: list[str] | None = None
+    first_bad_commit: str | None = None
+    commit: dict[str, str] | None = None
+    follows: str | None = None
+    nightly: Nightly | None = None
+    features: dict[str, dict[str, Any]] | None = None
+    settings: dict[str, Any] | None = None
+    symptom_settings: dict[str, Any] | None = None
+    baseline: Trial = Trial()
+    failing: Trial | None = None
+    culprit_trial: Trial | None = None
+    reference_trial: Trial | None = None
+    evidence: Evidence = Evidence()
+    environment: Env = Env()
+    env_vars: dict[str, str] | None = None
+    redacted_env_count: int | None = None
+    setup: dict[str, Any] | None = None
+    reproduction: Rerun | None = None
+    localization: dict[str, Any] | None = None
+    repro: dict[str, Any] | None = None
+    artifacts: dict[str, str] | None = None
+    data: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, doc: dict[str, Any]) -> Report:
+        """The report document `doc` (report.json's dict) as typed values."""
+        return of(cls, doc) or cls()
+
+    @property
+    def rerun(self) -> Rerun:
+        return self.reproduction or Rerun()
+
+    @property
+    def candidate(self) -> Trial:
+        """The trial showing the symptom: the culprit configuration's, else the failing one's."""
+        return self.culprit_trial or self.failing or Trial()
