@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ def test_variant_files_are_copies_not_links_of_large_user_files(tmp_path):
     ckpt.write_bytes(os.urandom(20 * MB))
     before = digest(ckpt)
 
-    note = Project.load(root).write_variant(set(), tmp_path / "variant")
+    note = asdict(Project.load(root).write_variant(set(), tmp_path / "variant"))
 
     copy = tmp_path / "variant" / "model.ckpt"
     assert not copy.is_symlink() and copy.stat().st_ino != ckpt.stat().st_ino

@@ -2,6 +2,8 @@
 
 Every unknown table or key, wrong type and out-of-range value is a
 `UserError` naming the file and the line, with a hint, before anything runs.
+The tables are strict pydantic models; `_user_error` words their first error
+(unknown tables, a table that is none, the bounds, then the keys as written).
 """
 
 from __future__ import annotations
@@ -10,10 +12,12 @@ import math
 import os
 import re
 import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, ClassVar
+
+import pydantic as pd
+from pydantic_core import ErrorDetails
 
 from tfrepro import features as fb
 from tfrepro.errors import UserError
@@ -33,28 +37,153 @@ _BOUNDS: dict[str, tuple[float, float, bool]] = {
     "copy_budget_mb": (0.0, 1e8, False),
     "keep_mb": (0.0, 1e8, False),
 }
+# The low bounds of the trial's and the symptoms' numbers have a message of their own.
+_LOW = {
+    "timeout_s": ("must be positive", None),
+    "budget_s": ("must be positive", None),
+    "slowdown": ("is a ratio above 1", "e.g. slowdown = 1.25 for 25% slower"),
+    "mismatch": ("must be >= 0", None),
+}
+# pydantic's type errors, as the accepted TOML types they name ("int or str": a union's two)
+_TYPE_NAMES = dict(int_type="int", float_type="int or float", string_type="str", bool_type="bool", list_type="list")
 
 
-def _check_budget(settings: TrialSettings, given: bool, err: Callable[..., UserError]) -> TrialSettings:
-    """`budget_s` (the failing configuration's run until its symptom) must end
-    before the trial's `timeout_s` kills it (`given`: set in [trial]); left
-    out, it is the default or half of a shorter `timeout_s`."""
-    timeout = settings.timeout_s
-    if not given:
-        return replace(settings, budget_s=timeout / 2) if settings.budget_s >= timeout else settings
-    if settings.budget_s >= timeout:
-        raise err(
-            f"[trial] budget_s ({settings.budget_s:g} s) must be less than timeout_s ({timeout:g} s)",
-            "trial",
-            "budget_s",
-            hint=f"e.g. budget_s = {timeout / 2:g}, or raise timeout_s",
-        )
-    return settings
+class _Bad(ValueError):
+    """A value refused in tfrepro's words; `key`: the line to name for a table's error."""
+
+    def __init__(self, msg: str, hint: str | None = None, key: str | None = None) -> None:
+        super().__init__(msg)
+        self.msg, self.hint, self.key = msg, hint, key
 
 
-@dataclass(frozen=True)
-class FeatureConfig:
+class _OutOfBounds(_Bad):
+    """Reported before any type or value error of any table."""
+
+
+class _Table(pd.BaseModel):
+    """A table: strict types (a bool is no int), no unknown key, every key
+    None until given (the settings' dataclasses hold the defaults)."""
+
+    model_config = pd.ConfigDict(extra="forbid", strict=True)
+    table: ClassVar[str] = ""
+
+    @pd.field_validator("*", mode="before")
+    @classmethod
+    def _bounded(cls, value: object, info: pd.ValidationInfo) -> object:
+        # before the type check (a wrong type is no bound's business), on the value as written
+        key = info.field_name or ""
+        if key in _BOUNDS and isinstance(value, (int, float)) and not isinstance(value, bool):
+            lo, hi, lo_open = _BOUNDS[key]
+            low = value <= lo if lo_open else value < lo
+            if low and key in _LOW:
+                raise _Bad(f"[{cls.table}] {key} {_LOW[key][0]}, not {value}", _LOW[key][1])
+            if not math.isfinite(value):
+                raise _OutOfBounds(f"[{cls.table}] {key}: must be a finite number, not {value}")
+            if value > hi or low:
+                raise _OutOfBounds(
+                    f"[{cls.table}] {key}: {value:g} is out of range: give a number "
+                    f"{'above' if lo_open else 'of at least'} {lo:g} and at most {hi:g}"
+                )
+        return value
+
+
+class _Trial(_Table):
+    table = "trial"
+    entry: str | None = None
+    command: list[object] | None = None
+    steps: int | None = None
+    timeout_s: float | None = None
+    budget_s: float | None = None
+    repeats: int | None = None
+    seed: int | None = None
+    deterministic: bool | None = None
+    gpus: int | str | None = None
+    memory_limit_mb: int | None = None
+    replicas: int | None = None
+
+    @pd.field_validator("*")
+    @classmethod
+    def _value(cls, value: object, info: pd.ValidationInfo) -> object:
+        """The range of one value of the right type."""
+        key = info.field_name
+        if key == "command" and (not value or not all(isinstance(x, str) for x in value)):
+            raise _Bad(
+                "[trial] command must be a non-empty list of strings", 'e.g. command = ["python", "train.py", "--fast"]'
+            )
+        if key == "entry" and _outside(value):
+            raise _Bad(
+                f"[trial] entry {value!r} is outside the project",
+                "give the script's path relative to the project directory, e.g. "
+                'entry = "train.py" (to run a script elsewhere: command = ["python", "/path/x.py"])',
+            )
+        if key in ("steps", "repeats") and value < 1:
+            raise _Bad(f"[trial] {key} must be at least 1, not {value}")
+        if key == "gpus" and (value != "all" if isinstance(value, str) else not 0 <= value <= 1024):
+            raise _Bad(
+                f'[trial] gpus is a count (0-1024) or "all", not {value!r}', 'e.g. gpus = 1, gpus = 4 or gpus = "all"'
+            )
+        if key == "seed" and not 0 <= value < 2**32:  # numpy's and PYTHONHASHSEED's range
+            raise _Bad(f"[trial] seed must be between 0 and {2**32 - 1}, not {value}", "e.g. seed = 0")
+        if key == "memory_limit_mb" and not 64 <= value <= 1 << 30:
+            raise _Bad(f"[trial] memory_limit_mb must be between 64 and {1 << 30}, not {value}")
+        if key == "replicas" and not 1 <= value <= MAX_REPLICAS:
+            raise _Bad(
+                f"[trial] replicas must be between 1 and {MAX_REPLICAS}, not {value}",
+                "e.g. replicas = 2: one device split into 2 logical ones for MirroredStrategy",
+            )
+        return tuple(value) if key == "command" else value
+
+    @pd.model_validator(mode="after")
+    def _budget(self) -> _Trial:
+        """`budget_s` (the failing configuration's run until its symptom) must
+        end before the trial's `timeout_s` kills it; left out, it is the
+        default or half of a shorter `timeout_s`."""
+        if self.entry is not None and self.command is not None:
+            raise _Bad("[trial] has both `entry` and `command`; keep one", key="command")
+        timeout = TrialSettings.timeout_s if self.timeout_s is None else self.timeout_s
+        if self.budget_s is None and TrialSettings.budget_s >= timeout:
+            self.budget_s = timeout / 2
+        elif self.budget_s is not None and self.budget_s >= timeout:
+            raise _Bad(
+                f"[trial] budget_s ({self.budget_s:g} s) must be less than timeout_s ({timeout:g} s)",
+                f"e.g. budget_s = {timeout / 2:g}, or raise timeout_s",
+                key="budget_s",
+            )
+        return self
+
+
+class _Symptoms(_Table):
+    table = "symptoms"
+    nan: bool | None = None
+    slowdown: float | None = None
+    mismatch: float | None = None
+    memory: float | None = None
+
+
+class _State(_Table):
+    table = "state"
+    keep_runs: int | None = None
+    keep_trials: int | None = None
+    copy_budget_mb: float | None = None
+    keep_mb: float | None = None
+
+
+class FeatureConfig(_Table):
+    model_config = pd.ConfigDict(extra="forbid", strict=True, frozen=True)
     affects_loss: bool = False
+
+
+def _feature_name(name: str) -> str:
+    if not fb.NAME_RE.match(name):
+        raise _Bad(f"bad feature name {name!r} in [features]")
+    return name
+
+
+class _Document(_Table):
+    trial: _Trial = _Trial()
+    symptoms: _Symptoms = _Symptoms()
+    features: dict[Annotated[str, pd.AfterValidator(_feature_name)], FeatureConfig] = {}
+    state: _State = _State()
 
 
 @dataclass(frozen=True)
@@ -79,173 +208,61 @@ class Manifest:
                 line=int(m.group(1)) if m else None,
                 hint="see https://toml.io for the syntax",
             ) from None
-        return cls._from_data(data, text, path)
-
-    @classmethod
-    def _from_data(cls, data: Mapping[str, object], text: str, path: str) -> "Manifest":
-        def err(msg: str, table: str, key: str | None = None, hint: str | None = None) -> UserError:
-            return UserError(msg, path=path, line=line_of(text, table, key), hint=hint)
-
-        for table in data:
-            if table not in ("trial", "symptoms", "features", "state"):
-                raise err(
-                    f"unknown table [{table}]",
-                    table,
-                    None,
-                    hint="tables are [trial], [symptoms], [state] and [features.NAME]",
-                )
-        tables = {name: data.get(name, {}) for name in ("trial", "symptoms", "features", "state")}
-        for table, value in tables.items():
-            if not isinstance(value, dict):
-                raise err(f"`{table}` must be a table", table)
-        for table in ("trial", "symptoms", "state"):
-            for key, value in tables[table].items():
-                # trial and symptom keys below their low bound get their own message below
-                if (
-                    key in _BOUNDS
-                    and isinstance(value, (int, float))
-                    and not isinstance(value, bool)
-                    and (table == "state" or key == "memory" or not value <= _BOUNDS[key][0])
-                ):
-                    _check_bounds(value, key, lambda m, t=table, k=key: err(f"[{t}] {k}: {m}", t, k))
-        trial, repeats = _trial(tables["trial"], err)
+        try:
+            doc = _Document.model_validate(data)
+        except pd.ValidationError as e:
+            raise _user_error(e, data, text, path) from None
         return cls(
-            trial=trial,
-            repeats=repeats,
-            symptoms=_symptoms(tables["symptoms"], err),
-            features=_features(tables["features"], err),
+            # the values as validated (model_dump would turn `command`'s tuple back into a list)
+            trial=TrialSettings(**{k: getattr(doc.trial, k) for k in doc.trial.model_fields_set - {"repeats"}}),
+            repeats=doc.trial.repeats or 1,
+            symptoms=SymptomSettings(**doc.symptoms.model_dump(exclude_unset=True)),
+            features=doc.features,
             path=path,
-            state=_state(tables["state"], err),
+            state=StateSettings(**doc.state.model_dump(exclude_unset=True)),
         )
 
 
-Err = Callable[..., UserError]
-_TRIAL_TYPES: dict[str, tuple[type, ...]] = {
-    "entry": (str,),
-    "command": (list,),
-    "steps": (int,),
-    "timeout_s": (int, float),
-    "budget_s": (int, float),
-    "repeats": (int,),
-    "seed": (int,),
-    "deterministic": (bool,),
-    "gpus": (int, str),
-    "memory_limit_mb": (int,),
-    "replicas": (int,),
-}
+def _user_error(e: pd.ValidationError, data: dict[str, object], text: str, path: str) -> UserError:
+    """The first of pydantic's errors, in tfrepro's words, at its line."""
+    errors = sorted(e.errors(), key=lambda err: _rank(err, data))
+    loc = errors[0]["loc"]
+    n = 2 if loc[0] == "features" and len(loc) > 1 else 1  # [features.NAME] is a table of its own
+    table, key = ".".join(map(str, loc[:n])), str(loc[n]) if len(loc) > n else None
+    kind, value, hint = errors[0]["type"], errors[0]["input"], None
+    if isinstance(bad := errors[0].get("ctx", {}).get("error"), _Bad):
+        msg, hint, key = bad.msg, bad.hint, bad.key or key
+    elif kind == "extra_forbidden" and key is None:
+        msg, hint = f"unknown table [{table}]", "tables are [trial], [symptoms], [state] and [features.NAME]"
+    elif kind == "extra_forbidden":
+        msg = f"unknown key `{key}` in [{table}]"
+        known = _Document.model_fields[table].annotation.model_fields if n == 1 else None
+        hint = "known keys: " + ", ".join(known) if known else "the only key is affects_loss = true|false"
+    elif key is None:
+        msg = f"`{table}` must be a table" if n == 1 else f"[{table}] must be a table"
+    else:
+        names = " or ".join(_TYPE_NAMES[err["type"]] for err in errors if err["loc"][: n + 1] == loc[: n + 1])
+        got = "a boolean" if isinstance(value, bool) else f"{type(value).__name__} {value!r}"
+        msg = f"[{table}] {key}: expected {names}, got {got}"
+    return UserError(msg, path=path, line=line_of(text, table, key), hint=hint)
 
 
-def _trial(trial: Mapping[str, object], err: Err) -> tuple[TrialSettings, int]:
-    """[trial] -> (its settings, repeats)."""
-    t_kw: dict[str, Any] = {}
-    repeats = 1
-    for key, value in trial.items():
-        if key not in _TRIAL_TYPES:
-            raise err(f"unknown key `{key}` in [trial]", "trial", key, hint="known keys: " + ", ".join(_TRIAL_TYPES))
-        _check_type(value, _TRIAL_TYPES[key], lambda m, k=key: err(f"[trial] {k}: {m}", "trial", k))
-        _check_trial_value(key, value, err)
-        if key == "command":
-            t_kw[key] = tuple(value)
-        elif key == "repeats":
-            repeats = value
-        else:
-            t_kw[key] = float(value) if key in ("timeout_s", "budget_s") else value
-    if "entry" in t_kw and "command" in t_kw:
-        raise err("[trial] has both `entry` and `command`; keep one", "trial", "command")
-    return _check_budget(TrialSettings(**t_kw), "budget_s" in t_kw, err), repeats
-
-
-def _check_trial_value(key: str, value: Any, err: Err) -> None:
-    """The range of one [trial] value of the right type."""
-    if key == "command" and (not value or not all(isinstance(x, str) for x in value)):
-        raise err(
-            "[trial] command must be a non-empty list of strings",
-            "trial",
-            key,
-            hint='e.g. command = ["python", "train.py", "--fast"]',
-        )
-    if key == "entry" and _outside(value):
-        raise err(
-            f"[trial] entry {value!r} is outside the project",
-            "trial",
-            key,
-            hint="give the script's path relative to the project directory, e.g. "
-            'entry = "train.py" (to run a script elsewhere: command = ["python", "/path/x.py"])',
-        )
-    if key in ("steps", "repeats") and value < 1:
-        raise err(f"[trial] {key} must be at least 1, not {value}", "trial", key)
-    if key in ("timeout_s", "budget_s") and value <= 0:
-        raise err(f"[trial] {key} must be positive, not {value}", "trial", key)
-    if key == "gpus" and (value != "all" if isinstance(value, str) else not 0 <= value <= 1024):
-        raise err(
-            f'[trial] gpus is a count (0-1024) or "all", not {value!r}',
-            "trial",
-            key,
-            hint='e.g. gpus = 1, gpus = 4 or gpus = "all"',
-        )
-    if key == "seed" and not 0 <= value < 2**32:  # numpy's and PYTHONHASHSEED's range
-        raise err(f"[trial] seed must be between 0 and {2**32 - 1}, not {value}", "trial", key, hint="e.g. seed = 0")
-    if key == "memory_limit_mb" and not 64 <= value <= 1 << 30:
-        raise err(f"[trial] memory_limit_mb must be between 64 and {1 << 30}, not {value}", "trial", key)
-    if key == "replicas" and not 1 <= value <= MAX_REPLICAS:
-        raise err(
-            f"[trial] replicas must be between 1 and {MAX_REPLICAS}, not {value}",
-            "trial",
-            key,
-            hint="e.g. replicas = 2: one device split into 2 logical ones for MirroredStrategy",
-        )
-
-
-def _symptoms(symptoms: Mapping[str, object], err: Err) -> SymptomSettings:
-    s_kw: dict[str, Any] = {}
-    s_spec = {"nan": (bool,), "slowdown": (int, float), "mismatch": (int, float), "memory": (int, float)}
-    for key, value in symptoms.items():
-        if key not in s_spec:
-            raise err(f"unknown key `{key}` in [symptoms]", "symptoms", key, hint="known keys: " + ", ".join(s_spec))
-        _check_type(value, s_spec[key], lambda m, k=key: err(f"[symptoms] {k}: {m}", "symptoms", k))
-        if key == "slowdown" and value <= 1:
-            raise err(
-                f"[symptoms] slowdown is a ratio above 1, not {value}",
-                "symptoms",
-                key,
-                hint="e.g. slowdown = 1.25 for 25% slower",
-            )
-        if key == "mismatch" and value < 0:
-            raise err(f"[symptoms] mismatch must be >= 0, not {value}", "symptoms", key)
-        s_kw[key] = float(value) if key != "nan" else value
-    return SymptomSettings(**s_kw)
-
-
-def _features(feats: Mapping[str, object], err: Err) -> dict[str, FeatureConfig]:
-    f_cfg: dict[str, FeatureConfig] = {}
-    for name, cfg in feats.items():
-        where = f"features.{name}"
-        if not fb.NAME_RE.match(name):
-            raise err(f"bad feature name {name!r} in [features]", where)
-        if not isinstance(cfg, dict):
-            raise err(f"[features.{name}] must be a table", where)
-        for key, value in cfg.items():
-            if key != "affects_loss":
-                raise err(
-                    f"unknown key `{key}` in [features.{name}]",
-                    where,
-                    key,
-                    hint="the only key is affects_loss = true|false",
-                )
-            _check_type(value, (bool,), lambda m, k=key: err(f"[features.{name}] {k}: {m}", where, k))
-        f_cfg[name] = FeatureConfig(affects_loss=bool(cfg.get("affects_loss", False)))
-    return f_cfg
-
-
-def _state(state: Mapping[str, object], err: Err) -> StateSettings:
-    st_kw: dict[str, Any] = {}
-    st_spec = {"keep_runs": (int,), "keep_trials": (int,), "copy_budget_mb": (int, float), "keep_mb": (int, float)}
-    for key, value in state.items():
-        if key not in st_spec:
-            raise err(f"unknown key `{key}` in [state]", "state", key, hint="known keys: " + ", ".join(st_spec))
-        _check_type(value, st_spec[key], lambda m, k=key: err(f"[state] {k}: {m}", "state", k))
-        st_kw[key] = float(value) if key in ("copy_budget_mb", "keep_mb") else value
-    return StateSettings(**st_kw)
+def _rank(err: ErrorDetails, data: dict[str, object]) -> tuple[int, list[int]]:
+    """Unknown tables first, then a table that is none, the bounds, the
+    rest; each by where it is written (the known tables in their order)."""
+    loc, bad = err["loc"], err.get("ctx", {}).get("error")
+    if isinstance(bad, _OutOfBounds):
+        phase = 2
+    else:
+        phase = (0 if err["type"] == "extra_forbidden" else 1) if len(loc) == 1 and bad is None else 3
+    where: list[int] = []
+    level: object = dict.fromkeys(("trial", "symptoms", "features", "state")) | data
+    for part in loc:
+        if not isinstance(level, dict) or part not in level:
+            break
+        where.append(list(level).index(part))
+        level = level[part]
+    return phase, where
 
 
 def _outside(entry: str) -> bool:
@@ -253,25 +270,6 @@ def _outside(entry: str) -> bool:
     if os.path.isabs(entry) or entry.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", entry):
         return True
     return os.path.normpath(entry).split(os.sep)[0] == os.pardir
-
-
-def _check_bounds(value: float, key: str, err) -> None:
-    lo, hi, lo_open = _BOUNDS[key]
-    if not math.isfinite(value):
-        raise err(f"must be a finite number, not {value}")
-    if value > hi or value < lo or (lo_open and value == lo):
-        raise err(
-            f"{value:g} is out of range: give a number {'above' if lo_open else 'of at least'} {lo:g} "
-            f"and at most {hi:g}"
-        )
-
-
-def _check_type(value: Any, types: tuple[type, ...], err) -> None:
-    # bool is an int in Python; a manifest `steps = true` is still a mistake.
-    if isinstance(value, bool) and bool not in types:
-        raise err(f"expected {' or '.join(t.__name__ for t in types)}, got a boolean")
-    if not isinstance(value, types):
-        raise err(f"expected {' or '.join(t.__name__ for t in types)}, got {type(value).__name__} {value!r}")
 
 
 def line_of(text: str, table: str, key: str | None) -> int | None:

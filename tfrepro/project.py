@@ -219,14 +219,13 @@ class Project:
         enabled = None if enabled is None else set(enabled) | self.fixed_on
         return {rel: s.export(enabled) for rel, s in self.sources.items()}
 
-    def write_variant(self, enabled: Iterable[str] | None, dest: Path) -> dict[str, Any]:
+    def write_variant(self, enabled: Iterable[str] | None, dest: Path) -> FileNote:
         """Copy the project to `dest` with marked files rendered; `dest` must
         not exist or be empty. Every file is the variant's own (a reflink or
         a copy, never a link: see `projectfiles`), so nothing a trial writes
         reaches the user's files. Copies beyond `[state] copy_budget_mb`
-        raise a UserError naming the file. Returns how the files were made,
-        for `TrialResult.extra["files"]`: {"copied", "copied_bytes",
-        "reflinked" (relpaths), "rendered"}."""
+        raise a UserError naming the file. Returns how the files were made
+        (for `TrialResult.extra["files"]`)."""
         dest = Path(dest)
         rendered = self.render(enabled)
         budget = int(self.manifest.state.copy_budget_mb * 1024 * 1024)
@@ -241,7 +240,7 @@ class Project:
                 note.rendered += 1
             else:
                 copy_file(src, out, rel, note, budget)
-        return note.to_dict()
+        return note
 
     def variant_hash(self, enabled: Iterable[str] | None) -> str:
         """Content hash of the variant (every file, rendered), stable across

@@ -35,7 +35,6 @@ import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from tfrepro.errors import UserError
 
@@ -216,20 +215,12 @@ def check_root(root: Path) -> None:
 
 @dataclass
 class FileNote:
-    """How a variant got its files (for `TrialResult.extra["files"]`)."""
+    """How a variant got its files (`asdict` of it: `TrialResult.extra["files"]`)."""
 
     copied: int = 0
     copied_bytes: int = 0
     reflinked: list[str] = field(default_factory=list)
     rendered: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "copied": self.copied,
-            "copied_bytes": self.copied_bytes,
-            "reflinked": list(self.reflinked),
-            "rendered": self.rendered,
-        }
 
 
 def reflink(src: Path, dest: Path) -> bool:

@@ -6,7 +6,7 @@ and the trial runner (which runs with them).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
+from typing import Any, TypedDict
 
 # Steps at the start of a trial that never enter a timing comparison
 # (tracing, XLA compilation).
@@ -24,6 +24,30 @@ TIMING_STEPS_MAX = 5000
 MAX_REPLICAS = 64
 
 _KEYED_WHEN_SET = ("replicas", "jit_auto")
+
+
+class TrialSettingsDoc(TypedDict, total=False):
+    """`TrialSettings.to_dict()`, read back from result.json and the trial
+    cache: the keys from `min_time_s` on only when they are set (`to_dict`)."""
+
+    entry: str
+    command: list[str] | None
+    steps: int
+    timeout_s: float
+    seed: int
+    deterministic: bool
+    repeat: int
+    gpus: int | str | None
+    memory_limit_mb: int | None
+    min_time_s: float
+    min_steps: int
+    steps_max: int
+    budget_s: float
+    until_symptom: bool
+    save_state_step: int
+    replicas: int | None
+    jit_auto: bool | None
+    timed_calls: list[str]
 
 
 @dataclass(frozen=True)
@@ -90,8 +114,8 @@ class TrialSettings:
             self, min_time_s=budget_s, min_steps=min_steps, steps_max=max(steps_max, WARMUP_STEPS + min_steps)
         )
 
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+    def to_dict(self) -> TrialSettingsDoc:
+        d: dict[str, Any] = asdict(self)
         if not self.timing:
             for k in ("min_time_s", "min_steps", "steps_max"):
                 del d[k]
@@ -107,11 +131,11 @@ class TrialSettings:
         else:
             d["timed_calls"] = list(self.timed_calls)
         d["command"] = list(self.command) if self.command is not None else None
-        return d
+        return TrialSettingsDoc(**d)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "TrialSettings":
-        d = dict(d)
+    def from_dict(cls, doc: TrialSettingsDoc) -> "TrialSettings":
+        d: dict[str, Any] = dict(doc)
         if d.get("command") is not None:
             d["command"] = tuple(d["command"])
         d["timed_calls"] = tuple(d.get("timed_calls") or ())

@@ -4,7 +4,7 @@ for the feature, commit and version bisections (mozregression's
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,12 +57,6 @@ class BisectEvents:
     def trial_finished(self, record: TrialRecord) -> None: ...
 
     def point_tried(self, point: PointTried) -> None: ...
-
-
-def cost_line(doc: Mapping[str, Any]) -> str:
-    """The last line of a range bisection's answer: trials, cache hits, wall time, run dir."""
-    cached = f", {doc['cached_trials']} from cache" if doc.get("cached_trials") else ""
-    return f"{doc['trials']} trials{cached}, {doc['wall_s']:.1f} s; run: {doc['run_dir']}"
 
 
 class ProgressLines(BisectEvents):

@@ -361,3 +361,59 @@ def _version_answer(
         candidates=tuple(candidates),
         details={**answer.details, **details},
     )
+
+
+def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    """`--tf-versions` -> (versions, excluded with reasons, notes); the index is
+    asked only for ranges."""
+    from tfrepro.trials.envs import cache_root
+    from tfrepro.trials.releases import expand, list_releases
+
+    notes: list[str] = []
+
+    def listing():
+        got = list_releases(tf_dist, cache_root())
+        if got.stale:
+            notes.append(f"the package index is unreachable: using the {tf_dist} release list cached earlier")
+        return got
+
+    versions, excluded = expand(spec, listing)
+    return versions, excluded, notes
+
+
+@dataclass(frozen=True)
+class ThenFeatures:
+    """`--then-features` and the features it bisects (`--only`, `--skip`: comma lists)."""
+
+    only: str | None = None
+    skip: str | None = None
+
+
+def feature_hook(options: BisectOptions, chosen: ThenFeatures, events: BisectEvents | None) -> FeatureHook:
+    """`--then-features`: a feature bisection of the project inside the first
+    bad release's environment (--steps, the cache and --timing-budget of
+    `options`); its answer goes under `then_features`."""
+
+    def hook(start: FeatureStart) -> FeatureAnswer:
+        from tfrepro.bisect.engine import bisect
+        from tfrepro.project import Project
+
+        names = lambda v: [x.strip() for x in (v or "").split(",") if x.strip()]  # noqa: E731
+        only, skip = names(chosen.only) or None, names(chosen.skip) or None
+        project = Project.load(start.project_root, only=only, skip=skip)
+        if events is not None:
+            events.phase(f"bisecting the features inside tensorflow {start.version}")
+        inside = BisectOptions(
+            steps=options.steps, use_cache=options.use_cache, timing_budget_s=options.timing_budget_s
+        )
+        r = bisect(project, inside, runner=start.runner(), events=events)
+        return FeatureAnswer(
+            status=r.status.value,
+            symptom=r.symptom.value if r.symptom is not None else None,
+            culprits=sorted(r.culprits),
+            trials=r.trials,
+            run_dir=r.run_dir,
+            error=r.error,
+        )
+
+    return hook

@@ -264,9 +264,8 @@ def bisect_cmd(
     if timing_budget is not None:
         options = replace(options, timing_budget_s=timing_budget)
     if tf_versions:
-        from tfrepro.bisect.versions import Releases
-        from tfrepro.bisect.versions_cli import ThenFeatures
-        from tfrepro.bisect.versions_cli import run_from_cli as run_versions
+        from tfrepro.bisect.versions import Releases, ThenFeatures
+        from tfrepro.cli.range_cmds import run_versions
 
         check_release(good, "--good")
         check_release(bad, "--bad")
@@ -275,9 +274,9 @@ def bisect_cmd(
         code = run_versions(path, tf_versions, options, releases, then_features=then, as_json=as_json)
         sys.exit(write_tables(path, None, code))
     if good or bad:
-        from tfrepro.bisect.commits_cli import run_from_cli
+        from tfrepro.cli.range_cmds import run_commits
 
-        code = run_from_cli(path, good, bad, options, as_json=as_json)
+        code = run_commits(path, good, bad, options, as_json=as_json)
         sys.exit(write_tables(path, None, code))
     from tfrepro.bisect.display import answer_lines, run_bisect
     from tfrepro.check.run import checks_for_result

@@ -38,7 +38,7 @@ import re
 import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -172,7 +172,7 @@ def run_trial(
     key = how.key(project.variant_hash(enabled_t), settings)
 
     def execute(trial_dir: Path) -> TrialResult:
-        files = project.write_variant(enabled_t, trial_dir / "variant")
+        files = asdict(project.write_variant(enabled_t, trial_dir / "variant"))
         env = {**(how.env or {}), **(how.unkeyed_env or {})}
         result = run_variant(trial_dir / "variant", settings, trial_dir, replace(how, env=env))
         return _annotated(result, project, files, how.versions)

@@ -1,0 +1,156 @@
+"""`tfrepro bisect --good REV --bad REV` and `--tf-versions A,B,...`: progress
+and answer on the terminal.
+
+The presentation of the range modes (`bisect/commits.py` and
+`bisect/versions.py` do the work): progress lines on stderr as points are
+tried (the versions expanded, environment builds), the answer on stdout (or
+exactly one JSON object with --json), the exit code (Contract 4: 0 found, 1
+the ends do not hold or an error, 3 none, 4 ambiguous). Bad input raises
+UserError (exit 2); Ctrl-C propagates.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+import click
+
+from tfrepro.bisect.commits import bisect_commits
+from tfrepro.bisect.events import ProgressLines
+from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.versions import Releases, ThenFeatures, expand_versions, feature_hook
+from tfrepro.errors import UserError
+from tfrepro.trials.values import RunResult
+
+
+def cost_line(result: RunResult) -> str:
+    """The last line of a range bisection's answer: trials, cache hits, wall time, run dir."""
+    cached = f", {result.details['cached_trials']} from cache" if result.details.get("cached_trials") else ""
+    return f"{result.trials} trials{cached}, {result.wall_s:.1f} s; run: {result.run_dir}"
+
+
+def _symptom(result: RunResult) -> str | None:
+    return result.symptom.value if result.symptom is not None else None
+
+
+def commits_answer(result: RunResult) -> str:
+    """The human summary of a commit bisection (the tried commits are
+    printed as they go, see `run_commits`)."""
+    status = result.status.value
+    if status == "found":
+        c = result.details["commit"]
+        head = [
+            f"first bad commit ({_symptom(result)}): {c['sha']}",
+            f"  {c['subject']}",
+            f"  {c['author']}, {c['date']}",
+        ]
+    elif status == "ambiguous":
+        head = [f"{_symptom(result)}: the first bad commit is one of:"]
+        head += [f"  {c['sha'][:12]}  {c['subject']}" for c in result.candidates]
+    else:
+        head = [f"{status}: {result.details.get('message', '')}"]
+    return "\n".join([*head, cost_line(result)])
+
+
+def run_commits(
+    path: str | Path,
+    good: str | None,
+    bad: str | None,
+    options: BisectOptions = BisectOptions(),
+    *,
+    as_json: bool = False,
+    echo: Callable[..., None] | None = None,
+) -> int:
+    """What `tfrepro bisect --good REV --bad REV` does (`options`: the
+    symptom, --steps, the cache, the executor, --timing-budget); returns the
+    exit code."""
+    echo = echo or click.echo
+    if not good or not bad:
+        raise UserError(
+            "commit mode needs both --good REV and --bad REV", hint="e.g. tfrepro bisect --good v1.2 --bad HEAD"
+        )
+    from tfrepro.trials.executors import make_executor
+
+    o = options
+    runs_on = make_executor(o.executor, jobs=o.jobs, address=o.address, log=lambda text: echo(text, err=True))
+    try:
+        events = None if as_json else ProgressLines(echo, 12)
+        result = bisect_commits(path, good, bad, options, events=events, executor=runs_on)
+    finally:
+        runs_on.close()
+    echo(json.dumps(result.to_dict()) if as_json else commits_answer(result))
+    return result.exit_code
+
+
+def versions_answer(result: RunResult, notes: list[str]) -> str:
+    """The human summary of a version bisection: the answer, then one line
+    per release, the `notes`, the cost."""
+    lines: list[str] = []
+    status, details = result.status.value, result.details
+    if status == "found":
+        lines.append(
+            f"first bad version ({_symptom(result)}): {result.first_bad_version}"
+            f"  (last good: {result.last_good_version})"
+        )
+        then = details.get("then_features")
+        if then:
+            inside = (
+                f"and only with {' + '.join(then['culprits'])} on"
+                if then.get("culprits")
+                else f"feature bisect inside it: {then.get('status')}"
+            )
+            lines.append(f"  {inside} (run: {then.get('run_dir')})")
+        if details.get("follows_note"):
+            lines.append(f"  follows {details['follows']}: {details['follows_note']}")
+    elif status == "ambiguous":
+        lines.append(f"{_symptom(result)}: the first bad version is one of {', '.join(result.candidates)}")
+    else:
+        lines.append(f"{status}: {details.get('message', '')}")
+    for row in details["versions"]:
+        what = row["verdict"] if row["verdict"] in ("ok", "not tried", "untestable", "excluded") else "BAD"
+        shows = f" [{', '.join(row['shows'])}]" if row["shows"] else ""
+        keras = (
+            f"  keras {row['keras']}" + (" (tf_keras)" if row.get("keras_lib") == "tf_keras" else "")
+            if row.get("keras")
+            else ""
+        )
+        note = f"  {row['note']}" if row.get("note") else ""
+        lines.append(f"  {row['version']:<14} {what:<10}{shows}{keras}{note}")
+    lines += [f"note: {n}" for n in notes]
+    lines.append(cost_line(result))
+    return "\n".join(lines)
+
+
+def run_versions(
+    path: str | Path,
+    tf_versions: str,
+    options: BisectOptions = BisectOptions(),
+    releases: Releases = Releases(),
+    *,
+    then_features: ThenFeatures | None = None,
+    as_json: bool = False,
+    echo: Callable[..., None] | None = None,
+) -> int:
+    """What `tfrepro bisect --tf-versions ...` does (`options`: the symptom,
+    --steps, the cache, --timing-budget; `releases`: the ends, --keras,
+    --tf-dist); returns the exit code."""
+    from tfrepro.bisect.versions import bisect_versions
+    from tfrepro.trials.envs import detect_tf_dist
+
+    echo = echo or click.echo
+    dist = releases.tf_dist or detect_tf_dist()
+    versions, excluded, notes = expand_versions(tf_versions, dist)
+    for n in notes:
+        echo(f"note: {n}", err=True)
+    progress = None if as_json else ProgressLines(echo, 14)
+    hook = feature_hook(options, then_features, progress) if then_features is not None else None
+    releases = replace(releases, tf_dist=dist, excluded=tuple(excluded), then_features=hook)
+    on_line = None if as_json else (lambda line: echo(f"  {line}", err=True))
+    result = bisect_versions(path, versions, options, releases, events=progress, on_line=on_line)
+    doc = result.to_dict()
+    doc["notes"] = [*notes, *doc.get("notes", [])]
+    echo(json.dumps(doc) if as_json else versions_answer(result, doc["notes"]))
+    return result.exit_code
