@@ -6,12 +6,12 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any
 
+from tfrepro.report.records import RunResult, TrialSummary
 from tfrepro.report.rerun import Reproduction
 
 
-def load_trials(run_dir: Path, result: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def load_trials(run_dir: Path, result: RunResult) -> list[tuple[str, TrialSummary]]:
     """(name, summary) of every trial of the run, in order; the baseline,
     failing and culprit summaries when the table has none."""
     trials = []
@@ -34,7 +34,7 @@ def load_trials(run_dir: Path, result: dict[str, Any]) -> list[tuple[str, dict[s
     return trials
 
 
-def write_events(logdir: Path, trials: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
+def write_events(logdir: Path, trials: list[tuple[str, TrialSummary]]) -> dict[str, str]:
     """One TensorBoard run per trial (written with tensorboardX: neither
     TensorFlow nor tensorboard is needed to write them)."""
     from tfrepro.report import events
@@ -67,7 +67,7 @@ def _safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "+-_." else "_" for c in name)[:120]
 
 
-def plots(out: Path, result: dict[str, Any], symptom: str, rep: Reproduction | None) -> dict[str, str]:
+def plots(out: Path, result: RunResult, symptom: str, rep: Reproduction | None) -> dict[str, str]:
     from tfrepro.report import plots as draw
 
     notes: dict[str, str] = {}

@@ -16,6 +16,7 @@ from typing import Any
 
 from tfrepro import __version__
 from tfrepro.report import scrub
+from tfrepro.report.records import EnvFacts
 
 # Variables named by their own section (XLA, determinism) as well as listed.
 XLA_VARS = ("TF_XLA_FLAGS", "XLA_FLAGS")
@@ -36,11 +37,11 @@ def relevant_env(environ: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _version(facts: dict[str, Any], key: str, dist_key: str) -> str | None:
+def _version(facts: EnvFacts, key: str, dist_key: str) -> str | None:
     return facts.get(key) or (facts.get(dist_key) or {}).get("version")
 
 
-def env_doc(facts: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def env_doc(facts: EnvFacts, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The document `tfrepro env --json` prints, from the probe's facts."""
     environ = os.environ if environ is None else environ
     variables = relevant_env(environ)

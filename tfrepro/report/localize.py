@@ -22,6 +22,7 @@ from typing import Any
 
 from tfrepro.inside import RUN_PROBE
 from tfrepro.report.environment import child_env
+from tfrepro.report.records import RuntimeSettings
 from tfrepro.trials.procs import confined, kill_tree
 
 PROBE = RUN_PROBE
@@ -61,7 +62,7 @@ class Localization:
     function: str | None = None  # Class.method / function containing the line
     note: str = ""
     excerpt: str = ""  # the part of the error a maintainer wants to read
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: RuntimeSettings = field(default_factory=lambda: RuntimeSettings())
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -11,8 +11,8 @@ import math
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
+from tfrepro.report.records import TrialSummary
 from tfrepro.settings import WARMUP_STEPS
 
 
@@ -35,13 +35,13 @@ def _matplotlib():
     return matplotlib
 
 
-def _losses(summary: dict[str, Any]) -> list[float]:
+def _losses(summary: TrialSummary) -> list[float]:
     return [math.nan if v is None else float(v) for v in summary.get("losses") or []]
 
 
 def loss_plot(
     path: Path,
-    curves: Sequence[tuple[str, dict[str, Any]]],
+    curves: Sequence[tuple[str, TrialSummary]],
     *,
     title: str,
 ) -> bool:
@@ -126,12 +126,12 @@ def step_time_plot(
     return True
 
 
-def steady(summary: dict[str, Any]) -> list[float]:
+def steady(summary: TrialSummary) -> list[float]:
     """Step times without warm-up (tracing, compilation)."""
     return [float(t) for t in (summary.get("step_times") or [])[WARMUP_STEPS:]]
 
 
-def memory_plot(path: Path, curves: Sequence[tuple[str, dict[str, Any]]], *, title: str) -> bool:
+def memory_plot(path: Path, curves: Sequence[tuple[str, TrialSummary]], *, title: str) -> bool:
     """Process RSS after each step (MB) of each (label, summary), with its
     growth slope in the legend. Returns False when no curve has a series."""
     if not any(s.get("rss_per_step") for _, s in curves):

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -60,7 +60,7 @@ def default_runner(
     env: dict[str, str] | None = None,
     *,
     python: str | None = None,
-    versions: dict[str, Any] | None = None,
+    versions: Mapping[str, str | None] | None = None,
 ) -> Runner:
     """Trials of an exported repro, as written; under `python` (another
     environment's interpreter, e.g. tf-nightly's) when given."""
