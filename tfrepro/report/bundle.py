@@ -221,15 +221,8 @@ def load_context(run_dir: Path) -> Context:
     if fixed:  # what the bisect kept ON in every trial (--only/--skip, preflight): so in the repro
         project = project.exclude(dict.fromkeys(fixed, "kept on in the run"))
     settings = recorded or project.manifest.trial
-    return Context(
-        run_dir,
-        result,
-        result.get("symptom") or "nan",
-        project,
-        settings,
-        project.manifest.symptoms,
-        entry_of(settings),
-    )
+    symptom = result.get("symptom") or "nan"
+    return Context(run_dir, result, symptom, project, settings, project.manifest.symptoms, entry_of(settings))
 
 
 def _entry_path(root: Path, recorded: TrialSettings | None) -> Path:
@@ -266,12 +259,8 @@ class _Writer:
 def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: EnvFacts) -> dict[str, str]:
     from tfrepro.report import notebook
 
-    head = {
-        "symptom": ctx.symptom,
-        "culprits": ctx.result.get("culprits") or [],
-        "environment": env,
-        "first_bad_commit": ctx.result.get("first_bad_commit"),
-    }
+    culprits, first_bad = ctx.result.get("culprits") or [], ctx.result.get("first_bad_commit")
+    head = {"symptom": ctx.symptom, "culprits": culprits, "environment": env, "first_bad_commit": first_bad}
     try:
         code = notebook_code(export.cand_files[ENTRY], ENTRY, script_args(ctx.settings, ctx.entry))
         nb = notebook.build(code, symptom=ctx.symptom, env=env, title=issue_md.title(head))

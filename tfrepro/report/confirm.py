@@ -65,26 +65,16 @@ def _reproduce_trimmed(
     if not changes:
         return _reproduce(ctx, export, **kw), export, {"trimmed": False, "changes": [], "note": "nothing to trim"}
     if not rerun:
-        return (
-            None,
-            export,
-            {
-                "trimmed": False,
-                "changes": changes,
-                "note": "not trimmed: a trim is kept only when a re-run confirms it (--no-rerun)",
-            },
-        )
+        note = "not trimmed: a trim is kept only when a re-run confirms it (--no-rerun)"
+        return None, export, {"trimmed": False, "changes": changes, "note": note}
     trimmed = replace(export, cand_files=cand, ref_files=trim_files(export.ref_files)[0])
     say(f"trimmed {ENTRY} ({len(changes)} change{'s' if len(changes) != 1 else ''}): re-running it")
     rep = _reproduce(ctx, trimmed, **kw)
     if rep is not None and rep.reproduced is True:
         return rep, trimmed, {"trimmed": True, "changes": changes}
     say("the trimmed repro does not show the symptom: the untrimmed one is kept")
-    return (
-        _reproduce(ctx, export, **kw),
-        export,
-        {"trimmed": False, "changes": changes, "note": "the trimmed repro did not reproduce; untrimmed kept"},
-    )
+    note = "the trimmed repro did not reproduce; untrimmed kept"
+    return _reproduce(ctx, export, **kw), export, {"trimmed": False, "changes": changes, "note": note}
 
 
 def with_data(ctx: Context, export: Export, *, no_data: bool, **kw: Any):

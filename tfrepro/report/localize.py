@@ -23,6 +23,7 @@ from typing import Any
 from tfrepro.inside import RUN_PROBE
 from tfrepro.report.environment import child_env
 from tfrepro.report.records import RuntimeSettings
+from tfrepro.report.rerun import write_files
 from tfrepro.trials.procs import confined, kill_tree
 
 PROBE = RUN_PROBE
@@ -288,13 +289,7 @@ def _run_probe(cmd: list[str], root: Path, env: dict[str, str], timeout_s: float
 
 
 def _localize_in(tmp: str, files: dict[str, str], entry: str, python: str, timeout_s: float) -> Localization:
-    root = Path(tmp) / "repro"
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(text, bytes):  # data.npz (report/reduce.py)
-            (root / rel).write_bytes(text)
-        else:
-            (root / rel).write_text(text, encoding="utf-8")
+    root = write_files(Path(tmp) / "repro", files)
     out = Path(tmp) / "probe.json"
     env = child_env()
     # Auto-clustering would put ops under XLA too.

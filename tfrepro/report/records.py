@@ -1,8 +1,8 @@
-"""The JSON documents the report reads from disk, as they are written there:
-the bisect's result.json, a trial's summary in it (`TrialResult.to_dict()`),
-the data reads the harness recorded, and the facts the probes write. Only the
-keys the report reads are named; the rest pass through untouched, so
-result.json and report.json are written back as they were."""
+"""The JSON documents the report reads from disk, as written there: the
+bisect's result.json, a trial summary in it (`TrialResult.to_dict()`), the
+data reads the harness recorded (inside/harness_data.py), the probes' facts.
+Only the keys the report reads are named; the others pass through as they
+are, so what is written back (result.json, report.json) is unchanged."""
 
 from __future__ import annotations
 
@@ -10,18 +10,15 @@ from typing import Any, TypedDict
 
 
 class SourceDoc(TypedDict, total=False):
-    """One data read (inside/harness_data.py): the call, the file, the
-    script's file:line; `value` the spec of what it returned."""
-
     call: str
     file: str | None
-    at: str
-    value: dict[str, Any] | None
+    at: str  # the script's file:line
+    value: dict[str, Any] | None  # the spec of what the read returned
 
 
 class DataDoc(TypedDict, total=False):
     sources: list[SourceDoc]
-    fits: list[dict[str, Any]]  # each: at, kind, sources_seen, batches_per_epoch
+    fits: list[dict[str, Any]]  # at, kind, sources_seen, batches_per_epoch
 
 
 class TrialSummary(TypedDict, total=False):
@@ -32,8 +29,7 @@ class TrialSummary(TypedDict, total=False):
     rss_per_step: list[int]
     growth_per_step: float | None
     device_peak_bytes: int | None
-    error: str | None
-    extra: dict[str, Any]
+    extra: dict[str, Any]  # the plugins' facts: memory, setup, environment
     data: DataDoc
 
 
@@ -45,14 +41,11 @@ class RunResult(TypedDict, total=False):
     culprits: list[str]
     culprit_config: list[str]
     affects_loss: list[str]
-    fixed_on: list[str]
     baseline: TrialSummary
     failing: TrialSummary
     culprit_trial: TrialSummary
-    trials_table: list[dict[str, Any]]  # each: summary (a path), enabled, role, repeat, verdict
+    trials_table: list[dict[str, Any]]  # summary (a path), enabled, role, repeat, verdict
     timing: dict[str, Any]
-    timed_calls: list[str]
-    noise: float
     nan_state: dict[str, Any] | None  # dir, step
     first_bad_commit: str | None
     first_bad_project: str
@@ -78,15 +71,11 @@ class EnvFacts(TypedDict, total=False):
     numpy_dist: Dist
     devices: list[dict[str, Any]]
     gpus: list[dict[str, Any]]
-    nvidia_driver: str | None
     runtime: dict[str, Any]
-    tf_error: str
     probe_error: str
 
 
-class TrialSetup(TypedDict, total=False):
-    """What the re-run's trial saw (inside/setup_plugin.py, `extra["setup"]`)."""
-
+class TrialSetup(TypedDict, total=False):  # inside/setup_plugin.py: a trial's `extra["setup"]`
     precision_policy: str | None
     replicas: int | None
     strategy: str | None
@@ -94,9 +83,7 @@ class TrialSetup(TypedDict, total=False):
     run_functions_eagerly: bool
 
 
-class RuntimeSettings(TypedDict, total=False):
-    """What the localisation's run saw (inside/runprobe.py, `settings`)."""
-
+class RuntimeSettings(TypedDict, total=False):  # inside/runprobe.py: `settings`
     precision_policy: str | None
     replicas: int | None
     jit_compile_requested: list[str]

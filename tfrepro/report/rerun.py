@@ -25,10 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro.inside import SETUP_PLUGIN
-from tfrepro.settings import (
-    SymptomSettings,
-    TrialSettings,
-)
+from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.values import TrialResult, Verdict
 
 if TYPE_CHECKING:
@@ -67,8 +64,6 @@ def default_runner(
     from tfrepro.project import Project
     from tfrepro.trials import runner
 
-    plugin = SETUP_PLUGIN
-
     def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
         # As written: an exported repro has no markers, and zero-edit
         # detection would find (and switch OFF) the very culprit it exports.
@@ -82,7 +77,7 @@ def default_runner(
                 state_dir=state_dir,
                 env=env,
                 label="report-rerun",
-                plugins=(plugin,),
+                plugins=(SETUP_PLUGIN,),
                 plugin_options={"environment": True},
                 python=python,
                 versions=versions,
@@ -92,7 +87,7 @@ def default_runner(
     return run
 
 
-def _write(dest: Path, files: dict[str, str]) -> Path:
+def write_files(dest: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         if isinstance(text, bytes):  # data.npz: the records a reduced repro reads (report/reduce.py)
@@ -138,8 +133,8 @@ def reproduce(
         reference = {**reference, "data.npz": candidate["data.npz"]}  # the records a reduced reference reads too
     with tempfile.TemporaryDirectory(prefix="tfrepro-rerun-", dir=workdir) as tmp:
         root = Path(tmp)
-        cand_dir = _write(root / "candidate", candidate)
-        ref_dir = _write(root / "reference", reference)
+        cand_dir = write_files(root / "candidate", candidate)
+        ref_dir = write_files(root / "reference", reference)
         if runner is None:
             runner = default_runner(root / "state")
         spec = replace(spec, settings=replace(spec.settings, repeat=0))
@@ -299,15 +294,8 @@ def _slowdown(
         sample, spec.symptoms.slowdown, SequentialPolicy(min_samples=min(3, max_pairs), max_samples=max_pairs)
     )
     reproduced, detail = _timing_detail(out, why, spec.symptoms.slowdown)
-    return Reproduction(
-        "slowdown",
-        reproduced,
-        detail,
-        out.verdict.value,
-        last["cand"].to_dict() if "cand" in last else None,
-        last["ref"].to_dict() if "ref" in last else None,
-        out.to_dict(),
-    )
+    cand, ref = (last[k].to_dict() if k in last else None for k in ("cand", "ref"))
+    return Reproduction("slowdown", reproduced, detail, out.verdict.value, cand, ref, out.to_dict())
 
 
 def _timing_detail(out: TimingOutcome, why: list[str], threshold: float) -> tuple[bool | None, str]:

@@ -132,12 +132,8 @@ class DataFacts:
     reduction: Reduction | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        doc: dict[str, Any] = {
-            "sources": [s.brief() for s in self.sources],
-            "standins": [s.brief() for s in self.standins],
-            "needs_user_data": [s.brief() for s in self.needs_user_data],
-            "unseen": list(self.unseen),
-        }
+        reads = {k: [s.brief() for s in getattr(self, k)] for k in ("sources", "standins", "needs_user_data")}
+        doc: dict[str, Any] = {**reads, "unseen": list(self.unseen)}
         if self.rerun:
             doc["standin_reproduced"] = self.standin_reproduced
         if self.note is not None:
