@@ -21,6 +21,7 @@ from tfrepro.report.records import EnvFacts
 # Variables named by their own section (XLA, determinism) as well as listed.
 XLA_VARS = ("TF_XLA_FLAGS", "XLA_FLAGS")
 DETERMINISM_VARS = ("TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "PYTHONHASHSEED")
+_PACKAGES = ("tfrepro", "python", "tensorflow", "keras", "tf_keras", "numpy")
 
 
 def relevant_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -83,17 +84,8 @@ def _unset(value: object) -> str:
 def env_lines(doc: dict[str, Any]) -> list[str]:
     """`tfrepro env` as text."""
     v = doc["versions"]
-    lines = [
-        f"{name:<11} {v[key] if v[key] is not None else '(not installed)'}"
-        for name, key in (
-            ("tfrepro", "tfrepro"),
-            ("Python", "python"),
-            ("TensorFlow", "tensorflow"),
-            ("Keras", "keras"),
-            ("tf_keras", "tf_keras"),
-            ("NumPy", "numpy"),
-        )
-    ]
+    names = zip(("tfrepro", "Python", "TensorFlow", "Keras", "tf_keras", "NumPy"), _PACKAGES)
+    lines = [f"{name:<11} {v[key] if v[key] is not None else '(not installed)'}" for name, key in names]
     for key in ("tf_error", "probe_error"):
         if doc.get(key):
             lines.append(f"error: {doc[key]}")

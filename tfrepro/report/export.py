@@ -67,12 +67,7 @@ def export_variants(
 ) -> Export:
     """The run's culprit variant and its reference, exported and scrubbed."""
     cand_cfg, ref_cfg, cand, ref = _variants(result, project, run_dir, symptom, entry)
-    return Export(
-        cand_cfg,
-        ref_cfg,
-        {k: scrub(v) for k, v in cand.items()},
-        {k: scrub(v) for k, v in ref.items()},
-    )
+    return Export(cand_cfg, ref_cfg, {k: scrub(v) for k, v in cand.items()}, {k: scrub(v) for k, v in ref.items()})
 
 
 def bundle_files(project: Any, enabled: list[str] | None, entry: str) -> dict[str, str]:
@@ -139,12 +134,9 @@ def _variants(
             bundle_files(_load_at(Project, bad_dir, entry), None, entry),
             bundle_files(_load_at(Project, good_dir, entry), None, entry),
         )
-    if result.get("status") == "baseline-fails":
-        cand_cfg: list[str] = []
-        ref_cfg: list[str] = []
-    else:
-        cand_cfg = sorted(result.get("culprit_config") or result.get("culprits") or [])
-        ref_cfg = _reference_config(result, symptom)
+    failed = result.get("status") == "baseline-fails"  # the baseline itself fails: every feature off
+    cand_cfg = [] if failed else sorted(result.get("culprit_config") or result.get("culprits") or [])
+    ref_cfg = [] if failed else _reference_config(result, symptom)
     return cand_cfg, ref_cfg, bundle_files(project, cand_cfg, entry), bundle_files(project, ref_cfg, entry)
 
 

@@ -28,21 +28,15 @@ from typing import Any
 import libcst as cst
 import numpy as np
 
-from tfrepro.report.standin import Read
+from tfrepro.report.standin import STANDABLE, Read, _insert_header, _name
 from tfrepro.trials.ddmin import SetOracle, ddmin
 
 MAX_SHARE = 0.1
 REFERENCE_KEY = "reference.py"  # the reference's rewritten entry, in the files `shows` gets
 MAX_RECORDS = 1000
 TEXT_CALLS = {"numpy.loadtxt", "numpy.genfromtxt", "pandas.read_csv", "pandas.read_table"}
-CALL_NAMES = {
-    "numpy.load": "load",
-    "numpy.loadtxt": "loadtxt",
-    "numpy.genfromtxt": "genfromtxt",
-    "pandas.read_csv": "read_csv",
-    "pandas.read_table": "read_table",
-    "tf.data.TFRecordDataset": "TFRecordDataset",
-}
+# call recorded by the harness -> the function name the exported source calls
+CALL_NAMES = {c: STANDABLE[c] for c in ("numpy.load", *TEXT_CALLS)} | {"tf.data.TFRecordDataset": "TFRecordDataset"}
 
 
 @dataclass
@@ -175,9 +169,7 @@ class _PathArg(cst.CSTTransformer):
         self.done: list[int] = []
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        func = original.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
-        if self.todo and self.todo[0][1] == name and updated.args:
+        if self.todo and self.todo[0][1] == _name(original.func) and updated.args:
             i, _ = self.todo.pop(0)
             self.done.append(i)
             first = updated.args[0].with_changes(value=cst.parse_expression(f"_tfrepro_file({i})"))
@@ -187,8 +179,6 @@ class _PathArg(cst.CSTTransformer):
 
 def rewrite_reads(text: str, groups: list[tuple[int, Records]]) -> str | None:
     """`text` reading the kept records instead of the user's files, or None."""
-    from tfrepro.report.standin import _insert_header
-
     tr = _PathArg([(i, CALL_NAMES[str(r.site.call)]) for i, r in groups])
     module = cst.parse_module(text).visit(tr)
     if len(tr.done) != len(groups):

@@ -246,11 +246,7 @@ def _stopped(r: TrialResult, steps: int) -> Verdict | None:
 
 
 def _slowdown(
-    cand_dir: Path,
-    ref_dir: Path,
-    spec: RerunSpec,
-    runner: Runner,
-    progress: Callable[[str], None] | None = None,
+    cand_dir: Path, ref_dir: Path, spec: RerunSpec, runner: Runner, progress: Callable[[str], None] | None = None
 ) -> Reproduction:
     from tfrepro.trials.classify import SequentialPolicy, sequential_slowdown, timing_pair
 

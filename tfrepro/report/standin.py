@@ -312,6 +312,5 @@ def issue_lines(doc: dict[str, Any]) -> list[str]:
 def reads_of(result: RunResult, entry: str) -> tuple[list[Read], int | None]:
     """The recorded reads of `entry` (one per call site, in line order) and
     the first fit's batches per epoch (the reduction's chunk count)."""
-    data = _data(result, "sources", "fits")
-    fits = data.get("fits") or [{}]
+    fits = _data(result, "sources", "fits").get("fits") or [{}]
     return _sites(sources_of(result), entry), fits[0].get("batches_per_epoch")
