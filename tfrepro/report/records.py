@@ -29,6 +29,7 @@ class TrialSummary(TypedDict, total=False):
     rss_per_step: list[int]
     growth_per_step: float | None
     device_peak_bytes: int | None
+    error: str | None  # the exception's last line
     extra: dict[str, Any]  # the plugins' facts: memory, setup, environment
     data: DataDoc
 
@@ -41,11 +42,14 @@ class RunResult(TypedDict, total=False):
     culprits: list[str]
     culprit_config: list[str]
     affects_loss: list[str]
+    fixed_on: list[str]
     baseline: TrialSummary
     failing: TrialSummary
     culprit_trial: TrialSummary
     trials_table: list[dict[str, Any]]  # summary (a path), enabled, role, repeat, verdict
     timing: dict[str, Any]
+    timed_calls: list[str]
+    noise: float
     nan_state: dict[str, Any] | None  # dir, step
     first_bad_commit: str | None
     first_bad_project: str
@@ -71,7 +75,9 @@ class EnvFacts(TypedDict, total=False):
     numpy_dist: Dist
     devices: list[dict[str, Any]]
     gpus: list[dict[str, Any]]
+    nvidia_driver: str | None
     runtime: dict[str, Any]
+    tf_error: str
     probe_error: str
 
 

@@ -68,21 +68,11 @@ def default_runner(
         # As written: an exported repro has no markers, and zero-edit
         # detection would find (and switch OFF) the very culprit it exports.
         project = Project.load(project_dir, detect=False)
-        return runner.run_trial(
-            project,
-            frozenset(),
-            settings,
-            runner.TrialOptions(
-                use_cache=False,
-                state_dir=state_dir,
-                env=env,
-                label="report-rerun",
-                plugins=(SETUP_PLUGIN,),
-                plugin_options={"environment": True},
-                python=python,
-                versions=versions,
-            ),
+        opts = dict(
+            use_cache=False, state_dir=state_dir, env=env, label="report-rerun", python=python, versions=versions
         )
+        how = runner.TrialOptions(plugins=(SETUP_PLUGIN,), plugin_options={"environment": True}, **opts)
+        return runner.run_trial(project, frozenset(), settings, how)
 
     return run
 
@@ -153,16 +143,9 @@ def _judged(symptom: str, cand: TrialResult, ref: TrialResult | None, spec: Reru
     from tfrepro.trials.classify import symptoms as shows
 
     memory = symptom == Verdict.MEMORY.value
-    verdict = primary(
-        shows(
-            cand,
-            reference=None if memory else ref,
-            settings=spec.symptoms,
-            noise=spec.noise,
-            baselines=[ref] if memory and ref is not None else (),
-        ),
-        _verdict(symptom),
-    )
+    baselines = [ref] if memory and ref is not None else ()
+    seen = shows(cand, reference=None if memory else ref, settings=spec.symptoms, noise=spec.noise, baselines=baselines)
+    verdict = primary(seen, _verdict(symptom))
     shown = verdict.value == symptom
     if shown and symptom == "crash" and not same_error(cand.error, spec.expected_error):
         shown = False
@@ -253,12 +236,11 @@ def _slowdown(
     settings, max_pairs = spec.settings, spec.max_pairs
     timed = settings.timed()
     refs: list[TrialResult] = []  # reference.py's timing runs, in the order run
-    last: dict[str, TrialResult] = {}
+    cands: list[TrialResult] = []  # repro.py's
     why: list[str] = []  # why a run could not be timed
 
     def reference() -> TrialResult:
         refs.append(runner(ref_dir, replace(timed, repeat=len(refs))))
-        last["ref"] = refs[-1]
         return refs[-1]
 
     def broken(ref: TrialResult) -> bool:
@@ -274,14 +256,13 @@ def _slowdown(
         before = refs[-1] if refs else reference()
         if broken(before):
             return Verdict.UNTESTABLE
-        cand = runner(cand_dir, replace(timed, repeat=i))
-        last["cand"] = cand
-        stop = _stopped(cand, settings.steps)
+        cands.append(runner(cand_dir, replace(timed, repeat=i)))
+        stop = _stopped(cands[-1], settings.steps)
         if stop is not None:
             return stop
         if broken(reference()):
             return Verdict.UNTESTABLE
-        got = timing_pair(before, cand, refs[-1])
+        got = timing_pair(before, cands[-1], refs[-1])
         if got is None:
             why.append("fewer than 2 steps past the warm-up")
         return got or Verdict.UNTESTABLE
@@ -290,7 +271,7 @@ def _slowdown(
         sample, spec.symptoms.slowdown, SequentialPolicy(min_samples=min(3, max_pairs), max_samples=max_pairs)
     )
     reproduced, detail = _timing_detail(out, why, spec.symptoms.slowdown)
-    cand, ref = (last[k].to_dict() if k in last else None for k in ("cand", "ref"))
+    cand, ref = (runs[-1].to_dict() if runs else None for runs in (cands, refs))
     return Reproduction("slowdown", reproduced, detail, out.verdict.value, cand, ref, out.to_dict())
 
 
