@@ -36,14 +36,8 @@ def write_events(logdir: Path, trials: list[tuple[str, TrialSummary]]) -> dict[s
     if not trials:
         return {"tensorboard/": "skipped: the run kept no per-trial summaries"}
     for name, s in trials:
-        events.write_run(
-            logdir / _safe_name(name),
-            {
-                "loss": s.get("losses") or [],
-                "step_time_ms": [1000.0 * t for t in s.get("step_times") or []],
-                "rss_mb": [v / 1e6 for v in s.get("rss_per_step") or []],
-            },
-        )
+        ms, mb = [1000.0 * t for t in s.get("step_times") or []], [v / 1e6 for v in s.get("rss_per_step") or []]
+        events.write_run(logdir / _safe_name(name), {"loss": s.get("losses") or [], "step_time_ms": ms, "rss_mb": mb})
     view = (
         "view them with `tensorboard --logdir tensorboard`"
         if have_tensorboard()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -172,7 +172,7 @@ def build_report(
         doc = document(ctx, export, scrubber=scrubber, **facts)
         doc["repro"].update(trimmed=trim["trimmed"], trim=trim), doc.update(data=data.to_dict())
         if how.nightly:
-            doc["nightly"] = nightly_rerun(ctx, export, max_pairs=how.max_pairs, say=say)
+            doc["nightly"] = asdict(nightly_rerun(ctx, export, max_pairs=how.max_pairs, say=say))
         doc = scrubber.scrub_obj(doc)  # type: ignore[assignment]
         writer.write("report.json", json.dumps(doc, indent=2))
         writer.write("ISSUE.md", issue_md.render_issue(doc))
@@ -275,12 +275,9 @@ def _write_data(out: Path, ctx: Context, npz: bytes | None, data: DataFacts, no_
     artifacts: dict[str, str] = {}
     if npz is not None and data.reduction is not None:  # a data.npz is what a reduction made
         (out / "data.npz").write_bytes(npz)
-        red = data.reduction
-        artifacts["data.npz"] = (
-            f"{red.records} of {red.of} records of "
-            + ", ".join(f"`{f.file}`" for f in red.files)
-            + ": the few real records that still show the symptom"
-        )
+        red, files = data.reduction, ", ".join(f"`{f.file}`" for f in data.reduction.files)
+        what = "the few real records that still show the symptom"
+        artifacts["data.npz"] = f"{red.records} of {red.of} records of {files}: {what}"
     if not no_data:
         artifacts.update(write_replay(out, ctx.run_dir, ctx.result))
     return artifacts

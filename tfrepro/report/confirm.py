@@ -17,6 +17,7 @@ from tfrepro.settings import TrialSettings
 
 if TYPE_CHECKING:
     from tfrepro.report.bundle import Context, Progress
+    from tfrepro.report.nightly import NightlyRun
     from tfrepro.report.standin import DataFacts
 
 VERDICT = {True: "reproduced", False: "NOT reproduced", None: "undecided"}
@@ -88,12 +89,8 @@ def with_data(ctx: Context, export: Export, *, no_data: bool, **kw: Any):
     if reproduction is None or reproduction.reproduced is not False:
         return reproduction, got, trim, data
     kw["say"]("the stand-ins do not show the symptom: the repro keeps reading the user's data")
-    data = replace(
-        data,
-        needs_user_data=data.standins + data.needs_user_data,
-        note="synthetic stand-ins did not reproduce the symptom; the repro reads the user's data",
-        standins=(),
-    )
+    note = "synthetic stand-ins did not reproduce the symptom; the repro reads the user's data"
+    data = replace(data, needs_user_data=data.standins + data.needs_user_data, note=note, standins=())
     return _reduced(ctx, export, data, no_data=no_data, **kw)
 
 
@@ -129,7 +126,7 @@ def _reduced(ctx: Context, export: Export, data: DataFacts, *, no_data: bool, **
     return (_reproduce(ctx, reduced, **kw), reduced, {"trimmed": False, "changes": [], "note": "data reduced"}, data)
 
 
-def nightly_rerun(ctx: Context, export: Export, *, max_pairs: int, say: Progress) -> dict[str, Any]:
+def nightly_rerun(ctx: Context, export: Export, *, max_pairs: int, say: Progress) -> NightlyRun:
     from tfrepro.report.nightly import nightly_env, on_nightly
 
     def again(runner: Runner) -> Reproduction:
@@ -137,5 +134,5 @@ def nightly_rerun(ctx: Context, export: Export, *, max_pairs: int, say: Progress
         return _reproduce(ctx, export, rerun=True, runner=runner, max_pairs=max_pairs, say=say)
 
     got = on_nightly(again, nightly_env(say))
-    say(f"nightly: {got['version']}: {VERDICT[got['reproduced']]} ({got['detail']})")
+    say(f"nightly: {got.version}: {VERDICT[got.reproduced]} ({got.detail})")
     return got

@@ -71,9 +71,7 @@ def env_doc(facts: EnvFacts, environ: Mapping[str, str] | None = None) -> dict[s
         "env": variables,
         "withheld_env": scrub.withheld_count(environ),
     }
-    for key in ("tf_error", "probe_error"):
-        if facts.get(key):
-            doc[key] = facts[key]
+    doc.update({key: facts[key] for key in ("tf_error", "probe_error") if facts.get(key)})
     return scrub.Scrubber.from_environ(environ).scrub_obj(doc)  # type: ignore[return-value]
 
 
@@ -86,13 +84,10 @@ def env_lines(doc: dict[str, Any]) -> list[str]:
     v = doc["versions"]
     names = zip(("tfrepro", "Python", "TensorFlow", "Keras", "tf_keras", "NumPy"), _PACKAGES)
     lines = [f"{name:<11} {v[key] if v[key] is not None else '(not installed)'}" for name, key in names]
-    for key in ("tf_error", "probe_error"):
-        if doc.get(key):
-            lines.append(f"error: {doc[key]}")
+    lines += [f"error: {doc[key]}" for key in ("tf_error", "probe_error") if doc.get(key)]
     devices = ", ".join(f"{d['name']} ({d['type']})" for d in doc["devices"]) or "(none seen)"
     lines.append(f"devices     {devices}")
-    for g in doc["gpus"]:
-        lines.append(f"  GPU {g.get('name')} (compute {g.get('compute_capability') or '?'})")
+    lines.extend(f"  GPU {g.get('name')} (compute {g.get('compute_capability') or '?'})" for g in doc["gpus"])
     lines.append(f"precision   {_unset(doc['precision_policy'])}")
     x = doc["xla"]
     lines.append(f"XLA         tf.config jit {_unset(x['jit'])}; " + "; ".join(f"{n}={_unset(x[n])}" for n in XLA_VARS))

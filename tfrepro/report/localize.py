@@ -142,9 +142,8 @@ def parse_check_numerics(
     layers = layers or {}
     m = _DETECTED.search(message)
     if not m:
-        return Localization(
-            found=False, note="the error is not a check_numerics report", excerpt=message.strip()[:2000]
-        )
+        note = "the error is not a check_numerics report"
+        return Localization(found=False, note=note, excerpt=message.strip()[:2000])
     where = _node_of(message, layers)
     line = _user_line(message, traceback_text, script, source, rel)
     layer, layer_class = where.layer, where.layer_class
@@ -285,27 +284,17 @@ def _localize_in(tmp: str, files: dict[str, str], entry: str, python: str, timeo
     settings = facts.get("settings") or {}
     layers = {n: c for n, c in facts.get("layers") or []}
     if facts.get("completed"):
-        return Localization(
-            found=False,
-            settings=settings,
-            note="check_numerics saw no NaN/Inf in any op output with XLA off: the non-finite value "
-            "may come from XLA itself, or only the final weights are non-finite",
+        note = (
+            "check_numerics saw no NaN/Inf in any op output with XLA off: the non-finite value "
+            "may come from XLA itself, or only the final weights are non-finite"
         )
-    msg = facts.get("message") or ""
+        return Localization(found=False, settings=settings, note=note)
+    msg, tb = facts.get("message") or "", facts.get("traceback") or ""
     loc = parse_check_numerics(
-        msg,
-        script=str(root / entry),
-        source=files.get(entry, ""),
-        layers=layers,
-        rel=entry,
-        traceback_text=facts.get("traceback") or "",
+        msg, script=str(root / entry), source=files.get(entry, ""), layers=layers, rel=entry, traceback_text=tb
     )
     if not loc.found:
         last = (facts.get("traceback") or msg).strip().splitlines()[-1:] or [""]
-        return Localization(
-            found=False,
-            settings=settings,
-            note=f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}",
-            excerpt=loc.excerpt,
-        )
+        note = f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}"
+        return Localization(found=False, settings=settings, note=note, excerpt=loc.excerpt)
     return Localization(**{**loc.to_dict(), "settings": settings})

@@ -50,10 +50,8 @@ def _figure(path: Path, title: str, xlabel: str | None, ylabel: str):
             ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
-        if xlabel is None:
-            ax.grid(alpha=0.3, axis="y")
-        else:
-            ax.grid(alpha=0.3)
+        ax.grid(alpha=0.3, axis="y" if xlabel is None else "both")
+        if xlabel is not None:
             ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(path)

@@ -57,11 +57,6 @@ class RunResult(TypedDict, total=False):
     good: dict[str, Any]  # sha
 
 
-class Dist(TypedDict, total=False):
-    name: str
-    version: str
-
-
 class EnvFacts(TypedDict, total=False):
     """inside/envprobe.py's facts (inside/runtimeprobe.py adds `runtime`)."""
 
@@ -69,10 +64,10 @@ class EnvFacts(TypedDict, total=False):
     os: str
     tf_version: str | None
     keras_version: str | None
-    tf_dist: Dist
-    keras_dist: Dist
-    tf_keras_dist: Dist
-    numpy_dist: Dist
+    tf_dist: dict[str, str]  # name, version
+    keras_dist: dict[str, str]
+    tf_keras_dist: dict[str, str]
+    numpy_dist: dict[str, str]
     devices: list[dict[str, Any]]
     gpus: list[dict[str, Any]]
     nvidia_driver: str | None

@@ -95,9 +95,8 @@ def _tfrepro_data(i):
 
 @dataclass(frozen=True)
 class Read:
-    """One data read the harness recorded (`records.SourceDoc`): the call,
-    the file, the script's file:line; `value` the spec of what it returned
-    (an array's or a DataFrame's), the stand-in's recipe."""
+    """One data read the harness recorded (`records.SourceDoc`): the call, the file, the
+    script's file:line; `value` the spec of what it returned, the stand-in's recipe."""
 
     call: str | None = None
     file: str | None = None
@@ -222,8 +221,7 @@ def rewrite(text: str, sites: list[Read]) -> tuple[str, list[Read]]:
 
 
 def _data(result: RunResult, *keys: str) -> DataDoc:
-    """The data record of the failing configuration's trial (the culprit
-    trial's, else the failing one's): the first that has one of `keys`."""
+    """The culprit trial's data record, else the failing trial's: the first that has one of `keys`."""
     for key in ("culprit_trial", "failing"):
         data = (result.get(key) or {}).get("data") or {}
         if any(data.get(k) for k in keys):
@@ -247,9 +245,8 @@ def with_standins(export: Export, result: RunResult, entry: str, *, no_data: boo
     sources = sources_of(result)
     facts = DataFacts(sources, unseen=unseen_fits(result))
     if no_data:
-        return export, replace(
-            facts, needs_user_data=sources, note="--no-data: no stand-ins; the repro needs the user's data"
-        )
+        note = "--no-data: no stand-ins; the repro needs the user's data"
+        return export, replace(facts, needs_user_data=sources, note=note)
     try:
         text, replaced = rewrite(export.cand_files[ENTRY], _sites(sources, entry))
     except (cst.ParserSyntaxError, ValueError, KeyError) as e:
