@@ -214,11 +214,11 @@ def test_setup_scan_reads_live_code_only():
         "tf.config.experimental.enable_op_determinism()\n"
     )
     s = scan_setup(src)
-    assert s["precision_policy"] == "mixed_float16"
-    assert s["xla"].startswith("off")
-    assert s["distribution"] == "MirroredStrategy" and s["replicas"].startswith("2")
-    assert "enable_op_determinism" in s["determinism"]
-    assert scan_setup("x = 1\n")["precision_policy"].startswith("float32")
+    assert s.precision_policy == "mixed_float16"
+    assert s.xla.startswith("off")
+    assert s.distribution == "MirroredStrategy" and s.replicas.startswith("2")
+    assert "enable_op_determinism" in s.determinism
+    assert scan_setup("x = 1\n").precision_policy.startswith("float32")
 
 
 # --------------------------------------------------------------------------- event files

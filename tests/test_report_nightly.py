@@ -3,7 +3,7 @@ under the newest tf-nightly (fakes here; the real install is a benchmark)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tfrepro.report import nightly
@@ -46,7 +46,7 @@ def test_the_repro_reruns_under_the_nightly_interpreter_and_answers_the_form(tmp
         return Reproduction("nan", True, "the loss became non-finite at step 3")
 
     env = FakeEnv()
-    got = nightly.on_nightly(reproduce, env)
+    got = asdict(nightly.on_nightly(reproduce, env))
     assert got == {
         "version": "tf-nightly 2.22.0.dev20261130",
         "reproduced": True,
@@ -55,12 +55,12 @@ def test_the_repro_reruns_under_the_nightly_interpreter_and_answers_the_form(tmp
     (how,) = calls  # under the nightly environment's interpreter, with its versions
     assert how.python == str(env.python) and how.versions == env.versions and how.use_cache is False
     assert nightly_answer(got) == "Yes: the symptom shows on tf-nightly 2.22.0.dev20261130 too."
-    fixed = nightly.on_nightly(lambda r: Reproduction("nan", False, "finite at every step"), FakeEnv())
+    fixed = asdict(nightly.on_nightly(lambda r: Reproduction("nan", False, "finite at every step"), FakeEnv()))
     assert nightly_answer(fixed).startswith("No: on tf-nightly 2.22.0.dev20261130 the symptom does not show")
 
 
 def test_an_environment_that_cannot_be_built_is_said_not_guessed():
-    got = nightly.on_nightly(lambda r: 1 / 0, "no environment for tf-nightly 2.22: install failed")
+    got = asdict(nightly.on_nightly(lambda r: 1 / 0, "no environment for tf-nightly 2.22: install failed"))
     assert got["reproduced"] is None
     assert nightly_answer(got).startswith("Tried on tf-nightly, undecided: no environment for tf-nightly")
     assert nightly_answer(None).startswith("No: not tried on the nightly build")

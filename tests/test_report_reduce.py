@@ -9,6 +9,7 @@ import struct
 import numpy as np
 
 from tfrepro.report import reduce as rd
+from tfrepro.report.standin import Read
 
 
 def test_ddmin_over_chunks_then_records_keeps_only_the_bad_ones():
@@ -29,20 +30,20 @@ def test_records_of_npy_text_and_tfrecord(tmp_path):
     (tmp_path / "t.csv").write_text("a,b\n1,2\n3,4\n5,6\n")
     frames = b"".join(struct.pack("<Q", len(p)) + b"\0" * 4 + p + b"\0" * 4 for p in (b"one", b"three"))
     (tmp_path / "r.tfrecord").write_bytes(frames)
-    npy = rd.read_records(tmp_path, {"call": "numpy.load", "file": "x.npy"})
-    text = rd.read_records(tmp_path, {"call": "numpy.loadtxt", "file": "t.csv"})
-    rec = rd.read_records(tmp_path, {"call": "tf.data.TFRecordDataset", "file": "r.tfrecord"})
+    npy = rd.read_records(tmp_path, Read("numpy.load", "x.npy"))
+    text = rd.read_records(tmp_path, Read("numpy.loadtxt", "t.csv"))
+    rec = rd.read_records(tmp_path, Read("tf.data.TFRecordDataset", "r.tfrecord"))
     assert (rd.count(npy), rd.count(text), rd.count(rec)) == (6, 3, 2)
     assert text.header == b"a,b\n" and rec.items == [b"one", b"three"]
-    assert rd.read_records(tmp_path, {"call": "numpy.load", "file": "missing.npy"}) is None
+    assert rd.read_records(tmp_path, Read("numpy.load", "missing.npy")) is None
 
 
 def test_the_reduced_repro_reads_the_kept_records_in_the_original_format(tmp_path):
     np.save(tmp_path / "x.npy", np.arange(12).reshape(6, 2))
     (tmp_path / "t.csv").write_text("a,b\n1,2\n3,4\n5,6\n")
     sites = [
-        {"call": "numpy.load", "file": "x.npy", "at": "train.py:3"},
-        {"call": "numpy.loadtxt", "file": "t.csv", "at": "train.py:4"},
+        Read("numpy.load", "x.npy", "train.py:3"),
+        Read("numpy.loadtxt", "t.csv", "train.py:4"),
     ]
     groups = [(0, rd.read_records(tmp_path, sites[0]))]
     text = "import numpy as np\n\nx = np.load('data/x.npy')\n"
@@ -71,11 +72,11 @@ def test_tfrecord_frames_carry_the_masked_crc32c():
 
 def test_a_reduction_that_keeps_too_much_is_refused(tmp_path):
     np.save(tmp_path / "x.npy", np.arange(200).reshape(100, 2))
-    sites = [{"call": "numpy.load", "file": "x.npy", "at": "train.py:3"}]
+    sites = [Read("numpy.load", "x.npy", "train.py:3")]
     got = rd.reduce_export(tmp_path, "import numpy as np\nx = np.load('x.npy')\n", sites, 10, lambda files: True)
-    assert got["records"] <= 1  # any record shows it: at most one is kept
+    assert got.records <= 1  # any record shows it: at most one is kept
     got = rd.reduce_export(tmp_path, "import numpy as np\nx = np.load('x.npy')\n", sites, 10, lambda f: _rows(f) >= 50)
-    assert "too many" in got["error"]
+    assert "too many" in got.error
 
 
 def _rows(files) -> int:

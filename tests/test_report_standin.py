@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from tfrepro.report.export import Export
-from tfrepro.report.standin import issue_lines, rewrite, with_standins
+from tfrepro.report.standin import Read, issue_lines, rewrite, with_standins
 
 SCRIPT = '''"""A training script."""
 from __future__ import annotations
@@ -94,8 +94,8 @@ def run(text: str) -> dict:
 
 
 def test_reads_become_seeded_data_of_the_recorded_spec():
-    text, replaced = rewrite(SCRIPT, sorted(SOURCES, key=lambda s: s["at"]))
-    assert [s["file"] for s in replaced] == ["data/customers.csv", "data/labels.npy"]
+    text, replaced = rewrite(SCRIPT, [Read.of(s) for s in sorted(SOURCES, key=lambda s: s["at"])])
+    assert [s.file for s in replaced] == ["data/customers.csv", "data/labels.npy"]
     assert text.index("from __future__") < text.index("_tfrepro_data") and 'np.load(path_of("x.npy"))' in text
     scope = run(text.replace('np.load(path_of("x.npy"))', "None"))
     table, labels = scope["table"], scope["labels"]
@@ -115,10 +115,10 @@ def test_export_with_standins_and_what_issue_md_says():
     }
     got, doc = with_standins(export, result, "train.py")
     assert "_tfrepro_data(0)" in got.cand_files["repro.py"] and "_tfrepro_data(0)" in got.ref_files["repro.py"]
-    assert [s["file"] for s in doc["standins"]] == ["data/customers.csv", "data/labels.npy"]
-    assert [s["file"] for s in doc["needs_user_data"]] == ["x.npy"]
-    assert doc["unseen"] == ["train.py:20"]
-    text = "\n".join(issue_lines({"data": {**doc, "standin_reproduced": True}}))
+    assert [s.file for s in doc.standins] == ["data/customers.csv", "data/labels.npy"]
+    assert [s.file for s in doc.needs_user_data] == ["x.npy"]
+    assert doc.unseen == ("train.py:20",)
+    text = "\n".join(issue_lines({"data": {**doc.to_dict(), "standin_reproduced": True}}))
     assert "`data/customers.csv` (numpy.loadtxt at train.py:6, 400x2)" in text and "still shows" in text
     assert "needs the user's data" in text and "train.py:20" in text
 
@@ -126,5 +126,5 @@ def test_export_with_standins_and_what_issue_md_says():
 def test_no_data_ships_nothing_and_says_so():
     export = Export(["f"], [], {"repro.py": SCRIPT}, {})
     got, doc = with_standins(export, {"failing": {"data": {"sources": SOURCES}}}, "train.py", no_data=True)
-    assert got is export and not doc["standins"] and len(doc["needs_user_data"]) == 3
-    assert "--no-data" in doc["note"]
+    assert got is export and not doc.standins and len(doc.needs_user_data) == 3
+    assert "--no-data" in doc.note

@@ -6,35 +6,29 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
-from typing import Any
 
+from tfrepro.report.records import RunResult, TrialSummary
 from tfrepro.report.rerun import Reproduction
 
 
-def load_trials(run_dir: Path, result: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def load_trials(run_dir: Path, result: RunResult) -> list[tuple[str, TrialSummary]]:
     """(name, summary) of every trial of the run, in order; the baseline,
     failing and culprit summaries when the table has none."""
     trials = []
     for i, row in enumerate(result.get("trials_table") or [], 1):
-        summary = None
-        if row.get("summary"):
-            try:
-                summary = json.loads((run_dir / row["summary"]).read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError):
-                summary = None
+        try:
+            summary = json.loads((run_dir / row["summary"]).read_text(encoding="utf-8")) if row.get("summary") else None
+        except (OSError, json.JSONDecodeError):
+            summary = None
         if summary is None:
             continue
         label = "+".join(row.get("enabled") or []) or "baseline"
         role = f"_{row['role']}{row.get('repeat', '')}" if row.get("role") else ""
         trials.append((f"{i:02d}_{label}{role}_{row.get('verdict', '')}"[:120], summary))
-    if not trials:
-        for key in ("baseline", "failing", "culprit_trial"):
-            if result.get(key):
-                trials.append((key, result[key]))
-    return trials
+    return trials or [(key, result[key]) for key in ("baseline", "failing", "culprit_trial") if result.get(key)]
 
 
-def write_events(logdir: Path, trials: list[tuple[str, dict[str, Any]]]) -> dict[str, str]:
+def write_events(logdir: Path, trials: list[tuple[str, TrialSummary]]) -> dict[str, str]:
     """One TensorBoard run per trial (written with tensorboardX: neither
     TensorFlow nor tensorboard is needed to write them)."""
     from tfrepro.report import events
@@ -42,14 +36,8 @@ def write_events(logdir: Path, trials: list[tuple[str, dict[str, Any]]]) -> dict
     if not trials:
         return {"tensorboard/": "skipped: the run kept no per-trial summaries"}
     for name, s in trials:
-        events.write_run(
-            logdir / _safe_name(name),
-            {
-                "loss": s.get("losses") or [],
-                "step_time_ms": [1000.0 * t for t in s.get("step_times") or []],
-                "rss_mb": [v / 1e6 for v in s.get("rss_per_step") or []],
-            },
-        )
+        ms, mb = [1000.0 * t for t in s.get("step_times") or []], [v / 1e6 for v in s.get("rss_per_step") or []]
+        events.write_run(logdir / _safe_name(name), {"loss": s.get("losses") or [], "step_time_ms": ms, "rss_mb": mb})
     view = (
         "view them with `tensorboard --logdir tensorboard`"
         if have_tensorboard()
@@ -67,10 +55,10 @@ def _safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "+-_." else "_" for c in name)[:120]
 
 
-def plots(out: Path, result: dict[str, Any], symptom: str, rep: Reproduction | None) -> dict[str, str]:
+def plots(out: Path, result: RunResult, symptom: str, rep: Reproduction | None) -> dict[str, str]:
     from tfrepro.report import plots as draw
 
-    notes: dict[str, str] = {}
+    notes = {"loss.png": "skipped: no per-step loss recorded"}
     base = result.get("baseline") or {}
     cand = result.get("culprit_trial") or result.get("failing") or {}
     label = "+".join(result.get("culprit_config") or result.get("culprits") or []) or "failing"
@@ -78,16 +66,12 @@ def plots(out: Path, result: dict[str, Any], symptom: str, rep: Reproduction | N
     if symptom == "mismatch" and rep and rep.reference:
         curves.insert(1, ("reference (re-run of reference.py)", rep.reference))
     if draw.loss_plot(out / "loss.png", curves, title=f"per-step loss — {symptom}"):
-        notes["loss.png"] = "per-step loss, baseline against the culprit configuration" + (
-            ", first non-finite step marked" if symptom == "nan" else ""
-        )
-    else:
-        notes["loss.png"] = "skipped: no per-step loss recorded"
+        marked = ", first non-finite step marked" if symptom == "nan" else ""
+        notes["loss.png"] = f"per-step loss, baseline against the culprit configuration{marked}"
     if symptom == "memory":
+        notes["memory.png"] = "skipped: no memory series recorded"
         if draw.memory_plot(out / "memory.png", curves[-2:], title="process memory per step — memory"):
             notes["memory.png"] = "resident memory after each step, baseline against the culprit configuration"
-        else:
-            notes["memory.png"] = "skipped: no memory series recorded"
     if symptom == "slowdown":
         # Every steady step of one trial each shows the spread; the per-trial
         # medians of the interleaved timing runs are what the test compared.
@@ -98,8 +82,7 @@ def plots(out: Path, result: dict[str, Any], symptom: str, rep: Reproduction | N
                 ("baseline (per-trial medians)", timing["baseline"]),
                 (f"{label} (per-trial medians)", timing["candidate"]),
             ]
+        notes["steps.png"] = "skipped: no step times recorded"
         if draw.step_time_plot(out / "steps.png", groups, title="steady-state step time (warm-up excluded)"):
             notes["steps.png"] = "step-time distributions, baseline against the culprit configuration"
-        else:
-            notes["steps.png"] = "skipped: no step times recorded"
     return notes

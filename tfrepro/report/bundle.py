@@ -20,9 +20,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfrepro.errors import UserError
 from tfrepro.report import issue as issue_md
@@ -31,6 +31,7 @@ from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.confirm import nightly_rerun, with_data
 from tfrepro.report.document import document, environment_facts
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, write_scripts
+from tfrepro.report.records import EnvFacts, RunResult
 from tfrepro.report.replay import write_replay
 from tfrepro.report.replicas import export_with_split
 from tfrepro.report.rerun import Runner
@@ -40,6 +41,9 @@ from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundl
 from tfrepro.report.shows import with_footer
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
+
+if TYPE_CHECKING:
+    from tfrepro.report.standin import DataFacts
 
 RUNS = Path(STATE_DIR_NAME) / "runs"
 
@@ -81,7 +85,7 @@ def find_run(path: str | Path | None = None) -> Path:
     )
 
 
-def load_result(run_dir: Path) -> dict[str, Any]:
+def load_result(run_dir: Path) -> RunResult:
     path = run_dir / "result.json"
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
@@ -102,7 +106,7 @@ class Context:
     """What the run says: its result, the project it bisected, the settings."""
 
     run_dir: Path
-    result: dict[str, Any]
+    result: RunResult
     symptom: str
     project: Any
     settings: TrialSettings
@@ -166,9 +170,9 @@ def build_report(
         artifacts.update(_write_notebook(writer, ctx, export, env_facts))
         facts = dict(reproduction=reproduction, loc=loc, env_facts=env_facts, environ=environ, artifacts=artifacts)
         doc = document(ctx, export, scrubber=scrubber, **facts)
-        doc["repro"].update(trimmed=trim["trimmed"], trim=trim), doc.update(data=data)
+        doc["repro"].update(trimmed=trim["trimmed"], trim=trim), doc.update(data=data.to_dict())
         if how.nightly:
-            doc["nightly"] = nightly_rerun(ctx, export, max_pairs=how.max_pairs, say=say)
+            doc["nightly"] = asdict(nightly_rerun(ctx, export, max_pairs=how.max_pairs, say=say))
         doc = scrubber.scrub_obj(doc)  # type: ignore[assignment]
         writer.write("report.json", json.dumps(doc, indent=2))
         writer.write("ISSUE.md", issue_md.render_issue(doc))
@@ -217,15 +221,8 @@ def load_context(run_dir: Path) -> Context:
     if fixed:  # what the bisect kept ON in every trial (--only/--skip, preflight): so in the repro
         project = project.exclude(dict.fromkeys(fixed, "kept on in the run"))
     settings = recorded or project.manifest.trial
-    return Context(
-        run_dir,
-        result,
-        result.get("symptom") or "nan",
-        project,
-        settings,
-        project.manifest.symptoms,
-        entry_of(settings),
-    )
+    symptom = result.get("symptom") or "nan"
+    return Context(run_dir, result, symptom, project, settings, project.manifest.symptoms, entry_of(settings))
 
 
 def _entry_path(root: Path, recorded: TrialSettings | None) -> Path:
@@ -238,7 +235,7 @@ def _entry_path(root: Path, recorded: TrialSettings | None) -> Path:
     return root
 
 
-def _project_root(run_dir: Path, result: dict[str, Any]) -> Path:
+def _project_root(run_dir: Path, result: RunResult) -> Path:
     """The run dir sits in <project>/.tfrepro/runs/<id>: that project is the
     one to report, even when it was moved or copied since the bisect."""
     in_project = run_dir.resolve().parent.parent
@@ -259,15 +256,11 @@ class _Writer:
         path.write_text(self.scrubber.scrub(text), encoding="utf-8")
 
 
-def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: dict[str, Any]) -> dict[str, str]:
+def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: EnvFacts) -> dict[str, str]:
     from tfrepro.report import notebook
 
-    head = {
-        "symptom": ctx.symptom,
-        "culprits": ctx.result.get("culprits") or [],
-        "environment": env,
-        "first_bad_commit": ctx.result.get("first_bad_commit"),
-    }
+    culprits, first_bad = ctx.result.get("culprits") or [], ctx.result.get("first_bad_commit")
+    head = {"symptom": ctx.symptom, "culprits": culprits, "environment": env, "first_bad_commit": first_bad}
     try:
         code = notebook_code(export.cand_files[ENTRY], ENTRY, script_args(ctx.settings, ctx.entry))
         nb = notebook.build(code, symptom=ctx.symptom, env=env, title=issue_md.title(head))
@@ -277,17 +270,14 @@ def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: dict[str
     return {"repro.ipynb": "the repro as a notebook, exact versions pinned; upload it as a gist to link it"}
 
 
-def _write_data(out: Path, ctx: Context, npz: bytes | None, data: dict[str, Any], no_data: bool) -> dict[str, str]:
+def _write_data(out: Path, ctx: Context, npz: bytes | None, data: DataFacts, no_data: bool) -> dict[str, str]:
     """data.npz (the reduced records) and a NaN's replay.py + nan_state/ (its batch is user data: not with --no-data)."""
     artifacts: dict[str, str] = {}
-    if npz is not None:
+    if npz is not None and data.reduction is not None:  # a data.npz is what a reduction made
         (out / "data.npz").write_bytes(npz)
-        red = data.get("reduction") or {}
-        artifacts["data.npz"] = (
-            f"{red.get('records')} of {red.get('of')} records of "
-            + ", ".join(f"`{f['file']}`" for f in red.get("files") or [])
-            + ": the few real records that still show the symptom"
-        )
+        red, files = data.reduction, ", ".join(f"`{f.file}`" for f in data.reduction.files)
+        what = "the few real records that still show the symptom"
+        artifacts["data.npz"] = f"{red.records} of {red.of} records of {files}: {what}"
     if not no_data:
         artifacts.update(write_replay(out, ctx.run_dir, ctx.result))
     return artifacts

@@ -17,6 +17,8 @@ from tfrepro.settings import TrialSettings
 
 if TYPE_CHECKING:
     from tfrepro.report.bundle import Context, Progress
+    from tfrepro.report.nightly import NightlyRun
+    from tfrepro.report.standin import DataFacts
 
 VERDICT = {True: "reproduced", False: "NOT reproduced", None: "undecided"}
 
@@ -40,13 +42,9 @@ def _reproduce(
     from tfrepro.report.rerun import RerunSpec, reproduce
 
     say(f"re-running {ENTRY} in a fresh process to confirm the {ctx.symptom} ...")
-    spec = RerunSpec(
-        rerun_settings(ctx),
-        ctx.symptoms,
-        noise=float(ctx.result.get("noise") or 0.0),
-        max_pairs=max_pairs,
-        expected_error=(ctx.result.get("culprit_trial") or ctx.result.get("failing") or {}).get("error"),
-    )
+    expected = (ctx.result.get("culprit_trial") or ctx.result.get("failing") or {}).get("error")
+    noise = float(ctx.result.get("noise") or 0.0)
+    spec = RerunSpec(rerun_settings(ctx), ctx.symptoms, noise=noise, max_pairs=max_pairs, expected_error=expected)
     rep = reproduce(ctx.symptom, export.cand_files, export.ref_files, spec, runner=runner, progress=say)
     say(f"re-run: {VERDICT[rep.reproduced]} ({rep.detail})")
     return rep
@@ -64,26 +62,16 @@ def _reproduce_trimmed(
     if not changes:
         return _reproduce(ctx, export, **kw), export, {"trimmed": False, "changes": [], "note": "nothing to trim"}
     if not rerun:
-        return (
-            None,
-            export,
-            {
-                "trimmed": False,
-                "changes": changes,
-                "note": "not trimmed: a trim is kept only when a re-run confirms it (--no-rerun)",
-            },
-        )
+        note = "not trimmed: a trim is kept only when a re-run confirms it (--no-rerun)"
+        return None, export, {"trimmed": False, "changes": changes, "note": note}
     trimmed = replace(export, cand_files=cand, ref_files=trim_files(export.ref_files)[0])
     say(f"trimmed {ENTRY} ({len(changes)} change{'s' if len(changes) != 1 else ''}): re-running it")
     rep = _reproduce(ctx, trimmed, **kw)
     if rep is not None and rep.reproduced is True:
         return rep, trimmed, {"trimmed": True, "changes": changes}
     say("the trimmed repro does not show the symptom: the untrimmed one is kept")
-    return (
-        _reproduce(ctx, export, **kw),
-        export,
-        {"trimmed": False, "changes": changes, "note": "the trimmed repro did not reproduce; untrimmed kept"},
-    )
+    note = "the trimmed repro did not reproduce; untrimmed kept"
+    return _reproduce(ctx, export, **kw), export, {"trimmed": False, "changes": changes, "note": note}
 
 
 def with_data(ctx: Context, export: Export, *, no_data: bool, **kw: Any):
@@ -95,30 +83,29 @@ def with_data(ctx: Context, export: Export, *, no_data: bool, **kw: Any):
     standin, data = with_standins(export, ctx.result, ctx.entry, no_data=no_data)
     if standin is export:
         return _reduced(ctx, export, data, no_data=no_data, **kw)
-    kw["say"](f"{ENTRY} reads synthetic stand-ins for {len(data['standins'])} data file(s): re-running it")
+    kw["say"](f"{ENTRY} reads synthetic stand-ins for {len(data.standins)} data file(s): re-running it")
     reproduction, got, trim = _reproduce_trimmed(ctx, standin, **kw)
-    data["standin_reproduced"] = reproduction.reproduced if reproduction else None
+    data = replace(data, rerun=True, standin_reproduced=reproduction.reproduced if reproduction else None)
     if reproduction is None or reproduction.reproduced is not False:
         return reproduction, got, trim, data
     kw["say"]("the stand-ins do not show the symptom: the repro keeps reading the user's data")
-    data["needs_user_data"] = data["standins"] + data["needs_user_data"]
-    data["note"] = "synthetic stand-ins did not reproduce the symptom; the repro reads the user's data"
-    data["standins"] = []
+    note = "synthetic stand-ins did not reproduce the symptom; the repro reads the user's data"
+    data = replace(data, needs_user_data=data.standins + data.needs_user_data, note=note, standins=())
     return _reduced(ctx, export, data, no_data=no_data, **kw)
 
 
-def _reduced(ctx: Context, export: Export, data: dict[str, Any], *, no_data: bool, **kw: Any):
+def _reduced(ctx: Context, export: Export, data: DataFacts, *, no_data: bool, **kw: Any):
     """The repro reading the few real records that still show the symptom
     (report/reduce.py) when no stand-in does; else the export as it was."""
-    from tfrepro.report.reduce import REFERENCE_KEY, reduce_export
+    from tfrepro.report.reduce import REFERENCE_KEY, Files, reduce_export
     from tfrepro.report.standin import reads_of
 
     sites, batches = reads_of(ctx.result, ctx.entry)
-    if no_data or not kw.get("rerun") or not data.get("needs_user_data") or not sites:
+    if no_data or not kw.get("rerun") or not data.needs_user_data or not sites:
         return (*_reproduce_trimmed(ctx, export, **kw), data)
     kw["say"]("reducing the data: ddmin over the records the failing run read, each tried by a re-run")
 
-    def shows(files: dict[str, Any]) -> bool:
+    def shows(files: Files) -> bool:
         files = dict(files)
         ref = {ENTRY: files.pop(REFERENCE_KEY)} if REFERENCE_KEY in files else {}
         tried = replace(export, cand_files={**export.cand_files, **files}, ref_files={**export.ref_files, **ref})
@@ -127,18 +114,19 @@ def _reduced(ctx: Context, export: Export, data: dict[str, Any], *, no_data: boo
 
     ref_text = export.ref_files.get(ENTRY)
     got = reduce_export(Path(ctx.project.root), export.cand_files[ENTRY], sites, batches, shows, ref_text)
-    data["reduction"] = {k: v for k, v in got.items() if k not in ("text", "npz", "ref_text")}
-    if "error" in got:
+    data = replace(data, reduction=got)
+    if got.error is not None:
         return (*_reproduce_trimmed(ctx, export, **kw), data)
-    files = {**export.cand_files, ENTRY: got["text"], "data.npz": got["npz"]}
+    files = {**export.cand_files, ENTRY: got.text, "data.npz": got.npz}
     # reference.py reads the same kept records as repro.py (never the user's file)
-    ref_files = {**export.ref_files, ENTRY: got["ref_text"]} if got.get("ref_text") else export.ref_files
+    ref_files = {**export.ref_files, ENTRY: got.ref_text} if got.ref_text else export.ref_files
     reduced = replace(export, cand_files=files, ref_files=ref_files)
-    data["needs_user_data"] = [s for s in data["needs_user_data"] if s["file"] not in {f["file"] for f in got["files"]}]
+    kept = {f.file for f in got.files}
+    data = replace(data, needs_user_data=tuple(s for s in data.needs_user_data if s.file not in kept))
     return (_reproduce(ctx, reduced, **kw), reduced, {"trimmed": False, "changes": [], "note": "data reduced"}, data)
 
 
-def nightly_rerun(ctx: Context, export: Export, *, max_pairs: int, say: Progress) -> dict[str, Any]:
+def nightly_rerun(ctx: Context, export: Export, *, max_pairs: int, say: Progress) -> NightlyRun:
     from tfrepro.report.nightly import nightly_env, on_nightly
 
     def again(runner: Runner) -> Reproduction:
@@ -146,5 +134,5 @@ def nightly_rerun(ctx: Context, export: Export, *, max_pairs: int, say: Progress
         return _reproduce(ctx, export, rerun=True, runner=runner, max_pairs=max_pairs, say=say)
 
     got = on_nightly(again, nightly_env(say))
-    say(f"nightly: {got['version']}: {VERDICT[got['reproduced']]} ({got['detail']})")
+    say(f"nightly: {got.version}: {VERDICT[got.reproduced]} ({got.detail})")
     return got

@@ -14,9 +14,9 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from tfrepro.inside import ENV_PROBE
+from tfrepro.report.records import EnvFacts
 
 PROBE = ENV_PROBE
 
@@ -40,7 +40,7 @@ def probe_command(cmd: list[str], tmp: Path) -> list[str]:
     return confined(cmd, tmp) if detect().mode != "none" else cmd
 
 
-def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path = PROBE) -> dict[str, Any]:
+def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path = PROBE) -> EnvFacts:
     """Facts about the TensorFlow installation `python` runs (see
     `inside/envprobe.py`; `inside/runtimeprobe.py` adds the runtime settings).
     Never raises for a failing child: the facts then carry `probe_error`."""

@@ -16,10 +16,12 @@ from typing import Any
 
 from tfrepro import __version__
 from tfrepro.report import scrub
+from tfrepro.report.records import EnvFacts
 
 # Variables named by their own section (XLA, determinism) as well as listed.
 XLA_VARS = ("TF_XLA_FLAGS", "XLA_FLAGS")
 DETERMINISM_VARS = ("TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "PYTHONHASHSEED")
+_PACKAGES = ("tfrepro", "python", "tensorflow", "keras", "tf_keras", "numpy")
 
 
 def relevant_env(environ: Mapping[str, str]) -> dict[str, str]:
@@ -36,11 +38,11 @@ def relevant_env(environ: Mapping[str, str]) -> dict[str, str]:
     return out
 
 
-def _version(facts: dict[str, Any], key: str, dist_key: str) -> str | None:
+def _version(facts: EnvFacts, key: str, dist_key: str) -> str | None:
     return facts.get(key) or (facts.get(dist_key) or {}).get("version")
 
 
-def env_doc(facts: dict[str, Any], environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def env_doc(facts: EnvFacts, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The document `tfrepro env --json` prints, from the probe's facts."""
     environ = os.environ if environ is None else environ
     variables = relevant_env(environ)
@@ -69,9 +71,7 @@ def env_doc(facts: dict[str, Any], environ: Mapping[str, str] | None = None) -> 
         "env": variables,
         "withheld_env": scrub.withheld_count(environ),
     }
-    for key in ("tf_error", "probe_error"):
-        if facts.get(key):
-            doc[key] = facts[key]
+    doc.update({key: facts[key] for key in ("tf_error", "probe_error") if facts.get(key)})
     return scrub.Scrubber.from_environ(environ).scrub_obj(doc)  # type: ignore[return-value]
 
 
@@ -82,24 +82,12 @@ def _unset(value: object) -> str:
 def env_lines(doc: dict[str, Any]) -> list[str]:
     """`tfrepro env` as text."""
     v = doc["versions"]
-    lines = [
-        f"{name:<11} {v[key] if v[key] is not None else '(not installed)'}"
-        for name, key in (
-            ("tfrepro", "tfrepro"),
-            ("Python", "python"),
-            ("TensorFlow", "tensorflow"),
-            ("Keras", "keras"),
-            ("tf_keras", "tf_keras"),
-            ("NumPy", "numpy"),
-        )
-    ]
-    for key in ("tf_error", "probe_error"):
-        if doc.get(key):
-            lines.append(f"error: {doc[key]}")
+    names = zip(("tfrepro", "Python", "TensorFlow", "Keras", "tf_keras", "NumPy"), _PACKAGES)
+    lines = [f"{name:<11} {v[key] if v[key] is not None else '(not installed)'}" for name, key in names]
+    lines += [f"error: {doc[key]}" for key in ("tf_error", "probe_error") if doc.get(key)]
     devices = ", ".join(f"{d['name']} ({d['type']})" for d in doc["devices"]) or "(none seen)"
     lines.append(f"devices     {devices}")
-    for g in doc["gpus"]:
-        lines.append(f"  GPU {g.get('name')} (compute {g.get('compute_capability') or '?'})")
+    lines.extend(f"  GPU {g.get('name')} (compute {g.get('compute_capability') or '?'})" for g in doc["gpus"])
     lines.append(f"precision   {_unset(doc['precision_policy'])}")
     x = doc["xla"]
     lines.append(f"XLA         tf.config jit {_unset(x['jit'])}; " + "; ".join(f"{n}={_unset(x[n])}" for n in XLA_VARS))

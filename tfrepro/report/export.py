@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tfrepro.errors import TfreproError
+from tfrepro.report.records import RunResult
 from tfrepro.settings import TrialSettings
 
 ENTRY = "repro.py"
@@ -62,16 +63,11 @@ def _load_at(project_cls: Any, directory: str, entry: str) -> Any:
 
 
 def export_variants(
-    result: dict[str, Any], project: Any, run_dir: Path, symptom: str, entry: str, scrub: Callable[[str], str]
+    result: RunResult, project: Any, run_dir: Path, symptom: str, entry: str, scrub: Callable[[str], str]
 ) -> Export:
     """The run's culprit variant and its reference, exported and scrubbed."""
     cand_cfg, ref_cfg, cand, ref = _variants(result, project, run_dir, symptom, entry)
-    return Export(
-        cand_cfg,
-        ref_cfg,
-        {k: scrub(v) for k, v in cand.items()},
-        {k: scrub(v) for k, v in ref.items()},
-    )
+    return Export(cand_cfg, ref_cfg, {k: scrub(v) for k, v in cand.items()}, {k: scrub(v) for k, v in ref.items()})
 
 
 def bundle_files(project: Any, enabled: list[str] | None, entry: str) -> dict[str, str]:
@@ -110,7 +106,7 @@ def unified_diff(ref: Mapping[str, str], cand: Mapping[str, str]) -> str:
     return "".join(chunks)
 
 
-def _reference_config(result: dict[str, Any], symptom: str) -> list[str]:
+def _reference_config(result: RunResult, symptom: str) -> list[str]:
     culprit_config = list(result.get("culprit_config") or result.get("culprits") or [])
     culprits = set(result.get("culprits") or [])
     if symptom == "mismatch":
@@ -121,7 +117,7 @@ def _reference_config(result: dict[str, Any], symptom: str) -> list[str]:
 
 
 def _variants(
-    result: dict[str, Any], project: Any, run_dir: Path, symptom: str, entry: str
+    result: RunResult, project: Any, run_dir: Path, symptom: str, entry: str
 ) -> tuple[list[str] | None, list[str] | None, dict[str, str], dict[str, str]]:
     """(culprit config, reference config, their exported files). A config of
     None means "as written": commit bisection keeps both ends' projects in
@@ -138,16 +134,13 @@ def _variants(
             bundle_files(_load_at(Project, bad_dir, entry), None, entry),
             bundle_files(_load_at(Project, good_dir, entry), None, entry),
         )
-    if result.get("status") == "baseline-fails":
-        cand_cfg: list[str] = []
-        ref_cfg: list[str] = []
-    else:
-        cand_cfg = sorted(result.get("culprit_config") or result.get("culprits") or [])
-        ref_cfg = _reference_config(result, symptom)
+    failed = result.get("status") == "baseline-fails"  # the baseline itself fails: every feature off
+    cand_cfg = [] if failed else sorted(result.get("culprit_config") or result.get("culprits") or [])
+    ref_cfg = [] if failed else _reference_config(result, symptom)
     return cand_cfg, ref_cfg, bundle_files(project, cand_cfg, entry), bundle_files(project, ref_cfg, entry)
 
 
-def write_scripts(writer: Writer, result: dict[str, Any], export: Export) -> dict[str, str]:
+def write_scripts(writer: Writer, result: RunResult, export: Export) -> dict[str, str]:
     """repro.py (and the files it imports), the reference next to it;
     returns what each is, for the bundle's artifacts list."""
     for rel, text in export.cand_files.items():

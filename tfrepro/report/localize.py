@@ -16,12 +16,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from tfrepro.inside import RUN_PROBE
 from tfrepro.report.environment import child_env
+from tfrepro.report.records import RuntimeSettings
+from tfrepro.report.rerun import write_files
 from tfrepro.trials.procs import confined, kill_tree
 
 PROBE = RUN_PROBE
@@ -61,7 +63,7 @@ class Localization:
     function: str | None = None  # Class.method / function containing the line
     note: str = ""
     excerpt: str = ""  # the part of the error a maintainer wants to read
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: RuntimeSettings = field(default_factory=lambda: RuntimeSettings())
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -140,37 +142,28 @@ def parse_check_numerics(
     layers = layers or {}
     m = _DETECTED.search(message)
     if not m:
-        return Localization(
-            found=False, note="the error is not a check_numerics report", excerpt=message.strip()[:2000]
-        )
+        note = "the error is not a check_numerics report"
+        return Localization(found=False, note=note, excerpt=message.strip()[:2000])
     where = _node_of(message, layers)
     line = _user_line(message, traceback_text, script, source, rel)
-    layer, layer_class = where["layer"], where["layer_class"]
-    if layer_class is None and line.get("function") and "." in line["function"]:
-        cls = line["function"].split(".")[0]
+    layer, layer_class = where.layer, where.layer_class
+    if layer_class is None and line.function and "." in line.function:
+        cls = line.function.split(".")[0]
         if cls in layers.values() or not layers:
             layer_class = cls
         named = [n for n, c in layers.items() if c == cls]
         if layer is None and len(named) == 1:
             layer = named[0]
-    return Localization(
-        found=True,
-        op_type=m.group(3),
-        node=where["node"],
-        scope=where["scope"],
-        layer=layer,
-        layer_class=layer_class,
-        backward=where["backward"],
-        excerpt=_excerpt(message),
-        **_tensor_facts(message),
-        **{k: line.get(k) for k in ("file", "line", "code", "function")},
-    )
+    at = {"file": line.file, "line": line.line, "code": line.code, "function": line.function}
+    facts = {**at, **_tensor_facts(message)}
+    return replace(where, op_type=m.group(3), layer=layer, layer_class=layer_class, excerpt=_excerpt(message), **facts)
 
 
-def _node_of(message: str, layers: dict[str, str]) -> dict[str, Any]:
+def _node_of(message: str, layers: dict[str, str]) -> Localization:
     """The graph node the report names, its name scope, the layer it belongs
     to (matched against the model's layers, else the innermost scope part)
-    and whether it is part of the gradient computation."""
+    and whether it is part of the gradient computation (a found Localization
+    holding only those)."""
     nm = next(_NODE.finditer(message), None)
     node = (nm.group(1) or nm.group(2)).strip() if nm else None
     if node:
@@ -182,19 +175,15 @@ def _node_of(message: str, layers: dict[str, str]) -> dict[str, Any]:
         # scope component is the best name there is.
         cand = [p for p in parts[:-1] if p not in _NOT_LAYERS]
         layer = cand[-1] if cand else None
-    return {
-        "node": node,
-        "scope": "/".join(parts[:-1]) if len(parts) > 1 else None,
-        "layer": layer,
-        "layer_class": layer_class,
-        "backward": any(p.startswith(("gradient", "Grad")) or "_grad" in p.lower() for p in parts),
-    }
+    scope = "/".join(parts[:-1]) if len(parts) > 1 else None
+    backward = any(p.startswith(("gradient", "Grad")) or "_grad" in p.lower() for p in parts)
+    return Localization(True, node=node, scope=scope, layer=layer, layer_class=layer_class, backward=backward)
 
 
-def _user_line(message: str, traceback_text: str, script: str, source: str, rel: str) -> dict[str, Any]:
-    """file/line/code/function of the innermost frame in the user's script:
-    from the op's creation stack, else (eager ops carry none) from the
-    exception's own traceback."""
+def _user_line(message: str, traceback_text: str, script: str, source: str, rel: str) -> Localization:
+    """file/line/code/function of the innermost frame in the user's script
+    (a found Localization holding only those): from the op's creation
+    stack, else (eager ops carry none) from the exception's own traceback."""
     script_abs, base = os.path.abspath(script), os.path.basename(script)
     frames = [(f, int(n), fn) for f, n, fn in _FRAME.findall(message)]
     frames += [(f, int(n), fn) for f, n, fn in _STACK_FRAME.findall(message)]
@@ -202,15 +191,11 @@ def _user_line(message: str, traceback_text: str, script: str, source: str, rel:
     if not user and traceback_text:
         user = _user_frames([(f, int(n), fn) for f, n, fn in _FRAME.findall(traceback_text)], script_abs, base)
     if not user:
-        return {}
+        return Localization(True)
     n = user[-1][1]
     lines = source.splitlines()
-    return {
-        "file": rel,
-        "line": n,
-        "code": lines[n - 1].strip() if 0 < n <= len(lines) else None,
-        "function": enclosing_scope(source, n) if source else None,
-    }
+    code = lines[n - 1].strip() if 0 < n <= len(lines) else None
+    return Localization(True, file=rel, line=n, code=code, function=enclosing_scope(source, n) if source else None)
 
 
 def _tensor_facts(message: str) -> dict[str, str | None]:
@@ -247,11 +232,7 @@ def _user_frames(frames: list[tuple[str, int, str]], script_abs: str, base: str)
 
 
 def localize(
-    files: dict[str, str],
-    *,
-    entry: str = "repro.py",
-    python: str | None = None,
-    timeout_s: float = 300.0,
+    files: dict[str, str], *, entry: str = "repro.py", python: str | None = None, timeout_s: float = 300.0
 ) -> Localization:
     """Run the exported variant `files` (relpath -> text) under check_numerics
     in a fresh process, XLA off, and say where the first non-finite value came
@@ -287,13 +268,7 @@ def _run_probe(cmd: list[str], root: Path, env: dict[str, str], timeout_s: float
 
 
 def _localize_in(tmp: str, files: dict[str, str], entry: str, python: str, timeout_s: float) -> Localization:
-    root = Path(tmp) / "repro"
-    for rel, text in files.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(text, bytes):  # data.npz (report/reduce.py)
-            (root / rel).write_bytes(text)
-        else:
-            (root / rel).write_text(text, encoding="utf-8")
+    root = write_files(Path(tmp) / "repro", files)
     out = Path(tmp) / "probe.json"
     env = child_env()
     # Auto-clustering would put ops under XLA too.
@@ -309,27 +284,17 @@ def _localize_in(tmp: str, files: dict[str, str], entry: str, python: str, timeo
     settings = facts.get("settings") or {}
     layers = {n: c for n, c in facts.get("layers") or []}
     if facts.get("completed"):
-        return Localization(
-            found=False,
-            settings=settings,
-            note="check_numerics saw no NaN/Inf in any op output with XLA off: the non-finite value "
-            "may come from XLA itself, or only the final weights are non-finite",
+        note = (
+            "check_numerics saw no NaN/Inf in any op output with XLA off: the non-finite value "
+            "may come from XLA itself, or only the final weights are non-finite"
         )
-    msg = facts.get("message") or ""
+        return Localization(found=False, settings=settings, note=note)
+    msg, tb = facts.get("message") or "", facts.get("traceback") or ""
     loc = parse_check_numerics(
-        msg,
-        script=str(root / entry),
-        source=files.get(entry, ""),
-        layers=layers,
-        rel=entry,
-        traceback_text=facts.get("traceback") or "",
+        msg, script=str(root / entry), source=files.get(entry, ""), layers=layers, rel=entry, traceback_text=tb
     )
     if not loc.found:
         last = (facts.get("traceback") or msg).strip().splitlines()[-1:] or [""]
-        return Localization(
-            found=False,
-            settings=settings,
-            note=f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}",
-            excerpt=loc.excerpt,
-        )
+        note = f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}"
+        return Localization(found=False, settings=settings, note=note, excerpt=loc.excerpt)
     return Localization(**{**loc.to_dict(), "settings": settings})

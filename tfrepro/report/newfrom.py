@@ -224,8 +224,8 @@ def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: 
     result = {"failing": orig.to_dict()}
     sites, batches = standin.reads_of(result, entry)
     facts: dict[str, Any] = {
-        "sources": [standin._brief(s) for s in standin.sources_of(result)],
-        "unseen": standin.unseen_fits(result),
+        "sources": [s.brief() for s in standin.sources_of(result)],
+        "unseen": list(standin.unseen_fits(result)),
     }
     if not sites:
         return texts[entry], "none", facts, {}
@@ -239,16 +239,16 @@ def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: 
 
     text, replaced = standin.rewrite(texts[entry], sites)
     if replaced:
-        say(f"trying seeded synthetic stand-ins of {_files([standin._brief(s) for s in replaced])}")
+        say(f"trying seeded synthetic stand-ins of {_files([s.brief() for s in replaced])}")
     if replaced and ends_alike({ENTRY: text}):
-        return text, "standins", {**facts, "standins": [standin._brief(s) for s in replaced]}, {}
+        return text, "standins", {**facts, "standins": [s.brief() for s in replaced]}, {}
     if orig.nonfinite or orig.crashed:
         say("the stand-ins do not end as the script did: reducing the real records (ddmin over batches, then records)")
         got = reduce.reduce_export(project.root, texts[entry], sites, batches, ends_alike)
-        facts["reduction"] = {k: v for k, v in got.items() if k not in ("text", "npz")}
-        if "error" not in got:
-            return got["text"], "reduced", facts, {"data.npz": got["npz"]}
-    facts["needs_user_data"] = [standin._brief(s) for s in sites]
+        facts["reduction"] = got.to_dict() | ({} if got.error is not None else {"ref_text": got.ref_text})
+        if got.error is None:
+            return got.text, "reduced", facts, {"data.npz": got.npz}
+    facts["needs_user_data"] = [s.brief() for s in sites]
     return texts[entry], "user", facts, {}
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,14 +50,23 @@ def nightly_env(say: Callable[[str], None], *, store: Any = None, version: str |
         return f"no environment for {NIGHTLY_DIST} {version}: {e}"
 
 
-def on_nightly(reproduce: Callable[[Any], Any], env: Any) -> dict[str, Any]:
-    """The `nightly` record of the report: {"version", "reproduced", "detail"}.
-    `reproduce(runner)` re-runs the export with the given runner."""
+@dataclass(frozen=True)
+class NightlyRun:
+    """report.json's `nightly`: the tf-nightly tried, whether the repro showed the symptom there, what it saw."""
+
+    version: str
+    reproduced: bool | None
+    detail: str
+
+
+def on_nightly(reproduce: Callable[[Any], Any], env: Any) -> NightlyRun:
+    """The repro on tf-nightly (`env`: its environment, or why there is
+    none); `reproduce(runner)` re-runs the export with the given runner."""
     if isinstance(env, str):
-        return {"version": NIGHTLY_DIST, "reproduced": None, "detail": env}
+        return NightlyRun(NIGHTLY_DIST, None, env)
     from tfrepro.report.rerun import default_runner
 
     version = env.versions.get("tensorflow") or env.spec.tf_version
     with tempfile.TemporaryDirectory(prefix="tfrepro-nightly-") as tmp:
         rep = reproduce(default_runner(Path(tmp), python=str(env.python), versions=env.versions))
-    return {"version": f"{NIGHTLY_DIST} {version}", "reproduced": rep.reproduced, "detail": rep.detail}
+    return NightlyRun(f"{NIGHTLY_DIST} {version}", rep.reproduced, rep.detail)

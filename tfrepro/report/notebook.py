@@ -10,10 +10,11 @@ for "a link to Colab/Jupyter/any notebook": a gist of this file is one.
 from __future__ import annotations
 
 import ast
-from typing import Any
 
 import nbformat
 from nbformat import v4
+
+from tfrepro.report.records import EnvFacts
 
 SETUP, LAYERS, DATA, MODEL, TRAINING = "Imports and setup", "Layers and functions", "Data", "Model", "Training"
 _TRAIN_WORDS = (".fit(", "GradientTape", "train_step", "optimizer.apply", "__main__", "callbacks")
@@ -21,7 +22,7 @@ _MODEL_WORDS = ("Sequential(", "keras.Model(", "keras.Input(", ".compile(", "lay
 _DATA_WORDS = ("Dataset", "np.random", "rng", ".batch(", "load", "TFRecord", "read_csv", "np.load")
 
 
-def pip_line(env: dict[str, Any]) -> str:
+def pip_line(env: EnvFacts) -> str:
     """The install cell: the exact versions the report's environment had."""
     pins = []
     tf = env.get("tf_dist") or {}
@@ -102,7 +103,7 @@ def check_cell(symptom: str) -> str:
     )
 
 
-def build(code: str, *, symptom: str, env: dict[str, Any], title: str) -> nbformat.NotebookNode:
+def build(code: str, *, symptom: str, env: EnvFacts, title: str) -> nbformat.NotebookNode:
     """The notebook for `code` (the exported repro.py), validated."""
     doc = ast.get_docstring(ast.parse(code)) or ""
     cells = [

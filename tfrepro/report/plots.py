@@ -10,9 +10,10 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
+from tfrepro.report.records import TrialSummary
 from tfrepro.settings import WARMUP_STEPS
 
 
@@ -35,26 +36,40 @@ def _matplotlib():
     return matplotlib
 
 
-def _losses(summary: dict[str, Any]) -> list[float]:
-    return [math.nan if v is None else float(v) for v in summary.get("losses") or []]
-
-
-def loss_plot(
-    path: Path,
-    curves: Sequence[tuple[str, dict[str, Any]]],
-    *,
-    title: str,
-) -> bool:
-    """Per-step loss of each (label, summary); a non-finite step is drawn as a
-    red vertical line and named in the legend. Returns False (and writes
-    nothing) when no curve has a single loss."""
-    if not any(s.get("losses") for _, s in curves):
-        return False
+@contextmanager
+def _figure(path: Path, title: str, xlabel: str | None, ylabel: str):
+    """A figure's axes to draw on; then labelled, titled, saved to `path` and
+    closed. No `xlabel`: a box plot (a grid across only, no legend)."""
     _matplotlib()
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     try:
+        yield ax
+        if xlabel is not None:
+            ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3, axis="y" if xlabel is None else "both")
+        if xlabel is not None:
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+
+
+def _losses(summary: TrialSummary) -> list[float]:
+    return [math.nan if v is None else float(v) for v in summary.get("losses") or []]
+
+
+def loss_plot(path: Path, curves: Sequence[tuple[str, TrialSummary]], *, title: str) -> bool:
+    """Per-step loss of each (label, summary); a non-finite step is drawn as a
+    red vertical line and named in the legend. Returns False (and writes
+    nothing) when no curve has a single loss."""
+    if not any(s.get("losses") for _, s in curves):
+        return False
+    with _figure(path, title, "step", "loss") as ax:
         finite_all: list[float] = []
         for label, s in curves:
             ys = _losses(s)
@@ -82,65 +97,36 @@ def loss_plot(
                 ax.plot([], [], " ", label=f"{label}: weights non-finite at the end")
         if finite_all and min(finite_all) > 0 and max(finite_all) / min(finite_all) > 100:
             ax.set_yscale("log")
-        ax.set_xlabel("step")
-        ax.set_ylabel("loss")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
     return True
 
 
-def step_time_plot(
-    path: Path,
-    groups: Sequence[tuple[str, Sequence[float]]],
-    *,
-    title: str,
-) -> bool:
+def step_time_plot(path: Path, groups: Sequence[tuple[str, Sequence[float]]], *, title: str) -> bool:
     """Distributions of step time (seconds in, milliseconds drawn), one box
     per (label, samples). Returns False when a group is empty."""
     groups = [(label, [1000.0 * t for t in xs]) for label, xs in groups]
     if not groups or any(not xs for _, xs in groups):
         return False
-    _matplotlib()
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    try:
+    with _figure(path, title, None, "step time (ms)") as ax:
         labels = [f"{label}\nmedian {statistics.median(xs):.2f} ms (n={len(xs)})" for label, xs in groups]
         ax.boxplot([xs for _, xs in groups], showfliers=True)
         ax.set_xticks(range(1, len(groups) + 1), labels)
         for i, (_, xs) in enumerate(groups, start=1):
             jitter = [i + 0.08 * ((k % 7) - 3) / 3 for k in range(len(xs))]
             ax.plot(jitter, xs, ".", alpha=0.4, color="gray")
-        ax.set_ylabel("step time (ms)")
-        ax.set_title(title)
-        ax.grid(alpha=0.3, axis="y")
-        fig.tight_layout()
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
     return True
 
 
-def steady(summary: dict[str, Any]) -> list[float]:
+def steady(summary: TrialSummary) -> list[float]:
     """Step times without warm-up (tracing, compilation)."""
     return [float(t) for t in (summary.get("step_times") or [])[WARMUP_STEPS:]]
 
 
-def memory_plot(path: Path, curves: Sequence[tuple[str, dict[str, Any]]], *, title: str) -> bool:
+def memory_plot(path: Path, curves: Sequence[tuple[str, TrialSummary]], *, title: str) -> bool:
     """Process RSS after each step (MB) of each (label, summary), with its
     growth slope in the legend. Returns False when no curve has a series."""
     if not any(s.get("rss_per_step") for _, s in curves):
         return False
-    _matplotlib()
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    try:
+    with _figure(path, title, "step", "resident memory (MB)") as ax:
         for label, s in curves:
             ys = [v / 1e6 for v in s.get("rss_per_step") or []]
             stride = int(((s.get("extra") or {}).get("memory") or {}).get("stride") or 1)
@@ -150,13 +136,4 @@ def memory_plot(path: Path, curves: Sequence[tuple[str, dict[str, Any]]], *, tit
             ax.plot(xs, ys, marker="." if len(ys) < 60 else None, label=label + tail)
             if s.get("device_peak_bytes"):
                 ax.axhline(s["device_peak_bytes"] / 1e6, linestyle=":", linewidth=1, label=f"{label}: device peak")
-        ax.set_xlabel("step")
-        ax.set_ylabel("resident memory (MB)")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
     return True

@@ -28,27 +28,22 @@ from typing import Any
 import libcst as cst
 import numpy as np
 
+from tfrepro.report.standin import STANDABLE, Read, _insert_header, _name
 from tfrepro.trials.ddmin import SetOracle, ddmin
 
 MAX_SHARE = 0.1
 REFERENCE_KEY = "reference.py"  # the reference's rewritten entry, in the files `shows` gets
 MAX_RECORDS = 1000
 TEXT_CALLS = {"numpy.loadtxt", "numpy.genfromtxt", "pandas.read_csv", "pandas.read_table"}
-CALL_NAMES = {
-    "numpy.load": "load",
-    "numpy.loadtxt": "loadtxt",
-    "numpy.genfromtxt": "genfromtxt",
-    "pandas.read_csv": "read_csv",
-    "pandas.read_table": "read_table",
-    "tf.data.TFRecordDataset": "TFRecordDataset",
-}
+# call recorded by the harness -> the function name the exported source calls
+CALL_NAMES = {c: STANDABLE[c] for c in ("numpy.load", *TEXT_CALLS)} | {"tf.data.TFRecordDataset": "TFRecordDataset"}
 
 
 @dataclass
 class Records:
     """One data file's records, read in the report process."""
 
-    site: dict[str, Any]
+    site: Read
     kind: str  # "npy" | "text" | "tfrecord"
     suffix: str
     items: list[Any]  # rows (npy: one array), lines or record payloads
@@ -62,10 +57,10 @@ class Records:
         return {"data": np.frombuffer(b"".join(parts), dtype=np.uint8), "offsets": offsets}
 
 
-def read_records(root: Path, site: dict[str, Any]) -> Records | None:
+def read_records(root: Path, site: Read) -> Records | None:
     """The records of the file `site` read, or None (a format not reduced, a file not there)."""
-    path = root / str(site.get("file") or "")
-    call = site.get("call")
+    path = root / str(site.file or "")
+    call = site.call
     if not path.is_file() or call not in CALL_NAMES:
         return None
     if call == "numpy.load" and path.suffix == ".npy":
@@ -174,9 +169,7 @@ class _PathArg(cst.CSTTransformer):
         self.done: list[int] = []
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        func = original.func
-        name = func.attr.value if isinstance(func, cst.Attribute) else getattr(func, "value", None)
-        if self.todo and self.todo[0][1] == name and updated.args:
+        if self.todo and self.todo[0][1] == _name(original.func) and updated.args:
             i, _ = self.todo.pop(0)
             self.done.append(i)
             first = updated.args[0].with_changes(value=cst.parse_expression(f"_tfrepro_file({i})"))
@@ -186,9 +179,7 @@ class _PathArg(cst.CSTTransformer):
 
 def rewrite_reads(text: str, groups: list[tuple[int, Records]]) -> str | None:
     """`text` reading the kept records instead of the user's files, or None."""
-    from tfrepro.report.standin import _insert_header
-
-    tr = _PathArg([(i, CALL_NAMES[r.site["call"]]) for i, r in groups])
+    tr = _PathArg([(i, CALL_NAMES[str(r.site.call)]) for i, r in groups])
     module = cst.parse_module(text).visit(tr)
     if len(tr.done) != len(groups):
         return None
@@ -196,29 +187,55 @@ def rewrite_reads(text: str, groups: list[tuple[int, Records]]) -> str | None:
     return _insert_header(module, HEADER.replace("kinds_literal", repr(kinds))).code
 
 
+@dataclass(frozen=True)
+class Reduction:
+    """What `reduce_export` made: the entry's new `text` (and the
+    reference's, `ref_text`, None when its reads do not match) reading
+    data.npz (`npz`): `records` of the `of` records of the reads `files`
+    (their `indices`), found in `tests` re-runs; or `error`, why not."""
+
+    error: str | None = None
+    tests: int | None = None
+    text: str = ""
+    npz: bytes = b""
+    records: int = 0
+    of: int = 0
+    indices: tuple[int, ...] = ()
+    files: tuple[Read, ...] = ()
+    ref_text: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """report.json's `data.reduction`."""
+        if self.error is not None:
+            return {"error": self.error} | ({} if self.tests is None else {"tests": self.tests})
+        files = [{"file": r.file, "call": r.call, "at": r.at} for r in self.files]
+        return dict(records=self.records, of=self.of, indices=list(self.indices), files=files, tests=self.tests)
+
+
+Files = dict[str, str | bytes]  # relpath -> text (or data.npz's bytes)
+
+
 def reduce_export(
     root: Path,
     text: str,
-    sites: list[dict[str, Any]],
+    sites: list[Read],
     batches: int | None,
-    shows: Callable[[dict[str, Any]], bool],
+    shows: Callable[[Files], bool],
     ref_text: str | None = None,
-) -> dict[str, Any]:
+) -> Reduction:
     """Reduce the records of the largest group of same-sized data files the
     entry script `text` reads. `shows(files)` re-runs the repro files
     (relpath -> text or bytes) and says whether the symptom shows. With
     `ref_text` (the reference's entry), its reads are rewritten the same way:
-    `files` then holds it as `reference.py`, and the result as "ref_text"
-    (None when its reads do not match). Returns {"text", "npz", "records",
-    "of", "files", "tests", "ref_text"} or {"error": why}."""
+    `files` then holds it as `reference.py`."""
     recs = [r for r in (read_records(root, s) for s in sites) if r is not None and count(r) > 1]
     if not recs:
-        return {"error": "no data file the report can split into records (.npy, text, TFRecord)"}
+        return Reduction("no data file the report can split into records (.npy, text, TFRecord)")
     n = max(count(r) for r in recs)
     groups = [(i, r) for i, r in enumerate(r for r in recs if count(r) == n)]
     new_text = rewrite_reads(text, groups)
     if new_text is None:
-        return {"error": "the read calls of the exported repro do not match the recorded reads"}
+        return Reduction("the read calls of the exported repro do not match the recorded reads")
     chunk = max(1, n // batches) if batches else max(1, n // 64)
     new_ref = rewrite_reads(ref_text, groups) if ref_text is not None else None
 
@@ -229,17 +246,8 @@ def reduce_export(
     try:
         kept, tests = reduce_records(n, chunk, test)
     except ValueError:
-        return {"error": "the repro reading all the records through data.npz did not show the symptom"}
-    files = [{"file": r.site.get("file"), "call": r.site.get("call"), "at": r.site.get("at")} for _, r in groups]
+        return Reduction("the repro reading all the records through data.npz did not show the symptom")
     if len(kept) > min(MAX_RECORDS, MAX_SHARE * n):
-        return {"error": f"{len(kept)} of {n} records are needed: too many to ship", "tests": tests}
-    return {
-        "text": new_text,
-        "npz": npz_bytes(groups, kept),
-        "records": len(kept),
-        "of": n,
-        "indices": kept,
-        "files": files,
-        "tests": tests,
-        "ref_text": new_ref,
-    }
+        return Reduction(f"{len(kept)} of {n} records are needed: too many to ship", tests)
+    files = tuple(r.site for _, r in groups)
+    return Reduction(None, tests, new_text, npz_bytes(groups, kept), len(kept), n, tuple(kept), files, new_ref)

@@ -19,16 +19,13 @@ from __future__ import annotations
 
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro.inside import SETUP_PLUGIN
-from tfrepro.settings import (
-    SymptomSettings,
-    TrialSettings,
-)
+from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.values import TrialResult, Verdict
 
 if TYPE_CHECKING:
@@ -60,39 +57,27 @@ def default_runner(
     env: dict[str, str] | None = None,
     *,
     python: str | None = None,
-    versions: dict[str, Any] | None = None,
+    versions: Mapping[str, str | None] | None = None,
 ) -> Runner:
     """Trials of an exported repro, as written; under `python` (another
     environment's interpreter, e.g. tf-nightly's) when given."""
     from tfrepro.project import Project
     from tfrepro.trials import runner
 
-    plugin = SETUP_PLUGIN
-
     def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
         # As written: an exported repro has no markers, and zero-edit
         # detection would find (and switch OFF) the very culprit it exports.
         project = Project.load(project_dir, detect=False)
-        return runner.run_trial(
-            project,
-            frozenset(),
-            settings,
-            runner.TrialOptions(
-                use_cache=False,
-                state_dir=state_dir,
-                env=env,
-                label="report-rerun",
-                plugins=(plugin,),
-                plugin_options={"environment": True},
-                python=python,
-                versions=versions,
-            ),
+        opts = dict(
+            use_cache=False, state_dir=state_dir, env=env, label="report-rerun", python=python, versions=versions
         )
+        how = runner.TrialOptions(plugins=(SETUP_PLUGIN,), plugin_options={"environment": True}, **opts)
+        return runner.run_trial(project, frozenset(), settings, how)
 
     return run
 
 
-def _write(dest: Path, files: dict[str, str]) -> Path:
+def write_files(dest: Path, files: dict[str, str]) -> Path:
     for rel, text in files.items():
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         if isinstance(text, bytes):  # data.npz: the records a reduced repro reads (report/reduce.py)
@@ -138,8 +123,8 @@ def reproduce(
         reference = {**reference, "data.npz": candidate["data.npz"]}  # the records a reduced reference reads too
     with tempfile.TemporaryDirectory(prefix="tfrepro-rerun-", dir=workdir) as tmp:
         root = Path(tmp)
-        cand_dir = _write(root / "candidate", candidate)
-        ref_dir = _write(root / "reference", reference)
+        cand_dir = write_files(root / "candidate", candidate)
+        ref_dir = write_files(root / "reference", reference)
         if runner is None:
             runner = default_runner(root / "state")
         spec = replace(spec, settings=replace(spec.settings, repeat=0))
@@ -158,16 +143,9 @@ def _judged(symptom: str, cand: TrialResult, ref: TrialResult | None, spec: Reru
     from tfrepro.trials.classify import symptoms as shows
 
     memory = symptom == Verdict.MEMORY.value
-    verdict = primary(
-        shows(
-            cand,
-            reference=None if memory else ref,
-            settings=spec.symptoms,
-            noise=spec.noise,
-            baselines=[ref] if memory and ref is not None else (),
-        ),
-        _verdict(symptom),
-    )
+    baselines = [ref] if memory and ref is not None else ()
+    seen = shows(cand, reference=None if memory else ref, settings=spec.symptoms, noise=spec.noise, baselines=baselines)
+    verdict = primary(seen, _verdict(symptom))
     shown = verdict.value == symptom
     if shown and symptom == "crash" and not same_error(cand.error, spec.expected_error):
         shown = False
@@ -251,23 +229,18 @@ def _stopped(r: TrialResult, steps: int) -> Verdict | None:
 
 
 def _slowdown(
-    cand_dir: Path,
-    ref_dir: Path,
-    spec: RerunSpec,
-    runner: Runner,
-    progress: Callable[[str], None] | None = None,
+    cand_dir: Path, ref_dir: Path, spec: RerunSpec, runner: Runner, progress: Callable[[str], None] | None = None
 ) -> Reproduction:
     from tfrepro.trials.classify import SequentialPolicy, sequential_slowdown, timing_pair
 
     settings, max_pairs = spec.settings, spec.max_pairs
     timed = settings.timed()
     refs: list[TrialResult] = []  # reference.py's timing runs, in the order run
-    last: dict[str, TrialResult] = {}
+    cands: list[TrialResult] = []  # repro.py's
     why: list[str] = []  # why a run could not be timed
 
     def reference() -> TrialResult:
         refs.append(runner(ref_dir, replace(timed, repeat=len(refs))))
-        last["ref"] = refs[-1]
         return refs[-1]
 
     def broken(ref: TrialResult) -> bool:
@@ -283,14 +256,13 @@ def _slowdown(
         before = refs[-1] if refs else reference()
         if broken(before):
             return Verdict.UNTESTABLE
-        cand = runner(cand_dir, replace(timed, repeat=i))
-        last["cand"] = cand
-        stop = _stopped(cand, settings.steps)
+        cands.append(runner(cand_dir, replace(timed, repeat=i)))
+        stop = _stopped(cands[-1], settings.steps)
         if stop is not None:
             return stop
         if broken(reference()):
             return Verdict.UNTESTABLE
-        got = timing_pair(before, cand, refs[-1])
+        got = timing_pair(before, cands[-1], refs[-1])
         if got is None:
             why.append("fewer than 2 steps past the warm-up")
         return got or Verdict.UNTESTABLE
@@ -299,15 +271,8 @@ def _slowdown(
         sample, spec.symptoms.slowdown, SequentialPolicy(min_samples=min(3, max_pairs), max_samples=max_pairs)
     )
     reproduced, detail = _timing_detail(out, why, spec.symptoms.slowdown)
-    return Reproduction(
-        "slowdown",
-        reproduced,
-        detail,
-        out.verdict.value,
-        last["cand"].to_dict() if "cand" in last else None,
-        last["ref"].to_dict() if "ref" in last else None,
-        out.to_dict(),
-    )
+    cand, ref = (runs[-1].to_dict() if runs else None for runs in (cands, refs))
+    return Reproduction("slowdown", reproduced, detail, out.verdict.value, cand, ref, out.to_dict())
 
 
 def _timing_detail(out: TimingOutcome, why: list[str], threshold: float) -> tuple[bool | None, str]:

@@ -10,12 +10,17 @@ take precedence (`merge_runtime`).
 from __future__ import annotations
 
 import re
-from typing import Any
+from dataclasses import asdict, dataclass, replace
+
+from tfrepro.report.records import RuntimeSettings, TrialSetup
 
 _POLICY = re.compile(r"""set_global_policy\(\s*["']([\w]+)["']""")
 _POLICY_OBJ = re.compile(r"""mixed_precision\.Policy\(\s*["']([\w]+)["']""")
 _JIT_TRUE = re.compile(r"jit_compile\s*=\s*True")
 _SET_JIT = re.compile(r"optimizer\.set_jit\(\s*(True|[\"']autoclustering[\"'])")
+_AUTO = "tf.config.optimizer.set_jit (auto-clustering)"
+_EAGERLY = "tf.config.run_functions_eagerly(True)"
+_OBSERVED = " (observed at run time)"
 _STRATEGY = re.compile(
     r"\b(MirroredStrategy|MultiWorkerMirroredStrategy|TPUStrategy|ParameterServerStrategy|"
     r"OneDeviceStrategy|CentralStorageStrategy)\s*\("
@@ -35,85 +40,82 @@ def _code_only(source: str) -> str:
     return "\n".join(m.group(0) for m in _CODE.finditer(source))
 
 
-def scan_setup(source: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Setup:
+    """report.json's `setup`: each field says what the script sets, in words."""
+
+    precision_policy: str
+    xla: str
+    distribution: str
+    replicas: str
+    determinism: str
+    eager: str
+    keras_flavour: str
+
+
+def scan_setup(source: str) -> Setup:
     code = _code_only(source)
-    setup: dict[str, Any] = {}
     m = _POLICY.search(code) or _POLICY_OBJ.search(code)
-    setup["precision_policy"] = m.group(1) if m else "float32 (Keras default)"
-    xla = []
-    if _JIT_TRUE.search(code):
-        xla.append("jit_compile=True")
-    if _SET_JIT.search(code):
-        xla.append("tf.config.optimizer.set_jit (auto-clustering)")
-    setup["xla"] = ", ".join(xla) if xla else "off (no jit_compile=True, no auto-clustering)"
+    xla = [w for rx, w in ((_JIT_TRUE, "jit_compile=True"), (_SET_JIT, _AUTO)) if rx.search(code)]
+    eager = [w for rx, w in ((_EAGER, _EAGERLY), (_RUN_EAGERLY, "run_eagerly=True")) if rx.search(code)]
     strategies = sorted(set(_STRATEGY.findall(code)))
-    if strategies:
-        n = None
-        r = _LOGICAL_RANGE.search(code)
-        if r:
-            n = int(r.group(1) or r.group(2))
-        elif _LOGICAL.search(code):
-            n = len(_LOGICAL_N.findall(code)) or None
-        setup["distribution"] = ", ".join(strategies)
-        setup["replicas"] = f"{n} (logical devices)" if n else "one per visible device"
-    else:
-        setup["distribution"] = "none (default strategy)"
-        setup["replicas"] = "1"
-    setup["determinism"] = (
-        "tf.config.experimental.enable_op_determinism() in the script"
+    n = None
+    if r := _LOGICAL_RANGE.search(code):
+        n = int(r.group(1) or r.group(2))
+    elif _LOGICAL.search(code):
+        n = len(_LOGICAL_N.findall(code)) or None
+    return Setup(
+        precision_policy=m.group(1) if m else "float32 (Keras default)",
+        xla=", ".join(xla) if xla else "off (no jit_compile=True, no auto-clustering)",
+        distribution=", ".join(strategies) if strategies else "none (default strategy)",
+        replicas=(f"{n} (logical devices)" if n else "one per visible device") if strategies else "1",
+        determinism="tf.config.experimental.enable_op_determinism() in the script"
         if _DETERMINISM.search(code)
-        else "not set by the script"
+        else "not set by the script",
+        eager=", ".join(eager) if eager else "off (graph mode)",
+        keras_flavour="tf_keras (Keras 2, TF_USE_LEGACY_KERAS)" if _LEGACY.search(code) else "keras (Keras 3)",
     )
-    eager = []
-    if _EAGER.search(code):
-        eager.append("tf.config.run_functions_eagerly(True)")
-    if _RUN_EAGERLY.search(code):
-        eager.append("run_eagerly=True")
-    setup["eager"] = ", ".join(eager) if eager else "off (graph mode)"
-    setup["keras_flavour"] = "tf_keras (Keras 2, TF_USE_LEGACY_KERAS)" if _LEGACY.search(code) else "keras (Keras 3)"
-    return setup
 
 
-def merge_runtime(setup: dict[str, Any], runtime: dict[str, Any] | None) -> dict[str, Any]:
-    """Facts recorded while the script ran (`inside/runprobe.py`) override the static
-    read where they are known."""
-    if not runtime:
-        return setup
-    out = dict(setup)
+def merge_runtime(setup: Setup, runtime: RuntimeSettings | None) -> dict[str, str]:
+    """report.json's `setup`: facts recorded while the script ran
+    (`inside/runprobe.py`) override the static read where they are known."""
+    out = {}
+    runtime = runtime or {}
     if runtime.get("precision_policy"):
-        out["precision_policy"] = runtime["precision_policy"] + " (observed at run time)"
+        out["precision_policy"] = f"{runtime.get('precision_policy')}{_OBSERVED}"
     if runtime.get("replicas"):
-        out["replicas"] = f"{runtime['replicas']} (observed at run time)"
+        out["replicas"] = f"{runtime.get('replicas')}{_OBSERVED}"
     if runtime.get("jit_compile_requested"):
-        out["xla"] = ", ".join(runtime["jit_compile_requested"]) + " (observed at run time)"
+        out["xla"] = ", ".join(runtime.get("jit_compile_requested") or []) + _OBSERVED
     if runtime.get("op_determinism") is True:
-        out["determinism"] = "op determinism enabled (observed at run time)"
+        out["determinism"] = f"op determinism enabled{_OBSERVED}"
     if runtime.get("run_functions_eagerly") is True:
-        out["eager"] = "tf.config.run_functions_eagerly(True) (observed at run time)"
-    return out
+        out["eager"] = f"{_EAGERLY}{_OBSERVED}"
+    return asdict(replace(setup, **out))
 
 
-def merge_trial_setup(setup: dict[str, Any], facts: dict[str, Any] | None) -> dict[str, Any]:
+def merge_trial_setup(setup: Setup, facts: TrialSetup | None) -> Setup:
     """Facts the report's re-run recorded (`inside/setup_plugin.py`, under
     `extra["setup"]`) override the static read."""
     if not facts:
         return setup
-    out = dict(setup)
+    out = {}
     if facts.get("precision_policy"):
-        out["precision_policy"] = f"{facts['precision_policy']} (observed at run time)"
+        out["precision_policy"] = f"{facts.get('precision_policy')}{_OBSERVED}"
     if facts.get("replicas") is not None:
-        out["replicas"] = f"{facts['replicas']} (observed at run time)"
-    if facts.get("strategy") and facts["strategy"] not in ("_DefaultDistributionStrategy",):
+        out["replicas"] = f"{facts.get('replicas')}{_OBSERVED}"
+    if facts.get("strategy") and facts.get("strategy") not in ("_DefaultDistributionStrategy",):
         out["distribution"] = facts["strategy"]
     if "jit_compile" in facts:
         out["xla"] = (
-            "jit_compile=True in Model.fit (observed at run time)"
+            f"jit_compile=True in Model.fit{_OBSERVED}"
             if facts["jit_compile"]
-            else setup.get("xla", "off") + "; model.jit_compile False at run time"
+            else setup.xla + "; model.jit_compile False at run time"
         )
     if facts.get("run_functions_eagerly"):
-        out["eager"] = "tf.config.run_functions_eagerly(True) (observed at run time)"
-    return out
+        out["eager"] = f"{_EAGERLY}{_OBSERVED}"
+    return replace(setup, **out)
 
 
 # What a TensorFlow bug report may assume is installed.

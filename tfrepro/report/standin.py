@@ -20,12 +20,17 @@ needs that data.
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Any
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
 from tfrepro.report.export import ENTRY, Export
+from tfrepro.report.records import DataDoc, RunResult, SourceDoc
+
+if TYPE_CHECKING:
+    from tfrepro.report.reduce import Reduction
 
 # call recorded by the harness -> the function name the exported source calls
 STANDABLE = {
@@ -88,14 +93,63 @@ def _tfrepro_data(i):
 """
 
 
-def _sites(sources: list[dict[str, Any]], entry: str) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class Read:
+    """One data read the harness recorded (`records.SourceDoc`): the call, the file, the
+    script's file:line; `value` the spec of what it returned, the stand-in's recipe."""
+
+    call: str | None = None
+    file: str | None = None
+    at: str | None = None
+    value: dict[str, Any] | None = None
+
+    @classmethod
+    def of(cls, doc: SourceDoc) -> Read:
+        return cls(doc.get("call"), doc.get("file"), doc.get("at"), doc.get("value"))
+
+    def brief(self) -> dict[str, Any]:
+        """The read as report.json names it."""
+        v = self.value or {}
+        shape = v.get("shape") or ([v["rows"], len(v.get("columns") or {})] if "rows" in v else None)
+        return {"call": self.call, "file": self.file, "at": self.at, "shape": shape}
+
+
+@dataclass(frozen=True)
+class DataFacts:
+    """report.json's `data`: the reads recorded, those repro.py reads
+    stand-ins for and those it still needs, the fits fed by data no read
+    explains; then what the re-runs said: `standin_reproduced` (once the
+    stand-ins were re-run: `rerun`) and the real-data `reduction`."""
+
+    sources: tuple[Read, ...] = ()
+    standins: tuple[Read, ...] = ()
+    needs_user_data: tuple[Read, ...] = ()
+    unseen: tuple[str, ...] = ()
+    note: str | None = None
+    rerun: bool = False
+    standin_reproduced: bool | None = None
+    reduction: Reduction | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        reads = {k: [s.brief() for s in getattr(self, k)] for k in ("sources", "standins", "needs_user_data")}
+        doc: dict[str, Any] = {**reads, "unseen": list(self.unseen)}
+        if self.rerun:
+            doc["standin_reproduced"] = self.standin_reproduced
+        if self.note is not None:
+            doc["note"] = self.note
+        if self.reduction is not None:
+            doc["reduction"] = self.reduction.to_dict()
+        return doc
+
+
+def _sites(sources: Sequence[Read], entry: str) -> list[Read]:
     """The recorded reads of the entry script, one per call site (its first read), in line order."""
-    seen: dict[str, dict[str, Any]] = {}
+    seen: dict[str, Read] = {}
     for s in sources:
-        at = str(s.get("at") or "")
+        at = str(s.at or "")
         if at.rsplit(":", 1)[0] == entry and at not in seen:
             seen[at] = s
-    return sorted(seen.values(), key=lambda s: int(str(s["at"]).rsplit(":", 1)[1]))
+    return sorted(seen.values(), key=lambda s: int(str(s.at).rsplit(":", 1)[1]))
 
 
 def _name(func: cst.BaseExpression) -> str | None:
@@ -121,17 +175,17 @@ class _Rewrite(cst.CSTTransformer):
     call whose literal file names another file is not it); the sites with a
     recorded value are replaced."""
 
-    def __init__(self, sites: list[dict[str, Any]]) -> None:
-        self.todo = [(i, STANDABLE.get(s["call"]), s) for i, s in enumerate(sites)]
+    def __init__(self, sites: list[Read]) -> None:
+        self.todo = [(i, STANDABLE.get(s.call or ""), s) for i, s in enumerate(sites)]
         self.done: list[int] = []
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
         name, lit = _name(original.func), _literal_file(original)
         for k, (i, want, site) in enumerate(self.todo):
-            if want != name or (lit is not None and lit != str(site.get("file") or "").rsplit("/", 1)[-1]):
+            if want != name or (lit is not None and lit != str(site.file or "").rsplit("/", 1)[-1]):
                 continue
             del self.todo[: k + 1]  # sites keep their order
-            if not isinstance(site.get("value"), dict):
+            if not isinstance(site.value, dict):
                 return updated
             self.done.append(i)
             return cst.parse_expression(f"_tfrepro_data({len(self.done) - 1})")
@@ -151,10 +205,10 @@ def _insert_header(module: cst.Module, header: str) -> cst.Module:
     return module.with_changes(body=body[:at] + list(cst.parse_module(header).body) + body[at:])
 
 
-def rewrite(text: str, sites: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]]]:
+def rewrite(text: str, sites: list[Read]) -> tuple[str, list[Read]]:
     """`text` with the standable reads of `sites` replaced -> (new text, the sites replaced)."""
-    usable = [s for s in sites if s.get("call") in STANDABLE]
-    if not any(isinstance(s.get("value"), dict) for s in usable):
+    usable = [s for s in sites if s.call in STANDABLE]
+    if not any(isinstance(s.value, dict) for s in usable):
         return text, []
     module = cst.parse_module(text)
     tr = _Rewrite(usable)
@@ -162,65 +216,49 @@ def rewrite(text: str, sites: list[dict[str, Any]]) -> tuple[str, list[dict[str,
     if not tr.done:
         return text, []
     replaced = [usable[i] for i in tr.done]
-    header = HEADER.replace("json_specs", repr([s["value"] for s in replaced]))
+    header = HEADER.replace("json_specs", repr([s.value for s in replaced]))
     return _insert_header(new, header).code, replaced
 
 
-def sources_of(result: dict[str, Any]) -> list[dict[str, Any]]:
+def _data(result: RunResult, *keys: str) -> DataDoc:
+    """The culprit trial's data record, else the failing trial's: the first that has one of `keys`."""
+    for key in ("culprit_trial", "failing"):
+        data = (result.get(key) or {}).get("data") or {}
+        if any(data.get(k) for k in keys):
+            return data
+    return {}
+
+
+def sources_of(result: RunResult) -> tuple[Read, ...]:
     """The data reads the failing configuration's trial recorded."""
-    for key in ("culprit_trial", "failing"):
-        data = (result.get(key) or {}).get("data") or {}
-        if data.get("sources") or data.get("fits"):
-            return list(data.get("sources") or [])
-    return []
+    return tuple(Read.of(s) for s in _data(result, "sources", "fits").get("sources") or [])
 
 
-def unseen_fits(result: dict[str, Any]) -> list[str]:
+def unseen_fits(result: RunResult) -> tuple[str, ...]:
     """file:line of each fit fed by data no recorded read explains (a reader the hooks cannot see)."""
-    for key in ("culprit_trial", "failing"):
-        data = (result.get(key) or {}).get("data") or {}
-        if data.get("fits"):
-            return [str(f.get("at")) for f in data["fits"] if not f.get("sources_seen") and f.get("kind") != "arrays"]
-    return []
+    fits = _data(result, "fits").get("fits") or []
+    return tuple(str(f.get("at")) for f in fits if not f.get("sources_seen") and f.get("kind") != "arrays")
 
 
-def with_standins(export: Export, result: dict[str, Any], entry: str, *, no_data: bool = False):
+def with_standins(export: Export, result: RunResult, entry: str, *, no_data: bool = False) -> tuple[Export, DataFacts]:
     """(export with stand-ins in repro.py, the report's `data` facts)."""
     sources = sources_of(result)
-    doc: dict[str, Any] = {
-        "sources": [_brief(s) for s in sources],
-        "standins": [],
-        "needs_user_data": [],
-        "unseen": unseen_fits(result),
-    }
+    facts = DataFacts(sources, unseen=unseen_fits(result))
     if no_data:
-        doc["needs_user_data"] = [_brief(s) for s in sources]
-        doc["note"] = "--no-data: no stand-ins; the repro needs the user's data"
-        return export, doc
+        note = "--no-data: no stand-ins; the repro needs the user's data"
+        return export, replace(facts, needs_user_data=sources, note=note)
     try:
         text, replaced = rewrite(export.cand_files[ENTRY], _sites(sources, entry))
     except (cst.ParserSyntaxError, ValueError, KeyError) as e:
-        doc["note"] = f"no stand-ins: {e}"
-        return export, doc
-    doc["standins"] = [_brief(s) for s in replaced]
-    doc["needs_user_data"] = [_brief(s) for s in sources if s not in replaced]
+        return export, replace(facts, note=f"no stand-ins: {e}")
+    facts = replace(facts, standins=tuple(replaced), needs_user_data=tuple(s for s in sources if s not in replaced))
     if not replaced:
-        return export, doc
+        return export, facts
     files = {"cand_files": {**export.cand_files, ENTRY: text}}
     if ENTRY in export.ref_files:
         ref_text, _ = rewrite(export.ref_files[ENTRY], _sites(sources, entry))
         files["ref_files"] = {**export.ref_files, ENTRY: ref_text}
-    return replace(export, **files), doc
-
-
-def _brief(s: dict[str, Any]) -> dict[str, Any]:
-    value = s.get("value") or {}
-    return {
-        "call": s.get("call"),
-        "file": s.get("file"),
-        "at": s.get("at"),
-        "shape": value.get("shape") or ([value["rows"], len(value.get("columns") or {})] if "rows" in value else None),
-    }
+    return replace(export, **files), facts
 
 
 def issue_lines(doc: dict[str, Any]) -> list[str]:
@@ -268,12 +306,8 @@ def issue_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def reads_of(result: dict[str, Any], entry: str) -> tuple[list[dict[str, Any]], int | None]:
+def reads_of(result: RunResult, entry: str) -> tuple[list[Read], int | None]:
     """The recorded reads of `entry` (one per call site, in line order) and
     the first fit's batches per epoch (the reduction's chunk count)."""
-    for key in ("culprit_trial", "failing"):
-        data = (result.get(key) or {}).get("data") or {}
-        if data.get("sources") or data.get("fits"):
-            fits = data.get("fits") or [{}]
-            return _sites(list(data.get("sources") or []), entry), fits[0].get("batches_per_epoch")
-    return [], None
+    fits = _data(result, "sources", "fits").get("fits") or [{}]
+    return _sites(sources_of(result), entry), fits[0].get("batches_per_epoch")

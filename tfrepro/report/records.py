@@ -1,0 +1,93 @@
+"""The JSON documents the report reads from disk, as written there: the
+bisect's result.json, a trial summary in it (`TrialResult.to_dict()`), the
+data reads the harness recorded (inside/harness_data.py), the probes' facts.
+Only the keys the report reads are named; the others pass through as they
+are, so what is written back (result.json, report.json) is unchanged."""
+
+from __future__ import annotations
+
+from typing import Any, TypedDict
+
+
+class SourceDoc(TypedDict, total=False):
+    call: str
+    file: str | None
+    at: str  # the script's file:line
+    value: dict[str, Any] | None  # the spec of what the read returned
+
+
+class DataDoc(TypedDict, total=False):
+    sources: list[SourceDoc]
+    fits: list[dict[str, Any]]  # at, kind, sources_seen, batches_per_epoch
+
+
+class TrialSummary(TypedDict, total=False):
+    losses: list[float | None]  # null: a non-finite value
+    step_times: list[float]  # seconds
+    first_nonfinite_step: int | None
+    weights_finite: bool | None
+    rss_per_step: list[int]
+    growth_per_step: float | None
+    device_peak_bytes: int | None
+    error: str | None  # the exception's last line
+    extra: dict[str, Any]  # the plugins' facts: memory, setup, environment
+    data: DataDoc
+
+
+class RunResult(TypedDict, total=False):
+    status: str
+    symptom: str
+    project: str
+    settings: dict[str, Any]
+    culprits: list[str]
+    culprit_config: list[str]
+    affects_loss: list[str]
+    fixed_on: list[str]
+    baseline: TrialSummary
+    failing: TrialSummary
+    culprit_trial: TrialSummary
+    trials_table: list[dict[str, Any]]  # summary (a path), enabled, role, repeat, verdict
+    timing: dict[str, Any]
+    timed_calls: list[str]
+    noise: float
+    nan_state: dict[str, Any] | None  # dir, step
+    first_bad_commit: str | None
+    first_bad_project: str
+    good_project: str
+    good: dict[str, Any]  # sha
+
+
+class EnvFacts(TypedDict, total=False):
+    """inside/envprobe.py's facts (inside/runtimeprobe.py adds `runtime`)."""
+
+    python: str
+    os: str
+    tf_version: str | None
+    keras_version: str | None
+    tf_dist: dict[str, str]  # name, version
+    keras_dist: dict[str, str]
+    tf_keras_dist: dict[str, str]
+    numpy_dist: dict[str, str]
+    devices: list[dict[str, Any]]
+    gpus: list[dict[str, Any]]
+    nvidia_driver: str | None
+    runtime: dict[str, Any]
+    tf_error: str
+    probe_error: str
+
+
+class TrialSetup(TypedDict, total=False):  # inside/setup_plugin.py: a trial's `extra["setup"]`
+    precision_policy: str | None
+    replicas: int | None
+    strategy: str | None
+    jit_compile: bool
+    run_functions_eagerly: bool
+
+
+class RuntimeSettings(TypedDict, total=False):  # inside/runprobe.py: `settings`
+    precision_policy: str | None
+    replicas: int | None
+    jit_compile_requested: list[str]
+    op_determinism: bool | None
+    run_functions_eagerly: bool | None
+    loss_scale_start: float | None
