@@ -141,6 +141,32 @@ def test_a_loaded_clear_slowdown_decides_alone_only_beyond_what_its_load_explain
     assert loaded(110.0, (0.0, None, 0.0)).decisive(1.25) is None  # unknown load: never alone
 
 
+# The six pairs of a healthy feature triple in the bisect suite at load 5 on
+# 2 cores (eager_debug, 2026-12-02): candidate typical steps over the
+# baseline's, and the share of the CPUs other processes used during each
+# candidate. It was decided "slower" (ratio 2.1: two clear pairs, p 0.031)
+# and named three false culprits.
+SWAMPED_B3 = [(3.0, 0.81), (1.44, 0.77), (3.08, 0.94), (1.5, 0.79), (3.1, 0.92), (0.94, 0.85)]
+
+
+def test_pairs_whose_candidate_met_more_load_than_explains_any_ratio_never_decide_slower():
+    pairs = [loaded(k, (0.85, o, 0.85)) for k, o in SWAMPED_B3]
+    assert all(p.swamped == (o > 0.8) for p, (_, o) in zip(pairs, SWAMPED_B3))
+    d = decide_slowdown(pairs, 1.25)
+    assert d.state != TimingState.SLOWER
+    assert d.ratio > 2  # the ratio is still reported as measured
+
+
+def test_the_same_ratios_under_moderate_load_are_still_slower():
+    pairs = [loaded(k, (0.5, 0.5, 0.5)) for k, _ in SWAMPED_B3]
+    assert decide_slowdown(pairs, 1.25).state == TimingState.SLOWER
+
+
+def test_a_swamped_candidate_still_counts_toward_not_slower():
+    pairs = [loaded(1.0, (0.9, 0.9, 0.9)) for _ in range(6)]
+    assert decide_slowdown(pairs, 1.25).state == TimingState.NOT_SLOWER
+
+
 def test_a_loaded_candidate_plainly_the_same_as_quiet_neighbours_is_not_slower():
     assert loaded(1.0, (0.1, 0.9, 0.2)).decisive(1.25) == TimingState.NOT_SLOWER
     assert loaded(1.0, (0.6, 0.1, 0.1)).decisive(1.25) is None  # a loaded neighbour can hide a slowdown
