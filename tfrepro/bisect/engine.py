@@ -54,9 +54,8 @@ from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest, make_executor
-from tfrepro.trials.runner import summary
 from tfrepro.trials.state import StateDir, write_trial_record
-from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
+from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict, summary
 
 Runner = Callable[..., TrialResult]
 STRATEGIES = ("auto", "ablation", "ddmin")
