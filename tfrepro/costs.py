@@ -16,8 +16,8 @@ catalog.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, TypedDict
+from dataclasses import asdict, dataclass
+from typing import Any
 
 from tfrepro import catalog
 
@@ -82,15 +82,6 @@ COSTS: tuple[KnownCost, ...] = (
 )
 
 
-class CostFoundDoc(TypedDict):
-    """`CostFound` as result.json writes it (`known_cost`)."""
-
-    reason: str
-    source: str
-    fix: str
-    features: list[str]
-
-
 @dataclass(frozen=True)
 class CostFound:
     """The culprits of a slowdown are known costs on this hardware: why, where
@@ -101,8 +92,8 @@ class CostFound:
     fix: str
     features: tuple[str, ...]
 
-    def to_dict(self) -> CostFoundDoc:
-        return {"reason": self.reason, "source": self.source, "fix": self.fix, "features": list(self.features)}
+    def to_dict(self) -> dict[str, str | list[str]]:
+        return {**asdict(self), "features": list(self.features)}
 
 
 def known_cost(

@@ -55,7 +55,7 @@ from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest, make_executor
 from tfrepro.trials.state import StateDir, write_trial_record
-from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict, summary
+from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
 Runner = Callable[..., TrialResult]
 STRATEGIES = ("auto", "ablation", "ddmin")
@@ -201,7 +201,7 @@ class _Bisection(Ends, Replay):
             self.records.append(record)
             self.unshown.append(record)
             ready = self._judged_now()
-        write_trial_record(self.run_dir / rel, summary(result), result.log_dir)
+        write_trial_record(self.run_dir / rel, result)
         for rec in ready:
             self.events.trial_finished(rec)
         return result

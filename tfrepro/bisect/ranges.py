@@ -198,8 +198,8 @@ class RangeRun:
             self.first.setdefault(point.label, result)
         index = len(self.records) + 1
         rel = f"trials/{index:03d}-{point.short.replace(' ', '_')}-r{repeat}"
+        write_trial_record(self.run_dir / rel, result)
         full = summary(result)
-        write_trial_record(self.run_dir / rel, full, result.log_dir)
         record = TrialRecord(index, (), self.source.role(point), repeat, result, f"{rel}/summary.json")
         self.records.append(record)
         row = {

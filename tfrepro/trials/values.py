@@ -188,15 +188,6 @@ class TrialRow(TypedDict):
     key: str
 
 
-class AlsoSeenDoc(TypedDict, total=False):
-    """`AlsoSeen` as result.json writes it."""
-
-    symptom: str
-    ratio: float
-    possible: bool
-    hint: str
-
-
 @dataclass(frozen=True)
 class AlsoSeen:
     """One symptom seen besides the one hunted (Contract 4's `also_seen`):
@@ -207,7 +198,7 @@ class AlsoSeen:
     hint: str
     ratio: float | None = None
 
-    def to_dict(self) -> AlsoSeenDoc:
+    def to_dict(self) -> dict[str, str | float | bool]:
         if self.ratio is None:
             return {"symptom": self.symptom, "hint": self.hint}
         return {"symptom": self.symptom, "ratio": self.ratio, "possible": True, "hint": self.hint}
