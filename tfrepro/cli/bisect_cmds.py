@@ -7,7 +7,6 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import click
 
@@ -21,9 +20,6 @@ from tfrepro.cli.app import (
     select_options,
 )
 from tfrepro.errors import UserError
-
-if TYPE_CHECKING:
-    from tfrepro.trials.values import RunResult
 
 _SYMPTOMS = ["nan", "crash", "timeout", "memory", "mismatch", "slowdown"]
 
@@ -345,7 +341,7 @@ def demo_cmd(jobs: int, keep: bool, as_json: bool) -> None:
     import shutil
     import tempfile
 
-    from tfrepro.bisect.display import run_bisect
+    from tfrepro.bisect.display import answer_lines, run_bisect
     from tfrepro.bisect.engine import BisectOptions
     from tfrepro.project import Project
 
@@ -367,22 +363,18 @@ def demo_cmd(jobs: int, keep: bool, as_json: bool) -> None:
                 )
             )
         else:
-            _demo_answer(result, expected, right, dest if keep else None)
+            click.echo("\n".join(answer_lines(result)))
+            _demo_answer(doc["status"], expected, right, dest if keep else None)
         sys.exit(0 if right else (result.exit_code or 1))
     finally:
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _demo_answer(result: RunResult, expected: dict, right: bool, kept: Path | None) -> None:
-    from tfrepro.bisect.display import answer_lines
-
-    click.echo("\n".join(answer_lines(result)))
+def _demo_answer(status: str, expected: dict, right: bool, kept: Path | None) -> None:
     if right:
         click.echo(f"the planted culprit was found: {', '.join(expected['culprits'])}")
     else:
-        click.echo(
-            f"expected {expected['symptom']}: {', '.join(expected['culprits'])}, got {result.status.value}", err=True
-        )
+        click.echo(f"expected {expected['symptom']}: {', '.join(expected['culprits'])}, got {status}", err=True)
     if kept:
         click.echo(f"kept: {kept}; try `tfrepro report {kept}`")
