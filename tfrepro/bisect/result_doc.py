@@ -97,8 +97,6 @@ def _symptom_call(run: _Bisection, symptom: Verdict | None, cfg: Config) -> str 
     """The training call (fit#2, file:line) the symptom shows in (trials/calls.py)."""
     from tfrepro.trials.calls import symptom_call, where_mapper
 
-    mine = [t for (c, _r), t in sorted(run.memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
-    hits = [t for t in mine if symptom is not None and symptom in run._shows(cfg, t)]
     texts = {}  # zero-edit: the variant's lines are the annotated text's, not the file's
     detection = getattr(run.project, "detection", None)
     for rel, annotated in (getattr(detection, "texts", None) or {}).items():
@@ -107,7 +105,7 @@ def _symptom_call(run: _Bisection, symptom: Verdict | None, cfg: Config) -> str 
         except (OSError, UnicodeDecodeError):
             continue
     timed = getattr(run, "timed_calls", ())
-    return symptom_call((hits or mine or [None])[0], symptom, timed, where_mapper(texts))
+    return symptom_call(best(run.memo, run._shows, cfg, symptom), symptom, timed, where_mapper(texts))
 
 
 def _known_cost(run: _Bisection, status: Status, symptom: Verdict | None, culprits: Config) -> CostFound | None:

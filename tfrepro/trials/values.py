@@ -14,12 +14,10 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, TypedDict
 
+from tfrepro.costs import CostFound
 from tfrepro.settings import WARMUP_STEPS
-
-if TYPE_CHECKING:
-    from tfrepro.costs import CostFound
 
 
 class Verdict(str, Enum):
