@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import Counter
 from typing import Any
 
 from rich.console import Console
@@ -103,9 +104,7 @@ def final_table(console: Console, result: RunResult) -> None:
     for col in ("configuration", "runs", "verdicts", "cached"):
         table.add_column(col)
     for cfg, rs in rows.items():
-        verdicts: dict[str | None, int] = {}
-        for r in rs:
-            verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+        verdicts = Counter(r["verdict"] for r in rs)  # in order of first appearance
         text = ", ".join(f"{v} x{n}" if n > 1 else str(v) for v, n in verdicts.items())
         table.add_row(_config(cfg), str(len(rs)), text, str(sum(1 for r in rs if r["cached"])))
     console.print(table)

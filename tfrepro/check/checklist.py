@@ -58,13 +58,7 @@ class CheckItem:
     @classmethod
     def from_dict(cls, d: CheckItemDoc) -> "CheckItem":
         return cls(
-            number=int(d["number"]),
-            key=d["key"],
-            title=d["title"],
-            status=CheckStatus(d["status"]),
-            summary=d["summary"],
-            evidence=tuple(d.get("evidence") or ()),
-            fix=d.get("fix"),
+            **{**d, "number": int(d["number"]), "status": CheckStatus(d["status"]), "evidence": tuple(d["evidence"])}
         )
 
 

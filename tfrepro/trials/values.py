@@ -164,14 +164,10 @@ def summary(result: TrialResult) -> dict[str, Any]:
     `baseline`): every field of the result plus the derived numbers a reader
     looks for first."""
     d = result.to_dict()
-    d["first_loss"] = result.first_loss if result.losses and _finite(result.first_loss) else None
-    d["last_loss"] = result.last_loss if result.losses and _finite(result.last_loss) else None
+    d["first_loss"] = result.losses[0] if result.losses and math.isfinite(result.losses[0]) else None
+    d["last_loss"] = result.losses[-1] if result.losses and math.isfinite(result.losses[-1]) else None
     d["nonfinite"] = result.nonfinite
     return d
-
-
-def _finite(x: float | None) -> bool:
-    return x is not None and x == x and abs(x) != float("inf")
 
 
 class TrialRow(TypedDict):
