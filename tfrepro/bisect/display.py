@@ -140,33 +140,28 @@ def _found_lines(result: RunResult) -> list[str]:
     return lines
 
 
-def _status_lines(result: RunResult) -> list[str]:
-    """The answer's first lines: what the status says."""
+def answer_lines(result: RunResult) -> list[str]:
+    """The answer in words (stdout)."""
     status, symptom, d = result.status, result.symptom.value if result.symptom else None, result.details
     if status is Status.FOUND:
-        return _found_lines(result)
-    if status is Status.NONE:
+        lines = _found_lines(result)
+    elif status is Status.NONE:
         what = f"no {symptom}" if symptom else "no nan, crash, timeout, mismatch or slowdown"
         if d.get("own_cost"):  # a custom layer's own compute against its stand-in (bisect/replay.py)
-            return [f"none: {d['own_cost']['reason']}"]
-        return [f"none: the failing configuration (every feature on) shows {what} against the baseline"]
-    if status is Status.UNTESTABLE:
-        return [
-            f"untestable: {result.reason or result.error or 'nothing could be measured'}",
-            "  (not a verdict on the features: nothing was measured to judge them by)",
-        ]
-    if result.flaky:
+            lines = [f"none: {d['own_cost']['reason']}"]
+        else:
+            lines = [f"none: the failing configuration (every feature on) shows {what} against the baseline"]
+    elif status is Status.UNTESTABLE:
+        lines = [f"untestable: {result.reason or result.error or 'nothing could be measured'}"]
+        lines.append("  (not a verdict on the features: nothing was measured to judge them by)")
+    elif result.flaky:
         rate = result.reproduction_rate
         rate_text = f" (reproduced in {rate:.0%} of runs)" if rate is not None else ""
         lines = [f"flaky {symptom or ''}{rate_text}: {result.error or ''}".rstrip()]
-        return lines + ([f"  the search ended on: {', '.join(result.suspects)}"] if result.suspects else [])
-    return [f"{status.value}: {result.error or ''}".rstrip()]
-
-
-def answer_lines(result: RunResult) -> list[str]:
-    """The answer in words (stdout)."""
-    d = result.details
-    lines = _status_lines(result)
+        if result.suspects:
+            lines.append(f"  the search ended on: {', '.join(result.suspects)}")
+    else:
+        lines = [f"{status.value}: {result.error or ''}".rstrip()]
     if d.get("note"):
         lines.append(f"note: {d['note']}")
     for c in d.get("compile_differs") or []:
