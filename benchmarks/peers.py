@@ -224,7 +224,8 @@ class TrialExecutor:
 
         from mlbisect.executors.base import RunResult  # noqa: PLC0415
 
-        from tfrepro.trials.runner import TrialOptions, run_trial, summary  # noqa: PLC0415
+        from tfrepro.trials.runner import TrialOptions, run_trial  # noqa: PLC0415
+        from tfrepro.trials.values import summary  # noqa: PLC0415
 
         env = {axis_env(f): "1" if f in config.axes else "0" for f in self.features}
         enabled = configuration_from_env(env, self.features)

@@ -7,6 +7,7 @@ import re
 
 from tfrepro.bisect import display
 from tfrepro.cli import app
+from tfrepro.trials.values import RunResult, Status
 
 COLOUR = re.compile(r"\x1b\[[0-9;]*(3[0-9]|9[0-7])(;[0-9]+)*m")  # a foreground colour SGR
 
@@ -15,7 +16,10 @@ def _printed(**kw) -> str:
     buf = io.StringIO()
     console = display.make_console(file=buf, force_terminal=True, **kw)
     console.print("[bold red]nan[/bold red] [green]ok[/green]")
-    display.final_table(console, {"trials_table": [{"enabled": ["a"], "verdict": "nan", "cached": False}]})
+    display.final_table(
+        console,
+        RunResult(Status.FOUND, details={"trials_table": [{"enabled": ["a"], "verdict": "nan", "cached": False}]}),
+    )
     return buf.getvalue()
 
 

@@ -140,8 +140,7 @@ def test_bisect_exit_codes_in_every_mode(project, monkeypatch, status):
     def engine(mode, run_dir):
         def fake(*args, **kw):
             calls[mode] = (args, kw)
-            result = RunResult(Status(status), run_dir=run_dir)
-            return result.to_dict() if mode == "features" else result
+            return RunResult(Status(status), run_dir=run_dir)
 
         return fake
 

@@ -9,6 +9,7 @@ import json
 from click.testing import CliRunner
 
 from tfrepro.cli import main
+from tfrepro.trials.values import RunResult, Status
 
 
 def test_what_prints_during_the_hunt_goes_to_stderr(tmp_path, monkeypatch):
@@ -16,7 +17,7 @@ def test_what_prints_during_the_hunt_goes_to_stderr(tmp_path, monkeypatch):
 
     def run_bisect(project, options, *, as_json):
         print("(raylet) Raylet is terminated. Termination is unexpected.")
-        return {"status": "none", "symptom": None, "culprits": [], "run_dir": None}
+        return RunResult(Status.NONE)
 
     monkeypatch.setattr("tfrepro.bisect.display.run_bisect", run_bisect)
     r = CliRunner().invoke(main, ["bisect", str(tmp_path), "--json"])

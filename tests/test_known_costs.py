@@ -21,11 +21,9 @@ FP16 = "mixed_float16 compute policy"
 
 def test_mixed_float16_on_a_cpu_without_float16_hardware_is_a_known_cost():
     got = known_cost(["mixed_precision"], "slowdown", PLAIN_CPU, lambda n: FP16)
-    assert got and "45441" in got["source"] and "keep float32" in got["fix"]
+    assert got and "45441" in got.source and "keep float32" in got.fix
     bf16_cpu = {**PLAIN_CPU, "cpu_bf16": True}
-    assert (
-        "use mixed_bfloat16 on this CPU" in known_cost(["mixed_precision"], "slowdown", bf16_cpu, lambda n: FP16)["fix"]
-    )
+    assert "use mixed_bfloat16 on this CPU" in known_cost(["mixed_precision"], "slowdown", bf16_cpu, lambda n: FP16).fix
     # not a cost: on a GPU, on a CPU with float16 instructions, for a NaN, or with another culprit
     assert known_cost(["mixed_precision"], "slowdown", {**PLAIN_CPU, "accelerators": ["GPU"]}, lambda n: FP16) is None
     assert known_cost(["mixed_precision"], "slowdown", {**PLAIN_CPU, "cpu_fp16": True}, lambda n: FP16) is None
@@ -35,10 +33,10 @@ def test_mixed_float16_on_a_cpu_without_float16_hardware_is_a_known_cost():
 
 
 def test_a_strategy_over_one_replica_xla_on_cpu_and_eager_are_known_costs():
-    assert known_cost(["mirrored_strategy"], "slowdown", PLAIN_CPU)["reason"].startswith("a distribution strategy")
+    assert known_cost(["mirrored_strategy"], "slowdown", PLAIN_CPU).reason.startswith("a distribution strategy")
     assert known_cost(["mirrored_strategy"], "slowdown", {**PLAIN_CPU, "replicas": 2}) is None
-    assert "XLA" in known_cost(["jit_compile"], "slowdown", PLAIN_CPU)["reason"]
-    assert "eager" in known_cost(["eager_debug"], "slowdown", PLAIN_CPU)["reason"]
+    assert "XLA" in known_cost(["jit_compile"], "slowdown", PLAIN_CPU).reason
+    assert "eager" in known_cost(["eager_debug"], "slowdown", PLAIN_CPU).reason
 
 
 def _slow_mixed_precision(cfg, r):
@@ -54,7 +52,7 @@ def test_the_result_and_the_cli_carry_it_and_report_explains_instead_of_drafting
     doc = res.to_dict()
     assert (doc["status"], doc["culprits"]) == ("found", ["mixed_precision"])
     assert doc["known_cost"] and doc["known_cost"]["features"] == ["mixed_precision"]
-    text = "\n".join(answer_lines(doc))
+    text = "\n".join(answer_lines(res))
     assert "known cost, not a bug" in text and "fix: keep float32" in text
     monkeypatch.chdir(p.root)
     r = CliRunner().invoke(main, ["report", doc["run_dir"], "--json"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from tfrepro.bisect.display import answer_lines
 from tfrepro.report.answer import Report
 from tfrepro.report.issue_text import _slowdown
+from tfrepro.trials.values import RunResult, Status, Verdict
 
 
 def _doc(p_value: float, fast: bool = False) -> dict:
@@ -38,8 +39,10 @@ def test_the_step_times_and_the_ratio_come_from_the_same_samples_and_p_only_when
 
 
 def test_the_cli_quotes_p_only_when_it_supports_the_claim():
-    doc = {"status": "found", "symptom": "slowdown", "culprits": ["x"], "trials": 1, "wall_s": 1.0, "run_dir": "r"}
-    doc["timing"] = {"ratio": 2.1, "candidate": [1, 2, 3], "p_value": 0.125, "fast": False}
-    assert not any("p =" in line for line in answer_lines(doc))
-    doc["timing"]["p_value"] = 0.01
-    assert any("(p = 0.01)" in line for line in answer_lines(doc))
+    timing = {"ratio": 2.1, "candidate": [1, 2, 3], "p_value": 0.125, "fast": False}
+    res = RunResult(
+        Status.FOUND, Verdict.SLOWDOWN, ("x",), trials=1, wall_s=1.0, run_dir="r", details={"timing": timing}
+    )
+    assert not any("p =" in line for line in answer_lines(res))
+    timing["p_value"] = 0.01
+    assert any("(p = 0.01)" in line for line in answer_lines(res))

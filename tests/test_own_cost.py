@@ -23,7 +23,7 @@ def test_a_custom_layer_slower_than_its_stand_in_by_its_own_work_is_healthy(tmp_
     assert "--symptom slowdown" in doc["reason"]
     from tfrepro.bisect.display import answer_lines
 
-    assert answer_lines(doc)[0] == f"none: {doc['own_cost']['reason']}"  # the CLI says why
+    assert answer_lines(res)[0] == f"none: {doc['own_cost']['reason']}"  # the CLI says why
 
 
 def test_asked_for_it_is_hunted_at_the_plain_threshold(tmp_path):

@@ -268,6 +268,7 @@ def make_trial(state, key: str, mtime: float, *, done: bool = True) -> Path:
 
 def test_prune_keeps_the_newest_runs_and_trials_and_what_kept_runs_refer_to(tmp_path):
     from tfrepro.trials.state import StateDir, write_trial_record
+    from tfrepro.trials.values import TrialResult
 
     state = StateDir(tmp_path / ".tfrepro")
     trials = [make_trial(state, f"{i:016x}", 1000 + i) for i in range(5)]
@@ -276,7 +277,7 @@ def test_prune_keeps_the_newest_runs_and_trials_and_what_kept_runs_refer_to(tmp_
         r = state.new_run_dir(f"run{i}")
         state.release(r)  # a run of a process that has ended
         runs.append(r)
-    write_trial_record(runs[2] / "trials" / "1-all", {"log_dir": str(trials[0])}, str(trials[0]))
+    write_trial_record(runs[2] / "trials" / "1-all", TrialResult(log_dir=str(trials[0])))
     for i, r in enumerate(runs):
         os.utime(r, (2000 + i, 2000 + i))
     state.sub("cache")

@@ -21,7 +21,7 @@ def test_no_training_step_on_either_end_is_untestable_not_none(tmp_path):
     assert (res.status, res.exit_code) == (Status.UNTESTABLE, 5)
     assert "no training step ran in the failing configuration" in doc["reason"]
     assert "step=<int> loss=<float>" in doc["reason"]  # the way out
-    text = "\n".join(answer_lines(doc))
+    text = "\n".join(answer_lines(res))
     assert text.startswith("untestable: no training step ran") and "none:" not in text
 
 

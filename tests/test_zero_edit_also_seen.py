@@ -6,12 +6,12 @@ from test_zero_edit_preflight import NAN, fake, losses, project
 
 from tfrepro.bisect.also_seen import also_seen
 from tfrepro.bisect.engine import bisect
-from tfrepro.trials.values import Verdict
+from tfrepro.trials.values import AlsoSeen, Verdict
 
 
 def test_other_symptoms_in_hunting_order_and_a_possible_slowdown():
     got = also_seen({Verdict.MISMATCH}, None, base_fastest=0.02, full_fastest=0.03, slowdown=1.25)
-    assert got == [
+    assert [s.to_dict() for s in got] == [
         {"symptom": "mismatch", "hint": "rerun with --symptom mismatch"},
         {
             "symptom": "slowdown",
@@ -23,7 +23,7 @@ def test_other_symptoms_in_hunting_order_and_a_possible_slowdown():
     assert also_seen({Verdict.MISMATCH}, Verdict.MISMATCH, base_fastest=0.02, full_fastest=0.021, slowdown=1.25) == []
     # a crashed or NaN run says nothing about speed
     assert also_seen({Verdict.NAN, Verdict.CRASH}, Verdict.NAN, base_fastest=0.02, full_fastest=0.2, slowdown=1.25) == [
-        {"symptom": "crash", "hint": "rerun with --symptom crash"}
+        AlsoSeen("crash", "rerun with --symptom crash")
     ]
 
 

@@ -124,11 +124,12 @@ def test_a_baseline_failing_with_only_always_on_features_names_the_suspect(tmp_p
             return crash("NameError: name 'strategy' is not defined")
         return NAN
 
-    doc = bisect(project(tmp_path), runner=fake(behave)).to_dict()
+    res = bisect(project(tmp_path), runner=fake(behave))
+    doc = res.to_dict()
     assert doc["status"] == "baseline-fails"
     assert "every feature off except mirrored_strategy, always on" in doc["error"]
     assert "mirrored_strategy is the suspect" in doc["error"]
 
     from tfrepro.bisect.display import answer_lines
 
-    assert any(line.startswith("always on: mirrored_strategy") for line in answer_lines(doc))
+    assert any(line.startswith("always on: mirrored_strategy") for line in answer_lines(res))

@@ -16,7 +16,7 @@ catalog.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from tfrepro import catalog
@@ -82,14 +82,28 @@ COSTS: tuple[KnownCost, ...] = (
 )
 
 
+@dataclass(frozen=True)
+class CostFound:
+    """The culprits of a slowdown are known costs on this hardware: why, where
+    it is documented, the fix (each joined over the culprits), the culprits."""
+
+    reason: str
+    source: str
+    fix: str
+    features: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, str | list[str]]:
+        return {**asdict(self), "features": list(self.features)}
+
+
 def known_cost(
     culprits: list[str] | tuple[str, ...],
     symptom: str | None,
     hardware: Hardware,
     describe: Callable[[str], str] = lambda _n: "",
-) -> dict[str, Any] | None:
-    """{"reason", "source", "fix", "features"} when every culprit of a
-    slowdown is a known cost on `hardware`; None otherwise."""
+) -> CostFound | None:
+    """The known cost when every culprit of a slowdown is one on `hardware`;
+    None otherwise."""
     if symptom != "slowdown" or not culprits:
         return None
     found = []
@@ -99,9 +113,9 @@ def known_cost(
         if cost is None:
             return None
         found.append((name, cost))
-    return {
-        "reason": "; ".join(c.reason for _n, c in found),
-        "source": "; ".join(c.source for _n, c in found),
-        "fix": "; ".join(c.fix(hardware) for _n, c in found),
-        "features": [n for n, _c in found],
-    }
+    return CostFound(
+        "; ".join(c.reason for _n, c in found),
+        "; ".join(c.source for _n, c in found),
+        "; ".join(c.fix(hardware) for _n, c in found),
+        tuple(n for n, _c in found),
+    )

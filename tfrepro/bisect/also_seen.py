@@ -5,20 +5,10 @@ to hunt it. Pure: the engine passes what its trials showed."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TypedDict
 
-from tfrepro.trials.values import SYMPTOM_ORDER, Verdict
+from tfrepro.trials.values import SYMPTOM_ORDER, AlsoSeen, Verdict
 
 _FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
-
-
-class AlsoSeen(TypedDict, total=False):
-    """One symptom seen besides the one hunted (Contract 4's `also_seen`)."""
-
-    symptom: str
-    hint: str  # how to hunt it
-    ratio: float  # a possible slowdown: failing / baseline fastest step (untimed runs)
-    possible: bool
 
 
 def also_seen(
@@ -34,8 +24,8 @@ def also_seen(
     the `slowdown` threshold over the fastest baseline run (an untimed, cheap
     comparison: the hint says to hunt it with timing trials)."""
     shown = set(shown)
-    out: list[AlsoSeen] = [
-        {"symptom": v.value, "hint": f"rerun with --symptom {v.value}"}
+    out = [
+        AlsoSeen(v.value, f"rerun with --symptom {v.value}")
         for v in SYMPTOM_ORDER
         if v in shown and v != target and v != Verdict.SLOWDOWN
     ]
@@ -44,11 +34,6 @@ def also_seen(
         if ratio >= 1 + (slowdown - 1) / 2:
             r = round(ratio, 2)
             out.append(
-                {
-                    "symptom": "slowdown",
-                    "ratio": r,
-                    "possible": True,
-                    "hint": f"possible slowdown x{r:g} (untimed runs): rerun with --symptom slowdown",
-                }
+                AlsoSeen("slowdown", f"possible slowdown x{r:g} (untimed runs): rerun with --symptom slowdown", r)
             )
     return out

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping
+from collections import Counter
 from typing import Any
 
 from rich.console import Console
@@ -18,6 +18,7 @@ from rich.table import Table
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.settings import SymptomSettings
 from tfrepro.trials import classify
+from tfrepro.trials.values import RunResult, Status, TrialRow
 
 
 def no_color(environ: dict[str, str] | None = None) -> bool:
@@ -94,46 +95,42 @@ class RichProgress(BisectEvents):
             self._refresh()
 
 
-def final_table(console: Console, doc: dict[str, Any]) -> None:
+def final_table(console: Console, result: RunResult) -> None:
     """The end of a run: culprits, verdict per configuration, trials, wall time."""
-    rows: dict[tuple[str, ...], list[dict[str, Any]]] = {}
-    for row in doc.get("trials_table") or []:
+    rows: dict[tuple[str, ...], list[TrialRow]] = {}
+    for row in result.details.get("trials_table") or []:
         rows.setdefault(tuple(row["enabled"]), []).append(row)
     table = Table(title="trials", show_lines=False)
     for col in ("configuration", "runs", "verdicts", "cached"):
         table.add_column(col)
     for cfg, rs in rows.items():
-        verdicts: dict[str, int] = {}
-        for r in rs:
-            verdicts[r["verdict"]] = verdicts.get(r["verdict"], 0) + 1
+        verdicts = Counter(r["verdict"] for r in rs)  # in order of first appearance
         text = ", ".join(f"{v} x{n}" if n > 1 else str(v) for v, n in verdicts.items())
         table.add_row(_config(cfg), str(len(rs)), text, str(sum(1 for r in rs if r["cached"])))
     console.print(table)
-    if doc.get("ablation"):
+    if result.details.get("ablation"):
         ab = Table(title="each feature alone on the baseline")
         ab.add_column("feature")
         ab.add_column("verdict")
-        for f, v in doc["ablation"].items():
+        for f, v in result.details["ablation"].items():
             ab.add_row(f, v)
         console.print(ab)
 
 
-def _found_lines(doc: Mapping[str, Any]) -> list[str]:
+def _found_lines(result: RunResult) -> list[str]:
     """A found answer: the culprits, a known cost, where it shows, the timing."""
-    symptom = doc.get("symptom")
-    lines = [f"{symptom}: caused by {' + '.join(doc['culprits'])}"]
-    extra = sorted(set(doc.get("culprit_config") or []) - set(doc["culprits"]))
+    d, symptom = result.details, result.symptom.value if result.symptom else None
+    culprits = sorted(result.culprits)
+    lines = [f"{symptom}: caused by {' + '.join(culprits)}"]
+    extra = sorted(set(d.get("culprit_config") or []) - set(culprits))
     if extra:
         lines.append(f"  (together with {', '.join(extra)}, which change the loss on purpose)")
-    cost = doc.get("known_cost")
-    if cost:
-        lines.append(f"  known cost, not a bug: {cost['reason']}")
-        lines.append(f"  fix: {cost['fix']}")
-        lines.append(f"  source: {cost['source']}")
-    if doc.get("symptom_call"):
-        lines.append(f"  it shows in {doc['symptom_call']}")
-    if doc.get("timing") and symptom == "slowdown":
-        t = doc["timing"]
+    if cost := result.known_cost:
+        lines += [f"  known cost, not a bug: {cost.reason}", f"  fix: {cost.fix}", f"  source: {cost.source}"]
+    if d.get("symptom_call"):
+        lines.append(f"  it shows in {d['symptom_call']}")
+    if d.get("timing") and symptom == "slowdown":
+        t = d["timing"]
         p = t.get("p_value")
         support = "clear-cut" if t.get("fast") else (f"p = {p:.3g}" if p is not None and p <= 0.05 else "")
         lines.append(
@@ -143,69 +140,64 @@ def _found_lines(doc: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def answer_lines(doc: dict[str, Any]) -> list[str]:
+def answer_lines(result: RunResult) -> list[str]:
     """The answer in words (stdout)."""
-    status, symptom = doc["status"], doc.get("symptom")
-    lines: list[str] = []
-    if status == "found":
-        lines += _found_lines(doc)
-    elif status == "none":
+    status, symptom, d = result.status, result.symptom.value if result.symptom else None, result.details
+    if status is Status.FOUND:
+        lines = _found_lines(result)
+    elif status is Status.NONE:
         what = f"no {symptom}" if symptom else "no nan, crash, timeout, mismatch or slowdown"
-        if doc.get("own_cost"):  # a custom layer's own compute against its stand-in (bisect/replay.py)
-            lines.append(f"none: {doc['own_cost']['reason']}")
+        if d.get("own_cost"):  # a custom layer's own compute against its stand-in (bisect/replay.py)
+            lines = [f"none: {d['own_cost']['reason']}"]
         else:
-            lines.append(f"none: the failing configuration (every feature on) shows {what} against the baseline")
-    elif status == "untestable":
-        lines.append(f"untestable: {doc.get('reason') or doc.get('error') or 'nothing could be measured'}")
+            lines = [f"none: the failing configuration (every feature on) shows {what} against the baseline"]
+    elif status is Status.UNTESTABLE:
+        lines = [f"untestable: {result.reason or result.error or 'nothing could be measured'}"]
         lines.append("  (not a verdict on the features: nothing was measured to judge them by)")
-    elif doc.get("flaky"):
-        rate = doc.get("reproduction_rate")
-        rate_text = f" (reproduced in {rate:.0%} of runs)" if isinstance(rate, (int, float)) else ""
-        lines.append(f"flaky {symptom or ''}{rate_text}: {doc.get('error') or ''}".rstrip())
-        if doc.get("suspects"):
-            lines.append(f"  the search ended on: {', '.join(doc['suspects'])}")
+    elif result.flaky:
+        rate = result.reproduction_rate
+        rate_text = f" (reproduced in {rate:.0%} of runs)" if rate is not None else ""
+        lines = [f"flaky {symptom or ''}{rate_text}: {result.error or ''}".rstrip()]
+        if result.suspects:
+            lines.append(f"  the search ended on: {', '.join(result.suspects)}")
     else:
-        lines.append(f"{status}: {doc.get('error') or ''}".rstrip())
-    if doc.get("note"):
-        lines.append(f"note: {doc['note']}")
-    for d in doc.get("compile_differs") or []:
+        lines = [f"{status.value}: {result.error or ''}".rstrip()]
+    if d.get("note"):
+        lines.append(f"note: {d['note']}")
+    for c in d.get("compile_differs") or []:
         lines.append(
-            f"note: {_config(d['configuration'])} compiled with jit_compile={d['jit_compile']}, "
-            f"the failing configuration with {d['failing_jit_compile']}"
+            f"note: {_config(c['configuration'])} compiled with jit_compile={c['jit_compile']}, "
+            f"the failing configuration with {c['failing_jit_compile']}"
         )
-    for d in doc.get("dropped_features") or []:
-        lines.append(f"always on: {d['name']} (its OFF part does not run: {d['reason']})")
-    for seen in doc.get("also_seen") or []:
+    for c in d.get("dropped_features") or []:
+        lines.append(f"always on: {c['name']} (its OFF part does not run: {c['reason']})")
+    for seen in result.also_seen:
         lines.append(
-            f"also seen: {seen['symptom']}"
-            + (f" (x{seen['ratio']:g}, untimed)" if seen.get("ratio") else "")
-            + f"; {seen['hint']}"
+            f"also seen: {seen.symptom}" + (f" (x{seen.ratio:g}, untimed)" if seen.ratio else "") + f"; {seen.hint}"
         )
-    if doc.get("detected"):
+    if d.get("detected"):
         lines.append("features detected in memory (nothing written); `tfrepro annotate --write` to keep them")
-    lines.extend(f"warning: {w}" for w in doc.get("warnings") or [])
-    lines.append(
-        f"{doc['trials']} trials ({sum(1 for r in doc.get('trials_table') or [] if r['cached'])} "
-        f"from cache), {doc['wall_s']:.1f} s; run: {doc['run_dir']}"
-    )
+    lines.extend(f"warning: {w}" for w in d.get("warnings") or [])
+    cached = sum(1 for r in d.get("trials_table") or [] if r["cached"])
+    lines.append(f"{result.trials} trials ({cached} from cache), {result.wall_s:.1f} s; run: {result.run_dir}")
     return lines
 
 
-def run_bisect(project: Any, options: Any, *, as_json: bool, console: Console | None = None) -> dict[str, Any]:
-    """Run the engine with a live display (none with `as_json`) and return the
-    result document. SIGTERM interrupts like Ctrl-C, so a running trial's
-    process tree is killed on the way out; finished trials stay cached."""
+def run_bisect(project: Any, options: Any, *, as_json: bool, console: Console | None = None) -> RunResult:
+    """Run the engine with a live display (none with `as_json`) and return its
+    answer. SIGTERM interrupts like Ctrl-C, so a running trial's process tree
+    is killed on the way out; finished trials stay cached."""
     from tfrepro.bisect.engine import bisect
     from tfrepro.trials.procs import sigterm_interrupts
 
     console = console or make_console()
     with sigterm_interrupts():
         if as_json:
-            return bisect(project, options).to_dict()
+            return bisect(project, options)
         console.print(
             f"bisecting {project.root} ({len(project.feature_names)} features: {', '.join(project.feature_names)})"
         )
         with RichProgress(console, project.manifest.symptoms) as progress:
-            doc = bisect(project, options, events=progress).to_dict()
-        final_table(console, doc)
-        return doc
+            result = bisect(project, options, events=progress)
+        final_table(console, result)
+        return result

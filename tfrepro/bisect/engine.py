@@ -54,7 +54,6 @@ from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest, make_executor
-from tfrepro.trials.runner import summary
 from tfrepro.trials.state import StateDir, write_trial_record
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
@@ -203,7 +202,7 @@ class _Bisection(Ends, Replay):
             self.records.append(record)
             self.unshown.append(record)
             ready = self._judged_now()
-        write_trial_record(self.run_dir / rel, summary(result), result.log_dir)
+        write_trial_record(self.run_dir / rel, result)
         for rec in ready:
             self.events.trial_finished(rec)
         return result

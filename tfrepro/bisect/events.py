@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from tfrepro.trials.values import TrialResult, Verdict
 
@@ -35,8 +34,8 @@ class PointTried:
     shows: tuple[Verdict, ...] = ()
     reason: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {
+    def to_dict(self) -> dict[str, str | list[str]]:
+        d: dict[str, str | list[str]] = {
             "label": self.label,
             "subject": self.subject,
             "verdict": self.verdict.value,

@@ -39,9 +39,8 @@ from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest
 from tfrepro.trials.procs import sigterm_interrupts
-from tfrepro.trials.runner import summary
 from tfrepro.trials.state import shown_path, write_trial_record
-from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict
+from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict, summary
 
 
 @dataclass(frozen=True)
@@ -199,8 +198,8 @@ class RangeRun:
             self.first.setdefault(point.label, result)
         index = len(self.records) + 1
         rel = f"trials/{index:03d}-{point.short.replace(' ', '_')}-r{repeat}"
+        write_trial_record(self.run_dir / rel, result)
         full = summary(result)
-        write_trial_record(self.run_dir / rel, full, result.log_dir)
         record = TrialRecord(index, (), self.source.role(point), repeat, result, f"{rel}/summary.json")
         self.records.append(record)
         row = {
@@ -389,16 +388,15 @@ def bisect_points(run: RangeRun, symptom: Verdict | None) -> RunResult:
             ends = check_ends(run, symptom)
         except Stop as stop:
             reason = stop.message if stop.status is Status.UNTESTABLE else None
-            baseline = summary(stop.good) if stop.good is not None else None
-            return RunResult(stop.status, stop.symptom, baseline=baseline, error=stop.message, reason=reason)
+            return RunResult(stop.status, stop.symptom, baseline=stop.good, error=stop.message, reason=reason)
         found = hunt(run, ends)
     if found.status == "found":
-        return RunResult(Status.FOUND, ends.target, baseline=summary(ends.good), details={"first_bad": found.first_bad})
+        return RunResult(Status.FOUND, ends.target, baseline=ends.good, details={"first_bad": found.first_bad})
     noun = run.source.noun
     return RunResult(
         Status.AMBIGUOUS,
         ends.target,
-        baseline=summary(ends.good),
+        baseline=ends.good,
         candidates=tuple(found.candidates),
         error=f"{len(found.candidates)} candidate {noun}s: the untestable ones among them hide "
         f"which one is the first bad one",

@@ -11,47 +11,34 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
-from tfrepro.bisect.also_seen import AlsoSeen
 from tfrepro.bisect.compile_pin import CompileDiff
 from tfrepro.bisect.events import TrialRecord
 from tfrepro.bisect.search import Config
 from tfrepro.trials import classify
-from tfrepro.trials.runner import summary
 from tfrepro.trials.state import shown_path
-from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
+from tfrepro.trials.values import AlsoSeen, RunResult, Status, TrialResult, TrialRow, Verdict, summary
 
 if TYPE_CHECKING:
     from tfrepro.bisect.engine import _Bisection
+    from tfrepro.costs import CostFound
 
 Shows = Callable[[Config, TrialResult], frozenset[Verdict]]
 
 
 def best(
     memo: Mapping[tuple[Config, int], TrialResult], shows: Shows, cfg: Config | None, target: Verdict | None
-) -> dict[str, Any] | None:
-    """A summary of a trial of `cfg`, preferring one that shows `target`."""
+) -> TrialResult | None:
+    """A trial of `cfg`, preferring one that shows `target`."""
     if cfg is None:
         return None
     mine = [t for (c, _r), t in sorted(memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
     hits = [t for t in mine if target is not None and target in shows(cfg, t)]
-    return summary((hits or mine)[0]) if mine else None
-
-
-class TrialRow(TypedDict):
-    """One trial in the result's trials table."""
-
-    enabled: list[str]
-    verdict: str | None
-    summary: str  # its summary.json, relative to the run dir
-    cached: bool
-    role: str
-    repeat: int
-    key: str
+    return (hits or mine)[0] if mine else None
 
 
 def trials_table(records: list[TrialRecord], shows: Shows, target: Verdict | None) -> list[TrialRow]:
@@ -102,18 +89,14 @@ def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
         slowdown=run.symptom_settings.slowdown,
         base_fastest=None if timed else run._fastest(base, [r for r in range(max(run.k, 2)) if (base, r) in run.memo]),
     )
-    for s in seen:
-        if s["symptom"] == Verdict.MEMORY.value and doubt:
-            s["hint"] = f"memory ({doubt}): rerun with --symptom memory --repeats 3 to hunt it"
-    return seen
+    hint = f"memory ({doubt}): rerun with --symptom memory --repeats 3 to hunt it"
+    return [replace(s, hint=hint) if s.symptom == Verdict.MEMORY.value and doubt else s for s in seen]
 
 
 def _symptom_call(run: _Bisection, symptom: Verdict | None, cfg: Config) -> str | None:
     """The training call (fit#2, file:line) the symptom shows in (trials/calls.py)."""
     from tfrepro.trials.calls import symptom_call, where_mapper
 
-    mine = [t for (c, _r), t in sorted(run.memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
-    hits = [t for t in mine if symptom is not None and symptom in run._shows(cfg, t)]
     texts = {}  # zero-edit: the variant's lines are the annotated text's, not the file's
     detection = getattr(run.project, "detection", None)
     for rel, annotated in (getattr(detection, "texts", None) or {}).items():
@@ -122,10 +105,10 @@ def _symptom_call(run: _Bisection, symptom: Verdict | None, cfg: Config) -> str 
         except (OSError, UnicodeDecodeError):
             continue
     timed = getattr(run, "timed_calls", ())
-    return symptom_call((hits or mine or [None])[0], symptom, timed, where_mapper(texts))
+    return symptom_call(best(run.memo, run._shows, cfg, symptom), symptom, timed, where_mapper(texts))
 
 
-def _known_cost(run: _Bisection, status: Status, symptom: Verdict | None, culprits: Config) -> dict[str, Any] | None:
+def _known_cost(run: _Bisection, status: Status, symptom: Verdict | None, culprits: Config) -> CostFound | None:
     """A found slowdown whose culprits are documented costs on the hardware
     the culprit configuration's trials ran on (tfrepro/costs.py)."""
     from tfrepro.costs import known_cost
@@ -176,8 +159,8 @@ def _details(run: _Bisection, a: Answer) -> dict[str, Any]:
         "repeats": run.k,
         "features": list(run.features),
         "affects_loss": sorted(run.affects_loss),
-        "failing": best(run.memo, run._shows, full, symptom),
-        "culprit_trial": best(run.memo, run._shows, config, symptom),
+        "failing": summary(t) if (t := best(run.memo, run._shows, full, symptom)) else None,
+        "culprit_trial": summary(t) if (t := best(run.memo, run._shows, config, symptom)) else None,
         "dropped_features": list(run.dropped),
         # Kept ON in every trial (--only/--skip, preflight drops): report renders them so too.
         "fixed_on": sorted(getattr(run.project, "fixed_on", ())),

@@ -176,7 +176,7 @@ class Row:
     keras: str | None = None
     keras_lib: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, str | list[str] | None]:
         return {
             "version": self.version,
             "verdict": self.verdict,

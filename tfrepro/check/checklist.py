@@ -6,9 +6,9 @@ the judging that fills it lives in `tfrepro.check.judge`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, TypedDict
 
 
 class CheckStatus(str, Enum):
@@ -16,6 +16,30 @@ class CheckStatus(str, Enum):
     WARN = "warn"
     FAIL = "fail"
     SKIP = "skip"
+
+
+class CheckItemDoc(TypedDict):
+    """A `CheckItem` as JSON: `check --json`, a baseline-fails result's checks."""
+
+    number: int
+    key: str
+    title: str
+    status: str
+    summary: str
+    evidence: list[str]
+    fix: str | None
+
+
+class CheckReportDoc(TypedDict):
+    """A `CheckReport` as JSON (`from_dict` reads it back)."""
+
+    status: str
+    reason: str | None
+    flagged: list[str]
+    project: str
+    enabled: list[str]
+    trial: dict[str, Any]
+    checks: list[CheckItemDoc]
 
 
 @dataclass(frozen=True)
@@ -28,27 +52,13 @@ class CheckItem:
     evidence: tuple[str, ...] = ()
     fix: str | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "number": self.number,
-            "key": self.key,
-            "title": self.title,
-            "status": self.status.value,
-            "summary": self.summary,
-            "evidence": list(self.evidence),
-            "fix": self.fix,
-        }
+    def to_dict(self) -> CheckItemDoc:
+        return {**asdict(self), "status": self.status.value, "evidence": list(self.evidence)}
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CheckItem":
+    def from_dict(cls, d: CheckItemDoc) -> "CheckItem":
         return cls(
-            number=int(d["number"]),
-            key=d["key"],
-            title=d["title"],
-            status=CheckStatus(d["status"]),
-            summary=d["summary"],
-            evidence=tuple(d.get("evidence") or ()),
-            fix=d.get("fix"),
+            **{**d, "number": int(d["number"]), "status": CheckStatus(d["status"]), "evidence": tuple(d["evidence"])}
         )
 
 
@@ -91,7 +101,7 @@ class CheckReport:
                     return f"check {i.number} ({i.title}) {i.status.value}s: {i.summary}"
         return None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> CheckReportDoc:
         return {
             "status": self.status.value,
             "reason": self.reason(),
@@ -103,7 +113,7 @@ class CheckReport:
         }
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "CheckReport":
+    def from_dict(cls, d: CheckReportDoc) -> "CheckReport":
         return cls(
             items=tuple(CheckItem.from_dict(i) for i in d.get("checks", ())),
             project=d.get("project", ""),

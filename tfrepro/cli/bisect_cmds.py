@@ -281,17 +281,16 @@ def bisect_cmd(
     from tfrepro.bisect.display import answer_lines, run_bisect
     from tfrepro.check.run import checks_for_result
     from tfrepro.trials.state import prune_after_run
-    from tfrepro.trials.values import Status
 
     project = load_project(path, only, skip)
     options = replace(options, baseline_checks=checks_for_result)
     # --json: stdout is the one result object; whatever else writes there
     # meanwhile (Ray's driver prints a raylet's death notice) goes to stderr.
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-        doc = run_bisect(project, options, as_json=as_json)
+        result = run_bisect(project, options, as_json=as_json)
         prune_after_run(project)
-    click.echo(json.dumps(doc) if as_json else "\n".join(answer_lines(doc)))
-    sys.exit(write_tables(path, doc.get("run_dir"), Status(doc["status"]).exit_code))
+    click.echo(json.dumps(result.to_dict()) if as_json else "\n".join(answer_lines(result)))
+    sys.exit(write_tables(path, result.run_dir, result.exit_code))
 
 
 def write_tables(path: Path, run_dir: str | None, code: int) -> int:
@@ -342,10 +341,9 @@ def demo_cmd(jobs: int, keep: bool, as_json: bool) -> None:
     import shutil
     import tempfile
 
-    from tfrepro.bisect.display import run_bisect
+    from tfrepro.bisect.display import answer_lines, run_bisect
     from tfrepro.bisect.engine import BisectOptions
     from tfrepro.project import Project
-    from tfrepro.trials.values import Status
 
     src = Path(__file__).resolve().parent.parent / "examples" / "demo"
     expected = json.loads((src / "expected.json").read_text(encoding="utf-8"))
@@ -355,7 +353,8 @@ def demo_cmd(jobs: int, keep: bool, as_json: bool) -> None:
         shutil.copytree(src, dest, ignore=shutil.ignore_patterns(".tfrepro", "__pycache__", "expected.json"))
         click.echo(f"demo project copied to {dest}", err=as_json)
         click.echo(f"planted bug: {expected.get('note', '')}", err=True)
-        doc = run_bisect(Project.load(dest), BisectOptions(jobs=jobs), as_json=as_json)
+        result = run_bisect(Project.load(dest), BisectOptions(jobs=jobs), as_json=as_json)
+        doc = result.to_dict()
         right = doc["status"] == expected["status"] and doc["culprits"] == expected["culprits"]
         if as_json:
             click.echo(
@@ -364,20 +363,18 @@ def demo_cmd(jobs: int, keep: bool, as_json: bool) -> None:
                 )
             )
         else:
-            _demo_answer(doc, expected, right, dest if keep else None)
-        sys.exit(0 if right else (Status(doc["status"]).exit_code or 1))
+            click.echo("\n".join(answer_lines(result)))
+            _demo_answer(doc["status"], expected, right, dest if keep else None)
+        sys.exit(0 if right else (result.exit_code or 1))
     finally:
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _demo_answer(doc: dict, expected: dict, right: bool, kept: Path | None) -> None:
-    from tfrepro.bisect.display import answer_lines
-
-    click.echo("\n".join(answer_lines(doc)))
+def _demo_answer(status: str, expected: dict, right: bool, kept: Path | None) -> None:
     if right:
         click.echo(f"the planted culprit was found: {', '.join(expected['culprits'])}")
     else:
-        click.echo(f"expected {expected['symptom']}: {', '.join(expected['culprits'])}, got {doc['status']}", err=True)
+        click.echo(f"expected {expected['symptom']}: {', '.join(expected['culprits'])}, got {status}", err=True)
     if kept:
         click.echo(f"kept: {kept}; try `tfrepro report {kept}`")

@@ -156,7 +156,8 @@ def run(
 
 
 def _print_results(results: list, expect: str | None, as_json: bool) -> None:
-    from tfrepro.trials.runner import describe, summary
+    from tfrepro.trials.runner import describe
+    from tfrepro.trials.values import summary
 
     code, reason = expect_verdict(results, expect) if expect else (int(any(map(failed, results))), "")
     if as_json:

@@ -428,20 +428,6 @@ def last_line(path: Path, tail: int = 65536) -> str | None:
 # -- presentation (`tfrepro run`) -------------------------------------------------
 
 
-def summary(result: TrialResult) -> dict[str, Any]:
-    """The trial summary printed by `tfrepro run --json`: every field of the
-    result plus the derived numbers a reader looks for first."""
-    d = result.to_dict()
-    d["first_loss"] = result.first_loss if result.losses and _finite(result.first_loss) else None
-    d["last_loss"] = result.last_loss if result.losses and _finite(result.last_loss) else None
-    d["nonfinite"] = result.nonfinite
-    return d
-
-
-def _finite(x: float | None) -> bool:
-    return x is not None and x == x and abs(x) != float("inf")
-
-
 def describe(result: TrialResult) -> list[str]:
     """Human-readable lines for one trial."""
     on = ", ".join(result.enabled) or "none"
@@ -479,4 +465,4 @@ def describe(result: TrialResult) -> list[str]:
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.6g}" if _finite(x) else str(x)
+    return f"{x:.6g}" if x == x and abs(x) != float("inf") else str(x)

@@ -48,7 +48,7 @@ from typing import Any
 from tfrepro.errors import UserError
 from tfrepro.projectfiles import STATE_DIR
 from tfrepro.trials.stored import load_result
-from tfrepro.trials.values import TrialResult
+from tfrepro.trials.values import TrialResult, summary
 
 STATE_DIR_NAME = STATE_DIR  # the name is the project layout's (projectfiles excludes it from variants)
 GITIGNORE = "# created by tfrepro: nothing in here belongs in git\n*\n"
@@ -199,7 +199,7 @@ class StateDir:
         if result.could_not_run:
             return
         self.sub("cache")
-        atomic_write_json(self.cache_file(key), result.to_dict())
+        atomic_write_text(self.cache_file(key), json.dumps(result.to_dict(), indent=1, allow_nan=False, default=str))
 
     # -- runs --------------------------------------------------------------
     def new_run_dir(self, run_id: str | None = None) -> Path:
@@ -433,15 +433,15 @@ def shown_path(p: Path) -> str:
     return rel if not rel.startswith("..") else str(p)
 
 
-def write_trial_record(dest: Path, summary: dict[str, Any], log_dir: str | None) -> None:
+def write_trial_record(dest: Path, result: TrialResult) -> None:
     """One trial of a run, in the run dir: its summary and its logs (hard
     links when possible: the logs already live in the trial dir)."""
     dest.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(dest / "summary.json", json.dumps(summary, indent=1, default=str))
-    if not log_dir:
+    atomic_write_text(dest / "summary.json", json.dumps(summary(result), indent=1, default=str))
+    if not result.log_dir:
         return
     for name in LOGS:
-        src = Path(log_dir) / name
+        src = Path(result.log_dir) / name
         if src.is_file():
             try:
                 os.link(src, dest / name)
@@ -462,10 +462,6 @@ def atomic_write_text(path: Path, text: str) -> None:
         except OSError:
             pass
         raise
-
-
-def atomic_write_json(path: Path, data: dict[str, Any]) -> None:
-    atomic_write_text(path, json.dumps(data, indent=1, allow_nan=False, default=str))
 
 
 def prune_after_run(project: Any) -> Pruned:

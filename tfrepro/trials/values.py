@@ -14,8 +14,9 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any
+from typing import Any, TypedDict
 
+from tfrepro.costs import CostFound
 from tfrepro.settings import WARMUP_STEPS
 
 
@@ -158,6 +159,45 @@ class TrialResult:
         return cls(**kw)
 
 
+def summary(result: TrialResult) -> dict[str, Any]:
+    """The trial summary printed by `tfrepro run --json` (and a result's
+    `baseline`): every field of the result plus the derived numbers a reader
+    looks for first."""
+    d = result.to_dict()
+    d["first_loss"] = result.losses[0] if result.losses and math.isfinite(result.losses[0]) else None
+    d["last_loss"] = result.losses[-1] if result.losses and math.isfinite(result.losses[-1]) else None
+    d["nonfinite"] = result.nonfinite
+    return d
+
+
+class TrialRow(TypedDict):
+    """One trial in the result's trials table (`details["trials_table"]`)."""
+
+    enabled: list[str]
+    verdict: str | None
+    summary: str  # its summary.json, relative to the run dir
+    cached: bool
+    role: str
+    repeat: int
+    key: str
+
+
+@dataclass(frozen=True)
+class AlsoSeen:
+    """One symptom seen besides the one hunted (Contract 4's `also_seen`):
+    how to hunt it; for a possible slowdown, the failing / baseline fastest
+    step ratio of untimed runs."""
+
+    symptom: str
+    hint: str
+    ratio: float | None = None
+
+    def to_dict(self) -> dict[str, str | float | bool]:
+        if self.ratio is None:
+            return {"symptom": self.symptom, "hint": self.hint}
+        return {"symptom": self.symptom, "ratio": self.ratio, "possible": True, "hint": self.hint}
+
+
 class Status(str, Enum):
     """The outcome of a bisection (Contract 4), and its exit code."""
 
@@ -205,7 +245,7 @@ class RunResult:
     status: Status
     symptom: Verdict | None = None
     culprits: tuple[str, ...] = ()
-    baseline: dict[str, Any] | None = None
+    baseline: TrialResult | None = None  # written as its `summary`
     trials: int = 0
     wall_s: float = 0.0
     run_dir: str | None = None
@@ -215,12 +255,12 @@ class RunResult:
     reproduction_rate: float | None = None
     suspects: tuple[str, ...] = ()
     candidates: tuple[Any, ...] = ()
-    also_seen: tuple[dict[str, Any], ...] = ()
+    also_seen: tuple[AlsoSeen, ...] = ()
     error: str | None = None
     reason: str | None = None  # untestable: why nothing could be measured, and the way out
-    # The culprits' effect is a documented cost on this hardware (tfrepro/costs.py):
-    # {"reason", "source", "fix", "features"}; `report` explains instead of drafting a bug.
-    known_cost: dict[str, Any] | None = None
+    # The culprits' effect is a documented cost on this hardware (tfrepro/costs.py);
+    # `report` explains instead of drafting a bug.
+    known_cost: CostFound | None = None
     details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -236,7 +276,7 @@ class RunResult:
             "status": self.status.value,
             "symptom": self.symptom.value if self.symptom is not None else None,
             "culprits": sorted(self.culprits),
-            "baseline": self.baseline,
+            "baseline": summary(self.baseline) if self.baseline is not None else None,
             "trials": self.trials,
             "wall_s": self.wall_s,
             "run_dir": self.run_dir,
@@ -247,9 +287,9 @@ class RunResult:
             "reproduction_rate": self.reproduction_rate,
             "suspects": list(self.suspects),
             "candidates": list(self.candidates),
-            "also_seen": list(self.also_seen),
+            "also_seen": [s.to_dict() for s in self.also_seen],
             "error": self.error,
             "reason": self.reason,
-            "known_cost": self.known_cost,
+            "known_cost": self.known_cost.to_dict() if self.known_cost is not None else None,
         }
         return {**self.details, **typed}
