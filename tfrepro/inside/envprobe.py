@@ -26,7 +26,8 @@ def _os_release():
     return None
 
 
-# A copy of tfrepro.dists.TF_DISTS (this file may not import tfrepro).
+# The distributions that install the `tensorflow` package, in the order a
+# version is looked up when several are installed (tfrepro.dists reads it).
 TF_DISTS = (
     "tensorflow",
     "tensorflow-cpu",

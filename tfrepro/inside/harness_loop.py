@@ -285,8 +285,6 @@ def _apply_wrapper(orig):
             H.note_error("loop step")
         return out
 
-    apply.__wrapped__ = orig
-    apply._tfrepro = True
     return apply
 
 
@@ -297,8 +295,6 @@ def _gradient_wrapper(orig):
             _tls.target = target
         return out
 
-    gradient.__wrapped__ = orig
-    gradient._tfrepro = True
     return gradient
 
 
@@ -308,8 +304,6 @@ def _scale_wrapper(orig):
         _tls.scaled = (out, loss)
         return out
 
-    scale.__wrapped__ = orig
-    scale._tfrepro = True
     return scale
 
 
@@ -333,8 +327,6 @@ def _call_wrapper(orig):
                 H.note_error("loop step (graph)")
         return out
 
-    __call__.__wrapped__ = orig
-    __call__._tfrepro = True
     return __call__
 
 
@@ -351,7 +343,10 @@ def _drain(end: float) -> None:
 def _patch(cls, method: str, wrapper) -> None:
     fn = cls.__dict__.get(method)
     if fn is not None and not getattr(fn, "_tfrepro", False):
-        setattr(cls, method, wrapper(fn))
+        wrapped = wrapper(fn)
+        wrapped.__wrapped__ = fn
+        wrapped._tfrepro = True
+        setattr(cls, method, wrapped)
 
 
 def _patch_classes(specs) -> None:
