@@ -7,6 +7,7 @@ never imports tfrepro). Two ways in:
                                       (`inside/setup_plugin.py`)
 """
 
+import contextlib
 import json
 import os
 import platform
@@ -16,13 +17,11 @@ import sys
 
 
 def _os_release():
-    try:
+    with contextlib.suppress(OSError):
         with open("/etc/os-release", encoding="utf-8") as f:
             for line in f:
                 if line.startswith("PRETTY_NAME="):
                     return line.split("=", 1)[1].strip().strip('"')
-    except OSError:
-        pass
     return None
 
 
@@ -49,7 +48,7 @@ def _dist(name):
     except Exception:
         return None
     source = "pip (binary wheel)"
-    try:
+    with contextlib.suppress(Exception):
         installer = (d.read_text("INSTALLER") or "").strip()
         if installer and installer != "pip":
             source = f"{installer} (binary wheel)"
@@ -60,8 +59,6 @@ def _dist(name):
                 source = "source (editable install)"
             elif "vcs_info" in info or info.get("url", "").startswith("file:"):
                 source = "source"
-    except Exception:
-        pass
     if "conda-meta" in str(getattr(d, "_path", "")):
         source = "conda"
     return {"name": name, "version": d.version, "source": source}

@@ -44,6 +44,7 @@ write watch are in harness_guard.py.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import math
 import os
@@ -204,10 +205,8 @@ def _stop(reason: str) -> None:
         traceback.print_exc()
         code = HARNESS_FAILED
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(Exception):
             stream.flush()
-        except Exception:
-            pass
     os._exit(code)
 
 

@@ -16,6 +16,7 @@ the per-step loss from Keras's logged running mean (float32: ~1e-6 relative).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
@@ -78,10 +79,8 @@ def _loss_trackers(model) -> list:
         getattr(model, "_loss_tracker", None),
         getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None),
     ]
-    try:
+    with contextlib.suppress(Exception):
         found += [m for m in model.metrics if getattr(m, "name", None) == "loss"]
-    except Exception:
-        pass
     out, ids = [], set()
     for t in found:
         if t is not None and hasattr(t, "update_state") and id(t) not in ids:
@@ -300,10 +299,8 @@ def _patch_init(cls) -> None:
 
     def __init__(self, *args, **kwargs):
         orig(self, *args, **kwargs)
-        try:
+        with contextlib.suppress(Exception):
             _track(self)
-        except Exception:
-            pass
 
     cls.__init__ = __init__
 
