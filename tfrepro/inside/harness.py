@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import math
 import os
@@ -265,21 +266,16 @@ def _sibling(name: str):
 
 
 def _bound(name: str):
-    """harness_<name>.py, loaded and handed this module (its `bind(core)`)."""
+    """harness_<name>.py, loaded and handed this module (as its `H`)."""
     module = _sibling(name)
-    module.bind(sys.modules[__name__])
+    module.H = sys.modules[__name__]
     return module
 
 
-_loop_side = None
-
-
+@functools.cache
 def _loop():
     """harness_loop.py (custom loops: steps from apply_gradients), loaded on first use."""
-    global _loop_side
-    if _loop_side is None:
-        _loop_side = _bound("loop")
-    return _loop_side
+    return _bound("loop")
 
 
 def _keras():
@@ -441,8 +437,7 @@ def activate(config_path: str) -> None:
     sys.excepthook = guard.excepthook(sys.excepthook)
     guard.watch_writes(S.config.get("confine"))
     atexit.register(finish)
-    tap = _sibling("stdout")  # custom loops: `step=N loss=X` lines (harness_stdout.py)
-    tap.bind(sys.modules[__name__])
+    tap = _bound("stdout")  # custom loops: `step=N loss=X` lines (harness_stdout.py)
     sys.stdout = tap.StdoutTap(sys.stdout)
     global _FINDER
     _FINDER = _sibling("imports").PostImportFinder(_HOOKS, note_error)

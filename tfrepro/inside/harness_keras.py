@@ -2,7 +2,7 @@
 
 Loaded by path by harness.py (module `_tfrepro_harness_keras`) when `keras`
 or `tf_keras` finishes importing; like the harness it imports no tfrepro
-module. `bind(core)` hands it the harness core, whose state `H.S` it fills.
+module. harness.py sets its `H` to the harness core, whose state `H.S` it fills.
 
 Per-step loss under fit, exact: the model's own `train_step` (a user
 override included) is wrapped when its train function is built; every Mean
@@ -23,12 +23,7 @@ import time
 
 LOSS_KEY = "_tfrepro_loss"
 BATCH_KEY = "_tfrepro_batch"  # a nan-state trial's batch output (harness_nanstate.py)
-H = None  # the harness core module, set by bind()
-
-
-def bind(core) -> None:
-    global H
-    H = core
+H = None  # the harness core module, set by harness.py
 
 
 _SAVER = None  # harness_nanstate.StateSaver of a nan-state trial, False elsewhere

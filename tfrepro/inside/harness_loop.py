@@ -3,7 +3,7 @@ what it prints (Contract 3).
 
 Loaded by path by harness.py (module `_tfrepro_harness_loop`) when
 TensorFlow, Keras or tf_keras finish importing; stdlib + TensorFlow only, no
-tfrepro import. `bind(core)` hands it the harness core (`H.S`,
+tfrepro import. harness.py sets its `H` to the harness core (`H.S`,
 `H.record_step`).
 
 A training step is one call of the optimizer's `apply_gradients`/`apply`
@@ -48,7 +48,7 @@ BUF = 256  # steps one tf.function call can hold before the oldest losses are lo
 R_MAX = 32  # replica slots
 MISSING = -3.0e38  # a step whose loss could not be identified
 MAX_TRACED = 200  # entries kept in extra["loop_traced_steps"]
-H = None  # the harness core module, set by bind()
+H = None  # the harness core module, set by harness.py
 
 _tls = threading.local()
 _lock = threading.Lock()
@@ -65,11 +65,6 @@ class _Loop:
 
 
 L = _Loop()
-
-
-def bind(core) -> None:
-    global H
-    H = core
 
 
 # -- the graph side --------------------------------------------------------------------

@@ -37,6 +37,7 @@ import os
 import platform
 import sys
 import traceback
+from collections import Counter
 
 _LOSS_KINDS = {
     "sparse_categorical_crossentropy": "sparse",
@@ -435,10 +436,7 @@ class _Probes:
                 }
             except Exception:
                 env["build"] = {}
-            devices: dict[str, int] = {}
-            for d in tf.config.list_physical_devices():
-                devices[d.device_type] = devices.get(d.device_type, 0) + 1
-            env["physical_devices"] = devices
+            env["physical_devices"] = dict(Counter(d.device_type for d in tf.config.list_physical_devices()))
             names = []
             for d in tf.config.list_physical_devices("GPU"):
                 try:
@@ -447,10 +445,7 @@ class _Probes:
                     names.append(d.name)
             env["gpu_names"] = names
             with contextlib.suppress(Exception):
-                logical: dict[str, int] = {}
-                for d in tf.config.list_logical_devices():
-                    logical[d.device_type] = logical.get(d.device_type, 0) + 1
-                env["logical_devices"] = logical
+                env["logical_devices"] = dict(Counter(d.device_type for d in tf.config.list_logical_devices()))
         # An allow-list: other tools use TF_* too (Terraform keeps tokens in TF_TOKEN_*).
         env["tf_env"] = {k: v for k, v in os.environ.items() if k.startswith(_TF_ENV_PREFIXES) or k in _TF_ENV_NAMES}
         expected, why = T.gpu_expected(self.options.get("expect_gpu"))
