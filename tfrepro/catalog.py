@@ -287,8 +287,7 @@ def kind_of(name: str) -> str | None:
 def affects_loss(name: str) -> bool:
     """Whether the feature `name` changes the math on purpose (catalog default;
     `[features.NAME] affects_loss` in tfrepro.toml overrides it)."""
-    e = get(name)
-    if e is None:
+    if (e := get(name)) is None:
         return False
     if e.name == "callback":  # a callback the catalog does not name: judge by its name
         return bool(_LR_CALLBACK_RE.search(name) or _STOP_CALLBACK_RE.search(name))

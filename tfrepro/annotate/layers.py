@@ -54,8 +54,7 @@ def _snake(name: str) -> str:
 
 def _keras_layer_base(src: Src, base: cst.BaseExpression) -> tuple[bool, str | None]:
     """(is a Keras layer base, stock layer name if a stock layer other than Layer)."""
-    d = dotted(base)
-    if d is None:
+    if (d := dotted(base)) is None:
         return False, None
     parts = d.split(".")
     aliases = src.import_aliases()

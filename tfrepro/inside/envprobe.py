@@ -157,10 +157,8 @@ def describe():
     if smi:  # the driver is worth stating even when TensorFlow sees no GPU
         facts["nvidia_driver"] = smi[0]["driver"]
         facts["smi_gpus"] = smi
-    for i, g in enumerate(gpus):
-        if i < len(smi):
-            g["memory"] = smi[i]["memory"]
-            g["driver"] = smi[i]["driver"]
+    for g, s in zip(gpus, smi):
+        g["memory"], g["driver"] = s["memory"], s["driver"]
     facts["gpus"] = gpus
     return facts, tf
 

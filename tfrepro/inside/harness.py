@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import functools
 import json
 import math
 import os
@@ -258,6 +257,7 @@ def _sibling_file(name: str):
 
 
 _keras_side = None
+_loop_side = None
 
 
 def _sibling(name: str):
@@ -272,10 +272,12 @@ def _bound(name: str):
     return module
 
 
-@functools.cache
 def _loop():
     """harness_loop.py (custom loops: steps from apply_gradients), loaded on first use."""
-    return _bound("loop")
+    global _loop_side
+    if _loop_side is None:
+        _loop_side = _bound("loop")
+    return _loop_side
 
 
 def _keras():
