@@ -123,10 +123,9 @@ def _from_call(
 
     if name in _POLICY_SETTERS and ("mixed_precision" in d or "config" in d or name == "set_global_policy"):
         value = literal(first.value) if first else NOTHING
-        if value not in ("float32", None):
-            if (unit := _wrap_call(src, ctx, call, "precision policy call")) is not None:
-                policy = value if isinstance(value, str) else "mixed precision"
-                out.append(_c(unit, "mixed_precision", policy=policy))
+        if value not in ("float32", None) and (unit := _wrap_call(src, ctx, call, "precision policy call")) is not None:
+            policy = value if isinstance(value, str) else "mixed precision"
+            out.append(_c(unit, "mixed_precision", policy=policy))
     elif name == "LossScaleOptimizer":
         out.extend(_loss_scale(src, ctx, call, loss_scale_methods_used))
     elif name in STRATEGIES and ("distribute" in d or "distribute" in src.import_aliases().get(d, "")):
@@ -301,10 +300,9 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
                 "indentation (a continuation line is indented less): not marked",
             )
             continue
-        if len({c.base for c in group}) > 1:
-            if (split := _sequential_split(src, ctx, unit, indent, group)) is not None:
-                edits.append(split)
-                continue
+        if len({c.base for c in group}) > 1 and (split := _sequential_split(src, ctx, unit, indent, group)) is not None:
+            edits.append(split)
+            continue
         if (name := ctx.claim(head.base, head.kind, group=head.group, path=src.path, line=line)) is None:
             continue
         same = [c for c in group if c.base == head.base]
