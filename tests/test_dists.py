@@ -6,12 +6,7 @@ from importlib import metadata
 
 from tfrepro import dists
 from tfrepro.cli.app import version_line
-from tfrepro.inside import envprobe
 from tfrepro.trials import envs, runner
-
-
-def test_the_trial_side_copy_of_the_list_is_the_same():
-    assert envprobe.TF_DISTS == dists.TF_DISTS
 
 
 def test_every_reader_gives_the_installed_tensorflow():

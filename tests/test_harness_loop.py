@@ -48,7 +48,7 @@ def loop():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     core = FakeCore()
-    module.bind(core)
+    module.H = core
     return module, core
 
 

@@ -232,50 +232,15 @@ _ENTRIES: tuple[Entry, ...] = (
         why="ReduceLROnPlateau and EarlyStopping change the learning rate and the run, so the loss",
     ),
     # -- objective and update (affects_loss) --------------------------------
-    Entry(
-        "class_weight",
-        "objective",
-        "class weights in fit ({arg}); off: unweighted",
-        "class_weight=None",
-        affects_loss=True,
-        off_code="None",
-        why=_OBJ,
-    ),
-    Entry(
-        "sample_weight",
-        "objective",
-        "sample weights in fit ({arg}); off: unweighted",
-        "sample_weight=None",
-        affects_loss=True,
-        off_code="None",
-        why=_OBJ,
-    ),
-    Entry(
-        "regularizer",
-        "objective",
-        "weight regularizers ({arg}); off: none",
-        "...regularizer=None",
-        affects_loss=True,
-        off_code="None",
-        why=_OBJ,
-    ),
-    Entry(
-        "label_smoothing",
-        "objective",
-        "label smoothing ({arg}); off: 0",
-        "label_smoothing=0.0",
-        affects_loss=True,
-        off_code="0.0",
-        why=_OBJ,
-    ),
-    Entry(
-        "gradient_clipping",
-        "objective",
-        "gradient clipping ({arg}); off: none",
-        "clipnorm/clipvalue=None",
-        affects_loss=True,
-        off_code="None",
-        why=_OBJ,
+    *(
+        Entry(name, "objective", desc, off, affects_loss=True, off_code=code, why=_OBJ)
+        for name, desc, off, code in (
+            ("class_weight", "class weights in fit ({arg}); off: unweighted", "class_weight=None", "None"),
+            ("sample_weight", "sample weights in fit ({arg}); off: unweighted", "sample_weight=None", "None"),
+            ("regularizer", "weight regularizers ({arg}); off: none", "...regularizer=None", "None"),
+            ("label_smoothing", "label smoothing ({arg}); off: 0", "label_smoothing=0.0", "0.0"),
+            ("gradient_clipping", "gradient clipping ({arg}); off: none", "clipnorm/clipvalue=None", "None"),
+        )
     ),
 )
 
@@ -322,8 +287,7 @@ def kind_of(name: str) -> str | None:
 def affects_loss(name: str) -> bool:
     """Whether the feature `name` changes the math on purpose (catalog default;
     `[features.NAME] affects_loss` in tfrepro.toml overrides it)."""
-    e = get(name)
-    if e is None:
+    if (e := get(name)) is None:
         return False
     if e.name == "callback":  # a callback the catalog does not name: judge by its name
         return bool(_LR_CALLBACK_RE.search(name) or _STOP_CALLBACK_RE.search(name))

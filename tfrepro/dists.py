@@ -1,26 +1,13 @@
-"""Installed distributions' versions from package metadata (nothing imported),
-and the one list of the names TensorFlow is installed under.
-
-`tfrepro/inside/envprobe.py` runs in the trial process and may not import
-tfrepro: it keeps a copy of TF_DISTS (tests/test_dists.py checks they agree)."""
+"""Installed distributions' versions from package metadata (nothing imported).
+TF_DISTS, the names TensorFlow is installed under, lives in
+`inside/envprobe.py` (it runs in the trial process and may not import tfrepro)."""
 
 from __future__ import annotations
 
 from functools import cache
 from importlib import metadata
 
-# The distributions that install the `tensorflow` package, in the order a
-# version is looked up when several are installed.
-TF_DISTS = (
-    "tensorflow",
-    "tensorflow-cpu",
-    "tensorflow-gpu",
-    "tf-nightly",
-    "tf-nightly-cpu",
-    "tensorflow-macos",
-    "tensorflow-intel",
-    "intel-tensorflow",
-)
+from tfrepro.inside.envprobe import TF_DISTS
 
 
 @cache

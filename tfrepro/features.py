@@ -357,14 +357,14 @@ def parse(text: str, path: str = "<string>", encoding: str = "utf-8") -> SourceF
         keyword = rest.split(None, 1)[0] if rest else ""
         if keyword == "feature":
             open_ = _opened(path, lineno, indent, rest, open_)
-        elif keyword == "else" and rest == "else":
-            if open_ is None:
-                raise UserError(
-                    "`# tfrepro: else` outside any feature block",
-                    path=path,
-                    line=lineno,
-                    hint="remove it, or open a block with `# tfrepro: feature NAME` before it",
-                )
+        elif rest in ("else", "end") and open_ is None:
+            raise UserError(
+                f"`# tfrepro: {rest}` outside any feature block",
+                path=path,
+                line=lineno,
+                hint="remove it, or open a block with `# tfrepro: feature NAME` before it",
+            )
+        elif rest == "else":
             if open_["else"] is not None:
                 raise UserError(
                     f"second `else` in feature block {open_['name']!r} (first at line {open_['else']})",
@@ -373,14 +373,7 @@ def parse(text: str, path: str = "<string>", encoding: str = "utf-8") -> SourceF
                     hint="a block has at most two parts",
                 )
             open_["else"] = lineno
-        elif keyword == "end" and rest == "end":
-            if open_ is None:
-                raise UserError(
-                    "`# tfrepro: end` outside any feature block",
-                    path=path,
-                    line=lineno,
-                    hint="remove it, or open a block with `# tfrepro: feature NAME` before it",
-                )
+        elif rest == "end":
             blocks.append(_close(path, lines, open_, lineno))
             open_ = None
         else:

@@ -116,10 +116,7 @@ def _diff(old: str, new: str, name: str, new_file: bool = False) -> str:
     lines = difflib.unified_diff(
         old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile="/dev/null" if new_file else a, tofile=b
     )
-    out = []
-    for x in lines:
-        out.append(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n")
-    return "".join(out)
+    return "".join(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n" for x in lines)
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -52,8 +52,7 @@ class _Collector:
 
     # -- resolution --------------------------------------------------------
     def from_fit(self, fit: cst.Call) -> None:
-        value = arg(fit, None, "callbacks")
-        if value is None:
+        if (value := arg(fit, None, "callbacks")) is None:
             return
         v = value.value
         scope = self.src.scope(fit)
@@ -148,8 +147,7 @@ class _Collector:
         if not lst.elements or id(lst) in self.done:
             return
         self.done.add(id(lst))
-        indent = src.indent_of(stmt)
-        if indent is None:
+        if (indent := src.indent_of(stmt)) is None:
             self.ctx.skip(src.path, src.line(stmt), "fit call cannot be commented at its indentation: not marked")
             return
         var = src.fresh_name(scope, ("callbacks", "fit_callbacks"))
@@ -171,8 +169,7 @@ class _Collector:
         if id(lst) in self.done or not lst.elements:
             return
         self.done.add(id(lst))
-        indent = src.indent_of(stmt)
-        if indent is None:
+        if (indent := src.indent_of(stmt)) is None:
             self.ctx.skip(src.path, src.line(stmt), "callbacks list cannot be commented at its indentation: not marked")
             return
         small = stmt.body[0]
@@ -207,8 +204,7 @@ class _Collector:
         if id(stmt) in self.done or not call.args:
             return
         self.done.add(id(stmt))
-        indent = src.indent_of(stmt)
-        if indent is None:
+        if (indent := src.indent_of(stmt)) is None:
             return
         value = call.args[0].value
         seg, f = self.block_for(value, src.lines_text(src.line(stmt), src.end_line(stmt)), src.line(stmt), scope)
@@ -225,8 +221,7 @@ class _Collector:
                 return stmt, None  # stays ON: its class is switched by the schedule where it is built
             self.schedule_done.add(id(value))
             off = stmt.replace(self.src.code(value), self.at_epoch(value), 1)
-        name = self.name_for(cls, var, line)
-        if name is None:
+        if (name := self.name_for(cls, var, line)) is None:
             return stmt, None
         desc, found = self.found(cls, var, name, line, value)
         return BlockSeg(name, desc, stmt, off), found
@@ -270,8 +265,7 @@ class _Collector:
                 self.ctx.skip(src.path, line, f"{last_name(call.func)} with save_freq in this statement: not marked")
                 continue
             start, end = src.line(stmt), src.end_line(stmt)
-            name = self.name_for(last_name(call.func), None, start)
-            if name is None:
+            if (name := self.name_for(last_name(call.func), None, start)) is None:
                 continue
             va, vb = src.span(self.scheduled[id(call)][1].value)
             on = src.lines_text(start, end)

@@ -132,8 +132,7 @@ def chain_edits(src: Src, ctx: Context) -> list[Edit]:
         if not links or not any(_feature_kind(c) for c in links) or not _is_dataset(src, value, known):
             continue
         handled.update(id(c) for c in links)
-        edit = _split(src, ctx, stmt, small, base, links)
-        if edit is not None:
+        if (edit := _split(src, ctx, stmt, small, base, links)) is not None:
             edits.append(edit)
     # Feature links anywhere else (an argument, a lambda...) cannot be split safely.
     for n in src.walk():
@@ -199,8 +198,7 @@ def _claim_links(src: Src, ctx: Context, links: list[_Link]) -> list[Found]:
     """Each link that is a feature claims its name (`link.feature`)."""
     found: list[Found] = []
     for link in links:
-        kind = _feature_kind(link.call)
-        if kind is None:
+        if (kind := _feature_kind(link.call)) is None:
             continue
         name = ctx.claim(kind, "dataset", group=True, path=src.path, line=src.line(link.call.func.attr))  # type: ignore[attr-defined]
         if name is None:
@@ -243,12 +241,10 @@ def _split(
     calls: list[cst.Call],
 ) -> Edit | None:
     line = src.line(stmt)
-    indent = src.indent_of(stmt)
-    if indent is None:
+    if (indent := src.indent_of(stmt)) is None:
         ctx.skip(src.path, line, "tf.data chain: its lines cannot be commented at its indentation: not split")
         return None
-    named = _target(src, ctx, stmt, small, base, calls)
-    if named is None:
+    if (named := _target(src, ctx, stmt, small, base, calls)) is None:
         return None
     target, annotation = named
     links = [_Link(c, c.func.attr.value) for c in calls]  # type: ignore[attr-defined]
@@ -268,8 +264,7 @@ def _split(
         for link in group:
             segments.extend(f"{indent}{c}\n" for c in comments.get(id(link.call), []))
         on = lhs + receiver + "".join(_tail(src, link) for link in group) + "\n"
-        feature = group[0].feature
-        if feature is None:
+        if (feature := group[0].feature) is None:
             segments.append(on)
             continue
         if whole:

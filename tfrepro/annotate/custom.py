@@ -26,8 +26,7 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
             f"{cls.name} adds to the loss (add_loss): no stock layer can stand in for it, not marked",
         )
         return []
-    unit = statement_unit(src, ctx, call, f"{cls.name}(...)")
-    if unit is None:
+    if (unit := statement_unit(src, ctx, call, f"{cls.name}(...)")) is None:
         return []
     expr, what, note = stock_equivalent(src, call, cls, prefix)
     shape, tf = structured_input(src, call), tf_alias(src)
@@ -71,7 +70,6 @@ def lambda_layer_candidates(src: Src, ctx: Context, call: cst.Call, prefix: str)
         ctx.skip(src.path, src.line(call), f"{found}: not marked")
     if not isinstance(found, LambdaLayer):
         return []
-    unit = statement_unit(src, ctx, call, f"{found.what}(...)")
-    if unit is None:
+    if (unit := statement_unit(src, ctx, call, f"{found.what}(...)")) is None:
         return []
     return [_c(unit, found.feature, call, found.standin, note=found.note, cls=found.what, stock=found.stock)]

@@ -98,8 +98,7 @@ def _is_tf_function(expr: cst.BaseExpression) -> bool:
 
 def _wrap_call(src: Src, ctx: Context, call: cst.Call, what: str) -> cst.CSTNode | None:
     """The statement when it is exactly `call` (an expression statement)."""
-    unit = statement_unit(src, ctx, call, what)
-    if unit is None:
+    if (unit := statement_unit(src, ctx, call, what)) is None:
         return None
     if not (
         isinstance(unit, cst.SimpleStatementLine) and isinstance(unit.body[0], cst.Expr) and unit.body[0].value is call
@@ -124,38 +123,31 @@ def _from_call(
 
     if name in _POLICY_SETTERS and ("mixed_precision" in d or "config" in d or name == "set_global_policy"):
         value = literal(first.value) if first else NOTHING
-        if value not in ("float32", None):
-            unit = _wrap_call(src, ctx, call, "precision policy call")
-            if unit is not None:
-                policy = value if isinstance(value, str) else "mixed precision"
-                out.append(_c(unit, "mixed_precision", policy=policy))
+        if value not in ("float32", None) and (unit := _wrap_call(src, ctx, call, "precision policy call")) is not None:
+            policy = value if isinstance(value, str) else "mixed precision"
+            out.append(_c(unit, "mixed_precision", policy=policy))
     elif name == "LossScaleOptimizer":
         out.extend(_loss_scale(src, ctx, call, loss_scale_methods_used))
     elif name in STRATEGIES and ("distribute" in d or "distribute" in src.import_aliases().get(d, "")):
-        getter = _strategy_getter(src, d)
-        if getter is None:
+        if (getter := _strategy_getter(src, d)) is None:
             ctx.skip(src.path, src.line(call), f"{name}: no `import tensorflow` to write the default strategy with")
             return out
-        unit = statement_unit(src, ctx, call, name)
-        if unit is not None:
+        if (unit := statement_unit(src, ctx, call, name)) is not None:
             out.append(_c(unit, STRATEGIES[name], call, getter, cls=name))
     elif name == "function" and d.endswith("tf.function") or d == "tf_function":
         out.extend(_tf_function(src, ctx, call))
     elif name == "run_functions_eagerly":
         if first is None or literal(first.value) is not False:
-            unit = _wrap_call(src, ctx, call, "run_functions_eagerly")
-            if unit is not None:
+            if (unit := _wrap_call(src, ctx, call, "run_functions_eagerly")) is not None:
                 out.append(_c(unit, "eager_debug", how="tf.functions run eagerly, debugging"))
     elif name == "set_jit" and "optimizer" in d:
         if first is None or literal(first.value) not in (False, None):
-            unit = _wrap_call(src, ctx, call, "set_jit")
-            if unit is not None:
+            if (unit := _wrap_call(src, ctx, call, "set_jit")) is not None:
                 out.append(_c(unit, "xla_auto_jit"))
     elif name == "set_memory_growth":
         flag = arg(call, 1, "enable")
         if flag is None or literal(flag.value) is not False:
-            unit = _wrap_call(src, ctx, call, "set_memory_growth")
-            if unit is not None:
+            if (unit := _wrap_call(src, ctx, call, "set_memory_growth")) is not None:
                 out.append(_c(unit, "memory_growth"))
     elif name in SCHEDULES:
         out.extend(_schedule(src, ctx, call, name))
@@ -164,8 +156,7 @@ def _from_call(
     elif is_lambda_layer(src, call, prefix):
         out.extend(lambda_layer_candidates(src, ctx, call, prefix))
     elif catalog.RANDOM_LAYER_RE.match(name) and prefix is not None and (d == name or "layers" in d):
-        unit = statement_unit(src, ctx, call, f"{name}(...)")
-        if unit is not None:
+        if (unit := statement_unit(src, ctx, call, f"{name}(...)")) is not None:
             out.append(_c(unit, "random_augmentation", call, f"{prefix}.Identity()", cls=name))
 
     return out + _from_keywords(src, ctx, call, name)
@@ -211,12 +202,10 @@ def _from_keywords(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Ca
             continue
         kw = a.keyword.value
         if kw == "num_parallel_reads" and name.endswith("Dataset") and literal(a.value) not in (None, 1):
-            unit = statement_unit(src, ctx, a, f"{name}(num_parallel_reads=...)")
-            if unit is not None:
+            if (unit := statement_unit(src, ctx, a, f"{name}(num_parallel_reads=...)")) is not None:
                 out.append(_c(unit, "parallel_reads", a.value, catalog.CATALOG["parallel_reads"].off_code))
         if kw in ("jit_compile", "run_eagerly") and literal(a.value) not in (False, None, "auto"):
-            unit = statement_unit(src, ctx, a, f"{kw}={src.code(a.value)}")
-            if unit is None:
+            if (unit := statement_unit(src, ctx, a, f"{kw}={src.code(a.value)}")) is None:
                 continue
             feature = "jit_compile" if kw == "jit_compile" else "eager_debug"
             out.append(
@@ -224,8 +213,7 @@ def _from_keywords(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Ca
             )
         elif kw in catalog.KEYWORDS and literal(a.value) not in (None, 0, 0.0, False):
             feature = catalog.KEYWORDS[kw]
-            unit = statement_unit(src, ctx, a, f"{kw}={src.code(a.value)}")
-            if unit is not None:
+            if (unit := statement_unit(src, ctx, a, f"{kw}={src.code(a.value)}")) is not None:
                 out.append(_c(unit, feature, a.value, catalog.CATALOG[feature].off_code, arg=kw))
     return out
 
@@ -258,8 +246,7 @@ def _tf_function(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
 
 def _schedule(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candidate]:
     if name == "PiecewiseConstantDecay":
-        values = arg(call, 1, "values")
-        if values is None:
+        if (values := arg(call, 1, "values")) is None:
             constant = None
         elif isinstance(values.value, (cst.List, cst.Tuple)) and values.value.elements:
             constant = src.code(values.value.elements[0].value)
@@ -271,8 +258,7 @@ def _schedule(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candida
     if constant is None:
         ctx.skip(src.path, src.line(call), f"{name}: its starting learning rate is not given; not marked")
         return []
-    unit = statement_unit(src, ctx, call, name)
-    if unit is None:
+    if (unit := statement_unit(src, ctx, call, name)) is None:
         return []
     # A schedule that is called by the code (to log the rate) cannot become a float.
     if isinstance(unit, cst.SimpleStatementLine) and isinstance(unit.body[0], cst.Assign):
@@ -314,13 +300,10 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
                 "indentation (a continuation line is indented less): not marked",
             )
             continue
-        if len({c.base for c in group}) > 1:
-            split = _sequential_split(src, ctx, unit, indent, group)
-            if split is not None:
-                edits.append(split)
-                continue
-        name = ctx.claim(head.base, head.kind, group=head.group, path=src.path, line=line)
-        if name is None:
+        if len({c.base for c in group}) > 1 and (split := _sequential_split(src, ctx, unit, indent, group)) is not None:
+            edits.append(split)
+            continue
+        if (name := ctx.claim(head.base, head.kind, group=head.group, path=src.path, line=line)) is None:
             continue
         same = [c for c in group if c.base == head.base]
         for other in group:
@@ -366,11 +349,9 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str, gr
 
     def segment(el: cst.Element) -> str | BlockSeg:
         on = append_stmt(src, indent, var, el.value)
-        c = by_node.get(id(el.value))
-        if c is None:
+        if (c := by_node.get(id(el.value))) is None:
             return on
-        name = ctx.claim(c.base, c.kind, group=True, path=src.path, line=src.line(el.value))
-        if name is None:
+        if (name := ctx.claim(c.base, c.kind, group=True, path=src.path, line=src.line(el.value))) is None:
             return on
         found.append(
             Found(name, c.description, src.path, src.line(el.value), c.kind, c.note, catalog.affects_loss(name))

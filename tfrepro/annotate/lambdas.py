@@ -66,15 +66,12 @@ def lambda_layer(src: Src, call: cst.Call, prefix: str) -> LambdaLayer | str | N
     fn = arg(call, 0, "function")
     if fn is None or not isinstance(fn.value, cst.Name | cst.Lambda):
         return None
-    name = _name(src, call, fn.value)
-    if name is None:
+    if (name := _name(src, call, fn.value)) is None:
         return None  # a function from a library (`Lambda(tf.nn.relu)`): not the project's code
     what = f"Lambda({fn.value.value})" if isinstance(fn.value, cst.Name) else f"Lambda({name})"
     feature = "custom_layer_" + snake(name)
-    shape = structured_input(src, call)
-    if shape is not None:
-        tf = tf_alias(src)
-        if tf is None:
+    if (shape := structured_input(src, call)) is not None:
+        if (tf := tf_alias(src)) is None:
             return f"{what} takes a {shape} of inputs and the file imports no TensorFlow to join them with"
         return LambdaLayer(
             feature, what, concat_standin(prefix, tf), f"its {shape} of inputs concatenated (float32)", None

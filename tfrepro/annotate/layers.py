@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tfrepro.annotate.source import Src, dotted, last_name
+from tfrepro.annotate.source import Src, dotted, last_name, snake
 
 _NOT_LAYERS = {"Model", "Sequential", "Functional", "Layer", "InputSpec", "Callback"}
 _ALWAYS_KW = ("name", "dtype")
@@ -43,19 +43,12 @@ class LayerClass:
 
     @property
     def feature(self) -> str:
-        return "custom_layer_" + _snake(self.name)
-
-
-def _snake(name: str) -> str:
-    from tfrepro.annotate.source import snake
-
-    return snake(name)
+        return "custom_layer_" + snake(self.name)
 
 
 def _keras_layer_base(src: Src, base: cst.BaseExpression) -> tuple[bool, str | None]:
     """(is a Keras layer base, stock layer name if a stock layer other than Layer)."""
-    d = dotted(base)
-    if d is None:
+    if (d := dotted(base)) is None:
         return False, None
     parts = d.split(".")
     aliases = src.import_aliases()
@@ -119,7 +112,7 @@ def stock_equivalent(src: Src, call: cst.Call, cls: LayerClass, prefix: str) -> 
     if cls.stock_base and cls.init_params is None:
         args = src.between(src.span(call.func)[1], src.span(call)[1])
         return f"{prefix}.{cls.stock_base}{args}", f"stock {cls.stock_base}", None
-    key = _snake(cls.name)
+    key = snake(cls.name)
     given = _named_args(src, call, cls)
     for pattern, stock, positional, accepts, required in _TABLE:
         if not re.search(pattern, key):

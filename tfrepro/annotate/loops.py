@@ -67,8 +67,7 @@ def loop_edits(src: Src, ctx: Context) -> list[Edit]:
             elif attr == "train_on_batch" and isinstance(node.func.value, cst.Name):
                 form, finder = "train_on_batch", _train_on_batch_loop
         elif isinstance(node, cst.FunctionDef) and node.name.value == "train_step":
-            edit = _train_step_override(src, ctx, node)
-            if edit is not None:
+            if (edit := _train_step_override(src, ctx, node)) is not None:
                 edits.append(edit)
             continue
         if finder is None:
@@ -82,8 +81,7 @@ def loop_edits(src: Src, ctx: Context) -> list[Edit]:
         if loop is None or id(loop.block) in seen:
             continue
         seen.add(id(loop.block))
-        edit = _edit(src, ctx, loop, form)
-        if edit is not None:
+        if (edit := _edit(src, ctx, loop, form)) is not None:
             edits.append(edit)
     return edits
 
@@ -99,8 +97,7 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop | None:
     region = loop if inline else fn
     if region is None:
         raise NotSwitchable("")  # an apply outside any loop or function: not a training step
-    grad = _gradient_call(src, region)
-    if grad is None:
+    if (grad := _gradient_call(src, region)) is None:
         raise NotSwitchable("")  # `.apply(...)` of something else
     loss_name, model = _loss_and_model(grad)
     expr, pred = _loss_expr(src, region, loss_name, model)
@@ -295,8 +292,7 @@ def _single_call(src: Src, fn: cst.FunctionDef) -> tuple[cst.Call, cst.For]:
         raise NotSwitchable(f"{name}() is not called directly from a loop (strategy.run or a callback calls it)")
     if len(calls) > 1:
         raise NotSwitchable(f"{name}() is called from {len(calls)} places")
-    loop = _enclosing(src, calls[0], (cst.For,))
-    if loop is None:
+    if (loop := _enclosing(src, calls[0], (cst.For,))) is None:
         raise NotSwitchable(f"{name}() is not called inside a `for` loop")
     return calls[0], loop
 
@@ -329,8 +325,7 @@ def _data(src: Src, loop: cst.For, x: str | None, y: str | None) -> tuple[str, s
     bound = {n.value for n in src.walk(loop.target) if isinstance(n, cst.Name)}
     if bound & {n.value for n in src.walk(it) if isinstance(n, cst.Name)}:
         raise NotSwitchable("the data expression reads the loop's own names")
-    outer = _epoch_loop(src, loop)
-    if outer is not None:
+    if (outer := _epoch_loop(src, loop)) is not None:
         return src.code(it), src.code(outer.iter.args[0].value), outer  # type: ignore[union-attr]
     return src.code(it), None, loop
 
@@ -371,8 +366,7 @@ def _check_used_after(src: Src, block: cst.For) -> None:
 
 def _train_on_batch_loop(src: Src, call: cst.Call) -> Loop:
     model = call.func.value.value  # type: ignore[union-attr]
-    loop = _enclosing(src, call, (cst.For,))
-    if loop is None:
+    if (loop := _enclosing(src, call, (cst.For,))) is None:
         raise NotSwitchable("train_on_batch is not called inside a `for` loop")
     a, b = arg(call, 0, "x"), arg(call, 1, "y")
     if a is None or b is None or not isinstance(a.value, cst.Name) or not isinstance(b.value, cst.Name):
@@ -421,14 +415,12 @@ def _train_step_override(src: Src, ctx: Context, fn: cst.FunctionDef) -> Edit | 
 def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
     unit = loop.block
     line = src.line(unit)
-    indent = src.indent_of(unit)
-    if indent is None:
+    if (indent := src.indent_of(unit)) is None:
         ctx.skip(
             src.path, line, _NOT_SWITCHABLE.format(form=form, why="its lines cannot be commented at its indentation")
         )
         return None
-    name = ctx.claim("custom_loop", "loop", group=True, path=src.path, line=line)
-    if name is None:
+    if (name := ctx.claim("custom_loop", "loop", group=True, path=src.path, line=line)) is None:
         return None
     off = []
     loss = loop.loss

@@ -9,7 +9,6 @@ thing), its `else` part the OFF alternative, commented.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -114,10 +113,3 @@ class Context:
         item = Skipped(path, line, reason)
         if item not in self.skipped:
             self.skipped.append(item)
-
-
-def unique(items: Iterable[Found]) -> tuple[Found, ...]:
-    seen: dict[tuple[str, str, int], Found] = {}
-    for f in items:
-        seen.setdefault((f.name, f.path, f.line), f)
-    return tuple(seen.values())

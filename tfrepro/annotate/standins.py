@@ -21,8 +21,6 @@ import libcst as cst
 
 from tfrepro.annotate.source import Src
 
-_STRUCTS = (cst.Dict, cst.List, cst.Tuple, cst.DictComp, cst.ListComp)
-
 
 def structured_input(src: Src, call: cst.Call) -> str | None:
     """'dict' or 'list' when `call` (the layer's construction) is called on

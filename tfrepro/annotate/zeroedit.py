@@ -13,7 +13,7 @@ that is not a test.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tfrepro.annotate.model import Found, Skipped
@@ -66,13 +66,9 @@ def detect(root: Path, targets: Sequence[str]) -> Detection:
         rel = Path(r.path).resolve().relative_to(root.resolve()).as_posix()
         if r.changed:
             texts[rel] = r.annotated
-        found += [_rel(f, rel) for f in r.found]
+        found += [replace(f, path=rel) for f in r.found]
     skipped = tuple(Skipped(_relpath(s.path, root), s.line, s.reason) for s in result.skipped)
     return Detection(texts, tuple(found), skipped)
-
-
-def _rel(f: Found, rel: str) -> Found:
-    return Found(f.name, f.description, rel, f.line, f.kind, f.note, f.affects_loss)
 
 
 def _relpath(path: str, root: Path) -> str:

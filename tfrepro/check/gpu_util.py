@@ -35,8 +35,7 @@ def steady_utilisation(result: TrialResult) -> tuple[float, int] | None:
 def with_gpu_utilisation(item: CheckItem, result: TrialResult) -> CheckItem:
     """The input-pipeline item with the GPU's utilisation as evidence, and
     `warn` (input-bound) when the GPU idles while the steps are slow."""
-    got = steady_utilisation(result)
-    if got is None:
+    if (got := steady_utilisation(result)) is None:
         return item
     util, n = got
     timing = result.extra.get("check.timing") or {}

@@ -333,8 +333,7 @@ def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
 def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
     n = len(result.losses)
     evidence = [f"{n} step(s), mode {result.mode}"]
-    stopped = _run_stopped(result, evidence)
-    if stopped is not None:
+    if (stopped := _run_stopped(result, evidence)) is not None:
         return stopped
     if n < 4:
         return _item(

@@ -22,12 +22,6 @@ from tfrepro.trials.values import TrialResult
 if TYPE_CHECKING:
     from tfrepro.project import Project
 
-PROBES_FILE = PROBES  # the probes and the helpers they load enter the key through inside.digest()
-
-
-def _probe_options(expect_gpu: bool | None) -> dict:
-    return {"expect_gpu": expect_gpu}
-
 
 def checked_features(project: "Project", with_: Iterable[str] | None = None, all_: bool = False) -> frozenset[str]:
     """The configuration `tfrepro check` runs: exactly `with_` when given,
@@ -77,8 +71,8 @@ def run_checks(
         label="check",
         state_dir=how.state_dir,
         env=how.env,
-        plugins=(PROBES_FILE,),
-        plugin_options=_probe_options(expect_gpu),
+        plugins=(PROBES,),  # the probes and the helpers they load enter the key through inside.digest()
+        plugin_options={"expect_gpu": expect_gpu},
     )
     report = judge(result, options, project=str(project.root))
     return _with_loop_check(report, project, result)

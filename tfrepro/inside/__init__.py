@@ -18,14 +18,12 @@ INSIDE_DIR = Path(__file__).resolve().parent
 # Put first on a trial's PYTHONPATH: holds only sitecustomize.py, so the
 # user's script cannot import our modules by accident.
 INJECT_DIR = INSIDE_DIR / "_inject"
-HARNESS = INSIDE_DIR / "harness.py"
 PROBES = INSIDE_DIR / "probes.py"
 ENV_PROBE = INSIDE_DIR / "envprobe.py"
 RUNTIME_PROBE = INSIDE_DIR / "runtimeprobe.py"
 RUN_PROBE = INSIDE_DIR / "runprobe.py"
 SETUP_PLUGIN = INSIDE_DIR / "setup_plugin.py"
 LAUNCH = INSIDE_DIR / "launch.py"
-WARM = INSIDE_DIR / "warm.py"
 
 
 @cache

@@ -25,6 +25,7 @@ starts the command). Two mechanisms, both unprivileged:
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -236,14 +237,10 @@ def sweep_children() -> None:
         if not kids:
             return
         for pid in kids:
-            try:
+            with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         while True:
             try:
                 if os.waitpid(-1, os.WNOHANG)[0] == 0:
@@ -259,11 +256,9 @@ def _children(pid: int) -> list:
     except OSError:
         return out
     for tid in tasks:
-        try:
+        with contextlib.suppress(OSError):
             with open(f"/proc/{pid}/task/{tid}/children") as f:
                 out += [int(x) for x in f.read().split()]
-        except OSError:
-            pass
     return out
 
 
@@ -336,11 +331,9 @@ class Watch:
         if kind in self.seen or (kind == "audit" and not where):
             return
         self.seen[kind] = {"path": os.path.abspath(os.fsdecode(path)), "where": where}
-        try:
+        with contextlib.suppress(OSError):
             with open(self.record, "w", encoding="utf-8") as f:
                 json.dump(self.seen, f)
-        except OSError:
-            pass
 
     def audit(self, event: str, args: tuple) -> None:
         if "audit" in self.seen:

@@ -21,6 +21,7 @@ first op:
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 # A logical GPU's memory limit when one GPU is split (MiB).
@@ -86,13 +87,11 @@ def watch_strategies(tf, extra: dict) -> None:
         orig(self, *args, **kwargs)
         if type(self).__name__.startswith("_Default"):
             return
-        try:
+        with contextlib.suppress(Exception):
             devices = [str(d) for d in getattr(self.extended, "worker_devices", ())]
             extra.setdefault("strategies", []).append(
                 {"strategy": type(self).__name__, "replicas": int(self.num_replicas_in_sync), "devices": devices}
             )
-        except Exception:
-            pass
 
     base.__init__ = __init__
     base._tfrepro_watched = True

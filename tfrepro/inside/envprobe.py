@@ -7,6 +7,7 @@ never imports tfrepro). Two ways in:
                                       (`inside/setup_plugin.py`)
 """
 
+import contextlib
 import json
 import os
 import platform
@@ -16,17 +17,16 @@ import sys
 
 
 def _os_release():
-    try:
+    with contextlib.suppress(OSError):
         with open("/etc/os-release", encoding="utf-8") as f:
             for line in f:
                 if line.startswith("PRETTY_NAME="):
                     return line.split("=", 1)[1].strip().strip('"')
-    except OSError:
-        pass
     return None
 
 
-# A copy of tfrepro.dists.TF_DISTS (this file may not import tfrepro).
+# The distributions that install the `tensorflow` package, in the order a
+# version is looked up when several are installed (tfrepro.dists reads it).
 TF_DISTS = (
     "tensorflow",
     "tensorflow-cpu",
@@ -48,7 +48,7 @@ def _dist(name):
     except Exception:
         return None
     source = "pip (binary wheel)"
-    try:
+    with contextlib.suppress(Exception):
         installer = (d.read_text("INSTALLER") or "").strip()
         if installer and installer != "pip":
             source = f"{installer} (binary wheel)"
@@ -59,8 +59,6 @@ def _dist(name):
                 source = "source (editable install)"
             elif "vcs_info" in info or info.get("url", "").startswith("file:"):
                 source = "source"
-    except Exception:
-        pass
     if "conda-meta" in str(getattr(d, "_path", "")):
         source = "conda"
     return {"name": name, "version": d.version, "source": source}
@@ -159,10 +157,8 @@ def describe():
     if smi:  # the driver is worth stating even when TensorFlow sees no GPU
         facts["nvidia_driver"] = smi[0]["driver"]
         facts["smi_gpus"] = smi
-    for i, g in enumerate(gpus):
-        if i < len(smi):
-            g["memory"] = smi[i]["memory"]
-            g["driver"] = smi[i]["driver"]
+    for g, s in zip(gpus, smi):
+        g["memory"], g["driver"] = s["memory"], s["driver"]
     facts["gpus"] = gpus
     return facts, tf
 

@@ -44,6 +44,7 @@ write watch are in harness_guard.py.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import math
 import os
@@ -204,10 +205,8 @@ def _stop(reason: str) -> None:
         traceback.print_exc()
         code = HARNESS_FAILED
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(Exception):
             stream.flush()
-        except Exception:
-            pass
     os._exit(code)
 
 
@@ -258,6 +257,7 @@ def _sibling_file(name: str):
 
 
 _keras_side = None
+_loop_side = None
 
 
 def _sibling(name: str):
@@ -266,13 +266,10 @@ def _sibling(name: str):
 
 
 def _bound(name: str):
-    """harness_<name>.py, loaded and handed this module (its `bind(core)`)."""
+    """harness_<name>.py, loaded and handed this module (as its `H`)."""
     module = _sibling(name)
-    module.bind(sys.modules[__name__])
+    module.H = sys.modules[__name__]
     return module
-
-
-_loop_side = None
 
 
 def _loop():
@@ -442,8 +439,7 @@ def activate(config_path: str) -> None:
     sys.excepthook = guard.excepthook(sys.excepthook)
     guard.watch_writes(S.config.get("confine"))
     atexit.register(finish)
-    tap = _sibling("stdout")  # custom loops: `step=N loss=X` lines (harness_stdout.py)
-    tap.bind(sys.modules[__name__])
+    tap = _bound("stdout")  # custom loops: `step=N loss=X` lines (harness_stdout.py)
     sys.stdout = tap.StdoutTap(sys.stdout)
     global _FINDER
     _FINDER = _sibling("imports").PostImportFinder(_HOOKS, note_error)

@@ -25,6 +25,7 @@ data comes from something the recorder cannot see.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
@@ -405,13 +406,11 @@ def _hook_open(rec: Recorder) -> None:
 
     def open_(file, mode="r", *args, **kwargs):
         f = orig(file, mode, *args, **kwargs)
-        try:
+        with contextlib.suppress(Exception):
             if isinstance(file, (str, os.PathLike)) and "r" in mode and "+" not in mode:
                 name = os.fspath(file)
                 if name.lower().endswith(DATA_EXTENSIONS) and caller_is_user():
                     rec.source("open", name)
-        except Exception:
-            pass
         return f
 
     open_._tfrepro_data = True

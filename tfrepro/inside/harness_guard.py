@@ -3,7 +3,7 @@ excepthook, the parent watch, the Landlock write watch.
 
 Loaded by path by harness.py (module `_tfrepro_harness_guard`) when the
 harness activates; like the harness it imports no tfrepro module.
-`bind(core)` hands it the harness core, whose state `H.S` it fills.
+harness.py sets its `H` to the harness core, whose state `H.S` it fills.
 """
 
 from __future__ import annotations
@@ -14,12 +14,7 @@ import threading
 import time
 import traceback
 
-H = None  # the harness core module, set by bind()
-
-
-def bind(core) -> None:
-    global H
-    H = core
+H = None  # the harness core module, set by harness.py
 
 
 def error_line(tp, value) -> tuple[str, str | None]:

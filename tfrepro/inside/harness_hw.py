@@ -6,6 +6,7 @@ most replicas a fit ran with (noted by harness_keras.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 FP16_FLAGS = ("avx512_fp16", "amx_fp16")
@@ -13,13 +14,11 @@ BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 def _cpu_flags() -> set[str]:
-    try:
+    with contextlib.suppress(OSError):
         with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
             for line in f:
                 if line.startswith(("flags", "Features")):
                     return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
     return set()
 
 
@@ -31,10 +30,8 @@ def hardware(replicas: int | None) -> dict:
         out["cpu_bf16"] = any(f in flags for f in BF16_FLAGS)
     tf = sys.modules.get("tensorflow")
     if tf is not None:
-        try:
+        with contextlib.suppress(Exception):
             out["accelerators"] = sorted(
                 {d.device_type for d in tf.config.list_logical_devices() if d.device_type != "CPU"}
             )
-        except Exception:
-            pass
     return out

@@ -2,7 +2,7 @@
 
 Loaded by path by harness.py (module `_tfrepro_harness_keras`) when `keras`
 or `tf_keras` finishes importing; like the harness it imports no tfrepro
-module. `bind(core)` hands it the harness core, whose state `H.S` it fills.
+module. harness.py sets its `H` to the harness core, whose state `H.S` it fills.
 
 Per-step loss under fit, exact: the model's own `train_step` (a user
 override included) is wrapped when its train function is built; every Mean
@@ -16,18 +16,14 @@ the per-step loss from Keras's logged running mean (float32: ~1e-6 relative).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
 
 LOSS_KEY = "_tfrepro_loss"
 BATCH_KEY = "_tfrepro_batch"  # a nan-state trial's batch output (harness_nanstate.py)
-H = None  # the harness core module, set by bind()
-
-
-def bind(core) -> None:
-    global H
-    H = core
+H = None  # the harness core module, set by harness.py
 
 
 _SAVER = None  # harness_nanstate.StateSaver of a nan-state trial, False elsewhere
@@ -78,10 +74,8 @@ def _loss_trackers(model) -> list:
         getattr(model, "_loss_tracker", None),
         getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None),
     ]
-    try:
+    with contextlib.suppress(Exception):
         found += [m for m in model.metrics if getattr(m, "name", None) == "loss"]
-    except Exception:
-        pass
     out, ids = [], set()
     for t in found:
         if t is not None and hasattr(t, "update_state") and id(t) not in ids:
@@ -300,10 +294,8 @@ def _patch_init(cls) -> None:
 
     def __init__(self, *args, **kwargs):
         orig(self, *args, **kwargs)
-        try:
+        with contextlib.suppress(Exception):
             _track(self)
-        except Exception:
-            pass
 
     cls.__init__ = __init__
 

@@ -3,7 +3,7 @@ what it prints (Contract 3).
 
 Loaded by path by harness.py (module `_tfrepro_harness_loop`) when
 TensorFlow, Keras or tf_keras finish importing; stdlib + TensorFlow only, no
-tfrepro import. `bind(core)` hands it the harness core (`H.S`,
+tfrepro import. harness.py sets its `H` to the harness core (`H.S`,
 `H.record_step`).
 
 A training step is one call of the optimizer's `apply_gradients`/`apply`
@@ -48,7 +48,7 @@ BUF = 256  # steps one tf.function call can hold before the oldest losses are lo
 R_MAX = 32  # replica slots
 MISSING = -3.0e38  # a step whose loss could not be identified
 MAX_TRACED = 200  # entries kept in extra["loop_traced_steps"]
-H = None  # the harness core module, set by bind()
+H = None  # the harness core module, set by harness.py
 
 _tls = threading.local()
 _lock = threading.Lock()
@@ -65,11 +65,6 @@ class _Loop:
 
 
 L = _Loop()
-
-
-def bind(core) -> None:
-    global H
-    H = core
 
 
 # -- the graph side --------------------------------------------------------------------
@@ -285,8 +280,6 @@ def _apply_wrapper(orig):
             H.note_error("loop step")
         return out
 
-    apply.__wrapped__ = orig
-    apply._tfrepro = True
     return apply
 
 
@@ -297,8 +290,6 @@ def _gradient_wrapper(orig):
             _tls.target = target
         return out
 
-    gradient.__wrapped__ = orig
-    gradient._tfrepro = True
     return gradient
 
 
@@ -308,8 +299,6 @@ def _scale_wrapper(orig):
         _tls.scaled = (out, loss)
         return out
 
-    scale.__wrapped__ = orig
-    scale._tfrepro = True
     return scale
 
 
@@ -333,8 +322,6 @@ def _call_wrapper(orig):
                 H.note_error("loop step (graph)")
         return out
 
-    __call__.__wrapped__ = orig
-    __call__._tfrepro = True
     return __call__
 
 
@@ -351,7 +338,10 @@ def _drain(end: float) -> None:
 def _patch(cls, method: str, wrapper) -> None:
     fn = cls.__dict__.get(method)
     if fn is not None and not getattr(fn, "_tfrepro", False):
-        setattr(cls, method, wrapper(fn))
+        wrapped = wrapper(fn)
+        wrapped.__wrapped__ = fn
+        wrapped._tfrepro = True
+        setattr(cls, method, wrapped)
 
 
 def _patch_classes(specs) -> None:

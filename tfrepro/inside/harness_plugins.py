@@ -2,7 +2,7 @@
 
 Loaded by path by harness.py (module `_tfrepro_harness_plugins`) when the
 config names `plugins`; like the harness it imports no tfrepro module.
-`bind(core)` hands it the harness core, whose state `H.S` the context fills.
+harness.py sets its `H` to the harness core, whose state `H.S` the context fills.
 
 The config's `plugins` are .py paths; before the script runs, each is
 imported by path and `plugin.install(ctx)` is called, where `ctx` offers
@@ -21,12 +21,7 @@ from __future__ import annotations
 
 import json
 
-H = None  # the harness core module, set by bind()
-
-
-def bind(core) -> None:
-    global H
-    H = core
+H = None  # the harness core module, set by harness.py
 
 
 class PluginContext:

@@ -2,7 +2,7 @@
 
 Loaded by path by harness.py (module `_tfrepro_harness_stdout`) when the
 harness activates; stdlib only, like the harness it imports no tfrepro
-module. `bind(core)` hands it the harness core: its state `H.S` and
+module. harness.py sets its `H` to the harness core: its state `H.S` and
 `H.record_step`.
 
 A line `step=<int> loss=<float>` written to sys.stdout (Python level:
@@ -21,12 +21,7 @@ import time
 
 STEP_LINE = re.compile(r"^\s*step=(-?\d+)\s+loss=(\S+)")
 _MAX_PENDING_LINE = 4096
-H = None  # the harness core module, set by bind()
-
-
-def bind(core) -> None:
-    global H
-    H = core
+H = None  # the harness core module, set by harness.py
 
 
 class StdoutTap:

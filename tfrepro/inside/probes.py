@@ -32,10 +32,12 @@ creates one extra iterator, which advances a reshuffling `shuffle` by one epoch.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import sys
 import traceback
+from collections import Counter
 
 _LOSS_KINDS = {
     "sparse_categorical_crossentropy": "sparse",
@@ -331,27 +333,21 @@ class _Probes:
         import numpy as np
 
         info = {"name": getattr(model, "name", type(model).__name__), "class": type(model).__name__}
-        try:
+        with contextlib.suppress(Exception):
             info["trainable"] = int(sum(int(np.prod(v.shape)) for v in model.trainable_weights))
             info["non_trainable"] = int(sum(int(np.prod(v.shape)) for v in model.non_trainable_weights))
             info["built"] = bool(getattr(model, "built", True))
-        except Exception:
-            pass
         width = None
-        try:
+        with contextlib.suppress(Exception):
             outs = model.outputs
             if outs:
                 width = outs[0].shape[-1]
                 info["output_rank"] = len(outs[0].shape)
-        except Exception:
-            pass
         if width is None and call and self.first_x is not None:
-            try:
+            with contextlib.suppress(Exception):
                 out = model(self.first_x, training=False)
                 first = out[0] if isinstance(out, (list, tuple)) else out
                 width = first.shape[-1]
-            except Exception:
-                pass
         info["output_width"] = int(width) if width is not None else None
         info["last_activation"] = T.last_activation(model)
         eff = None
@@ -440,10 +436,7 @@ class _Probes:
                 }
             except Exception:
                 env["build"] = {}
-            devices: dict[str, int] = {}
-            for d in tf.config.list_physical_devices():
-                devices[d.device_type] = devices.get(d.device_type, 0) + 1
-            env["physical_devices"] = devices
+            env["physical_devices"] = dict(Counter(d.device_type for d in tf.config.list_physical_devices()))
             names = []
             for d in tf.config.list_physical_devices("GPU"):
                 try:
@@ -451,13 +444,8 @@ class _Probes:
                 except Exception:
                     names.append(d.name)
             env["gpu_names"] = names
-            try:
-                logical: dict[str, int] = {}
-                for d in tf.config.list_logical_devices():
-                    logical[d.device_type] = logical.get(d.device_type, 0) + 1
-                env["logical_devices"] = logical
-            except Exception:
-                pass
+            with contextlib.suppress(Exception):
+                env["logical_devices"] = dict(Counter(d.device_type for d in tf.config.list_logical_devices()))
         # An allow-list: other tools use TF_* too (Terraform keeps tokens in TF_TOKEN_*).
         env["tf_env"] = {k: v for k, v in os.environ.items() if k.startswith(_TF_ENV_PREFIXES) or k in _TF_ENV_NAMES}
         expected, why = T.gpu_expected(self.options.get("expect_gpu"))

@@ -12,6 +12,7 @@ optimizer starts at scale 1 (see `patch_loss_scale`). OUT.json gets
 {"error_type", "message", "layers", "settings", "completed"}.
 """
 
+import contextlib
 import json
 import os
 import runpy
@@ -57,10 +58,8 @@ def _patch_compile(model_cls, label: str, facts: dict) -> None:
         if jit not in (False, None, "auto"):
             settings["jit_compile_requested"].append(f"{label}(jit_compile={jit!r})")
         kwargs["jit_compile"] = False
-        try:
+        with contextlib.suppress(Exception):
             facts["layers"] = _layers(self)
-        except Exception:
-            pass
         return orig(self, *args, **kwargs)
 
     model_cls.compile = compile
@@ -139,10 +138,8 @@ def _after_run(tf, facts: dict) -> None:
         settings["op_determinism"] = bool(tf_config.is_op_determinism_enabled())
     except Exception:
         pass
-    try:
+    with contextlib.suppress(Exception):
         settings["run_functions_eagerly"] = bool(tf.config.functions_run_eagerly())
-    except Exception:
-        pass
 
 
 def main():

@@ -10,6 +10,7 @@ Op determinism is not recorded: the harness itself turns it on for
 deterministic trials, so it would describe tfrepro, not the script.
 """
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -27,33 +28,25 @@ def install(ctx):
     fit_facts = {}
 
     def on_fit(model, args, kwargs):
-        try:
+        with contextlib.suppress(Exception):
             fit_facts["jit_compile"] = bool(getattr(model, "jit_compile", False))
-        except Exception:
-            pass
-        try:
+        with contextlib.suppress(Exception):
             fit_facts["replicas"] = int(model.distribute_strategy.num_replicas_in_sync)
             fit_facts["strategy"] = type(model.distribute_strategy).__name__
-        except Exception:
-            pass
 
     def on_end(models):
         setup = dict(fit_facts)
         tf = sys.modules.get("tensorflow")
         keras = sys.modules.get("keras")
-        try:
+        with contextlib.suppress(Exception):
             if keras is not None:
                 setup["precision_policy"] = keras.mixed_precision.global_policy().name
-        except Exception:
-            pass
-        try:
+        with contextlib.suppress(Exception):
             if tf is not None:
                 setup["run_functions_eagerly"] = bool(tf.config.functions_run_eagerly())
                 setup["logical_devices"] = len(tf.config.list_logical_devices("CPU")) + len(
                     tf.config.list_logical_devices("GPU")
                 )
-        except Exception:
-            pass
         ctx.record("setup", setup)
         if ctx.options.get("environment"):
             try:

@@ -39,6 +39,7 @@ Invariants:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import gc
 import json
 import os
@@ -112,10 +113,8 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     # number the trial reuses.
     null = os.open(os.devnull, os.O_RDWR)
     for fd in close_fds:
-        try:
+        with contextlib.suppress(OSError):
             os.dup2(null, fd)
-        except OSError:
-            pass
     os.close(null)
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -205,10 +204,8 @@ def _exit_code(e: SystemExit) -> int:
         return 0
     if isinstance(code, int):
         return code
-    try:
+    with contextlib.suppress(Exception):
         sys.stderr.write(f"{code}\n")
-    except Exception:
-        pass
     return 1
 
 
@@ -247,16 +244,12 @@ def _finish(code: int, sig: int) -> None:
     """Py_FinalizeEx's order minus the teardown: join threads, atexit, flush, exit."""
     import threading
 
-    try:
+    with contextlib.suppress(BaseException):
         threading._shutdown()
-    except BaseException:
-        pass
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(Exception):
             stream.flush()
-        except Exception:
-            pass
     if sig:  # an uncaught KeyboardInterrupt: CPython dies of SIGINT
         signal.signal(sig, signal.SIG_DFL)
         os.kill(os.getpid(), sig)
@@ -281,10 +274,8 @@ def child_main(job: dict, server_pid: int, close_fds: list[int]) -> None:
 
 
 def _send(conn: socket.socket, msg: dict) -> None:
-    try:
+    with contextlib.suppress(OSError):
         conn.sendall(json.dumps(msg).encode() + b"\n")
-    except OSError:
-        pass
 
 
 def _read_job(conn: socket.socket) -> dict:
@@ -300,10 +291,8 @@ def _read_job(conn: socket.socket) -> dict:
 
 
 def _killpg(pid: int) -> None:
-    try:
+    with contextlib.suppress(OSError):
         os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
 
 
 class Server:
@@ -339,11 +328,9 @@ class Server:
                     conn, _ = self.listener.accept()
                     self.start(conn)
                 elif key.data == "wake":
-                    try:
+                    with contextlib.suppress(BlockingIOError):
                         while os.read(self.wake_r, 4096):
                             pass
-                    except BlockingIOError:
-                        pass
                     self.reap()
                 else:  # a child's connection: EOF means its parent let go
                     pid, conn = key.data
@@ -385,10 +372,8 @@ class Server:
                 return
             conn = self.children.pop(pid, None)
             if conn is not None:
-                try:
+                with contextlib.suppress(KeyError, ValueError):
                     self.sel.unregister(conn)
-                except (KeyError, ValueError):
-                    pass
                 _send(conn, {"status": status})
                 conn.close()
 
