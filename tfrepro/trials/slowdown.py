@@ -144,13 +144,22 @@ class TimingPair:
         return math.log(self.candidate_step / self.baseline_step)
 
     @property
+    def load(self) -> float | None:
+        """The load around the candidate: the least share of the CPUs other
+        processes used during its baseline neighbours (None: unknown). The
+        neighbours train all the time, so theirs is the machine's; the
+        candidate's own reading also rises when the candidate itself waits
+        (a sleeping callback leaves its CPU to the others)."""
+        known = [o for o in (self.others[:1] + self.others[2:3]) if o is not None]
+        return min(known) if known else None
+
+    @property
     def swamped(self) -> bool:
         """Other processes used more than LOADED_MAX_OTHERS of the CPUs
-        during the candidate: load alone can explain any ratio it shows, so
-        it never counts toward "slower" (it still counts toward "not
-        slower": load only ever slows a trial)."""
-        cand = self.others[1] if len(self.others) > 1 else None
-        return cand is not None and cand > LOADED_MAX_OTHERS
+        around the candidate (`load`): load alone can explain any ratio it
+        shows, so it never counts toward "slower" (it still counts toward
+        "not slower": load only ever slows a trial)."""
+        return self.load is not None and self.load > LOADED_MAX_OTHERS
 
     def clear(self, threshold: float) -> TimingState | None:
         """SLOWER / NOT_SLOWER when this pair alone is clear-cut (see

@@ -98,9 +98,9 @@ def busy_reason(outcome) -> str | None:
     swamped = [p for p in pairs if p.swamped]
     if outcome.conclusive or outcome.stopped is not None or not pairs or 2 * len(swamped) < len(pairs):
         return None
-    worst = max(p.others[1] for p in swamped)
+    worst = max(p.load for p in swamped)
     return (
-        f"the slowdown could not be measured: other processes used up to {worst:.0%} of the CPUs during "
+        f"the slowdown could not be measured: other processes used up to {worst:.0%} of the CPUs around "
         f"{len(swamped)} of the {len(pairs)} timing trials of the failing configuration, enough to explain any "
         "ratio; rerun when the machine is quieter (or with fewer --jobs)"
     )
