@@ -35,7 +35,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO / "tfrepro" / "examples"
-STATUSES = {"found", "none", "flaky", "ambiguous", "baseline-fails", "error"}  # Contract 4
+STATUSES = {"found", "none", "untestable", "flaky", "ambiguous", "baseline-fails", "error"}  # Contract 4
 SYMPTOMS = {"nan", "crash", "timeout", "memory", "mismatch", "slowdown"}
 
 
