@@ -142,10 +142,11 @@ def test_a_loaded_clear_slowdown_decides_alone_only_beyond_what_its_load_explain
 
 
 # The six pairs of a healthy feature triple in the bisect suite at load 5 on
-# 2 cores (eager_debug, 2026-12-02, B3.json): candidate typical steps over
-# the baseline's, and the share of the CPUs other processes used during
-# (before, candidate, after). It was decided "slower" (ratio 2.1, the rank
-# test at p 0.031) and named three false culprits.
+# 2 cores (eager_debug, B3, 2026-12-02): candidate typical steps over the
+# baseline's, and others_cpu during (before, candidate, after). The rank
+# test decided "slower" (ratio 2.12, p 0.031) and the hunt named three false
+# culprits. Two guards were tried and reverted (docs/benchmarks.md, "Swamped
+# pairs"): the load reading cannot tell a starved trial from one that waits.
 SWAMPED_B3 = [
     (3.0, (0.908, 0.813, 0.867)),
     (1.44, (0.867, 0.774, 0.846)),
@@ -156,35 +157,9 @@ SWAMPED_B3 = [
 ]
 
 
-def test_pairs_whose_neighbours_met_more_load_than_explains_any_ratio_never_decide_slower():
-    pairs = [loaded(k, o) for k, o in SWAMPED_B3]
-    assert [p.swamped for p in pairs] == [True] * 5 + [False]
-    d = decide_slowdown(pairs, 1.25)
-    assert d.state != TimingState.SLOWER
-    assert d.ratio > 2  # the ratio is still reported as measured
-
-
-def test_the_same_ratios_under_moderate_load_are_still_slower():
-    pairs = [loaded(k, (0.5, 0.5, 0.5)) for k, _ in SWAMPED_B3]
-    assert decide_slowdown(pairs, 1.25).state == TimingState.SLOWER
-
-
-def test_a_candidate_that_waits_is_judged_by_the_load_its_neighbours_saw():
-    # slow_callback in the bisect suite B4 (load 6-7): a callback that waits
-    # leaves its CPU to the others, so the candidate read 0.93-0.95 while its
-    # always-busy neighbours read 0.5-0.87; the 16x is the callback's
-    pairs = [
-        loaded(16.0, (0.775, 0.943, 0.598)),
-        loaded(16.0, (0.598, 0.942, 0.785)),
-        loaded(16.0, (0.785, 0.935, 0.758)),
-    ]
-    assert not any(p.swamped for p in pairs)
-    assert decide_slowdown(pairs, 1.25).state == TimingState.SLOWER
-
-
-def test_a_swamped_candidate_still_counts_toward_not_slower():
-    pairs = [loaded(1.0, (0.9, 0.9, 0.9)) for _ in range(6)]
-    assert decide_slowdown(pairs, 1.25).state == TimingState.NOT_SLOWER
+@pytest.mark.xfail(strict=True, reason="known: pairs at others_cpu 0.8-0.9 can decide slower (B3)")
+def test_pairs_that_load_alone_can_explain_do_not_decide_slower():
+    assert decide_slowdown([loaded(k, o) for k, o in SWAMPED_B3], 1.25).state != TimingState.SLOWER
 
 
 def test_a_loaded_candidate_plainly_the_same_as_quiet_neighbours_is_not_slower():

@@ -209,21 +209,3 @@ def test_a_search_half_a_little_slower_is_cleared_on_three_pairs_not_five(tmp_pa
         if r["role"] == "timing" and r["enabled"] == ["cache", "csv_logger", "early_stopping"]
     ]
     assert [r["verdict"] for r in half] == ["ok"] * 3
-
-
-def test_a_slowdown_on_a_machine_swamped_in_every_trial_is_untestable_not_a_culprit(tmp_path):
-    # other processes use 90 % of the CPUs in every trial: load alone can
-    # explain any ratio, so a 2x step proves nothing (bisect suite,
-    # eager_debug at load 5 on 2 cores, 2026-12-02: three false culprits)
-    p = make_project(tmp_path, FEATS)
-    doc = bisect(p, BisectOptions(), runner=FakeRunner(loaded_machine(slow("xla", 2.0), 0.9))).to_dict()
-    assert doc["status"] == "untestable" and doc["culprits"] == []
-    assert "other processes used up to 90% of the CPUs" in doc["reason"]
-    assert "quieter" in doc["reason"]
-
-
-def test_a_healthy_script_on_a_swamped_machine_is_still_none(tmp_path):
-    # load only ever slows a trial: "not slower" still stands on swamped pairs
-    p = make_project(tmp_path, FEATS)
-    doc = bisect(p, BisectOptions(), runner=FakeRunner(loaded_machine(slow("xla", 1.0), 0.9))).to_dict()
-    assert doc["status"] == "none", doc.get("reason")

@@ -14,7 +14,6 @@ from typing import Any
 from tfrepro.bisect import compile_pin
 from tfrepro.bisect.search import Config
 from tfrepro.trials import classify
-from tfrepro.trials.untestable import busy_reason
 from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, Verdict
 
 _FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
@@ -204,7 +203,6 @@ class Ends:
                 return None
         self.events.phase("timing the failing configuration against the baseline")
         got = self._timed(full)
-        self.too_busy = busy_reason(got)
         return Verdict.SLOWDOWN if got.verdict == Verdict.SLOWDOWN else None
 
     def _memory_stands(self, full: Config) -> bool:

@@ -164,7 +164,6 @@ class _Bisection(Ends, Replay):
         self.dropped: list[dict[str, str]] = []
         self.timed_calls: tuple[str, ...] = ()  # what timing trials time (trials/calls.py)
         self.memory_doubt: str | None = None  # why a memory signal did not decide the hunt
-        self.too_busy: str | None = None  # why the failing configuration's timing could not decide
         _refuse(project, options, self.settings)
         self.t0 = clock()
         self.run_dir = StateDir.of(project.root).new_run_dir(run_id)
@@ -351,8 +350,6 @@ class _Bisection(Ends, Replay):
             return cannot
         self._choose_timed_calls()
         target = self.target = self._pick_symptom(frozenset(self.features))
-        if target is None and self.too_busy:
-            return self._finish(Status.UNTESTABLE, Verdict.SLOWDOWN, error=self.too_busy, reason=self.too_busy)
         if target is None:
             note = compile_pin.one_replica_note(self.memo[(frozenset(self.features), 0)], self.settings.replicas)
             extra = {"note": note} if note else None

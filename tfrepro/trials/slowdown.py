@@ -143,24 +143,6 @@ class TimingPair:
     def log_ratio(self) -> float:
         return math.log(self.candidate_step / self.baseline_step)
 
-    @property
-    def load(self) -> float | None:
-        """The load around the candidate: the least share of the CPUs other
-        processes used during its baseline neighbours (None: unknown). The
-        neighbours train all the time, so theirs is the machine's; the
-        candidate's own reading also rises when the candidate itself waits
-        (a sleeping callback leaves its CPU to the others)."""
-        known = [o for o in (self.others[:1] + self.others[2:3]) if o is not None]
-        return min(known) if known else None
-
-    @property
-    def swamped(self) -> bool:
-        """Other processes used more than LOADED_MAX_OTHERS of the CPUs
-        around the candidate (`load`): load alone can explain any ratio it
-        shows, so it never counts toward "slower" (it still counts toward
-        "not slower": load only ever slows a trial)."""
-        return self.load is not None and self.load > LOADED_MAX_OTHERS
-
     def clear(self, threshold: float) -> TimingState | None:
         """SLOWER / NOT_SLOWER when this pair alone is clear-cut (see
         FAST_EXCESS), else None. Needs both neighbours, 2 steps each."""
@@ -290,31 +272,23 @@ def decide_slowdown(
     n = len(pairs)
     logs = [p.log_ratio for p in pairs]
     ratio = math.exp(statistics.median(logs))
-    # "Slower" rests only on the pairs whose candidate the load cannot
-    # explain (`TimingPair.swamped`): at load 5 on 2 cores (other processes
-    # at 77-94 % of the CPUs) six such pairs gave a healthy triple a 2.1x
-    # ratio at p 0.031 (bisect suite, eager_debug, 2026-12-02).
-    slow_logs = [p.log_ratio for p in pairs if not p.swamped]
     # "Slower" is tested against a margin halfway (geometrically) to the
     # threshold rather than against "not faster": sequential looks at noisy
     # A/A data otherwise end in a false slowdown a few times in a hundred.
-    p_slow = signed_rank_greater([x - 0.5 * math.log(threshold) for x in slow_logs])
+    p_slow = signed_rank_greater([x - 0.5 * math.log(threshold) for x in logs])
     p_ok = signed_rank_greater([math.log(threshold) - x for x in logs])
     clear = [p.clear(threshold) for p in pairs]
-    slow_n = sum(c == TimingState.SLOWER and not p.swamped for c, p in zip(clear, pairs))
-    ok_n = clear.count(TimingState.NOT_SLOWER)
+    slow_n, ok_n = clear.count(TimingState.SLOWER), clear.count(TimingState.NOT_SLOWER)
     alone = {p.decisive(threshold) for p in pairs}
-    slow_ratio = math.exp(statistics.median(slow_logs)) if slow_logs else 0.0
-    loaded_slow = not ok_n and min(ratio, slow_ratio) >= threshold and slow_n >= LOADED_CLEAR_SLOWER
+    loaded_slow = not ok_n and ratio >= threshold and slow_n >= LOADED_CLEAR_SLOWER
     loaded_ok = not slow_n and ratio < threshold and ok_n >= loaded_not_slower
     if slow_n == n and TimingState.SLOWER in alone or loaded_slow:
         return TimingDecision(TimingState.SLOWER, ratio, p_slow, p_ok, n, fast=True)
     if ok_n == n and TimingState.NOT_SLOWER in alone or loaded_ok:
         return TimingDecision(TimingState.NOT_SLOWER, ratio, p_slow, p_ok, n, fast=True)
-    slow = _tested(len(slow_logs) >= min_pairs, min(ratio, slow_ratio) / threshold, p_slow <= alpha, False)
-    if slow == TimingState.SLOWER:
-        return TimingDecision(slow, ratio, p_slow, p_ok, n)
-    return TimingDecision(_tested(n >= min_pairs, ratio / threshold, False, p_ok <= alpha_ok), ratio, p_slow, p_ok, n)
+    return TimingDecision(
+        _tested(n >= min_pairs, ratio / threshold, p_slow <= alpha, p_ok <= alpha_ok), ratio, p_slow, p_ok, n
+    )
 
 
 def _tested(enough: bool, excess: float, slow_significant: bool, ok_significant: bool) -> TimingState:

@@ -87,20 +87,3 @@ def ends_reason(
     if reason is None and symptom is not None:
         reason = unmeasured(symptom, base, failing)
     return reason
-
-
-def busy_reason(outcome) -> str | None:
-    """Why a timing comparison (`slowdown.TimingOutcome`) could not decide:
-    at its budget of pairs, inconclusive, with most candidates swamped by
-    other processes (`TimingPair.swamped`); None when it decided or the load
-    does not explain it."""
-    pairs = outcome.pairs
-    swamped = [p for p in pairs if p.swamped]
-    if outcome.conclusive or outcome.stopped is not None or not pairs or 2 * len(swamped) < len(pairs):
-        return None
-    worst = max(p.load for p in swamped)
-    return (
-        f"the slowdown could not be measured: other processes used up to {worst:.0%} of the CPUs around "
-        f"{len(swamped)} of the {len(pairs)} timing trials of the failing configuration, enough to explain any "
-        "ratio; rerun when the machine is quieter (or with fewer --jobs)"
-    )
