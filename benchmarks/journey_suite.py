@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -96,7 +97,7 @@ def score(out: Outcome, doc: dict[str, Any], want: dict[str, Any]) -> None:
     out.false_culprit = status == "found" and not out.right
 
 
-def run_case(case: Path, mode: str, timeout: float, keep: bool) -> Outcome:
+def run_case(case: Path, mode: str, timeout: float, keep: bool, keep_wrong: Path | None = None) -> Outcome:
     want = json.loads((case / "expected.json").read_text())
     out = Outcome(case.name, mode, describe(want["symptom"], want["culprits"]))
     env = child_env()
@@ -132,6 +133,10 @@ def run_case(case: Path, mode: str, timeout: float, keep: bool) -> Outcome:
         out.git_status, touched = tree_status(repo, env)
         out.git_clean = not touched if mode == "zero-edit" else touched <= ANNOTATE_MAY_TOUCH
         out.git_extra = sorted(touched if mode == "zero-edit" else touched - ANNOTATE_MAY_TOUCH)
+        if keep_wrong is not None and not out.right and (repo / ".tfrepro" / "runs").is_dir():
+            dest = keep_wrong / f"{case.name}-{mode}"
+            shutil.copytree(repo / ".tfrepro" / "runs", dest, dirs_exist_ok=True)  # result.json, trials
+            print(f"  kept the run of a wrong answer in {dest}", file=sys.stderr)
     return out
 
 
@@ -172,6 +177,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per tfrepro command")
     ap.add_argument("--json-out", type=Path, help="write every outcome to this JSON file")
     ap.add_argument("--keep", action="store_true", help="keep the temp repositories (paths on stderr)")
+    ap.add_argument(
+        "--keep-wrong",
+        type=Path,
+        help="copy the .tfrepro/runs of every wrong answer here (result.json, trial summaries)",
+    )
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     if bad := [m for m in modes if m not in MODES]:
@@ -186,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
     for case in cases:
         for mode in modes:
             print(f"{case.name} [{mode}] ...", file=sys.stderr, flush=True)
-            row = run_case(case, mode, args.timeout, args.keep)
+            row = run_case(case, mode, args.timeout, args.keep, args.keep_wrong)
             print(f"  -> {row.got} ({row.wall_s:.0f}s){'  ' + row.error if row.error else ''}", file=sys.stderr)
             rows.append(row)
     print(table(rows))
