@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, TypedDict, TypeVar, get_args, get_type_hints
 
+from tfrepro.trials.values import TrialRow  # result.json's trials table, as the bisect writes it
+
 T = TypeVar("T")
 
 
@@ -27,19 +29,6 @@ def _value(hint: Any, v: Any) -> Any:
     if sub is None or isinstance(v, sub):
         return v
     return of(sub, v) if type(None) in kinds else of(sub, v) or sub()
-
-
-class TrialRow(TypedDict, total=False):
-    """A row of result.json's trials table (bisect/result_doc.py); a commit or version trial names its own."""
-
-    enabled: list[str]
-    verdict: str | None
-    summary: str  # its summary.json, relative to the run dir
-    cached: bool
-    role: str
-    repeat: int
-    sha: str
-    version: str
 
 
 class Nightly(TypedDict, total=False):

@@ -170,8 +170,10 @@ def summary(result: TrialResult) -> dict[str, Any]:
     return d
 
 
-class TrialRow(TypedDict):
-    """One trial in the result's trials table (`details["trials_table"]`)."""
+class TrialRow(TypedDict, total=False):
+    """One trial in the result's trials table (`details["trials_table"]`); a
+    commit or version trial names its own (`sha`, `version`). The report
+    reads it back with this type too."""
 
     enabled: list[str]
     verdict: str | None
@@ -180,6 +182,8 @@ class TrialRow(TypedDict):
     role: str
     repeat: int
     key: str
+    sha: str
+    version: str
 
 
 @dataclass(frozen=True)
