@@ -7,9 +7,10 @@ sub-document is None where a field allows it, else an all-default value."""
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any, TypedDict, TypeVar, get_args, get_type_hints
+from typing import Any, TypeVar, get_args, get_type_hints
 
-from tfrepro.trials.values import TrialRow  # result.json's trials table, as the bisect writes it
+from tfrepro.report.records import Nightly
+from tfrepro.trials.values import TrialRow
 
 T = TypeVar("T")
 
@@ -29,28 +30,6 @@ def _value(hint: Any, v: Any) -> Any:
     if sub is None or isinstance(v, sub):
         return v
     return of(sub, v) if type(None) in kinds else of(sub, v) or sub()
-
-
-class Nightly(TypedDict, total=False):
-    """Whether the symptom shows on a nightly build (nightly.py `on_nightly`, or a version bisect's trial)."""
-
-    version: str
-    reproduced: bool | None
-    detail: str
-
-
-class ResultJson(TypedDict, total=False):
-    """result.json (bisect/result_doc.py), the keys the report reads by name."""
-
-    status: str
-    symptom: str
-    culprits: list[str]
-    features: list[str]
-    trials_table: list[TrialRow]
-    timing: dict[str, Any]
-    known_cost: dict[str, Any]
-    nightly: Nightly
-    version_trials: list[dict[str, Any]]
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ import importlib.util
 import json
 from pathlib import Path
 
-from tfrepro.report.records import RunResult, TrialSummary
+from tfrepro.report.records import ResultJson, TrialSummary
 from tfrepro.report.rerun import Reproduction
 
 
-def load_trials(run_dir: Path, result: RunResult) -> list[tuple[str, TrialSummary]]:
+def load_trials(run_dir: Path, result: ResultJson) -> list[tuple[str, TrialSummary]]:
     """(name, summary) of every trial of the run, in order; the baseline,
     failing and culprit summaries when the table has none."""
     trials = []
@@ -55,7 +55,7 @@ def _safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "+-_." else "_" for c in name)[:120]
 
 
-def plots(out: Path, result: RunResult, symptom: str, rep: Reproduction | None) -> dict[str, str]:
+def plots(out: Path, result: ResultJson, symptom: str, rep: Reproduction | None) -> dict[str, str]:
     from tfrepro.report import plots as draw
 
     notes = {"loss.png": "skipped: no per-step loss recorded"}

@@ -31,7 +31,7 @@ from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.confirm import nightly_rerun, with_data
 from tfrepro.report.document import document, environment_facts
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, write_scripts
-from tfrepro.report.records import EnvFacts, RunResult
+from tfrepro.report.records import EnvFacts, ResultJson
 from tfrepro.report.replay import write_replay
 from tfrepro.report.replicas import export_with_split
 from tfrepro.report.rerun import Runner
@@ -85,7 +85,7 @@ def find_run(path: str | Path | None = None) -> Path:
     )
 
 
-def load_result(run_dir: Path) -> RunResult:
+def load_result(run_dir: Path) -> ResultJson:
     path = run_dir / "result.json"
     try:
         result = json.loads(path.read_text(encoding="utf-8"))
@@ -106,7 +106,7 @@ class Context:
     """What the run says: its result, the project it bisected, the settings."""
 
     run_dir: Path
-    result: RunResult
+    result: ResultJson
     symptom: str
     project: Any
     settings: TrialSettings
@@ -235,7 +235,7 @@ def _entry_path(root: Path, recorded: TrialSettings | None) -> Path:
     return root
 
 
-def _project_root(run_dir: Path, result: RunResult) -> Path:
+def _project_root(run_dir: Path, result: ResultJson) -> Path:
     """The run dir sits in <project>/.tfrepro/runs/<id>: that project is the
     one to report, even when it was moved or copied since the bisect."""
     in_project = run_dir.resolve().parent.parent

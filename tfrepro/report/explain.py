@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tfrepro.report import outdir
-from tfrepro.report.answer import ResultJson
+from tfrepro.report.records import ResultJson
 
 EXPLANATION = "EXPLANATION.md"
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from tfrepro.errors import TfreproError
-from tfrepro.report.records import RunResult
+from tfrepro.report.records import ResultJson
 from tfrepro.settings import TrialSettings
 
 ENTRY = "repro.py"
@@ -63,7 +63,7 @@ def _load_at(project_cls: Any, directory: str, entry: str) -> Any:
 
 
 def export_variants(
-    result: RunResult, project: Any, run_dir: Path, symptom: str, entry: str, scrub: Callable[[str], str]
+    result: ResultJson, project: Any, run_dir: Path, symptom: str, entry: str, scrub: Callable[[str], str]
 ) -> Export:
     """The run's culprit variant and its reference, exported and scrubbed."""
     cand_cfg, ref_cfg, cand, ref = _variants(result, project, run_dir, symptom, entry)
@@ -106,7 +106,7 @@ def unified_diff(ref: Mapping[str, str], cand: Mapping[str, str]) -> str:
     return "".join(chunks)
 
 
-def _reference_config(result: RunResult, symptom: str) -> list[str]:
+def _reference_config(result: ResultJson, symptom: str) -> list[str]:
     culprit_config = list(result.get("culprit_config") or result.get("culprits") or [])
     culprits = set(result.get("culprits") or [])
     if symptom == "mismatch":
@@ -117,7 +117,7 @@ def _reference_config(result: RunResult, symptom: str) -> list[str]:
 
 
 def _variants(
-    result: RunResult, project: Any, run_dir: Path, symptom: str, entry: str
+    result: ResultJson, project: Any, run_dir: Path, symptom: str, entry: str
 ) -> tuple[list[str] | None, list[str] | None, dict[str, str], dict[str, str]]:
     """(culprit config, reference config, their exported files). A config of
     None means "as written": commit bisection keeps both ends' projects in
@@ -140,7 +140,7 @@ def _variants(
     return cand_cfg, ref_cfg, bundle_files(project, cand_cfg, entry), bundle_files(project, ref_cfg, entry)
 
 
-def write_scripts(writer: Writer, result: RunResult, export: Export) -> dict[str, str]:
+def write_scripts(writer: Writer, result: ResultJson, export: Export) -> dict[str, str]:
     """repro.py (and the files it imports), the reference next to it;
     returns what each is, for the bundle's artifacts list."""
     for rel, text in export.cand_files.items():

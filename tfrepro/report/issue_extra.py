@@ -7,10 +7,11 @@ evidence, the diff that turns the culprit on, and the files in the bundle.
 
 from __future__ import annotations
 
-from tfrepro.report.answer import Report, Rerun, TrialRow
+from tfrepro.report.answer import Report, Rerun
 from tfrepro.report.issue_text import names
 from tfrepro.report.standin import issue_lines as data_lines
 from tfrepro.report.textfmt import fmt
+from tfrepro.trials.values import TrialRow
 
 
 def code(text: str, lang: str = "") -> str:

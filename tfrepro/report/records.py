@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from tfrepro.trials.values import TrialRow  # result.json's trials table, as the bisect writes it
+
 
 class SourceDoc(TypedDict, total=False):
     call: str
@@ -34,11 +36,22 @@ class TrialSummary(TypedDict, total=False):
     data: DataDoc
 
 
-class RunResult(TypedDict, total=False):
+class Nightly(TypedDict, total=False):
+    """Whether the symptom shows on a nightly build (nightly.py `on_nightly`, or a version bisect's trial)."""
+
+    version: str
+    reproduced: bool | None
+    detail: str
+
+
+class ResultJson(TypedDict, total=False):
+    """result.json (bisect/result_doc.py), the keys the report reads by name."""
+
     status: str
     symptom: str
     project: str
     settings: dict[str, Any]
+    features: list[str]
     culprits: list[str]
     culprit_config: list[str]
     affects_loss: list[str]
@@ -46,11 +59,14 @@ class RunResult(TypedDict, total=False):
     baseline: TrialSummary
     failing: TrialSummary
     culprit_trial: TrialSummary
-    trials_table: list[dict[str, Any]]  # summary (a path), enabled, role, repeat, verdict
+    trials_table: list[TrialRow]
     timing: dict[str, Any]
     timed_calls: list[str]
+    known_cost: dict[str, Any]
     noise: float
     nan_state: dict[str, Any] | None  # dir, step
+    nightly: Nightly
+    version_trials: list[dict[str, Any]]
     first_bad_commit: str | None
     first_bad_project: str
     good_project: str

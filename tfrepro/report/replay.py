@@ -15,7 +15,7 @@ import json
 import shutil
 from pathlib import Path
 
-from tfrepro.report.records import RunResult
+from tfrepro.report.records import ResultJson
 
 REPLAY = "replay.py"
 STATE_FILES = ("state.npz", "batch.npz", "state.json")
@@ -92,7 +92,7 @@ sys.exit(1)
 '''
 
 
-def write_replay(out: Path, run_dir: Path, result: RunResult) -> dict[str, str]:
+def write_replay(out: Path, run_dir: Path, result: ResultJson) -> dict[str, str]:
     """replay.py and nan_state/ in the bundle `out` when the run saved a
     NaN state; returns the artifacts it wrote (name -> what it is)."""
     doc = result.get("nan_state") or {}

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import libcst as cst
 
 from tfrepro.report.export import ENTRY, Export
-from tfrepro.report.records import DataDoc, RunResult, SourceDoc
+from tfrepro.report.records import DataDoc, ResultJson, SourceDoc
 
 if TYPE_CHECKING:
     from tfrepro.report.reduce import Reduction
@@ -220,7 +220,7 @@ def rewrite(text: str, sites: list[Read]) -> tuple[str, list[Read]]:
     return _insert_header(new, header).code, replaced
 
 
-def _data(result: RunResult, *keys: str) -> DataDoc:
+def _data(result: ResultJson, *keys: str) -> DataDoc:
     """The culprit trial's data record, else the failing trial's: the first that has one of `keys`."""
     for key in ("culprit_trial", "failing"):
         data = (result.get(key) or {}).get("data") or {}
@@ -229,18 +229,18 @@ def _data(result: RunResult, *keys: str) -> DataDoc:
     return {}
 
 
-def sources_of(result: RunResult) -> tuple[Read, ...]:
+def sources_of(result: ResultJson) -> tuple[Read, ...]:
     """The data reads the failing configuration's trial recorded."""
     return tuple(Read.of(s) for s in _data(result, "sources", "fits").get("sources") or [])
 
 
-def unseen_fits(result: RunResult) -> tuple[str, ...]:
+def unseen_fits(result: ResultJson) -> tuple[str, ...]:
     """file:line of each fit fed by data no recorded read explains (a reader the hooks cannot see)."""
     fits = _data(result, "fits").get("fits") or []
     return tuple(str(f.get("at")) for f in fits if not f.get("sources_seen") and f.get("kind") != "arrays")
 
 
-def with_standins(export: Export, result: RunResult, entry: str, *, no_data: bool = False) -> tuple[Export, DataFacts]:
+def with_standins(export: Export, result: ResultJson, entry: str, *, no_data: bool = False) -> tuple[Export, DataFacts]:
     """(export with stand-ins in repro.py, the report's `data` facts)."""
     sources = sources_of(result)
     facts = DataFacts(sources, unseen=unseen_fits(result))
@@ -306,7 +306,7 @@ def issue_lines(doc: dict[str, Any]) -> list[str]:
     return out
 
 
-def reads_of(result: RunResult, entry: str) -> tuple[list[Read], int | None]:
+def reads_of(result: ResultJson, entry: str) -> tuple[list[Read], int | None]:
     """The recorded reads of `entry` (one per call site, in line order) and
     the first fit's batches per epoch (the reduction's chunk count)."""
     fits = _data(result, "sources", "fits").get("fits") or [{}]

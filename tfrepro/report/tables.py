@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro.report import events
-from tfrepro.report.answer import ResultJson, Trial, TrialRow, of
+from tfrepro.report.answer import Trial, of
+from tfrepro.report.records import ResultJson
+from tfrepro.trials.values import TrialRow
 
 WARMUP = 2  # as trials/values.WARMUP_STEPS: the first steps are tracing and compilation
 
