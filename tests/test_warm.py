@@ -118,6 +118,43 @@ def test_warm_child_sees_what_a_cold_interpreter_sees(tmp_path, pool):
     assert cold.losses == hot.losses == (0.5,)
 
 
+COMPILED_ONCE = """\
+import json, sys
+server = sys.modules.get("_tfrepro_warm")
+compiled = getattr(server, "COMPILED", {})
+def nested(code):
+    out = {id(code)}
+    for c in code.co_consts:
+        if hasattr(c, "co_consts"):
+            out |= nested(c)
+    return out
+used = {}
+for name in ("_tfrepro_harness", "_tfrepro_harness_stdout"):
+    module = sys.modules[name]
+    code = compiled.get(module.__file__)
+    values = list(vars(module).values())
+    values += [m for v in values if isinstance(v, type) and v.__module__ == name for m in vars(v).values()]
+    funcs = [v.__code__ for v in values if getattr(v, "__module__", "") == name and hasattr(v, "__code__")]
+    used[name] = code is not None and bool(funcs) and {id(f) for f in funcs} <= nested(code)
+print(json.dumps(used))
+print("step=1 loss=0.5")
+"""
+
+
+def test_a_warm_child_runs_the_harness_compiled_once_in_the_server(tmp_path, pool):
+    """The harness and its siblings are compiled in the server, not in each
+    child (no bytecode cache where PYTHONDONTWRITEBYTECODE is set): a warm
+    child's harness functions are the server's code objects; a cold trial's
+    are not. Fails when the child compiles its own."""
+    d = script_dir(tmp_path, COMPILED_ONCE)
+    cold, cold_out, _ = run(d, tmp_path, pool, cold=True)
+    hot, hot_out, _ = run(d, tmp_path, pool, cold=False)
+    assert (cold.extra["process"], hot.extra["process"]) == ("cold", "warm")
+    assert json.loads(hot_out.splitlines()[0]) == {"_tfrepro_harness": True, "_tfrepro_harness_stdout": True}
+    assert json.loads(cold_out.splitlines()[0]) == {"_tfrepro_harness": False, "_tfrepro_harness_stdout": False}
+    assert cold.losses == hot.losses == (0.5,)
+
+
 def test_a_relative_pythonpath_entry_is_the_trials_cwd_not_the_servers(tmp_path, pool):
     """`PYTHONPATH=src tfrepro ...`: a cold interpreter makes `src` absolute
     against the trial's cwd (the variant, where the project's src/ is); the

@@ -247,7 +247,11 @@ def _load(name: str, path: str):
 
     spec = importlib.util.spec_from_file_location(name, path)
     module = sys.modules[name] = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    code = getattr(sys.modules.get("_tfrepro_warm"), "COMPILED", {}).get(path)  # a warm child: compiled once
+    if code is None:
+        spec.loader.exec_module(module)
+    else:
+        exec(code, module.__dict__)
     return module
 
 
