@@ -9,6 +9,7 @@ problem or none, and an `expected.json`:
     {"symptom": "slowdown"|...|null, "culprits": [...], "source": "...", "note": "...",
      "args": ["--epochs", "2"],          # optional: the script's own arguments (after --)
      "accept": ["untestable"],           # optional: other right statuses (e.g. a loop it cannot see)
+     "or_symptom": "slowdown",           # optional: another right symptom, with the same culprits
      "known_cost": true}                 # optional: the answer must carry known_cost
 
 Each case is committed alone in a fresh temp git repository and run as a
@@ -54,6 +55,9 @@ def score(out: Any, doc: dict[str, Any], want: dict[str, Any]) -> None:
     """The journey suite's scoring, plus `accept` and `known_cost`."""
     J.score(out, doc, want)
     status = doc.get("status")
+    other = want.get("or_symptom")  # a second right symptom (the same culprits)
+    if not out.right and other and status == "found" and doc.get("symptom") == other:
+        J.score(out, doc, {**want, "symptom": other})
     if not out.right and status in (want.get("accept") or []):
         out.right, out.false_culprit = True, False
     if want.get("known_cost") and status == "found" and out.right and not doc.get("known_cost"):
