@@ -321,6 +321,36 @@ def test_the_scripts_arguments_and_its_toml_settings_are_carried_into_the_new_pr
     assert json.loads(r.stdout)["script_args"] == ["--epochs", "4"] and (tmp_path / "cwd" / "repro-train").is_dir()
 
 
+def test_an_argument_with_a_space_is_quoted_in_the_new_readme(tmp_path):
+    """The README's command is one a shell runs as the script was run: an
+    argument with a space stays one argument (shlex quoting)."""
+    script = ARGPARSE.replace(
+        "ap.add_argument('--epochs', type=int, required=True)\n",
+        "ap.add_argument('--epochs', type=int, required=True)\nap.add_argument('--run-name', default='')\n",
+    )
+    root = _user_project(tmp_path, script)
+    doc = _new_from_cli(root, tmp_path / "out", "--", "--epochs", "2", "--run-name", "my run")
+    assert doc["script_args"] == ["--epochs", "2", "--run-name", "my run"]
+    assert "`python repro.py --epochs 2 --run-name 'my run'`" in (tmp_path / "out" / "README.md").read_text()
+    for arg in ("it's", "$HOME", ""):  # the rest of shlex.quote's cases, by the template alone
+        assert _shell_words(arg) == [arg]
+
+
+def _shell_words(arg: str) -> list[str]:
+    """What a shell makes of the README line's arguments for ["x", arg]: the template's quoting, split by shlex."""
+    import shlex
+
+    from jinja2 import Environment
+
+    text = (Path(newfrom.__file__).parents[1] / "templates" / "script" / "README.md.jinja").read_text()
+    env = Environment(extensions=["jinja2.ext.do"])
+    out = env.from_string(text).render(
+        source_script="t.py", features=[], data="none", script_args=["x", arg], settings={}
+    )
+    line = next(x for x in out.splitlines() if "Given no arguments" in x)
+    return shlex.split(line.split("`python repro.py ", 1)[1].rsplit("`", 1)[0])[1:]
+
+
 def test_without_arguments_the_latest_bisect_runs_are_taken(tmp_path):
     from tfrepro.settings import TrialSettings
 

@@ -3,6 +3,7 @@ exported repro, the re-run, the localisation, the environment, the setup)."""
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -107,7 +108,7 @@ def _repro_facts(ctx: Context, export: Export) -> dict[str, Any]:
         "extra_imports": extra_imports(export.cand_files),
         "reference": export.ref_name,
         "diff": export.diff,
-        "command": " ".join(["python", *command[1:]]) if command else f"python {ENTRY}",
+        "command": shlex.join(["python", *command[1:]]) if command else f"python {ENTRY}",
     }
 
 
