@@ -230,10 +230,10 @@ def resample(paths: list[Path], runs: int) -> None:
 
 
 def real(n: int) -> None:
-    """The engine's own timing code (bisect/timing.TimingPool: one shared
+    """The engine's own timing code (trials/timing.TimingPool: one shared
     baseline pool, B C B C B, contention from the harness) on real trials."""
-    from tfrepro.bisect.timing import TimingPool
     from tfrepro.trials.runner import TrialOptions, run_trial
+    from tfrepro.trials.timing import TimingPool
 
     project = Project.load(MLP)
     state = Path(tempfile.mkdtemp(prefix="tfrepro-timing-"))

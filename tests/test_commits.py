@@ -19,7 +19,6 @@ from gitrepo import GitRepo, isolated_git_env
 
 from tfrepro.bisect import commits
 from tfrepro.bisect.options import BisectOptions
-from tfrepro.bisect.timing import TIMING_BASELINE, TIMING_CANDIDATE
 from tfrepro.errors import UserError
 from tfrepro.settings import (
     TIMING_MIN_STEPS,
@@ -28,6 +27,7 @@ from tfrepro.settings import (
     WARMUP_STEPS,
     TrialSettings,
 )
+from tfrepro.trials.timing import TIMING_BASELINE, TIMING_CANDIDATE
 from tfrepro.trials.values import TrialResult, Verdict
 
 GOOD_SRC = "LOSS = 1.0\nprint('step=1 loss=1.0')\n"

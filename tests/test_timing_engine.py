@@ -12,7 +12,7 @@ import pytest
 from test_engine import FEATS, FakeRunner, make_project
 
 from tfrepro.bisect.engine import BisectOptions, bisect
-from tfrepro.trials.values import Verdict
+from tfrepro.trials.values import TrialResult, Verdict
 
 
 def slow(feature: str, ratio: float, *, cv: float = 0.05, steps: int = 60):
@@ -134,7 +134,7 @@ def test_a_bystander_kept_by_one_unlucky_timing_pair_is_dropped_in_the_replay(tm
     burst on the baseline side, say): the search then keeps the bystander in
     a pair. The replay checks each culprit's necessity again with fresh pairs
     and names the culprit alone."""
-    from tfrepro.bisect.timing import TIMING_CANDIDATE
+    from tfrepro.trials.timing import TIMING_CANDIDATE
 
     honest = slow("xla", 1.6)
 
@@ -209,3 +209,22 @@ def test_a_search_half_a_little_slower_is_cleared_on_three_pairs_not_five(tmp_pa
         if r["role"] == "timing" and r["enabled"] == ["cache", "csv_logger", "early_stopping"]
     ]
     assert [r["verdict"] for r in half] == ["ok"] * 3
+
+
+def test_a_broken_first_baseline_makes_the_pair_untestable_before_the_candidate_runs():
+    """trials/timing.TimingPool, shared by the engine, the range modes and the
+    report's re-run: a baseline timing trial that crashed anchors no pair,
+    the candidate is not run for nothing, and the reason is kept."""
+    from tfrepro.trials.timing import TIMING_BASELINE, TimingPool
+
+    calls = []
+
+    def trial(key, repeat, role):
+        calls.append((key, repeat, role))
+        return TrialResult(crashed=True, exit_code=1, error="ValueError: boom", mode="fit")
+
+    pool = TimingPool(trial, lambda _k, _r: Verdict.OK, 1.25)
+    out = pool.timed(frozenset({"xla"}))
+    assert out.stopped is Verdict.UNTESTABLE and out.pairs == ()
+    assert calls == [(frozenset(), TIMING_BASELINE, "timing-baseline")]
+    assert pool.why == ["the baseline's timing run crashed"]

@@ -363,7 +363,7 @@ def slower_from(first_bad: str, ratio: float, calls: list):
 
 
 def test_a_10x_slowdown_is_found_on_one_clear_pair_per_release_against_a_shared_pool(tmp_path):
-    from tfrepro.bisect.timing import TIMING_BASELINE, TIMING_CANDIDATE
+    from tfrepro.trials.timing import TIMING_BASELINE, TIMING_CANDIDATE
 
     calls = []
     r = bisect_versions(project(tmp_path), VERSIONS, trial=slower_from("2.16.2", 10.0, calls))

@@ -30,7 +30,7 @@ Repeat indices are a pure function of (configuration, role, round), so a
 bisect that is interrupted and run again asks for exactly the same trials and
 gets every finished one from the trial cache. Timing trials (a slowdown hunt)
 run one at a time with a time budget (`TrialSettings.steps_max` & co.),
-against one shared pool of baseline timing trials (bisect/timing.py).
+against one shared pool of baseline timing trials (trials/timing.py).
 """
 
 from __future__ import annotations
@@ -49,12 +49,12 @@ from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.replay import Replay
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving
-from tfrepro.bisect.timing import TimingPool
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest, make_executor
 from tfrepro.trials.state import StateDir, write_trial_record
+from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
 Runner = Callable[..., TrialResult]
@@ -314,7 +314,7 @@ class _Bisection(Ends, Replay):
         return run
 
     def _timed(self, config: Config, fresh: int = 1, *, search: bool = False) -> classify.TimingOutcome:
-        """The timing comparison of `config` against the baseline (bisect/timing.py);
+        """The timing comparison of `config` against the baseline (trials/timing.py);
         `search`: the search's looser "not slower" (one clear pair even on a
         loaded machine, the rank test at SEARCH_ALPHA_NOT_SLOWER)."""
         o = self.opts

@@ -34,12 +34,12 @@ from typing import Any
 from tfrepro.bisect.events import BisectEvents, PointTried, TrialRecord
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import STOPPERS, Mark, RangeResult, bisect_range, judge
-from tfrepro.bisect.timing import TimingPool
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest
 from tfrepro.trials.procs import sigterm_interrupts
 from tfrepro.trials.state import shown_path, write_trial_record
+from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict, summary
 
 

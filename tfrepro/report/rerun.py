@@ -231,47 +231,36 @@ def _stopped(r: TrialResult, steps: int) -> Verdict | None:
 def _slowdown(
     cand_dir: Path, ref_dir: Path, spec: RerunSpec, runner: Runner, progress: Callable[[str], None] | None = None
 ) -> Reproduction:
-    from tfrepro.trials.classify import SequentialPolicy, sequential_slowdown, timing_pair
+    """R C R C R ...: repro.py between two reference.py runs, never
+    concurrently, through the bisect's own timing pool (trials/timing.py)."""
+    from tfrepro.trials.timing import TIMING_BASELINE, TIMING_CANDIDATE, TimingPool
 
     settings, max_pairs = spec.settings, spec.max_pairs
     timed = settings.timed()
-    refs: list[TrialResult] = []  # reference.py's timing runs, in the order run
-    cands: list[TrialResult] = []  # repro.py's
-    why: list[str] = []  # why a run could not be timed
+    runs: dict[str, list[TrialResult]] = {"reference": [], "repro": []}
 
-    def reference() -> TrialResult:
-        refs.append(runner(ref_dir, replace(timed, repeat=len(refs))))
-        return refs[-1]
+    def trial(key: str, repeat: int, role: str) -> TrialResult:
+        if key == "repro":
+            if progress:
+                progress(
+                    f"  timing pair {len(runs[key]) + 1} (at most {max_pairs}): repro.py between two reference.py runs"
+                )
+            number, where = repeat - TIMING_CANDIDATE, cand_dir
+        else:
+            number, where = repeat - TIMING_BASELINE, ref_dir
+        runs[key].append(runner(where, replace(timed, repeat=number)))
+        return runs[key][-1]
 
-    def broken(ref: TrialResult) -> bool:
+    def broken(ref: TrialResult) -> str | None:
         stop = _stopped(ref, settings.steps)
-        if stop is not None:
-            why.append(f"reference.py stopped with {stop.value}")
-        return stop is not None
+        return None if stop is None else f"reference.py stopped with {stop.value}"
 
-    def sample(i: int):
-        # R C R C R ...: repro.py between two reference.py runs, never concurrently.
-        if progress:
-            progress(f"  timing pair {i + 1} (at most {max_pairs}): repro.py between two reference.py runs")
-        before = refs[-1] if refs else reference()
-        if broken(before):
-            return Verdict.UNTESTABLE
-        cands.append(runner(cand_dir, replace(timed, repeat=i)))
-        stop = _stopped(cands[-1], settings.steps)
-        if stop is not None:
-            return stop
-        if broken(reference()):
-            return Verdict.UNTESTABLE
-        got = timing_pair(before, cands[-1], refs[-1])
-        if got is None:
-            why.append("fewer than 2 steps past the warm-up")
-        return got or Verdict.UNTESTABLE
-
-    out = sequential_slowdown(
-        sample, spec.symptoms.slowdown, SequentialPolicy(min_samples=min(3, max_pairs), max_samples=max_pairs)
+    pool: TimingPool[str] = TimingPool(
+        trial, lambda _key, r: _stopped(r, settings.steps) or Verdict.OK, spec.symptoms.slowdown, "reference", broken
     )
-    reproduced, detail = _timing_detail(out, why, spec.symptoms.slowdown)
-    cand, ref = (runs[-1].to_dict() if runs else None for runs in (cands, refs))
+    out = pool.timed("repro", min_pairs=min(3, max_pairs), max_pairs=max_pairs)
+    reproduced, detail = _timing_detail(out, pool.why, spec.symptoms.slowdown)
+    cand, ref = (r[-1].to_dict() if r else None for r in (runs["repro"], runs["reference"]))
     return Reproduction("slowdown", reproduced, detail, out.verdict.value, cand, ref, out.to_dict())
 
 

@@ -9,8 +9,11 @@ the replay, continues the evidence instead of starting over). Runs nothing
 itself: the caller injects `trial(key, repeat, role)` (one timing trial,
 alone) and `failure(key, result)` (the nan/crash/timeout verdict that stops
 timing). A key names what is timed: a feature configuration (the engine;
-the baseline is every feature off, `frozenset()`) or a point of a range
-(ranges.py; the baseline is the good end).
+the baseline is every feature off, `frozenset()`), a point of a range
+(ranges.py; the baseline is the good end) or the report's repro.py against
+its reference.py (report/rerun.py). A baseline trial that `broken` rejects
+(default: crashed, timed out, non-finite, could not run) makes the pair
+untestable before its candidate runs; `why` keeps the reasons.
 """
 
 from __future__ import annotations
@@ -39,11 +42,20 @@ class TimingPool(Generic[K]):
         failure: Callable[[K, TrialResult], Verdict],
         threshold: float,
         baseline: K = frozenset(),
+        broken: Callable[[TrialResult], str | None] | None = None,
     ) -> None:
         self.trial, self.failure, self.threshold, self.baseline = trial, failure, threshold, baseline
+        self.broken = broken or _broken
         self.pool: list[TrialResult] = []  # baseline timing trials, in the order run
         self.pairs: dict[K, list[classify.TimingPair]] = {}  # the evidence per candidate
         self.outcomes: dict[K, list[classify.TimingOutcome]] = {}
+        self.why: list[str] = []  # why a pair could not be timed, in order
+
+    def _unusable(self, baseline: TrialResult) -> bool:
+        reason = self.broken(baseline)
+        if reason is not None:
+            self.why.append(reason)
+        return reason is not None
 
     def _baseline(self) -> TrialResult:
         self.pool.append(self.trial(self.baseline, TIMING_BASELINE + len(self.pool), "timing-baseline"))
@@ -67,15 +79,18 @@ class TimingPool(Generic[K]):
 
         def pair(i: int):
             before = self.pool[-1] if self.pool else self._baseline()
+            if self._unusable(before):
+                return Verdict.UNTESTABLE
             c = self.trial(key, TIMING_CANDIDATE + len(evidence), "timing")
             stop = self.failure(key, c)
             if stop != Verdict.OK:
                 return stop
             after = self._baseline()
-            if any(b.crashed or b.timed_out or b.nonfinite or b.could_not_run for b in (before, after)):
+            if self._unusable(after):
                 return Verdict.UNTESTABLE
             got = classify.timing_pair(before, c, after)
             if got is None:
+                self.why.append("fewer than 2 steps past the warm-up")
                 return Verdict.UNTESTABLE
             evidence.append(got)
             return got
@@ -90,3 +105,16 @@ class TimingPool(Generic[K]):
         got = classify.sequential_slowdown(pair, self.threshold, policy, prior=tuple(evidence))
         self.outcomes.setdefault(key, []).append(got)
         return got
+
+
+def _broken(baseline: TrialResult) -> str | None:
+    """Why a baseline timing trial cannot anchor a pair, or None."""
+    for bad, what in (
+        (baseline.crashed, "crashed"),
+        (baseline.timed_out, "timed out"),
+        (baseline.nonfinite, "went non-finite"),
+        (baseline.could_not_run, "could not run"),
+    ):
+        if bad:
+            return f"the baseline's timing run {what}"
+    return None
