@@ -5,6 +5,12 @@ count of rounds that show `memory` (the answer should be 0 of N).
 
     .venv/bin/python benchmarks/memory_aa.py                 # healthy, 20 rounds
     .venv/bin/python benchmarks/memory_aa.py --rounds 5 --example slow_callback --save out.json
+    .venv/bin/python benchmarks/memory_aa.py --script benchmarks/wild/text_classification_healthy/train.py --rounds 10
+
+`--script` takes a plain training script instead (a wild-style one, models of
+real size): it is copied alone into a folder and loaded zero-edit, as
+`tfrepro bisect train.py` would; its failing configuration is every detected
+feature on, i.e. the script as written.
 
 Also runs the leaking example once per `--leak-every` rounds as a positive
 control (`memory_callback`: must show `memory` every time).
@@ -66,6 +72,7 @@ def one_round(project: Project, i: int, state: Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--example", default="healthy")
+    ap.add_argument("--script", type=Path, help="a plain script, loaded zero-edit (instead of --example)")
     ap.add_argument("--rounds", type=int, default=20)
     ap.add_argument("--leak-every", type=int, default=0, help="a memory_callback round every K rounds (0: none)")
     ap.add_argument("--save", type=Path)
@@ -73,9 +80,16 @@ def main() -> int:
     rows, controls = [], []
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="tfrepro-memaa-") as tmp:
-        for name in [args.example] + (["memory_callback"] if args.leak_every else []):
+        for name in ([] if args.script else [args.example]) + (["memory_callback"] if args.leak_every else []):
             shutil.copytree(REPO / "tfrepro" / "examples" / name, Path(tmp) / name)
-        healthy = Project.load(Path(tmp) / args.example)
+        if args.script:
+            home = Path(tmp) / "script"
+            home.mkdir()
+            shutil.copy2(args.script, home / "train.py")
+            healthy = Project.load(home / "train.py")
+            print(f"{args.script}: zero-edit, features {', '.join(healthy.feature_names)}", flush=True)
+        else:
+            healthy = Project.load(Path(tmp) / args.example)
         for i in range(args.rounds):
             row = one_round(healthy, i, Path(tmp) / "state")
             rows.append(row)
@@ -86,7 +100,7 @@ def main() -> int:
                 print("control", json.dumps(c), flush=True)
     false = sum(r["memory"] for r in rows)
     summary = {
-        "example": args.example,
+        "example": str(args.script) if args.script else args.example,
         "rounds": len(rows),
         "memory_shown": false,
         "close_calls": sum(r["close"] for r in rows),
