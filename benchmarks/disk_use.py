@@ -2,19 +2,22 @@
 with a 31 MB data file, a bisect of a few dozen trials, and the state dir's
 size against the project's. No TensorFlow: the script prints its losses.
 
-    python benchmarks/disk_use.py [--mb 31] [--features 8]
+    python benchmarks/disk_use.py [--mb 31] [--features 8] [--jobs 2]
 
-Prints one JSON line: project_mb, state_mb, ratio, trials.
+Prints one JSON line: project_mb, state_mb, ratio, trials, jobs, and the
+load average before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from tfrepro.trials.state import tree_size
@@ -37,19 +40,23 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mb", type=int, default=31)
     ap.add_argument("--features", type=int, default=8)
+    ap.add_argument("--jobs", type=int, default=1, help="trials run at once (bisect --jobs)")
     args = ap.parse_args()
+    load0 = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "proj"
         root.mkdir()
         (root / "repro.py").write_text(script(args.features))
         (root / "data.bin").write_bytes(os.urandom(args.mb << 20))
         project = tree_size(root)
-        r = subprocess.run(
-            [sys.executable, "-m", "tfrepro", "bisect", str(root), "--steps", "8", "--json", "--strategy", "ddmin"],
-            capture_output=True,
-            text=True,
-        )
-        doc = json.loads(r.stdout)
+        cmd = [sys.executable, "-m", "tfrepro", "bisect", str(root), "--steps", "8", "--json", "--strategy", "ddmin"]
+        proc = subprocess.Popen([*cmd, "--jobs", str(args.jobs)], stdout=subprocess.PIPE, text=True)
+        peak = 0  # the state dir's largest size seen while the bisect runs (sampled)
+        while proc.poll() is None:
+            with contextlib.suppress(OSError):
+                peak = max(peak, tree_size(root / ".tfrepro"))
+            time.sleep(0.1)  # a sampling interval, not an ordering
+        doc = json.loads(proc.stdout.read())
         state = tree_size(root / ".tfrepro")
         trials = len(list((root / ".tfrepro" / "trials").iterdir()))
         print(
@@ -60,7 +67,10 @@ def main() -> None:
                     "project_mb": round(project / 2**20, 1),
                     "state_mb": round(state / 2**20, 2),
                     "ratio": round(state / project, 3),
+                    "peak_state_mb": round(peak / 2**20, 2),
                     "trials": trials,
+                    "jobs": args.jobs,
+                    "load": [round(load0, 2), round(os.getloadavg()[0], 2)],
                 }
             )
         )
