@@ -43,6 +43,28 @@ def test_help_and_version_do_not_import_heavy_modules():
     assert out.stdout.strip() == ""
 
 
+def test_a_plain_scripts_features_do_not_import_pydantic(tmp_path):
+    """pydantic validates a tfrepro.toml and is imported only when there is
+    one: `tfrepro features train.py` on a plain script (the README's loop)
+    does not pay for it (manifest_schema.py); with a tfrepro.toml it does."""
+    (tmp_path / "train.py").write_text("import keras\nmodel = keras.Sequential()\nmodel.fit([], [], epochs=1)\n")
+    code = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from tfrepro.cli import main\n"
+        "r = CliRunner().invoke(main, ['features', sys.argv[1]])\n"
+        "assert r.exit_code == 0, r.output\n"
+        "print('pydantic' in sys.modules)\n"
+    )
+    run = lambda: subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "train.py")], capture_output=True, text=True
+    )
+    out = run()
+    assert out.stdout.strip() == "False", out.stderr
+    (tmp_path / "tfrepro.toml").write_text('[trial]\nentry = "train.py"\n')
+    assert run().stdout.strip() == "True"
+
+
 def test_unknown_command_is_a_usage_error():
     r = CliRunner().invoke(main, ["frobnicate"])
     assert r.exit_code == 2
