@@ -395,3 +395,40 @@ def test_a_module_or_function_bound_outside_the_blocks_is_no_features():
     out, got = comment_tail(text)
     assert [c.code for c in got] == ["print(cb.seconds)"]
     assert "\nprint(json.dumps(report(1)), clock.time())\n" in out and "\n# print(cb.seconds)\n" in out
+
+
+def test_a_tail_inside_main_is_commented_out_at_its_indentation():
+    """Real scripts train inside `main()`: the statements after the function's
+    last training call that read what an OFF feature made are commented out
+    in place (the function still compiles); its parameters are never a
+    feature's, and the module's own tail (`main()`) is left alone."""
+    from tfrepro.report.offtail import comment_tail
+
+    text = textwrap.dedent(
+        """\
+        def main(epochs):
+            cb = Timer()
+            cbs = []
+            # tfrepro: feature callback_timer
+            cbs.append(cb)
+            # tfrepro: end
+            model.fit(x, epochs=epochs, callbacks=cbs)
+            print(epochs)
+            seconds = cb.seconds[-1]
+            print(seconds)
+            return 0
+
+
+        if __name__ == "__main__":
+            main(2)
+        """
+    )
+    out, got = comment_tail(text)
+    assert [(c.line, c.code, c.names) for c in got] == [
+        (9, "seconds = cb.seconds[-1]", ("cb",)),
+        (10, "print(seconds)", ("seconds",)),
+    ]
+    assert "\n    print(epochs)\n" in out and "\n    return 0\n" in out
+    assert "\n    # seconds = cb.seconds[-1]\n" in out and "\n    # print(seconds)\n" in out
+    assert "\n    # (tfrepro new --from) commented out so the baseline runs: it reads cb," in out
+    compile(out, "repro.py", "exec")

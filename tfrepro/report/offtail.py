@@ -15,8 +15,11 @@ outside the blocks reads it up to the last training call (binding it there
 is fine: `auc_cb = BatchValAUC(...)` stays; a module, function or class
 the script binds outside the blocks is never one). A tail statement that binds a
 name and is commented out makes that name one too (`h = cb.history`, then
-`print(h[-1])`). Only module-level statements are looked at: a script that
-trains inside `main()` is left as it is.
+`print(h[-1])`). The statements looked at are those of the module and of
+each function it defines at its top level (a script that trains inside
+`main()`): a body's own statements after its last training statement, each
+commented out at its own indentation; a function's parameters are never a
+feature's.
 """
 
 from __future__ import annotations
@@ -58,52 +61,82 @@ def comment_tail(text: str, path: str = "repro.py") -> tuple[str, list[Commented
         blocks = fb.parse(text, path).blocks
     except (SyntaxError, ValueError, fb.UserError):
         return text, []
-    trained = [i for i, s in enumerate(tree.body) if _trains(s)]
-    if not blocks or not trained:
+    if not blocks:
         return text, []
+    bound: set[str] = set()  # a module, function or class bound outside the blocks is no feature's
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)) and _block_of(blocks, stmt.lineno) is None:
+            bound.update((a.asname or a.name).split(".")[0] for a in stmt.names)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            if _block_of(blocks, stmt.lineno) is None:
+                bound.add(stmt.name)
+    bodies: list[tuple[list[ast.stmt], set[str]]] = [(tree.body, bound)]
+    for stmt in tree.body:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and _block_of(blocks, stmt.lineno) is None:
+            params = {a.arg for a in (*stmt.args.posonlyargs, *stmt.args.args, *stmt.args.kwonlyargs)}
+            params |= {a.arg for a in (stmt.args.vararg, stmt.args.kwarg) if a is not None}
+            bodies.append((stmt.body, bound | params))
+    lines = fb.split_lines(text)
+    got = [c for body, outside in bodies for c in _tail(body, outside, blocks, lines)]
+    if not got:
+        return text, []
+    out = list(lines)
+    for c in sorted(got, key=lambda c: c.line, reverse=True):
+        indent = " " * c.indent
+        body = [fb.comment_line(x, indent) for x in lines[c.line - 1 : c.end]]
+        note = indent + NOTE.format(names=", ".join(c.names), features=", ".join(c.features))
+        out[c.line - 1 : c.end] = [note, *body]
+    return "".join(out), [c.public() for c in sorted(got, key=lambda c: c.line)]
 
-    def block_of(line: int) -> fb.Block | None:
-        return next((b for b in blocks if b.line < line < b.end_line), None)
 
+def _block_of(blocks, line: int) -> fb.Block | None:
+    return next((b for b in blocks if b.line < line < b.end_line), None)
+
+
+@dataclass(frozen=True)
+class _Found:
+    line: int
+    end: int
+    indent: int
+    code: str
+    names: tuple[str, ...]
+    features: tuple[str, ...]
+
+    def public(self) -> Commented:
+        return Commented(self.line, self.code, self.names, self.features)
+
+
+def _tail(body: list[ast.stmt], outside: set[str], blocks, lines: list[str]) -> list[_Found]:
+    """The statements of `body` after its last training statement that read
+    a feature's names (`outside`: names that are never a feature's)."""
+    trained = [i for i, s in enumerate(body) if _trains(s)]
+    if not trained:
+        return []
     owners: dict[str, set[str]] = {}  # a feature's name -> the features that read or bind it
-    outside: set[str] = set()
-    for stmt in tree.body[: trained[-1] + 1]:
+    outside = set(outside)
+    for stmt in body[: trained[-1] + 1]:
         for n in ast.walk(stmt):
             if not isinstance(n, ast.Name):
                 continue
-            b = block_of(n.lineno)
+            b = _block_of(blocks, n.lineno)
             if b is not None:
                 owners.setdefault(n.id, set()).add(b.name)
             elif isinstance(n.ctx, ast.Load):
                 outside.add(n.id)
-    for stmt in tree.body:  # a module, function or class bound outside the blocks is no feature's
-        if isinstance(stmt, (ast.Import, ast.ImportFrom)) and block_of(stmt.lineno) is None:
-            outside.update((a.asname or a.name).split(".")[0] for a in stmt.names)
-        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and block_of(stmt.lineno) is None:
-            outside.add(stmt.name)
     made = {name: feats for name, feats in owners.items() if name not in outside}
-    lines = fb.split_lines(text)
-    got: list[Commented] = []
-    tail = tree.body[trained[-1] + 1 :]
+    got: list[_Found] = []
+    tail = body[trained[-1] + 1 :]
+    column = body[0].col_offset
     for k, stmt in enumerate(tail):
         first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
         reads = sorted(_names(stmt, ast.Load) & set(made))
         if not reads or any(b.line <= last and first <= b.end_line for b in blocks):
             continue
         shared = (k > 0 and tail[k - 1].end_lineno == first) or (k + 1 < len(tail) and tail[k + 1].lineno == last)
-        if shared or stmt.col_offset != 0:
-            continue  # `a; b` on one line: left alone
+        if shared or stmt.col_offset != column or not lines[first - 1].startswith(" " * column):
+            continue  # `a; b` on one line (or a body indented with tabs): left alone
         feats = tuple(sorted(set().union(*(made[n] for n in reads))))
         for name in _names(stmt, ast.Store):
             made.setdefault(name, set(feats))
-        got.append(Commented(first, lines[first - 1].strip(), tuple(reads), feats))
-    if not got:
-        return text, []
-    out = list(lines)
-    for c in reversed(got):
-        stmt = next(s for s in tail if s.lineno == c.line)
-        end = stmt.end_lineno or stmt.lineno
-        body = [fb.comment_line(x, "") for x in lines[c.line - 1 : end]]
-        note = NOTE.format(names=", ".join(c.names), features=", ".join(c.features))
-        out[c.line - 1 : end] = [note, *body]
-    return "".join(out), got
+        got.append(_Found(first, last, column, lines[first - 1].strip(), tuple(reads), feats))
+    return got
