@@ -40,3 +40,47 @@ def test_a_layer_several_times_slower_and_any_other_feature_are_still_culprits(t
     assert (res.status.value, res.culprits) == ("found", (FEATS[0],))
     res = bisect(make_project(tmp_path / "b", FEATS), BisectOptions(), runner=FakeRunner(slow_when("prefetch", 1.6)))
     assert (res.status.value, res.culprits) == ("found", ("prefetch",))
+
+
+def slow_when_all(features, ratio):
+    """Slower only when every one of `features` is on (no smaller set is)."""
+    base = slow_when("-", 1.0)
+
+    def behave(cfg, r):
+        out = base(cfg, r)
+        if set(features) <= set(cfg):
+            out["step_times"] = out["step_times"][:3] + tuple(t * ratio for t in out["step_times"][3:])
+        return out
+
+    return behave
+
+
+MANY = ["cache", "csv_logger", "prefetch", "shuffle", "xla"]
+
+
+def test_a_small_slowdown_only_four_features_together_show_is_their_combined_overhead(tmp_path):
+    from tfrepro.bisect.display import answer_lines
+    from tfrepro.bisect.replay import COMBINED_FEATURES
+
+    four = MANY[:COMBINED_FEATURES]
+    res = bisect(make_project(tmp_path, MANY), BisectOptions(), runner=FakeRunner(slow_when_all(four, 1.5)))
+    doc = res.to_dict()
+    assert (res.status.value, res.culprits) == ("none", ())
+    assert doc["combined_cost"]["features"] == four and 1.3 < doc["combined_cost"]["ratio"] < OWN_COST_SLOWDOWN
+    assert "own_cost" not in doc and "--symptom slowdown" in doc["reason"]
+    assert answer_lines(res)[0] == f"none: {doc['combined_cost']['reason']}"
+    asked = bisect(
+        make_project(tmp_path / "asked", MANY),
+        BisectOptions(symptom=Verdict.SLOWDOWN),
+        runner=FakeRunner(slow_when_all(four, 1.5)),
+    )
+    assert (asked.status.value, asked.culprits) == ("found", tuple(four))
+
+
+def test_three_features_together_or_four_several_times_slower_are_still_culprits(tmp_path):
+    three = MANY[:3]
+    res = bisect(make_project(tmp_path, MANY), BisectOptions(), runner=FakeRunner(slow_when_all(three, 1.5)))
+    assert (res.status.value, res.culprits) == ("found", tuple(three))
+    four = MANY[:4]
+    res = bisect(make_project(tmp_path / "b", MANY), BisectOptions(), runner=FakeRunner(slow_when_all(four, 4.0)))
+    assert (res.status.value, res.culprits) == ("found", tuple(four))

@@ -147,8 +147,9 @@ def answer_lines(result: RunResult) -> list[str]:
         lines = _found_lines(result)
     elif status is Status.NONE:
         what = f"no {symptom}" if symptom else "no nan, crash, timeout, mismatch or slowdown"
-        if d.get("own_cost"):  # a custom layer's own compute against its stand-in (bisect/replay.py)
-            lines = [f"none: {d['own_cost']['reason']}"]
+        # a custom layer's own compute against its stand-in, or several features' combined overhead (bisect/replay.py)
+        if cost := d.get("own_cost") or d.get("combined_cost"):
+            lines = [f"none: {cost['reason']}"]
         else:
             lines = [f"none: the failing configuration (every feature on) shows {what} against the baseline"]
     elif status is Status.UNTESTABLE:
