@@ -69,6 +69,22 @@ def one_round(project: Project, i: int, state: Path) -> dict:
     }
 
 
+def _as_bisected(project: Project, state: Path) -> Project:
+    """The project as `bisect` hunts it: a feature whose OFF part breaks the
+    baseline is kept ON (the engine's preflight), so the baselines compared
+    are the ones a bisect compares (timeseries_fcn_healthy loads the
+    checkpoint its ModelCheckpoint writes: all OFF, it crashes)."""
+    from tfrepro.bisect.preflight import preflight
+
+    def run(p: Project):
+        return run_trial(p, (), p.manifest.trial, TrialOptions(use_cache=False, state_dir=state))
+
+    got = preflight(project, run)
+    for d in got.dropped:
+        print(f"kept ON (as bisect does): {d['name']}: {d['reason']}", flush=True)
+    return got.project
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--example", default="healthy")
@@ -88,6 +104,7 @@ def main() -> int:
             shutil.copy2(args.script, home / "train.py")
             healthy = Project.load(home / "train.py")
             print(f"{args.script}: zero-edit, features {', '.join(healthy.feature_names)}", flush=True)
+            healthy = _as_bisected(healthy, Path(tmp) / "state")
         else:
             healthy = Project.load(Path(tmp) / args.example)
         for i in range(args.rounds):
@@ -103,6 +120,7 @@ def main() -> int:
         "example": str(args.script) if args.script else args.example,
         "rounds": len(rows),
         "memory_shown": false,
+        "measured": sum(r["peak_ratio"] is not None for r in rows),  # rounds that compared a memory figure
         "close_calls": sum(r["close"] for r in rows),
         "max_peak_ratio": max((r["peak_ratio"] or 0) for r in rows),
         "max_growth_per_step": max((r["growth_per_step"] or 0) for r in rows),
