@@ -6,7 +6,9 @@ alone into an empty directory and run there as `python repro.py` (no
 arguments, no PYTHONPATH, the project's data files absent). Right: the bisect
 found the NaN, the lone repro shows it (its last line says the symptom was
 seen, or a loss is nan), and no file of the bundle is byte-identical to one
-of the project's data files. Then the late step: `late_nan` (NaN first at
+of the project's data files. `wild/feature_layer_nan` (issue 26: keras-io's
+feature-engineering example, a NaN-producing custom feature layer over a
+dict of inputs) is run the same way, zero-edit. Then the late step: `late_nan` (NaN first at
 step 606) without `--steps` and with `--steps 700`, trials and wall time.
 
     .venv/bin/python benchmarks/standins.py [--case csv_nan,late_nan] [--json-out FILE]
@@ -29,7 +31,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 PROJECTS = HERE / "projects"
-DATA_CASES = ["csv_nan", "npy_nan", "tfrecord_nan", "shape_only_nan"]
+DATA_CASES = ["csv_nan", "npy_nan", "tfrecord_nan", "shape_only_nan", "wild/feature_layer_nan"]
 PY = sys.executable
 
 
@@ -61,9 +63,12 @@ def _hashes(root: Path) -> set[str]:
 
 
 def data_case(name: str, tmp: Path) -> dict:
-    repo = tmp / name
-    _git_repo(PROJECTS / name, repo)
-    rc, doc, wall = _tfrepro(repo, "bisect", "--json", ".")
+    """A project under benchmarks/projects, or `wild/<case>` (a plain script, bisected zero-edit)."""
+    src = HERE / name if name.startswith("wild/") else PROJECTS / name
+    repo = tmp / name.replace("/", "-")
+    _git_repo(src, repo)
+    target = "." if (repo / "tfrepro.toml").is_file() else "train.py"
+    rc, doc, wall = _tfrepro(repo, "bisect", "--json", target)
     row = {
         "case": name,
         "bisect": f"{doc.get('status')}: {doc.get('symptom')} <- {','.join(doc.get('culprits') or [])}",
@@ -73,7 +78,7 @@ def data_case(name: str, tmp: Path) -> dict:
     rc, rep, wall = _tfrepro(repo, "report", "--json")
     row["report_rc"], row["report_s"] = rc, round(wall, 1)
     bundle = Path(rep.get("bundle") or repo / "no-bundle")
-    alone = tmp / f"{name}-alone"
+    alone = tmp / f"{repo.name}-alone"
     if (bundle / "repro.py").is_file():
         shutil.copytree(bundle, alone)
         run = subprocess.run(
