@@ -253,3 +253,34 @@ def test_outcome_to_dict_is_json():
     out = sequential_slowdown(lambda i: pair(3.0), 1.25)
     d = json.loads(json.dumps(out.to_dict(), allow_nan=False))
     assert d["verdict"] == "slowdown" and d["fast"] is True and d["pairs"][0]["candidate_steps"] == 60
+
+
+# The journey's mixed_precision_cpu (a real ~1.4x) at load ~3 on an AMD EPYC
+# (J9, 2026-12-02): candidate over baseline typical step, and others_cpu
+# during (before, candidate, after). Two clear "not slower" pairs decided it
+# healthy; one had the candidate alone on the machine (0.0) beside neighbours
+# at 0.65 and 0.50, i.e. the neighbours were the slowed ones.
+J9_MIXED = [
+    (1.5, (0.444, 0.545, 0.5)),
+    (1.492, (0.5, 0.597, 0.513)),
+    (1.409, (0.513, 0.604, 0.588)),
+    (1.17, (0.588, 0.54, 0.614)),
+    (0.989, (0.614, 0.401, 0.651)),
+    (0.732, (0.651, 0.0, 0.504)),
+    (1.135, (0.504, 0.627, 0.629)),
+]
+
+
+def test_a_clear_pair_counts_only_beside_neighbours_that_saw_a_like_machine():
+    got = decide_slowdown([loaded(k, o) for k, o in J9_MIXED], 1.25)
+    assert got.state == TimingState.INCONCLUSIVE  # more pairs, not "not slower" (was NOT_SLOWER, fast)
+    # the same two clear pairs beside like-loaded neighbours still decide
+    alike = [(k, (o[1], o[1], o[1]) if k < 1.0 else o) for k, o in J9_MIXED]
+    assert decide_slowdown([loaded(k, o) for k, o in alike], 1.25).state == TimingState.NOT_SLOWER
+    # and a clear "slower" pair whose candidate alone was loaded does not count
+    hot = [loaded(2.0, (0.1, 0.7, 0.1)), loaded(2.0, (0.1, 0.7, 0.1)), loaded(1.3, (0.1, 0.1, 0.1))]
+    assert decide_slowdown(hot, 1.25).state != TimingState.SLOWER
+    cool = [loaded(2.0, (0.5, 0.6, 0.5)), loaded(2.0, (0.5, 0.6, 0.5)), loaded(1.3, (0.5, 0.5, 0.5))]
+    assert decide_slowdown(cool, 1.25).state == TimingState.SLOWER
+    # unknown load: counted as before
+    assert loaded(0.7, (0.6, None, 0.6)).load_matched(TimingState.NOT_SLOWER)

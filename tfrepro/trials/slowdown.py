@@ -79,6 +79,18 @@ QUIET_OTHERS = 0.25
 LOADED_CLEAR_SLOWER = 2
 LOADED_CLEAR_NOT_SLOWER = 2
 LOADED_MAX_OTHERS = 0.8
+# A clear pair counts toward the loaded rules only when its three trials saw
+# a like machine: load only ever slows a trial, so neighbours more loaded
+# than the candidate make it look fast, and a candidate more loaded than its
+# neighbours makes it look slow. A clear "not slower" pair whose neighbours'
+# others_cpu exceeds the candidate's by more than LOAD_MATCH (a clear
+# "slower" one whose candidate's exceeds a neighbour's by as much) is not
+# counted (still, as any clear pair, it vetoes the opposite loaded rule).
+# Measured: the journey's mixed_precision_cpu (a real ~1.4x) was decided
+# "not slower" on two clear pairs in J9 (2026-12-02), one with the candidate
+# at others 0.0 and its neighbours at 0.65 and 0.50 (0.73x), while three
+# like-loaded pairs said 1.41-1.50x.
+LOAD_MATCH = 0.25
 # Two baseline neighbours further apart than this did not see the same
 # machine: tests/test_timing_power.py's contention model (seeds 2000-2199
 # and 0-399), power at 1.4x 185/200 -> 200/200 with it, A/A unchanged at 1/400.
@@ -158,6 +170,17 @@ class TimingPair:
         c, c10 = typical_step(self.candidate), _quantile(sorted(self.candidate), 0.1)
         ratios = [r for b in self.baselines for r in (c / typical_step(b), c10 / _quantile(sorted(b), 0.1))]
         return min(ratios), max(ratios)
+
+    def load_matched(self, state: TimingState | None) -> bool:
+        """Whether a clear `state` of this pair may count toward the loaded
+        rules (see LOAD_MATCH); True when the load is not fully known."""
+        before, cand, after = (tuple(self.others) + (None, None, None))[:3]
+        neighbours = [o for o, b in ((before, self.before), (after, self.after)) if b]
+        if state is None or cand is None or not neighbours or None in neighbours:
+            return True
+        if state == TimingState.NOT_SLOWER:
+            return max(neighbours) - cand <= LOAD_MATCH
+        return cand - min(neighbours) <= LOAD_MATCH
 
     def decisive(self, threshold: float) -> TimingState | None:
         """The clear state (`clear`) when this pair may decide alone: on a
@@ -279,9 +302,10 @@ def decide_slowdown(
     p_ok = signed_rank_greater([math.log(threshold) - x for x in logs])
     clear = [p.clear(threshold) for p in pairs]
     slow_n, ok_n = clear.count(TimingState.SLOWER), clear.count(TimingState.NOT_SLOWER)
+    matched = [c if p.load_matched(c) else None for p, c in zip(pairs, clear)]
     alone = {p.decisive(threshold) for p in pairs}
-    loaded_slow = not ok_n and ratio >= threshold and slow_n >= LOADED_CLEAR_SLOWER
-    loaded_ok = not slow_n and ratio < threshold and ok_n >= loaded_not_slower
+    loaded_slow = not ok_n and ratio >= threshold and matched.count(TimingState.SLOWER) >= LOADED_CLEAR_SLOWER
+    loaded_ok = not slow_n and ratio < threshold and matched.count(TimingState.NOT_SLOWER) >= loaded_not_slower
     if slow_n == n and TimingState.SLOWER in alone or loaded_slow:
         return TimingDecision(TimingState.SLOWER, ratio, p_slow, p_ok, n, fast=True)
     if ok_n == n and TimingState.NOT_SLOWER in alone or loaded_ok:
