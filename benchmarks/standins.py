@@ -33,24 +33,22 @@ HERE = Path(__file__).resolve().parent
 PROJECTS = HERE / "projects"
 DATA_CASES = ["csv_nan", "npy_nan", "tfrecord_nan", "shape_only_nan", "wild/feature_layer_nan"]
 PY = sys.executable
+sys.path.insert(0, str(HERE))
+from _repos import child_env, git  # noqa: E402  (the suites' isolated git and tfrepro-first PYTHONPATH)
+
+ENV = child_env()
 
 
 def _git_repo(src: Path, dest: Path) -> None:
     shutil.copytree(src, dest)
-    env = {
-        **os.environ,
-        "GIT_AUTHOR_NAME": "u",
-        "GIT_AUTHOR_EMAIL": "u@x",
-        "GIT_COMMITTER_NAME": "u",
-        "GIT_COMMITTER_EMAIL": "u@x",
-    }
-    for cmd in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "user's project"]):
-        subprocess.run(cmd, cwd=dest, check=True, env=env)
+    git(dest, "init", "-q", "-b", "main", env=ENV)
+    git(dest, "add", "-A", env=ENV)
+    git(dest, "commit", "-q", "-m", "user's project", env=ENV)
 
 
 def _tfrepro(cwd: Path, *args: str, timeout: int = 1800) -> tuple[int, dict, float]:
     t0 = time.monotonic()
-    p = subprocess.run([PY, "-m", "tfrepro", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run([PY, "-m", "tfrepro", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env=ENV)
     try:
         doc = json.loads(p.stdout)
     except ValueError:

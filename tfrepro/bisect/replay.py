@@ -71,20 +71,20 @@ class Replay:
                 "Raise [trial] repeats (or --repeats) to hunt it with more runs "
                 "per configuration.",
             )
-        own = self._own_cost(target, culprits, config)
-        if own is not None:
-            key = "own_cost" if own.pop("own") else "combined_cost"
-            return self._finish(Status.NONE, None, extra={**extra, key: own}, reason=own["reason"])
+        cost = self._features_cost(target, culprits, config)
+        if cost is not None:
+            key, doc = cost
+            return self._finish(Status.NONE, None, extra={**extra, key: doc}, reason=doc["reason"])
         return self._finish(
             Status.FOUND, target, culprits=culprits, config=config, rate=judged.reproduction_rate, extra=extra
         )
 
-    def _own_cost(self, target: Verdict, culprits: Config, config: Config) -> dict | None:
+    def _features_cost(self, target: Verdict, culprits: Config, config: Config) -> tuple[str, dict] | None:
         """A slowdown found without --symptom, under OWN_COST_SLOWDOWN, whose
         culprits are all custom layers (their own compute against their
-        stand-ins: `own` True, result.json's `own_cost`) or COMBINED_FEATURES
-        or more features together (their combined overhead: `combined_cost`):
-        what result.json says, and why the answer is `none`."""
+        stand-ins: result.json's `own_cost`) or COMBINED_FEATURES or more
+        features together (their combined overhead: `combined_cost`): that
+        key and what result.json says under it, the reason the answer is `none`."""
         from tfrepro import catalog
 
         if target != Verdict.SLOWDOWN or self.opts.symptom is not None or not culprits:
@@ -109,7 +109,11 @@ class Replay:
                 f"{COMBINED_FEATURES} or more features together counts from x{OWN_COST_SLOWDOWN:g}; "
             )
         reason += "rerun with --symptom slowdown to hunt it anyway)"
-        return {"own": own, "features": sorted(culprits), "ratio": round(ratio, 3), "reason": reason}
+        return ("own_cost" if own else "combined_cost"), {
+            "features": sorted(culprits),
+            "ratio": round(ratio, 3),
+            "reason": reason,
+        }
 
     def _replayed(
         self, target: Verdict, culprits: Config, config: Config, fresh: range

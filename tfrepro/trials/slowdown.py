@@ -171,11 +171,15 @@ class TimingPair:
         ratios = [r for b in self.baselines for r in (c / typical_step(b), c10 / _quantile(sorted(b), 0.1))]
         return min(ratios), max(ratios)
 
+    def _loads(self) -> tuple[float | None, list[float | None]]:
+        """others_cpu of the candidate, and of each neighbour it has."""
+        before, cand, after = (tuple(self.others) + (None, None, None))[:3]
+        return cand, [o for o, b in ((before, self.before), (after, self.after)) if b]
+
     def load_matched(self, state: TimingState | None) -> bool:
         """Whether a clear `state` of this pair may count toward the loaded
         rules (see LOAD_MATCH); True when the load is not fully known."""
-        before, cand, after = (tuple(self.others) + (None, None, None))[:3]
-        neighbours = [o for o, b in ((before, self.before), (after, self.after)) if b]
+        cand, neighbours = self._loads()
         if state is None or cand is None or not neighbours or None in neighbours:
             return True
         if state == TimingState.NOT_SLOWER:
@@ -189,14 +193,13 @@ class TimingPair:
         state = self.clear(threshold)
         if state is None or not self.others:
             return state if self.quiet else None
-        before, cand, after = (tuple(self.others) + (None, None, None))[:3]
+        cand, neighbours = self._loads()
         if state == TimingState.SLOWER:
             if cand is None or cand > LOADED_MAX_OTHERS:
                 return None
             if cand <= QUIET_OTHERS:
                 return state  # loaded neighbours only hide a slowdown
             return state if self._excess()[0] >= (1 + FAST_EXCESS * (threshold - 1)) / (1 - cand) else None
-        neighbours = [o for o, b in ((before, self.before), (after, self.after)) if b]
         return state if all(o is not None and o <= QUIET_OTHERS for o in neighbours) else None
 
     def to_dict(self) -> dict[str, float]:
