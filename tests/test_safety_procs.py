@@ -8,6 +8,7 @@ pids the trial scripts write down.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
 from nspids import host_pids
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,6 +123,51 @@ def test_a_killed_tfrepro_leaves_no_process_of_a_shell_command_trial(tmp_path):
 
 def test_a_killed_tfrepro_leaves_no_process_of_a_warm_trial(tmp_path):
     assert _kill_helper_mid_trial(tmp_path, "warm") == []
+
+
+STARTER = """\
+import os, subprocess, sys
+from pathlib import Path
+from tfrepro.trials.procs import confined
+d, marker = Path(sys.argv[1]), sys.argv[2]
+argv = confined([sys.executable, "-c", "import time; time.sleep(300)", marker], d)
+subprocess.Popen(argv, cwd=d, stdin=subprocess.DEVNULL, start_new_session=True)
+os._exit(0)  # killed the instant its trial's process exists: before any wrapper set up a watch
+"""
+
+
+@pytest.mark.parametrize("mode", ["overlay", "landlock"])
+def test_a_tfrepro_killed_while_a_cold_trial_starts_leaves_no_process(tmp_path, mode):
+    """The race a killed bisect hit in CI: tfrepro died between starting a
+    trial's process and that process's own parent watch (bubblewrap sets
+    PR_SET_PDEATHSIG only after building its namespaces, and never checks
+    whether its parent is already gone). Five trials, each orphaned at once."""
+    from tfrepro.trials import confine
+
+    env = {**os.environ, "PYTHONPATH": str(REPO), confine.ENV: mode}
+    probe = subprocess.run(
+        [sys.executable, "-c", "from tfrepro.trials import confine; print(confine.detect().mode)"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    if probe.stdout.strip() != mode:
+        pytest.skip(f"no {mode} confinement here: {probe.stdout.strip() or probe.stderr[-300:]}")
+    markers = []
+    for _ in range(5):
+        marker = f"tfrepro-marker-{uuid.uuid4().hex}"
+        markers.append(marker)
+        subprocess.run([sys.executable, "-c", STARTER, str(tmp_path), marker], env=env, check=True)
+
+    def left() -> list[int]:
+        return [p for m in markers for p in _procs_with(m) if _alive(p)]
+
+    _wait_for(lambda: not left(), 10)
+    stray = left()
+    for pid in stray:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    assert stray == []
 
 
 BATCH = """\

@@ -16,7 +16,9 @@ before starting CMD (Landlock; under bubblewrap the overlay is set up
 already) and makes it the subreaper of CMD's tree, whose leftovers it kills
 when CMD ends; `--status=PATH` writes CMD's raw wait status there (bubblewrap
 turns a signal death into an exit code); PARENT_PID 0: no parent watch (in
-bubblewrap's PID namespace, which dies with tfrepro).
+bubblewrap's PID namespace, which dies with bubblewrap; a second launcher
+outside bubblewrap watches tfrepro, since bubblewrap's --die-with-parent
+is set late and misses a parent that died while it started).
 """
 
 import os

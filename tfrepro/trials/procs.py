@@ -10,7 +10,8 @@ Invariants:
   after setsid) and is killed as a group: at its timeout, after it ends
   (grandchildren), on Ctrl-C, by `stop_trials`;
 - no trial outlives this process: the cold launcher (`inside/launch.py`)
-  kills its group when we die, the warm server kills its children when its
+  kills its group when we die (outside bubblewrap too: it checks for a
+  parent already gone, bubblewrap does not), the warm server kills its children when its
   stdin pipe from us closes, and the warm child dies with its server;
 - a trial killed by `stop_trials` raises `TrialStopped` in the thread that
   ran it, so it is never cached.
@@ -181,7 +182,11 @@ def confined(cmd: Sequence[str], trial_dir: Path, status: Path | None = None, al
     conf = confine.require()
     options = [f"--status={status}"] if status is not None else []
     if conf.mode == "overlay":
-        return confine.wrap(launcher(cmd, options, parent=0), conf, trial_dir, also)
+        # The inner launcher leads nothing (bubblewrap's PID namespace dies
+        # with bubblewrap); the outer one watches us. bubblewrap's own
+        # --die-with-parent is set only once its namespaces are built, and
+        # a tfrepro killed before that would leave it orphaned for good.
+        return launcher(confine.wrap(launcher(cmd, options, parent=0), conf, trial_dir, also))
     if conf.mode == "landlock":
         options.append("--confine=" + json.dumps(confine.spec_for(conf, trial_dir, also)))
     return launcher(cmd, options)
