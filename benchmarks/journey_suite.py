@@ -11,6 +11,12 @@ interpreter there and scores the one JSON object `bisect --json` prints:
     annotate   tfrepro annotate train.py --write; tfrepro bisect . --json
 
 Right: the expected symptom and culprits (a healthy case: status "none").
+A case whose symptom is a cost of the machine's kernels (`"planted":
+{"probe": "planted.py", "min_ratio": R}` in expected.json) is first measured
+bare on this machine by its probe, which prints {"ratio": ...}: under R the
+cost is not one tfrepro promises to find here, and `none` is right too (the
+planted culprit as well; any other culprit is still a false culprit). The
+table shows the measured ratio; the summary counts those runs apart.
 A miss is acceptable only as none / flaky / a clear error; a culprit other than
 the expected one is a false culprit. `git status --porcelain` after the run
 must be empty in zero-edit mode and touch only train.py and tfrepro.toml in
@@ -59,6 +65,28 @@ class Outcome:
     git_status: list[str] = field(default_factory=list)
     git_extra: list[str] = field(default_factory=list)  # what should not be there
     error: str = ""
+    planted_ratio: float | None = None  # the probe's measure of the planted cost here
+    below_threshold: bool = False  # under the case's min_ratio: `none` is right too
+
+
+def probe_planted(case: Path, want: dict[str, Any], env: dict[str, str], timeout: float) -> float | None:
+    """The planted cost on this machine, as the case's probe measures it bare."""
+    planted = want.get("planted")
+    if not planted:
+        return None
+    proc = subprocess.run(
+        [sys.executable, str(case / planted["probe"])],
+        check=False,
+        cwd=case,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    doc = last_json(proc.stdout)
+    if proc.returncode != 0 or doc is None:
+        raise RuntimeError(f"{case.name}: its probe failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
+    return float(doc["ratio"])
 
 
 def describe(symptom: str | None, culprits: list[str]) -> str:
@@ -94,12 +122,21 @@ def score(out: Outcome, doc: dict[str, Any], want: dict[str, Any]) -> None:
         out.right = status == "none"
     else:
         out.right = status == "found" and symptom == want["symptom"] and culprits == sorted(want["culprits"])
+        out.right = out.right or (out.below_threshold and status == "none")
     out.false_culprit = status == "found" and not out.right
 
 
-def run_case(case: Path, mode: str, timeout: float, keep: bool, keep_wrong: Path | None = None) -> Outcome:
+def run_case(
+    case: Path, mode: str, timeout: float, keep: bool, keep_wrong: Path | None = None, ratio: float | None = None
+) -> Outcome:
     want = json.loads((case / "expected.json").read_text())
     out = Outcome(case.name, mode, describe(want["symptom"], want["culprits"]))
+    if ratio is not None:
+        out.planted_ratio, out.below_threshold = ratio, ratio < float(want["planted"]["min_ratio"])
+        if out.below_threshold:
+            out.expected += f" or none (planted {ratio:.2f}x here)"
+        else:
+            out.expected += f" (planted {ratio:.2f}x here)"
     env = child_env()
     tfrepro = [sys.executable, "-m", "tfrepro"]
     with case_repo(case, prefix="journey", message="my training script", env=env, keep=keep) as repo:
@@ -194,9 +231,12 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in cases if c.name in names]
     rows: list[Outcome] = []
     for case in cases:
+        ratio = probe_planted(case, json.loads((case / "expected.json").read_text()), child_env(), args.timeout)
+        if ratio is not None:
+            print(f"{case.name}: planted cost {ratio:.3f}x on this machine (bare, its probe)", file=sys.stderr)
         for mode in modes:
             print(f"{case.name} [{mode}] ...", file=sys.stderr, flush=True)
-            row = run_case(case, mode, args.timeout, args.keep, args.keep_wrong)
+            row = run_case(case, mode, args.timeout, args.keep, args.keep_wrong, ratio)
             print(f"  -> {row.got} ({row.wall_s:.0f}s){'  ' + row.error if row.error else ''}", file=sys.stderr)
             rows.append(row)
     print(table(rows))
@@ -207,6 +247,11 @@ def main(argv: list[str] | None = None) -> int:
         f"\n{right}/{len(rows)} right, {false} false culprit(s), {dirty} dirty tree(s), "
         f"{sum(r.wall_s for r in rows):.0f} s in tfrepro"
     )
+    if below := [r for r in rows if r.below_threshold]:
+        print(
+            f"{len(below)} of those runs on a case whose planted cost is under its min_ratio here "
+            f"(`none` right too): " + ", ".join(f"{r.case} [{r.mode}] {r.got}" for r in below)
+        )
     if args.json_out:
         args.json_out.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n")
     return 0 if right == len(rows) and not dirty else 1
