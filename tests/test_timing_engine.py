@@ -228,3 +228,38 @@ def test_a_broken_first_baseline_makes_the_pair_untestable_before_the_candidate_
     assert out.stopped is Verdict.UNTESTABLE and out.pairs == ()
     assert calls == [(frozenset(), TIMING_BASELINE, "timing-baseline")]
     assert pool.why == ["the baseline's timing run crashed"]
+
+
+def slow_many(ratios: dict[str, float], *, cv: float = 0.05, steps: int = 60):
+    """Each feature of `ratios` multiplies the step time by its ratio (independent costs)."""
+
+    def behave(cfg, r):
+        rng = random.Random(zlib.crc32(f"{sorted(cfg)}{r}".encode()))
+        ratio = math.prod(ratios.get(f, 1.0) for f in cfg)
+        step = 0.002 * ratio * math.exp(rng.gauss(0, cv))
+        return {
+            "step_times": (0.5,) * 3 + tuple(step * math.exp(rng.gauss(0, 0.03)) for _ in range(steps)),
+            "extra": {"others_cpu": 0.0},
+        }
+
+    return behave
+
+
+def test_a_bystander_that_costs_a_little_is_not_blamed_for_a_13x_slowdown(tmp_path):
+    """Journey J15 (AVX2 Zen 1): halving tested the bystander's half first; it
+    costs 1.3x, over the 1.25 threshold, so the search went into it and the
+    13x cause was never timed alone. A subset shows the failing
+    configuration's slowdown only when it explains a large share of it."""
+    p = make_project(tmp_path, FEATS)
+    # halving's first half is cache, csv_logger, early_stopping
+    runner = FakeRunner(slow_many({"cache": 1.3, "xla": 13.0}, cv=0.01))
+    doc = bisect(p, BisectOptions(), runner=runner).to_dict()
+    assert (doc["status"], doc["culprits"]) == ("found", ["xla"]), (doc["status"], doc["culprits"])
+
+
+def test_two_independent_2x_costs_still_end_on_one_verified_culprit(tmp_path):
+    # together 4x: each explains half of it, so either is a right answer
+    p = make_project(tmp_path, FEATS)
+    runner = FakeRunner(slow_many({"cache": 2.0, "xla": 2.0}, cv=0.01))
+    doc = bisect(p, BisectOptions(), runner=runner).to_dict()
+    assert doc["status"] == "found" and doc["culprits"] in (["cache"], ["xla"]), (doc["status"], doc["culprits"])

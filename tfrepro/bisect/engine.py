@@ -62,6 +62,12 @@ STRATEGIES = ("auto", "ablation", "ddmin")
 _MEMORY_CLOSE = 500  # repeat-index base of the extra runs of a close memory decision
 _MEMORY_EXTRA = 2
 SEARCH_ALPHA_NOT_SLOWER = 0.25  # the search's "not slower": 3 consistent pairs (p = 1/8)
+# In the search a subset decided "slower" shows the failing configuration's
+# slowdown only when its ratio is at least that ratio ** SEARCH_SHARE (a third
+# of its log: the largest of three equal independent costs): a 1.3x bystander
+# does not stand for a 13x slowdown (journey J15). The decision itself, its
+# costs and the replay against the threshold are unchanged.
+SEARCH_SHARE = 1 / 3
 
 
 def bisect(
@@ -318,12 +324,23 @@ class _Bisection(Ends, Replay):
         `search`: the search's looser "not slower" (one clear pair even on a
         loaded machine, the rank test at SEARCH_ALPHA_NOT_SLOWER)."""
         o = self.opts
-        lenient = {"loaded_not_slower": 1, "alpha_not_slower": SEARCH_ALPHA_NOT_SLOWER} if search else {}
+        lenient = (
+            {"loaded_not_slower": 1, "alpha_not_slower": SEARCH_ALPHA_NOT_SLOWER, "at_least": self._search_share()}
+            if search
+            else {}
+        )
         got = self.timing_pool.timed(config, fresh=fresh, min_pairs=o.timing_min, max_pairs=o.timing_max, **lenient)
         for rec in self.records:
             if rec.role == "timing" and frozenset(rec.enabled) == config:
                 rec.verdict = got.verdict
         return got
+
+    def _search_share(self) -> float:
+        """The least ratio a search subset's "slower" must have to count:
+        SEARCH_SHARE of the failing configuration's log-ratio (0 before it is timed)."""
+        full = self.timing.get(frozenset(self.features))
+        ratio = full[-1].ratio if full else None
+        return ratio**SEARCH_SHARE if ratio and ratio > 1 else 0.0
 
     # -- the run -----------------------------------------------------------
     def run(self) -> RunResult:

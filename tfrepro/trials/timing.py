@@ -19,6 +19,7 @@ untestable before its candidate runs; `why` keeps the reasons.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from dataclasses import replace
 from typing import Generic, TypeVar
 
 from tfrepro.trials import classify
@@ -70,11 +71,15 @@ class TimingPool(Generic[K]):
         max_pairs: int = 16,
         loaded_not_slower: int = LOADED_CLEAR_NOT_SLOWER,
         alpha_not_slower: float | None = None,
+        at_least: float = 0.0,
     ) -> classify.TimingOutcome:
         """New pairs of `key` (at least `fresh`, at most `max_pairs`) added
         to its evidence, decided over all of it. `loaded_not_slower`: clear
         "not slower" pairs that decide on a loaded machine; `alpha_not_slower`:
-        the rank test's level for "not slower" (None: the same as for "slower")."""
+        the rank test's level for "not slower" (None: the same as for "slower");
+        `at_least`: a "slower" decision whose ratio is under it is taken as
+        not slower (a search's subset that does not explain the slowdown it
+        looks for)."""
         evidence = self.pairs.setdefault(key, [])
 
         def pair(i: int):
@@ -103,6 +108,8 @@ class TimingPool(Generic[K]):
             alpha_not_slower=alpha_not_slower,
         )
         got = classify.sequential_slowdown(pair, self.threshold, policy, prior=tuple(evidence))
+        if got.verdict == Verdict.SLOWDOWN and got.ratio is not None and got.ratio < at_least:
+            got = replace(got, verdict=Verdict.OK)
         self.outcomes.setdefault(key, []).append(got)
         return got
 
