@@ -263,3 +263,19 @@ def test_two_independent_2x_costs_still_end_on_one_verified_culprit(tmp_path):
     runner = FakeRunner(slow_many({"cache": 2.0, "xla": 2.0}, cv=0.01))
     doc = bisect(p, BisectOptions(), runner=runner).to_dict()
     assert doc["status"] == "found" and doc["culprits"] in (["cache"], ["xla"]), (doc["status"], doc["culprits"])
+
+
+def test_an_interacting_pair_keeps_both_when_one_alone_costs_a_little(tmp_path):
+    # `cache` alone 1.3x, `xla` alone nothing, both together 10x: the replay's
+    # necessity check must not drop `xla` because `cache` alone is over 1.25x
+    p = make_project(tmp_path, FEATS)
+    base = slow_many({"cache": 1.3}, cv=0.01)
+
+    def behave(cfg, r):
+        got = base(cfg, r)
+        if {"cache", "xla"} <= set(cfg):
+            got = {**got, "step_times": got["step_times"][:3] + tuple(x * 10 / 1.3 for x in got["step_times"][3:])}
+        return got
+
+    doc = bisect(p, BisectOptions(), runner=FakeRunner(behave)).to_dict()
+    assert (doc["status"], doc["culprits"]) == ("found", ["cache", "xla"]), (doc["status"], doc["culprits"])

@@ -319,16 +319,20 @@ class _Bisection(Ends, Replay):
 
         return run
 
-    def _timed(self, config: Config, fresh: int = 1, *, search: bool = False) -> classify.TimingOutcome:
+    def _timed(
+        self, config: Config, fresh: int = 1, *, search: bool = False, explains: bool = False
+    ) -> classify.TimingOutcome:
         """The timing comparison of `config` against the baseline (trials/timing.py);
         `search`: the search's looser "not slower" (one clear pair even on a
-        loaded machine, the rank test at SEARCH_ALPHA_NOT_SLOWER)."""
+        loaded machine, the rank test at SEARCH_ALPHA_NOT_SLOWER); `search`
+        or `explains`: "slower" only at SEARCH_SHARE of the failing
+        configuration's slowdown (`_search_share`)."""
         o = self.opts
-        lenient = (
-            {"loaded_not_slower": 1, "alpha_not_slower": SEARCH_ALPHA_NOT_SLOWER, "at_least": self._search_share()}
-            if search
-            else {}
+        lenient: dict[str, float] = (
+            {"loaded_not_slower": 1, "alpha_not_slower": SEARCH_ALPHA_NOT_SLOWER} if search else {}
         )
+        if search or explains:
+            lenient["at_least"] = self._search_share()
         got = self.timing_pool.timed(config, fresh=fresh, min_pairs=o.timing_min, max_pairs=o.timing_max, **lenient)
         for rec in self.records:
             if rec.role == "timing" and frozenset(rec.enabled) == config:

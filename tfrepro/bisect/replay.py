@@ -172,14 +172,16 @@ class Replay:
         in a set of slowdown culprits (its removal judged "not slower" once).
         Each culprit's necessity is checked again with fresh pairs added to
         the evidence of the set without it; a set that is slower without a
-        culprit loses it."""
+        culprit (by SEARCH_SHARE of the failing configuration's slowdown, as
+        in the search) loses it."""
         changed = True
         while changed and len(culprits) > 1:
             changed = False
             for c in sorted(culprits):
                 without = frozenset(culprits - {c})
                 self.events.phase(f"replaying: is {c} needed for the slowdown?")
-                if self._timed(without, fresh=max(1, self.opts.timing_replays)).verdict == Verdict.SLOWDOWN:
+                got = self._timed(without, fresh=max(1, self.opts.timing_replays), explains=True)
+                if got.verdict == Verdict.SLOWDOWN:
                     culprits, changed = without, True
                     break
         return culprits
