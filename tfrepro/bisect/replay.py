@@ -6,6 +6,8 @@ configuration and of the baseline) for everything else, the flaky rule
 
 from __future__ import annotations
 
+import math
+
 from tfrepro.bisect.search import Config, judge_replay
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
@@ -27,6 +29,13 @@ OWN_COST_SLOWDOWN = 3.0
 # script (7 features, x1.40 under load, J6) was answered "slowdown <- all 7".
 # `--symptom slowdown` hunts it at the plain threshold.
 COMBINED_FEATURES = 4
+# A smaller set of slowdown culprits under the same x3 whose members, each
+# timed alone, explain at least PARTS_SHARE of its log-slowdown is their
+# combined overhead as well: costs that add up (journey J19 on an AMD Zen 3:
+# mixed_precision 1.13x and an EarlyStopping callback 1.03x alone, 1.30x
+# together, answered as a pair). An interaction (slower only together) is
+# still a pair of culprits.
+PARTS_SHARE = 0.5
 
 
 def _same_outcome(a: TrialResult, b: TrialResult) -> bool:
@@ -83,21 +92,30 @@ class Replay:
         """A slowdown found without --symptom, under OWN_COST_SLOWDOWN, whose
         culprits are all custom layers (their own compute against their
         stand-ins: result.json's `own_cost`) or COMBINED_FEATURES or more
-        features together (their combined overhead: `combined_cost`): that
+        features together, or fewer whose costs alone add up to PARTS_SHARE
+        of it (their combined overhead: `combined_cost`): that
         key and what result.json says under it, the reason the answer is `none`."""
         from tfrepro import catalog
 
         if target != Verdict.SLOWDOWN or self.opts.symptom is not None or not culprits:
             return None
         own = all((e := catalog.get(c)) is not None and e.kind == "custom_layer" for c in culprits)
-        if not own and len(culprits) < COMBINED_FEATURES:
-            return None
         outcomes = self.timing.get(config) or []
         ratio = outcomes[-1].ratio if outcomes else None
         if ratio is None or ratio >= OWN_COST_SLOWDOWN:
             return None
+        alone = None if own or len(culprits) >= COMBINED_FEATURES else self._costs_add_up(culprits, ratio)
+        if not own and len(culprits) < COMBINED_FEATURES and alone is None:
+            return None
         names = ", ".join(sorted(culprits))
-        if own:
+        if alone is not None:
+            each = ", ".join(f"{c} x{r:.2f}" for c, r in sorted(alone.items()))
+            reason = (
+                f"{names} are x{ratio:.2f} slower together and each alone is slower by part of it ({each}): "
+                "their costs add up, no interaction and no defect of any one (a set whose parts alone "
+                f"explain {PARTS_SHARE:.0%} of its slowdown counts from x{OWN_COST_SLOWDOWN:g}; "
+            )
+        elif own:
             reason = (
                 f"{names} is x{ratio:.2f} slower than its OFF stand-in, which does less work: the layer's "
                 f"own compute, not a defect (a custom layer counts from x{OWN_COST_SLOWDOWN:g}; "
@@ -109,11 +127,25 @@ class Replay:
                 f"{COMBINED_FEATURES} or more features together counts from x{OWN_COST_SLOWDOWN:g}; "
             )
         reason += "rerun with --symptom slowdown to hunt it anyway)"
-        return ("own_cost" if own else "combined_cost"), {
-            "features": sorted(culprits),
-            "ratio": round(ratio, 3),
-            "reason": reason,
-        }
+        doc = {"features": sorted(culprits), "ratio": round(ratio, 3), "reason": reason}
+        if alone is not None:
+            doc["alone"] = {c: round(r, 3) for c, r in sorted(alone.items())}
+        return ("own_cost" if own else "combined_cost"), doc
+
+    def _costs_add_up(self, culprits: Config, ratio: float) -> dict[str, float] | None:
+        """Each culprit's ratio alone (timed now when the search did not),
+        when together they explain at least PARTS_SHARE of the set's
+        log-slowdown: costs that add up, not an interaction. Else None."""
+        if len(culprits) < 2 or ratio <= 1:
+            return None
+        alone: dict[str, float] = {}
+        for c in sorted(culprits):
+            got = self.timing.get(frozenset({c})) or [self._timed(frozenset({c}), search=True)]
+            if got[-1].ratio is None:
+                return None
+            alone[c] = got[-1].ratio
+        explained = sum(math.log(max(r, 1.0)) for r in alone.values())
+        return alone if explained >= PARTS_SHARE * math.log(ratio) else None
 
     def _replayed(
         self, target: Verdict, culprits: Config, config: Config, fresh: range
