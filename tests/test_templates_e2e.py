@@ -34,8 +34,10 @@ def _isolated(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("TF_CPP_MIN_LOG_LEVEL", "2")
 
 
-def _run(cwd: Path, *args: str, steps: int | None = None) -> subprocess.CompletedProcess:
+def _run(cwd: Path, *args: str, steps: int | None = None, tmp: Path | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
+    if tmp is not None:
+        env["TMPDIR"] = str(tmp)
     if steps is not None:
         env["REPRO_STEPS"] = str(steps)
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
@@ -60,8 +62,11 @@ def test_every_feature_on_together_still_trains(tmp_path, template):
     new_project(dest, template=template, data={"features": CATALOG})
     project = Project.load(dest)
     project.write_variant(set(project.feature_names), tmp_path / "all_on")
-    proc = _run(tmp_path / "all_on", "repro.py", steps=2)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    proc = _run(tmp_path / "all_on", "repro.py", steps=2, tmp=scratch)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not list(scratch.glob("repro_callbacks_*")), "the callbacks' output dir outlived the run"
     losses = _epoch_losses(proc.stdout)
     assert len(losses) == 2 and all(math.isfinite(x) for x in losses), losses
     steps = [x for x in proc.stdout.splitlines() if x.startswith("step=")]
