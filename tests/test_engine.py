@@ -348,6 +348,21 @@ def slow_when(feature, ratio=2.0):
     return behave
 
 
+def slow_many(ratios: dict[str, float], *, cv: float = 0.05, steps: int = 60):
+    """Each feature of `ratios` multiplies the step time by its ratio (independent costs)."""
+
+    def behave(cfg, r):
+        rng = random.Random(zlib.crc32(f"{sorted(cfg)}{r}".encode()))
+        ratio = math.prod(ratios.get(f, 1.0) for f in cfg)
+        step = 0.002 * ratio * math.exp(rng.gauss(0, cv))
+        return {
+            "step_times": (0.5,) * 3 + tuple(step * math.exp(rng.gauss(0, 0.03)) for _ in range(steps)),
+            "extra": {"others_cpu": 0.0},
+        }
+
+    return behave
+
+
 def test_slowdown_found_with_serial_interleaved_timing(tmp_path):
     p = make_project(tmp_path, FEATS)
     runner = FakeRunner(slow_when("csv_logger"))

@@ -6,7 +6,7 @@ Identity on an AVX-512 CPU, a false culprit on a healthy script). Without
 
 from __future__ import annotations
 
-from test_engine import FakeRunner, make_project, slow_when
+from test_engine import FakeRunner, make_project, slow_many, slow_when
 
 from tfrepro.bisect.engine import BisectOptions, bisect
 from tfrepro.bisect.replay import OWN_COST_SLOWDOWN
@@ -86,33 +86,18 @@ def test_three_features_together_or_four_several_times_slower_are_still_culprits
     assert (res.status.value, res.culprits) == ("found", tuple(four))
 
 
-def slow_each(ratios):
-    """Each feature of `ratios` multiplies the step time by its ratio: costs that add up."""
-    base = slow_when("-", 1.0)
-
-    def behave(cfg, r):
-        out = base(cfg, r)
-        k = 1.0
-        for f in cfg:
-            k *= ratios.get(f, 1.0)
-        out["step_times"] = out["step_times"][:3] + tuple(t * k for t in out["step_times"][3:])
-        return out
-
-    return behave
-
-
 def test_two_small_costs_that_add_up_past_the_threshold_are_their_combined_overhead(tmp_path):
     """Journey J19 (AMD Zen 3): mixed_precision alone about 1.13x and an
     EarlyStopping callback 1.03x, together 1.30x: no interaction, two costs
     under the threshold that add up. Not a pair of culprits."""
     costs = {"cache": 1.15, "xla": 1.14}
-    res = bisect(make_project(tmp_path, MANY), BisectOptions(), runner=FakeRunner(slow_each(costs)))
+    res = bisect(make_project(tmp_path, MANY), BisectOptions(), runner=FakeRunner(slow_many(costs)))
     doc = res.to_dict()
     assert (res.status.value, res.culprits) == ("none", ()), (res.status.value, res.culprits)
     assert doc["combined_cost"]["features"] == ["cache", "xla"] and "add up" in doc["reason"]
     asked = bisect(
         make_project(tmp_path / "asked", MANY),
         BisectOptions(symptom=Verdict.SLOWDOWN),
-        runner=FakeRunner(slow_each(costs)),
+        runner=FakeRunner(slow_many(costs)),
     )
     assert (asked.status.value, asked.culprits) == ("found", ("cache", "xla"))

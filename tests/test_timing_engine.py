@@ -9,7 +9,7 @@ import random
 import zlib
 
 import pytest
-from test_engine import FEATS, FakeRunner, make_project
+from test_engine import FEATS, FakeRunner, make_project, slow_many
 
 from tfrepro.bisect.engine import BisectOptions, bisect
 from tfrepro.trials.values import TrialResult, Verdict
@@ -228,21 +228,6 @@ def test_a_broken_first_baseline_makes_the_pair_untestable_before_the_candidate_
     assert out.stopped is Verdict.UNTESTABLE and out.pairs == ()
     assert calls == [(frozenset(), TIMING_BASELINE, "timing-baseline")]
     assert pool.why == ["the baseline's timing run crashed"]
-
-
-def slow_many(ratios: dict[str, float], *, cv: float = 0.05, steps: int = 60):
-    """Each feature of `ratios` multiplies the step time by its ratio (independent costs)."""
-
-    def behave(cfg, r):
-        rng = random.Random(zlib.crc32(f"{sorted(cfg)}{r}".encode()))
-        ratio = math.prod(ratios.get(f, 1.0) for f in cfg)
-        step = 0.002 * ratio * math.exp(rng.gauss(0, cv))
-        return {
-            "step_times": (0.5,) * 3 + tuple(step * math.exp(rng.gauss(0, 0.03)) for _ in range(steps)),
-            "extra": {"others_cpu": 0.0},
-        }
-
-    return behave
 
 
 def test_a_bystander_that_costs_a_little_is_not_blamed_for_a_13x_slowdown(tmp_path):

@@ -104,9 +104,11 @@ class Replay:
         ratio = outcomes[-1].ratio if outcomes else None
         if ratio is None or ratio >= OWN_COST_SLOWDOWN:
             return None
-        alone = None if own or len(culprits) >= COMBINED_FEATURES else self._costs_add_up(culprits, ratio)
-        if not own and len(culprits) < COMBINED_FEATURES and alone is None:
-            return None
+        alone = None
+        if not own and len(culprits) < COMBINED_FEATURES:
+            alone = self._costs_add_up(culprits, ratio)
+            if alone is None:
+                return None
         names = ", ".join(sorted(culprits))
         if alone is not None:
             each = ", ".join(f"{c} x{r:.2f}" for c, r in sorted(alone.items()))
