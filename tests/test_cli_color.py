@@ -6,6 +6,7 @@ import io
 import re
 
 from tfrepro.bisect import display
+from tfrepro.bisect.result_doc import FeatureEvidence
 from tfrepro.cli import app
 from tfrepro.trials.values import RunResult, Status
 
@@ -18,7 +19,10 @@ def _printed(**kw) -> str:
     console.print("[bold red]nan[/bold red] [green]ok[/green]")
     display.final_table(
         console,
-        RunResult(Status.FOUND, details={"trials_table": [{"enabled": ["a"], "verdict": "nan", "cached": False}]}),
+        RunResult(
+            Status.FOUND,
+            evidence=FeatureEvidence(trials_table=({"enabled": ["a"], "verdict": "nan", "cached": False},)),
+        ),
     )
     return buf.getvalue()
 

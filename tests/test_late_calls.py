@@ -69,7 +69,7 @@ def test_trials_after_the_failing_run_reach_its_later_calls(tmp_path):
     first = next(i for i, s in enumerate(runner.seen) if s.until_symptom)
     later = [s for s in runner.seen[first + 1 :] if not s.until_symptom]
     assert later and all(s.steps == FIT1 + 50 for s in later)
-    assert result.details["settings"]["steps"] == FIT1 + 50
+    assert result.evidence.settings.steps == FIT1 + 50
 
 
 def test_with_steps_given_the_trials_stay_at_that_length(tmp_path):
@@ -104,6 +104,6 @@ def test_a_baseline_that_crashes_between_the_calls_goes_back_to_the_old_steps(tm
     runner = OffBreaksBetweenCalls()
     result = bisect(make_project(tmp_path), BisectOptions(), runner=runner)
     assert result.status.value != "baseline-fails"
-    assert result.details["settings"]["steps"] == 50
-    assert "not measured" in result.details["late_step"]["later_calls"]
-    assert "FileNotFoundError" in result.details["late_step"]["later_calls"]
+    assert result.evidence.settings.steps == 50
+    assert "not measured" in result.evidence.late_step["later_calls"]
+    assert "FileNotFoundError" in result.evidence.late_step["later_calls"]

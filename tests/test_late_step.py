@@ -64,15 +64,15 @@ def test_a_late_nan_is_found_without_steps(tmp_path):
     runner = LateRunner()
     result = bisect(make_project(tmp_path), BisectOptions(), runner=runner)
     assert (result.status.value, result.symptom.value, result.culprits) == ("found", "nan", ("bad",))
-    assert result.details["late_step"]["symptom_step"] == NAN_AT
-    assert result.details["settings"]["steps"] == late_steps(NAN_AT, 50) == 660
+    assert result.evidence.late_step["symptom_step"] == NAN_AT
+    assert result.evidence.settings.steps == late_steps(NAN_AT, 50) == 660
     explored = [s for _, s in runner.seen if s.until_symptom]
     assert len(explored) == 1 and explored[0].budget_s == 60.0
     # after the failing configuration's run, every trial runs past the NaN's step
     first = next(i for i, (_, s) in enumerate(runner.seen) if s.until_symptom)
     later = [s for _, s in runner.seen[first + 1 :] if not s.save_state_step]
     assert later and all(s.steps == 660 for s in later)
-    assert result.details["nan_state"]["step"] == NAN_AT
+    assert result.evidence.nan_state["step"] == NAN_AT
 
 
 def test_with_steps_given_the_trials_stay_at_that_length(tmp_path):
@@ -80,7 +80,7 @@ def test_with_steps_given_the_trials_stay_at_that_length(tmp_path):
     result = bisect(make_project(tmp_path), BisectOptions(steps=50), runner=runner)
     assert result.status.value == "none"
     assert not any(s.until_symptom for _, s in runner.seen)
-    assert result.details["late_step"] is None
+    assert result.evidence.late_step is None
 
 
 def test_budget_flag_reaches_the_failing_run_and_is_validated(tmp_path):

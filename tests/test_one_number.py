@@ -3,9 +3,13 @@ from the same timed samples, and a p-value only where it supports the claim."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tfrepro.bisect.display import answer_lines
+from tfrepro.bisect.result_doc import FeatureEvidence
 from tfrepro.report.answer import Report
 from tfrepro.report.issue_text import _slowdown
+from tfrepro.trials.slowdown import TimingOutcome, TimingPair
 from tfrepro.trials.values import RunResult, Status, Verdict
 
 
@@ -39,10 +43,13 @@ def test_the_step_times_and_the_ratio_come_from_the_same_samples_and_p_only_when
 
 
 def test_the_cli_quotes_p_only_when_it_supports_the_claim():
-    timing = {"ratio": 2.1, "candidate": [1, 2, 3], "p_value": 0.125, "fast": False}
-    res = RunResult(
-        Status.FOUND, Verdict.SLOWDOWN, ("x",), trials=1, wall_s=1.0, run_dir="r", details={"timing": timing}
-    )
-    assert not any("p =" in line for line in answer_lines(res))
-    timing["p_value"] = 0.01
-    assert any("(p = 0.01)" in line for line in answer_lines(res))
+    pairs = tuple(TimingPair((0.1, 0.1), (0.21, 0.21)) for _ in range(3))
+    timing = TimingOutcome(Verdict.SLOWDOWN, True, 2.1, 0.125, pairs)
+
+    def answer(t: TimingOutcome) -> list[str]:
+        ev = FeatureEvidence(timing=t)
+        return answer_lines(RunResult(Status.FOUND, Verdict.SLOWDOWN, ("x",), trials=1, run_dir="r", evidence=ev))
+
+    assert not any("p =" in line for line in answer(timing))
+    assert any("(p = 0.01)" in line for line in answer(replace(timing, p_value=0.01)))
+    assert any("x2.10 over 3 interleaved runs" in line for line in answer(timing))

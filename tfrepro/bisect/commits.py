@@ -27,9 +27,9 @@ Invariants:
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfrepro.bisect import gitcopy
 from tfrepro.bisect.events import BisectEvents
@@ -168,30 +168,53 @@ def bisect_commits(
         f"bad {rng.bad.sha[:12]} ({rng.bad.subject})"
     )
     executor = executor or LocalExecutor(1, runner=trial)
-    points = [Point(c.sha, c.subject, c.to_dict()) for c in rng.commits]
+    points = [Point(c.sha, c.subject, c) for c in rng.commits]
     with gitcopy.Checkouts(state) as checkouts:
         source = CommitSource(rng, checkouts, state, options.use_cache)
         run = RangeRun(points, source, executor, settings, symptoms, run_dir, events, options)
-        answer = run.answer(options.symptom)
-    return _finish(run, rng, answer, root, started)
+        answer, first_bad = run.answer(options.symptom)
+    return _finish(run, rng, answer, first_bad, root, started)
 
 
-def _finish(run: RangeRun, rng: gitcopy.CommitRange, answer: RunResult, root: Path, started: float) -> RunResult:
+@dataclass(frozen=True)
+class CommitFields:
+    """Commit mode's keys of the result document: the ends, the range, the
+    first bad commit and the two commits' projects kept for the bug report."""
+
+    good: gitcopy.CommitInfo
+    bad: gitcopy.CommitInfo
+    range_size: int
+    project: str
+    settings: TrialSettings
+    commit: gitcopy.CommitInfo | None = None
+    good_project: str | None = None
+    first_bad_project: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        doc: dict[str, object] = {
+            "good": self.good.to_dict(),
+            "bad": self.bad.to_dict(),
+            "range_size": self.range_size,
+            "project": self.project,
+            "settings": self.settings.to_dict(),
+        }
+        if self.commit is not None:
+            doc["commit"] = self.commit.to_dict()
+            doc["good_project"] = self.good_project
+            doc["first_bad_project"] = self.first_bad_project
+        return doc
+
+
+def _finish(
+    run: RangeRun, rng: gitcopy.CommitRange, answer: RunResult, first_bad: Point | None, root: Path, started: float
+) -> RunResult:
     """Commit mode's fields; the two commits' projects kept for the bug report."""
-    first_bad: Point | None = answer.details.get("first_bad")
-    details: dict[str, Any] = {
-        "good": rng.good.to_dict(),
-        "bad": rng.bad.to_dict(),
-        "range_size": len(rng.commits),
-        "project": str(root),
-        "settings": run.settings.to_dict(),
-    }
+    fields = CommitFields(rng.good, rng.bad, len(rng.commits), str(root), run.settings)
     if first_bad is not None:
         answer = replace(answer, first_bad_commit=first_bad.label)
-        details["commit"] = first_bad.info
-        for key, sha in (("good_project", rng.good.sha), ("first_bad_project", first_bad.label)):
-            dest = run.run_dir / "commits" / sha[:12]
-            gitcopy.materialize(rng.repo_root, sha, rng.relpath, dest)
-            details[key] = str(dest)
-    answer = replace(answer, candidates=tuple(p.info for p in answer.candidates))
-    return with_evidence(answer, run, details, time.monotonic() - started)
+        good, bad = (run.run_dir / "commits" / sha[:12] for sha in (rng.good.sha, first_bad.label))
+        gitcopy.materialize(rng.repo_root, rng.good.sha, rng.relpath, good)
+        gitcopy.materialize(rng.repo_root, first_bad.label, rng.relpath, bad)
+        fields = replace(fields, commit=first_bad.commit, good_project=str(good), first_bad_project=str(bad))
+    answer = replace(answer, candidates=tuple(p.commit.to_dict() for p in answer.candidates))
+    return with_evidence(answer, run, first_bad, fields, time.monotonic() - started)

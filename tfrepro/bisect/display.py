@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tfrepro.bisect.events import BisectEvents, TrialRecord
+from tfrepro.bisect.result_doc import FeatureEvidence
 from tfrepro.settings import SymptomSettings
 from tfrepro.trials import classify
 from tfrepro.trials.values import RunResult, Status, TrialRow
@@ -95,10 +96,17 @@ class RichProgress(BisectEvents):
             self._refresh()
 
 
+def evidence_of(result: RunResult) -> FeatureEvidence:
+    """A feature bisection's evidence (empty for an answer that has none)."""
+    ev = result.evidence
+    return ev if isinstance(ev, FeatureEvidence) else FeatureEvidence()
+
+
 def final_table(console: Console, result: RunResult) -> None:
     """The end of a run: culprits, verdict per configuration, trials, wall time."""
+    ev = evidence_of(result)
     rows: dict[tuple[str, ...], list[TrialRow]] = {}
-    for row in result.details.get("trials_table") or []:
+    for row in ev.trials_table:
         rows.setdefault(tuple(row["enabled"]), []).append(row)
     table = Table(title="trials", show_lines=False)
     for col in ("configuration", "runs", "verdicts", "cached"):
@@ -108,33 +116,32 @@ def final_table(console: Console, result: RunResult) -> None:
         text = ", ".join(f"{v} x{n}" if n > 1 else str(v) for v, n in verdicts.items())
         table.add_row(_config(cfg), str(len(rs)), text, str(sum(1 for r in rs if r["cached"])))
     console.print(table)
-    if result.details.get("ablation"):
+    if ev.ablation:
         ab = Table(title="each feature alone on the baseline")
         ab.add_column("feature")
         ab.add_column("verdict")
-        for f, v in result.details["ablation"].items():
+        for f, v in ev.ablation.items():
             ab.add_row(f, v)
         console.print(ab)
 
 
 def _found_lines(result: RunResult) -> list[str]:
     """A found answer: the culprits, a known cost, where it shows, the timing."""
-    d, symptom = result.details, result.symptom.value if result.symptom else None
+    d, symptom = evidence_of(result), result.symptom.value if result.symptom else None
     culprits = sorted(result.culprits)
     lines = [f"{symptom}: caused by {' + '.join(culprits)}"]
-    extra = sorted(set(d.get("culprit_config") or []) - set(culprits))
+    extra = sorted(set(d.culprit_config) - set(culprits))
     if extra:
         lines.append(f"  (together with {', '.join(extra)}, which change the loss on purpose)")
     if cost := result.known_cost:
         lines += [f"  known cost, not a bug: {cost.reason}", f"  fix: {cost.fix}", f"  source: {cost.source}"]
-    if d.get("symptom_call"):
-        lines.append(f"  it shows in {d['symptom_call']}")
-    if d.get("timing") and symptom == "slowdown":
-        t = d["timing"]
-        p = t.get("p_value")
-        support = "clear-cut" if t.get("fast") else (f"p = {p:.3g}" if p is not None and p <= 0.05 else "")
+    if d.symptom_call:
+        lines.append(f"  it shows in {d.symptom_call}")
+    if (t := d.timing) is not None and t.ratio is not None and symptom == "slowdown":
+        p = t.p_value
+        support = "clear-cut" if t.fast else (f"p = {p:.3g}" if p is not None and p <= 0.05 else "")
         lines.append(
-            f"  step time x{t['ratio']:.2f} over {len(t['candidate'])} interleaved runs"
+            f"  step time x{t.ratio:.2f} over {len(t.candidate)} interleaved runs"
             + (f" ({support})" if support else "")
         )
     return lines
@@ -142,13 +149,13 @@ def _found_lines(result: RunResult) -> list[str]:
 
 def answer_lines(result: RunResult) -> list[str]:
     """The answer in words (stdout)."""
-    status, symptom, d = result.status, result.symptom.value if result.symptom else None, result.details
+    status, symptom, d = result.status, result.symptom.value if result.symptom else None, evidence_of(result)
     if status is Status.FOUND:
         lines = _found_lines(result)
     elif status is Status.NONE:
         what = f"no {symptom}" if symptom else "no nan, crash, timeout, mismatch or slowdown"
         # a custom layer's own compute against its stand-in, or several features' combined overhead (bisect/replay.py)
-        if cost := d.get("own_cost") or d.get("combined_cost"):
+        if cost := d.own_cost or d.combined_cost:
             lines = [f"none: {cost['reason']}"]
         else:
             lines = [f"none: the failing configuration (every feature on) shows {what} against the baseline"]
@@ -163,23 +170,23 @@ def answer_lines(result: RunResult) -> list[str]:
             lines.append(f"  the search ended on: {', '.join(result.suspects)}")
     else:
         lines = [f"{status.value}: {result.error or ''}".rstrip()]
-    if d.get("note"):
-        lines.append(f"note: {d['note']}")
-    for c in d.get("compile_differs") or []:
+    if d.note:
+        lines.append(f"note: {d.note}")
+    for c in d.compile_differs:
         lines.append(
             f"note: {_config(c['configuration'])} compiled with jit_compile={c['jit_compile']}, "
             f"the failing configuration with {c['failing_jit_compile']}"
         )
-    for c in d.get("dropped_features") or []:
+    for c in d.dropped_features:
         lines.append(f"always on: {c['name']} (its OFF part does not run: {c['reason']})")
     for seen in result.also_seen:
         lines.append(
             f"also seen: {seen.symptom}" + (f" (x{seen.ratio:g}, untimed)" if seen.ratio else "") + f"; {seen.hint}"
         )
-    if d.get("detected"):
+    if d.detected:
         lines.append("features detected in memory (nothing written); `tfrepro annotate --write` to keep them")
-    lines.extend(f"warning: {w}" for w in d.get("warnings") or [])
-    cached = sum(1 for r in d.get("trials_table") or [] if r["cached"])
+    lines.extend(f"warning: {w}" for w in d.warnings)
+    cached = sum(1 for r in d.trials_table if r["cached"])
     lines.append(f"{result.trials} trials ({cached} from cache), {result.wall_s:.1f} s; run: {result.run_dir}")
     return lines
 

@@ -27,9 +27,10 @@ Invariants:
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tfrepro.bisect.events import BisectEvents, PointTried, TrialRecord
 from tfrepro.bisect.options import BisectOptions
@@ -38,9 +39,13 @@ from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest
 from tfrepro.trials.procs import sigterm_interrupts
+from tfrepro.trials.slowdown import TimingOutcome
 from tfrepro.trials.state import shown_path, write_trial_record
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict, summary
+
+if TYPE_CHECKING:
+    from tfrepro.bisect.gitcopy import CommitInfo
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ class Point:
 
     label: str
     subject: str
-    info: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    commit: CommitInfo | None = field(default=None, compare=False, hash=False)  # commit mode's
 
     @property
     def short(self) -> str:
@@ -164,7 +169,7 @@ class RangeRun:
     def close(self) -> None:
         self._log.close()
 
-    def answer(self, symptom: Verdict | None) -> RunResult:
+    def answer(self, symptom: Verdict | None) -> tuple[RunResult, Point | None]:
         """Both ends, then the hunt (`bisect_points`); the trial log closed after."""
         try:
             return bisect_points(self, symptom)
@@ -379,19 +384,19 @@ def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
     return bisect_range(run.points, test, width=width, test_many=test_many if width > 1 else None)
 
 
-def bisect_points(run: RangeRun, symptom: Verdict | None) -> RunResult:
-    """Both ends, then the hunt: the mode's RunResult without its own fields
-    (the caller fills first_bad_commit / first_bad_version from `candidates`
-    and `details["first_bad"]`)."""
+def bisect_points(run: RangeRun, symptom: Verdict | None) -> tuple[RunResult, Point | None]:
+    """Both ends, then the hunt -> (the mode's RunResult without its own
+    fields, the first bad point when found: the caller fills
+    first_bad_commit / first_bad_version from it and from `candidates`)."""
     with sigterm_interrupts():
         try:
             ends = check_ends(run, symptom)
         except Stop as stop:
             reason = stop.message if stop.status is Status.UNTESTABLE else None
-            return RunResult(stop.status, stop.symptom, baseline=stop.good, error=stop.message, reason=reason)
+            return RunResult(stop.status, stop.symptom, baseline=stop.good, error=stop.message, reason=reason), None
         found = hunt(run, ends)
     if found.status == "found":
-        return RunResult(Status.FOUND, ends.target, baseline=ends.good, details={"first_bad": found.first_bad})
+        return RunResult(Status.FOUND, ends.target, baseline=ends.good), found.first_bad
     noun = run.source.noun
     return RunResult(
         Status.AMBIGUOUS,
@@ -400,37 +405,80 @@ def bisect_points(run: RangeRun, symptom: Verdict | None) -> RunResult:
         candidates=tuple(found.candidates),
         error=f"{len(found.candidates)} candidate {noun}s: the untestable ones among them hide "
         f"which one is the first bad one",
-    )
+    ), None
 
 
-def evidence(run: RangeRun, answer: RunResult) -> dict[str, Any]:
+class ModeFields(Protocol):
+    """A range mode's own keys of the result document (commits.CommitFields,
+    versions.VersionFields)."""
+
+    def to_dict(self) -> dict[str, object]: ...
+
+
+@dataclass(frozen=True)
+class RangeEvidence:
+    """What a range bisection's trials showed beyond the typed answer: the
+    failing point's trial and timing, what was tried, every trial, the
+    mode's own fields; the result document's other keys, by `to_dict` only."""
+
+    key: str  # what the tried rows call a point's label ("sha", "version")
+    mode: ModeFields
+    failing: TrialResult | None = None
+    timing: TimingOutcome | None = None
+    cached_trials: int = 0
+    noise: float = 0.0
+    tried: tuple[PointTried, ...] = ()
+    trials_table: tuple[Mapping[str, Any], ...] = ()
+    message: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        doc = {
+            "failing": summary(self.failing) if self.failing is not None else None,
+            "timing": self.timing.to_dict() if self.timing is not None else None,
+            "cached_trials": self.cached_trials,
+            "noise": self.noise,
+            "tried": [{self.key: t.label, **t.to_dict()} for t in self.tried],
+            "trials_table": [dict(row) for row in self.trials_table],
+            **self.mode.to_dict(),
+        }
+        if self.message:
+            doc["message"] = self.message
+        return doc
+
+
+def evidence(run: RangeRun, answer: RunResult, first_bad: Point | None, mode: ModeFields) -> RangeEvidence:
     """The run's evidence for the result document: what was tried, every trial."""
     verdicts = {t.label: t.verdict.value for t in run.tried}
     key = run.source.key
-    first_bad = answer.details.get("first_bad")
     failing = first_bad.label if first_bad else run.bad.label
     timed = run.timing.outcomes.get(first_bad or run.bad)
-    return {
-        "failing": summary(run.first[failing]) if failing in run.first else None,
-        "timing": timed[-1].to_dict() if timed else None,  # the failing point's timing evidence
-        "cached_trials": sum(1 for r in run.records if r.result.cached),
-        "noise": run.noise,
-        "tried": [{key: t.label, **t.to_dict()} for t in run.tried],
-        "trials_table": [
+    return RangeEvidence(
+        key,
+        mode,
+        failing=run.first.get(failing),
+        timing=timed[-1] if timed else None,  # the failing point's timing evidence
+        cached_trials=sum(1 for r in run.records if r.result.cached),
+        noise=run.noise,
+        tried=tuple(run.tried),
+        trials_table=tuple(
             {**row, "enabled": [], "role": f"{run.source.noun} {row[key][:12]}", "verdict": verdicts.get(row[key])}
             for row in run.table
-        ],
-    }
+        ),
+        message=answer.error,
+    )
 
 
-def with_evidence(answer: RunResult, run: RangeRun, details: dict[str, Any], wall_s: float) -> RunResult:
-    """The final result (details merged, `first_bad` replaced by the mode's
-    fields), written to `<run_dir>/result.json`."""
-    details = {k: v for k, v in {**answer.details, **evidence(run, answer), **details}.items() if k != "first_bad"}
-    if answer.error:
-        details["message"] = answer.error
+def with_evidence(
+    answer: RunResult, run: RangeRun, first_bad: Point | None, mode: ModeFields, wall_s: float
+) -> RunResult:
+    """The final result (its evidence: the trials and the mode's fields),
+    written to `<run_dir>/result.json`."""
     result = replace(
-        answer, trials=len(run.records), wall_s=round(wall_s, 3), run_dir=shown_path(run.run_dir), details=details
+        answer,
+        trials=len(run.records),
+        wall_s=round(wall_s, 3),
+        run_dir=shown_path(run.run_dir),
+        evidence=evidence(run, answer, first_bad, mode),
     )
     (run.run_dir / "result.json").write_text(
         json.dumps(result.to_dict(), indent=2, default=str) + "\n", encoding="utf-8"

@@ -1,5 +1,6 @@
-"""The answer of a feature bisection: `RunResult` (Contract 4) plus the
-details the report and the display read, written to `<run_dir>/result.json`.
+"""The answer of a feature bisection: `RunResult` (Contract 4) with its typed
+evidence (`FeatureEvidence`: what the report and the display read), written
+to `<run_dir>/result.json`.
 
 The engine decides; this module only writes down what its trials showed:
 the trial it names for each end and for the culprit configuration (one that
@@ -19,6 +20,7 @@ from tfrepro import __version__
 from tfrepro.bisect.compile_pin import CompileDiff
 from tfrepro.bisect.events import TrialRecord
 from tfrepro.bisect.search import Config
+from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.state import shown_path
 from tfrepro.trials.values import AlsoSeen, RunResult, Status, TrialResult, TrialRow, Verdict, summary
@@ -134,7 +136,8 @@ def compile_differs(run: _Bisection, full: Config) -> list[CompileDiff]:
 class Answer:
     """What the engine concluded, for `finish` to write down: the status, the
     symptom and what names it (culprits, the configuration that shows it,
-    suspects of a flaky run, its reproduction rate), an error, extra details."""
+    suspects of a flaky run, its reproduction rate), an error, and `extra`:
+    fields of its FeatureEvidence (an unknown name is a TypeError)."""
 
     status: Status
     symptom: Verdict | None
@@ -147,37 +150,103 @@ class Answer:
     reason: str | None = None
 
 
-def _details(run: _Bisection, a: Answer) -> dict[str, Any]:
-    """The result's details: what the trials showed, for the report and the display."""
+@dataclass(frozen=True)
+class FeatureEvidence:
+    """What a feature bisection's trials showed beyond the typed answer, for
+    the report and the display: the result document's other keys (Contract 4),
+    written by `to_dict` only. The last group is only in some answers (a
+    baseline that fails, an engine error, a note, a cost that explains a
+    `none`); `to_dict` leaves out the ones not given."""
+
+    project: str = ""
+    settings: TrialSettings = TrialSettings()
+    repeats: int = 1
+    features: tuple[str, ...] = ()
+    affects_loss: tuple[str, ...] = ()
+    fixed_on: tuple[str, ...] = ()  # kept ON in every trial (--only/--skip, preflight drops)
+    detected: bool = False
+    dropped_features: tuple[Mapping[str, str], ...] = ()
+    late_step: Mapping[str, Any] | None = None
+    nan_state: Mapping[str, Any] | None = None
+    failing: TrialResult | None = None
+    culprit_trial: TrialResult | None = None
+    culprit_config: tuple[str, ...] = ()
+    ablation: Mapping[str, str] | None = None
+    trials_table: tuple[TrialRow, ...] = ()
+    cached_trials: int = 0
+    noise: float = 0.0
+    timing: classify.TimingOutcome | None = None
+    warnings: tuple[str, ...] = ()  # what trials said about themselves (e.g. XLA dropped under determinism)
+    compile_differs: tuple[CompileDiff, ...] = ()
+    timed_calls: tuple[str, ...] = ()
+    symptom_call: str | None = None
+    checks: Mapping[str, Any] | None = None
+    baseline_flaky: bool | None = None
+    traceback: str | None = None
+    note: str | None = None
+    own_cost: Mapping[str, Any] | None = None
+    combined_cost: Mapping[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        doc: dict[str, object] = {
+            "cached_trials": self.cached_trials,
+            "project": self.project,
+            "settings": self.settings.to_dict(),
+            "late_step": self.late_step,
+            "nan_state": self.nan_state,
+            "repeats": self.repeats,
+            "features": list(self.features),
+            "affects_loss": list(self.affects_loss),
+            "failing": summary(self.failing) if self.failing is not None else None,
+            "culprit_trial": summary(self.culprit_trial) if self.culprit_trial is not None else None,
+            "dropped_features": list(self.dropped_features),
+            "fixed_on": list(self.fixed_on),
+            "detected": self.detected,
+            "culprit_config": list(self.culprit_config),
+            "ablation": self.ablation,
+            "trials_table": list(self.trials_table),
+            "noise": self.noise,
+            "timing": self.timing.to_dict() if self.timing is not None else None,
+            "version": __version__,
+            "warnings": list(self.warnings),
+            "compile_differs": list(self.compile_differs),
+            "timed_calls": list(self.timed_calls),
+            "symptom_call": self.symptom_call,
+        }
+        for key in ("checks", "baseline_flaky", "traceback", "note", "own_cost", "combined_cost"):
+            if (value := getattr(self, key)) is not None:
+                doc[key] = value
+        return doc
+
+
+def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
+    """What the trials showed, for the report and the display (`a.extra`:
+    the answer's own fields of FeatureEvidence, e.g. `ablation`, `own_cost`)."""
     full, symptom, config = frozenset(run.features), a.symptom, a.config
-    return {
-        "cached_trials": sum(1 for r in run.records if r.result.cached),
-        "project": str(Path(run.project.root).resolve()),
-        "settings": run.settings.to_dict(),
-        "late_step": getattr(run, "late_step", None),
-        "nan_state": getattr(run, "nan_state", None),
-        "repeats": run.k,
-        "features": list(run.features),
-        "affects_loss": sorted(run.affects_loss),
-        "failing": summary(t) if (t := best(run.memo, run._shows, full, symptom)) else None,
-        "culprit_trial": summary(t) if (t := best(run.memo, run._shows, config, symptom)) else None,
-        "dropped_features": list(run.dropped),
-        # Kept ON in every trial (--only/--skip, preflight drops): report renders them so too.
-        "fixed_on": sorted(getattr(run.project, "fixed_on", ())),
-        "detected": bool(getattr(run.project, "detected", False)),
-        "culprit_config": sorted(config) if config is not None else [],
-        "ablation": None,
-        "trials_table": trials_table(run.records, run._shows, symptom),
-        "noise": run.noise,
-        "timing": timed.to_dict() if (timed := timing_evidence(run.timing, full, config)) is not None else None,
-        "version": __version__,
-        # What trials said about themselves (e.g. XLA dropped under determinism).
-        "warnings": sorted({w for r in run.records for w in r.result.extra.get("warnings", [])}),
-        "compile_differs": compile_differs(run, full),
-        "timed_calls": list(getattr(run, "timed_calls", ())),
-        "symptom_call": _symptom_call(run, symptom, config if config is not None else full),
-        **(a.extra or {}),
-    }
+    evidence = FeatureEvidence(
+        project=str(Path(run.project.root).resolve()),
+        settings=run.settings,
+        repeats=run.k,
+        features=tuple(run.features),
+        affects_loss=tuple(sorted(run.affects_loss)),
+        fixed_on=tuple(sorted(getattr(run.project, "fixed_on", ()))),
+        detected=bool(getattr(run.project, "detected", False)),
+        dropped_features=tuple(run.dropped),
+        late_step=getattr(run, "late_step", None),
+        nan_state=getattr(run, "nan_state", None),
+        failing=best(run.memo, run._shows, full, symptom),
+        culprit_trial=best(run.memo, run._shows, config, symptom),
+        culprit_config=tuple(sorted(config)) if config is not None else (),
+        trials_table=tuple(trials_table(run.records, run._shows, symptom)),
+        cached_trials=sum(1 for r in run.records if r.result.cached),
+        noise=run.noise,
+        timing=timing_evidence(run.timing, full, config),
+        warnings=tuple(sorted({w for r in run.records for w in r.result.extra.get("warnings", [])})),
+        compile_differs=tuple(compile_differs(run, full)),
+        timed_calls=tuple(getattr(run, "timed_calls", ())),
+        symptom_call=_symptom_call(run, symptom, config if config is not None else full),
+    )
+    return replace(evidence, **(a.extra or {}))
 
 
 def finish(run: _Bisection, a: Answer) -> RunResult:
@@ -197,7 +266,7 @@ def finish(run: _Bisection, a: Answer) -> RunResult:
         error=a.error,
         reason=a.reason,
         known_cost=_known_cost(run, a.status, a.symptom, a.culprits),
-        details=_details(run, a),
+        evidence=_evidence(run, a),
     )
     (run.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=1, default=str), encoding="utf-8")
     return result

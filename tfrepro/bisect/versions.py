@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -315,17 +315,60 @@ def bisect_versions(
     executor = LocalExecutor(1, devices=[] if trial is not None else None)
     points = [Point(v, "") for v in items]
     run = RangeRun(points, source, executor, settings, symptoms, run_dir, events, options)
-    answer = _version_answer(run, run.answer(options.symptom), versions, items, releases)
-    return with_evidence(answer, run, answer.details, time.monotonic() - started)
+    answer, first_bad = run.answer(options.symptom)
+    answer, fields = _version_answer(run, answer, first_bad, versions, items, releases)
+    return with_evidence(answer, run, first_bad, fields, time.monotonic() - started)
+
+
+@dataclass(frozen=True)
+class VersionFields:
+    """Version mode's keys of the result document: the ends, the table of
+    releases, what the change follows (Keras or TensorFlow), the
+    environments, --then-features' answer."""
+
+    good: str
+    bad: str
+    versions: tuple[Row, ...]
+    follows: str | None
+    follows_note: str | None
+    keras: str
+    tf_dist: str
+    notes: tuple[str, ...]
+    project: str
+    settings: TrialSettings
+    environments: Mapping[str, str]
+    then_features: FeatureAnswer | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        doc: dict[str, object] = {
+            "good": self.good,
+            "bad": self.bad,
+            "versions": [r.to_dict() for r in self.versions],
+            "follows": self.follows,
+            "follows_note": self.follows_note,
+            "keras": self.keras,
+            "tf_dist": self.tf_dist,
+            "notes": list(self.notes),
+            "project": self.project,
+            "settings": self.settings.to_dict(),
+            "environments": dict(self.environments),
+        }
+        if self.then_features is not None:
+            doc["then_features"] = self.then_features
+        return doc
 
 
 def _version_answer(
-    run: RangeRun, answer: RunResult, versions: Sequence[str], items: list[str], releases: Releases
-) -> RunResult:
+    run: RangeRun,
+    answer: RunResult,
+    first_bad: Point | None,
+    versions: Sequence[str],
+    items: list[str],
+    releases: Releases,
+) -> tuple[RunResult, VersionFields]:
     """Version mode's fields: the first bad and last good release, the table
     of releases, what the change follows (Keras or TensorFlow), --then-features."""
     source = run.source
-    first_bad: Point | None = answer.details.get("first_bad")
     candidates = [p.label for p in answer.candidates]
     last_good = (
         items[items.index(first_bad.label) - 1]
@@ -339,28 +382,30 @@ def _version_answer(
     notes = []
     if releases.legacy_keras and not uses_tf_keras(source.root):
         notes.append("--keras legacy: the project does not use tf.keras, so TF_USE_LEGACY_KERAS changes nothing")
-    details: dict[str, Any] = {
-        "good": items[0],
-        "bad": items[-1],
-        "versions": [r.to_dict() for r in _table(rows, versions, items, releases.excluded)],
-        "follows": lib_follows,
-        "follows_note": follows_note,
-        "keras": "legacy" if releases.legacy_keras else "default",
-        "tf_dist": source.tf_dist,
-        "notes": notes,
-        "project": str(source.root),
-        "settings": run.settings.to_dict(),
-        "environments": {v: (e if isinstance(e, str) else e.name) for v, e in source.envs.items()},
-    }
+    then = None
     if first_bad and releases.then_features is not None:
-        details["then_features"] = releases.then_features(source.start_for(first_bad.label))
-    return replace(
+        then = releases.then_features(source.start_for(first_bad.label))
+    fields = VersionFields(
+        good=items[0],
+        bad=items[-1],
+        versions=tuple(_table(rows, versions, items, releases.excluded)),
+        follows=lib_follows,
+        follows_note=follows_note,
+        keras="legacy" if releases.legacy_keras else "default",
+        tf_dist=source.tf_dist,
+        notes=tuple(notes),
+        project=str(source.root),
+        settings=run.settings,
+        environments={v: (e if isinstance(e, str) else e.name) for v, e in source.envs.items()},
+        then_features=then,
+    )
+    answer = replace(
         answer,
         first_bad_version=first_bad.label if first_bad else None,
         last_good_version=last_good,
         candidates=tuple(candidates),
-        details={**answer.details, **details},
     )
+    return answer, fields
 
 
 def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str, str]], list[str]]:

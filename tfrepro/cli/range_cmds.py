@@ -18,17 +18,23 @@ from pathlib import Path
 
 import click
 
-from tfrepro.bisect.commits import bisect_commits
+from tfrepro.bisect.commits import CommitFields, bisect_commits
 from tfrepro.bisect.events import ProgressLines
 from tfrepro.bisect.options import BisectOptions
-from tfrepro.bisect.versions import Releases, ThenFeatures, expand_versions, feature_hook
+from tfrepro.bisect.ranges import RangeEvidence
+from tfrepro.bisect.versions import Releases, ThenFeatures, VersionFields, expand_versions, feature_hook
 from tfrepro.errors import UserError
 from tfrepro.trials.values import RunResult
 
 
+def _evidence(result: RunResult) -> RangeEvidence | None:
+    return result.evidence if isinstance(result.evidence, RangeEvidence) else None
+
+
 def cost_line(result: RunResult) -> str:
     """The last line of a range bisection's answer: trials, cache hits, wall time, run dir."""
-    cached = f", {result.details['cached_trials']} from cache" if result.details.get("cached_trials") else ""
+    ev = _evidence(result)
+    cached = f", {ev.cached_trials} from cache" if ev is not None and ev.cached_trials else ""
     return f"{result.trials} trials{cached}, {result.wall_s:.1f} s; run: {result.run_dir}"
 
 
@@ -39,19 +45,15 @@ def _symptom(result: RunResult) -> str | None:
 def commits_answer(result: RunResult) -> str:
     """The human summary of a commit bisection (the tried commits are
     printed as they go, see `run_commits`)."""
-    status = result.status.value
-    if status == "found":
-        c = result.details["commit"]
-        head = [
-            f"first bad commit ({_symptom(result)}): {c['sha']}",
-            f"  {c['subject']}",
-            f"  {c['author']}, {c['date']}",
-        ]
+    status, ev = result.status.value, _evidence(result)
+    mode = ev.mode if ev is not None else None
+    if status == "found" and isinstance(mode, CommitFields) and (c := mode.commit) is not None:
+        head = [f"first bad commit ({_symptom(result)}): {c.sha}", f"  {c.subject}", f"  {c.author}, {c.date}"]
     elif status == "ambiguous":
         head = [f"{_symptom(result)}: the first bad commit is one of:"]
         head += [f"  {c['sha'][:12]}  {c['subject']}" for c in result.candidates]
     else:
-        head = [f"{status}: {result.details.get('message', '')}"]
+        head = [f"{status}: {ev.message if ev is not None and ev.message else ''}"]
     return "\n".join([*head, cost_line(result)])
 
 
@@ -89,13 +91,14 @@ def versions_answer(result: RunResult, notes: list[str]) -> str:
     """The human summary of a version bisection: the answer, then one line
     per release, the `notes`, the cost."""
     lines: list[str] = []
-    status, details = result.status.value, result.details
+    status, ev = result.status.value, _evidence(result)
+    mode = ev.mode if ev is not None and isinstance(ev.mode, VersionFields) else None
     if status == "found":
         lines.append(
             f"first bad version ({_symptom(result)}): {result.first_bad_version}"
             f"  (last good: {result.last_good_version})"
         )
-        then = details.get("then_features")
+        then = mode.then_features if mode is not None else None
         if then:
             inside = (
                 f"and only with {' + '.join(then['culprits'])} on"
@@ -103,22 +106,18 @@ def versions_answer(result: RunResult, notes: list[str]) -> str:
                 else f"feature bisect inside it: {then.get('status')}"
             )
             lines.append(f"  {inside} (run: {then.get('run_dir')})")
-        if details.get("follows_note"):
-            lines.append(f"  follows {details['follows']}: {details['follows_note']}")
+        if mode is not None and mode.follows_note:
+            lines.append(f"  follows {mode.follows}: {mode.follows_note}")
     elif status == "ambiguous":
         lines.append(f"{_symptom(result)}: the first bad version is one of {', '.join(result.candidates)}")
     else:
-        lines.append(f"{status}: {details.get('message', '')}")
-    for row in details["versions"]:
-        what = row["verdict"] if row["verdict"] in ("ok", "not tried", "untestable", "excluded") else "BAD"
-        shows = f" [{', '.join(row['shows'])}]" if row["shows"] else ""
-        keras = (
-            f"  keras {row['keras']}" + (" (tf_keras)" if row.get("keras_lib") == "tf_keras" else "")
-            if row.get("keras")
-            else ""
-        )
-        note = f"  {row['note']}" if row.get("note") else ""
-        lines.append(f"  {row['version']:<14} {what:<10}{shows}{keras}{note}")
+        lines.append(f"{status}: {ev.message if ev is not None and ev.message else ''}")
+    for row in mode.versions if mode is not None else ():
+        what = row.verdict if row.verdict in ("ok", "not tried", "untestable", "excluded") else "BAD"
+        shows = f" [{', '.join(row.shows)}]" if row.shows else ""
+        keras = f"  keras {row.keras}" + (" (tf_keras)" if row.keras_lib == "tf_keras" else "") if row.keras else ""
+        note = f"  {row.note}" if row.note else ""
+        lines.append(f"  {row.version:<14} {what:<10}{shows}{keras}{note}")
     lines += [f"note: {n}" for n in notes]
     lines.append(cost_line(result))
     return "\n".join(lines)

@@ -14,7 +14,7 @@ import math
 import statistics
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
-from typing import Any, TypedDict
+from typing import Any, Protocol, TypedDict
 
 from tfrepro.costs import CostFound
 from tfrepro.settings import WARMUP_STEPS
@@ -171,7 +171,7 @@ def summary(result: TrialResult) -> dict[str, Any]:
 
 
 class TrialRow(TypedDict, total=False):
-    """One trial in the result's trials table (`details["trials_table"]`); a
+    """One trial in the result's trials table (the evidence's `trials_table`); a
     commit or version trial names its own (`sha`, `version`). The report
     reads it back with this type too."""
 
@@ -233,14 +233,23 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
 
+class Evidence(Protocol):
+    """What a mode's trials showed beyond the typed answer: a frozen value of
+    the mode that wrote it (`bisect/result_doc.FeatureEvidence`,
+    `bisect/ranges.RangeEvidence`), turned into the result document's other
+    keys only at the state-dir boundary."""
+
+    def to_dict(self) -> dict[str, object]: ...
+
+
 @dataclass(frozen=True)
 class RunResult:
     """One bisection's answer, shared by the feature, commit and version
     bisections, the display, the report, the benchmarks and the tests.
 
     `to_dict()` is Contract 4's JSON object: the typed fields below, then the
-    mode's own details (trials table, ablation, tried commits, ...), which
-    never override a typed field. Invariants: `culprits` is sorted; a `found`
+    mode's own evidence (trials table, ablation, tried commits, ...), which
+    never overrides a typed field. Invariants: `culprits` is sorted; a `found`
     feature bisection names at least one culprit, a `found` commit bisection a
     `first_bad_commit`, a `found` version bisection a `first_bad_version`;
     `flaky` names no culprit (`suspects` instead).
@@ -265,7 +274,7 @@ class RunResult:
     # The culprits' effect is a documented cost on this hardware (tfrepro/costs.py);
     # `report` explains instead of drafting a bug.
     known_cost: CostFound | None = None
-    details: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    evidence: Evidence | None = field(default=None, compare=False, hash=False)
 
     @property
     def exit_code(self) -> int:
@@ -296,4 +305,4 @@ class RunResult:
             "reason": self.reason,
             "known_cost": self.known_cost.to_dict() if self.known_cost is not None else None,
         }
-        return {**self.details, **typed}
+        return {**(self.evidence.to_dict() if self.evidence is not None else {}), **typed}
