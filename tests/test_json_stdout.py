@@ -23,3 +23,28 @@ def test_what_prints_during_the_hunt_goes_to_stderr(tmp_path, monkeypatch):
     r = CliRunner().invoke(main, ["bisect", str(tmp_path), "--json"])
     assert json.loads(r.stdout)["status"] == "none", r.stdout
     assert "Raylet is terminated" in r.stderr
+
+
+def test_sigterm_during_a_feature_bisect_is_130_and_the_handler_is_restored(tmp_path, monkeypatch):
+    # One SIGTERM handler for every command (the CLI's `sigterm_interrupts`):
+    # the engine is interrupted as on Ctrl-C, the caller's handler comes back.
+    import os
+    import signal
+
+    (tmp_path / "repro.py").write_text("x = 0\n# tfrepro: feature a -- a on\n# x += 1\n# tfrepro: end\n")
+    reached: list[str] = []
+
+    def run_bisect(project, options, *, as_json):
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered to this (the main) thread before the next line
+        reached.append("after the signal")
+        return RunResult(Status.NONE)
+
+    mine = signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        monkeypatch.setattr("tfrepro.bisect.display.run_bisect", run_bisect)
+        r = CliRunner().invoke(main, ["bisect", str(tmp_path), "--json"])
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGTERM, mine)
+    assert r.exit_code == 130 and reached == []
+    assert json.loads(r.stdout)["status"] == "interrupted"

@@ -193,19 +193,16 @@ def answer_lines(result: RunResult) -> list[str]:
 
 def run_bisect(project: Any, options: Any, *, as_json: bool, console: Console | None = None) -> RunResult:
     """Run the engine with a live display (none with `as_json`) and return its
-    answer. SIGTERM interrupts like Ctrl-C, so a running trial's process tree
-    is killed on the way out; finished trials stay cached."""
+    answer (SIGTERM interrupts like Ctrl-C: the CLI's `sigterm_interrupts`)."""
     from tfrepro.bisect.engine import bisect
-    from tfrepro.trials.procs import sigterm_interrupts
 
     console = console or make_console()
-    with sigterm_interrupts():
-        if as_json:
-            return bisect(project, options)
-        console.print(
-            f"bisecting {project.root} ({len(project.feature_names)} features: {', '.join(project.feature_names)})"
-        )
-        with RichProgress(console, project.manifest.symptoms) as progress:
-            result = bisect(project, options, events=progress)
-        final_table(console, result)
-        return result
+    if as_json:
+        return bisect(project, options)
+    console.print(
+        f"bisecting {project.root} ({len(project.feature_names)} features: {', '.join(project.feature_names)})"
+    )
+    with RichProgress(console, project.manifest.symptoms) as progress:
+        result = bisect(project, options, events=progress)
+    final_table(console, result)
+    return result

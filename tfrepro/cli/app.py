@@ -12,9 +12,7 @@ become one message and an exit code in `_Group.invoke`, and only there.
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import threading
 from pathlib import Path
 
 import click
@@ -52,10 +50,6 @@ def _input_error(e: BaseException) -> str | None:
     return None
 
 
-def _on_sigterm(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
-
-
 class _Group(click.Group):
     """The one place that turns errors into messages and exit codes:
     UserError and input errors 2, other failures 1, Ctrl-C or SIGTERM 130
@@ -74,12 +68,12 @@ class _Group(click.Group):
             raise  # not reached: _fail exits
 
     def invoke(self, ctx: click.Context):
+        from tfrepro.trials.procs import sigterm_interrupts
+
         as_json = bool(ctx.meta.get("tfrepro.json"))
-        previous = None
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGTERM, _on_sigterm)
         try:
-            return super().invoke(ctx)
+            with sigterm_interrupts():
+                return super().invoke(ctx)
         except UserError as e:
             _fail(e.render(), e.exit_code, as_json, where=e.where, hint=e.hint)
         except TfreproError as e:
@@ -102,9 +96,6 @@ class _Group(click.Group):
             if message is None:
                 raise
             _fail(message, 2, as_json)
-        finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
 
 
 def version_line() -> str:
