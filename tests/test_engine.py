@@ -284,6 +284,9 @@ def test_interacting_pair(tmp_path):
     doc = bisect(p, BisectOptions(strategy="ablation"), runner=FakeRunner(nan_when("cache", "xla"))).to_dict()
     assert (doc["status"], doc["culprits"]) == ("found", ["cache", "xla"])
     assert doc["ablation"] == {f: "ok" for f in FEATS}
+    # a deterministic pair: each culprit's necessity replayed once, both clean
+    without = sorted(tuple(r["enabled"]) for r in doc["trials_table"] if r["role"] == "replay-without")
+    assert without == [("cache",), ("xla",)]
 
 
 def test_ablation_table_with_two_independent_culprits(tmp_path):
@@ -310,6 +313,24 @@ def test_flaky_culprit_is_reported_flaky_not_found(tmp_path):
     assert doc["suspects"] == ["prefetch"]
     assert 0 < doc["reproduction_rate"] < 1 and "flaky" in doc["error"]
     assert doc["symptom"] == "nan" and "prefetch" in doc["suspects"]
+
+
+def test_a_bystander_kept_by_one_missed_nan_is_caught_by_the_replay(tmp_path):
+    # prefetch's NaN missed the one trial of prefetch alone (a flaky NaN does
+    # that), so the search kept a bystander beside it; every other run is
+    # deterministic. The replay runs the culprit set without each culprit
+    # afresh: prefetch alone shows the NaN, so the answer is flaky, never
+    # "found <- bystander + prefetch".
+    def behave(cfg, r):
+        missed = set(cfg) == {"prefetch"} and r == 0
+        return NAN if "prefetch" in cfg and not missed else {}
+
+    res = bisect(make_project(tmp_path, FEATS), BisectOptions(strategy="ddmin"), runner=FakeRunner(behave))
+    doc = res.to_dict()
+    assert res.status == "flaky" and doc["culprits"] == [] and "prefetch" in doc["suspects"], doc["status"]
+    assert len(doc["suspects"]) == 2 and "showed without" in doc["error"]
+    roles = [r["role"] for r in doc["trials_table"]]
+    assert roles.count("replay-without") == 2
 
 
 def test_randomly_failing_project_never_names_a_culprit(tmp_path):

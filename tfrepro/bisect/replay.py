@@ -7,6 +7,7 @@ configuration and of the baseline) for everything else, the flaky rule
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from tfrepro.bisect.search import Config, judge_replay
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
@@ -66,8 +67,10 @@ class Replay:
             culprit_obs = [t.verdict == target for t in self.timing[config][seen.get(config, 0) :]]
             base_obs: list[bool] = []
         else:
-            culprit_obs, base_obs = self._replayed(target, culprits, config, fresh)
+            culprit_obs, base_obs, runs = self._replayed(target, culprits, config, fresh)
         judged = judge_replay(culprit_obs, base_obs)
+        if not judged.flaky and target != Verdict.SLOWDOWN and (why := self._unneeded(target, culprits, config, runs)):
+            judged = replace(judged, flaky=True, reason=why)
         extra = {"ablation": {f: v.value for f, v in table.items()} if table else None}
         if judged.flaky:
             return self._finish(
@@ -151,9 +154,9 @@ class Replay:
 
     def _replayed(
         self, target: Verdict, culprits: Config, config: Config, fresh: range
-    ) -> tuple[list[bool], list[bool]]:
+    ) -> tuple[list[bool], list[bool], range]:
         """The replay's observations (culprit side, baseline side), as many
-        fresh runs as the evidence needs.
+        fresh runs as the evidence needs, and the fresh repeats it took.
 
         The search's own trials are selected (it ended on `config` because
         they showed the symptom), so they cannot stand for fresh runs. What can
@@ -174,13 +177,33 @@ class Replay:
             self._many(self._needs(config, [first], "replay", target))
             again = self.memo[(config, first)]
             if all(_same_outcome(again, t) for t in seen) and target in self._shows(config, again):
-                return [*hits, True], clean
+                return [*hits, True], clean, range(first, first + 1)
         self._many(self._needs(config, fresh, "replay", target) + [(frozenset(), r, "replay-baseline") for r in fresh])
         runs = [*range(self.k), *fresh]
         culprit_obs = [target in self._shows(config, self.memo[(config, r)]) for r in runs]
         base_runs = [*range(max(self.k, 2)), *fresh]
         base_obs = [target in self._shows(frozenset(), self.memo[(frozenset(), r)]) for r in base_runs]
-        return culprit_obs, base_obs
+        return culprit_obs, base_obs, fresh
+
+    def _unneeded(self, target: Verdict, culprits: Config, config: Config, runs: range) -> str | None:
+        """Several culprits of a NaN, crash, timeout or mismatch: each one's
+        necessity seen again, in as many fresh runs of the culprit
+        configuration without it as the replay took (`runs`). The search
+        judged each of those sets from its own trials: a flaky symptom that
+        missed one of them kept a bystander among the culprits. A symptom
+        that shows without a culprit in a fresh run does not repeat as the
+        search saw it: the reason the answer is flaky, else None. A
+        deterministic pair costs one trial per culprit."""
+        if len(culprits) < 2 or target == Verdict.MEMORY:
+            return None
+        without = {c: frozenset(config - {c}) for c in sorted(culprits)}
+        self.events.phase(f"replaying: is each of {', '.join(without)} needed for the {target.value}?")
+        self._many([w for cfg in without.values() for w in self._needs(cfg, runs, "replay-without", target)])
+        for c, cfg in without.items():
+            shown = sum(target in self._shows(cfg, self.memo[(cfg, r)]) for r in runs)
+            if shown:
+                return f"it showed without {c} in {shown} of {len(runs)} fresh runs (the search kept {c} as needed)"
+        return None
 
     def _consistent_evidence(
         self, target: Verdict, culprits: Config, config: Config
