@@ -39,7 +39,7 @@ from tfrepro.errors import TfreproError
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.executors import Executor, LocalExecutor, Runner, TrialRequest
 from tfrepro.trials.state import StateDir
-from tfrepro.trials.values import RunResult
+from tfrepro.trials.values import RunResult, evidence_doc
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
@@ -191,18 +191,7 @@ class CommitFields:
     first_bad_project: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        doc: dict[str, object] = {
-            "good": self.good.to_dict(),
-            "bad": self.bad.to_dict(),
-            "range_size": self.range_size,
-            "project": self.project,
-            "settings": self.settings.to_dict(),
-        }
-        if self.commit is not None:
-            doc["commit"] = self.commit.to_dict()
-            doc["good_project"] = self.good_project
-            doc["first_bad_project"] = self.first_bad_project
-        return doc
+        return evidence_doc(self, frozenset({"commit", "good_project", "first_bad_project"}))
 
 
 def _finish(

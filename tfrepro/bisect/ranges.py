@@ -42,7 +42,7 @@ from tfrepro.trials.procs import sigterm_interrupts
 from tfrepro.trials.slowdown import TimingOutcome
 from tfrepro.trials.state import shown_path, write_trial_record
 from tfrepro.trials.timing import TimingPool
-from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict, summary
+from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict, evidence_doc, summary
 
 if TYPE_CHECKING:
     from tfrepro.bisect.gitcopy import CommitInfo
@@ -432,17 +432,9 @@ class RangeEvidence:
     message: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        doc = {
-            "failing": summary(self.failing) if self.failing is not None else None,
-            "timing": self.timing.to_dict() if self.timing is not None else None,
-            "cached_trials": self.cached_trials,
-            "noise": self.noise,
-            "tried": [{self.key: t.label, **t.to_dict()} for t in self.tried],
-            "trials_table": [dict(row) for row in self.trials_table],
-            **self.mode.to_dict(),
-        }
-        if self.message:
-            doc["message"] = self.message
+        doc = evidence_doc(self, frozenset({"message"}))
+        doc.update(tried=[{self.key: t.label, **t.to_dict()} for t in self.tried], **self.mode.to_dict())
+        del doc["key"], doc["mode"]
         return doc
 
 

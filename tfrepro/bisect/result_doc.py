@@ -23,7 +23,7 @@ from tfrepro.bisect.search import Config
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.state import shown_path
-from tfrepro.trials.values import AlsoSeen, RunResult, Status, TrialResult, TrialRow, Verdict, summary
+from tfrepro.trials.values import AlsoSeen, RunResult, Status, TrialResult, TrialRow, Verdict, evidence_doc
 
 if TYPE_CHECKING:
     from tfrepro.bisect.engine import _Bisection
@@ -154,28 +154,29 @@ class Answer:
 class FeatureEvidence:
     """What a feature bisection's trials showed beyond the typed answer, for
     the report and the display: the result document's other keys (Contract 4),
-    written by `to_dict` only. The last group is only in some answers (a
-    baseline that fails, an engine error, a note, a cost that explains a
-    `none`); `to_dict` leaves out the ones not given."""
+    in this order, written by `to_dict` only. The OPTIONAL ones are only in
+    some answers (a baseline that fails, an engine error, a note, a cost that
+    explains a `none`) and left out when not given."""
 
+    cached_trials: int = 0
     project: str = ""
     settings: TrialSettings = TrialSettings()
+    late_step: Mapping[str, Any] | None = None
+    nan_state: Mapping[str, Any] | None = None
     repeats: int = 1
     features: tuple[str, ...] = ()
     affects_loss: tuple[str, ...] = ()
-    fixed_on: tuple[str, ...] = ()  # kept ON in every trial (--only/--skip, preflight drops)
-    detected: bool = False
-    dropped_features: tuple[Mapping[str, str], ...] = ()
-    late_step: Mapping[str, Any] | None = None
-    nan_state: Mapping[str, Any] | None = None
     failing: TrialResult | None = None
     culprit_trial: TrialResult | None = None
+    dropped_features: tuple[Mapping[str, str], ...] = ()
+    fixed_on: tuple[str, ...] = ()  # kept ON in every trial (--only/--skip, preflight drops)
+    detected: bool = False
     culprit_config: tuple[str, ...] = ()
     ablation: Mapping[str, str] | None = None
     trials_table: tuple[TrialRow, ...] = ()
-    cached_trials: int = 0
     noise: float = 0.0
     timing: classify.TimingOutcome | None = None
+    version: str = __version__
     warnings: tuple[str, ...] = ()  # what trials said about themselves (e.g. XLA dropped under determinism)
     compile_differs: tuple[CompileDiff, ...] = ()
     timed_calls: tuple[str, ...] = ()
@@ -187,36 +188,10 @@ class FeatureEvidence:
     own_cost: Mapping[str, Any] | None = None
     combined_cost: Mapping[str, Any] | None = None
 
+    OPTIONAL = frozenset({"checks", "baseline_flaky", "traceback", "note", "own_cost", "combined_cost"})
+
     def to_dict(self) -> dict[str, object]:
-        doc: dict[str, object] = {
-            "cached_trials": self.cached_trials,
-            "project": self.project,
-            "settings": self.settings.to_dict(),
-            "late_step": self.late_step,
-            "nan_state": self.nan_state,
-            "repeats": self.repeats,
-            "features": list(self.features),
-            "affects_loss": list(self.affects_loss),
-            "failing": summary(self.failing) if self.failing is not None else None,
-            "culprit_trial": summary(self.culprit_trial) if self.culprit_trial is not None else None,
-            "dropped_features": list(self.dropped_features),
-            "fixed_on": list(self.fixed_on),
-            "detected": self.detected,
-            "culprit_config": list(self.culprit_config),
-            "ablation": self.ablation,
-            "trials_table": list(self.trials_table),
-            "noise": self.noise,
-            "timing": self.timing.to_dict() if self.timing is not None else None,
-            "version": __version__,
-            "warnings": list(self.warnings),
-            "compile_differs": list(self.compile_differs),
-            "timed_calls": list(self.timed_calls),
-            "symptom_call": self.symptom_call,
-        }
-        for key in ("checks", "baseline_flaky", "traceback", "note", "own_cost", "combined_cost"):
-            if (value := getattr(self, key)) is not None:
-                doc[key] = value
-        return doc
+        return evidence_doc(self, self.OPTIONAL)
 
 
 def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:

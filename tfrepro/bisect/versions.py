@@ -40,7 +40,7 @@ from tfrepro.errors import UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.executors import LocalExecutor, TrialRequest
 from tfrepro.trials.state import StateDir
-from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, TrialResult
+from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, TrialResult, evidence_doc
 
 # One trial of the project under a release's environment, or why that release
 # cannot be tried (its environment failed to build).
@@ -340,22 +340,7 @@ class VersionFields:
     then_features: FeatureAnswer | None = None
 
     def to_dict(self) -> dict[str, object]:
-        doc: dict[str, object] = {
-            "good": self.good,
-            "bad": self.bad,
-            "versions": [r.to_dict() for r in self.versions],
-            "follows": self.follows,
-            "follows_note": self.follows_note,
-            "keras": self.keras,
-            "tf_dist": self.tf_dist,
-            "notes": list(self.notes),
-            "project": self.project,
-            "settings": self.settings.to_dict(),
-            "environments": dict(self.environments),
-        }
-        if self.then_features is not None:
-            doc["then_features"] = self.then_features
-        return doc
+        return evidence_doc(self, frozenset({"then_features"}))
 
 
 def _version_answer(

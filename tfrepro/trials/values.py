@@ -242,6 +242,25 @@ class Evidence(Protocol):
     def to_dict(self) -> dict[str, object]: ...
 
 
+def evidence_doc(value: object, optional: frozenset[str] = frozenset()) -> dict[str, object]:
+    """A frozen evidence dataclass as the result document's keys, field by
+    field in order: a TrialResult as its `summary`, a value with `to_dict`
+    as that, a tuple as a list; the `optional` fields left out when None."""
+
+    def plain(v: object) -> object:
+        if isinstance(v, TrialResult):
+            return summary(v)
+        if hasattr(v, "to_dict"):
+            return v.to_dict()
+        return [plain(x) for x in v] if isinstance(v, tuple) else v
+
+    return {
+        f.name: plain(v)
+        for f in fields(value)  # type: ignore[arg-type]
+        if (v := getattr(value, f.name)) is not None or f.name not in optional
+    }
+
+
 @dataclass(frozen=True)
 class RunResult:
     """One bisection's answer, shared by the feature, commit and version
