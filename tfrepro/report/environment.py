@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -47,19 +46,12 @@ def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path 
     python = python or sys.executable
     with tempfile.TemporaryDirectory(prefix="tfrepro-env-") as tmp:
         out = Path(tmp) / "env.json"
-        cmd = [python, str(probe), str(out)]
-        try:
-            proc = subprocess.run(
-                probe_command(cmd, Path(tmp)),
-                cwd=tmp,
-                env=child_env(),
-                capture_output=True,
-                text=True,
-                timeout=timeout_s,
-            )
-        except subprocess.TimeoutExpired:
+        from tfrepro.trials.procs import run_probe
+
+        done = run_probe(probe_command([python, str(probe), str(out)], Path(tmp)), Path(tmp), child_env(), timeout_s)
+        if done is None:
             return {"probe_error": f"environment probe timed out after {timeout_s:.0f} s"}
         if not out.exists():
-            tail = (proc.stderr or "").strip().splitlines()[-1:] or ["no output"]
-            return {"probe_error": f"environment probe failed (exit {proc.returncode}): {tail[0]}"}
+            tail = done[1].strip().splitlines()[-1:] or ["no output"]
+            return {"probe_error": f"environment probe failed (exit {done[0]}): {tail[0]}"}
         return json.loads(out.read_text(encoding="utf-8"))

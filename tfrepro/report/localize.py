@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
@@ -24,7 +23,7 @@ from tfrepro.inside import RUN_PROBE
 from tfrepro.report.environment import child_env
 from tfrepro.report.records import RuntimeSettings
 from tfrepro.report.rerun import write_files
-from tfrepro.trials.procs import confined, kill_tree
+from tfrepro.trials.procs import confined, run_probe
 
 PROBE = RUN_PROBE
 
@@ -245,28 +244,6 @@ def localize(
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run_probe(cmd: list[str], root: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str] | None:
-    """(exit code, stderr) of the probe, or None when it timed out. Its whole
-    process group is killed on the way out, finished or not."""
-    proc = subprocess.Popen(
-        confined(cmd, root.parent),  # the user's code: confined to the probe's dir, like a trial
-        cwd=root,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        _, err = proc.communicate(timeout=timeout_s)
-        return proc.returncode, err or ""
-    except subprocess.TimeoutExpired:
-        return None
-    finally:
-        kill_tree(proc)
-
-
 def _localize_in(tmp: str, files: dict[str, str], entry: str, python: str, timeout_s: float) -> Localization:
     root = write_files(Path(tmp) / "repro", files)
     out = Path(tmp) / "probe.json"
@@ -274,7 +251,8 @@ def _localize_in(tmp: str, files: dict[str, str], entry: str, python: str, timeo
     # Auto-clustering would put ops under XLA too.
     flags = re.sub(r"--tf_xla_auto_jit=\S+", "", env.get("TF_XLA_FLAGS", "")).strip()
     env["TF_XLA_FLAGS"] = (flags + " --tf_xla_auto_jit=0").strip()
-    done = _run_probe([python, str(PROBE), str(out), str(root / entry)], root, env, timeout_s)
+    # the user's code: confined to the probe's dir, like a trial
+    done = run_probe(confined([python, str(PROBE), str(out), str(root / entry)], root.parent), root, env, timeout_s)
     if done is None:
         return Localization(found=False, note=f"the check_numerics run timed out after {timeout_s:.0f} s")
     if not out.exists():

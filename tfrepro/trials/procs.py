@@ -291,6 +291,29 @@ def kill_strays(trial_dir: Path) -> None:
             pass
 
 
+def run_probe(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str] | None:
+    """A probe child (the environment and check_numerics probes; `argv`
+    already confined by the caller) -> (exit code, stderr), or None when it
+    timed out. Its whole process group is killed on the way out, finished or not."""
+    proc = subprocess.Popen(
+        list(argv),
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        _, err = proc.communicate(timeout=timeout_s)
+        return proc.returncode, err or ""
+    except subprocess.TimeoutExpired:
+        return None
+    finally:
+        kill_tree(proc)
+
+
 @contextmanager
 def sigterm_interrupts() -> Iterator[None]:
     """SIGTERM raises KeyboardInterrupt in the main thread, so a bisect that
