@@ -95,6 +95,9 @@ LOAD_MATCH = 0.25
 # machine: tests/test_timing_power.py's contention model (seeds 2000-2199
 # and 0-399), power at 1.4x 185/200 -> 200/200 with it, A/A unchanged at 1/400.
 NEIGHBOUR_SPLIT = 1.5
+# Ratios of step times compared with a bound: within this relative distance
+# they count as on it, so the same pair in other units (ms, s) decides alike.
+ROUNDING = 1e-9
 
 
 def _quantile(sorted_xs: Sequence[float], q: float) -> float:
@@ -141,9 +144,12 @@ class TimingPair:
     def baseline_step(self) -> float:
         """Geometric mean of the neighbours' typical steps; the faster one
         when they disagree by more than NEIGHBOUR_SPLIT (load only ever slows
-        a trial down: the slower neighbour is the disturbed one)."""
+        a trial down: the slower neighbour is the disturbed one). A ratio at
+        the split itself, up to rounding, is no split: the same pair in other
+        units decides alike (0.5 s against 1/3 s is 1.5 in seconds and a hair
+        under it in other units)."""
         steps = [typical_step(b) for b in self.baselines]
-        if max(steps) > NEIGHBOUR_SPLIT * min(steps):
+        if max(steps) / min(steps) > NEIGHBOUR_SPLIT * (1 + ROUNDING):
             return min(steps)
         return math.exp(sum(math.log(x) for x in steps) / len(steps))
 
@@ -161,8 +167,10 @@ class TimingPair:
         if len(self.baselines) < 2 or min(len(x) for x in (self.candidate, *self.baselines)) < 2:
             return None
         big, small = 1 + FAST_EXCESS * (threshold - 1), 1 + FAST_OK_EXCESS * (threshold - 1)
-        low, high = self._excess()
-        return TimingState.SLOWER if low >= big else TimingState.NOT_SLOWER if high <= small else None
+        low, high = self._excess()  # a ratio at a bound, up to rounding, counts as on it
+        if low >= big * (1 - ROUNDING):
+            return TimingState.SLOWER
+        return TimingState.NOT_SLOWER if high <= small * (1 + ROUNDING) else None
 
     def _excess(self) -> tuple[float, float]:
         """The lowest and highest of the candidate's typical step and 10th
