@@ -32,7 +32,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -40,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfrepro import inside
-from tfrepro.trials import confine
+from tfrepro.trials import confine, ownedtmp
 
 WARM_SERVER = inside.INSIDE_DIR / "warm.py"
 BOOT = (
@@ -191,13 +190,14 @@ class WarmServer:
     info: dict = field(default_factory=dict)
     running: int = 0  # children forked and not yet closed (never evict a busy server)
     last_used: float = 0.0
+    lock_fd: int | None = None  # held while `tmp` is ours (trials/ownedtmp.py)
 
     @property
     def sock_path(self) -> str:
         return os.path.join(self.tmp or "", "s")
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
-        self.tmp = tempfile.mkdtemp(prefix="tfrepro-warm-")
+        self.tmp, self.lock_fd = ownedtmp.make("tfrepro-warm-")  # swept by the next run if we are killed
         log = open(os.path.join(self.tmp, "server.log"), "wb")
         cmd = [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload)]
         # Under the overlay the server itself writes only into one of its own
@@ -306,6 +306,9 @@ class WarmServer:
                 self.proc.wait()
         if self.tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)
+            self.lock_fd = None
 
 
 class WarmPool:
