@@ -38,7 +38,7 @@ from tfrepro.bisect.rangesearch import STOPPERS, Mark, RangeResult, bisect_range
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, TrialRequest
-from tfrepro.trials.procs import sigterm_interrupts
+from tfrepro.trials.sigterm import sigterm_interrupts
 from tfrepro.trials.slowdown import TimingOutcome
 from tfrepro.trials.state import shown_path, write_trial_record
 from tfrepro.trials.timing import TimingPool
@@ -432,10 +432,8 @@ class RangeEvidence:
     message: str | None = None
 
     def to_dict(self) -> dict[str, object]:
-        doc = evidence_doc(self, frozenset({"message"}))
-        doc.update(tried=[{self.key: t.label, **t.to_dict()} for t in self.tried], **self.mode.to_dict())
-        del doc["key"], doc["mode"]
-        return doc
+        doc = evidence_doc(self, frozenset({"message"}), skip=frozenset({"key", "mode", "tried"}))
+        return {**doc, "tried": [{self.key: t.label, **t.to_dict()} for t in self.tried], **self.mode.to_dict()}
 
 
 def evidence(run: RangeRun, answer: RunResult, first_bad: Point | None, mode: ModeFields) -> RangeEvidence:

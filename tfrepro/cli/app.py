@@ -68,7 +68,7 @@ class _Group(click.Group):
             raise  # not reached: _fail exits
 
     def invoke(self, ctx: click.Context):
-        from tfrepro.trials.procs import sigterm_interrupts
+        from tfrepro.trials.sigterm import sigterm_interrupts
 
         as_json = bool(ctx.meta.get("tfrepro.json"))
         try:

@@ -26,8 +26,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -312,23 +311,3 @@ def run_probe(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: fl
         return None
     finally:
         kill_tree(proc)
-
-
-@contextmanager
-def sigterm_interrupts() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt in the main thread, so a bisect that
-    is terminated cleans up as on Ctrl-C (running trials killed, checkouts
-    removed; SIGKILL cannot be caught: the next run removes its leftovers).
-    A no-op outside the main thread."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -242,10 +242,13 @@ class Evidence(Protocol):
     def to_dict(self) -> dict[str, object]: ...
 
 
-def evidence_doc(value: object, optional: frozenset[str] = frozenset()) -> dict[str, object]:
+def evidence_doc(
+    value: object, optional: frozenset[str] = frozenset(), skip: frozenset[str] = frozenset()
+) -> dict[str, object]:
     """A frozen evidence dataclass as the result document's keys, field by
     field in order: a TrialResult as its `summary`, a value with `to_dict`
-    as that, a tuple as a list; the `optional` fields left out when None."""
+    as that, a tuple as a list; the `optional` fields left out when None,
+    the `skip` ones always (the caller writes them)."""
 
     def plain(v: object) -> object:
         if isinstance(v, TrialResult):
@@ -257,7 +260,7 @@ def evidence_doc(value: object, optional: frozenset[str] = frozenset()) -> dict[
     return {
         f.name: plain(v)
         for f in fields(value)  # type: ignore[arg-type]
-        if (v := getattr(value, f.name)) is not None or f.name not in optional
+        if f.name not in skip and ((v := getattr(value, f.name)) is not None or f.name not in optional)
     }
 
 
