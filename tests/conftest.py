@@ -22,10 +22,11 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
+
+from tfrepro.trials import ownedtmp
 
 OPT_IN = os.environ.get("TFREPRO_TEST_USER_CACHE") == "1"
 
@@ -38,8 +39,11 @@ def _real_cache() -> Path:
 REAL_CACHE = _real_cache()
 _PREFIX = str(REAL_CACHE)
 _FRESH = None
+_FRESH_LOCK = -1
 if not OPT_IN:
-    _FRESH = tempfile.mkdtemp(prefix="tfrepro-test-cache-")
+    # owned (trials/ownedtmp.py): a worker killed by a signal never reaches
+    # pytest_unconfigure, and the next session sweeps its dir
+    _FRESH, _FRESH_LOCK = ownedtmp.make("tfrepro-test-cache-")
     os.environ["XDG_CACHE_HOME"] = _FRESH
     os.environ.pop("TFREPRO_CACHE_DIR", None)
 
@@ -70,6 +74,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _FRESH:
         shutil.rmtree(_FRESH, ignore_errors=True)
+        os.close(_FRESH_LOCK)
 
 
 @pytest.fixture(autouse=True)
