@@ -84,7 +84,8 @@ def original_copy(script: str, dest: Path) -> Path:
 def test_annotated_script_trains_exactly_like_the_original(script: str, tmp_path: Path) -> None:
     from tfrepro.project import Project
     from tfrepro.settings import TrialSettings
-    from tfrepro.trials.runner import TrialOptions, run_trial
+    from tfrepro.trials.runner import run_trial
+    from tfrepro.trials.trial import TrialOptions
 
     original = original_copy(script, tmp_path / "original")
     annotated = annotated_copy(script, tmp_path / "annotated")

@@ -11,7 +11,8 @@ import pytest
 from tfrepro.project import Project
 from tfrepro.settings import WARMUP_STEPS
 from tfrepro.trials.calls import calls_of
-from tfrepro.trials.runner import TrialOptions, run_trial
+from tfrepro.trials.runner import run_trial
+from tfrepro.trials.trial import TrialOptions
 
 SCRIPT = textwrap.dedent(
     """\

@@ -233,7 +233,8 @@ def test_without_a_mechanism_trials_refuse_exit_2_unless_unconfined(tmp_path):
 def _plain_trial(tmp_path: Path, script: str, *, steps: int, timeout_s: float, env: dict, cold: bool = True):
     """`script` as a trial's s.py, through the real runner (no TensorFlow)."""
     from tfrepro.settings import TrialSettings
-    from tfrepro.trials.runner import TrialOptions, run_variant
+    from tfrepro.trials.runner import run_variant
+    from tfrepro.trials.trial import TrialOptions
 
     variant = tmp_path / "trial" / "variant"
     variant.mkdir(parents=True)
@@ -401,7 +402,8 @@ def _available_modes() -> list[str]:
 def test_a_warm_child_is_confined_exactly_as_a_cold_trial(tmp_path, monkeypatch, mode):
     from tfrepro.settings import TrialSettings
     from tfrepro.trials import warm
-    from tfrepro.trials.runner import TrialOptions, run_variant
+    from tfrepro.trials.runner import run_variant
+    from tfrepro.trials.trial import TrialOptions
 
     monkeypatch.setenv(confine.ENV, mode)
     decoy = tmp_path / "outside"

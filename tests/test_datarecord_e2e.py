@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from tfrepro.project import Project
-from tfrepro.trials.runner import TrialOptions, run_trial
+from tfrepro.trials.runner import run_trial
+from tfrepro.trials.trial import TrialOptions
 
 pytestmark = pytest.mark.e2e
 

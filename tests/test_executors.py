@@ -19,7 +19,6 @@ from tfrepro.trials import classify, runner
 from tfrepro.trials.executors import (
     Executor,
     LocalExecutor,
-    TrialRequest,
     could_not_run,
     device_for_slot,
     make_executor,
@@ -27,6 +26,7 @@ from tfrepro.trials.executors import (
     visible_gpus,
 )
 from tfrepro.trials.state import StateDir
+from tfrepro.trials.trial import Trial, TrialOptions
 from tfrepro.trials.values import TrialResult, Verdict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,8 +42,8 @@ def make_project(tmp_path: Path, features=("a", "b", "c")) -> Project:
     return Project.load(root)
 
 
-def req(*enabled: str, repeat: int = 0) -> TrialRequest:
-    return TrialRequest(tuple(enabled), TrialSettings(repeat=repeat), "search")
+def req(*enabled: str, repeat: int = 0) -> Trial:
+    return Trial(tuple(enabled), TrialSettings(repeat=repeat), TrialOptions(label="search"))
 
 
 class Recorder:
@@ -165,7 +165,7 @@ def test_cached_run_never_caches_a_could_not_run_result(tmp_path):
     state = StateDir.of(p.root)
 
     def cached_run(project, request, execute):
-        return runner.cached(state, "k" * 64, request.enabled, request.label, request.use_cache, execute)
+        return runner.cached(state, "k" * 64, request.enabled, request.how.label, request.how.use_cache, execute)
 
     for _ in range(2):
         r = cached_run(p, req("a"), lost)
@@ -241,7 +241,7 @@ def test_pinned_trials_see_their_gpu_and_share_the_unpinned_cache_key(tmp_path):
     p = Project.load(root)
     settings = TrialSettings(steps=2, timeout_s=60)
     ex = LocalExecutor(2, devices=["4", "7"])
-    out = ex.run_batch(p, [TrialRequest(("a",), settings), TrialRequest(("b",), settings)])
+    out = ex.run_batch(p, [Trial(("a",), settings), Trial(("b",), settings)])
     seen = {Path(r.log_dir, "stdout.log").read_text().splitlines()[0] for r in out}
     assert seen == {"gpu 4", "gpu 7"}
     assert all(r.steps_run == 2 and not r.cached for r in out)

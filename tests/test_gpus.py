@@ -10,8 +10,9 @@ import pytest
 
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import gpus as gpus_module
-from tfrepro.trials.executors import LocalExecutor, TrialRequest
+from tfrepro.trials.executors import LocalExecutor
 from tfrepro.trials.gpus import GpuPool, assign, distribution_features, gpus_needed, pack
+from tfrepro.trials.trial import Trial
 
 FOUR = ["0", "1", "2", "3"]
 
@@ -106,7 +107,7 @@ def test_local_executor_pins_each_trial_to_the_gpus_it_needs():
     project = SimpleNamespace(feature_names=("mirrored_strategy", "prefetch"))
     got = []
     for gpus in (None, 1, 0):
-        req = TrialRequest(("prefetch",), TrialSettings(gpus=gpus))
+        req = Trial(("prefetch",), TrialSettings(gpus=gpus))
         got.append(ex._on_free_gpus(project, req, lambda env: env))
     assert got == [{"CUDA_VISIBLE_DEVICES": "4,7"}, {"CUDA_VISIBLE_DEVICES": "4"}, {"CUDA_VISIBLE_DEVICES": ""}]
     assert ex.pool.busy == frozenset()

@@ -18,7 +18,8 @@ from click.testing import CliRunner
 
 from tfrepro.cli import main
 from tfrepro.project import Project
-from tfrepro.trials.runner import TrialOptions, run_trial
+from tfrepro.trials.runner import run_trial
+from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 
 pytestmark = pytest.mark.e2e

@@ -12,7 +12,8 @@ import pytest
 from tfrepro.project import Project
 from tfrepro.settings import SymptomSettings
 from tfrepro.trials.classify import classify
-from tfrepro.trials.runner import TrialOptions, run_trial
+from tfrepro.trials.runner import run_trial
+from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import Verdict
 
 pytestmark = pytest.mark.e2e

@@ -17,7 +17,8 @@ import pytest
 
 from tfrepro.project import Project
 from tfrepro.report.replay import write_replay
-from tfrepro.trials.runner import TrialOptions, run_trial
+from tfrepro.trials.runner import run_trial
+from tfrepro.trials.trial import TrialOptions
 
 pytestmark = pytest.mark.e2e
 

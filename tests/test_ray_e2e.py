@@ -30,7 +30,7 @@ ray = pytest.importorskip("ray", reason="Ray is not installed: pip install 'tfre
 from tfrepro.bisect.engine import BisectOptions, bisect  # noqa: E402
 from tfrepro.project import Project  # noqa: E402
 from tfrepro.settings import SymptomSettings, TrialSettings  # noqa: E402
-from tfrepro.trials.executors import TrialRequest  # noqa: E402
+from tfrepro.trials.trial import Trial, TrialOptions  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[1]
@@ -165,18 +165,18 @@ def test_a_worker_killed_mid_trial_is_retried_once_then_could_not_run(cluster, t
     ex = RayExecutor()
     settings = TrialSettings(steps=3, timeout_s=60)
 
-    r = ex.run_one(p, TrialRequest((), settings))
+    r = ex.run_one(p, Trial((), settings))
     assert log.read_text() == "0\n1\n"  # killed on the first attempt, run again
     assert not r.could_not_run and not r.crashed and r.steps_run == 3 and r.extra["attempts"] == 2
     assert (p.state_dir / "cache" / f"{r.key}.json").is_file()
-    hit = ex.run_one(p, TrialRequest((), settings))
+    hit = ex.run_one(p, Trial((), settings))
     assert hit.cached and log.read_text() == "0\n1\n"
 
-    lost = ex.run_one(p, TrialRequest(("always",), settings))
+    lost = ex.run_one(p, Trial(("always",), settings))
     assert log.read_text() == "0\n1\n0\n1\n"  # two attempts, no third
     assert lost.could_not_run and "2 attempts lost" in lost.error and "WorkerCrashedError" in lost.error
     assert not (p.state_dir / "cache" / f"{lost.key}.json").exists()  # never cached
-    ex.run_one(p, TrialRequest(("always",), TrialSettings(steps=2, timeout_s=60)))  # sweeps on the way
+    ex.run_one(p, Trial(("always",), TrialSettings(steps=2, timeout_s=60)))  # sweeps on the way
     alive = [d for d in (Path(tempfile.gettempdir()) / "tfrepro-ray").iterdir()]
     assert len(alive) <= 1  # the dead workers' temp dirs were removed (the last killed one may remain)
 
@@ -243,7 +243,7 @@ def test_state_dir_leftovers_are_only_trial_dirs(cluster, tmp_path):
     from tfrepro.trials.ray_executor import RayExecutor
 
     p = Project.load(planted(tmp_path / "proj"))
-    r = RayExecutor().run_one(p, TrialRequest(("fp16",), TrialSettings(steps=8, timeout_s=60)))
+    r = RayExecutor().run_one(p, Trial(("fp16",), TrialSettings(steps=8, timeout_s=60)))
     trial_dir = Path(r.log_dir)
     assert trial_dir.parent == p.state_dir / "trials"
     # tfrepro's own record of the dir it made (trials/state.py) beside the logs
@@ -273,7 +273,7 @@ def test_cold_trials_are_cold_on_the_workers(cluster, tmp_path):
     from tfrepro.trials.ray_executor import RayExecutor
 
     p = Project.load(planted(tmp_path / "proj", LOOKS_TF))
-    request = TrialRequest((), TrialSettings(steps=3, timeout_s=120), use_cache=False)
+    request = Trial((), TrialSettings(steps=3, timeout_s=120), TrialOptions(use_cache=False))
 
     cold = make_executor("ray", cold=True)
     assert isinstance(cold, RayExecutor) and "cold processes" in cold.describe()

@@ -37,11 +37,12 @@ import sys
 from pathlib import Path
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import runner, warm
+from tfrepro.trials.trial import TrialOptions
 d, how, marker = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 py = sys.executable
 if how == "shell":
     settings = TrialSettings(command=("bash", "-c", f"{py} s.py {marker}; echo after"), timeout_s=120)
-    runner.run_variant(d, settings, d.parent / "trial", runner.TrialOptions(cold=True))
+    runner.run_variant(d, settings, d.parent / "trial", TrialOptions(cold=True))
 else:
     settings = TrialSettings(command=("python", "s.py", marker), timeout_s=120)
     pool = warm.WarmPool(preload=(), only_tf_scripts=False)
@@ -179,10 +180,11 @@ faulthandler.register(signal.SIGUSR1)  # a hang shows its threads' stacks (see t
 signal.signal(signal.SIGINT, signal.default_int_handler)
 from pathlib import Path
 from tfrepro.project import Project
-from tfrepro.trials.executors import LocalExecutor, TrialRequest
+from tfrepro.trials.executors import LocalExecutor
+from tfrepro.trials.trial import Trial
 p = Project.load(Path(sys.argv[1]))
 s = p.manifest.trial
-reqs = [TrialRequest(enabled, s) for enabled in [(), ("slow",), ("slow", "other")]]
+reqs = [Trial(enabled, s) for enabled in [(), ("slow",), ("slow", "other")]]
 with LocalExecutor(2) as ex:
     ex.run_batch(p, reqs)
 print("finished")
@@ -208,7 +210,8 @@ print("step=1 loss=1.0")
 
 def test_ctrl_c_with_jobs_2_stops_running_trials_at_once_and_keeps_finished_ones(tmp_path):
     from tfrepro.project import Project
-    from tfrepro.trials.executors import LocalExecutor, TrialRequest
+    from tfrepro.trials.executors import LocalExecutor
+    from tfrepro.trials.trial import Trial
 
     root = tmp_path / "proj"
     root.mkdir()
@@ -249,7 +252,7 @@ def test_ctrl_c_with_jobs_2_stops_running_trials_at_once_and_keeps_finished_ones
     os.environ["PIDS"] = os.environ["TFREPRO_CONFINE_WRITABLE"] = str(pids)  # as the first run had them
     try:
         p = Project.load(root)
-        (fast,) = LocalExecutor(1).run_batch(p, [TrialRequest((), p.manifest.trial)])
+        (fast,) = LocalExecutor(1).run_batch(p, [Trial((), p.manifest.trial)])
     finally:
         del os.environ["PIDS"], os.environ["TFREPRO_CONFINE_WRITABLE"]
     assert fast.cached and fast.losses == (1.0,)

@@ -24,7 +24,8 @@ from tfrepro.cli import main
 from tfrepro.project import Project
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import runner
-from tfrepro.trials.runner import TrialOptions, run_trial, trial_key
+from tfrepro.trials.runner import run_trial, trial_key
+from tfrepro.trials.trial import TrialOptions
 
 FIXTURES = Path(__file__).parent / "projects"
 

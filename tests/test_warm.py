@@ -24,7 +24,8 @@ from nspids import host_pids
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import procs, warm
 from tfrepro.trials.procs import TrialStopped, stop_trials, warm_argv
-from tfrepro.trials.runner import TrialOptions, run_variant
+from tfrepro.trials.runner import run_variant
+from tfrepro.trials.trial import TrialOptions
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -27,7 +27,8 @@ import pytest
 
 from tfrepro.project import Project
 from tfrepro.trials import classify, warm
-from tfrepro.trials.runner import TrialOptions, run_variant
+from tfrepro.trials.runner import run_variant
+from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 
 pytestmark = pytest.mark.e2e

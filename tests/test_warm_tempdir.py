@@ -13,7 +13,8 @@ import pytest
 
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import warm
-from tfrepro.trials.runner import TrialOptions, run_variant
+from tfrepro.trials.runner import run_variant
+from tfrepro.trials.trial import TrialOptions
 
 SCRIPT = """\
 import json, os, tempfile

@@ -37,8 +37,9 @@ from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.errors import TfreproError
 from tfrepro.settings import SymptomSettings, TrialSettings
-from tfrepro.trials.executors import Executor, LocalExecutor, Runner, TrialRequest
+from tfrepro.trials.executors import Executor, LocalExecutor, Runner
 from tfrepro.trials.state import StateDir
+from tfrepro.trials.trial import Trial, TrialOptions
 from tfrepro.trials.values import RunResult, evidence_doc
 
 if TYPE_CHECKING:
@@ -118,18 +119,12 @@ class CommitSource(Source):
                 self.projects[sha] = as_written(root)
         return self.projects[sha]
 
-    def request(self, point: Point, repeat: int, settings: TrialSettings) -> TrialRequest | str:
+    def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
         project = self.project(point.label, settings)
         if isinstance(project, str):
             return project
-        return TrialRequest(
-            (),
-            replace(settings, repeat=repeat),
-            point.label,
-            use_cache=self.use_cache,
-            state_dir=self.state.path,
-            project=project,
-        )
+        how = TrialOptions(label=point.label, use_cache=self.use_cache, state_dir=self.state.path)
+        return Trial((), replace(settings, repeat=repeat), how, project=project)
 
     def release(self, point: Point) -> None:
         self.checkouts.release(point.label)

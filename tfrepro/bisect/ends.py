@@ -174,7 +174,7 @@ class Ends:
         if self.opts.baseline_checks is None:
             return {"status": "skipped", "reason": None, "checks": [], "error": "no sanity checks were asked for"}
         self.events.phase("sanity checks on the baseline")
-        from tfrepro.trials.runner import TrialOptions
+        from tfrepro.trials.trial import TrialOptions
 
         how = TrialOptions(use_cache=self.opts.use_cache)
         return self.opts.baseline_checks(self.project, (), self.settings, runner=self.runner, how=how)

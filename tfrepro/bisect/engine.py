@@ -52,9 +52,10 @@ from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
-from tfrepro.trials.executors import Executor, TrialRequest, make_executor
+from tfrepro.trials.executors import Executor, make_executor
 from tfrepro.trials.state import StateDir, write_trial_record
 from tfrepro.trials.timing import TimingPool
+from tfrepro.trials.trial import Trial, TrialOptions
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
 Runner = Callable[..., TrialResult]
@@ -175,14 +176,14 @@ class _Bisection(Ends, Replay):
         self.run_dir = StateDir.of(project.root).new_run_dir(run_id)
 
     # -- trials ------------------------------------------------------------
-    def _request(self, config: Config, repeat: int, role: str, *, timed: bool = False) -> TrialRequest:
+    def _request(self, config: Config, repeat: int, role: str, *, timed: bool = False) -> Trial:
         """The trial of `config`; `timed`: a timing trial (a time budget of steady steps, `_trial`)."""
         settings = replace(self.settings, repeat=repeat)
         if role == "failing" and repeat == 0 and self.until_symptom:
             settings = replace(settings, until_symptom=True)
         if timed:
             settings = replace(self.opts.timing_settings(settings), timed_calls=self.timed_calls)
-        return TrialRequest(tuple(sorted(config)), settings, role, use_cache=self.opts.use_cache)
+        return Trial(tuple(sorted(config)), settings, TrialOptions(label=role, use_cache=self.opts.use_cache))
 
     def _trial(self, config: Config, repeat: int, role: str) -> TrialResult:
         """One timing trial (alone: see `_timed`), or a memo hit."""

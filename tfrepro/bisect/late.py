@@ -59,14 +59,14 @@ def save_nan_state(run, config) -> dict | None:
     from dataclasses import replace
     from pathlib import Path
 
-    from tfrepro.trials.executors import TrialRequest
+    from tfrepro.trials.trial import Trial, TrialOptions
 
     first = run.memo.get((config, 0))
     step = first.first_nonfinite_step if first is not None else None
     if not step:
         return None
     settings = replace(run.settings, repeat=NAN_STATE_REPEAT, steps=step, save_state_step=step)
-    request = TrialRequest(tuple(sorted(config)), settings, "nan-state", use_cache=run.opts.use_cache)
+    request = Trial(tuple(sorted(config)), settings, TrialOptions(label="nan-state", use_cache=run.opts.use_cache))
     run.events.phase(f"saving the state before the NaN step {step}")
     got = run.executor.run_batch(
         run.project, [request], on_result=lambda i, res: run._record(config, NAN_STATE_REPEAT, "nan-state", res)

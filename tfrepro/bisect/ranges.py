@@ -37,11 +37,12 @@ from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import STOPPERS, Mark, RangeResult, bisect_range, judge
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
-from tfrepro.trials.executors import Executor, TrialRequest
+from tfrepro.trials.executors import Executor
 from tfrepro.trials.sigterm import sigterm_interrupts
 from tfrepro.trials.slowdown import TimingOutcome
 from tfrepro.trials.state import shown_path, write_trial_record
 from tfrepro.trials.timing import TimingPool
+from tfrepro.trials.trial import Trial
 from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict, evidence_doc, summary
 
 if TYPE_CHECKING:
@@ -73,7 +74,7 @@ class Source:
     key = "point"  # what the trial log and the tables call a point's label ("sha", "version")
     older = "give an older good end"  # what to do when the good end already fails
 
-    def request(self, point: Point, repeat: int, settings: TrialSettings) -> TrialRequest | str:
+    def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
         raise NotImplementedError
 
     def release(self, point: Point) -> None:

@@ -38,8 +38,9 @@ from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.errors import UserError
 from tfrepro.settings import TrialSettings
-from tfrepro.trials.executors import LocalExecutor, TrialRequest
+from tfrepro.trials.executors import LocalExecutor
 from tfrepro.trials.state import StateDir
+from tfrepro.trials.trial import Trial, TrialOptions
 from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, TrialResult, evidence_doc
 
 # One trial of the project under a release's environment, or why that release
@@ -146,16 +147,18 @@ class VersionSource(Source):
     def extra_env(self) -> dict[str, str]:
         return dict(LEGACY_KERAS_ENV) if self.legacy_keras else {}
 
-    def request(self, point: Point, repeat: int, settings: TrialSettings) -> TrialRequest | str:
+    def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
         settings = replace(settings, repeat=repeat)
-        base = TrialRequest((), settings, f"tf {point.label}", self.use_cache, self.state.path, self.project)
+        how = TrialOptions(label=f"tf {point.label}", use_cache=self.use_cache, state_dir=self.state.path)
+        base = Trial((), settings, how, self.project)
         if self.trial is not None:  # tests: the injected trial stands in for environment and run
             got = self.trial(point.label, settings)
             return got if isinstance(got, str) else replace(base, given=got)
         env = self.env_for(point.label)
         if isinstance(env, str):
             return env
-        return replace(base, env=self.extra_env() or None, python=str(env.python), versions=env.versions)
+        how = replace(how, env=self.extra_env() or None, python=str(env.python), versions=env.versions)
+        return replace(base, how=how)
 
     def start_for(self, version: str) -> FeatureStart:
         env = self.env_for(version) if self.trial is None else "injected trial"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from tfrepro.check.judge import CheckOptions, CheckReport, judge
 from tfrepro.inside import PROBES
 from tfrepro.settings import TrialSettings
-from tfrepro.trials.runner import TrialOptions
+from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:

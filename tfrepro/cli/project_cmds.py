@@ -218,7 +218,7 @@ def check_cmd(
 
     from tfrepro.check.judge import CheckOptions, format_report
     from tfrepro.check.run import checked_features, run_checks
-    from tfrepro.trials.runner import TrialOptions
+    from tfrepro.trials.trial import TrialOptions
 
     if with_ is not None and all_:
         raise UserError("--with and --all exclude each other", hint="give one of them")

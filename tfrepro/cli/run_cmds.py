@@ -77,8 +77,9 @@ def _enabled(project, with_: str | None, all_: bool, none_: bool) -> frozenset[s
 def _trials(path: Path, only, skip, with_, all_, none_, steps, repeats, no_cache, as_json, replicas=None) -> list:
     from dataclasses import replace
 
-    from tfrepro.trials.runner import TrialOptions, run_trial
+    from tfrepro.trials.runner import run_trial
     from tfrepro.trials.state import prune_after_run
+    from tfrepro.trials.trial import TrialOptions
 
     project = load_project(path, only, skip)
     enabled = _enabled(project, with_, all_, none_)

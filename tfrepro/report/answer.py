@@ -33,7 +33,7 @@ def _value(hint: Any, v: Any) -> Any:
 
 
 @dataclass(frozen=True)
-class Trial:
+class TrialFacts:
     """A trial's summary (trials/runner.py `summary`): what it measured."""
 
     losses: list[float | None] | None = None
@@ -77,7 +77,7 @@ class Rerun:
 
     reproduced: bool | None = None
     detail: str | None = None
-    candidate: Trial | None = None
+    candidate: TrialFacts | None = None
     timing: Timing = Timing()
 
 
@@ -141,10 +141,10 @@ class Report:
     features: dict[str, dict[str, Any]] | None = None
     settings: dict[str, Any] | None = None
     symptom_settings: dict[str, Any] | None = None
-    baseline: Trial = Trial()
-    failing: Trial | None = None
-    culprit_trial: Trial | None = None
-    reference_trial: Trial | None = None
+    baseline: TrialFacts = TrialFacts()
+    failing: TrialFacts | None = None
+    culprit_trial: TrialFacts | None = None
+    reference_trial: TrialFacts | None = None
     evidence: Evidence = Evidence()
     environment: Env = Env()
     env_vars: dict[str, str] | None = None
@@ -166,6 +166,6 @@ class Report:
         return self.reproduction or Rerun()
 
     @property
-    def candidate(self) -> Trial:
+    def candidate(self) -> TrialFacts:
         """The trial showing the symptom: the culprit configuration's, else the failing one's."""
-        return self.culprit_trial or self.failing or Trial()
+        return self.culprit_trial or self.failing or TrialFacts()

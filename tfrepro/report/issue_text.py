@@ -8,7 +8,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from tfrepro.report.answer import Env, Report, Timing, Trial
+from tfrepro.report.answer import Env, Report, Timing, TrialFacts
 from tfrepro.report.textfmt import fmt
 
 SYMPTOM_WORDS = {
@@ -156,7 +156,7 @@ def timing_support(timing: Timing) -> str:
     return f", {n} interleaved pair{'s' if n != 1 else ''}" if n else ""
 
 
-def mismatch_pair(r: Report) -> tuple[Trial, Trial]:
+def mismatch_pair(r: Report) -> tuple[TrialFacts, TrialFacts]:
     """(candidate, reference) trials a mismatch compares: both from the
     report's re-run when it ran the reference, else the bisect's."""
     if r.reference_trial:
@@ -235,7 +235,7 @@ def _series(xs: list[Any], scale: float = 1.0, n: int = 12) -> str:
 
 def series_log(r: Report) -> list[str]:
     """The measured series a maintainer compares, as text."""
-    cand, base = r.culprit_trial or Trial(), r.baseline
+    cand, base = r.culprit_trial or TrialFacts(), r.baseline
     if r.symptom == "slowdown":
         lines = [
             f"step time, ms (culprit configuration): {_series(cand.step_times or [], 1000)}",
@@ -277,12 +277,12 @@ def log_output(r: Report) -> str:
     loc = r.localization or {}
     if loc.get("found"):
         log.append(loc.get("excerpt") or "")
-    cand = r.culprit_trial or Trial()
+    cand = r.culprit_trial or TrialFacts()
     if cand.error_detail:  # a crash's traceback, last lines
         log.append("\n".join(str(cand.error_detail).strip().splitlines()[-40:]))
     elif cand.error:
         log.append(cand.error)
-    rerun_error = (r.rerun.candidate or Trial()).error
+    rerun_error = (r.rerun.candidate or TrialFacts()).error
     if rerun_error and rerun_error not in log:
         log.append(rerun_error)
     log.extend(series_log(r))

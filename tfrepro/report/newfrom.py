@@ -171,7 +171,8 @@ def _all_off(text: str, rel: str) -> str:
 
 def default_trial(project: Any, state_dir: Path) -> TrialFn:
     """Real trials under the user's settings, cached nowhere the user sees."""
-    from tfrepro.trials.runner import TrialOptions, run_trial
+    from tfrepro.trials.runner import run_trial
+    from tfrepro.trials.trial import TrialOptions
 
     settings = project.manifest.trial
 

@@ -63,6 +63,7 @@ def default_runner(
     environment's interpreter, e.g. tf-nightly's) when given."""
     from tfrepro.project import Project
     from tfrepro.trials import runner
+    from tfrepro.trials.trial import TrialOptions
 
     def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
         # As written: an exported repro has no markers, and zero-edit
@@ -71,7 +72,7 @@ def default_runner(
         opts = dict(
             use_cache=False, state_dir=state_dir, env=env, label="report-rerun", python=python, versions=versions
         )
-        how = runner.TrialOptions(plugins=(SETUP_PLUGIN,), plugin_options={"environment": True}, **opts)
+        how = TrialOptions(plugins=(SETUP_PLUGIN,), plugin_options={"environment": True}, **opts)
         return runner.run_trial(project, frozenset(), settings, how)
 
     return run

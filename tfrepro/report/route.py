@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tfrepro.report.answer import Report, Trial
+from tfrepro.report.answer import Report, TrialFacts
 
 TENSORFLOW = "tensorflow/tensorflow"
 KERAS = "keras-team/keras"
@@ -79,7 +79,7 @@ def crash_package(r: Report) -> str | None:
     that package, else None."""
     if r.symptom != "crash":
         return None
-    for t in (r.culprit_trial or Trial(), r.rerun.candidate or Trial()):
+    for t in (r.culprit_trial or TrialFacts(), r.rerun.candidate or TrialFacts()):
         frames = _FRAME.findall(str(t.error_detail or ""))
         if frames:
             parts = frames[-1].replace("\\", "/").split("/")

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro.report import events
-from tfrepro.report.answer import Trial, of
+from tfrepro.report.answer import TrialFacts, of
 from tfrepro.report.records import ResultJson
 from tfrepro.trials.values import TrialRow
 
@@ -47,29 +47,29 @@ class Row:
     median_step_ms: float | None
     wall_s: float | None
     cached: bool
-    summary: Trial
+    summary: TrialFacts
     enabled: list[str]
 
 
 COLUMNS = [f.name for f in fields(Row)][:-2]
 
 
-def _summary(run_dir: Path, row: TrialRow) -> Trial:
+def _summary(run_dir: Path, row: TrialRow) -> TrialFacts:
     try:
         s = json.loads((run_dir / row["summary"]).read_text(encoding="utf-8")) if row.get("summary") else {}
     except (OSError, json.JSONDecodeError):
         s = {}
-    return of(Trial, s) or Trial()
+    return of(TrialFacts, s) or TrialFacts()
 
 
-def _median_ms(s: Trial) -> float | None:
+def _median_ms(s: TrialFacts) -> float | None:
     if s.median_step_time is not None:
         return 1000.0 * s.median_step_time
     steady = (s.step_times or [])[WARMUP:]
     return 1000.0 * statistics.median(steady) if steady else None
 
 
-def _label(row: TrialRow, s: Trial) -> str:
+def _label(row: TrialRow, s: TrialFacts) -> str:
     """A commit's sha or a release (feature trials have none)."""
     label = row.get("version") or row.get("sha") or s.label or ""
     return "" if label == row.get("role") else label

@@ -1,19 +1,18 @@
-"""What every executor shares (executors.py, ray_executor.py): the trial
-request, the `Executor` base with its batch runner, and the retry of a lost
-task (a trial whose every attempt was lost could not run: never cached,
-never a verdict on the feature)."""
+"""What every executor shares (executors.py, ray_executor.py): the
+`Executor` base (its spawner method `_run` takes one `trial.Trial`) with
+its batch runner, and the retry of a lost task (a trial whose every attempt
+was lost could not run: never cached, never a verdict on the feature)."""
 
 from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
-from tfrepro.settings import TrialSettings
+from tfrepro.trials.trial import Trial
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
@@ -28,26 +27,6 @@ OnResult = Callable[[int, TrialResult], None]
 Runner = Callable[..., TrialResult]
 
 
-@dataclass(frozen=True)
-class TrialRequest:
-    """One trial the engine wants: the features ON, how it runs, its label."""
-
-    enabled: tuple[str, ...]
-    settings: TrialSettings
-    label: str = ""
-    use_cache: bool = True
-    state_dir: Path | None = None  # None: the project's `.tfrepro`
-    # The project to run, when it is not the batch's (commit mode: one per commit).
-    project: "Project | None" = field(default=None, compare=False)
-    # Version mode: the release environment's interpreter, its versions (they
-    # enter the cache key) and its variables (TF_USE_LEGACY_KERAS); None: this one's.
-    python: str | None = None
-    versions: Mapping[str, str | None] | None = field(default=None, compare=False)
-    env: Mapping[str, str] | None = field(default=None, compare=False)
-    # A result known already (version mode's injected trial in tests): nothing runs.
-    given: TrialResult | None = field(default=None, compare=False)
-
-
 class Executor:
     """Runs batches of independent trials, `slots` at a time, and timing
     trials alone. Subclasses implement `_run`; `run_batch` is shared."""
@@ -57,13 +36,13 @@ class Executor:
     def __init__(self, slots: int) -> None:
         self.slots = max(1, int(slots))
 
-    def _run(self, project: "Project", request: TrialRequest, slot: int, exclusive: bool) -> TrialResult:
+    def _run(self, project: "Project", request: Trial, slot: int, exclusive: bool) -> TrialResult:
         raise NotImplementedError
 
-    def run_one(self, project: "Project", request: TrialRequest) -> TrialResult:
+    def run_one(self, project: "Project", request: Trial) -> TrialResult:
         return self._run(project, request, 0, False)
 
-    def run_timed(self, project: "Project", request: TrialRequest) -> TrialResult:
+    def run_timed(self, project: "Project", request: Trial) -> TrialResult:
         """A timing trial: alone on its device, on the same node as every other
         timing trial of this executor (the caller never overlaps two)."""
         return self._run(project, request, 0, True)
@@ -71,7 +50,7 @@ class Executor:
     def run_batch(
         self,
         project: "Project | None",
-        requests: Sequence[TrialRequest],
+        requests: Sequence[Trial],
         *,
         on_start: OnStart | None = None,
         on_result: OnResult | None = None,

@@ -30,17 +30,17 @@ import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfrepro.errors import UserError
 from tfrepro.trials.executor_base import (  # noqa: F401 (the base is imported from here too)
     Executor,
     Runner,
-    TrialRequest,
     could_not_run,
     retry_once,
 )
 from tfrepro.trials.gpus import GpuPool, cuda_env, gpus_needed
+from tfrepro.trials.trial import Trial
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
@@ -105,19 +105,14 @@ class LocalExecutor(Executor):
     def pinned_env(self, slot: int) -> dict[str, str]:
         return {"CUDA_VISIBLE_DEVICES": device_for_slot(self.devices, slot)} if self.devices else {}
 
-    def _run(self, project: "Project", request: TrialRequest, slot: int, exclusive: bool) -> TrialResult:
+    def _run(self, project: "Project", request: Trial, slot: int, exclusive: bool) -> TrialResult:
         if request.given is not None:
             return request.given
-        # the keywords of `run_trial` (and of an injected runner) this request sets
-        r = request
-        kw: dict[str, Any] = {"use_cache": r.use_cache, "label": r.label}
-        optional = {"state_dir": r.state_dir, "python": r.python, "versions": r.versions, "env": r.env}
-        kw.update({k: v for k, v in optional.items() if v is not None})
         if self.runner is not None:
-            return self.runner(project, request.enabled, request.settings, **kw)
-        from tfrepro.trials.runner import TrialOptions, run_trial
+            return self.runner(project, request.enabled, request.settings, **request.how.runner_fields())
+        from tfrepro.trials.runner import run_trial
 
-        how = TrialOptions(cold=self.cold, **kw)
+        how = replace(request.how, cold=self.cold or request.how.cold)
         if not self.devices:
             return run_trial(project, request.enabled, request.settings, how)
         return self._on_free_gpus(
@@ -127,7 +122,7 @@ class LocalExecutor(Executor):
         )
 
     def _on_free_gpus(
-        self, project: "Project", request: TrialRequest, run: Callable[[dict[str, str]], TrialResult]
+        self, project: "Project", request: Trial, run: Callable[[dict[str, str]], TrialResult]
     ) -> TrialResult:
         """Run with the GPUs the trial needs (`trials/gpus.py`), disjoint from
         every running trial's. A timing trial runs alone, so it gets the

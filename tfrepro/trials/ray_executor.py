@@ -56,9 +56,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import warm
-from tfrepro.trials.executor_base import Executor, TrialRequest, could_not_run, retry_once
+from tfrepro.trials.executor_base import Executor, could_not_run, retry_once
 from tfrepro.trials.ray_connect import Connection, connect
 from tfrepro.trials.state import StateDir
+from tfrepro.trials.trial import Trial, TrialOptions
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ def run_shipped(
             tar.extractall(variant, members=_safe_members(tar), **safe)
         for rel, text in rendered.items():
             (variant / rel).write_text(text, encoding="utf-8", newline="")
-        result = runner.run_variant(variant, settings, trial_dir, runner.TrialOptions(env=env, cold=cold))
+        result = runner.run_variant(variant, settings, trial_dir, TrialOptions(env=env, cold=cold))
         logs = {name: (trial_dir / name).read_bytes() for name in LOGS if (trial_dir / name).is_file()}
     try:
         node = ray.get_runtime_context().get_node_id()
@@ -223,7 +224,7 @@ class RayExecutor(Executor):
         return self.cold or warm.forced_cold()
 
     # -- one trial ---------------------------------------------------------
-    def _run(self, project: "Project", request: TrialRequest, slot: int, exclusive: bool) -> TrialResult:
+    def _run(self, project: "Project", request: Trial, slot: int, exclusive: bool) -> TrialResult:
         enabled = tuple(sorted(set(request.enabled)))
 
         def execute(trial_dir: Path) -> TrialResult:
@@ -258,9 +259,10 @@ class RayExecutor(Executor):
 
         from tfrepro.trials import runner
 
-        state = StateDir(request.state_dir) if request.state_dir is not None else StateDir.of(project.root)
+        how = request.how
+        state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)
         key = runner.trial_key(project.variant_hash(enabled), request.settings)
-        return runner.cached(state, key, enabled, request.label, request.use_cache, execute)
+        return runner.cached(state, key, enabled, how.label, how.use_cache, execute)
 
     def describe(self) -> str:
         kind = f"{self.gpus} GPUs" if self.gpus else f"{self.slots} CPUs"

@@ -38,7 +38,7 @@ import re
 import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +53,7 @@ from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import Exit, run_cold, run_warm
 from tfrepro.trials.ran import what_ran
 from tfrepro.trials.state import StateDir
+from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
@@ -125,38 +126,6 @@ def trial_key(
 # -- the trial ------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TrialOptions:
-    """How one trial runs besides its settings: the one value `run_trial`
-    and `run_variant` take.
-    `env` is part of the cache key; `unkeyed_env` is not (the GPU a trial is
-    pinned to: any GPU of the box gives the same trial), nor is `cold` (a
-    warm and a cold process give the same trial: tests/test_warm.py).
-    `python` runs the trial under another interpreter (a version
-    environment), whose `versions` enter the key and the result."""
-
-    use_cache: bool = True
-    label: str = ""
-    state_dir: Path | None = None  # None: the project's `.tfrepro`
-    env: Mapping[str, str] | None = None
-    unkeyed_env: Mapping[str, str] | None = None
-    plugins: Sequence[Path] = ()
-    plugin_options: Mapping[str, Any] | None = None
-    python: str | None = None
-    versions: Mapping[str, str | None] | None = None
-    cold: bool = False
-
-    def key(self, variant_hash: str, settings: TrialSettings) -> str:
-        return trial_key(
-            variant_hash,
-            settings,
-            env=self.env,
-            plugins=self.plugins,
-            plugin_options=self.plugin_options,
-            versions=self.versions,
-        )
-
-
 def run_trial(
     project: "Project",
     enabled: Iterable[str],
@@ -169,7 +138,14 @@ def run_trial(
     how = replace(how, plugins=tuple(Path(p).resolve() for p in how.plugins))
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)
-    key = how.key(project.variant_hash(enabled_t), settings)
+    key = trial_key(
+        project.variant_hash(enabled_t),
+        settings,
+        env=how.env,
+        plugins=how.plugins,
+        plugin_options=how.plugin_options,
+        versions=how.versions,
+    )
 
     def execute(trial_dir: Path) -> TrialResult:
         files = asdict(project.write_variant(enabled_t, trial_dir / "variant"))

@@ -1,0 +1,81 @@
+"""One trial, as one value from the engine to the process: `Trial` (the
+features ON, the settings, `TrialOptions`: how it runs) is what the engine
+asks an executor for, what the executor's spawner (`LocalExecutor`: warm or
+cold processes; `RayExecutor`: Ray tasks) runs through `runner.run_trial`,
+and, with the variant's hash, what the trial cache key is made of
+(`runner.trial_key`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypedDict
+
+from tfrepro.settings import TrialSettings
+from tfrepro.trials.values import TrialResult
+
+if TYPE_CHECKING:
+    from tfrepro.project import Project
+
+
+class RunnerFields(TypedDict, total=False):
+    """The keywords an injected runner is called with."""
+
+    use_cache: bool
+    label: str
+    state_dir: Path
+    python: str
+    versions: Mapping[str, str | None]
+    env: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class TrialOptions:
+    """How one trial runs besides its settings: the one value `run_trial`
+    and `run_variant` take.
+    `env` is part of the cache key; `unkeyed_env` is not (the GPU a trial is
+    pinned to: any GPU of the box gives the same trial), nor is `cold` (a
+    warm and a cold process give the same trial: tests/test_warm.py).
+    `python` runs the trial under another interpreter (a version
+    environment), whose `versions` enter the key and the result."""
+
+    use_cache: bool = True
+    label: str = ""
+    state_dir: Path | None = None  # None: the project's `.tfrepro`
+    env: Mapping[str, str] | None = None
+    unkeyed_env: Mapping[str, str] | None = None
+    plugins: Sequence[Path] = ()
+    plugin_options: Mapping[str, Any] | None = None
+    python: str | None = None
+    versions: Mapping[str, str | None] | None = None
+    cold: bool = False
+
+    def runner_fields(self) -> RunnerFields:
+        """What an injected runner is called with (`LocalExecutor(runner=...)`,
+        `runner.run_trial_with`): use_cache and label, and each of state_dir,
+        python, versions and env that is set."""
+        out = RunnerFields(use_cache=self.use_cache, label=self.label)
+        if self.state_dir is not None:
+            out["state_dir"] = self.state_dir
+        if self.python is not None:
+            out["python"] = self.python
+        if self.versions is not None:
+            out["versions"] = self.versions
+        if self.env is not None:
+            out["env"] = self.env
+        return out
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial the engine wants: the features ON, its settings, how it
+    runs (`how.label`: its role in the run)."""
+
+    enabled: tuple[str, ...]
+    settings: TrialSettings
+    how: TrialOptions = TrialOptions()
+    # The project to run, when it is not the batch's (commit mode: one per commit).
+    project: "Project | None" = field(default=None, compare=False)
+    # A result known already (version mode's injected trial in tests): nothing runs.
+    given: TrialResult | None = field(default=None, compare=False)
