@@ -49,11 +49,12 @@ from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.replay import Replay
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving
+from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, make_executor
-from tfrepro.trials.state import StateDir, write_trial_record
+from tfrepro.trials.state import StateDir
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Trial, TrialOptions
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
@@ -158,7 +159,6 @@ class _Bisection(Ends, Replay):
         self.affects_loss = frozenset(project.affects_loss)
         self.executor = executor
         self.jobs = executor.slots
-        self.records: list[TrialRecord] = []
         self.unshown: list[TrialRecord] = []  # recorded, not yet judged for the progress line
         self.target: Verdict | None = None  # the symptom hunted, once picked
         self.memo: dict[tuple[Config, int], TrialResult] = {}
@@ -173,7 +173,8 @@ class _Bisection(Ends, Replay):
         self.memory_doubt: str | None = None  # why a memory signal did not decide the hunt
         _refuse(project, options, self.settings)
         self.t0 = clock()
-        self.run_dir = StateDir.of(project.root).new_run_dir(run_id)
+        self.log = TrialLog(StateDir.of(project.root).new_run_dir(run_id))
+        self.run_dir, self.records = self.log.run_dir, self.log.records
 
     # -- trials ------------------------------------------------------------
     def _request(self, config: Config, repeat: int, role: str, *, timed: bool = False) -> Trial:
@@ -202,13 +203,8 @@ class _Bisection(Ends, Replay):
             if key in self.memo:  # another thread ran it meanwhile
                 return self.memo[key]
             self.memo[key] = result
-            index = len(self.records) + 1
-            rel = f"trials/{index:03d}-{role}-{_slug(enabled)}-r{repeat}"
-            record = TrialRecord(index, enabled, role, repeat, result, f"{rel}/summary.json")
-            self.records.append(record)
-            self.unshown.append(record)
+            self.unshown.append(self.log.add(enabled, role, repeat, result, f"{role}-{_slug(enabled)}"))
             ready = self._judged_now()
-        write_trial_record(self.run_dir / rel, result)
         for rec in ready:
             self.events.trial_finished(rec)
         return result

@@ -32,15 +32,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tfrepro.bisect.events import BisectEvents, PointTried, TrialRecord
+from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import STOPPERS, Mark, RangeResult, bisect_range, judge
+from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor
 from tfrepro.trials.sigterm import sigterm_interrupts
 from tfrepro.trials.slowdown import TimingOutcome
-from tfrepro.trials.state import shown_path, write_trial_record
+from tfrepro.trials.state import shown_path
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Trial
 from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict, evidence_doc, summary
@@ -152,7 +153,8 @@ class RangeRun:
         self.timing: TimingPool[Point] = TimingPool(
             self._timing_trial, self._timing_failure, symptoms.slowdown, baseline=points[0]
         )
-        self.records: list[TrialRecord] = []
+        self.log = TrialLog(run_dir)
+        self.records = self.log.records
         self.tried: list[PointTried] = []
         self.first: dict[str, TrialResult] = {}  # label -> its first trial that ran
         self.table: list[dict[str, Any]] = []
@@ -202,12 +204,8 @@ class RangeRun:
     def _record(self, point: Point, repeat: int, result: TrialResult) -> TrialResult | str:
         if not result.could_not_run:
             self.first.setdefault(point.label, result)
-        index = len(self.records) + 1
-        rel = f"trials/{index:03d}-{point.short.replace(' ', '_')}-r{repeat}"
-        write_trial_record(self.run_dir / rel, result)
+        record = self.log.add((), self.source.role(point), repeat, result, point.short.replace(" ", "_"))
         full = summary(result)
-        record = TrialRecord(index, (), self.source.role(point), repeat, result, f"{rel}/summary.json")
-        self.records.append(record)
         row = {
             self.source.key: point.label,
             "subject": point.subject,
@@ -448,7 +446,7 @@ def evidence(run: RangeRun, answer: RunResult, first_bad: Point | None, mode: Mo
         mode,
         failing=run.first.get(failing),
         timing=timed[-1] if timed else None,  # the failing point's timing evidence
-        cached_trials=sum(1 for r in run.records if r.result.cached),
+        cached_trials=run.log.cached,
         noise=run.noise,
         tried=tuple(run.tried),
         trials_table=tuple(
@@ -471,7 +469,4 @@ def with_evidence(
         run_dir=shown_path(run.run_dir),
         evidence=evidence(run, answer, first_bad, mode),
     )
-    (run.run_dir / "result.json").write_text(
-        json.dumps(result.to_dict(), indent=2, default=str) + "\n", encoding="utf-8"
-    )
-    return result
+    return run.log.answer(result)

@@ -10,7 +10,6 @@ and every other symptom the failing configuration showed (`also_seen`).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -213,7 +212,7 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
         culprit_trial=best(run.memo, run._shows, config, symptom),
         culprit_config=tuple(sorted(config)) if config is not None else (),
         trials_table=tuple(trials_table(run.records, run._shows, symptom)),
-        cached_trials=sum(1 for r in run.records if r.result.cached),
+        cached_trials=run.log.cached,
         noise=run.noise,
         timing=timing_evidence(run.timing, full, config),
         warnings=tuple(sorted({w for r in run.records for w in r.result.extra.get("warnings", [])})),
@@ -243,5 +242,4 @@ def finish(run: _Bisection, a: Answer) -> RunResult:
         known_cost=_known_cost(run, a.status, a.symptom, a.culprits),
         evidence=_evidence(run, a),
     )
-    (run.run_dir / "result.json").write_text(json.dumps(result.to_dict(), indent=1, default=str), encoding="utf-8")
-    return result
+    return run.log.answer(result)

@@ -1,0 +1,41 @@
+"""A run's trials as they land in its run dir, in every mode (features,
+commits, releases): numbered in the order they finish, each one's record
+dir `trials/NNN-<what>-r<repeat>/` (`state.write_trial_record`) and its
+`TrialRecord` (the trials table's row, the progress line's event); and the
+run's answer, `result.json`, written once at the end."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tfrepro.bisect.events import TrialRecord
+from tfrepro.trials.state import write_trial_record
+from tfrepro.trials.values import RunResult, TrialResult
+
+
+class TrialLog:
+    """The trials of one run dir, in the order they were recorded."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.records: list[TrialRecord] = []
+
+    def add(self, enabled: tuple[str, ...], role: str, repeat: int, result: TrialResult, what: str) -> TrialRecord:
+        """Number one trial and write its record dir (`what` names the dir)."""
+        rel = f"trials/{len(self.records) + 1:03d}-{what}-r{repeat}"
+        record = TrialRecord(len(self.records) + 1, enabled, role, repeat, result, f"{rel}/summary.json")
+        self.records.append(record)
+        write_trial_record(self.run_dir / rel, result)
+        return record
+
+    @property
+    def cached(self) -> int:
+        """How many of the trials came from the trial cache."""
+        return sum(1 for r in self.records if r.result.cached)
+
+    def answer(self, result: RunResult) -> RunResult:
+        """`result` written to `<run_dir>/result.json` (Contract 4), and returned."""
+        text = json.dumps(result.to_dict(), indent=1, default=str) + "\n"
+        (self.run_dir / "result.json").write_text(text, encoding="utf-8")
+        return result
