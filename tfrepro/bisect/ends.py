@@ -14,6 +14,7 @@ from typing import Any
 from tfrepro.bisect import compile_pin
 from tfrepro.bisect.search import Config
 from tfrepro.trials import classify
+from tfrepro.trials.trial import Purpose
 from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, Verdict
 
 _FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
@@ -28,8 +29,8 @@ class Ends:
         already fails, else None (and `self.noise` is set)."""
         k, base, full = self.k, frozenset(), frozenset(self.features)
         n_base = max(k, 2)
-        wanted = [(base, r, "baseline") for r in range(n_base)]
-        wanted += self._needs(full, range(k), "failing", self.opts.symptom)
+        wanted = [(base, r, Purpose.BASELINE) for r in range(n_base)]
+        wanted += self._needs(full, range(k), Purpose.FAILING, self.opts.symptom)
         self._many(wanted)
         if self._late(full):
             self._many(wanted)  # again, at the steps past the late symptom
@@ -155,11 +156,11 @@ class Ends:
         """The baseline must run: a feature whose OFF part breaks it is kept ON, no candidate."""
         from tfrepro.bisect.preflight import run_preflight
 
-        got = run_preflight(self.project, self.executor, self._request(frozenset(), 0, "baseline"), self.events)
+        got = run_preflight(self.project, self.executor, self._request(frozenset(), 0, Purpose.BASELINE), self.events)
         if got.dropped:
             self.project, self.dropped, self.features = got.project, got.dropped, tuple(got.project.feature_names)
             self.affects_loss = frozenset(got.project.affects_loss)
-        self._record(frozenset(), 0, "baseline", got.baseline)
+        self._record(frozenset(), 0, Purpose.BASELINE, got.baseline)
 
     def _baseline_checks(self, shown: Verdict) -> dict[str, Any]:
         """`tfrepro check` on the baseline, so that `baseline-fails` comes with

@@ -56,10 +56,11 @@ from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, make_executor
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.timing import TimingPool
-from tfrepro.trials.trial import Trial, TrialOptions
+from tfrepro.trials.trial import Purpose, Trial, TrialOptions
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
 Runner = Callable[..., TrialResult]
+Wanted = tuple[Config, int, Purpose]  # a trial the run wants: (configuration, repeat, why)
 STRATEGIES = ("auto", "ablation", "ddmin")
 _MEMORY_CLOSE = 500  # repeat-index base of the extra runs of a close memory decision
 _MEMORY_EXTRA = 2
@@ -177,16 +178,16 @@ class _Bisection(Ends, Replay):
         self.run_dir, self.records = self.log.run_dir, self.log.records
 
     # -- trials ------------------------------------------------------------
-    def _request(self, config: Config, repeat: int, role: str, *, timed: bool = False) -> Trial:
+    def _request(self, config: Config, repeat: int, role: Purpose, *, timed: bool = False) -> Trial:
         """The trial of `config`; `timed`: a timing trial (a time budget of steady steps, `_trial`)."""
         settings = replace(self.settings, repeat=repeat)
-        if role == "failing" and repeat == 0 and self.until_symptom:
+        if role is Purpose.FAILING and repeat == 0 and self.until_symptom:
             settings = replace(settings, until_symptom=True)
         if timed:
             settings = replace(self.opts.timing_settings(settings), timed_calls=self.timed_calls)
         return Trial(tuple(sorted(config)), settings, TrialOptions(label=role, use_cache=self.opts.use_cache))
 
-    def _trial(self, config: Config, repeat: int, role: str) -> TrialResult:
+    def _trial(self, config: Config, repeat: int, role: Purpose) -> TrialResult:
         """One timing trial (alone: see `_timed`), or a memo hit."""
         key = (config, repeat)
         with self.lock:
@@ -197,7 +198,7 @@ class _Bisection(Ends, Replay):
             config, repeat, role, self.executor.run_timed(self.project, self._request(config, repeat, role, timed=True))
         )
 
-    def _record(self, config: Config, repeat: int, role: str, result: TrialResult) -> TrialResult:
+    def _record(self, config: Config, repeat: int, role: Purpose, result: TrialResult) -> TrialResult:
         key, enabled = (config, repeat), tuple(sorted(config))
         with self.lock:
             if key in self.memo:  # another thread ran it meanwhile
@@ -228,7 +229,7 @@ class _Bisection(Ends, Replay):
             self.unshown.remove(rec)
         return ready
 
-    def _many(self, wanted: list[tuple[Config, int, str]]) -> None:
+    def _many(self, wanted: list[Wanted]) -> None:
         """Run independent non-timing trials on the executor, as a batch.
         On Ctrl-C it starts nothing new; the running trials finish and are cached."""
         first: dict[tuple[Config, int], tuple[Config, int, str]] = {}
@@ -279,7 +280,7 @@ class _Bisection(Ends, Replay):
         base, thr = self._memory_baselines(), self.symptom_settings.memory
         close = [c for c in configs if any(decide_memory(self.memo[(c, r)], base, thr).close for r in range(self.k))]
         extra = range(_MEMORY_CLOSE, _MEMORY_CLOSE + _MEMORY_EXTRA)
-        self._many([(c, r, "memory-repeat") for c in close for r in extra])
+        self._many([(c, r, Purpose.MEMORY_REPEAT) for c in close for r in extra])
         out = {}
         for c in close:
             shows = [Verdict.MEMORY in self._shows(c, self.memo[(c, r)]) for r in [*range(self.k), *extra]]
@@ -290,10 +291,10 @@ class _Bisection(Ends, Replay):
             )
         return out
 
-    def _needs(self, config: Config, repeats: Iterable[int], role: str, target: Verdict | None):
+    def _needs(self, config: Config, repeats: Iterable[int], role: Purpose, target: Verdict | None) -> list[Wanted]:
         wanted = [(config, r, role) for r in repeats]
         if target in (None, Verdict.MISMATCH) and config & self.affects_loss:
-            wanted.append((config & self.affects_loss, 0, "reference"))
+            wanted.append((config & self.affects_loss, 0, Purpose.REFERENCE))
         return wanted
 
     def _verdict(self, config: Config, target: Verdict) -> Verdict:
@@ -310,7 +311,7 @@ class _Bisection(Ends, Replay):
                 # one clear pair says it even on a loaded machine, and the
                 # rank test at SEARCH_ALPHA_NOT_SLOWER (3 pairs, not 5).
                 return [self._timed(c, search=True).verdict for c in configs]
-            self._many([w for c in configs for w in self._needs(c, range(self.k), "search", target)])
+            self._many([w for c in configs for w in self._needs(c, range(self.k), Purpose.SEARCH, target)])
             memory = self._memory_verdicts(configs) if target == Verdict.MEMORY else {}
             return [memory.get(c) or self._verdict(c, target) for c in configs]
 
@@ -332,7 +333,7 @@ class _Bisection(Ends, Replay):
             lenient["at_least"] = self._search_share()
         got = self.timing_pool.timed(config, fresh=fresh, min_pairs=o.timing_min, max_pairs=o.timing_max, **lenient)
         for rec in self.records:
-            if rec.role == "timing" and frozenset(rec.enabled) == config:
+            if rec.role == Purpose.TIMING and frozenset(rec.enabled) == config:
                 rec.verdict = got.verdict
         return got
 

@@ -16,7 +16,7 @@ class TrialRecord:
 
     index: int
     enabled: tuple[str, ...]
-    role: str  # "baseline", "search", "timing", ... or "commit <sha12>", "version <v>"
+    role: str  # a feature trial's trial.Purpose ("baseline", "search", ...), or a point's "commit <sha12>", "tf <v>"
     repeat: int
     result: TrialResult
     summary: str  # its summary.json, relative to the run dir

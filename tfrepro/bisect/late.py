@@ -59,17 +59,19 @@ def save_nan_state(run, config) -> dict | None:
     from dataclasses import replace
     from pathlib import Path
 
-    from tfrepro.trials.trial import Trial, TrialOptions
+    from tfrepro.trials.trial import Purpose, Trial, TrialOptions
 
     first = run.memo.get((config, 0))
     step = first.first_nonfinite_step if first is not None else None
     if not step:
         return None
     settings = replace(run.settings, repeat=NAN_STATE_REPEAT, steps=step, save_state_step=step)
-    request = Trial(tuple(sorted(config)), settings, TrialOptions(label="nan-state", use_cache=run.opts.use_cache))
+    request = Trial(
+        tuple(sorted(config)), settings, TrialOptions(label=Purpose.NAN_STATE, use_cache=run.opts.use_cache)
+    )
     run.events.phase(f"saving the state before the NaN step {step}")
     got = run.executor.run_batch(
-        run.project, [request], on_result=lambda i, res: run._record(config, NAN_STATE_REPEAT, "nan-state", res)
+        run.project, [request], on_result=lambda i, res: run._record(config, NAN_STATE_REPEAT, Purpose.NAN_STATE, res)
     )[0]
     src = Path(got.log_dir or "") / NAN_STATE_DIR
     doc = {"step": step, "dir": None, "config": sorted(config), "deterministic": run.settings.deterministic}

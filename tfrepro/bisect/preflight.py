@@ -26,6 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from tfrepro.trials.trial import Purpose
 from tfrepro.trials.values import TrialResult
 
 RunBaseline = Callable[[Any], TrialResult]
@@ -113,7 +114,7 @@ def run_preflight(project: Any, executor: Any, request: Any, events: Any) -> Pre
         if len(calls) == 1:
             events.phase("preflight: the baseline crashes; looking for a feature whose OFF part breaks it")
         calls.append(p)
-        events.trial_started((), "baseline" if len(calls) == 1 else "preflight", 0)
+        events.trial_started((), Purpose.BASELINE if len(calls) == 1 else Purpose.PREFLIGHT, 0)
         return executor.run_batch(p, [request])[0]
 
     got = preflight(project, run)

@@ -10,6 +10,7 @@ import math
 from dataclasses import replace
 
 from tfrepro.bisect.search import Config, judge_replay
+from tfrepro.trials.trial import Purpose
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
 _FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
@@ -174,11 +175,14 @@ class Replay:
         quick = hits is not None and target != Verdict.MEMORY and self.settings.deterministic and self.noise == 0
         if quick and seen:
             first = fresh.start
-            self._many(self._needs(config, [first], "replay", target))
+            self._many(self._needs(config, [first], Purpose.REPLAY, target))
             again = self.memo[(config, first)]
             if all(_same_outcome(again, t) for t in seen) and target in self._shows(config, again):
                 return [*hits, True], clean, range(first, first + 1)
-        self._many(self._needs(config, fresh, "replay", target) + [(frozenset(), r, "replay-baseline") for r in fresh])
+        self._many(
+            self._needs(config, fresh, Purpose.REPLAY, target)
+            + [(frozenset(), r, Purpose.REPLAY_BASELINE) for r in fresh]
+        )
         runs = [*range(self.k), *fresh]
         culprit_obs = [target in self._shows(config, self.memo[(config, r)]) for r in runs]
         base_runs = [*range(max(self.k, 2)), *fresh]
@@ -198,7 +202,7 @@ class Replay:
             return None
         without = {c: frozenset(config - {c}) for c in sorted(culprits)}
         self.events.phase(f"replaying: is each of {', '.join(without)} needed for the {target.value}?")
-        self._many([w for cfg in without.values() for w in self._needs(cfg, runs, "replay-without", target)])
+        self._many([w for cfg in without.values() for w in self._needs(cfg, runs, Purpose.REPLAY_WITHOUT, target)])
         for c, cfg in without.items():
             shown = sum(target in self._shows(cfg, self.memo[(cfg, r)]) for r in runs)
             if shown:

@@ -24,6 +24,7 @@ from typing import Generic, TypeVar
 
 from tfrepro.trials import classify
 from tfrepro.trials.slowdown import LOADED_CLEAR_NOT_SLOWER
+from tfrepro.trials.trial import Purpose
 from tfrepro.trials.values import TrialResult, Verdict
 
 # Repeat-index bases: far apart so that no two roles ever share a cache entry.
@@ -59,7 +60,7 @@ class TimingPool(Generic[K]):
         return reason is not None
 
     def _baseline(self) -> TrialResult:
-        self.pool.append(self.trial(self.baseline, TIMING_BASELINE + len(self.pool), "timing-baseline"))
+        self.pool.append(self.trial(self.baseline, TIMING_BASELINE + len(self.pool), Purpose.TIMING_BASELINE))
         return self.pool[-1]
 
     def timed(
@@ -86,7 +87,7 @@ class TimingPool(Generic[K]):
             before = self.pool[-1] if self.pool else self._baseline()
             if self._unusable(before):
                 return Verdict.UNTESTABLE
-            c = self.trial(key, TIMING_CANDIDATE + len(evidence), "timing")
+            c = self.trial(key, TIMING_CANDIDATE + len(evidence), Purpose.TIMING)
             stop = self.failure(key, c)
             if stop != Verdict.OK:
                 return stop

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
@@ -17,6 +18,25 @@ from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
+
+
+class Purpose(StrEnum):
+    """Why a bisection runs a trial: its role in the run (the trials table's
+    `role`, the trial's label, what the progress line says). A range mode's
+    trial is a point's ("commit <sha12>", "tf <version>"), no purpose."""
+
+    BASELINE = "baseline"  # every feature OFF, at least twice: the second measures the noise
+    PREFLIGHT = "preflight"  # the all-OFF variant again, a feature whose OFF part broke it kept ON
+    FAILING = "failing"  # every feature ON
+    REFERENCE = "reference"  # only the affects_loss features ON: a mismatch's reference
+    SEARCH = "search"
+    MEMORY_REPEAT = "memory-repeat"  # more runs of a memory decision near its threshold
+    TIMING = "timing"  # a timing trial of a configuration (B C B pairs)
+    TIMING_BASELINE = "timing-baseline"  # the shared pool's baseline timing trials
+    REPLAY = "replay"
+    REPLAY_BASELINE = "replay-baseline"
+    REPLAY_WITHOUT = "replay-without"  # the culprit configuration without one culprit
+    NAN_STATE = "nan-state"  # a NaN's state before its step, for the report's replay.py
 
 
 class RunnerFields(TypedDict, total=False):
