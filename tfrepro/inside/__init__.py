@@ -21,7 +21,7 @@ INJECT_DIR = INSIDE_DIR / "_inject"
 PROBES = INSIDE_DIR / "probes.py"
 ENV_PROBE = INSIDE_DIR / "envprobe.py"
 RUNTIME_PROBE = INSIDE_DIR / "runtimeprobe.py"
-RUN_PROBE = INSIDE_DIR / "runprobe.py"
+LOCALIZE_PLUGIN = INSIDE_DIR / "localize_plugin.py"
 SETUP_PLUGIN = INSIDE_DIR / "setup_plugin.py"
 LAUNCH = INSIDE_DIR / "launch.py"
 

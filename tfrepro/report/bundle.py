@@ -28,7 +28,7 @@ from tfrepro.errors import UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report import outdir
 from tfrepro.report.artifacts import load_trials, plots, write_events
-from tfrepro.report.confirm import nightly_rerun, with_data
+from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, write_scripts
 from tfrepro.report.records import EnvFacts, ResultJson
@@ -296,4 +296,4 @@ def _localize(ctx: Context, export: Export, *, localize: bool, python: str | Non
     from tfrepro.report.localize import localize as run_localize
 
     say("localising the first non-finite value (check_numerics, XLA off) ...")
-    return run_localize(export.cand_files, entry=ENTRY, python=python, timeout_s=ctx.settings.timeout_s)
+    return run_localize(export.cand_files, python=python, settings=rerun_settings(ctx))

@@ -3,29 +3,26 @@
 op, a layer and a line of the exported repro.
 
 `parse_check_numerics` and `enclosing_scope` are pure (tested on captured
-messages); `localize` runs the child (`inside/runprobe.py`).
+messages); `localize` runs the variant as a trial (a cold process behind the
+launcher, confined, with the trial's watchdog and time limit) with the
+harness plugin `inside/localize_plugin.py`.
 """
 
 from __future__ import annotations
 
 import ast
-import json
 import os
 import re
 import shutil
-import sys
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
-from tfrepro.inside import RUN_PROBE
-from tfrepro.report.environment import child_env
+from tfrepro.inside import LOCALIZE_PLUGIN
 from tfrepro.report.records import RuntimeSettings
 from tfrepro.report.rerun import write_files
-from tfrepro.trials.procs import confined, run_probe
-
-PROBE = RUN_PROBE
+from tfrepro.settings import TrialSettings
 
 _DETECTED = re.compile(r'Detected Infinity or NaN in output (\d+) of (graph op|eagerly-executing op) "([^"]+)"')
 _NODE = re.compile(r"Detected at node '?([^\s']+?)'? defined at|\{\{node ([^}]+)\}\}")
@@ -38,6 +35,17 @@ _INPUT = re.compile(r'Input tensors?[^:]*:\s*(?:\d+:\s*)?Tensor\("([^"]+)"')
 _GRAPH = re.compile(r'Graph name: "([^"]+)"')
 # Scope components Keras/TF add around a layer's ops, never a layer name.
 _NOT_LAYERS = {"CheckNumericsV2", "gradient_tape", "gradients", "while", "cond", "body"}
+
+
+class ProbeFacts(TypedDict, total=False):
+    """What inside/localize_plugin.py records of the check_numerics run."""
+
+    completed: bool
+    error_type: str | None
+    message: str | None
+    traceback: str
+    layers: list[list[str]]  # [name, class]
+    settings: RuntimeSettings
 
 
 @dataclass(frozen=True)
@@ -231,48 +239,89 @@ def _user_frames(frames: list[tuple[str, int, str]], script_abs: str, base: str)
 
 
 def localize(
-    files: dict[str, str], *, entry: str = "repro.py", python: str | None = None, timeout_s: float = 300.0
+    files: dict[str, str],
+    *,
+    python: str | None = None,
+    settings: TrialSettings = TrialSettings(),
+    timeout_s: float | None = None,
 ) -> Localization:
-    """Run the exported variant `files` (relpath -> text) under check_numerics
-    in a fresh process, XLA off, and say where the first non-finite value came
-    from. Never raises for a failing run: the note says what happened."""
-    python = python or sys.executable
+    """Run the exported variant `files` (relpath -> text; `settings.entry`
+    its script) under check_numerics as a trial, XLA off, and say where the
+    first non-finite value came from. `settings`: the re-run's (the bisect's,
+    for the exported script); the run goes to the script's own end or its
+    first NaN, within `timeout_s` (default: the settings'). Never raises for
+    a failing run: the note says what happened."""
     tmp = tempfile.mkdtemp(prefix="tfrepro-localize-")
     try:
-        return _localize_in(tmp, files, entry, python, timeout_s)
+        return _localize_in(Path(tmp), files, python, _probe_settings(settings, timeout_s or settings.timeout_s))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _localize_in(tmp: str, files: dict[str, str], entry: str, python: str, timeout_s: float) -> Localization:
-    root = write_files(Path(tmp) / "repro", files)
-    out = Path(tmp) / "probe.json"
-    env = child_env()
-    # Auto-clustering would put ops under XLA too.
-    flags = re.sub(r"--tf_xla_auto_jit=\S+", "", env.get("TF_XLA_FLAGS", "")).strip()
-    env["TF_XLA_FLAGS"] = (flags + " --tf_xla_auto_jit=0").strip()
-    # the user's code: confined to the probe's dir, like a trial
-    done = run_probe(confined([python, str(PROBE), str(out), str(root / entry)], root.parent), root, env, timeout_s)
-    if done is None:
-        return Localization(found=False, note=f"the check_numerics run timed out after {timeout_s:.0f} s")
-    if not out.exists():
-        tail = done[1].strip().splitlines()[-1:] or ["no output"]
-        return Localization(found=False, note=f"the check_numerics run failed (exit {done[0]}): {tail[0]}")
-    facts = json.loads(out.read_text(encoding="utf-8"))
-    settings = facts.get("settings") or {}
+def _probe_settings(settings: TrialSettings, timeout_s: float) -> TrialSettings:
+    """The check_numerics run: as the script is written (no seed or
+    determinism the harness adds), with no step cap: to its own end or its
+    symptom, at most `budget_s` seconds of training within the time limit."""
+    budget = min(settings.budget_s, 0.9 * timeout_s)
+    return replace(settings, timeout_s=timeout_s, until_symptom=True, budget_s=budget, deterministic=False, repeat=0)
+
+
+def _facts(
+    tmp: Path, files: dict[str, str], python: str | None, settings: TrialSettings
+) -> tuple[ProbeFacts, Path] | str:
+    """The plugin's facts of the check_numerics trial and the path its script
+    ran at (the trial's copy: its traceback's frames), or why there are none."""
+    from tfrepro.project import Project
+    from tfrepro.trials.runner import run_trial
+    from tfrepro.trials.trial import TrialOptions
+
+    root = write_files(tmp / "repro", files)
+    flags = re.sub(r"--tf_xla_auto_jit=\S+", "", os.environ.get("TF_XLA_FLAGS", "")).strip()
+    how = TrialOptions(
+        use_cache=False,
+        label="localize",
+        state_dir=tmp / "state",
+        # Auto-clustering would put ops under XLA too.
+        env={"TF_XLA_FLAGS": (flags + " --tf_xla_auto_jit=0").strip()},
+        plugins=(LOCALIZE_PLUGIN,),
+        python=python,
+        cold=True,
+    )
+    # As written: an exported repro has no markers, and zero-edit detection
+    # would switch OFF the very culprit it exports.
+    got = run_trial(Project.load(root, detect=False), (), settings, how)
+    if got.timed_out:
+        return f"the check_numerics run timed out after {settings.timeout_s:.0f} s"
+    facts = got.extra.get("localize")
+    if not isinstance(facts, dict):
+        return f"the check_numerics run failed (exit {got.exit_code}): {got.error or 'no output'}"
+    return facts, Path(got.log_dir or tmp) / "variant" / settings.entry
+
+
+def _localize_in(tmp: Path, files: dict[str, str], python: str | None, settings: TrialSettings) -> Localization:
+    got = _facts(tmp, files, python, settings)
+    if isinstance(got, str):
+        return Localization(found=False, note=got)
+    facts, script = got
+    ran: RuntimeSettings = facts.get("settings") or {}
     layers = {n: c for n, c in facts.get("layers") or []}
     if facts.get("completed"):
         note = (
             "check_numerics saw no NaN/Inf in any op output with XLA off: the non-finite value "
             "may come from XLA itself, or only the final weights are non-finite"
         )
-        return Localization(found=False, settings=settings, note=note)
+        return Localization(found=False, settings=ran, note=note)
     msg, tb = facts.get("message") or "", facts.get("traceback") or ""
     loc = parse_check_numerics(
-        msg, script=str(root / entry), source=files.get(entry, ""), layers=layers, rel=entry, traceback_text=tb
+        msg,
+        script=str(script),
+        source=files.get(settings.entry, ""),
+        layers=layers,
+        rel=settings.entry,
+        traceback_text=tb,
     )
     if not loc.found:
         last = (facts.get("traceback") or msg).strip().splitlines()[-1:] or [""]
         note = f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}"
-        return Localization(found=False, settings=settings, note=note, excerpt=loc.excerpt)
-    return Localization(**{**loc.to_dict(), "settings": settings})
+        return Localization(found=False, settings=ran, note=note, excerpt=loc.excerpt)
+    return Localization(**{**loc.to_dict(), "settings": ran})

@@ -1,21 +1,18 @@
-"""Runs in a child process (stdlib + TensorFlow only, executed by path; never
-imports tfrepro): runs an exported repro script under
-`tf.debugging.enable_check_numerics()` with XLA forced off, and records what
-the script set up.
-
-    python runprobe.py OUT.json SCRIPT.py
+"""Harness plugin (loaded by path inside a trial process; stdlib +
+TensorFlow only, never tfrepro): the trial runs under
+`tf.debugging.enable_check_numerics()` with XLA forced off, for the report's
+localization of a NaN (report/localize.py). See `harness_plugins.py`.
 
 check_numerics does not work under XLA, so `jit_compile` is dropped from
 `Model.compile` and `tf.function`, and `tf.config.optimizer.set_jit` becomes a
 no-op; what the script asked for is recorded, not silently lost. A loss-scale
-optimizer starts at scale 1 (see `patch_loss_scale`). OUT.json gets
-{"error_type", "message", "layers", "settings", "completed"}.
+optimizer starts at scale 1 (see `patch_loss_scale`). Recorded under
+TrialResult.extra["localize"]: {"error_type", "message", "traceback",
+"layers", "settings", "completed"}.
 """
 
 import contextlib
-import json
 import os
-import runpy
 import sys
 import traceback
 
@@ -112,10 +109,11 @@ def _patch_mirrored(tf, settings: dict) -> None:
     tf.distribute.MirroredStrategy.__init__ = mirrored_init
 
 
-def _after_run(tf, facts: dict) -> None:
+def _after_run(facts: dict) -> None:
     """What the script set up, read once it ran: precision policy, the layers
     of a never-compiled model (custom loop), op determinism, eager functions."""
     settings = facts["settings"]
+    tf = sys.modules.get("tensorflow")
     try:
         import keras
 
@@ -142,40 +140,33 @@ def _after_run(tf, facts: dict) -> None:
         settings["run_functions_eagerly"] = bool(tf.config.functions_run_eagerly())
 
 
-def main():
-    out_path, script = sys.argv[1], os.path.abspath(sys.argv[2])
+def install(ctx):
     facts = {
-        "completed": False,
+        "completed": True,
         "error_type": None,
         "message": None,
         "layers": [],
         "settings": {"jit_compile_requested": [], "replicas": None},
     }
 
-    import tensorflow as tf
+    def on_tensorflow(tf):
+        _patch_jit(tf, facts["settings"])
+        _patch_mirrored(tf, facts["settings"])
+        _patch_keras(facts)
+        tf.debugging.enable_check_numerics()
 
-    _patch_jit(tf, facts["settings"])
-    _patch_keras(facts)
-    _patch_mirrored(tf, facts["settings"])
-    tf.debugging.enable_check_numerics()
-    sys.argv = [script]
-    sys.path.insert(0, os.path.dirname(script))
-    try:
-        runpy.run_path(script, run_name="__main__")
-        facts["completed"] = True
-    except SystemExit as e:
-        facts["completed"] = e.code in (None, 0)
-    except BaseException as e:  # the error is the finding
-        facts["error_type"] = type(e).__name__
-        facts["message"] = str(e)
-        facts["traceback"] = traceback.format_exc()[-20000:]
-    finally:
-        _after_run(tf, facts)
-        with open(out_path, "w", encoding="utf-8") as f:
-            json.dump(facts, f, indent=1)
-    # Daemon threads of tf.data / distribution can hang interpreter shutdown.
-    os._exit(0)
+    ctx.after_import("tensorflow", on_tensorflow)
+    before = sys.excepthook
 
+    def excepthook(tp, value, tb):  # the error is the finding
+        facts.update(completed=False, error_type=tp.__name__, message=str(value))
+        facts["traceback"] = "".join(traceback.format_exception(tp, value, tb))[-20000:]
+        before(tp, value, tb)
 
-if __name__ == "__main__":
-    main()
+    sys.excepthook = excepthook
+
+    def on_end(_models):
+        _after_run(facts)
+        ctx.record("localize", facts)
+
+    ctx.add_end_hook(on_end)
