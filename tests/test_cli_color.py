@@ -5,9 +5,8 @@ from __future__ import annotations
 import io
 import re
 
-from tfrepro.bisect import display
 from tfrepro.bisect.result_doc import FeatureEvidence
-from tfrepro.cli import app
+from tfrepro.cli import app, display
 from tfrepro.trials.values import RunResult, Status
 
 COLOUR = re.compile(r"\x1b\[[0-9;]*(3[0-9]|9[0-7])(;[0-9]+)*m")  # a foreground colour SGR

@@ -133,7 +133,7 @@ def test_bisect_exit_codes_in_every_mode(project, monkeypatch, status):
     project and the range asked for, print its document whole and exit with
     Contract 4's code for its status (EXIT, written out here, not the
     product's table)."""
-    from tfrepro.bisect import display
+    from tfrepro.cli import display
 
     calls = {}
 

@@ -19,7 +19,7 @@ def test_what_prints_during_the_hunt_goes_to_stderr(tmp_path, monkeypatch):
         print("(raylet) Raylet is terminated. Termination is unexpected.")
         return RunResult(Status.NONE)
 
-    monkeypatch.setattr("tfrepro.bisect.display.run_bisect", run_bisect)
+    monkeypatch.setattr("tfrepro.cli.display.run_bisect", run_bisect)
     r = CliRunner().invoke(main, ["bisect", str(tmp_path), "--json"])
     assert json.loads(r.stdout)["status"] == "none", r.stdout
     assert "Raylet is terminated" in r.stderr
@@ -41,7 +41,7 @@ def test_sigterm_during_a_feature_bisect_is_130_and_the_handler_is_restored(tmp_
 
     mine = signal.signal(signal.SIGTERM, signal.SIG_DFL)
     try:
-        monkeypatch.setattr("tfrepro.bisect.display.run_bisect", run_bisect)
+        monkeypatch.setattr("tfrepro.cli.display.run_bisect", run_bisect)
         r = CliRunner().invoke(main, ["bisect", str(tmp_path), "--json"])
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     finally:

@@ -9,9 +9,9 @@ import json
 from click.testing import CliRunner
 from test_engine import FakeRunner, make_project
 
-from tfrepro.bisect.display import answer_lines
 from tfrepro.bisect.engine import BisectOptions, bisect
 from tfrepro.cli import main
+from tfrepro.cli.display import answer_lines
 from tfrepro.costs import known_cost
 from tfrepro.trials.values import Verdict
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from tfrepro.bisect.display import answer_lines
 from tfrepro.bisect.result_doc import FeatureEvidence
+from tfrepro.cli.display import answer_lines
 from tfrepro.report.answer import Report
 from tfrepro.report.issue_text import _slowdown
 from tfrepro.trials.slowdown import TimingOutcome, TimingPair

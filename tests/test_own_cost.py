@@ -21,7 +21,7 @@ def test_a_custom_layer_slower_than_its_stand_in_by_its_own_work_is_healthy(tmp_
     assert (res.status.value, res.culprits) == ("none", ())
     assert doc["own_cost"]["features"] == [FEATS[0]] and 1.4 < doc["own_cost"]["ratio"] < OWN_COST_SLOWDOWN
     assert "--symptom slowdown" in doc["reason"]
-    from tfrepro.bisect.display import answer_lines
+    from tfrepro.cli.display import answer_lines
 
     assert answer_lines(res)[0] == f"none: {doc['own_cost']['reason']}"  # the CLI says why
 
@@ -59,8 +59,8 @@ MANY = ["cache", "csv_logger", "prefetch", "shuffle", "xla"]
 
 
 def test_a_small_slowdown_only_four_features_together_show_is_their_combined_overhead(tmp_path):
-    from tfrepro.bisect.display import answer_lines
     from tfrepro.bisect.replay import COMBINED_FEATURES
+    from tfrepro.cli.display import answer_lines
 
     four = MANY[:COMBINED_FEATURES]
     res = bisect(make_project(tmp_path, MANY), BisectOptions(), runner=FakeRunner(slow_when_all(four, 1.5)))

@@ -11,8 +11,8 @@ import re
 from rich.console import Console
 from test_engine import FEATS, FakeRunner, losses, make_project
 
-from tfrepro.bisect import display
 from tfrepro.bisect.engine import BisectOptions, bisect
+from tfrepro.cli import display
 
 
 def _progress_verdicts(text: str) -> dict[int, str]:

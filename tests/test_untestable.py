@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from test_engine import FEATS, FakeRunner, make_project
 
-from tfrepro.bisect.display import answer_lines
 from tfrepro.bisect.engine import BisectOptions, bisect
+from tfrepro.cli.display import answer_lines
 from tfrepro.trials import untestable
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 

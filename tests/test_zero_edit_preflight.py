@@ -130,6 +130,6 @@ def test_a_baseline_failing_with_only_always_on_features_names_the_suspect(tmp_p
     assert "every feature off except mirrored_strategy, always on" in doc["error"]
     assert "mirrored_strategy is the suspect" in doc["error"]
 
-    from tfrepro.bisect.display import answer_lines
+    from tfrepro.cli.display import answer_lines
 
     assert any(line.startswith("always on: mirrored_strategy") for line in answer_lines(res))

@@ -278,8 +278,8 @@ def bisect_cmd(
 
         code = run_commits(path, good, bad, options, as_json=as_json)
         sys.exit(write_tables(path, None, code))
-    from tfrepro.bisect.display import answer_lines, run_bisect
     from tfrepro.check.run import checks_for_result
+    from tfrepro.cli.display import answer_lines, run_bisect
     from tfrepro.trials.state import prune_after_run
 
     project = load_project(path, only, skip)
@@ -341,8 +341,8 @@ def demo_cmd(jobs: int, keep: bool, as_json: bool) -> None:
     import shutil
     import tempfile
 
-    from tfrepro.bisect.display import answer_lines, run_bisect
     from tfrepro.bisect.engine import BisectOptions
+    from tfrepro.cli.display import answer_lines, run_bisect
     from tfrepro.project import Project
 
     src = Path(__file__).resolve().parent.parent / "examples" / "demo"
