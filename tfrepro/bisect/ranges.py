@@ -27,12 +27,11 @@ Invariants:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tfrepro.bisect.events import BisectEvents, PointTried
+from tfrepro.bisect.events import BisectEvents, PointTried, TrialRecord
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import STOPPERS, Mark, RangeResult, bisect_range, judge
 from tfrepro.bisect.trial_log import TrialLog
@@ -44,7 +43,16 @@ from tfrepro.trials.slowdown import TimingOutcome
 from tfrepro.trials.state import shown_path
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Trial
-from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict, evidence_doc, summary
+from tfrepro.trials.values import (
+    SYMPTOM_ORDER,
+    RunResult,
+    Status,
+    TrialResult,
+    TrialRow,
+    Verdict,
+    evidence_doc,
+    summary,
+)
 
 if TYPE_CHECKING:
     from tfrepro.bisect.gitcopy import CommitInfo
@@ -427,12 +435,31 @@ class RangeEvidence:
     cached_trials: int = 0
     noise: float = 0.0
     tried: tuple[PointTried, ...] = ()
-    trials_table: tuple[Mapping[str, Any], ...] = ()
+    trials_table: tuple[TrialRow, ...] = ()
     message: str | None = None
 
     def to_dict(self) -> dict[str, object]:
         doc = evidence_doc(self, frozenset({"message"}), skip=frozenset({"key", "mode", "tried"}))
         return {**doc, "tried": [{self.key: t.label, **t.to_dict()} for t in self.tried], **self.mode.to_dict()}
+
+
+def _row(record: TrialRecord, label: str, key: str, verdict: str | None) -> TrialRow:
+    """A point's trial in the result's trials table: the feature mode's row
+    (`TrialRow`, no feature on), with the point's label (`sha`, `version`)."""
+    row = TrialRow(
+        enabled=[],
+        verdict=verdict,
+        summary=record.summary,
+        cached=record.result.cached,
+        role=record.role,
+        repeat=record.repeat,
+        key=record.result.key or "",
+    )
+    if key == "sha":
+        row["sha"] = label
+    elif key == "version":
+        row["version"] = label
+    return row
 
 
 def evidence(run: RangeRun, answer: RunResult, first_bad: Point | None, mode: ModeFields) -> RangeEvidence:
@@ -450,8 +477,7 @@ def evidence(run: RangeRun, answer: RunResult, first_bad: Point | None, mode: Mo
         noise=run.noise,
         tried=tuple(run.tried),
         trials_table=tuple(
-            {**row, "enabled": [], "role": f"{run.source.noun} {row[key][:12]}", "verdict": verdicts.get(row[key])}
-            for row in run.table
+            _row(rec, row[key], key, verdicts.get(row[key])) for rec, row in zip(run.records, run.table, strict=True)
         ),
         message=answer.error,
     )
