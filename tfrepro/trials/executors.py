@@ -93,12 +93,9 @@ class LocalExecutor(Executor):
 
     name = "local"
 
-    def __init__(
-        self, jobs: int = 1, *, runner: Runner | None = None, devices: Sequence[str] | None = None, cold: bool = False
-    ) -> None:
+    def __init__(self, jobs: int = 1, *, runner: Runner | None = None, devices: Sequence[str] | None = None) -> None:
         super().__init__(jobs)
         self.runner = runner
-        self.cold = cold  # every trial in a cold process (`--cold`), never forked from a warm server
         self.devices = list(devices) if devices is not None else ([] if runner else visible_gpus())
         self.pool = GpuPool(self.devices)
 
@@ -112,7 +109,7 @@ class LocalExecutor(Executor):
             return self.runner(project, request.enabled, request.settings, **request.how.runner_fields())
         from tfrepro.trials.runner import run_trial
 
-        how = replace(request.how, cold=self.cold or request.how.cold)
+        how = request.how  # cold: the trial's own, or `--cold` (warm.force_cold) for all of them
         if not self.devices:
             return run_trial(project, request.enabled, request.settings, how)
         return self._on_free_gpus(
@@ -136,7 +133,9 @@ class LocalExecutor(Executor):
 
     def describe(self) -> str:
         gpus = f", GPUs {','.join(self.devices)}" if self.devices else ""
-        return f"local ({self.slots} at a time{gpus}{', cold processes' if self.cold else ''})"
+        from tfrepro.trials import warm
+
+        return f"local ({self.slots} at a time{gpus}{', cold processes' if warm.forced_cold() else ''})"
 
     def close(self) -> None:
         """End the warm servers this process started (they die with it anyway)."""
@@ -165,11 +164,12 @@ def make_executor(
     log: Callable[[str], None] | None = None,
     cold: bool = False,
 ) -> Executor:
-    """The executor the user asked for (`--executor`, `--jobs`, `--address`, `--cold`)."""
+    """The executor the user asked for (`--executor`, `--jobs`, `--address`); `cold`: Ray tasks in
+    cold processes (local trials run cold by `--cold`, `warm.force_cold`, or their own TrialOptions.cold)."""
     if name == "local":
         if address:
             raise UserError("--address needs --executor ray", hint="add --executor ray")
-        return LocalExecutor(jobs, runner=runner, cold=cold)
+        return LocalExecutor(jobs, runner=runner)
     if name == "ray":
         if not address and not os.environ.get("RAY_ADDRESS"):
             keep_ray_on_loopback()
