@@ -90,8 +90,6 @@ ENV_MARKS = ("pyvenv.cfg", "conda-meta")
 # A directory holding one of these is a project root (nearest one wins).
 ROOT_MARKS = ("tfrepro.toml", ".git", "pyproject.toml")
 
-DEFAULT_COPY_BUDGET = 2048 * 1024 * 1024
-
 try:  # linux/fs.h: _IOW(0x94, 9, int)
     FICLONE = fcntl.FICLONE  # type: ignore[attr-defined]
 except AttributeError:
