@@ -138,7 +138,7 @@ def environment_facts(
         from tfrepro.report import environment
 
         say("describing the environment (versions, devices) in a TensorFlow child ...")
-        facts = environment.collect(python=python)
+        facts = environment.in_trial(python=python)
     if environ.get("LD_LIBRARY_PATH"):
         facts = {**facts, "ld_library_path": environ["LD_LIBRARY_PATH"]}
     return facts

@@ -1,9 +1,14 @@
 """The environment a bug report states: versions, build, devices.
 
-TensorFlow is imported only in a child process (`inside/envprobe.py`), so the CLI
-process stays light and a broken TensorFlow install still gives a report that
-says so. When the report re-ran the repro, the re-run's own process already
-described itself (`inside/setup_plugin.py`) and no extra child is needed.
+TensorFlow is imported only in a child process, so the CLI process stays
+light and a broken TensorFlow install still gives a report that says so.
+When the report re-ran the repro, the re-run's own process already
+described itself (`inside/setup_plugin.py`) and no extra child is needed;
+without a re-run, `in_trial` runs a trial of a script that only imports
+TensorFlow with that plugin (the trial spawner: launcher, confinement, time
+limit). `collect` runs `inside/envprobe.py` (or `runtimeprobe.py`) as a
+child of its own for `tfrepro env`, which must still tell what is there on
+a machine where no trial can run (no confinement, a broken install).
 """
 
 from __future__ import annotations
@@ -37,6 +42,43 @@ def probe_command(cmd: list[str], tmp: Path) -> list[str]:
     from tfrepro.trials.procs import confined
 
     return confined(cmd, tmp) if detect().mode != "none" else cmd
+
+
+# The script of the environment trial: TensorFlow and Keras imported, nothing run.
+ENV_SCRIPT = "import tensorflow\nimport keras\n"
+
+
+def in_trial(*, python: str | None = None, timeout_s: float = 180.0) -> EnvFacts:
+    """Facts about the TensorFlow installation `python` runs, from inside a
+    trial (`inside/setup_plugin.py`'s `environment`). Never raises for a
+    failing trial: the facts then carry `probe_error`."""
+    from tfrepro.inside import SETUP_PLUGIN
+    from tfrepro.project import Project
+    from tfrepro.settings import TrialSettings
+    from tfrepro.trials.runner import run_trial
+    from tfrepro.trials.trial import TrialOptions
+
+    with tempfile.TemporaryDirectory(prefix="tfrepro-env-") as tmp:
+        root = Path(tmp) / "env"
+        root.mkdir()
+        (root / "repro.py").write_text(ENV_SCRIPT, encoding="utf-8")
+        how = TrialOptions(
+            use_cache=False,
+            label="environment",
+            state_dir=Path(tmp) / "state",
+            plugins=(SETUP_PLUGIN,),
+            plugin_options={"environment": True},
+            python=python,
+            cold=True,
+        )
+        settings = TrialSettings(timeout_s=timeout_s, deterministic=False)
+        got = run_trial(Project.load(root, detect=False), (), settings, how)
+    facts = got.extra.get("environment")
+    if isinstance(facts, dict):
+        return facts
+    if got.timed_out:
+        return {"probe_error": f"environment probe timed out after {timeout_s:.0f} s"}
+    return {"probe_error": f"environment probe failed (exit {got.exit_code}): {got.error or 'no output'}"}
 
 
 def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path = PROBE) -> EnvFacts:

@@ -291,9 +291,10 @@ def kill_strays(trial_dir: Path) -> None:
 
 
 def run_probe(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str] | None:
-    """A probe child (the environment and check_numerics probes; `argv`
-    already confined by the caller) -> (exit code, stderr), or None when it
-    timed out. Its whole process group is killed on the way out, finished or not."""
+    """A probe child (`tfrepro env`'s environment probe, which must run where
+    no trial can; `argv` confined by the caller where it can be) -> (exit
+    code, stderr), or None when it timed out. Its whole process group is
+    killed on the way out, finished or not."""
     proc = subprocess.Popen(
         list(argv),
         cwd=cwd,
