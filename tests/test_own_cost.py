@@ -101,3 +101,40 @@ def test_two_small_costs_that_add_up_past_the_threshold_are_their_combined_overh
         runner=FakeRunner(slow_many(costs)),
     )
     assert (asked.status.value, asked.culprits) == ("found", ("cache", "xla"))
+
+
+def slow_at_first(features, ratio, first):
+    """Slower only when every one of `features` is on, and only in the first
+    `first` timing trials of that configuration (the replay's pairs are not):
+    a combined overhead that comes and goes with the load (journey J29:
+    `healthy`, seven features together x1.24, answered `flaky`)."""
+    from tfrepro.trials.timing import TIMING_CANDIDATE
+
+    base = slow_when("-", 1.0)
+
+    def behave(cfg, r):
+        out = base(cfg, r)
+        if set(features) <= set(cfg) and r < TIMING_CANDIDATE + first:
+            out["step_times"] = out["step_times"][:3] + tuple(t * ratio for t in out["step_times"][3:])
+        return out
+
+    return behave
+
+
+def test_a_combined_overhead_that_does_not_repeat_is_none_not_flaky(tmp_path):
+    """Four or more features together under the "several times slower"
+    bound are no defect even when the slowdown repeats; when it does not
+    (the replay's fresh pairs are not slower), the answer is `none` with the
+    same reason, not a flaky slowdown of a healthy script."""
+    options = BisectOptions(timing_replays=3)  # fresh pairs enough to overturn the first five
+    res = bisect(make_project(tmp_path, MANY), options, runner=FakeRunner(slow_at_first(MANY, 1.5, 5)))
+    doc = res.to_dict()
+    assert (res.status.value, res.culprits) == ("none", ()), (res.status.value, res.error)
+    assert doc["combined_cost"]["features"] == MANY and "did not repeat" in doc["reason"]
+    assert "--symptom slowdown" in doc["reason"]
+    asked = bisect(
+        make_project(tmp_path / "asked", MANY),
+        BisectOptions(symptom=Verdict.SLOWDOWN, timing_replays=3),
+        runner=FakeRunner(slow_at_first(MANY, 1.5, 5)),
+    )
+    assert asked.status.value == "flaky"  # asked for: hunted at the plain threshold, and it does not repeat

@@ -73,6 +73,10 @@ class Replay:
         if not judged.flaky and target != Verdict.SLOWDOWN and (why := self._unneeded(target, culprits, config, runs)):
             judged = replace(judged, flaky=True, reason=why)
         extra = {"ablation": {f: v.value for f, v in table.items()} if table else None}
+        cost = self._features_cost(target, culprits, config, repeated=not judged.flaky)
+        if cost is not None:
+            key, doc = cost
+            return self._finish(Status.NONE, None, extra={**extra, key: doc}, reason=doc["reason"])
         if judged.flaky:
             return self._finish(
                 Status.FLAKY,
@@ -84,23 +88,26 @@ class Replay:
                 "Raise [trial] repeats (or --repeats) to hunt it with more runs "
                 "per configuration.",
             )
-        cost = self._features_cost(target, culprits, config)
-        if cost is not None:
-            key, doc = cost
-            return self._finish(Status.NONE, None, extra={**extra, key: doc}, reason=doc["reason"])
         return self._finish(
             Status.FOUND, target, culprits=culprits, config=config, rate=judged.reproduction_rate, extra=extra
         )
 
-    def _features_cost(self, target: Verdict, culprits: Config, config: Config) -> tuple[str, dict] | None:
+    def _features_cost(
+        self, target: Verdict, culprits: Config, config: Config, *, repeated: bool = True
+    ) -> tuple[str, dict] | None:
         """A slowdown found without --symptom, under OWN_COST_SLOWDOWN, whose
         culprits are all custom layers (their own compute against their
         stand-ins: result.json's `own_cost`) or COMBINED_FEATURES or more
         features together, or fewer whose costs alone add up to PARTS_SHARE
         of it (their combined overhead: `combined_cost`): that
-        key and what result.json says under it, the reason the answer is `none`."""
+        key and what result.json says under it, the reason the answer is `none`.
+        Not `repeated` (the replay did not show it again: flaky): the same for
+        the configuration the search ended on, its parts never timed anew
+        (a cost that does not even repeat is no defect either, journey J29)."""
         from tfrepro import catalog
 
+        if not repeated:
+            culprits = config
         if target != Verdict.SLOWDOWN or self.opts.symptom is not None or not culprits:
             return None
         own = all((e := catalog.get(c)) is not None and e.kind == "custom_layer" for c in culprits)
@@ -110,6 +117,8 @@ class Replay:
             return None
         alone = None
         if not own and len(culprits) < COMBINED_FEATURES:
+            if not repeated:
+                return None
             alone = self._costs_add_up(culprits, ratio)
             if alone is None:
                 return None
@@ -133,6 +142,8 @@ class Replay:
                 f"{COMBINED_FEATURES} or more features together counts from x{OWN_COST_SLOWDOWN:g}; "
             )
         reason += "rerun with --symptom slowdown to hunt it anyway)"
+        if not repeated:
+            reason = f"{reason}; and it did not repeat: the replay's fresh pairs were not slower"
         doc = {"features": sorted(culprits), "ratio": round(ratio, 3), "reason": reason}
         if alone is not None:
             doc["alone"] = {c: round(r, 3) for c, r in sorted(alone.items())}
