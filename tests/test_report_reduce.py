@@ -63,6 +63,28 @@ def test_the_reduced_repro_reads_the_kept_records_in_the_original_format(tmp_pat
     assert scope["t"].tolist() == [5.0, 6.0]
 
 
+def test_the_reduced_repro_leaves_no_temp_file_behind(tmp_path):
+    """The kept records are written to a temp file in their original format
+    for the script to read; a maintainer running repro.py again and again
+    must not collect them in /tmp."""
+    import subprocess
+    import sys
+
+    np.save(tmp_path / "x.npy", np.arange(12).reshape(6, 2))
+    groups = [(0, rd.read_records(tmp_path, Read("numpy.load", "x.npy", "train.py:3")))]
+    bundle, scratch = tmp_path / "bundle", tmp_path / "tmp"
+    bundle.mkdir()
+    scratch.mkdir()
+    (bundle / "repro.py").write_text(
+        rd.rewrite_reads("import numpy as np\nx = np.load('x.npy')\nprint(x.sum())\n", groups)
+    )
+    (bundle / "data.npz").write_bytes(rd.npz_bytes(groups, [1, 4]))
+    env = {**__import__("os").environ, "TMPDIR": str(scratch)}
+    got = subprocess.run([sys.executable, "repro.py"], cwd=bundle, env=env, capture_output=True, text=True)
+    assert got.returncode == 0 and got.stdout.strip() == "22", got.stderr
+    assert list(scratch.iterdir()) == []
+
+
 def test_tfrecord_frames_carry_the_masked_crc32c():
     scope: dict = {"__name__": "x"}
     exec(compile(rd.HEADER.replace("kinds_literal", "{}"), "h.py", "exec"), scope)

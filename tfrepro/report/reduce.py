@@ -115,6 +115,7 @@ def npz_bytes(groups: list[tuple[int, Records]], keep: list[int]) -> bytes:
 
 HEADER = '''
 # --- tfrepro: the few real records that still show the symptom (data.npz) ---
+import atexit as _tfrepro_atexit
 import os as _tfrepro_os
 import struct as _tfrepro_struct
 import tempfile as _tfrepro_tempfile
@@ -134,13 +135,22 @@ def _tfrepro_crc(data):
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+def _tfrepro_gone(path):
+    try:
+        _tfrepro_os.remove(path)
+    except OSError:
+        pass
+
+
 def _tfrepro_file(i):
-    """A temp file of the original format holding the records kept in data.npz."""
+    """A temp file of the original format holding the records kept in data.npz
+    (removed when the script exits)."""
     kind, suffix = _TFREPRO_FILES[i]
     here = _tfrepro_os.path.dirname(_tfrepro_os.path.abspath(__file__))
     saved = _tfrepro_np.load(_tfrepro_os.path.join(here, "data.npz"))
     fd, path = _tfrepro_tempfile.mkstemp(suffix=suffix)
     _tfrepro_os.close(fd)
+    _tfrepro_atexit.register(_tfrepro_gone, path)
     if kind == "npy":
         _tfrepro_np.save(path, saved[f"f{i}_rows"])
         return path
