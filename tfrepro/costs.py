@@ -1,7 +1,7 @@
 """Known costs: documented costs of features on the hardware they run on.
 
-A slowdown whose culprits are all such features (mixed_float16 on a CPU
-without float16 hardware, a distribution strategy over one replica, XLA's
+A slowdown whose culprits are all such features (mixed_float16 on a CPU,
+a distribution strategy over one replica, XLA's
 compile time on a CPU, eager execution) is what the documentation says to
 expect, not a bug: the bisect result carries `known_cost` (Contract 4:
 reason, source, fix), the CLI prints it, and `report` writes an explanation
@@ -38,14 +38,23 @@ def _no_accelerator(hw: Hardware) -> bool:
 
 
 def _fp16_on_plain_cpu(description: str, hw: Hardware) -> bool:
+    """mixed_float16 with no accelerator, the CPU known (its flags read). A
+    CPU's own float16 instructions do not make TensorFlow's CPU kernels fast:
+    on an Intel Xeon with AVX512-FP16, TensorFlow 2.21 ran the journey's MLP
+    80-123x slower under mixed_float16 (docs/benchmarks.md, 2026-12-03)."""
     if "bfloat16" in description:
         return False
-    return _no_accelerator(hw) and hw.get("cpu_fp16") is False
+    return _no_accelerator(hw) and hw.get("cpu_fp16") is not None
 
 
 def _precision_fix(hw: Hardware) -> str:
     if hw.get("cpu_bf16"):
         return "use mixed_bfloat16 on this CPU (it has bfloat16 instructions), or keep float32"
+    if hw.get("cpu_fp16"):
+        return (
+            "keep float32 on this CPU (its float16 instructions do not make TensorFlow's CPU kernels "
+            "faster); use mixed_float16 on a GPU"
+        )
     return "keep float32 on this CPU (it has neither float16 nor bfloat16 instructions); use mixed_float16 on a GPU"
 
 
@@ -53,7 +62,8 @@ COSTS: tuple[KnownCost, ...] = (
     KnownCost(
         "precision",
         _fp16_on_plain_cpu,
-        "mixed_float16 on a CPU without float16 hardware: the casts cost and nothing computes faster",
+        "mixed_float16 on a CPU: TensorFlow computes float16 slowly there (emulated, even on a CPU with "
+        "float16 instructions), the casts cost and nothing computes faster",
         "https://github.com/tensorflow/tensorflow/issues/45441 (expected: float16 is emulated on CPUs); "
         "https://www.tensorflow.org/guide/mixed_precision",
         _precision_fix,
