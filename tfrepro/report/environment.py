@@ -53,9 +53,8 @@ def in_trial(*, python: str | None = None, timeout_s: float = 180.0) -> EnvFacts
     trial (`inside/setup_plugin.py`'s `environment`). Never raises for a
     failing trial: the facts then carry `probe_error`."""
     from tfrepro.inside import SETUP_PLUGIN
-    from tfrepro.project import Project
+    from tfrepro.report.rerun import run_as_written
     from tfrepro.settings import TrialSettings
-    from tfrepro.trials.runner import run_trial
     from tfrepro.trials.trial import TrialOptions
 
     with tempfile.TemporaryDirectory(prefix="tfrepro-env-") as tmp:
@@ -63,7 +62,6 @@ def in_trial(*, python: str | None = None, timeout_s: float = 180.0) -> EnvFacts
         root.mkdir()
         (root / "repro.py").write_text(ENV_SCRIPT, encoding="utf-8")
         how = TrialOptions(
-            use_cache=False,
             label="environment",
             state_dir=Path(tmp) / "state",
             plugins=(SETUP_PLUGIN,),
@@ -72,7 +70,7 @@ def in_trial(*, python: str | None = None, timeout_s: float = 180.0) -> EnvFacts
             cold=True,
         )
         settings = TrialSettings(timeout_s=timeout_s, deterministic=False)
-        got = run_trial(Project.load(root, detect=False), (), settings, how)
+        got = run_as_written(root, settings, how)
     facts = got.extra.get("environment")
     if isinstance(facts, dict):
         return facts

@@ -21,7 +21,7 @@ from typing import Any, TypedDict
 
 from tfrepro.inside import LOCALIZE_PLUGIN
 from tfrepro.report.records import RuntimeSettings
-from tfrepro.report.rerun import write_files
+from tfrepro.report.rerun import run_as_written, write_files
 from tfrepro.settings import TrialSettings
 
 _DETECTED = re.compile(r'Detected Infinity or NaN in output (\d+) of (graph op|eagerly-executing op) "([^"]+)"')
@@ -271,14 +271,11 @@ def _facts(
 ) -> tuple[ProbeFacts, Path] | str:
     """The plugin's facts of the check_numerics trial and the path its script
     ran at (the trial's copy: its traceback's frames), or why there are none."""
-    from tfrepro.project import Project
-    from tfrepro.trials.runner import run_trial
     from tfrepro.trials.trial import TrialOptions
 
     root = write_files(tmp / "repro", files)
     flags = re.sub(r"--tf_xla_auto_jit=\S+", "", os.environ.get("TF_XLA_FLAGS", "")).strip()
     how = TrialOptions(
-        use_cache=False,
         label="localize",
         state_dir=tmp / "state",
         # Auto-clustering would put ops under XLA too.
@@ -287,9 +284,7 @@ def _facts(
         python=python,
         cold=True,
     )
-    # As written: an exported repro has no markers, and zero-edit detection
-    # would switch OFF the very culprit it exports.
-    got = run_trial(Project.load(root, detect=False), (), settings, how)
+    got = run_as_written(root, settings, how)
     if got.timed_out:
         return f"the check_numerics run timed out after {settings.timeout_s:.0f} s"
     facts = got.extra.get("localize")

@@ -30,6 +30,7 @@ from tfrepro.trials.values import TrialResult, Verdict
 
 if TYPE_CHECKING:
     from tfrepro.trials.classify import TimingOutcome
+    from tfrepro.trials.trial import TrialOptions
 
 # (project_dir, settings) -> TrialResult. The default runs a real trial.
 Runner = Callable[[Path, TrialSettings], TrialResult]
@@ -61,21 +62,25 @@ def default_runner(
 ) -> Runner:
     """Trials of an exported repro, as written; under `python` (another
     environment's interpreter, e.g. tf-nightly's) when given."""
-    from tfrepro.project import Project
-    from tfrepro.trials import runner
     from tfrepro.trials.trial import TrialOptions
 
     def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
-        # As written: an exported repro has no markers, and zero-edit
-        # detection would find (and switch OFF) the very culprit it exports.
-        project = Project.load(project_dir, detect=False)
-        opts = dict(
-            use_cache=False, state_dir=state_dir, env=env, label="report-rerun", python=python, versions=versions
-        )
+        opts = dict(state_dir=state_dir, env=env, label="report-rerun", python=python, versions=versions)
         how = TrialOptions(plugins=(SETUP_PLUGIN,), plugin_options={"environment": True}, **opts)
-        return runner.run_trial(project, frozenset(), settings, how)
+        return run_as_written(project_dir, settings, how)
 
     return run
+
+
+def run_as_written(project_dir: Path, settings: TrialSettings, how: TrialOptions) -> TrialResult:
+    """One trial of the script dir `project_dir` as written, never cached
+    (the report's re-runs, the localize and environment trials). As written:
+    an exported repro has no markers, and zero-edit detection would find (and
+    switch OFF) the very culprit it exports."""
+    from tfrepro.project import Project
+    from tfrepro.trials.runner import run_trial
+
+    return run_trial(Project.load(project_dir, detect=False), (), settings, replace(how, use_cache=False))
 
 
 def write_files(dest: Path, files: dict[str, str]) -> Path:
