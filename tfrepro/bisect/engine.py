@@ -232,7 +232,7 @@ class _Bisection(Ends, Replay):
     def _many(self, wanted: list[Wanted]) -> None:
         """Run independent non-timing trials on the executor, as a batch.
         On Ctrl-C it starts nothing new; the running trials finish and are cached."""
-        first: dict[tuple[Config, int], tuple[Config, int, str]] = {}
+        first: dict[tuple[Config, int], Wanted] = {}
         for c, r, role in wanted:
             if (c, r) not in self.memo:
                 first.setdefault((c, r), (c, r, role))

@@ -106,8 +106,6 @@ class Replay:
         (a cost that does not even repeat is no defect either, journey J29)."""
         from tfrepro import catalog
 
-        if not repeated:
-            culprits = config
         if target != Verdict.SLOWDOWN or self.opts.symptom is not None or not culprits:
             return None
         own = all((e := catalog.get(c)) is not None and e.kind == "custom_layer" for c in culprits)
