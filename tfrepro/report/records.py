@@ -100,7 +100,7 @@ class TrialSetup(TypedDict, total=False):  # inside/setup_plugin.py: a trial's `
     run_functions_eagerly: bool
 
 
-class RuntimeSettings(TypedDict, total=False):  # inside/runprobe.py: `settings`
+class RuntimeSettings(TypedDict, total=False):  # inside/localize_plugin.py: `settings`
     precision_policy: str | None
     replicas: int | None
     jit_compile_requested: list[str]

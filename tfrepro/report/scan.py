@@ -79,7 +79,7 @@ def scan_setup(source: str) -> Setup:
 
 def merge_runtime(setup: Setup, runtime: RuntimeSettings | None) -> dict[str, str]:
     """report.json's `setup`: facts recorded while the script ran
-    (`inside/runprobe.py`) override the static read where they are known."""
+    (`inside/localize_plugin.py`) override the static read where they are known."""
     out = {}
     runtime = runtime or {}
     if runtime.get("precision_policy"):
