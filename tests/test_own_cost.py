@@ -138,3 +138,56 @@ def test_a_combined_overhead_that_does_not_repeat_is_none_not_flaky(tmp_path):
         runner=FakeRunner(slow_at_first(MANY, 1.5, 5)),
     )
     assert asked.status.value == "flaky"  # asked for: hunted at the plain threshold, and it does not repeat
+
+
+def noisy_part_of_a_combined_cost(features, part, ratio, first):
+    """Every one of `features` on: slower by `ratio`, every time (their
+    combined overhead). Any other configuration holding `part`: slower only
+    in its first `first` timing trials (one noisy pair under load), never in
+    the replay's. Journey J31 (`healthy` on an Intel Xeon, seven features
+    x1.43): the search ended on `prefetch` alone from one pair, the replay's
+    nine fresh pairs were never slower, and the answer was `flaky`."""
+    from tfrepro.trials.timing import TIMING_CANDIDATE
+
+    base = slow_when("-", 1.0)
+
+    def behave(cfg, r):
+        out = base(cfg, r)
+        if set(features) <= set(cfg) or (part in cfg and r < TIMING_CANDIDATE + first):
+            out["step_times"] = out["step_times"][:3] + tuple(t * ratio for t in out["step_times"][3:])
+        return out
+
+    return behave
+
+
+def test_a_part_that_never_repeats_leaves_the_combined_overhead_of_the_whole(tmp_path):
+    """The search's set of fewer than COMBINED_FEATURES was not slower in any
+    of the replay's fresh pairs, while the whole configuration of 4+ features
+    is slower under x3 every time: their combined overhead (`none`), not a
+    flaky slowdown of the part."""
+    behave = noisy_part_of_a_combined_cost(MANY, "prefetch", 1.5, 5)
+    res = bisect(make_project(tmp_path, MANY), BisectOptions(timing_replays=3), runner=FakeRunner(behave))
+    doc = res.to_dict()
+    assert (res.status.value, res.culprits) == ("none", ()), (res.status.value, res.error)
+    assert doc["combined_cost"]["features"] == MANY
+    assert "prefetch" in doc["reason"] and "--symptom slowdown" in doc["reason"]
+
+
+def test_a_part_slower_in_every_other_run_is_still_named(tmp_path):
+    """A part slow in every other run of a 4+ feature script whose whole
+    configuration is slower every time: the part's slowdown repeats in the
+    replay, so it stays the answer, not the combined overhead of the whole."""
+    from tfrepro.trials.timing import TIMING_CANDIDATE
+
+    base = slow_when("-", 1.0)
+
+    def behave(cfg, r):
+        out = base(cfg, r)
+        if set(MANY) <= set(cfg) or ("prefetch" in cfg and r >= TIMING_CANDIDATE and r % 2 == 0):
+            out["step_times"] = out["step_times"][:3] + tuple(t * 1.6 for t in out["step_times"][3:])
+        return out
+
+    res = bisect(make_project(tmp_path, MANY), BisectOptions(timing_replays=3), runner=FakeRunner(behave))
+    doc = res.to_dict()
+    assert "prefetch" in (*res.culprits, *doc.get("suspects", [])), (res.status.value, doc.get("reason"))
+    assert "combined_cost" not in doc

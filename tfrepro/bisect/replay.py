@@ -74,6 +74,8 @@ class Replay:
             judged = replace(judged, flaky=True, reason=why)
         extra = {"ablation": {f: v.value for f, v in table.items()} if table else None}
         cost = self._features_cost(target, culprits, config, repeated=not judged.flaky)
+        if cost is None and target == Verdict.SLOWDOWN and judged.flaky and not any(culprit_obs):
+            cost = self._whole_cost(config)
         if cost is not None:
             key, doc = cost
             return self._finish(Status.NONE, None, extra={**extra, key: doc}, reason=doc["reason"])
@@ -93,7 +95,13 @@ class Replay:
         )
 
     def _features_cost(
-        self, target: Verdict, culprits: Config, config: Config, *, repeated: bool = True
+        self,
+        target: Verdict,
+        culprits: Config,
+        config: Config,
+        *,
+        repeated: bool = True,
+        overturned: Config | None = None,
     ) -> tuple[str, dict] | None:
         """A slowdown found without --symptom, under OWN_COST_SLOWDOWN, whose
         culprits are all custom layers (their own compute against their
@@ -142,10 +150,27 @@ class Replay:
         reason += "rerun with --symptom slowdown to hunt it anyway)"
         if not repeated:
             reason = f"{reason}; and it did not repeat: the replay's fresh pairs were not slower"
+        if overturned:
+            reason = (
+                f"{reason}; the smaller set the search ended on ({', '.join(sorted(overturned))}) "
+                "was not slower in any of the replay's fresh pairs"
+            )
         doc = {"features": sorted(culprits), "ratio": round(ratio, 3), "reason": reason}
         if alone is not None:
             doc["alone"] = {c: round(r, 3) for c, r in sorted(alone.items())}
         return ("own_cost" if own else "combined_cost"), doc
+
+    def _whole_cost(self, overturned: Config) -> tuple[str, dict] | None:
+        """The search ended on a smaller set that none of the replay's fresh
+        pairs found slower: what stands is the failing configuration's own
+        slowdown, which is a combined overhead (`_features_cost`) when it has
+        COMBINED_FEATURES or more features and is under the same x3. Journey
+        J31 (Intel Xeon, `healthy`: seven features x1.43; prefetch alone
+        judged slower from one pair under load, never again in nine)."""
+        full = frozenset(self.features)
+        if overturned == full or len(full) < COMBINED_FEATURES:
+            return None
+        return self._features_cost(Verdict.SLOWDOWN, full, full, overturned=overturned)
 
     def _costs_add_up(self, culprits: Config, ratio: float) -> dict[str, float] | None:
         """Each culprit's ratio alone (timed now when the search did not),
