@@ -95,13 +95,7 @@ class Replay:
         )
 
     def _features_cost(
-        self,
-        target: Verdict,
-        culprits: Config,
-        config: Config,
-        *,
-        repeated: bool = True,
-        overturned: Config | None = None,
+        self, target: Verdict, culprits: Config, config: Config, *, repeated: bool = True
     ) -> tuple[str, dict] | None:
         """A slowdown found without --symptom, under OWN_COST_SLOWDOWN, whose
         culprits are all custom layers (their own compute against their
@@ -150,11 +144,6 @@ class Replay:
         reason += "rerun with --symptom slowdown to hunt it anyway)"
         if not repeated:
             reason = f"{reason}; and it did not repeat: the replay's fresh pairs were not slower"
-        if overturned:
-            reason = (
-                f"{reason}; the smaller set the search ended on ({', '.join(sorted(overturned))}) "
-                "was not slower in any of the replay's fresh pairs"
-            )
         doc = {"features": sorted(culprits), "ratio": round(ratio, 3), "reason": reason}
         if alone is not None:
             doc["alone"] = {c: round(r, 3) for c, r in sorted(alone.items())}
@@ -170,7 +159,13 @@ class Replay:
         full = frozenset(self.features)
         if overturned == full or len(full) < COMBINED_FEATURES:
             return None
-        return self._features_cost(Verdict.SLOWDOWN, full, full, overturned=overturned)
+        cost = self._features_cost(Verdict.SLOWDOWN, full, full)
+        if cost is not None:
+            cost[1]["reason"] += (
+                f"; the smaller set the search ended on ({', '.join(sorted(overturned))}) "
+                "was not slower in any of the replay's fresh pairs"
+            )
+        return cost
 
     def _costs_add_up(self, culprits: Config, ratio: float) -> dict[str, float] | None:
         """Each culprit's ratio alone (timed now when the search did not),
