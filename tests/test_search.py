@@ -289,3 +289,29 @@ def test_halving_returns_a_failing_1_minimal_set(n, data):
     tb = planted(*sets)
     got = halving(feats, oracle_for(tb, feats))
     assert_failing_and_1_minimal(got, tb)
+
+
+def test_ddmins_last_pair_goes_one_at_a_time_through_test_final():
+    def recording(culprit):
+        finals: list = []
+
+        def final(c):
+            finals.append(c)
+            return planted({culprit})([c])[0]
+
+        return final, finals
+
+    known = {frozenset("abcd"): NAN}
+    # [a, b] passes and [c, d] fails (one batch); in the last pair {c} fails
+    # through test_final, and {d}, its sibling, is never tested
+    final, finals = recording("c")
+    o = Oracle(planted({"c"}), NAN, batch_size=2, known=known, test_final=final)
+    assert ddmin("abcd", o) == {"c"}
+    assert finals == [frozenset("c")] and frozenset("d") not in o.cache
+    # a serial oracle (batch_size 1) has no slot to spare: test_final is not used
+    serial = Oracle(planted({"c"}), NAN, known=known, test_final=final)
+    assert ddmin("abcd", serial) == {"c"} and finals == [frozenset("c")]
+    # when the first of the pair passes, its sibling goes through test_final too
+    final, finals = recording("d")
+    o = Oracle(planted({"d"}), NAN, batch_size=2, known=known, test_final=final)
+    assert ddmin("abcd", o) == {"d"} and finals == [frozenset("c"), frozenset("d")]

@@ -317,6 +317,25 @@ class _Bisection(Ends, Replay):
 
         return run
 
+    def _test_final(self, target: Verdict) -> Callable[[Config], Verdict] | None:
+        """ddmin's last pair ({x}, {y}) with a slot to spare: {x} runs beside
+        the one-run replay's trial of {x}, not beside {y}. Serial ddmin tests
+        {y} only when {x} does not fail; the replay's trial is the one the
+        answer {x} needs next (`replay._replayed`), so running it now ends the
+        hunt a round sooner when {x} is the culprit, and costs the one trial
+        {y}'s run would have when it is not. Only where the one-run replay can
+        apply (a NaN, crash or timeout, deterministic settings, no loss noise)
+        and a slot is free beside the search's `repeats` runs."""
+        if target not in _FAILURES or not self.settings.deterministic or self.noise or self.k >= self.jobs:
+            return None
+
+        def run(config: Config) -> Verdict:
+            ahead = (config, self._fresh().start, Purpose.REPLAY)
+            self._many([*self._needs(config, range(self.k), Purpose.SEARCH, target), ahead])
+            return self._verdict(config, target)
+
+        return run
+
     def _timed(
         self, config: Config, fresh: int = 1, *, search: bool = False, explains: bool = False
     ) -> classify.TimingOutcome:
@@ -393,7 +412,11 @@ class _Bisection(Ends, Replay):
         if mismatch:
             known.update({fixed: Verdict.OK, **{frozenset({f}): Verdict.OK for f in fixed}})
         oracle = Oracle(
-            self.test_batch(target), target, batch_size=1 if target == Verdict.SLOWDOWN else self.jobs, known=known
+            self.test_batch(target),
+            target,
+            batch_size=1 if target == Verdict.SLOWDOWN else self.jobs,
+            known=known,
+            test_final=self._test_final(target),
         )
         items = [f for f in self.features if f not in fixed]
         table: dict[str, Verdict] | None = None

@@ -57,7 +57,7 @@ def _same_outcome(a: TrialResult, b: TrialResult) -> bool:
 class Replay:
     def _replay(self, target: Verdict, culprits: Config, config: Config, table: dict[str, Verdict] | None) -> RunResult:
         self.events.phase("replaying the answer")
-        fresh = range(max(self.k, 2), max(self.k, 2) + self.opts.replays)
+        fresh = self._fresh()
         if target == Verdict.SLOWDOWN:
             # Each decision re-judges all the evidence so far: the replay's
             # observations are the decisions made from here on (the search's
@@ -93,6 +93,10 @@ class Replay:
         return self._finish(
             Status.FOUND, target, culprits=culprits, config=config, rate=judged.reproduction_rate, extra=extra
         )
+
+    def _fresh(self) -> range:
+        """The replay's fresh repeat indices (apart from the search's and the baselines')."""
+        return range(max(self.k, 2), max(self.k, 2) + self.opts.replays)
 
     def _features_cost(
         self, target: Verdict, culprits: Config, config: Config, *, repeated: bool = True
@@ -204,10 +208,11 @@ class Replay:
         quick = hits is not None and target != Verdict.MEMORY and self.settings.deterministic and self.noise == 0
         if quick and seen:
             first = fresh.start
+            ahead = (config, first) in self.memo  # run beside the search's last pair (engine._test_final)
             self._many(self._needs(config, [first], Purpose.REPLAY, target))
             again = self.memo[(config, first)]
             if all(_same_outcome(again, t) for t in seen) and target in self._shows(config, again):
-                return [*hits, True], clean, range(first, first + 1)
+                return (hits if ahead else [*hits, True]), clean, range(first, first + 1)
         self._many(
             self._needs(config, fresh, Purpose.REPLAY, target)
             + [(frozenset(), r, Purpose.REPLAY_BASELINE) for r in fresh]

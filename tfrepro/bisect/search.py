@@ -44,7 +44,11 @@ class Oracle:
     `batch_size` is how many configurations the executor can usefully run at
     once; `first_failing` asks for that many at a time so that a serial
     executor (batch_size 1) stops at the first failure instead of paying for
-    the whole batch.
+    the whole batch. `test_final`, when given, tests one configuration whose
+    failure ends the search (`first_failing(..., final=True)`: ddmin's last
+    pair), one at a time: the executor's spare slots run the trial that
+    answer needs next (its replay) rather than a sibling the search may not
+    need.
     """
 
     def __init__(
@@ -54,6 +58,7 @@ class Oracle:
         *,
         batch_size: int = 1,
         known: dict[Config, Verdict] | None = None,
+        test_final: Callable[[Config], Verdict] | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -62,6 +67,7 @@ class Oracle:
         self.batch_size = batch_size
         self.cache: dict[Config, Verdict] = dict(known or {})
         self.tested: list[tuple[Config, Verdict]] = []  # in test order, cache misses only
+        self.test_final = test_final
 
     @property
     def calls(self) -> int:
@@ -87,9 +93,18 @@ class Oracle:
     def fails(self, config: Iterable[str]) -> bool:
         return self.verdicts([frozenset(config)])[0] == self.target
 
-    def first_failing(self, configs: Sequence[Config]) -> int | None:
+    def first_failing(self, configs: Sequence[Config], *, final: bool = False) -> int | None:
         """Index of the first failing configuration in order, testing at most
-        `batch_size` unknown ones at a time; None when none fails."""
+        `batch_size` unknown ones at a time (`final` with `test_final`: one
+        at a time, through it); None when none fails."""
+        if final and self.test_final is not None and self.batch_size > 1:
+            for i, c in enumerate(map(frozenset, configs)):
+                if c not in self.cache:
+                    self.cache[c] = self.test_final(c)
+                    self.tested.append((c, self.cache[c]))
+                if self.cache[c] == self.target:
+                    return i
+            return None
         i = 0
         while i < len(configs):
             # Grow the window until it holds batch_size unknown configs, so

@@ -1,8 +1,10 @@
 """Delta debugging (Zeller's ddmin), pure: shared by the feature search
 (`bisect/search.py`, which re-exports it) and the report's data reduction
 (`report/reduce.py`). It knows only sets of strings and an oracle with
-`fails(config)` and `first_failing(configs)`; `SetOracle` is the plain
-cached one over a predicate.
+`fails(config)` and `first_failing(configs, final=...)` (`final`: the first
+of them to fail is the search's answer, so an executor with spare slots may
+run what the answer needs next beside it); `SetOracle` is the plain cached
+one over a predicate.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ Config = frozenset[str]
 class Oracle(Protocol):
     def fails(self, config: Iterable[str]) -> bool: ...
 
-    def first_failing(self, configs: Sequence[Config]) -> int | None: ...
+    def first_failing(self, configs: Sequence[Config], *, final: bool = False) -> int | None: ...
 
 
 class SetOracle:
@@ -36,7 +38,7 @@ class SetOracle:
             self.cache[c] = bool(self.predicate(c))
         return self.cache[c]
 
-    def first_failing(self, configs: Sequence[Config]) -> int | None:
+    def first_failing(self, configs: Sequence[Config], *, final: bool = False) -> int | None:
         return next((i for i, c in enumerate(configs) if self.fails(c)), None)
 
 
@@ -73,7 +75,8 @@ def ddmin(items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()) 
         # For n == 2 the complements are the chunks themselves.
         complements = [] if len(chunks) == 2 else [[x for x in current if x not in set(c)] for c in chunks]
         candidates = chunks + complements
-        hit = oracle.first_failing([cfg(c) for c in candidates])
+        # With two items left, the first single one that fails is the answer (`final`).
+        hit = oracle.first_failing([cfg(c) for c in candidates], final=len(current) == 2)
         if hit is not None and hit < len(chunks):
             current, n = candidates[hit], 2
         elif hit is not None:
