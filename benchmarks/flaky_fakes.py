@@ -15,7 +15,7 @@ show a P = 1/2 NaN: 1 in 8). What is counted, per case:
   `varying_step` (at one of 5 steps), `everywhere` (every run, the baseline
   included, P = 1/2).
 
-    python benchmarks/flaky_fakes.py --seeds 1000 [--json-out F]
+    python benchmarks/flaky_fakes.py --seeds 1000 [--jobs 2] [--json-out F]
 
 Six features (tests/test_engine.FEATS), `repeats = 1`, the default strategy.
 """
@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import test_engine as fakes  # noqa: E402
 from rates import rate_text  # noqa: E402
 
-from tfrepro.bisect.engine import bisect  # noqa: E402
+from tfrepro.bisect.engine import BisectOptions, bisect  # noqa: E402
 
 CULPRIT = "prefetch"
 
@@ -61,12 +61,15 @@ def behaviour(case: str, seed: int):
     return behave
 
 
-def run(case: str, seeds: int, root: Path) -> Counter:
+def run(case: str, seeds: int, root: Path, jobs: int = 1) -> Counter:
     out: Counter = Counter()
     for seed in range(seeds):
         doc = bisect(
-            fakes.make_project(root / f"{case}-{seed}", fakes.FEATS), runner=fakes.FakeRunner(behaviour(case, seed))
+            fakes.make_project(root / f"{case}-{seed}", fakes.FEATS),
+            BisectOptions(jobs=jobs),
+            runner=fakes.FakeRunner(behaviour(case, seed)),
         )
+        out["trials"] += doc.to_dict()["trials"]
         out[doc.status.value] += 1
         if doc.status.value == "found" and set(doc.culprits) - {CULPRIT}:
             out["found_with_bystander"] += 1
@@ -77,21 +80,22 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=int, default=1000)
     ap.add_argument("--json-out", type=Path)
+    ap.add_argument("--jobs", type=int, default=1, help="trials run at once (BisectOptions.jobs; default 1)")
     args = ap.parse_args()
     results = {}
     with tempfile.TemporaryDirectory(prefix="tfrepro-flaky-fakes-") as tmp:
         for case in ("fixed_step", "varying_step", "everywhere"):
             t0 = time.monotonic()
-            got = run(case, args.seeds, Path(tmp))
+            got = run(case, args.seeds, Path(tmp), args.jobs)
             results[case] = dict(got)
             n = args.seeds
             print(
                 f"{case:<13} found {rate_text(got['found'], n)}; with a bystander "
                 f"{rate_text(got['found_with_bystander'], n)}; flaky {got['flaky']}, none {got['none']}, "
-                f"baseline-fails {got['baseline-fails']} ({time.monotonic() - t0:.0f} s)"
+                f"baseline-fails {got['baseline-fails']}; {got['trials']} trials ({time.monotonic() - t0:.0f} s)"
             )
     if args.json_out:
-        args.json_out.write_text(json.dumps({"seeds": args.seeds, "results": results}, indent=1))
+        args.json_out.write_text(json.dumps({"seeds": args.seeds, "jobs": args.jobs, "results": results}, indent=1))
     return 0
 
 
