@@ -171,6 +171,8 @@ def test_a_part_that_never_repeats_leaves_the_combined_overhead_of_the_whole(tmp
     assert (res.status.value, res.culprits) == ("none", ()), (res.status.value, res.error)
     assert doc["combined_cost"]["features"] == MANY
     assert "prefetch" in doc["reason"] and "--symptom slowdown" in doc["reason"]
+    # what was seen, not what was not: no smaller set was timed on this path
+    assert "no smaller set" not in doc["reason"] and "not slower in any of the replay's" in doc["reason"]
 
 
 def test_a_part_slower_in_every_other_run_is_still_named(tmp_path):

@@ -165,9 +165,13 @@ class Replay:
             return None
         cost = self._features_cost(Verdict.SLOWDOWN, full, full)
         if cost is not None:
-            cost[1]["reason"] += (
-                f"; the smaller set the search ended on ({', '.join(sorted(overturned))}) "
-                "was not slower in any of the replay's fresh pairs"
+            doc = cost[1]
+            doc["reason"] = (
+                f"the {len(full)} features together ({', '.join(sorted(full))}) are slower, x{doc['ratio']:.2f}, "
+                f"and the smaller set the search ended on ({', '.join(sorted(overturned))}) was not slower in any "
+                "of the replay's fresh pairs: their combined overhead, not a defect of any one (a slowdown of "
+                f"{COMBINED_FEATURES} or more features together counts from x{OWN_COST_SLOWDOWN:g}; "
+                "rerun with --symptom slowdown to hunt it anyway)"
             )
         return cost
 
