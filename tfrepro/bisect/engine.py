@@ -326,7 +326,7 @@ class _Bisection(Ends, Replay):
         {y}'s run would have when it is not. Only where the one-run replay can
         apply (a NaN, crash or timeout, deterministic settings, no loss noise)
         and a slot is free beside the search's `repeats` runs."""
-        if target not in _FAILURES or not self.settings.deterministic or self.noise or self.k >= self.jobs:
+        if target not in _FAILURES or not self._one_run_replay_applies(target) or self.k >= self.jobs:
             return None
 
         def run(config: Config) -> Verdict:

@@ -94,6 +94,10 @@ class Replay:
             Status.FOUND, target, culprits=culprits, config=config, rate=judged.reproduction_rate, extra=extra
         )
 
+    def _one_run_replay_applies(self, target: Verdict) -> bool:
+        """Whether determinism can stand for the full replay (`_replayed`)."""
+        return target != Verdict.MEMORY and self.settings.deterministic and self.noise == 0
+
     def _fresh(self) -> range:
         """The replay's fresh repeat indices (apart from the search's and the baselines')."""
         return range(max(self.k, 2), max(self.k, 2) + self.opts.replays)
@@ -209,7 +213,7 @@ class Replay:
         configuration and of the baseline, as the flaky rule needs."""
         hits, clean = self._consistent_evidence(target, culprits, config)
         seen = [self.memo[(config, r)] for r in range(self.k) if (config, r) in self.memo]
-        quick = hits is not None and target != Verdict.MEMORY and self.settings.deterministic and self.noise == 0
+        quick = hits is not None and self._one_run_replay_applies(target)
         if quick and seen:
             first = fresh.start
             ahead = (config, first) in self.memo  # run beside the search's last pair (engine._test_final)
