@@ -210,13 +210,15 @@ class SourceFile:
             lines.pop()
         return lines
 
+    def _states(self, enabled: Iterable[str] | None) -> dict[str, bool]:
+        """Each block ON iff its name is in `enabled`; `None`: {} (as written)."""
+        on = set(enabled or ())
+        return {} if enabled is None else {b.name: b.name in on for b in self.blocks}
+
     def render(self, enabled: Iterable[str] | None) -> str:
         """The file with every block ON iff its name is in `enabled`, markers
         kept (line numbers unchanged). `None` keeps the states as written."""
-        if enabled is None:
-            return self.text
-        on = set(enabled)
-        return self._emit({b.name: b.name in on for b in self.blocks}, export=False)
+        return self.text if enabled is None else self._emit(self._states(enabled), export=False)
 
     def set_states(self, states: Mapping[str, bool]) -> str:
         """The file with the named features switched; others as written."""
@@ -225,12 +227,7 @@ class SourceFile:
     def export(self, enabled: Iterable[str] | None) -> str:
         """A standalone variant: markers and inactive parts removed, `pass`
         where a suite would be left empty. `None`: states as written."""
-        if enabled is None:
-            want = {b.name: b.state for b in self.blocks}
-        else:
-            on = set(enabled)
-            want = {b.name: b.name in on for b in self.blocks}
-        return self._emit(want, export=True)
+        return self._emit(self._states(enabled), export=True)
 
 
 def _part_is_commented(lines: list[str], indent: str) -> bool:
@@ -397,7 +394,7 @@ def _close(path: str, lines: list[str], o: dict, end_line: int) -> Block:
     indent = o["indent"]
     start = o["line"]  # index of the first line after the marker
     else_line = o["else"]
-    on_stop = (else_line - 1) if else_line else (end_line - 1)
+    on_stop = (else_line or end_line) - 1
     on_commented = _check_part(path, lines, start, on_stop, indent, "ON", o["line"])
     off_part = None
     if else_line is not None:
@@ -423,8 +420,3 @@ def _close(path: str, lines: list[str], o: dict, end_line: int) -> Block:
         off_part=off_part,
         state=not on_commented,
     )
-
-
-def has_markers(text: str) -> bool:
-    """Cheap pre-check: does the text mention a tfrepro marker at all?"""
-    return "tfrepro:" in text

@@ -70,8 +70,6 @@ def marked_sources(root: Path, files: Iterable[str]) -> dict[str, fb.SourceFile]
         if b"tfrepro:" not in data:  # no marker: never decoded, whatever its encoding
             continue
         src, encoding = fb.decode_source(data, str(full))
-        if not fb.has_markers(src):
-            continue
         parsed = fb.parse(src, str(full), encoding)
         if parsed.blocks:
             sources[rel] = parsed
