@@ -81,15 +81,13 @@ class Project:
         files = [f.as_posix() for f in iter_project_files(root, skipped)]
         sources = marked_sources(root, files)
 
-        if manifest.trial.command is None:
-            entry = root / manifest.trial.entry
-            if not entry.is_file():
-                raise UserError(
-                    f"the trial entry {manifest.trial.entry!r} does not exist in {root}",
-                    path=manifest.path or root,
-                    line=line_of(text, "trial", "entry") if manifest.path else None,
-                    hint='set [trial] entry = "your_script.py" (or command = [...]) in tfrepro.toml',
-                )
+        if manifest.trial.command is None and not (root / manifest.trial.entry).is_file():
+            raise UserError(
+                f"the trial entry {manifest.trial.entry!r} does not exist in {root}",
+                path=manifest.path or root,
+                line=line_of(text, "trial", "entry") if manifest.path else None,
+                hint='set [trial] entry = "your_script.py" (or command = [...]) in tfrepro.toml',
+            )
         if script_args:  # `tfrepro bisect train.py -- ARGS`: every trial passes them on
             command = with_script_args(manifest.trial.command, manifest.trial.entry, script_args)
             manifest = replace(manifest, trial=replace(manifest.trial, command=command))
@@ -122,12 +120,6 @@ class Project:
                     hint="known features: " + (", ".join(sorted(known)) or "(none)"),
                 )
 
-    def _copy(self) -> "Project":
-        other = Project(self.root, self.manifest, self.sources, self.files)
-        other.detected, other.detection = self.detected, self.detection
-        other.excluded, other.fixed_on = dict(self.excluded), self.fixed_on
-        return other
-
     def select(self, only: Iterable[str] | None = None, skip: Iterable[str] | None = None) -> "Project":
         """A project whose candidate features are those named in `only` (all
         when None) minus `skip`. Each item is a feature name, a name prefix
@@ -138,13 +130,11 @@ class Project:
     def exclude(self, why: dict[str, str], *, on: bool = True) -> "Project":
         """A project without the features `why` names as candidates (name ->
         reason); they stay ON (`on`) or as written, in every variant."""
-        other = self._copy()
-        other.excluded.update(why)
-        states = self.states_in_files()
-        if on:
-            other.fixed_on = self.fixed_on | frozenset(why)
-        else:
-            other.fixed_on = self.fixed_on | frozenset(n for n in why if states.get(n) is not False)
+        written = self.states_in_files()
+        other = Project(self.root, self.manifest, self.sources, self.files)
+        other.detected, other.detection = self.detected, self.detection
+        other.excluded = self.excluded | why
+        other.fixed_on = self.fixed_on | frozenset(n for n in why if on or written.get(n) is not False)
         return other
 
     def locations(self, name: str) -> list[tuple[str, int]]:
@@ -190,11 +180,8 @@ class Project:
 
     def states_in_files(self) -> dict[str, bool | None]:
         """Each feature's state as written: True/False, None when its blocks disagree."""
-        out: dict[str, bool | None] = {}
-        for name, blocks in self.features.items():
-            states = {b.state for b in blocks}
-            out[name] = states.pop() if len(states) == 1 else None
-        return out
+        states = {name: {b.state for b in blocks} for name, blocks in self.features.items()}
+        return {name: s.pop() if len(s) == 1 else None for name, s in states.items()}
 
     def check_names(self, names: Iterable[str]) -> frozenset[str]:
         names = frozenset(names)
@@ -260,11 +247,8 @@ class Project:
         st = (self.root / rel).stat()
         memo_key = (rel, st.st_size, st.st_mtime_ns)
         if memo_key not in self._hash_memo:
-            h = hashlib.sha256()
             with open(self.root / rel, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-            self._hash_memo[memo_key] = h.hexdigest()
+                self._hash_memo[memo_key] = hashlib.file_digest(f, "sha256").hexdigest()
         return self._hash_memo[memo_key]
 
     # -- writing states (the one operation that edits the user's files) -----
