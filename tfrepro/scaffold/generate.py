@@ -209,7 +209,8 @@ def _run_copier(repo: TemplateRepo, out: Path, answers_in: Mapping[str, Any], de
             cleanup_on_error=True,
         )
     except (ValueError, TypeError, UserMessageError) as e:
-        raise UserError(_copier_message(e)) from None  # copier's validators say what is expected
+        # copier's validators say what is expected
+        raise UserError(str(e).strip().replace("Validation error for question ", "invalid answer to ")) from None
     except KeyboardInterrupt:
         raise TfreproError("interrupted: nothing was written") from None
     except CopierError as e:
@@ -227,11 +228,6 @@ def _write_files(out: Path, files: Mapping[str, str | bytes]) -> None:
             path.write_bytes(content)
         else:
             path.write_text(content, encoding="utf-8", newline="")
-
-
-def _copier_message(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.replace("Validation error for question ", "invalid answer to ")
 
 
 def _commit_baseline(path: Path, message: str) -> str:
