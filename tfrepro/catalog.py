@@ -289,9 +289,7 @@ def affects_loss(name: str) -> bool:
     `[features.NAME] affects_loss` in tfrepro.toml overrides it)."""
     if (e := get(name)) is None:
         return False
-    if e.name == "callback":  # a callback the catalog does not name: judge by its name
-        return bool(_LR_CALLBACK_RE.search(name) or _STOP_CALLBACK_RE.search(name))
-    return e.affects_loss
+    return (callback_entry(None, name) if e.name == "callback" else e).affects_loss  # a callback: by its name
 
 
 def callback_entry(class_name: str | None, feature: str, *, stops: bool = False) -> Entry:

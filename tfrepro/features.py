@@ -93,10 +93,6 @@ class Block:
     off_part: tuple[int, int] | None
     state: bool  # True when the block is ON as written in the file
 
-    @property
-    def where(self) -> str:
-        return f"{self.path}:{self.line}"
-
 
 def _strip_eol(line: str) -> str:
     return line.rstrip("\r\n")

@@ -52,16 +52,11 @@ def locate(path: str | Path) -> tuple[Path, str | None]:
     return root, p.resolve().relative_to(root).as_posix()
 
 
-def _nested_projects(root: Path, files: Iterable[str]) -> list[str]:
-    """The folders below `root` that hold a tfrepro.toml of their own."""
-    return sorted({rel.rsplit("/", 1)[0] for rel in files if rel.endswith("/tfrepro.toml")})
-
-
 def marked_sources(root: Path, files: Iterable[str]) -> dict[str, fb.SourceFile]:
     """relpath -> parsed file, for every .py file with at least one feature
     block (a malformed marker is a UserError naming file:line)."""
     sources: dict[str, fb.SourceFile] = {}
-    nested = _nested_projects(root, files)
+    nested = {rel.rsplit("/", 1)[0] for rel in files if rel.endswith("/tfrepro.toml")}  # projects of their own
     for rel in files:
         if not rel.endswith(".py") or any(rel.startswith(n + "/") for n in nested):
             continue  # a project of its own below this one (`tfrepro new sub`) marks its own features

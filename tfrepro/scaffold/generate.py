@@ -224,10 +224,7 @@ def _write_files(out: Path, files: Mapping[str, str | bytes]) -> None:
         if path.exists() or Path(rel).is_absolute() or ".." in Path(rel).parts:
             raise TfreproError(f"{rel}: would overwrite a template file or leave the project")
         path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8", newline="")
+        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))  # newlines as given
 
 
 def _commit_baseline(path: Path, message: str) -> str:
