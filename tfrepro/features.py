@@ -114,18 +114,12 @@ def _is_commented(line: str, indent: str) -> bool:
 def _looks_like_code(text: str) -> bool:
     """True when a commented line's content is a Python statement rather than
     prose: used to catch half-toggled parts without rejecting real comments."""
-    text = text.strip()
-    if not text:
-        return False
     try:
-        tree = ast.parse(text)
+        tree = ast.parse(text.strip())
     except SyntaxError:
         return False
-    for node in tree.body:
-        if isinstance(node, ast.Expr) and isinstance(node.value, (ast.Name, ast.Constant)):
-            continue  # a bare word ("TODO") is prose, not code
-        return True
-    return False
+    # a bare word ("TODO") is prose, not code
+    return any(not (isinstance(n, ast.Expr) and isinstance(n.value, (ast.Name, ast.Constant))) for n in tree.body)
 
 
 def comment_line(line: str, indent: str) -> str:
@@ -192,9 +186,8 @@ class SourceFile:
         lines = self.lines[part[0] : part[1]]
         if _part_is_commented(lines, b.indent) == (not live):
             return lines  # already in the wanted form: keep the bytes
-        if live:
-            return [uncomment_line(x, b.indent) for x in lines]
-        return [comment_line(x, b.indent) for x in lines]
+        switch = uncomment_line if live else comment_line
+        return [switch(x, b.indent) for x in lines]
 
     def _export_part(self, b: Block, part: tuple[int, int] | None) -> list[str]:
         lines = self._part(b, part, live=True)
@@ -249,11 +242,8 @@ def _needs_pass(lines: list[str], b: Block) -> bool:
     before = _code_lines(lines, b.line - 2, -1, -1)
     after = _code_lines(lines, b.end_line, len(lines), 1)
     width = len(b.indent)
-    if before is None or _indent_width(before) >= width:
-        return False
-    if not before.split("#", 1)[0].rstrip().endswith(":"):
-        return False
-    return after is None or _indent_width(after) < width
+    opens = before is not None and _indent_width(before) < width and before.split("#", 1)[0].rstrip().endswith(":")
+    return opens and (after is None or _indent_width(after) < width)
 
 
 def _check_part(path: str, lines: list[str], start: int, stop: int, indent: str, what: str, marker_line: int) -> bool:
