@@ -199,13 +199,16 @@ _ENTRIES: tuple[Entry, ...] = (
     ),
     # -- callbacks ----------------------------------------------------------
     Entry("callback", "callback", "{cls} callback passed to fit", "not passed to fit", family=True),
-    Entry(
-        "callback_lr_scheduler",
-        "callback",
-        "{cls} callback passed to fit (changes the learning rate)",
-        "not passed to fit",
-        affects_loss=True,
-        why=_LR,
+    *(
+        Entry(
+            name,
+            "callback",
+            "{cls} callback passed to fit (changes the learning rate)",
+            "not passed to fit",
+            affects_loss=True,
+            why=_LR,
+        )
+        for name in ("callback_lr_scheduler", "callback_reduce_lr_on_plateau")
     ),
     Entry(
         "callback_stopping",
@@ -214,14 +217,6 @@ _ENTRIES: tuple[Entry, ...] = (
         "not passed to fit",
         affects_loss=True,
         why="a callback that stops training changes how many steps run, so the loss",
-    ),
-    Entry(
-        "callback_reduce_lr_on_plateau",
-        "callback",
-        "{cls} callback passed to fit (changes the learning rate)",
-        "not passed to fit",
-        affects_loss=True,
-        why=_LR,
     ),
     Entry(
         "callbacks",

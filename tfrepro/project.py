@@ -18,18 +18,10 @@ from typing import Any
 from tfrepro import features as fb
 from tfrepro.errors import UserError
 from tfrepro.manifest import Manifest, line_of, read_manifest
-from tfrepro.projectfiles import (
-    EXCLUDED_DIRS,
-    MANIFEST,
-    STATE_DIR,
-    FileNote,
-    copy_file,
-    iter_project_files,
-    write_in_place,
-)
+from tfrepro.projectfiles import STATE_DIR, FileNote, copy_file, iter_project_files, write_in_place
 from tfrepro.projectload import detected_sources, locate, marked_sources, selection, with_script_args
 
-__all__ = ["EXCLUDED_DIRS", "MANIFEST", "STATE_DIR", "Project", "iter_project_files"]
+__all__ = ["Project", "iter_project_files"]
 
 
 class Project:
