@@ -144,14 +144,9 @@ class SourceFile:
     def __init__(self, path: str, text: str, blocks: list[Block], encoding: str = "utf-8") -> None:
         self.path = path
         self.text = text
-        self.encoding = encoding  # the file's bytes are text.encode(encoding)
+        self.encoding = encoding  # the file's bytes are text.encode(encoding) (a BOM kept: `utf-8-sig`)
         self.lines = split_lines(text)
         self.blocks = tuple(blocks)
-
-    def encode(self, text: str) -> bytes:
-        """A rendering of this file as bytes in the file's own encoding (a
-        BOM kept: `utf-8-sig`)."""
-        return text.encode(self.encoding)
 
     @property
     def feature_names(self) -> tuple[str, ...]:

@@ -214,7 +214,7 @@ class Project:
             src, out = self.root / rel, dest / rel
             out.parent.mkdir(parents=True, exist_ok=True)
             if rel in rendered:
-                out.write_bytes(self.sources[rel].encode(rendered[rel]))
+                out.write_bytes(rendered[rel].encode(self.sources[rel].encoding))
                 shutil.copymode(src, out)
                 note.rendered += 1
             else:
@@ -261,7 +261,7 @@ class Project:
         for rel, s in self.sources.items():
             text = s.set_states(states)
             if text != s.text:
-                new_bytes[rel] = s.encode(text)
+                new_bytes[rel] = text.encode(s.encoding)
         for rel, data in new_bytes.items():
             write_in_place(self.root / rel, data)
         return list(new_bytes)
