@@ -265,13 +265,8 @@ _SUFFIX_RE = re.compile(r"_\d+$")
 def get(name: str) -> Entry | None:
     """The entry of a feature name: exact (`shuffle`), without an occurrence
     suffix (`callback_csv_logger_2`), or its family (`custom_layer_my_norm`)."""
-    for n in (name, _SUFFIX_RE.sub("", name)):
-        if n in CATALOG:
-            return CATALOG[n]
-    for e in _ENTRIES:
-        if e.family and name.startswith(e.name + "_"):
-            return e
-    return None
+    exact = CATALOG.get(name) or CATALOG.get(_SUFFIX_RE.sub("", name))
+    return exact or next((e for e in _ENTRIES if e.family and name.startswith(e.name + "_")), None)
 
 
 def kind_of(name: str) -> str | None:

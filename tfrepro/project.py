@@ -12,6 +12,7 @@ import hashlib
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
@@ -151,10 +152,8 @@ class Project:
 
     @property
     def features(self) -> dict[str, list[fb.Block]]:
-        out: dict[str, list[fb.Block]] = {}
-        for b in self.blocks:
-            out.setdefault(b.name, []).append(b)
-        return dict(sorted(out.items()))
+        by_name = sorted(self.blocks, key=lambda b: b.name)  # stable: a feature's blocks in file order
+        return {name: list(blocks) for name, blocks in groupby(by_name, key=lambda b: b.name)}
 
     def description(self, name: str) -> str:
         return next((b.description for b in self.features.get(name, []) if b.description), "")
