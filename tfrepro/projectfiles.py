@@ -309,10 +309,8 @@ def imported_files(root: Path, start: Iterable[str], files: Iterable[str]) -> li
         here = Path(rel).parent
         for mod in _modules(tree):
             for base in {here, Path(".")}:
-                p = (base / mod.replace(".", "/")).as_posix().removeprefix("./")
-                for cand in (f"{p}.py", f"{p}/__init__.py"):
-                    if cand in known and cand not in seen:
-                        todo.append(cand)
+                p = (base / mod.replace(".", "/")).as_posix()
+                todo += [c for c in (f"{p}.py", f"{p}/__init__.py") if c in known and c not in seen]
     return seen
 
 
