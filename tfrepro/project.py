@@ -226,12 +226,9 @@ class Project:
         rendered = self.render(enabled)
         h = hashlib.sha256()
         for rel in self.files:
-            h.update(rel.encode() + b"\0")
-            if rel in rendered:
-                h.update(hashlib.sha256(rendered[rel].encode("utf-8")).hexdigest().encode())
-            else:
-                h.update(self._file_digest(rel).encode())
-            h.update(b"\0")
+            text = rendered.get(rel)
+            digest = self._file_digest(rel) if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+            h.update(f"{rel}\0{digest}\0".encode())
         return h.hexdigest()
 
     def _file_digest(self, rel: str) -> str:
