@@ -157,11 +157,8 @@ def iter_project_files(root: Path, skipped: list[str] | None = None) -> Iterator
 
 
 def _protected_dirs() -> set[Path]:
-    out = {Path("/")}
     home = os.environ.get("HOME")
-    if home:
-        out.add(Path(home).resolve())
-    return out
+    return {Path("/"), Path(home).resolve()} if home else {Path("/")}
 
 
 def find_root(script: Path) -> Path:
@@ -219,12 +216,8 @@ def reflink(src: Path, dest: Path) -> bool:
         except OSError as e:
             if e.errno not in _NO_REFLINK:
                 raise
-            cloned = False
-        else:
-            cloned = True
-    if not cloned:
-        dest.unlink(missing_ok=True)
-        return False
+            dest.unlink()  # still open: fine on POSIX
+            return False
     shutil.copystat(src, dest)
     return True
 
