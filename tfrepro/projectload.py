@@ -104,11 +104,8 @@ def selection(
         return got
 
     keep = set(names) if only is None else set().union(*(match(x) for x in only))
-    why = dict.fromkeys(set(names) - keep, "not in --only")
-    for x in skip or ():
-        for n in match(x):
-            why[n] = "--skip"
-    return why
+    skipped = set().union(*(match(x) for x in skip or ()))
+    return dict.fromkeys(set(names) - keep, "not in --only") | dict.fromkeys(skipped, "--skip")
 
 
 def with_script_args(command: Sequence[str] | None, entry: str, args: Sequence[str]) -> tuple[str, ...] | None:
