@@ -108,10 +108,8 @@ def selection(
     return dict.fromkeys(set(names) - keep, "not in --only") | dict.fromkeys(skipped, "--skip")
 
 
-def with_script_args(command: Sequence[str] | None, entry: str, args: Sequence[str]) -> tuple[str, ...] | None:
+def with_script_args(command: Sequence[str] | None, entry: str, args: Sequence[str]) -> tuple[str, ...]:
     """The trial command with the script's arguments after it, as `git
     bisect run` passes its command's: `[trial] command` + args, or
-    `python ENTRY` + args; unchanged without args."""
-    if not args:
-        return tuple(command) if command is not None else None
+    `python ENTRY` + args (`Project.load` calls it only with args)."""
     return (*(command if command is not None else ("python", entry)), *args)
