@@ -24,6 +24,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from tfrepro.errors import TfreproError, UserError
 
 PACKAGED_TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -70,8 +72,6 @@ def available_templates(source: str | Path | None = None) -> list[str]:
 
 def template_version(source: str | Path | None = None) -> str:
     """The templates' version (one for all: they share the feature catalog)."""
-    from packaging.version import InvalidVersion, Version
-
     path = template_source(source) / VERSION_FILE
     try:
         text = path.read_text(encoding="utf-8").strip()
@@ -121,7 +121,6 @@ def ensure_template_repo(
     """The git-versioned copy of template `name`, brought up to date with the
     package: a new commit and tag when the content changed."""
     import git
-    from packaging.version import Version
 
     version = template_version(source)
     check_template(name, source)
@@ -167,8 +166,6 @@ def ensure_template_repo(
 
 
 def _is_version(text: str) -> bool:
-    from packaging.version import InvalidVersion, Version
-
     try:
         Version(text)
     except InvalidVersion:
