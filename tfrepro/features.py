@@ -98,10 +98,6 @@ def _strip_eol(line: str) -> str:
     return line.rstrip("\r\n")
 
 
-def _eol(line: str) -> str:
-    return line[len(_strip_eol(line)) :]
-
-
 def _is_blank(line: str) -> bool:
     return not _strip_eol(line).strip()
 
@@ -123,14 +119,16 @@ def _looks_like_code(text: str) -> bool:
 
 
 def comment_line(line: str, indent: str) -> str:
-    body, eol = _strip_eol(line), _eol(line)
+    body = _strip_eol(line)
+    eol = line[len(body) :]
     if not body.strip():
         return indent + "#" + eol
     return indent + "# " + body[len(indent) :] + eol
 
 
 def uncomment_line(line: str, indent: str) -> str:
-    body, eol = _strip_eol(line), _eol(line)
+    body = _strip_eol(line)
+    eol = line[len(body) :]
     if not body.strip():
         return line
     if body == indent + "#":
