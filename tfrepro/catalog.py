@@ -199,13 +199,16 @@ _ENTRIES: tuple[Entry, ...] = (
     ),
     # -- callbacks ----------------------------------------------------------
     Entry("callback", "callback", "{cls} callback passed to fit", "not passed to fit", family=True),
-    Entry(
-        "callback_lr_scheduler",
-        "callback",
-        "{cls} callback passed to fit (changes the learning rate)",
-        "not passed to fit",
-        affects_loss=True,
-        why=_LR,
+    *(
+        Entry(
+            name,
+            "callback",
+            "{cls} callback passed to fit (changes the learning rate)",
+            "not passed to fit",
+            affects_loss=True,
+            why=_LR,
+        )
+        for name in ("callback_lr_scheduler", "callback_reduce_lr_on_plateau")
     ),
     Entry(
         "callback_stopping",
@@ -214,14 +217,6 @@ _ENTRIES: tuple[Entry, ...] = (
         "not passed to fit",
         affects_loss=True,
         why="a callback that stops training changes how many steps run, so the loss",
-    ),
-    Entry(
-        "callback_reduce_lr_on_plateau",
-        "callback",
-        "{cls} callback passed to fit (changes the learning rate)",
-        "not passed to fit",
-        affects_loss=True,
-        why=_LR,
     ),
     Entry(
         "callbacks",
@@ -270,13 +265,8 @@ _SUFFIX_RE = re.compile(r"_\d+$")
 def get(name: str) -> Entry | None:
     """The entry of a feature name: exact (`shuffle`), without an occurrence
     suffix (`callback_csv_logger_2`), or its family (`custom_layer_my_norm`)."""
-    for n in (name, _SUFFIX_RE.sub("", name)):
-        if n in CATALOG:
-            return CATALOG[n]
-    for e in _ENTRIES:
-        if e.family and name.startswith(e.name + "_"):
-            return e
-    return None
+    exact = CATALOG.get(name) or CATALOG.get(_SUFFIX_RE.sub("", name))
+    return exact or next((e for e in _ENTRIES if e.family and name.startswith(e.name + "_")), None)
 
 
 def kind_of(name: str) -> str | None:
@@ -289,9 +279,7 @@ def affects_loss(name: str) -> bool:
     `[features.NAME] affects_loss` in tfrepro.toml overrides it)."""
     if (e := get(name)) is None:
         return False
-    if e.name == "callback":  # a callback the catalog does not name: judge by its name
-        return bool(_LR_CALLBACK_RE.search(name) or _STOP_CALLBACK_RE.search(name))
-    return e.affects_loss
+    return (callback_entry(None, name) if e.name == "callback" else e).affects_loss  # a callback: by its name
 
 
 def callback_entry(class_name: str | None, feature: str, *, stops: bool = False) -> Entry:

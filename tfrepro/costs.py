@@ -116,16 +116,15 @@ def known_cost(
     None otherwise."""
     if symptom != "slowdown" or not culprits:
         return None
-    found = []
-    for name in culprits:
-        kind = catalog.kind_of(name)
-        cost = next((c for c in COSTS if c.kind == kind and c.applies(describe(name) or "", hardware)), None)
-        if cost is None:
-            return None
-        found.append((name, cost))
+    found = [
+        next((c for c in COSTS if c.kind == catalog.kind_of(n) and c.applies(describe(n) or "", hardware)), None)
+        for n in culprits
+    ]
+    if None in found:
+        return None
     return CostFound(
-        "; ".join(c.reason for _n, c in found),
-        "; ".join(c.source for _n, c in found),
-        "; ".join(c.fix(hardware) for _n, c in found),
-        tuple(n for n, _c in found),
+        "; ".join(c.reason for c in found),
+        "; ".join(c.source for c in found),
+        "; ".join(c.fix(hardware) for c in found),
+        tuple(culprits),
     )

@@ -4,6 +4,7 @@ TF_DISTS, the names TensorFlow is installed under, lives in
 
 from __future__ import annotations
 
+from contextlib import suppress
 from functools import cache
 from importlib import metadata
 
@@ -14,10 +15,8 @@ from tfrepro.inside.envprobe import TF_DISTS
 def dist_version(*names: str) -> str | None:
     """The version of the first of `names` that is installed, else None."""
     for name in names:
-        try:
+        with suppress(metadata.PackageNotFoundError):
             return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
     return None
 
 

@@ -93,17 +93,9 @@ class Block:
     off_part: tuple[int, int] | None
     state: bool  # True when the block is ON as written in the file
 
-    @property
-    def where(self) -> str:
-        return f"{self.path}:{self.line}"
-
 
 def _strip_eol(line: str) -> str:
     return line.rstrip("\r\n")
-
-
-def _eol(line: str) -> str:
-    return line[len(_strip_eol(line)) :]
 
 
 def _is_blank(line: str) -> bool:
@@ -118,29 +110,25 @@ def _is_commented(line: str, indent: str) -> bool:
 def _looks_like_code(text: str) -> bool:
     """True when a commented line's content is a Python statement rather than
     prose: used to catch half-toggled parts without rejecting real comments."""
-    text = text.strip()
-    if not text:
-        return False
     try:
-        tree = ast.parse(text)
+        tree = ast.parse(text.strip())
     except SyntaxError:
         return False
-    for node in tree.body:
-        if isinstance(node, ast.Expr) and isinstance(node.value, (ast.Name, ast.Constant)):
-            continue  # a bare word ("TODO") is prose, not code
-        return True
-    return False
+    # a bare word ("TODO") is prose, not code
+    return any(not (isinstance(n, ast.Expr) and isinstance(n.value, (ast.Name, ast.Constant))) for n in tree.body)
 
 
 def comment_line(line: str, indent: str) -> str:
-    body, eol = _strip_eol(line), _eol(line)
+    body = _strip_eol(line)
+    eol = line[len(body) :]
     if not body.strip():
         return indent + "#" + eol
     return indent + "# " + body[len(indent) :] + eol
 
 
 def uncomment_line(line: str, indent: str) -> str:
-    body, eol = _strip_eol(line), _eol(line)
+    body = _strip_eol(line)
+    eol = line[len(body) :]
     if not body.strip():
         return line
     if body == indent + "#":
@@ -154,14 +142,9 @@ class SourceFile:
     def __init__(self, path: str, text: str, blocks: list[Block], encoding: str = "utf-8") -> None:
         self.path = path
         self.text = text
-        self.encoding = encoding  # the file's bytes are text.encode(encoding)
+        self.encoding = encoding  # the file's bytes are text.encode(encoding) (a BOM kept: `utf-8-sig`)
         self.lines = split_lines(text)
         self.blocks = tuple(blocks)
-
-    def encode(self, text: str) -> bytes:
-        """A rendering of this file as bytes in the file's own encoding (a
-        BOM kept: `utf-8-sig`)."""
-        return text.encode(self.encoding)
 
     @property
     def feature_names(self) -> tuple[str, ...]:
@@ -196,9 +179,8 @@ class SourceFile:
         lines = self.lines[part[0] : part[1]]
         if _part_is_commented(lines, b.indent) == (not live):
             return lines  # already in the wanted form: keep the bytes
-        if live:
-            return [uncomment_line(x, b.indent) for x in lines]
-        return [comment_line(x, b.indent) for x in lines]
+        switch = uncomment_line if live else comment_line
+        return [switch(x, b.indent) for x in lines]
 
     def _export_part(self, b: Block, part: tuple[int, int] | None) -> list[str]:
         lines = self._part(b, part, live=True)
@@ -210,13 +192,15 @@ class SourceFile:
             lines.pop()
         return lines
 
+    def _states(self, enabled: Iterable[str] | None) -> dict[str, bool]:
+        """Each block ON iff its name is in `enabled`; `None`: {} (as written)."""
+        on = set(enabled or ())
+        return {} if enabled is None else {b.name: b.name in on for b in self.blocks}
+
     def render(self, enabled: Iterable[str] | None) -> str:
         """The file with every block ON iff its name is in `enabled`, markers
         kept (line numbers unchanged). `None` keeps the states as written."""
-        if enabled is None:
-            return self.text
-        on = set(enabled)
-        return self._emit({b.name: b.name in on for b in self.blocks}, export=False)
+        return self.text if enabled is None else self._emit(self._states(enabled), export=False)
 
     def set_states(self, states: Mapping[str, bool]) -> str:
         """The file with the named features switched; others as written."""
@@ -225,12 +209,7 @@ class SourceFile:
     def export(self, enabled: Iterable[str] | None) -> str:
         """A standalone variant: markers and inactive parts removed, `pass`
         where a suite would be left empty. `None`: states as written."""
-        if enabled is None:
-            want = {b.name: b.state for b in self.blocks}
-        else:
-            on = set(enabled)
-            want = {b.name: b.name in on for b in self.blocks}
-        return self._emit(want, export=True)
+        return self._emit(self._states(enabled), export=True)
 
 
 def _part_is_commented(lines: list[str], indent: str) -> bool:
@@ -256,11 +235,8 @@ def _needs_pass(lines: list[str], b: Block) -> bool:
     before = _code_lines(lines, b.line - 2, -1, -1)
     after = _code_lines(lines, b.end_line, len(lines), 1)
     width = len(b.indent)
-    if before is None or _indent_width(before) >= width:
-        return False
-    if not before.split("#", 1)[0].rstrip().endswith(":"):
-        return False
-    return after is None or _indent_width(after) < width
+    opens = before is not None and _indent_width(before) < width and before.split("#", 1)[0].rstrip().endswith(":")
+    return opens and (after is None or _indent_width(after) < width)
 
 
 def _check_part(path: str, lines: list[str], start: int, stop: int, indent: str, what: str, marker_line: int) -> bool:
@@ -397,7 +373,7 @@ def _close(path: str, lines: list[str], o: dict, end_line: int) -> Block:
     indent = o["indent"]
     start = o["line"]  # index of the first line after the marker
     else_line = o["else"]
-    on_stop = (else_line - 1) if else_line else (end_line - 1)
+    on_stop = (else_line or end_line) - 1
     on_commented = _check_part(path, lines, start, on_stop, indent, "ON", o["line"])
     off_part = None
     if else_line is not None:
@@ -423,8 +399,3 @@ def _close(path: str, lines: list[str], o: dict, end_line: int) -> Block:
         off_part=off_part,
         state=not on_commented,
     )
-
-
-def has_markers(text: str) -> bool:
-    """Cheap pre-check: does the text mention a tfrepro marker at all?"""
-    return "tfrepro:" in text

@@ -50,7 +50,7 @@ class Manifest:
         from tfrepro import manifest_schema
 
         try:
-            doc = manifest_schema.validate(data)
+            doc = manifest_schema.Document.model_validate(data)
         except pydantic.ValidationError as e:
             msg, table, key, hint = manifest_schema.first_error(e, data)
             raise UserError(msg, path=path, line=line_of(text, table, key), hint=hint) from None
@@ -69,22 +69,16 @@ def line_of(text: str, table: str, key: str | None) -> int | None:
     """Best-effort line number of `[table]` / `key =` in a TOML text."""
     lines = text.splitlines()
     header = re.compile(r"^\s*\[\s*" + re.escape(table) + r"\s*\]")
-    start = None
-    for i, line in enumerate(lines):
-        if header.match(line):
-            start = i
-            if key is None:
-                return i + 1
-            break
+    at = next((i + 1 for i, line in enumerate(lines) if header.match(line)), None)  # the header's line
     if key is None:
-        return None
+        return at
     keyre = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
-    for i in range(start + 1 if start is not None else 0, len(lines)):
-        if start is not None and lines[i].lstrip().startswith("["):
+    for i in range(at or 0, len(lines)):  # within the table, or anywhere without its header
+        if at is not None and lines[i].lstrip().startswith("["):
             break
         if keyre.match(lines[i]):
             return i + 1
-    return start + 1 if start is not None else None
+    return at
 
 
 def read_manifest(root: Path) -> tuple[str, Manifest]:
@@ -99,14 +93,14 @@ def read_manifest(root: Path) -> tuple[str, Manifest]:
         )
     if not manifest_path.exists():
         return "", Manifest()
+    data = manifest_path.read_bytes()
     try:
-        text = manifest_path.read_bytes().decode("utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        line = manifest_path.read_bytes()[: e.start].count(b"\n") + 1
         raise UserError(
             "not UTF-8 text (TOML files are UTF-8)",
             path=manifest_path,
-            line=line,
+            line=data[: e.start].count(b"\n") + 1,
             hint="save tfrepro.toml as UTF-8",
         ) from None
     return text, Manifest.parse(text, str(manifest_path))

@@ -173,7 +173,9 @@ def _feature_name(name: str) -> str:
     return name
 
 
-class _Document(_Table):
+class Document(_Table):
+    """The whole file; `Document.model_validate(data)` raises pydantic.ValidationError."""
+
     trial: _Trial = _Trial()
     symptoms: _Symptoms = _Symptoms()
     features: dict[Annotated[str, pd.AfterValidator(_feature_name)], FeatureConfig] = {}
@@ -194,7 +196,7 @@ def first_error(e: pd.ValidationError, data: dict[str, object]) -> tuple[str, st
         msg, hint = f"unknown table [{table}]", "tables are [trial], [symptoms], [state] and [features.NAME]"
     elif kind == "extra_forbidden":
         msg = f"unknown key `{key}` in [{table}]"
-        known = _Document.model_fields[table].annotation.model_fields if n == 1 else None
+        known = Document.model_fields[table].annotation.model_fields if n == 1 else None
         hint = "known keys: " + ", ".join(known) if known else "the only key is affects_loss = true|false"
     elif key is None:
         msg = f"`{table}` must be a table" if n == 1 else f"[{table}] must be a table"
@@ -228,8 +230,3 @@ def _outside(entry: str) -> bool:
     if os.path.isabs(entry) or entry.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", entry):
         return True
     return os.path.normpath(entry).split(os.sep)[0] == os.pardir
-
-
-def validate(data: dict[str, object]) -> _Document:
-    """The document, validated (raises pydantic.ValidationError)."""
-    return _Document.model_validate(data)

@@ -12,24 +12,17 @@ import hashlib
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from itertools import groupby
 from pathlib import Path
 from typing import Any
 
 from tfrepro import features as fb
 from tfrepro.errors import UserError
 from tfrepro.manifest import Manifest, line_of, read_manifest
-from tfrepro.projectfiles import (
-    EXCLUDED_DIRS,
-    MANIFEST,
-    STATE_DIR,
-    FileNote,
-    copy_file,
-    iter_project_files,
-    write_in_place,
-)
+from tfrepro.projectfiles import STATE_DIR, FileNote, copy_file, iter_project_files, write_in_place
 from tfrepro.projectload import detected_sources, locate, marked_sources, selection, with_script_args
 
-__all__ = ["EXCLUDED_DIRS", "MANIFEST", "STATE_DIR", "Project", "iter_project_files"]
+__all__ = ["Project", "iter_project_files"]
 
 
 class Project:
@@ -81,15 +74,13 @@ class Project:
         files = [f.as_posix() for f in iter_project_files(root, skipped)]
         sources = marked_sources(root, files)
 
-        if manifest.trial.command is None:
-            entry = root / manifest.trial.entry
-            if not entry.is_file():
-                raise UserError(
-                    f"the trial entry {manifest.trial.entry!r} does not exist in {root}",
-                    path=manifest.path or root,
-                    line=line_of(text, "trial", "entry") if manifest.path else None,
-                    hint='set [trial] entry = "your_script.py" (or command = [...]) in tfrepro.toml',
-                )
+        if manifest.trial.command is None and not (root / manifest.trial.entry).is_file():
+            raise UserError(
+                f"the trial entry {manifest.trial.entry!r} does not exist in {root}",
+                path=manifest.path or root,
+                line=line_of(text, "trial", "entry") if manifest.path else None,
+                hint='set [trial] entry = "your_script.py" (or command = [...]) in tfrepro.toml',
+            )
         if script_args:  # `tfrepro bisect train.py -- ARGS`: every trial passes them on
             command = with_script_args(manifest.trial.command, manifest.trial.entry, script_args)
             manifest = replace(manifest, trial=replace(manifest.trial, command=command))
@@ -122,12 +113,6 @@ class Project:
                     hint="known features: " + (", ".join(sorted(known)) or "(none)"),
                 )
 
-    def _copy(self) -> "Project":
-        other = Project(self.root, self.manifest, self.sources, self.files)
-        other.detected, other.detection = self.detected, self.detection
-        other.excluded, other.fixed_on = dict(self.excluded), self.fixed_on
-        return other
-
     def select(self, only: Iterable[str] | None = None, skip: Iterable[str] | None = None) -> "Project":
         """A project whose candidate features are those named in `only` (all
         when None) minus `skip`. Each item is a feature name, a name prefix
@@ -138,13 +123,11 @@ class Project:
     def exclude(self, why: dict[str, str], *, on: bool = True) -> "Project":
         """A project without the features `why` names as candidates (name ->
         reason); they stay ON (`on`) or as written, in every variant."""
-        other = self._copy()
-        other.excluded.update(why)
-        states = self.states_in_files()
-        if on:
-            other.fixed_on = self.fixed_on | frozenset(why)
-        else:
-            other.fixed_on = self.fixed_on | frozenset(n for n in why if states.get(n) is not False)
+        written = self.states_in_files()
+        other = Project(self.root, self.manifest, self.sources, self.files)
+        other.detected, other.detection = self.detected, self.detection
+        other.excluded = self.excluded | why
+        other.fixed_on = self.fixed_on | frozenset(n for n in why if on or written.get(n) is not False)
         return other
 
     def locations(self, name: str) -> list[tuple[str, int]]:
@@ -169,10 +152,8 @@ class Project:
 
     @property
     def features(self) -> dict[str, list[fb.Block]]:
-        out: dict[str, list[fb.Block]] = {}
-        for b in self.blocks:
-            out.setdefault(b.name, []).append(b)
-        return dict(sorted(out.items()))
+        by_name = sorted(self.blocks, key=lambda b: b.name)  # stable: a feature's blocks in file order
+        return {name: list(blocks) for name, blocks in groupby(by_name, key=lambda b: b.name)}
 
     def description(self, name: str) -> str:
         return next((b.description for b in self.features.get(name, []) if b.description), "")
@@ -190,11 +171,8 @@ class Project:
 
     def states_in_files(self) -> dict[str, bool | None]:
         """Each feature's state as written: True/False, None when its blocks disagree."""
-        out: dict[str, bool | None] = {}
-        for name, blocks in self.features.items():
-            states = {b.state for b in blocks}
-            out[name] = states.pop() if len(states) == 1 else None
-        return out
+        states = {name: {b.state for b in blocks} for name, blocks in self.features.items()}
+        return {name: s.pop() if len(s) == 1 else None for name, s in states.items()}
 
     def check_names(self, names: Iterable[str]) -> frozenset[str]:
         names = frozenset(names)
@@ -235,7 +213,7 @@ class Project:
             src, out = self.root / rel, dest / rel
             out.parent.mkdir(parents=True, exist_ok=True)
             if rel in rendered:
-                out.write_bytes(self.sources[rel].encode(rendered[rel]))
+                out.write_bytes(rendered[rel].encode(self.sources[rel].encoding))
                 shutil.copymode(src, out)
                 note.rendered += 1
             else:
@@ -248,23 +226,17 @@ class Project:
         rendered = self.render(enabled)
         h = hashlib.sha256()
         for rel in self.files:
-            h.update(rel.encode() + b"\0")
-            if rel in rendered:
-                h.update(hashlib.sha256(rendered[rel].encode("utf-8")).hexdigest().encode())
-            else:
-                h.update(self._file_digest(rel).encode())
-            h.update(b"\0")
+            text = rendered.get(rel)
+            digest = self._file_digest(rel) if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+            h.update(f"{rel}\0{digest}\0".encode())
         return h.hexdigest()
 
     def _file_digest(self, rel: str) -> str:
         st = (self.root / rel).stat()
         memo_key = (rel, st.st_size, st.st_mtime_ns)
         if memo_key not in self._hash_memo:
-            h = hashlib.sha256()
             with open(self.root / rel, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    h.update(chunk)
-            self._hash_memo[memo_key] = h.hexdigest()
+                self._hash_memo[memo_key] = hashlib.file_digest(f, "sha256").hexdigest()
         return self._hash_memo[memo_key]
 
     # -- writing states (the one operation that edits the user's files) -----
@@ -285,7 +257,7 @@ class Project:
         for rel, s in self.sources.items():
             text = s.set_states(states)
             if text != s.text:
-                new_bytes[rel] = s.encode(text)
+                new_bytes[rel] = text.encode(s.encoding)
         for rel, data in new_bytes.items():
             write_in_place(self.root / rel, data)
         return list(new_bytes)

@@ -90,10 +90,11 @@ ENV_MARKS = ("pyvenv.cfg", "conda-meta")
 # A directory holding one of these is a project root (nearest one wins).
 ROOT_MARKS = ("tfrepro.toml", ".git", "pyproject.toml")
 
-try:  # linux/fs.h: _IOW(0x94, 9, int)
-    FICLONE = fcntl.FICLONE  # type: ignore[attr-defined]
-except AttributeError:
-    FICLONE = 0x40049409
+FICLONE = getattr(fcntl, "FICLONE", 0x40049409)  # linux/fs.h: _IOW(0x94, 9, int)
+# errno of an ioctl(FICLONE) the file system (or the kernel) cannot do
+_NO_REFLINK = (errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EBADF, errno.EPERM)
+# What a file that is not a regular one is, by its type bits (a warning says it).
+_SPECIAL = {stat.S_IFIFO: "a FIFO", stat.S_IFSOCK: "a socket", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}
 
 
 # -- which files ----------------------------------------------------------------
@@ -101,12 +102,9 @@ except AttributeError:
 
 def _is_credential(rel_posix: str) -> bool:
     parts = rel_posix.split("/")
-    if parts[-1] in CREDENTIAL_FILES or any(p in CREDENTIAL_DIRS for p in parts):
+    if parts[-1] in CREDENTIAL_FILES or not CREDENTIAL_DIRS.isdisjoint(parts):
         return True
-    return any(
-        rel_posix == c or rel_posix.endswith("/" + c) or rel_posix.startswith(c + "/") or ("/" + c + "/") in rel_posix
-        for c in CREDENTIAL_PATHS
-    )
+    return any(f"/{c}/" in f"/{rel_posix}/" for c in CREDENTIAL_PATHS)  # c, whole segments, anywhere
 
 
 def _is_env(path: Path) -> bool:
@@ -153,26 +151,14 @@ def iter_project_files(root: Path, skipped: list[str] | None = None) -> Iterator
                 note(rel, "a dangling symlink" if full.is_symlink() else "unreadable")
                 continue
             if not stat.S_ISREG(st.st_mode):
-                kind = (
-                    "a FIFO"
-                    if stat.S_ISFIFO(st.st_mode)
-                    else "a socket"
-                    if stat.S_ISSOCK(st.st_mode)
-                    else "a device"
-                    if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
-                    else "not a regular file"
-                )
-                note(rel, kind)
+                note(rel, _SPECIAL.get(stat.S_IFMT(st.st_mode), "not a regular file"))
                 continue
             yield rel
 
 
 def _protected_dirs() -> set[Path]:
-    out = {Path("/")}
     home = os.environ.get("HOME")
-    if home:
-        out.add(Path(home).resolve())
-    return out
+    return {Path("/"), Path(home).resolve()} if home else {Path("/")}
 
 
 def find_root(script: Path) -> Path:
@@ -224,40 +210,25 @@ class FileNote:
 def reflink(src: Path, dest: Path) -> bool:
     """Clone `src` to a new file `dest` sharing its blocks copy-on-write.
     False (and no `dest`) where the file system cannot."""
-    try:
-        with open(src, "rb") as fi, open(dest, "xb") as fo:
-            try:
-                fcntl.ioctl(fo.fileno(), FICLONE, fi.fileno())
-            except OSError as e:
-                if e.errno in (
-                    errno.EOPNOTSUPP,
-                    errno.ENOTTY,
-                    errno.EXDEV,
-                    errno.EINVAL,
-                    errno.ENOSYS,
-                    errno.EBADF,
-                    errno.EPERM,
-                ):
-                    raise _NoReflink from None
+    with open(src, "rb") as fi, open(dest, "xb") as fo:
+        try:
+            fcntl.ioctl(fo.fileno(), FICLONE, fi.fileno())
+        except OSError as e:
+            if e.errno not in _NO_REFLINK:
                 raise
-    except _NoReflink:
-        dest.unlink(missing_ok=True)
-        return False
+            dest.unlink()  # still open: fine on POSIX
+            return False
     shutil.copystat(src, dest)
     return True
 
 
-class _NoReflink(Exception):
-    pass
-
-
-def copy_file(src: Path, dest: Path, rel: str, note: FileNote, budget: int, *, try_reflink: bool = True) -> None:
+def copy_file(src: Path, dest: Path, rel: str, note: FileNote, budget: int) -> None:
     """Give the variant its own `dest` for `src`: a reflink, else a copy
     within `budget` bytes of copies per variant, else a UserError."""
-    if try_reflink and src.stat().st_size > 64 * 1024 and reflink(src, dest):
+    size = src.stat().st_size
+    if size > 64 * 1024 and reflink(src, dest):
         note.reflinked.append(rel)
         return
-    size = src.stat().st_size
     if note.copied_bytes + size > budget:
         raise UserError(
             f"{rel} ({size / 2**20:.0f} MB) does not fit the copy budget of a trial "
@@ -329,25 +300,19 @@ def imported_files(root: Path, start: Iterable[str], files: Iterable[str]) -> li
         except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
             continue  # annotate reports it (a syntax error is bad input)
         here = Path(rel).parent
-        for mod in _modules(tree, here):
+        for mod in _modules(tree):
             for base in {here, Path(".")}:
-                p = (base / mod.replace(".", "/")).as_posix().removeprefix("./")
-                for cand in (f"{p}.py", f"{p}/__init__.py"):
-                    if cand in known and cand not in seen:
-                        todo.append(cand)
+                p = (base / mod.replace(".", "/")).as_posix()
+                todo += [c for c in (f"{p}.py", f"{p}/__init__.py") if c in known and c not in seen]
     return seen
 
 
-def _modules(tree: ast.Module, here: Path) -> list[str]:
+def _modules(tree: ast.Module) -> list[str]:
     out: list[str] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level > 1:
-                continue  # beyond the script's directory: rare in training scripts
-            if base:
-                out.append(base)
-            out += [f"{base}.{a.name}" if base else a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level <= 1:  # level > 1: beyond the script's directory, rare
+            prefix = f"{node.module}." if node.module else ""
+            out += ([node.module] if node.module else []) + [prefix + a.name for a in node.names]
     return out

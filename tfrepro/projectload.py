@@ -52,16 +52,11 @@ def locate(path: str | Path) -> tuple[Path, str | None]:
     return root, p.resolve().relative_to(root).as_posix()
 
 
-def _nested_projects(root: Path, files: Iterable[str]) -> list[str]:
-    """The folders below `root` that hold a tfrepro.toml of their own."""
-    return sorted({rel.rsplit("/", 1)[0] for rel in files if rel.endswith("/tfrepro.toml")})
-
-
 def marked_sources(root: Path, files: Iterable[str]) -> dict[str, fb.SourceFile]:
     """relpath -> parsed file, for every .py file with at least one feature
     block (a malformed marker is a UserError naming file:line)."""
     sources: dict[str, fb.SourceFile] = {}
-    nested = _nested_projects(root, files)
+    nested = {rel.rsplit("/", 1)[0] for rel in files if rel.endswith("/tfrepro.toml")}  # projects of their own
     for rel in files:
         if not rel.endswith(".py") or any(rel.startswith(n + "/") for n in nested):
             continue  # a project of its own below this one (`tfrepro new sub`) marks its own features
@@ -70,8 +65,6 @@ def marked_sources(root: Path, files: Iterable[str]) -> dict[str, fb.SourceFile]
         if b"tfrepro:" not in data:  # no marker: never decoded, whatever its encoding
             continue
         src, encoding = fb.decode_source(data, str(full))
-        if not fb.has_markers(src):
-            continue
         parsed = fb.parse(src, str(full), encoding)
         if parsed.blocks:
             sources[rel] = parsed
@@ -111,17 +104,12 @@ def selection(
         return got
 
     keep = set(names) if only is None else set().union(*(match(x) for x in only))
-    why = dict.fromkeys(set(names) - keep, "not in --only")
-    for x in skip or ():
-        for n in match(x):
-            why[n] = "--skip"
-    return why
+    skipped = set().union(*(match(x) for x in skip or ()))
+    return dict.fromkeys(set(names) - keep, "not in --only") | dict.fromkeys(skipped, "--skip")
 
 
-def with_script_args(command: Sequence[str] | None, entry: str, args: Sequence[str]) -> tuple[str, ...] | None:
+def with_script_args(command: Sequence[str] | None, entry: str, args: Sequence[str]) -> tuple[str, ...]:
     """The trial command with the script's arguments after it, as `git
     bisect run` passes its command's: `[trial] command` + args, or
-    `python ENTRY` + args; unchanged without args."""
-    if not args:
-        return tuple(command) if command is not None else None
+    `python ENTRY` + args (`Project.load` calls it only with args)."""
     return (*(command if command is not None else ("python", entry)), *args)

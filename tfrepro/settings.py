@@ -147,9 +147,7 @@ def late_steps(symptom_step: int, steps: int) -> int:
     its symptom at `symptom_step`: `steps` when that is within them, else a
     little past it (10%, at least 5 steps), so a flaky repeat that shows it a
     few steps later is still seen."""
-    if symptom_step <= steps:
-        return steps
-    return symptom_step + max(5, symptom_step // 10)
+    return steps if symptom_step <= steps else symptom_step + max(5, symptom_step // 10)
 
 
 @dataclass(frozen=True)

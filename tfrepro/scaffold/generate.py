@@ -209,7 +209,8 @@ def _run_copier(repo: TemplateRepo, out: Path, answers_in: Mapping[str, Any], de
             cleanup_on_error=True,
         )
     except (ValueError, TypeError, UserMessageError) as e:
-        raise UserError(_copier_message(e)) from None  # copier's validators say what is expected
+        # copier's validators say what is expected
+        raise UserError(str(e).strip().replace("Validation error for question ", "invalid answer to ")) from None
     except KeyboardInterrupt:
         raise TfreproError("interrupted: nothing was written") from None
     except CopierError as e:
@@ -223,15 +224,7 @@ def _write_files(out: Path, files: Mapping[str, str | bytes]) -> None:
         if path.exists() or Path(rel).is_absolute() or ".." in Path(rel).parts:
             raise TfreproError(f"{rel}: would overwrite a template file or leave the project")
         path.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            path.write_bytes(content)
-        else:
-            path.write_text(content, encoding="utf-8", newline="")
-
-
-def _copier_message(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.replace("Validation error for question ", "invalid answer to ")
+        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))  # newlines as given
 
 
 def _commit_baseline(path: Path, message: str) -> str:

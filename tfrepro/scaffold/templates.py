@@ -19,11 +19,12 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.version import InvalidVersion, Version
 
 from tfrepro.errors import TfreproError, UserError
 
@@ -71,8 +72,6 @@ def available_templates(source: str | Path | None = None) -> list[str]:
 
 def template_version(source: str | Path | None = None) -> str:
     """The templates' version (one for all: they share the feature catalog)."""
-    from packaging.version import InvalidVersion, Version
-
     path = template_source(source) / VERSION_FILE
     try:
         text = path.read_text(encoding="utf-8").strip()
@@ -92,9 +91,9 @@ def check_template(name: str, source: str | Path | None = None) -> None:
 
 
 def assemble(name: str, source: str | Path | None, dest: Path) -> None:
-    """Lay the template out as copier expects it, in the empty dir `dest`."""
+    """Lay the template `name` (checked: `check_template`) out as copier
+    expects it, in `dest` (empty but for `.git`)."""
     src = template_source(source)
-    check_template(name, src)
     shutil.copytree(src / SHARED_DIR, dest / SHARED_DIR, ignore=_IGNORED)
     for entry in sorted((src / name).iterdir()):
         if entry.name == "copier.yml":
@@ -111,12 +110,9 @@ def assemble(name: str, source: str | Path | None, dest: Path) -> None:
 def _locked(path: Path) -> Iterator[None]:
     """Two `tfrepro new` at once must not both rebuild the same cache repo."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:
+    with open(path, "a+") as fh:  # closing it releases the lock
         fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+        yield
 
 
 def ensure_template_repo(
@@ -125,7 +121,6 @@ def ensure_template_repo(
     """The git-versioned copy of template `name`, brought up to date with the
     package: a new commit and tag when the content changed."""
     import git
-    from packaging.version import Version
 
     version = template_version(source)
     check_template(name, source)
@@ -152,12 +147,9 @@ def ensure_template_repo(
         for entry in repo_path.iterdir():
             if entry.name != ".git":
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-        with tempfile.TemporaryDirectory(prefix="tfrepro-template-") as tmp:
-            assemble(name, source, Path(tmp) / "t")
-            shutil.copytree(Path(tmp) / "t", repo_path, dirs_exist_ok=True)
+        assemble(name, source, repo_path)
         repo.git.add("--all", ".")
-        has_head = repo.head.is_valid()
-        if not has_head or repo.is_dirty(index=True, working_tree=False):
+        if not repo.head.is_valid() or repo.is_dirty(index=True, working_tree=False):
             repo.git.commit("-m", f"template {name} {version}", "--allow-empty", "--no-verify")
         head = repo.head.commit
         tags = {t.name: t.commit.hexsha for t in repo.tags}
@@ -174,8 +166,6 @@ def ensure_template_repo(
 
 
 def _is_version(text: str) -> bool:
-    from packaging.version import InvalidVersion, Version
-
     try:
         Version(text)
     except InvalidVersion:

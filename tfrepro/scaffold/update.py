@@ -168,11 +168,7 @@ def update_project(
     except CopierError as e:
         raise TfreproError(f"copier failed to update {root}: {e}") from e
     changed = tuple(_dirty_files(repo, root))
-    conflicts = tuple(
-        f
-        for f in changed
-        if (Path(repo.working_tree_dir) / f).is_file() and _has_conflict(Path(repo.working_tree_dir) / f)
-    )
+    conflicts = tuple(f for f in changed if _has_conflict(Path(repo.working_tree_dir) / f))
     return UpdateResult(
         path=root, template=name, old_version=old, new_version=template.tag, changed=changed, conflicts=conflicts
     )
@@ -180,6 +176,8 @@ def update_project(
 
 def _has_conflict(path: Path) -> bool:
     try:
-        return any(line.startswith(CONFLICT_MARK) for line in path.read_text(encoding="utf-8").splitlines())
+        return path.is_file() and any(
+            line.startswith(CONFLICT_MARK) for line in path.read_text(encoding="utf-8").splitlines()
+        )
     except (OSError, UnicodeDecodeError):
         return False
