@@ -260,10 +260,6 @@ def _sibling_file(name: str):
     return _load(f"_tfrepro_{name}", os.path.join(_HERE, f"{name}.py"))
 
 
-_keras_side = None
-_loop_side = None
-
-
 def _sibling(name: str):
     """harness_<name>.py next to this file, loaded by path (no tfrepro import)."""
     return _sibling_file(f"harness_{name}")
@@ -276,26 +272,20 @@ def _bound(name: str):
     return module
 
 
-def _loop():
-    """harness_loop.py (custom loops: steps from apply_gradients), loaded on first use."""
-    global _loop_side
-    if _loop_side is None:
-        _loop_side = _bound("loop")
-    return _loop_side
+_SIDES: dict = {}  # "keras" (harness_keras.py), "loop" (harness_loop.py): loaded on first use
 
 
-def _keras():
-    """harness_keras.py, loaded on first use (the parent never needs it)."""
-    global _keras_side
-    if _keras_side is None:
-        _keras_side = _bound("keras")
-    return _keras_side
+def _side(name: str):
+    """harness_<name>.py, bound, loaded once on first use (the parent never needs it)."""
+    if name not in _SIDES:
+        _SIDES[name] = _bound(name)
+    return _SIDES[name]
 
 
 _HOOKS = {
     "tensorflow": _on_tensorflow,
-    "keras": lambda module: _keras().on_keras(module),
-    "tf_keras": lambda module: _keras().on_tf_keras(module),
+    "keras": lambda module: _side("keras").on_keras(module),
+    "tf_keras": lambda module: _side("keras").on_tf_keras(module),
 }
 
 
@@ -350,12 +340,6 @@ def _memory_step() -> None:
         _quietly("memory sample", _MEMORY.step)
 
 
-def _memory_result(result: dict) -> None:
-    """Add the memory fields (peak RSS, RSS per step, growth, device peak) to `result`."""
-    if _MEMORY:
-        _quietly("memory result", _MEMORY.merge_into, result)
-
-
 # -- the end ------------------------------------------------------------------------
 
 
@@ -375,13 +359,14 @@ def finish() -> None:
         S.finished = True
     if S.budget is not None:
         S.budget.finish(S.extra)
-    models = _keras_side.user_models() if _keras_side is not None else []
+    keras_side = _SIDES.get("keras")
+    models = keras_side.user_models() if keras_side is not None else []
     for hook in S.end_hooks:
         try:
             hook(models)
         except Exception:
             note_error("end hook")
-    weights_finite, bad = _keras_side.check_weights() if _keras_side is not None else (None, [])
+    weights_finite, bad = keras_side.check_weights() if keras_side is not None else (None, [])
     tf_v, k_v = _versions()
     extra = dict(S.extra)
     extra["stop"] = S.stop_reason
@@ -407,7 +392,8 @@ def finish() -> None:
         "keras_version": k_v,
         "extra": extra,
     }
-    _memory_result(result)
+    if _MEMORY:  # the memory fields: peak RSS, RSS per step, growth, device peak
+        _quietly("memory result", _MEMORY.merge_into, result)
     try:
         result["data"] = _DATA.to_dict() if _DATA else {}
     except Exception:
@@ -451,6 +437,6 @@ def activate(config_path: str) -> None:
     _FINDER.fire_imported()
     _data_start()
     for name in ("tensorflow", "keras", "tf_keras"):  # custom loops (harness_loop.py)
-        _FINDER.add(name, lambda module, name=name: getattr(_loop(), f"on_{name}")(module))
+        _FINDER.add(name, lambda module, name=name: getattr(_side("loop"), f"on_{name}")(module))
     if S.config.get("plugins"):  # harness_plugins.py
         _bound("plugins").load(S.config["plugins"], S.config.get("plugin_options"))

@@ -176,11 +176,9 @@ def _before_fit(model, lib: str, args: list, kwargs: dict, callback) -> tuple[li
     else:
         kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback)
     tag = H.begin_call("fit", H.caller_where()) if H.S.fit_depth == 0 else None
-    try:  # replicas in sync: a strategy over one replica is a known cost
+    with contextlib.suppress(Exception):  # replicas in sync: a strategy over one replica is a known cost
         n = int(model.distribute_strategy.num_replicas_in_sync)
         H.S.extra["replicas"] = max(n, H.S.extra.get("replicas") or 0)
-    except Exception:
-        pass
     if H._DEVICES is not None:
         H._DEVICES.record_fit(model, H.S.extra)
     return args, kwargs, tag
@@ -373,8 +371,13 @@ def on_keras(keras) -> None:
     from keras.src.trainers.trainer import Trainer
 
     _patch_trainer(TensorFlowTrainer, keras.callbacks.Callback, "keras", distributed_sum=False)
-    _patch_init(Trainer)
     _patch_compile(Trainer)
+    _patched(keras, Trainer)
+
+
+def _patched(keras, model_cls) -> None:
+    """Every model of `model_cls` tracked, and Keras seeded when the trial is deterministic."""
+    _patch_init(model_cls)
     if H.S.config.get("deterministic"):
         keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
 
@@ -387,18 +390,14 @@ def _on_keras2(keras) -> None:
     except ImportError:
         Model = importlib.import_module("keras.engine.training").Model
     _patch_trainer(Model, keras.callbacks.Callback, "keras", distributed_sum=True)
-    _patch_init(Model)
-    if H.S.config.get("deterministic"):
-        keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
+    _patched(keras, Model)
 
 
 def on_tf_keras(tf_keras) -> None:
     from tf_keras.src.engine.training import Model
 
     _patch_trainer(Model, tf_keras.callbacks.Callback, "tf_keras", distributed_sum=True)
-    _patch_init(Model)
-    if H.S.config.get("deterministic"):
-        tf_keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
+    _patched(tf_keras, Model)
 
 
 def user_models() -> list:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -71,10 +72,7 @@ def theil_sen(xs: list[float], ys: list[float]) -> tuple[float, float]:
                 disc += 1
     if not slopes:
         return 0.0, 0.0
-    slopes.sort()
-    m = len(slopes)
-    median = slopes[m // 2] if m % 2 else 0.5 * (slopes[m // 2 - 1] + slopes[m // 2])
-    return median, (conc - disc) / m
+    return statistics.median(slopes), (conc - disc) / len(slopes)
 
 
 def steady_part(series: list[int], stride: int = 1, warmup: int = GROWTH_WARMUP) -> tuple[list[float], list[float]]:
@@ -94,8 +92,7 @@ def steady_growth(series: list[int], stride: int = 1) -> tuple[float | None, flo
         return None, 0.0
     while len(xs) > 512:  # O(n^2): thin out evenly, keeps the slope
         xs, ys = xs[::2], ys[::2]
-    slope, tau = theil_sen(xs, ys)
-    return slope, tau
+    return theil_sen(xs, ys)
 
 
 def tau_z(tau: float, n: int) -> float:
