@@ -35,6 +35,7 @@ power of two): `rss_per_step[i]` is then the reading after step (i+1)*k.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import statistics
@@ -249,10 +250,8 @@ class _Nvml:
             wanted = os.environ.get("CUDA_VISIBLE_DEVICES")
             ids = list(range(count))
             if wanted is not None:
-                try:
+                with contextlib.suppress(ValueError):  # UUIDs: all devices
                     ids = [int(x) for x in wanted.split(",") if x.strip() and int(x) >= 0]
-                except ValueError:
-                    pass  # UUIDs: all devices
             handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in ids if i < count]
         except Exception:
             return None

@@ -31,13 +31,6 @@ PIPELINE_BUDGET_S = 1.5
 COMPUTE_BUDGET_S = 0.6
 
 
-def prod(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
-
-
 def is_array(x) -> bool:
     if isinstance(x, dict):
         return all(is_array(v) for v in x.values())
@@ -126,7 +119,7 @@ def tensor_stats(name: str, value, np) -> dict:
         if a.size:
             d.update(_moments(a, True))
         return d
-    if kind == "V" or kind == "f" or kind == "c":
+    if kind in "Vfc":
         try:
             a = a.astype(np.float64) if kind != "c" else np.abs(a)
         except Exception:
@@ -155,15 +148,11 @@ def last_activation(model):
         return None
     if not layers:
         return None
-    last = layers[-1]
-    cls = type(last).__name__
-    if cls == "Softmax":
+    if type(layers[-1]).__name__ == "Softmax":
         return "softmax"
-    act = getattr(last, "activation", None)
+    act = getattr(layers[-1], "activation", None)
     name = getattr(act, "__name__", None)
-    if name is None and act is not None:
-        name = str(act)
-    return name
+    return str(act) if name is None and act is not None else name
 
 
 def first_weighted_input(model, x, np):

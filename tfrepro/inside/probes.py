@@ -33,6 +33,7 @@ creates one extra iterator, which advances a reshuffling `shuffle` by one epoch.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import platform
 import sys
@@ -65,6 +66,16 @@ _TF_ENV_PREFIXES = (
     "TF_USE_LEGACY_KERAS",
 )
 _TF_ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "XLA_FLAGS", "KERAS_BACKEND", "KERAS_HOME")
+
+
+def _library_dirs(tf) -> tuple[str, ...]:
+    """The folders of TensorFlow, Keras and tf_keras (Keras may be imported
+    after TensorFlow: looked up at each call)."""
+    return tuple(
+        os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+        for m in (tf, sys.modules.get("keras"), sys.modules.get("tf_keras"))
+        if m is not None and getattr(m, "__file__", None)
+    )
 
 
 def _load_tools():
@@ -115,20 +126,15 @@ class _Probes:
     def on_tensorflow(self, tf) -> None:
         probes = self
         orig_iter = tf.data.Dataset.__iter__
+
         # Only datasets the script iterates itself are peeked at: the ones
         # TensorFlow iterates internally (per-device datasets of a distributed
         # iterator) must not get a second consumer, which deadlocks them.
-        internal = tuple(
-            os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-            for m in (tf, sys.modules.get("keras"), sys.modules.get("tf_keras"))
-            if m is not None and getattr(m, "__file__", None)
-        )
-
         def __iter__(ds):
             if not probes.busy and not probes.captured and tf.executing_eagerly():
                 probes._guard("late loss patches", probes.patch_losses_late)
                 caller = os.path.abspath(sys._getframe(1).f_code.co_filename)
-                if not caller.startswith(internal + probes._internal_extra()):
+                if not caller.startswith(_library_dirs(tf)):
                     probes._guard("dataset peek", probes._capture_dataset, ds, "iter")
             return orig_iter(ds)
 
@@ -146,21 +152,8 @@ class _Probes:
                 return orig_distribute(strategy_self, dataset, *args, **kwargs)
 
             strategy.experimental_distribute_dataset = experimental_distribute_dataset
-        for name in (
-            "sparse_softmax_cross_entropy_with_logits",
-            "softmax_cross_entropy_with_logits",
-            "sigmoid_cross_entropy_with_logits",
-        ):
+        for name in [n for n in _LOSS_KINDS if n.endswith("_with_logits")]:  # tf.nn's
             self._wrap_loss_fn(tf.nn, name, from_logits=True)
-
-    @staticmethod
-    def _internal_extra() -> tuple[str, ...]:
-        # Keras may be imported after TensorFlow: look it up at call time.
-        return tuple(
-            os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-            for m in (sys.modules.get("keras"), sys.modules.get("tf_keras"))
-            if m is not None and getattr(m, "__file__", None)
-        )
 
     def on_keras(self, keras_module) -> None:
         losses = getattr(keras_module, "losses", None)
@@ -312,17 +305,14 @@ class _Probes:
     def _record_batches(self, elements, source: str) -> None:
         import numpy as np
 
-        batches = []
+        def stats(value, role: str) -> list:
+            return [] if value is None else [T.tensor_stats(path, leaf, np) for path, leaf in T.leaves(value, role)]
+
         elements = [T.split_element(el) for el in elements]
-        for el in elements:
-            parts = {"inputs": el[0], "labels": el[1] if len(el) > 1 else None}
-            batch = {}
-            for role, value in parts.items():
-                if value is None:
-                    batch[role] = []
-                    continue
-                batch[role] = [T.tensor_stats(path, leaf, np) for path, leaf in T.leaves(value, role)]
-            batches.append(batch)
+        batches = [
+            {"inputs": stats(el[0], "inputs"), "labels": stats(el[1] if len(el) > 1 else None, "labels")}
+            for el in elements
+        ]
         if elements:
             self.first_x = elements[0][0]
         self.ctx.record("check.batches", {"source": source, "batches": batches})
@@ -385,10 +375,7 @@ class _Probes:
         best, best_n = None, -1
         for m in models:
             try:
-                n = sum(
-                    int(v.shape.num_elements() if hasattr(v.shape, "num_elements") else T.prod(v.shape))
-                    for v in m.trainable_weights
-                )
+                n = sum(math.prod(map(int, v.shape)) for v in m.trainable_weights)
             except Exception:
                 continue
             if n > best_n:
