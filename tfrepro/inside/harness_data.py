@@ -115,6 +115,13 @@ class FeatureStats:
         return d
 
 
+def stats_of(values) -> dict:
+    """The statistics of one feature's values."""
+    s = FeatureStats()
+    s.update(values)
+    return s.to_dict()
+
+
 def caller() -> str | None:
     """file:line of the innermost frame in the user's code (not a library's, not ours)."""
     f = sys._getframe(1)
@@ -280,18 +287,10 @@ def value_of(out) -> dict | None:
     import numpy as np
 
     if hasattr(out, "columns") and hasattr(out, "dtypes"):
-        cols = {}
-        for c in list(out.columns)[:256]:
-            s = FeatureStats()
-            s.update(_head(out[c].to_numpy()))
-            cols[str(c)] = s.to_dict()
+        cols = {str(c): stats_of(_head(out[c].to_numpy())) for c in list(out.columns)[:256]}
         return {"type": "dataframe", "rows": int(len(out)), "columns": cols}
     if isinstance(out, np.ndarray) and out.dtype.kind in "iubfOSU":
-        cols = {}
-        for name, values in _columns("x", _head(out)):
-            s = FeatureStats()
-            s.update(values)
-            cols[name] = s.to_dict()
+        cols = {name: stats_of(values) for name, values in _columns("x", _head(out))}
         return {"type": "array", "shape": list(out.shape), "dtype": str(out.dtype), "columns": cols}
     return None
 
@@ -337,13 +336,8 @@ def _describe(x, y, batch_size, steps_per_epoch) -> dict:
         if rows:
             out["records"] = rows
             out["batches_per_epoch"] = -(-rows // int(batch_size or 32))
-        feats: dict = {}
-        for name, a in list(_leaves(x, "x")) + list(_leaves(y, "y")):
-            for col, values in _columns(name, _head(a)):
-                s = FeatureStats()
-                s.update(values)
-                feats[col] = s.to_dict()
-        out["features"] = feats
+        leaves = list(_leaves(x, "x")) + list(_leaves(y, "y"))
+        out["features"] = {col: stats_of(v) for name, a in leaves for col, v in _columns(name, _head(a))}
     if steps_per_epoch:
         out["batches_per_epoch"] = int(steps_per_epoch)
     return out
@@ -361,23 +355,19 @@ def install(rec: Recorder, finder) -> None:
             rec.wrap(pd, attr, f"pandas.{attr}", 0, "filepath_or_buffer" if "csv" in attr else "path")
 
     def on_tf(tf):
-        try:
-            data = tf.data
-            rec.wrap(data.experimental, "make_csv_dataset", "tf.data.experimental.make_csv_dataset", 0, "file_pattern")
-            cls = data.TFRecordDataset
-            orig = cls.__init__
-            if not getattr(orig, "_tfrepro_data", False):
+        rec.wrap(tf.data.experimental, "make_csv_dataset", "tf.data.experimental.make_csv_dataset", 0, "file_pattern")
+        cls = tf.data.TFRecordDataset
+        orig = cls.__init__
+        if not getattr(orig, "_tfrepro_data", False):
 
-                def __init__(self, filenames, *args, **kwargs):
-                    orig(self, filenames, *args, **kwargs)
-                    files = filenames if isinstance(filenames, (list, tuple)) else [filenames]
-                    for f in files[:20]:
-                        rec.source("tf.data.TFRecordDataset", f if isinstance(f, (str, bytes)) else repr(f))
+            def __init__(self, filenames, *args, **kwargs):
+                orig(self, filenames, *args, **kwargs)
+                files = filenames if isinstance(filenames, (list, tuple)) else [filenames]
+                for f in files[:20]:
+                    rec.source("tf.data.TFRecordDataset", f if isinstance(f, (str, bytes)) else repr(f))
 
-                __init__._tfrepro_data = True
-                cls.__init__ = __init__
-        except Exception:
-            rec.note_error("data hooks (tensorflow)")
+            __init__._tfrepro_data = True
+            cls.__init__ = __init__
 
     def on_keras(keras):
         for attr in ("image_dataset_from_directory", "text_dataset_from_directory"):

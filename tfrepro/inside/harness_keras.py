@@ -17,6 +17,7 @@ the per-step loss from Keras's logged running mean (float32: ~1e-6 relative).
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 import time
@@ -26,28 +27,21 @@ BATCH_KEY = "_tfrepro_batch"  # a nan-state trial's batch output (harness_nansta
 H = None  # the harness core module, set by harness.py
 
 
-_SAVER = None  # harness_nanstate.StateSaver of a nan-state trial, False elsewhere
-_NANSTATE = None  # the harness_nanstate module, once loaded
+@functools.cache
+def _nanstate():
+    """harness_nanstate.py, loaded on first use."""
+    return H._sibling("nanstate")
 
 
-def _batch_outputs(data) -> dict:
-    global _NANSTATE
-    if _NANSTATE is None:
-        _NANSTATE = H._sibling("nanstate")
-    return _NANSTATE.batch_outputs(data)
-
-
+@functools.cache
 def _saver():
-    global _SAVER
-    if _SAVER is None:
-        _SAVER = False
-        if H.S.config.get("save_state_step"):
-            try:
-                _batch_outputs(None)  # loads the module
-                _SAVER = _NANSTATE.StateSaver(H.S.config)
-            except Exception:
-                H.note_error("nan state")
-    return _SAVER or None
+    """The StateSaver of a nan-state trial; None elsewhere or when it cannot load."""
+    if H.S.config.get("save_state_step"):
+        try:
+            return _nanstate().StateSaver(H.S.config)
+        except Exception:
+            H.note_error("nan state")
+    return None
 
 
 def _save(what: str, *args) -> None:
@@ -232,7 +226,7 @@ def _capturing_step(model, step, distributed_sum: bool):
             logs[LOSS_KEY] = _global_loss(seen[-1], distributed_sum)
             if _saver() is not None or H.S.config.get("record_data"):  # the batch leaves the step too
                 try:
-                    logs[BATCH_KEY] = _batch_outputs(data)
+                    logs[BATCH_KEY] = _nanstate().batch_outputs(data)
                 except Exception:
                     H.note_error("nan state batch")
         return logs

@@ -78,19 +78,10 @@ def _library_dirs(tf) -> tuple[str, ...]:
     )
 
 
-def _load_tools():
-    """The sibling helper module, by path (the plugin itself is loaded by path)."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe_tools.py")
-    spec = importlib.util.spec_from_file_location("_tfrepro_probe_tools", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # AutoGraph and pickling look functions up by module
-    spec.loader.exec_module(module)
-    return module
-
-
-T = _load_tools()
+# The sibling helper module, loaded by path as `_tfrepro_probe_tools` by the
+# harness that loads this plugin (in sys.modules: AutoGraph and pickling look
+# functions up by module).
+T = sys.modules["_tfrepro_harness"]._sibling_file("probe_tools")
 
 
 class _Probes:
@@ -219,33 +210,20 @@ class _Probes:
 
     def _note_loss_object(self, loss, source: str) -> None:
         if isinstance(loss, str):
-            key = loss.lower()
-            self._set_loss(
-                {"name": loss, "kind": _LOSS_KINDS.get(key, "other"), "from_logits": False, "source": source}
-            )
-            return
-        if isinstance(loss, (dict, list, tuple)):
-            self._set_loss({"name": type(loss).__name__, "kind": "multi", "from_logits": None, "source": source})
-            return
-        name = getattr(loss, "__name__", None) or type(loss).__name__
-        kind = _LOSS_KINDS.get(name.lower(), "other")
-        logits = None
-        try:
-            logits = loss.get_config().get("from_logits")
-        except Exception:
-            fn_kwargs = getattr(loss, "_fn_kwargs", None) or {}
-            logits = fn_kwargs.get("from_logits")
-        if kind == "other":  # a LossFunctionWrapper around a cross-entropy function
-            fn = getattr(loss, "fn", None)
-            kind = _LOSS_KINDS.get(getattr(fn, "__name__", "").lower(), "other")
-        self._set_loss(
-            {
-                "name": name,
-                "kind": kind,
-                "from_logits": bool(logits) if logits is not None else (False if kind != "other" else None),
-                "source": source,
-            }
-        )
+            name, kind, logits = loss, _LOSS_KINDS.get(loss.lower(), "other"), False
+        elif isinstance(loss, (dict, list, tuple)):
+            name, kind, logits = type(loss).__name__, "multi", None
+        else:
+            name = getattr(loss, "__name__", None) or type(loss).__name__
+            kind = _LOSS_KINDS.get(name.lower(), "other")
+            try:
+                logits = loss.get_config().get("from_logits")
+            except Exception:
+                logits = (getattr(loss, "_fn_kwargs", None) or {}).get("from_logits")
+            if kind == "other":  # a LossFunctionWrapper around a cross-entropy function
+                kind = _LOSS_KINDS.get(getattr(getattr(loss, "fn", None), "__name__", "").lower(), "other")
+            logits = bool(logits) if logits is not None else (False if kind != "other" else None)
+        self._set_loss({"name": name, "kind": kind, "from_logits": logits, "source": source})
 
     # -- first batches ----------------------------------------------------------
 
