@@ -120,11 +120,9 @@ def describe():
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
     }
-    for name in TF_DISTS:
-        d = _dist(name)
-        if d:
-            facts["tf_dist"] = d
-            break
+    tf_dist = next(filter(None, map(_dist, TF_DISTS)), None)  # the first installed
+    if tf_dist:
+        facts["tf_dist"] = tf_dist
     facts["cuda_wheels"] = _nvidia_wheels()
     for name, key in (("keras", "keras_dist"), ("tf_keras", "tf_keras_dist"), ("numpy", "numpy_dist")):
         d = _dist(name)

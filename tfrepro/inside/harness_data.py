@@ -230,7 +230,8 @@ class Recorder:
         except Exception:
             self.note_error("data source")
 
-    def wrap(self, owner, attr: str, call: str, path_arg: int = 0, path_kw: str | None = None) -> None:
+    def wrap(self, owner, attr: str, call: str, path_kw: str) -> None:
+        """`owner.attr` recording its reads (the path: the first argument, or `path_kw`)."""
         orig = getattr(owner, attr, None)
         if orig is None or getattr(orig, "_tfrepro_data", False):
             return
@@ -244,7 +245,7 @@ class Recorder:
                 out = orig(*args, **kwargs)
             finally:
                 rec.depth -= 1
-            path = args[path_arg] if len(args) > path_arg else kwargs.get(path_kw) if path_kw else None
+            path = args[0] if args else kwargs.get(path_kw)
             rec.source(call, path, out)
             return out
 
@@ -348,14 +349,14 @@ def install(rec: Recorder, finder) -> None:
 
     def on_numpy(np):
         for attr in ("load", "loadtxt", "genfromtxt"):
-            rec.wrap(np, attr, f"numpy.{attr}", 0, "fname" if attr != "load" else "file")
+            rec.wrap(np, attr, f"numpy.{attr}", "fname" if attr != "load" else "file")
 
     def on_pandas(pd):
         for attr in ("read_csv", "read_parquet", "read_json", "read_table", "read_feather"):
-            rec.wrap(pd, attr, f"pandas.{attr}", 0, "filepath_or_buffer" if "csv" in attr else "path")
+            rec.wrap(pd, attr, f"pandas.{attr}", "filepath_or_buffer" if "csv" in attr else "path")
 
     def on_tf(tf):
-        rec.wrap(tf.data.experimental, "make_csv_dataset", "tf.data.experimental.make_csv_dataset", 0, "file_pattern")
+        rec.wrap(tf.data.experimental, "make_csv_dataset", "tf.data.experimental.make_csv_dataset", "file_pattern")
         cls = tf.data.TFRecordDataset
         orig = cls.__init__
         if not getattr(orig, "_tfrepro_data", False):
@@ -371,7 +372,7 @@ def install(rec: Recorder, finder) -> None:
 
     def on_keras(keras):
         for attr in ("image_dataset_from_directory", "text_dataset_from_directory"):
-            rec.wrap(keras.utils, attr, f"keras.utils.{attr}", 0, "directory")
+            rec.wrap(keras.utils, attr, f"keras.utils.{attr}", "directory")
 
     for name, fn in (("numpy", on_numpy), ("pandas", on_pandas), ("tensorflow", on_tf), ("keras", on_keras)):
         finder.add(name, _guarded(fn, rec, name))

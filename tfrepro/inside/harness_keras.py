@@ -310,18 +310,17 @@ def auto_jit_dropped(model, kwargs: dict, tf, deterministic: bool) -> bool:
     this machine - a GPU, no distribution strategy, no eager run, every layer
     XLA-capable - and that op determinism turned off. On a CPU-only machine
     "auto" means no XLA: nothing was dropped."""
-    if kwargs.get("jit_compile", "auto") != "auto" or kwargs.get("run_eagerly"):
+    if kwargs.get("jit_compile", "auto") != "auto" or kwargs.get("run_eagerly") or not deterministic:
         return False
     if getattr(model, "jit_compile", None) is not False or tf is None:
         return False
     try:
-        if not deterministic:
-            return False
-        if not [d for d in tf.config.list_physical_devices() if d.device_type != "CPU"]:
-            return False
-        if getattr(model, "_distribute_strategy", None):
-            return False
-        return all(getattr(x, "supports_jit", True) for x in model._flatten_layers())
+        gpu = any(d.device_type != "CPU" for d in tf.config.list_physical_devices())
+        return (
+            gpu
+            and not getattr(model, "_distribute_strategy", None)
+            and all(getattr(x, "supports_jit", True) for x in model._flatten_layers())
+        )
     except Exception:
         return False
 

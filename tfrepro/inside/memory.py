@@ -168,23 +168,14 @@ class MemorySampler:
 
     def result(self) -> dict:
         """The fields the harness writes (TrialResult's memory fields + extra)."""
-        now = self.rss()
-        peak = max(self.peak, now or 0)
+        peak = max(self.peak, self.rss() or 0)
         if self.source != "statm":
             peak = max(peak, max_rss() or 0)
-        peak = peak or None
         growth, tau = steady_growth(self.series, self.stride)
-        out: dict = {
-            "peak_rss_bytes": peak,
-            "rss_per_step": list(self.series),
-            "growth_per_step": growth,
-            "device_peak_bytes": None,
-        }
         memory = {"source": self.source, "measure": MEASURE[self.source], "stride": self.stride}
         extra: dict = {"memory": {**memory, "growth_tau": round(tau, 4)}}
         device = device_peaks()
         if device:
-            out["device_peak_bytes"] = max(device.values())
             extra["memory"]["device_peaks"] = device
         if self._nvml:
             extra["nvml"] = {
@@ -192,7 +183,13 @@ class MemorySampler:
                 "memory_used_peak_bytes": self._nvml_mem_peak or None,
                 "every_s": NVML_EVERY_S,
             }
-        return {**out, "extra": extra}
+        return {
+            "peak_rss_bytes": peak or None,
+            "rss_per_step": list(self.series),
+            "growth_per_step": growth,
+            "device_peak_bytes": max(device.values()) if device else None,
+            "extra": extra,
+        }
 
     def merge_into(self, result: dict) -> None:
         """Add `result()` to the harness's result dict (non-finite numbers dropped)."""
