@@ -140,7 +140,8 @@ def record_step(loss: float | None, dt: float) -> None:
         return
     S.steps_seen += 1
     S.step_times.append(dt)
-    _memory_step()
+    if _MEMORY:
+        _quietly("memory sample", _MEMORY.step)
     if loss is not None:
         S.losses.append(loss)
         if not math.isfinite(loss):
@@ -322,22 +323,13 @@ def data_batch(batch: dict) -> None:
 
 # -- memory (memory.py, loaded by path) ----------------------------------------------
 
-_MEMORY = None  # this trial's MemorySampler, or False when it could not load
+_MEMORY = None  # this trial's MemorySampler, None when it could not load
 
 
 def _memory_start() -> None:
     """Load the sampler; it sets `[trial] memory_limit_mb` (RLIMIT_AS) before the script runs."""
     global _MEMORY
-    try:
-        _MEMORY = _sibling_file("memory").start(S.config)
-    except Exception:
-        _MEMORY = False
-        note_error("memory sampler")
-
-
-def _memory_step() -> None:
-    if _MEMORY:
-        _quietly("memory sample", _MEMORY.step)
+    _MEMORY = _quietly("memory sampler", lambda: _sibling_file("memory").start(S.config))
 
 
 # -- the end ------------------------------------------------------------------------
@@ -362,10 +354,7 @@ def finish() -> None:
     keras_side = _SIDES.get("keras")
     models = keras_side.user_models() if keras_side is not None else []
     for hook in S.end_hooks:
-        try:
-            hook(models)
-        except Exception:
-            note_error("end hook")
+        _quietly("end hook", hook, models)
     weights_finite, bad = keras_side.check_weights() if keras_side is not None else (None, [])
     tf_v, k_v = _versions()
     extra = dict(S.extra)

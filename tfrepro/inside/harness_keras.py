@@ -48,10 +48,7 @@ def _save(what: str, *args) -> None:
     """The nan-state trial's save at the step it wants (a failure is noted, never raised)."""
     saver = _saver()
     if saver is not None and saver.wanted(H.S.steps_seen):
-        try:
-            getattr(saver, what)(*args)
-        except Exception:
-            H.note_error("nan state")
+        H._quietly("nan state", getattr(saver, what), *args)
 
 
 def _track(model) -> None:
@@ -161,10 +158,7 @@ def _before_fit(model, lib: str, args: list, kwargs: dict, callback) -> tuple[li
     H.S.keras_lib = H.S.keras_lib or lib
     H.S.mode = "fit"
     for hook in H.S.fit_hooks:
-        try:
-            hook(model, args, kwargs)
-        except Exception:
-            H.note_error("fit hook")
+        H._quietly("fit hook", hook, model, args, kwargs)
     if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
         args[5] = _with_callback(args[5], callback)
     else:

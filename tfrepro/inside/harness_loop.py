@@ -274,10 +274,7 @@ def _apply_wrapper(orig):
             out = orig(self, *args, **kwargs)
         finally:
             _tls.apply_depth = 0
-        try:
-            _on_apply(self)
-        except Exception:
-            H.note_error("loop step")
+        H._quietly("loop step", _on_apply, self)
         return out
 
     return apply
@@ -316,10 +313,7 @@ def _call_wrapper(orig):
             _tls.fn_depth = 0
         end = time.perf_counter()
         if L.recorder is not None and _source() != "stdout":
-            try:
-                _drain(end)
-            except Exception:
-                H.note_error("loop step (graph)")
+            H._quietly("loop step (graph)", _drain, end)
         return out
 
     return __call__

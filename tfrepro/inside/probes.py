@@ -274,8 +274,7 @@ class _Probes:
         self.dataset = ds
         self.busy = True
         try:
-            it = self._orig_iter(ds.take(2)) if hasattr(self, "_orig_iter") else iter(ds.take(2))
-            elements = [el for el in it]
+            elements = list(self._orig_iter(ds.take(2)) if hasattr(self, "_orig_iter") else iter(ds.take(2)))
         finally:
             self.busy = False
         self._record_batches(elements, {"fit": "fit (tf.data)", "iter": "first dataset iterated"}.get(source, source))
@@ -318,13 +317,10 @@ class _Probes:
                 width = first.shape[-1]
         info["output_width"] = int(width) if width is not None else None
         info["last_activation"] = T.last_activation(model)
-        eff = None
+        info["first_layer_input"] = None
         if call and self.first_x is not None:
-            try:
-                eff = T.first_weighted_input(model, self.first_x, np)
-            except Exception:
-                eff = None
-        info["first_layer_input"] = eff
+            with contextlib.suppress(Exception):
+                info["first_layer_input"] = T.first_weighted_input(model, self.first_x, np)
         self.ctx.record("check.model", info)
 
     # -- end ------------------------------------------------------------------
@@ -369,10 +365,9 @@ class _Probes:
         import numpy as np
         import tensorflow as tf
 
-        timing: dict = {}
         self.busy = True
         try:
-            timing.update(T.time_pipeline(self.dataset, tf, np))
+            timing = T.time_pipeline(self.dataset, tf, np)
         finally:
             self.busy = False
         main = self._main_model(models) if models else None
