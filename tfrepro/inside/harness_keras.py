@@ -67,12 +67,7 @@ def _loss_trackers(model) -> list:
     ]
     with contextlib.suppress(Exception):
         found += [m for m in model.metrics if getattr(m, "name", None) == "loss"]
-    out, ids = [], set()
-    for t in found:
-        if t is not None and hasattr(t, "update_state") and id(t) not in ids:
-            ids.add(id(t))
-            out.append(t)
-    return out
+    return list({id(t): t for t in found if t is not None and hasattr(t, "update_state")}.values())  # each once
 
 
 def _make_callback(base, lib: str):

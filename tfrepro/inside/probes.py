@@ -418,15 +418,7 @@ def install(ctx) -> None:
     """The harness's plugin entry point (see harness_plugins.py)."""
     probes = _Probes(ctx)
 
-    def guarded(name, fn):
-        return lambda module: probes._guard(name, fn, module)
-
-    hooks = {
-        "tensorflow": guarded("tensorflow patches", probes.on_tensorflow),
-        "keras": guarded("keras patches", probes.on_keras),
-        "tf_keras": guarded("tf_keras patches", probes.on_keras),
-    }
-    for name, hook in hooks.items():
-        ctx.after_import(name, hook)
+    for name, fn in (("tensorflow", probes.on_tensorflow), ("keras", probes.on_keras), ("tf_keras", probes.on_keras)):
+        ctx.after_import(name, lambda module, name=name, fn=fn: probes._guard(f"{name} patches", fn, module))
     ctx.add_fit_hook(lambda model, args, kwargs: probes._guard("fit probe", probes.on_fit, model, args, kwargs))
     ctx.add_end_hook(lambda models: probes._guard("end probe", probes.on_end, models))
