@@ -77,12 +77,8 @@ def _nvidia_smi():
         ).stdout
     except Exception:
         return []
-    gpus = []
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 3:
-            gpus.append({"name": parts[0], "memory": parts[1], "driver": parts[2]})
-    return gpus
+    rows = [[p.strip() for p in line.split(",")] for line in out.splitlines()]
+    return [{"name": r[0], "memory": r[1], "driver": r[2]} for r in rows if len(r) >= 3]
 
 
 def _nvidia_wheels():

@@ -216,9 +216,9 @@ class Recorder:
         self.depth = 0  # inside a recorded read
 
     # -- where the data came from ------------------------------------------
-    def source(self, call: str, path, out=None, **facts) -> None:
+    def source(self, call: str, path, out=None) -> None:
         try:
-            entry = {"call": call, "file": _rel(path) if path is not None else None, "at": caller(), **facts}
+            entry = {"call": call, "file": _rel(path) if path is not None else None, "at": caller()}
             if out is not None and _shape(out) is not None:
                 entry["shape"] = _shape(out)
                 entry["value"] = value_of(out)
@@ -245,8 +245,7 @@ class Recorder:
                 out = orig(*args, **kwargs)
             finally:
                 rec.depth -= 1
-            path = args[0] if args else kwargs.get(path_kw)
-            rec.source(call, path, out)
+            rec.source(call, args[0] if args else kwargs.get(path_kw), out)
             return out
 
         wrapper._tfrepro_data = True

@@ -96,20 +96,11 @@ def tensor_stats(name: str, value, np) -> dict:
     """Shape, dtype and value statistics of one tensor; never raises."""
     d: dict = {"name": name}
     try:
-        a = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-        a = np.asarray(a)
+        a = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
     except Exception as e:  # ragged, sparse, strings of odd kinds
-        d.update(
-            {
-                "dtype": str(getattr(value, "dtype", type(value).__name__)),
-                "kind": "other",
-                "note": f"not inspected: {type(e).__name__}",
-            }
-        )
-        return d
-    d["shape"] = [int(s) for s in a.shape]
-    d["dtype"] = str(a.dtype)
-    d["size"] = int(a.size)
+        dtype = str(getattr(value, "dtype", type(value).__name__))
+        return {**d, "dtype": dtype, "kind": "other", "note": f"not inspected: {type(e).__name__}"}
+    d.update(shape=[int(s) for s in a.shape], dtype=str(a.dtype), size=int(a.size))
     kind = a.dtype.kind
     if kind == "b":
         d["kind"] = "bool"
@@ -125,17 +116,13 @@ def tensor_stats(name: str, value, np) -> dict:
         except Exception:
             d["kind"] = "other"
             return d
-        d["kind"] = "float"
-        finite = np.isfinite(a)
-        d["nan"] = int(np.isnan(a).sum())
-        d["inf"] = int(np.isinf(a).sum())
-        good = a[finite]
+        d.update(kind="float", nan=int(np.isnan(a).sum()), inf=int(np.isinf(a).sum()))
+        good = a[np.isfinite(a)]
         if good.size:
             d.update(_moments(good, bool(np.all(np.equal(np.floor(good), good)))))
             if a.ndim >= 1 and a.shape[-1] >= 2 and good.size == a.size:
                 rows = a.reshape(-1, a.shape[-1]).sum(axis=1)
-                d["row_sum_min"] = float(rows.min())
-                d["row_sum_max"] = float(rows.max())
+                d.update(row_sum_min=float(rows.min()), row_sum_max=float(rows.max()))
         return d
     d["kind"] = "other"
     return d
