@@ -313,18 +313,13 @@ def _describe(x, y, batch_size, steps_per_epoch) -> dict:
     """Spec, batches per epoch and (for arrays) per-feature statistics."""
     kind = _kind(x)
     out: dict = {}
-    if kind == "tf.data":
-        out["element_spec"] = spec_of(getattr(x, "element_spec", None))
-        try:
-            n = int(x.cardinality())
-            out["batches_per_epoch"] = n if n >= 0 else None  # -1 infinite, -2 unknown
-        except Exception:
-            out["batches_per_epoch"] = None
-    elif kind == "sequence":
-        try:
-            out["batches_per_epoch"] = len(x)
-        except Exception:
-            out["batches_per_epoch"] = None
+    if kind in ("tf.data", "sequence"):
+        if kind == "tf.data":
+            out["element_spec"] = spec_of(getattr(x, "element_spec", None))
+        out["batches_per_epoch"] = None
+        with contextlib.suppress(Exception):
+            n = int(x.cardinality()) if kind == "tf.data" else len(x)
+            out["batches_per_epoch"] = n if n >= 0 else None  # a dataset's -1: infinite, -2: unknown
     elif kind in ("arrays", "dataframe"):
         if kind == "dataframe":
             x = {str(c): x[c].to_numpy() for c in x.columns}

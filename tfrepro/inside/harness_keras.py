@@ -37,10 +37,7 @@ def _nanstate():
 def _saver():
     """The StateSaver of a nan-state trial; None elsewhere or when it cannot load."""
     if H.S.config.get("save_state_step"):
-        try:
-            return _nanstate().StateSaver(H.S.config)
-        except Exception:
-            H.note_error("nan state")
+        return H._quietly("nan state", lambda: _nanstate().StateSaver(H.S.config))
     return None
 
 
