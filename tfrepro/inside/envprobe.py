@@ -14,6 +14,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 
 
 def _os_release():
@@ -42,8 +43,6 @@ TF_DISTS = (
 def _dist(name):
     """Version and install source of an installed distribution, or None."""
     try:
-        from importlib import metadata
-
         d = metadata.distribution(name)
     except Exception:
         return None
@@ -84,8 +83,6 @@ def _nvidia_smi():
 def _nvidia_wheels():
     """CUDA/cuDNN libraries installed as pip wheels (nvidia-cudnn-cu12, ...)."""
     try:
-        from importlib import metadata
-
         names = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
     except Exception:
         return {}
