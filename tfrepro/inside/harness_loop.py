@@ -111,15 +111,13 @@ class _GraphRecorder:
         n = max(new)
         if n <= 0:
             return []
-        steps = []
-        for j in range(n):
-            vals = []
-            for r in range(R_MAX):
-                if new[r] > j:
-                    k = self.seen[r] + j
-                    v = float(buf[k % BUF, r]) if cnt[r] - k <= BUF else MISSING
-                    vals.append(None if v == MISSING else v)
-            steps.append(vals)
+
+        def loss(r: int, k: int) -> float | None:
+            """Slot r's k-th loss; None when unknown or overwritten (more than BUF came after it)."""
+            v = float(buf[k % BUF, r]) if cnt[r] - k <= BUF else MISSING
+            return None if v == MISSING else v
+
+        steps = [[loss(r, self.seen[r] + j) for r in range(R_MAX) if new[r] > j] for j in range(n)]
         self.seen = cnt
         return steps
 
