@@ -77,8 +77,7 @@ class _State:
         self.crashed = False
         self.error: str | None = None
         self.stop_reason = "exit"
-        self.models: list = []  # strong refs: a model built in a function must survive until the check
-        self.model_ids: set[int] = set()
+        self.models: dict = {}  # id -> model; strong refs: a model built in a function must survive until the check
         self.keras_lib: str | None = None  # "keras" | "tf_keras"
         self.extra: dict = {}
         self.errors: list[str] = []

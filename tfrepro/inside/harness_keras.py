@@ -49,9 +49,7 @@ def _save(what: str, *args) -> None:
 
 
 def _track(model) -> None:
-    if id(model) not in H.S.model_ids:
-        H.S.model_ids.add(id(model))
-        H.S.models.append(model)
+    H.S.models.setdefault(id(model), model)
 
 
 def _loss_trackers(model) -> list:
@@ -381,8 +379,8 @@ def on_tf_keras(tf_keras) -> None:
 
 def user_models() -> list:
     """Tracked models minus Keras's own (a Keras 3 Sequential's inner Functional)."""
-    inner = {id(getattr(m, "_functional", None)) for m in H.S.models}
-    return [m for m in H.S.models if id(m) not in inner]
+    inner = {id(getattr(m, "_functional", None)) for m in H.S.models.values()}
+    return [m for m in H.S.models.values() if id(m) not in inner]
 
 
 def check_weights() -> tuple[bool | None, list[str]]:
