@@ -260,14 +260,9 @@ def _sibling_file(name: str):
     return _load(f"_tfrepro_{name}", os.path.join(_HERE, f"{name}.py"))
 
 
-def _sibling(name: str):
-    """harness_<name>.py next to this file, loaded by path (no tfrepro import)."""
-    return _sibling_file(f"harness_{name}")
-
-
 def _bound(name: str):
     """harness_<name>.py, loaded and handed this module (as its `H`)."""
-    module = _sibling(name)
+    module = _sibling_file(f"harness_{name}")
     module.H = sys.modules[__name__]
     return module
 
@@ -306,7 +301,7 @@ def _quietly(where: str, fn, *args):
 def _data_start() -> None:
     global _DATA
     try:
-        module = _sibling("data")
+        module = _sibling_file("harness_data")
         _DATA = module.Recorder(note_error)
         module.install(_DATA, _FINDER)
         S.fit_hooks.append(_DATA.on_fit)
@@ -359,7 +354,7 @@ def finish() -> None:
     extra = dict(S.extra)
     extra["stop"] = S.stop_reason
     try:  # what it ran on: the known costs of features on their hardware (harness_hw.py)
-        extra["hardware"] = _sibling("hw").hardware(S.extra.get("replicas"))
+        extra["hardware"] = _sibling_file("harness_hw").hardware(S.extra.get("replicas"))
     except Exception:
         note_error("hardware")
     if S.keras_lib:
@@ -409,7 +404,7 @@ def activate(config_path: str) -> None:
 
         random.seed(int(S.config.get("seed", 0)))
     if S.config.get("steps_max"):
-        S.budget = _sibling("timing").Budget(S.config)
+        S.budget = _sibling_file("harness_timing").Budget(S.config)
     guard = _bound("guard")  # the crash excepthook and the watches (harness_guard.py)
     if os.getpgrp() == os.getpid():  # only when we lead our own group (as run_trial starts us)
         guard.watch_parent()
@@ -420,7 +415,7 @@ def activate(config_path: str) -> None:
     tap = _bound("stdout")  # custom loops: `step=N loss=X` lines (harness_stdout.py)
     sys.stdout = tap.StdoutTap(sys.stdout)
     global _FINDER
-    _FINDER = _sibling("imports").PostImportFinder(_HOOKS, note_error)
+    _FINDER = _sibling_file("harness_imports").PostImportFinder(_HOOKS, note_error)
     sys.meta_path.insert(0, _FINDER)
     _FINDER.fire_imported()
     _data_start()

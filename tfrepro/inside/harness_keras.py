@@ -30,7 +30,7 @@ H = None  # the harness core module, set by harness.py
 @functools.cache
 def _nanstate():
     """harness_nanstate.py, loaded on first use."""
-    return H._sibling("nanstate")
+    return H._sibling_file("harness_nanstate")
 
 
 @functools.cache
