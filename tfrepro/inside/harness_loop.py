@@ -205,7 +205,7 @@ def _replica(tf):
     return rid, n
 
 
-def _target(tf):
+def _target():
     target = getattr(_tls, "target", None)
     _tls.target = None
     scaled = getattr(_tls, "scaled", None)
@@ -221,7 +221,7 @@ def _on_apply(optimizer) -> None:
     elif L.primary != id(optimizer):
         H.S.extra["loop_other_optimizer"] = type(optimizer).__name__
         return
-    target = _target(tf)
+    target = _target()
     rid, n = _replica(tf)
     if isinstance(rid, int) and rid >= R_MAX:
         return

@@ -157,9 +157,7 @@ class _Probes:
         iteration or fit it has. Idempotent."""
         import importlib
 
-        for name in ("keras", "tf_keras"):
-            if name not in sys.modules:
-                continue
+        for name in [n for n in ("keras", "tf_keras") if n in sys.modules]:
             try:
                 losses = getattr(sys.modules[name], "losses", None) or importlib.import_module(f"{name}.losses")
             except Exception:
