@@ -32,7 +32,7 @@ def harness(tmp_path, monkeypatch):
         module.S = module._State({"result_path": str(tmp_path / "result.json"), **config})
         if config.get("steps_max"):
             monkeypatch.delenv("REPRO_STEPS", raising=False)
-            module.S.budget = module._sibling("timing").Budget(module.S.config)
+            module.S.budget = module._sibling_file("harness_timing").Budget(module.S.config)
             assert os.environ["REPRO_STEPS"] == str(config["steps_max"])
         return module
 

@@ -137,20 +137,21 @@ def _pdeathsig() -> None:
     libc().prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _init(trial: int, report_fd: int) -> None:
-    """PID 1 of the namespace: reap everything, hand the trial's status up."""
-    status = 0
+def _wait(trial: int) -> int | None:
+    """The wait status of the child `trial`, every other child reaped on the
+    way (None: no child left; an interrupted wait is retried by Python)."""
     while True:
         try:
-            pid, st = os.waitpid(-1, 0)
+            pid, status = os.waitpid(-1, 0)
         except ChildProcessError:
-            break
-        except InterruptedError:
-            continue
+            return None
         if pid == trial:
-            status = st
-            break
-    os.write(report_fd, str(status).encode())
+            return status
+
+
+def _init(trial: int, report_fd: int) -> None:
+    """PID 1 of the namespace: reap everything, hand the trial's status up."""
+    os.write(report_fd, str(_wait(trial) or 0).encode())
     os._exit(0)  # PID 1 leaving kills what is left in the namespace
 
 
@@ -276,15 +277,9 @@ def reaped() -> None:
     if trial == 0:
         _pdeathsig()
         return
-    while True:
-        try:
-            pid, status = os.waitpid(-1, 0)
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            os._exit(1)
-        if pid == trial:
-            break
+    status = _wait(trial)
+    if status is None:
+        os._exit(1)
     sweep_children()
     _exit_as(status)
 

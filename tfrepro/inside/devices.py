@@ -115,15 +115,16 @@ def pin_compile(args: tuple, kwargs: dict, config: dict) -> tuple[dict, bool]:
 
 
 def _policy_name(model) -> str | None:
-    policy = getattr(model, "dtype_policy", None)
-    name = getattr(policy, "name", None)
-    if name is None:
-        keras = sys.modules.get("keras")
-        try:
-            name = keras.mixed_precision.global_policy().name
-        except Exception:
-            return None
-    return str(name)
+    name = getattr(getattr(model, "dtype_policy", None), "name", None)
+    return str(name) if name is not None else _global_policy()
+
+
+def _global_policy() -> str | None:
+    """Keras's global precision policy, where Keras is imported."""
+    try:
+        return str(sys.modules["keras"].mixed_precision.global_policy().name)
+    except Exception:
+        return None
 
 
 def _replicas(model) -> int | None:
@@ -173,18 +174,12 @@ def summary(extra: dict) -> dict:
     replicas = [f["replicas"] for f in fits if f.get("replicas")] + [s["replicas"] for s in strategies]
     modes = [*(extra.get("compile_modes") or []), *fits]
     policy = next((f["precision_policy"] for f in fits if f.get("precision_policy")), None)
-    if policy is None and "keras" in sys.modules:
-        try:
-            policy = str(sys.modules["keras"].mixed_precision.global_policy().name)
-        except Exception:
-            policy = None
-    out = {
+    return {
         "compile_modes": modes,
         "replicas_in_sync": max(replicas) if replicas else None,
-        "precision_policy": policy,
+        "precision_policy": policy if policy is not None else _global_policy(),
         "devices": _devices(strategies),
     }
-    return out
 
 
 def _devices(strategies: list) -> list:

@@ -14,6 +14,7 @@ import platform
 import shutil
 import subprocess
 import sys
+from importlib import metadata
 
 
 def _os_release():
@@ -42,8 +43,6 @@ TF_DISTS = (
 def _dist(name):
     """Version and install source of an installed distribution, or None."""
     try:
-        from importlib import metadata
-
         d = metadata.distribution(name)
     except Exception:
         return None
@@ -77,19 +76,13 @@ def _nvidia_smi():
         ).stdout
     except Exception:
         return []
-    gpus = []
-    for line in out.splitlines():
-        parts = [p.strip() for p in line.split(",")]
-        if len(parts) >= 3:
-            gpus.append({"name": parts[0], "memory": parts[1], "driver": parts[2]})
-    return gpus
+    rows = [[p.strip() for p in line.split(",")] for line in out.splitlines()]
+    return [{"name": r[0], "memory": r[1], "driver": r[2]} for r in rows if len(r) >= 3]
 
 
 def _nvidia_wheels():
     """CUDA/cuDNN libraries installed as pip wheels (nvidia-cudnn-cu12, ...)."""
     try:
-        from importlib import metadata
-
         names = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
     except Exception:
         return {}
@@ -120,11 +113,9 @@ def describe():
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
     }
-    for name in TF_DISTS:
-        d = _dist(name)
-        if d:
-            facts["tf_dist"] = d
-            break
+    tf_dist = next(filter(None, map(_dist, TF_DISTS)), None)  # the first installed
+    if tf_dist:
+        facts["tf_dist"] = tf_dist
     facts["cuda_wheels"] = _nvidia_wheels()
     for name, key in (("keras", "keras_dist"), ("tf_keras", "tf_keras_dist"), ("numpy", "numpy_dist")):
         d = _dist(name)

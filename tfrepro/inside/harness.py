@@ -77,8 +77,7 @@ class _State:
         self.crashed = False
         self.error: str | None = None
         self.stop_reason = "exit"
-        self.models: list = []  # strong refs: a model built in a function must survive until the check
-        self.model_ids: set[int] = set()
+        self.models: dict = {}  # id -> model; strong refs: a model built in a function must survive until the check
         self.keras_lib: str | None = None  # "keras" | "tf_keras"
         self.extra: dict = {}
         self.errors: list[str] = []
@@ -140,7 +139,8 @@ def record_step(loss: float | None, dt: float) -> None:
         return
     S.steps_seen += 1
     S.step_times.append(dt)
-    _memory_step()
+    if _MEMORY:
+        _quietly("memory sample", _MEMORY.step)
     if loss is not None:
         S.losses.append(loss)
         if not math.isfinite(loss):
@@ -260,42 +260,27 @@ def _sibling_file(name: str):
     return _load(f"_tfrepro_{name}", os.path.join(_HERE, f"{name}.py"))
 
 
-_keras_side = None
-_loop_side = None
-
-
-def _sibling(name: str):
-    """harness_<name>.py next to this file, loaded by path (no tfrepro import)."""
-    return _sibling_file(f"harness_{name}")
-
-
 def _bound(name: str):
     """harness_<name>.py, loaded and handed this module (as its `H`)."""
-    module = _sibling(name)
+    module = _sibling_file(f"harness_{name}")
     module.H = sys.modules[__name__]
     return module
 
 
-def _loop():
-    """harness_loop.py (custom loops: steps from apply_gradients), loaded on first use."""
-    global _loop_side
-    if _loop_side is None:
-        _loop_side = _bound("loop")
-    return _loop_side
+_SIDES: dict = {}  # "keras" (harness_keras.py), "loop" (harness_loop.py): loaded on first use
 
 
-def _keras():
-    """harness_keras.py, loaded on first use (the parent never needs it)."""
-    global _keras_side
-    if _keras_side is None:
-        _keras_side = _bound("keras")
-    return _keras_side
+def _side(name: str):
+    """harness_<name>.py, bound, loaded once on first use (the parent never needs it)."""
+    if name not in _SIDES:
+        _SIDES[name] = _bound(name)
+    return _SIDES[name]
 
 
 _HOOKS = {
     "tensorflow": _on_tensorflow,
-    "keras": lambda module: _keras().on_keras(module),
-    "tf_keras": lambda module: _keras().on_tf_keras(module),
+    "keras": lambda module: _side("keras").on_keras(module),
+    "tf_keras": lambda module: _side("keras").on_tf_keras(module),
 }
 
 
@@ -316,7 +301,7 @@ def _quietly(where: str, fn, *args):
 def _data_start() -> None:
     global _DATA
     try:
-        module = _sibling("data")
+        module = _sibling_file("harness_data")
         _DATA = module.Recorder(note_error)
         module.install(_DATA, _FINDER)
         S.fit_hooks.append(_DATA.on_fit)
@@ -332,28 +317,13 @@ def data_batch(batch: dict) -> None:
 
 # -- memory (memory.py, loaded by path) ----------------------------------------------
 
-_MEMORY = None  # this trial's MemorySampler, or False when it could not load
+_MEMORY = None  # this trial's MemorySampler, None when it could not load
 
 
 def _memory_start() -> None:
     """Load the sampler; it sets `[trial] memory_limit_mb` (RLIMIT_AS) before the script runs."""
     global _MEMORY
-    try:
-        _MEMORY = _sibling_file("memory").start(S.config)
-    except Exception:
-        _MEMORY = False
-        note_error("memory sampler")
-
-
-def _memory_step() -> None:
-    if _MEMORY:
-        _quietly("memory sample", _MEMORY.step)
-
-
-def _memory_result(result: dict) -> None:
-    """Add the memory fields (peak RSS, RSS per step, growth, device peak) to `result`."""
-    if _MEMORY:
-        _quietly("memory result", _MEMORY.merge_into, result)
+    _MEMORY = _quietly("memory sampler", lambda: _sibling_file("memory").start(S.config))
 
 
 # -- the end ------------------------------------------------------------------------
@@ -375,18 +345,16 @@ def finish() -> None:
         S.finished = True
     if S.budget is not None:
         S.budget.finish(S.extra)
-    models = _keras_side.user_models() if _keras_side is not None else []
+    keras_side = _SIDES.get("keras")
+    models = keras_side.user_models() if keras_side is not None else []
     for hook in S.end_hooks:
-        try:
-            hook(models)
-        except Exception:
-            note_error("end hook")
-    weights_finite, bad = _keras_side.check_weights() if _keras_side is not None else (None, [])
+        _quietly("end hook", hook, models)
+    weights_finite, bad = keras_side.check_weights() if keras_side is not None else (None, [])
     tf_v, k_v = _versions()
     extra = dict(S.extra)
     extra["stop"] = S.stop_reason
     try:  # what it ran on: the known costs of features on their hardware (harness_hw.py)
-        extra["hardware"] = _sibling("hw").hardware(S.extra.get("replicas"))
+        extra["hardware"] = _sibling_file("harness_hw").hardware(S.extra.get("replicas"))
     except Exception:
         note_error("hardware")
     if S.keras_lib:
@@ -407,7 +375,8 @@ def finish() -> None:
         "keras_version": k_v,
         "extra": extra,
     }
-    _memory_result(result)
+    if _MEMORY:  # the memory fields: peak RSS, RSS per step, growth, device peak
+        _quietly("memory result", _MEMORY.merge_into, result)
     try:
         result["data"] = _DATA.to_dict() if _DATA else {}
     except Exception:
@@ -435,7 +404,7 @@ def activate(config_path: str) -> None:
 
         random.seed(int(S.config.get("seed", 0)))
     if S.config.get("steps_max"):
-        S.budget = _sibling("timing").Budget(S.config)
+        S.budget = _sibling_file("harness_timing").Budget(S.config)
     guard = _bound("guard")  # the crash excepthook and the watches (harness_guard.py)
     if os.getpgrp() == os.getpid():  # only when we lead our own group (as run_trial starts us)
         guard.watch_parent()
@@ -446,11 +415,11 @@ def activate(config_path: str) -> None:
     tap = _bound("stdout")  # custom loops: `step=N loss=X` lines (harness_stdout.py)
     sys.stdout = tap.StdoutTap(sys.stdout)
     global _FINDER
-    _FINDER = _sibling("imports").PostImportFinder(_HOOKS, note_error)
+    _FINDER = _sibling_file("harness_imports").PostImportFinder(_HOOKS, note_error)
     sys.meta_path.insert(0, _FINDER)
     _FINDER.fire_imported()
     _data_start()
     for name in ("tensorflow", "keras", "tf_keras"):  # custom loops (harness_loop.py)
-        _FINDER.add(name, lambda module, name=name: getattr(_loop(), f"on_{name}")(module))
+        _FINDER.add(name, lambda module, name=name: getattr(_side("loop"), f"on_{name}")(module))
     if S.config.get("plugins"):  # harness_plugins.py
         _bound("plugins").load(S.config["plugins"], S.config.get("plugin_options"))

@@ -115,6 +115,13 @@ class FeatureStats:
         return d
 
 
+def stats_of(values) -> dict:
+    """The statistics of one feature's values."""
+    s = FeatureStats()
+    s.update(values)
+    return s.to_dict()
+
+
 def caller() -> str | None:
     """file:line of the innermost frame in the user's code (not a library's, not ours)."""
     f = sys._getframe(1)
@@ -209,9 +216,9 @@ class Recorder:
         self.depth = 0  # inside a recorded read
 
     # -- where the data came from ------------------------------------------
-    def source(self, call: str, path, out=None, **facts) -> None:
+    def source(self, call: str, path, out=None) -> None:
         try:
-            entry = {"call": call, "file": _rel(path) if path is not None else None, "at": caller(), **facts}
+            entry = {"call": call, "file": _rel(path) if path is not None else None, "at": caller()}
             if out is not None and _shape(out) is not None:
                 entry["shape"] = _shape(out)
                 entry["value"] = value_of(out)
@@ -223,7 +230,8 @@ class Recorder:
         except Exception:
             self.note_error("data source")
 
-    def wrap(self, owner, attr: str, call: str, path_arg: int = 0, path_kw: str | None = None) -> None:
+    def wrap(self, owner, attr: str, call: str, path_kw: str) -> None:
+        """`owner.attr` recording its reads (the path: the first argument, or `path_kw`)."""
         orig = getattr(owner, attr, None)
         if orig is None or getattr(orig, "_tfrepro_data", False):
             return
@@ -237,8 +245,7 @@ class Recorder:
                 out = orig(*args, **kwargs)
             finally:
                 rec.depth -= 1
-            path = args[path_arg] if len(args) > path_arg else kwargs.get(path_kw) if path_kw else None
-            rec.source(call, path, out)
+            rec.source(call, args[0] if args else kwargs.get(path_kw), out)
             return out
 
         wrapper._tfrepro_data = True
@@ -280,18 +287,10 @@ def value_of(out) -> dict | None:
     import numpy as np
 
     if hasattr(out, "columns") and hasattr(out, "dtypes"):
-        cols = {}
-        for c in list(out.columns)[:256]:
-            s = FeatureStats()
-            s.update(_head(out[c].to_numpy()))
-            cols[str(c)] = s.to_dict()
+        cols = {str(c): stats_of(_head(out[c].to_numpy())) for c in list(out.columns)[:256]}
         return {"type": "dataframe", "rows": int(len(out)), "columns": cols}
     if isinstance(out, np.ndarray) and out.dtype.kind in "iubfOSU":
-        cols = {}
-        for name, values in _columns("x", _head(out)):
-            s = FeatureStats()
-            s.update(values)
-            cols[name] = s.to_dict()
+        cols = {name: stats_of(values) for name, values in _columns("x", _head(out))}
         return {"type": "array", "shape": list(out.shape), "dtype": str(out.dtype), "columns": cols}
     return None
 
@@ -314,18 +313,13 @@ def _describe(x, y, batch_size, steps_per_epoch) -> dict:
     """Spec, batches per epoch and (for arrays) per-feature statistics."""
     kind = _kind(x)
     out: dict = {}
-    if kind == "tf.data":
-        out["element_spec"] = spec_of(getattr(x, "element_spec", None))
-        try:
-            n = int(x.cardinality())
-            out["batches_per_epoch"] = n if n >= 0 else None  # -1 infinite, -2 unknown
-        except Exception:
-            out["batches_per_epoch"] = None
-    elif kind == "sequence":
-        try:
-            out["batches_per_epoch"] = len(x)
-        except Exception:
-            out["batches_per_epoch"] = None
+    if kind in ("tf.data", "sequence"):
+        if kind == "tf.data":
+            out["element_spec"] = spec_of(getattr(x, "element_spec", None))
+        out["batches_per_epoch"] = None
+        with contextlib.suppress(Exception):
+            n = int(x.cardinality()) if kind == "tf.data" else len(x)
+            out["batches_per_epoch"] = n if n >= 0 else None  # a dataset's -1: infinite, -2: unknown
     elif kind in ("arrays", "dataframe"):
         if kind == "dataframe":
             x = {str(c): x[c].to_numpy() for c in x.columns}
@@ -337,13 +331,8 @@ def _describe(x, y, batch_size, steps_per_epoch) -> dict:
         if rows:
             out["records"] = rows
             out["batches_per_epoch"] = -(-rows // int(batch_size or 32))
-        feats: dict = {}
-        for name, a in list(_leaves(x, "x")) + list(_leaves(y, "y")):
-            for col, values in _columns(name, _head(a)):
-                s = FeatureStats()
-                s.update(values)
-                feats[col] = s.to_dict()
-        out["features"] = feats
+        leaves = list(_leaves(x, "x")) + list(_leaves(y, "y"))
+        out["features"] = {col: stats_of(v) for name, a in leaves for col, v in _columns(name, _head(a))}
     if steps_per_epoch:
         out["batches_per_epoch"] = int(steps_per_epoch)
     return out
@@ -354,34 +343,30 @@ def install(rec: Recorder, finder) -> None:
 
     def on_numpy(np):
         for attr in ("load", "loadtxt", "genfromtxt"):
-            rec.wrap(np, attr, f"numpy.{attr}", 0, "fname" if attr != "load" else "file")
+            rec.wrap(np, attr, f"numpy.{attr}", "fname" if attr != "load" else "file")
 
     def on_pandas(pd):
         for attr in ("read_csv", "read_parquet", "read_json", "read_table", "read_feather"):
-            rec.wrap(pd, attr, f"pandas.{attr}", 0, "filepath_or_buffer" if "csv" in attr else "path")
+            rec.wrap(pd, attr, f"pandas.{attr}", "filepath_or_buffer" if "csv" in attr else "path")
 
     def on_tf(tf):
-        try:
-            data = tf.data
-            rec.wrap(data.experimental, "make_csv_dataset", "tf.data.experimental.make_csv_dataset", 0, "file_pattern")
-            cls = data.TFRecordDataset
-            orig = cls.__init__
-            if not getattr(orig, "_tfrepro_data", False):
+        rec.wrap(tf.data.experimental, "make_csv_dataset", "tf.data.experimental.make_csv_dataset", "file_pattern")
+        cls = tf.data.TFRecordDataset
+        orig = cls.__init__
+        if not getattr(orig, "_tfrepro_data", False):
 
-                def __init__(self, filenames, *args, **kwargs):
-                    orig(self, filenames, *args, **kwargs)
-                    files = filenames if isinstance(filenames, (list, tuple)) else [filenames]
-                    for f in files[:20]:
-                        rec.source("tf.data.TFRecordDataset", f if isinstance(f, (str, bytes)) else repr(f))
+            def __init__(self, filenames, *args, **kwargs):
+                orig(self, filenames, *args, **kwargs)
+                files = filenames if isinstance(filenames, (list, tuple)) else [filenames]
+                for f in files[:20]:
+                    rec.source("tf.data.TFRecordDataset", f if isinstance(f, (str, bytes)) else repr(f))
 
-                __init__._tfrepro_data = True
-                cls.__init__ = __init__
-        except Exception:
-            rec.note_error("data hooks (tensorflow)")
+            __init__._tfrepro_data = True
+            cls.__init__ = __init__
 
     def on_keras(keras):
         for attr in ("image_dataset_from_directory", "text_dataset_from_directory"):
-            rec.wrap(keras.utils, attr, f"keras.utils.{attr}", 0, "directory")
+            rec.wrap(keras.utils, attr, f"keras.utils.{attr}", "directory")
 
     for name, fn in (("numpy", on_numpy), ("pandas", on_pandas), ("tensorflow", on_tf), ("keras", on_keras)):
         finder.add(name, _guarded(fn, rec, name))

@@ -17,6 +17,7 @@ the per-step loss from Keras's logged running mean (float32: ~1e-6 relative).
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 import time
@@ -26,44 +27,29 @@ BATCH_KEY = "_tfrepro_batch"  # a nan-state trial's batch output (harness_nansta
 H = None  # the harness core module, set by harness.py
 
 
-_SAVER = None  # harness_nanstate.StateSaver of a nan-state trial, False elsewhere
-_NANSTATE = None  # the harness_nanstate module, once loaded
+@functools.cache
+def _nanstate():
+    """harness_nanstate.py, loaded on first use."""
+    return H._sibling_file("harness_nanstate")
 
 
-def _batch_outputs(data) -> dict:
-    global _NANSTATE
-    if _NANSTATE is None:
-        _NANSTATE = H._sibling("nanstate")
-    return _NANSTATE.batch_outputs(data)
-
-
+@functools.cache
 def _saver():
-    global _SAVER
-    if _SAVER is None:
-        _SAVER = False
-        if H.S.config.get("save_state_step"):
-            try:
-                _batch_outputs(None)  # loads the module
-                _SAVER = _NANSTATE.StateSaver(H.S.config)
-            except Exception:
-                H.note_error("nan state")
-    return _SAVER or None
+    """The StateSaver of a nan-state trial; None elsewhere or when it cannot load."""
+    if H.S.config.get("save_state_step"):
+        return H._quietly("nan state", lambda: _nanstate().StateSaver(H.S.config))
+    return None
 
 
 def _save(what: str, *args) -> None:
     """The nan-state trial's save at the step it wants (a failure is noted, never raised)."""
     saver = _saver()
     if saver is not None and saver.wanted(H.S.steps_seen):
-        try:
-            getattr(saver, what)(*args)
-        except Exception:
-            H.note_error("nan state")
+        H._quietly("nan state", getattr(saver, what), *args)
 
 
 def _track(model) -> None:
-    if id(model) not in H.S.model_ids:
-        H.S.model_ids.add(id(model))
-        H.S.models.append(model)
+    H.S.models.setdefault(id(model), model)
 
 
 def _loss_trackers(model) -> list:
@@ -76,12 +62,7 @@ def _loss_trackers(model) -> list:
     ]
     with contextlib.suppress(Exception):
         found += [m for m in model.metrics if getattr(m, "name", None) == "loss"]
-    out, ids = [], set()
-    for t in found:
-        if t is not None and hasattr(t, "update_state") and id(t) not in ids:
-            ids.add(id(t))
-            out.append(t)
-    return out
+    return list({id(t): t for t in found if t is not None and hasattr(t, "update_state")}.values())  # each once
 
 
 def _make_callback(base, lib: str):
@@ -167,20 +148,15 @@ def _before_fit(model, lib: str, args: list, kwargs: dict, callback) -> tuple[li
     H.S.keras_lib = H.S.keras_lib or lib
     H.S.mode = "fit"
     for hook in H.S.fit_hooks:
-        try:
-            hook(model, args, kwargs)
-        except Exception:
-            H.note_error("fit hook")
+        H._quietly("fit hook", hook, model, args, kwargs)
     if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
         args[5] = _with_callback(args[5], callback)
     else:
         kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback)
     tag = H.begin_call("fit", H.caller_where()) if H.S.fit_depth == 0 else None
-    try:  # replicas in sync: a strategy over one replica is a known cost
+    with contextlib.suppress(Exception):  # replicas in sync: a strategy over one replica is a known cost
         n = int(model.distribute_strategy.num_replicas_in_sync)
         H.S.extra["replicas"] = max(n, H.S.extra.get("replicas") or 0)
-    except Exception:
-        pass
     if H._DEVICES is not None:
         H._DEVICES.record_fit(model, H.S.extra)
     return args, kwargs, tag
@@ -234,7 +210,7 @@ def _capturing_step(model, step, distributed_sum: bool):
             logs[LOSS_KEY] = _global_loss(seen[-1], distributed_sum)
             if _saver() is not None or H.S.config.get("record_data"):  # the batch leaves the step too
                 try:
-                    logs[BATCH_KEY] = _batch_outputs(data)
+                    logs[BATCH_KEY] = _nanstate().batch_outputs(data)
                 except Exception:
                     H.note_error("nan state batch")
         return logs
@@ -318,18 +294,17 @@ def auto_jit_dropped(model, kwargs: dict, tf, deterministic: bool) -> bool:
     this machine - a GPU, no distribution strategy, no eager run, every layer
     XLA-capable - and that op determinism turned off. On a CPU-only machine
     "auto" means no XLA: nothing was dropped."""
-    if kwargs.get("jit_compile", "auto") != "auto" or kwargs.get("run_eagerly"):
+    if kwargs.get("jit_compile", "auto") != "auto" or kwargs.get("run_eagerly") or not deterministic:
         return False
     if getattr(model, "jit_compile", None) is not False or tf is None:
         return False
     try:
-        if not deterministic:
-            return False
-        if not [d for d in tf.config.list_physical_devices() if d.device_type != "CPU"]:
-            return False
-        if getattr(model, "_distribute_strategy", None):
-            return False
-        return all(getattr(x, "supports_jit", True) for x in model._flatten_layers())
+        gpu = any(d.device_type != "CPU" for d in tf.config.list_physical_devices())
+        return (
+            gpu
+            and not getattr(model, "_distribute_strategy", None)
+            and all(getattr(x, "supports_jit", True) for x in model._flatten_layers())
+        )
     except Exception:
         return False
 
@@ -373,8 +348,13 @@ def on_keras(keras) -> None:
     from keras.src.trainers.trainer import Trainer
 
     _patch_trainer(TensorFlowTrainer, keras.callbacks.Callback, "keras", distributed_sum=False)
-    _patch_init(Trainer)
     _patch_compile(Trainer)
+    _patched(keras, Trainer)
+
+
+def _patched(keras, model_cls) -> None:
+    """Every model of `model_cls` tracked, and Keras seeded when the trial is deterministic."""
+    _patch_init(model_cls)
     if H.S.config.get("deterministic"):
         keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
 
@@ -387,24 +367,20 @@ def _on_keras2(keras) -> None:
     except ImportError:
         Model = importlib.import_module("keras.engine.training").Model
     _patch_trainer(Model, keras.callbacks.Callback, "keras", distributed_sum=True)
-    _patch_init(Model)
-    if H.S.config.get("deterministic"):
-        keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
+    _patched(keras, Model)
 
 
 def on_tf_keras(tf_keras) -> None:
     from tf_keras.src.engine.training import Model
 
     _patch_trainer(Model, tf_keras.callbacks.Callback, "tf_keras", distributed_sum=True)
-    _patch_init(Model)
-    if H.S.config.get("deterministic"):
-        tf_keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
+    _patched(tf_keras, Model)
 
 
 def user_models() -> list:
     """Tracked models minus Keras's own (a Keras 3 Sequential's inner Functional)."""
-    inner = {id(getattr(m, "_functional", None)) for m in H.S.models}
-    return [m for m in H.S.models if id(m) not in inner]
+    inner = {id(getattr(m, "_functional", None)) for m in H.S.models.values()}
+    return [m for m in H.S.models.values() if id(m) not in inner]
 
 
 def check_weights() -> tuple[bool | None, list[str]]:

@@ -111,15 +111,13 @@ class _GraphRecorder:
         n = max(new)
         if n <= 0:
             return []
-        steps = []
-        for j in range(n):
-            vals = []
-            for r in range(R_MAX):
-                if new[r] > j:
-                    k = self.seen[r] + j
-                    v = float(buf[k % BUF, r]) if cnt[r] - k <= BUF else MISSING
-                    vals.append(None if v == MISSING else v)
-            steps.append(vals)
+
+        def loss(r: int, k: int) -> float | None:
+            """Slot r's k-th loss; None when unknown or overwritten (more than BUF came after it)."""
+            v = float(buf[k % BUF, r]) if cnt[r] - k <= BUF else MISSING
+            return None if v == MISSING else v
+
+        steps = [[loss(r, self.seen[r] + j) for r in range(R_MAX) if new[r] > j] for j in range(n)]
         self.seen = cnt
         return steps
 
@@ -207,7 +205,7 @@ def _replica(tf):
     return rid, n
 
 
-def _target(tf):
+def _target():
     target = getattr(_tls, "target", None)
     _tls.target = None
     scaled = getattr(_tls, "scaled", None)
@@ -223,7 +221,7 @@ def _on_apply(optimizer) -> None:
     elif L.primary != id(optimizer):
         H.S.extra["loop_other_optimizer"] = type(optimizer).__name__
         return
-    target = _target(tf)
+    target = _target()
     rid, n = _replica(tf)
     if isinstance(rid, int) and rid >= R_MAX:
         return
@@ -274,10 +272,7 @@ def _apply_wrapper(orig):
             out = orig(self, *args, **kwargs)
         finally:
             _tls.apply_depth = 0
-        try:
-            _on_apply(self)
-        except Exception:
-            H.note_error("loop step")
+        H._quietly("loop step", _on_apply, self)
         return out
 
     return apply
@@ -316,10 +311,7 @@ def _call_wrapper(orig):
             _tls.fn_depth = 0
         end = time.perf_counter()
         if L.recorder is not None and _source() != "stdout":
-            try:
-                _drain(end)
-            except Exception:
-                H.note_error("loop step (graph)")
+            H._quietly("loop step (graph)", _drain, end)
         return out
 
     return __call__
@@ -344,9 +336,9 @@ def _patch(cls, method: str, wrapper) -> None:
         setattr(cls, method, wrapped)
 
 
-def _patch_classes(specs) -> None:
-    """specs: (module, class, methods, wrapper); absent modules and classes are skipped."""
-    for module_name, class_name, methods, wrapper in specs:
+def _patch_classes(specs, methods: list, wrapper) -> None:
+    """`methods` of each (module, class) of `specs` wrapped; absent modules and classes are skipped."""
+    for module_name, class_name in specs:
         try:
             cls = getattr(importlib.import_module(module_name), class_name)
         except (ImportError, AttributeError):
@@ -357,17 +349,12 @@ def _patch_classes(specs) -> None:
 
 def on_tensorflow(tf) -> None:
     _patch(tf.GradientTape, "gradient", _gradient_wrapper)
-    _patch_classes(
-        [
-            (
-                "tensorflow.python.eager.polymorphic_function.polymorphic_function",
-                "Function",
-                ["__call__"],
-                _call_wrapper,
-            ),
-            ("tensorflow.python.eager.def_function", "Function", ["__call__"], _call_wrapper),
-        ]
-    )
+    eager = "tensorflow.python.eager"
+    functions = [
+        (f"{eager}.polymorphic_function.polymorphic_function", "Function"),
+        (f"{eager}.def_function", "Function"),
+    ]
+    _patch_classes(functions, ["__call__"], _call_wrapper)
 
 
 _APPLY = ["apply_gradients", "apply"]
@@ -378,30 +365,24 @@ def on_keras(keras) -> None:
         _on_keras2("keras.src")
         _on_keras2("keras")
         return
-    _patch_classes(
-        [
-            ("keras.src.optimizers.base_optimizer", "BaseOptimizer", _APPLY, _apply_wrapper),
-            ("keras.src.optimizers.loss_scale_optimizer", "LossScaleOptimizer", _APPLY, _apply_wrapper),
-            ("keras.src.optimizers.base_optimizer", "BaseOptimizer", ["scale_loss"], _scale_wrapper),
-            ("keras.src.optimizers.loss_scale_optimizer", "LossScaleOptimizer", ["scale_loss"], _scale_wrapper),
-        ]
-    )
+    optimizers = [
+        ("keras.src.optimizers.base_optimizer", "BaseOptimizer"),
+        ("keras.src.optimizers.loss_scale_optimizer", "LossScaleOptimizer"),
+    ]
+    _patch_classes(optimizers, _APPLY, _apply_wrapper)
+    _patch_classes(optimizers, ["scale_loss"], _scale_wrapper)
 
 
 def _on_keras2(root: str) -> None:
     lso = f"{root}.mixed_precision.loss_scale_optimizer"
-    _patch_classes(
-        [
-            (f"{root}.optimizers.optimizer", "_BaseOptimizer", _APPLY, _apply_wrapper),
-            (f"{root}.optimizers.optimizer", "Optimizer", _APPLY, _apply_wrapper),
-            (f"{root}.optimizers.legacy.optimizer_v2", "OptimizerV2", _APPLY, _apply_wrapper),
-            (lso, "LossScaleOptimizer", _APPLY, _apply_wrapper),
-            (lso, "LossScaleOptimizerV3", _APPLY, _apply_wrapper),
-            (lso, "BaseLossScaleOptimizer", ["get_scaled_loss"], _scale_wrapper),
-            (lso, "LossScaleOptimizer", ["get_scaled_loss"], _scale_wrapper),
-            (lso, "LossScaleOptimizerV3", ["get_scaled_loss"], _scale_wrapper),
-        ]
-    )
+    optimizers = [
+        (f"{root}.optimizers.optimizer", "_BaseOptimizer"),
+        (f"{root}.optimizers.optimizer", "Optimizer"),
+        (f"{root}.optimizers.legacy.optimizer_v2", "OptimizerV2"),
+    ]
+    _patch_classes([*optimizers, (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")], _APPLY, _apply_wrapper)
+    scaling = [(lso, "BaseLossScaleOptimizer"), (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")]
+    _patch_classes(scaling, ["get_scaled_loss"], _scale_wrapper)
 
 
 def on_tf_keras(tf_keras) -> None:

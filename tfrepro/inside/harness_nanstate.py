@@ -22,8 +22,6 @@ from __future__ import annotations
 import json
 import os
 
-BATCH_KEY = "_tfrepro_batch"
-
 
 class StateSaver:
     def __init__(self, config: dict) -> None:
@@ -39,17 +37,13 @@ class StateSaver:
         import numpy as np
 
         os.makedirs(self.dir, exist_ok=True)
-        arrays, names = {}, {"weights": [], "optimizer": []}
-        for i, v in enumerate(model.weights):
-            arrays[f"w{i}"] = np.asarray(v.numpy())
-            names["weights"].append(getattr(v, "path", None) or v.name)
-        opt = getattr(model, "optimizer", None)
-        variables = getattr(opt, "variables", None) if opt is not None else None
+        variables = getattr(getattr(model, "optimizer", None), "variables", None)
         if callable(variables):
             variables = variables()
-        for i, v in enumerate(variables or []):
-            arrays[f"o{i}"] = np.asarray(v.numpy())
-            names["optimizer"].append(getattr(v, "path", None) or v.name)
+        arrays, names = {}, {}
+        for prefix, key, group in (("w", "weights", model.weights), ("o", "optimizer", variables or [])):
+            arrays.update({f"{prefix}{i}": np.asarray(v.numpy()) for i, v in enumerate(group)})
+            names[key] = [getattr(v, "path", None) or v.name for v in group]
         np.savez(os.path.join(self.dir, "state.npz"), **arrays)
         self.meta.update(names)
         self._write_meta()

@@ -17,11 +17,12 @@ import sys
 import traceback
 
 
-def _layers(model) -> list:
-    """[name, class] of each layer of `model`, first seen first."""
+def _layers(models) -> list:
+    """[name, class] of each layer of `models`, first seen first."""
     seen = {}
-    for layer in model._flatten_layers(include_self=False):
-        seen.setdefault(layer.name, type(layer).__name__)
+    for model in models:
+        for layer in model._flatten_layers(include_self=False):
+            seen.setdefault(layer.name, type(layer).__name__)
     return [[n, c] for n, c in seen.items()]
 
 
@@ -56,7 +57,7 @@ def _patch_compile(model_cls, label: str, facts: dict) -> None:
             settings["jit_compile_requested"].append(f"{label}(jit_compile={jit!r})")
         kwargs["jit_compile"] = False
         with contextlib.suppress(Exception):
-            facts["layers"] = _layers(self)
+            facts["layers"] = _layers([self])
         return orig(self, *args, **kwargs)
 
     model_cls.compile = compile
@@ -83,7 +84,7 @@ def _patch_loss_scale(cls, settings: dict) -> None:
 def _patch_keras(facts: dict) -> None:
     """compile and the loss-scale optimizer of the Keras the script will use."""
     legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
-    try:
+    with contextlib.suppress(Exception):
         if legacy:
             import tf_keras
 
@@ -94,8 +95,6 @@ def _patch_keras(facts: dict) -> None:
 
             _patch_compile(keras.Model, "Model.compile", facts)
             _patch_loss_scale(keras.optimizers.LossScaleOptimizer, facts["settings"])
-    except Exception:
-        pass
 
 
 def _patch_mirrored(tf, settings: dict) -> None:
@@ -114,7 +113,7 @@ def _after_run(facts: dict) -> None:
     of a never-compiled model (custom loop), op determinism, eager functions."""
     settings = facts["settings"]
     tf = sys.modules.get("tensorflow")
-    try:
+    with contextlib.suppress(Exception):
         import keras
 
         settings["precision_policy"] = keras.mixed_precision.global_policy().name
@@ -122,20 +121,11 @@ def _after_run(facts: dict) -> None:
             # Never compiled (custom loop): find the models still alive.
             import gc
 
-            seen = {}
-            for obj in gc.get_objects():
-                if isinstance(obj, keras.Model):
-                    for layer in obj._flatten_layers(include_self=False):
-                        seen.setdefault(layer.name, type(layer).__name__)
-            facts["layers"] = [[n, c] for n, c in seen.items()]
-    except Exception:
-        pass
-    try:
+            facts["layers"] = _layers([obj for obj in gc.get_objects() if isinstance(obj, keras.Model)])
+    with contextlib.suppress(Exception):
         from tensorflow.python.framework import config as tf_config
 
         settings["op_determinism"] = bool(tf_config.is_op_determinism_enabled())
-    except Exception:
-        pass
     with contextlib.suppress(Exception):
         settings["run_functions_eagerly"] = bool(tf.config.functions_run_eagerly())
 

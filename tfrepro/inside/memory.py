@@ -35,8 +35,10 @@ power of two): `rss_per_step[i]` is then the reading after step (i+1)*k.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+import statistics
 import sys
 import time
 
@@ -71,10 +73,7 @@ def theil_sen(xs: list[float], ys: list[float]) -> tuple[float, float]:
                 disc += 1
     if not slopes:
         return 0.0, 0.0
-    slopes.sort()
-    m = len(slopes)
-    median = slopes[m // 2] if m % 2 else 0.5 * (slopes[m // 2 - 1] + slopes[m // 2])
-    return median, (conc - disc) / m
+    return statistics.median(slopes), (conc - disc) / len(slopes)
 
 
 def steady_part(series: list[int], stride: int = 1, warmup: int = GROWTH_WARMUP) -> tuple[list[float], list[float]]:
@@ -94,8 +93,7 @@ def steady_growth(series: list[int], stride: int = 1) -> tuple[float | None, flo
         return None, 0.0
     while len(xs) > 512:  # O(n^2): thin out evenly, keeps the slope
         xs, ys = xs[::2], ys[::2]
-    slope, tau = theil_sen(xs, ys)
-    return slope, tau
+    return theil_sen(xs, ys)
 
 
 def tau_z(tau: float, n: int) -> float:
@@ -170,23 +168,14 @@ class MemorySampler:
 
     def result(self) -> dict:
         """The fields the harness writes (TrialResult's memory fields + extra)."""
-        now = self.rss()
-        peak = max(self.peak, now or 0)
+        peak = max(self.peak, self.rss() or 0)
         if self.source != "statm":
             peak = max(peak, max_rss() or 0)
-        peak = peak or None
         growth, tau = steady_growth(self.series, self.stride)
-        out: dict = {
-            "peak_rss_bytes": peak,
-            "rss_per_step": list(self.series),
-            "growth_per_step": growth,
-            "device_peak_bytes": None,
-        }
         memory = {"source": self.source, "measure": MEASURE[self.source], "stride": self.stride}
         extra: dict = {"memory": {**memory, "growth_tau": round(tau, 4)}}
         device = device_peaks()
         if device:
-            out["device_peak_bytes"] = max(device.values())
             extra["memory"]["device_peaks"] = device
         if self._nvml:
             extra["nvml"] = {
@@ -194,7 +183,13 @@ class MemorySampler:
                 "memory_used_peak_bytes": self._nvml_mem_peak or None,
                 "every_s": NVML_EVERY_S,
             }
-        return {**out, "extra": extra}
+        return {
+            "peak_rss_bytes": peak or None,
+            "rss_per_step": list(self.series),
+            "growth_per_step": growth,
+            "device_peak_bytes": max(device.values()) if device else None,
+            "extra": extra,
+        }
 
     def merge_into(self, result: dict) -> None:
         """Add `result()` to the harness's result dict (non-finite numbers dropped)."""
@@ -252,10 +247,8 @@ class _Nvml:
             wanted = os.environ.get("CUDA_VISIBLE_DEVICES")
             ids = list(range(count))
             if wanted is not None:
-                try:
+                with contextlib.suppress(ValueError):  # UUIDs: all devices
                     ids = [int(x) for x in wanted.split(",") if x.strip() and int(x) >= 0]
-                except ValueError:
-                    pass  # UUIDs: all devices
             handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in ids if i < count]
         except Exception:
             return None

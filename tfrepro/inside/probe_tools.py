@@ -31,13 +31,6 @@ PIPELINE_BUDGET_S = 1.5
 COMPUTE_BUDGET_S = 0.6
 
 
-def prod(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= int(s)
-    return n
-
-
 def is_array(x) -> bool:
     if isinstance(x, dict):
         return all(is_array(v) for v in x.values())
@@ -103,20 +96,11 @@ def tensor_stats(name: str, value, np) -> dict:
     """Shape, dtype and value statistics of one tensor; never raises."""
     d: dict = {"name": name}
     try:
-        a = value.numpy() if hasattr(value, "numpy") else np.asarray(value)
-        a = np.asarray(a)
+        a = np.asarray(value.numpy() if hasattr(value, "numpy") else value)
     except Exception as e:  # ragged, sparse, strings of odd kinds
-        d.update(
-            {
-                "dtype": str(getattr(value, "dtype", type(value).__name__)),
-                "kind": "other",
-                "note": f"not inspected: {type(e).__name__}",
-            }
-        )
-        return d
-    d["shape"] = [int(s) for s in a.shape]
-    d["dtype"] = str(a.dtype)
-    d["size"] = int(a.size)
+        dtype = str(getattr(value, "dtype", type(value).__name__))
+        return {**d, "dtype": dtype, "kind": "other", "note": f"not inspected: {type(e).__name__}"}
+    d.update(shape=[int(s) for s in a.shape], dtype=str(a.dtype), size=int(a.size))
     kind = a.dtype.kind
     if kind == "b":
         d["kind"] = "bool"
@@ -126,23 +110,19 @@ def tensor_stats(name: str, value, np) -> dict:
         if a.size:
             d.update(_moments(a, True))
         return d
-    if kind == "V" or kind == "f" or kind == "c":
+    if kind in "Vfc":
         try:
             a = a.astype(np.float64) if kind != "c" else np.abs(a)
         except Exception:
             d["kind"] = "other"
             return d
-        d["kind"] = "float"
-        finite = np.isfinite(a)
-        d["nan"] = int(np.isnan(a).sum())
-        d["inf"] = int(np.isinf(a).sum())
-        good = a[finite]
+        d.update(kind="float", nan=int(np.isnan(a).sum()), inf=int(np.isinf(a).sum()))
+        good = a[np.isfinite(a)]
         if good.size:
             d.update(_moments(good, bool(np.all(np.equal(np.floor(good), good)))))
             if a.ndim >= 1 and a.shape[-1] >= 2 and good.size == a.size:
                 rows = a.reshape(-1, a.shape[-1]).sum(axis=1)
-                d["row_sum_min"] = float(rows.min())
-                d["row_sum_max"] = float(rows.max())
+                d.update(row_sum_min=float(rows.min()), row_sum_max=float(rows.max()))
         return d
     d["kind"] = "other"
     return d
@@ -155,15 +135,11 @@ def last_activation(model):
         return None
     if not layers:
         return None
-    last = layers[-1]
-    cls = type(last).__name__
-    if cls == "Softmax":
+    if type(layers[-1]).__name__ == "Softmax":
         return "softmax"
-    act = getattr(last, "activation", None)
+    act = getattr(layers[-1], "activation", None)
     name = getattr(act, "__name__", None)
-    if name is None and act is not None:
-        name = str(act)
-    return name
+    return str(act) if name is None and act is not None else name
 
 
 def first_weighted_input(model, x, np):

@@ -33,6 +33,7 @@ creates one extra iterator, which advances a reshuffling `shuffle` by one epoch.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import platform
 import sys
@@ -67,19 +68,20 @@ _TF_ENV_PREFIXES = (
 _TF_ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "XLA_FLAGS", "KERAS_BACKEND", "KERAS_HOME")
 
 
-def _load_tools():
-    """The sibling helper module, by path (the plugin itself is loaded by path)."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe_tools.py")
-    spec = importlib.util.spec_from_file_location("_tfrepro_probe_tools", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # AutoGraph and pickling look functions up by module
-    spec.loader.exec_module(module)
-    return module
+def _library_dirs(tf) -> tuple[str, ...]:
+    """The folders of TensorFlow, Keras and tf_keras (Keras may be imported
+    after TensorFlow: looked up at each call)."""
+    return tuple(
+        os.path.dirname(os.path.abspath(m.__file__)) + os.sep
+        for m in (tf, sys.modules.get("keras"), sys.modules.get("tf_keras"))
+        if m is not None and getattr(m, "__file__", None)
+    )
 
 
-T = _load_tools()
+# The sibling helper module, loaded by path as `_tfrepro_probe_tools` by the
+# harness that loads this plugin (in sys.modules: AutoGraph and pickling look
+# functions up by module).
+T = sys.modules["_tfrepro_harness"]._sibling_file("probe_tools")
 
 
 class _Probes:
@@ -115,20 +117,15 @@ class _Probes:
     def on_tensorflow(self, tf) -> None:
         probes = self
         orig_iter = tf.data.Dataset.__iter__
+
         # Only datasets the script iterates itself are peeked at: the ones
         # TensorFlow iterates internally (per-device datasets of a distributed
         # iterator) must not get a second consumer, which deadlocks them.
-        internal = tuple(
-            os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-            for m in (tf, sys.modules.get("keras"), sys.modules.get("tf_keras"))
-            if m is not None and getattr(m, "__file__", None)
-        )
-
         def __iter__(ds):
             if not probes.busy and not probes.captured and tf.executing_eagerly():
                 probes._guard("late loss patches", probes.patch_losses_late)
                 caller = os.path.abspath(sys._getframe(1).f_code.co_filename)
-                if not caller.startswith(internal + probes._internal_extra()):
+                if not caller.startswith(_library_dirs(tf)):
                     probes._guard("dataset peek", probes._capture_dataset, ds, "iter")
             return orig_iter(ds)
 
@@ -146,21 +143,8 @@ class _Probes:
                 return orig_distribute(strategy_self, dataset, *args, **kwargs)
 
             strategy.experimental_distribute_dataset = experimental_distribute_dataset
-        for name in (
-            "sparse_softmax_cross_entropy_with_logits",
-            "softmax_cross_entropy_with_logits",
-            "sigmoid_cross_entropy_with_logits",
-        ):
+        for name in [n for n in _LOSS_KINDS if n.endswith("_with_logits")]:  # tf.nn's
             self._wrap_loss_fn(tf.nn, name, from_logits=True)
-
-    @staticmethod
-    def _internal_extra() -> tuple[str, ...]:
-        # Keras may be imported after TensorFlow: look it up at call time.
-        return tuple(
-            os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-            for m in (sys.modules.get("keras"), sys.modules.get("tf_keras"))
-            if m is not None and getattr(m, "__file__", None)
-        )
 
     def on_keras(self, keras_module) -> None:
         losses = getattr(keras_module, "losses", None)
@@ -173,9 +157,7 @@ class _Probes:
         iteration or fit it has. Idempotent."""
         import importlib
 
-        for name in ("keras", "tf_keras"):
-            if name not in sys.modules:
-                continue
+        for name in [n for n in ("keras", "tf_keras") if n in sys.modules]:
             try:
                 losses = getattr(sys.modules[name], "losses", None) or importlib.import_module(f"{name}.losses")
             except Exception:
@@ -226,33 +208,20 @@ class _Probes:
 
     def _note_loss_object(self, loss, source: str) -> None:
         if isinstance(loss, str):
-            key = loss.lower()
-            self._set_loss(
-                {"name": loss, "kind": _LOSS_KINDS.get(key, "other"), "from_logits": False, "source": source}
-            )
-            return
-        if isinstance(loss, (dict, list, tuple)):
-            self._set_loss({"name": type(loss).__name__, "kind": "multi", "from_logits": None, "source": source})
-            return
-        name = getattr(loss, "__name__", None) or type(loss).__name__
-        kind = _LOSS_KINDS.get(name.lower(), "other")
-        logits = None
-        try:
-            logits = loss.get_config().get("from_logits")
-        except Exception:
-            fn_kwargs = getattr(loss, "_fn_kwargs", None) or {}
-            logits = fn_kwargs.get("from_logits")
-        if kind == "other":  # a LossFunctionWrapper around a cross-entropy function
-            fn = getattr(loss, "fn", None)
-            kind = _LOSS_KINDS.get(getattr(fn, "__name__", "").lower(), "other")
-        self._set_loss(
-            {
-                "name": name,
-                "kind": kind,
-                "from_logits": bool(logits) if logits is not None else (False if kind != "other" else None),
-                "source": source,
-            }
-        )
+            name, kind, logits = loss, _LOSS_KINDS.get(loss.lower(), "other"), False
+        elif isinstance(loss, (dict, list, tuple)):
+            name, kind, logits = type(loss).__name__, "multi", None
+        else:
+            name = getattr(loss, "__name__", None) or type(loss).__name__
+            kind = _LOSS_KINDS.get(name.lower(), "other")
+            try:
+                logits = loss.get_config().get("from_logits")
+            except Exception:
+                logits = (getattr(loss, "_fn_kwargs", None) or {}).get("from_logits")
+            if kind == "other":  # a LossFunctionWrapper around a cross-entropy function
+                kind = _LOSS_KINDS.get(getattr(getattr(loss, "fn", None), "__name__", "").lower(), "other")
+            logits = bool(logits) if logits is not None else (False if kind != "other" else None)
+        self._set_loss({"name": name, "kind": kind, "from_logits": logits, "source": source})
 
     # -- first batches ----------------------------------------------------------
 
@@ -303,8 +272,7 @@ class _Probes:
         self.dataset = ds
         self.busy = True
         try:
-            it = self._orig_iter(ds.take(2)) if hasattr(self, "_orig_iter") else iter(ds.take(2))
-            elements = [el for el in it]
+            elements = list(self._orig_iter(ds.take(2)) if hasattr(self, "_orig_iter") else iter(ds.take(2)))
         finally:
             self.busy = False
         self._record_batches(elements, {"fit": "fit (tf.data)", "iter": "first dataset iterated"}.get(source, source))
@@ -312,17 +280,14 @@ class _Probes:
     def _record_batches(self, elements, source: str) -> None:
         import numpy as np
 
-        batches = []
+        def stats(value, role: str) -> list:
+            return [] if value is None else [T.tensor_stats(path, leaf, np) for path, leaf in T.leaves(value, role)]
+
         elements = [T.split_element(el) for el in elements]
-        for el in elements:
-            parts = {"inputs": el[0], "labels": el[1] if len(el) > 1 else None}
-            batch = {}
-            for role, value in parts.items():
-                if value is None:
-                    batch[role] = []
-                    continue
-                batch[role] = [T.tensor_stats(path, leaf, np) for path, leaf in T.leaves(value, role)]
-            batches.append(batch)
+        batches = [
+            {"inputs": stats(el[0], "inputs"), "labels": stats(el[1] if len(el) > 1 else None, "labels")}
+            for el in elements
+        ]
         if elements:
             self.first_x = elements[0][0]
         self.ctx.record("check.batches", {"source": source, "batches": batches})
@@ -350,13 +315,10 @@ class _Probes:
                 width = first.shape[-1]
         info["output_width"] = int(width) if width is not None else None
         info["last_activation"] = T.last_activation(model)
-        eff = None
+        info["first_layer_input"] = None
         if call and self.first_x is not None:
-            try:
-                eff = T.first_weighted_input(model, self.first_x, np)
-            except Exception:
-                eff = None
-        info["first_layer_input"] = eff
+            with contextlib.suppress(Exception):
+                info["first_layer_input"] = T.first_weighted_input(model, self.first_x, np)
         self.ctx.record("check.model", info)
 
     # -- end ------------------------------------------------------------------
@@ -385,10 +347,7 @@ class _Probes:
         best, best_n = None, -1
         for m in models:
             try:
-                n = sum(
-                    int(v.shape.num_elements() if hasattr(v.shape, "num_elements") else T.prod(v.shape))
-                    for v in m.trainable_weights
-                )
+                n = sum(math.prod(map(int, v.shape)) for v in m.trainable_weights)
             except Exception:
                 continue
             if n > best_n:
@@ -404,10 +363,9 @@ class _Probes:
         import numpy as np
         import tensorflow as tf
 
-        timing: dict = {}
         self.busy = True
         try:
-            timing.update(T.time_pipeline(self.dataset, tf, np))
+            timing = T.time_pipeline(self.dataset, tf, np)
         finally:
             self.busy = False
         main = self._main_model(models) if models else None
@@ -458,15 +416,7 @@ def install(ctx) -> None:
     """The harness's plugin entry point (see harness_plugins.py)."""
     probes = _Probes(ctx)
 
-    def guarded(name, fn):
-        return lambda module: probes._guard(name, fn, module)
-
-    hooks = {
-        "tensorflow": guarded("tensorflow patches", probes.on_tensorflow),
-        "keras": guarded("keras patches", probes.on_keras),
-        "tf_keras": guarded("tf_keras patches", probes.on_keras),
-    }
-    for name, hook in hooks.items():
-        ctx.after_import(name, hook)
+    for name, fn in (("tensorflow", probes.on_tensorflow), ("keras", probes.on_keras), ("tf_keras", probes.on_keras)):
+        ctx.after_import(name, lambda module, name=name, fn=fn: probes._guard(f"{name} patches", fn, module))
     ctx.add_fit_hook(lambda model, args, kwargs: probes._guard("fit probe", probes.on_fit, model, args, kwargs))
     ctx.add_end_hook(lambda models: probes._guard("end probe", probes.on_end, models))

@@ -11,17 +11,7 @@ deterministic trials, so it would describe tfrepro, not the script.
 """
 
 import contextlib
-import importlib.util
-import os
 import sys
-
-
-def _describe_environment():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "envprobe.py")
-    spec = importlib.util.spec_from_file_location("_tfrepro_envprobe", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.describe()[0]
 
 
 def install(ctx):
@@ -50,7 +40,8 @@ def install(ctx):
         ctx.record("setup", setup)
         if ctx.options.get("environment"):
             try:
-                ctx.record("environment", _describe_environment())
+                envprobe = sys.modules["_tfrepro_harness"]._sibling_file("envprobe")  # loaded by path
+                ctx.record("environment", envprobe.describe()[0])
             except Exception as e:
                 ctx.record("environment", {"probe_error": f"{type(e).__name__}: {e}"})
 

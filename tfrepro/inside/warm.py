@@ -75,15 +75,6 @@ def preload(names: list[str]) -> None:
 # -- the child --------------------------------------------------------------------------
 
 
-def _pdeathsig(sig: int) -> None:
-    try:
-        import ctypes
-
-        ctypes.CDLL(None, use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass  # not Linux: the harness's parent watch still runs
-
-
 def _redirect(path: str | None, fd: int, flags: int) -> None:
     new = os.open(path or os.devnull, flags, 0o644)
     if new != fd:
@@ -105,7 +96,8 @@ def _activate_harness() -> None:
 
 def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     os.setsid()
-    _pdeathsig(signal.SIGKILL)
+    with contextlib.suppress(Exception):  # not Linux: the harness's parent watch still runs
+        _confine_module()._pdeathsig()  # SIGKILL when the server dies
     if os.getppid() != server_pid:
         os._exit(137)
     # The server's fds become /dev/null rather than closed: their Python
