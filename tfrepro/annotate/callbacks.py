@@ -155,12 +155,7 @@ class _Collector:
         if not found:
             return
         start, end = src.line(stmt), src.end_line(stmt)
-        a, b = src.span(lst)
-        fit_text = (
-            src.between(src.offset(start, 0), a) + var + src.between(b, src.offset(end, 0) + len(src.lines[end - 1]))
-        )
-        if not fit_text.endswith("\n"):
-            fit_text += "\n"
+        fit_text = src.lines_text(start, end, [(lst, var)])
         self.edits.append(Edit(start, end, indent, (f"{indent}{var} = []\n", *segs, fit_text), tuple(found)))
 
     def list_statement(self, stmt: cst.SimpleStatementLine, lst: cst.List, var: str | None, scope: cst.CSTNode) -> None:
@@ -248,9 +243,7 @@ class _Collector:
 
     def at_epoch(self, call: cst.Call) -> str:
         """The code of a batch-scheduled `call` at `save_freq="epoch"`."""
-        src, value = self.src, self.scheduled[id(call)][1].value
-        (a, b), (va, vb) = src.span(call), src.span(value)
-        return src.between(a, va) + '"epoch"' + src.between(vb, b)
+        return self.src.splice(*self.src.span(call), [(self.scheduled[id(call)][1].value, '"epoch"')])
 
     def scheduled_statements(self) -> None:
         """A block for each batch-scheduled checkpoint built outside a callbacks
@@ -267,9 +260,8 @@ class _Collector:
             start, end = src.line(stmt), src.end_line(stmt)
             if (name := self.name_for(last_name(call.func), None, start)) is None:
                 continue
-            va, vb = src.span(self.scheduled[id(call)][1].value)
             on = src.lines_text(start, end)
-            off = src.between(src.offset(start, 0), va) + '"epoch"' + on[vb - src.offset(start, 0) :]
+            off = src.lines_text(start, end, [(self.scheduled[id(call)][1].value, '"epoch"')])
             desc, found = self.found(last_name(call.func), None, name, start, call)
             self.edits.append(Edit(start, end, indent, (BlockSeg(name, desc, on, off),), (found,)))
 

@@ -281,7 +281,7 @@ def _split(
 def _tail(src: Src, link: _Link) -> str:
     """`.method(args...)` as written (whitespace before the dot normalised)."""
     attr = link.call.func.attr  # type: ignore[attr-defined]
-    return "." + link.method + src.between(src.span(attr)[1], src.span(link.call)[1])
+    return "." + link.method + src.text[src.span(attr)[1] : src.span(link.call)[1]]
 
 
 def _off(src: Src, link: _Link, lhs: str, receiver: str, target: str) -> str | None:

@@ -41,7 +41,7 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
     several = _positional_inputs(outer, call)
     if note is not None and len(several) > 1 and tf is not None:
         # `Dist()(a, b)`: the whole call becomes the list stand-in over its inputs
-        listed = ", ".join(src.between(*src.span(a)) for a in several)
+        listed = ", ".join(src.code(a) for a in several)
         what = f"its {len(several)} inputs averaged if of one shape, else concatenated (float32)"
         return [_c(unit, cls.feature, outer, f"{list_standin(prefix, tf)}([{listed}])", cls=cls.name, stock=what)]
     if note is not None and isinstance(outer, cst.Call) and len([a for a in outer.args if a.keyword is None]) > 1:

@@ -21,7 +21,6 @@ from tfrepro.annotate.lambdas import is_lambda_layer
 from tfrepro.annotate.layers import LayerClass
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.offtext import off_text as _off_text
 from tfrepro.annotate.source import NOTHING, Src, arg, dotted, last_name, literal, snake
 
 STRATEGIES = {
@@ -314,7 +313,8 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
                     f"{other.base} shares a statement with {name}: not marked (split the statement)",
                 )
         start, end = line, src.end_line(unit)
-        on, off = src.lines_text(start, end), _off_text(src, same, start, end)
+        swaps = [(c.node, c.replacement or "") for c in same if c.node is not None]
+        on, off = src.lines_text(start, end), (src.lines_text(start, end, swaps) if swaps else None)
         found = Found(name, head.description, src.path, line, head.kind, head.note, catalog.affects_loss(name))
         edits.append(Edit(start, end, indent, (BlockSeg(name, head.description, on, off),), (found,)))
     return edits
@@ -362,10 +362,7 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str, gr
     if not found:
         return None
     start, end = src.line(unit), src.end_line(unit)
-    a, b = src.span(lst)
-    rest = src.between(src.offset(start, 0), a) + var + src.between(b, src.offset(end, 0) + len(src.lines[end - 1]))
-    if not rest.endswith("\n"):
-        rest += "\n"
+    rest = src.lines_text(start, end, [(lst, var)])
     return Edit(start, end, indent, (f"{indent}{var} = []\n", *segs, rest), tuple(found))
 
 

@@ -272,17 +272,8 @@ def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
         and expr.args[1].value is pred
     ):
         return src.code(expr.func), None
-    a0 = src.span(expr)[0]
-    pieces, cursor = [], a0
-    swaps = [(src.span(pred), "y_pred")]
-    swaps += [(src.span(n), "y_true") for n in src.walk(expr) if isinstance(n, cst.Name) and n.value == y]
-    for (a, b), text in sorted(swaps):
-        if a < cursor:
-            continue
-        pieces += [src.between(cursor, a), text]
-        cursor = b
-    pieces.append(src.between(cursor, src.span(expr)[1]))
-    return "", "".join(pieces)
+    swaps = [(pred, "y_pred"), *((n, "y_true") for n in src.walk(expr) if isinstance(n, cst.Name) and n.value == y)]
+    return "", src.splice(*src.span(expr), swaps)
 
 
 def _single_call(src: Src, fn: cst.FunctionDef) -> tuple[cst.Call, cst.For]:

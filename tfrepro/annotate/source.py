@@ -10,7 +10,7 @@ user's formatting and comments byte for byte.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
@@ -125,8 +125,16 @@ class Src:
         a, b = self.span(node)
         return self.text[a:b]
 
-    def between(self, a: int, b: int) -> str:
-        return self.text[a:b]
+    def splice(self, a: int, b: int, swaps: Iterable[tuple[cst.CSTNode, str]]) -> str:
+        """`text[a:b]` with each node of `swaps` replaced by its text, in
+        document order (a node inside one already replaced is left out)."""
+        pieces, cursor = [], a
+        for node, new in sorted(swaps, key=lambda s: self.span(s[0])[0]):
+            x, y = self.span(node)
+            if x >= cursor:
+                pieces += [self.text[cursor:x], new]
+                cursor = y
+        return "".join(pieces) + self.text[cursor:b]
 
     def line(self, node: cst.CSTNode) -> int:
         return self.pos[node].start.line
@@ -134,8 +142,9 @@ class Src:
     def end_line(self, node: cst.CSTNode) -> int:
         return self.pos[node].end.line
 
-    def lines_text(self, start: int, end: int) -> str:
-        text = "".join(self.lines[start - 1 : end])
+    def lines_text(self, start: int, end: int, swaps: Iterable[tuple[cst.CSTNode, str]] = ()) -> str:
+        """Lines `start`..`end`, ending in a newline, with `swaps` spliced in."""
+        text = self.splice(self.offset(start, 0), self.offset(end + 1, 0), swaps)
         return text if text.endswith("\n") else text + "\n"
 
     # -- tree navigation ---------------------------------------------------
