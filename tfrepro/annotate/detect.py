@@ -21,7 +21,7 @@ from tfrepro.annotate.lambdas import is_lambda_layer
 from tfrepro.annotate.layers import LayerClass
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import NOTHING, Src, arg, dotted, last_name, literal, snake
+from tfrepro.annotate.source import NOTHING, Src, arg, dotted, is_tf_function, last_name, literal, rebinds_itself, snake
 
 STRATEGIES = {
     "MirroredStrategy": "mirrored_strategy",
@@ -49,13 +49,8 @@ def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context
     for node in src.walk():
         if isinstance(node, cst.Call):
             out.extend(_from_call(src, ctx, node, layer_classes, prefix, loss_scale_methods_used))
-        elif isinstance(node, cst.Decorator) and _is_tf_function(node.decorator):
-            deco = node.decorator
-            jit = isinstance(deco, cst.Call) and any(
-                a.keyword is not None and a.keyword.value == "jit_compile" and literal(a.value) not in (False, None)
-                for a in deco.args
-            )
-            if not jit:  # else the jit_compile feature takes the decorator
+        elif isinstance(node, cst.Decorator) and is_tf_function(node.decorator):
+            if not _jit_on(node.decorator):  # else the jit_compile feature takes the decorator
                 out.append(_c(node, "tf_function"))
         elif (
             isinstance(node, cst.SimpleStatementLine)
@@ -89,10 +84,10 @@ def _xla_env_var(target: cst.BaseExpression) -> str | None:
     return key if key in _XLA_VARS else None
 
 
-def _is_tf_function(expr: cst.BaseExpression) -> bool:
-    target = expr.func if isinstance(expr, cst.Call) else expr
-    d = dotted(target) or ""
-    return d.endswith("tf.function") or d == "tf_function"
+def _jit_on(expr: cst.BaseExpression) -> bool:
+    """A call given `jit_compile=` other than False/None."""
+    flag = arg(expr, None, "jit_compile") if isinstance(expr, cst.Call) else None
+    return flag is not None and literal(flag.value) not in (False, None)
 
 
 def _wrap_call(src: Src, ctx: Context, call: cst.Call, what: str) -> cst.CSTNode | None:
@@ -133,7 +128,7 @@ def _from_call(
             return out
         if (unit := statement_unit(src, ctx, call, name)) is not None:
             out.append(_c(unit, STRATEGIES[name], call, getter, cls=name))
-    elif name == "function" and d.endswith("tf.function") or d == "tf_function":
+    elif is_tf_function(call):
         out.extend(_tf_function(src, ctx, call))
     elif name == "run_functions_eagerly":
         if first is None or literal(first.value) is not False:
@@ -224,21 +219,9 @@ def _tf_function(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
     if isinstance(unit, cst.Decorator) or isinstance(unit, str):
         return []
     small = unit.body[0]
-    fn = arg(call, 0, "func")
-    if not (
-        isinstance(small, cst.Assign)
-        and small.value is call
-        and len(small.targets) == 1
-        and fn is not None
-        and isinstance(small.targets[0].target, cst.Name)
-        and isinstance(fn.value, cst.Name)
-        and fn.value.value == small.targets[0].target.value
-    ):
+    if not (isinstance(small, cst.Assign) and small.value is call and rebinds_itself(small)):
         return []  # `step = tf.function(other)` has no "off" that keeps `step` defined
-    if any(
-        a.keyword is not None and a.keyword.value == "jit_compile" and literal(a.value) not in (False, None)
-        for a in call.args
-    ):
+    if _jit_on(call):
         return []  # the jit_compile feature takes the statement
     return [_c(unit, "tf_function")]
 

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import libcst as cst
 
 from tfrepro.annotate.source import Src, arg, dotted, literal, snake
-from tfrepro.annotate.standins import concat_standin, structured_input, tf_alias
+from tfrepro.annotate.standins import concat_standin, structured_input
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def lambda_layer(src: Src, call: cst.Call, prefix: str) -> LambdaLayer | str | N
     what = f"Lambda({fn.value.value})" if isinstance(fn.value, cst.Name) else f"Lambda({name})"
     feature = "custom_layer_" + snake(name)
     if (shape := structured_input(src, call)) is not None:
-        if (tf := tf_alias(src)) is None:
+        if (tf := src.tf_alias()) is None:
             return f"{what} takes a {shape} of inputs and the file imports no TensorFlow to join them with"
         return LambdaLayer(
             feature, what, concat_standin(prefix, tf), f"its {shape} of inputs concatenated (float32)", None

@@ -78,6 +78,22 @@ def literal(node: cst.BaseExpression | None) -> object:
 NOTHING = object()
 
 
+def is_tf_function(expr: cst.BaseExpression) -> bool:
+    """`tf.function` or a call of it (`tf.function(jit_compile=True)`, `tf.function(step)`)."""
+    d = dotted(expr.func if isinstance(expr, cst.Call) else expr) or ""
+    return d.endswith("tf.function") or d == "tf_function"
+
+
+def rebinds_itself(assign: cst.Assign) -> str | None:
+    """`f` for `f = wrapper(f, ...)` (one name target, the call's first argument), else None."""
+    if len(assign.targets) != 1 or not isinstance(assign.value, cst.Call):
+        return None
+    target, first = assign.targets[0].target, arg(assign.value, 0, "func")
+    if isinstance(target, cst.Name) and first is not None and isinstance(first.value, cst.Name):
+        return target.value if first.value.value == target.value else None
+    return None
+
+
 def arg(call: cst.Call, index: int | None, keyword: str | None) -> cst.Arg | None:
     """The argument given by keyword or at a positional index."""
     if keyword is not None:
@@ -266,7 +282,5 @@ class Src:
         return None
 
     def tf_alias(self) -> str | None:
-        for alias, target in self.import_aliases().items():
-            if target == "tensorflow":
-                return alias
-        return None
+        """The name the file binds `tensorflow` to (`import tensorflow as tf`), or None."""
+        return next((alias for alias, target in self.import_aliases().items() if target == "tensorflow"), None)

@@ -57,11 +57,6 @@ def _assigned(src: Src, scope: cst.CSTNode, name: str) -> cst.BaseExpression | N
     return values[0] if len(values) == 1 else None
 
 
-def tf_alias(src: Src) -> str | None:
-    """The name the file binds `tensorflow` to (`import tensorflow as tf`), or None."""
-    return next((alias for alias, full in src.import_aliases().items() if full == "tensorflow"), None)
-
-
 def concat_standin(prefix: str, tf: str) -> str:
     """A layer that turns any structure of inputs into one float32 tensor."""
     return (
