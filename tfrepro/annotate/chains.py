@@ -19,7 +19,7 @@ import libcst as cst
 
 from tfrepro import catalog
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, literal
+from tfrepro.annotate.source import Src, arg, assigned_name, literal
 
 METHODS = {
     "map",
@@ -99,9 +99,8 @@ def dataset_vars(src: Src) -> set[str]:
     names: set[str] = set()
     for _ in range(3):
         for n in src.walk():
-            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
-                if _is_dataset(src, n.value, names):
-                    names.add(n.targets[0].target.value)
+            if (name := assigned_name(n)) is not None and _is_dataset(src, n.value, names):  # type: ignore[attr-defined]
+                names.add(name)
     return names
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tfrepro.annotate.source import Src, arg, dotted, literal, snake
+from tfrepro.annotate.source import Src, arg, assigned_name, dotted, literal, snake
 from tfrepro.annotate.standins import concat_standin, structured_input
 
 
@@ -52,12 +52,7 @@ def _name(src: Src, call: cst.Call, fn: cst.BaseExpression) -> str | None:
     given = arg(call, None, "name")
     if given is not None and isinstance(literal(given.value), str):
         return str(literal(given.value))
-    node = src.parent(call)
-    while node is not None and not isinstance(node, cst.Assign | cst.SimpleStatementLine):
-        node = src.parent(node)
-    if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-        return node.targets[0].target.value
-    return "lambda"
+    return assigned_name(src.enclosing(call, (cst.Assign, cst.SimpleStatementLine))) or "lambda"
 
 
 def lambda_layer(src: Src, call: cst.Call, prefix: str) -> LambdaLayer | str | None:

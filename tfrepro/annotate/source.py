@@ -84,14 +84,18 @@ def is_tf_function(expr: cst.BaseExpression) -> bool:
     return d.endswith("tf.function") or d == "tf_function"
 
 
-def rebinds_itself(assign: cst.Assign) -> str | None:
-    """`f` for `f = wrapper(f, ...)` (one name target, the call's first argument), else None."""
-    if len(assign.targets) != 1 or not isinstance(assign.value, cst.Call):
-        return None
-    target, first = assign.targets[0].target, arg(assign.value, 0, "func")
-    if isinstance(target, cst.Name) and first is not None and isinstance(first.value, cst.Name):
-        return target.value if first.value.value == target.value else None
+def assigned_name(node: cst.CSTNode | None) -> str | None:
+    """`x` for `x = ...` (one plain-name target), else None."""
+    if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+        return node.targets[0].target.value
     return None
+
+
+def rebinds_itself(assign: cst.Assign) -> str | None:
+    """`f` for `f = wrapper(f, ...)` (the call's first argument), else None."""
+    name = assigned_name(assign)
+    first = arg(assign.value, 0, "func") if isinstance(assign.value, cst.Call) else None
+    return name if first is not None and isinstance(first.value, cst.Name) and first.value.value == name else None
 
 
 def arg(call: cst.Call, index: int | None, keyword: str | None) -> cst.Arg | None:
@@ -206,11 +210,16 @@ class Src:
                 return None
         return indent
 
+    def enclosing(self, node: cst.CSTNode, kinds: type | tuple[type, ...]) -> cst.CSTNode | None:
+        """The nearest ancestor of one of `kinds`."""
+        return next((p for p in self.ancestors(node) if isinstance(p, kinds)), None)
+
     def scope(self, node: cst.CSTNode) -> cst.CSTNode:
-        for p in self.ancestors(node):
-            if isinstance(p, (cst.FunctionDef, cst.Module)):
-                return p
-        return self.module  # pragma: no cover
+        return self.enclosing(node, (cst.FunctionDef, cst.Module)) or self.module
+
+    def assignments(self, region: cst.CSTNode, name: str) -> list[cst.Assign]:
+        """The `name = ...` statements under `region` (nested scopes included)."""
+        return [n for n in self.walk(region) if assigned_name(n) == name]  # type: ignore[misc]
 
     def names_in(self, scope: cst.CSTNode) -> set[str]:
         if id(scope) in self._names_memo:
