@@ -31,7 +31,7 @@ from tfrepro.check.common import CheckOptions
 from tfrepro.check.common import item as _item
 from tfrepro.check.common import missing as _missing
 from tfrepro.check.data import check_first_batches, num_classes
-from tfrepro.check.gpu_util import with_gpu_utilisation
+from tfrepro.check.gpu_util import quiet_step_time, with_gpu_utilisation
 from tfrepro.trials.values import TrialResult
 
 __all__ = ["CheckItem", "CheckOptions", "CheckReport", "CheckStatus", "format_report", "judge", "num_classes"]
@@ -64,13 +64,9 @@ def check_environment(result: TrialResult) -> CheckItem:
     if logical and logical != devices:
         evidence.append("logical devices: " + ", ".join(f"{n} {k}" for k, n in sorted(logical.items())))
     if build:
-        cuda = (
-            "CUDA build"
-            if build.get("is_cuda_build")
-            else ("ROCm build" if build.get("is_rocm_build") else "CPU-only build")
-        )
+        cuda = "CUDA" if build.get("is_cuda_build") else "ROCm" if build.get("is_rocm_build") else "CPU-only"
         extra = ", ".join(f"{k} {build[k]}" for k in ("cuda_version", "cudnn_version") if build.get(k))
-        evidence.append(f"build: {cuda}" + (f" ({extra})" if extra else ""))
+        evidence.append(f"build: {cuda} build" + (f" ({extra})" if extra else ""))
     evidence.append(f"platform: {env.get('platform')}")
     tf_env = env.get("tf_env") or {}
     if tf_env:
@@ -95,15 +91,6 @@ def check_environment(result: TrialResult) -> CheckItem:
 
 
 # -- 2. input pipeline ----------------------------------------------------------------
-
-
-def quiet_step_time(result: TrialResult) -> float | None:
-    """The trial's step time as the data allows it: the first quartile of
-    the steps after warm-up. Load from other processes only lengthens steps,
-    and an input-bound step waits for its batch every time, so the low
-    quartile keeps the signal and drops the interference."""
-    steady = sorted(result.steady_step_times())
-    return steady[len(steady) // 4] if steady else None
 
 
 def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
