@@ -27,10 +27,9 @@ from __future__ import annotations
 import libcst as cst
 
 from tfrepro import catalog
-from tfrepro.annotate.detect import callback_feature
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, last_name, literal
+from tfrepro.annotate.source import Src, arg, last_name, literal, snake
 
 # Stock callbacks that save on a schedule: `save_freq` ("epoch", the default,
 # or every N batches) and its positional index.
@@ -332,6 +331,27 @@ def _method_on(call: cst.Call, name: str) -> str | None:
     if isinstance(f, cst.Attribute) and _is_name(f.value, name):
         return f.attr.value
     return None
+
+
+def callback_feature(class_name: str | None, var_name: str | None) -> str:
+    """`callback_early_stopping` from `EarlyStopping`, or from a variable name."""
+    special = {
+        "TensorBoard": "tensorboard",
+        "TerminateOnNaN": "terminate_on_nan",
+        "LearningRateScheduler": "lr_scheduler",
+        "LambdaCallback": "lambda",
+    }
+    if class_name:
+        short = special.get(class_name) or snake(class_name)
+    elif var_name:
+        short = snake(var_name)
+    else:
+        short = "custom"
+    for suffix in ("_callback", "_cb"):  # never all of `short`: snake() leaves no "_" at either end
+        short = short.removesuffix(suffix)
+    for pre in ("callback_", "cb_"):
+        short = short.removeprefix(pre)
+    return "callback_" + short
 
 
 def callback_edits(src: Src, ctx: Context) -> list[Edit]:

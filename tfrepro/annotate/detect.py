@@ -21,7 +21,7 @@ from tfrepro.annotate.lambdas import is_lambda_layer
 from tfrepro.annotate.layers import LayerClass
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import NOTHING, Src, arg, dotted, is_tf_function, last_name, literal, rebinds_itself, snake
+from tfrepro.annotate.source import NOTHING, Src, arg, dotted, is_tf_function, last_name, literal, rebinds_itself
 
 STRATEGIES = {
     "MirroredStrategy": "mirrored_strategy",
@@ -90,16 +90,16 @@ def _jit_on(expr: cst.BaseExpression) -> bool:
     return flag is not None and literal(flag.value) not in (False, None)
 
 
-def _wrap_call(src: Src, ctx: Context, call: cst.Call, what: str) -> cst.CSTNode | None:
-    """The statement when it is exactly `call` (an expression statement)."""
+def _whole_call(src: Src, ctx: Context, call: cst.Call, what: str, feature: str, **fields: str) -> list[Candidate]:
+    """The statement that is exactly `call` (an expression statement) as a candidate for `feature`."""
     if (unit := statement_unit(src, ctx, call, what)) is None:
-        return None
+        return []
     if not (
         isinstance(unit, cst.SimpleStatementLine) and isinstance(unit.body[0], cst.Expr) and unit.body[0].value is call
     ):
         ctx.skip(src.path, src.line(call), f"{what} is used inside a larger expression: not marked")
-        return None
-    return unit
+        return []
+    return [_c(unit, feature, **fields)]
 
 
 def _from_call(
@@ -117,9 +117,9 @@ def _from_call(
 
     if name in _POLICY_SETTERS and ("mixed_precision" in d or "config" in d or name == "set_global_policy"):
         value = literal(first.value) if first else NOTHING
-        if value not in ("float32", None) and (unit := _wrap_call(src, ctx, call, "precision policy call")) is not None:
+        if value not in ("float32", None):
             policy = value if isinstance(value, str) else "mixed precision"
-            out.append(_c(unit, "mixed_precision", policy=policy))
+            out += _whole_call(src, ctx, call, "precision policy call", "mixed_precision", policy=policy)
     elif name == "LossScaleOptimizer":
         out.extend(_loss_scale(src, ctx, call, loss_scale_methods_used))
     elif name in STRATEGIES and ("distribute" in d or "distribute" in src.import_aliases().get(d, "")):
@@ -132,17 +132,13 @@ def _from_call(
         out.extend(_tf_function(src, ctx, call))
     elif name == "run_functions_eagerly":
         if first is None or literal(first.value) is not False:
-            if (unit := _wrap_call(src, ctx, call, "run_functions_eagerly")) is not None:
-                out.append(_c(unit, "eager_debug", how="tf.functions run eagerly, debugging"))
+            out += _whole_call(src, ctx, call, name, "eager_debug", how="tf.functions run eagerly, debugging")
     elif name == "set_jit" and "optimizer" in d:
         if first is None or literal(first.value) not in (False, None):
-            if (unit := _wrap_call(src, ctx, call, "set_jit")) is not None:
-                out.append(_c(unit, "xla_auto_jit"))
+            out += _whole_call(src, ctx, call, name, "xla_auto_jit")
     elif name == "set_memory_growth":
-        flag = arg(call, 1, "enable")
-        if flag is None or literal(flag.value) is not False:
-            if (unit := _wrap_call(src, ctx, call, "set_memory_growth")) is not None:
-                out.append(_c(unit, "memory_growth"))
+        if (flag := arg(call, 1, "enable")) is None or literal(flag.value) is not False:
+            out += _whole_call(src, ctx, call, name, "memory_growth")
     elif name in SCHEDULES:
         out.extend(_schedule(src, ctx, call, name))
     elif name in layer_classes and isinstance(call.func, (cst.Name, cst.Attribute)):
@@ -347,26 +343,3 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str, gr
     start, end = src.line(unit), src.end_line(unit)
     rest = src.lines_text(start, end, [(lst, var)])
     return Edit(start, end, indent, (f"{indent}{var} = []\n", *segs, rest), tuple(found))
-
-
-def callback_feature(class_name: str | None, var_name: str | None) -> str:
-    """`callback_early_stopping` from `EarlyStopping`, or from a variable name."""
-    special = {
-        "TensorBoard": "tensorboard",
-        "TerminateOnNaN": "terminate_on_nan",
-        "LearningRateScheduler": "lr_scheduler",
-        "LambdaCallback": "lambda",
-    }
-    if class_name:
-        short = special.get(class_name) or snake(class_name)
-    elif var_name:
-        short = snake(var_name)
-    else:
-        short = "custom"
-    for suffix in ("_callback", "_cb"):
-        if short.endswith(suffix) and len(short) > len(suffix):
-            short = short[: -len(suffix)]
-    for pre in ("callback_", "cb_"):
-        if short.startswith(pre) and len(short) > len(pre):
-            short = short[len(pre) :]
-    return "callback_" + short
