@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,10 +57,7 @@ class Annotation:
 
     def diff(self) -> str:
         """A unified diff of every change (files, then the manifest)."""
-        parts = []
-        for r in self.files:
-            if r.changed:
-                parts.append(_diff(r.original, r.annotated, _display(r.path)))
+        parts = [_diff(r.original, r.annotated, _display(r.path)) for r in self.files if r.changed]
         if self.manifest_new is not None and self.manifest_path is not None:
             parts.append(
                 _diff(
@@ -87,8 +83,10 @@ class Annotation:
         if self.manifest_new is not None and self.manifest_path is not None:
             if self.manifest_path.exists():
                 write_in_place(self.manifest_path, self.manifest_new.encode("utf-8"))
-            else:
-                _atomic_write(self.manifest_path, self.manifest_new)
+            else:  # a new file: written whole beside it, then renamed into place
+                tmp = self.manifest_path.with_name(self.manifest_path.name + ".tfrepro-tmp")
+                tmp.write_text(self.manifest_new, encoding="utf-8", newline="")
+                os.replace(tmp, self.manifest_path)
             written.append(self.manifest_path)
         return written
 
@@ -117,14 +115,6 @@ def _diff(old: str, new: str, name: str, new_file: bool = False) -> str:
         old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile="/dev/null" if new_file else a, tofile=b
     )
     return "".join(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n" for x in lines)
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tfrepro-tmp")
-    tmp.write_text(text, encoding="utf-8", newline="")
-    if path.exists():
-        shutil.copymode(path, tmp)
-    os.replace(tmp, path)
 
 
 def _edits_for(src, ctx: Context, layer_classes) -> list:
@@ -234,10 +224,7 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     # every mode and command: projectfiles.find_root).
     root = find_root(Path(os.path.commonpath([str(p.resolve().parent) for p in files])) / "_.py")
     mpath = root / MANIFEST
-    original = None
-    if mpath.is_file():
-        with open(mpath, encoding="utf-8", newline="") as fh:
-            original = fh.read()
+    original = mpath.read_bytes().decode("utf-8") if mpath.is_file() else None  # "\r\n" kept as written
     affects = [f.name for r in results for f in r.found if f.affects_loss]
     # `tfrepro bisect` in that directory must find the script to run.
     entry = _entry(results, root) if any(r.found for r in results) else None

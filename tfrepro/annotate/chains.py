@@ -55,8 +55,7 @@ METHODS = {
 }
 _STRONG = {"prefetch", "interleave", "padded_batch", "unbatch", "with_options", "rebatch", "ragged_batch", "flat_map"}
 _NAME_HINT = re.compile(r"(^|_)(ds|dataset|datasets|data|pipeline)(_|$)|dataset")
-_KINDS = ("prefetch", "cache", "shuffle", "interleave", "parallel_map", "parallel_batch")
-_DESCRIPTIONS = {k: catalog.CATALOG[k].description for k in _KINDS}
+_PARALLEL = {"map": "parallel_map", "batch": "parallel_batch", "padded_batch": "parallel_batch"}
 
 
 @dataclass
@@ -79,19 +78,11 @@ def flatten(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.Call
 
 def _feature_kind(call: cst.Call) -> str | None:
     method = call.func.attr.value  # type: ignore[attr-defined]
-    if method in ("prefetch", "cache", "shuffle"):
+    if method in ("prefetch", "cache", "shuffle", "interleave"):
         return method
-    if method == "interleave":
-        return "interleave"
-    if method == "map":
-        npc = arg(call, 1, "num_parallel_calls")
-        if npc is not None and literal(npc.value) not in (None, 1):
-            return "parallel_map"
-    if method in ("batch", "padded_batch"):
-        npc = arg(call, None, "num_parallel_calls")
-        if npc is not None and literal(npc.value) not in (None, 1):
-            return "parallel_batch"
-    return None
+    # map(f, num_parallel_calls) takes it second; batch, padded_batch by keyword only
+    npc = arg(call, 1 if method == "map" else None, "num_parallel_calls")
+    return _PARALLEL.get(method) if npc is not None and literal(npc.value) not in (None, 1) else None
 
 
 def dataset_vars(src: Src) -> set[str]:
@@ -180,11 +171,9 @@ def _target(
     target = tnode.value
     annotation = f": {src.code(small.annotation.annotation)}" if isinstance(small, cst.AnnAssign) else ""
     # Rebinding the name between links would change what later links see.
-    for c in calls:
-        for a in c.args:
-            if any(isinstance(n, cst.Name) and n.value == target for n in src.walk(a)):
-                ctx.skip(src.path, line, f"tf.data chain uses {target!r} inside its own links: not split")
-                return None
+    if any(isinstance(n, cst.Name) and n.value == target for c in calls for a in c.args for n in src.walk(a)):
+        ctx.skip(src.path, line, f"tf.data chain uses {target!r} inside its own links: not split")
+        return None
     if not (isinstance(base, cst.Name) and base.value == target) and any(
         isinstance(n, cst.Name) and n.value == target for n in src.walk(base)
     ):
@@ -199,23 +188,15 @@ def _claim_links(src: Src, ctx: Context, links: list[_Link]) -> list[Found]:
     for link in links:
         if (kind := _feature_kind(link.call)) is None:
             continue
-        name = ctx.claim(kind, "dataset", group=True, path=src.path, line=src.line(link.call.func.attr))  # type: ignore[attr-defined]
-        if name is None:
+        line = src.line(link.call.func.attr)  # type: ignore[attr-defined]
+        if (name := ctx.claim(kind, "dataset", group=True, path=src.path, line=line)) is None:
             continue
         if kind == "interleave" and arg(link.call, 0, "map_func") is None:
             ctx.skip(src.path, src.line(link.call), "interleave without a map function: not marked")
             continue
         link.feature = name
-        found.append(
-            Found(
-                name,
-                _DESCRIPTIONS[kind],
-                src.path,
-                src.line(link.call.func.attr),  # type: ignore[attr-defined]
-                "dataset",
-                affects_loss=catalog.affects_loss(name),
-            )
-        )
+        desc = catalog.CATALOG[kind].description
+        found.append(Found(name, desc, src.path, line, "dataset", affects_loss=catalog.affects_loss(name)))
     return found
 
 
@@ -269,7 +250,7 @@ def _split(
         if whole:
             on = src.lines_text(line, src.end_line(stmt))  # nothing to split: keep the bytes
         off = _off(src, group[0], lhs, receiver, target)
-        segments.append(BlockSeg(feature, _DESCRIPTIONS[_feature_kind(group[0].call) or ""], on, off))
+        segments.append(BlockSeg(feature, catalog.CATALOG[_feature_kind(group[0].call) or ""].description, on, off))
     for c in comments.get(0, []):
         segments.append(f"{indent}{c}\n")
     if isinstance(small, cst.Return):
