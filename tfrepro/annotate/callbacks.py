@@ -119,63 +119,46 @@ class _Collector:
         src, ctx = self.src, self.ctx
         for s in _statements(src, scope):
             small = s.body[0]
-            if (
-                isinstance(small, cst.AugAssign)
-                and _is_name(small.target, name)
-                or (
-                    isinstance(small, cst.Expr)
-                    and isinstance(small.value, cst.Call)
-                    and _method_on(small.value, name) in ("extend", "insert")
-                )
-            ):
+            call = small.value if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) else None
+            method = _method_on(call, name) if call is not None else None
+            if method in ("extend", "insert") or (isinstance(small, cst.AugAssign) and _is_name(small.target, name)):
                 ctx.skip(src.path, src.line(s), f"callbacks added to {name!r} in bulk: not marked")
-            elif (
-                isinstance(small, cst.Expr)
-                and isinstance(small.value, cst.Call)
-                and _method_on(small.value, name) == "append"
-            ):
-                self.append_statement(s, small.value, scope)
+            elif method == "append":
+                self.append_statement(s, call, scope)  # type: ignore[arg-type]
 
     # -- edits -------------------------------------------------------------
     def inline_list(self, fit: cst.Call, lst: cst.List, scope: cst.CSTNode) -> None:
-        src = self.src
-        stmt = src.statement(fit)
+        stmt = self.src.statement(fit)
         if isinstance(stmt, str) or isinstance(stmt, cst.Decorator):
-            self.ctx.skip(src.path, src.line(fit), f"fit with inline callbacks {stmt}: not marked")
-            return
-        if not lst.elements or id(lst) in self.done:
-            return
-        self.done.add(id(lst))
-        if (indent := src.indent_of(stmt)) is None:
-            self.ctx.skip(src.path, src.line(stmt), "fit call cannot be commented at its indentation: not marked")
-            return
-        var = src.fresh_name(scope, ("callbacks", "fit_callbacks"))
-        segs, found = self.elements(lst, var, indent, scope)
-        if not found:
-            return
-        start, end = src.line(stmt), src.end_line(stmt)
-        fit_text = src.lines_text(start, end, [(lst, var)])
-        self.edits.append(Edit(start, end, indent, (f"{indent}{var} = []\n", *segs, fit_text), tuple(found)))
+            self.ctx.skip(self.src.path, self.src.line(fit), f"fit with inline callbacks {stmt}: not marked")
+        else:
+            self.list_statement(stmt, lst, None, scope, fit=True)
 
-    def list_statement(self, stmt: cst.SimpleStatementLine, lst: cst.List, var: str | None, scope: cst.CSTNode) -> None:
-        """`var = [a, b]` or `return [a, b]` rebuilt with appends."""
+    def list_statement(
+        self, stmt: cst.SimpleStatementLine, lst: cst.List, var: str | None, scope: cst.CSTNode, fit: bool = False
+    ) -> None:
+        """`var = [a, b]`, `return [a, b]` or `fit(..., callbacks=[a, b])` rebuilt with appends."""
         src = self.src
         if id(lst) in self.done or not lst.elements:
             return
         self.done.add(id(lst))
         if (indent := src.indent_of(stmt)) is None:
-            self.ctx.skip(src.path, src.line(stmt), "callbacks list cannot be commented at its indentation: not marked")
+            what = "fit call" if fit else "callbacks list"
+            self.ctx.skip(src.path, src.line(stmt), f"{what} cannot be commented at its indentation: not marked")
             return
-        small = stmt.body[0]
-        name = var or src.fresh_name(scope, ("callbacks", "cbs"))
+        small, start, end = stmt.body[0], src.line(stmt), src.end_line(stmt)
+        name = var or src.fresh_name(scope, ("callbacks", "fit_callbacks" if fit else "cbs"))
         segs, found = self.elements(lst, name, indent, scope)
         if not found:
             return
         head = f"{indent}{name} = []\n"
-        if isinstance(small, cst.AnnAssign):
+        if isinstance(small, cst.AnnAssign) and not fit:
             head = f"{indent}{name}: {src.code(small.annotation.annotation)} = []\n"
-        tail = (f"{indent}return {name}\n",) if isinstance(small, cst.Return) else ()
-        self.edits.append(Edit(src.line(stmt), src.end_line(stmt), indent, (head, *segs, *tail), tuple(found)))
+        if fit:  # the fit call itself, given the rebuilt list
+            tail: tuple[str, ...] = (src.lines_text(start, end, [(lst, name)]),)
+        else:
+            tail = (f"{indent}return {name}\n",) if isinstance(small, cst.Return) else ()
+        self.edits.append(Edit(start, end, indent, (head, *segs, *tail), tuple(found)))
 
     def elements(self, lst: cst.List, var: str, indent: str, scope: cst.CSTNode) -> tuple[list, list[Found]]:
         src, ctx = self.src, self.ctx
