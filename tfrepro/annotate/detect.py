@@ -257,17 +257,12 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
     """One edit per statement; the first feature of a statement wins, the
     others are reported (a statement belongs to one block)."""
     by_unit: dict[int, list[Candidate]] = {}
-    order: list[cst.CSTNode] = []
     for c in cands:
-        if id(c.unit) not in by_unit:
-            by_unit[id(c.unit)] = []
-            order.append(c.unit)
-        by_unit[id(c.unit)].append(c)
-    order.sort(key=lambda u: src.span(u)[0])
+        by_unit.setdefault(id(c.unit), []).append(c)
     edits: list[Edit] = []
-    for unit in order:
-        group = sorted(by_unit[id(unit)], key=lambda c: src.span(c.node or c.unit)[0])
-        head = group[0]
+    for same_unit in sorted(by_unit.values(), key=lambda g: src.span(g[0].unit)[0]):
+        group = sorted(same_unit, key=lambda c: src.span(c.node or c.unit)[0])
+        head, unit = group[0], group[0].unit
         indent = src.indent_of(unit)
         line = src.line(unit)
         if indent is None:
@@ -281,7 +276,7 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
         if len({c.base for c in group}) > 1 and (split := _sequential_split(src, ctx, unit, indent, group)) is not None:
             edits.append(split)
             continue
-        if (name := ctx.claim(head.base, head.kind, group=head.group, path=src.path, line=line)) is None:
+        if (name := ctx.claim(head.base, head.kind, group=True, path=src.path, line=line)) is None:
             continue
         same = [c for c in group if c.base == head.base]
         for other in group:
