@@ -292,28 +292,14 @@ def _lost_comments(
     """Comments of the statement that the split statements would drop (those
     between links, and the trailing one), keyed by the id of the link they
     belong to (0: after the last statement)."""
-    kept = [src.span(base)] + [
-        (src.span(c.func.attr)[1], src.span(c)[1])
-        for c in calls  # type: ignore[attr-defined]
-    ]
+    # Comments above the statement stay where they are (outside the edit).
+    kept = [(0, src.span(stmt)[0]), src.span(base), *((src.span(c.func.attr)[1], src.span(c)[1]) for c in calls)]  # type: ignore[attr-defined]
     starts = [(src.line(c.func.attr), id(c)) for c in calls]  # type: ignore[attr-defined]
     out: dict[int, list[str]] = {}
-    first = src.span(stmt)[0]
-    for n in src.walk(stmt):
-        if not isinstance(n, cst.Comment):
-            continue
-        a, _ = src.span(n)
-        # Comments above the statement stay where they are (outside the edit).
-        if a < first or any(x <= a < y for x, y in kept):
-            continue
-        line = src.line(n)
-        trailing = bool(src.lines[line - 1][: src.pos[n].start.column].strip())
-        key = 0
+    for n, line, trailing in src.comments(stmt, kept):
         if trailing:
-            on_or_before = [k for ln, k in starts if ln <= line]
-            key = on_or_before[-1] if on_or_before else (starts[0][1] if starts else 0)
+            key = next((k for ln, k in reversed(starts) if ln <= line), starts[0][1])
         else:
-            after = [k for ln, k in starts if ln > line]
-            key = after[0] if after else 0
+            key = next((k for ln, k in starts if ln > line), 0)
         out.setdefault(key, []).append(n.value)
     return out

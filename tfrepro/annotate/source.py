@@ -243,6 +243,14 @@ class Src:
             n += 1
         return f"{candidates[0]}_{n}"
 
+    def comments(self, node: cst.CSTNode, skip: list[tuple[int, int]]) -> Iterator[tuple[cst.Comment, int, bool]]:
+        """The comments under `node` that start outside the `skip` spans:
+        (comment, its line, whether code precedes it on that line)."""
+        for n in self.walk(node):
+            if isinstance(n, cst.Comment) and not any(x <= self.span(n)[0] < y for x, y in skip):
+                line = self.line(n)
+                yield n, line, bool(self.lines[line - 1][: self.pos[n].start.column].strip())
+
     def walk(self, node: cst.CSTNode | None = None) -> Iterator[cst.CSTNode]:
         """Every node under `node` (default: the module), in document order."""
         stack = [node or self.module]
