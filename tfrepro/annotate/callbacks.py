@@ -147,7 +147,7 @@ class _Collector:
             self.ctx.skip(src.path, src.line(stmt), f"{what} cannot be commented at its indentation: not marked")
             return
         small, start, end = stmt.body[0], src.line(stmt), src.end_line(stmt)
-        name = var or src.fresh_name(scope, ("callbacks", "fit_callbacks" if fit else "cbs"))
+        name = var or src.fresh_name(("callbacks", "fit_callbacks" if fit else "cbs"))
         segs, found = self.elements(lst, name, indent, scope)
         if not found:
             return

@@ -159,7 +159,7 @@ def _target(
     (said in a skip) when the chain cannot be split over a name."""
     line = src.line(stmt)
     if isinstance(small, cst.Return):
-        return src.fresh_name(src.scope(stmt), ("dataset", "ds", "pipeline")), ""
+        return src.fresh_name(("dataset", "ds", "pipeline")), ""
     tnode = (
         small.targets[0].target
         if isinstance(small, cst.Assign) and len(small.targets) == 1

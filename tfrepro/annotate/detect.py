@@ -318,7 +318,7 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str, gr
     ):
         return None
     by_node = {id(c.node): c for c in group}
-    var = src.fresh_name(src.scope(unit), ("model_layers", "stack"))
+    var = src.fresh_name(("model_layers", "stack"))
     found: list[Found] = []
 
     def segment(el: cst.Element) -> str | BlockSeg:

@@ -403,12 +403,12 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
     off = []
     loss = loop.loss
     if loop.loss_def is not None and loop.loss_base is not None:
-        cls = src.fresh_name(src.scope(unit), ("FitLoss", "LoopLoss"))
+        cls = src.fresh_name(("FitLoss", "LoopLoss"))
         off += [f"{indent}class {cls}({loop.loss_base}):\n", f"{indent}    def call(self, y_true, y_pred):\n"]
         off += [f"{indent}        return {loop.loss_def}\n", "\n"]
         loss = f"{cls}()"
     elif loop.loss_def is not None:
-        loss = src.fresh_name(src.scope(unit), ("fit_loss", "loop_loss"))
+        loss = src.fresh_name(("fit_loss", "loop_loss"))
         off += [f"{indent}def {loss}(y_true, y_pred):\n", f"{indent}    return {loop.loss_def}\n", "\n"]
     if loop.optimizer is not None:
         mode = f", {loop.mode}" if loop.mode else ""

@@ -127,7 +127,8 @@ class Src:
         self._kids: dict[int, list[cst.CSTNode]] = {}
         for child, parent in self.parents.items():
             self._kids.setdefault(id(parent), []).append(child)
-        self._names_memo: dict[int, set[str]] = {}
+        self._used: set[str] | None = None  # fresh_name's, and import_aliases', computed once
+        self._aliases: dict[str, str] | None = None
         self.lines = text.splitlines(keepends=True)
         self._starts = [0]
         for line in self.lines:
@@ -221,20 +222,15 @@ class Src:
         """The `name = ...` statements under `region` (nested scopes included)."""
         return [n for n in self.walk(region) if assigned_name(n) == name]  # type: ignore[misc]
 
-    def names_in(self, scope: cst.CSTNode) -> set[str]:
-        if id(scope) in self._names_memo:
-            return self._names_memo[id(scope)]
-        # Keyword names (`f(callbacks=...)`) and attribute names (`x.ds`) bind nothing.
-        skip = {id(n.keyword) for n in self.walk(scope) if isinstance(n, cst.Arg) and n.keyword is not None}
-        skip |= {id(n.attr) for n in self.walk(scope) if isinstance(n, cst.Attribute)}
-        out = {n.value for n in self.walk(scope) if isinstance(n, cst.Name) and id(n) not in skip}
-        self._names_memo[id(scope)] = out
-        return out
-
-    def fresh_name(self, scope: cst.CSTNode, candidates: tuple[str, ...]) -> str:
+    def fresh_name(self, candidates: tuple[str, ...]) -> str:
         # The whole module, not just the scope: a name free in the scope may
         # be a global the new local would shadow.
-        used = self.names_in(self.module)
+        if self._used is None:
+            # Keyword names (`f(callbacks=...)`) and attribute names (`x.ds`) bind nothing.
+            skip = {id(n.keyword) for n in self.walk() if isinstance(n, cst.Arg) and n.keyword is not None}
+            skip |= {id(n.attr) for n in self.walk() if isinstance(n, cst.Attribute)}
+            self._used = {n.value for n in self.walk() if isinstance(n, cst.Name) and id(n) not in skip}
+        used = self._used
         for c in candidates:
             if c not in used:
                 return c
@@ -262,9 +258,8 @@ class Src:
     # -- imports -----------------------------------------------------------
     def import_aliases(self) -> dict[str, str]:
         """alias -> dotted module/object it is bound to by a top-level-or-nested import."""
-        if getattr(self, "_aliases", None) is not None:
+        if self._aliases is not None:
             return self._aliases
-        self._aliases: dict[str, str] | None = None
         out: dict[str, str] = {}
         for n in self.walk():
             if isinstance(n, cst.Import):
