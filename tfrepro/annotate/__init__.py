@@ -257,12 +257,6 @@ def _layer_sources(files: list[Path], texts: dict[Path, str]) -> dict[Path, str]
 
 def _entry(results: list[FileResult], root: Path) -> str | None:
     """The script a trial should run: the one with a `__main__` guard, else the first."""
-    for r in results:
-        if "__name__" in r.original and "__main__" in r.original:
-            return _rel(r.path, root)
-    return _rel(results[0].path, root)
-
-
-def _rel(path: Path, root: Path) -> str | None:
-    p = path.resolve()
+    main = next((r for r in results if "__name__" in r.original and "__main__" in r.original), results[0])
+    p = main.path.resolve()
     return p.relative_to(root).as_posix() if p.is_relative_to(root) else None

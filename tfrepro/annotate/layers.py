@@ -130,9 +130,7 @@ def stock_equivalent(src: Src, call: cst.Call, cls: LayerClass, prefix: str) -> 
             break
         args = ", ".join(f"{k}={v}" for k, v in kept.items())
         return f"{prefix}.{stock}({args})", f"stock {stock}", None
-    name_kw = ""
-    if given and "name" in given:
-        name_kw = f"name={given['name']}"
+    name_kw = f"name={given['name']}" if given and "name" in given else ""
     return (
         f"{prefix}.Identity({name_kw})",
         "Identity (no obvious stock equivalent)",

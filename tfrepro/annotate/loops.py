@@ -316,12 +316,10 @@ def _epoch_loop(src: Src, loop: cst.For) -> cst.For | None:
         return None
     if last_name(outer.iter.func) != "range" or len(outer.iter.args) != 1:
         return None
-    for stmt in outer.body.body:
-        if stmt is loop:
-            continue
-        if not (isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, cst.Expr) for s in stmt.body)):
-            return None
-    return outer
+    others = [s for s in outer.body.body if s is not loop]
+    if all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Expr) for x in s.body) for s in others):
+        return outer
+    return None
 
 
 def _check_used_after(src: Src, block: cst.For) -> None:
@@ -333,7 +331,7 @@ def _check_used_after(src: Src, block: cst.For) -> None:
     bound = _bound_names(src, block)
     later = stmts[stmts.index(block) + 1 :]
     read = {n.value for s in later for n in src.walk(s) if isinstance(n, cst.Name)}
-    assigned_later = {n for s in later for n in _bound_names(src, s)} if later else set()
+    assigned_later = {n for s in later for n in _bound_names(src, s)}
     used = sorted((bound & read) - assigned_later)
     if used:
         raise NotSwitchable(f"{', '.join(f'`{n}`' for n in used)}, set in the loop, is read after it")

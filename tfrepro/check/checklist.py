@@ -158,14 +158,12 @@ def format_report(report: CheckReport, *, color: bool = False, verbose: bool = F
         lines.append(f"{i.number}. {i.title:<{width}}  {mark}  {i.summary}")
         pad = " " * (width + 11)
         if verbose or i.status is not CheckStatus.PASS:
-            for e in i.evidence:
-                lines.append(f"{pad}{e}")
+            lines += [f"{pad}{e}" for e in i.evidence]
         if i.fix:
             lines.append(f"{pad}fix: {i.fix}")
     errors = t.get("probe_errors") if t else None
     if errors:
-        lines.append("")
-        lines.append("probe errors: " + "; ".join(errors))
+        lines += ["", "probe errors: " + "; ".join(errors)]
     lines.append("")
     counts = {s: sum(1 for i in report.items if i.status is s) for s in CheckStatus}
     lines.append(
