@@ -36,19 +36,15 @@ def is_lambda_layer(src: Src, call: cst.Call, prefix: str | None) -> bool:
     d = dotted(call.func) or ""
     if prefix is None or not (d == "Lambda" or d.endswith("layers.Lambda")):
         return False
-    if d == "Lambda":  # `from keras.layers import Lambda`
-        return any(t.endswith("layers.Lambda") for t in src.import_aliases().values())
-    return True
-
-
-def _functions(src: Src) -> set[str]:
-    return {n.name.value for n in src.walk() if isinstance(n, cst.FunctionDef)}
+    # A bare `Lambda` must come from `from keras.layers import Lambda`.
+    return d != "Lambda" or any(t.endswith("layers.Lambda") for t in src.import_aliases().values())
 
 
 def _name(src: Src, call: cst.Call, fn: cst.BaseExpression) -> str | None:
     """The function's name; for a `lambda`, the layer's `name=` or the name it is assigned to."""
     if isinstance(fn, cst.Name):
-        return fn.value if fn.value in _functions(src) else None
+        defined = any(isinstance(n, cst.FunctionDef) and n.name.value == fn.value for n in src.walk())
+        return fn.value if defined else None
     given = arg(call, None, "name")
     if given is not None and isinstance(literal(given.value), str):
         return str(literal(given.value))

@@ -281,16 +281,10 @@ class Src:
     def layers_prefix(self) -> str | None:
         """How this file names Keras layers: `layers`, `keras.layers`,
         `tf.keras.layers`..., None when it imports no Keras at all."""
-        aliases = self.import_aliases()
-        for alias, target in aliases.items():
-            if target in tuple(f"{m}.layers" for m in _KERAS_MODULES):
-                return alias
-        for alias, target in aliases.items():
-            if target in _KERAS_MODULES:
-                return f"{alias}.layers"
-        for alias, target in aliases.items():
-            if target == "tensorflow":
-                return f"{alias}.keras.layers"
+        layers = tuple(f"{m}.layers" for m in _KERAS_MODULES)
+        for targets, suffix in ((layers, ""), (_KERAS_MODULES, ".layers"), (("tensorflow",), ".keras.layers")):
+            if (alias := next((a for a, t in self.import_aliases().items() if t in targets), None)) is not None:
+                return alias + suffix
         return None
 
     def tf_alias(self) -> str | None:
