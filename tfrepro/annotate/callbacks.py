@@ -240,12 +240,9 @@ class _Collector:
                 self.ctx.skip(src.path, line, f"{last_name(call.func)} with save_freq in this statement: not marked")
                 continue
             start, end = src.line(stmt), src.end_line(stmt)
-            if (name := self.name_for(last_name(call.func), None, start)) is None:
-                continue
-            on = src.lines_text(start, end)
-            off = src.lines_text(start, end, [(self.scheduled[id(call)][1].value, '"epoch"')])
-            desc, found = self.found(last_name(call.func), None, name, start, call)
-            self.edits.append(Edit(start, end, indent, (BlockSeg(name, desc, on, off),), (found,)))
+            seg, found = self.block_for(call, src.lines_text(start, end), start, src.scope(call))
+            if found is not None:
+                self.edits.append(Edit(start, end, indent, (seg,), (found,)))
 
 
 def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> tuple[str | None, str | None]:
