@@ -117,19 +117,6 @@ def _diff(old: str, new: str, name: str, new_file: bool = False) -> str:
     return "".join(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n" for x in lines)
 
 
-def _edits_for(src, ctx: Context, layer_classes) -> list:
-    from tfrepro.annotate.callbacks import callback_edits
-    from tfrepro.annotate.chains import chain_edits
-    from tfrepro.annotate.detect import candidates_to_edits, find_candidates
-    from tfrepro.annotate.loops import loop_edits
-
-    edits = loop_edits(src, ctx)  # first: a loop's block wins over the statements inside it
-    edits += chain_edits(src, ctx)
-    edits += callback_edits(src, ctx)
-    edits += candidates_to_edits(src, ctx, find_candidates(src, layer_classes, ctx))
-    return edits
-
-
 def annotate_text(
     text: str,
     path: str = "<string>",
@@ -140,7 +127,11 @@ def annotate_text(
 ) -> tuple[str, tuple[Found, ...], tuple[Skipped, ...]]:
     """Annotate one file's text. `layer_sources` are (path, text) of other
     project files whose Layer subclasses count as the project's own."""
+    from tfrepro.annotate.callbacks import callback_edits
+    from tfrepro.annotate.chains import chain_edits
+    from tfrepro.annotate.detect import candidates_to_edits, find_candidates
     from tfrepro.annotate.layers import collect_layer_classes
+    from tfrepro.annotate.loops import loop_edits
     from tfrepro.annotate.rewrite import build, resolve_overlaps
     from tfrepro.annotate.source import Src
 
@@ -160,7 +151,10 @@ def annotate_text(
     layer_classes = collect_layer_classes([src, *others])
     occupied = [(b.line, b.end_line) for b in existing.blocks]
     ctx.occupied[path] = occupied
-    edits = resolve_overlaps(_edits_for(src, ctx, layer_classes), occupied, ctx, path)
+    edits = loop_edits(src, ctx)  # first: a loop's block wins over the statements inside it
+    edits += chain_edits(src, ctx) + callback_edits(src, ctx)
+    edits += candidates_to_edits(src, ctx, find_candidates(src, layer_classes, ctx))
+    edits = resolve_overlaps(edits, occupied, ctx, path)
     new, kept = build(text, path, edits, ctx)
     new = original if not kept else (new.replace("\n", "\r\n") if crlf else new)
     found = tuple(f for e in kept for f in e.found)
