@@ -188,23 +188,18 @@ def _from_keywords(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Ca
     jit_compile, run_eagerly, the catalog's keywords)."""
     out: list[Candidate] = []
     for a in call.args:
-        if a.keyword is None:
-            continue
-        kw = a.keyword.value
-        if kw == "num_parallel_reads" and name.endswith("Dataset") and literal(a.value) not in (None, 1):
-            if (unit := statement_unit(src, ctx, a, f"{name}(num_parallel_reads=...)")) is not None:
-                out.append(_c(unit, "parallel_reads", a.value, catalog.CATALOG["parallel_reads"].off_code))
-        if kw in ("jit_compile", "run_eagerly") and literal(a.value) not in (False, None, "auto"):
-            if (unit := statement_unit(src, ctx, a, f"{kw}={src.code(a.value)}")) is None:
-                continue
+        kw, value = (a.keyword.value if a.keyword is not None else None), literal(a.value)
+        if kw == "num_parallel_reads" and name.endswith("Dataset") and value not in (None, 1):
+            feature, what, fields = "parallel_reads", f"{name}(num_parallel_reads=...)", {}
+        elif kw in ("jit_compile", "run_eagerly") and value not in (False, None, "auto"):
             feature = "jit_compile" if kw == "jit_compile" else "eager_debug"
-            out.append(
-                _c(unit, feature, a.value, catalog.CATALOG[feature].off_code, how="run_eagerly; off: run_eagerly=False")
-            )
-        elif kw in catalog.KEYWORDS and literal(a.value) not in (None, 0, 0.0, False):
-            feature = catalog.KEYWORDS[kw]
-            if (unit := statement_unit(src, ctx, a, f"{kw}={src.code(a.value)}")) is not None:
-                out.append(_c(unit, feature, a.value, catalog.CATALOG[feature].off_code, arg=kw))
+            what, fields = f"{kw}={src.code(a.value)}", {"how": "run_eagerly; off: run_eagerly=False"}
+        elif kw in catalog.KEYWORDS and value not in (None, 0, 0.0, False):
+            feature, what, fields = catalog.KEYWORDS[kw], f"{kw}={src.code(a.value)}", {"arg": kw}
+        else:
+            continue
+        if (unit := statement_unit(src, ctx, a, what)) is not None:
+            out.append(_c(unit, feature, a.value, catalog.CATALOG[feature].off_code, **fields))
     return out
 
 
