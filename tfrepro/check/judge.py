@@ -407,17 +407,9 @@ def judge(result: TrialResult, options: CheckOptions = CheckOptions(), *, projec
         check_parameters(result, options),
     ]
     items = _data_first(items)
-    trial = {
-        "mode": result.mode,
-        "steps_run": result.steps_run,
-        "crashed": result.crashed,
-        "error": result.error,
-        "timed_out": result.timed_out,
-        "wall_s": result.wall_s,
-        "log_dir": result.log_dir,
-        "first_loss": result.first_loss if result.losses and math.isfinite(result.losses[0]) else None,
-        "probe_errors": list(result.extra.get("check.errors") or []) + list(result.extra.get("harness_errors") or []),
-    }
+    trial = {k: getattr(result, k) for k in ("mode", "steps_run", "crashed", "error", "timed_out", "wall_s", "log_dir")}
+    trial["first_loss"] = result.first_loss if result.losses and math.isfinite(result.losses[0]) else None
+    trial["probe_errors"] = [*(result.extra.get("check.errors") or []), *(result.extra.get("harness_errors") or [])]
     return CheckReport(tuple(items), project=project, enabled=tuple(result.enabled), trial=trial)
 
 
