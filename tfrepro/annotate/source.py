@@ -9,6 +9,7 @@ user's formatting and comments byte for byte.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Iterator
 
@@ -130,9 +131,7 @@ class Src:
         self._used: set[str] | None = None  # fresh_name's, and import_aliases', computed once
         self._aliases: dict[str, str] | None = None
         self.lines = text.splitlines(keepends=True)
-        self._starts = [0]
-        for line in self.lines:
-            self._starts.append(self._starts[-1] + len(line))
+        self._starts = [0, *itertools.accumulate(map(len, self.lines))]  # offset of each line's start
 
     # -- positions and text ------------------------------------------------
     def offset(self, line: int, col: int) -> int:
@@ -199,17 +198,11 @@ class Src:
         cannot be commented at that indentation (a continuation line indented
         less than the statement, e.g. inside a multi-line string)."""
         start, end = self.line(unit), self.end_line(unit)
-        first = self.lines[start - 1]
-        indent = first[: self.pos[unit].start.column]
-        if indent.strip():
-            return None
+        indent = self.lines[start - 1][: self.pos[unit].start.column]
         tail = self.lines[end - 1][self.pos[unit].end.column :].strip()
-        if tail and not tail.startswith("#"):
+        if indent.strip() or (tail and not tail.startswith("#")):
             return None
-        for raw in self.lines[start - 1 : end]:
-            if raw.strip() and not raw.startswith(indent):
-                return None
-        return indent
+        return indent if all(raw.startswith(indent) or not raw.strip() for raw in self.lines[start - 1 : end]) else None
 
     def enclosing(self, node: cst.CSTNode, kinds: type | tuple[type, ...]) -> cst.CSTNode | None:
         """The nearest ancestor of one of `kinds`."""
