@@ -98,13 +98,9 @@ def dataset_vars(src: Src) -> set[str]:
 def _is_dataset(src: Src, expr: cst.BaseExpression, known: set[str]) -> bool:
     base, links = flatten(expr)
     base_code = src.code(base)
-    if any(link.func.attr.value in _STRONG for link in links):  # type: ignore[attr-defined]
-        return True
-    if "Dataset" in base_code or "tf.data" in base_code:
-        return True
-    if isinstance(base, cst.Name) and links and (base.value in known or _NAME_HINT.search(base.value)):
-        return True
-    return False
+    named = isinstance(base, cst.Name) and bool(links) and (base.value in known or bool(_NAME_HINT.search(base.value)))
+    strong = any(link.func.attr.value in _STRONG for link in links)  # type: ignore[attr-defined]
+    return strong or "Dataset" in base_code or "tf.data" in base_code or named
 
 
 def chain_edits(src: Src, ctx: Context) -> list[Edit]:
@@ -134,10 +130,10 @@ def chain_edits(src: Src, ctx: Context) -> list[Edit]:
             and _feature_kind(n)
             and _is_dataset(src, n, known)
         ):
-            base, links = flatten(n)
+            links = flatten(n)[1]
             handled.update(id(c) for c in links)
-            kinds = sorted({k for c in links if (k := _feature_kind(c))})
-            if kinds and any(ctx.wanted(k, "dataset") for k in kinds):
+            kinds = sorted({k for c in links if (k := _feature_kind(c))})  # n's own among them
+            if any(ctx.wanted(k, "dataset") for k in kinds):
                 ctx.skip(
                     src.path,
                     src.line(n),
@@ -272,12 +268,10 @@ def _off(src: Src, link: _Link, lhs: str, receiver: str, target: str) -> str | N
     if kind == "interleave":
         fn = arg(call, 0, "map_func")
         return f"{lhs}{receiver}.flat_map({src.code(fn.value)})\n"  # type: ignore[union-attr]
-    drop = {"num_parallel_calls", "deterministic"}
-    npc = arg(call, 1 if kind == "parallel_map" else None, "num_parallel_calls")
     positional = [x for x in call.args if x.keyword is None and not x.star]
     parts = []
     for a in call.args:
-        if a is npc or (a.keyword is not None and a.keyword.value in drop):
+        if a.keyword is not None and a.keyword.value in ("num_parallel_calls", "deterministic"):
             continue
         if kind == "parallel_map" and a in positional and positional.index(a) >= 1:
             continue  # map(f, num_parallel_calls, deterministic) positionally
