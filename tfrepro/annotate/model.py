@@ -86,9 +86,7 @@ class Context:
         return any(a <= line <= b for a, b in self.occupied.get(path, ()))
 
     def wanted(self, name: str, kind: str) -> bool:
-        if self.only is None:
-            return True
-        return any(name == o or kind == o or name.startswith(o + "_") for o in self.only)
+        return self.only is None or any(name == o or kind == o or name.startswith(o + "_") for o in self.only)
 
     def claim(self, base: str, kind: str, *, group: bool, path: str, line: int) -> str | None:
         """The name to use, or None when the feature must be left alone."""
