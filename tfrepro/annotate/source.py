@@ -256,18 +256,14 @@ class Src:
         out: dict[str, str] = {}
         for n in self.walk():
             if isinstance(n, cst.Import):
-                for a in n.names:
-                    full = dotted(a.name) or ""
-                    alias = (
-                        a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else full.split(".")[0]
-                    )
-                    out[alias] = full if a.asname else full.split(".")[0]
+                for a in n.names:  # `import a.b` binds `a`; `import a.b as c` binds `c` to a.b
+                    top = a.evaluated_name.split(".")[0]
+                    out[a.evaluated_alias or top] = a.evaluated_name if a.asname else top
             elif isinstance(n, cst.ImportFrom) and not isinstance(n.names, cst.ImportStar):
                 mod = dotted(n.module) if n.module is not None else ""
                 for a in n.names:
-                    name = dotted(a.name) or ""
-                    alias = a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else name
-                    out[alias] = f"{mod}.{name}" if mod else name
+                    name = a.evaluated_name
+                    out[a.evaluated_alias or name] = f"{mod}.{name}" if mod else name
         self._aliases = out
         return out
 
