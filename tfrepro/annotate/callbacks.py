@@ -268,15 +268,13 @@ def _batch_schedule(call: cst.Call) -> cst.Arg | None:
 
 def _stopping_classes(src: Src) -> frozenset[str]:
     """Classes of the file that assign `<something>.stop_training`."""
-    out = set()
-    for n in src.walk():
-        if isinstance(n, cst.ClassDef):
-            for a in src.walk(n):
-                targets = [t.target for t in a.targets] if isinstance(a, cst.Assign) else []
-                if any(isinstance(t, cst.Attribute) and t.attr.value == "stop_training" for t in targets):
-                    out.add(n.name.value)
-                    break
-    return frozenset(out)
+    classes = [n for n in src.walk() if isinstance(n, cst.ClassDef)]
+    return frozenset(c.name.value for c in classes if any(_sets_stop_training(a) for a in src.walk(c)))
+
+
+def _sets_stop_training(node: cst.CSTNode) -> bool:
+    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else []
+    return any(isinstance(t, cst.Attribute) and t.attr.value == "stop_training" for t in targets)
 
 
 def _params(fn: cst.FunctionDef) -> set[str]:
