@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import shutil
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,10 +57,7 @@ class Annotation:
 
     def diff(self) -> str:
         """A unified diff of every change (files, then the manifest)."""
-        parts = []
-        for r in self.files:
-            if r.changed:
-                parts.append(_diff(r.original, r.annotated, _display(r.path)))
+        parts = [_diff(r.original, r.annotated, _display(r.path)) for r in self.files if r.changed]
         if self.manifest_new is not None and self.manifest_path is not None:
             parts.append(
                 _diff(
@@ -87,8 +83,10 @@ class Annotation:
         if self.manifest_new is not None and self.manifest_path is not None:
             if self.manifest_path.exists():
                 write_in_place(self.manifest_path, self.manifest_new.encode("utf-8"))
-            else:
-                _atomic_write(self.manifest_path, self.manifest_new)
+            else:  # a new file: written whole beside it, then renamed into place
+                tmp = self.manifest_path.with_name(self.manifest_path.name + ".tfrepro-tmp")
+                tmp.write_text(self.manifest_new, encoding="utf-8", newline="")
+                os.replace(tmp, self.manifest_path)
             written.append(self.manifest_path)
         return written
 
@@ -119,27 +117,6 @@ def _diff(old: str, new: str, name: str, new_file: bool = False) -> str:
     return "".join(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n" for x in lines)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tfrepro-tmp")
-    tmp.write_text(text, encoding="utf-8", newline="")
-    if path.exists():
-        shutil.copymode(path, tmp)
-    os.replace(tmp, path)
-
-
-def _edits_for(src, ctx: Context, layer_classes) -> list:
-    from tfrepro.annotate.callbacks import callback_edits
-    from tfrepro.annotate.chains import chain_edits
-    from tfrepro.annotate.detect import candidates_to_edits, find_candidates
-    from tfrepro.annotate.loops import loop_edits
-
-    edits = loop_edits(src, ctx)  # first: a loop's block wins over the statements inside it
-    edits += chain_edits(src, ctx)
-    edits += callback_edits(src, ctx)
-    edits += candidates_to_edits(src, ctx, find_candidates(src, layer_classes, ctx))
-    return edits
-
-
 def annotate_text(
     text: str,
     path: str = "<string>",
@@ -150,7 +127,11 @@ def annotate_text(
 ) -> tuple[str, tuple[Found, ...], tuple[Skipped, ...]]:
     """Annotate one file's text. `layer_sources` are (path, text) of other
     project files whose Layer subclasses count as the project's own."""
+    from tfrepro.annotate.callbacks import callback_edits
+    from tfrepro.annotate.chains import chain_edits
+    from tfrepro.annotate.detect import candidates_to_edits, find_candidates
     from tfrepro.annotate.layers import collect_layer_classes
+    from tfrepro.annotate.loops import loop_edits
     from tfrepro.annotate.rewrite import build, resolve_overlaps
     from tfrepro.annotate.source import Src
 
@@ -170,7 +151,10 @@ def annotate_text(
     layer_classes = collect_layer_classes([src, *others])
     occupied = [(b.line, b.end_line) for b in existing.blocks]
     ctx.occupied[path] = occupied
-    edits = resolve_overlaps(_edits_for(src, ctx, layer_classes), occupied, ctx, path)
+    edits = loop_edits(src, ctx)  # first: a loop's block wins over the statements inside it
+    edits += chain_edits(src, ctx) + callback_edits(src, ctx)
+    edits += candidates_to_edits(src, ctx, find_candidates(src, layer_classes, ctx))
+    edits = resolve_overlaps(edits, occupied, ctx, path)
     new, kept = build(text, path, edits, ctx)
     new = original if not kept else (new.replace("\n", "\r\n") if crlf else new)
     found = tuple(f for e in kept for f in e.found)
@@ -234,10 +218,7 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     # every mode and command: projectfiles.find_root).
     root = find_root(Path(os.path.commonpath([str(p.resolve().parent) for p in files])) / "_.py")
     mpath = root / MANIFEST
-    original = None
-    if mpath.is_file():
-        with open(mpath, encoding="utf-8", newline="") as fh:
-            original = fh.read()
+    original = mpath.read_bytes().decode("utf-8") if mpath.is_file() else None  # "\r\n" kept as written
     affects = [f.name for r in results for f in r.found if f.affects_loss]
     # `tfrepro bisect` in that directory must find the script to run.
     entry = _entry(results, root) if any(r.found for r in results) else None
@@ -270,12 +251,6 @@ def _layer_sources(files: list[Path], texts: dict[Path, str]) -> dict[Path, str]
 
 def _entry(results: list[FileResult], root: Path) -> str | None:
     """The script a trial should run: the one with a `__main__` guard, else the first."""
-    for r in results:
-        if "__name__" in r.original and "__main__" in r.original:
-            return _rel(r.path, root)
-    return _rel(results[0].path, root)
-
-
-def _rel(path: Path, root: Path) -> str | None:
-    p = path.resolve()
+    main = next((r for r in results if "__name__" in r.original and "__main__" in r.original), results[0])
+    p = main.path.resolve()
     return p.relative_to(root).as_posix() if p.is_relative_to(root) else None

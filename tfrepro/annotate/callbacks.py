@@ -27,10 +27,9 @@ from __future__ import annotations
 import libcst as cst
 
 from tfrepro import catalog
-from tfrepro.annotate.detect import callback_feature
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, last_name, literal
+from tfrepro.annotate.source import Src, arg, last_name, literal, snake
 
 # Stock callbacks that save on a schedule: `save_freq` ("epoch", the default,
 # or every N batches) and its positional index.
@@ -120,68 +119,46 @@ class _Collector:
         src, ctx = self.src, self.ctx
         for s in _statements(src, scope):
             small = s.body[0]
-            if (
-                isinstance(small, cst.AugAssign)
-                and _is_name(small.target, name)
-                or (
-                    isinstance(small, cst.Expr)
-                    and isinstance(small.value, cst.Call)
-                    and _method_on(small.value, name) in ("extend", "insert")
-                )
-            ):
+            call = small.value if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) else None
+            method = _method_on(call, name) if call is not None else None
+            if method in ("extend", "insert") or (isinstance(small, cst.AugAssign) and _is_name(small.target, name)):
                 ctx.skip(src.path, src.line(s), f"callbacks added to {name!r} in bulk: not marked")
-            elif (
-                isinstance(small, cst.Expr)
-                and isinstance(small.value, cst.Call)
-                and _method_on(small.value, name) == "append"
-            ):
-                self.append_statement(s, small.value, scope)
+            elif method == "append":
+                self.append_statement(s, call, scope)  # type: ignore[arg-type]
 
     # -- edits -------------------------------------------------------------
     def inline_list(self, fit: cst.Call, lst: cst.List, scope: cst.CSTNode) -> None:
-        src = self.src
-        stmt = src.statement(fit)
+        stmt = self.src.statement(fit)
         if isinstance(stmt, str) or isinstance(stmt, cst.Decorator):
-            self.ctx.skip(src.path, src.line(fit), f"fit with inline callbacks {stmt}: not marked")
-            return
-        if not lst.elements or id(lst) in self.done:
-            return
-        self.done.add(id(lst))
-        if (indent := src.indent_of(stmt)) is None:
-            self.ctx.skip(src.path, src.line(stmt), "fit call cannot be commented at its indentation: not marked")
-            return
-        var = src.fresh_name(scope, ("callbacks", "fit_callbacks"))
-        segs, found = self.elements(lst, var, indent, scope)
-        if not found:
-            return
-        start, end = src.line(stmt), src.end_line(stmt)
-        a, b = src.span(lst)
-        fit_text = (
-            src.between(src.offset(start, 0), a) + var + src.between(b, src.offset(end, 0) + len(src.lines[end - 1]))
-        )
-        if not fit_text.endswith("\n"):
-            fit_text += "\n"
-        self.edits.append(Edit(start, end, indent, (f"{indent}{var} = []\n", *segs, fit_text), tuple(found)))
+            self.ctx.skip(self.src.path, self.src.line(fit), f"fit with inline callbacks {stmt}: not marked")
+        else:
+            self.list_statement(stmt, lst, None, scope, fit=True)
 
-    def list_statement(self, stmt: cst.SimpleStatementLine, lst: cst.List, var: str | None, scope: cst.CSTNode) -> None:
-        """`var = [a, b]` or `return [a, b]` rebuilt with appends."""
+    def list_statement(
+        self, stmt: cst.SimpleStatementLine, lst: cst.List, var: str | None, scope: cst.CSTNode, fit: bool = False
+    ) -> None:
+        """`var = [a, b]`, `return [a, b]` or `fit(..., callbacks=[a, b])` rebuilt with appends."""
         src = self.src
         if id(lst) in self.done or not lst.elements:
             return
         self.done.add(id(lst))
         if (indent := src.indent_of(stmt)) is None:
-            self.ctx.skip(src.path, src.line(stmt), "callbacks list cannot be commented at its indentation: not marked")
+            what = "fit call" if fit else "callbacks list"
+            self.ctx.skip(src.path, src.line(stmt), f"{what} cannot be commented at its indentation: not marked")
             return
-        small = stmt.body[0]
-        name = var or src.fresh_name(scope, ("callbacks", "cbs"))
+        small, start, end = stmt.body[0], src.line(stmt), src.end_line(stmt)
+        name = var or src.fresh_name(("callbacks", "fit_callbacks" if fit else "cbs"))
         segs, found = self.elements(lst, name, indent, scope)
         if not found:
             return
         head = f"{indent}{name} = []\n"
-        if isinstance(small, cst.AnnAssign):
+        if isinstance(small, cst.AnnAssign) and not fit:
             head = f"{indent}{name}: {src.code(small.annotation.annotation)} = []\n"
-        tail = (f"{indent}return {name}\n",) if isinstance(small, cst.Return) else ()
-        self.edits.append(Edit(src.line(stmt), src.end_line(stmt), indent, (head, *segs, *tail), tuple(found)))
+        if fit:  # the fit call itself, given the rebuilt list
+            tail: tuple[str, ...] = (src.lines_text(start, end, [(lst, name)]),)
+        else:
+            tail = (f"{indent}return {name}\n",) if isinstance(small, cst.Return) else ()
+        self.edits.append(Edit(start, end, indent, (head, *segs, *tail), tuple(found)))
 
     def elements(self, lst: cst.List, var: str, indent: str, scope: cst.CSTNode) -> tuple[list, list[Found]]:
         src, ctx = self.src, self.ctx
@@ -248,9 +225,7 @@ class _Collector:
 
     def at_epoch(self, call: cst.Call) -> str:
         """The code of a batch-scheduled `call` at `save_freq="epoch"`."""
-        src, value = self.src, self.scheduled[id(call)][1].value
-        (a, b), (va, vb) = src.span(call), src.span(value)
-        return src.between(a, va) + '"epoch"' + src.between(vb, b)
+        return self.src.splice(*self.src.span(call), [(self.scheduled[id(call)][1].value, '"epoch"')])
 
     def scheduled_statements(self) -> None:
         """A block for each batch-scheduled checkpoint built outside a callbacks
@@ -265,13 +240,9 @@ class _Collector:
                 self.ctx.skip(src.path, line, f"{last_name(call.func)} with save_freq in this statement: not marked")
                 continue
             start, end = src.line(stmt), src.end_line(stmt)
-            if (name := self.name_for(last_name(call.func), None, start)) is None:
-                continue
-            va, vb = src.span(self.scheduled[id(call)][1].value)
-            on = src.lines_text(start, end)
-            off = src.between(src.offset(start, 0), va) + '"epoch"' + on[vb - src.offset(start, 0) :]
-            desc, found = self.found(last_name(call.func), None, name, start, call)
-            self.edits.append(Edit(start, end, indent, (BlockSeg(name, desc, on, off),), (found,)))
+            seg, found = self.block_for(call, src.lines_text(start, end), start, src.scope(call))
+            if found is not None:
+                self.edits.append(Edit(start, end, indent, (seg,), (found,)))
 
 
 def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> tuple[str | None, str | None]:
@@ -297,15 +268,13 @@ def _batch_schedule(call: cst.Call) -> cst.Arg | None:
 
 def _stopping_classes(src: Src) -> frozenset[str]:
     """Classes of the file that assign `<something>.stop_training`."""
-    out = set()
-    for n in src.walk():
-        if isinstance(n, cst.ClassDef):
-            for a in src.walk(n):
-                targets = [t.target for t in a.targets] if isinstance(a, cst.Assign) else []
-                if any(isinstance(t, cst.Attribute) and t.attr.value == "stop_training" for t in targets):
-                    out.add(n.name.value)
-                    break
-    return frozenset(out)
+    classes = [n for n in src.walk() if isinstance(n, cst.ClassDef)]
+    return frozenset(c.name.value for c in classes if any(_sets_stop_training(a) for a in src.walk(c)))
+
+
+def _sets_stop_training(node: cst.CSTNode) -> bool:
+    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else []
+    return any(isinstance(t, cst.Attribute) and t.attr.value == "stop_training" for t in targets)
 
 
 def _params(fn: cst.FunctionDef) -> set[str]:
@@ -340,6 +309,27 @@ def _method_on(call: cst.Call, name: str) -> str | None:
     if isinstance(f, cst.Attribute) and _is_name(f.value, name):
         return f.attr.value
     return None
+
+
+def callback_feature(class_name: str | None, var_name: str | None) -> str:
+    """`callback_early_stopping` from `EarlyStopping`, or from a variable name."""
+    special = {
+        "TensorBoard": "tensorboard",
+        "TerminateOnNaN": "terminate_on_nan",
+        "LearningRateScheduler": "lr_scheduler",
+        "LambdaCallback": "lambda",
+    }
+    if class_name:
+        short = special.get(class_name) or snake(class_name)
+    elif var_name:
+        short = snake(var_name)
+    else:
+        short = "custom"
+    for suffix in ("_callback", "_cb"):  # never all of `short`: snake() leaves no "_" at either end
+        short = short.removesuffix(suffix)
+    for pre in ("callback_", "cb_"):
+        short = short.removeprefix(pre)
+    return "callback_" + short
 
 
 def callback_edits(src: Src, ctx: Context) -> list[Edit]:

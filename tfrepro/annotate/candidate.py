@@ -16,13 +16,11 @@ from tfrepro.annotate.source import Src
 class Candidate:
     unit: cst.CSTNode  # a SimpleStatementLine or a Decorator
     base: str  # feature name before suffixing
-    kind: str
-    group: bool
+    kind: str  # every candidate's feature is grouped: one name for all its occurrences
     description: str
     node: cst.CSTNode | None = None  # replaced in the else part (None: no else part)
     replacement: str | None = None
     note: str | None = None
-    affects_loss: bool = False
 
 
 def candidate(
@@ -35,12 +33,10 @@ def candidate(
     desc: str | None = None,
     **fields: object,
 ) -> Candidate:
-    """A candidate whose kind, description and affects_loss come from the catalog."""
+    """A candidate whose kind and description come from the catalog."""
     e = catalog.get(name)
     assert e is not None, name
-    return Candidate(
-        unit, name, e.kind, True, desc or e.describe(**fields), node, replacement, note, catalog.affects_loss(name)
-    )
+    return Candidate(unit, name, e.kind, desc or e.describe(**fields), node, replacement, note)
 
 
 def statement_unit(src: Src, ctx: Context, node: cst.CSTNode, what: str) -> cst.CSTNode | None:

@@ -19,7 +19,7 @@ import libcst as cst
 
 from tfrepro import catalog
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, literal
+from tfrepro.annotate.source import Src, arg, assigned_name, literal
 
 METHODS = {
     "map",
@@ -55,8 +55,7 @@ METHODS = {
 }
 _STRONG = {"prefetch", "interleave", "padded_batch", "unbatch", "with_options", "rebatch", "ragged_batch", "flat_map"}
 _NAME_HINT = re.compile(r"(^|_)(ds|dataset|datasets|data|pipeline)(_|$)|dataset")
-_KINDS = ("prefetch", "cache", "shuffle", "interleave", "parallel_map", "parallel_batch")
-_DESCRIPTIONS = {k: catalog.CATALOG[k].description for k in _KINDS}
+_PARALLEL = {"map": "parallel_map", "batch": "parallel_batch", "padded_batch": "parallel_batch"}
 
 
 @dataclass
@@ -79,19 +78,11 @@ def flatten(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.Call
 
 def _feature_kind(call: cst.Call) -> str | None:
     method = call.func.attr.value  # type: ignore[attr-defined]
-    if method in ("prefetch", "cache", "shuffle"):
+    if method in ("prefetch", "cache", "shuffle", "interleave"):
         return method
-    if method == "interleave":
-        return "interleave"
-    if method == "map":
-        npc = arg(call, 1, "num_parallel_calls")
-        if npc is not None and literal(npc.value) not in (None, 1):
-            return "parallel_map"
-    if method in ("batch", "padded_batch"):
-        npc = arg(call, None, "num_parallel_calls")
-        if npc is not None and literal(npc.value) not in (None, 1):
-            return "parallel_batch"
-    return None
+    # map(f, num_parallel_calls) takes it second; batch, padded_batch by keyword only
+    npc = arg(call, 1 if method == "map" else None, "num_parallel_calls")
+    return _PARALLEL.get(method) if npc is not None and literal(npc.value) not in (None, 1) else None
 
 
 def dataset_vars(src: Src) -> set[str]:
@@ -99,22 +90,17 @@ def dataset_vars(src: Src) -> set[str]:
     names: set[str] = set()
     for _ in range(3):
         for n in src.walk():
-            if isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.targets[0].target, cst.Name):
-                if _is_dataset(src, n.value, names):
-                    names.add(n.targets[0].target.value)
+            if (name := assigned_name(n)) is not None and _is_dataset(src, n.value, names):  # type: ignore[attr-defined]
+                names.add(name)
     return names
 
 
 def _is_dataset(src: Src, expr: cst.BaseExpression, known: set[str]) -> bool:
     base, links = flatten(expr)
     base_code = src.code(base)
-    if any(link.func.attr.value in _STRONG for link in links):  # type: ignore[attr-defined]
-        return True
-    if "Dataset" in base_code or "tf.data" in base_code:
-        return True
-    if isinstance(base, cst.Name) and links and (base.value in known or _NAME_HINT.search(base.value)):
-        return True
-    return False
+    named = isinstance(base, cst.Name) and bool(links) and (base.value in known or bool(_NAME_HINT.search(base.value)))
+    strong = any(link.func.attr.value in _STRONG for link in links)  # type: ignore[attr-defined]
+    return strong or "Dataset" in base_code or "tf.data" in base_code or named
 
 
 def chain_edits(src: Src, ctx: Context) -> list[Edit]:
@@ -144,10 +130,10 @@ def chain_edits(src: Src, ctx: Context) -> list[Edit]:
             and _feature_kind(n)
             and _is_dataset(src, n, known)
         ):
-            base, links = flatten(n)
+            links = flatten(n)[1]
             handled.update(id(c) for c in links)
-            kinds = sorted({k for c in links if (k := _feature_kind(c))})
-            if kinds and any(ctx.wanted(k, "dataset") for k in kinds):
+            kinds = sorted({k for c in links if (k := _feature_kind(c))})  # n's own among them
+            if any(ctx.wanted(k, "dataset") for k in kinds):
                 ctx.skip(
                     src.path,
                     src.line(n),
@@ -169,7 +155,7 @@ def _target(
     (said in a skip) when the chain cannot be split over a name."""
     line = src.line(stmt)
     if isinstance(small, cst.Return):
-        return src.fresh_name(src.scope(stmt), ("dataset", "ds", "pipeline")), ""
+        return src.fresh_name(("dataset", "ds", "pipeline")), ""
     tnode = (
         small.targets[0].target
         if isinstance(small, cst.Assign) and len(small.targets) == 1
@@ -181,11 +167,9 @@ def _target(
     target = tnode.value
     annotation = f": {src.code(small.annotation.annotation)}" if isinstance(small, cst.AnnAssign) else ""
     # Rebinding the name between links would change what later links see.
-    for c in calls:
-        for a in c.args:
-            if any(isinstance(n, cst.Name) and n.value == target for n in src.walk(a)):
-                ctx.skip(src.path, line, f"tf.data chain uses {target!r} inside its own links: not split")
-                return None
+    if any(isinstance(n, cst.Name) and n.value == target for c in calls for a in c.args for n in src.walk(a)):
+        ctx.skip(src.path, line, f"tf.data chain uses {target!r} inside its own links: not split")
+        return None
     if not (isinstance(base, cst.Name) and base.value == target) and any(
         isinstance(n, cst.Name) and n.value == target for n in src.walk(base)
     ):
@@ -200,23 +184,15 @@ def _claim_links(src: Src, ctx: Context, links: list[_Link]) -> list[Found]:
     for link in links:
         if (kind := _feature_kind(link.call)) is None:
             continue
-        name = ctx.claim(kind, "dataset", group=True, path=src.path, line=src.line(link.call.func.attr))  # type: ignore[attr-defined]
-        if name is None:
+        line = src.line(link.call.func.attr)  # type: ignore[attr-defined]
+        if (name := ctx.claim(kind, "dataset", group=True, path=src.path, line=line)) is None:
             continue
         if kind == "interleave" and arg(link.call, 0, "map_func") is None:
             ctx.skip(src.path, src.line(link.call), "interleave without a map function: not marked")
             continue
         link.feature = name
-        found.append(
-            Found(
-                name,
-                _DESCRIPTIONS[kind],
-                src.path,
-                src.line(link.call.func.attr),  # type: ignore[attr-defined]
-                "dataset",
-                affects_loss=catalog.affects_loss(name),
-            )
-        )
+        desc = catalog.CATALOG[kind].description
+        found.append(Found(name, desc, src.path, line, "dataset", affects_loss=catalog.affects_loss(name)))
     return found
 
 
@@ -270,7 +246,7 @@ def _split(
         if whole:
             on = src.lines_text(line, src.end_line(stmt))  # nothing to split: keep the bytes
         off = _off(src, group[0], lhs, receiver, target)
-        segments.append(BlockSeg(feature, _DESCRIPTIONS[_feature_kind(group[0].call) or ""], on, off))
+        segments.append(BlockSeg(feature, catalog.CATALOG[_feature_kind(group[0].call) or ""].description, on, off))
     for c in comments.get(0, []):
         segments.append(f"{indent}{c}\n")
     if isinstance(small, cst.Return):
@@ -281,7 +257,7 @@ def _split(
 def _tail(src: Src, link: _Link) -> str:
     """`.method(args...)` as written (whitespace before the dot normalised)."""
     attr = link.call.func.attr  # type: ignore[attr-defined]
-    return "." + link.method + src.between(src.span(attr)[1], src.span(link.call)[1])
+    return "." + link.method + src.text[src.span(attr)[1] : src.span(link.call)[1]]
 
 
 def _off(src: Src, link: _Link, lhs: str, receiver: str, target: str) -> str | None:
@@ -292,12 +268,10 @@ def _off(src: Src, link: _Link, lhs: str, receiver: str, target: str) -> str | N
     if kind == "interleave":
         fn = arg(call, 0, "map_func")
         return f"{lhs}{receiver}.flat_map({src.code(fn.value)})\n"  # type: ignore[union-attr]
-    drop = {"num_parallel_calls", "deterministic"}
-    npc = arg(call, 1 if kind == "parallel_map" else None, "num_parallel_calls")
     positional = [x for x in call.args if x.keyword is None and not x.star]
     parts = []
     for a in call.args:
-        if a is npc or (a.keyword is not None and a.keyword.value in drop):
+        if a.keyword is not None and a.keyword.value in ("num_parallel_calls", "deterministic"):
             continue
         if kind == "parallel_map" and a in positional and positional.index(a) >= 1:
             continue  # map(f, num_parallel_calls, deterministic) positionally
@@ -312,28 +286,14 @@ def _lost_comments(
     """Comments of the statement that the split statements would drop (those
     between links, and the trailing one), keyed by the id of the link they
     belong to (0: after the last statement)."""
-    kept = [src.span(base)] + [
-        (src.span(c.func.attr)[1], src.span(c)[1])
-        for c in calls  # type: ignore[attr-defined]
-    ]
+    # Comments above the statement stay where they are (outside the edit).
+    kept = [(0, src.span(stmt)[0]), src.span(base), *((src.span(c.func.attr)[1], src.span(c)[1]) for c in calls)]  # type: ignore[attr-defined]
     starts = [(src.line(c.func.attr), id(c)) for c in calls]  # type: ignore[attr-defined]
     out: dict[int, list[str]] = {}
-    first = src.span(stmt)[0]
-    for n in src.walk(stmt):
-        if not isinstance(n, cst.Comment):
-            continue
-        a, _ = src.span(n)
-        # Comments above the statement stay where they are (outside the edit).
-        if a < first or any(x <= a < y for x, y in kept):
-            continue
-        line = src.line(n)
-        trailing = bool(src.lines[line - 1][: src.pos[n].start.column].strip())
-        key = 0
+    for n, line, trailing in src.comments(stmt, kept):
         if trailing:
-            on_or_before = [k for ln, k in starts if ln <= line]
-            key = on_or_before[-1] if on_or_before else (starts[0][1] if starts else 0)
+            key = next((k for ln, k in reversed(starts) if ln <= line), starts[0][1])
         else:
-            after = [k for ln, k in starts if ln > line]
-            key = after[0] if after else 0
+            key = next((k for ln, k in starts if ln > line), 0)
         out.setdefault(key, []).append(n.value)
     return out

@@ -12,7 +12,7 @@ from tfrepro.annotate.lambdas import LambdaLayer, lambda_layer
 from tfrepro.annotate.layers import LayerClass, stock_equivalent
 from tfrepro.annotate.model import Context
 from tfrepro.annotate.source import Src
-from tfrepro.annotate.standins import concat_standin, list_standin, structured_input, tf_alias
+from tfrepro.annotate.standins import concat_standin, list_standin, structured_input
 
 
 def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix: str | None) -> list[Candidate]:
@@ -29,7 +29,7 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
     if (unit := statement_unit(src, ctx, call, f"{cls.name}(...)")) is None:
         return []
     expr, what, note = stock_equivalent(src, call, cls, prefix)
-    shape, tf = structured_input(src, call), tf_alias(src)
+    shape, tf = structured_input(src, call), src.tf_alias()
     if shape is not None and tf is not None:  # called on a dict/list: one tensor from many (annotate/standins.py)
         expr, what, note = concat_standin(prefix, tf), f"its {shape} of inputs concatenated (float32)", None
         if shape == "list":
@@ -41,7 +41,7 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
     several = _positional_inputs(outer, call)
     if note is not None and len(several) > 1 and tf is not None:
         # `Dist()(a, b)`: the whole call becomes the list stand-in over its inputs
-        listed = ", ".join(src.between(*src.span(a)) for a in several)
+        listed = ", ".join(src.code(a) for a in several)
         what = f"its {len(several)} inputs averaged if of one shape, else concatenated (float32)"
         return [_c(unit, cls.feature, outer, f"{list_standin(prefix, tf)}([{listed}])", cls=cls.name, stock=what)]
     if note is not None and isinstance(outer, cst.Call) and len([a for a in outer.args if a.keyword is None]) > 1:

@@ -21,8 +21,7 @@ from tfrepro.annotate.lambdas import is_lambda_layer
 from tfrepro.annotate.layers import LayerClass
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.offtext import off_text as _off_text
-from tfrepro.annotate.source import NOTHING, Src, arg, dotted, last_name, literal, snake
+from tfrepro.annotate.source import NOTHING, Src, arg, dotted, is_tf_function, last_name, literal, rebinds_itself
 
 STRATEGIES = {
     "MirroredStrategy": "mirrored_strategy",
@@ -50,13 +49,8 @@ def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context
     for node in src.walk():
         if isinstance(node, cst.Call):
             out.extend(_from_call(src, ctx, node, layer_classes, prefix, loss_scale_methods_used))
-        elif isinstance(node, cst.Decorator) and _is_tf_function(node.decorator):
-            deco = node.decorator
-            jit = isinstance(deco, cst.Call) and any(
-                a.keyword is not None and a.keyword.value == "jit_compile" and literal(a.value) not in (False, None)
-                for a in deco.args
-            )
-            if not jit:  # else the jit_compile feature takes the decorator
+        elif isinstance(node, cst.Decorator) and is_tf_function(node.decorator):
+            if not _jit_on(node.decorator):  # else the jit_compile feature takes the decorator
                 out.append(_c(node, "tf_function"))
         elif (
             isinstance(node, cst.SimpleStatementLine)
@@ -90,22 +84,22 @@ def _xla_env_var(target: cst.BaseExpression) -> str | None:
     return key if key in _XLA_VARS else None
 
 
-def _is_tf_function(expr: cst.BaseExpression) -> bool:
-    target = expr.func if isinstance(expr, cst.Call) else expr
-    d = dotted(target) or ""
-    return d.endswith("tf.function") or d == "tf_function"
+def _jit_on(expr: cst.BaseExpression) -> bool:
+    """A call given `jit_compile=` other than False/None."""
+    flag = arg(expr, None, "jit_compile") if isinstance(expr, cst.Call) else None
+    return flag is not None and literal(flag.value) not in (False, None)
 
 
-def _wrap_call(src: Src, ctx: Context, call: cst.Call, what: str) -> cst.CSTNode | None:
-    """The statement when it is exactly `call` (an expression statement)."""
+def _whole_call(src: Src, ctx: Context, call: cst.Call, what: str, feature: str, **fields: str) -> list[Candidate]:
+    """The statement that is exactly `call` (an expression statement) as a candidate for `feature`."""
     if (unit := statement_unit(src, ctx, call, what)) is None:
-        return None
+        return []
     if not (
         isinstance(unit, cst.SimpleStatementLine) and isinstance(unit.body[0], cst.Expr) and unit.body[0].value is call
     ):
         ctx.skip(src.path, src.line(call), f"{what} is used inside a larger expression: not marked")
-        return None
-    return unit
+        return []
+    return [_c(unit, feature, **fields)]
 
 
 def _from_call(
@@ -123,9 +117,9 @@ def _from_call(
 
     if name in _POLICY_SETTERS and ("mixed_precision" in d or "config" in d or name == "set_global_policy"):
         value = literal(first.value) if first else NOTHING
-        if value not in ("float32", None) and (unit := _wrap_call(src, ctx, call, "precision policy call")) is not None:
+        if value not in ("float32", None):
             policy = value if isinstance(value, str) else "mixed precision"
-            out.append(_c(unit, "mixed_precision", policy=policy))
+            out += _whole_call(src, ctx, call, "precision policy call", "mixed_precision", policy=policy)
     elif name == "LossScaleOptimizer":
         out.extend(_loss_scale(src, ctx, call, loss_scale_methods_used))
     elif name in STRATEGIES and ("distribute" in d or "distribute" in src.import_aliases().get(d, "")):
@@ -134,21 +128,17 @@ def _from_call(
             return out
         if (unit := statement_unit(src, ctx, call, name)) is not None:
             out.append(_c(unit, STRATEGIES[name], call, getter, cls=name))
-    elif name == "function" and d.endswith("tf.function") or d == "tf_function":
+    elif is_tf_function(call):
         out.extend(_tf_function(src, ctx, call))
     elif name == "run_functions_eagerly":
         if first is None or literal(first.value) is not False:
-            if (unit := _wrap_call(src, ctx, call, "run_functions_eagerly")) is not None:
-                out.append(_c(unit, "eager_debug", how="tf.functions run eagerly, debugging"))
+            out += _whole_call(src, ctx, call, name, "eager_debug", how="tf.functions run eagerly, debugging")
     elif name == "set_jit" and "optimizer" in d:
         if first is None or literal(first.value) not in (False, None):
-            if (unit := _wrap_call(src, ctx, call, "set_jit")) is not None:
-                out.append(_c(unit, "xla_auto_jit"))
+            out += _whole_call(src, ctx, call, name, "xla_auto_jit")
     elif name == "set_memory_growth":
-        flag = arg(call, 1, "enable")
-        if flag is None or literal(flag.value) is not False:
-            if (unit := _wrap_call(src, ctx, call, "set_memory_growth")) is not None:
-                out.append(_c(unit, "memory_growth"))
+        if (flag := arg(call, 1, "enable")) is None or literal(flag.value) is not False:
+            out += _whole_call(src, ctx, call, name, "memory_growth")
     elif name in SCHEDULES:
         out.extend(_schedule(src, ctx, call, name))
     elif name in layer_classes and isinstance(call.func, (cst.Name, cst.Attribute)):
@@ -198,23 +188,18 @@ def _from_keywords(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Ca
     jit_compile, run_eagerly, the catalog's keywords)."""
     out: list[Candidate] = []
     for a in call.args:
-        if a.keyword is None:
-            continue
-        kw = a.keyword.value
-        if kw == "num_parallel_reads" and name.endswith("Dataset") and literal(a.value) not in (None, 1):
-            if (unit := statement_unit(src, ctx, a, f"{name}(num_parallel_reads=...)")) is not None:
-                out.append(_c(unit, "parallel_reads", a.value, catalog.CATALOG["parallel_reads"].off_code))
-        if kw in ("jit_compile", "run_eagerly") and literal(a.value) not in (False, None, "auto"):
-            if (unit := statement_unit(src, ctx, a, f"{kw}={src.code(a.value)}")) is None:
-                continue
+        kw, value = (a.keyword.value if a.keyword is not None else None), literal(a.value)
+        if kw == "num_parallel_reads" and name.endswith("Dataset") and value not in (None, 1):
+            feature, what, fields = "parallel_reads", f"{name}(num_parallel_reads=...)", {}
+        elif kw in ("jit_compile", "run_eagerly") and value not in (False, None, "auto"):
             feature = "jit_compile" if kw == "jit_compile" else "eager_debug"
-            out.append(
-                _c(unit, feature, a.value, catalog.CATALOG[feature].off_code, how="run_eagerly; off: run_eagerly=False")
-            )
-        elif kw in catalog.KEYWORDS and literal(a.value) not in (None, 0, 0.0, False):
-            feature = catalog.KEYWORDS[kw]
-            if (unit := statement_unit(src, ctx, a, f"{kw}={src.code(a.value)}")) is not None:
-                out.append(_c(unit, feature, a.value, catalog.CATALOG[feature].off_code, arg=kw))
+            what, fields = f"{kw}={src.code(a.value)}", {"how": "run_eagerly; off: run_eagerly=False"}
+        elif kw in catalog.KEYWORDS and value not in (None, 0, 0.0, False):
+            feature, what, fields = catalog.KEYWORDS[kw], f"{kw}={src.code(a.value)}", {"arg": kw}
+        else:
+            continue
+        if (unit := statement_unit(src, ctx, a, what)) is not None:
+            out.append(_c(unit, feature, a.value, catalog.CATALOG[feature].off_code, **fields))
     return out
 
 
@@ -225,21 +210,9 @@ def _tf_function(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
     if isinstance(unit, cst.Decorator) or isinstance(unit, str):
         return []
     small = unit.body[0]
-    fn = arg(call, 0, "func")
-    if not (
-        isinstance(small, cst.Assign)
-        and small.value is call
-        and len(small.targets) == 1
-        and fn is not None
-        and isinstance(small.targets[0].target, cst.Name)
-        and isinstance(fn.value, cst.Name)
-        and fn.value.value == small.targets[0].target.value
-    ):
+    if not (isinstance(small, cst.Assign) and small.value is call and rebinds_itself(small)):
         return []  # `step = tf.function(other)` has no "off" that keeps `step` defined
-    if any(
-        a.keyword is not None and a.keyword.value == "jit_compile" and literal(a.value) not in (False, None)
-        for a in call.args
-    ):
+    if _jit_on(call):
         return []  # the jit_compile feature takes the statement
     return [_c(unit, "tf_function")]
 
@@ -279,17 +252,12 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
     """One edit per statement; the first feature of a statement wins, the
     others are reported (a statement belongs to one block)."""
     by_unit: dict[int, list[Candidate]] = {}
-    order: list[cst.CSTNode] = []
     for c in cands:
-        if id(c.unit) not in by_unit:
-            by_unit[id(c.unit)] = []
-            order.append(c.unit)
-        by_unit[id(c.unit)].append(c)
-    order.sort(key=lambda u: src.span(u)[0])
+        by_unit.setdefault(id(c.unit), []).append(c)
     edits: list[Edit] = []
-    for unit in order:
-        group = sorted(by_unit[id(unit)], key=lambda c: src.span(c.node or c.unit)[0])
-        head = group[0]
+    for same_unit in sorted(by_unit.values(), key=lambda g: src.span(g[0].unit)[0]):
+        group = sorted(same_unit, key=lambda c: src.span(c.node or c.unit)[0])
+        head, unit = group[0], group[0].unit
         indent = src.indent_of(unit)
         line = src.line(unit)
         if indent is None:
@@ -303,7 +271,7 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
         if len({c.base for c in group}) > 1 and (split := _sequential_split(src, ctx, unit, indent, group)) is not None:
             edits.append(split)
             continue
-        if (name := ctx.claim(head.base, head.kind, group=head.group, path=src.path, line=line)) is None:
+        if (name := ctx.claim(head.base, head.kind, group=True, path=src.path, line=line)) is None:
             continue
         same = [c for c in group if c.base == head.base]
         for other in group:
@@ -314,7 +282,8 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
                     f"{other.base} shares a statement with {name}: not marked (split the statement)",
                 )
         start, end = line, src.end_line(unit)
-        on, off = src.lines_text(start, end), _off_text(src, same, start, end)
+        swaps = [(c.node, c.replacement or "") for c in same if c.node is not None]
+        on, off = src.lines_text(start, end), (src.lines_text(start, end, swaps) if swaps else None)
         found = Found(name, head.description, src.path, line, head.kind, head.note, catalog.affects_loss(name))
         edits.append(Edit(start, end, indent, (BlockSeg(name, head.description, on, off),), (found,)))
     return edits
@@ -344,7 +313,7 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str, gr
     ):
         return None
     by_node = {id(c.node): c for c in group}
-    var = src.fresh_name(src.scope(unit), ("model_layers", "stack"))
+    var = src.fresh_name(("model_layers", "stack"))
     found: list[Found] = []
 
     def segment(el: cst.Element) -> str | BlockSeg:
@@ -362,31 +331,5 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str, gr
     if not found:
         return None
     start, end = src.line(unit), src.end_line(unit)
-    a, b = src.span(lst)
-    rest = src.between(src.offset(start, 0), a) + var + src.between(b, src.offset(end, 0) + len(src.lines[end - 1]))
-    if not rest.endswith("\n"):
-        rest += "\n"
+    rest = src.lines_text(start, end, [(lst, var)])
     return Edit(start, end, indent, (f"{indent}{var} = []\n", *segs, rest), tuple(found))
-
-
-def callback_feature(class_name: str | None, var_name: str | None) -> str:
-    """`callback_early_stopping` from `EarlyStopping`, or from a variable name."""
-    special = {
-        "TensorBoard": "tensorboard",
-        "TerminateOnNaN": "terminate_on_nan",
-        "LearningRateScheduler": "lr_scheduler",
-        "LambdaCallback": "lambda",
-    }
-    if class_name:
-        short = special.get(class_name) or snake(class_name)
-    elif var_name:
-        short = snake(var_name)
-    else:
-        short = "custom"
-    for suffix in ("_callback", "_cb"):
-        if short.endswith(suffix) and len(short) > len(suffix):
-            short = short[: -len(suffix)]
-    for pre in ("callback_", "cb_"):
-        if short.startswith(pre) and len(short) > len(pre):
-            short = short[len(pre) :]
-    return "callback_" + short

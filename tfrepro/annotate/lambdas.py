@@ -19,8 +19,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tfrepro.annotate.source import Src, arg, dotted, literal, snake
-from tfrepro.annotate.standins import concat_standin, structured_input, tf_alias
+from tfrepro.annotate.source import Src, arg, assigned_name, dotted, literal, snake
+from tfrepro.annotate.standins import concat_standin, structured_input
 
 
 @dataclass(frozen=True)
@@ -36,28 +36,19 @@ def is_lambda_layer(src: Src, call: cst.Call, prefix: str | None) -> bool:
     d = dotted(call.func) or ""
     if prefix is None or not (d == "Lambda" or d.endswith("layers.Lambda")):
         return False
-    if d == "Lambda":  # `from keras.layers import Lambda`
-        return any(t.endswith("layers.Lambda") for t in src.import_aliases().values())
-    return True
-
-
-def _functions(src: Src) -> set[str]:
-    return {n.name.value for n in src.walk() if isinstance(n, cst.FunctionDef)}
+    # A bare `Lambda` must come from `from keras.layers import Lambda`.
+    return d != "Lambda" or any(t.endswith("layers.Lambda") for t in src.import_aliases().values())
 
 
 def _name(src: Src, call: cst.Call, fn: cst.BaseExpression) -> str | None:
     """The function's name; for a `lambda`, the layer's `name=` or the name it is assigned to."""
     if isinstance(fn, cst.Name):
-        return fn.value if fn.value in _functions(src) else None
+        defined = any(isinstance(n, cst.FunctionDef) and n.name.value == fn.value for n in src.walk())
+        return fn.value if defined else None
     given = arg(call, None, "name")
     if given is not None and isinstance(literal(given.value), str):
         return str(literal(given.value))
-    node = src.parent(call)
-    while node is not None and not isinstance(node, cst.Assign | cst.SimpleStatementLine):
-        node = src.parent(node)
-    if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
-        return node.targets[0].target.value
-    return "lambda"
+    return assigned_name(src.enclosing(call, (cst.Assign, cst.SimpleStatementLine))) or "lambda"
 
 
 def lambda_layer(src: Src, call: cst.Call, prefix: str) -> LambdaLayer | str | None:
@@ -71,7 +62,7 @@ def lambda_layer(src: Src, call: cst.Call, prefix: str) -> LambdaLayer | str | N
     what = f"Lambda({fn.value.value})" if isinstance(fn.value, cst.Name) else f"Lambda({name})"
     feature = "custom_layer_" + snake(name)
     if (shape := structured_input(src, call)) is not None:
-        if (tf := tf_alias(src)) is None:
+        if (tf := src.tf_alias()) is None:
             return f"{what} takes a {shape} of inputs and the file imports no TensorFlow to join them with"
         return LambdaLayer(
             feature, what, concat_standin(prefix, tf), f"its {shape} of inputs concatenated (float32)", None

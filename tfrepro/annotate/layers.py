@@ -110,7 +110,7 @@ def _init_params(node: cst.ClassDef) -> tuple[str, ...] | None:
 def stock_equivalent(src: Src, call: cst.Call, cls: LayerClass, prefix: str) -> tuple[str, str, str | None]:
     """(replacement expression, short description, note for the user or None)."""
     if cls.stock_base and cls.init_params is None:
-        args = src.between(src.span(call.func)[1], src.span(call)[1])
+        args = src.text[src.span(call.func)[1] : src.span(call)[1]]
         return f"{prefix}.{cls.stock_base}{args}", f"stock {cls.stock_base}", None
     key = snake(cls.name)
     given = _named_args(src, call, cls)
@@ -130,9 +130,7 @@ def stock_equivalent(src: Src, call: cst.Call, cls: LayerClass, prefix: str) -> 
             break
         args = ", ".join(f"{k}={v}" for k, v in kept.items())
         return f"{prefix}.{stock}({args})", f"stock {stock}", None
-    name_kw = ""
-    if given and "name" in given:
-        name_kw = f"name={given['name']}"
+    name_kw = f"name={given['name']}" if given and "name" in given else ""
     return (
         f"{prefix}.Identity({name_kw})",
         "Identity (no obvious stock equivalent)",

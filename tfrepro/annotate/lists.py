@@ -30,14 +30,7 @@ def split_list(
     elements = list(lst.elements)
     spans = [src.span(e.value) for e in elements]
     placed: dict[int, list[str]] = {}
-    for n in src.walk(lst):
-        if not isinstance(n, cst.Comment):
-            continue
-        a = src.span(n)[0]
-        if any(x <= a < y for x, y in spans):
-            continue  # inside an element: travels with its code
-        line = src.line(n)
-        trailing = bool(src.lines[line - 1][: src.pos[n].start.column].strip())
+    for n, line, trailing in src.comments(lst, spans):  # one inside an element travels with its code
         if trailing:
             idx = max((i for i, e in enumerate(elements) if src.end_line(e.value) <= line), default=0)
         else:

@@ -10,16 +10,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tfrepro.annotate.loops import (
-    NotSwitchable,
-    _assignments,
-    _enclosing,
-    _gradient_call,
-    _inside,
-    _is_model_call,
-    _loss_and_model,
-    _loss_expr,
-)
+from tfrepro.annotate.loops import NotSwitchable, _is_model_call, _loss_and_model, _loss_expr, step_region
 from tfrepro.annotate.source import Src, arg, last_name
 
 
@@ -53,14 +44,9 @@ def step_facts(src: Src) -> list[StepFacts]:
 
 
 def _facts(src: Src, apply_call: cst.Call) -> StepFacts:
-    fn = _enclosing(src, apply_call, (cst.FunctionDef,))
-    loop = _enclosing(src, apply_call, (cst.For,))
-    region = loop if loop is not None and (fn is None or _inside(src, loop, fn)) else fn
-    grad = _gradient_call(src, region) if region is not None else None
-    if grad is None:
-        raise NotSwitchable("")
+    region, grad = step_region(src, apply_call)
     loss_name, model = _loss_and_model(grad)
-    assigned = _assignments(src, region, loss_name)
+    assigned = src.assignments(region, loss_name)
     code = src.code(assigned[-1].value) if assigned else ""
     calls = [n for n in src.walk(region) if _is_model_call(n, model)]
     training = arg(calls[0], None, "training") if calls else None

@@ -19,14 +19,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tfrepro.annotate.source import Src, arg, dotted, literal
-
-
-def _tf_function(expr: cst.BaseExpression) -> cst.Call | cst.BaseExpression | None:
-    """The `tf.function` (or `tf.function(...)`) expression itself, else None."""
-    target = expr.func if isinstance(expr, cst.Call) else expr
-    d = dotted(target) or ""
-    return expr if d.endswith("tf.function") or d == "tf_function" else None
+from tfrepro.annotate.source import Src, arg, is_tf_function, literal, rebinds_itself
 
 
 def _jit(expr: cst.BaseExpression) -> bool:
@@ -38,22 +31,12 @@ def _jit(expr: cst.BaseExpression) -> bool:
 
 def _wrappers(src: Src, fn: cst.FunctionDef) -> list[cst.BaseExpression]:
     """The `tf.function` expressions that wrap `fn`: its decorators, and `fn = tf.function(fn, ...)`."""
-    out = [d.decorator for d in fn.decorators if _tf_function(d.decorator) is not None]
-    name = fn.name.value
-    for n in src.walk():
-        if not (isinstance(n, cst.Assign) and len(n.targets) == 1 and isinstance(n.value, cst.Call)):
-            continue
-        target, first = n.targets[0].target, arg(n.value, 0, "func")
-        if (
-            isinstance(target, cst.Name)
-            and target.value == name
-            and first is not None
-            and isinstance(first.value, cst.Name)
-            and first.value.value == name
-            and _tf_function(n.value) is not None
-        ):
-            out.append(n.value)
-    return out
+    out = [d.decorator for d in fn.decorators if is_tf_function(d.decorator)]
+    return out + [
+        n.value
+        for n in src.walk()
+        if isinstance(n, cst.Assign) and rebinds_itself(n) == fn.name.value and is_tf_function(n.value)
+    ]
 
 
 def compile_mode(src: Src, region: cst.CSTNode) -> str:

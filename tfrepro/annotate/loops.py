@@ -89,16 +89,22 @@ def loop_edits(src: Src, ctx: Context) -> list[Edit]:
 # -- the GradientTape loop -------------------------------------------------------------------
 
 
-def _tape_loop(src: Src, apply_call: cst.Call) -> Loop | None:
-    optimizer = apply_call.func.value.value  # type: ignore[union-attr]
-    fn = _enclosing(src, apply_call, (cst.FunctionDef,))
-    loop = _enclosing(src, apply_call, (cst.For,))
-    inline = loop is not None and (fn is None or _inside(src, loop, fn))
+def step_region(src: Src, apply_call: cst.Call) -> tuple[cst.For | cst.FunctionDef, cst.Call]:
+    """(the step: the loop holding `apply_call` inline, else its function; the tape's gradient call)."""
+    fn = src.enclosing(apply_call, cst.FunctionDef)
+    loop = src.enclosing(apply_call, cst.For)
+    inline = loop is not None and src.enclosing(loop, cst.FunctionDef) is fn  # the loop is inside the function
     region = loop if inline else fn
     if region is None:
         raise NotSwitchable("")  # an apply outside any loop or function: not a training step
     if (grad := _gradient_call(src, region)) is None:
         raise NotSwitchable("")  # `.apply(...)` of something else
+    return region, grad  # type: ignore[return-value]
+
+
+def _tape_loop(src: Src, apply_call: cst.Call) -> Loop | None:
+    optimizer = apply_call.func.value.value  # type: ignore[union-attr]
+    region, grad = step_region(src, apply_call)
     loss_name, model = _loss_and_model(grad)
     expr, pred = _loss_expr(src, region, loss_name, model)
     x, y_names = _model_input(src, region, expr, pred)
@@ -115,21 +121,13 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop | None:
             for i, p in enumerate(params)
         }
     else:
-        mapping = {n: n for n in locals_}
+        mapping, loop = {n: n for n in locals_}, region
     y = _label_name(y_names, x, locals_)
     loss_code, loss_def = _loss_code(src, expr, pred, y)
     base = _loss_base(src, expr, y) if loss_def is not None else None
     data, epochs, block = _data(src, loop, mapping.get(x), mapping.get(y))
     _check_used_after(src, block)
     return Loop(block, model, data, epochs, optimizer, loss_code, loss_def, base, compile_mode(src, region))
-
-
-def _enclosing(src: Src, node: cst.CSTNode, kinds: tuple) -> cst.CSTNode | None:
-    return next((p for p in src.ancestors(node) if isinstance(p, kinds)), None)
-
-
-def _inside(src: Src, inner: cst.CSTNode, outer: cst.CSTNode) -> bool:
-    return any(p is outer for p in src.ancestors(inner))
 
 
 def _gradient_call(src: Src, region: cst.CSTNode) -> cst.Call | None:
@@ -164,20 +162,9 @@ def _loss_and_model(grad: cst.Call) -> tuple[str, str]:
     return target.value.value, s.value.value
 
 
-def _assignments(src: Src, region: cst.CSTNode, name: str) -> list[cst.Assign]:
-    return [
-        n
-        for n in src.walk(region)
-        if isinstance(n, cst.Assign)
-        and len(n.targets) == 1
-        and isinstance(n.targets[0].target, cst.Name)
-        and n.targets[0].target.value == name
-    ]
-
-
 def _loss_expr(src: Src, region, loss: str, model: str) -> tuple[cst.BaseExpression, cst.CSTNode]:
     """The loss expression and the model's prediction in it (a call, or the name it is bound to)."""
-    found = _assignments(src, region, loss)
+    found = src.assignments(region, loss)
     if len(found) != 1:
         raise NotSwitchable(f"`{loss}` is not assigned once in the step")
     expr = found[0].value
@@ -186,7 +173,7 @@ def _loss_expr(src: Src, region, loss: str, model: str) -> tuple[cst.BaseExpress
         return expr, calls[0]
     for n in src.walk(expr):
         if isinstance(n, cst.Name):
-            bound = _assignments(src, region, n.value)
+            bound = src.assignments(region, n.value)
             if len(bound) == 1 and _is_model_call(bound[0].value, model):
                 return expr, n
     raise NotSwitchable(f"the loss does not use one call of `{model}`")
@@ -199,7 +186,7 @@ def _is_model_call(node: cst.CSTNode, model: str) -> bool:
 def _model_input(src: Src, region, expr, pred) -> tuple[str, set[str]]:
     call = pred
     if isinstance(pred, cst.Name):
-        call = _assignments(src, region, pred.value)[0].value
+        call = src.assignments(region, pred.value)[0].value
     first = arg(call, 0, None)
     if first is None or not isinstance(first.value, cst.Name) or any(a.keyword is None for a in call.args[1:]):
         raise NotSwitchable("the model is not called on one named input")
@@ -272,17 +259,8 @@ def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
         and expr.args[1].value is pred
     ):
         return src.code(expr.func), None
-    a0 = src.span(expr)[0]
-    pieces, cursor = [], a0
-    swaps = [(src.span(pred), "y_pred")]
-    swaps += [(src.span(n), "y_true") for n in src.walk(expr) if isinstance(n, cst.Name) and n.value == y]
-    for (a, b), text in sorted(swaps):
-        if a < cursor:
-            continue
-        pieces += [src.between(cursor, a), text]
-        cursor = b
-    pieces.append(src.between(cursor, src.span(expr)[1]))
-    return "", "".join(pieces)
+    swaps = [(pred, "y_pred"), *((n, "y_true") for n in src.walk(expr) if isinstance(n, cst.Name) and n.value == y)]
+    return "", src.splice(*src.span(expr), swaps)
 
 
 def _single_call(src: Src, fn: cst.FunctionDef) -> tuple[cst.Call, cst.For]:
@@ -292,7 +270,7 @@ def _single_call(src: Src, fn: cst.FunctionDef) -> tuple[cst.Call, cst.For]:
         raise NotSwitchable(f"{name}() is not called directly from a loop (strategy.run or a callback calls it)")
     if len(calls) > 1:
         raise NotSwitchable(f"{name}() is called from {len(calls)} places")
-    if (loop := _enclosing(src, calls[0], (cst.For,))) is None:
+    if (loop := src.enclosing(calls[0], cst.For)) is None:
         raise NotSwitchable(f"{name}() is not called inside a `for` loop")
     return calls[0], loop
 
@@ -338,12 +316,10 @@ def _epoch_loop(src: Src, loop: cst.For) -> cst.For | None:
         return None
     if last_name(outer.iter.func) != "range" or len(outer.iter.args) != 1:
         return None
-    for stmt in outer.body.body:
-        if stmt is loop:
-            continue
-        if not (isinstance(stmt, cst.SimpleStatementLine) and all(isinstance(s, cst.Expr) for s in stmt.body)):
-            return None
-    return outer
+    others = [s for s in outer.body.body if s is not loop]
+    if all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Expr) for x in s.body) for s in others):
+        return outer
+    return None
 
 
 def _check_used_after(src: Src, block: cst.For) -> None:
@@ -355,7 +331,7 @@ def _check_used_after(src: Src, block: cst.For) -> None:
     bound = _bound_names(src, block)
     later = stmts[stmts.index(block) + 1 :]
     read = {n.value for s in later for n in src.walk(s) if isinstance(n, cst.Name)}
-    assigned_later = {n for s in later for n in _bound_names(src, s)} if later else set()
+    assigned_later = {n for s in later for n in _bound_names(src, s)}
     used = sorted((bound & read) - assigned_later)
     if used:
         raise NotSwitchable(f"{', '.join(f'`{n}`' for n in used)}, set in the loop, is read after it")
@@ -366,7 +342,7 @@ def _check_used_after(src: Src, block: cst.For) -> None:
 
 def _train_on_batch_loop(src: Src, call: cst.Call) -> Loop:
     model = call.func.value.value  # type: ignore[union-attr]
-    if (loop := _enclosing(src, call, (cst.For,))) is None:
+    if (loop := src.enclosing(call, cst.For)) is None:
         raise NotSwitchable("train_on_batch is not called inside a `for` loop")
     a, b = arg(call, 0, "x"), arg(call, 1, "y")
     if a is None or b is None or not isinstance(a.value, cst.Name) or not isinstance(b.value, cst.Name):
@@ -381,7 +357,7 @@ def _train_on_batch_loop(src: Src, call: cst.Call) -> Loop:
 
 
 def _train_step_override(src: Src, ctx: Context, fn: cst.FunctionDef) -> Edit | None:
-    cls = _enclosing(src, fn, (cst.ClassDef,))
+    cls = src.enclosing(fn, cst.ClassDef)
     if cls is None or src.parent(src.parent(fn)) is not cls:
         return None
     if not any("Model" in (src.code(b.value)) for b in cls.bases):
@@ -425,12 +401,12 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
     off = []
     loss = loop.loss
     if loop.loss_def is not None and loop.loss_base is not None:
-        cls = src.fresh_name(src.scope(unit), ("FitLoss", "LoopLoss"))
+        cls = src.fresh_name(("FitLoss", "LoopLoss"))
         off += [f"{indent}class {cls}({loop.loss_base}):\n", f"{indent}    def call(self, y_true, y_pred):\n"]
         off += [f"{indent}        return {loop.loss_def}\n", "\n"]
         loss = f"{cls}()"
     elif loop.loss_def is not None:
-        loss = src.fresh_name(src.scope(unit), ("fit_loss", "loop_loss"))
+        loss = src.fresh_name(("fit_loss", "loop_loss"))
         off += [f"{indent}def {loss}(y_true, y_pred):\n", f"{indent}    return {loop.loss_def}\n", "\n"]
     if loop.optimizer is not None:
         mode = f", {loop.mode}" if loop.mode else ""

@@ -17,14 +17,12 @@ _HEADER = (
 )
 
 
-def _with_entry(text: str, entry: str) -> str:
-    """`entry = "..."` added under [trial] (a new [trial] table first when there is none)."""
-    header = re.compile(r"^[ \t]*\[[ \t]*trial[ \t]*\][ \t]*(#.*)?$", re.M)
-    m = header.search(text)
-    line = f'entry = "{entry}"'
-    if m:
-        return text[: m.end()] + "\n" + line + text[m.end() :]
-    return f"[trial]\n{line}\n\n" + text
+def _under(text: str, table: str, line: str) -> str | None:
+    """`line` added right under the `[table]` header (its dotted parts may
+    be spaced, a comment may follow it), None when there is no such header."""
+    parts = r"[ \t]*\.[ \t]*".join(map(re.escape, table.split(".")))
+    m = re.search(r"^[ \t]*\[[ \t]*" + parts + r"[ \t]*\][ \t]*(#.*)?$", text, re.M)
+    return None if m is None else text[: m.end()] + "\n" + line + text[m.end() :]
 
 
 def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> tuple[str | None, list[str]]:
@@ -46,8 +44,7 @@ def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> t
         data = tomllib.loads(existing)
     except tomllib.TOMLDecodeError as e:
         return None, [f"{MANIFEST} is not valid TOML ({e}); add affects_loss = true for {', '.join(names)} by hand"]
-    feats = data.get("features", {}) if isinstance(data.get("features", {}), dict) else None
-    if feats is None:
+    if not isinstance(feats := data.get("features", {}), dict):
         return None, [f"{MANIFEST}: `features` is not a table; left alone"]
     problems: list[str] = []
     want = copy.deepcopy(data)
@@ -55,7 +52,8 @@ def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> t
     trial = data.get("trial", {})
     if entry and isinstance(trial, dict) and "entry" not in trial and "command" not in trial:
         want.setdefault("trial", {})["entry"] = entry
-        text = _with_entry(text, entry)
+        line = f'entry = "{entry}"'
+        text = _under(text, "trial", line) or f"[trial]\n{line}\n\n" + text  # a new [trial] table first
     for n in names:
         cfg = feats.get(n)
         if isinstance(cfg, dict) and "affects_loss" in cfg:
@@ -66,15 +64,10 @@ def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> t
                 )
             continue
         want.setdefault("features", {}).setdefault(n, {})["affects_loss"] = True
-        header = re.compile(r"^[ \t]*\[[ \t]*features[ \t]*\.[ \t]*" + re.escape(n) + r"[ \t]*\][ \t]*(#.*)?$", re.M)
-        m = header.search(text)
-        if m:
-            end = m.end()
-            text = text[:end] + "\naffects_loss = true" + text[end:]
+        if (added := _under(text, f"features.{n}", "affects_loss = true")) is not None:
+            text = added
         else:
-            if not text.endswith("\n"):
-                text += "\n"
-            text += f"\n[features.{n}]\naffects_loss = true\n"
+            text += ("" if text.endswith("\n") else "\n") + f"\n[features.{n}]\naffects_loss = true\n"
     if text == existing:
         return None, problems
     try:

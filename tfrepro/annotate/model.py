@@ -12,8 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 
+class _Located:
+    @property
+    def where(self) -> str:
+        return f"{self.path}:{self.line}"  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
-class Found:
+class Found(_Located):
     """One block proposed for a feature (a feature may have several blocks)."""
 
     name: str
@@ -24,22 +30,14 @@ class Found:
     note: str | None = None
     affects_loss: bool = False
 
-    @property
-    def where(self) -> str:
-        return f"{self.path}:{self.line}"
-
 
 @dataclass(frozen=True)
-class Skipped:
+class Skipped(_Located):
     """Something that looks like a feature but cannot be marked safely."""
 
     path: str
     line: int
     reason: str
-
-    @property
-    def where(self) -> str:
-        return f"{self.path}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -88,9 +86,7 @@ class Context:
         return any(a <= line <= b for a, b in self.occupied.get(path, ()))
 
     def wanted(self, name: str, kind: str) -> bool:
-        if self.only is None:
-            return True
-        return any(name == o or kind == o or name.startswith(o + "_") for o in self.only)
+        return self.only is None or any(name == o or kind == o or name.startswith(o + "_") for o in self.only)
 
     def claim(self, base: str, kind: str, *, group: bool, path: str, line: int) -> str | None:
         """The name to use, or None when the feature must be left alone."""

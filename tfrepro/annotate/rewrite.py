@@ -9,6 +9,8 @@ feature OFF and with all of them OFF. An edit that fails is dropped whole
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from tfrepro import features as fb
 from tfrepro.annotate.model import BlockSeg, Context, Edit
 from tfrepro.errors import UserError
@@ -67,8 +69,7 @@ def resolve_overlaps(edits: list[Edit], occupied: list[tuple[int, int]], ctx: Co
 
 
 def _with_pass_else(e: Edit, seg: BlockSeg) -> Edit:
-    segs = tuple(BlockSeg(s.name, s.description, s.on, f"{e.indent}pass\n") if s is seg else s for s in e.segments)
-    return Edit(e.start, e.end, e.indent, segs, e.found)
+    return replace(e, segments=tuple(replace(s, off=f"{e.indent}pass\n") if s is seg else s for s in e.segments))
 
 
 def _compiles(text: str, path: str) -> bool:
@@ -133,18 +134,13 @@ def build(text: str, path: str, edits: list[Edit], ctx: Context) -> tuple[str, l
         bad = _bad_names(parsed, markers, new, path)
         if not bad:
             return new, edits
-        remaining = []
         for e in edits:
-            if e.names & bad:
-                culprit = ", ".join(sorted(e.names & bad))
-                for f in e.found:
-                    ctx.skip(
-                        path,
-                        f.line,
-                        f"{f.name}: not marked (the file would not compile, or not "
-                        f"round-trip, with {culprit} switched off)",
-                    )
-            else:
-                remaining.append(e)
-        edits = remaining
+            culprit = ", ".join(sorted(e.names & bad))
+            for f in e.found if culprit else ():
+                ctx.skip(
+                    path,
+                    f.line,
+                    f"{f.name}: not marked (the file would not compile, or not round-trip, with {culprit} switched off)",
+                )
+        edits = [e for e in edits if not e.names & bad]
     return text, []  # pragma: no cover - each round removes an edit or returns

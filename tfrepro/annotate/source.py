@@ -9,8 +9,9 @@ user's formatting and comments byte for byte.
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
@@ -78,6 +79,26 @@ def literal(node: cst.BaseExpression | None) -> object:
 NOTHING = object()
 
 
+def is_tf_function(expr: cst.BaseExpression) -> bool:
+    """`tf.function` or a call of it (`tf.function(jit_compile=True)`, `tf.function(step)`)."""
+    d = dotted(expr.func if isinstance(expr, cst.Call) else expr) or ""
+    return d.endswith("tf.function") or d == "tf_function"
+
+
+def assigned_name(node: cst.CSTNode | None) -> str | None:
+    """`x` for `x = ...` (one plain-name target), else None."""
+    if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
+        return node.targets[0].target.value
+    return None
+
+
+def rebinds_itself(assign: cst.Assign) -> str | None:
+    """`f` for `f = wrapper(f, ...)` (the call's first argument), else None."""
+    name = assigned_name(assign)
+    first = arg(assign.value, 0, "func") if isinstance(assign.value, cst.Call) else None
+    return name if first is not None and isinstance(first.value, cst.Name) and first.value.value == name else None
+
+
 def arg(call: cst.Call, index: int | None, keyword: str | None) -> cst.Arg | None:
     """The argument given by keyword or at a positional index."""
     if keyword is not None:
@@ -107,11 +128,10 @@ class Src:
         self._kids: dict[int, list[cst.CSTNode]] = {}
         for child, parent in self.parents.items():
             self._kids.setdefault(id(parent), []).append(child)
-        self._names_memo: dict[int, set[str]] = {}
+        self._used: set[str] | None = None  # fresh_name's, and import_aliases', computed once
+        self._aliases: dict[str, str] | None = None
         self.lines = text.splitlines(keepends=True)
-        self._starts = [0]
-        for line in self.lines:
-            self._starts.append(self._starts[-1] + len(line))
+        self._starts = [0, *itertools.accumulate(map(len, self.lines))]  # offset of each line's start
 
     # -- positions and text ------------------------------------------------
     def offset(self, line: int, col: int) -> int:
@@ -125,8 +145,16 @@ class Src:
         a, b = self.span(node)
         return self.text[a:b]
 
-    def between(self, a: int, b: int) -> str:
-        return self.text[a:b]
+    def splice(self, a: int, b: int, swaps: Iterable[tuple[cst.CSTNode, str]]) -> str:
+        """`text[a:b]` with each node of `swaps` replaced by its text, in
+        document order (a node inside one already replaced is left out)."""
+        pieces, cursor = [], a
+        for node, new in sorted(swaps, key=lambda s: self.span(s[0])[0]):
+            x, y = self.span(node)
+            if x >= cursor:
+                pieces += [self.text[cursor:x], new]
+                cursor = y
+        return "".join(pieces) + self.text[cursor:b]
 
     def line(self, node: cst.CSTNode) -> int:
         return self.pos[node].start.line
@@ -134,8 +162,9 @@ class Src:
     def end_line(self, node: cst.CSTNode) -> int:
         return self.pos[node].end.line
 
-    def lines_text(self, start: int, end: int) -> str:
-        text = "".join(self.lines[start - 1 : end])
+    def lines_text(self, start: int, end: int, swaps: Iterable[tuple[cst.CSTNode, str]] = ()) -> str:
+        """Lines `start`..`end`, ending in a newline, with `swaps` spliced in."""
+        text = self.splice(self.offset(start, 0), self.offset(end + 1, 0), swaps)
         return text if text.endswith("\n") else text + "\n"
 
     # -- tree navigation ---------------------------------------------------
@@ -169,38 +198,32 @@ class Src:
         cannot be commented at that indentation (a continuation line indented
         less than the statement, e.g. inside a multi-line string)."""
         start, end = self.line(unit), self.end_line(unit)
-        first = self.lines[start - 1]
-        indent = first[: self.pos[unit].start.column]
-        if indent.strip():
-            return None
+        indent = self.lines[start - 1][: self.pos[unit].start.column]
         tail = self.lines[end - 1][self.pos[unit].end.column :].strip()
-        if tail and not tail.startswith("#"):
+        if indent.strip() or (tail and not tail.startswith("#")):
             return None
-        for raw in self.lines[start - 1 : end]:
-            if raw.strip() and not raw.startswith(indent):
-                return None
-        return indent
+        return indent if all(raw.startswith(indent) or not raw.strip() for raw in self.lines[start - 1 : end]) else None
+
+    def enclosing(self, node: cst.CSTNode, kinds: type | tuple[type, ...]) -> cst.CSTNode | None:
+        """The nearest ancestor of one of `kinds`."""
+        return next((p for p in self.ancestors(node) if isinstance(p, kinds)), None)
 
     def scope(self, node: cst.CSTNode) -> cst.CSTNode:
-        for p in self.ancestors(node):
-            if isinstance(p, (cst.FunctionDef, cst.Module)):
-                return p
-        return self.module  # pragma: no cover
+        return self.enclosing(node, (cst.FunctionDef, cst.Module)) or self.module
 
-    def names_in(self, scope: cst.CSTNode) -> set[str]:
-        if id(scope) in self._names_memo:
-            return self._names_memo[id(scope)]
-        # Keyword names (`f(callbacks=...)`) and attribute names (`x.ds`) bind nothing.
-        skip = {id(n.keyword) for n in self.walk(scope) if isinstance(n, cst.Arg) and n.keyword is not None}
-        skip |= {id(n.attr) for n in self.walk(scope) if isinstance(n, cst.Attribute)}
-        out = {n.value for n in self.walk(scope) if isinstance(n, cst.Name) and id(n) not in skip}
-        self._names_memo[id(scope)] = out
-        return out
+    def assignments(self, region: cst.CSTNode, name: str) -> list[cst.Assign]:
+        """The `name = ...` statements under `region` (nested scopes included)."""
+        return [n for n in self.walk(region) if assigned_name(n) == name]  # type: ignore[misc]
 
-    def fresh_name(self, scope: cst.CSTNode, candidates: tuple[str, ...]) -> str:
+    def fresh_name(self, candidates: tuple[str, ...]) -> str:
         # The whole module, not just the scope: a name free in the scope may
         # be a global the new local would shadow.
-        used = self.names_in(self.module)
+        if self._used is None:
+            # Keyword names (`f(callbacks=...)`) and attribute names (`x.ds`) bind nothing.
+            skip = {id(n.keyword) for n in self.walk() if isinstance(n, cst.Arg) and n.keyword is not None}
+            skip |= {id(n.attr) for n in self.walk() if isinstance(n, cst.Attribute)}
+            self._used = {n.value for n in self.walk() if isinstance(n, cst.Name) and id(n) not in skip}
+        used = self._used
         for c in candidates:
             if c not in used:
                 return c
@@ -208,6 +231,14 @@ class Src:
         while f"{candidates[0]}_{n}" in used:
             n += 1
         return f"{candidates[0]}_{n}"
+
+    def comments(self, node: cst.CSTNode, skip: list[tuple[int, int]]) -> Iterator[tuple[cst.Comment, int, bool]]:
+        """The comments under `node` that start outside the `skip` spans:
+        (comment, its line, whether code precedes it on that line)."""
+        for n in self.walk(node):
+            if isinstance(n, cst.Comment) and not any(x <= self.span(n)[0] < y for x, y in skip):
+                line = self.line(n)
+                yield n, line, bool(self.lines[line - 1][: self.pos[n].start.column].strip())
 
     def walk(self, node: cst.CSTNode | None = None) -> Iterator[cst.CSTNode]:
         """Every node under `node` (default: the module), in document order."""
@@ -220,44 +251,31 @@ class Src:
     # -- imports -----------------------------------------------------------
     def import_aliases(self) -> dict[str, str]:
         """alias -> dotted module/object it is bound to by a top-level-or-nested import."""
-        if getattr(self, "_aliases", None) is not None:
+        if self._aliases is not None:
             return self._aliases
-        self._aliases: dict[str, str] | None = None
         out: dict[str, str] = {}
         for n in self.walk():
             if isinstance(n, cst.Import):
-                for a in n.names:
-                    full = dotted(a.name) or ""
-                    alias = (
-                        a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else full.split(".")[0]
-                    )
-                    out[alias] = full if a.asname else full.split(".")[0]
+                for a in n.names:  # `import a.b` binds `a`; `import a.b as c` binds `c` to a.b
+                    top = a.evaluated_name.split(".")[0]
+                    out[a.evaluated_alias or top] = a.evaluated_name if a.asname else top
             elif isinstance(n, cst.ImportFrom) and not isinstance(n.names, cst.ImportStar):
                 mod = dotted(n.module) if n.module is not None else ""
                 for a in n.names:
-                    name = dotted(a.name) or ""
-                    alias = a.asname.name.value if a.asname and isinstance(a.asname.name, cst.Name) else name
-                    out[alias] = f"{mod}.{name}" if mod else name
+                    name = a.evaluated_name
+                    out[a.evaluated_alias or name] = f"{mod}.{name}" if mod else name
         self._aliases = out
         return out
 
     def layers_prefix(self) -> str | None:
         """How this file names Keras layers: `layers`, `keras.layers`,
         `tf.keras.layers`..., None when it imports no Keras at all."""
-        aliases = self.import_aliases()
-        for alias, target in aliases.items():
-            if target in tuple(f"{m}.layers" for m in _KERAS_MODULES):
-                return alias
-        for alias, target in aliases.items():
-            if target in _KERAS_MODULES:
-                return f"{alias}.layers"
-        for alias, target in aliases.items():
-            if target == "tensorflow":
-                return f"{alias}.keras.layers"
+        layers = tuple(f"{m}.layers" for m in _KERAS_MODULES)
+        for targets, suffix in ((layers, ""), (_KERAS_MODULES, ".layers"), (("tensorflow",), ".keras.layers")):
+            if (alias := next((a for a, t in self.import_aliases().items() if t in targets), None)) is not None:
+                return alias + suffix
         return None
 
     def tf_alias(self) -> str | None:
-        for alias, target in self.import_aliases().items():
-            if target == "tensorflow":
-                return alias
-        return None
+        """The name the file binds `tensorflow` to (`import tensorflow as tf`), or None."""
+        return next((alias for alias, target in self.import_aliases().items() if target == "tensorflow"), None)

@@ -45,21 +45,8 @@ def structured_input(src: Src, call: cst.Call) -> str | None:
 
 
 def _assigned(src: Src, scope: cst.CSTNode, name: str) -> cst.BaseExpression | None:
-    values = [
-        n.value
-        for n in src.walk(scope)
-        if isinstance(n, cst.Assign)
-        and src.scope(n) is scope
-        and len(n.targets) == 1
-        and isinstance(n.targets[0].target, cst.Name)
-        and n.targets[0].target.value == name
-    ]
+    values = [n.value for n in src.assignments(scope, name) if src.scope(n) is scope]
     return values[0] if len(values) == 1 else None
-
-
-def tf_alias(src: Src) -> str | None:
-    """The name the file binds `tensorflow` to (`import tensorflow as tf`), or None."""
-    return next((alias for alias, full in src.import_aliases().items() if full == "tensorflow"), None)
 
 
 def concat_standin(prefix: str, tf: str) -> str:

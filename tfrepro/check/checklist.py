@@ -73,20 +73,14 @@ class CheckReport:
     def status(self) -> CheckStatus:
         """The worst status: fail > warn > pass (skips do not count)."""
         statuses = {i.status for i in self.items}
-        for s in (CheckStatus.FAIL, CheckStatus.WARN):
-            if s in statuses:
-                return s
-        return CheckStatus.PASS
+        return next((s for s in (CheckStatus.FAIL, CheckStatus.WARN) if s in statuses), CheckStatus.PASS)
 
     @property
     def ok(self) -> bool:
         return self.status is not CheckStatus.FAIL
 
     def item(self, key: str) -> CheckItem:
-        for i in self.items:
-            if i.key == key:
-                return i
-        raise KeyError(key)
+        return {i.key: i for i in reversed(self.items)}[key]  # the first of a key; KeyError when none
 
     def flagged(self) -> list[str]:
         """Keys of the checks that warn or fail."""
@@ -95,11 +89,9 @@ class CheckReport:
     def reason(self) -> str | None:
         """One line naming the likeliest cause: the first failing check, else
         the first warning (checks run in causal order: data before loss)."""
-        for status in (CheckStatus.FAIL, CheckStatus.WARN):
-            for i in self.items:
-                if i.status is status:
-                    return f"check {i.number} ({i.title}) {i.status.value}s: {i.summary}"
-        return None
+        flagged = (i for s in (CheckStatus.FAIL, CheckStatus.WARN) for i in self.items if i.status is s)
+        i = next(flagged, None)
+        return None if i is None else f"check {i.number} ({i.title}) {i.status.value}s: {i.summary}"
 
     def to_dict(self) -> CheckReportDoc:
         return {
@@ -122,10 +114,8 @@ class CheckReport:
         )
 
 
-def fmt_num(x: float | None, unit: str = "") -> str:
-    if x is None:
-        return "?"
-    return f"{x:.4g}{unit}"
+def fmt_num(x: float | None) -> str:
+    return "?" if x is None else f"{x:.4g}"
 
 
 def fmt_ms(seconds: float | None) -> str:
@@ -168,14 +158,12 @@ def format_report(report: CheckReport, *, color: bool = False, verbose: bool = F
         lines.append(f"{i.number}. {i.title:<{width}}  {mark}  {i.summary}")
         pad = " " * (width + 11)
         if verbose or i.status is not CheckStatus.PASS:
-            for e in i.evidence:
-                lines.append(f"{pad}{e}")
+            lines += [f"{pad}{e}" for e in i.evidence]
         if i.fix:
             lines.append(f"{pad}fix: {i.fix}")
     errors = t.get("probe_errors") if t else None
     if errors:
-        lines.append("")
-        lines.append("probe errors: " + "; ".join(errors))
+        lines += ["", "probe errors: " + "; ".join(errors)]
     lines.append("")
     counts = {s: sum(1 for i in report.items if i.status is s) for s in CheckStatus}
     lines.append(

@@ -26,21 +26,14 @@ class CheckOptions:
 
 
 KEYS = ("environment", "input_pipeline", "first_batches", "initial_loss", "short_run", "parameters")
-TITLES = {
-    "environment": "environment",
-    "input_pipeline": "input pipeline",
-    "first_batches": "first batches",
-    "initial_loss": "initial loss",
-    "short_run": "short run",
-    "parameters": "parameters",
-}
 CLASSIFICATION = ("sparse", "categorical", "binary")
 
 
 def item(
     key: str, status: CheckStatus, summary: str, evidence: Sequence[str] = (), fix: str | None = None
 ) -> CheckItem:
-    return CheckItem(KEYS.index(key) + 1, key, TITLES[key], status, summary, tuple(evidence), fix)
+    """The item of check `key`, numbered and titled by it (`first_batches`: 3, "first batches")."""
+    return CheckItem(KEYS.index(key) + 1, key, key.replace("_", " "), status, summary, tuple(evidence), fix)
 
 
 def missing(result: TrialResult, what: str) -> str:

@@ -4,9 +4,7 @@ range, normalisation), and the number of classes the loss implies (pure)."""
 from __future__ import annotations
 
 from tfrepro.check.checklist import CheckItem, CheckStatus, describe_tensor, fmt_num
-from tfrepro.check.common import CLASSIFICATION, CheckOptions
-from tfrepro.check.common import item as _item
-from tfrepro.check.common import missing as _missing
+from tfrepro.check.common import CLASSIFICATION, CheckOptions, item, missing
 from tfrepro.trials.values import TrialResult
 
 
@@ -151,9 +149,9 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
     skips = result.extra.get("check.skips") or {}
     data = result.extra.get("check.batches")
     if "batches" in skips and not data:
-        return _item("first_batches", CheckStatus.SKIP, skips["batches"])
+        return item("first_batches", CheckStatus.SKIP, skips["batches"])
     if not data or not data.get("batches"):
-        return _item("first_batches", CheckStatus.SKIP, _missing(result, "batches"))
+        return item("first_batches", CheckStatus.SKIP, missing(result, "batches"))
     loss = result.extra.get("check.loss")
     model = result.extra.get("check.model")
     c, why_no_classes = num_classes(loss, model)
@@ -163,15 +161,15 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
     evidence.append(_labels_note(c, why_no_classes, n_labels, loss))
     fix = _batch_fixes(" ".join(fails + warns))
     if fails:
-        return _item("first_batches", CheckStatus.FAIL, "; ".join(fails + warns), evidence, fix)
+        return item("first_batches", CheckStatus.FAIL, "; ".join(fails + warns), evidence, fix)
     if warns:
-        return _item("first_batches", CheckStatus.WARN, "; ".join(warns), evidence, fix)
+        return item("first_batches", CheckStatus.WARN, "; ".join(warns), evidence, fix)
     shapes = ", ".join(
         f"{t.get('name')} {describe_tensor(t).split(' in [')[0]}"
         for role in ("inputs", "labels")
         for t in data["batches"][0].get(role) or []
     )
-    return _item("first_batches", CheckStatus.PASS, f"{len(data['batches'])} batch(es) look right: {shapes}", evidence)
+    return item("first_batches", CheckStatus.PASS, f"{len(data['batches'])} batch(es) look right: {shapes}", evidence)
 
 
 # -- 4. initial loss ----------------------------------------------------------------

@@ -27,11 +27,9 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from tfrepro.check.checklist import CheckItem, CheckReport, CheckStatus, fmt_ms, fmt_num, format_report
-from tfrepro.check.common import CheckOptions
-from tfrepro.check.common import item as _item
-from tfrepro.check.common import missing as _missing
+from tfrepro.check.common import CheckOptions, item, missing
 from tfrepro.check.data import check_first_batches, num_classes
-from tfrepro.check.gpu_util import with_gpu_utilisation
+from tfrepro.check.gpu_util import quiet_step_time, with_gpu_utilisation
 from tfrepro.trials.values import TrialResult
 
 __all__ = ["CheckItem", "CheckOptions", "CheckReport", "CheckStatus", "format_report", "judge", "num_classes"]
@@ -43,9 +41,9 @@ __all__ = ["CheckItem", "CheckOptions", "CheckReport", "CheckStatus", "format_re
 def check_environment(result: TrialResult) -> CheckItem:
     env = result.extra.get("check.env")
     if not env:
-        return _item("environment", CheckStatus.SKIP, _missing(result, "env"))
+        return item("environment", CheckStatus.SKIP, missing(result, "env"))
     if not env.get("tensorflow"):
-        return _item(
+        return item(
             "environment",
             CheckStatus.SKIP,
             "the trial never imported TensorFlow",
@@ -64,13 +62,9 @@ def check_environment(result: TrialResult) -> CheckItem:
     if logical and logical != devices:
         evidence.append("logical devices: " + ", ".join(f"{n} {k}" for k, n in sorted(logical.items())))
     if build:
-        cuda = (
-            "CUDA build"
-            if build.get("is_cuda_build")
-            else ("ROCm build" if build.get("is_rocm_build") else "CPU-only build")
-        )
+        cuda = "CUDA" if build.get("is_cuda_build") else "ROCm" if build.get("is_rocm_build") else "CPU-only"
         extra = ", ".join(f"{k} {build[k]}" for k in ("cuda_version", "cudnn_version") if build.get(k))
-        evidence.append(f"build: {cuda}" + (f" ({extra})" if extra else ""))
+        evidence.append(f"build: {cuda} build" + (f" ({extra})" if extra else ""))
     evidence.append(f"platform: {env.get('platform')}")
     tf_env = env.get("tf_env") or {}
     if tf_env:
@@ -83,7 +77,7 @@ def check_environment(result: TrialResult) -> CheckItem:
                 "check the driver (`nvidia-smi`), CUDA_VISIBLE_DEVICES, and TensorFlow's start-up log "
                 "for 'Could not load dynamic library' / 'Cannot dlopen'"
             )
-        return _item(
+        return item(
             "environment",
             CheckStatus.WARN,
             f"{versions}; a GPU is expected ({env.get('gpu_expected_why')}) but TensorFlow sees none",
@@ -91,35 +85,26 @@ def check_environment(result: TrialResult) -> CheckItem:
             fix,
         )
     gpu_text = f"{gpus} GPU" if gpus else "no GPU (none expected)"
-    return _item("environment", CheckStatus.PASS, f"{versions}; {gpu_text}", evidence)
+    return item("environment", CheckStatus.PASS, f"{versions}; {gpu_text}", evidence)
 
 
 # -- 2. input pipeline ----------------------------------------------------------------
-
-
-def quiet_step_time(result: TrialResult) -> float | None:
-    """The trial's step time as the data allows it: the first quartile of
-    the steps after warm-up. Load from other processes only lengthens steps,
-    and an input-bound step waits for its batch every time, so the low
-    quartile keeps the signal and drops the interference."""
-    steady = sorted(result.steady_step_times())
-    return steady[len(steady) // 4] if steady else None
 
 
 def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
     skips = result.extra.get("check.skips") or {}
     timing = result.extra.get("check.timing")
     if "timing" in skips:
-        return _item("input_pipeline", CheckStatus.SKIP, skips["timing"])
+        return item("input_pipeline", CheckStatus.SKIP, skips["timing"])
     if not timing:
-        return _item("input_pipeline", CheckStatus.SKIP, _missing(result, "timing"))
+        return item("input_pipeline", CheckStatus.SKIP, missing(result, "timing"))
     if timing.get("pipeline_error"):
-        return _item("input_pipeline", CheckStatus.SKIP, f"the pipeline could not be timed: {timing['pipeline_error']}")
+        return item("input_pipeline", CheckStatus.SKIP, f"the pipeline could not be timed: {timing['pipeline_error']}")
     pipe = timing.get("pipeline_s")
     compute = timing.get("compute_s")
     step = quiet_step_time(result)
     if pipe is None:
-        return _item("input_pipeline", CheckStatus.SKIP, "the pipeline could not be timed")
+        return item("input_pipeline", CheckStatus.SKIP, "the pipeline could not be timed")
     evidence = [
         f"input pipeline alone: {fmt_ms(pipe)} per batch ({timing.get('pipeline_batches', '?')} batches; "
         f"{timing.get('pipeline_method', '')})"
@@ -139,7 +124,7 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
     )
     reference = compute if compute is not None else step
     if reference is None:
-        return _item(
+        return item(
             "input_pipeline", CheckStatus.SKIP, "no step time to compare with (no model, no training step)", evidence
         )
     if _input_bound(pipe, compute, step, options):
@@ -152,9 +137,9 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
             "`ds.cache()` after the expensive deterministic work (before random augmentation), "
             "`ds.prefetch(tf.data.AUTOTUNE)` last; move slow Python (`tf.py_function`) out of `map` or offline"
         )
-        return _item("input_pipeline", CheckStatus.WARN, summary, evidence, fix)
+        return item("input_pipeline", CheckStatus.WARN, summary, evidence, fix)
     ratio = pipe / reference if reference else 0.0
-    return _item(
+    return item(
         "input_pipeline",
         CheckStatus.PASS,
         f"not input-bound: pipeline {fmt_ms(pipe)} per batch, model {fmt_ms(reference)} per step ({ratio:.0%})",
@@ -204,10 +189,10 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
     model = result.extra.get("check.model")
     c, why = num_classes(loss, model)
     if c is None:
-        return _item("initial_loss", CheckStatus.SKIP, f"chance level unknown: {why}")
+        return item("initial_loss", CheckStatus.SKIP, f"chance level unknown: {why}")
     if not result.losses:
         reason = f"the run crashed before step 1: {result.error}" if result.crashed else "no training step finished"
-        return _item("initial_loss", CheckStatus.SKIP, reason)
+        return item("initial_loss", CheckStatus.SKIP, reason)
     first = result.losses[0]
     chance = math.log(c)
     lo, hi, fail_lo, fail_hi = chance_bands(chance, options)
@@ -225,7 +210,7 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
     if act:
         evidence.append(f"last layer activation: {act}")
     if not math.isfinite(first):
-        return _item(
+        return item(
             "initial_loss",
             CheckStatus.FAIL,
             f"the first loss is {first}",
@@ -235,11 +220,11 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
     if not lo <= first <= hi:
         status = CheckStatus.FAIL if (first < fail_lo or first > fail_hi) else CheckStatus.WARN
         summary, fix = _off_chance(first, chance, hi, status)
-        return _item("initial_loss", status, summary, evidence, fix)
+        return item("initial_loss", status, summary, evidence, fix)
     mismatch = _logits_mismatch(loss, act)
     if mismatch:
-        return _item("initial_loss", CheckStatus.WARN, mismatch[0], evidence, mismatch[1])
-    return _item(
+        return item("initial_loss", CheckStatus.WARN, mismatch[0], evidence, mismatch[1])
+    return item(
         "initial_loss",
         CheckStatus.PASS,
         f"initial loss {fmt_num(first)} ≈ {expect} (pass {lo:.3f}..{hi:.3f})",
@@ -284,7 +269,7 @@ def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
     non-finite loss or weights, a crash, no training step at all."""
     n = len(result.losses)
     if result.timed_out:
-        return _item(
+        return item(
             "short_run",
             CheckStatus.FAIL,
             f"the run timed out after {n} step(s)",
@@ -292,7 +277,7 @@ def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
             "raise [trial] timeout_s, or look for a hang in the input pipeline",
         )
     if result.first_nonfinite_step is not None:
-        return _item(
+        return item(
             "short_run",
             CheckStatus.FAIL,
             f"the loss became {result.losses[result.first_nonfinite_step - 1]} at step {result.first_nonfinite_step}",
@@ -302,7 +287,7 @@ def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
         )
     if result.weights_finite is False:
         names = ", ".join(result.nonfinite_weights[:4]) + (" ..." if len(result.nonfinite_weights) > 4 else "")
-        return _item(
+        return item(
             "short_run",
             CheckStatus.FAIL,
             f"weights hold NaN/Inf after {n} step(s): {names}",
@@ -310,7 +295,7 @@ def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
             "a ReLU turns NaN into 0 and hides it from the loss: look at the inputs (check 3) and the learning rate",
         )
     if result.crashed:
-        return _item(
+        return item(
             "short_run",
             CheckStatus.FAIL,
             f"the run crashed after {n} step(s): {result.error}",
@@ -318,7 +303,7 @@ def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
             "fix the error above (the trial's log is in .tfrepro/)",
         )
     if n == 0 and result.mode == "none":
-        return _item(
+        return item(
             "short_run",
             CheckStatus.SKIP,
             "no training step was seen: Model.fit never ran, no optimizer applied gradients, and the script "
@@ -336,7 +321,7 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
     if (stopped := _run_stopped(result, evidence)) is not None:
         return stopped
     if n < 4:
-        return _item(
+        return item(
             "short_run", CheckStatus.SKIP, f"only {n} training step(s) ran; 4 are needed to see a trend", evidence
         )
     w = max(2, n // 5)
@@ -344,13 +329,13 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
     tail = sum(result.losses[-w:]) / w
     evidence.append(f"mean of the first {w} steps: {fmt_num(head)}; of the last {w}: {fmt_num(tail)}")
     if tail < head - options.fall_fraction * abs(head):
-        return _item(
+        return item(
             "short_run",
             CheckStatus.PASS,
             f"the loss falls ({fmt_num(head)} → {fmt_num(tail)} over {n} steps) and stays finite",
             evidence,
         )
-    return _item(
+    return item(
         "short_run",
         CheckStatus.FAIL,
         f"the loss does not fall ({fmt_num(head)} → {fmt_num(tail)} over {n} steps)",
@@ -371,11 +356,9 @@ def check_parameters(result: TrialResult, options: CheckOptions = CheckOptions()
     skips = result.extra.get("check.skips") or {}
     model = result.extra.get("check.model")
     if not model:
-        return _item("parameters", CheckStatus.SKIP, skips.get("model") or _missing(result, "model"))
+        return item("parameters", CheckStatus.SKIP, skips.get("model") or missing(result, "model"))
     if model.get("trainable") is None:
-        return _item(
-            "parameters", CheckStatus.SKIP, f"the parameters of model {model.get('name')} could not be counted"
-        )
+        return item("parameters", CheckStatus.SKIP, f"the parameters of model {model.get('name')} could not be counted")
     tr, nt = int(model["trainable"]), int(model.get("non_trainable") or 0)
     total = tr + nt
     summary = f"{total:,} parameters: {tr:,} trainable, {nt:,} non-trainable (model {model.get('name')!r})"
@@ -383,7 +366,7 @@ def check_parameters(result: TrialResult, options: CheckOptions = CheckOptions()
     if options.expect_params is not None:
         evidence.append(f"expected: {options.expect_params:,} in total")
         if total != options.expect_params:
-            return _item(
+            return item(
                 "parameters",
                 CheckStatus.FAIL,
                 f"{summary}; expected {options.expect_params:,}",
@@ -392,7 +375,7 @@ def check_parameters(result: TrialResult, options: CheckOptions = CheckOptions()
                 "or missing block, a model built on the wrong input shape)",
             )
     if total == 0:
-        return _item(
+        return item(
             "parameters",
             CheckStatus.WARN,
             f"model {model.get('name')!r} has no parameters (never built?)",
@@ -400,14 +383,14 @@ def check_parameters(result: TrialResult, options: CheckOptions = CheckOptions()
             "build the model (keras.Input or a first call) before training",
         )
     if tr == 0:
-        return _item(
+        return item(
             "parameters",
             CheckStatus.WARN,
             f"{summary}: nothing can train",
             evidence,
             "set `trainable = True` on the layers meant to learn",
         )
-    return _item("parameters", CheckStatus.PASS, summary, evidence)
+    return item("parameters", CheckStatus.PASS, summary, evidence)
 
 
 # -- the checklist ----------------------------------------------------------------------
@@ -424,17 +407,9 @@ def judge(result: TrialResult, options: CheckOptions = CheckOptions(), *, projec
         check_parameters(result, options),
     ]
     items = _data_first(items)
-    trial = {
-        "mode": result.mode,
-        "steps_run": result.steps_run,
-        "crashed": result.crashed,
-        "error": result.error,
-        "timed_out": result.timed_out,
-        "wall_s": result.wall_s,
-        "log_dir": result.log_dir,
-        "first_loss": result.first_loss if result.losses and math.isfinite(result.losses[0]) else None,
-        "probe_errors": list(result.extra.get("check.errors") or []) + list(result.extra.get("harness_errors") or []),
-    }
+    trial = {k: getattr(result, k) for k in ("mode", "steps_run", "crashed", "error", "timed_out", "wall_s", "log_dir")}
+    trial["first_loss"] = result.first_loss if result.losses and math.isfinite(result.losses[0]) else None
+    trial["probe_errors"] = [*(result.extra.get("check.errors") or []), *(result.extra.get("harness_errors") or [])]
     return CheckReport(tuple(items), project=project, enabled=tuple(result.enabled), trial=trial)
 
 
