@@ -12,14 +12,14 @@ from dataclasses import replace
 from typing import Any
 
 from tfrepro.bisect import compile_pin
+from tfrepro.bisect.rangesearch import STOPPERS
 from tfrepro.bisect.search import Config
 from tfrepro.trials import classify
 from tfrepro.trials.trial import Purpose
 from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, Verdict
 
-_FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
 # What makes the baseline unusable: judged alone, MEMORY is an out-of-memory kill.
-_BASELINE_FAILURES = _FAILURES | {Verdict.MEMORY}
+_BASELINE_FAILURES = STOPPERS | {Verdict.MEMORY}
 
 
 class Ends:
@@ -123,7 +123,7 @@ class Ends:
 
         full = frozenset(self.features)
         fails = [self.memo[(full, r)] for r in range(self.k)]
-        failed = any(self._shows(full, t) & _FAILURES for t in fails)
+        failed = any(self._shows(full, t) & STOPPERS for t in fails)
         base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
         reason = ends_reason(base, fails, symptom, failed=failed, healthy=healthy)
         return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)

@@ -44,9 +44,10 @@ from dataclasses import replace
 from typing import Any
 
 from tfrepro.bisect import compile_pin, result_doc
-from tfrepro.bisect.ends import _FAILURES, Ends
+from tfrepro.bisect.ends import Ends
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.rangesearch import STOPPERS
 from tfrepro.bisect.replay import Replay
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving
 from tfrepro.bisect.trial_log import TrialLog
@@ -166,7 +167,7 @@ class _Bisection(Ends, Replay):
         self.lock = threading.Lock()
         self.noise = 0.0
         self.timing_pool = TimingPool(
-            self._trial, lambda c, t: classify.primary(self._shows(c, t) & _FAILURES), manifest.symptoms.slowdown
+            self._trial, lambda c, t: classify.primary(self._shows(c, t) & STOPPERS), manifest.symptoms.slowdown
         )
         self.timing = self.timing_pool.outcomes
         self.dropped: list[dict[str, str]] = []
@@ -326,7 +327,7 @@ class _Bisection(Ends, Replay):
         {y}'s run would have when it is not. Only where the one-run replay can
         apply (a NaN, crash or timeout, deterministic settings, no loss noise)
         and a slot is free beside the search's `repeats` runs."""
-        if target not in _FAILURES or not self._one_run_replay_applies(target) or self.k >= self.jobs:
+        if target not in STOPPERS or not self._one_run_replay_applies(target) or self.k >= self.jobs:
             return None
 
         def run(config: Config) -> Verdict:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -287,6 +286,3 @@ class Checkouts:
 
     def release(self, sha: str) -> None:
         shutil.rmtree(self.dir / sha, ignore_errors=True)
-
-    def __iter__(self) -> Iterator[Path]:
-        return iter(sorted(self.dir.iterdir()) if self.dir.exists() else [])

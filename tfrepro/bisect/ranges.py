@@ -31,10 +31,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from tfrepro.bisect.events import BisectEvents, PointTried, TrialRecord
+from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import STOPPERS, Mark, RangeResult, bisect_range, judge
-from tfrepro.bisect.trial_log import TrialLog
+from tfrepro.bisect.trial_log import TrialLog, trial_row
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor
@@ -443,25 +443,6 @@ class RangeEvidence:
         return {**doc, "tried": [{self.key: t.label, **t.to_dict()} for t in self.tried], **self.mode.to_dict()}
 
 
-def _row(record: TrialRecord, label: str, key: str, verdict: str | None) -> TrialRow:
-    """A point's trial in the result's trials table: the feature mode's row
-    (`TrialRow`, no feature on), with the point's label (`sha`, `version`)."""
-    row = TrialRow(
-        enabled=[],
-        verdict=verdict,
-        summary=record.summary,
-        cached=record.result.cached,
-        role=record.role,
-        repeat=record.repeat,
-        key=record.result.key or "",
-    )
-    if key == "sha":
-        row["sha"] = label
-    elif key == "version":
-        row["version"] = label
-    return row
-
-
 def evidence(run: RangeRun, answer: RunResult, first_bad: Point | None, mode: ModeFields) -> RangeEvidence:
     """The run's evidence for the result document: what was tried, every trial."""
     verdicts = {t.label: t.verdict.value for t in run.tried}
@@ -477,7 +458,8 @@ def evidence(run: RangeRun, answer: RunResult, first_bad: Point | None, mode: Mo
         noise=run.noise,
         tried=tuple(run.tried),
         trials_table=tuple(
-            _row(rec, row[key], key, verdicts.get(row[key])) for rec, row in zip(run.records, run.table, strict=True)
+            trial_row(rec, verdicts.get(row[key]), **{key: row[key]})
+            for rec, row in zip(run.records, run.table, strict=True)
         ),
         message=answer.error,
     )

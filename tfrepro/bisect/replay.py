@@ -13,9 +13,6 @@ from tfrepro.bisect.search import Config, judge_replay
 from tfrepro.trials.trial import Purpose
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
-_FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
-# What makes the baseline unusable: judged alone, MEMORY is an out-of-memory kill.
-_BASELINE_FAILURES = _FAILURES | {Verdict.MEMORY}
 # A custom layer's OFF part is a stand-in that does less work (Identity, a
 # stock layer), so the layer is slower than it by its own compute: healthy.
 # Without --symptom, a slowdown whose culprits are all custom layers counts

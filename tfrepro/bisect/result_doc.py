@@ -19,6 +19,7 @@ from tfrepro import __version__
 from tfrepro.bisect.compile_pin import CompileDiff
 from tfrepro.bisect.events import TrialRecord
 from tfrepro.bisect.search import Config
+from tfrepro.bisect.trial_log import trial_row
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.state import shown_path
@@ -48,18 +49,7 @@ def trials_table(records: list[TrialRecord], shows: Shows, target: Verdict | Non
     for rec in records:
         if rec.verdict is None:
             rec.verdict = classify.primary(shows(frozenset(rec.enabled), rec.result), target)
-    return [
-        TrialRow(
-            enabled=list(r.enabled),
-            verdict=r.verdict.value if r.verdict else None,
-            summary=r.summary,
-            cached=r.result.cached,
-            role=r.role,
-            repeat=r.repeat,
-            key=r.result.key,
-        )
-        for r in records
-    ]
+    return [trial_row(r, r.verdict.value if r.verdict else None) for r in records]
 
 
 def timing_evidence(

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tfrepro.bisect.events import TrialRecord
 from tfrepro.trials.state import write_trial_record
-from tfrepro.trials.values import RunResult, TrialResult
+from tfrepro.trials.values import RunResult, TrialResult, TrialRow
 
 
 class TrialLog:
@@ -39,3 +39,19 @@ class TrialLog:
         text = json.dumps(result.to_dict(), indent=1, default=str) + "\n"
         (self.run_dir / "result.json").write_text(text, encoding="utf-8")
         return result
+
+
+def trial_row(record: TrialRecord, verdict: str | None, **label: str) -> TrialRow:
+    """One trial in the result's trials table, in every mode (`label`: a
+    point's own name for it, `sha=` or `version=`; a point has no feature on)."""
+    r = record.result
+    return TrialRow(
+        enabled=list(record.enabled),
+        verdict=verdict,
+        summary=record.summary,
+        cached=r.cached,
+        role=record.role,
+        repeat=record.repeat,
+        key=r.key,
+        **label,  # type: ignore[typeddict-item]
+    )
