@@ -107,16 +107,16 @@ class CommitSource(Source):
         self.projects: dict[str, Project | str] = {}  # sha -> project, or why it cannot load
 
     def project(self, sha: str, settings: TrialSettings) -> "Project | str":
-        if sha not in self.projects:
-            try:
-                root = self.checkouts.checkout(self.rng, sha)
-            except TfreproError as e:
-                self.projects[sha] = f"the project does not load at this commit: {e}"
-                return self.projects[sha]
+        if sha in self.projects:
+            return self.projects[sha]
+        try:
+            root = self.checkouts.checkout(self.rng, sha)
             if settings.command is None and not (root / settings.entry).is_file():
-                self.projects[sha] = f"the project does not load at this commit: no {settings.entry}"
-            else:
-                self.projects[sha] = as_written(root)
+                raise TfreproError(f"no {settings.entry}")
+        except TfreproError as e:
+            self.projects[sha] = f"the project does not load at this commit: {e}"
+        else:
+            self.projects[sha] = as_written(root)
         return self.projects[sha]
 
     def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:

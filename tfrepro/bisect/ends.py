@@ -165,15 +165,10 @@ class Ends:
     def _baseline_checks(self, shown: Verdict) -> dict[str, Any]:
         """`tfrepro check` on the baseline, so that `baseline-fails` comes with
         a reason (one more trial, through the injected runner; never raises)."""
-        if shown == Verdict.TIMEOUT:
-            return {
-                "status": "skipped",
-                "reason": None,
-                "checks": [],
-                "error": "the baseline timed out: a probed run of it would time out as well",
-            }
-        if self.opts.baseline_checks is None:
-            return {"status": "skipped", "reason": None, "checks": [], "error": "no sanity checks were asked for"}
+        timeout = "the baseline timed out: a probed run of it would time out as well"
+        if shown == Verdict.TIMEOUT or self.opts.baseline_checks is None:
+            why = timeout if shown == Verdict.TIMEOUT else "no sanity checks were asked for"
+            return {"status": "skipped", "reason": None, "checks": [], "error": why}
         self.events.phase("sanity checks on the baseline")
         from tfrepro.trials.trial import TrialOptions
 

@@ -217,13 +217,13 @@ class _Bisection(Ends, Replay):
         reference and for the baselines (memory, loss noise) it is judged
         against, so the progress line shows what the engine decides, never a
         verdict made without them. Called under the lock."""
-        base = [self.memo.get((frozenset(), r)) for r in range(max(self.k, 2))]
-        if all(base) and not self.noise:  # as _both_ends sets it
+        base = self._memory_baselines()
+        if base and not self.noise:  # as _both_ends sets it
             self.noise = classify.measure_noise(base[0], base[1])
         ready: list[TrialRecord] = []
         for rec in list(self.unshown):
             config = frozenset(rec.enabled)
-            if self._reference(config) is None or (config and not all(base)):
+            if self._reference(config) is None or (config and not base):
                 continue
             rec.live = classify.primary(self._shows(config, rec.result), self.target)
             ready.append(rec)
@@ -367,16 +367,15 @@ class _Bisection(Ends, Replay):
     # -- the run -----------------------------------------------------------
     def run(self) -> RunResult:
         try:
-            result = self._run()
+            return self._run()
         except UserError:
             raise
         except (TfreproError, OSError) as e:
-            result = self._finish(Status.ERROR, None, error=str(e))
+            return self._finish(Status.ERROR, None, error=str(e))
         except Exception as e:  # a bug must still leave one JSON object and a run dir
-            result = self._finish(
+            return self._finish(
                 Status.ERROR, None, error=f"{type(e).__name__}: {e}", extra={"traceback": traceback.format_exc()}
             )
-        return result
 
     def _run(self) -> RunResult:
         self.events.phase("baseline and failing configuration")

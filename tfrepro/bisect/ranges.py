@@ -191,14 +191,12 @@ class RangeRun:
     def run_many(self, points: list[Point], repeat: int = 0) -> list[TrialResult | str]:
         """Trials of several points (independent: `executor.slots` at a time).
         A point that cannot be tried gives the reason instead of a trial."""
-        wanted = [self.source.request(p, repeat, self.settings) for p in points]
-        todo = [(i, p, w) for i, (p, w) in enumerate(zip(points, wanted)) if not isinstance(w, str)]
-        out: list[TrialResult | str] = [w if isinstance(w, str) else "" for w in wanted]
-        for _, p, _w in todo:
-            self.events.trial_started((), self.source.role(p), repeat)
-        results = self.executor.run_batch(None, [w for _, _, w in todo])
-        for (i, p, _w), r in zip(todo, results):
-            out[i] = self._record(p, repeat, r)
+        out: list = [self.source.request(p, repeat, self.settings) for p in points]
+        todo = [i for i, w in enumerate(out) if not isinstance(w, str)]
+        for i in todo:
+            self.events.trial_started((), self.source.role(points[i]), repeat)
+        for i, r in zip(todo, self.executor.run_batch(None, [out[i] for i in todo])):
+            out[i] = self._record(points[i], repeat, r)
         return out
 
     def run_timed(self, point: Point, repeat: int, settings: TrialSettings | None = None) -> TrialResult | str:
@@ -443,16 +441,18 @@ class RangeEvidence:
         return {**doc, "tried": [{self.key: t.label, **t.to_dict()} for t in self.tried], **self.mode.to_dict()}
 
 
-def evidence(run: RangeRun, answer: RunResult, first_bad: Point | None, mode: ModeFields) -> RangeEvidence:
-    """The run's evidence for the result document: what was tried, every trial."""
+def with_evidence(
+    answer: RunResult, run: RangeRun, first_bad: Point | None, mode: ModeFields, wall_s: float
+) -> RunResult:
+    """The final result (its evidence: what was tried, every trial, the
+    mode's fields), written to `<run_dir>/result.json`."""
     verdicts = {t.label: t.verdict.value for t in run.tried}
-    key = run.source.key
-    failing = first_bad.label if first_bad else run.bad.label
-    timed = run.timing.outcomes.get(first_bad or run.bad)
-    return RangeEvidence(
+    key, failing = run.source.key, first_bad or run.bad
+    timed = run.timing.outcomes.get(failing)
+    evidence = RangeEvidence(
         key,
         mode,
-        failing=run.first.get(failing),
+        failing=run.first.get(failing.label),
         timing=timed[-1] if timed else None,  # the failing point's timing evidence
         cached_trials=run.log.cached,
         noise=run.noise,
@@ -463,18 +463,7 @@ def evidence(run: RangeRun, answer: RunResult, first_bad: Point | None, mode: Mo
         ),
         message=answer.error,
     )
-
-
-def with_evidence(
-    answer: RunResult, run: RangeRun, first_bad: Point | None, mode: ModeFields, wall_s: float
-) -> RunResult:
-    """The final result (its evidence: the trials and the mode's fields),
-    written to `<run_dir>/result.json`."""
     result = replace(
-        answer,
-        trials=len(run.records),
-        wall_s=round(wall_s, 3),
-        run_dir=shown_path(run.run_dir),
-        evidence=evidence(run, answer, first_bad, mode),
+        answer, trials=len(run.records), wall_s=round(wall_s, 3), run_dir=shown_path(run.run_dir), evidence=evidence
     )
     return run.log.answer(result)

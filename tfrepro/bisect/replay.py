@@ -40,15 +40,11 @@ PARTS_SHARE = 0.5
 def _same_outcome(a: TrialResult, b: TrialResult) -> bool:
     """Two runs of one configuration came out bit-identical: the same losses
     (NaN equal to NaN), first non-finite step, crash and crash line."""
-    same_losses = len(a.losses) == len(b.losses) and all(
-        x == y or (x != x and y != y) for x, y in zip(a.losses, b.losses)
-    )
-    return same_losses and (a.first_nonfinite_step, a.crashed, a.error, a.timed_out) == (
-        b.first_nonfinite_step,
-        b.crashed,
-        b.error,
-        b.timed_out,
-    )
+
+    def outcome(t: TrialResult) -> tuple:
+        return len(t.losses), t.first_nonfinite_step, t.crashed, t.error, t.timed_out
+
+    return outcome(a) == outcome(b) and all(x == y or (x != x and y != y) for x, y in zip(a.losses, b.losses))
 
 
 class Replay:
@@ -285,5 +281,3 @@ class Replay:
                     culprits, changed = without, True
                     break
         return culprits
-
-    # -- the result --------------------------------------------------------

@@ -256,12 +256,11 @@ def _table(
     """Every listed release in order (those not tried say why), then the excluded ones."""
     from tfrepro.trials.releases import sort_versions
 
-    table = []
-    for v in sort_versions([*versions, items[0], items[-1]]):
-        row = rows.get(v) or Row(
-            v, "not tried", note="outside the good..bad range" if v not in items else "not needed by the bisection"
-        )
-        table.append(row)
+    table = [
+        rows.get(v)
+        or Row(v, "not tried", note="not needed by the bisection" if v in items else "outside the good..bad range")
+        for v in sort_versions([*versions, items[0], items[-1]])
+    ]
     return table + [Row(v, "excluded", note=why) for v, why in excluded]
 
 
@@ -358,13 +357,10 @@ def _version_answer(
     of releases, what the change follows (Keras or TensorFlow), --then-features."""
     source = run.source
     candidates = [p.label for p in answer.candidates]
-    last_good = (
-        items[items.index(first_bad.label) - 1]
-        if first_bad
-        else items[items.index(candidates[0]) - 1]
-        if candidates
-        else None
-    )
+    after = (
+        first_bad.label if first_bad else candidates[0] if candidates else None
+    )  # the first bad one, else the first candidate
+    last_good = items[items.index(after) - 1] if after else None
     rows = _rows(run)
     lib_follows, follows_note = follows(rows, last_good, first_bad.label if first_bad else None)
     notes = []
