@@ -206,12 +206,10 @@ class Ends:
         re-run (`_memory_verdicts`); one the repeats do not confirm, or a
         marginal one while the untimed runs show a slowdown past its
         threshold, does not preempt the other symptoms (it stays in also_seen)."""
-        from tfrepro.trials.memcheck import decide_memory
-
-        base, thr = self._memory_baselines(), self.symptom_settings.memory
-        if not any(decide_memory(self.memo[(full, r)], base, thr).close for r in range(self.k)):
+        verdict = self._memory_verdicts([full]).get(full)
+        if verdict is None:  # not near its threshold
             return True
-        confirmed = self._memory_verdicts([full]).get(full) == Verdict.MEMORY
+        confirmed = verdict == Verdict.MEMORY
         mb, mf = self._fastest(frozenset(), range(max(self.k, 2))), self._fastest(full, range(self.k))
         slower = bool(mb and mf and mf / mb >= self.symptom_settings.slowdown) or bool(self.timed_calls)
         self.memory_doubt = "marginal, not confirmed by repeats" if not confirmed else "marginal"
