@@ -27,7 +27,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -40,7 +40,6 @@ from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor
 from tfrepro.trials.sigterm import sigterm_interrupts
 from tfrepro.trials.slowdown import TimingOutcome
-from tfrepro.trials.state import shown_path
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Trial
 from tfrepro.trials.values import (
@@ -463,7 +462,4 @@ def with_evidence(
         ),
         message=answer.error,
     )
-    result = replace(
-        answer, trials=len(run.records), wall_s=round(wall_s, 3), run_dir=shown_path(run.run_dir), evidence=evidence
-    )
-    return run.log.answer(result)
+    return run.log.answer(answer, wall_s, evidence)

@@ -22,7 +22,6 @@ from tfrepro.bisect.search import Config
 from tfrepro.bisect.trial_log import trial_row
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
-from tfrepro.trials.state import shown_path
 from tfrepro.trials.values import AlsoSeen, RunResult, Status, TrialResult, TrialRow, Verdict, evidence_doc
 
 if TYPE_CHECKING:
@@ -221,15 +220,11 @@ def finish(run: _Bisection, a: Answer) -> RunResult:
         a.symptom,
         tuple(sorted(a.culprits)),
         baseline=best(run.memo, run._shows, frozenset(), a.symptom),
-        trials=len(run.records),
-        wall_s=round(run.clock() - run.t0, 3),
-        run_dir=shown_path(run.run_dir),
         reproduction_rate=a.rate,
         suspects=tuple(sorted(a.suspects)),
         also_seen=tuple(also_seen_of(run, a.symptom)),
         error=a.error,
         reason=a.reason,
         known_cost=_known_cost(run, a.status, a.symptom, a.culprits),
-        evidence=_evidence(run, a),
     )
-    return run.log.answer(result)
+    return run.log.answer(result, run.clock() - run.t0, _evidence(run, a))
