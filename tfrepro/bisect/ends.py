@@ -12,10 +12,15 @@ from dataclasses import replace
 from typing import Any
 
 from tfrepro.bisect import compile_pin
+from tfrepro.bisect.late import late_doc, later_calls_steps, symptom_step
+from tfrepro.bisect.preflight import run_preflight
 from tfrepro.bisect.rangesearch import STOPPERS
 from tfrepro.bisect.search import Config
+from tfrepro.settings import late_steps
 from tfrepro.trials import classify
-from tfrepro.trials.trial import Purpose
+from tfrepro.trials.calls import slower_calls
+from tfrepro.trials.trial import Purpose, TrialOptions
+from tfrepro.trials.untestable import ends_reason
 from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, Verdict
 
 # What makes the baseline unusable: judged alone, MEMORY is an out-of-memory kill.
@@ -62,9 +67,6 @@ class Ends:
         """The failing configuration's run until its symptom showed it past
         `steps`: later trials run to a little past that step, and what ran at
         the shorter length runs again (its records stay in the run dir)."""
-        from tfrepro.bisect.late import late_doc, later_calls_steps, symptom_step
-        from tfrepro.settings import late_steps
-
         explored = self.memo[(full, 0)]
         step = symptom_step(explored) if self.until_symptom else None
         old = self.settings.steps
@@ -119,8 +121,6 @@ class Ends:
     def _unmeasured(self, symptom: Verdict | None, *, healthy: bool = False) -> RunResult | None:
         """`untestable` when an end ran no training step or `symptom` could
         not be measured (trials/untestable.py); `healthy`: nothing was shown."""
-        from tfrepro.trials.untestable import ends_reason
-
         full = frozenset(self.features)
         fails = [self.memo[(full, r)] for r in range(self.k)]
         failed = any(self._shows(full, t) & STOPPERS for t in fails)
@@ -131,8 +131,6 @@ class Ends:
     def _choose_timed_calls(self) -> None:
         """Timing trials time the calls the failing configuration ran slower
         than the baseline (fit#2...), not only the first (trials/calls.py)."""
-        from tfrepro.trials.calls import slower_calls
-
         base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
         fails = [self.memo[(frozenset(self.features), r)] for r in range(self.k)]
         self.timed_calls = slower_calls(base, fails, 1 + (self.symptom_settings.slowdown - 1) / 4)
@@ -154,8 +152,6 @@ class Ends:
 
     def _preflight(self) -> None:
         """The baseline must run: a feature whose OFF part breaks it is kept ON, no candidate."""
-        from tfrepro.bisect.preflight import run_preflight
-
         got = run_preflight(self.project, self.executor, self._request(frozenset(), 0, Purpose.BASELINE), self.events)
         if got.dropped:
             self.project, self.dropped, self.features = got.project, got.dropped, tuple(got.project.feature_names)
@@ -170,8 +166,6 @@ class Ends:
             why = timeout if shown == Verdict.TIMEOUT else "no sanity checks were asked for"
             return {"status": "skipped", "reason": None, "checks": [], "error": why}
         self.events.phase("sanity checks on the baseline")
-        from tfrepro.trials.trial import TrialOptions
-
         how = TrialOptions(use_cache=self.opts.use_cache)
         return self.opts.baseline_checks(self.project, (), self.settings, runner=self.runner, how=how)
 

@@ -46,6 +46,7 @@ from typing import Any
 from tfrepro.bisect import compile_pin, result_doc
 from tfrepro.bisect.ends import Ends
 from tfrepro.bisect.events import BisectEvents, TrialRecord
+from tfrepro.bisect.late import save_nan_state, within_steps
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import STOPPERS
 from tfrepro.bisect.replay import Replay
@@ -55,6 +56,7 @@ from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor, make_executor
+from tfrepro.trials.memcheck import decide_memory
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Purpose, Trial, TrialOptions
@@ -254,8 +256,6 @@ class _Bisection(Ends, Replay):
     def _shows(self, config: Config, result: TrialResult) -> frozenset[Verdict]:
         result = classify.first_steps(result, self.settings.steps)  # a timing trial runs longer
         if self.until_symptom:  # the failing run until its symptom ran longer too (bisect/late.py)
-            from tfrepro.bisect.late import within_steps
-
             result = within_steps(result, self.settings.steps)
         shown = classify.symptoms(
             result,
@@ -276,8 +276,6 @@ class _Bisection(Ends, Replay):
     def _memory_verdicts(self, configs: list[Config]) -> dict[Config, Verdict]:
         """A memory decision near its threshold is not trusted from `k` runs:
         such configurations get `_MEMORY_EXTRA` more runs and the majority decides."""
-        from tfrepro.trials.memcheck import decide_memory
-
         base, thr = self._memory_baselines(), self.symptom_settings.memory
         close = [c for c in configs if any(decide_memory(self.memo[(c, r)], base, thr).close for r in range(self.k))]
         extra = range(_MEMORY_CLOSE, _MEMORY_CLOSE + _MEMORY_EXTRA)
@@ -394,8 +392,6 @@ class _Bisection(Ends, Replay):
             return self._unmeasured(None, healthy=True) or self._finish(Status.NONE, self.opts.symptom, extra=extra)
         culprits, config, table = self._search(target)
         if target == Verdict.NAN:
-            from tfrepro.bisect.late import save_nan_state
-
             self.nan_state = save_nan_state(self, config)
         return self._replay(target, culprits, config, table)
 

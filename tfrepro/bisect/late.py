@@ -12,6 +12,11 @@ training (`TrialSettings.until_symptom`). When it shows a NaN or a crash past
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from tfrepro.trials.trial import Purpose, Trial, TrialOptions
 from tfrepro.trials.values import TrialResult
 
 
@@ -55,12 +60,6 @@ def save_nan_state(run, config) -> dict | None:
     saving the state before that step and its batch (`harness_nanstate.py`),
     copied to `<run_dir>/nan_state/`. Returns result.json's `nan_state`, or
     None when the NaN showed in no loss (only in the weights at the end)."""
-    import shutil
-    from dataclasses import replace
-    from pathlib import Path
-
-    from tfrepro.trials.trial import Purpose, Trial, TrialOptions
-
     first = run.memo.get((config, 0))
     step = first.first_nonfinite_step if first is not None else None
     if not step:
@@ -92,8 +91,6 @@ def within_steps(result: TrialResult, steps: int) -> TrialResult:
     the trial's time limit, and its timeout, seen in no capped trial, made a
     healthy script `flaky`). A NaN or a crash past `steps` moves every trial
     past it instead (`symptom_step`)."""
-    from dataclasses import replace
-
     if result.steps_run <= steps:
         return result
     if result.timed_out:

@@ -36,7 +36,7 @@ from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import STOPPERS, Mark, RangeResult, bisect_range, judge
 from tfrepro.bisect.trial_log import TrialLog, trial_row
 from tfrepro.settings import SymptomSettings, TrialSettings
-from tfrepro.trials import classify
+from tfrepro.trials import classify, untestable
 from tfrepro.trials.executors import Executor
 from tfrepro.trials.sigterm import sigterm_interrupts
 from tfrepro.trials.slowdown import TimingOutcome
@@ -354,8 +354,6 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
 def _untestable_ends(run: RangeRun, g: TrialResult, x: TrialResult, x_shows, symptom: Verdict | None) -> None:
     """Stop(untestable) when an end ran no training step (and the bad end
     shows no crash or timeout), or the symptom asked for cannot be measured."""
-    from tfrepro.trials import untestable
-
     reason = None
     if not x_shows & STOPPERS:
         reason = untestable.no_step_reason([x], f"the bad end {run.bad.named}") or untestable.no_step_reason(

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
-from tfrepro.bisect.compile_pin import CompileDiff
+from tfrepro.bisect.also_seen import also_seen
+from tfrepro.bisect.compile_pin import CompileDiff, differing
 from tfrepro.bisect.events import TrialRecord
 from tfrepro.bisect.search import Config
 from tfrepro.bisect.trial_log import trial_row
@@ -65,8 +66,6 @@ def timing_evidence(
 def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
     """Every symptom the failing configuration showed besides `target`
     (bisect/also_seen.py), from the bisection's trials."""
-    from tfrepro.bisect.also_seen import also_seen
-
     full, base = frozenset(run.features), frozenset()
     mine = [r for r in range(run.k) if (full, r) in run.memo]
     doubt = getattr(run, "memory_doubt", None)
@@ -112,8 +111,6 @@ def _known_cost(run: _Bisection, status: Status, symptom: Verdict | None, culpri
 
 def compile_differs(run: _Bisection, full: Config) -> list[CompileDiff]:
     """Trials whose resolved jit_compile differs from the failing configuration's."""
-    from tfrepro.bisect.compile_pin import differing
-
     failing = run.memo.get((full, 0))
     # the trials that stand (a trial re-run pinned replaced its first run)
     kept = [(r.enabled, r.result) for r in run.records if run.memo.get((frozenset(r.enabled), r.repeat)) is r.result]
