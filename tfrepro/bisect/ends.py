@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from tfrepro.bisect import compile_pin
-from tfrepro.bisect.late import late_doc, later_calls_steps, symptom_step
+from tfrepro.bisect.late import later_calls_steps, symptom_step
 from tfrepro.bisect.preflight import run_preflight
 from tfrepro.bisect.rangesearch import STOPPERS
 from tfrepro.bisect.search import Config
@@ -79,7 +79,7 @@ class Ends:
         if new is None or new <= old:
             return False
         self.settings = replace(self.settings, steps=new)
-        self.late_step = late_doc(step, old, self.settings.steps, self.settings.budget_s)
+        self.late_step = {"symptom_step": step, "steps_before": old, "steps": new, "budget_s": self.settings.budget_s}
         self.events.phase(f"the failing configuration {why}: trials now run {self.settings.steps}")
         self._calls_undo = (old, dict(self.memo)) if symptom_step(explored) is None else None
         with self.lock:

@@ -45,11 +45,6 @@ def later_calls_steps(result: TrialResult, steps: int) -> int | None:
     return max(steps, min(result.steps_run, max(starts) + steps))
 
 
-def late_doc(step: int, old_steps: int, new_steps: int, budget_s: float) -> dict:
-    """What result.json says about it (`late_step`)."""
-    return {"symptom_step": step, "steps_before": old_steps, "steps": new_steps, "budget_s": budget_s}
-
-
 # The repeat index of the nan-state trial (apart from every search and replay index).
 NAN_STATE_REPEAT = 900
 NAN_STATE_DIR = "nan_state"

@@ -176,15 +176,12 @@ class RangeRun:
     def bad(self) -> Point:
         return self.points[-1]
 
-    def close(self) -> None:
-        self._log.close()
-
     def answer(self, symptom: Verdict | None) -> tuple[RunResult, Point | None]:
         """Both ends, then the hunt (`bisect_points`); the trial log closed after."""
         try:
             return bisect_points(self, symptom)
         finally:
-            self.close()
+            self._log.close()
 
     # -- running -----------------------------------------------------------
     def run_many(self, points: list[Point], repeat: int = 0) -> list[TrialResult | str]:
