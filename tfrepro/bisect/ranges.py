@@ -396,13 +396,12 @@ def bisect_points(run: RangeRun, symptom: Verdict | None) -> tuple[RunResult, Po
         found = hunt(run, ends)
     if found.status == "found":
         return RunResult(Status.FOUND, ends.target, baseline=ends.good), found.first_bad
-    noun = run.source.noun
     return RunResult(
         Status.AMBIGUOUS,
         ends.target,
         baseline=ends.good,
         candidates=tuple(found.candidates),
-        error=f"{len(found.candidates)} candidate {noun}s: the untestable ones among them hide "
+        error=f"{len(found.candidates)} candidate {run.source.noun}s: the untestable ones among them hide "
         f"which one is the first bad one",
     ), None
 
