@@ -373,12 +373,9 @@ class _Bisection(Ends, Replay):
     def _run(self) -> RunResult:
         self.events.phase("baseline and failing configuration")
         self._preflight()
-        failed = self._both_ends()
-        if failed is not None:
-            return failed
-        cannot = self._unmeasured(self.opts.symptom)
-        if cannot is not None:
-            return cannot
+        stopped = self._both_ends() or self._unmeasured(self.opts.symptom)  # baseline-fails, untestable
+        if stopped is not None:
+            return stopped
         self._choose_timed_calls()
         target = self.target = self._pick_symptom(frozenset(self.features))
         if target is None:

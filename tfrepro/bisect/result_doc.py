@@ -69,7 +69,7 @@ def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
     full, base = frozenset(run.features), frozenset()
     mine = [r for r in range(run.k) if (full, r) in run.memo]
     doubt = getattr(run, "memory_doubt", None)
-    shown = set().union(set(), *(run._shows(full, run.memo[(full, r)]) for r in mine))
+    shown = set().union(*(run._shows(full, run.memo[(full, r)]) for r in mine))
     timed = full in run.timing  # measured: no "possible" slowdown to guess
     seen = also_seen(
         shown,
