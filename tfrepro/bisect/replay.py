@@ -35,6 +35,12 @@ COMBINED_FEATURES = 4
 # together, answered as a pair). An interaction (slower only together) is
 # still a pair of culprits.
 PARTS_SHARE = 0.5
+# How a combined overhead's reason ends (`_features_cost`, `_whole_cost`).
+_COMBINED = (
+    ": their combined overhead, not a defect of any one (a slowdown of "
+    f"{COMBINED_FEATURES} or more features together counts from x{OWN_COST_SLOWDOWN:g}; "
+)
+_ANYWAY = "rerun with --symptom slowdown to hunt it anyway)"
 
 
 def _same_outcome(a: TrialResult, b: TrialResult) -> bool:
@@ -139,10 +145,9 @@ class Replay:
         else:
             reason = (
                 f"only the {len(culprits)} features together ({names}) are slower, x{ratio:.2f}, and no "
-                "smaller set of them is: their combined overhead, not a defect of any one (a slowdown of "
-                f"{COMBINED_FEATURES} or more features together counts from x{OWN_COST_SLOWDOWN:g}; "
+                f"smaller set of them is{_COMBINED}"
             )
-        reason += "rerun with --symptom slowdown to hunt it anyway)"
+        reason += _ANYWAY
         if not repeated:
             reason = f"{reason}; and it did not repeat: the replay's fresh pairs were not slower"
         doc = {"features": sorted(culprits), "ratio": round(ratio, 3), "reason": reason}
@@ -166,9 +171,7 @@ class Replay:
             doc["reason"] = (
                 f"the {len(full)} features together ({', '.join(sorted(full))}) are slower, x{doc['ratio']:.2f}, "
                 f"and the smaller set the search ended on ({', '.join(sorted(overturned))}) was not slower in any "
-                "of the replay's fresh pairs: their combined overhead, not a defect of any one (a slowdown of "
-                f"{COMBINED_FEATURES} or more features together counts from x{OWN_COST_SLOWDOWN:g}; "
-                "rerun with --symptom slowdown to hunt it anyway)"
+                f"of the replay's fresh pairs{_COMBINED}{_ANYWAY}"
             )
         return cost
 
