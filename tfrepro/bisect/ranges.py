@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.bisect.options import BisectOptions
@@ -44,6 +44,7 @@ from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Trial
 from tfrepro.trials.values import (
     SYMPTOM_ORDER,
+    Evidence,
     RunResult,
     Status,
     TrialResult,
@@ -406,13 +407,6 @@ def bisect_points(run: RangeRun, symptom: Verdict | None) -> tuple[RunResult, Po
     ), None
 
 
-class ModeFields(Protocol):
-    """A range mode's own keys of the result document (commits.CommitFields,
-    versions.VersionFields)."""
-
-    def to_dict(self) -> dict[str, object]: ...
-
-
 @dataclass(frozen=True)
 class RangeEvidence:
     """What a range bisection's trials showed beyond the typed answer: the
@@ -420,7 +414,7 @@ class RangeEvidence:
     mode's own fields; the result document's other keys, by `to_dict` only."""
 
     key: str  # what the tried rows call a point's label ("sha", "version")
-    mode: ModeFields
+    mode: Evidence  # the mode's own keys (commits.CommitFields, versions.VersionFields)
     failing: TrialResult | None = None
     timing: TimingOutcome | None = None
     cached_trials: int = 0
@@ -435,7 +429,7 @@ class RangeEvidence:
 
 
 def with_evidence(
-    answer: RunResult, run: RangeRun, first_bad: Point | None, mode: ModeFields, wall_s: float
+    answer: RunResult, run: RangeRun, first_bad: Point | None, mode: Evidence, wall_s: float
 ) -> RunResult:
     """The final result (its evidence: what was tried, every trial, the
     mode's fields), written to `<run_dir>/result.json`."""
