@@ -55,14 +55,13 @@ from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
-from tfrepro.trials.executors import Executor, make_executor
+from tfrepro.trials.executors import Executor, Runner, make_executor
 from tfrepro.trials.memcheck import decide_memory
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Purpose, Trial, TrialOptions
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
-Runner = Callable[..., TrialResult]
 Wanted = tuple[Config, int, Purpose]  # a trial the run wants: (configuration, repeat, why)
 STRATEGIES = ("auto", "ablation", "ddmin")
 _MEMORY_CLOSE = 500  # repeat-index base of the extra runs of a close memory decision
