@@ -54,12 +54,13 @@ class Ends:
         shown = classify.classify(first, reference=None, settings=self.symptom_settings)
         checks = self._baseline_checks(shown)
         reason = f"; sanity {checks['reason']}" if checks.get("reason") else ""
+        words, suspects = self._baseline_words()
+        why = f"{first.error or 'see its logs'}{reason}{suspects}"
         return self._finish(
             Status.BASELINE_FAILS,
             shown,
             rate=sum(base_fail) / len(base_fail),
-            error=f"the baseline ({self._baseline_words()}) already shows {shown.value}: "
-            f"{first.error or 'see its logs'}{reason}{self._suspects_words()}",
+            error=f"the baseline ({words}) already shows {shown.value}: {why}",
             extra={"checks": checks, "baseline_flaky": not all(base_fail)},
         )
 
@@ -135,17 +136,14 @@ class Ends:
         fails = [self.memo[(frozenset(self.features), r)] for r in range(self.k)]
         self.timed_calls = slower_calls(base, fails, 1 + (self.symptom_settings.slowdown - 1) / 4)
 
-    def _baseline_words(self) -> str:
+    def _baseline_words(self) -> tuple[str, str]:
         """The baseline as it ran: every feature off but the always-on ones
-        (their OFF part breaks the script: kept ON by the preflight)."""
-        on = [d["name"] for d in self.dropped]
-        return f"every feature off except {', '.join(on)}, always on" if on else "every feature off"
-
-    def _suspects_words(self) -> str:
+        (their OFF part breaks the script: kept ON by the preflight); and
+        those as the suspects."""
         on = [d["name"] for d in self.dropped]
         if not on:
-            return ""
-        return (
+            return "every feature off", ""
+        return f"every feature off except {', '.join(on)}, always on", (
             f"; {' or '.join(on)} {'is' if len(on) == 1 else 'are'} the suspect: always on (no OFF stand-in runs), "
             "so the bisection cannot clear it; fix its else part by hand and bisect again"
         )

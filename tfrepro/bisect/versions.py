@@ -149,7 +149,7 @@ class VersionSource(Source):
 
     def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
         settings = replace(settings, repeat=repeat)
-        how = TrialOptions(label=f"tf {point.label}", use_cache=self.use_cache, state_dir=self.state.path)
+        how = TrialOptions(label=self.role(point), use_cache=self.use_cache, state_dir=self.state.path)
         base = Trial((), settings, how, self.project)
         if self.trial is not None:  # tests: the injected trial stands in for environment and run
             got = self.trial(point.label, settings)
