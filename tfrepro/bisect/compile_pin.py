@@ -25,10 +25,8 @@ def resolved(result: TrialResult) -> tuple[bool | None, ...]:
 def pin_for(failing: TrialResult) -> bool | None:
     """The value a detected "auto" resolved to in the failing configuration
     (its first compile that asked for "auto"), or None: nothing to pin."""
-    for m in failing.compile_modes:
-        if m.get("requested") == "auto" and isinstance(m.get("jit_compile"), bool):
-            return m["jit_compile"]
-    return None
+    auto = (m.get("jit_compile") for m in failing.compile_modes if m.get("requested") == "auto")
+    return next((j for j in auto if isinstance(j, bool)), None)
 
 
 def auto_differs(result: TrialResult, pin: bool) -> bool:
