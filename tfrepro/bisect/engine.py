@@ -90,8 +90,7 @@ def bisect(
     Trials run on `executor`, by default the one `options` names (an injected
     `runner` becomes a local executor's runner)."""
     own = executor is None
-    if executor is None:
-        executor = make_executor(options.executor, jobs=options.jobs, address=options.address, runner=runner)
+    executor = executor or make_executor(options.executor, jobs=options.jobs, address=options.address, runner=runner)
     if runner is None:
         from tfrepro.trials.runner import run_trial_with as runner
     try:

@@ -48,14 +48,13 @@ class TrialLog:
 def trial_row(record: TrialRecord, verdict: str | None, **label: str) -> TrialRow:
     """One trial in the result's trials table, in every mode (`label`: a
     point's own name for it, `sha=` or `version=`; a point has no feature on)."""
-    r = record.result
     return TrialRow(
         enabled=list(record.enabled),
         verdict=verdict,
         summary=record.summary,
-        cached=r.cached,
+        cached=record.result.cached,
         role=record.role,
         repeat=record.repeat,
-        key=r.key,
+        key=record.result.key,
         **label,  # type: ignore[typeddict-item]
     )
