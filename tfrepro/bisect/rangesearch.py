@@ -133,7 +133,7 @@ def bisect_range(
 
 # Verdicts after which a trial stopped early: it cannot tell whether another
 # symptom would have shown later, so it is a skip unless it is the one hunted
-# (feature mode's failures too: bisect/ends.py, replay.py, also_seen.py).
+# (feature mode's failures too: bisect/engine.py, ends.py, also_seen.py).
 STOPPERS = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
 
 
