@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from tfrepro.bisect.rangesearch import STOPPERS
 from tfrepro.trials.values import SYMPTOM_ORDER, AlsoSeen, Verdict
-
-_FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
 
 
 def also_seen(
@@ -29,7 +28,7 @@ def also_seen(
         for v in SYMPTOM_ORDER
         if v in shown and v != target and v != Verdict.SLOWDOWN
     ]
-    if target != Verdict.SLOWDOWN and not shown & _FAILURES and base_fastest and full_fastest:
+    if target != Verdict.SLOWDOWN and not shown & STOPPERS and base_fastest and full_fastest:
         ratio = full_fastest / base_fastest
         if ratio >= 1 + (slowdown - 1) / 2:
             r = round(ratio, 2)

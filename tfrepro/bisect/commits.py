@@ -12,14 +12,9 @@ Invariants:
 - The user's working tree, index, branch, HEAD and stash are never written
   (see `gitcopy`); everything this module writes is under the project's
   `.tfrepro/` (`StateDir`): checkouts, the run directory, the trial cache.
-- Both ends are checked before anything else: a good end that is not healthy
-  gives `baseline-fails`, a bad end that cannot be tried `error`, a bad end
-  without the symptom `none`. Nothing in between is tried then.
-- The search is locked onto one symptom (`judge`): a commit that stops on
-  something else (a syntax error, a crash while hunting a NaN) is a skip, and
-  skips that hide the answer give `ambiguous` with `candidates`, never a guess.
-- Timing trials (a slowdown hunt) run one at a time, interleaved with the
-  good end's; other trials of a round run `executor.slots` at a time.
+- Both ends first, the hunt locked onto one symptom (a commit that stops on
+  something else, a syntax error say, is a skip), skips and timing trials:
+  as in every range mode (`ranges.py`).
 - All trials use one set of settings: the user's current `tfrepro.toml` (or
   the defaults) with the command-line overrides; only the code varies.
 """
@@ -107,16 +102,16 @@ class CommitSource(Source):
         self.projects: dict[str, Project | str] = {}  # sha -> project, or why it cannot load
 
     def project(self, sha: str, settings: TrialSettings) -> "Project | str":
-        if sha not in self.projects:
-            try:
-                root = self.checkouts.checkout(self.rng, sha)
-            except TfreproError as e:
-                self.projects[sha] = f"the project does not load at this commit: {e}"
-                return self.projects[sha]
+        if sha in self.projects:
+            return self.projects[sha]
+        try:
+            root = self.checkouts.checkout(self.rng, sha)
             if settings.command is None and not (root / settings.entry).is_file():
-                self.projects[sha] = f"the project does not load at this commit: no {settings.entry}"
-            else:
-                self.projects[sha] = as_written(root)
+                raise TfreproError(f"no {settings.entry}")
+        except TfreproError as e:
+            self.projects[sha] = f"the project does not load at this commit: {e}"
+        else:
+            self.projects[sha] = as_written(root)
         return self.projects[sha]
 
     def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:

@@ -25,10 +25,8 @@ def resolved(result: TrialResult) -> tuple[bool | None, ...]:
 def pin_for(failing: TrialResult) -> bool | None:
     """The value a detected "auto" resolved to in the failing configuration
     (its first compile that asked for "auto"), or None: nothing to pin."""
-    for m in failing.compile_modes:
-        if m.get("requested") == "auto" and isinstance(m.get("jit_compile"), bool):
-            return m["jit_compile"]
-    return None
+    auto = (m.get("jit_compile") for m in failing.compile_modes if m.get("requested") == "auto")
+    return next((j for j in auto if isinstance(j, bool)), None)
 
 
 def auto_differs(result: TrialResult, pin: bool) -> bool:
@@ -53,15 +51,13 @@ def differing(failing: TrialResult, trials: Iterable[tuple[tuple[str, ...], Tria
     configuration's (a feature toggled `jit_compile` itself, say): each with
     its configuration and both modes."""
     want = resolved(failing)
-    out: list[CompileDiff] = []
-    seen = set()
+    out: dict[tuple[str, ...], CompileDiff] = {}  # the first trial of each configuration
     for enabled, result in trials:
-        got = resolved(result)
-        if not got or not want or got == want or enabled in seen:
-            continue
-        seen.add(enabled)
-        out.append(CompileDiff(configuration=list(enabled), jit_compile=list(got), failing_jit_compile=list(want)))
-    return out
+        if want and (got := resolved(result)) and got != want:
+            out.setdefault(
+                enabled, CompileDiff(configuration=list(enabled), jit_compile=list(got), failing_jit_compile=list(want))
+            )
+    return list(out.values())
 
 
 def one_replica_note(failing: TrialResult, replicas: int | None) -> str | None:

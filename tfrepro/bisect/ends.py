@@ -12,14 +12,19 @@ from dataclasses import replace
 from typing import Any
 
 from tfrepro.bisect import compile_pin
+from tfrepro.bisect.late import later_calls_steps, symptom_step
+from tfrepro.bisect.preflight import run_preflight
+from tfrepro.bisect.rangesearch import STOPPERS
 from tfrepro.bisect.search import Config
+from tfrepro.settings import late_steps
 from tfrepro.trials import classify
-from tfrepro.trials.trial import Purpose
+from tfrepro.trials.calls import slower_calls
+from tfrepro.trials.trial import Purpose, TrialOptions
+from tfrepro.trials.untestable import ends_reason
 from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, Verdict
 
-_FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
 # What makes the baseline unusable: judged alone, MEMORY is an out-of-memory kill.
-_BASELINE_FAILURES = _FAILURES | {Verdict.MEMORY}
+_BASELINE_FAILURES = STOPPERS | {Verdict.MEMORY}
 
 
 class Ends:
@@ -49,12 +54,13 @@ class Ends:
         shown = classify.classify(first, reference=None, settings=self.symptom_settings)
         checks = self._baseline_checks(shown)
         reason = f"; sanity {checks['reason']}" if checks.get("reason") else ""
+        words, suspects = self._baseline_words()
+        why = f"{first.error or 'see its logs'}{reason}{suspects}"
         return self._finish(
             Status.BASELINE_FAILS,
             shown,
             rate=sum(base_fail) / len(base_fail),
-            error=f"the baseline ({self._baseline_words()}) already shows {shown.value}: "
-            f"{first.error or 'see its logs'}{reason}{self._suspects_words()}",
+            error=f"the baseline ({words}) already shows {shown.value}: {why}",
             extra={"checks": checks, "baseline_flaky": not all(base_fail)},
         )
 
@@ -62,9 +68,6 @@ class Ends:
         """The failing configuration's run until its symptom showed it past
         `steps`: later trials run to a little past that step, and what ran at
         the shorter length runs again (its records stay in the run dir)."""
-        from tfrepro.bisect.late import late_doc, later_calls_steps, symptom_step
-        from tfrepro.settings import late_steps
-
         explored = self.memo[(full, 0)]
         step = symptom_step(explored) if self.until_symptom else None
         old = self.settings.steps
@@ -77,7 +80,7 @@ class Ends:
         if new is None or new <= old:
             return False
         self.settings = replace(self.settings, steps=new)
-        self.late_step = late_doc(step, old, self.settings.steps, self.settings.budget_s)
+        self.late_step = {"symptom_step": step, "steps_before": old, "steps": new, "budget_s": self.settings.budget_s}
         self.events.phase(f"the failing configuration {why}: trials now run {self.settings.steps}")
         self._calls_undo = (old, dict(self.memo)) if symptom_step(explored) is None else None
         with self.lock:
@@ -119,11 +122,9 @@ class Ends:
     def _unmeasured(self, symptom: Verdict | None, *, healthy: bool = False) -> RunResult | None:
         """`untestable` when an end ran no training step or `symptom` could
         not be measured (trials/untestable.py); `healthy`: nothing was shown."""
-        from tfrepro.trials.untestable import ends_reason
-
         full = frozenset(self.features)
         fails = [self.memo[(full, r)] for r in range(self.k)]
-        failed = any(self._shows(full, t) & _FAILURES for t in fails)
+        failed = any(self._shows(full, t) & STOPPERS for t in fails)
         base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
         reason = ends_reason(base, fails, symptom, failed=failed, healthy=healthy)
         return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
@@ -131,31 +132,24 @@ class Ends:
     def _choose_timed_calls(self) -> None:
         """Timing trials time the calls the failing configuration ran slower
         than the baseline (fit#2...), not only the first (trials/calls.py)."""
-        from tfrepro.trials.calls import slower_calls
-
         base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
         fails = [self.memo[(frozenset(self.features), r)] for r in range(self.k)]
         self.timed_calls = slower_calls(base, fails, 1 + (self.symptom_settings.slowdown - 1) / 4)
 
-    def _baseline_words(self) -> str:
+    def _baseline_words(self) -> tuple[str, str]:
         """The baseline as it ran: every feature off but the always-on ones
-        (their OFF part breaks the script: kept ON by the preflight)."""
-        on = [d["name"] for d in self.dropped]
-        return f"every feature off except {', '.join(on)}, always on" if on else "every feature off"
-
-    def _suspects_words(self) -> str:
+        (their OFF part breaks the script: kept ON by the preflight); and
+        those as the suspects."""
         on = [d["name"] for d in self.dropped]
         if not on:
-            return ""
-        return (
+            return "every feature off", ""
+        return f"every feature off except {', '.join(on)}, always on", (
             f"; {' or '.join(on)} {'is' if len(on) == 1 else 'are'} the suspect: always on (no OFF stand-in runs), "
             "so the bisection cannot clear it; fix its else part by hand and bisect again"
         )
 
     def _preflight(self) -> None:
         """The baseline must run: a feature whose OFF part breaks it is kept ON, no candidate."""
-        from tfrepro.bisect.preflight import run_preflight
-
         got = run_preflight(self.project, self.executor, self._request(frozenset(), 0, Purpose.BASELINE), self.events)
         if got.dropped:
             self.project, self.dropped, self.features = got.project, got.dropped, tuple(got.project.feature_names)
@@ -165,18 +159,11 @@ class Ends:
     def _baseline_checks(self, shown: Verdict) -> dict[str, Any]:
         """`tfrepro check` on the baseline, so that `baseline-fails` comes with
         a reason (one more trial, through the injected runner; never raises)."""
-        if shown == Verdict.TIMEOUT:
-            return {
-                "status": "skipped",
-                "reason": None,
-                "checks": [],
-                "error": "the baseline timed out: a probed run of it would time out as well",
-            }
-        if self.opts.baseline_checks is None:
-            return {"status": "skipped", "reason": None, "checks": [], "error": "no sanity checks were asked for"}
+        timeout = "the baseline timed out: a probed run of it would time out as well"
+        if shown == Verdict.TIMEOUT or self.opts.baseline_checks is None:
+            why = timeout if shown == Verdict.TIMEOUT else "no sanity checks were asked for"
+            return {"status": "skipped", "reason": None, "checks": [], "error": why}
         self.events.phase("sanity checks on the baseline")
-        from tfrepro.trials.trial import TrialOptions
-
         how = TrialOptions(use_cache=self.opts.use_cache)
         return self.opts.baseline_checks(self.project, (), self.settings, runner=self.runner, how=how)
 
@@ -211,12 +198,10 @@ class Ends:
         re-run (`_memory_verdicts`); one the repeats do not confirm, or a
         marginal one while the untimed runs show a slowdown past its
         threshold, does not preempt the other symptoms (it stays in also_seen)."""
-        from tfrepro.trials.memcheck import decide_memory
-
-        base, thr = self._memory_baselines(), self.symptom_settings.memory
-        if not any(decide_memory(self.memo[(full, r)], base, thr).close for r in range(self.k)):
+        verdict = self._memory_verdicts([full]).get(full)
+        if verdict is None:  # not near its threshold
             return True
-        confirmed = self._memory_verdicts([full]).get(full) == Verdict.MEMORY
+        confirmed = verdict == Verdict.MEMORY
         mb, mf = self._fastest(frozenset(), range(max(self.k, 2))), self._fastest(full, range(self.k))
         slower = bool(mb and mf and mf / mb >= self.symptom_settings.slowdown) or bool(self.timed_calls)
         self.memory_doubt = "marginal, not confirmed by repeats" if not confirmed else "marginal"

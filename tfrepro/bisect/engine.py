@@ -44,22 +44,24 @@ from dataclasses import replace
 from typing import Any
 
 from tfrepro.bisect import compile_pin, result_doc
-from tfrepro.bisect.ends import _FAILURES, Ends
+from tfrepro.bisect.ends import Ends
 from tfrepro.bisect.events import BisectEvents, TrialRecord
+from tfrepro.bisect.late import save_nan_state, within_steps
 from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.rangesearch import STOPPERS
 from tfrepro.bisect.replay import Replay
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving
 from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
-from tfrepro.trials.executors import Executor, make_executor
+from tfrepro.trials.executors import Executor, Runner, make_executor
+from tfrepro.trials.memcheck import decide_memory
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Purpose, Trial, TrialOptions
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
-Runner = Callable[..., TrialResult]
 Wanted = tuple[Config, int, Purpose]  # a trial the run wants: (configuration, repeat, why)
 STRATEGIES = ("auto", "ablation", "ddmin")
 _MEMORY_CLOSE = 500  # repeat-index base of the extra runs of a close memory decision
@@ -88,8 +90,7 @@ def bisect(
     Trials run on `executor`, by default the one `options` names (an injected
     `runner` becomes a local executor's runner)."""
     own = executor is None
-    if executor is None:
-        executor = make_executor(options.executor, jobs=options.jobs, address=options.address, runner=runner)
+    executor = executor or make_executor(options.executor, jobs=options.jobs, address=options.address, runner=runner)
     if runner is None:
         from tfrepro.trials.runner import run_trial_with as runner
     try:
@@ -107,20 +108,15 @@ def _slug(enabled: Iterable[str]) -> str:
 def trial_settings(manifest: Any, options: BisectOptions) -> TrialSettings:
     """The settings of every trial: `[trial]` with the command-line overrides
     (--steps, --budget-s, --replicas). A --budget-s past the timeout raises UserError."""
-    settings: TrialSettings = replace(manifest.trial, repeat=0)
-    if options.steps is not None:
-        settings = replace(settings, steps=options.steps)
-    if options.budget_s is not None:
-        if options.budget_s >= settings.timeout_s:
-            raise UserError(
-                f"--budget-s {options.budget_s:g} must be less than the trial timeout "
-                f"({settings.timeout_s:g} s, [trial] timeout_s)",
-                hint="give a smaller --budget-s, or raise [trial] timeout_s",
-            )
-        settings = replace(settings, budget_s=options.budget_s)
-    if options.replicas is not None:
-        settings = replace(settings, replicas=options.replicas)
-    return settings
+    settings: TrialSettings = manifest.trial
+    if options.budget_s is not None and options.budget_s >= settings.timeout_s:
+        raise UserError(
+            f"--budget-s {options.budget_s:g} must be less than the trial timeout "
+            f"({settings.timeout_s:g} s, [trial] timeout_s)",
+            hint="give a smaller --budget-s, or raise [trial] timeout_s",
+        )
+    given = {k: v for k in ("steps", "budget_s", "replicas") if (v := getattr(options, k)) is not None}
+    return replace(settings, repeat=0, **given)
 
 
 def _refuse(project: Any, options: BisectOptions, settings: TrialSettings) -> None:
@@ -166,7 +162,7 @@ class _Bisection(Ends, Replay):
         self.lock = threading.Lock()
         self.noise = 0.0
         self.timing_pool = TimingPool(
-            self._trial, lambda c, t: classify.primary(self._shows(c, t) & _FAILURES), manifest.symptoms.slowdown
+            self._trial, lambda c, t: classify.primary(self._shows(c, t) & STOPPERS), manifest.symptoms.slowdown
         )
         self.timing = self.timing_pool.outcomes
         self.dropped: list[dict[str, str]] = []
@@ -216,13 +212,13 @@ class _Bisection(Ends, Replay):
         reference and for the baselines (memory, loss noise) it is judged
         against, so the progress line shows what the engine decides, never a
         verdict made without them. Called under the lock."""
-        base = [self.memo.get((frozenset(), r)) for r in range(max(self.k, 2))]
-        if all(base) and not self.noise:  # as _both_ends sets it
+        base = self._memory_baselines()
+        if base and not self.noise:  # as _both_ends sets it
             self.noise = classify.measure_noise(base[0], base[1])
         ready: list[TrialRecord] = []
         for rec in list(self.unshown):
             config = frozenset(rec.enabled)
-            if self._reference(config) is None or (config and not all(base)):
+            if self._reference(config) is None or (config and not base):
                 continue
             rec.live = classify.primary(self._shows(config, rec.result), self.target)
             ready.append(rec)
@@ -253,8 +249,6 @@ class _Bisection(Ends, Replay):
     def _shows(self, config: Config, result: TrialResult) -> frozenset[Verdict]:
         result = classify.first_steps(result, self.settings.steps)  # a timing trial runs longer
         if self.until_symptom:  # the failing run until its symptom ran longer too (bisect/late.py)
-            from tfrepro.bisect.late import within_steps
-
             result = within_steps(result, self.settings.steps)
         shown = classify.symptoms(
             result,
@@ -275,8 +269,6 @@ class _Bisection(Ends, Replay):
     def _memory_verdicts(self, configs: list[Config]) -> dict[Config, Verdict]:
         """A memory decision near its threshold is not trusted from `k` runs:
         such configurations get `_MEMORY_EXTRA` more runs and the majority decides."""
-        from tfrepro.trials.memcheck import decide_memory
-
         base, thr = self._memory_baselines(), self.symptom_settings.memory
         close = [c for c in configs if any(decide_memory(self.memo[(c, r)], base, thr).close for r in range(self.k))]
         extra = range(_MEMORY_CLOSE, _MEMORY_CLOSE + _MEMORY_EXTRA)
@@ -326,7 +318,7 @@ class _Bisection(Ends, Replay):
         {y}'s run would have when it is not. Only where the one-run replay can
         apply (a NaN, crash or timeout, deterministic settings, no loss noise)
         and a slot is free beside the search's `repeats` runs."""
-        if target not in _FAILURES or not self._one_run_replay_applies(target) or self.k >= self.jobs:
+        if target not in STOPPERS or not self._one_run_replay_applies(target) or self.k >= self.jobs:
             return None
 
         def run(config: Config) -> Verdict:
@@ -366,26 +358,22 @@ class _Bisection(Ends, Replay):
     # -- the run -----------------------------------------------------------
     def run(self) -> RunResult:
         try:
-            result = self._run()
+            return self._run()
         except UserError:
             raise
         except (TfreproError, OSError) as e:
-            result = self._finish(Status.ERROR, None, error=str(e))
+            return self._finish(Status.ERROR, None, error=str(e))
         except Exception as e:  # a bug must still leave one JSON object and a run dir
-            result = self._finish(
+            return self._finish(
                 Status.ERROR, None, error=f"{type(e).__name__}: {e}", extra={"traceback": traceback.format_exc()}
             )
-        return result
 
     def _run(self) -> RunResult:
         self.events.phase("baseline and failing configuration")
         self._preflight()
-        failed = self._both_ends()
-        if failed is not None:
-            return failed
-        cannot = self._unmeasured(self.opts.symptom)
-        if cannot is not None:
-            return cannot
+        stopped = self._both_ends() or self._unmeasured(self.opts.symptom)  # baseline-fails, untestable
+        if stopped is not None:
+            return stopped
         self._choose_timed_calls()
         target = self.target = self._pick_symptom(frozenset(self.features))
         if target is None:
@@ -394,8 +382,6 @@ class _Bisection(Ends, Replay):
             return self._unmeasured(None, healthy=True) or self._finish(Status.NONE, self.opts.symptom, extra=extra)
         culprits, config, table = self._search(target)
         if target == Verdict.NAN:
-            from tfrepro.bisect.late import save_nan_state
-
             self.nan_state = save_nan_state(self, config)
         return self._replay(target, culprits, config, table)
 

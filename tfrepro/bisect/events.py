@@ -35,15 +35,9 @@ class PointTried:
     reason: str | None = None
 
     def to_dict(self) -> dict[str, str | list[str]]:
-        d: dict[str, str | list[str]] = {
-            "label": self.label,
-            "subject": self.subject,
-            "verdict": self.verdict.value,
-            "shows": [v.value for v in self.shows],
-        }
-        if self.reason:
-            d["reason"] = self.reason
-        return d
+        shows = [v.value for v in self.shows]
+        why = {"reason": self.reason} if self.reason else {}
+        return {"label": self.label, "subject": self.subject, "verdict": self.verdict.value, "shows": shows, **why}
 
 
 class BisectEvents:

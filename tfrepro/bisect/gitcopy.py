@@ -32,7 +32,6 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -152,12 +151,12 @@ def _resolve(repo: Any, rev: str, option: str) -> Any:
     try:
         return repo.commit(rev)
     except (git.BadName, git.BadObject, ValueError, git.GitCommandError):
-        raise UserError(
-            f"unknown revision {rev!r} given to {option}" + (" (this clone is shallow)" if is_shallow(repo) else ""),
-            hint=SHALLOW_HINT
-            if is_shallow(repo)
-            else "give a commit sha, branch or tag that exists in this repository (`git log --oneline` lists them)",
-        ) from None
+        if is_shallow(repo):
+            raise UserError(
+                f"unknown revision {rev!r} given to {option} (this clone is shallow)", hint=SHALLOW_HINT
+            ) from None
+        hint = "give a commit sha, branch or tag that exists in this repository (`git log --oneline` lists them)"
+        raise UserError(f"unknown revision {rev!r} given to {option}", hint=hint) from None
 
 
 def open_range(path: str | Path, good: str, bad: str) -> CommitRange:
@@ -244,21 +243,16 @@ def materialize(repo_root: Path, sha: str, relpath: str, dest: Path, git_dir: Pa
     return dest
 
 
-def clean_leftover_checkouts(state_dir: Path) -> list[Path]:
+def clean_leftover_checkouts(state_dir: Path) -> None:
     """Remove checkout directories of runs whose process is gone."""
     base = state_dir / CHECKOUTS_DIR
-    removed: list[Path] = []
-    if not base.is_dir():
-        return removed
-    for d in base.iterdir():
+    for d in base.iterdir() if base.is_dir() else ():
         if not ours(d):
             continue  # no record of ours: never deleted
         pid_text = d.name.split("-", 1)[0]
         if pid_text.isdigit() and pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
             continue  # another bisect running in this project right now
         shutil.rmtree(d, ignore_errors=True)
-        removed.append(d)
-    return removed
 
 
 class Checkouts:
@@ -287,6 +281,3 @@ class Checkouts:
 
     def release(self, sha: str) -> None:
         shutil.rmtree(self.dir / sha, ignore_errors=True)
-
-    def __iter__(self) -> Iterator[Path]:
-        return iter(sorted(self.dir.iterdir()) if self.dir.exists() else [])

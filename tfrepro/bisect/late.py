@@ -12,6 +12,11 @@ training (`TrialSettings.until_symptom`). When it shows a NaN or a crash past
 
 from __future__ import annotations
 
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+from tfrepro.trials.trial import Purpose, Trial, TrialOptions
 from tfrepro.trials.values import TrialResult
 
 
@@ -40,11 +45,6 @@ def later_calls_steps(result: TrialResult, steps: int) -> int | None:
     return max(steps, min(result.steps_run, max(starts) + steps))
 
 
-def late_doc(step: int, old_steps: int, new_steps: int, budget_s: float) -> dict:
-    """What result.json says about it (`late_step`)."""
-    return {"symptom_step": step, "steps_before": old_steps, "steps": new_steps, "budget_s": budget_s}
-
-
 # The repeat index of the nan-state trial (apart from every search and replay index).
 NAN_STATE_REPEAT = 900
 NAN_STATE_DIR = "nan_state"
@@ -55,12 +55,6 @@ def save_nan_state(run, config) -> dict | None:
     saving the state before that step and its batch (`harness_nanstate.py`),
     copied to `<run_dir>/nan_state/`. Returns result.json's `nan_state`, or
     None when the NaN showed in no loss (only in the weights at the end)."""
-    import shutil
-    from dataclasses import replace
-    from pathlib import Path
-
-    from tfrepro.trials.trial import Purpose, Trial, TrialOptions
-
     first = run.memo.get((config, 0))
     step = first.first_nonfinite_step if first is not None else None
     if not step:
@@ -92,8 +86,6 @@ def within_steps(result: TrialResult, steps: int) -> TrialResult:
     the trial's time limit, and its timeout, seen in no capped trial, made a
     healthy script `flaky`). A NaN or a crash past `steps` moves every trial
     past it instead (`symptom_step`)."""
-    from dataclasses import replace
-
     if result.steps_run <= steps:
         return result
     if result.timed_out:

@@ -90,7 +90,8 @@ def preflight(project: Any, run: RunBaseline, *, max_rounds: int = 3) -> Preflig
             trials += 1
             if not broken(got):
                 dropped.append({"name": name, "reason": _reason(result.error, True)})
-                return PreflightResult(_exclude(project, dropped), got, dropped, trials)
+                kept_on = project.exclude({d["name"]: "preflight: " + d["reason"] for d in dropped})
+                return PreflightResult(kept_on, got, dropped, trials)
             if changed is None and got.error != result.error:
                 changed = (name, got)
         if changed is None:
@@ -99,10 +100,6 @@ def preflight(project: Any, run: RunBaseline, *, max_rounds: int = 3) -> Preflig
         dropped.append({"name": name, "reason": _reason(result.error, False)})
         current, result = current.exclude({name: "preflight"}), got
     return PreflightResult(project, first, [], trials)
-
-
-def _exclude(project: Any, dropped: list[dict[str, str]]) -> Any:
-    return project.exclude({d["name"]: "preflight: " + d["reason"] for d in dropped})
 
 
 def run_preflight(project: Any, executor: Any, request: Any, events: Any) -> PreflightResult:

@@ -27,24 +27,24 @@ Invariants:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from tfrepro.bisect.events import BisectEvents, PointTried, TrialRecord
+from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import STOPPERS, Mark, RangeResult, bisect_range, judge
-from tfrepro.bisect.trial_log import TrialLog
+from tfrepro.bisect.trial_log import TrialLog, trial_row
 from tfrepro.settings import SymptomSettings, TrialSettings
-from tfrepro.trials import classify
+from tfrepro.trials import classify, untestable
 from tfrepro.trials.executors import Executor
 from tfrepro.trials.sigterm import sigterm_interrupts
 from tfrepro.trials.slowdown import TimingOutcome
-from tfrepro.trials.state import shown_path
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Trial
 from tfrepro.trials.values import (
     SYMPTOM_ORDER,
+    Evidence,
     RunResult,
     Status,
     TrialResult,
@@ -177,28 +177,23 @@ class RangeRun:
     def bad(self) -> Point:
         return self.points[-1]
 
-    def close(self) -> None:
-        self._log.close()
-
     def answer(self, symptom: Verdict | None) -> tuple[RunResult, Point | None]:
         """Both ends, then the hunt (`bisect_points`); the trial log closed after."""
         try:
             return bisect_points(self, symptom)
         finally:
-            self.close()
+            self._log.close()
 
     # -- running -----------------------------------------------------------
     def run_many(self, points: list[Point], repeat: int = 0) -> list[TrialResult | str]:
         """Trials of several points (independent: `executor.slots` at a time).
         A point that cannot be tried gives the reason instead of a trial."""
-        wanted = [self.source.request(p, repeat, self.settings) for p in points]
-        todo = [(i, p, w) for i, (p, w) in enumerate(zip(points, wanted)) if not isinstance(w, str)]
-        out: list[TrialResult | str] = [w if isinstance(w, str) else "" for w in wanted]
-        for _, p, _w in todo:
-            self.events.trial_started((), self.source.role(p), repeat)
-        results = self.executor.run_batch(None, [w for _, _, w in todo])
-        for (i, p, _w), r in zip(todo, results):
-            out[i] = self._record(p, repeat, r)
+        out: list = [self.source.request(p, repeat, self.settings) for p in points]
+        todo = [i for i, w in enumerate(out) if not isinstance(w, str)]
+        for i in todo:
+            self.events.trial_started((), self.source.role(points[i]), repeat)
+        for i, r in zip(todo, self.executor.run_batch(None, [out[i] for i in todo])):
+            out[i] = self._record(points[i], repeat, r)
         return out
 
     def run_timed(self, point: Point, repeat: int, settings: TrialSettings | None = None) -> TrialResult | str:
@@ -357,8 +352,6 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
 def _untestable_ends(run: RangeRun, g: TrialResult, x: TrialResult, x_shows, symptom: Verdict | None) -> None:
     """Stop(untestable) when an end ran no training step (and the bad end
     shows no crash or timeout), or the symptom asked for cannot be measured."""
-    from tfrepro.trials import untestable
-
     reason = None
     if not x_shows & STOPPERS:
         reason = untestable.no_step_reason([x], f"the bad end {run.bad.named}") or untestable.no_step_reason(
@@ -404,22 +397,14 @@ def bisect_points(run: RangeRun, symptom: Verdict | None) -> tuple[RunResult, Po
         found = hunt(run, ends)
     if found.status == "found":
         return RunResult(Status.FOUND, ends.target, baseline=ends.good), found.first_bad
-    noun = run.source.noun
     return RunResult(
         Status.AMBIGUOUS,
         ends.target,
         baseline=ends.good,
         candidates=tuple(found.candidates),
-        error=f"{len(found.candidates)} candidate {noun}s: the untestable ones among them hide "
+        error=f"{len(found.candidates)} candidate {run.source.noun}s: the untestable ones among them hide "
         f"which one is the first bad one",
     ), None
-
-
-class ModeFields(Protocol):
-    """A range mode's own keys of the result document (commits.CommitFields,
-    versions.VersionFields)."""
-
-    def to_dict(self) -> dict[str, object]: ...
 
 
 @dataclass(frozen=True)
@@ -429,7 +414,7 @@ class RangeEvidence:
     mode's own fields; the result document's other keys, by `to_dict` only."""
 
     key: str  # what the tried rows call a point's label ("sha", "version")
-    mode: ModeFields
+    mode: Evidence  # the mode's own keys (commits.CommitFields, versions.VersionFields)
     failing: TrialResult | None = None
     timing: TimingOutcome | None = None
     cached_trials: int = 0
@@ -443,56 +428,26 @@ class RangeEvidence:
         return {**doc, "tried": [{self.key: t.label, **t.to_dict()} for t in self.tried], **self.mode.to_dict()}
 
 
-def _row(record: TrialRecord, label: str, key: str, verdict: str | None) -> TrialRow:
-    """A point's trial in the result's trials table: the feature mode's row
-    (`TrialRow`, no feature on), with the point's label (`sha`, `version`)."""
-    row = TrialRow(
-        enabled=[],
-        verdict=verdict,
-        summary=record.summary,
-        cached=record.result.cached,
-        role=record.role,
-        repeat=record.repeat,
-        key=record.result.key or "",
-    )
-    if key == "sha":
-        row["sha"] = label
-    elif key == "version":
-        row["version"] = label
-    return row
-
-
-def evidence(run: RangeRun, answer: RunResult, first_bad: Point | None, mode: ModeFields) -> RangeEvidence:
-    """The run's evidence for the result document: what was tried, every trial."""
+def with_evidence(
+    answer: RunResult, run: RangeRun, first_bad: Point | None, mode: Evidence, wall_s: float
+) -> RunResult:
+    """The final result (its evidence: what was tried, every trial, the
+    mode's fields), written to `<run_dir>/result.json`."""
     verdicts = {t.label: t.verdict.value for t in run.tried}
-    key = run.source.key
-    failing = first_bad.label if first_bad else run.bad.label
-    timed = run.timing.outcomes.get(first_bad or run.bad)
-    return RangeEvidence(
+    key, failing = run.source.key, first_bad or run.bad
+    timed = run.timing.outcomes.get(failing)
+    evidence = RangeEvidence(
         key,
         mode,
-        failing=run.first.get(failing),
+        failing=run.first.get(failing.label),
         timing=timed[-1] if timed else None,  # the failing point's timing evidence
         cached_trials=run.log.cached,
         noise=run.noise,
         tried=tuple(run.tried),
         trials_table=tuple(
-            _row(rec, row[key], key, verdicts.get(row[key])) for rec, row in zip(run.records, run.table, strict=True)
+            trial_row(rec, verdicts.get(row[key]), **{key: row[key]})
+            for rec, row in zip(run.records, run.table, strict=True)
         ),
         message=answer.error,
     )
-
-
-def with_evidence(
-    answer: RunResult, run: RangeRun, first_bad: Point | None, mode: ModeFields, wall_s: float
-) -> RunResult:
-    """The final result (its evidence: the trials and the mode's fields),
-    written to `<run_dir>/result.json`."""
-    result = replace(
-        answer,
-        trials=len(run.records),
-        wall_s=round(wall_s, 3),
-        run_dir=shown_path(run.run_dir),
-        evidence=evidence(run, answer, first_bad, mode),
-    )
-    return run.log.answer(result)
+    return run.log.answer(answer, wall_s, evidence)

@@ -107,22 +107,14 @@ def bisect_range(
         tried.extend(zip(chosen, marks))
         return marks
 
-    def ended(status: str) -> RangeResult[T]:
-        return RangeResult(status, None, (), tuple(tried))
-
     if width > 1:
         good_end, bad_end = run([0, len(items) - 1])
     else:
         (good_end,) = run([0])
         bad_end = Mark.BAD if good_end is not Mark.GOOD else run([len(items) - 1])[0]
-    if good_end is Mark.BAD:
-        return ended("good-end-bad")
-    if good_end is Mark.SKIP:
-        return ended("good-end-untestable")
-    if bad_end is Mark.GOOD:
-        return ended("bad-end-good")
-    if bad_end is Mark.SKIP:
-        return ended("bad-end-untestable")
+    if good_end is not Mark.GOOD or bad_end is not Mark.BAD:  # "good-end-bad", "bad-end-untestable", ...
+        end, got = ("good", good_end) if good_end is not Mark.GOOD else ("bad", bad_end)
+        return RangeResult(f"{end}-end-{'untestable' if got is Mark.SKIP else got.value}", None, (), tuple(tried))
 
     lo, hi = 0, len(items) - 1
     skipped: set[int] = set()
@@ -140,7 +132,8 @@ def bisect_range(
 # --------------------------------------------------------------------------- commits
 
 # Verdicts after which a trial stopped early: it cannot tell whether another
-# symptom would have shown later, so it is a skip unless it is the one hunted.
+# symptom would have shown later, so it is a skip unless it is the one hunted
+# (feature mode's failures too: bisect/engine.py, ends.py, also_seen.py).
 STOPPERS = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
 
 

@@ -13,9 +13,6 @@ from tfrepro.bisect.search import Config, judge_replay
 from tfrepro.trials.trial import Purpose
 from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
 
-_FAILURES = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
-# What makes the baseline unusable: judged alone, MEMORY is an out-of-memory kill.
-_BASELINE_FAILURES = _FAILURES | {Verdict.MEMORY}
 # A custom layer's OFF part is a stand-in that does less work (Identity, a
 # stock layer), so the layer is slower than it by its own compute: healthy.
 # Without --symptom, a slowdown whose culprits are all custom layers counts
@@ -38,20 +35,22 @@ COMBINED_FEATURES = 4
 # together, answered as a pair). An interaction (slower only together) is
 # still a pair of culprits.
 PARTS_SHARE = 0.5
+# How a combined overhead's reason ends (`_features_cost`, `_whole_cost`).
+_COMBINED = (
+    ": their combined overhead, not a defect of any one (a slowdown of "
+    f"{COMBINED_FEATURES} or more features together counts from x{OWN_COST_SLOWDOWN:g}; "
+)
+_ANYWAY = "rerun with --symptom slowdown to hunt it anyway)"
 
 
 def _same_outcome(a: TrialResult, b: TrialResult) -> bool:
     """Two runs of one configuration came out bit-identical: the same losses
     (NaN equal to NaN), first non-finite step, crash and crash line."""
-    same_losses = len(a.losses) == len(b.losses) and all(
-        x == y or (x != x and y != y) for x, y in zip(a.losses, b.losses)
-    )
-    return same_losses and (a.first_nonfinite_step, a.crashed, a.error, a.timed_out) == (
-        b.first_nonfinite_step,
-        b.crashed,
-        b.error,
-        b.timed_out,
-    )
+
+    def outcome(t: TrialResult) -> tuple:
+        return len(t.losses), t.first_nonfinite_step, t.crashed, t.error, t.timed_out
+
+    return outcome(a) == outcome(b) and all(x == y or (x != x and y != y) for x, y in zip(a.losses, b.losses))
 
 
 class Replay:
@@ -146,10 +145,9 @@ class Replay:
         else:
             reason = (
                 f"only the {len(culprits)} features together ({names}) are slower, x{ratio:.2f}, and no "
-                "smaller set of them is: their combined overhead, not a defect of any one (a slowdown of "
-                f"{COMBINED_FEATURES} or more features together counts from x{OWN_COST_SLOWDOWN:g}; "
+                f"smaller set of them is{_COMBINED}"
             )
-        reason += "rerun with --symptom slowdown to hunt it anyway)"
+        reason += _ANYWAY
         if not repeated:
             reason = f"{reason}; and it did not repeat: the replay's fresh pairs were not slower"
         doc = {"features": sorted(culprits), "ratio": round(ratio, 3), "reason": reason}
@@ -173,9 +171,7 @@ class Replay:
             doc["reason"] = (
                 f"the {len(full)} features together ({', '.join(sorted(full))}) are slower, x{doc['ratio']:.2f}, "
                 f"and the smaller set the search ended on ({', '.join(sorted(overturned))}) was not slower in any "
-                "of the replay's fresh pairs: their combined overhead, not a defect of any one (a slowdown of "
-                f"{COMBINED_FEATURES} or more features together counts from x{OWN_COST_SLOWDOWN:g}; "
-                "rerun with --symptom slowdown to hunt it anyway)"
+                f"of the replay's fresh pairs{_COMBINED}{_ANYWAY}"
             )
         return cost
 
@@ -288,5 +284,3 @@ class Replay:
                     culprits, changed = without, True
                     break
         return culprits
-
-    # -- the result --------------------------------------------------------

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
-from tfrepro.bisect.compile_pin import CompileDiff
+from tfrepro.bisect.also_seen import also_seen
+from tfrepro.bisect.compile_pin import CompileDiff, differing
 from tfrepro.bisect.events import TrialRecord
 from tfrepro.bisect.search import Config
+from tfrepro.bisect.trial_log import trial_row
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
-from tfrepro.trials.state import shown_path
 from tfrepro.trials.values import AlsoSeen, RunResult, Status, TrialResult, TrialRow, Verdict, evidence_doc
 
 if TYPE_CHECKING:
@@ -48,18 +49,7 @@ def trials_table(records: list[TrialRecord], shows: Shows, target: Verdict | Non
     for rec in records:
         if rec.verdict is None:
             rec.verdict = classify.primary(shows(frozenset(rec.enabled), rec.result), target)
-    return [
-        TrialRow(
-            enabled=list(r.enabled),
-            verdict=r.verdict.value if r.verdict else None,
-            summary=r.summary,
-            cached=r.result.cached,
-            role=r.role,
-            repeat=r.repeat,
-            key=r.result.key,
-        )
-        for r in records
-    ]
+    return [trial_row(r, r.verdict.value if r.verdict else None) for r in records]
 
 
 def timing_evidence(
@@ -76,12 +66,10 @@ def timing_evidence(
 def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
     """Every symptom the failing configuration showed besides `target`
     (bisect/also_seen.py), from the bisection's trials."""
-    from tfrepro.bisect.also_seen import also_seen
-
     full, base = frozenset(run.features), frozenset()
     mine = [r for r in range(run.k) if (full, r) in run.memo]
     doubt = getattr(run, "memory_doubt", None)
-    shown = set().union(set(), *(run._shows(full, run.memo[(full, r)]) for r in mine))
+    shown = set().union(*(run._shows(full, run.memo[(full, r)]) for r in mine))
     timed = full in run.timing  # measured: no "possible" slowdown to guess
     seen = also_seen(
         shown,
@@ -123,8 +111,6 @@ def _known_cost(run: _Bisection, status: Status, symptom: Verdict | None, culpri
 
 def compile_differs(run: _Bisection, full: Config) -> list[CompileDiff]:
     """Trials whose resolved jit_compile differs from the failing configuration's."""
-    from tfrepro.bisect.compile_pin import differing
-
     failing = run.memo.get((full, 0))
     # the trials that stand (a trial re-run pinned replaced its first run)
     kept = [(r.enabled, r.result) for r in run.records if run.memo.get((frozenset(r.enabled), r.repeat)) is r.result]
@@ -231,15 +217,11 @@ def finish(run: _Bisection, a: Answer) -> RunResult:
         a.symptom,
         tuple(sorted(a.culprits)),
         baseline=best(run.memo, run._shows, frozenset(), a.symptom),
-        trials=len(run.records),
-        wall_s=round(run.clock() - run.t0, 3),
-        run_dir=shown_path(run.run_dir),
         reproduction_rate=a.rate,
         suspects=tuple(sorted(a.suspects)),
         also_seen=tuple(also_seen_of(run, a.symptom)),
         error=a.error,
         reason=a.reason,
         known_cost=_known_cost(run, a.status, a.symptom, a.culprits),
-        evidence=_evidence(run, a),
     )
-    return run.log.answer(result)
+    return run.log.answer(result, run.clock() - run.t0, _evidence(run, a))

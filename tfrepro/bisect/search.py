@@ -76,11 +76,7 @@ class Oracle:
 
     def verdicts(self, configs: Sequence[Config]) -> list[Verdict]:
         """Verdicts of all `configs`, testing the unknown ones in one batch."""
-        todo: list[Config] = []
-        for c in configs:
-            c = frozenset(c)
-            if c not in self.cache and c not in todo:
-                todo.append(c)
+        todo = list(dict.fromkeys(c for c in map(frozenset, configs) if c not in self.cache))  # in order, once
         if todo:
             got = self._test_batch(todo)
             if len(got) != len(todo):

@@ -28,22 +28,15 @@ def _git(git_dir: Path | None, cwd: Path, *args: str) -> subprocess.CompletedPro
 def gitlinks(repo: Path, treeish: str, git_dir: Path | None = None) -> list[tuple[str, str]]:
     """(path relative to `treeish`, commit sha) of every submodule in it."""
     out = _git(git_dir, repo, "ls-tree", "-r", "-z", treeish)
-    links = []
-    for rec in out.stdout.split("\0"):
-        meta, _, path = rec.partition("\t")
-        if meta.startswith("160000 "):
-            links.append((path, meta.split()[2]))
-    return links
+    records = [rec.partition("\t") for rec in out.stdout.split("\0")]
+    return [(path, meta.split()[2]) for meta, _, path in records if meta.startswith("160000 ")]
 
 
 def _names(repo: Path, sha: str, git_dir: Path | None) -> dict[str, str]:
     """Submodule path (from the repository root) -> name, from `.gitmodules` at `sha`."""
     out = _git(git_dir, repo, "config", "--blob", f"{sha}:.gitmodules", "--get-regexp", r"^submodule\..*\.path$")
-    names = {}
-    for line in out.stdout.splitlines():
-        key, _, path = line.partition(" ")
-        names[path] = key[len("submodule.") : -len(".path")]
-    return names
+    pairs = [line.partition(" ") for line in out.stdout.splitlines()]
+    return {path: key[len("submodule.") : -len(".path")] for key, _, path in pairs}
 
 
 def _candidates(repo: Path, git_dir: Path | None, name: str, rootrel: str) -> list[Path]:

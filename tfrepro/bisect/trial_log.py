@@ -7,11 +7,12 @@ run's answer, `result.json`, written once at the end."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from tfrepro.bisect.events import TrialRecord
-from tfrepro.trials.state import write_trial_record
-from tfrepro.trials.values import RunResult, TrialResult
+from tfrepro.trials.state import shown_path, write_trial_record
+from tfrepro.trials.values import Evidence, RunResult, TrialResult, TrialRow
 
 
 class TrialLog:
@@ -34,8 +35,26 @@ class TrialLog:
         """How many of the trials came from the trial cache."""
         return sum(1 for r in self.records if r.result.cached)
 
-    def answer(self, result: RunResult) -> RunResult:
-        """`result` written to `<run_dir>/result.json` (Contract 4), and returned."""
+    def answer(self, result: RunResult, wall_s: float, evidence: Evidence) -> RunResult:
+        """`result` with the run's trials, wall time, run dir and `evidence`,
+        written to `<run_dir>/result.json` (Contract 4), and returned."""
+        run_dir = shown_path(self.run_dir)
+        result = replace(result, trials=len(self.records), wall_s=round(wall_s, 3), run_dir=run_dir, evidence=evidence)
         text = json.dumps(result.to_dict(), indent=1, default=str) + "\n"
         (self.run_dir / "result.json").write_text(text, encoding="utf-8")
         return result
+
+
+def trial_row(record: TrialRecord, verdict: str | None, **label: str) -> TrialRow:
+    """One trial in the result's trials table, in every mode (`label`: a
+    point's own name for it, `sha=` or `version=`; a point has no feature on)."""
+    return TrialRow(
+        enabled=list(record.enabled),
+        verdict=verdict,
+        summary=record.summary,
+        cached=record.result.cached,
+        role=record.role,
+        repeat=record.repeat,
+        key=record.result.key,
+        **label,  # type: ignore[typeddict-item]
+    )

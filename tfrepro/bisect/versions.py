@@ -46,6 +46,7 @@ from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, TrialResult, evidenc
 # One trial of the project under a release's environment, or why that release
 # cannot be tried (its environment failed to build).
 VersionTrial = Callable[[str, TrialSettings], "TrialResult | str"]
+OnLine = Callable[[str], None] | None  # gets the environment builds' output
 LEGACY_KERAS_ENV = {"TF_USE_LEGACY_KERAS": "1"}
 _TF_KERAS_USE = re.compile(r"\btf\.keras\b|\btensorflow\.keras\b|from\s+tensorflow\s+import\s+[^\n]*\bkeras\b")
 
@@ -112,20 +113,19 @@ class VersionSource(Source):
         self,
         root: Path,
         state: StateDir,
+        releases: Releases,
+        use_cache: bool,
         *,
-        store: Any = None,
-        tf_dist: str | None = None,
-        legacy_keras: bool = False,
-        use_cache: bool = True,
-        on_line: Callable[[str], None] | None = None,
-        trial: VersionTrial | None = None,
+        store: Any,
+        on_line: OnLine,
+        trial: VersionTrial | None,
     ) -> None:
         from tfrepro.trials.envs import EnvStore, detect_tf_dist
 
         self.root, self.state, self.use_cache, self.trial = root, state, use_cache, trial
         self.store = store if store is not None or trial is not None else EnvStore()
-        self.tf_dist = tf_dist or (detect_tf_dist() if trial is None else "tensorflow-cpu")
-        self.legacy_keras = legacy_keras
+        self.tf_dist = releases.tf_dist or (detect_tf_dist() if trial is None else "tensorflow-cpu")
+        self.legacy_keras = releases.legacy_keras
         self.on_line = on_line or (lambda line: None)
         self.envs: dict[str, Any] = {}  # version -> Env, or the reason it failed
         self.project = as_written(root)
@@ -149,7 +149,7 @@ class VersionSource(Source):
 
     def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
         settings = replace(settings, repeat=repeat)
-        how = TrialOptions(label=f"tf {point.label}", use_cache=self.use_cache, state_dir=self.state.path)
+        how = TrialOptions(label=self.role(point), use_cache=self.use_cache, state_dir=self.state.path)
         base = Trial((), settings, how, self.project)
         if self.trial is not None:  # tests: the injected trial stands in for environment and run
             got = self.trial(point.label, settings)
@@ -256,12 +256,11 @@ def _table(
     """Every listed release in order (those not tried say why), then the excluded ones."""
     from tfrepro.trials.releases import sort_versions
 
-    table = []
-    for v in sort_versions([*versions, items[0], items[-1]]):
-        row = rows.get(v) or Row(
-            v, "not tried", note="outside the good..bad range" if v not in items else "not needed by the bisection"
-        )
-        table.append(row)
+    table = [
+        rows.get(v)
+        or Row(v, "not tried", note="not needed by the bisection" if v in items else "outside the good..bad range")
+        for v in sort_versions([*versions, items[0], items[-1]])
+    ]
     return table + [Row(v, "excluded", note=why) for v, why in excluded]
 
 
@@ -290,7 +289,7 @@ def bisect_versions(
     trial: VersionTrial | None = None,
     store: Any = None,
     events: BisectEvents | None = None,
-    on_line: Callable[[str], None] | None = None,
+    on_line: OnLine = None,
 ) -> RunResult:
     """Find the first release (from the good end to the bad end) whose trial
     shows the symptom. Returns the RunResult (also in `<run_dir>/result.json`).
@@ -303,16 +302,7 @@ def bisect_versions(
     settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)
     run_dir = state.new_run_dir()
-    source = VersionSource(
-        root,
-        state,
-        store=store,
-        tf_dist=releases.tf_dist,
-        legacy_keras=releases.legacy_keras,
-        use_cache=options.use_cache,
-        on_line=on_line,
-        trial=trial,
-    )
+    source = VersionSource(root, state, releases, options.use_cache, store=store, on_line=on_line, trial=trial)
     events = events or BisectEvents()
     events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
     executor = LocalExecutor(1, devices=[] if trial is not None else None)
@@ -358,13 +348,10 @@ def _version_answer(
     of releases, what the change follows (Keras or TensorFlow), --then-features."""
     source = run.source
     candidates = [p.label for p in answer.candidates]
-    last_good = (
-        items[items.index(first_bad.label) - 1]
-        if first_bad
-        else items[items.index(candidates[0]) - 1]
-        if candidates
-        else None
-    )
+    after = (
+        first_bad.label if first_bad else candidates[0] if candidates else None
+    )  # the first bad one, else the first candidate
+    last_good = items[items.index(after) - 1] if after else None
     rows = _rows(run)
     lib_follows, follows_note = follows(rows, last_good, first_bad.label if first_bad else None)
     notes = []
