@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -24,15 +25,11 @@ from tfrepro.errors import TfreproError, UserError
 EXIT_INTERRUPTED = 130
 
 
-def _json_error(message: str, code: int, **extra: object) -> None:
-    click.echo(json.dumps({"status": "error", "error": message, "exit_code": code, **extra}))
-
-
-def _fail(message: str, code: int, as_json: bool, **extra: object) -> None:
+def _fail(message: str, code: int, as_json: bool, **extra: object) -> NoReturn:
     """The one way an error leaves the CLI: one message (a JSON object on
     stdout with --json), one exit code."""
     if as_json:
-        _json_error(message, code, **extra)
+        click.echo(json.dumps({"status": "error", "error": message, "exit_code": code, **extra}))
     else:
         click.echo(f"Error: {message}", err=True)
     sys.exit(code)
@@ -59,13 +56,10 @@ class _Group(click.Group):
         ctx.meta["tfrepro.json"] = as_json = "--json" in args
         try:
             return super().parse_args(ctx, args)
-        except click.exceptions.Exit:
-            raise
         except click.ClickException as e:  # `tfrepro --bogus --json`: before any command runs
             if not as_json:
                 raise
             _fail(e.format_message(), e.exit_code, True)
-            raise  # not reached: _fail exits
 
     def invoke(self, ctx: click.Context):
         from tfrepro.trials.sigterm import sigterm_interrupts
@@ -78,8 +72,6 @@ class _Group(click.Group):
             _fail(e.render(), e.exit_code, as_json, where=e.where, hint=e.hint)
         except TfreproError as e:
             _fail(str(e), e.exit_code, as_json)
-        except click.exceptions.Exit:
-            raise
         except click.ClickException as e:
             if not as_json:
                 raise

@@ -104,8 +104,11 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json
 
     names = parse_names(only)
     result = annotate(files, only=names or None)
+    unknown = [
+        n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_") for f in result.found)
+    ]
     if as_json:
-        click.echo(json.dumps(annotation_doc(result, names, write), indent=2))
+        click.echo(json.dumps(annotation_doc(result, unknown, write), indent=2))
         return
     if write:
         for p in result.write():
@@ -120,9 +123,6 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json
         click.echo(f"  left alone: {s.where}: {s.reason}", err=True)
     for p in result.problems:
         click.echo(f"  manifest: {p}", err=True)
-    unknown = [
-        n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_") for f in result.found)
-    ]
     if unknown:
         click.echo(f"  --only: nothing found for {', '.join(unknown)}", err=True)
     n = len(result.feature_names)
@@ -132,9 +132,10 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json
     )
 
 
-def annotation_doc(result, names: list[str], write: bool) -> dict:
-    """`annotate --json`: the features proposed, what was left alone, and the
-    diff (or, with --write, the files written)."""
+def annotation_doc(result, unknown: list[str], write: bool) -> dict:
+    """`annotate --json`: the features proposed, what was left alone, the
+    --only items that matched nothing, and the diff (or, with --write, the
+    files written)."""
     found = [
         {
             "name": f.name,
@@ -152,9 +153,7 @@ def annotation_doc(result, names: list[str], write: bool) -> dict:
         "found": found,
         "skipped": [{"file": s.path, "line": s.line, "reason": s.reason} for s in result.skipped],
         "manifest_problems": list(result.problems),
-        "unknown_only": [
-            n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_") for f in result.found)
-        ],
+        "unknown_only": unknown,
     }
     if write:
         doc["written"] = [str(p) for p in result.write()]

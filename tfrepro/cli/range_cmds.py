@@ -64,12 +64,11 @@ def run_commits(
     options: BisectOptions = BisectOptions(),
     *,
     as_json: bool = False,
-    echo: Callable[..., None] | None = None,
+    echo: Callable[..., None] = click.echo,
 ) -> int:
     """What `tfrepro bisect --good REV --bad REV` does (`options`: the
     symptom, --steps, the cache, the executor, --timing-budget); returns the
     exit code."""
-    echo = echo or click.echo
     if not good or not bad:
         raise UserError(
             "commit mode needs both --good REV and --bad REV", hint="e.g. tfrepro bisect --good v1.2 --bad HEAD"
@@ -131,7 +130,7 @@ def run_versions(
     *,
     then_features: ThenFeatures | None = None,
     as_json: bool = False,
-    echo: Callable[..., None] | None = None,
+    echo: Callable[..., None] = click.echo,
 ) -> int:
     """What `tfrepro bisect --tf-versions ...` does (`options`: the symptom,
     --steps, the cache, --timing-budget; `releases`: the ends, --keras,
@@ -139,7 +138,6 @@ def run_versions(
     from tfrepro.bisect.versions import bisect_versions
     from tfrepro.trials.envs import detect_tf_dist
 
-    echo = echo or click.echo
     dist = releases.tf_dist or detect_tf_dist()
     versions, excluded, notes = expand_versions(tf_versions, dist)
     for n in notes:
