@@ -223,6 +223,14 @@ def select_options(f):
     return click.option("--only", metavar="A,B,...", help="Only these features are candidates.")(f)
 
 
+def trial_settings(project, steps: int | None, replicas: int | None):
+    """The project's [trial] settings with --steps and --replicas where given."""
+    from dataclasses import replace
+
+    given = {"steps": steps, "replicas": replicas}
+    return replace(project.manifest.trial, **{k: v for k, v in given.items() if v is not None})
+
+
 def load_project(path: Path, only: str | None = None, skip: str | None = None):
     """Project.load, saying so when the features were detected in memory (zero-edit)."""
     from tfrepro.project import Project

@@ -18,6 +18,7 @@ from tfrepro.cli.app import (
     replicas_option,
     script_args_argument,
     select_options,
+    trial_settings,
     use_color,
 )
 from tfrepro.errors import UserError
@@ -213,8 +214,6 @@ def check_cmd(
     short run (the loss falls and stays finite), 6 parameter count.
     Exit code 1 when a check fails.
     """
-    from dataclasses import replace
-
     from tfrepro.check.judge import CheckOptions, format_report
     from tfrepro.check.run import checked_features, run_checks
     from tfrepro.trials.trial import TrialOptions
@@ -223,11 +222,7 @@ def check_cmd(
         raise UserError("--with and --all exclude each other", hint="give one of them")
     project = load_project(path, only, skip)
     enabled = checked_features(project, parse_names(with_) if with_ is not None else None, all_)
-    settings = project.manifest.trial
-    if steps is not None:
-        settings = replace(settings, steps=steps)
-    if replicas is not None:
-        settings = replace(settings, replicas=replicas)
+    settings = trial_settings(project, steps, replicas)
     if not as_json:
         click.echo(f"checking {project.root.name} (one probed trial)...", err=True)
     report = run_checks(

@@ -18,6 +18,7 @@ from tfrepro.cli.app import (
     replicas_option,
     script_args_argument,
     select_options,
+    trial_settings,
 )
 from tfrepro.errors import TfreproError, UserError
 
@@ -74,29 +75,6 @@ def _enabled(project, with_: str | None, all_: bool, none_: bool) -> frozenset[s
     return frozenset(n for n, s in states.items() if s)
 
 
-def _trials(path: Path, only, skip, with_, all_, none_, steps, repeats, no_cache, as_json, replicas=None) -> list:
-    from dataclasses import replace
-
-    from tfrepro.trials.runner import run_trial
-    from tfrepro.trials.state import prune_after_run
-    from tfrepro.trials.trial import TrialOptions
-
-    project = load_project(path, only, skip)
-    enabled = _enabled(project, with_, all_, none_)
-    settings = project.manifest.trial
-    if steps is not None:
-        settings = replace(settings, steps=steps)
-    if replicas is not None:
-        settings = replace(settings, replicas=replicas)
-    results = []
-    for i in range(repeats or project.manifest.repeats):
-        if not as_json:
-            click.echo(f"running {project.root.name} ({i + 1})...", err=True)
-        results.append(run_trial(project, enabled, replace(settings, repeat=i), TrialOptions(use_cache=not no_cache)))
-    prune_after_run(project)
-    return results
-
-
 @main.command()
 @cold_option
 @path_argument
@@ -145,10 +123,25 @@ def run(
     crash or a timeout that is not the symptom, a project that cannot be
     loaded): `git bisect start BAD GOOD && git bisect run tfrepro run --expect nan`.
     """
+    from dataclasses import replace
+
+    from tfrepro.trials.runner import run_trial
+    from tfrepro.trials.state import prune_after_run
+    from tfrepro.trials.trial import TrialOptions
+
     if sum([with_ is not None, all_, none_]) > 1:
         raise UserError("--with, --all and --none exclude each other", hint="give one of them")
+    results = []
     try:
-        results = _trials(path, only, skip, with_, all_, none_, steps, repeats, no_cache, as_json, replicas)
+        project = load_project(path, only, skip)
+        enabled = _enabled(project, with_, all_, none_)
+        settings = trial_settings(project, steps, replicas)
+        for i in range(repeats or project.manifest.repeats):
+            if not as_json:
+                click.echo(f"running {project.root.name} ({i + 1})...", err=True)
+            how = TrialOptions(use_cache=not no_cache)
+            results.append(run_trial(project, enabled, replace(settings, repeat=i), how))
+        prune_after_run(project)
     except (UserError, TfreproError) as e:
         if expect is None:
             raise
