@@ -12,6 +12,7 @@ become one message and an exit code in `_Group.invoke`, and only there.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -123,8 +124,6 @@ def main() -> None:
 
 def use_color(stream) -> bool:
     """Colour only on a terminal, and never when NO_COLOR is set (non-empty)."""
-    import os
-
     return bool(stream.isatty()) and not os.environ.get("NO_COLOR")
 
 

@@ -45,21 +45,19 @@ def features(path: Path, set_: str | None, as_json: bool, only: str | None, skip
             click.echo("\n".join(f"rewrote {c}" for c in changed) or "nothing to change")
         return
     states = project.states_in_files()
-    items = []
-    for name, blocks in project.features.items():
-        state = states[name]
-        items.append(
-            {
-                "name": name,
-                "description": project.description(name),
-                "state": "mixed" if state is None else ("on" if state else "off"),
-                "affects_loss": name in project.affects_loss,
-                "blocks": [
-                    {"file": f, "line": line, "state": "on" if b.state else "off"}
-                    for b, (f, line) in zip(blocks, project.locations(name))
-                ],
-            }
-        )
+    items = [
+        {
+            "name": name,
+            "description": project.description(name),
+            "state": {True: "on", False: "off", None: "mixed"}[states[name]],
+            "affects_loss": name in project.affects_loss,
+            "blocks": [
+                {"file": f, "line": line, "state": "on" if b.state else "off"}
+                for b, (f, line) in zip(blocks, project.locations(name))
+            ],
+        }
+        for name, blocks in project.features.items()
+    ]
     if as_json:
         click.echo(
             json.dumps(

@@ -34,11 +34,6 @@ def shows(result, symptom: str) -> bool:
     ]
 
 
-def failed(result) -> bool:
-    """Plain `run`: the trial crashed, timed out, went non-finite or could not run."""
-    return result.crashed or result.timed_out or result.nonfinite or result.could_not_run
-
-
 def expect_verdict(results, symptom: str) -> tuple[int, str]:
     """(exit code, reason) of `run --expect SYMPTOM`: bad when any run shows
     the symptom, cannot-test when a run crashed or timed out otherwise (or
@@ -153,7 +148,9 @@ def _print_results(results: list, expect: str | None, as_json: bool) -> None:
     from tfrepro.trials.runner import describe
     from tfrepro.trials.values import summary
 
-    code, reason = expect_verdict(results, expect) if expect else (int(any(map(failed, results))), "")
+    # plain `run`: 1 when a trial crashed, timed out, went non-finite or could not run
+    failed = any(r.crashed or r.timed_out or r.nonfinite or r.could_not_run for r in results)
+    code, reason = expect_verdict(results, expect) if expect else (int(failed), "")
     if as_json:
         out = summary(results[0]) if len(results) == 1 else {"repeats": [summary(r) for r in results]}
         if expect:
