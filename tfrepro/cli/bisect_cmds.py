@@ -356,11 +356,8 @@ def demo_cmd(jobs: int, keep: bool, as_json: bool) -> None:
         doc = result.to_dict()
         right = doc["status"] == expected["status"] and doc["culprits"] == expected["culprits"]
         if as_json:
-            click.echo(
-                json.dumps(
-                    {**doc, "demo_dir": str(dest) if keep else None, "expected": expected, "found_planted": right}
-                )
-            )
+            doc.update(demo_dir=str(dest) if keep else None, expected=expected, found_planted=right)
+            click.echo(json.dumps(doc))
         else:
             click.echo("\n".join(answer_lines(result)))
             if right:

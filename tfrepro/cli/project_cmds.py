@@ -59,17 +59,13 @@ def features(path: Path, set_: str | None, as_json: bool, only: str | None, skip
         for name, blocks in project.features.items()
     ]
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "project": str(project.root),
-                    "detected": project.detected,
-                    "features": items,
-                    "excluded": project.excluded,
-                },
-                indent=2,
-            )
-        )
+        doc = {
+            "project": str(project.root),
+            "detected": project.detected,
+            "features": items,
+            "excluded": project.excluded,
+        }
+        click.echo(json.dumps(doc, indent=2))
         return
     if not items:
         click.echo(f"no feature blocks in {project.root}")
