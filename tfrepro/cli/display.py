@@ -182,14 +182,14 @@ def answer_lines(result: RunResult) -> list[str]:
     return lines
 
 
-def run_bisect(project: Any, options: Any, *, as_json: bool, console: Console | None = None) -> RunResult:
+def run_bisect(project: Any, options: Any, *, as_json: bool) -> RunResult:
     """Run the engine with a live display (none with `as_json`) and return its
     answer (SIGTERM interrupts like Ctrl-C: the CLI's `sigterm_interrupts`)."""
     from tfrepro.bisect.engine import bisect
 
-    console = console or make_console()
     if as_json:
         return bisect(project, options)
+    console = make_console()
     console.print(
         f"bisecting {project.root} ({len(project.feature_names)} features: {', '.join(project.feature_names)})"
     )

@@ -29,9 +29,8 @@ EXPECTABLE = ["nan", "crash", "timeout"]
 
 def shows(result, symptom: str) -> bool:
     """Whether one trial shows `symptom` (no reference needed for these three)."""
-    return {"nan": result.nonfinite, "crash": result.crashed and not result.nonfinite, "timeout": result.timed_out}[
-        symptom
-    ]
+    shown = {"nan": result.nonfinite, "crash": result.crashed and not result.nonfinite, "timeout": result.timed_out}
+    return shown[symptom]
 
 
 def expect_verdict(results, symptom: str) -> tuple[int, str]:
