@@ -125,12 +125,11 @@ def versions_answer(result: RunResult, notes: list[str]) -> str:
 def run_versions(
     path: str | Path,
     tf_versions: str,
-    options: BisectOptions = BisectOptions(),
-    releases: Releases = Releases(),
+    options: BisectOptions,
+    releases: Releases,
     *,
-    then_features: ThenFeatures | None = None,
-    as_json: bool = False,
-    echo: Callable[..., None] = click.echo,
+    then_features: ThenFeatures | None,
+    as_json: bool,
 ) -> int:
     """What `tfrepro bisect --tf-versions ...` does (`options`: the symptom,
     --steps, the cache, --timing-budget; `releases`: the ends, --keras,
@@ -141,13 +140,13 @@ def run_versions(
     dist = releases.tf_dist or detect_tf_dist()
     versions, excluded, notes = expand_versions(tf_versions, dist)
     for n in notes:
-        echo(f"note: {n}", err=True)
-    progress = None if as_json else ProgressLines(echo, 14)
+        click.echo(f"note: {n}", err=True)
+    progress = None if as_json else ProgressLines(click.echo, 14)
     hook = feature_hook(options, then_features, progress) if then_features is not None else None
     releases = replace(releases, tf_dist=dist, excluded=tuple(excluded), then_features=hook)
-    on_line = None if as_json else (lambda line: echo(f"  {line}", err=True))
+    on_line = None if as_json else (lambda line: click.echo(f"  {line}", err=True))
     result = bisect_versions(path, versions, options, releases, events=progress, on_line=on_line)
     doc = result.to_dict()
     doc["notes"] = [*notes, *doc.get("notes", [])]
-    echo(json.dumps(doc) if as_json else versions_answer(result, doc["notes"]))
+    click.echo(json.dumps(doc) if as_json else versions_answer(result, doc["notes"]))
     return result.exit_code
