@@ -230,7 +230,7 @@ def trial_settings(project, steps: int | None, replicas: int | None):
     return replace(project.manifest.trial, **{k: v for k, v in given.items() if v is not None})
 
 
-def load_project(path: Path, only: str | None = None, skip: str | None = None):
+def load_project(path: Path, only: str | None, skip: str | None):
     """Project.load, saying so when the features were detected in memory (zero-edit)."""
     from tfrepro.project import Project
 

@@ -36,9 +36,9 @@ def _config(enabled: tuple[str, ...] | list[str]) -> str:
 class RichProgress(BisectEvents):
     """One line per finished trial under a spinner that says what is running."""
 
-    def __init__(self, console: Console, symptoms: SymptomSettings | None = None) -> None:
+    def __init__(self, console: Console, symptoms: SymptomSettings) -> None:
         self.console = console
-        self.symptoms = symptoms or SymptomSettings()
+        self.symptoms = symptoms
         self.lock = threading.Lock()
         self.running: dict[tuple[tuple[str, ...], int], str] = {}
         self.done = 0
