@@ -120,14 +120,13 @@ class Project:
         stay as written (ON for detected features) in every variant."""
         return self.exclude(selection(self.feature_names, only, skip, root=self.root))
 
-    def exclude(self, why: dict[str, str], *, on: bool = True) -> "Project":
+    def exclude(self, why: dict[str, str]) -> "Project":
         """A project without the features `why` names as candidates (name ->
-        reason); they stay ON (`on`) or as written, in every variant."""
-        written = self.states_in_files()
+        reason); they stay ON in every variant."""
         other = Project(self.root, self.manifest, self.sources, self.files)
         other.detected, other.detection = self.detected, self.detection
         other.excluded = self.excluded | why
-        other.fixed_on = self.fixed_on | frozenset(n for n in why if on or written.get(n) is not False)
+        other.fixed_on = self.fixed_on | frozenset(why)
         return other
 
     def locations(self, name: str) -> list[tuple[str, int]]:

@@ -12,8 +12,10 @@ become one message and an exit code in `_Group.invoke`, and only there.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 import click
 
@@ -24,15 +26,11 @@ from tfrepro.errors import TfreproError, UserError
 EXIT_INTERRUPTED = 130
 
 
-def _json_error(message: str, code: int, **extra: object) -> None:
-    click.echo(json.dumps({"status": "error", "error": message, "exit_code": code, **extra}))
-
-
-def _fail(message: str, code: int, as_json: bool, **extra: object) -> None:
+def _fail(message: str, code: int, as_json: bool, **extra: object) -> NoReturn:
     """The one way an error leaves the CLI: one message (a JSON object on
     stdout with --json), one exit code."""
     if as_json:
-        _json_error(message, code, **extra)
+        click.echo(json.dumps({"status": "error", "error": message, "exit_code": code, **extra}))
     else:
         click.echo(f"Error: {message}", err=True)
     sys.exit(code)
@@ -59,13 +57,10 @@ class _Group(click.Group):
         ctx.meta["tfrepro.json"] = as_json = "--json" in args
         try:
             return super().parse_args(ctx, args)
-        except click.exceptions.Exit:
-            raise
         except click.ClickException as e:  # `tfrepro --bogus --json`: before any command runs
             if not as_json:
                 raise
             _fail(e.format_message(), e.exit_code, True)
-            raise  # not reached: _fail exits
 
     def invoke(self, ctx: click.Context):
         from tfrepro.trials.sigterm import sigterm_interrupts
@@ -78,8 +73,6 @@ class _Group(click.Group):
             _fail(e.render(), e.exit_code, as_json, where=e.where, hint=e.hint)
         except TfreproError as e:
             _fail(str(e), e.exit_code, as_json)
-        except click.exceptions.Exit:
-            raise
         except click.ClickException as e:
             if not as_json:
                 raise
@@ -131,8 +124,6 @@ def main() -> None:
 
 def use_color(stream) -> bool:
     """Colour only on a terminal, and never when NO_COLOR is set (non-empty)."""
-    import os
-
     return bool(stream.isatty()) and not os.environ.get("NO_COLOR")
 
 
@@ -231,7 +222,15 @@ def select_options(f):
     return click.option("--only", metavar="A,B,...", help="Only these features are candidates.")(f)
 
 
-def load_project(path: Path, only: str | None = None, skip: str | None = None):
+def trial_settings(project, steps: int | None, replicas: int | None):
+    """The project's [trial] settings with --steps and --replicas where given."""
+    from dataclasses import replace
+
+    given = {"steps": steps, "replicas": replicas}
+    return replace(project.manifest.trial, **{k: v for k, v in given.items() if v is not None})
+
+
+def load_project(path: Path, only: str | None, skip: str | None):
     """Project.load, saying so when the features were detected in memory (zero-edit)."""
     from tfrepro.project import Project
 

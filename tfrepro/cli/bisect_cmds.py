@@ -276,8 +276,7 @@ def bisect_cmd(
     if good or bad:
         from tfrepro.cli.range_cmds import run_commits
 
-        code = run_commits(path, good, bad, options, as_json=as_json)
-        sys.exit(write_tables(path, None, code))
+        sys.exit(write_tables(path, None, run_commits(path, good, bad, options, as_json=as_json)))
     from tfrepro.check.run import checks_for_result
     from tfrepro.cli.display import answer_lines, run_bisect
     from tfrepro.trials.state import prune_after_run
@@ -357,24 +356,19 @@ def demo_cmd(jobs: int, keep: bool, as_json: bool) -> None:
         doc = result.to_dict()
         right = doc["status"] == expected["status"] and doc["culprits"] == expected["culprits"]
         if as_json:
-            click.echo(
-                json.dumps(
-                    {**doc, "demo_dir": str(dest) if keep else None, "expected": expected, "found_planted": right}
-                )
-            )
+            doc.update(demo_dir=str(dest) if keep else None, expected=expected, found_planted=right)
+            click.echo(json.dumps(doc))
         else:
             click.echo("\n".join(answer_lines(result)))
-            _demo_answer(doc["status"], expected, right, dest if keep else None)
+            if right:
+                click.echo(f"the planted culprit was found: {', '.join(expected['culprits'])}")
+            else:
+                click.echo(
+                    f"expected {expected['symptom']}: {', '.join(expected['culprits'])}, got {doc['status']}", err=True
+                )
+            if keep:
+                click.echo(f"kept: {dest}; try `tfrepro report {dest}`")
         sys.exit(0 if right else (result.exit_code or 1))
     finally:
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _demo_answer(status: str, expected: dict, right: bool, kept: Path | None) -> None:
-    if right:
-        click.echo(f"the planted culprit was found: {', '.join(expected['culprits'])}")
-    else:
-        click.echo(f"expected {expected['symptom']}: {', '.join(expected['culprits'])}, got {status}", err=True)
-    if kept:
-        click.echo(f"kept: {kept}; try `tfrepro report {kept}`")

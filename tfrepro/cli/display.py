@@ -22,16 +22,11 @@ from tfrepro.trials import classify
 from tfrepro.trials.values import RunResult, Status, TrialRow
 
 
-def no_color(environ: dict[str, str] | None = None) -> bool:
-    """NO_COLOR (https://no-color.org): set and not empty means no colour,
-    on a terminal too."""
-    return bool((os.environ if environ is None else environ).get("NO_COLOR"))
-
-
 def make_console(**kwargs: Any) -> Console:
-    """The progress console: stderr, colourless when NO_COLOR is set."""
+    """The progress console: stderr, colourless when NO_COLOR is set and not
+    empty (https://no-color.org), on a terminal too."""
     kwargs.setdefault("stderr", True)
-    return Console(no_color=no_color() or None, **kwargs)
+    return Console(no_color=bool(os.environ.get("NO_COLOR")) or None, **kwargs)
 
 
 def _config(enabled: tuple[str, ...] | list[str]) -> str:
@@ -41,9 +36,9 @@ def _config(enabled: tuple[str, ...] | list[str]) -> str:
 class RichProgress(BisectEvents):
     """One line per finished trial under a spinner that says what is running."""
 
-    def __init__(self, console: Console, symptoms: SymptomSettings | None = None) -> None:
+    def __init__(self, console: Console, symptoms: SymptomSettings) -> None:
         self.console = console
-        self.symptoms = symptoms or SymptomSettings()
+        self.symptoms = symptoms
         self.lock = threading.Lock()
         self.running: dict[tuple[tuple[str, ...], int], str] = {}
         self.done = 0
@@ -108,18 +103,14 @@ def final_table(console: Console, result: RunResult) -> None:
     rows: dict[tuple[str, ...], list[TrialRow]] = {}
     for row in ev.trials_table:
         rows.setdefault(tuple(row["enabled"]), []).append(row)
-    table = Table(title="trials", show_lines=False)
-    for col in ("configuration", "runs", "verdicts", "cached"):
-        table.add_column(col)
+    table = Table("configuration", "runs", "verdicts", "cached", title="trials", show_lines=False)
     for cfg, rs in rows.items():
         verdicts = Counter(r["verdict"] for r in rs)  # in order of first appearance
         text = ", ".join(f"{v} x{n}" if n > 1 else str(v) for v, n in verdicts.items())
         table.add_row(_config(cfg), str(len(rs)), text, str(sum(1 for r in rs if r["cached"])))
     console.print(table)
     if ev.ablation:
-        ab = Table(title="each feature alone on the baseline")
-        ab.add_column("feature")
-        ab.add_column("verdict")
+        ab = Table("feature", "verdict", title="each feature alone on the baseline")
         for f, v in ev.ablation.items():
             ab.add_row(f, v)
         console.print(ab)
@@ -191,14 +182,14 @@ def answer_lines(result: RunResult) -> list[str]:
     return lines
 
 
-def run_bisect(project: Any, options: Any, *, as_json: bool, console: Console | None = None) -> RunResult:
+def run_bisect(project: Any, options: Any, *, as_json: bool) -> RunResult:
     """Run the engine with a live display (none with `as_json`) and return its
     answer (SIGTERM interrupts like Ctrl-C: the CLI's `sigterm_interrupts`)."""
     from tfrepro.bisect.engine import bisect
 
-    console = console or make_console()
     if as_json:
         return bisect(project, options)
+    console = make_console()
     console.print(
         f"bisecting {project.root} ({len(project.feature_names)} features: {', '.join(project.feature_names)})"
     )

@@ -18,6 +18,7 @@ from tfrepro.cli.app import (
     replicas_option,
     script_args_argument,
     select_options,
+    trial_settings,
     use_color,
 )
 from tfrepro.errors import UserError
@@ -44,33 +45,27 @@ def features(path: Path, set_: str | None, as_json: bool, only: str | None, skip
             click.echo("\n".join(f"rewrote {c}" for c in changed) or "nothing to change")
         return
     states = project.states_in_files()
-    items = []
-    for name, blocks in project.features.items():
-        state = states[name]
-        items.append(
-            {
-                "name": name,
-                "description": project.description(name),
-                "state": "mixed" if state is None else ("on" if state else "off"),
-                "affects_loss": name in project.affects_loss,
-                "blocks": [
-                    {"file": f, "line": line, "state": "on" if b.state else "off"}
-                    for b, (f, line) in zip(blocks, project.locations(name))
-                ],
-            }
-        )
+    items = [
+        {
+            "name": name,
+            "description": project.description(name),
+            "state": {True: "on", False: "off", None: "mixed"}[states[name]],
+            "affects_loss": name in project.affects_loss,
+            "blocks": [
+                {"file": f, "line": line, "state": "on" if b.state else "off"}
+                for b, (f, line) in zip(blocks, project.locations(name))
+            ],
+        }
+        for name, blocks in project.features.items()
+    ]
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "project": str(project.root),
-                    "detected": project.detected,
-                    "features": items,
-                    "excluded": project.excluded,
-                },
-                indent=2,
-            )
-        )
+        doc = {
+            "project": str(project.root),
+            "detected": project.detected,
+            "features": items,
+            "excluded": project.excluded,
+        }
+        click.echo(json.dumps(doc, indent=2))
         return
     if not items:
         click.echo(f"no feature blocks in {project.root}")
@@ -104,8 +99,11 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json
 
     names = parse_names(only)
     result = annotate(files, only=names or None)
+    unknown = [
+        n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_") for f in result.found)
+    ]
     if as_json:
-        click.echo(json.dumps(annotation_doc(result, names, write), indent=2))
+        click.echo(json.dumps(annotation_doc(result, unknown, write), indent=2))
         return
     if write:
         for p in result.write():
@@ -120,9 +118,6 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json
         click.echo(f"  left alone: {s.where}: {s.reason}", err=True)
     for p in result.problems:
         click.echo(f"  manifest: {p}", err=True)
-    unknown = [
-        n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_") for f in result.found)
-    ]
     if unknown:
         click.echo(f"  --only: nothing found for {', '.join(unknown)}", err=True)
     n = len(result.feature_names)
@@ -132,9 +127,10 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json
     )
 
 
-def annotation_doc(result, names: list[str], write: bool) -> dict:
-    """`annotate --json`: the features proposed, what was left alone, and the
-    diff (or, with --write, the files written)."""
+def annotation_doc(result, unknown: list[str], write: bool) -> dict:
+    """`annotate --json`: the features proposed, what was left alone, the
+    --only items that matched nothing, and the diff (or, with --write, the
+    files written)."""
     found = [
         {
             "name": f.name,
@@ -152,9 +148,7 @@ def annotation_doc(result, names: list[str], write: bool) -> dict:
         "found": found,
         "skipped": [{"file": s.path, "line": s.line, "reason": s.reason} for s in result.skipped],
         "manifest_problems": list(result.problems),
-        "unknown_only": [
-            n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_") for f in result.found)
-        ],
+        "unknown_only": unknown,
     }
     if write:
         doc["written"] = [str(p) for p in result.write()]
@@ -214,8 +208,6 @@ def check_cmd(
     short run (the loss falls and stays finite), 6 parameter count.
     Exit code 1 when a check fails.
     """
-    from dataclasses import replace
-
     from tfrepro.check.judge import CheckOptions, format_report
     from tfrepro.check.run import checked_features, run_checks
     from tfrepro.trials.trial import TrialOptions
@@ -224,11 +216,7 @@ def check_cmd(
         raise UserError("--with and --all exclude each other", hint="give one of them")
     project = load_project(path, only, skip)
     enabled = checked_features(project, parse_names(with_) if with_ is not None else None, all_)
-    settings = project.manifest.trial
-    if steps is not None:
-        settings = replace(settings, steps=steps)
-    if replicas is not None:
-        settings = replace(settings, replicas=replicas)
+    settings = trial_settings(project, steps, replicas)
     if not as_json:
         click.echo(f"checking {project.root.name} (one probed trial)...", err=True)
     report = run_checks(

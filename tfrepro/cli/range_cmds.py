@@ -64,12 +64,11 @@ def run_commits(
     options: BisectOptions = BisectOptions(),
     *,
     as_json: bool = False,
-    echo: Callable[..., None] | None = None,
+    echo: Callable[..., None] = click.echo,
 ) -> int:
     """What `tfrepro bisect --good REV --bad REV` does (`options`: the
     symptom, --steps, the cache, the executor, --timing-budget); returns the
     exit code."""
-    echo = echo or click.echo
     if not good or not bad:
         raise UserError(
             "commit mode needs both --good REV and --bad REV", hint="e.g. tfrepro bisect --good v1.2 --bad HEAD"
@@ -126,12 +125,11 @@ def versions_answer(result: RunResult, notes: list[str]) -> str:
 def run_versions(
     path: str | Path,
     tf_versions: str,
-    options: BisectOptions = BisectOptions(),
-    releases: Releases = Releases(),
+    options: BisectOptions,
+    releases: Releases,
     *,
-    then_features: ThenFeatures | None = None,
-    as_json: bool = False,
-    echo: Callable[..., None] | None = None,
+    then_features: ThenFeatures | None,
+    as_json: bool,
 ) -> int:
     """What `tfrepro bisect --tf-versions ...` does (`options`: the symptom,
     --steps, the cache, --timing-budget; `releases`: the ends, --keras,
@@ -139,17 +137,16 @@ def run_versions(
     from tfrepro.bisect.versions import bisect_versions
     from tfrepro.trials.envs import detect_tf_dist
 
-    echo = echo or click.echo
     dist = releases.tf_dist or detect_tf_dist()
     versions, excluded, notes = expand_versions(tf_versions, dist)
     for n in notes:
-        echo(f"note: {n}", err=True)
-    progress = None if as_json else ProgressLines(echo, 14)
+        click.echo(f"note: {n}", err=True)
+    progress = None if as_json else ProgressLines(click.echo, 14)
     hook = feature_hook(options, then_features, progress) if then_features is not None else None
     releases = replace(releases, tf_dist=dist, excluded=tuple(excluded), then_features=hook)
-    on_line = None if as_json else (lambda line: echo(f"  {line}", err=True))
+    on_line = None if as_json else (lambda line: click.echo(f"  {line}", err=True))
     result = bisect_versions(path, versions, options, releases, events=progress, on_line=on_line)
     doc = result.to_dict()
     doc["notes"] = [*notes, *doc.get("notes", [])]
-    echo(json.dumps(doc) if as_json else versions_answer(result, doc["notes"]))
+    click.echo(json.dumps(doc) if as_json else versions_answer(result, doc["notes"]))
     return result.exit_code

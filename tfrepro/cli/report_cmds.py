@@ -174,19 +174,9 @@ def new_cmd(
             hint="pass --defaults, and --data KEY=VALUE for the answers that differ",
         )
     created = new_project(dest or Path(f"repro-{template}"), template=template, data=answers, defaults=not interactive)
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "path": str(created.path),
-                    "template": created.template,
-                    "version": created.version,
-                    "commit": created.commit,
-                    "features": list(created.features),
-                },
-                indent=2,
-            )
-        )
+    if as_json:  # default=str: the path as text (the features' tuple is a list in JSON)
+        keys = ("path", "template", "version", "commit", "features")
+        click.echo(json.dumps({k: getattr(created, k) for k in keys}, indent=2, default=str))
         return
     click.echo(
         f"created {created.path} (template {created.template} {created.version}); "
@@ -239,21 +229,9 @@ def update_cmd(path: Path, as_json: bool) -> None:
     from tfrepro.scaffold.update import update_project
 
     result = update_project(path)
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "path": str(result.path),
-                    "template": result.template,
-                    "old_version": result.old_version,
-                    "new_version": result.new_version,
-                    "up_to_date": result.up_to_date,
-                    "changed": list(result.changed),
-                    "conflicts": list(result.conflicts),
-                },
-                indent=2,
-            )
-        )
+    if as_json:  # default=str: the path as text (tuples are lists in JSON)
+        keys = ("path", "template", "old_version", "new_version", "up_to_date", "changed", "conflicts")
+        click.echo(json.dumps({k: getattr(result, k) for k in keys}, indent=2, default=str))
         return
     if result.up_to_date:
         click.echo(f"{result.path}: already at template {result.template} {result.new_version}")

@@ -18,6 +18,7 @@ from tfrepro.cli.app import (
     replicas_option,
     script_args_argument,
     select_options,
+    trial_settings,
 )
 from tfrepro.errors import TfreproError, UserError
 
@@ -28,14 +29,8 @@ EXPECTABLE = ["nan", "crash", "timeout"]
 
 def shows(result, symptom: str) -> bool:
     """Whether one trial shows `symptom` (no reference needed for these three)."""
-    return {"nan": result.nonfinite, "crash": result.crashed and not result.nonfinite, "timeout": result.timed_out}[
-        symptom
-    ]
-
-
-def failed(result) -> bool:
-    """Plain `run`: the trial crashed, timed out, went non-finite or could not run."""
-    return result.crashed or result.timed_out or result.nonfinite or result.could_not_run
+    shown = {"nan": result.nonfinite, "crash": result.crashed and not result.nonfinite, "timeout": result.timed_out}
+    return shown[symptom]
 
 
 def expect_verdict(results, symptom: str) -> tuple[int, str]:
@@ -72,29 +67,6 @@ def _enabled(project, with_: str | None, all_: bool, none_: bool) -> frozenset[s
             hint="say which configuration to run: --with a,b, --all or --none",
         )
     return frozenset(n for n, s in states.items() if s)
-
-
-def _trials(path: Path, only, skip, with_, all_, none_, steps, repeats, no_cache, as_json, replicas=None) -> list:
-    from dataclasses import replace
-
-    from tfrepro.trials.runner import run_trial
-    from tfrepro.trials.state import prune_after_run
-    from tfrepro.trials.trial import TrialOptions
-
-    project = load_project(path, only, skip)
-    enabled = _enabled(project, with_, all_, none_)
-    settings = project.manifest.trial
-    if steps is not None:
-        settings = replace(settings, steps=steps)
-    if replicas is not None:
-        settings = replace(settings, replicas=replicas)
-    results = []
-    for i in range(repeats or project.manifest.repeats):
-        if not as_json:
-            click.echo(f"running {project.root.name} ({i + 1})...", err=True)
-        results.append(run_trial(project, enabled, replace(settings, repeat=i), TrialOptions(use_cache=not no_cache)))
-    prune_after_run(project)
-    return results
 
 
 @main.command()
@@ -145,10 +117,25 @@ def run(
     crash or a timeout that is not the symptom, a project that cannot be
     loaded): `git bisect start BAD GOOD && git bisect run tfrepro run --expect nan`.
     """
+    from dataclasses import replace
+
+    from tfrepro.trials.runner import run_trial
+    from tfrepro.trials.state import prune_after_run
+    from tfrepro.trials.trial import TrialOptions
+
     if sum([with_ is not None, all_, none_]) > 1:
         raise UserError("--with, --all and --none exclude each other", hint="give one of them")
+    results = []
     try:
-        results = _trials(path, only, skip, with_, all_, none_, steps, repeats, no_cache, as_json, replicas)
+        project = load_project(path, only, skip)
+        enabled = _enabled(project, with_, all_, none_)
+        settings = trial_settings(project, steps, replicas)
+        for i in range(repeats or project.manifest.repeats):
+            if not as_json:
+                click.echo(f"running {project.root.name} ({i + 1})...", err=True)
+            how = TrialOptions(use_cache=not no_cache)
+            results.append(run_trial(project, enabled, replace(settings, repeat=i), how))
+        prune_after_run(project)
     except (UserError, TfreproError) as e:
         if expect is None:
             raise
@@ -160,7 +147,9 @@ def _print_results(results: list, expect: str | None, as_json: bool) -> None:
     from tfrepro.trials.runner import describe
     from tfrepro.trials.values import summary
 
-    code, reason = expect_verdict(results, expect) if expect else (int(any(map(failed, results))), "")
+    # plain `run`: 1 when a trial crashed, timed out, went non-finite or could not run
+    failed = any(r.crashed or r.timed_out or r.nonfinite or r.could_not_run for r in results)
+    code, reason = expect_verdict(results, expect) if expect else (int(failed), "")
     if as_json:
         out = summary(results[0]) if len(results) == 1 else {"repeats": [summary(r) for r in results]}
         if expect:

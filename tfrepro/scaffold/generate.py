@@ -150,8 +150,6 @@ def new_project(
     template: str = DEFAULT_TEMPLATE,
     data: Mapping[str, Any] | None = None,
     defaults: bool = True,
-    source: str | Path | None = None,
-    cache: str | Path | None = None,
     files: Mapping[str, str | bytes] | None = None,
 ) -> NewProject:
     """Render `template` into `dest`, initialise git there and commit the
@@ -160,8 +158,8 @@ def new_project(
     renders, before the commit: the user's own script (`new --from`)."""
     dest = Path(dest).expanduser().absolute()
     check_destination(dest)
-    check_template(template, source)
-    repo = ensure_template_repo(template, source=source, cache=cache)
+    check_template(template)
+    repo = ensure_template_repo(template)
     answers_in = validate_data(data or {}, questions(repo), template)
 
     created_parent = next((p for p in reversed(dest.parents) if not p.exists()), None)

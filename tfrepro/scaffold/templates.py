@@ -53,10 +53,8 @@ def template_source(source: str | Path | None = None) -> Path:
     return Path(chosen).expanduser().resolve()
 
 
-def cache_dir(cache: str | Path | None = None) -> Path:
+def cache_dir() -> Path:
     """The directory holding the git-versioned templates."""
-    if cache:
-        return Path(cache).expanduser().resolve()
     if os.environ.get("TFREPRO_CACHE_DIR"):
         return Path(os.environ["TFREPRO_CACHE_DIR"]).expanduser().resolve() / "templates"
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
@@ -115,16 +113,14 @@ def _locked(path: Path) -> Iterator[None]:
         yield
 
 
-def ensure_template_repo(
-    name: str, *, source: str | Path | None = None, cache: str | Path | None = None
-) -> TemplateRepo:
+def ensure_template_repo(name: str, *, source: str | Path | None = None) -> TemplateRepo:
     """The git-versioned copy of template `name`, brought up to date with the
     package: a new commit and tag when the content changed."""
     import git
 
     version = template_version(source)
     check_template(name, source)
-    root = cache_dir(cache)
+    root = cache_dir()
     repo_path = root / name
     with _locked(root / f".{name}.lock"):
         if (repo_path / ".git").is_dir():

@@ -83,17 +83,17 @@ def _dirty_files(repo, root: Path) -> list[str]:
     return [line[3:] for line in lines if line.strip()]
 
 
-def _template_name(root: Path, answers: Mapping[str, Any], source: str | Path | None, cache: str | Path | None) -> str:
+def _template_name(root: Path, answers: Mapping[str, Any]) -> str:
     """The template the project was made from, when this tfrepro ships it from the same cache."""
     src_path = Path(str(answers["_src_path"]))
     name = src_path.name
-    if name not in available_templates(source):
+    if name not in available_templates():
         raise UserError(
             f"the project comes from template {name!r} ({src_path}), which this tfrepro does not ship",
             path=root / ANSWERS_FILE,
-            hint="templates: " + ", ".join(available_templates(source)),
+            hint="templates: " + ", ".join(available_templates()),
         )
-    expected = cache_dir(cache) / name
+    expected = cache_dir() / name
     if src_path.resolve() != expected:
         raise UserError(
             f"the project was made from the template cache {src_path}, this tfrepro uses {expected}",
@@ -129,22 +129,17 @@ def _check_base(template_path: Path, old: str, root: Path) -> None:
         ) from None
 
 
-def update_project(
-    path: str | Path = ".",
-    *,
-    source: str | Path | None = None,
-    cache: str | Path | None = None,
-) -> UpdateResult:
+def update_project(path: str | Path = ".") -> UpdateResult:
     """Update the project at `path` to the current version of its template,
     keeping the user's committed edits (conflicts are left inline)."""
     root = Path(path).expanduser().resolve()
     if not root.is_dir():
         raise UserError("no such project directory", path=root)
     answers = _load_answers(root)
-    name = _template_name(root, answers, source, cache)
+    name = _template_name(root, answers)
     repo = _git_repo(root)
     _refuse_dirty(repo, root)
-    template = ensure_template_repo(name, source=source, cache=cache)
+    template = ensure_template_repo(name)
     old = str(answers["_commit"])
     _check_base(template.path, old, root)
     if old == template.tag:
