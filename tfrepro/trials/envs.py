@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -382,10 +383,8 @@ class EnvStore:
                     continue  # being built or used right now
                 shutil.rmtree(info.path, ignore_errors=True)
                 fcntl.flock(f, fcntl.LOCK_UN)
-            try:
+            with contextlib.suppress(OSError):
                 (self.root / f".{info.name}.lock").unlink()
-            except OSError:
-                pass
             removed.append((info, why))
         return removed
 

@@ -19,6 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -235,10 +236,8 @@ class _Live:
             ]
             self._stopped.update(t for t, _ in hit)
         for _, pgid in hit:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         return len(hit)
 
 
@@ -251,14 +250,10 @@ def stop_trials(threads: Iterable[int] | None = None) -> int:
 
 
 def kill_tree(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - SIGKILL not honoured
         proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not honoured
-        pass
 
 
 def strays(trial_dir: Path, proc: Path = Path("/proc")) -> list[int]:
@@ -284,10 +279,8 @@ def strays(trial_dir: Path, proc: Path = Path("/proc")) -> list[int]:
 def kill_strays(trial_dir: Path) -> None:
     """SIGKILL every `strays` process of the trial (Landlock or unconfined)."""
     for pid in strays(trial_dir):
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 def run_probe(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str] | None:

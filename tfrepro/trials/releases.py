@@ -16,6 +16,7 @@ UserError that says how to go on (name the versions).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -210,10 +211,8 @@ def list_releases(
     now = time.time() if now is None else now
     path = Path(cache_dir) / "index" / f"{dist}.json"
     cached = None
-    try:
+    with contextlib.suppress(OSError, ValueError):
         cached = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        pass
     url = f"{index_url()}/{dist}/"
     shown = public_url(url)  # what is printed and stored: never the userinfo
     if cached and cached.get("url") == shown and now - float(cached.get("fetched", 0)) < ttl_s:

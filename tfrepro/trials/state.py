@@ -33,6 +33,7 @@ it) gives a could-not-run result, never cached (`runner.cached`).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -420,10 +421,8 @@ def tree_size(path: Path) -> int:
     if path.is_dir() and not path.is_symlink():
         for dirpath, _dirs, files in os.walk(path):  # followlinks=False
             for name in files:
-                try:
+                with contextlib.suppress(OSError):
                     total += os.lstat(os.path.join(dirpath, name)).st_size
-                except OSError:
-                    pass
     return total
 
 
@@ -457,10 +456,8 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

@@ -24,6 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -159,18 +160,14 @@ class WarmChild:
         return os.waitstatus_to_exitcode(json.loads(buf)["status"])
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def close(self) -> None:
         if self.conn.fileno() >= 0:
             self.server.running -= 1
-        try:
+        with contextlib.suppress(OSError):
             self.conn.close()
-        except OSError:
-            pass
 
 
 @dataclass
@@ -299,10 +296,8 @@ class WarmServer:
                     self.proc.stdin.close()  # EOF: the server kills its children and exits
                 self.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
-                try:
+                with contextlib.suppress(OSError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
                 self.proc.wait()
         if self.tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
