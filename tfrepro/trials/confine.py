@@ -201,22 +201,19 @@ def _detect(forced: str | None) -> Confinement:
         if forced in (None, "overlay") and sys.platform.startswith("linux"):
             with open("/proc/self/mountinfo", encoding="utf-8") as f:
                 overlay, _ = plan_overlays(f.read())
-            why_overlay = _probe_overlay(overlay, bwrap, Path(tmp) / "o") if _mkdir(Path(tmp) / "o") else "no tmp"
+            (Path(tmp) / "o").mkdir()
+            why_overlay = _probe_overlay(overlay, bwrap, Path(tmp) / "o")
             if why_overlay is None:
                 return Confinement("overlay", "works", bwrap, tuple(overlay))
         why_landlock = "not tried"
         if forced in (None, "landlock") and sys.platform.startswith("linux"):
-            why_landlock = _probe_landlock(Path(tmp) / "l") if _mkdir(Path(tmp) / "l") else "no tmp"
+            (Path(tmp) / "l").mkdir()
+            why_landlock = _probe_landlock(Path(tmp) / "l")
             if why_landlock is None:
                 return Confinement("landlock", f"overlay: {why_overlay}")
     if not sys.platform.startswith("linux"):
         return Confinement("none", f"{sys.platform}: no Linux namespaces or Landlock")
     return Confinement("none", f"overlay: {why_overlay}; landlock: {why_landlock}")
-
-
-def _mkdir(path: Path) -> bool:
-    path.mkdir()
-    return True
 
 
 def detect() -> Confinement:

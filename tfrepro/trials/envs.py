@@ -49,7 +49,6 @@ SPEC_FILE = "tfrepro-env.json"
 TF_STACK = frozenset(TF_DISTS) | {"keras", "tf-keras", "keras-nightly", "tfrepro"}
 # The first TensorFlow whose tf.keras is Keras 3 (tf_keras is Keras 2 from there on).
 KERAS3_FROM = (2, 16)
-_LOG_TAIL = 12
 
 # run(argv, on_line) -> (exit code, last lines of output)
 RunCmd = Callable[[Sequence[str], OnLine], tuple[int, list[str]]]
@@ -234,10 +233,6 @@ class EnvInfo:
     size: int | None = None
 
 
-def _atomic_json(path: Path, data: dict) -> None:
-    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
-
-
 class EnvStore:
     """The environments under `root` (default: the user cache, shared)."""
 
@@ -322,16 +317,9 @@ class EnvStore:
             shutil.rmtree(path, ignore_errors=True)
             raise
         build_s = round(self.clock() - started, 2)
-        _atomic_json(
-            path / SPEC_FILE,
-            {
-                "spec": spec.to_dict(),
-                "versions": versions,
-                "created": self.clock(),
-                "build_s": build_s,
-                "installer": self.installer.name,
-            },
-        )
+        record = {"spec": spec.to_dict(), "versions": versions, "created": self.clock(), "build_s": build_s}
+        record["installer"] = self.installer.name
+        atomic_write_text(path / SPEC_FILE, json.dumps(record, indent=1, sort_keys=True))
         say(f"environment {spec.name}: ready in {build_s:.1f} s")
         return Env(path, spec, versions, built=True, build_s=build_s)
 

@@ -46,7 +46,6 @@ from tfrepro.trials.values import TrialResult
 if TYPE_CHECKING:
     from tfrepro.project import Project
 
-EXECUTORS = ("local", "ray")
 RAY_INSTALL_HINT = "pip install 'tfrepro[ray]'"
 # -- GPUs ----------------------------------------------------------------------------
 

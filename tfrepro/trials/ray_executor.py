@@ -58,7 +58,7 @@ from tfrepro.settings import TrialSettings
 from tfrepro.trials import warm
 from tfrepro.trials.executor_base import Executor, could_not_run, retry_once
 from tfrepro.trials.ray_connect import Connection, connect
-from tfrepro.trials.state import StateDir
+from tfrepro.trials.state import StateDir, pid_alive
 from tfrepro.trials.trial import Trial, TrialOptions
 from tfrepro.trials.values import TrialResult
 
@@ -128,14 +128,8 @@ def _sweep(parent: Path) -> None:
     cannot clean up after itself); a dir is named after its worker's pid."""
     for d in parent.iterdir():
         pid = d.name.split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):  # someone else's counts as alive
             shutil.rmtree(d, ignore_errors=True)
-        except PermissionError:  # alive, someone else's
-            pass
 
 
 @ray.remote(max_retries=0, retry_exceptions=False)

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tfrepro.errors import UserError
+from tfrepro.trials.state import atomic_write_text
 from tfrepro.urls import basic_auth, hide_userinfo, public_url, split_userinfo
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -228,10 +229,7 @@ def list_releases(
             hint="check the network (or the index URL), or name the versions: --tf-versions 2.15.1,2.16.2",
         ) from None
     record = {"url": shown, "fetched": now, "files": files}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(record))
     return _listing(dist, record, stale=False)
 
 

@@ -54,6 +54,7 @@ from tfrepro.trials.procs import Exit, run_cold, run_warm
 from tfrepro.trials.ran import what_ran
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.trial import TrialOptions
+from tfrepro.trials.usage import USAGE_HINT, read_tail, usage_error
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
@@ -109,10 +110,7 @@ def trial_key(
     payload = {
         "variant": variant_hash,
         "settings": settings.to_dict(),
-        "tensorflow": v.get("tensorflow"),
-        "keras": v.get("keras"),
-        "tf_keras": v.get("tf_keras"),
-        "python": v.get("python"),
+        **{name: v.get(name) for name in ("tensorflow", "keras", "tf_keras", "python")},
         "harness": inside.digest(),
         "env": keyed_env(env),
         "plugins": [[str(p), _file_digest(Path(p))] for p in plugins],
@@ -358,8 +356,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
 
 
 def _crash_line(rc: int | None, stderr_path: Path) -> str:
-    from tfrepro.trials.usage import USAGE_HINT, usage_error
-
     usage = usage_error(rc, stderr_path)
     if usage:
         return f"{usage} ({USAGE_HINT})"
@@ -389,15 +385,7 @@ def last_line(path: Path, tail: int = 65536) -> str | None:
     """The last non-blank line of a log file (its end only is read) that is
     not one of TensorFlow's own log lines (the last line at all when every
     one is)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - tail))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line.strip() for line in read_tail(path, tail).splitlines() if line.strip()]
     return next((line for line in reversed(lines) if not _TF_LOG.match(line)), lines[-1] if lines else None)
 
 

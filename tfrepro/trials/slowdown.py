@@ -22,8 +22,10 @@ injected function, and every test is exact (no randomness).
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -244,23 +246,17 @@ def signed_rank_greater(d: Sequence[float]) -> float:
     n = len(d)
     if n == 0:
         return 1.0
-    order = sorted(range(n), key=lambda i: abs(d[i]))
     ranks2 = [0] * n  # doubled midranks: integers
-    i = 0
-    while i < n:
-        j = i
-        while j + 1 < n and abs(d[order[j + 1]]) == abs(d[order[i]]):
-            j += 1
-        for k in range(i, j + 1):
-            ranks2[order[k]] = i + j + 2
-        i = j + 1
+    i = 0  # the tied |d|s at sorted positions i..i+len-1 share the doubled midrank 2i + len + 1
+    for _, tied in itertools.groupby(sorted(range(n), key=lambda k: abs(d[k])), key=lambda k: abs(d[k])):
+        tied = list(tied)
+        for k in tied:
+            ranks2[k] = 2 * i + len(tied) + 1
+        i += len(tied)
     observed = sum(r for r, x in zip(ranks2, d) if x > 0)
-    counts = {0: 1}  # distribution of the doubled W+ over the 2**n sign patterns
+    counts = Counter({0: 1})  # distribution of the doubled W+ over the 2**n sign patterns
     for r in ranks2:
-        nxt = dict(counts)
-        for w, c in counts.items():
-            nxt[w + r] = nxt.get(w + r, 0) + c
-        counts = nxt
+        counts = counts + Counter({w + r: c for w, c in counts.items()})
     return sum(c for w, c in counts.items() if w >= observed) / 2**n
 
 
@@ -427,16 +423,8 @@ def sequential_slowdown(
     decisions: list[TimingDecision] = []
 
     def end(verdict: Verdict, conclusive: bool, d: TimingDecision | None, stopped=None, new=0):
-        return TimingOutcome(
-            verdict,
-            conclusive,
-            d.ratio if d else None,
-            d.p_value if d else None,
-            tuple(pairs),
-            stopped,
-            tuple(decisions),
-            new,
-        )
+        ratio, p_value = (d.ratio, d.p_value) if d else (None, None)
+        return TimingOutcome(verdict, conclusive, ratio, p_value, tuple(pairs), stopped, tuple(decisions), new)
 
     for i in range(max_samples):
         got = sample_pair(i)

@@ -79,13 +79,7 @@ class Pruned:
     busy: int = 0  # skipped: in use by a running tfrepro
 
     def to_dict(self) -> dict[str, int]:
-        return {
-            "runs": self.runs,
-            "trials": self.trials,
-            "variants": self.variants,
-            "other": self.other,
-            "bytes": self.bytes,
-        }
+        return {k: getattr(self, k) for k in ("runs", "trials", "variants", "other", "bytes")}
 
     def describe(self) -> str:
         text = "nothing to remove"

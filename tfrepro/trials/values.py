@@ -133,13 +133,8 @@ class TrialResult:
         return statistics.median(steady) if steady else None
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["enabled"] = list(self.enabled)
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
         d["losses"] = [_enc_float(x) for x in self.losses]
-        d["step_times"] = list(self.step_times)
-        d["nonfinite_weights"] = list(self.nonfinite_weights)
-        d["rss_per_step"] = list(self.rss_per_step)
-        d["compile_modes"], d["devices"] = [dict(m) for m in self.compile_modes], list(self.devices)
         d["median_step_time"] = self.median_step_time()
         return d
 
@@ -229,8 +224,6 @@ _EXIT_CODES = {
     Status.ERROR: 1,
     Status.UNTESTABLE: 5,
 }
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
 
 
 class Evidence(Protocol):

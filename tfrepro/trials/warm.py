@@ -59,30 +59,9 @@ MAX_SERVERS = 2
 
 # Variables read at interpreter start or at import by Python, NumPy, TensorFlow,
 # Keras, BLAS/OpenMP, malloc or the loader: any difference means another server.
-KEY_PREFIXES = (
-    "TF",
-    "KERAS",
-    "XLA_",
-    "PYTHON",
-    "LD_",
-    "MALLOC",
-    "OMP_",
-    "KMP_",
-    "MKL",
-    "OPENBLAS",
-    "GOTO",
-    "NPY_",
-    "NUMPY",
-    "TCMALLOC",
-    "JEMALLOC",
-    "CUDA",
-    "NVIDIA",
-    "HIP",
-    "ROCM",
-    "LANG",
-    "LC_",
-    "ABSL",
-    "GRPC",
+KEY_PREFIXES = tuple(
+    "TF KERAS XLA_ PYTHON LD_ MALLOC OMP_ KMP_ MKL OPENBLAS GOTO NPY_"
+    " NUMPY TCMALLOC JEMALLOC CUDA NVIDIA HIP ROCM LANG LC_ ABSL GRPC".split()
 )
 PER_TRIAL = frozenset({"TFREPRO_TRIAL_CONFIG", "CUDA_VISIBLE_DEVICES"})
 # Writing one of these from the script itself (os.environ[...] = ...) before
