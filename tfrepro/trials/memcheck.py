@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from tfrepro.inside.memory import steady_growth, steady_part, tau_z
 from tfrepro.trials.values import TrialResult
@@ -63,16 +63,8 @@ class MemoryDecision:
     growth_z: float | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "shows": self.shows,
-            "close": self.close,
-            "oom": self.oom,
-            "reason": self.reason,
-            "peak_ratio": self.peak_ratio,
-            "growth_per_step": self.growth,
-            "growth_limit_per_step": self.growth_limit,
-            "growth_z": self.growth_z,
-        }
+        renamed = {"growth": "growth_per_step", "growth_limit": "growth_limit_per_step"}
+        return {renamed.get(k, k): v for k, v in asdict(self).items()}
 
 
 def is_oom(result: TrialResult) -> bool:

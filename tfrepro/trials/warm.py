@@ -156,7 +156,6 @@ class WarmServer:
     executable: str
     env: dict[str, str]
     preload: tuple[str, ...]
-    max_threads: int = 0  # 0: as many as right after the preload
     proc: subprocess.Popen | None = None
     tmp: str | None = None
     host: str | None = None  # where the real file system is, in a confined server's view
@@ -175,10 +174,11 @@ class WarmServer:
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         self.tmp, self.lock_fd = ownedtmp.make("tfrepro-warm-")  # swept by the next run if we are killed
         log = open(os.path.join(self.tmp, "server.log"), "wb")
+        # the last argument: at most as many threads to fork as right after the preload (0)
         cmd = [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload)]
         # Under the overlay the server itself writes only into one of its own
         # (an import that creates ~/.keras); its children see the real files.
-        argv, self.host = confine.server_argv([*cmd, str(self.max_threads)], Path(self.tmp), self.root)
+        argv, self.host = confine.server_argv([*cmd, "0"], Path(self.tmp), self.root)
         try:
             self.proc = subprocess.Popen(
                 argv,
@@ -297,13 +297,11 @@ class WarmPool:
         preload: Sequence[str] = DEFAULT_PRELOAD,
         *,
         only_tf_scripts: bool = True,
-        max_threads: int = 0,
         max_servers: int = MAX_SERVERS,
     ) -> None:
         self.preload = tuple(preload)
         self.max_servers = max_servers
         self.only_tf_scripts = only_tf_scripts
-        self.max_threads = max_threads
         self._servers: dict[tuple, WarmServer] = {}
         self._broken: dict[tuple, str] = {}
         self._locks: dict[tuple, threading.Lock] = {}
@@ -340,9 +338,7 @@ class WarmPool:
                 return server
             if server is not None:
                 server.close()
-            server = WarmServer(
-                executable, {k: v for k, v in env.items() if k not in PER_TRIAL}, self.preload, self.max_threads
-            )
+            server = WarmServer(executable, {k: v for k, v in env.items() if k not in PER_TRIAL}, self.preload)
             server.root = root
             self._evict_idle()
             try:
