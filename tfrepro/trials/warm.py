@@ -202,8 +202,7 @@ class WarmServer:
         except ValueError:
             self.info = {"ready": False, "error": f"bad answer {line[:200]!r}"}
         if not self.info.get("ready"):
-            self.close()
-            self.dead = True
+            self.close()  # marks it dead
             raise WarmUnavailable(f"warm server did not start: {self.info.get('error')}")
         self.pid = self.info["pid"]
 
@@ -338,8 +337,9 @@ class WarmPool:
                 return server
             if server is not None:
                 server.close()
-            server = WarmServer(executable, {k: v for k, v in env.items() if k not in PER_TRIAL}, self.preload)
-            server.root = root
+            server = WarmServer(
+                executable, {k: v for k, v in env.items() if k not in PER_TRIAL}, self.preload, root=root
+            )
             self._evict_idle()
             try:
                 server.start()
