@@ -334,17 +334,8 @@ class EnvStore:
                 used = (path / SPEC_FILE).stat().st_mtime if data else path.stat().st_mtime
             except OSError:
                 used = 0.0
-            out.append(
-                EnvInfo(
-                    path.name,
-                    path,
-                    data is not None,
-                    (data or {}).get("spec"),
-                    (data or {}).get("versions"),
-                    used,
-                    tree_size(path) if sizes else None,
-                )
-            )
+            got, size = data or {}, tree_size(path) if sizes else None
+            out.append(EnvInfo(path.name, path, data is not None, got.get("spec"), got.get("versions"), used, size))
         return out
 
     def prune(self, *, max_age_days: float = 30.0, everything: bool = False) -> list[tuple[EnvInfo, str]]:
