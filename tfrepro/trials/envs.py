@@ -43,6 +43,7 @@ from tfrepro.dists import TF_DISTS, dist_version
 from tfrepro.errors import TfreproError
 from tfrepro.trials.installers import Installer, OnLine, default_installer, run_streaming
 from tfrepro.trials.state import atomic_write_text, tree_size
+from tfrepro.trials.stored import read_json
 
 SPEC_FILE = "tfrepro-env.json"
 # Decided by the version tried, never by the project's requirements.
@@ -260,17 +261,10 @@ class EnvStore:
     def path(self, spec: EnvSpec) -> Path:
         return self.root / spec.name
 
-    def _read_spec(self, path: Path) -> dict | None:
-        try:
-            data = json.loads((path / SPEC_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
     def ready(self, spec: EnvSpec) -> Env | None:
         """The environment of `spec` if it is fully built with this very spec."""
         path = self.path(spec)
-        data = self._read_spec(path)
+        data = read_json(path / SPEC_FILE)
         if not data or data.get("spec") != spec.to_dict() or not (path / "bin" / "python").exists():
             return None
         return Env(path, spec, dict(data.get("versions") or {}))
@@ -329,7 +323,7 @@ class EnvStore:
             return []
         out = []
         for path in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            data = self._read_spec(path)
+            data = read_json(path / SPEC_FILE)
             try:
                 used = (path / SPEC_FILE).stat().st_mtime if data else path.stat().st_mtime
             except OSError:

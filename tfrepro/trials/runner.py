@@ -53,6 +53,7 @@ from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import Exit, run_cold, run_warm
 from tfrepro.trials.ran import what_ran
 from tfrepro.trials.state import StateDir
+from tfrepro.trials.stored import read_json
 from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.usage import USAGE_HINT, read_tail, usage_error
 from tfrepro.trials.values import TrialResult
@@ -320,14 +321,14 @@ def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: s
     rc = end.rc
     base = {"exit_code": rc, "wall_s": round(end.wall_s, 4), "log_dir": str(trial_dir)}
     if end.timed_out:
-        progress = _read_json(Path(harness.progress_path(str(result_path)))) or {}
+        progress = read_json(Path(harness.progress_path(str(result_path)))) or {}
         error = f"timed out after {settings.timeout_s:g} s"
         if progress.get("steps_run"):
             error += f" (last step seen: {progress['steps_run']})"
         return TrialResult.from_dict(
             {**progress, "timed_out": True, "error": error, "tf_version": tf_fallback, **base, "exit_code": None}
         )
-    data = _read_json(result_path)
+    data = read_json(result_path)
     if data is None:
         # Died without a word from the harness: segfault, os._exit, python -S.
         crashed = rc != 0
@@ -344,14 +345,6 @@ def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: s
     if result.tf_version is None:
         result = replace(result, tf_version=tf_fallback)
     return result
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _crash_line(rc: int | None, stderr_path: Path) -> str:

@@ -83,19 +83,13 @@ def server_key(executable: str, env: Mapping[str, str], preload: Sequence[str]) 
     return (executable, tuple(preload), tuple(keyed))
 
 
-def _sources(script: Path) -> list[str]:
-    out = []
-    for path in [script, *sorted(p for p in script.parent.glob("*.py") if p != script)]:
-        try:
-            out.append(path.read_text(encoding="utf-8", errors="replace"))
-        except OSError:
-            continue
-    return out
-
-
 def imports_tensorflow(script: Path) -> bool:
     """The script, or a .py file next to it, imports TensorFlow or Keras."""
-    return any(_TF_IMPORT.search(text) for text in _sources(script))
+    for path in [script, *sorted(p for p in script.parent.glob("*.py") if p != script)]:
+        with contextlib.suppress(OSError):
+            if _TF_IMPORT.search(path.read_text(encoding="utf-8", errors="replace")):
+                return True
+    return False
 
 
 def sets_import_env(script: Path) -> bool:
