@@ -58,14 +58,13 @@ from tfrepro.settings import TrialSettings
 from tfrepro.trials import warm
 from tfrepro.trials.executor_base import Executor, could_not_run, retry_once
 from tfrepro.trials.ray_connect import Connection, connect
-from tfrepro.trials.state import StateDir, pid_alive
+from tfrepro.trials.state import LOGS, StateDir, pid_alive
 from tfrepro.trials.trial import Trial, TrialOptions
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
 
-LOGS = ("stdout.log", "stderr.log")
 # Set by the tests' planted projects and by the task: which attempt this is.
 ATTEMPT_ENV = "TFREPRO_RAY_ATTEMPT"
 

@@ -107,7 +107,6 @@ class Listing:
     versions: tuple[str, ...]
     excluded: tuple[tuple[str, str], ...] = ()  # (version, reason)
     stale: bool = False
-    fetched: float = 0.0
 
 
 def expand(spec: str, listing: Callable[[], Listing]) -> tuple[list[str], list[tuple[str, str]]]:
@@ -235,4 +234,4 @@ def list_releases(
 
 def _listing(dist: str, record: dict, *, stale: bool) -> Listing:
     got = wheel_versions(record.get("files", []), dist)
-    return Listing(dist, got.versions, got.excluded, stale, float(record.get("fetched", 0)))
+    return Listing(dist, got.versions, got.excluded, stale)

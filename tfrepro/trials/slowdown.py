@@ -274,13 +274,12 @@ class TimingDecision:
     above log sqrt(threshold), or enough clear pairs, see FAST_EXCESS),
     "not-slower" (ratio < threshold and the log-ratios significantly below
     log threshold, or enough clear pairs) or "inconclusive". `ratio` is exp of the
-    median log-ratio; `p_value` is for "slower", `p_not_slower` for "under
-    the threshold"; `fast` says the clear-pair rule decided."""
+    median log-ratio; `p_value` is for "slower"; `fast` says the clear-pair
+    rule decided."""
 
     state: TimingState
     ratio: float
     p_value: float
-    p_not_slower: float
     n: int
     fast: bool = False
 
@@ -314,9 +313,9 @@ def decide_slowdown(
     loaded_slow = not ok_n and ratio >= threshold and matched.count(TimingState.SLOWER) >= LOADED_CLEAR_SLOWER
     loaded_ok = not slow_n and ratio < threshold and matched.count(TimingState.NOT_SLOWER) >= loaded_not_slower
     if slow_n == n and TimingState.SLOWER in alone or loaded_slow:
-        return TimingDecision(TimingState.SLOWER, ratio, p_slow, p_ok, n, fast=True)
+        return TimingDecision(TimingState.SLOWER, ratio, p_slow, n, fast=True)
     if ok_n == n and TimingState.NOT_SLOWER in alone or loaded_ok:
-        return TimingDecision(TimingState.NOT_SLOWER, ratio, p_slow, p_ok, n, fast=True)
+        return TimingDecision(TimingState.NOT_SLOWER, ratio, p_slow, n, fast=True)
     # The rank test's answer, never before `min_pairs` pairs: slower (ratio at
     # or above the threshold and significant), not slower (below it and significant).
     state = TimingState.INCONCLUSIVE
@@ -324,7 +323,7 @@ def decide_slowdown(
         state = TimingState.SLOWER
     elif n >= min_pairs and ratio / threshold < 1 and p_ok <= alpha_ok:
         state = TimingState.NOT_SLOWER
-    return TimingDecision(state, ratio, p_slow, p_ok, n)
+    return TimingDecision(state, ratio, p_slow, n)
 
 
 @dataclass(frozen=True)
