@@ -98,13 +98,11 @@ def growth_of(result: TrialResult) -> tuple[float | None, float, int]:
 
 def _peak_ratio(result: TrialResult, baselines: Sequence[TrialResult]) -> float | None:
     ratios = []
-    base_rss = max((b.peak_rss_bytes or 0 for b in baselines), default=0)
-    if result.peak_rss_bytes and base_rss:
-        ratios.append(result.peak_rss_bytes / base_rss)
-    base_dev = max((b.device_peak_bytes or 0 for b in baselines), default=0)
-    if result.device_peak_bytes and base_dev:
-        ratios.append(result.device_peak_bytes / base_dev)
-    return max(ratios) if ratios else None
+    for peak in ("peak_rss_bytes", "device_peak_bytes"):
+        base = max((getattr(b, peak) or 0 for b in baselines), default=0)
+        if getattr(result, peak) and base:
+            ratios.append(getattr(result, peak) / base)
+    return max(ratios, default=None)
 
 
 def decide_memory(result: TrialResult, baselines: Sequence[TrialResult], threshold: float) -> MemoryDecision:
