@@ -59,9 +59,7 @@ def visible_gpus(
     if "CUDA_VISIBLE_DEVICES" in env:
         ids = [x.strip() for x in env["CUDA_VISIBLE_DEVICES"].split(",") if x.strip()]
         return [] if not ids or ids[0] == "-1" else ids
-    text = (nvidia_smi or _nvidia_smi_list)()
-    if not text:
-        return []
+    text = (nvidia_smi or _nvidia_smi_list)() or ""
     return [str(i) for i, _ in enumerate(ln for ln in text.splitlines() if ln.startswith("GPU "))]
 
 

@@ -165,9 +165,9 @@ def _annotated(
     if versions is not None:  # the trial's interpreter, not the driver's
         extra["versions"] = dict(versions)
         result = replace(result, tf_version=result.tf_version or versions.get("tensorflow"))
-    hint = None
-    if result.crashed:
-        hint = missing_path_hint(result.error, project.root) or lfs_pointer_hint(project.root, project.files)
+    hint = result.crashed and (
+        missing_path_hint(result.error, project.root) or lfs_pointer_hint(project.root, project.files)
+    )
     if hint:  # a read through a directory symlink or out of the project: not in the copy
         extra["hint"] = hint
         result = replace(result, error=f"{result.error} (hint: {hint})")

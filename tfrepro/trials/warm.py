@@ -167,27 +167,25 @@ class WarmServer:
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         self.tmp, self.lock_fd = ownedtmp.make("tfrepro-warm-")  # swept by the next run if we are killed
-        log = open(os.path.join(self.tmp, "server.log"), "wb")
         # the last argument: at most as many threads to fork as right after the preload (0)
         cmd = [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload)]
         # Under the overlay the server itself writes only into one of its own
         # (an import that creates ~/.keras); its children see the real files.
         argv, self.host = confine.server_argv([*cmd, "0"], Path(self.tmp), self.root)
-        try:
-            self.proc = subprocess.Popen(
-                argv,
-                cwd=self.tmp,
-                env=self.env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,
-            )
-        except OSError as e:
-            self.dead = True
-            raise WarmUnavailable(f"cannot start a warm server: {e}") from None
-        finally:
-            log.close()
+        with open(os.path.join(self.tmp, "server.log"), "wb") as log:
+            try:
+                self.proc = subprocess.Popen(
+                    argv,
+                    cwd=self.tmp,
+                    env=self.env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            except OSError as e:
+                self.dead = True
+                raise WarmUnavailable(f"cannot start a warm server: {e}") from None
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline() if ready else b""
         self.proc.stdout.close()
