@@ -25,17 +25,9 @@ _MISSING = (
 )
 
 
-def missing_path(error: str | None) -> str | None:
-    for p in _MISSING:
-        m = p.search(error or "")
-        if m:
-            return m.group(1)
-    return None
-
-
 def missing_path_hint(error: str | None, root: Path) -> str | None:
     """The hint for a crash whose error names a missing path, or None."""
-    path = missing_path(error)
+    path = next((m.group(1) for p in _MISSING if (m := p.search(error or ""))), None)
     if not path or os.path.isabs(path):
         return None
     parts = Path(path).parts

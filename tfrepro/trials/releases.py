@@ -148,13 +148,6 @@ def expand(spec: str, listing: Callable[[], Listing]) -> tuple[list[str], list[t
 # -- the index -------------------------------------------------------------------------
 
 
-def index_url() -> str:
-    for var in ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL"):
-        if os.environ.get(var):
-            return os.environ[var].rstrip("/")
-    return DEFAULT_INDEX
-
-
 def _http_fetch(url: str) -> bytes:
     """GET `url`; its userinfo (a credentialed index) goes as HTTP Basic auth,
     as pip sends it (urllib itself refuses a URL with a userinfo)."""
@@ -168,16 +161,12 @@ def _http_fetch(url: str) -> bytes:
         raise OSError(hide_userinfo(str(e))) from None
 
 
-def _platform_word() -> str:
-    return {"darwin": "macosx", "win32": "win"}.get(sys.platform, "linux")
-
-
 def wheel_versions(
     files: Sequence[dict], dist: str, python_tag: str | None = None, platform_word: str | None = None
 ) -> Listing:
     """Index files (PEP 691 `files`) -> the versions with a usable wheel here."""
     python_tag = python_tag or f"cp{sys.version_info[0]}{sys.version_info[1]}"
-    platform_word = platform_word or _platform_word()
+    platform_word = platform_word or {"darwin": "macosx", "win32": "win"}.get(sys.platform, "linux")
     prefix = re.sub(r"[-_.]+", "_", dist).lower() + "-"
     usable: set[str] = set()
     seen: dict[str, str] = {}
@@ -213,7 +202,9 @@ def list_releases(
     cached = None
     with contextlib.suppress(OSError, ValueError):
         cached = json.loads(path.read_text(encoding="utf-8"))
-    url = f"{index_url()}/{dist}/"
+    uv_or_pip = ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL")  # the index they would use
+    index = next((os.environ[v].rstrip("/") for v in uv_or_pip if os.environ.get(v)), DEFAULT_INDEX)
+    url = f"{index}/{dist}/"
     shown = public_url(url)  # what is printed and stored: never the userinfo
     if cached and cached.get("url") == shown and now - float(cached.get("fetched", 0)) < ttl_s:
         return _listing(dist, cached, stale=False)
