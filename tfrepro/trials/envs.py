@@ -62,11 +62,6 @@ class EnvError(TfreproError):
 # -- what an environment holds ---------------------------------------------------------
 
 
-def base_python() -> str:
-    """The interpreter behind this one (a venv's python is a link to it)."""
-    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
-
-
 def detect_tf_dist() -> str:
     """`tensorflow-cpu` if that is what this environment has, else `tensorflow`."""
     return "tensorflow-cpu" if dist_version("tensorflow-cpu") else "tensorflow"
@@ -156,7 +151,8 @@ def spec_for(
 ) -> EnvSpec:
     """The spec of `version` for the project at `root`, on this interpreter."""
     reqs = project_requirements(root)[0] if root is not None else ()
-    py = python or base_python()
+    # default: the interpreter behind this one (a venv's python is a link to it)
+    py = python or os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     return EnvSpec(
         tf_dist or detect_tf_dist(), version, py, f"{sys.version_info[0]}.{sys.version_info[1]}", reqs, legacy_keras
     )

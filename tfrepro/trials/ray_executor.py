@@ -79,10 +79,6 @@ def pack_project(project: "Project") -> bytes:
     return buf.getvalue()
 
 
-def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    return [m for m in tar.getmembers() if not (m.name.startswith("/") or ".." in Path(m.name).parts)]
-
-
 @dataclass(frozen=True)
 class Shipped:
     """What a task sends back: the trial's result, its logs, where it ran."""
@@ -110,7 +106,8 @@ def run_shipped(
         with tarfile.open(fileobj=io.BytesIO(base), mode="r") as tar:
             # The "data" filter (Python >= 3.11.4) also refuses links and devices.
             safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            tar.extractall(variant, members=_safe_members(tar), **safe)
+            members = [m for m in tar.getmembers() if not (m.name.startswith("/") or ".." in Path(m.name).parts)]
+            tar.extractall(variant, members=members, **safe)
         for rel, text in rendered.items():
             (variant / rel).write_text(text, encoding="utf-8", newline="")
         result = runner.run_variant(variant, settings, trial_dir, TrialOptions(env=env, cold=cold))

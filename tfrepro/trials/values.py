@@ -46,14 +46,6 @@ SYMPTOM_ORDER: tuple[Verdict, ...] = (
 )
 
 
-def _enc_float(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
-def _dec_float(x: float | None) -> float:
-    return float("nan") if x is None else float(x)
-
-
 @dataclass(frozen=True)
 class TrialResult:
     """The measured facts of one trial; no judgement (that is `classify.py`).
@@ -134,7 +126,7 @@ class TrialResult:
 
     def to_dict(self) -> dict[str, Any]:
         d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
-        d["losses"] = [_enc_float(x) for x in self.losses]
+        d["losses"] = [x if math.isfinite(x) else None for x in self.losses]  # strict JSON: null
         d["median_step_time"] = self.median_step_time()
         return d
 
@@ -143,7 +135,7 @@ class TrialResult:
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
         kw["enabled"] = tuple(kw.get("enabled", ()))
-        kw["losses"] = tuple(_dec_float(x) for x in kw.get("losses", ()))
+        kw["losses"] = tuple(float("nan") if x is None else float(x) for x in kw.get("losses", ()))
         kw["step_times"] = tuple(float(x) for x in kw.get("step_times", ()))
         kw["nonfinite_weights"] = tuple(kw.get("nonfinite_weights", ()))
         kw["rss_per_step"] = tuple(int(x) for x in kw.get("rss_per_step") or ())
