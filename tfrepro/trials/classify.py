@@ -9,9 +9,6 @@ Two questions live here, kept apart because they need different evidence:
 - `sequential_slowdown`: a slowdown is never read off one trial, but off
   timing pairs (a candidate between two baseline trials); that decision
   lives in `trials/slowdown.py`, and what its callers use is re-exported here.
-
-Nothing here sleeps, reads a clock or starts a process: samples come from an
-injected function, and every test is exact (no randomness).
 """
 
 from __future__ import annotations

@@ -364,11 +364,11 @@ class EnvStore:
 def _size(n: int | None) -> str:
     if n is None:
         return "?"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
+    for unit in ("B", "KB", "MB"):
+        if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
+    return f"{n:.1f} GB"
 
 
 def envs_lines(store: EnvStore | None = None, now: float | None = None) -> list[str]:

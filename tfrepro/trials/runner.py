@@ -397,8 +397,8 @@ def describe(result: TrialResult) -> list[str]:
         lines.append(f"CRASH: {result.error or 'exit code ' + str(result.exit_code)}")
     if result.losses:
         n = len(result.losses)
-        last = f", at step {n}: {_fmt(result.losses[-1])}" if n > 1 else ""
-        lines.append(f"{result.mode}: {n} step{'s' if n != 1 else ''}; loss at step 1: {_fmt(result.losses[0])}{last}")
+        last = f", at step {n}: {result.losses[-1]:.6g}" if n > 1 else ""
+        lines.append(f"{result.mode}: {n} step{'s' if n != 1 else ''}; loss at step 1: {result.losses[0]:.6g}{last}")
     elif not (result.crashed or result.timed_out):
         lines.append("no training step seen (no Model.fit, no `step=N loss=X` line)")
     if result.first_nonfinite_step is not None:
@@ -418,7 +418,3 @@ def describe(result: TrialResult) -> list[str]:
     if result.log_dir:
         lines.append(f"logs: {result.log_dir}")
     return lines
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.6g}" if x == x and abs(x) != float("inf") else str(x)
