@@ -194,7 +194,6 @@ def _detect(forced: str | None) -> Confinement:
 
     if forced == "none":
         return Confinement("none", f"{ENV}=none")
-    overlay: list[str] = []
     why_overlay = "not tried"
     with tempfile.TemporaryDirectory(prefix="tfrepro-confine-") as tmp:
         bwrap = _bwrap_path()

@@ -55,7 +55,7 @@ import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tfrepro.settings import TrialSettings
-from tfrepro.trials import warm
+from tfrepro.trials import runner, warm
 from tfrepro.trials.executor_base import Executor, could_not_run, retry_once
 from tfrepro.trials.ray_connect import Connection, connect
 from tfrepro.trials.state import LOGS, StateDir, pid_alive
@@ -96,8 +96,6 @@ def run_shipped(
     """The task body (also callable in-process): unpack, run (`cold`: in a
     cold process, never forked from this worker's warm server), return the
     result, the logs and where it ran."""
-    from tfrepro.trials import runner
-
     parent = Path(tempfile.gettempdir()) / "tfrepro-ray"
     parent.mkdir(exist_ok=True)
     _sweep(parent)
@@ -143,9 +141,7 @@ def is_lost(e: BaseException) -> bool:
 def shipped_env() -> dict[str, str]:
     """The driver's variables that enter the cache key; the GPU a task gets is
     Ray's business (it sets CUDA_VISIBLE_DEVICES on the worker)."""
-    from tfrepro.trials.runner import keyed_env
-
-    return {k: v for k, v in keyed_env(None).items() if k != "CUDA_VISIBLE_DEVICES"}
+    return {k: v for k, v in runner.keyed_env(None).items() if k != "CUDA_VISIBLE_DEVICES"}
 
 
 class RayExecutor(Executor):
@@ -246,8 +242,6 @@ class RayExecutor(Executor):
             result = out.result
             where = {"executor": "ray", "node": out.node, "host": out.host, "attempts": len(lost) + 1}
             return replace(result, log_dir=str(trial_dir), extra={**result.extra, **where})
-
-        from tfrepro.trials import runner
 
         how = request.how
         state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)
