@@ -27,6 +27,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import Version
+
 from tfrepro.errors import UserError
 from tfrepro.trials.state import atomic_write_text
 from tfrepro.urls import basic_auth, hide_userinfo, public_url, split_userinfo
@@ -38,7 +40,6 @@ _VERSION = re.compile(
     r"(?:[._-]?post(?P<post>\d+))?(?:[._-]?dev(?P<dev>\d+))?$",
     re.IGNORECASE,
 )
-_PRE_RANK = {"a": 0, "b": 1, "rc": 2}
 
 # fetch(url) -> the response body; raises OSError when the index cannot be reached.
 Fetch = Callable[[str], bytes]
@@ -55,20 +56,11 @@ def release_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in _parse(version)["release"].split("."))
 
 
-def version_key(version: str) -> tuple:
-    """A sort key in PEP 440 order for the versions TensorFlow publishes:
-    dev < a < b < rc < final < post."""
-    m = _parse(version)
-    release = release_tuple(version) + (0,) * (4 - len(release_tuple(version)))
-    dev = -1 if m["dev"] is None else int(m["dev"])
-    if m["pre"]:
-        pre: tuple[int, int] = (_PRE_RANK[m["pre"].lower()], int(m["pre_n"]))
-    elif m["dev"] is not None and m["post"] is None:
-        pre = (-1, 0)  # 2.16.0.dev1 comes before 2.16.0a1
-    else:
-        pre = (3, 0)
-    post = -1 if m["post"] is None else int(m["post"])
-    return (release, pre, post, dev if dev >= 0 else float("inf"))
+def version_key(version: str) -> Version:
+    """A sort key in PEP 440 order for the versions TensorFlow publishes
+    (2.16.0.dev1 < a < b < rc < final < post), of a version `_parse` accepts."""
+    _parse(version)
+    return Version(version)
 
 
 def is_final(version: str) -> bool:
