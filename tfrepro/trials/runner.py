@@ -386,11 +386,8 @@ def last_line(path: Path, tail: int = 65536) -> str | None:
 
 def describe(result: TrialResult) -> list[str]:
     """Human-readable lines for one trial."""
-    on = ", ".join(result.enabled) or "none"
-    head = f"features on: {on}"
-    if result.label:
-        head = f"{result.label}  {head}"
-    lines = [head + ("  (cached)" if result.cached else "")]
+    head = f"features on: {', '.join(result.enabled) or 'none'}" + ("  (cached)" if result.cached else "")
+    lines = [f"{result.label}  {head}" if result.label else head]
     if result.timed_out:
         lines.append(f"TIMEOUT: {result.error}")
     elif result.crashed:

@@ -151,8 +151,8 @@ def summary(result: TrialResult) -> dict[str, Any]:
     `baseline`): every field of the result plus the derived numbers a reader
     looks for first."""
     d = result.to_dict()
-    d["first_loss"] = result.losses[0] if result.losses and math.isfinite(result.losses[0]) else None
-    d["last_loss"] = result.losses[-1] if result.losses and math.isfinite(result.losses[-1]) else None
+    # `losses` holds null for a non-finite loss already
+    d["first_loss"], d["last_loss"] = (d["losses"][0], d["losses"][-1]) if d["losses"] else (None, None)
     d["nonfinite"] = result.nonfinite
     return d
 
