@@ -12,6 +12,7 @@ objects, and a clone without `git lfs pull` holds only pointers).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -57,11 +58,9 @@ def lfs_pointer_hint(root: Path, files: list[str], limit: int = 1024) -> str | N
     pointers = []
     for rel in files:
         p = Path(root) / rel
-        try:
+        with contextlib.suppress(OSError):
             if p.stat().st_size <= limit and p.read_bytes().startswith(LFS_POINTER):
                 pointers.append(rel)
-        except OSError:
-            continue
     if not pointers:
         return None
     more = f" and {len(pointers) - 1} more" if len(pointers) > 1 else ""

@@ -300,11 +300,8 @@ def run_variant(
     tf_fallback = None if how.python else tf_version()
     full_env = child_env(settings, config_path, how.env)
     logs = (trial_dir / "stdout.log", trial_dir / "stderr.log")
-    outcome = None
-    if not how.cold:
-        outcome = run_warm(
-            cmd, Path(variant_dir), full_env, settings.timeout_s, *logs, warm_pool or warm.default_pool()
-        )
+    pool = None if how.cold else warm_pool or warm.default_pool()
+    outcome = run_warm(cmd, Path(variant_dir), full_env, settings.timeout_s, *logs, pool) if pool else None
     if outcome is None:
         for stale in (result_path, Path(harness.progress_path(str(result_path)))):
             stale.unlink(missing_ok=True)  # left by a warm attempt whose server died
