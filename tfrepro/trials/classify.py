@@ -145,10 +145,7 @@ def primary(shown: frozenset[Verdict] | set[Verdict], target: Verdict | None = N
     locked onto one symptom), otherwise the first in `SYMPTOM_ORDER`, else OK."""
     if target is not None and target in shown:
         return target
-    for v in SYMPTOM_ORDER:
-        if v in shown:
-            return v
-    return Verdict.UNTESTABLE if Verdict.UNTESTABLE in shown else Verdict.OK
+    return next((v for v in (*SYMPTOM_ORDER, Verdict.UNTESTABLE) if v in shown), Verdict.OK)
 
 
 def classify(
