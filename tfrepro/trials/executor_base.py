@@ -108,9 +108,6 @@ class Executor:
             stop_trials(list(workers))
             wait(futures, timeout=0.1)
 
-    def describe(self) -> str:
-        return f"{self.name} ({self.slots} at a time)"
-
     def close(self) -> None:
         """Release what the executor started (a local Ray instance)."""
 

@@ -46,7 +46,6 @@ from tfrepro.trials.values import TrialResult
 if TYPE_CHECKING:
     from tfrepro.project import Project
 
-EXECUTORS = ("local", "ray")
 RAY_INSTALL_HINT = "pip install 'tfrepro[ray]'"
 # -- GPUs ----------------------------------------------------------------------------
 
@@ -60,9 +59,7 @@ def visible_gpus(
     if "CUDA_VISIBLE_DEVICES" in env:
         ids = [x.strip() for x in env["CUDA_VISIBLE_DEVICES"].split(",") if x.strip()]
         return [] if not ids or ids[0] == "-1" else ids
-    text = (nvidia_smi or _nvidia_smi_list)()
-    if not text:
-        return []
+    text = (nvidia_smi or _nvidia_smi_list)() or ""
     return [str(i) for i, _ in enumerate(ln for ln in text.splitlines() if ln.startswith("GPU "))]
 
 
@@ -112,22 +109,11 @@ class LocalExecutor(Executor):
         how = request.how  # cold: the trial's own, or `--cold` (warm.force_cold) for all of them
         if not self.devices:
             return run_trial(project, request.enabled, request.settings, how)
-        return self._on_free_gpus(
-            project,
-            request,
-            lambda env: run_trial(project, request.enabled, request.settings, replace(how, unkeyed_env=env)),
-        )
-
-    def _on_free_gpus(
-        self, project: "Project", request: Trial, run: Callable[[dict[str, str]], TrialResult]
-    ) -> TrialResult:
-        """Run with the GPUs the trial needs (`trials/gpus.py`), disjoint from
-        every running trial's. A timing trial runs alone, so it gets the
-        lowest ids: the same devices for every pair."""
-        need = gpus_needed(request.settings.gpus, getattr(project, "feature_names", ()), self.devices)
-        ids = self.pool.acquire(need)
+        # With the GPUs the trial needs (`trials/gpus.py`), disjoint from every running
+        # trial's. A timing trial runs alone, so it gets the lowest ids: the same devices for every pair.
+        ids = self.pool.acquire(gpus_needed(request.settings.gpus, getattr(project, "feature_names", ()), self.devices))
         try:
-            return run(cuda_env(ids))
+            return run_trial(project, request.enabled, request.settings, replace(how, unkeyed_env=cuda_env(ids)))
         finally:
             self.pool.release(ids)
 

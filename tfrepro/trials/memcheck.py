@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from tfrepro.inside.memory import steady_growth, steady_part, tau_z
 from tfrepro.trials.values import TrialResult
@@ -63,16 +63,8 @@ class MemoryDecision:
     growth_z: float | None = None
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "shows": self.shows,
-            "close": self.close,
-            "oom": self.oom,
-            "reason": self.reason,
-            "peak_ratio": self.peak_ratio,
-            "growth_per_step": self.growth,
-            "growth_limit_per_step": self.growth_limit,
-            "growth_z": self.growth_z,
-        }
+        renamed = {"growth": "growth_per_step", "growth_limit": "growth_limit_per_step"}
+        return {renamed.get(k, k): v for k, v in asdict(self).items()}
 
 
 def is_oom(result: TrialResult) -> bool:
@@ -106,13 +98,11 @@ def growth_of(result: TrialResult) -> tuple[float | None, float, int]:
 
 def _peak_ratio(result: TrialResult, baselines: Sequence[TrialResult]) -> float | None:
     ratios = []
-    base_rss = max((b.peak_rss_bytes or 0 for b in baselines), default=0)
-    if result.peak_rss_bytes and base_rss:
-        ratios.append(result.peak_rss_bytes / base_rss)
-    base_dev = max((b.device_peak_bytes or 0 for b in baselines), default=0)
-    if result.device_peak_bytes and base_dev:
-        ratios.append(result.device_peak_bytes / base_dev)
-    return max(ratios) if ratios else None
+    for peak in ("peak_rss_bytes", "device_peak_bytes"):
+        base = max((getattr(b, peak) or 0 for b in baselines), default=0)
+        if getattr(result, peak) and base:
+            ratios.append(getattr(result, peak) / base)
+    return max(ratios, default=None)
 
 
 def decide_memory(result: TrialResult, baselines: Sequence[TrialResult], threshold: float) -> MemoryDecision:

@@ -12,6 +12,7 @@ objects, and a clone without `git lfs pull` holds only pointers).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -25,17 +26,9 @@ _MISSING = (
 )
 
 
-def missing_path(error: str | None) -> str | None:
-    for p in _MISSING:
-        m = p.search(error or "")
-        if m:
-            return m.group(1)
-    return None
-
-
 def missing_path_hint(error: str | None, root: Path) -> str | None:
     """The hint for a crash whose error names a missing path, or None."""
-    path = missing_path(error)
+    path = next((m.group(1) for p in _MISSING if (m := p.search(error or ""))), None)
     if not path or os.path.isabs(path):
         return None
     parts = Path(path).parts
@@ -65,11 +58,9 @@ def lfs_pointer_hint(root: Path, files: list[str], limit: int = 1024) -> str | N
     pointers = []
     for rel in files:
         p = Path(root) / rel
-        try:
+        with contextlib.suppress(OSError):
             if p.stat().st_size <= limit and p.read_bytes().startswith(LFS_POINTER):
                 pointers.append(rel)
-        except OSError:
-            continue
     if not pointers:
         return None
     more = f" and {len(pointers) - 1} more" if len(pointers) > 1 else ""

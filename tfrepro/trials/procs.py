@@ -19,6 +19,8 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import json
 import os
 import signal
@@ -26,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,19 +85,16 @@ def run_warm(
         child = server.submit(argv, cwd, trial_env, stdout, stderr, confine=spec)
     except warm.WarmUnavailable:
         return None
-    token = LIVE.add(child.pid)
     timed_out = False
     rc = None
-    try:
+    with LIVE.running(child.pid):
         try:
             rc = child.wait(timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             child.kill()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired, warm.ServerLost):  # a timeout is the result either way
                 rc = child.wait(10)
-            except (subprocess.TimeoutExpired, warm.ServerLost):
-                rc = None  # a timeout is the result either way
         except warm.ServerLost:
             return None  # the child died with its server: the trial runs again, cold
         finally:
@@ -103,9 +102,6 @@ def run_warm(
             child.close()
             if conf.mode != "overlay":  # the namespace's end kills those
                 kill_strays(stdout.parent)
-    finally:
-        if LIVE.remove(token):
-            raise TrialStopped()
     if rc == confine_inside.CANNOT_CONFINE and _cannot_confine(stderr):
         return None  # the warm child could not confine itself: the trial runs cold
     return Exit(rc, timed_out, time.perf_counter() - start, "warm")
@@ -136,18 +132,16 @@ def run_cold(
             )
         except OSError as e:
             return TrialResult(crashed=True, error=f"cannot start {cmd[0]!r}: {e.strerror or e}", wall_s=0.0)
-        token = LIVE.add(proc.pid)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-        finally:
-            # Grandchildren outlive a finished child too; the group dies with it.
-            kill_tree(proc)
-            if confine.require().mode != "overlay":  # the namespace's end kills those
-                kill_strays(trial_dir)
-            if LIVE.remove(token):
-                raise TrialStopped()
+        with LIVE.running(proc.pid):
+            try:
+                proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            finally:
+                # Grandchildren outlive a finished child too; the group dies with it.
+                kill_tree(proc)
+                if confine.require().mode != "overlay":  # the namespace's end kills those
+                    kill_strays(trial_dir)
     return Exit(_status(proc.returncode, status_path), timed_out, time.perf_counter() - start, "cold")
 
 
@@ -204,24 +198,26 @@ class _Live:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._next = 0
+        self._tokens = itertools.count(1)
         self._running: dict[int, tuple[int, int]] = {}  # token → (thread ident, pgid)
         self._stopped: set[int] = set()
 
-    def add(self, pgid: int) -> int:
+    @contextlib.contextmanager
+    def running(self, pgid: int) -> Iterator[None]:
+        """While this thread waits on the trial of process group `pgid`;
+        raises TrialStopped at its end when `stop` killed it."""
+        token = next(self._tokens)
         with self._lock:
-            self._next += 1
-            self._running[self._next] = (threading.get_ident(), pgid)
-            return self._next
-
-    def remove(self, token: int) -> bool:
-        """Forget a finished trial; True when `stop` killed it."""
-        with self._lock:
-            self._running.pop(token, None)
-            if token in self._stopped:
+            self._running[token] = (threading.get_ident(), pgid)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._running.pop(token, None)
+                stopped = token in self._stopped
                 self._stopped.discard(token)
-                return True
-            return False
+            if stopped:
+                raise TrialStopped()
 
     def stop(self, threads: Iterable[int] | None = None) -> int:
         """SIGKILL the process group of every running trial (of `threads` only,
@@ -235,10 +231,8 @@ class _Live:
             ]
             self._stopped.update(t for t, _ in hit)
         for _, pgid in hit:
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
         return len(hit)
 
 
@@ -251,14 +245,10 @@ def stop_trials(threads: Iterable[int] | None = None) -> int:
 
 
 def kill_tree(proc: subprocess.Popen) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - SIGKILL not honoured
         proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL not honoured
-        pass
 
 
 def strays(trial_dir: Path, proc: Path = Path("/proc")) -> list[int]:
@@ -284,10 +274,8 @@ def strays(trial_dir: Path, proc: Path = Path("/proc")) -> list[int]:
 def kill_strays(trial_dir: Path) -> None:
     """SIGKILL every `strays` process of the trial (Landlock or unconfined)."""
     for pid in strays(trial_dir):
-        try:
+        with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
 
 
 def run_probe(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str] | None:

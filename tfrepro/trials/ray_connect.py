@@ -24,6 +24,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -75,30 +76,19 @@ def probe(address: str, timeout_s: float, connect=socket.create_connection) -> N
 def _with_progress(
     call: Callable[[], Any], what: str, timeout_s: float, log: Callable[[str], None], tick_s: float
 ) -> Any:
-    """`call()` in a thread, a progress line every `tick_s`; TimeoutError past
-    `timeout_s`. Only for a call that starts no process: Ray's children die
-    with the thread that started them (PR_SET_PDEATHSIG), see `_ticking`."""
-    box: dict[str, Any] = {}
-    done = threading.Event()
+    """`call()` in a thread, a progress line every `tick_s` (`_ticking`);
+    TimeoutError past `timeout_s`. Only for a call that starts no process: Ray's
+    children die with the thread that started them (PR_SET_PDEATHSIG)."""
+    done: Future = Future()
 
     def body() -> None:
         try:
-            box["value"] = call()
+            done.set_result(call())
         except BaseException as e:  # handed to the caller's thread
-            box["error"] = e
-        finally:
-            done.set()
+            done.set_exception(e)
 
     threading.Thread(target=body, name="tfrepro-ray-init", daemon=True).start()
-    t0 = time.monotonic()
-    while not done.wait(min(tick_s, max(0.0, timeout_s - (time.monotonic() - t0)))):
-        waited = time.monotonic() - t0
-        if waited >= timeout_s:
-            raise TimeoutError(what)
-        log(f"ray: {what}... ({waited:.0f} s)")
-    if "error" in box:
-        raise box["error"]
-    return box.get("value")
+    return _ticking(lambda: done.result(timeout_s), what, log, tick_s)
 
 
 def _ticking(call: Callable[[], Any], what: str, log: Callable[[str], None], tick_s: float) -> Any:

@@ -55,17 +55,16 @@ import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tfrepro.settings import TrialSettings
-from tfrepro.trials import warm
+from tfrepro.trials import runner, warm
 from tfrepro.trials.executor_base import Executor, could_not_run, retry_once
 from tfrepro.trials.ray_connect import Connection, connect
-from tfrepro.trials.state import StateDir
+from tfrepro.trials.state import LOGS, StateDir, pid_alive
 from tfrepro.trials.trial import Trial, TrialOptions
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
 
-LOGS = ("stdout.log", "stderr.log")
 # Set by the tests' planted projects and by the task: which attempt this is.
 ATTEMPT_ENV = "TFREPRO_RAY_ATTEMPT"
 
@@ -78,10 +77,6 @@ def pack_project(project: "Project") -> bytes:
         for rel in project.files:
             tar.add(str(Path(project.root) / rel), arcname=rel, recursive=False)
     return buf.getvalue()
-
-
-def _safe_members(tar: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    return [m for m in tar.getmembers() if not (m.name.startswith("/") or ".." in Path(m.name).parts)]
 
 
 @dataclass(frozen=True)
@@ -101,8 +96,6 @@ def run_shipped(
     """The task body (also callable in-process): unpack, run (`cold`: in a
     cold process, never forked from this worker's warm server), return the
     result, the logs and where it ran."""
-    from tfrepro.trials import runner
-
     parent = Path(tempfile.gettempdir()) / "tfrepro-ray"
     parent.mkdir(exist_ok=True)
     _sweep(parent)
@@ -111,7 +104,8 @@ def run_shipped(
         with tarfile.open(fileobj=io.BytesIO(base), mode="r") as tar:
             # The "data" filter (Python >= 3.11.4) also refuses links and devices.
             safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            tar.extractall(variant, members=_safe_members(tar), **safe)
+            members = [m for m in tar.getmembers() if not (m.name.startswith("/") or ".." in Path(m.name).parts)]
+            tar.extractall(variant, members=members, **safe)
         for rel, text in rendered.items():
             (variant / rel).write_text(text, encoding="utf-8", newline="")
         result = runner.run_variant(variant, settings, trial_dir, TrialOptions(env=env, cold=cold))
@@ -128,14 +122,8 @@ def _sweep(parent: Path) -> None:
     cannot clean up after itself); a dir is named after its worker's pid."""
     for d in parent.iterdir():
         pid = d.name.split("-", 1)[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
+        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):  # someone else's counts as alive
             shutil.rmtree(d, ignore_errors=True)
-        except PermissionError:  # alive, someone else's
-            pass
 
 
 @ray.remote(max_retries=0, retry_exceptions=False)
@@ -153,9 +141,7 @@ def is_lost(e: BaseException) -> bool:
 def shipped_env() -> dict[str, str]:
     """The driver's variables that enter the cache key; the GPU a task gets is
     Ray's business (it sets CUDA_VISIBLE_DEVICES on the worker)."""
-    from tfrepro.trials.runner import keyed_env
-
-    return {k: v for k, v in keyed_env(None).items() if k != "CUDA_VISIBLE_DEVICES"}
+    return {k: v for k, v in runner.keyed_env(None).items() if k != "CUDA_VISIBLE_DEVICES"}
 
 
 class RayExecutor(Executor):
@@ -256,8 +242,6 @@ class RayExecutor(Executor):
             result = out.result
             where = {"executor": "ray", "node": out.node, "host": out.host, "attempts": len(lost) + 1}
             return replace(result, log_dir=str(trial_dir), extra={**result.extra, **where})
-
-        from tfrepro.trials import runner
 
         how = request.how
         state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)

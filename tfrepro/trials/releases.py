@@ -16,6 +16,7 @@ UserError that says how to go on (name the versions).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -26,7 +27,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import Version
+
 from tfrepro.errors import UserError
+from tfrepro.trials.state import atomic_write_text
 from tfrepro.urls import basic_auth, hide_userinfo, public_url, split_userinfo
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -36,7 +40,6 @@ _VERSION = re.compile(
     r"(?:[._-]?post(?P<post>\d+))?(?:[._-]?dev(?P<dev>\d+))?$",
     re.IGNORECASE,
 )
-_PRE_RANK = {"a": 0, "b": 1, "rc": 2}
 
 # fetch(url) -> the response body; raises OSError when the index cannot be reached.
 Fetch = Callable[[str], bytes]
@@ -53,20 +56,11 @@ def release_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(x) for x in _parse(version)["release"].split("."))
 
 
-def version_key(version: str) -> tuple:
-    """A sort key in PEP 440 order for the versions TensorFlow publishes:
-    dev < a < b < rc < final < post."""
-    m = _parse(version)
-    release = release_tuple(version) + (0,) * (4 - len(release_tuple(version)))
-    dev = -1 if m["dev"] is None else int(m["dev"])
-    if m["pre"]:
-        pre: tuple[int, int] = (_PRE_RANK[m["pre"].lower()], int(m["pre_n"]))
-    elif m["dev"] is not None and m["post"] is None:
-        pre = (-1, 0)  # 2.16.0.dev1 comes before 2.16.0a1
-    else:
-        pre = (3, 0)
-    post = -1 if m["post"] is None else int(m["post"])
-    return (release, pre, post, dev if dev >= 0 else float("inf"))
+def version_key(version: str) -> Version:
+    """A sort key in PEP 440 order for the versions TensorFlow publishes
+    (2.16.0.dev1 < a < b < rc < final < post), of a version `_parse` accepts."""
+    _parse(version)
+    return Version(version)
 
 
 def is_final(version: str) -> bool:
@@ -105,7 +99,6 @@ class Listing:
     versions: tuple[str, ...]
     excluded: tuple[tuple[str, str], ...] = ()  # (version, reason)
     stale: bool = False
-    fetched: float = 0.0
 
 
 def expand(spec: str, listing: Callable[[], Listing]) -> tuple[list[str], list[tuple[str, str]]]:
@@ -147,13 +140,6 @@ def expand(spec: str, listing: Callable[[], Listing]) -> tuple[list[str], list[t
 # -- the index -------------------------------------------------------------------------
 
 
-def index_url() -> str:
-    for var in ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL"):
-        if os.environ.get(var):
-            return os.environ[var].rstrip("/")
-    return DEFAULT_INDEX
-
-
 def _http_fetch(url: str) -> bytes:
     """GET `url`; its userinfo (a credentialed index) goes as HTTP Basic auth,
     as pip sends it (urllib itself refuses a URL with a userinfo)."""
@@ -167,16 +153,12 @@ def _http_fetch(url: str) -> bytes:
         raise OSError(hide_userinfo(str(e))) from None
 
 
-def _platform_word() -> str:
-    return {"darwin": "macosx", "win32": "win"}.get(sys.platform, "linux")
-
-
 def wheel_versions(
     files: Sequence[dict], dist: str, python_tag: str | None = None, platform_word: str | None = None
 ) -> Listing:
     """Index files (PEP 691 `files`) -> the versions with a usable wheel here."""
     python_tag = python_tag or f"cp{sys.version_info[0]}{sys.version_info[1]}"
-    platform_word = platform_word or _platform_word()
+    platform_word = platform_word or {"darwin": "macosx", "win32": "win"}.get(sys.platform, "linux")
     prefix = re.sub(r"[-_.]+", "_", dist).lower() + "-"
     usable: set[str] = set()
     seen: dict[str, str] = {}
@@ -210,11 +192,11 @@ def list_releases(
     now = time.time() if now is None else now
     path = Path(cache_dir) / "index" / f"{dist}.json"
     cached = None
-    try:
+    with contextlib.suppress(OSError, ValueError):
         cached = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        pass
-    url = f"{index_url()}/{dist}/"
+    uv_or_pip = ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL")  # the index they would use
+    index = next((os.environ[v].rstrip("/") for v in uv_or_pip if os.environ.get(v)), DEFAULT_INDEX)
+    url = f"{index}/{dist}/"
     shown = public_url(url)  # what is printed and stored: never the userinfo
     if cached and cached.get("url") == shown and now - float(cached.get("fetched", 0)) < ttl_s:
         return _listing(dist, cached, stale=False)
@@ -229,13 +211,10 @@ def list_releases(
             hint="check the network (or the index URL), or name the versions: --tf-versions 2.15.1,2.16.2",
         ) from None
     record = {"url": shown, "fetched": now, "files": files}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(f".{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(record))
     return _listing(dist, record, stale=False)
 
 
 def _listing(dist: str, record: dict, *, stale: bool) -> Listing:
     got = wheel_versions(record.get("files", []), dist)
-    return Listing(dist, got.versions, got.excluded, stale, float(record.get("fetched", 0)))
+    return Listing(dist, got.versions, got.excluded, stale)

@@ -53,7 +53,9 @@ from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import Exit, run_cold, run_warm
 from tfrepro.trials.ran import what_ran
 from tfrepro.trials.state import StateDir
+from tfrepro.trials.stored import read_json
 from tfrepro.trials.trial import TrialOptions
+from tfrepro.trials.usage import USAGE_HINT, read_tail, usage_error
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
@@ -109,10 +111,7 @@ def trial_key(
     payload = {
         "variant": variant_hash,
         "settings": settings.to_dict(),
-        "tensorflow": v.get("tensorflow"),
-        "keras": v.get("keras"),
-        "tf_keras": v.get("tf_keras"),
-        "python": v.get("python"),
+        **{name: v.get(name) for name in ("tensorflow", "keras", "tf_keras", "python")},
         "harness": inside.digest(),
         "env": keyed_env(env),
         "plugins": [[str(p), _file_digest(Path(p))] for p in plugins],
@@ -166,9 +165,9 @@ def _annotated(
     if versions is not None:  # the trial's interpreter, not the driver's
         extra["versions"] = dict(versions)
         result = replace(result, tf_version=result.tf_version or versions.get("tensorflow"))
-    hint = None
-    if result.crashed:
-        hint = missing_path_hint(result.error, project.root) or lfs_pointer_hint(project.root, project.files)
+    hint = result.crashed and (
+        missing_path_hint(result.error, project.root) or lfs_pointer_hint(project.root, project.files)
+    )
     if hint:  # a read through a directory symlink or out of the project: not in the copy
         extra["hint"] = hint
         result = replace(result, error=f"{result.error} (hint: {hint})")
@@ -296,17 +295,13 @@ def run_variant(
     trial_dir.mkdir(parents=True, exist_ok=True)
     result_path = trial_dir / "result.json"
     config_path = write_config(settings, trial_dir, variant_dir, how)
-    stdout_path, stderr_path = trial_dir / "stdout.log", trial_dir / "stderr.log"
     cmd = command_for(settings, how.python)
     # The driver's TensorFlow says nothing about another interpreter's trial.
     tf_fallback = None if how.python else tf_version()
     full_env = child_env(settings, config_path, how.env)
-    logs = (stdout_path, stderr_path)
-    outcome = None
-    if not how.cold:
-        outcome = run_warm(
-            cmd, Path(variant_dir), full_env, settings.timeout_s, *logs, warm_pool or warm.default_pool()
-        )
+    logs = (trial_dir / "stdout.log", trial_dir / "stderr.log")
+    pool = None if how.cold else warm_pool or warm.default_pool()
+    outcome = run_warm(cmd, Path(variant_dir), full_env, settings.timeout_s, *logs, pool) if pool else None
     if outcome is None:
         for stale in (result_path, Path(harness.progress_path(str(result_path)))):
             stale.unlink(missing_ok=True)  # left by a warm attempt whose server died
@@ -323,14 +318,14 @@ def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: s
     rc = end.rc
     base = {"exit_code": rc, "wall_s": round(end.wall_s, 4), "log_dir": str(trial_dir)}
     if end.timed_out:
-        progress = _read_json(Path(harness.progress_path(str(result_path)))) or {}
+        progress = read_json(Path(harness.progress_path(str(result_path)))) or {}
         error = f"timed out after {settings.timeout_s:g} s"
         if progress.get("steps_run"):
             error += f" (last step seen: {progress['steps_run']})"
         return TrialResult.from_dict(
             {**progress, "timed_out": True, "error": error, "tf_version": tf_fallback, **base, "exit_code": None}
         )
-    data = _read_json(result_path)
+    data = read_json(result_path)
     if data is None:
         # Died without a word from the harness: segfault, os._exit, python -S.
         crashed = rc != 0
@@ -349,17 +344,7 @@ def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: s
     return result
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _crash_line(rc: int | None, stderr_path: Path) -> str:
-    from tfrepro.trials.usage import USAGE_HINT, usage_error
-
     usage = usage_error(rc, stderr_path)
     if usage:
         return f"{usage} ({USAGE_HINT})"
@@ -389,15 +374,7 @@ def last_line(path: Path, tail: int = 65536) -> str | None:
     """The last non-blank line of a log file (its end only is read) that is
     not one of TensorFlow's own log lines (the last line at all when every
     one is)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - tail))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = [line.strip() for line in read_tail(path, tail).splitlines() if line.strip()]
     return next((line for line in reversed(lines) if not _TF_LOG.match(line)), lines[-1] if lines else None)
 
 
@@ -406,19 +383,16 @@ def last_line(path: Path, tail: int = 65536) -> str | None:
 
 def describe(result: TrialResult) -> list[str]:
     """Human-readable lines for one trial."""
-    on = ", ".join(result.enabled) or "none"
-    head = f"features on: {on}"
-    if result.label:
-        head = f"{result.label}  {head}"
-    lines = [head + ("  (cached)" if result.cached else "")]
+    head = f"features on: {', '.join(result.enabled) or 'none'}" + ("  (cached)" if result.cached else "")
+    lines = [f"{result.label}  {head}" if result.label else head]
     if result.timed_out:
         lines.append(f"TIMEOUT: {result.error}")
     elif result.crashed:
         lines.append(f"CRASH: {result.error or 'exit code ' + str(result.exit_code)}")
     if result.losses:
         n = len(result.losses)
-        last = f", at step {n}: {_fmt(result.losses[-1])}" if n > 1 else ""
-        lines.append(f"{result.mode}: {n} step{'s' if n != 1 else ''}; loss at step 1: {_fmt(result.losses[0])}{last}")
+        last = f", at step {n}: {result.losses[-1]:.6g}" if n > 1 else ""
+        lines.append(f"{result.mode}: {n} step{'s' if n != 1 else ''}; loss at step 1: {result.losses[0]:.6g}{last}")
     elif not (result.crashed or result.timed_out):
         lines.append("no training step seen (no Model.fit, no `step=N loss=X` line)")
     if result.first_nonfinite_step is not None:
@@ -438,7 +412,3 @@ def describe(result: TrialResult) -> list[str]:
     if result.log_dir:
         lines.append(f"logs: {result.log_dir}")
     return lines
-
-
-def _fmt(x: float) -> str:
-    return f"{x:.6g}" if x == x and abs(x) != float("inf") else str(x)

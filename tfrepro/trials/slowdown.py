@@ -14,7 +14,7 @@ the evidence is inconclusive the sequential policy asks for another pair, up
 to a budget, and at the budget it says "no slowdown (inconclusive)" rather
 than guess. Measured: tests/test_timing_power.py (seeded noise models),
 benchmarks/timing_power.py (real trials, recorded real step-time traces
-resampled). `classify` re-exports the public names.
+resampled). `classify` re-exports what its callers use.
 
 Nothing here sleeps, reads a clock or starts a process: samples come from an
 injected function, and every test is exact (no randomness).
@@ -22,8 +22,10 @@ injected function, and every test is exact (no randomness).
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
@@ -244,23 +246,17 @@ def signed_rank_greater(d: Sequence[float]) -> float:
     n = len(d)
     if n == 0:
         return 1.0
-    order = sorted(range(n), key=lambda i: abs(d[i]))
     ranks2 = [0] * n  # doubled midranks: integers
-    i = 0
-    while i < n:
-        j = i
-        while j + 1 < n and abs(d[order[j + 1]]) == abs(d[order[i]]):
-            j += 1
-        for k in range(i, j + 1):
-            ranks2[order[k]] = i + j + 2
-        i = j + 1
+    i = 0  # the tied |d|s at sorted positions i..i+len-1 share the doubled midrank 2i + len + 1
+    for _, tied in itertools.groupby(sorted(range(n), key=lambda k: abs(d[k])), key=lambda k: abs(d[k])):
+        tied = list(tied)
+        for k in tied:
+            ranks2[k] = 2 * i + len(tied) + 1
+        i += len(tied)
     observed = sum(r for r, x in zip(ranks2, d) if x > 0)
-    counts = {0: 1}  # distribution of the doubled W+ over the 2**n sign patterns
+    counts = Counter({0: 1})  # distribution of the doubled W+ over the 2**n sign patterns
     for r in ranks2:
-        nxt = dict(counts)
-        for w, c in counts.items():
-            nxt[w + r] = nxt.get(w + r, 0) + c
-        counts = nxt
+        counts = counts + Counter({w + r: c for w, c in counts.items()})
     return sum(c for w, c in counts.items() if w >= observed) / 2**n
 
 
@@ -278,13 +274,12 @@ class TimingDecision:
     above log sqrt(threshold), or enough clear pairs, see FAST_EXCESS),
     "not-slower" (ratio < threshold and the log-ratios significantly below
     log threshold, or enough clear pairs) or "inconclusive". `ratio` is exp of the
-    median log-ratio; `p_value` is for "slower", `p_not_slower` for "under
-    the threshold"; `fast` says the clear-pair rule decided."""
+    median log-ratio; `p_value` is for "slower"; `fast` says the clear-pair
+    rule decided."""
 
     state: TimingState
     ratio: float
     p_value: float
-    p_not_slower: float
     n: int
     fast: bool = False
 
@@ -318,23 +313,17 @@ def decide_slowdown(
     loaded_slow = not ok_n and ratio >= threshold and matched.count(TimingState.SLOWER) >= LOADED_CLEAR_SLOWER
     loaded_ok = not slow_n and ratio < threshold and matched.count(TimingState.NOT_SLOWER) >= loaded_not_slower
     if slow_n == n and TimingState.SLOWER in alone or loaded_slow:
-        return TimingDecision(TimingState.SLOWER, ratio, p_slow, p_ok, n, fast=True)
+        return TimingDecision(TimingState.SLOWER, ratio, p_slow, n, fast=True)
     if ok_n == n and TimingState.NOT_SLOWER in alone or loaded_ok:
-        return TimingDecision(TimingState.NOT_SLOWER, ratio, p_slow, p_ok, n, fast=True)
-    return TimingDecision(
-        _tested(n >= min_pairs, ratio / threshold, p_slow <= alpha, p_ok <= alpha_ok), ratio, p_slow, p_ok, n
-    )
-
-
-def _tested(enough: bool, excess: float, slow_significant: bool, ok_significant: bool) -> TimingState:
-    """The rank test's answer: slower (ratio at or above the threshold and
-    significant), not slower (below it and significant), else inconclusive;
-    never before `min_pairs` pairs."""
-    if enough and excess >= 1 and slow_significant:
-        return TimingState.SLOWER
-    if enough and excess < 1 and ok_significant:
-        return TimingState.NOT_SLOWER
-    return TimingState.INCONCLUSIVE
+        return TimingDecision(TimingState.NOT_SLOWER, ratio, p_slow, n, fast=True)
+    # The rank test's answer, never before `min_pairs` pairs: slower (ratio at
+    # or above the threshold and significant), not slower (below it and significant).
+    state = TimingState.INCONCLUSIVE
+    if n >= min_pairs and ratio / threshold >= 1 and p_slow <= alpha:
+        state = TimingState.SLOWER
+    elif n >= min_pairs and ratio / threshold < 1 and p_ok <= alpha_ok:
+        state = TimingState.NOT_SLOWER
+    return TimingDecision(state, ratio, p_slow, n)
 
 
 @dataclass(frozen=True)
@@ -427,16 +416,8 @@ def sequential_slowdown(
     decisions: list[TimingDecision] = []
 
     def end(verdict: Verdict, conclusive: bool, d: TimingDecision | None, stopped=None, new=0):
-        return TimingOutcome(
-            verdict,
-            conclusive,
-            d.ratio if d else None,
-            d.p_value if d else None,
-            tuple(pairs),
-            stopped,
-            tuple(decisions),
-            new,
-        )
+        ratio, p_value = (d.ratio, d.p_value) if d else (None, None)
+        return TimingOutcome(verdict, conclusive, ratio, p_value, tuple(pairs), stopped, tuple(decisions), new)
 
     for i in range(max_samples):
         got = sample_pair(i)

@@ -33,6 +33,7 @@ it) gives a could-not-run result, never cached (`runner.cached`).
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -78,13 +79,7 @@ class Pruned:
     busy: int = 0  # skipped: in use by a running tfrepro
 
     def to_dict(self) -> dict[str, int]:
-        return {
-            "runs": self.runs,
-            "trials": self.trials,
-            "variants": self.variants,
-            "other": self.other,
-            "bytes": self.bytes,
-        }
+        return {k: getattr(self, k) for k in ("runs", "trials", "variants", "other", "bytes")}
 
     def describe(self) -> str:
         text = "nothing to remove"
@@ -412,7 +407,6 @@ def pid_alive(pid: int) -> bool:
 
 def tree_size(path: Path) -> int:
     """Bytes under `path` (lstat: links are not followed)."""
-    total = 0
     try:
         total = path.lstat().st_size
     except OSError:
@@ -420,10 +414,8 @@ def tree_size(path: Path) -> int:
     if path.is_dir() and not path.is_symlink():
         for dirpath, _dirs, files in os.walk(path):  # followlinks=False
             for name in files:
-                try:
+                with contextlib.suppress(OSError):
                     total += os.lstat(os.path.join(dirpath, name)).st_size
-                except OSError:
-                    pass
     return total
 
 
@@ -457,10 +449,8 @@ def atomic_write_text(path: Path, text: str) -> None:
             f.write(text)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise
 
 

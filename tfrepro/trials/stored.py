@@ -49,13 +49,19 @@ def _well_formed(data: Any) -> bool:
     return True
 
 
-def load_result(path: Path, key: str | None = None) -> TrialResult | None:
-    """The TrialResult stored at `path`, or None: missing, unreadable, not a
-    well-formed result, or (given `key`) stored for another key."""
+def read_json(path: Path) -> dict[str, Any] | None:
+    """The JSON object in the file at `path`, or None (missing, unreadable, not an object)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
+    return data if isinstance(data, dict) else None
+
+
+def load_result(path: Path, key: str | None = None) -> TrialResult | None:
+    """The TrialResult stored at `path`, or None: missing, unreadable, not a
+    well-formed result, or (given `key`) stored for another key."""
+    data = read_json(path)
     if not _well_formed(data) or (key is not None and data.get("key", key) != key):
         return None
     try:

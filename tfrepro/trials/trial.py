@@ -76,14 +76,9 @@ class TrialOptions:
         `runner.run_trial_with`): use_cache and label, and each of state_dir,
         python, versions and env that is set."""
         out = RunnerFields(use_cache=self.use_cache, label=self.label)
-        if self.state_dir is not None:
-            out["state_dir"] = self.state_dir
-        if self.python is not None:
-            out["python"] = self.python
-        if self.versions is not None:
-            out["versions"] = self.versions
-        if self.env is not None:
-            out["env"] = self.env
+        for name in ("state_dir", "python", "versions", "env"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)  # type: ignore[literal-required]
         return out
 
 

@@ -17,21 +17,22 @@ def usage_error(rc: int | None, stderr_path: Path, tail: int = 65536) -> str | N
     """argparse's error line ("train.py: error: ...") when the script exited
     with code 2 after a `usage:` line on stderr; None otherwise. (TensorFlow's
     own log lines may come after it: the last line is not the one to quote.)"""
-    if rc != 2:
-        return None
-    try:
-        with open(stderr_path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - tail))
-            text = f.read().decode("utf-8", "replace")
-    except OSError:
-        return None
-    lines = text.splitlines()
+    lines = read_tail(stderr_path, tail).splitlines() if rc == 2 else []
     starts = [i for i, line in enumerate(lines) if line.startswith("usage:")]
     if not starts:
         return None
     after = lines[starts[-1] :]
     return next((line.strip() for line in after if ": error: " in line), after[0].strip())
+
+
+def read_tail(path: Path, tail: int = 65536) -> str:
+    """The last `tail` bytes of a log file as text ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
 
 
 def is_usage_error(rc: int | None, stderr_path: Path) -> bool:

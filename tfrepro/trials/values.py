@@ -46,14 +46,6 @@ SYMPTOM_ORDER: tuple[Verdict, ...] = (
 )
 
 
-def _enc_float(x: float) -> float | None:
-    return x if math.isfinite(x) else None
-
-
-def _dec_float(x: float | None) -> float:
-    return float("nan") if x is None else float(x)
-
-
 @dataclass(frozen=True)
 class TrialResult:
     """The measured facts of one trial; no judgement (that is `classify.py`).
@@ -133,13 +125,8 @@ class TrialResult:
         return statistics.median(steady) if steady else None
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["enabled"] = list(self.enabled)
-        d["losses"] = [_enc_float(x) for x in self.losses]
-        d["step_times"] = list(self.step_times)
-        d["nonfinite_weights"] = list(self.nonfinite_weights)
-        d["rss_per_step"] = list(self.rss_per_step)
-        d["compile_modes"], d["devices"] = [dict(m) for m in self.compile_modes], list(self.devices)
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+        d["losses"] = [x if math.isfinite(x) else None for x in self.losses]  # strict JSON: null
         d["median_step_time"] = self.median_step_time()
         return d
 
@@ -148,7 +135,7 @@ class TrialResult:
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
         kw["enabled"] = tuple(kw.get("enabled", ()))
-        kw["losses"] = tuple(_dec_float(x) for x in kw.get("losses", ()))
+        kw["losses"] = tuple(float("nan") if x is None else float(x) for x in kw.get("losses", ()))
         kw["step_times"] = tuple(float(x) for x in kw.get("step_times", ()))
         kw["nonfinite_weights"] = tuple(kw.get("nonfinite_weights", ()))
         kw["rss_per_step"] = tuple(int(x) for x in kw.get("rss_per_step") or ())
@@ -164,8 +151,8 @@ def summary(result: TrialResult) -> dict[str, Any]:
     `baseline`): every field of the result plus the derived numbers a reader
     looks for first."""
     d = result.to_dict()
-    d["first_loss"] = result.losses[0] if result.losses and math.isfinite(result.losses[0]) else None
-    d["last_loss"] = result.losses[-1] if result.losses and math.isfinite(result.losses[-1]) else None
+    # `losses` holds null for a non-finite loss already
+    d["first_loss"], d["last_loss"] = (d["losses"][0], d["losses"][-1]) if d["losses"] else (None, None)
     d["nonfinite"] = result.nonfinite
     return d
 
@@ -229,8 +216,6 @@ _EXIT_CODES = {
     Status.ERROR: 1,
     Status.UNTESTABLE: 5,
 }
-EXIT_BAD_INPUT = 2
-EXIT_INTERRUPTED = 130
 
 
 class Evidence(Protocol):

@@ -24,6 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import re
@@ -58,30 +59,9 @@ MAX_SERVERS = 2
 
 # Variables read at interpreter start or at import by Python, NumPy, TensorFlow,
 # Keras, BLAS/OpenMP, malloc or the loader: any difference means another server.
-KEY_PREFIXES = (
-    "TF",
-    "KERAS",
-    "XLA_",
-    "PYTHON",
-    "LD_",
-    "MALLOC",
-    "OMP_",
-    "KMP_",
-    "MKL",
-    "OPENBLAS",
-    "GOTO",
-    "NPY_",
-    "NUMPY",
-    "TCMALLOC",
-    "JEMALLOC",
-    "CUDA",
-    "NVIDIA",
-    "HIP",
-    "ROCM",
-    "LANG",
-    "LC_",
-    "ABSL",
-    "GRPC",
+KEY_PREFIXES = tuple(
+    "TF KERAS XLA_ PYTHON LD_ MALLOC OMP_ KMP_ MKL OPENBLAS GOTO NPY_"
+    " NUMPY TCMALLOC JEMALLOC CUDA NVIDIA HIP ROCM LANG LC_ ABSL GRPC".split()
 )
 PER_TRIAL = frozenset({"TFREPRO_TRIAL_CONFIG", "CUDA_VISIBLE_DEVICES"})
 # Writing one of these from the script itself (os.environ[...] = ...) before
@@ -103,19 +83,13 @@ def server_key(executable: str, env: Mapping[str, str], preload: Sequence[str]) 
     return (executable, tuple(preload), tuple(keyed))
 
 
-def _sources(script: Path) -> list[str]:
-    out = []
-    for path in [script, *sorted(p for p in script.parent.glob("*.py") if p != script)]:
-        try:
-            out.append(path.read_text(encoding="utf-8", errors="replace"))
-        except OSError:
-            continue
-    return out
-
-
 def imports_tensorflow(script: Path) -> bool:
     """The script, or a .py file next to it, imports TensorFlow or Keras."""
-    return any(_TF_IMPORT.search(text) for text in _sources(script))
+    for path in [script, *sorted(p for p in script.parent.glob("*.py") if p != script)]:
+        with contextlib.suppress(OSError):
+            if _TF_IMPORT.search(path.read_text(encoding="utf-8", errors="replace")):
+                return True
+    return False
 
 
 def sets_import_env(script: Path) -> bool:
@@ -159,18 +133,14 @@ class WarmChild:
         return os.waitstatus_to_exitcode(json.loads(buf)["status"])
 
     def kill(self) -> None:
-        try:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
 
     def close(self) -> None:
         if self.conn.fileno() >= 0:
             self.server.running -= 1
-        try:
+        with contextlib.suppress(OSError):
             self.conn.close()
-        except OSError:
-            pass
 
 
 @dataclass
@@ -180,7 +150,6 @@ class WarmServer:
     executable: str
     env: dict[str, str]
     preload: tuple[str, ...]
-    max_threads: int = 0  # 0: as many as right after the preload
     proc: subprocess.Popen | None = None
     tmp: str | None = None
     host: str | None = None  # where the real file system is, in a confined server's view
@@ -198,26 +167,25 @@ class WarmServer:
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         self.tmp, self.lock_fd = ownedtmp.make("tfrepro-warm-")  # swept by the next run if we are killed
-        log = open(os.path.join(self.tmp, "server.log"), "wb")
+        # the last argument: at most as many threads to fork as right after the preload (0)
         cmd = [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload)]
         # Under the overlay the server itself writes only into one of its own
         # (an import that creates ~/.keras); its children see the real files.
-        argv, self.host = confine.server_argv([*cmd, str(self.max_threads)], Path(self.tmp), self.root)
-        try:
-            self.proc = subprocess.Popen(
-                argv,
-                cwd=self.tmp,
-                env=self.env,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,
-            )
-        except OSError as e:
-            self.dead = True
-            raise WarmUnavailable(f"cannot start a warm server: {e}") from None
-        finally:
-            log.close()
+        argv, self.host = confine.server_argv([*cmd, "0"], Path(self.tmp), self.root)
+        with open(os.path.join(self.tmp, "server.log"), "wb") as log:
+            try:
+                self.proc = subprocess.Popen(
+                    argv,
+                    cwd=self.tmp,
+                    env=self.env,
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            except OSError as e:
+                self.dead = True
+                raise WarmUnavailable(f"cannot start a warm server: {e}") from None
         ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
         line = self.proc.stdout.readline() if ready else b""
         self.proc.stdout.close()
@@ -226,8 +194,7 @@ class WarmServer:
         except ValueError:
             self.info = {"ready": False, "error": f"bad answer {line[:200]!r}"}
         if not self.info.get("ready"):
-            self.close()
-            self.dead = True
+            self.close()  # marks it dead
             raise WarmUnavailable(f"warm server did not start: {self.info.get('error')}")
         self.pid = self.info["pid"]
 
@@ -299,10 +266,8 @@ class WarmServer:
                     self.proc.stdin.close()  # EOF: the server kills its children and exits
                 self.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
-                try:
+                with contextlib.suppress(OSError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
                 self.proc.wait()
         if self.tmp:
             shutil.rmtree(self.tmp, ignore_errors=True)
@@ -323,13 +288,11 @@ class WarmPool:
         preload: Sequence[str] = DEFAULT_PRELOAD,
         *,
         only_tf_scripts: bool = True,
-        max_threads: int = 0,
         max_servers: int = MAX_SERVERS,
     ) -> None:
         self.preload = tuple(preload)
         self.max_servers = max_servers
         self.only_tf_scripts = only_tf_scripts
-        self.max_threads = max_threads
         self._servers: dict[tuple, WarmServer] = {}
         self._broken: dict[tuple, str] = {}
         self._locks: dict[tuple, threading.Lock] = {}
@@ -367,9 +330,8 @@ class WarmPool:
             if server is not None:
                 server.close()
             server = WarmServer(
-                executable, {k: v for k, v in env.items() if k not in PER_TRIAL}, self.preload, self.max_threads
+                executable, {k: v for k, v in env.items() if k not in PER_TRIAL}, self.preload, root=root
             )
-            server.root = root
             self._evict_idle()
             try:
                 server.start()
