@@ -11,8 +11,6 @@ that order), or at the top when it has none.
 from __future__ import annotations
 
 import ast
-from dataclasses import replace
-from typing import Any
 
 GPU_REPLICA_MB = 2048  # as inside/devices.py
 
@@ -71,12 +69,3 @@ def with_split(source: str, n: int | None) -> str:
     if at and not lines[at - 1].endswith("\n"):
         lines[at - 1] += "\n"
     return "".join(lines[:at] + [split_lines(n)] + lines[at:])
-
-
-def export_with_split(export: Any, entry: str, n: int | None) -> Any:
-    """An `Export` whose two entry scripts carry the split."""
-    if not n or n <= 1:
-        return export
-    cand = {k: with_split(v, n) if k == entry else v for k, v in export.cand_files.items()}
-    ref = {k: with_split(v, n) if k == entry else v for k, v in export.ref_files.items()}
-    return replace(export, cand_files=cand, ref_files=ref)
