@@ -29,13 +29,7 @@ def relevant_env(environ: Mapping[str, str]) -> dict[str, str]:
     a secret-looking name or value shows as `<redacted>`."""
     names = {n for n in environ if scrub.is_allowed_env(n) or n.startswith("CUDA_")}
     names |= {n for n in DETERMINISM_VARS if n in environ}
-    scrubber = scrub.Scrubber.from_environ(environ)
-    out: dict[str, str] = {}
-    for name in sorted(names):
-        value = environ[name]
-        secret = scrub.is_secret_name(name) or scrub.looks_secret_value(value)
-        out[name] = scrub.REDACTED if secret else scrubber.scrub(value)
-    return out
+    return scrub.capture_env(environ, scrub.Scrubber.from_environ(environ), names)
 
 
 def _version(facts: EnvFacts, key: str, dist_key: str) -> str | None:
