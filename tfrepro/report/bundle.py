@@ -31,7 +31,7 @@ from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, write_scripts
-from tfrepro.report.records import EnvFacts, ResultJson
+from tfrepro.report.records import EnvFacts, ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
 from tfrepro.report.replicas import with_split
 from tfrepro.report.rerun import Runner
@@ -69,9 +69,7 @@ def find_run(path: str | Path | None = None) -> Path:
         return p
     for runs in (p / RUNS, p / "runs", p):
         if runs.is_dir():
-            found = sorted(
-                (d for d in runs.iterdir() if (d / "result.json").is_file()), key=lambda d: (d.stat().st_mtime, d.name)
-            )
+            found = run_dirs(runs)
             if found:
                 return found[-1]
     if not p.exists():

@@ -260,16 +260,10 @@ def _off(rel: str, content: Any) -> Any:
 def write_project(dest: Path, files: dict[str, str | bytes]) -> Any:
     """`files` as a marked project in `dest` (entry repro.py), loaded."""
     from tfrepro.project import Project
+    from tfrepro.report.rerun import write_files
 
     dest.mkdir(parents=True)
-    (dest / "tfrepro.toml").write_text(MANIFEST_TEXT, encoding="utf-8")
-    for rel, content in files.items():
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            (dest / rel).write_bytes(content)
-        else:
-            (dest / rel).write_text(content, encoding="utf-8", newline="")
-    return Project.load(dest)
+    return Project.load(write_files(dest, {"tfrepro.toml": MANIFEST_TEXT, **files}))
 
 
 def summary_lines(got: FromScript) -> list[str]:

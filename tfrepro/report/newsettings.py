@@ -20,6 +20,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from tfrepro.report.records import run_dirs
 from tfrepro.report.scriptargs import script_args
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
@@ -47,10 +48,7 @@ def recorded_args(root: Path, entry: str) -> tuple[list[str], str | None]:
     runs = root / STATE_DIR_NAME / "runs"
     if not runs.is_dir():
         return [], None
-    found = sorted(
-        (d for d in runs.iterdir() if (d / "result.json").is_file()), key=lambda d: (d.stat().st_mtime, d.name)
-    )
-    for run in reversed(found):
+    for run in reversed(run_dirs(runs)):
         try:
             settings = json.loads((run / "result.json").read_text(encoding="utf-8")).get("settings")
         except (OSError, ValueError):

@@ -83,13 +83,14 @@ def run_as_written(project_dir: Path, settings: TrialSettings, how: TrialOptions
     return run_trial(Project.load(project_dir, detect=False), (), settings, replace(how, use_cache=False))
 
 
-def write_files(dest: Path, files: dict[str, str]) -> Path:
+def write_files(dest: Path, files: Mapping[str, str | bytes]) -> Path:
+    """`files` (relpath -> text, or bytes) under `dest`, text as it is (no newline translation)."""
     for rel, text in files.items():
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         if isinstance(text, bytes):  # data.npz: the records a reduced repro reads (report/reduce.py)
             (dest / rel).write_bytes(text)
         else:
-            (dest / rel).write_text(text, encoding="utf-8")
+            (dest / rel).write_text(text, encoding="utf-8", newline="")
     return dest
 
 

@@ -129,8 +129,8 @@ def _hparams(r: Row, features: list[str]) -> dict[str, bool | str]:
     return hp
 
 
-def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time: float) -> int:
-    """One HParams session per trial under `logdir`; returns how many."""
+def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time: float) -> None:
+    """One HParams session per trial under `logdir`."""
     for r in rows:
         metrics = {
             "shows_symptom": 0.0 if r.verdict in ("ok", "") else 1.0,
@@ -146,7 +146,6 @@ def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time:
             hparams=_hparams(r, features),
             metrics={k: (step, v) for k, v in metrics.items() if v is not None},
         )
-    return len(rows)
 
 
 def write_trial_tables(run_dir: Path, result: ResultJson | None = None) -> dict[str, Path]:
@@ -160,8 +159,6 @@ def write_trial_tables(run_dir: Path, result: ResultJson | None = None) -> dict[
     rows = trial_rows(run_dir, result.get("trials_table") or [])
     if not rows:
         return {}
-    features = list(result.get("features") or [])
-    out = {"trials.csv": write_csv(run_dir / "trials.csv", rows)}
-    write_hparams(run_dir / "tensorboard", rows, features, time.time())
-    out["tensorboard"] = run_dir / "tensorboard"
-    return out
+    csv_path = write_csv(run_dir / "trials.csv", rows)
+    write_hparams(run_dir / "tensorboard", rows, list(result.get("features") or []), time.time())
+    return {"trials.csv": csv_path, "tensorboard": run_dir / "tensorboard"}
