@@ -22,8 +22,6 @@ from pathlib import Path
 from tfrepro.inside import ENV_PROBE
 from tfrepro.report.records import EnvFacts
 
-PROBE = ENV_PROBE
-
 
 def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
     """An environment for TensorFlow children: quiet logs, and no path that
@@ -79,7 +77,7 @@ def in_trial(*, python: str | None = None, timeout_s: float = 180.0) -> EnvFacts
     return {"probe_error": f"environment probe failed (exit {got.exit_code}): {got.error or 'no output'}"}
 
 
-def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path = PROBE) -> EnvFacts:
+def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path = ENV_PROBE) -> EnvFacts:
     """Facts about the TensorFlow installation `python` runs (see
     `inside/envprobe.py`; `inside/runtimeprobe.py` adds the runtime settings).
     Never raises for a failing child: the facts then carry `probe_error`."""

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import os
 import re
-import shutil
 import tempfile
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -192,8 +191,7 @@ def _user_line(message: str, traceback_text: str, script: str, source: str, rel:
     (a found Localization holding only those): from the op's creation
     stack, else (eager ops carry none) from the exception's own traceback."""
     script_abs, base = os.path.abspath(script), os.path.basename(script)
-    frames = [(f, int(n), fn) for f, n, fn in _FRAME.findall(message)]
-    frames += [(f, int(n), fn) for f, n, fn in _STACK_FRAME.findall(message)]
+    frames = [(f, int(n), fn) for f, n, fn in _FRAME.findall(message) + _STACK_FRAME.findall(message)]
     user = _user_frames(frames, script_abs, base)
     if not user and traceback_text:
         user = _user_frames([(f, int(n), fn) for f, n, fn in _FRAME.findall(traceback_text)], script_abs, base)
@@ -230,11 +228,9 @@ def _user_frames(frames: list[tuple[str, int, str]], script_abs: str, base: str)
     """Frames in the repro script, in the order the message lists them
     (outermost first). The op-creation stack abbreviates long paths with a
     leading '...', so a basename match is accepted there."""
-    out = []
-    for f, n, fn in frames:
-        if f == script_abs or f == base or (not f.startswith("...") and os.path.abspath(f) == script_abs):
-            out.append((f, n, fn))
-    full = [x for x in out if x[0] in (script_abs, base)]
+    mine = (script_abs, base)
+    full = [x for x in frames if x[0] in mine]
+    out = [x for x in frames if x[0] in mine or (not x[0].startswith("...") and os.path.abspath(x[0]) == script_abs)]
     return full or out
 
 
@@ -251,11 +247,8 @@ def localize(
     for the exported script); the run goes to the script's own end or its
     first NaN, within `timeout_s` (default: the settings'). Never raises for
     a failing run: the note says what happened."""
-    tmp = tempfile.mkdtemp(prefix="tfrepro-localize-")
-    try:
+    with tempfile.TemporaryDirectory(prefix="tfrepro-localize-", ignore_cleanup_errors=True) as tmp:
         return _localize_in(Path(tmp), files, python, _probe_settings(settings, timeout_s or settings.timeout_s))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _probe_settings(settings: TrialSettings, timeout_s: float) -> TrialSettings:
@@ -316,7 +309,7 @@ def _localize_in(tmp: Path, files: dict[str, str], python: str | None, settings:
         traceback_text=tb,
     )
     if not loc.found:
-        last = (facts.get("traceback") or msg).strip().splitlines()[-1:] or [""]
+        last = (tb or msg).strip().splitlines()[-1:] or [""]
         note = f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}"
         return Localization(found=False, settings=ran, note=note, excerpt=loc.excerpt)
-    return Localization(**{**loc.to_dict(), "settings": ran})
+    return replace(loc, settings=ran)

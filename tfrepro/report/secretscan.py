@@ -64,8 +64,7 @@ def scan_bundle(path: str | Path, commits: Iterable[str] = ()) -> list[Finding]:
     `commits`: full shas the run tried (`run_commits`), never a finding."""
     root = Path(path)
     files = sorted(p for p in root.rglob("*") if p.is_file() and not _BINARY.search(p.name))
-    texts = {p: _read_text(p) for p in files}
-    texts = {p: t for p, t in texts.items() if t is not None}
+    texts = {p: t for p in files if (t := _read_text(p)) is not None}
     own = frozenset(c.lower() for c in commits if _SHA.fullmatch(c))
     found = set(_detect_secrets(root, texts, own)) | set(_own_rules(root, texts))
     return sorted(found, key=lambda f: (f.file, f.line, f.kind))
