@@ -32,10 +32,6 @@ if len(_gpus) < {n}:
 """
 
 
-def split_lines(n: int) -> str:
-    return _SPLIT.format(n=n, mb=GPU_REPLICA_MB)
-
-
 def _insert_at(source: str) -> int:
     """The line index after the first top-level `import tensorflow` /
     `from tensorflow ...` (0: the top, past a shebang and coding lines)."""
@@ -68,4 +64,4 @@ def with_split(source: str, n: int | None) -> str:
     at = _insert_at(source)
     if at and not lines[at - 1].endswith("\n"):
         lines[at - 1] += "\n"
-    return "".join(lines[:at] + [split_lines(n)] + lines[at:])
+    return "".join(lines[:at] + [_SPLIT.format(n=n, mb=GPU_REPLICA_MB)] + lines[at:])

@@ -94,10 +94,6 @@ def write_files(dest: Path, files: Mapping[str, str | bytes]) -> Path:
     return dest
 
 
-def _fmt_loss(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.4g}"
-
-
 @dataclass(frozen=True)
 class RerunSpec:
     """What a re-run judges by: the trial `settings` (entry, steps, budget),
@@ -175,7 +171,8 @@ def _detail(
             return f"the loss became non-finite at step {cand.first_nonfinite_step}"
         if cand.weights_finite is False:
             return "the weights were non-finite at the end of training"
-        return f"the loss stayed finite over {cand.steps_run} steps (last loss {_fmt_loss(cand.last_loss)})"
+        last = "n/a" if cand.last_loss is None else f"{cand.last_loss:.4g}"
+        return f"the loss stayed finite over {cand.steps_run} steps (last loss {last})"
     if symptom == "crash":
         detail = f"the script raised: {cand.error}" if cand.crashed else "the script ran to the end"
         if cand.crashed and not shown:

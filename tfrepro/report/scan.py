@@ -138,13 +138,7 @@ def extra_imports(files: dict[str, str]) -> list[str]:
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
+                found.update(a.name.split(".")[0] for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top not in _ALLOWED_PACKAGES and top not in local:
-                    found.add(top)
-    return sorted(found)
+                found.add(node.module.split(".")[0])
+    return sorted(found - sys.stdlib_module_names - _ALLOWED_PACKAGES - local)

@@ -119,10 +119,6 @@ def _read_text(p: Path) -> str | None:
         return None
 
 
-def _rel(root: Path, p: Path) -> str:
-    return p.relative_to(root).as_posix()
-
-
 def _detect_secrets(root: Path, texts: dict[Path, str], commits: frozenset[str] = frozenset()) -> Iterator[Finding]:
     from detect_secrets.core import scan
     from detect_secrets.settings import default_settings, get_settings
@@ -137,7 +133,7 @@ def _detect_secrets(root: Path, texts: dict[Path, str], commits: frozenset[str] 
                 value = str(secret.secret_value or "")
                 if _is_ours(secret.type, value, line) or (secret.type == HEX_KIND and value.lower() in commits):
                     continue
-                yield Finding(_rel(root, p), n, secret.type)
+                yield Finding(p.relative_to(root).as_posix(), n, secret.type)
 
 
 def _is_ours(kind: str, value: str, line: str) -> bool:
@@ -168,4 +164,4 @@ def _own_rules(root: Path, texts: dict[Path, str]) -> Iterator[Finding]:
     for p, text in texts.items():
         for n, line in enumerate(text.splitlines(), 1):
             if shapes.scrub(line) != line:
-                yield Finding(_rel(root, p), n, OWN_KIND)
+                yield Finding(p.relative_to(root).as_posix(), n, OWN_KIND)
