@@ -23,10 +23,10 @@ from tfrepro.inside import ENV_PROBE
 from tfrepro.report.records import EnvFacts
 
 
-def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
+def child_env() -> dict[str, str]:
     """An environment for TensorFlow children: quiet logs, and no path that
     would make tfrepro importable (a repro must stand on its own)."""
-    env = dict(os.environ if base is None else base)
+    env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env

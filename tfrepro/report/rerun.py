@@ -54,18 +54,14 @@ class Reproduction:
 
 
 def default_runner(
-    state_dir: Path,
-    env: dict[str, str] | None = None,
-    *,
-    python: str | None = None,
-    versions: Mapping[str, str | None] | None = None,
+    state_dir: Path, *, python: str | None = None, versions: Mapping[str, str | None] | None = None
 ) -> Runner:
     """Trials of an exported repro, as written; under `python` (another
     environment's interpreter, e.g. tf-nightly's) when given."""
     from tfrepro.trials.trial import TrialOptions
 
     def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
-        opts = dict(state_dir=state_dir, env=env, label="report-rerun", python=python, versions=versions)
+        opts = dict(state_dir=state_dir, label="report-rerun", python=python, versions=versions)
         how = TrialOptions(plugins=(SETUP_PLUGIN,), plugin_options={"environment": True}, **opts)
         return run_as_written(project_dir, settings, how)
 
@@ -115,7 +111,6 @@ def reproduce(
     spec: RerunSpec,
     *,
     runner: Runner | None = None,
-    workdir: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Reproduction:
     """Re-run the exported `candidate` files (relpath -> text, entry
@@ -124,7 +119,7 @@ def reproduce(
     is known."""
     if isinstance(candidate.get("data.npz"), bytes) and "data.npz" not in reference:
         reference = {**reference, "data.npz": candidate["data.npz"]}  # the records a reduced reference reads too
-    with tempfile.TemporaryDirectory(prefix="tfrepro-rerun-", dir=workdir) as tmp:
+    with tempfile.TemporaryDirectory(prefix="tfrepro-rerun-") as tmp:
         root = Path(tmp)
         cand_dir = write_files(root / "candidate", candidate)
         ref_dir = write_files(root / "reference", reference)

@@ -335,7 +335,7 @@ class Scrubber:
     homes: tuple[str, ...] = ()
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None, home: str | None = None) -> Scrubber:
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Scrubber:
         environ = os.environ if environ is None else environ
         secrets = {
             v for k, v in environ.items() if v and len(v) >= _MIN_SECRET_LEN and not _PLAIN.match(v) and is_secret(k, v)
@@ -343,7 +343,7 @@ class Scrubber:
         for k, v in environ.items():
             if v and _SECRET_BEARING.match(k):
                 secrets.update(_secret_parts(k, v))
-        home = home if home is not None else environ.get("HOME") or os.path.expanduser("~")
+        home = environ.get("HOME") or os.path.expanduser("~")
         homes = {home.rstrip("/"), os.path.realpath(home).rstrip("/")} - {""} if home and home.rstrip("/") else set()
         # Longest first, so a secret containing another is replaced whole.
         return cls(tuple(sorted(secrets, key=len, reverse=True)), tuple(sorted(homes, key=len, reverse=True)))
