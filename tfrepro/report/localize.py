@@ -14,9 +14,9 @@ import ast
 import os
 import re
 import tempfile
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from tfrepro.inside import LOCALIZE_PLUGIN
 from tfrepro.report.records import RuntimeSettings
@@ -70,9 +70,6 @@ class Localization:
     note: str = ""
     excerpt: str = ""  # the part of the error a maintainer wants to read
     settings: RuntimeSettings = field(default_factory=lambda: RuntimeSettings())
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
     def headline(self) -> str:
         if not self.found:

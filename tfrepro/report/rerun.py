@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -48,9 +48,6 @@ class Reproduction:
     candidate: dict[str, Any] | None = None
     reference: dict[str, Any] | None = None
     timing: dict[str, Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def default_runner(
