@@ -34,12 +34,10 @@ def user_settings(manifest: Any) -> dict[str, dict[str, object]]:
     if not manifest.path or not Path(manifest.path).is_file():
         return {}
     data = tomllib.loads(Path(manifest.path).read_text(encoding="utf-8"))
-    out: dict[str, dict[str, object]] = {}
-    for table in CARRIED_TABLES:
-        kept = {k: v for k, v in (data.get(table) or {}).items() if k not in NOT_CARRIED.get(table, set())}
-        if kept:
-            out[table] = kept
-    return out
+    kept = {
+        t: {k: v for k, v in (data.get(t) or {}).items() if k not in NOT_CARRIED.get(t, set())} for t in CARRIED_TABLES
+    }
+    return {table: values for table, values in kept.items() if values}
 
 
 def recorded_args(root: Path, entry: str) -> tuple[list[str], str | None]:

@@ -126,9 +126,7 @@ def reproduce(
         if symptom == Verdict.SLOWDOWN.value:
             return _slowdown(cand_dir, ref_dir, spec, runner, progress)
         cand = runner(cand_dir, spec.settings)
-        ref = None
-        if symptom in (Verdict.MISMATCH.value, Verdict.MEMORY.value):
-            ref = runner(ref_dir, spec.settings)
+        ref = runner(ref_dir, spec.settings) if symptom in (Verdict.MISMATCH.value, Verdict.MEMORY.value) else None
         return _judged(symptom, cand, ref, spec)
 
 
