@@ -244,8 +244,33 @@ def localize(
     for the exported script); the run goes to the script's own end or its
     first NaN, within `timeout_s` (default: the settings'). Never raises for
     a failing run: the note says what happened."""
+    settings = _probe_settings(settings, timeout_s or settings.timeout_s)
     with tempfile.TemporaryDirectory(prefix="tfrepro-localize-", ignore_cleanup_errors=True) as tmp:
-        return _localize_in(Path(tmp), files, python, _probe_settings(settings, timeout_s or settings.timeout_s))
+        got = _facts(Path(tmp), files, python, settings)
+    if isinstance(got, str):
+        return Localization(found=False, note=got)
+    facts, script = got
+    ran: RuntimeSettings = facts.get("settings") or {}
+    if facts.get("completed"):
+        note = (
+            "check_numerics saw no NaN/Inf in any op output with XLA off: the non-finite value "
+            "may come from XLA itself, or only the final weights are non-finite"
+        )
+        return Localization(found=False, settings=ran, note=note)
+    msg, tb = facts.get("message") or "", facts.get("traceback") or ""
+    loc = parse_check_numerics(
+        msg,
+        script=str(script),
+        source=files.get(settings.entry, ""),
+        layers=dict(facts.get("layers") or []),
+        rel=settings.entry,
+        traceback_text=tb,
+    )
+    if not loc.found:
+        last = (tb or msg).strip().splitlines()[-1:] or [""]
+        note = f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}"
+        return Localization(found=False, settings=ran, note=note, excerpt=loc.excerpt)
+    return replace(loc, settings=ran)
 
 
 def _probe_settings(settings: TrialSettings, timeout_s: float) -> TrialSettings:
@@ -281,32 +306,3 @@ def _facts(
     if not isinstance(facts, dict):
         return f"the check_numerics run failed (exit {got.exit_code}): {got.error or 'no output'}"
     return facts, Path(got.log_dir or tmp) / "variant" / settings.entry
-
-
-def _localize_in(tmp: Path, files: dict[str, str], python: str | None, settings: TrialSettings) -> Localization:
-    got = _facts(tmp, files, python, settings)
-    if isinstance(got, str):
-        return Localization(found=False, note=got)
-    facts, script = got
-    ran: RuntimeSettings = facts.get("settings") or {}
-    layers = {n: c for n, c in facts.get("layers") or []}
-    if facts.get("completed"):
-        note = (
-            "check_numerics saw no NaN/Inf in any op output with XLA off: the non-finite value "
-            "may come from XLA itself, or only the final weights are non-finite"
-        )
-        return Localization(found=False, settings=ran, note=note)
-    msg, tb = facts.get("message") or "", facts.get("traceback") or ""
-    loc = parse_check_numerics(
-        msg,
-        script=str(script),
-        source=files.get(settings.entry, ""),
-        layers=layers,
-        rel=settings.entry,
-        traceback_text=tb,
-    )
-    if not loc.found:
-        last = (tb or msg).strip().splitlines()[-1:] or [""]
-        note = f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}"
-        return Localization(found=False, settings=ran, note=note, excerpt=loc.excerpt)
-    return replace(loc, settings=ran)

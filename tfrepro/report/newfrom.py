@@ -235,7 +235,8 @@ def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: 
     def ends_alike(files: dict[str, str | bytes]) -> bool:
         rest = {new_rel(r, entry): t for r, t in texts.items() if r != entry}
         mine = {k: default_args(v, ENTRY, args) if k == ENTRY else v for k, v in files.items()}
-        new = write_project(tmp / f"try-{next(counter)}", {**rest, **{k: _off(k, v) for k, v in mine.items()}})
+        off = {k: v if isinstance(v, bytes) else _all_off(v, k) for k, v in mine.items()}
+        new = write_project(tmp / f"try-{next(counter)}", {**rest, **off})
         return same_end(orig, trial(new, frozenset(project.feature_names)))
 
     text, replaced = standin.rewrite(texts[entry], sites)
@@ -251,10 +252,6 @@ def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: 
             return got.text, "reduced", facts, {"data.npz": got.npz}
     facts["needs_user_data"] = [s.brief() for s in sites]
     return texts[entry], "user", facts, {}
-
-
-def _off(rel: str, content: Any) -> Any:
-    return content if isinstance(content, bytes) else _all_off(content, rel)
 
 
 def write_project(dest: Path, files: dict[str, str | bytes]) -> Any:
