@@ -65,16 +65,16 @@ def comment_tail(text: str, path: str = "repro.py") -> tuple[str, list[Commented
         return text, []
     if not blocks:
         return text, []
+    unmarked = [stmt for stmt in tree.body if _block_of(blocks, stmt.lineno) is None]
     bound: set[str] = set()  # a module, function or class bound outside the blocks is no feature's
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.Import, ast.ImportFrom)) and _block_of(blocks, stmt.lineno) is None:
+    for stmt in unmarked:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             bound.update((a.asname or a.name).split(".")[0] for a in stmt.names)
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if _block_of(blocks, stmt.lineno) is None:
-                bound.add(stmt.name)
+            bound.add(stmt.name)
     bodies: list[tuple[list[ast.stmt], set[str]]] = [(tree.body, bound)]
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and _block_of(blocks, stmt.lineno) is None:
+    for stmt in unmarked:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             params = {a.arg for a in (*stmt.args.posonlyargs, *stmt.args.args, *stmt.args.kwonlyargs)}
             params |= {a.arg for a in (stmt.args.vararg, stmt.args.kwarg) if a is not None}
             bodies.append((stmt.body, bound | params))

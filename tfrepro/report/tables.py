@@ -115,8 +115,7 @@ def write_csv(path: Path, rows: list[Row]) -> Path:
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(COLUMNS)
-        for r in rows:
-            w.writerow([_cell(getattr(r, c)) for c in COLUMNS])
+        w.writerows([_cell(getattr(r, c)) for c in COLUMNS] for r in rows)
     return path
 
 
