@@ -68,10 +68,8 @@ def find_run(path: str | Path | None = None) -> Path:
     if (p / "result.json").is_file():
         return p
     for runs in (p / RUNS, p / "runs", p):
-        if runs.is_dir():
-            found = run_dirs(runs)
-            if found:
-                return found[-1]
+        if runs.is_dir() and (found := run_dirs(runs)):
+            return found[-1]
     if not p.exists():
         raise UserError(
             "no such run or project directory",

@@ -54,8 +54,7 @@ def reproduction(r: Report) -> list[str]:
             + ", ".join(f"`{f}`" for f in extra_files)
             + "."
         )
-    out.append("")
-    out.append(rerun_sentence(r.reproduction))
+    out += ["", rerun_sentence(r.reproduction)]
     if "repro.ipynb" in (r.artifacts or {}):
         out.append("")
         out.append(
@@ -219,9 +218,7 @@ def culprit_diff(r: Report) -> list[str]:
 
 
 def bundle_files(r: Report) -> list[str]:
-    out = ["### Files in this bundle", ""]
-    out.extend(f"- `{name}`: {what}" for name, what in (r.artifacts or {}).items())
-    out.append("")
+    out = ["### Files in this bundle", "", *(f"- `{name}`: {what}" for name, what in (r.artifacts or {}).items()), ""]
     n = r.redacted_env_count or 0
     if n:
         out += [

@@ -167,7 +167,7 @@ def _node_of(message: str, layers: dict[str, str]) -> Localization:
     to (matched against the model's layers, else the innermost scope part)
     and whether it is part of the gradient computation (a found Localization
     holding only those)."""
-    nm = next(_NODE.finditer(message), None)
+    nm = _NODE.search(message)
     node = (nm.group(1) or nm.group(2)).strip() if nm else None
     if node:
         node = re.sub(r"/CheckNumerics(V2)?$", "", node)
