@@ -117,11 +117,9 @@ def _match_layer(scope_parts: list[str], layers: dict[str, str]) -> tuple[str | 
     for part in reversed(scope_parts):
         if part in _NOT_LAYERS:
             continue
-        if part in layers:
-            return part, layers[part]
-        base = re.sub(r"_\d+$", "", part)
-        if base in layers:
-            return base, layers[base]
+        for name in (part, re.sub(r"_\d+$", "", part)):
+            if name in layers:
+                return name, layers[name]
     return None, None
 
 

@@ -36,19 +36,14 @@ def _insert_at(source: str) -> int:
     """The line index after the first top-level `import tensorflow` /
     `from tensorflow ...` (0: the top, past a shebang and coding lines)."""
     try:
-        tree = ast.parse(source)
+        body = ast.parse(source).body
     except SyntaxError:
-        tree = None
-    for node in tree.body if tree is not None else []:
-        names = (
-            [a.name for a in node.names]
-            if isinstance(node, ast.Import)
-            else [node.module or ""]
-            if isinstance(node, ast.ImportFrom)
-            else []
-        )
-        if any(name.partition(".")[0] == "tensorflow" for name in names):
-            return node.end_lineno or node.lineno
+        body = []
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            if any(name.partition(".")[0] == "tensorflow" for name in names):
+                return node.end_lineno or node.lineno
     lines = source.splitlines()
     i = 0
     while i < len(lines) and i < 2 and lines[i].startswith("#"):
