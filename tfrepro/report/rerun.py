@@ -139,9 +139,8 @@ def _judged(symptom: str, cand: TrialResult, ref: TrialResult | None, spec: Reru
     baselines = [ref] if memory and ref is not None else ()
     seen = shows(cand, reference=None if memory else ref, settings=spec.symptoms, noise=spec.noise, baselines=baselines)
     verdict = primary(seen, _verdict(symptom))
-    shown = verdict.value == symptom
-    if shown and symptom == "crash" and not same_error(cand.error, spec.expected_error):
-        shown = False
+    # a crash shows only as the bisect's own (same exception and message)
+    shown = verdict.value == symptom and (symptom != "crash" or same_error(cand.error, spec.expected_error))
     detail = _detail(symptom, cand, ref, spec, shown=shown, verdict=verdict)
     if not shown and verdict not in (Verdict.OK, _verdict(symptom)):
         detail += f"; it showed {verdict.value} instead"
