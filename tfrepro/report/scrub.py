@@ -269,9 +269,7 @@ def userinfo_parts(url: str) -> tuple[str, ...]:
 
 def looks_secret_value(value: str) -> bool:
     """A value that is shaped like a credential, whatever its name."""
-    if any(p.search(value) for p in _SECRET_PATTERNS):
-        return True
-    if _URL_CREDENTIALS.search(value) or _ASSIGNMENT.search(value):
+    if any(p.search(value) for p in (*_SECRET_PATTERNS, _URL_CREDENTIALS, _ASSIGNMENT)):
         return True
     return any(_is_random_looking(m.group(0)) for m in _RANDOM_LOOKING.finditer(value))
 
