@@ -139,9 +139,8 @@ def localisation(r: Report) -> list[str]:
     if loc.get("code"):
         out += [code(f"{loc.get('file')}:{loc.get('line')}: {loc['code']}", "python"), ""]
     det = [f"op type `{loc.get('op_type')}`", f"node `{loc.get('node')}`"]
-    for key, label in (("dtype", "dtype {}"), ("shape", "shape {}"), ("input_tensor", "input `{}`")):
-        if loc.get(key):
-            det.append(label.format(loc[key]))
+    facts = (("dtype", "dtype {}"), ("shape", "shape {}"), ("input_tensor", "input `{}`"))
+    det += [label.format(loc[key]) for key, label in facts if loc.get(key)]
     return out + ["- " + "; ".join(det), ""]
 
 
