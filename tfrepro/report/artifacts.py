@@ -4,11 +4,11 @@ step-time plots."""
 from __future__ import annotations
 
 import importlib.util
-import json
 from pathlib import Path
 
 from tfrepro.report.records import ResultJson, TrialSummary
 from tfrepro.report.rerun import Reproduction
+from tfrepro.report.tables import read_summary
 
 
 def load_trials(run_dir: Path, result: ResultJson) -> list[tuple[str, TrialSummary]]:
@@ -16,10 +16,7 @@ def load_trials(run_dir: Path, result: ResultJson) -> list[tuple[str, TrialSumma
     failing and culprit summaries when the table has none."""
     trials = []
     for i, row in enumerate(result.get("trials_table") or [], 1):
-        try:
-            summary = json.loads((run_dir / row["summary"]).read_text(encoding="utf-8")) if row.get("summary") else None
-        except (OSError, json.JSONDecodeError):
-            summary = None
+        summary = read_summary(run_dir, row)
         if summary is None:
             continue
         label = "+".join(row.get("enabled") or []) or "baseline"
@@ -37,7 +34,9 @@ def write_events(logdir: Path, trials: list[tuple[str, TrialSummary]]) -> dict[s
         return {"tensorboard/": "skipped: the run kept no per-trial summaries"}
     for name, s in trials:
         ms, mb = [1000.0 * t for t in s.get("step_times") or []], [v / 1e6 for v in s.get("rss_per_step") or []]
-        events.write_run(logdir / _safe_name(name), {"loss": s.get("losses") or [], "step_time_ms": ms, "rss_mb": mb})
+        events.write_run(
+            logdir / events.safe_name(name, 120), {"loss": s.get("losses") or [], "step_time_ms": ms, "rss_mb": mb}
+        )
     view = (
         "view them with `tensorboard --logdir tensorboard`"
         if have_tensorboard()
@@ -49,10 +48,6 @@ def write_events(logdir: Path, trials: list[tuple[str, TrialSummary]]) -> dict[s
 
 def have_tensorboard() -> bool:
     return importlib.util.find_spec("tensorboard") is not None
-
-
-def _safe_name(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "+-_." else "_" for c in name)[:120]
 
 
 def plots(out: Path, result: ResultJson, symptom: str, rep: Reproduction | None) -> dict[str, str]:

@@ -31,9 +31,9 @@ from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, write_scripts
-from tfrepro.report.records import EnvFacts, ResultJson
+from tfrepro.report.records import EnvFacts, ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
-from tfrepro.report.replicas import export_with_split
+from tfrepro.report.replicas import with_split
 from tfrepro.report.rerun import Runner
 from tfrepro.report.scriptargs import default_args, notebook_code, script_args
 from tfrepro.report.scrub import Scrubber
@@ -68,12 +68,8 @@ def find_run(path: str | Path | None = None) -> Path:
     if (p / "result.json").is_file():
         return p
     for runs in (p / RUNS, p / "runs", p):
-        if runs.is_dir():
-            found = sorted(
-                (d for d in runs.iterdir() if (d / "result.json").is_file()), key=lambda d: (d.stat().st_mtime, d.name)
-            )
-            if found:
-                return found[-1]
+        if runs.is_dir() and (found := run_dirs(runs)):
+            return found[-1]
     if not p.exists():
         raise UserError(
             "no such run or project directory",
@@ -187,20 +183,12 @@ def build_report(
 def _export(ctx: Context, scrubber: Scrubber) -> Export:
     """The two variants as standalone scripts: repro.py and its reference."""
     export = export_variants(ctx.result, ctx.project, ctx.run_dir, ctx.symptom, ctx.entry, scrubber.scrub)
-    export = export_with_split(export, ENTRY, ctx.settings.replicas)  # repro.py splits the device as the trials did
+    # repro.py splits the device as the trials did (both entries)
+    export = export.with_entry(lambda text: with_split(text, ctx.settings.replicas))
     # a plain `python repro.py` ends with a line saying whether it showed the symptom
-    export = replace(
-        export, cand_files={**export.cand_files, ENTRY: with_footer(export.cand_files[ENTRY], ctx.symptom, ctx.result)}
-    )
+    export = export.with_entry(lambda text: with_footer(text, ctx.symptom, ctx.result), ref=False)
     args = script_args(ctx.settings, ctx.entry)  # `tfrepro bisect train.py -- ARGS`: kept in the repro
-    if not args:
-        return export
-    cand, ref = export.cand_files, export.ref_files
-    return replace(
-        export,
-        cand_files={**cand, ENTRY: default_args(cand[ENTRY], ENTRY, args)},
-        ref_files={**ref, ENTRY: default_args(ref[ENTRY], ENTRY, args)} if ENTRY in ref else ref,
-    )
+    return export.with_entry(lambda text: default_args(text, ENTRY, args))
 
 
 def load_context(run_dir: Path) -> Context:

@@ -50,26 +50,24 @@ def _reproduce(
     return rep
 
 
-def _reproduce_trimmed(
-    ctx: Context, export: Export, *, rerun: bool, runner: Runner | None, max_pairs: int, say: Progress
-) -> tuple[Reproduction | None, Export, dict[str, Any]]:
+def _reproduce_trimmed(ctx: Context, export: Export, **kw: Any) -> tuple[Reproduction | None, Export, dict[str, Any]]:
     """The trimmed repro (report/trim.py) when a re-run shows the symptom
-    with it; else the untrimmed one. Returns (reproduction, export, facts)."""
+    with it; else the untrimmed one. Returns (reproduction, export, facts);
+    `kw`: `_reproduce`'s (rerun, runner, max_pairs, say)."""
     from tfrepro.report.trim import trim_files
 
     cand, changes = trim_files(export.cand_files)
-    kw = dict(rerun=rerun, runner=runner, max_pairs=max_pairs, say=say)
     if not changes:
         return _reproduce(ctx, export, **kw), export, {"trimmed": False, "changes": [], "note": "nothing to trim"}
-    if not rerun:
+    if not kw["rerun"]:
         note = "not trimmed: a trim is kept only when a re-run confirms it (--no-rerun)"
         return None, export, {"trimmed": False, "changes": changes, "note": note}
     trimmed = replace(export, cand_files=cand, ref_files=trim_files(export.ref_files)[0])
-    say(f"trimmed {ENTRY} ({len(changes)} change{'s' if len(changes) != 1 else ''}): re-running it")
+    kw["say"](f"trimmed {ENTRY} ({len(changes)} change{'s' if len(changes) != 1 else ''}): re-running it")
     rep = _reproduce(ctx, trimmed, **kw)
     if rep is not None and rep.reproduced is True:
         return rep, trimmed, {"trimmed": True, "changes": changes}
-    say("the trimmed repro does not show the symptom: the untrimmed one is kept")
+    kw["say"]("the trimmed repro does not show the symptom: the untrimmed one is kept")
     note = "the trimmed repro did not reproduce; untrimmed kept"
     return _reproduce(ctx, export, **kw), export, {"trimmed": False, "changes": changes, "note": note}
 

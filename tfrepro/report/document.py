@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
@@ -89,8 +90,8 @@ def document(
         "env_vars": capture_env(environ, scrubber),
         "redacted_env_count": withheld_count(environ),  # how many, never their names
         "setup": _setup_facts(export, reproduction, loc),
-        "reproduction": reproduction.to_dict() if reproduction else None,
-        "localization": ({**loc.to_dict(), "headline": loc.headline()} if loc else None),
+        "reproduction": asdict(reproduction) if reproduction else None,
+        "localization": ({**asdict(loc), "headline": loc.headline()} if loc else None),
         "repro": _repro_facts(ctx, export),
         "artifacts": {**artifacts, **OWN_FILES},
     }

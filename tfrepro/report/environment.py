@@ -22,26 +22,14 @@ from pathlib import Path
 from tfrepro.inside import ENV_PROBE
 from tfrepro.report.records import EnvFacts
 
-PROBE = ENV_PROBE
 
-
-def child_env(base: dict[str, str] | None = None) -> dict[str, str]:
+def child_env() -> dict[str, str]:
     """An environment for TensorFlow children: quiet logs, and no path that
     would make tfrepro importable (a repro must stand on its own)."""
-    env = dict(os.environ if base is None else base)
+    env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return env
-
-
-def probe_command(cmd: list[str], tmp: Path) -> list[str]:
-    """The probe confined to `tmp` where a mechanism works; where none does
-    it runs as is (it is tfrepro's code, importing TensorFlow: `tfrepro env`
-    must still tell what is there, the missing confinement included)."""
-    from tfrepro.trials.confine import detect
-    from tfrepro.trials.procs import confined
-
-    return confined(cmd, tmp) if detect().mode != "none" else cmd
 
 
 # The script of the environment trial: TensorFlow and Keras imported, nothing run.
@@ -79,16 +67,20 @@ def in_trial(*, python: str | None = None, timeout_s: float = 180.0) -> EnvFacts
     return {"probe_error": f"environment probe failed (exit {got.exit_code}): {got.error or 'no output'}"}
 
 
-def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path = PROBE) -> EnvFacts:
+def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path = ENV_PROBE) -> EnvFacts:
     """Facts about the TensorFlow installation `python` runs (see
     `inside/envprobe.py`; `inside/runtimeprobe.py` adds the runtime settings).
     Never raises for a failing child: the facts then carry `probe_error`."""
-    python = python or sys.executable
+    from tfrepro.trials.confine import detect
+    from tfrepro.trials.procs import confined, run_probe
+
     with tempfile.TemporaryDirectory(prefix="tfrepro-env-") as tmp:
         out = Path(tmp) / "env.json"
-        from tfrepro.trials.procs import run_probe
-
-        done = run_probe(probe_command([python, str(probe), str(out)], Path(tmp)), Path(tmp), child_env(), timeout_s)
+        cmd = [python or sys.executable, str(probe), str(out)]
+        # Confined to `tmp` where a mechanism works; where none does it runs as is (it is
+        # tfrepro's code: `tfrepro env` must still tell what is there, the missing confinement included).
+        cmd = confined(cmd, Path(tmp)) if detect().mode != "none" else cmd
+        done = run_probe(cmd, Path(tmp), child_env(), timeout_s)
         if done is None:
             return {"probe_error": f"environment probe timed out after {timeout_s:.0f} s"}
         if not out.exists():

@@ -24,20 +24,6 @@ DETERMINISM_VARS = ("TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "PYTHONHAS
 _PACKAGES = ("tfrepro", "python", "tensorflow", "keras", "tf_keras", "numpy")
 
 
-def relevant_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """TF_*, KERAS_*, CUDA_*, XLA_* (and scrub.py's allow-list), sorted;
-    a secret-looking name or value shows as `<redacted>`."""
-    names = {n for n in environ if scrub.is_allowed_env(n) or n.startswith("CUDA_")}
-    names |= {n for n in DETERMINISM_VARS if n in environ}
-    scrubber = scrub.Scrubber.from_environ(environ)
-    out: dict[str, str] = {}
-    for name in sorted(names):
-        value = environ[name]
-        secret = scrub.is_secret_name(name) or scrub.looks_secret_value(value)
-        out[name] = scrub.REDACTED if secret else scrubber.scrub(value)
-    return out
-
-
 def _version(facts: EnvFacts, key: str, dist_key: str) -> str | None:
     return facts.get(key) or (facts.get(dist_key) or {}).get("version")
 
@@ -45,7 +31,10 @@ def _version(facts: EnvFacts, key: str, dist_key: str) -> str | None:
 def env_doc(facts: EnvFacts, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The document `tfrepro env --json` prints, from the probe's facts."""
     environ = os.environ if environ is None else environ
-    variables = relevant_env(environ)
+    scrubber = scrub.Scrubber.from_environ(environ)
+    # TF_*, KERAS_*, CUDA_*, XLA_* (and scrub.py's allow-list), sorted; a secret-looking name or value redacted
+    names = {n for n in environ if scrub.is_allowed_env(n) or n.startswith("CUDA_")}
+    variables = scrub.capture_env(environ, scrubber, names | {n for n in DETERMINISM_VARS if n in environ})
     runtime = facts.get("runtime") or {}
     doc: dict[str, Any] = {
         "versions": {
@@ -72,7 +61,7 @@ def env_doc(facts: EnvFacts, environ: Mapping[str, str] | None = None) -> dict[s
         "withheld_env": scrub.withheld_count(environ),
     }
     doc.update({key: facts[key] for key in ("tf_error", "probe_error") if facts.get(key)})
-    return scrub.Scrubber.from_environ(environ).scrub_obj(doc)  # type: ignore[return-value]
+    return scrubber.scrub_obj(doc)  # type: ignore[return-value]
 
 
 def _unset(value: object) -> str:

@@ -70,6 +70,11 @@ def write_run(
     return path
 
 
+def safe_name(name: str, limit: int) -> str:
+    """`name` as a run directory's name: only letters, digits and `+-_.`, at most `limit` characters."""
+    return "".join(c if c.isalnum() or c in "+-_." else "_" for c in name)[:limit]
+
+
 def _with_start_time(content: bytes, start_time_secs: float) -> bytes:
     from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,6 +41,13 @@ class Export:
     @property
     def diff(self) -> str:
         return unified_diff(self.ref_files, self.cand_files)
+
+    def with_entry(self, change: Callable[[str], str], *, ref: bool = True) -> Export:
+        """The export with its entry script changed by `change` (and the reference's, when `ref` and it has one)."""
+        cand = {**self.cand_files, ENTRY: change(self.cand_files[ENTRY])}
+        if not (ref and ENTRY in self.ref_files):
+            return replace(self, cand_files=cand)
+        return replace(self, cand_files=cand, ref_files={**self.ref_files, ENTRY: change(self.ref_files[ENTRY])})
 
 
 class Writer(Protocol):

@@ -54,8 +54,7 @@ def reproduction(r: Report) -> list[str]:
             + ", ".join(f"`{f}`" for f in extra_files)
             + "."
         )
-    out.append("")
-    out.append(rerun_sentence(r.reproduction))
+    out += ["", rerun_sentence(r.reproduction)]
     if "repro.ipynb" in (r.artifacts or {}):
         out.append("")
         out.append(
@@ -140,9 +139,8 @@ def localisation(r: Report) -> list[str]:
     if loc.get("code"):
         out += [code(f"{loc.get('file')}:{loc.get('line')}: {loc['code']}", "python"), ""]
     det = [f"op type `{loc.get('op_type')}`", f"node `{loc.get('node')}`"]
-    for key, label in (("dtype", "dtype {}"), ("shape", "shape {}"), ("input_tensor", "input `{}`")):
-        if loc.get(key):
-            det.append(label.format(loc[key]))
+    facts = (("dtype", "dtype {}"), ("shape", "shape {}"), ("input_tensor", "input `{}`"))
+    det += [label.format(loc[key]) for key, label in facts if loc.get(key)]
     return out + ["- " + "; ".join(det), ""]
 
 
@@ -219,9 +217,7 @@ def culprit_diff(r: Report) -> list[str]:
 
 
 def bundle_files(r: Report) -> list[str]:
-    out = ["### Files in this bundle", ""]
-    out.extend(f"- `{name}`: {what}" for name, what in (r.artifacts or {}).items())
-    out.append("")
+    out = ["### Files in this bundle", "", *(f"- `{name}`: {what}" for name, what in (r.artifacts or {}).items()), ""]
     n = r.redacted_env_count or 0
     if n:
         out += [

@@ -13,11 +13,10 @@ from __future__ import annotations
 import ast
 import os
 import re
-import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from tfrepro.inside import LOCALIZE_PLUGIN
 from tfrepro.report.records import RuntimeSettings
@@ -72,9 +71,6 @@ class Localization:
     excerpt: str = ""  # the part of the error a maintainer wants to read
     settings: RuntimeSettings = field(default_factory=lambda: RuntimeSettings())
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
     def headline(self) -> str:
         if not self.found:
             return self.note or "check_numerics did not fire"
@@ -121,11 +117,9 @@ def _match_layer(scope_parts: list[str], layers: dict[str, str]) -> tuple[str | 
     for part in reversed(scope_parts):
         if part in _NOT_LAYERS:
             continue
-        if part in layers:
-            return part, layers[part]
-        base = re.sub(r"_\d+$", "", part)
-        if base in layers:
-            return base, layers[base]
+        for name in (part, re.sub(r"_\d+$", "", part)):
+            if name in layers:
+                return name, layers[name]
     return None, None
 
 
@@ -171,7 +165,7 @@ def _node_of(message: str, layers: dict[str, str]) -> Localization:
     to (matched against the model's layers, else the innermost scope part)
     and whether it is part of the gradient computation (a found Localization
     holding only those)."""
-    nm = next(_NODE.finditer(message), None)
+    nm = _NODE.search(message)
     node = (nm.group(1) or nm.group(2)).strip() if nm else None
     if node:
         node = re.sub(r"/CheckNumerics(V2)?$", "", node)
@@ -192,8 +186,7 @@ def _user_line(message: str, traceback_text: str, script: str, source: str, rel:
     (a found Localization holding only those): from the op's creation
     stack, else (eager ops carry none) from the exception's own traceback."""
     script_abs, base = os.path.abspath(script), os.path.basename(script)
-    frames = [(f, int(n), fn) for f, n, fn in _FRAME.findall(message)]
-    frames += [(f, int(n), fn) for f, n, fn in _STACK_FRAME.findall(message)]
+    frames = [(f, int(n), fn) for f, n, fn in _FRAME.findall(message) + _STACK_FRAME.findall(message)]
     user = _user_frames(frames, script_abs, base)
     if not user and traceback_text:
         user = _user_frames([(f, int(n), fn) for f, n, fn in _FRAME.findall(traceback_text)], script_abs, base)
@@ -230,11 +223,9 @@ def _user_frames(frames: list[tuple[str, int, str]], script_abs: str, base: str)
     """Frames in the repro script, in the order the message lists them
     (outermost first). The op-creation stack abbreviates long paths with a
     leading '...', so a basename match is accepted there."""
-    out = []
-    for f, n, fn in frames:
-        if f == script_abs or f == base or (not f.startswith("...") and os.path.abspath(f) == script_abs):
-            out.append((f, n, fn))
-    full = [x for x in out if x[0] in (script_abs, base)]
+    mine = (script_abs, base)
+    full = [x for x in frames if x[0] in mine]
+    out = [x for x in frames if x[0] in mine or (not x[0].startswith("...") and os.path.abspath(x[0]) == script_abs)]
     return full or out
 
 
@@ -251,11 +242,33 @@ def localize(
     for the exported script); the run goes to the script's own end or its
     first NaN, within `timeout_s` (default: the settings'). Never raises for
     a failing run: the note says what happened."""
-    tmp = tempfile.mkdtemp(prefix="tfrepro-localize-")
-    try:
-        return _localize_in(Path(tmp), files, python, _probe_settings(settings, timeout_s or settings.timeout_s))
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    settings = _probe_settings(settings, timeout_s or settings.timeout_s)
+    with tempfile.TemporaryDirectory(prefix="tfrepro-localize-", ignore_cleanup_errors=True) as tmp:
+        got = _facts(Path(tmp), files, python, settings)
+    if isinstance(got, str):
+        return Localization(found=False, note=got)
+    facts, script = got
+    ran: RuntimeSettings = facts.get("settings") or {}
+    if facts.get("completed"):
+        note = (
+            "check_numerics saw no NaN/Inf in any op output with XLA off: the non-finite value "
+            "may come from XLA itself, or only the final weights are non-finite"
+        )
+        return Localization(found=False, settings=ran, note=note)
+    msg, tb = facts.get("message") or "", facts.get("traceback") or ""
+    loc = parse_check_numerics(
+        msg,
+        script=str(script),
+        source=files.get(settings.entry, ""),
+        layers=dict(facts.get("layers") or []),
+        rel=settings.entry,
+        traceback_text=tb,
+    )
+    if not loc.found:
+        last = (tb or msg).strip().splitlines()[-1:] or [""]
+        note = f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}"
+        return Localization(found=False, settings=ran, note=note, excerpt=loc.excerpt)
+    return replace(loc, settings=ran)
 
 
 def _probe_settings(settings: TrialSettings, timeout_s: float) -> TrialSettings:
@@ -291,32 +304,3 @@ def _facts(
     if not isinstance(facts, dict):
         return f"the check_numerics run failed (exit {got.exit_code}): {got.error or 'no output'}"
     return facts, Path(got.log_dir or tmp) / "variant" / settings.entry
-
-
-def _localize_in(tmp: Path, files: dict[str, str], python: str | None, settings: TrialSettings) -> Localization:
-    got = _facts(tmp, files, python, settings)
-    if isinstance(got, str):
-        return Localization(found=False, note=got)
-    facts, script = got
-    ran: RuntimeSettings = facts.get("settings") or {}
-    layers = {n: c for n, c in facts.get("layers") or []}
-    if facts.get("completed"):
-        note = (
-            "check_numerics saw no NaN/Inf in any op output with XLA off: the non-finite value "
-            "may come from XLA itself, or only the final weights are non-finite"
-        )
-        return Localization(found=False, settings=ran, note=note)
-    msg, tb = facts.get("message") or "", facts.get("traceback") or ""
-    loc = parse_check_numerics(
-        msg,
-        script=str(script),
-        source=files.get(settings.entry, ""),
-        layers=layers,
-        rel=settings.entry,
-        traceback_text=tb,
-    )
-    if not loc.found:
-        last = (facts.get("traceback") or msg).strip().splitlines()[-1:] or [""]
-        note = f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}"
-        return Localization(found=False, settings=ran, note=note, excerpt=loc.excerpt)
-    return Localization(**{**loc.to_dict(), "settings": ran})

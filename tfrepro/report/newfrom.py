@@ -235,7 +235,8 @@ def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: 
     def ends_alike(files: dict[str, str | bytes]) -> bool:
         rest = {new_rel(r, entry): t for r, t in texts.items() if r != entry}
         mine = {k: default_args(v, ENTRY, args) if k == ENTRY else v for k, v in files.items()}
-        new = write_project(tmp / f"try-{next(counter)}", {**rest, **{k: _off(k, v) for k, v in mine.items()}})
+        off = {k: v if isinstance(v, bytes) else _all_off(v, k) for k, v in mine.items()}
+        new = write_project(tmp / f"try-{next(counter)}", {**rest, **off})
         return same_end(orig, trial(new, frozenset(project.feature_names)))
 
     text, replaced = standin.rewrite(texts[entry], sites)
@@ -253,23 +254,13 @@ def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: 
     return texts[entry], "user", facts, {}
 
 
-def _off(rel: str, content: Any) -> Any:
-    return content if isinstance(content, bytes) else _all_off(content, rel)
-
-
 def write_project(dest: Path, files: dict[str, str | bytes]) -> Any:
     """`files` as a marked project in `dest` (entry repro.py), loaded."""
     from tfrepro.project import Project
+    from tfrepro.report.rerun import write_files
 
     dest.mkdir(parents=True)
-    (dest / "tfrepro.toml").write_text(MANIFEST_TEXT, encoding="utf-8")
-    for rel, content in files.items():
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            (dest / rel).write_bytes(content)
-        else:
-            (dest / rel).write_text(content, encoding="utf-8", newline="")
-    return Project.load(dest)
+    return Project.load(write_files(dest, {"tfrepro.toml": MANIFEST_TEXT, **files}))
 
 
 def summary_lines(got: FromScript) -> list[str]:

@@ -20,6 +20,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from tfrepro.report.records import run_dirs
 from tfrepro.report.scriptargs import script_args
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
@@ -33,12 +34,10 @@ def user_settings(manifest: Any) -> dict[str, dict[str, object]]:
     if not manifest.path or not Path(manifest.path).is_file():
         return {}
     data = tomllib.loads(Path(manifest.path).read_text(encoding="utf-8"))
-    out: dict[str, dict[str, object]] = {}
-    for table in CARRIED_TABLES:
-        kept = {k: v for k, v in (data.get(table) or {}).items() if k not in NOT_CARRIED.get(table, set())}
-        if kept:
-            out[table] = kept
-    return out
+    kept = {
+        t: {k: v for k, v in (data.get(t) or {}).items() if k not in NOT_CARRIED.get(t, set())} for t in CARRIED_TABLES
+    }
+    return {table: values for table, values in kept.items() if values}
 
 
 def recorded_args(root: Path, entry: str) -> tuple[list[str], str | None]:
@@ -47,10 +46,7 @@ def recorded_args(root: Path, entry: str) -> tuple[list[str], str | None]:
     runs = root / STATE_DIR_NAME / "runs"
     if not runs.is_dir():
         return [], None
-    found = sorted(
-        (d for d in runs.iterdir() if (d / "result.json").is_file()), key=lambda d: (d.stat().st_mtime, d.name)
-    )
-    for run in reversed(found):
+    for run in reversed(run_dirs(runs)):
         try:
             settings = json.loads((run / "result.json").read_text(encoding="utf-8")).get("settings")
         except (OSError, ValueError):

@@ -34,18 +34,18 @@ def newest_nightly(listing: Callable[[], Any] | None = None) -> str:
     return versions[-1]
 
 
-def nightly_env(say: Callable[[str], None], *, store: Any = None, version: str | None = None) -> Any:
+def nightly_env(say: Callable[[str], None]) -> Any:
     """The environment of the newest nightly (built on first use), or the
     reason it cannot be had (a string)."""
     from tfrepro.trials.envs import EnvError, EnvStore, spec_for
 
     try:
-        version = version or newest_nightly()
+        version = newest_nightly()
     except (TfreproError, OSError) as e:
         return f"tf-nightly: {e}"
     say(f"nightly: {NIGHTLY_DIST}=={version} (an environment in the user cache; the first time takes a minute)")
     try:
-        return (store or EnvStore()).ensure(spec_for(version, tf_dist=NIGHTLY_DIST), lambda line: say(f"  {line}"))
+        return EnvStore().ensure(spec_for(version, tf_dist=NIGHTLY_DIST), lambda line: say(f"  {line}"))
     except EnvError as e:
         return f"no environment for {NIGHTLY_DIST} {version}: {e}"
 

@@ -25,7 +25,7 @@ feature's.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tfrepro import features as fb
 
@@ -40,6 +40,8 @@ class Commented:
     code: str  # its first line, stripped
     names: tuple[str, ...]
     features: tuple[str, ...]
+    end: int = field(default=0, repr=False, compare=False)  # its last line
+    indent: int = field(default=0, repr=False, compare=False)  # the column it is commented out at
 
 
 def _names(node: ast.AST, ctx: type) -> set[str]:
@@ -63,16 +65,16 @@ def comment_tail(text: str, path: str = "repro.py") -> tuple[str, list[Commented
         return text, []
     if not blocks:
         return text, []
+    unmarked = [stmt for stmt in tree.body if _block_of(blocks, stmt.lineno) is None]
     bound: set[str] = set()  # a module, function or class bound outside the blocks is no feature's
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.Import, ast.ImportFrom)) and _block_of(blocks, stmt.lineno) is None:
+    for stmt in unmarked:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
             bound.update((a.asname or a.name).split(".")[0] for a in stmt.names)
         elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            if _block_of(blocks, stmt.lineno) is None:
-                bound.add(stmt.name)
+            bound.add(stmt.name)
     bodies: list[tuple[list[ast.stmt], set[str]]] = [(tree.body, bound)]
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and _block_of(blocks, stmt.lineno) is None:
+    for stmt in unmarked:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
             params = {a.arg for a in (*stmt.args.posonlyargs, *stmt.args.args, *stmt.args.kwonlyargs)}
             params |= {a.arg for a in (stmt.args.vararg, stmt.args.kwarg) if a is not None}
             bodies.append((stmt.body, bound | params))
@@ -86,27 +88,14 @@ def comment_tail(text: str, path: str = "repro.py") -> tuple[str, list[Commented
         body = [fb.comment_line(x, indent) for x in lines[c.line - 1 : c.end]]
         note = indent + NOTE.format(names=", ".join(c.names), features=", ".join(c.features))
         out[c.line - 1 : c.end] = [note, *body]
-    return "".join(out), [c.public() for c in sorted(got, key=lambda c: c.line)]
+    return "".join(out), sorted(got, key=lambda c: c.line)
 
 
 def _block_of(blocks, line: int) -> fb.Block | None:
     return next((b for b in blocks if b.line < line < b.end_line), None)
 
 
-@dataclass(frozen=True)
-class _Found:
-    line: int
-    end: int
-    indent: int
-    code: str
-    names: tuple[str, ...]
-    features: tuple[str, ...]
-
-    def public(self) -> Commented:
-        return Commented(self.line, self.code, self.names, self.features)
-
-
-def _tail(body: list[ast.stmt], outside: set[str], blocks, lines: list[str]) -> list[_Found]:
+def _tail(body: list[ast.stmt], outside: set[str], blocks, lines: list[str]) -> list[Commented]:
     """The statements of `body` after its last training statement that read
     a feature's names (`outside`: names that are never a feature's)."""
     trained = [i for i, s in enumerate(body) if _trains(s)]
@@ -124,7 +113,7 @@ def _tail(body: list[ast.stmt], outside: set[str], blocks, lines: list[str]) -> 
             elif isinstance(n.ctx, ast.Load):
                 outside.add(n.id)
     made = {name: feats for name, feats in owners.items() if name not in outside}
-    got: list[_Found] = []
+    got: list[Commented] = []
     tail = body[trained[-1] + 1 :]
     column = body[0].col_offset
     for k, stmt in enumerate(tail):
@@ -138,5 +127,5 @@ def _tail(body: list[ast.stmt], outside: set[str], blocks, lines: list[str]) -> 
         feats = tuple(sorted(set().union(*(made[n] for n in reads))))
         for name in _names(stmt, ast.Store):
             made.setdefault(name, set(feats))
-        got.append(_Found(first, last, column, lines[first - 1].strip(), tuple(reads), feats))
+        got.append(Commented(first, lines[first - 1].strip(), tuple(reads), feats, last, column))
     return got

@@ -46,12 +46,11 @@ def _figure(path: Path, title: str, xlabel: str | None, ylabel: str):
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     try:
         yield ax
-        if xlabel is not None:
-            ax.set_xlabel(xlabel)
         ax.set_ylabel(ylabel)
         ax.set_title(title)
         ax.grid(alpha=0.3, axis="y" if xlabel is None else "both")
         if xlabel is not None:
+            ax.set_xlabel(xlabel)
             ax.legend(fontsize=8)
         fig.tight_layout()
         fig.savefig(path)

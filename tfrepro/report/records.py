@@ -6,6 +6,7 @@ are, so what is written back (result.json, report.json) is unchanged."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, TypedDict
 
 from tfrepro.trials.values import TrialRow  # result.json's trials table, as the bisect writes it
@@ -71,6 +72,12 @@ class ResultJson(TypedDict, total=False):
     first_bad_project: str
     good_project: str
     good: dict[str, Any]  # sha
+
+
+def run_dirs(runs: Path) -> list[Path]:
+    """The run directories (those holding a result.json) under `runs`, oldest first."""
+    found = (d for d in runs.iterdir() if (d / "result.json").is_file())
+    return sorted(found, key=lambda d: (d.stat().st_mtime, d.name))
 
 
 class EnvFacts(TypedDict, total=False):

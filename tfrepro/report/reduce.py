@@ -104,10 +104,7 @@ def reduce_records(n: int, chunk: int, test: Callable[[list[int]], bool]) -> tup
 
 
 def npz_bytes(groups: list[tuple[int, Records]], keep: list[int]) -> bytes:
-    arrays: dict[str, np.ndarray] = {}
-    for i, r in groups:
-        for k, v in r.subset(keep).items():
-            arrays[f"f{i}_{k}"] = v
+    arrays = {f"f{i}_{k}": v for i, r in groups for k, v in r.subset(keep).items()}
     buf = io.BytesIO()
     np.savez_compressed(buf, **arrays)
     return buf.getvalue()

@@ -11,8 +11,6 @@ that order), or at the top when it has none.
 from __future__ import annotations
 
 import ast
-from dataclasses import replace
-from typing import Any
 
 GPU_REPLICA_MB = 2048  # as inside/devices.py
 
@@ -34,27 +32,18 @@ if len(_gpus) < {n}:
 """
 
 
-def split_lines(n: int) -> str:
-    return _SPLIT.format(n=n, mb=GPU_REPLICA_MB)
-
-
 def _insert_at(source: str) -> int:
     """The line index after the first top-level `import tensorflow` /
     `from tensorflow ...` (0: the top, past a shebang and coding lines)."""
     try:
-        tree = ast.parse(source)
+        body = ast.parse(source).body
     except SyntaxError:
-        tree = None
-    for node in tree.body if tree is not None else []:
-        names = (
-            [a.name for a in node.names]
-            if isinstance(node, ast.Import)
-            else [node.module or ""]
-            if isinstance(node, ast.ImportFrom)
-            else []
-        )
-        if any(name.partition(".")[0] == "tensorflow" for name in names):
-            return node.end_lineno or node.lineno
+        body = []
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            if any(name.partition(".")[0] == "tensorflow" for name in names):
+                return node.end_lineno or node.lineno
     lines = source.splitlines()
     i = 0
     while i < len(lines) and i < 2 and lines[i].startswith("#"):
@@ -70,13 +59,4 @@ def with_split(source: str, n: int | None) -> str:
     at = _insert_at(source)
     if at and not lines[at - 1].endswith("\n"):
         lines[at - 1] += "\n"
-    return "".join(lines[:at] + [split_lines(n)] + lines[at:])
-
-
-def export_with_split(export: Any, entry: str, n: int | None) -> Any:
-    """An `Export` whose two entry scripts carry the split."""
-    if not n or n <= 1:
-        return export
-    cand = {k: with_split(v, n) if k == entry else v for k, v in export.cand_files.items()}
-    ref = {k: with_split(v, n) if k == entry else v for k, v in export.ref_files.items()}
-    return replace(export, cand_files=cand, ref_files=ref)
+    return "".join(lines[:at] + [_SPLIT.format(n=n, mb=GPU_REPLICA_MB)] + lines[at:])

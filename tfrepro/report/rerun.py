@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -49,23 +49,16 @@ class Reproduction:
     reference: dict[str, Any] | None = None
     timing: dict[str, Any] | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
 
 def default_runner(
-    state_dir: Path,
-    env: dict[str, str] | None = None,
-    *,
-    python: str | None = None,
-    versions: Mapping[str, str | None] | None = None,
+    state_dir: Path, *, python: str | None = None, versions: Mapping[str, str | None] | None = None
 ) -> Runner:
     """Trials of an exported repro, as written; under `python` (another
     environment's interpreter, e.g. tf-nightly's) when given."""
     from tfrepro.trials.trial import TrialOptions
 
     def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
-        opts = dict(state_dir=state_dir, env=env, label="report-rerun", python=python, versions=versions)
+        opts = dict(state_dir=state_dir, label="report-rerun", python=python, versions=versions)
         how = TrialOptions(plugins=(SETUP_PLUGIN,), plugin_options={"environment": True}, **opts)
         return run_as_written(project_dir, settings, how)
 
@@ -83,18 +76,15 @@ def run_as_written(project_dir: Path, settings: TrialSettings, how: TrialOptions
     return run_trial(Project.load(project_dir, detect=False), (), settings, replace(how, use_cache=False))
 
 
-def write_files(dest: Path, files: dict[str, str]) -> Path:
+def write_files(dest: Path, files: Mapping[str, str | bytes]) -> Path:
+    """`files` (relpath -> text, or bytes) under `dest`, text as it is (no newline translation)."""
     for rel, text in files.items():
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         if isinstance(text, bytes):  # data.npz: the records a reduced repro reads (report/reduce.py)
             (dest / rel).write_bytes(text)
         else:
-            (dest / rel).write_text(text, encoding="utf-8")
+            (dest / rel).write_text(text, encoding="utf-8", newline="")
     return dest
-
-
-def _fmt_loss(x: float | None) -> str:
-    return "n/a" if x is None else f"{x:.4g}"
 
 
 @dataclass(frozen=True)
@@ -118,7 +108,6 @@ def reproduce(
     spec: RerunSpec,
     *,
     runner: Runner | None = None,
-    workdir: Path | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Reproduction:
     """Re-run the exported `candidate` files (relpath -> text, entry
@@ -127,7 +116,7 @@ def reproduce(
     is known."""
     if isinstance(candidate.get("data.npz"), bytes) and "data.npz" not in reference:
         reference = {**reference, "data.npz": candidate["data.npz"]}  # the records a reduced reference reads too
-    with tempfile.TemporaryDirectory(prefix="tfrepro-rerun-", dir=workdir) as tmp:
+    with tempfile.TemporaryDirectory(prefix="tfrepro-rerun-") as tmp:
         root = Path(tmp)
         cand_dir = write_files(root / "candidate", candidate)
         ref_dir = write_files(root / "reference", reference)
@@ -137,9 +126,7 @@ def reproduce(
         if symptom == Verdict.SLOWDOWN.value:
             return _slowdown(cand_dir, ref_dir, spec, runner, progress)
         cand = runner(cand_dir, spec.settings)
-        ref = None
-        if symptom in (Verdict.MISMATCH.value, Verdict.MEMORY.value):
-            ref = runner(ref_dir, spec.settings)
+        ref = runner(ref_dir, spec.settings) if symptom in (Verdict.MISMATCH.value, Verdict.MEMORY.value) else None
         return _judged(symptom, cand, ref, spec)
 
 
@@ -152,9 +139,8 @@ def _judged(symptom: str, cand: TrialResult, ref: TrialResult | None, spec: Reru
     baselines = [ref] if memory and ref is not None else ()
     seen = shows(cand, reference=None if memory else ref, settings=spec.symptoms, noise=spec.noise, baselines=baselines)
     verdict = primary(seen, _verdict(symptom))
-    shown = verdict.value == symptom
-    if shown and symptom == "crash" and not same_error(cand.error, spec.expected_error):
-        shown = False
+    # a crash shows only as the bisect's own (same exception and message)
+    shown = verdict.value == symptom and (symptom != "crash" or same_error(cand.error, spec.expected_error))
     detail = _detail(symptom, cand, ref, spec, shown=shown, verdict=verdict)
     if not shown and verdict not in (Verdict.OK, _verdict(symptom)):
         detail += f"; it showed {verdict.value} instead"
@@ -174,7 +160,8 @@ def _detail(
             return f"the loss became non-finite at step {cand.first_nonfinite_step}"
         if cand.weights_finite is False:
             return "the weights were non-finite at the end of training"
-        return f"the loss stayed finite over {cand.steps_run} steps (last loss {_fmt_loss(cand.last_loss)})"
+        last = "n/a" if cand.last_loss is None else f"{cand.last_loss:.4g}"
+        return f"the loss stayed finite over {cand.steps_run} steps (last loss {last})"
     if symptom == "crash":
         detail = f"the script raised: {cand.error}" if cand.crashed else "the script ran to the end"
         if cand.crashed and not shown:

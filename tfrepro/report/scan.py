@@ -80,19 +80,16 @@ def scan_setup(source: str) -> Setup:
 def merge_runtime(setup: Setup, runtime: RuntimeSettings | None) -> dict[str, str]:
     """report.json's `setup`: facts recorded while the script ran
     (`inside/localize_plugin.py`) override the static read where they are known."""
-    out = {}
     runtime = runtime or {}
-    if runtime.get("precision_policy"):
-        out["precision_policy"] = f"{runtime.get('precision_policy')}{_OBSERVED}"
-    if runtime.get("replicas"):
-        out["replicas"] = f"{runtime.get('replicas')}{_OBSERVED}"
-    if runtime.get("jit_compile_requested"):
-        out["xla"] = ", ".join(runtime.get("jit_compile_requested") or []) + _OBSERVED
-    if runtime.get("op_determinism") is True:
-        out["determinism"] = f"op determinism enabled{_OBSERVED}"
-    if runtime.get("run_functions_eagerly") is True:
-        out["eager"] = f"{_EAGERLY}{_OBSERVED}"
-    return asdict(replace(setup, **out))
+    jit = runtime.get("jit_compile_requested")
+    seen = {
+        "precision_policy": runtime.get("precision_policy") or None,
+        "replicas": runtime.get("replicas") or None,
+        "xla": ", ".join(jit) if jit else None,
+        "determinism": "op determinism enabled" if runtime.get("op_determinism") is True else None,
+        "eager": _EAGERLY if runtime.get("run_functions_eagerly") is True else None,
+    }
+    return asdict(replace(setup, **{k: f"{v}{_OBSERVED}" for k, v in seen.items() if v is not None}))
 
 
 def merge_trial_setup(setup: Setup, facts: TrialSetup | None) -> Setup:
@@ -138,13 +135,7 @@ def extra_imports(files: dict[str, str]) -> list[str]:
             continue
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
+                found.update(a.name.split(".")[0] for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names = [node.module]
-            else:
-                continue
-            for name in names:
-                top = name.split(".")[0]
-                if top not in sys.stdlib_module_names and top not in _ALLOWED_PACKAGES and top not in local:
-                    found.add(top)
-    return sorted(found)
+                found.add(node.module.split(".")[0])
+    return sorted(found - sys.stdlib_module_names - _ALLOWED_PACKAGES - local)

@@ -225,6 +225,11 @@ def is_secret_name(name: str) -> bool:
     return not _NOT_SECRET_NAME.match(name) and bool(_SECRET_NAME.search(name))
 
 
+def is_secret(name: str, value: str) -> bool:
+    """A variable whose name or value looks secret."""
+    return is_secret_name(name) or looks_secret_value(value)
+
+
 def _secret_parts(name: str, value: str) -> set[str]:
     """The secrets inside a secret-bearing variable's value, hunted on their
     own too: TF_CONFIG's strings (addresses, tokens), a URL's userinfo."""
@@ -264,9 +269,7 @@ def userinfo_parts(url: str) -> tuple[str, ...]:
 
 def looks_secret_value(value: str) -> bool:
     """A value that is shaped like a credential, whatever its name."""
-    if any(p.search(value) for p in _SECRET_PATTERNS):
-        return True
-    if _URL_CREDENTIALS.search(value) or _ASSIGNMENT.search(value):
+    if any(p.search(value) for p in (*_SECRET_PATTERNS, _URL_CREDENTIALS, _ASSIGNMENT)):
         return True
     return any(_is_random_looking(m.group(0)) for m in _RANDOM_LOOKING.finditer(value))
 
@@ -310,11 +313,12 @@ def _is_bare_secret(m: re.Match[str]) -> bool:
 
 
 def _is_short_name_secret(m: re.Match[str]) -> bool:
-    """`pw`, `pass`: any quoted value. `key`: only a value shaped like a key
-    (the hex of a W&B or Kaggle key, or random-looking), not `key="name"`."""
-    if m.group("name") not in ("key", "apikey"):
-        return True
-    value = m.group("v")
+    """`pw`, `pass`: any quoted value. `key`: only a value shaped like a key, not `key="name"`."""
+    return m.group("name") not in ("key", "apikey") or _is_key_shaped(m.group("v"))
+
+
+def _is_key_shaped(value: str) -> bool:
+    """The hex of a W&B or Kaggle key, or a random-looking or long token-like value."""
     if re.fullmatch(r"[0-9a-fA-F]+", value):  # a hex key, but not a sha256 digest (trial-cache keys)
         return bool(_HEX_KEY.match(value))
     return _is_random_looking(value) or (len(value) >= 20 and " " not in value and _is_token_like(value))
@@ -329,23 +333,16 @@ class Scrubber:
     homes: tuple[str, ...] = ()
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None, home: str | None = None) -> Scrubber:
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Scrubber:
         environ = os.environ if environ is None else environ
         secrets = {
-            v
-            for k, v in environ.items()
-            if v and len(v) >= _MIN_SECRET_LEN and not _PLAIN.match(v) and (is_secret_name(k) or looks_secret_value(v))
+            v for k, v in environ.items() if v and len(v) >= _MIN_SECRET_LEN and not _PLAIN.match(v) and is_secret(k, v)
         }
         for k, v in environ.items():
             if v and _SECRET_BEARING.match(k):
                 secrets.update(_secret_parts(k, v))
-        home = home if home is not None else environ.get("HOME") or os.path.expanduser("~")
-        homes = set()
-        if home and home.rstrip("/"):
-            homes.add(home.rstrip("/"))
-            real = os.path.realpath(home).rstrip("/")
-            if real:
-                homes.add(real)
+        home = environ.get("HOME") or os.path.expanduser("~")
+        homes = {home.rstrip("/"), os.path.realpath(home).rstrip("/")} - {""} if home and home.rstrip("/") else set()
         # Longest first, so a secret containing another is replaced whole.
         return cls(tuple(sorted(secrets, key=len, reverse=True)), tuple(sorted(homes, key=len, reverse=True)))
 
@@ -407,11 +404,7 @@ def _is_option_secret(m: re.Match[str]) -> bool:
     value, opt = m.group("v"), m.group("opt").lower()
     if _NOT_A_VALUE.match(value) or value.startswith(("$", "{")):
         return False
-    if re.search(r"token|secret|pass|pwd|pw|auth|credential|api", opt):
-        return True
-    if re.fullmatch(r"[0-9a-fA-F]+", value):
-        return bool(_HEX_KEY.match(value))
-    return _is_random_looking(value) or (len(value) >= 20 and " " not in value and _is_token_like(value))
+    return bool(re.search(r"token|secret|pass|pwd|pw|auth|credential|api", opt)) or _is_key_shaped(value)
 
 
 def _is_comment_secret(m: re.Match[str]) -> bool:
@@ -432,28 +425,13 @@ def is_allowed_env(name: str) -> bool:
     return name in ENV_ALLOW_EXACT or name.startswith(ENV_ALLOW_PREFIXES)
 
 
-def capture_env(environ: Mapping[str, str], scrubber: Scrubber) -> dict[str, str]:
-    """The allow-listed variables, sorted; secret-looking ones redacted."""
-    out: dict[str, str] = {}
-    for name in sorted(environ):
-        if not is_allowed_env(name):
-            continue
-        value = environ[name]
-        if is_secret_name(name) or looks_secret_value(value):
-            out[name] = REDACTED
-        else:
-            out[name] = scrubber.scrub(value)
-    return out
-
-
-def redacted_names(environ: Mapping[str, str], names: Iterable[str] | None = None) -> list[str]:
-    """Names of the variables whose values a scrubber hides. For tfrepro's
-    own use: a bundle says only how many there were (`withheld_count`), since
-    a name (`ACME_PROD_DB_PASSWORD`) tells an attacker what to look for."""
-    pool = environ if names is None else {n: environ[n] for n in names if n in environ}
-    return sorted(n for n, v in pool.items() if v and (is_secret_name(n) or looks_secret_value(v)))
+def capture_env(environ: Mapping[str, str], scrubber: Scrubber, names: Iterable[str] | None = None) -> dict[str, str]:
+    """The allow-listed variables (or those `names`), sorted; secret-looking ones redacted."""
+    names = [n for n in environ if is_allowed_env(n)] if names is None else names
+    return {n: REDACTED if is_secret(n, environ[n]) else scrubber.scrub(environ[n]) for n in sorted(names)}
 
 
 def withheld_count(environ: Mapping[str, str]) -> int:
-    """How many environment variables look secret (recorded in no bundle)."""
-    return len(redacted_names(environ))
+    """How many environment variables look secret (recorded in no bundle: only
+    how many, since a name, `ACME_PROD_DB_PASSWORD`, tells an attacker what to look for)."""
+    return sum(1 for n, v in environ.items() if v and is_secret(n, v))

@@ -64,8 +64,7 @@ def scan_bundle(path: str | Path, commits: Iterable[str] = ()) -> list[Finding]:
     `commits`: full shas the run tried (`run_commits`), never a finding."""
     root = Path(path)
     files = sorted(p for p in root.rglob("*") if p.is_file() and not _BINARY.search(p.name))
-    texts = {p: _read_text(p) for p in files}
-    texts = {p: t for p, t in texts.items() if t is not None}
+    texts = {p: t for p in files if (t := _read_text(p)) is not None}
     own = frozenset(c.lower() for c in commits if _SHA.fullmatch(c))
     found = set(_detect_secrets(root, texts, own)) | set(_own_rules(root, texts))
     return sorted(found, key=lambda f: (f.file, f.line, f.kind))
@@ -120,10 +119,6 @@ def _read_text(p: Path) -> str | None:
         return None
 
 
-def _rel(root: Path, p: Path) -> str:
-    return p.relative_to(root).as_posix()
-
-
 def _detect_secrets(root: Path, texts: dict[Path, str], commits: frozenset[str] = frozenset()) -> Iterator[Finding]:
     from detect_secrets.core import scan
     from detect_secrets.settings import default_settings, get_settings
@@ -138,7 +133,7 @@ def _detect_secrets(root: Path, texts: dict[Path, str], commits: frozenset[str] 
                 value = str(secret.secret_value or "")
                 if _is_ours(secret.type, value, line) or (secret.type == HEX_KIND and value.lower() in commits):
                     continue
-                yield Finding(_rel(root, p), n, secret.type)
+                yield Finding(p.relative_to(root).as_posix(), n, secret.type)
 
 
 def _is_ours(kind: str, value: str, line: str) -> bool:
@@ -169,4 +164,4 @@ def _own_rules(root: Path, texts: dict[Path, str]) -> Iterator[Finding]:
     for p, text in texts.items():
         for n, line in enumerate(text.splitlines(), 1):
             if shapes.scrub(line) != line:
-                yield Finding(_rel(root, p), n, OWN_KIND)
+                yield Finding(p.relative_to(root).as_posix(), n, OWN_KIND)

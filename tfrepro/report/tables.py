@@ -24,7 +24,7 @@ from typing import Any
 
 from tfrepro.report import events
 from tfrepro.report.answer import TrialFacts, of
-from tfrepro.report.records import ResultJson
+from tfrepro.report.records import ResultJson, TrialSummary
 from tfrepro.trials.values import TrialRow
 
 WARMUP = 2  # as trials/values.WARMUP_STEPS: the first steps are tracing and compilation
@@ -54,12 +54,12 @@ class Row:
 COLUMNS = [f.name for f in fields(Row)][:-2]
 
 
-def _summary(run_dir: Path, row: TrialRow) -> TrialFacts:
+def read_summary(run_dir: Path, row: TrialRow) -> TrialSummary | None:
+    """The trial's summary.json, or None (none recorded, or unreadable)."""
     try:
-        s = json.loads((run_dir / row["summary"]).read_text(encoding="utf-8")) if row.get("summary") else {}
+        return json.loads((run_dir / row["summary"]).read_text(encoding="utf-8")) if row.get("summary") else None
     except (OSError, json.JSONDecodeError):
-        s = {}
-    return of(TrialFacts, s) or TrialFacts()
+        return None
 
 
 def _median_ms(s: TrialFacts) -> float | None:
@@ -79,7 +79,7 @@ def trial_rows(run_dir: Path, table: list[TrialRow]) -> list[Row]:
     """One row per trial of the run's trials table, in order."""
     rows = []
     for i, row in enumerate(table, 1):
-        s = _summary(run_dir, row)
+        s = of(TrialFacts, read_summary(run_dir, row)) or TrialFacts()
         losses = [math.nan if x is None else x for x in s.losses or []]  # null: non-finite
         rows.append(
             Row(
@@ -115,8 +115,7 @@ def write_csv(path: Path, rows: list[Row]) -> Path:
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
         w.writerow(COLUMNS)
-        for r in rows:
-            w.writerow([_cell(getattr(r, c)) for c in COLUMNS])
+        w.writerows([_cell(getattr(r, c)) for c in COLUMNS] for r in rows)
     return path
 
 
@@ -129,8 +128,8 @@ def _hparams(r: Row, features: list[str]) -> dict[str, bool | str]:
     return hp
 
 
-def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time: float) -> int:
-    """One HParams session per trial under `logdir`; returns how many."""
+def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time: float) -> None:
+    """One HParams session per trial under `logdir`."""
     for r in rows:
         metrics = {
             "shows_symptom": 0.0 if r.verdict in ("ok", "") else 1.0,
@@ -140,17 +139,12 @@ def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time:
         s, step = r.summary, max(1, r.steps or 0)
         scalars = {"loss": s.losses or [], "step_time_ms": [1000.0 * t for t in s.step_times or []]}
         events.write_run(
-            logdir / f"{r.index:03d}_{_safe(r.role)}",
+            logdir / f"{r.index:03d}_{events.safe_name(r.role, 80)}",
             scalars,
             wall_time=wall_time,
             hparams=_hparams(r, features),
             metrics={k: (step, v) for k, v in metrics.items() if v is not None},
         )
-    return len(rows)
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() or c in "+-_." else "_" for c in name)[:80]
 
 
 def write_trial_tables(run_dir: Path, result: ResultJson | None = None) -> dict[str, Path]:
@@ -164,8 +158,6 @@ def write_trial_tables(run_dir: Path, result: ResultJson | None = None) -> dict[
     rows = trial_rows(run_dir, result.get("trials_table") or [])
     if not rows:
         return {}
-    features = list(result.get("features") or [])
-    out = {"trials.csv": write_csv(run_dir / "trials.csv", rows)}
-    write_hparams(run_dir / "tensorboard", rows, features, time.time())
-    out["tensorboard"] = run_dir / "tensorboard"
-    return out
+    csv_path = write_csv(run_dir / "trials.csv", rows)
+    write_hparams(run_dir / "tensorboard", rows, list(result.get("features") or []), time.time())
+    return {"trials.csv": csv_path, "tensorboard": run_dir / "tensorboard"}

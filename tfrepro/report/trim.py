@@ -46,11 +46,8 @@ def _names(tree: cst.CSTNode) -> Counter[str]:
 
 def _scope_only_strategies(tree: cst.Module, counts: Counter[str]) -> set[str]:
     """Names bound once to get_strategy() and used only as `with NAME.scope():`."""
-    bound = [
-        t.value
-        for s in m.findall(tree, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=_GET_STRATEGY))
-        for t in [s.targets[0].target]
-    ]  # type: ignore[attr-defined]
+    found = m.findall(tree, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=_GET_STRATEGY))
+    bound = [s.targets[0].target.value for s in found]  # type: ignore[attr-defined]
     scopes = Counter(
         w.items[0].item.func.value.value
         for w in m.findall(
