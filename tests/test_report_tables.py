@@ -72,6 +72,22 @@ def test_trials_csv_one_row_per_trial(tmp_path):
     ]
 
 
+def test_a_summary_without_a_median_gets_the_trials_own_warm_up_rule(tmp_path):
+    """A summary that has no median (an older one) gets the median the trial
+    itself would give: without the same warm-up steps as TrialResult and
+    steps.png, so a trial too short for a steady step has none in trials.csv either."""
+    from tfrepro.report.answer import TrialFacts, of
+    from tfrepro.report.tables import _median_ms
+    from tfrepro.settings import WARMUP_STEPS
+    from tfrepro.trials.values import TrialResult
+
+    for n in range(WARMUP_STEPS + 3):
+        times = tuple(0.001 * (i + 1) for i in range(n))
+        own = TrialResult(label="x", step_times=times).median_step_time()
+        got = _median_ms(of(TrialFacts, {"label": "x", "step_times": list(times)}))
+        assert got == (None if own is None else pytest.approx(1000.0 * own)), n
+
+
 def test_hparams_sessions_load_in_tensorboard(tmp_path):
     """TensorBoard's own HParams plugin reads one session per trial: the
     features as booleans against the verdict, and the metrics."""

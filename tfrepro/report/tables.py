@@ -25,9 +25,8 @@ from typing import Any
 from tfrepro.report import events
 from tfrepro.report.answer import TrialFacts, of
 from tfrepro.report.records import ResultJson, TrialSummary
+from tfrepro.settings import WARMUP_STEPS
 from tfrepro.trials.values import TrialRow
-
-WARMUP = 2  # as trials/values.WARMUP_STEPS: the first steps are tracing and compilation
 
 
 @dataclass(frozen=True)
@@ -65,7 +64,7 @@ def read_summary(run_dir: Path, row: TrialRow) -> TrialSummary | None:
 def _median_ms(s: TrialFacts) -> float | None:
     if s.median_step_time is not None:
         return 1000.0 * s.median_step_time
-    steady = (s.step_times or [])[WARMUP:]
+    steady = (s.step_times or [])[WARMUP_STEPS:]  # as TrialResult.median_step_time and steps.png
     return 1000.0 * statistics.median(steady) if steady else None
 
 
