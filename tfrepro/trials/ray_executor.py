@@ -252,9 +252,5 @@ class RayExecutor(Executor):
         kind = f"{self.gpus} GPUs" if self.gpus else f"{self.slots} CPUs"
         return f"ray ({kind}, {self.slots} at a time{', cold processes' if self.runs_cold() else ''})"
 
-    @property
-    def _owns(self) -> bool:
-        return self._connection.owns
-
     def close(self) -> None:
         self._connection.close(lambda: ray.is_initialized() and ray.shutdown())
