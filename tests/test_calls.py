@@ -4,11 +4,12 @@ timing budget per call in inside/harness_timing.py), pure, no TensorFlow."""
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 from pathlib import Path
 
 import tfrepro
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
-from tfrepro.trials.calls import call_at, calls_of, per_call_ratios, slower_calls, symptom_call
+from tfrepro.trials.calls import calls_of, per_call_ratios, slower_calls, symptom_call
 from tfrepro.trials.values import TrialResult, Verdict
 
 W = WARMUP_STEPS
@@ -26,7 +27,8 @@ def trial(per_call: list[float], n: int = 12, **kw) -> TrialResult:
 def test_calls_carry_their_step_ranges_and_file_line():
     t = trial([0.01, 0.01, 0.2])
     assert [(c.tag, c.start, c.end) for c in calls_of(t)] == [("fit#1", 0, 12), ("fit#2", 12, 24), ("fit#3", 24, 36)]
-    assert call_at(t, 25).text == "fit#3 (train.py:30)" and call_at(t, 12).tag == "fit#1"
+    at = [symptom_call(replace(t, first_nonfinite_step=s), Verdict.NAN) for s in (25, 12)]
+    assert at == ["fit#3 (train.py:30)", "fit#1 (train.py:10)"]
 
 
 def test_a_later_call_slower_is_chosen_for_timing_and_the_first_alone_is_not():

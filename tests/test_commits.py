@@ -381,7 +381,7 @@ def test_range_modes_read_tfrepro_toml_as_feature_mode_does(tmp_path):
     """One reader of tfrepro.toml: a directory in its place is the same UserError in every mode."""
     (tmp_path / "tfrepro.toml").mkdir()
     with pytest.raises(UserError, match="is a directory"):
-        commits.load_settings(tmp_path)
+        commits.range_settings(tmp_path, None, BisectOptions())
     (tmp_path / "tfrepro.toml").rmdir()
     (tmp_path / "tfrepro.toml").write_text("[trial]\nsteps = 7\n")
-    assert commits.load_settings(tmp_path)[0].steps == 7
+    assert commits.range_settings(tmp_path, None, BisectOptions())[0].steps == 7

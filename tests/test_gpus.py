@@ -11,7 +11,7 @@ import pytest
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import gpus as gpus_module
 from tfrepro.trials.executors import LocalExecutor
-from tfrepro.trials.gpus import GpuPool, assign, distribution_features, gpus_needed, pack
+from tfrepro.trials.gpus import GpuPool, assign, distribution_features, gpus_needed
 from tfrepro.trials.trial import Trial
 
 FOUR = ["0", "1", "2", "3"]
@@ -41,11 +41,13 @@ def test_assign_hands_out_the_lowest_free_ids_or_none():
         assign(FOUR, [], 5)
 
 
-def test_pack_gives_disjoint_sets_in_order_and_an_all_gpu_trial_runs_alone():
-    assert pack(FOUR, [1, 1, 1, 1, 1], jobs=8) == [(0, ("0",)), (1, ("1",)), (2, ("2",)), (3, ("3",))]
-    assert pack(FOUR, [2, 1, 1], jobs=2) == [(0, ("0", "1")), (1, ("2",))]
-    assert pack(FOUR, [4, 1], jobs=4) == [(0, tuple(FOUR))]
-    assert pack(FOUR, [1, 4, 1], jobs=4) == [(0, ("0",))]  # arrival order: the big one waits, nobody overtakes
+def test_the_pool_gives_disjoint_sets_in_order_and_an_all_gpu_trial_runs_alone():
+    pool = GpuPool(FOUR)
+    assert [pool.acquire(1) for _ in FOUR] == [("0",), ("1",), ("2",), ("3",)]
+    pool.release(FOUR)
+    assert [pool.acquire(n) for n in (2, 1)] == [("0", "1"), ("2",)]
+    pool.release(FOUR)
+    assert pool.acquire(4) == tuple(FOUR) and assign(FOUR, pool.busy, 1) is None  # alone: nothing else fits
 
 
 def test_the_pool_never_hands_out_a_busy_gpu_and_serves_in_arrival_order(monkeypatch):

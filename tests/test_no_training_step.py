@@ -81,7 +81,8 @@ def test_a_feature_that_exits_after_3_of_40_steps_is_found(tmp_path):
 
 
 def test_stopped_early_and_no_training_step_are_pure_judgements():
-    from tfrepro.trials.classify import no_training_step, stopped_early
+    from tfrepro.trials.classify import stopped_early
+    from tfrepro.trials.untestable import no_step_reason
     from tfrepro.trials.values import TrialResult
 
     base = TrialResult(losses=(1.0,) * 40, steps_run=40)
@@ -90,7 +91,7 @@ def test_stopped_early_and_no_training_step_are_pure_judgements():
     assert not stopped_early(short, base, steps=3)  # 3 steps were all that was asked
     assert not stopped_early(TrialResult(steps_run=3, crashed=True), base)  # a crash says so itself
     assert not stopped_early(base, base) and not stopped_early(short, None)
-    assert no_training_step(TrialResult(exit_code=0)) and not no_training_step(TrialResult(crashed=True))
+    assert no_step_reason([TrialResult(exit_code=0)], "x") and no_step_reason([TrialResult(crashed=True)], "x") is None
 
 
 def test_a_fit_stopped_by_the_scripts_callback_did_not_stop_early():

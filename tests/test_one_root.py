@@ -29,7 +29,7 @@ def test_feature_and_commit_modes_take_one_root_one_manifest_one_state_dir(tmp_p
     root = _repo(tmp_path)
     monkeypatch.chdir(root)
     feature_root, feature_entry = locate("sub/train.py")
-    commit_root, commit_entry = commits.project_root("sub/train.py")
+    commit_root, commit_entry = locate("sub/train.py")
     assert (feature_root, feature_entry) == (commit_root, commit_entry) == (root.resolve(), "sub/train.py")
     settings, _ = commits.range_settings(commit_root, commit_entry, BisectOptions())
     assert settings.steps == 7 and settings.entry == "sub/train.py"  # the top-level tfrepro.toml

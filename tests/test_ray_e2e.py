@@ -108,7 +108,7 @@ def test_feature_bisect_gives_the_local_answer_and_fills_the_same_cache(cluster,
     assert local["status"] == "found" and local["culprits"] == ["big_lr", "fp16"]
 
     ex = RayExecutor()
-    assert ex.slots == 2 and not ex._owns  # joined the module's instance
+    assert ex.slots == 2 and not ex._connection.owns  # joined the module's instance
     remote = bisect(ray_p, BisectOptions(executor="ray", use_cache=False), executor=ex).to_dict()
     assert answer(remote) == answer(local)
     assert ex.attempts == remote["trials"]  # every trial was a task, none retried

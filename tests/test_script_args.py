@@ -12,7 +12,7 @@ from tfrepro.projectload import with_script_args
 from tfrepro.report.scriptargs import comment_entry, notebook_code, script_args
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.runner import _crash_line
-from tfrepro.trials.usage import is_usage_error
+from tfrepro.trials.usage import usage_error
 
 SCRIPT = """\
 import argparse
@@ -56,7 +56,7 @@ def test_argparse_usage_error_points_at_the_double_dash(tmp_path):
         "usage: train.py [-h] --epochs EPOCHS\ntrain.py: error: the following arguments are required: --epochs\n"
         "E0000 cuda_platform.cc:52] failed call to cuInit\n"  # TensorFlow's log may come after it
     )
-    assert is_usage_error(2, err) and not is_usage_error(1, err)
+    assert usage_error(2, err) is not None and usage_error(1, err) is None
     line = _crash_line(2, err)
     assert line.startswith("train.py: error: the following arguments are required: --epochs")
     assert "after `--`" in line and "tfrepro bisect train.py -- --epochs 3" in line

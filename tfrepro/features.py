@@ -159,7 +159,7 @@ class SourceFile:
             live = b.on_part if on else b.off_part
             if export:
                 emitted = self._export_part(b, live)
-                if not emitted and _needs_pass(self.lines, b):
+                if not emitted and needs_pass(self.lines, b):
                     emitted = [b.indent + "pass\n"]
                 out.extend(emitted)
             else:
@@ -229,7 +229,7 @@ def _indent_width(line: str) -> int:
     return len(line) - len(line.lstrip(" \t"))
 
 
-def _needs_pass(lines: list[str], b: Block) -> bool:
+def needs_pass(lines: list[str], b: Block) -> bool:
     """Whether removing block `b` entirely leaves a suite empty: the code line
     before it opens a suite and the code line after it is not inside it."""
     before = _code_lines(lines, b.line - 2, -1, -1)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from tfrepro import catalog
 from tfrepro import features as fb
 from tfrepro.errors import UserError
-from tfrepro.projectfiles import check_root, find_root
+from tfrepro.projectfiles import check_root, find_root, imported_files
 
 if TYPE_CHECKING:
     from tfrepro.annotate.zeroedit import Detection
@@ -77,7 +77,7 @@ def detected_sources(
     """Zero-edit: the feature blocks of the entry script (`[trial] entry` or
     the `.py` files of `command`) and the modules it imports, annotated in
     memory; every non-test `.py` file when the entry is unknown."""
-    from tfrepro.annotate.zeroedit import default_targets, detect, entry_scripts, imported_files
+    from tfrepro.annotate.zeroedit import default_targets, detect, entry_scripts
 
     entries = entry_scripts(entry, command, files)
     targets = imported_files(root, entries, files) if entries else default_targets(files)

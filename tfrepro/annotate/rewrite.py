@@ -125,7 +125,7 @@ def build(text: str, path: str, edits: list[Edit], ctx: Context) -> tuple[str, l
         fixed = False
         new_lines = new.splitlines(keepends=True)
         for b in parsed.blocks:
-            if b.line in markers and b.off_part is None and fb._needs_pass(new_lines, b):  # noqa: SLF001
+            if b.line in markers and b.off_part is None and fb.needs_pass(new_lines, b):
                 i, seg = markers[b.line]
                 edits[i] = _with_pass_else(edits[i], seg)
                 fixed = True

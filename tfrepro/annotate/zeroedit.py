@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tfrepro.annotate.model import Found, Skipped
-from tfrepro.projectfiles import imported_files  # noqa: F401  (re-exported)
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from tfrepro.bisect.events import BisectEvents
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.errors import TfreproError
+from tfrepro.projectload import locate
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.executors import Executor, LocalExecutor, Runner
 from tfrepro.trials.state import StateDir
@@ -55,31 +56,15 @@ def as_written(root: Path) -> "Project":
     return Project(root, Manifest(), {}, [f.as_posix() for f in iter_project_files(root)])
 
 
-def project_root(path: str | Path) -> tuple[Path, str | None]:
-    """PATH as the user gave it -> (project directory, entry file or None),
-    exactly as feature mode finds them (`projectload.locate`): a script
-    stands for the project it belongs to (the nearest `tfrepro.toml`, `.git`
-    or `pyproject.toml` above it), so `bisect sub/train.py` and `bisect
-    --good A --bad B sub/train.py` read one `tfrepro.toml` and write one
-    `.tfrepro/`."""
-    from tfrepro.projectload import locate
-
-    return locate(path)
-
-
-def load_settings(project_root: Path) -> tuple[TrialSettings, SymptomSettings]:
-    """The user's current `tfrepro.toml` (working tree, read as feature mode reads it), or the defaults."""
-    from tfrepro.manifest import read_manifest
-
-    manifest = read_manifest(project_root)[1]
-    return manifest.trial, manifest.symptoms
-
-
 def range_settings(root: Path, entry: str | None, options: BisectOptions) -> tuple[TrialSettings, SymptomSettings]:
     """One set of settings for every trial of a range bisection: the user's
-    current `tfrepro.toml` (or the defaults) with --steps and the entry PATH
-    named. Bad input raises UserError."""
-    settings, symptoms = load_settings(root)
+    current `tfrepro.toml` (working tree, read as feature mode reads it; or
+    the defaults) with --steps and the entry PATH named. Bad input raises
+    UserError."""
+    from tfrepro.manifest import read_manifest
+
+    manifest = read_manifest(root)[1]
+    settings, symptoms = manifest.trial, manifest.symptoms
     if options.steps is not None:
         settings = replace(settings, steps=options.steps)
     if entry and settings.command is None:
@@ -147,7 +132,9 @@ def bisect_commits(
     the trial runner in tests).
     """
     started = time.monotonic()
-    root, entry = project_root(path)
+    # PATH as feature mode finds it: a script stands for the project it belongs
+    # to, so `bisect sub/train.py` in every mode reads one tfrepro.toml, writes one .tfrepro/
+    root, entry = locate(path)
     rng = gitcopy.open_range(root, good, bad)
     settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)

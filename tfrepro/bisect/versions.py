@@ -32,11 +32,12 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypedDict
 
-from tfrepro.bisect.commits import as_written, project_root, range_settings
+from tfrepro.bisect.commits import as_written, range_settings
 from tfrepro.bisect.events import BisectEvents
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.errors import UserError
+from tfrepro.projectload import locate
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.executors import LocalExecutor
 from tfrepro.trials.state import StateDir
@@ -297,7 +298,7 @@ def bisect_versions(
     `store` for the user cache of environments; `on_line` gets the
     environment builds' output."""
     started = time.monotonic()
-    root, entry = project_root(path)
+    root, entry = locate(path)  # as feature and commit mode find it
     items = order_range(versions, releases.good, releases.bad)
     settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)

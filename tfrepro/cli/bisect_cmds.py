@@ -302,9 +302,9 @@ def write_tables(path: Path, run_dir: str | None, code: int) -> int:
         return code
     try:
         if run_dir is None:
-            from tfrepro.bisect.commits import project_root
+            from tfrepro.projectload import locate
 
-            run_dir = str(find_run(project_root(path)[0]))
+            run_dir = str(find_run(locate(path)[0]))
         written = write_trial_tables(Path(run_dir))
     except Exception as e:  # noqa: BLE001  (the answer is already out; the tables are extras)
         click.echo(f"warning: trials.csv not written: {type(e).__name__}: {e}", err=True)

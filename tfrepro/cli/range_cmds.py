@@ -38,23 +38,29 @@ def cost_line(result: RunResult) -> str:
     return f"{result.trials} trials{cached}, {result.wall_s:.1f} s; run: {result.run_dir}"
 
 
-def _symptom(result: RunResult) -> str | None:
-    return result.symptom.value if result.symptom is not None else None
+def _head(result: RunResult, found: list[str] | None, ambiguous: list[str]) -> list[str]:
+    """The first lines of a range answer: `found` when the bisection found
+    one (None: nothing to name), `ambiguous` when ambiguous, else the status
+    and why."""
+    if result.status.value == "found" and found is not None:
+        return found
+    if result.status.value == "ambiguous":
+        return ambiguous
+    ev = _evidence(result)
+    return [f"{result.status.value}: {ev.message if ev is not None and ev.message else ''}"]
 
 
 def commits_answer(result: RunResult) -> str:
     """The human summary of a commit bisection (the tried commits are
     printed as they go, see `run_commits`)."""
-    status, ev = result.status.value, _evidence(result)
-    mode = ev.mode if ev is not None else None
-    if status == "found" and isinstance(mode, CommitFields) and (c := mode.commit) is not None:
-        head = [f"first bad commit ({_symptom(result)}): {c.sha}", f"  {c.subject}", f"  {c.author}, {c.date}"]
-    elif status == "ambiguous":
-        head = [f"{_symptom(result)}: the first bad commit is one of:"]
-        head += [f"  {c['sha'][:12]}  {c['subject']}" for c in result.candidates]
-    else:
-        head = [f"{status}: {ev.message if ev is not None and ev.message else ''}"]
-    return "\n".join([*head, cost_line(result)])
+    ev, symptom = _evidence(result), result.symptom.value if result.symptom is not None else None
+    c = ev.mode.commit if ev is not None and isinstance(ev.mode, CommitFields) else None
+    found = (
+        None if c is None else [f"first bad commit ({symptom}): {c.sha}", f"  {c.subject}", f"  {c.author}, {c.date}"]
+    )
+    ambiguous = [f"{symptom}: the first bad commit is one of:"]
+    ambiguous += [f"  {d['sha'][:12]}  {d['subject']}" for d in result.candidates]
+    return "\n".join([*_head(result, found, ambiguous), cost_line(result)])
 
 
 def run_commits(
@@ -89,28 +95,21 @@ def run_commits(
 def versions_answer(result: RunResult, notes: list[str]) -> str:
     """The human summary of a version bisection: the answer, then one line
     per release, the `notes`, the cost."""
-    lines: list[str] = []
-    status, ev = result.status.value, _evidence(result)
+    ev, symptom = _evidence(result), result.symptom.value if result.symptom is not None else None
     mode = ev.mode if ev is not None and isinstance(ev.mode, VersionFields) else None
-    if status == "found":
-        lines.append(
-            f"first bad version ({_symptom(result)}): {result.first_bad_version}"
-            f"  (last good: {result.last_good_version})"
+    found = [f"first bad version ({symptom}): {result.first_bad_version}  (last good: {result.last_good_version})"]
+    then = mode.then_features if mode is not None else None
+    if then:
+        inside = (
+            f"and only with {' + '.join(then['culprits'])} on"
+            if then.get("culprits")
+            else f"feature bisect inside it: {then.get('status')}"
         )
-        then = mode.then_features if mode is not None else None
-        if then:
-            inside = (
-                f"and only with {' + '.join(then['culprits'])} on"
-                if then.get("culprits")
-                else f"feature bisect inside it: {then.get('status')}"
-            )
-            lines.append(f"  {inside} (run: {then.get('run_dir')})")
-        if mode is not None and mode.follows_note:
-            lines.append(f"  follows {mode.follows}: {mode.follows_note}")
-    elif status == "ambiguous":
-        lines.append(f"{_symptom(result)}: the first bad version is one of {', '.join(result.candidates)}")
-    else:
-        lines.append(f"{status}: {ev.message if ev is not None and ev.message else ''}")
+        found.append(f"  {inside} (run: {then.get('run_dir')})")
+    if mode is not None and mode.follows_note:
+        found.append(f"  follows {mode.follows}: {mode.follows_note}")
+    ambiguous = [f"{symptom}: the first bad version is one of {', '.join(result.candidates)}"]
+    lines = _head(result, found, ambiguous)
     for row in mode.versions if mode is not None else ():
         what = row.verdict if row.verdict in ("ok", "not tried", "untestable", "excluded") else "BAD"
         shows = f" [{', '.join(row.shows)}]" if row.shows else ""

@@ -76,11 +76,11 @@ def theil_sen(xs: list[float], ys: list[float]) -> tuple[float, float]:
     return statistics.median(slopes), (conc - disc) / len(slopes)
 
 
-def steady_part(series: list[int], stride: int = 1, warmup: int = GROWTH_WARMUP) -> tuple[list[float], list[float]]:
-    """(step numbers, RSS) of the steady steps: past `warmup` steps and past
-    the first fifth of the trial."""
+def steady_part(series: list[int], stride: int = 1) -> tuple[list[float], list[float]]:
+    """(step numbers, RSS) of the steady steps: past `GROWTH_WARMUP` steps and
+    past the first fifth of the trial."""
     n = len(series)
-    start = max(warmup // max(stride, 1), n // 5)
+    start = max(GROWTH_WARMUP // max(stride, 1), n // 5)
     xs = [float((i + 1) * stride) for i in range(start, n)]
     return xs, [float(y) for y in series[start:]]
 

@@ -43,11 +43,6 @@ def calls_of(result: TrialResult) -> list[Call]:
     return out
 
 
-def call_at(result: TrialResult, step: int) -> Call | None:
-    """The call holding training step `step` (1-based)."""
-    return next((c for c in calls_of(result) if c.start < step <= c.end), None)
-
-
 def _call_median(result: TrialResult, tag: str) -> float | None:
     for c in calls_of(result):
         if c.tag == tag:

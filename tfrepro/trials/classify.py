@@ -135,11 +135,6 @@ def stopped_early(result: TrialResult, reference: TrialResult | None, steps: int
     return result.steps_run < want
 
 
-def no_training_step(result: TrialResult) -> bool:
-    """A trial that exited cleanly without one training step: nothing was judged."""
-    return result.steps_run == 0 and not result.losses and not (result.crashed or result.timed_out)
-
-
 def primary(shown: frozenset[Verdict] | set[Verdict], target: Verdict | None = None) -> Verdict:
     """One verdict out of several: the hunted `target` when shown (the search is
     locked onto one symptom), otherwise the first in `SYMPTOM_ORDER`, else OK."""

@@ -121,14 +121,12 @@ class Executor:
 # -- retry once ----------------------------------------------------------------------
 
 
-def retry_once(
-    attempt: Callable[[int], T], is_lost: Callable[[BaseException], bool], retries: int = RETRIES
-) -> tuple[T | None, list[str]]:
+def retry_once(attempt: Callable[[int], T], is_lost: Callable[[BaseException], bool]) -> tuple[T | None, list[str]]:
     """`attempt(n)` for n = 0, 1, ...: a loss (`is_lost`) is tried again
-    `retries` times; anything else propagates. Returns (value or None when
+    `RETRIES` times; anything else propagates. Returns (value or None when
     every attempt was lost, the description of each loss)."""
     lost: list[str] = []
-    for n in range(retries + 1):
+    for n in range(RETRIES + 1):
         try:
             return attempt(n), lost
         except Exception as e:

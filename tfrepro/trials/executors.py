@@ -73,11 +73,6 @@ def _nvidia_smi_list() -> str | None:
         return None
 
 
-def device_for_slot(devices: Sequence[str], slot: int) -> str:
-    """One GPU per worker slot (more slots than GPUs share them round-robin)."""
-    return devices[slot % len(devices)]
-
-
 class LocalExecutor(Executor):
     """Trials in subprocesses of this machine, `jobs` at a time.
 
@@ -95,9 +90,6 @@ class LocalExecutor(Executor):
         self.runner = runner
         self.devices = list(devices) if devices is not None else ([] if runner else visible_gpus())
         self.pool = GpuPool(self.devices)
-
-    def pinned_env(self, slot: int) -> dict[str, str]:
-        return {"CUDA_VISIBLE_DEVICES": device_for_slot(self.devices, slot)} if self.devices else {}
 
     def _run(self, project: "Project", request: Trial, slot: int, exclusive: bool) -> TrialResult:
         if request.given is not None:

@@ -53,23 +53,6 @@ def assign(devices: Sequence[str], busy: Iterable[str], need: int) -> tuple[str,
     return tuple(free[:need]) if len(free) >= need else None
 
 
-def pack(devices: Sequence[str], needs: Sequence[int], jobs: int) -> list[tuple[int, tuple[str, ...]]]:
-    """The trials that start together on idle GPUs: (index, devices) for the
-    first trials in order, at most `jobs`, stopping at the first that does
-    not fit (arrival order is kept). Pure: the plan `GpuPool` follows."""
-    busy: list[str] = []
-    out = []
-    for i, need in enumerate(needs):
-        if len(out) >= jobs:
-            break
-        got = assign(devices, busy, need)
-        if got is None:
-            break
-        busy += got
-        out.append((i, got))
-    return out
-
-
 def cuda_env(ids: Sequence[str]) -> dict[str, str]:
     return {"CUDA_VISIBLE_DEVICES": ",".join(ids)}
 

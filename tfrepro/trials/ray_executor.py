@@ -161,7 +161,6 @@ class RayExecutor(Executor):
         address: str | None = None,
         *,
         log: Callable[[str], None] | None = None,
-        init_kwargs: dict[str, Any] | None = None,
         cold: bool = False,
     ) -> None:
         log = log or (lambda text: print(text, file=sys.stderr))
@@ -169,7 +168,7 @@ class RayExecutor(Executor):
         self._connection = Connection(owns=False)
         if not ray.is_initialized():
             # a private local instance, or --address with a timeout (trials/ray_connect.py)
-            self._connection = connect(address, log, init_kwargs)
+            self._connection = connect(address, log)
         resources = ray.cluster_resources()
         self.gpus = int(resources.get("GPU", 0))
         super().__init__(self.gpus or int(resources.get("CPU", 1)))
@@ -251,10 +250,6 @@ class RayExecutor(Executor):
     def describe(self) -> str:
         kind = f"{self.gpus} GPUs" if self.gpus else f"{self.slots} CPUs"
         return f"ray ({kind}, {self.slots} at a time{', cold processes' if self.runs_cold() else ''})"
-
-    @property
-    def _owns(self) -> bool:
-        return self._connection.owns
 
     def close(self) -> None:
         self._connection.close(lambda: ray.is_initialized() and ray.shutdown())

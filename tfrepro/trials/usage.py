@@ -33,7 +33,3 @@ def read_tail(path: Path, tail: int = 65536) -> str:
             return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
-
-
-def is_usage_error(rc: int | None, stderr_path: Path) -> bool:
-    return usage_error(rc, stderr_path) is not None

@@ -111,17 +111,17 @@ class TrialResult:
     def last_loss(self) -> float | None:
         return self.losses[-1] if self.losses else None
 
-    def steady_step_times(self, warmup: int = WARMUP_STEPS) -> tuple[float, ...]:
+    def steady_step_times(self) -> tuple[float, ...]:
         """Step times without the warm-up steps (empty when too short). A
         timing trial that timed chosen calls (fit#2...) lists their steady
         steps in `extra["timed_ranges"]`: those, each call's warm-up out."""
         ranges = self.extra.get("timed_ranges")
         if ranges is not None:
             return tuple(t for a, b in ranges for t in self.step_times[a:b])
-        return self.step_times[warmup:]
+        return self.step_times[WARMUP_STEPS:]
 
-    def median_step_time(self, warmup: int = WARMUP_STEPS) -> float | None:
-        steady = self.steady_step_times(warmup)
+    def median_step_time(self) -> float | None:
+        steady = self.steady_step_times()
         return statistics.median(steady) if steady else None
 
     def to_dict(self) -> dict[str, Any]:
@@ -227,9 +227,7 @@ class Evidence(Protocol):
     def to_dict(self) -> dict[str, object]: ...
 
 
-def evidence_doc(
-    value: object, optional: frozenset[str] = frozenset(), skip: frozenset[str] = frozenset()
-) -> dict[str, object]:
+def evidence_doc(value: object, optional: frozenset[str], skip: frozenset[str] = frozenset()) -> dict[str, object]:
     """A frozen evidence dataclass as the result document's keys, field by
     field in order: a TrialResult as its `summary`, a value with `to_dict`
     as that, a tuple as a list; the `optional` fields left out when None,
