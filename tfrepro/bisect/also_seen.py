@@ -6,8 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tfrepro.bisect.rangesearch import STOPPERS
-from tfrepro.trials.values import SYMPTOM_ORDER, AlsoSeen, Verdict
+from tfrepro.trials.values import STOPPERS, SYMPTOM_ORDER, AlsoSeen, Verdict
 
 
 def also_seen(

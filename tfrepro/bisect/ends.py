@@ -14,14 +14,13 @@ from typing import Any
 from tfrepro.bisect import compile_pin
 from tfrepro.bisect.late import later_calls_steps, symptom_step
 from tfrepro.bisect.preflight import run_preflight
-from tfrepro.bisect.rangesearch import STOPPERS
 from tfrepro.bisect.search import Config
 from tfrepro.settings import late_steps
 from tfrepro.trials import classify
 from tfrepro.trials.calls import slower_calls
 from tfrepro.trials.trial import Purpose, TrialOptions
 from tfrepro.trials.untestable import ends_reason
-from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, Status, Verdict
+from tfrepro.trials.values import STOPPERS, SYMPTOM_ORDER, RunResult, Status, Verdict
 
 # What makes the baseline unusable: judged alone, MEMORY is an out-of-memory kill.
 _BASELINE_FAILURES = STOPPERS | {Verdict.MEMORY}

@@ -48,7 +48,6 @@ from tfrepro.bisect.ends import Ends
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.late import save_nan_state, within_steps
 from tfrepro.bisect.options import BisectOptions
-from tfrepro.bisect.rangesearch import STOPPERS
 from tfrepro.bisect.replay import Replay
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving
 from tfrepro.bisect.trial_log import TrialLog
@@ -60,7 +59,7 @@ from tfrepro.trials.memcheck import decide_memory
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Purpose, Trial, TrialOptions
-from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
+from tfrepro.trials.values import STOPPERS, RunResult, Status, TrialResult, Verdict
 
 Wanted = tuple[Config, int, Purpose]  # a trial the run wants: (configuration, repeat, why)
 STRATEGIES = ("auto", "ablation", "ddmin")

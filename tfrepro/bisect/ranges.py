@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.bisect.options import BisectOptions
-from tfrepro.bisect.rangesearch import STOPPERS, Mark, RangeResult, bisect_range, judge
+from tfrepro.bisect.rangesearch import Mark, RangeResult, bisect_range, judge
 from tfrepro.bisect.trial_log import TrialLog, trial_row
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify, untestable
@@ -43,6 +43,7 @@ from tfrepro.trials.slowdown import TimingOutcome
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Trial
 from tfrepro.trials.values import (
+    STOPPERS,
     SYMPTOM_ORDER,
     Evidence,
     RunResult,

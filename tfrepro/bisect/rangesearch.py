@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, TypeVar
 
-from tfrepro.trials.values import Verdict
+from tfrepro.trials.values import STOPPERS, Verdict
 
 T = TypeVar("T")
 
@@ -112,9 +112,15 @@ def bisect_range(
     else:
         (good_end,) = run([0])
         bad_end = Mark.BAD if good_end is not Mark.GOOD else run([len(items) - 1])[0]
-    if good_end is not Mark.GOOD or bad_end is not Mark.BAD:  # "good-end-bad", "bad-end-untestable", ...
-        end, got = ("good", good_end) if good_end is not Mark.GOOD else ("bad", bad_end)
-        return RangeResult(f"{end}-end-{'untestable' if got is Mark.SKIP else got.value}", None, (), tuple(tried))
+    # the ends do not hold: nothing in between is tried
+    for status, end, mark in (
+        ("good-end-bad", good_end, Mark.BAD),
+        ("good-end-untestable", good_end, Mark.SKIP),
+        ("bad-end-good", bad_end, Mark.GOOD),
+        ("bad-end-untestable", bad_end, Mark.SKIP),
+    ):
+        if end is mark:
+            return RangeResult(status, None, (), tuple(tried))
 
     lo, hi = 0, len(items) - 1
     skipped: set[int] = set()
@@ -130,11 +136,6 @@ def bisect_range(
 
 
 # --------------------------------------------------------------------------- commits
-
-# Verdicts after which a trial stopped early: it cannot tell whether another
-# symptom would have shown later, so it is a skip unless it is the one hunted
-# (feature mode's failures too: bisect/engine.py, ends.py, also_seen.py).
-STOPPERS = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
 
 
 def exception_type(error: str | None) -> str | None:

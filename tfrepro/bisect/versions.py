@@ -349,9 +349,8 @@ def _version_answer(
     of releases, what the change follows (Keras or TensorFlow), --then-features."""
     source = run.source
     candidates = [p.label for p in answer.candidates]
-    after = (
-        first_bad.label if first_bad else candidates[0] if candidates else None
-    )  # the first bad one, else the first candidate
+    # the release before the first bad one (or before the first candidate)
+    after = first_bad.label if first_bad else (candidates[0] if candidates else None)
     last_good = items[items.index(after) - 1] if after else None
     rows = _rows(run)
     lib_follows, follows_note = follows(rows, last_good, first_bad.label if first_bad else None)

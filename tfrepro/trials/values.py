@@ -44,6 +44,11 @@ SYMPTOM_ORDER: tuple[Verdict, ...] = (
     Verdict.MISMATCH,
     Verdict.SLOWDOWN,
 )
+# Verdicts after which a trial stopped early (a NaN stops training, a crash or
+# timeout ends it): it cannot tell whether another symptom would have shown
+# later. Range modes skip such a point unless it is the symptom hunted; feature
+# mode treats them as the failures (the baseline's, the timing trial's, the one-run replay's).
+STOPPERS = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
 
 
 @dataclass(frozen=True)
