@@ -127,9 +127,7 @@ class EnvSpec:
         return out + [pin] if pin else out
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["requirements"] = list(self.requirements)
-        return d
+        return {**asdict(self), "requirements": list(self.requirements)}
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
@@ -142,17 +140,12 @@ class EnvSpec:
 
 
 def spec_for(
-    version: str,
-    root: Path | None = None,
-    *,
-    tf_dist: str | None = None,
-    legacy_keras: bool = False,
-    python: str | None = None,
+    version: str, root: Path | None = None, *, tf_dist: str | None = None, legacy_keras: bool = False
 ) -> EnvSpec:
     """The spec of `version` for the project at `root`, on this interpreter."""
     reqs = project_requirements(root)[0] if root is not None else ()
-    # default: the interpreter behind this one (a venv's python is a link to it)
-    py = python or os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+    # the interpreter behind this one (a venv's python is a link to it)
+    py = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     return EnvSpec(
         tf_dist or detect_tf_dist(), version, py, f"{sys.version_info[0]}.{sys.version_info[1]}", reqs, legacy_keras
     )
@@ -166,7 +159,6 @@ class Env:
     spec: EnvSpec
     versions: dict = field(default_factory=dict, compare=False, hash=False)
     built: bool = False  # built by this call (not reused)
-    build_s: float = 0.0
 
     @property
     def python(self) -> Path:
@@ -311,7 +303,7 @@ class EnvStore:
         record["installer"] = self.installer.name
         atomic_write_text(path / SPEC_FILE, json.dumps(record, indent=1, sort_keys=True))
         say(f"environment {spec.name}: ready in {build_s:.1f} s")
-        return Env(path, spec, versions, built=True, build_s=build_s)
+        return Env(path, spec, versions, built=True)
 
     # -- tfrepro envs ----------------------------------------------------------
     def entries(self, *, sizes: bool = False) -> list[EnvInfo]:

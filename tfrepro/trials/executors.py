@@ -94,11 +94,14 @@ class LocalExecutor(Executor):
     def _run(self, project: "Project", request: Trial, slot: int, exclusive: bool) -> TrialResult:
         if request.given is not None:
             return request.given
-        if self.runner is not None:
-            return self.runner(project, request.enabled, request.settings, **request.how.runner_fields())
+        how = request.how  # cold: the trial's own, or `--cold` (warm.force_cold) for all of them
+        if self.runner is not None:  # called with use_cache, label, and each of state_dir, python, versions, env set
+            fields = {n: v for n in ("state_dir", "python", "versions", "env") if (v := getattr(how, n)) is not None}
+            return self.runner(
+                project, request.enabled, request.settings, use_cache=how.use_cache, label=how.label, **fields
+            )
         from tfrepro.trials.runner import run_trial
 
-        how = request.how  # cold: the trial's own, or `--cold` (warm.force_cold) for all of them
         if not self.devices:
             return run_trial(project, request.enabled, request.settings, how)
         # With the GPUs the trial needs (`trials/gpus.py`), disjoint from every running

@@ -24,7 +24,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.version import Version
@@ -185,10 +185,8 @@ def wheel_versions(
     return Listing(dist, tuple(sort_versions(list(usable))), excluded)
 
 
-def list_releases(
-    dist: str, cache_dir: Path, *, fetch: Fetch | None = None, now: float | None = None, ttl_s: float = LISTING_TTL_S
-) -> Listing:
-    """The installable versions of `dist` (cached for `ttl_s`)."""
+def list_releases(dist: str, cache_dir: Path, *, fetch: Fetch | None = None, now: float | None = None) -> Listing:
+    """The installable versions of `dist` (cached for `LISTING_TTL_S`)."""
     now = time.time() if now is None else now
     path = Path(cache_dir) / "index" / f"{dist}.json"
     cached = None
@@ -198,23 +196,18 @@ def list_releases(
     index = next((os.environ[v].rstrip("/") for v in uv_or_pip if os.environ.get(v)), DEFAULT_INDEX)
     url = f"{index}/{dist}/"
     shown = public_url(url)  # what is printed and stored: never the userinfo
-    if cached and cached.get("url") == shown and now - float(cached.get("fetched", 0)) < ttl_s:
-        return _listing(dist, cached, stale=False)
+    if cached and cached.get("url") == shown and now - float(cached.get("fetched", 0)) < LISTING_TTL_S:
+        return wheel_versions(cached.get("files", []), dist)
     try:
         data = json.loads((fetch or _http_fetch)(url))
         files = [{"filename": f.get("filename"), "yanked": bool(f.get("yanked"))} for f in data.get("files", [])]
     except (OSError, ValueError, AttributeError) as e:
         if cached:
-            return _listing(dist, cached, stale=True)
+            return replace(wheel_versions(cached.get("files", []), dist), stale=True)
         raise UserError(
             f"cannot list the {dist} releases from {shown}: {hide_userinfo(str(e))}",
             hint="check the network (or the index URL), or name the versions: --tf-versions 2.15.1,2.16.2",
         ) from None
     record = {"url": shown, "fetched": now, "files": files}
     atomic_write_text(path, json.dumps(record))
-    return _listing(dist, record, stale=False)
-
-
-def _listing(dist: str, record: dict, *, stale: bool) -> Listing:
-    got = wheel_versions(record.get("files", []), dist)
-    return Listing(dist, got.versions, got.excluded, stale)
+    return wheel_versions(files, dist)
