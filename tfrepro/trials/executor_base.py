@@ -5,7 +5,6 @@ was lost could not run: never cached, never a verdict on the feature)."""
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -36,16 +35,16 @@ class Executor:
     def __init__(self, slots: int) -> None:
         self.slots = max(1, int(slots))
 
-    def _run(self, project: "Project", request: Trial, slot: int, exclusive: bool) -> TrialResult:
+    def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
         raise NotImplementedError
 
     def run_one(self, project: "Project", request: Trial) -> TrialResult:
-        return self._run(project, request, 0, False)
+        return self._run(project, request, False)
 
     def run_timed(self, project: "Project", request: Trial) -> TrialResult:
         """A timing trial: alone on its device, on the same node as every other
         timing trial of this executor (the caller never overlaps two)."""
-        return self._run(project, request, 0, True)
+        return self._run(project, request, True)
 
     def run_batch(
         self,
@@ -61,9 +60,6 @@ class Executor:
         (nothing new starts); a KeyboardInterrupt (Ctrl-C) kills the running
         trials' process groups at once and is raised when their threads are
         done: the finished trials are cached, the killed ones are not."""
-        free: "queue.SimpleQueue[int]" = queue.SimpleQueue()
-        for s in range(self.slots):
-            free.put(s)
         stop = threading.Event()
         workers: list[int] = []  # appended from worker threads (a set could change size under a copy)
 
@@ -73,13 +69,9 @@ class Executor:
             workers.append(threading.get_ident())
             if stop.is_set():
                 raise TrialStopped()
-            slot = free.get()
-            try:
-                if on_start:
-                    on_start(i)
-                result = self._run(requests[i].project or project, requests[i], slot, False)
-            finally:
-                free.put(slot)
+            if on_start:
+                on_start(i)
+            result = self._run(requests[i].project or project, requests[i], False)
             if on_result:
                 on_result(i, result)
             return result

@@ -79,7 +79,7 @@ class LocalExecutor(Executor):
     With an injected `runner` (tests, the engine's fakes) each trial is
     `runner(project, enabled, settings, use_cache=, label=)` as before. Without
     one, trials go through `runner.run_trial`, or, when GPUs are visible,
-    through the same cache protocol with the slot's GPU pinned (the pinned
+    through the same cache protocol with its GPUs pinned (the pinned
     device is kept out of the cache key: any GPU of the box gives the same
     trial)."""
 
@@ -91,7 +91,7 @@ class LocalExecutor(Executor):
         self.devices = list(devices) if devices is not None else ([] if runner else visible_gpus())
         self.pool = GpuPool(self.devices)
 
-    def _run(self, project: "Project", request: Trial, slot: int, exclusive: bool) -> TrialResult:
+    def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
         if request.given is not None:
             return request.given
         how = request.how  # cold: the trial's own, or `--cold` (warm.force_cold) for all of them

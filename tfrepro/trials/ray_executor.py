@@ -199,9 +199,7 @@ class RayExecutor(Executor):
             return {"num_gpus": 1} if self.gpus else {"num_cpus": 1}
         node, cpus = self._pick_timing_node()
         strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
-        if self.gpus:
-            return {"num_gpus": 1, "scheduling_strategy": strategy}
-        return {"num_cpus": cpus, "scheduling_strategy": strategy}
+        return {**({"num_gpus": 1} if self.gpus else {"num_cpus": cpus}), "scheduling_strategy": strategy}
 
     def runs_cold(self) -> bool:
         """Whether trials are sent as cold processes: `cold`, or the driver's
@@ -209,7 +207,7 @@ class RayExecutor(Executor):
         return self.cold or warm.forced_cold()
 
     # -- one trial ---------------------------------------------------------
-    def _run(self, project: "Project", request: Trial, slot: int, exclusive: bool) -> TrialResult:
+    def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
         enabled = tuple(sorted(set(request.enabled)))
 
         def execute(trial_dir: Path) -> TrialResult:

@@ -370,11 +370,11 @@ _TF_LOG = re.compile(
 )
 
 
-def last_line(path: Path, tail: int = 65536) -> str | None:
+def last_line(path: Path) -> str | None:
     """The last non-blank line of a log file (its end only is read) that is
     not one of TensorFlow's own log lines (the last line at all when every
     one is)."""
-    lines = [line.strip() for line in read_tail(path, tail).splitlines() if line.strip()]
+    lines = [line.strip() for line in read_tail(path).splitlines() if line.strip()]
     return next((line for line in reversed(lines) if not _TF_LOG.match(line)), lines[-1] if lines else None)
 
 
