@@ -87,34 +87,6 @@ class Shipped:
     logs: Mapping[str, bytes]
     node: str | None
     host: str
-    pid: int
-
-
-def run_shipped(
-    base: bytes, rendered: dict[str, str], settings: TrialSettings, env: dict[str, str], cold: bool = False
-) -> Shipped:
-    """The task body (also callable in-process): unpack, run (`cold`: in a
-    cold process, never forked from this worker's warm server), return the
-    result, the logs and where it ran."""
-    parent = Path(tempfile.gettempdir()) / "tfrepro-ray"
-    parent.mkdir(exist_ok=True)
-    _sweep(parent)
-    with tempfile.TemporaryDirectory(prefix=f"{os.getpid()}-", dir=parent) as tmp:
-        variant, trial_dir = Path(tmp) / "variant", Path(tmp) / "trial"
-        with tarfile.open(fileobj=io.BytesIO(base), mode="r") as tar:
-            # The "data" filter (Python >= 3.11.4) also refuses links and devices.
-            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            members = [m for m in tar.getmembers() if not (m.name.startswith("/") or ".." in Path(m.name).parts)]
-            tar.extractall(variant, members=members, **safe)
-        for rel, text in rendered.items():
-            (variant / rel).write_text(text, encoding="utf-8", newline="")
-        result = runner.run_variant(variant, settings, trial_dir, TrialOptions(env=env, cold=cold))
-        logs = {name: (trial_dir / name).read_bytes() for name in LOGS if (trial_dir / name).is_file()}
-    try:
-        node = ray.get_runtime_context().get_node_id()
-    except Exception:  # called outside a Ray worker (tests)
-        node = None
-    return Shipped(result, logs, node, socket.gethostname(), os.getpid())
 
 
 def _sweep(parent: Path) -> None:
@@ -130,7 +102,26 @@ def _sweep(parent: Path) -> None:
 def _trial_task(
     base: bytes, rendered: dict[str, str], settings: TrialSettings, env: dict[str, str], cold: bool, attempt: int
 ) -> Shipped:
-    return run_shipped(base, rendered, settings, {**env, ATTEMPT_ENV: str(attempt)}, cold)
+    """One trial on a worker: unpack, run (`cold`: in a cold process, never
+    forked from this worker's warm server; `attempt` in its ATTEMPT_ENV),
+    return the result, the logs and where it ran."""
+    parent = Path(tempfile.gettempdir()) / "tfrepro-ray"
+    parent.mkdir(exist_ok=True)
+    _sweep(parent)
+    with tempfile.TemporaryDirectory(prefix=f"{os.getpid()}-", dir=parent) as tmp:
+        variant, trial_dir = Path(tmp) / "variant", Path(tmp) / "trial"
+        with tarfile.open(fileobj=io.BytesIO(base), mode="r") as tar:
+            # The "data" filter (Python >= 3.11.4) also refuses links and devices.
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            members = [m for m in tar.getmembers() if not (m.name.startswith("/") or ".." in Path(m.name).parts)]
+            tar.extractall(variant, members=members, **safe)
+        for rel, text in rendered.items():
+            (variant / rel).write_text(text, encoding="utf-8", newline="")
+        result = runner.run_variant(
+            variant, settings, trial_dir, TrialOptions(env={**env, ATTEMPT_ENV: str(attempt)}, cold=cold)
+        )
+        logs = {name: (trial_dir / name).read_bytes() for name in LOGS if (trial_dir / name).is_file()}
+    return Shipped(result, logs, ray.get_runtime_context().get_node_id(), socket.gethostname())
 
 
 def is_lost(e: BaseException) -> bool:

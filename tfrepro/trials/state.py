@@ -321,7 +321,10 @@ class StateDir:
             elif e.name != ".gitignore":
                 out.foreign.append(str(e))
         ignore = self.path / ".gitignore"
-        if [p.name for p in self.path.iterdir()] == [".gitignore"] and _read(ignore) == GITIGNORE:
+        text = None
+        with contextlib.suppress(OSError, ValueError):
+            text = ignore.read_text(encoding="utf-8")
+        if [p.name for p in self.path.iterdir()] == [".gitignore"] and text == GITIGNORE:
             ignore.unlink()
         if _rmdir_if_empty(self.path):
             out.paths.append(str(self.path))
@@ -377,13 +380,6 @@ def in_use(d: Path) -> bool:
     finally:
         os.close(fd)
     return False
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, ValueError):
-        return None
 
 
 def _rmdir_if_empty(d: Path) -> bool:
