@@ -25,7 +25,6 @@ Invariants every executor keeps:
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -64,11 +63,8 @@ def visible_gpus(
 
 
 def _nvidia_smi_list() -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        return subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=10).stdout
+    try:  # no nvidia-smi on PATH: FileNotFoundError
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return None
 

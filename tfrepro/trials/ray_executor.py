@@ -156,10 +156,8 @@ class RayExecutor(Executor):
     ) -> None:
         log = log or (lambda text: print(text, file=sys.stderr))
         self.cold = cold
-        self._connection = Connection(owns=False)
-        if not ray.is_initialized():
-            # a private local instance, or --address with a timeout (trials/ray_connect.py)
-            self._connection = connect(address, log)
+        # the Ray this process started already, else a private local instance or --address (trials/ray_connect.py)
+        self._connection = Connection(owns=False) if ray.is_initialized() else connect(address, log)
         resources = ray.cluster_resources()
         self.gpus = int(resources.get("GPU", 0))
         super().__init__(self.gpus or int(resources.get("CPU", 1)))
