@@ -260,12 +260,9 @@ class EnvStore:
     @contextmanager
     def _lock(self, name: str) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / f".{name}.lock", "w") as f:
+        with open(self.root / f".{name}.lock", "w") as f:  # closing it releases the lock
             fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+            yield
 
     def ensure(self, spec: EnvSpec, on_line: OnLine | None = None) -> Env:
         """The ready environment of `spec`, built first when missing or stale.
@@ -343,7 +340,6 @@ class EnvStore:
                 except OSError:
                     continue  # being built or used right now
                 shutil.rmtree(info.path, ignore_errors=True)
-                fcntl.flock(f, fcntl.LOCK_UN)
             with contextlib.suppress(OSError):
                 (self.root / f".{info.name}.lock").unlink()
             removed.append((info, why))
