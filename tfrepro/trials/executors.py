@@ -38,7 +38,7 @@ from tfrepro.trials.executor_base import (  # noqa: F401 (the base is imported f
     could_not_run,
     retry_once,
 )
-from tfrepro.trials.gpus import GpuPool, cuda_env, gpus_needed
+from tfrepro.trials.gpus import GpuPool, gpus_needed
 from tfrepro.trials.trial import Trial
 from tfrepro.trials.values import TrialResult
 
@@ -104,7 +104,8 @@ class LocalExecutor(Executor):
         # trial's. A timing trial runs alone, so it gets the lowest ids: the same devices for every pair.
         ids = self.pool.acquire(gpus_needed(request.settings.gpus, getattr(project, "feature_names", ()), self.devices))
         try:
-            return run_trial(project, request.enabled, request.settings, replace(how, unkeyed_env=cuda_env(ids)))
+            pinned = replace(how, unkeyed_env={"CUDA_VISIBLE_DEVICES": ",".join(ids)})
+            return run_trial(project, request.enabled, request.settings, pinned)
         finally:
             self.pool.release(ids)
 
