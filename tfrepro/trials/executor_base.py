@@ -60,12 +60,12 @@ class Executor:
         (nothing new starts); a KeyboardInterrupt (Ctrl-C) kills the running
         trials' process groups at once and is raised when their threads are
         done: the finished trials are cached, the killed ones are not."""
+        from tfrepro.trials.procs import TrialStopped, stop_trials
+
         stop = threading.Event()
         workers: list[int] = []  # appended from worker threads (a set could change size under a copy)
 
         def one(i: int) -> TrialResult:
-            from tfrepro.trials.procs import TrialStopped
-
             workers.append(threading.get_ident())
             if stop.is_set():
                 raise TrialStopped()
@@ -86,19 +86,14 @@ class Executor:
         except KeyboardInterrupt:
             stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
-            self._stop_running(workers, futures)
+            # Kill what the worker threads run until every one of them is done
+            # (a trial that started while we killed is caught on the next round).
+            while not all(f.done() for f in futures):
+                stop_trials(list(workers))
+                wait(futures, timeout=0.1)
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-
-    def _stop_running(self, workers: list[int], futures: Sequence) -> None:
-        """Kill what the worker threads run until every one of them is done
-        (a trial that started while we killed is caught on the next round)."""
-        from tfrepro.trials.procs import stop_trials
-
-        while not all(f.done() for f in futures):
-            stop_trials(list(workers))
-            wait(futures, timeout=0.1)
 
     def close(self) -> None:
         """Release what the executor started (a local Ray instance)."""

@@ -129,12 +129,6 @@ def is_lost(e: BaseException) -> bool:
     return isinstance(e, ray.exceptions.RayError) and not isinstance(e, ray.exceptions.TaskCancelledError)
 
 
-def shipped_env() -> dict[str, str]:
-    """The driver's variables that enter the cache key; the GPU a task gets is
-    Ray's business (it sets CUDA_VISIBLE_DEVICES on the worker)."""
-    return {k: v for k, v in runner.keyed_env(None).items() if k != "CUDA_VISIBLE_DEVICES"}
-
-
 class RayExecutor(Executor):
     """Each trial a Ray task (see the module docstring).
 
@@ -204,7 +198,9 @@ class RayExecutor(Executor):
                 self._base(project),
                 project.render(enabled),
                 request.settings,
-                shipped_env(),
+                # the driver's variables that enter the cache key; the GPU a task
+                # gets is Ray's business (it sets CUDA_VISIBLE_DEVICES on the worker)
+                {k: v for k, v in runner.keyed_env(None).items() if k != "CUDA_VISIBLE_DEVICES"},
                 self.runs_cold(),
             )
             options = self._options(exclusive)
