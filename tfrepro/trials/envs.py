@@ -104,10 +104,8 @@ def tf_keras_pin(tf_version: str) -> str | None:
     """The tf_keras matching a TensorFlow release (None before Keras 3: there
     tf.keras is Keras 2 already)."""
     m = re.match(r"(\d+)\.(\d+)", tf_version)
-    if not m or (int(m[1]), int(m[2])) < KERAS3_FROM:
-        return None
-    major, minor = int(m[1]), int(m[2])
-    return f"tf_keras>={major}.{minor},<{major}.{minor + 1}"
+    major, minor = (int(m[1]), int(m[2])) if m else (0, 0)
+    return f"tf_keras>={major}.{minor},<{major}.{minor + 1}" if (major, minor) >= KERAS3_FROM else None
 
 
 @dataclass(frozen=True)
