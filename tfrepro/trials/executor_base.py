@@ -30,8 +30,6 @@ class Executor:
     """Runs batches of independent trials, `slots` at a time, and timing
     trials alone. Subclasses implement `_run`; `run_batch` is shared."""
 
-    name = "executor"
-
     def __init__(self, slots: int) -> None:
         self.slots = max(1, int(slots))
 

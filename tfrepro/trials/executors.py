@@ -79,8 +79,6 @@ class LocalExecutor(Executor):
     device is kept out of the cache key: any GPU of the box gives the same
     trial)."""
 
-    name = "local"
-
     def __init__(self, jobs: int = 1, *, runner: Runner | None = None, devices: Sequence[str] | None = None) -> None:
         super().__init__(jobs)
         self.runner = runner

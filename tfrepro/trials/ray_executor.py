@@ -139,8 +139,6 @@ class RayExecutor(Executor):
     in this process, looked up when each trial is submitted.
     """
 
-    name = "ray"
-
     def __init__(
         self,
         address: str | None = None,
