@@ -16,7 +16,6 @@ UserError that says how to go on (name the versions).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -31,6 +30,7 @@ from packaging.version import Version
 
 from tfrepro.errors import UserError
 from tfrepro.trials.state import atomic_write_text
+from tfrepro.trials.stored import read_json
 from tfrepro.urls import basic_auth, hide_userinfo, public_url, split_userinfo
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -189,9 +189,7 @@ def list_releases(dist: str, cache_dir: Path, *, fetch: Fetch | None = None, now
     """The installable versions of `dist` (cached for `LISTING_TTL_S`)."""
     now = time.time() if now is None else now
     path = Path(cache_dir) / "index" / f"{dist}.json"
-    cached = None
-    with contextlib.suppress(OSError, ValueError):
-        cached = json.loads(path.read_text(encoding="utf-8"))
+    cached = read_json(path)
     uv_or_pip = ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL")  # the index they would use
     index = next((os.environ[v].rstrip("/") for v in uv_or_pip if os.environ.get(v)), DEFAULT_INDEX)
     url = f"{index}/{dist}/"
