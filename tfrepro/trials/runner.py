@@ -129,11 +129,10 @@ def run_trial(
     project: "Project",
     enabled: Iterable[str],
     settings: TrialSettings,
-    how: TrialOptions | None = None,
+    how: TrialOptions = TrialOptions(),
 ) -> TrialResult:
     """Run `project` with the features `enabled` ON (all others OFF), or return
     the cached result of the same trial; `how` says how it runs (`TrialOptions`)."""
-    how = how or TrialOptions()
     how = replace(how, plugins=tuple(Path(p).resolve() for p in how.plugins))
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)
@@ -278,7 +277,7 @@ def run_variant(
     variant_dir: Path,
     settings: TrialSettings,
     trial_dir: Path,
-    how: TrialOptions | None = None,
+    how: TrialOptions = TrialOptions(),
     *,
     warm_pool: "warm.WarmPool | None" = None,
 ) -> TrialResult:
@@ -290,7 +289,6 @@ def run_variant(
     process behind `inside/launch.py`. Raises what interrupted the parent
     (KeyboardInterrupt; `TrialStopped` from `stop_trials`) after killing the
     child's process tree."""
-    how = how or TrialOptions()
     trial_dir = Path(trial_dir).resolve()
     trial_dir.mkdir(parents=True, exist_ok=True)
     result_path = trial_dir / "result.json"

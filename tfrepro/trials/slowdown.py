@@ -395,7 +395,7 @@ class SequentialPolicy:
 def sequential_slowdown(
     sample_pair: PairSampler,
     threshold: float,
-    policy: SequentialPolicy | None = None,
+    policy: SequentialPolicy = SequentialPolicy(),
     *,
     prior: Sequence[TimingPair] = (),
 ) -> TimingOutcome:
@@ -404,8 +404,7 @@ def sequential_slowdown(
     spent. Pair i is requested as
     `sample_pair(i)`, i = 0, 1, ... (the caller maps i to deterministic
     repeat indices, so an interrupted run resumes from its cache)."""
-    pol = policy or SequentialPolicy()
-    min_new, min_samples, max_samples = pol.min_new, pol.min_samples, pol.max_samples
+    min_new, min_samples, max_samples = policy.min_new, policy.min_samples, policy.max_samples
     if min_samples < 1 or max_samples < 1 or min_new > max_samples:
         raise ValueError("need 1 <= min_samples, 1 <= max_samples and min_new <= max_samples")
     pairs = list(prior)
@@ -425,10 +424,10 @@ def sequential_slowdown(
         last = d = decide_slowdown(
             pairs,
             threshold,
-            alpha=pol.alpha,
+            alpha=policy.alpha,
             min_pairs=min_samples,
-            loaded_not_slower=pol.loaded_not_slower,
-            alpha_not_slower=pol.alpha_not_slower,
+            loaded_not_slower=policy.loaded_not_slower,
+            alpha_not_slower=policy.alpha_not_slower,
         )
         if d.state == TimingState.SLOWER:
             return end(Verdict.SLOWDOWN, True, d, new=i + 1)
