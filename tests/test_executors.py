@@ -184,7 +184,7 @@ def test_a_lost_culprit_trial_is_never_blamed(tmp_path):
     class Losing(Executor):
         name = "fake"
 
-        def _run(self, project, request, slot, exclusive):
+        def _run(self, project, request, exclusive):
             on = set(request.enabled)
             if "b" in on and len(on) == 1:
                 return could_not_run(["WorkerCrashedError", "WorkerCrashedError"])

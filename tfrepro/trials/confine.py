@@ -39,6 +39,7 @@ from pathlib import Path
 from tfrepro import inside
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.inside.confine import OUTSIDE
+from tfrepro.trials.stored import read_json
 
 ENV = "TFREPRO_CONFINE"
 # Directories a trial may write for real besides its own (os.pathsep-separated):
@@ -324,10 +325,7 @@ def note_outside(result, trial_dir: Path):
     `extra["writes_outside"]`, its error naming it. A trial that went on
     after a denied write (the script caught the error) gets a warning naming
     it instead: what the script did without that file is unknown."""
-    try:
-        seen = json.loads((Path(trial_dir) / OUTSIDE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return result
+    seen = read_json(Path(trial_dir) / OUTSIDE) or {}
     data = seen.get("exception") or seen.get("audit")
     if not isinstance(data, dict):
         return result

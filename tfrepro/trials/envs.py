@@ -104,10 +104,8 @@ def tf_keras_pin(tf_version: str) -> str | None:
     """The tf_keras matching a TensorFlow release (None before Keras 3: there
     tf.keras is Keras 2 already)."""
     m = re.match(r"(\d+)\.(\d+)", tf_version)
-    if not m or (int(m[1]), int(m[2])) < KERAS3_FROM:
-        return None
-    major, minor = int(m[1]), int(m[2])
-    return f"tf_keras>={major}.{minor},<{major}.{minor + 1}"
+    major, minor = (int(m[1]), int(m[2])) if m else (0, 0)
+    return f"tf_keras>={major}.{minor},<{major}.{minor + 1}" if (major, minor) >= KERAS3_FROM else None
 
 
 @dataclass(frozen=True)
@@ -127,9 +125,7 @@ class EnvSpec:
         return out + [pin] if pin else out
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["requirements"] = list(self.requirements)
-        return d
+        return {**asdict(self), "requirements": list(self.requirements)}
 
     def digest(self) -> str:
         return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
@@ -142,17 +138,12 @@ class EnvSpec:
 
 
 def spec_for(
-    version: str,
-    root: Path | None = None,
-    *,
-    tf_dist: str | None = None,
-    legacy_keras: bool = False,
-    python: str | None = None,
+    version: str, root: Path | None = None, *, tf_dist: str | None = None, legacy_keras: bool = False
 ) -> EnvSpec:
     """The spec of `version` for the project at `root`, on this interpreter."""
     reqs = project_requirements(root)[0] if root is not None else ()
-    # default: the interpreter behind this one (a venv's python is a link to it)
-    py = python or os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+    # the interpreter behind this one (a venv's python is a link to it)
+    py = os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
     return EnvSpec(
         tf_dist or detect_tf_dist(), version, py, f"{sys.version_info[0]}.{sys.version_info[1]}", reqs, legacy_keras
     )
@@ -166,7 +157,6 @@ class Env:
     spec: EnvSpec
     versions: dict = field(default_factory=dict, compare=False, hash=False)
     built: bool = False  # built by this call (not reused)
-    build_s: float = 0.0
 
     @property
     def python(self) -> Path:
@@ -268,12 +258,9 @@ class EnvStore:
     @contextmanager
     def _lock(self, name: str) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True)
-        with open(self.root / f".{name}.lock", "w") as f:
+        with open(self.root / f".{name}.lock", "w") as f:  # closing it releases the lock
             fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+            yield
 
     def ensure(self, spec: EnvSpec, on_line: OnLine | None = None) -> Env:
         """The ready environment of `spec`, built first when missing or stale.
@@ -311,7 +298,7 @@ class EnvStore:
         record["installer"] = self.installer.name
         atomic_write_text(path / SPEC_FILE, json.dumps(record, indent=1, sort_keys=True))
         say(f"environment {spec.name}: ready in {build_s:.1f} s")
-        return Env(path, spec, versions, built=True, build_s=build_s)
+        return Env(path, spec, versions, built=True)
 
     # -- tfrepro envs ----------------------------------------------------------
     def entries(self, *, sizes: bool = False) -> list[EnvInfo]:
@@ -351,7 +338,6 @@ class EnvStore:
                 except OSError:
                     continue  # being built or used right now
                 shutil.rmtree(info.path, ignore_errors=True)
-                fcntl.flock(f, fcntl.LOCK_UN)
             with contextlib.suppress(OSError):
                 (self.root / f".{info.name}.lock").unlink()
             removed.append((info, why))

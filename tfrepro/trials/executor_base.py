@@ -5,7 +5,6 @@ was lost could not run: never cached, never a verdict on the feature)."""
 
 from __future__ import annotations
 
-import queue
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -31,21 +30,19 @@ class Executor:
     """Runs batches of independent trials, `slots` at a time, and timing
     trials alone. Subclasses implement `_run`; `run_batch` is shared."""
 
-    name = "executor"
-
     def __init__(self, slots: int) -> None:
         self.slots = max(1, int(slots))
 
-    def _run(self, project: "Project", request: Trial, slot: int, exclusive: bool) -> TrialResult:
+    def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
         raise NotImplementedError
 
     def run_one(self, project: "Project", request: Trial) -> TrialResult:
-        return self._run(project, request, 0, False)
+        return self._run(project, request, False)
 
     def run_timed(self, project: "Project", request: Trial) -> TrialResult:
         """A timing trial: alone on its device, on the same node as every other
         timing trial of this executor (the caller never overlaps two)."""
-        return self._run(project, request, 0, True)
+        return self._run(project, request, True)
 
     def run_batch(
         self,
@@ -61,25 +58,18 @@ class Executor:
         (nothing new starts); a KeyboardInterrupt (Ctrl-C) kills the running
         trials' process groups at once and is raised when their threads are
         done: the finished trials are cached, the killed ones are not."""
-        free: "queue.SimpleQueue[int]" = queue.SimpleQueue()
-        for s in range(self.slots):
-            free.put(s)
+        from tfrepro.trials.procs import TrialStopped, stop_trials
+
         stop = threading.Event()
         workers: list[int] = []  # appended from worker threads (a set could change size under a copy)
 
         def one(i: int) -> TrialResult:
-            from tfrepro.trials.procs import TrialStopped
-
             workers.append(threading.get_ident())
             if stop.is_set():
                 raise TrialStopped()
-            slot = free.get()
-            try:
-                if on_start:
-                    on_start(i)
-                result = self._run(requests[i].project or project, requests[i], slot, False)
-            finally:
-                free.put(slot)
+            if on_start:
+                on_start(i)
+            result = self._run(requests[i].project or project, requests[i], False)
             if on_result:
                 on_result(i, result)
             return result
@@ -94,19 +84,14 @@ class Executor:
         except KeyboardInterrupt:
             stop.set()
             pool.shutdown(wait=False, cancel_futures=True)
-            self._stop_running(workers, futures)
+            # Kill what the worker threads run until every one of them is done
+            # (a trial that started while we killed is caught on the next round).
+            while not all(f.done() for f in futures):
+                stop_trials(list(workers))
+                wait(futures, timeout=0.1)
             raise
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-
-    def _stop_running(self, workers: list[int], futures: Sequence) -> None:
-        """Kill what the worker threads run until every one of them is done
-        (a trial that started while we killed is caught on the next round)."""
-        from tfrepro.trials.procs import stop_trials
-
-        while not all(f.done() for f in futures):
-            stop_trials(list(workers))
-            wait(futures, timeout=0.1)
 
     def close(self) -> None:
         """Release what the executor started (a local Ray instance)."""

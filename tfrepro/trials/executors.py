@@ -25,7 +25,6 @@ Invariants every executor keeps:
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
@@ -39,7 +38,7 @@ from tfrepro.trials.executor_base import (  # noqa: F401 (the base is imported f
     could_not_run,
     retry_once,
 )
-from tfrepro.trials.gpus import GpuPool, cuda_env, gpus_needed
+from tfrepro.trials.gpus import GpuPool, gpus_needed
 from tfrepro.trials.trial import Trial
 from tfrepro.trials.values import TrialResult
 
@@ -64,11 +63,8 @@ def visible_gpus(
 
 
 def _nvidia_smi_list() -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
-    try:
-        return subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=10).stdout
+    try:  # no nvidia-smi on PATH: FileNotFoundError
+        return subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -79,11 +75,9 @@ class LocalExecutor(Executor):
     With an injected `runner` (tests, the engine's fakes) each trial is
     `runner(project, enabled, settings, use_cache=, label=)` as before. Without
     one, trials go through `runner.run_trial`, or, when GPUs are visible,
-    through the same cache protocol with the slot's GPU pinned (the pinned
+    through the same cache protocol with its GPUs pinned (the pinned
     device is kept out of the cache key: any GPU of the box gives the same
     trial)."""
-
-    name = "local"
 
     def __init__(self, jobs: int = 1, *, runner: Runner | None = None, devices: Sequence[str] | None = None) -> None:
         super().__init__(jobs)
@@ -91,21 +85,25 @@ class LocalExecutor(Executor):
         self.devices = list(devices) if devices is not None else ([] if runner else visible_gpus())
         self.pool = GpuPool(self.devices)
 
-    def _run(self, project: "Project", request: Trial, slot: int, exclusive: bool) -> TrialResult:
+    def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
         if request.given is not None:
             return request.given
-        if self.runner is not None:
-            return self.runner(project, request.enabled, request.settings, **request.how.runner_fields())
+        how = request.how  # cold: the trial's own, or `--cold` (warm.force_cold) for all of them
+        if self.runner is not None:  # called with use_cache, label, and each of state_dir, python, versions, env set
+            fields = {n: v for n in ("state_dir", "python", "versions", "env") if (v := getattr(how, n)) is not None}
+            return self.runner(
+                project, request.enabled, request.settings, use_cache=how.use_cache, label=how.label, **fields
+            )
         from tfrepro.trials.runner import run_trial
 
-        how = request.how  # cold: the trial's own, or `--cold` (warm.force_cold) for all of them
         if not self.devices:
             return run_trial(project, request.enabled, request.settings, how)
         # With the GPUs the trial needs (`trials/gpus.py`), disjoint from every running
         # trial's. A timing trial runs alone, so it gets the lowest ids: the same devices for every pair.
         ids = self.pool.acquire(gpus_needed(request.settings.gpus, getattr(project, "feature_names", ()), self.devices))
         try:
-            return run_trial(project, request.enabled, request.settings, replace(how, unkeyed_env=cuda_env(ids)))
+            pinned = replace(how, unkeyed_env={"CUDA_VISIBLE_DEVICES": ",".join(ids)})
+            return run_trial(project, request.enabled, request.settings, pinned)
         finally:
             self.pool.release(ids)
 

@@ -53,10 +53,6 @@ def assign(devices: Sequence[str], busy: Iterable[str], need: int) -> tuple[str,
     return tuple(free[:need]) if len(free) >= need else None
 
 
-def cuda_env(ids: Sequence[str]) -> dict[str, str]:
-    return {"CUDA_VISIBLE_DEVICES": ",".join(ids)}
-
-
 class GpuPool:
     """Thread-safe `assign` for concurrent trials, first come first served."""
 

@@ -115,7 +115,7 @@ def connect(
     init_kwargs: dict[str, Any] | None = None,
     *,
     init: Callable[..., Any] | None = None,
-    timeout_s: float | None = None,
+    timeout_s: float = CONNECT_TIMEOUT_S,
     tick_s: float = TICK_S,
 ) -> Connection:
     """Join `address` (or RAY_ADDRESS), or start a private local instance."""
@@ -126,15 +126,14 @@ def connect(
     kw: dict[str, Any] = {"log_to_driver": False, **(init_kwargs or {})}
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
-        limit = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
         log(f"ray: joining the cluster at {address}")
-        probe(address, min(limit, 10.0))
+        probe(address, min(timeout_s, 10.0))
         try:
-            _with_progress(lambda: init(address=address, **kw), f"connecting to {address}", limit, log, tick_s)
+            _with_progress(lambda: init(address=address, **kw), f"connecting to {address}", timeout_s, log, tick_s)
         except TimeoutError:
             raise TfreproError(
                 f"ray: the cluster at {address} accepted a connection but did not let this process join "
-                f"within {limit:.0f} s; check that it runs the same Ray version and that its token "
+                f"within {timeout_s:.0f} s; check that it runs the same Ray version and that its token "
                 "(Ray's token-auth) is known here"
             ) from None
         return Connection(owns=True)

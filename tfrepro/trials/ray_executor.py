@@ -87,34 +87,6 @@ class Shipped:
     logs: Mapping[str, bytes]
     node: str | None
     host: str
-    pid: int
-
-
-def run_shipped(
-    base: bytes, rendered: dict[str, str], settings: TrialSettings, env: dict[str, str], cold: bool = False
-) -> Shipped:
-    """The task body (also callable in-process): unpack, run (`cold`: in a
-    cold process, never forked from this worker's warm server), return the
-    result, the logs and where it ran."""
-    parent = Path(tempfile.gettempdir()) / "tfrepro-ray"
-    parent.mkdir(exist_ok=True)
-    _sweep(parent)
-    with tempfile.TemporaryDirectory(prefix=f"{os.getpid()}-", dir=parent) as tmp:
-        variant, trial_dir = Path(tmp) / "variant", Path(tmp) / "trial"
-        with tarfile.open(fileobj=io.BytesIO(base), mode="r") as tar:
-            # The "data" filter (Python >= 3.11.4) also refuses links and devices.
-            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
-            members = [m for m in tar.getmembers() if not (m.name.startswith("/") or ".." in Path(m.name).parts)]
-            tar.extractall(variant, members=members, **safe)
-        for rel, text in rendered.items():
-            (variant / rel).write_text(text, encoding="utf-8", newline="")
-        result = runner.run_variant(variant, settings, trial_dir, TrialOptions(env=env, cold=cold))
-        logs = {name: (trial_dir / name).read_bytes() for name in LOGS if (trial_dir / name).is_file()}
-    try:
-        node = ray.get_runtime_context().get_node_id()
-    except Exception:  # called outside a Ray worker (tests)
-        node = None
-    return Shipped(result, logs, node, socket.gethostname(), os.getpid())
 
 
 def _sweep(parent: Path) -> None:
@@ -130,18 +102,31 @@ def _sweep(parent: Path) -> None:
 def _trial_task(
     base: bytes, rendered: dict[str, str], settings: TrialSettings, env: dict[str, str], cold: bool, attempt: int
 ) -> Shipped:
-    return run_shipped(base, rendered, settings, {**env, ATTEMPT_ENV: str(attempt)}, cold)
+    """One trial on a worker: unpack, run (`cold`: in a cold process, never
+    forked from this worker's warm server; `attempt` in its ATTEMPT_ENV),
+    return the result, the logs and where it ran."""
+    parent = Path(tempfile.gettempdir()) / "tfrepro-ray"
+    parent.mkdir(exist_ok=True)
+    _sweep(parent)
+    with tempfile.TemporaryDirectory(prefix=f"{os.getpid()}-", dir=parent) as tmp:
+        variant, trial_dir = Path(tmp) / "variant", Path(tmp) / "trial"
+        with tarfile.open(fileobj=io.BytesIO(base), mode="r") as tar:
+            # The "data" filter (Python >= 3.11.4) also refuses links and devices.
+            safe = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+            members = [m for m in tar.getmembers() if not (m.name.startswith("/") or ".." in Path(m.name).parts)]
+            tar.extractall(variant, members=members, **safe)
+        for rel, text in rendered.items():
+            (variant / rel).write_text(text, encoding="utf-8", newline="")
+        result = runner.run_variant(
+            variant, settings, trial_dir, TrialOptions(env={**env, ATTEMPT_ENV: str(attempt)}, cold=cold)
+        )
+        logs = {name: (trial_dir / name).read_bytes() for name in LOGS if (trial_dir / name).is_file()}
+    return Shipped(result, logs, ray.get_runtime_context().get_node_id(), socket.gethostname())
 
 
 def is_lost(e: BaseException) -> bool:
     """A failure of the task, not of the training: worth one more try."""
     return isinstance(e, ray.exceptions.RayError) and not isinstance(e, ray.exceptions.TaskCancelledError)
-
-
-def shipped_env() -> dict[str, str]:
-    """The driver's variables that enter the cache key; the GPU a task gets is
-    Ray's business (it sets CUDA_VISIBLE_DEVICES on the worker)."""
-    return {k: v for k, v in runner.keyed_env(None).items() if k != "CUDA_VISIBLE_DEVICES"}
 
 
 class RayExecutor(Executor):
@@ -154,8 +139,6 @@ class RayExecutor(Executor):
     in this process, looked up when each trial is submitted.
     """
 
-    name = "ray"
-
     def __init__(
         self,
         address: str | None = None,
@@ -165,10 +148,8 @@ class RayExecutor(Executor):
     ) -> None:
         log = log or (lambda text: print(text, file=sys.stderr))
         self.cold = cold
-        self._connection = Connection(owns=False)
-        if not ray.is_initialized():
-            # a private local instance, or --address with a timeout (trials/ray_connect.py)
-            self._connection = connect(address, log)
+        # the Ray this process started already, else a private local instance or --address (trials/ray_connect.py)
+        self._connection = Connection(owns=False) if ray.is_initialized() else connect(address, log)
         resources = ray.cluster_resources()
         self.gpus = int(resources.get("GPU", 0))
         super().__init__(self.gpus or int(resources.get("CPU", 1)))
@@ -199,9 +180,7 @@ class RayExecutor(Executor):
             return {"num_gpus": 1} if self.gpus else {"num_cpus": 1}
         node, cpus = self._pick_timing_node()
         strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
-        if self.gpus:
-            return {"num_gpus": 1, "scheduling_strategy": strategy}
-        return {"num_cpus": cpus, "scheduling_strategy": strategy}
+        return {**({"num_gpus": 1} if self.gpus else {"num_cpus": cpus}), "scheduling_strategy": strategy}
 
     def runs_cold(self) -> bool:
         """Whether trials are sent as cold processes: `cold`, or the driver's
@@ -209,7 +188,7 @@ class RayExecutor(Executor):
         return self.cold or warm.forced_cold()
 
     # -- one trial ---------------------------------------------------------
-    def _run(self, project: "Project", request: Trial, slot: int, exclusive: bool) -> TrialResult:
+    def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
         enabled = tuple(sorted(set(request.enabled)))
 
         def execute(trial_dir: Path) -> TrialResult:
@@ -217,7 +196,9 @@ class RayExecutor(Executor):
                 self._base(project),
                 project.render(enabled),
                 request.settings,
-                shipped_env(),
+                # the driver's variables that enter the cache key; the GPU a task
+                # gets is Ray's business (it sets CUDA_VISIBLE_DEVICES on the worker)
+                {k: v for k, v in runner.keyed_env(None).items() if k != "CUDA_VISIBLE_DEVICES"},
                 self.runs_cold(),
             )
             options = self._options(exclusive)

@@ -16,7 +16,6 @@ UserError that says how to go on (name the versions).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
@@ -24,13 +23,14 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from packaging.version import Version
 
 from tfrepro.errors import UserError
 from tfrepro.trials.state import atomic_write_text
+from tfrepro.trials.stored import read_json
 from tfrepro.urls import basic_auth, hide_userinfo, public_url, split_userinfo
 
 DEFAULT_INDEX = "https://pypi.org/simple"
@@ -185,36 +185,27 @@ def wheel_versions(
     return Listing(dist, tuple(sort_versions(list(usable))), excluded)
 
 
-def list_releases(
-    dist: str, cache_dir: Path, *, fetch: Fetch | None = None, now: float | None = None, ttl_s: float = LISTING_TTL_S
-) -> Listing:
-    """The installable versions of `dist` (cached for `ttl_s`)."""
+def list_releases(dist: str, cache_dir: Path, *, fetch: Fetch | None = None, now: float | None = None) -> Listing:
+    """The installable versions of `dist` (cached for `LISTING_TTL_S`)."""
     now = time.time() if now is None else now
     path = Path(cache_dir) / "index" / f"{dist}.json"
-    cached = None
-    with contextlib.suppress(OSError, ValueError):
-        cached = json.loads(path.read_text(encoding="utf-8"))
+    cached = read_json(path)
     uv_or_pip = ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL")  # the index they would use
     index = next((os.environ[v].rstrip("/") for v in uv_or_pip if os.environ.get(v)), DEFAULT_INDEX)
     url = f"{index}/{dist}/"
     shown = public_url(url)  # what is printed and stored: never the userinfo
-    if cached and cached.get("url") == shown and now - float(cached.get("fetched", 0)) < ttl_s:
-        return _listing(dist, cached, stale=False)
+    if cached and cached.get("url") == shown and now - float(cached.get("fetched", 0)) < LISTING_TTL_S:
+        return wheel_versions(cached.get("files", []), dist)
     try:
         data = json.loads((fetch or _http_fetch)(url))
         files = [{"filename": f.get("filename"), "yanked": bool(f.get("yanked"))} for f in data.get("files", [])]
     except (OSError, ValueError, AttributeError) as e:
         if cached:
-            return _listing(dist, cached, stale=True)
+            return replace(wheel_versions(cached.get("files", []), dist), stale=True)
         raise UserError(
             f"cannot list the {dist} releases from {shown}: {hide_userinfo(str(e))}",
             hint="check the network (or the index URL), or name the versions: --tf-versions 2.15.1,2.16.2",
         ) from None
     record = {"url": shown, "fetched": now, "files": files}
     atomic_write_text(path, json.dumps(record))
-    return _listing(dist, record, stale=False)
-
-
-def _listing(dist: str, record: dict, *, stale: bool) -> Listing:
-    got = wheel_versions(record.get("files", []), dist)
-    return Listing(dist, got.versions, got.excluded, stale)
+    return wheel_versions(files, dist)

@@ -129,11 +129,10 @@ def run_trial(
     project: "Project",
     enabled: Iterable[str],
     settings: TrialSettings,
-    how: TrialOptions | None = None,
+    how: TrialOptions = TrialOptions(),
 ) -> TrialResult:
     """Run `project` with the features `enabled` ON (all others OFF), or return
     the cached result of the same trial; `how` says how it runs (`TrialOptions`)."""
-    how = how or TrialOptions()
     how = replace(how, plugins=tuple(Path(p).resolve() for p in how.plugins))
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)
@@ -278,7 +277,7 @@ def run_variant(
     variant_dir: Path,
     settings: TrialSettings,
     trial_dir: Path,
-    how: TrialOptions | None = None,
+    how: TrialOptions = TrialOptions(),
     *,
     warm_pool: "warm.WarmPool | None" = None,
 ) -> TrialResult:
@@ -290,7 +289,6 @@ def run_variant(
     process behind `inside/launch.py`. Raises what interrupted the parent
     (KeyboardInterrupt; `TrialStopped` from `stop_trials`) after killing the
     child's process tree."""
-    how = how or TrialOptions()
     trial_dir = Path(trial_dir).resolve()
     trial_dir.mkdir(parents=True, exist_ok=True)
     result_path = trial_dir / "result.json"
@@ -370,11 +368,11 @@ _TF_LOG = re.compile(
 )
 
 
-def last_line(path: Path, tail: int = 65536) -> str | None:
+def last_line(path: Path) -> str | None:
     """The last non-blank line of a log file (its end only is read) that is
     not one of TensorFlow's own log lines (the last line at all when every
     one is)."""
-    lines = [line.strip() for line in read_tail(path, tail).splitlines() if line.strip()]
+    lines = [line.strip() for line in read_tail(path).splitlines() if line.strip()]
     return next((line for line in reversed(lines) if not _TF_LOG.match(line)), lines[-1] if lines else None)
 
 

@@ -344,7 +344,7 @@ class TimingOutcome:
     p_value: float | None
     pairs: tuple[TimingPair, ...] = ()
     stopped: Verdict | None = None
-    decisions: tuple[TimingDecision, ...] = field(default=(), compare=False)
+    fast: bool = field(default=False, compare=False)  # the latest decision's `fast`
     new: int = 0
 
     @property
@@ -354,10 +354,6 @@ class TimingOutcome:
     @property
     def candidate(self) -> tuple[float, ...]:
         return tuple(p.candidate_step for p in self.pairs)
-
-    @property
-    def fast(self) -> bool:
-        return bool(self.decisions) and self.decisions[-1].fast
 
     def to_dict(self) -> dict[str, object]:
         return {
@@ -399,7 +395,7 @@ class SequentialPolicy:
 def sequential_slowdown(
     sample_pair: PairSampler,
     threshold: float,
-    policy: SequentialPolicy | None = None,
+    policy: SequentialPolicy = SequentialPolicy(),
     *,
     prior: Sequence[TimingPair] = (),
 ) -> TimingOutcome:
@@ -408,16 +404,15 @@ def sequential_slowdown(
     spent. Pair i is requested as
     `sample_pair(i)`, i = 0, 1, ... (the caller maps i to deterministic
     repeat indices, so an interrupted run resumes from its cache)."""
-    pol = policy or SequentialPolicy()
-    min_new, min_samples, max_samples = pol.min_new, pol.min_samples, pol.max_samples
+    min_new, min_samples, max_samples = policy.min_new, policy.min_samples, policy.max_samples
     if min_samples < 1 or max_samples < 1 or min_new > max_samples:
         raise ValueError("need 1 <= min_samples, 1 <= max_samples and min_new <= max_samples")
     pairs = list(prior)
-    decisions: list[TimingDecision] = []
+    last: TimingDecision | None = None  # the latest decision
 
     def end(verdict: Verdict, conclusive: bool, d: TimingDecision | None, stopped=None, new=0):
         ratio, p_value = (d.ratio, d.p_value) if d else (None, None)
-        return TimingOutcome(verdict, conclusive, ratio, p_value, tuple(pairs), stopped, tuple(decisions), new)
+        return TimingOutcome(verdict, conclusive, ratio, p_value, tuple(pairs), stopped, bool(last and last.fast), new)
 
     for i in range(max_samples):
         got = sample_pair(i)
@@ -426,17 +421,16 @@ def sequential_slowdown(
         pairs.append(got)
         if i + 1 < min_new:
             continue
-        d = decide_slowdown(
+        last = d = decide_slowdown(
             pairs,
             threshold,
-            alpha=pol.alpha,
+            alpha=policy.alpha,
             min_pairs=min_samples,
-            loaded_not_slower=pol.loaded_not_slower,
-            alpha_not_slower=pol.alpha_not_slower,
+            loaded_not_slower=policy.loaded_not_slower,
+            alpha_not_slower=policy.alpha_not_slower,
         )
-        decisions.append(d)
         if d.state == TimingState.SLOWER:
             return end(Verdict.SLOWDOWN, True, d, new=i + 1)
         if d.state == TimingState.NOT_SLOWER:
             return end(Verdict.OK, True, d, new=i + 1)
-    return end(Verdict.OK, False, decisions[-1] if decisions else None, new=max_samples)
+    return end(Verdict.OK, False, last, new=max_samples)

@@ -133,13 +133,6 @@ class StateDir:
             d.mkdir(exist_ok=True)
         return d
 
-    def temp_dir(self, prefix: str, where: str = "tmp") -> Path:
-        """A new, unique directory under `where/` (trials, scratch): marked as
-        ours and locked by this process until `release` (or its exit)."""
-        d = Path(tempfile.mkdtemp(prefix=prefix, dir=self.sub(where)))
-        hold(d)
-        return d
-
     def make_dir(self, path: Path) -> Path:
         """`path` (below the state dir, not there yet) created, marked and held."""
         if self.path not in path.parents:  # pragma: no cover - a bug, not an input
@@ -151,7 +144,11 @@ class StateDir:
 
     # -- trials and the cache ----------------------------------------------
     def new_trial_dir(self, key: str) -> Path:
-        return self.temp_dir(f"{key[:16]}-", "trials")
+        """A new, unique directory under `trials/`: marked as ours and locked
+        by this process until `release` (or its exit)."""
+        d = Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=self.sub("trials")))
+        hold(d)
+        return d
 
     @staticmethod
     def release(trial_dir: Path) -> None:
@@ -321,7 +318,10 @@ class StateDir:
             elif e.name != ".gitignore":
                 out.foreign.append(str(e))
         ignore = self.path / ".gitignore"
-        if [p.name for p in self.path.iterdir()] == [".gitignore"] and _read(ignore) == GITIGNORE:
+        text = None
+        with contextlib.suppress(OSError, ValueError):
+            text = ignore.read_text(encoding="utf-8")
+        if [p.name for p in self.path.iterdir()] == [".gitignore"] and text == GITIGNORE:
             ignore.unlink()
         if _rmdir_if_empty(self.path):
             out.paths.append(str(self.path))
@@ -377,13 +377,6 @@ def in_use(d: Path) -> bool:
     finally:
         os.close(fd)
     return False
-
-
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (OSError, ValueError):
-        return None
 
 
 def _rmdir_if_empty(d: Path) -> bool:

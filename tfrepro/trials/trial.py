@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.values import TrialResult
@@ -39,17 +39,6 @@ class Purpose(StrEnum):
     NAN_STATE = "nan-state"  # a NaN's state before its step, for the report's replay.py
 
 
-class RunnerFields(TypedDict, total=False):
-    """The keywords an injected runner is called with."""
-
-    use_cache: bool
-    label: str
-    state_dir: Path
-    python: str
-    versions: Mapping[str, str | None]
-    env: Mapping[str, str]
-
-
 @dataclass(frozen=True)
 class TrialOptions:
     """How one trial runs besides its settings: the one value `run_trial`
@@ -70,16 +59,6 @@ class TrialOptions:
     python: str | None = None
     versions: Mapping[str, str | None] | None = None
     cold: bool = False
-
-    def runner_fields(self) -> RunnerFields:
-        """What an injected runner is called with (`LocalExecutor(runner=...)`,
-        `runner.run_trial_with`): use_cache and label, and each of state_dir,
-        python, versions and env that is set."""
-        out = RunnerFields(use_cache=self.use_cache, label=self.label)
-        for name in ("state_dir", "python", "versions", "env"):
-            if getattr(self, name) is not None:
-                out[name] = getattr(self, name)  # type: ignore[literal-required]
-        return out
 
 
 @dataclass(frozen=True)

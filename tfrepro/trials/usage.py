@@ -13,11 +13,11 @@ USAGE_HINT = (
 )
 
 
-def usage_error(rc: int | None, stderr_path: Path, tail: int = 65536) -> str | None:
+def usage_error(rc: int | None, stderr_path: Path) -> str | None:
     """argparse's error line ("train.py: error: ...") when the script exited
     with code 2 after a `usage:` line on stderr; None otherwise. (TensorFlow's
     own log lines may come after it: the last line is not the one to quote.)"""
-    lines = read_tail(stderr_path, tail).splitlines() if rc == 2 else []
+    lines = read_tail(stderr_path).splitlines() if rc == 2 else []
     starts = [i for i, line in enumerate(lines) if line.startswith("usage:")]
     if not starts:
         return None

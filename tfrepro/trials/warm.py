@@ -298,11 +298,10 @@ class WarmPool:
         self._locks: dict[tuple, threading.Lock] = {}
         self._lock = threading.Lock()
         self.closed = False
-        self.cold_only = False  # `--cold`: every trial in a cold process
 
     def wants(self, script: Path) -> str | None:
         """Why `script` should run cold, or None when it can run warm."""
-        if self.cold_only:
+        if self is _DEFAULT and _FORCE_COLD:  # `--cold`: every trial of the default pool in a cold process
             return "cold processes asked for (--cold)"
         if not hasattr(os, "fork") or not Path("/proc/self").exists():
             return "no fork/Linux"
@@ -374,7 +373,6 @@ def default_pool() -> WarmPool:
     with _DEFAULT_LOCK:
         if _DEFAULT is None or _DEFAULT.closed:
             _DEFAULT = WarmPool()
-            _DEFAULT.cold_only = _FORCE_COLD
             atexit.register(_DEFAULT.close)
         return _DEFAULT
 
@@ -382,7 +380,6 @@ def default_pool() -> WarmPool:
 def force_cold(cold: bool = True) -> None:
     """`--cold`: every trial of this process that would use the default pool
     runs in a cold process (the CLI's switch; `cold=True` per call does the same)."""
-    default_pool().cold_only = cold
     global _FORCE_COLD
     _FORCE_COLD = cold
 
