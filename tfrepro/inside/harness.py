@@ -178,16 +178,20 @@ def _write_progress() -> None:
         "steps_run": S.steps_seen,
     }
     try:
-        tmp = S.result_path + ".progress.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(progress, f)
-        os.replace(tmp, progress_path(S.result_path))
+        _write_json(progress_path(S.result_path), progress)
     except OSError:
         note_error("progress")
 
 
 def progress_path(result_path: str) -> str:
     return result_path + ".progress"
+
+
+def _write_json(path: str, data: dict, **options) -> None:
+    """`data` as `path`, whole or not at all (written beside it, then renamed)."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(data, f, **options)
+    os.replace(path + ".tmp", path)
 
 
 # Exit code of a trial whose harness could not write its result.
@@ -388,10 +392,7 @@ def finish() -> None:
             result.update(_DEVICES.summary(S.extra))
         except Exception:
             note_error("devices summary")
-    tmp = S.result_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(result, f, allow_nan=False, default=repr)
-    os.replace(tmp, S.result_path)
+    _write_json(S.result_path, result, allow_nan=False, default=repr)
 
 
 def activate(config_path: str) -> None:

@@ -79,10 +79,9 @@ def _pruned(tb):
 
 
 class _HookLoader:
-    def __init__(self, loader, hook, note_error) -> None:
+    def __init__(self, loader, hook) -> None:
         self._loader = loader
-        self._hook = hook
-        self._note_error = note_error
+        self._hook = hook  # PostImportFinder._consume's: notes a failing hook itself, never raises
 
     def create_module(self, spec):
         create = getattr(self._loader, "create_module", None)
@@ -94,10 +93,7 @@ class _HookLoader:
         if getattr(module, "__spec__", None) is not None:
             module.__spec__.loader = self._loader
         self._loader.exec_module(module)
-        try:
-            self._hook(module)
-        except Exception:
-            self._note_error(f"post-import hook for {module.__name__}")
+        self._hook(module)
 
     def __getattr__(self, name):
         return getattr(self._loader, name)
@@ -154,7 +150,7 @@ class PostImportFinder:
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _HookLoader(spec.loader, self._consume(fullname), self._note_error)
+                    spec.loader = _HookLoader(spec.loader, self._consume(fullname))
                 return spec
         return None
 
