@@ -265,17 +265,6 @@ def _global_loss(seen, distributed_sum: bool):
     return value
 
 
-def _patch_init(cls) -> None:
-    orig = cls.__init__
-
-    def __init__(self, *args, **kwargs):
-        orig(self, *args, **kwargs)
-        with contextlib.suppress(Exception):
-            _track(self)
-
-    cls.__init__ = __init__
-
-
 JIT_DROPPED = (
     "Keras ignored jit_compile=True: op determinism is on (deterministic = true), so "
     "this trial ran without XLA; set deterministic = false in tfrepro.toml to test XLA"
@@ -354,7 +343,14 @@ def on_keras(keras) -> None:
 
 def _patched(keras, model_cls) -> None:
     """Every model of `model_cls` tracked, and Keras seeded when the trial is deterministic."""
-    _patch_init(model_cls)
+    orig = model_cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        with contextlib.suppress(Exception):
+            _track(self)
+
+    model_cls.__init__ = __init__
     if H.S.config.get("deterministic"):
         keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
 

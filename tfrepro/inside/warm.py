@@ -170,15 +170,9 @@ def _confine(spec: dict | None) -> None:
     mark on stderr: the parent runs the trial cold."""
     if not spec or spec.get("mode") in (None, "none"):
         return
-    confine = _confine_module()
-    try:
-        confine.enter(spec)
-    except OSError as e:
-        sys.stderr.write(f"{confine.MARK}{e}\n")
-        sys.stderr.flush()
-        os._exit(confine.CANNOT_CONFINE)
+    _confine_module().enter_or_exit(spec)
     if spec.get("mode") == "landlock":
-        confine.reaped()
+        _confine_module().reaped()
 
 
 def _rebase(entries: list, old: str, new: str) -> list:
