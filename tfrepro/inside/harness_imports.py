@@ -104,7 +104,6 @@ class PostImportFinder:
 
     def __init__(self, hooks: dict, note_error) -> None:
         self._note_error = note_error  # the harness's: a hook that raises never fails the import
-        self._watching = False  # on_first_import's wrappers are in place (a warm child)
         self._hooks = {name: [fn] for name, fn in hooks.items()}
         self._waiting: set[str] = set()  # imported before the trial: hooks wait for its first import
 
@@ -126,12 +125,12 @@ class PostImportFinder:
         trial's there, warm as cold (tests/test_warm.py)."""
         self._waiting = {n for n in self._hooks if n in sys.modules}
         if self._waiting:
-            self._watching = True
             on_first_import(self._waiting, self._fire_waiting)
 
     def hide(self, exc, tb):
-        """`tb` without the first-import wrappers' frames (see `hide`)."""
-        return hide(exc, tb) if self._watching else tb
+        """`tb` without the first-import wrappers' frames (see `hide`; a cold
+        process has none: nothing is taken out)."""
+        return hide(exc, tb)
 
     def _fire_waiting(self) -> None:
         names = [n for n in self._hooks if n in self._waiting]
