@@ -333,14 +333,6 @@ def _memory_start() -> None:
 # -- the end ------------------------------------------------------------------------
 
 
-def _versions() -> tuple[str | None, str | None]:
-    tf = sys.modules.get("tensorflow")
-    tf_v = getattr(tf, "__version__", None)
-    lib = S.keras_lib or ("tf_keras" if "tf_keras" in sys.modules else "keras")
-    k_v = getattr(sys.modules.get(lib), "__version__", None)
-    return tf_v, k_v
-
-
 def finish() -> None:
     """Write the result once: at a stop, at exit, after a crash."""
     with S.lock:
@@ -354,7 +346,6 @@ def finish() -> None:
     for hook in S.end_hooks:
         _quietly("end hook", hook, models)
     weights_finite, bad = keras_side.check_weights() if keras_side is not None else (None, [])
-    tf_v, k_v = _versions()
     extra = dict(S.extra)
     extra["stop"] = S.stop_reason
     try:  # what it ran on: the known costs of features on their hardware (harness_hw.py)
@@ -365,6 +356,7 @@ def finish() -> None:
         extra["keras"] = S.keras_lib
     if S.errors:
         extra["harness_errors"] = S.errors
+    keras_lib = S.keras_lib or ("tf_keras" if "tf_keras" in sys.modules else "keras")
     result = {
         "losses": [x if math.isfinite(x) else None for x in S.losses],
         "step_times": S.step_times,
@@ -375,8 +367,8 @@ def finish() -> None:
         "error": S.error,
         "mode": S.mode,
         "steps_run": S.steps_seen,
-        "tf_version": tf_v,
-        "keras_version": k_v,
+        "tf_version": getattr(sys.modules.get("tensorflow"), "__version__", None),
+        "keras_version": getattr(sys.modules.get(keras_lib), "__version__", None),
         "extra": extra,
     }
     if _MEMORY:  # the memory fields: peak RSS, RSS per step, growth, device peak
