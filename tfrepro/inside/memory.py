@@ -168,9 +168,7 @@ class MemorySampler:
 
     def result(self) -> dict:
         """The fields the harness writes (TrialResult's memory fields + extra)."""
-        peak = max(self.peak, self.rss() or 0)
-        if self.source != "statm":
-            peak = max(peak, max_rss() or 0)
+        peak = max(self.peak, self.rss() or 0)  # off statm, rss() is the max RSS so far already
         growth, tau = steady_growth(self.series, self.stride)
         memory = {"source": self.source, "measure": MEASURE[self.source], "stride": self.stride}
         extra: dict = {"memory": {**memory, "growth_tau": round(tau, 4)}}

@@ -250,8 +250,8 @@ class _Probes:
             elements = []
             for i in range(2):
                 sl = slice(i * batch_size, (i + 1) * batch_size)
-                xs = T.map_structure(lambda a: a[sl], x)
-                ys = T.map_structure(lambda a: a[sl], y) if y is not None else None
+                xs = tf.nest.map_structure(lambda a: a[sl], x)
+                ys = tf.nest.map_structure(lambda a: a[sl], y) if y is not None else None
                 if T.first_dim(xs) == 0:
                     break
                 elements.append((xs, ys) if ys is not None else (xs,))
