@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import signal
@@ -40,14 +41,10 @@ MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 CANNOT_CONFINE = 71  # the trial never started: confinement could not be set up
 MARK = "tfrepro: cannot confine the trial: "
 
-_libc = None
 
-
+@functools.cache
 def libc():
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    return _libc
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _check(ret: int, what: str) -> int:
