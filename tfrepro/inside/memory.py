@@ -36,6 +36,7 @@ power of two): `rss_per_step[i]` is then the reading after step (i+1)*k.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import statistics
@@ -59,18 +60,15 @@ def theil_sen(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """
     slopes: list[float] = []
     conc = disc = 0
-    n = len(xs)
-    for i in range(n):
-        for j in range(i + 1, n):
-            dx = xs[j] - xs[i]
-            if dx == 0:
-                continue
-            dy = ys[j] - ys[i]
-            slopes.append(dy / dx)
-            if dy * dx > 0:
-                conc += 1
-            elif dy * dx < 0:
-                disc += 1
+    for (x0, y0), (x1, y1) in itertools.combinations(zip(xs, ys), 2):
+        dx, dy = x1 - x0, y1 - y0
+        if dx == 0:
+            continue
+        slopes.append(dy / dx)
+        if dy * dx > 0:
+            conc += 1
+        elif dy * dx < 0:
+            disc += 1
     if not slopes:
         return 0.0, 0.0
     return statistics.median(slopes), (conc - disc) / len(slopes)
