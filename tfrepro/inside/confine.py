@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import signal
@@ -40,14 +41,10 @@ MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 CANNOT_CONFINE = 71  # the trial never started: confinement could not be set up
 MARK = "tfrepro: cannot confine the trial: "
 
-_libc = None
 
-
+@functools.cache
 def libc():
-    global _libc
-    if _libc is None:
-        _libc = ctypes.CDLL(None, use_errno=True)
-    return _libc
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _check(ret: int, what: str) -> int:
@@ -310,12 +307,12 @@ class Watch:
             return False
         return not any(real == a or real.startswith(a.rstrip("/") + "/") for a in self.allowed)
 
-    def where(self, frame) -> str:
-        while frame is not None:
+    def where(self, frames) -> str:
+        """file:line of the first of `frames` ((frame, line), innermost first) in the project."""
+        for frame, line in frames:
             name = frame.f_code.co_filename
             if name.startswith(self.root + "/"):
-                return f"{os.path.relpath(name, self.root)}:{frame.f_lineno}"
-            frame = frame.f_back
+                return f"{os.path.relpath(name, self.root)}:{line}"
         return ""
 
     def note(self, path, where: str, kind: str = "audit") -> None:
@@ -341,7 +338,9 @@ class Watch:
         elif event in ("os.remove", "os.rmdir", "os.mkdir", "os.rename", "shutil.rmtree", "os.truncate"):
             path = args[0] if args and isinstance(args[0], (str, bytes, os.PathLike)) else None
         if path is not None and self.outside(path):
-            self.note(path, self.where(sys._getframe(1)))
+            import traceback  # here: the cold launcher loads this file too
+
+            self.note(path, self.where(traceback.walk_stack(sys._getframe(1))))
 
     def exception(self, value: BaseException) -> None:
         for exc in (value, value.__cause__, value.__context__):
@@ -352,14 +351,9 @@ class Watch:
                 found = _DENIED.search(str(exc))
                 path = found.group(1) if found else None
             if path is not None and self.outside(path):
-                tb, frame = exc.__traceback__, None
-                while tb is not None:
-                    if tb.tb_frame.f_code.co_filename.startswith(self.root + "/"):
-                        frame = tb.tb_frame
-                        line = tb.tb_lineno
-                    tb = tb.tb_next
-                where = f"{os.path.relpath(frame.f_code.co_filename, self.root)}:{line}" if frame else ""
-                self.note(path, where, "exception")
+                import traceback
+
+                self.note(path, self.where(reversed(list(traceback.walk_tb(exc.__traceback__)))), "exception")
                 return
 
 
@@ -381,6 +375,17 @@ def enter(spec: dict | None) -> None:
         enter_overlay(spec)
     elif mode == "landlock":
         enter_landlock(spec["writable"])
+
+
+def enter_or_exit(spec: dict | None) -> None:
+    """`enter(spec)`, before the trial's code runs; a failure exits
+    CANNOT_CONFINE with the mark on stderr: the parent runs the trial cold."""
+    try:
+        enter(spec)
+    except OSError as e:
+        sys.stderr.write(f"{MARK}{e}\n")
+        sys.stderr.flush()
+        os._exit(CANNOT_CONFINE)
 
 
 def _probe(plan: dict) -> None:

@@ -154,10 +154,13 @@ def describe():
     return facts, tf
 
 
-def main():
-    out = sys.argv[1]
-    facts, _ = describe()
-    with open(out, "w", encoding="utf-8") as f:
+def main(runtime=None):
+    """The facts written to sys.argv[1]; `runtime(tf)`, when given, adds the
+    settings a fresh process starts with (runtimeprobe.py)."""
+    facts, tf = describe()
+    if runtime is not None and tf is not None:
+        facts["runtime"] = runtime(tf)
+    with open(sys.argv[1], "w", encoding="utf-8") as f:
         json.dump(facts, f, indent=1)
 
 

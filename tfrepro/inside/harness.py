@@ -178,16 +178,20 @@ def _write_progress() -> None:
         "steps_run": S.steps_seen,
     }
     try:
-        tmp = S.result_path + ".progress.tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(progress, f)
-        os.replace(tmp, progress_path(S.result_path))
+        _write_json(progress_path(S.result_path), progress)
     except OSError:
         note_error("progress")
 
 
 def progress_path(result_path: str) -> str:
     return result_path + ".progress"
+
+
+def _write_json(path: str, data: dict, **options) -> None:
+    """`data` as `path`, whole or not at all (written beside it, then renamed)."""
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(data, f, **options)
+    os.replace(path + ".tmp", path)
 
 
 # Exit code of a trial whose harness could not write its result.
@@ -329,14 +333,6 @@ def _memory_start() -> None:
 # -- the end ------------------------------------------------------------------------
 
 
-def _versions() -> tuple[str | None, str | None]:
-    tf = sys.modules.get("tensorflow")
-    tf_v = getattr(tf, "__version__", None)
-    lib = S.keras_lib or ("tf_keras" if "tf_keras" in sys.modules else "keras")
-    k_v = getattr(sys.modules.get(lib), "__version__", None)
-    return tf_v, k_v
-
-
 def finish() -> None:
     """Write the result once: at a stop, at exit, after a crash."""
     with S.lock:
@@ -350,7 +346,6 @@ def finish() -> None:
     for hook in S.end_hooks:
         _quietly("end hook", hook, models)
     weights_finite, bad = keras_side.check_weights() if keras_side is not None else (None, [])
-    tf_v, k_v = _versions()
     extra = dict(S.extra)
     extra["stop"] = S.stop_reason
     try:  # what it ran on: the known costs of features on their hardware (harness_hw.py)
@@ -361,6 +356,7 @@ def finish() -> None:
         extra["keras"] = S.keras_lib
     if S.errors:
         extra["harness_errors"] = S.errors
+    keras_lib = S.keras_lib or ("tf_keras" if "tf_keras" in sys.modules else "keras")
     result = {
         "losses": [x if math.isfinite(x) else None for x in S.losses],
         "step_times": S.step_times,
@@ -371,8 +367,8 @@ def finish() -> None:
         "error": S.error,
         "mode": S.mode,
         "steps_run": S.steps_seen,
-        "tf_version": tf_v,
-        "keras_version": k_v,
+        "tf_version": getattr(sys.modules.get("tensorflow"), "__version__", None),
+        "keras_version": getattr(sys.modules.get(keras_lib), "__version__", None),
         "extra": extra,
     }
     if _MEMORY:  # the memory fields: peak RSS, RSS per step, growth, device peak
@@ -388,10 +384,7 @@ def finish() -> None:
             result.update(_DEVICES.summary(S.extra))
         except Exception:
             note_error("devices summary")
-    tmp = S.result_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(result, f, allow_nan=False, default=repr)
-    os.replace(tmp, S.result_path)
+    _write_json(S.result_path, result, allow_nan=False, default=repr)
 
 
 def activate(config_path: str) -> None:

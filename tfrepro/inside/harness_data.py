@@ -189,9 +189,7 @@ VALUES_MAX = 4_000_000  # values read per array for its statistics (an image arr
 def _head(a):
     """The first rows of `a`, at most ROWS_MAX and VALUES_MAX values."""
     shape = getattr(a, "shape", None) or ()
-    per_row = 1
-    for d in shape[1:]:
-        per_row *= int(d or 1)
+    per_row = math.prod(int(d or 1) for d in shape[1:])
     return a[: max(1, min(ROWS_MAX, VALUES_MAX // max(per_row, 1)))] if shape else a
 
 

@@ -79,10 +79,9 @@ def _pruned(tb):
 
 
 class _HookLoader:
-    def __init__(self, loader, hook, note_error) -> None:
+    def __init__(self, loader, hook) -> None:
         self._loader = loader
-        self._hook = hook
-        self._note_error = note_error
+        self._hook = hook  # PostImportFinder._consume's: notes a failing hook itself, never raises
 
     def create_module(self, spec):
         create = getattr(self._loader, "create_module", None)
@@ -94,10 +93,7 @@ class _HookLoader:
         if getattr(module, "__spec__", None) is not None:
             module.__spec__.loader = self._loader
         self._loader.exec_module(module)
-        try:
-            self._hook(module)
-        except Exception:
-            self._note_error(f"post-import hook for {module.__name__}")
+        self._hook(module)
 
     def __getattr__(self, name):
         return getattr(self._loader, name)
@@ -108,7 +104,6 @@ class PostImportFinder:
 
     def __init__(self, hooks: dict, note_error) -> None:
         self._note_error = note_error  # the harness's: a hook that raises never fails the import
-        self._watching = False  # on_first_import's wrappers are in place (a warm child)
         self._hooks = {name: [fn] for name, fn in hooks.items()}
         self._waiting: set[str] = set()  # imported before the trial: hooks wait for its first import
 
@@ -130,12 +125,12 @@ class PostImportFinder:
         trial's there, warm as cold (tests/test_warm.py)."""
         self._waiting = {n for n in self._hooks if n in sys.modules}
         if self._waiting:
-            self._watching = True
             on_first_import(self._waiting, self._fire_waiting)
 
     def hide(self, exc, tb):
-        """`tb` without the first-import wrappers' frames (see `hide`)."""
-        return hide(exc, tb) if self._watching else tb
+        """`tb` without the first-import wrappers' frames (see `hide`; a cold
+        process has none: nothing is taken out)."""
+        return hide(exc, tb)
 
     def _fire_waiting(self) -> None:
         names = [n for n in self._hooks if n in self._waiting]
@@ -154,7 +149,7 @@ class PostImportFinder:
             spec = finder.find_spec(fullname, path, target)
             if spec is not None:
                 if spec.loader is not None and hasattr(spec.loader, "exec_module"):
-                    spec.loader = _HookLoader(spec.loader, self._consume(fullname), self._note_error)
+                    spec.loader = _HookLoader(spec.loader, self._consume(fullname))
                 return spec
         return None
 

@@ -265,17 +265,6 @@ def _global_loss(seen, distributed_sum: bool):
     return value
 
 
-def _patch_init(cls) -> None:
-    orig = cls.__init__
-
-    def __init__(self, *args, **kwargs):
-        orig(self, *args, **kwargs)
-        with contextlib.suppress(Exception):
-            _track(self)
-
-    cls.__init__ = __init__
-
-
 JIT_DROPPED = (
     "Keras ignored jit_compile=True: op determinism is on (deterministic = true), so "
     "this trial ran without XLA; set deterministic = false in tfrepro.toml to test XLA"
@@ -354,27 +343,32 @@ def on_keras(keras) -> None:
 
 def _patched(keras, model_cls) -> None:
     """Every model of `model_cls` tracked, and Keras seeded when the trial is deterministic."""
-    _patch_init(model_cls)
+    orig = model_cls.__init__
+
+    def __init__(self, *args, **kwargs):
+        orig(self, *args, **kwargs)
+        with contextlib.suppress(Exception):
+            _track(self)
+
+    model_cls.__init__ = __init__
     if H.S.config.get("deterministic"):
         keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
 
 
-def _on_keras2(keras) -> None:
+def _on_keras2(keras, lib: str = "keras") -> None:
+    """Keras 2 (`keras` of TensorFlow <= 2.15, or `tf_keras`)."""
     import importlib
 
-    try:  # keras 2.13+ keeps its code under keras.src
-        Model = importlib.import_module("keras.src.engine.training").Model
+    try:  # keras 2.13+ (and tf_keras) keep their code under <lib>.src
+        Model = importlib.import_module(f"{lib}.src.engine.training").Model
     except ImportError:
-        Model = importlib.import_module("keras.engine.training").Model
-    _patch_trainer(Model, keras.callbacks.Callback, "keras", distributed_sum=True)
+        Model = importlib.import_module(f"{lib}.engine.training").Model
+    _patch_trainer(Model, keras.callbacks.Callback, lib, distributed_sum=True)
     _patched(keras, Model)
 
 
 def on_tf_keras(tf_keras) -> None:
-    from tf_keras.src.engine.training import Model
-
-    _patch_trainer(Model, tf_keras.callbacks.Callback, "tf_keras", distributed_sum=True)
-    _patched(tf_keras, Model)
+    _on_keras2(tf_keras, "tf_keras")
 
 
 def user_models() -> list:

@@ -52,12 +52,7 @@ def _confine(spec: str):
     loader = importlib.util.spec_from_file_location("_tfrepro_confine", path)
     module = importlib.util.module_from_spec(loader)
     loader.loader.exec_module(module)
-    try:
-        module.enter(json.loads(spec))
-    except OSError as e:
-        sys.stderr.write(f"{module.MARK}{e}\n")
-        sys.stderr.flush()
-        os._exit(module.CANNOT_CONFINE)
+    module.enter_or_exit(json.loads(spec))
     module.subreaper()
     return module
 

@@ -12,6 +12,7 @@ TrialResult.extra["localize"]: {"error_type", "message", "traceback",
 """
 
 import contextlib
+import importlib
 import os
 import sys
 import traceback
@@ -84,17 +85,11 @@ def _patch_loss_scale(cls, settings: dict) -> None:
 def _patch_keras(facts: dict) -> None:
     """compile and the loss-scale optimizer of the Keras the script will use."""
     legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
+    name, label, lso = ("tf_keras", "tf_keras.", "mixed_precision") if legacy else ("keras", "", "optimizers")
     with contextlib.suppress(Exception):
-        if legacy:
-            import tf_keras
-
-            _patch_compile(tf_keras.Model, "tf_keras.Model.compile", facts)
-            _patch_loss_scale(tf_keras.mixed_precision.LossScaleOptimizer, facts["settings"])
-        else:
-            import keras
-
-            _patch_compile(keras.Model, "Model.compile", facts)
-            _patch_loss_scale(keras.optimizers.LossScaleOptimizer, facts["settings"])
+        lib = importlib.import_module(name)
+        _patch_compile(lib.Model, f"{label}Model.compile", facts)
+        _patch_loss_scale(getattr(lib, lso).LossScaleOptimizer, facts["settings"])
 
 
 def _patch_mirrored(tf, settings: dict) -> None:

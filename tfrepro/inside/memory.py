@@ -36,6 +36,7 @@ power of two): `rss_per_step[i]` is then the reading after step (i+1)*k.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import statistics
@@ -59,18 +60,15 @@ def theil_sen(xs: list[float], ys: list[float]) -> tuple[float, float]:
     """
     slopes: list[float] = []
     conc = disc = 0
-    n = len(xs)
-    for i in range(n):
-        for j in range(i + 1, n):
-            dx = xs[j] - xs[i]
-            if dx == 0:
-                continue
-            dy = ys[j] - ys[i]
-            slopes.append(dy / dx)
-            if dy * dx > 0:
-                conc += 1
-            elif dy * dx < 0:
-                disc += 1
+    for (x0, y0), (x1, y1) in itertools.combinations(zip(xs, ys), 2):
+        dx, dy = x1 - x0, y1 - y0
+        if dx == 0:
+            continue
+        slopes.append(dy / dx)
+        if dy * dx > 0:
+            conc += 1
+        elif dy * dx < 0:
+            disc += 1
     if not slopes:
         return 0.0, 0.0
     return statistics.median(slopes), (conc - disc) / len(slopes)
@@ -158,19 +156,17 @@ class MemorySampler:
             return
         self._nvml_next = now + NVML_EVERY_S
         if self._nvml is None:
-            self._nvml = _Nvml.open() or False
+            self._nvml = _nvml_sampler() or False
         if not self._nvml:
             return
-        got = self._nvml.sample()
+        got = self._nvml()
         if got is not None:
             self._nvml_util.append(got[0])
             self._nvml_mem_peak = max(self._nvml_mem_peak, got[1])
 
     def result(self) -> dict:
         """The fields the harness writes (TrialResult's memory fields + extra)."""
-        peak = max(self.peak, self.rss() or 0)
-        if self.source != "statm":
-            peak = max(peak, max_rss() or 0)
+        peak = max(self.peak, self.rss() or 0)  # off statm, rss() is the max RSS so far already
         growth, tau = steady_growth(self.series, self.stride)
         memory = {"source": self.source, "measure": MEASURE[self.source], "stride": self.stride}
         extra: dict = {"memory": {**memory, "growth_tau": round(tau, 4)}}
@@ -229,55 +225,46 @@ def device_peaks() -> dict[str, int]:
     return out
 
 
-class _Nvml:
+def _nvml_sampler():
     """GPU utilisation (%) and memory used (bytes) of the GPUs this process
     may use (CUDA_VISIBLE_DEVICES when it lists indices, else all), through
-    pynvml. `open()` is None when pynvml is missing or finds no GPU."""
+    pynvml: a function giving (mean utilisation %, total memory used) over
+    them, or None when a reading fails. None when pynvml is missing or finds no GPU."""
+    try:
+        import pynvml as nvml
 
-    def __init__(self, nvml, handles: list) -> None:
-        self.nvml, self.handles = nvml, handles
+        nvml.nvmlInit()
+        count = nvml.nvmlDeviceGetCount()
+        wanted = os.environ.get("CUDA_VISIBLE_DEVICES")
+        ids = list(range(count))
+        if wanted is not None:
+            with contextlib.suppress(ValueError):  # UUIDs: all devices
+                ids = [int(x) for x in wanted.split(",") if x.strip() and int(x) >= 0]
+        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in ids if i < count]
+    except Exception:
+        return None
 
-    @classmethod
-    def open(cls) -> "_Nvml | None":
+    def sample() -> tuple[int, int] | None:
         try:
-            import pynvml as nvml
-
-            nvml.nvmlInit()
-            count = nvml.nvmlDeviceGetCount()
-            wanted = os.environ.get("CUDA_VISIBLE_DEVICES")
-            ids = list(range(count))
-            if wanted is not None:
-                with contextlib.suppress(ValueError):  # UUIDs: all devices
-                    ids = [int(x) for x in wanted.split(",") if x.strip() and int(x) >= 0]
-            handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in ids if i < count]
-        except Exception:
-            return None
-        return cls(nvml, handles) if handles else None
-
-    def sample(self) -> tuple[int, int] | None:
-        """(mean utilisation %, total memory used) over our GPUs."""
-        try:
-            util = [self.nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in self.handles]
-            used = sum(int(self.nvml.nvmlDeviceGetMemoryInfo(h).used) for h in self.handles)
+            util = [nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in handles]
+            used = sum(int(nvml.nvmlDeviceGetMemoryInfo(h).used) for h in handles)
         except Exception:
             return None
         return round(sum(util) / len(util)), used
 
-
-def set_memory_limit(limit_mb: int | None) -> None:
-    """RLIMIT_AS for this process and its children (`[trial] memory_limit_mb`)."""
-    if not limit_mb:
-        return
-    import resource
-
-    limit = int(limit_mb) * 1024 * 1024
-    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    if hard != resource.RLIM_INFINITY:
-        limit = min(limit, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return sample if handles else None
 
 
 def start(config: dict) -> MemorySampler:
-    """The harness's entry: the limit set, a sampler for the trial."""
-    set_memory_limit(config.get("memory_limit_mb"))
+    """The harness's entry: RLIMIT_AS set for this process and its children
+    (`[trial] memory_limit_mb`), a sampler for the trial."""
+    limit_mb = config.get("memory_limit_mb")
+    if limit_mb:
+        import resource
+
+        limit = int(limit_mb) * 1024 * 1024
+        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
     return MemorySampler()

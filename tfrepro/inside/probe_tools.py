@@ -57,14 +57,6 @@ def split_element(el) -> tuple:
     return (el,)
 
 
-def map_structure(fn, x):
-    if isinstance(x, dict):
-        return {k: map_structure(fn, v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return type(x)(map_structure(fn, v) for v in x)
-    return fn(x)
-
-
 def first_dim(x) -> int:
     for _, leaf in leaves(x, ""):
         return int(leaf.shape[0]) if len(leaf.shape) else 1

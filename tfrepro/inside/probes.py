@@ -87,7 +87,6 @@ T = sys.modules["_tfrepro_harness"]._sibling_file("probe_tools")
 class _Probes:
     def __init__(self, ctx) -> None:
         self.ctx = ctx
-        self.options = dict(getattr(ctx, "options", {}) or {})
         self.busy = False  # our own dataset iteration must not re-enter the peek
         self.captured = False
         self.dataset = None  # the tf.data pipeline feeding training, for timing
@@ -251,8 +250,8 @@ class _Probes:
             elements = []
             for i in range(2):
                 sl = slice(i * batch_size, (i + 1) * batch_size)
-                xs = T.map_structure(lambda a: a[sl], x)
-                ys = T.map_structure(lambda a: a[sl], y) if y is not None else None
+                xs = tf.nest.map_structure(lambda a: a[sl], x)
+                ys = tf.nest.map_structure(lambda a: a[sl], y) if y is not None else None
                 if T.first_dim(xs) == 0:
                     break
                 elements.append((xs, ys) if ys is not None else (xs,))
@@ -406,7 +405,7 @@ class _Probes:
                 env["logical_devices"] = dict(Counter(d.device_type for d in tf.config.list_logical_devices()))
         # An allow-list: other tools use TF_* too (Terraform keeps tokens in TF_TOKEN_*).
         env["tf_env"] = {k: v for k, v in os.environ.items() if k.startswith(_TF_ENV_PREFIXES) or k in _TF_ENV_NAMES}
-        expected, why = T.gpu_expected(self.options.get("expect_gpu"))
+        expected, why = T.gpu_expected(self.ctx.options.get("expect_gpu"))
         env["gpu_expected"] = expected
         env["gpu_expected_why"] = why
         self.ctx.record("check.env", env)

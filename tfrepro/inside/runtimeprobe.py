@@ -5,7 +5,6 @@ TensorFlow only, never imports tfrepro).
     python runtimeprobe.py OUT.json
 """
 
-import json
 import os
 import sys
 
@@ -43,13 +42,5 @@ def runtime(tf):
     return out
 
 
-def main():
-    facts, tf = envprobe.describe()
-    if tf is not None:
-        facts["runtime"] = runtime(tf)
-    with open(sys.argv[1], "w", encoding="utf-8") as f:
-        json.dump(facts, f, indent=1)
-
-
 if __name__ == "__main__":
-    main()
+    envprobe.main(runtime)

@@ -83,15 +83,10 @@ def _redirect(path: str | None, fd: int, flags: int) -> None:
 
 
 def _activate_harness() -> None:
-    """What sitecustomize does at a cold interpreter's start (the same function)."""
-    site = sys.modules.get("sitecustomize")
-    activate = getattr(site, "_tfrepro_activate", None)
-    if activate is not None:
-        activate()
-        return
-    config = os.environ.pop("TFREPRO_TRIAL_CONFIG", None)
-    if config:
-        _sibling("harness").activate(config)
+    """What sitecustomize does at a cold interpreter's start (the same function:
+    the server's sitecustomize is `_inject/sitecustomize.py`, first on the
+    PYTHONPATH of the trial environment it was started with)."""
+    sys.modules["sitecustomize"]._tfrepro_activate()
 
 
 def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
@@ -136,21 +131,6 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     return script
 
 
-def _sibling(name: str):
-    """<name>.py next to this file, loaded by path as `_tfrepro_<name>` (as the harness loads its own)."""
-    import importlib.util
-
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
-    spec = importlib.util.spec_from_file_location(f"_tfrepro_{name}", path)
-    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
-    code = COMPILED.get(path)
-    if code is None:
-        spec.loader.exec_module(module)
-    else:
-        exec(code, module.__dict__)
-    return module
-
-
 # path → code object of the files a trial child loads by path (the harness and
 # its siblings), compiled once in the server: a child executes each module
 # body afresh, as a cold trial does, but does not compile it again (~30-70 ms a
@@ -171,8 +151,16 @@ def precompile() -> None:
 
 
 def _confine_module():
-    """`confine.py` next to this file (loaded by path, once, in the server)."""
-    return sys.modules.get("_tfrepro_confine") or _sibling("confine")
+    """`confine.py` next to this file (loaded by path as `_tfrepro_confine`, once, in the server)."""
+    module = sys.modules.get("_tfrepro_confine")
+    if module is None:
+        import importlib.util
+
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
+        spec = importlib.util.spec_from_file_location("_tfrepro_confine", path)
+        module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return module
 
 
 def _confine(spec: dict | None) -> None:
@@ -182,15 +170,9 @@ def _confine(spec: dict | None) -> None:
     mark on stderr: the parent runs the trial cold."""
     if not spec or spec.get("mode") in (None, "none"):
         return
-    confine = _confine_module()
-    try:
-        confine.enter(spec)
-    except OSError as e:
-        sys.stderr.write(f"{confine.MARK}{e}\n")
-        sys.stderr.flush()
-        os._exit(confine.CANNOT_CONFINE)
+    _confine_module().enter_or_exit(spec)
     if spec.get("mode") == "landlock":
-        confine.reaped()
+        _confine_module().reaped()
 
 
 def _rebase(entries: list, old: str, new: str) -> list:
