@@ -130,12 +130,13 @@ class Ends:
 
 
 class Stop(Exception):
-    """The ends do not hold: the run ends with this status and message (and
-    the good end's trial, the baseline, once it ran)."""
+    """The ends do not hold: `result` is the run's answer, this status and
+    message (and the good end's trial, the baseline, once it ran)."""
 
     def __init__(self, status: Status, message: str, symptom: Verdict | None = None, good: TrialResult | None = None):
         super().__init__(message)
-        self.status, self.message, self.symptom, self.good = status, message, symptom, good
+        reason = message if status is Status.UNTESTABLE else None
+        self.result = RunResult(status, symptom, baseline=good, error=message, reason=reason)
 
 
 class RangeRun:
@@ -179,11 +180,29 @@ class RangeRun:
         return self.points[-1]
 
     def answer(self, symptom: Verdict | None) -> tuple[RunResult, Point | None]:
-        """Both ends, then the hunt (`bisect_points`); the trial log closed after."""
+        """Both ends, then the hunt -> (the mode's RunResult without its own
+        fields, the first bad point when found: the caller fills
+        first_bad_commit / first_bad_version from it and from `candidates`);
+        the trial log closed after."""
         try:
-            return bisect_points(self, symptom)
+            with sigterm_interrupts():
+                try:
+                    ends = check_ends(self, symptom)
+                except Stop as stop:
+                    return stop.result, None
+                found = hunt(self, ends)
         finally:
             self._log.close()
+        if found.status == "found":
+            return RunResult(Status.FOUND, ends.target, baseline=ends.good), found.first_bad
+        return RunResult(
+            Status.AMBIGUOUS,
+            ends.target,
+            baseline=ends.good,
+            candidates=tuple(found.candidates),
+            error=f"{len(found.candidates)} candidate {self.source.noun}s: the untestable ones among them hide "
+            f"which one is the first bad one",
+        ), None
 
     # -- running -----------------------------------------------------------
     def run_many(self, points: list[Point], repeat: int = 0) -> list[TrialResult | str]:
@@ -261,12 +280,12 @@ class RangeRun:
         self,
         point: Point,
         mark: Mark,
-        verdict: Verdict | None,
+        verdict: Verdict,
         shows: frozenset[Verdict] = frozenset(),
         reason: str | None = None,
     ) -> Mark:
         order = tuple(v for v in (*SYMPTOM_ORDER, Verdict.UNTESTABLE) if v in shows)
-        tried = PointTried(point.label, point.subject, verdict or Verdict.OK, order, reason)
+        tried = PointTried(point.label, point.subject, verdict, order, reason)
         self.tried.append(tried)
         self.events.point_tried(tried)
         return mark
@@ -302,7 +321,7 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         raise Stop(Status.ERROR, f"the good end {good.short} cannot be tried: {g}", symptom)
     g_shows = run.shows(g, None)
     if (symptom is not None and symptom in g_shows) or g_shows & STOPPERS:
-        run.mark(good, Mark.BAD, symptom if symptom in g_shows else first_symptom(g_shows), g_shows, g.error)
+        run.mark(good, Mark.BAD, classify.primary(g_shows, symptom), g_shows, g.error)
         raise Stop(
             Status.BASELINE_FAILS,
             f"the good end {good.named} already shows "
@@ -337,7 +356,7 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
             target, x_shows = Verdict.SLOWDOWN, x_shows | {Verdict.SLOWDOWN}
     if target is None or target not in x_shows:
         what = target.value if target else "any symptom (nan, crash, timeout, mismatch, slowdown)"
-        run.mark(bad, Mark.GOOD, first_symptom(x_shows) or Verdict.OK, x_shows)
+        run.mark(bad, Mark.GOOD, classify.primary(x_shows), x_shows)
         raise Stop(
             Status.NONE,
             f"the bad end {bad.named} does not show {what} against the "
@@ -383,29 +402,6 @@ def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
 
     width = run.executor.slots if ends.target is not Verdict.SLOWDOWN else 1
     return bisect_range(run.points, test, width=width, test_many=test_many if width > 1 else None)
-
-
-def bisect_points(run: RangeRun, symptom: Verdict | None) -> tuple[RunResult, Point | None]:
-    """Both ends, then the hunt -> (the mode's RunResult without its own
-    fields, the first bad point when found: the caller fills
-    first_bad_commit / first_bad_version from it and from `candidates`)."""
-    with sigterm_interrupts():
-        try:
-            ends = check_ends(run, symptom)
-        except Stop as stop:
-            reason = stop.message if stop.status is Status.UNTESTABLE else None
-            return RunResult(stop.status, stop.symptom, baseline=stop.good, error=stop.message, reason=reason), None
-        found = hunt(run, ends)
-    if found.status == "found":
-        return RunResult(Status.FOUND, ends.target, baseline=ends.good), found.first_bad
-    return RunResult(
-        Status.AMBIGUOUS,
-        ends.target,
-        baseline=ends.good,
-        candidates=tuple(found.candidates),
-        error=f"{len(found.candidates)} candidate {run.source.noun}s: the untestable ones among them hide "
-        f"which one is the first bad one",
-    ), None
 
 
 @dataclass(frozen=True)
