@@ -385,23 +385,19 @@ def _untestable_ends(run: RangeRun, g: TrialResult, x: TrialResult, x_shows, sym
 
 def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
     """The range between the ends (both already judged)."""
-    inner = {p.label for p in run.points[1:-1]}
-
-    def test(p: Point) -> Mark:
-        if p.label == run.good.label:
-            return Mark.GOOD
-        if p.label == run.bad.label:
-            return Mark.BAD
-        r = run.run_timed(p, 0) if ends.target is Verdict.SLOWDOWN else run.run_many([p])[0]
-        return run.judge_point(p, r, ends)
+    known = {run.good.label: Mark.GOOD, run.bad.label: Mark.BAD}
+    timed = ends.target is Verdict.SLOWDOWN  # timing trials run one at a time
 
     def test_many(ps: list[Point]) -> list[Mark]:
-        todo = [p for p in ps if p.label in inner]
-        got = dict(zip([p.label for p in todo], run.run_many(todo)))
-        return [run.judge_point(p, got[p.label], ends) if p.label in got else test(p) for p in ps]
+        todo = [p for p in ps if p.label not in known]
+        tried = [run.run_timed(p, 0) for p in todo] if timed or not todo else run.run_many(todo)
+        got = dict(zip([p.label for p in todo], tried))
+        return [known.get(p.label) or run.judge_point(p, got[p.label], ends) for p in ps]
 
-    width = run.executor.slots if ends.target is not Verdict.SLOWDOWN else 1
-    return bisect_range(run.points, test, width=width, test_many=test_many if width > 1 else None)
+    width = 1 if timed else run.executor.slots
+    return bisect_range(
+        run.points, lambda p: test_many([p])[0], width=width, test_many=test_many if width > 1 else None
+    )
 
 
 @dataclass(frozen=True)
