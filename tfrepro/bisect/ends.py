@@ -91,7 +91,7 @@ class Ends:
         the old steps (an OFF part breaks the code between the calls: a
         checkpoint the script reads back): back to the old steps and what ran
         at them, said in result.json's `late_step`."""
-        undo, self._calls_undo = getattr(self, "_calls_undo", None), None
+        undo, self._calls_undo = self._calls_undo, None
         if undo is None:
             return
         old, memo = undo

@@ -112,12 +112,11 @@ class Oracle:
         return None
 
 
-def ablation(features: Iterable[str], oracle: Oracle, *, base: Config = frozenset()) -> dict[str, Verdict]:
-    """Each feature alone on top of `base` (the baseline): every feature's
-    individual effect, in one batch."""
+def ablation(features: Iterable[str], oracle: Oracle) -> dict[str, Verdict]:
+    """Each feature alone (every other one off, as in the baseline): every
+    feature's individual effect, in one batch."""
     names = sorted(features)
-    got = oracle.verdicts([base | {f} for f in names])
-    return dict(zip(names, got))
+    return dict(zip(names, oracle.verdicts([frozenset({f}) for f in names])))
 
 
 def halving(items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()) -> Config:
