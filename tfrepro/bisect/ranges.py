@@ -153,8 +153,6 @@ class RangeRun:
         events: BisectEvents,
         options: BisectOptions = BisectOptions(),
     ) -> None:
-        if len(points) < 2:
-            raise ValueError("a range needs a good end and a bad end")
         self.points, self.source, self.executor = points, source, executor
         self.settings, self.symptoms, self.run_dir, self.events = settings, symptoms, run_dir, events
         self.options = options  # the timing ones: budget, pairs per comparison
