@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.bisect.options import BisectOptions
@@ -165,7 +165,7 @@ class RangeRun:
         self.records = self.log.records
         self.tried: list[PointTried] = []
         self.first: dict[str, TrialResult] = {}  # label -> its first trial that ran
-        self.table: list[dict[str, Any]] = []
+        self.labels: list[str] = []  # each record's point label, in the log's order
         self.noise = 0.0
         self._log = (run_dir / "trials.jsonl").open("a", encoding="utf-8")
 
@@ -236,7 +236,7 @@ class RangeRun:
             "wall_s": result.wall_s,
             "summary": record.summary,
         }
-        self.table.append(row)
+        self.labels.append(point.label)
         self._log.write(json.dumps(row) + "\n")
         self._log.flush()
         self.events.trial_finished(record)
@@ -436,8 +436,8 @@ def with_evidence(
         noise=run.noise,
         tried=tuple(run.tried),
         trials_table=tuple(
-            trial_row(rec, verdicts.get(row[key]), **{key: row[key]})
-            for rec, row in zip(run.records, run.table, strict=True)
+            trial_row(rec, verdicts.get(label), **{key: label})
+            for rec, label in zip(run.records, run.labels, strict=True)
         ),
         message=answer.error,
     )
