@@ -272,15 +272,11 @@ class Replay:
         Each culprit's necessity is checked again with fresh pairs added to
         the evidence of the set without it; a set that is slower without a
         culprit (by SEARCH_SHARE of the failing configuration's slowdown, as
-        in the search) loses it."""
-        changed = True
-        while changed and len(culprits) > 1:
-            changed = False
-            for c in sorted(culprits):
-                without = frozenset(culprits - {c})
-                self.events.phase(f"replaying: is {c} needed for the slowdown?")
-                got = self._timed(without, fresh=max(1, self.opts.timing_replays), explains=True)
-                if got.verdict == Verdict.SLOWDOWN:
-                    culprits, changed = without, True
-                    break
+        in the search) loses it, and the smaller set is checked again."""
+        for c in sorted(culprits) if len(culprits) > 1 else ():
+            without = frozenset(culprits - {c})
+            self.events.phase(f"replaying: is {c} needed for the slowdown?")
+            got = self._timed(without, fresh=max(1, self.opts.timing_replays), explains=True)
+            if got.verdict == Verdict.SLOWDOWN:
+                return self._minimal_slowdown(without)
         return culprits
