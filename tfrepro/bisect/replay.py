@@ -253,15 +253,11 @@ class Replay:
         """(observations of the trials holding `config`, of the trials
         without the culprits) when all of them agree with the answer, else
         (None, [])."""
-        hits: list[bool] = []
-        clean: list[bool] = []
         with self.lock:
-            seen = list(self.memo.items())
-        for (c, _r), result in seen:
-            if config <= c:
-                hits.append(target in self._shows(c, result))
-            elif not culprits <= c:
-                clean.append(target in self._shows(c, result))
+            memo = list(self.memo.items())
+        seen = [(c, target in self._shows(c, t)) for (c, _r), t in memo]
+        hits = [shown for c, shown in seen if config <= c]
+        clean = [shown for c, shown in seen if not config <= c and not culprits <= c]
         if not hits or not all(hits) or any(clean):
             return None, []
         return hits, clean
