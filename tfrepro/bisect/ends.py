@@ -20,7 +20,7 @@ from tfrepro.trials import classify
 from tfrepro.trials.calls import slower_calls
 from tfrepro.trials.trial import Purpose, TrialOptions
 from tfrepro.trials.untestable import ends_reason
-from tfrepro.trials.values import STOPPERS, SYMPTOM_ORDER, RunResult, Status, Verdict
+from tfrepro.trials.values import STOPPERS, SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict
 
 # What makes the baseline unusable: judged alone, MEMORY is an out-of-memory kill.
 _BASELINE_FAILURES = STOPPERS | {Verdict.MEMORY}
@@ -38,9 +38,9 @@ class Ends:
         self._many(wanted)
         if self._late(full):
             self._many(wanted)  # again, at the steps past the late symptom
-            self._unreachable_calls(n_base)
+            self._unreachable_calls()
         self._pin_compile(full)
-        base_runs = [self.memo[(base, r)] for r in range(n_base)]
+        base_runs = self._end_runs()[0]
         base_fail = [
             bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & _BASELINE_FAILURES)
             for t in base_runs
@@ -86,16 +86,16 @@ class Ends:
             self.memo = {(full, 0): explored}
         return True
 
-    def _unreachable_calls(self, n_base: int) -> None:
+    def _unreachable_calls(self) -> None:
         """The later calls cannot be measured when the baseline crashes past
         the old steps (an OFF part breaks the code between the calls: a
         checkpoint the script reads back): back to the old steps and what ran
         at them, said in result.json's `late_step`."""
-        undo, self._calls_undo = getattr(self, "_calls_undo", None), None
+        undo, self._calls_undo = self._calls_undo, None
         if undo is None:
             return
         old, memo = undo
-        crashed = [t for t in (self.memo[(frozenset(), r)] for r in range(n_base)) if t.crashed and t.steps_run > old]
+        crashed = [t for t in self._end_runs()[0] if t.crashed and t.steps_run > old]
         if not crashed:
             return
         why = f"the baseline crashes after step {crashed[0].steps_run} ({crashed[0].error or 'see its logs'})"
@@ -121,19 +121,15 @@ class Ends:
     def _unmeasured(self, symptom: Verdict | None, *, healthy: bool = False) -> RunResult | None:
         """`untestable` when an end ran no training step or `symptom` could
         not be measured (trials/untestable.py); `healthy`: nothing was shown."""
-        full = frozenset(self.features)
-        fails = [self.memo[(full, r)] for r in range(self.k)]
+        full, fails = frozenset(self.features), self._end_runs()[1]
         failed = any(self._shows(full, t) & STOPPERS for t in fails)
-        base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
-        reason = ends_reason(base, fails, symptom, failed=failed, healthy=healthy)
+        reason = ends_reason(self._end_runs()[0], fails, symptom, failed=failed, healthy=healthy)
         return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
 
     def _choose_timed_calls(self) -> None:
         """Timing trials time the calls the failing configuration ran slower
         than the baseline (fit#2...), not only the first (trials/calls.py)."""
-        base = [self.memo[(frozenset(), r)] for r in range(max(self.k, 2))]
-        fails = [self.memo[(frozenset(self.features), r)] for r in range(self.k)]
-        self.timed_calls = slower_calls(base, fails, 1 + (self.symptom_settings.slowdown - 1) / 4)
+        self.timed_calls = slower_calls(*self._end_runs(), 1 + (self.symptom_settings.slowdown - 1) / 4)
 
     def _baseline_words(self) -> tuple[str, str]:
         """The baseline as it ran: every feature off but the always-on ones
@@ -168,9 +164,7 @@ class Ends:
 
     def _pick_symptom(self, full: Config) -> Verdict | None:
         opts = self.opts
-        shown: set[Verdict] = set()
-        for r in range(self.k):
-            shown |= self._shows(full, self.memo[(full, r)])
+        shown = set().union(*(self._shows(full, t) for t in self._end_runs()[1]))
         if opts.symptom is not None and opts.symptom != Verdict.SLOWDOWN:
             return opts.symptom if opts.symptom in shown else None
         if opts.symptom is None:
@@ -205,6 +199,11 @@ class Ends:
         slower = bool(mb and mf and mf / mb >= self.symptom_settings.slowdown) or bool(self.timed_calls)
         self.memory_doubt = "marginal, not confirmed by repeats" if not confirmed else "marginal"
         return confirmed and not slower
+
+    def _end_runs(self) -> tuple[list[TrialResult], list[TrialResult]]:
+        """The baseline's runs (`max(k, 2)`: the noise needs two) and the failing configuration's (`k`)."""
+        base, full = frozenset(), frozenset(self.features)
+        return [self.memo[(base, r)] for r in range(max(self.k, 2))], [self.memo[(full, r)] for r in range(self.k)]
 
     def _fastest(self, config: Config, repeats: Iterable[int]) -> float | None:
         medians = [classify.timing_sample(self.memo[(config, r)]) for r in repeats]

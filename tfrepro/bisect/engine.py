@@ -154,7 +154,6 @@ class _Bisection(Ends, Replay):
         self.features: tuple[str, ...] = tuple(project.feature_names)
         self.affects_loss = frozenset(project.affects_loss)
         self.executor = executor
-        self.jobs = executor.slots
         self.unshown: list[TrialRecord] = []  # recorded, not yet judged for the progress line
         self.target: Verdict | None = None  # the symptom hunted, once picked
         self.memo: dict[tuple[Config, int], TrialResult] = {}
@@ -317,7 +316,7 @@ class _Bisection(Ends, Replay):
         {y}'s run would have when it is not. Only where the one-run replay can
         apply (a NaN, crash or timeout, deterministic settings, no loss noise)
         and a slot is free beside the search's `repeats` runs."""
-        if target not in STOPPERS or not self._one_run_replay_applies(target) or self.k >= self.jobs:
+        if target not in STOPPERS or not self._one_run_replay_applies(target) or self.k >= self.executor.slots:
             return None
 
         def run(config: Config) -> Verdict:
@@ -399,7 +398,7 @@ class _Bisection(Ends, Replay):
         oracle = Oracle(
             self.test_batch(target),
             target,
-            batch_size=1 if target == Verdict.SLOWDOWN else self.jobs,
+            batch_size=1 if target == Verdict.SLOWDOWN else self.executor.slots,
             known=known,
             test_final=self._test_final(target),
         )
@@ -408,7 +407,8 @@ class _Bisection(Ends, Replay):
         culprits: Config | None = None
         strategy = self.opts.strategy
         if strategy == "ablation" or (
-            strategy == "auto" and (len(items) <= 4 or (self.jobs >= len(items) and target != Verdict.SLOWDOWN))
+            strategy == "auto"
+            and (len(items) <= 4 or (self.executor.slots >= len(items) and target != Verdict.SLOWDOWN))
         ):
             self.events.phase(f"ablation: each feature alone ({target.value})")
             table = ablation(self.features, oracle)

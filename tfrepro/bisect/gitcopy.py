@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,7 +69,7 @@ class CommitInfo:
     date: str  # author date, ISO 8601 with offset
 
     def to_dict(self) -> dict[str, str]:
-        return {"sha": self.sha, "subject": self.subject, "author": self.author, "date": self.date}
+        return asdict(self)
 
 
 @dataclass(frozen=True)

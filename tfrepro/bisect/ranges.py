@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.bisect.options import BisectOptions
@@ -130,12 +130,13 @@ class Ends:
 
 
 class Stop(Exception):
-    """The ends do not hold: the run ends with this status and message (and
-    the good end's trial, the baseline, once it ran)."""
+    """The ends do not hold: `result` is the run's answer, this status and
+    message (and the good end's trial, the baseline, once it ran)."""
 
     def __init__(self, status: Status, message: str, symptom: Verdict | None = None, good: TrialResult | None = None):
         super().__init__(message)
-        self.status, self.message, self.symptom, self.good = status, message, symptom, good
+        reason = message if status is Status.UNTESTABLE else None
+        self.result = RunResult(status, symptom, baseline=good, error=message, reason=reason)
 
 
 class RangeRun:
@@ -152,8 +153,6 @@ class RangeRun:
         events: BisectEvents,
         options: BisectOptions = BisectOptions(),
     ) -> None:
-        if len(points) < 2:
-            raise ValueError("a range needs a good end and a bad end")
         self.points, self.source, self.executor = points, source, executor
         self.settings, self.symptoms, self.run_dir, self.events = settings, symptoms, run_dir, events
         self.options = options  # the timing ones: budget, pairs per comparison
@@ -166,7 +165,7 @@ class RangeRun:
         self.records = self.log.records
         self.tried: list[PointTried] = []
         self.first: dict[str, TrialResult] = {}  # label -> its first trial that ran
-        self.table: list[dict[str, Any]] = []
+        self.labels: list[str] = []  # each record's point label, in the log's order
         self.noise = 0.0
         self._log = (run_dir / "trials.jsonl").open("a", encoding="utf-8")
 
@@ -179,11 +178,29 @@ class RangeRun:
         return self.points[-1]
 
     def answer(self, symptom: Verdict | None) -> tuple[RunResult, Point | None]:
-        """Both ends, then the hunt (`bisect_points`); the trial log closed after."""
+        """Both ends, then the hunt -> (the mode's RunResult without its own
+        fields, the first bad point when found: the caller fills
+        first_bad_commit / first_bad_version from it and from `candidates`);
+        the trial log closed after."""
         try:
-            return bisect_points(self, symptom)
+            with sigterm_interrupts():
+                try:
+                    ends = check_ends(self, symptom)
+                except Stop as stop:
+                    return stop.result, None
+                found = hunt(self, ends)
         finally:
             self._log.close()
+        if found.status == "found":
+            return RunResult(Status.FOUND, ends.target, baseline=ends.good), found.first_bad
+        return RunResult(
+            Status.AMBIGUOUS,
+            ends.target,
+            baseline=ends.good,
+            candidates=tuple(found.candidates),
+            error=f"{len(found.candidates)} candidate {self.source.noun}s: the untestable ones among them hide "
+            f"which one is the first bad one",
+        ), None
 
     # -- running -----------------------------------------------------------
     def run_many(self, points: list[Point], repeat: int = 0) -> list[TrialResult | str]:
@@ -219,7 +236,7 @@ class RangeRun:
             "wall_s": result.wall_s,
             "summary": record.summary,
         }
-        self.table.append(row)
+        self.labels.append(point.label)
         self._log.write(json.dumps(row) + "\n")
         self._log.flush()
         self.events.trial_finished(record)
@@ -261,12 +278,12 @@ class RangeRun:
         self,
         point: Point,
         mark: Mark,
-        verdict: Verdict | None,
+        verdict: Verdict,
         shows: frozenset[Verdict] = frozenset(),
         reason: str | None = None,
     ) -> Mark:
         order = tuple(v for v in (*SYMPTOM_ORDER, Verdict.UNTESTABLE) if v in shows)
-        tried = PointTried(point.label, point.subject, verdict or Verdict.OK, order, reason)
+        tried = PointTried(point.label, point.subject, verdict, order, reason)
         self.tried.append(tried)
         self.events.point_tried(tried)
         return mark
@@ -302,7 +319,7 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         raise Stop(Status.ERROR, f"the good end {good.short} cannot be tried: {g}", symptom)
     g_shows = run.shows(g, None)
     if (symptom is not None and symptom in g_shows) or g_shows & STOPPERS:
-        run.mark(good, Mark.BAD, symptom if symptom in g_shows else first_symptom(g_shows), g_shows, g.error)
+        run.mark(good, Mark.BAD, classify.primary(g_shows, symptom), g_shows, g.error)
         raise Stop(
             Status.BASELINE_FAILS,
             f"the good end {good.named} already shows "
@@ -337,7 +354,7 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
             target, x_shows = Verdict.SLOWDOWN, x_shows | {Verdict.SLOWDOWN}
     if target is None or target not in x_shows:
         what = target.value if target else "any symptom (nan, crash, timeout, mismatch, slowdown)"
-        run.mark(bad, Mark.GOOD, first_symptom(x_shows) or Verdict.OK, x_shows)
+        run.mark(bad, Mark.GOOD, classify.primary(x_shows), x_shows)
         raise Stop(
             Status.NONE,
             f"the bad end {bad.named} does not show {what} against the "
@@ -366,46 +383,19 @@ def _untestable_ends(run: RangeRun, g: TrialResult, x: TrialResult, x_shows, sym
 
 def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
     """The range between the ends (both already judged)."""
-    inner = {p.label for p in run.points[1:-1]}
-
-    def test(p: Point) -> Mark:
-        if p.label == run.good.label:
-            return Mark.GOOD
-        if p.label == run.bad.label:
-            return Mark.BAD
-        r = run.run_timed(p, 0) if ends.target is Verdict.SLOWDOWN else run.run_many([p])[0]
-        return run.judge_point(p, r, ends)
+    known = {run.good.label: Mark.GOOD, run.bad.label: Mark.BAD}
+    timed = ends.target is Verdict.SLOWDOWN  # timing trials run one at a time
 
     def test_many(ps: list[Point]) -> list[Mark]:
-        todo = [p for p in ps if p.label in inner]
-        got = dict(zip([p.label for p in todo], run.run_many(todo)))
-        return [run.judge_point(p, got[p.label], ends) if p.label in got else test(p) for p in ps]
+        todo = [p for p in ps if p.label not in known]
+        tried = [run.run_timed(p, 0) for p in todo] if timed or not todo else run.run_many(todo)
+        got = dict(zip([p.label for p in todo], tried))
+        return [known.get(p.label) or run.judge_point(p, got[p.label], ends) for p in ps]
 
-    width = run.executor.slots if ends.target is not Verdict.SLOWDOWN else 1
-    return bisect_range(run.points, test, width=width, test_many=test_many if width > 1 else None)
-
-
-def bisect_points(run: RangeRun, symptom: Verdict | None) -> tuple[RunResult, Point | None]:
-    """Both ends, then the hunt -> (the mode's RunResult without its own
-    fields, the first bad point when found: the caller fills
-    first_bad_commit / first_bad_version from it and from `candidates`)."""
-    with sigterm_interrupts():
-        try:
-            ends = check_ends(run, symptom)
-        except Stop as stop:
-            reason = stop.message if stop.status is Status.UNTESTABLE else None
-            return RunResult(stop.status, stop.symptom, baseline=stop.good, error=stop.message, reason=reason), None
-        found = hunt(run, ends)
-    if found.status == "found":
-        return RunResult(Status.FOUND, ends.target, baseline=ends.good), found.first_bad
-    return RunResult(
-        Status.AMBIGUOUS,
-        ends.target,
-        baseline=ends.good,
-        candidates=tuple(found.candidates),
-        error=f"{len(found.candidates)} candidate {run.source.noun}s: the untestable ones among them hide "
-        f"which one is the first bad one",
-    ), None
+    width = 1 if timed else run.executor.slots
+    return bisect_range(
+        run.points, lambda p: test_many([p])[0], width=width, test_many=test_many if width > 1 else None
+    )
 
 
 @dataclass(frozen=True)
@@ -446,8 +436,8 @@ def with_evidence(
         noise=run.noise,
         tried=tuple(run.tried),
         trials_table=tuple(
-            trial_row(rec, verdicts.get(row[key]), **{key: row[key]})
-            for rec, row in zip(run.records, run.table, strict=True)
+            trial_row(rec, verdicts.get(label), **{key: label})
+            for rec, label in zip(run.records, run.labels, strict=True)
         ),
         message=answer.error,
     )

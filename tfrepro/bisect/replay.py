@@ -253,15 +253,11 @@ class Replay:
         """(observations of the trials holding `config`, of the trials
         without the culprits) when all of them agree with the answer, else
         (None, [])."""
-        hits: list[bool] = []
-        clean: list[bool] = []
         with self.lock:
-            seen = list(self.memo.items())
-        for (c, _r), result in seen:
-            if config <= c:
-                hits.append(target in self._shows(c, result))
-            elif not culprits <= c:
-                clean.append(target in self._shows(c, result))
+            memo = list(self.memo.items())
+        seen = [(c, target in self._shows(c, t)) for (c, _r), t in memo]
+        hits = [shown for c, shown in seen if config <= c]
+        clean = [shown for c, shown in seen if not config <= c and not culprits <= c]
         if not hits or not all(hits) or any(clean):
             return None, []
         return hits, clean
@@ -272,15 +268,11 @@ class Replay:
         Each culprit's necessity is checked again with fresh pairs added to
         the evidence of the set without it; a set that is slower without a
         culprit (by SEARCH_SHARE of the failing configuration's slowdown, as
-        in the search) loses it."""
-        changed = True
-        while changed and len(culprits) > 1:
-            changed = False
-            for c in sorted(culprits):
-                without = frozenset(culprits - {c})
-                self.events.phase(f"replaying: is {c} needed for the slowdown?")
-                got = self._timed(without, fresh=max(1, self.opts.timing_replays), explains=True)
-                if got.verdict == Verdict.SLOWDOWN:
-                    culprits, changed = without, True
-                    break
+        in the search) loses it, and the smaller set is checked again."""
+        for c in sorted(culprits) if len(culprits) > 1 else ():
+            without = frozenset(culprits - {c})
+            self.events.phase(f"replaying: is {c} needed for the slowdown?")
+            got = self._timed(without, fresh=max(1, self.opts.timing_replays), explains=True)
+            if got.verdict == Verdict.SLOWDOWN:
+                return self._minimal_slowdown(without)
         return culprits

@@ -68,7 +68,7 @@ def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
     (bisect/also_seen.py), from the bisection's trials."""
     full, base = frozenset(run.features), frozenset()
     mine = [r for r in range(run.k) if (full, r) in run.memo]
-    doubt = getattr(run, "memory_doubt", None)
+    doubt = run.memory_doubt
     shown = set().union(*(run._shows(full, run.memo[(full, r)]) for r in mine))
     timed = full in run.timing  # measured: no "possible" slowdown to guess
     seen = also_seen(
@@ -87,14 +87,13 @@ def _symptom_call(run: _Bisection, symptom: Verdict | None, cfg: Config) -> str 
     from tfrepro.trials.calls import symptom_call, where_mapper
 
     texts = {}  # zero-edit: the variant's lines are the annotated text's, not the file's
-    detection = getattr(run.project, "detection", None)
-    for rel, annotated in (getattr(detection, "texts", None) or {}).items():
+    detection = run.project.detection
+    for rel, annotated in (detection.texts if detection is not None else {}).items():
         try:
             texts[rel] = (annotated, (Path(run.project.root) / rel).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError):
             continue
-    timed = getattr(run, "timed_calls", ())
-    return symptom_call(best(run.memo, run._shows, cfg, symptom), symptom, timed, where_mapper(texts))
+    return symptom_call(best(run.memo, run._shows, cfg, symptom), symptom, run.timed_calls, where_mapper(texts))
 
 
 def _known_cost(run: _Bisection, status: Status, symptom: Verdict | None, culprits: Config) -> CostFound | None:
@@ -105,8 +104,7 @@ def _known_cost(run: _Bisection, status: Status, symptom: Verdict | None, culpri
     if status is not Status.FOUND or symptom is not Verdict.SLOWDOWN:
         return None
     hw = next((t.extra["hardware"] for (c, _r), t in run.memo.items() if c == culprits and t.extra.get("hardware")), {})
-    describe = getattr(run.project, "description", lambda _n: "")
-    return known_cost(sorted(culprits), symptom.value, hw, describe)
+    return known_cost(sorted(culprits), symptom.value, hw, run.project.description)
 
 
 def compile_differs(run: _Bisection, full: Config) -> list[CompileDiff]:
@@ -189,11 +187,11 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
         repeats=run.k,
         features=tuple(run.features),
         affects_loss=tuple(sorted(run.affects_loss)),
-        fixed_on=tuple(sorted(getattr(run.project, "fixed_on", ()))),
-        detected=bool(getattr(run.project, "detected", False)),
+        fixed_on=tuple(sorted(run.project.fixed_on)),
+        detected=run.project.detected,
         dropped_features=tuple(run.dropped),
-        late_step=getattr(run, "late_step", None),
-        nan_state=getattr(run, "nan_state", None),
+        late_step=run.late_step,
+        nan_state=run.nan_state,
         failing=best(run.memo, run._shows, full, symptom),
         culprit_trial=best(run.memo, run._shows, config, symptom),
         culprit_config=tuple(sorted(config)) if config is not None else (),
@@ -203,7 +201,7 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
         timing=timing_evidence(run.timing, full, config),
         warnings=tuple(sorted({w for r in run.records for w in r.result.extra.get("warnings", [])})),
         compile_differs=tuple(compile_differs(run, full)),
-        timed_calls=tuple(getattr(run, "timed_calls", ())),
+        timed_calls=run.timed_calls,
         symptom_call=_symptom_call(run, symptom, config if config is not None else full),
     )
     return replace(evidence, **(a.extra or {}))

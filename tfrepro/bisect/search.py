@@ -74,11 +74,11 @@ class Oracle:
         """How many configurations were actually tested (cache misses)."""
         return len(self.tested)
 
-    def verdicts(self, configs: Sequence[Config]) -> list[Verdict]:
-        """Verdicts of all `configs`, testing the unknown ones in one batch."""
+    def verdicts(self, configs: Sequence[Config], test: TestBatch | None = None) -> list[Verdict]:
+        """Verdicts of all `configs`, testing the unknown ones in one batch (of `test`: `test_batch` unless given)."""
         todo = list(dict.fromkeys(c for c in map(frozenset, configs) if c not in self.cache))  # in order, once
         if todo:
-            got = self._test_batch(todo)
+            got = (test or self._test_batch)(todo)
             if len(got) != len(todo):
                 raise RuntimeError("test_batch returned a wrong number of verdicts")
             for c, v in zip(todo, got):
@@ -93,36 +93,30 @@ class Oracle:
         """Index of the first failing configuration in order, testing at most
         `batch_size` unknown ones at a time (`final` with `test_final`: one
         at a time, through it); None when none fails."""
-        if final and self.test_final is not None and self.batch_size > 1:
-            for i, c in enumerate(map(frozenset, configs)):
-                if c not in self.cache:
-                    self.cache[c] = self.test_final(c)
-                    self.tested.append((c, self.cache[c]))
-                if self.cache[c] == self.target:
-                    return i
-            return None
+        test, size = None, self.batch_size
+        if final and (one := self.test_final) is not None and size > 1:
+            test, size = (lambda cs: [one(c) for c in cs]), 1
         i = 0
         while i < len(configs):
             # Grow the window until it holds batch_size unknown configs, so
             # cached ones never waste a slot of the batch.
             j, unknown = i, 0
-            while j < len(configs) and (unknown < self.batch_size or frozenset(configs[j]) in self.cache):
+            while j < len(configs) and (unknown < size or frozenset(configs[j]) in self.cache):
                 unknown += frozenset(configs[j]) not in self.cache
                 j += 1
             window = configs[i:j]
-            for k, v in enumerate(self.verdicts(window)):
+            for k, v in enumerate(self.verdicts(window, test)):
                 if v == self.target:
                     return i + k
             i = j
         return None
 
 
-def ablation(features: Iterable[str], oracle: Oracle, *, base: Config = frozenset()) -> dict[str, Verdict]:
-    """Each feature alone on top of `base` (the baseline): every feature's
-    individual effect, in one batch."""
+def ablation(features: Iterable[str], oracle: Oracle) -> dict[str, Verdict]:
+    """Each feature alone (every other one off, as in the baseline): every
+    feature's individual effect, in one batch."""
     names = sorted(features)
-    got = oracle.verdicts([base | {f} for f in names])
-    return dict(zip(names, got))
+    return dict(zip(names, oracle.verdicts([frozenset({f}) for f in names])))
 
 
 def halving(items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()) -> Config:

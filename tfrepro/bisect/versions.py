@@ -27,7 +27,7 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any, TypedDict
@@ -180,17 +180,10 @@ class Row:
     keras: str | None = None
     keras_lib: str | None = None
 
-    def to_dict(self) -> dict[str, str | list[str] | None]:
-        return {
-            "version": self.version,
-            "verdict": self.verdict,
-            "symptom": self.shows[0] if self.shows else None,
-            "shows": list(self.shows),
-            "note": self.note,
-            "tensorflow": self.tensorflow,
-            "keras": self.keras,
-            "keras_lib": self.keras_lib,
-        }
+    def to_dict(self) -> dict[str, object]:
+        """The fields in order, `symptom` (the first shown) before `shows`."""
+        head = {"version": self.version, "verdict": self.verdict, "symptom": self.shows[0] if self.shows else None}
+        return {**head, **asdict(self), "shows": list(self.shows)}
 
 
 def order_range(versions: Sequence[str], good: str | None, bad: str | None) -> list[str]:
@@ -426,14 +419,7 @@ def feature_hook(options: BisectOptions, chosen: ThenFeatures, events: BisectEve
         inside = BisectOptions(
             steps=options.steps, use_cache=options.use_cache, timing_budget_s=options.timing_budget_s
         )
-        r = bisect(project, inside, runner=start.runner(), events=events)
-        return FeatureAnswer(
-            status=r.status.value,
-            symptom=r.symptom.value if r.symptom is not None else None,
-            culprits=sorted(r.culprits),
-            trials=r.trials,
-            run_dir=r.run_dir,
-            error=r.error,
-        )
+        doc = bisect(project, inside, runner=start.runner(), events=events).to_dict()
+        return FeatureAnswer(**{k: doc[k] for k in FeatureAnswer.__annotations__})  # its keys of the answer
 
     return hook
