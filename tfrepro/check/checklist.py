@@ -31,7 +31,7 @@ class CheckItemDoc(TypedDict):
 
 
 class CheckReportDoc(TypedDict):
-    """A `CheckReport` as JSON (`from_dict` reads it back)."""
+    """A `CheckReport` as JSON: `check --json`, a baseline-fails result's "checks"."""
 
     status: str
     reason: str | None
@@ -54,12 +54,6 @@ class CheckItem:
 
     def to_dict(self) -> CheckItemDoc:
         return {**asdict(self), "status": self.status.value, "evidence": list(self.evidence)}
-
-    @classmethod
-    def from_dict(cls, d: CheckItemDoc) -> "CheckItem":
-        return cls(
-            **{**d, "number": int(d["number"]), "status": CheckStatus(d["status"]), "evidence": tuple(d["evidence"])}
-        )
 
 
 @dataclass(frozen=True)
@@ -103,15 +97,6 @@ class CheckReport:
             "trial": dict(self.trial),
             "checks": [i.to_dict() for i in self.items],
         }
-
-    @classmethod
-    def from_dict(cls, d: CheckReportDoc) -> "CheckReport":
-        return cls(
-            items=tuple(CheckItem.from_dict(i) for i in d.get("checks", ())),
-            project=d.get("project", ""),
-            enabled=tuple(d.get("enabled", ())),
-            trial=dict(d.get("trial") or {}),
-        )
 
 
 def fmt_num(x: float | None) -> str:
