@@ -108,8 +108,7 @@ def fmt_ms(seconds: float | None) -> str:
 
 
 def describe_tensor(t: dict) -> str:
-    shape = "(" + ", ".join(str(s) for s in t.get("shape", [])) + ("," if len(t.get("shape", [])) == 1 else "") + ")"
-    text = f"{shape} {t.get('dtype')}"
+    text = f"{tuple(t.get('shape', []))} {t.get('dtype')}"  # (64,) for one dimension
     if "min" in t:
         text += f" in [{fmt_num(t['min'])}, {fmt_num(t['max'])}], mean {fmt_num(t['mean'])}, std {fmt_num(t['std'])}"
     bad = [f"{t[k]} {label}" for k, label in (("nan", "NaN"), ("inf", "Inf")) if t.get(k)]
