@@ -6,6 +6,7 @@ the judging that fills it lives in `tfrepro.check.judge`.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, TypedDict
@@ -149,9 +150,6 @@ def format_report(report: CheckReport, *, color: bool = False, verbose: bool = F
     if errors:
         lines += ["", "probe errors: " + "; ".join(errors)]
     lines.append("")
-    counts = {s: sum(1 for i in report.items if i.status is s) for s in CheckStatus}
-    lines.append(
-        f"{counts[CheckStatus.PASS]} pass, {counts[CheckStatus.WARN]} warn, {counts[CheckStatus.FAIL]} fail, "
-        f"{counts[CheckStatus.SKIP]} skipped"
-    )
+    counts = Counter(i.status for i in report.items)  # "5 pass, 0 warn, 0 fail, 1 skipped"
+    lines.append(", ".join(f"{counts[s]} {'skipped' if s is CheckStatus.SKIP else s.value}" for s in CheckStatus))
     return "\n".join(lines)
