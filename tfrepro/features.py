@@ -265,8 +265,6 @@ def _check_part(path: str, lines: list[str], start: int, stop: int, indent: str,
                 hint="a part must hold at least one statement",
             )
         return True
-    if not any(commented):
-        return False
     # A live part may carry its own comments; a commented *statement* next to
     # live code means the block was half switched by hand.
     for (i, x), c in zip(code, commented):
