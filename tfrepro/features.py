@@ -156,34 +156,35 @@ class SourceFile:
         for b in self.blocks:
             out.extend(self.lines[pos : b.line - 1])
             on = want.get(b.name, b.state)
-            live = b.on_part if on else b.off_part
             if export:
-                emitted = self._export_part(b, live)
+                emitted = self._export_part(b, on)
                 if not emitted and needs_pass(self.lines, b):
                     emitted = [b.indent + "pass\n"]
                 out.extend(emitted)
             else:
                 out.append(self.lines[b.line - 1])
-                out.extend(self._part(b, b.on_part, live=on))
+                out.extend(self._part(b, True, live=on))
                 if b.else_line is not None:
                     out.append(self.lines[b.else_line - 1])
-                    out.extend(self._part(b, b.off_part, live=not on))
+                    out.extend(self._part(b, False, live=not on))
                 out.append(self.lines[b.end_line - 1])
             pos = b.end_line
         out.extend(self.lines[pos:])
         return "".join(out)
 
-    def _part(self, b: Block, part: tuple[int, int] | None, *, live: bool) -> list[str]:
+    def _part(self, b: Block, on: bool, *, live: bool) -> list[str]:
+        """Block `b`'s ON (`on`) or OFF part, `live` or commented."""
+        part = b.on_part if on else b.off_part
         if part is None:
             return []
         lines = self.lines[part[0] : part[1]]
-        if _part_is_commented(lines, b.indent) == (not live):
-            return lines  # already in the wanted form: keep the bytes
+        if (b.state == on) == live:  # live as written (the ON part iff the block is ON): keep the bytes
+            return lines
         switch = uncomment_line if live else comment_line
         return [switch(x, b.indent) for x in lines]
 
-    def _export_part(self, b: Block, part: tuple[int, int] | None) -> list[str]:
-        lines = self._part(b, part, live=True)
+    def _export_part(self, b: Block, on: bool) -> list[str]:
+        lines = self._part(b, on, live=True)
         # Trim blank lines at the edges of a part: markers often sit between
         # blank lines already, and an exported script should read naturally.
         while lines and _is_blank(lines[0]):
@@ -210,11 +211,6 @@ class SourceFile:
         """A standalone variant: markers and inactive parts removed, `pass`
         where a suite would be left empty. `None`: states as written."""
         return self._emit(self._states(enabled), export=True)
-
-
-def _part_is_commented(lines: list[str], indent: str) -> bool:
-    code = [x for x in lines if not _is_blank(x)]
-    return bool(code) and all(_is_commented(x, indent) for x in code)
 
 
 def _code_lines(lines: list[str], start: int, stop: int, step: int) -> str | None:
@@ -269,8 +265,6 @@ def _check_part(path: str, lines: list[str], start: int, stop: int, indent: str,
                 hint="a part must hold at least one statement",
             )
         return True
-    if not any(commented):
-        return False
     # A live part may carry its own comments; a commented *statement* next to
     # live code means the block was half switched by hand.
     for (i, x), c in zip(code, commented):

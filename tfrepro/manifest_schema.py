@@ -10,13 +10,14 @@ from __future__ import annotations
 import math
 import os
 import re
+import typing
 from typing import Annotated, ClassVar
 
 import pydantic as pd
 from pydantic_core import ErrorDetails
 
 from tfrepro import features as fb
-from tfrepro.settings import MAX_REPLICAS, TrialSettings
+from tfrepro.settings import MAX_REPLICAS, StateSettings, SymptomSettings, TrialSettings
 
 # Finite bounds of the numeric settings: nan, inf or 1e300 would silently
 # switch a check off. (low, high, low is exclusive)
@@ -146,20 +147,14 @@ class _Trial(_Table):
         return self
 
 
-class _Symptoms(_Table):
-    table = "symptoms"
-    nan: bool | None = None
-    slowdown: float | None = None
-    mismatch: float | None = None
-    memory: float | None = None
+def _table(name: str, settings: type) -> type[_Table]:
+    """The table `[name]` of a settings dataclass: its keys and their types, each None until given."""
+    keys = {k: (t | None, None) for k, t in typing.get_type_hints(settings).items()}
+    return pd.create_model(f"_{name.title()}", __base__=_Table, table=(ClassVar[str], name), **keys)
 
 
-class _State(_Table):
-    table = "state"
-    keep_runs: int | None = None
-    keep_trials: int | None = None
-    copy_budget_mb: float | None = None
-    keep_mb: float | None = None
+_Symptoms = _table("symptoms", SymptomSettings)
+_State = _table("state", StateSettings)
 
 
 class FeatureConfig(_Table):

@@ -37,7 +37,6 @@ class Project:
         self._hash_memo: dict[tuple[str, int, int], str] = {}
         # Zero-edit mode (no marker in any file): the blocks were detected by
         # the annotator and live only in memory (`sources` hold annotated texts).
-        self.detected = False
         self.detection: Any = None  # tfrepro.annotate.zeroedit.Detection when detected
         # Features that are not candidates (--only/--skip, preflight): name ->
         # why; their blocks stay in the state in `fixed_on` (ON) or OFF.
@@ -88,9 +87,7 @@ class Project:
         if not sources and detect:
             sources, detection = detected_sources(root, manifest.trial.entry, manifest.trial.command, files)
         project = cls(root, manifest, sources, files)
-        project.warnings = skipped
-        if detection is not None:
-            project.detected, project.detection = True, detection
+        project.warnings, project.detection = skipped, detection
         project._check_feature_tables(text)
         if only is not None or skip is not None:
             project = project.select(only, skip)
@@ -124,7 +121,7 @@ class Project:
         """A project without the features `why` names as candidates (name ->
         reason); they stay ON in every variant."""
         other = Project(self.root, self.manifest, self.sources, self.files)
-        other.detected, other.detection = self.detected, self.detection
+        other.detection = self.detection
         other.excluded = self.excluded | why
         other.fixed_on = self.fixed_on | frozenset(why)
         return other
@@ -137,6 +134,10 @@ class Project:
         return [(Path(b.path).relative_to(self.root).as_posix(), b.line) for b in self.features.get(name, [])]
 
     # -- features ----------------------------------------------------------
+    @property
+    def detected(self) -> bool:
+        return self.detection is not None
+
     @property
     def state_dir(self) -> Path:
         return self.root / STATE_DIR

@@ -23,8 +23,6 @@ TIMING_STEPS_MAX = 5000
 # `--replicas` / `[trial] replicas`, at most.
 MAX_REPLICAS = 64
 
-_KEYED_WHEN_SET = ("replicas", "jit_auto")
-
 
 class TrialSettingsDoc(TypedDict, total=False):
     """`TrialSettings.to_dict()`, read back from result.json and the trial
@@ -123,7 +121,7 @@ class TrialSettings:
             del d["budget_s"], d["until_symptom"]
         if not self.save_state_step:
             del d["save_state_step"]
-        for k in _KEYED_WHEN_SET:  # absent while unset: the keys of other trials do not change
+        for k in ("replicas", "jit_auto"):  # absent while unset: the keys of other trials do not change
             if d[k] is None:
                 del d[k]
         if not self.timing or not self.timed_calls:

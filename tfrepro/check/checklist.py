@@ -6,6 +6,7 @@ the judging that fills it lives in `tfrepro.check.judge`.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any, TypedDict
@@ -31,7 +32,7 @@ class CheckItemDoc(TypedDict):
 
 
 class CheckReportDoc(TypedDict):
-    """A `CheckReport` as JSON (`from_dict` reads it back)."""
+    """A `CheckReport` as JSON: `check --json`, a baseline-fails result's "checks"."""
 
     status: str
     reason: str | None
@@ -54,12 +55,6 @@ class CheckItem:
 
     def to_dict(self) -> CheckItemDoc:
         return {**asdict(self), "status": self.status.value, "evidence": list(self.evidence)}
-
-    @classmethod
-    def from_dict(cls, d: CheckItemDoc) -> "CheckItem":
-        return cls(
-            **{**d, "number": int(d["number"]), "status": CheckStatus(d["status"]), "evidence": tuple(d["evidence"])}
-        )
 
 
 @dataclass(frozen=True)
@@ -104,15 +99,6 @@ class CheckReport:
             "checks": [i.to_dict() for i in self.items],
         }
 
-    @classmethod
-    def from_dict(cls, d: CheckReportDoc) -> "CheckReport":
-        return cls(
-            items=tuple(CheckItem.from_dict(i) for i in d.get("checks", ())),
-            project=d.get("project", ""),
-            enabled=tuple(d.get("enabled", ())),
-            trial=dict(d.get("trial") or {}),
-        )
-
 
 def fmt_num(x: float | None) -> str:
     return "?" if x is None else f"{x:.4g}"
@@ -123,8 +109,7 @@ def fmt_ms(seconds: float | None) -> str:
 
 
 def describe_tensor(t: dict) -> str:
-    shape = "(" + ", ".join(str(s) for s in t.get("shape", [])) + ("," if len(t.get("shape", [])) == 1 else "") + ")"
-    text = f"{shape} {t.get('dtype')}"
+    text = f"{tuple(t.get('shape', []))} {t.get('dtype')}"  # (64,) for one dimension
     if "min" in t:
         text += f" in [{fmt_num(t['min'])}, {fmt_num(t['max'])}], mean {fmt_num(t['mean'])}, std {fmt_num(t['std'])}"
     bad = [f"{t[k]} {label}" for k, label in (("nan", "NaN"), ("inf", "Inf")) if t.get(k)]
@@ -165,9 +150,6 @@ def format_report(report: CheckReport, *, color: bool = False, verbose: bool = F
     if errors:
         lines += ["", "probe errors: " + "; ".join(errors)]
     lines.append("")
-    counts = {s: sum(1 for i in report.items if i.status is s) for s in CheckStatus}
-    lines.append(
-        f"{counts[CheckStatus.PASS]} pass, {counts[CheckStatus.WARN]} warn, {counts[CheckStatus.FAIL]} fail, "
-        f"{counts[CheckStatus.SKIP]} skipped"
-    )
+    counts = Counter(i.status for i in report.items)  # "5 pass, 0 warn, 0 fail, 1 skipped"
+    lines.append(", ".join(f"{counts[s]} {'skipped' if s is CheckStatus.SKIP else s.value}" for s in CheckStatus))
     return "\n".join(lines)

@@ -1,5 +1,5 @@
 """Values and helpers shared by the checks (`judge.py`, `data.py`): the
-thresholds, the order and titles of the six items, and why a probe's record
+thresholds, the order and titles of the items, and why a probe's record
 is missing."""
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ class CheckOptions:
     input_bound_alone: float = 10.0  # or pipeline >= this many model steps: it bounds the throughput itself
 
 
-KEYS = ("environment", "input_pipeline", "first_batches", "initial_loss", "short_run", "parameters")
+# the six of `judge`, then check 7 (`loops.py`), judged on the script's text
+KEYS = ("environment", "input_pipeline", "first_batches", "initial_loss", "short_run", "parameters", "training_loop")
 CLASSIFICATION = ("sparse", "categorical", "binary")
 
 

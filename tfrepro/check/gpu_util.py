@@ -20,6 +20,11 @@ from tfrepro.trials.values import TrialResult
 
 LOW_UTIL = 50.0  # percent: below this the GPU mostly waits
 SLOW_STEP = 1.5  # the step at least this many times the model's own work
+INPUT_BOUND_FIX = (
+    "fix the data layer first: `ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`, "
+    "`ds.cache()` after the expensive deterministic work (before random augmentation), "
+    "`ds.prefetch(tf.data.AUTOTUNE)` last; move slow Python (`tf.py_function`) out of `map` or offline"
+)
 
 
 def steady_utilisation(result: TrialResult) -> tuple[float, int] | None:
@@ -57,14 +62,10 @@ def with_gpu_utilisation(item: CheckItem, result: TrialResult) -> CheckItem:
     slow = compute is None or step is None or step >= SLOW_STEP * compute
     if util < LOW_UTIL and slow:
         what = f"step {fmt_ms(step)}" + (f" against the model's {fmt_ms(compute)}" if compute and step else "")
-        fix = item.fix or (
-            "fix the data layer first: `ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`, "
-            "`ds.cache()` after deterministic work, `ds.prefetch(tf.data.AUTOTUNE)` last"
-        )
         return replace(
             item,
             status=CheckStatus.WARN,
-            fix=fix,
+            fix=INPUT_BOUND_FIX,
             evidence=item.evidence + tuple(evidence),
             summary=f"input-bound: the GPU is busy {util:.0f}% of the time ({what})",
         )

@@ -29,7 +29,7 @@ from dataclasses import replace
 from tfrepro.check.checklist import CheckItem, CheckReport, CheckStatus, fmt_ms, fmt_num, format_report
 from tfrepro.check.common import CheckOptions, item, missing
 from tfrepro.check.data import check_first_batches, num_classes
-from tfrepro.check.gpu_util import quiet_step_time, with_gpu_utilisation
+from tfrepro.check.gpu_util import INPUT_BOUND_FIX, quiet_step_time, with_gpu_utilisation
 from tfrepro.trials.values import TrialResult
 
 __all__ = ["CheckItem", "CheckOptions", "CheckReport", "CheckStatus", "format_report", "judge", "num_classes"]
@@ -132,12 +132,7 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
             f"input-bound: the pipeline alone needs {fmt_ms(pipe)} per batch, "
             f"the model {fmt_ms(reference)} per step" + (f" (trial step {fmt_ms(step)})" if step else "")
         )
-        fix = (
-            "fix the data layer first: `ds.map(fn, num_parallel_calls=tf.data.AUTOTUNE)`, "
-            "`ds.cache()` after the expensive deterministic work (before random augmentation), "
-            "`ds.prefetch(tf.data.AUTOTUNE)` last; move slow Python (`tf.py_function`) out of `map` or offline"
-        )
-        return item("input_pipeline", CheckStatus.WARN, summary, evidence, fix)
+        return item("input_pipeline", CheckStatus.WARN, summary, evidence, INPUT_BOUND_FIX)
     ratio = pipe / reference if reference else 0.0
     return item(
         "input_pipeline",

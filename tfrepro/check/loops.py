@@ -24,9 +24,9 @@ from collections.abc import Iterable
 
 from tfrepro.annotate.loop_facts import StepFacts
 from tfrepro.check.checklist import CheckItem, CheckStatus
+from tfrepro.check.common import item
 from tfrepro.trials.values import TrialResult
 
-KEY, TITLE, NUMBER = "training_loop", "training loop", 7
 _MODE_LAYERS = re.compile(r"\b(Dropout|SpatialDropout[123]D|GaussianDropout|AlphaDropout|BatchNormalization)\b")
 
 
@@ -87,7 +87,5 @@ def check_loop(steps: list[tuple[str, StepFacts]], mode_layers: bool, result: Tr
     if warnings:
         summary = warnings[0] if len(warnings) == 1 else f"{len(warnings)} differences from fit"
         shown = warnings[1:] if len(warnings) == 1 else warnings
-        return CheckItem(
-            NUMBER, KEY, TITLE, CheckStatus.WARN, summary, tuple(shown + evidence), "; ".join(dict.fromkeys(fixes))
-        )
-    return CheckItem(NUMBER, KEY, TITLE, CheckStatus.PASS, "the step trains as fit would", tuple(evidence))
+        return item("training_loop", CheckStatus.WARN, summary, shown + evidence, "; ".join(dict.fromkeys(fixes)))
+    return item("training_loop", CheckStatus.PASS, "the step trains as fit would", evidence)
