@@ -169,22 +169,6 @@ def script_args() -> tuple[str, ...]:
     return tuple(ctx.meta.get("tfrepro.script_args", ())) if ctx is not None else ()
 
 
-def _set_cold(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    if value:
-        from tfrepro.trials.warm import force_cold
-
-        force_cold()
-
-
-_cold_flag = click.option(
-    "--cold",
-    is_flag=True,
-    expose_value=False,
-    callback=_set_cold,
-    help="Start every trial as a fresh interpreter instead of forking a warm one (slower; for comparison).",
-)
-
-
 replicas_option = click.option(
     "--replicas",
     type=click.IntRange(min=1, max=64),
@@ -194,40 +178,32 @@ replicas_option = click.option(
 )
 
 
-def _set_unconfined(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    if value:
-        from tfrepro.trials.confine import allow_unconfined
+def _trial_switch(ctx: click.Context, param: click.Parameter, on: bool) -> None:
+    """--cold and --unconfined hold for every trial this process starts."""
+    if on:
+        from tfrepro.trials import confine, warm
 
-        allow_unconfined()
-
-
-_unconfined_flag = click.option(
-    "--unconfined",
-    is_flag=True,
-    expose_value=False,
-    callback=_set_unconfined,
-    help="Run trials even where no kernel confinement (bubblewrap overlay, Landlock) works: "
-    "a trial can then write anywhere you can.",
-)
+        {"cold": warm.force_cold, "unconfined": confine.allow_unconfined}[param.name]()
 
 
 def cold_option(f):
     """--cold and --unconfined: how every command that runs trials starts them."""
-    return _cold_flag(_unconfined_flag(f))
+    for name, help_ in (
+        (
+            "--unconfined",
+            "Run trials even where no kernel confinement (bubblewrap overlay, Landlock) works: "
+            "a trial can then write anywhere you can.",
+        ),
+        ("--cold", "Start every trial as a fresh interpreter instead of forking a warm one (slower; for comparison)."),
+    ):
+        f = click.option(name, is_flag=True, expose_value=False, callback=_trial_switch, help=help_)(f)
+    return f
 
 
 def select_options(f):
     """--only/--skip: choose among the features (names, name prefixes or kinds)."""
     f = click.option("--skip", metavar="A,B,...", help="Leave these features as written (not candidates).")(f)
     return click.option("--only", metavar="A,B,...", help="Only these features are candidates.")(f)
-
-
-def trial_settings(project, steps: int | None, replicas: int | None):
-    """The project's [trial] settings with --steps and --replicas where given."""
-    from dataclasses import replace
-
-    given = {"steps": steps, "replicas": replicas}
-    return replace(project.manifest.trial, **{k: v for k, v in given.items() if v is not None})
 
 
 def load_project(path: Path, only: str | None, skip: str | None):

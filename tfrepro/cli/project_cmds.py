@@ -18,7 +18,6 @@ from tfrepro.cli.app import (
     replicas_option,
     script_args_argument,
     select_options,
-    trial_settings,
     use_color,
 )
 from tfrepro.errors import UserError
@@ -208,6 +207,7 @@ def check_cmd(
     short run (the loss falls and stays finite), 6 parameter count.
     Exit code 1 when a check fails.
     """
+    from tfrepro.bisect.engine import BisectOptions, trial_settings
     from tfrepro.check.judge import CheckOptions, format_report
     from tfrepro.check.run import checked_features, run_checks
     from tfrepro.trials.trial import TrialOptions
@@ -216,7 +216,7 @@ def check_cmd(
         raise UserError("--with and --all exclude each other", hint="give one of them")
     project = load_project(path, only, skip)
     enabled = checked_features(project, parse_names(with_) if with_ is not None else None, all_)
-    settings = trial_settings(project, steps, replicas)
+    settings = trial_settings(project.manifest, BisectOptions(steps=steps, replicas=replicas))
     if not as_json:
         click.echo(f"checking {project.root.name} (one probed trial)...", err=True)
     report = run_checks(

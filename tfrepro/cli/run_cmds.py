@@ -18,7 +18,6 @@ from tfrepro.cli.app import (
     replicas_option,
     script_args_argument,
     select_options,
-    trial_settings,
 )
 from tfrepro.errors import TfreproError, UserError
 
@@ -119,6 +118,7 @@ def run(
     """
     from dataclasses import replace
 
+    from tfrepro.bisect.engine import BisectOptions, trial_settings
     from tfrepro.trials.runner import run_trial
     from tfrepro.trials.state import prune_after_run
     from tfrepro.trials.trial import TrialOptions
@@ -129,7 +129,7 @@ def run(
     try:
         project = load_project(path, only, skip)
         enabled = _enabled(project, with_, all_, none_)
-        settings = trial_settings(project, steps, replicas)
+        settings = trial_settings(project.manifest, BisectOptions(steps=steps, replicas=replicas))
         for i in range(repeats or project.manifest.repeats):
             if not as_json:
                 click.echo(f"running {project.root.name} ({i + 1})...", err=True)
