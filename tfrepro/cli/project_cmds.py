@@ -1,4 +1,5 @@
-"""Commands on one project: features, check, annotate, clean, envs (`run`: run_cmds)."""
+"""Commands on one project: features, check, annotate, clean (`run`: run_cmds);
+env and envs: the environments trials run in."""
 
 from __future__ import annotations
 
@@ -247,6 +248,27 @@ def clean_cmd(path: Path, all_: bool, as_json: bool) -> None:
 
     pruned = clean_project(path, everything=all_)
     click.echo(json.dumps(pruned.to_dict()) if as_json else pruned.describe())
+
+
+@main.command("env")
+@click.option("--json", "as_json", is_flag=True, help="Print the environment as one JSON object.")
+@click.option("--python", metavar="EXE", help="Describe the installation this interpreter runs (default: this one).")
+def env_cmd(as_json: bool, python: str | None) -> None:
+    """Versions (tfrepro, Python, TensorFlow, Keras, tf_keras, NumPy),
+    devices, precision policy, XLA and determinism settings, and the TF_*,
+    KERAS_*, CUDA_*, XLA_* environment variables (secret-looking values
+    redacted, your home directory as ~).
+
+    TensorFlow is imported in a child process only, as a trial would see it.
+    """
+    from tfrepro.report.envreport import collect_env, env_lines
+    from tfrepro.trials.confine import detect
+
+    doc = collect_env(python)
+    conf = detect()
+    doc["confinement"] = {"mode": conf.mode, "detail": conf.describe()}
+    lines = [*env_lines(doc), f"confinement: {conf.describe()}"]
+    click.echo(json.dumps(doc, indent=2) if as_json else "\n".join(lines))
 
 
 @main.command("envs")
