@@ -130,7 +130,7 @@ def use_color(stream) -> bool:
 def parse_states(value: str) -> dict[str, bool]:
     """`a=on,b=off` -> {"a": True, "b": False}."""
     states: dict[str, bool] = {}
-    for item in filter(None, (x.strip() for x in value.split(","))):
+    for item in parse_names(value):
         name, sep, state = item.partition("=")
         if not sep or state.lower() not in ("on", "off"):
             raise UserError(f"bad --set item {item!r}", hint="write NAME=on or NAME=off, comma-separated")
@@ -148,7 +148,7 @@ path_argument = click.argument("path", default=".", type=click.Path(path_type=Pa
 
 
 def _store_script_args(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    ctx.meta["tfrepro.script_args"] = tuple(value)
+    ctx.meta["tfrepro.script_args"] = value  # nargs=-1: a tuple
     return value
 
 
@@ -165,8 +165,8 @@ script_args_argument = click.argument(
 
 
 def script_args() -> tuple[str, ...]:
-    ctx = click.get_current_context(silent=True)
-    return tuple(ctx.meta.get("tfrepro.script_args", ())) if ctx is not None else ()
+    """What `script_args_argument` stored; called inside a command only."""
+    return click.get_current_context().meta.get("tfrepro.script_args", ())
 
 
 replicas_option = click.option(
