@@ -166,8 +166,7 @@ def answer_lines(result: RunResult) -> list[str]:
             f"note: {_config(c['configuration'])} compiled with jit_compile={c['jit_compile']}, "
             f"the failing configuration with {c['failing_jit_compile']}"
         )
-    for c in d.dropped_features:
-        lines.append(f"always on: {c['name']} (its OFF part does not run: {c['reason']})")
+    lines.extend(f"always on: {c['name']} (its OFF part does not run: {c['reason']})" for c in d.dropped_features)
     for seen in result.also_seen:
         lines.append(
             f"also seen: {seen.symptom}" + (f" (x{seen.ratio:g}, untimed)" if seen.ratio else "") + f"; {seen.hint}"
