@@ -130,7 +130,7 @@ def use_color(stream) -> bool:
 def parse_states(value: str) -> dict[str, bool]:
     """`a=on,b=off` -> {"a": True, "b": False}."""
     states: dict[str, bool] = {}
-    for item in filter(None, (x.strip() for x in value.split(","))):
+    for item in parse_names(value):
         name, sep, state = item.partition("=")
         if not sep or state.lower() not in ("on", "off"):
             raise UserError(f"bad --set item {item!r}", hint="write NAME=on or NAME=off, comma-separated")
@@ -148,7 +148,7 @@ path_argument = click.argument("path", default=".", type=click.Path(path_type=Pa
 
 
 def _store_script_args(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...]:
-    ctx.meta["tfrepro.script_args"] = tuple(value)
+    ctx.meta["tfrepro.script_args"] = value  # nargs=-1: a tuple
     return value
 
 
@@ -165,24 +165,8 @@ script_args_argument = click.argument(
 
 
 def script_args() -> tuple[str, ...]:
-    ctx = click.get_current_context(silent=True)
-    return tuple(ctx.meta.get("tfrepro.script_args", ())) if ctx is not None else ()
-
-
-def _set_cold(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    if value:
-        from tfrepro.trials.warm import force_cold
-
-        force_cold()
-
-
-_cold_flag = click.option(
-    "--cold",
-    is_flag=True,
-    expose_value=False,
-    callback=_set_cold,
-    help="Start every trial as a fresh interpreter instead of forking a warm one (slower; for comparison).",
-)
+    """What `script_args_argument` stored; called inside a command only."""
+    return click.get_current_context().meta.get("tfrepro.script_args", ())
 
 
 replicas_option = click.option(
@@ -194,40 +178,32 @@ replicas_option = click.option(
 )
 
 
-def _set_unconfined(ctx: click.Context, param: click.Parameter, value: bool) -> None:
-    if value:
-        from tfrepro.trials.confine import allow_unconfined
+def _trial_switch(ctx: click.Context, param: click.Parameter, on: bool) -> None:
+    """--cold and --unconfined hold for every trial this process starts."""
+    if on:
+        from tfrepro.trials import confine, warm
 
-        allow_unconfined()
-
-
-_unconfined_flag = click.option(
-    "--unconfined",
-    is_flag=True,
-    expose_value=False,
-    callback=_set_unconfined,
-    help="Run trials even where no kernel confinement (bubblewrap overlay, Landlock) works: "
-    "a trial can then write anywhere you can.",
-)
+        {"cold": warm.force_cold, "unconfined": confine.allow_unconfined}[param.name]()
 
 
 def cold_option(f):
     """--cold and --unconfined: how every command that runs trials starts them."""
-    return _cold_flag(_unconfined_flag(f))
+    for name, help_ in (
+        (
+            "--unconfined",
+            "Run trials even where no kernel confinement (bubblewrap overlay, Landlock) works: "
+            "a trial can then write anywhere you can.",
+        ),
+        ("--cold", "Start every trial as a fresh interpreter instead of forking a warm one (slower; for comparison)."),
+    ):
+        f = click.option(name, is_flag=True, expose_value=False, callback=_trial_switch, help=help_)(f)
+    return f
 
 
 def select_options(f):
     """--only/--skip: choose among the features (names, name prefixes or kinds)."""
     f = click.option("--skip", metavar="A,B,...", help="Leave these features as written (not candidates).")(f)
     return click.option("--only", metavar="A,B,...", help="Only these features are candidates.")(f)
-
-
-def trial_settings(project, steps: int | None, replicas: int | None):
-    """The project's [trial] settings with --steps and --replicas where given."""
-    from dataclasses import replace
-
-    given = {"steps": steps, "replicas": replicas}
-    return replace(project.manifest.trial, **{k: v for k, v in given.items() if v is not None})
 
 
 def load_project(path: Path, only: str | None, skip: str | None):

@@ -47,7 +47,6 @@ _WHY = {
     "feature": "--keras and --tf-dist belong to version mode (--tf-versions)",
     "commit": "commit mode runs each commit once, as written (every feature as in the file)",
     "version": "version mode runs the project as written, one release at a time, on this machine",
-    "version+features": "version mode runs the project as written, one release at a time, on this machine",
 }
 
 
@@ -55,24 +54,23 @@ def refuse_ignored(mode: str, given: dict[str, bool]) -> None:
     """A UserError naming the options the mode would ignore."""
     ignored = [name for name, on in given.items() if on and name not in MODE_OPTIONS[mode]]
     if ignored:
-        raise UserError(
-            f"{mode.split('+')[0]} mode does not use {', '.join(ignored)}", hint=f"{_WHY[mode]}; drop the option"
-        )
+        base = mode.split("+")[0]  # version+features: version mode's reason
+        raise UserError(f"{base} mode does not use {', '.join(ignored)}", hint=f"{_WHY[base]}; drop the option")
 
 
-def check_release(rev: str | None, option: str) -> None:
+def check_releases(good: str | None, bad: str | None) -> None:
     """Version mode: --good/--bad name releases, not commits."""
     from packaging.version import InvalidVersion, Version
 
-    if rev is None:
-        return
-    try:
-        Version(rev)
-    except InvalidVersion:
-        raise UserError(
-            f"{option} {rev} is not a TensorFlow release",
-            hint="with --tf-versions, --good/--bad are releases (e.g. 2.15.1); for commits drop --tf-versions",
-        ) from None
+    for option, rev in (("--good", good), ("--bad", bad)):
+        try:
+            if rev is not None:
+                Version(rev)
+        except InvalidVersion:
+            raise UserError(
+                f"{option} {rev} is not a TensorFlow release",
+                hint="with --tf-versions, --good/--bad are releases (e.g. 2.15.1); for commits drop --tf-versions",
+            ) from None
 
 
 @main.command("bisect")
@@ -247,6 +245,7 @@ def bisect_cmd(
     )
     from tfrepro.bisect.options import BisectOptions, parse_symptom
 
+    given = {"replays": replays, "timing_replays": replays, "timing_budget_s": timing_budget}
     options = BisectOptions(
         symptom=parse_symptom(symptom),
         strategy=strategy,
@@ -258,17 +257,13 @@ def bisect_cmd(
         executor=executor,
         address=address,
         replicas=replicas,
+        **{k: v for k, v in given.items() if v is not None},  # else BisectOptions' defaults
     )
-    if replays is not None:
-        options = replace(options, replays=replays, timing_replays=replays)
-    if timing_budget is not None:
-        options = replace(options, timing_budget_s=timing_budget)
     if tf_versions:
         from tfrepro.bisect.versions import Releases, ThenFeatures
         from tfrepro.cli.range_cmds import run_versions
 
-        check_release(good, "--good")
-        check_release(bad, "--bad")
+        check_releases(good, bad)
         releases = Releases(good=good, bad=bad, legacy_keras=keras_mode == "legacy", tf_dist=tf_dist)
         then = ThenFeatures(only, skip) if then_features else None
         code = run_versions(path, tf_versions, options, releases, then_features=then, as_json=as_json)
@@ -298,8 +293,6 @@ def write_tables(path: Path, run_dir: str | None, code: int) -> int:
     from tfrepro.report.bundle import find_run
     from tfrepro.report.tables import write_trial_tables
 
-    if code == 130:
-        return code
     try:
         if run_dir is None:
             from tfrepro.projectload import locate

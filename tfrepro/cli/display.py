@@ -22,11 +22,10 @@ from tfrepro.trials import classify
 from tfrepro.trials.values import RunResult, Status, TrialRow
 
 
-def make_console(**kwargs: Any) -> Console:
+def make_console(stderr: bool = True, **kwargs: Any) -> Console:
     """The progress console: stderr, colourless when NO_COLOR is set and not
     empty (https://no-color.org), on a terminal too."""
-    kwargs.setdefault("stderr", True)
-    return Console(no_color=bool(os.environ.get("NO_COLOR")) or None, **kwargs)
+    return Console(stderr=stderr, no_color=bool(os.environ.get("NO_COLOR")) or None, **kwargs)
 
 
 def _config(enabled: tuple[str, ...] | list[str]) -> str:
@@ -116,9 +115,8 @@ def final_table(console: Console, result: RunResult) -> None:
         console.print(ab)
 
 
-def _found_lines(result: RunResult) -> list[str]:
+def _found_lines(result: RunResult, d: FeatureEvidence, symptom: str | None) -> list[str]:
     """A found answer: the culprits, a known cost, where it shows, the timing."""
-    d, symptom = evidence_of(result), result.symptom.value if result.symptom else None
     culprits = sorted(result.culprits)
     lines = [f"{symptom}: caused by {' + '.join(culprits)}"]
     extra = sorted(set(d.culprit_config) - set(culprits))
@@ -142,7 +140,7 @@ def answer_lines(result: RunResult) -> list[str]:
     """The answer in words (stdout)."""
     status, symptom, d = result.status, result.symptom.value if result.symptom else None, evidence_of(result)
     if status is Status.FOUND:
-        lines = _found_lines(result)
+        lines = _found_lines(result, d, symptom)
     elif status is Status.NONE:
         what = f"no {symptom}" if symptom else "no nan, crash, timeout, mismatch or slowdown"
         # a custom layer's own compute against its stand-in, or several features' combined overhead (bisect/replay.py)
@@ -168,8 +166,7 @@ def answer_lines(result: RunResult) -> list[str]:
             f"note: {_config(c['configuration'])} compiled with jit_compile={c['jit_compile']}, "
             f"the failing configuration with {c['failing_jit_compile']}"
         )
-    for c in d.dropped_features:
-        lines.append(f"always on: {c['name']} (its OFF part does not run: {c['reason']})")
+    lines.extend(f"always on: {c['name']} (its OFF part does not run: {c['reason']})" for c in d.dropped_features)
     for seen in result.also_seen:
         lines.append(
             f"also seen: {seen.symptom}" + (f" (x{seen.ratio:g}, untimed)" if seen.ratio else "") + f"; {seen.hint}"

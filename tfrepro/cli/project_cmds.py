@@ -1,4 +1,5 @@
-"""Commands on one project: features, check, annotate, clean, envs (`run`: run_cmds)."""
+"""Commands on one project: features, check, annotate, clean (`run`: run_cmds);
+env and envs: the environments trials run in."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ from tfrepro.cli.app import (
     replicas_option,
     script_args_argument,
     select_options,
-    trial_settings,
     use_color,
 )
 from tfrepro.errors import UserError
@@ -208,6 +208,7 @@ def check_cmd(
     short run (the loss falls and stays finite), 6 parameter count.
     Exit code 1 when a check fails.
     """
+    from tfrepro.bisect.engine import BisectOptions, trial_settings
     from tfrepro.check.judge import CheckOptions, format_report
     from tfrepro.check.run import checked_features, run_checks
     from tfrepro.trials.trial import TrialOptions
@@ -216,7 +217,7 @@ def check_cmd(
         raise UserError("--with and --all exclude each other", hint="give one of them")
     project = load_project(path, only, skip)
     enabled = checked_features(project, parse_names(with_) if with_ is not None else None, all_)
-    settings = trial_settings(project, steps, replicas)
+    settings = trial_settings(project.manifest, BisectOptions(steps=steps, replicas=replicas))
     if not as_json:
         click.echo(f"checking {project.root.name} (one probed trial)...", err=True)
     report = run_checks(
@@ -247,6 +248,27 @@ def clean_cmd(path: Path, all_: bool, as_json: bool) -> None:
 
     pruned = clean_project(path, everything=all_)
     click.echo(json.dumps(pruned.to_dict()) if as_json else pruned.describe())
+
+
+@main.command("env")
+@click.option("--json", "as_json", is_flag=True, help="Print the environment as one JSON object.")
+@click.option("--python", metavar="EXE", help="Describe the installation this interpreter runs (default: this one).")
+def env_cmd(as_json: bool, python: str | None) -> None:
+    """Versions (tfrepro, Python, TensorFlow, Keras, tf_keras, NumPy),
+    devices, precision policy, XLA and determinism settings, and the TF_*,
+    KERAS_*, CUDA_*, XLA_* environment variables (secret-looking values
+    redacted, your home directory as ~).
+
+    TensorFlow is imported in a child process only, as a trial would see it.
+    """
+    from tfrepro.report.envreport import collect_env, env_lines
+    from tfrepro.trials.confine import detect
+
+    doc = collect_env(python)
+    conf = detect()
+    doc["confinement"] = {"mode": conf.mode, "detail": conf.describe()}
+    lines = [*env_lines(doc), f"confinement: {conf.describe()}"]
+    click.echo(json.dumps(doc, indent=2) if as_json else "\n".join(lines))
 
 
 @main.command("envs")

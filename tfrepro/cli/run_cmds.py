@@ -18,7 +18,6 @@ from tfrepro.cli.app import (
     replicas_option,
     script_args_argument,
     select_options,
-    trial_settings,
 )
 from tfrepro.errors import TfreproError, UserError
 
@@ -27,17 +26,15 @@ GOOD, BAD, CANNOT_TEST = 0, 1, 125
 EXPECTABLE = ["nan", "crash", "timeout"]
 
 
-def shows(result, symptom: str) -> bool:
-    """Whether one trial shows `symptom` (no reference needed for these three)."""
-    shown = {"nan": result.nonfinite, "crash": result.crashed and not result.nonfinite, "timeout": result.timed_out}
-    return shown[symptom]
-
-
 def expect_verdict(results, symptom: str) -> tuple[int, str]:
     """(exit code, reason) of `run --expect SYMPTOM`: bad when any run shows
     the symptom, cannot-test when a run crashed or timed out otherwise (or
     saw no training step), else good."""
-    if any(shows(r, symptom) for r in results):
+
+    def shows(r) -> bool:  # no reference needed for these three symptoms
+        return {"nan": r.nonfinite, "crash": r.crashed and not r.nonfinite, "timeout": r.timed_out}[symptom]
+
+    if any(shows(r) for r in results):
         return BAD, "present"
     for r in results:
         if r.could_not_run:
@@ -119,6 +116,7 @@ def run(
     """
     from dataclasses import replace
 
+    from tfrepro.bisect.engine import BisectOptions, trial_settings
     from tfrepro.trials.runner import run_trial
     from tfrepro.trials.state import prune_after_run
     from tfrepro.trials.trial import TrialOptions
@@ -129,17 +127,17 @@ def run(
     try:
         project = load_project(path, only, skip)
         enabled = _enabled(project, with_, all_, none_)
-        settings = trial_settings(project, steps, replicas)
+        settings = trial_settings(project.manifest, BisectOptions(steps=steps, replicas=replicas))
         for i in range(repeats or project.manifest.repeats):
             if not as_json:
                 click.echo(f"running {project.root.name} ({i + 1})...", err=True)
             how = TrialOptions(use_cache=not no_cache)
             results.append(run_trial(project, enabled, replace(settings, repeat=i), how))
         prune_after_run(project)
-    except (UserError, TfreproError) as e:
+    except TfreproError as e:  # UserError too: str(e) is its render()
         if expect is None:
             raise
-        _fail(e.render() if isinstance(e, UserError) else str(e), CANNOT_TEST, as_json)
+        _fail(str(e), CANNOT_TEST, as_json)
     _print_results(results, expect, as_json)
 
 
