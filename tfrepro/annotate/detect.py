@@ -16,8 +16,8 @@ import libcst as cst
 from tfrepro import catalog
 from tfrepro.annotate.candidate import Candidate, statement_unit
 from tfrepro.annotate.candidate import candidate as _c
-from tfrepro.annotate.custom import custom_layer, lambda_layer_candidates
-from tfrepro.annotate.lambdas import is_lambda_layer
+from tfrepro.annotate.custom import custom_layer
+from tfrepro.annotate.lambdas import is_lambda_layer, lambda_layer_candidates
 from tfrepro.annotate.layers import LayerClass
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
