@@ -27,7 +27,7 @@ def is_lambda_layer(src: Src, call: cst.Call, prefix: str | None) -> bool:
     if prefix is None or not (d == "Lambda" or d.endswith("layers.Lambda")):
         return False
     # A bare `Lambda` must come from `from keras.layers import Lambda`.
-    return d != "Lambda" or any(t.endswith("layers.Lambda") for t in src.import_aliases().values())
+    return d != "Lambda" or any(t.endswith("layers.Lambda") for t in src.import_aliases.values())
 
 
 def _name(src: Src, call: cst.Call, fn: cst.BaseExpression) -> str | None:

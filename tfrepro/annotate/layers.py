@@ -51,7 +51,7 @@ def _keras_layer_base(src: Src, base: cst.BaseExpression) -> tuple[bool, str | N
     if (d := dotted(base)) is None:
         return False, None
     parts = d.split(".")
-    aliases = src.import_aliases()
+    aliases = src.import_aliases
     target = aliases.get(parts[0], parts[0])
     full = ".".join([target, *parts[1:]])
     if full.endswith(".Layer") and ("keras" in full or "layers" in full):

@@ -240,7 +240,7 @@ def _loss_base(src: Src, expr, y: str) -> str | None:
             break
     else:
         return None
-    for alias, target in src.import_aliases().items():
+    for alias, target in src.import_aliases.items():
         if target in ("keras", "tensorflow.keras", "tf_keras"):
             return f"{alias}.losses.Loss"
     if src.tf_alias():
