@@ -53,12 +53,13 @@ class _Collector:
     def from_fit(self, fit: cst.Call) -> None:
         if (value := arg(fit, None, "callbacks")) is None:
             return
-        v = value.value
-        scope = self.src.scope(fit)
-        if isinstance(v, cst.List):
-            self.inline_list(fit, v, scope)
-        else:
+        v, scope, stmt = value.value, self.src.scope(fit), self.src.statement(fit)
+        if not isinstance(v, cst.List):
             self.resolve(v, scope, self.src.line(fit), depth=0)
+        elif isinstance(stmt, str) or isinstance(stmt, cst.Decorator):
+            self.ctx.skip(self.src.path, self.src.line(fit), f"fit with inline callbacks {stmt}: not marked")
+        else:
+            self.list_statement(stmt, v, None, scope, fit=True)
 
     def resolve(self, v: cst.BaseExpression, scope: cst.CSTNode, line: int, depth: int) -> None:
         src, ctx = self.src, self.ctx
@@ -120,20 +121,14 @@ class _Collector:
         for s in _statements(src, scope):
             small = s.body[0]
             call = small.value if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) else None
-            method = _method_on(call, name) if call is not None else None
+            f = call.func if call is not None else None
+            method = f.attr.value if isinstance(f, cst.Attribute) and _is_name(f.value, name) else None
             if method in ("extend", "insert") or (isinstance(small, cst.AugAssign) and _is_name(small.target, name)):
                 ctx.skip(src.path, src.line(s), f"callbacks added to {name!r} in bulk: not marked")
             elif method == "append":
                 self.append_statement(s, call, scope)  # type: ignore[arg-type]
 
     # -- edits -------------------------------------------------------------
-    def inline_list(self, fit: cst.Call, lst: cst.List, scope: cst.CSTNode) -> None:
-        stmt = self.src.statement(fit)
-        if isinstance(stmt, str) or isinstance(stmt, cst.Decorator):
-            self.ctx.skip(self.src.path, self.src.line(fit), f"fit with inline callbacks {stmt}: not marked")
-        else:
-            self.list_statement(stmt, lst, None, scope, fit=True)
-
     def list_statement(
         self, stmt: cst.SimpleStatementLine, lst: cst.List, var: str | None, scope: cst.CSTNode, fit: bool = False
     ) -> None:
@@ -302,13 +297,6 @@ def _assigns_name(stmt: cst.SimpleStatementLine, name: str) -> bool:
     if isinstance(small, cst.AnnAssign):
         return small.value is not None and _is_name(small.target, name)
     return False
-
-
-def _method_on(call: cst.Call, name: str) -> str | None:
-    f = call.func
-    if isinstance(f, cst.Attribute) and _is_name(f.value, name):
-        return f.attr.value
-    return None
 
 
 def callback_feature(class_name: str | None, var_name: str | None) -> str:
