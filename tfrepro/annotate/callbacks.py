@@ -143,9 +143,7 @@ class _Collector:
             return
         small, start, end = stmt.body[0], src.line(stmt), src.end_line(stmt)
         name = var or src.fresh_name(("callbacks", "fit_callbacks" if fit else "cbs"))
-        segs, found = self.elements(lst, name, indent, scope)
-        if not found:
-            return
+        segs = self.elements(lst, name, indent, scope)
         head = f"{indent}{name} = []\n"
         if isinstance(small, cst.AnnAssign) and not fit:
             head = f"{indent}{name}: {src.code(small.annotation.annotation)} = []\n"
@@ -153,23 +151,20 @@ class _Collector:
             tail: tuple[str, ...] = (src.lines_text(start, end, [(lst, name)]),)
         else:
             tail = (f"{indent}return {name}\n",) if isinstance(small, cst.Return) else ()
-        self.edits.append(Edit(start, end, indent, (head, *segs, *tail), tuple(found)))
+        if (edit := Edit(start, end, indent, (head, *segs, *tail))).found:
+            self.edits.append(edit)
 
-    def elements(self, lst: cst.List, var: str, indent: str, scope: cst.CSTNode) -> tuple[list, list[Found]]:
-        src, ctx = self.src, self.ctx
-        found: list[Found] = []
+    def elements(self, lst: cst.List, var: str, indent: str, scope: cst.CSTNode) -> list[str | BlockSeg]:
+        src = self.src
         for el in lst.elements:
             if isinstance(el, cst.StarredElement):
-                ctx.skip(src.path, src.line(el), "a starred element in a callbacks list: not marked")
-                return [], []
+                self.ctx.skip(src.path, src.line(el), "a starred element in a callbacks list: not marked")
+                return []
 
         def segment(el: cst.Element) -> str | BlockSeg:
-            seg, f = self.block_for(el.value, append_stmt(src, indent, var, el.value), src.line(el.value), scope)
-            if f is not None:
-                found.append(f)
-            return seg
+            return self.block_for(el.value, append_stmt(src, indent, var, el.value), src.line(el.value), scope)
 
-        return split_list(src, lst, indent, segment), found
+        return split_list(src, lst, indent, segment)
 
     def append_statement(self, stmt: cst.SimpleStatementLine, call: cst.Call, scope: cst.CSTNode) -> None:
         src = self.src
@@ -179,24 +174,21 @@ class _Collector:
         if (indent := src.indent_of(stmt)) is None:
             return
         value = call.args[0].value
-        seg, f = self.block_for(value, src.lines_text(src.line(stmt), src.end_line(stmt)), src.line(stmt), scope)
-        if f is not None:
-            self.edits.append(Edit(src.line(stmt), src.end_line(stmt), indent, (seg,), (f,)))
+        seg = self.block_for(value, src.lines_text(src.line(stmt), src.end_line(stmt)), src.line(stmt), scope)
+        if isinstance(seg, BlockSeg):
+            self.edits.append(Edit(src.line(stmt), src.end_line(stmt), indent, (seg,)))
 
-    def block_for(
-        self, value: cst.BaseExpression, stmt: str, line: int, scope: cst.CSTNode
-    ) -> tuple[str | BlockSeg, Found | None]:
+    def block_for(self, value: cst.BaseExpression, stmt: str, line: int, scope: cst.CSTNode) -> str | BlockSeg:
         cls, var = _callback_class(self.src, value, scope)
         off = None
         if cls in self.scheduled_classes:
             if not (isinstance(value, cst.Call) and id(value) in self.scheduled):
-                return stmt, None  # stays ON: its class is switched by the schedule where it is built
+                return stmt  # stays ON: its class is switched by the schedule where it is built
             self.schedule_done.add(id(value))
             off = stmt.replace(self.src.code(value), self.at_epoch(value), 1)
         if (name := self.name_for(cls, var, line)) is None:
-            return stmt, None
-        desc, found = self.found(cls, var, name, line, value)
-        return BlockSeg(name, desc, stmt, off), found
+            return stmt
+        return BlockSeg(self.found(cls, var, name, line, value), stmt, off)
 
     def name_for(self, cls: str | None, var: str | None, line: int) -> str | None:
         name = self.by_class.get(cls) if cls else None
@@ -208,15 +200,13 @@ class _Collector:
             return None
         return name
 
-    def found(
-        self, cls: str | None, var: str | None, name: str, line: int, value: cst.BaseExpression
-    ) -> tuple[str, Found]:
+    def found(self, cls: str | None, var: str | None, name: str, line: int, value: cst.BaseExpression) -> Found:
         entry = catalog.callback_entry(cls, name, stops=cls in self.stopping)
         desc = entry.describe(cls=cls or var or "a")
         if isinstance(value, cst.Call) and id(value) in self.scheduled:
             every = self.src.code(self.scheduled[id(value)][1].value)
             desc = f'{cls} saving every {every} batches; off: save_freq="epoch" (its default: saved once per epoch)'
-        return desc, Found(name, desc, self.src.path, line, entry.kind, affects_loss=entry.affects_loss)
+        return Found(name, desc, self.src.path, line, entry.kind, affects_loss=entry.affects_loss)
 
     def at_epoch(self, call: cst.Call) -> str:
         """The code of a batch-scheduled `call` at `save_freq="epoch"`."""
@@ -235,9 +225,9 @@ class _Collector:
                 self.ctx.skip(src.path, line, f"{last_name(call.func)} with save_freq in this statement: not marked")
                 continue
             start, end = src.line(stmt), src.end_line(stmt)
-            seg, found = self.block_for(call, src.lines_text(start, end), start, src.scope(call))
-            if found is not None:
-                self.edits.append(Edit(start, end, indent, (seg,), (found,)))
+            seg = self.block_for(call, src.lines_text(start, end), start, src.scope(call))
+            if isinstance(seg, BlockSeg):
+                self.edits.append(Edit(start, end, indent, (seg,)))
 
 
 def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> tuple[str | None, str | None]:

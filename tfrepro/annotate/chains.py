@@ -225,12 +225,12 @@ def _split(src: Src, ctx: Context, stmt: cst.SimpleStatementLine) -> Edit | None
         if whole:
             on = src.lines_text(line, src.end_line(stmt))  # nothing to split: keep the bytes
         off = _off(src, group[0], lhs, receiver, target)
-        segments.append(BlockSeg(feature.name, feature.description, on, off))
+        segments.append(BlockSeg(feature, on, off))
     for c in comments.get(0, []):
         segments.append(f"{indent}{c}\n")
     if isinstance(small, cst.Return):
         segments.append(f"{indent}return {target}\n")
-    return Edit(line, src.end_line(stmt), indent, tuple(segments), tuple(found.values()))
+    return Edit(line, src.end_line(stmt), indent, tuple(segments))
 
 
 def _tail(src: Src, call: cst.Call) -> str:

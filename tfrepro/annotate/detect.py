@@ -271,7 +271,7 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
         swaps = [(c.node, c.replacement or "") for c in same if c.node is not None]
         on, off = src.lines_text(start, end), (src.lines_text(start, end, swaps) if swaps else None)
         found = Found(name, head.description, src.path, line, head.kind, head.note, catalog.affects_loss(name))
-        edits.append(Edit(start, end, indent, (BlockSeg(name, head.description, on, off),), (found,)))
+        edits.append(Edit(start, end, indent, (BlockSeg(found, on, off),)))
     return edits
 
 
@@ -300,7 +300,6 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str, gr
         return None
     by_node = {id(c.node): c for c in group}
     var = src.fresh_name(("model_layers", "stack"))
-    found: list[Found] = []
 
     def segment(el: cst.Element) -> str | BlockSeg:
         on = append_stmt(src, indent, var, el.value)
@@ -308,14 +307,10 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str, gr
             return on
         if (name := ctx.claim(c.base, c.kind, group=True, path=src.path, line=src.line(el.value))) is None:
             return on
-        found.append(
-            Found(name, c.description, src.path, src.line(el.value), c.kind, c.note, catalog.affects_loss(name))
-        )
-        return BlockSeg(name, c.description, on, append_stmt(src, indent, var, el.value, c.replacement))
+        found = Found(name, c.description, src.path, src.line(el.value), c.kind, c.note, catalog.affects_loss(name))
+        return BlockSeg(found, on, append_stmt(src, indent, var, el.value, c.replacement))
 
     segs = split_list(src, lst, indent, segment)
-    if not found:
-        return None
     start, end = src.line(unit), src.end_line(unit)
-    rest = src.lines_text(start, end, [(lst, var)])
-    return Edit(start, end, indent, (f"{indent}{var} = []\n", *segs, rest), tuple(found))
+    edit = Edit(start, end, indent, (f"{indent}{var} = []\n", *segs, src.lines_text(start, end, [(lst, var)])))
+    return edit if edit.found else None

@@ -380,9 +380,8 @@ def _train_step_override(src: Src, ctx: Context, fn: cst.FunctionDef) -> Edit | 
         return None
     desc = f"{cls.name.value}.train_step overrides fit's step, the same math; off: Keras's own train_step"
     start, end = src.line(fn), src.end_line(fn)
-    seg = BlockSeg(name, desc, src.lines_text(start, end), None)
     found = Found(name, desc, src.path, start, "loop", None, catalog.affects_loss(name))
-    return Edit(start, end, indent, (seg,), (found,))
+    return Edit(start, end, indent, (BlockSeg(found, src.lines_text(start, end)),))
 
 
 # -- the block -----------------------------------------------------------------------------------
@@ -420,7 +419,7 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
     off.append(f"{indent}{loop.model}.fit({data}, epochs=1, verbose=0)\n")
     what = "model.fit over the same data" + (", optimizer and loss, in its compile mode" if loop.optimizer else "")
     desc = f"hand-written training loop ({form}) instead of fit, the same math; off: {what}"
-    seg = BlockSeg(name, desc, src.lines_text(line, src.end_line(unit)), "".join(off))
     note = None if loop.loss_def is None else "the loop's loss expression wrapped as a Keras loss for fit"
     found = Found(name, desc, src.path, line, "loop", note, catalog.affects_loss(name))
-    return Edit(line, src.end_line(unit), indent, (seg,), (found,))
+    end = src.end_line(unit)
+    return Edit(line, end, indent, (BlockSeg(found, src.lines_text(line, end), "".join(off)),))

@@ -17,9 +17,9 @@ from tfrepro.errors import UserError
 
 
 def render_block(seg: BlockSeg, indent: str) -> list[str]:
-    head = f"{indent}# tfrepro: feature {seg.name}"
-    if seg.description:
-        head += f" -- {seg.description}"
+    head = f"{indent}# tfrepro: feature {seg.found.name}"
+    if seg.found.description:
+        head += f" -- {seg.found.description}"
     out = [head + "\n", *seg.on.splitlines(keepends=True)]
     if seg.off is not None:
         out.append(f"{indent}# tfrepro: else\n")
@@ -84,7 +84,7 @@ def _bad_names(parsed: fb.SourceFile, markers: dict[int, tuple[int, BlockSeg]], 
     """The features our blocks in `new` may not keep: a block that does not
     parse as switched, a file that does not round-trip, or one that does not
     compile with a feature (or all of ours) switched off."""
-    ours = {seg.name for _, seg in markers.values()}
+    ours = {seg.found.name for _, seg in markers.values()}
     names = set(parsed.feature_names)
     bad = {b.name for b in parsed.blocks if b.line in markers and not b.state}
     if parsed.render(names) != new:
