@@ -102,8 +102,7 @@ def _init_params(node: cst.ClassDef) -> tuple[str, ...] | None:
     body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
     for st in body:
         if isinstance(st, cst.FunctionDef) and st.name.value == "__init__":
-            ps = [p.name.value for p in st.params.params] + [p.name.value for p in st.params.kwonly_params]
-            return tuple(p for p in ps if p != "self")
+            return tuple(p.name.value for p in (*st.params.params, *st.params.kwonly_params) if p.name.value != "self")
     return None
 
 

@@ -78,7 +78,7 @@ def loop_edits(src: Src, ctx: Context) -> list[Edit]:
             if str(e):
                 ctx.skip(src.path, src.line(node), _NOT_SWITCHABLE.format(form=form, why=e))
             continue
-        if loop is None or id(loop.block) in seen:
+        if id(loop.block) in seen:
             continue
         seen.add(id(loop.block))
         if (edit := _edit(src, ctx, loop, form)) is not None:
@@ -102,7 +102,7 @@ def step_region(src: Src, apply_call: cst.Call) -> tuple[cst.For | cst.FunctionD
     return region, grad  # type: ignore[return-value]
 
 
-def _tape_loop(src: Src, apply_call: cst.Call) -> Loop | None:
+def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
     optimizer = apply_call.func.value.value  # type: ignore[union-attr]
     region, grad = step_region(src, apply_call)
     loss_name, model = _loss_and_model(grad)
