@@ -57,13 +57,13 @@ class Annotation:
 
     def diff(self) -> str:
         """A unified diff of every change (files, then the manifest)."""
-        parts = [_diff(r.original, r.annotated, _display(r.path)) for r in self.files if r.changed]
+        parts = [_diff(r.original, r.annotated, relpath(r.path, Path.cwd())) for r in self.files if r.changed]
         if self.manifest_new is not None and self.manifest_path is not None:
             parts.append(
                 _diff(
                     self.manifest_original or "",
                     self.manifest_new,
-                    _display(self.manifest_path),
+                    relpath(self.manifest_path, Path.cwd()),
                     new_file=self.manifest_original is None,
                 )
             )
@@ -102,11 +102,10 @@ def _encode(text: str, encoding: str, path: Path) -> bytes:
         ) from None
 
 
-def _display(path: Path) -> str:
-    try:
-        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        return str(path)
+def relpath(path: str | Path, root: Path) -> str:
+    """`path` relative to `root` (both resolved), or as given when it is not under `root`."""
+    p = Path(path).resolve()
+    return p.relative_to(root.resolve()).as_posix() if p.is_relative_to(root.resolve()) else str(path)
 
 
 def _diff(old: str, new: str, name: str, new_file: bool = False) -> str:
