@@ -97,9 +97,7 @@ def step_region(src: Src, apply_call: cst.Call) -> tuple[cst.For | cst.FunctionD
     region = loop if inline else fn
     if region is None:
         raise NotSwitchable("")  # an apply outside any loop or function: not a training step
-    if (grad := _gradient_call(src, region)) is None:
-        raise NotSwitchable("")  # `.apply(...)` of something else
-    return region, grad  # type: ignore[return-value]
+    return region, _gradient_call(src, region)  # type: ignore[return-value]
 
 
 def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
@@ -130,7 +128,7 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
     return Loop(block, model, data, epochs, optimizer, loss_code, loss_def, base, compile_mode(src, region))
 
 
-def _gradient_call(src: Src, region: cst.CSTNode) -> cst.Call | None:
+def _gradient_call(src: Src, region: cst.CSTNode) -> cst.Call:
     tapes = set()
     for n in src.walk(region):
         if isinstance(n, cst.WithItem) and isinstance(n.item, cst.Call) and last_name(n.item.func) == "GradientTape":
@@ -146,7 +144,7 @@ def _gradient_call(src: Src, region: cst.CSTNode) -> cst.Call | None:
         and n.func.value.value in tapes
     ]
     if not grads:
-        return None
+        raise NotSwitchable("")  # `.apply(...)` of something else
     if len(grads) > 1:
         raise NotSwitchable("several tape.gradient calls in one step")
     return grads[0]
