@@ -59,14 +59,7 @@ class Annotation:
         """A unified diff of every change (files, then the manifest)."""
         parts = [_diff(r.original, r.annotated, relpath(r.path, Path.cwd())) for r in self.files if r.changed]
         if self.manifest_new is not None and self.manifest_path is not None:
-            parts.append(
-                _diff(
-                    self.manifest_original or "",
-                    self.manifest_new,
-                    relpath(self.manifest_path, Path.cwd()),
-                    new_file=self.manifest_original is None,
-                )
-            )
+            parts.append(_diff(self.manifest_original, self.manifest_new, relpath(self.manifest_path, Path.cwd())))
         return "".join(parts)
 
     def write(self) -> list[Path]:
@@ -108,10 +101,11 @@ def relpath(path: str | Path, root: Path) -> str:
     return p.relative_to(root.resolve()).as_posix() if p.is_relative_to(root.resolve()) else str(path)
 
 
-def _diff(old: str, new: str, name: str, new_file: bool = False) -> str:
+def _diff(old: str | None, new: str, name: str) -> str:
+    """A unified diff; `old is None`: a new file."""
     a, b = (name, name) if name.startswith("/") else (f"a/{name}", f"b/{name}")
     lines = difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile="/dev/null" if new_file else a, tofile=b
+        (old or "").splitlines(keepends=True), new.splitlines(keepends=True), "/dev/null" if old is None else a, b
     )
     return "".join(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n" for x in lines)
 
