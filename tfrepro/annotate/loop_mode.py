@@ -36,10 +36,7 @@ def compile_mode(src: Src, region: cst.CSTNode) -> str:
     """The keyword arguments of fit's `compile` that give it the mode of the
     loop's step (`region`: the step function, or the loop itself when the
     step is inline), as source text."""
-    if not isinstance(region, cst.FunctionDef):
-        return "run_eagerly=True"
-    wrappers = _wrappers(src, region)
-    if not wrappers:
+    if not isinstance(region, cst.FunctionDef) or not (wrappers := _wrappers(src, region)):
         return "run_eagerly=True"
     name = region.name.value
     eager = f'run_eagerly=not hasattr({name}, "get_concrete_function")'
