@@ -119,8 +119,8 @@ def ensure_template_repo(name: str, *, source: str | Path | None = None) -> Temp
     package: a new commit and tag when the content changed."""
     import git
 
-    version = template_version(source)
     check_template(name, source)
+    version = template_version(source)
     root = cache_dir()
     repo_path = root / name
     with _locked(root / f".{name}.lock"):
