@@ -180,15 +180,22 @@ class _Collector:
 
     def block_for(self, value: cst.BaseExpression, stmt: str, line: int, scope: cst.CSTNode) -> str | BlockSeg:
         cls, var = _callback_class(self.src, value, scope)
-        off = None
+        off = freq = None
         if cls in self.scheduled_classes:
             if not (isinstance(value, cst.Call) and id(value) in self.scheduled):
                 return stmt  # stays ON: its class is switched by the schedule where it is built
             self.schedule_done.add(id(value))
-            off = stmt.replace(self.src.code(value), self.at_epoch(value), 1)
+            freq = self.scheduled[id(value)][1].value
+            at_epoch = self.src.splice(*self.src.span(value), [(freq, '"epoch"')])  # the call at save_freq="epoch"
+            off = stmt.replace(self.src.code(value), at_epoch, 1)
         if (name := self.name_for(cls, var, line)) is None:
             return stmt
-        return BlockSeg(self.found(cls, var, name, line, value), stmt, off)
+        entry = catalog.callback_entry(cls, name, stops=cls in self.stopping)
+        desc = entry.describe(cls=cls or var or "a")
+        if freq is not None:
+            every = self.src.code(freq)
+            desc = f'{cls} saving every {every} batches; off: save_freq="epoch" (its default: saved once per epoch)'
+        return BlockSeg(Found(name, desc, self.src.path, line, entry.kind, affects_loss=entry.affects_loss), stmt, off)
 
     def name_for(self, cls: str | None, var: str | None, line: int) -> str | None:
         name = self.by_class.get(cls) if cls else None
@@ -199,18 +206,6 @@ class _Collector:
         elif self.ctx.in_block(self.src.path, line):
             return None
         return name
-
-    def found(self, cls: str | None, var: str | None, name: str, line: int, value: cst.BaseExpression) -> Found:
-        entry = catalog.callback_entry(cls, name, stops=cls in self.stopping)
-        desc = entry.describe(cls=cls or var or "a")
-        if isinstance(value, cst.Call) and id(value) in self.scheduled:
-            every = self.src.code(self.scheduled[id(value)][1].value)
-            desc = f'{cls} saving every {every} batches; off: save_freq="epoch" (its default: saved once per epoch)'
-        return Found(name, desc, self.src.path, line, entry.kind, affects_loss=entry.affects_loss)
-
-    def at_epoch(self, call: cst.Call) -> str:
-        """The code of a batch-scheduled `call` at `save_freq="epoch"`."""
-        return self.src.splice(*self.src.span(call), [(self.scheduled[id(call)][1].value, '"epoch"')])
 
     def scheduled_statements(self) -> None:
         """A block for each batch-scheduled checkpoint built outside a callbacks
