@@ -35,8 +35,6 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 @dataclass(frozen=True)
 class LayerClass:
     name: str
-    path: str
-    line: int
     stock_base: str | None  # e.g. "Dense" for `class MyDense(layers.Dense)`
     init_params: tuple[str, ...] | None  # None: no __init__ of its own
     adds_loss: bool = False  # part of the objective (`self.add_loss`): no stand-in
@@ -93,7 +91,7 @@ def collect_layer_classes(srcs: list[Src]) -> dict[str, LayerClass]:
                     break
             if is_layer:
                 adds_loss = "add_loss(" in src.code(node)
-                found[name] = LayerClass(name, src.path, src.line(node), stock, _init_params(node), adds_loss)
+                found[name] = LayerClass(name, stock, _init_params(node), adds_loss)
                 changed = True
     return found
 
