@@ -142,12 +142,11 @@ def annotate_text(
         except UserError:
             continue  # a broken sibling file only loses its layer classes
     layer_classes = collect_layer_classes([src, *others])
-    occupied = [(b.line, b.end_line) for b in existing.blocks]
-    ctx.occupied[path] = occupied
+    ctx.occupied[path] = [(b.line, b.end_line) for b in existing.blocks]
     edits = loop_edits(src, ctx)  # first: a loop's block wins over the statements inside it
     edits += chain_edits(src, ctx) + callback_edits(src, ctx)
     edits += candidates_to_edits(src, ctx, find_candidates(src, layer_classes, ctx))
-    edits = resolve_overlaps(edits, occupied, ctx, path)
+    edits = resolve_overlaps(edits, ctx, path)
     new, kept = build(text, path, edits, ctx)
     new = original if not kept else (new.replace("\n", "\r\n") if crlf else new)
     found = tuple(f for e in kept for f in e.found)

@@ -50,12 +50,12 @@ def apply(lines: list[str], edits: list[Edit]) -> tuple[str, dict[int, tuple[int
     return "".join(out), markers, ranges
 
 
-def resolve_overlaps(edits: list[Edit], occupied: list[tuple[int, int]], ctx: Context, path: str) -> list[Edit]:
+def resolve_overlaps(edits: list[Edit], ctx: Context, path: str) -> list[Edit]:
     """Drop edits inside existing blocks (already annotated: silently) and
     edits overlapping an earlier one (reported)."""
     kept: list[Edit] = []
     for e in sorted(edits, key=lambda e: (e.start, e.end)):
-        if any(a <= e.end and e.start <= b for a, b in occupied):
+        if any(a <= e.end and e.start <= b for a, b in ctx.occupied[path]):
             continue
         clash = next((k for k in kept if k.start <= e.end and e.start <= k.end), None)
         if clash is not None:
