@@ -182,9 +182,7 @@ def _is_model_call(node: cst.CSTNode, model: str) -> bool:
 
 
 def _model_input(src: Src, region, expr, pred) -> tuple[str, set[str]]:
-    call = pred
-    if isinstance(pred, cst.Name):
-        call = src.assignments(region, pred.value)[0].value
+    call = src.assignments(region, pred.value)[0].value if isinstance(pred, cst.Name) else pred
     first = arg(call, 0, None)
     if first is None or not isinstance(first.value, cst.Name) or any(a.keyword is None for a in call.args[1:]):
         raise NotSwitchable("the model is not called on one named input")
