@@ -57,16 +57,9 @@ class Annotation:
 
     def diff(self) -> str:
         """A unified diff of every change (files, then the manifest)."""
-        parts = [_diff(r.original, r.annotated, _display(r.path)) for r in self.files if r.changed]
+        parts = [_diff(r.original, r.annotated, relpath(r.path, Path.cwd())) for r in self.files if r.changed]
         if self.manifest_new is not None and self.manifest_path is not None:
-            parts.append(
-                _diff(
-                    self.manifest_original or "",
-                    self.manifest_new,
-                    _display(self.manifest_path),
-                    new_file=self.manifest_original is None,
-                )
-            )
+            parts.append(_diff(self.manifest_original, self.manifest_new, relpath(self.manifest_path, Path.cwd())))
         return "".join(parts)
 
     def write(self) -> list[Path]:
@@ -102,17 +95,17 @@ def _encode(text: str, encoding: str, path: Path) -> bytes:
         ) from None
 
 
-def _display(path: Path) -> str:
-    try:
-        return Path(path).resolve().relative_to(Path.cwd().resolve()).as_posix()
-    except ValueError:
-        return str(path)
+def relpath(path: str | Path, root: Path) -> str:
+    """`path` relative to `root` (both resolved), or as given when it is not under `root`."""
+    p = Path(path).resolve()
+    return p.relative_to(root.resolve()).as_posix() if p.is_relative_to(root.resolve()) else str(path)
 
 
-def _diff(old: str, new: str, name: str, new_file: bool = False) -> str:
+def _diff(old: str | None, new: str, name: str) -> str:
+    """A unified diff; `old is None`: a new file."""
     a, b = (name, name) if name.startswith("/") else (f"a/{name}", f"b/{name}")
     lines = difflib.unified_diff(
-        old.splitlines(keepends=True), new.splitlines(keepends=True), fromfile="/dev/null" if new_file else a, tofile=b
+        (old or "").splitlines(keepends=True), new.splitlines(keepends=True), "/dev/null" if old is None else a, b
     )
     return "".join(x if x.endswith("\n") else x + "\n\\ No newline at end of file\n" for x in lines)
 
@@ -149,12 +142,11 @@ def annotate_text(
         except UserError:
             continue  # a broken sibling file only loses its layer classes
     layer_classes = collect_layer_classes([src, *others])
-    occupied = [(b.line, b.end_line) for b in existing.blocks]
-    ctx.occupied[path] = occupied
+    ctx.occupied[path] = [(b.line, b.end_line) for b in existing.blocks]
     edits = loop_edits(src, ctx)  # first: a loop's block wins over the statements inside it
     edits += chain_edits(src, ctx) + callback_edits(src, ctx)
     edits += candidates_to_edits(src, ctx, find_candidates(src, layer_classes, ctx))
-    edits = resolve_overlaps(edits, occupied, ctx, path)
+    edits = resolve_overlaps(edits, ctx, path)
     new, kept = build(text, path, edits, ctx)
     new = original if not kept else (new.replace("\n", "\r\n") if crlf else new)
     found = tuple(f for e in kept for f in e.found)

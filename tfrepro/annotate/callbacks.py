@@ -53,12 +53,13 @@ class _Collector:
     def from_fit(self, fit: cst.Call) -> None:
         if (value := arg(fit, None, "callbacks")) is None:
             return
-        v = value.value
-        scope = self.src.scope(fit)
-        if isinstance(v, cst.List):
-            self.inline_list(fit, v, scope)
-        else:
+        v, scope, stmt = value.value, self.src.scope(fit), self.src.statement(fit)
+        if not isinstance(v, cst.List):
             self.resolve(v, scope, self.src.line(fit), depth=0)
+        elif isinstance(stmt, str) or isinstance(stmt, cst.Decorator):
+            self.ctx.skip(self.src.path, self.src.line(fit), f"fit with inline callbacks {stmt}: not marked")
+        else:
+            self.list_statement(stmt, v, None, scope, fit=True)
 
     def resolve(self, v: cst.BaseExpression, scope: cst.CSTNode, line: int, depth: int) -> None:
         src, ctx = self.src, self.ctx
@@ -120,20 +121,14 @@ class _Collector:
         for s in _statements(src, scope):
             small = s.body[0]
             call = small.value if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) else None
-            method = _method_on(call, name) if call is not None else None
+            f = call.func if call is not None else None
+            method = f.attr.value if isinstance(f, cst.Attribute) and _is_name(f.value, name) else None
             if method in ("extend", "insert") or (isinstance(small, cst.AugAssign) and _is_name(small.target, name)):
                 ctx.skip(src.path, src.line(s), f"callbacks added to {name!r} in bulk: not marked")
             elif method == "append":
                 self.append_statement(s, call, scope)  # type: ignore[arg-type]
 
     # -- edits -------------------------------------------------------------
-    def inline_list(self, fit: cst.Call, lst: cst.List, scope: cst.CSTNode) -> None:
-        stmt = self.src.statement(fit)
-        if isinstance(stmt, str) or isinstance(stmt, cst.Decorator):
-            self.ctx.skip(self.src.path, self.src.line(fit), f"fit with inline callbacks {stmt}: not marked")
-        else:
-            self.list_statement(stmt, lst, None, scope, fit=True)
-
     def list_statement(
         self, stmt: cst.SimpleStatementLine, lst: cst.List, var: str | None, scope: cst.CSTNode, fit: bool = False
     ) -> None:
@@ -148,9 +143,7 @@ class _Collector:
             return
         small, start, end = stmt.body[0], src.line(stmt), src.end_line(stmt)
         name = var or src.fresh_name(("callbacks", "fit_callbacks" if fit else "cbs"))
-        segs, found = self.elements(lst, name, indent, scope)
-        if not found:
-            return
+        segs = self.elements(lst, name, indent, scope)
         head = f"{indent}{name} = []\n"
         if isinstance(small, cst.AnnAssign) and not fit:
             head = f"{indent}{name}: {src.code(small.annotation.annotation)} = []\n"
@@ -158,23 +151,20 @@ class _Collector:
             tail: tuple[str, ...] = (src.lines_text(start, end, [(lst, name)]),)
         else:
             tail = (f"{indent}return {name}\n",) if isinstance(small, cst.Return) else ()
-        self.edits.append(Edit(start, end, indent, (head, *segs, *tail), tuple(found)))
+        if (edit := Edit(start, end, indent, (head, *segs, *tail))).found:
+            self.edits.append(edit)
 
-    def elements(self, lst: cst.List, var: str, indent: str, scope: cst.CSTNode) -> tuple[list, list[Found]]:
-        src, ctx = self.src, self.ctx
-        found: list[Found] = []
+    def elements(self, lst: cst.List, var: str, indent: str, scope: cst.CSTNode) -> list[str | BlockSeg]:
+        src = self.src
         for el in lst.elements:
             if isinstance(el, cst.StarredElement):
-                ctx.skip(src.path, src.line(el), "a starred element in a callbacks list: not marked")
-                return [], []
+                self.ctx.skip(src.path, src.line(el), "a starred element in a callbacks list: not marked")
+                return []
 
         def segment(el: cst.Element) -> str | BlockSeg:
-            seg, f = self.block_for(el.value, append_stmt(src, indent, var, el.value), src.line(el.value), scope)
-            if f is not None:
-                found.append(f)
-            return seg
+            return self.block_for(el.value, append_stmt(src, indent, var, el.value), src.line(el.value), scope)
 
-        return split_list(src, lst, indent, segment), found
+        return split_list(src, lst, indent, segment)
 
     def append_statement(self, stmt: cst.SimpleStatementLine, call: cst.Call, scope: cst.CSTNode) -> None:
         src = self.src
@@ -184,24 +174,28 @@ class _Collector:
         if (indent := src.indent_of(stmt)) is None:
             return
         value = call.args[0].value
-        seg, f = self.block_for(value, src.lines_text(src.line(stmt), src.end_line(stmt)), src.line(stmt), scope)
-        if f is not None:
-            self.edits.append(Edit(src.line(stmt), src.end_line(stmt), indent, (seg,), (f,)))
+        seg = self.block_for(value, src.lines_text(src.line(stmt), src.end_line(stmt)), src.line(stmt), scope)
+        if isinstance(seg, BlockSeg):
+            self.edits.append(Edit(src.line(stmt), src.end_line(stmt), indent, (seg,)))
 
-    def block_for(
-        self, value: cst.BaseExpression, stmt: str, line: int, scope: cst.CSTNode
-    ) -> tuple[str | BlockSeg, Found | None]:
+    def block_for(self, value: cst.BaseExpression, stmt: str, line: int, scope: cst.CSTNode) -> str | BlockSeg:
         cls, var = _callback_class(self.src, value, scope)
-        off = None
+        off = freq = None
         if cls in self.scheduled_classes:
             if not (isinstance(value, cst.Call) and id(value) in self.scheduled):
-                return stmt, None  # stays ON: its class is switched by the schedule where it is built
+                return stmt  # stays ON: its class is switched by the schedule where it is built
             self.schedule_done.add(id(value))
-            off = stmt.replace(self.src.code(value), self.at_epoch(value), 1)
+            freq = self.scheduled[id(value)][1].value
+            at_epoch = self.src.splice(*self.src.span(value), [(freq, '"epoch"')])  # the call at save_freq="epoch"
+            off = stmt.replace(self.src.code(value), at_epoch, 1)
         if (name := self.name_for(cls, var, line)) is None:
-            return stmt, None
-        desc, found = self.found(cls, var, name, line, value)
-        return BlockSeg(name, desc, stmt, off), found
+            return stmt
+        entry = catalog.callback_entry(cls, name, stops=cls in self.stopping)
+        desc = entry.describe(cls=cls or var or "a")
+        if freq is not None:
+            every = self.src.code(freq)
+            desc = f'{cls} saving every {every} batches; off: save_freq="epoch" (its default: saved once per epoch)'
+        return BlockSeg(Found(name, desc, self.src.path, line, entry.kind, affects_loss=entry.affects_loss), stmt, off)
 
     def name_for(self, cls: str | None, var: str | None, line: int) -> str | None:
         name = self.by_class.get(cls) if cls else None
@@ -212,20 +206,6 @@ class _Collector:
         elif self.ctx.in_block(self.src.path, line):
             return None
         return name
-
-    def found(
-        self, cls: str | None, var: str | None, name: str, line: int, value: cst.BaseExpression
-    ) -> tuple[str, Found]:
-        entry = catalog.callback_entry(cls, name, stops=cls in self.stopping)
-        desc = entry.describe(cls=cls or var or "a")
-        if isinstance(value, cst.Call) and id(value) in self.scheduled:
-            every = self.src.code(self.scheduled[id(value)][1].value)
-            desc = f'{cls} saving every {every} batches; off: save_freq="epoch" (its default: saved once per epoch)'
-        return desc, Found(name, desc, self.src.path, line, entry.kind, affects_loss=entry.affects_loss)
-
-    def at_epoch(self, call: cst.Call) -> str:
-        """The code of a batch-scheduled `call` at `save_freq="epoch"`."""
-        return self.src.splice(*self.src.span(call), [(self.scheduled[id(call)][1].value, '"epoch"')])
 
     def scheduled_statements(self) -> None:
         """A block for each batch-scheduled checkpoint built outside a callbacks
@@ -240,9 +220,9 @@ class _Collector:
                 self.ctx.skip(src.path, line, f"{last_name(call.func)} with save_freq in this statement: not marked")
                 continue
             start, end = src.line(stmt), src.end_line(stmt)
-            seg, found = self.block_for(call, src.lines_text(start, end), start, src.scope(call))
-            if found is not None:
-                self.edits.append(Edit(start, end, indent, (seg,), (found,)))
+            seg = self.block_for(call, src.lines_text(start, end), start, src.scope(call))
+            if isinstance(seg, BlockSeg):
+                self.edits.append(Edit(start, end, indent, (seg,)))
 
 
 def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> tuple[str | None, str | None]:
@@ -302,13 +282,6 @@ def _assigns_name(stmt: cst.SimpleStatementLine, name: str) -> bool:
     if isinstance(small, cst.AnnAssign):
         return small.value is not None and _is_name(small.target, name)
     return False
-
-
-def _method_on(call: cst.Call, name: str) -> str | None:
-    f = call.func
-    if isinstance(f, cst.Attribute) and _is_name(f.value, name):
-        return f.attr.value
-    return None
 
 
 def callback_feature(class_name: str | None, var_name: str | None) -> str:

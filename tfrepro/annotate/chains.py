@@ -13,7 +13,6 @@ Feature links and their OFF form:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 import libcst as cst
 
@@ -56,13 +55,6 @@ METHODS = {
 _STRONG = {"prefetch", "interleave", "padded_batch", "unbatch", "with_options", "rebatch", "ragged_batch", "flat_map"}
 _NAME_HINT = re.compile(r"(^|_)(ds|dataset|datasets|data|pipeline)(_|$)|dataset")
 _PARALLEL = {"map": "parallel_map", "batch": "parallel_batch", "padded_batch": "parallel_batch"}
-
-
-@dataclass
-class _Link:
-    call: cst.Call
-    method: str
-    feature: str | None = None  # feature name once claimed
 
 
 def flatten(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.Call]]:
@@ -114,11 +106,11 @@ def chain_edits(src: Src, ctx: Context) -> list[Edit]:
         value = getattr(small, "value", None)
         if not isinstance(value, cst.Call) or not isinstance(small, (cst.Assign, cst.AnnAssign, cst.Return)):
             continue
-        base, links = flatten(value)
+        links = flatten(value)[1]
         if not links or not any(_feature_kind(c) for c in links) or not _is_dataset(src, value, known):
             continue
         handled.update(id(c) for c in links)
-        if (edit := _split(src, ctx, stmt, small, base, links)) is not None:
+        if (edit := _split(src, ctx, stmt)) is not None:
             edits.append(edit)
     # Feature links anywhere else (an argument, a lambda...) cannot be split safely.
     for n in src.walk():
@@ -144,16 +136,11 @@ def chain_edits(src: Src, ctx: Context) -> list[Edit]:
 
 
 def _target(
-    src: Src,
-    ctx: Context,
-    stmt: cst.SimpleStatementLine,
-    small: cst.BaseSmallStatement,
-    base: cst.BaseExpression,
-    calls: list[cst.Call],
+    src: Src, ctx: Context, stmt: cst.SimpleStatementLine, base: cst.BaseExpression, calls: list[cst.Call]
 ) -> tuple[str, str] | None:
     """(the name each link is assigned to, its annotation or ""), or None
     (said in a skip) when the chain cannot be split over a name."""
-    line = src.line(stmt)
+    line, small = src.line(stmt), stmt.body[0]
     if isinstance(small, cst.Return):
         return src.fresh_name(("dataset", "ds", "pipeline")), ""
     tnode = (
@@ -178,56 +165,48 @@ def _target(
     return target, annotation
 
 
-def _claim_links(src: Src, ctx: Context, links: list[_Link]) -> list[Found]:
-    """Each link that is a feature claims its name (`link.feature`)."""
-    found: list[Found] = []
-    for link in links:
-        if (kind := _feature_kind(link.call)) is None:
+def _claim_links(src: Src, ctx: Context, calls: list[cst.Call]) -> dict[int, Found]:
+    """The links that are features, each claiming its name: id(link) -> Found."""
+    found: dict[int, Found] = {}
+    for call in calls:
+        if (kind := _feature_kind(call)) is None:
             continue
-        line = src.line(link.call.func.attr)  # type: ignore[attr-defined]
+        line = src.line(call.func.attr)  # type: ignore[attr-defined]
         if (name := ctx.claim(kind, "dataset", group=True, path=src.path, line=line)) is None:
             continue
-        if kind == "interleave" and arg(link.call, 0, "map_func") is None:
-            ctx.skip(src.path, src.line(link.call), "interleave without a map function: not marked")
+        if kind == "interleave" and arg(call, 0, "map_func") is None:
+            ctx.skip(src.path, src.line(call), "interleave without a map function: not marked")
             continue
-        link.feature = name
         desc = catalog.CATALOG[kind].description
-        found.append(Found(name, desc, src.path, line, "dataset", affects_loss=catalog.affects_loss(name)))
+        found[id(call)] = Found(name, desc, src.path, line, "dataset", affects_loss=catalog.affects_loss(name))
     return found
 
 
-def _groups(links: list[_Link]) -> list[list[_Link]]:
+def _groups(calls: list[cst.Call], features: dict[int, Found]) -> list[list[cst.Call]]:
     """The base with any leading plain links, then each feature link alone,
     plain links in between kept together."""
-    groups: list[list[_Link]] = []
-    for link in links:
-        if link.feature or not groups or groups[-1][-1].feature:
-            groups.append([link])
+    groups: list[list[cst.Call]] = []
+    for call in calls:
+        if id(call) in features or not groups or id(groups[-1][-1]) in features:
+            groups.append([call])
         else:
-            groups[-1].append(link)
+            groups[-1].append(call)
     return groups
 
 
-def _split(
-    src: Src,
-    ctx: Context,
-    stmt: cst.SimpleStatementLine,
-    small: cst.BaseSmallStatement,
-    base: cst.BaseExpression,
-    calls: list[cst.Call],
-) -> Edit | None:
-    line = src.line(stmt)
+def _split(src: Src, ctx: Context, stmt: cst.SimpleStatementLine) -> Edit | None:
+    line, small = src.line(stmt), stmt.body[0]
+    base, calls = flatten(small.value)  # type: ignore[attr-defined]
     if (indent := src.indent_of(stmt)) is None:
         ctx.skip(src.path, line, "tf.data chain: its lines cannot be commented at its indentation: not split")
         return None
-    if (named := _target(src, ctx, stmt, small, base, calls)) is None:
+    if (named := _target(src, ctx, stmt, base, calls)) is None:
         return None
     target, annotation = named
-    links = [_Link(c, c.func.attr.value) for c in calls]  # type: ignore[attr-defined]
-    found = _claim_links(src, ctx, links)
+    found = _claim_links(src, ctx, calls)
     if not found:
         return None
-    groups = _groups(links)
+    groups = _groups(calls, found)
     base_code = src.code(base)
     whole = isinstance(small, (cst.Assign, cst.AnnAssign)) and len(groups) == 1
     # Nothing to split: the statement is kept byte for byte, comments included.
@@ -237,32 +216,31 @@ def _split(
     for gi, group in enumerate(groups):
         receiver = base_code if gi == 0 else target
         lhs = f"{indent}{target}{annotation if gi == 0 else ''} = "
-        for link in group:
-            segments.extend(f"{indent}{c}\n" for c in comments.get(id(link.call), []))
-        on = lhs + receiver + "".join(_tail(src, link) for link in group) + "\n"
-        if (feature := group[0].feature) is None:
+        for call in group:
+            segments.extend(f"{indent}{c}\n" for c in comments.get(id(call), []))
+        on = lhs + receiver + "".join(_tail(src, call) for call in group) + "\n"
+        if (feature := found.get(id(group[0]))) is None:
             segments.append(on)
             continue
         if whole:
             on = src.lines_text(line, src.end_line(stmt))  # nothing to split: keep the bytes
         off = _off(src, group[0], lhs, receiver, target)
-        segments.append(BlockSeg(feature, catalog.CATALOG[_feature_kind(group[0].call) or ""].description, on, off))
+        segments.append(BlockSeg(feature, on, off))
     for c in comments.get(0, []):
         segments.append(f"{indent}{c}\n")
     if isinstance(small, cst.Return):
         segments.append(f"{indent}return {target}\n")
-    return Edit(line, src.end_line(stmt), indent, tuple(segments), tuple(found))
+    return Edit(line, src.end_line(stmt), indent, tuple(segments))
 
 
-def _tail(src: Src, link: _Link) -> str:
+def _tail(src: Src, call: cst.Call) -> str:
     """`.method(args...)` as written (whitespace before the dot normalised)."""
-    attr = link.call.func.attr  # type: ignore[attr-defined]
-    return "." + link.method + src.text[src.span(attr)[1] : src.span(link.call)[1]]
+    attr = call.func.attr  # type: ignore[attr-defined]
+    return "." + attr.value + src.text[src.span(attr)[1] : src.span(call)[1]]
 
 
-def _off(src: Src, link: _Link, lhs: str, receiver: str, target: str) -> str | None:
-    kind = _feature_kind(link.call)
-    call = link.call
+def _off(src: Src, call: cst.Call, lhs: str, receiver: str, target: str) -> str | None:
+    kind = _feature_kind(call)
     if kind in ("prefetch", "cache", "shuffle"):
         return None if receiver == target else lhs + receiver + "\n"
     if kind == "interleave":
@@ -277,7 +255,7 @@ def _off(src: Src, link: _Link, lhs: str, receiver: str, target: str) -> str | N
             continue  # map(f, num_parallel_calls, deterministic) positionally
         kw = f"{a.keyword.value}=" if a.keyword is not None else (a.star or "")
         parts.append(kw + src.code(a.value))
-    return f"{lhs}{receiver}.{link.method}({', '.join(parts)})\n"
+    return f"{lhs}{receiver}.{call.func.attr.value}({', '.join(parts)})\n"  # type: ignore[attr-defined]
 
 
 def _lost_comments(

@@ -1,6 +1,6 @@
 """Custom layers as features: the layer's construction is replaced by a
 stock layer or a stand-in of the right structure (annotate/layers.py,
-annotate/standins.py, annotate/lambdas.py)."""
+annotate/standins.py; a `Lambda` layer: annotate/lambdas.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import libcst as cst
 
 from tfrepro.annotate.candidate import Candidate, statement_unit
 from tfrepro.annotate.candidate import candidate as _c
-from tfrepro.annotate.lambdas import LambdaLayer, lambda_layer
 from tfrepro.annotate.layers import LayerClass, stock_equivalent
 from tfrepro.annotate.model import Context
 from tfrepro.annotate.source import Src
@@ -61,15 +60,3 @@ def _positional_inputs(outer: cst.CSTNode | None, call: cst.Call) -> list[cst.Ba
     if not (isinstance(outer, cst.Call) and outer.func is call) or any(a.star for a in outer.args):
         return []
     return [a.value for a in outer.args if a.keyword is None]
-
-
-def lambda_layer_candidates(src: Src, ctx: Context, call: cst.Call, prefix: str) -> list[Candidate]:
-    """A Lambda over the project's own function: a custom layer (annotate/lambdas.py)."""
-    found = lambda_layer(src, call, prefix)
-    if isinstance(found, str):
-        ctx.skip(src.path, src.line(call), f"{found}: not marked")
-    if not isinstance(found, LambdaLayer):
-        return []
-    if (unit := statement_unit(src, ctx, call, f"{found.what}(...)")) is None:
-        return []
-    return [_c(unit, found.feature, call, found.standin, note=found.note, cls=found.what, stock=found.stock)]

@@ -16,12 +16,12 @@ import libcst as cst
 from tfrepro import catalog
 from tfrepro.annotate.candidate import Candidate, statement_unit
 from tfrepro.annotate.candidate import candidate as _c
-from tfrepro.annotate.custom import custom_layer, lambda_layer_candidates
-from tfrepro.annotate.lambdas import is_lambda_layer
+from tfrepro.annotate.custom import custom_layer
+from tfrepro.annotate.lambdas import is_lambda_layer, lambda_layer_candidates
 from tfrepro.annotate.layers import LayerClass
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import NOTHING, Src, arg, dotted, is_tf_function, last_name, literal, rebinds_itself
+from tfrepro.annotate.source import Src, arg, dotted, is_tf_function, jit_on, last_name, literal, rebinds_itself
 
 STRATEGIES = {
     "MirroredStrategy": "mirrored_strategy",
@@ -44,13 +44,11 @@ _LOSS_SCALE_METHODS = ("get_scaled_loss", "get_unscaled_gradients", "scale_loss"
 
 def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context) -> list[Candidate]:
     out: list[Candidate] = []
-    loss_scale_methods_used = any(f".{m}(" in src.text for m in _LOSS_SCALE_METHODS)
-    prefix = src.layers_prefix()
     for node in src.walk():
         if isinstance(node, cst.Call):
-            out.extend(_from_call(src, ctx, node, layer_classes, prefix, loss_scale_methods_used))
+            out.extend(_from_call(src, ctx, node, layer_classes))
         elif isinstance(node, cst.Decorator) and is_tf_function(node.decorator):
-            if not _jit_on(node.decorator):  # else the jit_compile feature takes the decorator
+            if not jit_on(node.decorator):  # else the jit_compile feature takes the decorator
                 out.append(_c(node, "tf_function"))
         elif (
             isinstance(node, cst.SimpleStatementLine)
@@ -84,12 +82,6 @@ def _xla_env_var(target: cst.BaseExpression) -> str | None:
     return key if key in _XLA_VARS else None
 
 
-def _jit_on(expr: cst.BaseExpression) -> bool:
-    """A call given `jit_compile=` other than False/None."""
-    flag = arg(expr, None, "jit_compile") if isinstance(expr, cst.Call) else None
-    return flag is not None and literal(flag.value) not in (False, None)
-
-
 def _whole_call(src: Src, ctx: Context, call: cst.Call, what: str, feature: str, **fields: str) -> list[Candidate]:
     """The statement that is exactly `call` (an expression statement) as a candidate for `feature`."""
     if (unit := statement_unit(src, ctx, call, what)) is None:
@@ -102,27 +94,21 @@ def _whole_call(src: Src, ctx: Context, call: cst.Call, what: str, feature: str,
     return [_c(unit, feature, **fields)]
 
 
-def _from_call(
-    src: Src,
-    ctx: Context,
-    call: cst.Call,
-    layer_classes: dict[str, LayerClass],
-    prefix: str | None,
-    loss_scale_methods_used: bool,
-) -> list[Candidate]:
+def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, LayerClass]) -> list[Candidate]:
     out: list[Candidate] = []
+    prefix = src.layers_prefix
     d = dotted(call.func) or ""
     name = last_name(call.func) or ""
     first = arg(call, 0, None)
 
     if name in _POLICY_SETTERS and ("mixed_precision" in d or "config" in d or name == "set_global_policy"):
-        value = literal(first.value) if first else NOTHING
+        value = literal(first.value if first else None)
         if value not in ("float32", None):
             policy = value if isinstance(value, str) else "mixed precision"
             out += _whole_call(src, ctx, call, "precision policy call", "mixed_precision", policy=policy)
     elif name == "LossScaleOptimizer":
-        out.extend(_loss_scale(src, ctx, call, loss_scale_methods_used))
-    elif name in STRATEGIES and ("distribute" in d or "distribute" in src.import_aliases().get(d, "")):
+        out.extend(_loss_scale(src, ctx, call))
+    elif name in STRATEGIES and ("distribute" in d or "distribute" in src.import_aliases.get(d, "")):
         if (getter := _strategy_getter(src, d)) is None:
             ctx.skip(src.path, src.line(call), f"{name}: no `import tensorflow` to write the default strategy with")
             return out
@@ -152,11 +138,11 @@ def _from_call(
     return out + _from_keywords(src, ctx, call, name)
 
 
-def _loss_scale(src: Src, ctx: Context, call: cst.Call, methods_used: bool) -> list[Candidate]:
+def _loss_scale(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
     """A LossScaleOptimizer: OFF is its inner optimizer, unless the code calls
     its loss-scaling methods."""
     inner = arg(call, 0, "inner_optimizer") or arg(call, None, "optimizer")
-    if methods_used:
+    if any(f".{m}(" in src.text for m in _LOSS_SCALE_METHODS):
         ctx.skip(
             src.path,
             src.line(call),
@@ -212,7 +198,7 @@ def _tf_function(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
     small = unit.body[0]
     if not (isinstance(small, cst.Assign) and small.value is call and rebinds_itself(small)):
         return []  # `step = tf.function(other)` has no "off" that keeps `step` defined
-    if _jit_on(call):
+    if jit_on(call):
         return []  # the jit_compile feature takes the statement
     return [_c(unit, "tf_function")]
 
@@ -285,7 +271,7 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
         swaps = [(c.node, c.replacement or "") for c in same if c.node is not None]
         on, off = src.lines_text(start, end), (src.lines_text(start, end, swaps) if swaps else None)
         found = Found(name, head.description, src.path, line, head.kind, head.note, catalog.affects_loss(name))
-        edits.append(Edit(start, end, indent, (BlockSeg(name, head.description, on, off),), (found,)))
+        edits.append(Edit(start, end, indent, (BlockSeg(found, on, off),)))
     return edits
 
 
@@ -314,7 +300,6 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str, gr
         return None
     by_node = {id(c.node): c for c in group}
     var = src.fresh_name(("model_layers", "stack"))
-    found: list[Found] = []
 
     def segment(el: cst.Element) -> str | BlockSeg:
         on = append_stmt(src, indent, var, el.value)
@@ -322,14 +307,10 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str, gr
             return on
         if (name := ctx.claim(c.base, c.kind, group=True, path=src.path, line=src.line(el.value))) is None:
             return on
-        found.append(
-            Found(name, c.description, src.path, src.line(el.value), c.kind, c.note, catalog.affects_loss(name))
-        )
-        return BlockSeg(name, c.description, on, append_stmt(src, indent, var, el.value, c.replacement))
+        found = Found(name, c.description, src.path, src.line(el.value), c.kind, c.note, catalog.affects_loss(name))
+        return BlockSeg(found, on, append_stmt(src, indent, var, el.value, c.replacement))
 
     segs = split_list(src, lst, indent, segment)
-    if not found:
-        return None
     start, end = src.line(unit), src.end_line(unit)
-    rest = src.lines_text(start, end, [(lst, var)])
-    return Edit(start, end, indent, (f"{indent}{var} = []\n", *segs, rest), tuple(found))
+    edit = Edit(start, end, indent, (f"{indent}{var} = []\n", *segs, src.lines_text(start, end, [(lst, var)])))
+    return edit if edit.found else None

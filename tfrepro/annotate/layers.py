@@ -35,8 +35,6 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]
 @dataclass(frozen=True)
 class LayerClass:
     name: str
-    path: str
-    line: int
     stock_base: str | None  # e.g. "Dense" for `class MyDense(layers.Dense)`
     init_params: tuple[str, ...] | None  # None: no __init__ of its own
     adds_loss: bool = False  # part of the objective (`self.add_loss`): no stand-in
@@ -51,7 +49,7 @@ def _keras_layer_base(src: Src, base: cst.BaseExpression) -> tuple[bool, str | N
     if (d := dotted(base)) is None:
         return False, None
     parts = d.split(".")
-    aliases = src.import_aliases()
+    aliases = src.import_aliases
     target = aliases.get(parts[0], parts[0])
     full = ".".join([target, *parts[1:]])
     if full.endswith(".Layer") and ("keras" in full or "layers" in full):
@@ -93,7 +91,7 @@ def collect_layer_classes(srcs: list[Src]) -> dict[str, LayerClass]:
                     break
             if is_layer:
                 adds_loss = "add_loss(" in src.code(node)
-                found[name] = LayerClass(name, src.path, src.line(node), stock, _init_params(node), adds_loss)
+                found[name] = LayerClass(name, stock, _init_params(node), adds_loss)
                 changed = True
     return found
 
@@ -102,8 +100,7 @@ def _init_params(node: cst.ClassDef) -> tuple[str, ...] | None:
     body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
     for st in body:
         if isinstance(st, cst.FunctionDef) and st.name.value == "__init__":
-            ps = [p.name.value for p in st.params.params] + [p.name.value for p in st.params.kwonly_params]
-            return tuple(p for p in ps if p != "self")
+            return tuple(p.name.value for p in (*st.params.params, *st.params.kwonly_params) if p.name.value != "self")
     return None
 
 

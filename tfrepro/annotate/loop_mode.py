@@ -19,14 +19,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tfrepro.annotate.source import Src, arg, is_tf_function, literal, rebinds_itself
-
-
-def _jit(expr: cst.BaseExpression) -> bool:
-    if not isinstance(expr, cst.Call):
-        return False
-    flag = arg(expr, None, "jit_compile") or arg(expr, None, "experimental_compile")
-    return flag is not None and literal(flag.value) not in (False, None)
+from tfrepro.annotate.source import Src, is_tf_function, jit_on, rebinds_itself
 
 
 def _wrappers(src: Src, fn: cst.FunctionDef) -> list[cst.BaseExpression]:
@@ -43,13 +36,10 @@ def compile_mode(src: Src, region: cst.CSTNode) -> str:
     """The keyword arguments of fit's `compile` that give it the mode of the
     loop's step (`region`: the step function, or the loop itself when the
     step is inline), as source text."""
-    if not isinstance(region, cst.FunctionDef):
-        return "run_eagerly=True"
-    wrappers = _wrappers(src, region)
-    if not wrappers:
+    if not isinstance(region, cst.FunctionDef) or not (wrappers := _wrappers(src, region)):
         return "run_eagerly=True"
     name = region.name.value
     eager = f'run_eagerly=not hasattr({name}, "get_concrete_function")'
-    if any(_jit(w) for w in wrappers):
+    if any(jit_on(w, legacy=True) for w in wrappers):
         return f'{eager}, jit_compile=getattr({name}, "_jit_compile", None) is True'
     return f"{eager}, jit_compile=False"

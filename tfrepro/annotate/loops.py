@@ -78,7 +78,7 @@ def loop_edits(src: Src, ctx: Context) -> list[Edit]:
             if str(e):
                 ctx.skip(src.path, src.line(node), _NOT_SWITCHABLE.format(form=form, why=e))
             continue
-        if loop is None or id(loop.block) in seen:
+        if id(loop.block) in seen:
             continue
         seen.add(id(loop.block))
         if (edit := _edit(src, ctx, loop, form)) is not None:
@@ -97,12 +97,10 @@ def step_region(src: Src, apply_call: cst.Call) -> tuple[cst.For | cst.FunctionD
     region = loop if inline else fn
     if region is None:
         raise NotSwitchable("")  # an apply outside any loop or function: not a training step
-    if (grad := _gradient_call(src, region)) is None:
-        raise NotSwitchable("")  # `.apply(...)` of something else
-    return region, grad  # type: ignore[return-value]
+    return region, _gradient_call(src, region)  # type: ignore[return-value]
 
 
-def _tape_loop(src: Src, apply_call: cst.Call) -> Loop | None:
+def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
     optimizer = apply_call.func.value.value  # type: ignore[union-attr]
     region, grad = step_region(src, apply_call)
     loss_name, model = _loss_and_model(grad)
@@ -130,7 +128,7 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop | None:
     return Loop(block, model, data, epochs, optimizer, loss_code, loss_def, base, compile_mode(src, region))
 
 
-def _gradient_call(src: Src, region: cst.CSTNode) -> cst.Call | None:
+def _gradient_call(src: Src, region: cst.CSTNode) -> cst.Call:
     tapes = set()
     for n in src.walk(region):
         if isinstance(n, cst.WithItem) and isinstance(n.item, cst.Call) and last_name(n.item.func) == "GradientTape":
@@ -146,7 +144,7 @@ def _gradient_call(src: Src, region: cst.CSTNode) -> cst.Call | None:
         and n.func.value.value in tapes
     ]
     if not grads:
-        return None
+        raise NotSwitchable("")  # `.apply(...)` of something else
     if len(grads) > 1:
         raise NotSwitchable("several tape.gradient calls in one step")
     return grads[0]
@@ -184,9 +182,7 @@ def _is_model_call(node: cst.CSTNode, model: str) -> bool:
 
 
 def _model_input(src: Src, region, expr, pred) -> tuple[str, set[str]]:
-    call = pred
-    if isinstance(pred, cst.Name):
-        call = src.assignments(region, pred.value)[0].value
+    call = src.assignments(region, pred.value)[0].value if isinstance(pred, cst.Name) else pred
     first = arg(call, 0, None)
     if first is None or not isinstance(first.value, cst.Name) or any(a.keyword is None for a in call.args[1:]):
         raise NotSwitchable("the model is not called on one named input")
@@ -240,7 +236,7 @@ def _loss_base(src: Src, expr, y: str) -> str | None:
             break
     else:
         return None
-    for alias, target in src.import_aliases().items():
+    for alias, target in src.import_aliases.items():
         if target in ("keras", "tensorflow.keras", "tf_keras"):
             return f"{alias}.losses.Loss"
     if src.tf_alias():
@@ -380,9 +376,8 @@ def _train_step_override(src: Src, ctx: Context, fn: cst.FunctionDef) -> Edit | 
         return None
     desc = f"{cls.name.value}.train_step overrides fit's step, the same math; off: Keras's own train_step"
     start, end = src.line(fn), src.end_line(fn)
-    seg = BlockSeg(name, desc, src.lines_text(start, end), None)
     found = Found(name, desc, src.path, start, "loop", None, catalog.affects_loss(name))
-    return Edit(start, end, indent, (seg,), (found,))
+    return Edit(start, end, indent, (BlockSeg(found, src.lines_text(start, end)),))
 
 
 # -- the block -----------------------------------------------------------------------------------
@@ -420,7 +415,7 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
     off.append(f"{indent}{loop.model}.fit({data}, epochs=1, verbose=0)\n")
     what = "model.fit over the same data" + (", optimizer and loss, in its compile mode" if loop.optimizer else "")
     desc = f"hand-written training loop ({form}) instead of fit, the same math; off: {what}"
-    seg = BlockSeg(name, desc, src.lines_text(line, src.end_line(unit)), "".join(off))
     note = None if loop.loss_def is None else "the loop's loss expression wrapped as a Keras loss for fit"
     found = Found(name, desc, src.path, line, "loop", note, catalog.affects_loss(name))
-    return Edit(line, src.end_line(unit), indent, (seg,), (found,))
+    end = src.end_line(unit)
+    return Edit(line, end, indent, (BlockSeg(found, src.lines_text(line, end), "".join(off)),))

@@ -42,11 +42,11 @@ class Skipped(_Located):
 
 @dataclass(frozen=True)
 class BlockSeg:
-    """A feature block inside an edit; `on`/`off` are full lines (with the
-    block's indentation and newlines). `off is None`: no else part."""
+    """A feature block inside an edit, for the feature `found`; `on`/`off` are
+    full lines (with the block's indentation and newlines). `off is None`: no
+    else part."""
 
-    name: str
-    description: str
+    found: Found
     on: str
     off: str | None = None
 
@@ -57,11 +57,14 @@ class Edit:
     end: int
     indent: str
     segments: tuple[str | BlockSeg, ...]
-    found: tuple[Found, ...]
+
+    @property
+    def found(self) -> tuple[Found, ...]:
+        return tuple(s.found for s in self.segments if isinstance(s, BlockSeg))
 
     @property
     def names(self) -> frozenset[str]:
-        return frozenset(s.name for s in self.segments if isinstance(s, BlockSeg))
+        return frozenset(f.name for f in self.found)
 
 
 @dataclass

@@ -17,9 +17,9 @@ from tfrepro.errors import UserError
 
 
 def render_block(seg: BlockSeg, indent: str) -> list[str]:
-    head = f"{indent}# tfrepro: feature {seg.name}"
-    if seg.description:
-        head += f" -- {seg.description}"
+    head = f"{indent}# tfrepro: feature {seg.found.name}"
+    if seg.found.description:
+        head += f" -- {seg.found.description}"
     out = [head + "\n", *seg.on.splitlines(keepends=True)]
     if seg.off is not None:
         out.append(f"{indent}# tfrepro: else\n")
@@ -50,12 +50,12 @@ def apply(lines: list[str], edits: list[Edit]) -> tuple[str, dict[int, tuple[int
     return "".join(out), markers, ranges
 
 
-def resolve_overlaps(edits: list[Edit], occupied: list[tuple[int, int]], ctx: Context, path: str) -> list[Edit]:
+def resolve_overlaps(edits: list[Edit], ctx: Context, path: str) -> list[Edit]:
     """Drop edits inside existing blocks (already annotated: silently) and
     edits overlapping an earlier one (reported)."""
     kept: list[Edit] = []
     for e in sorted(edits, key=lambda e: (e.start, e.end)):
-        if any(a <= e.end and e.start <= b for a, b in occupied):
+        if any(a <= e.end and e.start <= b for a, b in ctx.occupied[path]):
             continue
         clash = next((k for k in kept if k.start <= e.end and e.start <= k.end), None)
         if clash is not None:
@@ -84,7 +84,7 @@ def _bad_names(parsed: fb.SourceFile, markers: dict[int, tuple[int, BlockSeg]], 
     """The features our blocks in `new` may not keep: a block that does not
     parse as switched, a file that does not round-trip, or one that does not
     compile with a feature (or all of ours) switched off."""
-    ours = {seg.name for _, seg in markers.values()}
+    ours = {seg.found.name for _, seg in markers.values()}
     names = set(parsed.feature_names)
     bad = {b.name for b in parsed.blocks if b.line in markers and not b.state}
     if parsed.render(names) != new:

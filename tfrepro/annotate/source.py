@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterable, Iterator
+from functools import cached_property
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
@@ -85,6 +86,14 @@ def is_tf_function(expr: cst.BaseExpression) -> bool:
     return d.endswith("tf.function") or d == "tf_function"
 
 
+def jit_on(expr: cst.BaseExpression, *, legacy: bool = False) -> bool:
+    """A call given `jit_compile=` (`legacy`: or `experimental_compile=`) other than False/None."""
+    if not isinstance(expr, cst.Call):
+        return False
+    flag = arg(expr, None, "jit_compile") or (arg(expr, None, "experimental_compile") if legacy else None)
+    return flag is not None and literal(flag.value) not in (False, None)
+
+
 def assigned_name(node: cst.CSTNode | None) -> str | None:
     """`x` for `x = ...` (one plain-name target), else None."""
     if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
@@ -128,8 +137,6 @@ class Src:
         self._kids: dict[int, list[cst.CSTNode]] = {}
         for child, parent in self.parents.items():
             self._kids.setdefault(id(parent), []).append(child)
-        self._used: set[str] | None = None  # fresh_name's, and import_aliases', computed once
-        self._aliases: dict[str, str] | None = None
         self.lines = text.splitlines(keepends=True)
         self._starts = [0, *itertools.accumulate(map(len, self.lines))]  # offset of each line's start
 
@@ -215,20 +222,21 @@ class Src:
         """The `name = ...` statements under `region` (nested scopes included)."""
         return [n for n in self.walk(region) if assigned_name(n) == name]  # type: ignore[misc]
 
-    def fresh_name(self, candidates: tuple[str, ...]) -> str:
+    @cached_property
+    def _used(self) -> set[str]:
         # The whole module, not just the scope: a name free in the scope may
         # be a global the new local would shadow.
-        if self._used is None:
-            # Keyword names (`f(callbacks=...)`) and attribute names (`x.ds`) bind nothing.
-            skip = {id(n.keyword) for n in self.walk() if isinstance(n, cst.Arg) and n.keyword is not None}
-            skip |= {id(n.attr) for n in self.walk() if isinstance(n, cst.Attribute)}
-            self._used = {n.value for n in self.walk() if isinstance(n, cst.Name) and id(n) not in skip}
-        used = self._used
+        # Keyword names (`f(callbacks=...)`) and attribute names (`x.ds`) bind nothing.
+        skip = {id(n.keyword) for n in self.walk() if isinstance(n, cst.Arg) and n.keyword is not None}
+        skip |= {id(n.attr) for n in self.walk() if isinstance(n, cst.Attribute)}
+        return {n.value for n in self.walk() if isinstance(n, cst.Name) and id(n) not in skip}
+
+    def fresh_name(self, candidates: tuple[str, ...]) -> str:
         for c in candidates:
-            if c not in used:
+            if c not in self._used:
                 return c
         n = 2
-        while f"{candidates[0]}_{n}" in used:
+        while f"{candidates[0]}_{n}" in self._used:
             n += 1
         return f"{candidates[0]}_{n}"
 
@@ -249,10 +257,9 @@ class Src:
             stack.extend(reversed(self._kids.get(id(n), ())))
 
     # -- imports -----------------------------------------------------------
+    @cached_property
     def import_aliases(self) -> dict[str, str]:
         """alias -> dotted module/object it is bound to by a top-level-or-nested import."""
-        if self._aliases is not None:
-            return self._aliases
         out: dict[str, str] = {}
         for n in self.walk():
             if isinstance(n, cst.Import):
@@ -264,18 +271,18 @@ class Src:
                 for a in n.names:
                     name = a.evaluated_name
                     out[a.evaluated_alias or name] = f"{mod}.{name}" if mod else name
-        self._aliases = out
         return out
 
+    @cached_property
     def layers_prefix(self) -> str | None:
         """How this file names Keras layers: `layers`, `keras.layers`,
         `tf.keras.layers`..., None when it imports no Keras at all."""
         layers = tuple(f"{m}.layers" for m in _KERAS_MODULES)
         for targets, suffix in ((layers, ""), (_KERAS_MODULES, ".layers"), (("tensorflow",), ".keras.layers")):
-            if (alias := next((a for a, t in self.import_aliases().items() if t in targets), None)) is not None:
+            if (alias := next((a for a, t in self.import_aliases.items() if t in targets), None)) is not None:
                 return alias + suffix
         return None
 
     def tf_alias(self) -> str | None:
         """The name the file binds `tensorflow` to (`import tensorflow as tf`), or None."""
-        return next((alias for alias, target in self.import_aliases().items() if target == "tensorflow"), None)
+        return next((alias for alias, target in self.import_aliases.items() if target == "tensorflow"), None)

@@ -54,7 +54,7 @@ def default_targets(files: Iterable[str]) -> list[str]:
 
 def detect(root: Path, targets: Sequence[str]) -> Detection:
     """Run the annotator over `targets` (relpaths under `root`) in memory."""
-    from tfrepro.annotate import annotate
+    from tfrepro.annotate import annotate, relpath
 
     if not targets:
         return Detection({}, (), ())
@@ -66,10 +66,5 @@ def detect(root: Path, targets: Sequence[str]) -> Detection:
         if r.changed:
             texts[rel] = r.annotated
         found += [replace(f, path=rel) for f in r.found]
-    skipped = tuple(Skipped(_relpath(s.path, root), s.line, s.reason) for s in result.skipped)
+    skipped = tuple(Skipped(relpath(s.path, root), s.line, s.reason) for s in result.skipped)
     return Detection(texts, tuple(found), skipped)
-
-
-def _relpath(path: str, root: Path) -> str:
-    p = Path(path).resolve()
-    return p.relative_to(root.resolve()).as_posix() if p.is_relative_to(root.resolve()) else path

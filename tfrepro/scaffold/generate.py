@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.scaffold.templates import TemplateRepo, check_template, ensure_template_repo
+from tfrepro.scaffold.templates import TemplateRepo, ensure_template_repo
 
 DEFAULT_TEMPLATE = "image"
 ANSWERS_FILE = ".copier-answers.yml"
@@ -158,8 +158,7 @@ def new_project(
     renders, before the commit: the user's own script (`new --from`)."""
     dest = Path(dest).expanduser().absolute()
     check_destination(dest)
-    check_template(template)
-    repo = ensure_template_repo(template)
+    repo = ensure_template_repo(template)  # checks the template's name first
     answers_in = validate_data(data or {}, questions(repo), template)
 
     created_parent = next((p for p in reversed(dest.parents) if not p.exists()), None)

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import fcntl
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import VERSION_PATTERN, InvalidVersion, Version
 
 from tfrepro.errors import TfreproError, UserError
 
@@ -118,8 +119,8 @@ def ensure_template_repo(name: str, *, source: str | Path | None = None) -> Temp
     package: a new commit and tag when the content changed."""
     import git
 
-    version = template_version(source)
     check_template(name, source)
+    version = template_version(source)
     root = cache_dir()
     repo_path = root / name
     with _locked(root / f".{name}.lock"):
@@ -134,7 +135,9 @@ def ensure_template_repo(name: str, *, source: str | Path | None = None) -> Temp
             cw.set_value("user", "email", _COMMITTER[1])
             cw.set_value("commit", "gpgsign", "false")
             cw.set_value("tag", "gpgsign", "false")
-        newest = max((Version(t.name) for t in repo.tags if _is_version(t.name)), default=None)
+        # packaging's own pattern (a git tag holds no spaces, the only thing Version() also strips)
+        versions = [Version(t.name) for t in repo.tags if re.fullmatch(VERSION_PATTERN, t.name, re.VERBOSE | re.I)]
+        newest = max(versions, default=None)
         if newest is not None and Version(version) < newest and Version(version).base_version != newest.base_version:
             raise TfreproError(
                 f"template version {version} is older than {newest}, already in {repo_path} "
@@ -159,11 +162,3 @@ def ensure_template_repo(name: str, *, source: str | Path | None = None) -> Temp
                 tag = f"{version}.post{n}"
             repo.create_tag(tag, message=f"template {name} {tag}")
         return TemplateRepo(name=name, path=repo_path, tag=tag, commit=head.hexsha)
-
-
-def _is_version(text: str) -> bool:
-    try:
-        Version(text)
-    except InvalidVersion:
-        return False
-    return True
