@@ -223,3 +223,17 @@ def test_a_project_of_its_own_below_is_not_part_of_this_ones_features(tmp_path):
     p = Project.load(tmp_path)
     assert p.detected and "cache" not in p.feature_names and "prefetch" in p.feature_names
     assert Project.load(sub).feature_names == ("cache",)
+
+
+def test_choosing_features_keeps_what_loading_warned_about(tmp_path):
+    # `--only`/`--skip` build the project anew without the left-out features:
+    # the warnings of loading (here a table naming no detected feature) are
+    # still the user's to read
+    (tmp_path / "train.py").write_text("import tensorflow as tf\nds = tf.data.Dataset.range(4).cache().prefetch(2)\n")
+    (tmp_path / "tfrepro.toml").write_text(
+        '[trial]\nentry = "train.py"\n\n[features.gone_since]\naffects_loss = true\n'
+    )
+    everything = Project.load(tmp_path)
+    for chosen in (Project.load(tmp_path, only=["prefetch"]), Project.load(tmp_path, skip=["prefetch"])):
+        assert chosen.feature_names != everything.feature_names
+        assert any("[features.gone_since]" in w for w in chosen.warnings)

@@ -122,6 +122,7 @@ class Project:
         reason); they stay ON in every variant."""
         other = Project(self.root, self.manifest, self.sources, self.files)
         other.detection = self.detection
+        other.warnings = list(self.warnings)  # what loading found (skipped files, stale tables) still holds
         other.excluded = self.excluded | why
         other.fixed_on = self.fixed_on | frozenset(why)
         return other
