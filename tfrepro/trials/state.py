@@ -13,7 +13,7 @@ Layout:
     trials/<key[:16]>-<random>/       one trial's variant, config, result, logs
     runs/<id>/                        one bisect: result.json, trials/<n>-.../
     checkouts/<pid>-<ns>/<sha>/       commit mode's read-only copies
-    tmp/                              scratch (e.g. a Ray task run in-process)
+    tmp/                              scratch of older versions (nothing makes it now; clean prunes it)
 
 Pruning (`prune`, `clean`) deletes only below this directory and never
 follows a symlink: a link is removed as a link, its target untouched. A
