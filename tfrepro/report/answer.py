@@ -40,6 +40,7 @@ class TrialFacts:
     step_times: list[float] | None = None
     median_step_time: float | None = None
     first_nonfinite_step: int | None = None
+    weights_finite: bool | None = None
     nonfinite_weights: list[str] | None = None
     error: str | None = None
     crashed: bool | None = None
