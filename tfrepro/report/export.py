@@ -15,7 +15,7 @@ import difflib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tfrepro.errors import TfreproError
 from tfrepro.report.records import ResultJson
@@ -23,6 +23,7 @@ from tfrepro.settings import TrialSettings
 
 ENTRY = "repro.py"
 REFERENCE = "reference.py"
+Write = Callable[[str, str], None]  # (path in the bundle, text): bundle.py's, scrubbed
 
 
 @dataclass(frozen=True)
@@ -48,10 +49,6 @@ class Export:
         if not (ref and ENTRY in self.ref_files):
             return replace(self, cand_files=cand)
         return replace(self, cand_files=cand, ref_files={**self.ref_files, ENTRY: change(self.ref_files[ENTRY])})
-
-
-class Writer(Protocol):
-    def write(self, rel: str, text: str) -> None: ...
 
 
 def entry_of(settings: TrialSettings) -> str:
@@ -147,16 +144,16 @@ def _variants(
     return cand_cfg, ref_cfg, bundle_files(project, cand_cfg, entry), bundle_files(project, ref_cfg, entry)
 
 
-def write_scripts(writer: Writer, result: ResultJson, export: Export) -> dict[str, str]:
+def write_scripts(write: Write, result: ResultJson, export: Export) -> dict[str, str]:
     """repro.py (and the files it imports), the reference next to it;
     returns what each is, for the bundle's artifacts list."""
     for rel, text in export.cand_files.items():
-        writer.write(rel, text)
+        write(rel, text)
     if export.ref_name == REFERENCE:
-        writer.write(REFERENCE, export.ref_files[ENTRY])
+        write(REFERENCE, export.ref_files[ENTRY])
     else:
         for rel, text in export.ref_files.items():
-            writer.write(f"reference/{rel}", text)
+            write(f"reference/{rel}", text)
     if result.get("first_bad_commit"):
         bad = str(result.get("first_bad_commit"))[:12]
         good = str((result.get("good") or {}).get("sha", ""))[:12]

@@ -12,15 +12,8 @@ from typing import Any, TypedDict
 from tfrepro.trials.values import TrialRow  # result.json's trials table, as the bisect writes it
 
 
-class SourceDoc(TypedDict, total=False):
-    call: str
-    file: str | None
-    at: str  # the script's file:line
-    value: dict[str, Any] | None  # the spec of what the read returned
-
-
 class DataDoc(TypedDict, total=False):
-    sources: list[SourceDoc]
+    sources: list[dict[str, Any]]  # standin.Read: call, file, at (file:line), value (what it returned)
     fits: list[dict[str, Any]]  # at, kind, sources_seen, batches_per_epoch
 
 

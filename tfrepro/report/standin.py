@@ -20,14 +20,14 @@ needs that data.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
 from tfrepro.report.export import ENTRY, Export
-from tfrepro.report.records import DataDoc, ResultJson, SourceDoc
+from tfrepro.report.records import DataDoc, ResultJson
 
 if TYPE_CHECKING:
     from tfrepro.report.reduce import Reduction
@@ -95,7 +95,7 @@ def _tfrepro_data(i):
 
 @dataclass(frozen=True)
 class Read:
-    """One data read the harness recorded (`records.SourceDoc`): the call, the file, the
+    """One data read the harness recorded (`records.DataDoc`'s sources): the call, the file, the
     script's file:line; `value` the spec of what it returned, the stand-in's recipe."""
 
     call: str | None = None
@@ -104,7 +104,7 @@ class Read:
     value: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, doc: SourceDoc) -> Read:
+    def of(cls, doc: Mapping[str, Any]) -> Read:
         return cls(doc.get("call"), doc.get("file"), doc.get("at"), doc.get("value"))
 
     def brief(self) -> dict[str, Any]:
