@@ -23,7 +23,7 @@ import json
 import os
 import re
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 REDACTED = "<redacted>"
@@ -236,7 +236,7 @@ def _secret_parts(name: str, value: str) -> set[str]:
     out: set[str] = set()
     if name.upper() == "TF_CONFIG":
         try:
-            out.update(_strings(json.loads(value)))
+            out.update(s for _, s in json_strings(json.loads(value)))
         except ValueError:
             pass
     for word in value.split():
@@ -244,15 +244,16 @@ def _secret_parts(name: str, value: str) -> set[str]:
     return {p for p in out if len(p) >= _MIN_SECRET_LEN and not _PLAIN.match(p)}
 
 
-def _strings(obj: object) -> Iterable[str]:
+def json_strings(obj: object, key: str = "") -> Iterator[tuple[str, str]]:
+    """(key, string) of every string in a JSON value (a list's items under the list's key)."""
     if isinstance(obj, str):
-        yield obj
+        yield key, obj
     elif isinstance(obj, Mapping):
-        for v in obj.values():
-            yield from _strings(v)
+        for k, v in obj.items():
+            yield from json_strings(v, str(k))
     elif isinstance(obj, list):
         for v in obj:
-            yield from _strings(v)
+            yield from json_strings(v, key)
 
 
 def userinfo_parts(url: str) -> tuple[str, ...]:
