@@ -243,6 +243,8 @@ def _writer(out: Path, scrubber: Scrubber) -> Write:
 
 
 def _write_notebook(write: Write, ctx: Context, export: Export, env: EnvFacts) -> dict[str, str]:
+    import nbformat
+
     from tfrepro.report import notebook
 
     culprits, first_bad = ctx.result.get("culprits") or [], ctx.result.get("first_bad_commit")
@@ -252,7 +254,7 @@ def _write_notebook(write: Write, ctx: Context, export: Export, env: EnvFacts) -
         nb = notebook.build(code, symptom=ctx.symptom, env=env, title=issue_md.title(head))
     except SyntaxError as e:
         return {"repro.ipynb": f"skipped: repro.py does not parse ({e.msg}, line {e.lineno})"}
-    write("repro.ipynb", notebook.dumps(nb))
+    write("repro.ipynb", nbformat.writes(nb, version=4))
     return {"repro.ipynb": "the repro as a notebook, exact versions pinned; upload it as a gist to link it"}
 
 

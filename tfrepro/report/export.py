@@ -167,7 +167,5 @@ def write_scripts(write: Write, result: ResultJson, export: Export) -> dict[str,
     }
 
 
-def _cfg_words(cfg: list[str] | None) -> str:
-    if cfg is None:
-        return "the project as written"
+def _cfg_words(cfg: list[str] | None) -> str:  # None (as written) only in a commit run, worded above
     return "features on: " + ", ".join(cfg) if cfg else "every feature off"

@@ -123,7 +123,3 @@ def build(code: str, *, symptom: str, env: EnvFacts, title: str) -> nbformat.Not
     )
     nbformat.validate(nb)
     return nb
-
-
-def dumps(nb: nbformat.NotebookNode) -> str:
-    return nbformat.writes(nb, version=4)
