@@ -262,10 +262,8 @@ def userinfo_parts(url: str) -> tuple[str, ...]:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
         return ()
-    if not parts.netloc or "@" not in parts.netloc:
-        return ()
-    user, _, password = parts.netloc.rpartition("@")[0].partition(":")
-    return tuple(urllib.parse.unquote(x) for x in (user, password) if x) + tuple(x for x in (user, password) if x)
+    found = [x for x in (parts.username, parts.password) if x]
+    return tuple(urllib.parse.unquote(x) for x in found) + tuple(found)
 
 
 def looks_secret_value(value: str) -> bool:
