@@ -84,7 +84,7 @@ class Rerun:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the bisect measured besides the answer (document.py `EVIDENCE`)."""
+    """What the bisect measured besides the answer: report.json's `evidence` (document.py writes these keys)."""
 
     trials: int | None = None
     wall_s: float | None = None
