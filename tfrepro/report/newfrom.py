@@ -43,6 +43,7 @@ from tfrepro.report.export import ENTRY, entry_of
 from tfrepro.report.newsettings import user_settings
 from tfrepro.report.offtail import comment_tail
 from tfrepro.report.scriptargs import default_args, script_args
+from tfrepro.report.standin import STANDABLE
 from tfrepro.trials.values import TrialResult
 
 # (project, features ON) -> the trial's result. The default runs a real one.
@@ -100,9 +101,8 @@ def load_script(path: Path, script_args: Sequence[str] = ()) -> Any:
     return Project.load(check_script(path), script_args=script_args)
 
 
-_READS = re.compile(
-    r"\b(load|loadtxt|genfromtxt|read_csv|read_table|read_parquet|read_json|read_feather|TFRecordDataset)\s*\("
-)
+# the readers standin.py stands in for, and TFRecordDataset (reduce.py's)
+_READS = re.compile(r"\b({})\s*\(".format("|".join([*STANDABLE.values(), "TFRecordDataset"])))
 
 
 def may_read_data(texts: dict[str, str]) -> bool:
