@@ -34,7 +34,7 @@ from tfrepro.report.export import ENTRY, Export, Write, entry_of, export_variant
 from tfrepro.report.records import EnvFacts, ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
 from tfrepro.report.replicas import with_split
-from tfrepro.report.rerun import Runner
+from tfrepro.report.rerun import Runner, write_files
 from tfrepro.report.scriptargs import default_args, notebook_code, script_args
 from tfrepro.report.scrub import Scrubber
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
@@ -236,8 +236,7 @@ def _writer(out: Path, scrubber: Scrubber) -> Write:
     """Writes scrubbed text into the bundle."""
 
     def write(rel: str, text: str) -> None:
-        (out / rel).parent.mkdir(parents=True, exist_ok=True)
-        (out / rel).write_text(scrubber.scrub(text), encoding="utf-8")
+        write_files(out, {rel: scrubber.scrub(text)})
 
     return write
 
