@@ -152,7 +152,7 @@ def build_report(
     export = _export(ctx, scrubber)
     out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
     try:
-        write = _writer(out, scrubber)
+        write: Write = lambda rel, text: write_files(out, {rel: scrubber.scrub(text)})  # every text scrubbed
         kw = dict(rerun=how.rerun, runner=runner, max_pairs=how.max_pairs, say=say)
         reproduction, export, trim, data = with_data(ctx, export, no_data=how.no_data, **kw)
         with_npz, (export, npz) = export, _without_npz(export)
@@ -230,15 +230,6 @@ def _project_root(run_dir: Path, result: ResultJson) -> Path:
     if in_project.name == STATE_DIR_NAME or not result.get("project"):
         return in_project.parent
     return Path(result["project"])
-
-
-def _writer(out: Path, scrubber: Scrubber) -> Write:
-    """Writes scrubbed text into the bundle."""
-
-    def write(rel: str, text: str) -> None:
-        write_files(out, {rel: scrubber.scrub(text)})
-
-    return write
 
 
 def _write_notebook(write: Write, ctx: Context, export: Export, env: EnvFacts) -> dict[str, str]:
