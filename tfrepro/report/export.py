@@ -12,7 +12,7 @@ Every text is scrubbed before it is kept.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -41,7 +41,15 @@ class Export:
 
     @property
     def diff(self) -> str:
-        return unified_diff(self.ref_files, self.cand_files)
+        """The reference's files -> the culprit variant's, as one unified diff."""
+        chunks = []
+        for rel in sorted(set(self.ref_files) | set(self.cand_files)):
+            a, b = self.ref_files.get(rel, ""), self.cand_files.get(rel, "")
+            if a != b:
+                from_name = REFERENCE if rel == ENTRY else f"reference/{rel}"
+                lines = a.splitlines(keepends=True), b.splitlines(keepends=True)
+                chunks.extend(difflib.unified_diff(*lines, fromfile=from_name, tofile=rel))
+        return "".join(chunks)
 
     def with_entry(self, change: Callable[[str], str], *, ref: bool = True) -> Export:
         """The export with its entry script changed by `change` (and the reference's, when `ref` and it has one)."""
@@ -93,21 +101,6 @@ def bundle_files(project: Any, enabled: list[str] | None, entry: str) -> dict[st
     if ENTRY not in files:
         raise TfreproError(f"the trial entry {entry!r} is not a Python file of the project")
     return files
-
-
-def unified_diff(ref: Mapping[str, str], cand: Mapping[str, str]) -> str:
-    chunks = []
-    for rel in sorted(set(ref) | set(cand)):
-        a, b = ref.get(rel, ""), cand.get(rel, "")
-        if a == b:
-            continue
-        from_name = REFERENCE if rel == ENTRY else f"reference/{rel}"
-        chunks.extend(
-            difflib.unified_diff(
-                a.splitlines(keepends=True), b.splitlines(keepends=True), fromfile=from_name, tofile=rel
-            )
-        )
-    return "".join(chunks)
 
 
 def _reference_config(result: ResultJson, symptom: str) -> list[str]:

@@ -58,10 +58,6 @@ def _figure(path: Path, title: str, xlabel: str | None, ylabel: str):
         plt.close(fig)
 
 
-def _losses(summary: TrialFacts) -> list[float]:
-    return [math.nan if v is None else float(v) for v in summary.losses or []]
-
-
 def loss_plot(path: Path, curves: Sequence[tuple[str, TrialFacts]], *, title: str) -> bool:
     """Per-step loss of each (label, summary); a non-finite step is drawn as a
     red vertical line and named in the legend. Returns False (and writes
@@ -71,7 +67,7 @@ def loss_plot(path: Path, curves: Sequence[tuple[str, TrialFacts]], *, title: st
     with _figure(path, title, "step", "loss") as ax:
         finite_all: list[float] = []
         for label, s in curves:
-            ys = _losses(s)
+            ys = [math.nan if v is None else float(v) for v in s.losses or []]
             xs = list(range(1, len(ys) + 1))
             finite_all += [y for y in ys if math.isfinite(y)]
             (line,) = ax.plot(xs, ys, marker="." if len(ys) < 60 else None, label=label)

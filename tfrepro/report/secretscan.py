@@ -55,9 +55,6 @@ class Finding:
     line: int
     kind: str
 
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.kind}"
-
 
 def scan_bundle(path: str | Path, commits: Iterable[str] = ()) -> list[Finding]:
     """Every finding in the text files under `path`, sorted by file and line.
