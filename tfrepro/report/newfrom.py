@@ -101,13 +101,9 @@ def load_script(path: Path, script_args: Sequence[str] = ()) -> Any:
     return Project.load(check_script(path), script_args=script_args)
 
 
-# the readers standin.py stands in for, and TFRecordDataset (reduce.py's)
+# A call of a data reader the recorder knows (a cheap, static check): the readers
+# standin.py stands in for, and TFRecordDataset (reduce.py's).
 _READS = re.compile(r"\b({})\s*\(".format("|".join([*STANDABLE.values(), "TFRecordDataset"])))
-
-
-def may_read_data(texts: dict[str, str]) -> bool:
-    """Whether any carried file calls a data reader the recorder knows (cheap, static)."""
-    return any(_READS.search(t) for t in texts.values())
 
 
 def source_texts(project: Any) -> tuple[str, dict[str, str]]:
@@ -139,7 +135,7 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
             say(f"repro.py takes the script's arguments when given none: {shlex.join(args)}")
         on = texts[entry]
         data, facts, extra = "none", {}, {}
-        if may_read_data(texts):
+        if any(_READS.search(t) for t in texts.values()):
             say("the script reads data files: one trial with every feature ON records what it reads")
             on, data, facts, extra = _data(project, entry, texts, trial, Path(tmp), say, args)
         on, commented = comment_tail(on, entry)

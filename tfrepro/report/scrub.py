@@ -219,15 +219,10 @@ _MIN_SECRET_LEN = 6
 _PLAIN = re.compile(r"^([a-z]{1,8}|[0-9.]+|true|false|none|null)$", re.IGNORECASE)
 
 
-def is_secret_name(name: str) -> bool:
-    if _SECRET_BEARING.match(name):
-        return True
-    return not _NOT_SECRET_NAME.match(name) and bool(_SECRET_NAME.search(name))
-
-
 def is_secret(name: str, value: str) -> bool:
     """A variable whose name or value looks secret."""
-    return is_secret_name(name) or looks_secret_value(value)
+    named = _SECRET_BEARING.match(name) or not _NOT_SECRET_NAME.match(name) and _SECRET_NAME.search(name)
+    return bool(named) or looks_secret_value(value)
 
 
 def _secret_parts(name: str, value: str) -> set[str]:

@@ -69,24 +69,19 @@ def _median_ms(s: TrialFacts) -> float | None:
     return 1000.0 * statistics.median(steady) if steady else None
 
 
-def _label(row: TrialRow, s: TrialFacts) -> str:
-    """A commit's sha or a release (feature trials have none)."""
-    label = row.get("version") or row.get("sha") or s.label or ""
-    return "" if label == row.get("role") else label
-
-
 def trial_rows(run_dir: Path, table: list[TrialRow]) -> list[Row]:
     """One row per trial of the run's trials table, in order."""
     rows = []
     for i, row in enumerate(table, 1):
         s = read_summary(run_dir, row) or TrialFacts()
         losses = [math.nan if x is None else x for x in s.losses or []]  # null: non-finite
+        label = row.get("version") or row.get("sha") or s.label or ""  # a commit's sha or a release
         rows.append(
             Row(
                 index=i,
                 role=row.get("role") or "",
                 repeat=row.get("repeat", 0),
-                label=_label(row, s),
+                label="" if label == row.get("role") else label,
                 features_on=";".join(row.get("enabled") or []),
                 verdict=row.get("verdict") or "",
                 steps=len(losses) if s.steps_run is None else s.steps_run,
