@@ -144,12 +144,8 @@ class DataFacts:
 
 def _sites(sources: Sequence[Read], entry: str) -> list[Read]:
     """The recorded reads of the entry script, one per call site (its first read), in line order."""
-    seen: dict[str, Read] = {}
-    for s in sources:
-        at = str(s.at or "")
-        if at.rsplit(":", 1)[0] == entry and at not in seen:
-            seen[at] = s
-    return sorted(seen.values(), key=lambda s: int(str(s.at).rsplit(":", 1)[1]))
+    firsts = {str(s.at): s for s in reversed(sources) if str(s.at or "").rsplit(":", 1)[0] == entry}
+    return sorted(firsts.values(), key=lambda s: int(str(s.at).rsplit(":", 1)[1]))
 
 
 def _name(func: cst.BaseExpression) -> str | None:
