@@ -40,6 +40,7 @@ class TrialFacts:
     step_times: list[float] | None = None
     median_step_time: float | None = None
     first_nonfinite_step: int | None = None
+    weights_finite: bool | None = None
     nonfinite_weights: list[str] | None = None
     error: str | None = None
     crashed: bool | None = None
@@ -83,7 +84,7 @@ class Rerun:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the bisect measured besides the answer (document.py `EVIDENCE`)."""
+    """What the bisect measured besides the answer: report.json's `evidence` (document.py writes these keys)."""
 
     trials: int | None = None
     wall_s: float | None = None

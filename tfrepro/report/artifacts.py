@@ -6,12 +6,13 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from tfrepro.report.records import ResultJson, TrialSummary
+from tfrepro.report.answer import TrialFacts, of
+from tfrepro.report.records import ResultJson
 from tfrepro.report.rerun import Reproduction
 from tfrepro.report.tables import read_summary
 
 
-def load_trials(run_dir: Path, result: ResultJson) -> list[tuple[str, TrialSummary]]:
+def load_trials(run_dir: Path, result: ResultJson) -> list[tuple[str, TrialFacts]]:
     """(name, summary) of every trial of the run, in order; the baseline,
     failing and culprit summaries when the table has none."""
     trials = []
@@ -22,10 +23,14 @@ def load_trials(run_dir: Path, result: ResultJson) -> list[tuple[str, TrialSumma
         label = "+".join(row.get("enabled") or []) or "baseline"
         role = f"_{row['role']}{row.get('repeat', '')}" if row.get("role") else ""
         trials.append((f"{i:02d}_{label}{role}_{row.get('verdict', '')}"[:120], summary))
-    return trials or [(key, result[key]) for key in ("baseline", "failing", "culprit_trial") if result.get(key)]
+    return trials or [
+        (key, of(TrialFacts, result[key]) or TrialFacts())
+        for key in ("baseline", "failing", "culprit_trial")
+        if result.get(key)
+    ]
 
 
-def write_events(logdir: Path, trials: list[tuple[str, TrialSummary]]) -> dict[str, str]:
+def write_events(logdir: Path, trials: list[tuple[str, TrialFacts]]) -> dict[str, str]:
     """One TensorBoard run per trial (written with tensorboardX: neither
     TensorFlow nor tensorboard is needed to write them)."""
     from tfrepro.report import events
@@ -33,9 +38,9 @@ def write_events(logdir: Path, trials: list[tuple[str, TrialSummary]]) -> dict[s
     if not trials:
         return {"tensorboard/": "skipped: the run kept no per-trial summaries"}
     for name, s in trials:
-        ms, mb = [1000.0 * t for t in s.get("step_times") or []], [v / 1e6 for v in s.get("rss_per_step") or []]
+        ms, mb = [1000.0 * t for t in s.step_times or []], [v / 1e6 for v in s.rss_per_step or []]
         events.write_run(
-            logdir / events.safe_name(name, 120), {"loss": s.get("losses") or [], "step_time_ms": ms, "rss_mb": mb}
+            logdir / events.safe_name(name, 120), {"loss": s.losses or [], "step_time_ms": ms, "rss_mb": mb}
         )
     view = (
         "view them with `tensorboard --logdir tensorboard`"
@@ -54,12 +59,12 @@ def plots(out: Path, result: ResultJson, symptom: str, rep: Reproduction | None)
     from tfrepro.report import plots as draw
 
     notes = {"loss.png": "skipped: no per-step loss recorded"}
-    base = result.get("baseline") or {}
-    cand = result.get("culprit_trial") or result.get("failing") or {}
+    base = of(TrialFacts, result.get("baseline")) or TrialFacts()
+    cand = of(TrialFacts, result.get("culprit_trial") or result.get("failing")) or TrialFacts()
     label = "+".join(result.get("culprit_config") or result.get("culprits") or []) or "failing"
     curves = [("baseline (all features off)", base), (f"culprit configuration ({label})", cand)]
     if symptom == "mismatch" and rep and rep.reference:
-        curves.insert(1, ("reference (re-run of reference.py)", rep.reference))
+        curves.insert(1, ("reference (re-run of reference.py)", of(TrialFacts, rep.reference) or TrialFacts()))
     if draw.loss_plot(out / "loss.png", curves, title=f"per-step loss — {symptom}"):
         marked = ", first non-finite step marked" if symptom == "nan" else ""
         notes["loss.png"] = f"per-step loss, baseline against the culprit configuration{marked}"

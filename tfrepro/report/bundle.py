@@ -30,11 +30,11 @@ from tfrepro.report import outdir
 from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
-from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, write_scripts
+from tfrepro.report.export import ENTRY, Export, Write, entry_of, export_variants, write_scripts
 from tfrepro.report.records import EnvFacts, ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
 from tfrepro.report.replicas import with_split
-from tfrepro.report.rerun import Runner
+from tfrepro.report.rerun import Runner, write_files
 from tfrepro.report.scriptargs import default_args, notebook_code, script_args
 from tfrepro.report.scrub import Scrubber
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
@@ -152,27 +152,27 @@ def build_report(
     export = _export(ctx, scrubber)
     out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
     try:
-        writer = _Writer(out, scrubber)
+        write: Write = lambda rel, text: write_files(out, {rel: scrubber.scrub(text)})  # every text scrubbed
         kw = dict(rerun=how.rerun, runner=runner, max_pairs=how.max_pairs, say=say)
         reproduction, export, trim, data = with_data(ctx, export, no_data=how.no_data, **kw)
         with_npz, (export, npz) = export, _without_npz(export)
-        artifacts = {**write_scripts(writer, ctx.result, export), **_write_data(out, ctx, npz, data, how.no_data)}
+        artifacts = {**write_scripts(write, ctx.result, export), **_write_data(out, ctx, npz, data, how.no_data)}
         loc = _localize(ctx, with_npz, localize=how.localize, python=how.python, say=say)
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = environment_facts(
             reproduction, probe=how.probe_environment, python=how.python, environ=environ, say=say
         )
         artifacts.update(plots(out, ctx.result, ctx.symptom, reproduction))
-        artifacts.update(_write_notebook(writer, ctx, export, env_facts))
+        artifacts.update(_write_notebook(write, ctx, export, env_facts))
         facts = dict(reproduction=reproduction, loc=loc, env_facts=env_facts, environ=environ, artifacts=artifacts)
         doc = document(ctx, export, scrubber=scrubber, **facts)
         doc["repro"].update(trimmed=trim["trimmed"], trim=trim), doc.update(data=data.to_dict())
         if how.nightly:
             doc["nightly"] = asdict(nightly_rerun(ctx, export, max_pairs=how.max_pairs, say=say))
         doc = scrubber.scrub_obj(doc)  # type: ignore[assignment]
-        writer.write("report.json", json.dumps(doc, indent=2))
-        writer.write("ISSUE.md", issue_md.render_issue(doc))
-        writer.write("result.json", json.dumps(ctx.result, indent=2))
+        write("report.json", json.dumps(doc, indent=2))
+        write("ISSUE.md", issue_md.render_issue(doc))
+        write("result.json", json.dumps(ctx.result, indent=2))
     finally:
         outdir.record(out)
     # A finding the rules did not redact fails the report, naming file:line.
@@ -232,19 +232,9 @@ def _project_root(run_dir: Path, result: ResultJson) -> Path:
     return Path(result["project"])
 
 
-class _Writer:
-    """Writes scrubbed text into the bundle."""
+def _write_notebook(write: Write, ctx: Context, export: Export, env: EnvFacts) -> dict[str, str]:
+    import nbformat
 
-    def __init__(self, out: Path, scrubber: Scrubber) -> None:
-        self.out, self.scrubber = out, scrubber
-
-    def write(self, rel: str, text: str) -> None:
-        path = self.out / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(self.scrubber.scrub(text), encoding="utf-8")
-
-
-def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: EnvFacts) -> dict[str, str]:
     from tfrepro.report import notebook
 
     culprits, first_bad = ctx.result.get("culprits") or [], ctx.result.get("first_bad_commit")
@@ -254,7 +244,7 @@ def _write_notebook(writer: _Writer, ctx: Context, export: Export, env: EnvFacts
         nb = notebook.build(code, symptom=ctx.symptom, env=env, title=issue_md.title(head))
     except SyntaxError as e:
         return {"repro.ipynb": f"skipped: repro.py does not parse ({e.msg}, line {e.lineno})"}
-    writer.write("repro.ipynb", notebook.dumps(nb))
+    write("repro.ipynb", nbformat.writes(nb, version=4))
     return {"repro.ipynb": "the repro as a notebook, exact versions pinned; upload it as a gist to link it"}
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
+from tfrepro.report.answer import Evidence
 from tfrepro.report.confirm import rerun_settings
 from tfrepro.report.export import ENTRY, Export
 from tfrepro.report.records import Nightly, ResultJson
@@ -20,18 +21,6 @@ if TYPE_CHECKING:
     from tfrepro.report.bundle import Context, Progress
 
 
-# The run's result fields report.json keeps as its evidence.
-EVIDENCE = (
-    "trials",
-    "wall_s",
-    "ablation",
-    "trials_table",
-    "flaky",
-    "reproduction_rate",
-    "noise",
-    "timing",
-    "compile_differs",
-)
 # The files every bundle has besides its artifacts.
 OWN_FILES = {
     "ISSUE.md": "this issue text",
@@ -85,7 +74,8 @@ def document(
         "baseline": result.get("baseline") or {},
         "failing": result.get("failing") or {},
         "culprit_trial": result.get("culprit_trial") or result.get("failing") or {},
-        "evidence": {k: result.get(k) for k in EVIDENCE} | {"replicas": ctx.settings.replicas},
+        # the run's result fields answer.Evidence names, in its order; the replicas the trials ran with
+        "evidence": {f.name: result.get(f.name) for f in fields(Evidence)} | {"replicas": ctx.settings.replicas},
         "environment": env_facts,
         "env_vars": capture_env(environ, scrubber),
         "redacted_env_count": withheld_count(environ),  # how many, never their names

@@ -41,14 +41,12 @@ def in_trial(*, python: str | None = None, timeout_s: float = 180.0) -> EnvFacts
     trial (`inside/setup_plugin.py`'s `environment`). Never raises for a
     failing trial: the facts then carry `probe_error`."""
     from tfrepro.inside import SETUP_PLUGIN
-    from tfrepro.report.rerun import run_as_written
+    from tfrepro.report.rerun import run_as_written, write_files
     from tfrepro.settings import TrialSettings
     from tfrepro.trials.trial import TrialOptions
 
     with tempfile.TemporaryDirectory(prefix="tfrepro-env-") as tmp:
-        root = Path(tmp) / "env"
-        root.mkdir()
-        (root / "repro.py").write_text(ENV_SCRIPT, encoding="utf-8")
+        root = write_files(Path(tmp) / "env", {"repro.py": ENV_SCRIPT})
         how = TrialOptions(
             label="environment",
             state_dir=Path(tmp) / "state",

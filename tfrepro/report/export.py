@@ -12,10 +12,10 @@ Every text is scrubbed before it is kept.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from tfrepro.errors import TfreproError
 from tfrepro.report.records import ResultJson
@@ -23,6 +23,7 @@ from tfrepro.settings import TrialSettings
 
 ENTRY = "repro.py"
 REFERENCE = "reference.py"
+Write = Callable[[str, str], None]  # (path in the bundle, text): bundle.py's, scrubbed
 
 
 @dataclass(frozen=True)
@@ -40,7 +41,15 @@ class Export:
 
     @property
     def diff(self) -> str:
-        return unified_diff(self.ref_files, self.cand_files)
+        """The reference's files -> the culprit variant's, as one unified diff."""
+        chunks = []
+        for rel in sorted(set(self.ref_files) | set(self.cand_files)):
+            a, b = self.ref_files.get(rel, ""), self.cand_files.get(rel, "")
+            if a != b:
+                from_name = REFERENCE if rel == ENTRY else f"reference/{rel}"
+                lines = a.splitlines(keepends=True), b.splitlines(keepends=True)
+                chunks.extend(difflib.unified_diff(*lines, fromfile=from_name, tofile=rel))
+        return "".join(chunks)
 
     def with_entry(self, change: Callable[[str], str], *, ref: bool = True) -> Export:
         """The export with its entry script changed by `change` (and the reference's, when `ref` and it has one)."""
@@ -48,10 +57,6 @@ class Export:
         if not (ref and ENTRY in self.ref_files):
             return replace(self, cand_files=cand)
         return replace(self, cand_files=cand, ref_files={**self.ref_files, ENTRY: change(self.ref_files[ENTRY])})
-
-
-class Writer(Protocol):
-    def write(self, rel: str, text: str) -> None: ...
 
 
 def entry_of(settings: TrialSettings) -> str:
@@ -98,21 +103,6 @@ def bundle_files(project: Any, enabled: list[str] | None, entry: str) -> dict[st
     return files
 
 
-def unified_diff(ref: Mapping[str, str], cand: Mapping[str, str]) -> str:
-    chunks = []
-    for rel in sorted(set(ref) | set(cand)):
-        a, b = ref.get(rel, ""), cand.get(rel, "")
-        if a == b:
-            continue
-        from_name = REFERENCE if rel == ENTRY else f"reference/{rel}"
-        chunks.extend(
-            difflib.unified_diff(
-                a.splitlines(keepends=True), b.splitlines(keepends=True), fromfile=from_name, tofile=rel
-            )
-        )
-    return "".join(chunks)
-
-
 def _reference_config(result: ResultJson, symptom: str) -> list[str]:
     culprit_config = list(result.get("culprit_config") or result.get("culprits") or [])
     culprits = set(result.get("culprits") or [])
@@ -147,16 +137,16 @@ def _variants(
     return cand_cfg, ref_cfg, bundle_files(project, cand_cfg, entry), bundle_files(project, ref_cfg, entry)
 
 
-def write_scripts(writer: Writer, result: ResultJson, export: Export) -> dict[str, str]:
+def write_scripts(write: Write, result: ResultJson, export: Export) -> dict[str, str]:
     """repro.py (and the files it imports), the reference next to it;
     returns what each is, for the bundle's artifacts list."""
     for rel, text in export.cand_files.items():
-        writer.write(rel, text)
+        write(rel, text)
     if export.ref_name == REFERENCE:
-        writer.write(REFERENCE, export.ref_files[ENTRY])
+        write(REFERENCE, export.ref_files[ENTRY])
     else:
         for rel, text in export.ref_files.items():
-            writer.write(f"reference/{rel}", text)
+            write(f"reference/{rel}", text)
     if result.get("first_bad_commit"):
         bad = str(result.get("first_bad_commit"))[:12]
         good = str((result.get("good") or {}).get("sha", ""))[:12]
@@ -170,7 +160,5 @@ def write_scripts(writer: Writer, result: ResultJson, export: Export) -> dict[st
     }
 
 
-def _cfg_words(cfg: list[str] | None) -> str:
-    if cfg is None:
-        return "the project as written"
+def _cfg_words(cfg: list[str] | None) -> str:  # None (as written) only in a commit run, worded above
     return "features on: " + ", ".join(cfg) if cfg else "every feature off"

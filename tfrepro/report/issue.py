@@ -89,6 +89,7 @@ def _preamble(r: Report, where: Route) -> str:
 def tensorflow_form(r: Report) -> list[tuple[str, str]]:
     """(field label, answer) for every field of TensorFlow's bug form, in order."""
     env = r.environment
+    current, expected = (_plain(x) for x in behaviour(r))  # plain text: the field is shell-rendered
     binary = install_source(env) == "binary"
     build = env.build_info or {}
     compiler = ("n/a (binary install)" if binary else "unknown") + (
@@ -107,7 +108,7 @@ def tensorflow_form(r: Report) -> list[tuple[str, str]]:
         "GCC/compiler version": compiler,
         "CUDA/cuDNN version": cuda_line(env),
         "GPU model and memory": gpu_line(env),
-        "Current behavior?": _current_behaviour(r),
+        "Current behavior?": f"{current}\n\nExpected: {expected}\n\n{_plain(rerun_sentence(r.reproduction))}",
         "Standalone code to reproduce the issue": (r.repro or {}).get("code") or "# (export unavailable)",
         "Relevant log output": log_output(r),
     }
@@ -144,12 +145,6 @@ def _tf_version(env: Env) -> str:
     if tf_dist.get("name") and tf_dist.get("name") != "tensorflow":
         version += f", package {tf_dist['name']}"
     return version
-
-
-def _current_behaviour(r: Report) -> str:
-    """The form asks here what happened and what was expected, as plain text."""
-    current, expected = behaviour(r)
-    return f"{_plain(current)}\n\nExpected: {_plain(expected)}\n\n{_plain(rerun_sentence(r.reproduction))}"
 
 
 def _plain(text: str) -> str:

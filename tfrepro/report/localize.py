@@ -242,7 +242,13 @@ def localize(
     for the exported script); the run goes to the script's own end or its
     first NaN, within `timeout_s` (default: the settings'). Never raises for
     a failing run: the note says what happened."""
-    settings = _probe_settings(settings, timeout_s or settings.timeout_s)
+    # As the script is written (no seed or determinism the harness adds), with no step cap: to its
+    # own end or its symptom, at most `budget_s` seconds of training within the time limit.
+    timeout_s = timeout_s or settings.timeout_s
+    budget = min(settings.budget_s, 0.9 * timeout_s)
+    settings = replace(
+        settings, timeout_s=timeout_s, until_symptom=True, budget_s=budget, deterministic=False, repeat=0
+    )
     with tempfile.TemporaryDirectory(prefix="tfrepro-localize-", ignore_cleanup_errors=True) as tmp:
         got = _facts(Path(tmp), files, python, settings)
     if isinstance(got, str):
@@ -269,14 +275,6 @@ def localize(
         note = f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}"
         return Localization(found=False, settings=ran, note=note, excerpt=loc.excerpt)
     return replace(loc, settings=ran)
-
-
-def _probe_settings(settings: TrialSettings, timeout_s: float) -> TrialSettings:
-    """The check_numerics run: as the script is written (no seed or
-    determinism the harness adds), with no step cap: to its own end or its
-    symptom, at most `budget_s` seconds of training within the time limit."""
-    budget = min(settings.budget_s, 0.9 * timeout_s)
-    return replace(settings, timeout_s=timeout_s, until_symptom=True, budget_s=budget, deterministic=False, repeat=0)
 
 
 def _facts(

@@ -43,6 +43,7 @@ from tfrepro.report.export import ENTRY, entry_of
 from tfrepro.report.newsettings import user_settings
 from tfrepro.report.offtail import comment_tail
 from tfrepro.report.scriptargs import default_args, script_args
+from tfrepro.report.standin import STANDABLE
 from tfrepro.trials.values import TrialResult
 
 # (project, features ON) -> the trial's result. The default runs a real one.
@@ -100,14 +101,9 @@ def load_script(path: Path, script_args: Sequence[str] = ()) -> Any:
     return Project.load(check_script(path), script_args=script_args)
 
 
-_READS = re.compile(
-    r"\b(load|loadtxt|genfromtxt|read_csv|read_table|read_parquet|read_json|read_feather|TFRecordDataset)\s*\("
-)
-
-
-def may_read_data(texts: dict[str, str]) -> bool:
-    """Whether any carried file calls a data reader the recorder knows (cheap, static)."""
-    return any(_READS.search(t) for t in texts.values())
+# A call of a data reader the recorder knows (a cheap, static check): the readers
+# standin.py stands in for, and TFRecordDataset (reduce.py's).
+_READS = re.compile(r"\b({})\s*\(".format("|".join([*STANDABLE.values(), "TFRecordDataset"])))
 
 
 def source_texts(project: Any) -> tuple[str, dict[str, str]]:
@@ -139,7 +135,7 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
             say(f"repro.py takes the script's arguments when given none: {shlex.join(args)}")
         on = texts[entry]
         data, facts, extra = "none", {}, {}
-        if may_read_data(texts):
+        if any(_READS.search(t) for t in texts.values()):
             say("the script reads data files: one trial with every feature ON records what it reads")
             on, data, facts, extra = _data(project, entry, texts, trial, Path(tmp), say, args)
         on, commented = comment_tail(on, entry)

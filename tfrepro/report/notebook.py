@@ -24,14 +24,8 @@ _DATA_WORDS = ("Dataset", "np.random", "rng", ".batch(", "load", "TFRecord", "re
 
 def pip_line(env: EnvFacts) -> str:
     """The install cell: the exact versions the report's environment had."""
-    pins = []
-    tf = env.get("tf_dist") or {}
-    if tf.get("version"):
-        pins.append(f"{tf.get('name') or 'tensorflow'}=={tf['version']}")
-    for key in ("keras_dist", "tf_keras_dist", "numpy_dist"):
-        dist = env.get(key) or {}
-        if dist.get("version"):
-            pins.append(f"{dist['name']}=={dist['version']}")
+    dists = (env.get(key) or {} for key in ("tf_dist", "keras_dist", "tf_keras_dist", "numpy_dist"))
+    pins = [f"{d['name']}=={d['version']}" for d in dists if d.get("version")]  # the probe names each dist
     return "!pip install " + (" ".join(pins) if pins else "tensorflow numpy")
 
 
@@ -123,7 +117,3 @@ def build(code: str, *, symptom: str, env: EnvFacts, title: str) -> nbformat.Not
     )
     nbformat.validate(nb)
     return nb
-
-
-def dumps(nb: nbformat.NotebookNode) -> str:
-    return nbformat.writes(nb, version=4)

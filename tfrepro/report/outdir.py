@@ -53,12 +53,11 @@ def prepare(out: Path) -> Path:
     return out
 
 
-def record(out: Path) -> list[str]:
+def record(out: Path) -> None:
     """Write the manifest: every file now under `out` (which `prepare` left
-    empty, so every one is the bundle's). Returns the relative paths."""
+    empty, so every one is the bundle's)."""
     files = sorted(p.relative_to(out).as_posix() for p in _all_files(out) if p.name != MANIFEST)
     (out / MANIFEST).write_text(json.dumps({"tool": "tfrepro", "files": files}, indent=1), encoding="utf-8")
-    return files
 
 
 def _all_files(out: Path) -> list[Path]:

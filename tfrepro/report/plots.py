@@ -1,7 +1,7 @@
 """The bundle's pictures (matplotlib, imported here only, non-interactive).
 
-Inputs are trial summaries as stored in result.json (`TrialResult.to_dict()`:
-`losses` with null for a non-finite value, `step_times` in seconds,
+Inputs are trial summaries as stored in result.json (answer.TrialFacts:
+`losses` with None for a non-finite value, `step_times` in seconds,
 `first_nonfinite_step`).
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from tfrepro.report.records import TrialSummary
+from tfrepro.report.answer import TrialFacts
 from tfrepro.settings import WARMUP_STEPS
 
 
@@ -58,24 +58,20 @@ def _figure(path: Path, title: str, xlabel: str | None, ylabel: str):
         plt.close(fig)
 
 
-def _losses(summary: TrialSummary) -> list[float]:
-    return [math.nan if v is None else float(v) for v in summary.get("losses") or []]
-
-
-def loss_plot(path: Path, curves: Sequence[tuple[str, TrialSummary]], *, title: str) -> bool:
+def loss_plot(path: Path, curves: Sequence[tuple[str, TrialFacts]], *, title: str) -> bool:
     """Per-step loss of each (label, summary); a non-finite step is drawn as a
     red vertical line and named in the legend. Returns False (and writes
     nothing) when no curve has a single loss."""
-    if not any(s.get("losses") for _, s in curves):
+    if not any(s.losses for _, s in curves):
         return False
     with _figure(path, title, "step", "loss") as ax:
         finite_all: list[float] = []
         for label, s in curves:
-            ys = _losses(s)
+            ys = [math.nan if v is None else float(v) for v in s.losses or []]
             xs = list(range(1, len(ys) + 1))
             finite_all += [y for y in ys if math.isfinite(y)]
             (line,) = ax.plot(xs, ys, marker="." if len(ys) < 60 else None, label=label)
-            bad = s.get("first_nonfinite_step")
+            bad = s.first_nonfinite_step
             if bad is not None:
                 ax.axvline(
                     bad, color="red", linestyle="--", linewidth=1.2, label=f"{label}: first non-finite loss, step {bad}"
@@ -92,7 +88,7 @@ def loss_plot(path: Path, curves: Sequence[tuple[str, TrialSummary]], *, title: 
                     color="red",
                     fontsize=8,
                 )
-            elif s.get("weights_finite") is False:
+            elif s.weights_finite is False:
                 ax.plot([], [], " ", label=f"{label}: weights non-finite at the end")
         if finite_all and min(finite_all) > 0 and max(finite_all) / min(finite_all) > 100:
             ax.set_yscale("log")
@@ -115,24 +111,24 @@ def step_time_plot(path: Path, groups: Sequence[tuple[str, Sequence[float]]], *,
     return True
 
 
-def steady(summary: TrialSummary) -> list[float]:
+def steady(summary: TrialFacts) -> list[float]:
     """Step times without warm-up (tracing, compilation)."""
-    return [float(t) for t in (summary.get("step_times") or [])[WARMUP_STEPS:]]
+    return [float(t) for t in (summary.step_times or [])[WARMUP_STEPS:]]
 
 
-def memory_plot(path: Path, curves: Sequence[tuple[str, TrialSummary]], *, title: str) -> bool:
+def memory_plot(path: Path, curves: Sequence[tuple[str, TrialFacts]], *, title: str) -> bool:
     """Process RSS after each step (MB) of each (label, summary), with its
     growth slope in the legend. Returns False when no curve has a series."""
-    if not any(s.get("rss_per_step") for _, s in curves):
+    if not any(s.rss_per_step for _, s in curves):
         return False
     with _figure(path, title, "step", "resident memory (MB)") as ax:
         for label, s in curves:
-            ys = [v / 1e6 for v in s.get("rss_per_step") or []]
-            stride = int(((s.get("extra") or {}).get("memory") or {}).get("stride") or 1)
+            ys = [v / 1e6 for v in s.rss_per_step or []]
+            stride = int(((s.extra or {}).get("memory") or {}).get("stride") or 1)
             xs = [(i + 1) * stride for i in range(len(ys))]
-            growth = s.get("growth_per_step")
+            growth = s.growth_per_step
             tail = f" ({growth / 1e6:+.2f} MB/step)" if isinstance(growth, (int, float)) else ""
             ax.plot(xs, ys, marker="." if len(ys) < 60 else None, label=label + tail)
-            if s.get("device_peak_bytes"):
-                ax.axhline(s["device_peak_bytes"] / 1e6, linestyle=":", linewidth=1, label=f"{label}: device peak")
+            if s.device_peak_bytes:
+                ax.axhline(s.device_peak_bytes / 1e6, linestyle=":", linewidth=1, label=f"{label}: device peak")
     return True

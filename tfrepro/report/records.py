@@ -1,5 +1,5 @@
 """The JSON documents the report reads from disk, as written there: the
-bisect's result.json, a trial summary in it (`TrialResult.to_dict()`), the
+bisect's result.json (its trial summaries: answer.TrialFacts), the
 data reads the harness recorded (inside/harness_data.py), the probes' facts.
 Only the keys the report reads are named; the others pass through as they
 are, so what is written back (result.json, report.json) is unchanged."""
@@ -12,29 +12,9 @@ from typing import Any, TypedDict
 from tfrepro.trials.values import TrialRow  # result.json's trials table, as the bisect writes it
 
 
-class SourceDoc(TypedDict, total=False):
-    call: str
-    file: str | None
-    at: str  # the script's file:line
-    value: dict[str, Any] | None  # the spec of what the read returned
-
-
 class DataDoc(TypedDict, total=False):
-    sources: list[SourceDoc]
+    sources: list[dict[str, Any]]  # standin.Read: call, file, at (file:line), value (what it returned)
     fits: list[dict[str, Any]]  # at, kind, sources_seen, batches_per_epoch
-
-
-class TrialSummary(TypedDict, total=False):
-    losses: list[float | None]  # null: a non-finite value
-    step_times: list[float]  # seconds
-    first_nonfinite_step: int | None
-    weights_finite: bool | None
-    rss_per_step: list[int]
-    growth_per_step: float | None
-    device_peak_bytes: int | None
-    error: str | None  # the exception's last line
-    extra: dict[str, Any]  # the plugins' facts: memory, setup, environment
-    data: DataDoc
 
 
 class Nightly(TypedDict, total=False):
@@ -57,9 +37,9 @@ class ResultJson(TypedDict, total=False):
     culprit_config: list[str]
     affects_loss: list[str]
     fixed_on: list[str]
-    baseline: TrialSummary
-    failing: TrialSummary
-    culprit_trial: TrialSummary
+    baseline: dict[str, Any]  # trial summaries (answer.TrialFacts), `data` a DataDoc
+    failing: dict[str, Any]
+    culprit_trial: dict[str, Any]
     trials_table: list[TrialRow]
     timing: dict[str, Any]
     timed_calls: list[str]

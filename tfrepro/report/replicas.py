@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 
+from tfrepro.report.scriptargs import insert_lines
+
 GPU_REPLICA_MB = 2048  # as inside/devices.py
 
 _SPLIT = """\
@@ -32,9 +34,9 @@ if len(_gpus) < {n}:
 """
 
 
-def _insert_at(source: str) -> int:
+def _insert_at(source: str) -> int | None:
     """The line index after the first top-level `import tensorflow` /
-    `from tensorflow ...` (0: the top, past a shebang and coding lines)."""
+    `from tensorflow ...` (None: the top, past a shebang and coding lines)."""
     try:
         body = ast.parse(source).body
     except SyntaxError:
@@ -44,19 +46,11 @@ def _insert_at(source: str) -> int:
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
             if any(name.partition(".")[0] == "tensorflow" for name in names):
                 return node.end_lineno or node.lineno
-    lines = source.splitlines()
-    i = 0
-    while i < len(lines) and i < 2 and lines[i].startswith("#"):
-        i += 1
-    return i
+    return None
 
 
 def with_split(source: str, n: int | None) -> str:
     """`source` with the split of one device into `n` (nothing for n <= 1)."""
     if not n or n <= 1:
         return source
-    lines = source.splitlines(keepends=True)
-    at = _insert_at(source)
-    if at and not lines[at - 1].endswith("\n"):
-        lines[at - 1] += "\n"
-    return "".join(lines[:at] + [_SPLIT.format(n=n, mb=GPU_REPLICA_MB)] + lines[at:])
+    return insert_lines(source, _insert_at(source), _SPLIT.format(n=n, mb=GPU_REPLICA_MB))

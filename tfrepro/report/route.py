@@ -66,9 +66,8 @@ def route(r: Report) -> Route:
 def _keras_switch(diff: str) -> str | None:
     """ "tf_keras" when the culprit's diff turns tf_keras on, "keras" when it
     turns it off (back to Keras 3), None when it does neither."""
-    added = "\n".join(line[1:] for line in diff.splitlines() if line.startswith("+") and not line.startswith("+++"))
-    removed = "\n".join(line[1:] for line in diff.splitlines() if line.startswith("-") and not line.startswith("---"))
-    on, off = bool(_LEGACY.search(added)), bool(_LEGACY.search(removed))
+    lines = diff.splitlines()
+    on, off = (bool(_LEGACY.search("\n".join(x[1:] for x in lines if x[:1] == c and x[:3] != c * 3))) for c in "+-")
     if on != off:
         return "tf_keras" if on else "keras"
     return None

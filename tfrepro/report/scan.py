@@ -35,11 +35,6 @@ _LEGACY = re.compile(r"""TF_USE_LEGACY_KERAS["']\]\s*=\s*["'](1|true|True)["']|i
 _CODE = re.compile(r"^[^#\n]*", re.M)
 
 
-def _code_only(source: str) -> str:
-    """Drop comments so a commented-out line never counts."""
-    return "\n".join(m.group(0) for m in _CODE.finditer(source))
-
-
 @dataclass(frozen=True)
 class Setup:
     """report.json's `setup`: each field says what the script sets, in words."""
@@ -54,7 +49,7 @@ class Setup:
 
 
 def scan_setup(source: str) -> Setup:
-    code = _code_only(source)
+    code = "\n".join(m.group(0) for m in _CODE.finditer(source))  # comments dropped: a commented-out line never counts
     m = _POLICY.search(code) or _POLICY_OBJ.search(code)
     xla = [w for rx, w in ((_JIT_TRUE, "jit_compile=True"), (_SET_JIT, _AUTO)) if rx.search(code)]
     eager = [w for rx, w in ((_EAGER, _EAGERLY), (_RUN_EAGERLY, "run_eagerly=True")) if rx.search(code)]

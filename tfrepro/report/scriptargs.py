@@ -22,19 +22,29 @@ def script_args(settings: TrialSettings, entry: str) -> list[str]:
     return cmd[cmd.index(entry) + 1 :]
 
 
+def insert_lines(text: str, at: int | None, code: str) -> str:
+    """`text` with `code` before its line index `at` (None: after the lines that
+    must stay first, a shebang on line 1 and a PEP 263 coding line on line 1 or 2)."""
+    lines = fb.split_lines(text)
+    if at is None:
+        at = 0
+        while (
+            at < min(2, len(lines))
+            and lines[at].startswith("#")
+            and ("coding" in lines[at][:40] or at == 0 and lines[at].startswith("#!"))
+        ):
+            at += 1
+    if at and not lines[at - 1].endswith(("\n", "\r")):
+        lines[at - 1] += "\n"
+    return "".join([*lines[:at], code, *lines[at:]])
+
+
 def comment_entry(text: str, entry: str, args: Sequence[str]) -> str:
     """`text` with a first comment line saying how to run it (after a
     shebang or an encoding line, which must stay first)."""
     if not args:
         return text
-    lines = text.splitlines(keepends=True)
-    at = 0
-    while at < min(2, len(lines)) and (
-        lines[at].startswith("#!") or "coding" in lines[at][:40] and lines[at].startswith("#")
-    ):
-        at += 1
-    note = f"# run it with its arguments: python {entry} {shlex.join(args)}\n"
-    return "".join([*lines[:at], note, *lines[at:]])
+    return insert_lines(text, None, f"# run it with its arguments: python {entry} {shlex.join(args)}\n")
 
 
 def default_args(text: str, entry: str, args: Sequence[str]) -> str:
@@ -50,24 +60,11 @@ def default_args(text: str, entry: str, args: Sequence[str]) -> str:
     i = 1 if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) else 0
     while i < len(body) and isinstance(body[i], ast.ImportFrom) and body[i].module == "__future__":  # type: ignore[attr-defined]
         i += 1
-    lines = fb.split_lines(text)
-    if i:
-        at = body[i - 1].end_lineno or body[i - 1].lineno
-    else:
-        at = 0
-        while (
-            at < min(2, len(lines))
-            and lines[at].startswith("#")
-            and ("coding" in lines[at][:40] or at == 0 and lines[at].startswith("#!"))
-        ):
-            at += 1
-    if at and not lines[at - 1].endswith(("\n", "\r")):
-        lines[at - 1] += "\n"
     code = (
         f"import sys  # (tfrepro) given no arguments, the run's: python {entry} {shlex.join(args)}\n"
         f"if len(sys.argv) == 1:\n    sys.argv += {list(args)!r}\n"
     )
-    return "".join([*lines[:at], code, *lines[at:]])
+    return insert_lines(text, (body[i - 1].end_lineno or body[i - 1].lineno) if i else None, code)
 
 
 def notebook_code(code: str, entry: str, args: Sequence[str]) -> str:

@@ -23,7 +23,7 @@ import json
 import os
 import re
 import urllib.parse
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 REDACTED = "<redacted>"
@@ -219,15 +219,10 @@ _MIN_SECRET_LEN = 6
 _PLAIN = re.compile(r"^([a-z]{1,8}|[0-9.]+|true|false|none|null)$", re.IGNORECASE)
 
 
-def is_secret_name(name: str) -> bool:
-    if _SECRET_BEARING.match(name):
-        return True
-    return not _NOT_SECRET_NAME.match(name) and bool(_SECRET_NAME.search(name))
-
-
 def is_secret(name: str, value: str) -> bool:
     """A variable whose name or value looks secret."""
-    return is_secret_name(name) or looks_secret_value(value)
+    named = _SECRET_BEARING.match(name) or not _NOT_SECRET_NAME.match(name) and _SECRET_NAME.search(name)
+    return bool(named) or looks_secret_value(value)
 
 
 def _secret_parts(name: str, value: str) -> set[str]:
@@ -236,7 +231,7 @@ def _secret_parts(name: str, value: str) -> set[str]:
     out: set[str] = set()
     if name.upper() == "TF_CONFIG":
         try:
-            out.update(_strings(json.loads(value)))
+            out.update(s for _, s in json_strings(json.loads(value)))
         except ValueError:
             pass
     for word in value.split():
@@ -244,15 +239,16 @@ def _secret_parts(name: str, value: str) -> set[str]:
     return {p for p in out if len(p) >= _MIN_SECRET_LEN and not _PLAIN.match(p)}
 
 
-def _strings(obj: object) -> Iterable[str]:
+def json_strings(obj: object, key: str = "") -> Iterator[tuple[str, str]]:
+    """(key, string) of every string in a JSON value (a list's items under the list's key)."""
     if isinstance(obj, str):
-        yield obj
+        yield key, obj
     elif isinstance(obj, Mapping):
-        for v in obj.values():
-            yield from _strings(v)
+        for k, v in obj.items():
+            yield from json_strings(v, str(k))
     elif isinstance(obj, list):
         for v in obj:
-            yield from _strings(v)
+            yield from json_strings(v, key)
 
 
 def userinfo_parts(url: str) -> tuple[str, ...]:
@@ -261,10 +257,8 @@ def userinfo_parts(url: str) -> tuple[str, ...]:
         parts = urllib.parse.urlsplit(url)
     except ValueError:
         return ()
-    if not parts.netloc or "@" not in parts.netloc:
-        return ()
-    user, _, password = parts.netloc.rpartition("@")[0].partition(":")
-    return tuple(urllib.parse.unquote(x) for x in (user, password) if x) + tuple(x for x in (user, password) if x)
+    found = [x for x in (parts.username, parts.password) if x]
+    return tuple(urllib.parse.unquote(x) for x in found) + tuple(found)
 
 
 def looks_secret_value(value: str) -> bool:

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tfrepro.errors import UserError
-from tfrepro.report.scrub import REDACTED, Scrubber
+from tfrepro.report.scrub import REDACTED, Scrubber, json_strings
 
 HEX_KIND = "Hex High Entropy String"
 BASE64_KIND = "Base64 High Entropy String"
@@ -55,9 +55,6 @@ class Finding:
     line: int
     kind: str
 
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}: {self.kind}"
-
 
 def scan_bundle(path: str | Path, commits: Iterable[str] = ()) -> list[Finding]:
     """Every finding in the text files under `path`, sorted by file and line.
@@ -75,20 +72,8 @@ def run_commits(result: dict) -> frozenset[str]:
     rows, the first bad commit, candidates...: every value of a `sha`,
     `*_commit` or `candidates` key): git wrote them, tfrepro recorded them.
     Nothing in a feature or version run."""
-    shas: set[str] = set()
-
-    def walk(node: object, key: str = "") -> None:
-        if isinstance(node, dict):
-            for k, v in node.items():
-                walk(v, str(k))
-        elif isinstance(node, list):
-            for v in node:
-                walk(v, key)
-        elif isinstance(node, str) and _SHA.fullmatch(node) and (key in _SHA_KEYS or key.endswith("_commit")):
-            shas.add(node.lower())
-
-    walk(result)
-    return frozenset(shas)
+    found = json_strings(result)
+    return frozenset(s.lower() for k, s in found if _SHA.fullmatch(s) and (k in _SHA_KEYS or k.endswith("_commit")))
 
 
 def raise_on_findings(findings: Iterable[Finding], bundle: str | Path | None = None) -> None:
@@ -99,12 +84,11 @@ def raise_on_findings(findings: Iterable[Finding], bundle: str | Path | None = N
     findings = list(findings)
     if not findings:
         return
-    base = Path(bundle) if bundle is not None else None
-    first = findings[0]
-    lines = "\n".join(f"  {base / f.file if base else f.file}:{f.line}: {f.kind}" for f in findings)
+    base, first = Path(bundle or ""), findings[0]
+    lines = "\n".join(f"  {base / f.file}:{f.line}: {f.kind}" for f in findings)
     raise UserError(
         f"the bundle still holds {len(findings)} secret-looking value(s); it must not be shared as is:\n{lines}",
-        path=(base / first.file) if base else first.file,
+        path=base / first.file,
         line=first.line,
         hint="remove the credential from the project (read it from an environment variable instead), "
         "or put it in an environment variable whose name says KEY/TOKEN/SECRET/PASSWORD so the "

@@ -76,13 +76,8 @@ def _say(symptom: str, facts: Mapping[str, Any]) -> str:
     )
 
 
-def footer(symptom: str, facts: Mapping[str, Any]) -> str:
-    """The lines appended to repro.py (see the module doc)."""
-    return BEGIN + _BODY.replace("SAY(bad, facts)", _say(symptom, facts))
-
-
 def with_footer(text: str, symptom: str, result: Mapping[str, Any]) -> str:
-    """`text` with the footer at its end, the run's facts in it."""
+    """`text` with the footer (the lines appended to repro.py, see the module doc) at its end, the run's facts in it."""
     failing = result.get("culprit_trial") or result.get("failing") or {}
     facts = {
         "culprits": list(result.get("culprits") or []),
@@ -90,4 +85,4 @@ def with_footer(text: str, symptom: str, result: Mapping[str, Any]) -> str:
         "error": failing.get("error"),
     }
     body = text if text.endswith("\n") or not text else text + "\n"
-    return body + "\n\n" + footer(symptom, facts)
+    return body + "\n\n" + BEGIN + _BODY.replace("SAY(bad, facts)", _say(symptom, facts))

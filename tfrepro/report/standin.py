@@ -20,14 +20,14 @@ needs that data.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
 from tfrepro.report.export import ENTRY, Export
-from tfrepro.report.records import DataDoc, ResultJson, SourceDoc
+from tfrepro.report.records import DataDoc, ResultJson
 
 if TYPE_CHECKING:
     from tfrepro.report.reduce import Reduction
@@ -95,7 +95,7 @@ def _tfrepro_data(i):
 
 @dataclass(frozen=True)
 class Read:
-    """One data read the harness recorded (`records.SourceDoc`): the call, the file, the
+    """One data read the harness recorded (`records.DataDoc`'s sources): the call, the file, the
     script's file:line; `value` the spec of what it returned, the stand-in's recipe."""
 
     call: str | None = None
@@ -104,7 +104,7 @@ class Read:
     value: dict[str, Any] | None = None
 
     @classmethod
-    def of(cls, doc: SourceDoc) -> Read:
+    def of(cls, doc: Mapping[str, Any]) -> Read:
         return cls(doc.get("call"), doc.get("file"), doc.get("at"), doc.get("value"))
 
     def brief(self) -> dict[str, Any]:
@@ -144,12 +144,8 @@ class DataFacts:
 
 def _sites(sources: Sequence[Read], entry: str) -> list[Read]:
     """The recorded reads of the entry script, one per call site (its first read), in line order."""
-    seen: dict[str, Read] = {}
-    for s in sources:
-        at = str(s.at or "")
-        if at.rsplit(":", 1)[0] == entry and at not in seen:
-            seen[at] = s
-    return sorted(seen.values(), key=lambda s: int(str(s.at).rsplit(":", 1)[1]))
+    firsts = {str(s.at): s for s in reversed(sources) if str(s.at or "").rsplit(":", 1)[0] == entry}
+    return sorted(firsts.values(), key=lambda s: int(str(s.at).rsplit(":", 1)[1]))
 
 
 def _name(func: cst.BaseExpression) -> str | None:

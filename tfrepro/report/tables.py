@@ -24,7 +24,7 @@ from typing import Any
 
 from tfrepro.report import events
 from tfrepro.report.answer import TrialFacts, of
-from tfrepro.report.records import ResultJson, TrialSummary
+from tfrepro.report.records import ResultJson
 from tfrepro.settings import WARMUP_STEPS
 from tfrepro.trials.values import TrialRow
 
@@ -53,12 +53,13 @@ class Row:
 COLUMNS = [f.name for f in fields(Row)][:-2]
 
 
-def read_summary(run_dir: Path, row: TrialRow) -> TrialSummary | None:
+def read_summary(run_dir: Path, row: TrialRow) -> TrialFacts | None:
     """The trial's summary.json, or None (none recorded, or unreadable)."""
     try:
-        return json.loads((run_dir / row["summary"]).read_text(encoding="utf-8")) if row.get("summary") else None
+        doc = json.loads((run_dir / row["summary"]).read_text(encoding="utf-8")) if row.get("summary") else None
     except (OSError, json.JSONDecodeError):
         return None
+    return None if doc is None else of(TrialFacts, doc) or TrialFacts()
 
 
 def _median_ms(s: TrialFacts) -> float | None:
@@ -68,24 +69,19 @@ def _median_ms(s: TrialFacts) -> float | None:
     return 1000.0 * statistics.median(steady) if steady else None
 
 
-def _label(row: TrialRow, s: TrialFacts) -> str:
-    """A commit's sha or a release (feature trials have none)."""
-    label = row.get("version") or row.get("sha") or s.label or ""
-    return "" if label == row.get("role") else label
-
-
 def trial_rows(run_dir: Path, table: list[TrialRow]) -> list[Row]:
     """One row per trial of the run's trials table, in order."""
     rows = []
     for i, row in enumerate(table, 1):
-        s = of(TrialFacts, read_summary(run_dir, row)) or TrialFacts()
+        s = read_summary(run_dir, row) or TrialFacts()
         losses = [math.nan if x is None else x for x in s.losses or []]  # null: non-finite
+        label = row.get("version") or row.get("sha") or s.label or ""  # a commit's sha or a release
         rows.append(
             Row(
                 index=i,
                 role=row.get("role") or "",
                 repeat=row.get("repeat", 0),
-                label=_label(row, s),
+                label="" if label == row.get("role") else label,
                 features_on=";".join(row.get("enabled") or []),
                 verdict=row.get("verdict") or "",
                 steps=len(losses) if s.steps_run is None else s.steps_run,

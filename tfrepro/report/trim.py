@@ -28,20 +28,9 @@ _GET_STRATEGY = m.Call(
 
 def _names(tree: cst.CSTNode) -> Counter[str]:
     """How often each bare name is read or written (imports' own names excluded)."""
-    seen: Counter[str] = Counter()
-
-    class V(cst.CSTVisitor):
-        def visit_Import(self, node: cst.Import) -> bool:
-            return False
-
-        def visit_ImportFrom(self, node: cst.ImportFrom) -> bool:
-            return False
-
-        def visit_Name(self, node: cst.Name) -> None:
-            seen[node.value] += 1
-
-    tree.visit(V())
-    return seen
+    imports = m.findall(tree, m.Import() | m.ImportFrom())
+    seen = Counter(n.value for n in m.findall(tree, m.Name()))  # type: ignore[attr-defined]
+    return seen - Counter(n.value for s in imports for n in m.findall(s, m.Name()))  # type: ignore[attr-defined]
 
 
 def _scope_only_strategies(tree: cst.Module, counts: Counter[str]) -> set[str]:
