@@ -210,9 +210,6 @@ class StateDir:
             return d
         raise FileExistsError(f"cannot create a run directory under {base}")
 
-    def checkouts_dir(self) -> Path:
-        return self.sub("checkouts")
-
     # -- pruning -------------------------------------------------------------
     def _children(self, name: str, out: Pruned) -> list[Path]:
         """The marked entries of `runs/`, `trials/`, ... oldest first; none
