@@ -79,10 +79,10 @@ def _budget_module():
 def test_a_timing_budget_counts_only_the_timed_calls_each_with_its_warm_up():
     Budget = _budget_module().Budget
     b = Budget({"steps_max": 1000, "min_time_s": 1.0, "min_steps": 5, "warmup": 2, "timed_calls": ["fit#2"]})
-    b.begin_call("fit#1", 0)
+    b.begin_call("fit#1")
     assert not any(b.step(10.0) for _ in range(8))  # fit#1: not timed, never ends the trial
     assert not b.call_ended("fit#1")
-    b.begin_call("fit#2", 8)
+    b.begin_call("fit#2")
     spent = [b.step(0.3) for _ in range(7)]
     assert spent == [False] * 6 + [True]  # 2 warm-up steps, then 5 steady 0.3 s steps (>= 1 s)
     assert b.ranges == [[10, 15]] and b.call_ended("fit#2")
@@ -94,7 +94,7 @@ def test_a_timing_budget_counts_only_the_timed_calls_each_with_its_warm_up():
 def test_without_timed_calls_the_budget_is_as_before():
     Budget = _budget_module().Budget
     b = Budget({"steps_max": 1000, "min_time_s": 0.1, "min_steps": 3, "warmup": 2})
-    b.begin_call("fit#1", 0)
+    b.begin_call("fit#1")
     assert [b.step(0.05) for _ in range(5)] == [False] * 4 + [True]
     assert b.call_ended("fit#1") and b.ranges == []
 

@@ -207,6 +207,16 @@ def test_the_split_goes_after_the_first_tensorflow_import():
     assert top.startswith("#!/usr/bin/env python\n# Added by tfrepro (--replicas 3)")
 
 
+def test_a_script_without_a_tensorflow_import_keeps_its_docstring_and_future_imports_first():
+    # a Keras 3 script (`import keras`) with `from __future__ import annotations`:
+    # the split before the __future__ import would be a SyntaxError in repro.py
+    src = '"""Train."""\nfrom __future__ import annotations\n\nimport keras\nx = 1\n'
+    out = with_split(src, 2)
+    compile(out, "repro.py", "exec")
+    assert out.startswith('"""Train."""\nfrom __future__ import annotations\n# Added by tfrepro (--replicas 2)')
+    assert out.endswith("import keras\nx = 1\n")
+
+
 # -- Ray: a private instance, or a bounded wait for a named address ------------------------------
 
 

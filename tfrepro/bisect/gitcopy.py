@@ -264,7 +264,7 @@ class Checkouts:
         self.dir = state.path / CHECKOUTS_DIR / f"{os.getpid()}-{time.time_ns()}"
 
     def __enter__(self) -> "Checkouts":
-        base = self.state.checkouts_dir()
+        base = self.state.sub(CHECKOUTS_DIR)
         clean_leftover_checkouts(self.state.path)
         self.dir = self.state.make_dir(base / self.dir.name)
         return self

@@ -112,7 +112,7 @@ def begin_call(kind: str, where: str) -> str:
     S.calls.append({"call": tag, "where": where, "start": S.steps_seen})
     S.extra["calls"] = S.calls
     if S.budget is not None:
-        S.budget.begin_call(tag, S.steps_seen)
+        S.budget.begin_call(tag)
     return tag
 
 

@@ -56,7 +56,7 @@ class Budget:
         self.total = 0  # every step of the trial, timed or not
         self.ranges: list[list[int]] = []  # [start, end) of the steady steps timed
 
-    def begin_call(self, tag: str, start: int) -> None:
+    def begin_call(self, tag: str) -> None:
         if self.timed_calls:
             self.active, self.call_seen = tag in self.timed_calls, 0
 

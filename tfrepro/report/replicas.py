@@ -5,14 +5,15 @@ before the script's first op (inside/devices.py); the standalone repro.py
 must do the same, so a maintainer with one device sees the N-replica bug.
 The lines go right after the script's first top-level TensorFlow import (a
 script that sets environment variables before importing TensorFlow keeps
-that order), or at the top when it has none.
+that order), or when it has none after the module docstring and the
+`__future__` imports (which must stay first), else at the top.
 """
 
 from __future__ import annotations
 
 import ast
 
-from tfrepro.report.scriptargs import insert_lines
+from tfrepro.report.scriptargs import insert_lines, preamble_end
 
 GPU_REPLICA_MB = 2048  # as inside/devices.py
 
@@ -36,7 +37,8 @@ if len(_gpus) < {n}:
 
 def _insert_at(source: str) -> int | None:
     """The line index after the first top-level `import tensorflow` /
-    `from tensorflow ...` (None: the top, past a shebang and coding lines)."""
+    `from tensorflow ...`, else after the docstring and `__future__` imports
+    (None: the top, past a shebang and coding lines)."""
     try:
         body = ast.parse(source).body
     except SyntaxError:
@@ -46,7 +48,7 @@ def _insert_at(source: str) -> int | None:
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
             if any(name.partition(".")[0] == "tensorflow" for name in names):
                 return node.end_lineno or node.lineno
-    return None
+    return preamble_end(body)
 
 
 def with_split(source: str, n: int | None) -> str:

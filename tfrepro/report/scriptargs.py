@@ -47,6 +47,15 @@ def comment_entry(text: str, entry: str, args: Sequence[str]) -> str:
     return insert_lines(text, None, f"# run it with its arguments: python {entry} {shlex.join(args)}\n")
 
 
+def preamble_end(body: Sequence[ast.stmt]) -> int | None:
+    """The line after the module docstring and the `__future__` imports, which
+    must stay first (None when the module starts with other code)."""
+    i = 1 if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) else 0
+    while i < len(body) and isinstance(body[i], ast.ImportFrom) and body[i].module == "__future__":  # type: ignore[attr-defined]
+        i += 1
+    return (body[i - 1].end_lineno or body[i - 1].lineno) if i else None
+
+
 def default_args(text: str, entry: str, args: Sequence[str]) -> str:
     """`text` that runs with `args` when it is given no arguments: three
     lines after the module docstring and the `__future__` imports (after a
@@ -57,14 +66,11 @@ def default_args(text: str, entry: str, args: Sequence[str]) -> str:
         body = ast.parse(text).body
     except SyntaxError:
         return comment_entry(text, entry, args)
-    i = 1 if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant) else 0
-    while i < len(body) and isinstance(body[i], ast.ImportFrom) and body[i].module == "__future__":  # type: ignore[attr-defined]
-        i += 1
     code = (
         f"import sys  # (tfrepro) given no arguments, the run's: python {entry} {shlex.join(args)}\n"
         f"if len(sys.argv) == 1:\n    sys.argv += {list(args)!r}\n"
     )
-    return insert_lines(text, (body[i - 1].end_lineno or body[i - 1].lineno) if i else None, code)
+    return insert_lines(text, preamble_end(body), code)
 
 
 def notebook_code(code: str, entry: str, args: Sequence[str]) -> str:

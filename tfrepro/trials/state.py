@@ -1,11 +1,12 @@
 """The one owner of a project's state directory, `.tfrepro/`.
 
 Every directory and file tfrepro creates under it goes through `StateDir`:
-run dirs, trial dirs, cache entries, commit checkouts, temp dirs. That is how
+run dirs, trial dirs, cache entries, commit checkouts. That is how
 the invariant "invisible to `git status`" holds in every mode: `ensure()`
 writes `.tfrepro/.gitignore` (holding `*`, as pytest does for its cache)
 before anything else is created, and there is no second way to create a path
-under it (tests/test_state.py checks the callers).
+under it (tests/test_git_status_e2e.py checks `git status` after every
+command that makes one).
 
 Layout:
     .gitignore
@@ -209,9 +210,6 @@ class StateDir:
             (d / "trials").mkdir()
             return d
         raise FileExistsError(f"cannot create a run directory under {base}")
-
-    def checkouts_dir(self) -> Path:
-        return self.sub("checkouts")
 
     # -- pruning -------------------------------------------------------------
     def _children(self, name: str, out: Pruned) -> list[Path]:
