@@ -205,7 +205,7 @@ def test_cli_entry_prints_one_json_object_and_exit_codes(repo):
     from tfrepro.bisect.options import BisectOptions, parse_symptom
     from tfrepro.cli.range_cmds import run_commits as run_from_cli
     from tfrepro.errors import UserError
-    from tfrepro.trials.values import Verdict
+    from tfrepro.verdicts import Verdict
 
     shas = build(repo, sleep=0)
     out: list[tuple[str, bool]] = []

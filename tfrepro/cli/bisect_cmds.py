@@ -20,9 +20,7 @@ from tfrepro.cli.app import (
     select_options,
 )
 from tfrepro.errors import UserError
-
-_SYMPTOMS = ["nan", "crash", "timeout", "memory", "mismatch", "slowdown"]
-
+from tfrepro.verdicts import SYMPTOM_ORDER
 
 # The options each mode uses; any other given is refused (exit 2), never
 # silently ignored.
@@ -79,7 +77,7 @@ def check_releases(good: str | None, bad: str | None) -> None:
 @script_args_argument
 @click.option(
     "--symptom",
-    type=click.Choice(_SYMPTOMS),
+    type=click.Choice([v.value for v in SYMPTOM_ORDER]),
     help="The symptom to hunt (default: the first the failing configuration shows, in this order).",
 )
 @click.option(
