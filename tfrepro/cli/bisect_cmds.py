@@ -261,31 +261,31 @@ def bisect_cmd(
         replicas=replicas,
         **{k: v for k, v in given.items() if v is not None},  # else BisectOptions' defaults
     )
-    if tf_versions:
-        from tfrepro.bisect.versions import Releases, ThenFeatures
-        from tfrepro.cli.range_cmds import run_versions
+    # --json: stdout is the one result object, in every mode; whatever else
+    # writes there meanwhile (Ray's driver prints a raylet's death notice) goes to stderr.
+    with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
+        if tf_versions:
+            from tfrepro.bisect.versions import Releases, ThenFeatures
+            from tfrepro.cli.range_cmds import run_versions
 
-        check_releases(good, bad)
-        releases = Releases(good=good, bad=bad, legacy_keras=keras_mode == "legacy", tf_dist=tf_dist)
-        then = ThenFeatures(only, skip) if then_features else None
-        result = run_versions(path, tf_versions, options, releases, then_features=then, as_json=as_json)
-    elif good or bad:
-        from tfrepro.cli.range_cmds import run_commits
+            check_releases(good, bad)
+            releases = Releases(good=good, bad=bad, legacy_keras=keras_mode == "legacy", tf_dist=tf_dist)
+            then = ThenFeatures(only, skip) if then_features else None
+            result, answer = run_versions(path, tf_versions, options, releases, then_features=then, as_json=as_json)
+        elif good or bad:
+            from tfrepro.cli.range_cmds import run_commits
 
-        result = run_commits(path, good, bad, options, as_json=as_json)
-    else:
-        from tfrepro.check.run import checks_for_result
-        from tfrepro.cli.display import answer_lines, run_bisect
-        from tfrepro.trials.state import prune_after_run
+            result, answer = run_commits(path, good, bad, options, as_json=as_json)
+        else:
+            from tfrepro.check.run import checks_for_result
+            from tfrepro.cli.display import answer_lines, run_bisect
+            from tfrepro.trials.state import prune_after_run
 
-        project = load_project(path, only, skip)
-        options = replace(options, baseline_checks=checks_for_result)
-        # --json: stdout is the one result object; whatever else writes there
-        # meanwhile (Ray's driver prints a raylet's death notice) goes to stderr.
-        with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-            result = run_bisect(project, options, as_json=as_json)
+            project = load_project(path, only, skip)
+            result = run_bisect(project, replace(options, baseline_checks=checks_for_result), as_json=as_json)
             prune_after_run(project)
-        click.echo(json.dumps(result.to_dict()) if as_json else "\n".join(answer_lines(result)))
+            answer = json.dumps(result.to_dict()) if as_json else "\n".join(answer_lines(result))
+    click.echo(answer)
     sys.exit(write_tables(result))
 
 
