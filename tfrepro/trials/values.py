@@ -1,4 +1,5 @@
-"""Values that cross layers: trial results, verdicts (settings: `tfrepro.settings`).
+"""Values that cross layers: trial results, the run result (verdicts: `tfrepro.verdicts`,
+settings: `tfrepro.settings`).
 
 Frozen dataclasses, JSON round-trippable. The trial runner produces
 `TrialResult`s, the classifier (`classify.py`) turns them into `Verdict`s, and
