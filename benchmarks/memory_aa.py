@@ -33,7 +33,7 @@ from tfrepro.project import Project  # noqa: E402
 from tfrepro.trials.classify import symptoms  # noqa: E402
 from tfrepro.trials.memcheck import decide_memory  # noqa: E402
 from tfrepro.trials.runner import TrialOptions, run_trial  # noqa: E402
-from tfrepro.trials.values import Verdict  # noqa: E402
+from tfrepro.verdicts import Verdict  # noqa: E402
 
 
 def one_round(project: Project, i: int, state: Path) -> dict:

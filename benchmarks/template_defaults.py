@@ -28,7 +28,7 @@ from tfrepro.project import Project  # noqa: E402
 from tfrepro.scaffold.generate import new_project  # noqa: E402
 from tfrepro.trials.classify import classify, measure_noise, sequential_slowdown, timing_pair  # noqa: E402
 from tfrepro.trials.runner import run_trial  # noqa: E402
-from tfrepro.trials.values import Verdict  # noqa: E402
+from tfrepro.verdicts import Verdict  # noqa: E402
 
 
 def judge_defaults(project: Project) -> dict[str, object]:

@@ -53,7 +53,7 @@ from tfrepro.settings import (  # noqa: E402
     TrialSettings,
 )
 from tfrepro.trials.slowdown import QUIET_OTHERS, SequentialPolicy, TimingPair, sequential_slowdown, typical_step  # noqa: E402
-from tfrepro.trials.values import Verdict  # noqa: E402
+from tfrepro.verdicts import Verdict  # noqa: E402
 
 
 def _budget_class():

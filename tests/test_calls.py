@@ -10,7 +10,8 @@ from pathlib import Path
 import tfrepro
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials.calls import calls_of, per_call_ratios, slower_calls, symptom_call
-from tfrepro.trials.values import TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import Verdict
 
 W = WARMUP_STEPS
 

@@ -43,6 +43,18 @@ def test_help_and_version_do_not_import_heavy_modules():
     assert out.stdout.strip() == ""
 
 
+def test_symptom_choices_are_the_one_symptom_order_read_without_importing_trials():
+    """`--symptom` lists SYMPTOM_ORDER (tfrepro/verdicts.py, the order the
+    bisect picks in) and the CLI's start-up imports no `tfrepro.trials`."""
+    from tfrepro.verdicts import SYMPTOM_ORDER
+
+    r = CliRunner().invoke(main, ["bisect", "--help"])
+    assert "[" + "|".join(v.value for v in SYMPTOM_ORDER) + "]" in " ".join(r.output.split())
+    code = "import sys\nimport tfrepro.cli\nprint(sorted(m for m in sys.modules if m.startswith('tfrepro.trials')))\n"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_a_plain_scripts_features_do_not_import_pydantic(tmp_path):
     """pydantic validates a tfrepro.toml and is imported only when there is
     one: `tfrepro features train.py` on a plain script (the README's loop)

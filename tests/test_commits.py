@@ -28,7 +28,8 @@ from tfrepro.settings import (
     TrialSettings,
 )
 from tfrepro.trials.timing import TIMING_BASELINE, TIMING_CANDIDATE
-from tfrepro.trials.values import TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import Verdict
 
 GOOD_SRC = "LOSS = 1.0\nprint('step=1 loss=1.0')\n"
 NAN_SRC = "LOSS = nan\nprint('step=1 loss=nan')\n"

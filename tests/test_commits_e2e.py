@@ -205,7 +205,7 @@ def test_cli_entry_prints_one_json_object_and_exit_codes(repo):
     from tfrepro.bisect.options import BisectOptions, parse_symptom
     from tfrepro.cli.range_cmds import run_commits as run_from_cli
     from tfrepro.errors import UserError
-    from tfrepro.trials.values import Verdict
+    from tfrepro.verdicts import Verdict
 
     shas = build(repo, sleep=0)
     out: list[tuple[str, bool]] = []
@@ -214,16 +214,16 @@ def test_cli_entry_prints_one_json_object_and_exit_codes(repo):
         out.append((text, err))
 
     proj = repo.root / "proj"
-    assert run_from_cli(proj, shas[0], "main", as_json=True, echo=echo) == 0
-    assert [err for _, err in out] == [False]
-    doc = json.loads(out[0][0])
+    result, answer = run_from_cli(proj, shas[0], "main", as_json=True, echo=echo)
+    assert result.exit_code == 0
+    assert [err for _, err in out] == []  # nothing else: the command prints the answer, one JSON object
+    doc = json.loads(answer)
     assert doc["first_bad_commit"] == shas[FIRST_BAD] and doc["culprits"] == []
 
     out.clear()
-    assert (
-        run_from_cli(proj, shas[0], shas[5], BisectOptions(symptom=Verdict.NAN), echo=echo) == 3
-    )  # the bad end is healthy: none
-    text = "\n".join(t for t, _ in out)
+    result, answer = run_from_cli(proj, shas[0], shas[5], BisectOptions(symptom=Verdict.NAN), echo=echo)
+    assert result.exit_code == 3  # the bad end is healthy: none
+    text = "\n".join([*(t for t, _ in out), answer])
     assert f"the bad end {shas[5][:12]} (commit 5) does not show nan" in text
     assert "bisecting 6 commits" in text
 

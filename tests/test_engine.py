@@ -19,7 +19,8 @@ import pytest
 from tfrepro.bisect.engine import BisectOptions, bisect
 from tfrepro.bisect.events import BisectEvents
 from tfrepro.project import Project
-from tfrepro.trials.values import TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import Verdict
 
 CONTRACT4 = {"status", "symptom", "culprits", "baseline", "trials", "wall_s", "run_dir", "first_bad_commit"}
 REPORT_KEYS = {

@@ -26,7 +26,8 @@ from tfrepro.trials.executors import (
 )
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.trial import Trial, TrialOptions
-from tfrepro.trials.values import TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import Verdict
 
 REPO = Path(__file__).resolve().parents[1]
 

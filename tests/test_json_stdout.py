@@ -25,6 +25,18 @@ def test_what_prints_during_the_hunt_goes_to_stderr(tmp_path, monkeypatch):
     assert "Raylet is terminated" in r.stderr
 
 
+def test_in_commit_mode_too_what_prints_during_the_hunt_goes_to_stderr(tmp_path, monkeypatch):
+    # one rule for every mode: the `bisect` command prints the answer after the hunt
+    def bisect_commits(path, good, bad, options, **kwargs):
+        print("(raylet) Raylet is terminated. Termination is unexpected.")
+        return RunResult(Status.NONE)
+
+    monkeypatch.setattr("tfrepro.cli.range_cmds.bisect_commits", bisect_commits)
+    r = CliRunner().invoke(main, ["bisect", str(tmp_path), "--good", "a", "--bad", "b", "--json"])
+    assert json.loads(r.stdout)["status"] == "none", r.stdout
+    assert "Raylet is terminated" in r.stderr
+
+
 def test_sigterm_during_a_feature_bisect_is_130_and_the_handler_is_restored(tmp_path, monkeypatch):
     # One SIGTERM handler for every command (the CLI's `sigterm_interrupts`):
     # the engine is interrupted as on Ctrl-C, the caller's handler comes back.

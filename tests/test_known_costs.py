@@ -13,7 +13,7 @@ from tfrepro.bisect.engine import BisectOptions, bisect
 from tfrepro.cli import main
 from tfrepro.cli.display import answer_lines
 from tfrepro.costs import known_cost
-from tfrepro.trials.values import Verdict
+from tfrepro.verdicts import Verdict
 
 PLAIN_CPU = {"accelerators": [], "cpu_fp16": False, "cpu_bf16": False, "replicas": 1}
 FP16 = "mixed_float16 compute policy"

@@ -15,7 +15,8 @@ from tfrepro.manifest import Manifest
 from tfrepro.settings import SymptomSettings
 from tfrepro.trials.classify import classify, symptoms
 from tfrepro.trials.memcheck import decide_memory, is_oom
-from tfrepro.trials.values import SYMPTOM_ORDER, TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import SYMPTOM_ORDER, Verdict
 
 MB = 1_000_000
 SETTINGS = SymptomSettings()

@@ -14,7 +14,7 @@ from tfrepro.settings import SymptomSettings
 from tfrepro.trials.classify import classify
 from tfrepro.trials.runner import run_trial
 from tfrepro.trials.trial import TrialOptions
-from tfrepro.trials.values import Verdict
+from tfrepro.verdicts import Verdict
 
 pytestmark = pytest.mark.e2e
 

@@ -10,7 +10,8 @@ from tfrepro.cli.display import answer_lines
 from tfrepro.report.answer import Report
 from tfrepro.report.issue_text import _slowdown
 from tfrepro.trials.slowdown import TimingOutcome, TimingPair
-from tfrepro.trials.values import RunResult, Status, Verdict
+from tfrepro.trials.values import RunResult, Status
+from tfrepro.verdicts import Verdict
 
 
 def _doc(p_value: float, fast: bool = False) -> dict:

@@ -7,11 +7,14 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+from click.testing import CliRunner
+
 from tfrepro.annotate import annotate
 from tfrepro.bisect import commits
 from tfrepro.bisect.options import BisectOptions
+from tfrepro.cli import main
 from tfrepro.projectload import locate
-from tfrepro.trials.state import StateDir
+from tfrepro.trials.state import StateDir, clean_project
 
 
 def _repo(tmp_path: Path) -> Path:
@@ -43,3 +46,20 @@ def test_annotate_writes_the_manifest_bisect_reads(tmp_path, monkeypatch):
     ann = annotate(["sub/train.py"])
     assert ann.manifest_path is not None  # the detected mixed_precision is not the default entry
     assert ann.manifest_path.parent == locate("sub/train.py")[0] == root.resolve()
+
+
+def test_clean_finds_the_project_and_reads_its_manifest_as_bisect_does(tmp_path, monkeypatch):
+    """`tfrepro clean` takes the root `locate` gives (a script: its project;
+    a path that does not exist: bad input, exit 2) and the manifest as
+    `read_manifest` reads it (a tfrepro.toml that is not UTF-8: exit 2)."""
+    root = _repo(tmp_path)
+    monkeypatch.chdir(root)
+    made = StateDir.of(root)
+    made.ensure()
+    assert clean_project("sub/train.py", everything=True) is not None
+    assert not made.path.exists() and not (root / "sub" / ".tfrepro").exists()
+    r = CliRunner().invoke(main, ["clean", "no-such-dir"])
+    assert r.exit_code == 2 and "no such file or directory" in r.output
+    (root / "tfrepro.toml").write_bytes(b"[state]\nkeep_runs = 3  # \xff\n")
+    r = CliRunner().invoke(main, ["clean", "sub/train.py"])
+    assert r.exit_code == 2 and "not UTF-8" in r.output

@@ -14,7 +14,8 @@ from tfrepro.trials.classify import (
     mismatch_tolerance,
     symptoms,
 )
-from tfrepro.trials.values import TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import Verdict
 
 S = SymptomSettings()
 LOSSES = tuple(2.3 * 0.95**i for i in range(20))

@@ -10,7 +10,7 @@ from test_engine import FakeRunner, make_project, slow_many, slow_when
 
 from tfrepro.bisect.engine import BisectOptions, bisect
 from tfrepro.bisect.replay import OWN_COST_SLOWDOWN
-from tfrepro.trials.values import Verdict
+from tfrepro.verdicts import Verdict
 
 FEATS = ["custom_layer_antirectifier", "prefetch", "xla"]
 

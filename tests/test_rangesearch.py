@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfrepro.bisect.rangesearch import Mark, bisect_range, exception_type, judge
-from tfrepro.trials.values import Verdict
+from tfrepro.verdicts import Verdict
 
 
 def planted(first_bad: int, untestable: frozenset[int] = frozenset()):

@@ -165,3 +165,21 @@ def test_commit_bisect_writes_trials_csv_labelled_by_commit(tmp_path, monkeypatc
     assert r.exit_code == 0, r.output
     rows = _csv(Path(json.loads(r.stdout)["run_dir"]) / "trials.csv")
     assert {(row["label"], row["verdict"]) for row in rows} >= {(good, "ok"), (bad, "nan")}
+
+
+def test_a_range_bisect_writes_its_tables_into_the_run_its_answer_names(tmp_path, monkeypatch):
+    """Every mode's tables go to its result's run dir: not to the newest run
+    dir of the project (--then-features makes one after the version run's)."""
+    from tfrepro.cli import range_cmds
+    from tfrepro.trials.values import RunResult, Status
+
+    answered = _fake_run(tmp_path)
+    newer = tmp_path / "p" / ".tfrepro" / "runs" / "29991231-000000"
+    newer.mkdir(parents=True)
+    (newer / "result.json").write_text(json.dumps({"status": "found", "trials_table": []}))
+    (tmp_path / "p" / "repro.py").write_text("print(1)\n")
+    result = RunResult(status=Status.FOUND, run_dir=str(answered))
+    monkeypatch.setattr(range_cmds, "run_commits", lambda *a, **k: (result, "found"))
+    r = CliRunner().invoke(main, ["bisect", str(tmp_path / "p"), "--good", "a", "--bad", "b"])
+    assert r.exit_code == 0, r.output
+    assert (answered / "trials.csv").is_file() and not (newer / "trials.csv").exists()

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfrepro.bisect.search import Oracle, ablation, ddmin, halving, judge_replay
-from tfrepro.trials.values import Verdict
+from tfrepro.verdicts import Verdict
 
 NAN = Verdict.NAN
 

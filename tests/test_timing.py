@@ -21,7 +21,8 @@ from tfrepro.trials.slowdown import (
     timing_sample,
     typical_step,
 )
-from tfrepro.trials.values import TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import Verdict
 
 STEADY = tuple(0.002 * (1 + 0.01 * (i % 7)) for i in range(60))  # 2 ms steps, a little jitter
 

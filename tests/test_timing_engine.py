@@ -12,7 +12,8 @@ import pytest
 from test_engine import FEATS, FakeRunner, make_project, slow_many
 
 from tfrepro.bisect.engine import BisectOptions, bisect
-from tfrepro.trials.values import TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import Verdict
 
 
 def slow(feature: str, ratio: float, *, cv: float = 0.05, steps: int = 60):

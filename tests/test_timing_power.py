@@ -28,7 +28,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tfrepro.trials.slowdown import SequentialPolicy, TimingPair, TimingState, sequential_slowdown
-from tfrepro.trials.values import Verdict
+from tfrepro.verdicts import Verdict
 
 THRESHOLD = 1.25
 

@@ -9,7 +9,8 @@ from test_engine import FEATS, FakeRunner, make_project
 from tfrepro.bisect.engine import BisectOptions, bisect
 from tfrepro.cli.display import answer_lines
 from tfrepro.trials import untestable
-from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
+from tfrepro.trials.values import RunResult, Status, TrialResult
+from tfrepro.verdicts import Verdict
 
 NO_STEP = {"losses": (), "step_times": (), "steps_run": 0, "mode": "none"}
 

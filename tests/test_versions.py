@@ -15,7 +15,8 @@ from tfrepro.errors import UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import envs, releases
 from tfrepro.trials.envs import EnvError, EnvSpec, EnvStore
-from tfrepro.trials.values import TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import Verdict
 
 # -- releases -------------------------------------------------------------------------
 

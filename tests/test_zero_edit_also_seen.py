@@ -6,7 +6,8 @@ from test_zero_edit_preflight import NAN, fake, losses, project
 
 from tfrepro.bisect.also_seen import also_seen
 from tfrepro.bisect.engine import bisect
-from tfrepro.trials.values import AlsoSeen, Verdict
+from tfrepro.trials.values import AlsoSeen
+from tfrepro.verdicts import Verdict
 
 
 def test_other_symptoms_in_hunting_order_and_a_possible_slowdown():

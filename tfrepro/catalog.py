@@ -41,8 +41,10 @@ class Entry:
     `name` is the feature name, or the prefix of a family (`family=True`:
     `custom_layer_<class>`, `callback_<class>`). `description` may hold
     `{fields}` filled by the recogniser (`Entry.describe`). `off` says in
-    words what the OFF part is; `off_code`, when the OFF part is one constant
-    expression standing in for the feature's, is that expression.
+    words what the OFF part is (the recognisers in `annotate/` write it);
+    `off_code`, when the OFF part is one constant expression standing in for
+    the feature's, is that expression. Why an `affects_loss` entry changes
+    the loss is said once, by group, in the module docstring.
     """
 
     name: str
@@ -52,15 +54,10 @@ class Entry:
     affects_loss: bool = False
     off_code: str | None = None
     family: bool = False
-    why: str = ""  # why it changes the loss (affects_loss entries)
 
     def describe(self, **fields: object) -> str:
         return self.description.format(**fields) if fields else self.description
 
-
-_ORDER = "changes which examples each step sees, so the per-step loss"
-_LR = "changes the learning rate, so the loss"
-_OBJ = "changes the objective or the update, so the loss"
 
 _ENTRIES: tuple[Entry, ...] = (
     # -- precision, distribution, compilation (same math, other numerics) --
@@ -119,7 +116,6 @@ _ENTRIES: tuple[Entry, ...] = (
         "a stock layer",
         family=True,
         affects_loss=True,
-        why="its OFF stand-in computes something else, so the loss differs by construction",
     ),
     # -- tf.data: same examples, same order --------------------------------
     Entry(
@@ -145,7 +141,6 @@ _ENTRIES: tuple[Entry, ...] = (
         "tf.data shuffle; off: input order kept",
         "the link dropped",
         affects_loss=True,
-        why=_ORDER,
     ),
     Entry(
         "interleave",
@@ -153,7 +148,6 @@ _ENTRIES: tuple[Entry, ...] = (
         "tf.data interleave over files; off: flat_map (files one after another)",
         "flat_map",
         affects_loss=True,
-        why="interleaving changes the order of the examples, so the per-step loss",
     ),
     Entry(
         "parallel_reads",
@@ -162,7 +156,6 @@ _ENTRIES: tuple[Entry, ...] = (
         "num_parallel_reads=None",
         affects_loss=True,
         off_code="None",
-        why=_ORDER,
     ),
     Entry(
         "nondeterministic_data",
@@ -170,7 +163,6 @@ _ENTRIES: tuple[Entry, ...] = (
         "tf.data may reorder elements (deterministic = False)",
         "the assignment removed",
         affects_loss=True,
-        why=_ORDER,
     ),
     Entry(
         "random_augmentation",
@@ -178,7 +170,6 @@ _ENTRIES: tuple[Entry, ...] = (
         "random data augmentation ({cls}); off: identity",
         "keras.layers.Identity()",
         affects_loss=True,
-        why="random augmentation changes the inputs, so the loss",
     ),
     # -- learning rate (affects_loss) --------------------------------------
     Entry(
@@ -187,7 +178,6 @@ _ENTRIES: tuple[Entry, ...] = (
         "{cls} learning-rate schedule; off: constant {constant}",
         "the schedule's starting rate",
         affects_loss=True,
-        why=_LR,
     ),
     Entry(
         "lr_warmup",
@@ -195,7 +185,6 @@ _ENTRIES: tuple[Entry, ...] = (
         "linear learning-rate warmup (changes the loss on purpose)",
         "the peak rate from the first step",
         affects_loss=True,
-        why="a warmup schedule changes the learning rate, so the loss, on purpose",
     ),
     # -- callbacks ----------------------------------------------------------
     Entry("callback", "callback", "{cls} callback passed to fit", "not passed to fit", family=True),
@@ -206,7 +195,6 @@ _ENTRIES: tuple[Entry, ...] = (
             "{cls} callback passed to fit (changes the learning rate)",
             "not passed to fit",
             affects_loss=True,
-            why=_LR,
         )
         for name in ("callback_lr_scheduler", "callback_reduce_lr_on_plateau")
     ),
@@ -216,7 +204,6 @@ _ENTRIES: tuple[Entry, ...] = (
         "{cls} callback passed to fit (stops training: sets model.stop_training)",
         "not passed to fit",
         affects_loss=True,
-        why="a callback that stops training changes how many steps run, so the loss",
     ),
     Entry(
         "callbacks",
@@ -224,11 +211,10 @@ _ENTRIES: tuple[Entry, ...] = (
         "callbacks passed to fit (EarlyStopping, ReduceLROnPlateau...)",
         "no callbacks",
         affects_loss=True,
-        why="ReduceLROnPlateau and EarlyStopping change the learning rate and the run, so the loss",
     ),
     # -- objective and update (affects_loss) --------------------------------
     *(
-        Entry(name, "objective", desc, off, affects_loss=True, off_code=code, why=_OBJ)
+        Entry(name, "objective", desc, off, affects_loss=True, off_code=code)
         for name, desc, off, code in (
             ("class_weight", "class weights in fit ({arg}); off: unweighted", "class_weight=None", "None"),
             ("sample_weight", "sample weights in fit ({arg}); off: unweighted", "sample_weight=None", "None"),

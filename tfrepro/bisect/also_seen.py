@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from tfrepro.trials.values import STOPPERS, SYMPTOM_ORDER, AlsoSeen, Verdict
+from tfrepro.trials.values import AlsoSeen
+from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 
 
 def also_seen(

@@ -20,7 +20,8 @@ from tfrepro.trials import classify
 from tfrepro.trials.calls import slower_calls
 from tfrepro.trials.trial import Purpose, TrialOptions
 from tfrepro.trials.untestable import ends_reason
-from tfrepro.trials.values import STOPPERS, SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict
+from tfrepro.trials.values import RunResult, Status, TrialResult
+from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 
 # What makes the baseline unusable: judged alone, MEMORY is an out-of-memory kill.
 _BASELINE_FAILURES = STOPPERS | {Verdict.MEMORY}

@@ -59,7 +59,8 @@ from tfrepro.trials.memcheck import decide_memory
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Purpose, Trial, TrialOptions
-from tfrepro.trials.values import STOPPERS, RunResult, Status, TrialResult, Verdict
+from tfrepro.trials.values import RunResult, Status, TrialResult
+from tfrepro.verdicts import STOPPERS, Verdict
 
 Wanted = tuple[Config, int, Purpose]  # a trial the run wants: (configuration, repeat, why)
 STRATEGIES = ("auto", "ablation", "ddmin")

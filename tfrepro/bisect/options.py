@@ -10,7 +10,7 @@ from typing import Any
 
 from tfrepro.errors import UserError
 from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX, WARMUP_STEPS, TrialSettings
-from tfrepro.trials.values import SYMPTOM_ORDER, Verdict
+from tfrepro.verdicts import SYMPTOM_ORDER, Verdict
 
 
 def parse_symptom(text: str | None) -> Verdict | None:

@@ -42,18 +42,8 @@ from tfrepro.trials.sigterm import sigterm_interrupts
 from tfrepro.trials.slowdown import TimingOutcome
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Trial
-from tfrepro.trials.values import (
-    STOPPERS,
-    SYMPTOM_ORDER,
-    Evidence,
-    RunResult,
-    Status,
-    TrialResult,
-    TrialRow,
-    Verdict,
-    evidence_doc,
-    summary,
-)
+from tfrepro.trials.values import Evidence, RunResult, Status, TrialResult, TrialRow, evidence_doc, summary
+from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 
 if TYPE_CHECKING:
     from tfrepro.bisect.gitcopy import CommitInfo

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Generic, TypeVar
 
-from tfrepro.trials.values import STOPPERS, Verdict
+from tfrepro.verdicts import STOPPERS, Verdict
 
 T = TypeVar("T")
 

@@ -11,7 +11,8 @@ from dataclasses import replace
 
 from tfrepro.bisect.search import Config, judge_replay
 from tfrepro.trials.trial import Purpose
-from tfrepro.trials.values import RunResult, Status, TrialResult, Verdict
+from tfrepro.trials.values import RunResult, Status, TrialResult
+from tfrepro.verdicts import Verdict
 
 # A custom layer's OFF part is a stand-in that does less work (Identity, a
 # stock layer), so the layer is slower than it by its own compute: healthy.

@@ -23,7 +23,8 @@ from tfrepro.bisect.search import Config
 from tfrepro.bisect.trial_log import trial_row
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
-from tfrepro.trials.values import AlsoSeen, RunResult, Status, TrialResult, TrialRow, Verdict, evidence_doc
+from tfrepro.trials.values import AlsoSeen, RunResult, Status, TrialResult, TrialRow, evidence_doc
+from tfrepro.verdicts import Verdict
 
 if TYPE_CHECKING:
     from tfrepro.bisect.engine import _Bisection

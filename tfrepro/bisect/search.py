@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from tfrepro.trials.ddmin import _split, ddmin  # noqa: F401  (the pure ddmin, shared with report)
-from tfrepro.trials.values import Verdict
+from tfrepro.verdicts import Verdict
 
 Config = frozenset[str]
 TestBatch = Callable[[list[Config]], list[Verdict]]

@@ -42,7 +42,8 @@ from tfrepro.settings import TrialSettings
 from tfrepro.trials.executors import LocalExecutor
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.trial import Trial, TrialOptions
-from tfrepro.trials.values import SYMPTOM_ORDER, RunResult, TrialResult, evidence_doc
+from tfrepro.trials.values import RunResult, TrialResult, evidence_doc
+from tfrepro.verdicts import SYMPTOM_ORDER
 
 # One trial of the project under a release's environment, or why that release
 # cannot be tried (its environment failed to build).

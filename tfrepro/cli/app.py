@@ -20,7 +20,6 @@ from typing import NoReturn
 import click
 
 from tfrepro import __version__
-from tfrepro.dists import dist_version, tf_version
 from tfrepro.errors import TfreproError, UserError
 
 EXIT_INTERRUPTED = 130
@@ -93,7 +92,10 @@ class _Group(click.Group):
 
 def version_line() -> str:
     """`tfrepro --version`: tfrepro's version and the TensorFlow and Keras
-    installed next to it, read from package metadata (instant: no import)."""
+    installed next to it, read from package metadata (instant: no import;
+    only when asked, so the CLI's start-up does not read metadata)."""
+    from tfrepro.dists import dist_version, tf_version
+
     tf, keras = tf_version(), dist_version("keras")
     return (
         f"tfrepro {__version__} (TensorFlow {tf or 'not installed'}, Keras {keras or 'not installed'}"

@@ -7,6 +7,7 @@ import json
 import sys
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -20,9 +21,10 @@ from tfrepro.cli.app import (
     select_options,
 )
 from tfrepro.errors import UserError
+from tfrepro.verdicts import SYMPTOM_ORDER
 
-_SYMPTOMS = ["nan", "crash", "timeout", "memory", "mismatch", "slowdown"]
-
+if TYPE_CHECKING:
+    from tfrepro.trials.values import RunResult
 
 # The options each mode uses; any other given is refused (exit 2), never
 # silently ignored.
@@ -79,7 +81,7 @@ def check_releases(good: str | None, bad: str | None) -> None:
 @script_args_argument
 @click.option(
     "--symptom",
-    type=click.Choice(_SYMPTOMS),
+    type=click.Choice([v.value for v in SYMPTOM_ORDER]),
     help="The symptom to hunt (default: the first the failing configuration shows, in this order).",
 )
 @click.option(
@@ -259,46 +261,43 @@ def bisect_cmd(
         replicas=replicas,
         **{k: v for k, v in given.items() if v is not None},  # else BisectOptions' defaults
     )
-    if tf_versions:
-        from tfrepro.bisect.versions import Releases, ThenFeatures
-        from tfrepro.cli.range_cmds import run_versions
-
-        check_releases(good, bad)
-        releases = Releases(good=good, bad=bad, legacy_keras=keras_mode == "legacy", tf_dist=tf_dist)
-        then = ThenFeatures(only, skip) if then_features else None
-        code = run_versions(path, tf_versions, options, releases, then_features=then, as_json=as_json)
-        sys.exit(write_tables(path, None, code))
-    if good or bad:
-        from tfrepro.cli.range_cmds import run_commits
-
-        sys.exit(write_tables(path, None, run_commits(path, good, bad, options, as_json=as_json)))
-    from tfrepro.check.run import checks_for_result
-    from tfrepro.cli.display import answer_lines, run_bisect
-    from tfrepro.trials.state import prune_after_run
-
-    project = load_project(path, only, skip)
-    options = replace(options, baseline_checks=checks_for_result)
-    # --json: stdout is the one result object; whatever else writes there
-    # meanwhile (Ray's driver prints a raylet's death notice) goes to stderr.
+    # --json: stdout is the one result object, in every mode; whatever else
+    # writes there meanwhile (Ray's driver prints a raylet's death notice) goes to stderr.
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
-        result = run_bisect(project, options, as_json=as_json)
-        prune_after_run(project)
-    click.echo(json.dumps(result.to_dict()) if as_json else "\n".join(answer_lines(result)))
-    sys.exit(write_tables(path, result.run_dir, result.exit_code))
+        if tf_versions:
+            from tfrepro.bisect.versions import Releases, ThenFeatures
+            from tfrepro.cli.range_cmds import run_versions
+
+            check_releases(good, bad)
+            releases = Releases(good=good, bad=bad, legacy_keras=keras_mode == "legacy", tf_dist=tf_dist)
+            then = ThenFeatures(only, skip) if then_features else None
+            result, answer = run_versions(path, tf_versions, options, releases, then_features=then, as_json=as_json)
+        elif good or bad:
+            from tfrepro.cli.range_cmds import run_commits
+
+            result, answer = run_commits(path, good, bad, options, as_json=as_json)
+        else:
+            from tfrepro.check.run import checks_for_result
+            from tfrepro.cli.display import answer_lines, run_bisect
+            from tfrepro.trials.state import prune_after_run
+
+            project = load_project(path, only, skip)
+            result = run_bisect(project, replace(options, baseline_checks=checks_for_result), as_json=as_json)
+            prune_after_run(project)
+            answer = json.dumps(result.to_dict()) if as_json else "\n".join(answer_lines(result))
+    click.echo(answer)
+    sys.exit(write_tables(result))
 
 
-def write_tables(path: Path, run_dir: str | None, code: int) -> int:
-    """trials.csv and the TensorBoard HParams view of the run just finished
-    (best effort: a failure is a warning on stderr); returns `code`."""
-    from tfrepro.report.bundle import find_run
+def write_tables(result: RunResult) -> int:
+    """trials.csv and the TensorBoard HParams view of the run just finished,
+    in its own run dir in every mode (best effort: a failure is a warning on
+    stderr); returns the result's exit code."""
     from tfrepro.report.tables import write_trial_tables
 
+    code = result.exit_code
     try:
-        if run_dir is None:
-            from tfrepro.projectload import locate
-
-            run_dir = str(find_run(locate(path)[0]))
-        written = write_trial_tables(Path(run_dir))
+        written = write_trial_tables(Path(result.run_dir))  # type: ignore[arg-type]  (every answer has its run dir)
     except Exception as e:  # noqa: BLE001  (the answer is already out; the tables are extras)
         click.echo(f"warning: trials.csv not written: {type(e).__name__}: {e}", err=True)
         return code

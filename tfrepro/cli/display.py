@@ -17,8 +17,6 @@ from rich.table import Table
 
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.result_doc import FeatureEvidence
-from tfrepro.settings import SymptomSettings
-from tfrepro.trials import classify
 from tfrepro.trials.values import RunResult, Status, TrialRow
 
 
@@ -35,9 +33,8 @@ def _config(enabled: tuple[str, ...] | list[str]) -> str:
 class RichProgress(BisectEvents):
     """One line per finished trial under a spinner that says what is running."""
 
-    def __init__(self, console: Console, symptoms: SymptomSettings) -> None:
+    def __init__(self, console: Console) -> None:
         self.console = console
-        self.symptoms = symptoms
         self.lock = threading.Lock()
         self.running: dict[tuple[tuple[str, ...], int], str] = {}
         self.done = 0
@@ -69,10 +66,11 @@ class RichProgress(BisectEvents):
 
     def trial_finished(self, record: TrialRecord) -> None:
         r = record.result
-        # The engine's verdict (against the trial's reference and baselines);
-        # a range bisection's trials are judged per point (point_tried).
-        live = record.live or record.verdict
-        what = (live or classify.primary(classify.symptoms(r, reference=None, settings=self.symptoms))).value
+        # The engine's verdict (against the trial's reference and baselines:
+        # it shows a trial once it has judged it); the display never judges a
+        # trial itself, which without the reference would say `ok` for a mismatch.
+        verdict = record.live or record.verdict
+        what = verdict.value if verdict is not None else "?"
         median = r.median_step_time()
         timing = f"{median * 1000:.3g} ms/step" if median is not None else ""
         with self.lock:
@@ -190,7 +188,7 @@ def run_bisect(project: Any, options: Any, *, as_json: bool) -> RunResult:
     console.print(
         f"bisecting {project.root} ({len(project.feature_names)} features: {', '.join(project.feature_names)})"
     )
-    with RichProgress(console, project.manifest.symptoms) as progress:
+    with RichProgress(console) as progress:
         result = bisect(project, options, events=progress)
     final_table(console, result)
     return result

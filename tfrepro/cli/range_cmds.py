@@ -4,9 +4,10 @@ and answer on the terminal.
 The presentation of the range modes (`bisect/commits.py` and
 `bisect/versions.py` do the work): progress lines on stderr as points are
 tried (the versions expanded, environment builds), the answer on stdout (or
-exactly one JSON object with --json), the exit code (Contract 4: 0 found, 1
-the ends do not hold or an error, 3 none, 4 ambiguous). Bad input raises
-UserError (exit 2); Ctrl-C propagates.
+exactly one JSON object with --json, printed by the `bisect` command as
+every mode's is); the result they return carries the exit code (Contract 4:
+0 found, 1 the ends do not hold or an error, 3 none, 4 ambiguous) and the run
+dir. Bad input raises UserError (exit 2); Ctrl-C propagates.
 """
 
 from __future__ import annotations
@@ -71,10 +72,11 @@ def run_commits(
     *,
     as_json: bool = False,
     echo: Callable[..., None] = click.echo,
-) -> int:
+) -> tuple[RunResult, str]:
     """What `tfrepro bisect --good REV --bad REV` does (`options`: the
-    symptom, --steps, the cache, the executor, --timing-budget); returns the
-    exit code."""
+    symptom, --steps, the cache, the executor, --timing-budget): progress;
+    returns the result (its run dir, its exit code) and the answer to print
+    (the JSON object with `as_json`)."""
     if not good or not bad:
         raise UserError(
             "commit mode needs both --good REV and --bad REV", hint="e.g. tfrepro bisect --good v1.2 --bad HEAD"
@@ -88,8 +90,7 @@ def run_commits(
         result = bisect_commits(path, good, bad, options, events=events, executor=runs_on)
     finally:
         runs_on.close()
-    echo(json.dumps(result.to_dict()) if as_json else commits_answer(result))
-    return result.exit_code
+    return result, json.dumps(result.to_dict()) if as_json else commits_answer(result)
 
 
 def versions_answer(result: RunResult, notes: list[str]) -> str:
@@ -129,10 +130,10 @@ def run_versions(
     *,
     then_features: ThenFeatures | None,
     as_json: bool,
-) -> int:
+) -> tuple[RunResult, str]:
     """What `tfrepro bisect --tf-versions ...` does (`options`: the symptom,
     --steps, the cache, --timing-budget; `releases`: the ends, --keras,
-    --tf-dist); returns the exit code."""
+    --tf-dist): progress; returns the result and the answer to print."""
     from tfrepro.bisect.versions import bisect_versions
     from tfrepro.trials.envs import detect_tf_dist
 
@@ -147,5 +148,4 @@ def run_versions(
     result = bisect_versions(path, versions, options, releases, events=progress, on_line=on_line)
     doc = result.to_dict()
     doc["notes"] = [*notes, *doc.get("notes", [])]
-    click.echo(json.dumps(doc) if as_json else versions_answer(result, doc["notes"]))
-    return result.exit_code
+    return result, json.dumps(doc) if as_json else versions_answer(result, doc["notes"])

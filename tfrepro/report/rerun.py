@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from tfrepro.inside import SETUP_PLUGIN
 from tfrepro.settings import SymptomSettings, TrialSettings
-from tfrepro.trials.values import TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import Verdict
 
 if TYPE_CHECKING:
     from tfrepro.trials.classify import TimingOutcome

@@ -13,7 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from tfrepro.settings import WARMUP_STEPS
-from tfrepro.trials.values import TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import Verdict
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,8 @@ from tfrepro.trials.slowdown import (  # noqa: F401  (the slowdown decision, re-
     timing_pair,
     timing_sample,
 )
-from tfrepro.trials.values import SYMPTOM_ORDER, TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import SYMPTOM_ORDER, Verdict
 
 # Denominator floor for relative loss deviations, as a fraction of the
 # reference's largest |loss|: a loss that converges towards 0 would otherwise

@@ -30,7 +30,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 
-from tfrepro.trials.values import TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import Verdict
 
 # The statistic (Contract 3: "the typical steady-state step"). Per trial, the
 # median step time of its least-disturbed stretch: the steady steps cut into

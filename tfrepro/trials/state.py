@@ -458,15 +458,13 @@ def prune_after_run(project: Any) -> Pruned:
 def clean_project(path: str | Path, *, everything: bool = False) -> Pruned:
     """The body of `tfrepro clean [PATH] [--all]`: the project's state dir
     pruned to its `[state]` settings, every trial copy and scratch dir
-    removed; `everything`: the whole `.tfrepro/`. Reads only the manifest, so
-    it works on a project whose markers are broken."""
-    from tfrepro.manifest import Manifest
-    from tfrepro.projectfiles import MANIFEST, find_root
+    removed; `everything`: the whole `.tfrepro/`. The project and its
+    manifest are found and read as every command finds them
+    (`projectload.locate`, `manifest.read_manifest`); only the manifest is
+    read, so it works on a project whose markers are broken."""
+    from tfrepro.manifest import read_manifest
+    from tfrepro.projectload import locate
 
-    p = Path(path)
-    root = find_root(p) if p.is_file() else p.resolve()
-    manifest = root / MANIFEST
-    settings = Manifest().state
-    if manifest.is_file():
-        settings = Manifest.parse(manifest.read_bytes().decode("utf-8", errors="replace"), str(manifest)).state
+    root = locate(path)[0]
+    settings = read_manifest(root)[1].state
     return StateDir.of(root).clean(settings.keep_runs, settings.keep_trials, everything=everything)

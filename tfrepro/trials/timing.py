@@ -25,7 +25,8 @@ from typing import Generic, TypeVar
 from tfrepro.trials import classify
 from tfrepro.trials.slowdown import LOADED_CLEAR_NOT_SLOWER
 from tfrepro.trials.trial import Purpose
-from tfrepro.trials.values import TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import Verdict
 
 # Repeat-index bases: far apart so that no two roles ever share a cache entry.
 # The k-th timing trial of a candidate (baseline: of the pool) is base + k,

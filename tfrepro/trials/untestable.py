@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from tfrepro.settings import WARMUP_STEPS
-from tfrepro.trials.values import TrialResult, Verdict
+from tfrepro.trials.values import TrialResult
+from tfrepro.verdicts import Verdict
 
 NO_STEP_WAY_OUT = (
     "train with Model.fit, or a loop that calls the optimizer's apply_gradients, "

@@ -1,4 +1,5 @@
-"""Values that cross layers: trial results, verdicts (settings: `tfrepro.settings`).
+"""Values that cross layers: trial results, the run result (verdicts: `tfrepro.verdicts`,
+settings: `tfrepro.settings`).
 
 Frozen dataclasses, JSON round-trippable. The trial runner produces
 `TrialResult`s, the classifier (`classify.py`) turns them into `Verdict`s, and
@@ -18,37 +19,7 @@ from typing import Any, Protocol, TypedDict
 
 from tfrepro.costs import CostFound
 from tfrepro.settings import WARMUP_STEPS
-
-
-class Verdict(str, Enum):
-    """What a trial shows, relative to its baseline/reference."""
-
-    OK = "ok"
-    NAN = "nan"
-    CRASH = "crash"
-    TIMEOUT = "timeout"
-    MEMORY = "memory"
-    MISMATCH = "mismatch"
-    SLOWDOWN = "slowdown"
-    # The trial could not be judged for the symptom hunted (commit bisection's
-    # "skip", an executor that lost its worker twice). Never blames a feature.
-    UNTESTABLE = "untestable"
-
-
-# The order in which `bisect` without --symptom picks the symptom to hunt.
-SYMPTOM_ORDER: tuple[Verdict, ...] = (
-    Verdict.NAN,
-    Verdict.CRASH,
-    Verdict.TIMEOUT,
-    Verdict.MEMORY,
-    Verdict.MISMATCH,
-    Verdict.SLOWDOWN,
-)
-# Verdicts after which a trial stopped early (a NaN stops training, a crash or
-# timeout ends it): it cannot tell whether another symptom would have shown
-# later. Range modes skip such a point unless it is the symptom hunted; feature
-# mode treats them as the failures (the baseline's, the timing trial's, the one-run replay's).
-STOPPERS = frozenset({Verdict.NAN, Verdict.CRASH, Verdict.TIMEOUT})
+from tfrepro.verdicts import Verdict
 
 
 @dataclass(frozen=True)
