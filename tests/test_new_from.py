@@ -121,7 +121,7 @@ def test_data_reads_become_stand_ins_when_the_new_project_ends_as_the_script_did
     ]
     assert said[3].startswith("trial 1: NaN/Inf after 2 steps") and said[4].startswith("trying seeded synthetic")
     assert said[5:] == ["trial 2: a candidate repro.py, 2 features ON ...", "trial 2: NaN/Inf after 2 steps (0.0 s)"]
-    assert got.data == "standins" and [s["file"] for s in got.data_facts["standins"]] == ["data/x.npy", "data/y.npy"]
+    assert got.data == "standins" and [s.file for s in got.data_facts.standins] == ["data/x.npy", "data/y.npy"]
     text = got.files["repro.py"]
     assert "x = _tfrepro_data(0)" in text and "data/x.npy" not in text and "data.npz" not in got.files
     assert fake.calls[0] == ("user", ["custom_layer_log_features", "prefetch"])  # the failing configuration
@@ -141,7 +141,7 @@ def test_a_stand_in_that_loses_the_nan_gives_the_few_real_records_that_keep_it(t
         return TrialResult(losses=(1.0, math.nan), first_nonfinite_step=2) if bad else TrialResult(steps_run=5)
 
     got = newfrom.export_script(project, FakeTrial(new))
-    assert got.data == "reduced" and got.data_facts["reduction"]["records"] == 1
+    assert got.data == "reduced" and got.data_facts.reduction.records == 1
     assert np.load(__import__("io").BytesIO(got.files["data.npz"]))["f0_rows"].tolist() == [[99.0] * 4]
     assert "np.load(_tfrepro_file(0))" in got.files["repro.py"] and "data/x.npy" not in got.files["repro.py"]
 

@@ -9,6 +9,7 @@ import struct
 import numpy as np
 
 from tfrepro.report import reduce as rd
+from tfrepro.report.export import Export
 from tfrepro.report.standin import Read
 
 
@@ -95,9 +96,10 @@ def test_tfrecord_frames_carry_the_masked_crc32c():
 def test_a_reduction_that_keeps_too_much_is_refused(tmp_path):
     np.save(tmp_path / "x.npy", np.arange(200).reshape(100, 2))
     sites = [Read("numpy.load", "x.npy", "train.py:3")]
-    got = rd.reduce_export(tmp_path, "import numpy as np\nx = np.load('x.npy')\n", sites, 10, lambda files: True)
+    export = Export(None, None, {"repro.py": "import numpy as np\nx = np.load('x.npy')\n"}, {})
+    got = rd.reduce_export(tmp_path, export, sites, 10, lambda files: True)
     assert got.records <= 1  # any record shows it: at most one is kept
-    got = rd.reduce_export(tmp_path, "import numpy as np\nx = np.load('x.npy')\n", sites, 10, lambda f: _rows(f) >= 50)
+    got = rd.reduce_export(tmp_path, export, sites, 10, lambda e: _rows(e.cand_files) >= 50)
     assert "too many" in got.error
 
 

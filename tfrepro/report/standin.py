@@ -21,12 +21,11 @@ needs that data.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from tfrepro.report.export import ENTRY, Export
 from tfrepro.report.records import DataDoc, ResultJson
 
 if TYPE_CHECKING:
@@ -114,6 +113,11 @@ class Read:
         return {"call": self.call, "file": self.file, "at": self.at, "shape": shape}
 
 
+def named(reads: Sequence[Read]) -> str:
+    """The files of `reads`, each with the script's file:line, for a line of text."""
+    return ", ".join(f"{s.file} ({s.at})" for s in reads) or "(none)"
+
+
 @dataclass(frozen=True)
 class DataFacts:
     """report.json's `data`: the reads recorded, those repro.py reads
@@ -129,6 +133,15 @@ class DataFacts:
     rerun: bool = False
     standin_reproduced: bool | None = None
     reduction: Reduction | None = None
+
+    @property
+    def kind(self) -> str:
+        """What the repro reads: "reduced" (data.npz), "standins", "user" (the user's files) or "none"."""
+        if self.reduction is not None and self.reduction.error is None:
+            return "reduced"
+        if self.standins:
+            return "standins"
+        return "user" if self.needs_user_data else "none"
 
     def to_dict(self) -> dict[str, Any]:
         reads = {k: [s.brief() for s in getattr(self, k)] for k in ("sources", "standins", "needs_user_data")}
@@ -234,27 +247,6 @@ def unseen_fits(result: ResultJson) -> tuple[str, ...]:
     """file:line of each fit fed by data no recorded read explains (a reader the hooks cannot see)."""
     fits = _data(result, "fits").get("fits") or []
     return tuple(str(f.get("at")) for f in fits if not f.get("sources_seen") and f.get("kind") != "arrays")
-
-
-def with_standins(export: Export, result: ResultJson, entry: str, *, no_data: bool = False) -> tuple[Export, DataFacts]:
-    """(export with stand-ins in repro.py, the report's `data` facts)."""
-    sources = sources_of(result)
-    facts = DataFacts(sources, unseen=unseen_fits(result))
-    if no_data:
-        note = "--no-data: no stand-ins; the repro needs the user's data"
-        return export, replace(facts, needs_user_data=sources, note=note)
-    try:
-        text, replaced = rewrite(export.cand_files[ENTRY], _sites(sources, entry))
-    except (cst.ParserSyntaxError, ValueError, KeyError) as e:
-        return export, replace(facts, note=f"no stand-ins: {e}")
-    facts = replace(facts, standins=tuple(replaced), needs_user_data=tuple(s for s in sources if s not in replaced))
-    if not replaced:
-        return export, facts
-    files = {"cand_files": {**export.cand_files, ENTRY: text}}
-    if ENTRY in export.ref_files:
-        ref_text, _ = rewrite(export.ref_files[ENTRY], _sites(sources, entry))
-        files["ref_files"] = {**export.ref_files, ENTRY: ref_text}
-    return replace(export, **files), facts
 
 
 def issue_lines(doc: dict[str, Any]) -> list[str]:
