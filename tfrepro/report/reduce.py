@@ -39,12 +39,11 @@ from tfrepro.report.standin import (
     STANDABLE,
     DataFacts,
     Read,
-    _insert_header,
-    _name,
     named,
     reads_of,
     rewrite,
     sources_of,
+    swap_reads,
     unseen_fits,
 )
 from tfrepro.trials.ddmin import SetOracle, ddmin
@@ -186,30 +185,20 @@ def _tfrepro_file(i):
 '''
 
 
-class _PathArg(cst.CSTTransformer):
-    """The i-th recorded read call's path argument becomes `_tfrepro_file(i)`, sites in order."""
-
-    def __init__(self, sites: list[tuple[int, str]]) -> None:
-        self.todo = list(sites)
-        self.done: list[int] = []
-
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if self.todo and self.todo[0][1] == _name(original.func) and updated.args:
-            i, _ = self.todo.pop(0)
-            self.done.append(i)
-            first = updated.args[0].with_changes(value=cst.parse_expression(f"_tfrepro_file({i})"))
-            return updated.with_changes(args=[first, *updated.args[1:]])
-        return updated
-
-
 def rewrite_reads(text: str, groups: list[tuple[int, Records]]) -> str | None:
-    """`text` reading the kept records instead of the user's files, or None."""
-    tr = _PathArg([(i, CALL_NAMES[str(r.site.call)]) for i, r in groups])
-    module = cst.parse_module(text).visit(tr)
-    if len(tr.done) != len(groups):
-        return None
+    """`text` reading the kept records instead of the user's files (the i-th
+    group's read call takes `_tfrepro_file(i)` for its path), or None."""
+
+    def path(n: int, site: Read, call: cst.Call) -> cst.Call | None:
+        if not call.args:
+            return None
+        first = call.args[0].with_changes(value=cst.parse_expression(f"_tfrepro_file({n})"))
+        return call.with_changes(args=[first, *call.args[1:]])
+
     kinds = {i: (r.kind, r.suffix) for i, r in groups}
-    return _insert_header(module, HEADER.replace("kinds_literal", repr(kinds))).code
+    header = HEADER.replace("kinds_literal", repr(kinds))
+    new, done = swap_reads(text, [r.site for _, r in groups], CALL_NAMES, path, lambda _done: header)
+    return new if len(done) == len(groups) else None
 
 
 @dataclass(frozen=True)

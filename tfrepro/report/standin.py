@@ -20,7 +20,7 @@ needs that data.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -179,13 +179,19 @@ def _literal_file(call: cst.Call) -> str | None:
     return None
 
 
-class _Rewrite(cst.CSTTransformer):
-    """Every recorded site, in order, takes the next call of its function (a
-    call whose literal file names another file is not it); the sites with a
-    recorded value are replaced."""
+# What a matched read call becomes: (n, its site, the call) -> the new
+# expression, or None (left as it is); n counts the calls swapped before it.
+Swap = Callable[[int, Read, cst.Call], "cst.BaseExpression | None"]
 
-    def __init__(self, sites: list[Read]) -> None:
-        self.todo = [(i, STANDABLE.get(s.call or ""), s) for i, s in enumerate(sites)]
+
+class _Sites(cst.CSTTransformer):
+    """Every recorded site, in order, takes the next call of its function (a
+    call whose literal file names another file is not it) and `swap` says
+    what that call becomes."""
+
+    def __init__(self, sites: Sequence[Read], names: Mapping[str, str], swap: Swap) -> None:
+        self.todo = [(i, names.get(s.call or ""), s) for i, s in enumerate(sites)]
+        self.swap = swap
         self.done: list[int] = []
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -194,11 +200,26 @@ class _Rewrite(cst.CSTTransformer):
             if want != name or (lit is not None and lit != str(site.file or "").rsplit("/", 1)[-1]):
                 continue
             del self.todo[: k + 1]  # sites keep their order
-            if not isinstance(site.value, dict):
+            new = self.swap(len(self.done), site, updated)
+            if new is None:
                 return updated
             self.done.append(i)
-            return cst.parse_expression(f"_tfrepro_data({len(self.done) - 1})")
+            return new
         return updated
+
+
+def swap_reads(
+    text: str, sites: Sequence[Read], names: Mapping[str, str], swap: Swap, header: Callable[[list[int]], str]
+) -> tuple[str, list[int]]:
+    """`text` with the read calls of `sites` swapped (`_Sites`; `names`: the
+    recorded call -> the function the source calls) and `header(swapped)`
+    inserted -> (the new text, the indices of the sites swapped); the text
+    as it was when none was."""
+    tr = _Sites(sites, names, swap)
+    module = cst.parse_module(text).visit(tr)
+    if not tr.done:
+        return text, []
+    return _insert_header(module, header(tr.done)).code, tr.done
 
 
 def _insert_header(module: cst.Module, header: str) -> cst.Module:
@@ -219,14 +240,15 @@ def rewrite(text: str, sites: list[Read]) -> tuple[str, list[Read]]:
     usable = [s for s in sites if s.call in STANDABLE]
     if not any(isinstance(s.value, dict) for s in usable):
         return text, []
-    module = cst.parse_module(text)
-    tr = _Rewrite(usable)
-    new = module.visit(tr)
-    if not tr.done:
-        return text, []
-    replaced = [usable[i] for i in tr.done]
-    header = HEADER.replace("json_specs", repr([s.value for s in replaced]))
-    return _insert_header(new, header).code, replaced
+
+    def data(n: int, site: Read, call: cst.Call) -> cst.BaseExpression | None:
+        return cst.parse_expression(f"_tfrepro_data({n})") if isinstance(site.value, dict) else None
+
+    def specs(done: list[int]) -> str:
+        return HEADER.replace("json_specs", repr([usable[i].value for i in done]))
+
+    text, done = swap_reads(text, usable, STANDABLE, data, specs)
+    return text, [usable[i] for i in done]
 
 
 def _data(result: ResultJson, *keys: str) -> DataDoc:
