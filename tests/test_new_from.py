@@ -153,6 +153,24 @@ def test_when_nothing_ends_alike_the_repro_says_it_needs_the_users_files(tmp_pat
     assert "still reads your data files data/x.npy (train.py:6)" in newfrom.summary_lines(got)[0]
 
 
+def test_a_read_in_an_imported_module_is_named_as_data_the_repro_needs(tmp_path):
+    """The report's data pipeline: every recorded read not stood in for is
+    data the repro needs, a module's too (its file is carried as it is)."""
+    root = _user_project(
+        tmp_path,
+        SCRIPT.replace('np.load("data/x.npy")', "load()").replace(
+            "import keras\n", "import keras\nfrom loader import load\n"
+        ),
+    )
+    (root / "loader.py").write_text('import numpy as np\n\n\ndef load():\n    return np.load("data/x.npy")\n')
+    project = newfrom.load_script(root / "train.py")
+    read = {"call": "numpy.load", "file": "data/x.npy", "at": "loader.py:5", "value": _spec((64, 4))}
+    nan = TrialResult(losses=(1.0, math.nan), steps_run=2, first_nonfinite_step=2, data={"sources": [read]})
+    got = newfrom.export_script(project, lambda p, enabled: nan)
+    assert got.data == "user" and "loader.py" in got.files and "data.npz" not in got.files
+    assert "still reads your data files data/x.npy (loader.py:5)" in newfrom.summary_lines(got)[0]
+
+
 @pytest.mark.parametrize(
     ("make", "message"),
     [
