@@ -203,11 +203,10 @@ def rewrite_reads(text: str, groups: list[tuple[int, Records]]) -> str | None:
 
 @dataclass(frozen=True)
 class Reduction:
-    """What `reduce_export` made: the export reading data.npz (`out`: its
-    repro.py, and its reference's when the reads match, read the records
-    kept; data.npz among its files), `records` of the `of` records of the
-    reads `files` (their `indices`), found in `tests` re-runs; or `error`,
-    why not."""
+    """What `reduce_export` made: `out`, the export whose entries (the
+    reference's when its reads match) read from data.npz the `records` kept
+    of the `of` records of the reads `files` (their `indices`), found in
+    `tests` re-runs; or `error`, why not."""
 
     error: str | None = None
     tests: int | None = None
