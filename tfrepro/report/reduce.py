@@ -40,11 +40,9 @@ from tfrepro.report.standin import (
     DataFacts,
     Read,
     named,
-    reads_of,
+    recorded,
     rewrite,
-    sources_of,
     swap_reads,
-    unseen_fits,
 )
 from tfrepro.trials.ddmin import SetOracle, ddmin
 
@@ -270,11 +268,9 @@ def choose_data(
     re-run per call), the few real records that still show the symptom
     (`reduce_export`, data.npz among the repro's files); else the export as
     given: the repro reads the user's data and the facts name it."""
-    sources = sources_of(result)
-    facts = DataFacts(sources, needs_user_data=sources, unseen=unseen_fits(result))
+    facts, sites, batches = recorded(result, entry)
     if no_data:
         return export, replace(facts, note="--no-data: no stand-ins; the repro needs the user's data")
-    sites, batches = reads_of(result, entry)
     try:
         replaced = rewrite(export.cand_files[ENTRY], sites)[1]
         standins = export.with_entry(lambda text: rewrite(text, sites)[0])
@@ -283,7 +279,7 @@ def choose_data(
     if replaced:
         say(f"trying seeded synthetic stand-ins of {named(replaced)}")
         ok = check(standins)
-        rest = tuple(s for s in sources if s not in replaced)
+        rest = tuple(s for s in facts.sources if s not in replaced)
         facts = replace(facts, standins=tuple(replaced), needs_user_data=rest, rerun=True, standin_reproduced=ok)
         if ok is not False:
             return standins, facts

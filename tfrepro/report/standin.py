@@ -155,12 +155,6 @@ class DataFacts:
         return doc
 
 
-def _sites(sources: Sequence[Read], entry: str) -> list[Read]:
-    """The recorded reads of the entry script, one per call site (its first read), in line order."""
-    firsts = {str(s.at): s for s in reversed(sources) if str(s.at or "").rsplit(":", 1)[0] == entry}
-    return sorted(firsts.values(), key=lambda s: int(str(s.at).rsplit(":", 1)[1]))
-
-
 def _name(func: cst.BaseExpression) -> str | None:
     if isinstance(func, cst.Attribute):
         return func.attr.value
@@ -260,15 +254,20 @@ def _data(result: ResultJson, *keys: str) -> DataDoc:
     return {}
 
 
-def sources_of(result: ResultJson) -> tuple[Read, ...]:
-    """The data reads the failing configuration's trial recorded."""
-    return tuple(Read.of(s) for s in _data(result, "sources", "fits").get("sources") or [])
-
-
-def unseen_fits(result: ResultJson) -> tuple[str, ...]:
-    """file:line of each fit fed by data no recorded read explains (a reader the hooks cannot see)."""
+def recorded(result: ResultJson, entry: str) -> tuple[DataFacts, list[Read], int | None]:
+    """What the failing configuration's trial recorded: the facts before any
+    stand-in (every read needs the user's data; `unseen`: file:line of each
+    fit fed by data no recorded read explains, a reader the hooks cannot
+    see), the reads of `entry` (one per call site, its first read, in line
+    order) and the first fit's batches per epoch (the reduction's chunk count)."""
+    data = _data(result, "sources", "fits")
+    sources = tuple(Read.of(s) for s in data.get("sources") or [])
     fits = _data(result, "fits").get("fits") or []
-    return tuple(str(f.get("at")) for f in fits if not f.get("sources_seen") and f.get("kind") != "arrays")
+    unseen = tuple(str(f.get("at")) for f in fits if not f.get("sources_seen") and f.get("kind") != "arrays")
+    firsts = {str(s.at): s for s in reversed(sources) if str(s.at or "").rsplit(":", 1)[0] == entry}
+    sites = sorted(firsts.values(), key=lambda s: int(str(s.at).rsplit(":", 1)[1]))
+    batches = (data.get("fits") or [{}])[0].get("batches_per_epoch")
+    return DataFacts(sources, needs_user_data=sources, unseen=unseen), sites, batches
 
 
 def issue_lines(doc: dict[str, Any]) -> list[str]:
@@ -314,10 +313,3 @@ def issue_lines(doc: dict[str, Any]) -> list[str]:
     if data.get("note"):
         out.extend([data["note"], ""])
     return out
-
-
-def reads_of(result: ResultJson, entry: str) -> tuple[list[Read], int | None]:
-    """The recorded reads of `entry` (one per call site, in line order) and
-    the first fit's batches per epoch (the reduction's chunk count)."""
-    fits = _data(result, "sources", "fits").get("fits") or [{}]
-    return _sites(sources_of(result), entry), fits[0].get("batches_per_epoch")
