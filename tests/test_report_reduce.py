@@ -9,6 +9,7 @@ import struct
 import numpy as np
 
 from tfrepro.report import reduce as rd
+from tfrepro.report.export import Export
 from tfrepro.report.standin import Read
 
 
@@ -63,6 +64,16 @@ def test_the_reduced_repro_reads_the_kept_records_in_the_original_format(tmp_pat
     assert scope["t"].tolist() == [5.0, 6.0]
 
 
+def test_a_read_of_another_literal_file_keeps_its_path(tmp_path):
+    """The reduction matches a recorded read to its call as the stand-ins do
+    (standin.swap_reads): a call of the same function whose literal file is
+    another one is not the recorded read."""
+    np.save(tmp_path / "x.npy", np.arange(12).reshape(6, 2))
+    groups = [(0, rd.read_records(tmp_path, Read("numpy.load", "x.npy", "train.py:4")))]
+    new = rd.rewrite_reads("import numpy as np\nmeta = np.load('meta.npy')\nx = np.load('x.npy')\n", groups)
+    assert "meta = np.load('meta.npy')" in new and "x = np.load(_tfrepro_file(0))" in new
+
+
 def test_the_reduced_repro_leaves_no_temp_file_behind(tmp_path):
     """The kept records are written to a temp file in their original format
     for the script to read; a maintainer running repro.py again and again
@@ -95,9 +106,10 @@ def test_tfrecord_frames_carry_the_masked_crc32c():
 def test_a_reduction_that_keeps_too_much_is_refused(tmp_path):
     np.save(tmp_path / "x.npy", np.arange(200).reshape(100, 2))
     sites = [Read("numpy.load", "x.npy", "train.py:3")]
-    got = rd.reduce_export(tmp_path, "import numpy as np\nx = np.load('x.npy')\n", sites, 10, lambda files: True)
+    export = Export(None, None, {"repro.py": "import numpy as np\nx = np.load('x.npy')\n"}, {})
+    got = rd.reduce_export(tmp_path, export, sites, 10, lambda files: True)
     assert got.records <= 1  # any record shows it: at most one is kept
-    got = rd.reduce_export(tmp_path, "import numpy as np\nx = np.load('x.npy')\n", sites, 10, lambda f: _rows(f) >= 50)
+    got = rd.reduce_export(tmp_path, export, sites, 10, lambda e: _rows(e.cand_files) >= 50)
     assert "too many" in got.error
 
 

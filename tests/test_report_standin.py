@@ -4,10 +4,14 @@ statistics (no TensorFlow; the rewritten code is executed)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+import pytest
 
 from tfrepro.report.export import Export
-from tfrepro.report.standin import Read, issue_lines, rewrite, with_standins
+from tfrepro.report.reduce import choose_data
+from tfrepro.report.standin import Read, issue_lines, rewrite
 
 SCRIPT = '''"""A training script."""
 from __future__ import annotations
@@ -113,7 +117,7 @@ def test_export_with_standins_and_what_issue_md_says():
     result = {
         "failing": {"data": {"sources": SOURCES, "fits": [{"at": "train.py:20", "kind": "tf.data", "sources_seen": 0}]}}
     }
-    got, doc = with_standins(export, result, "train.py")
+    got, doc = choose_data(Path("."), result, "train.py", export, check=lambda tried: None)
     assert "_tfrepro_data(0)" in got.cand_files["repro.py"] and "_tfrepro_data(0)" in got.ref_files["repro.py"]
     assert [s.file for s in doc.standins] == ["data/customers.csv", "data/labels.npy"]
     assert [s.file for s in doc.needs_user_data] == ["x.npy"]
@@ -125,6 +129,7 @@ def test_export_with_standins_and_what_issue_md_says():
 
 def test_no_data_ships_nothing_and_says_so():
     export = Export(["f"], [], {"repro.py": SCRIPT}, {})
-    got, doc = with_standins(export, {"failing": {"data": {"sources": SOURCES}}}, "train.py", no_data=True)
+    result = {"failing": {"data": {"sources": SOURCES}}}
+    got, doc = choose_data(Path("."), result, "train.py", export, check=pytest.fail, no_data=True)
     assert got is export and not doc.standins and len(doc.needs_user_data) == 3
     assert "--no-data" in doc.note

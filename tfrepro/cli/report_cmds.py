@@ -209,7 +209,7 @@ def _new_from(script: Path, dest: Path | None, as_json: bool, args: tuple[str, .
     if as_json:
         doc = {"path": str(created.path), "template": "script", "version": created.version, "commit": created.commit}
         commented = [{"line": c.line, "code": c.code, "names": list(c.names)} for c in got.commented]
-        doc.update(got.answers(), files=sorted(got.files), data_facts=got.data_facts, commented=commented)
+        doc.update(got.answers(), files=sorted(got.files), data_facts=got.data_facts.to_dict(), commented=commented)
         click.echo(json.dumps(doc))
         return
     click.echo(f"created {created.path} from {script}; baseline committed as {created.commit[:10]}")

@@ -8,7 +8,6 @@ newest tf-nightly (`--nightly`, nightly.py).
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro.report.export import ENTRY, Export
@@ -18,7 +17,6 @@ from tfrepro.settings import TrialSettings
 if TYPE_CHECKING:
     from tfrepro.report.bundle import Context, Progress
     from tfrepro.report.nightly import NightlyRun
-    from tfrepro.report.standin import DataFacts
 
 VERDICT = {True: "reproduced", False: "NOT reproduced", None: "undecided"}
 
@@ -73,55 +71,30 @@ def _reproduce_trimmed(ctx: Context, export: Export, **kw: Any) -> tuple[Reprodu
 
 
 def with_data(ctx: Context, export: Export, *, no_data: bool, **kw: Any):
-    """The repro with synthetic stand-ins for the data files it read
-    (report/standin.py) when a re-run shows the symptom with them; else the
-    export as it was, and the report says which data it needs."""
-    from tfrepro.report.standin import with_standins
+    """The repro reading what reduce.choose_data chose: synthetic stand-ins
+    for the data files it read when a re-run (of the trimmed repro first)
+    shows the symptom with them, else the few real records that still show
+    it, else the user's files (the report says which). Returns
+    (reproduction, export, trim facts, data facts); `kw`: `_reproduce`'s."""
+    from tfrepro.report.reduce import choose_data
 
-    standin, data = with_standins(export, ctx.result, ctx.entry, no_data=no_data)
-    if standin is export:
-        return _reduced(ctx, export, data, no_data=no_data, **kw)
-    kw["say"](f"{ENTRY} reads synthetic stand-ins for {len(data.standins)} data file(s): re-running it")
-    reproduction, got, trim = _reproduce_trimmed(ctx, standin, **kw)
-    data = replace(data, rerun=True, standin_reproduced=reproduction.reproduced if reproduction else None)
-    if reproduction is None or reproduction.reproduced is not False:
-        return reproduction, got, trim, data
-    kw["say"]("the stand-ins do not show the symptom: the repro keeps reading the user's data")
-    note = "synthetic stand-ins did not reproduce the symptom; the repro reads the user's data"
-    data = replace(data, needs_user_data=data.standins + data.needs_user_data, note=note, standins=())
-    return _reduced(ctx, export, data, no_data=no_data, **kw)
+    checked: list[tuple[Reproduction | None, Export, dict[str, Any]]] = []
 
+    def check(tried: Export) -> bool | None:
+        checked.append(_reproduce_trimmed(ctx, tried, **kw))
+        return checked[-1][0].reproduced if checked[-1][0] else None
 
-def _reduced(ctx: Context, export: Export, data: DataFacts, *, no_data: bool, **kw: Any):
-    """The repro reading the few real records that still show the symptom
-    (report/reduce.py) when no stand-in does; else the export as it was."""
-    from tfrepro.report.reduce import REFERENCE_KEY, Files, reduce_export
-    from tfrepro.report.standin import reads_of
-
-    sites, batches = reads_of(ctx.result, ctx.entry)
-    if no_data or not kw.get("rerun") or not data.needs_user_data or not sites:
-        return (*_reproduce_trimmed(ctx, export, **kw), data)
-    kw["say"]("reducing the data: ddmin over the records the failing run read, each tried by a re-run")
-
-    def shows(files: Files) -> bool:
-        files = dict(files)
-        ref = {ENTRY: files.pop(REFERENCE_KEY)} if REFERENCE_KEY in files else {}
-        tried = replace(export, cand_files={**export.cand_files, **files}, ref_files={**export.ref_files, **ref})
+    def shows(tried: Export) -> bool | None:
         rep = _reproduce(ctx, tried, **kw)
-        return bool(rep and rep.reproduced)
+        return rep.reproduced if rep else None
 
-    ref_text = export.ref_files.get(ENTRY)
-    got = reduce_export(Path(ctx.project.root), export.cand_files[ENTRY], sites, batches, shows, ref_text)
-    data = replace(data, reduction=got)
-    if got.error is not None:
-        return (*_reproduce_trimmed(ctx, export, **kw), data)
-    files = {**export.cand_files, ENTRY: got.text, "data.npz": got.npz}
-    # reference.py reads the same kept records as repro.py (never the user's file)
-    ref_files = {**export.ref_files, ENTRY: got.ref_text} if got.ref_text else export.ref_files
-    reduced = replace(export, cand_files=files, ref_files=ref_files)
-    kept = {f.file for f in got.files}
-    data = replace(data, needs_user_data=tuple(s for s in data.needs_user_data if s.file not in kept))
-    return (_reproduce(ctx, reduced, **kw), reduced, {"trimmed": False, "changes": [], "note": "data reduced"}, data)
+    on_rerun = dict(check=check, shows=shows if kw["rerun"] else None, say=kw["say"], no_data=no_data)
+    got, data = choose_data(ctx.project.root, ctx.result, ctx.entry, export, **on_rerun)
+    if data.kind == "standins":
+        return (*checked[-1], data)
+    if data.kind == "reduced":
+        return _reproduce(ctx, got, **kw), got, {"trimmed": False, "changes": [], "note": "data reduced"}, data
+    return (*_reproduce_trimmed(ctx, export, **kw), data)
 
 
 def nightly_rerun(ctx: Context, export: Export, *, max_pairs: int, say: Progress) -> NightlyRun:

@@ -10,12 +10,13 @@ The same parts as the report, on the script as it is (no bisect run needed):
   as the report's export carries them (`export.bundle_files`'s rule);
 - the data: when the script reads data files, one trial of the failing
   configuration (every feature ON, in a throwaway state dir) records the
-  reads; they become seeded synthetic stand-ins (`standin.rewrite`), kept
-  when the new project's failing configuration ends as the script's did (a
-  NaN, the same crash, or a run that stays finite and finishes). When the
-  stand-ins lose a NaN or a crash, the real records are reduced
-  (`reduce.reduce_export`: ddmin, `data.npz`, never a file whole). When
-  neither works, repro.py reads the user's files and the result says so.
+  reads; the report's own data pipeline (`reduce.choose_data`) makes them
+  seeded synthetic stand-ins, kept when the new project's failing
+  configuration ends as the script's did (a NaN, the same crash, or a run
+  that stays finite and finishes). When the stand-ins lose a NaN or a
+  crash, the real records are reduced (ddmin, `data.npz`, never a file
+  whole). When neither works, repro.py reads the user's files and the
+  result says so.
 
 Then the tail: a line after the last training call that reads what an OFF
 feature made is commented out (offtail.py), so `python repro.py` runs; the
@@ -39,11 +40,11 @@ from typing import Any
 
 from tfrepro import features as fb
 from tfrepro.errors import UserError
-from tfrepro.report.export import ENTRY, entry_of
+from tfrepro.report.export import ENTRY, Export, entry_of
 from tfrepro.report.newsettings import user_settings
 from tfrepro.report.offtail import comment_tail
 from tfrepro.report.scriptargs import default_args, script_args
-from tfrepro.report.standin import STANDABLE
+from tfrepro.report.standin import STANDABLE, DataFacts, named
 from tfrepro.trials.values import TrialResult
 
 # (project, features ON) -> the trial's result. The default runs a real one.
@@ -61,11 +62,15 @@ class FromScript:
     files: dict[str, str | bytes]  # repro.py, the modules it imports, data.npz
     features: tuple[str, ...]
     affects_loss: tuple[str, ...]
-    data: str = "none"  # none | standins | reduced | user
-    data_facts: dict[str, Any] = field(default_factory=dict)
+    data_facts: DataFacts = DataFacts()  # report.json's `data` facts, as the report's data pipeline gives them
     commented: tuple[Any, ...] = ()  # offtail.Commented: tail lines that read what an OFF feature made
     script_args: tuple[str, ...] = ()  # repro.py takes them when given none
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # the user's tfrepro.toml tables kept
+
+    @property
+    def data(self) -> str:
+        """none | standins | reduced | user"""
+        return self.data_facts.kind
 
     def answers(self) -> dict[str, object]:
         return {
@@ -133,12 +138,13 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
         say(f"{entry}: {len(project.feature_names)} features, each a block written OFF in repro.py")
         if args:
             say(f"repro.py takes the script's arguments when given none: {shlex.join(args)}")
-        on = texts[entry]
-        data, facts, extra = "none", {}, {}
+        data: dict[str, str | bytes] = {ENTRY: texts[entry]}
+        facts = DataFacts()
         if any(_READS.search(t) for t in texts.values()):
             say("the script reads data files: one trial with every feature ON records what it reads")
-            on, data, facts, extra = _data(project, entry, texts, trial, Path(tmp), say, args)
-        on, commented = comment_tail(on, entry)
+            data, facts = _data(project, entry, texts, trial, Path(tmp), say, args)
+        extra = {rel: v for rel, v in data.items() if rel != ENTRY}  # data.npz
+        on, commented = comment_tail(str(data[ENTRY]), entry)
         on = default_args(on, ENTRY, args)
         files: dict[str, str | bytes] = {
             new_rel(rel, entry): _all_off(on if rel == entry else t, rel) for rel, t in texts.items()
@@ -147,7 +153,7 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
     names = tuple(project.feature_names)
     loss = tuple(sorted(set(project.affects_loss) & set(names)))
     kept = user_settings(project.manifest)
-    return FromScript(entry, files, names, loss, data, facts, tuple(commented), args, kept)
+    return FromScript(entry, files, names, loss, facts, tuple(commented), args, kept)
 
 
 def new_rel(rel: str, entry: str) -> str:
@@ -214,40 +220,25 @@ def same_end(orig: TrialResult, new: TrialResult) -> bool:
 
 
 def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: Path, say: Say, args: Sequence[str]):
-    """(entry text ON, data kind, facts, extra files) from one recording trial."""
-    from tfrepro.report import reduce, standin
+    """(repro.py ON and data.npz if any, the data facts) from one recording
+    trial and reduce.choose_data, each candidate checked by a trial of a new
+    project (the real records only for a NaN or a crash)."""
+    from tfrepro.report.reduce import choose_data
 
     orig = trial(project, frozenset(project.feature_names))
-    result = {"failing": orig.to_dict()}
-    sites, batches = standin.reads_of(result, entry)
-    facts: dict[str, Any] = {
-        "sources": [s.brief() for s in standin.sources_of(result)],
-        "unseen": list(standin.unseen_fits(result)),
-    }
-    if not sites:
-        return texts[entry], "none", facts, {}
     counter = iter(range(1 << 30))
 
-    def ends_alike(files: dict[str, str | bytes]) -> bool:
+    def ends_alike(tried: Export) -> bool:
         rest = {new_rel(r, entry): t for r, t in texts.items() if r != entry}
-        mine = {k: default_args(v, ENTRY, args) if k == ENTRY else v for k, v in files.items()}
+        mine = {k: default_args(v, ENTRY, args) if k == ENTRY else v for k, v in tried.cand_files.items()}
         off = {k: v if isinstance(v, bytes) else _all_off(v, k) for k, v in mine.items()}
         new = write_project(tmp / f"try-{next(counter)}", {**rest, **off})
         return same_end(orig, trial(new, frozenset(project.feature_names)))
 
-    text, replaced = standin.rewrite(texts[entry], sites)
-    if replaced:
-        say(f"trying seeded synthetic stand-ins of {_files([s.brief() for s in replaced])}")
-    if replaced and ends_alike({ENTRY: text}):
-        return text, "standins", {**facts, "standins": [s.brief() for s in replaced]}, {}
-    if orig.nonfinite or orig.crashed:
-        say("the stand-ins do not end as the script did: reducing the real records (ddmin over batches, then records)")
-        got = reduce.reduce_export(project.root, texts[entry], sites, batches, ends_alike)
-        facts["reduction"] = got.to_dict() | ({} if got.error is not None else {"ref_text": got.ref_text})
-        if got.error is None:
-            return got.text, "reduced", facts, {"data.npz": got.npz}
-    facts["needs_user_data"] = [s.brief() for s in sites]
-    return texts[entry], "user", facts, {}
+    shows = ends_alike if orig.nonfinite or orig.crashed else None
+    result, export = {"failing": orig.to_dict()}, Export(None, None, {ENTRY: texts[entry]}, {})
+    got, facts = choose_data(project.root, result, entry, export, check=ends_alike, shows=shows, say=say)
+    return got.cand_files, facts
 
 
 def write_project(dest: Path, files: dict[str, str | bytes]) -> Any:
@@ -264,16 +255,14 @@ def summary_lines(got: FromScript) -> list[str]:
     facts = got.data_facts
     out = []
     if got.data == "standins":
-        out.append("data: repro.py reads seeded synthetic stand-ins of " + _files(facts.get("standins")))
-    elif got.data == "reduced":
-        red = facts.get("reduction") or {}
-        out.append(
-            f"data: data.npz holds {red.get('records')} of {red.get('of')} records of " + _files(red.get("files"))
-        )
+        out.append("data: repro.py reads seeded synthetic stand-ins of " + named(facts.standins))
+    elif got.data == "reduced" and facts.reduction is not None:
+        red = facts.reduction
+        out.append(f"data: data.npz holds {red.records} of {red.of} records of " + named(red.files))
     elif got.data == "user":
         out.append(
             "data: repro.py still reads your data files "
-            + _files(facts.get("needs_user_data"))
+            + named(facts.needs_user_data)
             + " (no stand-in or reduction ended as the script did): run it where they are"
         )
     for c in got.commented:
@@ -281,10 +270,6 @@ def summary_lines(got: FromScript) -> list[str]:
             f"repro.py: line {c.line} ({c.code}) commented out: it reads {', '.join(c.names)}, "
             f"which only {', '.join(c.features)} used, OFF in the baseline"
         )
-    for at in facts.get("unseen") or []:
+    for at in facts.unseen:
         out.append(f"data: the data fit trains on at {at} comes from a source tfrepro cannot see: the repro needs it")
     return out
-
-
-def _files(items: Any) -> str:
-    return ", ".join(f"{s.get('file')} ({s.get('at')})" for s in items or []) or "(none)"

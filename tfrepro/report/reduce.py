@@ -9,6 +9,11 @@ repro gets `_tfrepro_file(i)` instead of the user's path: a temp file of the
 same format holding those records, so the script's own reading code (its
 delimiter, header, parsing) runs unchanged.
 
+`choose_data` is the one data pipeline `tfrepro report` (confirm.py) and
+`tfrepro new --from` (newfrom.py) both run: stand-ins first (standin.py),
+checked by the caller; when they lose the symptom, this reduction; else the
+user's files, and the facts say which.
+
 Record formats: `.npy` (rows), text (lines; the first line, a possible
 header, always kept), TFRecord (framed records; written back with their
 CRC32C). Files of the same record count are reduced together (x.npy and
@@ -21,22 +26,32 @@ from __future__ import annotations
 import io
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import libcst as cst
 import numpy as np
 
-from tfrepro.report.standin import STANDABLE, Read, _insert_header, _name
+from tfrepro.report.export import ENTRY, Export
+from tfrepro.report.records import ResultJson
+from tfrepro.report.standin import (
+    STANDABLE,
+    DataFacts,
+    Read,
+    named,
+    recorded,
+    rewrite,
+    swap_reads,
+)
 from tfrepro.trials.ddmin import SetOracle, ddmin
 
 MAX_SHARE = 0.1
-REFERENCE_KEY = "reference.py"  # the reference's rewritten entry, in the files `shows` gets
 MAX_RECORDS = 1000
 TEXT_CALLS = {"numpy.loadtxt", "numpy.genfromtxt", "pandas.read_csv", "pandas.read_table"}
 # call recorded by the harness -> the function name the exported source calls
 CALL_NAMES = {c: STANDABLE[c] for c in ("numpy.load", *TEXT_CALLS)} | {"tf.data.TFRecordDataset": "TFRecordDataset"}
+Check = Callable[[Export], "bool | None"]  # re-runs an export: did it show the symptom? (None: not re-run)
 
 
 @dataclass
@@ -168,48 +183,36 @@ def _tfrepro_file(i):
 '''
 
 
-class _PathArg(cst.CSTTransformer):
-    """The i-th recorded read call's path argument becomes `_tfrepro_file(i)`, sites in order."""
-
-    def __init__(self, sites: list[tuple[int, str]]) -> None:
-        self.todo = list(sites)
-        self.done: list[int] = []
-
-    def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        if self.todo and self.todo[0][1] == _name(original.func) and updated.args:
-            i, _ = self.todo.pop(0)
-            self.done.append(i)
-            first = updated.args[0].with_changes(value=cst.parse_expression(f"_tfrepro_file({i})"))
-            return updated.with_changes(args=[first, *updated.args[1:]])
-        return updated
-
-
 def rewrite_reads(text: str, groups: list[tuple[int, Records]]) -> str | None:
-    """`text` reading the kept records instead of the user's files, or None."""
-    tr = _PathArg([(i, CALL_NAMES[str(r.site.call)]) for i, r in groups])
-    module = cst.parse_module(text).visit(tr)
-    if len(tr.done) != len(groups):
-        return None
+    """`text` reading the kept records instead of the user's files (the i-th
+    group's read call takes `_tfrepro_file(i)` for its path), or None."""
+
+    def path(n: int, site: Read, call: cst.Call) -> cst.Call | None:
+        if not call.args:
+            return None
+        first = call.args[0].with_changes(value=cst.parse_expression(f"_tfrepro_file({n})"))
+        return call.with_changes(args=[first, *call.args[1:]])
+
     kinds = {i: (r.kind, r.suffix) for i, r in groups}
-    return _insert_header(module, HEADER.replace("kinds_literal", repr(kinds))).code
+    header = HEADER.replace("kinds_literal", repr(kinds))
+    new, done = swap_reads(text, [r.site for _, r in groups], CALL_NAMES, path, lambda _done: header)
+    return new if len(done) == len(groups) else None
 
 
 @dataclass(frozen=True)
 class Reduction:
-    """What `reduce_export` made: the entry's new `text` (and the
-    reference's, `ref_text`, None when its reads do not match) reading
-    data.npz (`npz`): `records` of the `of` records of the reads `files`
-    (their `indices`), found in `tests` re-runs; or `error`, why not."""
+    """What `reduce_export` made: `out`, the export whose entries (the
+    reference's when its reads match) read from data.npz the `records` kept
+    of the `of` records of the reads `files` (their `indices`), found in
+    `tests` re-runs; or `error`, why not."""
 
     error: str | None = None
     tests: int | None = None
-    text: str = ""
-    npz: bytes = b""
+    out: Export | None = None
     records: int = 0
     of: int = 0
     indices: tuple[int, ...] = ()
     files: tuple[Read, ...] = ()
-    ref_text: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """report.json's `data.reduction`."""
@@ -219,42 +222,76 @@ class Reduction:
         return dict(records=self.records, of=self.of, indices=list(self.indices), files=files, tests=self.tests)
 
 
-Files = dict[str, str | bytes]  # relpath -> text (or data.npz's bytes)
-
-
-def reduce_export(
-    root: Path,
-    text: str,
-    sites: list[Read],
-    batches: int | None,
-    shows: Callable[[Files], bool],
-    ref_text: str | None = None,
-) -> Reduction:
+def reduce_export(root: Path, export: Export, sites: list[Read], batches: int | None, shows: Check) -> Reduction:
     """Reduce the records of the largest group of same-sized data files the
-    entry script `text` reads. `shows(files)` re-runs the repro files
-    (relpath -> text or bytes) and says whether the symptom shows. With
-    `ref_text` (the reference's entry), its reads are rewritten the same way:
-    `files` then holds it as `reference.py`."""
+    export's entry script reads (the reference's too, when its reads are
+    the same). `shows(export)` re-runs the export, data.npz among the
+    repro's files, and says whether the symptom shows."""
     recs = [r for r in (read_records(root, s) for s in sites) if r is not None and count(r) > 1]
     if not recs:
         return Reduction("no data file the report can split into records (.npy, text, TFRecord)")
     n = max(count(r) for r in recs)
     groups = [(i, r) for i, r in enumerate(r for r in recs if count(r) == n)]
-    new_text = rewrite_reads(text, groups)
-    if new_text is None:
+    new = export.with_entry(lambda text: rewrite_reads(text, groups) or text)
+    if new.cand_files[ENTRY] == export.cand_files[ENTRY]:
         return Reduction("the read calls of the exported repro do not match the recorded reads")
     chunk = max(1, n // batches) if batches else max(1, n // 64)
-    new_ref = rewrite_reads(ref_text, groups) if ref_text is not None else None
 
-    def test(keep: list[int]) -> bool:
-        ref = {REFERENCE_KEY: new_ref} if new_ref is not None else {}
-        return shows({"repro.py": new_text, "data.npz": npz_bytes(groups, keep), **ref})
+    def with_npz(keep: list[int]) -> Export:
+        return replace(new, cand_files={**new.cand_files, "data.npz": npz_bytes(groups, keep)})
 
     try:
-        kept, tests = reduce_records(n, chunk, test)
+        kept, tests = reduce_records(n, chunk, lambda keep: shows(with_npz(keep)) is True)
     except ValueError:
         return Reduction("the repro reading all the records through data.npz did not show the symptom")
     if len(kept) > min(MAX_RECORDS, MAX_SHARE * n):
         return Reduction(f"{len(kept)} of {n} records are needed: too many to ship", tests)
-    files = tuple(r.site for _, r in groups)
-    return Reduction(None, tests, new_text, npz_bytes(groups, kept), len(kept), n, tuple(kept), files, new_ref)
+    return Reduction(None, tests, with_npz(kept), len(kept), n, tuple(kept), tuple(r.site for _, r in groups))
+
+
+def choose_data(
+    root: Path,
+    result: ResultJson,
+    entry: str,
+    export: Export,
+    *,
+    check: Check,
+    shows: Check | None = None,
+    say: Callable[[str], None] = lambda _line: None,
+    no_data: bool = False,
+) -> tuple[Export, DataFacts]:
+    """The data the export reads, from what the failing trial of `result`
+    read in `entry`: (the export, report.json's `data` facts).
+
+    Seeded stand-ins come first (in the reference's entry too), kept unless
+    `check(export)` says False (None: not checked); then, with `shows` (one
+    re-run per call), the few real records that still show the symptom
+    (`reduce_export`, data.npz among the repro's files); else the export as
+    given: the repro reads the user's data and the facts name it."""
+    facts, sites, batches = recorded(result, entry)
+    if no_data:
+        return export, replace(facts, note="--no-data: no stand-ins; the repro needs the user's data")
+    try:
+        replaced = rewrite(export.cand_files[ENTRY], sites)[1]
+        standins = export.with_entry(lambda text: rewrite(text, sites)[0])
+    except (cst.ParserSyntaxError, ValueError, KeyError) as e:
+        return export, replace(facts, note=f"no stand-ins: {e}")
+    if replaced:
+        say(f"trying seeded synthetic stand-ins of {named(replaced)}")
+        ok = check(standins)
+        rest = tuple(s for s in facts.sources if s not in replaced)
+        facts = replace(facts, standins=tuple(replaced), needs_user_data=rest, rerun=True, standin_reproduced=ok)
+        if ok is not False:
+            return standins, facts
+        say("the stand-ins do not show the symptom: the repro keeps reading the user's data")
+        note = "synthetic stand-ins did not reproduce the symptom; the repro reads the user's data"
+        facts = replace(facts, needs_user_data=facts.standins + rest, note=note, standins=())
+    if shows is None or not facts.needs_user_data or not sites:
+        return export, facts
+    say("reducing the data: ddmin over the records the failing run read (batches, then records), each re-run")
+    got = reduce_export(root, export, sites, batches, shows)
+    facts = replace(facts, reduction=got)
+    if got.out is None:
+        return export, facts
+    kept = {f.file for f in got.files}
+    return got.out, replace(facts, needs_user_data=tuple(s for s in facts.needs_user_data if s.file not in kept))

@@ -20,13 +20,12 @@ needs that data.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
-from tfrepro.report.export import ENTRY, Export
 from tfrepro.report.records import DataDoc, ResultJson
 
 if TYPE_CHECKING:
@@ -114,6 +113,11 @@ class Read:
         return {"call": self.call, "file": self.file, "at": self.at, "shape": shape}
 
 
+def named(reads: Sequence[Read]) -> str:
+    """The files of `reads`, each with the script's file:line, for a line of text."""
+    return ", ".join(f"{s.file} ({s.at})" for s in reads) or "(none)"
+
+
 @dataclass(frozen=True)
 class DataFacts:
     """report.json's `data`: the reads recorded, those repro.py reads
@@ -130,6 +134,15 @@ class DataFacts:
     standin_reproduced: bool | None = None
     reduction: Reduction | None = None
 
+    @property
+    def kind(self) -> str:
+        """What the repro reads: "reduced" (data.npz), "standins", "user" (the user's files) or "none"."""
+        if self.reduction is not None and self.reduction.error is None:
+            return "reduced"
+        if self.standins:
+            return "standins"
+        return "user" if self.needs_user_data else "none"
+
     def to_dict(self) -> dict[str, Any]:
         reads = {k: [s.brief() for s in getattr(self, k)] for k in ("sources", "standins", "needs_user_data")}
         doc: dict[str, Any] = {**reads, "unseen": list(self.unseen)}
@@ -140,12 +153,6 @@ class DataFacts:
         if self.reduction is not None:
             doc["reduction"] = self.reduction.to_dict()
         return doc
-
-
-def _sites(sources: Sequence[Read], entry: str) -> list[Read]:
-    """The recorded reads of the entry script, one per call site (its first read), in line order."""
-    firsts = {str(s.at): s for s in reversed(sources) if str(s.at or "").rsplit(":", 1)[0] == entry}
-    return sorted(firsts.values(), key=lambda s: int(str(s.at).rsplit(":", 1)[1]))
 
 
 def _name(func: cst.BaseExpression) -> str | None:
@@ -166,13 +173,19 @@ def _literal_file(call: cst.Call) -> str | None:
     return None
 
 
-class _Rewrite(cst.CSTTransformer):
-    """Every recorded site, in order, takes the next call of its function (a
-    call whose literal file names another file is not it); the sites with a
-    recorded value are replaced."""
+# What a matched read call becomes: (n, its site, the call) -> the new
+# expression, or None (left as it is); n counts the calls swapped before it.
+Swap = Callable[[int, Read, cst.Call], "cst.BaseExpression | None"]
 
-    def __init__(self, sites: list[Read]) -> None:
-        self.todo = [(i, STANDABLE.get(s.call or ""), s) for i, s in enumerate(sites)]
+
+class _Sites(cst.CSTTransformer):
+    """Every recorded site, in order, takes the next call of its function (a
+    call whose literal file names another file is not it) and `swap` says
+    what that call becomes."""
+
+    def __init__(self, sites: Sequence[Read], names: Mapping[str, str], swap: Swap) -> None:
+        self.todo = [(i, names.get(s.call or ""), s) for i, s in enumerate(sites)]
+        self.swap = swap
         self.done: list[int] = []
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
@@ -181,11 +194,26 @@ class _Rewrite(cst.CSTTransformer):
             if want != name or (lit is not None and lit != str(site.file or "").rsplit("/", 1)[-1]):
                 continue
             del self.todo[: k + 1]  # sites keep their order
-            if not isinstance(site.value, dict):
+            new = self.swap(len(self.done), site, updated)
+            if new is None:
                 return updated
             self.done.append(i)
-            return cst.parse_expression(f"_tfrepro_data({len(self.done) - 1})")
+            return new
         return updated
+
+
+def swap_reads(
+    text: str, sites: Sequence[Read], names: Mapping[str, str], swap: Swap, header: Callable[[list[int]], str]
+) -> tuple[str, list[int]]:
+    """`text` with the read calls of `sites` swapped (`_Sites`; `names`: the
+    recorded call -> the function the source calls) and `header(swapped)`
+    inserted -> (the new text, the indices of the sites swapped); the text
+    as it was when none was."""
+    tr = _Sites(sites, names, swap)
+    module = cst.parse_module(text).visit(tr)
+    if not tr.done:
+        return text, []
+    return _insert_header(module, header(tr.done)).code, tr.done
 
 
 def _insert_header(module: cst.Module, header: str) -> cst.Module:
@@ -206,14 +234,15 @@ def rewrite(text: str, sites: list[Read]) -> tuple[str, list[Read]]:
     usable = [s for s in sites if s.call in STANDABLE]
     if not any(isinstance(s.value, dict) for s in usable):
         return text, []
-    module = cst.parse_module(text)
-    tr = _Rewrite(usable)
-    new = module.visit(tr)
-    if not tr.done:
-        return text, []
-    replaced = [usable[i] for i in tr.done]
-    header = HEADER.replace("json_specs", repr([s.value for s in replaced]))
-    return _insert_header(new, header).code, replaced
+
+    def data(n: int, site: Read, call: cst.Call) -> cst.BaseExpression | None:
+        return cst.parse_expression(f"_tfrepro_data({n})") if isinstance(site.value, dict) else None
+
+    def specs(done: list[int]) -> str:
+        return HEADER.replace("json_specs", repr([usable[i].value for i in done]))
+
+    text, done = swap_reads(text, usable, STANDABLE, data, specs)
+    return text, [usable[i] for i in done]
 
 
 def _data(result: ResultJson, *keys: str) -> DataDoc:
@@ -225,36 +254,20 @@ def _data(result: ResultJson, *keys: str) -> DataDoc:
     return {}
 
 
-def sources_of(result: ResultJson) -> tuple[Read, ...]:
-    """The data reads the failing configuration's trial recorded."""
-    return tuple(Read.of(s) for s in _data(result, "sources", "fits").get("sources") or [])
-
-
-def unseen_fits(result: ResultJson) -> tuple[str, ...]:
-    """file:line of each fit fed by data no recorded read explains (a reader the hooks cannot see)."""
+def recorded(result: ResultJson, entry: str) -> tuple[DataFacts, list[Read], int | None]:
+    """What the failing configuration's trial recorded: the facts before any
+    stand-in (every read needs the user's data; `unseen`: file:line of each
+    fit fed by data no recorded read explains, a reader the hooks cannot
+    see), the reads of `entry` (one per call site, its first read, in line
+    order) and the first fit's batches per epoch (the reduction's chunk count)."""
+    data = _data(result, "sources", "fits")
+    sources = tuple(Read.of(s) for s in data.get("sources") or [])
     fits = _data(result, "fits").get("fits") or []
-    return tuple(str(f.get("at")) for f in fits if not f.get("sources_seen") and f.get("kind") != "arrays")
-
-
-def with_standins(export: Export, result: ResultJson, entry: str, *, no_data: bool = False) -> tuple[Export, DataFacts]:
-    """(export with stand-ins in repro.py, the report's `data` facts)."""
-    sources = sources_of(result)
-    facts = DataFacts(sources, unseen=unseen_fits(result))
-    if no_data:
-        note = "--no-data: no stand-ins; the repro needs the user's data"
-        return export, replace(facts, needs_user_data=sources, note=note)
-    try:
-        text, replaced = rewrite(export.cand_files[ENTRY], _sites(sources, entry))
-    except (cst.ParserSyntaxError, ValueError, KeyError) as e:
-        return export, replace(facts, note=f"no stand-ins: {e}")
-    facts = replace(facts, standins=tuple(replaced), needs_user_data=tuple(s for s in sources if s not in replaced))
-    if not replaced:
-        return export, facts
-    files = {"cand_files": {**export.cand_files, ENTRY: text}}
-    if ENTRY in export.ref_files:
-        ref_text, _ = rewrite(export.ref_files[ENTRY], _sites(sources, entry))
-        files["ref_files"] = {**export.ref_files, ENTRY: ref_text}
-    return replace(export, **files), facts
+    unseen = tuple(str(f.get("at")) for f in fits if not f.get("sources_seen") and f.get("kind") != "arrays")
+    firsts = {str(s.at): s for s in reversed(sources) if str(s.at or "").rsplit(":", 1)[0] == entry}
+    sites = sorted(firsts.values(), key=lambda s: int(str(s.at).rsplit(":", 1)[1]))
+    batches = (data.get("fits") or [{}])[0].get("batches_per_epoch")
+    return DataFacts(sources, needs_user_data=sources, unseen=unseen), sites, batches
 
 
 def issue_lines(doc: dict[str, Any]) -> list[str]:
@@ -300,10 +313,3 @@ def issue_lines(doc: dict[str, Any]) -> list[str]:
     if data.get("note"):
         out.extend([data["note"], ""])
     return out
-
-
-def reads_of(result: ResultJson, entry: str) -> tuple[list[Read], int | None]:
-    """The recorded reads of `entry` (one per call site, in line order) and
-    the first fit's batches per epoch (the reduction's chunk count)."""
-    fits = _data(result, "sources", "fits").get("fits") or [{}]
-    return _sites(sources_of(result), entry), fits[0].get("batches_per_epoch")
