@@ -22,7 +22,7 @@ that index file and the destination directory, both under `.tfrepro/`, so:
 Copies live in `<project>/.tfrepro/checkouts/<pid>-<time>/<sha>/` (the state
 directory holds a `.gitignore` of `*`, so `git status` never shows it) and are
 removed after their trial; directories left by a run that was killed are
-removed at the start of the next run (their pid is gone).
+removed at the start of the next run (their lock is free: `trials/ownedtmp.py`).
 
 gitpython is imported lazily (`tfrepro --help` must stay instant).
 """
@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.trials.state import ours, pid_alive
+from tfrepro.trials.state import in_use, ours
 
 if TYPE_CHECKING:
     from tfrepro.trials.state import StateDir
@@ -249,9 +249,8 @@ def clean_leftover_checkouts(state_dir: Path) -> None:
     for d in base.iterdir() if base.is_dir() else ():
         if not ours(d):
             continue  # no record of ours: never deleted
-        pid_text = d.name.split("-", 1)[0]
-        if pid_text.isdigit() and pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
-            continue  # another bisect running in this project right now
+        if in_use(d):
+            continue  # another bisect running in this project right now (its lock is held)
         shutil.rmtree(d, ignore_errors=True)
 
 

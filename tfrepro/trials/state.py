@@ -25,17 +25,17 @@ Records: every directory tfrepro makes here holds a `MARK` file
 (`.tfrepro-made`), and pruning deletes only marked directories, cache
 entries named `<hex>.json`, and the state dir's own `.gitignore`; anything
 else found here is left alone and counted (`Pruned.foreign`). The mark is
-also the directory's lock: the process that made it holds an `flock` on it
-while the directory is in use (a trial until its result is stored, a run
-until the process ends), and pruning, `clean --all` included, skips a locked
-directory. A trial dir whose mark is gone when its trial ends (removed under
+also the directory's lock (`ownedtmp`, the one rule for whether a dir's
+owner lives): the process that made it holds an `flock` on it while the
+directory is in use (a trial until its result is stored, a run until the
+process ends, a commit-mode run's checkouts until it ends), and pruning,
+`clean --all` included, skips a locked directory. A trial dir whose mark is gone when its trial ends (removed under
 it) gives a could-not-run result, never cached (`runner.cached`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -49,6 +49,7 @@ from typing import Any
 
 from tfrepro.errors import UserError
 from tfrepro.projectfiles import STATE_DIR
+from tfrepro.trials import ownedtmp
 from tfrepro.trials.stored import load_result
 from tfrepro.trials.values import TrialResult, summary
 
@@ -294,10 +295,8 @@ class StateDir:
         out = self.prune(keep_runs, keep_trials, variants=True)
         for e in self._children("tmp", out):
             self._remove(e, out, "other")
-        for e in self._children("checkouts", out):  # <pid>-<ns>/ of commit-mode runs (bisect/gitcopy.py)
-            pid = e.name.split("-", 1)[0]
-            if not (pid.isdigit() and pid_alive(int(pid))):
-                self._remove(e, out, "other")
+        for e in self._children("checkouts", out):  # of commit-mode runs (bisect/gitcopy.py); a live one's is held
+            self._remove(e, out, "other")
         return out
 
     def _clean_all(self) -> Pruned:
@@ -347,11 +346,8 @@ def _check_dir(path: Path, what: str) -> None:
 
 
 def hold(d: Path) -> None:
-    """Mark `d` as made by tfrepro and lock it for this process."""
-    fd = os.open(d / MARK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    _HELD[str(d)] = fd
+    """Mark `d` as made by tfrepro and lock it for this process (`ownedtmp.hold`)."""
+    _HELD[str(d)] = ownedtmp.hold(d, MARK)
 
 
 def ours(d: Path) -> bool:
@@ -364,17 +360,7 @@ def ours(d: Path) -> bool:
 
 def in_use(d: Path) -> bool:
     """Whether a tfrepro process (this one included) holds `d`'s lock."""
-    try:
-        fd = os.open(d / MARK, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
+    return bool(ownedtmp.in_use(d, MARK))
 
 
 def _rmdir_if_empty(d: Path) -> bool:
@@ -382,17 +368,6 @@ def _rmdir_if_empty(d: Path) -> bool:
         d.rmdir()
     except OSError:
         return False
-    return True
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process runs (another user's counts as running)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 
