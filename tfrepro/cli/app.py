@@ -20,7 +20,7 @@ from typing import NoReturn
 import click
 
 from tfrepro import __version__
-from tfrepro.dists import dist_version, tf_version
+from tfrepro.dists import versions
 from tfrepro.errors import TfreproError, UserError
 
 EXIT_INTERRUPTED = 130
@@ -94,11 +94,10 @@ class _Group(click.Group):
 def version_line() -> str:
     """`tfrepro --version`: tfrepro's version and the TensorFlow and Keras
     installed next to it, read from package metadata (instant: no import)."""
-    tf, keras = tf_version(), dist_version("keras")
+    v = versions()
     return (
-        f"tfrepro {__version__} (TensorFlow {tf or 'not installed'}, Keras {keras or 'not installed'}"
-        + (f", tf_keras {tf_keras}" if (tf_keras := dist_version("tf_keras")) else "")
-        + ")"
+        f"tfrepro {__version__} (TensorFlow {v['tensorflow'] or 'not installed'}, "
+        f"Keras {v['keras'] or 'not installed'}" + (f", tf_keras {v['tf_keras']}" if v["tf_keras"] else "") + ")"
     )
 
 

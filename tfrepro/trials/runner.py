@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import inside
-from tfrepro.dists import dist_version, tf_version
+from tfrepro.dists import tf_version
+from tfrepro.dists import versions as this_versions
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import confine, warm
@@ -68,16 +69,6 @@ _PYTHON_NAMES = {"python", "python3"}
 
 
 # -- cache key ------------------------------------------------------------------
-
-
-def driver_versions() -> dict[str, str | None]:
-    """The versions of this interpreter's environment (the default trial's)."""
-    return {
-        "tensorflow": tf_version(),
-        "keras": dist_version("keras"),
-        "tf_keras": dist_version("tf_keras", "tf-keras"),
-        "python": sys.version.split()[0],
-    }
 
 
 def _file_digest(path: Path) -> str:
@@ -106,8 +97,9 @@ def trial_key(
 ) -> str:
     """sha256 over everything that can change a trial's result. `versions`
     (keys tensorflow, keras, tf_keras, python) are those of the interpreter the
-    trial runs under when it is not this one (`envs.read_versions`)."""
-    v = versions if versions is not None else driver_versions()
+    trial runs under when it is not this one (`envs.read_versions`), else this
+    one's (`dists.versions`)."""
+    v = versions if versions is not None else this_versions()
     payload = {
         "variant": variant_hash,
         "settings": settings.to_dict(),
