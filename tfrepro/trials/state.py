@@ -295,7 +295,13 @@ class StateDir:
         out = self.prune(keep_runs, keep_trials, variants=True)
         for e in self._children("tmp", out):
             self._remove(e, out, "other")
-        for e in self._children("checkouts", out):  # of commit-mode runs (bisect/gitcopy.py); a live one's is held
+        return self.sweep_checkouts(out)
+
+    def sweep_checkouts(self, out: Pruned | None = None) -> Pruned:
+        """Remove the checkouts of commit-mode runs that are over
+        (bisect/gitcopy.py; a running one holds its lock, a killed one's is free)."""
+        out = out or Pruned()
+        for e in self._children("checkouts", out):
             self._remove(e, out, "other")
         return out
 
