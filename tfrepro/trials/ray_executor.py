@@ -3,8 +3,9 @@
 Imported only when asked for (it imports Ray); `tfrepro --help` never loads it.
 
 How one trial runs:
-1. the driver computes the trial's cache key exactly as `run_trial` does and
-   returns a cache hit without submitting anything;
+1. the driver goes through `runner.run_trial` as a local trial does (the
+   task is its `spawn`): the same cache key, a cache hit returned without
+   submitting anything, the same stop at a write outside the trial's dir;
 2. the project's files (the user's, unrendered) are packed once per bisect
    into a tar held in Ray's object store (each node fetches it once); a task
    carries only the rendered text of the marked files, the settings and the
@@ -57,7 +58,7 @@ from tfrepro.settings import TrialSettings
 from tfrepro.trials import ownedtmp, runner, warm
 from tfrepro.trials.executor_base import Executor, could_not_run, retry_once
 from tfrepro.trials.ray_connect import Connection, connect
-from tfrepro.trials.state import LOGS, StateDir
+from tfrepro.trials.state import LOGS
 from tfrepro.trials.trial import Trial, TrialOptions
 from tfrepro.trials.values import TrialResult
 
@@ -179,9 +180,7 @@ class RayExecutor(Executor):
 
     # -- one trial ---------------------------------------------------------
     def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
-        enabled = tuple(sorted(set(request.enabled)))
-
-        def execute(trial_dir: Path) -> TrialResult:
+        def ship(enabled: tuple[str, ...], trial_dir: Path) -> TrialResult:
             args = (
                 self._base(project),
                 project.render(enabled),
@@ -213,10 +212,7 @@ class RayExecutor(Executor):
             where = {"executor": "ray", "node": out.node, "host": out.host, "attempts": len(lost) + 1}
             return replace(result, log_dir=str(trial_dir), extra={**result.extra, **where})
 
-        how = request.how
-        state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)
-        key = runner.trial_key(project.variant_hash(enabled), request.settings)
-        return runner.cached(state, key, enabled, how.label, how.use_cache, execute)
+        return runner.run_trial(project, request.enabled, request.settings, request.how, spawn=ship)
 
     def describe(self) -> str:
         kind = f"{self.gpus} GPUs" if self.gpus else f"{self.slots} CPUs"

@@ -39,6 +39,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -122,9 +123,13 @@ def run_trial(
     enabled: Iterable[str],
     settings: TrialSettings,
     how: TrialOptions = TrialOptions(),
+    spawn: Callable[[tuple[str, ...], Path], TrialResult] | None = None,
 ) -> TrialResult:
     """Run `project` with the features `enabled` ON (all others OFF), or return
-    the cached result of the same trial; `how` says how it runs (`TrialOptions`)."""
+    the cached result of the same trial; `how` says how it runs (`TrialOptions`).
+    `spawn(enabled, trial_dir)` runs it elsewhere (`RayExecutor`: a Ray task)
+    instead of in a process of this machine; the key, the cache and the stop
+    at a write outside are the same."""
     how = replace(how, plugins=tuple(Path(p).resolve() for p in how.plugins))
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)
@@ -143,7 +148,8 @@ def run_trial(
         result = run_variant(trial_dir / "variant", settings, trial_dir, replace(how, env=env))
         return _annotated(result, project, files, how.versions)
 
-    return confine.check_outside(cached(state, key, enabled_t, how.label, how.use_cache, execute))
+    run = execute if spawn is None else partial(spawn, enabled_t)
+    return confine.check_outside(cached(state, key, enabled_t, how.label, how.use_cache, run))
 
 
 def _annotated(
