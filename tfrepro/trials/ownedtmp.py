@@ -1,20 +1,13 @@
-"""Directories that outlive a killed owner only until someone looks (EDGE):
-the one rule for whether a dir's owner still lives.
+"""Dirs that outlive a killed owner only until someone looks (EDGE): the one
+rule for whether a dir's owner still lives.
 
-The owner of a dir holds an flock on a lock file inside it for as long as
-the dir is in use (the kernel drops it when the process dies, however it
-dies). Whoever finds such a dir judges it by that lock alone: held, in use
-(by another process or this one); free, its owner is gone. A pid in a dir's
-name is no such proof: it may be reused by an unrelated process, and a dir
-would then be kept forever. The lock file appears only once it is held, so a
-dir being made is never judged free; a dir without it (being made, or not
-ours) is never judged at all.
-
-Users: the state dir's records (`state.MARK` in every trial, run and
-checkout dir, which pruning and the next commit-mode run skip while held),
-and dirs in the system temp dir that a SIGKILLed owner cannot remove (a
-warm server's socket dir, a Ray task's scratch dir, the test session's user
-cache): the next process that makes one of the same prefix sweeps them.
+The owner holds an flock on a lock file inside the dir while the dir is in
+use (the kernel drops it when the process dies, however it dies): held, in
+use; free, its owner is gone (a pid in a name can be reused: not proof). The
+lock file appears only once held; a dir without it is never judged. Users:
+`state.MARK` (trial, run and checkout dirs: pruning skips held ones) and the
+system temp dir's warm-server, Ray-task and test-cache dirs, which the next
+`make` of their prefix sweeps.
 """
 
 from __future__ import annotations
