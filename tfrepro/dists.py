@@ -1,10 +1,7 @@
 """Installed distributions' versions from package metadata (nothing imported).
 TF_DISTS, the names TensorFlow is installed under, lives in
 `inside/envprobe.py` (it runs in the trial process and may not import tfrepro).
-
-The versions a trial runs with (the cache key's, `tfrepro --version`'s, an
-environment's spec file's) are read by one rule, `VERSION_DISTS`: in this
-interpreter by `versions`, in another one by `VERSIONS_SCRIPT`."""
+The versions a trial runs with are read by `versions` here, by `VERSIONS_SCRIPT` in another interpreter."""
 
 from __future__ import annotations
 
@@ -35,20 +32,18 @@ VERSION_DISTS = {"tensorflow": TF_DISTS, "keras": ("keras",), "tf_keras": ("tf_k
 
 
 def versions() -> dict[str, str | None]:
-    """This interpreter's Python version and its environment's TensorFlow,
-    Keras and tf_keras (None: not installed)."""
+    """Python's version here, and TensorFlow's, Keras's and tf_keras's (None: not installed)."""
     return {"python": sys.version.split()[0], **{k: dist_version(*names) for k, names in VERSION_DISTS.items()}}
 
 
 # `versions()` of another interpreter, printed as JSON (run with -I: stdlib only).
 VERSIONS_SCRIPT = f"""\
 import importlib.metadata as m, json, sys
-def v(*names):
+def v(names):
     for n in names:
         try:
             return m.version(n)
         except m.PackageNotFoundError:
             pass
-names = {VERSION_DISTS!r}
-print(json.dumps({{"python": sys.version.split()[0], **{{k: v(*n) for k, n in names.items()}}}}))
+print(json.dumps({{"python": sys.version.split()[0], **{{k: v(n) for k, n in {VERSION_DISTS!r}.items()}}}}))
 """

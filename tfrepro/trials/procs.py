@@ -123,13 +123,9 @@ def run_cold(
 
 
 def _watch(child: "subprocess.Popen | warm.WarmChild", timeout: float, trial_dir: Path) -> tuple[int | None, bool]:
-    """Wait up to `timeout` for a started trial, cold or warm (`child.pid`
-    leads its process group), then, however it ended, kill its group
-    (grandchildren outlive a finished child too) and, outside the overlay's
-    PID namespace (whose end kills those), its strays. -> (its return code,
-    None when it could not be read after a kill; whether it timed out).
-    Raises what interrupted the wait (Ctrl-C, `TrialStopped`, a lost warm
-    server) after the kill."""
+    """Wait up to `timeout` for a cold or warm trial (`child.pid` leads its group), then kill the
+    group and, outside the overlay, its strays, however it ended (an interruption is raised after)
+    -> (its return code, None when unread after a kill; whether it timed out)."""
     rc, timed_out = None, False
     with LIVE.running(child.pid):
         try:

@@ -126,10 +126,8 @@ def run_trial(
     spawn: Callable[[tuple[str, ...], Path], TrialResult] | None = None,
 ) -> TrialResult:
     """Run `project` with the features `enabled` ON (all others OFF), or return
-    the cached result of the same trial; `how` says how it runs (`TrialOptions`).
-    `spawn(enabled, trial_dir)` runs it elsewhere (`RayExecutor`: a Ray task)
-    instead of in a process of this machine; the key, the cache and the stop
-    at a write outside are the same."""
+    the cached result of the same trial; `how` says how it runs (`TrialOptions`);
+    `spawn(enabled, trial_dir)` runs it elsewhere (a Ray task), with the same key and cache."""
     how = replace(how, plugins=tuple(Path(p).resolve() for p in how.plugins))
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)

@@ -235,7 +235,7 @@ class StateDir:
             st = path.lstat()
         except FileNotFoundError:
             return
-        if stat.S_ISDIR(st.st_mode) and in_use(path):
+        if stat.S_ISDIR(st.st_mode) and ownedtmp.in_use(path, MARK):
             out.busy += 1
             return
         size = tree_size(path)
@@ -258,7 +258,7 @@ class StateDir:
         The cache is never touched; dirs in use or not ours are skipped."""
         self.check()
         out = Pruned()
-        runs = [d for d in self._children("runs", out) if not in_use(d)]
+        runs = [d for d in self._children("runs", out) if not ownedtmp.in_use(d, MARK)]
         cut = max(0, len(runs) - keep_runs)
         for d in runs[:cut]:
             self._remove(d, out, "runs")
@@ -268,8 +268,8 @@ class StateDir:
                 if not f.is_symlink():
                     referenced.update(_TRIAL_REF.findall(f.read_text(encoding="utf-8", errors="replace")))
         trials = self._children("trials", out)
-        out.busy += sum(1 for d in trials if in_use(d))
-        trials = [d for d in trials if not in_use(d)]
+        out.busy += sum(1 for d in trials if ownedtmp.in_use(d, MARK))
+        trials = [d for d in trials if not ownedtmp.in_use(d, MARK)]
         cut = max(0, len(trials) - keep_trials)
         if keep_bytes is not None:  # by size as well as count: the oldest go until the rest fits
             sizes = [tree_size(d) for d in trials]
@@ -362,11 +362,6 @@ def ours(d: Path) -> bool:
         return stat.S_ISDIR(d.lstat().st_mode) and stat.S_ISREG(os.lstat(d / MARK).st_mode)
     except OSError:
         return False
-
-
-def in_use(d: Path) -> bool:
-    """Whether a tfrepro process (this one included) holds `d`'s lock."""
-    return bool(ownedtmp.in_use(d, MARK))
 
 
 def _rmdir_if_empty(d: Path) -> bool:
