@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from importlib import metadata
 
 from tfrepro import dists
 from tfrepro.cli.app import version_line
-from tfrepro.trials import envs, runner
+from tfrepro.trials import envs
 
 
 def test_every_reader_gives_the_installed_tensorflow():
     installed = metadata.version("tensorflow")
     assert dists.tf_version() == installed
-    assert runner.driver_versions()["tensorflow"] == installed
+    assert dists.versions()["tensorflow"] == installed
+    assert envs.read_versions(sys.executable) == dists.versions()
     assert f"TensorFlow {installed}," in version_line()
     assert envs.TF_STACK >= set(dists.TF_DISTS)
 

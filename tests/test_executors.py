@@ -15,7 +15,7 @@ from tfrepro.bisect.engine import BisectOptions, bisect
 from tfrepro.errors import UserError
 from tfrepro.project import Project
 from tfrepro.settings import SymptomSettings, TrialSettings
-from tfrepro.trials import classify, runner
+from tfrepro.trials import classify, confine, runner
 from tfrepro.trials.executors import (
     Executor,
     LocalExecutor,
@@ -175,6 +175,29 @@ def test_cached_run_never_caches_a_could_not_run_result(tmp_path):
     ok = cached_run(p, req("a"), lambda d: TrialResult(losses=(1.0,)))
     again = cached_run(p, req("a"), lambda d: pytest.fail("should be a cache hit"))
     assert again.cached and again.key == ok.key and again.enabled == ("a",)
+
+
+def test_a_spawned_trial_takes_the_local_key_cache_and_outside_stop(tmp_path):
+    """Ray's path (`run_trial(spawn=...)`): the key a local trial of the same
+    configuration gets, its cache, and the stop at a write outside."""
+    p = make_project(tmp_path)
+    settings = TrialSettings(steps=2)
+    shipped = []
+
+    def spawn(enabled, trial_dir):
+        shipped.append((enabled, trial_dir))
+        return TrialResult(losses=(1.0, 0.9), steps_run=2)
+
+    got = runner.run_trial(p, ["b", "a"], settings, spawn=spawn)
+    assert shipped[0][0] == ("a", "b") and got.enabled == ("a", "b")
+    assert got.key == runner.trial_key(p.variant_hash(("a", "b")), settings)
+    assert runner.run_trial(p, ["a", "b"], settings, spawn=lambda *a: pytest.fail("a cache hit")).cached
+
+    def outside(enabled, trial_dir):
+        return TrialResult(crashed=True, extra={"writes_outside": "/etc/x"})
+
+    with pytest.raises(confine.WritesOutside, match="/etc/x"):
+        runner.run_trial(p, ["c"], settings, spawn=outside)
 
 
 def test_a_lost_culprit_trial_is_never_blamed(tmp_path):

@@ -10,7 +10,7 @@ from gitrepo import GitRepo, isolated_git_env
 
 from tfrepro.bisect import gitcopy as cm
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.trials.state import MARK, StateDir
+from tfrepro.trials.state import MARK, StateDir, hold
 
 
 @pytest.fixture
@@ -141,15 +141,21 @@ def test_leftover_checkouts_of_dead_runs_are_removed(repo, tmp_path):
     (dead / MARK).write_text("1\n")  # made by tfrepro (its record)
     foreign = state / cm.CHECKOUTS_DIR / "999999999-2"  # no record of ours: never deleted
     foreign.mkdir()
-    alive = state / cm.CHECKOUTS_DIR / f"{os.getppid()}-1"  # a live process, not us
+    alive = state / cm.CHECKOUTS_DIR / "999999999-3"  # its run still holds its lock, whatever its name says
     alive.mkdir(parents=True)
-    (alive / MARK).write_text("1\n")
-    with cm.Checkouts(sd) as co:
-        assert not dead.exists()
-        assert alive.exists() and foreign.exists()
-        path = co.checkout(cm.open_range(repo.root / "proj", "HEAD~1", "HEAD"), repo.commits[3])
-        assert (path / "repro.py").read_text() == "print('v3')\n"
-    assert not co.dir.exists()
+    hold(alive)
+    reused = state / cm.CHECKOUTS_DIR / f"{os.getppid()}-1"  # a live pid, but no run holds the lock
+    reused.mkdir(parents=True)
+    (reused / MARK).write_text("1\n")
+    try:
+        with cm.Checkouts(sd) as co:
+            assert not dead.exists() and not reused.exists()
+            assert alive.exists() and foreign.exists()
+            path = co.checkout(cm.open_range(repo.root / "proj", "HEAD~1", "HEAD"), repo.commits[3])
+            assert (path / "repro.py").read_text() == "print('v3')\n"
+        assert not co.dir.exists()
+    finally:
+        StateDir.release(alive)
 
 
 def test_good_on_a_merged_side_branch_enters_the_mainline_at_the_merge(repo):

@@ -35,3 +35,35 @@ def test_a_killed_owners_dir_is_swept_and_a_live_ones_is_kept(tmp_path):
     os.close(fd)  # its owner lets go: the next sweep may take it
     assert ownedtmp.sweep(PREFIX, root) == [live]
     os.close(fd2)
+
+
+def test_in_use_is_the_lock_alone_and_none_without_one(tmp_path):
+    """The one liveness rule (the state dir's records use it too): a held
+    lock is in use, in this process as in another; a free one is not,
+    whatever pid the dir's name or the lock file holds; no lock file, no
+    judgement."""
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    assert ownedtmp.in_use(bare) is None
+    fd = ownedtmp.hold(bare)
+    assert (bare / ownedtmp.LOCK).read_text() == f"{os.getpid()}\n"
+    assert not (bare / (ownedtmp.LOCK + ".new")).exists()
+    assert ownedtmp.in_use(bare) is True
+    os.close(fd)
+    assert ownedtmp.in_use(bare) is False
+
+
+def test_owned_removes_its_dir_and_a_killed_owners_is_swept_by_the_next(tmp_path):
+    root = str(tmp_path)
+    with ownedtmp.owned("task-", root) as path:
+        assert os.path.isdir(path) and ownedtmp.in_use(path) is True
+    assert not os.path.exists(path)
+    code = (
+        "import os, signal; from tfrepro.trials import ownedtmp\n"
+        f"with ownedtmp.owned('task-', {root!r}) as p:\n"
+        "    print(p, flush=True); os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    dead = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+    assert os.path.isdir(dead)
+    with ownedtmp.owned("task-", root) as path:
+        assert not os.path.exists(dead) and os.listdir(root) == [os.path.basename(path)]

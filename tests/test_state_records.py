@@ -85,6 +85,22 @@ def test_prune_and_clean_all_delete_only_what_the_state_dir_recorded(tmp_path):
     assert len(pruned.foreign) == 4 and "no record" in pruned.describe()
 
 
+def test_clean_judges_a_commit_runs_checkouts_by_their_lock_not_their_name(tmp_path):
+    """A running commit-mode run's checkouts are kept (and counted in use);
+    a killed one's go, also when its pid in the name now belongs to a live
+    process (`ownedtmp`: one rule, the lock)."""
+    state = StateDir(tmp_path / ".tfrepro")
+    live = state.make_dir(state.path / "checkouts" / "999999999-1")
+    dead = state.make_dir(state.path / "checkouts" / f"{os.getppid()}-2")
+    state.release(dead)  # its run is over (killed: the kernel dropped its lock)
+    pruned = state.clean(keep_runs=5, keep_trials=5)
+    assert live.is_dir() and not dead.exists()
+    assert pruned.busy == 1 and "kept 1 in use by a running tfrepro" in pruned.describe()
+    state.release(live)
+    state.clean(keep_runs=5, keep_trials=5)
+    assert not live.exists()
+
+
 WAITS = """
 import os, socket
 s = socket.create_connection(("127.0.0.1", int(os.environ["PORT"])))

@@ -22,7 +22,7 @@ that index file and the destination directory, both under `.tfrepro/`, so:
 Copies live in `<project>/.tfrepro/checkouts/<pid>-<time>/<sha>/` (the state
 directory holds a `.gitignore` of `*`, so `git status` never shows it) and are
 removed after their trial; directories left by a run that was killed are
-removed at the start of the next run (their pid is gone).
+removed at the start of the next run (`StateDir.sweep_checkouts`: their lock is free).
 
 gitpython is imported lazily (`tfrepro --help` must stay instant).
 """
@@ -37,7 +37,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.trials.state import ours, pid_alive
 
 if TYPE_CHECKING:
     from tfrepro.trials.state import StateDir
@@ -243,18 +242,6 @@ def materialize(repo_root: Path, sha: str, relpath: str, dest: Path, git_dir: Pa
     return dest
 
 
-def clean_leftover_checkouts(state_dir: Path) -> None:
-    """Remove checkout directories of runs whose process is gone."""
-    base = state_dir / CHECKOUTS_DIR
-    for d in base.iterdir() if base.is_dir() else ():
-        if not ours(d):
-            continue  # no record of ours: never deleted
-        pid_text = d.name.split("-", 1)[0]
-        if pid_text.isdigit() and pid_alive(int(pid_text)) and int(pid_text) != os.getpid():
-            continue  # another bisect running in this project right now
-        shutil.rmtree(d, ignore_errors=True)
-
-
 class Checkouts:
     """This run's checkout area: cleans old runs' leftovers on entry, its own
     directory on exit (also on exceptions and KeyboardInterrupt)."""
@@ -265,7 +252,7 @@ class Checkouts:
 
     def __enter__(self) -> "Checkouts":
         base = self.state.sub(CHECKOUTS_DIR)
-        clean_leftover_checkouts(self.state.path)
+        self.state.sweep_checkouts()  # old runs' leftovers
         self.dir = self.state.make_dir(base / self.dir.name)
         return self
 

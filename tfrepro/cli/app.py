@@ -94,13 +94,12 @@ def version_line() -> str:
     """`tfrepro --version`: tfrepro's version and the TensorFlow and Keras
     installed next to it, read from package metadata (instant: no import;
     only when asked, so the CLI's start-up does not read metadata)."""
-    from tfrepro.dists import dist_version, tf_version
+    from tfrepro.dists import versions
 
-    tf, keras = tf_version(), dist_version("keras")
+    v = versions()
     return (
-        f"tfrepro {__version__} (TensorFlow {tf or 'not installed'}, Keras {keras or 'not installed'}"
-        + (f", tf_keras {tf_keras}" if (tf_keras := dist_version("tf_keras")) else "")
-        + ")"
+        f"tfrepro {__version__} (TensorFlow {v['tensorflow'] or 'not installed'}, "
+        f"Keras {v['keras'] or 'not installed'}" + (f", tf_keras {v['tf_keras']}" if v["tf_keras"] else "") + ")"
     )
 
 

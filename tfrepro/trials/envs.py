@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tfrepro.dists import TF_DISTS, dist_version
+from tfrepro.dists import TF_DISTS, VERSIONS_SCRIPT, dist_version
 from tfrepro.errors import TfreproError
 from tfrepro.trials.installers import Installer, OnLine, default_installer, run_streaming
 from tfrepro.trials.state import atomic_write_text, tree_size
@@ -169,23 +169,10 @@ class Env:
 
 # -- reading the versions inside an environment ------------------------------------------
 
-VERSIONS_SCRIPT = """\
-import importlib.metadata as m, json, sys
-def v(*names):
-    for n in names:
-        try:
-            return m.version(n)
-        except m.PackageNotFoundError:
-            pass
-print(json.dumps({"python": sys.version.split()[0],
-                  "tensorflow": v("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly"),
-                  "keras": v("keras"), "tf_keras": v("tf_keras", "tf-keras")}))
-"""
-
 
 def read_versions(python: Path | str, timeout_s: float = 60) -> dict:
-    """TensorFlow, Keras, tf_keras and Python versions of an interpreter's
-    environment, from package metadata (nothing is imported: ~50 ms)."""
+    """`dists.versions()` of another interpreter: its TensorFlow, Keras,
+    tf_keras and Python versions, from package metadata (nothing is imported: ~50 ms)."""
     try:
         out = subprocess.run(
             [str(python), "-I", "-c", VERSIONS_SCRIPT], capture_output=True, text=True, timeout=timeout_s, check=True

@@ -85,23 +85,10 @@ def run_warm(
         child = server.submit(argv, cwd, trial_env, stdout, stderr, confine=spec)
     except warm.WarmUnavailable:
         return None
-    timed_out = False
-    rc = None
-    with LIVE.running(child.pid):
-        try:
-            rc = child.wait(timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            child.kill()
-            with contextlib.suppress(subprocess.TimeoutExpired, warm.ServerLost):  # a timeout is the result either way
-                rc = child.wait(10)
-        except warm.ServerLost:
-            return None  # the child died with its server: the trial runs again, cold
-        finally:
-            child.kill()  # grandchildren outlive a finished child too: the group dies with it
-            child.close()
-            if conf.mode != "overlay":  # the namespace's end kills those
-                kill_strays(stdout.parent)
+    try:
+        rc, timed_out = _watch(child, timeout, stdout.parent)
+    except warm.ServerLost:
+        return None  # the child died with its server: the trial runs again, cold
     if rc == confine_inside.CANNOT_CONFINE and _cannot_confine(stderr):
         return None  # the warm child could not confine itself: the trial runs cold
     return Exit(rc, timed_out, time.perf_counter() - start, "warm")
@@ -112,7 +99,6 @@ def run_cold(
 ) -> Exit | TrialResult:
     """The trial behind the launcher, confined (`trials/confine.py`) to its
     trial dir, the dir of `stdout_path`."""
-    timed_out = False
     trial_dir = stdout_path.parent
     status_path = trial_dir / "exit.status"
     status_path.unlink(missing_ok=True)
@@ -132,17 +118,30 @@ def run_cold(
             )
         except OSError as e:
             return TrialResult(crashed=True, error=f"cannot start {cmd[0]!r}: {e.strerror or e}", wall_s=0.0)
-        with LIVE.running(proc.pid):
-            try:
-                proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            finally:
-                # Grandchildren outlive a finished child too; the group dies with it.
-                kill_tree(proc)
-                if confine.require().mode != "overlay":  # the namespace's end kills those
-                    kill_strays(trial_dir)
-    return Exit(_status(proc.returncode, status_path), timed_out, time.perf_counter() - start, "cold")
+        rc, timed_out = _watch(proc, timeout, trial_dir)
+    return Exit(_status(rc, status_path), timed_out, time.perf_counter() - start, "cold")
+
+
+def _watch(child: "subprocess.Popen | warm.WarmChild", timeout: float, trial_dir: Path) -> tuple[int | None, bool]:
+    """Wait up to `timeout` for a cold or warm trial (`child.pid` leads its group), then kill the
+    group and, outside the overlay, its strays, however it ended (an interruption is raised after)
+    -> (its return code, None when unread after a kill; whether it timed out)."""
+    rc, timed_out = None, False
+    with LIVE.running(child.pid):
+        try:
+            rc = child.wait(timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            kill_group(child.pid)
+            if rc is None:  # killed: read its status (a timeout is the result either way)
+                with contextlib.suppress(subprocess.TimeoutExpired, warm.ServerLost):
+                    rc = child.wait(10)
+            if isinstance(child, warm.WarmChild):
+                child.close()
+            if confine.require().mode != "overlay":
+                kill_strays(trial_dir)
+    return rc, timed_out
 
 
 def _status(rc: int | None, status_path: Path) -> int | None:
@@ -244,9 +243,13 @@ def stop_trials(threads: Iterable[int] | None = None) -> int:
     return LIVE.stop(threads)
 
 
-def kill_tree(proc: subprocess.Popen) -> None:
+def kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def kill_tree(proc: subprocess.Popen) -> None:
+    kill_group(proc.pid)
     with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - SIGKILL not honoured
         proc.wait(timeout=10)
 

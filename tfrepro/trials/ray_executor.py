@@ -3,13 +3,15 @@
 Imported only when asked for (it imports Ray); `tfrepro --help` never loads it.
 
 How one trial runs:
-1. the driver computes the trial's cache key exactly as `run_trial` does and
-   returns a cache hit without submitting anything;
+1. the driver goes through `runner.run_trial` as a local trial does (the
+   task is its `spawn`): the same cache key, a cache hit returned without
+   submitting anything, the same stop at a write outside the trial's dir;
 2. the project's files (the user's, unrendered) are packed once per bisect
    into a tar held in Ray's object store (each node fetches it once); a task
    carries only the rendered text of the marked files, the settings and the
    driver's TF_/KERAS_/XLA_/... variables (the ones the key covers);
-3. the task unpacks them into a temp dir on its node and runs the variant
+3. the task unpacks them into a temp dir on its node (`trials/ownedtmp.py`:
+   a later task sweeps it when its worker is lost) and runs the variant
    with `runner.run_variant` (a process in its own session, timeout, harness:
    the very code of a local trial; tfrepro must be installed on the workers,
    with the same TensorFlow), then returns the result and the logs;
@@ -38,8 +40,6 @@ crashes or times out is a measurement, not a failure of the task.
 from __future__ import annotations
 
 import io
-import os
-import shutil
 import socket
 import sys
 import tarfile
@@ -55,10 +55,10 @@ import ray.exceptions
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tfrepro.settings import TrialSettings
-from tfrepro.trials import runner, warm
+from tfrepro.trials import ownedtmp, runner, warm
 from tfrepro.trials.executor_base import Executor, could_not_run, retry_once
 from tfrepro.trials.ray_connect import Connection, connect
-from tfrepro.trials.state import LOGS, StateDir, pid_alive
+from tfrepro.trials.state import LOGS
 from tfrepro.trials.trial import Trial, TrialOptions
 from tfrepro.trials.values import TrialResult
 
@@ -89,15 +89,6 @@ class Shipped:
     host: str
 
 
-def _sweep(parent: Path) -> None:
-    """Remove the temp dirs of workers that died in a trial (a lost worker
-    cannot clean up after itself); a dir is named after its worker's pid."""
-    for d in parent.iterdir():
-        pid = d.name.split("-", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not pid_alive(int(pid)):  # someone else's counts as alive
-            shutil.rmtree(d, ignore_errors=True)
-
-
 @ray.remote(max_retries=0, retry_exceptions=False)
 def _trial_task(
     base: bytes, rendered: dict[str, str], settings: TrialSettings, env: dict[str, str], cold: bool, attempt: int
@@ -107,8 +98,8 @@ def _trial_task(
     return the result, the logs and where it ran."""
     parent = Path(tempfile.gettempdir()) / "tfrepro-ray"
     parent.mkdir(exist_ok=True)
-    _sweep(parent)
-    with tempfile.TemporaryDirectory(prefix=f"{os.getpid()}-", dir=parent) as tmp:
+    # owned: a worker lost in a trial cannot clean up, the next task sweeps its dir
+    with ownedtmp.owned("task-", str(parent)) as tmp:
         variant, trial_dir = Path(tmp) / "variant", Path(tmp) / "trial"
         with tarfile.open(fileobj=io.BytesIO(base), mode="r") as tar:
             # The "data" filter (Python >= 3.11.4) also refuses links and devices.
@@ -189,9 +180,7 @@ class RayExecutor(Executor):
 
     # -- one trial ---------------------------------------------------------
     def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
-        enabled = tuple(sorted(set(request.enabled)))
-
-        def execute(trial_dir: Path) -> TrialResult:
+        def ship(enabled: tuple[str, ...], trial_dir: Path) -> TrialResult:
             args = (
                 self._base(project),
                 project.render(enabled),
@@ -223,10 +212,7 @@ class RayExecutor(Executor):
             where = {"executor": "ray", "node": out.node, "host": out.host, "attempts": len(lost) + 1}
             return replace(result, log_dir=str(trial_dir), extra={**result.extra, **where})
 
-        how = request.how
-        state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)
-        key = runner.trial_key(project.variant_hash(enabled), request.settings)
-        return runner.cached(state, key, enabled, how.label, how.use_cache, execute)
+        return runner.run_trial(project, request.enabled, request.settings, request.how, spawn=ship)
 
     def describe(self) -> str:
         kind = f"{self.gpus} GPUs" if self.gpus else f"{self.slots} CPUs"

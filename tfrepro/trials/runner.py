@@ -39,11 +39,13 @@ import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import inside
-from tfrepro.dists import dist_version, tf_version
+from tfrepro.dists import tf_version
+from tfrepro.dists import versions as this_versions
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import confine, warm
@@ -68,16 +70,6 @@ _PYTHON_NAMES = {"python", "python3"}
 
 
 # -- cache key ------------------------------------------------------------------
-
-
-def driver_versions() -> dict[str, str | None]:
-    """The versions of this interpreter's environment (the default trial's)."""
-    return {
-        "tensorflow": tf_version(),
-        "keras": dist_version("keras"),
-        "tf_keras": dist_version("tf_keras", "tf-keras"),
-        "python": sys.version.split()[0],
-    }
 
 
 def _file_digest(path: Path) -> str:
@@ -106,8 +98,9 @@ def trial_key(
 ) -> str:
     """sha256 over everything that can change a trial's result. `versions`
     (keys tensorflow, keras, tf_keras, python) are those of the interpreter the
-    trial runs under when it is not this one (`envs.read_versions`)."""
-    v = versions if versions is not None else driver_versions()
+    trial runs under when it is not this one (`envs.read_versions`), else this
+    one's (`dists.versions`)."""
+    v = versions if versions is not None else this_versions()
     payload = {
         "variant": variant_hash,
         "settings": settings.to_dict(),
@@ -130,9 +123,11 @@ def run_trial(
     enabled: Iterable[str],
     settings: TrialSettings,
     how: TrialOptions = TrialOptions(),
+    spawn: Callable[[tuple[str, ...], Path], TrialResult] | None = None,
 ) -> TrialResult:
     """Run `project` with the features `enabled` ON (all others OFF), or return
-    the cached result of the same trial; `how` says how it runs (`TrialOptions`)."""
+    the cached result of the same trial; `how` says how it runs (`TrialOptions`);
+    `spawn(enabled, trial_dir)` runs it elsewhere (a Ray task), with the same key and cache."""
     how = replace(how, plugins=tuple(Path(p).resolve() for p in how.plugins))
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)
@@ -151,7 +146,8 @@ def run_trial(
         result = run_variant(trial_dir / "variant", settings, trial_dir, replace(how, env=env))
         return _annotated(result, project, files, how.versions)
 
-    return confine.check_outside(cached(state, key, enabled_t, how.label, how.use_cache, execute))
+    run = execute if spawn is None else partial(spawn, enabled_t)
+    return confine.check_outside(cached(state, key, enabled_t, how.label, how.use_cache, run))
 
 
 def _annotated(

@@ -25,17 +25,17 @@ Records: every directory tfrepro makes here holds a `MARK` file
 (`.tfrepro-made`), and pruning deletes only marked directories, cache
 entries named `<hex>.json`, and the state dir's own `.gitignore`; anything
 else found here is left alone and counted (`Pruned.foreign`). The mark is
-also the directory's lock: the process that made it holds an `flock` on it
-while the directory is in use (a trial until its result is stored, a run
-until the process ends), and pruning, `clean --all` included, skips a locked
-directory. A trial dir whose mark is gone when its trial ends (removed under
+also the directory's lock (`ownedtmp`, the one rule for whether a dir's
+owner lives): the process that made it holds an `flock` on it while the
+directory is in use (a trial until its result is stored, a run until the
+process ends, a commit-mode run's checkouts until it ends), and pruning,
+`clean --all` included, skips a locked directory. A trial dir whose mark is gone when its trial ends (removed under
 it) gives a could-not-run result, never cached (`runner.cached`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import os
 import re
@@ -49,6 +49,7 @@ from typing import Any
 
 from tfrepro.errors import UserError
 from tfrepro.projectfiles import STATE_DIR
+from tfrepro.trials import ownedtmp
 from tfrepro.trials.stored import load_result
 from tfrepro.trials.values import TrialResult, summary
 
@@ -234,7 +235,7 @@ class StateDir:
             st = path.lstat()
         except FileNotFoundError:
             return
-        if stat.S_ISDIR(st.st_mode) and in_use(path):
+        if stat.S_ISDIR(st.st_mode) and ownedtmp.in_use(path, MARK):
             out.busy += 1
             return
         size = tree_size(path)
@@ -257,7 +258,7 @@ class StateDir:
         The cache is never touched; dirs in use or not ours are skipped."""
         self.check()
         out = Pruned()
-        runs = [d for d in self._children("runs", out) if not in_use(d)]
+        runs = [d for d in self._children("runs", out) if not ownedtmp.in_use(d, MARK)]
         cut = max(0, len(runs) - keep_runs)
         for d in runs[:cut]:
             self._remove(d, out, "runs")
@@ -267,8 +268,8 @@ class StateDir:
                 if not f.is_symlink():
                     referenced.update(_TRIAL_REF.findall(f.read_text(encoding="utf-8", errors="replace")))
         trials = self._children("trials", out)
-        out.busy += sum(1 for d in trials if in_use(d))
-        trials = [d for d in trials if not in_use(d)]
+        out.busy += sum(1 for d in trials if ownedtmp.in_use(d, MARK))
+        trials = [d for d in trials if not ownedtmp.in_use(d, MARK)]
         cut = max(0, len(trials) - keep_trials)
         if keep_bytes is not None:  # by size as well as count: the oldest go until the rest fits
             sizes = [tree_size(d) for d in trials]
@@ -294,10 +295,14 @@ class StateDir:
         out = self.prune(keep_runs, keep_trials, variants=True)
         for e in self._children("tmp", out):
             self._remove(e, out, "other")
-        for e in self._children("checkouts", out):  # <pid>-<ns>/ of commit-mode runs (bisect/gitcopy.py)
-            pid = e.name.split("-", 1)[0]
-            if not (pid.isdigit() and pid_alive(int(pid))):
-                self._remove(e, out, "other")
+        return self.sweep_checkouts(out)
+
+    def sweep_checkouts(self, out: Pruned | None = None) -> Pruned:
+        """Remove the checkouts of commit-mode runs that are over
+        (bisect/gitcopy.py; a running one holds its lock, a killed one's is free)."""
+        out = out or Pruned()
+        for e in self._children("checkouts", out):
+            self._remove(e, out, "other")
         return out
 
     def _clean_all(self) -> Pruned:
@@ -347,11 +352,8 @@ def _check_dir(path: Path, what: str) -> None:
 
 
 def hold(d: Path) -> None:
-    """Mark `d` as made by tfrepro and lock it for this process."""
-    fd = os.open(d / MARK, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
-    os.write(fd, f"{os.getpid()}\n".encode())
-    fcntl.flock(fd, fcntl.LOCK_EX)
-    _HELD[str(d)] = fd
+    """Mark `d` as made by tfrepro and lock it for this process (`ownedtmp.hold`)."""
+    _HELD[str(d)] = ownedtmp.hold(d, MARK)
 
 
 def ours(d: Path) -> bool:
@@ -362,37 +364,11 @@ def ours(d: Path) -> bool:
         return False
 
 
-def in_use(d: Path) -> bool:
-    """Whether a tfrepro process (this one included) holds `d`'s lock."""
-    try:
-        fd = os.open(d / MARK, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
 def _rmdir_if_empty(d: Path) -> bool:
     try:
         d.rmdir()
     except OSError:
         return False
-    return True
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process runs (another user's counts as running)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
     return True
 
 

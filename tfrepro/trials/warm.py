@@ -132,10 +132,6 @@ class WarmChild:
         self.close()
         return os.waitstatus_to_exitcode(json.loads(buf)["status"])
 
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)
-
     def close(self) -> None:
         if self.conn.fileno() >= 0:
             self.server.running -= 1
