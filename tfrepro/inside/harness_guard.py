@@ -69,7 +69,7 @@ def watch_writes(spec: dict | None) -> None:
     if not spec or spec.get("mode") != "landlock":
         return
     module = sys.modules.get("_tfrepro_confine") or H._sibling_file("confine")
-    w = module.watch(spec, os.getcwd())
+    w = module.watch(spec, os.getcwd(), H.FRAMES.user_where)
     orig = sys.excepthook
 
     def hook(tp, value, tb):

@@ -153,7 +153,7 @@ def _before_fit(model, lib: str, args: list, kwargs: dict, callback) -> tuple[li
         args[5] = _with_callback(args[5], callback)
     else:
         kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback)
-    tag = H.begin_call("fit", H.caller_where()) if H.S.fit_depth == 0 else None
+    tag = H.begin_call("fit", H.FRAMES.user_where() or "?") if H.S.fit_depth == 0 else None
     with contextlib.suppress(Exception):  # replicas in sync: a strategy over one replica is a known cost
         n = int(model.distribute_strategy.num_replicas_in_sync)
         H.S.extra["replicas"] = max(n, H.S.extra.get("replicas") or 0)
