@@ -167,16 +167,28 @@ def record_fit(model, extra: dict) -> None:
     )
 
 
+def replicas(extra: dict, fits: bool = True) -> int | None:
+    """The most replicas in sync the trial ran with: of every strategy the
+    script built and (`fits`) of every fit's model (under no strategy: 1);
+    None when there was neither. The one count: the result's
+    `replicas_in_sync`, the hardware's `replicas` (harness_hw.py) and the
+    plugins' `ctx.replicas()` (setup_plugin.py; localize_plugin.py, which
+    asks for the strategies' alone)."""
+    counts = [s["replicas"] for s in extra.get("strategies") or []]
+    if fits:
+        counts += [f["replicas"] for f in extra.get("fits") or [] if f.get("replicas")]
+    return max(counts) if counts else None
+
+
 def summary(extra: dict) -> dict:
     """The result's fields for what actually ran (see TrialResult)."""
     fits = extra.get("fits") or []
     strategies = extra.get("strategies") or []
-    replicas = [f["replicas"] for f in fits if f.get("replicas")] + [s["replicas"] for s in strategies]
     modes = [*(extra.get("compile_modes") or []), *fits]
     policy = next((f["precision_policy"] for f in fits if f.get("precision_policy")), None)
     return {
         "compile_modes": modes,
-        "replicas_in_sync": max(replicas) if replicas else None,
+        "replicas_in_sync": replicas(extra),
         "precision_policy": policy if policy is not None else _global_policy(),
         "devices": _devices(strategies),
     }

@@ -335,7 +335,8 @@ def finish() -> None:
     extra = dict(S.extra)
     extra["stop"] = S.stop_reason
     try:  # what it ran on: the known costs of features on their hardware (harness_hw.py)
-        extra["hardware"] = _sibling_file("harness_hw").hardware(S.extra.get("replicas"))
+        replicas = _DEVICES.replicas(S.extra) if _DEVICES is not None else None
+        extra["hardware"] = _sibling_file("harness_hw").hardware(replicas)
     except Exception:
         note_error("hardware")
     if S.keras_lib:

@@ -2,7 +2,7 @@
 (loaded by path by harness.py at the end of a trial; stdlib + the
 TensorFlow the script imported, no tfrepro import): accelerators seen, the
 CPU's float16/bfloat16 instructions (Linux /proc/cpuinfo flags), and the
-most replicas a fit ran with (noted by harness_keras.py)."""
+most replicas in sync it ran with (devices.replicas)."""
 
 from __future__ import annotations
 
