@@ -144,6 +144,17 @@ def record_step(loss: float | None, dt: float) -> None:
         _write_progress()
 
 
+def loop_step(loss: float | None, dt: float | None = None) -> None:
+    """One step of a custom loop: an optimizer's apply (harness_loop.py) or a
+    printed `step=N loss=X` line (harness_stdout.py). Its time runs from the
+    end of the step before (the first: from TensorFlow's import), unless the
+    caller measured `dt`; the harness's own bookkeeping is in neither step."""
+    if S.mode == "none":
+        S.mode = "loop"
+    record_step(loss, time.perf_counter() - S.t_ref if dt is None else dt)
+    S.t_ref = time.perf_counter()
+
+
 def _until_budget() -> None:
     """A trial run "until its symptom" stops after `until_s` seconds of
     training (counted from its first step: imports and data loading are not)."""
