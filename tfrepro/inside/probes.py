@@ -394,13 +394,8 @@ class _Probes:
             except Exception:
                 env["build"] = {}
             env["physical_devices"] = dict(Counter(d.device_type for d in tf.config.list_physical_devices()))
-            names = []
-            for d in tf.config.list_physical_devices("GPU"):
-                try:
-                    names.append(tf.config.experimental.get_device_details(d).get("device_name") or d.name)
-                except Exception:
-                    names.append(d.name)
-            env["gpu_names"] = names
+            envprobe = sys.modules["_tfrepro_harness"]._sibling_file("envprobe")
+            env["gpu_names"] = [gpu["name"] for gpu in envprobe.tf_gpus(tf)]
             with contextlib.suppress(Exception):
                 env["logical_devices"] = dict(Counter(d.device_type for d in tf.config.list_logical_devices()))
         # An allow-list: other tools use TF_* too (Terraform keeps tokens in TF_TOKEN_*).
