@@ -345,9 +345,8 @@ def finish() -> None:
     weights_finite, bad = keras_side.check_weights() if keras_side is not None else (None, [])
     extra = dict(S.extra)
     extra["stop"] = S.stop_reason
-    try:  # what it ran on: the known costs of features on their hardware (harness_hw.py)
-        replicas = _DEVICES.replicas(S.extra) if _DEVICES is not None else None
-        extra["hardware"] = _sibling_file("harness_hw").hardware(replicas)
+    try:  # what it ran on: the known costs of features on their hardware (devices.py)
+        extra["hardware"] = (_DEVICES or _sibling_file("devices")).hardware(S.extra)
     except Exception:
         note_error("hardware")
     if S.keras_lib:
