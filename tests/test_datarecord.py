@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from tfrepro.inside import harness_data as hd
+from tfrepro.inside import harness_frames
 
 
 def test_feature_stats_of_floats_with_nan_inf_and_zeros():
@@ -36,7 +37,7 @@ def test_distinct_values_of_integer_and_string_features_up_to_the_limit():
 
 
 def test_fit_on_arrays_records_spec_batches_and_per_column_stats():
-    rec = hd.Recorder(lambda where: None)
+    rec = hd.Recorder(lambda where: None, harness_frames)
     x = np.zeros((100, 2), dtype=np.float32)
     x[:, 1] = np.arange(100)
     y = np.arange(100) % 3
@@ -51,7 +52,7 @@ def test_fit_on_arrays_records_spec_batches_and_per_column_stats():
 
 
 def test_batches_training_saw_give_the_stats_of_a_dataset():
-    rec = hd.Recorder(lambda where: None)
+    rec = hd.Recorder(lambda where: None, harness_frames)
     rec.fits.append({"kind": "tf.data"})
     for i in range(3):
         rec.see_batch({"0/a": np.full((4,), float(i)), "1": np.array([1, 0, 1, 1])})
@@ -63,7 +64,7 @@ def test_batches_training_saw_give_the_stats_of_a_dataset():
 
 def test_a_source_is_named_with_the_callers_file_and_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    rec = hd.Recorder(lambda where: None)
+    rec = hd.Recorder(lambda where: None, harness_frames)
     rec.source("numpy.load", tmp_path / "x.npy", np.zeros((5, 2)))
     got = rec.to_dict()["sources"][0]
     assert got["call"] == "numpy.load" and got["file"] == "x.npy" and got["shape"] == [5, 2]

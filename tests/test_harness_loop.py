@@ -4,8 +4,11 @@ from replica losses, the printed-line override, the traced-step list."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import math
 import os
+import sys
+import time
 import types
 
 import pytest
@@ -30,7 +33,9 @@ class FakeCore:
         )
         self.errors: list[str] = []
 
-    def record_step(self, loss, dt):
+    def loop_step(self, loss, dt):  # harness.loop_step, less its clock (tests/test_harness_loop.py holds that)
+        if self.S.mode == "none":
+            self.S.mode = "loop"
         self.S.steps_seen += 1
         self.S.step_times.append(dt)
         if loss is not None:
@@ -100,20 +105,67 @@ def test_eager_replicas_make_one_step_once_all_have_applied(loop):
     assert core.S.losses == [0.75, 1.5]
 
 
-def test_a_steps_time_holds_the_loop_not_the_harness_bookkeeping(loop, monkeypatch):
+def _real_core(tmp_path, monkeypatch):
+    """The real harness core (harness.py) on a fresh state, with harness_loop bound to it."""
+    from tfrepro.inside import harness
+
+    monkeypatch.setattr(harness, "S", harness._State({"result_path": str(tmp_path / "result.json")}))
+    spec = importlib.util.spec_from_file_location("_tfrepro_harness_loop", INSIDE_DIR / "harness_loop.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.H = harness
+    monkeypatch.setitem(sys.modules, "_tfrepro_harness_loop", module)
+    return harness, module
+
+
+def test_a_steps_time_holds_the_loop_not_the_harness_bookkeeping(tmp_path, monkeypatch):
     # A fake clock: the loop's step takes 1 s, recording it (the harness's own work) 5 s; fit's step time,
-    # batch begin to batch end, holds none of the harness's work either.
-    module, core = loop
+    # batch begin to batch end, holds none of the harness's work either. The same for a printed line.
+    harness, module = _real_core(tmp_path, monkeypatch)
     clock = [0.0]
-    monkeypatch.setattr(module.time, "perf_counter", lambda: clock[0])
-    recorded = core.record_step
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: clock[0])
+    harness.S.t_ref = 0.0
+    recorded = harness.record_step
 
     def slow_record(loss, dt):
         recorded(loss, dt)
         clock[0] += 5.0
 
-    core.record_step = slow_record
+    monkeypatch.setattr(harness, "record_step", slow_record)
     for _ in range(3):
         clock[0] += 1.0
         module._record([1.0])
-    assert core.S.step_times == [1.0, 1.0, 1.0]
+    clock[0] += 1.0
+    harness.loop_step(1.0)  # the stdout tap's step
+    assert harness.S.step_times == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_a_loop_step_is_timed_from_the_end_of_the_step_before(tmp_path, monkeypatch):
+    """harness.loop_step, the one loop step of an apply and of a printed line:
+    the mode becomes "loop", the time runs from the previous step's end."""
+    harness, _ = _real_core(tmp_path, monkeypatch)
+    harness.S.t_ref = time.perf_counter() - 1.0
+    harness.loop_step(2.0)
+    assert harness.S.mode == "loop" and harness.S.step_times[0] >= 1.0
+    harness.loop_step(3.0, 0.25)  # a graph drain measured its own
+    assert harness.S.step_times[1] == 0.25 and harness.S.losses == [2.0, 3.0]
+    assert time.perf_counter() - harness.S.t_ref < 1.0
+
+
+def test_a_printed_step_after_dropped_apply_steps_is_timed_from_where_theirs_began(tmp_path, monkeypatch):
+    """The stdout tap used to take the printed step's time before the dropped
+    apply steps were undone: the first printed step got the time since the
+    last apply (a sliver), the second the time since the loop began (both)."""
+    harness, loop = _real_core(tmp_path, monkeypatch)
+    tap_spec = importlib.util.spec_from_file_location("_test_harness_stdout", INSIDE_DIR / "harness_stdout.py")
+    stdout = importlib.util.module_from_spec(tap_spec)
+    tap_spec.loader.exec_module(stdout)
+    stdout.H = harness
+    tap = stdout.StdoutTap(io.StringIO())
+    harness.S.t_ref = time.perf_counter() - 1.0  # the loop began a second ago
+    loop._record([2.0])  # apply_gradients of step 1
+    tap.write("step=1 loss=2.0\n")
+    assert harness.S.extra["loop_loss_source"] == "stdout" and harness.S.steps_seen == 1
+    assert harness.S.step_times[0] >= 1.0  # the whole of step 1
+    tap.write("step=2 loss=1.5\n")
+    assert harness.S.step_times[1] < 1.0 and harness.S.losses == [2.0, 1.5]

@@ -98,6 +98,20 @@ def test_a_split_too_late_is_a_warning_not_a_crash():
     assert "already initialised" in extra["warnings"][0]
 
 
+def test_the_replica_count_is_computed_once_for_the_result_the_hardware_and_the_plugins():
+    """devices.replicas: the result's replicas_in_sync, the hardware's `replicas`
+    and the plugins' ctx.replicas() (setup: with fits; localize: the
+    strategies the script built alone) read this one count."""
+    plain_fit = {"fits": [{"call": "fit#1", "replicas": 1}]}
+    assert devices.replicas(plain_fit) == 1 and devices.replicas(plain_fit, fits=False) is None
+    loop = {"strategies": [{"strategy": "MirroredStrategy", "replicas": 2, "devices": []}]}  # no fit
+    assert devices.replicas(loop) == 2 == devices.replicas(loop, fits=False)
+    both = {**plain_fit, **loop, "fits": [{"call": "fit#1", "replicas": 2}, {"call": "fit#2", "replicas": None}]}
+    assert devices.replicas(both) == 2 and devices.replicas({}) is None
+    assert devices.summary({**both, "strategies": loop["strategies"]})["replicas_in_sync"] == 2
+    assert devices.hardware(loop)["replicas"] == 2 and devices.hardware(plain_fit)["replicas"] == 1
+
+
 # -- jit_compile="auto" pinned ------------------------------------------------------------
 
 

@@ -8,8 +8,8 @@ reason, source, fix), the CLI prints it, and `report` writes an explanation
 with the fix instead of drafting a bug report (unless `--force`).
 
 Pure data and a matcher over the trial's `extra["hardware"]`
-(inside/harness_hw.py: accelerators, the CPU's fp16/bf16 instructions, the
-replicas a fit ran with) and the features' descriptions. Imports only the
+(inside/devices.py's `hardware`: accelerators, the CPU's fp16/bf16
+instructions, the most replicas in sync) and the features' descriptions. Imports only the
 catalog.
 """
 

@@ -294,9 +294,10 @@ class Watch:
     PermissionError, or TensorFlow's own file system: 'Permission denied:
     /x'), written once to `trial_dir/outside.json` with the script's file:line."""
 
-    def __init__(self, writable: list, root: str) -> None:
+    def __init__(self, writable: list, root: str, user_where) -> None:
         self.allowed = [os.path.realpath(p) for p in [*writable, *ALWAYS_WRITABLE]]
         self.root = os.path.realpath(root)
+        self.user_where = user_where  # harness_frames.user_where: the script's file:line
         self.record = os.path.join(writable[0], OUTSIDE)
         self.seen: dict = {}
 
@@ -308,12 +309,8 @@ class Watch:
         return not any(real == a or real.startswith(a.rstrip("/") + "/") for a in self.allowed)
 
     def where(self, frames) -> str:
-        """file:line of the first of `frames` ((frame, line), innermost first) in the project."""
-        for frame, line in frames:
-            name = frame.f_code.co_filename
-            if name.startswith(self.root + "/"):
-                return f"{os.path.relpath(name, self.root)}:{line}"
-        return ""
+        """file:line of the first of `frames` ((frame, line), innermost first) in the script's code."""
+        return self.user_where(frames, self.root) or ""
 
     def note(self, path, where: str, kind: str = "audit") -> None:
         """Keep the first write outside the audit hook saw (with a place in the
@@ -357,13 +354,13 @@ class Watch:
                 return
 
 
-def watch(spec: dict, root: str) -> Watch | None:
+def watch(spec: dict, root: str, user_where) -> Watch | None:
     """Install the watch in this (the trial's) process: the audit hook now,
     `Watch.exception` for the harness's excepthook. Landlock only: under the
     overlay a write outside succeeds, in the overlay."""
     if spec.get("mode") != "landlock" or not spec.get("writable"):
         return None
-    w = Watch(spec["writable"], root)
+    w = Watch(spec["writable"], root, user_where)
     sys.addaudithook(w.audit)
     return w
 

@@ -16,7 +16,8 @@ first op:
   resolved compile mode, replicas in sync and precision policy recorded.
 
 `summary(extra)` turns the records into the result's fields (`compile_modes`,
-`replicas_in_sync`, `precision_policy`, `devices`).
+`replicas_in_sync`, `precision_policy`, `devices`); `hardware(extra)`, into
+`extra["hardware"]` (what the trial ran on, for tfrepro/costs.py).
 """
 
 from __future__ import annotations
@@ -167,16 +168,28 @@ def record_fit(model, extra: dict) -> None:
     )
 
 
+def replicas(extra: dict, fits: bool = True) -> int | None:
+    """The most replicas in sync the trial ran with: of every strategy the
+    script built and (`fits`) of every fit's model (under no strategy: 1);
+    None when there was neither. The one count: the result's
+    `replicas_in_sync`, the hardware's `replicas` (`hardware`) and the
+    plugins' `ctx.replicas()` (setup_plugin.py; localize_plugin.py, which
+    asks for the strategies' alone)."""
+    counts = [s["replicas"] for s in extra.get("strategies") or []]
+    if fits:
+        counts += [f["replicas"] for f in extra.get("fits") or [] if f.get("replicas")]
+    return max(counts) if counts else None
+
+
 def summary(extra: dict) -> dict:
     """The result's fields for what actually ran (see TrialResult)."""
     fits = extra.get("fits") or []
     strategies = extra.get("strategies") or []
-    replicas = [f["replicas"] for f in fits if f.get("replicas")] + [s["replicas"] for s in strategies]
     modes = [*(extra.get("compile_modes") or []), *fits]
     policy = next((f["precision_policy"] for f in fits if f.get("precision_policy")), None)
     return {
         "compile_modes": modes,
-        "replicas_in_sync": max(replicas) if replicas else None,
+        "replicas_in_sync": replicas(extra),
         "precision_policy": policy if policy is not None else _global_policy(),
         "devices": _devices(strategies),
     }
@@ -187,10 +200,43 @@ def _devices(strategies: list) -> list:
     for s in strategies[::-1]:
         if s.get("devices"):
             return list(s["devices"])
+    return [d.name for d in _logical() or []]
+
+
+def _logical() -> list | None:
+    """TensorFlow's logical devices; None where TensorFlow is not imported or cannot say."""
     tf = sys.modules.get("tensorflow")
-    if tf is None:
-        return []
     try:
-        return [d.name for d in tf.config.list_logical_devices()]
+        return list(tf.config.list_logical_devices()) if tf is not None else None
     except Exception:
-        return []
+        return None
+
+
+# -- what it ran on: the known costs of features on their hardware (tfrepro/costs.py) --
+
+FP16_FLAGS = ("avx512_fp16", "amx_fp16")
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+def _cpu_flags() -> set[str]:
+    with contextlib.suppress(OSError):
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def hardware(extra: dict) -> dict:
+    """The result's extra["hardware"], at the end of a trial: the most
+    replicas in sync, the CPU's float16/bfloat16 instructions (Linux
+    /proc/cpuinfo flags), the accelerators TensorFlow saw."""
+    out: dict = {"replicas": replicas(extra)}
+    flags = _cpu_flags()
+    if flags:
+        out["cpu_fp16"] = any(f in flags for f in FP16_FLAGS)
+        out["cpu_bf16"] = any(f in flags for f in BF16_FLAGS)
+    logical = _logical()
+    if logical is not None:
+        out["accelerators"] = sorted({d.device_type for d in logical if d.device_type != "CPU"})
+    return out

@@ -89,8 +89,9 @@ def _nvidia_wheels():
     return {n: v for n, v in sorted(names.items()) if n.startswith("nvidia-")}
 
 
-def _tf_gpus(tf) -> list:
-    """Each GPU TensorFlow sees: its name and compute capability."""
+def tf_gpus(tf) -> list:
+    """Each GPU TensorFlow sees: its name (the device's own, else TensorFlow's)
+    and compute capability. Also `tfrepro check`'s GPU names (probes.py)."""
     gpus = []
     for d in tf.config.list_physical_devices("GPU"):
         try:
@@ -99,7 +100,7 @@ def _tf_gpus(tf) -> list:
             det = {}
         cc = det.get("compute_capability")
         gpus.append(
-            {"name": det.get("device_name", d.name), "compute_capability": ".".join(map(str, cc)) if cc else None}
+            {"name": det.get("device_name") or d.name, "compute_capability": ".".join(map(str, cc)) if cc else None}
         )
     return gpus
 
@@ -143,7 +144,7 @@ def describe():
         facts["keras_error"] = str(e)
     devices = tf.config.list_physical_devices()
     facts["devices"] = [{"name": d.name, "type": d.device_type} for d in devices]
-    gpus = _tf_gpus(tf)
+    gpus = tf_gpus(tf)
     smi = _nvidia_smi()
     if smi:  # the driver is worth stating even when TensorFlow sees no GPU
         facts["nvidia_driver"] = smi[0]["driver"]

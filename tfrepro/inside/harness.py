@@ -116,21 +116,6 @@ def begin_call(kind: str, where: str) -> str:
     return tag
 
 
-def caller_where(depth: int = 2) -> str:
-    """file:line of the first frame outside Keras, TensorFlow and the harness."""
-    f = sys._getframe(depth)
-    while f is not None:
-        name = f.f_code.co_filename
-        if not any(x in name for x in ("site-packages", "dist-packages", "_tfrepro", "/inside/harness", "<frozen")):
-            try:
-                rel = os.path.relpath(name)
-            except ValueError:
-                rel = name
-            return f"{rel if not rel.startswith('..') else os.path.basename(name)}:{f.f_lineno}"
-        f = f.f_back
-    return "?"
-
-
 def record_step(loss: float | None, dt: float) -> None:
     """One training step (loss None: a fit whose logs carry no loss; the
     step still counts towards the cap). Stops the process at the cap or at
@@ -157,6 +142,17 @@ def record_step(loss: float | None, dt: float) -> None:
     if now - S.last_progress >= PROGRESS_EVERY_S:
         S.last_progress = now
         _write_progress()
+
+
+def loop_step(loss: float | None, dt: float | None = None) -> None:
+    """One step of a custom loop: an optimizer's apply (harness_loop.py) or a
+    printed `step=N loss=X` line (harness_stdout.py). Its time runs from the
+    end of the step before (the first: from TensorFlow's import), unless the
+    caller measured `dt`; the harness's own bookkeeping is in neither step."""
+    if S.mode == "none":
+        S.mode = "loop"
+    record_step(loss, time.perf_counter() - S.t_ref if dt is None else dt)
+    S.t_ref = time.perf_counter()
 
 
 def _until_budget() -> None:
@@ -289,6 +285,7 @@ _HOOKS = {
 
 
 _FINDER = None  # harness_imports.PostImportFinder, once activated
+FRAMES = None  # harness_frames.py: the user's file:line, once activated
 _DATA = None  # harness_data.Recorder: what the script feeds training
 
 
@@ -306,7 +303,7 @@ def _data_start() -> None:
     global _DATA
     try:
         module = _sibling_file("harness_data")
-        _DATA = module.Recorder(note_error)
+        _DATA = module.Recorder(note_error, FRAMES)
         module.install(_DATA, _FINDER)
         S.fit_hooks.append(_DATA.on_fit)
     except Exception:
@@ -348,8 +345,8 @@ def finish() -> None:
     weights_finite, bad = keras_side.check_weights() if keras_side is not None else (None, [])
     extra = dict(S.extra)
     extra["stop"] = S.stop_reason
-    try:  # what it ran on: the known costs of features on their hardware (harness_hw.py)
-        extra["hardware"] = _sibling_file("harness_hw").hardware(S.extra.get("replicas"))
+    try:  # what it ran on: the known costs of features on their hardware (devices.py)
+        extra["hardware"] = (_DEVICES or _sibling_file("devices")).hardware(S.extra)
     except Exception:
         note_error("hardware")
     if S.keras_lib:
@@ -389,9 +386,10 @@ def finish() -> None:
 
 def activate(config_path: str) -> None:
     """Install everything; called once, from sitecustomize, before the script."""
-    global S
+    global S, FRAMES
     with open(config_path, encoding="utf-8") as f:
         S = _State(json.load(f))
+    FRAMES = _sibling_file("harness_frames")
     if S.config.get("deterministic"):
         import random
 

@@ -29,28 +29,11 @@ import contextlib
 import math
 import os
 import sys
-import sysconfig
 
 DISTINCT_MAX = 20
 ROWS_MAX = 100_000
 BATCHES_MAX = 32
 DATA_EXTENSIONS = (".csv", ".tsv", ".npy", ".npz", ".tfrecord", ".tfrecords", ".parquet", ".jsonl", ".txt", ".h5")
-# Where library code lives: installed packages, the standard library, the
-# harness's own modules. By location, not by name: a project in a folder
-# called keras-bug/ or pandas-demo/ is the user's code.
-_INSTALLED = ("site-packages", "dist-packages", "_tfrepro")
-_OWN = os.path.dirname(os.path.abspath(__file__))
-_STDLIB = tuple(
-    {os.path.abspath(d) for d in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if d}
-)
-
-
-def _library(name: str) -> bool:
-    """Is the frame's file library code (not the user's)?"""
-    if not name or name.startswith("<") or any(part in name for part in _INSTALLED):
-        return True
-    path = os.path.abspath(name)
-    return any(path == d or path.startswith(d + os.sep) for d in (_OWN, *_STDLIB))
 
 
 class FeatureStats:
@@ -122,22 +105,6 @@ def stats_of(values) -> dict:
     return s.to_dict()
 
 
-def caller() -> str | None:
-    """file:line of the innermost frame in the user's code (not a library's, not ours)."""
-    f = sys._getframe(1)
-    cwd = os.getcwd()
-    fallback = None
-    while f is not None:
-        name = f.f_code.co_filename
-        if not _library(name):
-            where = f"{os.path.relpath(name, cwd) if name.startswith(cwd) else name}:{f.f_lineno}"
-            if name.startswith(cwd):
-                return where
-            fallback = fallback or where
-        f = f.f_back
-    return fallback
-
-
 def _rel(path) -> str:
     try:
         p = os.fspath(path)
@@ -204,8 +171,9 @@ def _columns(name: str, a):
 
 
 class Recorder:
-    def __init__(self, note_error) -> None:
+    def __init__(self, note_error, frames) -> None:
         self.note_error = note_error
+        self.frames = frames  # harness_frames.py: where in the user's code a read happened
         self.sources: list[dict] = []
         self.fits: list[dict] = []
         self.seen_files: set[str] = set()
@@ -216,7 +184,7 @@ class Recorder:
     # -- where the data came from ------------------------------------------
     def source(self, call: str, path, out=None) -> None:
         try:
-            entry = {"call": call, "file": _rel(path) if path is not None else None, "at": caller()}
+            entry = {"call": call, "file": _rel(path) if path is not None else None, "at": self.frames.user_where()}
             if out is not None and _shape(out) is not None:
                 entry["shape"] = _shape(out)
                 entry["value"] = value_of(out)
@@ -256,7 +224,7 @@ class Recorder:
         x = args[0] if args else kwargs.get("x")
         y = args[1] if len(args) > 1 else kwargs.get("y")
         batch_size = args[2] if len(args) > 2 else kwargs.get("batch_size")
-        fit = {"at": caller(), "kind": _kind(x), "sources_seen": len(self.sources)}
+        fit = {"at": self.frames.user_where(), "kind": _kind(x), "sources_seen": len(self.sources)}
         fit.update(_describe(x, y, batch_size, kwargs.get("steps_per_epoch")))
         if len(self.fits) < 10:
             self.fits.append(fit)
@@ -392,16 +360,13 @@ def _hook_open(rec: Recorder) -> None:
         with contextlib.suppress(Exception):
             if isinstance(file, (str, os.PathLike)) and "r" in mode and "+" not in mode:
                 name = os.fspath(file)
-                if name.lower().endswith(DATA_EXTENSIONS) and caller_is_user():
+                # the direct caller is the user's code (not NumPy's np.load opening its file)
+                if name.lower().endswith(DATA_EXTENSIONS) and not rec.frames.is_library(
+                    sys._getframe(1).f_code.co_filename
+                ):
                     rec.source("open", name)
         return f
 
     open_._tfrepro_data = True
     if not getattr(orig, "_tfrepro_data", False):
         builtins.open = open_
-
-
-def caller_is_user() -> bool:
-    """Is the direct caller of open() the user's code (not NumPy's np.load opening its file)?"""
-    f = sys._getframe(2)
-    return f is not None and not _library(f.f_code.co_filename)

@@ -1,5 +1,5 @@
 """How a trial process ends when it is not the harness's stop: the crash
-excepthook, the parent watch, the Landlock write watch.
+excepthook, the parent watch (launch.py's), the Landlock write watch.
 
 Loaded by path by harness.py (module `_tfrepro_harness_guard`) when the
 harness activates; like the harness it imports no tfrepro module.
@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
-import time
 import traceback
 
 H = None  # the harness core module, set by harness.py
@@ -49,19 +47,9 @@ def watch_parent() -> None:
     """Die with the tfrepro process that started us. A parent killed with
     SIGKILL cannot kill our session itself, and an orphaned trial would train
     on for nothing (and hold a core a resumed bisect needs). The trial runs in
-    its own session, so killing our process group takes grandchildren too."""
-    parent = os.getppid()
-
-    def watch() -> None:
-        while True:
-            time.sleep(0.5)
-            if os.getppid() != parent:
-                try:
-                    os.killpg(os.getpgrp(), 9)
-                finally:
-                    os._exit(137)
-
-    threading.Thread(target=watch, name="tfrepro-parent-watch", daemon=True).start()
+    its own session, so killing our process group takes grandchildren too
+    (the cold launcher's watch, launch.py)."""
+    H._sibling_file("launch").watch_parent(os.getppid())
 
 
 def watch_writes(spec: dict | None) -> None:
@@ -69,7 +57,7 @@ def watch_writes(spec: dict | None) -> None:
     if not spec or spec.get("mode") != "landlock":
         return
     module = sys.modules.get("_tfrepro_confine") or H._sibling_file("confine")
-    w = module.watch(spec, os.getcwd())
+    w = module.watch(spec, os.getcwd(), H.FRAMES.user_where)
     orig = sys.excepthook
 
     def hook(tp, value, tb):

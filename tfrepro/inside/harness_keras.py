@@ -143,7 +143,7 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
 
 def _before_fit(model, lib: str, args: list, kwargs: dict, callback) -> tuple[list, dict, str | None]:
     """What a fit call records before it runs: the fit hooks, our callback
-    added to the script's, the call's tag (fit#N at file:line) and its replicas."""
+    added to the script's, the call's tag (fit#N at file:line) and what it ran (devices.py)."""
     _track(model)
     H.S.keras_lib = H.S.keras_lib or lib
     H.S.mode = "fit"
@@ -153,11 +153,8 @@ def _before_fit(model, lib: str, args: list, kwargs: dict, callback) -> tuple[li
         args[5] = _with_callback(args[5], callback)
     else:
         kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback)
-    tag = H.begin_call("fit", H.caller_where()) if H.S.fit_depth == 0 else None
-    with contextlib.suppress(Exception):  # replicas in sync: a strategy over one replica is a known cost
-        n = int(model.distribute_strategy.num_replicas_in_sync)
-        H.S.extra["replicas"] = max(n, H.S.extra.get("replicas") or 0)
-    if H._DEVICES is not None:
+    tag = H.begin_call("fit", H.FRAMES.user_where() or "?") if H.S.fit_depth == 0 else None
+    if H._DEVICES is not None:  # its compile mode, replicas in sync, precision policy (devices.py)
         H._DEVICES.record_fit(model, H.S.extra)
     return args, kwargs, tag
 

@@ -4,7 +4,7 @@ what it prints (Contract 3).
 Loaded by path by harness.py (module `_tfrepro_harness_loop`) when
 TensorFlow, Keras or tf_keras finish importing; stdlib + TensorFlow only, no
 tfrepro import. harness.py sets its `H` to the harness core (`H.S`,
-`H.record_step`).
+`H.loop_step`).
 
 A training step is one call of the optimizer's `apply_gradients`/`apply`
 (Keras 3, Keras 2 and tf_keras optimizers, loss-scale wrappers included;
@@ -29,8 +29,8 @@ before it (the unscaled loss when the target came from `scale_loss` /
   batch, as `tf.nn.compute_average_loss` gives, sums to fit's loss), and the
   per-replica losses are kept in extra["loop_replica_losses"].
 
-`H.record_step` stops the process at `steps` and at the first non-finite
-loss. A printed `step=N loss=X` line is an explicit override
+`H.loop_step` records it (its time: since the step before ended) and stops
+the process at `steps` and at the first non-finite loss. A printed `step=N loss=X` line is an explicit override
 (`yield_to_stdout`, called by the stdout tap): the steps recorded here are
 dropped and the printed ones count instead.
 """
@@ -147,8 +147,6 @@ def _record(values: list, dt: float | None = None) -> None:
     if _source() is None:
         S.extra["loop_loss_source"] = "apply"
         L.first_step, L.t_ref0 = S.steps_seen, S.t_ref
-        if S.mode == "none":
-            S.mode = "loop"
     known = [v for v in values if v is not None]
     loss = math.fsum(known) if known and len(known) == len(values) else None
     if len(values) > 1:
@@ -160,12 +158,9 @@ def _record(values: list, dt: float | None = None) -> None:
         traced = S.extra.setdefault("loop_traced_steps", [])
         if len(traced) < MAX_TRACED:
             traced.append(S.steps_seen + 1)
-    if dt is None:
-        dt = time.perf_counter() - S.t_ref
-    H.record_step(loss, dt)
-    # The next step's time starts here: the harness's own bookkeeping is not the loop's (fit's
+    # The next step's time starts after it: the harness's own bookkeeping is not the loop's (fit's
     # step time, from batch begin to batch end, does not hold it either).
-    S.t_ref = time.perf_counter()
+    H.loop_step(loss, dt)
 
 
 def yield_to_stdout() -> None:

@@ -13,6 +13,7 @@ imported by path and `plugin.install(ctx)` is called, where `ctx` offers
                            models = the Keras models created during the trial
   ctx.after_import(name, fn)  fn(module) right after the script imports the
                            top-level module `name` (e.g. "tensorflow")
+  ctx.replicas(fits=True)  the most replicas in sync so far (devices.replicas)
 A plugin that raises is recorded in extra["harness_errors"]; it never fails
 the trial.
 """
@@ -47,6 +48,12 @@ class PluginContext:
         (in a warm child, where it was imported before the trial: at the
         script's first import of it, as in a cold process)."""
         H._FINDER.add(module_name, fn)
+
+    def replicas(self, fits: bool = True) -> int | None:
+        """The most replicas in sync the trial ran with so far (of the
+        strategies the script built and, with `fits`, of its fits' models);
+        None when unknown (devices.py did not load)."""
+        return H._DEVICES.replicas(H.S.extra, fits) if H._DEVICES is not None else None
 
 
 def load(paths, options) -> None:

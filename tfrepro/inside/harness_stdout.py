@@ -3,12 +3,12 @@
 Loaded by path by harness.py (module `_tfrepro_harness_stdout`) when the
 harness activates; stdlib only, like the harness it imports no tfrepro
 module. harness.py sets its `H` to the harness core: its state `H.S` and
-`H.record_step`.
+`H.loop_step`.
 
 A line `step=<int> loss=<float>` written to sys.stdout (Python level:
 `print`, not `tf.print`) is one step of a custom loop; its step time is the
-time since the previous such line (the first: since TensorFlow finished
-importing). Lines written inside `Model.fit` are not steps (fit is measured
+time since the previous one was recorded (the first: since TensorFlow
+finished importing; `H.loop_step`). Lines written inside `Model.fit` are not steps (fit is measured
 by harness_keras.py). Everything is passed through to the real stream
 unchanged.
 """
@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import re
 import sys
-import time
 
 STEP_LINE = re.compile(r"^\s*step=(-?\d+)\s+loss=(\S+)")
 _MAX_PENDING_LINE = 4096
@@ -50,16 +49,11 @@ class StdoutTap:
             loss = float(text.rstrip(",;"))
         except ValueError:
             return
-        S = H.S
-        now = time.perf_counter()
-        dt, S.t_ref = now - S.t_ref, now
-        if S.mode == "none":
-            S.mode = "loop"
         loop = sys.modules.get("_tfrepro_harness_loop")
         if loop is not None:  # the printed line overrides the steps seen at apply_gradients
-            loop.yield_to_stdout()
+            loop.yield_to_stdout()  # (and its time starts where theirs did)
         self._stream.flush()
-        H.record_step(loss, dt)
+        H.loop_step(loss)
 
     def writelines(self, lines):
         for line in lines:

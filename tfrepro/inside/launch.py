@@ -37,11 +37,18 @@ def _bail(*_args) -> None:
         os._exit(137)
 
 
-def _watch(parent: int) -> None:
-    while True:
-        time.sleep(0.25)
-        if os.getppid() != parent:
-            _bail()
+def watch_parent(parent: int) -> None:
+    """Kill our process group (and leave, 137) once `parent` is no longer our
+    parent, polled every 0.25 s: here, and in the trial's Python, which
+    leads its own group (harness_guard.py loads this file for it)."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(0.25)
+            if os.getppid() != parent:
+                _bail()
+
+    threading.Thread(target=watch, name="tfrepro-parent-watch", daemon=True).start()
 
 
 def _confine(spec: str):
@@ -74,7 +81,7 @@ def main(argv: list) -> None:
     if parent and os.getppid() != parent:
         _bail()
     if parent:
-        threading.Thread(target=_watch, args=(parent,), daemon=True).start()
+        watch_parent(parent)
     try:
         pid = os.posix_spawnp(cmd[0], cmd, os.environ)
     except OSError as e:

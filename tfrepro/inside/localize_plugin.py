@@ -92,17 +92,6 @@ def _patch_keras(facts: dict) -> None:
         _patch_loss_scale(getattr(lib, lso).LossScaleOptimizer, facts["settings"])
 
 
-def _patch_mirrored(tf, settings: dict) -> None:
-    """The most replicas a MirroredStrategy of the script ran with."""
-    orig_mirrored_init = tf.distribute.MirroredStrategy.__init__
-
-    def mirrored_init(self, *args, **kwargs):
-        orig_mirrored_init(self, *args, **kwargs)
-        settings["replicas"] = max(settings["replicas"] or 0, int(self.num_replicas_in_sync))
-
-    tf.distribute.MirroredStrategy.__init__ = mirrored_init
-
-
 def _after_run(facts: dict) -> None:
     """What the script set up, read once it ran: precision policy, the layers
     of a never-compiled model (custom loop), op determinism, eager functions."""
@@ -136,7 +125,6 @@ def install(ctx):
 
     def on_tensorflow(tf):
         _patch_jit(tf, facts["settings"])
-        _patch_mirrored(tf, facts["settings"])
         _patch_keras(facts)
         tf.debugging.enable_check_numerics()
 
@@ -152,6 +140,7 @@ def install(ctx):
 
     def on_end(_models):
         _after_run(facts)
+        facts["settings"]["replicas"] = ctx.replicas(fits=False)  # a strategy the script built
         ctx.record("localize", facts)
 
     ctx.add_end_hook(on_end)

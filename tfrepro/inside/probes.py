@@ -68,16 +68,6 @@ _TF_ENV_PREFIXES = (
 _TF_ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "XLA_FLAGS", "KERAS_BACKEND", "KERAS_HOME")
 
 
-def _library_dirs(tf) -> tuple[str, ...]:
-    """The folders of TensorFlow, Keras and tf_keras (Keras may be imported
-    after TensorFlow: looked up at each call)."""
-    return tuple(
-        os.path.dirname(os.path.abspath(m.__file__)) + os.sep
-        for m in (tf, sys.modules.get("keras"), sys.modules.get("tf_keras"))
-        if m is not None and getattr(m, "__file__", None)
-    )
-
-
 # The sibling helper module, loaded by path as `_tfrepro_probe_tools` by the
 # harness that loads this plugin (in sys.modules: AutoGraph and pickling look
 # functions up by module).
@@ -123,8 +113,8 @@ class _Probes:
         def __iter__(ds):
             if not probes.busy and not probes.captured and tf.executing_eagerly():
                 probes._guard("late loss patches", probes.patch_losses_late)
-                caller = os.path.abspath(sys._getframe(1).f_code.co_filename)
-                if not caller.startswith(_library_dirs(tf)):
+                caller = sys._getframe(1).f_code.co_filename  # harness_frames.py: not a library's, not ours
+                if not sys.modules["_tfrepro_harness"].FRAMES.is_library(caller):
                     probes._guard("dataset peek", probes._capture_dataset, ds, "iter")
             return orig_iter(ds)
 
@@ -394,13 +384,8 @@ class _Probes:
             except Exception:
                 env["build"] = {}
             env["physical_devices"] = dict(Counter(d.device_type for d in tf.config.list_physical_devices()))
-            names = []
-            for d in tf.config.list_physical_devices("GPU"):
-                try:
-                    names.append(tf.config.experimental.get_device_details(d).get("device_name") or d.name)
-                except Exception:
-                    names.append(d.name)
-            env["gpu_names"] = names
+            envprobe = sys.modules["_tfrepro_harness"]._sibling_file("envprobe")
+            env["gpu_names"] = [gpu["name"] for gpu in envprobe.tf_gpus(tf)]
             with contextlib.suppress(Exception):
                 env["logical_devices"] = dict(Counter(d.device_type for d in tf.config.list_logical_devices()))
         # An allow-list: other tools use TF_* too (Terraform keeps tokens in TF_TOKEN_*).

@@ -21,11 +21,12 @@ def install(ctx):
         with contextlib.suppress(Exception):
             fit_facts["jit_compile"] = bool(getattr(model, "jit_compile", False))
         with contextlib.suppress(Exception):
-            fit_facts["replicas"] = int(model.distribute_strategy.num_replicas_in_sync)
             fit_facts["strategy"] = type(model.distribute_strategy).__name__
 
     def on_end(models):
         setup = dict(fit_facts)
+        if (replicas := ctx.replicas()) is not None:
+            setup["replicas"] = replicas
         tf = sys.modules.get("tensorflow")
         keras = sys.modules.get("keras")
         with contextlib.suppress(Exception):

@@ -137,7 +137,7 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
 # trial where no bytecode cache is written: PYTHONDONTWRITEBYTECODE, a
 # read-only install). The harness and sitecustomize look here first.
 COMPILED: dict = {}
-_CHILD_FILES = ("harness*.py", "memory.py", "devices.py")
+_CHILD_FILES = ("harness*.py", "memory.py", "devices.py", "launch.py")
 
 
 def precompile() -> None:
