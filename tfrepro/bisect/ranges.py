@@ -31,17 +31,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tfrepro.bisect.ends import BASELINE_FAILURES, pick_symptom
 from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import Mark, RangeResult, bisect_range, judge
 from tfrepro.bisect.trial_log import TrialLog, trial_row
 from tfrepro.settings import SymptomSettings, TrialSettings
-from tfrepro.trials import classify, untestable
+from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor
 from tfrepro.trials.sigterm import sigterm_interrupts
 from tfrepro.trials.slowdown import TimingOutcome
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Trial
+from tfrepro.trials.untestable import ends_reason
 from tfrepro.trials.values import (
     STOPPERS,
     SYMPTOM_ORDER,
@@ -111,10 +113,6 @@ ROW_KEYS = (
 )
 
 
-def first_symptom(shown: frozenset[Verdict]) -> Verdict | None:
-    return next((v for v in SYMPTOM_ORDER if v in shown), None)
-
-
 def names(shown: frozenset[Verdict]) -> str:
     return ", ".join(v.value for v in SYMPTOM_ORDER if v in shown) or "nothing"
 
@@ -167,6 +165,7 @@ class RangeRun:
         self.first: dict[str, TrialResult] = {}  # label -> its first trial that ran
         self.labels: list[str] = []  # each record's point label, in the log's order
         self.noise = 0.0
+        self.untimed = ""  # why the bad end could not be timed, for the "none" message
         self._log = (run_dir / "trials.jsonl").open("a", encoding="utf-8")
 
     @property
@@ -308,8 +307,10 @@ class RangeRun:
 
 
 def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
-    """Both ends first: the good end must be healthy, the bad end must show the
-    symptom hunted (or one, to pick the hunt). Raises Stop when they do not."""
+    """Both ends first, by feature mode's rules (`bisect/ends.py`): the good
+    end must not fail, the ends must be measured (`ends_reason`), the bad
+    end must show the symptom hunted (`pick_symptom`). Raises Stop when they
+    do not."""
     good, bad, noun = run.good, run.bad, run.source.noun
     # Side by side when trials run in parallel; else the good end alone first
     # (a good end that fails ends the run before the bad end costs a trial).
@@ -318,7 +319,7 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         run.mark(good, Mark.SKIP, Verdict.UNTESTABLE, reason=g)
         raise Stop(Status.ERROR, f"the good end {good.short} cannot be tried: {g}", symptom)
     g_shows = run.shows(g, None)
-    if (symptom is not None and symptom in g_shows) or g_shows & STOPPERS:
+    if g_shows & BASELINE_FAILURES:
         run.mark(good, Mark.BAD, classify.primary(g_shows, symptom), g_shows, g.error)
         raise Stop(
             Status.BASELINE_FAILS,
@@ -333,52 +334,48 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, reason=x)
         raise Stop(Status.ERROR, f"the bad end {bad.short} cannot be tried: {x}", symptom, g)
     x_shows = run.shows(x, g)
-    _untestable_ends(run, g, x, x_shows, symptom)
-    target = symptom or first_symptom(x_shows)
-    if target is Verdict.MISMATCH:
+    ends = (f"the good end {good.named}", f"the bad end {bad.named}")
+    reason = ends_reason([g], [x], symptom, failed=bool(x_shows & STOPPERS), names=ends)
+    if reason is not None:
+        run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, reason)
+        raise Stop(Status.UNTESTABLE, reason, symptom, g)
+    if (symptom or pick_symptom(x_shows, None)) is Verdict.MISMATCH:
         # The good end run twice says how much loss noise is inherent; a
         # "mismatch" within that noise is no symptom.
         g2 = run.run_many([good], repeat=1)[0]
         if not isinstance(g2, str):
             run.noise = classify.measure_noise(g, g2)
         x_shows = run.shows(x, g)
-        target = symptom or first_symptom(x_shows)
-    untimed = ""
-    if target in (None, Verdict.SLOWDOWN) and run.symptoms.slowdown and not x_shows & STOPPERS:
-        slower, why = run.slower(bad)
-        if why and symptom is Verdict.SLOWDOWN:  # asked for a slowdown: "none" would be a guess
-            run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, why)
-            raise Stop(Status.UNTESTABLE, f"the bad end {bad.named} {why}", symptom, g)
-        untimed = f"; it {why}" if why else ""
-        if slower:
-            target, x_shows = Verdict.SLOWDOWN, x_shows | {Verdict.SLOWDOWN}
-    if target is None or target not in x_shows:
-        what = target.value if target else "any symptom (nan, crash, timeout, mismatch, slowdown)"
+    target = pick_symptom(x_shows, symptom, slower=lambda: _bad_end_slower(run, x_shows, symptom, g))
+    if target is None:
+        what = symptom.value if symptom else "any symptom (nan, crash, timeout, mismatch, slowdown)"
         run.mark(bad, Mark.GOOD, classify.primary(x_shows), x_shows)
         raise Stop(
             Status.NONE,
             f"the bad end {bad.named} does not show {what} against the "
-            f"good end {good.short} (it shows {names(x_shows)}{untimed})",
-            target,
+            f"good end {good.short} (it shows {names(x_shows)}{run.untimed})",
+            symptom,
             g,
         )
+    x_shows |= {target}  # a slowdown shows only in the timing
     run.mark(bad, Mark.BAD, target, x_shows, x.error if target is Verdict.CRASH else None)
     run.events.phase(f"hunting: {target.value} ({len(run.points)} {noun}s)")
     return Ends(g, x, target)
 
 
-def _untestable_ends(run: RangeRun, g: TrialResult, x: TrialResult, x_shows, symptom: Verdict | None) -> None:
-    """Stop(untestable) when an end ran no training step (and the bad end
-    shows no crash or timeout), or the symptom asked for cannot be measured."""
-    reason = None
-    if not x_shows & STOPPERS:
-        reason = untestable.no_step_reason([x], f"the bad end {run.bad.named}") or untestable.no_step_reason(
-            [g], f"the good end {run.good.named}"
-        )
-    reason = reason or untestable.unmeasured(symptom, [g], [x])
-    if reason is not None:
-        run.mark(run.bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, reason)
-        raise Stop(Status.UNTESTABLE, reason, symptom, g)
+def _bad_end_slower(run: RangeRun, x_shows: frozenset[Verdict], symptom: Verdict | None, g: TrialResult) -> bool:
+    """The bad end timed against the good end (`RangeRun.slower`), unless
+    slowdowns are off or it stopped early; a slowdown asked for that cannot
+    be timed raises Stop(untestable) ("none" would be a guess), otherwise
+    why it could not be timed goes into the "none" message (`run.untimed`)."""
+    if not run.symptoms.slowdown or x_shows & STOPPERS:
+        return False
+    slower, why = run.slower(run.bad)
+    if why and symptom is Verdict.SLOWDOWN:
+        run.mark(run.bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, why)
+        raise Stop(Status.UNTESTABLE, f"the bad end {run.bad.named} {why}", symptom, g)
+    run.untimed = f"; it {why}" if why else ""
+    return slower
 
 
 def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
