@@ -166,7 +166,8 @@ class RangeRun:
         self.labels: list[str] = []  # each record's point label, in the log's order
         self.noise = 0.0
         self.untimed = ""  # why the bad end could not be timed, for the "none" message
-        self._log = (run_dir / "trials.jsonl").open("a", encoding="utf-8")
+        self.jsonl = run_dir / "trials.jsonl"  # one line per trial, as it lands (there even when none ran)
+        self.jsonl.touch()
 
     @property
     def good(self) -> Point:
@@ -179,17 +180,13 @@ class RangeRun:
     def answer(self, symptom: Verdict | None) -> tuple[RunResult, Point | None]:
         """Both ends, then the hunt -> (the mode's RunResult without its own
         fields, the first bad point when found: the caller fills
-        first_bad_commit / first_bad_version from it and from `candidates`);
-        the trial log closed after."""
-        try:
-            with sigterm_interrupts():
-                try:
-                    ends = check_ends(self, symptom)
-                except Stop as stop:
-                    return stop.result, None
-                found = hunt(self, ends)
-        finally:
-            self._log.close()
+        first_bad_commit / first_bad_version from it and from `candidates`)."""
+        with sigterm_interrupts():
+            try:
+                ends = check_ends(self, symptom)
+            except Stop as stop:
+                return stop.result, None
+            found = hunt(self, ends)
         if found.status == "found":
             return RunResult(Status.FOUND, ends.target, baseline=ends.good), found.first_bad
         return RunResult(
@@ -236,8 +233,8 @@ class RangeRun:
             "summary": record.summary,
         }
         self.labels.append(point.label)
-        self._log.write(json.dumps(row) + "\n")
-        self._log.flush()
+        with self.jsonl.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
         self.events.trial_finished(record)
         if result.could_not_run:  # the executor lost it twice: a skip, never a verdict
             return result.error or "could not run"
