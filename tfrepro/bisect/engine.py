@@ -142,7 +142,7 @@ class _Bisection(Ends, Replay):
     ) -> None:
         if options.strategy not in STRATEGIES:
             raise UserError(f"unknown strategy {options.strategy!r}", hint="use auto, ablation or ddmin")
-        self.project, self.opts, self.runner, self.events, self.clock = project, options, runner, events, clock
+        self.project, self.opts, self.runner, self.events = project, options, runner, events
         manifest = project.manifest
         self.settings = trial_settings(manifest, options)
         # Without --steps the failing configuration runs until its symptom (bisect/late.py).
@@ -167,8 +167,7 @@ class _Bisection(Ends, Replay):
         self.timed_calls: tuple[str, ...] = ()  # what timing trials time (trials/calls.py)
         self.memory_doubt: str | None = None  # why a memory signal did not decide the hunt
         _refuse(project, options, self.settings)
-        self.t0 = clock()
-        self.log = TrialLog(StateDir.of(project.root).new_run_dir(run_id))
+        self.log = TrialLog(StateDir.of(project.root), run_id, clock=clock)
         self.run_dir, self.records = self.log.run_dir, self.log.records
 
     # -- trials ------------------------------------------------------------

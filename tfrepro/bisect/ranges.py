@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfrepro.bisect.ends import BASELINE_FAILURES, pick_symptom
@@ -147,26 +146,25 @@ class RangeRun:
         executor: Executor,
         settings: TrialSettings,
         symptoms: SymptomSettings,
-        run_dir: Path,
+        log: TrialLog,
         events: BisectEvents,
         options: BisectOptions = BisectOptions(),
     ) -> None:
         self.points, self.source, self.executor = points, source, executor
-        self.settings, self.symptoms, self.run_dir, self.events = settings, symptoms, run_dir, events
+        self.settings, self.symptoms, self.events = settings, symptoms, events
         self.options = options  # the timing ones: budget, pairs per comparison
         # The good end is every point's timing baseline: one pool of its
         # timing trials, each serving the points on both sides of it.
         self.timing: TimingPool[Point] = TimingPool(
             self._timing_trial, self._timing_failure, symptoms.slowdown, baseline=points[0]
         )
-        self.log = TrialLog(run_dir)
-        self.records = self.log.records
+        self.log, self.run_dir, self.records = log, log.run_dir, log.records
         self.tried: list[PointTried] = []
         self.first: dict[str, TrialResult] = {}  # label -> its first trial that ran
         self.labels: list[str] = []  # each record's point label, in the log's order
         self.noise = 0.0
         self.untimed = ""  # why the bad end could not be timed, for the "none" message
-        self.jsonl = run_dir / "trials.jsonl"  # one line per trial, as it lands (there even when none ran)
+        self.jsonl = log.run_dir / "trials.jsonl"  # one line per trial, as it lands (there even when none ran)
         self.jsonl.touch()
 
     @property
@@ -413,9 +411,7 @@ class RangeEvidence:
         return {**doc, "tried": [{self.key: t.label, **t.to_dict()} for t in self.tried], **self.mode.to_dict()}
 
 
-def with_evidence(
-    answer: RunResult, run: RangeRun, first_bad: Point | None, mode: Evidence, wall_s: float
-) -> RunResult:
+def with_evidence(answer: RunResult, run: RangeRun, first_bad: Point | None, mode: Evidence) -> RunResult:
     """The final result (its evidence: what was tried, every trial, the
     mode's fields), written to `<run_dir>/result.json`."""
     verdicts = {t.label: t.verdict.value for t in run.tried}
@@ -435,4 +431,4 @@ def with_evidence(
         ),
         message=answer.error,
     )
-    return run.log.answer(answer, wall_s, evidence)
+    return run.log.answer(answer, evidence)
