@@ -27,7 +27,8 @@ from tfrepro.trials.untestable import ends_reason
 from tfrepro.trials.values import STOPPERS, SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict
 
 # What makes the good end (the baseline) unusable in every mode, judged
-# alone: MEMORY is then an out-of-memory kill, as much a failure as a crash.
+# alone (MEMORY is then an out-of-memory kill, as much a failure as a crash);
+# and what stops timing a point of a range.
 BASELINE_FAILURES = STOPPERS | {Verdict.MEMORY}
 
 

@@ -2,8 +2,8 @@
 
 Commit mode (`commits.py`) and version mode (`versions.py`) differ only in
 what a point is and how it is tried; everything else lives here, once: both
-ends first, the symptom the bad end decides, the good end as everybody's
-reference, the hunt with `rangesearch.bisect_range` (k-ary when the executor
+ends first (judged by feature mode's rules, `bisect/ends.py`), the symptom
+the bad end decides, the good end as everybody's reference, the hunt with `rangesearch.bisect_range` (k-ary when the executor
 runs several trials at once), skips for points that cannot be tried or that
 stop on another symptom, the trials table and the run dir.
 
@@ -14,8 +14,8 @@ the same typed `BisectEvents`.
 
 Invariants:
 - Both ends are judged before anything in between is tried: a good end that
-  fails gives `baseline-fails`, an end that cannot be tried `error`, a bad end
-  without the symptom `none`.
+  fails gives `baseline-fails`, an end that cannot be tried `error`, an end
+  that cannot be measured `untestable`, a bad end without the symptom `none`.
 - The hunt is locked onto one symptom (`rangesearch.judge`); skips that hide
   the answer give `ambiguous` with the candidates, never a guess.
 - Timing trials (slowdown) run one at a time with a time budget, each
@@ -249,12 +249,13 @@ class RangeRun:
         return TrialResult(label=point.label, could_not_run=True, error=got) if isinstance(got, str) else got
 
     def _timing_failure(self, point: Point, result: TrialResult) -> Verdict:
-        """What stops timing a point: its timing trial could not run, or went
-        NaN (within `steps`), crashed or timed out."""
+        """What stops timing a point: its timing trial could not run, or it
+        fails judged alone, as a good end does (BASELINE_FAILURES: NaN within
+        `steps`, a crash, a timeout, an out-of-memory kill)."""
         if result.could_not_run:
             return Verdict.UNTESTABLE
         shown = self.shows(classify.first_steps(result, self.settings.steps), None)
-        return classify.primary(shown & (STOPPERS | {Verdict.MEMORY}))
+        return classify.primary(shown & BASELINE_FAILURES)
 
     def slower(self, point: Point) -> tuple[bool, str | None]:
         """Timing pairs of `point` between the good end's timing trials (B C B,
