@@ -98,3 +98,14 @@ def test_one_ends_rule_for_both_modes():
     assert untestable.ends_reason([ran], [nothing], None, failed=False).startswith(
         "no training step ran in the failing configuration"
     )
+
+
+def test_a_baseline_that_ran_no_step_is_no_reference_for_a_memory_kill(tmp_path):
+    """One ends rule for both modes (`ends_reason`): unless the failing end
+    stopped on a NaN, crash or timeout, an end with no training step is
+    untestable before the symptom is picked (range mode's rule; feature mode
+    checked the baseline only when nothing was picked and hunted this kill)."""
+    oom = {"crashed": True, "exit_code": -9}
+    p = make_project(tmp_path, FEATS)
+    res = bisect(p, runner=FakeRunner(lambda cfg, r: NO_STEP if not cfg else oom if "xla" in cfg else {}))
+    assert res.status == Status.UNTESTABLE and res.reason.startswith("no training step ran in the baseline")
