@@ -1,13 +1,13 @@
-"""The two ends of a bisection, in every mode: the rules both feature mode
-and range mode (commits, releases: `ranges.check_ends`) judge their ends by
-(what makes the good end fail, `trials.untestable.ends_reason`, the symptom
-the hunt locks onto: `pick_symptom`), and feature mode's end trials (the
-`Ends` mixin of `engine._Bisection`): the preflight, the baseline and the
-failing configuration, the late step and the compile pin, what could not be
-measured, the symptom by evidence (a marginal memory signal does not
-preempt a decisive one), and the baseline's sanity checks. The mixin reads
-and sets the bisection's state (memo, settings, noise) and calls its trial
-methods."""
+"""The bisection's two ends. The rules of every mode (feature mode here,
+range mode in `ranges.check_ends`): what makes the good end fail
+(`BASELINE_FAILURES`), an end that cannot be measured
+(`untestable.ends_reason`), the symptom the hunt locks onto (`pick_symptom`).
+
+The `Ends` mixin of `engine._Bisection`: the preflight, the baseline and the
+failing configuration, the late step and the compile pin, the symptom by
+evidence (a marginal memory signal does not preempt a decisive one), and
+the baseline's sanity checks. It reads and sets the bisection's state
+(memo, settings, noise) and calls its trial methods."""
 
 from __future__ import annotations
 

@@ -2,10 +2,11 @@
 
 Commit mode (`commits.py`) and version mode (`versions.py`) differ only in
 what a point is and how it is tried; everything else lives here, once: both
-ends first (judged by feature mode's rules, `bisect/ends.py`), the symptom
-the bad end decides, the good end as everybody's reference, the hunt with `rangesearch.bisect_range` (k-ary when the executor
-runs several trials at once), skips for points that cannot be tried or that
-stop on another symptom, the trials table and the run dir.
+ends first (by feature mode's rules, `bisect/ends.py`), the symptom the bad
+end decides, the good end as everybody's reference, the hunt with
+`rangesearch.bisect_range` (k-ary when the executor runs several trials at
+once), skips for points that cannot be tried or that stop on another
+symptom, the trials table.
 
 A mode supplies a `Source`: `request(point, repeat)` gives the trial to run
 (or the reason the point cannot be tried), `release(point)` frees what it
