@@ -22,14 +22,24 @@ from tfrepro.bisect.search import Config
 from tfrepro.settings import late_steps
 from tfrepro.trials import classify
 from tfrepro.trials.calls import slower_calls
+from tfrepro.trials.memcheck import is_oom
 from tfrepro.trials.trial import Purpose, TrialOptions
 from tfrepro.trials.untestable import ends_reason
 from tfrepro.trials.values import STOPPERS, SYMPTOM_ORDER, RunResult, Status, TrialResult, Verdict
 
 # What makes the good end (the baseline) unusable in every mode, judged
-# alone (MEMORY is then an out-of-memory kill, as much a failure as a crash);
-# and what stops timing a point of a range.
+# alone (MEMORY is then an out-of-memory kill, as much a failure as a crash).
 BASELINE_FAILURES = STOPPERS | {Verdict.MEMORY}
+
+
+def timing_stop(result: TrialResult, shown: frozenset[Verdict]) -> Verdict:
+    """What stops timing a candidate, in every mode (`TimingPool`'s
+    failure; `shown`: what the mode judged its timing trial to show): it
+    could not run (UNTESTABLE), it went NaN, crashed or timed out, or it was
+    killed for memory (a memory growth is no reason to stop); else OK."""
+    if result.could_not_run:
+        return Verdict.UNTESTABLE
+    return classify.primary(shown & (BASELINE_FAILURES if is_oom(result) else STOPPERS))
 
 
 def pick_symptom(

@@ -44,7 +44,7 @@ from dataclasses import replace
 from typing import Any
 
 from tfrepro.bisect import compile_pin, result_doc
-from tfrepro.bisect.ends import Ends
+from tfrepro.bisect.ends import Ends, timing_stop
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.late import save_nan_state, within_steps
 from tfrepro.bisect.options import BisectOptions
@@ -160,7 +160,7 @@ class _Bisection(Ends, Replay):
         self.lock = threading.Lock()
         self.noise = 0.0
         self.timing_pool = TimingPool(
-            self._trial, lambda c, t: classify.primary(self._shows(c, t) & STOPPERS), manifest.symptoms.slowdown
+            self._trial, lambda c, t: timing_stop(t, self._shows(c, t)), manifest.symptoms.slowdown
         )
         self.timing = self.timing_pool.outcomes
         self.dropped: list[dict[str, str]] = []

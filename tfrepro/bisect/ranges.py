@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tfrepro.bisect.ends import BASELINE_FAILURES, pick_symptom
+from tfrepro.bisect.ends import BASELINE_FAILURES, pick_symptom, timing_stop
 from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import Mark, RangeResult, bisect_range, judge
@@ -155,9 +155,13 @@ class RangeRun:
         self.settings, self.symptoms, self.events = settings, symptoms, events
         self.options = options  # the timing ones: budget, pairs per comparison
         # The good end is every point's timing baseline: one pool of its
-        # timing trials, each serving the points on both sides of it.
+        # timing trials, each serving the points on both sides of it; a
+        # timing trial is judged alone, a NaN only within `steps`.
         self.timing: TimingPool[Point] = TimingPool(
-            self._timing_trial, self._timing_failure, symptoms.slowdown, baseline=points[0]
+            self._timing_trial,
+            lambda p, t: timing_stop(t, self.shows(classify.first_steps(t, self.settings.steps), None)),
+            symptoms.slowdown,
+            baseline=points[0],
         )
         self.log, self.run_dir, self.records = log, log.run_dir, log.records
         self.tried: list[PointTried] = []
@@ -248,15 +252,6 @@ class RangeRun:
         `steps`; one that cannot be tried comes back as could-not-run."""
         got = self.run_timed(point, repeat, self.options.timing_settings(self.settings))
         return TrialResult(label=point.label, could_not_run=True, error=got) if isinstance(got, str) else got
-
-    def _timing_failure(self, point: Point, result: TrialResult) -> Verdict:
-        """What stops timing a point: its timing trial could not run, or it
-        fails judged alone, as a good end does (BASELINE_FAILURES: NaN within
-        `steps`, a crash, a timeout, an out-of-memory kill)."""
-        if result.could_not_run:
-            return Verdict.UNTESTABLE
-        shown = self.shows(classify.first_steps(result, self.settings.steps), None)
-        return classify.primary(shown & BASELINE_FAILURES)
 
     def slower(self, point: Point) -> tuple[bool, str | None]:
         """Timing pairs of `point` between the good end's timing trials (B C B,
