@@ -42,6 +42,13 @@ def timing_stop(result: TrialResult, shown: frozenset[Verdict]) -> Verdict:
     return classify.primary(shown & (BASELINE_FAILURES if is_oom(result) else STOPPERS))
 
 
+def untimed(outcome: classify.TimingOutcome) -> str | None:
+    """Why a timing comparison decided nothing, in every mode: a slowdown
+    asked for of an end that `could not be timed (crash)` is `untestable`
+    ("none" would be a guess); None: it decided."""
+    return f"could not be timed ({outcome.stopped.value})" if outcome.stopped is not None else None
+
+
 def pick_symptom(
     shown: Iterable[Verdict],
     asked: Verdict | None,
@@ -167,6 +174,16 @@ class Ends:
         failed = any(self._shows(full, t) & STOPPERS for t in fails)
         reason = ends_reason(self._end_runs()[0], fails, symptom, failed=failed)
         return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
+
+    def _untimed(self, full: Config) -> RunResult | None:
+        """`untestable` when a slowdown was asked for and the failing
+        configuration could not be timed (`untimed`), as in range mode."""
+        timed = self.timing.get(full) if self.opts.symptom is Verdict.SLOWDOWN else None
+        why = untimed(timed[-1]) if timed else None
+        if why is None:
+            return None
+        why = f"the failing configuration {why}"
+        return self._finish(Status.UNTESTABLE, Verdict.SLOWDOWN, error=why, reason=why)
 
     def _choose_timed_calls(self) -> None:
         """Timing trials time the calls the failing configuration ran slower

@@ -376,7 +376,7 @@ class _Bisection(Ends, Replay):
         if target is None:
             note = compile_pin.one_replica_note(self.memo[(frozenset(self.features), 0)], self.settings.replicas)
             extra = {"note": note} if note else None
-            return self._finish(Status.NONE, self.opts.symptom, extra=extra)
+            return self._untimed(frozenset(self.features)) or self._finish(Status.NONE, self.opts.symptom, extra=extra)
         culprits, config, table = self._search(target)
         if target == Verdict.NAN:
             self.nan_state = save_nan_state(self, config)

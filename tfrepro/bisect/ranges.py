@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tfrepro.bisect.ends import BASELINE_FAILURES, pick_symptom, timing_stop
+from tfrepro.bisect.ends import BASELINE_FAILURES, pick_symptom, timing_stop, untimed
 from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import Mark, RangeResult, bisect_range, judge
@@ -261,9 +261,8 @@ class RangeRun:
         finished trials from the cache."""
         o = self.options
         out = self.timing.timed(point, min_pairs=o.timing_min, max_pairs=o.timing_max)
-        if out.stopped is not None:
-            return False, f"could not be timed ({out.stopped.value})"
-        return out.verdict is Verdict.SLOWDOWN, None
+        why = untimed(out)
+        return (False, why) if why else (out.verdict is Verdict.SLOWDOWN, None)
 
     def mark(
         self,
