@@ -61,16 +61,13 @@ def test_skip_next_to_the_boundary_gives_candidates_not_a_guess():
     assert r2.status == "ambiguous" and r2.candidates == (4, 5, 6)
 
 
-def test_ends_are_checked_first_and_stop_the_search():
+def test_ends_that_are_not_good_and_bad_are_the_callers_bug():
+    """The caller judges the ends first (ranges.check_ends answers baseline-fails,
+    none, error or untestable for them): ends that do not hold are refused."""
     items = list(range(10))
-    r = bisect_range(items, lambda i: Mark.BAD)
-    assert (r.status, r.trials, r.first_bad) == ("good-end-bad", 1, None)
-    r = bisect_range(items, lambda i: Mark.GOOD)
-    assert (r.status, r.trials) == ("bad-end-good", 2)
-    r = bisect_range(items, lambda i: Mark.SKIP if i == 9 else Mark.GOOD)
-    assert r.status == "bad-end-untestable"
-    r = bisect_range(items, lambda i: Mark.SKIP)
-    assert r.status == "good-end-untestable"
+    for test in (lambda i: Mark.BAD, lambda i: Mark.GOOD, lambda i: Mark.SKIP if i == 9 else Mark.GOOD):
+        with pytest.raises(ValueError, match="judged good and bad"):
+            bisect_range(items, test)
 
 
 def test_a_range_needs_two_ends():

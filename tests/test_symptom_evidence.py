@@ -8,6 +8,7 @@ from test_engine import FEATS, FakeRunner, make_project
 from test_engine_memory import MB, rss
 
 from tfrepro.bisect.engine import BisectOptions, bisect
+from tfrepro.verdicts import Verdict
 
 
 def _marginal_memory_and(other: dict, *, confirmed: bool):
@@ -58,3 +59,22 @@ def test_a_leak_that_also_slows_the_steps_is_hunted_as_memory(tmp_path):
 
     res = bisect(make_project(tmp_path, FEATS), BisectOptions(strategy="ablation"), runner=FakeRunner(behave))
     assert (res.status.value, res.symptom.value, res.culprits) == ("found", "memory", ("xla",))
+
+
+def test_one_symptom_pick_for_every_mode():
+    """`ends.pick_symptom`: what feature mode and range mode both lock onto."""
+    from tfrepro.bisect.ends import pick_symptom
+
+    both = {Verdict.MEMORY, Verdict.MISMATCH}
+    asked: list[str] = []
+
+    def stands(answer: bool):
+        return lambda: asked.append("memory") or answer
+
+    assert pick_symptom(both, None, memory_stands=stands(True)) is Verdict.MEMORY
+    assert pick_symptom(both, None, memory_stands=stands(False)) is Verdict.MISMATCH
+    assert pick_symptom({Verdict.NAN, Verdict.MEMORY}, None, memory_stands=stands(False)) is Verdict.NAN
+    assert asked == ["memory", "memory"]  # asked only when memory is the next in line
+    assert pick_symptom(both, Verdict.NAN, slower=lambda: True) is None  # asked, not shown: nothing to hunt
+    assert pick_symptom(set(), None, slower=lambda: True) is Verdict.SLOWDOWN
+    assert pick_symptom({Verdict.CRASH}, Verdict.SLOWDOWN, slower=lambda: False) is None

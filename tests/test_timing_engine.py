@@ -265,3 +265,20 @@ def test_an_interacting_pair_keeps_both_when_one_alone_costs_a_little(tmp_path):
 
     doc = bisect(p, BisectOptions(), runner=FakeRunner(behave)).to_dict()
     assert (doc["status"], doc["culprits"]) == ("found", ["cache", "xla"]), (doc["status"], doc["culprits"])
+
+
+def test_a_timing_trial_killed_for_memory_stops_the_timing_as_in_range_mode(tmp_path):
+    """One timing stop for both modes (`ends.timing_stop`): an out-of-memory
+    kill of a timing trial is no sample (feature mode took its steps as one);
+    a slowdown asked for that could not be timed is untestable (`ends.untimed`,
+    range mode's rule: feature mode answered none)."""
+    behave = slow("xla", 3.0)
+
+    def killed(cfg, r):
+        got = behave(cfg, r)
+        return {**got, "crashed": True, "exit_code": -9} if "xla" in cfg and 100 <= r < 10_000 else got
+
+    p = make_project(tmp_path, FEATS)
+    doc = bisect(p, BisectOptions(symptom=Verdict.SLOWDOWN), runner=FakeRunner(killed)).to_dict()
+    assert doc["timing"]["verdict"] == "memory", doc["timing"]
+    assert doc["status"] == "untestable" and doc["reason"] == "the failing configuration could not be timed (memory)"

@@ -84,3 +84,29 @@ def test_commit_mode_with_a_bad_end_that_trains_nothing_is_untestable(tmp_path, 
     res = commits.bisect_commits(repo.root / "proj", good, bad, trial=_NoStepAtTheBadEnd())
     assert (res.status, res.exit_code) == (Status.UNTESTABLE, 5)
     assert res.reason.startswith("no training step ran in the bad end")
+
+
+def test_one_ends_rule_for_both_modes():
+    """`ends_reason`, feature mode's and range mode's: unless the failing end
+    stopped (measured), a good end with no training step is untestable too."""
+    ran = TrialResult(losses=(1.0, 0.9), steps_run=2, mode="fit")
+    nothing = TrialResult()
+    names = ("the good end abc", "the bad end def")
+    assert untestable.ends_reason([nothing], [ran], None, failed=False, names=names).startswith(
+        "no training step ran in the good end abc"
+    )
+    assert untestable.ends_reason([nothing], [ran], None, failed=True, names=names) is None
+    assert untestable.ends_reason([ran], [nothing], None, failed=False).startswith(
+        "no training step ran in the failing configuration"
+    )
+
+
+def test_a_baseline_that_ran_no_step_is_no_reference_for_a_memory_kill(tmp_path):
+    """One ends rule for both modes (`ends_reason`): unless the failing end
+    stopped on a NaN, crash or timeout, an end with no training step is
+    untestable before the symptom is picked (range mode's rule; feature mode
+    checked the baseline only when nothing was picked and hunted this kill)."""
+    oom = {"crashed": True, "exit_code": -9}
+    p = make_project(tmp_path, FEATS)
+    res = bisect(p, runner=FakeRunner(lambda cfg, r: NO_STEP if not cfg else oom if "xla" in cfg else {}))
+    assert res.status == Status.UNTESTABLE and res.reason.startswith("no training step ran in the baseline")

@@ -406,3 +406,16 @@ def test_the_then_features_runner_runs_in_the_release_and_takes_the_requests_opt
         {"A": "2"},
     )
     assert (how.use_cache, how.label) == (False, "then-features")
+
+
+def test_a_good_end_killed_for_memory_fails_as_the_baseline_does_in_feature_mode(tmp_path):
+    """One rule for both modes (bisect/ends.py BASELINE_FAILURES): an
+    out-of-memory kill of the good end is no reference for any symptom."""
+
+    def trial(version: str, settings: TrialSettings):
+        if version == "2.14.1":
+            return TrialResult(crashed=True, exit_code=-9, tf_version=version)
+        return crash(version) if version == "2.17.1" else ok(version)
+
+    r = bisect_versions(project(tmp_path), VERSIONS, trial=trial)
+    assert r["status"] == "baseline-fails" and "2.14.1 already shows memory" in r["message"]

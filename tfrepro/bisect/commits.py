@@ -30,6 +30,7 @@ from tfrepro.bisect import gitcopy
 from tfrepro.bisect.events import BisectEvents
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
+from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import TfreproError
 from tfrepro.projectload import locate
 from tfrepro.settings import SymptomSettings, TrialSettings
@@ -138,7 +139,6 @@ def bisect_commits(
     rng = gitcopy.open_range(root, good, bad)
     settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)
-    run_dir = state.new_run_dir()
     events = events or BisectEvents()
     events.phase(
         f"bisecting {len(rng.commits)} commits: good {rng.good.sha[:12]} ({rng.good.subject}) .. "
@@ -148,9 +148,9 @@ def bisect_commits(
     points = [Point(c.sha, c.subject, c) for c in rng.commits]
     with gitcopy.Checkouts(state) as checkouts:
         source = CommitSource(rng, checkouts, state, options.use_cache)
-        run = RangeRun(points, source, executor, settings, symptoms, run_dir, events, options)
+        run = RangeRun(points, source, executor, settings, symptoms, TrialLog(state, started=started), events, options)
         answer, first_bad = run.answer(options.symptom)
-    return _finish(run, rng, answer, first_bad, root, started)
+    return _finish(run, rng, answer, first_bad, root)
 
 
 @dataclass(frozen=True)
@@ -172,7 +172,7 @@ class CommitFields:
 
 
 def _finish(
-    run: RangeRun, rng: gitcopy.CommitRange, answer: RunResult, first_bad: Point | None, root: Path, started: float
+    run: RangeRun, rng: gitcopy.CommitRange, answer: RunResult, first_bad: Point | None, root: Path
 ) -> RunResult:
     """Commit mode's fields; the two commits' projects kept for the bug report."""
     fields = CommitFields(rng.good, rng.bad, len(rng.commits), str(root), run.settings)
@@ -183,4 +183,4 @@ def _finish(
         gitcopy.materialize(rng.repo_root, first_bad.label, rng.relpath, bad)
         fields = replace(fields, commit=first_bad.commit, good_project=str(good), first_bad_project=str(bad))
     answer = replace(answer, candidates=tuple(p.commit.to_dict() for p in answer.candidates))
-    return with_evidence(answer, run, first_bad, fields, time.monotonic() - started)
+    return with_evidence(answer, run, first_bad, fields)

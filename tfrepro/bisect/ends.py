@@ -1,13 +1,17 @@
-"""The bisection's two ends (part of `engine._Bisection`): the preflight,
-the baseline and the failing configuration, the late step and the compile
-pin, what could not be measured, the symptom the hunt locks onto (by
-evidence: a marginal memory signal does not preempt a decisive one), and
-the baseline's sanity checks. A mixin: it reads and sets the bisection's
-state (memo, settings, noise) and calls its trial methods."""
+"""The bisection's two ends. The rules of every mode (feature mode here,
+range mode in `ranges.check_ends`): what makes the good end fail
+(`BASELINE_FAILURES`), an end that cannot be measured
+(`untestable.ends_reason`), the symptom the hunt locks onto (`pick_symptom`).
+
+The `Ends` mixin of `engine._Bisection`: the preflight, the baseline and the
+failing configuration, the late step and the compile pin, the symptom by
+evidence (a marginal memory signal does not preempt a decisive one), and
+the baseline's sanity checks. It reads and sets the bisection's state
+(memo, settings, noise) and calls its trial methods."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -18,13 +22,58 @@ from tfrepro.bisect.search import Config
 from tfrepro.settings import late_steps
 from tfrepro.trials import classify
 from tfrepro.trials.calls import slower_calls
+from tfrepro.trials.memcheck import is_oom
 from tfrepro.trials.trial import Purpose, TrialOptions
 from tfrepro.trials.untestable import ends_reason
 from tfrepro.trials.values import RunResult, Status, TrialResult
 from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 
-# What makes the baseline unusable: judged alone, MEMORY is an out-of-memory kill.
-_BASELINE_FAILURES = STOPPERS | {Verdict.MEMORY}
+# What makes the good end (the baseline) unusable in every mode, judged
+# alone (MEMORY is then an out-of-memory kill, as much a failure as a crash).
+BASELINE_FAILURES = STOPPERS | {Verdict.MEMORY}
+
+
+def timing_stop(result: TrialResult, shown: frozenset[Verdict]) -> Verdict:
+    """What stops timing a candidate, in every mode (`TimingPool`'s
+    failure; `shown`: what the mode judged its timing trial to show): it
+    could not run (UNTESTABLE), it went NaN, crashed or timed out, or it was
+    killed for memory (a memory growth is no reason to stop); else OK."""
+    if result.could_not_run:
+        return Verdict.UNTESTABLE
+    return classify.primary(shown & (BASELINE_FAILURES if is_oom(result) else STOPPERS))
+
+
+def untimed(outcome: classify.TimingOutcome) -> str | None:
+    """Why a timing comparison decided nothing, in every mode: a slowdown
+    asked for of an end that `could not be timed (crash)` is `untestable`
+    ("none" would be a guess); None: it decided."""
+    return f"could not be timed ({outcome.stopped.value})" if outcome.stopped is not None else None
+
+
+def pick_symptom(
+    shown: Iterable[Verdict],
+    asked: Verdict | None,
+    *,
+    memory_stands: Callable[[], bool] = lambda: True,
+    slower: Callable[[], bool] = lambda: False,
+) -> Verdict | None:
+    """The symptom the hunt locks onto, in every mode, from what the failing
+    end showed untimed (`shown`); None: nothing to hunt.
+
+    - `asked` (a slowdown aside): it when shown, else None;
+    - nothing asked: the first of SYMPTOM_ORDER shown, memory only when
+      `memory_stands()` (feature mode re-runs a marginal signal; an
+      out-of-memory kill, range mode's only memory verdict, always stands);
+    - else (a slowdown asked, or nothing else shown): SLOWDOWN when the
+      mode's timing comparison says `slower()` (its screen, its trials)."""
+    shown = frozenset(shown)
+    if asked is not None and asked is not Verdict.SLOWDOWN:
+        return asked if asked in shown else None
+    if asked is None:
+        for v in SYMPTOM_ORDER:
+            if v in shown and (v is not Verdict.MEMORY or memory_stands()):
+                return v
+    return Verdict.SLOWDOWN if slower() else None
 
 
 class Ends:
@@ -43,7 +92,7 @@ class Ends:
         self._pin_compile(full)
         base_runs = self._end_runs()[0]
         base_fail = [
-            bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & _BASELINE_FAILURES)
+            bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & BASELINE_FAILURES)
             for t in base_runs
         ]
         # An end with no training step is `untestable` (Contract 4): `_unmeasured`, after this.
@@ -119,13 +168,23 @@ class Ends:
             del self.memo[k]
         self._many([(c, r, "pinned") for c, r in stale])
 
-    def _unmeasured(self, symptom: Verdict | None, *, healthy: bool = False) -> RunResult | None:
+    def _unmeasured(self, symptom: Verdict | None) -> RunResult | None:
         """`untestable` when an end ran no training step or `symptom` could
-        not be measured (trials/untestable.py); `healthy`: nothing was shown."""
+        not be measured (trials/untestable.py)."""
         full, fails = frozenset(self.features), self._end_runs()[1]
         failed = any(self._shows(full, t) & STOPPERS for t in fails)
-        reason = ends_reason(self._end_runs()[0], fails, symptom, failed=failed, healthy=healthy)
+        reason = ends_reason(self._end_runs()[0], fails, symptom, failed=failed)
         return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
+
+    def _untimed(self, full: Config) -> RunResult | None:
+        """`untestable` when a slowdown was asked for and the failing
+        configuration could not be timed (`untimed`), as in range mode."""
+        timed = self.timing.get(full) if self.opts.symptom is Verdict.SLOWDOWN else None
+        why = untimed(timed[-1]) if timed else None
+        if why is None:
+            return None
+        why = f"the failing configuration {why}"
+        return self._finish(Status.UNTESTABLE, Verdict.SLOWDOWN, error=why, reason=why)
 
     def _choose_timed_calls(self) -> None:
         """Timing trials time the calls the failing configuration ran slower
@@ -164,28 +223,28 @@ class Ends:
         return self.opts.baseline_checks(self.project, (), self.settings, runner=self.runner, how=how)
 
     def _pick_symptom(self, full: Config) -> Verdict | None:
-        opts = self.opts
+        """The symptom to hunt (`pick_symptom`): memory by evidence
+        (`_memory_stands`), a slowdown by `_slower`."""
         shown = set().union(*(self._shows(full, t) for t in self._end_runs()[1]))
-        if opts.symptom is not None and opts.symptom != Verdict.SLOWDOWN:
-            return opts.symptom if opts.symptom in shown else None
-        if opts.symptom is None:
-            for v in SYMPTOM_ORDER:
-                if v in shown and (v != Verdict.MEMORY or self._memory_stands(full)):
-                    return v
-            # Cheap pre-screen before paying for a timing comparison: the
-            # fastest runs so far (the least disturbed by parallel trials) at
-            # least a quarter of the way to the threshold. Halfway missed a
-            # uniform 1.4x (mixed_float16 on a CPU MLP) when its short,
-            # untimed runs happened to be disturbed (journey suite).
+        return pick_symptom(
+            shown, self.opts.symptom, memory_stands=lambda: self._memory_stands(full), slower=lambda: self._slower(full)
+        )
+
+    def _slower(self, full: Config) -> bool:
+        """The failing configuration timed against the baseline; when no
+        slowdown was asked, only past a cheap pre-screen: the fastest runs
+        so far (the least disturbed by parallel trials) at least a quarter
+        of the way to the threshold. Halfway missed a uniform 1.4x
+        (mixed_float16 on a CPU MLP) when its short, untimed runs happened
+        to be disturbed (journey suite). A later call slower
+        (`self.timed_calls`) passes the screen too."""
+        if self.opts.symptom is None and not self.timed_calls:
             mb = self._fastest(frozenset(), range(max(self.k, 2)))
             mf = self._fastest(full, range(self.k))
-            screen = 1 + (self.symptom_settings.slowdown - 1) / 4
-            # A later call slower (self.timed_calls) passes the screen too.
-            if (mb is None or mf is None or mf / mb < screen) and not self.timed_calls:
-                return None
+            if mb is None or mf is None or mf / mb < 1 + (self.symptom_settings.slowdown - 1) / 4:
+                return False
         self.events.phase("timing the failing configuration against the baseline")
-        got = self._timed(full)
-        return Verdict.SLOWDOWN if got.verdict == Verdict.SLOWDOWN else None
+        return self._timed(full).verdict == Verdict.SLOWDOWN
 
     def _memory_stands(self, full: Config) -> bool:
         """Symptom choice by evidence: a memory signal near its threshold is

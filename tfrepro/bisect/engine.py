@@ -44,7 +44,7 @@ from dataclasses import replace
 from typing import Any
 
 from tfrepro.bisect import compile_pin, result_doc
-from tfrepro.bisect.ends import Ends
+from tfrepro.bisect.ends import Ends, timing_stop
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.late import save_nan_state, within_steps
 from tfrepro.bisect.options import BisectOptions
@@ -143,7 +143,7 @@ class _Bisection(Ends, Replay):
     ) -> None:
         if options.strategy not in STRATEGIES:
             raise UserError(f"unknown strategy {options.strategy!r}", hint="use auto, ablation or ddmin")
-        self.project, self.opts, self.runner, self.events, self.clock = project, options, runner, events, clock
+        self.project, self.opts, self.runner, self.events = project, options, runner, events
         manifest = project.manifest
         self.settings = trial_settings(manifest, options)
         # Without --steps the failing configuration runs until its symptom (bisect/late.py).
@@ -161,15 +161,14 @@ class _Bisection(Ends, Replay):
         self.lock = threading.Lock()
         self.noise = 0.0
         self.timing_pool = TimingPool(
-            self._trial, lambda c, t: classify.primary(self._shows(c, t) & STOPPERS), manifest.symptoms.slowdown
+            self._trial, lambda c, t: timing_stop(t, self._shows(c, t)), manifest.symptoms.slowdown
         )
         self.timing = self.timing_pool.outcomes
         self.dropped: list[dict[str, str]] = []
         self.timed_calls: tuple[str, ...] = ()  # what timing trials time (trials/calls.py)
         self.memory_doubt: str | None = None  # why a memory signal did not decide the hunt
         _refuse(project, options, self.settings)
-        self.t0 = clock()
-        self.log = TrialLog(StateDir.of(project.root).new_run_dir(run_id))
+        self.log = TrialLog(StateDir.of(project.root), run_id, clock=clock)
         self.run_dir, self.records = self.log.run_dir, self.log.records
 
     # -- trials ------------------------------------------------------------
@@ -378,7 +377,7 @@ class _Bisection(Ends, Replay):
         if target is None:
             note = compile_pin.one_replica_note(self.memo[(frozenset(self.features), 0)], self.settings.replicas)
             extra = {"note": note} if note else None
-            return self._unmeasured(None, healthy=True) or self._finish(Status.NONE, self.opts.symptom, extra=extra)
+            return self._untimed(frozenset(self.features)) or self._finish(Status.NONE, self.opts.symptom, extra=extra)
         culprits, config, table = self._search(target)
         if target == Verdict.NAN:
             self.nan_state = save_nan_state(self, config)

@@ -2,10 +2,11 @@
 
 Commit mode (`commits.py`) and version mode (`versions.py`) differ only in
 what a point is and how it is tried; everything else lives here, once: both
-ends first, the symptom the bad end decides, the good end as everybody's
-reference, the hunt with `rangesearch.bisect_range` (k-ary when the executor
-runs several trials at once), skips for points that cannot be tried or that
-stop on another symptom, the trials table and the run dir.
+ends first (by feature mode's rules, `bisect/ends.py`), the symptom the bad
+end decides, the good end as everybody's reference, the hunt with
+`rangesearch.bisect_range` (k-ary when the executor runs several trials at
+once), skips for points that cannot be tried or that stop on another
+symptom, the trials table.
 
 A mode supplies a `Source`: `request(point, repeat)` gives the trial to run
 (or the reason the point cannot be tried), `release(point)` frees what it
@@ -14,8 +15,8 @@ the same typed `BisectEvents`.
 
 Invariants:
 - Both ends are judged before anything in between is tried: a good end that
-  fails gives `baseline-fails`, an end that cannot be tried `error`, a bad end
-  without the symptom `none`.
+  fails gives `baseline-fails`, an end that cannot be tried `error`, an end
+  that cannot be measured `untestable`, a bad end without the symptom `none`.
 - The hunt is locked onto one symptom (`rangesearch.judge`); skips that hide
   the answer give `ambiguous` with the candidates, never a guess.
 - Timing trials (slowdown) run one at a time with a time budget, each
@@ -28,20 +29,21 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tfrepro.bisect.ends import BASELINE_FAILURES, pick_symptom, timing_stop, untimed
 from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import Mark, RangeResult, bisect_range, judge
 from tfrepro.bisect.trial_log import TrialLog, trial_row
 from tfrepro.settings import SymptomSettings, TrialSettings
-from tfrepro.trials import classify, untestable
+from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor
 from tfrepro.trials.sigterm import sigterm_interrupts
 from tfrepro.trials.slowdown import TimingOutcome
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Trial
+from tfrepro.trials.untestable import ends_reason
 from tfrepro.trials.values import Evidence, RunResult, Status, TrialResult, TrialRow, evidence_doc, summary
 from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 
@@ -101,10 +103,6 @@ ROW_KEYS = (
 )
 
 
-def first_symptom(shown: frozenset[Verdict]) -> Verdict | None:
-    return next((v for v in SYMPTOM_ORDER if v in shown), None)
-
-
 def names(shown: frozenset[Verdict]) -> str:
     return ", ".join(v.value for v in SYMPTOM_ORDER if v in shown) or "nothing"
 
@@ -139,25 +137,30 @@ class RangeRun:
         executor: Executor,
         settings: TrialSettings,
         symptoms: SymptomSettings,
-        run_dir: Path,
+        log: TrialLog,
         events: BisectEvents,
         options: BisectOptions = BisectOptions(),
     ) -> None:
         self.points, self.source, self.executor = points, source, executor
-        self.settings, self.symptoms, self.run_dir, self.events = settings, symptoms, run_dir, events
+        self.settings, self.symptoms, self.events = settings, symptoms, events
         self.options = options  # the timing ones: budget, pairs per comparison
         # The good end is every point's timing baseline: one pool of its
-        # timing trials, each serving the points on both sides of it.
+        # timing trials, each serving the points on both sides of it; a
+        # timing trial is judged alone, a NaN only within `steps`.
         self.timing: TimingPool[Point] = TimingPool(
-            self._timing_trial, self._timing_failure, symptoms.slowdown, baseline=points[0]
+            self._timing_trial,
+            lambda p, t: timing_stop(t, self.shows(classify.first_steps(t, self.settings.steps), None)),
+            symptoms.slowdown,
+            baseline=points[0],
         )
-        self.log = TrialLog(run_dir)
-        self.records = self.log.records
+        self.log, self.run_dir, self.records = log, log.run_dir, log.records
         self.tried: list[PointTried] = []
         self.first: dict[str, TrialResult] = {}  # label -> its first trial that ran
         self.labels: list[str] = []  # each record's point label, in the log's order
         self.noise = 0.0
-        self._log = (run_dir / "trials.jsonl").open("a", encoding="utf-8")
+        self.untimed = ""  # why the bad end could not be timed, for the "none" message
+        self.jsonl = log.run_dir / "trials.jsonl"  # one line per trial, as it lands (there even when none ran)
+        self.jsonl.touch()
 
     @property
     def good(self) -> Point:
@@ -170,17 +173,13 @@ class RangeRun:
     def answer(self, symptom: Verdict | None) -> tuple[RunResult, Point | None]:
         """Both ends, then the hunt -> (the mode's RunResult without its own
         fields, the first bad point when found: the caller fills
-        first_bad_commit / first_bad_version from it and from `candidates`);
-        the trial log closed after."""
-        try:
-            with sigterm_interrupts():
-                try:
-                    ends = check_ends(self, symptom)
-                except Stop as stop:
-                    return stop.result, None
-                found = hunt(self, ends)
-        finally:
-            self._log.close()
+        first_bad_commit / first_bad_version from it and from `candidates`)."""
+        with sigterm_interrupts():
+            try:
+                ends = check_ends(self, symptom)
+            except Stop as stop:
+                return stop.result, None
+            found = hunt(self, ends)
         if found.status == "found":
             return RunResult(Status.FOUND, ends.target, baseline=ends.good), found.first_bad
         return RunResult(
@@ -227,8 +226,8 @@ class RangeRun:
             "summary": record.summary,
         }
         self.labels.append(point.label)
-        self._log.write(json.dumps(row) + "\n")
-        self._log.flush()
+        with self.jsonl.open("a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
         self.events.trial_finished(record)
         if result.could_not_run:  # the executor lost it twice: a skip, never a verdict
             return result.error or "could not run"
@@ -244,14 +243,6 @@ class RangeRun:
         got = self.run_timed(point, repeat, self.options.timing_settings(self.settings))
         return TrialResult(label=point.label, could_not_run=True, error=got) if isinstance(got, str) else got
 
-    def _timing_failure(self, point: Point, result: TrialResult) -> Verdict:
-        """What stops timing a point: its timing trial could not run, or went
-        NaN (within `steps`), crashed or timed out."""
-        if result.could_not_run:
-            return Verdict.UNTESTABLE
-        shown = self.shows(classify.first_steps(result, self.settings.steps), None)
-        return classify.primary(shown & (STOPPERS | {Verdict.MEMORY}))
-
     def slower(self, point: Point) -> tuple[bool, str | None]:
         """Timing pairs of `point` between the good end's timing trials (B C B,
         `timing.TimingPool`), added to the point's evidence until the
@@ -260,9 +251,8 @@ class RangeRun:
         finished trials from the cache."""
         o = self.options
         out = self.timing.timed(point, min_pairs=o.timing_min, max_pairs=o.timing_max)
-        if out.stopped is not None:
-            return False, f"could not be timed ({out.stopped.value})"
-        return out.verdict is Verdict.SLOWDOWN, None
+        why = untimed(out)
+        return (False, why) if why else (out.verdict is Verdict.SLOWDOWN, None)
 
     def mark(
         self,
@@ -298,8 +288,10 @@ class RangeRun:
 
 
 def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
-    """Both ends first: the good end must be healthy, the bad end must show the
-    symptom hunted (or one, to pick the hunt). Raises Stop when they do not."""
+    """Both ends first, by feature mode's rules (`bisect/ends.py`): the good
+    end must not fail, the ends must be measured (`ends_reason`), the bad
+    end must show the symptom hunted (`pick_symptom`). Raises Stop when they
+    do not."""
     good, bad, noun = run.good, run.bad, run.source.noun
     # Side by side when trials run in parallel; else the good end alone first
     # (a good end that fails ends the run before the bad end costs a trial).
@@ -308,7 +300,7 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         run.mark(good, Mark.SKIP, Verdict.UNTESTABLE, reason=g)
         raise Stop(Status.ERROR, f"the good end {good.short} cannot be tried: {g}", symptom)
     g_shows = run.shows(g, None)
-    if (symptom is not None and symptom in g_shows) or g_shows & STOPPERS:
+    if g_shows & BASELINE_FAILURES:
         run.mark(good, Mark.BAD, classify.primary(g_shows, symptom), g_shows, g.error)
         raise Stop(
             Status.BASELINE_FAILS,
@@ -323,52 +315,48 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, reason=x)
         raise Stop(Status.ERROR, f"the bad end {bad.short} cannot be tried: {x}", symptom, g)
     x_shows = run.shows(x, g)
-    _untestable_ends(run, g, x, x_shows, symptom)
-    target = symptom or first_symptom(x_shows)
-    if target is Verdict.MISMATCH:
+    ends = (f"the good end {good.named}", f"the bad end {bad.named}")
+    reason = ends_reason([g], [x], symptom, failed=bool(x_shows & STOPPERS), names=ends)
+    if reason is not None:
+        run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, reason)
+        raise Stop(Status.UNTESTABLE, reason, symptom, g)
+    if (symptom or pick_symptom(x_shows, None)) is Verdict.MISMATCH:
         # The good end run twice says how much loss noise is inherent; a
         # "mismatch" within that noise is no symptom.
         g2 = run.run_many([good], repeat=1)[0]
         if not isinstance(g2, str):
             run.noise = classify.measure_noise(g, g2)
         x_shows = run.shows(x, g)
-        target = symptom or first_symptom(x_shows)
-    untimed = ""
-    if target in (None, Verdict.SLOWDOWN) and run.symptoms.slowdown and not x_shows & STOPPERS:
-        slower, why = run.slower(bad)
-        if why and symptom is Verdict.SLOWDOWN:  # asked for a slowdown: "none" would be a guess
-            run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, why)
-            raise Stop(Status.UNTESTABLE, f"the bad end {bad.named} {why}", symptom, g)
-        untimed = f"; it {why}" if why else ""
-        if slower:
-            target, x_shows = Verdict.SLOWDOWN, x_shows | {Verdict.SLOWDOWN}
-    if target is None or target not in x_shows:
-        what = target.value if target else "any symptom (nan, crash, timeout, mismatch, slowdown)"
+    target = pick_symptom(x_shows, symptom, slower=lambda: _bad_end_slower(run, x_shows, symptom, g))
+    if target is None:
+        what = symptom.value if symptom else "any symptom (nan, crash, timeout, mismatch, slowdown)"
         run.mark(bad, Mark.GOOD, classify.primary(x_shows), x_shows)
         raise Stop(
             Status.NONE,
             f"the bad end {bad.named} does not show {what} against the "
-            f"good end {good.short} (it shows {names(x_shows)}{untimed})",
-            target,
+            f"good end {good.short} (it shows {names(x_shows)}{run.untimed})",
+            symptom,
             g,
         )
+    x_shows |= {target}  # a slowdown shows only in the timing
     run.mark(bad, Mark.BAD, target, x_shows, x.error if target is Verdict.CRASH else None)
     run.events.phase(f"hunting: {target.value} ({len(run.points)} {noun}s)")
     return Ends(g, x, target)
 
 
-def _untestable_ends(run: RangeRun, g: TrialResult, x: TrialResult, x_shows, symptom: Verdict | None) -> None:
-    """Stop(untestable) when an end ran no training step (and the bad end
-    shows no crash or timeout), or the symptom asked for cannot be measured."""
-    reason = None
-    if not x_shows & STOPPERS:
-        reason = untestable.no_step_reason([x], f"the bad end {run.bad.named}") or untestable.no_step_reason(
-            [g], f"the good end {run.good.named}"
-        )
-    reason = reason or untestable.unmeasured(symptom, [g], [x])
-    if reason is not None:
-        run.mark(run.bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, reason)
-        raise Stop(Status.UNTESTABLE, reason, symptom, g)
+def _bad_end_slower(run: RangeRun, x_shows: frozenset[Verdict], symptom: Verdict | None, g: TrialResult) -> bool:
+    """The bad end timed against the good end (`RangeRun.slower`), unless
+    slowdowns are off or it stopped early; a slowdown asked for that cannot
+    be timed raises Stop(untestable) ("none" would be a guess), otherwise
+    why it could not be timed goes into the "none" message (`run.untimed`)."""
+    if not run.symptoms.slowdown or x_shows & STOPPERS:
+        return False
+    slower, why = run.slower(run.bad)
+    if why and symptom is Verdict.SLOWDOWN:
+        run.mark(run.bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, why)
+        raise Stop(Status.UNTESTABLE, f"the bad end {run.bad.named} {why}", symptom, g)
+    run.untimed = f"; it {why}" if why else ""
+    return slower
 
 
 def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
@@ -409,9 +397,7 @@ class RangeEvidence:
         return {**doc, "tried": [{self.key: t.label, **t.to_dict()} for t in self.tried], **self.mode.to_dict()}
 
 
-def with_evidence(
-    answer: RunResult, run: RangeRun, first_bad: Point | None, mode: Evidence, wall_s: float
-) -> RunResult:
+def with_evidence(answer: RunResult, run: RangeRun, first_bad: Point | None, mode: Evidence) -> RunResult:
     """The final result (its evidence: what was tried, every trial, the
     mode's fields), written to `<run_dir>/result.json`."""
     verdicts = {t.label: t.verdict.value for t in run.tried}
@@ -431,4 +417,4 @@ def with_evidence(
         ),
         message=answer.error,
     )
-    return run.log.answer(answer, wall_s, evidence)
+    return run.log.answer(answer, evidence)

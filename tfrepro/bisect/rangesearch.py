@@ -8,9 +8,11 @@ supply lambdas.
 
 Invariants (for a monotone range: good up to some index, bad from there on):
 
-- Both ends are tested first; a good end that tests bad or a bad end that
-  tests good ends the search with `status` "good-end-bad" / "bad-end-good"
-  and nothing else is tried.
+- The ends are judged by the caller before the search (`ranges.check_ends`:
+  a good end that fails or a bad end that does not is the run's answer,
+  with its reason); the search tests them first all the same (`test` gives
+  their known marks back) and refuses ends that are not good and bad
+  (ValueError: a caller's bug, not a status).
 - At every point `items[lo]` tested good, `items[hi]` tested bad (or is the
   bad end), and the first bad item lies in `items[lo+1 : hi+1]`.
 - The next item tried is the median of the *untried* items strictly between
@@ -51,10 +53,8 @@ class Mark(str, Enum):
 class RangeResult(Generic[T]):
     """The outcome of `bisect_range`.
 
-    `status`: "found" (`first_bad` set), "ambiguous" (`candidates` set: skips
-    hide which of them is the first bad one), "good-end-bad", "bad-end-good",
-    "good-end-untestable", "bad-end-untestable" (the ends checked first do not
-    hold; nothing between them was tried).
+    `status`: "found" (`first_bad` set) or "ambiguous" (`candidates` set:
+    skips hide which of them is the first bad one).
     `tried` lists every test in the order it ran.
     """
 
@@ -107,20 +107,8 @@ def bisect_range(
         tried.extend(zip(chosen, marks))
         return marks
 
-    if width > 1:
-        good_end, bad_end = run([0, len(items) - 1])
-    else:
-        (good_end,) = run([0])
-        bad_end = Mark.BAD if good_end is not Mark.GOOD else run([len(items) - 1])[0]
-    # the ends do not hold: nothing in between is tried
-    for status, end, mark in (
-        ("good-end-bad", good_end, Mark.BAD),
-        ("good-end-untestable", good_end, Mark.SKIP),
-        ("bad-end-good", bad_end, Mark.GOOD),
-        ("bad-end-untestable", bad_end, Mark.SKIP),
-    ):
-        if end is mark:
-            return RangeResult(status, None, (), tuple(tried))
+    if run([0, len(items) - 1]) != [Mark.GOOD, Mark.BAD]:
+        raise ValueError("the ends must be judged good and bad before the search (ranges.check_ends)")
 
     lo, hi = 0, len(items) - 1
     skipped: set[int] = set()

@@ -223,4 +223,4 @@ def finish(run: _Bisection, a: Answer) -> RunResult:
         reason=a.reason,
         known_cost=_known_cost(run, a.status, a.symptom, a.culprits),
     )
-    return run.log.answer(result, run.clock() - run.t0, _evidence(run, a))
+    return run.log.answer(result, _evidence(run, a))

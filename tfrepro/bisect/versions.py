@@ -36,6 +36,7 @@ from tfrepro.bisect.commits import as_written, range_settings
 from tfrepro.bisect.events import BisectEvents
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
+from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import UserError
 from tfrepro.projectload import locate
 from tfrepro.settings import TrialSettings
@@ -296,16 +297,15 @@ def bisect_versions(
     items = order_range(versions, releases.good, releases.bad)
     settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)
-    run_dir = state.new_run_dir()
     source = VersionSource(root, state, releases, options.use_cache, store=store, on_line=on_line, trial=trial)
     events = events or BisectEvents()
     events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
     executor = LocalExecutor(1, devices=[] if trial is not None else None)
     points = [Point(v, "") for v in items]
-    run = RangeRun(points, source, executor, settings, symptoms, run_dir, events, options)
+    run = RangeRun(points, source, executor, settings, symptoms, TrialLog(state, started=started), events, options)
     answer, first_bad = run.answer(options.symptom)
     answer, fields = _version_answer(run, answer, first_bad, versions, items, releases)
-    return with_evidence(answer, run, first_bad, fields, time.monotonic() - started)
+    return with_evidence(answer, run, first_bad, fields)
 
 
 @dataclass(frozen=True)

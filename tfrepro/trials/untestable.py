@@ -74,17 +74,15 @@ def ends_reason(
     symptom: Verdict | None,
     *,
     failed: bool,
-    healthy: bool,
+    names: tuple[str, str] = ("the baseline (every feature off)", "the failing configuration (every feature on)"),
 ) -> str | None:
-    """Why a feature bisection cannot answer from its two ends: the failing
-    configuration ran no step (unless it `failed`: a crash, NaN or timeout
-    is measured), or, when it showed nothing (`healthy`), the baseline ran
-    none either; or the symptom asked for cannot be measured."""
+    """Why a bisection cannot answer from its two ends, in every mode
+    (`names`: the good end's and the failing end's, as the reason says
+    them): unless the failing end `failed` (a crash, NaN or timeout is
+    measured), an end ran no training step (the failing end first: every
+    other symptom is measured against the good end); or the symptom asked
+    for cannot be measured."""
     reason = None
-    if not failed or healthy:
-        reason = no_step_reason(failing, "the failing configuration (every feature on)")
-    if reason is None and healthy:
-        reason = no_step_reason(base, "the baseline (every feature off)")
-    if reason is None and symptom is not None:
-        reason = unmeasured(symptom, base, failing)
-    return reason
+    if not failed:
+        reason = no_step_reason(failing, names[1]) or no_step_reason(base, names[0])
+    return reason or unmeasured(symptom, base, failing)
