@@ -436,6 +436,20 @@ def test_layer_classes_from_sibling_files_count_as_the_projects(tmp_path):
     }
 
 
+def test_each_script_sees_its_own_layer_class_before_a_siblings_of_the_same_name(tmp_path):
+    (tmp_path / "a.py").write_text(
+        "import tensorflow as tf\n\nclass Norm(tf.keras.layers.Dense):\n    pass\n\nx = Norm(4)(inp)\n"
+    )
+    (tmp_path / "b.py").write_text(
+        "import tensorflow as tf\n\nclass Norm(tf.keras.layers.Layer):\n"
+        "    def __init__(self, k):\n        super().__init__()\n\ny = Norm(4)(inp)\n"
+    )
+    result = annotate([tmp_path / "a.py", tmp_path / "b.py"])
+    a, b = (r.annotated for r in result.files)
+    assert "# x = tf.keras.layers.Dense(4)(inp)" in a  # a.py's Norm: a stock Dense
+    assert "# y = tf.keras.layers.Identity()(inp)" in b  # b.py's Norm: no stock equivalent
+
+
 def test_tf_function_decorators_and_rewraps_switch_together():
     code = (
         "import tensorflow as tf\n\n\n@tf.function\ndef train_step(x):\n    return x\n\n\n"
