@@ -45,7 +45,7 @@ class _Collector:
         self.by_class: dict[str, str] = {}  # callback class -> its one feature
         self.stopping = _stopping_classes(src)
         # id(call) -> (call, its save_freq argument) for each batch-scheduled checkpoint
-        self.scheduled = {id(c): (c, a) for c in src.walk() if isinstance(c, cst.Call) and (a := _batch_schedule(c))}
+        self.scheduled = {id(c): (c, a) for c in src.nodes(cst.Call) if (a := _batch_schedule(c))}
         self.scheduled_classes = {last_name(c.func) for c, _ in self.scheduled.values()}
         self.schedule_done: set[int] = set()
 
@@ -93,7 +93,7 @@ class _Collector:
                 )
             self.added_later(v.value, scope)
         elif isinstance(v, cst.Call) and isinstance(v.func, cst.Name):
-            fn = next((n for n in src.walk() if isinstance(n, cst.FunctionDef) and n.name.value == v.func.value), None)
+            fn = next((n for n in src.nodes(cst.FunctionDef) if n.name.value == v.func.value), None)
             if fn is None:
                 ctx.skip(
                     src.path, line, f"callbacks come from {v.func.value}(), not defined in this file: not followed"
@@ -248,7 +248,7 @@ def _batch_schedule(call: cst.Call) -> cst.Arg | None:
 
 def _stopping_classes(src: Src) -> frozenset[str]:
     """Classes of the file that assign `<something>.stop_training`."""
-    classes = [n for n in src.walk() if isinstance(n, cst.ClassDef)]
+    classes = src.nodes(cst.ClassDef)
     return frozenset(c.name.value for c in classes if any(_sets_stop_training(a) for a in src.walk(c)))
 
 
@@ -307,12 +307,8 @@ def callback_feature(class_name: str | None, var_name: str | None) -> str:
 
 def callback_edits(src: Src, ctx: Context) -> list[Edit]:
     c = _Collector(src, ctx)
-    for n in src.walk():
-        if (
-            isinstance(n, cst.Call)
-            and last_name(n.func) in ("fit", "fit_generator")
-            and isinstance(n.func, cst.Attribute)
-        ):
+    for n in src.nodes(cst.Call):
+        if last_name(n.func) in ("fit", "fit_generator") and isinstance(n.func, cst.Attribute):
             c.from_fit(n)
     c.scheduled_statements()
     return c.edits

@@ -222,8 +222,8 @@ def _schedule(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candida
     # A schedule that is called by the code (to log the rate) cannot become a float.
     if isinstance(unit, cst.SimpleStatementLine) and isinstance(unit.body[0], cst.Assign):
         targets = {t.target.value for t in unit.body[0].targets if isinstance(t.target, cst.Name)}
-        for n in src.walk():
-            if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in targets:
+        for n in src.nodes(cst.Call):
+            if isinstance(n.func, cst.Name) and n.func.value in targets:
                 ctx.skip(
                     src.path,
                     src.line(n),

@@ -80,10 +80,9 @@ class ClassDef:
 def class_defs(src: Src) -> tuple[ClassDef, ...]:
     """Every class statement of `src`, in document order (one walk of the file)."""
     out = []
-    for node in src.walk():
-        if isinstance(node, cst.ClassDef):
-            bases = tuple((*_keras_layer_base(src, b.value), last_name(b.value)) for b in node.bases)
-            out.append(ClassDef(node.name.value, bases, _init_params(node), "add_loss(" in src.code(node)))
+    for node in src.nodes(cst.ClassDef):
+        bases = tuple((*_keras_layer_base(src, b.value), last_name(b.value)) for b in node.bases)
+        out.append(ClassDef(node.name.value, bases, _init_params(node), "add_loss(" in src.code(node)))
     return tuple(out)
 
 

@@ -261,7 +261,7 @@ def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
 
 def _single_call(src: Src, fn: cst.FunctionDef) -> tuple[cst.Call, cst.For]:
     name = fn.name.value
-    calls = [n for n in src.walk() if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == name]
+    calls = [n for n in src.nodes(cst.Call) if isinstance(n.func, cst.Name) and n.func.value == name]
     if not calls:
         raise NotSwitchable(f"{name}() is not called directly from a loop (strategy.run or a callback calls it)")
     if len(calls) > 1:

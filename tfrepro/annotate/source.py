@@ -13,12 +13,14 @@ import itertools
 import re
 from collections.abc import Iterable, Iterator
 from functools import cached_property
+from typing import TypeVar
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from tfrepro.errors import UserError
 
+N = TypeVar("N", bound=cst.CSTNode)
 _KERAS_MODULES = ("keras", "tensorflow.keras", "tf_keras", "tensorflow.python.keras")
 
 
@@ -227,9 +229,9 @@ class Src:
         # The whole module, not just the scope: a name free in the scope may
         # be a global the new local would shadow.
         # Keyword names (`f(callbacks=...)`) and attribute names (`x.ds`) bind nothing.
-        skip = {id(n.keyword) for n in self.walk() if isinstance(n, cst.Arg) and n.keyword is not None}
-        skip |= {id(n.attr) for n in self.walk() if isinstance(n, cst.Attribute)}
-        return {n.value for n in self.walk() if isinstance(n, cst.Name) and id(n) not in skip}
+        skip = {id(n.keyword) for n in self.nodes(cst.Arg) if n.keyword is not None}
+        skip |= {id(n.attr) for n in self.nodes(cst.Attribute)}
+        return {n.value for n in self.nodes(cst.Name) if id(n) not in skip}
 
     def fresh_name(self, candidates: tuple[str, ...]) -> str:
         for c in candidates:
@@ -255,6 +257,18 @@ class Src:
             n = stack.pop()
             yield n
             stack.extend(reversed(self._kids.get(id(n), ())))
+
+    def nodes(self, kind: type[N]) -> list[N]:
+        """Every node of the node class `kind` in the module, in document
+        order: one walk of the file, shared by every recogniser."""
+        return self._by_kind.get(kind, [])  # type: ignore[return-value]
+
+    @cached_property
+    def _by_kind(self) -> dict[type, list[cst.CSTNode]]:
+        out: dict[type, list[cst.CSTNode]] = {}
+        for n in self.walk():
+            out.setdefault(type(n), []).append(n)
+        return out
 
     # -- imports -----------------------------------------------------------
     @cached_property
