@@ -122,10 +122,12 @@ def annotate_text(
     only: Iterable[str] | None = None,
     layer_classes: dict[str, LayerClass] | None = None,
     ctx: Context | None = None,
+    src: Src | None = None,
 ) -> tuple[str, tuple[Found, ...], tuple[Skipped, ...]]:
     """Annotate one file's text. `layer_classes`: the project's own Layer
     subclasses as this file sees them (`annotate` collects them over the
-    project's files); None: those the file itself defines."""
+    project's files); None: those the file itself defines. `src`: the text
+    parsed already, with "\n" line ends (`annotate` parses each file once)."""
     from tfrepro.annotate.callbacks import callback_edits
     from tfrepro.annotate.chains import chain_edits
     from tfrepro.annotate.detect import candidates_to_edits, find_candidates
@@ -136,9 +138,8 @@ def annotate_text(
 
     existing = fb.parse(text, path)  # validates markers already there (exit 2)
     # Work on "\n" lines; a file written with "\r\n" throughout gets them back.
-    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
-    original, text = text, (text.replace("\r\n", "\n") if crlf else text)
-    src = Src(text, path)
+    original, (text, crlf) = text, _lf(text)
+    src = src or Src(text, path)
     if ctx is None:
         ctx = Context(existing=frozenset(existing.feature_names), only=frozenset(only) if only is not None else None)
     if layer_classes is None:
@@ -153,6 +154,12 @@ def annotate_text(
     found = tuple(f for e in kept for f in e.found)
     skipped = tuple(s for s in ctx.skipped if s.path == path)
     return new, found, skipped
+
+
+def _lf(text: str) -> tuple[str, bool]:
+    """`text` with "\n" line ends, and whether it was written with "\r\n" throughout."""
+    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
+    return (text.replace("\r\n", "\n") if crlf else text), crlf
 
 
 def _expand(paths: Iterable[str | Path]) -> list[Path]:
@@ -195,16 +202,16 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     for p in files:
         # As Python reads it (a BOM, a `coding:` line), "\r\n" kept as written.
         texts[p], encodings[p] = fb.decode_source(p.read_bytes(), str(p))
-        srcs[p] = Src(texts[p], str(p))  # a syntax error: exit 2 before anything is annotated
+        srcs[p] = Src(_lf(texts[p])[0], str(p))  # a syntax error: exit 2 before anything is annotated
         existing.update(fb.parse(texts[p], str(p)).feature_names)
-    # Each file parsed once for its class statements; each script sees its own
-    # classes first, then those of the other files.
+    # Each file is parsed once, for its class statements and its own recognisers;
+    # each script sees its own Layer classes first, then those of the other files.
     defs = {q: class_defs(s) for q, s in _layer_srcs(files, srcs).items()}
     ctx = Context(existing=frozenset(existing), only=frozenset(only) if only is not None else None)
     results = []
     for p in files:
         classes = collect_layer_classes([*defs[p], *(d for q, ds in defs.items() if q != p for d in ds)])
-        new, found, _ = annotate_text(texts[p], str(p), layer_classes=classes, ctx=ctx)
+        new, found, _ = annotate_text(texts[p], str(p), layer_classes=classes, ctx=ctx, src=srcs[p])
         results.append(FileResult(p, texts[p], new, found, encodings[p]))
 
     # The project `tfrepro bisect` will load these files as (one root for
