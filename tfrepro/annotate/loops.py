@@ -236,11 +236,8 @@ def _loss_base(src: Src, expr, y: str) -> str | None:
             break
     else:
         return None
-    for alias, target in src.import_aliases.items():
-        if target in ("keras", "tensorflow.keras", "tf_keras"):
-            return f"{alias}.losses.Loss"
-    if src.tf_alias():
-        return f"{src.tf_alias()}.keras.losses.Loss"
+    if src.keras_prefix is not None:
+        return f"{src.keras_prefix}.losses.Loss"
     raise NotSwitchable("the loss reshapes the labels and the file imports no Keras to write a Loss class with")
 
 

@@ -288,14 +288,21 @@ class Src:
         return out
 
     @cached_property
+    def keras_prefix(self) -> str | None:
+        """How this file names Keras: `keras`, `tf.keras`..., None when it
+        imports neither Keras nor TensorFlow."""
+        for targets, suffix in ((_KERAS_MODULES, ""), (("tensorflow",), ".keras")):
+            if (alias := next((a for a, t in self.import_aliases.items() if t in targets), None)) is not None:
+                return alias + suffix
+        return None
+
+    @cached_property
     def layers_prefix(self) -> str | None:
         """How this file names Keras layers: `layers`, `keras.layers`,
         `tf.keras.layers`..., None when it imports no Keras at all."""
         layers = tuple(f"{m}.layers" for m in _KERAS_MODULES)
-        for targets, suffix in ((layers, ""), (_KERAS_MODULES, ".layers"), (("tensorflow",), ".keras.layers")):
-            if (alias := next((a for a, t in self.import_aliases.items() if t in targets), None)) is not None:
-                return alias + suffix
-        return None
+        alias = next((a for a, t in self.import_aliases.items() if t in layers), None)
+        return alias or (f"{self.keras_prefix}.layers" if self.keras_prefix is not None else None)
 
     def tf_alias(self) -> str | None:
         """The name the file binds `tensorflow` to (`import tensorflow as tf`), or None."""
