@@ -541,3 +541,27 @@ def test_a_chain_that_needs_no_split_keeps_its_comments_once():
     assert names(found) == {"prefetch", "cache"}
     for c in ("# overlap", "# src", "# keep"):
         assert text.count(c) == 1
+
+
+def test_an_annotated_assignment_is_an_assignment_to_every_recogniser():
+    # One rule (source.assigned_name): `x: T = ...` binds x as `x = ...` does, for the
+    # tf.data names, a Lambda's name and a loop's loss as it already did for callbacks.
+    code = """\
+        import tensorflow as tf
+        import keras
+
+        train: tf.data.Dataset = tf.data.Dataset.range(8)
+        train = train.map(f, num_parallel_calls=4)
+        scale: keras.layers.Layer = keras.layers.Lambda(lambda t: t * 2)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        optimizer = keras.optimizers.SGD(0.1)
+        loss_fn = keras.losses.MeanSquaredError()
+        for xb, yb in train:
+            with tf.GradientTape() as tape:
+                pred = model(xb, training=True)
+                loss: tf.Tensor = loss_fn(yb, pred)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        """
+    _, found, skipped = ann(code)
+    assert {"parallel_map", "custom_layer_scale", "custom_loop"} <= names(found), skipped

@@ -29,7 +29,7 @@ import libcst as cst
 from tfrepro import catalog
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, last_name, literal, snake
+from tfrepro.annotate.source import Src, arg, assigned_name, last_name, literal, snake
 
 # Stock callbacks that save on a schedule: `save_freq` ("epoch", the default,
 # or every N batches) and its positional index.
@@ -73,7 +73,7 @@ class _Collector:
                     f"callbacks come from the parameter {v.value!r}: not followed (annotate where the list is built)",
                 )
                 return
-            assigns = [s for s in _statements(src, scope) if _assigns_name(s, v.value)]
+            assigns = [s for s in _statements(src, scope) if assigned_name(s.body[0]) == v.value]
             if len(assigns) != 1:
                 if not assigns and scope is not src.module:
                     return self.resolve(v, src.module, line, depth + 1)
@@ -230,7 +230,7 @@ def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> 
         return last_name(value.func), None
     if isinstance(value, cst.Name):
         for s in [*_statements(src, scope), *_statements(src, src.module)]:
-            if _assigns_name(s, value.value):
+            if assigned_name(s.body[0]) == value.value:
                 v = s.body[0].value  # type: ignore[attr-defined]
                 if isinstance(v, cst.Call):
                     return last_name(v.func), value.value
@@ -273,15 +273,6 @@ def _statements(src: Src, scope: cst.CSTNode) -> list[cst.SimpleStatementLine]:
 
 def _is_name(node: cst.CSTNode, name: str) -> bool:
     return isinstance(node, cst.Name) and node.value == name
-
-
-def _assigns_name(stmt: cst.SimpleStatementLine, name: str) -> bool:
-    small = stmt.body[0]
-    if isinstance(small, cst.Assign):
-        return len(small.targets) == 1 and _is_name(small.targets[0].target, name)
-    if isinstance(small, cst.AnnAssign):
-        return small.value is not None and _is_name(small.target, name)
-    return False
 
 
 def callback_feature(class_name: str | None, var_name: str | None) -> str:

@@ -81,7 +81,7 @@ def dataset_vars(src: Src) -> set[str]:
     """Names assigned a tf.data pipeline somewhere in the file."""
     names: set[str] = set()
     for _ in range(3):
-        for n in src.nodes(cst.Assign):
+        for n in (*src.nodes(cst.Assign), *src.nodes(cst.AnnAssign)):
             if (name := assigned_name(n)) is not None and _is_dataset(src, n.value, names):
                 names.add(name)
     return names

@@ -38,7 +38,7 @@ def _name(src: Src, call: cst.Call, fn: cst.BaseExpression) -> str | None:
     given = arg(call, None, "name")
     if given is not None and isinstance(literal(given.value), str):
         return str(literal(given.value))
-    return assigned_name(src.enclosing(call, (cst.Assign, cst.SimpleStatementLine))) or "lambda"
+    return assigned_name(src.enclosing(call, (cst.Assign, cst.AnnAssign, cst.SimpleStatementLine))) or "lambda"
 
 
 def lambda_layer_candidates(src: Src, ctx: Context, call: cst.Call, prefix: str) -> list[Candidate]:

@@ -97,9 +97,11 @@ def jit_on(expr: cst.BaseExpression, *, legacy: bool = False) -> bool:
 
 
 def assigned_name(node: cst.CSTNode | None) -> str | None:
-    """`x` for `x = ...` (one plain-name target), else None."""
+    """`x` for `x = ...` (one plain-name target) or `x: T = ...`, else None."""
     if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
         return node.targets[0].target.value
+    if isinstance(node, cst.AnnAssign) and node.value is not None and isinstance(node.target, cst.Name):
+        return node.target.value
     return None
 
 
@@ -220,8 +222,8 @@ class Src:
     def scope(self, node: cst.CSTNode) -> cst.CSTNode:
         return self.enclosing(node, (cst.FunctionDef, cst.Module)) or self.module
 
-    def assignments(self, region: cst.CSTNode, name: str) -> list[cst.Assign]:
-        """The `name = ...` statements under `region` (nested scopes included)."""
+    def assignments(self, region: cst.CSTNode, name: str) -> list[cst.Assign | cst.AnnAssign]:
+        """The `name = ...` (`name: T = ...`) statements under `region` (nested scopes included)."""
         return [n for n in self.walk(region) if assigned_name(n) == name]  # type: ignore[misc]
 
     @cached_property
