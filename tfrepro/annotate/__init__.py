@@ -242,9 +242,11 @@ def _layer_srcs(files: list[Path], srcs: dict[Path, Src]) -> dict[Path, Src]:
     from tfrepro.annotate.source import Src
 
     out = dict(srcs)
+    seen = {p.resolve() for p in out}
     for d in {p.parent for p in files}:
         for q in sorted(d.glob("*.py")):
-            if q.resolve() not in {p.resolve() for p in out}:
+            if q.resolve() not in seen:
+                seen.add(q.resolve())
                 try:
                     out[q] = Src(fb.decode_source(q.read_bytes(), str(q))[0], str(q))
                 except (OSError, UserError):
