@@ -44,7 +44,7 @@ _LOSS_SCALE_METHODS = ("get_scaled_loss", "get_unscaled_gradients", "scale_loss"
 
 def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context) -> list[Candidate]:
     out: list[Candidate] = []
-    for node in src.walk():
+    for node in src.nodes(cst.Call, cst.Decorator, cst.SimpleStatementLine):
         if isinstance(node, cst.Call):
             out.extend(_from_call(src, ctx, node, layer_classes))
         elif isinstance(node, cst.Decorator) and is_tf_function(node.decorator):

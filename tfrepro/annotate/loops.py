@@ -58,7 +58,7 @@ class Loop:
 def loop_edits(src: Src, ctx: Context) -> list[Edit]:
     edits: list[Edit] = []
     seen: set[int] = set()
-    for node in src.walk():
+    for node in src.nodes(cst.Call, cst.FunctionDef):
         form, finder = None, None
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
             attr = node.func.attr.value

@@ -260,24 +260,30 @@ class Src:
             yield n
             stack.extend(reversed(self._kids.get(id(n), ())))
 
-    def nodes(self, kind: type[N]) -> list[N]:
-        """Every node of the node class `kind` in the module, in document
+    def nodes(self, *kinds: type[N]) -> list[N]:
+        """Every node of the node classes `kinds` in the module, in document
         order: one walk of the file, shared by every recogniser."""
-        return self._by_kind.get(kind, [])  # type: ignore[return-value]
+        by_kind, order = self._by_kind
+        if len(kinds) == 1:
+            return by_kind.get(kinds[0], [])  # type: ignore[return-value]
+        return sorted((n for k in kinds for n in by_kind.get(k, [])), key=lambda n: order[id(n)])  # type: ignore[misc]
 
     @cached_property
-    def _by_kind(self) -> dict[type, list[cst.CSTNode]]:
-        out: dict[type, list[cst.CSTNode]] = {}
-        for n in self.walk():
-            out.setdefault(type(n), []).append(n)
-        return out
+    def _by_kind(self) -> tuple[dict[type, list[cst.CSTNode]], dict[int, int]]:
+        """(node class -> its nodes in document order, id(node) -> its place in that order)."""
+        by_kind: dict[type, list[cst.CSTNode]] = {}
+        order: dict[int, int] = {}
+        for i, n in enumerate(self.walk()):
+            by_kind.setdefault(type(n), []).append(n)
+            order[id(n)] = i
+        return by_kind, order
 
     # -- imports -----------------------------------------------------------
     @cached_property
     def import_aliases(self) -> dict[str, str]:
         """alias -> dotted module/object it is bound to by a top-level-or-nested import."""
         out: dict[str, str] = {}
-        for n in self.walk():
+        for n in self.nodes(cst.Import, cst.ImportFrom):
             if isinstance(n, cst.Import):
                 for a in n.names:  # `import a.b` binds `a`; `import a.b as c` binds `c` to a.b
                     top = a.evaluated_name.split(".")[0]
