@@ -436,6 +436,20 @@ def test_layer_classes_from_sibling_files_count_as_the_projects(tmp_path):
     }
 
 
+def test_each_script_sees_its_own_layer_class_before_a_siblings_of_the_same_name(tmp_path):
+    (tmp_path / "a.py").write_text(
+        "import tensorflow as tf\n\nclass Norm(tf.keras.layers.Dense):\n    pass\n\nx = Norm(4)(inp)\n"
+    )
+    (tmp_path / "b.py").write_text(
+        "import tensorflow as tf\n\nclass Norm(tf.keras.layers.Layer):\n"
+        "    def __init__(self, k):\n        super().__init__()\n\ny = Norm(4)(inp)\n"
+    )
+    result = annotate([tmp_path / "a.py", tmp_path / "b.py"])
+    a, b = (r.annotated for r in result.files)
+    assert "# x = tf.keras.layers.Dense(4)(inp)" in a  # a.py's Norm: a stock Dense
+    assert "# y = tf.keras.layers.Identity()(inp)" in b  # b.py's Norm: no stock equivalent
+
+
 def test_tf_function_decorators_and_rewraps_switch_together():
     code = (
         "import tensorflow as tf\n\n\n@tf.function\ndef train_step(x):\n    return x\n\n\n"
@@ -527,3 +541,27 @@ def test_a_chain_that_needs_no_split_keeps_its_comments_once():
     assert names(found) == {"prefetch", "cache"}
     for c in ("# overlap", "# src", "# keep"):
         assert text.count(c) == 1
+
+
+def test_an_annotated_assignment_is_an_assignment_to_every_recogniser():
+    # One rule (source.assigned_name): `x: T = ...` binds x as `x = ...` does, for the
+    # tf.data names, a Lambda's name and a loop's loss as it already did for callbacks.
+    code = """\
+        import tensorflow as tf
+        import keras
+
+        train: tf.data.Dataset = tf.data.Dataset.range(8)
+        train = train.map(f, num_parallel_calls=4)
+        scale: keras.layers.Layer = keras.layers.Lambda(lambda t: t * 2)
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])
+        optimizer = keras.optimizers.SGD(0.1)
+        loss_fn = keras.losses.MeanSquaredError()
+        for xb, yb in train:
+            with tf.GradientTape() as tape:
+                pred = model(xb, training=True)
+                loss: tf.Tensor = loss_fn(yb, pred)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        """
+    _, found, skipped = ann(code)
+    assert {"parallel_map", "custom_layer_scale", "custom_loop"} <= names(found), skipped

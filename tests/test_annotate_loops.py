@@ -178,6 +178,21 @@ def test_a_loss_that_reshapes_the_labels_itself_gets_them_unaligned():
     assert "model.compile(optimizer=optimizer, loss=FitLoss(), run_eagerly=True)" in off
 
 
+def test_the_loss_class_is_named_the_way_the_file_names_keras():
+    # One list of Keras modules (Src.keras_prefix) for layers and losses alike.
+    body = (
+        STEP_FN.format(loss="tf.reduce_mean(tf.square(yb[:, None] - pred))")
+        + "for xb, yb in ds:\n    train_step(xb, yb)\n"
+    )
+    for head, prefix in (
+        ("import tensorflow as tf\n", "tf.keras"),
+        ("from tensorflow.python import keras as K\n", "K"),
+    ):
+        text = head + HEAD.replace("import tensorflow as tf\nimport keras\n", "") + textwrap.dedent(body)
+        new, _, _ = annotate_text(text, "train.py", only=["custom_loop"])
+        assert f"class FitLoss({prefix}.losses.Loss):" in off_part(new), head
+
+
 LOOP = "\nfor xb, yb in ds:\n    loss = train_step(xb, yb)\n"
 
 

@@ -17,10 +17,15 @@ import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tfrepro import features as fb
 from tfrepro.annotate.model import Context, Found, Skipped
 from tfrepro.errors import UserError
+
+if TYPE_CHECKING:
+    from tfrepro.annotate.layers import LayerClass
+    from tfrepro.annotate.source import Src
 
 __all__ = ["Annotation", "FileResult", "Found", "Skipped", "annotate", "annotate_text"]
 
@@ -115,33 +120,30 @@ def annotate_text(
     path: str = "<string>",
     *,
     only: Iterable[str] | None = None,
-    layer_sources: Iterable[tuple[str, str]] = (),
+    layer_classes: dict[str, LayerClass] | None = None,
     ctx: Context | None = None,
+    src: Src | None = None,
 ) -> tuple[str, tuple[Found, ...], tuple[Skipped, ...]]:
-    """Annotate one file's text. `layer_sources` are (path, text) of other
-    project files whose Layer subclasses count as the project's own."""
+    """Annotate one file's text. `layer_classes`: the project's own Layer
+    subclasses as this file sees them (`annotate` collects them over the
+    project's files); None: those the file itself defines. `src`: the text
+    parsed already, with "\n" line ends (`annotate` parses each file once)."""
     from tfrepro.annotate.callbacks import callback_edits
     from tfrepro.annotate.chains import chain_edits
     from tfrepro.annotate.detect import candidates_to_edits, find_candidates
-    from tfrepro.annotate.layers import collect_layer_classes
+    from tfrepro.annotate.layers import class_defs, collect_layer_classes
     from tfrepro.annotate.loops import loop_edits
     from tfrepro.annotate.rewrite import build, resolve_overlaps
     from tfrepro.annotate.source import Src
 
     existing = fb.parse(text, path)  # validates markers already there (exit 2)
     # Work on "\n" lines; a file written with "\r\n" throughout gets them back.
-    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
-    original, text = text, (text.replace("\r\n", "\n") if crlf else text)
-    src = Src(text, path)
+    original, (text, crlf) = text, _lf(text)
+    src = src or Src(text, path)
     if ctx is None:
         ctx = Context(existing=frozenset(existing.feature_names), only=frozenset(only) if only is not None else None)
-    others = []
-    for p, t in layer_sources:
-        try:
-            others.append(Src(t, p))
-        except UserError:
-            continue  # a broken sibling file only loses its layer classes
-    layer_classes = collect_layer_classes([src, *others])
+    if layer_classes is None:
+        layer_classes = collect_layer_classes(class_defs(src))
     ctx.occupied[path] = [(b.line, b.end_line) for b in existing.blocks]
     edits = loop_edits(src, ctx)  # first: a loop's block wins over the statements inside it
     edits += chain_edits(src, ctx) + callback_edits(src, ctx)
@@ -152,6 +154,12 @@ def annotate_text(
     found = tuple(f for e in kept for f in e.found)
     skipped = tuple(s for s in ctx.skipped if s.path == path)
     return new, found, skipped
+
+
+def _lf(text: str) -> tuple[str, bool]:
+    """`text` with "\n" line ends, and whether it was written with "\r\n" throughout."""
+    crlf = "\r\n" in text and text.count("\r\n") == text.count("\n")
+    return (text.replace("\r\n", "\n") if crlf else text), crlf
 
 
 def _expand(paths: Iterable[str | Path]) -> list[Path]:
@@ -179,8 +187,9 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     Raises UserError (exit 2) for a missing file, a syntax error, or malformed
     markers already in a file.
     """
+    from tfrepro.annotate.layers import class_defs, collect_layer_classes
     from tfrepro.annotate.manifest import merge
-    from tfrepro.annotate.source import parse_python
+    from tfrepro.annotate.source import Src
     from tfrepro.projectfiles import MANIFEST, find_root
 
     files = _expand(paths)
@@ -188,22 +197,21 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
         raise UserError("no Python files to annotate", hint="give the training script(s)")
     texts: dict[Path, str] = {}
     encodings: dict[Path, str] = {}
+    srcs: dict[Path, Src] = {}
     existing: set[str] = set()
     for p in files:
         # As Python reads it (a BOM, a `coding:` line), "\r\n" kept as written.
         texts[p], encodings[p] = fb.decode_source(p.read_bytes(), str(p))
-        parse_python(texts[p], str(p))
+        srcs[p] = Src(_lf(texts[p])[0], str(p))  # a syntax error: exit 2 before anything is annotated
         existing.update(fb.parse(texts[p], str(p)).feature_names)
-    layer_sources = _layer_sources(files, texts)
+    # Each file is parsed once, for its class statements and its own recognisers;
+    # each script sees its own Layer classes first, then those of the other files.
+    defs = {q: class_defs(s) for q, s in _layer_srcs(files, srcs).items()}
     ctx = Context(existing=frozenset(existing), only=frozenset(only) if only is not None else None)
     results = []
     for p in files:
-        new, found, _ = annotate_text(
-            texts[p],
-            str(p),
-            layer_sources=[(str(q), t) for q, t in layer_sources.items() if q.resolve() != p.resolve()],
-            ctx=ctx,
-        )
+        classes = collect_layer_classes([*defs[p], *(d for q, ds in defs.items() if q != p for d in ds)])
+        new, found, _ = annotate_text(texts[p], str(p), layer_classes=classes, ctx=ctx, src=srcs[p])
         results.append(FileResult(p, texts[p], new, found, encodings[p]))
 
     # The project `tfrepro bisect` will load these files as (one root for
@@ -227,18 +235,23 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     )
 
 
-def _layer_sources(files: list[Path], texts: dict[Path, str]) -> dict[Path, str]:
-    """The scripts' texts and those of every other Python file next to them:
-    Layer classes may be defined in any of them."""
-    layer_sources: dict[Path, str] = dict(texts)
+def _layer_srcs(files: list[Path], srcs: dict[Path, Src]) -> dict[Path, Src]:
+    """The scripts and every other Python file next to them: Layer classes may
+    be defined in any of them (a sibling that cannot be read or parsed only
+    loses its classes)."""
+    from tfrepro.annotate.source import Src
+
+    out = dict(srcs)
+    seen = {p.resolve() for p in out}
     for d in {p.parent for p in files}:
         for q in sorted(d.glob("*.py")):
-            if q.resolve() not in {p.resolve() for p in layer_sources}:
+            if q.resolve() not in seen:
+                seen.add(q.resolve())
                 try:
-                    layer_sources[q] = fb.decode_source(q.read_bytes(), str(q))[0]
+                    out[q] = Src(fb.decode_source(q.read_bytes(), str(q))[0], str(q))
                 except (OSError, UserError):
                     continue
-    return layer_sources
+    return out
 
 
 def _entry(results: list[FileResult], root: Path) -> str | None:

@@ -29,7 +29,7 @@ import libcst as cst
 from tfrepro import catalog
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, last_name, literal, snake
+from tfrepro.annotate.source import Src, arg, assigned_name, last_name, literal, snake
 
 # Stock callbacks that save on a schedule: `save_freq` ("epoch", the default,
 # or every N batches) and its positional index.
@@ -45,7 +45,7 @@ class _Collector:
         self.by_class: dict[str, str] = {}  # callback class -> its one feature
         self.stopping = _stopping_classes(src)
         # id(call) -> (call, its save_freq argument) for each batch-scheduled checkpoint
-        self.scheduled = {id(c): (c, a) for c in src.walk() if isinstance(c, cst.Call) and (a := _batch_schedule(c))}
+        self.scheduled = {id(c): (c, a) for c in src.nodes(cst.Call) if (a := _batch_schedule(c))}
         self.scheduled_classes = {last_name(c.func) for c, _ in self.scheduled.values()}
         self.schedule_done: set[int] = set()
 
@@ -73,7 +73,7 @@ class _Collector:
                     f"callbacks come from the parameter {v.value!r}: not followed (annotate where the list is built)",
                 )
                 return
-            assigns = [s for s in _statements(src, scope) if _assigns_name(s, v.value)]
+            assigns = [s for s in _statements(src, scope) if assigned_name(s.body[0]) == v.value]
             if len(assigns) != 1:
                 if not assigns and scope is not src.module:
                     return self.resolve(v, src.module, line, depth + 1)
@@ -93,7 +93,7 @@ class _Collector:
                 )
             self.added_later(v.value, scope)
         elif isinstance(v, cst.Call) and isinstance(v.func, cst.Name):
-            fn = next((n for n in src.walk() if isinstance(n, cst.FunctionDef) and n.name.value == v.func.value), None)
+            fn = next((n for n in src.nodes(cst.FunctionDef) if n.name.value == v.func.value), None)
             if fn is None:
                 ctx.skip(
                     src.path, line, f"callbacks come from {v.func.value}(), not defined in this file: not followed"
@@ -230,7 +230,7 @@ def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> 
         return last_name(value.func), None
     if isinstance(value, cst.Name):
         for s in [*_statements(src, scope), *_statements(src, src.module)]:
-            if _assigns_name(s, value.value):
+            if assigned_name(s.body[0]) == value.value:
                 v = s.body[0].value  # type: ignore[attr-defined]
                 if isinstance(v, cst.Call):
                     return last_name(v.func), value.value
@@ -248,7 +248,7 @@ def _batch_schedule(call: cst.Call) -> cst.Arg | None:
 
 def _stopping_classes(src: Src) -> frozenset[str]:
     """Classes of the file that assign `<something>.stop_training`."""
-    classes = [n for n in src.walk() if isinstance(n, cst.ClassDef)]
+    classes = src.nodes(cst.ClassDef)
     return frozenset(c.name.value for c in classes if any(_sets_stop_training(a) for a in src.walk(c)))
 
 
@@ -275,15 +275,6 @@ def _is_name(node: cst.CSTNode, name: str) -> bool:
     return isinstance(node, cst.Name) and node.value == name
 
 
-def _assigns_name(stmt: cst.SimpleStatementLine, name: str) -> bool:
-    small = stmt.body[0]
-    if isinstance(small, cst.Assign):
-        return len(small.targets) == 1 and _is_name(small.targets[0].target, name)
-    if isinstance(small, cst.AnnAssign):
-        return small.value is not None and _is_name(small.target, name)
-    return False
-
-
 def callback_feature(class_name: str | None, var_name: str | None) -> str:
     """`callback_early_stopping` from `EarlyStopping`, or from a variable name."""
     special = {
@@ -307,12 +298,8 @@ def callback_feature(class_name: str | None, var_name: str | None) -> str:
 
 def callback_edits(src: Src, ctx: Context) -> list[Edit]:
     c = _Collector(src, ctx)
-    for n in src.walk():
-        if (
-            isinstance(n, cst.Call)
-            and last_name(n.func) in ("fit", "fit_generator")
-            and isinstance(n.func, cst.Attribute)
-        ):
+    for n in src.nodes(cst.Call):
+        if last_name(n.func) in ("fit", "fit_generator") and isinstance(n.func, cst.Attribute):
             c.from_fit(n)
     c.scheduled_statements()
     return c.edits

@@ -81,8 +81,8 @@ def dataset_vars(src: Src) -> set[str]:
     """Names assigned a tf.data pipeline somewhere in the file."""
     names: set[str] = set()
     for _ in range(3):
-        for n in src.walk():
-            if (name := assigned_name(n)) is not None and _is_dataset(src, n.value, names):  # type: ignore[attr-defined]
+        for n in (*src.nodes(cst.Assign), *src.nodes(cst.AnnAssign)):
+            if (name := assigned_name(n)) is not None and _is_dataset(src, n.value, names):
                 names.add(name)
     return names
 
@@ -99,8 +99,8 @@ def chain_edits(src: Src, ctx: Context) -> list[Edit]:
     known = dataset_vars(src)
     edits: list[Edit] = []
     handled: set[int] = set()
-    for stmt in src.walk():
-        if not isinstance(stmt, cst.SimpleStatementLine) or len(stmt.body) != 1:
+    for stmt in src.nodes(cst.SimpleStatementLine):
+        if len(stmt.body) != 1:
             continue
         small = stmt.body[0]
         value = getattr(small, "value", None)
@@ -113,10 +113,9 @@ def chain_edits(src: Src, ctx: Context) -> list[Edit]:
         if (edit := _split(src, ctx, stmt)) is not None:
             edits.append(edit)
     # Feature links anywhere else (an argument, a lambda...) cannot be split safely.
-    for n in src.walk():
+    for n in src.nodes(cst.Call):
         if (
-            isinstance(n, cst.Call)
-            and id(n) not in handled
+            id(n) not in handled
             and isinstance(n.func, cst.Attribute)
             and n.func.attr.value in METHODS
             and _feature_kind(n)

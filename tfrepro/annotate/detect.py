@@ -44,7 +44,7 @@ _LOSS_SCALE_METHODS = ("get_scaled_loss", "get_unscaled_gradients", "scale_loss"
 
 def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context) -> list[Candidate]:
     out: list[Candidate] = []
-    for node in src.walk():
+    for node in src.nodes(cst.Call, cst.Decorator, cst.SimpleStatementLine):
         if isinstance(node, cst.Call):
             out.extend(_from_call(src, ctx, node, layer_classes))
         elif isinstance(node, cst.Decorator) and is_tf_function(node.decorator):
@@ -222,8 +222,8 @@ def _schedule(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candida
     # A schedule that is called by the code (to log the rate) cannot become a float.
     if isinstance(unit, cst.SimpleStatementLine) and isinstance(unit.body[0], cst.Assign):
         targets = {t.target.value for t in unit.body[0].targets if isinstance(t.target, cst.Name)}
-        for n in src.walk():
-            if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value in targets:
+        for n in src.nodes(cst.Call):
+            if isinstance(n.func, cst.Name) and n.func.value in targets:
                 ctx.skip(
                     src.path,
                     src.line(n),

@@ -33,12 +33,12 @@ def is_lambda_layer(src: Src, call: cst.Call, prefix: str | None) -> bool:
 def _name(src: Src, call: cst.Call, fn: cst.BaseExpression) -> str | None:
     """The function's name; for a `lambda`, the layer's `name=` or the name it is assigned to."""
     if isinstance(fn, cst.Name):
-        defined = any(isinstance(n, cst.FunctionDef) and n.name.value == fn.value for n in src.walk())
+        defined = any(n.name.value == fn.value for n in src.nodes(cst.FunctionDef))
         return fn.value if defined else None
     given = arg(call, None, "name")
     if given is not None and isinstance(literal(given.value), str):
         return str(literal(given.value))
-    return assigned_name(src.enclosing(call, (cst.Assign, cst.SimpleStatementLine))) or "lambda"
+    return assigned_name(src.enclosing(call, (cst.Assign, cst.AnnAssign, cst.SimpleStatementLine))) or "lambda"
 
 
 def lambda_layer_candidates(src: Src, ctx: Context, call: cst.Call, prefix: str) -> list[Candidate]:

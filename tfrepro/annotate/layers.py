@@ -10,6 +10,7 @@ asking the user to choose.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import libcst as cst
@@ -66,22 +67,39 @@ def _keras_layer_base(src: Src, base: cst.BaseExpression) -> tuple[bool, str | N
     return False, None
 
 
-def collect_layer_classes(srcs: list[Src]) -> dict[str, LayerClass]:
-    """Every `Layer` subclass defined in `srcs`, direct or through another."""
-    classes: list[tuple[Src, cst.ClassDef]] = [(s, n) for s in srcs for n in s.walk() if isinstance(n, cst.ClassDef)]
+@dataclass(frozen=True)
+class ClassDef:
+    """One class statement of a file, as much of it as `resolve_layer_classes` needs."""
+
+    name: str
+    bases: tuple[tuple[bool, str | None, str | None], ...]  # (a Keras layer base, its stock layer, last name)
+    init_params: tuple[str, ...] | None
+    adds_loss: bool
+
+
+def class_defs(src: Src) -> tuple[ClassDef, ...]:
+    """Every class statement of `src`, in document order (one walk of the file)."""
+    out = []
+    for node in src.nodes(cst.ClassDef):
+        bases = tuple((*_keras_layer_base(src, b.value), last_name(b.value)) for b in node.bases)
+        out.append(ClassDef(node.name.value, bases, _init_params(node), "add_loss(" in src.code(node)))
+    return tuple(out)
+
+
+def collect_layer_classes(defs: Iterable[ClassDef]) -> dict[str, LayerClass]:
+    """Every `Layer` subclass among `defs`, direct or through another; a name
+    defined twice takes the first definition that is a layer."""
+    classes = list(defs)
     found: dict[str, LayerClass] = {}
     changed = True
     while changed:
         changed = False
-        for src, node in classes:
-            name = node.name.value
-            if name in found:
+        for c in classes:
+            if c.name in found:
                 continue
             stock: str | None = None
             is_layer = False
-            for b in node.bases:
-                ok, st = _keras_layer_base(src, b.value)
-                parent = last_name(b.value)
+            for ok, st, parent in c.bases:
                 if ok:
                     is_layer, stock = True, st
                 elif parent in found:
@@ -90,8 +108,7 @@ def collect_layer_classes(srcs: list[Src]) -> dict[str, LayerClass]:
                     is_layer = False
                     break
             if is_layer:
-                adds_loss = "add_loss(" in src.code(node)
-                found[name] = LayerClass(name, stock, _init_params(node), adds_loss)
+                found[c.name] = LayerClass(c.name, stock, c.init_params, c.adds_loss)
                 changed = True
     return found
 

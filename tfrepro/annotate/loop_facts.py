@@ -29,12 +29,8 @@ class StepFacts:
 
 def step_facts(src: Src) -> list[StepFacts]:
     out = []
-    for node in src.walk():
-        if not (
-            isinstance(node, cst.Call)
-            and isinstance(node.func, cst.Attribute)
-            and node.func.attr.value in ("apply_gradients", "apply")
-        ):
+    for node in src.nodes(cst.Call):
+        if not (isinstance(node.func, cst.Attribute) and node.func.attr.value in ("apply_gradients", "apply")):
             continue
         try:
             out.append(_facts(src, node))
@@ -62,12 +58,11 @@ def _facts(src: Src, apply_call: cst.Call) -> StepFacts:
     except NotSwitchable:
         loss_object = True  # not identified: no claim about ranks
     runs = isinstance(region, cst.FunctionDef) and any(
-        isinstance(n, cst.Call)
-        and last_name(n.func) == "run"
+        last_name(n.func) == "run"
         and n.args
         and isinstance(n.args[0].value, cst.Name)
         and n.args[0].value.value == region.name.value
-        for n in src.walk()
+        for n in src.nodes(cst.Call)
     )
     global_avg = "compute_average_loss" in code or "global_batch" in code.lower() or "/" in code
     return StepFacts(src.line(grad), model, value, loss_object, code, runs, global_avg)

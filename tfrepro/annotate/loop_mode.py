@@ -26,9 +26,7 @@ def _wrappers(src: Src, fn: cst.FunctionDef) -> list[cst.BaseExpression]:
     """The `tf.function` expressions that wrap `fn`: its decorators, and `fn = tf.function(fn, ...)`."""
     out = [d.decorator for d in fn.decorators if is_tf_function(d.decorator)]
     return out + [
-        n.value
-        for n in src.walk()
-        if isinstance(n, cst.Assign) and rebinds_itself(n) == fn.name.value and is_tf_function(n.value)
+        n.value for n in src.nodes(cst.Assign) if rebinds_itself(n) == fn.name.value and is_tf_function(n.value)
     ]
 
 

@@ -58,7 +58,7 @@ class Loop:
 def loop_edits(src: Src, ctx: Context) -> list[Edit]:
     edits: list[Edit] = []
     seen: set[int] = set()
-    for node in src.walk():
+    for node in src.nodes(cst.Call, cst.FunctionDef):
         form, finder = None, None
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
             attr = node.func.attr.value
@@ -236,11 +236,8 @@ def _loss_base(src: Src, expr, y: str) -> str | None:
             break
     else:
         return None
-    for alias, target in src.import_aliases.items():
-        if target in ("keras", "tensorflow.keras", "tf_keras"):
-            return f"{alias}.losses.Loss"
-    if src.tf_alias():
-        return f"{src.tf_alias()}.keras.losses.Loss"
+    if src.keras_prefix is not None:
+        return f"{src.keras_prefix}.losses.Loss"
     raise NotSwitchable("the loss reshapes the labels and the file imports no Keras to write a Loss class with")
 
 
@@ -261,7 +258,7 @@ def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
 
 def _single_call(src: Src, fn: cst.FunctionDef) -> tuple[cst.Call, cst.For]:
     name = fn.name.value
-    calls = [n for n in src.walk() if isinstance(n, cst.Call) and isinstance(n.func, cst.Name) and n.func.value == name]
+    calls = [n for n in src.nodes(cst.Call) if isinstance(n.func, cst.Name) and n.func.value == name]
     if not calls:
         raise NotSwitchable(f"{name}() is not called directly from a loop (strategy.run or a callback calls it)")
     if len(calls) > 1:

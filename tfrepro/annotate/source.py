@@ -13,12 +13,14 @@ import itertools
 import re
 from collections.abc import Iterable, Iterator
 from functools import cached_property
+from typing import TypeVar
 
 import libcst as cst
 from libcst.metadata import MetadataWrapper, ParentNodeProvider, PositionProvider
 
 from tfrepro.errors import UserError
 
+N = TypeVar("N", bound=cst.CSTNode)
 _KERAS_MODULES = ("keras", "tensorflow.keras", "tf_keras", "tensorflow.python.keras")
 
 
@@ -95,9 +97,11 @@ def jit_on(expr: cst.BaseExpression, *, legacy: bool = False) -> bool:
 
 
 def assigned_name(node: cst.CSTNode | None) -> str | None:
-    """`x` for `x = ...` (one plain-name target), else None."""
+    """`x` for `x = ...` (one plain-name target) or `x: T = ...`, else None."""
     if isinstance(node, cst.Assign) and len(node.targets) == 1 and isinstance(node.targets[0].target, cst.Name):
         return node.targets[0].target.value
+    if isinstance(node, cst.AnnAssign) and node.value is not None and isinstance(node.target, cst.Name):
+        return node.target.value
     return None
 
 
@@ -218,8 +222,8 @@ class Src:
     def scope(self, node: cst.CSTNode) -> cst.CSTNode:
         return self.enclosing(node, (cst.FunctionDef, cst.Module)) or self.module
 
-    def assignments(self, region: cst.CSTNode, name: str) -> list[cst.Assign]:
-        """The `name = ...` statements under `region` (nested scopes included)."""
+    def assignments(self, region: cst.CSTNode, name: str) -> list[cst.Assign | cst.AnnAssign]:
+        """The `name = ...` (`name: T = ...`) statements under `region` (nested scopes included)."""
         return [n for n in self.walk(region) if assigned_name(n) == name]  # type: ignore[misc]
 
     @cached_property
@@ -227,9 +231,9 @@ class Src:
         # The whole module, not just the scope: a name free in the scope may
         # be a global the new local would shadow.
         # Keyword names (`f(callbacks=...)`) and attribute names (`x.ds`) bind nothing.
-        skip = {id(n.keyword) for n in self.walk() if isinstance(n, cst.Arg) and n.keyword is not None}
-        skip |= {id(n.attr) for n in self.walk() if isinstance(n, cst.Attribute)}
-        return {n.value for n in self.walk() if isinstance(n, cst.Name) and id(n) not in skip}
+        skip = {id(n.keyword) for n in self.nodes(cst.Arg) if n.keyword is not None}
+        skip |= {id(n.attr) for n in self.nodes(cst.Attribute)}
+        return {n.value for n in self.nodes(cst.Name) if id(n) not in skip}
 
     def fresh_name(self, candidates: tuple[str, ...]) -> str:
         for c in candidates:
@@ -256,12 +260,30 @@ class Src:
             yield n
             stack.extend(reversed(self._kids.get(id(n), ())))
 
+    def nodes(self, *kinds: type[N]) -> list[N]:
+        """Every node of the node classes `kinds` in the module, in document
+        order: one walk of the file, shared by every recogniser."""
+        by_kind, order = self._by_kind
+        if len(kinds) == 1:
+            return by_kind.get(kinds[0], [])  # type: ignore[return-value]
+        return sorted((n for k in kinds for n in by_kind.get(k, [])), key=lambda n: order[id(n)])  # type: ignore[misc]
+
+    @cached_property
+    def _by_kind(self) -> tuple[dict[type, list[cst.CSTNode]], dict[int, int]]:
+        """(node class -> its nodes in document order, id(node) -> its place in that order)."""
+        by_kind: dict[type, list[cst.CSTNode]] = {}
+        order: dict[int, int] = {}
+        for i, n in enumerate(self.walk()):
+            by_kind.setdefault(type(n), []).append(n)
+            order[id(n)] = i
+        return by_kind, order
+
     # -- imports -----------------------------------------------------------
     @cached_property
     def import_aliases(self) -> dict[str, str]:
         """alias -> dotted module/object it is bound to by a top-level-or-nested import."""
         out: dict[str, str] = {}
-        for n in self.walk():
+        for n in self.nodes(cst.Import, cst.ImportFrom):
             if isinstance(n, cst.Import):
                 for a in n.names:  # `import a.b` binds `a`; `import a.b as c` binds `c` to a.b
                     top = a.evaluated_name.split(".")[0]
@@ -274,14 +296,21 @@ class Src:
         return out
 
     @cached_property
+    def keras_prefix(self) -> str | None:
+        """How this file names Keras: `keras`, `tf.keras`..., None when it
+        imports neither Keras nor TensorFlow."""
+        for targets, suffix in ((_KERAS_MODULES, ""), (("tensorflow",), ".keras")):
+            if (alias := next((a for a, t in self.import_aliases.items() if t in targets), None)) is not None:
+                return alias + suffix
+        return None
+
+    @cached_property
     def layers_prefix(self) -> str | None:
         """How this file names Keras layers: `layers`, `keras.layers`,
         `tf.keras.layers`..., None when it imports no Keras at all."""
         layers = tuple(f"{m}.layers" for m in _KERAS_MODULES)
-        for targets, suffix in ((layers, ""), (_KERAS_MODULES, ".layers"), (("tensorflow",), ".keras.layers")):
-            if (alias := next((a for a, t in self.import_aliases.items() if t in targets), None)) is not None:
-                return alias + suffix
-        return None
+        alias = next((a for a, t in self.import_aliases.items() if t in layers), None)
+        return alias or (f"{self.keras_prefix}.layers" if self.keras_prefix is not None else None)
 
     def tf_alias(self) -> str | None:
         """The name the file binds `tensorflow` to (`import tensorflow as tf`), or None."""
