@@ -12,12 +12,13 @@ Every text is scrubbed before it is kept.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+import posixpath
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tfrepro.errors import TfreproError
+from tfrepro.errors import TfreproError, UserError
 from tfrepro.report.records import ResultJson
 from tfrepro.settings import TrialSettings
 
@@ -82,25 +83,37 @@ def export_variants(
     return Export(cand_cfg, ref_cfg, {k: scrub(v) for k, v in cand.items()}, {k: scrub(v) for k, v in ref.items()})
 
 
-def bundle_files(project: Any, enabled: list[str] | None, entry: str) -> dict[str, str]:
+def bundle_files(project: Any, enabled: Iterable[str] | None, entry: str, *, markers: bool = False) -> dict[str, str]:
     """The variant as standalone files: the entry and the project modules it
-    imports (transitively; never the project's other .py files), marked ones
-    exported (markers and inactive parts gone), the entry renamed to
-    repro.py. Data files are not carried: a repro uses synthetic data."""
+    imports (transitively; never the project's other .py files), the entry
+    renamed to repro.py (`carried_rel`). Marked ones exported (markers and
+    inactive parts gone), or with `markers` rendered (the blocks kept, for
+    `new --from`). Data files are not carried: a repro uses synthetic data."""
+    from tfrepro.features import decode_source
     from tfrepro.projectfiles import imported_files
 
-    exported = project.export(enabled)
+    marked = project.render(enabled) if markers else project.export(enabled)
     files: dict[str, str] = {}
     for rel in imported_files(project.root, [entry], project.files):
         if not rel.endswith(".py"):
             continue
-        text = exported.get(rel)
+        text = marked.get(rel)
         if text is None:
-            text = (project.root / rel).read_text(encoding="utf-8")
-        files[ENTRY if rel == entry else rel] = text
+            text = decode_source((project.root / rel).read_bytes(), rel)[0]  # as Python reads it
+        files[carried_rel(rel, entry)] = text
     if ENTRY not in files:
-        raise TfreproError(f"the trial entry {entry!r} is not a Python file of the project")
+        raise UserError("the entry is not a Python file of the project", path=project.root / entry)
     return files
+
+
+def carried_rel(rel: str, entry: str) -> str:
+    """Where a carried file goes: the entry becomes repro.py at the top, and
+    the modules keep their place relative to it (a script in `src/` imports
+    its neighbours from its own directory)."""
+    if rel == entry:
+        return ENTRY
+    here = posixpath.dirname(entry)
+    return rel[len(here) + 1 :] if here and rel.startswith(here + "/") else rel
 
 
 def _reference_config(result: ResultJson, symptom: str) -> list[str]:
