@@ -154,9 +154,9 @@ def build_report(
     try:
         write: Write = lambda rel, text: write_files(out, {rel: scrubber.scrub(text)})  # every text scrubbed
         kw = dict(rerun=how.rerun, runner=runner, max_pairs=how.max_pairs, say=say)
-        reproduction, export, trim, data = with_data(ctx, export, no_data=how.no_data, **kw)
-        with_npz, (export, npz) = export, _without_npz(export)
-        artifacts = {**write_scripts(write, ctx.result, export), **_write_data(out, ctx, npz, data, how.no_data)}
+        reproduction, with_npz, trim, data = with_data(ctx, export, no_data=how.no_data, **kw)
+        export = replace(with_npz, cand_files={k: v for k, v in with_npz.cand_files.items() if k != "data.npz"})
+        artifacts = {**write_scripts(write, ctx.result, export), **_write_data(out, ctx, data, how.no_data)}
         loc = _localize(ctx, with_npz, localize=how.localize, python=how.python, say=say)
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = environment_facts(
@@ -248,24 +248,17 @@ def _write_notebook(write: Write, ctx: Context, export: Export, env: EnvFacts) -
     return {"repro.ipynb": "the repro as a notebook, exact versions pinned; upload it as a gist to link it"}
 
 
-def _write_data(out: Path, ctx: Context, npz: bytes | None, data: DataFacts, no_data: bool) -> dict[str, str]:
-    """data.npz (the reduced records) and a NaN's replay.py + nan_state/ (its batch is user data: not with --no-data)."""
+def _write_data(out: Path, ctx: Context, data: DataFacts, no_data: bool) -> dict[str, str]:
+    """data.npz (the records the reduction kept) and a NaN's replay.py + nan_state/ (its batch is user data: not with --no-data)."""
     artifacts: dict[str, str] = {}
-    if npz is not None and data.reduction is not None:  # a data.npz is what a reduction made
-        (out / "data.npz").write_bytes(npz)
-        red, files = data.reduction, ", ".join(f"`{f.file}`" for f in data.reduction.files)
-        what = "the few real records that still show the symptom"
+    red = data.reduction
+    if red is not None and red.out is not None:  # the reduced export reads its records from data.npz
+        (out / "data.npz").write_bytes(red.out.cand_files["data.npz"])  # type: ignore[arg-type]
+        files, what = ", ".join(f"`{f.file}`" for f in red.files), "the few real records that still show the symptom"
         artifacts["data.npz"] = f"{red.records} of {red.of} records of {files}: {what}"
     if not no_data:
         artifacts.update(write_replay(out, ctx.run_dir, ctx.result))
     return artifacts
-
-
-def _without_npz(export: Export) -> tuple[Export, bytes | None]:
-    npz = export.cand_files.get("data.npz")
-    if not isinstance(npz, bytes):
-        return export, None
-    return replace(export, cand_files={k: v for k, v in export.cand_files.items() if k != "data.npz"}), npz
 
 
 def _localize(ctx: Context, export: Export, *, localize: bool, python: str | None, say: Progress) -> Any:
