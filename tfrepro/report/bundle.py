@@ -30,7 +30,7 @@ from tfrepro.report import outdir
 from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
-from tfrepro.report.export import ENTRY, Export, Write, entry_of, export_variants, write_scripts
+from tfrepro.report.export import ENTRY, Export, Write, entry_of, export_variants, load_at, write_scripts
 from tfrepro.report.records import EnvFacts, ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
 from tfrepro.report.replicas import with_split
@@ -193,8 +193,6 @@ def _export(ctx: Context, scrubber: Scrubber) -> Export:
 
 def load_context(run_dir: Path) -> Context:
     """The run's result and project; a healthy or failed run is refused."""
-    from tfrepro.project import Project
-
     result = load_result(run_dir)
     status = result.get("status")
     if status in ("none", "error"):
@@ -204,23 +202,16 @@ def load_context(run_dir: Path) -> Context:
             hint="report a run whose status is 'found' (or 'baseline-fails')",
         )
     recorded = TrialSettings.from_dict(result["settings"]) if result.get("settings") else None
-    project = Project.load(_entry_path(_project_root(run_dir, result), recorded))
+    # the script the trials ran (`tfrepro bisect train.py` with no tfrepro.toml records entry =
+    # train.py; `... -- ARGS` the command `python train.py ARGS`), else the project's own entry
+    ran = recorded.entry if recorded and (recorded.command is None or recorded.entry in recorded.command) else None
+    project = load_at(_project_root(run_dir, result), ran)
     fixed = [n for n in result.get("fixed_on") or [] if n in project.feature_names]
     if fixed:  # what the bisect kept ON in every trial (--only/--skip, preflight): so in the repro
         project = project.exclude(dict.fromkeys(fixed, "kept on in the run"))
     settings = recorded or project.manifest.trial
     symptom = result.get("symptom") or "nan"
     return Context(run_dir, result, symptom, project, settings, project.manifest.symptoms, entry_of(settings))
-
-
-def _entry_path(root: Path, recorded: TrialSettings | None) -> Path:
-    """What to load: the script the run's trials ran (`tfrepro bisect train.py`
-    with no tfrepro.toml records entry = train.py; `... -- ARGS` records the
-    command `python train.py ARGS`), else the project root."""
-    ran = recorded is not None and (recorded.command is None or recorded.entry in recorded.command)
-    if ran and (root / recorded.entry).is_file():  # type: ignore[union-attr]
-        return root / recorded.entry  # type: ignore[union-attr]
-    return root
 
 
 def _project_root(run_dir: Path, result: ResultJson) -> Path:

@@ -67,12 +67,15 @@ def entry_of(settings: TrialSettings) -> str:
     return next((a for a in settings.command if a.endswith(".py")), settings.entry)
 
 
-def _load_at(project_cls: Any, directory: str, entry: str) -> Any:
-    """A commit's checkout as written, with the entry the run recorded (a
-    `train.py` with no tfrepro.toml, not the default repro.py)."""
-    script = Path(directory) / entry
-    # the checkout is the project: never the one found above it (.tfrepro/ sits in the user's)
-    return project_cls.load(script if script.is_file() else directory, detect=False, root=directory)
+def load_at(root: str | Path, entry: str | None, *, detect: bool = True) -> Any:
+    """The project at `root`, never one found above or below it (a run's own
+    project, a commit's checkout), with the entry the run recorded when it
+    is a file there (a `train.py` with no tfrepro.toml, not the default
+    repro.py); `detect=False`: as written."""
+    from tfrepro.project import Project
+
+    script = Path(root) / entry if entry else None
+    return Project.load(script if script and script.is_file() else root, detect=detect, root=root)
 
 
 def export_variants(
@@ -132,8 +135,6 @@ def _variants(
     """(culprit config, reference config, their exported files). A config of
     None means "as written": commit bisection keeps both ends' projects in
     the run directory, and the good end is the reference."""
-    from tfrepro.project import Project
-
     if result.get("first_bad_commit"):
         bad_dir, good_dir = result.get("first_bad_project"), result.get("good_project")
         if not (bad_dir and good_dir and Path(bad_dir).is_dir() and Path(good_dir).is_dir()):
@@ -141,8 +142,9 @@ def _variants(
         return (
             None,
             None,
-            bundle_files(_load_at(Project, bad_dir, entry), None, entry),
-            bundle_files(_load_at(Project, good_dir, entry), None, entry),
+            # the checkouts are the projects: never the one found above them (.tfrepro/ sits in the user's)
+            bundle_files(load_at(bad_dir, entry, detect=False), None, entry),
+            bundle_files(load_at(good_dir, entry, detect=False), None, entry),
         )
     failed = result.get("status") == "baseline-fails"  # the baseline itself fails: every feature off
     cand_cfg = [] if failed else sorted(result.get("culprit_config") or result.get("culprits") or [])
