@@ -21,6 +21,7 @@ from click.testing import CliRunner
 from tfrepro.cli import main
 from tfrepro.project import Project
 from tfrepro.report import newfrom
+from tfrepro.report.export import bundle_files, carried_rel
 from tfrepro.trials.values import TrialResult
 
 SCRIPT = textwrap.dedent(
@@ -257,10 +258,31 @@ def test_the_new_project_runs_and_its_bisect_agrees_with_the_scripts(tmp_path):
 
 
 def test_a_script_in_a_subdirectory_keeps_its_neighbours_beside_it():
-    assert newfrom.new_rel("src/train.py", "src/train.py") == "repro.py"
-    assert newfrom.new_rel("src/model.py", "src/train.py") == "model.py"
-    assert newfrom.new_rel("src/pkg/layers.py", "src/train.py") == "pkg/layers.py"
-    assert newfrom.new_rel("model.py", "train.py") == "model.py"
+    assert carried_rel("src/train.py", "src/train.py") == "repro.py"
+    assert carried_rel("src/model.py", "src/train.py") == "model.py"
+    assert carried_rel("src/pkg/layers.py", "src/train.py") == "pkg/layers.py"
+    assert carried_rel("model.py", "train.py") == "model.py"
+
+
+def test_the_report_and_new_from_carry_a_subdirectory_script_alike(tmp_path):
+    """One rule for both: the report's repro.py imports its neighbours from
+    beside it too (before, the report kept them under src/, where
+    `python repro.py` could not import them)."""
+    root = tmp_path / "proj"
+    (root / "src").mkdir(parents=True)
+    (root / "src" / "train.py").write_text("import model\nprint(model.X)\n")
+    (root / "src" / "model.py").write_text("X = 41 + 1\n")
+    (root / "tfrepro.toml").write_text('[trial]\nentry = "src/train.py"\n')
+    project = Project.load(root, detect=False)
+    exported = bundle_files(project, None, "src/train.py")
+    assert exported == bundle_files(project, project.feature_names, "src/train.py", markers=True)
+    assert sorted(exported) == ["model.py", "repro.py"]
+    out = tmp_path / "out"
+    out.mkdir()
+    for rel, text in exported.items():
+        (out / rel).write_text(text)
+    ran = subprocess.run([sys.executable, "repro.py"], cwd=out, capture_output=True, text=True, timeout=60)
+    assert ran.stdout.strip() == "42", ran.stderr
 
 
 CALLBACK_TAIL = NO_DATA.replace(

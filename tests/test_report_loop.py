@@ -42,6 +42,23 @@ def test_report_loads_the_entry_the_run_recorded(tmp_path):
     assert ctx.project.detected and "callback_early_stopping" in ctx.project.feature_names
 
 
+def test_report_loads_the_runs_own_project_not_one_found_below_it(tmp_path):
+    """One root: the project whose .tfrepro/ holds the run, with the entry it
+    recorded; a marker beside the script (sub/pyproject.toml) does not make
+    sub/ the project, as `bisect` did not (before, the report re-found the
+    root from the script and read sub/ without its tfrepro.toml)."""
+    project = tmp_path / "repo"
+    (project / "sub").mkdir(parents=True)
+    (project / "sub" / "train.py").write_text(SCRIPT, encoding="utf-8")
+    (project / "sub" / "pyproject.toml").write_text("[project]\nname = 'sub'\n", encoding="utf-8")
+    (project / "tfrepro.toml").write_text('[trial]\nentry = "sub/train.py"\nsteps = 7\n', encoding="utf-8")
+    settings = TrialSettings(entry="sub/train.py", steps=7).to_dict()
+    run = _run_dir(project, {"status": "found", "symptom": "nan", "culprits": [], "settings": settings})
+    ctx = load_context(run)
+    assert ctx.project.root == project.resolve() and ctx.entry == "sub/train.py"
+    assert ctx.project.manifest.trial.steps == 7  # the run's tfrepro.toml
+
+
 def _sha(i: int) -> str:
     return hashlib.sha1(f"commit {i}".encode()).hexdigest()
 

@@ -30,7 +30,7 @@ from tfrepro.report import outdir
 from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
-from tfrepro.report.export import ENTRY, Export, Write, entry_of, export_variants, write_scripts
+from tfrepro.report.export import ENTRY, Export, Write, entry_of, export_variants, load_at, write_scripts
 from tfrepro.report.records import EnvFacts, ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
 from tfrepro.report.replicas import with_split
@@ -154,9 +154,9 @@ def build_report(
     try:
         write: Write = lambda rel, text: write_files(out, {rel: scrubber.scrub(text)})  # every text scrubbed
         kw = dict(rerun=how.rerun, runner=runner, max_pairs=how.max_pairs, say=say)
-        reproduction, export, trim, data = with_data(ctx, export, no_data=how.no_data, **kw)
-        with_npz, (export, npz) = export, _without_npz(export)
-        artifacts = {**write_scripts(write, ctx.result, export), **_write_data(out, ctx, npz, data, how.no_data)}
+        reproduction, with_npz, trim, data = with_data(ctx, export, no_data=how.no_data, **kw)
+        export = replace(with_npz, cand_files={k: v for k, v in with_npz.cand_files.items() if k != "data.npz"})
+        artifacts = {**write_scripts(write, ctx.result, export), **_write_data(out, ctx, data, how.no_data)}
         loc = _localize(ctx, with_npz, localize=how.localize, python=how.python, say=say)
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = environment_facts(
@@ -193,8 +193,6 @@ def _export(ctx: Context, scrubber: Scrubber) -> Export:
 
 def load_context(run_dir: Path) -> Context:
     """The run's result and project; a healthy or failed run is refused."""
-    from tfrepro.project import Project
-
     result = load_result(run_dir)
     status = result.get("status")
     if status in ("none", "error"):
@@ -204,23 +202,16 @@ def load_context(run_dir: Path) -> Context:
             hint="report a run whose status is 'found' (or 'baseline-fails')",
         )
     recorded = TrialSettings.from_dict(result["settings"]) if result.get("settings") else None
-    project = Project.load(_entry_path(_project_root(run_dir, result), recorded))
+    # the script the trials ran (`tfrepro bisect train.py` with no tfrepro.toml records entry =
+    # train.py; `... -- ARGS` the command `python train.py ARGS`), else the project's own entry
+    ran = recorded.entry if recorded and (recorded.command is None or recorded.entry in recorded.command) else None
+    project = load_at(_project_root(run_dir, result), ran)
     fixed = [n for n in result.get("fixed_on") or [] if n in project.feature_names]
     if fixed:  # what the bisect kept ON in every trial (--only/--skip, preflight): so in the repro
         project = project.exclude(dict.fromkeys(fixed, "kept on in the run"))
     settings = recorded or project.manifest.trial
     symptom = result.get("symptom") or "nan"
     return Context(run_dir, result, symptom, project, settings, project.manifest.symptoms, entry_of(settings))
-
-
-def _entry_path(root: Path, recorded: TrialSettings | None) -> Path:
-    """What to load: the script the run's trials ran (`tfrepro bisect train.py`
-    with no tfrepro.toml records entry = train.py; `... -- ARGS` records the
-    command `python train.py ARGS`), else the project root."""
-    ran = recorded is not None and (recorded.command is None or recorded.entry in recorded.command)
-    if ran and (root / recorded.entry).is_file():  # type: ignore[union-attr]
-        return root / recorded.entry  # type: ignore[union-attr]
-    return root
 
 
 def _project_root(run_dir: Path, result: ResultJson) -> Path:
@@ -248,24 +239,17 @@ def _write_notebook(write: Write, ctx: Context, export: Export, env: EnvFacts) -
     return {"repro.ipynb": "the repro as a notebook, exact versions pinned; upload it as a gist to link it"}
 
 
-def _write_data(out: Path, ctx: Context, npz: bytes | None, data: DataFacts, no_data: bool) -> dict[str, str]:
-    """data.npz (the reduced records) and a NaN's replay.py + nan_state/ (its batch is user data: not with --no-data)."""
+def _write_data(out: Path, ctx: Context, data: DataFacts, no_data: bool) -> dict[str, str]:
+    """data.npz (the records the reduction kept) and a NaN's replay.py + nan_state/ (its batch is user data: not with --no-data)."""
     artifacts: dict[str, str] = {}
-    if npz is not None and data.reduction is not None:  # a data.npz is what a reduction made
-        (out / "data.npz").write_bytes(npz)
-        red, files = data.reduction, ", ".join(f"`{f.file}`" for f in data.reduction.files)
-        what = "the few real records that still show the symptom"
+    red = data.reduction
+    if red is not None and red.out is not None:  # the reduced export reads its records from data.npz
+        (out / "data.npz").write_bytes(red.out.cand_files["data.npz"])  # type: ignore[arg-type]
+        files, what = ", ".join(f"`{f.file}`" for f in red.files), "the few real records that still show the symptom"
         artifacts["data.npz"] = f"{red.records} of {red.of} records of {files}: {what}"
     if not no_data:
         artifacts.update(write_replay(out, ctx.run_dir, ctx.result))
     return artifacts
-
-
-def _without_npz(export: Export) -> tuple[Export, bytes | None]:
-    npz = export.cand_files.get("data.npz")
-    if not isinstance(npz, bytes):
-        return export, None
-    return replace(export, cand_files={k: v for k, v in export.cand_files.items() if k != "data.npz"}), npz
 
 
 def _localize(ctx: Context, export: Export, *, localize: bool, python: str | None, say: Progress) -> Any:

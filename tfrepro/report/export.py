@@ -12,12 +12,13 @@ Every text is scrubbed before it is kept.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+import posixpath
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tfrepro.errors import TfreproError
+from tfrepro.errors import TfreproError, UserError
 from tfrepro.report.records import ResultJson
 from tfrepro.settings import TrialSettings
 
@@ -66,12 +67,15 @@ def entry_of(settings: TrialSettings) -> str:
     return next((a for a in settings.command if a.endswith(".py")), settings.entry)
 
 
-def _load_at(project_cls: Any, directory: str, entry: str) -> Any:
-    """A commit's checkout as written, with the entry the run recorded (a
-    `train.py` with no tfrepro.toml, not the default repro.py)."""
-    script = Path(directory) / entry
-    # the checkout is the project: never the one found above it (.tfrepro/ sits in the user's)
-    return project_cls.load(script if script.is_file() else directory, detect=False, root=directory)
+def load_at(root: str | Path, entry: str | None, *, detect: bool = True) -> Any:
+    """The project at `root`, never one found above or below it (a run's own
+    project, a commit's checkout), with the entry the run recorded when it
+    is a file there (a `train.py` with no tfrepro.toml, not the default
+    repro.py); `detect=False`: as written."""
+    from tfrepro.project import Project
+
+    script = Path(root) / entry if entry else None
+    return Project.load(script if script and script.is_file() else root, detect=detect, root=root)
 
 
 def export_variants(
@@ -82,25 +86,37 @@ def export_variants(
     return Export(cand_cfg, ref_cfg, {k: scrub(v) for k, v in cand.items()}, {k: scrub(v) for k, v in ref.items()})
 
 
-def bundle_files(project: Any, enabled: list[str] | None, entry: str) -> dict[str, str]:
+def bundle_files(project: Any, enabled: Iterable[str] | None, entry: str, *, markers: bool = False) -> dict[str, str]:
     """The variant as standalone files: the entry and the project modules it
-    imports (transitively; never the project's other .py files), marked ones
-    exported (markers and inactive parts gone), the entry renamed to
-    repro.py. Data files are not carried: a repro uses synthetic data."""
+    imports (transitively; never the project's other .py files), the entry
+    renamed to repro.py (`carried_rel`). Marked ones exported (markers and
+    inactive parts gone), or with `markers` rendered (the blocks kept, for
+    `new --from`). Data files are not carried: a repro uses synthetic data."""
+    from tfrepro.features import decode_source
     from tfrepro.projectfiles import imported_files
 
-    exported = project.export(enabled)
+    marked = project.render(enabled) if markers else project.export(enabled)
     files: dict[str, str] = {}
     for rel in imported_files(project.root, [entry], project.files):
         if not rel.endswith(".py"):
             continue
-        text = exported.get(rel)
+        text = marked.get(rel)
         if text is None:
-            text = (project.root / rel).read_text(encoding="utf-8")
-        files[ENTRY if rel == entry else rel] = text
+            text = decode_source((project.root / rel).read_bytes(), rel)[0]  # as Python reads it
+        files[carried_rel(rel, entry)] = text
     if ENTRY not in files:
-        raise TfreproError(f"the trial entry {entry!r} is not a Python file of the project")
+        raise UserError("the entry is not a Python file of the project", path=project.root / entry)
     return files
+
+
+def carried_rel(rel: str, entry: str) -> str:
+    """Where a carried file goes: the entry becomes repro.py at the top, and
+    the modules keep their place relative to it (a script in `src/` imports
+    its neighbours from its own directory)."""
+    if rel == entry:
+        return ENTRY
+    here = posixpath.dirname(entry)
+    return rel[len(here) + 1 :] if here and rel.startswith(here + "/") else rel
 
 
 def _reference_config(result: ResultJson, symptom: str) -> list[str]:
@@ -119,8 +135,6 @@ def _variants(
     """(culprit config, reference config, their exported files). A config of
     None means "as written": commit bisection keeps both ends' projects in
     the run directory, and the good end is the reference."""
-    from tfrepro.project import Project
-
     if result.get("first_bad_commit"):
         bad_dir, good_dir = result.get("first_bad_project"), result.get("good_project")
         if not (bad_dir and good_dir and Path(bad_dir).is_dir() and Path(good_dir).is_dir()):
@@ -128,8 +142,9 @@ def _variants(
         return (
             None,
             None,
-            bundle_files(_load_at(Project, bad_dir, entry), None, entry),
-            bundle_files(_load_at(Project, good_dir, entry), None, entry),
+            # the checkouts are the projects: never the one found above them (.tfrepro/ sits in the user's)
+            bundle_files(load_at(bad_dir, entry, detect=False), None, entry),
+            bundle_files(load_at(good_dir, entry, detect=False), None, entry),
         )
     failed = result.get("status") == "baseline-fails"  # the baseline itself fails: every feature off
     cand_cfg = [] if failed else sorted(result.get("culprit_config") or result.get("culprits") or [])

@@ -29,7 +29,6 @@ are returned to the caller (`scaffold.generate.new_project(files=...)`).
 
 from __future__ import annotations
 
-import posixpath
 import re
 import shlex
 import tempfile
@@ -40,7 +39,7 @@ from typing import Any
 
 from tfrepro import features as fb
 from tfrepro.errors import UserError
-from tfrepro.report.export import ENTRY, Export, entry_of
+from tfrepro.report.export import ENTRY, Export, bundle_files, entry_of
 from tfrepro.report.newsettings import user_settings
 from tfrepro.report.offtail import comment_tail
 from tfrepro.report.scriptargs import default_args, script_args
@@ -111,21 +110,6 @@ def load_script(path: Path, script_args: Sequence[str] = ()) -> Any:
 _READS = re.compile(r"\b({})\s*\(".format("|".join([*STANDABLE.values(), "TFRecordDataset"])))
 
 
-def source_texts(project: Any) -> tuple[str, dict[str, str]]:
-    """(entry, relpath -> text of the carried files, every feature ON, markers kept)."""
-    from tfrepro.projectfiles import imported_files
-
-    entry = entry_of(project.manifest.trial)
-    rendered = project.render(project.feature_names)
-    texts: dict[str, str] = {}
-    for rel in imported_files(project.root, [entry], project.files):
-        if rel.endswith(".py"):
-            texts[rel] = rendered.get(rel) or fb.decode_source((project.root / rel).read_bytes(), rel)[0]
-    if entry not in texts:
-        raise UserError("the entry is not a Python file of the project", path=project.root / entry)
-    return entry, texts
-
-
 def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = None) -> FromScript:
     """The new project's files from the loaded `project` (see the module doc).
     `trial` runs one configuration (tests pass a fake); `say` hears a line
@@ -133,12 +117,13 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
     say = say or (lambda _line: None)
     with tempfile.TemporaryDirectory(prefix="tfrepro-new-from-") as tmp:
         trial = saying(trial or default_trial(project, Path(tmp) / "state"), project, say)
-        entry, texts = source_texts(project)
+        entry = entry_of(project.manifest.trial)
+        texts = bundle_files(project, project.feature_names, entry, markers=True)  # every feature ON, markers kept
         args = tuple(script_args(project.manifest.trial, entry))
         say(f"{entry}: {len(project.feature_names)} features, each a block written OFF in repro.py")
         if args:
             say(f"repro.py takes the script's arguments when given none: {shlex.join(args)}")
-        data: dict[str, str | bytes] = {ENTRY: texts[entry]}
+        data: dict[str, str | bytes] = {ENTRY: texts[ENTRY]}
         facts = DataFacts()
         if any(_READS.search(t) for t in texts.values()):
             say("the script reads data files: one trial with every feature ON records what it reads")
@@ -146,24 +131,12 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
         extra = {rel: v for rel, v in data.items() if rel != ENTRY}  # data.npz
         on, commented = comment_tail(str(data[ENTRY]), entry)
         on = default_args(on, ENTRY, args)
-        files: dict[str, str | bytes] = {
-            new_rel(rel, entry): _all_off(on if rel == entry else t, rel) for rel, t in texts.items()
-        }
+        files: dict[str, str | bytes] = {rel: _all_off(on if rel == ENTRY else t, rel) for rel, t in texts.items()}
         files.update(extra)
     names = tuple(project.feature_names)
     loss = tuple(sorted(set(project.affects_loss) & set(names)))
     kept = user_settings(project.manifest)
     return FromScript(entry, files, names, loss, facts, tuple(commented), args, kept)
-
-
-def new_rel(rel: str, entry: str) -> str:
-    """Where a carried file goes: the entry becomes repro.py at the top, and
-    the modules keep their place relative to it (a script in `src/` imports
-    its neighbours from its own directory)."""
-    if rel == entry:
-        return ENTRY
-    here = posixpath.dirname(entry)
-    return rel[len(here) + 1 :] if here and rel.startswith(here + "/") else rel
 
 
 def _all_off(text: str, rel: str) -> str:
@@ -229,14 +202,14 @@ def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: 
     counter = iter(range(1 << 30))
 
     def ends_alike(tried: Export) -> bool:
-        rest = {new_rel(r, entry): t for r, t in texts.items() if r != entry}
+        rest = {r: t for r, t in texts.items() if r != ENTRY}
         mine = {k: default_args(v, ENTRY, args) if k == ENTRY else v for k, v in tried.cand_files.items()}
         off = {k: v if isinstance(v, bytes) else _all_off(v, k) for k, v in mine.items()}
         new = write_project(tmp / f"try-{next(counter)}", {**rest, **off})
         return same_end(orig, trial(new, frozenset(project.feature_names)))
 
     shows = ends_alike if orig.nonfinite or orig.crashed else None
-    result, export = {"failing": orig.to_dict()}, Export(None, None, {ENTRY: texts[entry]}, {})
+    result, export = {"failing": orig.to_dict()}, Export(None, None, {ENTRY: texts[ENTRY]}, {})
     got, facts = choose_data(project.root, result, entry, export, check=ends_alike, shows=shows, say=say)
     return got.cand_files, facts
 
