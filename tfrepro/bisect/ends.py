@@ -33,6 +33,20 @@ from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 BASELINE_FAILURES = STOPPERS | {Verdict.MEMORY}
 
 
+def early_exit(
+    shown: frozenset[Verdict], result: TrialResult, good: TrialResult | None, steps: int | None
+) -> frozenset[Verdict]:
+    """What a trial shows, in every mode: `shown` (its own symptoms), or a
+    crash when it showed nothing but exited cleanly before the good end's
+    run `good` did (within `steps`: `classify.stopped_early`; `sys.exit(0)`
+    after 3 of 40 steps is no healthy run). The ends rule (`ends_reason`)
+    judges the ends on their own symptoms first: an end that exits before its
+    first step is `untestable`, not a crash."""
+    if not shown and classify.stopped_early(result, good, steps):
+        return frozenset({Verdict.CRASH})
+    return shown
+
+
 def timing_stop(result: TrialResult, shown: frozenset[Verdict]) -> Verdict:
     """What stops timing a candidate, in every mode (`TimingPool`'s
     failure; `shown`: what the mode judged its timing trial to show): it
@@ -170,9 +184,10 @@ class Ends:
 
     def _unmeasured(self, symptom: Verdict | None) -> RunResult | None:
         """`untestable` when an end ran no training step or `symptom` could
-        not be measured (trials/untestable.py)."""
+        not be measured (trials/untestable.py); the failing configuration
+        judged on its own symptoms, before `early_exit` (as in range mode)."""
         full, fails = frozenset(self.features), self._end_runs()[1]
-        failed = any(self._shows(full, t) & STOPPERS for t in fails)
+        failed = any(self._shows(full, t, early=False) & STOPPERS for t in fails)
         reason = ends_reason(self._end_runs()[0], fails, symptom, failed=failed)
         return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
 

@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tfrepro.bisect.ends import BASELINE_FAILURES, pick_symptom, timing_stop, untimed
+from tfrepro.bisect.ends import BASELINE_FAILURES, early_exit, pick_symptom, timing_stop, untimed
 from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import Mark, RangeResult, bisect_range, judge
@@ -234,8 +234,12 @@ class RangeRun:
         return result
 
     # -- judging -----------------------------------------------------------
-    def shows(self, result: TrialResult, reference: TrialResult | None) -> frozenset[Verdict]:
-        return classify.symptoms(result, reference=reference, settings=self.symptoms, noise=self.noise)
+    def shows(self, result: TrialResult, reference: TrialResult | None, *, early: bool = True) -> frozenset[Verdict]:
+        """What `result` shows against `reference` (`early`: with a clean exit
+        before the good end's last step as a crash, `ends.early_exit`)."""
+        shown = classify.symptoms(result, reference=reference, settings=self.symptoms, noise=self.noise)
+        good = self.first.get(self.good.label) if early else None
+        return early_exit(shown, result, good, self.settings.steps)
 
     def _timing_trial(self, point: Point, repeat: int, role: str) -> TrialResult:
         """One timing trial of `point`: a time budget of steady steps, not
@@ -314,9 +318,10 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
     if isinstance(x, str):
         run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, reason=x)
         raise Stop(Status.ERROR, f"the bad end {bad.short} cannot be tried: {x}", symptom, g)
-    x_shows = run.shows(x, g)
+    x_shows = run.shows(x, g, early=False)  # the ends rule first: an end that trains nothing is untestable
     ends = (f"the good end {good.named}", f"the bad end {bad.named}")
     reason = ends_reason([g], [x], symptom, failed=bool(x_shows & STOPPERS), names=ends)
+    x_shows = run.shows(x, g)
     if reason is not None:
         run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, reason)
         raise Stop(Status.UNTESTABLE, reason, symptom, g)
