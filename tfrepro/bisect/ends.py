@@ -254,9 +254,8 @@ class Ends:
         to be disturbed (journey suite). A later call slower
         (`self.timed_calls`) passes the screen too."""
         if self.opts.symptom is None and not self.timed_calls:
-            mb = self._fastest(frozenset(), range(max(self.k, 2)))
-            mf = self._fastest(full, range(self.k))
-            if mb is None or mf is None or mf / mb < 1 + (self.symptom_settings.slowdown - 1) / 4:
+            ratio = self.untimed_ratio()
+            if ratio is None or ratio < 1 + (self.symptom_settings.slowdown - 1) / 4:
                 return False
         self.events.phase("timing the failing configuration against the baseline")
         return self._timed(full).verdict == Verdict.SLOWDOWN
@@ -270,8 +269,8 @@ class Ends:
         if verdict is None:  # not near its threshold
             return True
         confirmed = verdict == Verdict.MEMORY
-        mb, mf = self._fastest(frozenset(), range(max(self.k, 2))), self._fastest(full, range(self.k))
-        slower = bool(mb and mf and mf / mb >= self.symptom_settings.slowdown) or bool(self.timed_calls)
+        ratio = self.untimed_ratio()
+        slower = (ratio is not None and ratio >= self.symptom_settings.slowdown) or bool(self.timed_calls)
         self.memory_doubt = "marginal, not confirmed by repeats" if not confirmed else "marginal"
         return confirmed and not slower
 
@@ -280,7 +279,15 @@ class Ends:
         base, full = frozenset(), frozenset(self.features)
         return [self.memo[(base, r)] for r in range(max(self.k, 2))], [self.memo[(full, r)] for r in range(self.k)]
 
-    def _fastest(self, config: Config, repeats: Iterable[int]) -> float | None:
-        medians = [classify.timing_sample(self.memo[(config, r)]) for r in repeats]
-        known = [m for m in medians if m is not None]
-        return min(known) if known else None
+    def untimed_ratio(self) -> float | None:
+        """How much slower the failing configuration's fastest untimed run is
+        than the baseline's (the fastest: the least disturbed by parallel
+        trials), over the end runs made so far; None when either end has no
+        step time (or the baseline's is 0)."""
+        fastest = []
+        for config, repeats in ((frozenset(), max(self.k, 2)), (frozenset(self.features), self.k)):
+            runs = [t for r in range(repeats) if (t := self.memo.get((config, r))) is not None]
+            known = [m for m in map(classify.timing_sample, runs) if m is not None]
+            fastest.append(min(known) if known else None)
+        mb, mf = fastest
+        return mf / mb if mb and mf is not None else None

@@ -192,24 +192,23 @@ class RangeRun:
         ), None
 
     # -- running -----------------------------------------------------------
-    def run_many(self, points: list[Point], repeat: int = 0) -> list[TrialResult | str]:
-        """Trials of several points (independent: `executor.slots` at a time).
-        A point that cannot be tried gives the reason instead of a trial."""
-        out: list = [self.source.request(p, repeat, self.settings) for p in points]
+    def run_many(
+        self, points: list[Point], repeat: int = 0, settings: TrialSettings | None = None, *, alone: bool = False
+    ) -> list[TrialResult | str]:
+        """Trials of `points` (`settings`: the run's unless given): side by
+        side, `executor.slots` at a time, or one at a time with nothing beside
+        them (`alone`: a slowdown hunt's, `executor.run_timed`). A point that
+        cannot be tried gives the reason instead of a trial."""
+        out: list = [self.source.request(p, repeat, settings or self.settings) for p in points]
         todo = [i for i, w in enumerate(out) if not isinstance(w, str)]
-        for i in todo:
+        for i in todo:  # alone: each one started, run and recorded before the next
             self.events.trial_started((), self.source.role(points[i]), repeat)
-        for i, r in zip(todo, self.executor.run_batch(None, [out[i] for i in todo])):
-            out[i] = self._record(points[i], repeat, r)
+            if alone:
+                out[i] = self._record(points[i], repeat, self.executor.run_timed(out[i].project, out[i]))
+        if not alone and todo:
+            for i, r in zip(todo, self.executor.run_batch(None, [out[i] for i in todo])):
+                out[i] = self._record(points[i], repeat, r)
         return out
-
-    def run_timed(self, point: Point, repeat: int, settings: TrialSettings | None = None) -> TrialResult | str:
-        """One trial alone (`settings`: the run's unless given)."""
-        wanted = self.source.request(point, repeat, settings or self.settings)
-        if isinstance(wanted, str):
-            return wanted
-        self.events.trial_started((), self.source.role(point), repeat)
-        return self._record(point, repeat, self.executor.run_timed(wanted.project, wanted))
 
     def _record(self, point: Point, repeat: int, result: TrialResult) -> TrialResult | str:
         if not result.could_not_run:
@@ -244,7 +243,7 @@ class RangeRun:
     def _timing_trial(self, point: Point, repeat: int, role: str) -> TrialResult:
         """One timing trial of `point`: a time budget of steady steps, not
         `steps`; one that cannot be tried comes back as could-not-run."""
-        got = self.run_timed(point, repeat, self.options.timing_settings(self.settings))
+        got = self.run_many([point], repeat, self.options.timing_settings(self.settings), alone=True)[0]
         return TrialResult(label=point.label, could_not_run=True, error=got) if isinstance(got, str) else got
 
     def slower(self, point: Point) -> tuple[bool, str | None]:
@@ -371,7 +370,7 @@ def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
 
     def test_many(ps: list[Point]) -> list[Mark]:
         todo = [p for p in ps if p.label not in known]
-        tried = [run.run_timed(p, 0) for p in todo] if timed or not todo else run.run_many(todo)
+        tried = run.run_many(todo, alone=timed)
         got = dict(zip([p.label for p in todo], tried))
         return [known.get(p.label) or run.judge_point(p, got[p.label], ends) for p in ps]
 
