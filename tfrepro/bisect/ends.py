@@ -47,6 +47,17 @@ def early_exit(
     return shown
 
 
+def lost(end: str, runs: Iterable[TrialResult | str]) -> str | None:
+    """Why the run answers `error`, in every mode: a trial of `end` the
+    executor lost twice (range mode's point gives the reason it could not be
+    tried instead); no verdict, not even `none`, can stand on it."""
+    for t in runs:
+        why = t if isinstance(t, str) else (t.error or "could not run") if t.could_not_run else None
+        if why:
+            return f"{end} cannot be tried: {why}"
+    return None
+
+
 def timing_stop(result: TrialResult, shown: frozenset[Verdict]) -> Verdict:
     """What stops timing a candidate, in every mode (`TimingPool`'s
     failure; `shown`: what the mode judged its timing trial to show): it
@@ -93,8 +104,9 @@ def pick_symptom(
 class Ends:
     def _both_ends(self) -> RunResult | None:
         """The baseline (twice at least: the second run measures the noise)
-        and the failing configuration; `baseline-fails` when the baseline
-        already fails, else None (and `self.noise` is set)."""
+        and the failing configuration; `error` when the executor lost one of
+        their trials (`lost`), `baseline-fails` when the baseline already
+        fails, else None (and `self.noise` is set)."""
         k, base, full = self.k, frozenset(), frozenset(self.features)
         n_base = max(k, 2)
         wanted = [(base, r, Purpose.BASELINE) for r in range(n_base)]
@@ -104,7 +116,10 @@ class Ends:
             self._many(wanted)  # again, at the steps past the late symptom
             self._unreachable_calls()
         self._pin_compile(full)
-        base_runs = self._end_runs()[0]
+        base_runs, fail_runs = self._end_runs()
+        why = lost("the baseline", base_runs) or lost("the failing configuration", fail_runs)
+        if why is not None:
+            return self._finish(Status.ERROR, self.opts.symptom, error=why)
         base_fail = [
             bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & BASELINE_FAILURES)
             for t in base_runs

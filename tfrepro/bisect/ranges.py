@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tfrepro.bisect.ends import BASELINE_FAILURES, early_exit, pick_symptom, timing_stop, untimed
+from tfrepro.bisect.ends import BASELINE_FAILURES, early_exit, lost, pick_symptom, timing_stop, untimed
 from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import Mark, RangeResult, bisect_range, judge
@@ -299,9 +299,9 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
     # Side by side when trials run in parallel; else the good end alone first
     # (a good end that fails ends the run before the bad end costs a trial).
     g, x = run.run_many([good, bad]) if run.executor.slots > 1 else (run.run_many([good])[0], None)
-    if isinstance(g, str):
+    if why := lost(f"the good end {good.short}", [g]):
         run.mark(good, Mark.SKIP, Verdict.UNTESTABLE, reason=g)
-        raise Stop(Status.ERROR, f"the good end {good.short} cannot be tried: {g}", symptom)
+        raise Stop(Status.ERROR, why, symptom)
     g_shows = run.shows(g, None)
     if g_shows & BASELINE_FAILURES:
         run.mark(good, Mark.BAD, classify.primary(g_shows, symptom), g_shows, g.error)
@@ -314,9 +314,9 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         )
     run.mark(good, Mark.GOOD, Verdict.OK, g_shows)
     x = x if x is not None else run.run_many([bad])[0]
-    if isinstance(x, str):
+    if why := lost(f"the bad end {bad.short}", [x]):
         run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, reason=x)
-        raise Stop(Status.ERROR, f"the bad end {bad.short} cannot be tried: {x}", symptom, g)
+        raise Stop(Status.ERROR, why, symptom, g)
     x_shows = run.shows(x, g, early=False)  # the ends rule first: an end that trains nothing is untestable
     ends = (f"the good end {good.named}", f"the bad end {bad.named}")
     reason = ends_reason([g], [x], symptom, failed=bool(x_shows & STOPPERS), names=ends)
