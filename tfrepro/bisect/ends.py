@@ -68,11 +68,14 @@ def timing_stop(result: TrialResult, shown: frozenset[Verdict]) -> Verdict:
     return classify.primary(shown & (BASELINE_FAILURES if is_oom(result) else STOPPERS))
 
 
-def untimed(outcome: classify.TimingOutcome) -> str | None:
-    """Why a timing comparison decided nothing, in every mode: a slowdown
-    asked for of an end that `could not be timed (crash)` is `untestable`
-    ("none" would be a guess); None: it decided."""
-    return f"could not be timed ({outcome.stopped.value})" if outcome.stopped is not None else None
+def untimed(outcomes: list[classify.TimingOutcome] | None) -> str | None:
+    """Why the last timing comparison of a candidate (`outcomes`: its
+    comparisons, `TimingPool.outcomes`) decided nothing, in every mode: once
+    no symptom was picked, a slowdown asked for of an end that `could not be
+    timed (crash)` is `untestable` ("none" would be a guess); None: it
+    decided, or it was not timed."""
+    stopped = outcomes[-1].stopped if outcomes else None
+    return f"could not be timed ({stopped.value})" if stopped is not None else None
 
 
 def pick_symptom(
@@ -209,8 +212,7 @@ class Ends:
     def _untimed(self, full: Config) -> RunResult | None:
         """`untestable` when a slowdown was asked for and the failing
         configuration could not be timed (`untimed`), as in range mode."""
-        timed = self.timing.get(full) if self.opts.symptom is Verdict.SLOWDOWN else None
-        why = untimed(timed[-1]) if timed else None
+        why = untimed(self.timing.get(full)) if self.opts.symptom is Verdict.SLOWDOWN else None
         if why is None:
             return None
         why = f"the failing configuration {why}"

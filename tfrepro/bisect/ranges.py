@@ -158,7 +158,6 @@ class RangeRun:
         self.first: dict[str, TrialResult] = {}  # label -> its first trial that ran
         self.labels: list[str] = []  # each record's point label, in the log's order
         self.noise = 0.0
-        self.untimed = ""  # why the bad end could not be timed, for the "none" message
         self.jsonl = log.run_dir / "trials.jsonl"  # one line per trial, as it lands (there even when none ran)
         self.jsonl.touch()
 
@@ -254,7 +253,7 @@ class RangeRun:
         finished trials from the cache."""
         o = self.options
         out = self.timing.timed(point, min_pairs=o.timing_min, max_pairs=o.timing_max)
-        why = untimed(out)
+        why = untimed([out])
         return (False, why) if why else (out.verdict is Verdict.SLOWDOWN, None)
 
     def mark(
@@ -331,14 +330,18 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         if not isinstance(g2, str):
             run.noise = classify.measure_noise(g, g2)
         x_shows = run.shows(x, g)
-    target = pick_symptom(x_shows, symptom, slower=lambda: _bad_end_slower(run, x_shows, symptom, g))
+    target = pick_symptom(x_shows, symptom, slower=lambda: _bad_end_slower(run, x_shows))
     if target is None:
+        why = untimed(run.timing.outcomes.get(bad))
+        if why and symptom is Verdict.SLOWDOWN:  # as feature mode's `Ends._untimed`
+            run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, why)
+            raise Stop(Status.UNTESTABLE, f"the bad end {bad.named} {why}", symptom, g)
         what = symptom.value if symptom else "any symptom (nan, crash, timeout, mismatch, slowdown)"
         run.mark(bad, Mark.GOOD, classify.primary(x_shows), x_shows)
         raise Stop(
             Status.NONE,
             f"the bad end {bad.named} does not show {what} against the "
-            f"good end {good.short} (it shows {names(x_shows)}{run.untimed})",
+            f"good end {good.short} (it shows {names(x_shows)}{f'; it {why}' if why else ''})",
             symptom,
             g,
         )
@@ -348,19 +351,10 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
     return Ends(g, x, target)
 
 
-def _bad_end_slower(run: RangeRun, x_shows: frozenset[Verdict], symptom: Verdict | None, g: TrialResult) -> bool:
+def _bad_end_slower(run: RangeRun, x_shows: frozenset[Verdict]) -> bool:
     """The bad end timed against the good end (`RangeRun.slower`), unless
-    slowdowns are off or it stopped early; a slowdown asked for that cannot
-    be timed raises Stop(untestable) ("none" would be a guess), otherwise
-    why it could not be timed goes into the "none" message (`run.untimed`)."""
-    if not run.symptoms.slowdown or x_shows & STOPPERS:
-        return False
-    slower, why = run.slower(run.bad)
-    if why and symptom is Verdict.SLOWDOWN:
-        run.mark(run.bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, why)
-        raise Stop(Status.UNTESTABLE, f"the bad end {run.bad.named} {why}", symptom, g)
-    run.untimed = f"; it {why}" if why else ""
-    return slower
+    slowdowns are off or it stopped early."""
+    return bool(run.symptoms.slowdown) and not x_shows & STOPPERS and run.slower(run.bad)[0]
 
 
 def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
