@@ -1,7 +1,9 @@
 """The bisection's two ends. The rules of every mode (feature mode here,
 range mode in `ranges.check_ends`): what makes the good end fail
-(`BASELINE_FAILURES`), an end that cannot be measured
-(`untestable.ends_reason`), the symptom the hunt locks onto (`pick_symptom`).
+(`BASELINE_FAILURES`), an end trial the executor lost (`lost`), an end that
+cannot be measured (`untestable.ends_reason`), then a clean early exit as a
+crash (`early_exit`), the symptom the hunt locks onto (`pick_symptom`), a
+timing that stopped (`timing_stop`, `untimed`).
 
 The `Ends` mixin of `engine._Bisection`: the preflight, the baseline and the
 failing configuration, the late step and the compile pin, the symptom by
