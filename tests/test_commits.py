@@ -286,6 +286,11 @@ def test_a_timing_run_that_crashes_stops_timing_with_a_verdict(repo):
     result = bisect_commits(repo.root / "proj", shas[0], shas[3], BisectOptions(symptom=Verdict.SLOWDOWN), trial=trial)
     assert result["status"] == "untestable" and "could not be timed (crash)" in result["message"]
     assert len(timing_trials(trial)) == 2  # the good end's first, the crash: nothing after it
+    # nothing asked: the bad end that could not be timed shows nothing, and says why
+    result = bisect_commits(repo.root / "proj", shas[0], shas[3], trial=ScriptedTrial())
+    assert result["status"] == "none" and result["message"].endswith(
+        "(it shows nothing; it could not be timed (crash))"
+    )
 
 
 def test_a_rerun_of_a_slowdown_hunt_asks_for_the_same_timing_trials(repo):

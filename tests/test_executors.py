@@ -26,7 +26,7 @@ from tfrepro.trials.executors import (
 )
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.trial import Trial, TrialOptions
-from tfrepro.trials.values import TrialResult
+from tfrepro.trials.values import Status, TrialResult
 from tfrepro.verdicts import Verdict
 
 REPO = Path(__file__).resolve().parents[1]
@@ -225,6 +225,25 @@ def test_a_lost_culprit_trial_is_never_blamed(tmp_path):
     doc = res.to_dict()
     assert res.status == "found" and doc["culprits"] == ["a"]
     assert doc["ablation"]["b"] == "untestable"
+
+
+def test_a_lost_end_trial_is_an_error_not_a_guess(tmp_path):
+    """One rule for both modes (`ends.lost`, range mode's): an end trial the
+    executor lost twice answers `error` (feature mode carried on, and a lost
+    failing configuration could read as `none`)."""
+    p = make_project(tmp_path)
+
+    class LosingTheFailingEnd(Executor):
+        name = "fake"
+
+        def _run(self, project, request, exclusive):
+            if set(request.enabled) == {"a", "b", "c"}:
+                return could_not_run(["WorkerCrashedError", "WorkerCrashedError"])
+            return TrialResult(enabled=request.enabled, losses=(1.0, 0.9), steps_run=2, mode="loop")
+
+    res = bisect(p, executor=LosingTheFailingEnd(1))
+    assert res.status == Status.ERROR
+    assert res.error.startswith("the failing configuration cannot be tried: could not run (2 attempts lost)")
 
 
 # -- GPUs ------------------------------------------------------------------------

@@ -110,3 +110,38 @@ def test_a_baseline_that_ran_no_step_is_no_reference_for_a_memory_kill(tmp_path)
     p = make_project(tmp_path, FEATS)
     res = bisect(p, runner=FakeRunner(lambda cfg, r: NO_STEP if not cfg else oom if "xla" in cfg else {}))
     assert res.status == Status.UNTESTABLE and res.reason.startswith("no training step ran in the baseline")
+
+
+def test_a_failing_end_that_exits_cleanly_before_any_step_is_untestable(tmp_path):
+    """One early-exit rule for both modes (`ends.early_exit`), after the ends
+    rule: a clean exit before the first step is `untestable` (the harness may
+    not see that loop), in feature mode as in range mode; a crash is hunted."""
+    p = make_project(tmp_path, FEATS)
+    res = bisect(p, runner=FakeRunner(lambda cfg, r: NO_STEP if "xla" in cfg else {}))
+    assert (res.status, res.exit_code) == (Status.UNTESTABLE, 5)
+    assert res.reason.startswith("no training step ran in the failing configuration")
+
+
+class _ExitsAfter3:
+    """Commit-mode trial stand-in: a commit whose script says EXIT3 exits cleanly after 3 of 40 steps."""
+
+    def __call__(self, project, enabled, settings, *, label="", **kw):
+        n = 3 if "EXIT3" in (project.root / settings.entry).read_text() else 40
+        return TrialResult(label=label, losses=(1.0,) * n, step_times=(0.01,) * n, steps_run=n, mode="loop")
+
+
+def test_commit_mode_judges_a_clean_exit_after_3_of_40_steps_a_crash(tmp_path, monkeypatch):
+    """Range mode counts a clean early exit as a crash, as feature mode does
+    (`ends.early_exit`): the first commit that exits early is the first bad one."""
+    from gitrepo import GitRepo, isolated_git_env
+
+    from tfrepro.bisect import commits
+
+    isolated_git_env(tmp_path / "home", monkeypatch)
+    repo = GitRepo.init(tmp_path / "repo", tmp_path / "home")
+    good = repo.commit("good", {"proj/repro.py": "x = 1\n"})
+    repo.commit("still good", {"proj/repro.py": "x = 2\n"})
+    first_bad = repo.commit("exits", {"proj/repro.py": "x = 2  # EXIT3\n"})
+    bad = repo.commit("bad", {"proj/repro.py": "x = 3  # EXIT3\n"})
+    res = commits.bisect_commits(repo.root / "proj", good, bad, trial=_ExitsAfter3())
+    assert (res.status, res.symptom, res.first_bad_commit) == (Status.FOUND, Verdict.CRASH, first_bad)

@@ -11,7 +11,7 @@ from tfrepro.verdicts import Verdict
 
 
 def test_other_symptoms_in_hunting_order_and_a_possible_slowdown():
-    got = also_seen({Verdict.MISMATCH}, None, base_fastest=0.02, full_fastest=0.03, slowdown=1.25)
+    got = also_seen({Verdict.MISMATCH}, None, ratio=0.03 / 0.02, slowdown=1.25)
     assert [s.to_dict() for s in got] == [
         {"symptom": "mismatch", "hint": "rerun with --symptom mismatch"},
         {
@@ -21,9 +21,9 @@ def test_other_symptoms_in_hunting_order_and_a_possible_slowdown():
             "hint": "possible slowdown x1.5 (untimed runs): rerun with --symptom slowdown",
         },
     ]
-    assert also_seen({Verdict.MISMATCH}, Verdict.MISMATCH, base_fastest=0.02, full_fastest=0.021, slowdown=1.25) == []
+    assert also_seen({Verdict.MISMATCH}, Verdict.MISMATCH, ratio=0.021 / 0.02, slowdown=1.25) == []
     # a crashed or NaN run says nothing about speed
-    assert also_seen({Verdict.NAN, Verdict.CRASH}, Verdict.NAN, base_fastest=0.02, full_fastest=0.2, slowdown=1.25) == [
+    assert also_seen({Verdict.NAN, Verdict.CRASH}, Verdict.NAN, ratio=0.2 / 0.02, slowdown=1.25) == [
         AlsoSeen("crash", "rerun with --symptom crash")
     ]
 

@@ -14,25 +14,21 @@ def also_seen(
     shown: Iterable[Verdict],
     target: Verdict | None,
     *,
-    base_fastest: float | None,
-    full_fastest: float | None,
+    ratio: float | None,
     slowdown: float,
 ) -> list[AlsoSeen]:
     """The symptoms in `shown` other than `target`, in the hunting order, and
-    a possible slowdown when the fastest failing run is at least halfway to
-    the `slowdown` threshold over the fastest baseline run (an untimed, cheap
-    comparison: the hint says to hunt it with timing trials)."""
+    a possible slowdown when `ratio` (the fastest failing run over the
+    fastest baseline run, `Ends.untimed_ratio`) is at least halfway to the
+    `slowdown` threshold (an untimed, cheap comparison: the hint says to hunt
+    it with timing trials)."""
     shown = set(shown)
     out = [
         AlsoSeen(v.value, f"rerun with --symptom {v.value}")
         for v in SYMPTOM_ORDER
         if v in shown and v != target and v != Verdict.SLOWDOWN
     ]
-    if target != Verdict.SLOWDOWN and not shown & STOPPERS and base_fastest and full_fastest:
-        ratio = full_fastest / base_fastest
-        if ratio >= 1 + (slowdown - 1) / 2:
-            r = round(ratio, 2)
-            out.append(
-                AlsoSeen("slowdown", f"possible slowdown x{r:g} (untimed runs): rerun with --symptom slowdown", r)
-            )
+    if target != Verdict.SLOWDOWN and not shown & STOPPERS and ratio and ratio >= 1 + (slowdown - 1) / 2:
+        r = round(ratio, 2)
+        out.append(AlsoSeen("slowdown", f"possible slowdown x{r:g} (untimed runs): rerun with --symptom slowdown", r))
     return out

@@ -1,7 +1,9 @@
 """The bisection's two ends. The rules of every mode (feature mode here,
 range mode in `ranges.check_ends`): what makes the good end fail
-(`BASELINE_FAILURES`), an end that cannot be measured
-(`untestable.ends_reason`), the symptom the hunt locks onto (`pick_symptom`).
+(`BASELINE_FAILURES`), an end trial the executor lost (`lost`), an end that
+cannot be measured (`untestable.ends_reason`), then a clean early exit as a
+crash (`early_exit`), the symptom the hunt locks onto (`pick_symptom`), a
+timing that stopped (`timing_stop`, `untimed`).
 
 The `Ends` mixin of `engine._Bisection`: the preflight, the baseline and the
 failing configuration, the late step and the compile pin, the symptom by
@@ -33,6 +35,31 @@ from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 BASELINE_FAILURES = STOPPERS | {Verdict.MEMORY}
 
 
+def early_exit(
+    shown: frozenset[Verdict], result: TrialResult, good: TrialResult | None, steps: int | None
+) -> frozenset[Verdict]:
+    """What a trial shows, in every mode: `shown` (its own symptoms), or a
+    crash when it showed nothing but exited cleanly before the good end's
+    run `good` did (within `steps`: `classify.stopped_early`; `sys.exit(0)`
+    after 3 of 40 steps is no healthy run). The ends rule (`ends_reason`)
+    judges the ends on their own symptoms first: an end that exits before its
+    first step is `untestable`, not a crash."""
+    if not shown and classify.stopped_early(result, good, steps):
+        return frozenset({Verdict.CRASH})
+    return shown
+
+
+def lost(end: str, runs: Iterable[TrialResult | str]) -> str | None:
+    """Why the run answers `error`, in every mode: a trial of `end` the
+    executor lost twice (range mode's point gives the reason it could not be
+    tried instead); no verdict, not even `none`, can stand on it."""
+    for t in runs:
+        why = t if isinstance(t, str) else (t.error or "could not run") if t.could_not_run else None
+        if why:
+            return f"{end} cannot be tried: {why}"
+    return None
+
+
 def timing_stop(result: TrialResult, shown: frozenset[Verdict]) -> Verdict:
     """What stops timing a candidate, in every mode (`TimingPool`'s
     failure; `shown`: what the mode judged its timing trial to show): it
@@ -43,11 +70,14 @@ def timing_stop(result: TrialResult, shown: frozenset[Verdict]) -> Verdict:
     return classify.primary(shown & (BASELINE_FAILURES if is_oom(result) else STOPPERS))
 
 
-def untimed(outcome: classify.TimingOutcome) -> str | None:
-    """Why a timing comparison decided nothing, in every mode: a slowdown
-    asked for of an end that `could not be timed (crash)` is `untestable`
-    ("none" would be a guess); None: it decided."""
-    return f"could not be timed ({outcome.stopped.value})" if outcome.stopped is not None else None
+def untimed(outcomes: list[classify.TimingOutcome] | None) -> str | None:
+    """Why the last timing comparison of a candidate (`outcomes`: its
+    comparisons, `TimingPool.outcomes`) decided nothing, in every mode: once
+    no symptom was picked, a slowdown asked for of an end that `could not be
+    timed (crash)` is `untestable` ("none" would be a guess); None: it
+    decided, or it was not timed."""
+    stopped = outcomes[-1].stopped if outcomes else None
+    return f"could not be timed ({stopped.value})" if stopped is not None else None
 
 
 def pick_symptom(
@@ -79,8 +109,9 @@ def pick_symptom(
 class Ends:
     def _both_ends(self) -> RunResult | None:
         """The baseline (twice at least: the second run measures the noise)
-        and the failing configuration; `baseline-fails` when the baseline
-        already fails, else None (and `self.noise` is set)."""
+        and the failing configuration; `error` when the executor lost one of
+        their trials (`lost`), `baseline-fails` when the baseline already
+        fails, else None (and `self.noise` is set)."""
         k, base, full = self.k, frozenset(), frozenset(self.features)
         n_base = max(k, 2)
         wanted = [(base, r, Purpose.BASELINE) for r in range(n_base)]
@@ -90,7 +121,10 @@ class Ends:
             self._many(wanted)  # again, at the steps past the late symptom
             self._unreachable_calls()
         self._pin_compile(full)
-        base_runs = self._end_runs()[0]
+        base_runs, fail_runs = self._end_runs()
+        why = lost("the baseline", base_runs) or lost("the failing configuration", fail_runs)
+        if why is not None:
+            return self._finish(Status.ERROR, self.opts.symptom, error=why)
         base_fail = [
             bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & BASELINE_FAILURES)
             for t in base_runs
@@ -170,17 +204,17 @@ class Ends:
 
     def _unmeasured(self, symptom: Verdict | None) -> RunResult | None:
         """`untestable` when an end ran no training step or `symptom` could
-        not be measured (trials/untestable.py)."""
+        not be measured (trials/untestable.py); the failing configuration
+        judged on its own symptoms, before `early_exit` (as in range mode)."""
         full, fails = frozenset(self.features), self._end_runs()[1]
-        failed = any(self._shows(full, t) & STOPPERS for t in fails)
+        failed = any(self._shows(full, t, early=False) & STOPPERS for t in fails)
         reason = ends_reason(self._end_runs()[0], fails, symptom, failed=failed)
         return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
 
     def _untimed(self, full: Config) -> RunResult | None:
         """`untestable` when a slowdown was asked for and the failing
         configuration could not be timed (`untimed`), as in range mode."""
-        timed = self.timing.get(full) if self.opts.symptom is Verdict.SLOWDOWN else None
-        why = untimed(timed[-1]) if timed else None
+        why = untimed(self.timing.get(full)) if self.opts.symptom is Verdict.SLOWDOWN else None
         if why is None:
             return None
         why = f"the failing configuration {why}"
@@ -239,9 +273,8 @@ class Ends:
         to be disturbed (journey suite). A later call slower
         (`self.timed_calls`) passes the screen too."""
         if self.opts.symptom is None and not self.timed_calls:
-            mb = self._fastest(frozenset(), range(max(self.k, 2)))
-            mf = self._fastest(full, range(self.k))
-            if mb is None or mf is None or mf / mb < 1 + (self.symptom_settings.slowdown - 1) / 4:
+            ratio = self.untimed_ratio()
+            if ratio is None or ratio < 1 + (self.symptom_settings.slowdown - 1) / 4:
                 return False
         self.events.phase("timing the failing configuration against the baseline")
         return self._timed(full).verdict == Verdict.SLOWDOWN
@@ -255,8 +288,8 @@ class Ends:
         if verdict is None:  # not near its threshold
             return True
         confirmed = verdict == Verdict.MEMORY
-        mb, mf = self._fastest(frozenset(), range(max(self.k, 2))), self._fastest(full, range(self.k))
-        slower = bool(mb and mf and mf / mb >= self.symptom_settings.slowdown) or bool(self.timed_calls)
+        ratio = self.untimed_ratio()
+        slower = (ratio is not None and ratio >= self.symptom_settings.slowdown) or bool(self.timed_calls)
         self.memory_doubt = "marginal, not confirmed by repeats" if not confirmed else "marginal"
         return confirmed and not slower
 
@@ -265,7 +298,15 @@ class Ends:
         base, full = frozenset(), frozenset(self.features)
         return [self.memo[(base, r)] for r in range(max(self.k, 2))], [self.memo[(full, r)] for r in range(self.k)]
 
-    def _fastest(self, config: Config, repeats: Iterable[int]) -> float | None:
-        medians = [classify.timing_sample(self.memo[(config, r)]) for r in repeats]
-        known = [m for m in medians if m is not None]
-        return min(known) if known else None
+    def untimed_ratio(self) -> float | None:
+        """How much slower the failing configuration's fastest untimed run is
+        than the baseline's (the fastest: the least disturbed by parallel
+        trials), over the end runs made so far; None when either end has no
+        step time (or the baseline's is 0)."""
+        fastest = []
+        for config, repeats in ((frozenset(), max(self.k, 2)), (frozenset(self.features), self.k)):
+            runs = [t for r in range(repeats) if (t := self.memo.get((config, r))) is not None]
+            known = [m for m in map(classify.timing_sample, runs) if m is not None]
+            fastest.append(min(known) if known else None)
+        mb, mf = fastest
+        return mf / mb if mb and mf is not None else None

@@ -44,7 +44,7 @@ from dataclasses import replace
 from typing import Any
 
 from tfrepro.bisect import compile_pin, result_doc
-from tfrepro.bisect.ends import Ends, timing_stop
+from tfrepro.bisect.ends import Ends, early_exit, timing_stop
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.late import save_nan_state, within_steps
 from tfrepro.bisect.options import BisectOptions
@@ -244,7 +244,8 @@ class _Bisection(Ends, Replay):
         on (None when that trial was not run)."""
         return self.memo.get((frozenset(config) & self.affects_loss, 0))
 
-    def _shows(self, config: Config, result: TrialResult) -> frozenset[Verdict]:
+    def _shows(self, config: Config, result: TrialResult, *, early: bool = True) -> frozenset[Verdict]:
+        """What `result` shows (`early`: with the clean early exit as a crash, `ends.early_exit`)."""
         result = classify.first_steps(result, self.settings.steps)  # a timing trial runs longer
         if self.until_symptom:  # the failing run until its symptom ran longer too (bisect/late.py)
             result = within_steps(result, self.settings.steps)
@@ -255,9 +256,8 @@ class _Bisection(Ends, Replay):
             noise=self.noise,
             baselines=self._memory_baselines(),
         )
-        if not shown and classify.stopped_early(result, self.memo.get((frozenset(), 0)), self.settings.steps):
-            return frozenset({Verdict.CRASH})  # exited cleanly, but before the baseline's last step
-        return shown
+        good = self.memo.get((frozenset(), 0)) if early else None
+        return early_exit(shown, result, good, self.settings.steps)
 
     def _memory_baselines(self) -> list[TrialResult]:
         """The baseline runs memory is compared with (the first two, once both ran)."""

@@ -31,7 +31,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from tfrepro.bisect.ends import BASELINE_FAILURES, pick_symptom, timing_stop, untimed
+from tfrepro.bisect.ends import BASELINE_FAILURES, early_exit, lost, pick_symptom, timing_stop, untimed
 from tfrepro.bisect.events import BisectEvents, PointTried
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import Mark, RangeResult, bisect_range, judge
@@ -158,7 +158,6 @@ class RangeRun:
         self.first: dict[str, TrialResult] = {}  # label -> its first trial that ran
         self.labels: list[str] = []  # each record's point label, in the log's order
         self.noise = 0.0
-        self.untimed = ""  # why the bad end could not be timed, for the "none" message
         self.jsonl = log.run_dir / "trials.jsonl"  # one line per trial, as it lands (there even when none ran)
         self.jsonl.touch()
 
@@ -192,24 +191,23 @@ class RangeRun:
         ), None
 
     # -- running -----------------------------------------------------------
-    def run_many(self, points: list[Point], repeat: int = 0) -> list[TrialResult | str]:
-        """Trials of several points (independent: `executor.slots` at a time).
-        A point that cannot be tried gives the reason instead of a trial."""
-        out: list = [self.source.request(p, repeat, self.settings) for p in points]
+    def run_many(
+        self, points: list[Point], repeat: int = 0, settings: TrialSettings | None = None, *, alone: bool = False
+    ) -> list[TrialResult | str]:
+        """Trials of `points` (`settings`: the run's unless given): side by
+        side, `executor.slots` at a time, or one at a time with nothing beside
+        them (`alone`: a slowdown hunt's, `executor.run_timed`). A point that
+        cannot be tried gives the reason instead of a trial."""
+        out: list = [self.source.request(p, repeat, settings or self.settings) for p in points]
         todo = [i for i, w in enumerate(out) if not isinstance(w, str)]
-        for i in todo:
+        for i in todo:  # alone: each one started, run and recorded before the next
             self.events.trial_started((), self.source.role(points[i]), repeat)
-        for i, r in zip(todo, self.executor.run_batch(None, [out[i] for i in todo])):
-            out[i] = self._record(points[i], repeat, r)
+            if alone:
+                out[i] = self._record(points[i], repeat, self.executor.run_timed(out[i].project, out[i]))
+        if not alone and todo:
+            for i, r in zip(todo, self.executor.run_batch(None, [out[i] for i in todo])):
+                out[i] = self._record(points[i], repeat, r)
         return out
-
-    def run_timed(self, point: Point, repeat: int, settings: TrialSettings | None = None) -> TrialResult | str:
-        """One trial alone (`settings`: the run's unless given)."""
-        wanted = self.source.request(point, repeat, settings or self.settings)
-        if isinstance(wanted, str):
-            return wanted
-        self.events.trial_started((), self.source.role(point), repeat)
-        return self._record(point, repeat, self.executor.run_timed(wanted.project, wanted))
 
     def _record(self, point: Point, repeat: int, result: TrialResult) -> TrialResult | str:
         if not result.could_not_run:
@@ -234,13 +232,17 @@ class RangeRun:
         return result
 
     # -- judging -----------------------------------------------------------
-    def shows(self, result: TrialResult, reference: TrialResult | None) -> frozenset[Verdict]:
-        return classify.symptoms(result, reference=reference, settings=self.symptoms, noise=self.noise)
+    def shows(self, result: TrialResult, reference: TrialResult | None, *, early: bool = True) -> frozenset[Verdict]:
+        """What `result` shows against `reference` (`early`: with a clean exit
+        before the good end's last step as a crash, `ends.early_exit`)."""
+        shown = classify.symptoms(result, reference=reference, settings=self.symptoms, noise=self.noise)
+        good = self.first.get(self.good.label) if early else None
+        return early_exit(shown, result, good, self.settings.steps)
 
     def _timing_trial(self, point: Point, repeat: int, role: str) -> TrialResult:
         """One timing trial of `point`: a time budget of steady steps, not
         `steps`; one that cannot be tried comes back as could-not-run."""
-        got = self.run_timed(point, repeat, self.options.timing_settings(self.settings))
+        got = self.run_many([point], repeat, self.options.timing_settings(self.settings), alone=True)[0]
         return TrialResult(label=point.label, could_not_run=True, error=got) if isinstance(got, str) else got
 
     def slower(self, point: Point) -> tuple[bool, str | None]:
@@ -251,7 +253,7 @@ class RangeRun:
         finished trials from the cache."""
         o = self.options
         out = self.timing.timed(point, min_pairs=o.timing_min, max_pairs=o.timing_max)
-        why = untimed(out)
+        why = untimed([out])
         return (False, why) if why else (out.verdict is Verdict.SLOWDOWN, None)
 
     def mark(
@@ -296,9 +298,9 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
     # Side by side when trials run in parallel; else the good end alone first
     # (a good end that fails ends the run before the bad end costs a trial).
     g, x = run.run_many([good, bad]) if run.executor.slots > 1 else (run.run_many([good])[0], None)
-    if isinstance(g, str):
+    if why := lost(f"the good end {good.short}", [g]):
         run.mark(good, Mark.SKIP, Verdict.UNTESTABLE, reason=g)
-        raise Stop(Status.ERROR, f"the good end {good.short} cannot be tried: {g}", symptom)
+        raise Stop(Status.ERROR, why, symptom)
     g_shows = run.shows(g, None)
     if g_shows & BASELINE_FAILURES:
         run.mark(good, Mark.BAD, classify.primary(g_shows, symptom), g_shows, g.error)
@@ -311,12 +313,13 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         )
     run.mark(good, Mark.GOOD, Verdict.OK, g_shows)
     x = x if x is not None else run.run_many([bad])[0]
-    if isinstance(x, str):
+    if why := lost(f"the bad end {bad.short}", [x]):
         run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, reason=x)
-        raise Stop(Status.ERROR, f"the bad end {bad.short} cannot be tried: {x}", symptom, g)
-    x_shows = run.shows(x, g)
+        raise Stop(Status.ERROR, why, symptom, g)
+    x_shows = run.shows(x, g, early=False)  # the ends rule first: an end that trains nothing is untestable
     ends = (f"the good end {good.named}", f"the bad end {bad.named}")
     reason = ends_reason([g], [x], symptom, failed=bool(x_shows & STOPPERS), names=ends)
+    x_shows = run.shows(x, g)
     if reason is not None:
         run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, reason)
         raise Stop(Status.UNTESTABLE, reason, symptom, g)
@@ -327,14 +330,18 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         if not isinstance(g2, str):
             run.noise = classify.measure_noise(g, g2)
         x_shows = run.shows(x, g)
-    target = pick_symptom(x_shows, symptom, slower=lambda: _bad_end_slower(run, x_shows, symptom, g))
+    target = pick_symptom(x_shows, symptom, slower=lambda: _bad_end_slower(run, x_shows))
     if target is None:
+        why = untimed(run.timing.outcomes.get(bad))
+        if why and symptom is Verdict.SLOWDOWN:  # as feature mode's `Ends._untimed`
+            run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, why)
+            raise Stop(Status.UNTESTABLE, f"the bad end {bad.named} {why}", symptom, g)
         what = symptom.value if symptom else "any symptom (nan, crash, timeout, mismatch, slowdown)"
         run.mark(bad, Mark.GOOD, classify.primary(x_shows), x_shows)
         raise Stop(
             Status.NONE,
             f"the bad end {bad.named} does not show {what} against the "
-            f"good end {good.short} (it shows {names(x_shows)}{run.untimed})",
+            f"good end {good.short} (it shows {names(x_shows)}{f'; it {why}' if why else ''})",
             symptom,
             g,
         )
@@ -344,19 +351,10 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
     return Ends(g, x, target)
 
 
-def _bad_end_slower(run: RangeRun, x_shows: frozenset[Verdict], symptom: Verdict | None, g: TrialResult) -> bool:
+def _bad_end_slower(run: RangeRun, x_shows: frozenset[Verdict]) -> bool:
     """The bad end timed against the good end (`RangeRun.slower`), unless
-    slowdowns are off or it stopped early; a slowdown asked for that cannot
-    be timed raises Stop(untestable) ("none" would be a guess), otherwise
-    why it could not be timed goes into the "none" message (`run.untimed`)."""
-    if not run.symptoms.slowdown or x_shows & STOPPERS:
-        return False
-    slower, why = run.slower(run.bad)
-    if why and symptom is Verdict.SLOWDOWN:
-        run.mark(run.bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, why)
-        raise Stop(Status.UNTESTABLE, f"the bad end {run.bad.named} {why}", symptom, g)
-    run.untimed = f"; it {why}" if why else ""
-    return slower
+    slowdowns are off or it stopped early."""
+    return bool(run.symptoms.slowdown) and not x_shows & STOPPERS and run.slower(run.bad)[0]
 
 
 def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
@@ -366,7 +364,7 @@ def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
 
     def test_many(ps: list[Point]) -> list[Mark]:
         todo = [p for p in ps if p.label not in known]
-        tried = [run.run_timed(p, 0) for p in todo] if timed or not todo else run.run_many(todo)
+        tried = run.run_many(todo, alone=timed)
         got = dict(zip([p.label for p in todo], tried))
         return [known.get(p.label) or run.judge_point(p, got[p.label], ends) for p in ps]
 

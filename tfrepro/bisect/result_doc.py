@@ -67,17 +67,12 @@ def timing_evidence(
 def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
     """Every symptom the failing configuration showed besides `target`
     (bisect/also_seen.py), from the bisection's trials."""
-    full, base = frozenset(run.features), frozenset()
-    mine = [r for r in range(run.k) if (full, r) in run.memo]
+    full = frozenset(run.features)
     doubt = run.memory_doubt
-    shown = set().union(*(run._shows(full, run.memo[(full, r)]) for r in mine))
+    shown = set().union(*(run._shows(full, run.memo[(full, r)]) for r in range(run.k) if (full, r) in run.memo))
     timed = full in run.timing  # measured: no "possible" slowdown to guess
     seen = also_seen(
-        shown,
-        target,
-        full_fastest=run._fastest(full, mine),
-        slowdown=run.symptom_settings.slowdown,
-        base_fastest=None if timed else run._fastest(base, [r for r in range(max(run.k, 2)) if (base, r) in run.memo]),
+        shown, target, ratio=None if timed else run.untimed_ratio(), slowdown=run.symptom_settings.slowdown
     )
     hint = f"memory ({doubt}): rerun with --symptom memory --repeats 3 to hunt it"
     return [replace(s, hint=hint) if s.symptom == Verdict.MEMORY.value and doubt else s for s in seen]
