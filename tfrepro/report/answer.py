@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, TypeVar, get_args, get_type_hints
 
-from tfrepro.report.records import Nightly
+from tfrepro.report.nightly import NightlyRun
 from tfrepro.trials.values import TrialRow
 
 T = TypeVar("T")
@@ -138,7 +138,7 @@ class Report:
     first_bad_commit: str | None = None
     commit: dict[str, str] | None = None
     follows: str | None = None
-    nightly: Nightly | None = None
+    nightly: NightlyRun | None = None
     features: dict[str, dict[str, Any]] | None = None
     settings: dict[str, Any] | None = None
     symptom_settings: dict[str, Any] | None = None

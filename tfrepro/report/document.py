@@ -9,10 +9,11 @@ from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
-from tfrepro.report.answer import Evidence
+from tfrepro.report.answer import Evidence, of
 from tfrepro.report.confirm import rerun_settings
 from tfrepro.report.export import ENTRY, Export
-from tfrepro.report.records import Nightly, ResultJson
+from tfrepro.report.nightly import NightlyRun
+from tfrepro.report.records import ResultJson
 from tfrepro.report.rerun import Reproduction
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
@@ -64,7 +65,7 @@ def document(
         "first_bad_commit": result.get("first_bad_commit"),
         "commit": result.get("commit"),
         "follows": result.get("follows"),
-        "nightly": _nightly(result),
+        "nightly": asdict(nightly) if (nightly := _nightly(result)) else None,
         "features": {
             n: {"description": project.description(n), "affects_loss": n in project.affects_loss}
             for n in project.feature_names
@@ -103,15 +104,16 @@ def _repro_facts(ctx: Context, export: Export) -> dict[str, Any]:
     }
 
 
-def _nightly(result: ResultJson) -> Nightly | None:
-    """Whether a nightly build was tried: a `nightly` record of the run
-    ({"version", "reproduced"}), or a nightly among a version bisect's trials."""
+def _nightly(result: ResultJson) -> NightlyRun | None:
+    """Whether a nightly build was tried: a `nightly` record of the run (an
+    older result.json's), or a nightly among a version bisect's trials."""
     if isinstance(result.get("nightly"), dict):
-        return result["nightly"]
+        return of(NightlyRun, result["nightly"])
     for row in result.get("version_trials") or []:
         version = str(row.get("version") or "")
         if "dev" in version or "nightly" in version:
-            return {"version": version, "reproduced": row.get("verdict") == result.get("symptom")}
+            verdict = row.get("verdict")
+            return NightlyRun(version, verdict == result.get("symptom"), f"the version bisect's trial: {verdict}")
     return None
 
 

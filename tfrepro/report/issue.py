@@ -18,7 +18,7 @@ from typing import Any
 from tfrepro.report.answer import Env, Report
 from tfrepro.report.issue_extra import beyond_the_form, code, rerun_sentence
 from tfrepro.report.issue_text import SYMPTOM_WORDS, behaviour, cuda_line, gpu_line, log_output
-from tfrepro.report.records import Nightly
+from tfrepro.report.nightly import NightlyRun
 from tfrepro.report.route import Route, route
 
 # tensorflow/tensorflow's bug form (its labels as GitHub shows them), in order.
@@ -123,16 +123,16 @@ def install_source(env: Env) -> str:
     return "source" if "source" in source else "binary"
 
 
-def nightly_answer(nightly: Nightly | None) -> str:
+def nightly_answer(nightly: NightlyRun | None) -> str:
     if not nightly:
         return (
             "No: not tried on the nightly build. To try: `pip install tf-nightly` in a fresh "
             "environment, then `python repro.py`."
         )
-    version = nightly.get("version") or "tf-nightly"
-    if nightly.get("reproduced") is None:
-        return f"Tried on {version}, undecided: {nightly.get('detail') or 'the re-run could not tell'}."
-    if nightly.get("reproduced"):
+    version = nightly.version or "tf-nightly"
+    if nightly.reproduced is None:
+        return f"Tried on {version}, undecided: {nightly.detail or 'the re-run could not tell'}."
+    if nightly.reproduced:
         return f"Yes: the symptom shows on {version} too."
     return f"No: on {version} the symptom does not show (it may already be fixed there)."
 

@@ -52,11 +52,13 @@ def nightly_env(say: Callable[[str], None]) -> Any:
 
 @dataclass(frozen=True)
 class NightlyRun:
-    """report.json's `nightly`: the tf-nightly tried, whether the repro showed the symptom there, what it saw."""
+    """report.json's `nightly` (written with `asdict`, read back by
+    answer.Report): the nightly build tried (`on_nightly`, or a version
+    bisect's trial of one), whether the repro showed the symptom there, what it saw."""
 
-    version: str
-    reproduced: bool | None
-    detail: str
+    version: str = NIGHTLY_DIST
+    reproduced: bool | None = None
+    detail: str | None = None
 
 
 def on_nightly(reproduce: Callable[[Any], Any], env: Any) -> NightlyRun:

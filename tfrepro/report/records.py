@@ -17,14 +17,6 @@ class DataDoc(TypedDict, total=False):
     fits: list[dict[str, Any]]  # at, kind, sources_seen, batches_per_epoch
 
 
-class Nightly(TypedDict, total=False):
-    """Whether the symptom shows on a nightly build (nightly.py `on_nightly`, or a version bisect's trial)."""
-
-    version: str
-    reproduced: bool | None
-    detail: str
-
-
 class ResultJson(TypedDict, total=False):
     """result.json (bisect/result_doc.py), the keys the report reads by name."""
 
@@ -46,7 +38,7 @@ class ResultJson(TypedDict, total=False):
     known_cost: dict[str, Any]
     noise: float
     nan_state: dict[str, Any] | None  # dir, step
-    nightly: Nightly
+    nightly: dict[str, Any]  # an older run's record: nightly.NightlyRun's keys
     version_trials: list[dict[str, Any]]
     first_bad_commit: str | None
     first_bad_project: str
