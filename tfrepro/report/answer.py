@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, is_dataclass
 from typing import Any, TypeVar, get_args, get_type_hints
 
-from tfrepro.report.nightly import NightlyRun
 from tfrepro.trials.values import TrialRow
 
 T = TypeVar("T")
@@ -73,13 +72,42 @@ class Timing:
 
 
 @dataclass(frozen=True)
-class Rerun:
-    """The report's re-run of repro.py on its own (rerun.py `Reproduction`)."""
+class Reproduction:
+    """report.json's `reproduction`: the report's re-run of repro.py on its
+    own (rerun.py `reproduce`), written with `asdict`. `reproduced` is None
+    when the re-run could not decide (e.g. no trial machinery, a timing
+    comparison inconclusive at its budget). `candidate` and `reference` are
+    the re-run's trials as written (trials/values.py `TrialResult.to_dict`),
+    `timing` its timing comparison (`TimingOutcome.to_dict`); `trial` and
+    `timed` read them as the report's values."""
 
+    symptom: str | None = None
     reproduced: bool | None = None
     detail: str | None = None
-    candidate: TrialFacts | None = None
-    timing: Timing = Timing()
+    verdict: str | None = None
+    candidate: dict[str, Any] | None = None
+    reference: dict[str, Any] | None = None
+    timing: dict[str, Any] | None = None
+
+    @property
+    def trial(self) -> TrialFacts | None:
+        """The re-run of repro.py, as the report reads a trial."""
+        return of(TrialFacts, self.candidate)
+
+    @property
+    def timed(self) -> Timing:
+        return of(Timing, self.timing) or Timing()
+
+
+@dataclass(frozen=True)
+class NightlyRun:
+    """report.json's `nightly` (written with `asdict`): the nightly build
+    tried (nightly.py `on_nightly`, or a version bisect's trial of one),
+    whether the repro showed the symptom there, what it saw."""
+
+    version: str = "tf-nightly"
+    reproduced: bool | None = None
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -151,7 +179,7 @@ class Report:
     env_vars: dict[str, str] | None = None
     redacted_env_count: int | None = None
     setup: dict[str, Any] | None = None
-    reproduction: Rerun | None = None
+    reproduction: Reproduction | None = None
     localization: dict[str, Any] | None = None
     repro: dict[str, Any] | None = None
     artifacts: dict[str, str] | None = None
@@ -163,8 +191,8 @@ class Report:
         return of(cls, doc) or cls()
 
     @property
-    def rerun(self) -> Rerun:
-        return self.reproduction or Rerun()
+    def rerun(self) -> Reproduction:
+        return self.reproduction or Reproduction()
 
     @property
     def candidate(self) -> TrialFacts:

@@ -6,9 +6,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from tfrepro.report.answer import TrialFacts, of
+from tfrepro.report.answer import Reproduction, TrialFacts, of
 from tfrepro.report.records import ResultJson
-from tfrepro.report.rerun import Reproduction
 from tfrepro.report.tables import read_summary
 
 

@@ -9,12 +9,10 @@ from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
-from tfrepro.report.answer import Evidence, of
+from tfrepro.report.answer import Evidence, NightlyRun, Reproduction, of
 from tfrepro.report.confirm import rerun_settings
 from tfrepro.report.export import ENTRY, Export
-from tfrepro.report.nightly import NightlyRun
 from tfrepro.report.records import ResultJson
-from tfrepro.report.rerun import Reproduction
 from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 

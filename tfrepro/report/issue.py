@@ -15,10 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tfrepro.report.answer import Env, Report
+from tfrepro.report.answer import Env, NightlyRun, Report
 from tfrepro.report.issue_extra import beyond_the_form, code, rerun_sentence
 from tfrepro.report.issue_text import SYMPTOM_WORDS, behaviour, cuda_line, gpu_line, log_output
-from tfrepro.report.nightly import NightlyRun
 from tfrepro.report.route import Route, route
 
 # tensorflow/tensorflow's bug form (its labels as GitHub shows them), in order.

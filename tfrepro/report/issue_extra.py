@@ -7,7 +7,7 @@ evidence, the diff that turns the culprit on, and the files in the bundle.
 
 from __future__ import annotations
 
-from tfrepro.report.answer import Report, Rerun
+from tfrepro.report.answer import Report, Reproduction
 from tfrepro.report.issue_text import names
 from tfrepro.report.standin import issue_lines as data_lines
 from tfrepro.report.textfmt import fmt
@@ -65,7 +65,7 @@ def reproduction(r: Report) -> list[str]:
     return out + [""]
 
 
-def rerun_sentence(rep: Rerun | None) -> str:
+def rerun_sentence(rep: Reproduction | None) -> str:
     if not rep:
         return "repro.py was not re-run on its own (`tfrepro report --no-rerun`)."
     verdict = {True: "yes", False: "no", None: "undecided"}[rep.reproduced]

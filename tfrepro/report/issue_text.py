@@ -160,7 +160,7 @@ def mismatch_pair(r: Report) -> tuple[TrialFacts, TrialFacts]:
     """(candidate, reference) trials a mismatch compares: both from the
     report's re-run when it ran the reference, else the bisect's."""
     if r.reference_trial:
-        return r.rerun.candidate or r.candidate, r.reference_trial
+        return r.rerun.trial or r.candidate, r.reference_trial
     return r.candidate, r.baseline
 
 
@@ -241,7 +241,7 @@ def series_log(r: Report) -> list[str]:
             f"step time, ms (culprit configuration): {_series(cand.step_times or [], 1000)}",
             f"step time, ms (baseline):              {_series(base.step_times or [], 1000)}",
         ]
-        timing = r.rerun.timing
+        timing = r.rerun.timed
         if timing.candidate:
             lines.append(
                 f"re-run medians, ms: repro.py {_series(timing.candidate, 1000)}; "
@@ -282,7 +282,7 @@ def log_output(r: Report) -> str:
         log.append("\n".join(str(cand.error_detail).strip().splitlines()[-40:]))
     elif cand.error:
         log.append(cand.error)
-    rerun_error = (r.rerun.candidate or TrialFacts()).error
+    rerun_error = (r.rerun.trial or TrialFacts()).error
     if rerun_error and rerun_error not in log:
         log.append(rerun_error)
     log.extend(series_log(r))
