@@ -1,12 +1,13 @@
-"""The run's answer as the report reads it: report.json's document as frozen
-values (`Report.of`, built once where ISSUE.md is rendered), result.json's
-trials table as TypedDicts. A field holds the JSON value as written, or the
+"""The run's answer as the report writes and reads it: report.json's
+document as frozen values (`Report`: document.py builds it, `Report.json`
+writes it, `Report.of` reads it back), result.json's trials table as
+TypedDicts. A field holds the JSON value as written, or the
 default its reader falls back to where the key is absent; an empty or absent
 sub-document is None where a field allows it, else an all-default value."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import asdict, dataclass, fields, is_dataclass
 from typing import Any, TypeVar, get_args, get_type_hints
 
 from tfrepro.trials.values import TrialRow
@@ -112,7 +113,10 @@ class NightlyRun:
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the bisect measured besides the answer: report.json's `evidence` (document.py writes these keys)."""
+    """What the bisect measured besides the answer: report.json's `evidence`,
+    the run's result fields of these names as result.json has them (its
+    `timing` a `TimingOutcome.to_dict`, read through `timed`) and the
+    replicas the trials ran with."""
 
     trials: int | None = None
     wall_s: float | None = None
@@ -121,9 +125,13 @@ class Evidence:
     flaky: bool | None = None
     reproduction_rate: float | None = None
     noise: float | None = None
-    timing: Timing = Timing()
+    timing: dict[str, Any] | None = None
     compile_differs: list[dict[str, Any]] | None = None
     replicas: int | None = None
+
+    @property
+    def timed(self) -> Timing:
+        return of(Timing, self.timing) or Timing()
 
 
 @dataclass(frozen=True)
@@ -154,10 +162,17 @@ class Env:
 
 @dataclass(frozen=True)
 class Report:
-    """report.json (document.py), the parts ISSUE.md reads."""
+    """report.json: everything ISSUE.md says, as data (document.py
+    `document` builds it). `json` writes it, `Report.of` reads it back. The
+    trials (`baseline`, `failing`, `culprit_trial`, `reference_trial`) are
+    result.json's trial summaries and `environment` the probe's facts, as
+    written there: `base`, `culprit`, `reference`, `candidate` and `env`
+    read them as the report's values."""
 
     tfrepro_version: str = ""
     run_id: str = "?"
+    run_dir: str | None = None
+    project: str | None = None
     status: str | None = None
     symptom: str | None = None
     culprits: list[str] | None = None
@@ -167,22 +182,22 @@ class Report:
     commit: dict[str, str] | None = None
     follows: str | None = None
     nightly: NightlyRun | None = None
-    features: dict[str, dict[str, Any]] | None = None
+    features: dict[str, dict[str, Any]] | None = None  # name: description, affects_loss
     settings: dict[str, Any] | None = None
     symptom_settings: dict[str, Any] | None = None
-    baseline: TrialFacts = TrialFacts()
-    failing: TrialFacts | None = None
-    culprit_trial: TrialFacts | None = None
-    reference_trial: TrialFacts | None = None
+    baseline: dict[str, Any] | None = None
+    failing: dict[str, Any] | None = None
+    culprit_trial: dict[str, Any] | None = None
     evidence: Evidence = Evidence()
-    environment: Env = Env()
+    environment: dict[str, Any] | None = None
     env_vars: dict[str, str] | None = None
-    redacted_env_count: int | None = None
+    redacted_env_count: int | None = None  # how many, never their names
     setup: dict[str, Any] | None = None
     reproduction: Reproduction | None = None
     localization: dict[str, Any] | None = None
     repro: dict[str, Any] | None = None
     artifacts: dict[str, str] | None = None
+    reference_trial: dict[str, Any] | None = None  # a mismatch's re-run of reference.py: written only then
     data: dict[str, Any] | None = None
 
     @classmethod
@@ -190,11 +205,38 @@ class Report:
         """The report document `doc` (report.json's dict) as typed values."""
         return of(cls, doc) or cls()
 
+    def json(self) -> dict[str, Any]:
+        """report.json's document: every field, `reference_trial` only where there is one."""
+        doc = asdict(self)
+        if self.reference_trial is None:
+            del doc["reference_trial"]
+        return doc
+
     @property
     def rerun(self) -> Reproduction:
         return self.reproduction or Reproduction()
 
     @property
+    def base(self) -> TrialFacts:
+        """The baseline trial (all features off)."""
+        return of(TrialFacts, self.baseline) or TrialFacts()
+
+    @property
+    def culprit(self) -> TrialFacts | None:
+        """The culprit configuration's trial."""
+        return of(TrialFacts, self.culprit_trial)
+
+    @property
+    def reference(self) -> TrialFacts | None:
+        """A mismatch's re-run of reference.py."""
+        return of(TrialFacts, self.reference_trial)
+
+    @property
     def candidate(self) -> TrialFacts:
         """The trial showing the symptom: the culprit configuration's, else the failing one's."""
-        return self.culprit_trial or self.failing or TrialFacts()
+        return self.culprit or of(TrialFacts, self.failing) or TrialFacts()
+
+    @property
+    def env(self) -> Env:
+        """The environment facts."""
+        return of(Env, self.environment) or Env()

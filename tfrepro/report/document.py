@@ -9,7 +9,7 @@ from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
-from tfrepro.report.answer import Evidence, NightlyRun, Reproduction, of
+from tfrepro.report.answer import Evidence, NightlyRun, Report, Reproduction, of
 from tfrepro.report.confirm import rerun_settings
 from tfrepro.report.export import ENTRY, Export
 from tfrepro.report.records import ResultJson
@@ -47,46 +47,46 @@ def document(
     environ: dict[str, str],
     scrubber: Scrubber,
     artifacts: dict[str, str],
-) -> dict[str, Any]:
+) -> Report:
     """report.json: everything ISSUE.md says, as data."""
     result, project = ctx.result, ctx.project
-    doc: dict[str, Any] = {
-        "tfrepro_version": __version__,
-        "run_id": ctx.run_dir.name,
-        "run_dir": str(ctx.run_dir),
-        "project": str(project.root),
-        "status": result.get("status"),
-        "symptom": ctx.symptom,
-        "culprits": list(result.get("culprits") or []),
-        "culprit_config": list(export.cand_cfg or []),
-        "reference_config": list(export.ref_cfg or []),
-        "first_bad_commit": result.get("first_bad_commit"),
-        "commit": result.get("commit"),
-        "follows": result.get("follows"),
-        "nightly": asdict(nightly) if (nightly := _nightly(result)) else None,
-        "features": {
+    # the run's result fields answer.Evidence names; the replicas the trials ran with
+    evidence = {f.name: result.get(f.name) for f in fields(Evidence)} | {"replicas": ctx.settings.replicas}
+    reference = reproduction.reference if reproduction and ctx.symptom == "mismatch" else None
+    return Report(
+        tfrepro_version=__version__,
+        run_id=ctx.run_dir.name,
+        run_dir=str(ctx.run_dir),
+        project=str(project.root),
+        status=result.get("status"),
+        symptom=ctx.symptom,
+        culprits=list(result.get("culprits") or []),
+        culprit_config=list(export.cand_cfg or []),
+        reference_config=list(export.ref_cfg or []),
+        first_bad_commit=result.get("first_bad_commit"),
+        commit=result.get("commit"),
+        follows=result.get("follows"),
+        nightly=_nightly(result),
+        features={
             n: {"description": project.description(n), "affects_loss": n in project.affects_loss}
             for n in project.feature_names
         },
-        "settings": ctx.settings.to_dict(),
-        "symptom_settings": {k: getattr(ctx.symptoms, k) for k in ("nan", "slowdown", "mismatch", "memory")},
-        "baseline": result.get("baseline") or {},
-        "failing": result.get("failing") or {},
-        "culprit_trial": result.get("culprit_trial") or result.get("failing") or {},
-        # the run's result fields answer.Evidence names, in its order; the replicas the trials ran with
-        "evidence": {f.name: result.get(f.name) for f in fields(Evidence)} | {"replicas": ctx.settings.replicas},
-        "environment": env_facts,
-        "env_vars": capture_env(environ, scrubber),
-        "redacted_env_count": withheld_count(environ),  # how many, never their names
-        "setup": _setup_facts(export, reproduction, loc),
-        "reproduction": asdict(reproduction) if reproduction else None,
-        "localization": ({**asdict(loc), "headline": loc.headline()} if loc else None),
-        "repro": _repro_facts(ctx, export),
-        "artifacts": {**artifacts, **OWN_FILES},
-    }
-    if ctx.symptom == "mismatch" and reproduction and reproduction.reference:
-        doc["reference_trial"] = reproduction.reference
-    return doc
+        settings=ctx.settings.to_dict(),
+        symptom_settings={k: getattr(ctx.symptoms, k) for k in ("nan", "slowdown", "mismatch", "memory")},
+        baseline=result.get("baseline") or {},
+        failing=result.get("failing") or {},
+        culprit_trial=result.get("culprit_trial") or result.get("failing") or {},
+        evidence=Evidence(**evidence),  # type: ignore[arg-type]
+        environment=env_facts,
+        env_vars=capture_env(environ, scrubber),
+        redacted_env_count=withheld_count(environ),
+        setup=_setup_facts(export, reproduction, loc),
+        reproduction=reproduction,
+        localization=({**asdict(loc), "headline": loc.headline()} if loc else None),
+        repro=_repro_facts(ctx, export),
+        artifacts={**artifacts, **OWN_FILES},
+        reference_trial=reference or None,
+    )
 
 
 def _repro_facts(ctx: Context, export: Export) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""ISSUE.md from the report document (pure: a dict in, markdown out).
+"""ISSUE.md from the report (pure: a `Report` in, markdown out).
 
 A TensorFlow bug follows TensorFlow's GitHub issue form field by field and
 in order (`TF_FORM`), so each section pastes into its field. The form's
@@ -12,8 +12,6 @@ had no form since Keras 3). After the form comes what it forgets
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from tfrepro.report.answer import Env, NightlyRun, Report
 from tfrepro.report.issue_extra import beyond_the_form, code, rerun_sentence
@@ -49,10 +47,9 @@ KERAS_FORM = (
 )
 
 
-def title(doc: dict[str, Any]) -> str:
-    """The issue's title from a (partial) report document (bundle.py titles the notebook with it too)."""
-    r = Report.of(doc)
-    tf = r.environment.tf_version or "TF ?"
+def title(r: Report) -> str:
+    """The issue's title from a (partial) report (bundle.py titles the notebook with it too)."""
+    tf = r.env.tf_version or "TF ?"
     what = SYMPTOM_WORDS.get(r.symptom or "", r.symptom or "problem")
     what = what[:1].upper() + what[1:]
     if r.first_bad_commit:
@@ -61,12 +58,11 @@ def title(doc: dict[str, Any]) -> str:
     return f"{what}{with_} (TensorFlow {tf})"
 
 
-def render_issue(doc: dict[str, Any]) -> str:
-    """ISSUE.md from the report document (report.json's dict)."""
-    r = Report.of(doc)
+def render_issue(r: Report) -> str:
+    """ISSUE.md from the report."""
     where = route(r)
     form = keras_form(r, where) if where.keras else tensorflow_form(r)
-    out = [f"# {title(doc)}", "", _preamble(r, where), ""]
+    out = [f"# {title(r)}", "", _preamble(r, where), ""]
     for name, value in form:
         out.extend([f"### {name}", "", value.rstrip(), ""])
     out.extend(beyond_the_form(r))
@@ -87,7 +83,7 @@ def _preamble(r: Report, where: Route) -> str:
 
 def tensorflow_form(r: Report) -> list[tuple[str, str]]:
     """(field label, answer) for every field of TensorFlow's bug form, in order."""
-    env = r.environment
+    env = r.env
     current, expected = (_plain(x) for x in behaviour(r))  # plain text: the field is shell-rendered
     binary = install_source(env) == "binary"
     build = env.build_info or {}
@@ -156,7 +152,7 @@ def _plain(text: str) -> str:
 
 def keras_form(r: Report, where: Route) -> list[tuple[str, str]]:
     """keras-team/keras's bug template, section by section (markdown)."""
-    env, repro = r.environment, r.repro or {}
+    env, repro = r.env, r.repro or {}
     current, expected = behaviour(r)
     keras_v = env.keras_version or (env.keras_dist or {}).get("version") or "unknown"
     system = [

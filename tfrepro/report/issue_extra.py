@@ -73,7 +73,7 @@ def rerun_sentence(rep: Reproduction | None) -> str:
 
 
 def training_setup(r: Report) -> list[str]:
-    env, setup = r.environment, r.setup or {}
+    env, setup = r.env, r.setup or {}
     keras_v = env.keras_version or (env.keras_dist or {}).get("version")
     tfk = env.tf_keras_dist
     deterministic = (r.settings or {}).get("deterministic")
@@ -110,8 +110,8 @@ def environment_variables(r: Report) -> list[str]:
         code("\n".join(f"{k}={v}" for k, v in env_vars.items()) or "(none set)"),
         "",
     ]
-    if r.environment.probe_error:
-        out.extend([f"Environment probe: {r.environment.probe_error}", ""])
+    if r.env.probe_error:
+        out.extend([f"Environment probe: {r.env.probe_error}", ""])
     return out
 
 

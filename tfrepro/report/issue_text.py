@@ -97,7 +97,7 @@ def _alone(r: Report) -> str:
 
 
 def _baseline_words(r: Report) -> str:
-    loss = r.baseline.losses or []
+    loss = r.base.losses or []
     if not loss:
         return "training completes"
     return f"the loss goes from {fmt(loss[0])} to {fmt(loss[-1])} over {len(loss)} steps"
@@ -131,8 +131,8 @@ def _timeout(r: Report, who: str) -> tuple[str, str]:
 
 
 def _slowdown(r: Report, who: str) -> tuple[str, str]:
-    timing = r.evidence.timing
-    b, c = r.baseline.median_step_time, r.candidate.median_step_time
+    timing = r.evidence.timed
+    b, c = r.base.median_step_time, r.candidate.median_step_time
     if timing.baseline and timing.candidate:
         # one number per claim: the step times and the ratio from the same timed samples
         b, c = statistics.median(timing.baseline), statistics.median(timing.candidate)
@@ -159,9 +159,9 @@ def timing_support(timing: Timing) -> str:
 def mismatch_pair(r: Report) -> tuple[TrialFacts, TrialFacts]:
     """(candidate, reference) trials a mismatch compares: both from the
     report's re-run when it ran the reference, else the bisect's."""
-    if r.reference_trial:
-        return r.rerun.trial or r.candidate, r.reference_trial
-    return r.candidate, r.baseline
+    if r.reference:
+        return r.rerun.trial or r.candidate, r.reference
+    return r.candidate, r.base
 
 
 def _mismatch(r: Report, who: str) -> tuple[str, str]:
@@ -197,7 +197,7 @@ def _mb(x: Any) -> str:
 
 
 def _memory(r: Report, who: str) -> tuple[str, str]:
-    cand, base = r.candidate, r.baseline
+    cand, base = r.candidate, r.base
     if cand.crashed:
         cur = f"{who}, training is killed for memory: `{cand.error or 'exit ' + str(cand.exit_code)}`."
     else:
@@ -235,7 +235,7 @@ def _series(xs: list[Any], scale: float = 1.0, n: int = 12) -> str:
 
 def series_log(r: Report) -> list[str]:
     """The measured series a maintainer compares, as text."""
-    cand, base = r.culprit_trial or TrialFacts(), r.baseline
+    cand, base = r.culprit or TrialFacts(), r.base
     if r.symptom == "slowdown":
         lines = [
             f"step time, ms (culprit configuration): {_series(cand.step_times or [], 1000)}",
@@ -277,7 +277,7 @@ def log_output(r: Report) -> str:
     loc = r.localization or {}
     if loc.get("found"):
         log.append(loc.get("excerpt") or "")
-    cand = r.culprit_trial or TrialFacts()
+    cand = r.culprit or TrialFacts()
     if cand.error_detail:  # a crash's traceback, last lines
         log.append("\n".join(str(cand.error_detail).strip().splitlines()[-40:]))
     elif cand.error:

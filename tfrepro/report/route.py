@@ -78,7 +78,7 @@ def crash_package(r: Report) -> str | None:
     that package, else None."""
     if r.symptom != "crash":
         return None
-    for t in (r.culprit_trial or TrialFacts(), r.rerun.trial or TrialFacts()):
+    for t in (r.culprit or TrialFacts(), r.rerun.trial or TrialFacts()):
         frames = _FRAME.findall(str(t.error_detail or ""))
         if frames:
             parts = frames[-1].replace("\\", "/").split("/")
