@@ -112,6 +112,22 @@ class NightlyRun:
 
 
 @dataclass(frozen=True)
+class Repro:
+    """report.json's `repro`: the exported repro (document.py) and its trim
+    (confirm.py: `trimmed`, and what the trim did or why it was not kept)."""
+
+    entry: str = "repro.py"
+    files: list[str] | None = None
+    code: str | None = None
+    extra_imports: list[str] | None = None  # top-level packages beyond TensorFlow and NumPy
+    reference: str = "reference.py"
+    diff: str | None = None
+    command: str = "python repro.py"
+    trimmed: bool | None = None
+    trim: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
 class Evidence:
     """What the bisect measured besides the answer: report.json's `evidence`,
     the run's result fields of these names as result.json has them (its
@@ -195,7 +211,7 @@ class Report:
     setup: dict[str, Any] | None = None
     reproduction: Reproduction | None = None
     localization: dict[str, Any] | None = None
-    repro: dict[str, Any] | None = None
+    repro: Repro = Repro()
     artifacts: dict[str, str] | None = None
     reference_trial: dict[str, Any] | None = None  # a mismatch's re-run of reference.py: written only then
     data: dict[str, Any] | None = None

@@ -167,7 +167,7 @@ def build_report(
         artifacts.update(_write_notebook(write, ctx, export, env_facts))
         facts = dict(reproduction=reproduction, loc=loc, env_facts=env_facts, environ=environ, artifacts=artifacts)
         report = document(ctx, export, scrubber=scrubber, **facts)
-        repro = {**(report.repro or {}), "trimmed": trim["trimmed"], "trim": trim}
+        repro = replace(report.repro, trimmed=trim["trimmed"], trim=trim)
         report = replace(report, repro=repro, data=data.to_dict())
         if how.nightly:
             report = replace(report, nightly=nightly_rerun(ctx, export, max_pairs=how.max_pairs, say=say))

@@ -9,7 +9,7 @@ from dataclasses import asdict, fields
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
-from tfrepro.report.answer import Evidence, NightlyRun, Report, Reproduction, of
+from tfrepro.report.answer import Evidence, NightlyRun, Report, Repro, Reproduction, of
 from tfrepro.report.confirm import rerun_settings
 from tfrepro.report.export import ENTRY, Export
 from tfrepro.report.records import ResultJson
@@ -89,17 +89,17 @@ def document(
     )
 
 
-def _repro_facts(ctx: Context, export: Export) -> dict[str, Any]:
+def _repro_facts(ctx: Context, export: Export) -> Repro:
     command = rerun_settings(ctx).command
-    return {
-        "entry": ENTRY,
-        "files": sorted(export.cand_files),
-        "code": export.cand_files[ENTRY],
-        "extra_imports": extra_imports(export.cand_files),
-        "reference": export.ref_name,
-        "diff": export.diff,
-        "command": shlex.join(["python", *command[1:]]) if command else f"python {ENTRY}",
-    }
+    return Repro(
+        entry=ENTRY,
+        files=sorted(export.cand_files),
+        code=export.cand_files[ENTRY],  # type: ignore[arg-type]
+        extra_imports=extra_imports(export.cand_files),
+        reference=export.ref_name,
+        diff=export.diff,
+        command=shlex.join(["python", *command[1:]]) if command else f"python {ENTRY}",
+    )
 
 
 def _nightly(result: ResultJson) -> NightlyRun | None:

@@ -104,7 +104,7 @@ def tensorflow_form(r: Report) -> list[tuple[str, str]]:
         "CUDA/cuDNN version": cuda_line(env),
         "GPU model and memory": gpu_line(env),
         "Current behavior?": f"{current}\n\nExpected: {expected}\n\n{_plain(rerun_sentence(r.reproduction))}",
-        "Standalone code to reproduce the issue": (r.repro or {}).get("code") or "# (export unavailable)",
+        "Standalone code to reproduce the issue": r.repro.code or "# (export unavailable)",
         "Relevant log output": log_output(r),
     }
     return [(name, values[name]) for name in TF_FORM]
@@ -152,7 +152,7 @@ def _plain(text: str) -> str:
 
 def keras_form(r: Report, where: Route) -> list[tuple[str, str]]:
     """keras-team/keras's bug template, section by section (markdown)."""
-    env, repro = r.env, r.repro or {}
+    env, repro = r.env, r.repro
     current, expected = behaviour(r)
     keras_v = env.keras_version or (env.keras_dist or {}).get("version") or "unknown"
     system = [
@@ -163,7 +163,7 @@ def keras_form(r: Report, where: Route) -> list[tuple[str, str]]:
         f"Python version: {env.python or 'unknown'}",
         "Bazel version (if compiling from source): n/a",
         f"GPU model and memory: {gpu_line(env)}",
-        f"Exact command to reproduce: `{repro.get('command') or 'python repro.py'}`",
+        f"Exact command to reproduce: `{repro.command}`",
         f"Keras version: {keras_v}" + (f"; tf_keras {env.tf_keras_dist.get('version')}" if env.tf_keras_dist else ""),
         "Keras backend: tensorflow",
         f"CUDA/cuDNN: {cuda_line(env)}",
@@ -173,6 +173,6 @@ def keras_form(r: Report, where: Route) -> list[tuple[str, str]]:
         ("Describe the problem", f"This looks like a Keras bug rather than a TensorFlow one: {where.reason}."),
         ("Describe the current behavior", f"{current}\n\n{rerun_sentence(r.reproduction)}"),
         ("Describe the expected behavior", expected),
-        ("Standalone code to reproduce the issue", code(repro.get("code") or "# (export unavailable)", "python")),
+        ("Standalone code to reproduce the issue", code(repro.code or "# (export unavailable)", "python")),
         ("Source code / logs", code(log_output(r))),
     ]

@@ -36,9 +36,9 @@ def beyond_the_form(r: Report) -> list[str]:
 
 
 def reproduction(r: Report) -> list[str]:
-    repro = r.repro or {}
+    repro = r.repro
     out = ["### Reproduction", ""]
-    extra = repro.get("extra_imports") or []
+    extra = repro.extra_imports or []
     needs = (
         "it needs only TensorFlow and NumPy."
         if not extra
@@ -46,8 +46,8 @@ def reproduction(r: Report) -> list[str]:
         + ", ".join(f"`{x}`" for x in extra)
         + " (a maintainer will ask for a script without them)."
     )
-    out.append(f"Run it with `{repro.get('command') or 'python repro.py'}`: {needs}")
-    extra_files = [f for f in repro.get("files") or [] if f != repro.get("entry", "repro.py")]
+    out.append(f"Run it with `{repro.command}`: {needs}")
+    extra_files = [f for f in repro.files or [] if f != repro.entry]
     if extra_files:
         out.append(
             "The script imports these files, also in the bundle (attach them): "
@@ -205,15 +205,15 @@ def _trials_table(table: list[TrialRow]) -> list[str]:
 
 
 def culprit_diff(r: Report) -> list[str]:
-    repro = r.repro or {}
-    if not repro.get("diff"):
+    repro = r.repro
+    if not repro.diff:
         return []
     what = (
         "The change from the good commit to the first bad commit"
         if r.first_bad_commit
         else "The change that turns the culprit on"
     )
-    return [f"{what} (`{repro.get('reference', 'reference.py')}` → `repro.py`):", "", code(repro["diff"], "diff"), ""]
+    return [f"{what} (`{repro.reference}` → `repro.py`):", "", code(repro.diff, "diff"), ""]
 
 
 def bundle_files(r: Report) -> list[str]:

@@ -50,7 +50,7 @@ def route(r: Report) -> Route:
         return Route(keras_repo, "a version bisect found that the symptom follows the Keras version")
     if follows == "tensorflow":
         return Route(TENSORFLOW, "a version bisect found that the symptom follows the TensorFlow version")
-    switch = _keras_switch((r.repro or {}).get("diff") or "")
+    switch = _keras_switch(r.repro.diff or "")
     if switch == "tf_keras":
         return Route(TF_KERAS, "the symptom appears when the culprit switches from Keras 3 to tf_keras")
     if switch == "keras":
