@@ -152,7 +152,8 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Env:
-    """The environment facts (report/environment.py): versions, devices, CUDA."""
+    """The environment facts as the report reads them (inside/envprobe.py
+    writes them; inside/runtimeprobe.py adds `runtime`): versions, devices, CUDA."""
 
     tf_version: str | None = None
     tf_git_version: str | None = None
@@ -162,9 +163,9 @@ class Env:
     tf_keras_dist: dict[str, str] | None = None
     numpy_dist: dict[str, str] | None = None
     python: str | None = None
-    os: str = "unknown"
-    platform: str = "?"
-    machine: str = "?"
+    os: str | None = None
+    platform: str | None = None
+    machine: str | None = None
     cpu_count: int | None = None
     devices: list[dict[str, str]] | None = None
     gpus: list[dict[str, str]] | None = None
@@ -173,7 +174,19 @@ class Env:
     build_info: dict[str, Any] | None = None
     cuda_wheels: dict[str, str] | None = None
     ld_library_path: str | None = None
+    runtime: dict[str, Any] | None = None  # precision policy, XLA, determinism as a fresh process starts
+    tf_error: str | None = None
     probe_error: str | None = None
+
+    @property
+    def tensorflow(self) -> str | None:
+        """TensorFlow's version: as it said, else its distribution's."""
+        return self.tf_version or (self.tf_dist or {}).get("version")
+
+    @property
+    def keras(self) -> str | None:
+        """Keras's version: as it said, else its distribution's."""
+        return self.keras_version or (self.keras_dist or {}).get("version")
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
 from tfrepro.report.export import ENTRY, Export, Write, entry_of, export_variants, write_scripts
-from tfrepro.report.records import EnvFacts, ResultJson, run_dirs
+from tfrepro.report.records import ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
 from tfrepro.report.replicas import with_split
 from tfrepro.report.rerun import Runner, write_files
@@ -164,7 +164,9 @@ def build_report(
             reproduction, probe=how.probe_environment, python=how.python, environ=environ, say=say
         )
         artifacts.update(plots(out, ctx.result, ctx.symptom, reproduction))
-        artifacts.update(_write_notebook(write, ctx, export, env_facts))
+        culprits, first_bad = ctx.result.get("culprits") or [], ctx.result.get("first_bad_commit")
+        head = Report(symptom=ctx.symptom, culprits=culprits, environment=env_facts, first_bad_commit=first_bad)
+        artifacts.update(_write_notebook(write, ctx, export, head))
         facts = dict(reproduction=reproduction, loc=loc, env_facts=env_facts, environ=environ, artifacts=artifacts)
         report = document(ctx, export, scrubber=scrubber, **facts)
         repro = replace(report.repro, trimmed=trim["trimmed"], trim=trim)
@@ -235,16 +237,15 @@ def _project_root(run_dir: Path, result: ResultJson) -> Path:
     return Path(result["project"])
 
 
-def _write_notebook(write: Write, ctx: Context, export: Export, env: EnvFacts) -> dict[str, str]:
+def _write_notebook(write: Write, ctx: Context, export: Export, head: Report) -> dict[str, str]:
+    """repro.ipynb, titled as the issue is (`head`: the report's first facts)."""
     import nbformat
 
     from tfrepro.report import notebook
 
-    culprits, first_bad = ctx.result.get("culprits") or [], ctx.result.get("first_bad_commit")
-    head = Report(symptom=ctx.symptom, culprits=culprits, environment=env, first_bad_commit=first_bad)  # type: ignore[arg-type]
     try:
         code = notebook_code(export.cand_files[ENTRY], ENTRY, script_args(ctx.settings, ctx.entry))
-        nb = notebook.build(code, symptom=ctx.symptom, env=env, title=issue_md.title(head))
+        nb = notebook.build(code, symptom=ctx.symptom, env=head.env, title=issue_md.title(head))
     except SyntaxError as e:
         return {"repro.ipynb": f"skipped: repro.py does not parse ({e.msg}, line {e.lineno})"}
     write("repro.ipynb", nbformat.writes(nb, version=4))

@@ -96,7 +96,7 @@ def tensorflow_form(r: Report) -> list[tuple[str, str]]:
         "Source": install_source(env),
         "TensorFlow version": _tf_version(env),
         "Custom code": "Yes",
-        "OS platform and distribution": f"{env.os} ({env.platform}, {env.machine})",
+        "OS platform and distribution": f"{env.os or 'unknown'} ({env.platform or '?'}, {env.machine or '?'})",
         "Mobile device": "n/a",
         "Python version": env.python or "unknown",
         "Bazel version": "n/a (binary install)" if binary else "unknown",
@@ -134,7 +134,7 @@ def nightly_answer(nightly: NightlyRun | None) -> str:
 
 def _tf_version(env: Env) -> str:
     tf_dist = env.tf_dist or {}
-    version = env.tf_version or tf_dist.get("version") or "unknown"
+    version = env.tensorflow or "unknown"
     if env.tf_git_version:
         version += f" ({env.tf_git_version})"
     if tf_dist.get("name") and tf_dist.get("name") != "tensorflow":
@@ -154,10 +154,10 @@ def keras_form(r: Report, where: Route) -> list[tuple[str, str]]:
     """keras-team/keras's bug template, section by section (markdown)."""
     env, repro = r.env, r.repro
     current, expected = behaviour(r)
-    keras_v = env.keras_version or (env.keras_dist or {}).get("version") or "unknown"
+    keras_v = env.keras or "unknown"
     system = [
         "Have I written custom code (as opposed to using a stock example script provided in Keras): Yes",
-        f"OS Platform and Distribution: {env.os}",
+        f"OS Platform and Distribution: {env.os or 'unknown'}",
         f"TensorFlow installed from (source or binary): {install_source(env)}",
         f"TensorFlow version: {_tf_version(env)}",
         f"Python version: {env.python or 'unknown'}",

@@ -74,7 +74,7 @@ def rerun_sentence(rep: Reproduction | None) -> str:
 
 def training_setup(r: Report) -> list[str]:
     env, setup = r.env, r.setup or {}
-    keras_v = env.keras_version or (env.keras_dist or {}).get("version")
+    keras_v = env.keras
     tfk = env.tf_keras_dist
     deterministic = (r.settings or {}).get("deterministic")
     rows = [

@@ -1,6 +1,7 @@
 """The JSON documents the report reads from disk, as written there: the
 bisect's result.json (its trial summaries: answer.TrialFacts), the
-data reads the harness recorded (inside/harness_data.py), the probes' facts.
+data reads the harness recorded (inside/harness_data.py), the settings the
+setup and localize plugins record (the environment probe's facts: answer.Env).
 Only the keys the report reads are named; the others pass through as they
 are, so what is written back (result.json, report.json) is unchanged."""
 
@@ -50,25 +51,6 @@ def run_dirs(runs: Path) -> list[Path]:
     """The run directories (those holding a result.json) under `runs`, oldest first."""
     found = (d for d in runs.iterdir() if (d / "result.json").is_file())
     return sorted(found, key=lambda d: (d.stat().st_mtime, d.name))
-
-
-class EnvFacts(TypedDict, total=False):
-    """inside/envprobe.py's facts (inside/runtimeprobe.py adds `runtime`)."""
-
-    python: str
-    os: str
-    tf_version: str | None
-    keras_version: str | None
-    tf_dist: dict[str, str]  # name, version
-    keras_dist: dict[str, str]
-    tf_keras_dist: dict[str, str]
-    numpy_dist: dict[str, str]
-    devices: list[dict[str, Any]]
-    gpus: list[dict[str, Any]]
-    nvidia_driver: str | None
-    runtime: dict[str, Any]
-    tf_error: str
-    probe_error: str
 
 
 class TrialSetup(TypedDict, total=False):  # inside/setup_plugin.py: a trial's `extra["setup"]`
