@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from report_fakes import ScriptedRunner, build, make_project, make_run
 from tfrepro.cli import main
 from tfrepro.errors import UserError
 from tfrepro.report import events
+from tfrepro.report.answer import Report
 from tfrepro.report.bundle import find_run
 from tfrepro.report.localize import enclosing_scope, parse_check_numerics
 from tfrepro.report.scan import scan_setup
@@ -192,6 +194,10 @@ def test_check_numerics_error_names_op_layer_and_line():
         "(CustomNorm) at repro.py:9 in `CustomNorm.call`"
     )
     assert "Stack trace" not in loc.excerpt and 'graph op "Exp"' in loc.excerpt
+    # report.json's localization: its fields and headline, read back into the same value
+    written = Report(localization=loc).json()["localization"]
+    assert written == {**asdict(loc), "headline": loc.headline()}
+    assert Report.of({"localization": written}).localization == loc
 
 
 def test_other_errors_are_not_mistaken_for_a_localisation():
@@ -400,7 +406,6 @@ def test_desktop_session_words_are_not_hunted_through_texts():
 
 
 def test_issue_states_gpu_and_cuda_when_present():
-    from tfrepro.report.answer import Report
     from tfrepro.report.issue import render_issue
 
     doc = {

@@ -86,7 +86,7 @@ def report(
                 err=True,
             )
     if r.localization:
-        click.echo(f"localisation: {r.localization['headline']}")
+        click.echo(f"localisation: {r.localization.headline()}")
     for name, what in (r.artifacts or {}).items():
         click.echo(f"  {name}: {what}")
 

@@ -7,9 +7,10 @@ sub-document is None where a field allows it, else an all-default value."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, TypeVar, get_args, get_type_hints
 
+from tfrepro.report.records import RuntimeSettings
 from tfrepro.trials.values import TrialRow
 
 T = TypeVar("T")
@@ -21,7 +22,7 @@ def of(cls: type[T], d: dict[str, Any] | None) -> T | None:
     if not d:
         return None
     hints = get_type_hints(cls)
-    return cls(**{f.name: _value(hints[f.name], d.get(f.name, f.default)) for f in fields(cls)})  # type: ignore
+    return cls(**{f.name: _value(hints[f.name], d[f.name]) for f in fields(cls) if f.name in d})
 
 
 def _value(hint: Any, v: Any) -> Any:
@@ -190,6 +191,52 @@ class Env:
 
 
 @dataclass(frozen=True)
+class Localization:
+    """report.json's `localization` (localize.py `localize`): the first
+    non-finite value check_numerics saw. `found` False means the run
+    finished (or failed) without check_numerics firing; `note` says why.
+    Written with its `headline` besides its fields."""
+
+    found: bool = False
+    op_type: str | None = None
+    node: str | None = None  # full graph node name, CheckNumerics suffix removed
+    scope: str | None = None  # name scope of the node (layers, outer to inner)
+    layer: str | None = None  # the layer name, matched against the model's layers
+    layer_class: str | None = None
+    kind: str | None = None  # "NaN", "+Inf", ...
+    dtype: str | None = None
+    shape: str | None = None
+    input_tensor: str | None = None
+    backward: bool = False  # the op belongs to the gradient computation
+    file: str | None = None  # relative to the repro directory
+    line: int | None = None
+    code: str | None = None  # the source line
+    function: str | None = None  # Class.method / function containing the line
+    note: str = ""
+    excerpt: str = ""  # the part of the error a maintainer wants to read
+    settings: RuntimeSettings = field(default_factory=lambda: RuntimeSettings())
+
+    def headline(self) -> str:
+        """The finding in one clause (ISSUE.md, the CLI's summary)."""
+        if not self.found:
+            return self.note or "check_numerics did not fire"
+        where = f"layer `{self.layer}`" if self.layer else (f"scope `{self.scope}`" if self.scope else "")
+        if self.layer_class:
+            where += f" ({self.layer_class})" if where else f"`{self.layer_class}`"
+        loc = f"{self.file}:{self.line}" if self.file and self.line else ""
+        text = f"first non-finite value ({self.kind or 'NaN/Inf'}) produced by op `{self.op_type}`"
+        if where:
+            text += f" in {where}"
+        if self.backward:
+            text += ", in the backward pass"
+        if loc:
+            text += f" at {loc}"
+            if self.function:
+                text += f" in `{self.function}`"
+        return text
+
+
+@dataclass(frozen=True)
 class Report:
     """report.json: everything ISSUE.md says, as data (document.py
     `document` builds it). `json` writes it, `Report.of` reads it back. The
@@ -223,7 +270,7 @@ class Report:
     redacted_env_count: int | None = None  # how many, never their names
     setup: dict[str, Any] | None = None
     reproduction: Reproduction | None = None
-    localization: dict[str, Any] | None = None
+    localization: Localization | None = None
     repro: Repro = Repro()
     artifacts: dict[str, str] | None = None
     reference_trial: dict[str, Any] | None = None  # a mismatch's re-run of reference.py: written only then
@@ -235,8 +282,11 @@ class Report:
         return of(cls, doc) or cls()
 
     def json(self) -> dict[str, Any]:
-        """report.json's document: every field, `reference_trial` only where there is one."""
+        """report.json's document: every field, the localisation's headline,
+        `reference_trial` only where there is one."""
         doc = asdict(self)
+        if self.localization:
+            doc["localization"]["headline"] = self.localization.headline()
         if self.reference_trial is None:
             del doc["reference_trial"]
         return doc

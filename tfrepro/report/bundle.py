@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from tfrepro.errors import UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report import outdir
-from tfrepro.report.answer import Report
+from tfrepro.report.answer import Localization, Report
 from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
@@ -272,7 +272,9 @@ def _without_npz(export: Export) -> tuple[Export, bytes | None]:
     return replace(export, cand_files={k: v for k, v in export.cand_files.items() if k != "data.npz"}), npz
 
 
-def _localize(ctx: Context, export: Export, *, localize: bool, python: str | None, say: Progress) -> Any:
+def _localize(
+    ctx: Context, export: Export, *, localize: bool, python: str | None, say: Progress
+) -> Localization | None:
     if not (localize and ctx.symptom == "nan"):
         return None
     from tfrepro.report.localize import localize as run_localize

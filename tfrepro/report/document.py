@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import asdict, fields
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
-from tfrepro.report.answer import Evidence, NightlyRun, Report, Repro, Reproduction, of
+from tfrepro.report.answer import Evidence, Localization, NightlyRun, Report, Repro, Reproduction, of
 from tfrepro.report.confirm import rerun_settings
 from tfrepro.report.export import ENTRY, Export
 from tfrepro.report.records import ResultJson
@@ -28,7 +28,7 @@ OWN_FILES = {
 }
 
 
-def _setup_facts(export: Export, reproduction: Reproduction | None, loc: Any) -> dict[str, Any]:
+def _setup_facts(export: Export, reproduction: Reproduction | None, loc: Localization | None) -> dict[str, Any]:
     """Precision, replicas, XLA...: read from the source, then corrected by
     what the re-run and the localisation saw at run time."""
     setup = scan_setup(export.cand_files[ENTRY])
@@ -42,7 +42,7 @@ def document(
     export: Export,
     *,
     reproduction: Reproduction | None,
-    loc: Any,
+    loc: Localization | None,
     env_facts: dict[str, Any],
     environ: dict[str, str],
     scrubber: Scrubber,
@@ -82,7 +82,7 @@ def document(
         redacted_env_count=withheld_count(environ),
         setup=_setup_facts(export, reproduction, loc),
         reproduction=reproduction,
-        localization=({**asdict(loc), "headline": loc.headline()} if loc else None),
+        localization=loc,
         repro=_repro_facts(ctx, export),
         artifacts={**artifacts, **OWN_FILES},
         reference_trial=reference or None,

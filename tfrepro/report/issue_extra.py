@@ -122,13 +122,13 @@ def localisation(r: Report) -> list[str]:
     out = ["### Where the first non-finite value appears", ""]
     if not loc:
         return out + ["Localisation was not run.", ""]
-    if not loc.get("found"):
-        return out + [f"Localisation with check_numerics (XLA off) found nothing: {loc.get('note')}.", ""]
+    if not loc.found:
+        return out + [f"Localisation with check_numerics (XLA off) found nothing: {loc.note}.", ""]
     out += [
-        (f"Re-running `repro.py` under `tf.debugging.enable_check_numerics()` with XLA off: {loc.get('headline')}."),
+        (f"Re-running `repro.py` under `tf.debugging.enable_check_numerics()` with XLA off: {loc.headline()}."),
         "",
     ]
-    if (loc.get("settings") or {}).get("loss_scale_start"):
+    if (loc.settings or {}).get("loss_scale_start"):
         out += [
             (
                 "(For this run the loss-scale optimizer started at scale 1, so the overflowing scaled gradients "
@@ -136,11 +136,11 @@ def localisation(r: Report) -> list[str]:
             ),
             "",
         ]
-    if loc.get("code"):
-        out += [code(f"{loc.get('file')}:{loc.get('line')}: {loc['code']}", "python"), ""]
-    det = [f"op type `{loc.get('op_type')}`", f"node `{loc.get('node')}`"]
-    facts = (("dtype", "dtype {}"), ("shape", "shape {}"), ("input_tensor", "input `{}`"))
-    det += [label.format(loc[key]) for key, label in facts if loc.get(key)]
+    if loc.code:
+        out += [code(f"{loc.file}:{loc.line}: {loc.code}", "python"), ""]
+    det = [f"op type `{loc.op_type}`", f"node `{loc.node}`"]
+    facts = ((loc.dtype, "dtype {}"), (loc.shape, "shape {}"), (loc.input_tensor, "input `{}`"))
+    det += [label.format(value) for value, label in facts if value]
     return out + ["- " + "; ".join(det), ""]
 
 
