@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -264,11 +265,10 @@ def env_cmd(as_json: bool, python: str | None) -> None:
     from tfrepro.report.envreport import collect_env, env_lines
     from tfrepro.trials.confine import detect
 
-    doc = collect_env(python)
     conf = detect()
-    doc["confinement"] = {"mode": conf.mode, "detail": conf.describe()}
+    doc = replace(collect_env(python), confinement={"mode": conf.mode, "detail": conf.describe()})
     lines = [*env_lines(doc), f"confinement: {conf.describe()}"]
-    click.echo(json.dumps(doc, indent=2) if as_json else "\n".join(lines))
+    click.echo(json.dumps(doc.json(), indent=2) if as_json else "\n".join(lines))
 
 
 @main.command("envs")
