@@ -159,3 +159,12 @@ def test_a_keras_bug_gets_the_keras_form():
     assert "- Keras version: 3.12.0" in fields["System information"]
     assert fields["Standalone code to reproduce the issue"].startswith("```python\n")  # a markdown template
     assert "Have you reproduced the bug with TensorFlow Nightly?" not in text
+
+
+def test_a_found_localisation_is_stated_and_its_excerpt_logged():
+    loc = {"found": True, "op_type": "Exp", "layer": "custom_norm", "file": "repro.py", "line": 9, "kind": "+Inf"}
+    loc |= {"code": "e = tf.exp(x * 20.0)", "excerpt": 'Detected Infinity or NaN in output 0 of graph op "Exp"'}
+    text = render_issue(Report.of(doc("nan", localization=loc)))
+    assert 'Detected Infinity or NaN in output 0 of graph op "Exp"' in dict(sections(text))["Relevant log output"]
+    assert "produced by op `Exp` in layer `custom_norm` at repro.py:9." in text
+    assert "repro.py:9: e = tf.exp(x * 20.0)" in text

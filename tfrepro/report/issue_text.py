@@ -274,9 +274,8 @@ def log_output(r: Report) -> str:
     """The error output (localisation excerpt, traceback tail, the re-run's
     error) and the measured series, as plain text."""
     log = []
-    loc = r.localization or {}
-    if loc.get("found"):
-        log.append(loc.get("excerpt") or "")
+    if r.localization and r.localization.found:
+        log.append(r.localization.excerpt)
     cand = r.culprit or TrialFacts()
     if cand.error_detail:  # a crash's traceback, last lines
         log.append("\n".join(str(cand.error_detail).strip().splitlines()[-40:]))
