@@ -1,7 +1,9 @@
 """The run's answer as the report writes and reads it: report.json's
 document as frozen values (`Report`: document.py builds it, `Report.json`
-writes it, `Report.of` reads it back), result.json's trials table as
-TypedDicts. A field holds the JSON value as written, or the
+writes it, bundle.py reads the written, scrubbed document back with
+`Report.of`); what others wrote (trial summaries, environment facts,
+timing) kept as written and read as `TrialFacts`, `Env`, `Timing`;
+result.json's trials table as TypedDicts. A field holds the JSON value as written, or the
 default its reader falls back to where the key is absent; an empty or absent
 sub-document is None where a field allows it, else an all-default value."""
 
