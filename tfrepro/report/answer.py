@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, TypeVar, get_args, get_type_hints
 
 from tfrepro.report.records import RuntimeSettings
+from tfrepro.report.scan import Setup
 from tfrepro.trials.values import TrialRow
 
 T = TypeVar("T")
@@ -270,7 +271,7 @@ class Report:
     environment: dict[str, Any] | None = None
     env_vars: dict[str, str] | None = None
     redacted_env_count: int | None = None  # how many, never their names
-    setup: dict[str, Any] | None = None
+    setup: Setup = Setup()  # what the script sets up (scan.py)
     reproduction: Reproduction | None = None
     localization: Localization | None = None
     repro: Repro = Repro()

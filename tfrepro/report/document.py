@@ -13,7 +13,7 @@ from tfrepro.report.answer import Evidence, Localization, NightlyRun, Report, Re
 from tfrepro.report.confirm import rerun_settings
 from tfrepro.report.export import ENTRY, Export
 from tfrepro.report.records import ResultJson
-from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
+from tfrepro.report.scan import Setup, extra_imports, merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 
 if TYPE_CHECKING:
@@ -28,7 +28,7 @@ OWN_FILES = {
 }
 
 
-def _setup_facts(export: Export, reproduction: Reproduction | None, loc: Localization | None) -> dict[str, Any]:
+def _setup_facts(export: Export, reproduction: Reproduction | None, loc: Localization | None) -> Setup:
     """Precision, replicas, XLA...: read from the source, then corrected by
     what the re-run and the localisation saw at run time."""
     setup = scan_setup(export.cand_files[ENTRY])

@@ -73,7 +73,7 @@ def rerun_sentence(rep: Reproduction | None) -> str:
 
 
 def training_setup(r: Report) -> list[str]:
-    env, setup = r.env, r.setup or {}
+    env, setup = r.env, r.setup
     keras_v = env.keras
     tfk = env.tf_keras_dist
     deterministic = (r.settings or {}).get("deterministic")
@@ -82,18 +82,17 @@ def training_setup(r: Report) -> list[str]:
             "Keras",
             f"{keras_v or 'unknown'}"
             + (f"; tf_keras {tfk['version']}" if tfk else "")
-            + (f" — script uses {setup['keras_flavour']}" if setup.get("keras_flavour") else ""),
+            + (f" — script uses {setup.keras_flavour}" if setup.keras_flavour else ""),
         ),
         ("NumPy", (env.numpy_dist or {}).get("version", "unknown")),
-        ("Precision policy", setup.get("precision_policy", "unknown")),
-        ("Distribution / replicas", f"{setup.get('distribution', 'unknown')}; replicas: {setup.get('replicas', '?')}"),
-        ("XLA", setup.get("xla", "unknown")),
+        ("Precision policy", setup.precision_policy),
+        ("Distribution / replicas", f"{setup.distribution}; replicas: {setup.replicas}"),
+        ("XLA", setup.xla),
         (
             "Determinism",
-            setup.get("determinism", "unknown")
-            + ("; tfrepro's trials ran with fixed seeds and op determinism" if deterministic else ""),
+            setup.determinism + ("; tfrepro's trials ran with fixed seeds and op determinism" if deterministic else ""),
         ),
-        ("Eager execution", setup.get("eager", "unknown")),
+        ("Eager execution", setup.eager),
         ("Devices", ", ".join(f"{d.get('name')}" for d in env.devices or []) or "unknown"),
         ("CPU cores", fmt(env.cpu_count)),
     ]

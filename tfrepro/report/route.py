@@ -43,7 +43,7 @@ class Route:
 
 def route(r: Report) -> Route:
     """The repository to file the report in, and why."""
-    legacy = "tf_keras" in str((r.setup or {}).get("keras_flavour") or "")
+    legacy = "tf_keras" in (r.setup.keras_flavour or "")
     keras_repo = TF_KERAS if legacy else KERAS
     follows = r.follows
     if follows == "keras":
