@@ -168,3 +168,10 @@ def test_a_found_localisation_is_stated_and_its_excerpt_logged():
     assert 'Detected Infinity or NaN in output 0 of graph op "Exp"' in dict(sections(text))["Relevant log output"]
     assert "produced by op `Exp` in layer `custom_norm` at repro.py:9." in text
     assert "repro.py:9: e = tf.exp(x * 20.0)" in text
+
+
+def test_a_document_without_symptom_settings_states_the_default_tolerance():
+    from tfrepro.report.issue_text import behaviour
+
+    r = Report.of({"symptom": "mismatch", "culprit_trial": {"losses": [1.0, 2.0]}, "baseline": {"losses": [1.0, 1.0]}})
+    assert "(tolerance 0.05 relative)" in behaviour(r)[0]  # the [symptoms] default, as the loop table uses

@@ -14,6 +14,7 @@ from typing import Any, TypeVar, get_args, get_type_hints
 
 from tfrepro.report.records import RuntimeSettings
 from tfrepro.report.scan import Setup
+from tfrepro.settings import SymptomSettings
 from tfrepro.trials.values import TrialRow
 
 T = TypeVar("T")
@@ -263,7 +264,7 @@ class Report:
     nightly: NightlyRun | None = None
     features: dict[str, dict[str, Any]] | None = None  # name: description, affects_loss
     settings: dict[str, Any] | None = None
-    symptom_settings: dict[str, Any] | None = None
+    symptom_settings: SymptomSettings = SymptomSettings()  # the run's [symptoms] thresholds
     baseline: dict[str, Any] | None = None
     failing: dict[str, Any] | None = None
     culprit_trial: dict[str, Any] | None = None

@@ -72,7 +72,7 @@ def document(
             for n in project.feature_names
         },
         settings=ctx.settings.to_dict(),
-        symptom_settings={k: getattr(ctx.symptoms, k) for k in ("nan", "slowdown", "mismatch", "memory")},
+        symptom_settings=ctx.symptoms,
         baseline=result.get("baseline") or {},
         failing=result.get("failing") or {},
         culprit_trial=result.get("culprit_trial") or result.get("failing") or {},

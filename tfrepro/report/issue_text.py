@@ -167,7 +167,7 @@ def mismatch_pair(r: Report) -> tuple[TrialFacts, TrialFacts]:
 def _mismatch(r: Report, who: str) -> tuple[str, str]:
     cand, ref = mismatch_pair(r)
     r_loss, c_loss = ref.losses or [], cand.losses or []
-    tol = fmt((r.symptom_settings or {}).get("mismatch"))
+    tol = fmt(r.symptom_settings.mismatch)
     cur = f"{who}, the per-step loss no longer matches the reference configuration (tolerance {tol} relative)"
     if r_loss and c_loss:
         cur += f": last loss {fmt(c_loss[-1])} vs {fmt(r_loss[-1])} after {min(len(r_loss), len(c_loss))} steps"
@@ -262,7 +262,7 @@ def series_log(r: Report) -> list[str]:
         if "custom_loop" in (r.culprits or []):
             from tfrepro.report.loop_table import first_diverging_rows
 
-            tol = float((r.symptom_settings or {}).get("mismatch") or 0.05)
+            tol = r.symptom_settings.mismatch
             lines += ["", *first_diverging_rows(cand.losses or [], ref.losses or [], tol)]
         return lines
     if cand.losses:
