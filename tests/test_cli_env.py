@@ -46,7 +46,7 @@ ENVIRON = {
 
 def test_env_doc_versions_settings_and_redacted_variables():
     doc = envreport.env_doc(of(Env, FACTS), ENVIRON)
-    assert doc.versions == {
+    assert doc["versions"] == {
         "tfrepro": __version__,
         "python": "3.11.7",
         "tensorflow": "2.21.0",
@@ -54,17 +54,17 @@ def test_env_doc_versions_settings_and_redacted_variables():
         "tf_keras": "2.21.0",
         "numpy": "2.4.6",
     }
-    assert doc.precision_policy == "mixed_float16"
-    assert doc.xla == {"jit": "off", "TF_XLA_FLAGS": "--tf_xla_auto_jit=2", "XLA_FLAGS": None}
+    assert doc["precision_policy"] == "mixed_float16"
+    assert doc["xla"] == {"jit": "off", "TF_XLA_FLAGS": "--tf_xla_auto_jit=2", "XLA_FLAGS": None}
     # Terraform's TF_VAR_ is no TensorFlow variable; PATH and HF_TOKEN are not listed at all.
-    assert doc.env == {
+    assert doc["env"] == {
         "CUDA_VISIBLE_DEVICES": "0",
         "KERAS_HOME": "~/.keras",
         "TF_GCS_TOKEN": "<redacted>",
         "TF_XLA_FLAGS": "--tf_xla_auto_jit=2",
     }
-    assert doc.withheld_env == 2
-    assert "abc123456789xyz" not in json.dumps(doc.json()) and "hf_AbCd" not in json.dumps(doc.json())
+    assert doc["withheld_env"] == 2
+    assert "abc123456789xyz" not in json.dumps(doc) and "hf_AbCd" not in json.dumps(doc)
 
 
 def test_env_text_and_json(monkeypatch):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -265,10 +264,11 @@ def env_cmd(as_json: bool, python: str | None) -> None:
     from tfrepro.report.envreport import collect_env, env_lines
     from tfrepro.trials.confine import detect
 
+    doc = collect_env(python)
     conf = detect()
-    doc = replace(collect_env(python), confinement={"mode": conf.mode, "detail": conf.describe()})
+    doc["confinement"] = {"mode": conf.mode, "detail": conf.describe()}
     lines = [*env_lines(doc), f"confinement: {conf.describe()}"]
-    click.echo(json.dumps(doc.json(), indent=2) if as_json else "\n".join(lines))
+    click.echo(json.dumps(doc, indent=2) if as_json else "\n".join(lines))
 
 
 @main.command("envs")
