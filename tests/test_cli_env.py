@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from tfrepro import __version__
 from tfrepro.cli import main
 from tfrepro.report import environment, envreport
+from tfrepro.report.answer import Env, of
 
 FACTS = {
     "python": "3.11.7",
@@ -44,7 +45,7 @@ ENVIRON = {
 
 
 def test_env_doc_versions_settings_and_redacted_variables():
-    doc = envreport.env_doc(FACTS, ENVIRON)
+    doc = envreport.env_doc(of(Env, FACTS), ENVIRON)
     assert doc["versions"] == {
         "tfrepro": __version__,
         "python": "3.11.7",

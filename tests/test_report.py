@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from report_fakes import ScriptedRunner, build, make_project, make_run
 from tfrepro.cli import main
 from tfrepro.errors import UserError
 from tfrepro.report import events
+from tfrepro.report.answer import Report
 from tfrepro.report.bundle import find_run
 from tfrepro.report.localize import enclosing_scope, parse_check_numerics
 from tfrepro.report.scan import scan_setup
@@ -192,6 +194,10 @@ def test_check_numerics_error_names_op_layer_and_line():
         "(CustomNorm) at repro.py:9 in `CustomNorm.call`"
     )
     assert "Stack trace" not in loc.excerpt and 'graph op "Exp"' in loc.excerpt
+    # report.json's localization: its fields and headline, read back into the same value
+    written = Report(localization=loc).json()["localization"]
+    assert written == {**asdict(loc), "headline": loc.headline()}
+    assert Report.of({"localization": written}).localization == loc
 
 
 def test_other_errors_are_not_mistaken_for_a_localisation():
@@ -267,6 +273,7 @@ def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project, monk
     assert "tensorboard not installed" in (b.out / "ISSUE.md").read_text()
     doc = json.loads((b.out / "report.json").read_text())
     assert doc["culprits"] == ["mixed_precision"] and doc["reproduction"]["reproduced"] is True
+    assert b.report.json() == doc  # report.json is written from the Report and read back into it
     # Paths under the home directory show as ~.
     assert doc["project"] == "~/proj"
 
@@ -274,7 +281,7 @@ def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project, monk
 def test_crash_bundle_quotes_the_traceback(project):
     run = make_run(project, "crash", ["bad_reshape"])
     b = build(run, ScriptedRunner())
-    assert b.reproduced is True and "cannot reshape" in b.doc["reproduction"]["detail"]
+    assert b.reproduced is True and "cannot reshape" in b.report.rerun.detail
     issue = (b.out / "ISSUE.md").read_text()
     check_issue_fields(issue)
     assert "training raises: ValueError: cannot reshape array of size 32 into shape (3,7)." in issue
@@ -285,7 +292,7 @@ def test_a_crash_with_another_message_is_not_the_bisects_crash(project):
     run = make_run(project, "crash", ["bad_reshape"])
     b = build(run, ScriptedRunner(crash_error="ImportError: No module named 'helpers'"))
     assert b.reproduced is False
-    assert b.doc["reproduction"]["detail"] == (
+    assert b.report.rerun.detail == (
         "the script raised: ImportError: No module named 'helpers', not the "
         "bisect's ValueError: cannot reshape array of size 32 into shape (3,7)"
     )
@@ -313,7 +320,7 @@ def test_mismatch_is_judged_against_the_reference_configuration(project):
     issue = (b.out / "ISSUE.md").read_text()
     check_issue_fields(issue)
     assert '-MODE = "fit"' in issue and '+MODE = "loop"' in issue
-    assert "relative loss deviation" in b.doc["reproduction"]["detail"]
+    assert "relative loss deviation" in b.report.rerun.detail
 
 
 def test_slowdown_bundle_times_interleaved_pairs_and_draws_step_times(project):
@@ -323,7 +330,7 @@ def test_slowdown_bundle_times_interleaved_pairs_and_draws_step_times(project):
     # R C R C R: each reference run serves the pairs on both sides of it;
     # the fake measures no load, so it takes two clear pairs (slowdown.py)
     assert ["SLEEP = 0.05" in c for c in runner.calls] == [False, True, False, True, False]
-    assert b.reproduced is True and "x that of reference.py" in b.doc["reproduction"]["detail"]
+    assert b.reproduced is True and "x that of reference.py" in b.report.rerun.detail
     assert (b.out / "steps.png").read_bytes()[:4] == b"\x89PNG"
     issue = (b.out / "ISSUE.md").read_text()
     check_issue_fields(issue)
@@ -411,7 +418,7 @@ def test_issue_states_gpu_and_cuda_when_present():
             "tf_dist": {"name": "tensorflow", "version": "2.21.0", "source": "pip (binary wheel)"},
         },
     }
-    text = render_issue(doc)
+    text = render_issue(Report.of(doc))
     assert "### CUDA/cuDNN version\n\nCUDA 12.5.1 / cuDNN 9 (build info)\n" in text
     assert "### GPU model and memory\n\nNVIDIA A100-SXM4-40GB, 40960 MiB (compute capability 8.0)\n" in text
     assert text.startswith("# NaN/Inf loss with xla (TensorFlow 2.21.0)")

@@ -68,7 +68,7 @@ def sections(text: str) -> list[tuple[str, str]]:
 
 @pytest.mark.parametrize("symptom", ["nan", "slowdown", "crash"])
 def test_issue_fills_tensorflows_form_in_order_with_plain_shell_fields(symptom):
-    text = render_issue(doc(symptom))
+    text = render_issue(Report.of(doc(symptom)))
     got = sections(text)
     assert [h for h, _ in got] == list(TF_FORM)
     fields = dict(got)
@@ -84,19 +84,19 @@ def test_issue_fills_tensorflows_form_in_order_with_plain_shell_fields(symptom):
 
 
 def test_symptom_specific_words_land_in_their_fields():
-    nan = dict(sections(render_issue(doc("nan"))))
+    nan = dict(sections(render_issue(Report.of(doc("nan")))))
     assert "the training loss becomes NaN/Inf at step 2" in nan["Current behavior?"]
     assert "Expected: The loss stays finite" in nan["Current behavior?"]
-    slow = dict(sections(render_issue(doc("slowdown"))))
+    slow = dict(sections(render_issue(Report.of(doc("slowdown")))))
     assert "60.00 ms against 10.00 ms" in slow["Current behavior?"] and "6x" in slow["Current behavior?"]
     assert "step time, ms (culprit configuration): 500, 60, 60" in slow["Relevant log output"]
-    crash = dict(sections(render_issue(doc("crash"))))
+    crash = dict(sections(render_issue(Report.of(doc("crash")))))
     assert crash["Relevant log output"].startswith("Traceback (most recent call last):")
     assert "`" not in crash["Current behavior?"]
 
 
 def test_environment_fields_show_driver_cuda_wheels_and_library_path():
-    fields = dict(sections(render_issue(doc("nan"))))
+    fields = dict(sections(render_issue(Report.of(doc("nan")))))
     assert fields["GPU model and memory"] == (
         "NVIDIA A100-SXM4-40GB, 40960 MiB (compute capability 8.0); NVIDIA driver 550.54.15"
     )
@@ -107,22 +107,25 @@ def test_environment_fields_show_driver_cuda_wheels_and_library_path():
 
 
 def test_nightly_is_answered_from_data_or_said_untried():
-    untried = dict(sections(render_issue(doc("nan"))))["Have you reproduced the bug with TensorFlow Nightly?"]
+    untried = dict(sections(render_issue(Report.of(doc("nan")))))[
+        "Have you reproduced the bug with TensorFlow Nightly?"
+    ]
     assert untried.startswith("No: not tried on the nightly build") and "pip install tf-nightly" in untried
     assert "Not checked" not in untried
     tried = doc("nan", nightly={"version": "2.22.0.dev20261101", "reproduced": True})
-    assert dict(sections(render_issue(tried)))["Have you reproduced the bug with TensorFlow Nightly?"] == (
+    assert dict(sections(render_issue(Report.of(tried))))["Have you reproduced the bug with TensorFlow Nightly?"] == (
         "Yes: the symptom shows on 2.22.0.dev20261101 too."
     )
     fixed = doc("nan", nightly={"version": "2.22.0.dev20261101", "reproduced": False})
     assert (
-        "does not show" in dict(sections(render_issue(fixed)))["Have you reproduced the bug with TensorFlow Nightly?"]
+        "does not show"
+        in dict(sections(render_issue(Report.of(fixed))))["Have you reproduced the bug with TensorFlow Nightly?"]
     )
 
 
 def test_a_source_build_says_source():
     env = {**ENV, "tf_dist": {"name": "tensorflow", "version": "2.21.0", "source": "source (editable install)"}}
-    assert dict(sections(render_issue(doc("nan", environment=env))))["Source"] == "source"
+    assert dict(sections(render_issue(Report.of(doc("nan", environment=env)))))["Source"] == "source"
 
 
 def keras_crash(package: str) -> dict:
@@ -149,10 +152,26 @@ def test_routing_reads_the_evidence():
 
 
 def test_a_keras_bug_gets_the_keras_form():
-    text = render_issue(keras_crash("keras"))
+    text = render_issue(Report.of(keras_crash("keras")))
     assert [h for h, _ in sections(text)] == list(KERAS_FORM)
     assert "keras-team/keras/issues/new" in text and "inside the `keras` package" in text
     fields = dict(sections(text))
     assert "- Keras version: 3.12.0" in fields["System information"]
     assert fields["Standalone code to reproduce the issue"].startswith("```python\n")  # a markdown template
     assert "Have you reproduced the bug with TensorFlow Nightly?" not in text
+
+
+def test_a_found_localisation_is_stated_and_its_excerpt_logged():
+    loc = {"found": True, "op_type": "Exp", "layer": "custom_norm", "file": "repro.py", "line": 9, "kind": "+Inf"}
+    loc |= {"code": "e = tf.exp(x * 20.0)", "excerpt": 'Detected Infinity or NaN in output 0 of graph op "Exp"'}
+    text = render_issue(Report.of(doc("nan", localization=loc)))
+    assert 'Detected Infinity or NaN in output 0 of graph op "Exp"' in dict(sections(text))["Relevant log output"]
+    assert "produced by op `Exp` in layer `custom_norm` at repro.py:9." in text
+    assert "repro.py:9: e = tf.exp(x * 20.0)" in text
+
+
+def test_a_document_without_symptom_settings_states_the_default_tolerance():
+    from tfrepro.report.issue_text import behaviour
+
+    r = Report.of({"symptom": "mismatch", "culprit_trial": {"losses": [1.0, 2.0]}, "baseline": {"losses": [1.0, 1.0]}})
+    assert "(tolerance 0.05 relative)" in behaviour(r)[0]  # the [symptoms] default, as the loop table uses

@@ -46,8 +46,8 @@ def test_the_repro_reruns_under_the_nightly_interpreter_and_answers_the_form(tmp
         return Reproduction("nan", True, "the loss became non-finite at step 3")
 
     env = FakeEnv()
-    got = asdict(nightly.on_nightly(reproduce, env))
-    assert got == {
+    got = nightly.on_nightly(reproduce, env)
+    assert asdict(got) == {  # report.json's `nightly`
         "version": "tf-nightly 2.22.0.dev20261130",
         "reproduced": True,
         "detail": "the loss became non-finite at step 3",
@@ -55,12 +55,21 @@ def test_the_repro_reruns_under_the_nightly_interpreter_and_answers_the_form(tmp
     (how,) = calls  # under the nightly environment's interpreter, with its versions
     assert how.python == str(env.python) and how.versions == env.versions and how.use_cache is False
     assert nightly_answer(got) == "Yes: the symptom shows on tf-nightly 2.22.0.dev20261130 too."
-    fixed = asdict(nightly.on_nightly(lambda r: Reproduction("nan", False, "finite at every step"), FakeEnv()))
+    fixed = nightly.on_nightly(lambda r: Reproduction("nan", False, "finite at every step"), FakeEnv())
     assert nightly_answer(fixed).startswith("No: on tf-nightly 2.22.0.dev20261130 the symptom does not show")
 
 
 def test_an_environment_that_cannot_be_built_is_said_not_guessed():
-    got = asdict(nightly.on_nightly(lambda r: 1 / 0, "no environment for tf-nightly 2.22: install failed"))
-    assert got["reproduced"] is None
+    got = nightly.on_nightly(lambda r: 1 / 0, "no environment for tf-nightly 2.22: install failed")
+    assert got.reproduced is None
     assert nightly_answer(got).startswith("Tried on tf-nightly, undecided: no environment for tf-nightly")
     assert nightly_answer(None).startswith("No: not tried on the nightly build")
+
+
+def test_a_version_bisects_nightly_trial_is_the_same_record():
+    from tfrepro.report.document import _nightly
+
+    result = {"symptom": "nan", "version_trials": [{"version": "2.21.0"}, {"version": "2.22.0.dev1", "verdict": "nan"}]}
+    got = _nightly(result)
+    assert asdict(got) == {"version": "2.22.0.dev1", "reproduced": True, "detail": "the version bisect's trial: nan"}
+    assert nightly_answer(got) == "Yes: the symptom shows on 2.22.0.dev1 too."

@@ -14,13 +14,14 @@ from report_fakes import ScriptedRunner, build, make_project, make_run
 
 from tfrepro.project import Project
 from tfrepro.report import notebook
+from tfrepro.report.answer import Env
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "tfrepro" / "examples"
-ENV = {
-    "tf_dist": {"name": "tensorflow", "version": "2.21.0"},
-    "keras_dist": {"name": "keras", "version": "3.12.0"},
-    "numpy_dist": {"name": "numpy", "version": "2.1.3"},
-}
+ENV = Env(
+    tf_dist={"name": "tensorflow", "version": "2.21.0"},
+    keras_dist={"name": "keras", "version": "3.12.0"},
+    numpy_dist={"name": "numpy", "version": "2.1.3"},
+)
 
 
 def demo_repro() -> str:
@@ -72,10 +73,10 @@ def test_bundle_holds_the_notebook_and_the_issue_says_to_gist_it(tmp_path):
 
 @pytest.mark.e2e
 def test_notebook_cells_show_the_symptom_with_the_installed_versions(tmp_path):
-    env = {
-        "tf_dist": {"name": "tensorflow", "version": metadata.version("tensorflow")},
-        "keras_dist": {"name": "keras", "version": metadata.version("keras")},
-    }
+    env = Env(
+        tf_dist={"name": "tensorflow", "version": metadata.version("tensorflow")},
+        keras_dist={"name": "keras", "version": metadata.version("keras")},
+    )
     nb = notebook.build(demo_repro(), symptom="nan", env=env, title="demo")
     cells = code_cells(nb)
     assert cells[0].startswith(f"!pip install tensorflow=={metadata.version('tensorflow')} ")

@@ -165,7 +165,7 @@ def test_after_a_reduction_reference_py_reads_the_kept_records_too(tmp_path, mon
     for name in ("repro.py", "reference.py"):
         text = (b.out / name).read_text()
         assert "np.load(_tfrepro_file(0))" in text and "data/x.npy" not in text, name
-    red = b.doc["data"]["reduction"]
+    red = b.report.data["reduction"]
     assert red["records"] == 1 and red["of"] == 20 and "ref_text" not in red
     assert np.load(b.out / "data.npz")["f0_rows"].tolist() == [[14.0, 15.0]]
     assert b.reproduced is True and seen[-1] == (True, 1)

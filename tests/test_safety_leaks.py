@@ -250,7 +250,7 @@ def test_report_json_counts_withheld_env_vars_without_naming_them(project):
         "TF_CPP_MIN_LOG_LEVEL": "2",
     }
     b = build(run, ScriptedRunner(), environ=env)
-    assert b.doc["redacted_env_count"] == 3
+    assert b.report.redacted_env_count == 3
     for p in b.out.rglob("*"):
         if p.is_file():
             data = p.read_bytes()

@@ -18,6 +18,7 @@ from test_safety_leaks import _shape
 
 from tfrepro.errors import UserError
 from tfrepro.report import envreport
+from tfrepro.report.answer import Env
 from tfrepro.report.scrub import REDACTED, Scrubber
 from tfrepro.report.secretscan import raise_on_findings, scan_bundle
 from tfrepro.trials import releases
@@ -139,7 +140,7 @@ def test_tf_config_and_index_parts_are_hunted_in_any_text():
 def test_env_json_withholds_tf_config_even_without_a_token_in_it():
     plain = json.loads(TF_CONFIG)
     del plain["rpc_token"]
-    doc = envreport.env_doc({}, {**ENVIRON, "TF_CONFIG": json.dumps(plain)})
+    doc = envreport.env_doc(Env(), {**ENVIRON, "TF_CONFIG": json.dumps(plain)})
     assert doc["env"]["TF_CONFIG"] == REDACTED
     assert [v for v in LEAKED_PARTS if v in json.dumps(doc)] == []
 

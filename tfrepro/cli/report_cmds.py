@@ -64,31 +64,30 @@ def report(
         rerun=not no_rerun, localize=not no_localize, nightly=nightly, no_data=no_data, replicas=replicas
     )
     bundle = build_report(run, how, out=out, progress=lambda line: click.echo(line, err=True))
-    doc = bundle.doc
+    r = bundle.report
     if as_json:
-        click.echo(json.dumps({**doc, "bundle": str(bundle.out)}, indent=2))
+        click.echo(json.dumps({**r.json(), "bundle": str(bundle.out)}, indent=2))
         return
-    rep = doc.get("reproduction")
+    rep = r.reproduction
     click.echo(f"bundle: {bundle.out}")
-    if doc.get("first_bad_commit"):
-        click.echo(f"symptom: {doc['symptom']}; first bad commit: {doc['first_bad_commit']}")
+    if r.first_bad_commit:
+        click.echo(f"symptom: {r.symptom}; first bad commit: {r.first_bad_commit}")
     else:
-        click.echo(f"symptom: {doc['symptom']}; culprits: {', '.join(doc['culprits']) or '(none)'}")
+        click.echo(f"symptom: {r.symptom}; culprits: {', '.join(r.culprits or []) or '(none)'}")
     if rep is None:
         click.echo("reproduced: not checked (--no-rerun)")
     else:
-        word = {True: "yes", False: "NO", None: "undecided"}[rep["reproduced"]]
-        click.echo(f"reproduced by the exported repro.py: {word} ({rep['detail']})")
-        if rep["reproduced"] is not True:
+        word = {True: "yes", False: "NO", None: "undecided"}[rep.reproduced]
+        click.echo(f"reproduced by the exported repro.py: {word} ({rep.detail})")
+        if rep.reproduced is not True:
             click.echo(
                 "  hint: the standalone script does not show the symptom on its own; it may need files "
                 "the bundle lacks, or the failure is flaky (raise [trial] repeats and bisect again)",
                 err=True,
             )
-    loc = doc.get("localization")
-    if loc:
-        click.echo(f"localisation: {loc['headline']}")
-    for name, what in doc["artifacts"].items():
+    if r.localization:
+        click.echo(f"localisation: {r.localization.headline()}")
+    for name, what in (r.artifacts or {}).items():
         click.echo(f"  {name}: {what}")
 
 

@@ -1,15 +1,20 @@
-"""The run's answer as the report reads it: report.json's document as frozen
-values (`Report.of`, built once where ISSUE.md is rendered), result.json's
-trials table as TypedDicts. A field holds the JSON value as written, or the
+"""The run's answer as the report writes and reads it: report.json's
+document as frozen values (`Report`: document.py builds it, `Report.json`
+writes it, bundle.py reads the written, scrubbed document back with
+`Report.of`); what others wrote (trial summaries, environment facts,
+timing) kept as written and read as `TrialFacts`, `Env`, `Timing`;
+result.json's trials table as TypedDicts. A field holds the JSON value as written, or the
 default its reader falls back to where the key is absent; an empty or absent
 sub-document is None where a field allows it, else an all-default value."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, TypeVar, get_args, get_type_hints
 
-from tfrepro.report.records import Nightly
+from tfrepro.report.records import RuntimeSettings
+from tfrepro.report.scan import Setup
+from tfrepro.settings import SymptomSettings
 from tfrepro.trials.values import TrialRow
 
 T = TypeVar("T")
@@ -21,7 +26,7 @@ def of(cls: type[T], d: dict[str, Any] | None) -> T | None:
     if not d:
         return None
     hints = get_type_hints(cls)
-    return cls(**{f.name: _value(hints[f.name], d.get(f.name, f.default)) for f in fields(cls)})  # type: ignore
+    return cls(**{f.name: _value(hints[f.name], d[f.name]) for f in fields(cls) if f.name in d})
 
 
 def _value(hint: Any, v: Any) -> Any:
@@ -73,18 +78,66 @@ class Timing:
 
 
 @dataclass(frozen=True)
-class Rerun:
-    """The report's re-run of repro.py on its own (rerun.py `Reproduction`)."""
+class Reproduction:
+    """report.json's `reproduction`: the report's re-run of repro.py on its
+    own (rerun.py `reproduce`), written with `asdict`. `reproduced` is None
+    when the re-run could not decide (e.g. no trial machinery, a timing
+    comparison inconclusive at its budget). `candidate` and `reference` are
+    the re-run's trials as written (trials/values.py `TrialResult.to_dict`),
+    `timing` its timing comparison (`TimingOutcome.to_dict`); `trial` and
+    `timed` read them as the report's values."""
 
+    symptom: str | None = None
     reproduced: bool | None = None
     detail: str | None = None
-    candidate: TrialFacts | None = None
-    timing: Timing = Timing()
+    verdict: str | None = None
+    candidate: dict[str, Any] | None = None
+    reference: dict[str, Any] | None = None
+    timing: dict[str, Any] | None = None
+
+    @property
+    def trial(self) -> TrialFacts | None:
+        """The re-run of repro.py, as the report reads a trial."""
+        return of(TrialFacts, self.candidate)
+
+    @property
+    def timed(self) -> Timing:
+        return of(Timing, self.timing) or Timing()
+
+
+@dataclass(frozen=True)
+class NightlyRun:
+    """report.json's `nightly` (written with `asdict`): the nightly build
+    tried (nightly.py `on_nightly`, or a version bisect's trial of one),
+    whether the repro showed the symptom there, what it saw."""
+
+    version: str = "tf-nightly"
+    reproduced: bool | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class Repro:
+    """report.json's `repro`: the exported repro (document.py) and its trim
+    (confirm.py: `trimmed`, and what the trim did or why it was not kept)."""
+
+    entry: str = "repro.py"
+    files: list[str] | None = None
+    code: str | None = None
+    extra_imports: list[str] | None = None  # top-level packages beyond TensorFlow and NumPy
+    reference: str = "reference.py"
+    diff: str | None = None
+    command: str = "python repro.py"
+    trimmed: bool | None = None
+    trim: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the bisect measured besides the answer: report.json's `evidence` (document.py writes these keys)."""
+    """What the bisect measured besides the answer: report.json's `evidence`,
+    the run's result fields of these names as result.json has them (its
+    `timing` a `TimingOutcome.to_dict`, read through `timed`) and the
+    replicas the trials ran with."""
 
     trials: int | None = None
     wall_s: float | None = None
@@ -93,14 +146,19 @@ class Evidence:
     flaky: bool | None = None
     reproduction_rate: float | None = None
     noise: float | None = None
-    timing: Timing = Timing()
+    timing: dict[str, Any] | None = None
     compile_differs: list[dict[str, Any]] | None = None
     replicas: int | None = None
+
+    @property
+    def timed(self) -> Timing:
+        return of(Timing, self.timing) or Timing()
 
 
 @dataclass(frozen=True)
 class Env:
-    """The environment facts (report/environment.py): versions, devices, CUDA."""
+    """The environment facts as the report reads them (inside/envprobe.py
+    writes them; inside/runtimeprobe.py adds `runtime`): versions, devices, CUDA."""
 
     tf_version: str | None = None
     tf_git_version: str | None = None
@@ -110,9 +168,9 @@ class Env:
     tf_keras_dist: dict[str, str] | None = None
     numpy_dist: dict[str, str] | None = None
     python: str | None = None
-    os: str = "unknown"
-    platform: str = "?"
-    machine: str = "?"
+    os: str | None = None
+    platform: str | None = None
+    machine: str | None = None
     cpu_count: int | None = None
     devices: list[dict[str, str]] | None = None
     gpus: list[dict[str, str]] | None = None
@@ -121,15 +179,80 @@ class Env:
     build_info: dict[str, Any] | None = None
     cuda_wheels: dict[str, str] | None = None
     ld_library_path: str | None = None
+    runtime: dict[str, Any] | None = None  # precision policy, XLA, determinism as a fresh process starts
+    tf_error: str | None = None
     probe_error: str | None = None
+
+    @property
+    def tensorflow(self) -> str | None:
+        """TensorFlow's version: as it said, else its distribution's."""
+        return self.tf_version or (self.tf_dist or {}).get("version")
+
+    @property
+    def keras(self) -> str | None:
+        """Keras's version: as it said, else its distribution's."""
+        return self.keras_version or (self.keras_dist or {}).get("version")
+
+
+@dataclass(frozen=True)
+class Localization:
+    """report.json's `localization` (localize.py `localize`): the first
+    non-finite value check_numerics saw. `found` False means the run
+    finished (or failed) without check_numerics firing; `note` says why.
+    Written with its `headline` besides its fields."""
+
+    found: bool = False
+    op_type: str | None = None
+    node: str | None = None  # full graph node name, CheckNumerics suffix removed
+    scope: str | None = None  # name scope of the node (layers, outer to inner)
+    layer: str | None = None  # the layer name, matched against the model's layers
+    layer_class: str | None = None
+    kind: str | None = None  # "NaN", "+Inf", ...
+    dtype: str | None = None
+    shape: str | None = None
+    input_tensor: str | None = None
+    backward: bool = False  # the op belongs to the gradient computation
+    file: str | None = None  # relative to the repro directory
+    line: int | None = None
+    code: str | None = None  # the source line
+    function: str | None = None  # Class.method / function containing the line
+    note: str = ""
+    excerpt: str = ""  # the part of the error a maintainer wants to read
+    settings: RuntimeSettings = field(default_factory=lambda: RuntimeSettings())
+
+    def headline(self) -> str:
+        """The finding in one clause (ISSUE.md, the CLI's summary)."""
+        if not self.found:
+            return self.note or "check_numerics did not fire"
+        where = f"layer `{self.layer}`" if self.layer else (f"scope `{self.scope}`" if self.scope else "")
+        if self.layer_class:
+            where += f" ({self.layer_class})" if where else f"`{self.layer_class}`"
+        loc = f"{self.file}:{self.line}" if self.file and self.line else ""
+        text = f"first non-finite value ({self.kind or 'NaN/Inf'}) produced by op `{self.op_type}`"
+        if where:
+            text += f" in {where}"
+        if self.backward:
+            text += ", in the backward pass"
+        if loc:
+            text += f" at {loc}"
+            if self.function:
+                text += f" in `{self.function}`"
+        return text
 
 
 @dataclass(frozen=True)
 class Report:
-    """report.json (document.py), the parts ISSUE.md reads."""
+    """report.json: everything ISSUE.md says, as data (document.py
+    `document` builds it). `json` writes it, `Report.of` reads it back. The
+    trials (`baseline`, `failing`, `culprit_trial`, `reference_trial`) are
+    result.json's trial summaries and `environment` the probe's facts, as
+    written there: `base`, `culprit`, `reference`, `candidate` and `env`
+    read them as the report's values."""
 
     tfrepro_version: str = ""
     run_id: str = "?"
+    run_dir: str | None = None
+    project: str | None = None
     status: str | None = None
     symptom: str | None = None
     culprits: list[str] | None = None
@@ -138,23 +261,23 @@ class Report:
     first_bad_commit: str | None = None
     commit: dict[str, str] | None = None
     follows: str | None = None
-    nightly: Nightly | None = None
-    features: dict[str, dict[str, Any]] | None = None
+    nightly: NightlyRun | None = None
+    features: dict[str, dict[str, Any]] | None = None  # name: description, affects_loss
     settings: dict[str, Any] | None = None
-    symptom_settings: dict[str, Any] | None = None
-    baseline: TrialFacts = TrialFacts()
-    failing: TrialFacts | None = None
-    culprit_trial: TrialFacts | None = None
-    reference_trial: TrialFacts | None = None
+    symptom_settings: SymptomSettings = SymptomSettings()  # the run's [symptoms] thresholds
+    baseline: dict[str, Any] | None = None
+    failing: dict[str, Any] | None = None
+    culprit_trial: dict[str, Any] | None = None
     evidence: Evidence = Evidence()
-    environment: Env = Env()
+    environment: dict[str, Any] | None = None
     env_vars: dict[str, str] | None = None
-    redacted_env_count: int | None = None
-    setup: dict[str, Any] | None = None
-    reproduction: Rerun | None = None
-    localization: dict[str, Any] | None = None
-    repro: dict[str, Any] | None = None
+    redacted_env_count: int | None = None  # how many, never their names
+    setup: Setup = Setup()  # what the script sets up (scan.py)
+    reproduction: Reproduction | None = None
+    localization: Localization | None = None
+    repro: Repro = Repro()
     artifacts: dict[str, str] | None = None
+    reference_trial: dict[str, Any] | None = None  # a mismatch's re-run of reference.py: written only then
     data: dict[str, Any] | None = None
 
     @classmethod
@@ -162,11 +285,41 @@ class Report:
         """The report document `doc` (report.json's dict) as typed values."""
         return of(cls, doc) or cls()
 
+    def json(self) -> dict[str, Any]:
+        """report.json's document: every field, the localisation's headline,
+        `reference_trial` only where there is one."""
+        doc = asdict(self)
+        if self.localization:
+            doc["localization"]["headline"] = self.localization.headline()
+        if self.reference_trial is None:
+            del doc["reference_trial"]
+        return doc
+
     @property
-    def rerun(self) -> Rerun:
-        return self.reproduction or Rerun()
+    def rerun(self) -> Reproduction:
+        return self.reproduction or Reproduction()
+
+    @property
+    def base(self) -> TrialFacts:
+        """The baseline trial (all features off)."""
+        return of(TrialFacts, self.baseline) or TrialFacts()
+
+    @property
+    def culprit(self) -> TrialFacts | None:
+        """The culprit configuration's trial."""
+        return of(TrialFacts, self.culprit_trial)
+
+    @property
+    def reference(self) -> TrialFacts | None:
+        """A mismatch's re-run of reference.py."""
+        return of(TrialFacts, self.reference_trial)
 
     @property
     def candidate(self) -> TrialFacts:
         """The trial showing the symptom: the culprit configuration's, else the failing one's."""
-        return self.culprit_trial or self.failing or TrialFacts()
+        return self.culprit or of(TrialFacts, self.failing) or TrialFacts()
+
+    @property
+    def env(self) -> Env:
+        """The environment facts."""
+        return of(Env, self.environment) or Env()

@@ -6,9 +6,8 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from tfrepro.report.answer import TrialFacts, of
+from tfrepro.report.answer import Reproduction, Timing, TrialFacts, of
 from tfrepro.report.records import ResultJson
-from tfrepro.report.rerun import Reproduction
 from tfrepro.report.tables import read_summary
 
 
@@ -76,11 +75,11 @@ def plots(out: Path, result: ResultJson, symptom: str, rep: Reproduction | None)
         # Every steady step of one trial each shows the spread; the per-trial
         # medians of the interleaved timing runs are what the test compared.
         groups = [("baseline", draw.steady(base)), (label, draw.steady(cand))]
-        timing = result.get("timing") or {}
-        if not (groups[0][1] and groups[1][1]) and timing.get("baseline") and timing.get("candidate"):
+        timing = of(Timing, result.get("timing")) or Timing()
+        if not (groups[0][1] and groups[1][1]) and timing.baseline and timing.candidate:
             groups = [
-                ("baseline (per-trial medians)", timing["baseline"]),
-                (f"{label} (per-trial medians)", timing["candidate"]),
+                ("baseline (per-trial medians)", timing.baseline),
+                (f"{label} (per-trial medians)", timing.candidate),
             ]
         notes["steps.png"] = "skipped: no step times recorded"
         if draw.step_time_plot(out / "steps.png", groups, title="steady-state step time (warm-up excluded)"):

@@ -20,18 +20,19 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro.errors import UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report import outdir
+from tfrepro.report.answer import Localization, Report
 from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
 from tfrepro.report.export import ENTRY, Export, Write, entry_of, export_variants, load_at, write_scripts
-from tfrepro.report.records import EnvFacts, ResultJson, run_dirs
+from tfrepro.report.records import ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
 from tfrepro.report.replicas import with_split
 from tfrepro.report.rerun import Runner, write_files
@@ -51,11 +52,11 @@ RUNS = Path(STATE_DIR_NAME) / "runs"
 @dataclass(frozen=True)
 class Bundle:
     out: Path
-    doc: dict[str, Any]
+    report: Report  # report.json, as written
 
     @property
     def reproduced(self) -> bool | None:
-        return (self.doc.get("reproduction") or {}).get("reproduced")
+        return self.report.rerun.reproduced
 
 
 # --------------------------------------------------------------------------- finding the run
@@ -163,21 +164,25 @@ def build_report(
             reproduction, probe=how.probe_environment, python=how.python, environ=environ, say=say
         )
         artifacts.update(plots(out, ctx.result, ctx.symptom, reproduction))
-        artifacts.update(_write_notebook(write, ctx, export, env_facts))
+        culprits, first_bad = ctx.result.get("culprits") or [], ctx.result.get("first_bad_commit")
+        head = Report(symptom=ctx.symptom, culprits=culprits, environment=env_facts, first_bad_commit=first_bad)
+        artifacts.update(_write_notebook(write, ctx, export, head))
         facts = dict(reproduction=reproduction, loc=loc, env_facts=env_facts, environ=environ, artifacts=artifacts)
-        doc = document(ctx, export, scrubber=scrubber, **facts)
-        doc["repro"].update(trimmed=trim["trimmed"], trim=trim), doc.update(data=data.to_dict())
+        report = document(ctx, export, scrubber=scrubber, **facts)
+        repro = replace(report.repro, trimmed=trim["trimmed"], trim=trim)
+        report = replace(report, repro=repro, data=data.to_dict())
         if how.nightly:
-            doc["nightly"] = asdict(nightly_rerun(ctx, export, max_pairs=how.max_pairs, say=say))
-        doc = scrubber.scrub_obj(doc)  # type: ignore[assignment]
+            report = replace(report, nightly=nightly_rerun(ctx, export, max_pairs=how.max_pairs, say=say))
+        doc = scrubber.scrub_obj(report.json())
         write("report.json", json.dumps(doc, indent=2))
-        write("ISSUE.md", issue_md.render_issue(doc))
+        report = Report.of(doc)  # type: ignore[arg-type]  # as written: scrubbed
+        write("ISSUE.md", issue_md.render_issue(report))
         write("result.json", json.dumps(ctx.result, indent=2))
     finally:
         outdir.record(out)
     # A finding the rules did not redact fails the report, naming file:line.
     raise_on_findings(scan_bundle(out, commits=run_commits(ctx.result)), bundle=out)
-    return Bundle(out, doc)
+    return Bundle(out, report)
 
 
 def _export(ctx: Context, scrubber: Scrubber) -> Export:
@@ -223,16 +228,15 @@ def _project_root(run_dir: Path, result: ResultJson) -> Path:
     return Path(result["project"])
 
 
-def _write_notebook(write: Write, ctx: Context, export: Export, env: EnvFacts) -> dict[str, str]:
+def _write_notebook(write: Write, ctx: Context, export: Export, head: Report) -> dict[str, str]:
+    """repro.ipynb, titled as the issue is (`head`: the report's first facts)."""
     import nbformat
 
     from tfrepro.report import notebook
 
-    culprits, first_bad = ctx.result.get("culprits") or [], ctx.result.get("first_bad_commit")
-    head = {"symptom": ctx.symptom, "culprits": culprits, "environment": env, "first_bad_commit": first_bad}
     try:
         code = notebook_code(export.cand_files[ENTRY], ENTRY, script_args(ctx.settings, ctx.entry))
-        nb = notebook.build(code, symptom=ctx.symptom, env=env, title=issue_md.title(head))
+        nb = notebook.build(code, symptom=ctx.symptom, env=head.env, title=issue_md.title(head))
     except SyntaxError as e:
         return {"repro.ipynb": f"skipped: repro.py does not parse ({e.msg}, line {e.lineno})"}
     write("repro.ipynb", nbformat.writes(nb, version=4))
@@ -252,7 +256,9 @@ def _write_data(out: Path, ctx: Context, data: DataFacts, no_data: bool) -> dict
     return artifacts
 
 
-def _localize(ctx: Context, export: Export, *, localize: bool, python: str | None, say: Progress) -> Any:
+def _localize(
+    ctx: Context, export: Export, *, localize: bool, python: str | None, say: Progress
+) -> Localization | None:
     if not (localize and ctx.symptom == "nan"):
         return None
     from tfrepro.report.localize import localize as run_localize

@@ -5,16 +5,15 @@ from __future__ import annotations
 
 import shlex
 from collections.abc import Mapping
-from dataclasses import asdict, fields
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
-from tfrepro.report.answer import Evidence
+from tfrepro.report.answer import Evidence, Localization, NightlyRun, Report, Repro, Reproduction, of
 from tfrepro.report.confirm import rerun_settings
 from tfrepro.report.export import ENTRY, Export
-from tfrepro.report.records import Nightly, ResultJson
-from tfrepro.report.rerun import Reproduction
-from tfrepro.report.scan import extra_imports, merge_runtime, merge_trial_setup, scan_setup
+from tfrepro.report.records import ResultJson
+from tfrepro.report.scan import Setup, extra_imports, merge_runtime, merge_trial_setup, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 
 if TYPE_CHECKING:
@@ -29,7 +28,7 @@ OWN_FILES = {
 }
 
 
-def _setup_facts(export: Export, reproduction: Reproduction | None, loc: Any) -> dict[str, Any]:
+def _setup_facts(export: Export, reproduction: Reproduction | None, loc: Localization | None) -> Setup:
     """Precision, replicas, XLA...: read from the source, then corrected by
     what the re-run and the localisation saw at run time."""
     setup = scan_setup(export.cand_files[ENTRY])
@@ -43,75 +42,76 @@ def document(
     export: Export,
     *,
     reproduction: Reproduction | None,
-    loc: Any,
+    loc: Localization | None,
     env_facts: dict[str, Any],
     environ: dict[str, str],
     scrubber: Scrubber,
     artifacts: dict[str, str],
-) -> dict[str, Any]:
+) -> Report:
     """report.json: everything ISSUE.md says, as data."""
     result, project = ctx.result, ctx.project
-    doc: dict[str, Any] = {
-        "tfrepro_version": __version__,
-        "run_id": ctx.run_dir.name,
-        "run_dir": str(ctx.run_dir),
-        "project": str(project.root),
-        "status": result.get("status"),
-        "symptom": ctx.symptom,
-        "culprits": list(result.get("culprits") or []),
-        "culprit_config": list(export.cand_cfg or []),
-        "reference_config": list(export.ref_cfg or []),
-        "first_bad_commit": result.get("first_bad_commit"),
-        "commit": result.get("commit"),
-        "follows": result.get("follows"),
-        "nightly": _nightly(result),
-        "features": {
+    # the run's result fields answer.Evidence names; the replicas the trials ran with
+    evidence = {f.name: result.get(f.name) for f in fields(Evidence)} | {"replicas": ctx.settings.replicas}
+    reference = reproduction.reference if reproduction and ctx.symptom == "mismatch" else None
+    return Report(
+        tfrepro_version=__version__,
+        run_id=ctx.run_dir.name,
+        run_dir=str(ctx.run_dir),
+        project=str(project.root),
+        status=result.get("status"),
+        symptom=ctx.symptom,
+        culprits=list(result.get("culprits") or []),
+        culprit_config=list(export.cand_cfg or []),
+        reference_config=list(export.ref_cfg or []),
+        first_bad_commit=result.get("first_bad_commit"),
+        commit=result.get("commit"),
+        follows=result.get("follows"),
+        nightly=_nightly(result),
+        features={
             n: {"description": project.description(n), "affects_loss": n in project.affects_loss}
             for n in project.feature_names
         },
-        "settings": ctx.settings.to_dict(),
-        "symptom_settings": {k: getattr(ctx.symptoms, k) for k in ("nan", "slowdown", "mismatch", "memory")},
-        "baseline": result.get("baseline") or {},
-        "failing": result.get("failing") or {},
-        "culprit_trial": result.get("culprit_trial") or result.get("failing") or {},
-        # the run's result fields answer.Evidence names, in its order; the replicas the trials ran with
-        "evidence": {f.name: result.get(f.name) for f in fields(Evidence)} | {"replicas": ctx.settings.replicas},
-        "environment": env_facts,
-        "env_vars": capture_env(environ, scrubber),
-        "redacted_env_count": withheld_count(environ),  # how many, never their names
-        "setup": _setup_facts(export, reproduction, loc),
-        "reproduction": asdict(reproduction) if reproduction else None,
-        "localization": ({**asdict(loc), "headline": loc.headline()} if loc else None),
-        "repro": _repro_facts(ctx, export),
-        "artifacts": {**artifacts, **OWN_FILES},
-    }
-    if ctx.symptom == "mismatch" and reproduction and reproduction.reference:
-        doc["reference_trial"] = reproduction.reference
-    return doc
+        settings=ctx.settings.to_dict(),
+        symptom_settings=ctx.symptoms,
+        baseline=result.get("baseline") or {},
+        failing=result.get("failing") or {},
+        culprit_trial=result.get("culprit_trial") or result.get("failing") or {},
+        evidence=Evidence(**evidence),  # type: ignore[arg-type]
+        environment=env_facts,
+        env_vars=capture_env(environ, scrubber),
+        redacted_env_count=withheld_count(environ),
+        setup=_setup_facts(export, reproduction, loc),
+        reproduction=reproduction,
+        localization=loc,
+        repro=_repro_facts(ctx, export),
+        artifacts={**artifacts, **OWN_FILES},
+        reference_trial=reference or None,
+    )
 
 
-def _repro_facts(ctx: Context, export: Export) -> dict[str, Any]:
+def _repro_facts(ctx: Context, export: Export) -> Repro:
     command = rerun_settings(ctx).command
-    return {
-        "entry": ENTRY,
-        "files": sorted(export.cand_files),
-        "code": export.cand_files[ENTRY],
-        "extra_imports": extra_imports(export.cand_files),
-        "reference": export.ref_name,
-        "diff": export.diff,
-        "command": shlex.join(["python", *command[1:]]) if command else f"python {ENTRY}",
-    }
+    return Repro(
+        entry=ENTRY,
+        files=sorted(export.cand_files),
+        code=export.cand_files[ENTRY],  # type: ignore[arg-type]
+        extra_imports=extra_imports(export.cand_files),
+        reference=export.ref_name,
+        diff=export.diff,
+        command=shlex.join(["python", *command[1:]]) if command else f"python {ENTRY}",
+    )
 
 
-def _nightly(result: ResultJson) -> Nightly | None:
-    """Whether a nightly build was tried: a `nightly` record of the run
-    ({"version", "reproduced"}), or a nightly among a version bisect's trials."""
+def _nightly(result: ResultJson) -> NightlyRun | None:
+    """Whether a nightly build was tried: a `nightly` record of the run (an
+    older result.json's), or a nightly among a version bisect's trials."""
     if isinstance(result.get("nightly"), dict):
-        return result["nightly"]
+        return of(NightlyRun, result["nightly"])
     for row in result.get("version_trials") or []:
         version = str(row.get("version") or "")
         if "dev" in version or "nightly" in version:
-            return {"version": version, "reproduced": row.get("verdict") == result.get("symptom")}
+            verdict = row.get("verdict")
+            return NightlyRun(version, verdict == result.get("symptom"), f"the version bisect's trial: {verdict}")
     return None
 
 

@@ -18,9 +18,9 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from tfrepro.inside import ENV_PROBE
-from tfrepro.report.records import EnvFacts
 
 
 def child_env() -> dict[str, str]:
@@ -36,7 +36,7 @@ def child_env() -> dict[str, str]:
 ENV_SCRIPT = "import tensorflow\nimport keras\n"
 
 
-def in_trial(*, python: str | None = None, timeout_s: float = 180.0) -> EnvFacts:
+def in_trial(*, python: str | None = None, timeout_s: float = 180.0) -> dict[str, Any]:
     """Facts about the TensorFlow installation `python` runs, from inside a
     trial (`inside/setup_plugin.py`'s `environment`). Never raises for a
     failing trial: the facts then carry `probe_error`."""
@@ -65,7 +65,7 @@ def in_trial(*, python: str | None = None, timeout_s: float = 180.0) -> EnvFacts
     return {"probe_error": f"environment probe failed (exit {got.exit_code}): {got.error or 'no output'}"}
 
 
-def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path = ENV_PROBE) -> EnvFacts:
+def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path = ENV_PROBE) -> dict[str, Any]:
     """Facts about the TensorFlow installation `python` runs (see
     `inside/envprobe.py`; `inside/runtimeprobe.py` adds the runtime settings).
     Never raises for a failing child: the facts then carry `probe_error`."""

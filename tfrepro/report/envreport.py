@@ -16,7 +16,7 @@ from typing import Any
 
 from tfrepro import __version__
 from tfrepro.report import scrub
-from tfrepro.report.records import EnvFacts
+from tfrepro.report.answer import Env, of
 
 # Variables named by their own section (XLA, determinism) as well as listed.
 XLA_VARS = ("TF_XLA_FLAGS", "XLA_FLAGS")
@@ -24,32 +24,28 @@ DETERMINISM_VARS = ("TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "PYTHONHAS
 _PACKAGES = ("tfrepro", "python", "tensorflow", "keras", "tf_keras", "numpy")
 
 
-def _version(facts: EnvFacts, key: str, dist_key: str) -> str | None:
-    return facts.get(key) or (facts.get(dist_key) or {}).get("version")
-
-
-def env_doc(facts: EnvFacts, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def env_doc(facts: Env, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The document `tfrepro env --json` prints, from the probe's facts."""
     environ = os.environ if environ is None else environ
     scrubber = scrub.Scrubber.from_environ(environ)
     # TF_*, KERAS_*, CUDA_*, XLA_* (and scrub.py's allow-list), sorted; a secret-looking name or value redacted
     names = {n for n in environ if scrub.is_allowed_env(n) or n.startswith("CUDA_")}
     variables = scrub.capture_env(environ, scrubber, names | {n for n in DETERMINISM_VARS if n in environ})
-    runtime = facts.get("runtime") or {}
+    runtime = facts.runtime or {}
     doc: dict[str, Any] = {
         "versions": {
             "tfrepro": __version__,
-            "python": facts.get("python"),
-            "tensorflow": _version(facts, "tf_version", "tf_dist"),
-            "keras": _version(facts, "keras_version", "keras_dist"),
-            "tf_keras": _version(facts, "", "tf_keras_dist"),
-            "numpy": _version(facts, "", "numpy_dist"),
+            "python": facts.python,
+            "tensorflow": facts.tensorflow,
+            "keras": facts.keras,
+            "tf_keras": (facts.tf_keras_dist or {}).get("version"),
+            "numpy": (facts.numpy_dist or {}).get("version"),
         },
-        "tf_dist": (facts.get("tf_dist") or {}).get("name"),
-        "os": facts.get("os"),
-        "devices": facts.get("devices") or [],
-        "gpus": facts.get("gpus") or [],
-        "nvidia_driver": facts.get("nvidia_driver"),
+        "tf_dist": (facts.tf_dist or {}).get("name"),
+        "os": facts.os,
+        "devices": facts.devices or [],
+        "gpus": facts.gpus or [],
+        "nvidia_driver": facts.nvidia_driver,
         "precision_policy": runtime.get("precision_policy"),
         "xla": {"jit": runtime.get("xla_jit"), **{n: variables.get(n) for n in XLA_VARS}},
         "determinism": {
@@ -60,7 +56,9 @@ def env_doc(facts: EnvFacts, environ: Mapping[str, str] | None = None) -> dict[s
         "env": variables,
         "withheld_env": scrub.withheld_count(environ),
     }
-    doc.update({key: facts[key] for key in ("tf_error", "probe_error") if facts.get(key)})
+    doc.update(
+        {key: error for key, error in (("tf_error", facts.tf_error), ("probe_error", facts.probe_error)) if error}
+    )
     return scrubber.scrub_obj(doc)  # type: ignore[return-value]
 
 
@@ -97,4 +95,4 @@ def collect_env(python: str | None = None) -> dict[str, Any]:
     from tfrepro.inside import RUNTIME_PROBE
     from tfrepro.report import environment
 
-    return env_doc(environment.collect(python=python, probe=RUNTIME_PROBE))
+    return env_doc(of(Env, environment.collect(python=python, probe=RUNTIME_PROBE)) or Env())

@@ -1,4 +1,4 @@
-"""ISSUE.md from the report document (pure: a dict in, markdown out).
+"""ISSUE.md from the report (pure: a `Report` in, markdown out).
 
 A TensorFlow bug follows TensorFlow's GitHub issue form field by field and
 in order (`TF_FORM`), so each section pastes into its field. The form's
@@ -13,12 +13,9 @@ had no form since Keras 3). After the form comes what it forgets
 
 from __future__ import annotations
 
-from typing import Any
-
-from tfrepro.report.answer import Env, Report
+from tfrepro.report.answer import Env, NightlyRun, Report
 from tfrepro.report.issue_extra import beyond_the_form, code, rerun_sentence
 from tfrepro.report.issue_text import SYMPTOM_WORDS, behaviour, cuda_line, gpu_line, log_output
-from tfrepro.report.records import Nightly
 from tfrepro.report.route import Route, route
 
 # tensorflow/tensorflow's bug form (its labels as GitHub shows them), in order.
@@ -50,10 +47,9 @@ KERAS_FORM = (
 )
 
 
-def title(doc: dict[str, Any]) -> str:
-    """The issue's title from a (partial) report document (bundle.py titles the notebook with it too)."""
-    r = Report.of(doc)
-    tf = r.environment.tf_version or "TF ?"
+def title(r: Report) -> str:
+    """The issue's title from a (partial) report (bundle.py titles the notebook with it too)."""
+    tf = r.env.tf_version or "TF ?"
     what = SYMPTOM_WORDS.get(r.symptom or "", r.symptom or "problem")
     what = what[:1].upper() + what[1:]
     if r.first_bad_commit:
@@ -62,12 +58,11 @@ def title(doc: dict[str, Any]) -> str:
     return f"{what}{with_} (TensorFlow {tf})"
 
 
-def render_issue(doc: dict[str, Any]) -> str:
-    """ISSUE.md from the report document (report.json's dict)."""
-    r = Report.of(doc)
+def render_issue(r: Report) -> str:
+    """ISSUE.md from the report."""
     where = route(r)
     form = keras_form(r, where) if where.keras else tensorflow_form(r)
-    out = [f"# {title(doc)}", "", _preamble(r, where), ""]
+    out = [f"# {title(r)}", "", _preamble(r, where), ""]
     for name, value in form:
         out.extend([f"### {name}", "", value.rstrip(), ""])
     out.extend(beyond_the_form(r))
@@ -88,7 +83,7 @@ def _preamble(r: Report, where: Route) -> str:
 
 def tensorflow_form(r: Report) -> list[tuple[str, str]]:
     """(field label, answer) for every field of TensorFlow's bug form, in order."""
-    env = r.environment
+    env = r.env
     current, expected = (_plain(x) for x in behaviour(r))  # plain text: the field is shell-rendered
     binary = install_source(env) == "binary"
     build = env.build_info or {}
@@ -101,7 +96,7 @@ def tensorflow_form(r: Report) -> list[tuple[str, str]]:
         "Source": install_source(env),
         "TensorFlow version": _tf_version(env),
         "Custom code": "Yes",
-        "OS platform and distribution": f"{env.os} ({env.platform}, {env.machine})",
+        "OS platform and distribution": f"{env.os or 'unknown'} ({env.platform or '?'}, {env.machine or '?'})",
         "Mobile device": "n/a",
         "Python version": env.python or "unknown",
         "Bazel version": "n/a (binary install)" if binary else "unknown",
@@ -109,7 +104,7 @@ def tensorflow_form(r: Report) -> list[tuple[str, str]]:
         "CUDA/cuDNN version": cuda_line(env),
         "GPU model and memory": gpu_line(env),
         "Current behavior?": f"{current}\n\nExpected: {expected}\n\n{_plain(rerun_sentence(r.reproduction))}",
-        "Standalone code to reproduce the issue": (r.repro or {}).get("code") or "# (export unavailable)",
+        "Standalone code to reproduce the issue": r.repro.code or "# (export unavailable)",
         "Relevant log output": log_output(r),
     }
     return [(name, values[name]) for name in TF_FORM]
@@ -123,23 +118,23 @@ def install_source(env: Env) -> str:
     return "source" if "source" in source else "binary"
 
 
-def nightly_answer(nightly: Nightly | None) -> str:
+def nightly_answer(nightly: NightlyRun | None) -> str:
     if not nightly:
         return (
             "No: not tried on the nightly build. To try: `pip install tf-nightly` in a fresh "
             "environment, then `python repro.py`."
         )
-    version = nightly.get("version") or "tf-nightly"
-    if nightly.get("reproduced") is None:
-        return f"Tried on {version}, undecided: {nightly.get('detail') or 'the re-run could not tell'}."
-    if nightly.get("reproduced"):
+    version = nightly.version or "tf-nightly"
+    if nightly.reproduced is None:
+        return f"Tried on {version}, undecided: {nightly.detail or 'the re-run could not tell'}."
+    if nightly.reproduced:
         return f"Yes: the symptom shows on {version} too."
     return f"No: on {version} the symptom does not show (it may already be fixed there)."
 
 
 def _tf_version(env: Env) -> str:
     tf_dist = env.tf_dist or {}
-    version = env.tf_version or tf_dist.get("version") or "unknown"
+    version = env.tensorflow or "unknown"
     if env.tf_git_version:
         version += f" ({env.tf_git_version})"
     if tf_dist.get("name") and tf_dist.get("name") != "tensorflow":
@@ -157,18 +152,18 @@ def _plain(text: str) -> str:
 
 def keras_form(r: Report, where: Route) -> list[tuple[str, str]]:
     """keras-team/keras's bug template, section by section (markdown)."""
-    env, repro = r.environment, r.repro or {}
+    env, repro = r.env, r.repro
     current, expected = behaviour(r)
-    keras_v = env.keras_version or (env.keras_dist or {}).get("version") or "unknown"
+    keras_v = env.keras or "unknown"
     system = [
         "Have I written custom code (as opposed to using a stock example script provided in Keras): Yes",
-        f"OS Platform and Distribution: {env.os}",
+        f"OS Platform and Distribution: {env.os or 'unknown'}",
         f"TensorFlow installed from (source or binary): {install_source(env)}",
         f"TensorFlow version: {_tf_version(env)}",
         f"Python version: {env.python or 'unknown'}",
         "Bazel version (if compiling from source): n/a",
         f"GPU model and memory: {gpu_line(env)}",
-        f"Exact command to reproduce: `{repro.get('command') or 'python repro.py'}`",
+        f"Exact command to reproduce: `{repro.command}`",
         f"Keras version: {keras_v}" + (f"; tf_keras {env.tf_keras_dist.get('version')}" if env.tf_keras_dist else ""),
         "Keras backend: tensorflow",
         f"CUDA/cuDNN: {cuda_line(env)}",
@@ -178,6 +173,6 @@ def keras_form(r: Report, where: Route) -> list[tuple[str, str]]:
         ("Describe the problem", f"This looks like a Keras bug rather than a TensorFlow one: {where.reason}."),
         ("Describe the current behavior", f"{current}\n\n{rerun_sentence(r.reproduction)}"),
         ("Describe the expected behavior", expected),
-        ("Standalone code to reproduce the issue", code(repro.get("code") or "# (export unavailable)", "python")),
+        ("Standalone code to reproduce the issue", code(repro.code or "# (export unavailable)", "python")),
         ("Source code / logs", code(log_output(r))),
     ]

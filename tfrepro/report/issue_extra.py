@@ -7,7 +7,7 @@ evidence, the diff that turns the culprit on, and the files in the bundle.
 
 from __future__ import annotations
 
-from tfrepro.report.answer import Report, Rerun
+from tfrepro.report.answer import Report, Reproduction
 from tfrepro.report.issue_text import names
 from tfrepro.report.standin import issue_lines as data_lines
 from tfrepro.report.textfmt import fmt
@@ -36,9 +36,9 @@ def beyond_the_form(r: Report) -> list[str]:
 
 
 def reproduction(r: Report) -> list[str]:
-    repro = r.repro or {}
+    repro = r.repro
     out = ["### Reproduction", ""]
-    extra = repro.get("extra_imports") or []
+    extra = repro.extra_imports or []
     needs = (
         "it needs only TensorFlow and NumPy."
         if not extra
@@ -46,8 +46,8 @@ def reproduction(r: Report) -> list[str]:
         + ", ".join(f"`{x}`" for x in extra)
         + " (a maintainer will ask for a script without them)."
     )
-    out.append(f"Run it with `{repro.get('command') or 'python repro.py'}`: {needs}")
-    extra_files = [f for f in repro.get("files") or [] if f != repro.get("entry", "repro.py")]
+    out.append(f"Run it with `{repro.command}`: {needs}")
+    extra_files = [f for f in repro.files or [] if f != repro.entry]
     if extra_files:
         out.append(
             "The script imports these files, also in the bundle (attach them): "
@@ -65,7 +65,7 @@ def reproduction(r: Report) -> list[str]:
     return out + [""]
 
 
-def rerun_sentence(rep: Rerun | None) -> str:
+def rerun_sentence(rep: Reproduction | None) -> str:
     if not rep:
         return "repro.py was not re-run on its own (`tfrepro report --no-rerun`)."
     verdict = {True: "yes", False: "no", None: "undecided"}[rep.reproduced]
@@ -73,8 +73,8 @@ def rerun_sentence(rep: Rerun | None) -> str:
 
 
 def training_setup(r: Report) -> list[str]:
-    env, setup = r.environment, r.setup or {}
-    keras_v = env.keras_version or (env.keras_dist or {}).get("version")
+    env, setup = r.env, r.setup
+    keras_v = env.keras
     tfk = env.tf_keras_dist
     deterministic = (r.settings or {}).get("deterministic")
     rows = [
@@ -82,18 +82,17 @@ def training_setup(r: Report) -> list[str]:
             "Keras",
             f"{keras_v or 'unknown'}"
             + (f"; tf_keras {tfk['version']}" if tfk else "")
-            + (f" — script uses {setup['keras_flavour']}" if setup.get("keras_flavour") else ""),
+            + (f" — script uses {setup.keras_flavour}" if setup.keras_flavour else ""),
         ),
         ("NumPy", (env.numpy_dist or {}).get("version", "unknown")),
-        ("Precision policy", setup.get("precision_policy", "unknown")),
-        ("Distribution / replicas", f"{setup.get('distribution', 'unknown')}; replicas: {setup.get('replicas', '?')}"),
-        ("XLA", setup.get("xla", "unknown")),
+        ("Precision policy", setup.precision_policy),
+        ("Distribution / replicas", f"{setup.distribution}; replicas: {setup.replicas}"),
+        ("XLA", setup.xla),
         (
             "Determinism",
-            setup.get("determinism", "unknown")
-            + ("; tfrepro's trials ran with fixed seeds and op determinism" if deterministic else ""),
+            setup.determinism + ("; tfrepro's trials ran with fixed seeds and op determinism" if deterministic else ""),
         ),
-        ("Eager execution", setup.get("eager", "unknown")),
+        ("Eager execution", setup.eager),
         ("Devices", ", ".join(f"{d.get('name')}" for d in env.devices or []) or "unknown"),
         ("CPU cores", fmt(env.cpu_count)),
     ]
@@ -110,8 +109,8 @@ def environment_variables(r: Report) -> list[str]:
         code("\n".join(f"{k}={v}" for k, v in env_vars.items()) or "(none set)"),
         "",
     ]
-    if r.environment.probe_error:
-        out.extend([f"Environment probe: {r.environment.probe_error}", ""])
+    if r.env.probe_error:
+        out.extend([f"Environment probe: {r.env.probe_error}", ""])
     return out
 
 
@@ -122,13 +121,13 @@ def localisation(r: Report) -> list[str]:
     out = ["### Where the first non-finite value appears", ""]
     if not loc:
         return out + ["Localisation was not run.", ""]
-    if not loc.get("found"):
-        return out + [f"Localisation with check_numerics (XLA off) found nothing: {loc.get('note')}.", ""]
+    if not loc.found:
+        return out + [f"Localisation with check_numerics (XLA off) found nothing: {loc.note}.", ""]
     out += [
-        (f"Re-running `repro.py` under `tf.debugging.enable_check_numerics()` with XLA off: {loc.get('headline')}."),
+        (f"Re-running `repro.py` under `tf.debugging.enable_check_numerics()` with XLA off: {loc.headline()}."),
         "",
     ]
-    if (loc.get("settings") or {}).get("loss_scale_start"):
+    if (loc.settings or {}).get("loss_scale_start"):
         out += [
             (
                 "(For this run the loss-scale optimizer started at scale 1, so the overflowing scaled gradients "
@@ -136,11 +135,11 @@ def localisation(r: Report) -> list[str]:
             ),
             "",
         ]
-    if loc.get("code"):
-        out += [code(f"{loc.get('file')}:{loc.get('line')}: {loc['code']}", "python"), ""]
-    det = [f"op type `{loc.get('op_type')}`", f"node `{loc.get('node')}`"]
-    facts = (("dtype", "dtype {}"), ("shape", "shape {}"), ("input_tensor", "input `{}`"))
-    det += [label.format(loc[key]) for key, label in facts if loc.get(key)]
+    if loc.code:
+        out += [code(f"{loc.file}:{loc.line}: {loc.code}", "python"), ""]
+    det = [f"op type `{loc.op_type}`", f"node `{loc.node}`"]
+    facts = ((loc.dtype, "dtype {}"), (loc.shape, "shape {}"), (loc.input_tensor, "input `{}`"))
+    det += [label.format(value) for value, label in facts if value]
     return out + ["- " + "; ".join(det), ""]
 
 
@@ -205,15 +204,15 @@ def _trials_table(table: list[TrialRow]) -> list[str]:
 
 
 def culprit_diff(r: Report) -> list[str]:
-    repro = r.repro or {}
-    if not repro.get("diff"):
+    repro = r.repro
+    if not repro.diff:
         return []
     what = (
         "The change from the good commit to the first bad commit"
         if r.first_bad_commit
         else "The change that turns the culprit on"
     )
-    return [f"{what} (`{repro.get('reference', 'reference.py')}` → `repro.py`):", "", code(repro["diff"], "diff"), ""]
+    return [f"{what} (`{repro.reference}` → `repro.py`):", "", code(repro.diff, "diff"), ""]
 
 
 def bundle_files(r: Report) -> list[str]:

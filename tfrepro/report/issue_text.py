@@ -97,7 +97,7 @@ def _alone(r: Report) -> str:
 
 
 def _baseline_words(r: Report) -> str:
-    loss = r.baseline.losses or []
+    loss = r.base.losses or []
     if not loss:
         return "training completes"
     return f"the loss goes from {fmt(loss[0])} to {fmt(loss[-1])} over {len(loss)} steps"
@@ -131,8 +131,8 @@ def _timeout(r: Report, who: str) -> tuple[str, str]:
 
 
 def _slowdown(r: Report, who: str) -> tuple[str, str]:
-    timing = r.evidence.timing
-    b, c = r.baseline.median_step_time, r.candidate.median_step_time
+    timing = r.evidence.timed
+    b, c = r.base.median_step_time, r.candidate.median_step_time
     if timing.baseline and timing.candidate:
         # one number per claim: the step times and the ratio from the same timed samples
         b, c = statistics.median(timing.baseline), statistics.median(timing.candidate)
@@ -159,15 +159,15 @@ def timing_support(timing: Timing) -> str:
 def mismatch_pair(r: Report) -> tuple[TrialFacts, TrialFacts]:
     """(candidate, reference) trials a mismatch compares: both from the
     report's re-run when it ran the reference, else the bisect's."""
-    if r.reference_trial:
-        return r.rerun.candidate or r.candidate, r.reference_trial
-    return r.candidate, r.baseline
+    if r.reference:
+        return r.rerun.trial or r.candidate, r.reference
+    return r.candidate, r.base
 
 
 def _mismatch(r: Report, who: str) -> tuple[str, str]:
     cand, ref = mismatch_pair(r)
     r_loss, c_loss = ref.losses or [], cand.losses or []
-    tol = fmt((r.symptom_settings or {}).get("mismatch"))
+    tol = fmt(r.symptom_settings.mismatch)
     cur = f"{who}, the per-step loss no longer matches the reference configuration (tolerance {tol} relative)"
     if r_loss and c_loss:
         cur += f": last loss {fmt(c_loss[-1])} vs {fmt(r_loss[-1])} after {min(len(r_loss), len(c_loss))} steps"
@@ -197,7 +197,7 @@ def _mb(x: Any) -> str:
 
 
 def _memory(r: Report, who: str) -> tuple[str, str]:
-    cand, base = r.candidate, r.baseline
+    cand, base = r.candidate, r.base
     if cand.crashed:
         cur = f"{who}, training is killed for memory: `{cand.error or 'exit ' + str(cand.exit_code)}`."
     else:
@@ -235,13 +235,13 @@ def _series(xs: list[Any], scale: float = 1.0, n: int = 12) -> str:
 
 def series_log(r: Report) -> list[str]:
     """The measured series a maintainer compares, as text."""
-    cand, base = r.culprit_trial or TrialFacts(), r.baseline
+    cand, base = r.culprit or TrialFacts(), r.base
     if r.symptom == "slowdown":
         lines = [
             f"step time, ms (culprit configuration): {_series(cand.step_times or [], 1000)}",
             f"step time, ms (baseline):              {_series(base.step_times or [], 1000)}",
         ]
-        timing = r.rerun.timing
+        timing = r.rerun.timed
         if timing.candidate:
             lines.append(
                 f"re-run medians, ms: repro.py {_series(timing.candidate, 1000)}; "
@@ -262,7 +262,7 @@ def series_log(r: Report) -> list[str]:
         if "custom_loop" in (r.culprits or []):
             from tfrepro.report.loop_table import first_diverging_rows
 
-            tol = float((r.symptom_settings or {}).get("mismatch") or 0.05)
+            tol = r.symptom_settings.mismatch
             lines += ["", *first_diverging_rows(cand.losses or [], ref.losses or [], tol)]
         return lines
     if cand.losses:
@@ -274,15 +274,14 @@ def log_output(r: Report) -> str:
     """The error output (localisation excerpt, traceback tail, the re-run's
     error) and the measured series, as plain text."""
     log = []
-    loc = r.localization or {}
-    if loc.get("found"):
-        log.append(loc.get("excerpt") or "")
-    cand = r.culprit_trial or TrialFacts()
+    if r.localization and r.localization.found:
+        log.append(r.localization.excerpt)
+    cand = r.culprit or TrialFacts()
     if cand.error_detail:  # a crash's traceback, last lines
         log.append("\n".join(str(cand.error_detail).strip().splitlines()[-40:]))
     elif cand.error:
         log.append(cand.error)
-    rerun_error = (r.rerun.candidate or TrialFacts()).error
+    rerun_error = (r.rerun.trial or TrialFacts()).error
     if rerun_error and rerun_error not in log:
         log.append(rerun_error)
     log.extend(series_log(r))

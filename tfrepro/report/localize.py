@@ -14,11 +14,12 @@ import ast
 import os
 import re
 import tempfile
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TypedDict
 
 from tfrepro.inside import LOCALIZE_PLUGIN
+from tfrepro.report.answer import Localization
 from tfrepro.report.records import RuntimeSettings
 from tfrepro.report.rerun import run_as_written, write_files
 from tfrepro.settings import TrialSettings
@@ -45,49 +46,6 @@ class ProbeFacts(TypedDict, total=False):
     traceback: str
     layers: list[list[str]]  # [name, class]
     settings: RuntimeSettings
-
-
-@dataclass(frozen=True)
-class Localization:
-    """The first non-finite value check_numerics saw. `found` False means the
-    run finished (or failed) without check_numerics firing; `note` says why."""
-
-    found: bool
-    op_type: str | None = None
-    node: str | None = None  # full graph node name, CheckNumerics suffix removed
-    scope: str | None = None  # name scope of the node (layers, outer to inner)
-    layer: str | None = None  # the layer name, matched against the model's layers
-    layer_class: str | None = None
-    kind: str | None = None  # "NaN", "+Inf", ...
-    dtype: str | None = None
-    shape: str | None = None
-    input_tensor: str | None = None
-    backward: bool = False  # the op belongs to the gradient computation
-    file: str | None = None  # relative to the repro directory
-    line: int | None = None
-    code: str | None = None  # the source line
-    function: str | None = None  # Class.method / function containing the line
-    note: str = ""
-    excerpt: str = ""  # the part of the error a maintainer wants to read
-    settings: RuntimeSettings = field(default_factory=lambda: RuntimeSettings())
-
-    def headline(self) -> str:
-        if not self.found:
-            return self.note or "check_numerics did not fire"
-        where = f"layer `{self.layer}`" if self.layer else (f"scope `{self.scope}`" if self.scope else "")
-        if self.layer_class:
-            where += f" ({self.layer_class})" if where else f"`{self.layer_class}`"
-        loc = f"{self.file}:{self.line}" if self.file and self.line else ""
-        text = f"first non-finite value ({self.kind or 'NaN/Inf'}) produced by op `{self.op_type}`"
-        if where:
-            text += f" in {where}"
-        if self.backward:
-            text += ", in the backward pass"
-        if loc:
-            text += f" at {loc}"
-            if self.function:
-                text += f" in `{self.function}`"
-        return text
 
 
 def enclosing_scope(source: str, line: int) -> str | None:

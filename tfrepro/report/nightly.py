@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tfrepro.errors import TfreproError
+from tfrepro.report.answer import NightlyRun
 
 NIGHTLY_DIST = "tf-nightly"
 
@@ -48,15 +48,6 @@ def nightly_env(say: Callable[[str], None]) -> Any:
         return EnvStore().ensure(spec_for(version, tf_dist=NIGHTLY_DIST), lambda line: say(f"  {line}"))
     except EnvError as e:
         return f"no environment for {NIGHTLY_DIST} {version}: {e}"
-
-
-@dataclass(frozen=True)
-class NightlyRun:
-    """report.json's `nightly`: the tf-nightly tried, whether the repro showed the symptom there, what it saw."""
-
-    version: str
-    reproduced: bool | None
-    detail: str
 
 
 def on_nightly(reproduce: Callable[[Any], Any], env: Any) -> NightlyRun:

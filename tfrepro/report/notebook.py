@@ -14,7 +14,7 @@ import ast
 import nbformat
 from nbformat import v4
 
-from tfrepro.report.records import EnvFacts
+from tfrepro.report.answer import Env
 
 SETUP, LAYERS, DATA, MODEL, TRAINING = "Imports and setup", "Layers and functions", "Data", "Model", "Training"
 _TRAIN_WORDS = (".fit(", "GradientTape", "train_step", "optimizer.apply", "__main__", "callbacks")
@@ -22,9 +22,9 @@ _MODEL_WORDS = ("Sequential(", "keras.Model(", "keras.Input(", ".compile(", "lay
 _DATA_WORDS = ("Dataset", "np.random", "rng", ".batch(", "load", "TFRecord", "read_csv", "np.load")
 
 
-def pip_line(env: EnvFacts) -> str:
+def pip_line(env: Env) -> str:
     """The install cell: the exact versions the report's environment had."""
-    dists = (env.get(key) or {} for key in ("tf_dist", "keras_dist", "tf_keras_dist", "numpy_dist"))
+    dists = (d or {} for d in (env.tf_dist, env.keras_dist, env.tf_keras_dist, env.numpy_dist))
     pins = [f"{d['name']}=={d['version']}" for d in dists if d.get("version")]  # the probe names each dist
     return "!pip install " + (" ".join(pins) if pins else "tensorflow numpy")
 
@@ -97,7 +97,7 @@ def check_cell(symptom: str) -> str:
     )
 
 
-def build(code: str, *, symptom: str, env: EnvFacts, title: str) -> nbformat.NotebookNode:
+def build(code: str, *, symptom: str, env: Env, title: str) -> nbformat.NotebookNode:
     """The notebook for `code` (the exported repro.py), validated."""
     doc = ast.get_docstring(ast.parse(code)) or ""
     cells = [

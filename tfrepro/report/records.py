@@ -1,6 +1,7 @@
 """The JSON documents the report reads from disk, as written there: the
 bisect's result.json (its trial summaries: answer.TrialFacts), the
-data reads the harness recorded (inside/harness_data.py), the probes' facts.
+data reads the harness recorded (inside/harness_data.py), the settings the
+setup and localize plugins record (the environment probe's facts: answer.Env).
 Only the keys the report reads are named; the others pass through as they
 are, so what is written back (result.json, report.json) is unchanged."""
 
@@ -15,14 +16,6 @@ from tfrepro.trials.values import TrialRow  # result.json's trials table, as the
 class DataDoc(TypedDict, total=False):
     sources: list[dict[str, Any]]  # standin.Read: call, file, at (file:line), value (what it returned)
     fits: list[dict[str, Any]]  # at, kind, sources_seen, batches_per_epoch
-
-
-class Nightly(TypedDict, total=False):
-    """Whether the symptom shows on a nightly build (nightly.py `on_nightly`, or a version bisect's trial)."""
-
-    version: str
-    reproduced: bool | None
-    detail: str
 
 
 class ResultJson(TypedDict, total=False):
@@ -46,7 +39,7 @@ class ResultJson(TypedDict, total=False):
     known_cost: dict[str, Any]
     noise: float
     nan_state: dict[str, Any] | None  # dir, step
-    nightly: Nightly
+    nightly: dict[str, Any]  # an older run's record: nightly.NightlyRun's keys
     version_trials: list[dict[str, Any]]
     first_bad_commit: str | None
     first_bad_project: str
@@ -58,25 +51,6 @@ def run_dirs(runs: Path) -> list[Path]:
     """The run directories (those holding a result.json) under `runs`, oldest first."""
     found = (d for d in runs.iterdir() if (d / "result.json").is_file())
     return sorted(found, key=lambda d: (d.stat().st_mtime, d.name))
-
-
-class EnvFacts(TypedDict, total=False):
-    """inside/envprobe.py's facts (inside/runtimeprobe.py adds `runtime`)."""
-
-    python: str
-    os: str
-    tf_version: str | None
-    keras_version: str | None
-    tf_dist: dict[str, str]  # name, version
-    keras_dist: dict[str, str]
-    tf_keras_dist: dict[str, str]
-    numpy_dist: dict[str, str]
-    devices: list[dict[str, Any]]
-    gpus: list[dict[str, Any]]
-    nvidia_driver: str | None
-    runtime: dict[str, Any]
-    tf_error: str
-    probe_error: str
 
 
 class TrialSetup(TypedDict, total=False):  # inside/setup_plugin.py: a trial's `extra["setup"]`

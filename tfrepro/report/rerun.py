@@ -22,9 +22,10 @@ import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfrepro.inside import SETUP_PLUGIN
+from tfrepro.report.answer import Reproduction
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.values import TrialResult
 from tfrepro.verdicts import Verdict
@@ -35,20 +36,6 @@ if TYPE_CHECKING:
 
 # (project_dir, settings) -> TrialResult. The default runs a real trial.
 Runner = Callable[[Path, TrialSettings], TrialResult]
-
-
-@dataclass(frozen=True)
-class Reproduction:
-    """`reproduced` is None when the re-run could not decide (e.g. no trial
-    machinery, a timing comparison inconclusive at its budget)."""
-
-    symptom: str
-    reproduced: bool | None
-    detail: str
-    verdict: str | None = None
-    candidate: dict[str, Any] | None = None
-    reference: dict[str, Any] | None = None
-    timing: dict[str, Any] | None = None
 
 
 def default_runner(

@@ -43,14 +43,14 @@ class Route:
 
 def route(r: Report) -> Route:
     """The repository to file the report in, and why."""
-    legacy = "tf_keras" in str((r.setup or {}).get("keras_flavour") or "")
+    legacy = "tf_keras" in (r.setup.keras_flavour or "")
     keras_repo = TF_KERAS if legacy else KERAS
     follows = r.follows
     if follows == "keras":
         return Route(keras_repo, "a version bisect found that the symptom follows the Keras version")
     if follows == "tensorflow":
         return Route(TENSORFLOW, "a version bisect found that the symptom follows the TensorFlow version")
-    switch = _keras_switch((r.repro or {}).get("diff") or "")
+    switch = _keras_switch(r.repro.diff or "")
     if switch == "tf_keras":
         return Route(TF_KERAS, "the symptom appears when the culprit switches from Keras 3 to tf_keras")
     if switch == "keras":
@@ -78,7 +78,7 @@ def crash_package(r: Report) -> str | None:
     that package, else None."""
     if r.symptom != "crash":
         return None
-    for t in (r.culprit_trial or TrialFacts(), r.rerun.candidate or TrialFacts()):
+    for t in (r.culprit or TrialFacts(), r.rerun.trial or TrialFacts()):
         frames = _FRAME.findall(str(t.error_detail or ""))
         if frames:
             parts = frames[-1].replace("\\", "/").split("/")

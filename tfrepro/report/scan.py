@@ -10,7 +10,7 @@ take precedence (`merge_runtime`).
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 from tfrepro.report.records import RuntimeSettings, TrialSetup
 
@@ -37,15 +37,16 @@ _CODE = re.compile(r"^[^#\n]*", re.M)
 
 @dataclass(frozen=True)
 class Setup:
-    """report.json's `setup`: each field says what the script sets, in words."""
+    """report.json's `setup`: each field says what the script sets, in words
+    (the defaults: what ISSUE.md says where a document lacks one)."""
 
-    precision_policy: str
-    xla: str
-    distribution: str
-    replicas: str
-    determinism: str
-    eager: str
-    keras_flavour: str
+    precision_policy: str = "unknown"
+    xla: str = "unknown"
+    distribution: str = "unknown"
+    replicas: str = "?"
+    determinism: str = "unknown"
+    eager: str = "unknown"
+    keras_flavour: str = ""
 
 
 def scan_setup(source: str) -> Setup:
@@ -72,7 +73,7 @@ def scan_setup(source: str) -> Setup:
     )
 
 
-def merge_runtime(setup: Setup, runtime: RuntimeSettings | None) -> dict[str, str]:
+def merge_runtime(setup: Setup, runtime: RuntimeSettings | None) -> Setup:
     """report.json's `setup`: facts recorded while the script ran
     (`inside/localize_plugin.py`) override the static read where they are known."""
     runtime = runtime or {}
@@ -84,7 +85,7 @@ def merge_runtime(setup: Setup, runtime: RuntimeSettings | None) -> dict[str, st
         "determinism": "op determinism enabled" if runtime.get("op_determinism") is True else None,
         "eager": _EAGERLY if runtime.get("run_functions_eagerly") is True else None,
     }
-    return asdict(replace(setup, **{k: f"{v}{_OBSERVED}" for k, v in seen.items() if v is not None}))
+    return replace(setup, **{k: f"{v}{_OBSERVED}" for k, v in seen.items() if v is not None})
 
 
 def merge_trial_setup(setup: Setup, facts: TrialSetup | None) -> Setup:
