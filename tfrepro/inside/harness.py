@@ -327,6 +327,24 @@ def _memory_start() -> None:
     _MEMORY = _quietly("memory sampler", lambda: _sibling_file("memory").start(S.config))
 
 
+# -- the script's Keras ----------------------------------------------------------------
+
+
+def keras_module():
+    """The Keras the script uses (the one rule, for the result's
+    `keras_version`, devices.py's precision policy and the plugins'
+    `ctx.keras()`): the library its fits ran (`S.keras_lib`), else tf_keras
+    when imported, else keras; None before it is imported (nothing is
+    imported here: a tf_keras trial never loads Keras 3)."""
+    return sys.modules.get(S.keras_lib or ("tf_keras" if "tf_keras" in sys.modules else "keras"))
+
+
+def keras2(keras) -> bool:
+    """Whether a `keras` module is Keras 2 (TensorFlow <= 2.15's tf.keras,
+    laid out as tf_keras is) rather than Keras 3."""
+    return str(getattr(keras, "__version__", "3")).startswith("2.")
+
+
 # -- the end ------------------------------------------------------------------------
 
 
@@ -353,7 +371,6 @@ def finish() -> None:
         extra["keras"] = S.keras_lib
     if S.errors:
         extra["harness_errors"] = S.errors
-    keras_lib = S.keras_lib or ("tf_keras" if "tf_keras" in sys.modules else "keras")
     result = {
         "losses": [x if math.isfinite(x) else None for x in S.losses],
         "step_times": S.step_times,
@@ -365,7 +382,7 @@ def finish() -> None:
         "mode": S.mode,
         "steps_run": S.steps_seen,
         "tf_version": getattr(sys.modules.get("tensorflow"), "__version__", None),
-        "keras_version": getattr(sys.modules.get(keras_lib), "__version__", None),
+        "keras_version": getattr(keras_module(), "__version__", None),
         "extra": extra,
     }
     if _MEMORY:  # the memory fields: peak RSS, RSS per step, growth, device peak
@@ -378,7 +395,7 @@ def finish() -> None:
         for k in ("compile_modes", "fits"):
             extra.pop(k, None)
         try:
-            result.update(_DEVICES.summary(S.extra))
+            result.update(_DEVICES.summary(S.extra, keras_module()))
         except Exception:
             note_error("devices summary")
     _write_json(S.result_path, result, allow_nan=False, default=repr)

@@ -155,7 +155,7 @@ def _before_fit(model, lib: str, args: list, kwargs: dict, callback) -> tuple[li
         kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback)
     tag = H.begin_call("fit", H.FRAMES.user_where() or "?") if H.S.fit_depth == 0 else None
     if H._DEVICES is not None:  # its compile mode, replicas in sync, precision policy (devices.py)
-        H._DEVICES.record_fit(model, H.S.extra)
+        H._DEVICES.record_fit(model, H.S.extra, H.keras_module())
     return args, kwargs, tag
 
 
@@ -324,7 +324,7 @@ def _patch_compile(cls) -> None:
 
 
 def on_keras(keras) -> None:
-    if str(getattr(keras, "__version__", "3")).startswith("2."):
+    if H.keras2(keras):
         _on_keras2(keras)  # TensorFlow <= 2.15: tf.keras is Keras 2, laid out as tf_keras is
         return
     if keras.backend.backend() != "tensorflow":

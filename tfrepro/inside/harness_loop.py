@@ -356,7 +356,7 @@ _APPLY = ["apply_gradients", "apply"]
 
 
 def on_keras(keras) -> None:
-    if str(getattr(keras, "__version__", "3")).startswith("2."):
+    if H.keras2(keras):
         _on_keras2("keras.src")
         _on_keras2("keras")
         return
