@@ -105,6 +105,21 @@ def tf_gpus(tf) -> list:
     return gpus
 
 
+def build_info(tf) -> dict:
+    """`tf.sysconfig.get_build_info()` as JSON values (a list stays a list of
+    strings, anything else not a scalar becomes its str); raises when
+    TensorFlow cannot say. The one reading: the environment's `build_info`
+    and `tfrepro check`'s `build` (probes.py)."""
+    out = {}
+    for k, v in dict(tf.sysconfig.get_build_info()).items():
+        if isinstance(v, (list, tuple)):
+            v = [str(x) for x in v]
+        elif not (v is None or isinstance(v, (bool, int, float, str))):
+            v = str(v)
+        out[k] = v
+    return out
+
+
 def describe():
     facts = {
         "python": platform.python_version(),
@@ -130,9 +145,7 @@ def describe():
     facts["tf_version"] = tf.__version__
     facts["tf_git_version"] = getattr(tf.version, "GIT_VERSION", None)
     try:
-        facts["build_info"] = {
-            k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in tf.sysconfig.get_build_info().items()
-        }
+        facts["build_info"] = build_info(tf)
     except Exception as e:
         facts["build_info"] = {"error": str(e)}
     try:
