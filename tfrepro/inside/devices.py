@@ -116,10 +116,8 @@ def pin_compile(args: tuple, kwargs: dict, config: dict) -> tuple[dict, bool]:
 
 
 def precision_policy(keras, model=None) -> str | None:
-    """The precision policy: `model`'s own, else the global policy of
-    `keras` (the module of the Keras the script uses: harness.keras_module;
-    None when it is not imported). The one reading, for each fit, the
-    result's `precision_policy` and the plugins' `ctx.precision_policy()`."""
+    """`model`'s precision policy, else the global one of `keras` (the
+    script's Keras module, harness.keras_module; None: not imported)."""
     name = getattr(getattr(model, "dtype_policy", None), "name", None)
     if name is not None:
         return str(name)
@@ -130,10 +128,8 @@ def precision_policy(keras, model=None) -> str | None:
 
 
 def jit_compile(model) -> bool | None:
-    """The model's resolved `jit_compile`; None when not known. Its private
-    `_jit_compile` first: Keras 3's `jit_compile` property resolves "auto"
-    (and stores it) when read. The one reading, for each compile and fit
-    and the plugins' `ctx.jit_compile(model)`."""
+    """The model's resolved `jit_compile`, None if unknown (`_jit_compile`
+    first: Keras 3's property resolves "auto" when read)."""
     jit = getattr(model, "_jit_compile", None)
     if jit is None:
         jit = getattr(model, "jit_compile", None)
@@ -163,8 +159,7 @@ def record_compile(model, extra: dict, requested, pinned: bool) -> None:
 
 
 def record_fit(model, extra: dict, keras) -> None:
-    """One `fit`: the compile mode it ran, replicas in sync, precision policy
-    (`keras`: the script's Keras module, see `precision_policy`)."""
+    """One `fit`: the compile mode it ran, replicas in sync, precision policy."""
     fits = extra.setdefault("fits", [])
     fits.append(
         {
@@ -191,8 +186,7 @@ def replicas(extra: dict, fits: bool = True) -> int | None:
 
 
 def summary(extra: dict, keras) -> dict:
-    """The result's fields for what actually ran (see TrialResult); `keras`:
-    the script's Keras module (see `precision_policy`)."""
+    """The result's fields for what actually ran (see TrialResult)."""
     fits = extra.get("fits") or []
     strategies = extra.get("strategies") or []
     modes = [*(extra.get("compile_modes") or []), *fits]

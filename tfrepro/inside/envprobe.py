@@ -106,18 +106,13 @@ def tf_gpus(tf) -> list:
 
 
 def build_info(tf) -> dict:
-    """`tf.sysconfig.get_build_info()` as JSON values (a list stays a list of
-    strings, anything else not a scalar becomes its str); raises when
-    TensorFlow cannot say. The one reading: the environment's `build_info`
-    and `tfrepro check`'s `build` (probes.py)."""
-    out = {}
-    for k, v in dict(tf.sysconfig.get_build_info()).items():
-        if isinstance(v, (list, tuple)):
-            v = [str(x) for x in v]
-        elif not (v is None or isinstance(v, (bool, int, float, str))):
-            v = str(v)
-        out[k] = v
-    return out
+    """`tf.sysconfig.get_build_info()` as JSON (lists of str; other
+    non-scalars str); raises where TensorFlow cannot say. Also probes.py's."""
+    scalar = (bool, int, float, str, type(None))
+    return {
+        k: [str(x) for x in v] if isinstance(v, (list, tuple)) else v if isinstance(v, scalar) else str(v)
+        for k, v in dict(tf.sysconfig.get_build_info()).items()
+    }
 
 
 def describe():

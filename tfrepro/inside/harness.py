@@ -280,7 +280,7 @@ def _side(name: str):
 _HOOKS = {
     "tensorflow": _on_tensorflow,
     "keras": lambda module: _side("keras").on_keras(module),
-    "tf_keras": lambda module: _side("keras").on_tf_keras(module),
+    "tf_keras": lambda module: _side("keras").on_keras(module),
 }
 
 
@@ -331,17 +331,13 @@ def _memory_start() -> None:
 
 
 def keras_module():
-    """The Keras the script uses (the one rule, for the result's
-    `keras_version`, devices.py's precision policy and the plugins'
-    `ctx.keras()`): the library its fits ran (`S.keras_lib`), else tf_keras
-    when imported, else keras; None before it is imported (nothing is
-    imported here: a tf_keras trial never loads Keras 3)."""
+    """The Keras module the script uses (its fits', else tf_keras if imported,
+    else keras); None when not imported. Never imports one."""
     return sys.modules.get(S.keras_lib or ("tf_keras" if "tf_keras" in sys.modules else "keras"))
 
 
 def keras2(keras) -> bool:
-    """Whether a `keras` module is Keras 2 (TensorFlow <= 2.15's tf.keras,
-    laid out as tf_keras is) rather than Keras 3."""
+    """Keras 2 (tf_keras, TensorFlow <= 2.15's keras), not Keras 3."""
     return str(getattr(keras, "__version__", "3")).startswith("2.")
 
 
@@ -428,6 +424,7 @@ def activate(config_path: str) -> None:
     _FINDER.fire_imported()
     _data_start()
     for name in ("tensorflow", "keras", "tf_keras"):  # custom loops (harness_loop.py)
-        _FINDER.add(name, lambda module, name=name: getattr(_side("loop"), f"on_{name}")(module))
+        on = "on_tensorflow" if name == "tensorflow" else "on_keras"  # Keras 3, Keras 2 or tf_keras
+        _FINDER.add(name, lambda module, on=on: getattr(_side("loop"), on)(module))
     if S.config.get("plugins"):  # harness_plugins.py
         _bound("plugins").load(S.config["plugins"], S.config.get("plugin_options"))

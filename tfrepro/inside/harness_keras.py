@@ -325,7 +325,7 @@ def _patch_compile(cls) -> None:
 
 def on_keras(keras) -> None:
     if H.keras2(keras):
-        _on_keras2(keras)  # TensorFlow <= 2.15: tf.keras is Keras 2, laid out as tf_keras is
+        _on_keras2(keras, keras.__name__)  # tf_keras, or TensorFlow <= 2.15's Keras 2 (laid out alike)
         return
     if keras.backend.backend() != "tensorflow":
         H.S.errors.append(f"keras backend {keras.backend.backend()!r} is not measured")
@@ -352,7 +352,7 @@ def _patched(keras, model_cls) -> None:
         keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
 
 
-def _on_keras2(keras, lib: str = "keras") -> None:
+def _on_keras2(keras, lib: str) -> None:
     """Keras 2 (`keras` of TensorFlow <= 2.15, or `tf_keras`)."""
     import importlib
 
@@ -362,10 +362,6 @@ def _on_keras2(keras, lib: str = "keras") -> None:
         Model = importlib.import_module(f"{lib}.engine.training").Model
     _patch_trainer(Model, keras.callbacks.Callback, lib, distributed_sum=True)
     _patched(keras, Model)
-
-
-def on_tf_keras(tf_keras) -> None:
-    _on_keras2(tf_keras, "tf_keras")
 
 
 def user_models() -> list:

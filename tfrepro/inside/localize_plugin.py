@@ -82,8 +82,7 @@ def _patch_loss_scale(cls, settings: dict) -> None:
 
 def _patch_keras(lib, facts: dict) -> None:
     """compile and the loss-scale optimizer of a Keras the script imports
-    (`keras`: Keras 3 or 2, `tf_keras`): each keeps its loss-scale optimizer
-    under `mixed_precision`."""
+    (Keras 3, Keras 2, tf_keras: each has `mixed_precision.LossScaleOptimizer`)."""
     label = "Model.compile" if lib.__name__ == "keras" else f"{lib.__name__}.Model.compile"
     with contextlib.suppress(Exception):
         _patch_compile(lib.Model, label, facts)
@@ -92,8 +91,7 @@ def _patch_keras(lib, facts: dict) -> None:
 
 def _after_run(ctx, facts: dict) -> None:
     """What the script set up, read once it ran: precision policy, the layers
-    of a never-compiled model (custom loop), op determinism, eager functions.
-    The script's Keras is asked for, never imported (harness.keras_module)."""
+    of a never-compiled model (custom loop), op determinism, eager functions."""
     settings = facts["settings"]
     tf = sys.modules.get("tensorflow")
     if (policy := ctx.precision_policy()) is not None:
