@@ -135,6 +135,15 @@ def test_the_precision_policy_and_jit_compile_are_read_one_way():
     ]
     assert devices.jit_compile(SimpleNamespace()) is None
 
+    class Unresolvable:  # the property raises: the fit goes on, the mode is unknown
+        _jit_compile = None
+
+        @property
+        def jit_compile(self):
+            raise RuntimeError("cannot resolve")
+
+    assert devices.jit_compile(Unresolvable()) is None
+
 
 # -- jit_compile="auto" pinned ------------------------------------------------------------
 

@@ -129,10 +129,11 @@ def precision_policy(keras, model=None) -> str | None:
 
 def jit_compile(model) -> bool | None:
     """The model's resolved `jit_compile`, None if unknown (`_jit_compile`
-    first: Keras 3's property resolves "auto" when read)."""
+    first: Keras 3's property resolves "auto" when read); never raises."""
     jit = getattr(model, "_jit_compile", None)
     if jit is None:
-        jit = getattr(model, "jit_compile", None)
+        with contextlib.suppress(Exception):
+            jit = getattr(model, "jit_compile", None)
     return bool(jit) if jit is not None else None
 
 
