@@ -447,6 +447,22 @@ def test_gpu_present_passes():
     assert judge(result(with_(env=env))).item("environment").summary.endswith("2 GPU")
 
 
+def test_the_build_info_is_read_one_way_for_check_and_the_environment():
+    """envprobe.build_info: `tfrepro check`'s env["build"] (probes.py) and the
+    environment's build_info read it alike: a list stays a list of strings
+    (check had its Python repr), anything else not JSON becomes its str."""
+    from types import SimpleNamespace
+
+    from tfrepro.inside import INSIDE_DIR
+
+    spec = importlib.util.spec_from_file_location("_envprobe_under_test", INSIDE_DIR / "envprobe.py")
+    envprobe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(envprobe)
+    info = {"is_cuda_build": True, "cuda_version": "12.5.1", "cuda_compute_capabilities": ("sm_60", "compute_80")}
+    tf = SimpleNamespace(sysconfig=SimpleNamespace(get_build_info=lambda: {**info, "odd": Path("x")}))
+    assert envprobe.build_info(tf) == {**info, "cuda_compute_capabilities": ["sm_60", "compute_80"], "odd": "x"}
+
+
 # -- the probe's own helpers (NumPy, no TensorFlow) ----------------------------------------------------
 
 

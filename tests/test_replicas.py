@@ -108,8 +108,41 @@ def test_the_replica_count_is_computed_once_for_the_result_the_hardware_and_the_
     assert devices.replicas(loop) == 2 == devices.replicas(loop, fits=False)
     both = {**plain_fit, **loop, "fits": [{"call": "fit#1", "replicas": 2}, {"call": "fit#2", "replicas": None}]}
     assert devices.replicas(both) == 2 and devices.replicas({}) is None
-    assert devices.summary({**both, "strategies": loop["strategies"]})["replicas_in_sync"] == 2
+    assert devices.summary({**both, "strategies": loop["strategies"]}, None)["replicas_in_sync"] == 2
     assert devices.hardware(loop)["replicas"] == 2 and devices.hardware(plain_fit)["replicas"] == 1
+
+
+def _keras(policy: str):
+    return SimpleNamespace(mixed_precision=SimpleNamespace(global_policy=lambda: SimpleNamespace(name=policy)))
+
+
+def test_the_precision_policy_and_jit_compile_are_read_one_way():
+    """devices.precision_policy / jit_compile: each fit, the result and the
+    plugins' ctx.precision_policy() / ctx.jit_compile() read them alike; the
+    global policy is the script's Keras's (tf_keras's in a tf_keras trial),
+    handed in, never imported."""
+    tf_keras = _keras("mixed_float16")
+    assert devices.precision_policy(tf_keras) == "mixed_float16" and devices.precision_policy(None) is None
+    model = SimpleNamespace(dtype_policy=SimpleNamespace(name="mixed_bfloat16"))
+    assert devices.precision_policy(tf_keras, model) == "mixed_bfloat16"  # the model's own comes first
+    assert devices.summary({}, tf_keras)["precision_policy"] == "mixed_float16"
+    extra: dict = {}
+    devices.record_fit(SimpleNamespace(_jit_compile=None, jit_compile=True), extra, tf_keras)
+    devices.record_fit(SimpleNamespace(_jit_compile=False, jit_compile=True), extra, tf_keras)
+    assert [(f["jit_compile"], f["precision_policy"]) for f in extra["fits"]] == [
+        (True, "mixed_float16"),
+        (False, "mixed_float16"),
+    ]
+    assert devices.jit_compile(SimpleNamespace()) is None
+
+    class Unresolvable:  # the property raises: the fit goes on, the mode is unknown
+        _jit_compile = None
+
+        @property
+        def jit_compile(self):
+            raise RuntimeError("cannot resolve")
+
+    assert devices.jit_compile(Unresolvable()) is None
 
 
 # -- jit_compile="auto" pinned ------------------------------------------------------------

@@ -200,6 +200,57 @@ def test_check_numerics_error_names_op_layer_and_line():
     assert Report.of({"localization": written}).localization == loc
 
 
+def test_the_localize_plugin_patches_the_keras_the_script_imports_and_imports_none(monkeypatch):
+    """inside/localize_plugin.py: compile (XLA off) and the loss-scale start
+    patched in whichever Keras the script imports (here tf_keras), when it
+    does; the precision policy is the script's Keras's (ctx), never an
+    `import keras` (which would load Keras 3 into a tf_keras trial)."""
+    import importlib.util
+    import sys
+    from types import SimpleNamespace
+
+    from tfrepro.inside import LOCALIZE_PLUGIN
+
+    monkeypatch.setattr(sys, "excepthook", sys.excepthook)  # install() chains its own
+    spec = importlib.util.spec_from_file_location("_test_localize_plugin", LOCALIZE_PLUGIN)
+    plugin = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(plugin)
+
+    class Model:
+        def compile(self, *args, **kwargs):
+            self.compiled_with = kwargs
+
+        def _flatten_layers(self, include_self=False):
+            return []
+
+    class LossScaleOptimizer:
+        def __init__(self, inner, initial_scale=2**15):
+            self.scale = initial_scale
+
+    tf_keras = SimpleNamespace(
+        __name__="tf_keras", Model=Model, mixed_precision=SimpleNamespace(LossScaleOptimizer=LossScaleOptimizer)
+    )
+    hooks, ends, recorded = {}, [], {}
+    ctx = SimpleNamespace(
+        after_import=hooks.__setitem__,
+        add_end_hook=ends.append,
+        keras=lambda: tf_keras,
+        precision_policy=lambda: "mixed_float16",
+        replicas=lambda fits: None,
+        record=recorded.__setitem__,
+    )
+    plugin.install(ctx)
+    assert set(hooks) == {"tensorflow", "keras", "tf_keras"}
+    hooks["tf_keras"](tf_keras)
+    model = Model()
+    model.compile(loss="mse", jit_compile=True)
+    assert model.compiled_with["jit_compile"] is False and LossScaleOptimizer(None).scale == 1.0
+    ends[0]([])
+    settings = recorded["localize"]["settings"]
+    assert settings["jit_compile_requested"] == ["tf_keras.Model.compile(jit_compile=True)"]
+    assert settings["precision_policy"] == "mixed_float16"
+
+
 def test_other_errors_are_not_mistaken_for_a_localisation():
     loc = parse_check_numerics("ValueError: shapes (3,) and (4,) are incompatible", script="repro.py")
     assert not loc.found and "not a check_numerics report" in loc.note

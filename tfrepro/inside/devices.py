@@ -115,17 +115,26 @@ def pin_compile(args: tuple, kwargs: dict, config: dict) -> tuple[dict, bool]:
     return {**kwargs, "jit_compile": bool(pin)}, True
 
 
-def _policy_name(model) -> str | None:
+def precision_policy(keras, model=None) -> str | None:
+    """`model`'s precision policy, else the global one of `keras` (the
+    script's Keras module, harness.keras_module; None: not imported)."""
     name = getattr(getattr(model, "dtype_policy", None), "name", None)
-    return str(name) if name is not None else _global_policy()
-
-
-def _global_policy() -> str | None:
-    """Keras's global precision policy, where Keras is imported."""
+    if name is not None:
+        return str(name)
     try:
-        return str(sys.modules["keras"].mixed_precision.global_policy().name)
+        return str(keras.mixed_precision.global_policy().name)
     except Exception:
         return None
+
+
+def jit_compile(model) -> bool | None:
+    """The model's resolved `jit_compile`, None if unknown (`_jit_compile`
+    first: Keras 3's property resolves "auto" when read); never raises."""
+    jit = getattr(model, "_jit_compile", None)
+    if jit is None:
+        with contextlib.suppress(Exception):
+            jit = getattr(model, "jit_compile", None)
+    return bool(jit) if jit is not None else None
 
 
 def _replicas(model) -> int | None:
@@ -139,31 +148,27 @@ def _replicas(model) -> int | None:
 def record_compile(model, extra: dict, requested, pinned: bool) -> None:
     """One `compile`: what was asked, what Keras resolved, whether we pinned it."""
     n = len(extra.setdefault("compile_modes", [])) + 1
-    jit = getattr(model, "_jit_compile", None)
-    if jit is None:
-        jit = getattr(model, "jit_compile", None)
     extra["compile_modes"].append(
         {
             "call": f"compile#{n}",
             "requested": requested if isinstance(requested, (bool, str)) else repr(requested),
-            "jit_compile": bool(jit) if jit is not None else None,
+            "jit_compile": jit_compile(model),
             "pinned": pinned,
             "run_eagerly": bool(getattr(model, "run_eagerly", False)),
         }
     )
 
 
-def record_fit(model, extra: dict) -> None:
+def record_fit(model, extra: dict, keras) -> None:
     """One `fit`: the compile mode it ran, replicas in sync, precision policy."""
     fits = extra.setdefault("fits", [])
-    jit = getattr(model, "_jit_compile", None)
     fits.append(
         {
             "call": f"fit#{len(fits) + 1}",
-            "jit_compile": bool(jit) if jit is not None else None,
+            "jit_compile": jit_compile(model),
             "run_eagerly": bool(getattr(model, "run_eagerly", False)),
             "replicas": _replicas(model),
-            "precision_policy": _policy_name(model),
+            "precision_policy": precision_policy(keras, model),
         }
     )
 
@@ -181,7 +186,7 @@ def replicas(extra: dict, fits: bool = True) -> int | None:
     return max(counts) if counts else None
 
 
-def summary(extra: dict) -> dict:
+def summary(extra: dict, keras) -> dict:
     """The result's fields for what actually ran (see TrialResult)."""
     fits = extra.get("fits") or []
     strategies = extra.get("strategies") or []
@@ -190,7 +195,7 @@ def summary(extra: dict) -> dict:
     return {
         "compile_modes": modes,
         "replicas_in_sync": replicas(extra),
-        "precision_policy": policy if policy is not None else _global_policy(),
+        "precision_policy": policy if policy is not None else precision_policy(keras),
         "devices": _devices(strategies),
     }
 

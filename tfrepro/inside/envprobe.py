@@ -105,6 +105,16 @@ def tf_gpus(tf) -> list:
     return gpus
 
 
+def build_info(tf) -> dict:
+    """`tf.sysconfig.get_build_info()` as JSON (lists of str; other
+    non-scalars str); raises where TensorFlow cannot say. Also probes.py's."""
+    scalar = (bool, int, float, str, type(None))
+    return {
+        k: [str(x) for x in v] if isinstance(v, (list, tuple)) else v if isinstance(v, scalar) else str(v)
+        for k, v in dict(tf.sysconfig.get_build_info()).items()
+    }
+
+
 def describe():
     facts = {
         "python": platform.python_version(),
@@ -130,9 +140,7 @@ def describe():
     facts["tf_version"] = tf.__version__
     facts["tf_git_version"] = getattr(tf.version, "GIT_VERSION", None)
     try:
-        facts["build_info"] = {
-            k: (list(v) if isinstance(v, (list, tuple)) else v) for k, v in tf.sysconfig.get_build_info().items()
-        }
+        facts["build_info"] = build_info(tf)
     except Exception as e:
         facts["build_info"] = {"error": str(e)}
     try:

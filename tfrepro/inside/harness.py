@@ -280,7 +280,7 @@ def _side(name: str):
 _HOOKS = {
     "tensorflow": _on_tensorflow,
     "keras": lambda module: _side("keras").on_keras(module),
-    "tf_keras": lambda module: _side("keras").on_tf_keras(module),
+    "tf_keras": lambda module: _side("keras").on_keras(module),
 }
 
 
@@ -327,6 +327,20 @@ def _memory_start() -> None:
     _MEMORY = _quietly("memory sampler", lambda: _sibling_file("memory").start(S.config))
 
 
+# -- the script's Keras ----------------------------------------------------------------
+
+
+def keras_module():
+    """The Keras module the script uses (its fits', else tf_keras if imported,
+    else keras); None when not imported. Never imports one."""
+    return sys.modules.get(S.keras_lib or ("tf_keras" if "tf_keras" in sys.modules else "keras"))
+
+
+def keras2(keras) -> bool:
+    """Keras 2 (tf_keras, TensorFlow <= 2.15's keras), not Keras 3."""
+    return str(getattr(keras, "__version__", "3")).startswith("2.")
+
+
 # -- the end ------------------------------------------------------------------------
 
 
@@ -353,7 +367,6 @@ def finish() -> None:
         extra["keras"] = S.keras_lib
     if S.errors:
         extra["harness_errors"] = S.errors
-    keras_lib = S.keras_lib or ("tf_keras" if "tf_keras" in sys.modules else "keras")
     result = {
         "losses": [x if math.isfinite(x) else None for x in S.losses],
         "step_times": S.step_times,
@@ -365,7 +378,7 @@ def finish() -> None:
         "mode": S.mode,
         "steps_run": S.steps_seen,
         "tf_version": getattr(sys.modules.get("tensorflow"), "__version__", None),
-        "keras_version": getattr(sys.modules.get(keras_lib), "__version__", None),
+        "keras_version": getattr(keras_module(), "__version__", None),
         "extra": extra,
     }
     if _MEMORY:  # the memory fields: peak RSS, RSS per step, growth, device peak
@@ -378,7 +391,7 @@ def finish() -> None:
         for k in ("compile_modes", "fits"):
             extra.pop(k, None)
         try:
-            result.update(_DEVICES.summary(S.extra))
+            result.update(_DEVICES.summary(S.extra, keras_module()))
         except Exception:
             note_error("devices summary")
     _write_json(S.result_path, result, allow_nan=False, default=repr)
@@ -411,6 +424,7 @@ def activate(config_path: str) -> None:
     _FINDER.fire_imported()
     _data_start()
     for name in ("tensorflow", "keras", "tf_keras"):  # custom loops (harness_loop.py)
-        _FINDER.add(name, lambda module, name=name: getattr(_side("loop"), f"on_{name}")(module))
+        on = "on_tensorflow" if name == "tensorflow" else "on_keras"  # Keras 3, Keras 2 or tf_keras
+        _FINDER.add(name, lambda module, on=on: getattr(_side("loop"), on)(module))
     if S.config.get("plugins"):  # harness_plugins.py
         _bound("plugins").load(S.config["plugins"], S.config.get("plugin_options"))

@@ -155,7 +155,7 @@ def _before_fit(model, lib: str, args: list, kwargs: dict, callback) -> tuple[li
         kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback)
     tag = H.begin_call("fit", H.FRAMES.user_where() or "?") if H.S.fit_depth == 0 else None
     if H._DEVICES is not None:  # its compile mode, replicas in sync, precision policy (devices.py)
-        H._DEVICES.record_fit(model, H.S.extra)
+        H._DEVICES.record_fit(model, H.S.extra, H.keras_module())
     return args, kwargs, tag
 
 
@@ -324,8 +324,8 @@ def _patch_compile(cls) -> None:
 
 
 def on_keras(keras) -> None:
-    if str(getattr(keras, "__version__", "3")).startswith("2."):
-        _on_keras2(keras)  # TensorFlow <= 2.15: tf.keras is Keras 2, laid out as tf_keras is
+    if H.keras2(keras):
+        _on_keras2(keras, keras.__name__)  # tf_keras, or TensorFlow <= 2.15's Keras 2 (laid out alike)
         return
     if keras.backend.backend() != "tensorflow":
         H.S.errors.append(f"keras backend {keras.backend.backend()!r} is not measured")
@@ -352,7 +352,7 @@ def _patched(keras, model_cls) -> None:
         keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
 
 
-def _on_keras2(keras, lib: str = "keras") -> None:
+def _on_keras2(keras, lib: str) -> None:
     """Keras 2 (`keras` of TensorFlow <= 2.15, or `tf_keras`)."""
     import importlib
 
@@ -362,10 +362,6 @@ def _on_keras2(keras, lib: str = "keras") -> None:
         Model = importlib.import_module(f"{lib}.engine.training").Model
     _patch_trainer(Model, keras.callbacks.Callback, lib, distributed_sum=True)
     _patched(keras, Model)
-
-
-def on_tf_keras(tf_keras) -> None:
-    _on_keras2(tf_keras, "tf_keras")
 
 
 def user_models() -> list:

@@ -356,9 +356,9 @@ _APPLY = ["apply_gradients", "apply"]
 
 
 def on_keras(keras) -> None:
-    if str(getattr(keras, "__version__", "3")).startswith("2."):
-        _on_keras2("keras.src")
-        _on_keras2("keras")
+    if H.keras2(keras):  # Keras 2 or tf_keras: its code under <name>.src (Keras 2's also under <name>)
+        for root in (f"{keras.__name__}.src", keras.__name__):
+            _on_keras2(root)
         return
     optimizers = [
         ("keras.src.optimizers.base_optimizer", "BaseOptimizer"),
@@ -378,7 +378,3 @@ def _on_keras2(root: str) -> None:
     _patch_classes([*optimizers, (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")], _APPLY, _apply_wrapper)
     scaling = [(lso, "BaseLossScaleOptimizer"), (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")]
     _patch_classes(scaling, ["get_scaled_loss"], _scale_wrapper)
-
-
-def on_tf_keras(tf_keras) -> None:
-    _on_keras2("tf_keras.src")

@@ -14,6 +14,9 @@ imported by path and `plugin.install(ctx)` is called, where `ctx` offers
   ctx.after_import(name, fn)  fn(module) right after the script imports the
                            top-level module `name` (e.g. "tensorflow")
   ctx.replicas(fits=True)  the most replicas in sync so far (devices.replicas)
+  ctx.keras()              the Keras module the script uses (harness.keras_module)
+  ctx.precision_policy()   its global precision policy (devices.precision_policy)
+  ctx.jit_compile(model)   a model's resolved jit_compile (devices.jit_compile)
 A plugin that raises is recorded in extra["harness_errors"]; it never fails
 the trial.
 """
@@ -54,6 +57,18 @@ class PluginContext:
         strategies the script built and, with `fits`, of its fits' models);
         None when unknown (devices.py did not load)."""
         return H._DEVICES.replicas(H.S.extra, fits) if H._DEVICES is not None else None
+
+    def keras(self):
+        """The Keras module the script uses; None before it imports one."""
+        return H.keras_module()
+
+    def precision_policy(self) -> str | None:
+        """The global precision policy of the script's Keras; None when unknown."""
+        return H._DEVICES.precision_policy(H.keras_module()) if H._DEVICES is not None else None
+
+    def jit_compile(self, model) -> bool | None:
+        """`model`'s resolved jit_compile; None when unknown."""
+        return H._DEVICES.jit_compile(model) if H._DEVICES is not None else None
 
 
 def load(paths, options) -> None:

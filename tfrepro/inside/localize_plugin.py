@@ -12,8 +12,6 @@ TrialResult.extra["localize"]: {"error_type", "message", "traceback",
 """
 
 import contextlib
-import importlib
-import os
 import sys
 import traceback
 
@@ -82,26 +80,25 @@ def _patch_loss_scale(cls, settings: dict) -> None:
     cls.__init__ = init
 
 
-def _patch_keras(facts: dict) -> None:
-    """compile and the loss-scale optimizer of the Keras the script will use."""
-    legacy = os.environ.get("TF_USE_LEGACY_KERAS", "").lower() in ("1", "true", "yes")
-    name, label, lso = ("tf_keras", "tf_keras.", "mixed_precision") if legacy else ("keras", "", "optimizers")
+def _patch_keras(lib, facts: dict) -> None:
+    """compile and the loss-scale optimizer of a Keras the script imports
+    (Keras 3, Keras 2, tf_keras: each has `mixed_precision.LossScaleOptimizer`)."""
+    label = "Model.compile" if lib.__name__ == "keras" else f"{lib.__name__}.Model.compile"
     with contextlib.suppress(Exception):
-        lib = importlib.import_module(name)
-        _patch_compile(lib.Model, f"{label}Model.compile", facts)
-        _patch_loss_scale(getattr(lib, lso).LossScaleOptimizer, facts["settings"])
+        _patch_compile(lib.Model, label, facts)
+        _patch_loss_scale(lib.mixed_precision.LossScaleOptimizer, facts["settings"])
 
 
-def _after_run(facts: dict) -> None:
+def _after_run(ctx, facts: dict) -> None:
     """What the script set up, read once it ran: precision policy, the layers
     of a never-compiled model (custom loop), op determinism, eager functions."""
     settings = facts["settings"]
     tf = sys.modules.get("tensorflow")
+    if (policy := ctx.precision_policy()) is not None:
+        settings["precision_policy"] = policy
+    keras = ctx.keras()
     with contextlib.suppress(Exception):
-        import keras
-
-        settings["precision_policy"] = keras.mixed_precision.global_policy().name
-        if not facts["layers"]:
+        if keras is not None and not facts["layers"]:
             # Never compiled (custom loop): find the models still alive.
             import gc
 
@@ -125,10 +122,11 @@ def install(ctx):
 
     def on_tensorflow(tf):
         _patch_jit(tf, facts["settings"])
-        _patch_keras(facts)
         tf.debugging.enable_check_numerics()
 
     ctx.after_import("tensorflow", on_tensorflow)
+    for name in ("keras", "tf_keras"):  # whichever the script imports, when it does
+        ctx.after_import(name, lambda lib: _patch_keras(lib, facts))
     before = sys.excepthook
 
     def excepthook(tp, value, tb):  # the error is the finding
@@ -139,7 +137,7 @@ def install(ctx):
     sys.excepthook = excepthook
 
     def on_end(_models):
-        _after_run(facts)
+        _after_run(ctx, facts)
         facts["settings"]["replicas"] = ctx.replicas(fits=False)  # a strategy the script built
         ctx.record("localize", facts)
 

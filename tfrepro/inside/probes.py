@@ -375,16 +375,12 @@ class _Probes:
                 mod = sys.modules.get(lib)
                 if mod is not None and getattr(mod, "__version__", None):
                     env[lib] = mod.__version__
+            envprobe = sys.modules["_tfrepro_harness"]._sibling_file("envprobe")
             try:
-                info = tf.sysconfig.get_build_info()
-                env["build"] = {
-                    k: (v if isinstance(v, (bool, int, float, str)) or v is None else str(v))
-                    for k, v in dict(info).items()
-                }
+                env["build"] = envprobe.build_info(tf)
             except Exception:
                 env["build"] = {}
             env["physical_devices"] = dict(Counter(d.device_type for d in tf.config.list_physical_devices()))
-            envprobe = sys.modules["_tfrepro_harness"]._sibling_file("envprobe")
             env["gpu_names"] = [gpu["name"] for gpu in envprobe.tf_gpus(tf)]
             with contextlib.suppress(Exception):
                 env["logical_devices"] = dict(Counter(d.device_type for d in tf.config.list_logical_devices()))

@@ -18,8 +18,7 @@ def install(ctx):
     fit_facts = {}
 
     def on_fit(model, args, kwargs):
-        with contextlib.suppress(Exception):
-            fit_facts["jit_compile"] = bool(getattr(model, "jit_compile", False))
+        fit_facts["jit_compile"] = bool(ctx.jit_compile(model))
         with contextlib.suppress(Exception):
             fit_facts["strategy"] = type(model.distribute_strategy).__name__
 
@@ -27,11 +26,9 @@ def install(ctx):
         setup = dict(fit_facts)
         if (replicas := ctx.replicas()) is not None:
             setup["replicas"] = replicas
+        if (policy := ctx.precision_policy()) is not None:
+            setup["precision_policy"] = policy
         tf = sys.modules.get("tensorflow")
-        keras = sys.modules.get("keras")
-        with contextlib.suppress(Exception):
-            if keras is not None:
-                setup["precision_policy"] = keras.mixed_precision.global_policy().name
         with contextlib.suppress(Exception):
             if tf is not None:
                 setup["run_functions_eagerly"] = bool(tf.config.functions_run_eagerly())
