@@ -52,7 +52,7 @@ from tfrepro.trials import confine, warm
 from tfrepro.trials.diskfull import disk_full
 from tfrepro.trials.memcheck import memory_lines
 from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
-from tfrepro.trials.procs import Exit, run_cold, run_warm
+from tfrepro.trials.procs import Exit, spawn
 from tfrepro.trials.ran import what_ran
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.stored import read_json
@@ -287,7 +287,6 @@ def run_variant(
     child's process tree."""
     trial_dir = Path(trial_dir).resolve()
     trial_dir.mkdir(parents=True, exist_ok=True)
-    result_path = trial_dir / "result.json"
     config_path = write_config(settings, trial_dir, variant_dir, how)
     cmd = command_for(settings, how.python)
     # The driver's TensorFlow says nothing about another interpreter's trial.
@@ -295,15 +294,9 @@ def run_variant(
     full_env = child_env(settings, config_path, how.env)
     logs = (trial_dir / "stdout.log", trial_dir / "stderr.log")
     pool = None if how.cold else warm_pool or warm.default_pool()
-    outcome = run_warm(cmd, Path(variant_dir), full_env, settings.timeout_s, *logs, pool) if pool else None
-    if outcome is None:
-        for stale in (result_path, Path(harness.progress_path(str(result_path)))):
-            stale.unlink(missing_ok=True)  # left by a warm attempt whose server died
-        outcome = run_cold(cmd, Path(variant_dir), full_env, settings.timeout_s, *logs)
-    if isinstance(outcome, TrialResult):
-        return replace(outcome, log_dir=str(trial_dir), tf_version=tf_fallback)
-    result = _collect(outcome, settings, trial_dir, tf_fallback)
-    return confine.note_outside(replace(result, extra={**result.extra, "process": outcome.process}), trial_dir)
+    end = spawn(cmd, Path(variant_dir), full_env, settings.timeout_s, *logs, pool)
+    result = _collect(end, settings, trial_dir, tf_fallback)
+    return confine.note_outside(replace(result, extra={**result.extra, "process": end.process}), trial_dir)
 
 
 def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: str | None = None) -> TrialResult:
@@ -311,6 +304,8 @@ def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: s
     result_path, stderr_path = trial_dir / "result.json", trial_dir / "stderr.log"
     rc = end.rc
     base = {"exit_code": rc, "wall_s": round(end.wall_s, 4), "log_dir": str(trial_dir)}
+    if end.error is not None:  # it could not start
+        return TrialResult(crashed=True, error=end.error, tf_version=tf_fallback, **base)
     if end.timed_out:
         progress = read_json(Path(harness.progress_path(str(result_path)))) or {}
         error = f"timed out after {settings.timeout_s:g} s"

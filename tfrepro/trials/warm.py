@@ -74,8 +74,9 @@ class WarmUnavailable(Exception):
     """No warm child was started: run the trial cold."""
 
 
-class ServerLost(Exception):
-    """The server died while its child ran (the child died with it)."""
+class ServerLost(WarmUnavailable):
+    """The server died while its child ran (the child died with it): the
+    trial runs again, cold."""
 
 
 def server_key(executable: str, env: Mapping[str, str], preload: Sequence[str]) -> tuple:
