@@ -73,7 +73,7 @@ class LocalExecutor(Executor):
     """Trials in subprocesses of this machine, `jobs` at a time.
 
     With an injected `runner` (tests, the engine's fakes) each trial is
-    `runner(project, enabled, settings, use_cache=, label=)` as before. Without
+    `runner(project, enabled, settings, how=)`, as `run_trial` is called. Without
     one, trials go through `runner.run_trial`, or, when GPUs are visible,
     through the same cache protocol with its GPUs pinned (the pinned
     device is kept out of the cache key: any GPU of the box gives the same
@@ -89,11 +89,8 @@ class LocalExecutor(Executor):
         if request.given is not None:
             return request.given
         how = request.how  # cold: the trial's own, or `--cold` (warm.force_cold) for all of them
-        if self.runner is not None:  # called with use_cache, label, and each of state_dir, python, versions, env set
-            fields = {n: v for n in ("state_dir", "python", "versions", "env") if (v := getattr(how, n)) is not None}
-            return self.runner(
-                project, request.enabled, request.settings, use_cache=how.use_cache, label=how.label, **fields
-            )
+        if self.runner is not None:
+            return self.runner(project, request.enabled, request.settings, how=how)
         from tfrepro.trials.runner import run_trial
 
         if not self.devices:

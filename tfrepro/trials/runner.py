@@ -263,12 +263,6 @@ def write_config(settings: TrialSettings, trial_dir: Path, variant_dir: Path, ho
     return path
 
 
-def run_trial_with(project: "Project", enabled: Iterable[str], settings: TrialSettings, **fields: Any) -> TrialResult:
-    """`run_trial` as an injected runner is called (`LocalExecutor(runner=...)`,
-    the checks, `--then-features`): the `TrialOptions` fields by name."""
-    return run_trial(project, enabled, settings, TrialOptions(**fields))
-
-
 def run_variant(
     variant_dir: Path,
     settings: TrialSettings,
