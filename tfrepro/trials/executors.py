@@ -88,7 +88,7 @@ class LocalExecutor(Executor):
     def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
         if request.given is not None:
             return request.given
-        how = request.how  # cold: the trial's own, or `--cold` (warm.force_cold) for all of them
+        how = request.how
         if self.runner is not None:
             return self.runner(project, request.enabled, request.settings, how=how)
         from tfrepro.trials.runner import run_trial
@@ -135,10 +135,9 @@ def make_executor(
     address: str | None = None,
     runner: Runner | None = None,
     log: Callable[[str], None] | None = None,
-    cold: bool = False,
 ) -> Executor:
-    """The executor the user asked for (`--executor`, `--jobs`, `--address`); `cold`: Ray tasks in
-    cold processes (local trials run cold by `--cold`, `warm.force_cold`, or their own TrialOptions.cold)."""
+    """The executor the user asked for (`--executor`, `--jobs`, `--address`); on
+    either, a trial runs cold by `--cold` (`warm.force_cold`) or its own `TrialOptions.cold`."""
     if name == "local":
         if address:
             raise UserError("--address needs --executor ray", hint="add --executor ray")
@@ -153,5 +152,5 @@ def make_executor(
                 f"--executor ray needs Ray, which is not installed ({e})",
                 hint=f"{RAY_INSTALL_HINT}, or run without --executor ray",
             ) from None
-        return RayExecutor(address=address, log=log, cold=cold)
+        return RayExecutor(address=address, log=log)
     raise UserError(f"unknown executor {name!r}", hint="use local or ray")

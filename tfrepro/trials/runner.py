@@ -275,7 +275,7 @@ def run_variant(
     environment override). `trial_dir` receives the config, the result and
     the logs. The trial is a child forked from a warm server
     (`trials/warm.py`) when it is a plain `python script.py` that imports
-    TensorFlow, else (or with `cold`, or when the warm side fails) a cold
+    TensorFlow, else (or with `cold`, or `--cold`, or when the warm side fails) a cold
     process behind `inside/launch.py`. Raises what interrupted the parent
     (KeyboardInterrupt; `TrialStopped` from `stop_trials`) after killing the
     child's process tree."""
@@ -287,7 +287,7 @@ def run_variant(
     tf_fallback = None if how.python else tf_version()
     full_env = child_env(settings, config_path, how.env)
     logs = (trial_dir / "stdout.log", trial_dir / "stderr.log")
-    pool = None if how.cold else warm_pool or warm.default_pool()
+    pool = None if how.cold or warm.forced_cold() else warm_pool or warm.default_pool()
     end = spawn(cmd, Path(variant_dir), full_env, settings.timeout_s, *logs, pool)
     result = _collect(end, settings, trial_dir, tf_fallback)
     return confine.note_outside(replace(result, extra={**result.extra, "process": end.process}), trial_dir)

@@ -298,8 +298,6 @@ class WarmPool:
 
     def wants(self, script: Path) -> str | None:
         """Why `script` should run cold, or None when it can run warm."""
-        if self is _DEFAULT and _FORCE_COLD:  # `--cold`: every trial of the default pool in a cold process
-            return "cold processes asked for (--cold)"
         if not hasattr(os, "fork") or not Path("/proc/self").exists():
             return "no fork/Linux"
         if not script.is_file():
@@ -375,16 +373,16 @@ def default_pool() -> WarmPool:
 
 
 def force_cold(cold: bool = True) -> None:
-    """`--cold`: every trial of this process that would use the default pool
-    runs in a cold process (the CLI's switch; `cold=True` per call does the same)."""
+    """`--cold`: every trial this process runs, or sends to a Ray worker, runs
+    in a cold process (the CLI's switch; `TrialOptions.cold` does the same
+    for one trial)."""
     global _FORCE_COLD
     _FORCE_COLD = cold
 
 
 def forced_cold() -> bool:
-    """Whether `force_cold()` is on in this process: an executor whose trials
-    run elsewhere (a Ray worker never sees this process's pool) asks for cold
-    processes itself."""
+    """Whether `force_cold()` is on in this process (`runner.run_variant` and
+    the Ray tasks this process sends ask, with their trial's own `cold`)."""
     return _FORCE_COLD
 
 
