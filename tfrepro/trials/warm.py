@@ -29,7 +29,6 @@ import json
 import os
 import re
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -156,14 +155,15 @@ class WarmServer:
     info: dict = field(default_factory=dict)
     running: int = 0  # children forked and not yet closed (never evict a busy server)
     last_used: float = 0.0
-    lock_fd: int | None = None  # held while `tmp` is ours (trials/ownedtmp.py)
+    # `tmp` while it is ours (`ownedtmp.owned`): `close` removes it and lets its lock go
+    owned: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False, compare=False)
 
     @property
     def sock_path(self) -> str:
         return os.path.join(self.tmp or "", "s")
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
-        self.tmp, self.lock_fd = ownedtmp.make("tfrepro-warm-")  # swept by the next run if we are killed
+        self.tmp = self.owned.enter_context(ownedtmp.owned("tfrepro-warm-"))  # swept by the next run if we are killed
         # the last argument: at most as many threads to fork as right after the preload (0)
         cmd = [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload)]
         # Under the overlay the server itself writes only into one of its own
@@ -266,11 +266,7 @@ class WarmServer:
                 with contextlib.suppress(OSError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        if self.tmp:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-        if self.lock_fd is not None:
-            os.close(self.lock_fd)
-            self.lock_fd = None
+        self.owned.close()
 
 
 class WarmPool:
