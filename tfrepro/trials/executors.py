@@ -72,12 +72,11 @@ def _nvidia_smi_list() -> str | None:
 class LocalExecutor(Executor):
     """Trials in subprocesses of this machine, `jobs` at a time.
 
-    With an injected `runner` (tests, the engine's fakes) each trial is
-    `runner(project, enabled, settings, how=)`, as `run_trial` is called. Without
-    one, trials go through `runner.run_trial`, or, when GPUs are visible,
-    through the same cache protocol with its GPUs pinned (the pinned
-    device is kept out of the cache key: any GPU of the box gives the same
-    trial)."""
+    Each trial is `runner(project, enabled, settings, how=)`: `runner.run_trial`,
+    or the one injected (tests' fakes, `--then-features`' release), with the
+    GPUs it needs pinned when there are `devices` (by default the visible
+    GPUs, none for an injected runner). The pinned device is kept out of the
+    cache key: any GPU of the box gives the same trial."""
 
     def __init__(self, jobs: int = 1, *, runner: Runner | None = None, devices: Sequence[str] | None = None) -> None:
         super().__init__(jobs)
@@ -88,19 +87,17 @@ class LocalExecutor(Executor):
     def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
         if request.given is not None:
             return request.given
-        how = request.how
-        if self.runner is not None:
-            return self.runner(project, request.enabled, request.settings, how=how)
         from tfrepro.trials.runner import run_trial
 
+        run, how = self.runner or run_trial, request.how
         if not self.devices:
-            return run_trial(project, request.enabled, request.settings, how)
+            return run(project, request.enabled, request.settings, how=how)
         # With the GPUs the trial needs (`trials/gpus.py`), disjoint from every running
         # trial's. A timing trial runs alone, so it gets the lowest ids: the same devices for every pair.
         ids = self.pool.acquire(gpus_needed(request.settings.gpus, getattr(project, "feature_names", ()), self.devices))
         try:
             pinned = replace(how, unkeyed_env={"CUDA_VISIBLE_DEVICES": ",".join(ids)})
-            return run_trial(project, request.enabled, request.settings, pinned)
+            return run(project, request.enabled, request.settings, how=pinned)
         finally:
             self.pool.release(ids)
 
