@@ -37,7 +37,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
@@ -87,28 +87,21 @@ def keyed_env(env: Mapping[str, str] | None) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def trial_key(
-    variant_hash: str,
-    settings: TrialSettings,
-    *,
-    env: Mapping[str, str] | None = None,
-    plugins: Sequence[Path] = (),
-    plugin_options: Mapping[str, Any] | None = None,
-    versions: Mapping[str, str | None] | None = None,
-) -> str:
-    """sha256 over everything that can change a trial's result. `versions`
-    (keys tensorflow, keras, tf_keras, python) are those of the interpreter the
-    trial runs under when it is not this one (`envs.read_versions`), else this
-    one's (`dists.versions`)."""
-    v = versions if versions is not None else this_versions()
+def trial_key(variant_hash: str, settings: TrialSettings, how: TrialOptions = TrialOptions()) -> str:
+    """sha256 over everything that can change a trial's result: of `how`, its
+    env, plugins (and their files' digests), plugin options and versions
+    (keys tensorflow, keras, tf_keras, python: those of the interpreter the
+    trial runs under when it is not this one, `envs.read_versions`, else this
+    one's, `dists.versions`)."""
+    v = how.versions if how.versions is not None else this_versions()
     payload = {
         "variant": variant_hash,
         "settings": settings.to_dict(),
         **{name: v.get(name) for name in ("tensorflow", "keras", "tf_keras", "python")},
         "harness": inside.digest(),
-        "env": keyed_env(env),
-        "plugins": [[str(p), _file_digest(Path(p))] for p in plugins],
-        "plugin_options": plugin_options or {},
+        "env": keyed_env(how.env),
+        "plugins": [[str(p), _file_digest(Path(p))] for p in how.plugins],
+        "plugin_options": how.plugin_options or {},
         "confine": confine.detect().mode,  # a write outside: in the overlay, failing, or real
     }
     text = json.dumps(payload, sort_keys=True, default=str)
@@ -131,14 +124,7 @@ def run_trial(
     how = replace(how, plugins=tuple(Path(p).resolve() for p in how.plugins))
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)
-    key = trial_key(
-        project.variant_hash(enabled_t),
-        settings,
-        env=how.env,
-        plugins=how.plugins,
-        plugin_options=how.plugin_options,
-        versions=how.versions,
-    )
+    key = trial_key(project.variant_hash(enabled_t), settings, how)
 
     def execute(trial_dir: Path) -> TrialResult:
         files = asdict(project.write_variant(enabled_t, trial_dir / "variant"))
