@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from tfrepro.check.judge import CheckItem, CheckOptions, CheckReport, CheckStatus, format_report, judge, num_classes
+from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 
 PROBES = Path(__file__).resolve().parents[1] / "tfrepro" / "inside" / "probes.py"
@@ -582,7 +583,8 @@ class ProbedRunner:
     def __init__(self):
         self.probed = []
 
-    def __call__(self, project, enabled, settings, *, plugins=(), plugin_options=None, **_):
+    def __call__(self, project, enabled, settings, how=TrialOptions()):
+        plugins, plugin_options = how.plugins, how.plugin_options
         nan = dict(
             losses=(float("nan"),),
             step_times=(0.01,),

@@ -28,6 +28,7 @@ from tfrepro.settings import (
     TrialSettings,
 )
 from tfrepro.trials.timing import TIMING_BASELINE, TIMING_CANDIDATE
+from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 from tfrepro.verdicts import Verdict
 
@@ -44,7 +45,8 @@ class ScriptedTrial:
         self.repeats: list[int] = []
         self.settings: list[TrialSettings] = []
 
-    def __call__(self, project, enabled, settings, *, label="", **kw):
+    def __call__(self, project, enabled, settings, how=TrialOptions()):
+        label = how.label
         assert enabled == ()  # commit mode runs the project as written
         self.labels.append(label)
         self.settings.append(settings)

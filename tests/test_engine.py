@@ -19,6 +19,7 @@ import pytest
 from tfrepro.bisect.engine import BisectOptions, bisect
 from tfrepro.bisect.events import BisectEvents
 from tfrepro.project import Project
+from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 from tfrepro.verdicts import Verdict
 
@@ -82,7 +83,8 @@ class FakeRunner:
         self.timing_overlap = False
         self.timing_threads: set[int] = set()
 
-    def __call__(self, project, enabled, settings, *, use_cache=True, label="", **_):
+    def __call__(self, project, enabled, settings, how=TrialOptions()):
+        use_cache, label = how.use_cache, how.label
         enabled = tuple(sorted(enabled))
         key = (enabled, settings)
         with self.lock:

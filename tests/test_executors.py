@@ -58,7 +58,8 @@ class Recorder:
         self.calls: list[tuple[tuple[str, ...], int]] = []
         self.threads: list[int] = []
 
-    def __call__(self, project, enabled, settings, *, use_cache=True, label="", **_):
+    def __call__(self, project, enabled, settings, how=TrialOptions()):
+        label = how.label
         with self.cond:
             self.running += 1
             self.peak = max(self.peak, self.running)

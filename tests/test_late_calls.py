@@ -12,6 +12,7 @@ from pathlib import Path
 from tfrepro.bisect.engine import BisectOptions, bisect
 from tfrepro.bisect.late import later_calls_steps
 from tfrepro.project import Project
+from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 
 FIT1, FIT2 = 64, 96  # steps of each fit: fit#1 alone is past the 50-step cap
@@ -38,7 +39,7 @@ class TwoFits:
         self.seen: list = []
         self.lock = threading.Lock()
 
-    def __call__(self, project, enabled, settings, *, use_cache=True, label="", **_):
+    def __call__(self, project, enabled, settings, how=TrialOptions()):
         with self.lock:
             self.seen.append(settings)
         n = FIT1 + FIT2 if settings.until_symptom else min(settings.steps, FIT1 + FIT2)

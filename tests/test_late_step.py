@@ -15,6 +15,7 @@ from tfrepro.errors import UserError
 from tfrepro.manifest import Manifest
 from tfrepro.project import Project
 from tfrepro.settings import late_steps
+from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 
 SCRIPT_STEPS = 700  # the script's own length
@@ -40,7 +41,7 @@ class LateRunner:
         self.seen: list[tuple[tuple[str, ...], object]] = []
         self.lock = threading.Lock()
 
-    def __call__(self, project, enabled, settings, *, use_cache=True, label="", **_):
+    def __call__(self, project, enabled, settings, how=TrialOptions()):
         enabled = tuple(sorted(enabled))
         with self.lock:
             self.seen.append((enabled, settings))

@@ -266,8 +266,9 @@ for step in range(1, 4):
 
 
 def test_cold_trials_are_cold_on_the_workers(cluster, tmp_path):
-    """`cold=True`, and the driver's `--cold` (`warm.force_cold()`), reach the
-    worker: its trials are cold processes; without either they are forked warm."""
+    """A trial's `TrialOptions(cold=True)`, and the driver's `--cold`
+    (`warm.force_cold()`), reach the worker: its trials are cold processes;
+    without either they are forked warm."""
     from tfrepro.trials import warm
     from tfrepro.trials.executors import make_executor
     from tfrepro.trials.ray_executor import RayExecutor
@@ -275,9 +276,9 @@ def test_cold_trials_are_cold_on_the_workers(cluster, tmp_path):
     p = Project.load(planted(tmp_path / "proj", LOOKS_TF))
     request = Trial((), TrialSettings(steps=3, timeout_s=120), TrialOptions(use_cache=False))
 
-    cold = make_executor("ray", cold=True)
-    assert isinstance(cold, RayExecutor) and "cold processes" in cold.describe()
-    r = cold.run_one(p, request)
+    ex = make_executor("ray")
+    assert isinstance(ex, RayExecutor) and "cold" not in ex.describe()
+    r = ex.run_one(p, Trial(request.enabled, request.settings, TrialOptions(use_cache=False, cold=True)))
     assert r.extra["process"] == "cold" and r.steps_run == 3 and not r.crashed
     warm.force_cold()
     try:

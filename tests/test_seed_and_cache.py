@@ -44,6 +44,8 @@ def test_the_largest_seed_is_accepted(tmp_path):
 
 
 GARBAGE = ["[]", "null", '"x"', "{", '{"crashed": "yes"}', '{"losses": "abc"}', '{"enabled": 5}', '{"extra": []}']
+# Every list field's items are checked against the one table from_dict reads them with (values.LISTS).
+GARBAGE += ['{"devices": [0]}', '{"compile_modes": ["xla"]}', '{"rss_per_step": [1.5]}', '{"step_times": [true]}']
 
 
 @pytest.mark.parametrize("garbage", GARBAGE)

@@ -218,14 +218,14 @@ def test_the_cache_key_follows_variant_settings_env_and_plugins(tmp_path):
         trial_key(p.variant_hash(["blowup"]), s),
         trial_key(p.variant_hash([]), settings_of(p, steps=6)),
         trial_key(p.variant_hash([]), settings_of(p, repeat=1)),
-        trial_key(p.variant_hash([]), s, env={"X": "1"}),
-        trial_key(p.variant_hash([]), s, plugins=[plugin]),
-        trial_key(p.variant_hash([]), s, plugins=[plugin], plugin_options={"a": 1}),
+        trial_key(p.variant_hash([]), s, TrialOptions(env={"X": "1"})),
+        trial_key(p.variant_hash([]), s, TrialOptions(plugins=[plugin])),
+        trial_key(p.variant_hash([]), s, TrialOptions(plugins=[plugin], plugin_options={"a": 1})),
     }
     assert base not in others and len(others) == 6
-    with_plugin = trial_key(p.variant_hash([]), s, plugins=[plugin])
+    with_plugin = trial_key(p.variant_hash([]), s, TrialOptions(plugins=[plugin]))
     plugin.write_text("def install(ctx): ctx.record('x', 1)\n")
-    assert trial_key(p.variant_hash([]), s, plugins=[plugin]) != with_plugin
+    assert trial_key(p.variant_hash([]), s, TrialOptions(plugins=[plugin])) != with_plugin
 
 
 def test_state_dir_elsewhere_leaves_the_project_untouched(tmp_path):

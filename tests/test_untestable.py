@@ -9,6 +9,7 @@ from test_engine import FEATS, FakeRunner, make_project
 from tfrepro.bisect.engine import BisectOptions, bisect
 from tfrepro.cli.display import answer_lines
 from tfrepro.trials import untestable
+from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import RunResult, Status, TrialResult
 from tfrepro.verdicts import Verdict
 
@@ -65,7 +66,8 @@ def test_untestable_is_written_with_its_reason_and_exit_code():
 class _NoStepAtTheBadEnd:
     """Commit-mode trial stand-in: a commit whose script says NOSTEP trains nothing."""
 
-    def __call__(self, project, enabled, settings, *, label="", **kw):
+    def __call__(self, project, enabled, settings, how=TrialOptions()):
+        label = how.label
         src = (project.root / settings.entry).read_text()
         if "NOSTEP" in src:
             return TrialResult(label=label, mode="none")

@@ -15,6 +15,7 @@ from tfrepro.errors import UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import envs, releases
 from tfrepro.trials.envs import EnvError, EnvSpec, EnvStore
+from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 from tfrepro.verdicts import Verdict
 
@@ -398,7 +399,7 @@ def test_the_then_features_runner_runs_in_the_release_and_takes_the_requests_opt
     seen = []
     monkeypatch.setattr(trials_runner, "run_trial", lambda project, enabled, settings, how: seen.append(how))
     start = vmode.FeatureStart(tmp_path, "2.16.1", "/envs/tf216/bin/python", {"tensorflow": "2.16.1"}, {"A": "1"})
-    start.runner()(None, (), TrialSettings(), use_cache=False, label="then-features", env={"A": "2"})
+    start.runner()(None, (), TrialSettings(), TrialOptions(use_cache=False, label="then-features", env={"A": "2"}))
     (how,) = seen
     assert (how.python, dict(how.versions), dict(how.env)) == (
         "/envs/tf216/bin/python",

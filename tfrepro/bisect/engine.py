@@ -92,7 +92,7 @@ def bisect(
     own = executor is None
     executor = executor or make_executor(options.executor, jobs=options.jobs, address=options.address, runner=runner)
     if runner is None:
-        from tfrepro.trials.runner import run_trial_with as runner
+        from tfrepro.trials.runner import run_trial as runner
     try:
         return _Bisection(project, options, runner, events or BisectEvents(), clock, run_id, executor).run()
     finally:

@@ -26,9 +26,8 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from functools import partial
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -68,11 +67,17 @@ class FeatureStart:
 
     def runner(self) -> Callable[..., TrialResult]:
         """`run_trial` in this release's environment, called as an injected
-        runner is (`LocalExecutor._run`: the request's `TrialOptions` fields
-        by name, which override the release's)."""
-        from tfrepro.trials.runner import run_trial_with
+        runner is (`LocalExecutor._run`): the release's python, versions and
+        env, where the request's `TrialOptions` leave them None."""
+        from tfrepro.trials import runner
 
-        return partial(run_trial_with, python=self.python, versions=self.versions or None, env=self.env or None)
+        release = {"python": self.python, "versions": self.versions or None, "env": self.env or None}
+
+        def run(project: Any, enabled: Iterable[str], settings: TrialSettings, how: TrialOptions) -> TrialResult:
+            bound = {name: value for name, value in release.items() if getattr(how, name) is None}
+            return runner.run_trial(project, enabled, settings, replace(how, **bound))
+
+        return run
 
 
 class FeatureAnswer(TypedDict, total=False):

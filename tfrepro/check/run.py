@@ -58,22 +58,14 @@ def run_checks(
     `trial.run_trial` (bisect passes its own).
     """
     if runner is None:
-        from tfrepro.trials.runner import run_trial_with as runner
+        from tfrepro.trials.runner import run_trial as runner
 
     settings = settings if settings is not None else project.manifest.trial
     # One run, no repeats: the checks judge a single trial (timings inside it
     # take the least disturbed of several measurements on their own).
-    result = runner(
-        project,
-        enabled,
-        replace(settings, repeat=0),
-        use_cache=how.use_cache,
-        label="check",
-        state_dir=how.state_dir,
-        env=how.env,
-        plugins=(PROBES,),  # the probes and the helpers they load enter the key through inside.digest()
-        plugin_options={"expect_gpu": expect_gpu},
-    )
+    # The probes and the helpers they load enter the key through inside.digest().
+    probed = replace(how, label="check", plugins=(PROBES,), plugin_options={"expect_gpu": expect_gpu})
+    result = runner(project, enabled, replace(settings, repeat=0), how=probed)
     report = judge(result, options, project=str(project.root))
     return _with_loop_check(report, project, result)
 

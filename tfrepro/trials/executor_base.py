@@ -23,6 +23,7 @@ RETRIES = 1
 T = TypeVar("T")
 OnStart = Callable[[int], None]
 OnResult = Callable[[int, TrialResult], None]
+# `runner.run_trial` or a stand-in: (project, enabled, settings, how=TrialOptions) -> TrialResult
 Runner = Callable[..., TrialResult]
 
 

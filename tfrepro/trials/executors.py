@@ -72,12 +72,11 @@ def _nvidia_smi_list() -> str | None:
 class LocalExecutor(Executor):
     """Trials in subprocesses of this machine, `jobs` at a time.
 
-    With an injected `runner` (tests, the engine's fakes) each trial is
-    `runner(project, enabled, settings, use_cache=, label=)` as before. Without
-    one, trials go through `runner.run_trial`, or, when GPUs are visible,
-    through the same cache protocol with its GPUs pinned (the pinned
-    device is kept out of the cache key: any GPU of the box gives the same
-    trial)."""
+    Each trial is `runner(project, enabled, settings, how=)`: `runner.run_trial`,
+    or the one injected (tests' fakes, `--then-features`' release), with the
+    GPUs it needs pinned when there are `devices` (by default the visible
+    GPUs, none for an injected runner). The pinned device is kept out of the
+    cache key: any GPU of the box gives the same trial."""
 
     def __init__(self, jobs: int = 1, *, runner: Runner | None = None, devices: Sequence[str] | None = None) -> None:
         super().__init__(jobs)
@@ -88,22 +87,17 @@ class LocalExecutor(Executor):
     def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
         if request.given is not None:
             return request.given
-        how = request.how  # cold: the trial's own, or `--cold` (warm.force_cold) for all of them
-        if self.runner is not None:  # called with use_cache, label, and each of state_dir, python, versions, env set
-            fields = {n: v for n in ("state_dir", "python", "versions", "env") if (v := getattr(how, n)) is not None}
-            return self.runner(
-                project, request.enabled, request.settings, use_cache=how.use_cache, label=how.label, **fields
-            )
         from tfrepro.trials.runner import run_trial
 
+        run, how = self.runner or run_trial, request.how
         if not self.devices:
-            return run_trial(project, request.enabled, request.settings, how)
+            return run(project, request.enabled, request.settings, how=how)
         # With the GPUs the trial needs (`trials/gpus.py`), disjoint from every running
         # trial's. A timing trial runs alone, so it gets the lowest ids: the same devices for every pair.
         ids = self.pool.acquire(gpus_needed(request.settings.gpus, getattr(project, "feature_names", ()), self.devices))
         try:
             pinned = replace(how, unkeyed_env={"CUDA_VISIBLE_DEVICES": ",".join(ids)})
-            return run_trial(project, request.enabled, request.settings, pinned)
+            return run(project, request.enabled, request.settings, how=pinned)
         finally:
             self.pool.release(ids)
 
@@ -138,10 +132,9 @@ def make_executor(
     address: str | None = None,
     runner: Runner | None = None,
     log: Callable[[str], None] | None = None,
-    cold: bool = False,
 ) -> Executor:
-    """The executor the user asked for (`--executor`, `--jobs`, `--address`); `cold`: Ray tasks in
-    cold processes (local trials run cold by `--cold`, `warm.force_cold`, or their own TrialOptions.cold)."""
+    """The executor the user asked for (`--executor`, `--jobs`, `--address`); on
+    either, a trial runs cold by `--cold` (`warm.force_cold`) or its own `TrialOptions.cold`."""
     if name == "local":
         if address:
             raise UserError("--address needs --executor ray", hint="add --executor ray")
@@ -156,5 +149,5 @@ def make_executor(
                 f"--executor ray needs Ray, which is not installed ({e})",
                 hint=f"{RAY_INSTALL_HINT}, or run without --executor ray",
             ) from None
-        return RayExecutor(address=address, log=log, cold=cold)
+        return RayExecutor(address=address, log=log)
     raise UserError(f"unknown executor {name!r}", hint="use local or ray")

@@ -1,9 +1,10 @@
 """How a trial's process runs: forked from a warm server, or cold behind a launcher.
 
-`runner.run_variant` decides nothing here but which: it prepares the trial
-dir and the environment, calls `run_warm` (None: not possible, run it cold)
-or `run_cold`, and reads the result. Both return how the process ended
-(`Exit`); `run_cold` a could-not-start TrialResult when it cannot start.
+`spawn` is the one way in (`runner.run_variant` prepares the trial dir and
+the environment, calls it and reads the result): the trial runs warm
+(`run_warm`) unless that raises `warm.WarmUnavailable`, then cold
+(`run_cold`). Either gives how the process ended (`Exit`), a cold process
+that could not start included (`Exit.error`).
 
 Invariants:
 - every trial leads its own process group (the launcher, or the warm child
@@ -34,20 +35,22 @@ from pathlib import Path
 
 from tfrepro import inside
 from tfrepro.inside import confine as confine_inside
+from tfrepro.inside import harness
 from tfrepro.trials import confine, warm
-from tfrepro.trials.values import TrialResult
 
 
 @dataclass(frozen=True)
 class Exit:
     """How a trial's process ended: its return code (as Popen gives it; None
     when it could not be read after a kill), whether it timed out, its wall
-    seconds, and how it ran ("warm" | "cold")."""
+    seconds, how it ran ("warm" | "cold"), and, when it could not start at
+    all, why (`error`)."""
 
     rc: int | None
     timed_out: bool
     wall_s: float
     process: str
+    error: str | None = None
 
 
 def warm_argv(cmd: Sequence[str], python: str | None = None) -> list[str] | None:
@@ -59,6 +62,27 @@ def warm_argv(cmd: Sequence[str], python: str | None = None) -> list[str] | None
     return list(cmd[1:])
 
 
+def spawn(
+    cmd: Sequence[str],
+    cwd: Path,
+    env: dict[str, str],
+    timeout: float,
+    stdout: Path,
+    stderr: Path,
+    pool: "warm.WarmPool | None",
+) -> Exit:
+    """The trial forked from `pool`'s warm server, or, without a pool or
+    when the warm side cannot serve it, behind the cold launcher."""
+    if pool is not None:
+        try:
+            return run_warm(cmd, cwd, env, timeout, stdout, stderr, pool)
+        except warm.WarmUnavailable:
+            result_path = str(stdout.parent / "result.json")
+            for stale in (result_path, harness.progress_path(result_path)):
+                Path(stale).unlink(missing_ok=True)  # left by a warm child whose server died
+    return run_cold(cmd, cwd, env, timeout, stdout, stderr)
+
+
 def run_warm(
     cmd: Sequence[str],
     cwd: Path,
@@ -67,36 +91,34 @@ def run_warm(
     stdout: Path,
     stderr: Path,
     pool: "warm.WarmPool",
-) -> Exit | None:
-    """The trial forked from a warm server, or None: run it cold."""
+) -> Exit:
+    """The trial forked from a warm server; raises `warm.WarmUnavailable`
+    (`ServerLost` too) when it must run cold."""
     argv = warm_argv(cmd, cmd[0])
-    if argv is None or pool.wants(cwd / argv[0]) is not None:
-        return None
+    if argv is None:
+        raise warm.WarmUnavailable("not a plain `python script.py`")
+    reason = pool.wants(cwd / argv[0])
+    if reason is not None:
+        raise warm.WarmUnavailable(reason)
     start = time.perf_counter()
-    try:
-        conf = confine.require()
-        server = pool.server(cmd[0], env, root=stdout.parent.parent)
-        if server.shadowed_by((cwd / argv[0]).parent) is not None:
-            return None
-        spec = confine.spec_for(conf, stdout.parent, also=[cwd])
-        if not confine.server_allows(conf, server.root, spec):
-            return None  # a Landlocked server confines its children to its own dirs: this one runs cold
-        trial_env = confine.trial_env(env, stdout.parent, cwd)
-        child = server.submit(argv, cwd, trial_env, stdout, stderr, confine=spec)
-    except warm.WarmUnavailable:
-        return None
-    try:
-        rc, timed_out = _watch(child, timeout, stdout.parent)
-    except warm.ServerLost:
-        return None  # the child died with its server: the trial runs again, cold
+    conf = confine.require()
+    server = pool.server(cmd[0], env, root=stdout.parent.parent)
+    shadow = server.shadowed_by((cwd / argv[0]).parent)
+    if shadow is not None:
+        raise warm.WarmUnavailable(f"the script's dir has its own {shadow!r}, loaded already by the server")
+    spec = confine.spec_for(conf, stdout.parent, also=[cwd])
+    if not confine.server_allows(conf, server.root, spec):  # a Landlocked server confines its children to its dirs
+        raise warm.WarmUnavailable("the warm server's confinement does not allow this trial's dirs")
+    child = server.submit(argv, cwd, confine.trial_env(env, stdout.parent, cwd), stdout, stderr, confine=spec)
+    rc, timed_out = _watch(child, timeout, stdout.parent)  # ServerLost: it runs again, cold
     if rc == confine_inside.CANNOT_CONFINE and _cannot_confine(stderr):
-        return None  # the warm child could not confine itself: the trial runs cold
+        raise warm.WarmUnavailable("the warm child could not confine itself")
     return Exit(rc, timed_out, time.perf_counter() - start, "warm")
 
 
 def run_cold(
     cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, stdout_path: Path, stderr_path: Path
-) -> Exit | TrialResult:
+) -> Exit:
     """The trial behind the launcher, confined (`trials/confine.py`) to its
     trial dir, the dir of `stdout_path`."""
     trial_dir = stdout_path.parent
@@ -117,7 +139,7 @@ def run_cold(
                 start_new_session=True,
             )
         except OSError as e:
-            return TrialResult(crashed=True, error=f"cannot start {cmd[0]!r}: {e.strerror or e}", wall_s=0.0)
+            return Exit(None, False, 0.0, "cold", error=f"cannot start {cmd[0]!r}: {e.strerror or e}")
         rc, timed_out = _watch(proc, timeout, trial_dir)
     return Exit(_status(rc, status_path), timed_out, time.perf_counter() - start, "cold")
 

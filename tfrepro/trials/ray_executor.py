@@ -20,10 +20,9 @@ How one trial runs:
 
 Warm or cold: as on this machine, a trial is forked from a warm server
 (`trials/warm.py`), here one held by the Ray worker that runs the task and
-reused by its later tasks, unless it runs cold. `RayExecutor(cold=True)`, or
-`warm.force_cold()` in the driver (the CLI's `--cold`), makes every task run
-its trial as a cold process: the switch travels with the task, since the
-driver's warm pool is not the worker's. The result says which
+reused by its later tasks, unless it runs cold: its `TrialOptions.cold`, or
+`warm.force_cold()` in the driver (the CLI's `--cold`), which no worker sees
+by itself: the switch travels with the task. The result says which
 (`extra["process"]`).
 
 Resources: one GPU per task when the cluster has GPUs, else one CPU. A timing
@@ -126,8 +125,6 @@ class RayExecutor(Executor):
     `address`: an existing cluster (`ray start --head` prints it), joined
     with a timeout; None joins the Ray instance this process already started,
     or starts a private local one (never a cluster found on disk).
-    `cold`: every trial in a cold process (`--cold`); so does `warm.force_cold()`
-    in this process, looked up when each trial is submitted.
     """
 
     def __init__(
@@ -135,10 +132,8 @@ class RayExecutor(Executor):
         address: str | None = None,
         *,
         log: Callable[[str], None] | None = None,
-        cold: bool = False,
     ) -> None:
         log = log or (lambda text: print(text, file=sys.stderr))
-        self.cold = cold
         # the Ray this process started already, else a private local instance or --address (trials/ray_connect.py)
         self._connection = Connection(owns=False) if ray.is_initialized() else connect(address, log)
         resources = ray.cluster_resources()
@@ -173,11 +168,6 @@ class RayExecutor(Executor):
         strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
         return {**({"num_gpus": 1} if self.gpus else {"num_cpus": cpus}), "scheduling_strategy": strategy}
 
-    def runs_cold(self) -> bool:
-        """Whether trials are sent as cold processes: `cold`, or the driver's
-        `--cold` (`warm.force_cold()`, which no worker sees by itself)."""
-        return self.cold or warm.forced_cold()
-
     # -- one trial ---------------------------------------------------------
     def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
         def ship(enabled: tuple[str, ...], trial_dir: Path) -> TrialResult:
@@ -188,7 +178,7 @@ class RayExecutor(Executor):
                 # the driver's variables that enter the cache key; the GPU a task
                 # gets is Ray's business (it sets CUDA_VISIBLE_DEVICES on the worker)
                 {k: v for k, v in runner.keyed_env(None).items() if k != "CUDA_VISIBLE_DEVICES"},
-                self.runs_cold(),
+                request.how.cold or warm.forced_cold(),  # the driver's --cold: no worker sees it
             )
             options = self._options(exclusive)
 
@@ -216,7 +206,7 @@ class RayExecutor(Executor):
 
     def describe(self) -> str:
         kind = f"{self.gpus} GPUs" if self.gpus else f"{self.slots} CPUs"
-        return f"ray ({kind}, {self.slots} at a time{', cold processes' if self.runs_cold() else ''})"
+        return f"ray ({kind}, {self.slots} at a time{', cold processes' if warm.forced_cold() else ''})"
 
     def close(self) -> None:
         self._connection.close(lambda: ray.is_initialized() and ray.shutdown())

@@ -37,7 +37,7 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
@@ -52,7 +52,7 @@ from tfrepro.trials import confine, warm
 from tfrepro.trials.diskfull import disk_full
 from tfrepro.trials.memcheck import memory_lines
 from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
-from tfrepro.trials.procs import Exit, run_cold, run_warm
+from tfrepro.trials.procs import Exit, spawn
 from tfrepro.trials.ran import what_ran
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.stored import read_json
@@ -87,28 +87,21 @@ def keyed_env(env: Mapping[str, str] | None) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def trial_key(
-    variant_hash: str,
-    settings: TrialSettings,
-    *,
-    env: Mapping[str, str] | None = None,
-    plugins: Sequence[Path] = (),
-    plugin_options: Mapping[str, Any] | None = None,
-    versions: Mapping[str, str | None] | None = None,
-) -> str:
-    """sha256 over everything that can change a trial's result. `versions`
-    (keys tensorflow, keras, tf_keras, python) are those of the interpreter the
-    trial runs under when it is not this one (`envs.read_versions`), else this
-    one's (`dists.versions`)."""
-    v = versions if versions is not None else this_versions()
+def trial_key(variant_hash: str, settings: TrialSettings, how: TrialOptions = TrialOptions()) -> str:
+    """sha256 over everything that can change a trial's result: of `how`, its
+    env, plugins (and their files' digests), plugin options and versions
+    (keys tensorflow, keras, tf_keras, python: those of the interpreter the
+    trial runs under when it is not this one, `envs.read_versions`, else this
+    one's, `dists.versions`)."""
+    v = how.versions if how.versions is not None else this_versions()
     payload = {
         "variant": variant_hash,
         "settings": settings.to_dict(),
         **{name: v.get(name) for name in ("tensorflow", "keras", "tf_keras", "python")},
         "harness": inside.digest(),
-        "env": keyed_env(env),
-        "plugins": [[str(p), _file_digest(Path(p))] for p in plugins],
-        "plugin_options": plugin_options or {},
+        "env": keyed_env(how.env),
+        "plugins": [[str(p), _file_digest(Path(p))] for p in how.plugins],
+        "plugin_options": how.plugin_options or {},
         "confine": confine.detect().mode,  # a write outside: in the overlay, failing, or real
     }
     text = json.dumps(payload, sort_keys=True, default=str)
@@ -131,14 +124,7 @@ def run_trial(
     how = replace(how, plugins=tuple(Path(p).resolve() for p in how.plugins))
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)
-    key = trial_key(
-        project.variant_hash(enabled_t),
-        settings,
-        env=how.env,
-        plugins=how.plugins,
-        plugin_options=how.plugin_options,
-        versions=how.versions,
-    )
+    key = trial_key(project.variant_hash(enabled_t), settings, how)
 
     def execute(trial_dir: Path) -> TrialResult:
         files = asdict(project.write_variant(enabled_t, trial_dir / "variant"))
@@ -263,12 +249,6 @@ def write_config(settings: TrialSettings, trial_dir: Path, variant_dir: Path, ho
     return path
 
 
-def run_trial_with(project: "Project", enabled: Iterable[str], settings: TrialSettings, **fields: Any) -> TrialResult:
-    """`run_trial` as an injected runner is called (`LocalExecutor(runner=...)`,
-    the checks, `--then-features`): the `TrialOptions` fields by name."""
-    return run_trial(project, enabled, settings, TrialOptions(**fields))
-
-
 def run_variant(
     variant_dir: Path,
     settings: TrialSettings,
@@ -281,29 +261,22 @@ def run_variant(
     environment override). `trial_dir` receives the config, the result and
     the logs. The trial is a child forked from a warm server
     (`trials/warm.py`) when it is a plain `python script.py` that imports
-    TensorFlow, else (or with `cold`, or when the warm side fails) a cold
+    TensorFlow, else (or with `cold`, or `--cold`, or when the warm side fails) a cold
     process behind `inside/launch.py`. Raises what interrupted the parent
     (KeyboardInterrupt; `TrialStopped` from `stop_trials`) after killing the
     child's process tree."""
     trial_dir = Path(trial_dir).resolve()
     trial_dir.mkdir(parents=True, exist_ok=True)
-    result_path = trial_dir / "result.json"
     config_path = write_config(settings, trial_dir, variant_dir, how)
     cmd = command_for(settings, how.python)
     # The driver's TensorFlow says nothing about another interpreter's trial.
     tf_fallback = None if how.python else tf_version()
     full_env = child_env(settings, config_path, how.env)
     logs = (trial_dir / "stdout.log", trial_dir / "stderr.log")
-    pool = None if how.cold else warm_pool or warm.default_pool()
-    outcome = run_warm(cmd, Path(variant_dir), full_env, settings.timeout_s, *logs, pool) if pool else None
-    if outcome is None:
-        for stale in (result_path, Path(harness.progress_path(str(result_path)))):
-            stale.unlink(missing_ok=True)  # left by a warm attempt whose server died
-        outcome = run_cold(cmd, Path(variant_dir), full_env, settings.timeout_s, *logs)
-    if isinstance(outcome, TrialResult):
-        return replace(outcome, log_dir=str(trial_dir), tf_version=tf_fallback)
-    result = _collect(outcome, settings, trial_dir, tf_fallback)
-    return confine.note_outside(replace(result, extra={**result.extra, "process": outcome.process}), trial_dir)
+    pool = None if how.cold or warm.forced_cold() else warm_pool or warm.default_pool()
+    end = spawn(cmd, Path(variant_dir), full_env, settings.timeout_s, *logs, pool)
+    result = _collect(end, settings, trial_dir, tf_fallback)
+    return confine.note_outside(replace(result, extra={**result.extra, "process": end.process}), trial_dir)
 
 
 def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: str | None = None) -> TrialResult:
@@ -311,6 +284,8 @@ def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: s
     result_path, stderr_path = trial_dir / "result.json", trial_dir / "stderr.log"
     rc = end.rc
     base = {"exit_code": rc, "wall_s": round(end.wall_s, 4), "log_dir": str(trial_dir)}
+    if end.error is not None:  # it could not start
+        return TrialResult(crashed=True, error=end.error, tf_version=tf_fallback, **base)
     if end.timed_out:
         progress = read_json(Path(harness.progress_path(str(result_path)))) or {}
         error = f"timed out after {settings.timeout_s:g} s"

@@ -9,28 +9,20 @@ import json
 from pathlib import Path
 from typing import Any
 
-from tfrepro.trials.values import TrialResult
+from tfrepro.trials.values import LISTS, NUM, TrialResult
 
-_NUM = (int, float)
 _NONE = type(None)
-# The type of every field of a stored TrialResult (absent fields take their default).
+# The type of every scalar field of a stored TrialResult (absent fields take their default).
 _RESULT_TYPES: dict[str, tuple[type, ...]] = {
     **dict.fromkeys(("crashed", "timed_out", "could_not_run", "cached"), (bool,)),
     "weights_finite": (bool, _NONE),
     **dict.fromkeys(("first_nonfinite_step", "exit_code", "peak_rss_bytes", "device_peak_bytes"), (int, _NONE)),
     "steps_run": (int,),
-    "wall_s": _NUM,
-    "growth_per_step": (*_NUM, _NONE),
+    "wall_s": NUM,
+    "growth_per_step": (*NUM, _NONE),
     **dict.fromkeys(("label", "key", "mode"), (str,)),
     **dict.fromkeys(("error", "log_dir", "tf_version", "keras_version"), (str, _NONE)),
     "extra": (dict, _NONE),
-}
-_LIST_TYPES: dict[str, tuple[type, ...]] = {
-    "enabled": (str,),
-    "losses": (*_NUM, _NONE),  # a non-finite loss is stored as null
-    "step_times": _NUM,
-    "nonfinite_weights": (str,),
-    "rss_per_step": (int,),
 }
 
 
@@ -42,7 +34,7 @@ def _well_formed(data: Any) -> bool:
     for name, types in _RESULT_TYPES.items():
         if name in data and (not isinstance(data[name], types) or (bool not in types and type(data[name]) is bool)):
             return False
-    for name, types in _LIST_TYPES.items():
+    for name, (types, _) in LISTS.items():  # their items' types: values.LISTS
         value = data.get(name, [])
         if not isinstance(value, list) or not all(isinstance(x, types) and type(x) is not bool for x in value):
             return False

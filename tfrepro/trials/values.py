@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from typing import Any, Protocol, TypedDict
@@ -20,6 +21,19 @@ from typing import Any, Protocol, TypedDict
 from tfrepro.costs import CostFound
 from tfrepro.settings import WARMUP_STEPS
 from tfrepro.verdicts import Verdict
+
+NUM = (int, float)
+# TrialResult's list fields as JSON holds them: the types their items may have
+# (another: not a stored result, `stored.py`) and how `from_dict` reads one.
+LISTS: dict[str, tuple[tuple[type, ...], Callable[[Any], Any]]] = {
+    "enabled": ((str,), str),
+    "losses": ((*NUM, type(None)), lambda x: float("nan") if x is None else float(x)),  # non-finite: null
+    "step_times": (NUM, float),
+    "nonfinite_weights": ((str,), str),
+    "rss_per_step": ((int,), int),
+    "compile_modes": ((dict,), dict),
+    "devices": ((str,), str),
+}
 
 
 @dataclass(frozen=True)
@@ -110,13 +124,8 @@ class TrialResult:
     def from_dict(cls, d: dict[str, Any]) -> "TrialResult":
         known = {f.name for f in fields(cls)}
         kw = {k: v for k, v in d.items() if k in known}
-        kw["enabled"] = tuple(kw.get("enabled", ()))
-        kw["losses"] = tuple(float("nan") if x is None else float(x) for x in kw.get("losses", ()))
-        kw["step_times"] = tuple(float(x) for x in kw.get("step_times", ()))
-        kw["nonfinite_weights"] = tuple(kw.get("nonfinite_weights", ()))
-        kw["rss_per_step"] = tuple(int(x) for x in kw.get("rss_per_step") or ())
-        kw["compile_modes"] = tuple(dict(m) for m in kw.get("compile_modes") or ())
-        kw["devices"] = tuple(kw.get("devices") or ())
+        for name, (_, read) in LISTS.items():
+            kw[name] = tuple(read(x) for x in kw.get(name) or ())
         kw["extra"] = dict(kw.get("extra") or {})
         kw["data"] = dict(kw.get("data") or {})
         return cls(**kw)

@@ -29,7 +29,6 @@ import json
 import os
 import re
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -74,8 +73,9 @@ class WarmUnavailable(Exception):
     """No warm child was started: run the trial cold."""
 
 
-class ServerLost(Exception):
-    """The server died while its child ran (the child died with it)."""
+class ServerLost(WarmUnavailable):
+    """The server died while its child ran (the child died with it): the
+    trial runs again, cold."""
 
 
 def server_key(executable: str, env: Mapping[str, str], preload: Sequence[str]) -> tuple:
@@ -155,14 +155,15 @@ class WarmServer:
     info: dict = field(default_factory=dict)
     running: int = 0  # children forked and not yet closed (never evict a busy server)
     last_used: float = 0.0
-    lock_fd: int | None = None  # held while `tmp` is ours (trials/ownedtmp.py)
+    # `tmp` while it is ours (`ownedtmp.owned`): `close` removes it and lets its lock go
+    owned: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False, compare=False)
 
     @property
     def sock_path(self) -> str:
         return os.path.join(self.tmp or "", "s")
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
-        self.tmp, self.lock_fd = ownedtmp.make("tfrepro-warm-")  # swept by the next run if we are killed
+        self.tmp = self.owned.enter_context(ownedtmp.owned("tfrepro-warm-"))  # swept by the next run if we are killed
         # the last argument: at most as many threads to fork as right after the preload (0)
         cmd = [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload)]
         # Under the overlay the server itself writes only into one of its own
@@ -265,11 +266,7 @@ class WarmServer:
                 with contextlib.suppress(OSError):
                     os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
-        if self.tmp:
-            shutil.rmtree(self.tmp, ignore_errors=True)
-        if self.lock_fd is not None:
-            os.close(self.lock_fd)
-            self.lock_fd = None
+        self.owned.close()
 
 
 class WarmPool:
@@ -297,8 +294,6 @@ class WarmPool:
 
     def wants(self, script: Path) -> str | None:
         """Why `script` should run cold, or None when it can run warm."""
-        if self is _DEFAULT and _FORCE_COLD:  # `--cold`: every trial of the default pool in a cold process
-            return "cold processes asked for (--cold)"
         if not hasattr(os, "fork") or not Path("/proc/self").exists():
             return "no fork/Linux"
         if not script.is_file():
@@ -374,16 +369,16 @@ def default_pool() -> WarmPool:
 
 
 def force_cold(cold: bool = True) -> None:
-    """`--cold`: every trial of this process that would use the default pool
-    runs in a cold process (the CLI's switch; `cold=True` per call does the same)."""
+    """`--cold`: every trial this process runs, or sends to a Ray worker, runs
+    in a cold process (the CLI's switch; `TrialOptions.cold` does the same
+    for one trial)."""
     global _FORCE_COLD
     _FORCE_COLD = cold
 
 
 def forced_cold() -> bool:
-    """Whether `force_cold()` is on in this process: an executor whose trials
-    run elsewhere (a Ray worker never sees this process's pool) asks for cold
-    processes itself."""
+    """Whether `force_cold()` is on in this process (`runner.run_variant` and
+    the Ray tasks this process sends ask, with their trial's own `cold`)."""
     return _FORCE_COLD
 
 
