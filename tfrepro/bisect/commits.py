@@ -60,14 +60,13 @@ def as_written(root: Path) -> "Project":
 def range_settings(root: Path, entry: str | None, options: BisectOptions) -> tuple[TrialSettings, SymptomSettings]:
     """One set of settings for every trial of a range bisection: the user's
     current `tfrepro.toml` (working tree, read as feature mode reads it; or
-    the defaults) with --steps and the entry PATH named. Bad input raises
-    UserError."""
+    the defaults) with the command-line overrides as in feature mode
+    (`BisectOptions.trial_settings`: --steps, --budget-s) and the entry PATH
+    named. Bad input raises UserError."""
     from tfrepro.manifest import read_manifest
 
     manifest = read_manifest(root)[1]
-    settings, symptoms = manifest.trial, manifest.symptoms
-    if options.steps is not None:
-        settings = replace(settings, steps=options.steps)
+    settings, symptoms = options.trial_settings(manifest.trial), manifest.symptoms
     if entry and settings.command is None:
         settings = replace(settings, entry=entry)
     options.refuse_short_slowdown(settings)

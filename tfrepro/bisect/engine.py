@@ -107,16 +107,8 @@ def _slug(enabled: Iterable[str]) -> str:
 
 def trial_settings(manifest: Any, options: BisectOptions) -> TrialSettings:
     """The settings of every trial: `[trial]` with the command-line overrides
-    (--steps, --budget-s, --replicas). A --budget-s past the timeout raises UserError."""
-    settings: TrialSettings = manifest.trial
-    if options.budget_s is not None and options.budget_s >= settings.timeout_s:
-        raise UserError(
-            f"--budget-s {options.budget_s:g} must be less than the trial timeout "
-            f"({settings.timeout_s:g} s, [trial] timeout_s)",
-            hint="give a smaller --budget-s, or raise [trial] timeout_s",
-        )
-    given = {k: v for k in ("steps", "budget_s", "replicas") if (v := getattr(options, k)) is not None}
-    return replace(settings, repeat=0, **given)
+    (`BisectOptions.trial_settings`, the rule every mode uses)."""
+    return options.trial_settings(manifest.trial)
 
 
 def _refuse(project: Any, options: BisectOptions, settings: TrialSettings) -> None:

@@ -5,7 +5,7 @@ commit and version modes the symptom, steps, cache, executor and timing ones."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tfrepro.errors import UserError
@@ -52,6 +52,19 @@ class BisectOptions:
     # Why a failing baseline fails: `tfrepro.check.run.checks_for_result`,
     # injected by the CLI (commands never import each other).
     baseline_checks: Callable[..., dict[str, Any]] | None = None
+
+    def trial_settings(self, settings: TrialSettings) -> TrialSettings:
+        """The settings of every trial, in every mode: `settings` (`[trial]`)
+        with the command-line overrides (--steps, --budget-s, --replicas). A
+        --budget-s past the timeout raises UserError."""
+        if self.budget_s is not None and self.budget_s >= settings.timeout_s:
+            raise UserError(
+                f"--budget-s {self.budget_s:g} must be less than the trial timeout "
+                f"({settings.timeout_s:g} s, [trial] timeout_s)",
+                hint="give a smaller --budget-s, or raise [trial] timeout_s",
+            )
+        given = {k: v for k in ("steps", "budget_s", "replicas") if (v := getattr(self, k)) is not None}
+        return replace(settings, repeat=0, **given)
 
     def timing_settings(self, settings: TrialSettings) -> TrialSettings:
         """`settings` for a timing trial: a time budget of steady steps, not `steps`."""
