@@ -8,7 +8,6 @@ import io
 import math
 import os
 import sys
-import time
 import types
 
 import pytest
@@ -144,12 +143,15 @@ def test_a_loop_step_is_timed_from_the_end_of_the_step_before(tmp_path, monkeypa
     """harness.loop_step, the one loop step of an apply and of a printed line:
     the mode becomes "loop", the time runs from the previous step's end."""
     harness, _ = _real_core(tmp_path, monkeypatch)
-    harness.S.t_ref = time.perf_counter() - 1.0
+    clock = [10.0]  # a fake clock: no wall-clock threshold
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: clock[0])
+    harness.S.t_ref = 9.0  # the step before ended a second ago
     harness.loop_step(2.0)
-    assert harness.S.mode == "loop" and harness.S.step_times[0] >= 1.0
+    assert harness.S.mode == "loop" and harness.S.step_times[0] == 1.0
+    clock[0] = 12.0
     harness.loop_step(3.0, 0.25)  # a graph drain measured its own
     assert harness.S.step_times[1] == 0.25 and harness.S.losses == [2.0, 3.0]
-    assert time.perf_counter() - harness.S.t_ref < 1.0
+    assert harness.S.t_ref == 12.0  # the next step is timed from this one's end
 
 
 def test_a_printed_step_after_dropped_apply_steps_is_timed_from_where_theirs_began(tmp_path, monkeypatch):
@@ -162,10 +164,15 @@ def test_a_printed_step_after_dropped_apply_steps_is_timed_from_where_theirs_beg
     tap_spec.loader.exec_module(stdout)
     stdout.H = harness
     tap = stdout.StdoutTap(io.StringIO())
-    harness.S.t_ref = time.perf_counter() - 1.0  # the loop began a second ago
-    loop._record([2.0])  # apply_gradients of step 1
+    clock = [10.0]  # a fake clock: no wall-clock threshold
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: clock[0])
+    harness.S.t_ref = 9.0  # the loop began a second ago
+    clock[0] = 10.5
+    loop._record([2.0])  # apply_gradients of step 1, half a second before its printed line
+    clock[0] = 11.0
     tap.write("step=1 loss=2.0\n")
     assert harness.S.extra["loop_loss_source"] == "stdout" and harness.S.steps_seen == 1
-    assert harness.S.step_times[0] >= 1.0  # the whole of step 1
+    assert harness.S.step_times[0] == 2.0  # the whole of step 1
+    clock[0] = 11.25
     tap.write("step=2 loss=1.5\n")
-    assert harness.S.step_times[1] < 1.0 and harness.S.losses == [2.0, 1.5]
+    assert harness.S.step_times[1] == 0.25 and harness.S.losses == [2.0, 1.5]
