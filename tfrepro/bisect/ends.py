@@ -223,7 +223,7 @@ class Ends:
     def _choose_timed_calls(self) -> None:
         """Timing trials time the calls the failing configuration ran slower
         than the baseline (fit#2...), not only the first (trials/calls.py)."""
-        self.timed_calls = slower_calls(*self._end_runs(), 1 + (self.symptom_settings.slowdown - 1) / 4)
+        self.timed_calls = slower_calls(*self._end_runs(), self._screen())
 
     def _baseline_words(self) -> tuple[str, str]:
         """The baseline as it ran: every feature off but the always-on ones
@@ -274,7 +274,7 @@ class Ends:
         (`self.timed_calls`) passes the screen too."""
         if self.opts.symptom is None and not self.timed_calls:
             ratio = self.untimed_ratio()
-            if ratio is None or ratio < 1 + (self.symptom_settings.slowdown - 1) / 4:
+            if ratio is None or ratio < self._screen():
                 return False
         self.events.phase("timing the failing configuration against the baseline")
         return self._timed(full).verdict == Verdict.SLOWDOWN
@@ -292,6 +292,11 @@ class Ends:
         slower = (ratio is not None and ratio >= self.symptom_settings.slowdown) or bool(self.timed_calls)
         self.memory_doubt = "marginal, not confirmed by repeats" if not confirmed else "marginal"
         return confirmed and not slower
+
+    def _screen(self) -> float:
+        """The slowdown pre-screen: a quarter of the way to the threshold
+        (for the untimed ends, and for a later call's steps)."""
+        return 1 + (self.symptom_settings.slowdown - 1) / 4
 
     def _end_runs(self) -> tuple[list[TrialResult], list[TrialResult]]:
         """The baseline's runs (`max(k, 2)`: the noise needs two) and the failing configuration's (`k`)."""
