@@ -4,8 +4,8 @@
   `address="local"` (never the cluster a stale `/tmp/ray/ray_current_cluster`
   names), its own temp dir (removed at the end; `ownedtmp.owned`, so the
   next private start sweeps it when this process was killed), every address
-  127.0.0.1, no dashboard. `executors.keep_ray_on_loopback` has Ray resolve "this node" to
-  127.0.0.1 rather than the host's interface address.
+  127.0.0.1, no dashboard. `executors.keep_ray_on_loopback` has Ray resolve
+  "this node" to 127.0.0.1 rather than the host's interface address.
 - With `--address`, the address is first probed with a plain TCP connect
   (nothing listening: an error naming it at once), then `ray.init` gets
   `timeout_s`; past it the error names the address and says what to check.
