@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -180,21 +181,24 @@ def test_cached_run_never_caches_a_could_not_run_result(tmp_path):
 
 def test_a_spawned_trial_takes_the_local_key_cache_and_outside_stop(tmp_path):
     """Ray's path (`run_trial(spawn=...)`): the key a local trial of the same
-    configuration gets, its cache, and the stop at a write outside."""
+    configuration gets, its cache, the stop at a write outside, and the
+    `TrialOptions` `run_variant` would get (its env with the unkeyed part)."""
     p = make_project(tmp_path)
     settings = TrialSettings(steps=2)
     shipped = []
 
-    def spawn(enabled, trial_dir):
-        shipped.append((enabled, trial_dir))
+    def spawn(enabled, trial_dir, how):
+        shipped.append((enabled, trial_dir, how))
         return TrialResult(losses=(1.0, 0.9), steps_run=2)
 
-    got = runner.run_trial(p, ["b", "a"], settings, spawn=spawn)
+    how = TrialOptions(env={"A": "1"}, unkeyed_env={"CUDA_VISIBLE_DEVICES": "3"}, plugin_options={"x": 1})
+    got = runner.run_trial(p, ["b", "a"], settings, how, spawn=spawn)
     assert shipped[0][0] == ("a", "b") and got.enabled == ("a", "b")
-    assert got.key == runner.trial_key(p.variant_hash(("a", "b")), settings)
-    assert runner.run_trial(p, ["a", "b"], settings, spawn=lambda *a: pytest.fail("a cache hit")).cached
+    assert shipped[0][2].env == {"A": "1", "CUDA_VISIBLE_DEVICES": "3"} and shipped[0][2].plugin_options == {"x": 1}
+    assert got.key == runner.trial_key(p.variant_hash(("a", "b")), settings, replace(how, unkeyed_env=None))
+    assert runner.run_trial(p, ["a", "b"], settings, how, spawn=lambda *a: pytest.fail("a cache hit")).cached
 
-    def outside(enabled, trial_dir):
+    def outside(enabled, trial_dir, how):
         return TrialResult(crashed=True, extra={"writes_outside": "/etc/x"})
 
     with pytest.raises(confine.WritesOutside, match="/etc/x"):

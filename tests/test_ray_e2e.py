@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -249,6 +250,36 @@ def test_state_dir_leftovers_are_only_trial_dirs(cluster, tmp_path):
     # tfrepro's own record of the dir it made (trials/state.py) beside the logs
     assert sorted(x.name for x in trial_dir.iterdir() if x.name != ".tfrepro-made") == ["stderr.log", "stdout.log"]
     shutil.rmtree(p.state_dir)
+
+
+SHOWS_ENV = """\
+import os
+print("word", os.environ.get("MY_WORD"), "wrapped", os.environ.get("VIA_WRAPPER"), flush=True)
+for step in range(1, 3):
+    print(f"step={step} loss={1.0 / step}", flush=True)
+"""
+
+
+def test_a_trial_runs_with_its_whole_options_as_a_local_trial_does(cluster, tmp_path):
+    """The task gets the trial's `TrialOptions` whole: its env, its plugins
+    (with their options) and its interpreter reach the trial on the worker
+    (a Ray trial once ran with none of them)."""
+    from tfrepro.trials.ray_executor import RayExecutor
+
+    plugin = tmp_path / "plugin.py"
+    plugin.write_text("def install(ctx):\n    ctx.record('plugin_saw', ctx.options['word'])\n")
+    python = tmp_path / "python"  # the interpreter the trial must run under: a wrapper that says so
+    python.write_text(f'#!/bin/sh\nVIA_WRAPPER=yes exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
+    how = TrialOptions(
+        use_cache=False, env={"MY_WORD": "hello"}, plugins=(plugin,), plugin_options={"word": "hi"}, python=str(python)
+    )
+    assert pickle.loads(pickle.dumps(how)) == how  # it travels as it is
+    p = Project.load(planted(tmp_path / "proj", SHOWS_ENV))
+    r = RayExecutor().run_one(p, Trial((), TrialSettings(steps=2, timeout_s=60), how))
+    assert (r.extra["executor"], r.steps_run, r.crashed) == ("ray", 2, False), r.error
+    assert Path(r.log_dir, "stdout.log").read_text().splitlines()[0] == "word hello wrapped yes"
+    assert r.extra["plugin_saw"] == "hi"
 
 
 # Looks like a TensorFlow script (so a trial is forked from the worker's warm

@@ -6,8 +6,12 @@ processes) is tests/test_replicas_e2e.py.
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import subprocess
+import sys
+import tempfile
 import threading
 from pathlib import Path
 from types import SimpleNamespace
@@ -278,6 +282,33 @@ def test_no_address_starts_a_private_loopback_instance(monkeypatch):
     assert any("private local Ray instance" in line for line in lines)
     conn.close(lambda: None)
     assert not __import__("os").path.exists(kw["_temp_dir"])
+
+
+def test_a_killed_drivers_private_ray_dir_is_swept_by_the_next_start(tmp_path, monkeypatch):
+    """The private instance's temp dir has an owner (`ownedtmp`): a driver
+    SIGKILLed with its Ray up leaves the dir behind only until the next
+    private start, which never takes a live driver's."""
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def start():
+        return ray_connect.connect(None, lambda line: None, init=lambda **kw: None)
+
+    live = start()
+    code = (
+        "import os, signal; from tfrepro.trials import ray_connect\n"
+        "c = ray_connect.connect(None, lambda line: None, init=lambda **kw: None)\n"
+        "print(c.temp_dir, flush=True); os.kill(os.getpid(), signal.SIGKILL)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"TMPDIR": str(tmp_path)}
+    child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    dead = Path(child.stdout.strip())
+    assert dead.parent == tmp_path and dead.is_dir()
+    after = start()
+    assert not dead.exists() and Path(live.temp_dir).is_dir() and Path(after.temp_dir).is_dir()
+    live.close(lambda: None), after.close(lambda: None)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_address_nobody_answers_at_is_named_at_once():

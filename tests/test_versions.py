@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from pathlib import Path
@@ -201,6 +202,21 @@ def test_prune_removes_incomplete_old_and_orphaned_envs(tmp_path):
     assert [i.name for i in store.entries()] == [fresh.name]
     assert envs.prune_lines(store, everything=True) == [f"removed {fresh.name} (asked for)"]
     assert envs.envs_lines(store) == [f"no environments in {store.root}"]
+
+
+def test_prune_keeps_the_lock_a_waiting_builder_holds(tmp_path):
+    """Prune lets an environment's lock go and leaves its lock file: a builder
+    that waited on it while prune removed the environment still keeps the
+    next prune off its build (a removed lock file gave that prune a fresh,
+    free lock, and it deleted the build under way)."""
+    store, _ = fake_store(tmp_path)
+    env = store.ensure(spec())
+    with open(store.root / f".{env.name}.lock") as builder:  # opened while prune holds it: waiting
+        assert [info.name for info, _ in store.prune(everything=True)] == [env.name]
+        fcntl.flock(builder, fcntl.LOCK_EX | fcntl.LOCK_NB)  # its turn: it builds
+        env.path.mkdir()
+        assert store.prune(everything=True) == [] and env.path.is_dir()  # being built: left alone
+    assert [info.name for info, _ in store.prune(everything=True)] == [env.name]  # its builder is gone
 
 
 def test_spec_packages_pin_tf_and_add_tf_keras_only_from_keras3():

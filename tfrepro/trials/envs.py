@@ -23,7 +23,6 @@ Invariants:
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import hashlib
 import json
@@ -243,11 +242,21 @@ class EnvStore:
         return Env(path, spec, dict(data.get("versions") or {}))
 
     @contextmanager
-    def _lock(self, name: str) -> Iterator[None]:
+    def _lock(self, name: str, *, wait: bool = True) -> Iterator[bool]:
+        """The mutex of environment `name` between its builders and `prune`: a
+        lock file beside its dir (a build removes and remakes the dir), never
+        removed (a process waiting on it would hold a lock nobody else sees).
+        Yields whether it is held: without `wait`, False when another holds it."""
         self.root.mkdir(parents=True, exist_ok=True)
         with open(self.root / f".{name}.lock", "w") as f:  # closing it releases the lock
-            fcntl.flock(f, fcntl.LOCK_EX)
-            yield
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+                held = True
+            except OSError:
+                if wait:
+                    raise
+                held = False  # held by another process (or cannot tell: left alone)
+            yield held
 
     def ensure(self, spec: EnvSpec, on_line: OnLine | None = None) -> Env:
         """The ready environment of `spec`, built first when missing or stale.
@@ -319,14 +328,10 @@ class EnvStore:
                 why = f"unused for {(now - info.last_used) / 86400:.0f} days"
             else:
                 continue
-            with open(self.root / f".{info.name}.lock", "w") as f:
-                try:
-                    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except OSError:
+            with self._lock(info.name, wait=False) as held:
+                if not held:
                     continue  # being built or used right now
                 shutil.rmtree(info.path, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                (self.root / f".{info.name}.lock").unlink()
             removed.append((info, why))
         return removed
 

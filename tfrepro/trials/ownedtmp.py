@@ -6,8 +6,8 @@ use (the kernel drops it when the process dies, however it dies): held, in
 use; free, its owner is gone (a pid in a name can be reused: not proof). The
 lock file appears only once held; a dir without it is never judged. Users:
 `state.MARK` (trial, run and checkout dirs: pruning skips held ones) and the
-system temp dir's warm-server, Ray-task and test-cache dirs, which the next
-`make` of their prefix sweeps.
+system temp dir's warm-server, Ray-task, private Ray instance and test-cache
+dirs, which the next `make` of their prefix sweeps.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
 - Without `--address` (and no RAY_ADDRESS), a **private** local instance:
   `address="local"` (never the cluster a stale `/tmp/ray/ray_current_cluster`
-  names), its own temp dir (removed at the end), every address 127.0.0.1, no
-  dashboard. `executors.keep_ray_on_loopback` has Ray resolve "this node" to
-  127.0.0.1 rather than the host's interface address.
+  names), its own temp dir (removed at the end; `ownedtmp.owned`, so the
+  next private start sweeps it when this process was killed), every address
+  127.0.0.1, no dashboard. `executors.keep_ray_on_loopback` has Ray resolve
+  "this node" to 127.0.0.1 rather than the host's interface address.
 - With `--address`, the address is first probed with a plain TCP connect
   (nothing listening: an error naming it at once), then `ray.init` gets
   `timeout_s`; past it the error names the address and says what to check.
@@ -17,18 +18,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 import socket
-import tempfile
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tfrepro.errors import TfreproError, UserError
+from tfrepro.trials import ownedtmp
 
 CONNECT_TIMEOUT_S = 60.0
 TICK_S = 5.0
@@ -38,16 +39,17 @@ LOOPBACK = "127.0.0.1"
 @dataclass
 class Connection:
     """How this process got its Ray: `owns` it (a private instance or a
-    connection it made), and the private instance's temp dir to remove."""
+    connection it made), and the private instance's temp dir, held while
+    `owned` (`ownedtmp.owned`: its close removes the dir and lets it go)."""
 
     owns: bool
     temp_dir: str | None = None
+    owned: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False)
 
     def close(self, shutdown: Callable[[], None]) -> None:
         if self.owns:
             shutdown()
-        if self.temp_dir:
-            shutil.rmtree(self.temp_dir, ignore_errors=True)
+        self.owned.close()
         self.owns, self.temp_dir = False, None
 
 
@@ -137,13 +139,10 @@ def connect(
                 "(Ray's token-auth) is known here"
             ) from None
         return Connection(owns=True)
-    temp_dir = tempfile.mkdtemp(prefix="tfrepro-ray-")
-    log("ray: no --address given, starting a private local Ray instance on this machine (127.0.0.1)")
-    local = {"address": "local", "include_dashboard": False, "_node_ip_address": LOOPBACK, "_temp_dir": temp_dir}
-    try:
+    with contextlib.ExitStack() as owned:  # the temp dir goes at once when Ray does not start
+        temp_dir = owned.enter_context(ownedtmp.owned("tfrepro-ray-"))  # swept by the next start if we are killed
+        log("ray: no --address given, starting a private local Ray instance on this machine (127.0.0.1)")
+        local = {"address": "local", "include_dashboard": False, "_node_ip_address": LOOPBACK, "_temp_dir": temp_dir}
         _ticking(lambda: init(**{**local, **kw}), "starting the local instance", log, tick_s)
-    except BaseException:
-        shutil.rmtree(temp_dir, ignore_errors=True)
-        raise
-    log("ray: the local instance is up")
-    return Connection(owns=True, temp_dir=temp_dir)
+        log("ray: the local instance is up")
+        return Connection(owns=True, temp_dir=temp_dir, owned=owned.pop_all())

@@ -9,7 +9,9 @@ How one trial runs:
 2. the project's files (the user's, unrendered) are packed once per bisect
    into a tar held in Ray's object store (each node fetches it once); a task
    carries only the rendered text of the marked files, the settings and the
-   driver's TF_/KERAS_/XLA_/... variables (the ones the key covers);
+   trial's `TrialOptions` whole, as `run_variant` takes it (its env, plugins,
+   interpreter), its env joined by the driver's TF_/KERAS_/XLA_/... variables
+   (the ones the key covers);
 3. the task unpacks them into a temp dir on its node (`trials/ownedtmp.py`:
    a later task sweeps it when its worker is lost) and runs the variant
    with `runner.run_variant` (a process in its own session, timeout, harness:
@@ -89,12 +91,10 @@ class Shipped:
 
 
 @ray.remote(max_retries=0, retry_exceptions=False)
-def _trial_task(
-    base: bytes, rendered: dict[str, str], settings: TrialSettings, env: dict[str, str], cold: bool, attempt: int
-) -> Shipped:
-    """One trial on a worker: unpack, run (`cold`: in a cold process, never
-    forked from this worker's warm server; `attempt` in its ATTEMPT_ENV),
-    return the result, the logs and where it ran."""
+def _trial_task(base: bytes, rendered: dict[str, str], settings: TrialSettings, how: TrialOptions) -> Shipped:
+    """One trial on a worker: unpack, run as `runner.run_variant` runs a
+    local trial with `how` (its env, plugins, interpreter, cold), return the
+    result, the logs and where it ran."""
     parent = Path(tempfile.gettempdir()) / "tfrepro-ray"
     parent.mkdir(exist_ok=True)
     # owned: a worker lost in a trial cannot clean up, the next task sweeps its dir
@@ -107,9 +107,7 @@ def _trial_task(
             tar.extractall(variant, members=members, **safe)
         for rel, text in rendered.items():
             (variant / rel).write_text(text, encoding="utf-8", newline="")
-        result = runner.run_variant(
-            variant, settings, trial_dir, TrialOptions(env={**env, ATTEMPT_ENV: str(attempt)}, cold=cold)
-        )
+        result = runner.run_variant(variant, settings, trial_dir, how)
         logs = {name: (trial_dir / name).read_bytes() for name in LOGS if (trial_dir / name).is_file()}
     return Shipped(result, logs, ray.get_runtime_context().get_node_id(), socket.gethostname())
 
@@ -170,22 +168,19 @@ class RayExecutor(Executor):
 
     # -- one trial ---------------------------------------------------------
     def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
-        def ship(enabled: tuple[str, ...], trial_dir: Path) -> TrialResult:
-            args = (
-                self._base(project),
-                project.render(enabled),
-                request.settings,
-                # the driver's variables that enter the cache key; the GPU a task
-                # gets is Ray's business (it sets CUDA_VISIBLE_DEVICES on the worker)
-                {k: v for k, v in runner.keyed_env(None).items() if k != "CUDA_VISIBLE_DEVICES"},
-                request.how.cold or warm.forced_cold(),  # the driver's --cold: no worker sees it
-            )
+        def ship(enabled: tuple[str, ...], trial_dir: Path, how: TrialOptions) -> TrialResult:
+            # The driver's variables that enter the cache key (a worker has its own; the GPU
+            # a task gets is Ray's business: it sets CUDA_VISIBLE_DEVICES on the worker),
+            # and the driver's --cold, which no worker sees.
+            inherited = {k: v for k, v in runner.keyed_env(None).items() if k != "CUDA_VISIBLE_DEVICES"}
+            env, how = {**inherited, **(how.env or {})}, replace(how, cold=how.cold or warm.forced_cold())
+            args = (self._base(project), project.render(enabled), request.settings)
             options = self._options(exclusive)
 
             def attempt(n: int) -> Shipped:
                 with self._lock:
                     self.attempts += 1
-                ref = _trial_task.options(**options).remote(*args, n)
+                ref = _trial_task.options(**options).remote(*args, replace(how, env={**env, ATTEMPT_ENV: str(n)}))
                 try:
                     return ray.get(ref)
                 except KeyboardInterrupt:

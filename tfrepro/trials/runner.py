@@ -39,7 +39,6 @@ import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -116,24 +115,26 @@ def run_trial(
     enabled: Iterable[str],
     settings: TrialSettings,
     how: TrialOptions = TrialOptions(),
-    spawn: Callable[[tuple[str, ...], Path], TrialResult] | None = None,
+    spawn: Callable[[tuple[str, ...], Path, TrialOptions], TrialResult] | None = None,
 ) -> TrialResult:
     """Run `project` with the features `enabled` ON (all others OFF), or return
     the cached result of the same trial; `how` says how it runs (`TrialOptions`);
-    `spawn(enabled, trial_dir)` runs it elsewhere (a Ray task), with the same key and cache."""
+    `spawn(enabled, trial_dir, how)` runs it elsewhere (a Ray task) in place of
+    `run_variant`, with the `how` it would get, the same key and cache."""
     how = replace(how, plugins=tuple(Path(p).resolve() for p in how.plugins))
     enabled_t = tuple(sorted(set(enabled)))
     state = StateDir(how.state_dir) if how.state_dir is not None else StateDir.of(project.root)
     key = trial_key(project.variant_hash(enabled_t), settings, how)
 
     def execute(trial_dir: Path) -> TrialResult:
+        run_how = replace(how, env={**(how.env or {}), **(how.unkeyed_env or {})})
+        if spawn is not None:  # the variant is rendered where it runs
+            return _annotated(spawn(enabled_t, trial_dir, run_how), project, None, how.versions)
         files = asdict(project.write_variant(enabled_t, trial_dir / "variant"))
-        env = {**(how.env or {}), **(how.unkeyed_env or {})}
-        result = run_variant(trial_dir / "variant", settings, trial_dir, replace(how, env=env))
+        result = run_variant(trial_dir / "variant", settings, trial_dir, run_how)
         return _annotated(result, project, files, how.versions)
 
-    run = execute if spawn is None else partial(spawn, enabled_t)
-    return confine.check_outside(cached(state, key, enabled_t, how.label, how.use_cache, run))
+    return confine.check_outside(cached(state, key, enabled_t, how.label, how.use_cache, execute))
 
 
 def _annotated(
