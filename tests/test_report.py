@@ -236,6 +236,7 @@ def test_the_localize_plugin_patches_the_keras_the_script_imports_and_imports_no
         add_end_hook=ends.append,
         keras=lambda: tf_keras,
         precision_policy=lambda: "mixed_float16",
+        tf_settings=lambda: {"op_determinism": False, "run_functions_eagerly": True},
         replicas=lambda fits: None,
         record=recorded.__setitem__,
     )
@@ -249,6 +250,7 @@ def test_the_localize_plugin_patches_the_keras_the_script_imports_and_imports_no
     settings = recorded["localize"]["settings"]
     assert settings["jit_compile_requested"] == ["tf_keras.Model.compile(jit_compile=True)"]
     assert settings["precision_policy"] == "mixed_float16"
+    assert (settings["op_determinism"], settings["run_functions_eagerly"]) == (False, True)  # ctx's one reading
 
 
 _REAL_LOSS_SCALES = """

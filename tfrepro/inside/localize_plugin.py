@@ -109,7 +109,6 @@ def _after_run(ctx, facts: dict) -> None:
     """What the script set up, read once it ran: precision policy, the layers
     of a never-compiled model (custom loop), op determinism, eager functions."""
     settings = facts["settings"]
-    tf = sys.modules.get("tensorflow")
     if (policy := ctx.precision_policy()) is not None:
         settings["precision_policy"] = policy
     keras = ctx.keras()
@@ -119,12 +118,7 @@ def _after_run(ctx, facts: dict) -> None:
             import gc
 
             facts["layers"] = _layers([obj for obj in gc.get_objects() if isinstance(obj, keras.Model)])
-    with contextlib.suppress(Exception):
-        from tensorflow.python.framework import config as tf_config
-
-        settings["op_determinism"] = bool(tf_config.is_op_determinism_enabled())
-    with contextlib.suppress(Exception):
-        settings["run_functions_eagerly"] = bool(tf.config.functions_run_eagerly())
+    settings.update(ctx.tf_settings())
 
 
 def install(ctx):
