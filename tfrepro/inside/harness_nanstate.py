@@ -9,8 +9,8 @@ one) saves under `state_dir`:
   order) and of its optimizer (`o0`, ..., its iteration count and slots), as
   they were when step N began: the last finite state;
 - batch.npz: the batch step N trained on, one array per leaf of the data
-  structure `train_step` got, named by its path (`0` = x, `1` = y, `2` =
-  sample weights; `0/name` for a dict input);
+  structure `train_step` got, named by its path (harness_data.batch_outputs:
+  `0` = x, `1` = y, `2` = sample weights; `0/name` for a dict input);
 - state.json: the step, the variable names and the batch's paths.
 
 `tfrepro report` writes replay.py beside repro.py from them: load the state,
