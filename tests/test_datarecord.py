@@ -62,6 +62,21 @@ def test_batches_training_saw_give_the_stats_of_a_dataset():
     assert fit["stats_from"] == "the first 3 batches training saw"
 
 
+def test_a_fit_on_arrays_and_the_batches_training_saw_name_the_features_alike():
+    """One walk, one name per leaf: a list input's leaves are x[0], x[1]
+    whether fit got the arrays or training saw them as a batch (the train
+    step's outputs, keyed "0/1"; they were x['1'])."""
+    a, b = np.arange(8.0), np.ones(8)
+    arrays = hd.Recorder(lambda where: None, harness_frames)
+    arrays.on_fit(None, ([a, {"k": b}], a), {})
+    seen = hd.Recorder(lambda where: None, harness_frames)
+    seen.fits.append({"kind": "tf.data"})
+    seen.see_batch({"0/0": a, "0/1/k": b, "1": a})
+    names = {"x[0]", "x[1]['k']", "y"}
+    assert set(arrays.to_dict()["fits"][0]["features"]) == set(seen.to_dict()["fits"][0]["features"]) == names
+    assert list(hd.batch_outputs(([a, {"k": b, "j": None}], a))) == ["0/0", "0/1/k", "1"]  # batch.npz's names
+
+
 def test_a_source_is_named_with_the_callers_file_and_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     rec = hd.Recorder(lambda where: None, harness_frames)

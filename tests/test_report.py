@@ -236,6 +236,7 @@ def test_the_localize_plugin_patches_the_keras_the_script_imports_and_imports_no
         add_end_hook=ends.append,
         keras=lambda: tf_keras,
         precision_policy=lambda: "mixed_float16",
+        tf_settings=lambda: {"op_determinism": False, "run_functions_eagerly": True},
         replicas=lambda fits: None,
         record=recorded.__setitem__,
     )
@@ -249,6 +250,58 @@ def test_the_localize_plugin_patches_the_keras_the_script_imports_and_imports_no
     settings = recorded["localize"]["settings"]
     assert settings["jit_compile_requested"] == ["tf_keras.Model.compile(jit_compile=True)"]
     assert settings["precision_policy"] == "mixed_float16"
+    assert (settings["op_determinism"], settings["run_functions_eagerly"]) == (False, True)  # ctx's one reading
+
+
+_REAL_LOSS_SCALES = """
+import importlib.util, json, sys
+from types import SimpleNamespace
+
+spec = importlib.util.spec_from_file_location("_localize_plugin", sys.argv[1])
+plugin = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(plugin)
+hooks, settings = {}, {}
+plugin.install(SimpleNamespace(after_import=hooks.__setitem__, add_end_hook=lambda fn: None))
+import keras, tf_keras
+
+hooks["keras"](keras)
+hooks["tf_keras"](tf_keras)
+LSO = tf_keras.mixed_precision.LossScaleOptimizer
+scales = {
+    "tf_keras": float(LSO(tf_keras.optimizers.SGD(), True, 2**15).loss_scale),
+    "tf_keras legacy": float(LSO(tf_keras.optimizers.legacy.SGD(), True).loss_scale),
+    "tf_keras by name": float(LSO(inner_optimizer=tf_keras.optimizers.SGD(), initial_scale=4.0).loss_scale),
+    "tf_keras fixed": float(LSO(tf_keras.optimizers.SGD(), False, 8.0).loss_scale),
+    "keras": float(keras.mixed_precision.LossScaleOptimizer(keras.optimizers.SGD(), 2.0**15).initial_scale),
+}
+print(json.dumps(scales))
+"""
+
+
+def test_the_localize_plugin_starts_the_dynamic_loss_scale_of_every_keras_at_1(tmp_path):
+    """Positional arguments bound by name (tf_keras: `(inner, dynamic,
+    initial_scale)`, Keras 3: `(inner, initial_scale)`), and tf_keras's
+    metaclass builds LossScaleOptimizer / LossScaleOptimizerV3, not the
+    public class: the scale the optimizer starts at, as it reports it. A
+    fixed scale (`dynamic=False`) skips no step: it is kept."""
+    import subprocess
+    import sys
+
+    from tfrepro.inside import LOCALIZE_PLUGIN
+
+    script = tmp_path / "scales.py"
+    script.write_text(_REAL_LOSS_SCALES)
+    env = {"TF_CPP_MIN_LOG_LEVEL": "3", "KERAS_BACKEND": "tensorflow", "PATH": "/usr/bin:/bin"}
+    run = subprocess.run([sys.executable, str(script), str(LOCALIZE_PLUGIN)], capture_output=True, text=True, env=env)
+    assert run.returncode == 0, run.stderr[-2000:]
+    scales = json.loads(run.stdout.strip().splitlines()[-1])
+    assert scales == {
+        "tf_keras": 1.0,
+        "tf_keras legacy": 1.0,
+        "tf_keras by name": 1.0,
+        "tf_keras fixed": 8.0,
+        "keras": 1.0,
+    }
 
 
 def test_other_errors_are_not_mistaken_for_a_localisation():

@@ -127,6 +127,29 @@ def precision_policy(keras, model=None) -> str | None:
         return None
 
 
+def tf_settings(tf) -> dict:
+    """Op determinism and eager `tf.function`s, as TensorFlow has them now:
+    the one reading, for the plugins (`ctx.tf_settings()`) and
+    runtimeprobe.py. A setting TensorFlow cannot report is "unavailable:
+    <error type>" (one that cannot be read never hides the other)."""
+    out = {}
+    for key, read in (
+        ("op_determinism", _op_determinism),
+        ("run_functions_eagerly", lambda: tf.config.functions_run_eagerly()),
+    ):
+        try:
+            out[key] = bool(read())
+        except Exception as e:
+            out[key] = f"unavailable: {type(e).__name__}"
+    return out
+
+
+def _op_determinism():
+    from tensorflow.python.framework import config  # no public getter in TensorFlow 2.x
+
+    return config.is_op_determinism_enabled()
+
+
 def jit_compile(model) -> bool | None:
     """The model's resolved `jit_compile`, None if unknown (`_jit_compile`
     first: Keras 3's property resolves "auto" when read); never raises."""

@@ -267,7 +267,7 @@ def _bound(name: str):
     return module
 
 
-_SIDES: dict = {}  # "keras" (harness_keras.py), "loop" (harness_loop.py): loaded on first use
+_SIDES: dict = {}  # "keras", "loop", "data" (harness_<name>.py): loaded on first use
 
 
 def _side(name: str):
@@ -302,7 +302,7 @@ def _quietly(where: str, fn, *args):
 def _data_start() -> None:
     global _DATA
     try:
-        module = _sibling_file("harness_data")
+        module = _side("data")  # also the walk over a batch's leaves (harness_keras.py, probes.py)
         _DATA = module.Recorder(note_error, FRAMES)
         module.install(_DATA, _FINDER)
         S.fit_hooks.append(_DATA.on_fit)

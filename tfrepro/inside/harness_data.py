@@ -138,16 +138,41 @@ def spec_of(x):
     return {"shape": _shape(x), "dtype": name}
 
 
-def _leaves(x, prefix: str):
-    """(name, array-like) of a nested dict/list/tuple; a 2-D array is one feature per column."""
+def leaves(x, keys: tuple = ()):
+    """(keys, leaf) of each leaf of a nested dict/list/tuple, None left out:
+    the one walk over data inside a trial (this recorder's features, the
+    check's batches in probes.py, the nan state's batch). `keys` is the
+    path, the dict keys and list indices from the top; dicts in key order,
+    as tf.nest flattens them. Written for people by `name`, for the
+    train step's outputs and batch.npz by `batch_outputs`."""
     if isinstance(x, dict):
-        for k, v in x.items():
-            yield from _leaves(v, f"{prefix}[{k!r}]")
+        for k in sorted(x, key=str):
+            yield from leaves(x[k], (*keys, k))
     elif isinstance(x, (list, tuple)):
         for i, v in enumerate(x):
-            yield from _leaves(v, f"{prefix}[{i}]")
+            yield from leaves(v, (*keys, i))
     elif x is not None:
-        yield prefix, x
+        yield keys, x
+
+
+def name(root: str, keys) -> str:
+    """A leaf's name in messages and records: `x['image'][0]`."""
+    return root + "".join(f"[{k!r}]" for k in keys)
+
+
+def rows(x) -> int | None:
+    """The rows of the first leaf of `x`; None with no leaf or a scalar one."""
+    first = next(leaves(x), (None, None))[1]
+    shape = getattr(first, "shape", None)
+    return int(shape[0]) if shape else None
+
+
+def batch_outputs(data) -> dict:
+    """The batch a train step got as extra outputs of the step (graph
+    tensors): one per leaf, keyed by its keys joined with "/" ("0" = x,
+    "1" = y, "2" = sample weights, "0/name" for a dict input), the names
+    of batch.npz (harness_nanstate.py) and of `Recorder.see_batch`."""
+    return {"/".join(map(str, keys)): leaf for keys, leaf in leaves(data)}
 
 
 VALUES_MAX = 4_000_000  # values read per array for its statistics (an image array: fewer rows)
@@ -234,10 +259,11 @@ class Recorder:
         if self.batches_seen >= BATCHES_MAX or not self.fits or self.fits[-1].get("features"):
             return
         self.batches_seen += 1
-        for path, t in batch.items():
-            name = {"0": "x", "1": "y", "2": "sample_weight"}.get(path.split("/")[0], path)
-            name += "".join(f"[{p!r}]" for p in path.split("/")[1:])
-            for col, values in _columns(name, t.numpy() if hasattr(t, "numpy") else t):
+        for path, t in batch.items():  # `batch_outputs`'s keys
+            top, *keys = path.split("/")
+            keys = [int(k) if k.isdigit() else k for k in keys]  # a list index, named as `_describe` names it
+            label = name({"0": "x", "1": "y", "2": "sample_weight"}.get(top, top), keys)
+            for col, values in _columns(label, t.numpy() if hasattr(t, "numpy") else t):
                 self.batch_stats.setdefault(col, FeatureStats()).update(values)
 
     def to_dict(self) -> dict:
@@ -292,13 +318,11 @@ def _describe(x, y, batch_size, steps_per_epoch) -> dict:
         if hasattr(y, "to_numpy"):
             y = y.to_numpy()
         out["element_spec"] = {"x": spec_of(x), "y": spec_of(y)}
-        first = next(iter(_leaves(x, "x")), (None, None))[1]
-        rows = int(first.shape[0]) if getattr(first, "shape", None) else None
-        if rows:
-            out["records"] = rows
-            out["batches_per_epoch"] = -(-rows // int(batch_size or 32))
-        leaves = list(_leaves(x, "x")) + list(_leaves(y, "y"))
-        out["features"] = {col: stats_of(v) for name, a in leaves for col, v in _columns(name, _head(a))}
+        if n := rows(x):
+            out["records"] = n
+            out["batches_per_epoch"] = -(-n // int(batch_size or 32))
+        named = [(name(root, keys), a) for root, part in (("x", x), ("y", y)) for keys, a in leaves(part)]
+        out["features"] = {col: stats_of(v) for label, a in named for col, v in _columns(label, _head(a))}
     if steps_per_epoch:
         out["batches_per_epoch"] = int(steps_per_epoch)
     return out

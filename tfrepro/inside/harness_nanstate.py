@@ -9,8 +9,8 @@ one) saves under `state_dir`:
   order) and of its optimizer (`o0`, ..., its iteration count and slots), as
   they were when step N began: the last finite state;
 - batch.npz: the batch step N trained on, one array per leaf of the data
-  structure `train_step` got, named by its path (`0` = x, `1` = y, `2` =
-  sample weights; `0/name` for a dict input);
+  structure `train_step` got, named by its path (harness_data.batch_outputs:
+  `0` = x, `1` = y, `2` = sample weights; `0/name` for a dict input);
 - state.json: the step, the variable names and the batch's paths.
 
 `tfrepro report` writes replay.py beside repro.py from them: load the state,
@@ -60,23 +60,3 @@ class StateSaver:
     def _write_meta(self) -> None:
         with open(os.path.join(self.dir, "state.json"), "w", encoding="utf-8") as f:
             json.dump(self.meta, f, indent=1)
-
-
-def batch_outputs(data) -> dict:
-    """The batch as extra train-function outputs (graph tensors, None left
-    out): for the nan state and for the data recorder (harness_data.py)."""
-    return dict(_leaves(data, ""))
-
-
-def _leaves(data, prefix: str):
-    """(path, leaf) of a nested tuple/list/dict ("0", "0/name", ...), None left out."""
-    if isinstance(data, dict):
-        items = sorted(data.items(), key=lambda kv: str(kv[0]))
-    elif isinstance(data, (tuple, list)):
-        items = list(enumerate(data))
-    else:
-        if data is not None:
-            yield prefix, data
-        return
-    for key, value in items:
-        yield from _leaves(value, f"{prefix}/{key}" if prefix else str(key))

@@ -16,6 +16,7 @@ imported by path and `plugin.install(ctx)` is called, where `ctx` offers
   ctx.replicas(fits=True)  the most replicas in sync so far (devices.replicas)
   ctx.keras()              the Keras module the script uses (harness.keras_module)
   ctx.precision_policy()   its global precision policy (devices.precision_policy)
+  ctx.tf_settings()        op determinism, eager functions (devices.tf_settings)
   ctx.jit_compile(model)   a model's resolved jit_compile (devices.jit_compile)
 A plugin that raises is recorded in extra["harness_errors"]; it never fails
 the trial.
@@ -24,6 +25,7 @@ the trial.
 from __future__ import annotations
 
 import json
+import sys
 
 H = None  # the harness core module, set by harness.py
 
@@ -65,6 +67,13 @@ class PluginContext:
     def precision_policy(self) -> str | None:
         """The global precision policy of the script's Keras; None when unknown."""
         return H._DEVICES.precision_policy(H.keras_module()) if H._DEVICES is not None else None
+
+    def tf_settings(self) -> dict:
+        """`op_determinism` and `run_functions_eagerly` as TensorFlow has
+        them now, those it can report; {} before TensorFlow is imported."""
+        tf = sys.modules.get("tensorflow")
+        got = H._DEVICES.tf_settings(tf) if H._DEVICES is not None and tf is not None else {}
+        return {k: v for k, v in got.items() if isinstance(v, bool)}
 
     def jit_compile(self, model) -> bool | None:
         """`model`'s resolved jit_compile; None when unknown."""

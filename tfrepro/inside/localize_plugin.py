@@ -5,13 +5,14 @@ localization of a NaN (report/localize.py). See `harness_plugins.py`.
 
 check_numerics does not work under XLA, so `jit_compile` is dropped from
 `Model.compile` and `tf.function`, and `tf.config.optimizer.set_jit` becomes a
-no-op; what the script asked for is recorded, not silently lost. A loss-scale
-optimizer starts at scale 1 (see `patch_loss_scale`). Recorded under
+no-op; what the script asked for is recorded, not silently lost. A dynamic
+loss scale starts at 1 (see `_scale_one`). Recorded under
 TrialResult.extra["localize"]: {"error_type", "message", "traceback",
 "layers", "settings", "completed"}.
 """
 
 import contextlib
+import inspect
 import sys
 import traceback
 
@@ -63,21 +64,36 @@ def _patch_compile(model_cls, label: str, facts: dict) -> None:
 
 
 def _patch_loss_scale(cls, settings: dict) -> None:
+    """A dynamic loss scale starts at 1, in each class that builds one: the
+    public class and, in Keras 2 and tf_keras, the `LossScaleOptimizer` /
+    `LossScaleOptimizerV3` its metaclass builds instead of itself."""
+    for klass in (cls, *cls.__subclasses__()):
+        if "__init__" in vars(klass):
+            klass.__init__ = _scale_one(klass.__init__, settings)
+
+
+def _scale_one(orig, settings: dict):
     # Dynamic loss scaling starts at 2**15 and *expects* the first scaled
     # gradients to overflow (the optimizer skips those steps). Under
     # check_numerics that expected Inf would be reported as the culprit,
-    # so the scale starts at 1 here: real overflows still show.
-    orig = cls.__init__
+    # so the scale starts at 1 here: real overflows still show. A fixed
+    # scale (Keras 2 / tf_keras `dynamic=False`) skips nothing: it is kept.
+    # The arguments are bound by name: Keras 3 takes `(inner_optimizer,
+    # initial_scale, ...)`, Keras 2 and tf_keras `(inner_optimizer, dynamic,
+    # initial_scale, ...)`.
+    signature = inspect.signature(orig)
 
     def init(self, *args, **kwargs):
-        if len(args) >= 2:
-            args = (args[0], 1.0) + tuple(args[2:])
-        else:
-            kwargs["initial_scale"] = 1.0
-        settings["loss_scale_start"] = 1.0
-        return orig(self, *args, **kwargs)
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:  # the optimizer's own error says it better
+            return orig(self, *args, **kwargs)
+        if "initial_scale" in signature.parameters and bound.arguments.get("dynamic", True):
+            bound.arguments["initial_scale"] = 1.0
+            settings["loss_scale_start"] = 1.0
+        return orig(*bound.args, **bound.kwargs)
 
-    cls.__init__ = init
+    return init
 
 
 def _patch_keras(lib, facts: dict) -> None:
@@ -93,7 +109,6 @@ def _after_run(ctx, facts: dict) -> None:
     """What the script set up, read once it ran: precision policy, the layers
     of a never-compiled model (custom loop), op determinism, eager functions."""
     settings = facts["settings"]
-    tf = sys.modules.get("tensorflow")
     if (policy := ctx.precision_policy()) is not None:
         settings["precision_policy"] = policy
     keras = ctx.keras()
@@ -103,12 +118,7 @@ def _after_run(ctx, facts: dict) -> None:
             import gc
 
             facts["layers"] = _layers([obj for obj in gc.get_objects() if isinstance(obj, keras.Model)])
-    with contextlib.suppress(Exception):
-        from tensorflow.python.framework import config as tf_config
-
-        settings["op_determinism"] = bool(tf_config.is_op_determinism_enabled())
-    with contextlib.suppress(Exception):
-        settings["run_functions_eagerly"] = bool(tf.config.functions_run_eagerly())
+    settings.update(ctx.tf_settings())
 
 
 def install(ctx):

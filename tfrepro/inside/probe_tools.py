@@ -57,23 +57,6 @@ def split_element(el) -> tuple:
     return (el,)
 
 
-def first_dim(x) -> int:
-    for _, leaf in leaves(x, ""):
-        return int(leaf.shape[0]) if len(leaf.shape) else 1
-    return 0
-
-
-def leaves(x, prefix: str):
-    if isinstance(x, dict):
-        for k in sorted(x, key=str):
-            yield from leaves(x[k], f"{prefix}[{k!r}]")
-    elif isinstance(x, (list, tuple)):
-        for i, v in enumerate(x):
-            yield from leaves(v, f"{prefix}[{i}]")
-    else:
-        yield prefix, x
-
-
 def _moments(a, integral: bool) -> dict:
     return {
         "min": float(a.min()),

@@ -72,6 +72,7 @@ _TF_ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "XLA_FLAGS", "KERAS_BACKEND", "KERAS_HO
 # harness that loads this plugin (in sys.modules: AutoGraph and pickling look
 # functions up by module).
 T = sys.modules["_tfrepro_harness"]._sibling_file("probe_tools")
+D = sys.modules["_tfrepro_harness"]._side("data")  # harness_data.py: the walk over a batch's leaves
 
 
 class _Probes:
@@ -242,7 +243,7 @@ class _Probes:
                 sl = slice(i * batch_size, (i + 1) * batch_size)
                 xs = tf.nest.map_structure(lambda a: a[sl], x)
                 ys = tf.nest.map_structure(lambda a: a[sl], y) if y is not None else None
-                if T.first_dim(xs) == 0:
+                if not D.rows(xs):
                     break
                 elements.append((xs, ys) if ys is not None else (xs,))
             self._record_batches(elements, "fit (arrays)")
@@ -270,7 +271,7 @@ class _Probes:
         import numpy as np
 
         def stats(value, role: str) -> list:
-            return [] if value is None else [T.tensor_stats(path, leaf, np) for path, leaf in T.leaves(value, role)]
+            return [T.tensor_stats(D.name(role, keys), leaf, np) for keys, leaf in D.leaves(value)]
 
         elements = [T.split_element(el) for el in elements]
         batches = [

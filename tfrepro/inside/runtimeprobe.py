@@ -10,7 +10,8 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-import envprobe  # noqa: E402  (the sibling file, loaded by path)
+import devices  # noqa: E402  (the sibling files, loaded by path)
+import envprobe  # noqa: E402
 
 
 def _call(f):
@@ -18,12 +19,6 @@ def _call(f):
         return f()
     except Exception as e:  # one setting that cannot be read never hides the others
         return f"unavailable: {type(e).__name__}"
-
-
-def _op_determinism():
-    from tensorflow.python.framework import config  # no public getter in TensorFlow 2.x
-
-    return bool(config.is_op_determinism_enabled())
 
 
 def runtime(tf):
@@ -37,7 +32,7 @@ def runtime(tf):
     except Exception as e:
         out["precision_policy"] = f"unavailable: {type(e).__name__}"
     out["xla_jit"] = _call(lambda: tf.config.optimizer.get_jit() or "off")
-    out["op_determinism"] = _call(_op_determinism)
+    out["op_determinism"] = devices.tf_settings(tf)["op_determinism"]
     out["tensor_float_32"] = _call(lambda: tf.config.experimental.tensor_float_32_execution_enabled())
     return out
 

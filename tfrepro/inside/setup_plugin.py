@@ -30,8 +30,9 @@ def install(ctx):
             setup["precision_policy"] = policy
         tf = sys.modules.get("tensorflow")
         with contextlib.suppress(Exception):
+            if "run_functions_eagerly" in (tf_settings := ctx.tf_settings()):
+                setup["run_functions_eagerly"] = tf_settings["run_functions_eagerly"]
             if tf is not None:
-                setup["run_functions_eagerly"] = bool(tf.config.functions_run_eagerly())
                 setup["logical_devices"] = len(tf.config.list_logical_devices("CPU")) + len(
                     tf.config.list_logical_devices("GPU")
                 )
