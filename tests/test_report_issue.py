@@ -175,3 +175,13 @@ def test_a_document_without_symptom_settings_states_the_default_tolerance():
 
     r = Report.of({"symptom": "mismatch", "culprit_trial": {"losses": [1.0, 2.0]}, "baseline": {"losses": [1.0, 1.0]}})
     assert "(tolerance 0.05 relative)" in behaviour(r)[0]  # the [symptoms] default, as the loop table uses
+
+
+def test_the_title_names_the_tensorflow_version_the_form_names():
+    """An environment whose TensorFlow did not say its version (its import
+    failed) but whose distribution did: the title says the version the form's
+    field says, never "TF ?"."""
+    env = {k: v for k, v in ENV.items() if k != "tf_version"}
+    text = render_issue(Report.of(doc("nan", environment=env)))
+    assert text.splitlines()[0].endswith("(TensorFlow 2.21.0)")
+    assert dict(sections(text))["TensorFlow version"] == "2.21.0"
