@@ -39,7 +39,7 @@ TRACEBACK = (
 def doc(symptom: str, **extra) -> dict:
     trial = {
         "nan": {"losses": [1.0, math.nan], "first_nonfinite_step": 2},
-        "slowdown": {"median_step_time": 0.06, "step_times": [0.5, 0.06, 0.06]},
+        "slowdown": {"median_step_time": 0.06, "step_times": [0.5, 0.06, 0.06, 0.06, 0.06]},
         "crash": {
             "error": "ValueError: cannot reshape array of size 32 into shape (3,7)",
             "extra": {"error_detail": TRACEBACK},
@@ -50,7 +50,7 @@ def doc(symptom: str, **extra) -> dict:
         "status": "found",
         "culprits": ["mixed_precision"],
         "environment": ENV,
-        "baseline": {"losses": [1.0, 0.5], "median_step_time": 0.01},
+        "baseline": {"losses": [1.0, 0.5], "median_step_time": 0.01, "step_times": [0.5, 0.01, 0.01, 0.01, 0.01]},
         "culprit_trial": trial,
         "repro": {"code": REPRO, "entry": "repro.py", "files": ["repro.py"], "diff": "+x = 1\n"},
         "reproduction": {"reproduced": True, "detail": "the loss became non-finite at step 2"},
