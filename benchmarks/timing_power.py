@@ -256,7 +256,9 @@ def real(n: int) -> None:
             others.append(r.extra["others_cpu"])
         return r
 
-    pool = TimingPool(trial, lambda c, t: Verdict.CRASH if t.crashed or t.timed_out else Verdict.OK, THRESHOLD)
+    pool = TimingPool(
+        trial, lambda c, t: Verdict.CRASH if t.crashed or t.timed_out else Verdict.OK, THRESHOLD, steps=base.steps
+    )
     print(f"start: {load()}")
     print(f"{'case':16s} {'run':>3s} {'verdict':>9s} {'ratio':>6s} {'pairs':>5s} {'fast':>5s} {'trials':>6s}  load")
     totals: dict[str, list] = {}

@@ -39,7 +39,7 @@ TRACEBACK = (
 def doc(symptom: str, **extra) -> dict:
     trial = {
         "nan": {"losses": [1.0, math.nan], "first_nonfinite_step": 2},
-        "slowdown": {"median_step_time": 0.06, "step_times": [0.5, 0.06, 0.06]},
+        "slowdown": {"median_step_time": 0.06, "step_times": [0.5, 0.06, 0.06, 0.06, 0.06]},
         "crash": {
             "error": "ValueError: cannot reshape array of size 32 into shape (3,7)",
             "extra": {"error_detail": TRACEBACK},
@@ -50,7 +50,7 @@ def doc(symptom: str, **extra) -> dict:
         "status": "found",
         "culprits": ["mixed_precision"],
         "environment": ENV,
-        "baseline": {"losses": [1.0, 0.5], "median_step_time": 0.01},
+        "baseline": {"losses": [1.0, 0.5], "median_step_time": 0.01, "step_times": [0.5, 0.01, 0.01, 0.01, 0.01]},
         "culprit_trial": trial,
         "repro": {"code": REPRO, "entry": "repro.py", "files": ["repro.py"], "diff": "+x = 1\n"},
         "reproduction": {"reproduced": True, "detail": "the loss became non-finite at step 2"},
@@ -175,3 +175,13 @@ def test_a_document_without_symptom_settings_states_the_default_tolerance():
 
     r = Report.of({"symptom": "mismatch", "culprit_trial": {"losses": [1.0, 2.0]}, "baseline": {"losses": [1.0, 1.0]}})
     assert "(tolerance 0.05 relative)" in behaviour(r)[0]  # the [symptoms] default, as the loop table uses
+
+
+def test_the_title_names_the_tensorflow_version_the_form_names():
+    """An environment whose TensorFlow did not say its version (its import
+    failed) but whose distribution did: the title says the version the form's
+    field says, never "TF ?"."""
+    env = {k: v for k, v in ENV.items() if k != "tf_version"}
+    text = render_issue(Report.of(doc("nan", environment=env)))
+    assert text.splitlines()[0].endswith("(TensorFlow 2.21.0)")
+    assert dict(sections(text))["TensorFlow version"] == "2.21.0"

@@ -224,11 +224,33 @@ def test_a_broken_first_baseline_makes_the_pair_untestable_before_the_candidate_
         calls.append((key, repeat, role))
         return TrialResult(crashed=True, exit_code=1, error="ValueError: boom", mode="fit")
 
-    pool = TimingPool(trial, lambda _k, _r: Verdict.OK, 1.25)
+    pool = TimingPool(trial, lambda _k, _r: Verdict.OK, 1.25, steps=10)
     out = pool.timed(frozenset({"xla"}))
     assert out.stopped is Verdict.UNTESTABLE and out.pairs == ()
     assert calls == [(frozenset(), TIMING_BASELINE, "timing-baseline")]
-    assert pool.why == ["the baseline's timing run crashed"]
+    assert pool.why == ["the baseline's timing run stopped with crash"]
+
+
+@pytest.mark.parametrize("nan_step, stop", [(12, None), (10, Verdict.UNTESTABLE)])
+def test_a_baseline_timing_run_is_broken_by_a_nan_only_within_steps(nan_step, stop):
+    """One rule for both sides of a pair (trials/timing.stopped), in every
+    mode and the report's re-run: a timing run goes on past `steps` (10
+    here), and a NaN after them is not the hunted symptom; the engine's pool
+    used to reject a baseline timing run that went NaN at any step."""
+    from tfrepro.trials.timing import TimingPool
+
+    def trial(key, repeat, role):
+        if key:  # the candidate: finite throughout
+            return TrialResult(losses=(1.0,) * 20, step_times=(0.01,) * 20, steps_run=20, mode="fit")
+        losses = (1.0,) * (nan_step - 1) + (math.nan,)
+        return TrialResult(losses=losses, step_times=(0.01,) * 20, first_nonfinite_step=nan_step, mode="fit")
+
+    pool = TimingPool(trial, lambda _k, _r: Verdict.OK, 1.25, steps=10)
+    out = pool.timed(frozenset({"xla"}), min_pairs=1, max_pairs=3)
+    assert out.stopped is stop
+    assert (pool.why, len(out.pairs) > 0) == (
+        ([], True) if stop is None else (["the baseline's timing run stopped with nan"], False)
+    )
 
 
 def test_a_bystander_that_costs_a_little_is_not_blamed_for_a_13x_slowdown(tmp_path):

@@ -153,7 +153,10 @@ class _Bisection(Ends, Replay):
         self.lock = threading.Lock()
         self.noise = 0.0
         self.timing_pool = TimingPool(
-            self._trial, lambda c, t: timing_stop(t, self._shows(c, t)), manifest.symptoms.slowdown
+            self._trial,
+            lambda c, t: timing_stop(t, self._shows(c, t)),
+            manifest.symptoms.slowdown,
+            steps=self.settings.steps,
         )
         self.timing = self.timing_pool.outcomes
         self.dropped: list[dict[str, str]] = []

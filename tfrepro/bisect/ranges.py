@@ -152,6 +152,7 @@ class RangeRun:
             lambda p, t: timing_stop(t, self.shows(classify.first_steps(t, self.settings.steps), None)),
             symptoms.slowdown,
             baseline=points[0],
+            steps=settings.steps,
         )
         self.log, self.run_dir, self.records = log, log.run_dir, log.records
         self.tried: list[PointTried] = []

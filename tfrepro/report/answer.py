@@ -2,10 +2,12 @@
 document as frozen values (`Report`: document.py builds it, `Report.json`
 writes it, bundle.py reads the written, scrubbed document back with
 `Report.of`); what others wrote (trial summaries, environment facts,
-timing) kept as written and read as `TrialFacts`, `Env`, `Timing`;
-result.json's trials table as TypedDicts. A field holds the JSON value as written, or the
-default its reader falls back to where the key is absent; an empty or absent
-sub-document is None where a field allows it, else an all-default value."""
+timing) kept as written and read as the writers' own values (a trial as
+`TrialResult.from_dict` reads it, a timing comparison as its `TimingRecord`)
+or as `Env`; result.json's trials table as TypedDicts. A field holds the JSON
+value as written, or the default its reader falls back to where the key is
+absent; an empty or absent sub-document is None where a field allows it,
+else an all-default value."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from typing import Any, TypeVar, get_args, get_type_hints
 from tfrepro.report.records import RuntimeSettings
 from tfrepro.report.scan import Setup
 from tfrepro.settings import SymptomSettings
-from tfrepro.trials.values import TrialRow
+from tfrepro.trials.slowdown import TimingRecord
+from tfrepro.trials.values import TrialResult, TrialRow
 
 T = TypeVar("T")
 
@@ -37,44 +40,9 @@ def _value(hint: Any, v: Any) -> Any:
     return of(sub, v) if type(None) in kinds else of(sub, v) or sub()
 
 
-@dataclass(frozen=True)
-class TrialFacts:
-    """A trial's summary (trials/runner.py `summary`): what it measured."""
-
-    losses: list[float | None] | None = None
-    step_times: list[float] | None = None
-    median_step_time: float | None = None
-    first_nonfinite_step: int | None = None
-    weights_finite: bool | None = None
-    nonfinite_weights: list[str] | None = None
-    error: str | None = None
-    crashed: bool | None = None
-    exit_code: int | None = None
-    peak_rss_bytes: int | None = None
-    rss_per_step: list[int] | None = None
-    device_peak_bytes: int | None = None
-    growth_per_step: float | None = None
-    extra: dict[str, Any] | None = None
-    steps_run: int | None = None
-    wall_s: float | None = None
-    label: str | None = None
-
-    @property
-    def error_detail(self) -> Any:
-        """A crash's traceback, as the trial recorded it."""
-        return (self.extra or {}).get("error_detail")
-
-
-@dataclass(frozen=True)
-class Timing:
-    """A slowdown's timing evidence: interleaved per-pair medians (seconds)."""
-
-    baseline: list[float] | None = None
-    candidate: list[float] | None = None
-    pairs: list[Any] | None = None
-    ratio: float | None = None
-    p_value: float | None = None
-    fast: bool | None = None
+# report/route.py (another piece of this pass) still names the report's trial
+# `TrialFacts`: it is the trial's own value.
+TrialFacts = TrialResult
 
 
 @dataclass(frozen=True)
@@ -85,7 +53,7 @@ class Reproduction:
     comparison inconclusive at its budget). `candidate` and `reference` are
     the re-run's trials as written (trials/values.py `TrialResult.to_dict`),
     `timing` its timing comparison (`TimingOutcome.to_dict`); `trial` and
-    `timed` read them as the report's values."""
+    `timed` read them back."""
 
     symptom: str | None = None
     reproduced: bool | None = None
@@ -96,13 +64,13 @@ class Reproduction:
     timing: dict[str, Any] | None = None
 
     @property
-    def trial(self) -> TrialFacts | None:
-        """The re-run of repro.py, as the report reads a trial."""
-        return of(TrialFacts, self.candidate)
+    def trial(self) -> TrialResult | None:
+        """The re-run of repro.py."""
+        return TrialResult.from_dict(self.candidate) if self.candidate else None
 
     @property
-    def timed(self) -> Timing:
-        return of(Timing, self.timing) or Timing()
+    def timed(self) -> TimingRecord:
+        return of(TimingRecord, self.timing) or TimingRecord()
 
 
 @dataclass(frozen=True)
@@ -151,8 +119,8 @@ class Evidence:
     replicas: int | None = None
 
     @property
-    def timed(self) -> Timing:
-        return of(Timing, self.timing) or Timing()
+    def timed(self) -> TimingRecord:
+        return of(TimingRecord, self.timing) or TimingRecord()
 
 
 @dataclass(frozen=True)
@@ -247,7 +215,7 @@ class Report:
     trials (`baseline`, `failing`, `culprit_trial`, `reference_trial`) are
     result.json's trial summaries and `environment` the probe's facts, as
     written there: `base`, `culprit`, `reference`, `candidate` and `env`
-    read them as the report's values."""
+    read them back."""
 
     tfrepro_version: str = ""
     run_id: str = "?"
@@ -300,24 +268,24 @@ class Report:
         return self.reproduction or Reproduction()
 
     @property
-    def base(self) -> TrialFacts:
+    def base(self) -> TrialResult:
         """The baseline trial (all features off)."""
-        return of(TrialFacts, self.baseline) or TrialFacts()
+        return TrialResult.from_dict(self.baseline or {})
 
     @property
-    def culprit(self) -> TrialFacts | None:
+    def culprit(self) -> TrialResult | None:
         """The culprit configuration's trial."""
-        return of(TrialFacts, self.culprit_trial)
+        return TrialResult.from_dict(self.culprit_trial) if self.culprit_trial else None
 
     @property
-    def reference(self) -> TrialFacts | None:
+    def reference(self) -> TrialResult | None:
         """A mismatch's re-run of reference.py."""
-        return of(TrialFacts, self.reference_trial)
+        return TrialResult.from_dict(self.reference_trial) if self.reference_trial else None
 
     @property
-    def candidate(self) -> TrialFacts:
+    def candidate(self) -> TrialResult:
         """The trial showing the symptom: the culprit configuration's, else the failing one's."""
-        return self.culprit or of(TrialFacts, self.failing) or TrialFacts()
+        return self.culprit or TrialResult.from_dict(self.failing or {})
 
     @property
     def env(self) -> Env:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from tfrepro.report.answer import Reproduction, Timing, TrialFacts, of
+from tfrepro.report.answer import Reproduction, of
 from tfrepro.report.records import ResultJson
 from tfrepro.report.tables import read_summary
+from tfrepro.trials.slowdown import TimingRecord
+from tfrepro.trials.values import TrialResult
 
 
-def load_trials(run_dir: Path, result: ResultJson) -> list[tuple[str, TrialFacts]]:
+def load_trials(run_dir: Path, result: ResultJson) -> list[tuple[str, TrialResult]]:
     """(name, summary) of every trial of the run, in order; the baseline,
     failing and culprit summaries when the table has none."""
     trials = []
@@ -23,13 +25,11 @@ def load_trials(run_dir: Path, result: ResultJson) -> list[tuple[str, TrialFacts
         role = f"_{row['role']}{row.get('repeat', '')}" if row.get("role") else ""
         trials.append((f"{i:02d}_{label}{role}_{row.get('verdict', '')}"[:120], summary))
     return trials or [
-        (key, of(TrialFacts, result[key]) or TrialFacts())
-        for key in ("baseline", "failing", "culprit_trial")
-        if result.get(key)
+        (key, TrialResult.from_dict(result[key])) for key in ("baseline", "failing", "culprit_trial") if result.get(key)
     ]
 
 
-def write_events(logdir: Path, trials: list[tuple[str, TrialFacts]]) -> dict[str, str]:
+def write_events(logdir: Path, trials: list[tuple[str, TrialResult]]) -> dict[str, str]:
     """One TensorBoard run per trial (written with tensorboardX: neither
     TensorFlow nor tensorboard is needed to write them)."""
     from tfrepro.report import events
@@ -37,10 +37,8 @@ def write_events(logdir: Path, trials: list[tuple[str, TrialFacts]]) -> dict[str
     if not trials:
         return {"tensorboard/": "skipped: the run kept no per-trial summaries"}
     for name, s in trials:
-        ms, mb = [1000.0 * t for t in s.step_times or []], [v / 1e6 for v in s.rss_per_step or []]
-        events.write_run(
-            logdir / events.safe_name(name, 120), {"loss": s.losses or [], "step_time_ms": ms, "rss_mb": mb}
-        )
+        ms, mb = [1000.0 * t for t in s.step_times], [v / 1e6 for v in s.rss_per_step]
+        events.write_run(logdir / events.safe_name(name, 120), {"loss": s.losses, "step_time_ms": ms, "rss_mb": mb})
     view = (
         "view them with `tensorboard --logdir tensorboard`"
         if have_tensorboard()
@@ -58,12 +56,12 @@ def plots(out: Path, result: ResultJson, symptom: str, rep: Reproduction | None)
     from tfrepro.report import plots as draw
 
     notes = {"loss.png": "skipped: no per-step loss recorded"}
-    base = of(TrialFacts, result.get("baseline")) or TrialFacts()
-    cand = of(TrialFacts, result.get("culprit_trial") or result.get("failing")) or TrialFacts()
+    base = TrialResult.from_dict(result.get("baseline") or {})
+    cand = TrialResult.from_dict(result.get("culprit_trial") or result.get("failing") or {})
     label = "+".join(result.get("culprit_config") or result.get("culprits") or []) or "failing"
     curves = [("baseline (all features off)", base), (f"culprit configuration ({label})", cand)]
     if symptom == "mismatch" and rep and rep.reference:
-        curves.insert(1, ("reference (re-run of reference.py)", of(TrialFacts, rep.reference) or TrialFacts()))
+        curves.insert(1, ("reference (re-run of reference.py)", TrialResult.from_dict(rep.reference)))
     if draw.loss_plot(out / "loss.png", curves, title=f"per-step loss — {symptom}"):
         marked = ", first non-finite step marked" if symptom == "nan" else ""
         notes["loss.png"] = f"per-step loss, baseline against the culprit configuration{marked}"
@@ -75,7 +73,7 @@ def plots(out: Path, result: ResultJson, symptom: str, rep: Reproduction | None)
         # Every steady step of one trial each shows the spread; the per-trial
         # medians of the interleaved timing runs are what the test compared.
         groups = [("baseline", draw.steady(base)), (label, draw.steady(cand))]
-        timing = of(Timing, result.get("timing")) or Timing()
+        timing = of(TimingRecord, result.get("timing")) or TimingRecord()
         if not (groups[0][1] and groups[1][1]) and timing.baseline and timing.candidate:
             groups = [
                 ("baseline (per-trial medians)", timing.baseline),

@@ -49,7 +49,7 @@ KERAS_FORM = (
 
 def title(r: Report) -> str:
     """The issue's title from a (partial) report (bundle.py titles the notebook with it too)."""
-    tf = r.env.tf_version or "TF ?"
+    tf = r.env.tensorflow or "TF ?"  # as the form's version field: what TensorFlow said, else its distribution's
     what = SYMPTOM_WORDS.get(r.symptom or "", r.symptom or "problem")
     what = what[:1].upper() + what[1:]
     if r.first_bad_commit:

@@ -5,11 +5,13 @@ the environment fields."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from tfrepro.report.answer import Env, Report, Timing, TrialFacts
+from tfrepro.report.answer import Env, Report
 from tfrepro.report.textfmt import fmt
+from tfrepro.trials.slowdown import TimingRecord
+from tfrepro.trials.values import TrialResult
 
 SYMPTOM_WORDS = {
     "nan": "NaN/Inf loss",
@@ -97,7 +99,7 @@ def _alone(r: Report) -> str:
 
 
 def _baseline_words(r: Report) -> str:
-    loss = r.base.losses or []
+    loss = r.base.losses
     if not loss:
         return "training completes"
     return f"the loss goes from {fmt(loss[0])} to {fmt(loss[-1])} over {len(loss)} steps"
@@ -132,7 +134,7 @@ def _timeout(r: Report, who: str) -> tuple[str, str]:
 
 def _slowdown(r: Report, who: str) -> tuple[str, str]:
     timing = r.evidence.timed
-    b, c = r.base.median_step_time, r.candidate.median_step_time
+    b, c = r.base.median_step_time(), r.candidate.median_step_time()
     if timing.baseline and timing.candidate:
         # one number per claim: the step times and the ratio from the same timed samples
         b, c = statistics.median(timing.baseline), statistics.median(timing.candidate)
@@ -144,7 +146,7 @@ def _slowdown(r: Report, who: str) -> tuple[str, str]:
     return cur, "The step time stays close to the baseline's."
 
 
-def timing_support(timing: Timing) -> str:
+def timing_support(timing: TimingRecord) -> str:
     """What supports a slowdown claim, quoted only when it does: the pairs,
     and the rank test's p-value when it is significant."""
     n = len(timing.pairs or timing.candidate or [])
@@ -156,7 +158,7 @@ def timing_support(timing: Timing) -> str:
     return f", {n} interleaved pair{'s' if n != 1 else ''}" if n else ""
 
 
-def mismatch_pair(r: Report) -> tuple[TrialFacts, TrialFacts]:
+def mismatch_pair(r: Report) -> tuple[TrialResult, TrialResult]:
     """(candidate, reference) trials a mismatch compares: both from the
     report's re-run when it ran the reference, else the bisect's."""
     if r.reference:
@@ -166,7 +168,7 @@ def mismatch_pair(r: Report) -> tuple[TrialFacts, TrialFacts]:
 
 def _mismatch(r: Report, who: str) -> tuple[str, str]:
     cand, ref = mismatch_pair(r)
-    r_loss, c_loss = ref.losses or [], cand.losses or []
+    r_loss, c_loss = ref.losses, cand.losses
     tol = fmt(r.symptom_settings.mismatch)
     cur = f"{who}, the per-step loss no longer matches the reference configuration (tolerance {tol} relative)"
     if r_loss and c_loss:
@@ -228,18 +230,18 @@ _BEHAVIOUR: dict[str, Callable[[Report, str], tuple[str, str]]] = {
 # --------------------------------------------------------------------------- logs
 
 
-def _series(xs: list[Any], scale: float = 1.0, n: int = 12) -> str:
-    shown = ", ".join("NaN" if x is None else fmt(float(x) * scale) for x in xs[:n])
+def _series(xs: Sequence[float], scale: float = 1.0, n: int = 12) -> str:
+    shown = ", ".join(fmt(float(x) * scale) for x in xs[:n])  # a non-finite loss reads back as NaN
     return shown + (" ..." if len(xs) > n else "")
 
 
 def series_log(r: Report) -> list[str]:
     """The measured series a maintainer compares, as text."""
-    cand, base = r.culprit or TrialFacts(), r.base
+    cand, base = r.culprit or TrialResult(), r.base
     if r.symptom == "slowdown":
         lines = [
-            f"step time, ms (culprit configuration): {_series(cand.step_times or [], 1000)}",
-            f"step time, ms (baseline):              {_series(base.step_times or [], 1000)}",
+            f"step time, ms (culprit configuration): {_series(cand.step_times, 1000)}",
+            f"step time, ms (baseline):              {_series(base.step_times, 1000)}",
         ]
         timing = r.rerun.timed
         if timing.candidate:
@@ -250,20 +252,20 @@ def series_log(r: Report) -> list[str]:
         return lines
     if r.symptom == "memory":
         return [
-            f"RSS after each step, MB (culprit configuration): {_series(cand.rss_per_step or [], 1e-6)}",
-            f"RSS after each step, MB (baseline):              {_series(base.rss_per_step or [], 1e-6)}",
+            f"RSS after each step, MB (culprit configuration): {_series(cand.rss_per_step, 1e-6)}",
+            f"RSS after each step, MB (baseline):              {_series(base.rss_per_step, 1e-6)}",
         ]
     if r.symptom == "mismatch":
         cand, ref = mismatch_pair(r)
         lines = [
-            f"per-step loss, repro.py:     {_series(cand.losses or [])}",
-            f"per-step loss, reference.py: {_series(ref.losses or [])}",
+            f"per-step loss, repro.py:     {_series(cand.losses)}",
+            f"per-step loss, reference.py: {_series(ref.losses)}",
         ]
         if "custom_loop" in (r.culprits or []):
             from tfrepro.report.loop_table import first_diverging_rows
 
             tol = r.symptom_settings.mismatch
-            lines += ["", *first_diverging_rows(cand.losses or [], ref.losses or [], tol)]
+            lines += ["", *first_diverging_rows(cand.losses, ref.losses, tol)]
         return lines
     if cand.losses:
         return [f"per-step loss (culprit configuration): {_series(cand.losses)}"]
@@ -276,12 +278,12 @@ def log_output(r: Report) -> str:
     log = []
     if r.localization and r.localization.found:
         log.append(r.localization.excerpt)
-    cand = r.culprit or TrialFacts()
+    cand = r.culprit or TrialResult()
     if cand.error_detail:  # a crash's traceback, last lines
         log.append("\n".join(str(cand.error_detail).strip().splitlines()[-40:]))
     elif cand.error:
         log.append(cand.error)
-    rerun_error = (r.rerun.trial or TrialFacts()).error
+    rerun_error = (r.rerun.trial or TrialResult()).error
     if rerun_error and rerun_error not in log:
         log.append(rerun_error)
     log.extend(series_log(r))

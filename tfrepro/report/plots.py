@@ -1,8 +1,8 @@
 """The bundle's pictures (matplotlib, imported here only, non-interactive).
 
-Inputs are trial summaries as stored in result.json (answer.TrialFacts:
-`losses` with None for a non-finite value, `step_times` in seconds,
-`first_nonfinite_step`).
+Inputs are trial summaries as stored in result.json, read back as
+`TrialResult`s: `losses` with NaN for a non-finite value, `step_times` in
+seconds, `first_nonfinite_step`.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from tfrepro.report.answer import TrialFacts
-from tfrepro.settings import WARMUP_STEPS
+from tfrepro.trials.values import TrialResult
 
 
 def _matplotlib():
@@ -58,7 +57,7 @@ def _figure(path: Path, title: str, xlabel: str | None, ylabel: str):
         plt.close(fig)
 
 
-def loss_plot(path: Path, curves: Sequence[tuple[str, TrialFacts]], *, title: str) -> bool:
+def loss_plot(path: Path, curves: Sequence[tuple[str, TrialResult]], *, title: str) -> bool:
     """Per-step loss of each (label, summary); a non-finite step is drawn as a
     red vertical line and named in the legend. Returns False (and writes
     nothing) when no curve has a single loss."""
@@ -67,7 +66,7 @@ def loss_plot(path: Path, curves: Sequence[tuple[str, TrialFacts]], *, title: st
     with _figure(path, title, "step", "loss") as ax:
         finite_all: list[float] = []
         for label, s in curves:
-            ys = [math.nan if v is None else float(v) for v in s.losses or []]
+            ys = [float(v) for v in s.losses]
             xs = list(range(1, len(ys) + 1))
             finite_all += [y for y in ys if math.isfinite(y)]
             (line,) = ax.plot(xs, ys, marker="." if len(ys) < 60 else None, label=label)
@@ -111,20 +110,20 @@ def step_time_plot(path: Path, groups: Sequence[tuple[str, Sequence[float]]], *,
     return True
 
 
-def steady(summary: TrialFacts) -> list[float]:
-    """Step times without warm-up (tracing, compilation)."""
-    return [float(t) for t in (summary.step_times or [])[WARMUP_STEPS:]]
+def steady(summary: TrialResult) -> list[float]:
+    """Step times without warm-up (tracing, compilation): the trial's own steady steps."""
+    return [float(t) for t in summary.steady_step_times()]
 
 
-def memory_plot(path: Path, curves: Sequence[tuple[str, TrialFacts]], *, title: str) -> bool:
+def memory_plot(path: Path, curves: Sequence[tuple[str, TrialResult]], *, title: str) -> bool:
     """Process RSS after each step (MB) of each (label, summary), with its
     growth slope in the legend. Returns False when no curve has a series."""
     if not any(s.rss_per_step for _, s in curves):
         return False
     with _figure(path, title, "step", "resident memory (MB)") as ax:
         for label, s in curves:
-            ys = [v / 1e6 for v in s.rss_per_step or []]
-            stride = int(((s.extra or {}).get("memory") or {}).get("stride") or 1)
+            ys = [v / 1e6 for v in s.rss_per_step]
+            stride = int((s.extra.get("memory") or {}).get("stride") or 1)
             xs = [(i + 1) * stride for i in range(len(ys))]
             growth = s.growth_per_step
             tail = f" ({growth / 1e6:+.2f} MB/step)" if isinstance(growth, (int, float)) else ""

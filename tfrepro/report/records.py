@@ -1,5 +1,5 @@
 """The JSON documents the report reads from disk, as written there: the
-bisect's result.json (its trial summaries: answer.TrialFacts), the
+bisect's result.json (its trial summaries: TrialResult.from_dict), the
 data reads the harness recorded (inside/harness_data.py), the settings the
 setup and localize plugins record (the environment probe's facts: answer.Env).
 Only the keys the report reads are named; the others pass through as they
@@ -30,7 +30,7 @@ class ResultJson(TypedDict, total=False):
     culprit_config: list[str]
     affects_loss: list[str]
     fixed_on: list[str]
-    baseline: dict[str, Any]  # trial summaries (answer.TrialFacts), `data` a DataDoc
+    baseline: dict[str, Any]  # trial summaries (trials/values.py `summary`), `data` a DataDoc
     failing: dict[str, Any]
     culprit_trial: dict[str, Any]
     trials_table: list[TrialRow]

@@ -197,24 +197,12 @@ def _verdict(symptom: str) -> Verdict | None:
         return None
 
 
-def _stopped(r: TrialResult, steps: int) -> Verdict | None:
-    """The non-timing verdict that ends a timing comparison (a NaN only
-    within `steps`: a timing run goes on past them), else None."""
-    if r.timed_out:
-        return Verdict.TIMEOUT
-    if r.crashed:
-        return Verdict.CRASH
-    from tfrepro.trials.classify import first_steps
-
-    return Verdict.NAN if first_steps(r, steps).nonfinite else None
-
-
 def _slowdown(
     cand_dir: Path, ref_dir: Path, spec: RerunSpec, runner: Runner, progress: Callable[[str], None] | None = None
 ) -> Reproduction:
     """R C R C R ...: repro.py between two reference.py runs, never
     concurrently, through the bisect's own timing pool (trials/timing.py)."""
-    from tfrepro.trials.timing import TIMING_BASELINE, TIMING_CANDIDATE, TimingPool
+    from tfrepro.trials.timing import TIMING_BASELINE, TIMING_CANDIDATE, TimingPool, stopped
 
     settings, max_pairs = spec.settings, spec.max_pairs
     timed = settings.timed()
@@ -232,12 +220,13 @@ def _slowdown(
         runs[key].append(runner(where, replace(timed, repeat=number)))
         return runs[key][-1]
 
-    def broken(ref: TrialResult) -> str | None:
-        stop = _stopped(ref, settings.steps)
-        return None if stop is None else f"reference.py stopped with {stop.value}"
-
     pool: TimingPool[str] = TimingPool(
-        trial, lambda _key, r: _stopped(r, settings.steps) or Verdict.OK, spec.symptoms.slowdown, "reference", broken
+        trial,
+        lambda _key, r: stopped(r, settings.steps) or Verdict.OK,
+        spec.symptoms.slowdown,
+        "reference",
+        steps=settings.steps,
+        name="reference.py",
     )
     out = pool.timed("repro", min_pairs=min(3, max_pairs), max_pairs=max_pairs)
     reproduced, detail = _timing_detail(out, pool.why, spec.symptoms.slowdown)

@@ -17,16 +17,13 @@ from __future__ import annotations
 import csv
 import json
 import math
-import statistics
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from tfrepro.report import events
-from tfrepro.report.answer import TrialFacts, of
 from tfrepro.report.records import ResultJson
-from tfrepro.settings import WARMUP_STEPS
-from tfrepro.trials.values import TrialRow
+from tfrepro.trials.values import TrialResult, TrialRow
 
 
 @dataclass(frozen=True)
@@ -46,35 +43,33 @@ class Row:
     median_step_ms: float | None
     wall_s: float | None
     cached: bool
-    summary: TrialFacts
+    summary: TrialResult
     enabled: list[str]
 
 
 COLUMNS = [f.name for f in fields(Row)][:-2]
 
 
-def read_summary(run_dir: Path, row: TrialRow) -> TrialFacts | None:
+def read_summary(run_dir: Path, row: TrialRow) -> TrialResult | None:
     """The trial's summary.json, or None (none recorded, or unreadable)."""
     try:
         doc = json.loads((run_dir / row["summary"]).read_text(encoding="utf-8")) if row.get("summary") else None
     except (OSError, json.JSONDecodeError):
         return None
-    return None if doc is None else of(TrialFacts, doc) or TrialFacts()
+    return None if doc is None else TrialResult.from_dict(doc)
 
 
-def _median_ms(s: TrialFacts) -> float | None:
-    if s.median_step_time is not None:
-        return 1000.0 * s.median_step_time
-    steady = (s.step_times or [])[WARMUP_STEPS:]  # as TrialResult.median_step_time and steps.png
-    return 1000.0 * statistics.median(steady) if steady else None
+def _median_ms(s: TrialResult) -> float | None:
+    median = s.median_step_time()  # the trial's own rule, whether the summary wrote it or not
+    return None if median is None else 1000.0 * median
 
 
 def trial_rows(run_dir: Path, table: list[TrialRow]) -> list[Row]:
     """One row per trial of the run's trials table, in order."""
     rows = []
     for i, row in enumerate(table, 1):
-        s = read_summary(run_dir, row) or TrialFacts()
-        losses = [math.nan if x is None else x for x in s.losses or []]  # null: non-finite
+        s = read_summary(run_dir, row) or TrialResult()
+        losses = s.losses  # a non-finite loss (null) reads back as NaN
         label = row.get("version") or row.get("sha") or s.label or ""  # a commit's sha or a release
         rows.append(
             Row(
@@ -84,7 +79,7 @@ def trial_rows(run_dir: Path, table: list[TrialRow]) -> list[Row]:
                 label="" if label == row.get("role") else label,
                 features_on=";".join(row.get("enabled") or []),
                 verdict=row.get("verdict") or "",
-                steps=len(losses) if s.steps_run is None else s.steps_run,
+                steps=s.steps_run or len(losses),
                 first_loss=losses[0] if losses else None,
                 last_loss=losses[-1] if losses else None,
                 first_nonfinite_step=s.first_nonfinite_step,
@@ -132,7 +127,7 @@ def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time:
             "median_step_ms": r.median_step_ms,
         }
         s, step = r.summary, max(1, r.steps or 0)
-        scalars = {"loss": s.losses or [], "step_time_ms": [1000.0 * t for t in s.step_times or []]}
+        scalars = {"loss": s.losses, "step_time_ms": [1000.0 * t for t in s.step_times]}
         events.write_run(
             logdir / f"{r.index:03d}_{events.safe_name(r.role, 80)}",
             scalars,

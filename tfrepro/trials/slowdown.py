@@ -27,7 +27,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 
 from tfrepro.trials.values import TrialResult
@@ -328,6 +328,25 @@ def decide_slowdown(
 
 
 @dataclass(frozen=True)
+class TimingRecord:
+    """A timing comparison as result.json and report.json hold it
+    (`TimingOutcome.to_dict`) and as the report reads it back: the per-pair
+    typical steps (seconds) of the baseline and candidate sides, each pair's
+    `TimingPair.to_dict`. A key absent from a document reads as None."""
+
+    statistic: str | None = None
+    baseline: list[float] | None = None
+    candidate: list[float] | None = None
+    pairs: list[dict[str, object]] | None = None
+    new_pairs: int | None = None
+    p_value: float | None = None
+    ratio: float | None = None
+    fast: bool | None = None
+    conclusive: bool | None = None
+    verdict: str | None = None
+
+
+@dataclass(frozen=True)
 class TimingOutcome:
     """The end of a sequential timing comparison.
 
@@ -357,18 +376,21 @@ class TimingOutcome:
         return tuple(p.candidate_step for p in self.pairs)
 
     def to_dict(self) -> dict[str, object]:
-        return {
-            "statistic": TIMING_STATISTIC,
-            "baseline": list(self.baseline),
-            "candidate": list(self.candidate),
-            "pairs": [p.to_dict() for p in self.pairs],
-            "new_pairs": self.new,
-            "p_value": self.p_value,
-            "ratio": self.ratio,
-            "fast": self.fast,
-            "conclusive": self.conclusive,
-            "verdict": self.verdict.value,
-        }
+        """This comparison as written: its `TimingRecord`."""
+        return asdict(
+            TimingRecord(
+                statistic=TIMING_STATISTIC,
+                baseline=list(self.baseline),
+                candidate=list(self.candidate),
+                pairs=[p.to_dict() for p in self.pairs],
+                new_pairs=self.new,
+                p_value=self.p_value,
+                ratio=self.ratio,
+                fast=self.fast,
+                conclusive=self.conclusive,
+                verdict=self.verdict.value,
+            )
+        )
 
 
 # A pair sampler runs the candidate once more between two baseline trials

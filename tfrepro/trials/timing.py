@@ -11,9 +11,10 @@ alone) and `failure(key, result)` (the nan/crash/timeout verdict that stops
 timing). A key names what is timed: a feature configuration (the engine;
 the baseline is every feature off, `frozenset()`), a point of a range
 (ranges.py; the baseline is the good end) or the report's repro.py against
-its reference.py (report/rerun.py). A baseline trial that `broken` rejects
-(default: crashed, timed out, non-finite, could not run) makes the pair
-untestable before its candidate runs; `why` keeps the reasons.
+its reference.py (report/rerun.py). A baseline trial that `stopped`
+rejects (it could not run, timed out, crashed or went non-finite within
+`steps`) makes the pair untestable before its candidate runs; `why` keeps
+the reasons.
 """
 
 from __future__ import annotations
@@ -45,20 +46,24 @@ class TimingPool(Generic[K]):
         failure: Callable[[K, TrialResult], Verdict],
         threshold: float,
         baseline: K = frozenset(),
-        broken: Callable[[TrialResult], str | None] | None = None,
+        *,
+        steps: int,
+        name: str = "the baseline's timing run",
     ) -> None:
+        """`steps`: the steps a trial of the hunt runs (a timing trial runs
+        on past them); `name`: the baseline trial, as `why` names it."""
         self.trial, self.failure, self.threshold, self.baseline = trial, failure, threshold, baseline
-        self.broken = broken or _broken
+        self.steps, self.name = steps, name
         self.pool: list[TrialResult] = []  # baseline timing trials, in the order run
         self.pairs: dict[K, list[classify.TimingPair]] = {}  # the evidence per candidate
         self.outcomes: dict[K, list[classify.TimingOutcome]] = {}
         self.why: list[str] = []  # why a pair could not be timed, in order
 
     def _unusable(self, baseline: TrialResult) -> bool:
-        reason = self.broken(baseline)
-        if reason is not None:
-            self.why.append(reason)
-        return reason is not None
+        stop = stopped(baseline, self.steps)
+        if stop is not None:
+            self.why.append(f"{self.name} stopped with {stop.value}")
+        return stop is not None
 
     def _baseline(self) -> TrialResult:
         self.pool.append(self.trial(self.baseline, TIMING_BASELINE + len(self.pool), Purpose.TIMING_BASELINE))
@@ -116,14 +121,16 @@ class TimingPool(Generic[K]):
         return got
 
 
-def _broken(baseline: TrialResult) -> str | None:
-    """Why a baseline timing trial cannot anchor a pair, or None."""
-    for bad, what in (
-        (baseline.crashed, "crashed"),
-        (baseline.timed_out, "timed out"),
-        (baseline.nonfinite, "went non-finite"),
-        (baseline.could_not_run, "could not run"),
-    ):
-        if bad:
-            return f"the baseline's timing run {what}"
-    return None
+def stopped(result: TrialResult, steps: int) -> Verdict | None:
+    """The verdict that keeps a timing trial from being timed (either side
+    of a pair), else None: it could not run, timed out, crashed, or went
+    non-finite within `steps`. A timing trial runs on past `steps` (its time
+    budget); a NaN after them is not the symptom a hunt looks for, on the
+    candidate's side as on the baseline's."""
+    if result.could_not_run:
+        return Verdict.UNTESTABLE
+    if result.timed_out:
+        return Verdict.TIMEOUT
+    if result.crashed:
+        return Verdict.CRASH
+    return Verdict.NAN if classify.first_steps(result, steps).nonfinite else None

@@ -101,6 +101,11 @@ class TrialResult:
     def last_loss(self) -> float | None:
         return self.losses[-1] if self.losses else None
 
+    @property
+    def error_detail(self) -> str | None:
+        """A crash's traceback, as the harness recorded it in `extra`."""
+        return self.extra.get("error_detail")
+
     def steady_step_times(self) -> tuple[float, ...]:
         """Step times without the warm-up steps (empty when too short). A
         timing trial that timed chosen calls (fit#2...) lists their steady
