@@ -278,6 +278,14 @@ def test_setup_scan_reads_live_code_only():
     assert scan_setup("x = 1\n").precision_policy.startswith("float32")
 
 
+def test_setup_scan_reads_tf_keras_as_routing_does():
+    """`from tf_keras import ...` turns tf_keras on; the words in a string or a
+    comment do not (scan.py missed the first and took the second)."""
+    on = ("from tf_keras import layers\n", "import numpy as np\nimport tf_keras\n")
+    off = ('print("import tf_keras")\n', "x = 1  # import tf_keras\n", "import tf_keras_addons\n")
+    assert [scan_setup(s).keras_flavour.startswith("tf_keras") for s in on + off] == [True, True, False, False, False]
+
+
 # --------------------------------------------------------------------------- event files
 
 
