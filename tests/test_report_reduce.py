@@ -169,3 +169,42 @@ def test_after_a_reduction_reference_py_reads_the_kept_records_too(tmp_path, mon
     assert red["records"] == 1 and red["of"] == 20 and "ref_text" not in red
     assert np.load(b.out / "data.npz")["f0_rows"].tolist() == [[14.0, 15.0]]
     assert b.reproduced is True and seen[-1] == (True, 1)
+
+
+def test_a_multi_file_reference_finds_the_kept_records_beside_it(tmp_path, monkeypatch):
+    """A reference of several files lies under reference/; its rewritten reads
+    load data.npz beside reference/repro.py, so the bundle puts the records
+    there too (it wrote only the top one: `python reference/repro.py` failed)."""
+    import json
+    import subprocess
+    import sys
+
+    from report_fakes import build, make_run, trial
+
+    from tfrepro.trials.values import TrialResult
+
+    monkeypatch.setattr("tfrepro.report.artifacts.have_tensorboard", lambda: False)
+    root = tmp_path / "home" / "alice" / "proj"
+    (root / "data").mkdir(parents=True)
+    (root / "repro.py").write_text(REDUCED_SRC.replace("import numpy as np\n", "import numpy as np\nimport helpers\n"))
+    (root / "repro.py").write_text((root / "repro.py").read_text() + "print(helpers.total(x))\n")
+    (root / "helpers.py").write_text("def total(x):\n    return float(x.sum())\n")
+    np.save(root / "data" / "x.npy", np.arange(40.0).reshape(20, 2))
+    run = make_run(root, "nan", ["bad_rows"])
+    result = json.loads((run / "result.json").read_text())
+    sources = [{"call": "numpy.load", "file": "data/x.npy", "at": "repro.py:6"}]
+    for key in ("failing", "culprit_trial"):
+        result[key]["data"] = {"sources": sources, "fits": [{"batches_per_epoch": 4, "sources_seen": True}]}
+    (run / "result.json").write_text(json.dumps(result))
+
+    def runner(project_dir, settings):
+        npz = project_dir / "data.npz"
+        bad = npz.is_file() and 14.0 in np.load(npz)["f0_rows"]  # row 7: [14, 15]
+        return TrialResult.from_dict(trial(losses=(1.0, float("nan")), first_nonfinite_step=2) if bad else trial())
+
+    b = build(run, runner)
+    assert b.report.repro.reference == "reference/repro.py" and (b.out / "reference" / "helpers.py").is_file()
+    assert "np.load(_tfrepro_file(0))" in (b.out / "reference" / "repro.py").read_text()
+    for script in ("repro.py", "reference/repro.py"):  # each as its artifacts line says: `python <script>`
+        got = subprocess.run([sys.executable, script], cwd=b.out, capture_output=True, text=True)
+        assert got.returncode == 0 and got.stdout.splitlines()[0] == "29.0", (script, got.stderr)

@@ -247,8 +247,9 @@ def _write_data(out: Path, ctx: Context, data: DataFacts, no_data: bool) -> dict
     """data.npz (the records the reduction kept) and a NaN's replay.py + nan_state/ (its batch is user data: not with --no-data)."""
     artifacts: dict[str, str] = {}
     red = data.reduction
-    if red is not None and red.out is not None:  # the reduced export reads its records from data.npz
-        (out / "data.npz").write_bytes(red.out.cand_files["data.npz"])  # type: ignore[arg-type]
+    if red is not None and red.out is not None:  # the reduced export reads its records from data.npz, beside each entry
+        npz = red.out.cand_files["data.npz"]
+        write_files(out, {rel: npz for rel in ("data.npz", red.out.ref_path("data.npz"))})
         files, what = ", ".join(f"`{f.file}`" for f in red.files), "the few real records that still show the symptom"
         artifacts["data.npz"] = f"{red.records} of {red.of} records of {files}: {what}"
     if not no_data:
