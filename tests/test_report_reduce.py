@@ -204,6 +204,7 @@ def test_a_multi_file_reference_finds_the_kept_records_beside_it(tmp_path, monke
 
     b = build(run, runner)
     assert b.report.repro.reference == "reference/repro.py" and (b.out / "reference" / "helpers.py").is_file()
+    assert b.report.repro.diff.startswith("--- reference/repro.py\n+++ repro.py\n")  # the file the diff is from
     assert "np.load(_tfrepro_file(0))" in (b.out / "reference" / "repro.py").read_text()
     for script in ("repro.py", "reference/repro.py"):  # each as its artifacts line says: `python <script>`
         got = subprocess.run([sys.executable, script], cwd=b.out, capture_output=True, text=True)
