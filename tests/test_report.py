@@ -278,6 +278,19 @@ def test_setup_scan_reads_live_code_only():
     assert scan_setup("x = 1\n").precision_policy.startswith("float32")
 
 
+def test_setup_scan_and_detection_know_the_same_policy_setters():
+    """Keras 3's `keras.config.set_dtype_policy` sets the precision policy for
+    zero-edit detection and the setup scan alike (the scan knew only
+    set_global_policy); a `set_policy` of another library is neither's."""
+    from tfrepro.annotate import annotate_text
+
+    for call, policy in (("keras.config.set_dtype_policy", "mixed_bfloat16"), ("retry.set_policy", None)):
+        src = f'import keras\n{call}("{policy or "exponential"}")\n'
+        found = [f.description for f in annotate_text(src, "train.py")[1]]
+        assert found == ([f"{policy} compute policy"] if policy else []), call
+        assert scan_setup(src).precision_policy == (policy or "float32 (Keras default)"), call
+
+
 def test_setup_scan_reads_tf_keras_as_routing_does():
     """`from tf_keras import ...` turns tf_keras on; the words in a string or a
     comment do not (scan.py missed the first and took the second)."""

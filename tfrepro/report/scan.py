@@ -5,6 +5,13 @@ replica count, XLA, determinism and eager execution decide most numerics and
 performance bugs. A static read of the script answers for every symptom at no
 cost; when the NaN localisation ran the script, the runtime facts it recorded
 take precedence (`merge_runtime`).
+
+It is not zero-edit detection's reading (`annotate/`): detection finds what
+it can switch off, one feature per statement, and skips the rest (a strategy
+in a `with` header, run_eagerly beside jit_compile in one compile call),
+while the setup says what the script sets; determinism and logical devices
+are no feature at all. The names both know, the strategy classes and the
+precision-policy setters, are the catalog's.
 """
 
 from __future__ import annotations
@@ -12,19 +19,16 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
+from tfrepro import catalog
 from tfrepro.report.records import RuntimeSettings, TrialSetup
 
-_POLICY = re.compile(r"""set_global_policy\(\s*["']([\w]+)["']""")
-_POLICY_OBJ = re.compile(r"""mixed_precision\.Policy\(\s*["']([\w]+)["']""")
+_CALL_STR = re.compile(r"""([\w.]+)\(\s*["'](\w+)["']""")
 _JIT_TRUE = re.compile(r"jit_compile\s*=\s*True")
 _SET_JIT = re.compile(r"optimizer\.set_jit\(\s*(True|[\"']autoclustering[\"'])")
 _AUTO = "tf.config.optimizer.set_jit (auto-clustering)"
 _EAGERLY = "tf.config.run_functions_eagerly(True)"
 _OBSERVED = " (observed at run time)"
-_STRATEGY = re.compile(
-    r"\b(MirroredStrategy|MultiWorkerMirroredStrategy|TPUStrategy|ParameterServerStrategy|"
-    r"OneDeviceStrategy|CentralStorageStrategy)\s*\("
-)
+_STRATEGY = re.compile(rf"\b({'|'.join(catalog.STRATEGIES)})\s*\(")
 _LOGICAL = re.compile(r"set_logical_device_configuration\(")
 _LOGICAL_N = re.compile(r"LogicalDeviceConfiguration\(")
 _LOGICAL_RANGE = re.compile(r"LogicalDeviceConfiguration\([^)]*\)\s*(?:\]\s*\*\s*(\d+)|for\s+_\s+in\s+range\((\d+)\))")
@@ -56,7 +60,9 @@ class Setup:
 
 def scan_setup(source: str) -> Setup:
     code = "\n".join(m.group(0) for m in _CODE.finditer(source))  # comments dropped: a commented-out line never counts
-    m = _POLICY.search(code) or _POLICY_OBJ.search(code)
+    calls = [(m[1], m[2]) for m in _CALL_STR.finditer(code)]  # (the dotted name called, its literal first argument)
+    policy = next((v for f, v in calls if catalog.sets_policy(f)), None)  # the setter's, else a Policy object's
+    policy = policy or next((v for f, v in calls if f.endswith("mixed_precision.Policy")), None)
     xla = [w for rx, w in ((_JIT_TRUE, "jit_compile=True"), (_SET_JIT, _AUTO)) if rx.search(code)]
     eager = [w for rx, w in ((_EAGER, _EAGERLY), (_RUN_EAGERLY, "run_eagerly=True")) if rx.search(code)]
     strategies = sorted(set(_STRATEGY.findall(code)))
@@ -66,7 +72,7 @@ def scan_setup(source: str) -> Setup:
     elif _LOGICAL.search(code):
         n = len(_LOGICAL_N.findall(code)) or None
     return Setup(
-        precision_policy=m.group(1) if m else "float32 (Keras default)",
+        precision_policy=policy or "float32 (Keras default)",
         xla=", ".join(xla) if xla else "off (no jit_compile=True, no auto-clustering)",
         distribution=", ".join(strategies) if strategies else "none (default strategy)",
         replicas=(f"{n} (logical devices)" if n else "one per visible device") if strategies else "1",
