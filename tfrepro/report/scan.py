@@ -3,8 +3,8 @@
 The issue form asks nothing about the training setup, yet precision policy,
 replica count, XLA, determinism and eager execution decide most numerics and
 performance bugs. A static read of the script answers for every symptom at no
-cost; when the NaN localisation ran the script, the runtime facts it recorded
-take precedence (`merge_runtime`).
+cost; when the report's re-run or the NaN localisation ran the script, the
+facts they recorded take precedence (`merge_runtime`).
 
 It is not zero-edit detection's reading (`annotate/`): detection finds what
 it can switch off, one feature per statement, and skips the rest (a strategy
@@ -17,7 +17,9 @@ precision-policy setters, are the catalog's.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 from tfrepro import catalog
 from tfrepro.report.records import RuntimeSettings, TrialSetup
@@ -84,41 +86,24 @@ def scan_setup(source: str) -> Setup:
     )
 
 
-def merge_runtime(setup: Setup, runtime: RuntimeSettings | None) -> Setup:
-    """report.json's `setup`: facts recorded while the script ran
-    (`inside/localize_plugin.py`) override the static read where they are known."""
-    runtime = runtime or {}
-    jit = runtime.get("jit_compile_requested")
-    seen = {
-        "precision_policy": runtime.get("precision_policy") or None,
-        "replicas": runtime.get("replicas") or None,
-        "xla": ", ".join(jit) if jit else None,
-        "determinism": "op determinism enabled" if runtime.get("op_determinism") is True else None,
-        "eager": _EAGERLY if runtime.get("run_functions_eagerly") is True else None,
+def merge_runtime(setup: Setup, runtime: RuntimeSettings | TrialSetup | None) -> Setup:
+    """report.json's `setup`: facts recorded while the script ran override the
+    static read where they are known: the re-run's (`inside/setup_plugin.py`,
+    its `extra["setup"]`), then the NaN localisation's (`inside/localize_plugin.py`)."""
+    seen: Mapping[str, Any] = runtime or {}
+    jit = seen.get("jit_compile_requested") or (["jit_compile=True in Model.fit"] if seen.get("jit_compile") else [])
+    out = {
+        "precision_policy": seen.get("precision_policy") or None,
+        "replicas": seen.get("replicas"),
+        "xla": ", ".join(jit) or None,
+        "determinism": "op determinism enabled" if seen.get("op_determinism") is True else None,
+        "eager": _EAGERLY if seen.get("run_functions_eagerly") is True else None,
     }
-    return replace(setup, **{k: f"{v}{_OBSERVED}" for k, v in seen.items() if v is not None})
-
-
-def merge_trial_setup(setup: Setup, facts: TrialSetup | None) -> Setup:
-    """Facts the report's re-run recorded (`inside/setup_plugin.py`, under
-    `extra["setup"]`) override the static read."""
-    if not facts:
-        return setup
-    out = {}
-    if facts.get("precision_policy"):
-        out["precision_policy"] = f"{facts.get('precision_policy')}{_OBSERVED}"
-    if facts.get("replicas") is not None:
-        out["replicas"] = f"{facts.get('replicas')}{_OBSERVED}"
-    if facts.get("strategy") and facts.get("strategy") not in ("_DefaultDistributionStrategy",):
-        out["distribution"] = facts["strategy"]
-    if "jit_compile" in facts:
-        out["xla"] = (
-            f"jit_compile=True in Model.fit{_OBSERVED}"
-            if facts["jit_compile"]
-            else setup.xla + "; model.jit_compile False at run time"
-        )
-    if facts.get("run_functions_eagerly"):
-        out["eager"] = f"{_EAGERLY}{_OBSERVED}"
+    out = {k: f"{v}{_OBSERVED}" for k, v in out.items() if v is not None}
+    if seen.get("jit_compile") is False:  # the re-run's model did not compile with XLA
+        out["xla"] = setup.xla + "; model.jit_compile False at run time"
+    if seen.get("strategy") not in (None, "", "_DefaultDistributionStrategy"):
+        out["distribution"] = seen["strategy"]
     return replace(setup, **out)
 
 
