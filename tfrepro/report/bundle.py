@@ -172,7 +172,7 @@ def build_report(
         repro = replace(report.repro, trimmed=trim["trimmed"], trim=trim)
         report = replace(report, repro=repro, data=data.to_dict())
         if how.nightly:
-            report = replace(report, nightly=nightly_rerun(ctx, export, max_pairs=how.max_pairs, say=say))
+            report = replace(report, nightly=nightly_rerun(ctx, with_npz, max_pairs=how.max_pairs, say=say))
         doc = scrubber.scrub_obj(report.json())
         write("report.json", json.dumps(doc, indent=2))
         report = Report.of(doc)  # type: ignore[arg-type]  # as written: scrubbed
