@@ -162,6 +162,7 @@ def test_routing_reads_tf_keras_on_any_added_line_as_the_setup_scan_does():
     assert repo("+import numpy as np\n+import tf_keras\n") == TF_KERAS
     assert repo("+x = 1\n+from tf_keras import layers\n") == TF_KERAS
     assert repo('+print("import tf_keras")\n+x = 1  # import tf_keras\n') == TENSORFLOW
+    assert repo('+# os.environ["TF_USE_LEGACY_KERAS"] = "1"\n') == TENSORFLOW  # commented out, as the scan reads it
 
 
 def test_a_keras_bug_gets_the_keras_form():
