@@ -191,7 +191,7 @@ def _export(ctx: Context, scrubber: Scrubber) -> Export:
     # repro.py splits the device as the trials did (both entries)
     export = export.with_entry(lambda text: with_split(text, ctx.settings.replicas))
     # a plain `python repro.py` ends with a line saying whether it showed the symptom
-    export = export.with_entry(lambda text: with_footer(text, ctx.symptom, ctx.result), ref=False)
+    export = export.with_entry(lambda text: with_footer(text, ctx.symptom, ctx.result, export.ref_name), ref=False)
     args = script_args(ctx.settings, ctx.entry)  # `tfrepro bisect train.py -- ARGS`: kept in the repro
     return export.with_entry(lambda text: default_args(text, ENTRY, args))
 
