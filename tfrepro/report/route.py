@@ -67,9 +67,8 @@ def _keras_switch(diff: str) -> str | None:
     """ "tf_keras" when the culprit's diff turns tf_keras on, "keras" when it
     turns it off (back to Keras 3), None when it does neither."""
     lines = diff.splitlines()
-    on, off = (
-        bool(LEGACY_KERAS.search("\n".join(x[1:] for x in lines if x[:1] == c and x[:3] != c * 3))) for c in "+-"
-    )
+    added, removed = ("\n".join(x[1:] for x in lines if x[:1] == c and x[:3] != c * 3) for c in "+-")
+    on, off = bool(LEGACY_KERAS.search(added)), bool(LEGACY_KERAS.search(removed))
     if on != off:
         return "tf_keras" if on else "keras"
     return None
