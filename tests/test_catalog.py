@@ -153,3 +153,9 @@ def test_objective_keywords_and_random_layers_are_features_with_a_neutral_off_pa
     assert "clipnorm=None" in off and "class_weight=None" in off
     compile(off, "train.py", "exec")
     assert fb.parse(text, "train.py").render(None) == text  # written ON
+
+
+def test_every_strategy_class_is_a_strategy_entry_or_no_feature():
+    """catalog.STRATEGIES is what annotate marks and the report's setup names."""
+    assert {catalog.kind_of(f) for f in catalog.STRATEGIES.values() if f is not None} == {"strategy"}
+    assert [c for c, f in catalog.STRATEGIES.items() if f is None] == ["OneDeviceStrategy"]

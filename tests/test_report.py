@@ -331,6 +331,50 @@ def test_setup_scan_reads_live_code_only():
     assert scan_setup("x = 1\n").precision_policy.startswith("float32")
 
 
+def test_facts_seen_at_run_time_override_the_static_read():
+    """The re-run's `extra["setup"]`, then the localisation's settings, by one rule."""
+    from tfrepro.report.scan import merge_runtime
+
+    s, seen = scan_setup("strategy = tf.distribute.MirroredStrategy()\n"), " (observed at run time)"
+    rerun = {"precision_policy": "mixed_float16", "replicas": 2, "strategy": "MirroredStrategy", "jit_compile": False}
+    got = merge_runtime(s, {**rerun, "run_functions_eagerly": True})
+    assert (got.precision_policy, got.replicas, got.distribution) == (
+        "mixed_float16" + seen,
+        "2" + seen,
+        "MirroredStrategy",
+    )
+    assert got.xla == s.xla + "; model.jit_compile False at run time" and got.eager.endswith(seen)
+    got = merge_runtime(got, {"jit_compile_requested": ["tf.function"], "op_determinism": True, "replicas": None})
+    assert (got.xla, got.determinism, got.replicas) == (
+        "tf.function" + seen,
+        "op determinism enabled" + seen,
+        "2" + seen,
+    )
+    assert merge_runtime(s, {"jit_compile": True}).xla == "jit_compile=True in Model.fit" + seen
+    assert merge_runtime(s, {"strategy": "_DefaultDistributionStrategy"}) == merge_runtime(s, None) == s
+
+
+def test_setup_scan_and_detection_know_the_same_policy_setters():
+    """Keras 3's `keras.config.set_dtype_policy` sets the precision policy for
+    zero-edit detection and the setup scan alike (the scan knew only
+    set_global_policy); a `set_policy` of another library is neither's."""
+    from tfrepro.annotate import annotate_text
+
+    for call, policy in (("keras.config.set_dtype_policy", "mixed_bfloat16"), ("retry.set_policy", None)):
+        src = f'import keras\n{call}("{policy or "exponential"}")\n'
+        found = [f.description for f in annotate_text(src, "train.py")[1]]
+        assert found == ([f"{policy} compute policy"] if policy else []), call
+        assert scan_setup(src).precision_policy == (policy or "float32 (Keras default)"), call
+
+
+def test_setup_scan_reads_tf_keras_as_routing_does():
+    """`from tf_keras import ...` turns tf_keras on; the words in a string or a
+    comment do not (scan.py missed the first and took the second)."""
+    on = ("from tf_keras import layers\n", "import numpy as np\nimport tf_keras\n")
+    off = ('print("import tf_keras")\n', "x = 1  # import tf_keras\n", "import tf_keras_addons\n")
+    assert [scan_setup(s).keras_flavour.startswith("tf_keras") for s in on + off] == [True, True, False, False, False]
+
+
 # --------------------------------------------------------------------------- event files
 
 

@@ -151,6 +151,20 @@ def test_routing_reads_the_evidence():
     assert route_of(legacy_off).repo == KERAS
 
 
+def test_routing_reads_tf_keras_on_any_added_line_as_the_setup_scan_does():
+    """An `import tf_keras` the culprit adds after another line routes to
+    tf-keras (route.py read only the diff's first added line); the words in a
+    string or a comment do not."""
+
+    def repo(diff: str) -> str:
+        return route(Report.of(doc("nan", repro={"diff": diff}))).repo
+
+    assert repo("+import numpy as np\n+import tf_keras\n") == TF_KERAS
+    assert repo("+x = 1\n+from tf_keras import layers\n") == TF_KERAS
+    assert repo('+print("import tf_keras")\n+x = 1  # import tf_keras\n') == TENSORFLOW
+    assert repo('+# os.environ["TF_USE_LEGACY_KERAS"] = "1"\n') == TENSORFLOW  # commented out, as the scan reads it
+
+
 def test_a_keras_bug_gets_the_keras_form():
     text = render_issue(Report.of(keras_crash("keras")))
     assert [h for h, _ in sections(text)] == list(KERAS_FORM)

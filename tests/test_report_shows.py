@@ -67,3 +67,17 @@ def test_a_crash_reached_the_end_means_not_seen_and_the_others_say_to_compare(fa
 def test_the_footer_never_raises(fake_keras, capsys):
     line = _run(capsys, "nan", NAN_RUN, [1.0], weight=None)
     assert line == "(tfrepro) could not check what this run shows (RuntimeError: no weights yet)"
+
+
+def test_the_footer_names_the_reference_where_the_bundle_puts_it(tmp_path, monkeypatch):
+    """A reference of several files is reference/repro.py: the footer says to
+    compare with that (it said reference.py, which such a bundle lacks)."""
+    from report_fakes import ScriptedRunner, build, make_project, make_run
+
+    monkeypatch.setattr("tfrepro.report.artifacts.have_tensorboard", lambda: False)
+    root = make_project(tmp_path)
+    (root / "helpers.py").write_text("STEPS = 8\n")
+    (root / "repro.py").write_text("import helpers\n" + (root / "repro.py").read_text())
+    b = build(make_run(root, "slowdown", ["slow_callback"]), ScriptedRunner())
+    assert b.report.repro.reference == "reference/repro.py" and (b.out / "reference" / "repro.py").is_file()
+    assert "compare with python reference/repro.py" in (b.out / "repro.py").read_text()

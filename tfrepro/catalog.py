@@ -240,6 +240,19 @@ KEYWORDS: dict[str, str] = {
     "clipvalue": "gradient_clipping",
     "global_clipnorm": "gradient_clipping",
 }
+# tf.distribute's strategy classes -> the feature each is (None: one device, nothing to
+# switch off); annotate marks them, the report's setup scan names them.
+STRATEGIES: dict[str, str | None] = {
+    "MirroredStrategy": "mirrored_strategy",
+    "MultiWorkerMirroredStrategy": "multi_worker_strategy",
+    "CentralStorageStrategy": "central_storage_strategy",
+    "TPUStrategy": "tpu_strategy",
+    "ParameterServerStrategy": "parameter_server_strategy",
+    "OneDeviceStrategy": None,
+}
+# The calls that set Keras's precision policy (Keras 3's `keras.config.set_dtype_policy`,
+# TF 2.3's `mixed_precision.experimental.set_policy`): `sets_policy`.
+POLICY_SETTERS = frozenset({"set_global_policy", "set_policy", "set_dtype_policy"})
 # Keras preprocessing layers that draw random numbers in training.
 RANDOM_LAYER_RE = re.compile(r"^Random[A-Z]\w*$")
 # Callback classes that change the learning rate or stop training.
@@ -279,6 +292,14 @@ def callback_entry(class_name: str | None, feature: str, *, stops: bool = False)
     if stops or _STOP_CALLBACK_RE.search(feature) or (class_name and _STOP_CALLBACK_RE.search(_snake(class_name))):
         return CATALOG["callback_stopping"]
     return CATALOG["callback"]
+
+
+def sets_policy(dotted: str) -> bool:
+    """Whether a call of `dotted` (`keras.mixed_precision.set_global_policy`)
+    sets the precision policy: a setter under `mixed_precision` or `config`,
+    or a bare `set_global_policy` (no other library has the name)."""
+    name = dotted.rsplit(".", 1)[-1]
+    return name in POLICY_SETTERS and ("mixed_precision" in dotted or "config" in dotted or name == "set_global_policy")
 
 
 def _snake(name: str) -> str:

@@ -23,13 +23,6 @@ from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
 from tfrepro.annotate.source import Src, arg, dotted, is_tf_function, jit_on, last_name, literal, rebinds_itself
 
-STRATEGIES = {
-    "MirroredStrategy": "mirrored_strategy",
-    "MultiWorkerMirroredStrategy": "multi_worker_strategy",
-    "CentralStorageStrategy": "central_storage_strategy",
-    "TPUStrategy": "tpu_strategy",
-    "ParameterServerStrategy": "parameter_server_strategy",
-}
 SCHEDULES = {
     "CosineDecay",
     "CosineDecayRestarts",
@@ -38,7 +31,6 @@ SCHEDULES = {
     "PiecewiseConstantDecay",
     "PolynomialDecay",
 }
-_POLICY_SETTERS = {"set_global_policy", "set_policy", "set_dtype_policy"}
 _LOSS_SCALE_METHODS = ("get_scaled_loss", "get_unscaled_gradients", "scale_loss")
 
 
@@ -101,19 +93,21 @@ def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, 
     name = last_name(call.func) or ""
     first = arg(call, 0, None)
 
-    if name in _POLICY_SETTERS and ("mixed_precision" in d or "config" in d or name == "set_global_policy"):
+    if catalog.sets_policy(d or name):
         value = literal(first.value if first else None)
         if value not in ("float32", None):
             policy = value if isinstance(value, str) else "mixed precision"
             out += _whole_call(src, ctx, call, "precision policy call", "mixed_precision", policy=policy)
     elif name == "LossScaleOptimizer":
         out.extend(_loss_scale(src, ctx, call))
-    elif name in STRATEGIES and ("distribute" in d or "distribute" in src.import_aliases.get(d, "")):
+    elif (strategy := catalog.STRATEGIES.get(name)) and (
+        "distribute" in d or "distribute" in src.import_aliases.get(d, "")
+    ):
         if (getter := _strategy_getter(src, d)) is None:
             ctx.skip(src.path, src.line(call), f"{name}: no `import tensorflow` to write the default strategy with")
             return out
         if (unit := statement_unit(src, ctx, call, name)) is not None:
-            out.append(_c(unit, STRATEGIES[name], call, getter, cls=name))
+            out.append(_c(unit, strategy, call, getter, cls=name))
     elif is_tf_function(call):
         out.extend(_tf_function(src, ctx, call))
     elif name == "run_functions_eagerly":

@@ -172,7 +172,7 @@ def build_report(
         repro = replace(report.repro, trimmed=trim["trimmed"], trim=trim)
         report = replace(report, repro=repro, data=data.to_dict())
         if how.nightly:
-            report = replace(report, nightly=nightly_rerun(ctx, export, max_pairs=how.max_pairs, say=say))
+            report = replace(report, nightly=nightly_rerun(ctx, with_npz, max_pairs=how.max_pairs, say=say))
         doc = scrubber.scrub_obj(report.json())
         write("report.json", json.dumps(doc, indent=2))
         report = Report.of(doc)  # type: ignore[arg-type]  # as written: scrubbed
@@ -191,7 +191,7 @@ def _export(ctx: Context, scrubber: Scrubber) -> Export:
     # repro.py splits the device as the trials did (both entries)
     export = export.with_entry(lambda text: with_split(text, ctx.settings.replicas))
     # a plain `python repro.py` ends with a line saying whether it showed the symptom
-    export = export.with_entry(lambda text: with_footer(text, ctx.symptom, ctx.result), ref=False)
+    export = export.with_entry(lambda text: with_footer(text, ctx.symptom, ctx.result, export.ref_name), ref=False)
     args = script_args(ctx.settings, ctx.entry)  # `tfrepro bisect train.py -- ARGS`: kept in the repro
     return export.with_entry(lambda text: default_args(text, ENTRY, args))
 
@@ -247,8 +247,9 @@ def _write_data(out: Path, ctx: Context, data: DataFacts, no_data: bool) -> dict
     """data.npz (the records the reduction kept) and a NaN's replay.py + nan_state/ (its batch is user data: not with --no-data)."""
     artifacts: dict[str, str] = {}
     red = data.reduction
-    if red is not None and red.out is not None:  # the reduced export reads its records from data.npz
-        (out / "data.npz").write_bytes(red.out.cand_files["data.npz"])  # type: ignore[arg-type]
+    if red is not None and red.out is not None:  # the reduced export reads its records from data.npz, beside each entry
+        npz = red.out.cand_files["data.npz"]
+        write_files(out, {rel: npz for rel in ("data.npz", red.out.ref_path("data.npz"))})
         files, what = ", ".join(f"`{f.file}`" for f in red.files), "the few real records that still show the symptom"
         artifacts["data.npz"] = f"{red.records} of {red.of} records of {files}: {what}"
     if not no_data:

@@ -13,7 +13,7 @@ from tfrepro.report.answer import Evidence, Localization, NightlyRun, Report, Re
 from tfrepro.report.confirm import rerun_settings
 from tfrepro.report.export import ENTRY, Export
 from tfrepro.report.records import ResultJson
-from tfrepro.report.scan import Setup, extra_imports, merge_runtime, merge_trial_setup, scan_setup
+from tfrepro.report.scan import Setup, extra_imports, merge_runtime, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ def _setup_facts(export: Export, reproduction: Reproduction | None, loc: Localiz
     what the re-run and the localisation saw at run time."""
     setup = scan_setup(export.cand_files[ENTRY])
     if reproduction and reproduction.candidate:
-        setup = merge_trial_setup(setup, (reproduction.candidate.get("extra") or {}).get("setup"))
+        setup = merge_runtime(setup, (reproduction.candidate.get("extra") or {}).get("setup"))
     return merge_runtime(setup, loc.settings if loc else None)
 
 

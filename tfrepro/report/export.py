@@ -36,9 +36,17 @@ class Export:
     cand_files: dict[str, str]
     ref_files: dict[str, str]
 
+    def ref_path(self, rel: str) -> str:
+        """Where the reference's file `rel` lies in the bundle: one script is
+        reference.py beside repro.py (what it reads, data.npz, lies beside
+        both); several keep their layout under reference/."""
+        if set(self.ref_files) == {ENTRY}:
+            return REFERENCE if rel == ENTRY else rel
+        return f"reference/{rel}"
+
     @property
     def ref_name(self) -> str:
-        return REFERENCE if set(self.ref_files) == {ENTRY} else f"reference/{ENTRY}"
+        return self.ref_path(ENTRY)
 
     @property
     def diff(self) -> str:
@@ -47,9 +55,8 @@ class Export:
         for rel in sorted(set(self.ref_files) | set(self.cand_files)):
             a, b = self.ref_files.get(rel, ""), self.cand_files.get(rel, "")
             if a != b:
-                from_name = REFERENCE if rel == ENTRY else f"reference/{rel}"
                 lines = a.splitlines(keepends=True), b.splitlines(keepends=True)
-                chunks.extend(difflib.unified_diff(*lines, fromfile=from_name, tofile=rel))
+                chunks.extend(difflib.unified_diff(*lines, fromfile=self.ref_path(rel), tofile=rel))
         return "".join(chunks)
 
     def with_entry(self, change: Callable[[str], str], *, ref: bool = True) -> Export:
@@ -157,11 +164,8 @@ def write_scripts(write: Write, result: ResultJson, export: Export) -> dict[str,
     returns what each is, for the bundle's artifacts list."""
     for rel, text in export.cand_files.items():
         write(rel, text)
-    if export.ref_name == REFERENCE:
-        write(REFERENCE, export.ref_files[ENTRY])
-    else:
-        for rel, text in export.ref_files.items():
-            write(f"reference/{rel}", text)
+    for rel, text in export.ref_files.items():
+        write(export.ref_path(rel), text)
     if result.get("first_bad_commit"):
         bad = str(result.get("first_bad_commit"))[:12]
         good = str((result.get("good") or {}).get("sha", ""))[:12]

@@ -18,12 +18,12 @@ import re
 from dataclasses import dataclass
 
 from tfrepro.report.answer import Report, TrialFacts
+from tfrepro.report.scan import LEGACY_KERAS
 
 TENSORFLOW = "tensorflow/tensorflow"
 KERAS = "keras-team/keras"
 TF_KERAS = "keras-team/tf-keras"
 
-_LEGACY = re.compile(r"""TF_USE_LEGACY_KERAS["']\]\s*=\s*["'](1|true|True)["']|^\s*(import|from)\s+tf_keras\b""")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+', re.MULTILINE)
 
 
@@ -67,7 +67,8 @@ def _keras_switch(diff: str) -> str | None:
     """ "tf_keras" when the culprit's diff turns tf_keras on, "keras" when it
     turns it off (back to Keras 3), None when it does neither."""
     lines = diff.splitlines()
-    on, off = (bool(_LEGACY.search("\n".join(x[1:] for x in lines if x[:1] == c and x[:3] != c * 3))) for c in "+-")
+    added, removed = ("\n".join(x[1:] for x in lines if x[:1] == c and x[:3] != c * 3) for c in "+-")
+    on, off = bool(LEGACY_KERAS.search(added)), bool(LEGACY_KERAS.search(removed))
     if on != off:
         return "tf_keras" if on else "keras"
     return None

@@ -3,35 +3,46 @@
 The issue form asks nothing about the training setup, yet precision policy,
 replica count, XLA, determinism and eager execution decide most numerics and
 performance bugs. A static read of the script answers for every symptom at no
-cost; when the NaN localisation ran the script, the runtime facts it recorded
-take precedence (`merge_runtime`).
+cost; when the report's re-run or the NaN localisation ran the script, the
+facts they recorded take precedence (`merge_runtime`).
+
+It is not zero-edit detection's reading (`annotate/`): detection finds what
+it can switch off, one feature per statement, and skips the rest (a strategy
+in a `with` header, run_eagerly beside jit_compile in one compile call),
+while the setup says what the script sets; determinism and logical devices
+are no feature at all. The names both know, the strategy classes and the
+precision-policy setters, are the catalog's.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
+from tfrepro import catalog
 from tfrepro.report.records import RuntimeSettings, TrialSetup
 
-_POLICY = re.compile(r"""set_global_policy\(\s*["']([\w]+)["']""")
-_POLICY_OBJ = re.compile(r"""mixed_precision\.Policy\(\s*["']([\w]+)["']""")
+_CALL_STR = re.compile(r"""([\w.]+)\(\s*["'](\w+)["']""")
 _JIT_TRUE = re.compile(r"jit_compile\s*=\s*True")
 _SET_JIT = re.compile(r"optimizer\.set_jit\(\s*(True|[\"']autoclustering[\"'])")
 _AUTO = "tf.config.optimizer.set_jit (auto-clustering)"
 _EAGERLY = "tf.config.run_functions_eagerly(True)"
 _OBSERVED = " (observed at run time)"
-_STRATEGY = re.compile(
-    r"\b(MirroredStrategy|MultiWorkerMirroredStrategy|TPUStrategy|ParameterServerStrategy|"
-    r"OneDeviceStrategy|CentralStorageStrategy)\s*\("
-)
+_STRATEGY = re.compile(rf"\b({'|'.join(catalog.STRATEGIES)})\s*\(")
 _LOGICAL = re.compile(r"set_logical_device_configuration\(")
 _LOGICAL_N = re.compile(r"LogicalDeviceConfiguration\(")
 _LOGICAL_RANGE = re.compile(r"LogicalDeviceConfiguration\([^)]*\)\s*(?:\]\s*\*\s*(\d+)|for\s+_\s+in\s+range\((\d+)\))")
 _DETERMINISM = re.compile(r"enable_op_determinism\(\s*\)")
 _EAGER = re.compile(r"run_functions_eagerly\(\s*True\s*\)")
 _RUN_EAGERLY = re.compile(r"run_eagerly\s*=\s*True")
-_LEGACY = re.compile(r"""TF_USE_LEGACY_KERAS["']\]\s*=\s*["'](1|true|True)["']|import\s+tf_keras""")
+# tf_keras (Keras 2) turned on: the environment switch set (not after a `#`), or `import tf_keras` /
+# `from tf_keras import ...` as a statement at a line's start (the words in a comment or a string do
+# not count). The one rule of the setup's keras_flavour and of route.py's reading of the culprit's diff.
+LEGACY_KERAS = re.compile(
+    r"""^[^#\n]*TF_USE_LEGACY_KERAS["']\]\s*=\s*["'](1|true|True)["']|^\s*(import|from)\s+tf_keras\b""", re.M
+)
 _CODE = re.compile(r"^[^#\n]*", re.M)
 
 
@@ -51,7 +62,9 @@ class Setup:
 
 def scan_setup(source: str) -> Setup:
     code = "\n".join(m.group(0) for m in _CODE.finditer(source))  # comments dropped: a commented-out line never counts
-    m = _POLICY.search(code) or _POLICY_OBJ.search(code)
+    calls = [(m[1], m[2]) for m in _CALL_STR.finditer(code)]  # (the dotted name called, its literal first argument)
+    policy = next((v for f, v in calls if catalog.sets_policy(f)), None)  # the setter's, else a Policy object's
+    policy = policy or next((v for f, v in calls if f.endswith("mixed_precision.Policy")), None)
     xla = [w for rx, w in ((_JIT_TRUE, "jit_compile=True"), (_SET_JIT, _AUTO)) if rx.search(code)]
     eager = [w for rx, w in ((_EAGER, _EAGERLY), (_RUN_EAGERLY, "run_eagerly=True")) if rx.search(code)]
     strategies = sorted(set(_STRATEGY.findall(code)))
@@ -61,7 +74,7 @@ def scan_setup(source: str) -> Setup:
     elif _LOGICAL.search(code):
         n = len(_LOGICAL_N.findall(code)) or None
     return Setup(
-        precision_policy=m.group(1) if m else "float32 (Keras default)",
+        precision_policy=policy or "float32 (Keras default)",
         xla=", ".join(xla) if xla else "off (no jit_compile=True, no auto-clustering)",
         distribution=", ".join(strategies) if strategies else "none (default strategy)",
         replicas=(f"{n} (logical devices)" if n else "one per visible device") if strategies else "1",
@@ -69,45 +82,28 @@ def scan_setup(source: str) -> Setup:
         if _DETERMINISM.search(code)
         else "not set by the script",
         eager=", ".join(eager) if eager else "off (graph mode)",
-        keras_flavour="tf_keras (Keras 2, TF_USE_LEGACY_KERAS)" if _LEGACY.search(code) else "keras (Keras 3)",
+        keras_flavour="tf_keras (Keras 2, TF_USE_LEGACY_KERAS)" if LEGACY_KERAS.search(code) else "keras (Keras 3)",
     )
 
 
-def merge_runtime(setup: Setup, runtime: RuntimeSettings | None) -> Setup:
-    """report.json's `setup`: facts recorded while the script ran
-    (`inside/localize_plugin.py`) override the static read where they are known."""
-    runtime = runtime or {}
-    jit = runtime.get("jit_compile_requested")
-    seen = {
-        "precision_policy": runtime.get("precision_policy") or None,
-        "replicas": runtime.get("replicas") or None,
-        "xla": ", ".join(jit) if jit else None,
-        "determinism": "op determinism enabled" if runtime.get("op_determinism") is True else None,
-        "eager": _EAGERLY if runtime.get("run_functions_eagerly") is True else None,
+def merge_runtime(setup: Setup, runtime: RuntimeSettings | TrialSetup | None) -> Setup:
+    """report.json's `setup`: facts recorded while the script ran override the
+    static read where they are known: the re-run's (`inside/setup_plugin.py`,
+    its `extra["setup"]`), then the NaN localisation's (`inside/localize_plugin.py`)."""
+    seen: Mapping[str, Any] = runtime or {}
+    jit = seen.get("jit_compile_requested") or (["jit_compile=True in Model.fit"] if seen.get("jit_compile") else [])
+    out = {
+        "precision_policy": seen.get("precision_policy") or None,
+        "replicas": seen.get("replicas"),
+        "xla": ", ".join(jit) or None,
+        "determinism": "op determinism enabled" if seen.get("op_determinism") is True else None,
+        "eager": _EAGERLY if seen.get("run_functions_eagerly") is True else None,
     }
-    return replace(setup, **{k: f"{v}{_OBSERVED}" for k, v in seen.items() if v is not None})
-
-
-def merge_trial_setup(setup: Setup, facts: TrialSetup | None) -> Setup:
-    """Facts the report's re-run recorded (`inside/setup_plugin.py`, under
-    `extra["setup"]`) override the static read."""
-    if not facts:
-        return setup
-    out = {}
-    if facts.get("precision_policy"):
-        out["precision_policy"] = f"{facts.get('precision_policy')}{_OBSERVED}"
-    if facts.get("replicas") is not None:
-        out["replicas"] = f"{facts.get('replicas')}{_OBSERVED}"
-    if facts.get("strategy") and facts.get("strategy") not in ("_DefaultDistributionStrategy",):
-        out["distribution"] = facts["strategy"]
-    if "jit_compile" in facts:
-        out["xla"] = (
-            f"jit_compile=True in Model.fit{_OBSERVED}"
-            if facts["jit_compile"]
-            else setup.xla + "; model.jit_compile False at run time"
-        )
-    if facts.get("run_functions_eagerly"):
-        out["eager"] = f"{_EAGERLY}{_OBSERVED}"
+    out = {k: f"{v}{_OBSERVED}" for k, v in out.items() if v is not None}
+    if seen.get("jit_compile") is False:  # the re-run's model did not compile with XLA
+        out["xla"] = setup.xla + "; model.jit_compile False at run time"
+    if seen.get("strategy") not in (None, "", "_DefaultDistributionStrategy"):
+        out["distribution"] = seen["strategy"]
     return replace(setup, **out)
 
 

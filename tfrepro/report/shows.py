@@ -11,8 +11,8 @@ what a plain process can see, without tfrepro:
   its traceback is the last thing printed and the footer never runs);
 - slowdown, memory, mismatch: the process's CPU time, its peak memory, the
   last loss of each model's history, next to the run's numbers: one
-  process cannot judge those alone, the line says to compare with
-  reference.py.
+  process cannot judge those alone, the line says to compare with the
+  reference (reference.py, or reference/repro.py).
 
 The footer never raises (a failure prints why it could not check). Its
 lines are all marked `(tfrepro)`; the trial harness ends a trial before it
@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
+
+from tfrepro.report.export import REFERENCE
 
 BEGIN = "# ---- (tfrepro) what this run shows: the last line it prints ----\n"
 
@@ -53,7 +55,7 @@ _tfrepro_shows()
 """
 
 
-def _say(symptom: str, facts: Mapping[str, Any]) -> str:
+def _say(symptom: str, facts: Mapping[str, Any], reference: str) -> str:
     """The expression (over `bad` and `facts`) the footer prints."""
     culprits = ", ".join(facts.get("culprits") or []) or "the culprits"
     if symptom == "nan":
@@ -72,12 +74,13 @@ def _say(symptom: str, facts: Mapping[str, Any]) -> str:
     )
     return (
         f"f\"ran to its end ({{facts}}); the run's symptom: {symptom} ({what} with {culprits}): "
-        f'compare with python reference.py"'
+        f'compare with python {reference}"'
     )
 
 
-def with_footer(text: str, symptom: str, result: Mapping[str, Any]) -> str:
-    """`text` with the footer (the lines appended to repro.py, see the module doc) at its end, the run's facts in it."""
+def with_footer(text: str, symptom: str, result: Mapping[str, Any], reference: str = REFERENCE) -> str:
+    """`text` with the footer (the lines appended to repro.py, see the module doc) at its end, the run's facts in
+    it; `reference`: where the bundle's reference lies (`Export.ref_name`)."""
     failing = result.get("culprit_trial") or result.get("failing") or {}
     facts = {
         "culprits": list(result.get("culprits") or []),
@@ -85,4 +88,4 @@ def with_footer(text: str, symptom: str, result: Mapping[str, Any]) -> str:
         "error": failing.get("error"),
     }
     body = text if text.endswith("\n") or not text else text + "\n"
-    return body + "\n\n" + BEGIN + _BODY.replace("SAY(bad, facts)", _say(symptom, facts))
+    return body + "\n\n" + BEGIN + _BODY.replace("SAY(bad, facts)", _say(symptom, facts, reference))
