@@ -11,7 +11,7 @@ from tfrepro.annotate.candidate import candidate as _c
 from tfrepro.annotate.layers import LayerClass, stock_equivalent
 from tfrepro.annotate.model import Context
 from tfrepro.annotate.source import Src
-from tfrepro.annotate.standins import concat_standin, list_standin, structured_input
+from tfrepro.annotate.standins import AVERAGED, list_standin, structured_input, structured_standin
 
 
 def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix: str | None) -> list[Candidate]:
@@ -30,18 +30,13 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
     expr, what, note = stock_equivalent(src, call, cls, prefix)
     shape, tf = structured_input(src, call), src.tf_alias()
     if shape is not None and tf is not None:  # called on a dict/list: one tensor from many (annotate/standins.py)
-        expr, what, note = concat_standin(prefix, tf), f"its {shape} of inputs concatenated (float32)", None
-        if shape == "list":
-            expr, what = (
-                list_standin(prefix, tf),
-                "its list of inputs averaged if of one shape, else concatenated (float32)",
-            )
+        (expr, what), note = structured_standin(shape, prefix, tf), None
     outer = src.parent(call)
     several = _positional_inputs(outer, call)
     if note is not None and len(several) > 1 and tf is not None:
         # `Dist()(a, b)`: the whole call becomes the list stand-in over its inputs
         listed = ", ".join(src.code(a) for a in several)
-        what = f"its {len(several)} inputs averaged if of one shape, else concatenated (float32)"
+        what = f"its {len(several)} inputs {AVERAGED}"
         return [_c(unit, cls.feature, outer, f"{list_standin(prefix, tf)}([{listed}])", cls=cls.name, stock=what)]
     if note is not None and isinstance(outer, cst.Call) and len([a for a in outer.args if a.keyword is None]) > 1:
         ctx.skip(

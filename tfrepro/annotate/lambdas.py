@@ -6,9 +6,9 @@ would hold (keras-team/keras#9097: a Euclidean distance of two embeddings,
 `sqrt(sum(square(x - y)))`, whose gradient is NaN at distance 0). It is
 found as a feature of the `custom_layer` family named after the function
 (`custom_layer_euclidean_distance`), and its OFF stand-in is chosen as for a
-custom layer class by how it is called (annotate/standins.py): on a list or
-a dict of tensors, the concatenation of its inputs; on one tensor,
-`Identity()`, with a note asking the user to choose the stock layer.
+custom layer class by how it is called: on a list or a dict of tensors, the
+stand-in of annotate/standins.py; on one tensor, `Identity()`, with a note
+asking the user to choose the stock layer.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from tfrepro.annotate.candidate import Candidate, statement_unit
 from tfrepro.annotate.candidate import candidate as _c
 from tfrepro.annotate.model import Context
 from tfrepro.annotate.source import Src, arg, assigned_name, dotted, literal, snake
-from tfrepro.annotate.standins import concat_standin, structured_input
+from tfrepro.annotate.standins import structured_input, structured_standin
 
 
 def is_lambda_layer(src: Src, call: cst.Call, prefix: str | None) -> bool:
@@ -56,7 +56,7 @@ def lambda_layer_candidates(src: Src, ctx: Context, call: cst.Call, prefix: str)
             reason = f"{what} takes a {shape} of inputs and the file imports no TensorFlow to join them with"
             ctx.skip(src.path, src.line(call), f"{reason}: not marked")
             return []
-        standin, stock, note = concat_standin(prefix, tf), f"its {shape} of inputs concatenated (float32)", None
+        (standin, stock), note = structured_standin(shape, prefix, tf), None
     else:
         standin, stock = f"{prefix}.Identity()", "Identity (the function not applied)"
         note = (

@@ -49,7 +49,19 @@ def _assigned(src: Src, scope: cst.CSTNode, name: str) -> cst.BaseExpression | N
     return values[0] if len(values) == 1 else None
 
 
-def concat_standin(prefix: str, tf: str) -> str:
+AVERAGED = "averaged if of one shape, else concatenated (float32)"
+
+
+def structured_standin(shape: str, prefix: str, tf: str) -> tuple[str, str]:
+    """(the stand-in, what it is in words) of a layer called on a `shape`
+    ('dict' or 'list', `structured_input`) of inputs: every custom layer's,
+    a `Lambda` layer's too (annotate/custom.py, annotate/lambdas.py)."""
+    if shape == "dict":
+        return _concat_standin(prefix, tf), "its dict of inputs concatenated (float32)"
+    return list_standin(prefix, tf), f"its list of inputs {AVERAGED}"
+
+
+def _concat_standin(prefix: str, tf: str) -> str:
     """A layer that turns any structure of inputs into one float32 tensor."""
     return (
         f"{prefix}.Lambda(lambda inputs: {tf}.concat("
