@@ -59,6 +59,15 @@ class Entry:
         return self.description.format(**fields) if fields else self.description
 
 
+# tf.distribute strategy classes -> catalog name.
+STRATEGIES: dict[str, str] = {
+    "MirroredStrategy": "mirrored_strategy",
+    "MultiWorkerMirroredStrategy": "multi_worker_strategy",
+    "CentralStorageStrategy": "central_storage_strategy",
+    "TPUStrategy": "tpu_strategy",
+    "ParameterServerStrategy": "parameter_server_strategy",
+}
+
 _ENTRIES: tuple[Entry, ...] = (
     # -- precision, distribution, compilation (same math, other numerics) --
     Entry(
@@ -67,11 +76,10 @@ _ENTRIES: tuple[Entry, ...] = (
         "{policy} compute policy",
         "float32 (the policy call removed, or the plain optimizer for a LossScaleOptimizer)",
     ),
-    Entry("mirrored_strategy", "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()"),
-    Entry("multi_worker_strategy", "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()"),
-    Entry("central_storage_strategy", "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()"),
-    Entry("tpu_strategy", "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()"),
-    Entry("parameter_server_strategy", "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()"),
+    *(
+        Entry(name, "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()")
+        for name in STRATEGIES.values()
+    ),
     Entry(
         "sync_batchnorm",
         "strategy",

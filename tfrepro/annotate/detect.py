@@ -23,13 +23,6 @@ from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
 from tfrepro.annotate.source import Src, arg, dotted, is_tf_function, jit_on, last_name, literal, rebinds_itself
 
-STRATEGIES = {
-    "MirroredStrategy": "mirrored_strategy",
-    "MultiWorkerMirroredStrategy": "multi_worker_strategy",
-    "CentralStorageStrategy": "central_storage_strategy",
-    "TPUStrategy": "tpu_strategy",
-    "ParameterServerStrategy": "parameter_server_strategy",
-}
 SCHEDULES = {
     "CosineDecay",
     "CosineDecayRestarts",
@@ -108,12 +101,12 @@ def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, 
             out += _whole_call(src, ctx, call, "precision policy call", "mixed_precision", policy=policy)
     elif name == "LossScaleOptimizer":
         out.extend(_loss_scale(src, ctx, call))
-    elif name in STRATEGIES and ("distribute" in d or "distribute" in src.import_aliases.get(d, "")):
+    elif name in catalog.STRATEGIES and ("distribute" in d or "distribute" in src.import_aliases.get(d, "")):
         if (getter := _strategy_getter(src, d)) is None:
             ctx.skip(src.path, src.line(call), f"{name}: no `import tensorflow` to write the default strategy with")
             return out
         if (unit := statement_unit(src, ctx, call, name)) is not None:
-            out.append(_c(unit, STRATEGIES[name], call, getter, cls=name))
+            out.append(_c(unit, catalog.STRATEGIES[name], call, getter, cls=name))
     elif is_tf_function(call):
         out.extend(_tf_function(src, ctx, call))
     elif name == "run_functions_eagerly":
