@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tfrepro.annotate.loops import NotSwitchable, _is_model_call, _loss_and_model, _loss_expr, step_region
+from tfrepro.annotate.loops import NotSwitchable, _is_model_call, _loss_and_model, _loss_expr, loss_call, step_region
 from tfrepro.annotate.source import Src, arg, last_name
 
 
@@ -21,7 +21,7 @@ class StepFacts:
     line: int
     model: str
     training: bool | None  # the `training=` of the model call in the tape (None: not given)
-    loss_object: bool  # `fn(y, pred)` (a Keras loss squeezes ranks itself), else a hand-written expression
+    loss_object: bool  # `fn(y, pred)`, a loss call (annotate/loops.py `loss_call`), else a hand-written expression
     loss_code: str
     per_replica: bool  # the step runs under strategy.run
     global_average: bool  # the loss is averaged over the global batch (compute_average_loss, a division)
@@ -48,13 +48,7 @@ def _facts(src: Src, apply_call: cst.Call) -> StepFacts:
     training = arg(calls[0], None, "training") if calls else None
     value = None if training is None else {"True": True, "False": False}.get(src.code(training.value))
     try:
-        expr, pred = _loss_expr(src, region, loss_name, model)
-        loss_object = (
-            isinstance(expr, cst.Call)
-            and len(expr.args) == 2
-            and expr.args[1].value is pred
-            and last_name(expr.func) not in ("reduce_mean", "reduce_sum", "square", "abs")
-        )
+        loss_object = loss_call(src, *_loss_expr(src, region, loss_name, model)) is not None
     except NotSwitchable:
         loss_object = True  # not identified: no claim about ranks
     runs = isinstance(region, cst.FunctionDef) and any(

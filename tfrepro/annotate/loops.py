@@ -178,7 +178,11 @@ def _loss_expr(src: Src, region, loss: str, model: str) -> tuple[cst.BaseExpress
 
 
 def _is_model_call(node: cst.CSTNode, model: str) -> bool:
-    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == model
+    return isinstance(node, cst.Call) and _is_name(node.func, model)
+
+
+def _is_name(node: cst.CSTNode, name: str) -> bool:
+    return isinstance(node, cst.Name) and node.value == name
 
 
 def _model_input(src: Src, region, expr, pred) -> tuple[str, set[str]]:
@@ -241,17 +245,31 @@ def _loss_base(src: Src, expr, y: str) -> str | None:
     raise NotSwitchable("the loss reshapes the labels and the file imports no Keras to write a Loss class with")
 
 
-def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
-    """`fn` for `fn(y, pred)`, else the expression with y_true / y_pred in it."""
-    if (
+# Modules whose functions compute elementwise: `tf.math.squared_difference(y, pred)` broadcasts.
+_OP_MODULES = ("tensorflow", "tensorflow.math", "keras.ops", "numpy")
+
+
+def loss_call(src: Src, expr: cst.BaseExpression, pred: cst.CSTNode) -> cst.Call | None:
+    """The loss when it is a loss function or object applied to the labels and
+    the prediction, `fn(labels, pred)` (two arguments, the prediction second,
+    `fn` no op of `_OP_MODULES`): such a loss brings the two to one rank
+    itself. None: a hand-written expression (check 7 judges its ranks)."""
+    if not (
         isinstance(expr, cst.Call)
         and len(expr.args) == 2
-        and all(a.keyword is None and not a.star for a in expr.args)
-        and isinstance(expr.args[0].value, cst.Name)
-        and expr.args[0].value.value == y
+        and not any(a.star for a in expr.args)
         and expr.args[1].value is pred
     ):
-        return src.code(expr.func), None
+        return None
+    return None if (src.resolved(expr.func) or "").rpartition(".")[0] in _OP_MODULES else expr
+
+
+def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
+    """`fn` for `fn(y, pred)` (a loss call given the labels as they come, by
+    position: as fit calls it), else the expression with y_true / y_pred in it."""
+    call = loss_call(src, expr, pred)
+    if call is not None and all(a.keyword is None for a in call.args) and _is_name(call.args[0].value, y):
+        return src.code(call.func), None
     swaps = [(pred, "y_pred"), *((n, "y_true") for n in src.walk(expr) if isinstance(n, cst.Name) and n.value == y)]
     return "", src.splice(*src.span(expr), swaps)
 

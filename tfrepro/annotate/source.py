@@ -295,6 +295,14 @@ class Src:
                     out[a.evaluated_alias or name] = f"{mod}.{name}" if mod else name
         return out
 
+    def resolved(self, node: cst.BaseExpression) -> str | None:
+        """The dotted name of `node` with its first part read through the
+        file's imports (`tf.math.abs` -> `tensorflow.math.abs`), else None."""
+        if (d := dotted(node)) is None:
+            return None
+        head, _, tail = d.partition(".")
+        return ".".join(filter(None, (self.import_aliases.get(head, head), tail)))
+
     @cached_property
     def keras_prefix(self) -> str | None:
         """How this file names Keras: `keras`, `tf.keras`..., None when it
