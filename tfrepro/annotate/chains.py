@@ -18,7 +18,7 @@ import libcst as cst
 
 from tfrepro import catalog
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, assigned_name, literal
+from tfrepro.annotate.source import Src, arg, assigned_name, is_name, literal
 
 METHODS = {
     "map",
@@ -153,12 +153,10 @@ def _target(
     target = tnode.value
     annotation = f": {src.code(small.annotation.annotation)}" if isinstance(small, cst.AnnAssign) else ""
     # Rebinding the name between links would change what later links see.
-    if any(isinstance(n, cst.Name) and n.value == target for c in calls for a in c.args for n in src.walk(a)):
+    if any(is_name(n, target) for c in calls for a in c.args for n in src.walk(a)):
         ctx.skip(src.path, line, f"tf.data chain uses {target!r} inside its own links: not split")
         return None
-    if not (isinstance(base, cst.Name) and base.value == target) and any(
-        isinstance(n, cst.Name) and n.value == target for n in src.walk(base)
-    ):
+    if not is_name(base, target) and any(is_name(n, target) for n in src.walk(base)):
         ctx.skip(src.path, line, f"tf.data chain uses {target!r} in its source: not split")
         return None
     return target, annotation

@@ -30,7 +30,7 @@ import libcst as cst
 from tfrepro import catalog
 from tfrepro.annotate.loop_mode import compile_mode
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, last_name
+from tfrepro.annotate.source import Src, arg, is_name, last_name
 
 _VARS = ("trainable_variables", "trainable_weights")
 _NOT_SWITCHABLE = "custom_loop: a hand-written training loop ({form}) is detected but not switchable: {why}"
@@ -178,11 +178,7 @@ def _loss_expr(src: Src, region, loss: str, model: str) -> tuple[cst.BaseExpress
 
 
 def _is_model_call(node: cst.CSTNode, model: str) -> bool:
-    return isinstance(node, cst.Call) and _is_name(node.func, model)
-
-
-def _is_name(node: cst.CSTNode, name: str) -> bool:
-    return isinstance(node, cst.Name) and node.value == name
+    return isinstance(node, cst.Call) and is_name(node.func, model)
 
 
 def _model_input(src: Src, region, expr, pred) -> tuple[str, set[str]]:
@@ -230,7 +226,7 @@ def _loss_base(src: Src, expr, y: str) -> str | None:
     `Loss` class to subclass, whose `call` sees the labels unaligned, as the
     loop does (the loop reshapes them itself)."""
     for n in src.walk(expr):
-        if not (isinstance(n, cst.Name) and n.value == y):
+        if not is_name(n, y):
             continue
         parent = src.parent(n)
         call = src.parent(src.parent(n)) if isinstance(parent, cst.Arg) else None
@@ -268,15 +264,15 @@ def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
     """`fn` for `fn(y, pred)` (a loss call given the labels as they come, by
     position: as fit calls it), else the expression with y_true / y_pred in it."""
     call = loss_call(src, expr, pred)
-    if call is not None and all(a.keyword is None for a in call.args) and _is_name(call.args[0].value, y):
+    if call is not None and all(a.keyword is None for a in call.args) and is_name(call.args[0].value, y):
         return src.code(call.func), None
-    swaps = [(pred, "y_pred"), *((n, "y_true") for n in src.walk(expr) if isinstance(n, cst.Name) and n.value == y)]
+    swaps = [(pred, "y_pred"), *((n, "y_true") for n in src.walk(expr) if is_name(n, y))]
     return "", src.splice(*src.span(expr), swaps)
 
 
 def _single_call(src: Src, fn: cst.FunctionDef) -> tuple[cst.Call, cst.For]:
     name = fn.name.value
-    calls = [n for n in src.nodes(cst.Call) if isinstance(n.func, cst.Name) and n.func.value == name]
+    calls = [n for n in src.nodes(cst.Call) if is_name(n.func, name)]
     if not calls:
         raise NotSwitchable(f"{name}() is not called directly from a loop (strategy.run or a callback calls it)")
     if len(calls) > 1:

@@ -68,6 +68,11 @@ def snake(name: str) -> str:
     return s
 
 
+def is_name(node: cst.CSTNode | None, name: str) -> bool:
+    """`node` is the plain name `name`."""
+    return isinstance(node, cst.Name) and node.value == name
+
+
 def literal(node: cst.BaseExpression | None) -> object:
     """The value of a simple literal (True/False/None/str/number), else a sentinel."""
     if isinstance(node, cst.Name) and node.value in ("True", "False", "None"):
@@ -109,7 +114,7 @@ def rebinds_itself(assign: cst.Assign) -> str | None:
     """`f` for `f = wrapper(f, ...)` (the call's first argument), else None."""
     name = assigned_name(assign)
     first = arg(assign.value, 0, "func") if isinstance(assign.value, cst.Call) else None
-    return name if first is not None and isinstance(first.value, cst.Name) and first.value.value == name else None
+    return name if first is not None and is_name(first.value, name) else None
 
 
 def arg(call: cst.Call, index: int | None, keyword: str | None) -> cst.Arg | None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tfrepro.annotate.source import Src
+from tfrepro.annotate.source import Src, is_name
 
 
 def structured_input(src: Src, call: cst.Call) -> str | None:
@@ -35,9 +35,7 @@ def structured_input(src: Src, call: cst.Call) -> str | None:
     value = pos[0]
     if isinstance(value, cst.Name):
         value = _assigned(src, src.scope(call), value.value) or _assigned(src, src.module, value.value)
-    if isinstance(value, (cst.Dict, cst.DictComp)) or (
-        isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict"
-    ):
+    if isinstance(value, (cst.Dict, cst.DictComp)) or (isinstance(value, cst.Call) and is_name(value.func, "dict")):
         return "dict"
     if isinstance(value, (cst.List, cst.Tuple, cst.ListComp)):
         return "list"
