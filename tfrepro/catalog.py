@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["CATALOG", "Entry", "affects_loss", "callback_entry", "get", "kind_of"]
+__all__ = ["CATALOG", "Entry", "affects_loss", "callback_entry", "get", "kind_of", "snake"]
 
 
 @dataclass(frozen=True)
@@ -282,12 +282,17 @@ def callback_entry(class_name: str | None, feature: str, *, stops: bool = False)
     e = get(feature)
     if e is not None and e.name != "callback":
         return e
-    if _LR_CALLBACK_RE.search(feature) or (class_name and _LR_CALLBACK_RE.search(_snake(class_name))):
+    if _LR_CALLBACK_RE.search(feature) or (class_name and _LR_CALLBACK_RE.search(snake(class_name))):
         return CATALOG["callback_lr_scheduler"]
-    if stops or _STOP_CALLBACK_RE.search(feature) or (class_name and _STOP_CALLBACK_RE.search(_snake(class_name))):
+    if stops or _STOP_CALLBACK_RE.search(feature) or (class_name and _STOP_CALLBACK_RE.search(snake(class_name))):
         return CATALOG["callback_stopping"]
     return CATALOG["callback"]
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+def snake(name: str) -> str:
+    """`early_stopping` from `EarlyStopping`, `lr_scheduler` from `LRScheduler`:
+    a feature name's part (never empty, a letter first)."""
+    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s)
+    s = re.sub(r"[^a-zA-Z0-9]+", "_", s).strip("_").lower()
+    return s if s[:1].isalpha() else "x_" + s

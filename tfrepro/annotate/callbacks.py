@@ -29,7 +29,8 @@ import libcst as cst
 from tfrepro import catalog
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, assigned_name, is_name, last_name, literal, snake
+from tfrepro.annotate.source import Src, arg, assigned_name, is_name, last_name, literal
+from tfrepro.catalog import snake
 
 # Stock callbacks that save on a schedule: `save_freq` ("epoch", the default,
 # or every N batches) and its positional index.

@@ -18,8 +18,9 @@ import libcst as cst
 from tfrepro.annotate.candidate import Candidate, statement_unit
 from tfrepro.annotate.candidate import candidate as _c
 from tfrepro.annotate.model import Context
-from tfrepro.annotate.source import Src, arg, assigned_name, dotted, literal, snake
+from tfrepro.annotate.source import Src, arg, assigned_name, dotted, literal
 from tfrepro.annotate.standins import structured_input, structured_standin
+from tfrepro.catalog import snake
 
 
 def is_lambda_layer(src: Src, call: cst.Call, prefix: str | None) -> bool:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tfrepro.annotate.source import Src, dotted, last_name, snake
+from tfrepro.annotate.source import Src, dotted, last_name
+from tfrepro.catalog import snake
 
 _NOT_LAYERS = {"Model", "Sequential", "Functional", "Layer", "InputSpec", "Callback"}
 _ALWAYS_KW = ("name", "dtype")

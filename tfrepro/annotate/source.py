@@ -10,7 +10,6 @@ user's formatting and comments byte for byte.
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Iterable, Iterator
 from functools import cached_property
 from typing import TypeVar
@@ -57,15 +56,6 @@ def last_name(node: cst.BaseExpression) -> str | None:
     if isinstance(node, cst.Attribute):
         return node.attr.value
     return None
-
-
-def snake(name: str) -> str:
-    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
-    s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s)
-    s = re.sub(r"[^a-zA-Z0-9]+", "_", s).strip("_").lower()
-    if not s or not s[0].isalpha():
-        s = "x_" + s
-    return s
 
 
 def is_name(node: cst.CSTNode | None, name: str) -> bool:
