@@ -55,6 +55,7 @@ METHODS = {
 _STRONG = {"prefetch", "interleave", "padded_batch", "unbatch", "with_options", "rebatch", "ragged_batch", "flat_map"}
 _NAME_HINT = re.compile(r"(^|_)(ds|dataset|datasets|data|pipeline)(_|$)|dataset")
 _PARALLEL = {"map": "parallel_map", "batch": "parallel_batch", "padded_batch": "parallel_batch"}
+_DROPPED = ("prefetch", "cache", "shuffle")  # links that are their feature, dropped when OFF
 
 
 def flatten(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.Call]]:
@@ -70,7 +71,7 @@ def flatten(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.Call
 
 def _feature_kind(call: cst.Call) -> str | None:
     method = call.func.attr.value  # type: ignore[attr-defined]
-    if method in ("prefetch", "cache", "shuffle", "interleave"):
+    if method in (*_DROPPED, "interleave"):
         return method
     # map(f, num_parallel_calls) takes it second; batch, padded_batch by keyword only
     npc = arg(call, 1 if method == "map" else None, "num_parallel_calls")
@@ -238,7 +239,7 @@ def _tail(src: Src, call: cst.Call) -> str:
 
 def _off(src: Src, call: cst.Call, lhs: str, receiver: str, target: str) -> str | None:
     kind = _feature_kind(call)
-    if kind in ("prefetch", "cache", "shuffle"):
+    if kind in _DROPPED:
         return None if receiver == target else lhs + receiver + "\n"
     if kind == "interleave":
         fn = arg(call, 0, "map_func")

@@ -33,6 +33,7 @@ from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
 from tfrepro.annotate.source import Src, arg, is_name, last_name
 
 _VARS = ("trainable_variables", "trainable_weights")
+APPLY = ("apply_gradients", "apply")  # the optimizer's step (check 7 finds GradientTape steps by it too)
 _NOT_SWITCHABLE = "custom_loop: a hand-written training loop ({form}) is detected but not switchable: {why}"
 
 
@@ -62,7 +63,7 @@ def loop_edits(src: Src, ctx: Context) -> list[Edit]:
         form, finder = None, None
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
             attr = node.func.attr.value
-            if attr in ("apply_gradients", "apply") and isinstance(node.func.value, cst.Name):
+            if attr in APPLY and isinstance(node.func.value, cst.Name):
                 form, finder = "GradientTape", _tape_loop
             elif attr == "train_on_batch" and isinstance(node.func.value, cst.Name):
                 form, finder = "train_on_batch", _train_on_batch_loop
