@@ -11,7 +11,7 @@ from tfrepro.annotate.candidate import candidate as _c
 from tfrepro.annotate.layers import LayerClass, stock_equivalent
 from tfrepro.annotate.model import Context
 from tfrepro.annotate.source import Src
-from tfrepro.annotate.standins import AVERAGED, list_standin, structured_input, structured_standin
+from tfrepro.annotate.standins import AVERAGED, layer_inputs, list_standin, structured_input, structured_standin
 
 
 def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix: str | None) -> list[Candidate]:
@@ -31,14 +31,14 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
     shape, tf = structured_input(src, call), src.tf_alias()
     if shape is not None and tf is not None:  # called on a dict/list: one tensor from many (annotate/standins.py)
         (expr, what), note = structured_standin(shape, prefix, tf), None
-    outer = src.parent(call)
-    several = _positional_inputs(outer, call)
-    if note is not None and len(several) > 1 and tf is not None:
+    several = layer_inputs(src, call) or []
+    if note is not None and len(several) > 1 and tf is not None and not any(a.star for a in several):
         # `Dist()(a, b)`: the whole call becomes the list stand-in over its inputs
-        listed = ", ".join(src.code(a) for a in several)
+        listed = ", ".join(src.code(a.value) for a in several)
         what = f"its {len(several)} inputs {AVERAGED}"
-        return [_c(unit, cls.feature, outer, f"{list_standin(prefix, tf)}([{listed}])", cls=cls.name, stock=what)]
-    if note is not None and isinstance(outer, cst.Call) and len([a for a in outer.args if a.keyword is None]) > 1:
+        stand_in = f"{list_standin(prefix, tf)}([{listed}])"
+        return [_c(unit, cls.feature, src.parent(call), stand_in, cls=cls.name, stock=what)]
+    if note is not None and len(several) > 1:
         ctx.skip(
             src.path,
             src.line(call),
@@ -47,11 +47,3 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
         )
         return []
     return [_c(unit, cls.feature, call, expr, note=note, cls=cls.name, stock=what)]
-
-
-def _positional_inputs(outer: cst.CSTNode | None, call: cst.Call) -> list[cst.BaseExpression]:
-    """The positional arguments `call` (a layer's construction) is called on,
-    when none is starred or a keyword."""
-    if not (isinstance(outer, cst.Call) and outer.func is call) or any(a.star for a in outer.args):
-        return []
-    return [a.value for a in outer.args if a.keyword is None]

@@ -22,14 +22,18 @@ import libcst as cst
 from tfrepro.annotate.source import Src, is_name
 
 
+def layer_inputs(src: Src, call: cst.Call) -> list[cst.Arg] | None:
+    """The arguments but keywords that `call` (a layer's construction) is
+    called on (`Dist()(a, b)`: a, b), None when it is not called there."""
+    outer = src.parent(call)
+    return [a for a in outer.args if a.keyword is None] if isinstance(outer, cst.Call) and outer.func is call else None
+
+
 def structured_input(src: Src, call: cst.Call) -> str | None:
     """'dict' or 'list' when `call` (the layer's construction) is called on
     a dict/list literal, or on a name whose one assignment in scope is one
     (or `dict(...)`, or starts empty and is filled by item assignment); else None."""
-    outer = src.parent(call)
-    if not (isinstance(outer, cst.Call) and outer.func is call):
-        return None
-    pos = [a.value for a in outer.args if a.keyword is None and not a.star]
+    pos = [a.value for a in layer_inputs(src, call) or () if not a.star]
     if len(pos) != 1:
         return None
     value = pos[0]
