@@ -176,7 +176,7 @@ def _claim_links(src: Src, ctx: Context, calls: list[cst.Call]) -> dict[int, Fou
             ctx.skip(src.path, src.line(call), "interleave without a map function: not marked")
             continue
         desc = catalog.CATALOG[kind].description
-        found[id(call)] = Found(name, desc, src.path, line, "dataset", affects_loss=catalog.affects_loss(name))
+        found[id(call)] = Found.of(name, desc, src.path, line)
     return found
 
 

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tfrepro import catalog
 from tfrepro.annotate.loop_mode import compile_mode
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
 from tfrepro.annotate.source import Src, arg, is_name, last_name
@@ -388,7 +387,7 @@ def _train_step_override(src: Src, ctx: Context, fn: cst.FunctionDef) -> Edit | 
         return None
     desc = f"{cls.name.value}.train_step overrides fit's step, the same math; off: Keras's own train_step"
     start, end = src.line(fn), src.end_line(fn)
-    found = Found(name, desc, src.path, start, "loop", None, catalog.affects_loss(name))
+    found = Found.of(name, desc, src.path, start)
     return Edit(start, end, indent, (BlockSeg(found, src.lines_text(start, end)),))
 
 
@@ -428,6 +427,6 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
     what = "model.fit over the same data" + (", optimizer and loss, in its compile mode" if loop.optimizer else "")
     desc = f"hand-written training loop ({form}) instead of fit, the same math; off: {what}"
     note = None if loop.loss_def is None else "the loop's loss expression wrapped as a Keras loss for fit"
-    found = Found(name, desc, src.path, line, "loop", note, catalog.affects_loss(name))
+    found = Found.of(name, desc, src.path, line, note)
     end = src.end_line(unit)
     return Edit(line, end, indent, (BlockSeg(found, src.lines_text(line, end), "".join(off)),))
