@@ -65,3 +65,17 @@ def test_a_lambda_and_a_layer_class_called_on_one_list_get_one_stand_in():
         assert lam.description.split("; off: ")[1] == layer.description.split("; off: ")[1]
         off = fb.parse(new, "train.py").export(set()).splitlines()
         assert off[-2].removeprefix("d1 = ") == off[-1].removeprefix("d2 = ")
+
+
+def test_a_list_input_in_a_file_without_tensorflow_is_left_alone_by_either_kind():
+    # The same rule (standins.structured_standin): with no `import tensorflow` to write the stand-in
+    # with, neither is marked; a layer class once got Identity(), which hands the next layer the list.
+    code = (
+        "import keras\n\n\ndef dist(v):\n    return v[0] - v[1]\n\n\n"
+        "class Dist(keras.layers.Layer):\n    def call(self, v):\n        return dist(v)\n\n\n"
+        "d1 = keras.layers.Lambda(dist)([a, b])\nd2 = Dist()([a, b])\n"
+    )
+    new, found, skipped = annotate_text(code, "train.py")
+    assert new == code and not found
+    why = "takes a list of inputs and the file imports no TensorFlow to join them with: not marked"
+    assert [s.reason for s in skipped] == [f"Lambda(dist) {why}", f"Dist {why}"]

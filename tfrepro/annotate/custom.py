@@ -11,7 +11,7 @@ from tfrepro.annotate.candidate import candidate as _c
 from tfrepro.annotate.layers import LayerClass, stock_equivalent
 from tfrepro.annotate.model import Context
 from tfrepro.annotate.source import Src
-from tfrepro.annotate.standins import AVERAGED, layer_inputs, list_standin, structured_input, structured_standin
+from tfrepro.annotate.standins import AVERAGED, layer_inputs, list_standin, structured_standin
 
 
 def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix: str | None) -> list[Candidate]:
@@ -28,9 +28,12 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
     if (unit := statement_unit(src, ctx, call, f"{cls.name}(...)")) is None:
         return []
     expr, what, note = stock_equivalent(src, call, cls, prefix)
-    shape, tf = structured_input(src, call), src.tf_alias()
-    if shape is not None and tf is not None:  # called on a dict/list: one tensor from many (annotate/standins.py)
-        (expr, what), note = structured_standin(shape, prefix, tf), None
+    if isinstance(structured := structured_standin(src, call, prefix), str):
+        ctx.skip(src.path, src.line(call), f"{cls.name} {structured}")
+        return []
+    if structured is not None:  # called on a dict/list: one tensor from many (annotate/standins.py)
+        (expr, what), note = structured, None
+    tf = src.tf_alias()
     several = layer_inputs(src, call) or []
     if note is not None and len(several) > 1 and tf is not None and not any(a.star for a in several):
         # `Dist()(a, b)`: the whole call becomes the list stand-in over its inputs

@@ -19,7 +19,7 @@ from tfrepro.annotate.candidate import Candidate, statement_unit
 from tfrepro.annotate.candidate import candidate as _c
 from tfrepro.annotate.model import Context
 from tfrepro.annotate.source import Src, arg, assigned_name, dotted, literal
-from tfrepro.annotate.standins import structured_input, structured_standin
+from tfrepro.annotate.standins import structured_standin
 from tfrepro.catalog import snake
 
 
@@ -52,12 +52,11 @@ def lambda_layer_candidates(src: Src, ctx: Context, call: cst.Call, prefix: str)
         return []  # a function from a library (`Lambda(tf.nn.relu)`): not the project's code
     what = f"Lambda({fn.value.value})" if isinstance(fn.value, cst.Name) else f"Lambda({name})"
     feature = "custom_layer_" + snake(name)
-    if (shape := structured_input(src, call)) is not None:
-        if (tf := src.tf_alias()) is None:
-            reason = f"{what} takes a {shape} of inputs and the file imports no TensorFlow to join them with"
-            ctx.skip(src.path, src.line(call), f"{reason}: not marked")
-            return []
-        (standin, stock), note = structured_standin(shape, prefix, tf), None
+    if isinstance(structured := structured_standin(src, call, prefix), str):
+        ctx.skip(src.path, src.line(call), f"{what} {structured}")
+        return []
+    if structured is not None:
+        (standin, stock), note = structured, None
     else:
         standin, stock = f"{prefix}.Identity()", "Identity (the function not applied)"
         note = (

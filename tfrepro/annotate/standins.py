@@ -54,10 +54,16 @@ def _assigned(src: Src, scope: cst.CSTNode, name: str) -> cst.BaseExpression | N
 AVERAGED = "averaged if of one shape, else concatenated (float32)"
 
 
-def structured_standin(shape: str, prefix: str, tf: str) -> tuple[str, str]:
-    """(the stand-in, what it is in words) of a layer called on a `shape`
-    ('dict' or 'list', `structured_input`) of inputs: every custom layer's,
-    a `Lambda` layer's too (annotate/custom.py, annotate/lambdas.py)."""
+def structured_standin(src: Src, call: cst.Call, prefix: str) -> tuple[str, str] | str | None:
+    """(the stand-in, what it is in words) of a layer called on a dict or a
+    list of inputs (`structured_input`), a layer class's and a `Lambda`'s
+    alike (annotate/custom.py, annotate/lambdas.py); why it is not marked
+    when the file imports no TensorFlow to write it with; None when the
+    layer is called on one tensor."""
+    if (shape := structured_input(src, call)) is None:
+        return None
+    if (tf := src.tf_alias()) is None:
+        return f"takes a {shape} of inputs and the file imports no TensorFlow to join them with: not marked"
     if shape == "dict":
         return _concat_standin(prefix, tf), "its dict of inputs concatenated (float32)"
     return list_standin(prefix, tf), f"its list of inputs {AVERAGED}"
