@@ -62,7 +62,7 @@ def detect(root: Path, targets: Sequence[str]) -> Detection:
     texts: dict[str, str] = {}
     found: list[Found] = []
     for r in result.files:
-        rel = relpath(r.path, root)
+        rel = Path(r.path).resolve().relative_to(root.resolve()).as_posix()
         if r.changed:
             texts[rel] = r.annotated
         found += [replace(f, path=rel) for f in r.found]
