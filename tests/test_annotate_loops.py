@@ -221,3 +221,15 @@ def test_an_inline_loop_is_fit_run_eagerly():
         "    optimizer.apply_gradients(zip(grads, model.trainable_variables))\n"
     )
     assert "model.compile(optimizer=optimizer, loss=loss_fn, run_eagerly=True)\n" in off_part(new)
+
+
+def test_an_elementwise_op_of_labels_and_predictions_is_wrapped_not_compiled_as_a_loss():
+    # The rule check 7 reads too (annotate/loops.py `loss_call`): `tf.square(yb, pred)` once went
+    # to compile as a loss here while check 7 called it hand-written; `loss_fn(yb, pred)` is the
+    # one form fit is given as it is (by position, the labels as they come).
+    loop = "\nfor xb, yb in ds:\n    train_step(xb, yb)\n"
+    for loss, fn in (("tf.square(yb, pred)", "tf.square"), ("tf.math.squared_difference(yb, pred)", "tf.math")):
+        off = off_part(annotated(STEP_FN.format(loss=loss) + loop)[0])
+        assert f"def fit_loss(y_true, y_pred):\n    return {fn}" in off and "loss=fit_loss," in off, loss
+    off = off_part(annotated(STEP_FN.format(loss="loss_fn(yb, y_pred=pred)") + loop)[0])
+    assert "return loss_fn(y_true, y_pred=y_pred)\n" in off

@@ -85,3 +85,20 @@ def test_check_runs_a_loop_as_written_and_the_rest_as_the_baseline(tmp_path):
     assert checked_features(project) == {"custom_loop"}
     assert checked_features(project, all_=True) == set(project.feature_names)
     assert checked_features(project, ["shuffle"]) == {"shuffle"}
+
+
+def test_a_loss_is_judged_by_the_rule_the_loops_fit_uses():
+    # One rule for `fn(labels, pred)` (annotate/loops.py `loss_call`), read by check 7 and by
+    # the loop's fit stand-in. An elementwise op of the two broadcasts (B,) against (B, 1): check
+    # 7 once took `tf.math.squared_difference(yb, pred)` for a loss object (only four op names
+    # were hand-written to it), while the fit stand-in compiled `tf.square(yb, pred)` as a loss.
+    from tfrepro.annotate.loop_facts import step_facts
+    from tfrepro.annotate.source import Src
+
+    for loss in ("tf.math.squared_difference(yb, pred)", "tf.subtract(yb, pred)", "tf.square(yb, pred)"):
+        item = judged(shapes([8], 2), loss=loss)
+        assert item.status is CheckStatus.WARN and "rank 1 against predictions of rank 2" in item.summary, loss
+    for loss in ("loss_fn(yb, pred)", "loss_fn(yb, y_pred=pred)", "loss_fn(tf.one_hot(yb, 4), pred)"):
+        assert judged(shapes([8], 2), loss=loss).status is CheckStatus.PASS, loss
+    text = STEP.format(layer="ReLU", training="", loss="loss_fn(*yb, pred)")
+    assert not step_facts(Src(text, "train.py"))[0].loss_object  # a starred label: no loss call either

@@ -31,7 +31,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["CATALOG", "Entry", "affects_loss", "callback_entry", "get", "kind_of"]
+__all__ = ["CATALOG", "Entry", "affects_loss", "callback_entry", "get", "kind_of", "snake"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,17 @@ class Entry:
         return self.description.format(**fields) if fields else self.description
 
 
+# tf.distribute's strategy classes -> the feature each is (None: one device, nothing to
+# switch off); annotate marks them, the report's setup scan names them.
+STRATEGIES: dict[str, str | None] = {
+    "MirroredStrategy": "mirrored_strategy",
+    "MultiWorkerMirroredStrategy": "multi_worker_strategy",
+    "CentralStorageStrategy": "central_storage_strategy",
+    "TPUStrategy": "tpu_strategy",
+    "ParameterServerStrategy": "parameter_server_strategy",
+    "OneDeviceStrategy": None,
+}
+
 _ENTRIES: tuple[Entry, ...] = (
     # -- precision, distribution, compilation (same math, other numerics) --
     Entry(
@@ -67,11 +78,11 @@ _ENTRIES: tuple[Entry, ...] = (
         "{policy} compute policy",
         "float32 (the policy call removed, or the plain optimizer for a LossScaleOptimizer)",
     ),
-    Entry("mirrored_strategy", "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()"),
-    Entry("multi_worker_strategy", "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()"),
-    Entry("central_storage_strategy", "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()"),
-    Entry("tpu_strategy", "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()"),
-    Entry("parameter_server_strategy", "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()"),
+    *(
+        Entry(name, "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()")
+        for name in STRATEGIES.values()
+        if name
+    ),
     Entry(
         "sync_batchnorm",
         "strategy",
@@ -240,16 +251,6 @@ KEYWORDS: dict[str, str] = {
     "clipvalue": "gradient_clipping",
     "global_clipnorm": "gradient_clipping",
 }
-# tf.distribute's strategy classes -> the feature each is (None: one device, nothing to
-# switch off); annotate marks them, the report's setup scan names them.
-STRATEGIES: dict[str, str | None] = {
-    "MirroredStrategy": "mirrored_strategy",
-    "MultiWorkerMirroredStrategy": "multi_worker_strategy",
-    "CentralStorageStrategy": "central_storage_strategy",
-    "TPUStrategy": "tpu_strategy",
-    "ParameterServerStrategy": "parameter_server_strategy",
-    "OneDeviceStrategy": None,
-}
 # The calls that set Keras's precision policy (Keras 3's `keras.config.set_dtype_policy`,
 # TF 2.3's `mixed_precision.experimental.set_policy`): `sets_policy`.
 POLICY_SETTERS = frozenset({"set_global_policy", "set_policy", "set_dtype_policy"})
@@ -287,9 +288,9 @@ def callback_entry(class_name: str | None, feature: str, *, stops: bool = False)
     e = get(feature)
     if e is not None and e.name != "callback":
         return e
-    if _LR_CALLBACK_RE.search(feature) or (class_name and _LR_CALLBACK_RE.search(_snake(class_name))):
+    if _LR_CALLBACK_RE.search(feature) or (class_name and _LR_CALLBACK_RE.search(snake(class_name))):
         return CATALOG["callback_lr_scheduler"]
-    if stops or _STOP_CALLBACK_RE.search(feature) or (class_name and _STOP_CALLBACK_RE.search(_snake(class_name))):
+    if stops or _STOP_CALLBACK_RE.search(feature) or (class_name and _STOP_CALLBACK_RE.search(snake(class_name))):
         return CATALOG["callback_stopping"]
     return CATALOG["callback"]
 
@@ -302,5 +303,10 @@ def sets_policy(dotted: str) -> bool:
     return name in POLICY_SETTERS and ("mixed_precision" in dotted or "config" in dotted or name == "set_global_policy")
 
 
-def _snake(name: str) -> str:
-    return re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name).lower()
+def snake(name: str) -> str:
+    """`early_stopping` from `EarlyStopping`, `lr_scheduler` from `LRScheduler`:
+    a feature name's part (never empty, a letter first)."""
+    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
+    s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s)
+    s = re.sub(r"[^a-zA-Z0-9]+", "_", s).strip("_").lower()
+    return s if s[:1].isalpha() else "x_" + s

@@ -29,7 +29,8 @@ import libcst as cst
 from tfrepro import catalog
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, assigned_name, last_name, literal, snake
+from tfrepro.annotate.source import Src, arg, assigned_name, is_name, last_name, literal
+from tfrepro.catalog import snake
 
 # Stock callbacks that save on a schedule: `save_freq` ("epoch", the default,
 # or every N batches) and its positional index.
@@ -122,8 +123,8 @@ class _Collector:
             small = s.body[0]
             call = small.value if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) else None
             f = call.func if call is not None else None
-            method = f.attr.value if isinstance(f, cst.Attribute) and _is_name(f.value, name) else None
-            if method in ("extend", "insert") or (isinstance(small, cst.AugAssign) and _is_name(small.target, name)):
+            method = f.attr.value if isinstance(f, cst.Attribute) and is_name(f.value, name) else None
+            if method in ("extend", "insert") or (isinstance(small, cst.AugAssign) and is_name(small.target, name)):
                 ctx.skip(src.path, src.line(s), f"callbacks added to {name!r} in bulk: not marked")
             elif method == "append":
                 self.append_statement(s, call, scope)  # type: ignore[arg-type]
@@ -269,10 +270,6 @@ def _statements(src: Src, scope: cst.CSTNode) -> list[cst.SimpleStatementLine]:
         for n in src.walk(scope)
         if isinstance(n, cst.SimpleStatementLine) and len(n.body) == 1 and src.scope(n) is scope
     ]
-
-
-def _is_name(node: cst.CSTNode, name: str) -> bool:
-    return isinstance(node, cst.Name) and node.value == name
 
 
 def callback_feature(class_name: str | None, var_name: str | None) -> str:

@@ -18,7 +18,7 @@ import libcst as cst
 
 from tfrepro import catalog
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, assigned_name, literal
+from tfrepro.annotate.source import Src, arg, assigned_name, is_name, literal
 
 METHODS = {
     "map",
@@ -55,6 +55,7 @@ METHODS = {
 _STRONG = {"prefetch", "interleave", "padded_batch", "unbatch", "with_options", "rebatch", "ragged_batch", "flat_map"}
 _NAME_HINT = re.compile(r"(^|_)(ds|dataset|datasets|data|pipeline)(_|$)|dataset")
 _PARALLEL = {"map": "parallel_map", "batch": "parallel_batch", "padded_batch": "parallel_batch"}
+_DROPPED = ("prefetch", "cache", "shuffle")  # links that are their feature, dropped when OFF
 
 
 def flatten(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.Call]]:
@@ -70,7 +71,7 @@ def flatten(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.Call
 
 def _feature_kind(call: cst.Call) -> str | None:
     method = call.func.attr.value  # type: ignore[attr-defined]
-    if method in ("prefetch", "cache", "shuffle", "interleave"):
+    if method in (*_DROPPED, "interleave"):
         return method
     # map(f, num_parallel_calls) takes it second; batch, padded_batch by keyword only
     npc = arg(call, 1 if method == "map" else None, "num_parallel_calls")
@@ -153,12 +154,10 @@ def _target(
     target = tnode.value
     annotation = f": {src.code(small.annotation.annotation)}" if isinstance(small, cst.AnnAssign) else ""
     # Rebinding the name between links would change what later links see.
-    if any(isinstance(n, cst.Name) and n.value == target for c in calls for a in c.args for n in src.walk(a)):
+    if any(is_name(n, target) for c in calls for a in c.args for n in src.walk(a)):
         ctx.skip(src.path, line, f"tf.data chain uses {target!r} inside its own links: not split")
         return None
-    if not (isinstance(base, cst.Name) and base.value == target) and any(
-        isinstance(n, cst.Name) and n.value == target for n in src.walk(base)
-    ):
+    if not is_name(base, target) and any(is_name(n, target) for n in src.walk(base)):
         ctx.skip(src.path, line, f"tf.data chain uses {target!r} in its source: not split")
         return None
     return target, annotation
@@ -177,7 +176,7 @@ def _claim_links(src: Src, ctx: Context, calls: list[cst.Call]) -> dict[int, Fou
             ctx.skip(src.path, src.line(call), "interleave without a map function: not marked")
             continue
         desc = catalog.CATALOG[kind].description
-        found[id(call)] = Found(name, desc, src.path, line, "dataset", affects_loss=catalog.affects_loss(name))
+        found[id(call)] = Found.of(name, desc, src.path, line)
     return found
 
 
@@ -240,7 +239,7 @@ def _tail(src: Src, call: cst.Call) -> str:
 
 def _off(src: Src, call: cst.Call, lhs: str, receiver: str, target: str) -> str | None:
     kind = _feature_kind(call)
-    if kind in ("prefetch", "cache", "shuffle"):
+    if kind in _DROPPED:
         return None if receiver == target else lhs + receiver + "\n"
     if kind == "interleave":
         fn = arg(call, 0, "map_func")

@@ -11,7 +11,7 @@ from tfrepro.annotate.candidate import candidate as _c
 from tfrepro.annotate.layers import LayerClass, stock_equivalent
 from tfrepro.annotate.model import Context
 from tfrepro.annotate.source import Src
-from tfrepro.annotate.standins import concat_standin, list_standin, structured_input
+from tfrepro.annotate.standins import AVERAGED, layer_inputs, list_standin, structured_standin
 
 
 def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix: str | None) -> list[Candidate]:
@@ -28,22 +28,20 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
     if (unit := statement_unit(src, ctx, call, f"{cls.name}(...)")) is None:
         return []
     expr, what, note = stock_equivalent(src, call, cls, prefix)
-    shape, tf = structured_input(src, call), src.tf_alias()
-    if shape is not None and tf is not None:  # called on a dict/list: one tensor from many (annotate/standins.py)
-        expr, what, note = concat_standin(prefix, tf), f"its {shape} of inputs concatenated (float32)", None
-        if shape == "list":
-            expr, what = (
-                list_standin(prefix, tf),
-                "its list of inputs averaged if of one shape, else concatenated (float32)",
-            )
-    outer = src.parent(call)
-    several = _positional_inputs(outer, call)
-    if note is not None and len(several) > 1 and tf is not None:
+    if isinstance(structured := structured_standin(src, call, prefix), str):
+        ctx.skip(src.path, src.line(call), f"{cls.name} {structured}")
+        return []
+    if structured is not None:  # called on a dict/list: one tensor from many (annotate/standins.py)
+        (expr, what), note = structured, None
+    tf = src.tf_alias()
+    several = layer_inputs(src, call) or []
+    if note is not None and len(several) > 1 and tf is not None and not any(a.star for a in several):
         # `Dist()(a, b)`: the whole call becomes the list stand-in over its inputs
-        listed = ", ".join(src.code(a) for a in several)
-        what = f"its {len(several)} inputs averaged if of one shape, else concatenated (float32)"
-        return [_c(unit, cls.feature, outer, f"{list_standin(prefix, tf)}([{listed}])", cls=cls.name, stock=what)]
-    if note is not None and isinstance(outer, cst.Call) and len([a for a in outer.args if a.keyword is None]) > 1:
+        listed = ", ".join(src.code(a.value) for a in several)
+        what = f"its {len(several)} inputs {AVERAGED}"
+        stand_in = f"{list_standin(prefix, tf)}([{listed}])"
+        return [_c(unit, cls.feature, src.parent(call), stand_in, cls=cls.name, stock=what)]
+    if note is not None and len(several) > 1:
         ctx.skip(
             src.path,
             src.line(call),
@@ -52,11 +50,3 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
         )
         return []
     return [_c(unit, cls.feature, call, expr, note=note, cls=cls.name, stock=what)]
-
-
-def _positional_inputs(outer: cst.CSTNode | None, call: cst.Call) -> list[cst.BaseExpression]:
-    """The positional arguments `call` (a layer's construction) is called on,
-    when none is starred or a keyword."""
-    if not (isinstance(outer, cst.Call) and outer.func is call) or any(a.star for a in outer.args):
-        return []
-    return [a.value for a in outer.args if a.keyword is None]

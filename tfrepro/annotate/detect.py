@@ -264,7 +264,7 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
         start, end = line, src.end_line(unit)
         swaps = [(c.node, c.replacement or "") for c in same if c.node is not None]
         on, off = src.lines_text(start, end), (src.lines_text(start, end, swaps) if swaps else None)
-        found = Found(name, head.description, src.path, line, head.kind, head.note, catalog.affects_loss(name))
+        found = Found.of(name, head.description, src.path, line, head.note)
         edits.append(Edit(start, end, indent, (BlockSeg(found, on, off),)))
     return edits
 
@@ -301,7 +301,7 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str, gr
             return on
         if (name := ctx.claim(c.base, c.kind, group=True, path=src.path, line=src.line(el.value))) is None:
             return on
-        found = Found(name, c.description, src.path, src.line(el.value), c.kind, c.note, catalog.affects_loss(name))
+        found = Found.of(name, c.description, src.path, src.line(el.value), c.note)
         return BlockSeg(found, on, append_stmt(src, indent, var, el.value, c.replacement))
 
     segs = split_list(src, lst, indent, segment)

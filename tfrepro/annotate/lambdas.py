@@ -6,9 +6,9 @@ would hold (keras-team/keras#9097: a Euclidean distance of two embeddings,
 `sqrt(sum(square(x - y)))`, whose gradient is NaN at distance 0). It is
 found as a feature of the `custom_layer` family named after the function
 (`custom_layer_euclidean_distance`), and its OFF stand-in is chosen as for a
-custom layer class by how it is called (annotate/standins.py): on a list or
-a dict of tensors, the concatenation of its inputs; on one tensor,
-`Identity()`, with a note asking the user to choose the stock layer.
+custom layer class by how it is called: on a list or a dict of tensors, the
+stand-in of annotate/standins.py; on one tensor, `Identity()`, with a note
+asking the user to choose the stock layer.
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ import libcst as cst
 from tfrepro.annotate.candidate import Candidate, statement_unit
 from tfrepro.annotate.candidate import candidate as _c
 from tfrepro.annotate.model import Context
-from tfrepro.annotate.source import Src, arg, assigned_name, dotted, literal, snake
-from tfrepro.annotate.standins import concat_standin, structured_input
+from tfrepro.annotate.source import Src, arg, assigned_name, dotted, literal
+from tfrepro.annotate.standins import structured_standin
+from tfrepro.catalog import snake
 
 
 def is_lambda_layer(src: Src, call: cst.Call, prefix: str | None) -> bool:
@@ -51,12 +52,11 @@ def lambda_layer_candidates(src: Src, ctx: Context, call: cst.Call, prefix: str)
         return []  # a function from a library (`Lambda(tf.nn.relu)`): not the project's code
     what = f"Lambda({fn.value.value})" if isinstance(fn.value, cst.Name) else f"Lambda({name})"
     feature = "custom_layer_" + snake(name)
-    if (shape := structured_input(src, call)) is not None:
-        if (tf := src.tf_alias()) is None:
-            reason = f"{what} takes a {shape} of inputs and the file imports no TensorFlow to join them with"
-            ctx.skip(src.path, src.line(call), f"{reason}: not marked")
-            return []
-        standin, stock, note = concat_standin(prefix, tf), f"its {shape} of inputs concatenated (float32)", None
+    if isinstance(structured := structured_standin(src, call, prefix), str):
+        ctx.skip(src.path, src.line(call), f"{what} {structured}")
+        return []
+    if structured is not None:
+        (standin, stock), note = structured, None
     else:
         standin, stock = f"{prefix}.Identity()", "Identity (the function not applied)"
         note = (

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tfrepro.annotate.source import Src, dotted, last_name, snake
+from tfrepro.annotate.source import Src, dotted, last_name
+from tfrepro.catalog import snake
 
 _NOT_LAYERS = {"Model", "Sequential", "Functional", "Layer", "InputSpec", "Callback"}
 _ALWAYS_KW = ("name", "dtype")
@@ -47,12 +48,9 @@ class LayerClass:
 
 def _keras_layer_base(src: Src, base: cst.BaseExpression) -> tuple[bool, str | None]:
     """(is a Keras layer base, stock layer name if a stock layer other than Layer)."""
-    if (d := dotted(base)) is None:
+    if (d := dotted(base)) is None or (full := src.resolved(base)) is None:
         return False, None
     parts = d.split(".")
-    aliases = src.import_aliases
-    target = aliases.get(parts[0], parts[0])
-    full = ".".join([target, *parts[1:]])
     if full.endswith(".Layer") and ("keras" in full or "layers" in full):
         return True, None
     if d == "Layer" and "keras" in full:

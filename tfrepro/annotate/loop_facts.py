@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tfrepro.annotate.loops import NotSwitchable, _is_model_call, _loss_and_model, _loss_expr, step_region
-from tfrepro.annotate.source import Src, arg, last_name
+from tfrepro.annotate import loops
+from tfrepro.annotate.source import Src, arg, is_name, last_name
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class StepFacts:
     line: int
     model: str
     training: bool | None  # the `training=` of the model call in the tape (None: not given)
-    loss_object: bool  # `fn(y, pred)` (a Keras loss squeezes ranks itself), else a hand-written expression
+    loss_object: bool  # `fn(labels, pred)` (annotate/loops.py `loss_call`), else a hand-written expression
     loss_code: str
     per_replica: bool  # the step runs under strategy.run
     global_average: bool  # the loss is averaged over the global batch (compute_average_loss, a division)
@@ -30,38 +30,29 @@ class StepFacts:
 def step_facts(src: Src) -> list[StepFacts]:
     out = []
     for node in src.nodes(cst.Call):
-        if not (isinstance(node.func, cst.Attribute) and node.func.attr.value in ("apply_gradients", "apply")):
+        if not (isinstance(node.func, cst.Attribute) and node.func.attr.value in loops.APPLY):
             continue
         try:
             out.append(_facts(src, node))
-        except NotSwitchable:
+        except loops.NotSwitchable:
             continue
     return out
 
 
 def _facts(src: Src, apply_call: cst.Call) -> StepFacts:
-    region, grad = step_region(src, apply_call)
-    loss_name, model = _loss_and_model(grad)
+    region, grad = loops.step_region(src, apply_call)
+    loss_name, model = loops._loss_and_model(grad)
     assigned = src.assignments(region, loss_name)
     code = src.code(assigned[-1].value) if assigned else ""
-    calls = [n for n in src.walk(region) if _is_model_call(n, model)]
+    calls = [n for n in src.walk(region) if loops._is_model_call(n, model)]
     training = arg(calls[0], None, "training") if calls else None
     value = None if training is None else {"True": True, "False": False}.get(src.code(training.value))
     try:
-        expr, pred = _loss_expr(src, region, loss_name, model)
-        loss_object = (
-            isinstance(expr, cst.Call)
-            and len(expr.args) == 2
-            and expr.args[1].value is pred
-            and last_name(expr.func) not in ("reduce_mean", "reduce_sum", "square", "abs")
-        )
-    except NotSwitchable:
+        loss_object = loops.loss_call(src, *loops._loss_expr(src, region, loss_name, model)) is not None
+    except loops.NotSwitchable:
         loss_object = True  # not identified: no claim about ranks
     runs = isinstance(region, cst.FunctionDef) and any(
-        last_name(n.func) == "run"
-        and n.args
-        and isinstance(n.args[0].value, cst.Name)
-        and n.args[0].value.value == region.name.value
+        last_name(n.func) == "run" and n.args and is_name(n.args[0].value, region.name.value)
         for n in src.nodes(cst.Call)
     )
     global_avg = "compute_average_loss" in code or "global_batch" in code.lower() or "/" in code

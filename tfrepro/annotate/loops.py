@@ -27,12 +27,12 @@ from dataclasses import dataclass
 
 import libcst as cst
 
-from tfrepro import catalog
 from tfrepro.annotate.loop_mode import compile_mode
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, last_name
+from tfrepro.annotate.source import Src, arg, is_name, last_name
 
 _VARS = ("trainable_variables", "trainable_weights")
+APPLY = ("apply_gradients", "apply")  # the optimizer's step (check 7 finds GradientTape steps by it too)
 _NOT_SWITCHABLE = "custom_loop: a hand-written training loop ({form}) is detected but not switchable: {why}"
 
 
@@ -62,7 +62,7 @@ def loop_edits(src: Src, ctx: Context) -> list[Edit]:
         form, finder = None, None
         if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
             attr = node.func.attr.value
-            if attr in ("apply_gradients", "apply") and isinstance(node.func.value, cst.Name):
+            if attr in APPLY and isinstance(node.func.value, cst.Name):
                 form, finder = "GradientTape", _tape_loop
             elif attr == "train_on_batch" and isinstance(node.func.value, cst.Name):
                 form, finder = "train_on_batch", _train_on_batch_loop
@@ -178,7 +178,7 @@ def _loss_expr(src: Src, region, loss: str, model: str) -> tuple[cst.BaseExpress
 
 
 def _is_model_call(node: cst.CSTNode, model: str) -> bool:
-    return isinstance(node, cst.Call) and isinstance(node.func, cst.Name) and node.func.value == model
+    return isinstance(node, cst.Call) and is_name(node.func, model)
 
 
 def _model_input(src: Src, region, expr, pred) -> tuple[str, set[str]]:
@@ -226,7 +226,7 @@ def _loss_base(src: Src, expr, y: str) -> str | None:
     `Loss` class to subclass, whose `call` sees the labels unaligned, as the
     loop does (the loop reshapes them itself)."""
     for n in src.walk(expr):
-        if not (isinstance(n, cst.Name) and n.value == y):
+        if not is_name(n, y):
             continue
         parent = src.parent(n)
         call = src.parent(src.parent(n)) if isinstance(parent, cst.Arg) else None
@@ -241,24 +241,38 @@ def _loss_base(src: Src, expr, y: str) -> str | None:
     raise NotSwitchable("the loss reshapes the labels and the file imports no Keras to write a Loss class with")
 
 
-def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
-    """`fn` for `fn(y, pred)`, else the expression with y_true / y_pred in it."""
-    if (
+# Modules whose functions compute elementwise: `tf.math.squared_difference(y, pred)` broadcasts.
+_OP_MODULES = ("tensorflow", "tensorflow.math", "keras.ops", "numpy")
+
+
+def loss_call(src: Src, expr: cst.BaseExpression, pred: cst.CSTNode) -> cst.Call | None:
+    """The loss when it is a loss function or object applied to the labels and
+    the prediction, `fn(labels, pred)` (two arguments, the prediction second,
+    `fn` no op of `_OP_MODULES`): such a loss brings the two to one rank
+    itself. None: a hand-written expression (check 7 judges its ranks)."""
+    if not (
         isinstance(expr, cst.Call)
         and len(expr.args) == 2
-        and all(a.keyword is None and not a.star for a in expr.args)
-        and isinstance(expr.args[0].value, cst.Name)
-        and expr.args[0].value.value == y
+        and not any(a.star for a in expr.args)
         and expr.args[1].value is pred
     ):
-        return src.code(expr.func), None
-    swaps = [(pred, "y_pred"), *((n, "y_true") for n in src.walk(expr) if isinstance(n, cst.Name) and n.value == y)]
+        return None
+    return None if (src.resolved(expr.func) or "").rpartition(".")[0] in _OP_MODULES else expr
+
+
+def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
+    """`fn` for `fn(y, pred)` (a loss call given the labels as they come, by
+    position: as fit calls it), else the expression with y_true / y_pred in it."""
+    call = loss_call(src, expr, pred)
+    if call is not None and all(a.keyword is None for a in call.args) and is_name(call.args[0].value, y):
+        return src.code(call.func), None
+    swaps = [(pred, "y_pred"), *((n, "y_true") for n in src.walk(expr) if is_name(n, y))]
     return "", src.splice(*src.span(expr), swaps)
 
 
 def _single_call(src: Src, fn: cst.FunctionDef) -> tuple[cst.Call, cst.For]:
     name = fn.name.value
-    calls = [n for n in src.nodes(cst.Call) if isinstance(n.func, cst.Name) and n.func.value == name]
+    calls = [n for n in src.nodes(cst.Call) if is_name(n.func, name)]
     if not calls:
         raise NotSwitchable(f"{name}() is not called directly from a loop (strategy.run or a callback calls it)")
     if len(calls) > 1:
@@ -373,7 +387,7 @@ def _train_step_override(src: Src, ctx: Context, fn: cst.FunctionDef) -> Edit | 
         return None
     desc = f"{cls.name.value}.train_step overrides fit's step, the same math; off: Keras's own train_step"
     start, end = src.line(fn), src.end_line(fn)
-    found = Found(name, desc, src.path, start, "loop", None, catalog.affects_loss(name))
+    found = Found.of(name, desc, src.path, start)
     return Edit(start, end, indent, (BlockSeg(found, src.lines_text(start, end)),))
 
 
@@ -413,6 +427,6 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
     what = "model.fit over the same data" + (", optimizer and loss, in its compile mode" if loop.optimizer else "")
     desc = f"hand-written training loop ({form}) instead of fit, the same math; off: {what}"
     note = None if loop.loss_def is None else "the loop's loss expression wrapped as a Keras loss for fit"
-    found = Found(name, desc, src.path, line, "loop", note, catalog.affects_loss(name))
+    found = Found.of(name, desc, src.path, line, note)
     end = src.end_line(unit)
     return Edit(line, end, indent, (BlockSeg(found, src.lines_text(line, end), "".join(off)),))

@@ -35,7 +35,7 @@ def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> t
         return None, []
     if existing is None:
         text = _HEADER
-        if entry and entry != "repro.py":
+        if entry:
             text += f'\n[trial]\nentry = "{entry}"\n'
         for n in names:
             text += f"\n[features.{n}]\naffects_loss = true\n"

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from tfrepro import catalog
+
 
 class _Located:
     @property
@@ -29,6 +31,11 @@ class Found(_Located):
     kind: str  # e.g. "dataset", "callback", "custom_layer"
     note: str | None = None
     affects_loss: bool = False
+
+    @classmethod
+    def of(cls, name: str, description: str, path: str, line: int, note: str | None = None) -> Found:
+        """A block of the feature `name`, whose kind and `affects_loss` are the catalog's."""
+        return cls(name, description, path, line, catalog.kind_of(name) or "", note, catalog.affects_loss(name))
 
 
 @dataclass(frozen=True)

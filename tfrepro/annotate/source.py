@@ -10,7 +10,6 @@ user's formatting and comments byte for byte.
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Iterable, Iterator
 from functools import cached_property
 from typing import TypeVar
@@ -59,13 +58,9 @@ def last_name(node: cst.BaseExpression) -> str | None:
     return None
 
 
-def snake(name: str) -> str:
-    s = re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1_\2", name)
-    s = re.sub(r"([a-z0-9])([A-Z])", r"\1_\2", s)
-    s = re.sub(r"[^a-zA-Z0-9]+", "_", s).strip("_").lower()
-    if not s or not s[0].isalpha():
-        s = "x_" + s
-    return s
+def is_name(node: cst.CSTNode | None, name: str) -> bool:
+    """`node` is the plain name `name`."""
+    return isinstance(node, cst.Name) and node.value == name
 
 
 def literal(node: cst.BaseExpression | None) -> object:
@@ -109,7 +104,7 @@ def rebinds_itself(assign: cst.Assign) -> str | None:
     """`f` for `f = wrapper(f, ...)` (the call's first argument), else None."""
     name = assigned_name(assign)
     first = arg(assign.value, 0, "func") if isinstance(assign.value, cst.Call) else None
-    return name if first is not None and isinstance(first.value, cst.Name) and first.value.value == name else None
+    return name if first is not None and is_name(first.value, name) else None
 
 
 def arg(call: cst.Call, index: int | None, keyword: str | None) -> cst.Arg | None:
@@ -294,6 +289,14 @@ class Src:
                     name = a.evaluated_name
                     out[a.evaluated_alias or name] = f"{mod}.{name}" if mod else name
         return out
+
+    def resolved(self, node: cst.BaseExpression) -> str | None:
+        """The dotted name of `node` with its first part read through the
+        file's imports (`tf.math.abs` -> `tensorflow.math.abs`), else None."""
+        if (d := dotted(node)) is None:
+            return None
+        head, _, tail = d.partition(".")
+        return ".".join(filter(None, (self.import_aliases.get(head, head), tail)))
 
     @cached_property
     def keras_prefix(self) -> str | None:

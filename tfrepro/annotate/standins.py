@@ -19,25 +19,27 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tfrepro.annotate.source import Src
+from tfrepro.annotate.source import Src, is_name
+
+
+def layer_inputs(src: Src, call: cst.Call) -> list[cst.Arg] | None:
+    """The arguments but keywords that `call` (a layer's construction) is
+    called on (`Dist()(a, b)`: a, b), None when it is not called there."""
+    outer = src.parent(call)
+    return [a for a in outer.args if a.keyword is None] if isinstance(outer, cst.Call) and outer.func is call else None
 
 
 def structured_input(src: Src, call: cst.Call) -> str | None:
     """'dict' or 'list' when `call` (the layer's construction) is called on
     a dict/list literal, or on a name whose one assignment in scope is one
     (or `dict(...)`, or starts empty and is filled by item assignment); else None."""
-    outer = src.parent(call)
-    if not (isinstance(outer, cst.Call) and outer.func is call):
-        return None
-    pos = [a.value for a in outer.args if a.keyword is None and not a.star]
+    pos = [a.value for a in layer_inputs(src, call) or () if not a.star]
     if len(pos) != 1:
         return None
     value = pos[0]
     if isinstance(value, cst.Name):
         value = _assigned(src, src.scope(call), value.value) or _assigned(src, src.module, value.value)
-    if isinstance(value, (cst.Dict, cst.DictComp)) or (
-        isinstance(value, cst.Call) and isinstance(value.func, cst.Name) and value.func.value == "dict"
-    ):
+    if isinstance(value, (cst.Dict, cst.DictComp)) or (isinstance(value, cst.Call) and is_name(value.func, "dict")):
         return "dict"
     if isinstance(value, (cst.List, cst.Tuple, cst.ListComp)):
         return "list"
@@ -49,7 +51,25 @@ def _assigned(src: Src, scope: cst.CSTNode, name: str) -> cst.BaseExpression | N
     return values[0] if len(values) == 1 else None
 
 
-def concat_standin(prefix: str, tf: str) -> str:
+AVERAGED = "averaged if of one shape, else concatenated (float32)"
+
+
+def structured_standin(src: Src, call: cst.Call, prefix: str) -> tuple[str, str] | str | None:
+    """(the stand-in, what it is in words) of a layer called on a dict or a
+    list of inputs (`structured_input`), a layer class's and a `Lambda`'s
+    alike (annotate/custom.py, annotate/lambdas.py); why it is not marked
+    when the file imports no TensorFlow to write it with; None when the
+    layer is called on one tensor."""
+    if (shape := structured_input(src, call)) is None:
+        return None
+    if (tf := src.tf_alias()) is None:
+        return f"takes a {shape} of inputs and the file imports no TensorFlow to join them with: not marked"
+    if shape == "dict":
+        return _concat_standin(prefix, tf), "its dict of inputs concatenated (float32)"
+    return list_standin(prefix, tf), f"its list of inputs {AVERAGED}"
+
+
+def _concat_standin(prefix: str, tf: str) -> str:
     """A layer that turns any structure of inputs into one float32 tensor."""
     return (
         f"{prefix}.Lambda(lambda inputs: {tf}.concat("
