@@ -40,11 +40,6 @@ def _value(hint: Any, v: Any) -> Any:
     return of(sub, v) if type(None) in kinds else of(sub, v) or sub()
 
 
-# report/route.py (another piece of this pass) still names the report's trial
-# `TrialFacts`: it is the trial's own value.
-TrialFacts = TrialResult
-
-
 @dataclass(frozen=True)
 class Reproduction:
     """report.json's `reproduction`: the report's re-run of repro.py on its

@@ -17,8 +17,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from tfrepro.report.answer import Report, TrialFacts
+from tfrepro.report.answer import Report
 from tfrepro.report.scan import LEGACY_KERAS
+from tfrepro.trials.values import TrialResult
 
 TENSORFLOW = "tensorflow/tensorflow"
 KERAS = "keras-team/keras"
@@ -79,7 +80,7 @@ def crash_package(r: Report) -> str | None:
     that package, else None."""
     if r.symptom != "crash":
         return None
-    for t in (r.culprit or TrialFacts(), r.rerun.trial or TrialFacts()):
+    for t in (r.culprit or TrialResult(), r.rerun.trial or TrialResult()):
         frames = _FRAME.findall(str(t.error_detail or ""))
         if frames:
             parts = frames[-1].replace("\\", "/").split("/")
