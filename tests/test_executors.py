@@ -338,3 +338,19 @@ def test_the_local_description_says_cold_processes_under_the_clis_cold(monkeypat
     assert "cold" not in ex.describe()
     monkeypatch.setattr(warm, "_FORCE_COLD", True)
     assert "cold processes" in ex.describe()
+
+
+def test_a_given_result_is_never_spawned_by_any_executor():
+    """`Trial.given` (a result known already) is the executor base's rule, so
+    a spawner that is not the local one (Ray's) honours it too."""
+    from tfrepro.trials.executor_base import Executor
+
+    class Spawner(Executor):
+        def _run(self, project, request, exclusive):
+            raise AssertionError("spawned a trial whose result was given")
+
+    known = TrialResult(losses=(1.0,), steps_run=1)
+    trial = Trial((), TrialSettings(), given=known)
+    ex = Spawner(2)
+    assert ex.run_one(None, trial) is known and ex.run_timed(None, trial) is known
+    assert ex.run_batch(None, [trial, trial]) == [known, known]

@@ -67,3 +67,17 @@ def test_owned_removes_its_dir_and_a_killed_owners_is_swept_by_the_next(tmp_path
     assert os.path.isdir(dead)
     with ownedtmp.owned("task-", root) as path:
         assert not os.path.exists(dead) and os.listdir(root) == [os.path.basename(path)]
+
+
+def test_a_holder_killed_before_its_rename_does_not_block_the_next(tmp_path):
+    """`hold` writes its lock under a name of its own, then renames it: a
+    holder killed in between leaves that file, and the next holder of the
+    same dir (a trial dir run again) still gets the lock (before: FileExistsError)."""
+    for left in ("owner.lock.new", "owner.lock.abc123.new"):  # the old name, the new
+        (tmp_path / left).write_text("12345\n")
+    fd = ownedtmp.hold(tmp_path)
+    try:
+        assert ownedtmp.in_use(tmp_path) is True
+    finally:
+        os.close(fd)
+    assert ownedtmp.in_use(tmp_path) is False

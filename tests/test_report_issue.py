@@ -199,3 +199,23 @@ def test_the_title_names_the_tensorflow_version_the_form_names():
     text = render_issue(Report.of(doc("nan", environment=env)))
     assert text.splitlines()[0].endswith("(TensorFlow 2.21.0)")
     assert dict(sections(text))["TensorFlow version"] == "2.21.0"
+
+
+@pytest.mark.parametrize("symptom", ["mismatch", "slowdown"])
+def test_the_issue_names_the_reference_where_the_bundle_put_it(symptom):
+    """A multi-file reference lies in reference/ (export.Export.ref_path):
+    ISSUE.md names that file, never a reference.py the bundle does not have."""
+    from tfrepro.report.issue_text import behaviour, series_log
+
+    repro = {"code": REPRO, "entry": "repro.py", "reference": "reference/repro.py"}
+    r = Report.of(
+        {
+            "symptom": symptom,
+            "culprit_trial": {"losses": [1.0, 2.0], "step_times": [0.5, 0.06, 0.06]},
+            "baseline": {"losses": [1.0, 1.0], "step_times": [0.5, 0.01, 0.01]},
+            "repro": repro,
+            "reproduction": {"timing": {"candidate": [0.06], "baseline": [0.01]}},
+        }
+    )
+    text = " ".join([*behaviour(r), *series_log(r)])
+    assert "reference/repro.py" in text and "reference.py" not in text.replace("reference/repro.py", "")

@@ -241,3 +241,25 @@ def test_the_nightly_rerun_of_a_reduced_repro_reads_the_kept_records(tmp_path, m
     b = build(_reduced_run(tmp_path), _nan_with_row_7, nightly=True)
     assert b.report.data["reduction"]["records"] == 1 and b.reproduced is True
     assert b.report.nightly.reproduced is True
+
+
+def test_the_notebook_of_a_reduced_repro_reads_the_kept_records(tmp_path, monkeypatch):
+    """repro.ipynb is repro.py in cells, run by a kernel whose namespace has no
+    `__file__` and whose cwd is the notebook's dir: the kept records are found
+    there (before: NameError on `__file__`)."""
+    from tfrepro.report import notebook
+    from tfrepro.report.answer import Env
+
+    np.save(tmp_path / "x.npy", np.arange(12).reshape(6, 2))
+    groups = [(0, rd.read_records(tmp_path, Read("numpy.load", "x.npy", "train.py:3")))]
+    text = rd.rewrite_reads("import numpy as np\nx = np.load('x.npy')\nTOTAL = int(x.sum())\n", groups)
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "data.npz").write_bytes(rd.npz_bytes(groups, [1, 4]))
+    nb = notebook.build(text, symptom="nan", env=Env(), title="t")
+    monkeypatch.chdir(bundle)
+    scope: dict = {"__name__": "__main__"}
+    for cell in nb.cells:
+        if cell.cell_type == "code" and not cell.source.startswith("!") and "TOTAL" not in scope:
+            exec(compile(cell.source, "<cell>", "exec"), scope)
+    assert scope["TOTAL"] == 22

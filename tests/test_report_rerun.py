@@ -103,3 +103,20 @@ def test_a_timing_run_that_crashes_stops_timing_with_a_verdict():
     rep = rerun_slowdown(runner, 0.02, "CRASH\n")  # a broken reference decides nothing
     assert rep.reproduced is None and "reference.py stopped with crash" in rep.detail
     assert [d for d, _ in runner.calls] == ["reference"]
+
+
+def test_the_details_name_the_reference_where_the_bundle_puts_it():
+    """A multi-file reference is reference/repro.py in the bundle (Export.ref_name):
+    the re-run's details, which ISSUE.md quotes, name that file."""
+    spec = RerunSpec(TrialSettings(steps=8), SymptomSettings(), reference="reference/repro.py")
+    slow = reproduce(
+        "slowdown", {"repro.py": "STEP = 0.02\n"}, {"repro.py": "STEP = 0.002\n"}, spec, runner=TimedRunner()
+    )
+    assert "that of reference/repro.py" in slow.detail and "reference.py" not in slow.detail
+
+    def runner(where, settings):
+        losses = (1.0, 2.0) if where.name == "candidate" else (1.0, 1.0)
+        return TrialResult(losses=losses, steps_run=2, mode="fit")
+
+    far = reproduce("mismatch", {"repro.py": ""}, {"repro.py": ""}, spec, runner=runner)
+    assert far.reproduced and "deviation from reference/repro.py" in far.detail

@@ -251,6 +251,9 @@ KEYWORDS: dict[str, str] = {
     "clipvalue": "gradient_clipping",
     "global_clipnorm": "gradient_clipping",
 }
+# The environment variables that switch XLA on (the `xla_flags` feature; `tfrepro env`
+# names each in its XLA line).
+XLA_VARS = ("TF_XLA_FLAGS", "XLA_FLAGS")
 # The calls that set Keras's precision policy (Keras 3's `keras.config.set_dtype_policy`,
 # TF 2.3's `mixed_precision.experimental.set_policy`): `sets_policy`.
 POLICY_SETTERS = frozenset({"set_global_policy", "set_policy", "set_dtype_policy"})

@@ -61,9 +61,6 @@ def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context
     return out
 
 
-_XLA_VARS = ("XLA_FLAGS", "TF_XLA_FLAGS")
-
-
 def _xla_env_var(target: cst.BaseExpression) -> str | None:
     """`os.environ["XLA_FLAGS"] = ...` (or TF_XLA_FLAGS): the variable's name."""
     if not isinstance(target, cst.Subscript) or not (dotted(target.value) or "").endswith("environ"):
@@ -71,7 +68,7 @@ def _xla_env_var(target: cst.BaseExpression) -> str | None:
     if len(target.slice) != 1 or not isinstance(target.slice[0].slice, cst.Index):
         return None
     key = literal(target.slice[0].slice.value)
-    return key if key in _XLA_VARS else None
+    return key if key in catalog.XLA_VARS else None
 
 
 def _whole_call(src: Src, ctx: Context, call: cst.Call, what: str, feature: str, **fields: str) -> list[Candidate]:

@@ -15,11 +15,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from tfrepro import __version__
+from tfrepro.catalog import XLA_VARS
 from tfrepro.report import scrub
 from tfrepro.report.answer import Env, of
 
 # Variables named by their own section (XLA, determinism) as well as listed.
-XLA_VARS = ("TF_XLA_FLAGS", "XLA_FLAGS")
 DETERMINISM_VARS = ("TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "PYTHONHASHSEED")
 _PACKAGES = ("tfrepro", "python", "tensorflow", "keras", "tf_keras", "numpy")
 

@@ -181,7 +181,7 @@ def _mismatch(r: Report, who: str) -> tuple[str, str]:
             if refcfg
             else "every engineering feature off"
         )
-        + ": `reference.py`."
+        + f": `{r.repro.reference}`."
     )
     alone = (
         " Without the culprit, the losses match the reference step for step."
@@ -247,7 +247,7 @@ def series_log(r: Report) -> list[str]:
         if timing.candidate:
             lines.append(
                 f"re-run medians, ms: repro.py {_series(timing.candidate, 1000)}; "
-                f"reference.py {_series(timing.baseline or [], 1000)}"
+                f"{r.repro.reference} {_series(timing.baseline or [], 1000)}"
             )
         return lines
     if r.symptom == "memory":
@@ -259,7 +259,7 @@ def series_log(r: Report) -> list[str]:
         cand, ref = mismatch_pair(r)
         lines = [
             f"per-step loss, repro.py:     {_series(cand.losses)}",
-            f"per-step loss, reference.py: {_series(ref.losses)}",
+            f"per-step loss, {r.repro.reference}: {_series(ref.losses)}",
         ]
         if "custom_loop" in (r.culprits or []):
             from tfrepro.report.loop_table import first_diverging_rows

@@ -158,7 +158,8 @@ def _tfrepro_file(i):
     """A temp file of the original format holding the records kept in data.npz
     (removed when the script exits)."""
     kind, suffix = _TFREPRO_FILES[i]
-    here = _tfrepro_os.path.dirname(_tfrepro_os.path.abspath(__file__))
+    # beside the script; a notebook's kernel has no __file__ and runs in the notebook's dir
+    here = _tfrepro_os.path.dirname(_tfrepro_os.path.abspath(globals().get("__file__", "repro.ipynb")))
     saved = _tfrepro_np.load(_tfrepro_os.path.join(here, "data.npz"))
     fd, path = _tfrepro_tempfile.mkstemp(suffix=suffix)
     _tfrepro_os.close(fd)

@@ -43,17 +43,29 @@ STATE = os.path.join(HERE, "nan_state")
 META = json.load(open(os.path.join(STATE, "state.json"), encoding="utf-8"))
 
 
+def _nest(leaves):
+    """The structure of saved leaves keyed by their path below it ("" = the
+    leaf itself; "a/0": a dict's "a", then a tuple's first item)."""
+    if "" in leaves:
+        return leaves[""]
+    parts = {{}}
+    for path, leaf in leaves.items():
+        head, _, rest = path.partition("/")
+        parts.setdefault(head, {{}})[rest] = leaf
+    if all(k.isdigit() for k in parts):
+        return tuple(_nest(parts[k]) for k in sorted(parts, key=int))
+    return {{k: _nest(v) for k, v in parts.items()}}
+
+
 def _batch():
-    """(x, y, sample_weight) from the saved leaves ("0" = x, "0/name" = a dict input)."""
+    """(x, y, sample_weight) from the saved leaves ("0" = x, "0/name" = a dict
+    input, "0/1" = a tuple's second input)."""
     saved = np.load(os.path.join(STATE, "batch.npz"))
     parts = {{}}
     for path in saved.files:
         head, _, rest = path.partition("/")
-        if rest:
-            parts.setdefault(int(head), {{}})[rest] = saved[path]
-        else:
-            parts[int(head)] = saved[path]
-    return tuple(parts.get(i) for i in range(3))
+        parts.setdefault(head, {{}})[rest] = saved[path]
+    return tuple(_nest(parts[str(i)]) if str(i) in parts else None for i in range(3))
 
 
 def _variables(optimizer):

@@ -79,14 +79,17 @@ def write_files(dest: Path, files: Mapping[str, str | bytes]) -> Path:
 class RerunSpec:
     """What a re-run judges by: the trial `settings` (entry, steps, budget),
     the `symptoms` thresholds, the bisect's `noise`, at most `max_pairs`
-    timing pairs for a slowdown, and the crash the bisect saw
-    (`expected_error`: exception type and message), when it is known."""
+    timing pairs for a slowdown, the crash the bisect saw
+    (`expected_error`: exception type and message), when it is known, and
+    the name the bundle gives the reference (`Export.ref_name`), for the
+    details."""
 
     settings: TrialSettings
     symptoms: SymptomSettings
     noise: float = 0.0
     max_pairs: int = 5
     expected_error: str | None = None
+    reference: str = "reference.py"
 
 
 def reproduce(
@@ -165,13 +168,13 @@ def _detail(
         dev = loss_deviation(cand.losses, ref.losses)
         tol = mismatch_tolerance(spec.symptoms, spec.noise)
         return (
-            f"largest per-step relative loss deviation from reference.py: {dev:.3g} "
+            f"largest per-step relative loss deviation from {spec.reference}: {dev:.3g} "
             f"(tolerance {tol:.3g}) over {min(len(cand.losses), len(ref.losses))} steps"
         )
     if symptom == Verdict.MEMORY.value and ref is not None:
         from tfrepro.trials.memcheck import decide_memory
 
-        return f"against reference.py: {decide_memory(cand, [ref], spec.symptoms.memory).reason}"
+        return f"against {spec.reference}: {decide_memory(cand, [ref], spec.symptoms.memory).reason}"
     return f"verdict {verdict.value}"
 
 
@@ -212,7 +215,7 @@ def _slowdown(
         if key == "repro":
             if progress:
                 progress(
-                    f"  timing pair {len(runs[key]) + 1} (at most {max_pairs}): repro.py between two reference.py runs"
+                    f"  timing pair {len(runs[key]) + 1} (at most {max_pairs}): repro.py between two {spec.reference} runs"
                 )
             number, where = repeat - TIMING_CANDIDATE, cand_dir
         else:
@@ -226,17 +229,18 @@ def _slowdown(
         spec.symptoms.slowdown,
         "reference",
         steps=settings.steps,
-        name="reference.py",
+        name=spec.reference,
     )
     out = pool.timed("repro", min_pairs=min(3, max_pairs), max_pairs=max_pairs)
-    reproduced, detail = _timing_detail(out, pool.why, spec.symptoms.slowdown)
+    reproduced, detail = _timing_detail(out, pool.why, spec)
     cand, ref = (r[-1].to_dict() if r else None for r in (runs["repro"], runs["reference"]))
     return Reproduction("slowdown", reproduced, detail, out.verdict.value, cand, ref, out.to_dict())
 
 
-def _timing_detail(out: TimingOutcome, why: list[str], threshold: float) -> tuple[bool | None, str]:
+def _timing_detail(out: TimingOutcome, why: list[str], spec: RerunSpec) -> tuple[bool | None, str]:
     """(reproduced, detail) of a timing comparison's outcome `out`; `why`:
     the reasons a run could not be timed, the last one first to tell."""
+    threshold = spec.symptoms.slowdown
     n = len(out.pairs)
     if out.stopped is Verdict.UNTESTABLE:
         return None, f"could not be timed: {why[-1] if why else 'untestable'}"
@@ -245,8 +249,8 @@ def _timing_detail(out: TimingOutcome, why: list[str], threshold: float) -> tupl
     if out.verdict == Verdict.SLOWDOWN:
         test = f"{n} clear-cut pair{'s' if n != 1 else ''}" if out.fast else f"p={out.p_value:.3g}, {n} pairs"
         return True, (
-            f"median step time {out.ratio:.2f}x that of reference.py "
-            f"(threshold {threshold}x, {test}; repro.py between two reference.py runs)"
+            f"median step time {out.ratio:.2f}x that of {spec.reference} "
+            f"(threshold {threshold}x, {test}; repro.py between two {spec.reference} runs)"
         )
     if out.conclusive:
         return False, f"not slower: median step time ratio {out.ratio:.2f}x (threshold {threshold}x, {n} pairs)"

@@ -37,13 +37,17 @@ class Executor:
     def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
         raise NotImplementedError
 
+    def _ran(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
+        """`request.given` (a result known already: never spawned), else the spawner's."""
+        return request.given if request.given is not None else self._run(project, request, exclusive)
+
     def run_one(self, project: "Project", request: Trial) -> TrialResult:
-        return self._run(project, request, False)
+        return self._ran(project, request, False)
 
     def run_timed(self, project: "Project", request: Trial) -> TrialResult:
         """A timing trial: alone on its device, on the same node as every other
         timing trial of this executor (the caller never overlaps two)."""
-        return self._run(project, request, True)
+        return self._ran(project, request, True)
 
     def run_batch(
         self,
@@ -70,7 +74,7 @@ class Executor:
                 raise TrialStopped()
             if on_start:
                 on_start(i)
-            result = self._run(requests[i].project or project, requests[i], False)
+            result = self._ran(requests[i].project or project, requests[i], False)
             if on_result:
                 on_result(i, result)
             return result

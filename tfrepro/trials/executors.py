@@ -85,8 +85,6 @@ class LocalExecutor(Executor):
         self.pool = GpuPool(self.devices)
 
     def _run(self, project: "Project", request: Trial, exclusive: bool) -> TrialResult:
-        if request.given is not None:
-            return request.given
         from tfrepro.trials.runner import run_trial
 
         run, how = self.runner or run_trial, request.how

@@ -26,8 +26,8 @@ LOCK = "owner.lock"
 def hold(d: str | Path, name: str = LOCK) -> int:
     """Create the lock file `d/name` (holding this process's pid), locked by
     this process, and return its fd: closing it (or dying) lets go."""
-    new = os.path.join(d, name + ".new")
-    fd = os.open(new, os.O_CREAT | os.O_EXCL | os.O_WRONLY | os.O_CLOEXEC, 0o644)
+    # a name of its own: one left by a holder killed before its rename never blocks the next
+    fd, new = tempfile.mkstemp(prefix=name + ".", suffix=".new", dir=d)
     os.write(fd, f"{os.getpid()}\n".encode())
     fcntl.flock(fd, fcntl.LOCK_EX)
     os.rename(new, os.path.join(d, name))  # visible only once held
