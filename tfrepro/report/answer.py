@@ -41,8 +41,7 @@ def _value(hint: Any, v: Any) -> Any:
 
 
 class Timed:
-    """A value holding a timing comparison as written (`timing`, a
-    `TimingOutcome.to_dict`): `timed` reads it back."""
+    """A value holding a timing comparison as written (`timing`, a TimingOutcome.to_dict): `timed` reads it."""
 
     timing: dict[str, Any] | None
 

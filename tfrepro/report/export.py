@@ -163,9 +163,8 @@ def _variants(
 
 
 def write_files(dest: Path, files: Mapping[str, str], data: bytes | None = None, *, data_at: str = DATA) -> Path:
-    """`files` (relpath -> text, as it is: no newline translation) under
-    `dest`, and `data` (the records a reduced export reads) at `data_at`,
-    beside the entry."""
+    """`files` (relpath -> text, as it is: no newline translation) under `dest`,
+    and `data` (the records a reduced export reads) at `data_at`, beside the entry."""
     for rel, text in files.items():
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         (dest / rel).write_text(text, encoding="utf-8", newline="")
