@@ -4,6 +4,7 @@ repro writes temp files of the original format (no TensorFlow)."""
 
 from __future__ import annotations
 
+import io
 import struct
 
 import numpy as np
@@ -109,14 +110,14 @@ def test_a_reduction_that_keeps_too_much_is_refused(tmp_path):
     export = Export(None, None, {"repro.py": "import numpy as np\nx = np.load('x.npy')\n"}, {})
     got = rd.reduce_export(tmp_path, export, sites, 10, lambda files: True)
     assert got.records <= 1  # any record shows it: at most one is kept
-    got = rd.reduce_export(tmp_path, export, sites, 10, lambda e: _rows(e.cand_files) >= 50)
+    got = rd.reduce_export(tmp_path, export, sites, 10, lambda e: _rows(e.data) >= 50)
     assert "too many" in got.error
 
 
-def _rows(files) -> int:
+def _rows(data: bytes) -> int:
     import io
 
-    saved = np.load(io.BytesIO(files["data.npz"]))
+    saved = np.load(io.BytesIO(data))
     return len(saved["f0_rows"])
 
 
@@ -222,6 +223,27 @@ def test_a_multi_file_reference_finds_the_kept_records_beside_it(tmp_path, monke
     for script in ("repro.py", "reference/repro.py"):  # each as its artifacts line says: `python <script>`
         got = subprocess.run([sys.executable, script], cwd=b.out, capture_output=True, text=True)
         assert got.returncode == 0 and got.stdout.splitlines()[0] == "29.0", (script, got.stderr)
+
+
+def test_the_localisation_of_a_reduced_repro_reads_the_kept_records(tmp_path, monkeypatch):
+    """check_numerics runs the repro the bundle ships: its files and, beside
+    its entry, the records the reduction kept (Export.data)."""
+    from report_fakes import build
+
+    from tfrepro.report import localize
+    from tfrepro.report.answer import Localization
+
+    seen = []
+
+    def fake(files, data=None, **kw):
+        seen.append((sorted(files), np.load(io.BytesIO(data))["f0_rows"].tolist() if data else None))
+        return Localization(note="fake")
+
+    monkeypatch.setattr("tfrepro.report.artifacts.have_tensorboard", lambda: False)
+    monkeypatch.setattr(localize, "localize", fake)
+    b = build(_reduced_run(tmp_path), _nan_with_row_7, localize=True)
+    assert b.report.data["reduction"]["records"] == 1
+    assert seen == [(["repro.py"], [[14.0, 15.0]])]
 
 
 def test_the_nightly_rerun_of_a_reduced_repro_reads_the_kept_records(tmp_path, monkeypatch):

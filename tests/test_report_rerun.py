@@ -4,6 +4,7 @@ re-verified in B C B timing pairs (fakes, milliseconds)."""
 from __future__ import annotations
 
 from tfrepro.project import Project
+from tfrepro.report.export import Export
 from tfrepro.report.rerun import Reproduction, RerunSpec, default_runner, reproduce
 from tfrepro.settings import TIMING_MIN_STEPS, TIMING_MIN_TIME_S, TIMING_STEPS_MAX, SymptomSettings, TrialSettings
 from tfrepro.trials.values import TrialResult
@@ -60,7 +61,8 @@ class TimedRunner:
 def rerun_slowdown(runner, cand_step: float | str, ref_step: float | str = 0.002) -> Reproduction:
     text = lambda x: f"STEP = {x}\n" if isinstance(x, float) else x
     spec = RerunSpec(TrialSettings(steps=8), SymptomSettings())
-    return reproduce("slowdown", {"repro.py": text(cand_step)}, {"repro.py": text(ref_step)}, spec, runner=runner)
+    export = Export(None, None, {"repro.py": text(cand_step)}, {"repro.py": text(ref_step)})
+    return reproduce("slowdown", export, spec, runner=runner)
 
 
 def test_a_10x_slower_repro_reproduces_on_one_clear_pair_of_time_budget_runs():
@@ -110,7 +112,10 @@ def test_the_details_name_the_reference_where_the_bundle_puts_it():
     the re-run's details, which ISSUE.md quotes, name that file."""
     spec = RerunSpec(TrialSettings(steps=8), SymptomSettings(), reference="reference/repro.py")
     slow = reproduce(
-        "slowdown", {"repro.py": "STEP = 0.02\n"}, {"repro.py": "STEP = 0.002\n"}, spec, runner=TimedRunner()
+        "slowdown",
+        Export(None, None, {"repro.py": "STEP = 0.02\n"}, {"repro.py": "STEP = 0.002\n"}),
+        spec,
+        runner=TimedRunner(),
     )
     assert "that of reference/repro.py" in slow.detail and "reference.py" not in slow.detail
 
@@ -118,5 +123,5 @@ def test_the_details_name_the_reference_where_the_bundle_puts_it():
         losses = (1.0, 2.0) if where.name == "candidate" else (1.0, 1.0)
         return TrialResult(losses=losses, steps_run=2, mode="fit")
 
-    far = reproduce("mismatch", {"repro.py": ""}, {"repro.py": ""}, spec, runner=runner)
+    far = reproduce("mismatch", Export(None, None, {"repro.py": ""}, {"repro.py": ""}), spec, runner=runner)
     assert far.reproduced and "deviation from reference/repro.py" in far.detail

@@ -204,11 +204,11 @@ def _new_from(script: Path, dest: Path | None, as_json: bool, args: tuple[str, .
     check_destination(dest.expanduser().absolute())
     got = export_script(project, say=lambda line: click.echo(f"new --from: {line}", err=True))
     click.echo(f"new --from: writing the project to {dest} (copier template script, baseline committed)", err=True)
-    created = new_project(dest, template="script", data=got.answers(), files=got.files)
+    created = new_project(dest, template="script", data=got.answers(), files=got.written)
     if as_json:
         doc = {"path": str(created.path), "template": "script", "version": created.version, "commit": created.commit}
         commented = [{"line": c.line, "code": c.code, "names": list(c.names)} for c in got.commented]
-        doc.update(got.answers(), files=sorted(got.files), data_facts=got.data_facts.to_dict(), commented=commented)
+        doc.update(got.answers(), files=sorted(got.written), data_facts=got.data_facts.to_dict(), commented=commented)
         click.echo(json.dumps(doc))
         return
     click.echo(f"created {created.path} from {script}; baseline committed as {created.commit[:10]}")

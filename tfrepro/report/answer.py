@@ -40,8 +40,18 @@ def _value(hint: Any, v: Any) -> Any:
     return of(sub, v) if type(None) in kinds else of(sub, v) or sub()
 
 
+class Timed:
+    """A value holding a timing comparison as written (`timing`, a TimingOutcome.to_dict): `timed` reads it."""
+
+    timing: dict[str, Any] | None
+
+    @property
+    def timed(self) -> TimingRecord:
+        return of(TimingRecord, self.timing) or TimingRecord()
+
+
 @dataclass(frozen=True)
-class Reproduction:
+class Reproduction(Timed):
     """report.json's `reproduction`: the report's re-run of repro.py on its
     own (rerun.py `reproduce`), written with `asdict`. `reproduced` is None
     when the re-run could not decide (e.g. no trial machinery, a timing
@@ -62,10 +72,6 @@ class Reproduction:
     def trial(self) -> TrialResult | None:
         """The re-run of repro.py."""
         return TrialResult.from_dict(self.candidate) if self.candidate else None
-
-    @property
-    def timed(self) -> TimingRecord:
-        return of(TimingRecord, self.timing) or TimingRecord()
 
 
 @dataclass(frozen=True)
@@ -96,7 +102,7 @@ class Repro:
 
 
 @dataclass(frozen=True)
-class Evidence:
+class Evidence(Timed):
     """What the bisect measured besides the answer: report.json's `evidence`,
     the run's result fields of these names as result.json has them (its
     `timing` a `TimingOutcome.to_dict`, read through `timed`) and the
@@ -112,10 +118,6 @@ class Evidence:
     timing: dict[str, Any] | None = None
     compile_differs: list[dict[str, Any]] | None = None
     replicas: int | None = None
-
-    @property
-    def timed(self) -> TimingRecord:
-        return of(TimingRecord, self.timing) or TimingRecord()
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,11 @@ from tfrepro.report.answer import Localization, Report
 from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
-from tfrepro.report.export import ENTRY, Export, Write, entry_of, export_variants, load_at, write_scripts
+from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, load_at, write_files, write_scripts
 from tfrepro.report.records import ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
 from tfrepro.report.replicas import with_split
-from tfrepro.report.rerun import Runner, write_files
+from tfrepro.report.rerun import Runner
 from tfrepro.report.scriptargs import default_args, notebook_code, script_args
 from tfrepro.report.scrub import Scrubber
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from tfrepro.report.standin import DataFacts
 
 RUNS = Path(STATE_DIR_NAME) / "runs"
+Write = Callable[[str, str], None]  # (path in the bundle, text): build_report's, scrubbed
 
 
 @dataclass(frozen=True)
@@ -155,10 +156,10 @@ def build_report(
     try:
         write: Write = lambda rel, text: write_files(out, {rel: scrubber.scrub(text)})  # every text scrubbed
         kw = dict(rerun=how.rerun, runner=runner, max_pairs=how.max_pairs, say=say)
-        reproduction, with_npz, trim, data = with_data(ctx, export, no_data=how.no_data, **kw)
-        export = replace(with_npz, cand_files={k: v for k, v in with_npz.cand_files.items() if k != "data.npz"})
-        artifacts = {**write_scripts(write, ctx.result, export), **_write_data(out, ctx, data, how.no_data)}
-        loc = _localize(ctx, with_npz, localize=how.localize, python=how.python, say=say)
+        reproduction, export, trim, data = with_data(ctx, export, no_data=how.no_data, **kw)
+        scripts = write_scripts(out, ctx.result, export, scrubber.scrub)  # data.npz too, beside each entry
+        artifacts = {**scripts, **_write_data(out, ctx, data, how.no_data)}
+        loc = _localize(ctx, export, localize=how.localize, python=how.python, say=say)
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = environment_facts(
             reproduction, probe=how.probe_environment, python=how.python, environ=environ, say=say
@@ -172,7 +173,7 @@ def build_report(
         repro = replace(report.repro, trimmed=trim["trimmed"], trim=trim)
         report = replace(report, repro=repro, data=data.to_dict())
         if how.nightly:
-            report = replace(report, nightly=nightly_rerun(ctx, with_npz, max_pairs=how.max_pairs, say=say))
+            report = replace(report, nightly=nightly_rerun(ctx, export, max_pairs=how.max_pairs, say=say))
         doc = scrubber.scrub_obj(report.json())
         write("report.json", json.dumps(doc, indent=2))
         report = Report.of(doc)  # type: ignore[arg-type]  # as written: scrubbed
@@ -244,12 +245,10 @@ def _write_notebook(write: Write, ctx: Context, export: Export, head: Report) ->
 
 
 def _write_data(out: Path, ctx: Context, data: DataFacts, no_data: bool) -> dict[str, str]:
-    """data.npz (the records the reduction kept) and a NaN's replay.py + nan_state/ (its batch is user data: not with --no-data)."""
+    """What data.npz is (the records the reduction kept) and a NaN's replay.py + nan_state/ (its batch is user data: not with --no-data)."""
     artifacts: dict[str, str] = {}
     red = data.reduction
-    if red is not None and red.out is not None:  # the reduced export reads its records from data.npz, beside each entry
-        npz = red.out.cand_files["data.npz"]
-        write_files(out, {rel: npz for rel in ("data.npz", red.out.ref_path("data.npz"))})
+    if red is not None and red.out is not None:
         files, what = ", ".join(f"`{f.file}`" for f in red.files), "the few real records that still show the symptom"
         artifacts["data.npz"] = f"{red.records} of {red.of} records of {files}: {what}"
     if not no_data:
@@ -265,4 +264,4 @@ def _localize(
     from tfrepro.report.localize import localize as run_localize
 
     say("localising the first non-finite value (check_numerics, XLA off) ...")
-    return run_localize(export.cand_files, python=python, settings=rerun_settings(ctx))
+    return run_localize(export.cand_files, export.data, python=python, settings=rerun_settings(ctx))

@@ -45,7 +45,7 @@ def _reproduce(
     spec = RerunSpec(
         rerun_settings(ctx), ctx.symptoms, noise, max_pairs, expected_error=expected, reference=export.ref_name
     )
-    rep = reproduce(ctx.symptom, export.cand_files, export.ref_files, spec, runner=runner, progress=say)
+    rep = reproduce(ctx.symptom, export, spec, runner=runner, progress=say)
     say(f"re-run: {VERDICT[rep.reproduced]} ({rep.detail})")
     return rep
 

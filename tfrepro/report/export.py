@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import difflib
 import posixpath
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -24,17 +24,20 @@ from tfrepro.settings import TrialSettings
 
 ENTRY = "repro.py"
 REFERENCE = "reference.py"
-Write = Callable[[str, str], None]  # (path in the bundle, text): bundle.py's, scrubbed
+DATA = "data.npz"
 
 
 @dataclass(frozen=True)
 class Export:
-    """The two exported variants, scrubbed: the culprit one and its reference."""
+    """The two exported variants, scrubbed: the culprit one and its reference;
+    `data`, the records both read when the data was reduced (reduce.py):
+    data.npz beside each entry."""
 
     cand_cfg: list[str] | None
     ref_cfg: list[str] | None
     cand_files: dict[str, str]
     ref_files: dict[str, str]
+    data: bytes | None = None
 
     def ref_path(self, rel: str) -> str:
         """Where the reference's file `rel` lies in the bundle: one script is
@@ -159,13 +162,25 @@ def _variants(
     return cand_cfg, ref_cfg, bundle_files(project, cand_cfg, entry), bundle_files(project, ref_cfg, entry)
 
 
-def write_scripts(write: Write, result: ResultJson, export: Export) -> dict[str, str]:
-    """repro.py (and the files it imports), the reference next to it;
-    returns what each is, for the bundle's artifacts list."""
-    for rel, text in export.cand_files.items():
-        write(rel, text)
-    for rel, text in export.ref_files.items():
-        write(export.ref_path(rel), text)
+def write_files(dest: Path, files: Mapping[str, str], data: bytes | None = None, *, data_at: str = DATA) -> Path:
+    """`files` (relpath -> text, as it is: no newline translation) under `dest`,
+    and `data` (the records a reduced export reads) at `data_at`, beside the entry."""
+    for rel, text in files.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text, encoding="utf-8", newline="")
+    if data is not None:
+        (dest / data_at).parent.mkdir(parents=True, exist_ok=True)
+        (dest / data_at).write_bytes(data)
+    return dest
+
+
+def write_scripts(out: Path, result: ResultJson, export: Export, scrub: Callable[[str], str]) -> dict[str, str]:
+    """repro.py (and the files it imports), the reference next to it, each
+    text scrubbed, data.npz beside each entry; returns what each script is,
+    for the bundle's artifacts list."""
+    write_files(out, {rel: scrub(text) for rel, text in export.cand_files.items()}, export.data)
+    ref = {export.ref_path(rel): scrub(text) for rel, text in export.ref_files.items()}
+    write_files(out, ref, export.data, data_at=export.ref_path(DATA))
     if result.get("first_bad_commit"):
         bad = str(result.get("first_bad_commit"))[:12]
         good = str((result.get("good") or {}).get("sha", ""))[:12]

@@ -20,8 +20,9 @@ from typing import TypedDict
 
 from tfrepro.inside import LOCALIZE_PLUGIN
 from tfrepro.report.answer import Localization
+from tfrepro.report.export import write_files
 from tfrepro.report.records import RuntimeSettings
-from tfrepro.report.rerun import run_as_written, write_files
+from tfrepro.report.rerun import run_as_written
 from tfrepro.settings import TrialSettings
 
 _DETECTED = re.compile(r'Detected Infinity or NaN in output (\d+) of (graph op|eagerly-executing op) "([^"]+)"')
@@ -189,14 +190,16 @@ def _user_frames(frames: list[tuple[str, int, str]], script_abs: str, base: str)
 
 def localize(
     files: dict[str, str],
+    data: bytes | None = None,
     *,
     python: str | None = None,
     settings: TrialSettings = TrialSettings(),
     timeout_s: float | None = None,
 ) -> Localization:
     """Run the exported variant `files` (relpath -> text; `settings.entry`
-    its script) under check_numerics as a trial, XLA off, and say where the
-    first non-finite value came from. `settings`: the re-run's (the bisect's,
+    its script; `data`: the records a reduced one reads) under
+    check_numerics as a trial, XLA off, and say where the first non-finite
+    value came from. `settings`: the re-run's (the bisect's,
     for the exported script); the run goes to the script's own end or its
     first NaN, within `timeout_s` (default: the settings'). Never raises for
     a failing run: the note says what happened."""
@@ -208,7 +211,7 @@ def localize(
         settings, timeout_s=timeout_s, until_symptom=True, budget_s=budget, deterministic=False, repeat=0
     )
     with tempfile.TemporaryDirectory(prefix="tfrepro-localize-", ignore_cleanup_errors=True) as tmp:
-        got = _facts(Path(tmp), files, python, settings)
+        got = _facts(Path(tmp), files, data, python, settings)
     if isinstance(got, str):
         return Localization(found=False, note=got)
     facts, script = got
@@ -236,13 +239,13 @@ def localize(
 
 
 def _facts(
-    tmp: Path, files: dict[str, str], python: str | None, settings: TrialSettings
+    tmp: Path, files: dict[str, str], data: bytes | None, python: str | None, settings: TrialSettings
 ) -> tuple[ProbeFacts, Path] | str:
     """The plugin's facts of the check_numerics trial and the path its script
     ran at (the trial's copy: its traceback's frames), or why there are none."""
     from tfrepro.trials.trial import TrialOptions
 
-    root = write_files(tmp / "repro", files)
+    root = write_files(tmp / "repro", files, data)
     flags = re.sub(r"--tf_xla_auto_jit=\S+", "", os.environ.get("TF_XLA_FLAGS", "")).strip()
     how = TrialOptions(
         label="localize",

@@ -39,7 +39,7 @@ from typing import Any
 
 from tfrepro import features as fb
 from tfrepro.errors import UserError
-from tfrepro.report.export import ENTRY, Export, bundle_files, entry_of
+from tfrepro.report.export import DATA, ENTRY, Export, bundle_files, entry_of, write_files
 from tfrepro.report.newsettings import user_settings
 from tfrepro.report.offtail import comment_tail
 from tfrepro.report.scriptargs import default_args, script_args
@@ -58,13 +58,19 @@ class FromScript:
     """What `new --from` writes beside the template's files."""
 
     source: str  # the script, relative to its project
-    files: dict[str, str | bytes]  # repro.py, the modules it imports, data.npz
+    files: dict[str, str]  # repro.py, the modules it imports
     features: tuple[str, ...]
     affects_loss: tuple[str, ...]
     data_facts: DataFacts = DataFacts()  # report.json's `data` facts, as the report's data pipeline gives them
     commented: tuple[Any, ...] = ()  # offtail.Commented: tail lines that read what an OFF feature made
     script_args: tuple[str, ...] = ()  # repro.py takes them when given none
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # the user's tfrepro.toml tables kept
+    records: bytes | None = None  # data.npz: the few real records a reduced repro reads
+
+    @property
+    def written(self) -> dict[str, str | bytes]:
+        """Every file the new project gets beside the template's: `files`, and data.npz when reduced."""
+        return self.files if self.records is None else {**self.files, DATA: self.records}
 
     @property
     def data(self) -> str:
@@ -123,20 +129,17 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
         say(f"{entry}: {len(project.feature_names)} features, each a block written OFF in repro.py")
         if args:
             say(f"repro.py takes the script's arguments when given none: {shlex.join(args)}")
-        data: dict[str, str | bytes] = {ENTRY: texts[ENTRY]}
-        facts = DataFacts()
+        got, facts = Export(None, None, texts, {}), DataFacts()
         if any(_READS.search(t) for t in texts.values()):
             say("the script reads data files: one trial with every feature ON records what it reads")
-            data, facts = _data(project, entry, texts, trial, Path(tmp), say, args)
-        extra = {rel: v for rel, v in data.items() if rel != ENTRY}  # data.npz
-        on, commented = comment_tail(str(data[ENTRY]), entry)
+            got, facts = _data(project, entry, got, trial, Path(tmp), say, args)
+        on, commented = comment_tail(got.cand_files[ENTRY], entry)
         on = default_args(on, ENTRY, args)
-        files: dict[str, str | bytes] = {rel: _all_off(on if rel == ENTRY else t, rel) for rel, t in texts.items()}
-        files.update(extra)
+        files = {rel: _all_off(on if rel == ENTRY else t, rel) for rel, t in texts.items()}
     names = tuple(project.feature_names)
     loss = tuple(sorted(set(project.affects_loss) & set(names)))
     kept = user_settings(project.manifest)
-    return FromScript(entry, files, names, loss, facts, tuple(commented), args, kept)
+    return FromScript(entry, files, names, loss, facts, tuple(commented), args, kept, got.data)
 
 
 def _all_off(text: str, rel: str) -> str:
@@ -192,35 +195,31 @@ def same_end(orig: TrialResult, new: TrialResult) -> bool:
     return not (new.crashed or new.timed_out or new.nonfinite) and new.steps_run > 0
 
 
-def _data(project: Any, entry: str, texts: dict[str, str], trial: TrialFn, tmp: Path, say: Say, args: Sequence[str]):
-    """(repro.py ON and data.npz if any, the data facts) from one recording
-    trial and reduce.choose_data, each candidate checked by a trial of a new
-    project (the real records only for a NaN or a crash)."""
+def _data(project: Any, entry: str, export: Export, trial: TrialFn, tmp: Path, say: Say, args: Sequence[str]):
+    """(the `export` (every feature ON, markers kept) reading the data chosen, the data facts) from one
+    recording trial and reduce.choose_data, each candidate checked by a trial of a new project (the real
+    records only for a NaN or a crash)."""
     from tfrepro.report.reduce import choose_data
 
     orig = trial(project, frozenset(project.feature_names))
     counter = iter(range(1 << 30))
 
     def ends_alike(tried: Export) -> bool:
-        rest = {r: t for r, t in texts.items() if r != ENTRY}
-        mine = {k: default_args(v, ENTRY, args) if k == ENTRY else v for k, v in tried.cand_files.items()}
-        off = {k: v if isinstance(v, bytes) else _all_off(v, k) for k, v in mine.items()}
-        new = write_project(tmp / f"try-{next(counter)}", {**rest, **off})
+        repro = _all_off(default_args(tried.cand_files[ENTRY], ENTRY, args), ENTRY)
+        new = write_project(tmp / f"try-{next(counter)}", {**tried.cand_files, ENTRY: repro}, tried.data)
         return same_end(orig, trial(new, frozenset(project.feature_names)))
 
     shows = ends_alike if orig.nonfinite or orig.crashed else None
-    result, export = {"failing": orig.to_dict()}, Export(None, None, {ENTRY: texts[ENTRY]}, {})
-    got, facts = choose_data(project.root, result, entry, export, check=ends_alike, shows=shows, say=say)
-    return got.cand_files, facts
+    result = {"failing": orig.to_dict()}
+    return choose_data(project.root, result, entry, export, check=ends_alike, shows=shows, say=say)
 
 
-def write_project(dest: Path, files: dict[str, str | bytes]) -> Any:
-    """`files` as a marked project in `dest` (entry repro.py), loaded."""
+def write_project(dest: Path, files: dict[str, str], data: bytes | None = None) -> Any:
+    """`files` (and `data`, data.npz) as a marked project in `dest` (entry repro.py), loaded."""
     from tfrepro.project import Project
-    from tfrepro.report.rerun import write_files
 
     dest.mkdir(parents=True)
-    return Project.load(write_files(dest, {"tfrepro.toml": MANIFEST_TEXT, **files}))
+    return Project.load(write_files(dest, {"tfrepro.toml": MANIFEST_TEXT, **files}, data))
 
 
 def summary_lines(got: FromScript) -> list[str]:

@@ -226,8 +226,8 @@ class Reduction:
 def reduce_export(root: Path, export: Export, sites: list[Read], batches: int | None, shows: Check) -> Reduction:
     """Reduce the records of the largest group of same-sized data files the
     export's entry script reads (the reference's too, when its reads are
-    the same). `shows(export)` re-runs the export, data.npz among the
-    repro's files, and says whether the symptom shows."""
+    the same). `shows(export)` re-runs the export, the records kept its
+    `data` (data.npz), and says whether the symptom shows."""
     recs = [r for r in (read_records(root, s) for s in sites) if r is not None and count(r) > 1]
     if not recs:
         return Reduction("no data file the report can split into records (.npy, text, TFRecord)")
@@ -239,7 +239,7 @@ def reduce_export(root: Path, export: Export, sites: list[Read], batches: int | 
     chunk = max(1, n // batches) if batches else max(1, n // 64)
 
     def with_npz(keep: list[int]) -> Export:
-        return replace(new, cand_files={**new.cand_files, "data.npz": npz_bytes(groups, keep)})
+        return replace(new, data=npz_bytes(groups, keep))
 
     try:
         kept, tests = reduce_records(n, chunk, lambda keep: shows(with_npz(keep)) is True)
@@ -267,7 +267,7 @@ def choose_data(
     Seeded stand-ins come first (in the reference's entry too), kept unless
     `check(export)` says False (None: not checked); then, with `shows` (one
     re-run per call), the few real records that still show the symptom
-    (`reduce_export`, data.npz among the repro's files); else the export as
+    (`reduce_export`, the export's `data`: data.npz); else the export as
     given: the repro reads the user's data and the facts name it."""
     facts, sites, batches = recorded(result, entry)
     if no_data:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from tfrepro.inside import SETUP_PLUGIN
 from tfrepro.report.answer import Reproduction
+from tfrepro.report.export import Export, write_files
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.values import TrialResult
 from tfrepro.verdicts import Verdict
@@ -64,17 +65,6 @@ def run_as_written(project_dir: Path, settings: TrialSettings, how: TrialOptions
     return run_trial(Project.load(project_dir, detect=False), (), settings, replace(how, use_cache=False))
 
 
-def write_files(dest: Path, files: Mapping[str, str | bytes]) -> Path:
-    """`files` (relpath -> text, or bytes) under `dest`, text as it is (no newline translation)."""
-    for rel, text in files.items():
-        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(text, bytes):  # data.npz: the records a reduced repro reads (report/reduce.py)
-            (dest / rel).write_bytes(text)
-        else:
-            (dest / rel).write_text(text, encoding="utf-8", newline="")
-    return dest
-
-
 @dataclass(frozen=True)
 class RerunSpec:
     """What a re-run judges by: the trial `settings` (entry, steps, budget),
@@ -94,23 +84,20 @@ class RerunSpec:
 
 def reproduce(
     symptom: str,
-    candidate: dict[str, str],
-    reference: dict[str, str],
+    export: Export,
     spec: RerunSpec,
     *,
     runner: Runner | None = None,
     progress: Callable[[str], None] | None = None,
 ) -> Reproduction:
-    """Re-run the exported `candidate` files (relpath -> text, entry
-    `spec.settings.entry`) and, when the symptom needs one, the `reference`.
-    A crash reproduces only with the bisect's `spec.expected_error`, when it
-    is known."""
-    if isinstance(candidate.get("data.npz"), bytes) and "data.npz" not in reference:
-        reference = {**reference, "data.npz": candidate["data.npz"]}  # the records a reduced reference reads too
+    """Re-run the `export`'s culprit variant (entry `spec.settings.entry`)
+    and, when the symptom needs one, its reference, each in a dir of its own
+    with the records a reduced export reads. A crash reproduces only with
+    the bisect's `spec.expected_error`, when it is known."""
     with tempfile.TemporaryDirectory(prefix="tfrepro-rerun-") as tmp:
         root = Path(tmp)
-        cand_dir = write_files(root / "candidate", candidate)
-        ref_dir = write_files(root / "reference", reference)
+        cand_dir = write_files(root / "candidate", export.cand_files, export.data)
+        ref_dir = write_files(root / "reference", export.ref_files, export.data)
         if runner is None:
             runner = default_runner(root / "state")
         spec = replace(spec, settings=replace(spec.settings, repeat=0))
