@@ -201,8 +201,8 @@ def replicas(extra: dict, fits: bool = True) -> int | None:
     script built and (`fits`) of every fit's model (under no strategy: 1);
     None when there was neither. The one count: the result's
     `replicas_in_sync`, the hardware's `replicas` (`hardware`) and the
-    plugins' `ctx.replicas()` (setup_plugin.py; localize_plugin.py, which
-    asks for the strategies' alone)."""
+    plugins' `ctx.replicas()` (localize_plugin.py asks for the strategies'
+    alone)."""
     counts = [s["replicas"] for s in extra.get("strategies") or []]
     if fits:
         counts += [f["replicas"] for f in extra.get("fits") or [] if f.get("replicas")]
