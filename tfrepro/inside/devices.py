@@ -117,7 +117,8 @@ def pin_compile(args: tuple, kwargs: dict, config: dict) -> tuple[dict, bool]:
 
 def precision_policy(keras, model=None) -> str | None:
     """`model`'s precision policy, else the global one of `keras` (the
-    script's Keras module, harness.keras_module; None: not imported)."""
+    script's Keras module, harness.keras_module; runtimeprobe.py: the one
+    `tf.keras` is; None: not imported)."""
     name = getattr(getattr(model, "dtype_policy", None), "name", None)
     if name is not None:
         return str(name)
