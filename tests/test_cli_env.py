@@ -127,3 +127,34 @@ def test_version_names_tensorflow_and_keras_without_importing_them():
         f"Keras {metadata.version('keras')}, tf_keras {metadata.version('tf_keras')})"
     )
     assert imported == "[]"
+
+
+_RUNTIME_OF = """
+import json, sys
+from types import SimpleNamespace
+
+sys.modules["tensorflow"] = sys.modules["keras"] = None  # neither is there to import: only what `tf` hands over
+sys.path.insert(0, sys.argv[1])
+import runtimeprobe
+
+
+class Unloadable:  # tf.keras where its Keras cannot be imported (TensorFlow's lazy loader raises)
+    def __getattr__(self, name):
+        raise ImportError(name)
+
+
+policy = SimpleNamespace(global_policy=lambda: SimpleNamespace(name="mixed_bfloat16"))
+for keras in (SimpleNamespace(mixed_precision=policy), Unloadable()):
+    print(json.dumps(runtimeprobe.runtime(SimpleNamespace(keras=keras))["precision_policy"]))
+"""
+
+
+def test_the_runtime_probe_reads_the_policy_of_the_keras_tf_keras_is():
+    """`tfrepro env`'s precision policy is that of the Keras `tf.keras` is
+    (tf_keras under TF_USE_LEGACY_KERAS=1), read by devices.precision_policy
+    as a trial reads it; one that cannot load says `unavailable: <type>`.
+    Before: the probe imported Keras 3 (`import keras`) whatever tf.keras was."""
+    from tfrepro.inside import INSIDE_DIR
+
+    out = subprocess.run([sys.executable, "-c", _RUNTIME_OF, str(INSIDE_DIR)], capture_output=True, text=True)
+    assert out.stdout.splitlines() == ['"mixed_bfloat16"', '"unavailable: ImportError"'], out.stderr

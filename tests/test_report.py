@@ -331,27 +331,59 @@ def test_setup_scan_reads_live_code_only():
     assert scan_setup("x = 1\n").precision_policy.startswith("float32")
 
 
+def _rerun(policy=None, replicas=None, jit=None, strategies=(), eagerly=None):
+    """A re-run's trial as the harness writes it: the fields every trial has
+    (inside/devices.py) and the setup plugin's `extra["setup"]`."""
+    from tfrepro.trials.values import TrialResult
+
+    extra = {"strategies": [{"strategy": s, "replicas": replicas, "devices": []} for s in strategies]}
+    if eagerly is not None:
+        extra["setup"] = {"run_functions_eagerly": eagerly}
+    fits = ({"call": "fit#1", "jit_compile": jit},) if jit is not None else ()
+    return TrialResult(precision_policy=policy, replicas_in_sync=replicas, compile_modes=fits, extra=extra)
+
+
 def test_facts_seen_at_run_time_override_the_static_read():
-    """The re-run's `extra["setup"]`, then the localisation's settings, by one rule."""
+    """The re-run's trial, then the localisation's settings, by one rule."""
     from tfrepro.report.scan import merge_runtime
 
     s, seen = scan_setup("strategy = tf.distribute.MirroredStrategy()\n"), " (observed at run time)"
-    rerun = {"precision_policy": "mixed_float16", "replicas": 2, "strategy": "MirroredStrategy", "jit_compile": False}
-    got = merge_runtime(s, {**rerun, "run_functions_eagerly": True})
+    rerun = _rerun("mixed_float16", 2, False, ["MirroredStrategy"], eagerly=True)
+    got = merge_runtime(s, rerun, None)
     assert (got.precision_policy, got.replicas, got.distribution) == (
         "mixed_float16" + seen,
         "2" + seen,
         "MirroredStrategy",
     )
     assert got.xla == s.xla + "; model.jit_compile False at run time" and got.eager.endswith(seen)
-    got = merge_runtime(got, {"jit_compile_requested": ["tf.function"], "op_determinism": True, "replicas": None})
+    localized = {"jit_compile_requested": ["tf.function"], "op_determinism": True, "replicas": None}
+    got = merge_runtime(s, rerun, localized)  # type: ignore[arg-type]
     assert (got.xla, got.determinism, got.replicas) == (
         "tf.function" + seen,
         "op determinism enabled" + seen,
         "2" + seen,
     )
-    assert merge_runtime(s, {"jit_compile": True}).xla == "jit_compile=True in Model.fit" + seen
-    assert merge_runtime(s, {"strategy": "_DefaultDistributionStrategy"}) == merge_runtime(s, None) == s
+    assert merge_runtime(s, _rerun(jit=True), None).xla == "jit_compile=True in Model.fit" + seen
+    assert merge_runtime(s, _rerun(), None) == merge_runtime(s, None, None) == s
+
+
+def test_the_setup_is_what_the_rerun_trial_recorded_once():
+    """report.json's `setup` reads the re-run trial's own fields (the model's
+    precision policy, the fit's resolved jit_compile), not a second record of
+    the setup plugin's (the global policy at the end; an unknown jit_compile
+    written as False). Before: a script that set the global policy back
+    after fit was reported float32, and an unknown jit_compile as False."""
+    from types import SimpleNamespace
+
+    from tfrepro.report.answer import Reproduction
+    from tfrepro.report.document import _setup_facts
+
+    trial = _rerun("mixed_float16", 1, None, eagerly=True)
+    trial.extra["setup"].update(precision_policy="float32", replicas=1, jit_compile=False)  # the old second record
+    export = SimpleNamespace(cand_files={"repro.py": "import keras\n"})
+    got = _setup_facts(export, Reproduction(candidate=trial.to_dict()), None)  # type: ignore[arg-type]
+    assert got.precision_policy == "mixed_float16 (observed at run time)"
+    assert got.xla == scan_setup("import keras\n").xla and got.eager.endswith("(observed at run time)")
 
 
 def test_setup_scan_and_detection_know_the_same_policy_setters():

@@ -211,6 +211,10 @@ def test_bundle_holds_everything_the_issue_form_asks(reported):
     assert "reproduced yes" in issue, doc["reproduction"]
     assert "it needs only TensorFlow and NumPy." in issue
     assert "tfrepro:" not in (bundle / "repro.py").read_text()
+    # The training setup as the re-run's trial recorded it (its own fields: one record).
+    setup = json.loads((bundle / "report.json").read_text())["setup"]
+    assert setup["replicas"] == "1 (observed at run time)", setup
+    assert setup["precision_policy"].startswith("mixed_float16" if symptom == "nan" else "float32"), setup
 
 
 def test_repro_reproduces_in_a_clean_directory_without_tfrepro(reported, tmp_path):

@@ -117,7 +117,8 @@ def pin_compile(args: tuple, kwargs: dict, config: dict) -> tuple[dict, bool]:
 
 def precision_policy(keras, model=None) -> str | None:
     """`model`'s precision policy, else the global one of `keras` (the
-    script's Keras module, harness.keras_module; None: not imported)."""
+    script's Keras module, harness.keras_module; runtimeprobe.py: the one
+    `tf.keras` is; None: not imported)."""
     name = getattr(getattr(model, "dtype_policy", None), "name", None)
     if name is not None:
         return str(name)
@@ -201,8 +202,8 @@ def replicas(extra: dict, fits: bool = True) -> int | None:
     script built and (`fits`) of every fit's model (under no strategy: 1);
     None when there was neither. The one count: the result's
     `replicas_in_sync`, the hardware's `replicas` (`hardware`) and the
-    plugins' `ctx.replicas()` (setup_plugin.py; localize_plugin.py, which
-    asks for the strategies' alone)."""
+    plugins' `ctx.replicas()` (localize_plugin.py asks for the strategies'
+    alone)."""
     counts = [s["replicas"] for s in extra.get("strategies") or []]
     if fits:
         counts += [f["replicas"] for f in extra.get("fits") or [] if f.get("replicas")]

@@ -17,7 +17,6 @@ imported by path and `plugin.install(ctx)` is called, where `ctx` offers
   ctx.keras()              the Keras module the script uses (harness.keras_module)
   ctx.precision_policy()   its global precision policy (devices.precision_policy)
   ctx.tf_settings()        op determinism, eager functions (devices.tf_settings)
-  ctx.jit_compile(model)   a model's resolved jit_compile (devices.jit_compile)
 A plugin that raises is recorded in extra["harness_errors"]; it never fails
 the trial.
 """
@@ -74,10 +73,6 @@ class PluginContext:
         tf = sys.modules.get("tensorflow")
         got = H._DEVICES.tf_settings(tf) if H._DEVICES is not None and tf is not None else {}
         return {k: v for k, v in got.items() if isinstance(v, bool)}
-
-    def jit_compile(self, model) -> bool | None:
-        """`model`'s resolved jit_compile; None when unknown."""
-        return H._DEVICES.jit_compile(model) if H._DEVICES is not None else None
 
 
 def load(paths, options) -> None:

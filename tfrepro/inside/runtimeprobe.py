@@ -1,6 +1,6 @@
 """`envprobe.describe()` plus the runtime settings `tfrepro env` states: the
-precision policy, XLA auto-clustering, op determinism, TF32 (stdlib +
-TensorFlow only, never imports tfrepro).
+precision policy (of the Keras `tf.keras` is), XLA auto-clustering, op
+determinism, TF32 (stdlib + TensorFlow only, never imports tfrepro).
 
     python runtimeprobe.py OUT.json
 """
@@ -21,16 +21,19 @@ def _call(f):
         return f"unavailable: {type(e).__name__}"
 
 
+def _tf_keras(tf):
+    """The Keras a script's `tf.keras` is, loaded: tf_keras where
+    TF_USE_LEGACY_KERAS=1 asks for it, else Keras 3 (never a second one).
+    `tf.keras` is a lazy loader: the first attribute read imports it, and
+    raises where it cannot."""
+    keras = tf.keras
+    getattr(keras, "mixed_precision")
+    return keras
+
+
 def runtime(tf):
     """The settings a fresh process starts with (what a trial starts from)."""
-    out = {}
-    try:
-        import keras
-
-        out["precision_policy"] = _call(lambda: keras.mixed_precision.global_policy().name)
-        out["floatx"] = _call(keras.backend.floatx)
-    except Exception as e:
-        out["precision_policy"] = f"unavailable: {type(e).__name__}"
+    out = {"precision_policy": _call(lambda: devices.precision_policy(_tf_keras(tf)))}
     out["xla_jit"] = _call(lambda: tf.config.optimizer.get_jit() or "off")
     out["op_determinism"] = devices.tf_settings(tf)["op_determinism"]
     out["tensor_float_32"] = _call(lambda: tf.config.experimental.tensor_float_32_execution_enabled())

@@ -31,10 +31,8 @@ OWN_FILES = {
 def _setup_facts(export: Export, reproduction: Reproduction | None, loc: Localization | None) -> Setup:
     """Precision, replicas, XLA...: read from the source, then corrected by
     what the re-run and the localisation saw at run time."""
-    setup = scan_setup(export.cand_files[ENTRY])
-    if reproduction and reproduction.candidate:
-        setup = merge_runtime(setup, (reproduction.candidate.get("extra") or {}).get("setup"))
-    return merge_runtime(setup, loc.settings if loc else None)
+    rerun = reproduction.trial if reproduction else None
+    return merge_runtime(scan_setup(export.cand_files[ENTRY]), rerun, loc.settings if loc else None)
 
 
 def document(

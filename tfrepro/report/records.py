@@ -1,7 +1,7 @@
 """The JSON documents the report reads from disk, as written there: the
 bisect's result.json (its trial summaries: TrialResult.from_dict), the
 data reads the harness recorded (inside/harness_data.py), the settings the
-setup and localize plugins record (the environment probe's facts: answer.Env).
+localize plugin records (the environment probe's facts: answer.Env).
 Only the keys the report reads are named; the others pass through as they
 are, so what is written back (result.json, report.json) is unchanged."""
 
@@ -53,15 +53,7 @@ def run_dirs(runs: Path) -> list[Path]:
     return sorted(found, key=lambda d: (d.stat().st_mtime, d.name))
 
 
-class TrialSetup(TypedDict, total=False):  # inside/setup_plugin.py: a trial's `extra["setup"]`
-    precision_policy: str | None
-    replicas: int | None
-    strategy: str | None
-    jit_compile: bool
-    run_functions_eagerly: bool
-
-
-class RuntimeSettings(TypedDict, total=False):  # inside/localize_plugin.py: `settings`
+class RuntimeSettings(TypedDict, total=False):  # inside/localize_plugin.py: `settings` (scan.merge_runtime)
     precision_policy: str | None
     replicas: int | None
     jit_compile_requested: list[str]

@@ -17,12 +17,11 @@ precision-policy setters, are the catalog's.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
 
 from tfrepro import catalog
-from tfrepro.report.records import RuntimeSettings, TrialSetup
+from tfrepro.report.records import RuntimeSettings
+from tfrepro.trials.values import TrialResult
 
 _CALL_STR = re.compile(r"""([\w.]+)\(\s*["'](\w+)["']""")
 _JIT_TRUE = re.compile(r"jit_compile\s*=\s*True")
@@ -86,25 +85,40 @@ def scan_setup(source: str) -> Setup:
     )
 
 
-def merge_runtime(setup: Setup, runtime: RuntimeSettings | TrialSetup | None) -> Setup:
+def merge_runtime(setup: Setup, rerun: TrialResult | None, localized: RuntimeSettings | None) -> Setup:
     """report.json's `setup`: facts recorded while the script ran override the
-    static read where they are known: the re-run's (`inside/setup_plugin.py`,
-    its `extra["setup"]`), then the NaN localisation's (`inside/localize_plugin.py`)."""
-    seen: Mapping[str, Any] = runtime or {}
-    jit = seen.get("jit_compile_requested") or (["jit_compile=True in Model.fit"] if seen.get("jit_compile") else [])
+    static read where they are known: the re-run's trial (the fields every
+    trial has, inside/devices.py; eager functions: `extra["setup"]`,
+    inside/setup_plugin.py), then the NaN localisation's settings
+    (inside/localize_plugin.py), by one rule (`_observed`)."""
+    if rerun is not None:
+        fits = [m for m in rerun.compile_modes if str(m.get("call")).startswith("fit#")]
+        jit = fits[-1].get("jit_compile") if fits else None  # the last fit's resolved jit_compile
+        ran = RuntimeSettings(
+            precision_policy=rerun.precision_policy,
+            replicas=rerun.replicas_in_sync,
+            jit_compile_requested=["jit_compile=True in Model.fit"] if jit else [],
+            run_functions_eagerly=(rerun.extra.get("setup") or {}).get("run_functions_eagerly"),
+        )
+        out = _observed(ran)
+        if jit is False:  # the re-run's model did not compile with XLA
+            out["xla"] = setup.xla + "; model.jit_compile False at run time"
+        if strategies := [s["strategy"] for s in rerun.extra.get("strategies") or []]:  # the default one aside
+            out["distribution"] = ", ".join(dict.fromkeys(strategies))
+        setup = replace(setup, **out)
+    return replace(setup, **_observed(localized or RuntimeSettings()))
+
+
+def _observed(seen: RuntimeSettings) -> dict[str, str]:
+    """The Setup fields `seen` knows, each marked as observed at run time."""
     out = {
         "precision_policy": seen.get("precision_policy") or None,
         "replicas": seen.get("replicas"),
-        "xla": ", ".join(jit) or None,
+        "xla": ", ".join(seen.get("jit_compile_requested") or ()) or None,
         "determinism": "op determinism enabled" if seen.get("op_determinism") is True else None,
         "eager": _EAGERLY if seen.get("run_functions_eagerly") is True else None,
     }
-    out = {k: f"{v}{_OBSERVED}" for k, v in out.items() if v is not None}
-    if seen.get("jit_compile") is False:  # the re-run's model did not compile with XLA
-        out["xla"] = setup.xla + "; model.jit_compile False at run time"
-    if seen.get("strategy") not in (None, "", "_DefaultDistributionStrategy"):
-        out["distribution"] = seen["strategy"]
-    return replace(setup, **out)
+    return {k: f"{v}{_OBSERVED}" for k, v in out.items() if v is not None}
 
 
 # What a TensorFlow bug report may assume is installed.
