@@ -110,10 +110,11 @@ def test_a_timing_run_that_crashes_stops_timing_with_a_verdict():
 def test_the_details_name_the_reference_where_the_bundle_puts_it():
     """A multi-file reference is reference/repro.py in the bundle (Export.ref_name):
     the re-run's details, which ISSUE.md quotes, name that file."""
-    spec = RerunSpec(TrialSettings(steps=8), SymptomSettings(), reference="reference/repro.py")
+    spec = RerunSpec(TrialSettings(steps=8), SymptomSettings())
+    two = {"helpers.py": "X = 1\n"}  # a reference of several files: reference/repro.py
     slow = reproduce(
         "slowdown",
-        Export(None, None, {"repro.py": "STEP = 0.02\n"}, {"repro.py": "STEP = 0.002\n"}),
+        Export(None, None, {"repro.py": "STEP = 0.02\n", **two}, {"repro.py": "STEP = 0.002\n", **two}),
         spec,
         runner=TimedRunner(),
     )
@@ -123,5 +124,7 @@ def test_the_details_name_the_reference_where_the_bundle_puts_it():
         losses = (1.0, 2.0) if where.name == "candidate" else (1.0, 1.0)
         return TrialResult(losses=losses, steps_run=2, mode="fit")
 
-    far = reproduce("mismatch", Export(None, None, {"repro.py": ""}, {"repro.py": ""}), spec, runner=runner)
+    far = reproduce(
+        "mismatch", Export(None, None, {"repro.py": "", **two}, {"repro.py": "", **two}), spec, runner=runner
+    )
     assert far.reproduced and "deviation from reference/repro.py" in far.detail

@@ -42,9 +42,7 @@ def _reproduce(
     say(f"re-running {ENTRY} in a fresh process to confirm the {ctx.symptom} ...")
     expected = (ctx.result.get("culprit_trial") or ctx.result.get("failing") or {}).get("error")
     noise = float(ctx.result.get("noise") or 0.0)
-    spec = RerunSpec(
-        rerun_settings(ctx), ctx.symptoms, noise, max_pairs, expected_error=expected, reference=export.ref_name
-    )
+    spec = RerunSpec(rerun_settings(ctx), ctx.symptoms, noise, max_pairs, expected_error=expected)
     rep = reproduce(ctx.symptom, export, spec, runner=runner, progress=say)
     say(f"re-run: {VERDICT[rep.reproduced]} ({rep.detail})")
     return rep

@@ -71,8 +71,8 @@ class RerunSpec:
     the `symptoms` thresholds, the bisect's `noise`, at most `max_pairs`
     timing pairs for a slowdown, the crash the bisect saw
     (`expected_error`: exception type and message), when it is known, and
-    the name the bundle gives the reference (`Export.ref_name`), for the
-    details."""
+    the name the bundle gives the reference, for the details (`reproduce`
+    sets it: `Export.ref_name`)."""
 
     settings: TrialSettings
     symptoms: SymptomSettings
@@ -100,7 +100,7 @@ def reproduce(
         ref_dir = write_files(root / "reference", export.ref_files, export.data)
         if runner is None:
             runner = default_runner(root / "state")
-        spec = replace(spec, settings=replace(spec.settings, repeat=0))
+        spec = replace(spec, settings=replace(spec.settings, repeat=0), reference=export.ref_name)
         if symptom == Verdict.SLOWDOWN.value:
             return _slowdown(cand_dir, ref_dir, spec, runner, progress)
         cand = runner(cand_dir, spec.settings)
