@@ -121,8 +121,8 @@ def _keras(policy: str):
 
 
 def test_the_precision_policy_and_jit_compile_are_read_one_way():
-    """devices.precision_policy / jit_compile: each fit, the result and the
-    plugins' ctx.precision_policy() / ctx.jit_compile() read them alike; the
+    """devices.precision_policy / jit_compile: each fit and the trial result
+    read them alike (the report's setup and localisation take the trial's); the
     global policy is the script's Keras's (tf_keras's in a tf_keras trial),
     handed in, never imported."""
     tf_keras = _keras("mixed_float16")

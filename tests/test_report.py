@@ -235,7 +235,6 @@ def test_the_localize_plugin_patches_the_keras_the_script_imports_and_imports_no
         after_import=hooks.__setitem__,
         add_end_hook=ends.append,
         keras=lambda: tf_keras,
-        precision_policy=lambda: "mixed_float16",
         tf_settings=lambda: {"op_determinism": False, "run_functions_eagerly": True},
         replicas=lambda fits: None,
         record=recorded.__setitem__,
@@ -249,7 +248,7 @@ def test_the_localize_plugin_patches_the_keras_the_script_imports_and_imports_no
     ends[0]([])
     settings = recorded["localize"]["settings"]
     assert settings["jit_compile_requested"] == ["tf_keras.Model.compile(jit_compile=True)"]
-    assert settings["precision_policy"] == "mixed_float16"
+    assert "precision_policy" not in settings  # the trial's own field (report/localize.py)
     assert (settings["op_determinism"], settings["run_functions_eagerly"]) == (False, True)  # ctx's one reading
 
 
@@ -677,3 +676,19 @@ def test_the_bisect_records_what_it_kept_on(tmp_path):
     p = engine_project(tmp_path, FEATS).select(skip=["xla"])
     doc = bisect(p, BisectOptions(), runner=FakeRunner(nan_when("mixed_precision"))).to_dict()
     assert doc["fixed_on"] == ["xla"] and "xla" not in doc["features"]
+
+
+def test_the_localisation_states_the_policy_its_model_trained_in(monkeypatch):
+    """The check_numerics trial's precision policy is the trial's own field (the
+    first fit's model's policy): a script that builds its model under
+    mixed_float16 and then sets the global policy back to float32 trained in
+    mixed_float16 (before: the plugin's read of the global policy at the end)."""
+    from tfrepro.report import localize as loc
+    from tfrepro.trials.values import TrialResult
+
+    facts = {"completed": True, "settings": {"jit_compile_requested": [], "precision_policy": "float32"}}
+    got = TrialResult(precision_policy="mixed_float16", extra={"localize": facts})
+    monkeypatch.setattr(loc, "run_as_written", lambda root, settings, how: got)
+    out = loc.localize({"repro.py": "print(1)\n"})
+    assert out.settings["precision_policy"] == "mixed_float16"
+    assert out.settings["jit_compile_requested"] == []

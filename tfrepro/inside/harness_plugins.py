@@ -15,7 +15,6 @@ imported by path and `plugin.install(ctx)` is called, where `ctx` offers
                            top-level module `name` (e.g. "tensorflow")
   ctx.replicas(fits=True)  the most replicas in sync so far (devices.replicas)
   ctx.keras()              the Keras module the script uses (harness.keras_module)
-  ctx.precision_policy()   its global precision policy (devices.precision_policy)
   ctx.tf_settings()        op determinism, eager functions (devices.tf_settings)
 A plugin that raises is recorded in extra["harness_errors"]; it never fails
 the trial.
@@ -62,10 +61,6 @@ class PluginContext:
     def keras(self):
         """The Keras module the script uses; None before it imports one."""
         return H.keras_module()
-
-    def precision_policy(self) -> str | None:
-        """The global precision policy of the script's Keras; None when unknown."""
-        return H._DEVICES.precision_policy(H.keras_module()) if H._DEVICES is not None else None
 
     def tf_settings(self) -> dict:
         """`op_determinism` and `run_functions_eagerly` as TensorFlow has

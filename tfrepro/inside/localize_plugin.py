@@ -106,11 +106,10 @@ def _patch_keras(lib, facts: dict) -> None:
 
 
 def _after_run(ctx, facts: dict) -> None:
-    """What the script set up, read once it ran: precision policy, the layers
-    of a never-compiled model (custom loop), op determinism, eager functions."""
+    """What the script set up, read once it ran: the layers of a
+    never-compiled model (custom loop), op determinism, eager functions (the
+    precision policy is the trial's own field: report/localize.py)."""
     settings = facts["settings"]
-    if (policy := ctx.precision_policy()) is not None:
-        settings["precision_policy"] = policy
     keras = ctx.keras()
     with contextlib.suppress(Exception):
         if keras is not None and not facts["layers"]:

@@ -262,4 +262,6 @@ def _facts(
     facts = got.extra.get("localize")
     if not isinstance(facts, dict):
         return f"the check_numerics run failed (exit {got.exit_code}): {got.error or 'no output'}"
+    if got.precision_policy is not None:  # the trial's own reading: the policy its model trained in
+        facts = {**facts, "settings": {**(facts.get("settings") or {}), "precision_policy": got.precision_policy}}
     return facts, Path(got.log_dir or tmp) / "variant" / settings.entry
