@@ -135,23 +135,14 @@ x = np.load("data/x.npy")
 def test_after_a_reduction_reference_py_reads_the_kept_records_too(tmp_path, monkeypatch):
     """The bundle's reference.py reads data.npz as repro.py does, never the user's file (issue 27)."""
     import io
-    import json
 
-    from report_fakes import build, make_run, trial
+    from report_fakes import build, trial
 
     from tfrepro.trials.values import TrialResult
 
     monkeypatch.setattr("tfrepro.report.artifacts.have_tensorboard", lambda: False)
+    run = _reduced_run(tmp_path)
     root = tmp_path / "home" / "alice" / "proj"
-    (root / "data").mkdir(parents=True)
-    (root / "repro.py").write_text(REDUCED_SRC)
-    np.save(root / "data" / "x.npy", np.arange(40.0).reshape(20, 2))
-    run = make_run(root, "nan", ["bad_rows"])
-    result = json.loads((run / "result.json").read_text())
-    sources = [{"call": "numpy.load", "file": "data/x.npy", "at": "repro.py:5"}]
-    for key in ("failing", "culprit_trial"):
-        result[key]["data"] = {"sources": sources, "fits": [{"batches_per_epoch": 4, "sources_seen": True}]}
-    (run / "result.json").write_text(json.dumps(result))
     seen = []
 
     def runner(project_dir, settings):
