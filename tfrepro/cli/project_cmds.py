@@ -208,7 +208,7 @@ def check_cmd(
     short run (the loss falls and stays finite), 6 parameter count.
     Exit code 1 when a check fails.
     """
-    from tfrepro.bisect.engine import BisectOptions, trial_settings
+    from tfrepro.bisect.options import BisectOptions
     from tfrepro.check.judge import CheckOptions, format_report
     from tfrepro.check.run import checked_features, run_checks
     from tfrepro.trials.trial import TrialOptions
@@ -217,7 +217,7 @@ def check_cmd(
         raise UserError("--with and --all exclude each other", hint="give one of them")
     project = load_project(path, only, skip)
     enabled = checked_features(project, parse_names(with_) if with_ is not None else None, all_)
-    settings = trial_settings(project.manifest, BisectOptions(steps=steps, replicas=replicas))
+    settings = BisectOptions(steps=steps, replicas=replicas).trial_settings(project.manifest.trial)
     if not as_json:
         click.echo(f"checking {project.root.name} (one probed trial)...", err=True)
     report = run_checks(
