@@ -402,10 +402,10 @@ def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str,
 
 @dataclass(frozen=True)
 class ThenFeatures:
-    """`--then-features` and the features it bisects (`--only`, `--skip`: comma lists)."""
+    """`--then-features` and the features it bisects (`--only`, `--skip`: their names, None: not given)."""
 
-    only: str | None = None
-    skip: str | None = None
+    only: list[str] | None = None
+    skip: list[str] | None = None
 
 
 def feature_hook(options: BisectOptions, chosen: ThenFeatures, events: BisectEvents | None) -> FeatureHook:
@@ -417,9 +417,7 @@ def feature_hook(options: BisectOptions, chosen: ThenFeatures, events: BisectEve
         from tfrepro.bisect.engine import bisect
         from tfrepro.project import Project
 
-        names = lambda v: [x.strip() for x in (v or "").split(",") if x.strip()]  # noqa: E731
-        only, skip = names(chosen.only) or None, names(chosen.skip) or None
-        project = Project.load(start.project_root, only=only, skip=skip)
+        project = Project.load(start.project_root, only=chosen.only, skip=chosen.skip)
         if events is not None:
             events.phase(f"bisecting the features inside tensorflow {start.version}")
         inside = BisectOptions(
