@@ -24,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -99,13 +100,10 @@ def uses_tf_keras(root: Path) -> bool:
     (`tf.keras`, `tensorflow.keras`): only then does TF_USE_LEGACY_KERAS matter."""
     from tfrepro.project import iter_project_files
 
-    for rel in iter_project_files(root):
-        if rel.suffix == ".py":
-            try:
-                if _TF_KERAS_USE.search((root / rel).read_text(encoding="utf-8", errors="replace")):
-                    return True
-            except OSError:
-                continue
+    for rel in (r for r in iter_project_files(root) if r.suffix == ".py"):
+        with contextlib.suppress(OSError):
+            if _TF_KERAS_USE.search((root / rel).read_text(encoding="utf-8", errors="replace")):
+                return True
     return False
 
 
