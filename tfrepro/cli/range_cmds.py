@@ -13,7 +13,7 @@ dir. Bad input raises UserError (exit 2); Ctrl-C propagates.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -65,6 +65,7 @@ def run_commits(
     options: BisectOptions = BisectOptions(),
     *,
     as_json: bool = False,
+    echo: Callable[..., None] = click.echo,
 ) -> tuple[RunResult, str]:
     """What `tfrepro bisect --good REV --bad REV` does (`options`: the
     symptom, --steps, the cache, the executor, --timing-budget): progress;
@@ -77,9 +78,9 @@ def run_commits(
     from tfrepro.trials.executors import make_executor
 
     o = options
-    runs_on = make_executor(o.executor, jobs=o.jobs, address=o.address, log=lambda text: click.echo(text, err=True))
+    runs_on = make_executor(o.executor, jobs=o.jobs, address=o.address, log=lambda text: echo(text, err=True))
     try:
-        events = None if as_json else ProgressLines(click.echo, 12)
+        events = None if as_json else ProgressLines(echo, 12)
         result = bisect_commits(path, good, bad, options, events=events, executor=runs_on)
     finally:
         runs_on.close()
