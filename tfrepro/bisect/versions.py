@@ -307,8 +307,7 @@ def bisect_versions(
     points = [Point(v, "") for v in items]
     run = RangeRun(points, source, executor, settings, symptoms, TrialLog(state, started=started), events, options)
     answer, first_bad = run.answer(options.symptom)
-    answer, fields = _version_answer(run, answer, first_bad, versions, items, releases)
-    return with_evidence(answer, run, first_bad, fields)
+    return _version_answer(run, answer, first_bad, versions, items, releases)
 
 
 @dataclass(frozen=True)
@@ -341,9 +340,9 @@ def _version_answer(
     versions: Sequence[str],
     items: list[str],
     releases: Releases,
-) -> tuple[RunResult, VersionFields]:
-    """Version mode's fields: the first bad and last good release, the table
-    of releases, what the change follows (Keras or TensorFlow), --then-features."""
+) -> RunResult:
+    """The final result with version mode's fields: the first bad and last good
+    release, the table of releases, what the change follows (Keras or TensorFlow), --then-features."""
     source = run.source
     candidates = [p.label for p in answer.candidates]
     # the release before the first bad one (or before the first candidate)
@@ -377,7 +376,7 @@ def _version_answer(
         last_good_version=last_good,
         candidates=tuple(candidates),
     )
-    return answer, fields
+    return with_evidence(answer, run, first_bad, fields)
 
 
 def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str, str]], list[str]]:
