@@ -399,13 +399,12 @@ def test_range_modes_apply_the_command_line_as_feature_mode_does(tmp_path):
     """One rule for the command-line overrides of `[trial]`: --budget-s reaches a
     range bisection's trials (it was silently ignored there), and one past the
     trial timeout is the same UserError as in feature mode."""
-    from tfrepro.bisect.engine import trial_settings
     from tfrepro.manifest import read_manifest
 
     (tmp_path / "tfrepro.toml").write_text("[trial]\nsteps = 7\ntimeout_s = 100\n")
     options = BisectOptions(budget_s=20.0)
     settings = commits.range_settings(tmp_path, None, options)[0]
     assert (settings.steps, settings.budget_s) == (7, 20.0)
-    assert settings == trial_settings(read_manifest(tmp_path)[1], options)  # feature mode's
+    assert settings == options.trial_settings(read_manifest(tmp_path)[1].trial)  # feature mode's (engine)
     with pytest.raises(UserError, match="--budget-s 200 must be less than the trial timeout"):
         commits.range_settings(tmp_path, None, BisectOptions(budget_s=200.0))

@@ -46,11 +46,11 @@ class CompileDiff(TypedDict):
     failing_jit_compile: list[str]
 
 
-def differing(failing: TrialResult, trials: Iterable[tuple[tuple[str, ...], TrialResult]]) -> list[CompileDiff]:
+def differing(failing: TrialResult | None, trials: Iterable[tuple[tuple[str, ...], TrialResult]]) -> list[CompileDiff]:
     """The trials whose resolved compile modes differ from the failing
     configuration's (a feature toggled `jit_compile` itself, say): each with
-    its configuration and both modes."""
-    want = resolved(failing)
+    its configuration and both modes; none when the failing one did not run."""
+    want = resolved(failing) if failing is not None else ()
     out: dict[tuple[str, ...], CompileDiff] = {}  # the first trial of each configuration
     for enabled, result in trials:
         if want and (got := resolved(result)) and got != want:

@@ -23,7 +23,6 @@ from tfrepro.bisect.preflight import run_preflight
 from tfrepro.bisect.search import Config
 from tfrepro.settings import late_steps
 from tfrepro.trials import classify
-from tfrepro.trials.calls import slower_calls
 from tfrepro.trials.memcheck import is_oom
 from tfrepro.trials.trial import Purpose, TrialOptions
 from tfrepro.trials.untestable import ends_reason
@@ -219,11 +218,6 @@ class Ends:
             return None
         why = f"the failing configuration {why}"
         return self._finish(Status.UNTESTABLE, Verdict.SLOWDOWN, error=why, reason=why)
-
-    def _choose_timed_calls(self) -> None:
-        """Timing trials time the calls the failing configuration ran slower
-        than the baseline (fit#2...), not only the first (trials/calls.py)."""
-        self.timed_calls = slower_calls(*self._end_runs(), self._screen())
 
     def _baseline_words(self) -> tuple[str, str]:
         """The baseline as it ran: every feature off but the always-on ones

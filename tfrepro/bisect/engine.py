@@ -52,8 +52,8 @@ from tfrepro.bisect.replay import Replay
 from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving
 from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
+from tfrepro.trials.calls import slower_calls
 from tfrepro.trials.executors import Executor, Runner, make_executor
 from tfrepro.trials.memcheck import decide_memory
 from tfrepro.trials.state import StateDir
@@ -105,23 +105,6 @@ def _slug(enabled: Iterable[str]) -> str:
     return text if len(text) <= 60 else text[:50] + f"-{zlib.crc32(text.encode()):08x}"
 
 
-def trial_settings(manifest: Any, options: BisectOptions) -> TrialSettings:
-    """The settings of every trial: `[trial]` with the command-line overrides
-    (`BisectOptions.trial_settings`, the rule every mode uses)."""
-    return options.trial_settings(manifest.trial)
-
-
-def _refuse(project: Any, options: BisectOptions, settings: TrialSettings) -> None:
-    """Bad input, before any trial: no feature, a slowdown without steps to time."""
-    if not project.feature_names:
-        raise UserError(
-            "the project has no feature blocks to bisect",
-            path=project.root,
-            hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`",
-        )
-    options.refuse_short_slowdown(settings)
-
-
 class _Bisection(Ends, Replay):
     def __init__(
         self,
@@ -137,7 +120,8 @@ class _Bisection(Ends, Replay):
             raise UserError(f"unknown strategy {options.strategy!r}", hint="use auto, ablation or ddmin")
         self.project, self.opts, self.runner, self.events = project, options, runner, events
         manifest = project.manifest
-        self.settings = trial_settings(manifest, options)
+        # every trial's settings: `[trial]` with the command-line overrides, as in every mode
+        self.settings = options.trial_settings(manifest.trial)
         # Without --steps the failing configuration runs until its symptom (bisect/late.py).
         self.until_symptom = options.steps is None
         self.late_step: dict | None = None
@@ -162,7 +146,13 @@ class _Bisection(Ends, Replay):
         self.dropped: list[dict[str, str]] = []
         self.timed_calls: tuple[str, ...] = ()  # what timing trials time (trials/calls.py)
         self.memory_doubt: str | None = None  # why a memory signal did not decide the hunt
-        _refuse(project, options, self.settings)
+        if not project.feature_names:  # bad input, before any trial (as a slowdown without steps to time)
+            raise UserError(
+                "the project has no feature blocks to bisect",
+                path=project.root,
+                hint="mark features with `# tfrepro: feature NAME` ... `# tfrepro: end`",
+            )
+        options.refuse_short_slowdown(self.settings)
         self.log = TrialLog(StateDir.of(project.root), run_id, clock=clock)
         self.run_dir, self.records = self.log.run_dir, self.log.records
 
@@ -367,7 +357,8 @@ class _Bisection(Ends, Replay):
         stopped = self._both_ends() or self._unmeasured(self.opts.symptom)  # baseline-fails, untestable
         if stopped is not None:
             return stopped
-        self._choose_timed_calls()
+        # timing trials time the calls the failing configuration ran slower than the baseline (fit#2...)
+        self.timed_calls = slower_calls(*self._end_runs(), self._screen())
         target = self.target = self._pick_symptom(frozenset(self.features))
         if target is None:
             note = compile_pin.one_replica_note(self.memo[(frozenset(self.features), 0)], self.settings.replicas)

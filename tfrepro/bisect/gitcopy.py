@@ -234,8 +234,7 @@ def materialize(repo_root: Path, sha: str, relpath: str, dest: Path, git_dir: Pa
             raise TfreproError(f"cannot check out {relpath!r} at {sha[:12]}: {e.stderr.strip()}") from None
     finally:
         for leftover in (index, index + ".lock"):
-            if os.path.exists(leftover):
-                os.unlink(leftover)
+            Path(leftover).unlink(missing_ok=True)
     from tfrepro.bisect.submodules import checkout_submodules
 
     checkout_submodules(repo_root, sha, relpath, dest, materialize, git_dir)

@@ -53,17 +53,6 @@ def trials_table(records: list[TrialRecord], shows: Shows, target: Verdict | Non
     return [trial_row(r, r.verdict.value if r.verdict else None) for r in records]
 
 
-def timing_evidence(
-    timing: Mapping[Config, list[classify.TimingOutcome]], full: Config, config: Config | None
-) -> classify.TimingOutcome | None:
-    """The last timing comparison of `config` (else of the failing
-    configuration, else the first one made); None when nothing was timed."""
-    if not timing:
-        return None
-    key = config if config in timing else full if full in timing else next(iter(timing))
-    return timing[key][-1]
-
-
 def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
     """Every symptom the failing configuration showed besides `target`
     (bisect/also_seen.py), from the bisection's trials."""
@@ -101,14 +90,6 @@ def _known_cost(run: _Bisection, status: Status, symptom: Verdict | None, culpri
         return None
     hw = next((t.extra["hardware"] for (c, _r), t in run.memo.items() if c == culprits and t.extra.get("hardware")), {})
     return known_cost(sorted(culprits), symptom.value, hw, run.project.description)
-
-
-def compile_differs(run: _Bisection, full: Config) -> list[CompileDiff]:
-    """Trials whose resolved jit_compile differs from the failing configuration's."""
-    failing = run.memo.get((full, 0))
-    # the trials that stand (a trial re-run pinned replaced its first run)
-    kept = [(r.enabled, r.result) for r in run.records if run.memo.get((frozenset(r.enabled), r.repeat)) is r.result]
-    return differing(failing, kept) if failing is not None else []
 
 
 @dataclass(frozen=True)
@@ -177,6 +158,10 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
     """What the trials showed, for the report and the display (`a.extra`:
     the answer's own fields of FeatureEvidence, e.g. `ablation`, `own_cost`)."""
     full, symptom, config = frozenset(run.features), a.symptom, a.config
+    # the timing evidence: the last comparison of `config` (else of the failing configuration, else the first made)
+    timed = config if config in run.timing else full if full in run.timing else next(iter(run.timing), None)
+    # the trials that stand (a trial re-run pinned replaced its first run), for their jit_compile
+    kept = [(r.enabled, r.result) for r in run.records if run.memo.get((frozenset(r.enabled), r.repeat)) is r.result]
     evidence = FeatureEvidence(
         project=str(Path(run.project.root).resolve()),
         settings=run.settings,
@@ -194,9 +179,9 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
         trials_table=tuple(trials_table(run.records, run._shows, symptom)),
         cached_trials=run.log.cached,
         noise=run.noise,
-        timing=timing_evidence(run.timing, full, config),
+        timing=run.timing[timed][-1] if timed is not None else None,
         warnings=tuple(sorted({w for r in run.records for w in r.result.extra.get("warnings", [])})),
-        compile_differs=tuple(compile_differs(run, full)),
+        compile_differs=tuple(differing(run.memo.get((full, 0)), kept)),
         timed_calls=run.timed_calls,
         symptom_call=_symptom_call(run, symptom, config if config is not None else full),
     )

@@ -24,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -99,13 +100,10 @@ def uses_tf_keras(root: Path) -> bool:
     (`tf.keras`, `tensorflow.keras`): only then does TF_USE_LEGACY_KERAS matter."""
     from tfrepro.project import iter_project_files
 
-    for rel in iter_project_files(root):
-        if rel.suffix == ".py":
-            try:
-                if _TF_KERAS_USE.search((root / rel).read_text(encoding="utf-8", errors="replace")):
-                    return True
-            except OSError:
-                continue
+    for rel in (r for r in iter_project_files(root) if r.suffix == ".py"):
+        with contextlib.suppress(OSError):
+            if _TF_KERAS_USE.search((root / rel).read_text(encoding="utf-8", errors="replace")):
+                return True
     return False
 
 
@@ -309,8 +307,7 @@ def bisect_versions(
     points = [Point(v, "") for v in items]
     run = RangeRun(points, source, executor, settings, symptoms, TrialLog(state, started=started), events, options)
     answer, first_bad = run.answer(options.symptom)
-    answer, fields = _version_answer(run, answer, first_bad, versions, items, releases)
-    return with_evidence(answer, run, first_bad, fields)
+    return _version_answer(run, answer, first_bad, versions, items, releases)
 
 
 @dataclass(frozen=True)
@@ -343,9 +340,9 @@ def _version_answer(
     versions: Sequence[str],
     items: list[str],
     releases: Releases,
-) -> tuple[RunResult, VersionFields]:
-    """Version mode's fields: the first bad and last good release, the table
-    of releases, what the change follows (Keras or TensorFlow), --then-features."""
+) -> RunResult:
+    """The final result with version mode's fields: the first bad and last good
+    release, the table of releases, what the change follows (Keras or TensorFlow), --then-features."""
     source = run.source
     candidates = [p.label for p in answer.candidates]
     # the release before the first bad one (or before the first candidate)
@@ -379,7 +376,7 @@ def _version_answer(
         last_good_version=last_good,
         candidates=tuple(candidates),
     )
-    return answer, fields
+    return with_evidence(answer, run, first_bad, fields)
 
 
 def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str, str]], list[str]]:
@@ -402,10 +399,10 @@ def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str,
 
 @dataclass(frozen=True)
 class ThenFeatures:
-    """`--then-features` and the features it bisects (`--only`, `--skip`: comma lists)."""
+    """`--then-features` and the features it bisects (`--only`, `--skip`: their names, None: not given)."""
 
-    only: str | None = None
-    skip: str | None = None
+    only: list[str] | None = None
+    skip: list[str] | None = None
 
 
 def feature_hook(options: BisectOptions, chosen: ThenFeatures, events: BisectEvents | None) -> FeatureHook:
@@ -417,9 +414,7 @@ def feature_hook(options: BisectOptions, chosen: ThenFeatures, events: BisectEve
         from tfrepro.bisect.engine import bisect
         from tfrepro.project import Project
 
-        names = lambda v: [x.strip() for x in (v or "").split(",") if x.strip()]  # noqa: E731
-        only, skip = names(chosen.only) or None, names(chosen.skip) or None
-        project = Project.load(start.project_root, only=only, skip=skip)
+        project = Project.load(start.project_root, only=chosen.only, skip=chosen.skip)
         if events is not None:
             events.phase(f"bisecting the features inside tensorflow {start.version}")
         inside = BisectOptions(

@@ -15,6 +15,7 @@ from tfrepro.cli.app import (
     cold_option,
     load_project,
     main,
+    parse_names,
     path_argument,
     replicas_option,
     script_args_argument,
@@ -270,7 +271,7 @@ def bisect_cmd(
 
             check_releases(good, bad)
             releases = Releases(good=good, bad=bad, legacy_keras=keras_mode == "legacy", tf_dist=tf_dist)
-            then = ThenFeatures(only, skip) if then_features else None
+            then = ThenFeatures(parse_names(only) or None, parse_names(skip) or None) if then_features else None
             result, answer = run_versions(path, tf_versions, options, releases, then_features=then, as_json=as_json)
         elif good or bad:
             from tfrepro.cli.range_cmds import run_commits

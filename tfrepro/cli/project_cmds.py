@@ -208,7 +208,7 @@ def check_cmd(
     short run (the loss falls and stays finite), 6 parameter count.
     Exit code 1 when a check fails.
     """
-    from tfrepro.bisect.engine import BisectOptions, trial_settings
+    from tfrepro.bisect.options import BisectOptions
     from tfrepro.check.judge import CheckOptions, format_report
     from tfrepro.check.run import checked_features, run_checks
     from tfrepro.trials.trial import TrialOptions
@@ -217,7 +217,7 @@ def check_cmd(
         raise UserError("--with and --all exclude each other", hint="give one of them")
     project = load_project(path, only, skip)
     enabled = checked_features(project, parse_names(with_) if with_ is not None else None, all_)
-    settings = trial_settings(project.manifest, BisectOptions(steps=steps, replicas=replicas))
+    settings = BisectOptions(steps=steps, replicas=replicas).trial_settings(project.manifest.trial)
     if not as_json:
         click.echo(f"checking {project.root.name} (one probed trial)...", err=True)
     report = run_checks(
@@ -284,27 +284,19 @@ def env_cmd(as_json: bool, python: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the environments (or those removed) as JSON.")
 def envs_cmd(prune: bool, days: float, all_: bool, as_json: bool) -> None:
     """List (or prune) the per-TensorFlow-version environments of `bisect --tf-versions`."""
-    from tfrepro.trials.envs import envs_lines, prune_lines
+    from tfrepro.trials.envs import EnvStore, envs_lines, prune_lines
 
-    if as_json:
-        click.echo(json.dumps(envs_doc(prune, days, all_), indent=2))
+    if not as_json:
+        click.echo("\n".join(prune_lines(max_age_days=days, everything=all_) if prune else envs_lines()))
         return
-    lines = prune_lines(max_age_days=days, everything=all_) if prune else envs_lines()
-    click.echo("\n".join(lines))
-
-
-def envs_doc(prune: bool, days: float, everything: bool) -> dict:
-    """`envs --json`: the environments, or with --prune those removed and why."""
-    from tfrepro.trials.envs import EnvStore
-
-    store = EnvStore()
+    store = EnvStore()  # --json: the environments, or with --prune those removed and why
     if prune:
-        removed = store.prune(max_age_days=days, everything=everything)
-        return {"root": str(store.root), "removed": [{"name": i.name, "reason": why} for i, why in removed]}
-    return {
-        "root": str(store.root),
-        "environments": [
+        removed = store.prune(max_age_days=days, everything=all_)
+        doc = {"root": str(store.root), "removed": [{"name": i.name, "reason": why} for i, why in removed]}
+    else:
+        envs = [
             {"name": i.name, "ready": i.ready, "versions": i.versions, "size": i.size, "last_used": i.last_used}
             for i in store.entries(sizes=True)
-        ],
-    }
+        ]
+        doc = {"root": str(store.root), "environments": envs}
+    click.echo(json.dumps(doc, indent=2))

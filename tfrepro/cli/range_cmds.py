@@ -13,7 +13,7 @@ dir. Bad input raises UserError (exit 2); Ctrl-C propagates.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,23 +32,17 @@ def _evidence(result: RunResult) -> RangeEvidence | None:
     return result.evidence if isinstance(result.evidence, RangeEvidence) else None
 
 
-def cost_line(result: RunResult) -> str:
-    """The last line of a range bisection's answer: trials, cache hits, wall time, run dir."""
-    ev = _evidence(result)
+def _answer(result: RunResult, found: list[str] | None, ambiguous: list[str], rows: Iterable[str] = ()) -> str:
+    """A range answer: `found` when the bisection found one (None: nothing
+    to name), `ambiguous` when ambiguous, else the status and why; then
+    `rows`, then the cost: trials, cache hits, wall time, run dir."""
+    ev, status = _evidence(result), result.status.value
+    if status == "found" and found is not None:
+        head = found
+    else:
+        head = ambiguous if status == "ambiguous" else [f"{status}: {ev.message if ev and ev.message else ''}"]
     cached = f", {ev.cached_trials} from cache" if ev is not None and ev.cached_trials else ""
-    return f"{result.trials} trials{cached}, {result.wall_s:.1f} s; run: {result.run_dir}"
-
-
-def _head(result: RunResult, found: list[str] | None, ambiguous: list[str]) -> list[str]:
-    """The first lines of a range answer: `found` when the bisection found
-    one (None: nothing to name), `ambiguous` when ambiguous, else the status
-    and why."""
-    if result.status.value == "found" and found is not None:
-        return found
-    if result.status.value == "ambiguous":
-        return ambiguous
-    ev = _evidence(result)
-    return [f"{result.status.value}: {ev.message if ev is not None and ev.message else ''}"]
+    return "\n".join([*head, *rows, f"{result.trials} trials{cached}, {result.wall_s:.1f} s; run: {result.run_dir}"])
 
 
 def commits_answer(result: RunResult) -> str:
@@ -61,7 +55,7 @@ def commits_answer(result: RunResult) -> str:
     )
     ambiguous = [f"{symptom}: the first bad commit is one of:"]
     ambiguous += [f"  {d['sha'][:12]}  {d['subject']}" for d in result.candidates]
-    return "\n".join([*_head(result, found, ambiguous), cost_line(result)])
+    return _answer(result, found, ambiguous)
 
 
 def run_commits(
@@ -110,16 +104,14 @@ def versions_answer(result: RunResult, notes: list[str]) -> str:
     if mode is not None and mode.follows_note:
         found.append(f"  follows {mode.follows}: {mode.follows_note}")
     ambiguous = [f"{symptom}: the first bad version is one of {', '.join(result.candidates)}"]
-    lines = _head(result, found, ambiguous)
+    lines = []
     for row in mode.versions if mode is not None else ():
         what = row.verdict if row.verdict in ("ok", "not tried", "untestable", "excluded") else "BAD"
         shows = f" [{', '.join(row.shows)}]" if row.shows else ""
         keras = f"  keras {row.keras}" + (" (tf_keras)" if row.keras_lib == "tf_keras" else "") if row.keras else ""
         note = f"  {row.note}" if row.note else ""
         lines.append(f"  {row.version:<14} {what:<10}{shows}{keras}{note}")
-    lines += [f"note: {n}" for n in notes]
-    lines.append(cost_line(result))
-    return "\n".join(lines)
+    return _answer(result, found, ambiguous, [*lines, *(f"note: {n}" for n in notes)])
 
 
 def run_versions(

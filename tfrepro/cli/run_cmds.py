@@ -116,7 +116,7 @@ def run(
     """
     from dataclasses import replace
 
-    from tfrepro.bisect.engine import BisectOptions, trial_settings
+    from tfrepro.bisect.options import BisectOptions
     from tfrepro.trials.runner import run_trial
     from tfrepro.trials.state import prune_after_run
     from tfrepro.trials.trial import TrialOptions
@@ -127,7 +127,7 @@ def run(
     try:
         project = load_project(path, only, skip)
         enabled = _enabled(project, with_, all_, none_)
-        settings = trial_settings(project.manifest, BisectOptions(steps=steps, replicas=replicas))
+        settings = BisectOptions(steps=steps, replicas=replicas).trial_settings(project.manifest.trial)
         for i in range(repeats or project.manifest.repeats):
             if not as_json:
                 click.echo(f"running {project.root.name} ({i + 1})...", err=True)
