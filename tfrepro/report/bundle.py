@@ -211,22 +211,16 @@ def load_context(run_dir: Path) -> Context:
     # the script the trials ran (`tfrepro bisect train.py` with no tfrepro.toml records entry =
     # train.py; `... -- ARGS` the command `python train.py ARGS`), else the project's own entry
     ran = recorded.entry if recorded and (recorded.command is None or recorded.entry in recorded.command) else None
-    project = load_at(_project_root(run_dir, result), ran)
+    # the run dir sits in <project>/.tfrepro/runs/<id>: that project is the one to report, even moved or copied
+    root = run_dir.resolve().parent.parent
+    root = root.parent if root.name == STATE_DIR_NAME or not result.get("project") else Path(result["project"])
+    project = load_at(root, ran)
     fixed = [n for n in result.get("fixed_on") or [] if n in project.feature_names]
     if fixed:  # what the bisect kept ON in every trial (--only/--skip, preflight): so in the repro
         project = project.exclude(dict.fromkeys(fixed, "kept on in the run"))
     settings = recorded or project.manifest.trial
     symptom = result.get("symptom") or "nan"
     return Context(run_dir, result, symptom, project, settings, project.manifest.symptoms, entry_of(settings))
-
-
-def _project_root(run_dir: Path, result: ResultJson) -> Path:
-    """The run dir sits in <project>/.tfrepro/runs/<id>: that project is the
-    one to report, even when it was moved or copied since the bisect."""
-    in_project = run_dir.resolve().parent.parent
-    if in_project.name == STATE_DIR_NAME or not result.get("project"):
-        return in_project.parent
-    return Path(result["project"])
 
 
 def _write_notebook(write: Write, ctx: Context, export: Export, head: Report) -> dict[str, str]:

@@ -168,7 +168,13 @@ def new_project(
     try:
         out = staging / dest.name
         answers = _run_copier(repo, out, answers_in, defaults)
-        _write_files(out, files or {})
+        for rel, content in (files or {}).items():  # beside what the template rendered, never over it
+            if (out / rel).exists() or Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise TfreproError(f"{rel}: would overwrite a template file or leave the project")
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            (out / rel).write_bytes(
+                content if isinstance(content, bytes) else content.encode("utf-8")
+            )  # newlines as given
         commit = _commit_baseline(out, f"tfrepro new: baseline from template {template} {repo.tag}")
         check_destination(dest)  # nobody wrote there meanwhile
         if dest.exists():
@@ -213,15 +219,6 @@ def _run_copier(repo: TemplateRepo, out: Path, answers_in: Mapping[str, Any], de
     except CopierError as e:
         raise TfreproError(f"copier failed: {e}") from e
     return {k: v for k, v in worker.answers.combined.items() if not str(k).startswith("_")}
-
-
-def _write_files(out: Path, files: Mapping[str, str | bytes]) -> None:
-    for rel, content in files.items():
-        path = out / rel
-        if path.exists() or Path(rel).is_absolute() or ".." in Path(rel).parts:
-            raise TfreproError(f"{rel}: would overwrite a template file or leave the project")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))  # newlines as given
 
 
 def _commit_baseline(path: Path, message: str) -> str:
