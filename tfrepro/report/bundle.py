@@ -115,10 +115,11 @@ class Context:
 @dataclass(frozen=True)
 class ReportOptions:
     """What `report` does besides the run it reports: re-run the export
-    (`rerun`, `max_pairs` timing pairs for a slowdown), localise a NaN,
-    probe the environment, re-run on tf-nightly (`nightly`), keep the
-    user's data (`no_data`), split the device into `replicas` (None: the
-    run's own); `python` is the interpreter of the localisation and probe."""
+    (`rerun`, `max_pairs` timing pairs for a slowdown), localise a NaN, probe
+    the environment in a TensorFlow child when no re-run described it,
+    re-run on the newest tf-nightly (`nightly`), keep the user's data
+    (`no_data`), split the device into `replicas` (None: the run's own);
+    `python` is the interpreter of the localisation and probe."""
 
     rerun: bool = True
     localize: bool = True
@@ -139,12 +140,10 @@ def build_report(
     runner: Runner | None = None,
     progress: Progress | None = None,
 ) -> Bundle:
-    """Write the bundle for the run in `run_dir` and return it. `runner`
-    replaces the real trial runner (tests); `environ` the process environment
-    the report describes and scrubs against; `how.probe_environment=False`
-    skips the TensorFlow child describing versions and devices when no re-run
-    did; `progress` hears one line per slow step (re-run, localisation,
-    probe); `how.nightly` re-runs the export on the newest tf-nightly too."""
+    """Write the bundle for the run in `run_dir` and return it (`how`: see
+    ReportOptions). `runner` replaces the real trial runner (tests); `environ`
+    the process environment the report describes and scrubs against;
+    `progress` hears one line per slow step (re-run, localisation, probe)."""
     environ = dict(os.environ if environ is None else environ)
     say = progress or (lambda _msg: None)
     scrubber = Scrubber.from_environ(environ)

@@ -10,13 +10,10 @@ The same parts as the report, on the script as it is (no bisect run needed):
   as the report's export carries them (`export.bundle_files`'s rule);
 - the data: when the script reads data files, one trial of the failing
   configuration (every feature ON, in a throwaway state dir) records the
-  reads; the report's own data pipeline (`reduce.choose_data`) makes them
-  seeded synthetic stand-ins, kept when the new project's failing
-  configuration ends as the script's did (a NaN, the same crash, or a run
-  that stays finite and finishes). When the stand-ins lose a NaN or a
-  crash, the real records are reduced (ddmin, `data.npz`, never a file
-  whole). When neither works, repro.py reads the user's files and the
-  result says so.
+  reads, and the report's own data pipeline (`reduce.choose_data`) picks
+  what repro.py reads, each candidate kept when the new project's failing
+  configuration ends as the script's did (`same_end`; the real records
+  are reduced only for a NaN or a crash).
 
 Then the tail: a line after the last training call that reads what an OFF
 feature made is commented out (offtail.py), so `python repro.py` runs; the
