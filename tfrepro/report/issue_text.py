@@ -42,14 +42,12 @@ def gpu_line(env: Env) -> str:
         return f"no GPU visible to TensorFlow (devices: {kinds})" + (
             f"; nvidia-smi lists {seen}, driver {driver}" if seen else ""
         )
-    parts = []
-    for g in gpus:
-        s = g.get("name") or "GPU"
-        if g.get("memory"):
-            s += f", {g['memory']}"
-        if g.get("compute_capability"):
-            s += f" (compute capability {g['compute_capability']})"
-        parts.append(s)
+    parts = [
+        (g.get("name") or "GPU")
+        + (f", {g['memory']}" if g.get("memory") else "")
+        + (f" (compute capability {g['compute_capability']})" if g.get("compute_capability") else "")
+        for g in gpus
+    ]
     driver = driver or next((g["driver"] for g in gpus if g.get("driver")), None)
     return "; ".join(parts) + (f"; NVIDIA driver {driver}" if driver else "")
 
