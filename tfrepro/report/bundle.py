@@ -34,9 +34,8 @@ from tfrepro.report.document import document, environment_facts
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, load_at, write_files, write_scripts
 from tfrepro.report.records import ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
-from tfrepro.report.replicas import with_split
 from tfrepro.report.rerun import Runner
-from tfrepro.report.scriptargs import default_args, notebook_code, script_args
+from tfrepro.report.scriptargs import default_args, notebook_code, script_args, with_split
 from tfrepro.report.scrub import Scrubber
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
 from tfrepro.report.shows import with_footer
