@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from tfrepro.errors import UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report import outdir
-from tfrepro.report.answer import Localization, Report
+from tfrepro.report.answer import Report
 from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
@@ -157,7 +157,12 @@ def build_report(
         reproduction, export, trim, data = with_data(ctx, export, no_data=how.no_data, **kw)
         scripts = write_scripts(out, ctx.result, export, scrubber.scrub)  # data.npz too, beside each entry
         artifacts = {**scripts, **_write_data(out, ctx, data, how.no_data)}
-        loc = _localize(ctx, export, localize=how.localize, python=how.python, say=say)
+        loc = None
+        if how.localize and ctx.symptom == "nan":
+            from tfrepro.report.localize import localize
+
+            say("localising the first non-finite value (check_numerics, XLA off) ...")
+            loc = localize(export.cand_files, export.data, python=how.python, settings=rerun_settings(ctx))
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = environment_facts(
             reproduction, probe=how.probe_environment, python=how.python, environ=environ, say=say
@@ -246,14 +251,3 @@ def _write_data(out: Path, ctx: Context, data: DataFacts, no_data: bool) -> dict
     if not no_data:
         artifacts.update(write_replay(out, ctx.run_dir, ctx.result))
     return artifacts
-
-
-def _localize(
-    ctx: Context, export: Export, *, localize: bool, python: str | None, say: Progress
-) -> Localization | None:
-    if not (localize and ctx.symptom == "nan"):
-        return None
-    from tfrepro.report.localize import localize as run_localize
-
-    say("localising the first non-finite value (check_numerics, XLA off) ...")
-    return run_localize(export.cand_files, export.data, python=python, settings=rerun_settings(ctx))
