@@ -103,17 +103,6 @@ def _template_name(root: Path, answers: Mapping[str, Any]) -> str:
     return name
 
 
-def _refuse_dirty(repo, root: Path) -> None:
-    dirty = _dirty_files(repo, root)
-    if dirty:
-        shown = ", ".join(dirty[:8]) + (f" and {len(dirty) - 8} more" if len(dirty) > 8 else "")
-        raise UserError(
-            f"uncommitted changes ({shown}): the update merges the new template into your committed files",
-            path=root,
-            hint="commit them first (git add -A && git commit -m 'my edits'), then run tfrepro update again",
-        )
-
-
 def _check_base(template_path: Path, old: str, root: Path) -> None:
     """The recorded template version must be in the cache: the three-way merge's base."""
     import git
@@ -138,7 +127,13 @@ def update_project(path: str | Path = ".") -> UpdateResult:
     answers = _load_answers(root)
     name = _template_name(root, answers)
     repo = _git_repo(root)
-    _refuse_dirty(repo, root)
+    if dirty := _dirty_files(repo, root):
+        shown = ", ".join(dirty[:8]) + (f" and {len(dirty) - 8} more" if len(dirty) > 8 else "")
+        raise UserError(
+            f"uncommitted changes ({shown}): the update merges the new template into your committed files",
+            path=root,
+            hint="commit them first (git add -A && git commit -m 'my edits'), then run tfrepro update again",
+        )
     template = ensure_template_repo(name)
     old = str(answers["_commit"])
     _check_base(template.path, old, root)
