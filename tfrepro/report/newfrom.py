@@ -85,8 +85,12 @@ class FromScript:
         }
 
 
-def check_script(path: Path) -> Path:
-    """The script to start from, or a UserError (exit 2) saying what to give."""
+def load_script(path: Path, script_args: Sequence[str] = ()) -> Any:
+    """The project `tfrepro bisect train.py [-- ARGS]` would load (zero-edit
+    detection), or a UserError (exit 2) saying what to give."""
+    from tfrepro.annotate.source import parse_python
+    from tfrepro.project import Project
+
     hint = "give your training script: tfrepro new --from train.py [DEST]"
     if not path.exists():
         raise UserError("no such file", path=path, hint=hint)
@@ -94,18 +98,9 @@ def check_script(path: Path) -> Path:
         raise UserError("not a file", path=path, hint=hint)
     if path.suffix != ".py":
         raise UserError("not a Python file", path=path, hint=hint + " (a .py file)")
-    from tfrepro.annotate.source import parse_python
-
     text, _ = fb.decode_source(path.read_bytes(), str(path))
     parse_python(text, str(path))  # a syntax error: file:line, exit 2
-    return path
-
-
-def load_script(path: Path, script_args: Sequence[str] = ()) -> Any:
-    """The project `tfrepro bisect train.py [-- ARGS]` would load (zero-edit detection)."""
-    from tfrepro.project import Project
-
-    return Project.load(check_script(path), script_args=script_args)
+    return Project.load(path, script_args=script_args)
 
 
 # A call of a data reader the recorder knows (a cheap, static check): the readers
