@@ -185,7 +185,12 @@ def new_project(
         shutil.rmtree(staging, ignore_errors=True)
         if not done and created_parent is not None:
             shutil.rmtree(created_parent, ignore_errors=True)  # the directories this call made
-    recorded = _read_answers(dest)
+    import yaml
+
+    try:
+        recorded = yaml.safe_load((dest / ANSWERS_FILE).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        recorded = {}
     return NewProject(
         path=dest,
         template=template,
@@ -231,12 +236,3 @@ def _commit_baseline(path: Path, message: str) -> str:
     except ValueError as e:  # no usable identity: gitpython's fallback failed
         raise TfreproError(f"could not commit the baseline: {e}") from None
     return commit.hexsha
-
-
-def _read_answers(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        return yaml.safe_load((path / ANSWERS_FILE).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return {}
