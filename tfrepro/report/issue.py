@@ -4,7 +4,7 @@ A TensorFlow bug follows TensorFlow's GitHub issue form field by field and
 in order (`TF_FORM`), so each section pastes into its field. The form's
 textareas rendered as shell (current behaviour, code, logs) are wrapped in a
 code block by GitHub itself: their sections hold plain text, no fences. A
-bug that follows Keras rather than TensorFlow (`route.route`) gets the Keras
+bug that follows Keras rather than TensorFlow (`route`, below) gets the Keras
 repository's form instead (`KERAS_FORM`: keras-team/keras's last bug
 template, plain markdown, hence fenced code; the repository's issue page has
 had no form since Keras 3). After the form comes what it forgets
