@@ -21,7 +21,7 @@ import pytest
 from tfrepro.bisect import compile_pin
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.inside import devices
-from tfrepro.report.replicas import with_split
+from tfrepro.report.scriptargs import with_split
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import ray_connect
 from tfrepro.trials.values import TrialResult

@@ -9,8 +9,7 @@ import re
 import pytest
 
 from tfrepro.report.answer import Report
-from tfrepro.report.issue import KERAS_FORM, SHELL_FIELDS, TF_FORM, render_issue
-from tfrepro.report.route import KERAS, TENSORFLOW, TF_KERAS, route
+from tfrepro.report.issue import KERAS, KERAS_FORM, SHELL_FIELDS, TENSORFLOW, TF_FORM, TF_KERAS, render_issue, route
 
 ENV = {
     "tf_version": "2.21.0",

@@ -1,10 +1,9 @@
-"""ISSUE.md's loop-against-fit table for a custom_loop culprit (report/loop_table.py)."""
+"""ISSUE.md's loop-against-fit table for a custom_loop culprit (report/issue_text.py)."""
 
 from __future__ import annotations
 
 from tfrepro.report.answer import Report
-from tfrepro.report.issue_text import series_log
-from tfrepro.report.loop_table import first_diverging_rows
+from tfrepro.report.issue_text import first_diverging_rows, series_log
 
 
 def test_the_first_step_and_the_first_diverging_steps_are_shown():

@@ -27,16 +27,15 @@ from typing import TYPE_CHECKING, Any
 from tfrepro.errors import UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report import outdir
-from tfrepro.report.answer import Localization, Report
+from tfrepro.report.answer import Report
 from tfrepro.report.artifacts import load_trials, plots, write_events
 from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, load_at, write_files, write_scripts
 from tfrepro.report.records import ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
-from tfrepro.report.replicas import with_split
 from tfrepro.report.rerun import Runner
-from tfrepro.report.scriptargs import default_args, notebook_code, script_args
+from tfrepro.report.scriptargs import default_args, notebook_code, script_args, with_split
 from tfrepro.report.scrub import Scrubber
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
 from tfrepro.report.shows import with_footer
@@ -115,10 +114,11 @@ class Context:
 @dataclass(frozen=True)
 class ReportOptions:
     """What `report` does besides the run it reports: re-run the export
-    (`rerun`, `max_pairs` timing pairs for a slowdown), localise a NaN,
-    probe the environment, re-run on tf-nightly (`nightly`), keep the
-    user's data (`no_data`), split the device into `replicas` (None: the
-    run's own); `python` is the interpreter of the localisation and probe."""
+    (`rerun`, `max_pairs` timing pairs for a slowdown), localise a NaN, probe
+    the environment in a TensorFlow child when no re-run described it,
+    re-run on the newest tf-nightly (`nightly`), keep the user's data
+    (`no_data`), split the device into `replicas` (None: the run's own);
+    `python` is the interpreter of the localisation and probe."""
 
     rerun: bool = True
     localize: bool = True
@@ -139,12 +139,10 @@ def build_report(
     runner: Runner | None = None,
     progress: Progress | None = None,
 ) -> Bundle:
-    """Write the bundle for the run in `run_dir` and return it. `runner`
-    replaces the real trial runner (tests); `environ` the process environment
-    the report describes and scrubs against; `how.probe_environment=False`
-    skips the TensorFlow child describing versions and devices when no re-run
-    did; `progress` hears one line per slow step (re-run, localisation,
-    probe); `how.nightly` re-runs the export on the newest tf-nightly too."""
+    """Write the bundle for the run in `run_dir` and return it (`how`: see
+    ReportOptions). `runner` replaces the real trial runner (tests); `environ`
+    the process environment the report describes and scrubs against;
+    `progress` hears one line per slow step (re-run, localisation, probe)."""
     environ = dict(os.environ if environ is None else environ)
     say = progress or (lambda _msg: None)
     scrubber = Scrubber.from_environ(environ)
@@ -159,7 +157,12 @@ def build_report(
         reproduction, export, trim, data = with_data(ctx, export, no_data=how.no_data, **kw)
         scripts = write_scripts(out, ctx.result, export, scrubber.scrub)  # data.npz too, beside each entry
         artifacts = {**scripts, **_write_data(out, ctx, data, how.no_data)}
-        loc = _localize(ctx, export, localize=how.localize, python=how.python, say=say)
+        loc = None
+        if how.localize and ctx.symptom == "nan":
+            from tfrepro.report.localize import localize
+
+            say("localising the first non-finite value (check_numerics, XLA off) ...")
+            loc = localize(export.cand_files, export.data, python=how.python, settings=rerun_settings(ctx))
         artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
         env_facts = environment_facts(
             reproduction, probe=how.probe_environment, python=how.python, environ=environ, say=say
@@ -211,22 +214,16 @@ def load_context(run_dir: Path) -> Context:
     # the script the trials ran (`tfrepro bisect train.py` with no tfrepro.toml records entry =
     # train.py; `... -- ARGS` the command `python train.py ARGS`), else the project's own entry
     ran = recorded.entry if recorded and (recorded.command is None or recorded.entry in recorded.command) else None
-    project = load_at(_project_root(run_dir, result), ran)
+    # the run dir sits in <project>/.tfrepro/runs/<id>: that project is the one to report, even moved or copied
+    root = run_dir.resolve().parent.parent
+    root = root.parent if root.name == STATE_DIR_NAME or not result.get("project") else Path(result["project"])
+    project = load_at(root, ran)
     fixed = [n for n in result.get("fixed_on") or [] if n in project.feature_names]
     if fixed:  # what the bisect kept ON in every trial (--only/--skip, preflight): so in the repro
         project = project.exclude(dict.fromkeys(fixed, "kept on in the run"))
     settings = recorded or project.manifest.trial
     symptom = result.get("symptom") or "nan"
     return Context(run_dir, result, symptom, project, settings, project.manifest.symptoms, entry_of(settings))
-
-
-def _project_root(run_dir: Path, result: ResultJson) -> Path:
-    """The run dir sits in <project>/.tfrepro/runs/<id>: that project is the
-    one to report, even when it was moved or copied since the bisect."""
-    in_project = run_dir.resolve().parent.parent
-    if in_project.name == STATE_DIR_NAME or not result.get("project"):
-        return in_project.parent
-    return Path(result["project"])
 
 
 def _write_notebook(write: Write, ctx: Context, export: Export, head: Report) -> dict[str, str]:
@@ -254,14 +251,3 @@ def _write_data(out: Path, ctx: Context, data: DataFacts, no_data: bool) -> dict
     if not no_data:
         artifacts.update(write_replay(out, ctx.run_dir, ctx.result))
     return artifacts
-
-
-def _localize(
-    ctx: Context, export: Export, *, localize: bool, python: str | None, say: Progress
-) -> Localization | None:
-    if not (localize and ctx.symptom == "nan"):
-        return None
-    from tfrepro.report.localize import localize as run_localize
-
-    say("localising the first non-finite value (check_numerics, XLA off) ...")
-    return run_localize(export.cand_files, export.data, python=python, settings=rerun_settings(ctx))

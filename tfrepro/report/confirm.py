@@ -71,11 +71,9 @@ def _reproduce_trimmed(ctx: Context, export: Export, **kw: Any) -> tuple[Reprodu
 
 
 def with_data(ctx: Context, export: Export, *, no_data: bool, **kw: Any):
-    """The repro reading what reduce.choose_data chose: synthetic stand-ins
-    for the data files it read when a re-run (of the trimmed repro first)
-    shows the symptom with them, else the few real records that still show
-    it, else the user's files (the report says which). Returns
-    (reproduction, export, trim facts, data facts); `kw`: `_reproduce`'s."""
+    """The repro reading what reduce.choose_data chose, each choice re-run
+    (the stand-ins: the trimmed repro first) -> (reproduction, export, trim
+    facts, data facts); `kw`: `_reproduce`'s."""
     from tfrepro.report.reduce import choose_data
 
     checked: list[tuple[Reproduction | None, Export, dict[str, Any]]] = []

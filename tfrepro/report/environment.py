@@ -22,16 +22,6 @@ from typing import Any
 
 from tfrepro.inside import ENV_PROBE
 
-
-def child_env() -> dict[str, str]:
-    """An environment for TensorFlow children: quiet logs, and no path that
-    would make tfrepro importable (a repro must stand on its own)."""
-    env = dict(os.environ)
-    env.pop("PYTHONPATH", None)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return env
-
-
 # The script of the environment trial: TensorFlow and Keras imported, nothing run.
 ENV_SCRIPT = "import tensorflow\nimport keras\n"
 
@@ -78,7 +68,9 @@ def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path 
         # Confined to `tmp` where a mechanism works; where none does it runs as is (it is
         # tfrepro's code: `tfrepro env` must still tell what is there, the missing confinement included).
         cmd = confined(cmd, Path(tmp)) if detect().mode != "none" else cmd
-        done = run_probe(cmd, Path(tmp), child_env(), timeout_s)
+        # quiet logs, and no path that would make tfrepro importable (what it probes must stand on its own)
+        env = {"TF_CPP_MIN_LOG_LEVEL": "2"} | {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        done = run_probe(cmd, Path(tmp), env, timeout_s)
         if done is None:
             return {"probe_error": f"environment probe timed out after {timeout_s:.0f} s"}
         if not out.exists():

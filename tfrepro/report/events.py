@@ -36,6 +36,7 @@ def write_run(
     one HParams session with those values; `metrics`: tag -> (step, value),
     the session's metrics (written as scalars, as the HParams plugin reads them)."""
     from tensorboardX.proto.event_pb2 import Event
+    from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
     from tensorboardX.proto.summary_pb2 import Summary
     from tensorboardX.record_writer import RecordWriter
     from tensorboardX.summary import hparams as hparams_summaries
@@ -57,8 +58,10 @@ def write_run(
             # The session start only: TensorBoard infers the experiment
             # (hparam domains, metric names) from the sessions it finds.
             _, start, _ = hparams_summaries(dict(hparams), dict(metrics or {}))
-            start_info = start.value[0].metadata.plugin_data
-            start_info.content = _with_start_time(start_info.content, t)
+            plugin = start.value[0].metadata.plugin_data
+            data = HParamsPluginData.FromString(plugin.content)
+            data.session_start_info.start_time_secs = t
+            plugin.content = data.SerializeToString()
             put(0, start)
         for tag, series in scalars.items():
             for i, v in enumerate(series, 1):
@@ -73,11 +76,3 @@ def write_run(
 def safe_name(name: str, limit: int) -> str:
     """`name` as a run directory's name: only letters, digits and `+-_.`, at most `limit` characters."""
     return "".join(c if c.isalnum() or c in "+-_." else "_" for c in name)[:limit]
-
-
-def _with_start_time(content: bytes, start_time_secs: float) -> bytes:
-    from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
-
-    data = HParamsPluginData.FromString(content)
-    data.session_start_info.start_time_secs = start_time_secs
-    return data.SerializeToString()

@@ -12,12 +12,13 @@ from tfrepro.report.records import ResultJson
 EXPLANATION = "EXPLANATION.md"
 
 
-def explanation_text(result: ResultJson) -> str:
+def write_explanation(run_dir: Path, result: ResultJson, out: Path | None = None) -> Path:
+    """Write EXPLANATION.md into `out` (default: RUN_DIR/report) and return its path."""
     cost = result["known_cost"]
     timing = result.get("timing") or {}
     ratio = f" (step time x{timing['ratio']:.2f})" if isinstance(timing.get("ratio"), (int, float)) else ""
     culprits = ", ".join(result.get("culprits") or cost.get("features") or [])
-    return "\n".join(
+    text = "\n".join(
         [
             f"# {result.get('symptom') or 'slowdown'} caused by {culprits}: a known cost, not a bug",
             "",
@@ -33,11 +34,7 @@ def explanation_text(result: ResultJson) -> str:
             "",
         ]
     )
-
-
-def write_explanation(run_dir: Path, result: ResultJson, out: Path | None = None) -> Path:
-    """Write EXPLANATION.md into `out` (default: RUN_DIR/report) and return its path."""
     dest = outdir.prepare(Path(out) if out is not None else Path(run_dir) / "report")
     path = dest / EXPLANATION
-    path.write_text(explanation_text(result), encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     return path

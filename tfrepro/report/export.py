@@ -129,16 +129,6 @@ def carried_rel(rel: str, entry: str) -> str:
     return rel[len(here) + 1 :] if here and rel.startswith(here + "/") else rel
 
 
-def _reference_config(result: ResultJson, symptom: str) -> list[str]:
-    culprit_config = list(result.get("culprit_config") or result.get("culprits") or [])
-    culprits = set(result.get("culprits") or [])
-    if symptom == "mismatch":
-        # The reference of a configuration: only its affects_loss features on (Contract 3).
-        affects = set(result.get("affects_loss") or [])
-        return sorted(set(culprit_config) & affects)
-    return sorted(set(culprit_config) - culprits)
-
-
 def _variants(
     result: ResultJson, project: Any, run_dir: Path, symptom: str, entry: str
 ) -> tuple[list[str] | None, list[str] | None, dict[str, str], dict[str, str]]:
@@ -158,7 +148,10 @@ def _variants(
         )
     failed = result.get("status") == "baseline-fails"  # the baseline itself fails: every feature off
     cand_cfg = [] if failed else sorted(result.get("culprit_config") or result.get("culprits") or [])
-    ref_cfg = [] if failed else _reference_config(result, symptom)
+    # the reference: without the culprits; of a mismatch, only the affects_loss features on (Contract 3)
+    culprits = set(result.get("culprits") or [])
+    keep = set(result.get("affects_loss") or []) if symptom == "mismatch" else set(cand_cfg) - culprits
+    ref_cfg = sorted(set(cand_cfg) & keep)
     return cand_cfg, ref_cfg, bundle_files(project, cand_cfg, entry), bundle_files(project, ref_cfg, entry)
 
 

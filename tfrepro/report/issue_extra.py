@@ -8,9 +8,8 @@ evidence, the diff that turns the culprit on, and the files in the bundle.
 from __future__ import annotations
 
 from tfrepro.report.answer import Report, Reproduction
-from tfrepro.report.issue_text import names
+from tfrepro.report.issue_text import fmt, names
 from tfrepro.report.standin import issue_lines as data_lines
-from tfrepro.report.textfmt import fmt
 from tfrepro.trials.values import TrialRow
 
 

@@ -4,12 +4,12 @@ the environment fields."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from tfrepro.report.answer import Env, Report
-from tfrepro.report.textfmt import fmt
 from tfrepro.trials.slowdown import TimingRecord
 from tfrepro.trials.values import TrialResult
 
@@ -21,6 +21,15 @@ SYMPTOM_WORDS = {
     "mismatch": "loss mismatch",
     "slowdown": "slowdown",
 }
+
+
+def fmt(x: Any, digits: int = 4) -> str:
+    """How ISSUE.md writes a number."""
+    if x is None:
+        return "n/a"
+    if isinstance(x, float):
+        return "NaN" if math.isnan(x) else f"{x:.{digits}g}"
+    return str(x)
 
 
 def names(xs: list[str] | None) -> str:
@@ -42,14 +51,12 @@ def gpu_line(env: Env) -> str:
         return f"no GPU visible to TensorFlow (devices: {kinds})" + (
             f"; nvidia-smi lists {seen}, driver {driver}" if seen else ""
         )
-    parts = []
-    for g in gpus:
-        s = g.get("name") or "GPU"
-        if g.get("memory"):
-            s += f", {g['memory']}"
-        if g.get("compute_capability"):
-            s += f" (compute capability {g['compute_capability']})"
-        parts.append(s)
+    parts = [
+        (g.get("name") or "GPU")
+        + (f", {g['memory']}" if g.get("memory") else "")
+        + (f" (compute capability {g['compute_capability']})" if g.get("compute_capability") else "")
+        for g in gpus
+    ]
     driver = driver or next((g["driver"] for g in gpus if g.get("driver")), None)
     return "; ".join(parts) + (f"; NVIDIA driver {driver}" if driver else "")
 
@@ -262,14 +269,39 @@ def series_log(r: Report) -> list[str]:
             f"per-step loss, {r.repro.reference}: {_series(ref.losses)}",
         ]
         if "custom_loop" in (r.culprits or []):
-            from tfrepro.report.loop_table import first_diverging_rows
-
             tol = r.symptom_settings.mismatch
             lines += ["", *first_diverging_rows(cand.losses, ref.losses, tol)]
         return lines
     if cand.losses:
         return [f"per-step loss (culprit configuration): {_series(cand.losses)}"]
     return []
+
+
+def _rel(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or not (math.isfinite(a) and math.isfinite(b)):
+        return None
+    return abs(a - b) / max(abs(b), 1e-12)
+
+
+def first_diverging_rows(loop: Sequence[float | None], fit: Sequence[float | None], tol: float) -> list[str]:
+    """A custom loop against fit, step by step (a `custom_loop` culprit: repro.py keeps the loop,
+    reference.py is fit built from its parts), as a plain-text table: the first step, then the
+    first six steps where the loop's loss is off fit's by more than `tol`."""
+    n = min(len(loop), len(fit))
+    if n == 0:
+        return []
+    off = [i for i in range(n) if (_rel(loop[i], fit[i]) is None) or _rel(loop[i], fit[i]) > tol]
+    if not off:
+        return [f"custom loop (repro.py) and fit (reference.py) agree within {fmt(tol)} over {n} steps"]
+    lines = [
+        f"first diverging steps, custom loop (repro.py) against fit (reference.py), tolerance {fmt(tol)}:",
+        f"{'step':>6}  {'loop':>12}  {'fit':>12}  {'relative':>9}",
+    ]
+    for i in sorted({0, *off[:6]}):
+        rel = _rel(loop[i], fit[i])
+        cells = ["NaN" if v is None or not math.isfinite(v) else fmt(v) for v in (loop[i], fit[i])]
+        lines.append(f"{i + 1:>6}  {cells[0]:>12}  {cells[1]:>12}  {'-' if rel is None else fmt(rel):>9}")
+    return lines
 
 
 def log_output(r: Report) -> str:

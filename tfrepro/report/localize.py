@@ -114,8 +114,9 @@ def parse_check_numerics(
         named = [n for n, c in layers.items() if c == cls]
         if layer is None and len(named) == 1:
             layer = named[0]
-    at = {"file": line.file, "line": line.line, "code": line.code, "function": line.function}
-    facts = {**at, **_tensor_facts(message)}
+    facts = {"file": line.file, "line": line.line, "code": line.code, "function": line.function}
+    for key, rx in (("kind", _KIND), ("dtype", _DTYPE), ("shape", _SHAPE), ("input_tensor", _INPUT)):
+        facts[key] = found.group(1) if (found := rx.search(message)) else None
     return replace(where, op_type=m.group(3), layer=layer, layer_class=layer_class, excerpt=_excerpt(message), **facts)
 
 
@@ -155,14 +156,6 @@ def _user_line(message: str, traceback_text: str, script: str, source: str, rel:
     lines = source.splitlines()
     code = lines[n - 1].strip() if 0 < n <= len(lines) else None
     return Localization(True, file=rel, line=n, code=code, function=enclosing_scope(source, n) if source else None)
-
-
-def _tensor_facts(message: str) -> dict[str, str | None]:
-    found = {
-        k: rx.search(message)
-        for k, rx in (("kind", _KIND), ("dtype", _DTYPE), ("shape", _SHAPE), ("input_tensor", _INPUT))
-    }
-    return {k: m.group(1) if m else None for k, m in found.items()}
 
 
 def _excerpt(message: str) -> str:

@@ -10,13 +10,10 @@ The same parts as the report, on the script as it is (no bisect run needed):
   as the report's export carries them (`export.bundle_files`'s rule);
 - the data: when the script reads data files, one trial of the failing
   configuration (every feature ON, in a throwaway state dir) records the
-  reads; the report's own data pipeline (`reduce.choose_data`) makes them
-  seeded synthetic stand-ins, kept when the new project's failing
-  configuration ends as the script's did (a NaN, the same crash, or a run
-  that stays finite and finishes). When the stand-ins lose a NaN or a
-  crash, the real records are reduced (ddmin, `data.npz`, never a file
-  whole). When neither works, repro.py reads the user's files and the
-  result says so.
+  reads, and the report's own data pipeline (`reduce.choose_data`) picks
+  what repro.py reads, each candidate kept when the new project's failing
+  configuration ends as the script's did (`same_end`; the real records
+  are reduced only for a NaN or a crash).
 
 Then the tail: a line after the last training call that reads what an OFF
 feature made is commented out (offtail.py), so `python repro.py` runs; the
@@ -88,8 +85,12 @@ class FromScript:
         }
 
 
-def check_script(path: Path) -> Path:
-    """The script to start from, or a UserError (exit 2) saying what to give."""
+def load_script(path: Path, script_args: Sequence[str] = ()) -> Any:
+    """The project `tfrepro bisect train.py [-- ARGS]` would load (zero-edit
+    detection), or a UserError (exit 2) saying what to give."""
+    from tfrepro.annotate.source import parse_python
+    from tfrepro.project import Project
+
     hint = "give your training script: tfrepro new --from train.py [DEST]"
     if not path.exists():
         raise UserError("no such file", path=path, hint=hint)
@@ -97,18 +98,9 @@ def check_script(path: Path) -> Path:
         raise UserError("not a file", path=path, hint=hint)
     if path.suffix != ".py":
         raise UserError("not a Python file", path=path, hint=hint + " (a .py file)")
-    from tfrepro.annotate.source import parse_python
-
     text, _ = fb.decode_source(path.read_bytes(), str(path))
     parse_python(text, str(path))  # a syntax error: file:line, exit 2
-    return path
-
-
-def load_script(path: Path, script_args: Sequence[str] = ()) -> Any:
-    """The project `tfrepro bisect train.py [-- ARGS]` would load (zero-edit detection)."""
-    from tfrepro.project import Project
-
-    return Project.load(check_script(path), script_args=script_args)
+    return Project.load(path, script_args=script_args)
 
 
 # A call of a data reader the recorder knows (a cheap, static check): the readers

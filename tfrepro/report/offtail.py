@@ -48,13 +48,6 @@ def _names(node: ast.AST, ctx: type) -> set[str]:
     return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)}
 
 
-def _trains(stmt: ast.stmt) -> bool:
-    return any(
-        isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute) and n.func.attr in TRAINING_CALLS
-        for n in ast.walk(stmt)
-    )
-
-
 def comment_tail(text: str, path: str = "repro.py") -> tuple[str, list[Commented]]:
     """`text` (every feature ON, markers kept) with its tail statements that
     read a feature's names commented out, and what was commented."""
@@ -98,7 +91,11 @@ def _block_of(blocks, line: int) -> fb.Block | None:
 def _tail(body: list[ast.stmt], outside: set[str], blocks, lines: list[str]) -> list[Commented]:
     """The statements of `body` after its last training statement that read
     a feature's names (`outside`: names that are never a feature's)."""
-    trained = [i for i, s in enumerate(body) if _trains(s)]
+    called = [
+        {n.func.attr for n in ast.walk(s) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+        for s in body
+    ]
+    trained = [i for i, attrs in enumerate(called) if attrs & TRAINING_CALLS]
     if not trained:
         return []
     owners: dict[str, set[str]] = {}  # a feature's name -> the features that read or bind it

@@ -48,7 +48,13 @@ def prepare(out: Path) -> Path:
                 path=out,
                 hint="give --out a new or empty directory, or an earlier bundle's own",
             )
-        _delete(out, ours)
+        for p in ours:
+            if p.is_symlink() or p.is_file():
+                p.unlink()
+        # directories the bundle made, deepest first, once they are empty
+        for d in sorted({d for p in ours for d in p.parents if out in d.parents}, key=lambda d: -len(d.parts)):
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
     out.mkdir(parents=True, exist_ok=True)
     return out
 
@@ -80,14 +86,3 @@ def _bundle_files(out: Path) -> set[Path]:
     if (out / "ISSUE.md").is_file() and (out / "report.json").is_file():
         return {p for p in _all_files(out) if p.relative_to(out).parts[0] in _LEGACY_NAMES}
     return set()
-
-
-def _delete(out: Path, files: set[Path]) -> None:
-    for p in files:
-        if p.is_symlink() or p.is_file():
-            p.unlink()
-    # Directories the bundle made, deepest first, once they are empty.
-    dirs = sorted({d for p in files for d in p.parents if out in d.parents}, key=lambda d: -len(d.parts))
-    for d in dirs:
-        if d.is_dir() and not any(d.iterdir()):
-            d.rmdir()

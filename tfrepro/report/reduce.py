@@ -9,10 +9,8 @@ repro gets `_tfrepro_file(i)` instead of the user's path: a temp file of the
 same format holding those records, so the script's own reading code (its
 delimiter, header, parsing) runs unchanged.
 
-`choose_data` is the one data pipeline `tfrepro report` (confirm.py) and
-`tfrepro new --from` (newfrom.py) both run: stand-ins first (standin.py),
-checked by the caller; when they lose the symptom, this reduction; else the
-user's files, and the facts say which.
+`choose_data` (below) is the one data pipeline `tfrepro report` (confirm.py)
+and `tfrepro new --from` (newfrom.py) both run.
 
 Record formats: `.npy` (rows), text (lines; the first line, a possible
 header, always kept), TFRecord (framed records; written back with their

@@ -116,11 +116,12 @@ def _judged(symptom: str, cand: TrialResult, ref: TrialResult | None, spec: Reru
     memory = symptom == Verdict.MEMORY.value
     baselines = [ref] if memory and ref is not None else ()
     seen = shows(cand, reference=None if memory else ref, settings=spec.symptoms, noise=spec.noise, baselines=baselines)
-    verdict = primary(seen, _verdict(symptom))
+    hunted = next((v for v in Verdict if v.value == symptom), None)
+    verdict = primary(seen, hunted)
     # a crash shows only as the bisect's own (same exception and message)
     shown = verdict.value == symptom and (symptom != "crash" or same_error(cand.error, spec.expected_error))
     detail = _detail(symptom, cand, ref, spec, shown=shown, verdict=verdict)
-    if not shown and verdict not in (Verdict.OK, _verdict(symptom)):
+    if not shown and verdict not in (Verdict.OK, hunted):
         detail += f"; it showed {verdict.value} instead"
     return Reproduction(
         symptom, shown, detail, verdict.value, cand.to_dict(), ref.to_dict() if ref is not None else None
@@ -178,13 +179,6 @@ def _error_key(line: str) -> str:
     line = re.sub(r"0x[0-9a-fA-F]+", "0x?", line.strip().splitlines()[-1] if line.strip() else "")
     line = re.sub(r"/\S*/(tfrepro-rerun-|tmp)\S*", "<tmp>", line)
     return " ".join(line.split())
-
-
-def _verdict(symptom: str) -> Verdict | None:
-    try:
-        return Verdict(symptom)
-    except ValueError:
-        return None
 
 
 def _slowdown(

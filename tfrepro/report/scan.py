@@ -38,7 +38,7 @@ _EAGER = re.compile(r"run_functions_eagerly\(\s*True\s*\)")
 _RUN_EAGERLY = re.compile(r"run_eagerly\s*=\s*True")
 # tf_keras (Keras 2) turned on: the environment switch set (not after a `#`), or `import tf_keras` /
 # `from tf_keras import ...` as a statement at a line's start (the words in a comment or a string do
-# not count). The one rule of the setup's keras_flavour and of route.py's reading of the culprit's diff.
+# not count). The one rule of the setup's keras_flavour and of issue.route's reading of the culprit's diff.
 LEGACY_KERAS = re.compile(
     r"""^[^#\n]*TF_USE_LEGACY_KERAS["']\]\s*=\s*["'](1|true|True)["']|^\s*(import|from)\s+tf_keras\b""", re.M
 )

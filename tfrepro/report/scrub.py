@@ -234,8 +234,13 @@ def _secret_parts(name: str, value: str) -> set[str]:
             out.update(s for _, s in json_strings(json.loads(value)))
         except ValueError:
             pass
-    for word in value.split():
-        out.update(p for p in userinfo_parts(word) if p)
+    for word in value.split():  # a URL's user and password, as written and unquoted
+        try:
+            parts = urllib.parse.urlsplit(word)
+        except ValueError:
+            continue
+        found = {x for x in (parts.username, parts.password) if x}
+        out |= found | {urllib.parse.unquote(x) for x in found}
     return {p for p in out if len(p) >= _MIN_SECRET_LEN and not _PLAIN.match(p)}
 
 
@@ -249,16 +254,6 @@ def json_strings(obj: object, key: str = "") -> Iterator[tuple[str, str]]:
     elif isinstance(obj, list):
         for v in obj:
             yield from json_strings(v, key)
-
-
-def userinfo_parts(url: str) -> tuple[str, ...]:
-    """(user, password) of `scheme://user:password@host/...`, () without."""
-    try:
-        parts = urllib.parse.urlsplit(url)
-    except ValueError:
-        return ()
-    found = [x for x in (parts.username, parts.password) if x]
-    return tuple(urllib.parse.unquote(x) for x in found) + tuple(found)
 
 
 def looks_secret_value(value: str) -> bool:

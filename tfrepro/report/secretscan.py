@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,7 +62,10 @@ def scan_bundle(path: str | Path, commits: Iterable[str] = ()) -> list[Finding]:
     `commits`: full shas the run tried (`run_commits`), never a finding."""
     root = Path(path)
     files = sorted(p for p in root.rglob("*") if p.is_file() and not _BINARY.search(p.name))
-    texts = {p: t for p in files if (t := _read_text(p)) is not None}
+    texts: dict[Path, str] = {}
+    for p in files:
+        with suppress(OSError, UnicodeDecodeError):
+            texts[p] = p.read_bytes().decode("utf-8")
     own = frozenset(c.lower() for c in commits if _SHA.fullmatch(c))
     found = set(_detect_secrets(root, texts, own)) | set(_own_rules(root, texts))
     return sorted(found, key=lambda f: (f.file, f.line, f.kind))
@@ -94,13 +98,6 @@ def raise_on_findings(findings: Iterable[Finding], bundle: str | Path | None = N
         "or put it in an environment variable whose name says KEY/TOKEN/SECRET/PASSWORD so the "
         "report redacts its value, then run `tfrepro report` again",
     )
-
-
-def _read_text(p: Path) -> str | None:
-    try:
-        return p.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def _detect_secrets(root: Path, texts: dict[Path, str], commits: frozenset[str] = frozenset()) -> Iterator[Finding]:

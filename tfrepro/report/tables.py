@@ -109,15 +109,6 @@ def write_csv(path: Path, rows: list[Row]) -> Path:
     return path
 
 
-def _hparams(r: Row, features: list[str]) -> dict[str, bool | str]:
-    hp: dict[str, bool | str] = {f: f in r.enabled for f in features}
-    if r.label and not features:
-        hp["label"] = r.label
-    hp["role"] = r.role
-    hp["verdict"] = r.verdict or "unknown"
-    return hp
-
-
 def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time: float) -> None:
     """One HParams session per trial under `logdir`."""
     for r in rows:
@@ -127,12 +118,16 @@ def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time:
             "median_step_ms": r.median_step_ms,
         }
         s, step = r.summary, max(1, r.steps or 0)
+        hparams: dict[str, bool | str] = {f: f in r.enabled for f in features}
+        if r.label and not features:  # a commit or version run: its label
+            hparams["label"] = r.label
+        hparams |= {"role": r.role, "verdict": r.verdict or "unknown"}
         scalars = {"loss": s.losses, "step_time_ms": [1000.0 * t for t in s.step_times]}
         events.write_run(
             logdir / f"{r.index:03d}_{events.safe_name(r.role, 80)}",
             scalars,
             wall_time=wall_time,
-            hparams=_hparams(r, features),
+            hparams=hparams,
             metrics={k: (step, v) for k, v in metrics.items() if v is not None},
         )
 

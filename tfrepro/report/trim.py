@@ -21,6 +21,7 @@ from collections import Counter
 import libcst as cst
 import libcst.matchers as m
 
+_SCOPE = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("scope")), args=[])  # `NAME.scope()`
 _GET_STRATEGY = m.Call(
     func=m.Attribute(value=m.Attribute(value=m.Name(), attr=m.Name("distribute")), attr=m.Name("get_strategy")), args=[]
 )
@@ -37,19 +38,8 @@ def _scope_only_strategies(tree: cst.Module, counts: Counter[str]) -> set[str]:
     """Names bound once to get_strategy() and used only as `with NAME.scope():`."""
     found = m.findall(tree, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=_GET_STRATEGY))
     bound = [s.targets[0].target.value for s in found]  # type: ignore[attr-defined]
-    scopes = Counter(
-        w.items[0].item.func.value.value
-        for w in m.findall(
-            tree,
-            m.With(
-                items=[
-                    m.WithItem(
-                        item=m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("scope")), args=[]), asname=None
-                    )
-                ]
-            ),
-        )
-    )
+    withs = m.findall(tree, m.With(items=[m.WithItem(item=_SCOPE, asname=None)]))
+    scopes = Counter(w.items[0].item.func.value.value for w in withs)  # type: ignore[attr-defined]
     return {n for n in bound if bound.count(n) == 1 and scopes[n] and counts[n] == 1 + scopes[n]}
 
 
@@ -90,12 +80,8 @@ class _Trim(cst.CSTTransformer):
         return updated
 
     def leave_With(self, original, updated):
-        item = updated.items[0].item if len(updated.items) == 1 else None
-        if (
-            isinstance(item, cst.Call)
-            and m.matches(item.func, m.Attribute(value=m.Name(), attr=m.Name("scope")))
-            and item.func.value.value in self.strategies
-        ):  # type: ignore[attr-defined]
+        scoped = len(updated.items) == 1 and m.matches(updated.items[0].item, _SCOPE)
+        if scoped and updated.items[0].item.func.value.value in self.strategies:  # type: ignore[attr-defined]
             return cst.FlattenSentinel(list(updated.body.body))  # type: ignore[attr-defined]
         return updated
 

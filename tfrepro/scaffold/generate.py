@@ -168,7 +168,13 @@ def new_project(
     try:
         out = staging / dest.name
         answers = _run_copier(repo, out, answers_in, defaults)
-        _write_files(out, files or {})
+        for rel, content in (files or {}).items():  # beside what the template rendered, never over it
+            if (out / rel).exists() or Path(rel).is_absolute() or ".." in Path(rel).parts:
+                raise TfreproError(f"{rel}: would overwrite a template file or leave the project")
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            (out / rel).write_bytes(
+                content if isinstance(content, bytes) else content.encode("utf-8")
+            )  # newlines as given
         commit = _commit_baseline(out, f"tfrepro new: baseline from template {template} {repo.tag}")
         check_destination(dest)  # nobody wrote there meanwhile
         if dest.exists():
@@ -179,7 +185,12 @@ def new_project(
         shutil.rmtree(staging, ignore_errors=True)
         if not done and created_parent is not None:
             shutil.rmtree(created_parent, ignore_errors=True)  # the directories this call made
-    recorded = _read_answers(dest)
+    import yaml
+
+    try:
+        recorded = yaml.safe_load((dest / ANSWERS_FILE).read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        recorded = {}
     return NewProject(
         path=dest,
         template=template,
@@ -215,15 +226,6 @@ def _run_copier(repo: TemplateRepo, out: Path, answers_in: Mapping[str, Any], de
     return {k: v for k, v in worker.answers.combined.items() if not str(k).startswith("_")}
 
 
-def _write_files(out: Path, files: Mapping[str, str | bytes]) -> None:
-    for rel, content in files.items():
-        path = out / rel
-        if path.exists() or Path(rel).is_absolute() or ".." in Path(rel).parts:
-            raise TfreproError(f"{rel}: would overwrite a template file or leave the project")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))  # newlines as given
-
-
 def _commit_baseline(path: Path, message: str) -> str:
     import git
 
@@ -234,12 +236,3 @@ def _commit_baseline(path: Path, message: str) -> str:
     except ValueError as e:  # no usable identity: gitpython's fallback failed
         raise TfreproError(f"could not commit the baseline: {e}") from None
     return commit.hexsha
-
-
-def _read_answers(path: Path) -> dict[str, Any]:
-    import yaml
-
-    try:
-        return yaml.safe_load((path / ANSWERS_FILE).read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError):
-        return {}

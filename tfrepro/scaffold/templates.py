@@ -20,8 +20,6 @@ import fcntl
 import os
 import re
 import shutil
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,15 +103,6 @@ def assemble(name: str, source: str | Path | None, dest: Path) -> None:
     shutil.copy2(src / VERSION_FILE, dest / VERSION_FILE)
 
 
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Two `tfrepro new` at once must not both rebuild the same cache repo."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+") as fh:  # closing it releases the lock
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        yield
-
-
 def ensure_template_repo(name: str, *, source: str | Path | None = None) -> TemplateRepo:
     """The git-versioned copy of template `name`, brought up to date with the
     package: a new commit and tag when the content changed."""
@@ -123,7 +112,10 @@ def ensure_template_repo(name: str, *, source: str | Path | None = None) -> Temp
     version = template_version(source)
     root = cache_dir()
     repo_path = root / name
-    with _locked(root / f".{name}.lock"):
+    root.mkdir(parents=True, exist_ok=True)
+    # two `tfrepro new` at once must not both rebuild the same cache repo (closing the file releases the lock)
+    with open(root / f".{name}.lock", "a+") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
         if (repo_path / ".git").is_dir():
             repo = git.Repo(repo_path)
         else:

@@ -65,19 +65,6 @@ def _load_answers(root: Path) -> dict[str, Any]:
     return answers
 
 
-def _git_repo(root: Path):
-    import git
-
-    try:
-        return git.Repo(root, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise UserError(
-            "not a git repository: copier updates by merging into committed files",
-            path=root,
-            hint="git init && git add -A && git commit -m 'my repro', then run tfrepro update again",
-        ) from None
-
-
 def _dirty_files(repo, root: Path) -> list[str]:
     lines = repo.git.status("--porcelain", "--untracked-files=all", "--", str(root)).splitlines()
     return [line[3:] for line in lines if line.strip()]
@@ -103,17 +90,6 @@ def _template_name(root: Path, answers: Mapping[str, Any]) -> str:
     return name
 
 
-def _refuse_dirty(repo, root: Path) -> None:
-    dirty = _dirty_files(repo, root)
-    if dirty:
-        shown = ", ".join(dirty[:8]) + (f" and {len(dirty) - 8} more" if len(dirty) > 8 else "")
-        raise UserError(
-            f"uncommitted changes ({shown}): the update merges the new template into your committed files",
-            path=root,
-            hint="commit them first (git add -A && git commit -m 'my edits'), then run tfrepro update again",
-        )
-
-
 def _check_base(template_path: Path, old: str, root: Path) -> None:
     """The recorded template version must be in the cache: the three-way merge's base."""
     import git
@@ -137,8 +113,23 @@ def update_project(path: str | Path = ".") -> UpdateResult:
         raise UserError("no such project directory", path=root)
     answers = _load_answers(root)
     name = _template_name(root, answers)
-    repo = _git_repo(root)
-    _refuse_dirty(repo, root)
+    import git
+
+    try:
+        repo = git.Repo(root, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UserError(
+            "not a git repository: copier updates by merging into committed files",
+            path=root,
+            hint="git init && git add -A && git commit -m 'my repro', then run tfrepro update again",
+        ) from None
+    if dirty := _dirty_files(repo, root):
+        shown = ", ".join(dirty[:8]) + (f" and {len(dirty) - 8} more" if len(dirty) > 8 else "")
+        raise UserError(
+            f"uncommitted changes ({shown}): the update merges the new template into your committed files",
+            path=root,
+            hint="commit them first (git add -A && git commit -m 'my edits'), then run tfrepro update again",
+        )
     template = ensure_template_repo(name)
     old = str(answers["_commit"])
     _check_base(template.path, old, root)
