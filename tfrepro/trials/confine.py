@@ -354,12 +354,3 @@ def check_outside(result):
             "(bubblewrap), where such writes land in a throwaway overlay"
         )
     return result
-
-
-@cache
-def landlock_works() -> bool:
-    """Whether Landlock confines a process here (whatever `detect` chose)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="tfrepro-confine-") as tmp:
-        return _probe_landlock(Path(tmp)) is None

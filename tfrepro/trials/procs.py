@@ -252,8 +252,7 @@ class _Live:
             ]
             self._stopped.update(t for t, _ in hit)
         for _, pgid in hit:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
+            kill_group(pgid)
         return len(hit)
 
 
@@ -268,12 +267,6 @@ def stop_trials(threads: Iterable[int] | None = None) -> int:
 def kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-
-
-def kill_tree(proc: subprocess.Popen) -> None:
-    kill_group(proc.pid)
-    with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - SIGKILL not honoured
-        proc.wait(timeout=10)
 
 
 def strays(trial_dir: Path, proc: Path = Path("/proc")) -> list[int]:
@@ -324,4 +317,6 @@ def run_probe(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: fl
     except subprocess.TimeoutExpired:
         return None
     finally:
-        kill_tree(proc)
+        kill_group(proc.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - SIGKILL not honoured
+            proc.wait(timeout=10)
