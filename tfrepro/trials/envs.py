@@ -40,8 +40,9 @@ from pathlib import Path
 
 from tfrepro.dists import TF_DISTS, VERSIONS_SCRIPT, dist_version
 from tfrepro.errors import TfreproError
+from tfrepro.projectfiles import atomic_write
 from tfrepro.trials.installers import Installer, OnLine, default_installer, run_streaming
-from tfrepro.trials.state import atomic_write_text, tree_size
+from tfrepro.trials.state import tree_size
 from tfrepro.trials.stored import read_json
 
 SPEC_FILE = "tfrepro-env.json"
@@ -292,7 +293,7 @@ class EnvStore:
         build_s = round(self.clock() - started, 2)
         record = {"spec": spec.to_dict(), "versions": versions, "created": self.clock(), "build_s": build_s}
         record["installer"] = self.installer.name
-        atomic_write_text(path / SPEC_FILE, json.dumps(record, indent=1, sort_keys=True))
+        atomic_write(path / SPEC_FILE, json.dumps(record, indent=1, sort_keys=True).encode())
         say(f"environment {spec.name}: ready in {build_s:.1f} s")
         return Env(path, spec, versions, built=True)
 
