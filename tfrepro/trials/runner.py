@@ -273,9 +273,8 @@ def run_variant(
     # The driver's TensorFlow says nothing about another interpreter's trial.
     tf_fallback = None if how.python else tf_version()
     full_env = child_env(settings, config_path, how.env)
-    logs = (trial_dir / "stdout.log", trial_dir / "stderr.log")
     pool = None if how.cold or warm.forced_cold() else warm_pool or warm.default_pool()
-    end = spawn(cmd, Path(variant_dir), full_env, settings.timeout_s, *logs, pool)
+    end = spawn(cmd, Path(variant_dir), full_env, settings.timeout_s, trial_dir, pool)
     result = _collect(end, settings, trial_dir, tf_fallback)
     return confine.note_outside(replace(result, extra={**result.extra, "process": end.process}), trial_dir)
 
