@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 def landlock_works() -> bool:
     """Whether Landlock confines a process here (whatever `confine.detect` chose)."""
     with tempfile.TemporaryDirectory(prefix="tfrepro-confine-") as tmp:
-        return confine._probe_landlock(Path(tmp)) is None
+        return confine._probe_inside({"mode": "landlock", "writable": [tmp]}) is None
 
 
 HOSTILE = """\

@@ -178,14 +178,14 @@ def _probe_overlay(overlay: list[str], bwrap: str | None, tmp: Path) -> str | No
     why = _try([*bwrap_argv(bwrap, overlay, [tmp]), "--", "/bin/sh", "-c", "echo ok"])
     if why:
         return f"bwrap: {why}"
-    why = _try([sys.executable, "-I", "-S", str(CONFINE_PY), "--probe", json.dumps(spec)])
+    why = _probe_inside(spec)
     if why or not (tmp / "probe").exists():
         return f"namespaces after fork: {why or 'the probe wrote nothing'}"
     return None
 
 
-def _probe_landlock(tmp: Path) -> str | None:
-    spec = {"mode": "landlock", "writable": [str(tmp)]}
+def _probe_inside(spec: dict) -> str | None:
+    """`inside/confine.py` applying `spec` to a probe child (`_try`)."""
     return _try([sys.executable, "-I", "-S", str(CONFINE_PY), "--probe", json.dumps(spec)])
 
 
@@ -208,7 +208,7 @@ def _detect(forced: str | None) -> Confinement:
         why_landlock = "not tried"
         if forced in (None, "landlock") and sys.platform.startswith("linux"):
             (Path(tmp) / "l").mkdir()
-            why_landlock = _probe_landlock(Path(tmp) / "l")
+            why_landlock = _probe_inside({"mode": "landlock", "writable": [str(Path(tmp) / "l")]})
             if why_landlock is None:
                 return Confinement("landlock", f"overlay: {why_overlay}")
     if not sys.platform.startswith("linux"):

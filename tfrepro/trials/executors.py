@@ -32,12 +32,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tfrepro.errors import UserError
-from tfrepro.trials.executor_base import (  # noqa: F401 (the base is imported from here too)
-    Executor,
-    Runner,
-    could_not_run,
-    retry_once,
-)
+from tfrepro.trials.executor_base import Executor, Runner
 from tfrepro.trials.gpus import GpuPool, gpus_needed
 from tfrepro.trials.trial import Trial
 from tfrepro.trials.values import TrialResult
