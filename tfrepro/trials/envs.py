@@ -76,13 +76,9 @@ def project_requirements(root: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(kept, left out): `requirements.txt` lines and `[project].dependencies`
     of `root`, without TensorFlow's stack, tfrepro, options (`-r`, `-e`, `--...`)
     and local paths."""
-    lines: list[str] = []
     req = Path(root) / "requirements.txt"
-    if req.is_file():
-        for line in req.read_text(encoding="utf-8").splitlines():
-            line = line.split(" #", 1)[0].strip()
-            if line and not line.startswith("#"):
-                lines.append(line)
+    raw = req.read_text(encoding="utf-8").splitlines() if req.is_file() else []
+    lines = [x for x in (line.split(" #", 1)[0].strip() for line in raw) if x and not x.startswith("#")]
     pyproject = Path(root) / "pyproject.toml"
     if pyproject.is_file():
         try:
