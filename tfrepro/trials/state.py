@@ -311,14 +311,12 @@ class StateDir:
         out = Pruned()
         for e in sorted(self.path.iterdir()):
             if e.name in _LAYOUT and e.is_dir() and not e.is_symlink():
-                for d in self._children(e.name, out) if e.name != "cache" else ():
-                    self._remove(d, out, "other")
-                if e.name == "cache":
-                    for f in e.iterdir():
-                        if _CACHE_NAME.fullmatch(f.name) and not f.is_dir():
-                            self._remove(f, out, "other")
-                        else:
-                            out.foreign.append(str(f))
+                cache = e.name == "cache"  # its entries are ours by their name, not a mark
+                for f in e.iterdir() if cache else self._children(e.name, out):
+                    if cache and not (_CACHE_NAME.fullmatch(f.name) and not f.is_dir()):
+                        out.foreign.append(str(f))
+                    else:
+                        self._remove(f, out, "other")
                 _rmdir_if_empty(e)
             elif e.name != ".gitignore":
                 out.foreign.append(str(e))
