@@ -128,7 +128,9 @@ def run_cold(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float,
         except OSError as e:
             return Exit(None, False, 0.0, "cold", error=f"cannot start {cmd[0]!r}: {e.strerror or e}")
         rc, timed_out = _watch(proc, timeout, trial_dir)
-    return Exit(_status(rc, status_path), timed_out, time.perf_counter() - start, "cold")
+    with contextlib.suppress(OSError, ValueError):  # the command's own return code (bubblewrap's is 128+N for a signal)
+        rc = os.waitstatus_to_exitcode(int(status_path.read_text()))
+    return Exit(rc, timed_out, time.perf_counter() - start, "cold")
 
 
 def _watch(child: "subprocess.Popen | warm.WarmChild", timeout: float, trial_dir: Path) -> tuple[int | None, bool]:
@@ -148,17 +150,10 @@ def _watch(child: "subprocess.Popen | warm.WarmChild", timeout: float, trial_dir
                     rc = child.wait(10)
             if isinstance(child, warm.WarmChild):
                 child.close()
-            if confine.require().mode != "overlay":
-                kill_strays(trial_dir)
+            for pid in strays(trial_dir) if confine.require().mode != "overlay" else ():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
     return rc, timed_out
-
-
-def _status(rc: int | None, status_path: Path) -> int | None:
-    """The command's own return code (bubblewrap reports a signal as 128+N)."""
-    try:
-        return os.waitstatus_to_exitcode(int(status_path.read_text()))
-    except (OSError, ValueError):
-        return rc
 
 
 def _cannot_confine(stderr: Path) -> bool:
@@ -274,13 +269,6 @@ def strays(trial_dir: Path, proc: Path = Path("/proc")) -> list[int]:
         if mark in environ.split(b"\0"):
             out.append(int(entry.name))
     return out
-
-
-def kill_strays(trial_dir: Path) -> None:
-    """SIGKILL every `strays` process of the trial (Landlock or unconfined)."""
-    for pid in strays(trial_dir):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def run_probe(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str] | None:
