@@ -216,16 +216,10 @@ class EnvStore:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.root = Path(root) if root is not None else cache_root() / "envs"
-        self._installer = installer
+        self.installer = installer if installer is not None else default_installer()
         self.run = run or run_streaming
         self.probe = probe
         self.clock = clock
-
-    @property
-    def installer(self) -> Installer:
-        if self._installer is None:
-            self._installer = default_installer()
-        return self._installer
 
     def path(self, spec: EnvSpec) -> Path:
         return self.root / spec.name
