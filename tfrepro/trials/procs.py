@@ -239,11 +239,7 @@ class _Live:
 
 
 LIVE = _Live()
-
-
-def stop_trials(threads: Iterable[int] | None = None) -> int:
-    """Kill the running trials now (of the given threads, or all)."""
-    return LIVE.stop(threads)
+stop_trials = LIVE.stop  # kill the running trials now (of the given threads, or all)
 
 
 def kill_group(pgid: int) -> None:
