@@ -30,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -191,8 +192,6 @@ def _probe_inside(spec: dict) -> str | None:
 
 @cache
 def _detect(forced: str | None) -> Confinement:
-    import tempfile
-
     if forced == "none":
         return Confinement("none", f"{ENV}=none")
     why_overlay = "not tried"

@@ -289,9 +289,10 @@ class TimingDecision:
 class SequentialPolicy:
     """How much evidence `sequential_slowdown` gathers, and how it (and
     `decide_slowdown`) decides: at least `min_new` new pairs, the rank test
-    from `min_samples` pairs on, at most `max_samples` new ones; `loaded_not_slower` clear "not slower"
-    pairs decide on a loaded machine; `alpha_not_slower` is the rank test's
-    level for "not slower" (None: `alpha`, the same as for "slower")."""
+    from `min_samples` pairs on, at most `max_samples` new ones;
+    `loaded_not_slower` clear "not slower" pairs decide on a loaded machine;
+    `alpha_not_slower` is the rank test's level for "not slower" (None:
+    `alpha`, the same as for "slower")."""
 
     min_new: int = 1
     min_samples: int = 3
