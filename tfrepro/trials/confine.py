@@ -194,24 +194,23 @@ def _probe_inside(spec: dict) -> str | None:
 def _detect(forced: str | None) -> Confinement:
     if forced == "none":
         return Confinement("none", f"{ENV}=none")
-    why_overlay = "not tried"
+    if not sys.platform.startswith("linux"):
+        return Confinement("none", f"{sys.platform}: no Linux namespaces or Landlock")
+    why_overlay = why_landlock = "not tried"
     with tempfile.TemporaryDirectory(prefix="tfrepro-confine-") as tmp:
         bwrap = _bwrap_path()
-        if forced in (None, "overlay") and sys.platform.startswith("linux"):
+        if forced in (None, "overlay"):
             with open("/proc/self/mountinfo", encoding="utf-8") as f:
                 overlay, _ = plan_overlays(f.read())
             (Path(tmp) / "o").mkdir()
             why_overlay = _probe_overlay(overlay, bwrap, Path(tmp) / "o")
             if why_overlay is None:
                 return Confinement("overlay", "works", bwrap, tuple(overlay))
-        why_landlock = "not tried"
-        if forced in (None, "landlock") and sys.platform.startswith("linux"):
+        if forced in (None, "landlock"):
             (Path(tmp) / "l").mkdir()
             why_landlock = _probe_inside({"mode": "landlock", "writable": [str(Path(tmp) / "l")]})
             if why_landlock is None:
                 return Confinement("landlock", f"overlay: {why_overlay}")
-    if not sys.platform.startswith("linux"):
-        return Confinement("none", f"{sys.platform}: no Linux namespaces or Landlock")
     return Confinement("none", f"overlay: {why_overlay}; landlock: {why_landlock}")
 
 
