@@ -136,9 +136,8 @@ class StateDir:
         return d
 
     def make_dir(self, path: Path) -> Path:
-        """`path` (below the state dir, not there yet) created, marked and held."""
-        if self.path not in path.parents:  # pragma: no cover - a bug, not an input
-            raise ValueError(f"{path} is not below {self.path}")
+        """`path` (below the state dir, not there yet) created, marked and held
+        (a path elsewhere: ValueError, from `relative_to`)."""
         self.sub(*path.parent.relative_to(self.path).parts)
         path.mkdir()
         hold(path)
