@@ -17,14 +17,8 @@ from tfrepro.errors import UserError
 from tfrepro.project import Project
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify, confine, runner
-from tfrepro.trials.executors import (
-    Executor,
-    LocalExecutor,
-    could_not_run,
-    make_executor,
-    retry_once,
-    visible_gpus,
-)
+from tfrepro.trials.executor_base import could_not_run, retry_once
+from tfrepro.trials.executors import Executor, LocalExecutor, make_executor, visible_gpus
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.trial import Trial, TrialOptions
 from tfrepro.trials.values import Status, TrialResult

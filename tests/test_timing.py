@@ -175,11 +175,11 @@ def test_without_measured_load_the_quiet_flag_decides_as_before():
 
 
 def test_one_decisive_loaded_pair_ends_the_comparison():
-    d = decide_slowdown([loaded(7.8, (0.5, 0.5, 0.5))], 1.25, min_pairs=3)
+    d = decide_slowdown([loaded(7.8, (0.5, 0.5, 0.5))], 1.25, SequentialPolicy(min_samples=3))
     assert (d.state, d.fast, d.n) == (TimingState.SLOWER, True, 1)
-    d = decide_slowdown([loaded(3.0, (0.5, 0.5, 0.5))], 1.25, min_pairs=3)
+    d = decide_slowdown([loaded(3.0, (0.5, 0.5, 0.5))], 1.25, SequentialPolicy(min_samples=3))
     assert d.state == TimingState.INCONCLUSIVE
-    d = decide_slowdown([loaded(3.0, (0.5, 0.5, 0.5))] * 2, 1.25, min_pairs=3)
+    d = decide_slowdown([loaded(3.0, (0.5, 0.5, 0.5))] * 2, 1.25, SequentialPolicy(min_samples=3))
     assert (d.state, d.fast) == (TimingState.SLOWER, True)  # two clear loaded pairs, as before
 
 
@@ -188,9 +188,9 @@ def test_one_decisive_loaded_pair_ends_the_comparison():
 
 def test_decide_over_pairs_needs_significance_from_the_rank_test():
     noisy = [pair(k) for k in (1.5, 1.45, 1.55)]  # 3 pairs: the rank test cannot pass yet
-    d = decide_slowdown(noisy, 1.25, min_pairs=3)
+    d = decide_slowdown(noisy, 1.25, SequentialPolicy(min_samples=3))
     assert d.state == TimingState.INCONCLUSIVE and d.ratio == pytest.approx(1.5, rel=0.01)
-    d = decide_slowdown(noisy + [pair(1.5), pair(1.42)], 1.25, min_pairs=3)
+    d = decide_slowdown(noisy + [pair(1.5), pair(1.42)], 1.25, SequentialPolicy(min_samples=3))
     assert d.state == TimingState.SLOWER and d.p_value <= 0.05 and not d.fast
     d = decide_slowdown([pair(k) for k in (1.1, 1.12, 1.08, 1.1, 1.05)], 1.25)
     assert d.state == TimingState.NOT_SLOWER  # significantly under the threshold
@@ -199,7 +199,7 @@ def test_decide_over_pairs_needs_significance_from_the_rank_test():
 
 
 def test_clear_pairs_must_agree():
-    d = decide_slowdown([pair(3.0), pair(1.0)], 1.25, min_pairs=3)
+    d = decide_slowdown([pair(3.0), pair(1.0)], 1.25, SequentialPolicy(min_samples=3))
     assert d.state == TimingState.INCONCLUSIVE and not d.fast
 
 

@@ -57,9 +57,11 @@ class Project:
     ) -> "Project":
         """Load and validate a project. A project with no marker in any file
         is zero-edit: its features are detected in memory (`detect=False`:
-        none). `only`/`skip`: see `select`. `root`: the project's directory
-        when it is known (a commit's checkout under `.tfrepro/`: never the
-        project found above it), `path` then its entry script or itself."""
+        none). `only`/`skip`: the candidates (`projectload.selection`; the
+        others stay as written, ON for detected features, in every variant).
+        `root`: the project's directory when it is known (a commit's checkout
+        under `.tfrepro/`: never the project found above it), `path` then its
+        entry script or itself."""
         if root is None:
             root, entry_override = locate(path)
         else:
@@ -90,7 +92,7 @@ class Project:
         project.warnings, project.detection = skipped, detection
         project._check_feature_tables(text)
         if only is not None or skip is not None:
-            project = project.select(only, skip)
+            project = project.exclude(selection(project.feature_names, only, skip, root=root))
         return project
 
     def _check_feature_tables(self, text: str) -> None:
@@ -109,13 +111,6 @@ class Project:
                     line=line_of(text, f"features.{name}", None),
                     hint="known features: " + (", ".join(sorted(known)) or "(none)"),
                 )
-
-    def select(self, only: Iterable[str] | None = None, skip: Iterable[str] | None = None) -> "Project":
-        """A project whose candidate features are those named in `only` (all
-        when None) minus `skip`. Each item is a feature name, a name prefix
-        (`callback` for callback_*) or a catalog kind (`dataset`). The others
-        stay as written (ON for detected features) in every variant."""
-        return self.exclude(selection(self.feature_names, only, skip, root=self.root))
 
     def exclude(self, why: dict[str, str]) -> "Project":
         """A project without the features `why` names as candidates (name ->

@@ -269,14 +269,25 @@ def write_in_place(path: Path, data: bytes) -> None:
             os.fsync(f.fileno())
         backup.unlink()
         return
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tfrepro-tmp", dir=target.parent)
+    atomic_write(target, data, mode=stat.S_IMODE(st.st_mode), prefix=f".{target.name}.", suffix=".tfrepro-tmp")
+
+
+def atomic_write(
+    path: Path, data: bytes, *, mode: int | None = None, prefix: str | None = None, suffix: str = ".tmp"
+) -> None:
+    """`data` into a temp file beside `path` (`prefix`, default its name and a
+    dot; `suffix`), synced, given the permission bits `mode`, then renamed
+    over `path`: atomic. Its directory is created when missing."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=prefix or path.name + ".", suffix=suffix, dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, stat.S_IMODE(st.st_mode))
-        os.replace(tmp, target)
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

@@ -113,22 +113,19 @@ class TrialSettings:
         )
 
     def to_dict(self) -> TrialSettingsDoc:
-        d: dict[str, Any] = asdict(self)
-        if not self.timing:
-            for k in ("min_time_s", "min_steps", "steps_max"):
-                del d[k]
-        if not self.until_symptom:
-            del d["budget_s"], d["until_symptom"]
-        if not self.save_state_step:
-            del d["save_state_step"]
-        for k in ("replicas", "jit_auto"):  # absent while unset: the keys of other trials do not change
-            if d[k] is None:
-                del d[k]
-        if not self.timing or not self.timed_calls:
-            del d["timed_calls"]
-        else:
-            d["timed_calls"] = list(self.timed_calls)
-        d["command"] = list(self.command) if self.command is not None else None
+        # absent while unset: the keys of other trials do not change
+        unset = {
+            "min_time_s": not self.timing,
+            "min_steps": not self.timing,
+            "steps_max": not self.timing,
+            "budget_s": not self.until_symptom,
+            "until_symptom": not self.until_symptom,
+            "save_state_step": not self.save_state_step,
+            "replicas": self.replicas is None,
+            "jit_auto": self.jit_auto is None,
+            "timed_calls": not self.timing or not self.timed_calls,
+        }
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if not unset.get(k)}
         return TrialSettingsDoc(**d)
 
     @classmethod

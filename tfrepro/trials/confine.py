@@ -30,6 +30,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -178,41 +179,38 @@ def _probe_overlay(overlay: list[str], bwrap: str | None, tmp: Path) -> str | No
     why = _try([*bwrap_argv(bwrap, overlay, [tmp]), "--", "/bin/sh", "-c", "echo ok"])
     if why:
         return f"bwrap: {why}"
-    why = _try([sys.executable, "-I", "-S", str(CONFINE_PY), "--probe", json.dumps(spec)])
+    why = _probe_inside(spec)
     if why or not (tmp / "probe").exists():
         return f"namespaces after fork: {why or 'the probe wrote nothing'}"
     return None
 
 
-def _probe_landlock(tmp: Path) -> str | None:
-    spec = {"mode": "landlock", "writable": [str(tmp)]}
+def _probe_inside(spec: dict) -> str | None:
+    """`inside/confine.py` applying `spec` to a probe child (`_try`)."""
     return _try([sys.executable, "-I", "-S", str(CONFINE_PY), "--probe", json.dumps(spec)])
 
 
 @cache
 def _detect(forced: str | None) -> Confinement:
-    import tempfile
-
     if forced == "none":
         return Confinement("none", f"{ENV}=none")
-    why_overlay = "not tried"
+    if not sys.platform.startswith("linux"):
+        return Confinement("none", f"{sys.platform}: no Linux namespaces or Landlock")
+    why_overlay = why_landlock = "not tried"
     with tempfile.TemporaryDirectory(prefix="tfrepro-confine-") as tmp:
         bwrap = _bwrap_path()
-        if forced in (None, "overlay") and sys.platform.startswith("linux"):
+        if forced in (None, "overlay"):
             with open("/proc/self/mountinfo", encoding="utf-8") as f:
                 overlay, _ = plan_overlays(f.read())
             (Path(tmp) / "o").mkdir()
             why_overlay = _probe_overlay(overlay, bwrap, Path(tmp) / "o")
             if why_overlay is None:
                 return Confinement("overlay", "works", bwrap, tuple(overlay))
-        why_landlock = "not tried"
-        if forced in (None, "landlock") and sys.platform.startswith("linux"):
+        if forced in (None, "landlock"):
             (Path(tmp) / "l").mkdir()
-            why_landlock = _probe_landlock(Path(tmp) / "l")
+            why_landlock = _probe_inside({"mode": "landlock", "writable": [str(Path(tmp) / "l")]})
             if why_landlock is None:
                 return Confinement("landlock", f"overlay: {why_overlay}")
-    if not sys.platform.startswith("linux"):
-        return Confinement("none", f"{sys.platform}: no Linux namespaces or Landlock")
     return Confinement("none", f"overlay: {why_overlay}; landlock: {why_landlock}")
 
 
@@ -354,12 +352,3 @@ def check_outside(result):
             "(bubblewrap), where such writes land in a throwaway overlay"
         )
     return result
-
-
-@cache
-def landlock_works() -> bool:
-    """Whether Landlock confines a process here (whatever `detect` chose)."""
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="tfrepro-confine-") as tmp:
-        return _probe_landlock(Path(tmp)) is None

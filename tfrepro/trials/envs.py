@@ -40,8 +40,9 @@ from pathlib import Path
 
 from tfrepro.dists import TF_DISTS, VERSIONS_SCRIPT, dist_version
 from tfrepro.errors import TfreproError
+from tfrepro.projectfiles import atomic_write
 from tfrepro.trials.installers import Installer, OnLine, default_installer, run_streaming
-from tfrepro.trials.state import atomic_write_text, tree_size
+from tfrepro.trials.state import tree_size
 from tfrepro.trials.stored import read_json
 
 SPEC_FILE = "tfrepro-env.json"
@@ -75,13 +76,9 @@ def project_requirements(root: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(kept, left out): `requirements.txt` lines and `[project].dependencies`
     of `root`, without TensorFlow's stack, tfrepro, options (`-r`, `-e`, `--...`)
     and local paths."""
-    lines: list[str] = []
     req = Path(root) / "requirements.txt"
-    if req.is_file():
-        for line in req.read_text(encoding="utf-8").splitlines():
-            line = line.split(" #", 1)[0].strip()
-            if line and not line.startswith("#"):
-                lines.append(line)
+    raw = req.read_text(encoding="utf-8").splitlines() if req.is_file() else []
+    lines = [x for x in (line.split(" #", 1)[0].strip() for line in raw) if x and not x.startswith("#")]
     pyproject = Path(root) / "pyproject.toml"
     if pyproject.is_file():
         try:
@@ -219,16 +216,10 @@ class EnvStore:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.root = Path(root) if root is not None else cache_root() / "envs"
-        self._installer = installer
+        self.installer = installer if installer is not None else default_installer()
         self.run = run or run_streaming
         self.probe = probe
         self.clock = clock
-
-    @property
-    def installer(self) -> Installer:
-        if self._installer is None:
-            self._installer = default_installer()
-        return self._installer
 
     def path(self, spec: EnvSpec) -> Path:
         return self.root / spec.name
@@ -292,7 +283,7 @@ class EnvStore:
         build_s = round(self.clock() - started, 2)
         record = {"spec": spec.to_dict(), "versions": versions, "created": self.clock(), "build_s": build_s}
         record["installer"] = self.installer.name
-        atomic_write_text(path / SPEC_FILE, json.dumps(record, indent=1, sort_keys=True))
+        atomic_write(path / SPEC_FILE, json.dumps(record, indent=1, sort_keys=True).encode())
         say(f"environment {spec.name}: ready in {build_s:.1f} s")
         return Env(path, spec, versions, built=True)
 

@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from tfrepro.trials.procs import TrialStopped, stop_trials
 from tfrepro.trials.trial import Trial
 from tfrepro.trials.values import TrialResult
 
@@ -63,8 +64,6 @@ class Executor:
         (nothing new starts); a KeyboardInterrupt (Ctrl-C) kills the running
         trials' process groups at once and is raised when their threads are
         done: the finished trials are cached, the killed ones are not."""
-        from tfrepro.trials.procs import TrialStopped, stop_trials
-
         stop = threading.Event()
         workers: list[int] = []  # appended from worker threads (a set could change size under a copy)
 

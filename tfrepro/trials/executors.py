@@ -32,12 +32,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from tfrepro.errors import UserError
-from tfrepro.trials.executor_base import (  # noqa: F401 (the base is imported from here too)
-    Executor,
-    Runner,
-    could_not_run,
-    retry_once,
-)
+from tfrepro.trials import warm
+from tfrepro.trials.executor_base import Executor, Runner
 from tfrepro.trials.gpus import GpuPool, gpus_needed
 from tfrepro.trials.trial import Trial
 from tfrepro.trials.values import TrialResult
@@ -101,15 +97,11 @@ class LocalExecutor(Executor):
 
     def describe(self) -> str:
         gpus = f", GPUs {','.join(self.devices)}" if self.devices else ""
-        from tfrepro.trials import warm
-
         return f"local ({self.slots} at a time{gpus}{', cold processes' if warm.forced_cold() else ''})"
 
     def close(self) -> None:
         """End the warm servers this process started (they die with it anyway)."""
         if self.runner is None:
-            from tfrepro.trials import warm
-
             warm.close_default_pool()
 
 

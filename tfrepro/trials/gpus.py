@@ -66,7 +66,7 @@ class GpuPool:
     def acquire(self, need: int) -> tuple[str, ...]:
         with self._cond:
             ticket, self._issued = self._issued, self._issued + 1
-            self._cond.notify_all()  # one more waiting (`waiting`)
+            self._cond.notify_all()  # one more waiting (`_issued - _next`: tests wait on it)
             while True:
                 got = assign(self.devices, self._busy, need) if ticket == self._next else None
                 if got is not None:
@@ -80,12 +80,6 @@ class GpuPool:
         with self._cond:
             self._busy.difference_update(ids)
             self._cond.notify_all()
-
-    @property
-    def waiting(self) -> int:
-        """How many trials asked for GPUs and were not served yet."""
-        with self._cond:
-            return self._issued - self._next
 
     @property
     def busy(self) -> frozenset[str]:

@@ -96,15 +96,6 @@ def growth_of(result: TrialResult) -> tuple[float | None, float, int]:
     return result.growth_per_step, 0.0, 0
 
 
-def _peak_ratio(result: TrialResult, baselines: Sequence[TrialResult]) -> float | None:
-    ratios = []
-    for peak in ("peak_rss_bytes", "device_peak_bytes"):
-        base = max((getattr(b, peak) or 0 for b in baselines), default=0)
-        if getattr(result, peak) and base:
-            ratios.append(getattr(result, peak) / base)
-    return max(ratios, default=None)
-
-
 def decide_memory(result: TrialResult, baselines: Sequence[TrialResult], threshold: float) -> MemoryDecision:
     """Does `result` show the memory symptom against the `baselines` (the
     baseline configuration's runs)? Pure; see the module docstring."""
@@ -115,7 +106,9 @@ def decide_memory(result: TrialResult, baselines: Sequence[TrialResult], thresho
     measured = [b for b in baselines if b.peak_rss_bytes and not (b.crashed or b.timed_out)]
     if not measured or not result.peak_rss_bytes:
         return MemoryDecision(False, reason="no memory measurement to compare")
-    ratio = _peak_ratio(result, measured)
+    # each peak (RSS, device) over the baselines' largest; the larger ratio counts
+    bases = {p: max(getattr(b, p) or 0 for b in measured) for p in ("peak_rss_bytes", "device_peak_bytes")}
+    ratio = max((getattr(result, p) / base for p, base in bases.items() if getattr(result, p) and base), default=None)
     growth, z, n = growth_of(result)
     base_growth = max((max(g, 0.0) for g in (growth_of(b)[0] for b in measured) if g is not None), default=0.0)
     excess = None if growth is None else growth - base_growth

@@ -37,6 +37,7 @@ from tfrepro import inside
 from tfrepro.inside import confine as confine_inside
 from tfrepro.inside import harness
 from tfrepro.trials import confine, warm
+from tfrepro.trials.state import LOGS
 
 
 @dataclass(frozen=True)
@@ -63,34 +64,23 @@ def warm_argv(cmd: Sequence[str], python: str | None = None) -> list[str] | None
 
 
 def spawn(
-    cmd: Sequence[str],
-    cwd: Path,
-    env: dict[str, str],
-    timeout: float,
-    stdout: Path,
-    stderr: Path,
-    pool: "warm.WarmPool | None",
+    cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, trial_dir: Path, pool: "warm.WarmPool | None"
 ) -> Exit:
     """The trial forked from `pool`'s warm server, or, without a pool or
-    when the warm side cannot serve it, behind the cold launcher."""
+    when the warm side cannot serve it, behind the cold launcher; its logs
+    are `state.LOGS` in `trial_dir`."""
     if pool is not None:
         try:
-            return run_warm(cmd, cwd, env, timeout, stdout, stderr, pool)
+            return run_warm(cmd, cwd, env, timeout, trial_dir, pool)
         except warm.WarmUnavailable:
-            result_path = str(stdout.parent / "result.json")
+            result_path = str(trial_dir / "result.json")
             for stale in (result_path, harness.progress_path(result_path)):
                 Path(stale).unlink(missing_ok=True)  # left by a warm child whose server died
-    return run_cold(cmd, cwd, env, timeout, stdout, stderr)
+    return run_cold(cmd, cwd, env, timeout, trial_dir)
 
 
 def run_warm(
-    cmd: Sequence[str],
-    cwd: Path,
-    env: dict[str, str],
-    timeout: float,
-    stdout: Path,
-    stderr: Path,
-    pool: "warm.WarmPool",
+    cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, trial_dir: Path, pool: "warm.WarmPool"
 ) -> Exit:
     """The trial forked from a warm server; raises `warm.WarmUnavailable`
     (`ServerLost` too) when it must run cold."""
@@ -102,32 +92,29 @@ def run_warm(
         raise warm.WarmUnavailable(reason)
     start = time.perf_counter()
     conf = confine.require()
-    server = pool.server(cmd[0], env, root=stdout.parent.parent)
+    server = pool.server(cmd[0], env, root=trial_dir.parent)
     shadow = server.shadowed_by((cwd / argv[0]).parent)
     if shadow is not None:
         raise warm.WarmUnavailable(f"the script's dir has its own {shadow!r}, loaded already by the server")
-    spec = confine.spec_for(conf, stdout.parent, also=[cwd])
+    spec = confine.spec_for(conf, trial_dir, also=[cwd])
     if not confine.server_allows(conf, server.root, spec):  # a Landlocked server confines its children to its dirs
         raise warm.WarmUnavailable("the warm server's confinement does not allow this trial's dirs")
-    child = server.submit(argv, cwd, confine.trial_env(env, stdout.parent, cwd), stdout, stderr, confine=spec)
-    rc, timed_out = _watch(child, timeout, stdout.parent)  # ServerLost: it runs again, cold
+    stdout, stderr = (trial_dir / name for name in LOGS)
+    child = server.submit(argv, cwd, confine.trial_env(env, trial_dir, cwd), stdout, stderr, confine=spec)
+    rc, timed_out = _watch(child, timeout, trial_dir)  # ServerLost: it runs again, cold
     if rc == confine_inside.CANNOT_CONFINE and _cannot_confine(stderr):
         raise warm.WarmUnavailable("the warm child could not confine itself")
     return Exit(rc, timed_out, time.perf_counter() - start, "warm")
 
 
-def run_cold(
-    cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, stdout_path: Path, stderr_path: Path
-) -> Exit:
-    """The trial behind the launcher, confined (`trials/confine.py`) to its
-    trial dir, the dir of `stdout_path`."""
-    trial_dir = stdout_path.parent
+def run_cold(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, trial_dir: Path) -> Exit:
+    """The trial behind the launcher, confined (`trials/confine.py`) to `trial_dir`."""
     status_path = trial_dir / "exit.status"
     status_path.unlink(missing_ok=True)
     argv = confined(cmd, trial_dir, status=status_path, also=[cwd])
     env = confine.trial_env(env, trial_dir, cwd)
     start = time.perf_counter()
-    with open(stdout_path, "wb") as out, open(stderr_path, "wb") as err:
+    with open(trial_dir / LOGS[0], "wb") as out, open(trial_dir / LOGS[1], "wb") as err:
         try:
             proc = subprocess.Popen(
                 argv,
@@ -141,7 +128,9 @@ def run_cold(
         except OSError as e:
             return Exit(None, False, 0.0, "cold", error=f"cannot start {cmd[0]!r}: {e.strerror or e}")
         rc, timed_out = _watch(proc, timeout, trial_dir)
-    return Exit(_status(rc, status_path), timed_out, time.perf_counter() - start, "cold")
+    with contextlib.suppress(OSError, ValueError):  # the command's own return code (bubblewrap's is 128+N for a signal)
+        rc = os.waitstatus_to_exitcode(int(status_path.read_text()))
+    return Exit(rc, timed_out, time.perf_counter() - start, "cold")
 
 
 def _watch(child: "subprocess.Popen | warm.WarmChild", timeout: float, trial_dir: Path) -> tuple[int | None, bool]:
@@ -161,17 +150,10 @@ def _watch(child: "subprocess.Popen | warm.WarmChild", timeout: float, trial_dir
                     rc = child.wait(10)
             if isinstance(child, warm.WarmChild):
                 child.close()
-            if confine.require().mode != "overlay":
-                kill_strays(trial_dir)
+            for pid in strays(trial_dir) if confine.require().mode != "overlay" else ():
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
     return rc, timed_out
-
-
-def _status(rc: int | None, status_path: Path) -> int | None:
-    """The command's own return code (bubblewrap reports a signal as 128+N)."""
-    try:
-        return os.waitstatus_to_exitcode(int(status_path.read_text()))
-    except (OSError, ValueError):
-        return rc
 
 
 def _cannot_confine(stderr: Path) -> bool:
@@ -252,28 +234,17 @@ class _Live:
             ]
             self._stopped.update(t for t, _ in hit)
         for _, pgid in hit:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
+            kill_group(pgid)
         return len(hit)
 
 
 LIVE = _Live()
-
-
-def stop_trials(threads: Iterable[int] | None = None) -> int:
-    """Kill the running trials now (of the given threads, or all)."""
-    return LIVE.stop(threads)
+stop_trials = LIVE.stop  # kill the running trials now (of the given threads, or all)
 
 
 def kill_group(pgid: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
-
-
-def kill_tree(proc: subprocess.Popen) -> None:
-    kill_group(proc.pid)
-    with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - SIGKILL not honoured
-        proc.wait(timeout=10)
 
 
 def strays(trial_dir: Path, proc: Path = Path("/proc")) -> list[int]:
@@ -294,13 +265,6 @@ def strays(trial_dir: Path, proc: Path = Path("/proc")) -> list[int]:
         if mark in environ.split(b"\0"):
             out.append(int(entry.name))
     return out
-
-
-def kill_strays(trial_dir: Path) -> None:
-    """SIGKILL every `strays` process of the trial (Landlock or unconfined)."""
-    for pid in strays(trial_dir):
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def run_probe(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: float) -> tuple[int, str] | None:
@@ -324,4 +288,6 @@ def run_probe(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: fl
     except subprocess.TimeoutExpired:
         return None
     finally:
-        kill_tree(proc)
+        kill_group(proc.pid)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - SIGKILL not honoured
+            proc.wait(timeout=10)

@@ -29,7 +29,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from tfrepro.errors import UserError
-from tfrepro.trials.state import atomic_write_text
+from tfrepro.projectfiles import atomic_write
 from tfrepro.trials.stored import read_json
 from tfrepro.urls import basic_auth, hide_userinfo, public_url, split_userinfo
 
@@ -207,5 +207,5 @@ def list_releases(dist: str, cache_dir: Path, *, fetch: Fetch | None = None, now
             hint="check the network (or the index URL), or name the versions: --tf-versions 2.15.1,2.16.2",
         ) from None
     record = {"url": shown, "fetched": now, "files": files}
-    atomic_write_text(path, json.dumps(record))
+    atomic_write(path, json.dumps(record).encode())
     return wheel_versions(files, dist)

@@ -22,8 +22,7 @@ Invariants:
 - a result produced by the child, a crash or a timeout is cached; a trial
   interrupted in the parent (Ctrl-C, `stop_trials`) is not, and leaves no
   process behind;
-- no trial outlives this process, whatever it runs: a cold trial's launcher
-  and a warm trial's server kill the trial's group when we die (SIGKILL too);
+- no trial outlives this process, whatever it runs (`procs.py`);
 - a warm and a cold run of the same trial give the same result (same cache
   key; tests/test_warm.py, benchmarks/warm_vs_cold.py);
 - safe from several threads: unique trial dirs, cache writes are atomic.
@@ -259,13 +258,10 @@ def run_variant(
     warm_pool: "warm.WarmPool | None" = None,
 ) -> TrialResult:
     """Run an already rendered variant (no cache; `how.env` is its whole
-    environment override). `trial_dir` receives the config, the result and
-    the logs. The trial is a child forked from a warm server
-    (`trials/warm.py`) when it is a plain `python script.py` that imports
-    TensorFlow, else (or with `cold`, or `--cold`, or when the warm side fails) a cold
-    process behind `inside/launch.py`. Raises what interrupted the parent
-    (KeyboardInterrupt; `TrialStopped` from `stop_trials`) after killing the
-    child's process tree."""
+    environment override), warm or cold (the module docstring; `--cold`:
+    `warm.forced_cold`). `trial_dir` receives the config, the result and the
+    logs. Raises what interrupted the parent (KeyboardInterrupt;
+    `TrialStopped` from `stop_trials`) after killing the child's process tree."""
     trial_dir = Path(trial_dir).resolve()
     trial_dir.mkdir(parents=True, exist_ok=True)
     config_path = write_config(settings, trial_dir, variant_dir, how)
@@ -273,9 +269,8 @@ def run_variant(
     # The driver's TensorFlow says nothing about another interpreter's trial.
     tf_fallback = None if how.python else tf_version()
     full_env = child_env(settings, config_path, how.env)
-    logs = (trial_dir / "stdout.log", trial_dir / "stderr.log")
     pool = None if how.cold or warm.forced_cold() else warm_pool or warm.default_pool()
-    end = spawn(cmd, Path(variant_dir), full_env, settings.timeout_s, *logs, pool)
+    end = spawn(cmd, Path(variant_dir), full_env, settings.timeout_s, trial_dir, pool)
     result = _collect(end, settings, trial_dir, tf_fallback)
     return confine.note_outside(replace(result, extra={**result.extra, "process": end.process}), trial_dir)
 

@@ -285,18 +285,30 @@ class TimingDecision:
     fast: bool = False
 
 
+@dataclass(frozen=True)
+class SequentialPolicy:
+    """How much evidence `sequential_slowdown` gathers, and how it (and
+    `decide_slowdown`) decides: at least `min_new` new pairs, the rank test
+    from `min_samples` pairs on, at most `max_samples` new ones;
+    `loaded_not_slower` clear "not slower" pairs decide on a loaded machine;
+    `alpha_not_slower` is the rank test's level for "not slower" (None:
+    `alpha`, the same as for "slower")."""
+
+    min_new: int = 1
+    min_samples: int = 3
+    max_samples: int = 10
+    alpha: float = 0.05
+    loaded_not_slower: int = LOADED_CLEAR_NOT_SLOWER
+    alpha_not_slower: float | None = None
+
+
 def decide_slowdown(
-    pairs: Sequence[TimingPair],
-    threshold: float,
-    *,
-    alpha: float = 0.05,
-    min_pairs: int = 1,
-    loaded_not_slower: int = LOADED_CLEAR_NOT_SLOWER,
-    alpha_not_slower: float | None = None,
+    pairs: Sequence[TimingPair], threshold: float, policy: SequentialPolicy = SequentialPolicy(min_samples=1)
 ) -> TimingDecision:
     """Pure decision over the pairs so far; see `TimingDecision`. The rank
-    test is consulted from `min_pairs` pairs on; the clear-pair rule always."""
-    alpha_ok = alpha if alpha_not_slower is None else alpha_not_slower
+    test is consulted from `policy.min_samples` pairs on; the clear-pair rule always."""
+    alpha, min_pairs = policy.alpha, policy.min_samples
+    alpha_ok = alpha if policy.alpha_not_slower is None else policy.alpha_not_slower
     if not pairs:
         raise ValueError("decide_slowdown needs at least one pair")
     n = len(pairs)
@@ -312,7 +324,7 @@ def decide_slowdown(
     matched = [c if p.load_matched(c) else None for p, c in zip(pairs, clear)]
     alone = {p.decisive(threshold) for p in pairs}
     loaded_slow = not ok_n and ratio >= threshold and matched.count(TimingState.SLOWER) >= LOADED_CLEAR_SLOWER
-    loaded_ok = not slow_n and ratio < threshold and matched.count(TimingState.NOT_SLOWER) >= loaded_not_slower
+    loaded_ok = not slow_n and ratio < threshold and matched.count(TimingState.NOT_SLOWER) >= policy.loaded_not_slower
     if slow_n == n and TimingState.SLOWER in alone or loaded_slow:
         return TimingDecision(TimingState.SLOWER, ratio, p_slow, n, fast=True)
     if ok_n == n and TimingState.NOT_SLOWER in alone or loaded_ok:
@@ -399,22 +411,6 @@ class TimingOutcome:
 PairSampler = Callable[[int], "TimingPair | Verdict"]
 
 
-@dataclass(frozen=True)
-class SequentialPolicy:
-    """How much evidence `sequential_slowdown` gathers, and how it decides:
-    at least `min_new` new pairs, the rank test from `min_samples` pairs on,
-    at most `max_samples` new ones; `loaded_not_slower` clear "not slower"
-    pairs decide on a loaded machine; `alpha_not_slower` is the rank test's
-    level for "not slower" (None: `alpha`, the same as for "slower")."""
-
-    min_new: int = 1
-    min_samples: int = 3
-    max_samples: int = 10
-    alpha: float = 0.05
-    loaded_not_slower: int = LOADED_CLEAR_NOT_SLOWER
-    alpha_not_slower: float | None = None
-
-
 def sequential_slowdown(
     sample_pair: PairSampler,
     threshold: float,
@@ -444,14 +440,7 @@ def sequential_slowdown(
         pairs.append(got)
         if i + 1 < min_new:
             continue
-        last = d = decide_slowdown(
-            pairs,
-            threshold,
-            alpha=policy.alpha,
-            min_pairs=min_samples,
-            loaded_not_slower=policy.loaded_not_slower,
-            alpha_not_slower=policy.alpha_not_slower,
-        )
+        last = d = decide_slowdown(pairs, threshold, policy)
         if d.state == TimingState.SLOWER:
             return end(Verdict.SLOWDOWN, True, d, new=i + 1)
         if d.state == TimingState.NOT_SLOWER:

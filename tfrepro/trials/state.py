@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro.errors import UserError
-from tfrepro.projectfiles import STATE_DIR
+from tfrepro.projectfiles import STATE_DIR, atomic_write
 from tfrepro.trials import ownedtmp
 from tfrepro.trials.stored import load_result
 from tfrepro.trials.values import TrialResult, summary
@@ -123,7 +123,7 @@ class StateDir:
         self.check()  # made by someone else between the check and the mkdir
         ignore = self.path / ".gitignore"
         if not ignore.is_file():
-            atomic_write_text(ignore, GITIGNORE)
+            atomic_write(ignore, GITIGNORE.encode())
         return self.path
 
     def sub(self, *parts: str) -> Path:
@@ -136,9 +136,8 @@ class StateDir:
         return d
 
     def make_dir(self, path: Path) -> Path:
-        """`path` (below the state dir, not there yet) created, marked and held."""
-        if self.path not in path.parents:  # pragma: no cover - a bug, not an input
-            raise ValueError(f"{path} is not below {self.path}")
+        """`path` (below the state dir, not there yet) created, marked and held
+        (a path elsewhere: ValueError, from `relative_to`)."""
         self.sub(*path.parent.relative_to(self.path).parts)
         path.mkdir()
         hold(path)
@@ -193,7 +192,9 @@ class StateDir:
         if result.could_not_run:
             return
         self.sub("cache")
-        atomic_write_text(self.cache_file(key), json.dumps(result.to_dict(), indent=1, allow_nan=False, default=str))
+        atomic_write(
+            self.cache_file(key), json.dumps(result.to_dict(), indent=1, allow_nan=False, default=str).encode()
+        )
 
     # -- runs --------------------------------------------------------------
     def new_run_dir(self, run_id: str | None = None) -> Path:
@@ -309,14 +310,12 @@ class StateDir:
         out = Pruned()
         for e in sorted(self.path.iterdir()):
             if e.name in _LAYOUT and e.is_dir() and not e.is_symlink():
-                for d in self._children(e.name, out) if e.name != "cache" else ():
-                    self._remove(d, out, "other")
-                if e.name == "cache":
-                    for f in e.iterdir():
-                        if _CACHE_NAME.fullmatch(f.name) and not f.is_dir():
-                            self._remove(f, out, "other")
-                        else:
-                            out.foreign.append(str(f))
+                cache = e.name == "cache"  # its entries are ours by their name, not a mark
+                for f in e.iterdir() if cache else self._children(e.name, out):
+                    if cache and not (_CACHE_NAME.fullmatch(f.name) and not f.is_dir()):
+                        out.foreign.append(str(f))
+                    else:
+                        self._remove(f, out, "other")
                 _rmdir_if_empty(e)
             elif e.name != ".gitignore":
                 out.foreign.append(str(e))
@@ -396,7 +395,7 @@ def write_trial_record(dest: Path, result: TrialResult) -> None:
     """One trial of a run, in the run dir: its summary and its logs (hard
     links when possible: the logs already live in the trial dir)."""
     dest.mkdir(parents=True, exist_ok=True)
-    atomic_write_text(dest / "summary.json", json.dumps(summary(result), indent=1, default=str))
+    atomic_write(dest / "summary.json", json.dumps(summary(result), indent=1, default=str).encode())
     if not result.log_dir:
         return
     for name in LOGS:
@@ -406,19 +405,6 @@ def write_trial_record(dest: Path, result: TrialResult) -> None:
                 os.link(src, dest / name)
             except OSError:
                 shutil.copyfile(src, dest / name)
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def prune_after_run(project: Any) -> Pruned:
