@@ -36,7 +36,7 @@ import sys
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 CANNOT_CONFINE = 71  # the trial never started: confinement could not be set up
 MARK = "tfrepro: cannot confine the trial: "
@@ -119,7 +119,7 @@ def real_path(spec: dict | None, path: str) -> str:
     return host + path if host and path else path
 
 
-def _exit_as(status: int) -> None:
+def exit_as(status: int) -> None:
     """Exit as a process with wait status `status` did (a signal: die of it)."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -162,7 +162,7 @@ def enter_overlay(plan: dict) -> None:
         os.close(w)
         _, st = os.waitpid(init, 0)
         data = os.read(r, 64)
-        _exit_as(int(data) if data else st)
+        exit_as(int(data) if data else st)
     os.close(r)
     try:
         _pdeathsig()
@@ -278,7 +278,7 @@ def reaped() -> None:
     if status is None:
         os._exit(1)
     sweep_children()
-    _exit_as(status)
+    exit_as(status)
 
 
 # -- naming the path a denied write went to (Landlock) ----------------------------------

@@ -128,21 +128,23 @@ def precision_policy(keras, model=None) -> str | None:
         return None
 
 
+def read(f):
+    """f(), or "unavailable: <error type>" where it raises: a setting that
+    cannot be read never hides the others (here and runtimeprobe.py)."""
+    try:
+        return f()
+    except Exception as e:
+        return f"unavailable: {type(e).__name__}"
+
+
 def tf_settings(tf) -> dict:
     """Op determinism and eager `tf.function`s, as TensorFlow has them now:
     the one reading, for the plugins (`ctx.tf_settings()`) and
-    runtimeprobe.py. A setting TensorFlow cannot report is "unavailable:
-    <error type>" (one that cannot be read never hides the other)."""
-    out = {}
-    for key, read in (
-        ("op_determinism", _op_determinism),
-        ("run_functions_eagerly", lambda: tf.config.functions_run_eagerly()),
-    ):
-        try:
-            out[key] = bool(read())
-        except Exception as e:
-            out[key] = f"unavailable: {type(e).__name__}"
-    return out
+    runtimeprobe.py (each a bool, or what `read` says)."""
+    return {
+        "op_determinism": read(lambda: bool(_op_determinism())),
+        "run_functions_eagerly": read(lambda: bool(tf.config.functions_run_eagerly())),
+    }
 
 
 def _op_determinism():

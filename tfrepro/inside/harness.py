@@ -321,12 +321,6 @@ def data_batch(batch: dict) -> None:
 _MEMORY = None  # this trial's MemorySampler, None when it could not load
 
 
-def _memory_start() -> None:
-    """Load the sampler; it sets `[trial] memory_limit_mb` (RLIMIT_AS) before the script runs."""
-    global _MEMORY
-    _MEMORY = _quietly("memory sampler", lambda: _sibling_file("memory").start(S.config))
-
-
 # -- the script's Keras ----------------------------------------------------------------
 
 
@@ -399,7 +393,7 @@ def finish() -> None:
 
 def activate(config_path: str) -> None:
     """Install everything; called once, from sitecustomize, before the script."""
-    global S, FRAMES
+    global S, FRAMES, _MEMORY, _FINDER
     with open(config_path, encoding="utf-8") as f:
         S = _State(json.load(f))
     FRAMES = _sibling_file("harness_frames")
@@ -412,13 +406,13 @@ def activate(config_path: str) -> None:
     guard = _bound("guard")  # the crash excepthook and the watches (harness_guard.py)
     if os.getpgrp() == os.getpid():  # only when we lead our own group (as run_trial starts us)
         guard.watch_parent()
-    _memory_start()
+    # the sampler sets `[trial] memory_limit_mb` (RLIMIT_AS) before the script runs
+    _MEMORY = _quietly("memory sampler", lambda: _sibling_file("memory").start(S.config))
     sys.excepthook = guard.excepthook(sys.excepthook)
     guard.watch_writes(S.config.get("confine"))
     atexit.register(finish)
     tap = _bound("stdout")  # custom loops: `step=N loss=X` lines (harness_stdout.py)
     sys.stdout = tap.StdoutTap(sys.stdout)
-    global _FINDER
     _FINDER = _sibling_file("harness_imports").PostImportFinder(_HOOKS, note_error)
     sys.meta_path.insert(0, _FINDER)
     _FINDER.fire_imported()

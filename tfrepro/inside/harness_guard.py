@@ -36,8 +36,8 @@ def excepthook(orig):
             S.error, detail = error_line(tp, value)
             if detail:
                 S.extra["error_detail"] = detail
-        if H._FINDER is not None:
-            tb = H._FINDER.hide(value, tb)
+        if H._FINDER is not None:  # without the first-import wrappers' frames (a cold process has none)
+            tb = sys.modules["_tfrepro_harness_imports"].hide(value, tb)
         orig(tp, value, tb)
 
     return hook

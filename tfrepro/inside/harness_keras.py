@@ -28,16 +28,11 @@ H = None  # the harness core module, set by harness.py
 
 
 @functools.cache
-def _nanstate():
-    """harness_nanstate.py, loaded on first use."""
-    return H._sibling_file("harness_nanstate")
-
-
-@functools.cache
 def _saver():
-    """The StateSaver of a nan-state trial; None elsewhere or when it cannot load."""
+    """The StateSaver of a nan-state trial (harness_nanstate.py, loaded on
+    first use); None elsewhere or when it cannot load."""
     if H.S.config.get("save_state_step"):
-        return H._quietly("nan state", lambda: _nanstate().StateSaver(H.S.config))
+        return H._quietly("nan state", lambda: H._sibling_file("harness_nanstate").StateSaver(H.S.config))
     return None
 
 

@@ -186,13 +186,7 @@ def _rebase(entries: list, old: str, new: str) -> list:
     ]
     if moved == entries:
         return entries
-    out, seen = [], set()
-    for p in moved:
-        key = os.path.normcase(p) if isinstance(p, str) else p
-        if key not in seen:
-            seen.add(key)
-            out.append(p)
-    return out
+    return list({os.path.normcase(p) if isinstance(p, str) else p: p for p in moved}.values())
 
 
 def _exit_code(e: SystemExit) -> int:
