@@ -128,10 +128,9 @@ def describe():
     if tf_dist:
         facts["tf_dist"] = tf_dist
     facts["cuda_wheels"] = _nvidia_wheels()
-    for name, key in (("keras", "keras_dist"), ("tf_keras", "tf_keras_dist"), ("numpy", "numpy_dist")):
-        d = _dist(name)
-        if d:
-            facts[key] = d
+    for name in ("keras", "tf_keras", "numpy"):
+        if d := _dist(name):
+            facts[f"{name}_dist"] = d
     try:
         import tensorflow as tf
     except Exception as e:  # the report still says what it could

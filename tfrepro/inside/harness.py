@@ -20,11 +20,9 @@ What it does (Contract 3):
   end of our callback, which runs after the user's callbacks. With
   steps_per_execution > 1 a "step" is one execution;
 - custom loops: a step is a call of the optimizer's `apply_gradients`/`apply`
-  outside fit, its loss the target of the step's `GradientTape.gradient`
-  (eager, tf.function, jit_compile, strategy.run), in harness_loop.py; step
-  time = time between two steps. Lines `step=<int> loss=<float>` written to
-  sys.stdout (Python level: `print`, not `tf.print`) override them
-  (harness_stdout.py, loaded by path when the harness activates);
+  outside fit, its loss the target of the step's `GradientTape.gradient`, in
+  harness_loop.py; printed `step=<int> loss=<float>` lines override them
+  (harness_stdout.py);
 - stops at `steps` (a trial run "until its symptom", `until_s` > 0: after
   `until_s` seconds of training instead) and at the first non-finite loss: the result is written and
   the process leaves with os._exit(0) right there (no exception to be
@@ -136,8 +134,11 @@ def record_step(loss: float | None, dt: float) -> None:
             _stop("budget")
     elif S.steps and S.steps_seen >= S.steps:
         _stop("steps")
-    elif S.until_s:
-        _until_budget()
+    elif S.until_s:  # "until its symptom": `until_s` s of training from the first step (not imports, data loading)
+        if S.t_first is None:
+            S.t_first = time.monotonic()
+        elif time.monotonic() - S.t_first >= S.until_s:
+            _stop("budget_s")
     now = time.monotonic()
     if now - S.last_progress >= PROGRESS_EVERY_S:
         S.last_progress = now
@@ -153,16 +154,6 @@ def loop_step(loss: float | None, dt: float | None = None) -> None:
         S.mode = "loop"
     record_step(loss, time.perf_counter() - S.t_ref if dt is None else dt)
     S.t_ref = time.perf_counter()
-
-
-def _until_budget() -> None:
-    """A trial run "until its symptom" stops after `until_s` seconds of
-    training (counted from its first step: imports and data loading are not)."""
-    now = time.monotonic()
-    if S.t_first is None:
-        S.t_first = now
-    elif now - S.t_first >= S.until_s:
-        _stop("budget_s")
 
 
 def _write_progress() -> None:
@@ -210,10 +201,19 @@ def _stop(reason: str) -> None:
     os._exit(code)
 
 
+_DEVICES = None  # devices.py (loaded by path) once TensorFlow is set up
+
+
 def _on_tensorflow(tf) -> None:
+    global _DEVICES
     S.t_ref = time.perf_counter()
     atexit.register(finish)  # runs before TensorFlow's own atexit handlers
-    _devices_setup(tf)
+    try:  # `--replicas N` before the script's first op, and what ran (devices.py)
+        _DEVICES = _sibling_file("devices")
+        _DEVICES.split(tf, S.config, S.extra)
+        _DEVICES.watch_strategies(tf, S.extra)
+    except Exception:
+        note_error("devices")
     if S.config.get("deterministic"):
         seed = int(S.config.get("seed", 0))
         import random
@@ -226,20 +226,6 @@ def _on_tensorflow(tf) -> None:
         tf.config.experimental.enable_op_determinism()
 
 
-_DEVICES = None  # devices.py (loaded by path) once TensorFlow is set up
-
-
-def _devices_setup(tf) -> None:
-    """`--replicas N` before the script's first op, and what ran (devices.py)."""
-    global _DEVICES
-    try:
-        _DEVICES = _sibling_file("devices")
-        _DEVICES.split(tf, S.config, S.extra)
-        _DEVICES.watch_strategies(tf, S.extra)
-    except Exception:
-        note_error("devices")
-
-
 def _load(name: str, path: str):
     """The file at `path`, loaded as module `name` (the one way the harness
     loads code: by path, never through tfrepro)."""
@@ -247,11 +233,8 @@ def _load(name: str, path: str):
 
     spec = importlib.util.spec_from_file_location(name, path)
     module = sys.modules[name] = importlib.util.module_from_spec(spec)
-    code = getattr(sys.modules.get("_tfrepro_warm"), "COMPILED", {}).get(path)  # a warm child: compiled once
-    if code is None:
-        spec.loader.exec_module(module)
-    else:
-        exec(code, module.__dict__)
+    compiled = getattr(sys.modules.get("_tfrepro_warm"), "COMPILED", {})  # a warm child: compiled once
+    exec(compiled.get(path) or spec.loader.get_code(name), module.__dict__)
     return module
 
 
@@ -261,7 +244,8 @@ def _sibling_file(name: str):
 
 
 def _bound(name: str):
-    """harness_<name>.py, loaded and handed this module (as its `H`)."""
+    """harness_<name>.py, loaded (as `_tfrepro_harness_<name>`) and handed
+    this module as its `H`: the harness core, whose state `H.S` it fills."""
     module = _sibling_file(f"harness_{name}")
     module.H = sys.modules[__name__]
     return module
@@ -297,17 +281,6 @@ def _quietly(where: str, fn, *args):
     except Exception:
         note_error(where)
         return None
-
-
-def _data_start() -> None:
-    global _DATA
-    try:
-        module = _side("data")  # also the walk over a batch's leaves (harness_keras.py, probes.py)
-        _DATA = module.Recorder(note_error, FRAMES)
-        module.install(_DATA, _FINDER)
-        S.fit_hooks.append(_DATA.on_fit)
-    except Exception:
-        note_error("data recorder")
 
 
 def data_batch(batch: dict) -> None:
@@ -393,7 +366,7 @@ def finish() -> None:
 
 def activate(config_path: str) -> None:
     """Install everything; called once, from sitecustomize, before the script."""
-    global S, FRAMES, _MEMORY, _FINDER
+    global S, FRAMES, _MEMORY, _FINDER, _DATA
     with open(config_path, encoding="utf-8") as f:
         S = _State(json.load(f))
     FRAMES = _sibling_file("harness_frames")
@@ -416,7 +389,13 @@ def activate(config_path: str) -> None:
     _FINDER = _sibling_file("harness_imports").PostImportFinder(_HOOKS, note_error)
     sys.meta_path.insert(0, _FINDER)
     _FINDER.fire_imported()
-    _data_start()
+    try:  # what the script feeds training (harness_data.py)
+        module = _side("data")  # also the walk over a batch's leaves (harness_keras.py, probes.py)
+        _DATA = module.Recorder(note_error, FRAMES)
+        module.install(_DATA, _FINDER)
+        S.fit_hooks.append(_DATA.on_fit)
+    except Exception:
+        note_error("data recorder")
     for name in ("tensorflow", "keras", "tf_keras"):  # custom loops (harness_loop.py)
         on = "on_tensorflow" if name == "tensorflow" else "on_keras"  # Keras 3, Keras 2 or tf_keras
         _FINDER.add(name, lambda module, on=on: getattr(_side("loop"), on)(module))

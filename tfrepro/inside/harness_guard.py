@@ -1,9 +1,7 @@
 """How a trial process ends when it is not the harness's stop: the crash
 excepthook, the parent watch (launch.py's), the Landlock write watch.
 
-Loaded by path by harness.py (module `_tfrepro_harness_guard`) when the
-harness activates; like the harness it imports no tfrepro module.
-harness.py sets its `H` to the harness core, whose state `H.S` it fills.
+Loaded by harness.py (`_bound`) when the harness activates.
 """
 
 from __future__ import annotations

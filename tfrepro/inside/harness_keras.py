@@ -1,8 +1,6 @@
 """The Keras side of the trial harness: Model.fit capture and the weight check.
 
-Loaded by path by harness.py (module `_tfrepro_harness_keras`) when `keras`
-or `tf_keras` finishes importing; like the harness it imports no tfrepro
-module. harness.py sets its `H` to the harness core, whose state `H.S` it fills.
+Loaded by harness.py (`_bound`) when `keras` or `tf_keras` finishes importing.
 
 Per-step loss under fit, exact: the model's own `train_step` (a user
 override included) is wrapped when its train function is built; every Mean

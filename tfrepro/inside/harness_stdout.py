@@ -1,9 +1,6 @@
 """Custom training loops: the trial's sys.stdout, tapped for step lines.
 
-Loaded by path by harness.py (module `_tfrepro_harness_stdout`) when the
-harness activates; stdlib only, like the harness it imports no tfrepro
-module. harness.py sets its `H` to the harness core: its state `H.S` and
-`H.loop_step`.
+Loaded by harness.py (`_bound`) when the harness activates; stdlib only.
 
 A line `step=<int> loss=<float>` written to sys.stdout (Python level:
 `print`, not `tf.print`) is one step of a custom loop; its step time is the
