@@ -35,8 +35,7 @@ What it does (Contract 3):
   message's first line when it runs over several).
 
 Plugin hook (used by `tfrepro check`): the config's `plugins`, in
-harness_plugins.py. The crash excepthook, the parent watch and the Landlock
-write watch are in harness_guard.py.
+harness_plugins.py.
 """
 
 from __future__ import annotations
@@ -364,6 +363,51 @@ def finish() -> None:
     _write_json(S.result_path, result, allow_nan=False, default=repr)
 
 
+# -- how a trial ends when it is not our stop: a crash, a dead parent, a write outside ------
+
+
+def error_line(tp, value) -> tuple[str, str | None]:
+    """("Type: first line of the message", the whole text when it has more).
+    TensorFlow's messages run over many lines with node names and paths; the
+    first line is the stable part to compare crashes by."""
+    text = "".join(traceback.format_exception_only(tp, value)).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return text, None
+    return lines[0].strip(), text[-4000:]
+
+
+def _excepthook(orig):
+    """`orig` after recording an uncaught exception as the trial's crash."""
+
+    def hook(tp, value, tb):
+        if not issubclass(tp, SystemExit):
+            S.crashed = True
+            S.error, detail = error_line(tp, value)
+            if detail:
+                S.extra["error_detail"] = detail
+        if _FINDER is not None:  # without the first-import wrappers' frames (a cold process has none)
+            tb = sys.modules["_tfrepro_harness_imports"].hide(value, tb)
+        orig(tp, value, tb)
+
+    return hook
+
+
+def _watch_writes(spec: dict | None) -> None:
+    """Landlock: name the first write outside the trial dir (confine.py's Watch)."""
+    if not spec or spec.get("mode") != "landlock":
+        return
+    module = sys.modules.get("_tfrepro_confine") or _sibling_file("confine")
+    w = module.watch(spec, os.getcwd(), FRAMES.user_where)
+    orig = sys.excepthook
+
+    def hook(tp, value, tb):
+        w.exception(value)
+        orig(tp, value, tb)
+
+    sys.excepthook = hook
+
+
 def activate(config_path: str) -> None:
     """Install everything; called once, from sitecustomize, before the script."""
     global S, FRAMES, _MEMORY, _FINDER, _DATA
@@ -376,13 +420,14 @@ def activate(config_path: str) -> None:
         random.seed(int(S.config.get("seed", 0)))
     if S.config.get("steps_max"):
         S.budget = _sibling_file("harness_timing").Budget(S.config)
-    guard = _bound("guard")  # the crash excepthook and the watches (harness_guard.py)
     if os.getpgrp() == os.getpid():  # only when we lead our own group (as run_trial starts us)
-        guard.watch_parent()
+        # Die with tfrepro: a SIGKILLed parent cannot kill our session itself, and an orphaned
+        # trial would train on for nothing; killing our group takes grandchildren too (launch.py).
+        _sibling_file("launch").watch_parent(os.getppid())
     # the sampler sets `[trial] memory_limit_mb` (RLIMIT_AS) before the script runs
     _MEMORY = _quietly("memory sampler", lambda: _sibling_file("memory").start(S.config))
-    sys.excepthook = guard.excepthook(sys.excepthook)
-    guard.watch_writes(S.config.get("confine"))
+    sys.excepthook = _excepthook(sys.excepthook)
+    _watch_writes(S.config.get("confine"))
     atexit.register(finish)
     tap = _bound("stdout")  # custom loops: `step=N loss=X` lines (harness_stdout.py)
     sys.stdout = tap.StdoutTap(sys.stdout)

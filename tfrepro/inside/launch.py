@@ -42,7 +42,7 @@ def _bail(*_args) -> None:
 def watch_parent(parent: int) -> None:
     """Kill our process group (and leave, 137) once `parent` is no longer our
     parent, polled every 0.25 s: here, and in the trial's Python, which
-    leads its own group (harness_guard.py loads this file for it)."""
+    leads its own group (harness.py loads this file for it)."""
 
     def watch() -> None:
         while True:
