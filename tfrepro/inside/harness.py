@@ -22,7 +22,7 @@ What it does (Contract 3):
 - custom loops: a step is a call of the optimizer's `apply_gradients`/`apply`
   outside fit, its loss the target of the step's `GradientTape.gradient`, in
   harness_loop.py; printed `step=<int> loss=<float>` lines override them
-  (harness_stdout.py);
+  (`StdoutTap`);
 - stops at `steps` (a trial run "until its symptom", `until_s` > 0: after
   `until_s` seconds of training instead) and at the first non-finite loss: the result is written and
   the process leaves with os._exit(0) right there (no exception to be
@@ -45,6 +45,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -146,13 +147,62 @@ def record_step(loss: float | None, dt: float) -> None:
 
 def loop_step(loss: float | None, dt: float | None = None) -> None:
     """One step of a custom loop: an optimizer's apply (harness_loop.py) or a
-    printed `step=N loss=X` line (harness_stdout.py). Its time runs from the
+    printed `step=N loss=X` line (`StdoutTap`). Its time runs from the
     end of the step before (the first: from TensorFlow's import), unless the
     caller measured `dt`; the harness's own bookkeeping is in neither step."""
     if S.mode == "none":
         S.mode = "loop"
     record_step(loss, time.perf_counter() - S.t_ref if dt is None else dt)
     S.t_ref = time.perf_counter()
+
+
+# -- custom loops: the trial's sys.stdout, tapped for step lines --------------------------
+# A line `step=<int> loss=<float>` written to sys.stdout (Python level: `print`, not
+# `tf.print`) outside `Model.fit` is one step of a custom loop (`loop_step`); everything is
+# passed through to the real stream unchanged.
+
+STEP_LINE = re.compile(r"^\s*step=(-?\d+)\s+loss=(\S+)")
+_MAX_PENDING_LINE = 4096
+
+
+class StdoutTap:
+    """sys.stdout proxy that parses `step=<int> loss=<float>` lines."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._pending = ""
+
+    def write(self, s):
+        n = self._stream.write(s)
+        if S.fit_depth == 0 and isinstance(s, str):
+            if "\n" not in s:
+                if len(self._pending) < _MAX_PENDING_LINE:
+                    self._pending += s
+                return n
+            *lines, self._pending = (self._pending + s).split("\n")
+            for line in lines:
+                m = STEP_LINE.match(line)
+                if m:
+                    self._on_step_line(m.group(2))
+        return n
+
+    def _on_step_line(self, text: str) -> None:
+        try:
+            loss = float(text.rstrip(",;"))
+        except ValueError:
+            return
+        loop = sys.modules.get("_tfrepro_harness_loop")
+        if loop is not None:  # the printed line overrides the steps seen at apply_gradients
+            loop.yield_to_stdout()  # (and its time starts where theirs did)
+        self._stream.flush()
+        loop_step(loss)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def _write_progress() -> None:
@@ -429,8 +479,7 @@ def activate(config_path: str) -> None:
     sys.excepthook = _excepthook(sys.excepthook)
     _watch_writes(S.config.get("confine"))
     atexit.register(finish)
-    tap = _bound("stdout")  # custom loops: `step=N loss=X` lines (harness_stdout.py)
-    sys.stdout = tap.StdoutTap(sys.stdout)
+    sys.stdout = StdoutTap(sys.stdout)  # custom loops: `step=N loss=X` lines
     _FINDER = _sibling_file("harness_imports").PostImportFinder(_HOOKS, note_error)
     sys.meta_path.insert(0, _FINDER)
     _FINDER.fire_imported()
