@@ -292,21 +292,16 @@ def _sibling_file(name: str):
     return _load(f"_tfrepro_{name}", os.path.join(_HERE, f"{name}.py"))
 
 
-def _bound(name: str):
-    """harness_<name>.py, loaded (as `_tfrepro_harness_<name>`) and handed
-    this module as its `H`: the harness core, whose state `H.S` it fills."""
-    module = _sibling_file(f"harness_{name}")
-    module.H = sys.modules[__name__]
-    return module
-
-
-_SIDES: dict = {}  # "keras", "loop", "data" (harness_<name>.py): loaded on first use
+_SIDES: dict = {}  # "keras", "loop", "data", "plugins" (harness_<name>.py): loaded on first use
 
 
 def _side(name: str):
-    """harness_<name>.py, bound, loaded once on first use (the parent never needs it)."""
+    """harness_<name>.py, loaded once on first use (as `_tfrepro_harness_<name>`;
+    the parent never needs it) and handed this module as its `H`: the harness
+    core, whose state `H.S` it fills."""
     if name not in _SIDES:
-        _SIDES[name] = _bound(name)
+        _SIDES[name] = _sibling_file(f"harness_{name}")
+        _SIDES[name].H = sys.modules[__name__]
     return _SIDES[name]
 
 
@@ -494,4 +489,4 @@ def activate(config_path: str) -> None:
         on = "on_tensorflow" if name == "tensorflow" else "on_keras"  # Keras 3, Keras 2 or tf_keras
         _FINDER.add(name, lambda module, on=on: getattr(_side("loop"), on)(module))
     if S.config.get("plugins"):  # harness_plugins.py
-        _bound("plugins").load(S.config["plugins"], S.config.get("plugin_options"))
+        _side("plugins").load(S.config["plugins"], S.config.get("plugin_options"))

@@ -1,6 +1,6 @@
 """The Keras side of the trial harness: Model.fit capture and the weight check.
 
-Loaded by harness.py (`_bound`) when `keras` or `tf_keras` finishes importing.
+Loaded by harness.py (`_side`) when `keras` or `tf_keras` finishes importing.
 
 Per-step loss under fit, exact: the model's own `train_step` (a user
 override included) is wrapped when its train function is built; every Mean

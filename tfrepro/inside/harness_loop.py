@@ -1,7 +1,7 @@
 """Custom training loops, measured by what every loop does rather than by
 what it prints (Contract 3).
 
-Loaded by harness.py (`_bound`) when TensorFlow, Keras or tf_keras finish
+Loaded by harness.py (`_side`) when TensorFlow, Keras or tf_keras finish
 importing.
 
 A training step is one call of the optimizer's `apply_gradients`/`apply`

@@ -1,6 +1,6 @@
 """The trial harness's plugin hook (used by `tfrepro check`).
 
-Loaded by harness.py (`_bound`) when the config names `plugins`.
+Loaded by harness.py (`_side`) when the config names `plugins`.
 
 The config's `plugins` are .py paths; before the script runs, each is
 imported by path and `plugin.install(ctx)` is called, where `ctx` offers
