@@ -67,14 +67,13 @@ MEMORY_GROWTH_IGNORED = (
 def _no_memory_growth(tf, extra: dict) -> None:
     """A split GPU refuses `set_memory_growth` (ValueError): the script's call
     is ignored, with a warning, rather than crash the trial."""
-    experimental = tf.config.experimental
 
     def set_memory_growth(device, enable):
         warnings = extra.setdefault("warnings", [])
         if MEMORY_GROWTH_IGNORED not in warnings:
             warnings.append(MEMORY_GROWTH_IGNORED)
 
-    experimental.set_memory_growth = set_memory_growth
+    tf.config.experimental.set_memory_growth = set_memory_growth
 
 
 def watch_strategies(tf, extra: dict) -> None:

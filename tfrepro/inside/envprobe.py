@@ -152,8 +152,7 @@ def describe():
     devices = tf.config.list_physical_devices()
     facts["devices"] = [{"name": d.name, "type": d.device_type} for d in devices]
     gpus = tf_gpus(tf)
-    smi = _nvidia_smi()
-    if smi:  # the driver is worth stating even when TensorFlow sees no GPU
+    if smi := _nvidia_smi():  # the driver is worth stating even when TensorFlow sees no GPU
         facts["nvidia_driver"] = smi[0]["driver"]
         facts["smi_gpus"] = smi
     for g, s in zip(gpus, smi):
