@@ -159,11 +159,7 @@ def test_a_printed_step_after_dropped_apply_steps_is_timed_from_where_theirs_beg
     apply steps were undone: the first printed step got the time since the
     last apply (a sliver), the second the time since the loop began (both)."""
     harness, loop = _real_core(tmp_path, monkeypatch)
-    tap_spec = importlib.util.spec_from_file_location("_test_harness_stdout", INSIDE_DIR / "harness_stdout.py")
-    stdout = importlib.util.module_from_spec(tap_spec)
-    tap_spec.loader.exec_module(stdout)
-    stdout.H = harness
-    tap = stdout.StdoutTap(io.StringIO())
+    tap = harness.StdoutTap(io.StringIO())
     clock = [10.0]  # a fake clock: no wall-clock threshold
     monkeypatch.setattr(harness.time, "perf_counter", lambda: clock[0])
     harness.S.t_ref = 9.0  # the loop began a second ago

@@ -130,7 +130,7 @@ def nested(code):
             out |= nested(c)
     return out
 used = {}
-for name in ("_tfrepro_harness", "_tfrepro_harness_stdout"):
+for name in ("_tfrepro_harness", "_tfrepro_harness_imports"):
     module = sys.modules[name]
     code = compiled.get(module.__file__)
     values = list(vars(module).values())
@@ -151,8 +151,8 @@ def test_a_warm_child_runs_the_harness_compiled_once_in_the_server(tmp_path, poo
     cold, cold_out, _ = run(d, tmp_path, pool, cold=True)
     hot, hot_out, _ = run(d, tmp_path, pool, cold=False)
     assert (cold.extra["process"], hot.extra["process"]) == ("cold", "warm")
-    assert json.loads(hot_out.splitlines()[0]) == {"_tfrepro_harness": True, "_tfrepro_harness_stdout": True}
-    assert json.loads(cold_out.splitlines()[0]) == {"_tfrepro_harness": False, "_tfrepro_harness_stdout": False}
+    assert json.loads(hot_out.splitlines()[0]) == {"_tfrepro_harness": True, "_tfrepro_harness_imports": True}
+    assert json.loads(cold_out.splitlines()[0]) == {"_tfrepro_harness": False, "_tfrepro_harness_imports": False}
     assert cold.losses == hot.losses == (0.5,)
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import functools
+import glob
 import json
 import os
 import signal
@@ -36,7 +37,7 @@ import sys
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
 MS_BIND, MS_REC, MS_PRIVATE = 4096, 16384, 1 << 18
 CANNOT_CONFINE = 71  # the trial never started: confinement could not be set up
 MARK = "tfrepro: cannot confine the trial: "
@@ -119,7 +120,7 @@ def real_path(spec: dict | None, path: str) -> str:
     return host + path if host and path else path
 
 
-def _exit_as(status: int) -> None:
+def exit_as(status: int) -> None:
     """Exit as a process with wait status `status` did (a signal: die of it)."""
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
@@ -146,12 +147,6 @@ def _wait(trial: int) -> int | None:
             return status
 
 
-def _init(trial: int, report_fd: int) -> None:
-    """PID 1 of the namespace: reap everything, hand the trial's status up."""
-    os.write(report_fd, str(_wait(trial) or 0).encode())
-    os._exit(0)  # PID 1 leaving kills what is left in the namespace
-
-
 def enter_overlay(plan: dict) -> None:
     """Confine the calling (single-threaded) process; returns in PID 2 of the
     new namespace, never in the caller, which exits as the trial does."""
@@ -162,7 +157,7 @@ def enter_overlay(plan: dict) -> None:
         os.close(w)
         _, st = os.waitpid(init, 0)
         data = os.read(r, 64)
-        _exit_as(int(data) if data else st)
+        exit_as(int(data) if data else st)
     os.close(r)
     try:
         _pdeathsig()
@@ -174,8 +169,9 @@ def enter_overlay(plan: dict) -> None:
         sys.stderr.flush()
         os.write(w, str(CANNOT_CONFINE << 8).encode())
         os._exit(0)
-    if trial:
-        _init(trial, w)
+    if trial:  # PID 1 of the namespace: reap everything, hand the trial's status up
+        os.write(w, str(_wait(trial) or 0).encode())
+        os._exit(0)  # PID 1 leaving kills what is left in the namespace
     os.close(w)
     _pdeathsig()
 
@@ -189,17 +185,11 @@ _REFER, _TRUNCATE = 8192, 16384
 ALWAYS_WRITABLE = ("/dev", "/proc")
 
 
-def landlock_abi() -> int:
-    """The kernel's Landlock ABI version, 0 when there is none."""
-    try:
-        ret = libc().syscall(_SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
-    except Exception:
-        return 0
-    return max(ret, 0)
-
-
 def enter_landlock(writable: list) -> None:
-    abi = landlock_abi()
+    try:  # the kernel's Landlock ABI version (below 1: no Landlock)
+        abi = libc().syscall(_SYS_CREATE, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    except Exception:
+        abi = 0
     if abi < 1:
         raise OSError("Landlock is not available")
     handled = _WRITES | (_REFER if abi >= 2 else 0) | (_TRUNCATE if abi >= 3 else 0)
@@ -249,14 +239,9 @@ def sweep_children() -> None:
 
 def _children(pid: int) -> list:
     out = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return out
-    for tid in tasks:
-        with contextlib.suppress(OSError):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                out += [int(x) for x in f.read().split()]
+    for path in glob.glob(f"/proc/{pid}/task/*/children"):
+        with contextlib.suppress(OSError), open(path) as f:
+            out += [int(x) for x in f.read().split()]
     return out
 
 
@@ -278,7 +263,7 @@ def reaped() -> None:
     if status is None:
         os._exit(1)
     sweep_children()
-    _exit_as(status)
+    exit_as(status)
 
 
 # -- naming the path a denied write went to (Landlock) ----------------------------------

@@ -67,14 +67,13 @@ MEMORY_GROWTH_IGNORED = (
 def _no_memory_growth(tf, extra: dict) -> None:
     """A split GPU refuses `set_memory_growth` (ValueError): the script's call
     is ignored, with a warning, rather than crash the trial."""
-    experimental = tf.config.experimental
 
     def set_memory_growth(device, enable):
         warnings = extra.setdefault("warnings", [])
         if MEMORY_GROWTH_IGNORED not in warnings:
             warnings.append(MEMORY_GROWTH_IGNORED)
 
-    experimental.set_memory_growth = set_memory_growth
+    tf.config.experimental.set_memory_growth = set_memory_growth
 
 
 def watch_strategies(tf, extra: dict) -> None:
@@ -128,21 +127,23 @@ def precision_policy(keras, model=None) -> str | None:
         return None
 
 
+def read(f):
+    """f(), or "unavailable: <error type>" where it raises: a setting that
+    cannot be read never hides the others (here and runtimeprobe.py)."""
+    try:
+        return f()
+    except Exception as e:
+        return f"unavailable: {type(e).__name__}"
+
+
 def tf_settings(tf) -> dict:
     """Op determinism and eager `tf.function`s, as TensorFlow has them now:
     the one reading, for the plugins (`ctx.tf_settings()`) and
-    runtimeprobe.py. A setting TensorFlow cannot report is "unavailable:
-    <error type>" (one that cannot be read never hides the other)."""
-    out = {}
-    for key, read in (
-        ("op_determinism", _op_determinism),
-        ("run_functions_eagerly", lambda: tf.config.functions_run_eagerly()),
-    ):
-        try:
-            out[key] = bool(read())
-        except Exception as e:
-            out[key] = f"unavailable: {type(e).__name__}"
-    return out
+    runtimeprobe.py (each a bool, or what `read` says)."""
+    return {
+        "op_determinism": read(lambda: bool(_op_determinism())),
+        "run_functions_eagerly": read(lambda: bool(tf.config.functions_run_eagerly())),
+    }
 
 
 def _op_determinism():

@@ -128,10 +128,9 @@ def describe():
     if tf_dist:
         facts["tf_dist"] = tf_dist
     facts["cuda_wheels"] = _nvidia_wheels()
-    for name, key in (("keras", "keras_dist"), ("tf_keras", "tf_keras_dist"), ("numpy", "numpy_dist")):
-        d = _dist(name)
-        if d:
-            facts[key] = d
+    for name in ("keras", "tf_keras", "numpy"):
+        if d := _dist(name):
+            facts[f"{name}_dist"] = d
     try:
         import tensorflow as tf
     except Exception as e:  # the report still says what it could
@@ -153,8 +152,7 @@ def describe():
     devices = tf.config.list_physical_devices()
     facts["devices"] = [{"name": d.name, "type": d.device_type} for d in devices]
     gpus = tf_gpus(tf)
-    smi = _nvidia_smi()
-    if smi:  # the driver is worth stating even when TensorFlow sees no GPU
+    if smi := _nvidia_smi():  # the driver is worth stating even when TensorFlow sees no GPU
         facts["nvidia_driver"] = smi[0]["driver"]
         facts["smi_gpus"] = smi
     for g, s in zip(gpus, smi):

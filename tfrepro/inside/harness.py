@@ -20,11 +20,9 @@ What it does (Contract 3):
   end of our callback, which runs after the user's callbacks. With
   steps_per_execution > 1 a "step" is one execution;
 - custom loops: a step is a call of the optimizer's `apply_gradients`/`apply`
-  outside fit, its loss the target of the step's `GradientTape.gradient`
-  (eager, tf.function, jit_compile, strategy.run), in harness_loop.py; step
-  time = time between two steps. Lines `step=<int> loss=<float>` written to
-  sys.stdout (Python level: `print`, not `tf.print`) override them
-  (harness_stdout.py, loaded by path when the harness activates);
+  outside fit, its loss the target of the step's `GradientTape.gradient`, in
+  harness_loop.py; printed `step=<int> loss=<float>` lines override them
+  (`StdoutTap`);
 - stops at `steps` (a trial run "until its symptom", `until_s` > 0: after
   `until_s` seconds of training instead) and at the first non-finite loss: the result is written and
   the process leaves with os._exit(0) right there (no exception to be
@@ -37,8 +35,7 @@ What it does (Contract 3):
   message's first line when it runs over several).
 
 Plugin hook (used by `tfrepro check`): the config's `plugins`, in
-harness_plugins.py. The crash excepthook, the parent watch and the Landlock
-write watch are in harness_guard.py.
+harness_plugins.py.
 """
 
 from __future__ import annotations
@@ -48,6 +45,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import sys
 import threading
 import time
@@ -136,8 +134,11 @@ def record_step(loss: float | None, dt: float) -> None:
             _stop("budget")
     elif S.steps and S.steps_seen >= S.steps:
         _stop("steps")
-    elif S.until_s:
-        _until_budget()
+    elif S.until_s:  # "until its symptom": `until_s` s of training from the first step (not imports, data loading)
+        if S.t_first is None:
+            S.t_first = time.monotonic()
+        elif time.monotonic() - S.t_first >= S.until_s:
+            _stop("budget_s")
     now = time.monotonic()
     if now - S.last_progress >= PROGRESS_EVERY_S:
         S.last_progress = now
@@ -146,7 +147,7 @@ def record_step(loss: float | None, dt: float) -> None:
 
 def loop_step(loss: float | None, dt: float | None = None) -> None:
     """One step of a custom loop: an optimizer's apply (harness_loop.py) or a
-    printed `step=N loss=X` line (harness_stdout.py). Its time runs from the
+    printed `step=N loss=X` line (`StdoutTap`). Its time runs from the
     end of the step before (the first: from TensorFlow's import), unless the
     caller measured `dt`; the harness's own bookkeeping is in neither step."""
     if S.mode == "none":
@@ -155,14 +156,53 @@ def loop_step(loss: float | None, dt: float | None = None) -> None:
     S.t_ref = time.perf_counter()
 
 
-def _until_budget() -> None:
-    """A trial run "until its symptom" stops after `until_s` seconds of
-    training (counted from its first step: imports and data loading are not)."""
-    now = time.monotonic()
-    if S.t_first is None:
-        S.t_first = now
-    elif now - S.t_first >= S.until_s:
-        _stop("budget_s")
+# -- custom loops: the trial's sys.stdout, tapped for step lines --------------------------
+# A line `step=<int> loss=<float>` written to sys.stdout (Python level: `print`, not
+# `tf.print`) outside `Model.fit` is one step of a custom loop (`loop_step`); everything is
+# passed through to the real stream unchanged.
+
+STEP_LINE = re.compile(r"^\s*step=(-?\d+)\s+loss=(\S+)")
+_MAX_PENDING_LINE = 4096
+
+
+class StdoutTap:
+    """sys.stdout proxy that parses `step=<int> loss=<float>` lines."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self._pending = ""
+
+    def write(self, s):
+        n = self._stream.write(s)
+        if S.fit_depth == 0 and isinstance(s, str):
+            if "\n" not in s:
+                if len(self._pending) < _MAX_PENDING_LINE:
+                    self._pending += s
+                return n
+            *lines, self._pending = (self._pending + s).split("\n")
+            for line in lines:
+                m = STEP_LINE.match(line)
+                if m:
+                    self._on_step_line(m.group(2))
+        return n
+
+    def _on_step_line(self, text: str) -> None:
+        try:
+            loss = float(text.rstrip(",;"))
+        except ValueError:
+            return
+        loop = sys.modules.get("_tfrepro_harness_loop")
+        if loop is not None:  # the printed line overrides the steps seen at apply_gradients
+            loop.yield_to_stdout()  # (and its time starts where theirs did)
+        self._stream.flush()
+        loop_step(loss)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
 
 
 def _write_progress() -> None:
@@ -210,10 +250,19 @@ def _stop(reason: str) -> None:
     os._exit(code)
 
 
+_DEVICES = None  # devices.py (loaded by path) once TensorFlow is set up
+
+
 def _on_tensorflow(tf) -> None:
+    global _DEVICES
     S.t_ref = time.perf_counter()
     atexit.register(finish)  # runs before TensorFlow's own atexit handlers
-    _devices_setup(tf)
+    try:  # `--replicas N` before the script's first op, and what ran (devices.py)
+        _DEVICES = _sibling_file("devices")
+        _DEVICES.split(tf, S.config, S.extra)
+        _DEVICES.watch_strategies(tf, S.extra)
+    except Exception:
+        note_error("devices")
     if S.config.get("deterministic"):
         seed = int(S.config.get("seed", 0))
         import random
@@ -226,20 +275,6 @@ def _on_tensorflow(tf) -> None:
         tf.config.experimental.enable_op_determinism()
 
 
-_DEVICES = None  # devices.py (loaded by path) once TensorFlow is set up
-
-
-def _devices_setup(tf) -> None:
-    """`--replicas N` before the script's first op, and what ran (devices.py)."""
-    global _DEVICES
-    try:
-        _DEVICES = _sibling_file("devices")
-        _DEVICES.split(tf, S.config, S.extra)
-        _DEVICES.watch_strategies(tf, S.extra)
-    except Exception:
-        note_error("devices")
-
-
 def _load(name: str, path: str):
     """The file at `path`, loaded as module `name` (the one way the harness
     loads code: by path, never through tfrepro)."""
@@ -247,11 +282,8 @@ def _load(name: str, path: str):
 
     spec = importlib.util.spec_from_file_location(name, path)
     module = sys.modules[name] = importlib.util.module_from_spec(spec)
-    code = getattr(sys.modules.get("_tfrepro_warm"), "COMPILED", {}).get(path)  # a warm child: compiled once
-    if code is None:
-        spec.loader.exec_module(module)
-    else:
-        exec(code, module.__dict__)
+    compiled = getattr(sys.modules.get("_tfrepro_warm"), "COMPILED", {})  # a warm child: compiled once
+    exec(compiled.get(path) or spec.loader.get_code(name), module.__dict__)
     return module
 
 
@@ -260,20 +292,16 @@ def _sibling_file(name: str):
     return _load(f"_tfrepro_{name}", os.path.join(_HERE, f"{name}.py"))
 
 
-def _bound(name: str):
-    """harness_<name>.py, loaded and handed this module (as its `H`)."""
-    module = _sibling_file(f"harness_{name}")
-    module.H = sys.modules[__name__]
-    return module
-
-
-_SIDES: dict = {}  # "keras", "loop", "data" (harness_<name>.py): loaded on first use
+_SIDES: dict = {}  # "keras", "loop", "data", "plugins" (harness_<name>.py): loaded on first use
 
 
 def _side(name: str):
-    """harness_<name>.py, bound, loaded once on first use (the parent never needs it)."""
+    """harness_<name>.py, loaded once on first use (as `_tfrepro_harness_<name>`;
+    the parent never needs it) and handed this module as its `H`: the harness
+    core, whose state `H.S` it fills."""
     if name not in _SIDES:
-        _SIDES[name] = _bound(name)
+        _SIDES[name] = _sibling_file(f"harness_{name}")
+        _SIDES[name].H = sys.modules[__name__]
     return _SIDES[name]
 
 
@@ -299,17 +327,6 @@ def _quietly(where: str, fn, *args):
         return None
 
 
-def _data_start() -> None:
-    global _DATA
-    try:
-        module = _side("data")  # also the walk over a batch's leaves (harness_keras.py, probes.py)
-        _DATA = module.Recorder(note_error, FRAMES)
-        module.install(_DATA, _FINDER)
-        S.fit_hooks.append(_DATA.on_fit)
-    except Exception:
-        note_error("data recorder")
-
-
 def data_batch(batch: dict) -> None:
     """A batch a fit trained on (harness_keras.py, when the config has `record_data`)."""
     if _DATA:
@@ -319,12 +336,6 @@ def data_batch(batch: dict) -> None:
 # -- memory (memory.py, loaded by path) ----------------------------------------------
 
 _MEMORY = None  # this trial's MemorySampler, None when it could not load
-
-
-def _memory_start() -> None:
-    """Load the sampler; it sets `[trial] memory_limit_mb` (RLIMIT_AS) before the script runs."""
-    global _MEMORY
-    _MEMORY = _quietly("memory sampler", lambda: _sibling_file("memory").start(S.config))
 
 
 # -- the script's Keras ----------------------------------------------------------------
@@ -397,9 +408,54 @@ def finish() -> None:
     _write_json(S.result_path, result, allow_nan=False, default=repr)
 
 
+# -- how a trial ends when it is not our stop: a crash, a dead parent, a write outside ------
+
+
+def error_line(tp, value) -> tuple[str, str | None]:
+    """("Type: first line of the message", the whole text when it has more).
+    TensorFlow's messages run over many lines with node names and paths; the
+    first line is the stable part to compare crashes by."""
+    text = "".join(traceback.format_exception_only(tp, value)).strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) <= 1:
+        return text, None
+    return lines[0].strip(), text[-4000:]
+
+
+def _excepthook(orig):
+    """`orig` after recording an uncaught exception as the trial's crash."""
+
+    def hook(tp, value, tb):
+        if not issubclass(tp, SystemExit):
+            S.crashed = True
+            S.error, detail = error_line(tp, value)
+            if detail:
+                S.extra["error_detail"] = detail
+        if _FINDER is not None:  # without the first-import wrappers' frames (a cold process has none)
+            tb = sys.modules["_tfrepro_harness_imports"].hide(value, tb)
+        orig(tp, value, tb)
+
+    return hook
+
+
+def _watch_writes(spec: dict | None) -> None:
+    """Landlock: name the first write outside the trial dir (confine.py's Watch)."""
+    if not spec or spec.get("mode") != "landlock":
+        return
+    module = sys.modules.get("_tfrepro_confine") or _sibling_file("confine")
+    w = module.watch(spec, os.getcwd(), FRAMES.user_where)
+    orig = sys.excepthook
+
+    def hook(tp, value, tb):
+        w.exception(value)
+        orig(tp, value, tb)
+
+    sys.excepthook = hook
+
+
 def activate(config_path: str) -> None:
     """Install everything; called once, from sitecustomize, before the script."""
-    global S, FRAMES
+    global S, FRAMES, _MEMORY, _FINDER, _DATA
     with open(config_path, encoding="utf-8") as f:
         S = _State(json.load(f))
     FRAMES = _sibling_file("harness_frames")
@@ -409,22 +465,28 @@ def activate(config_path: str) -> None:
         random.seed(int(S.config.get("seed", 0)))
     if S.config.get("steps_max"):
         S.budget = _sibling_file("harness_timing").Budget(S.config)
-    guard = _bound("guard")  # the crash excepthook and the watches (harness_guard.py)
     if os.getpgrp() == os.getpid():  # only when we lead our own group (as run_trial starts us)
-        guard.watch_parent()
-    _memory_start()
-    sys.excepthook = guard.excepthook(sys.excepthook)
-    guard.watch_writes(S.config.get("confine"))
+        # Die with tfrepro: a SIGKILLed parent cannot kill our session itself, and an orphaned
+        # trial would train on for nothing; killing our group takes grandchildren too (launch.py).
+        _sibling_file("launch").watch_parent(os.getppid())
+    # the sampler sets `[trial] memory_limit_mb` (RLIMIT_AS) before the script runs
+    _MEMORY = _quietly("memory sampler", lambda: _sibling_file("memory").start(S.config))
+    sys.excepthook = _excepthook(sys.excepthook)
+    _watch_writes(S.config.get("confine"))
     atexit.register(finish)
-    tap = _bound("stdout")  # custom loops: `step=N loss=X` lines (harness_stdout.py)
-    sys.stdout = tap.StdoutTap(sys.stdout)
-    global _FINDER
+    sys.stdout = StdoutTap(sys.stdout)  # custom loops: `step=N loss=X` lines
     _FINDER = _sibling_file("harness_imports").PostImportFinder(_HOOKS, note_error)
     sys.meta_path.insert(0, _FINDER)
     _FINDER.fire_imported()
-    _data_start()
+    try:  # what the script feeds training (harness_data.py)
+        module = _side("data")  # also the walk over a batch's leaves (harness_keras.py, probes.py)
+        _DATA = module.Recorder(note_error, FRAMES)
+        module.install(_DATA, _FINDER)
+        S.fit_hooks.append(_DATA.on_fit)
+    except Exception:
+        note_error("data recorder")
     for name in ("tensorflow", "keras", "tf_keras"):  # custom loops (harness_loop.py)
         on = "on_tensorflow" if name == "tensorflow" else "on_keras"  # Keras 3, Keras 2 or tf_keras
         _FINDER.add(name, lambda module, on=on: getattr(_side("loop"), on)(module))
     if S.config.get("plugins"):  # harness_plugins.py
-        _bound("plugins").load(S.config["plugins"], S.config.get("plugin_options"))
+        _side("plugins").load(S.config["plugins"], S.config.get("plugin_options"))

@@ -127,11 +127,6 @@ class PostImportFinder:
         if self._waiting:
             on_first_import(self._waiting, self._fire_waiting)
 
-    def hide(self, exc, tb):
-        """`tb` without the first-import wrappers' frames (see `hide`; a cold
-        process has none: nothing is taken out)."""
-        return hide(exc, tb)
-
     def _fire_waiting(self) -> None:
         names = [n for n in self._hooks if n in self._waiting]
         self._waiting = set()

@@ -1,8 +1,6 @@
 """The Keras side of the trial harness: Model.fit capture and the weight check.
 
-Loaded by path by harness.py (module `_tfrepro_harness_keras`) when `keras`
-or `tf_keras` finishes importing; like the harness it imports no tfrepro
-module. harness.py sets its `H` to the harness core, whose state `H.S` it fills.
+Loaded by harness.py (`_side`) when `keras` or `tf_keras` finishes importing.
 
 Per-step loss under fit, exact: the model's own `train_step` (a user
 override included) is wrapped when its train function is built; every Mean
@@ -28,16 +26,11 @@ H = None  # the harness core module, set by harness.py
 
 
 @functools.cache
-def _nanstate():
-    """harness_nanstate.py, loaded on first use."""
-    return H._sibling_file("harness_nanstate")
-
-
-@functools.cache
 def _saver():
-    """The StateSaver of a nan-state trial; None elsewhere or when it cannot load."""
+    """The StateSaver of a nan-state trial (harness_nanstate.py, loaded on
+    first use); None elsewhere or when it cannot load."""
     if H.S.config.get("save_state_step"):
-        return H._quietly("nan state", lambda: _nanstate().StateSaver(H.S.config))
+        return H._quietly("nan state", lambda: H._sibling_file("harness_nanstate").StateSaver(H.S.config))
     return None
 
 

@@ -1,10 +1,8 @@
 """Custom training loops, measured by what every loop does rather than by
 what it prints (Contract 3).
 
-Loaded by path by harness.py (module `_tfrepro_harness_loop`) when
-TensorFlow, Keras or tf_keras finish importing; stdlib + TensorFlow only, no
-tfrepro import. harness.py sets its `H` to the harness core (`H.S`,
-`H.loop_step`).
+Loaded by harness.py (`_side`) when TensorFlow, Keras or tf_keras finish
+importing.
 
 A training step is one call of the optimizer's `apply_gradients`/`apply`
 (Keras 3, Keras 2 and tf_keras optimizers, loss-scale wrappers included;

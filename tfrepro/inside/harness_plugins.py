@@ -1,8 +1,6 @@
 """The trial harness's plugin hook (used by `tfrepro check`).
 
-Loaded by path by harness.py (module `_tfrepro_harness_plugins`) when the
-config names `plugins`; like the harness it imports no tfrepro module.
-harness.py sets its `H` to the harness core, whose state `H.S` the context fills.
+Loaded by harness.py (`_side`) when the config names `plugins`.
 
 The config's `plugins` are .py paths; before the script runs, each is
 imported by path and `plugin.install(ctx)` is called, where `ctx` offers
@@ -46,10 +44,8 @@ class PluginContext:
         H.S.end_hooks.append(fn)
 
     def after_import(self, module_name: str, fn) -> None:
-        """fn(module) right after the script imports `module_name` (a
-        top-level name such as "tensorflow"), or now if it is imported
-        (in a warm child, where it was imported before the trial: at the
-        script's first import of it, as in a cold process)."""
+        """Or now if it is imported (in a warm child, where it was imported
+        before the trial: at the script's first import of it, as cold)."""
         H._FINDER.add(module_name, fn)
 
     def replicas(self, fits: bool = True) -> int | None:
@@ -58,8 +54,7 @@ class PluginContext:
         None when unknown (devices.py did not load)."""
         return H._DEVICES.replicas(H.S.extra, fits) if H._DEVICES is not None else None
 
-    def keras(self):
-        """The Keras module the script uses; None before it imports one."""
+    def keras(self):  # None before the script imports one
         return H.keras_module()
 
     def tf_settings(self) -> dict:

@@ -1,6 +1,5 @@
 """A timing trial's step budget, inside the trial process (loaded by path by
-harness.py when the config has `steps_max` > 0; stdlib only, no tfrepro
-import).
+harness.py when the config has `steps_max` > 0).
 
 DESIGN: "measure enough steady steps (a time budget, not a fixed 40 steps of
 3 ms)". A timing trial ignores `steps` and stops once `min_time_s` of

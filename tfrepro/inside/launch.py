@@ -21,6 +21,8 @@ outside bubblewrap watches tfrepro, since bubblewrap's --die-with-parent
 is set late and misses a parent that died while it started).
 """
 
+import contextlib
+import json
 import os
 import signal
 import sys
@@ -40,7 +42,7 @@ def _bail(*_args) -> None:
 def watch_parent(parent: int) -> None:
     """Kill our process group (and leave, 137) once `parent` is no longer our
     parent, polled every 0.25 s: here, and in the trial's Python, which
-    leads its own group (harness_guard.py loads this file for it)."""
+    leads its own group (harness.py loads this file for it)."""
 
     def watch() -> None:
         while True:
@@ -51,33 +53,21 @@ def watch_parent(parent: int) -> None:
     threading.Thread(target=watch, name="tfrepro-parent-watch", daemon=True).start()
 
 
-def _confine(spec: str):
-    import importlib.util
-    import json
-
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
-    loader = importlib.util.spec_from_file_location("_tfrepro_confine", path)
-    module = importlib.util.module_from_spec(loader)
-    loader.loader.exec_module(module)
-    module.enter_or_exit(json.loads(spec))
-    module.subreaper()
-    return module
-
-
 def main(argv: list) -> None:
     parent, cmd = int(argv[0]), argv[1:]
     opts = {}
     while cmd and cmd[0].startswith(("--confine=", "--status=")):
         key, _, value = cmd.pop(0).partition("=")
         opts[key] = value
-    confine = _confine(opts["--confine"]) if "--confine" in opts else None
-    signal.signal(signal.SIGTERM, _bail)
-    try:
-        import ctypes
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import confine  # the sibling file: confinement, and how to exit as CMD did
 
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:
-        pass
+    if "--confine" in opts:
+        confine.enter_or_exit(json.loads(opts["--confine"]))
+        confine.subreaper()
+    signal.signal(signal.SIGTERM, _bail)
+    with contextlib.suppress(Exception):
+        confine.libc().prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     if parent and os.getppid() != parent:
         _bail()
     if parent:
@@ -89,24 +79,17 @@ def main(argv: list) -> None:
         sys.stderr.flush()
         os._exit(CANNOT_START)
     _, status = os.waitpid(pid, 0)
-    if confine is not None:
+    if "--confine" in opts:
         confine.sweep_children()
     if "--status" in opts:
         with open(opts["--status"], "w") as f:
             f.write(str(status))
     if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        try:
+        with contextlib.suppress(ImportError, ValueError, OSError):
             import resource
 
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        except (ImportError, ValueError, OSError):
-            pass
-        if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those cannot be caught, nor reset
-            signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-        os._exit(128 + sig)
-    os._exit(os.waitstatus_to_exitcode(status))
+    confine.exit_as(status)
 
 
 if __name__ == "__main__":

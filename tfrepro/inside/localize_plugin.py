@@ -109,7 +109,6 @@ def _after_run(ctx, facts: dict) -> None:
     """What the script set up, read once it ran: the layers of a
     never-compiled model (custom loop), op determinism, eager functions (the
     precision policy is the trial's own field: report/localize.py)."""
-    settings = facts["settings"]
     keras = ctx.keras()
     with contextlib.suppress(Exception):
         if keras is not None and not facts["layers"]:
@@ -117,7 +116,7 @@ def _after_run(ctx, facts: dict) -> None:
             import gc
 
             facts["layers"] = _layers([obj for obj in gc.get_objects() if isinstance(obj, keras.Model)])
-    settings.update(ctx.tf_settings())
+    facts["settings"].update(ctx.tf_settings())
 
 
 def install(ctx):

@@ -218,8 +218,7 @@ def device_peaks() -> dict[str, int]:
     out: dict[str, int] = {}
     for i in range(len(gpus)):
         try:
-            info = tf.config.experimental.get_memory_info(f"GPU:{i}")
-            out[f"GPU:{i}"] = int(info.get("peak", 0))
+            out[f"GPU:{i}"] = int(tf.config.experimental.get_memory_info(f"GPU:{i}").get("peak", 0))
         except Exception:
             continue
     return out

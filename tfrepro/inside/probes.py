@@ -373,9 +373,8 @@ class _Probes:
         if tf is not None:
             env["tensorflow"] = getattr(tf, "__version__", None)
             for lib in ("keras", "tf_keras"):
-                mod = sys.modules.get(lib)
-                if mod is not None and getattr(mod, "__version__", None):
-                    env[lib] = mod.__version__
+                if version := getattr(sys.modules.get(lib), "__version__", None):
+                    env[lib] = version
             envprobe = sys.modules["_tfrepro_harness"]._sibling_file("envprobe")
             try:
                 env["build"] = envprobe.build_info(tf)
@@ -387,9 +386,7 @@ class _Probes:
                 env["logical_devices"] = dict(Counter(d.device_type for d in tf.config.list_logical_devices()))
         # An allow-list: other tools use TF_* too (Terraform keeps tokens in TF_TOKEN_*).
         env["tf_env"] = {k: v for k, v in os.environ.items() if k.startswith(_TF_ENV_PREFIXES) or k in _TF_ENV_NAMES}
-        expected, why = T.gpu_expected(self.ctx.options.get("expect_gpu"))
-        env["gpu_expected"] = expected
-        env["gpu_expected_why"] = why
+        env["gpu_expected"], env["gpu_expected_why"] = T.gpu_expected(self.ctx.options.get("expect_gpu"))
         self.ctx.record("check.env", env)
 
 

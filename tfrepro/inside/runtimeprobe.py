@@ -14,13 +14,6 @@ import devices  # noqa: E402  (the sibling files, loaded by path)
 import envprobe  # noqa: E402
 
 
-def _call(f):
-    try:
-        return f()
-    except Exception as e:  # one setting that cannot be read never hides the others
-        return f"unavailable: {type(e).__name__}"
-
-
 def _tf_keras(tf):
     """The Keras a script's `tf.keras` is, loaded: tf_keras where
     TF_USE_LEGACY_KERAS=1 asks for it, else Keras 3 (never a second one).
@@ -33,10 +26,10 @@ def _tf_keras(tf):
 
 def runtime(tf):
     """The settings a fresh process starts with (what a trial starts from)."""
-    out = {"precision_policy": _call(lambda: devices.precision_policy(_tf_keras(tf)))}
-    out["xla_jit"] = _call(lambda: tf.config.optimizer.get_jit() or "off")
+    out = {"precision_policy": devices.read(lambda: devices.precision_policy(_tf_keras(tf)))}
+    out["xla_jit"] = devices.read(lambda: tf.config.optimizer.get_jit() or "off")
     out["op_determinism"] = devices.tf_settings(tf)["op_determinism"]
-    out["tensor_float_32"] = _call(lambda: tf.config.experimental.tensor_float_32_execution_enabled())
+    out["tensor_float_32"] = devices.read(lambda: tf.config.experimental.tensor_float_32_execution_enabled())
     return out
 
 

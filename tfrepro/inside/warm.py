@@ -82,13 +82,6 @@ def _redirect(path: str | None, fd: int, flags: int) -> None:
         os.close(new)
 
 
-def _activate_harness() -> None:
-    """What sitecustomize does at a cold interpreter's start (the same function:
-    the server's sitecustomize is `_inject/sitecustomize.py`, first on the
-    PYTHONPATH of the trial environment it was started with)."""
-    sys.modules["sitecustomize"]._tfrepro_activate()
-
-
 def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     os.setsid()
     with contextlib.suppress(Exception):  # not Linux: the harness's parent watch still runs
@@ -127,7 +120,9 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     np = sys.modules.get("numpy")
     if np is not None:
         np.random.seed()  # a cold interpreter seeds NumPy's global state from the OS
-    _activate_harness()
+    # What sitecustomize does at a cold interpreter's start (the same function: the server's
+    # sitecustomize is `_inject/sitecustomize.py`, first on the PYTHONPATH of its trial environment).
+    sys.modules["sitecustomize"]._tfrepro_activate()
     return script
 
 
@@ -168,10 +163,8 @@ def _confine(spec: dict | None) -> None:
     (overlay: returns in PID 2 of a new namespace; the forked child waits
     and exits as the trial does). A failure exits CANNOT_CONFINE with the
     mark on stderr: the parent runs the trial cold."""
-    if not spec or spec.get("mode") in (None, "none"):
-        return
-    _confine_module().enter_or_exit(spec)
-    if spec.get("mode") == "landlock":
+    _confine_module().enter_or_exit(spec)  # no spec, or mode "none": nothing
+    if (spec or {}).get("mode") == "landlock":
         _confine_module().reaped()
 
 
@@ -186,13 +179,7 @@ def _rebase(entries: list, old: str, new: str) -> list:
     ]
     if moved == entries:
         return entries
-    out, seen = [], set()
-    for p in moved:
-        key = os.path.normcase(p) if isinstance(p, str) else p
-        if key not in seen:
-            seen.add(key)
-            out.append(p)
-    return out
+    return list({os.path.normcase(p) if isinstance(p, str) else p: p for p in moved}.values())
 
 
 def _exit_code(e: SystemExit) -> int:

@@ -19,11 +19,8 @@ def _tfrepro_activate():
         spec = importlib.util.spec_from_file_location("_tfrepro_harness", path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
-        code = getattr(sys.modules.get("_tfrepro_warm"), "COMPILED", {}).get(path)  # a warm child
-        if code is None:
-            spec.loader.exec_module(module)
-        else:
-            exec(code, module.__dict__)
+        compiled = getattr(sys.modules.get("_tfrepro_warm"), "COMPILED", {})  # a warm child: compiled once
+        exec(compiled.get(path) or spec.loader.get_code(spec.name), module.__dict__)
         module.activate(config)
     except Exception as e:  # a broken harness must not look like the project's crash
         sys.stderr.write(f"tfrepro: trial harness failed to start: {e!r}\n")
