@@ -12,6 +12,7 @@ statement rebuilt: `chains.py`, `callbacks.py`.)
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from tfrepro import catalog
 from tfrepro.annotate.candidate import Candidate, statement_unit
@@ -32,6 +33,8 @@ SCHEDULES = {
     "PolynomialDecay",
 }
 _LOSS_SCALE_METHODS = ("get_scaled_loss", "get_unscaled_gradients", "scale_loss")
+_ONE_ASSIGNMENT = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget()])])  # `x = ...` alone on its line
+_DETERMINISTIC = m.Attribute(attr=m.Name("experimental_deterministic") | m.Name("deterministic"))
 
 
 def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context) -> list[Candidate]:
@@ -42,22 +45,13 @@ def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context
         elif isinstance(node, cst.Decorator) and is_tf_function(node.decorator):
             if not jit_on(node.decorator):  # else the jit_compile feature takes the decorator
                 out.append(_c(node, "tf_function"))
-        elif (
-            isinstance(node, cst.SimpleStatementLine)
-            and len(node.body) == 1
-            and isinstance(node.body[0], cst.Assign)
-            and len(node.body[0].targets) == 1
-        ):
+        elif m.matches(node, _ONE_ASSIGNMENT):
             # `options.experimental_deterministic = False`: tf.data may reorder elements.
-            target = node.body[0].targets[0].target
-            if (
-                isinstance(target, cst.Attribute)
-                and target.attr.value in ("experimental_deterministic", "deterministic")
-                and literal(node.body[0].value) is False
-            ):
+            target, value = node.body[0].targets[0].target, node.body[0].value  # type: ignore[attr-defined]
+            if m.matches(target, _DETERMINISTIC) and literal(value) is False:
                 out.append(_c(node, "nondeterministic_data"))
-            elif _xla_env_var(target):
-                out.append(_c(node, "xla_flags", var=_xla_env_var(target)))
+            elif var := _xla_env_var(target):
+                out.append(_c(node, "xla_flags", var=var))
     return out
 
 
@@ -133,7 +127,7 @@ def _loss_scale(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
     """A LossScaleOptimizer: OFF is its inner optimizer, unless the code calls
     its loss-scaling methods."""
     inner = arg(call, 0, "inner_optimizer") or arg(call, None, "optimizer")
-    if any(f".{m}(" in src.text for m in _LOSS_SCALE_METHODS):
+    if any(f".{x}(" in src.text for x in _LOSS_SCALE_METHODS):
         ctx.skip(
             src.path,
             src.line(call),

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
+import libcst.matchers as m
 
 from tfrepro.annotate.loop_mode import compile_mode
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
@@ -129,20 +130,14 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
 
 
 def _gradient_call(src: Src, region: cst.CSTNode) -> cst.Call:
-    tapes = set()
-    for n in src.walk(region):
-        if isinstance(n, cst.WithItem) and isinstance(n.item, cst.Call) and last_name(n.item.func) == "GradientTape":
-            if n.asname is not None and isinstance(n.asname.name, cst.Name):
-                tapes.add(n.asname.name.value)
-    grads = [
-        n
+    tapes = {
+        n.asname.name.value
         for n in src.walk(region)
-        if isinstance(n, cst.Call)
-        and isinstance(n.func, cst.Attribute)
-        and n.func.attr.value == "gradient"
-        and isinstance(n.func.value, cst.Name)
-        and n.func.value.value in tapes
-    ]
+        if m.matches(n, m.WithItem(item=m.Call(), asname=m.AsName(name=m.Name())))
+        and last_name(n.item.func) == "GradientTape"
+    }
+    gradient = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("gradient")))
+    grads = [n for n in src.walk(region) if m.matches(n, gradient) and n.func.value.value in tapes]
     if not grads:
         raise NotSwitchable("")  # `.apply(...)` of something else
     if len(grads) > 1:
