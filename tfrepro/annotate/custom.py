@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tfrepro.annotate.candidate import Candidate, statement_unit
-from tfrepro.annotate.candidate import candidate as _c
 from tfrepro.annotate.layers import LayerClass, stock_equivalent
-from tfrepro.annotate.model import Context
+from tfrepro.annotate.model import Candidate, Context, statement_unit
+from tfrepro.annotate.model import candidate as _c
 from tfrepro.annotate.source import Src
 from tfrepro.annotate.standins import AVERAGED, layer_inputs, list_standin, structured_standin
 

@@ -15,13 +15,12 @@ import libcst as cst
 import libcst.matchers as m
 
 from tfrepro import catalog
-from tfrepro.annotate.candidate import Candidate, statement_unit
-from tfrepro.annotate.candidate import candidate as _c
 from tfrepro.annotate.custom import custom_layer
 from tfrepro.annotate.lambdas import is_lambda_layer, lambda_layer_candidates
 from tfrepro.annotate.layers import LayerClass
 from tfrepro.annotate.lists import append_stmt, split_list
-from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
+from tfrepro.annotate.model import BlockSeg, Candidate, Context, Edit, Found, statement_unit
+from tfrepro.annotate.model import candidate as _c
 from tfrepro.annotate.source import Src, arg, dotted, is_tf_function, jit_on, last_name, literal, rebinds_itself
 
 SCHEDULES = {

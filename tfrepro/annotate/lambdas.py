@@ -15,9 +15,8 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tfrepro.annotate.candidate import Candidate, statement_unit
-from tfrepro.annotate.candidate import candidate as _c
-from tfrepro.annotate.model import Context
+from tfrepro.annotate.model import Candidate, Context, statement_unit
+from tfrepro.annotate.model import candidate as _c
 from tfrepro.annotate.source import Src, arg, assigned_name, dotted, literal
 from tfrepro.annotate.standins import structured_standin
 from tfrepro.catalog import snake
