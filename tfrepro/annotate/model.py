@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tfrepro import catalog
+from tfrepro.annotate.source import first_free
 
 if TYPE_CHECKING:
     import libcst as cst
@@ -117,10 +118,7 @@ class Context:
                 return None
             self.claimed.add(base)
             return base
-        name, n = base, 1
-        while name in self.existing or name in self.claimed:
-            n += 1
-            name = f"{base}_{n}"
+        name = first_free(self.existing | self.claimed, (base,))
         self.claimed.add(name)
         return name
 
