@@ -280,12 +280,8 @@ def callback_feature(class_name: str | None, var_name: str | None) -> str:
         "LearningRateScheduler": "lr_scheduler",
         "LambdaCallback": "lambda",
     }
-    if class_name:
-        short = special.get(class_name) or snake(class_name)
-    elif var_name:
-        short = snake(var_name)
-    else:
-        short = "custom"
+    name = class_name or var_name
+    short = special.get(class_name or "") or (snake(name) if name else "custom")
     for suffix in ("_callback", "_cb"):  # never all of `short`: snake() leaves no "_" at either end
         short = short.removesuffix(suffix)
     for pre in ("callback_", "cb_"):

@@ -55,18 +55,17 @@ def with_gpu_utilisation(item: CheckItem, result: TrialResult) -> CheckItem:
     timing = result.extra.get("check.timing") or {}
     compute = timing.get("compute_s")
     step = quiet_step_time(result)
-    evidence = [
-        f"GPU utilisation (NVML): median {util:.0f}% over {n} samples; input-bound on a GPU when under "
-        f"{LOW_UTIL:.0f}% while the step takes at least {SLOW_STEP:g}x the model's own work"
-    ]
+    item = replace(
+        item,
+        evidence=(
+            *item.evidence,
+            f"GPU utilisation (NVML): median {util:.0f}% over {n} samples; input-bound on a GPU when under "
+            f"{LOW_UTIL:.0f}% while the step takes at least {SLOW_STEP:g}x the model's own work",
+        ),
+    )
     slow = compute is None or step is None or step >= SLOW_STEP * compute
-    if util < LOW_UTIL and slow:
-        what = f"step {fmt_ms(step)}" + (f" against the model's {fmt_ms(compute)}" if compute and step else "")
-        return replace(
-            item,
-            status=CheckStatus.WARN,
-            fix=INPUT_BOUND_FIX,
-            evidence=item.evidence + tuple(evidence),
-            summary=f"input-bound: the GPU is busy {util:.0f}% of the time ({what})",
-        )
-    return replace(item, evidence=item.evidence + tuple(evidence))
+    if util >= LOW_UTIL or not slow:
+        return item
+    what = f"step {fmt_ms(step)}" + (f" against the model's {fmt_ms(compute)}" if compute and step else "")
+    summary = f"input-bound: the GPU is busy {util:.0f}% of the time ({what})"
+    return replace(item, status=CheckStatus.WARN, fix=INPUT_BOUND_FIX, summary=summary)
