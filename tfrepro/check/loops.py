@@ -1,6 +1,6 @@
 """Check 7, the training loop (pure): what a hand-written GradientTape step
 gets wrong against `fit` (DOMAIN.md, "custom training loop"), judged from the
-step as written (annotate/loops.py's `step_facts`) and, where shapes are
+step as written (annotate/loop_facts.py's `step_facts`) and, where shapes are
 needed, from what the probed trial recorded (the first batch's labels, the
 model's output rank).
 
