@@ -10,7 +10,7 @@ Three forms are recognised:
   compiled with the same optimizer and the loss (a loss object or function
   called as `fn(y, pred)` as it is; a hand-written expression wrapped as
   `def fit_loss(y_true, y_pred)`) in the loop's compile mode (eager, graph
-  or XLA: annotate/loop_mode.py), then `fit` over the same dataset
+  or XLA: `compile_mode` below), then `fit` over the same dataset
   expression, for the same number of epochs;
 - a `train_on_batch` loop over the data. OFF: `fit` over the same data;
 - a `train_step` override of a Model subclass whose loss is the compiled one.
@@ -28,9 +28,8 @@ from dataclasses import dataclass
 import libcst as cst
 import libcst.matchers as m
 
-from tfrepro.annotate.loop_mode import compile_mode
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, is_name, last_name
+from tfrepro.annotate.source import Src, arg, is_name, is_tf_function, jit_on, last_name, rebinds_itself
 
 _VARS = ("trainable_variables", "trainable_weights")
 APPLY = ("apply_gradients", "apply")  # the optimizer's step (check 7 finds GradientTape steps by it too)
@@ -53,7 +52,7 @@ class Loop:
     loss: str | None = None  # the compile loss expression
     loss_def: str | None = None  # body expression of a wrapped hand-written loss
     loss_base: str | None = None  # `keras.losses.Loss` when the loss reshapes the labels itself
-    mode: str | None = None  # compile's keywords for the loop's compile mode (annotate/loop_mode.py)
+    mode: str | None = None  # compile's keywords for the loop's compile mode (`compile_mode`)
 
 
 def loop_edits(src: Src, ctx: Context) -> list[Edit]:
@@ -425,6 +424,45 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
     found = Found.of(name, desc, src.path, line, note)
     end = src.end_line(unit)
     return Edit(line, end, indent, (BlockSeg(found, src.lines_text(line, end), "".join(off)),))
+
+
+# -- the compile mode ---------------------------------------------------------------------------
+# The compile mode of a hand-written loop's step, for the fit that stands in
+# for it (`Loop.mode`): toggling `custom_loop` must change the loop into
+# fit and nothing else, so fit keeps the loop's compile mode (as toggling a
+# strategy keeps the compile mode, Contract 3 "what actually ran").
+#
+# - a step run eagerly (an inline loop, a step function no `tf.function`
+#   wraps) -> `run_eagerly=True`;
+# - a step function wrapped by `tf.function` (a decorator, or
+#   `step = tf.function(step)`) -> the graph, without XLA (`jit_compile=False`:
+#   Keras's "auto" would pick XLA on a GPU where the loop's function does not);
+# - the same with `jit_compile=True` -> `jit_compile=True`.
+#
+# The wrapper is a feature of its own (`tf_function`, `jit_compile`): in a
+# variant with it OFF the step runs eagerly (or without XLA), so the mode is
+# read from the step function when fit is compiled, not fixed from the source.
+
+
+def _wrappers(src: Src, fn: cst.FunctionDef) -> list[cst.BaseExpression]:
+    """The `tf.function` expressions that wrap `fn`: its decorators, and `fn = tf.function(fn, ...)`."""
+    out = [d.decorator for d in fn.decorators if is_tf_function(d.decorator)]
+    return out + [
+        n.value for n in src.nodes(cst.Assign) if rebinds_itself(n) == fn.name.value and is_tf_function(n.value)
+    ]
+
+
+def compile_mode(src: Src, region: cst.CSTNode) -> str:
+    """The keyword arguments of fit's `compile` that give it the mode of the
+    loop's step (`region`: the step function, or the loop itself when the
+    step is inline), as source text."""
+    if not isinstance(region, cst.FunctionDef) or not (wrappers := _wrappers(src, region)):
+        return "run_eagerly=True"
+    name = region.name.value
+    eager = f'run_eagerly=not hasattr({name}, "get_concrete_function")'
+    if any(jit_on(w, legacy=True) for w in wrappers):
+        return f'{eager}, jit_compile=getattr({name}, "_jit_compile", None) is True'
+    return f"{eager}, jit_compile=False"
 
 
 # -- the step as facts for `tfrepro check` (check 7) -------------------------------------------
