@@ -33,6 +33,7 @@ SCHEDULES = {
 _LOSS_SCALE_METHODS = ("get_scaled_loss", "get_unscaled_gradients", "scale_loss")
 _ONE_ASSIGNMENT = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget()])])  # `x = ...` alone on its line
 _DETERMINISTIC = m.Attribute(attr=m.Name("experimental_deterministic") | m.Name("deterministic"))
+_ONE_INDEX = m.Subscript(slice=[m.SubscriptElement(m.Index())])  # `x[key]`
 
 
 def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context) -> list[Candidate]:
@@ -55,9 +56,7 @@ def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context
 
 def _xla_env_var(target: cst.BaseExpression) -> str | None:
     """`os.environ["XLA_FLAGS"] = ...` (or TF_XLA_FLAGS): the variable's name."""
-    if not isinstance(target, cst.Subscript) or not (dotted(target.value) or "").endswith("environ"):
-        return None
-    if len(target.slice) != 1 or not isinstance(target.slice[0].slice, cst.Index):
+    if not m.matches(target, _ONE_INDEX) or not (dotted(target.value) or "").endswith("environ"):
         return None
     key = literal(target.slice[0].slice.value)
     return key if key in catalog.XLA_VARS else None

@@ -313,9 +313,7 @@ def _epoch_loop(src: Src, loop: cst.For) -> cst.For | None:
     """`for epoch in range(E):` whose body is this loop (and prints/logging)."""
     suite = src.parent(loop)
     outer = src.parent(suite) if isinstance(suite, cst.IndentedBlock) else None
-    if not isinstance(outer, cst.For) or not isinstance(outer.iter, cst.Call):
-        return None
-    if last_name(outer.iter.func) != "range" or len(outer.iter.args) != 1:
+    if not m.matches(outer, m.For(iter=m.Call(args=[m.DoNotCare()]))) or last_name(outer.iter.func) != "range":
         return None
     others = [s for s in outer.body.body if s is not loop]
     if all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Expr) for x in s.body) for s in others):
