@@ -1,5 +1,5 @@
 """A Lambda layer over the project's own code is a custom layer
-(annotate/lambdas.py): keras-team/keras#9097's distance of two embeddings.
+(annotate/custom.py): keras-team/keras#9097's distance of two embeddings.
 Pure text in, text out: no TensorFlow."""
 
 from __future__ import annotations

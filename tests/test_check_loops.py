@@ -92,7 +92,7 @@ def test_a_loss_is_judged_by_the_rule_the_loops_fit_uses():
     # the loop's fit stand-in. An elementwise op of the two broadcasts (B,) against (B, 1): check
     # 7 once took `tf.math.squared_difference(yb, pred)` for a loss object (only four op names
     # were hand-written to it), while the fit stand-in compiled `tf.square(yb, pred)` as a loss.
-    from tfrepro.annotate.loop_facts import step_facts
+    from tfrepro.annotate.loops import step_facts
     from tfrepro.annotate.source import Src
 
     for loss in ("tf.math.squared_difference(yb, pred)", "tf.subtract(yb, pred)", "tf.square(yb, pred)"):

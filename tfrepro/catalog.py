@@ -40,17 +40,15 @@ class Entry:
 
     `name` is the feature name, or the prefix of a family (`family=True`:
     `custom_layer_<class>`, `callback_<class>`). `description` may hold
-    `{fields}` filled by the recogniser (`Entry.describe`). `off` says in
-    words what the OFF part is (the recognisers in `annotate/` write it);
-    `off_code`, when the OFF part is one constant expression standing in for
-    the feature's, is that expression. Why an `affects_loss` entry changes
+    `{fields}` filled by the recogniser (`Entry.describe`), which writes the
+    OFF part (in `annotate/`); `off_code`, when the OFF part is one constant
+    expression standing in for the feature's, is that expression. Why an `affects_loss` entry changes
     the loss is said once, by group, in the module docstring.
     """
 
     name: str
     kind: str
     description: str
-    off: str
     affects_loss: bool = False
     off_code: str | None = None
     family: bool = False
@@ -72,166 +70,73 @@ STRATEGIES: dict[str, str | None] = {
 
 _ENTRIES: tuple[Entry, ...] = (
     # -- precision, distribution, compilation (same math, other numerics) --
-    Entry(
-        "mixed_precision",
-        "precision",
-        "{policy} compute policy",
-        "float32 (the policy call removed, or the plain optimizer for a LossScaleOptimizer)",
-    ),
-    *(
-        Entry(name, "strategy", "{cls}; off: the default strategy", "tf.distribute.get_strategy()")
-        for name in STRATEGIES.values()
-        if name
-    ),
-    Entry(
-        "sync_batchnorm",
-        "strategy",
-        "BatchNorm statistics all-reduced across replicas (synchronized=True)",
-        "synchronized=False",
-    ),
-    Entry(
-        "tf_function",
-        "tf_function",
-        "tf.function graph compilation; off: the function runs eagerly",
-        "the decorator or wrapper removed",
-    ),
-    Entry(
-        "jit_compile",
-        "xla",
-        "XLA compilation (jit_compile); off: jit_compile=False",
-        "jit_compile=False",
-        off_code="False",
-    ),
-    Entry("xla", "xla", "compile the train step with XLA (jit_compile=True)", "jit_compile=False"),
-    Entry("xla_auto_jit", "xla", "XLA auto-clustering (set_jit)", "the set_jit call removed"),
-    Entry("xla_flags", "xla", "XLA flags set in the environment ({var})", "the assignment removed"),
-    Entry("eager_debug", "eager", "eager execution ({how})", "run_eagerly=False (the call removed)", off_code="False"),
-    Entry(
-        "eager_debugging",
-        "eager",
-        "run every tf.function eagerly (debugging only: several times slower)",
-        "the call removed",
-    ),
-    Entry("memory_growth", "memory", "GPU memory growth", "the call removed"),
-    Entry("custom_loop", "loop", "a tf.GradientTape training loop instead of fit, the same math", "model.fit"),
+    Entry("mixed_precision", "precision", "{policy} compute policy"),
+    *(Entry(name, "strategy", "{cls}; off: the default strategy") for name in STRATEGIES.values() if name),
+    Entry("sync_batchnorm", "strategy", "BatchNorm statistics all-reduced across replicas (synchronized=True)"),
+    Entry("tf_function", "tf_function", "tf.function graph compilation; off: the function runs eagerly"),
+    Entry("jit_compile", "xla", "XLA compilation (jit_compile); off: jit_compile=False", off_code="False"),
+    Entry("xla", "xla", "compile the train step with XLA (jit_compile=True)"),
+    Entry("xla_auto_jit", "xla", "XLA auto-clustering (set_jit)"),
+    Entry("xla_flags", "xla", "XLA flags set in the environment ({var})"),
+    Entry("eager_debug", "eager", "eager execution ({how})", off_code="False"),
+    Entry("eager_debugging", "eager", "run every tf.function eagerly (debugging only: several times slower)"),
+    Entry("memory_growth", "memory", "GPU memory growth"),
+    Entry("custom_loop", "loop", "a tf.GradientTape training loop instead of fit, the same math"),
     Entry(
         "gradient_accumulation",
         "loop",
         "gradients of several micro-batches summed, then applied once (the same gradient as the whole batch)",
-        "one gradient per batch",
     ),
-    Entry(
-        "custom_layer",
-        "custom_layer",
-        "the project's {cls} layer; off: {stock}",
-        "a stock layer",
-        family=True,
-        affects_loss=True,
-    ),
+    Entry("custom_layer", "custom_layer", "the project's {cls} layer; off: {stock}", family=True, affects_loss=True),
     # -- tf.data: same examples, same order --------------------------------
-    Entry(
-        "prefetch", "dataset", "tf.data prefetch (overlaps input and training); off: no prefetch", "the link dropped"
-    ),
-    Entry("cache", "dataset", "tf.data cache; off: no cache", "the link dropped"),
-    Entry(
-        "parallel_map",
-        "dataset",
-        "tf.data map with num_parallel_calls; off: sequential map",
-        "map without num_parallel_calls",
-    ),
-    Entry(
-        "parallel_batch",
-        "dataset",
-        "tf.data batch with num_parallel_calls; off: sequential batch",
-        "batch without num_parallel_calls",
-    ),
+    Entry("prefetch", "dataset", "tf.data prefetch (overlaps input and training); off: no prefetch"),
+    Entry("cache", "dataset", "tf.data cache; off: no cache"),
+    Entry("parallel_map", "dataset", "tf.data map with num_parallel_calls; off: sequential map"),
+    Entry("parallel_batch", "dataset", "tf.data batch with num_parallel_calls; off: sequential batch"),
     # -- tf.data: other examples or another order (affects_loss) ----------
-    Entry(
-        "shuffle",
-        "dataset",
-        "tf.data shuffle; off: input order kept",
-        "the link dropped",
-        affects_loss=True,
-    ),
+    Entry("shuffle", "dataset", "tf.data shuffle; off: input order kept", affects_loss=True),
     Entry(
         "interleave",
         "dataset",
         "tf.data interleave over files; off: flat_map (files one after another)",
-        "flat_map",
         affects_loss=True,
     ),
     Entry(
         "parallel_reads",
         "dataset",
         "tf.data files read in parallel; off: one after another",
-        "num_parallel_reads=None",
         affects_loss=True,
         off_code="None",
     ),
     Entry(
-        "nondeterministic_data",
-        "dataset",
-        "tf.data may reorder elements (deterministic = False)",
-        "the assignment removed",
-        affects_loss=True,
+        "nondeterministic_data", "dataset", "tf.data may reorder elements (deterministic = False)", affects_loss=True
     ),
-    Entry(
-        "random_augmentation",
-        "augmentation",
-        "random data augmentation ({cls}); off: identity",
-        "keras.layers.Identity()",
-        affects_loss=True,
-    ),
+    Entry("random_augmentation", "augmentation", "random data augmentation ({cls}); off: identity", affects_loss=True),
     # -- learning rate (affects_loss) --------------------------------------
-    Entry(
-        "lr_schedule",
-        "lr_schedule",
-        "{cls} learning-rate schedule; off: constant {constant}",
-        "the schedule's starting rate",
-        affects_loss=True,
-    ),
-    Entry(
-        "lr_warmup",
-        "lr_schedule",
-        "linear learning-rate warmup (changes the loss on purpose)",
-        "the peak rate from the first step",
-        affects_loss=True,
-    ),
+    Entry("lr_schedule", "lr_schedule", "{cls} learning-rate schedule; off: constant {constant}", affects_loss=True),
+    Entry("lr_warmup", "lr_schedule", "linear learning-rate warmup (changes the loss on purpose)", affects_loss=True),
     # -- callbacks ----------------------------------------------------------
-    Entry("callback", "callback", "{cls} callback passed to fit", "not passed to fit", family=True),
+    Entry("callback", "callback", "{cls} callback passed to fit", family=True),
     *(
-        Entry(
-            name,
-            "callback",
-            "{cls} callback passed to fit (changes the learning rate)",
-            "not passed to fit",
-            affects_loss=True,
-        )
+        Entry(name, "callback", "{cls} callback passed to fit (changes the learning rate)", affects_loss=True)
         for name in ("callback_lr_scheduler", "callback_reduce_lr_on_plateau")
     ),
     Entry(
         "callback_stopping",
         "callback",
         "{cls} callback passed to fit (stops training: sets model.stop_training)",
-        "not passed to fit",
         affects_loss=True,
     ),
-    Entry(
-        "callbacks",
-        "callback",
-        "callbacks passed to fit (EarlyStopping, ReduceLROnPlateau...)",
-        "no callbacks",
-        affects_loss=True,
-    ),
+    Entry("callbacks", "callback", "callbacks passed to fit (EarlyStopping, ReduceLROnPlateau...)", affects_loss=True),
     # -- objective and update (affects_loss) --------------------------------
     *(
-        Entry(name, "objective", desc, off, affects_loss=True, off_code=code)
-        for name, desc, off, code in (
-            ("class_weight", "class weights in fit ({arg}); off: unweighted", "class_weight=None", "None"),
-            ("sample_weight", "sample weights in fit ({arg}); off: unweighted", "sample_weight=None", "None"),
-            ("regularizer", "weight regularizers ({arg}); off: none", "...regularizer=None", "None"),
-            ("label_smoothing", "label smoothing ({arg}); off: 0", "label_smoothing=0.0", "0.0"),
-            ("gradient_clipping", "gradient clipping ({arg}); off: none", "clipnorm/clipvalue=None", "None"),
+        Entry(name, "objective", desc, affects_loss=True, off_code=code)
+        for name, desc, code in (
+            ("class_weight", "class weights in fit ({arg}); off: unweighted", "None"),
+            ("sample_weight", "sample weights in fit ({arg}); off: unweighted", "None"),
+            ("regularizer", "weight regularizers ({arg}); off: none", "None"),
+            ("label_smoothing", "label smoothing ({arg}); off: 0", "0.0"),
+            ("gradient_clipping", "gradient clipping ({arg}); off: none", "None"),
         )
     ),
 )

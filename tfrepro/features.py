@@ -187,11 +187,8 @@ class SourceFile:
         lines = self._part(b, on, live=True)
         # Trim blank lines at the edges of a part: markers often sit between
         # blank lines already, and an exported script should read naturally.
-        while lines and _is_blank(lines[0]):
-            lines.pop(0)
-        while lines and _is_blank(lines[-1]):
-            lines.pop()
-        return lines
+        code = [i for i, x in enumerate(lines) if not _is_blank(x)]
+        return lines[code[0] : code[-1] + 1] if code else []
 
     def _states(self, enabled: Iterable[str] | None) -> dict[str, bool]:
         """Each block ON iff its name is in `enabled`; `None`: {} (as written)."""

@@ -25,6 +25,7 @@ stay as written; a class with no batch schedule is removed as above.
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from tfrepro import catalog
 from tfrepro.annotate.lists import append_stmt, split_list
@@ -249,13 +250,10 @@ def _batch_schedule(call: cst.Call) -> cst.Arg | None:
 
 def _stopping_classes(src: Src) -> frozenset[str]:
     """Classes of the file that assign `<something>.stop_training`."""
+    stop = m.AssignTarget(m.Attribute(attr=m.Name("stop_training")))
+    sets_stop = m.Assign(targets=[m.ZeroOrMore(), stop, m.ZeroOrMore()])
     classes = src.nodes(cst.ClassDef)
-    return frozenset(c.name.value for c in classes if any(_sets_stop_training(a) for a in src.walk(c)))
-
-
-def _sets_stop_training(node: cst.CSTNode) -> bool:
-    targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else []
-    return any(isinstance(t, cst.Attribute) and t.attr.value == "stop_training" for t in targets)
+    return frozenset(c.name.value for c in classes if any(m.matches(a, sets_stop) for a in src.walk(c)))
 
 
 def _params(fn: cst.FunctionDef) -> set[str]:
@@ -280,12 +278,8 @@ def callback_feature(class_name: str | None, var_name: str | None) -> str:
         "LearningRateScheduler": "lr_scheduler",
         "LambdaCallback": "lambda",
     }
-    if class_name:
-        short = special.get(class_name) or snake(class_name)
-    elif var_name:
-        short = snake(var_name)
-    else:
-        short = "custom"
+    name = class_name or var_name
+    short = special.get(class_name or "") or (snake(name) if name else "custom")
     for suffix in ("_callback", "_cb"):  # never all of `short`: snake() leaves no "_" at either end
         short = short.removesuffix(suffix)
     for pre in ("callback_", "cb_"):

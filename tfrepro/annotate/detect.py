@@ -12,15 +12,14 @@ statement rebuilt: `chains.py`, `callbacks.py`.)
 from __future__ import annotations
 
 import libcst as cst
+import libcst.matchers as m
 
 from tfrepro import catalog
-from tfrepro.annotate.candidate import Candidate, statement_unit
-from tfrepro.annotate.candidate import candidate as _c
-from tfrepro.annotate.custom import custom_layer
-from tfrepro.annotate.lambdas import is_lambda_layer, lambda_layer_candidates
+from tfrepro.annotate.custom import custom_layer, is_lambda_layer, lambda_layer_candidates
 from tfrepro.annotate.layers import LayerClass
 from tfrepro.annotate.lists import append_stmt, split_list
-from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
+from tfrepro.annotate.model import BlockSeg, Candidate, Context, Edit, Found, statement_unit
+from tfrepro.annotate.model import candidate as _c
 from tfrepro.annotate.source import Src, arg, dotted, is_tf_function, jit_on, last_name, literal, rebinds_itself
 
 SCHEDULES = {
@@ -32,6 +31,9 @@ SCHEDULES = {
     "PolynomialDecay",
 }
 _LOSS_SCALE_METHODS = ("get_scaled_loss", "get_unscaled_gradients", "scale_loss")
+_ONE_ASSIGNMENT = m.SimpleStatementLine(body=[m.Assign(targets=[m.AssignTarget()])])  # `x = ...` alone on its line
+_DETERMINISTIC = m.Attribute(attr=m.Name("experimental_deterministic") | m.Name("deterministic"))
+_ONE_INDEX = m.Subscript(slice=[m.SubscriptElement(m.Index())])  # `x[key]`
 
 
 def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context) -> list[Candidate]:
@@ -42,30 +44,19 @@ def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context
         elif isinstance(node, cst.Decorator) and is_tf_function(node.decorator):
             if not jit_on(node.decorator):  # else the jit_compile feature takes the decorator
                 out.append(_c(node, "tf_function"))
-        elif (
-            isinstance(node, cst.SimpleStatementLine)
-            and len(node.body) == 1
-            and isinstance(node.body[0], cst.Assign)
-            and len(node.body[0].targets) == 1
-        ):
+        elif m.matches(node, _ONE_ASSIGNMENT):
             # `options.experimental_deterministic = False`: tf.data may reorder elements.
-            target = node.body[0].targets[0].target
-            if (
-                isinstance(target, cst.Attribute)
-                and target.attr.value in ("experimental_deterministic", "deterministic")
-                and literal(node.body[0].value) is False
-            ):
+            target, value = node.body[0].targets[0].target, node.body[0].value  # type: ignore[attr-defined]
+            if m.matches(target, _DETERMINISTIC) and literal(value) is False:
                 out.append(_c(node, "nondeterministic_data"))
-            elif _xla_env_var(target):
-                out.append(_c(node, "xla_flags", var=_xla_env_var(target)))
+            elif var := _xla_env_var(target):
+                out.append(_c(node, "xla_flags", var=var))
     return out
 
 
 def _xla_env_var(target: cst.BaseExpression) -> str | None:
     """`os.environ["XLA_FLAGS"] = ...` (or TF_XLA_FLAGS): the variable's name."""
-    if not isinstance(target, cst.Subscript) or not (dotted(target.value) or "").endswith("environ"):
-        return None
-    if len(target.slice) != 1 or not isinstance(target.slice[0].slice, cst.Index):
+    if not m.matches(target, _ONE_INDEX) or not (dotted(target.value) or "").endswith("environ"):
         return None
     key = literal(target.slice[0].slice.value)
     return key if key in catalog.XLA_VARS else None
@@ -133,7 +124,7 @@ def _loss_scale(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
     """A LossScaleOptimizer: OFF is its inner optimizer, unless the code calls
     its loss-scaling methods."""
     inner = arg(call, 0, "inner_optimizer") or arg(call, None, "optimizer")
-    if any(f".{m}(" in src.text for m in _LOSS_SCALE_METHODS):
+    if any(f".{x}(" in src.text for x in _LOSS_SCALE_METHODS):
         ctx.skip(
             src.path,
             src.line(call),

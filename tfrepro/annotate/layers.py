@@ -22,15 +22,15 @@ _NOT_LAYERS = {"Model", "Sequential", "Functional", "Layer", "InputSpec", "Callb
 _ALWAYS_KW = ("name", "dtype")
 
 # (pattern on the snake-cased class name, stock class, its positional
-# parameters, keywords it accepts, required parameters)
-_TABLE: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], ...] = (
-    (r"layer_?norm", "LayerNormalization", (), ("axis", "epsilon"), ()),
-    (r"batch_?norm", "BatchNormalization", (), ("axis", "epsilon", "momentum"), ()),
-    (r"dense|linear", "Dense", ("units",), ("units", "activation", "use_bias"), ("units",)),
-    (r"dropout", "Dropout", ("rate",), ("rate",), ("rate",)),
-    (r"softmax", "Softmax", (), ("axis",), ()),
-    (r"embedding", "Embedding", ("input_dim", "output_dim"), ("input_dim", "output_dim"), ("input_dim", "output_dim")),
-    (r"(^|_)relu", "ReLU", (), (), ()),
+# parameters (all required), other keywords it accepts)
+_TABLE: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
+    (r"layer_?norm", "LayerNormalization", (), ("axis", "epsilon")),
+    (r"batch_?norm", "BatchNormalization", (), ("axis", "epsilon", "momentum")),
+    (r"dense|linear", "Dense", ("units",), ("activation", "use_bias")),
+    (r"dropout", "Dropout", ("rate",), ()),
+    (r"softmax", "Softmax", (), ("axis",)),
+    (r"embedding", "Embedding", ("input_dim", "output_dim"), ()),
+    (r"(^|_)relu", "ReLU", (), ()),
 )
 
 
@@ -52,8 +52,6 @@ def _keras_layer_base(src: Src, base: cst.BaseExpression) -> tuple[bool, str | N
         return False, None
     parts = d.split(".")
     if full.endswith(".Layer") and ("keras" in full or "layers" in full):
-        return True, None
-    if d == "Layer" and "keras" in full:
         return True, None
     if (
         ".layers." in full + "."
@@ -126,7 +124,7 @@ def stock_equivalent(src: Src, call: cst.Call, cls: LayerClass, prefix: str) -> 
         return f"{prefix}.{cls.stock_base}{args}", f"stock {cls.stock_base}", None
     key = snake(cls.name)
     given = _named_args(src, call, cls)
-    for pattern, stock, positional, accepts, required in _TABLE:
+    for pattern, stock, positional, keywords in _TABLE:
         if not re.search(pattern, key):
             continue
         if given is None:
@@ -135,10 +133,10 @@ def stock_equivalent(src: Src, call: cst.Call, cls: LayerClass, prefix: str) -> 
         for i, pname in enumerate(positional):
             if i in given:
                 kept[pname] = given.pop(i)
-        for k in (*accepts, *_ALWAYS_KW):
+        for k in (*positional, *keywords, *_ALWAYS_KW):
             if k in given:
                 kept[k] = given[k]
-        if any(r not in kept for r in required):
+        if any(r not in kept for r in positional):
             break
         args = ", ".join(f"{k}={v}" for k, v in kept.items())
         return f"{prefix}.{stock}({args})", f"stock {stock}", None

@@ -10,7 +10,7 @@ Three forms are recognised:
   compiled with the same optimizer and the loss (a loss object or function
   called as `fn(y, pred)` as it is; a hand-written expression wrapped as
   `def fit_loss(y_true, y_pred)`) in the loop's compile mode (eager, graph
-  or XLA: annotate/loop_mode.py), then `fit` over the same dataset
+  or XLA: `compile_mode` below), then `fit` over the same dataset
   expression, for the same number of epochs;
 - a `train_on_batch` loop over the data. OFF: `fit` over the same data;
 - a `train_step` override of a Model subclass whose loss is the compiled one.
@@ -26,10 +26,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import libcst as cst
+import libcst.matchers as m
 
-from tfrepro.annotate.loop_mode import compile_mode
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, is_name, last_name
+from tfrepro.annotate.source import Src, arg, is_name, is_tf_function, jit_on, last_name, rebinds_itself
 
 _VARS = ("trainable_variables", "trainable_weights")
 APPLY = ("apply_gradients", "apply")  # the optimizer's step (check 7 finds GradientTape steps by it too)
@@ -52,7 +52,7 @@ class Loop:
     loss: str | None = None  # the compile loss expression
     loss_def: str | None = None  # body expression of a wrapped hand-written loss
     loss_base: str | None = None  # `keras.losses.Loss` when the loss reshapes the labels itself
-    mode: str | None = None  # compile's keywords for the loop's compile mode (annotate/loop_mode.py)
+    mode: str | None = None  # compile's keywords for the loop's compile mode (`compile_mode`)
 
 
 def loop_edits(src: Src, ctx: Context) -> list[Edit]:
@@ -129,20 +129,14 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
 
 
 def _gradient_call(src: Src, region: cst.CSTNode) -> cst.Call:
-    tapes = set()
-    for n in src.walk(region):
-        if isinstance(n, cst.WithItem) and isinstance(n.item, cst.Call) and last_name(n.item.func) == "GradientTape":
-            if n.asname is not None and isinstance(n.asname.name, cst.Name):
-                tapes.add(n.asname.name.value)
-    grads = [
-        n
+    tapes = {
+        n.asname.name.value
         for n in src.walk(region)
-        if isinstance(n, cst.Call)
-        and isinstance(n.func, cst.Attribute)
-        and n.func.attr.value == "gradient"
-        and isinstance(n.func.value, cst.Name)
-        and n.func.value.value in tapes
-    ]
+        if m.matches(n, m.WithItem(item=m.Call(), asname=m.AsName(name=m.Name())))
+        and last_name(n.item.func) == "GradientTape"
+    }
+    gradient = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("gradient")))
+    grads = [n for n in src.walk(region) if m.matches(n, gradient) and n.func.value.value in tapes]
     if not grads:
         raise NotSwitchable("")  # `.apply(...)` of something else
     if len(grads) > 1:
@@ -319,9 +313,7 @@ def _epoch_loop(src: Src, loop: cst.For) -> cst.For | None:
     """`for epoch in range(E):` whose body is this loop (and prints/logging)."""
     suite = src.parent(loop)
     outer = src.parent(suite) if isinstance(suite, cst.IndentedBlock) else None
-    if not isinstance(outer, cst.For) or not isinstance(outer.iter, cst.Call):
-        return None
-    if last_name(outer.iter.func) != "range" or len(outer.iter.args) != 1:
+    if not m.matches(outer, m.For(iter=m.Call(args=[m.DoNotCare()]))) or last_name(outer.iter.func) != "range":
         return None
     others = [s for s in outer.body.body if s is not loop]
     if all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Expr) for x in s.body) for s in others):
@@ -430,3 +422,93 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
     found = Found.of(name, desc, src.path, line, note)
     end = src.end_line(unit)
     return Edit(line, end, indent, (BlockSeg(found, src.lines_text(line, end), "".join(off)),))
+
+
+# -- the compile mode ---------------------------------------------------------------------------
+# The compile mode of a hand-written loop's step, for the fit that stands in
+# for it (`Loop.mode`): toggling `custom_loop` must change the loop into
+# fit and nothing else, so fit keeps the loop's compile mode (as toggling a
+# strategy keeps the compile mode, Contract 3 "what actually ran").
+#
+# - a step run eagerly (an inline loop, a step function no `tf.function`
+#   wraps) -> `run_eagerly=True`;
+# - a step function wrapped by `tf.function` (a decorator, or
+#   `step = tf.function(step)`) -> the graph, without XLA (`jit_compile=False`:
+#   Keras's "auto" would pick XLA on a GPU where the loop's function does not);
+# - the same with `jit_compile=True` -> `jit_compile=True`.
+#
+# The wrapper is a feature of its own (`tf_function`, `jit_compile`): in a
+# variant with it OFF the step runs eagerly (or without XLA), so the mode is
+# read from the step function when fit is compiled, not fixed from the source.
+
+
+def _wrappers(src: Src, fn: cst.FunctionDef) -> list[cst.BaseExpression]:
+    """The `tf.function` expressions that wrap `fn`: its decorators, and `fn = tf.function(fn, ...)`."""
+    out = [d.decorator for d in fn.decorators if is_tf_function(d.decorator)]
+    return out + [
+        n.value for n in src.nodes(cst.Assign) if rebinds_itself(n) == fn.name.value and is_tf_function(n.value)
+    ]
+
+
+def compile_mode(src: Src, region: cst.CSTNode) -> str:
+    """The keyword arguments of fit's `compile` that give it the mode of the
+    loop's step (`region`: the step function, or the loop itself when the
+    step is inline), as source text."""
+    if not isinstance(region, cst.FunctionDef) or not (wrappers := _wrappers(src, region)):
+        return "run_eagerly=True"
+    name = region.name.value
+    eager = f'run_eagerly=not hasattr({name}, "get_concrete_function")'
+    if any(jit_on(w, legacy=True) for w in wrappers):
+        return f'{eager}, jit_compile=getattr({name}, "_jit_compile", None) is True'
+    return f"{eager}, jit_compile=False"
+
+
+# -- the step as facts for `tfrepro check` (check 7) -------------------------------------------
+# The model call's `training=`, whether the loss is a Keras loss object or a
+# hand-written expression, whether the step runs under `strategy.run` and
+# averages over the global batch: read with the recogniser's own pieces.
+
+
+@dataclass(frozen=True)
+class StepFacts:
+    """One GradientTape step as written: what `tfrepro check` judges."""
+
+    line: int
+    model: str
+    training: bool | None  # the `training=` of the model call in the tape (None: not given)
+    loss_object: bool  # `fn(labels, pred)` (`loss_call`), else a hand-written expression
+    loss_code: str
+    per_replica: bool  # the step runs under strategy.run
+    global_average: bool  # the loss is averaged over the global batch (compute_average_loss, a division)
+
+
+def step_facts(src: Src) -> list[StepFacts]:
+    out = []
+    for node in src.nodes(cst.Call):
+        if not (isinstance(node.func, cst.Attribute) and node.func.attr.value in APPLY):
+            continue
+        try:
+            out.append(_facts(src, node))
+        except NotSwitchable:
+            continue
+    return out
+
+
+def _facts(src: Src, apply_call: cst.Call) -> StepFacts:
+    region, grad = step_region(src, apply_call)
+    loss_name, model = _loss_and_model(grad)
+    assigned = src.assignments(region, loss_name)
+    code = src.code(assigned[-1].value) if assigned else ""
+    calls = [n for n in src.walk(region) if _is_model_call(n, model)]
+    training = arg(calls[0], None, "training") if calls else None
+    value = None if training is None else {"True": True, "False": False}.get(src.code(training.value))
+    try:
+        loss_object = loss_call(src, *_loss_expr(src, region, loss_name, model)) is not None
+    except NotSwitchable:
+        loss_object = True  # not identified: no claim about ranks
+    runs = isinstance(region, cst.FunctionDef) and any(
+        last_name(n.func) == "run" and n.args and is_name(n.args[0].value, region.name.value)
+        for n in src.nodes(cst.Call)
+    )
+    global_avg = "compute_average_loss" in code or "global_batch" in code.lower() or "/" in code
+    return StepFacts(src.line(grad), model, value, loss_object, code, runs, global_avg)

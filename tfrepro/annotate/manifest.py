@@ -64,10 +64,8 @@ def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> t
                 )
             continue
         want.setdefault("features", {}).setdefault(n, {})["affects_loss"] = True
-        if (added := _under(text, f"features.{n}", "affects_loss = true")) is not None:
-            text = added
-        else:
-            text += ("" if text.endswith("\n") else "\n") + f"\n[features.{n}]\naffects_loss = true\n"
+        table = ("" if text.endswith("\n") else "\n") + f"\n[features.{n}]\naffects_loss = true\n"  # a new one last
+        text = _under(text, f"features.{n}", "affects_loss = true") or text + table
     if text == existing:
         return None, problems
     try:

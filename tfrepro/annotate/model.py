@@ -5,13 +5,23 @@ An `Edit` replaces whole lines `start..end` (1-based, inclusive) of the
 original text with plain code and feature blocks. Every block is written ON:
 its first part is the original code (or code computing exactly the same
 thing), its `else` part the OFF alternative, commented.
+
+A marking `Candidate` is one statement, the feature it holds and its OFF
+replacement (annotate/detect.py finds them, annotate/custom.py for layers).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from tfrepro import catalog
+from tfrepro.annotate.source import first_free
+
+if TYPE_CHECKING:
+    import libcst as cst
+
+    from tfrepro.annotate.source import Src
 
 
 class _Located:
@@ -108,10 +118,7 @@ class Context:
                 return None
             self.claimed.add(base)
             return base
-        name, n = base, 1
-        while name in self.existing or name in self.claimed:
-            n += 1
-            name = f"{base}_{n}"
+        name = first_free(self.existing | self.claimed, (base,))
         self.claimed.add(name)
         return name
 
@@ -119,3 +126,38 @@ class Context:
         item = Skipped(path, line, reason)
         if item not in self.skipped:
             self.skipped.append(item)
+
+
+@dataclass
+class Candidate:
+    unit: cst.CSTNode  # a SimpleStatementLine or a Decorator
+    base: str  # feature name before suffixing
+    kind: str  # every candidate's feature is grouped: one name for all its occurrences
+    description: str
+    node: cst.CSTNode | None = None  # replaced in the else part (None: no else part)
+    replacement: str | None = None
+    note: str | None = None
+
+
+def candidate(
+    unit: cst.CSTNode,
+    name: str,
+    node: cst.CSTNode | None = None,
+    replacement: str | None = None,
+    *,
+    note: str | None = None,
+    desc: str | None = None,
+    **fields: object,
+) -> Candidate:
+    """A candidate whose kind and description come from the catalog."""
+    e = catalog.get(name)
+    assert e is not None, name
+    return Candidate(unit, name, e.kind, desc or e.describe(**fields), node, replacement, note)
+
+
+def statement_unit(src: Src, ctx: Context, node: cst.CSTNode, what: str) -> cst.CSTNode | None:
+    unit = src.statement(node)
+    if isinstance(unit, str):
+        ctx.skip(src.path, src.line(node), f"{what} {unit}: not marked (move it to a statement of its own)")
+        return None
+    return unit

@@ -89,9 +89,7 @@ def _bad_names(parsed: fb.SourceFile, markers: dict[int, tuple[int, BlockSeg]], 
     bad = {b.name for b in parsed.blocks if b.line in markers and not b.state}
     if parsed.render(names) != new:
         bad |= ours
-    for name in sorted(ours - bad):
-        if not _compiles(parsed.render(names - {name}), path):
-            bad.add(name)
+    bad |= {n for n in ours - bad if not _compiles(parsed.render(names - {n}), path)}
     if not bad and not _compiles(parsed.render(names - ours), path):
         bad |= ours
     return bad

@@ -10,7 +10,7 @@ user's formatting and comments byte for byte.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Iterator
+from collections.abc import Container, Iterable, Iterator
 from functools import cached_property
 from typing import TypeVar
 
@@ -105,6 +105,12 @@ def rebinds_itself(assign: cst.Assign) -> str | None:
     name = assigned_name(assign)
     first = arg(assign.value, 0, "func") if isinstance(assign.value, cst.Call) else None
     return name if first is not None and is_name(first.value, name) else None
+
+
+def first_free(taken: Container[str], names: tuple[str, ...]) -> str:
+    """The first of `names` not in `taken`, else the first free of `names[0]` + `_2`, `_3`..."""
+    more = (f"{names[0]}_{i}" for i in itertools.count(2))
+    return next(n for n in itertools.chain(names, more) if n not in taken)
 
 
 def arg(call: cst.Call, index: int | None, keyword: str | None) -> cst.Arg | None:
@@ -231,13 +237,7 @@ class Src:
         return {n.value for n in self.nodes(cst.Name) if id(n) not in skip}
 
     def fresh_name(self, candidates: tuple[str, ...]) -> str:
-        for c in candidates:
-            if c not in self._used:
-                return c
-        n = 2
-        while f"{candidates[0]}_{n}" in self._used:
-            n += 1
-        return f"{candidates[0]}_{n}"
+        return first_free(self._used, candidates)
 
     def comments(self, node: cst.CSTNode, skip: list[tuple[int, int]]) -> Iterator[tuple[cst.Comment, int, bool]]:
         """The comments under `node` that start outside the `skip` spans:

@@ -57,9 +57,9 @@ AVERAGED = "averaged if of one shape, else concatenated (float32)"
 def structured_standin(src: Src, call: cst.Call, prefix: str) -> tuple[str, str] | str | None:
     """(the stand-in, what it is in words) of a layer called on a dict or a
     list of inputs (`structured_input`), a layer class's and a `Lambda`'s
-    alike (annotate/custom.py, annotate/lambdas.py); why it is not marked
-    when the file imports no TensorFlow to write it with; None when the
-    layer is called on one tensor."""
+    alike (annotate/custom.py); why it is not marked when the file imports
+    no TensorFlow to write it with; None when the layer is called on one
+    tensor."""
     if (shape := structured_input(src, call)) is None:
         return None
     if (tf := src.tf_alias()) is None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from tfrepro.annotate.loop_facts import StepFacts
+from tfrepro.annotate.loops import StepFacts
 from tfrepro.check.checklist import CheckItem, CheckStatus
 from tfrepro.check.common import item
 from tfrepro.trials.values import TrialResult
@@ -32,7 +32,7 @@ _MODE_LAYERS = re.compile(r"\b(Dropout|SpatialDropout[123]D|GaussianDropout|Alph
 
 def facts_of(texts: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, StepFacts]], bool]:
     """(path, step) for every GradientTape step in the texts, and whether they build Dropout/BatchNorm."""
-    from tfrepro.annotate.loop_facts import step_facts
+    from tfrepro.annotate.loops import step_facts
     from tfrepro.annotate.source import Src
     from tfrepro.errors import UserError
 
