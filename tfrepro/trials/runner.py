@@ -51,11 +51,9 @@ from tfrepro.trials.diskfull import disk_full
 from tfrepro.trials.memcheck import memory_lines
 from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import Exit, spawn
-from tfrepro.trials.ran import what_ran
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.stored import read_json
 from tfrepro.trials.trial import TrialOptions
-from tfrepro.trials.usage import USAGE_HINT, read_tail, usage_error
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
@@ -65,6 +63,12 @@ if TYPE_CHECKING:
 # hence part of the cache key (explicit `env` overrides always are).
 _KEYED_ENV_PREFIXES = ("TF_", "KERAS_", "XLA_", "CUDA_", "TFREPRO_")
 _PYTHON_NAMES = {"python", "python3"}
+# A script that takes arguments and did not get them: argparse's usage
+# error (exit 2, "usage:" on stderr) is named as such, with the way to pass them.
+USAGE_HINT = (
+    "the script exited with its argparse usage error: pass the script's arguments after `--`, "
+    "e.g. `tfrepro bisect train.py -- --epochs 3` (run, check and features take them the same way)"
+)
 
 
 # -- cache key ------------------------------------------------------------------
@@ -309,6 +313,28 @@ def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: s
     return result
 
 
+def usage_error(rc: int | None, stderr_path: Path) -> str | None:
+    """argparse's error line ("train.py: error: ...") when the script exited
+    with code 2 after a `usage:` line on stderr; None otherwise. (TensorFlow's
+    own log lines may come after it: the last line is not the one to quote.)"""
+    lines = read_tail(stderr_path).splitlines() if rc == 2 else []
+    starts = [i for i, line in enumerate(lines) if line.startswith("usage:")]
+    if not starts:
+        return None
+    after = lines[starts[-1] :]
+    return next((line.strip() for line in after if ": error: " in line), after[0].strip())
+
+
+def read_tail(path: Path, tail: int = 65536) -> str:
+    """The last `tail` bytes of a log file as text ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def _crash_line(rc: int | None, stderr_path: Path) -> str:
     usage = usage_error(rc, stderr_path)
     if usage:
@@ -344,6 +370,28 @@ def last_line(path: Path) -> str | None:
 
 
 # -- presentation (`tfrepro run`) -------------------------------------------------
+
+
+def what_ran(result: TrialResult) -> str | None:
+    """One line, e.g. "ran: fit#1 jit_compile=False; 2 replicas in sync; float32; 2 devices"."""
+    parts = []
+    modes = [m for m in result.compile_modes if str(m.get("call", "")).startswith("fit#")]
+    modes = modes or list(result.compile_modes)
+    if modes:
+        parts.append(
+            ", ".join(
+                f"{m.get('call')} jit_compile={m.get('jit_compile')}" + (" (auto, pinned)" if m.get("pinned") else "")
+                for m in modes
+            )
+        )
+    if result.replicas_in_sync:
+        n = result.replicas_in_sync
+        parts.append(f"{n} replica{'s' if n != 1 else ''} in sync")
+    if result.precision_policy:
+        parts.append(result.precision_policy)
+    if result.devices:
+        parts.append(f"{len(result.devices)} device{'s' if len(result.devices) != 1 else ''}")
+    return "ran: " + "; ".join(parts) if parts else None
 
 
 def describe(result: TrialResult) -> list[str]:
