@@ -80,8 +80,3 @@ class GpuPool:
         with self._cond:
             self._busy.difference_update(ids)
             self._cond.notify_all()
-
-    @property
-    def busy(self) -> frozenset[str]:
-        with self._cond:
-            return frozenset(self._busy)

@@ -52,7 +52,7 @@ from tfrepro.trials.memcheck import memory_lines
 from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import Exit, spawn
 from tfrepro.trials.state import StateDir
-from tfrepro.trials.stored import read_json
+from tfrepro.trials.stored import load_result, read_json
 from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 
@@ -172,7 +172,8 @@ def cached(
     result is stored (a could-not-run result is returned, never stored, and
     so is one whose trial dir was removed while it ran)."""
     if use_cache:
-        hit = state.load_cached(key)
+        # missing, unreadable, or written by an incompatible version: run it again
+        hit = load_result(state.cache_file(key), key)
         if hit is not None:
             return replace(hit, enabled=enabled, label=label, cached=True)
     trial_dir = state.new_trial_dir(key)

@@ -50,7 +50,6 @@ from typing import Any
 from tfrepro.errors import UserError
 from tfrepro.projectfiles import STATE_DIR, atomic_write
 from tfrepro.trials import ownedtmp
-from tfrepro.trials.stored import load_result
 from tfrepro.trials.values import TrialResult, summary
 
 STATE_DIR_NAME = STATE_DIR  # the name is the project layout's (projectfiles excludes it from variants)
@@ -181,11 +180,6 @@ class StateDir:
 
     def cache_file(self, key: str) -> Path:
         return self.path / "cache" / f"{key}.json"
-
-    def load_cached(self, key: str) -> TrialResult | None:
-        """The cached result of trial `key`, or None (missing, unreadable, or
-        written by an incompatible version: run it again)."""
-        return load_result(self.cache_file(key), key)
 
     def store(self, key: str, result: TrialResult) -> None:
         """Cache a finished trial. A could-not-run result is never cached."""
