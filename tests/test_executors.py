@@ -346,5 +346,5 @@ def test_a_given_result_is_never_spawned_by_any_executor():
     known = TrialResult(losses=(1.0,), steps_run=1)
     trial = Trial((), TrialSettings(), given=known)
     ex = Spawner(2)
-    assert ex.run_one(None, trial) is known and ex.run_timed(None, trial) is known
+    assert ex.run_batch(None, [trial])[0] is known and ex.run_timed(None, trial) is known
     assert ex.run_batch(None, [trial, trial]) == [known, known]

@@ -113,7 +113,7 @@ def test_local_executor_pins_each_trial_to_the_gpus_it_needs(monkeypatch):
     got = []
     for gpus in (None, 1, 0):
         req = Trial(("prefetch",), TrialSettings(gpus=gpus))
-        got.append(ex.run_one(project, req))
+        got.append(ex.run_batch(project, [req])[0])
     assert got == [{"CUDA_VISIBLE_DEVICES": "4,7"}, {"CUDA_VISIBLE_DEVICES": "4"}, {"CUDA_VISIBLE_DEVICES": ""}]
     assert ex.pool._busy == set()
 
