@@ -169,14 +169,14 @@ def test_a_worker_killed_mid_trial_is_retried_once_then_could_not_run(cluster, t
     r = ex.run_batch(p, [Trial((), settings)])[0]
     assert log.read_text() == "0\n1\n"  # killed on the first attempt, run again
     assert not r.could_not_run and not r.crashed and r.steps_run == 3 and r.extra["attempts"] == 2
-    assert (p.state_dir / "cache" / f"{r.key}.json").is_file()
+    assert (p.root / ".tfrepro" / "cache" / f"{r.key}.json").is_file()
     hit = ex.run_batch(p, [Trial((), settings)])[0]
     assert hit.cached and log.read_text() == "0\n1\n"
 
     lost = ex.run_batch(p, [Trial(("always",), settings)])[0]
     assert log.read_text() == "0\n1\n0\n1\n"  # two attempts, no third
     assert lost.could_not_run and "2 attempts lost" in lost.error and "WorkerCrashedError" in lost.error
-    assert not (p.state_dir / "cache" / f"{lost.key}.json").exists()  # never cached
+    assert not (p.root / ".tfrepro" / "cache" / f"{lost.key}.json").exists()  # never cached
     ex.run_batch(p, [Trial(("always",), TrialSettings(steps=2, timeout_s=60))])[0]  # sweeps on the way
     alive = [d for d in (Path(tempfile.gettempdir()) / "tfrepro-ray").iterdir()]
     assert len(alive) <= 1  # the dead workers' temp dirs were removed (the last killed one may remain)
@@ -246,10 +246,10 @@ def test_state_dir_leftovers_are_only_trial_dirs(cluster, tmp_path):
     p = Project.load(planted(tmp_path / "proj"))
     r = RayExecutor().run_batch(p, [Trial(("fp16",), TrialSettings(steps=8, timeout_s=60))])[0]
     trial_dir = Path(r.log_dir)
-    assert trial_dir.parent == p.state_dir / "trials"
+    assert trial_dir.parent == p.root / ".tfrepro" / "trials"
     # tfrepro's own record of the dir it made (trials/state.py) beside the logs
     assert sorted(x.name for x in trial_dir.iterdir() if x.name != ".tfrepro-made") == ["stderr.log", "stdout.log"]
-    shutil.rmtree(p.state_dir)
+    shutil.rmtree(p.root / ".tfrepro")
 
 
 SHOWS_ENV = """\
