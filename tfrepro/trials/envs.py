@@ -67,11 +67,6 @@ def detect_tf_dist() -> str:
     return "tensorflow-cpu" if dist_version("tensorflow-cpu") else "tensorflow"
 
 
-def norm_name(requirement: str) -> str:
-    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-    return re.sub(r"[-_.]+", "-", m.group(1)).lower() if m else ""
-
-
 def project_requirements(root: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(kept, left out): `requirements.txt` lines and `[project].dependencies`
     of `root`, without TensorFlow's stack, tfrepro, options (`-r`, `-e`, `--...`)
@@ -88,11 +83,9 @@ def project_requirements(root: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
         lines.extend(str(d).strip() for d in deps if str(d).strip())
     kept, dropped = [], []
     for line in dict.fromkeys(lines):
-        name = norm_name(line)
-        if line.startswith(("-", ".", "/")) or not name or name in TF_STACK:
-            dropped.append(line)
-        else:
-            kept.append(line)
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+        name = re.sub(r"[-_.]+", "-", m.group(1)).lower() if m else ""  # normalized (PEP 503)
+        (dropped if line.startswith(("-", ".", "/")) or not name or name in TF_STACK else kept).append(line)
     return tuple(sorted(kept)), tuple(dropped)
 
 

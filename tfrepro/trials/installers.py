@@ -85,14 +85,8 @@ class PipInstaller:
         ]
 
 
-def find_uv() -> str | None:
-    """uv beside this interpreter (installed in the venv), else on PATH."""
-    beside = Path(sys.executable).parent / "uv"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    return shutil.which("uv")
-
-
 def default_installer() -> Installer:
-    uv = find_uv()
+    """uv beside this interpreter (installed in the venv), else on PATH, else pip."""
+    beside = Path(sys.executable).parent / "uv"
+    uv = str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which("uv")
     return UvInstaller(uv) if uv else PipInstaller()
