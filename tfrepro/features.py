@@ -157,7 +157,11 @@ class SourceFile:
             out.extend(self.lines[pos : b.line - 1])
             on = want.get(b.name, b.state)
             if export:
-                emitted = self._export_part(b, on)
+                lines = self._part(b, on, live=True)
+                # Trim blank lines at the edges of a part: markers often sit between
+                # blank lines already, and an exported script should read naturally.
+                code = [i for i, x in enumerate(lines) if not _is_blank(x)]
+                emitted = lines[code[0] : code[-1] + 1] if code else []
                 if not emitted and needs_pass(self.lines, b):
                     emitted = [b.indent + "pass\n"]
                 out.extend(emitted)
@@ -182,13 +186,6 @@ class SourceFile:
             return lines
         switch = uncomment_line if live else comment_line
         return [switch(x, b.indent) for x in lines]
-
-    def _export_part(self, b: Block, on: bool) -> list[str]:
-        lines = self._part(b, on, live=True)
-        # Trim blank lines at the edges of a part: markers often sit between
-        # blank lines already, and an exported script should read naturally.
-        code = [i for i, x in enumerate(lines) if not _is_blank(x)]
-        return lines[code[0] : code[-1] + 1] if code else []
 
     def _states(self, enabled: Iterable[str] | None) -> dict[str, bool]:
         """Each block ON iff its name is in `enabled`; `None`: {} (as written)."""
