@@ -196,17 +196,6 @@ def cached(
     return result
 
 
-def command_for(settings: TrialSettings, python: str | None = None) -> list[str]:
-    """The child's argv; `python ...` runs under `python` (default: this interpreter)."""
-    python = python or sys.executable
-    if settings.command:
-        cmd = list(settings.command)
-        if cmd[0] in _PYTHON_NAMES:
-            cmd[0] = python
-        return cmd
-    return [python, settings.entry]
-
-
 def child_env(settings: TrialSettings, config_path: Path, env: Mapping[str, str] | None) -> dict[str, str]:
     out = dict(os.environ)
     out.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -270,7 +259,10 @@ def run_variant(
     trial_dir = Path(trial_dir).resolve()
     trial_dir.mkdir(parents=True, exist_ok=True)
     config_path = write_config(settings, trial_dir, variant_dir, how)
-    cmd = command_for(settings, how.python)
+    # The child's argv; `python ...` runs under `how.python` (default: this interpreter).
+    cmd = list(settings.command or (how.python or sys.executable, settings.entry))
+    if cmd[0] in _PYTHON_NAMES:
+        cmd[0] = how.python or sys.executable
     # The driver's TensorFlow says nothing about another interpreter's trial.
     tf_fallback = None if how.python else tf_version()
     full_env = child_env(settings, config_path, how.env)
