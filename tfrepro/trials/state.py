@@ -310,7 +310,8 @@ class StateDir:
                         out.foreign.append(str(f))
                     else:
                         self._remove(f, out, "other")
-                _rmdir_if_empty(e)
+                with contextlib.suppress(OSError):  # when empty
+                    e.rmdir()
             elif e.name != ".gitignore":
                 out.foreign.append(str(e))
         ignore = self.path / ".gitignore"
@@ -319,7 +320,8 @@ class StateDir:
             text = ignore.read_text(encoding="utf-8")
         if [p.name for p in self.path.iterdir()] == [".gitignore"] and text == GITIGNORE:
             ignore.unlink()
-        if _rmdir_if_empty(self.path):
+        with contextlib.suppress(OSError):  # when empty
+            self.path.rmdir()
             out.paths.append(str(self.path))
         return out
 
@@ -355,14 +357,6 @@ def ours(d: Path) -> bool:
         return stat.S_ISDIR(d.lstat().st_mode) and stat.S_ISREG(os.lstat(d / MARK).st_mode)
     except OSError:
         return False
-
-
-def _rmdir_if_empty(d: Path) -> bool:
-    try:
-        d.rmdir()
-    except OSError:
-        return False
-    return True
 
 
 def tree_size(path: Path) -> int:
