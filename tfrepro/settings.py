@@ -92,11 +92,8 @@ class TrialSettings:
     def to_dict(self) -> dict[str, object]:
         # absent while unset: the keys of other trials do not change
         unset = {
-            "min_time_s": not self.timing,
-            "min_steps": not self.timing,
-            "steps_max": not self.timing,
-            "budget_s": not self.until_symptom,
-            "until_symptom": not self.until_symptom,
+            **dict.fromkeys(("min_time_s", "min_steps", "steps_max"), not self.timing),
+            **dict.fromkeys(("budget_s", "until_symptom"), not self.until_symptom),
             "save_state_step": not self.save_state_step,
             "replicas": self.replicas is None,
             "jit_auto": self.jit_auto is None,
