@@ -102,11 +102,6 @@ def _is_blank(line: str) -> bool:
     return not _strip_eol(line).strip()
 
 
-def _is_commented(line: str, indent: str) -> bool:
-    body = _strip_eol(line)
-    return body.startswith(indent + "# ") or body == indent + "#"
-
-
 def _looks_like_code(text: str) -> bool:
     """True when a commented line's content is a Python statement rather than
     prose: used to catch half-toggled parts without rejecting real comments."""
@@ -248,7 +243,7 @@ def _check_part(path: str, lines: list[str], start: int, stop: int, indent: str,
                 line=i + 1,
                 hint="indent the feature markers like the code they enclose",
             )
-    commented = [_is_commented(x, indent) for _, x in code]
+    commented = [x.startswith(indent + "# ") or _strip_eol(x) == indent + "#" for _, x in code]
     if all(commented):
         contents = [uncomment_line(x, indent) for _, x in code]
         if not any(c.strip() and not c.strip().startswith("#") for c in contents):
