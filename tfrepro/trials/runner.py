@@ -30,10 +30,13 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -44,12 +47,11 @@ from typing import TYPE_CHECKING, Any
 from tfrepro import inside
 from tfrepro.dists import tf_version
 from tfrepro.dists import versions as this_versions
+from tfrepro.errors import TfreproError
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import confine, warm
-from tfrepro.trials.diskfull import disk_full
 from tfrepro.trials.memcheck import memory_lines
-from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import Exit, spawn
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.stored import load_result, read_json
@@ -194,6 +196,115 @@ def cached(
         state.drop_variant(trial_dir)  # results are kept, not copies (a half copy goes at once too)
         state.release(trial_dir)
     return result
+
+
+# -- a full disk -------------------------------------------------------------------
+# A full disk is the machine's problem, never a trial's verdict: a copy or a
+# trial that fails for want of space ends the command with one clear message
+# (which file system, how much is free, what to do), its half-written trial
+# directory removed at once, and nothing cached.
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_NO_SPACE_TEXT = ("No space left on device", "Disk quota exceeded", "ENOSPC")
+# A trial that crashed with less free space than this likely crashed of it.
+_LOW_BYTES = 1 << 20
+
+
+class DiskFullError(TfreproError):
+    """No space left where `.tfrepro/` (a trial's copy, its logs) lives."""
+
+
+def _free(path: Path) -> int | None:
+    for p in (path, *path.parents):
+        with contextlib.suppress(OSError):
+            return shutil.disk_usage(p).free
+    return None
+
+
+def disk_full(what: OSError | TrialResult, trial_dir: Path) -> DiskFullError | None:
+    """The error to raise when `what` (an exception while making or running
+    the trial, or its crashed result) is a full disk, else None. The trial
+    dir is removed at once when it is."""
+    if isinstance(what, OSError):
+        full = what.errno in NO_SPACE
+    else:
+        crashed = what.crashed or bool(what.extra.get("no_result"))
+        text = what.error or ""
+        free = _free(Path(trial_dir))
+        full = crashed and (any(t in text for t in _NO_SPACE_TEXT) or (free is not None and free < _LOW_BYTES))
+    if not full:
+        return None
+    shutil.rmtree(trial_dir, ignore_errors=True)
+    free = _free(Path(trial_dir))
+    left = f" ({free / 2**20:.1f} MB free)" if free is not None else ""
+    return DiskFullError(
+        f"no space left on the disk holding {Path(trial_dir).parent.parent}{left}: the trial's copy could not be "
+        "written or the trial ran out of space; nothing was cached and its half-written directory was removed. "
+        "Free some space (`tfrepro clean` removes old runs and copies), or lower `[state] keep_trials`, then run again"
+    )
+
+
+# -- why a file a trial reads is missing from its copy: the hint a crash gets ---------
+# A trial runs in a copy of the project under `.tfrepro/trials/.../variant/`.
+# Two kinds of reads that work in the project fail there, silently from the
+# user's side: a path through a symlinked directory (`data -> /mnt/data`: a
+# variant never links to a user's files, so the link is not copied), and a
+# relative path out of the project (`../shared_data/x.csv`: relative to the
+# copy, that is somewhere under `.tfrepro/`). The hint says which, and the fix.
+# A third: a git-lfs pointer file read as data (commit mode never downloads LFS
+# objects, and a clone without `git lfs pull` holds only pointers).
+
+# `FileNotFoundError: [Errno 2] No such file or directory: 'x'`, tf.io's
+# `NotFoundError: x; No such file or directory`, `No such file: x`.
+_MISSING = (
+    re.compile(r"No such file or directory: ['\"]([^'\"]+)['\"]"),
+    re.compile(r"NotFoundError[^:]*: ([^;\s]+); No such file"),
+    re.compile(r"(?:not found|No such file)[:]? ['\"]?([^'\"\s;]+)"),
+)
+
+
+def missing_path_hint(error: str | None, root: Path) -> str | None:
+    """The hint for a crash whose error names a missing path, or None."""
+    path = next((m.group(1) for p in _MISSING if (m := p.search(error or ""))), None)
+    if not path or os.path.isabs(path):
+        return None
+    parts = Path(path).parts
+    if parts and parts[0] == "..":
+        return (
+            f"{path} is outside the project directory: a trial runs in a copy of the project under .tfrepro/, "
+            f"where it is not; give the script an absolute path ({(Path(root) / path).resolve()}) or move the "
+            "data into the project"
+        )
+    for n in range(1, len(parts)):
+        prefix = Path(root, *parts[:n])
+        if prefix.is_symlink() and prefix.is_dir():
+            rel = Path(*parts[:n]).as_posix()
+            return (
+                f"{rel} is a symlink to the directory {os.readlink(prefix)}, which trials do not get (a trial's "
+                f"copy never links to your files); read it by its absolute path ({prefix.resolve()}/...) or make "
+                f"{rel} a real directory in the project"
+            )
+    return None
+
+
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+
+
+def lfs_pointer_hint(root: Path, files: list[str], limit: int = 1024) -> str | None:
+    """The hint for a crash in a project holding git-lfs pointer files."""
+    pointers = []
+    for rel in files:
+        p = Path(root) / rel
+        with contextlib.suppress(OSError):
+            if p.stat().st_size <= limit and p.read_bytes().startswith(LFS_POINTER):
+                pointers.append(rel)
+    if not pointers:
+        return None
+    more = f" and {len(pointers) - 1} more" if len(pointers) > 1 else ""
+    return (
+        f"{pointers[0]}{more} is a git-lfs pointer file, not its data (tfrepro never downloads LFS objects): "
+        "if the script reads it, run `git lfs pull` in the project, or give the data by an absolute path"
+    )
 
 
 def child_env(settings: TrialSettings, config_path: Path, env: Mapping[str, str] | None) -> dict[str, str]:
