@@ -1,4 +1,4 @@
-"""GPUs per trial (trials/gpus.py), with fake GPU lists: the need, the pure
+"""GPUs per trial (trials/executors.py), with fake GPU lists: the need, the pure
 allocator, the pool under concurrent trials, the executor's pinning."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from tfrepro.settings import TrialSettings
-from tfrepro.trials import gpus as gpus_module
-from tfrepro.trials.executors import LocalExecutor
-from tfrepro.trials.gpus import GpuPool, assign, distribution_features, gpus_needed
+from tfrepro.trials import executors as gpus_module
+from tfrepro.trials.executors import GpuPool, LocalExecutor, assign, distribution_features, gpus_needed
 from tfrepro.trials.trial import Trial
 
 FOUR = ["0", "1", "2", "3"]

@@ -45,7 +45,7 @@ class TrialSettings:
     deterministic: bool = True
     repeat: int = 0
     # GPUs a trial gets: a count, "all", or None (auto: all visible GPUs when
-    # the project has a distribution feature, else one; `trials/gpus.py`).
+    # the project has a distribution feature, else one; `trials/executors.py`).
     gpus: int | str | None = None
     # An address-space limit (RLIMIT_AS, MiB) the harness sets in the trial
     # process before the script runs: an OOM made reproducible. None: no limit.
