@@ -67,7 +67,7 @@ def distribution_features(feature_names: Iterable[str]) -> list[str]:
 
 
 def gpus_needed(setting: int | str | None, feature_names: Iterable[str], visible: Sequence[str]) -> int:
-    """How many of the `visible` GPUs one trial gets (see the module docstring);
+    """How many of the `visible` GPUs one trial gets (see the GPUs section);
     a count above what exists is capped at all of them."""
     n = len(visible)
     if n == 0:
