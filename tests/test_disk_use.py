@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tfrepro.trials.diskfull import DiskFullError
-from tfrepro.trials.runner import cached
+from tfrepro.trials.runner import DiskFullError, cached
 from tfrepro.trials.state import StateDir, tree_size
 from tfrepro.trials.values import TrialResult
 

@@ -166,7 +166,7 @@ def test_cached_run_never_caches_a_could_not_run_result(tmp_path):
     for _ in range(2):
         r = cached_run(p, req("a"), lost)
         assert r.could_not_run and not r.cached and r.key
-    assert len(calls) == 2 and not (p.state_dir / "cache").exists()
+    assert len(calls) == 2 and not (p.root / ".tfrepro" / "cache").exists()
 
     ok = cached_run(p, req("a"), lambda d: TrialResult(losses=(1.0,)))
     again = cached_run(p, req("a"), lambda d: pytest.fail("should be a cache hit"))
@@ -346,5 +346,5 @@ def test_a_given_result_is_never_spawned_by_any_executor():
     known = TrialResult(losses=(1.0,), steps_run=1)
     trial = Trial((), TrialSettings(), given=known)
     ex = Spawner(2)
-    assert ex.run_one(None, trial) is known and ex.run_timed(None, trial) is known
+    assert ex.run_batch(None, [trial])[0] is known and ex.run_timed(None, trial) is known
     assert ex.run_batch(None, [trial, trial]) == [known, known]

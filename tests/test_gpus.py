@@ -1,4 +1,4 @@
-"""GPUs per trial (trials/gpus.py), with fake GPU lists: the need, the pure
+"""GPUs per trial (trials/executors.py), with fake GPU lists: the need, the pure
 allocator, the pool under concurrent trials, the executor's pinning."""
 
 from __future__ import annotations
@@ -9,9 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 from tfrepro.settings import TrialSettings
-from tfrepro.trials import gpus as gpus_module
-from tfrepro.trials.executors import LocalExecutor
-from tfrepro.trials.gpus import GpuPool, assign, distribution_features, gpus_needed
+from tfrepro.trials import executors as gpus_module
+from tfrepro.trials.executors import GpuPool, LocalExecutor, assign, distribution_features, gpus_needed
 from tfrepro.trials.trial import Trial
 
 FOUR = ["0", "1", "2", "3"]
@@ -47,7 +46,7 @@ def test_the_pool_gives_disjoint_sets_in_order_and_an_all_gpu_trial_runs_alone()
     pool.release(FOUR)
     assert [pool.acquire(n) for n in (2, 1)] == [("0", "1"), ("2",)]
     pool.release(FOUR)
-    assert pool.acquire(4) == tuple(FOUR) and assign(FOUR, pool.busy, 1) is None  # alone: nothing else fits
+    assert pool.acquire(4) == tuple(FOUR) and assign(FOUR, pool._busy, 1) is None  # alone: nothing else fits
 
 
 def test_the_pool_never_hands_out_a_busy_gpu_and_serves_in_arrival_order(monkeypatch):
@@ -101,7 +100,7 @@ def test_the_pool_never_hands_out_a_busy_gpu_and_serves_in_arrival_order(monkeyp
     assert not overlap
     assert [len(got[i]) for i in range(len(needs))] == needs
     assert got[2] == tuple(FOUR) and got[3] == ("0",)
-    assert pool.busy == frozenset() and pool._issued == pool._next  # none waiting
+    assert pool._busy == set() and pool._issued == pool._next  # none waiting
 
 
 def test_local_executor_pins_each_trial_to_the_gpus_it_needs(monkeypatch):
@@ -113,9 +112,9 @@ def test_local_executor_pins_each_trial_to_the_gpus_it_needs(monkeypatch):
     got = []
     for gpus in (None, 1, 0):
         req = Trial(("prefetch",), TrialSettings(gpus=gpus))
-        got.append(ex.run_one(project, req))
+        got.append(ex.run_batch(project, [req])[0])
     assert got == [{"CUDA_VISIBLE_DEVICES": "4,7"}, {"CUDA_VISIBLE_DEVICES": "4"}, {"CUDA_VISIBLE_DEVICES": ""}]
-    assert ex.pool.busy == frozenset()
+    assert ex.pool._busy == set()
 
 
 def test_gpus_enter_the_cache_key():

@@ -166,18 +166,18 @@ def test_a_worker_killed_mid_trial_is_retried_once_then_could_not_run(cluster, t
     ex = RayExecutor()
     settings = TrialSettings(steps=3, timeout_s=60)
 
-    r = ex.run_one(p, Trial((), settings))
+    r = ex.run_batch(p, [Trial((), settings)])[0]
     assert log.read_text() == "0\n1\n"  # killed on the first attempt, run again
     assert not r.could_not_run and not r.crashed and r.steps_run == 3 and r.extra["attempts"] == 2
-    assert (p.state_dir / "cache" / f"{r.key}.json").is_file()
-    hit = ex.run_one(p, Trial((), settings))
+    assert (p.root / ".tfrepro" / "cache" / f"{r.key}.json").is_file()
+    hit = ex.run_batch(p, [Trial((), settings)])[0]
     assert hit.cached and log.read_text() == "0\n1\n"
 
-    lost = ex.run_one(p, Trial(("always",), settings))
+    lost = ex.run_batch(p, [Trial(("always",), settings)])[0]
     assert log.read_text() == "0\n1\n0\n1\n"  # two attempts, no third
     assert lost.could_not_run and "2 attempts lost" in lost.error and "WorkerCrashedError" in lost.error
-    assert not (p.state_dir / "cache" / f"{lost.key}.json").exists()  # never cached
-    ex.run_one(p, Trial(("always",), TrialSettings(steps=2, timeout_s=60)))  # sweeps on the way
+    assert not (p.root / ".tfrepro" / "cache" / f"{lost.key}.json").exists()  # never cached
+    ex.run_batch(p, [Trial(("always",), TrialSettings(steps=2, timeout_s=60))])[0]  # sweeps on the way
     alive = [d for d in (Path(tempfile.gettempdir()) / "tfrepro-ray").iterdir()]
     assert len(alive) <= 1  # the dead workers' temp dirs were removed (the last killed one may remain)
 
@@ -244,12 +244,12 @@ def test_state_dir_leftovers_are_only_trial_dirs(cluster, tmp_path):
     from tfrepro.trials.ray_executor import RayExecutor
 
     p = Project.load(planted(tmp_path / "proj"))
-    r = RayExecutor().run_one(p, Trial(("fp16",), TrialSettings(steps=8, timeout_s=60)))
+    r = RayExecutor().run_batch(p, [Trial(("fp16",), TrialSettings(steps=8, timeout_s=60))])[0]
     trial_dir = Path(r.log_dir)
-    assert trial_dir.parent == p.state_dir / "trials"
+    assert trial_dir.parent == p.root / ".tfrepro" / "trials"
     # tfrepro's own record of the dir it made (trials/state.py) beside the logs
     assert sorted(x.name for x in trial_dir.iterdir() if x.name != ".tfrepro-made") == ["stderr.log", "stdout.log"]
-    shutil.rmtree(p.state_dir)
+    shutil.rmtree(p.root / ".tfrepro")
 
 
 SHOWS_ENV = """\
@@ -276,7 +276,7 @@ def test_a_trial_runs_with_its_whole_options_as_a_local_trial_does(cluster, tmp_
     )
     assert pickle.loads(pickle.dumps(how)) == how  # it travels as it is
     p = Project.load(planted(tmp_path / "proj", SHOWS_ENV))
-    r = RayExecutor().run_one(p, Trial((), TrialSettings(steps=2, timeout_s=60), how))
+    r = RayExecutor().run_batch(p, [Trial((), TrialSettings(steps=2, timeout_s=60), how)])[0]
     assert (r.extra["executor"], r.steps_run, r.crashed) == ("ray", 2, False), r.error
     assert Path(r.log_dir, "stdout.log").read_text().splitlines()[0] == "word hello wrapped yes"
     assert r.extra["plugin_saw"] == "hi"
@@ -309,13 +309,13 @@ def test_cold_trials_are_cold_on_the_workers(cluster, tmp_path):
 
     ex = make_executor("ray")
     assert isinstance(ex, RayExecutor) and "cold" not in ex.describe()
-    r = ex.run_one(p, Trial(request.enabled, request.settings, TrialOptions(use_cache=False, cold=True)))
+    r = ex.run_batch(p, [Trial(request.enabled, request.settings, TrialOptions(use_cache=False, cold=True))])[0]
     assert r.extra["process"] == "cold" and r.steps_run == 3 and not r.crashed
     warm.force_cold()
     try:
         forced = RayExecutor()
         assert "cold processes" in forced.describe()
-        assert forced.run_one(p, request).extra["process"] == "cold"
+        assert forced.run_batch(p, [request])[0].extra["process"] == "cold"
     finally:
         warm.force_cold(False)
 
@@ -323,7 +323,7 @@ def test_cold_trials_are_cold_on_the_workers(cluster, tmp_path):
         pytest.skip("a warm trial needs TensorFlow on the worker (its warm server imports it)")
     hot = RayExecutor()
     assert "cold" not in hot.describe()
-    r = hot.run_one(p, request)
+    r = hot.run_batch(p, [request])[0]
     assert r.extra["process"] == "warm" and r.steps_run == 3 and not r.crashed
 
 

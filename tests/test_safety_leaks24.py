@@ -22,7 +22,7 @@ from tfrepro.report.answer import Env
 from tfrepro.report.scrub import REDACTED, Scrubber
 from tfrepro.report.secretscan import raise_on_findings, scan_bundle
 from tfrepro.trials import releases
-from tfrepro.trials.installers import run_streaming
+from tfrepro.trials.envs import run_streaming
 
 WEBHOOK_TOKEN = "kX9_ab-cDEFghiJKL_mnoPQRstu-VWXyz0123_456789abcdefGHIJ-KLmnopQRST"
 GCS_SIGNATURE = "4a6f2c9e1b7d3a5f8e0c2b4d6f8a1c3e5b7d9f0a2c4e6b8d0f1a3c5e7b9d1f3a5c7e9b0d2f4a6c8e0b2d4f6a8c"

@@ -11,8 +11,7 @@ from tfrepro.project import Project
 from tfrepro.projectload import with_script_args
 from tfrepro.report.scriptargs import comment_entry, notebook_code, script_args
 from tfrepro.settings import TrialSettings
-from tfrepro.trials.runner import _crash_line
-from tfrepro.trials.usage import usage_error
+from tfrepro.trials.runner import _crash_line, usage_error
 
 SCRIPT = """\
 import argparse

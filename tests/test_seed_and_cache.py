@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tfrepro.trials.state import StateDir
+from tfrepro.trials.stored import load_result
 from tfrepro.trials.values import TrialResult
 
 PY = sys.executable
@@ -53,10 +54,10 @@ def test_a_garbage_cache_entry_is_a_miss(tmp_path, garbage):
     state = StateDir(tmp_path / ".tfrepro")
     key = "ab" * 32
     state.store(key, TrialResult(losses=(0.5,), steps_run=1, mode="fit", key=key))
-    assert state.load_cached(key) is not None
+    assert load_result(state.cache_file(key), key) is not None
     state.cache_file(key).write_text(garbage)
 
-    assert state.load_cached(key) is None
+    assert load_result(state.cache_file(key), key) is None
 
 
 def test_an_entry_stored_under_another_key_is_a_miss(tmp_path):
@@ -65,7 +66,7 @@ def test_an_entry_stored_under_another_key_is_a_miss(tmp_path):
     state.sub("cache")
     state.cache_file("cd" * 32).write_bytes(state.cache_file("ab" * 32).read_bytes())
 
-    assert state.load_cached("cd" * 32) is None
+    assert load_result(state.cache_file("cd" * 32), "cd" * 32) is None
 
 
 def test_a_real_run_over_a_cache_entry_holding_a_list_runs_the_trial_again(tmp_path):

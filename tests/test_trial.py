@@ -187,8 +187,8 @@ def test_an_interrupted_trial_kills_its_tree_and_is_not_cached(tmp_path, monkeyp
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    assert not list((p.state_dir / "cache").glob("*.json"))
-    (trial_dir,) = (p.state_dir / "trials").iterdir()
+    assert not list((p.root / ".tfrepro" / "cache").glob("*.json"))
+    (trial_dir,) = (p.root / ".tfrepro" / "trials").iterdir()
     assert _gone_ns(int((trial_dir / "variant" / "grandchild.pid").read_text()), trial_dir)
 
 
@@ -307,7 +307,7 @@ def test_concurrent_trials_get_their_own_dirs(tmp_path):
         )
     assert len({r.log_dir for r in results}) == 4
     assert all(r.losses == results[0].losses and not r.crashed for r in results)
-    assert len(list((p.state_dir / "cache").glob("*.json"))) == 2
+    assert len(list((p.root / ".tfrepro" / "cache").glob("*.json"))) == 2
 
 
 def test_a_user_sitecustomize_still_runs(tmp_path):
@@ -374,17 +374,17 @@ def test_a_trial_whose_tfrepro_parent_is_killed_dies_with_it(tmp_path):
     deadline = time.monotonic() + 60
     written = ""
     while time.monotonic() < deadline and not written:  # waits for the grandchild's pid, whole
-        pid_files = list((p.state_dir / "trials").glob("*/variant/grandchild.pid"))
+        pid_files = list((p.root / ".tfrepro" / "trials").glob("*/variant/grandchild.pid"))
         written = pid_files[0].read_text().strip() if pid_files else ""
         time.sleep(0.1)
     assert written, "the trial never started"
     grandchild = int(written)
     parent.kill()
     parent.wait()
-    assert _gone_ns(grandchild, p.state_dir, within=10)
+    assert _gone_ns(grandchild, p.root / ".tfrepro", within=10)
 
 
 def test_the_state_dir_is_invisible_to_git(tmp_path):
     p = make_project(tmp_path / "p")
     run_trial(p, [], settings_of(p))
-    assert (p.state_dir / ".gitignore").read_text().splitlines()[-1] == "*"
+    assert (p.root / ".tfrepro" / ".gitignore").read_text().splitlines()[-1] == "*"

@@ -102,11 +102,6 @@ def _is_blank(line: str) -> bool:
     return not _strip_eol(line).strip()
 
 
-def _is_commented(line: str, indent: str) -> bool:
-    body = _strip_eol(line)
-    return body.startswith(indent + "# ") or body == indent + "#"
-
-
 def _looks_like_code(text: str) -> bool:
     """True when a commented line's content is a Python statement rather than
     prose: used to catch half-toggled parts without rejecting real comments."""
@@ -157,7 +152,11 @@ class SourceFile:
             out.extend(self.lines[pos : b.line - 1])
             on = want.get(b.name, b.state)
             if export:
-                emitted = self._export_part(b, on)
+                lines = self._part(b, on, live=True)
+                # Trim blank lines at the edges of a part: markers often sit between
+                # blank lines already, and an exported script should read naturally.
+                code = [i for i, x in enumerate(lines) if not _is_blank(x)]
+                emitted = lines[code[0] : code[-1] + 1] if code else []
                 if not emitted and needs_pass(self.lines, b):
                     emitted = [b.indent + "pass\n"]
                 out.extend(emitted)
@@ -182,13 +181,6 @@ class SourceFile:
             return lines
         switch = uncomment_line if live else comment_line
         return [switch(x, b.indent) for x in lines]
-
-    def _export_part(self, b: Block, on: bool) -> list[str]:
-        lines = self._part(b, on, live=True)
-        # Trim blank lines at the edges of a part: markers often sit between
-        # blank lines already, and an exported script should read naturally.
-        code = [i for i, x in enumerate(lines) if not _is_blank(x)]
-        return lines[code[0] : code[-1] + 1] if code else []
 
     def _states(self, enabled: Iterable[str] | None) -> dict[str, bool]:
         """Each block ON iff its name is in `enabled`; `None`: {} (as written)."""
@@ -251,7 +243,7 @@ def _check_part(path: str, lines: list[str], start: int, stop: int, indent: str,
                 line=i + 1,
                 hint="indent the feature markers like the code they enclose",
             )
-    commented = [_is_commented(x, indent) for _, x in code]
+    commented = [x.startswith(indent + "# ") or _strip_eol(x) == indent + "#" for _, x in code]
     if all(commented):
         contents = [uncomment_line(x, indent) for _, x in code]
         if not any(c.strip() and not c.strip().startswith("#") for c in contents):

@@ -22,20 +22,17 @@ from tfrepro.settings import MAX_REPLICAS, StateSettings, SymptomSettings, Trial
 # Finite bounds of the numeric settings: nan, inf or 1e300 would silently
 # switch a check off. (low, high, low is exclusive)
 _BOUNDS: dict[str, tuple[float, float, bool]] = {
-    "timeout_s": (0.0, 7 * 24 * 3600.0, True),
-    "budget_s": (0.0, 7 * 24 * 3600.0, True),
+    **dict.fromkeys(("timeout_s", "budget_s"), (0.0, 7 * 24 * 3600.0, True)),
     "slowdown": (1.0, 1000.0, True),
     "mismatch": (0.0, 100.0, False),
     "memory": (1.0, 1000.0, True),
     "keep_runs": (0, 100_000, False),
     "keep_trials": (0, 1_000_000, False),
-    "copy_budget_mb": (0.0, 1e8, False),
-    "keep_mb": (0.0, 1e8, False),
+    **dict.fromkeys(("copy_budget_mb", "keep_mb"), (0.0, 1e8, False)),
 }
 # The low bounds of the trial's and the symptoms' numbers have a message of their own.
 _LOW = {
-    "timeout_s": ("must be positive", None),
-    "budget_s": ("must be positive", None),
+    **dict.fromkeys(("timeout_s", "budget_s"), ("must be positive", None)),
     "slowdown": ("is a ratio above 1", "e.g. slowdown = 1.25 for 25% slower"),
     "mismatch": ("must be >= 0", None),
 }

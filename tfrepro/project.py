@@ -19,7 +19,7 @@ from typing import Any
 from tfrepro import features as fb
 from tfrepro.errors import UserError
 from tfrepro.manifest import Manifest, line_of, read_manifest
-from tfrepro.projectfiles import STATE_DIR, FileNote, copy_file, iter_project_files, write_in_place
+from tfrepro.projectfiles import FileNote, copy_file, iter_project_files, write_in_place
 from tfrepro.projectload import detected_sources, locate, marked_sources, selection, with_script_args
 
 __all__ = ["Project", "iter_project_files"]
@@ -133,10 +133,6 @@ class Project:
     @property
     def detected(self) -> bool:
         return self.detection is not None
-
-    @property
-    def state_dir(self) -> Path:
-        return self.root / STATE_DIR
 
     @property
     def blocks(self) -> list[fb.Block]:

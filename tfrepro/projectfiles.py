@@ -44,44 +44,14 @@ MANIFEST = "tfrepro.toml"
 STATE_DIR = ".tfrepro"
 # Directories never part of a project (state, VCS, environments, caches).
 EXCLUDED_DIRS = frozenset(
-    {
-        STATE_DIR,
-        ".git",
-        "__pycache__",
-        ".venv",
-        "venv",
-        "env",
-        ".tox",
-        ".nox",
-        "node_modules",
-        ".mypy_cache",
-        ".pytest_cache",
-        ".ruff_cache",
-        ".hypothesis",
-        "build",
-        "dist",
-        ".ipynb_checkpoints",
-    }
+    f"{STATE_DIR} .git __pycache__ .venv venv env .tox .nox node_modules .mypy_cache .pytest_cache .ruff_cache"
+    " .hypothesis build dist .ipynb_checkpoints".split()
 )
 # Credential stores: never copied into a trial, wherever they sit in the tree.
-CREDENTIAL_DIRS = frozenset(
-    {".ssh", ".aws", ".gnupg", ".kaggle", ".azure", ".kube", ".password-store", ".pki", ".terraform.d"}
-)
+CREDENTIAL_DIRS = frozenset(".ssh .aws .gnupg .kaggle .azure .kube .password-store .pki .terraform.d".split())
 CREDENTIAL_FILES = frozenset(
-    {
-        ".netrc",
-        "_netrc",
-        ".git-credentials",
-        ".pypirc",
-        ".pgpass",
-        ".npmrc",
-        ".boto",
-        ".s3cfg",
-        ".dockercfg",
-        "credentials.db",
-        "access_tokens.db",
-        "application_default_credentials.json",
-    }
+    ".netrc _netrc .git-credentials .pypirc .pgpass .npmrc .boto .s3cfg .dockercfg credentials.db access_tokens.db"
+    " application_default_credentials.json".split()
 )
 # Credential paths below a directory (relative to any directory of the tree).
 CREDENTIAL_PATHS = frozenset({".config/gcloud", ".docker/config.json", ".config/gh/hosts.yml"})

@@ -5,8 +5,9 @@ and the trial runner (which runs with them).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any, TypedDict
+from typing import Any
 
 # Steps at the start of a trial that never enter a timing comparison
 # (tracing, XLA compilation).
@@ -22,30 +23,6 @@ TIMING_STEPS_MAX = 5000
 
 # `--replicas` / `[trial] replicas`, at most.
 MAX_REPLICAS = 64
-
-
-class TrialSettingsDoc(TypedDict, total=False):
-    """`TrialSettings.to_dict()`, read back from result.json and the trial
-    cache: the keys from `min_time_s` on only when they are set (`to_dict`)."""
-
-    entry: str
-    command: list[str] | None
-    steps: int
-    timeout_s: float
-    seed: int
-    deterministic: bool
-    repeat: int
-    gpus: int | str | None
-    memory_limit_mb: int | None
-    min_time_s: float
-    min_steps: int
-    steps_max: int
-    budget_s: float
-    until_symptom: bool
-    save_state_step: int
-    replicas: int | None
-    jit_auto: bool | None
-    timed_calls: list[str]
 
 
 @dataclass(frozen=True)
@@ -68,7 +45,7 @@ class TrialSettings:
     deterministic: bool = True
     repeat: int = 0
     # GPUs a trial gets: a count, "all", or None (auto: all visible GPUs when
-    # the project has a distribution feature, else one; `trials/gpus.py`).
+    # the project has a distribution feature, else one; `trials/executors.py`).
     gpus: int | str | None = None
     # An address-space limit (RLIMIT_AS, MiB) the harness sets in the trial
     # process before the script runs: an OOM made reproducible. None: no limit.
@@ -112,24 +89,21 @@ class TrialSettings:
             self, min_time_s=budget_s, min_steps=min_steps, steps_max=max(steps_max, WARMUP_STEPS + min_steps)
         )
 
-    def to_dict(self) -> TrialSettingsDoc:
+    def to_dict(self) -> dict[str, object]:
         # absent while unset: the keys of other trials do not change
         unset = {
-            "min_time_s": not self.timing,
-            "min_steps": not self.timing,
-            "steps_max": not self.timing,
-            "budget_s": not self.until_symptom,
-            "until_symptom": not self.until_symptom,
+            **dict.fromkeys(("min_time_s", "min_steps", "steps_max"), not self.timing),
+            **dict.fromkeys(("budget_s", "until_symptom"), not self.until_symptom),
             "save_state_step": not self.save_state_step,
             "replicas": self.replicas is None,
             "jit_auto": self.jit_auto is None,
             "timed_calls": not self.timing or not self.timed_calls,
         }
-        d = {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if not unset.get(k)}
-        return TrialSettingsDoc(**d)
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items() if not unset.get(k)}
 
     @classmethod
-    def from_dict(cls, doc: TrialSettingsDoc) -> "TrialSettings":
+    def from_dict(cls, doc: Mapping[str, object]) -> "TrialSettings":
+        """`to_dict`'s output read back (result.json, the trial cache)."""
         d: dict[str, Any] = dict(doc)
         if d.get("command") is not None:
             d["command"] = tuple(d["command"])

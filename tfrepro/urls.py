@@ -3,7 +3,7 @@ printed, never stored, and sent the way pip sends it (HTTP Basic auth).
 
 Pure helpers, no tfrepro imports: used where tfrepro prints or fetches an
 index URL (`trials/releases.py`) and where it relays an installer's output
-(`trials/installers.py`).
+(`trials/envs.py`).
 """
 
 from __future__ import annotations

@@ -26,15 +26,8 @@ class Verdict(str, Enum):
 
 
 # The order in which `bisect` without --symptom picks the symptom to hunt
-# (and the order `--symptom` lists its choices in).
-SYMPTOM_ORDER: tuple[Verdict, ...] = (
-    Verdict.NAN,
-    Verdict.CRASH,
-    Verdict.TIMEOUT,
-    Verdict.MEMORY,
-    Verdict.MISMATCH,
-    Verdict.SLOWDOWN,
-)
+# (and the order `--symptom` lists its choices in): Verdict's own, from NAN to SLOWDOWN.
+SYMPTOM_ORDER: tuple[Verdict, ...] = tuple(v for v in Verdict if v not in (Verdict.OK, Verdict.UNTESTABLE))
 # Verdicts after which a trial stopped early (a NaN stops training, a crash or
 # timeout ends it): it cannot tell whether another symptom would have shown
 # later. Range modes skip such a point unless it is the symptom hunted; feature

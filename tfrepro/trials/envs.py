@@ -33,17 +33,19 @@ import subprocess
 import sys
 import time
 import tomllib
+from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from tfrepro.dists import TF_DISTS, VERSIONS_SCRIPT, dist_version
 from tfrepro.errors import TfreproError
 from tfrepro.projectfiles import atomic_write
-from tfrepro.trials.installers import Installer, OnLine, default_installer, run_streaming
 from tfrepro.trials.state import tree_size
 from tfrepro.trials.stored import read_json
+from tfrepro.urls import hide_userinfo
 
 SPEC_FILE = "tfrepro-env.json"
 # Decided by the version tried, never by the project's requirements.
@@ -51,6 +53,7 @@ TF_STACK = frozenset(TF_DISTS) | {"keras", "tf-keras", "keras-nightly", "tfrepro
 # The first TensorFlow whose tf.keras is Keras 3 (tf_keras is Keras 2 from there on).
 KERAS3_FROM = (2, 16)
 
+OnLine = Callable[[str], None]
 # run(argv, on_line) -> (exit code, last lines of output)
 RunCmd = Callable[[Sequence[str], OnLine], tuple[int, list[str]]]
 
@@ -65,11 +68,6 @@ class EnvError(TfreproError):
 def detect_tf_dist() -> str:
     """`tensorflow-cpu` if that is what this environment has, else `tensorflow`."""
     return "tensorflow-cpu" if dist_version("tensorflow-cpu") else "tensorflow"
-
-
-def norm_name(requirement: str) -> str:
-    m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", requirement)
-    return re.sub(r"[-_.]+", "-", m.group(1)).lower() if m else ""
 
 
 def project_requirements(root: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -88,11 +86,9 @@ def project_requirements(root: Path) -> tuple[tuple[str, ...], tuple[str, ...]]:
         lines.extend(str(d).strip() for d in deps if str(d).strip())
     kept, dropped = [], []
     for line in dict.fromkeys(lines):
-        name = norm_name(line)
-        if line.startswith(("-", ".", "/")) or not name or name in TF_STACK:
-            dropped.append(line)
-        else:
-            kept.append(line)
+        m = re.match(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)", line)
+        name = re.sub(r"[-_.]+", "-", m.group(1)).lower() if m else ""  # normalized (PEP 503)
+        (dropped if line.startswith(("-", ".", "/")) or not name or name in TF_STACK else kept).append(line)
     return tuple(sorted(kept)), tuple(dropped)
 
 
@@ -178,7 +174,79 @@ def read_versions(python: Path | str, timeout_s: float = 60) -> dict:
         raise EnvError(f"cannot read the versions of {python}: {e}") from None
 
 
-# -- installers ----------------------------------------------------------------------------
+# -- installers: `uv` when there is one, else venv + pip; each command's output
+# streamed line by line (progress) and its tail kept (the reason an install failed).
+
+_LOG_TAIL = 12
+
+
+def run_streaming(argv: Sequence[str], on_line: OnLine) -> tuple[int, list[str]]:
+    """Run `argv`, each output line to `on_line`; (exit code, last lines)."""
+    tail: deque[str] = deque(maxlen=_LOG_TAIL)
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            errors="replace",
+        )
+    except OSError as e:
+        return 127, [f"cannot start {argv[0]}: {e.strerror or e}"]
+    assert proc.stdout is not None
+    try:
+        for line in proc.stdout:
+            line = hide_userinfo(line.rstrip())  # a credentialed index URL is never echoed
+            if line:
+                tail.append(line)
+                on_line(line)
+        return proc.wait(), list(tail)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+
+
+class Installer(Protocol):
+    name: str
+
+    def commands(self, path: Path, spec: EnvSpec) -> list[list[str]]: ...
+
+
+@dataclass(frozen=True)
+class UvInstaller:
+    """`uv venv --python <interpreter>` + `uv pip install --python <env python>`."""
+
+    uv: str
+    name: str = "uv"
+
+    def commands(self, path: Path, spec: EnvSpec) -> list[list[str]]:
+        return [
+            [self.uv, "venv", "--quiet", "--python", spec.python, str(path)],
+            [self.uv, "pip", "install", "--python", str(path / "bin" / "python"), *spec.packages()],
+        ]
+
+
+@dataclass(frozen=True)
+class PipInstaller:
+    """`python -m venv` + pip, when uv is not there."""
+
+    name: str = "pip"
+
+    def commands(self, path: Path, spec: EnvSpec) -> list[list[str]]:
+        py = str(path / "bin" / "python")
+        return [
+            [spec.python, "-m", "venv", str(path)],
+            [py, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", *spec.packages()],
+        ]
+
+
+def default_installer() -> Installer:
+    """uv beside this interpreter (installed in the venv), else on PATH, else pip."""
+    beside = Path(sys.executable).parent / "uv"
+    uv = str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which("uv")
+    return UvInstaller(uv) if uv else PipInstaller()
 
 
 def cache_root() -> Path:

@@ -42,9 +42,6 @@ class Executor:
         """`request.given` (a result known already: never spawned), else the spawner's."""
         return request.given if request.given is not None else self._run(project, request, exclusive)
 
-    def run_one(self, project: "Project", request: Trial) -> TrialResult:
-        return self._ran(project, request, False)
-
     def run_timed(self, project: "Project", request: Trial) -> TrialResult:
         """A timing trial: alone on its device, on the same node as every other
         timing trial of this executor (the caller never overlaps two)."""

@@ -76,20 +76,15 @@ def is_oom(result: TrialResult) -> bool:
     return result.exit_code in _SIGKILL
 
 
-def _stride(result: TrialResult) -> int:
-    mem = result.extra.get("memory") if isinstance(result.extra, dict) else None
-    try:
-        return max(1, int((mem or {}).get("stride", 1)))
-    except (TypeError, ValueError):
-        return 1
-
-
 def growth_of(result: TrialResult) -> tuple[float | None, float, int]:
     """(growth in bytes/step, tau z-score, steady points) from the RSS series;
     the harness's `growth_per_step` (z unknown: 0) when there is no series."""
     series = list(result.rss_per_step)
     if len(series) >= 6:
-        stride = _stride(result)
+        try:
+            stride = max(1, int((result.extra.get("memory") or {}).get("stride", 1)))
+        except (TypeError, ValueError):
+            stride = 1
         slope, tau = steady_growth(series, stride)
         n = len(steady_part(series, stride)[0])
         return slope, tau_z(tau, min(n, 512)), n

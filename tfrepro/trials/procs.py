@@ -102,7 +102,11 @@ def run_warm(
     stdout, stderr = (trial_dir / name for name in LOGS)
     child = server.submit(argv, cwd, confine.trial_env(env, trial_dir, cwd), stdout, stderr, confine=spec)
     rc, timed_out = _watch(child, timeout, trial_dir)  # ServerLost: it runs again, cold
-    if rc == confine_inside.CANNOT_CONFINE and _cannot_confine(stderr):
+    head = b""
+    if rc == confine_inside.CANNOT_CONFINE:  # and its stderr says so
+        with contextlib.suppress(OSError), open(stderr, "rb") as f:
+            head = f.read(4096)
+    if confine_inside.MARK.encode() in head:
         raise warm.WarmUnavailable("the warm child could not confine itself")
     return Exit(rc, timed_out, time.perf_counter() - start, "warm")
 
@@ -154,14 +158,6 @@ def _watch(child: "subprocess.Popen | warm.WarmChild", timeout: float, trial_dir
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
     return rc, timed_out
-
-
-def _cannot_confine(stderr: Path) -> bool:
-    try:
-        with open(stderr, "rb") as f:
-            return confine_inside.MARK.encode() in f.read(4096)
-    except OSError:
-        return False
 
 
 def launcher(cmd: Sequence[str], options: Sequence[str] = (), parent: int | None = None) -> list[str]:

@@ -70,16 +70,6 @@ if TYPE_CHECKING:
 ATTEMPT_ENV = "TFREPRO_RAY_ATTEMPT"
 
 
-def pack_project(project: "Project") -> bytes:
-    """Every file of the project as a tar (symlinks followed: large data files
-    are symlinked into local variants, but a remote node needs their bytes)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", dereference=True) as tar:
-        for rel in project.files:
-            tar.add(str(Path(project.root) / rel), arcname=rel, recursive=False)
-    return buf.getvalue()
-
-
 @dataclass(frozen=True)
 class Shipped:
     """What a task sends back: the trial's result, its logs, where it ran."""
@@ -147,7 +137,13 @@ class RayExecutor(Executor):
         with self._lock:
             key = str(Path(project.root).resolve())
             if key not in self._bases:
-                self._bases[key] = ray.put(pack_project(project))
+                # Every file of the project as a tar (symlinks followed: large data files
+                # are symlinked into local variants, but a remote node needs their bytes).
+                buf = io.BytesIO()
+                with tarfile.open(fileobj=buf, mode="w", dereference=True) as tar:
+                    for rel in project.files:
+                        tar.add(str(Path(project.root) / rel), arcname=rel, recursive=False)
+                self._bases[key] = ray.put(buf.getvalue())
             return self._bases[key]
 
     def _pick_timing_node(self) -> tuple[str, float]:

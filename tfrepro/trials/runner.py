@@ -30,10 +30,13 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -44,18 +47,15 @@ from typing import TYPE_CHECKING, Any
 from tfrepro import inside
 from tfrepro.dists import tf_version
 from tfrepro.dists import versions as this_versions
+from tfrepro.errors import TfreproError
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import confine, warm
-from tfrepro.trials.diskfull import disk_full
 from tfrepro.trials.memcheck import memory_lines
-from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import Exit, spawn
-from tfrepro.trials.ran import what_ran
 from tfrepro.trials.state import StateDir
-from tfrepro.trials.stored import read_json
+from tfrepro.trials.stored import load_result, read_json
 from tfrepro.trials.trial import TrialOptions
-from tfrepro.trials.usage import USAGE_HINT, read_tail, usage_error
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
@@ -65,6 +65,12 @@ if TYPE_CHECKING:
 # hence part of the cache key (explicit `env` overrides always are).
 _KEYED_ENV_PREFIXES = ("TF_", "KERAS_", "XLA_", "CUDA_", "TFREPRO_")
 _PYTHON_NAMES = {"python", "python3"}
+# A script that takes arguments and did not get them: argparse's usage
+# error (exit 2, "usage:" on stderr) is named as such, with the way to pass them.
+USAGE_HINT = (
+    "the script exited with its argparse usage error: pass the script's arguments after `--`, "
+    "e.g. `tfrepro bisect train.py -- --epochs 3` (run, check and features take them the same way)"
+)
 
 
 # -- cache key ------------------------------------------------------------------
@@ -168,7 +174,8 @@ def cached(
     result is stored (a could-not-run result is returned, never stored, and
     so is one whose trial dir was removed while it ran)."""
     if use_cache:
-        hit = state.load_cached(key)
+        # missing, unreadable, or written by an incompatible version: run it again
+        hit = load_result(state.cache_file(key), key)
         if hit is not None:
             return replace(hit, enabled=enabled, label=label, cached=True)
     trial_dir = state.new_trial_dir(key)
@@ -191,15 +198,113 @@ def cached(
     return result
 
 
-def command_for(settings: TrialSettings, python: str | None = None) -> list[str]:
-    """The child's argv; `python ...` runs under `python` (default: this interpreter)."""
-    python = python or sys.executable
-    if settings.command:
-        cmd = list(settings.command)
-        if cmd[0] in _PYTHON_NAMES:
-            cmd[0] = python
-        return cmd
-    return [python, settings.entry]
+# -- a full disk -------------------------------------------------------------------
+# A full disk is the machine's problem, never a trial's verdict: a copy or a
+# trial that fails for want of space ends the command with one clear message
+# (which file system, how much is free, what to do), its half-written trial
+# directory removed at once, and nothing cached.
+
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+_NO_SPACE_TEXT = ("No space left on device", "Disk quota exceeded", "ENOSPC")
+# A trial that crashed with less free space than this likely crashed of it.
+_LOW_BYTES = 1 << 20
+
+
+class DiskFullError(TfreproError):
+    """No space left where `.tfrepro/` (a trial's copy, its logs) lives."""
+
+
+def _free(path: Path) -> int | None:
+    for p in (path, *path.parents):
+        with contextlib.suppress(OSError):
+            return shutil.disk_usage(p).free
+    return None
+
+
+def disk_full(what: OSError | TrialResult, trial_dir: Path) -> DiskFullError | None:
+    """The error to raise when `what` (an exception while making or running
+    the trial, or its crashed result) is a full disk, else None. The trial
+    dir is removed at once when it is."""
+    if isinstance(what, OSError):
+        full = what.errno in NO_SPACE
+    else:
+        crashed = what.crashed or bool(what.extra.get("no_result"))
+        text = what.error or ""
+        free = _free(Path(trial_dir))
+        full = crashed and (any(t in text for t in _NO_SPACE_TEXT) or (free is not None and free < _LOW_BYTES))
+    if not full:
+        return None
+    shutil.rmtree(trial_dir, ignore_errors=True)
+    free = _free(Path(trial_dir))
+    left = f" ({free / 2**20:.1f} MB free)" if free is not None else ""
+    return DiskFullError(
+        f"no space left on the disk holding {Path(trial_dir).parent.parent}{left}: the trial's copy could not be "
+        "written or the trial ran out of space; nothing was cached and its half-written directory was removed. "
+        "Free some space (`tfrepro clean` removes old runs and copies), or lower `[state] keep_trials`, then run again"
+    )
+
+
+# -- why a file a trial reads is missing from its copy: the hint a crash gets ---------
+# A trial runs in a copy of the project under `.tfrepro/trials/.../variant/`.
+# Two kinds of reads that work in the project fail there, silently from the
+# user's side: a path through a symlinked directory (`data -> /mnt/data`: a
+# variant never links to a user's files, so the link is not copied), and a
+# relative path out of the project (`../shared_data/x.csv`: relative to the
+# copy, that is somewhere under `.tfrepro/`). The hint says which, and the fix.
+# A third: a git-lfs pointer file read as data (commit mode never downloads LFS
+# objects, and a clone without `git lfs pull` holds only pointers).
+
+# `FileNotFoundError: [Errno 2] No such file or directory: 'x'`, tf.io's
+# `NotFoundError: x; No such file or directory`, `No such file: x`.
+_MISSING = (
+    re.compile(r"No such file or directory: ['\"]([^'\"]+)['\"]"),
+    re.compile(r"NotFoundError[^:]*: ([^;\s]+); No such file"),
+    re.compile(r"(?:not found|No such file)[:]? ['\"]?([^'\"\s;]+)"),
+)
+
+
+def missing_path_hint(error: str | None, root: Path) -> str | None:
+    """The hint for a crash whose error names a missing path, or None."""
+    path = next((m.group(1) for p in _MISSING if (m := p.search(error or ""))), None)
+    if not path or os.path.isabs(path):
+        return None
+    parts = Path(path).parts
+    if parts and parts[0] == "..":
+        return (
+            f"{path} is outside the project directory: a trial runs in a copy of the project under .tfrepro/, "
+            f"where it is not; give the script an absolute path ({(Path(root) / path).resolve()}) or move the "
+            "data into the project"
+        )
+    for n in range(1, len(parts)):
+        prefix = Path(root, *parts[:n])
+        if prefix.is_symlink() and prefix.is_dir():
+            rel = Path(*parts[:n]).as_posix()
+            return (
+                f"{rel} is a symlink to the directory {os.readlink(prefix)}, which trials do not get (a trial's "
+                f"copy never links to your files); read it by its absolute path ({prefix.resolve()}/...) or make "
+                f"{rel} a real directory in the project"
+            )
+    return None
+
+
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+
+
+def lfs_pointer_hint(root: Path, files: list[str], limit: int = 1024) -> str | None:
+    """The hint for a crash in a project holding git-lfs pointer files."""
+    pointers = []
+    for rel in files:
+        p = Path(root) / rel
+        with contextlib.suppress(OSError):
+            if p.stat().st_size <= limit and p.read_bytes().startswith(LFS_POINTER):
+                pointers.append(rel)
+    if not pointers:
+        return None
+    more = f" and {len(pointers) - 1} more" if len(pointers) > 1 else ""
+    return (
+        f"{pointers[0]}{more} is a git-lfs pointer file, not its data (tfrepro never downloads LFS objects): "
+        "if the script reads it, run `git lfs pull` in the project, or give the data by an absolute path"
+    )
 
 
 def child_env(settings: TrialSettings, config_path: Path, env: Mapping[str, str] | None) -> dict[str, str]:
@@ -265,7 +370,10 @@ def run_variant(
     trial_dir = Path(trial_dir).resolve()
     trial_dir.mkdir(parents=True, exist_ok=True)
     config_path = write_config(settings, trial_dir, variant_dir, how)
-    cmd = command_for(settings, how.python)
+    # The child's argv; `python ...` runs under `how.python` (default: this interpreter).
+    cmd = list(settings.command or (how.python or sys.executable, settings.entry))
+    if cmd[0] in _PYTHON_NAMES:
+        cmd[0] = how.python or sys.executable
     # The driver's TensorFlow says nothing about another interpreter's trial.
     tf_fallback = None if how.python else tf_version()
     full_env = child_env(settings, config_path, how.env)
@@ -309,6 +417,28 @@ def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: s
     return result
 
 
+def usage_error(rc: int | None, stderr_path: Path) -> str | None:
+    """argparse's error line ("train.py: error: ...") when the script exited
+    with code 2 after a `usage:` line on stderr; None otherwise. (TensorFlow's
+    own log lines may come after it: the last line is not the one to quote.)"""
+    lines = read_tail(stderr_path).splitlines() if rc == 2 else []
+    starts = [i for i, line in enumerate(lines) if line.startswith("usage:")]
+    if not starts:
+        return None
+    after = lines[starts[-1] :]
+    return next((line.strip() for line in after if ": error: " in line), after[0].strip())
+
+
+def read_tail(path: Path, tail: int = 65536) -> str:
+    """The last `tail` bytes of a log file as text ("" when it cannot be read)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(max(0, f.seek(0, os.SEEK_END) - tail))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 def _crash_line(rc: int | None, stderr_path: Path) -> str:
     usage = usage_error(rc, stderr_path)
     if usage:
@@ -344,6 +474,28 @@ def last_line(path: Path) -> str | None:
 
 
 # -- presentation (`tfrepro run`) -------------------------------------------------
+
+
+def what_ran(result: TrialResult) -> str | None:
+    """One line, e.g. "ran: fit#1 jit_compile=False; 2 replicas in sync; float32; 2 devices"."""
+    parts = []
+    modes = [m for m in result.compile_modes if str(m.get("call", "")).startswith("fit#")]
+    modes = modes or list(result.compile_modes)
+    if modes:
+        parts.append(
+            ", ".join(
+                f"{m.get('call')} jit_compile={m.get('jit_compile')}" + (" (auto, pinned)" if m.get("pinned") else "")
+                for m in modes
+            )
+        )
+    if result.replicas_in_sync:
+        n = result.replicas_in_sync
+        parts.append(f"{n} replica{'s' if n != 1 else ''} in sync")
+    if result.precision_policy:
+        parts.append(result.precision_policy)
+    if result.devices:
+        parts.append(f"{len(result.devices)} device{'s' if len(result.devices) != 1 else ''}")
+    return "ran: " + "; ".join(parts) if parts else None
 
 
 def describe(result: TrialResult) -> list[str]:

@@ -50,7 +50,6 @@ from typing import Any
 from tfrepro.errors import UserError
 from tfrepro.projectfiles import STATE_DIR, atomic_write
 from tfrepro.trials import ownedtmp
-from tfrepro.trials.stored import load_result
 from tfrepro.trials.values import TrialResult, summary
 
 STATE_DIR_NAME = STATE_DIR  # the name is the project layout's (projectfiles excludes it from variants)
@@ -182,11 +181,6 @@ class StateDir:
     def cache_file(self, key: str) -> Path:
         return self.path / "cache" / f"{key}.json"
 
-    def load_cached(self, key: str) -> TrialResult | None:
-        """The cached result of trial `key`, or None (missing, unreadable, or
-        written by an incompatible version: run it again)."""
-        return load_result(self.cache_file(key), key)
-
     def store(self, key: str, result: TrialResult) -> None:
         """Cache a finished trial. A could-not-run result is never cached."""
         if result.could_not_run:
@@ -316,7 +310,8 @@ class StateDir:
                         out.foreign.append(str(f))
                     else:
                         self._remove(f, out, "other")
-                _rmdir_if_empty(e)
+                with contextlib.suppress(OSError):  # when empty
+                    e.rmdir()
             elif e.name != ".gitignore":
                 out.foreign.append(str(e))
         ignore = self.path / ".gitignore"
@@ -325,7 +320,8 @@ class StateDir:
             text = ignore.read_text(encoding="utf-8")
         if [p.name for p in self.path.iterdir()] == [".gitignore"] and text == GITIGNORE:
             ignore.unlink()
-        if _rmdir_if_empty(self.path):
+        with contextlib.suppress(OSError):  # when empty
+            self.path.rmdir()
             out.paths.append(str(self.path))
         return out
 
@@ -361,14 +357,6 @@ def ours(d: Path) -> bool:
         return stat.S_ISDIR(d.lstat().st_mode) and stat.S_ISREG(os.lstat(d / MARK).st_mode)
     except OSError:
         return False
-
-
-def _rmdir_if_empty(d: Path) -> bool:
-    try:
-        d.rmdir()
-    except OSError:
-        return False
-    return True
 
 
 def tree_size(path: Path) -> int:

@@ -26,21 +26,6 @@ _RESULT_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _well_formed(data: Any) -> bool:
-    """Whether `data` is a stored TrialResult (not `[]`, not a truncated or
-    hand-edited file): every known field of its type."""
-    if not isinstance(data, dict):
-        return False
-    for name, types in _RESULT_TYPES.items():
-        if name in data and (not isinstance(data[name], types) or (bool not in types and type(data[name]) is bool)):
-            return False
-    for name, (types, _) in LISTS.items():  # their items' types: values.LISTS
-        value = data.get(name, [])
-        if not isinstance(value, list) or not all(isinstance(x, types) and type(x) is not bool for x in value):
-            return False
-    return True
-
-
 def read_json(path: Path) -> dict[str, Any] | None:
     """The JSON object in the file at `path`, or None (missing, unreadable, not an object)."""
     try:
@@ -52,10 +37,18 @@ def read_json(path: Path) -> dict[str, Any] | None:
 
 def load_result(path: Path, key: str | None = None) -> TrialResult | None:
     """The TrialResult stored at `path`, or None: missing, unreadable, not a
-    well-formed result, or (given `key`) stored for another key."""
+    well-formed result (every known field of its type: not a truncated or
+    hand-edited file), or (given `key`) stored for another key."""
     data = read_json(path)
-    if not _well_formed(data) or (key is not None and data.get("key", key) != key):
+    if data is None or (key is not None and data.get("key", key) != key):
         return None
+    for name, types in _RESULT_TYPES.items():
+        if name in data and (not isinstance(data[name], types) or (bool not in types and type(data[name]) is bool)):
+            return None
+    for name, (types, _) in LISTS.items():  # their items' types: values.LISTS
+        value = data.get(name, [])
+        if not isinstance(value, list) or not all(isinstance(x, types) and type(x) is not bool for x in value):
+            return None
     try:
         return TrialResult.from_dict(data)
     except (TypeError, ValueError, AttributeError, KeyError):

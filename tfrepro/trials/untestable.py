@@ -21,17 +21,14 @@ NO_STEP_WAY_OUT = (
 )
 
 
-def _ran_nothing(t: TrialResult) -> bool:
-    """No training step and no other measured outcome (a crash or a timeout is one)."""
-    measured = t.steps_run or t.losses or t.step_times
-    return not measured and not (t.crashed or t.timed_out or t.could_not_run or t.nonfinite)
-
-
 def no_step_reason(runs: Sequence[TrialResult], end: str) -> str | None:
     """Why `end` ("the failing configuration", "the baseline", "the bad end
     abc123") could not be measured, when none of its runs ran a training
     step; None when one did (or one crashed or timed out: that is measured)."""
-    if not runs or not all(_ran_nothing(t) for t in runs):
+    if not runs or any(  # a training step, or another measured outcome (a crash or a timeout is one)
+        t.steps_run or t.losses or t.step_times or t.crashed or t.timed_out or t.could_not_run or t.nonfinite
+        for t in runs
+    ):
         return None
     seen = runs[0].mode
     how = (
