@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
+from tfrepro.report.answer import of
 from tfrepro.report.records import DataDoc, ResultJson
 
 if TYPE_CHECKING:
@@ -101,10 +102,6 @@ class Read:
     file: str | None = None
     at: str | None = None
     value: dict[str, Any] | None = None
-
-    @classmethod
-    def of(cls, doc: Mapping[str, Any]) -> Read:
-        return cls(doc.get("call"), doc.get("file"), doc.get("at"), doc.get("value"))
 
     def brief(self) -> dict[str, Any]:
         """The read as report.json names it."""
@@ -261,7 +258,7 @@ def recorded(result: ResultJson, entry: str) -> tuple[DataFacts, list[Read], int
     see), the reads of `entry` (one per call site, its first read, in line
     order) and the first fit's batches per epoch (the reduction's chunk count)."""
     data = _data(result, "sources", "fits")
-    sources = tuple(Read.of(s) for s in data.get("sources") or [])
+    sources = tuple(of(Read, s) or Read() for s in data.get("sources") or [])
     fits = _data(result, "fits").get("fits") or []
     unseen = tuple(str(f.get("at")) for f in fits if not f.get("sources_seen") and f.get("kind") != "arrays")
     firsts = {str(s.at): s for s in reversed(sources) if str(s.at or "").rsplit(":", 1)[0] == entry}
