@@ -143,8 +143,6 @@ def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time:
 def write_trial_tables(run_dir: Path) -> dict[str, Path]:
     """trials.csv and tensorboard/ (HParams) of a finished run; {} when the
     run has no trials table."""
-    import time
-
     run_dir = Path(run_dir)
     result: ResultJson = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
     rows = trial_rows(run_dir, result.get("trials_table") or [])
