@@ -109,14 +109,6 @@ def _cell(v: Any) -> Any:
     return v
 
 
-def write_csv(path: Path, rows: list[Row]) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(COLUMNS)
-        w.writerows([_cell(getattr(r, c)) for c in COLUMNS] for r in rows)
-    return path
-
-
 def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time: float) -> None:
     """One HParams session per trial under `logdir`."""
     for r in rows:
@@ -148,9 +140,12 @@ def write_trial_tables(run_dir: Path) -> dict[str, Path]:
     rows = trial_rows(run_dir, result.get("trials_table") or [])
     if not rows:
         return {}
-    csv_path = write_csv(run_dir / "trials.csv", rows)
+    with open(run_dir / "trials.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(COLUMNS)
+        w.writerows([_cell(getattr(r, c)) for c in COLUMNS] for r in rows)
     write_hparams(run_dir / "tensorboard", rows, list(result.get("features") or []), time.time())
-    return {"trials.csv": csv_path, "tensorboard": run_dir / "tensorboard"}
+    return {"trials.csv": run_dir / "trials.csv", "tensorboard": run_dir / "tensorboard"}
 
 
 # TensorBoard reads any file whose name holds "tfevents"; the usual name
