@@ -195,10 +195,13 @@ def route(r: Report) -> Route:
         return Route(keras_repo, "a version bisect found that the symptom follows the Keras version")
     if follows == "tensorflow":
         return Route(TENSORFLOW, "a version bisect found that the symptom follows the TensorFlow version")
-    switch = _keras_switch(r.repro.diff or "")
-    if switch == "tf_keras":
+    # the culprit's diff turns tf_keras on, or off (back to Keras 3)
+    lines = (r.repro.diff or "").splitlines()
+    added, removed = ("\n".join(x[1:] for x in lines if x[:1] == c and x[:3] != c * 3) for c in "+-")
+    on, off = bool(LEGACY_KERAS.search(added)), bool(LEGACY_KERAS.search(removed))
+    if on and not off:
         return Route(TF_KERAS, "the symptom appears when the culprit switches from Keras 3 to tf_keras")
-    if switch == "keras":
+    if off and not on:
         return Route(KERAS, "the symptom appears when the culprit switches from tf_keras to Keras 3")
     package = crash_package(r)
     if package:
@@ -206,17 +209,6 @@ def route(r: Report) -> Route:
             TF_KERAS if package == "tf_keras" else KERAS, f"the crash is raised inside the `{package}` package"
         )
     return Route(TENSORFLOW, "nothing points at Keras rather than TensorFlow")
-
-
-def _keras_switch(diff: str) -> str | None:
-    """ "tf_keras" when the culprit's diff turns tf_keras on, "keras" when it
-    turns it off (back to Keras 3), None when it does neither."""
-    lines = diff.splitlines()
-    added, removed = ("\n".join(x[1:] for x in lines if x[:1] == c and x[:3] != c * 3) for c in "+-")
-    on, off = bool(LEGACY_KERAS.search(added)), bool(LEGACY_KERAS.search(removed))
-    if on != off:
-        return "tf_keras" if on else "keras"
-    return None
 
 
 def crash_package(r: Report) -> str | None:

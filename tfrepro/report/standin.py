@@ -152,14 +152,6 @@ class DataFacts:
         return doc
 
 
-def _name(func: cst.BaseExpression) -> str | None:
-    if isinstance(func, cst.Attribute):
-        return func.attr.value
-    if isinstance(func, cst.Name):
-        return func.value
-    return None
-
-
 def _literal_file(call: cst.Call) -> str | None:
     """The basename of a string-literal first argument, or None."""
     if call.args and isinstance(call.args[0].value, cst.SimpleString):
@@ -186,7 +178,10 @@ class _Sites(cst.CSTTransformer):
         self.done: list[int] = []
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        name, lit = _name(original.func), _literal_file(original)
+        func, lit = original.func, _literal_file(original)
+        name = (
+            func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        )
         for k, (i, want, site) in enumerate(self.todo):
             if want != name or (lit is not None and lit != str(site.file or "").rsplit("/", 1)[-1]):
                 continue
