@@ -164,7 +164,14 @@ def new_project(
                 raise TfreproError(f"{rel}: would overwrite a template file or leave the project")
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
             (out / rel).write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))  # as given
-        commit = _commit_baseline(out, f"tfrepro new: baseline from template {template} {repo.tag}")
+        import git
+
+        baseline = git.Repo.init(out)
+        baseline.git.add("--all", ".")
+        try:
+            commit = baseline.index.commit(f"tfrepro new: baseline from template {template} {repo.tag}").hexsha
+        except ValueError as e:  # no usable identity: gitpython's fallback failed
+            raise TfreproError(f"could not commit the baseline: {e}") from None
         check_destination(dest)  # nobody wrote there meanwhile
         if dest.exists():
             dest.rmdir()
@@ -213,15 +220,3 @@ def _run_copier(repo: TemplateRepo, out: Path, answers_in: Mapping[str, Any], de
     except CopierError as e:
         raise TfreproError(f"copier failed: {e}") from e
     return {k: v for k, v in worker.answers.combined.items() if not str(k).startswith("_")}
-
-
-def _commit_baseline(path: Path, message: str) -> str:
-    import git
-
-    repo = git.Repo.init(path)
-    repo.git.add("--all", ".")
-    try:
-        commit = repo.index.commit(message)
-    except ValueError as e:  # no usable identity: gitpython's fallback failed
-        raise TfreproError(f"could not commit the baseline: {e}") from None
-    return commit.hexsha
