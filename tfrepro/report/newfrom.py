@@ -145,7 +145,13 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
         files = {rel: _all_off(on if rel == ENTRY else t, rel) for rel, t in texts.items()}
     names = tuple(project.feature_names)
     loss = tuple(sorted(set(project.affects_loss) & set(names)))
-    kept = user_settings(project.manifest)
+    # the user's tfrepro.toml tables the new project keeps ({} without one)
+    path = project.manifest.path
+    data = tomllib.loads(Path(path).read_text(encoding="utf-8")) if path and Path(path).is_file() else {}
+    kept = {
+        t: {k: v for k, v in (data.get(t) or {}).items() if k not in NOT_CARRIED.get(t, set())} for t in CARRIED_TABLES
+    }
+    kept = {table: values for table, values in kept.items() if values}
     return FromScript(entry, files, names, loss, facts, tuple(commented), args, kept, got.data)
 
 
@@ -256,17 +262,6 @@ def summary_lines(got: FromScript) -> list[str]:
 
 CARRIED_TABLES = ("trial", "symptoms", "state")
 NOT_CARRIED = {"trial": {"entry", "command"}}
-
-
-def user_settings(manifest: Any) -> dict[str, dict[str, object]]:
-    """The user's tfrepro.toml tables the new project keeps ({} without one)."""
-    if not manifest.path or not Path(manifest.path).is_file():
-        return {}
-    data = tomllib.loads(Path(manifest.path).read_text(encoding="utf-8"))
-    kept = {
-        t: {k: v for k, v in (data.get(t) or {}).items() if k not in NOT_CARRIED.get(t, set())} for t in CARRIED_TABLES
-    }
-    return {table: values for table, values in kept.items() if values}
 
 
 def recorded_args(root: Path, entry: str) -> tuple[list[str], str | None]:
