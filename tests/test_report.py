@@ -20,7 +20,7 @@ from report_fakes import ScriptedRunner, build, make_project, make_run
 
 from tfrepro.cli import main
 from tfrepro.errors import UserError
-from tfrepro.report import events
+from tfrepro.report import tables
 from tfrepro.report.answer import Report
 from tfrepro.report.bundle import find_run
 from tfrepro.report.localize import enclosing_scope, parse_check_numerics
@@ -410,7 +410,7 @@ def test_setup_scan_reads_tf_keras_as_routing_does():
 
 
 def test_event_file_loads_in_tensorboard(tmp_path):
-    path = events.write_run(tmp_path / "run", {"loss": [2.5, 1.25, None], "step_time_ms": [4.0]})
+    path = tables.write_run(tmp_path / "run", {"loss": [2.5, 1.25, None], "step_time_ms": [4.0]})
     got = tb_read.scalars(path)
     assert got["loss"][:2] == [(1, 2.5), (2, 1.25)] and got["loss"][2][0] == 3 and math.isnan(got["loss"][2][1])
     assert got["step_time_ms"] == [(1, 4.0)]

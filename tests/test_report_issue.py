@@ -9,7 +9,7 @@ import re
 import pytest
 
 from tfrepro.report.answer import Report
-from tfrepro.report.issue import KERAS, KERAS_FORM, SHELL_FIELDS, TENSORFLOW, TF_FORM, TF_KERAS, render_issue, route
+from tfrepro.report.issue import KERAS, TENSORFLOW, TF_KERAS, render_issue, route
 
 ENV = {
     "tf_version": "2.21.0",
@@ -56,6 +56,36 @@ def doc(symptom: str, **extra) -> dict:
         "evidence": {"timing": {"ratio": 6.0, "p_value": 0.001}},
         **extra,
     }
+
+
+# tensorflow/tensorflow's bug form (its labels as GitHub shows them), in order.
+TF_FORM = (
+    "Issue type",
+    "Have you reproduced the bug with TensorFlow Nightly?",
+    "Source",
+    "TensorFlow version",
+    "Custom code",
+    "OS platform and distribution",
+    "Mobile device",
+    "Python version",
+    "Bazel version",
+    "GCC/compiler version",
+    "CUDA/cuDNN version",
+    "GPU model and memory",
+    "Current behavior?",
+    "Standalone code to reproduce the issue",
+    "Relevant log output",
+)
+# GitHub renders these as shell (a code block of their own)
+SHELL_FIELDS = frozenset({"Current behavior?", "Standalone code to reproduce the issue", "Relevant log output"})
+KERAS_FORM = (
+    "System information",
+    "Describe the problem",
+    "Describe the current behavior",
+    "Describe the expected behavior",
+    "Standalone code to reproduce the issue",
+    "Source code / logs",
+)
 
 
 def sections(text: str) -> list[tuple[str, str]]:

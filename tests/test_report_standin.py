@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tfrepro.report.answer import of
 from tfrepro.report.export import Export
 from tfrepro.report.reduce import choose_data
 from tfrepro.report.standin import Read, issue_lines, rewrite
@@ -98,7 +99,7 @@ def run(text: str) -> dict:
 
 
 def test_reads_become_seeded_data_of_the_recorded_spec():
-    text, replaced = rewrite(SCRIPT, [Read.of(s) for s in sorted(SOURCES, key=lambda s: s["at"])])
+    text, replaced = rewrite(SCRIPT, [of(Read, s) for s in sorted(SOURCES, key=lambda s: s["at"])])
     assert [s.file for s in replaced] == ["data/customers.csv", "data/labels.npy"]
     assert text.index("from __future__") < text.index("_tfrepro_data") and 'np.load(path_of("x.npy"))' in text
     scope = run(text.replace('np.load(path_of("x.npy"))', "None"))

@@ -15,7 +15,7 @@ from click.testing import CliRunner
 from gitrepo import GitRepo, isolated_git_env
 
 from tfrepro.cli import main
-from tfrepro.report import events
+from tfrepro.report import tables
 from tfrepro.report.tables import write_trial_tables
 
 STEPS = [0.5, 0.01, 0.002, 0.003, 0.003]  # steady (past the 3 warm-up steps): median 0.003, as written
@@ -106,7 +106,7 @@ def test_hparams_sessions_load_in_tensorboard(tmp_path):
     hp, metrics = groups["001_baseline"]
     assert hp == {"amp": False, "xla": False, "role": "baseline", "verdict": "ok"}
     assert metrics["shows_symptom"] == (5, 0.0) and metrics["median_step_ms"] == (5, pytest.approx(3.0))
-    loss = tb_read.scalars(run / "tensorboard" / "002_failing" / events.EVENT_FILE)["loss"]
+    loss = tb_read.scalars(run / "tensorboard" / "002_failing" / tables.EVENT_FILE)["loss"]
     assert loss[0] == (1, 1.0) and loss[1][0] == 2 and math.isnan(loss[1][1])
 
 
@@ -120,7 +120,7 @@ def test_writing_the_tables_does_not_import_tensorflow(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]" and out.stderr == ""
-    assert (run / "tensorboard" / "002_failing" / events.EVENT_FILE).stat().st_size > 0
+    assert (run / "tensorboard" / "002_failing" / tables.EVENT_FILE).stat().st_size > 0
 
 
 FEATURE_LOOP = """loss = 1.0

@@ -20,7 +20,7 @@ import pytest
 from report_fakes import PROJECT_SRC, ScriptedRunner, build, make_run
 
 from tfrepro.errors import UserError
-from tfrepro.report import events
+from tfrepro.report import tables
 from tfrepro.report.scrub import REDACTED, Scrubber
 from tfrepro.report.secretscan import Finding, raise_on_findings, scan_bundle
 
@@ -260,7 +260,7 @@ def test_report_json_counts_withheld_env_vars_without_naming_them(project):
 
 
 def test_event_files_do_not_carry_the_host_name(project, tmp_path):
-    path = events.write_run(tmp_path / "run", {"loss": [1.0, 0.5]})
+    path = tables.write_run(tmp_path / "run", {"loss": [1.0, 0.5]})
     assert path.name == "events.out.tfevents.tfrepro"
     b = build(make_run(project, "nan", ["mixed_precision"]), ScriptedRunner())
     names = [p.name for p in (b.out / "tensorboard").rglob("*") if p.is_file()]

@@ -189,8 +189,7 @@ def _new_from(script: Path, dest: Path | None, as_json: bool, args: tuple[str, .
     """`tfrepro new --from train.py [DEST] [-- ARGS]`: report/newfrom.py's files in the script template."""
     import shlex
 
-    from tfrepro.report.newfrom import export_script, load_script, summary_lines
-    from tfrepro.report.newsettings import recorded_args
+    from tfrepro.report.newfrom import export_script, load_script, recorded_args, summary_lines
     from tfrepro.scaffold.generate import check_destination, new_project
 
     project = load_script(script, args)  # bad input first (exit 2), nothing written

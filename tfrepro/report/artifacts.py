@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tfrepro.report.answer import Reproduction, of
 from tfrepro.report.records import ResultJson
-from tfrepro.report.tables import read_summary
+from tfrepro.report.tables import read_summary, safe_name, write_run
 from tfrepro.trials.slowdown import TimingRecord
 from tfrepro.trials.values import TrialResult
 
@@ -32,13 +32,11 @@ def load_trials(run_dir: Path, result: ResultJson) -> list[tuple[str, TrialResul
 def write_events(logdir: Path, trials: list[tuple[str, TrialResult]]) -> dict[str, str]:
     """One TensorBoard run per trial (written with tensorboardX: neither
     TensorFlow nor tensorboard is needed to write them)."""
-    from tfrepro.report import events
-
     if not trials:
         return {"tensorboard/": "skipped: the run kept no per-trial summaries"}
     for name, s in trials:
         ms, mb = [1000.0 * t for t in s.step_times], [v / 1e6 for v in s.rss_per_step]
-        events.write_run(logdir / events.safe_name(name, 120), {"loss": s.losses, "step_time_ms": ms, "rss_mb": mb})
+        write_run(logdir / safe_name(name, 120), {"loss": s.losses, "step_time_ms": ms, "rss_mb": mb})
     view = (
         "view them with `tensorboard --logdir tensorboard`"
         if have_tensorboard()

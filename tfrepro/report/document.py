@@ -51,6 +51,7 @@ def document(
     # the run's result fields answer.Evidence names; the replicas the trials ran with
     evidence = {f.name: result.get(f.name) for f in fields(Evidence)} | {"replicas": ctx.settings.replicas}
     reference = reproduction.reference if reproduction and ctx.symptom == "mismatch" else None
+    command = rerun_settings(ctx).command
     return Report(
         tfrepro_version=__version__,
         run_id=ctx.run_dir.name,
@@ -81,22 +82,17 @@ def document(
         setup=_setup_facts(export, reproduction, loc),
         reproduction=reproduction,
         localization=loc,
-        repro=_repro_facts(ctx, export),
+        repro=Repro(
+            entry=ENTRY,
+            files=sorted(export.cand_files),
+            code=export.cand_files[ENTRY],  # type: ignore[arg-type]
+            extra_imports=extra_imports(export.cand_files),
+            reference=export.ref_name,
+            diff=export.diff,
+            command=shlex.join(["python", *command[1:]]) if command else f"python {ENTRY}",
+        ),
         artifacts={**artifacts, **OWN_FILES},
         reference_trial=reference or None,
-    )
-
-
-def _repro_facts(ctx: Context, export: Export) -> Repro:
-    command = rerun_settings(ctx).command
-    return Repro(
-        entry=ENTRY,
-        files=sorted(export.cand_files),
-        code=export.cand_files[ENTRY],  # type: ignore[arg-type]
-        extra_imports=extra_imports(export.cand_files),
-        reference=export.ref_name,
-        diff=export.diff,
-        command=shlex.join(["python", *command[1:]]) if command else f"python {ENTRY}",
     )
 
 

@@ -88,14 +88,6 @@ def load_at(root: str | Path, entry: str | None, *, detect: bool = True) -> Any:
     return Project.load(script if script and script.is_file() else root, detect=detect, root=root)
 
 
-def export_variants(
-    result: ResultJson, project: Any, run_dir: Path, symptom: str, entry: str, scrub: Callable[[str], str]
-) -> Export:
-    """The run's culprit variant and its reference, exported and scrubbed."""
-    cand_cfg, ref_cfg, cand, ref = _variants(result, project, run_dir, symptom, entry)
-    return Export(cand_cfg, ref_cfg, {k: scrub(v) for k, v in cand.items()}, {k: scrub(v) for k, v in ref.items()})
-
-
 def bundle_files(project: Any, enabled: Iterable[str] | None, entry: str, *, markers: bool = False) -> dict[str, str]:
     """The variant as standalone files: the entry and the project modules it
     imports (transitively; never the project's other .py files), the entry
@@ -129,30 +121,28 @@ def carried_rel(rel: str, entry: str) -> str:
     return rel[len(here) + 1 :] if here and rel.startswith(here + "/") else rel
 
 
-def _variants(
-    result: ResultJson, project: Any, run_dir: Path, symptom: str, entry: str
-) -> tuple[list[str] | None, list[str] | None, dict[str, str], dict[str, str]]:
-    """(culprit config, reference config, their exported files). A config of
-    None means "as written": commit bisection keeps both ends' projects in
-    the run directory, and the good end is the reference."""
+def export_variants(
+    result: ResultJson, project: Any, run_dir: Path, symptom: str, entry: str, scrub: Callable[[str], str]
+) -> Export:
+    """The run's culprit variant and its reference, exported and scrubbed. A
+    config of None means "as written": commit bisection keeps both ends'
+    projects in the run directory, and the good end is the reference."""
     if result.get("first_bad_commit"):
         bad_dir, good_dir = result.get("first_bad_project"), result.get("good_project")
         if not (bad_dir and good_dir and Path(bad_dir).is_dir() and Path(good_dir).is_dir()):
             raise TfreproError(f"the run {run_dir} lacks the first bad commit's project; bisect again")
-        return (
-            None,
-            None,
-            # the checkouts are the projects: never the one found above them (.tfrepro/ sits in the user's)
-            bundle_files(load_at(bad_dir, entry, detect=False), None, entry),
-            bundle_files(load_at(good_dir, entry, detect=False), None, entry),
-        )
-    failed = result.get("status") == "baseline-fails"  # the baseline itself fails: every feature off
-    cand_cfg = [] if failed else sorted(result.get("culprit_config") or result.get("culprits") or [])
-    # the reference: without the culprits; of a mismatch, only the affects_loss features on (Contract 3)
-    culprits = set(result.get("culprits") or [])
-    keep = set(result.get("affects_loss") or []) if symptom == "mismatch" else set(cand_cfg) - culprits
-    ref_cfg = sorted(set(cand_cfg) & keep)
-    return cand_cfg, ref_cfg, bundle_files(project, cand_cfg, entry), bundle_files(project, ref_cfg, entry)
+        # the checkouts are the projects: never the one found above them (.tfrepro/ sits in the user's)
+        cand_cfg, ref_cfg = None, None
+        cand_at, ref_at = load_at(bad_dir, entry, detect=False), load_at(good_dir, entry, detect=False)
+    else:
+        failed = result.get("status") == "baseline-fails"  # the baseline itself fails: every feature off
+        cand_cfg = [] if failed else sorted(result.get("culprit_config") or result.get("culprits") or [])
+        # the reference: without the culprits; of a mismatch, only the affects_loss features on (Contract 3)
+        culprits = set(result.get("culprits") or [])
+        keep = set(result.get("affects_loss") or []) if symptom == "mismatch" else set(cand_cfg) - culprits
+        ref_cfg, cand_at, ref_at = sorted(set(cand_cfg) & keep), project, project
+    cand, ref = bundle_files(cand_at, cand_cfg, entry), bundle_files(ref_at, ref_cfg, entry)
+    return Export(cand_cfg, ref_cfg, {k: scrub(v) for k, v in cand.items()}, {k: scrub(v) for k, v in ref.items()})
 
 
 def write_files(dest: Path, files: Mapping[str, str], data: bytes | None = None, *, data_at: str = DATA) -> Path:

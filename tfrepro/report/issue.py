@@ -1,11 +1,11 @@
 """ISSUE.md from the report (pure: a `Report` in, markdown out).
 
 A TensorFlow bug follows TensorFlow's GitHub issue form field by field and
-in order (`TF_FORM`), so each section pastes into its field. The form's
+in order (`tensorflow_form`), so each section pastes into its field. The form's
 textareas rendered as shell (current behaviour, code, logs) are wrapped in a
 code block by GitHub itself: their sections hold plain text, no fences. A
 bug that follows Keras rather than TensorFlow (`route`, below) gets the Keras
-repository's form instead (`KERAS_FORM`: keras-team/keras's last bug
+repository's form instead (`keras_form`: keras-team/keras's last bug
 template, plain markdown, hence fenced code; the repository's issue page has
 had no form since Keras 3). After the form comes what it forgets
 (`issue_extra`). A field the run could not establish says so rather than guess.
@@ -33,34 +33,6 @@ from tfrepro.report.issue_extra import beyond_the_form, code, rerun_sentence
 from tfrepro.report.issue_text import SYMPTOM_WORDS, behaviour, cuda_line, gpu_line, log_output
 from tfrepro.report.scan import LEGACY_KERAS
 from tfrepro.trials.values import TrialResult
-
-# tensorflow/tensorflow's bug form (its labels as GitHub shows them), in order.
-TF_FORM = (
-    "Issue type",
-    "Have you reproduced the bug with TensorFlow Nightly?",
-    "Source",
-    "TensorFlow version",
-    "Custom code",
-    "OS platform and distribution",
-    "Mobile device",
-    "Python version",
-    "Bazel version",
-    "GCC/compiler version",
-    "CUDA/cuDNN version",
-    "GPU model and memory",
-    "Current behavior?",
-    "Standalone code to reproduce the issue",
-    "Relevant log output",
-)
-SHELL_FIELDS = frozenset({"Current behavior?", "Standalone code to reproduce the issue", "Relevant log output"})
-KERAS_FORM = (
-    "System information",
-    "Describe the problem",
-    "Describe the current behavior",
-    "Describe the expected behavior",
-    "Standalone code to reproduce the issue",
-    "Source code / logs",
-)
 
 
 def title(r: Report) -> str:
@@ -103,7 +75,7 @@ def tensorflow_form(r: Report) -> list[tuple[str, str]]:
     compiler = ("n/a (binary install)" if binary else "unknown") + (
         f"; TensorFlow built with {build['cpu_compiler']}" if build.get("cpu_compiler") else ""
     )
-    values = {
+    values = {  # tensorflow/tensorflow's bug form (its labels as GitHub shows them), in order
         "Issue type": "Performance" if r.symptom == "slowdown" else "Bug",
         "Have you reproduced the bug with TensorFlow Nightly?": nightly_answer(r.nightly),
         "Source": install_source(env),
@@ -120,7 +92,7 @@ def tensorflow_form(r: Report) -> list[tuple[str, str]]:
         "Standalone code to reproduce the issue": r.repro.code or "# (export unavailable)",
         "Relevant log output": log_output(r),
     }
-    return [(name, values[name]) for name in TF_FORM]
+    return list(values.items())
 
 
 def install_source(env: Env) -> str:
@@ -223,10 +195,13 @@ def route(r: Report) -> Route:
         return Route(keras_repo, "a version bisect found that the symptom follows the Keras version")
     if follows == "tensorflow":
         return Route(TENSORFLOW, "a version bisect found that the symptom follows the TensorFlow version")
-    switch = _keras_switch(r.repro.diff or "")
-    if switch == "tf_keras":
+    # the culprit's diff turns tf_keras on, or off (back to Keras 3)
+    lines = (r.repro.diff or "").splitlines()
+    added, removed = ("\n".join(x[1:] for x in lines if x[:1] == c and x[:3] != c * 3) for c in "+-")
+    on, off = bool(LEGACY_KERAS.search(added)), bool(LEGACY_KERAS.search(removed))
+    if on and not off:
         return Route(TF_KERAS, "the symptom appears when the culprit switches from Keras 3 to tf_keras")
-    if switch == "keras":
+    if off and not on:
         return Route(KERAS, "the symptom appears when the culprit switches from tf_keras to Keras 3")
     package = crash_package(r)
     if package:
@@ -234,17 +209,6 @@ def route(r: Report) -> Route:
             TF_KERAS if package == "tf_keras" else KERAS, f"the crash is raised inside the `{package}` package"
         )
     return Route(TENSORFLOW, "nothing points at Keras rather than TensorFlow")
-
-
-def _keras_switch(diff: str) -> str | None:
-    """ "tf_keras" when the culprit's diff turns tf_keras on, "keras" when it
-    turns it off (back to Keras 3), None when it does neither."""
-    lines = diff.splitlines()
-    added, removed = ("\n".join(x[1:] for x in lines if x[:1] == c and x[:3] != c * 3) for c in "+-")
-    on, off = bool(LEGACY_KERAS.search(added)), bool(LEGACY_KERAS.search(removed))
-    if on != off:
-        return "tf_keras" if on else "keras"
-    return None
 
 
 def crash_package(r: Report) -> str | None:

@@ -122,16 +122,11 @@ def localisation(r: Report) -> list[str]:
         return out + ["Localisation was not run.", ""]
     if not loc.found:
         return out + [f"Localisation with check_numerics (XLA off) found nothing: {loc.note}.", ""]
-    out += [
-        (f"Re-running `repro.py` under `tf.debugging.enable_check_numerics()` with XLA off: {loc.headline()}."),
-        "",
-    ]
+    out += [f"Re-running `repro.py` under `tf.debugging.enable_check_numerics()` with XLA off: {loc.headline()}.", ""]
     if (loc.settings or {}).get("loss_scale_start"):
         out += [
-            (
-                "(For this run the loss-scale optimizer started at scale 1, so the overflowing scaled gradients "
-                "that dynamic loss scaling expects and skips do not hide the first real non-finite value.)"
-            ),
+            "(For this run the loss-scale optimizer started at scale 1, so the overflowing scaled gradients "
+            "that dynamic loss scaling expects and skips do not hide the first real non-finite value.)",
             "",
         ]
     if loc.code:
@@ -219,10 +214,8 @@ def bundle_files(r: Report) -> list[str]:
     n = r.redacted_env_count or 0
     if n:
         out += [
-            (
-                f"_{n} secret-looking environment variable(s) were never recorded; "
-                "any of their values found in the bundle's texts was replaced by `<redacted>`._"
-            ),
+            f"_{n} secret-looking environment variable(s) were never recorded; "
+            "any of their values found in the bundle's texts was replaced by `<redacted>`._",
             "",
         ]
     return out

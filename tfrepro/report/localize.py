@@ -33,7 +33,6 @@ _KIND = re.compile(r"Tensor had ([^\n]*?) values")
 _DTYPE = re.compile(r"dtype: <dtype: '([^']+)'>")
 _SHAPE = re.compile(r"shape: (\([^)]*\)|\[[^\]]*\])")
 _INPUT = re.compile(r'Input tensors?[^:]*:\s*(?:\d+:\s*)?Tensor\("([^"]+)"')
-_GRAPH = re.compile(r'Graph name: "([^"]+)"')
 # Scope components Keras/TF add around a layer's ops, never a layer name.
 _NOT_LAYERS = {"CheckNumericsV2", "gradient_tape", "gradients", "while", "cond", "body"}
 

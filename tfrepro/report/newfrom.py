@@ -18,7 +18,18 @@ The same parts as the report, on the script as it is (no bisect run needed):
 Then the tail: a line after the last training call that reads what an OFF
 feature made is commented out (offtail.py), so `python repro.py` runs; the
 script's arguments go into repro.py as its default ones and the user's
-tfrepro.toml tables into the answers (newsettings.py, scriptargs.py).
+tfrepro.toml tables into the answers (scriptargs.py, below):
+
+- the arguments: those given after `--` (`tfrepro new --from train.py NEW
+  -- --epochs 3`), else those of `[trial] command`, else those of the
+  latest bisect run of the same script (its result.json records the trial
+  command, `tfrepro bisect train.py -- --epochs 3`). The new repro.py takes
+  them when it is given none (`scriptargs.default_args`), so `python
+  repro.py` and the new project's trials run as the script's did.
+- the settings: `[trial]` (but `entry` and `command`: the new project runs
+  `repro.py`), `[symptoms]` and `[state]`, as the user wrote them; they
+  become the template's `settings` answer, written into the new
+  tfrepro.toml. `[features.NAME]` tables are the `affects_loss` answer.
 
 Nothing here writes the user's files: trials run on copies, the new files
 are returned to the caller (`scaffold.generate.new_project(files=...)`).
@@ -26,9 +37,11 @@ are returned to the caller (`scaffold.generate.new_project(files=...)`).
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import tempfile
+import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,10 +50,12 @@ from typing import Any
 from tfrepro import features as fb
 from tfrepro.errors import UserError
 from tfrepro.report.export import DATA, ENTRY, Export, bundle_files, entry_of, write_files
-from tfrepro.report.newsettings import user_settings
 from tfrepro.report.offtail import comment_tail
+from tfrepro.report.records import run_dirs
 from tfrepro.report.scriptargs import default_args, script_args
 from tfrepro.report.standin import STANDABLE, DataFacts, named
+from tfrepro.settings import TrialSettings
+from tfrepro.trials.state import STATE_DIR_NAME
 from tfrepro.trials.values import TrialResult
 
 # (project, features ON) -> the trial's result. The default runs a real one.
@@ -130,7 +145,13 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
         files = {rel: _all_off(on if rel == ENTRY else t, rel) for rel, t in texts.items()}
     names = tuple(project.feature_names)
     loss = tuple(sorted(set(project.affects_loss) & set(names)))
-    kept = user_settings(project.manifest)
+    # the user's tfrepro.toml tables the new project keeps ({} without one)
+    path = project.manifest.path
+    data = tomllib.loads(Path(path).read_text(encoding="utf-8")) if path and Path(path).is_file() else {}
+    kept = {
+        t: {k: v for k, v in (data.get(t) or {}).items() if k not in NOT_CARRIED.get(t, set())} for t in CARRIED_TABLES
+    }
+    kept = {table: values for table, values in kept.items() if values}
     return FromScript(entry, files, names, loss, facts, tuple(commented), args, kept, got.data)
 
 
@@ -237,3 +258,26 @@ def summary_lines(got: FromScript) -> list[str]:
     for at in facts.unseen:
         out.append(f"data: the data fit trains on at {at} comes from a source tfrepro cannot see: the repro needs it")
     return out
+
+
+CARRIED_TABLES = ("trial", "symptoms", "state")
+NOT_CARRIED = {"trial": {"entry", "command"}}
+
+
+def recorded_args(root: Path, entry: str) -> tuple[list[str], str | None]:
+    """The script arguments of the latest bisect run of `entry` under `root`
+    (and that run's directory), or ([], None)."""
+    runs = root / STATE_DIR_NAME / "runs"
+    if not runs.is_dir():
+        return [], None
+    for run in reversed(run_dirs(runs)):
+        try:
+            settings = json.loads((run / "result.json").read_text(encoding="utf-8")).get("settings")
+        except (OSError, ValueError):
+            continue
+        if not isinstance(settings, dict):
+            continue
+        recorded = TrialSettings.from_dict(settings)
+        if recorded.entry == entry or entry in (recorded.command or ()):
+            return script_args(recorded, entry), str(run)
+    return [], None

@@ -22,13 +22,6 @@ _MODEL_WORDS = ("Sequential(", "keras.Model(", "keras.Input(", ".compile(", "lay
 _DATA_WORDS = ("Dataset", "np.random", "rng", ".batch(", "load", "TFRecord", "read_csv", "np.load")
 
 
-def pip_line(env: Env) -> str:
-    """The install cell: the exact versions the report's environment had."""
-    dists = (d or {} for d in (env.tf_dist, env.keras_dist, env.tf_keras_dist, env.numpy_dist))
-    pins = [f"{d['name']}=={d['version']}" for d in dists if d.get("version")]  # the probe names each dist
-    return "!pip install " + (" ".join(pins) if pins else "tensorflow numpy")
-
-
 def split_cells(source: str) -> list[tuple[str, str]]:
     """(section, code) chunks in source order: each top-level statement is
     imports/setup, layers and functions, data, model or training, and joins
@@ -100,9 +93,12 @@ def check_cell(symptom: str) -> str:
 def build(code: str, *, symptom: str, env: Env, title: str) -> nbformat.NotebookNode:
     """The notebook for `code` (the exported repro.py), validated."""
     doc = ast.get_docstring(ast.parse(code)) or ""
+    # the install cell: the exact versions the report's environment had (the probe names each dist)
+    dists = (d or {} for d in (env.tf_dist, env.keras_dist, env.tf_keras_dist, env.numpy_dist))
+    pins = [f"{d['name']}=={d['version']}" for d in dists if d.get("version")]
     cells = [
         v4.new_markdown_cell(f"# {title}\n\n{doc}\n\nRun all cells (in Colab: Runtime > Run all)."),
-        v4.new_code_cell(pip_line(env)),
+        v4.new_code_cell("!pip install " + (" ".join(pins) if pins else "tensorflow numpy")),
     ]
     for stage, chunk in split_cells(code):
         cells += [v4.new_markdown_cell(f"## {stage}"), v4.new_code_cell(chunk)]

@@ -7,8 +7,12 @@ seconds, `first_nonfinite_step`.
 
 from __future__ import annotations
 
+import atexit
 import math
+import os
+import shutil
 import statistics
+import tempfile
 from collections.abc import Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,15 +20,13 @@ from pathlib import Path
 from tfrepro.trials.values import TrialResult
 
 
-def _matplotlib():
-    """matplotlib on the Agg backend, its config and font cache in a temp dir
+@contextmanager
+def _figure(path: Path, title: str, xlabel: str | None, ylabel: str):
+    """A figure's axes to draw on; then labelled, titled, saved to `path` and
+    closed. No `xlabel`: a box plot (a grid across only, no legend).
+    matplotlib on the Agg backend, its config and font cache in a temp dir
     of ours: importing it must not create ~/.config/matplotlib (tfrepro
     writes nothing of the user's, its own processes included)."""
-    import atexit
-    import os
-    import shutil
-    import tempfile
-
     if "MPLCONFIGDIR" not in os.environ:
         scratch = tempfile.mkdtemp(prefix="tfrepro-mpl-")
         atexit.register(shutil.rmtree, scratch, True)
@@ -32,14 +34,6 @@ def _matplotlib():
     import matplotlib
 
     matplotlib.use("Agg", force=True)
-    return matplotlib
-
-
-@contextmanager
-def _figure(path: Path, title: str, xlabel: str | None, ylabel: str):
-    """A figure's axes to draw on; then labelled, titled, saved to `path` and
-    closed. No `xlabel`: a box plot (a grid across only, no legend)."""
-    _matplotlib()
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)

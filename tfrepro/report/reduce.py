@@ -83,22 +83,18 @@ def read_records(root: Path, site: Read) -> Records | None:
     if call in TEXT_CALLS:
         lines = data.splitlines(keepends=True)
         return Records(site, "text", path.suffix, lines[1:], header=lines[0] if lines else b"")
-    if call == "tf.data.TFRecordDataset":
-        return Records(site, "tfrecord", path.suffix, _frames(data))
-    return None
+    if call != "tf.data.TFRecordDataset":
+        return None
+    frames, at = [], 0  # each: length (8 bytes), its CRC (4), the payload, its CRC (4)
+    while at + 12 <= len(data):
+        (n,) = struct.unpack("<Q", data[at : at + 8])
+        frames.append(data[at + 12 : at + 12 + n])
+        at += 12 + n + 4
+    return Records(site, "tfrecord", path.suffix, frames)
 
 
 def count(r: Records) -> int:
     return len(r.items[0]) if r.kind == "npy" else len(r.items)
-
-
-def _frames(data: bytes) -> list[bytes]:
-    out, at = [], 0
-    while at + 12 <= len(data):
-        (n,) = struct.unpack("<Q", data[at : at + 8])
-        out.append(data[at + 12 : at + 12 + n])
-        at += 12 + n + 4
-    return out
 
 
 def reduce_records(n: int, chunk: int, test: Callable[[list[int]], bool]) -> tuple[list[int], int]:

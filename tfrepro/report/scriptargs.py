@@ -111,24 +111,21 @@ if len(_gpus) < {n}:
 """
 
 
-def _insert_at(source: str) -> int | None:
-    """The line index after the first top-level `import tensorflow` /
-    `from tensorflow ...`, else after the docstring and `__future__` imports
-    (None: the top, past a shebang and coding lines)."""
-    try:
-        body = ast.parse(source).body
-    except SyntaxError:
-        body = []
-    for node in body:
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
-            if any(name.partition(".")[0] == "tensorflow" for name in names):
-                return node.end_lineno or node.lineno
-    return preamble_end(body)
-
-
 def with_split(source: str, n: int | None) -> str:
     """`source` with the split of one device into `n` (nothing for n <= 1)."""
     if not n or n <= 1:
         return source
-    return insert_lines(source, _insert_at(source), _SPLIT.format(n=n, mb=GPU_REPLICA_MB))
+    try:
+        body = ast.parse(source).body
+    except SyntaxError:
+        body = []
+    # after the first top-level `import tensorflow` / `from tensorflow ...`, else after the
+    # docstring and `__future__` imports (None: the top, past a shebang and coding lines)
+    at = preamble_end(body)
+    for node in body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
+            if any(name.partition(".")[0] == "tensorflow" for name in names):
+                at = node.end_lineno or node.lineno
+                break
+    return insert_lines(source, at, _SPLIT.format(n=n, mb=GPU_REPLICA_MB))

@@ -347,7 +347,17 @@ class Scrubber:
         text = _SHORT_ASSIGNMENT.sub(_redact_group("v", _is_short_name_secret), text)
         text = _NAME_VALUE_PAIR.sub(_redact_group("v"), text)
         text = _ASSIGNMENT.sub(_redact_group(2, _is_bare_secret), text)
-        text = _scrub_forms(text)
+        # auth pairs, Authorization headers, webhook and signed URLs, credential-looking option defaults,
+        # secrets named in comments
+        text = _AUTH_PAIR.sub(_redact_group("v"), text)
+        text = _AUTH_HEADER.sub(_redact_group(2, lambda m: not _NOT_A_VALUE.match(m.group(2))), text)
+        text = _BASIC.sub(_redact_group(2, lambda m: _is_basic_credential(m.group(2))), text)
+        for p in _WEBHOOKS:
+            text = p.sub(_redact_group(2), text)
+        text = _SECRET_QUERY.sub(_redact_group(2, lambda m: not _NOT_A_VALUE.match(m.group(2))), text)
+        for p in (_OPTION_DEFAULT, _ABSL_DEFAULT):
+            text = p.sub(_redact_group("v", _is_option_secret), text)
+        text = _COMMENT_SECRET.sub(_redact_group(2, _is_comment_secret), text)
         text = _RANDOM_LOOKING.sub(lambda m: REDACTED if _is_random_looking(m.group(0)) else m.group(0), text)
         for h in self.homes:
             # Only as a path prefix: "/home/al" must not eat "/home/alice".
@@ -363,20 +373,6 @@ class Scrubber:
         if isinstance(obj, (list, tuple)):
             return [self.scrub_obj(v) for v in obj]
         return obj
-
-
-def _scrub_forms(text: str) -> str:
-    """Auth pairs, Authorization headers, webhook and signed URLs,
-    credential-looking option defaults, secrets named in comments."""
-    text = _AUTH_PAIR.sub(_redact_group("v"), text)
-    text = _AUTH_HEADER.sub(_redact_group(2, lambda m: not _NOT_A_VALUE.match(m.group(2))), text)
-    text = _BASIC.sub(_redact_group(2, lambda m: _is_basic_credential(m.group(2))), text)
-    for p in _WEBHOOKS:
-        text = p.sub(_redact_group(2), text)
-    text = _SECRET_QUERY.sub(_redact_group(2, lambda m: not _NOT_A_VALUE.match(m.group(2))), text)
-    for p in (_OPTION_DEFAULT, _ABSL_DEFAULT):
-        text = p.sub(_redact_group("v", _is_option_secret), text)
-    return _COMMENT_SECRET.sub(_redact_group(2, _is_comment_secret), text)
 
 
 def _is_basic_credential(value: str) -> bool:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
+from tfrepro.report.answer import of
 from tfrepro.report.records import DataDoc, ResultJson
 
 if TYPE_CHECKING:
@@ -102,10 +103,6 @@ class Read:
     at: str | None = None
     value: dict[str, Any] | None = None
 
-    @classmethod
-    def of(cls, doc: Mapping[str, Any]) -> Read:
-        return cls(doc.get("call"), doc.get("file"), doc.get("at"), doc.get("value"))
-
     def brief(self) -> dict[str, Any]:
         """The read as report.json names it."""
         v = self.value or {}
@@ -155,14 +152,6 @@ class DataFacts:
         return doc
 
 
-def _name(func: cst.BaseExpression) -> str | None:
-    if isinstance(func, cst.Attribute):
-        return func.attr.value
-    if isinstance(func, cst.Name):
-        return func.value
-    return None
-
-
 def _literal_file(call: cst.Call) -> str | None:
     """The basename of a string-literal first argument, or None."""
     if call.args and isinstance(call.args[0].value, cst.SimpleString):
@@ -189,7 +178,10 @@ class _Sites(cst.CSTTransformer):
         self.done: list[int] = []
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        name, lit = _name(original.func), _literal_file(original)
+        func, lit = original.func, _literal_file(original)
+        name = (
+            func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
+        )
         for k, (i, want, site) in enumerate(self.todo):
             if want != name or (lit is not None and lit != str(site.file or "").rsplit("/", 1)[-1]):
                 continue
@@ -261,7 +253,7 @@ def recorded(result: ResultJson, entry: str) -> tuple[DataFacts, list[Read], int
     see), the reads of `entry` (one per call site, its first read, in line
     order) and the first fit's batches per epoch (the reduction's chunk count)."""
     data = _data(result, "sources", "fits")
-    sources = tuple(Read.of(s) for s in data.get("sources") or [])
+    sources = tuple(of(Read, s) or Read() for s in data.get("sources") or [])
     fits = _data(result, "fits").get("fits") or []
     unseen = tuple(str(f.get("at")) for f in fits if not f.get("sources_seen") and f.get("kind") != "arrays")
     firsts = {str(s.at): s for s in reversed(sources) if str(s.at or "").rsplit(":", 1)[0] == entry}

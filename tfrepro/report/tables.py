@@ -10,6 +10,13 @@ run directory, written after every bisect (feature, commit or version mode).
 `tensorboard --logdir <run_dir>/tensorboard` shows them (HParams tab). Read
 from result.json's trials table and each trial's summary.json; written with
 tensorboardX (no TensorFlow).
+
+An event file (`write_run`; one run directory holds one): each series as
+`simple_value` scalars at steps 1, 2, ... (TensorBoard's scalars dashboard),
+optionally an HParams session (the HParams dashboard: one session per trial,
+its hparams and metrics). tensorboardX supplies the protocol buffers, the
+HParams plugin data and the TFRecord framing; it is imported only when a
+file is written.
 """
 
 from __future__ import annotations
@@ -17,11 +24,12 @@ from __future__ import annotations
 import csv
 import json
 import math
+import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from tfrepro.report import events
 from tfrepro.report.records import ResultJson
 from tfrepro.trials.values import TrialResult, TrialRow
 
@@ -101,14 +109,6 @@ def _cell(v: Any) -> Any:
     return v
 
 
-def write_csv(path: Path, rows: list[Row]) -> Path:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(COLUMNS)
-        w.writerows([_cell(getattr(r, c)) for c in COLUMNS] for r in rows)
-    return path
-
-
 def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time: float) -> None:
     """One HParams session per trial under `logdir`."""
     for r in rows:
@@ -123,8 +123,8 @@ def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time:
             hparams["label"] = r.label
         hparams |= {"role": r.role, "verdict": r.verdict or "unknown"}
         scalars = {"loss": s.losses, "step_time_ms": [1000.0 * t for t in s.step_times]}
-        events.write_run(
-            logdir / f"{r.index:03d}_{events.safe_name(r.role, 80)}",
+        write_run(
+            logdir / f"{r.index:03d}_{safe_name(r.role, 80)}",
             scalars,
             wall_time=wall_time,
             hparams=hparams,
@@ -135,13 +135,78 @@ def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time:
 def write_trial_tables(run_dir: Path) -> dict[str, Path]:
     """trials.csv and tensorboard/ (HParams) of a finished run; {} when the
     run has no trials table."""
-    import time
-
     run_dir = Path(run_dir)
     result: ResultJson = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
     rows = trial_rows(run_dir, result.get("trials_table") or [])
     if not rows:
         return {}
-    csv_path = write_csv(run_dir / "trials.csv", rows)
+    with open(run_dir / "trials.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.writer(f)
+        w.writerow(COLUMNS)
+        w.writerows([_cell(getattr(r, c)) for c in COLUMNS] for r in rows)
     write_hparams(run_dir / "tensorboard", rows, list(result.get("features") or []), time.time())
-    return {"trials.csv": csv_path, "tensorboard": run_dir / "tensorboard"}
+    return {"trials.csv": run_dir / "trials.csv", "tensorboard": run_dir / "tensorboard"}
+
+
+# TensorBoard reads any file whose name holds "tfevents"; the usual name
+# carries the host name and process id, which a bundle meant for a public
+# tracker must not (one run per directory: one fixed name is enough).
+EVENT_FILE = "events.out.tfevents.tfrepro"
+
+HParams = Mapping[str, bool | int | float | str]
+
+
+def write_run(
+    logdir: Path,
+    scalars: Mapping[str, Sequence[float | None]],
+    *,
+    wall_time: float | None = None,
+    hparams: HParams | None = None,
+    metrics: Mapping[str, tuple[int, float]] | None = None,
+) -> Path:
+    """One event file in `logdir` holding each series as scalars at steps
+    1, 2, ...; None (a non-finite loss in result.json) is written as NaN,
+    which TensorBoard shows at the step it happened. `hparams`: this run is
+    one HParams session with those values; `metrics`: tag -> (step, value),
+    the session's metrics (written as scalars, as the HParams plugin reads them)."""
+    from tensorboardX.proto.event_pb2 import Event
+    from tensorboardX.proto.plugin_hparams_pb2 import HParamsPluginData
+    from tensorboardX.proto.summary_pb2 import Summary
+    from tensorboardX.record_writer import RecordWriter
+    from tensorboardX.summary import hparams as hparams_summaries
+
+    def scalar(tag: str, v: float) -> Summary:  # not summary.scalar: it warns on NaN, which we mean
+        return Summary(value=[Summary.Value(tag=tag, simple_value=v)])
+
+    logdir.mkdir(parents=True, exist_ok=True)
+    t = time.time() if wall_time is None else wall_time
+    path = logdir / EVENT_FILE
+    writer = RecordWriter(str(path))
+    try:
+        writer.write(Event(wall_time=t, step=0, file_version="brain.Event:2").SerializeToString())
+
+        def put(step: int, summary) -> None:
+            writer.write(Event(wall_time=t, step=step, summary=summary).SerializeToString())
+
+        if hparams is not None:
+            # The session start only: TensorBoard infers the experiment
+            # (hparam domains, metric names) from the sessions it finds.
+            _, start, _ = hparams_summaries(dict(hparams), dict(metrics or {}))
+            plugin = start.value[0].metadata.plugin_data
+            data = HParamsPluginData.FromString(plugin.content)
+            data.session_start_info.start_time_secs = t
+            plugin.content = data.SerializeToString()
+            put(0, start)
+        for tag, series in scalars.items():
+            for i, v in enumerate(series, 1):
+                put(i, scalar(tag, math.nan if v is None else float(v)))
+        for tag, (step, v) in (metrics or {}).items():
+            put(step, scalar(tag, v))
+    finally:
+        writer.close()
+    return path
+
+
+def safe_name(name: str, limit: int) -> str:
+    """`name` as a run directory's name: only letters, digits and `+-_.`, at most `limit` characters."""
+    return "".join(c if c.isalnum() or c in "+-_." else "_" for c in name)[:limit]

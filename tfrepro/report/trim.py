@@ -104,12 +104,8 @@ def trim_source(text: str) -> tuple[str, list[str]]:
     changes: list[str] = []
     for _ in range(3):  # removing one thing can make an import unused
         counts = _names(tree)
-        imported = {
-            _bound(a)
-            for s in m.findall(tree, m.Import() | m.ImportFrom())
-            if not isinstance(s.names, cst.ImportStar)
-            for a in s.names
-        }  # type: ignore[attr-defined]
+        imports = [s for s in m.findall(tree, m.Import() | m.ImportFrom()) if not isinstance(s.names, cst.ImportStar)]
+        imported = {_bound(a) for s in imports for a in s.names}  # type: ignore[attr-defined]
         unused = set() if counts["__all__"] else {n for n in imported if not counts[n]}
         t = _Trim(_scope_only_strategies(tree, counts), unused)
         new = tree.visit(t)

@@ -58,15 +58,6 @@ def questions(repo: TemplateRepo) -> dict[str, dict[str, Any]]:
     return {k: (v if isinstance(v, dict) else {"default": v}) for k, v in config.items() if not k.startswith("_")}
 
 
-def _choice_values(spec: Mapping[str, Any]) -> list[Any] | None:
-    choices = spec.get("choices")
-    if choices is None:
-        return None
-    if isinstance(choices, dict):
-        return list(choices.values())
-    return [c[1] if isinstance(c, (list, tuple)) and len(c) == 2 else c for c in choices]
-
-
 def validate_data(data: Mapping[str, Any], specs: Mapping[str, Mapping[str, Any]], template: str) -> dict[str, Any]:
     """Answers given on the command line -> values copier accepts, or a
     UserError naming the key and what it accepts. Types and ranges are left
@@ -75,12 +66,13 @@ def validate_data(data: Mapping[str, Any], specs: Mapping[str, Mapping[str, Any]
     askable = {k: s for k, s in specs.items() if s.get("when") is not False}
     for key, value in data.items():
         if key not in askable:
-            raise UserError(
-                f"template {template!r} has no question {key!r}",
-                hint="questions: " + ", ".join(askable),
-            )
+            raise UserError(f"template {template!r} has no question {key!r}", hint="questions: " + ", ".join(askable))
         spec = askable[key]
-        choices = _choice_values(spec)
+        choices = spec.get("choices")
+        if isinstance(choices, dict):
+            choices = list(choices.values())
+        elif choices is not None:
+            choices = [c[1] if isinstance(c, (list, tuple)) and len(c) == 2 else c for c in choices]
         if spec.get("multiselect"):
             items = value if isinstance(value, list) else [x.strip() for x in str(value).split(",") if x.strip()]
             unknown = [x for x in items if choices is not None and x not in choices]
@@ -111,8 +103,7 @@ MAX_FLOAT = 1e6
 
 
 def _check_text(key: str, value: str) -> None:
-    bad = _BAD_TEXT.search(value)
-    if bad:
+    if bad := _BAD_TEXT.search(value):
         raise UserError(
             f"{key} must be one line of printable text; it holds {bad.group(0)!r} at position {bad.start()}",
             hint=f"e.g. --data {key}=data/train.npz",
@@ -172,10 +163,15 @@ def new_project(
             if (out / rel).exists() or Path(rel).is_absolute() or ".." in Path(rel).parts:
                 raise TfreproError(f"{rel}: would overwrite a template file or leave the project")
             (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            (out / rel).write_bytes(
-                content if isinstance(content, bytes) else content.encode("utf-8")
-            )  # newlines as given
-        commit = _commit_baseline(out, f"tfrepro new: baseline from template {template} {repo.tag}")
+            (out / rel).write_bytes(content if isinstance(content, bytes) else content.encode("utf-8"))  # as given
+        import git
+
+        baseline = git.Repo.init(out)
+        baseline.git.add("--all", ".")
+        try:
+            commit = baseline.index.commit(f"tfrepro new: baseline from template {template} {repo.tag}").hexsha
+        except ValueError as e:  # no usable identity: gitpython's fallback failed
+            raise TfreproError(f"could not commit the baseline: {e}") from None
         check_destination(dest)  # nobody wrote there meanwhile
         if dest.exists():
             dest.rmdir()
@@ -224,15 +220,3 @@ def _run_copier(repo: TemplateRepo, out: Path, answers_in: Mapping[str, Any], de
     except CopierError as e:
         raise TfreproError(f"copier failed: {e}") from e
     return {k: v for k, v in worker.answers.combined.items() if not str(k).startswith("_")}
-
-
-def _commit_baseline(path: Path, message: str) -> str:
-    import git
-
-    repo = git.Repo.init(path)
-    repo.git.add("--all", ".")
-    try:
-        commit = repo.index.commit(message)
-    except ValueError as e:  # no usable identity: gitpython's fallback failed
-        raise TfreproError(f"could not commit the baseline: {e}") from None
-    return commit.hexsha

@@ -67,17 +67,6 @@ def available_templates(source: str | Path | None = None) -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "copier.yml").is_file() and not p.name.startswith("_"))
 
 
-def template_version(source: str | Path | None = None) -> str:
-    """The templates' version (one for all: they share the feature catalog)."""
-    path = template_source(source) / VERSION_FILE
-    try:
-        text = path.read_text(encoding="utf-8").strip()
-        Version(text)
-    except (OSError, InvalidVersion) as e:
-        raise TfreproError(f"{path}: not a readable PEP 440 version ({e})") from None
-    return text
-
-
 def check_template(name: str, source: str | Path | None = None) -> None:
     names = available_templates(source)
     if name not in names:
@@ -109,7 +98,12 @@ def ensure_template_repo(name: str, *, source: str | Path | None = None) -> Temp
     import git
 
     check_template(name, source)
-    version = template_version(source)
+    path = template_source(source) / VERSION_FILE  # one version for all: they share the feature catalog
+    try:
+        version = path.read_text(encoding="utf-8").strip()
+        Version(version)
+    except (OSError, InvalidVersion) as e:
+        raise TfreproError(f"{path}: not a readable PEP 440 version ({e})") from None
     root = cache_dir()
     repo_path = root / name
     root.mkdir(parents=True, exist_ok=True)
