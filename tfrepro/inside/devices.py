@@ -116,7 +116,7 @@ def pin_compile(args: tuple, kwargs: dict, config: dict) -> tuple[dict, bool]:
 
 def precision_policy(keras, model=None) -> str | None:
     """`model`'s precision policy, else the global one of `keras` (the
-    script's Keras module, harness.keras_module; runtimeprobe.py: the one
+    script's Keras module, harness.keras_module; envprobe.runtime: the one
     `tf.keras` is; None: not imported)."""
     name = getattr(getattr(model, "dtype_policy", None), "name", None)
     if name is not None:
@@ -129,7 +129,7 @@ def precision_policy(keras, model=None) -> str | None:
 
 def read(f):
     """f(), or "unavailable: <error type>" where it raises: a setting that
-    cannot be read never hides the others (here and runtimeprobe.py)."""
+    cannot be read never hides the others (here and envprobe.runtime)."""
     try:
         return f()
     except Exception as e:
@@ -139,7 +139,7 @@ def read(f):
 def tf_settings(tf) -> dict:
     """Op determinism and eager `tf.function`s, as TensorFlow has them now:
     the one reading, for the plugins (`ctx.tf_settings()`) and
-    runtimeprobe.py (each a bool, or what `read` says)."""
+    envprobe.runtime (each a bool, or what `read` says)."""
     return {
         "op_determinism": read(lambda: bool(_op_determinism())),
         "run_functions_eagerly": read(lambda: bool(tf.config.functions_run_eagerly())),
