@@ -171,7 +171,7 @@ def batch_outputs(data) -> dict:
     """The batch a train step got as extra outputs of the step (graph
     tensors): one per leaf, keyed by its keys joined with "/" ("0" = x,
     "1" = y, "2" = sample weights, "0/name" for a dict input), the names
-    of batch.npz (harness_nanstate.py) and of `Recorder.see_batch`."""
+    of batch.npz (harness_keras.StateSaver) and of `Recorder.see_batch`."""
     return {"/".join(map(str, keys)): leaf for keys, leaf in leaves(data)}
 
 
