@@ -327,52 +327,38 @@ def _logits_mismatch(loss: dict, act: str | None) -> tuple[str, str] | None:
 def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
     """The short run's failure when it did not run through: a timeout, a
     non-finite loss or weights, a crash, no training step at all."""
-    n = len(result.losses)
+    n, step, status = len(result.losses), result.first_nonfinite_step, CheckStatus.FAIL
     if result.timed_out:
-        return item(
-            "short_run",
-            CheckStatus.FAIL,
-            f"the run timed out after {n} step(s)",
-            evidence,
-            "raise [trial] timeout_s, or look for a hang in the input pipeline",
-        )
-    if result.first_nonfinite_step is not None:
-        return item(
-            "short_run",
-            CheckStatus.FAIL,
-            f"the loss became {result.losses[result.first_nonfinite_step - 1]} at step {result.first_nonfinite_step}",
-            evidence + _loss_head(result.losses),
+        summary = f"the run timed out after {n} step(s)"
+        fix = "raise [trial] timeout_s, or look for a hang in the input pipeline"
+    elif step is not None:
+        summary = f"the loss became {result.losses[step - 1]} at step {step}"
+        evidence = evidence + _loss_head(result.losses)
+        fix = (
             "lower the learning rate, look at the inputs (check 3), clip gradients; "
-            "`tf.debugging.enable_check_numerics()` names the first op",
+            "`tf.debugging.enable_check_numerics()` names the first op"
         )
-    if result.weights_finite is False:
+    elif result.weights_finite is False:
         names = ", ".join(result.nonfinite_weights[:4]) + (" ..." if len(result.nonfinite_weights) > 4 else "")
-        return item(
-            "short_run",
-            CheckStatus.FAIL,
-            f"weights hold NaN/Inf after {n} step(s): {names}",
-            evidence + _loss_head(result.losses),
-            "a ReLU turns NaN into 0 and hides it from the loss: look at the inputs (check 3) and the learning rate",
-        )
-    if result.crashed:
-        return item(
-            "short_run",
-            CheckStatus.FAIL,
-            f"the run crashed after {n} step(s): {result.error}",
-            evidence,
-            "fix the error above (the trial's log is in .tfrepro/)",
-        )
-    if n == 0 and result.mode == "none":
-        return item(
-            "short_run",
-            CheckStatus.SKIP,
+        summary = f"weights hold NaN/Inf after {n} step(s): {names}"
+        evidence = evidence + _loss_head(result.losses)
+        fix = "a ReLU turns NaN into 0 and hides it from the loss: look at the inputs (check 3) and the learning rate"
+    elif result.crashed:
+        summary = f"the run crashed after {n} step(s): {result.error}"
+        fix = "fix the error above (the trial's log is in .tfrepro/)"
+    elif n == 0 and result.mode == "none":
+        status = CheckStatus.SKIP
+        summary = (
             "no training step was seen: Model.fit never ran, no optimizer applied gradients, and the script "
-            "printed no `step=<int> loss=<float>` line",
-            evidence,
-            "a custom loop is measured at its optimizer's apply_gradients/apply; one that updates the weights "
-            "otherwise can print `step=N loss=X` per step",
+            "printed no `step=<int> loss=<float>` line"
         )
-    return None
+        fix = (
+            "a custom loop is measured at its optimizer's apply_gradients/apply; one that updates the weights "
+            "otherwise can print `step=N loss=X` per step"
+        )
+    else:
+        return None
+    return item("short_run", status, summary, evidence, fix)
 
 
 def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:

@@ -424,27 +424,23 @@ def check_weights() -> tuple[bool | None, list[str]]:
         return None, []
     import numpy as np
 
-    checked, bad, seen = 0, [], set()
+    weights = {}  # each variable once, in the order the models hold them
     for model in user_models():
+        with contextlib.suppress(Exception):
+            weights.update({id(w): w for w in model.weights})
+    checked, bad = 0, []
+    for w in weights.values():
         try:
-            weights = model.weights
+            a = np.asarray(w.numpy())
+            if a.dtype.kind not in "fc":
+                if a.dtype.kind != "V":
+                    continue
+                a = a.astype(np.float32)  # bfloat16 and friends
+            checked += 1
+            if not np.isfinite(a).all():
+                bad.append(getattr(w, "path", None) or w.name)
         except Exception:
-            continue
-        for w in weights:
-            if id(w) in seen:
-                continue
-            seen.add(id(w))
-            try:
-                a = np.asarray(w.numpy())
-                if a.dtype.kind not in "fc":
-                    if a.dtype.kind != "V":
-                        continue
-                    a = a.astype(np.float32)  # bfloat16 and friends
-                checked += 1
-                if not np.isfinite(a).all():
-                    bad.append(getattr(w, "path", None) or w.name)
-            except Exception:
-                H.note_error("weight check")
+            H.note_error("weight check")
     if not checked:
         return None, []
     return not bad, bad

@@ -58,13 +58,7 @@ def split_element(el) -> tuple:
 
 
 def _moments(a, integral: bool) -> dict:
-    return {
-        "min": float(a.min()),
-        "max": float(a.max()),
-        "mean": float(a.mean()),
-        "std": float(a.std()),
-        "integral": integral,
-    }
+    return {**{k: float(getattr(a, k)()) for k in ("min", "max", "mean", "std")}, "integral": integral}
 
 
 def tensor_stats(name: str, value, np) -> dict:
