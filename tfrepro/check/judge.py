@@ -77,13 +77,8 @@ def check_environment(result: TrialResult) -> CheckItem:
                 "check the driver (`nvidia-smi`), CUDA_VISIBLE_DEVICES, and TensorFlow's start-up log "
                 "for 'Could not load dynamic library' / 'Cannot dlopen'"
             )
-        return item(
-            "environment",
-            CheckStatus.WARN,
-            f"{versions}; a GPU is expected ({env.get('gpu_expected_why')}) but TensorFlow sees none",
-            evidence,
-            fix,
-        )
+        summary = f"{versions}; a GPU is expected ({env.get('gpu_expected_why')}) but TensorFlow sees none"
+        return item("environment", CheckStatus.WARN, summary, evidence, fix)
     gpu_text = f"{gpus} GPU" if gpus else "no GPU (none expected)"
     return item("environment", CheckStatus.PASS, f"{versions}; {gpu_text}", evidence)
 
@@ -374,21 +369,14 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
     head = sum(result.losses[:w]) / w
     tail = sum(result.losses[-w:]) / w
     evidence.append(f"mean of the first {w} steps: {fmt_num(head)}; of the last {w}: {fmt_num(tail)}")
+    trend = f"({fmt_num(head)} → {fmt_num(tail)} over {n} steps)"
     if tail < head - options.fall_fraction * abs(head):
-        return item(
-            "short_run",
-            CheckStatus.PASS,
-            f"the loss falls ({fmt_num(head)} → {fmt_num(tail)} over {n} steps) and stays finite",
-            evidence,
-        )
-    return item(
-        "short_run",
-        CheckStatus.FAIL,
-        f"the loss does not fall ({fmt_num(head)} → {fmt_num(tail)} over {n} steps)",
-        evidence,
+        return item("short_run", CheckStatus.PASS, f"the loss falls {trend} and stays finite", evidence)
+    fix = (
         "check the learning rate, that the optimizer updates model.trainable_variables, "
-        "that custom loops pass training=True, and the labels (check 3)",
+        "that custom loops pass training=True, and the labels (check 3)"
     )
+    return item("short_run", CheckStatus.FAIL, f"the loss does not fall {trend}", evidence, fix)
 
 
 def _loss_head(losses: Sequence[float], k: int = 5) -> list[str]:
@@ -409,34 +397,22 @@ def check_parameters(result: TrialResult, options: CheckOptions = CheckOptions()
     total = tr + nt
     summary = f"{total:,} parameters: {tr:,} trainable, {nt:,} non-trainable (model {model.get('name')!r})"
     evidence = [f"model {model.get('name')!r} ({model.get('class')}), output width {model.get('output_width')}"]
-    if options.expect_params is not None:
-        evidence.append(f"expected: {options.expect_params:,} in total")
-        if total != options.expect_params:
-            return item(
-                "parameters",
-                CheckStatus.FAIL,
-                f"{summary}; expected {options.expect_params:,}",
-                evidence,
-                "compare `model.summary()` with the architecture you meant (layer widths, a frozen "
-                "or missing block, a model built on the wrong input shape)",
-            )
-    if total == 0:
-        return item(
-            "parameters",
-            CheckStatus.WARN,
-            f"model {model.get('name')!r} has no parameters (never built?)",
-            evidence,
-            "build the model (keras.Input or a first call) before training",
+    status, fix, expected = CheckStatus.PASS, None, options.expect_params
+    if expected is not None:
+        evidence.append(f"expected: {expected:,} in total")
+    if expected is not None and total != expected:
+        status, summary = CheckStatus.FAIL, f"{summary}; expected {expected:,}"
+        fix = (
+            "compare `model.summary()` with the architecture you meant (layer widths, a frozen "
+            "or missing block, a model built on the wrong input shape)"
         )
-    if tr == 0:
-        return item(
-            "parameters",
-            CheckStatus.WARN,
-            f"{summary}: nothing can train",
-            evidence,
-            "set `trainable = True` on the layers meant to learn",
-        )
-    return item("parameters", CheckStatus.PASS, summary, evidence)
+    elif total == 0:
+        status, summary = CheckStatus.WARN, f"model {model.get('name')!r} has no parameters (never built?)"
+        fix = "build the model (keras.Input or a first call) before training"
+    elif tr == 0:
+        status, summary = CheckStatus.WARN, f"{summary}: nothing can train"
+        fix = "set `trainable = True` on the layers meant to learn"
+    return item("parameters", status, summary, evidence, fix)
 
 
 # -- the checklist ----------------------------------------------------------------------
