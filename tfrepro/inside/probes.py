@@ -363,8 +363,7 @@ class _Probes:
             try:
                 timing.update(T.time_compute(main, self.first_x, tf))
             except Exception:
-                line = traceback.format_exc(limit=1).strip().splitlines()[-1]
-                timing["compute_error"] = line
+                timing["compute_error"] = traceback.format_exc(limit=1).strip().splitlines()[-1]
         self.ctx.record("check.timing", timing)
 
     def _record_env(self) -> None:
