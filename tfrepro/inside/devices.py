@@ -100,9 +100,7 @@ def watch_strategies(tf, extra: dict) -> None:
 def requested_jit(args: tuple, kwargs: dict):
     """The `jit_compile` a Keras 3 `compile` call asked for ("auto" when not
     given; the 8th positional argument of `Trainer.compile`)."""
-    if "jit_compile" in kwargs:
-        return kwargs["jit_compile"]
-    return args[7] if len(args) > 7 else "auto"
+    return kwargs.get("jit_compile", args[7] if len(args) > 7 else "auto")
 
 
 def pin_compile(args: tuple, kwargs: dict, config: dict) -> tuple[dict, bool]:
@@ -227,10 +225,8 @@ def summary(extra: dict, keras) -> dict:
 
 def _devices(strategies: list) -> list:
     """The devices the script's strategy ran on; else the logical devices TensorFlow has."""
-    for s in strategies[::-1]:
-        if s.get("devices"):
-            return list(s["devices"])
-    return [d.name for d in _logical() or []]
+    last = next((s["devices"] for s in reversed(strategies) if s.get("devices")), None)
+    return list(last) if last else [d.name for d in _logical() or []]
 
 
 def _logical() -> list | None:
