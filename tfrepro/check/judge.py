@@ -194,12 +194,8 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
         )
         return item("input_pipeline", CheckStatus.WARN, summary, evidence, INPUT_BOUND_FIX)
     ratio = pipe / reference if reference else 0.0
-    return item(
-        "input_pipeline",
-        CheckStatus.PASS,
-        f"not input-bound: pipeline {fmt_ms(pipe)} per batch, model {fmt_ms(reference)} per step ({ratio:.0%})",
-        evidence,
-    )
+    summary = f"not input-bound: pipeline {fmt_ms(pipe)} per batch, model {fmt_ms(reference)} per step ({ratio:.0%})"
+    return item("input_pipeline", CheckStatus.PASS, summary, evidence)
 
 
 def _input_bound(pipe: float, compute: float | None, step: float | None, options: CheckOptions) -> bool:
@@ -264,27 +260,17 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
     act = (model or {}).get("last_activation")
     if act:
         evidence.append(f"last layer activation: {act}")
+    status, fix = CheckStatus.PASS, None
+    summary = f"initial loss {fmt_num(first)} ≈ {expect} (pass {lo:.3f}..{hi:.3f})"
     if not math.isfinite(first):
-        return item(
-            "initial_loss",
-            CheckStatus.FAIL,
-            f"the first loss is {first}",
-            evidence,
-            "look at the inputs (check 3) and for log(0) / division in the loss",
-        )
-    if not lo <= first <= hi:
+        status, summary = CheckStatus.FAIL, f"the first loss is {first}"
+        fix = "look at the inputs (check 3) and for log(0) / division in the loss"
+    elif not lo <= first <= hi:
         status = CheckStatus.FAIL if (first < fail_lo or first > fail_hi) else CheckStatus.WARN
         summary, fix = _off_chance(first, chance, hi, status)
-        return item("initial_loss", status, summary, evidence, fix)
-    mismatch = _logits_mismatch(loss, act)
-    if mismatch:
-        return item("initial_loss", CheckStatus.WARN, mismatch[0], evidence, mismatch[1])
-    return item(
-        "initial_loss",
-        CheckStatus.PASS,
-        f"initial loss {fmt_num(first)} ≈ {expect} (pass {lo:.3f}..{hi:.3f})",
-        evidence,
-    )
+    elif mismatch := _logits_mismatch(loss, act):
+        status, (summary, fix) = CheckStatus.WARN, mismatch
+    return item("initial_loss", status, summary, evidence, fix)
 
 
 def chance_bands(chance: float, options: CheckOptions = CheckOptions()) -> tuple[float, float, float, float]:
