@@ -209,10 +209,8 @@ def device_peaks() -> dict[str, int]:
         return {}
     out: dict[str, int] = {}
     for i in range(len(gpus)):
-        try:
+        with contextlib.suppress(Exception):
             out[f"GPU:{i}"] = int(tf.config.experimental.get_memory_info(f"GPU:{i}").get("peak", 0))
-        except Exception:
-            continue
     return out
 
 

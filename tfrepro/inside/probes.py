@@ -336,12 +336,10 @@ class _Probes:
             return self.fit_model
         best, best_n = None, -1
         for m in models:
-            try:
+            with contextlib.suppress(Exception):  # a model whose weights cannot be counted is skipped
                 n = sum(math.prod(map(int, v.shape)) for v in m.trainable_weights)
-            except Exception:
-                continue
-            if n > best_n:
-                best, best_n = m, n
+                if n > best_n:
+                    best, best_n = m, n
         return best
 
     def _record_timing(self, models) -> None:
