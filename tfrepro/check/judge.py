@@ -257,8 +257,7 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
         f"expected at initialisation: {expect}; {bands}",
         f"loss: {loss.get('name')} (from_logits={loss.get('from_logits')}, seen at {loss.get('source')})",
     ]
-    act = (model or {}).get("last_activation")
-    if act:
+    if act := (model or {}).get("last_activation"):
         evidence.append(f"last layer activation: {act}")
     status, fix = CheckStatus.PASS, None
     summary = f"initial loss {fmt_num(first)} ≈ {expect} (pass {lo:.3f}..{hi:.3f})"

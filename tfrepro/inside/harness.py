@@ -181,8 +181,7 @@ class StdoutTap:
                 return n
             *lines, self._pending = (self._pending + s).split("\n")
             for line in lines:
-                m = STEP_LINE.match(line)
-                if m:
+                if m := STEP_LINE.match(line):
                     self._on_step_line(m.group(2))
         return n
 

@@ -247,8 +247,7 @@ def _nvml_sampler():
 def start(config: dict) -> MemorySampler:
     """The harness's entry: RLIMIT_AS set for this process and its children
     (`[trial] memory_limit_mb`), a sampler for the trial."""
-    limit_mb = config.get("memory_limit_mb")
-    if limit_mb:
+    if limit_mb := config.get("memory_limit_mb"):
         import resource
 
         limit = int(limit_mb) * 1024 * 1024
