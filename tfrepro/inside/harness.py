@@ -326,12 +326,6 @@ def _quietly(where: str, fn, *args):
         return None
 
 
-def data_batch(batch: dict) -> None:
-    """A batch a fit trained on (harness_keras.py, when the config has `record_data`)."""
-    if _DATA:
-        _quietly("data batch", _DATA.see_batch, batch)
-
-
 # -- memory (memory.py, loaded by path) ----------------------------------------------
 
 _MEMORY = None  # this trial's MemorySampler, None when it could not load

@@ -139,7 +139,8 @@ def _make_callback(base, lib: str):
             self._k += 1
             if getattr(H.S, "pending_batch", None) is not None:
                 _save("save_batch", H.S.pending_batch)
-                H.data_batch(H.S.pending_batch)
+                if H._DATA:  # what the script feeds training (harness_data.py, with `record_data`)
+                    H._quietly("data batch", H._DATA.see_batch, H.S.pending_batch)
             loss = None
             if H.S.pending_loss is not None:
                 loss = float(H.S.pending_loss)
