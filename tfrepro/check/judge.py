@@ -66,8 +66,7 @@ def check_environment(result: TrialResult) -> CheckItem:
         extra = ", ".join(f"{k} {build[k]}" for k in ("cuda_version", "cudnn_version") if build.get(k))
         evidence.append(f"build: {cuda} build" + (f" ({extra})" if extra else ""))
     evidence.append(f"platform: {env.get('platform')}")
-    tf_env = env.get("tf_env") or {}
-    if tf_env:
+    if tf_env := env.get("tf_env"):
         evidence.append("environment: " + ", ".join(f"{k}={v}" for k, v in sorted(tf_env.items())))
     if env.get("gpu_expected") and gpus == 0:
         if build and not build.get("is_cuda_build") and not build.get("is_rocm_build"):
@@ -132,14 +131,11 @@ def with_gpu_utilisation(item: CheckItem, result: TrialResult) -> CheckItem:
     timing = result.extra.get("check.timing") or {}
     compute = timing.get("compute_s")
     step = quiet_step_time(result)
-    item = replace(
-        item,
-        evidence=(
-            *item.evidence,
-            f"GPU utilisation (NVML): median {util:.0f}% over {n} samples; input-bound on a GPU when under "
-            f"{LOW_UTIL:.0f}% while the step takes at least {SLOW_STEP:g}x the model's own work",
-        ),
+    note = (
+        f"GPU utilisation (NVML): median {util:.0f}% over {n} samples; input-bound on a GPU when under "
+        f"{LOW_UTIL:.0f}% while the step takes at least {SLOW_STEP:g}x the model's own work"
     )
+    item = replace(item, evidence=(*item.evidence, note))
     slow = compute is None or step is None or step >= SLOW_STEP * compute
     if util >= LOW_UTIL or not slow:
         return item
