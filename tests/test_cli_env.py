@@ -135,7 +135,7 @@ from types import SimpleNamespace
 
 sys.modules["tensorflow"] = sys.modules["keras"] = None  # neither is there to import: only what `tf` hands over
 sys.path.insert(0, sys.argv[1])
-import runtimeprobe
+import envprobe
 
 
 class Unloadable:  # tf.keras where its Keras cannot be imported (TensorFlow's lazy loader raises)
@@ -145,7 +145,7 @@ class Unloadable:  # tf.keras where its Keras cannot be imported (TensorFlow's l
 
 policy = SimpleNamespace(global_policy=lambda: SimpleNamespace(name="mixed_bfloat16"))
 for keras in (SimpleNamespace(mixed_precision=policy), Unloadable()):
-    print(json.dumps(runtimeprobe.runtime(SimpleNamespace(keras=keras))["precision_policy"]))
+    print(json.dumps(envprobe.runtime(SimpleNamespace(keras=keras))["precision_policy"]))
 """
 
 

@@ -61,7 +61,7 @@ class TrialSettings:
     budget_s: float = 60.0
     until_symptom: bool = False
     # A NaN hunt's "nan-state" trial: the state before this step and its
-    # batch are saved (inside/harness_nanstate.py). 0: none, and not in `to_dict`.
+    # batch are saved (inside/harness_keras.py). 0: none, and not in `to_dict`.
     save_state_step: int = 0
     # `--replicas N`: the harness splits one device into N logical ones before
     # the script's first op (inside/devices.py), unless N real GPUs are there.

@@ -52,7 +52,7 @@ NAN_STATE_DIR = "nan_state"
 
 def save_nan_state(run, config) -> dict | None:
     """For a NaN: rerun `config` (seeded, deterministic) to its first NaN step,
-    saving the state before that step and its batch (`harness_nanstate.py`),
+    saving the state before that step and its batch (`harness_keras.StateSaver`),
     copied to `<run_dir>/nan_state/`. Returns result.json's `nan_state`, or
     None when the NaN showed in no loss (only in the weights at the end)."""
     first = run.memo.get((config, 0))

@@ -159,11 +159,9 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
     fails, n_labels = _batch_problems(data["batches"], loss, c, evidence)
     warns = _scale_warnings(model, data["batches"][0].get("inputs") or [], options.input_scale, evidence)
     evidence.append(_labels_note(c, why_no_classes, n_labels, loss))
-    fix = _batch_fixes(" ".join(fails + warns))
-    if fails:
-        return item("first_batches", CheckStatus.FAIL, "; ".join(fails + warns), evidence, fix)
-    if warns:
-        return item("first_batches", CheckStatus.WARN, "; ".join(warns), evidence, fix)
+    if problems := fails + warns:
+        status = CheckStatus.FAIL if fails else CheckStatus.WARN
+        return item("first_batches", status, "; ".join(problems), evidence, _batch_fixes(" ".join(problems)))
     shapes = ", ".join(
         f"{t.get('name')} {describe_tensor(t).split(' in [')[0]}"
         for role in ("inputs", "labels")

@@ -66,8 +66,7 @@ def check_environment(result: TrialResult) -> CheckItem:
         extra = ", ".join(f"{k} {build[k]}" for k in ("cuda_version", "cudnn_version") if build.get(k))
         evidence.append(f"build: {cuda} build" + (f" ({extra})" if extra else ""))
     evidence.append(f"platform: {env.get('platform')}")
-    tf_env = env.get("tf_env") or {}
-    if tf_env:
+    if tf_env := env.get("tf_env"):
         evidence.append("environment: " + ", ".join(f"{k}={v}" for k, v in sorted(tf_env.items())))
     if env.get("gpu_expected") and gpus == 0:
         if build and not build.get("is_cuda_build") and not build.get("is_rocm_build"):
@@ -77,13 +76,8 @@ def check_environment(result: TrialResult) -> CheckItem:
                 "check the driver (`nvidia-smi`), CUDA_VISIBLE_DEVICES, and TensorFlow's start-up log "
                 "for 'Could not load dynamic library' / 'Cannot dlopen'"
             )
-        return item(
-            "environment",
-            CheckStatus.WARN,
-            f"{versions}; a GPU is expected ({env.get('gpu_expected_why')}) but TensorFlow sees none",
-            evidence,
-            fix,
-        )
+        summary = f"{versions}; a GPU is expected ({env.get('gpu_expected_why')}) but TensorFlow sees none"
+        return item("environment", CheckStatus.WARN, summary, evidence, fix)
     gpu_text = f"{gpus} GPU" if gpus else "no GPU (none expected)"
     return item("environment", CheckStatus.PASS, f"{versions}; {gpu_text}", evidence)
 
@@ -137,14 +131,11 @@ def with_gpu_utilisation(item: CheckItem, result: TrialResult) -> CheckItem:
     timing = result.extra.get("check.timing") or {}
     compute = timing.get("compute_s")
     step = quiet_step_time(result)
-    item = replace(
-        item,
-        evidence=(
-            *item.evidence,
-            f"GPU utilisation (NVML): median {util:.0f}% over {n} samples; input-bound on a GPU when under "
-            f"{LOW_UTIL:.0f}% while the step takes at least {SLOW_STEP:g}x the model's own work",
-        ),
+    note = (
+        f"GPU utilisation (NVML): median {util:.0f}% over {n} samples; input-bound on a GPU when under "
+        f"{LOW_UTIL:.0f}% while the step takes at least {SLOW_STEP:g}x the model's own work"
     )
+    item = replace(item, evidence=(*item.evidence, note))
     slow = compute is None or step is None or step >= SLOW_STEP * compute
     if util >= LOW_UTIL or not slow:
         return item
@@ -199,12 +190,8 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
         )
         return item("input_pipeline", CheckStatus.WARN, summary, evidence, INPUT_BOUND_FIX)
     ratio = pipe / reference if reference else 0.0
-    return item(
-        "input_pipeline",
-        CheckStatus.PASS,
-        f"not input-bound: pipeline {fmt_ms(pipe)} per batch, model {fmt_ms(reference)} per step ({ratio:.0%})",
-        evidence,
-    )
+    summary = f"not input-bound: pipeline {fmt_ms(pipe)} per batch, model {fmt_ms(reference)} per step ({ratio:.0%})"
+    return item("input_pipeline", CheckStatus.PASS, summary, evidence)
 
 
 def _input_bound(pipe: float, compute: float | None, step: float | None, options: CheckOptions) -> bool:
@@ -266,30 +253,19 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
         f"expected at initialisation: {expect}; {bands}",
         f"loss: {loss.get('name')} (from_logits={loss.get('from_logits')}, seen at {loss.get('source')})",
     ]
-    act = (model or {}).get("last_activation")
-    if act:
+    if act := (model or {}).get("last_activation"):
         evidence.append(f"last layer activation: {act}")
+    status, fix = CheckStatus.PASS, None
+    summary = f"initial loss {fmt_num(first)} ≈ {expect} (pass {lo:.3f}..{hi:.3f})"
     if not math.isfinite(first):
-        return item(
-            "initial_loss",
-            CheckStatus.FAIL,
-            f"the first loss is {first}",
-            evidence,
-            "look at the inputs (check 3) and for log(0) / division in the loss",
-        )
-    if not lo <= first <= hi:
+        status, summary = CheckStatus.FAIL, f"the first loss is {first}"
+        fix = "look at the inputs (check 3) and for log(0) / division in the loss"
+    elif not lo <= first <= hi:
         status = CheckStatus.FAIL if (first < fail_lo or first > fail_hi) else CheckStatus.WARN
         summary, fix = _off_chance(first, chance, hi, status)
-        return item("initial_loss", status, summary, evidence, fix)
-    mismatch = _logits_mismatch(loss, act)
-    if mismatch:
-        return item("initial_loss", CheckStatus.WARN, mismatch[0], evidence, mismatch[1])
-    return item(
-        "initial_loss",
-        CheckStatus.PASS,
-        f"initial loss {fmt_num(first)} ≈ {expect} (pass {lo:.3f}..{hi:.3f})",
-        evidence,
-    )
+    elif mismatch := _logits_mismatch(loss, act):
+        status, (summary, fix) = CheckStatus.WARN, mismatch
+    return item("initial_loss", status, summary, evidence, fix)
 
 
 def chance_bands(chance: float, options: CheckOptions = CheckOptions()) -> tuple[float, float, float, float]:
@@ -327,52 +303,38 @@ def _logits_mismatch(loss: dict, act: str | None) -> tuple[str, str] | None:
 def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
     """The short run's failure when it did not run through: a timeout, a
     non-finite loss or weights, a crash, no training step at all."""
-    n = len(result.losses)
+    n, step, status = len(result.losses), result.first_nonfinite_step, CheckStatus.FAIL
     if result.timed_out:
-        return item(
-            "short_run",
-            CheckStatus.FAIL,
-            f"the run timed out after {n} step(s)",
-            evidence,
-            "raise [trial] timeout_s, or look for a hang in the input pipeline",
-        )
-    if result.first_nonfinite_step is not None:
-        return item(
-            "short_run",
-            CheckStatus.FAIL,
-            f"the loss became {result.losses[result.first_nonfinite_step - 1]} at step {result.first_nonfinite_step}",
-            evidence + _loss_head(result.losses),
+        summary = f"the run timed out after {n} step(s)"
+        fix = "raise [trial] timeout_s, or look for a hang in the input pipeline"
+    elif step is not None:
+        summary = f"the loss became {result.losses[step - 1]} at step {step}"
+        evidence = evidence + _loss_head(result.losses)
+        fix = (
             "lower the learning rate, look at the inputs (check 3), clip gradients; "
-            "`tf.debugging.enable_check_numerics()` names the first op",
+            "`tf.debugging.enable_check_numerics()` names the first op"
         )
-    if result.weights_finite is False:
+    elif result.weights_finite is False:
         names = ", ".join(result.nonfinite_weights[:4]) + (" ..." if len(result.nonfinite_weights) > 4 else "")
-        return item(
-            "short_run",
-            CheckStatus.FAIL,
-            f"weights hold NaN/Inf after {n} step(s): {names}",
-            evidence + _loss_head(result.losses),
-            "a ReLU turns NaN into 0 and hides it from the loss: look at the inputs (check 3) and the learning rate",
-        )
-    if result.crashed:
-        return item(
-            "short_run",
-            CheckStatus.FAIL,
-            f"the run crashed after {n} step(s): {result.error}",
-            evidence,
-            "fix the error above (the trial's log is in .tfrepro/)",
-        )
-    if n == 0 and result.mode == "none":
-        return item(
-            "short_run",
-            CheckStatus.SKIP,
+        summary = f"weights hold NaN/Inf after {n} step(s): {names}"
+        evidence = evidence + _loss_head(result.losses)
+        fix = "a ReLU turns NaN into 0 and hides it from the loss: look at the inputs (check 3) and the learning rate"
+    elif result.crashed:
+        summary = f"the run crashed after {n} step(s): {result.error}"
+        fix = "fix the error above (the trial's log is in .tfrepro/)"
+    elif n == 0 and result.mode == "none":
+        status = CheckStatus.SKIP
+        summary = (
             "no training step was seen: Model.fit never ran, no optimizer applied gradients, and the script "
-            "printed no `step=<int> loss=<float>` line",
-            evidence,
-            "a custom loop is measured at its optimizer's apply_gradients/apply; one that updates the weights "
-            "otherwise can print `step=N loss=X` per step",
+            "printed no `step=<int> loss=<float>` line"
         )
-    return None
+        fix = (
+            "a custom loop is measured at its optimizer's apply_gradients/apply; one that updates the weights "
+            "otherwise can print `step=N loss=X` per step"
+        )
+    else:
+        return None
+    return item("short_run", status, summary, evidence, fix)
 
 
 def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
@@ -388,21 +350,14 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
     head = sum(result.losses[:w]) / w
     tail = sum(result.losses[-w:]) / w
     evidence.append(f"mean of the first {w} steps: {fmt_num(head)}; of the last {w}: {fmt_num(tail)}")
+    trend = f"({fmt_num(head)} → {fmt_num(tail)} over {n} steps)"
     if tail < head - options.fall_fraction * abs(head):
-        return item(
-            "short_run",
-            CheckStatus.PASS,
-            f"the loss falls ({fmt_num(head)} → {fmt_num(tail)} over {n} steps) and stays finite",
-            evidence,
-        )
-    return item(
-        "short_run",
-        CheckStatus.FAIL,
-        f"the loss does not fall ({fmt_num(head)} → {fmt_num(tail)} over {n} steps)",
-        evidence,
+        return item("short_run", CheckStatus.PASS, f"the loss falls {trend} and stays finite", evidence)
+    fix = (
         "check the learning rate, that the optimizer updates model.trainable_variables, "
-        "that custom loops pass training=True, and the labels (check 3)",
+        "that custom loops pass training=True, and the labels (check 3)"
     )
+    return item("short_run", CheckStatus.FAIL, f"the loss does not fall {trend}", evidence, fix)
 
 
 def _loss_head(losses: Sequence[float], k: int = 5) -> list[str]:
@@ -423,34 +378,22 @@ def check_parameters(result: TrialResult, options: CheckOptions = CheckOptions()
     total = tr + nt
     summary = f"{total:,} parameters: {tr:,} trainable, {nt:,} non-trainable (model {model.get('name')!r})"
     evidence = [f"model {model.get('name')!r} ({model.get('class')}), output width {model.get('output_width')}"]
-    if options.expect_params is not None:
-        evidence.append(f"expected: {options.expect_params:,} in total")
-        if total != options.expect_params:
-            return item(
-                "parameters",
-                CheckStatus.FAIL,
-                f"{summary}; expected {options.expect_params:,}",
-                evidence,
-                "compare `model.summary()` with the architecture you meant (layer widths, a frozen "
-                "or missing block, a model built on the wrong input shape)",
-            )
-    if total == 0:
-        return item(
-            "parameters",
-            CheckStatus.WARN,
-            f"model {model.get('name')!r} has no parameters (never built?)",
-            evidence,
-            "build the model (keras.Input or a first call) before training",
+    status, fix, expected = CheckStatus.PASS, None, options.expect_params
+    if expected is not None:
+        evidence.append(f"expected: {expected:,} in total")
+    if expected is not None and total != expected:
+        status, summary = CheckStatus.FAIL, f"{summary}; expected {expected:,}"
+        fix = (
+            "compare `model.summary()` with the architecture you meant (layer widths, a frozen "
+            "or missing block, a model built on the wrong input shape)"
         )
-    if tr == 0:
-        return item(
-            "parameters",
-            CheckStatus.WARN,
-            f"{summary}: nothing can train",
-            evidence,
-            "set `trainable = True` on the layers meant to learn",
-        )
-    return item("parameters", CheckStatus.PASS, summary, evidence)
+    elif total == 0:
+        status, summary = CheckStatus.WARN, f"model {model.get('name')!r} has no parameters (never built?)"
+        fix = "build the model (keras.Input or a first call) before training"
+    elif tr == 0:
+        status, summary = CheckStatus.WARN, f"{summary}: nothing can train"
+        fix = "set `trainable = True` on the layers meant to learn"
+    return item("parameters", status, summary, evidence, fix)
 
 
 # -- the checklist ----------------------------------------------------------------------

@@ -22,9 +22,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from tfrepro.annotate.loops import StepFacts
+from tfrepro.annotate.loops import StepFacts, step_facts
+from tfrepro.annotate.source import Src
 from tfrepro.check.checklist import CheckItem, CheckStatus
 from tfrepro.check.common import item
+from tfrepro.errors import UserError
 from tfrepro.trials.values import TrialResult
 
 _MODE_LAYERS = re.compile(r"\b(Dropout|SpatialDropout[123]D|GaussianDropout|AlphaDropout|BatchNormalization)\b")
@@ -32,10 +34,6 @@ _MODE_LAYERS = re.compile(r"\b(Dropout|SpatialDropout[123]D|GaussianDropout|Alph
 
 def facts_of(texts: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, StepFacts]], bool]:
     """(path, step) for every GradientTape step in the texts, and whether they build Dropout/BatchNorm."""
-    from tfrepro.annotate.loops import step_facts
-    from tfrepro.annotate.source import Src
-    from tfrepro.errors import UserError
-
     steps, mode_layers = [], False
     for path, text in texts:
         mode_layers = mode_layers or bool(_MODE_LAYERS.search(text))

@@ -20,7 +20,6 @@ INSIDE_DIR = Path(__file__).resolve().parent
 INJECT_DIR = INSIDE_DIR / "_inject"
 PROBES = INSIDE_DIR / "probes.py"
 ENV_PROBE = INSIDE_DIR / "envprobe.py"
-RUNTIME_PROBE = INSIDE_DIR / "runtimeprobe.py"
 LOCALIZE_PLUGIN = INSIDE_DIR / "localize_plugin.py"
 SETUP_PLUGIN = INSIDE_DIR / "setup_plugin.py"
 LAUNCH = INSIDE_DIR / "launch.py"

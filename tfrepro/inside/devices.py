@@ -100,9 +100,7 @@ def watch_strategies(tf, extra: dict) -> None:
 def requested_jit(args: tuple, kwargs: dict):
     """The `jit_compile` a Keras 3 `compile` call asked for ("auto" when not
     given; the 8th positional argument of `Trainer.compile`)."""
-    if "jit_compile" in kwargs:
-        return kwargs["jit_compile"]
-    return args[7] if len(args) > 7 else "auto"
+    return kwargs.get("jit_compile", args[7] if len(args) > 7 else "auto")
 
 
 def pin_compile(args: tuple, kwargs: dict, config: dict) -> tuple[dict, bool]:
@@ -116,7 +114,7 @@ def pin_compile(args: tuple, kwargs: dict, config: dict) -> tuple[dict, bool]:
 
 def precision_policy(keras, model=None) -> str | None:
     """`model`'s precision policy, else the global one of `keras` (the
-    script's Keras module, harness.keras_module; runtimeprobe.py: the one
+    script's Keras module, harness.keras_module; envprobe.runtime: the one
     `tf.keras` is; None: not imported)."""
     name = getattr(getattr(model, "dtype_policy", None), "name", None)
     if name is not None:
@@ -129,7 +127,7 @@ def precision_policy(keras, model=None) -> str | None:
 
 def read(f):
     """f(), or "unavailable: <error type>" where it raises: a setting that
-    cannot be read never hides the others (here and runtimeprobe.py)."""
+    cannot be read never hides the others (here and envprobe.runtime)."""
     try:
         return f()
     except Exception as e:
@@ -139,7 +137,7 @@ def read(f):
 def tf_settings(tf) -> dict:
     """Op determinism and eager `tf.function`s, as TensorFlow has them now:
     the one reading, for the plugins (`ctx.tf_settings()`) and
-    runtimeprobe.py (each a bool, or what `read` says)."""
+    envprobe.runtime (each a bool, or what `read` says)."""
     return {
         "op_determinism": read(lambda: bool(_op_determinism())),
         "run_functions_eagerly": read(lambda: bool(tf.config.functions_run_eagerly())),
@@ -227,10 +225,8 @@ def summary(extra: dict, keras) -> dict:
 
 def _devices(strategies: list) -> list:
     """The devices the script's strategy ran on; else the logical devices TensorFlow has."""
-    for s in strategies[::-1]:
-        if s.get("devices"):
-            return list(s["devices"])
-    return [d.name for d in _logical() or []]
+    last = next((s["devices"] for s in reversed(strategies) if s.get("devices")), None)
+    return list(last) if last else [d.name for d in _logical() or []]
 
 
 def _logical() -> list | None:

@@ -1,7 +1,10 @@
 """Describes the machine's TensorFlow installation (stdlib + TensorFlow only,
 never imports tfrepro). Two ways in:
 
-    python envprobe.py OUT.json      a child of its own (`environment.collect`)
+    python envprobe.py OUT.json [--runtime]
+                                      a child of its own (`environment.collect`);
+                                      `--runtime` adds the runtime settings
+                                      `tfrepro env` states (`runtime`)
     describe()                        from the report's re-run, where the trial
                                       process has TensorFlow loaded already
                                       (`inside/setup_plugin.py`)
@@ -161,11 +164,36 @@ def describe():
     return facts, tf
 
 
-def main(runtime=None):
-    """The facts written to sys.argv[1]; `runtime(tf)`, when given, adds the
-    settings a fresh process starts with (runtimeprobe.py)."""
+def _tf_keras(tf):
+    """The Keras a script's `tf.keras` is, loaded: tf_keras where
+    TF_USE_LEGACY_KERAS=1 asks for it, else Keras 3 (never a second one).
+    `tf.keras` is a lazy loader: the first attribute read imports it, and
+    raises where it cannot."""
+    keras = tf.keras
+    getattr(keras, "mixed_precision")
+    return keras
+
+
+def runtime(tf):
+    """The settings a fresh process starts with (what a trial starts from):
+    the precision policy (of the Keras `tf.keras` is), XLA auto-clustering,
+    op determinism, TF32, read as a trial reads them (devices.py, the
+    sibling file, loaded by path)."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import devices
+
+    out = {"precision_policy": devices.read(lambda: devices.precision_policy(_tf_keras(tf)))}
+    out["xla_jit"] = devices.read(lambda: tf.config.optimizer.get_jit() or "off")
+    out["op_determinism"] = devices.tf_settings(tf)["op_determinism"]
+    out["tensor_float_32"] = devices.read(lambda: tf.config.experimental.tensor_float_32_execution_enabled())
+    return out
+
+
+def main():
+    """The facts written to sys.argv[1]; with `--runtime`, the settings a
+    fresh process starts with too."""
     facts, tf = describe()
-    if runtime is not None and tf is not None:
+    if "--runtime" in sys.argv[2:] and tf is not None:
         facts["runtime"] = runtime(tf)
     with open(sys.argv[1], "w", encoding="utf-8") as f:
         json.dump(facts, f, indent=1)

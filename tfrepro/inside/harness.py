@@ -181,8 +181,7 @@ class StdoutTap:
                 return n
             *lines, self._pending = (self._pending + s).split("\n")
             for line in lines:
-                m = STEP_LINE.match(line)
-                if m:
+                if m := STEP_LINE.match(line):
                     self._on_step_line(m.group(2))
         return n
 
@@ -325,12 +324,6 @@ def _quietly(where: str, fn, *args):
     except Exception:
         note_error(where)
         return None
-
-
-def data_batch(batch: dict) -> None:
-    """A batch a fit trained on (harness_keras.py, when the config has `record_data`)."""
-    if _DATA:
-        _quietly("data batch", _DATA.see_batch, batch)
 
 
 # -- memory (memory.py, loaded by path) ----------------------------------------------

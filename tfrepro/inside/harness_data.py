@@ -34,6 +34,7 @@ DISTINCT_MAX = 20
 ROWS_MAX = 100_000
 BATCHES_MAX = 32
 DATA_EXTENSIONS = (".csv", ".tsv", ".npy", ".npz", ".tfrecord", ".tfrecords", ".parquet", ".jsonl", ".txt", ".h5")
+H = None  # the harness core module, set by harness.py (`_side`)
 
 
 class FeatureStats:
@@ -171,7 +172,7 @@ def batch_outputs(data) -> dict:
     """The batch a train step got as extra outputs of the step (graph
     tensors): one per leaf, keyed by its keys joined with "/" ("0" = x,
     "1" = y, "2" = sample weights, "0/name" for a dict input), the names
-    of batch.npz (harness_nanstate.py) and of `Recorder.see_batch`."""
+    of batch.npz (harness_keras.StateSaver) and of `Recorder.see_batch`."""
     return {"/".join(map(str, keys)): leaf for keys, leaf in leaves(data)}
 
 
@@ -359,18 +360,8 @@ def install(rec: Recorder, finder) -> None:
             rec.wrap(keras.utils, attr, f"keras.utils.{attr}", "directory")
 
     for name, fn in (("numpy", on_numpy), ("pandas", on_pandas), ("tensorflow", on_tf), ("keras", on_keras)):
-        finder.add(name, _guarded(fn, rec, name))
+        finder.add(name, lambda module, fn=fn, name=name: H._quietly(f"data hooks ({name})", fn, module))
     _hook_open(rec)
-
-
-def _guarded(fn, rec, name):
-    def run(module):
-        try:
-            fn(module)
-        except Exception:
-            rec.note_error(f"data hooks ({name})")
-
-    return run
 
 
 def _hook_open(rec: Recorder) -> None:

@@ -16,22 +16,78 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
+import os
 import sys
 import threading
 import time
 
 LOSS_KEY = "_tfrepro_loss"
-BATCH_KEY = "_tfrepro_batch"  # a nan-state trial's batch output (harness_nanstate.py)
+BATCH_KEY = "_tfrepro_batch"  # a nan-state trial's batch output (StateSaver)
 H = None  # the harness core module, set by harness.py
+
+
+class StateSaver:
+    """The state before a NaN step (when the config has `save_state_step` > 0).
+
+    A NaN hunt's "nan-state" trial reruns the failing configuration, seeded and
+    deterministic, and at step N (the step whose loss was the first non-finite
+    one) saves under `state_dir`:
+
+    - state.npz: every variable of the model (`w0`, `w1`, ... in `model.weights`
+      order) and of its optimizer (`o0`, ..., its iteration count and slots), as
+      they were when step N began: the last finite state;
+    - batch.npz: the batch step N trained on, one array per leaf of the data
+      structure `train_step` got, named by its path (harness_data.batch_outputs:
+      `0` = x, `1` = y, `2` = sample weights; `0/name` for a dict input);
+    - state.json: the step, the variable names and the batch's paths.
+
+    `tfrepro report` writes replay.py beside repro.py from them: load the state,
+    run that batch, see the NaN (Keras's `train_on_batch`).
+    """
+
+    def __init__(self, config: dict) -> None:
+        self.step = int(config.get("save_state_step") or 0)
+        self.dir = config.get("state_dir") or ""
+        self.meta: dict = {"step": self.step}
+
+    def wanted(self, steps_seen: int) -> bool:
+        """Is the step about to run (steps_seen + 1) the one to save?"""
+        return bool(self.dir) and steps_seen + 1 == self.step
+
+    def save_state(self, model) -> None:
+        import numpy as np
+
+        os.makedirs(self.dir, exist_ok=True)
+        variables = getattr(getattr(model, "optimizer", None), "variables", None)
+        if callable(variables):
+            variables = variables()
+        arrays, names = {}, {}
+        for prefix, key, group in (("w", "weights", model.weights), ("o", "optimizer", variables or [])):
+            arrays.update({f"{prefix}{i}": np.asarray(v.numpy()) for i, v in enumerate(group)})
+            names[key] = [getattr(v, "path", None) or v.name for v in group]
+        np.savez(os.path.join(self.dir, "state.npz"), **arrays)
+        self.meta.update(names)
+        self._write_meta()
+
+    def save_batch(self, batch: dict) -> None:
+        import numpy as np
+
+        os.makedirs(self.dir, exist_ok=True)
+        arrays = {path: np.asarray(t) for path, t in batch.items()}
+        np.savez(os.path.join(self.dir, "batch.npz"), **arrays)
+        self.meta["batch"] = {p: [list(a.shape), str(a.dtype)] for p, a in arrays.items()}
+        self._write_meta()
+
+    def _write_meta(self) -> None:
+        with open(os.path.join(self.dir, "state.json"), "w", encoding="utf-8") as f:
+            json.dump(self.meta, f, indent=1)
 
 
 @functools.cache
 def _saver():
-    """The StateSaver of a nan-state trial (harness_nanstate.py, loaded on
-    first use); None elsewhere or when it cannot load."""
-    if H.S.config.get("save_state_step"):
-        return H._quietly("nan state", lambda: H._sibling_file("harness_nanstate").StateSaver(H.S.config))
-    return None
+    """The StateSaver of a nan-state trial; None elsewhere or when it cannot start."""
+    return H._quietly("nan state", StateSaver, H.S.config) if H.S.config.get("save_state_step") else None
 
 
 def _save(what: str, *args) -> None:
@@ -83,7 +139,8 @@ def _make_callback(base, lib: str):
             self._k += 1
             if getattr(H.S, "pending_batch", None) is not None:
                 _save("save_batch", H.S.pending_batch)
-                H.data_batch(H.S.pending_batch)
+                if H._DATA:  # what the script feeds training (harness_data.py, with `record_data`)
+                    H._quietly("data batch", H._DATA.see_batch, H.S.pending_batch)
             loss = None
             if H.S.pending_loss is not None:
                 loss = float(H.S.pending_loss)
@@ -368,27 +425,23 @@ def check_weights() -> tuple[bool | None, list[str]]:
         return None, []
     import numpy as np
 
-    checked, bad, seen = 0, [], set()
+    weights = {}  # each variable once, in the order the models hold them
     for model in user_models():
+        with contextlib.suppress(Exception):
+            weights.update({id(w): w for w in model.weights})
+    checked, bad = 0, []
+    for w in weights.values():
         try:
-            weights = model.weights
+            a = np.asarray(w.numpy())
+            if a.dtype.kind not in "fc":
+                if a.dtype.kind != "V":
+                    continue
+                a = a.astype(np.float32)  # bfloat16 and friends
+            checked += 1
+            if not np.isfinite(a).all():
+                bad.append(getattr(w, "path", None) or w.name)
         except Exception:
-            continue
-        for w in weights:
-            if id(w) in seen:
-                continue
-            seen.add(id(w))
-            try:
-                a = np.asarray(w.numpy())
-                if a.dtype.kind not in "fc":
-                    if a.dtype.kind != "V":
-                        continue
-                    a = a.astype(np.float32)  # bfloat16 and friends
-                checked += 1
-                if not np.isfinite(a).all():
-                    bad.append(getattr(w, "path", None) or w.name)
-            except Exception:
-                H.note_error("weight check")
+            H.note_error("weight check")
     if not checked:
         return None, []
     return not bad, bad

@@ -185,11 +185,9 @@ def yield_to_stdout() -> None:
 def _replica(tf):
     """(replica id: an int or a tensor, replicas in sync) of the calling context."""
     ctx = tf.distribute.get_replica_context()
-    if ctx is None:
+    if ctx is None or int(ctx.num_replicas_in_sync) == 1:
         return 0, 1
     n = int(ctx.num_replicas_in_sync)
-    if n == 1:
-        return 0, 1
     rid = getattr(ctx, "_replica_id_in_sync_group", None)
     if not isinstance(rid, int):
         rid = ctx.replica_id_in_sync_group

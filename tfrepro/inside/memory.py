@@ -58,20 +58,12 @@ def theil_sen(xs: list[float], ys: list[float]) -> tuple[float, float]:
     Robust: a few outliers (a GC, the allocator returning a chunk) move
     neither. O(n^2) pairs; callers keep n at a few thousand at most.
     """
-    slopes: list[float] = []
-    conc = disc = 0
-    for (x0, y0), (x1, y1) in itertools.combinations(zip(xs, ys), 2):
-        dx, dy = x1 - x0, y1 - y0
-        if dx == 0:
-            continue
-        slopes.append(dy / dx)
-        if dy * dx > 0:
-            conc += 1
-        elif dy * dx < 0:
-            disc += 1
-    if not slopes:
+    diffs = [(x1 - x0, y1 - y0) for (x0, y0), (x1, y1) in itertools.combinations(zip(xs, ys), 2)]
+    diffs = [(dx, dy) for dx, dy in diffs if dx != 0]
+    if not diffs:
         return 0.0, 0.0
-    return statistics.median(slopes), (conc - disc) / len(slopes)
+    tau = sum((dy * dx > 0) - (dy * dx < 0) for dx, dy in diffs) / len(diffs)  # concordant - discordant
+    return statistics.median(dy / dx for dx, dy in diffs), tau
 
 
 def steady_part(series: list[int], stride: int = 1) -> tuple[list[float], list[float]]:
@@ -217,10 +209,8 @@ def device_peaks() -> dict[str, int]:
         return {}
     out: dict[str, int] = {}
     for i in range(len(gpus)):
-        try:
+        with contextlib.suppress(Exception):
             out[f"GPU:{i}"] = int(tf.config.experimental.get_memory_info(f"GPU:{i}").get("peak", 0))
-        except Exception:
-            continue
     return out
 
 
@@ -257,8 +247,7 @@ def _nvml_sampler():
 def start(config: dict) -> MemorySampler:
     """The harness's entry: RLIMIT_AS set for this process and its children
     (`[trial] memory_limit_mb`), a sampler for the trial."""
-    limit_mb = config.get("memory_limit_mb")
-    if limit_mb:
+    if limit_mb := config.get("memory_limit_mb"):
         import resource
 
         limit = int(limit_mb) * 1024 * 1024

@@ -58,13 +58,7 @@ def split_element(el) -> tuple:
 
 
 def _moments(a, integral: bool) -> dict:
-    return {
-        "min": float(a.min()),
-        "max": float(a.max()),
-        "mean": float(a.mean()),
-        "std": float(a.std()),
-        "integral": integral,
-    }
+    return {**{k: float(getattr(a, k)()) for k in ("min", "max", "mean", "std")}, "integral": integral}
 
 
 def tensor_stats(name: str, value, np) -> dict:
@@ -77,29 +71,22 @@ def tensor_stats(name: str, value, np) -> dict:
         return {**d, "dtype": dtype, "kind": "other", "note": f"not inspected: {type(e).__name__}"}
     d.update(shape=[int(s) for s in a.shape], dtype=str(a.dtype), size=int(a.size))
     kind = a.dtype.kind
-    if kind == "b":
-        d["kind"] = "bool"
+    d["kind"] = {"b": "bool", "i": "int", "u": "int"}.get(kind, "other")
+    if kind in "iu" and a.size:
+        d.update(_moments(a, True))
+    if kind not in "Vfc":
         return d
-    if kind in "iu":
-        d["kind"] = "int"
-        if a.size:
-            d.update(_moments(a, True))
-        return d
-    if kind in "Vfc":
-        try:
-            a = a.astype(np.float64) if kind != "c" else np.abs(a)
-        except Exception:
-            d["kind"] = "other"
-            return d
-        d.update(kind="float", nan=int(np.isnan(a).sum()), inf=int(np.isinf(a).sum()))
-        good = a[np.isfinite(a)]
-        if good.size:
-            d.update(_moments(good, bool(np.all(np.equal(np.floor(good), good)))))
-            if a.ndim >= 1 and a.shape[-1] >= 2 and good.size == a.size:
-                rows = a.reshape(-1, a.shape[-1]).sum(axis=1)
-                d.update(row_sum_min=float(rows.min()), row_sum_max=float(rows.max()))
-        return d
-    d["kind"] = "other"
+    try:
+        a = a.astype(np.float64) if kind != "c" else np.abs(a)
+    except Exception:
+        return d  # a void dtype that is no number: "other"
+    d.update(kind="float", nan=int(np.isnan(a).sum()), inf=int(np.isinf(a).sum()))
+    good = a[np.isfinite(a)]
+    if good.size:
+        d.update(_moments(good, bool(np.all(np.equal(np.floor(good), good)))))
+        if a.ndim >= 1 and a.shape[-1] >= 2 and good.size == a.size:
+            rows = a.reshape(-1, a.shape[-1]).sum(axis=1)
+            d.update(row_sum_min=float(rows.min()), row_sum_max=float(rows.max()))
     return d
 
 

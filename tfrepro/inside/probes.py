@@ -336,12 +336,10 @@ class _Probes:
             return self.fit_model
         best, best_n = None, -1
         for m in models:
-            try:
+            with contextlib.suppress(Exception):  # a model whose weights cannot be counted is skipped
                 n = sum(math.prod(map(int, v.shape)) for v in m.trainable_weights)
-            except Exception:
-                continue
-            if n > best_n:
-                best, best_n = m, n
+                if n > best_n:
+                    best, best_n = m, n
         return best
 
     def _record_timing(self, models) -> None:
@@ -363,8 +361,7 @@ class _Probes:
             try:
                 timing.update(T.time_compute(main, self.first_x, tf))
             except Exception:
-                line = traceback.format_exc(limit=1).strip().splitlines()[-1]
-                timing["compute_error"] = line
+                timing["compute_error"] = traceback.format_exc(limit=1).strip().splitlines()[-1]
         self.ctx.record("check.timing", timing)
 
     def _record_env(self) -> None:

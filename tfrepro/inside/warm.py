@@ -382,8 +382,7 @@ def serve(argv: list[str]) -> None:
         _confine_module()
         precompile()
         gc.collect()
-        if hasattr(gc, "freeze"):
-            gc.freeze()  # the children do not copy pages for the collector's sake
+        gc.freeze()  # the children do not copy pages for the collector's sake
         threads = thread_count()
         limit = max_threads or threads
         if threads > limit:

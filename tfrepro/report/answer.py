@@ -123,7 +123,7 @@ class Evidence(Timed):
 @dataclass(frozen=True)
 class Env:
     """The environment facts as the report reads them (inside/envprobe.py
-    writes them; inside/runtimeprobe.py adds `runtime`): versions, devices, CUDA."""
+    writes them; `envprobe.py --runtime` adds `runtime`): versions, devices, CUDA."""
 
     tf_version: str | None = None
     tf_git_version: str | None = None

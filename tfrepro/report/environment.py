@@ -6,9 +6,10 @@ When the report re-ran the repro, the re-run's own process already
 described itself (`inside/setup_plugin.py`) and no extra child is needed;
 without a re-run, `in_trial` runs a trial of a script that only imports
 TensorFlow with that plugin (the trial spawner: launcher, confinement, time
-limit). `collect` runs `inside/envprobe.py` (or `runtimeprobe.py`) as a
-child of its own for `tfrepro env`, which must still tell what is there on
-a machine where no trial can run (no confinement, a broken install).
+limit). `collect` runs `inside/envprobe.py` (`--runtime`: with the runtime
+settings) as a child of its own for `tfrepro env`, which must still tell
+what is there on a machine where no trial can run (no confinement, a broken
+install).
 """
 
 from __future__ import annotations
@@ -55,16 +56,16 @@ def in_trial(*, python: str | None = None, timeout_s: float = 180.0) -> dict[str
     return {"probe_error": f"environment probe failed (exit {got.exit_code}): {got.error or 'no output'}"}
 
 
-def collect(*, python: str | None = None, timeout_s: float = 180.0, probe: Path = ENV_PROBE) -> dict[str, Any]:
+def collect(*, python: str | None = None, timeout_s: float = 180.0, runtime: bool = False) -> dict[str, Any]:
     """Facts about the TensorFlow installation `python` runs (see
-    `inside/envprobe.py`; `inside/runtimeprobe.py` adds the runtime settings).
+    `inside/envprobe.py`; `runtime` adds the runtime settings).
     Never raises for a failing child: the facts then carry `probe_error`."""
     from tfrepro.trials.confine import detect
     from tfrepro.trials.procs import confined, run_probe
 
     with tempfile.TemporaryDirectory(prefix="tfrepro-env-") as tmp:
         out = Path(tmp) / "env.json"
-        cmd = [python or sys.executable, str(probe), str(out)]
+        cmd = [python or sys.executable, str(ENV_PROBE), str(out), *(["--runtime"] if runtime else [])]
         # Confined to `tmp` where a mechanism works; where none does it runs as is (it is
         # tfrepro's code: `tfrepro env` must still tell what is there, the missing confinement included).
         cmd = confined(cmd, Path(tmp)) if detect().mode != "none" else cmd

@@ -2,7 +2,7 @@
 settings and the relevant environment variables, as one JSON-able document
 and as text lines.
 
-TensorFlow is imported only in a child (`inside/runtimeprobe.py`, through
+TensorFlow is imported only in a child (`inside/envprobe.py --runtime`, through
 `environment.collect`); the variables come from this process's environment,
 allow-listed and redacted by `scrub.py`'s rules, and every string passes
 the scrubber (the home directory shows as `~`).
@@ -92,7 +92,6 @@ def env_lines(doc: dict[str, Any]) -> list[str]:
 
 def collect_env(python: str | None = None) -> dict[str, Any]:
     """Probe the installation in a child process and build the document."""
-    from tfrepro.inside import RUNTIME_PROBE
     from tfrepro.report import environment
 
-    return env_doc(of(Env, environment.collect(python=python, probe=RUNTIME_PROBE)) or Env())
+    return env_doc(of(Env, environment.collect(python=python, runtime=True)) or Env())
