@@ -30,7 +30,7 @@ import libcst.matchers as m
 from tfrepro import catalog
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, assigned_name, is_name, last_name, literal
+from tfrepro.annotate.source import Src, arg, assigned_name, last_name, literal
 from tfrepro.catalog import snake
 
 # Stock callbacks that save on a schedule: `save_freq` ("epoch", the default,
@@ -120,15 +120,14 @@ class _Collector:
         """The statements of `scope` that add to the list `name`: an
         `append` is marked like a list item, a bulk addition is skipped."""
         src, ctx = self.src, self.ctx
+        on_list = m.Expr(m.Call(func=m.Attribute(value=m.Name(name), attr=m.SaveMatchedNode(m.Name(), "method"))))
         for s in _statements(src, scope):
             small = s.body[0]
-            call = small.value if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) else None
-            f = call.func if call is not None else None
-            method = f.attr.value if isinstance(f, cst.Attribute) and is_name(f.value, name) else None
-            if method in ("extend", "insert") or (isinstance(small, cst.AugAssign) and is_name(small.target, name)):
+            method = got["method"].value if (got := m.extract(small, on_list)) else None
+            if method in ("extend", "insert") or m.matches(small, m.AugAssign(target=m.Name(name))):
                 ctx.skip(src.path, src.line(s), f"callbacks added to {name!r} in bulk: not marked")
             elif method == "append":
-                self.append_statement(s, call, scope)  # type: ignore[arg-type]
+                self.append_statement(s, small.value, scope)  # type: ignore[attr-defined]
 
     # -- edits -------------------------------------------------------------
     def list_statement(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tfrepro.annotate.layers import LayerClass, stock_equivalent
+from tfrepro.annotate.layers import LayerClass, identity_note, stock_equivalent
 from tfrepro.annotate.model import Candidate, Context, statement_unit
 from tfrepro.annotate.model import candidate as _c
 from tfrepro.annotate.source import Src, arg, assigned_name, dotted, literal
@@ -100,10 +100,7 @@ def lambda_layer_candidates(src: Src, ctx: Context, call: cst.Call, prefix: str)
         (standin, stock), note = structured, None
     else:
         standin, stock = f"{prefix}.Identity()", "Identity (the function not applied)"
-        note = (
-            f"no obvious stock layer for {what}: OFF uses Identity(); "
-            "edit the else part to choose the stock layer it should be compared with"
-        )
+        note = identity_note(what)
     if (unit := statement_unit(src, ctx, call, f"{what}(...)")) is None:
         return []
     return [_c(unit, feature, call, standin, note=note, cls=what, stock=stock)]
