@@ -66,9 +66,7 @@ def _whole_call(src: Src, ctx: Context, call: cst.Call, what: str, feature: str,
     """The statement that is exactly `call` (an expression statement) as a candidate for `feature`."""
     if (unit := statement_unit(src, ctx, call, what)) is None:
         return []
-    if not (
-        isinstance(unit, cst.SimpleStatementLine) and isinstance(unit.body[0], cst.Expr) and unit.body[0].value is call
-    ):
+    if not m.matches(unit, m.SimpleStatementLine(body=[m.Expr(m.MatchIfTrue(lambda v: v is call)), m.ZeroOrMore()])):
         ctx.skip(src.path, src.line(call), f"{what} is used inside a larger expression: not marked")
         return []
     return [_c(unit, feature, **fields)]

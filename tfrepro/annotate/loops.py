@@ -362,16 +362,9 @@ def _train_step_override(src: Src, ctx: Context, fn: cst.FunctionDef) -> Edit | 
     if not any("Model" in (src.code(b.value)) for b in cls.bases):
         return None
     body = src.code(fn)
-    compiled = any(k in body for k in ("self.compute_loss(", "self.compiled_loss(", "self.loss("))
-    if not compiled:
-        ctx.skip(
-            src.path,
-            src.line(fn),
-            _NOT_SWITCHABLE.format(
-                form="a train_step override",
-                why="it computes its own loss, so Keras's train_step would not have the same one",
-            ),
-        )
+    if not any(k in body for k in ("self.compute_loss(", "self.compiled_loss(", "self.loss(")):
+        why = "it computes its own loss, so Keras's train_step would not have the same one"
+        ctx.skip(src.path, src.line(fn), _NOT_SWITCHABLE.format(form="a train_step override", why=why))
         return None
     indent = src.indent_of(fn) if not fn.decorators else None
     name = ctx.claim("custom_loop", "loop", group=True, path=src.path, line=src.line(fn))
@@ -390,9 +383,8 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
     unit = loop.block
     line = src.line(unit)
     if (indent := src.indent_of(unit)) is None:
-        ctx.skip(
-            src.path, line, _NOT_SWITCHABLE.format(form=form, why="its lines cannot be commented at its indentation")
-        )
+        why = "its lines cannot be commented at its indentation"
+        ctx.skip(src.path, line, _NOT_SWITCHABLE.format(form=form, why=why))
         return None
     if (name := ctx.claim("custom_loop", "loop", group=True, path=src.path, line=line)) is None:
         return None
