@@ -68,7 +68,8 @@ class _Collector:
         if depth > 3:
             return
         if isinstance(v, cst.Name):
-            if isinstance(scope, cst.FunctionDef) and v.value in _params(scope):
+            p = scope.params if isinstance(scope, cst.FunctionDef) else None
+            if p is not None and v.value in {x.name.value for x in [*p.params, *p.kwonly_params, *p.posonly_params]}:
                 ctx.skip(
                     src.path,
                     line,
@@ -253,11 +254,6 @@ def _stopping_classes(src: Src) -> frozenset[str]:
     sets_stop = m.Assign(targets=[m.ZeroOrMore(), stop, m.ZeroOrMore()])
     classes = src.nodes(cst.ClassDef)
     return frozenset(c.name.value for c in classes if any(m.matches(a, sets_stop) for a in src.walk(c)))
-
-
-def _params(fn: cst.FunctionDef) -> set[str]:
-    p = fn.params
-    return {x.name.value for x in [*p.params, *p.kwonly_params, *p.posonly_params]}
 
 
 def _statements(src: Src, scope: cst.CSTNode) -> list[cst.SimpleStatementLine]:
