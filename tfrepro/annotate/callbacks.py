@@ -70,11 +70,8 @@ class _Collector:
         if isinstance(v, cst.Name):
             p = scope.params if isinstance(scope, cst.FunctionDef) else None
             if p is not None and v.value in {x.name.value for x in [*p.params, *p.kwonly_params, *p.posonly_params]}:
-                ctx.skip(
-                    src.path,
-                    line,
-                    f"callbacks come from the parameter {v.value!r}: not followed (annotate where the list is built)",
-                )
+                why = "not followed (annotate where the list is built)"
+                ctx.skip(src.path, line, f"callbacks come from the parameter {v.value!r}: {why}")
                 return
             assigns = [s for s in _statements(src, scope) if assigned_name(s.body[0]) == v.value]
             if len(assigns) != 1:
@@ -89,11 +86,8 @@ class _Collector:
             elif isinstance(value, cst.Call):
                 self.resolve(value, scope, src.line(stmt), depth + 1)
             else:
-                ctx.skip(
-                    src.path,
-                    src.line(stmt),
-                    f"callbacks list {v.value!r} is built by an expression that cannot be split: not marked",
-                )
+                why = "is built by an expression that cannot be split: not marked"
+                ctx.skip(src.path, src.line(stmt), f"callbacks list {v.value!r} {why}")
             self.added_later(v.value, scope)
         elif isinstance(v, cst.Call) and isinstance(v.func, cst.Name):
             fn = next((n for n in src.nodes(cst.FunctionDef) if n.name.value == v.func.value), None)

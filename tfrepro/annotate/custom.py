@@ -31,11 +31,8 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
         ctx.skip(src.path, src.line(call), f"{cls.name}: this file imports no Keras to name a stock layer with")
         return []
     if cls.adds_loss:
-        ctx.skip(
-            src.path,
-            src.line(call),
-            f"{cls.name} adds to the loss (add_loss): no stock layer can stand in for it, not marked",
-        )
+        why = "adds to the loss (add_loss): no stock layer can stand in for it, not marked"
+        ctx.skip(src.path, src.line(call), f"{cls.name} {why}")
         return []
     if (unit := statement_unit(src, ctx, call, f"{cls.name}(...)")) is None:
         return []
@@ -54,12 +51,8 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
         stand_in = f"{list_standin(prefix, tf)}([{listed}])"
         return [_c(unit, cls.feature, src.parent(call), stand_in, cls=cls.name, stock=what)]
     if note is not None and len(several) > 1:
-        ctx.skip(
-            src.path,
-            src.line(call),
-            f"{cls.name} takes several inputs and has no obvious stock "
-            "equivalent: not marked (write its block by hand)",
-        )
+        why = "takes several inputs and has no obvious stock equivalent: not marked (write its block by hand)"
+        ctx.skip(src.path, src.line(call), f"{cls.name} {why}")
         return []
     return [_c(unit, cls.feature, call, expr, note=note, cls=cls.name, stock=what)]
 
