@@ -30,7 +30,7 @@ import libcst.matchers as m
 from tfrepro import catalog
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
-from tfrepro.annotate.source import Src, arg, assigned_name, is_name, last_name, literal
+from tfrepro.annotate.source import Src, arg, assigned_name, last_name, literal
 from tfrepro.catalog import snake
 
 # Stock callbacks that save on a schedule: `save_freq` ("epoch", the default,
@@ -68,12 +68,10 @@ class _Collector:
         if depth > 3:
             return
         if isinstance(v, cst.Name):
-            if isinstance(scope, cst.FunctionDef) and v.value in _params(scope):
-                ctx.skip(
-                    src.path,
-                    line,
-                    f"callbacks come from the parameter {v.value!r}: not followed (annotate where the list is built)",
-                )
+            p = scope.params if isinstance(scope, cst.FunctionDef) else None
+            if p is not None and v.value in {x.name.value for x in [*p.params, *p.kwonly_params, *p.posonly_params]}:
+                why = "not followed (annotate where the list is built)"
+                ctx.skip(src.path, line, f"callbacks come from the parameter {v.value!r}: {why}")
                 return
             assigns = [s for s in _statements(src, scope) if assigned_name(s.body[0]) == v.value]
             if len(assigns) != 1:
@@ -88,11 +86,8 @@ class _Collector:
             elif isinstance(value, cst.Call):
                 self.resolve(value, scope, src.line(stmt), depth + 1)
             else:
-                ctx.skip(
-                    src.path,
-                    src.line(stmt),
-                    f"callbacks list {v.value!r} is built by an expression that cannot be split: not marked",
-                )
+                why = "is built by an expression that cannot be split: not marked"
+                ctx.skip(src.path, src.line(stmt), f"callbacks list {v.value!r} {why}")
             self.added_later(v.value, scope)
         elif isinstance(v, cst.Call) and isinstance(v.func, cst.Name):
             fn = next((n for n in src.nodes(cst.FunctionDef) if n.name.value == v.func.value), None)
@@ -120,15 +115,14 @@ class _Collector:
         """The statements of `scope` that add to the list `name`: an
         `append` is marked like a list item, a bulk addition is skipped."""
         src, ctx = self.src, self.ctx
+        on_list = m.Expr(m.Call(func=m.Attribute(value=m.Name(name), attr=m.SaveMatchedNode(m.Name(), "method"))))
         for s in _statements(src, scope):
             small = s.body[0]
-            call = small.value if isinstance(small, cst.Expr) and isinstance(small.value, cst.Call) else None
-            f = call.func if call is not None else None
-            method = f.attr.value if isinstance(f, cst.Attribute) and is_name(f.value, name) else None
-            if method in ("extend", "insert") or (isinstance(small, cst.AugAssign) and is_name(small.target, name)):
+            method = got["method"].value if (got := m.extract(small, on_list)) else None
+            if method in ("extend", "insert") or m.matches(small, m.AugAssign(target=m.Name(name))):
                 ctx.skip(src.path, src.line(s), f"callbacks added to {name!r} in bulk: not marked")
             elif method == "append":
-                self.append_statement(s, call, scope)  # type: ignore[arg-type]
+                self.append_statement(s, small.value, scope)  # type: ignore[attr-defined]
 
     # -- edits -------------------------------------------------------------
     def list_statement(
@@ -254,11 +248,6 @@ def _stopping_classes(src: Src) -> frozenset[str]:
     sets_stop = m.Assign(targets=[m.ZeroOrMore(), stop, m.ZeroOrMore()])
     classes = src.nodes(cst.ClassDef)
     return frozenset(c.name.value for c in classes if any(m.matches(a, sets_stop) for a in src.walk(c)))
-
-
-def _params(fn: cst.FunctionDef) -> set[str]:
-    p = fn.params
-    return {x.name.value for x in [*p.params, *p.kwonly_params, *p.posonly_params]}
 
 
 def _statements(src: Src, scope: cst.CSTNode) -> list[cst.SimpleStatementLine]:

@@ -115,23 +115,14 @@ def chain_edits(src: Src, ctx: Context) -> list[Edit]:
             edits.append(edit)
     # Feature links anywhere else (an argument, a lambda...) cannot be split safely.
     for n in src.nodes(cst.Call):
-        if (
-            id(n) not in handled
-            and isinstance(n.func, cst.Attribute)
-            and n.func.attr.value in METHODS
-            and _feature_kind(n)
-            and _is_dataset(src, n, known)
-        ):
-            links = flatten(n)[1]
-            handled.update(id(c) for c in links)
-            kinds = sorted({k for c in links if (k := _feature_kind(c))})  # n's own among them
-            if any(ctx.wanted(k, "dataset") for k in kinds):
-                ctx.skip(
-                    src.path,
-                    src.line(n),
-                    f"tf.data {', '.join(kinds)} inside an expression: not split "
-                    "(assign the pipeline to a variable first)",
-                )
+        # links: n's chain, n last (none when n is no chain link)
+        if id(n) in handled or not (links := flatten(n)[1]) or not _feature_kind(n) or not _is_dataset(src, n, known):
+            continue
+        handled.update(id(c) for c in links)
+        kinds = sorted({k for c in links if (k := _feature_kind(c))})  # n's own among them
+        if any(ctx.wanted(k, "dataset") for k in kinds):
+            why = "inside an expression: not split (assign the pipeline to a variable first)"
+            ctx.skip(src.path, src.line(n), f"tf.data {', '.join(kinds)} {why}")
     return edits
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import libcst as cst
 
-from tfrepro.annotate.layers import LayerClass, stock_equivalent
+from tfrepro.annotate.layers import LayerClass, identity_note, stock_equivalent
 from tfrepro.annotate.model import Candidate, Context, statement_unit
 from tfrepro.annotate.model import candidate as _c
 from tfrepro.annotate.source import Src, arg, assigned_name, dotted, literal
@@ -31,11 +31,8 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
         ctx.skip(src.path, src.line(call), f"{cls.name}: this file imports no Keras to name a stock layer with")
         return []
     if cls.adds_loss:
-        ctx.skip(
-            src.path,
-            src.line(call),
-            f"{cls.name} adds to the loss (add_loss): no stock layer can stand in for it, not marked",
-        )
+        why = "adds to the loss (add_loss): no stock layer can stand in for it, not marked"
+        ctx.skip(src.path, src.line(call), f"{cls.name} {why}")
         return []
     if (unit := statement_unit(src, ctx, call, f"{cls.name}(...)")) is None:
         return []
@@ -54,12 +51,8 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
         stand_in = f"{list_standin(prefix, tf)}([{listed}])"
         return [_c(unit, cls.feature, src.parent(call), stand_in, cls=cls.name, stock=what)]
     if note is not None and len(several) > 1:
-        ctx.skip(
-            src.path,
-            src.line(call),
-            f"{cls.name} takes several inputs and has no obvious stock "
-            "equivalent: not marked (write its block by hand)",
-        )
+        why = "takes several inputs and has no obvious stock equivalent: not marked (write its block by hand)"
+        ctx.skip(src.path, src.line(call), f"{cls.name} {why}")
         return []
     return [_c(unit, cls.feature, call, expr, note=note, cls=cls.name, stock=what)]
 
@@ -100,10 +93,7 @@ def lambda_layer_candidates(src: Src, ctx: Context, call: cst.Call, prefix: str)
         (standin, stock), note = structured, None
     else:
         standin, stock = f"{prefix}.Identity()", "Identity (the function not applied)"
-        note = (
-            f"no obvious stock layer for {what}: OFF uses Identity(); "
-            "edit the else part to choose the stock layer it should be compared with"
-        )
+        note = identity_note(what)
     if (unit := statement_unit(src, ctx, call, f"{what}(...)")) is None:
         return []
     return [_c(unit, feature, call, standin, note=note, cls=what, stock=stock)]

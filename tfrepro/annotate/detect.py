@@ -66,9 +66,7 @@ def _whole_call(src: Src, ctx: Context, call: cst.Call, what: str, feature: str,
     """The statement that is exactly `call` (an expression statement) as a candidate for `feature`."""
     if (unit := statement_unit(src, ctx, call, what)) is None:
         return []
-    if not (
-        isinstance(unit, cst.SimpleStatementLine) and isinstance(unit.body[0], cst.Expr) and unit.body[0].value is call
-    ):
+    if not m.matches(unit, m.SimpleStatementLine(body=[m.Expr(m.MatchIfTrue(lambda v: v is call)), m.ZeroOrMore()])):
         ctx.skip(src.path, src.line(call), f"{what} is used inside a larger expression: not marked")
         return []
     return [_c(unit, feature, **fields)]
@@ -125,12 +123,8 @@ def _loss_scale(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
     its loss-scaling methods."""
     inner = arg(call, 0, "inner_optimizer") or arg(call, None, "optimizer")
     if any(f".{x}(" in src.text for x in _LOSS_SCALE_METHODS):
-        ctx.skip(
-            src.path,
-            src.line(call),
-            "LossScaleOptimizer: the code calls its loss-scaling "
-            "methods, so it stays as written (it is harmless without mixed precision)",
-        )
+        why = "the code calls its loss-scaling methods, so it stays as written (it is harmless without mixed precision)"
+        ctx.skip(src.path, src.line(call), f"LossScaleOptimizer: {why}")
         return []
     unit = statement_unit(src, ctx, call, "LossScaleOptimizer") if inner is not None else None
     if unit is None:
@@ -206,12 +200,8 @@ def _schedule(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candida
         targets = {t.target.value for t in unit.body[0].targets if isinstance(t.target, cst.Name)}
         for n in src.nodes(cst.Call):
             if isinstance(n.func, cst.Name) and n.func.value in targets:
-                ctx.skip(
-                    src.path,
-                    src.line(n),
-                    f"{name} schedule is called as a function here; "
-                    "a constant rate could not stand in for it: not marked",
-                )
+                why = "schedule is called as a function here; a constant rate could not stand in for it: not marked"
+                ctx.skip(src.path, src.line(n), f"{name} {why}")
                 return []
     return [_c(unit, "lr_schedule", call, constant, cls=name, constant=constant)]
 
@@ -229,12 +219,8 @@ def candidates_to_edits(src: Src, ctx: Context, cands: list[Candidate]) -> list[
         indent = src.indent_of(unit)
         line = src.line(unit)
         if indent is None:
-            ctx.skip(
-                src.path,
-                line,
-                f"{head.base}: the statement's lines cannot be commented at its "
-                "indentation (a continuation line is indented less): not marked",
-            )
+            why = "the statement's lines cannot be commented at its indentation (a continuation line is indented less)"
+            ctx.skip(src.path, line, f"{head.base}: {why}: not marked")
             continue
         if len({c.base for c in group}) > 1 and (split := _sequential_split(src, ctx, unit, indent, group)) is not None:
             edits.append(split)

@@ -141,11 +141,13 @@ def stock_equivalent(src: Src, call: cst.Call, cls: LayerClass, prefix: str) -> 
         args = ", ".join(f"{k}={v}" for k, v in kept.items())
         return f"{prefix}.{stock}({args})", f"stock {stock}", None
     name_kw = f"name={given['name']}" if given and "name" in given else ""
+    return f"{prefix}.Identity({name_kw})", "Identity (no obvious stock equivalent)", identity_note(cls.name)
+
+
+def identity_note(what: str) -> str:
     return (
-        f"{prefix}.Identity({name_kw})",
-        "Identity (no obvious stock equivalent)",
-        f"no obvious stock layer for {cls.name}: OFF uses Identity(); "
-        "edit the else part to choose the stock layer it should be compared with",
+        f"no obvious stock layer for {what}: OFF uses Identity(); "
+        "edit the else part to choose the stock layer it should be compared with"
     )
 
 

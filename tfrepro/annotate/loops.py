@@ -33,6 +33,8 @@ from tfrepro.annotate.source import Src, arg, is_name, is_tf_function, jit_on, l
 
 _VARS = ("trainable_variables", "trainable_weights")
 APPLY = ("apply_gradients", "apply")  # the optimizer's step (check 7 finds GradientTape steps by it too)
+_NAME = m.Element(m.Name()) | m.StarredElement(m.Name())
+_NAME_PAIR = m.Tuple([_NAME, _NAME]) | m.List([_NAME, _NAME])  # `x, y` or `[x, y]`: two names
 _NOT_SWITCHABLE = "custom_loop: a hand-written training loop ({form}) is detected but not switchable: {why}"
 
 
@@ -279,14 +281,6 @@ def _single_call(src: Src, fn: cst.FunctionDef) -> tuple[cst.Call, cst.For]:
 # -- the data --------------------------------------------------------------------------------
 
 
-def _pair(target: cst.BaseExpression) -> tuple[str, str] | None:
-    if isinstance(target, cst.Tuple | cst.List) and len(target.elements) == 2:
-        names = [e.value for e in target.elements]
-        if all(isinstance(n, cst.Name) for n in names):
-            return names[0].value, names[1].value  # type: ignore[union-attr]
-    return None
-
-
 def _data(src: Src, loop: cst.For, x: str | None, y: str | None) -> tuple[str, str | None, cst.For]:
     """(the data expression, the epochs, the statement to wrap)."""
     target, it = loop.target, loop.iter
@@ -294,7 +288,7 @@ def _data(src: Src, loop: cst.For, x: str | None, y: str | None) -> tuple[str, s
         if not (isinstance(target, cst.Tuple | cst.List) and len(target.elements) == 2):
             raise NotSwitchable("the loop's enumerate() target is not (step, batch)")
         target, it = target.elements[1].value, it.args[0].value
-    pair = _pair(target)
+    pair = tuple(e.value.value for e in target.elements) if m.matches(target, _NAME_PAIR) else None
     if pair is None or x is None or y is None:
         raise NotSwitchable("the loop does not iterate (x, y) batches of one dataset")
     if pair != (x, y):
@@ -362,16 +356,9 @@ def _train_step_override(src: Src, ctx: Context, fn: cst.FunctionDef) -> Edit | 
     if not any("Model" in (src.code(b.value)) for b in cls.bases):
         return None
     body = src.code(fn)
-    compiled = any(k in body for k in ("self.compute_loss(", "self.compiled_loss(", "self.loss("))
-    if not compiled:
-        ctx.skip(
-            src.path,
-            src.line(fn),
-            _NOT_SWITCHABLE.format(
-                form="a train_step override",
-                why="it computes its own loss, so Keras's train_step would not have the same one",
-            ),
-        )
+    if not any(k in body for k in ("self.compute_loss(", "self.compiled_loss(", "self.loss(")):
+        why = "it computes its own loss, so Keras's train_step would not have the same one"
+        ctx.skip(src.path, src.line(fn), _NOT_SWITCHABLE.format(form="a train_step override", why=why))
         return None
     indent = src.indent_of(fn) if not fn.decorators else None
     name = ctx.claim("custom_loop", "loop", group=True, path=src.path, line=src.line(fn))
@@ -390,9 +377,8 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
     unit = loop.block
     line = src.line(unit)
     if (indent := src.indent_of(unit)) is None:
-        ctx.skip(
-            src.path, line, _NOT_SWITCHABLE.format(form=form, why="its lines cannot be commented at its indentation")
-        )
+        why = "its lines cannot be commented at its indentation"
+        ctx.skip(src.path, line, _NOT_SWITCHABLE.format(form=form, why=why))
         return None
     if (name := ctx.claim("custom_loop", "loop", group=True, path=src.path, line=line)) is None:
         return None

@@ -120,25 +120,19 @@ def build(text: str, path: str, edits: list[Edit], ctx: Context) -> tuple[str, l
             continue
         # A block without an else part that is alone in its suite would leave
         # the suite empty when OFF: give it `pass` as its OFF part.
-        fixed = False
         new_lines = new.splitlines(keepends=True)
-        for b in parsed.blocks:
-            if b.line in markers and b.off_part is None and fb.needs_pass(new_lines, b):
-                i, seg = markers[b.line]
-                edits[i] = _with_pass_else(edits[i], seg)
-                fixed = True
-        if fixed:
+        empty = [b for b in parsed.blocks if b.line in markers and b.off_part is None and fb.needs_pass(new_lines, b)]
+        for i, seg in (markers[b.line] for b in empty):
+            edits[i] = _with_pass_else(edits[i], seg)
+        if empty:
             continue
         bad = _bad_names(parsed, markers, new, path)
         if not bad:
             return new, edits
         for e in edits:
             culprit = ", ".join(sorted(e.names & bad))
+            why = f"not marked (the file would not compile, or not round-trip, with {culprit} switched off)"
             for f in e.found if culprit else ():
-                ctx.skip(
-                    path,
-                    f.line,
-                    f"{f.name}: not marked (the file would not compile, or not round-trip, with {culprit} switched off)",
-                )
+                ctx.skip(path, f.line, f"{f.name}: {why}")
         edits = [e for e in edits if not e.names & bad]
     return text, []  # pragma: no cover - each round removes an edit or returns
