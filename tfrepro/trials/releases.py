@@ -63,12 +63,6 @@ def version_key(version: str) -> Version:
     return Version(version)
 
 
-def is_final(version: str) -> bool:
-    """A release or a post release; never a pre-release or a dev release."""
-    m = _parse(version)
-    return m["pre"] is None and m["dev"] is None
-
-
 def sort_versions(versions: Sequence[str]) -> list[str]:
     return sorted(dict.fromkeys(versions), key=version_key)
 
@@ -82,9 +76,9 @@ def in_range(version: str, lo: str, hi: str) -> bool:
 
 def finals_between(available: Sequence[str], lo: str, hi: str) -> list[str]:
     """The final releases of `available` in lo..hi, oldest first, one per
-    release (its last post release)."""
+    release (its last post release): never a pre-release or a dev release."""
     last: dict[tuple[int, ...], str] = {}
-    for v in sort_versions([v for v in available if is_final(v) and in_range(v, lo, hi)]):
+    for v in sort_versions([v for v in available if not version_key(v).is_prerelease and in_range(v, lo, hi)]):
         last[release_tuple(v)] = v  # sorted: a post release comes after its release
     return sort_versions(list(last.values()))
 
