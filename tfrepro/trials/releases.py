@@ -52,10 +52,6 @@ def _parse(version: str) -> re.Match[str]:
     return m
 
 
-def release_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in _parse(version)["release"].split("."))
-
-
 def version_key(version: str) -> Version:
     """A sort key in PEP 440 order for the versions TensorFlow publishes
     (2.16.0.dev1 < a < b < rc < final < post), of a version `_parse` accepts."""
@@ -69,8 +65,8 @@ def sort_versions(versions: Sequence[str]) -> list[str]:
 
 def in_range(version: str, lo: str, hi: str) -> bool:
     """lo <= version <= hi, a short end standing for its whole series."""
-    v = release_tuple(version)
-    lo_t, hi_t = release_tuple(lo), release_tuple(hi)
+    v = version_key(version).release
+    lo_t, hi_t = version_key(lo).release, version_key(hi).release
     return v[: len(lo_t)] >= lo_t and v[: len(hi_t)] <= hi_t
 
 
@@ -79,7 +75,7 @@ def finals_between(available: Sequence[str], lo: str, hi: str) -> list[str]:
     release (its last post release): never a pre-release or a dev release."""
     last: dict[tuple[int, ...], str] = {}
     for v in sort_versions([v for v in available if not version_key(v).is_prerelease and in_range(v, lo, hi)]):
-        last[release_tuple(v)] = v  # sorted: a post release comes after its release
+        last[version_key(v).release] = v  # sorted: a post release comes after its release
     return sort_versions(list(last.values()))
 
 
