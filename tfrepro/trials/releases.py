@@ -45,17 +45,11 @@ _VERSION = re.compile(
 Fetch = Callable[[str], bytes]
 
 
-def _parse(version: str) -> re.Match[str]:
-    m = _VERSION.match(version.strip())
-    if m is None:
-        raise UserError(f"not a version: {version!r}", hint="e.g. --tf-versions 2.15.1,2.16.2 or 2.14..2.17")
-    return m
-
-
 def version_key(version: str) -> Version:
     """A sort key in PEP 440 order for the versions TensorFlow publishes
-    (2.16.0.dev1 < a < b < rc < final < post), of a version `_parse` accepts."""
-    _parse(version)
+    (2.16.0.dev1 < a < b < rc < final < post); a UserError for any other form."""
+    if _VERSION.match(version.strip()) is None:
+        raise UserError(f"not a version: {version!r}", hint="e.g. --tf-versions 2.15.1,2.16.2 or 2.14..2.17")
     return Version(version)
 
 
@@ -105,13 +99,13 @@ def expand(spec: str, listing: Callable[[], Listing]) -> tuple[list[str], list[t
     known: Listing | None = None
     for item in items:
         if ".." not in item:
-            _parse(item)
+            version_key(item)
             out.append(item)
             continue
         lo, _, hi = item.partition("..")
         if not lo or not hi:
             raise UserError(f"a range needs both ends: {item!r}", hint="e.g. 2.14..2.17")
-        _parse(lo), _parse(hi)
+        version_key(lo), version_key(hi)
         known = known or listing()
         found = finals_between(known.versions, lo, hi)
         if not found:
@@ -161,7 +155,7 @@ def wheel_versions(
             continue
         version, py, plat = parts[1], parts[-3], parts[-1]
         try:
-            _parse(version)
+            version_key(version)
         except UserError:
             continue
         if f.get("yanked"):
