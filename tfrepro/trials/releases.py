@@ -45,28 +45,12 @@ _VERSION = re.compile(
 Fetch = Callable[[str], bytes]
 
 
-def _parse(version: str) -> re.Match[str]:
-    m = _VERSION.match(version.strip())
-    if m is None:
-        raise UserError(f"not a version: {version!r}", hint="e.g. --tf-versions 2.15.1,2.16.2 or 2.14..2.17")
-    return m
-
-
-def release_tuple(version: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in _parse(version)["release"].split("."))
-
-
 def version_key(version: str) -> Version:
     """A sort key in PEP 440 order for the versions TensorFlow publishes
-    (2.16.0.dev1 < a < b < rc < final < post), of a version `_parse` accepts."""
-    _parse(version)
+    (2.16.0.dev1 < a < b < rc < final < post); a UserError for any other form."""
+    if _VERSION.match(version.strip()) is None:
+        raise UserError(f"not a version: {version!r}", hint="e.g. --tf-versions 2.15.1,2.16.2 or 2.14..2.17")
     return Version(version)
-
-
-def is_final(version: str) -> bool:
-    """A release or a post release; never a pre-release or a dev release."""
-    m = _parse(version)
-    return m["pre"] is None and m["dev"] is None
 
 
 def sort_versions(versions: Sequence[str]) -> list[str]:
@@ -75,17 +59,17 @@ def sort_versions(versions: Sequence[str]) -> list[str]:
 
 def in_range(version: str, lo: str, hi: str) -> bool:
     """lo <= version <= hi, a short end standing for its whole series."""
-    v = release_tuple(version)
-    lo_t, hi_t = release_tuple(lo), release_tuple(hi)
+    v = version_key(version).release
+    lo_t, hi_t = version_key(lo).release, version_key(hi).release
     return v[: len(lo_t)] >= lo_t and v[: len(hi_t)] <= hi_t
 
 
 def finals_between(available: Sequence[str], lo: str, hi: str) -> list[str]:
     """The final releases of `available` in lo..hi, oldest first, one per
-    release (its last post release)."""
+    release (its last post release): never a pre-release or a dev release."""
     last: dict[tuple[int, ...], str] = {}
-    for v in sort_versions([v for v in available if is_final(v) and in_range(v, lo, hi)]):
-        last[release_tuple(v)] = v  # sorted: a post release comes after its release
+    for v in sort_versions([v for v in available if not version_key(v).is_prerelease and in_range(v, lo, hi)]):
+        last[version_key(v).release] = v  # sorted: a post release comes after its release
     return sort_versions(list(last.values()))
 
 
@@ -115,13 +99,13 @@ def expand(spec: str, listing: Callable[[], Listing]) -> tuple[list[str], list[t
     known: Listing | None = None
     for item in items:
         if ".." not in item:
-            _parse(item)
+            version_key(item)
             out.append(item)
             continue
         lo, _, hi = item.partition("..")
         if not lo or not hi:
             raise UserError(f"a range needs both ends: {item!r}", hint="e.g. 2.14..2.17")
-        _parse(lo), _parse(hi)
+        version_key(lo), version_key(hi)
         known = known or listing()
         found = finals_between(known.versions, lo, hi)
         if not found:
@@ -171,7 +155,7 @@ def wheel_versions(
             continue
         version, py, plat = parts[1], parts[-3], parts[-1]
         try:
-            _parse(version)
+            version_key(version)
         except UserError:
             continue
         if f.get("yanked"):

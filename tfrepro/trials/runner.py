@@ -51,7 +51,7 @@ from tfrepro.errors import TfreproError
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import confine, warm
-from tfrepro.trials.memcheck import memory_lines
+from tfrepro.trials.memcheck import is_oom
 from tfrepro.trials.procs import Exit, spawn
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.stored import load_result, read_json
@@ -523,7 +523,15 @@ def describe(result: TrialResult) -> list[str]:
         lines.append(f"median step time: {median * 1000:.3g} ms (steps {WARMUP_STEPS + 1}-{len(result.step_times)})")
     elif result.step_times:
         lines.append("median step time: too few steps past the warm-up")
-    lines.extend(memory_lines(result))
+    if is_oom(result):
+        lines.append("out of memory: this counts as the memory symptom, not a crash")
+    if result.peak_rss_bytes:
+        text = f"peak memory: {result.peak_rss_bytes / 1e6:.0f} MB anonymous resident"
+        if result.growth_per_step is not None:
+            text += f", growth {result.growth_per_step / 1e6:+.2f} MB/step over the steady steps"
+        if result.device_peak_bytes:
+            text += f"; device peak {result.device_peak_bytes / 1e6:.0f} MB"
+        lines.append(text)
     lines.extend(x for x in [what_ran(result)] if x)  # compile mode, replicas, policy, devices
     lines.extend(f"warning: {w}" for w in result.extra.get("warnings", []))
     if result.log_dir:
