@@ -43,9 +43,9 @@ MODE_OPTIONS = {
     },
     "commit": {"--jobs", "--executor ray", "--timing-budget"},
     "version": {"--keras legacy", "--tf-dist", "--then-features", "--timing-budget"},
-    # --then-features continues in feature mode: --only/--skip choose its features
-    "version+features": {"--keras legacy", "--tf-dist", "--then-features", "--only", "--skip", "--timing-budget"},
 }
+# --then-features continues in feature mode: --only/--skip choose its features
+MODE_OPTIONS["version+features"] = MODE_OPTIONS["version"] | {"--only", "--skip"}
 _WHY = {
     "feature": "--keras and --tf-dist belong to version mode (--tf-versions)",
     "commit": "commit mode runs each commit once, as written (every feature as in the file)",
