@@ -74,7 +74,7 @@ def _as_bisected(project: Project, state: Path) -> Project:
     baseline is kept ON (the engine's preflight), so the baselines compared
     are the ones a bisect compares (timeseries_fcn_healthy loads the
     checkpoint its ModelCheckpoint writes: all OFF, it crashes)."""
-    from tfrepro.bisect.preflight import preflight
+    from tfrepro.bisect.ends import preflight
 
     def run(p: Project):
         return run_trial(p, (), p.manifest.trial, TrialOptions(use_cache=False, state_dir=state))

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from gitrepo import GitRepo
 
 from tfrepro.cli import main
-from tfrepro.cli.run_cmds import expect_verdict
+from tfrepro.cli.project_cmds import expect_verdict
 from tfrepro.trials.values import TrialResult
 
 ROOT = Path(__file__).resolve().parents[1]

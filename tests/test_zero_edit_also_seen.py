@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from test_zero_edit_preflight import NAN, fake, losses, project
 
-from tfrepro.bisect.also_seen import also_seen
 from tfrepro.bisect.engine import bisect
+from tfrepro.bisect.result_doc import also_seen
 from tfrepro.trials.values import AlsoSeen
 from tfrepro.verdicts import Verdict
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from tfrepro.bisect.ends import preflight, suspects
 from tfrepro.bisect.engine import bisect
-from tfrepro.bisect.preflight import preflight, suspects
 from tfrepro.project import Project
 from tfrepro.trials.values import TrialResult
 

@@ -121,8 +121,9 @@ class _Collector:
             method = got["method"].value if (got := m.extract(small, on_list)) else None
             if method in ("extend", "insert") or m.matches(small, m.AugAssign(target=m.Name(name))):
                 ctx.skip(src.path, src.line(s), f"callbacks added to {name!r} in bulk: not marked")
-            elif method == "append":
-                self.append_statement(s, small.value, scope)  # type: ignore[attr-defined]
+            elif method == "append" and small.value.args and id(s) not in self.done:  # type: ignore[attr-defined]
+                self.done.add(id(s))
+                self.statement_block(s, small.value.args[0].value, scope)  # type: ignore[attr-defined]
 
     # -- edits -------------------------------------------------------------
     def list_statement(
@@ -162,17 +163,16 @@ class _Collector:
 
         return split_list(src, lst, indent, segment)
 
-    def append_statement(self, stmt: cst.SimpleStatementLine, call: cst.Call, scope: cst.CSTNode) -> None:
+    def statement_block(self, stmt: cst.SimpleStatementLine, value: cst.BaseExpression, scope: cst.CSTNode) -> bool:
+        """`stmt` as a block when `value` is a callback it names; False: not at
+        an indentation a comment can mark."""
         src = self.src
-        if id(stmt) in self.done or not call.args:
-            return
-        self.done.add(id(stmt))
         if (indent := src.indent_of(stmt)) is None:
-            return
-        value = call.args[0].value
-        seg = self.block_for(value, src.lines_text(src.line(stmt), src.end_line(stmt)), src.line(stmt), scope)
-        if isinstance(seg, BlockSeg):
-            self.edits.append(Edit(src.line(stmt), src.end_line(stmt), indent, (seg,)))
+            return False
+        start, end = src.line(stmt), src.end_line(stmt)
+        if isinstance(seg := self.block_for(value, src.lines_text(start, end), start, scope), BlockSeg):
+            self.edits.append(Edit(start, end, indent, (seg,)))
+        return True
 
     def block_for(self, value: cst.BaseExpression, stmt: str, line: int, scope: cst.CSTNode) -> str | BlockSeg:
         cls, var = _callback_class(self.src, value, scope)
@@ -210,15 +210,11 @@ class _Collector:
         for call, _ in self.scheduled.values():
             if id(call) in self.schedule_done:
                 continue
-            line, stmt = src.line(call), src.statement(call)
-            indent = src.indent_of(stmt) if isinstance(stmt, cst.SimpleStatementLine) else None
-            if indent is None:
-                self.ctx.skip(src.path, line, f"{last_name(call.func)} with save_freq in this statement: not marked")
-                continue
-            start, end = src.line(stmt), src.end_line(stmt)
-            seg = self.block_for(call, src.lines_text(start, end), start, src.scope(call))
-            if isinstance(seg, BlockSeg):
-                self.edits.append(Edit(start, end, indent, (seg,)))
+            stmt = src.statement(call)
+            if not (isinstance(stmt, cst.SimpleStatementLine) and self.statement_block(stmt, call, src.scope(call))):
+                self.ctx.skip(
+                    src.path, src.line(call), f"{last_name(call.func)} with save_freq in this statement: not marked"
+                )
 
 
 def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> tuple[str | None, str | None]:

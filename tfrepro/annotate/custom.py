@@ -1,6 +1,6 @@
 """Custom layers as features: the layer's construction is replaced by a
-stock layer or a stand-in of the right structure (annotate/layers.py,
-annotate/standins.py).
+stock layer or a stand-in of the right structure (annotate/layers.py; the
+stand-ins below).
 
 A `Lambda` layer over the project's own code is a custom layer too:
 `keras.layers.Lambda(fn)` runs the project's function `fn` (a `def` of the
@@ -10,8 +10,22 @@ would hold (keras-team/keras#9097: a Euclidean distance of two embeddings,
 found as a feature of the `custom_layer` family named after the function
 (`custom_layer_euclidean_distance`), and its OFF stand-in is chosen as for a
 custom layer class by how it is called: on a list or a dict of tensors, the
-stand-in of annotate/standins.py; on one tensor, `Identity()`, with a note
-asking the user to choose the stock layer.
+stand-in below; on one tensor, `Identity()`, with a note asking the user to
+choose the stock layer.
+
+The stand-in follows how the layer is called (one tensor: a stock layer or
+`Identity()`). A layer called on a dict or a list of inputs (a feature layer over
+named columns) returns one tensor from many: `Identity` would hand the next
+layer the dict itself (`KeyError: -1`). Its stand-in is the pass-through of
+the right structure: every input, cast to float32 and flattened per example,
+concatenated into one tensor (the next Dense layer takes any width). A
+layer called on a list of inputs of one shape (a sampling or merge layer:
+`Sampling()([z_mean, z_log_var])`) returns that shape, and what takes its
+output may be built for it (a decoder model with `Input(shape=(2,))`): its
+stand-in averages them, as Keras's own `Average` merge does, and
+concatenates only inputs of different shapes. The
+expression uses the script's own TensorFlow import, so the variant still
+runs with TensorFlow alone.
 """
 
 from __future__ import annotations
@@ -21,8 +35,7 @@ import libcst as cst
 from tfrepro.annotate.layers import LayerClass, identity_note, stock_equivalent
 from tfrepro.annotate.model import Candidate, Context, statement_unit
 from tfrepro.annotate.model import candidate as _c
-from tfrepro.annotate.source import Src, arg, assigned_name, dotted, literal
-from tfrepro.annotate.standins import AVERAGED, layer_inputs, list_standin, structured_standin
+from tfrepro.annotate.source import Src, arg, assigned_name, dotted, is_name, literal
 from tfrepro.catalog import snake
 
 
@@ -40,7 +53,7 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
     if isinstance(structured := structured_standin(src, call, prefix), str):
         ctx.skip(src.path, src.line(call), f"{cls.name} {structured}")
         return []
-    if structured is not None:  # called on a dict/list: one tensor from many (annotate/standins.py)
+    if structured is not None:  # called on a dict/list: one tensor from many (the stand-ins below)
         (expr, what), note = structured, None
     tf = src.tf_alias()
     several = layer_inputs(src, call) or []
@@ -97,3 +110,72 @@ def lambda_layer_candidates(src: Src, ctx: Context, call: cst.Call, prefix: str)
     if (unit := statement_unit(src, ctx, call, f"{what}(...)")) is None:
         return []
     return [_c(unit, feature, call, standin, note=note, cls=what, stock=stock)]
+
+
+# -- stand-ins ----------------------------------------------------------
+def layer_inputs(src: Src, call: cst.Call) -> list[cst.Arg] | None:
+    """The arguments but keywords that `call` (a layer's construction) is
+    called on (`Dist()(a, b)`: a, b), None when it is not called there."""
+    outer = src.parent(call)
+    return [a for a in outer.args if a.keyword is None] if isinstance(outer, cst.Call) and outer.func is call else None
+
+
+def structured_input(src: Src, call: cst.Call) -> str | None:
+    """'dict' or 'list' when `call` (the layer's construction) is called on
+    a dict/list literal, or on a name whose one assignment in scope is one
+    (or `dict(...)`, or starts empty and is filled by item assignment); else None."""
+    pos = [a.value for a in layer_inputs(src, call) or () if not a.star]
+    if len(pos) != 1:
+        return None
+    value = pos[0]
+    if isinstance(value, cst.Name):
+        value = _assigned(src, src.scope(call), value.value) or _assigned(src, src.module, value.value)
+    if isinstance(value, (cst.Dict, cst.DictComp)) or (isinstance(value, cst.Call) and is_name(value.func, "dict")):
+        return "dict"
+    if isinstance(value, (cst.List, cst.Tuple, cst.ListComp)):
+        return "list"
+    return None
+
+
+def _assigned(src: Src, scope: cst.CSTNode, name: str) -> cst.BaseExpression | None:
+    values = [n.value for n in src.assignments(scope, name) if src.scope(n) is scope]
+    return values[0] if len(values) == 1 else None
+
+
+AVERAGED = "averaged if of one shape, else concatenated (float32)"
+
+
+def structured_standin(src: Src, call: cst.Call, prefix: str) -> tuple[str, str] | str | None:
+    """(the stand-in, what it is in words) of a layer called on a dict or a
+    list of inputs (`structured_input`), a layer class's and a `Lambda`'s
+    alike (annotate/custom.py); why it is not marked when the file imports
+    no TensorFlow to write it with; None when the layer is called on one
+    tensor."""
+    if (shape := structured_input(src, call)) is None:
+        return None
+    if (tf := src.tf_alias()) is None:
+        return f"takes a {shape} of inputs and the file imports no TensorFlow to join them with: not marked"
+    if shape == "dict":
+        return _concat_standin(prefix, tf), "its dict of inputs concatenated (float32)"
+    return list_standin(prefix, tf), f"its list of inputs {AVERAGED}"
+
+
+def _concat_standin(prefix: str, tf: str) -> str:
+    """A layer that turns any structure of inputs into one float32 tensor."""
+    return (
+        f"{prefix}.Lambda(lambda inputs: {tf}.concat("
+        f'[{tf}.reshape({tf}.cast(t, "float32"), (-1, t.shape[1:].num_elements())) for t in {tf}.nest.flatten(inputs)], '
+        "axis=-1))"
+    )
+
+
+def list_standin(prefix: str, tf: str) -> str:
+    """A layer that turns a list of inputs into one float32 tensor: their
+    average when they share a shape (the width a merge layer keeps), else
+    their flattened concatenation."""
+    flat = f'[{tf}.cast(t, "float32") for t in {tf}.nest.flatten(inputs)]'
+    concat = f"{tf}.concat([{tf}.reshape(t, (-1, t.shape[1:].num_elements())) for t in ts], axis=-1)"
+    return (
+        f"{prefix}.Lambda(lambda inputs: (lambda ts: {tf}.add_n(ts) / len(ts) "
+        f"if all(t.shape == ts[0].shape for t in ts) else {concat})({flat}))"
+    )

@@ -142,6 +142,7 @@ class RangeRun:
         options: BisectOptions = BisectOptions(),
     ) -> None:
         self.points, self.source, self.executor = points, source, executor
+        self.good, self.bad = points[0], points[-1]  # the ends
         self.settings, self.symptoms, self.events = settings, symptoms, events
         self.options = options  # the timing ones: budget, pairs per comparison
         # The good end is every point's timing baseline: one pool of its
@@ -151,7 +152,7 @@ class RangeRun:
             self._timing_trial,
             lambda p, t: timing_stop(t, self.shows(classify.first_steps(t, self.settings.steps), None)),
             symptoms.slowdown,
-            baseline=points[0],
+            baseline=self.good,
             steps=settings.steps,
         )
         self.log, self.run_dir, self.records = log, log.run_dir, log.records
@@ -161,14 +162,6 @@ class RangeRun:
         self.noise = 0.0
         self.jsonl = log.run_dir / "trials.jsonl"  # one line per trial, as it lands (there even when none ran)
         self.jsonl.touch()
-
-    @property
-    def good(self) -> Point:
-        return self.points[0]
-
-    @property
-    def bad(self) -> Point:
-        return self.points[-1]
 
     def answer(self, symptom: Verdict | None) -> tuple[RunResult, Point | None]:
         """Both ends, then the hunt -> (the mode's RunResult without its own

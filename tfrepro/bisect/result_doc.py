@@ -10,13 +10,12 @@ and every other symptom the failing configuration showed (`also_seen`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
-from tfrepro.bisect.also_seen import also_seen
 from tfrepro.bisect.compile_pin import CompileDiff, differing
 from tfrepro.bisect.events import TrialRecord
 from tfrepro.bisect.search import Config
@@ -24,7 +23,7 @@ from tfrepro.bisect.trial_log import trial_row
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.values import AlsoSeen, RunResult, Status, TrialResult, TrialRow, evidence_doc
-from tfrepro.verdicts import Verdict
+from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 
 if TYPE_CHECKING:
     from tfrepro.bisect.engine import _Bisection
@@ -53,9 +52,34 @@ def trials_table(records: list[TrialRecord], shows: Shows, target: Verdict | Non
     return [trial_row(r, r.verdict.value if r.verdict else None) for r in records]
 
 
+def also_seen(
+    shown: Iterable[Verdict],
+    target: Verdict | None,
+    *,
+    ratio: float | None,
+    slowdown: float,
+) -> list[AlsoSeen]:
+    """`also_seen` (Contract 3: a user who came for another symptom is told
+    how to hunt it; pure): the symptoms in `shown` other than `target`, in
+    the hunting order, and a possible slowdown when `ratio` (the fastest
+    failing run over the fastest baseline run, `Ends.untimed_ratio`) is at
+    least halfway to the `slowdown` threshold (an untimed, cheap comparison:
+    the hint says to hunt it with timing trials)."""
+    shown = set(shown)
+    out = [
+        AlsoSeen(v.value, f"rerun with --symptom {v.value}")
+        for v in SYMPTOM_ORDER
+        if v in shown and v != target and v != Verdict.SLOWDOWN
+    ]
+    if target != Verdict.SLOWDOWN and not shown & STOPPERS and ratio and ratio >= 1 + (slowdown - 1) / 2:
+        r = round(ratio, 2)
+        out.append(AlsoSeen("slowdown", f"possible slowdown x{r:g} (untimed runs): rerun with --symptom slowdown", r))
+    return out
+
+
 def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
     """Every symptom the failing configuration showed besides `target`
-    (bisect/also_seen.py), from the bisection's trials."""
+    (`also_seen`), from the bisection's trials."""
     full = frozenset(run.features)
     doubt = run.memory_doubt
     shown = set().union(*(run._shows(full, run.memo[(full, r)]) for r in range(run.k) if (full, r) in run.memo))

@@ -168,9 +168,8 @@ class VersionSource(Source):
 
     def start_for(self, version: str) -> FeatureStart:
         env = self.env_for(version) if self.trial is None else "injected trial"
-        if isinstance(env, str):
-            return FeatureStart(self.root, version, None, {}, self.extra_env())
-        return FeatureStart(self.root, version, str(env.python), dict(env.versions), self.extra_env())
+        python, versions = (None, {}) if isinstance(env, str) else (str(env.python), dict(env.versions))
+        return FeatureStart(self.root, version, python, versions, self.extra_env())
 
 
 @dataclass(frozen=True)

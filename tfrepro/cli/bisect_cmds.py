@@ -43,22 +43,14 @@ MODE_OPTIONS = {
     },
     "commit": {"--jobs", "--executor ray", "--timing-budget"},
     "version": {"--keras legacy", "--tf-dist", "--then-features", "--timing-budget"},
-    # --then-features continues in feature mode: --only/--skip choose its features
-    "version+features": {"--keras legacy", "--tf-dist", "--then-features", "--only", "--skip", "--timing-budget"},
 }
+# --then-features continues in feature mode: --only/--skip choose its features
+MODE_OPTIONS["version+features"] = MODE_OPTIONS["version"] | {"--only", "--skip"}
 _WHY = {
     "feature": "--keras and --tf-dist belong to version mode (--tf-versions)",
     "commit": "commit mode runs each commit once, as written (every feature as in the file)",
     "version": "version mode runs the project as written, one release at a time, on this machine",
 }
-
-
-def refuse_ignored(mode: str, given: dict[str, bool]) -> None:
-    """A UserError naming the options the mode would ignore."""
-    ignored = [name for name, on in given.items() if on and name not in MODE_OPTIONS[mode]]
-    if ignored:
-        base = mode.split("+")[0]  # version+features: version mode's reason
-        raise UserError(f"{base} mode does not use {', '.join(ignored)}", hint=f"{_WHY[base]}; drop the option")
 
 
 def check_releases(good: str | None, bad: str | None) -> None:
@@ -228,24 +220,24 @@ def bisect_cmd(
         if tf_versions
         else ("commit" if good or bad else "feature")
     )
-    refuse_ignored(
-        mode,
-        {
-            "--then-features": then_features,
-            "--replays": replays is not None,
-            "--timing-budget": timing_budget is not None,
-            "--strategy": strategy != "auto",
-            "--repeats": repeats is not None,
-            "--jobs": jobs != 1,
-            "--executor ray": executor != "local",
-            "--only": only is not None,
-            "--skip": skip is not None,
-            "--keras legacy": keras_mode != "default",
-            "--tf-dist": tf_dist is not None,
-            "--address (without --executor ray)": address is not None and executor != "ray",
-            "--replicas": replicas is not None,
-        },
-    )
+    asked = {  # each option, whether it was given
+        "--then-features": then_features,
+        "--replays": replays is not None,
+        "--timing-budget": timing_budget is not None,
+        "--strategy": strategy != "auto",
+        "--repeats": repeats is not None,
+        "--jobs": jobs != 1,
+        "--executor ray": executor != "local",
+        "--only": only is not None,
+        "--skip": skip is not None,
+        "--keras legacy": keras_mode != "default",
+        "--tf-dist": tf_dist is not None,
+        "--address (without --executor ray)": address is not None and executor != "ray",
+        "--replicas": replicas is not None,
+    }
+    if ignored := [name for name, on in asked.items() if on and name not in MODE_OPTIONS[mode]]:
+        base = mode.split("+")[0]  # version+features: version mode's reason
+        raise UserError(f"{base} mode does not use {', '.join(ignored)}", hint=f"{_WHY[base]}; drop the option")
     from tfrepro.bisect.options import BisectOptions, parse_symptom
 
     given = {"replays": replays, "timing_replays": replays, "timing_budget_s": timing_budget}
