@@ -116,7 +116,16 @@ def parse_check_numerics(
     facts = {"file": line.file, "line": line.line, "code": line.code, "function": line.function}
     for key, rx in (("kind", _KIND), ("dtype", _DTYPE), ("shape", _SHAPE), ("input_tensor", _INPUT)):
         facts[key] = found.group(1) if (found := rx.search(message)) else None
-    return replace(where, op_type=m.group(3), layer=layer, layer_class=layer_class, excerpt=_excerpt(message), **facts)
+    # the excerpt: the report itself, without the op-creation stack; an eager report's whole input
+    # tensor cut to its first lines
+    start = message.find("!!! Detected")
+    stop = message.find("Stack trace of op's creation", start)
+    excerpt = message[start : stop if stop > 0 else len(message)].strip()
+    cut = excerpt.find("Input tensor: tf.Tensor(")
+    if cut >= 0:
+        cut = excerpt.rfind("\n", 0, cut) + 1
+        excerpt = "\n".join(excerpt[:cut].splitlines() + excerpt[cut:].splitlines()[:3] + ["  ..."])
+    return replace(where, op_type=m.group(3), layer=layer, layer_class=layer_class, excerpt=excerpt[:1500], **facts)
 
 
 def _node_of(message: str, layers: dict[str, str]) -> Localization:
@@ -155,19 +164,6 @@ def _user_line(message: str, traceback_text: str, script: str, source: str, rel:
     lines = source.splitlines()
     code = lines[n - 1].strip() if 0 < n <= len(lines) else None
     return Localization(True, file=rel, line=n, code=code, function=enclosing_scope(source, n) if source else None)
-
-
-def _excerpt(message: str) -> str:
-    """The report itself, without the op-creation stack; an eager report's
-    whole input tensor cut to its first lines."""
-    start = message.find("!!! Detected")
-    stop = message.find("Stack trace of op's creation", start)
-    excerpt = message[start : stop if stop > 0 else len(message)].strip()
-    cut = excerpt.find("Input tensor: tf.Tensor(")
-    if cut >= 0:
-        cut = excerpt.rfind("\n", 0, cut) + 1
-        excerpt = "\n".join(excerpt[:cut].splitlines() + excerpt[cut:].splitlines()[:3] + ["  ..."])
-    return excerpt[:1500]
 
 
 def _user_frames(frames: list[tuple[str, int, str]], script_abs: str, base: str) -> list[tuple[str, int, str]]:

@@ -94,6 +94,9 @@ def reproduce(
     and, when the symptom needs one, its reference, each in a dir of its own
     with the records a reduced export reads. A crash reproduces only with
     the bisect's `spec.expected_error`, when it is known."""
+    from tfrepro.trials.classify import primary
+    from tfrepro.trials.classify import symptoms as shows
+
     with tempfile.TemporaryDirectory(prefix="tfrepro-rerun-") as tmp:
         root = Path(tmp)
         cand_dir = write_files(root / "candidate", export.cand_files, export.data)
@@ -105,27 +108,22 @@ def reproduce(
             return _slowdown(cand_dir, ref_dir, spec, runner, progress)
         cand = runner(cand_dir, spec.settings)
         ref = runner(ref_dir, spec.settings) if symptom in (Verdict.MISMATCH.value, Verdict.MEMORY.value) else None
-        return _judged(symptom, cand, ref, spec)
-
-
-def _judged(symptom: str, cand: TrialResult, ref: TrialResult | None, spec: RerunSpec) -> Reproduction:
-    """Whether `cand` (against `ref`, for a mismatch or memory) shows `symptom`."""
-    from tfrepro.trials.classify import primary
-    from tfrepro.trials.classify import symptoms as shows
-
-    memory = symptom == Verdict.MEMORY.value
-    baselines = [ref] if memory and ref is not None else ()
-    seen = shows(cand, reference=None if memory else ref, settings=spec.symptoms, noise=spec.noise, baselines=baselines)
-    hunted = next((v for v in Verdict if v.value == symptom), None)
-    verdict = primary(seen, hunted)
-    # a crash shows only as the bisect's own (same exception and message)
-    shown = verdict.value == symptom and (symptom != "crash" or same_error(cand.error, spec.expected_error))
-    detail = _detail(symptom, cand, ref, spec, shown=shown, verdict=verdict)
-    if not shown and verdict not in (Verdict.OK, hunted):
-        detail += f"; it showed {verdict.value} instead"
-    return Reproduction(
-        symptom, shown, detail, verdict.value, cand.to_dict(), ref.to_dict() if ref is not None else None
-    )
+        # whether `cand` (against `ref`, for a mismatch or memory) shows `symptom`
+        memory = symptom == Verdict.MEMORY.value
+        baselines = [ref] if memory and ref is not None else ()
+        seen = shows(
+            cand, reference=None if memory else ref, settings=spec.symptoms, noise=spec.noise, baselines=baselines
+        )
+        hunted = next((v for v in Verdict if v.value == symptom), None)
+        verdict = primary(seen, hunted)
+        # a crash shows only as the bisect's own (same exception and message)
+        shown = verdict.value == symptom and (symptom != "crash" or same_error(cand.error, spec.expected_error))
+        detail = _detail(symptom, cand, ref, spec, shown=shown, verdict=verdict)
+        if not shown and verdict not in (Verdict.OK, hunted):
+            detail += f"; it showed {verdict.value} instead"
+        return Reproduction(
+            symptom, shown, detail, verdict.value, cand.to_dict(), ref.to_dict() if ref is not None else None
+        )
 
 
 def _detail(
