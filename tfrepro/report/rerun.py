@@ -32,7 +32,6 @@ from tfrepro.trials.values import TrialResult
 from tfrepro.verdicts import Verdict
 
 if TYPE_CHECKING:
-    from tfrepro.trials.classify import TimingOutcome
     from tfrepro.trials.trial import TrialOptions
 
 # (project_dir, settings) -> TrialResult. The default runs a real trial.
@@ -211,27 +210,26 @@ def _slowdown(
         name=spec.reference,
     )
     out = pool.timed("repro", min_pairs=min(3, max_pairs), max_pairs=max_pairs)
-    reproduced, detail = _timing_detail(out, pool.why, spec)
+    # (reproduced, detail); `pool.why`: the reasons a run could not be timed, the last one first to tell
+    threshold, n = spec.symptoms.slowdown, len(out.pairs)
+    if out.stopped is Verdict.UNTESTABLE:
+        reproduced, detail = None, f"could not be timed: {pool.why[-1] if pool.why else 'untestable'}"
+    elif out.stopped is not None:
+        reproduced, detail = False, f"a timing run of repro.py stopped with {out.stopped.value}"
+    elif out.verdict == Verdict.SLOWDOWN:
+        test = f"{n} clear-cut pair{'s' if n != 1 else ''}" if out.fast else f"p={out.p_value:.3g}, {n} pairs"
+        reproduced, detail = (
+            True,
+            (
+                f"median step time {out.ratio:.2f}x that of {spec.reference} "
+                f"(threshold {threshold}x, {test}; repro.py between two {spec.reference} runs)"
+            ),
+        )
+    elif out.conclusive:
+        reproduced = False
+        detail = f"not slower: median step time ratio {out.ratio:.2f}x (threshold {threshold}x, {n} pairs)"
+    else:
+        ratio = f"{out.ratio:.2f}x" if out.ratio is not None else "n/a"
+        reproduced, detail = None, f"inconclusive after {n} pairs: ratio {ratio} (threshold {threshold}x)"
     cand, ref = (r[-1].to_dict() if r else None for r in (runs["repro"], runs["reference"]))
     return Reproduction("slowdown", reproduced, detail, out.verdict.value, cand, ref, out.to_dict())
-
-
-def _timing_detail(out: TimingOutcome, why: list[str], spec: RerunSpec) -> tuple[bool | None, str]:
-    """(reproduced, detail) of a timing comparison's outcome `out`; `why`:
-    the reasons a run could not be timed, the last one first to tell."""
-    threshold = spec.symptoms.slowdown
-    n = len(out.pairs)
-    if out.stopped is Verdict.UNTESTABLE:
-        return None, f"could not be timed: {why[-1] if why else 'untestable'}"
-    if out.stopped is not None:
-        return False, f"a timing run of repro.py stopped with {out.stopped.value}"
-    if out.verdict == Verdict.SLOWDOWN:
-        test = f"{n} clear-cut pair{'s' if n != 1 else ''}" if out.fast else f"p={out.p_value:.3g}, {n} pairs"
-        return True, (
-            f"median step time {out.ratio:.2f}x that of {spec.reference} "
-            f"(threshold {threshold}x, {test}; repro.py between two {spec.reference} runs)"
-        )
-    if out.conclusive:
-        return False, f"not slower: median step time ratio {out.ratio:.2f}x (threshold {threshold}x, {n} pairs)"
-    ratio = f"{out.ratio:.2f}x" if out.ratio is not None else "n/a"
-    return None, f"inconclusive after {n} pairs: ratio {ratio} (threshold {threshold}x)"
