@@ -203,25 +203,11 @@ def route(r: Report) -> Route:
         return Route(TF_KERAS, "the symptom appears when the culprit switches from Keras 3 to tf_keras")
     if off and not on:
         return Route(KERAS, "the symptom appears when the culprit switches from tf_keras to Keras 3")
-    package = crash_package(r)
-    if package:
-        return Route(
-            TF_KERAS if package == "tf_keras" else KERAS, f"the crash is raised inside the `{package}` package"
-        )
+    # a crash whose innermost traceback frame lies in the keras or tf_keras package
+    trials = (r.culprit or TrialResult(), r.rerun.trial or TrialResult()) if r.symptom == "crash" else ()
+    frames = next((f for t in trials if (f := _FRAME.findall(str(t.error_detail or "")))), None)
+    parts = frames[-1].replace("\\", "/").split("/") if frames else []
+    for i, part in enumerate(parts[1:-1], 1):  # an installed package: .../site-packages/keras/...
+        if part in ("keras", "tf_keras") and parts[i - 1] in ("site-packages", "dist-packages"):
+            return Route(TF_KERAS if part == "tf_keras" else KERAS, f"the crash is raised inside the `{part}` package")
     return Route(TENSORFLOW, "nothing points at Keras rather than TensorFlow")
-
-
-def crash_package(r: Report) -> str | None:
-    """`keras` or `tf_keras` when a crash's innermost traceback frame lies in
-    that package, else None."""
-    if r.symptom != "crash":
-        return None
-    for t in (r.culprit or TrialResult(), r.rerun.trial or TrialResult()):
-        frames = _FRAME.findall(str(t.error_detail or ""))
-        if frames:
-            parts = frames[-1].replace("\\", "/").split("/")
-            for i, part in enumerate(parts[1:-1], 1):  # an installed package: .../site-packages/keras/...
-                if part in ("keras", "tf_keras") and parts[i - 1] in ("site-packages", "dist-packages"):
-                    return part
-            return None
-    return None
