@@ -68,19 +68,6 @@ def enclosing_scope(source: str, line: int) -> str | None:
     return ".".join(trail) if trail else None
 
 
-def _match_layer(scope_parts: list[str], layers: dict[str, str]) -> tuple[str | None, str | None]:
-    """The innermost scope component naming a known layer. Keras uniquifies
-    name scopes (`custom_norm` traced as `custom_norm_1`), so a numeric suffix
-    is tried off too."""
-    for part in reversed(scope_parts):
-        if part in _NOT_LAYERS:
-            continue
-        for name in (part, re.sub(r"_\d+$", "", part)):
-            if name in layers:
-                return name, layers[name]
-    return None, None
-
-
 def parse_check_numerics(
     message: str,
     *,
@@ -138,12 +125,13 @@ def _node_of(message: str, layers: dict[str, str]) -> Localization:
     if node:
         node = re.sub(r"/CheckNumerics(V2)?$", "", node)
     parts = node.split("/") if node else []
-    layer, layer_class = _match_layer(parts[:-1], layers)
-    if layer is None and len(parts) > 1:
-        # No model layer list (custom loop, legacy Keras): the innermost
-        # scope component is the best name there is.
-        cand = [p for p in parts[:-1] if p not in _NOT_LAYERS]
-        layer = cand[-1] if cand else None
+    # The innermost scope component naming a known layer (Keras uniquifies name scopes: `custom_norm`
+    # traced as `custom_norm_1`, so a numeric suffix is tried off too). No model layer list (custom
+    # loop, legacy Keras): the innermost scope component is the best name there is.
+    scopes = [p for p in parts[:-1] if p not in _NOT_LAYERS]
+    known = [name for p in reversed(scopes) for name in (p, re.sub(r"_\d+$", "", p)) if name in layers]
+    layer = known[0] if known else (scopes[-1] if scopes else None)
+    layer_class = layers[known[0]] if known else None
     scope = "/".join(parts[:-1]) if len(parts) > 1 else None
     backward = any(p.startswith(("gradient", "Grad")) or "_grad" in p.lower() for p in parts)
     return Localization(True, node=node, scope=scope, layer=layer, layer_class=layer_class, backward=backward)
