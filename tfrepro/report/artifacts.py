@@ -66,7 +66,7 @@ def plots(out: Path, result: ResultJson, symptom: str, rep: Reproduction | None)
     if symptom == "slowdown":
         # Every steady step of one trial each shows the spread; the per-trial
         # medians of the interleaved timing runs are what the test compared.
-        groups = [("baseline", draw.steady(base)), (label, draw.steady(cand))]
+        groups = [("baseline", list(base.steady_step_times())), (label, list(cand.steady_step_times()))]
         timing = of(TimingRecord, result.get("timing")) or TimingRecord()
         if not (groups[0][1] and groups[1][1]) and timing.baseline and timing.candidate:
             groups = [
