@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 from tfrepro.report.answer import Env, NightlyRun, Report
 from tfrepro.report.issue_extra import beyond_the_form, code, rerun_sentence
-from tfrepro.report.issue_text import SYMPTOM_WORDS, behaviour, cuda_line, gpu_line, log_output
+from tfrepro.report.issue_text import SYMPTOM_WORDS, behaviour, cuda_line, gpu_line, keras_line, log_output
 from tfrepro.report.scan import LEGACY_KERAS
 from tfrepro.trials.values import TrialResult
 
@@ -139,7 +139,6 @@ def keras_form(r: Report, where: Route) -> list[tuple[str, str]]:
     """keras-team/keras's bug template, section by section (markdown)."""
     env, repro = r.env, r.repro
     current, expected = behaviour(r)
-    keras_v = env.keras or "unknown"
     system = [
         "Have I written custom code (as opposed to using a stock example script provided in Keras): Yes",
         f"OS Platform and Distribution: {env.os or 'unknown'}",
@@ -149,7 +148,7 @@ def keras_form(r: Report, where: Route) -> list[tuple[str, str]]:
         "Bazel version (if compiling from source): n/a",
         f"GPU model and memory: {gpu_line(env)}",
         f"Exact command to reproduce: `{repro.command}`",
-        f"Keras version: {keras_v}" + (f"; tf_keras {env.tf_keras_dist.get('version')}" if env.tf_keras_dist else ""),
+        f"Keras version: {keras_line(env)}",
         "Keras backend: tensorflow",
         f"CUDA/cuDNN: {cuda_line(env)}",
     ]

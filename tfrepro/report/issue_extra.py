@@ -8,7 +8,7 @@ evidence, the diff that turns the culprit on, and the files in the bundle.
 from __future__ import annotations
 
 from tfrepro.report.answer import Report, Reproduction
-from tfrepro.report.issue_text import fmt, names
+from tfrepro.report.issue_text import fmt, keras_line, names
 from tfrepro.report.standin import issue_lines as data_lines
 
 
@@ -72,16 +72,9 @@ def rerun_sentence(rep: Reproduction | None) -> str:
 
 def training_setup(r: Report) -> list[str]:
     env, setup = r.env, r.setup
-    keras_v = env.keras
-    tfk = env.tf_keras_dist
     deterministic = (r.settings or {}).get("deterministic")
     rows = [
-        (
-            "Keras",
-            f"{keras_v or 'unknown'}"
-            + (f"; tf_keras {tfk['version']}" if tfk else "")
-            + (f" — script uses {setup.keras_flavour}" if setup.keras_flavour else ""),
-        ),
+        ("Keras", keras_line(env) + (f" — script uses {setup.keras_flavour}" if setup.keras_flavour else "")),
         ("NumPy", (env.numpy_dist or {}).get("version", "unknown")),
         ("Precision policy", setup.precision_policy),
         ("Distribution / replicas", f"{setup.distribution}; replicas: {setup.replicas}"),

@@ -60,6 +60,12 @@ def gpu_line(env: Env) -> str:
     return "; ".join(parts) + (f"; NVIDIA driver {driver}" if driver else "")
 
 
+def keras_line(env: Env) -> str:
+    """Keras's version, and tf_keras's beside it when installed."""
+    tfk = env.tf_keras_dist
+    return (env.keras or "unknown") + (f"; tf_keras {tfk.get('version')}" if tfk else "")
+
+
 def cuda_line(env: Env) -> str:
     """Build info, then what this machine loads: CUDA wheels, library path."""
     b = env.build_info or {}
