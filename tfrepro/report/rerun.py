@@ -39,14 +39,20 @@ Runner = Callable[[Path, TrialSettings], TrialResult]
 
 
 def default_runner(
-    state_dir: Path, *, python: str | None = None, versions: Mapping[str, str | None] | None = None
+    state_dir: Path,
+    *,
+    python: str | None = None,
+    versions: Mapping[str, str | None] | None = None,
+    label: str = "report-rerun",
+    cold: bool = False,
 ) -> Runner:
-    """Trials of an exported repro, as written; under `python` (another
+    """Trials of an exported repro, as written, each process describing its
+    environment (`inside/setup_plugin.py`); under `python` (another
     environment's interpreter, e.g. tf-nightly's) when given."""
     from tfrepro.trials.trial import TrialOptions
 
     def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
-        opts = dict(state_dir=state_dir, label="report-rerun", python=python, versions=versions)
+        opts = dict(state_dir=state_dir, label=label, python=python, versions=versions, cold=cold)
         how = TrialOptions(plugins=(SETUP_PLUGIN,), plugin_options={"environment": True}, **opts)
         return run_as_written(project_dir, settings, how)
 
