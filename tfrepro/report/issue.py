@@ -185,11 +185,9 @@ def route(r: Report) -> Route:
     """The repository to file the report in, and why."""
     legacy = "tf_keras" in (r.setup.keras_flavour or "")
     keras_repo = TF_KERAS if legacy else KERAS
-    follows = r.follows
-    if follows == "keras":
-        return Route(keras_repo, "a version bisect found that the symptom follows the Keras version")
-    if follows == "tensorflow":
-        return Route(TENSORFLOW, "a version bisect found that the symptom follows the TensorFlow version")
+    if r.follows in ("keras", "tensorflow"):
+        repo, name = (keras_repo, "Keras") if r.follows == "keras" else (TENSORFLOW, "TensorFlow")
+        return Route(repo, f"a version bisect found that the symptom follows the {name} version")
     # the culprit's diff turns tf_keras on, or off (back to Keras 3)
     lines = (r.repro.diff or "").splitlines()
     added, removed = ("\n".join(x[1:] for x in lines if x[:1] == c and x[:3] != c * 3) for c in "+-")
