@@ -77,7 +77,7 @@ class Reproduction(Timed):
 @dataclass(frozen=True)
 class NightlyRun:
     """report.json's `nightly` (written with `asdict`): the nightly build
-    tried (nightly.py `on_nightly`, or a version bisect's trial of one),
+    tried (confirm.py `on_nightly`, or a version bisect's trial of one),
     whether the repro showed the symptom there, what it saw."""
 
     version: str = "tf-nightly"

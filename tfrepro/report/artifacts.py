@@ -13,9 +13,10 @@ from tfrepro.trials.slowdown import TimingRecord
 from tfrepro.trials.values import TrialResult
 
 
-def load_trials(run_dir: Path, result: ResultJson) -> list[tuple[str, TrialResult]]:
-    """(name, summary) of every trial of the run, in order; the baseline,
-    failing and culprit summaries when the table has none."""
+def write_events(logdir: Path, run_dir: Path, result: ResultJson) -> dict[str, str]:
+    """One TensorBoard run per trial of the run, in order (written with
+    tensorboardX: neither TensorFlow nor tensorboard is needed to write
+    them); the baseline, failing and culprit summaries when the table has none."""
     trials = []
     for i, row in enumerate(result.get("trials_table") or [], 1):
         summary = read_summary(run_dir, row)
@@ -24,14 +25,9 @@ def load_trials(run_dir: Path, result: ResultJson) -> list[tuple[str, TrialResul
         label = "+".join(row.get("enabled") or []) or "baseline"
         role = f"_{row['role']}{row.get('repeat', '')}" if row.get("role") else ""
         trials.append((f"{i:02d}_{label}{role}_{row.get('verdict', '')}"[:120], summary))
-    return trials or [
+    trials = trials or [
         (key, TrialResult.from_dict(result[key])) for key in ("baseline", "failing", "culprit_trial") if result.get(key)
     ]
-
-
-def write_events(logdir: Path, trials: list[tuple[str, TrialResult]]) -> dict[str, str]:
-    """One TensorBoard run per trial (written with tensorboardX: neither
-    TensorFlow nor tensorboard is needed to write them)."""
     if not trials:
         return {"tensorboard/": "skipped: the run kept no per-trial summaries"}
     for name, s in trials:
@@ -70,7 +66,7 @@ def plots(out: Path, result: ResultJson, symptom: str, rep: Reproduction | None)
     if symptom == "slowdown":
         # Every steady step of one trial each shows the spread; the per-trial
         # medians of the interleaved timing runs are what the test compared.
-        groups = [("baseline", draw.steady(base)), (label, draw.steady(cand))]
+        groups = [("baseline", list(base.steady_step_times())), (label, list(cand.steady_step_times()))]
         timing = of(TimingRecord, result.get("timing")) or TimingRecord()
         if not (groups[0][1] and groups[1][1]) and timing.baseline and timing.candidate:
             groups = [

@@ -28,7 +28,7 @@ from tfrepro.errors import UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report import outdir
 from tfrepro.report.answer import Report
-from tfrepro.report.artifacts import load_trials, plots, write_events
+from tfrepro.report.artifacts import plots, write_events
 from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, load_at, write_files, write_scripts
@@ -163,7 +163,7 @@ def build_report(
 
             say("localising the first non-finite value (check_numerics, XLA off) ...")
             loc = localize(export.cand_files, export.data, python=how.python, settings=rerun_settings(ctx))
-        artifacts.update(write_events(out / "tensorboard", load_trials(ctx.run_dir, ctx.result)))
+        artifacts.update(write_events(out / "tensorboard", ctx.run_dir, ctx.result))
         env_facts = environment_facts(
             reproduction, probe=how.probe_environment, python=how.python, environ=environ, say=say
         )

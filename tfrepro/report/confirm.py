@@ -69,17 +69,17 @@ def _reproduce_trimmed(ctx: Context, export: Export, **kw: Any) -> tuple[Reprodu
 
     cand, changes = trim_files(export.cand_files)
     if not changes:
-        return _reproduce(ctx, export, **kw), export, {"trimmed": False, "changes": [], "note": "nothing to trim"}
-    if not kw["rerun"]:
+        note = "nothing to trim"
+    elif not kw["rerun"]:  # no re-run: `_reproduce` gives None
         note = "not trimmed: a trim is kept only when a re-run confirms it (--no-rerun)"
-        return None, export, {"trimmed": False, "changes": changes, "note": note}
-    trimmed = replace(export, cand_files=cand, ref_files=trim_files(export.ref_files)[0])
-    kw["say"](f"trimmed {ENTRY} ({len(changes)} change{'s' if len(changes) != 1 else ''}): re-running it")
-    rep = _reproduce(ctx, trimmed, **kw)
-    if rep is not None and rep.reproduced is True:
-        return rep, trimmed, {"trimmed": True, "changes": changes}
-    kw["say"]("the trimmed repro does not show the symptom: the untrimmed one is kept")
-    note = "the trimmed repro did not reproduce; untrimmed kept"
+    else:
+        trimmed = replace(export, cand_files=cand, ref_files=trim_files(export.ref_files)[0])
+        kw["say"](f"trimmed {ENTRY} ({len(changes)} change{'s' if len(changes) != 1 else ''}): re-running it")
+        rep = _reproduce(ctx, trimmed, **kw)
+        if rep is not None and rep.reproduced is True:
+            return rep, trimmed, {"trimmed": True, "changes": changes}
+        kw["say"]("the trimmed repro does not show the symptom: the untrimmed one is kept")
+        note = "the trimmed repro did not reproduce; untrimmed kept"
     return _reproduce(ctx, export, **kw), export, {"trimmed": False, "changes": changes, "note": note}
 
 

@@ -31,23 +31,13 @@ def in_trial(*, python: str | None = None, timeout_s: float = 180.0) -> dict[str
     """Facts about the TensorFlow installation `python` runs, from inside a
     trial (`inside/setup_plugin.py`'s `environment`). Never raises for a
     failing trial: the facts then carry `probe_error`."""
-    from tfrepro.inside import SETUP_PLUGIN
-    from tfrepro.report.rerun import run_as_written, write_files
+    from tfrepro.report.rerun import default_runner, write_files
     from tfrepro.settings import TrialSettings
-    from tfrepro.trials.trial import TrialOptions
 
     with tempfile.TemporaryDirectory(prefix="tfrepro-env-") as tmp:
         root = write_files(Path(tmp) / "env", {"repro.py": ENV_SCRIPT})
-        how = TrialOptions(
-            label="environment",
-            state_dir=Path(tmp) / "state",
-            plugins=(SETUP_PLUGIN,),
-            plugin_options={"environment": True},
-            python=python,
-            cold=True,
-        )
-        settings = TrialSettings(timeout_s=timeout_s, deterministic=False)
-        got = run_as_written(root, settings, how)
+        run = default_runner(Path(tmp) / "state", python=python, label="environment", cold=True)
+        got = run(root, TrialSettings(timeout_s=timeout_s, deterministic=False))
     facts = got.extra.get("environment")
     if isinstance(facts, dict):
         return facts

@@ -21,7 +21,6 @@ from tfrepro.report.answer import Env, of
 
 # Variables named by their own section (XLA, determinism) as well as listed.
 DETERMINISM_VARS = ("TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "PYTHONHASHSEED")
-_PACKAGES = ("tfrepro", "python", "tensorflow", "keras", "tf_keras", "numpy")
 
 
 def env_doc(facts: Env, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -69,8 +68,8 @@ def _unset(value: object) -> str:
 def env_lines(doc: dict[str, Any]) -> list[str]:
     """`tfrepro env` as text."""
     v = doc["versions"]
-    names = zip(("tfrepro", "Python", "TensorFlow", "Keras", "tf_keras", "NumPy"), _PACKAGES)
-    lines = [f"{name:<11} {v[key] if v[key] is not None else '(not installed)'}" for name, key in names]
+    names = zip(("tfrepro", "Python", "TensorFlow", "Keras", "tf_keras", "NumPy"), v.values())  # env_doc's order
+    lines = [f"{name:<11} {version if version is not None else '(not installed)'}" for name, version in names]
     lines += [f"error: {doc[key]}" for key in ("tf_error", "probe_error") if doc.get(key)]
     devices = ", ".join(f"{d['name']} ({d['type']})" for d in doc["devices"]) or "(none seen)"
     lines.append(f"devices     {devices}")

@@ -8,9 +8,8 @@ evidence, the diff that turns the culprit on, and the files in the bundle.
 from __future__ import annotations
 
 from tfrepro.report.answer import Report, Reproduction
-from tfrepro.report.issue_text import fmt, names
+from tfrepro.report.issue_text import fmt, keras_line, names
 from tfrepro.report.standin import issue_lines as data_lines
-from tfrepro.trials.values import TrialRow
 
 
 def code(text: str, lang: str = "") -> str:
@@ -73,16 +72,9 @@ def rerun_sentence(rep: Reproduction | None) -> str:
 
 def training_setup(r: Report) -> list[str]:
     env, setup = r.env, r.setup
-    keras_v = env.keras
-    tfk = env.tf_keras_dist
     deterministic = (r.settings or {}).get("deterministic")
     rows = [
-        (
-            "Keras",
-            f"{keras_v or 'unknown'}"
-            + (f"; tf_keras {tfk['version']}" if tfk else "")
-            + (f" — script uses {setup.keras_flavour}" if setup.keras_flavour else ""),
-        ),
+        ("Keras", keras_line(env) + (f" — script uses {setup.keras_flavour}" if setup.keras_flavour else "")),
         ("NumPy", (env.numpy_dist or {}).get("version", "unknown")),
         ("Precision policy", setup.precision_policy),
         ("Distribution / replicas", f"{setup.distribution}; replicas: {setup.replicas}"),
@@ -159,42 +151,37 @@ def bisect_evidence(r: Report) -> list[str]:
             f"- {names(d['configuration'])} compiled with jit_compile={d['jit_compile']}, "
             f"the failing configuration with {d['failing_jit_compile']}"
         )
-    return out + [""] + _feature_table(r) + _trials_table(ev.trials_table or [])
-
-
-def _feature_table(r: Report) -> list[str]:
-    feats = r.features or {}
-    if not feats:
-        return []
-    ablation = r.evidence.ablation or {}
+    out.append("")
+    feats, ablation = r.features or {}, ev.ablation or {}
     culprits, config = r.culprits or [], r.culprit_config or []
-    out = ["| feature | description | culprit | in minimal config | alone on the baseline |", "|---|---|---|---|---|"]
-    for name, info in feats.items():
-        desc = (info.get("description") or "").replace("|", "\\|")
-        if info.get("affects_loss"):
-            desc += " (affects loss by design)"
-        out.append(
-            f"| `{name}` | {desc} | {'**yes**' if name in culprits else ''} | "
-            f"{'yes' if name in config else ''} | {ablation.get(name, '')} |"
-        )
-    return out + [""]
-
-
-def _trials_table(table: list[TrialRow]) -> list[str]:
-    if not table:
-        return []
-    out = [
-        "<details><summary>Every trial</summary>",
-        "",
-        "| # | features on | role | verdict | cached |",
-        "|---|---|---|---|---|",
-    ]
-    for i, t in enumerate(table, 1):
-        out.append(
-            f"| {i} | {', '.join(t.get('enabled') or []) or '(baseline)'} | {t.get('role') or ''} | "
-            f"{t.get('verdict')} | {'yes' if t.get('cached') else ''} |"
-        )
-    return out + ["", "</details>", ""]
+    if feats:
+        out += [
+            "| feature | description | culprit | in minimal config | alone on the baseline |",
+            "|---|---|---|---|---|",
+        ]
+        for name, info in feats.items():
+            desc = (info.get("description") or "").replace("|", "\\|")
+            if info.get("affects_loss"):
+                desc += " (affects loss by design)"
+            out.append(
+                f"| `{name}` | {desc} | {'**yes**' if name in culprits else ''} | "
+                f"{'yes' if name in config else ''} | {ablation.get(name, '')} |"
+            )
+        out.append("")
+    if ev.trials_table:
+        out += [
+            "<details><summary>Every trial</summary>",
+            "",
+            "| # | features on | role | verdict | cached |",
+            "|---|---|---|---|---|",
+        ]
+        for i, t in enumerate(ev.trials_table, 1):
+            out.append(
+                f"| {i} | {', '.join(t.get('enabled') or []) or '(baseline)'} | {t.get('role') or ''} | "
+                f"{t.get('verdict')} | {'yes' if t.get('cached') else ''} |"
+            )
+        out += ["", "</details>", ""]
+    return out
 
 
 def culprit_diff(r: Report) -> list[str]:

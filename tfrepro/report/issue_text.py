@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tfrepro.report.answer import Env, Report
-from tfrepro.trials.slowdown import TimingRecord
 from tfrepro.trials.values import TrialResult
 
 SYMPTOM_WORDS = {
@@ -61,6 +60,12 @@ def gpu_line(env: Env) -> str:
     return "; ".join(parts) + (f"; NVIDIA driver {driver}" if driver else "")
 
 
+def keras_line(env: Env) -> str:
+    """Keras's version, and tf_keras's beside it when installed."""
+    tfk = env.tf_keras_dist
+    return (env.keras or "unknown") + (f"; tf_keras {tfk.get('version')}" if tfk else "")
+
+
 def cuda_line(env: Env) -> str:
     """Build info, then what this machine loads: CUDA wheels, library path."""
     b = env.build_info or {}
@@ -84,14 +89,12 @@ def cuda_line(env: Env) -> str:
 
 def behaviour(r: Report) -> tuple[str, str]:
     """(current, expected) sentences for the run's symptom."""
-    return _BEHAVIOUR.get(r.symptom or "", _other)(r, _subject(r))
-
-
-def _subject(r: Report) -> str:
     if r.first_bad_commit:
         subject = (r.commit or {}).get("subject")
-        return f"Since commit `{r.first_bad_commit[:12]}`" + (f" ({subject})" if subject else "")
-    return f"With {names(r.culprits)} enabled" if r.culprits else "In the failing configuration"
+        who = f"Since commit `{r.first_bad_commit[:12]}`" + (f" ({subject})" if subject else "")
+    else:
+        who = f"With {names(r.culprits)} enabled" if r.culprits else "In the failing configuration"
+    return _BEHAVIOUR.get(r.symptom or "", _other)(r, who)
 
 
 def _alone(r: Report) -> str:
@@ -146,23 +149,19 @@ def _slowdown(r: Report, who: str) -> tuple[str, str]:
         # one number per claim: the step times and the ratio from the same timed samples
         b, c = statistics.median(timing.baseline), statistics.median(timing.candidate)
     ratio = timing.ratio or (c / b if b and c else None)
+    # what supports the claim, quoted only when it does: the pairs, and the rank test's p-value when significant
+    n, p = len(timing.pairs or timing.candidate or []), timing.p_value
+    if timing.fast:
+        support = f", {n} clear-cut interleaved pair{'s' if n != 1 else ''}"
+    elif p is not None and p <= 0.05:
+        support = f", {n} interleaved pairs, one-sided signed-rank test p={fmt(p, 3)}"
+    else:
+        support = f", {n} interleaved pair{'s' if n != 1 else ''}" if n else ""
     cur = (
         f"{who}, the median steady-state step time is {_ms(c)} against {_ms(b)} without"
-        f" ({fmt(ratio, 3)}x{timing_support(timing)}; warm-up steps excluded).{_alone(r)}"
+        f" ({fmt(ratio, 3)}x{support}; warm-up steps excluded).{_alone(r)}"
     )
     return cur, "The step time stays close to the baseline's."
-
-
-def timing_support(timing: TimingRecord) -> str:
-    """What supports a slowdown claim, quoted only when it does: the pairs,
-    and the rank test's p-value when it is significant."""
-    n = len(timing.pairs or timing.candidate or [])
-    if timing.fast:
-        return f", {n} clear-cut interleaved pair{'s' if n != 1 else ''}"
-    p = timing.p_value
-    if p is not None and p <= 0.05:
-        return f", {n} interleaved pairs, one-sided signed-rank test p={fmt(p, 3)}"
-    return f", {n} interleaved pair{'s' if n != 1 else ''}" if n else ""
 
 
 def mismatch_pair(r: Report) -> tuple[TrialResult, TrialResult]:

@@ -68,19 +68,6 @@ def enclosing_scope(source: str, line: int) -> str | None:
     return ".".join(trail) if trail else None
 
 
-def _match_layer(scope_parts: list[str], layers: dict[str, str]) -> tuple[str | None, str | None]:
-    """The innermost scope component naming a known layer. Keras uniquifies
-    name scopes (`custom_norm` traced as `custom_norm_1`), so a numeric suffix
-    is tried off too."""
-    for part in reversed(scope_parts):
-        if part in _NOT_LAYERS:
-            continue
-        for name in (part, re.sub(r"_\d+$", "", part)):
-            if name in layers:
-                return name, layers[name]
-    return None, None
-
-
 def parse_check_numerics(
     message: str,
     *,
@@ -116,7 +103,16 @@ def parse_check_numerics(
     facts = {"file": line.file, "line": line.line, "code": line.code, "function": line.function}
     for key, rx in (("kind", _KIND), ("dtype", _DTYPE), ("shape", _SHAPE), ("input_tensor", _INPUT)):
         facts[key] = found.group(1) if (found := rx.search(message)) else None
-    return replace(where, op_type=m.group(3), layer=layer, layer_class=layer_class, excerpt=_excerpt(message), **facts)
+    # the excerpt: the report itself, without the op-creation stack; an eager report's whole input
+    # tensor cut to its first lines
+    start = message.find("!!! Detected")
+    stop = message.find("Stack trace of op's creation", start)
+    excerpt = message[start : stop if stop > 0 else len(message)].strip()
+    cut = excerpt.find("Input tensor: tf.Tensor(")
+    if cut >= 0:
+        cut = excerpt.rfind("\n", 0, cut) + 1
+        excerpt = "\n".join(excerpt[:cut].splitlines() + excerpt[cut:].splitlines()[:3] + ["  ..."])
+    return replace(where, op_type=m.group(3), layer=layer, layer_class=layer_class, excerpt=excerpt[:1500], **facts)
 
 
 def _node_of(message: str, layers: dict[str, str]) -> Localization:
@@ -129,12 +125,13 @@ def _node_of(message: str, layers: dict[str, str]) -> Localization:
     if node:
         node = re.sub(r"/CheckNumerics(V2)?$", "", node)
     parts = node.split("/") if node else []
-    layer, layer_class = _match_layer(parts[:-1], layers)
-    if layer is None and len(parts) > 1:
-        # No model layer list (custom loop, legacy Keras): the innermost
-        # scope component is the best name there is.
-        cand = [p for p in parts[:-1] if p not in _NOT_LAYERS]
-        layer = cand[-1] if cand else None
+    # The innermost scope component naming a known layer (Keras uniquifies name scopes: `custom_norm`
+    # traced as `custom_norm_1`, so a numeric suffix is tried off too). No model layer list (custom
+    # loop, legacy Keras): the innermost scope component is the best name there is.
+    scopes = [p for p in parts[:-1] if p not in _NOT_LAYERS]
+    known = [name for p in reversed(scopes) for name in (p, re.sub(r"_\d+$", "", p)) if name in layers]
+    layer = known[0] if known else (scopes[-1] if scopes else None)
+    layer_class = layers[known[0]] if known else None
     scope = "/".join(parts[:-1]) if len(parts) > 1 else None
     backward = any(p.startswith(("gradient", "Grad")) or "_grad" in p.lower() for p in parts)
     return Localization(True, node=node, scope=scope, layer=layer, layer_class=layer_class, backward=backward)
@@ -155,19 +152,6 @@ def _user_line(message: str, traceback_text: str, script: str, source: str, rel:
     lines = source.splitlines()
     code = lines[n - 1].strip() if 0 < n <= len(lines) else None
     return Localization(True, file=rel, line=n, code=code, function=enclosing_scope(source, n) if source else None)
-
-
-def _excerpt(message: str) -> str:
-    """The report itself, without the op-creation stack; an eager report's
-    whole input tensor cut to its first lines."""
-    start = message.find("!!! Detected")
-    stop = message.find("Stack trace of op's creation", start)
-    excerpt = message[start : stop if stop > 0 else len(message)].strip()
-    cut = excerpt.find("Input tensor: tf.Tensor(")
-    if cut >= 0:
-        cut = excerpt.rfind("\n", 0, cut) + 1
-        excerpt = "\n".join(excerpt[:cut].splitlines() + excerpt[cut:].splitlines()[:3] + ["  ..."])
-    return excerpt[:1500]
 
 
 def _user_frames(frames: list[tuple[str, int, str]], script_abs: str, base: str) -> list[tuple[str, int, str]]:

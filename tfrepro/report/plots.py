@@ -104,11 +104,6 @@ def step_time_plot(path: Path, groups: Sequence[tuple[str, Sequence[float]]], *,
     return True
 
 
-def steady(summary: TrialResult) -> list[float]:
-    """Step times without warm-up (tracing, compilation): the trial's own steady steps."""
-    return [float(t) for t in summary.steady_step_times()]
-
-
 def memory_plot(path: Path, curves: Sequence[tuple[str, TrialResult]], *, title: str) -> bool:
     """Process RSS after each step (MB) of each (label, summary), with its
     growth slope in the legend. Returns False when no curve has a series."""

@@ -32,7 +32,6 @@ from tfrepro.trials.values import TrialResult
 from tfrepro.verdicts import Verdict
 
 if TYPE_CHECKING:
-    from tfrepro.trials.classify import TimingOutcome
     from tfrepro.trials.trial import TrialOptions
 
 # (project_dir, settings) -> TrialResult. The default runs a real trial.
@@ -40,14 +39,20 @@ Runner = Callable[[Path, TrialSettings], TrialResult]
 
 
 def default_runner(
-    state_dir: Path, *, python: str | None = None, versions: Mapping[str, str | None] | None = None
+    state_dir: Path,
+    *,
+    python: str | None = None,
+    versions: Mapping[str, str | None] | None = None,
+    label: str = "report-rerun",
+    cold: bool = False,
 ) -> Runner:
-    """Trials of an exported repro, as written; under `python` (another
+    """Trials of an exported repro, as written, each process describing its
+    environment (`inside/setup_plugin.py`); under `python` (another
     environment's interpreter, e.g. tf-nightly's) when given."""
     from tfrepro.trials.trial import TrialOptions
 
     def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
-        opts = dict(state_dir=state_dir, label="report-rerun", python=python, versions=versions)
+        opts = dict(state_dir=state_dir, label=label, python=python, versions=versions, cold=cold)
         how = TrialOptions(plugins=(SETUP_PLUGIN,), plugin_options={"environment": True}, **opts)
         return run_as_written(project_dir, settings, how)
 
@@ -94,6 +99,9 @@ def reproduce(
     and, when the symptom needs one, its reference, each in a dir of its own
     with the records a reduced export reads. A crash reproduces only with
     the bisect's `spec.expected_error`, when it is known."""
+    from tfrepro.trials.classify import primary
+    from tfrepro.trials.classify import symptoms as shows
+
     with tempfile.TemporaryDirectory(prefix="tfrepro-rerun-") as tmp:
         root = Path(tmp)
         cand_dir = write_files(root / "candidate", export.cand_files, export.data)
@@ -105,27 +113,22 @@ def reproduce(
             return _slowdown(cand_dir, ref_dir, spec, runner, progress)
         cand = runner(cand_dir, spec.settings)
         ref = runner(ref_dir, spec.settings) if symptom in (Verdict.MISMATCH.value, Verdict.MEMORY.value) else None
-        return _judged(symptom, cand, ref, spec)
-
-
-def _judged(symptom: str, cand: TrialResult, ref: TrialResult | None, spec: RerunSpec) -> Reproduction:
-    """Whether `cand` (against `ref`, for a mismatch or memory) shows `symptom`."""
-    from tfrepro.trials.classify import primary
-    from tfrepro.trials.classify import symptoms as shows
-
-    memory = symptom == Verdict.MEMORY.value
-    baselines = [ref] if memory and ref is not None else ()
-    seen = shows(cand, reference=None if memory else ref, settings=spec.symptoms, noise=spec.noise, baselines=baselines)
-    hunted = next((v for v in Verdict if v.value == symptom), None)
-    verdict = primary(seen, hunted)
-    # a crash shows only as the bisect's own (same exception and message)
-    shown = verdict.value == symptom and (symptom != "crash" or same_error(cand.error, spec.expected_error))
-    detail = _detail(symptom, cand, ref, spec, shown=shown, verdict=verdict)
-    if not shown and verdict not in (Verdict.OK, hunted):
-        detail += f"; it showed {verdict.value} instead"
-    return Reproduction(
-        symptom, shown, detail, verdict.value, cand.to_dict(), ref.to_dict() if ref is not None else None
-    )
+        # whether `cand` (against `ref`, for a mismatch or memory) shows `symptom`
+        memory = symptom == Verdict.MEMORY.value
+        baselines = [ref] if memory and ref is not None else ()
+        seen = shows(
+            cand, reference=None if memory else ref, settings=spec.symptoms, noise=spec.noise, baselines=baselines
+        )
+        hunted = next((v for v in Verdict if v.value == symptom), None)
+        verdict = primary(seen, hunted)
+        # a crash shows only as the bisect's own (same exception and message)
+        shown = verdict.value == symptom and (symptom != "crash" or same_error(cand.error, spec.expected_error))
+        detail = _detail(symptom, cand, ref, spec, shown=shown, verdict=verdict)
+        if not shown and verdict not in (Verdict.OK, hunted):
+            detail += f"; it showed {verdict.value} instead"
+        return Reproduction(
+            symptom, shown, detail, verdict.value, cand.to_dict(), ref.to_dict() if ref is not None else None
+        )
 
 
 def _detail(
@@ -213,27 +216,26 @@ def _slowdown(
         name=spec.reference,
     )
     out = pool.timed("repro", min_pairs=min(3, max_pairs), max_pairs=max_pairs)
-    reproduced, detail = _timing_detail(out, pool.why, spec)
+    # (reproduced, detail); `pool.why`: the reasons a run could not be timed, the last one first to tell
+    threshold, n = spec.symptoms.slowdown, len(out.pairs)
+    if out.stopped is Verdict.UNTESTABLE:
+        reproduced, detail = None, f"could not be timed: {pool.why[-1] if pool.why else 'untestable'}"
+    elif out.stopped is not None:
+        reproduced, detail = False, f"a timing run of repro.py stopped with {out.stopped.value}"
+    elif out.verdict == Verdict.SLOWDOWN:
+        test = f"{n} clear-cut pair{'s' if n != 1 else ''}" if out.fast else f"p={out.p_value:.3g}, {n} pairs"
+        reproduced, detail = (
+            True,
+            (
+                f"median step time {out.ratio:.2f}x that of {spec.reference} "
+                f"(threshold {threshold}x, {test}; repro.py between two {spec.reference} runs)"
+            ),
+        )
+    elif out.conclusive:
+        reproduced = False
+        detail = f"not slower: median step time ratio {out.ratio:.2f}x (threshold {threshold}x, {n} pairs)"
+    else:
+        ratio = f"{out.ratio:.2f}x" if out.ratio is not None else "n/a"
+        reproduced, detail = None, f"inconclusive after {n} pairs: ratio {ratio} (threshold {threshold}x)"
     cand, ref = (r[-1].to_dict() if r else None for r in (runs["repro"], runs["reference"]))
     return Reproduction("slowdown", reproduced, detail, out.verdict.value, cand, ref, out.to_dict())
-
-
-def _timing_detail(out: TimingOutcome, why: list[str], spec: RerunSpec) -> tuple[bool | None, str]:
-    """(reproduced, detail) of a timing comparison's outcome `out`; `why`:
-    the reasons a run could not be timed, the last one first to tell."""
-    threshold = spec.symptoms.slowdown
-    n = len(out.pairs)
-    if out.stopped is Verdict.UNTESTABLE:
-        return None, f"could not be timed: {why[-1] if why else 'untestable'}"
-    if out.stopped is not None:
-        return False, f"a timing run of repro.py stopped with {out.stopped.value}"
-    if out.verdict == Verdict.SLOWDOWN:
-        test = f"{n} clear-cut pair{'s' if n != 1 else ''}" if out.fast else f"p={out.p_value:.3g}, {n} pairs"
-        return True, (
-            f"median step time {out.ratio:.2f}x that of {spec.reference} "
-            f"(threshold {threshold}x, {test}; repro.py between two {spec.reference} runs)"
-        )
-    if out.conclusive:
-        return False, f"not slower: median step time ratio {out.ratio:.2f}x (threshold {threshold}x, {n} pairs)"
-    ratio = f"{out.ratio:.2f}x" if out.ratio is not None else "n/a"
-    return None, f"inconclusive after {n} pairs: ratio {ratio} (threshold {threshold}x)"

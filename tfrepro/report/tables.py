@@ -72,35 +72,6 @@ def _median_ms(s: TrialResult) -> float | None:
     return None if median is None else 1000.0 * median
 
 
-def trial_rows(run_dir: Path, table: list[TrialRow]) -> list[Row]:
-    """One row per trial of the run's trials table, in order."""
-    rows = []
-    for i, row in enumerate(table, 1):
-        s = read_summary(run_dir, row) or TrialResult()
-        losses = s.losses  # a non-finite loss (null) reads back as NaN
-        label = row.get("version") or row.get("sha") or s.label or ""  # a commit's sha or a release
-        rows.append(
-            Row(
-                index=i,
-                role=row.get("role") or "",
-                repeat=row.get("repeat", 0),
-                label="" if label == row.get("role") else label,
-                features_on=";".join(row.get("enabled") or []),
-                verdict=row.get("verdict") or "",
-                steps=s.steps_run or len(losses),
-                first_loss=losses[0] if losses else None,
-                last_loss=losses[-1] if losses else None,
-                first_nonfinite_step=s.first_nonfinite_step,
-                median_step_ms=_median_ms(s),
-                wall_s=s.wall_s,
-                cached=bool(row.get("cached")),
-                summary=s,
-                enabled=list(row.get("enabled") or []),
-            )
-        )
-    return rows
-
-
 def _cell(v: Any) -> Any:
     if v is None:
         return ""
@@ -137,7 +108,30 @@ def write_trial_tables(run_dir: Path) -> dict[str, Path]:
     run has no trials table."""
     run_dir = Path(run_dir)
     result: ResultJson = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
-    rows = trial_rows(run_dir, result.get("trials_table") or [])
+    rows = []
+    for i, row in enumerate(result.get("trials_table") or [], 1):
+        s = read_summary(run_dir, row) or TrialResult()
+        losses = s.losses  # a non-finite loss (null) reads back as NaN
+        label = row.get("version") or row.get("sha") or s.label or ""  # a commit's sha or a release
+        rows.append(
+            Row(
+                index=i,
+                role=row.get("role") or "",
+                repeat=row.get("repeat", 0),
+                label="" if label == row.get("role") else label,
+                features_on=";".join(row.get("enabled") or []),
+                verdict=row.get("verdict") or "",
+                steps=s.steps_run or len(losses),
+                first_loss=losses[0] if losses else None,
+                last_loss=losses[-1] if losses else None,
+                first_nonfinite_step=s.first_nonfinite_step,
+                median_step_ms=_median_ms(s),
+                wall_s=s.wall_s,
+                cached=bool(row.get("cached")),
+                summary=s,
+                enabled=list(row.get("enabled") or []),
+            )
+        )
     if not rows:
         return {}
     with open(run_dir / "trials.csv", "w", newline="", encoding="utf-8") as f:
