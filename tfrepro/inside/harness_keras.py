@@ -58,7 +58,6 @@ class StateSaver:
     def save_state(self, model) -> None:
         import numpy as np
 
-        os.makedirs(self.dir, exist_ok=True)
         variables = getattr(getattr(model, "optimizer", None), "variables", None)
         if callable(variables):
             variables = variables()
@@ -66,20 +65,21 @@ class StateSaver:
         for prefix, key, group in (("w", "weights", model.weights), ("o", "optimizer", variables or [])):
             arrays.update({f"{prefix}{i}": np.asarray(v.numpy()) for i, v in enumerate(group)})
             names[key] = [getattr(v, "path", None) or v.name for v in group]
-        np.savez(os.path.join(self.dir, "state.npz"), **arrays)
-        self.meta.update(names)
-        self._write_meta()
+        self._write("state.npz", arrays, names)
 
     def save_batch(self, batch: dict) -> None:
         import numpy as np
 
-        os.makedirs(self.dir, exist_ok=True)
         arrays = {path: np.asarray(t) for path, t in batch.items()}
-        np.savez(os.path.join(self.dir, "batch.npz"), **arrays)
-        self.meta["batch"] = {p: [list(a.shape), str(a.dtype)] for p, a in arrays.items()}
-        self._write_meta()
+        self._write("batch.npz", arrays, {"batch": {p: [list(a.shape), str(a.dtype)] for p, a in arrays.items()}})
 
-    def _write_meta(self) -> None:
+    def _write(self, npz: str, arrays: dict, meta: dict) -> None:
+        """`arrays` as `npz`, and state.json with `meta` added."""
+        import numpy as np
+
+        os.makedirs(self.dir, exist_ok=True)
+        np.savez(os.path.join(self.dir, npz), **arrays)
+        self.meta.update(meta)
         with open(os.path.join(self.dir, "state.json"), "w", encoding="utf-8") as f:
             json.dump(self.meta, f, indent=1)
 
