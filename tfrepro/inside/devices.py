@@ -49,13 +49,15 @@ def split(tf, config: dict, extra: dict) -> None:
             conf = [tf.config.LogicalDeviceConfiguration(memory_limit=mb) for _ in range(n)]
             tf.config.set_logical_device_configuration(gpus[0], conf)
             extra["replica_devices"] = f"1 GPU split into {n} logical GPUs of {mb} MiB"
-            _no_memory_growth(tf, extra)
+            # A split GPU refuses `set_memory_growth` (ValueError): the script's
+            # call is ignored, with a warning, rather than crash the trial.
+            tf.config.experimental.set_memory_growth = lambda device, enable: _warn(extra, MEMORY_GROWTH_IGNORED)
         else:
             cpus = tf.config.list_physical_devices("CPU")
             tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
             extra["replica_devices"] = f"the CPU split into {n} logical CPUs"
     except (RuntimeError, ValueError) as e:
-        extra.setdefault("warnings", []).append(SPLIT_TOO_LATE.format(n=n, error=str(e).splitlines()[0]))
+        _warn(extra, SPLIT_TOO_LATE.format(n=n, error=str(e).splitlines()[0]))
 
 
 MEMORY_GROWTH_IGNORED = (
@@ -64,16 +66,9 @@ MEMORY_GROWTH_IGNORED = (
 )
 
 
-def _no_memory_growth(tf, extra: dict) -> None:
-    """A split GPU refuses `set_memory_growth` (ValueError): the script's call
-    is ignored, with a warning, rather than crash the trial."""
-
-    def set_memory_growth(device, enable):
-        warnings = extra.setdefault("warnings", [])
-        if MEMORY_GROWTH_IGNORED not in warnings:
-            warnings.append(MEMORY_GROWTH_IGNORED)
-
-    tf.config.experimental.set_memory_growth = set_memory_growth
+def _warn(extra: dict, text: str) -> None:
+    if text not in (warnings := extra.setdefault("warnings", [])):
+        warnings.append(text)
 
 
 def watch_strategies(tf, extra: dict) -> None:
@@ -161,10 +156,9 @@ def jit_compile(model) -> bool | None:
 
 
 def _replicas(model) -> int | None:
-    strategy = getattr(model, "distribute_strategy", None)
     try:
-        return int(strategy.num_replicas_in_sync) if strategy is not None else None
-    except Exception:
+        return int(model.distribute_strategy.num_replicas_in_sync)
+    except Exception:  # no strategy: None
         return None
 
 
@@ -212,21 +206,16 @@ def replicas(extra: dict, fits: bool = True) -> int | None:
 def summary(extra: dict, keras) -> dict:
     """The result's fields for what actually ran (see TrialResult)."""
     fits = extra.get("fits") or []
-    strategies = extra.get("strategies") or []
     modes = [*(extra.get("compile_modes") or []), *fits]
     policy = next((f["precision_policy"] for f in fits if f.get("precision_policy")), None)
+    # the devices the script's last strategy ran on; else the logical devices TensorFlow has
+    last = next((s["devices"] for s in reversed(extra.get("strategies") or []) if s.get("devices")), None)
     return {
         "compile_modes": modes,
         "replicas_in_sync": replicas(extra),
         "precision_policy": policy if policy is not None else precision_policy(keras),
-        "devices": _devices(strategies),
+        "devices": list(last) if last else [d.name for d in _logical() or []],
     }
-
-
-def _devices(strategies: list) -> list:
-    """The devices the script's strategy ran on; else the logical devices TensorFlow has."""
-    last = next((s["devices"] for s in reversed(strategies) if s.get("devices")), None)
-    return list(last) if last else [d.name for d in _logical() or []]
 
 
 def _logical() -> list | None:

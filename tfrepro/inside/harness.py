@@ -433,7 +433,7 @@ def _excepthook(orig):
 
 def _watch_writes(spec: dict | None) -> None:
     """Landlock: name the first write outside the trial dir (confine.py's Watch)."""
-    if not spec or spec.get("mode") != "landlock":
+    if not spec or spec.get("mode") != "landlock" or not spec.get("writable"):
         return
     module = sys.modules.get("_tfrepro_confine") or _sibling_file("confine")
     w = module.watch(spec, os.getcwd(), FRAMES.user_where)
