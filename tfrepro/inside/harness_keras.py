@@ -97,10 +97,6 @@ def _save(what: str, *args) -> None:
         H._quietly("nan state", getattr(saver, what), *args)
 
 
-def _track(model) -> None:
-    H.S.models.setdefault(id(model), model)
-
-
 def _loss_trackers(model) -> list:
     """The Mean metrics that receive the training loss: Keras 3's tracker,
     tf_keras's compiled-loss mean, and any model metric named "loss" (the
@@ -194,7 +190,7 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
 def _before_fit(model, lib: str, args: list, kwargs: dict, callback) -> tuple[list, dict, str | None]:
     """What a fit call records before it runs: the fit hooks, our callback
     added to the script's, the call's tag (fit#N at file:line) and what it ran (devices.py)."""
-    _track(model)
+    H.S.models.setdefault(id(model), model)
     H.S.keras_lib = H.S.keras_lib or lib
     H.S.mode = "fit"
     for hook in H.S.fit_hooks:
@@ -394,8 +390,7 @@ def _patched(keras, model_cls) -> None:
 
     def __init__(self, *args, **kwargs):
         orig(self, *args, **kwargs)
-        with contextlib.suppress(Exception):
-            _track(self)
+        H.S.models.setdefault(id(self), self)
 
     model_cls.__init__ = __init__
     if H.S.config.get("deterministic"):
