@@ -92,19 +92,16 @@ def watch_strategies(tf, extra: dict) -> None:
     base._tfrepro_watched = True
 
 
-def requested_jit(args: tuple, kwargs: dict):
-    """The `jit_compile` a Keras 3 `compile` call asked for ("auto" when not
-    given; the 8th positional argument of `Trainer.compile`)."""
-    return kwargs.get("jit_compile", args[7] if len(args) > 7 else "auto")
-
-
-def pin_compile(args: tuple, kwargs: dict, config: dict) -> tuple[dict, bool]:
-    """`kwargs` with a requested "auto" replaced by the pinned value
-    (`config["jit_auto"]`, True or False), and whether it was pinned. Pure."""
+def pin_compile(args: tuple, kwargs: dict, config: dict) -> tuple[dict, object, bool]:
+    """(`kwargs` with a requested "auto" replaced by the pinned value
+    (`config["jit_auto"]`, True or False), the `jit_compile` the Keras 3
+    `compile` call asked for ("auto" when not given; the 8th positional
+    argument of `Trainer.compile`), whether it was pinned). Pure."""
+    requested = kwargs.get("jit_compile", args[7] if len(args) > 7 else "auto")
     pin = config.get("jit_auto")
-    if pin is None or requested_jit(args, kwargs) != "auto" or kwargs.get("run_eagerly") or len(args) > 7:
-        return kwargs, False
-    return {**kwargs, "jit_compile": bool(pin)}, True
+    if pin is None or requested != "auto" or kwargs.get("run_eagerly") or len(args) > 7:
+        return kwargs, requested, False
+    return {**kwargs, "jit_compile": bool(pin)}, requested, True
 
 
 def precision_policy(keras, model=None) -> str | None:

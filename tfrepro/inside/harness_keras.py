@@ -355,8 +355,7 @@ def _patch_compile(cls) -> None:
 
     def compile(self, *args, **kwargs):
         dev = H._DEVICES  # devices.py: jit_compile="auto" pinned, the resolved mode recorded
-        requested = dev.requested_jit(args, kwargs) if dev else None
-        kwargs, pinned = dev.pin_compile(args, kwargs, H.S.config) if dev else (kwargs, False)
+        kwargs, requested, pinned = dev.pin_compile(args, kwargs, H.S.config) if dev else (kwargs, None, False)
         out = orig(self, *args, **kwargs)
         if dev:
             dev.record_compile(self, H.S.extra, requested, pinned)
