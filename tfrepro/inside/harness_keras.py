@@ -252,10 +252,7 @@ def _capturing_step(model, step, distributed_sum: bool):
             logs = dict(logs)
             logs[LOSS_KEY] = _global_loss(seen[-1], distributed_sum)
             if _saver() is not None or H.S.config.get("record_data"):  # the batch leaves the step too
-                try:
-                    logs[BATCH_KEY] = H._side("data").batch_outputs(data)
-                except Exception:
-                    H.note_error("nan state batch")
+                H._quietly("nan state batch", lambda: logs.update({BATCH_KEY: H._side("data").batch_outputs(data)}))
         return logs
 
     train_step.__wrapped__ = step
