@@ -154,12 +154,12 @@ def test_the_precision_policy_and_jit_compile_are_read_one_way():
 
 def test_auto_is_pinned_and_an_explicit_value_never_is():
     config = {"jit_auto": False}
-    assert devices.pin_compile((), {"loss": "mse"}, config) == ({"loss": "mse", "jit_compile": False}, True)
+    assert devices.pin_compile((), {"loss": "mse"}, config) == ({"loss": "mse", "jit_compile": False}, "auto", True)
     assert devices.pin_compile((), {"jit_compile": "auto"}, config)[0]["jit_compile"] is False
-    assert devices.pin_compile((), {"jit_compile": True}, config) == ({"jit_compile": True}, False)
-    assert devices.pin_compile((), {}, {"jit_auto": None}) == ({}, False)
-    assert devices.pin_compile((), {"run_eagerly": True}, config)[1] is False
-    assert devices.requested_jit(("sgd",) * 7 + (True,), {}) is True
+    assert devices.pin_compile((), {"jit_compile": True}, config) == ({"jit_compile": True}, True, False)
+    assert devices.pin_compile((), {}, {"jit_auto": None}) == ({}, "auto", False)
+    assert devices.pin_compile((), {"run_eagerly": True}, config)[2] is False
+    assert devices.pin_compile(("sgd",) * 7 + (True,), {}, config)[1] is True
 
 
 def _trial(enabled=(), compile_modes=(), strategies=None) -> TrialResult:

@@ -154,13 +154,11 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
         return item("input_pipeline", CheckStatus.SKIP, skips["timing"])
     if not timing:
         return item("input_pipeline", CheckStatus.SKIP, missing(result, "timing"))
-    if timing.get("pipeline_error"):
-        return item("input_pipeline", CheckStatus.SKIP, f"the pipeline could not be timed: {timing['pipeline_error']}")
-    pipe = timing.get("pipeline_s")
+    if (pipe := timing.get("pipeline_s")) is None:  # probe_tools.time_pipeline: pipeline_s or pipeline_error
+        why = f": {timing['pipeline_error']}" if timing.get("pipeline_error") else ""
+        return item("input_pipeline", CheckStatus.SKIP, f"the pipeline could not be timed{why}")
     compute = timing.get("compute_s")
     step = quiet_step_time(result)
-    if pipe is None:
-        return item("input_pipeline", CheckStatus.SKIP, "the pipeline could not be timed")
     evidence = [
         f"input pipeline alone: {fmt_ms(pipe)} per batch ({timing.get('pipeline_batches', '?')} batches; "
         f"{timing.get('pipeline_method', '')})"

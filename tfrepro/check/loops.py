@@ -19,6 +19,7 @@ Scripts without a GradientTape step get no item.
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Iterable
 
@@ -37,10 +38,8 @@ def facts_of(texts: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, StepFact
     steps, mode_layers = [], False
     for path, text in texts:
         mode_layers = mode_layers or bool(_MODE_LAYERS.search(text))
-        try:
+        with contextlib.suppress(UserError):
             steps += [(path, f) for f in step_facts(Src(text, path))]
-        except UserError:
-            continue
     return steps, mode_layers
 
 

@@ -9,6 +9,7 @@ what `tfrepro bisect` calls when the baseline itself fails, so that
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -78,10 +79,8 @@ def _with_loop_check(report: CheckReport, project: "Project", result: TrialResul
     trial = project.manifest.trial
     texts = []
     for rel in entry_scripts(trial.entry, trial.command, project.files):
-        try:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
             texts.append((rel, (project.root / rel).read_text(encoding="utf-8")))
-        except (OSError, UnicodeDecodeError):
-            continue
     item = check_loop(*facts_of(texts), result)
     return report if item is None else replace(report, items=(*report.items, item))
 

@@ -49,13 +49,15 @@ def split(tf, config: dict, extra: dict) -> None:
             conf = [tf.config.LogicalDeviceConfiguration(memory_limit=mb) for _ in range(n)]
             tf.config.set_logical_device_configuration(gpus[0], conf)
             extra["replica_devices"] = f"1 GPU split into {n} logical GPUs of {mb} MiB"
-            _no_memory_growth(tf, extra)
+            # A split GPU refuses `set_memory_growth` (ValueError): the script's
+            # call is ignored, with a warning, rather than crash the trial.
+            tf.config.experimental.set_memory_growth = lambda device, enable: _warn(extra, MEMORY_GROWTH_IGNORED)
         else:
             cpus = tf.config.list_physical_devices("CPU")
             tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
             extra["replica_devices"] = f"the CPU split into {n} logical CPUs"
     except (RuntimeError, ValueError) as e:
-        extra.setdefault("warnings", []).append(SPLIT_TOO_LATE.format(n=n, error=str(e).splitlines()[0]))
+        _warn(extra, SPLIT_TOO_LATE.format(n=n, error=str(e).splitlines()[0]))
 
 
 MEMORY_GROWTH_IGNORED = (
@@ -64,16 +66,9 @@ MEMORY_GROWTH_IGNORED = (
 )
 
 
-def _no_memory_growth(tf, extra: dict) -> None:
-    """A split GPU refuses `set_memory_growth` (ValueError): the script's call
-    is ignored, with a warning, rather than crash the trial."""
-
-    def set_memory_growth(device, enable):
-        warnings = extra.setdefault("warnings", [])
-        if MEMORY_GROWTH_IGNORED not in warnings:
-            warnings.append(MEMORY_GROWTH_IGNORED)
-
-    tf.config.experimental.set_memory_growth = set_memory_growth
+def _warn(extra: dict, text: str) -> None:
+    if text not in (warnings := extra.setdefault("warnings", [])):
+        warnings.append(text)
 
 
 def watch_strategies(tf, extra: dict) -> None:
@@ -97,19 +92,16 @@ def watch_strategies(tf, extra: dict) -> None:
     base._tfrepro_watched = True
 
 
-def requested_jit(args: tuple, kwargs: dict):
-    """The `jit_compile` a Keras 3 `compile` call asked for ("auto" when not
-    given; the 8th positional argument of `Trainer.compile`)."""
-    return kwargs.get("jit_compile", args[7] if len(args) > 7 else "auto")
-
-
-def pin_compile(args: tuple, kwargs: dict, config: dict) -> tuple[dict, bool]:
-    """`kwargs` with a requested "auto" replaced by the pinned value
-    (`config["jit_auto"]`, True or False), and whether it was pinned. Pure."""
+def pin_compile(args: tuple, kwargs: dict, config: dict) -> tuple[dict, object, bool]:
+    """(`kwargs` with a requested "auto" replaced by the pinned value
+    (`config["jit_auto"]`, True or False), the `jit_compile` the Keras 3
+    `compile` call asked for ("auto" when not given; the 8th positional
+    argument of `Trainer.compile`), whether it was pinned). Pure."""
+    requested = kwargs.get("jit_compile", args[7] if len(args) > 7 else "auto")
     pin = config.get("jit_auto")
-    if pin is None or requested_jit(args, kwargs) != "auto" or kwargs.get("run_eagerly") or len(args) > 7:
-        return kwargs, False
-    return {**kwargs, "jit_compile": bool(pin)}, True
+    if pin is None or requested != "auto" or kwargs.get("run_eagerly") or len(args) > 7:
+        return kwargs, requested, False
+    return {**kwargs, "jit_compile": bool(pin)}, requested, True
 
 
 def precision_policy(keras, model=None) -> str | None:
@@ -161,10 +153,9 @@ def jit_compile(model) -> bool | None:
 
 
 def _replicas(model) -> int | None:
-    strategy = getattr(model, "distribute_strategy", None)
     try:
-        return int(strategy.num_replicas_in_sync) if strategy is not None else None
-    except Exception:
+        return int(model.distribute_strategy.num_replicas_in_sync)
+    except Exception:  # no strategy: None
         return None
 
 
@@ -212,21 +203,16 @@ def replicas(extra: dict, fits: bool = True) -> int | None:
 def summary(extra: dict, keras) -> dict:
     """The result's fields for what actually ran (see TrialResult)."""
     fits = extra.get("fits") or []
-    strategies = extra.get("strategies") or []
     modes = [*(extra.get("compile_modes") or []), *fits]
     policy = next((f["precision_policy"] for f in fits if f.get("precision_policy")), None)
+    # the devices the script's last strategy ran on; else the logical devices TensorFlow has
+    last = next((s["devices"] for s in reversed(extra.get("strategies") or []) if s.get("devices")), None)
     return {
         "compile_modes": modes,
         "replicas_in_sync": replicas(extra),
         "precision_policy": policy if policy is not None else precision_policy(keras),
-        "devices": _devices(strategies),
+        "devices": list(last) if last else [d.name for d in _logical() or []],
     }
-
-
-def _devices(strategies: list) -> list:
-    """The devices the script's strategy ran on; else the logical devices TensorFlow has."""
-    last = next((s["devices"] for s in reversed(strategies) if s.get("devices")), None)
-    return list(last) if last else [d.name for d in _logical() or []]
 
 
 def _logical() -> list | None:

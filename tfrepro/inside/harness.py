@@ -363,10 +363,8 @@ def finish() -> None:
     weights_finite, bad = keras_side.check_weights() if keras_side is not None else (None, [])
     extra = dict(S.extra)
     extra["stop"] = S.stop_reason
-    try:  # what it ran on: the known costs of features on their hardware (devices.py)
-        extra["hardware"] = (_DEVICES or _sibling_file("devices")).hardware(S.extra)
-    except Exception:
-        note_error("hardware")
+    # what it ran on: the known costs of features on their hardware (devices.py)
+    _quietly("hardware", lambda: extra.update(hardware=(_DEVICES or _sibling_file("devices")).hardware(S.extra)))
     if S.keras_lib:
         extra["keras"] = S.keras_lib
     if S.errors:
@@ -387,17 +385,11 @@ def finish() -> None:
     }
     if _MEMORY:  # the memory fields: peak RSS, RSS per step, growth, device peak
         _quietly("memory result", _MEMORY.merge_into, result)
-    try:
-        result["data"] = _DATA.to_dict() if _DATA else {}
-    except Exception:
-        note_error("data record")
+    _quietly("data record", lambda: result.update(data=_DATA.to_dict() if _DATA else {}))
     if _DEVICES is not None:  # what actually ran: compile modes, replicas, policy, devices
         for k in ("compile_modes", "fits"):
             extra.pop(k, None)
-        try:
-            result.update(_DEVICES.summary(S.extra, keras_module()))
-        except Exception:
-            note_error("devices summary")
+        _quietly("devices summary", lambda: result.update(_DEVICES.summary(S.extra, keras_module())))
     _write_json(S.result_path, result, allow_nan=False, default=repr)
 
 
@@ -433,7 +425,7 @@ def _excepthook(orig):
 
 def _watch_writes(spec: dict | None) -> None:
     """Landlock: name the first write outside the trial dir (confine.py's Watch)."""
-    if not spec or spec.get("mode") != "landlock":
+    if not spec or spec.get("mode") != "landlock" or not spec.get("writable"):
         return
     module = sys.modules.get("_tfrepro_confine") or _sibling_file("confine")
     w = module.watch(spec, os.getcwd(), FRAMES.user_where)

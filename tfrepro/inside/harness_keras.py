@@ -58,7 +58,6 @@ class StateSaver:
     def save_state(self, model) -> None:
         import numpy as np
 
-        os.makedirs(self.dir, exist_ok=True)
         variables = getattr(getattr(model, "optimizer", None), "variables", None)
         if callable(variables):
             variables = variables()
@@ -66,20 +65,21 @@ class StateSaver:
         for prefix, key, group in (("w", "weights", model.weights), ("o", "optimizer", variables or [])):
             arrays.update({f"{prefix}{i}": np.asarray(v.numpy()) for i, v in enumerate(group)})
             names[key] = [getattr(v, "path", None) or v.name for v in group]
-        np.savez(os.path.join(self.dir, "state.npz"), **arrays)
-        self.meta.update(names)
-        self._write_meta()
+        self._write("state.npz", arrays, names)
 
     def save_batch(self, batch: dict) -> None:
         import numpy as np
 
-        os.makedirs(self.dir, exist_ok=True)
         arrays = {path: np.asarray(t) for path, t in batch.items()}
-        np.savez(os.path.join(self.dir, "batch.npz"), **arrays)
-        self.meta["batch"] = {p: [list(a.shape), str(a.dtype)] for p, a in arrays.items()}
-        self._write_meta()
+        self._write("batch.npz", arrays, {"batch": {p: [list(a.shape), str(a.dtype)] for p, a in arrays.items()}})
 
-    def _write_meta(self) -> None:
+    def _write(self, npz: str, arrays: dict, meta: dict) -> None:
+        """`arrays` as `npz`, and state.json with `meta` added."""
+        import numpy as np
+
+        os.makedirs(self.dir, exist_ok=True)
+        np.savez(os.path.join(self.dir, npz), **arrays)
+        self.meta.update(meta)
         with open(os.path.join(self.dir, "state.json"), "w", encoding="utf-8") as f:
             json.dump(self.meta, f, indent=1)
 
@@ -95,10 +95,6 @@ def _save(what: str, *args) -> None:
     saver = _saver()
     if saver is not None and saver.wanted(H.S.steps_seen):
         H._quietly("nan state", getattr(saver, what), *args)
-
-
-def _track(model) -> None:
-    H.S.models.setdefault(id(model), model)
 
 
 def _loss_trackers(model) -> list:
@@ -194,7 +190,7 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
 def _before_fit(model, lib: str, args: list, kwargs: dict, callback) -> tuple[list, dict, str | None]:
     """What a fit call records before it runs: the fit hooks, our callback
     added to the script's, the call's tag (fit#N at file:line) and what it ran (devices.py)."""
-    _track(model)
+    H.S.models.setdefault(id(model), model)
     H.S.keras_lib = H.S.keras_lib or lib
     H.S.mode = "fit"
     for hook in H.S.fit_hooks:
@@ -256,10 +252,7 @@ def _capturing_step(model, step, distributed_sum: bool):
             logs = dict(logs)
             logs[LOSS_KEY] = _global_loss(seen[-1], distributed_sum)
             if _saver() is not None or H.S.config.get("record_data"):  # the batch leaves the step too
-                try:
-                    logs[BATCH_KEY] = H._side("data").batch_outputs(data)
-                except Exception:
-                    H.note_error("nan state batch")
+                H._quietly("nan state batch", lambda: logs.update({BATCH_KEY: H._side("data").batch_outputs(data)}))
         return logs
 
     train_step.__wrapped__ = step
@@ -359,8 +352,7 @@ def _patch_compile(cls) -> None:
 
     def compile(self, *args, **kwargs):
         dev = H._DEVICES  # devices.py: jit_compile="auto" pinned, the resolved mode recorded
-        requested = dev.requested_jit(args, kwargs) if dev else None
-        kwargs, pinned = dev.pin_compile(args, kwargs, H.S.config) if dev else (kwargs, False)
+        kwargs, requested, pinned = dev.pin_compile(args, kwargs, H.S.config) if dev else (kwargs, None, False)
         out = orig(self, *args, **kwargs)
         if dev:
             dev.record_compile(self, H.S.extra, requested, pinned)
@@ -394,8 +386,7 @@ def _patched(keras, model_cls) -> None:
 
     def __init__(self, *args, **kwargs):
         orig(self, *args, **kwargs)
-        with contextlib.suppress(Exception):
-            _track(self)
+        H.S.models.setdefault(id(self), self)
 
     model_cls.__init__ = __init__
     if H.S.config.get("deterministic"):

@@ -122,12 +122,8 @@ class _GraphRecorder:
 
 def _scalar(tf, loss):
     """The loss as one float32 scalar: a list or a non-scalar target summed, as the tape does."""
-    parts = loss if isinstance(loss, (list, tuple)) else [loss]
-    total = None
-    for p in parts:
-        p = tf.cast(tf.reduce_sum(p), tf.float32)
-        total = p if total is None else total + p
-    return total
+    parts = [tf.cast(tf.reduce_sum(p), tf.float32) for p in (loss if isinstance(loss, (list, tuple)) else [loss])]
+    return sum(parts[1:], parts[0])  # the first + the second + ...: the ops a loop would add
 
 
 # -- recording ------------------------------------------------------------------------------

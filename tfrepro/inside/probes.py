@@ -85,8 +85,7 @@ class _Probes:
         self.loss = None
         self.skips: dict[str, str] = {}
         self.errors: list[str] = []
-        self.fit_seen = False
-        self.fit_model = None
+        self.fit_model = None  # the model of the first fit
 
     # -- plumbing -------------------------------------------------------------
 
@@ -216,9 +215,8 @@ class _Probes:
     # -- first batches ----------------------------------------------------------
 
     def on_fit(self, model, args, kwargs) -> None:
-        if self.fit_seen:
+        if self.fit_model is not None:
             return
-        self.fit_seen = True
         self.fit_model = model
         self._guard("late loss patches", self.patch_losses_late)
         loss = getattr(model, "loss", None)

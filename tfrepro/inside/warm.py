@@ -106,7 +106,12 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     _redirect(real(spec, job.get("stdout")), 1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     _redirect(real(spec, job.get("stderr")), 2, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     server_cwd = os.getcwd()  # before the namespace: the server's dir may be hidden in it
-    _confine(spec)
+    # Confined before the user's code runs, as a cold trial is (overlay: returns in PID 2 of a new
+    # namespace; the forked child waits and exits as the trial does). A failure exits CANNOT_CONFINE
+    # with the mark on stderr: the parent runs the trial cold.
+    _confine_module().enter_or_exit(spec)  # no spec, or mode "none": nothing
+    if (spec or {}).get("mode") == "landlock":
+        _confine_module().reaped()
     os.chdir(job["cwd"])
     os.environ.clear()
     os.environ.update(job["env"])
@@ -156,16 +161,6 @@ def _confine_module():
         module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
     return module
-
-
-def _confine(spec: dict | None) -> None:
-    """Confine the child before the user's code runs, as a cold trial is
-    (overlay: returns in PID 2 of a new namespace; the forked child waits
-    and exits as the trial does). A failure exits CANNOT_CONFINE with the
-    mark on stderr: the parent runs the trial cold."""
-    _confine_module().enter_or_exit(spec)  # no spec, or mode "none": nothing
-    if (spec or {}).get("mode") == "landlock":
-        _confine_module().reaped()
 
 
 def _rebase(entries: list, old: str, new: str) -> list:
