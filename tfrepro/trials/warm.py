@@ -83,6 +83,24 @@ def server_key(executable: str, env: Mapping[str, str], preload: Sequence[str]) 
     return (executable, tuple(preload), tuple(keyed))
 
 
+def imports_tensorflow(script: Path) -> bool:
+    """The script, or a .py file next to it, imports TensorFlow or Keras."""
+    for path in [script, *sorted(p for p in script.parent.glob("*.py") if p != script)]:
+        with contextlib.suppress(OSError):
+            if _TF_IMPORT.search(path.read_text(encoding="utf-8", errors="replace")):
+                return True
+    return False
+
+
+def sets_import_env(script: Path) -> bool:
+    """The script writes to os.environ and names a variable read at import."""
+    try:
+        text = script.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True
+    return bool(_ENV_WRITE.search(text) and _IMPORT_ENV_NAME.search(text))
+
+
 @dataclass
 class WarmChild:
     """One trial forked by a server. `pid` is also its process group."""
@@ -280,16 +298,9 @@ class WarmPool:
             return "no fork/Linux"
         if not script.is_file():
             return "entry is not a file"
-        # the script, or a .py file next to it, imports TensorFlow or Keras
-        texts = {}
-        for path in [script, *sorted(p for p in script.parent.glob("*.py") if p != script)]:
-            with contextlib.suppress(OSError):
-                texts[path] = path.read_text(encoding="utf-8", errors="replace")
-        if self.only_tf_scripts and not any(_TF_IMPORT.search(t) for t in texts.values()):
+        if self.only_tf_scripts and not imports_tensorflow(script):
             return "imports no TensorFlow/Keras"
-        # the script writes to os.environ and names a variable read at import (unreadable: cold)
-        text = texts.get(script)
-        if text is None or (_ENV_WRITE.search(text) and _IMPORT_ENV_NAME.search(text)):
+        if sets_import_env(script):
             return "sets an import-time variable itself"
         return None
 
