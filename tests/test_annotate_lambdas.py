@@ -55,7 +55,7 @@ def test_a_lambda_over_a_library_function_is_not_the_projects_code():
 
 
 def test_a_lambda_and_a_layer_class_called_on_one_list_get_one_stand_in():
-    # One rule (annotate/standins.py): a list of inputs is averaged when they share a shape
+    # One rule (annotate/custom.py): a list of inputs is averaged when they share a shape
     # (the width a merge layer keeps), a dict concatenated; a Lambda once got a concatenation.
     cls = "class Dist(keras.layers.Layer):\n    def call(self, v):\n        return euclidean_distance(v)\n\n\n"
     for call in ("[a, b]", '{"a": a, "b": b}'):

@@ -1,9 +1,10 @@
 """The searches and the bisections built on them.
 
 - `search`, `rangesearch`  pure: feature sets (ablation, ddmin), ordered ranges
-- `engine`                 feature bisection (`tfrepro bisect PATH`)
+- `engine`, `ends`         feature bisection (`tfrepro bisect PATH`)
+- `ranges`                 the range bisection commit and version mode share
 - `commits`, `gitcopy`     commit bisection (`--good/--bad`), read-only checkouts
-- `display`                live progress and the final table
+- `versions`               version bisection (`--tf-versions`)
 
 A subpackage on purpose: a top-level `bisect` would shadow the standard
 library module of that name.
