@@ -301,11 +301,6 @@ def _is_bare_secret(m: re.Match[str]) -> bool:
     return not _NOT_A_VALUE.match(value) and not (value.isalpha() and len(value) < 6)
 
 
-def _is_short_name_secret(m: re.Match[str]) -> bool:
-    """`pw`, `pass`: any quoted value. `key`: only a value shaped like a key, not `key="name"`."""
-    return m.group("name") not in ("key", "apikey") or _is_key_shaped(m.group("v"))
-
-
 def _is_key_shaped(value: str) -> bool:
     """The hex of a W&B or Kaggle key, or a random-looking or long token-like value."""
     if re.fullmatch(r"[0-9a-fA-F]+", value):  # a hex key, but not a sha256 digest (trial-cache keys)
@@ -344,7 +339,9 @@ class Scrubber:
         text = _URL_CREDENTIALS.sub(_redact_group(2), text)
         text = _URL_TOKEN.sub(_redact_group(2, lambda m: len(m.group(2)) >= 12 and _is_token_like(m.group(2))), text)
         text = _ASSIGNMENT_QUOTED.sub(_redact_group("v"), text)
-        text = _SHORT_ASSIGNMENT.sub(_redact_group("v", _is_short_name_secret), text)
+        text = _SHORT_ASSIGNMENT.sub(
+            _redact_group("v", lambda m: m.group("name") not in ("key", "apikey") or _is_key_shaped(m.group("v"))), text
+        )
         text = _NAME_VALUE_PAIR.sub(_redact_group("v"), text)
         text = _ASSIGNMENT.sub(_redact_group(2, _is_bare_secret), text)
         # auth pairs, Authorization headers, webhook and signed URLs, credential-looking option defaults,
