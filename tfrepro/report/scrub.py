@@ -241,7 +241,7 @@ def _secret_parts(name: str, value: str) -> set[str]:
             continue
         found = {x for x in (parts.username, parts.password) if x}
         out |= found | {urllib.parse.unquote(x) for x in found}
-    return {p for p in out if len(p) >= _MIN_SECRET_LEN and not _PLAIN.match(p)}
+    return out
 
 
 def json_strings(obj: object, key: str = "") -> Iterator[tuple[str, str]]:
@@ -319,12 +319,11 @@ class Scrubber:
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Scrubber:
         environ = os.environ if environ is None else environ
-        secrets = {
-            v for k, v in environ.items() if v and len(v) >= _MIN_SECRET_LEN and not _PLAIN.match(v) and is_secret(k, v)
-        }
+        found = {v for k, v in environ.items() if v and is_secret(k, v)}
         for k, v in environ.items():
             if v and _SECRET_BEARING.match(k):
-                secrets.update(_secret_parts(k, v))
+                found.update(_secret_parts(k, v))
+        secrets = {s for s in found if len(s) >= _MIN_SECRET_LEN and not _PLAIN.match(s)}
         home = environ.get("HOME") or os.path.expanduser("~")
         homes = {home.rstrip("/"), os.path.realpath(home).rstrip("/")} - {""} if home and home.rstrip("/") else set()
         # Longest first, so a secret containing another is replaced whole.
