@@ -67,7 +67,13 @@ def scan_bundle(path: str | Path, commits: Iterable[str] = ()) -> list[Finding]:
         with suppress(OSError, UnicodeDecodeError):
             texts[p] = p.read_bytes().decode("utf-8")
     own = frozenset(c.lower() for c in commits if _SHA.fullmatch(c))
-    found = set(_detect_secrets(root, texts, own)) | set(_own_rules(root, texts))
+    shapes = Scrubber()  # the credential shapes alone: no environment values, no home directory
+    found = set(_detect_secrets(root, texts, own)) | {
+        Finding(p.relative_to(root).as_posix(), n, OWN_KIND)
+        for p, text in texts.items()
+        for n, line in enumerate(text.splitlines(), 1)
+        if shapes.scrub(line) != line
+    }
     return sorted(found, key=lambda f: (f.file, f.line, f.kind))
 
 
@@ -138,11 +144,3 @@ def _is_path(value: str) -> bool:
     if not re.fullmatch(r"~?(/[\w.+-]+){3,}/?", value):
         return False
     return sum(seg.isalpha() and seg.islower() and len(seg) >= 3 for seg in value.split("/")) >= 2
-
-
-def _own_rules(root: Path, texts: dict[Path, str]) -> Iterator[Finding]:
-    shapes = Scrubber()  # the credential shapes alone: no environment values, no home directory
-    for p, text in texts.items():
-        for n, line in enumerate(text.splitlines(), 1):
-            if shapes.scrub(line) != line:
-                yield Finding(p.relative_to(root).as_posix(), n, OWN_KIND)
