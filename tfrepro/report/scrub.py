@@ -220,9 +220,13 @@ _PLAIN = re.compile(r"^([a-z]{1,8}|[0-9.]+|true|false|none|null)$", re.IGNORECAS
 
 
 def is_secret(name: str, value: str) -> bool:
-    """A variable whose name or value looks secret."""
+    """A variable whose name looks secret, or whose value is shaped like a credential whatever its name."""
     named = _SECRET_BEARING.match(name) or not _NOT_SECRET_NAME.match(name) and _SECRET_NAME.search(name)
-    return bool(named) or looks_secret_value(value)
+    return (
+        bool(named)
+        or any(p.search(value) for p in (*_SECRET_PATTERNS, _URL_CREDENTIALS, _ASSIGNMENT))
+        or any(_is_random_looking(m.group(0)) for m in _RANDOM_LOOKING.finditer(value))
+    )
 
 
 def _secret_parts(name: str, value: str) -> set[str]:
@@ -254,13 +258,6 @@ def json_strings(obj: object, key: str = "") -> Iterator[tuple[str, str]]:
     elif isinstance(obj, list):
         for v in obj:
             yield from json_strings(v, key)
-
-
-def looks_secret_value(value: str) -> bool:
-    """A value that is shaped like a credential, whatever its name."""
-    if any(p.search(value) for p in (*_SECRET_PATTERNS, _URL_CREDENTIALS, _ASSIGNMENT)):
-        return True
-    return any(_is_random_looking(m.group(0)) for m in _RANDOM_LOOKING.finditer(value))
 
 
 def _is_random_looking(s: str) -> bool:
