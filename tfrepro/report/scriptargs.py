@@ -28,9 +28,7 @@ from tfrepro.settings import TrialSettings
 def script_args(settings: TrialSettings, entry: str) -> list[str]:
     """The arguments after the entry script in the trial command ([] when none)."""
     cmd = list(settings.command or ())
-    if entry not in cmd:
-        return []
-    return cmd[cmd.index(entry) + 1 :]
+    return cmd[cmd.index(entry) + 1 :] if entry in cmd else []
 
 
 def insert_lines(text: str, at: int | None, code: str) -> str:
