@@ -127,20 +127,14 @@ def _is_ours(kind: str, value: str, line: str) -> bool:
     """The redaction marker, or a hash that tfrepro itself wrote."""
     if not value or "redacted" in value.lower() or value in REDACTED:
         return True
-    if kind == BASE64_KIND and _is_path(value):
-        return True
+    # an absolute path (the re-run's log directory under /tmp), which the base64-entropy plugin takes for a key:
+    # at least three segments, two of them plain words (`tmp`, `state`), which a random key does not have
+    if kind == BASE64_KIND and re.fullmatch(r"~?(/[\w.+-]+){3,}/?", value):
+        if sum(seg.isalpha() and seg.islower() and len(seg) >= 3 for seg in value.split("/")) >= 2:
+            return True
     if kind == HEX_KIND:
         if len(value) == 64:  # sha256: trial-cache keys, content hashes
             return True
         if len(value) == 40 and _COMMIT_CONTEXT.search(line[: max(line.find(value), 0)].rstrip(" \"':=")):
             return True
     return False
-
-
-def _is_path(value: str) -> bool:
-    """An absolute path (the re-run's log directory under /tmp), which the
-    base64-entropy plugin takes for a key: at least three segments, two of
-    them plain words (`tmp`, `state`), which a random key does not have."""
-    if not re.fullmatch(r"~?(/[\w.+-]+){3,}/?", value):
-        return False
-    return sum(seg.isalpha() and seg.islower() and len(seg) >= 3 for seg in value.split("/")) >= 2
