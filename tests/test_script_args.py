@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from tfrepro.cli import main
 from tfrepro.project import Project
 from tfrepro.projectload import with_script_args
-from tfrepro.report.scriptargs import comment_entry, notebook_code, script_args
+from tfrepro.report.scriptargs import default_args, notebook_code, script_args
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.runner import _crash_line, usage_error
 
@@ -68,7 +68,7 @@ def test_the_report_keeps_them_in_a_comment_and_in_the_notebook():
     settings = TrialSettings(entry="train.py", command=("python", "train.py", "--epochs", "3", "--data", "./x y"))
     args = script_args(settings, "train.py")
     assert args == ["--epochs", "3", "--data", "./x y"]
-    text = comment_entry("#!/usr/bin/env python\nimport os\n", "repro.py", args)
+    text = default_args("#!/usr/bin/env python\nimport os\n(\n", "repro.py", args)  # does not parse: a comment
     assert text.splitlines()[:2] == [
         "#!/usr/bin/env python",
         "# run it with its arguments: python repro.py --epochs 3 --data './x y'",
@@ -77,7 +77,7 @@ def test_the_report_keeps_them_in_a_comment_and_in_the_notebook():
     ns: dict = {}
     exec(code, ns)  # noqa: S102 - our own two lines
     assert ns["sys"].argv == ["repro.py", "--epochs", "3", "--data", "./x y"]
-    assert comment_entry("x = 1\n", "repro.py", []) == "x = 1\n" and script_args(TrialSettings(), "repro.py") == []
+    assert default_args("x = (\n", "repro.py", []) == "x = (\n" and script_args(TrialSettings(), "repro.py") == []
 
 
 def _argv_after(text: str, given: list[str]) -> list[str]:

@@ -129,7 +129,7 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
     per step and per trial (the CLI prints them on stderr)."""
     say = say or (lambda _line: None)
     with tempfile.TemporaryDirectory(prefix="tfrepro-new-from-") as tmp:
-        trial = saying(trial or default_trial(project, Path(tmp) / "state"), project, say)
+        trial = saying(project, trial, say, Path(tmp) / "state")
         entry = entry_of(project.manifest.trial)
         texts = bundle_files(project, project.feature_names, entry, markers=True)  # every feature ON, markers kept
         args = tuple(script_args(project.manifest.trial, entry))
@@ -160,28 +160,22 @@ def _all_off(text: str, rel: str) -> str:
     return parsed.set_states({n: False for n in parsed.feature_names}) if parsed.blocks else text
 
 
-def default_trial(project: Any, state_dir: Path) -> TrialFn:
-    """Real trials under the user's settings, cached nowhere the user sees."""
+def saying(project: Any, trial: TrialFn | None, say: Say, state_dir: Path) -> TrialFn:
+    """`trial` (None: real trials under the user's settings, cached nowhere
+    the user sees: `state_dir`), with a line before and after each one (numbered)."""
     from tfrepro.trials.runner import run_trial
     from tfrepro.trials.trial import TrialOptions
 
-    settings = project.manifest.trial
-
-    def run(p: Any, enabled: frozenset[str]) -> TrialResult:
-        s = settings if p is project else replace(settings, entry=ENTRY, command=None)
-        return run_trial(p, enabled, s, TrialOptions(use_cache=False, state_dir=state_dir, label="new-from"))
-
-    return run
-
-
-def saying(trial: TrialFn, project: Any, say: Say) -> TrialFn:
-    """`trial`, with a line before and after each one (numbered)."""
     count = iter(range(1, 1 << 30))
 
     def run(p: Any, enabled: frozenset[str]) -> TrialResult:
         k, whose = next(count), "your script" if p is project else "a candidate repro.py"
         say(f"trial {k}: {whose}, {len(enabled)} features ON ...")
-        r = trial(p, enabled)
+        if trial is not None:
+            r = trial(p, enabled)
+        else:
+            s = project.manifest.trial if p is project else replace(project.manifest.trial, entry=ENTRY, command=None)
+            r = run_trial(p, enabled, s, TrialOptions(use_cache=False, state_dir=state_dir, label="new-from"))
         say(f"trial {k}: {ending(r)} after {r.steps_run} steps ({r.wall_s:.1f} s)")
         return r
 

@@ -59,12 +59,12 @@ class Records:
     site: Read
     kind: str  # "npy" | "text" | "tfrecord"
     suffix: str
-    items: list[Any]  # rows (npy: one array), lines or record payloads
+    items: Any  # the rows (npy: the array), lines or record payloads
     header: bytes = b""
 
     def subset(self, keep: list[int]) -> dict[str, np.ndarray]:
         if self.kind == "npy":
-            return {"rows": np.asarray(self.items[0])[keep]}
+            return {"rows": np.asarray(self.items)[keep]}
         parts = ([self.header] if self.header else []) + [self.items[i] for i in keep]
         offsets = np.cumsum([0] + [len(p) for p in parts]).astype(np.int64)
         return {"data": np.frombuffer(b"".join(parts), dtype=np.uint8), "offsets": offsets}
@@ -78,7 +78,7 @@ def read_records(root: Path, site: Read) -> Records | None:
         return None
     if call == "numpy.load" and path.suffix == ".npy":
         rows = np.load(path, mmap_mode="r")
-        return Records(site, "npy", ".npy", [rows]) if rows.ndim >= 1 else None
+        return Records(site, "npy", ".npy", rows) if rows.ndim >= 1 else None
     data = path.read_bytes()
     if call in TEXT_CALLS:
         lines = data.splitlines(keepends=True)
@@ -91,10 +91,6 @@ def read_records(root: Path, site: Read) -> Records | None:
         frames.append(data[at + 12 : at + 12 + n])
         at += 12 + n + 4
     return Records(site, "tfrecord", path.suffix, frames)
-
-
-def count(r: Records) -> int:
-    return len(r.items[0]) if r.kind == "npy" else len(r.items)
 
 
 def reduce_records(n: int, chunk: int, test: Callable[[list[int]], bool]) -> tuple[list[int], int]:
@@ -222,11 +218,11 @@ def reduce_export(root: Path, export: Export, sites: list[Read], batches: int | 
     export's entry script reads (the reference's too, when its reads are
     the same). `shows(export)` re-runs the export, the records kept its
     `data` (data.npz), and says whether the symptom shows."""
-    recs = [r for r in (read_records(root, s) for s in sites) if r is not None and count(r) > 1]
+    recs = [r for r in (read_records(root, s) for s in sites) if r is not None and len(r.items) > 1]
     if not recs:
         return Reduction("no data file the report can split into records (.npy, text, TFRecord)")
-    n = max(count(r) for r in recs)
-    groups = [(i, r) for i, r in enumerate(r for r in recs if count(r) == n)]
+    n = max(len(r.items) for r in recs)
+    groups = [(i, r) for i, r in enumerate(r for r in recs if len(r.items) == n)]
     new = export.with_entry(lambda text: rewrite_reads(text, groups) or text)
     if new.cand_files[ENTRY] == export.cand_files[ENTRY]:
         return Reduction("the read calls of the exported repro do not match the recorded reads")

@@ -28,9 +28,7 @@ from tfrepro.settings import TrialSettings
 def script_args(settings: TrialSettings, entry: str) -> list[str]:
     """The arguments after the entry script in the trial command ([] when none)."""
     cmd = list(settings.command or ())
-    if entry not in cmd:
-        return []
-    return cmd[cmd.index(entry) + 1 :]
+    return cmd[cmd.index(entry) + 1 :] if entry in cmd else []
 
 
 def insert_lines(text: str, at: int | None, code: str) -> str:
@@ -50,14 +48,6 @@ def insert_lines(text: str, at: int | None, code: str) -> str:
     return "".join([*lines[:at], code, *lines[at:]])
 
 
-def comment_entry(text: str, entry: str, args: Sequence[str]) -> str:
-    """`text` with a first comment line saying how to run it (after a
-    shebang or an encoding line, which must stay first)."""
-    if not args:
-        return text
-    return insert_lines(text, None, f"# run it with its arguments: python {entry} {shlex.join(args)}\n")
-
-
 def preamble_end(body: Sequence[ast.stmt]) -> int | None:
     """The line after the module docstring and the `__future__` imports, which
     must stay first (None when the module starts with other code)."""
@@ -70,13 +60,15 @@ def preamble_end(body: Sequence[ast.stmt]) -> int | None:
 def default_args(text: str, entry: str, args: Sequence[str]) -> str:
     """`text` that runs with `args` when it is given no arguments: three
     lines after the module docstring and the `__future__` imports (after a
-    shebang or an encoding line when the module starts with code)."""
+    shebang or an encoding line when the module starts with code). A text
+    that does not parse gets a first comment line saying how to run it
+    instead (after a shebang or an encoding line, which must stay first)."""
     if not args:
         return text
     try:
         body = ast.parse(text).body
     except SyntaxError:
-        return comment_entry(text, entry, args)
+        return insert_lines(text, None, f"# run it with its arguments: python {entry} {shlex.join(args)}\n")
     code = (
         f"import sys  # (tfrepro) given no arguments, the run's: python {entry} {shlex.join(args)}\n"
         f"if len(sys.argv) == 1:\n    sys.argv += {list(args)!r}\n"

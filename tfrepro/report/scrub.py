@@ -220,9 +220,13 @@ _PLAIN = re.compile(r"^([a-z]{1,8}|[0-9.]+|true|false|none|null)$", re.IGNORECAS
 
 
 def is_secret(name: str, value: str) -> bool:
-    """A variable whose name or value looks secret."""
+    """A variable whose name looks secret, or whose value is shaped like a credential whatever its name."""
     named = _SECRET_BEARING.match(name) or not _NOT_SECRET_NAME.match(name) and _SECRET_NAME.search(name)
-    return bool(named) or looks_secret_value(value)
+    return (
+        bool(named)
+        or any(p.search(value) for p in (*_SECRET_PATTERNS, _URL_CREDENTIALS, _ASSIGNMENT))
+        or any(_is_random_looking(m.group(0)) for m in _RANDOM_LOOKING.finditer(value))
+    )
 
 
 def _secret_parts(name: str, value: str) -> set[str]:
@@ -241,7 +245,7 @@ def _secret_parts(name: str, value: str) -> set[str]:
             continue
         found = {x for x in (parts.username, parts.password) if x}
         out |= found | {urllib.parse.unquote(x) for x in found}
-    return {p for p in out if len(p) >= _MIN_SECRET_LEN and not _PLAIN.match(p)}
+    return out
 
 
 def json_strings(obj: object, key: str = "") -> Iterator[tuple[str, str]]:
@@ -254,13 +258,6 @@ def json_strings(obj: object, key: str = "") -> Iterator[tuple[str, str]]:
     elif isinstance(obj, list):
         for v in obj:
             yield from json_strings(v, key)
-
-
-def looks_secret_value(value: str) -> bool:
-    """A value that is shaped like a credential, whatever its name."""
-    if any(p.search(value) for p in (*_SECRET_PATTERNS, _URL_CREDENTIALS, _ASSIGNMENT)):
-        return True
-    return any(_is_random_looking(m.group(0)) for m in _RANDOM_LOOKING.finditer(value))
 
 
 def _is_random_looking(s: str) -> bool:
@@ -301,11 +298,6 @@ def _is_bare_secret(m: re.Match[str]) -> bool:
     return not _NOT_A_VALUE.match(value) and not (value.isalpha() and len(value) < 6)
 
 
-def _is_short_name_secret(m: re.Match[str]) -> bool:
-    """`pw`, `pass`: any quoted value. `key`: only a value shaped like a key, not `key="name"`."""
-    return m.group("name") not in ("key", "apikey") or _is_key_shaped(m.group("v"))
-
-
 def _is_key_shaped(value: str) -> bool:
     """The hex of a W&B or Kaggle key, or a random-looking or long token-like value."""
     if re.fullmatch(r"[0-9a-fA-F]+", value):  # a hex key, but not a sha256 digest (trial-cache keys)
@@ -324,12 +316,11 @@ class Scrubber:
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Scrubber:
         environ = os.environ if environ is None else environ
-        secrets = {
-            v for k, v in environ.items() if v and len(v) >= _MIN_SECRET_LEN and not _PLAIN.match(v) and is_secret(k, v)
-        }
+        found = {v for k, v in environ.items() if v and is_secret(k, v)}
         for k, v in environ.items():
             if v and _SECRET_BEARING.match(k):
-                secrets.update(_secret_parts(k, v))
+                found.update(_secret_parts(k, v))
+        secrets = {s for s in found if len(s) >= _MIN_SECRET_LEN and not _PLAIN.match(s)}
         home = environ.get("HOME") or os.path.expanduser("~")
         homes = {home.rstrip("/"), os.path.realpath(home).rstrip("/")} - {""} if home and home.rstrip("/") else set()
         # Longest first, so a secret containing another is replaced whole.
@@ -344,7 +335,9 @@ class Scrubber:
         text = _URL_CREDENTIALS.sub(_redact_group(2), text)
         text = _URL_TOKEN.sub(_redact_group(2, lambda m: len(m.group(2)) >= 12 and _is_token_like(m.group(2))), text)
         text = _ASSIGNMENT_QUOTED.sub(_redact_group("v"), text)
-        text = _SHORT_ASSIGNMENT.sub(_redact_group("v", _is_short_name_secret), text)
+        text = _SHORT_ASSIGNMENT.sub(
+            _redact_group("v", lambda m: m.group("name") not in ("key", "apikey") or _is_key_shaped(m.group("v"))), text
+        )
         text = _NAME_VALUE_PAIR.sub(_redact_group("v"), text)
         text = _ASSIGNMENT.sub(_redact_group(2, _is_bare_secret), text)
         # auth pairs, Authorization headers, webhook and signed URLs, credential-looking option defaults,

@@ -67,7 +67,13 @@ def scan_bundle(path: str | Path, commits: Iterable[str] = ()) -> list[Finding]:
         with suppress(OSError, UnicodeDecodeError):
             texts[p] = p.read_bytes().decode("utf-8")
     own = frozenset(c.lower() for c in commits if _SHA.fullmatch(c))
-    found = set(_detect_secrets(root, texts, own)) | set(_own_rules(root, texts))
+    shapes = Scrubber()  # the credential shapes alone: no environment values, no home directory
+    found = set(_detect_secrets(root, texts, own)) | {
+        Finding(p.relative_to(root).as_posix(), n, OWN_KIND)
+        for p, text in texts.items()
+        for n, line in enumerate(text.splitlines(), 1)
+        if shapes.scrub(line) != line
+    }
     return sorted(found, key=lambda f: (f.file, f.line, f.kind))
 
 
@@ -121,28 +127,14 @@ def _is_ours(kind: str, value: str, line: str) -> bool:
     """The redaction marker, or a hash that tfrepro itself wrote."""
     if not value or "redacted" in value.lower() or value in REDACTED:
         return True
-    if kind == BASE64_KIND and _is_path(value):
-        return True
+    # an absolute path (the re-run's log directory under /tmp), which the base64-entropy plugin takes for a key:
+    # at least three segments, two of them plain words (`tmp`, `state`), which a random key does not have
+    if kind == BASE64_KIND and re.fullmatch(r"~?(/[\w.+-]+){3,}/?", value):
+        if sum(seg.isalpha() and seg.islower() and len(seg) >= 3 for seg in value.split("/")) >= 2:
+            return True
     if kind == HEX_KIND:
         if len(value) == 64:  # sha256: trial-cache keys, content hashes
             return True
         if len(value) == 40 and _COMMIT_CONTEXT.search(line[: max(line.find(value), 0)].rstrip(" \"':=")):
             return True
     return False
-
-
-def _is_path(value: str) -> bool:
-    """An absolute path (the re-run's log directory under /tmp), which the
-    base64-entropy plugin takes for a key: at least three segments, two of
-    them plain words (`tmp`, `state`), which a random key does not have."""
-    if not re.fullmatch(r"~?(/[\w.+-]+){3,}/?", value):
-        return False
-    return sum(seg.isalpha() and seg.islower() and len(seg) >= 3 for seg in value.split("/")) >= 2
-
-
-def _own_rules(root: Path, texts: dict[Path, str]) -> Iterator[Finding]:
-    shapes = Scrubber()  # the credential shapes alone: no environment values, no home directory
-    for p, text in texts.items():
-        for n, line in enumerate(text.splitlines(), 1):
-            if shapes.scrub(line) != line:
-                yield Finding(p.relative_to(root).as_posix(), n, OWN_KIND)

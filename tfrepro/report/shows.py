@@ -55,18 +55,19 @@ _tfrepro_shows()
 """
 
 
-def _say(symptom: str, facts: Mapping[str, Any], reference: str) -> str:
-    """The expression (over `bad` and `facts`) the footer prints."""
-    culprits = ", ".join(facts.get("culprits") or []) or "the culprits"
+def _say(symptom: str, result: Mapping[str, Any], reference: str) -> str:
+    """The expression (over `bad` and `facts`) the footer prints: the run's facts in it."""
+    failing = result.get("culprit_trial") or result.get("failing") or {}
+    culprits = ", ".join(result.get("culprits") or []) or "the culprits"
     if symptom == "nan":
-        step = facts.get("first_nonfinite_step")
+        step = failing.get("first_nonfinite_step")
         ran = f"the run saw it at step {step}" if step else "the run saw it"
         return (
             f"(f\"symptom seen: NaN/Inf in {{', '.join(bad)}} ({ran}; {{facts}})\" if bad "
             f'else f"symptom NOT seen: no NaN/Inf in any Keras model\'s loss or weights ({ran}; {{facts}})")'
         )
     if symptom == "crash":
-        error = str(facts.get("error") or "a crash").replace("\\", "\\\\").replace('"', '\\"').replace("{", "{{")
+        error = str(failing.get("error") or "a crash").replace("\\", "\\\\").replace('"', '\\"').replace("{", "{{")
         error = error.replace("}", "}}")[:200]
         return f'f"symptom NOT seen: it ran to its end without the run\'s crash ({error}; {{facts}})"'
     what = {"slowdown": "slower per step", "memory": "more memory", "mismatch": "a different loss"}.get(
@@ -81,11 +82,5 @@ def _say(symptom: str, facts: Mapping[str, Any], reference: str) -> str:
 def with_footer(text: str, symptom: str, result: Mapping[str, Any], reference: str = REFERENCE) -> str:
     """`text` with the footer (the lines appended to repro.py, see the module doc) at its end, the run's facts in
     it; `reference`: where the bundle's reference lies (`Export.ref_name`)."""
-    failing = result.get("culprit_trial") or result.get("failing") or {}
-    facts = {
-        "culprits": list(result.get("culprits") or []),
-        "first_nonfinite_step": failing.get("first_nonfinite_step"),
-        "error": failing.get("error"),
-    }
     body = text if text.endswith("\n") or not text else text + "\n"
-    return body + "\n\n" + BEGIN + _BODY.replace("SAY(bad, facts)", _say(symptom, facts, reference))
+    return body + "\n\n" + BEGIN + _BODY.replace("SAY(bad, facts)", _say(symptom, result, reference))

@@ -205,20 +205,16 @@ def swap_reads(
     module = cst.parse_module(text).visit(tr)
     if not tr.done:
         return text, []
-    return _insert_header(module, header(tr.done)).code, tr.done
-
-
-def _insert_header(module: cst.Module, header: str) -> cst.Module:
-    """After the docstring and the `from __future__` imports."""
     body = list(module.body)
-    at = 0
+    at = 0  # the header goes after the docstring and the `from __future__` imports
     for i, stmt in enumerate(body):
         small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
         is_doc = i == 0 and isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString)
         is_future = isinstance(small, cst.ImportFrom) and getattr(small.module, "value", None) == "__future__"
         if is_doc or is_future:
             at = i + 1
-    return module.with_changes(body=body[:at] + list(cst.parse_module(header).body) + body[at:])
+    body[at:at] = cst.parse_module(header(tr.done)).body
+    return module.with_changes(body=body).code, tr.done
 
 
 def rewrite(text: str, sites: list[Read]) -> tuple[str, list[Read]]:

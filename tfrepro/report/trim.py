@@ -47,25 +47,22 @@ class _Trim(cst.CSTTransformer):
     def __init__(self, strategies: set[str], unused: set[str]) -> None:
         self.strategies, self.unused, self.changes = strategies, unused, []
 
-    def _drop_stmt(self, node: cst.SimpleStatementLine) -> bool:
-        if len(node.body) != 1:
+    def _drop_stmt(self, s: cst.BaseSmallStatement | None) -> bool:
+        if not m.matches(s, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
             return False
-        s = node.body[0]
-        if m.matches(s, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=m.Name())):
-            if s.targets[0].target.value == s.value.value:  # type: ignore[attr-defined]
-                self.changes.append(f"removed the self-assignment {s.value.value} = {s.value.value}")  # type: ignore
-                return True
-        if m.matches(s, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=_GET_STRATEGY)):
-            name = s.targets[0].target.value  # type: ignore[attr-defined]
-            if name in self.strategies:
-                self.changes.append(f"removed {name} = ...get_strategy() and unwrapped `with {name}.scope():`")
-                return True
-        return False
+        name = s.targets[0].target.value  # type: ignore[union-attr]
+        if m.matches(s.value, m.Name(name)):  # type: ignore[union-attr]
+            self.changes.append(f"removed the self-assignment {name} = {name}")
+        elif name in self.strategies and m.matches(s.value, _GET_STRATEGY):  # type: ignore[union-attr]
+            self.changes.append(f"removed {name} = ...get_strategy() and unwrapped `with {name}.scope():`")
+        else:
+            return False
+        return True
 
     def leave_SimpleStatementLine(self, original, updated):
-        if self._drop_stmt(updated):
-            return cst.RemoveFromParent()
         s = updated.body[0] if len(updated.body) == 1 else None
+        if self._drop_stmt(s):
+            return cst.RemoveFromParent()
         if isinstance(s, (cst.Import, cst.ImportFrom)) and not isinstance(s.names, cst.ImportStar):
             if isinstance(s, cst.ImportFrom) and m.matches(s.module, m.Name("__future__")):
                 return updated

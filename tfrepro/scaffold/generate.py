@@ -50,23 +50,20 @@ def parse_data_items(items: Iterable[str]) -> dict[str, str]:
     return data
 
 
-def questions(repo: TemplateRepo) -> dict[str, dict[str, Any]]:
-    """The template's questions (name -> spec), as copier reads copier.yml."""
-    from copier._template import load_template_config
-
-    config = load_template_config(repo.path / "copier.yml")
-    return {k: (v if isinstance(v, dict) else {"default": v}) for k, v in config.items() if not k.startswith("_")}
-
-
-def validate_data(data: Mapping[str, Any], specs: Mapping[str, Mapping[str, Any]], template: str) -> dict[str, Any]:
+def validate_data(data: Mapping[str, Any], repo: TemplateRepo) -> dict[str, Any]:
     """Answers given on the command line -> values copier accepts, or a
     UserError naming the key and what it accepts. Types and ranges are left
     to copier's validators (they know the dependencies between answers)."""
+    from copier._template import load_template_config
+
+    # the template's questions (name -> spec), as copier reads copier.yml
+    config = load_template_config(repo.path / "copier.yml")
+    specs = ((k, v if isinstance(v, dict) else {"default": v}) for k, v in config.items() if not k.startswith("_"))
     out: dict[str, Any] = {}
-    askable = {k: s for k, s in specs.items() if s.get("when") is not False}
+    askable = {k: s for k, s in specs if s.get("when") is not False}
     for key, value in data.items():
         if key not in askable:
-            raise UserError(f"template {template!r} has no question {key!r}", hint="questions: " + ", ".join(askable))
+            raise UserError(f"template {repo.name!r} has no question {key!r}", hint="questions: " + ", ".join(askable))
         spec = askable[key]
         choices = spec.get("choices")
         if isinstance(choices, dict):
@@ -150,7 +147,7 @@ def new_project(
     dest = Path(dest).expanduser().absolute()
     check_destination(dest)
     repo = ensure_template_repo(template)  # checks the template's name first
-    answers_in = validate_data(data or {}, questions(repo), template)
+    answers_in = validate_data(data or {}, repo)
 
     created_parent = next((p for p in reversed(dest.parents) if not p.exists()), None)
     dest.parent.mkdir(parents=True, exist_ok=True)

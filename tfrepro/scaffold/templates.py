@@ -32,7 +32,6 @@ SHARED_DIR = "_shared"
 SHAPE_DIR = "shape"
 VERSION_FILE = "VERSION"
 _IGNORED = shutil.ignore_patterns("__pycache__", "*.pyc", ".DS_Store")
-_COMMITTER = ("tfrepro", "tfrepro@localhost")
 
 
 @dataclass(frozen=True)
@@ -117,8 +116,8 @@ def ensure_template_repo(name: str, *, source: str | Path | None = None) -> Temp
                 shutil.rmtree(repo_path)  # a half-built cache entry, never user data
             repo = git.Repo.init(repo_path)
         with repo.config_writer() as cw:  # copier's update runs git in here too
-            cw.set_value("user", "name", _COMMITTER[0])
-            cw.set_value("user", "email", _COMMITTER[1])
+            cw.set_value("user", "name", "tfrepro")
+            cw.set_value("user", "email", "tfrepro@localhost")
             cw.set_value("commit", "gpgsign", "false")
             cw.set_value("tag", "gpgsign", "false")
         # packaging's own pattern (a git tag holds no spaces, the only thing Version() also strips)

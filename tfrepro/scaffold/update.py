@@ -41,6 +41,8 @@ class UpdateResult:
 def _load_answers(root: Path) -> dict[str, Any]:
     import yaml
 
+    if not root.is_dir():
+        raise UserError("no such project directory", path=root)
     path = root / ANSWERS_FILE
     if not path.is_file():
         raise UserError(
@@ -90,27 +92,10 @@ def _template_name(root: Path, answers: Mapping[str, Any]) -> str:
     return name
 
 
-def _check_base(template_path: Path, old: str, root: Path) -> None:
-    """The recorded template version must be in the cache: the three-way merge's base."""
-    import git
-
-    try:
-        git.Repo(template_path).git.rev_parse("--verify", f"{old}^{{commit}}")
-    except git.GitCommandError:
-        raise UserError(
-            f"template version {old} (recorded in {ANSWERS_FILE}) is not in the template cache {template_path}",
-            path=root / ANSWERS_FILE,
-            hint="the cache was rebuilt since the project was made, so the three-way merge has no base: "
-            "make a fresh project with tfrepro new and carry your edits over",
-        ) from None
-
-
 def update_project(path: str | Path = ".") -> UpdateResult:
     """Update the project at `path` to the current version of its template,
     keeping the user's committed edits (conflicts are left inline)."""
     root = Path(path).expanduser().resolve()
-    if not root.is_dir():
-        raise UserError("no such project directory", path=root)
     answers = _load_answers(root)
     name = _template_name(root, answers)
     import git
@@ -132,7 +117,15 @@ def update_project(path: str | Path = ".") -> UpdateResult:
         )
     template = ensure_template_repo(name)
     old = str(answers["_commit"])
-    _check_base(template.path, old, root)
+    try:  # the recorded template version must be in the cache: the three-way merge's base
+        git.Repo(template.path).git.rev_parse("--verify", f"{old}^{{commit}}")
+    except git.GitCommandError:
+        raise UserError(
+            f"template version {old} (recorded in {ANSWERS_FILE}) is not in the template cache {template.path}",
+            path=root / ANSWERS_FILE,
+            hint="the cache was rebuilt since the project was made, so the three-way merge has no base: "
+            "make a fresh project with tfrepro new and carry your edits over",
+        ) from None
     if old == template.tag:
         return UpdateResult(path=root, template=name, old_version=old, new_version=old)
 
