@@ -133,15 +133,22 @@ def annotation_doc(result, unknown: list[str], write: bool) -> dict:
     """`annotate --json`: the features proposed, what was left alone, the
     --only items that matched nothing, and the diff (or, with --write, the
     files written)."""
-    from dataclasses import asdict
-
-    def fields(x) -> dict:  # a Found's or a Skipped's fields, its path as "file"
-        return {"file" if k == "path" else k: v for k, v in asdict(x).items()}
-
+    found = [
+        {
+            "name": f.name,
+            "kind": f.kind,
+            "file": f.path,
+            "line": f.line,
+            "description": f.description,
+            "affects_loss": f.affects_loss,
+            "note": f.note,
+        }
+        for f in result.found
+    ]
     doc = {
         "features": list(result.feature_names),
-        "found": [fields(f) for f in result.found],
-        "skipped": [fields(s) for s in result.skipped],
+        "found": found,
+        "skipped": [{"file": s.path, "line": s.line, "reason": s.reason} for s in result.skipped],
         "manifest_problems": list(result.problems),
         "unknown_only": unknown,
     }
