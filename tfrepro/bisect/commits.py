@@ -125,11 +125,8 @@ def bisect_commits(
 
     Returns the RunResult (its JSON also in `<run_dir>/result.json`, every
     trial in `<run_dir>/trials.jsonl`). Bad input raises UserError (exit 2).
-    Every trial runs under the user's current `tfrepro.toml` with the
-    overrides of `options`; `options.symptom` None hunts what the bad end
-    shows (nan, crash, timeout, mismatch, slowdown in that order). Trials
-    run on `executor` (default: local, one at a time; `trial` stands in for
-    the trial runner in tests).
+    Trials run on `executor` (default: local, one at a time; `trial` stands
+    in for the trial runner in tests).
     """
     started = time.monotonic()
     # PATH as feature mode finds it: a script stands for the project it belongs

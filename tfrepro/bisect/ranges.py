@@ -324,7 +324,12 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         if not isinstance(g2, str):
             run.noise = classify.measure_noise(g, g2)
         x_shows = run.shows(x, g)
-    target = pick_symptom(x_shows, symptom, slower=lambda: _bad_end_slower(run, x_shows))
+    target = pick_symptom(
+        x_shows,
+        symptom,
+        # the bad end timed against the good end, unless slowdowns are off or it stopped early
+        slower=lambda: bool(run.symptoms.slowdown) and not x_shows & STOPPERS and run.slower(bad)[0],
+    )
     if target is None:
         why = untimed(run.timing.outcomes.get(bad))
         if why and symptom is Verdict.SLOWDOWN:  # as feature mode's `Ends._untimed`
@@ -343,12 +348,6 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
     run.mark(bad, Mark.BAD, target, x_shows, x.error if target is Verdict.CRASH else None)
     run.events.phase(f"hunting: {target.value} ({len(run.points)} {noun}s)")
     return Ends(g, x, target)
-
-
-def _bad_end_slower(run: RangeRun, x_shows: frozenset[Verdict]) -> bool:
-    """The bad end timed against the good end (`RangeRun.slower`), unless
-    slowdowns are off or it stopped early."""
-    return bool(run.symptoms.slowdown) and not x_shows & STOPPERS and run.slower(run.bad)[0]
 
 
 def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:

@@ -6,14 +6,10 @@ environment (`trials/envs.py`). The search is `rangesearch.bisect_range`
 over the releases ordered from the good end to the bad end; the trial for a
 release is an injected `VersionTrial`, so the whole search is tested with fakes.
 
-Invariants:
+Invariants (the ends, the symptom, skips: as in every range mode, `ranges.py`):
 - The good end is `--good`, else the oldest listed release; the bad end
-  `--bad`, else the newest. Both ends are tried first and decide the symptom
-  hunted (the bad end's first symptom, unless `--symptom`); the good end's
-  trial is the reference for mismatch and slowdown.
-- A release whose environment cannot be built, or whose trial stops on a
-  symptom other than the one hunted, is a skip with its reason (`git bisect
-  skip`); skips that hide the answer give `candidates`, never a guess.
+  `--bad`, else the newest.
+- A release whose environment cannot be built is a skip with its reason.
 - Every trial goes through the trial cache, keyed by the versions inside its
   environment (not the driver's), so a rerun is cache hits.
 - The result fills `first_bad_version` and `last_good_version` (Contract 4),
@@ -376,24 +372,6 @@ def _version_answer(
         candidates=tuple(candidates),
     )
     return with_evidence(answer, run, first_bad, fields)
-
-
-def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str, str]], list[str]]:
-    """`--tf-versions` -> (versions, excluded with reasons, notes); the index is
-    asked only for ranges."""
-    from tfrepro.trials.envs import cache_root
-    from tfrepro.trials.releases import expand, list_releases
-
-    notes: list[str] = []
-
-    def listing():
-        got = list_releases(tf_dist, cache_root())
-        if got.stale:
-            notes.append(f"the package index is unreachable: using the {tf_dist} release list cached earlier")
-        return got
-
-    versions, excluded = expand(spec, listing)
-    return versions, excluded, notes
 
 
 @dataclass(frozen=True)
