@@ -324,12 +324,7 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         if not isinstance(g2, str):
             run.noise = classify.measure_noise(g, g2)
         x_shows = run.shows(x, g)
-    target = pick_symptom(
-        x_shows,
-        symptom,
-        # the bad end timed against the good end, unless slowdowns are off or it stopped early
-        slower=lambda: bool(run.symptoms.slowdown) and not x_shows & STOPPERS and run.slower(bad)[0],
-    )
+    target = pick_symptom(x_shows, symptom, slower=lambda: _bad_end_slower(run, x_shows))
     if target is None:
         why = untimed(run.timing.outcomes.get(bad))
         if why and symptom is Verdict.SLOWDOWN:  # as feature mode's `Ends._untimed`
@@ -350,21 +345,24 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
     return Ends(g, x, target)
 
 
+def _bad_end_slower(run: RangeRun, x_shows: frozenset[Verdict]) -> bool:
+    """The bad end timed against the good end (`RangeRun.slower`), unless
+    slowdowns are off or it stopped early."""
+    return bool(run.symptoms.slowdown) and not x_shows & STOPPERS and run.slower(run.bad)[0]
+
+
 def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
     """The range between the ends (both already judged)."""
     known = {run.good.label: Mark.GOOD, run.bad.label: Mark.BAD}
     timed = ends.target is Verdict.SLOWDOWN  # timing trials run one at a time
 
-    def test_many(ps: list[Point]) -> list[Mark]:
+    def test(ps: list[Point]) -> list[Mark]:
         todo = [p for p in ps if p.label not in known]
         tried = run.run_many(todo, alone=timed)
         got = dict(zip([p.label for p in todo], tried))
         return [known.get(p.label) or run.judge_point(p, got[p.label], ends) for p in ps]
 
-    width = 1 if timed else run.executor.slots
-    return bisect_range(
-        run.points, lambda p: test_many([p])[0], width=width, test_many=test_many if width > 1 else None
-    )
+    return bisect_range(run.points, test, width=1 if timed else run.executor.slots)
 
 
 @dataclass(frozen=True)
