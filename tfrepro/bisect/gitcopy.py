@@ -118,9 +118,7 @@ def _info(commit: Any) -> CommitInfo:
 def open_repo(path: str | Path) -> Any:
     """The `git.Repo` holding `path`; UserError (exit 2) when there is none."""
     git = _git_module()
-    p = Path(path)
-    if not p.exists():
-        raise UserError("no such project directory", path=p)
+    p = Path(path)  # it exists: `projectload.locate` checked it
     try:
         repo = git.Repo(p, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -308,9 +306,8 @@ class Checkouts:
         self.dir = state.path / CHECKOUTS_DIR / f"{os.getpid()}-{time.time_ns()}"
 
     def __enter__(self) -> "Checkouts":
-        base = self.state.sub(CHECKOUTS_DIR)
         self.state.sweep_checkouts()  # old runs' leftovers
-        self.dir = self.state.make_dir(base / self.dir.name)
+        self.state.make_dir(self.dir)  # its parents too
         return self
 
     def __exit__(self, *exc: object) -> None:
