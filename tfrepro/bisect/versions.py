@@ -118,14 +118,13 @@ class VersionSource(Source):
         releases: Releases,
         use_cache: bool,
         *,
-        store: Any,
         on_line: OnLine,
         trial: VersionTrial | None,
     ) -> None:
         from tfrepro.trials.envs import EnvStore, detect_tf_dist
 
         self.root, self.state, self.use_cache, self.trial = root, state, use_cache, trial
-        self.store = store if store is not None or trial is not None else EnvStore()
+        self.store = EnvStore()  # the user cache of environments
         self.tf_dist = releases.tf_dist or (detect_tf_dist() if trial is None else "tensorflow-cpu")
         self.legacy_keras = releases.legacy_keras
         self.on_line = on_line or (lambda line: None)
@@ -281,21 +280,19 @@ def bisect_versions(
     releases: Releases = Releases(),
     *,
     trial: VersionTrial | None = None,
-    store: Any = None,
     events: BisectEvents | None = None,
     on_line: OnLine = None,
 ) -> RunResult:
     """Find the first release (from the good end to the bad end) whose trial
     shows the symptom. Returns the RunResult (also in `<run_dir>/result.json`).
     `trial` (tests) stands in for building the environment and running;
-    `store` for the user cache of environments; `on_line` gets the
-    environment builds' output."""
+    `on_line` gets the environment builds' output."""
     started = time.monotonic()
     root, entry = locate(path)  # as feature and commit mode find it
     items = order_range(versions, releases.good, releases.bad)
     settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)
-    source = VersionSource(root, state, releases, options.use_cache, store=store, on_line=on_line, trial=trial)
+    source = VersionSource(root, state, releases, options.use_cache, on_line=on_line, trial=trial)
     events = events or BisectEvents()
     events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
     executor = LocalExecutor(1, devices=[] if trial is not None else None)
