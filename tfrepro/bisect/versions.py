@@ -127,6 +127,7 @@ class VersionSource(Source):
         self.store = EnvStore()  # the user cache of environments
         self.tf_dist = releases.tf_dist or (detect_tf_dist() if trial is None else "tensorflow-cpu")
         self.legacy_keras = releases.legacy_keras
+        self.extra_env = dict(LEGACY_KERAS_ENV) if self.legacy_keras else {}  # what a trial's environment adds
         self.on_line = on_line or (lambda line: None)
         self.envs: dict[str, Any] = {}  # version -> Env, or the reason it failed
         self.project = as_written(root)
@@ -145,9 +146,6 @@ class VersionSource(Source):
                 self.envs[version] = f"no environment for {self.tf_dist} {version}: {e}"
         return self.envs[version]
 
-    def extra_env(self) -> dict[str, str]:
-        return dict(LEGACY_KERAS_ENV) if self.legacy_keras else {}
-
     def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
         settings = replace(settings, repeat=repeat)
         how = TrialOptions(label=self.role(point), use_cache=self.use_cache, state_dir=self.state.path)
@@ -158,13 +156,13 @@ class VersionSource(Source):
         env = self.env_for(point.label)
         if isinstance(env, str):
             return env
-        how = replace(how, env=self.extra_env() or None, python=str(env.python), versions=env.versions)
+        how = replace(how, env=self.extra_env or None, python=str(env.python), versions=env.versions)
         return replace(base, how=how)
 
     def start_for(self, version: str) -> FeatureStart:
         env = self.env_for(version) if self.trial is None else "injected trial"
         python, versions = (None, {}) if isinstance(env, str) else (str(env.python), dict(env.versions))
-        return FeatureStart(self.root, version, python, versions, self.extra_env())
+        return FeatureStart(self.root, version, python, versions, self.extra_env)
 
 
 @dataclass(frozen=True)
