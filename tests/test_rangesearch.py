@@ -22,7 +22,12 @@ def planted(first_bad: int, untestable: frozenset[int] = frozenset()):
             return Mark.SKIP
         return Mark.BAD if i >= first_bad else Mark.GOOD
 
-    return fake, calls
+    return each(fake), calls
+
+
+def each(mark):
+    """A round's test from a one-item test (`bisect_range` tests a round at once)."""
+    return lambda items: [mark(x) for x in items]
 
 
 def test_finds_first_bad_in_log2_trials():
@@ -38,7 +43,7 @@ def test_finds_first_bad_in_log2_trials():
 
 
 def test_adjacent_ends_need_only_the_ends():
-    result = bisect_range(["good", "bad"], lambda s: Mark.GOOD if s == "good" else Mark.BAD)
+    result = bisect_range(["good", "bad"], each(lambda s: Mark.GOOD if s == "good" else Mark.BAD))
     assert (result.status, result.first_bad, result.trials) == ("found", "bad", 2)
 
 
@@ -67,12 +72,12 @@ def test_ends_that_are_not_good_and_bad_are_the_callers_bug():
     items = list(range(10))
     for test in (lambda i: Mark.BAD, lambda i: Mark.GOOD, lambda i: Mark.SKIP if i == 9 else Mark.GOOD):
         with pytest.raises(ValueError, match="judged good and bad"):
-            bisect_range(items, test)
+            bisect_range(items, each(test))
 
 
 def test_a_range_needs_two_ends():
     with pytest.raises(ValueError):
-        bisect_range([1], lambda i: Mark.BAD)
+        bisect_range([1], each(lambda i: Mark.BAD))
 
 
 def test_each_item_is_tried_once_even_when_everything_skips():
@@ -155,8 +160,8 @@ def test_k_ary_rounds_find_the_same_first_bad_item_in_fewer_rounds(n, data, widt
         assert len(xs) <= width
         return [mark(x) for x in xs]
 
-    one = bisect_range(list(range(n)), mark)
-    k = bisect_range(list(range(n)), mark, width=width, test_many=many)
+    one = bisect_range(list(range(n)), each(mark))
+    k = bisect_range(list(range(n)), many, width=width)
     assert (k.status, k.first_bad, k.candidates) == (one.status, one.first_bad, one.candidates)
     assert len({x for x, _ in k.tried}) == len(k.tried)  # each item tried once
     if not skips:

@@ -111,6 +111,24 @@ class CommitSource(Source):
         self.projects.pop(point.label, None)
 
 
+@dataclass(frozen=True)
+class CommitFields:
+    """Commit mode's keys of the result document: the ends, the range, the
+    first bad commit and the two commits' projects kept for the bug report."""
+
+    good: gitcopy.CommitInfo
+    bad: gitcopy.CommitInfo
+    range_size: int
+    project: str
+    settings: TrialSettings
+    commit: gitcopy.CommitInfo | None = None
+    good_project: str | None = None
+    first_bad_project: str | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return evidence_doc(self, frozenset({"commit", "good_project", "first_bad_project"}))
+
+
 def bisect_commits(
     path: str | Path,
     good: str,
@@ -125,11 +143,8 @@ def bisect_commits(
 
     Returns the RunResult (its JSON also in `<run_dir>/result.json`, every
     trial in `<run_dir>/trials.jsonl`). Bad input raises UserError (exit 2).
-    Every trial runs under the user's current `tfrepro.toml` with the
-    overrides of `options`; `options.symptom` None hunts what the bad end
-    shows (nan, crash, timeout, mismatch, slowdown in that order). Trials
-    run on `executor` (default: local, one at a time; `trial` stands in for
-    the trial runner in tests).
+    Trials run on `executor` (default: local, one at a time; `trial` stands
+    in for the trial runner in tests).
     """
     started = time.monotonic()
     # PATH as feature mode finds it: a script stands for the project it belongs
@@ -149,37 +164,13 @@ def bisect_commits(
         source = CommitSource(rng, checkouts, state, options.use_cache)
         run = RangeRun(points, source, executor, settings, symptoms, TrialLog(state, started=started), events, options)
         answer, first_bad = run.answer(options.symptom)
-    return _finish(run, rng, answer, first_bad, root)
-
-
-@dataclass(frozen=True)
-class CommitFields:
-    """Commit mode's keys of the result document: the ends, the range, the
-    first bad commit and the two commits' projects kept for the bug report."""
-
-    good: gitcopy.CommitInfo
-    bad: gitcopy.CommitInfo
-    range_size: int
-    project: str
-    settings: TrialSettings
-    commit: gitcopy.CommitInfo | None = None
-    good_project: str | None = None
-    first_bad_project: str | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return evidence_doc(self, frozenset({"commit", "good_project", "first_bad_project"}))
-
-
-def _finish(
-    run: RangeRun, rng: gitcopy.CommitRange, answer: RunResult, first_bad: Point | None, root: Path
-) -> RunResult:
-    """Commit mode's fields; the two commits' projects kept for the bug report."""
     fields = CommitFields(rng.good, rng.bad, len(rng.commits), str(root), run.settings)
-    if first_bad is not None:
+    if first_bad is not None:  # the two commits' projects, kept for the bug report
         answer = replace(answer, first_bad_commit=first_bad.label)
-        good, bad = (run.run_dir / "commits" / sha[:12] for sha in (rng.good.sha, first_bad.label))
-        gitcopy.materialize(rng.repo_root, rng.good.sha, rng.relpath, good)
-        gitcopy.materialize(rng.repo_root, first_bad.label, rng.relpath, bad)
-        fields = replace(fields, commit=first_bad.commit, good_project=str(good), first_bad_project=str(bad))
+        good_dir, bad_dir = (
+            gitcopy.materialize(rng.repo_root, sha, rng.relpath, run.run_dir / "commits" / sha[:12])
+            for sha in (rng.good.sha, first_bad.label)
+        )
+        fields = replace(fields, commit=first_bad.commit, good_project=str(good_dir), first_bad_project=str(bad_dir))
     answer = replace(answer, candidates=tuple(p.commit.to_dict() for p in answer.candidates))
     return with_evidence(answer, run, first_bad, fields)

@@ -16,7 +16,7 @@ that index file and the destination directory, both under `.tfrepro/`, so:
   ignores `export-ignore`, so the copy is the file tree a checkout would give,
   except git-lfs's smudge (`NO_LFS_SMUDGE`): LFS files stay pointer files;
 - submodules are copied the same way from their own object databases
-  (`.git/modules/<name>`, or the submodule checkout's `.git`; `checkout_submodules`);
+  (`.git/modules/<name>`, or the submodule checkout's `.git`; `materialize`);
   one whose commit is not in any of them makes the commit untestable, with that
   reason and the fix.
 
@@ -118,9 +118,7 @@ def _info(commit: Any) -> CommitInfo:
 def open_repo(path: str | Path) -> Any:
     """The `git.Repo` holding `path`; UserError (exit 2) when there is none."""
     git = _git_module()
-    p = Path(path)
-    if not p.exists():
-        raise UserError("no such project directory", path=p)
+    p = Path(path)  # it exists: `projectload.locate` checked it
     try:
         repo = git.Repo(p, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):
@@ -217,8 +215,9 @@ def materialize(repo_root: Path, sha: str, relpath: str, dest: Path, git_dir: Pa
     Reads the object database only: a private index file next to `dest`
     (so a killed run leaves it where its leftovers are cleaned), never the
     repository's index (see the module docstring). Raises TfreproError when
-    the project directory does not exist at `sha`. `git_dir`: read that
-    object database instead (a submodule's).
+    the project directory does not exist at `sha`, or a submodule's commit
+    is in none of its object databases. `git_dir`: read that object
+    database instead (a submodule's).
     """
     git = _git_module()
     treeish = sha if relpath == "." else f"{sha}:{relpath}"
@@ -237,7 +236,22 @@ def materialize(repo_root: Path, sha: str, relpath: str, dest: Path, git_dir: Pa
     finally:
         for leftover in (index, index + ".lock"):
             Path(leftover).unlink(missing_ok=True)
-    checkout_submodules(repo_root, sha, relpath, dest, git_dir)
+    # each submodule directory filled from the submodule's own objects
+    # (`git_dir` set: a submodule's, for nested ones)
+    cwd = dest if git_dir is not None else repo_root
+    links = gitlinks(cwd, treeish, git_dir)
+    names = _names(cwd, sha, git_dir) if links else {}
+    for path, sub_sha in links:
+        rootrel = path if relpath == "." else f"{relpath}/{path}"
+        for sub_dir in _candidates(cwd, git_dir, names.get(rootrel, rootrel), rootrel):
+            if _git(sub_dir, cwd, "cat-file", "-e", f"{sub_sha}^{{commit}}").returncode == 0:
+                materialize(cwd, sub_sha, ".", dest / path, git_dir=sub_dir)
+                break
+        else:
+            raise TfreproError(
+                f"submodule {rootrel!r} at {sub_sha[:12]} is not in this repository's objects "
+                "(commit mode never fetches): run `git submodule update --init --recursive` once, then bisect again"
+            )
     return dest
 
 
@@ -276,29 +290,6 @@ def _candidates(repo: Path, git_dir: Path | None, name: str, rootrel: str) -> li
     return [p for p in found if p.is_dir()]
 
 
-def checkout_submodules(repo: Path, sha: str, relpath: str, dest: Path, git_dir: Path | None = None) -> None:
-    """Fill each submodule directory of `dest` (the project at `sha`, read
-    from `git_dir` when given: a submodule's own, for nested ones)."""
-    treeish = sha if relpath == "." else f"{sha}:{relpath}"
-    cwd = dest if git_dir is not None else repo
-    links = gitlinks(cwd, treeish, git_dir)
-    if not links:
-        return
-    names = _names(cwd, sha, git_dir)
-    for path, sub_sha in links:
-        rootrel = path if relpath == "." else f"{relpath}/{path}"
-        name = names.get(rootrel, rootrel)
-        for sub_dir in _candidates(cwd, git_dir, name, rootrel):
-            if _git(sub_dir, cwd, "cat-file", "-e", f"{sub_sha}^{{commit}}").returncode == 0:
-                materialize(cwd, sub_sha, ".", dest / path, git_dir=sub_dir)
-                break
-        else:
-            raise TfreproError(
-                f"submodule {rootrel!r} at {sub_sha[:12]} is not in this repository's objects "
-                "(commit mode never fetches): run `git submodule update --init --recursive` once, then bisect again"
-            )
-
-
 class Checkouts:
     """This run's checkout area: cleans old runs' leftovers on entry, its own
     directory on exit (also on exceptions and KeyboardInterrupt)."""
@@ -308,9 +299,8 @@ class Checkouts:
         self.dir = state.path / CHECKOUTS_DIR / f"{os.getpid()}-{time.time_ns()}"
 
     def __enter__(self) -> "Checkouts":
-        base = self.state.sub(CHECKOUTS_DIR)
         self.state.sweep_checkouts()  # old runs' leftovers
-        self.dir = self.state.make_dir(base / self.dir.name)
+        self.state.make_dir(self.dir)  # its parents too
         return self
 
     def __exit__(self, *exc: object) -> None:

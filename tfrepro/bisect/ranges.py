@@ -356,16 +356,13 @@ def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
     known = {run.good.label: Mark.GOOD, run.bad.label: Mark.BAD}
     timed = ends.target is Verdict.SLOWDOWN  # timing trials run one at a time
 
-    def test_many(ps: list[Point]) -> list[Mark]:
+    def test(ps: list[Point]) -> list[Mark]:
         todo = [p for p in ps if p.label not in known]
         tried = run.run_many(todo, alone=timed)
         got = dict(zip([p.label for p in todo], tried))
         return [known.get(p.label) or run.judge_point(p, got[p.label], ends) for p in ps]
 
-    width = 1 if timed else run.executor.slots
-    return bisect_range(
-        run.points, lambda p: test_many([p])[0], width=width, test_many=test_many if width > 1 else None
-    )
+    return bisect_range(run.points, test, width=1 if timed else run.executor.slots)
 
 
 @dataclass(frozen=True)

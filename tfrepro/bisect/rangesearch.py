@@ -1,8 +1,8 @@
 """Bisection over an ordered range of commits, with skips (PURE: no I/O).
 
 The search knows only *a sequence and a test*: `items[0]` is the good end,
-`items[-1]` the bad end, and `test(item) -> Mark` says whether an item is
-good, bad or cannot be judged (skip, as `git bisect skip`). The git edge
+`items[-1]` the bad end, and `test(round) -> marks` says whether each item
+of a round is good, bad or cannot be judged (skip, as `git bisect skip`). The git edge
 (`commits.py`) supplies the commits and a test that runs a trial; the tests
 supply lambdas.
 
@@ -79,31 +79,21 @@ def _untried(lo: int, hi: int, skipped: set[int], width: int) -> list[int]:
     return sorted({inner[((k + 1) * (n + 1)) // (width + 1) - 1] for k in range(width)})
 
 
-def bisect_range(
-    items: Sequence[T],
-    test: Callable[[T], Mark],
-    *,
-    width: int = 1,
-    test_many: Callable[[list[T]], list[Mark]] | None = None,
-) -> RangeResult[T]:
+def bisect_range(items: Sequence[T], test: Callable[[list[T]], list[Mark]], *, width: int = 1) -> RangeResult[T]:
     """Find the first bad item of `items` (good end first, bad end last).
 
-    `test` is called once per tried item; see the module docstring for the
-    invariants and the bound on the number of calls. With `width` k > 1 and
-    `test_many`, each round tries k items at once (k-ary bisection: each
-    round divides the candidates by k + 1), the ends too; `test_many` gets
-    the items of a round and returns their marks in order.
+    `test` gets the items of a round (the ends, then up to `width` k items:
+    k-ary bisection, each round divides the candidates by k + 1) and returns
+    their marks in order; each item is tried once, see the module docstring
+    for the invariants and the bound on the number of tries.
     """
     if len(items) < 2:
         raise ValueError("a range needs a good end and a bad end (two items at least)")
     tried: list[tuple[T, Mark]] = []
-    width = max(1, width) if test_many is not None else 1
 
     def run(indices: list[int]) -> list[Mark]:
         chosen = [items[i] for i in indices]
-        marks = (
-            [Mark(m) for m in test_many(chosen)] if test_many and len(indices) > 1 else [Mark(test(x)) for x in chosen]
-        )
+        marks = [Mark(m) for m in test(chosen)]
         tried.extend(zip(chosen, marks))
         return marks
 
@@ -112,7 +102,7 @@ def bisect_range(
 
     lo, hi = 0, len(items) - 1
     skipped: set[int] = set()
-    while points := _untried(lo, hi, skipped, width):
+    while points := _untried(lo, hi, skipped, max(1, width)):
         marks = dict(zip(points, run(points)))
         skipped.update(i for i, m in marks.items() if m is Mark.SKIP)
         hi = min([i for i, m in marks.items() if m is Mark.BAD] + [hi])

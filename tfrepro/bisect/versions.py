@@ -6,14 +6,10 @@ environment (`trials/envs.py`). The search is `rangesearch.bisect_range`
 over the releases ordered from the good end to the bad end; the trial for a
 release is an injected `VersionTrial`, so the whole search is tested with fakes.
 
-Invariants:
+Invariants (the ends, the symptom, skips: as in every range mode, `ranges.py`):
 - The good end is `--good`, else the oldest listed release; the bad end
-  `--bad`, else the newest. Both ends are tried first and decide the symptom
-  hunted (the bad end's first symptom, unless `--symptom`); the good end's
-  trial is the reference for mismatch and slowdown.
-- A release whose environment cannot be built, or whose trial stops on a
-  symptom other than the one hunted, is a skip with its reason (`git bisect
-  skip`); skips that hide the answer give `candidates`, never a guess.
+  `--bad`, else the newest.
+- A release whose environment cannot be built is a skip with its reason.
 - Every trial goes through the trial cache, keyed by the versions inside its
   environment (not the driver's), so a rerun is cache hits.
 - The result fills `first_bad_version` and `last_good_version` (Contract 4),
@@ -122,16 +118,16 @@ class VersionSource(Source):
         releases: Releases,
         use_cache: bool,
         *,
-        store: Any,
         on_line: OnLine,
         trial: VersionTrial | None,
     ) -> None:
         from tfrepro.trials.envs import EnvStore, detect_tf_dist
 
         self.root, self.state, self.use_cache, self.trial = root, state, use_cache, trial
-        self.store = store if store is not None or trial is not None else EnvStore()
+        self.store = EnvStore()  # the user cache of environments
         self.tf_dist = releases.tf_dist or (detect_tf_dist() if trial is None else "tensorflow-cpu")
         self.legacy_keras = releases.legacy_keras
+        self.extra_env = dict(LEGACY_KERAS_ENV) if self.legacy_keras else {}  # what a trial's environment adds
         self.on_line = on_line or (lambda line: None)
         self.envs: dict[str, Any] = {}  # version -> Env, or the reason it failed
         self.project = as_written(root)
@@ -150,9 +146,6 @@ class VersionSource(Source):
                 self.envs[version] = f"no environment for {self.tf_dist} {version}: {e}"
         return self.envs[version]
 
-    def extra_env(self) -> dict[str, str]:
-        return dict(LEGACY_KERAS_ENV) if self.legacy_keras else {}
-
     def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
         settings = replace(settings, repeat=repeat)
         how = TrialOptions(label=self.role(point), use_cache=self.use_cache, state_dir=self.state.path)
@@ -163,13 +156,13 @@ class VersionSource(Source):
         env = self.env_for(point.label)
         if isinstance(env, str):
             return env
-        how = replace(how, env=self.extra_env() or None, python=str(env.python), versions=env.versions)
+        how = replace(how, env=self.extra_env or None, python=str(env.python), versions=env.versions)
         return replace(base, how=how)
 
     def start_for(self, version: str) -> FeatureStart:
         env = self.env_for(version) if self.trial is None else "injected trial"
         python, versions = (None, {}) if isinstance(env, str) else (str(env.python), dict(env.versions))
-        return FeatureStart(self.root, version, python, versions, self.extra_env())
+        return FeatureStart(self.root, version, python, versions, self.extra_env)
 
 
 @dataclass(frozen=True)
@@ -285,21 +278,19 @@ def bisect_versions(
     releases: Releases = Releases(),
     *,
     trial: VersionTrial | None = None,
-    store: Any = None,
     events: BisectEvents | None = None,
     on_line: OnLine = None,
 ) -> RunResult:
     """Find the first release (from the good end to the bad end) whose trial
     shows the symptom. Returns the RunResult (also in `<run_dir>/result.json`).
     `trial` (tests) stands in for building the environment and running;
-    `store` for the user cache of environments; `on_line` gets the
-    environment builds' output."""
+    `on_line` gets the environment builds' output."""
     started = time.monotonic()
     root, entry = locate(path)  # as feature and commit mode find it
     items = order_range(versions, releases.good, releases.bad)
     settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)
-    source = VersionSource(root, state, releases, options.use_cache, store=store, on_line=on_line, trial=trial)
+    source = VersionSource(root, state, releases, options.use_cache, on_line=on_line, trial=trial)
     events = events or BisectEvents()
     events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
     executor = LocalExecutor(1, devices=[] if trial is not None else None)
@@ -376,24 +367,6 @@ def _version_answer(
         candidates=tuple(candidates),
     )
     return with_evidence(answer, run, first_bad, fields)
-
-
-def expand_versions(spec: str, tf_dist: str) -> tuple[list[str], list[tuple[str, str]], list[str]]:
-    """`--tf-versions` -> (versions, excluded with reasons, notes); the index is
-    asked only for ranges."""
-    from tfrepro.trials.envs import cache_root
-    from tfrepro.trials.releases import expand, list_releases
-
-    notes: list[str] = []
-
-    def listing():
-        got = list_releases(tf_dist, cache_root())
-        if got.stale:
-            notes.append(f"the package index is unreachable: using the {tf_dist} release list cached earlier")
-        return got
-
-    versions, excluded = expand(spec, listing)
-    return versions, excluded, notes
 
 
 @dataclass(frozen=True)

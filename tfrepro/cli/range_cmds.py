@@ -23,7 +23,7 @@ from tfrepro.bisect.commits import CommitFields, bisect_commits
 from tfrepro.bisect.events import ProgressLines
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.ranges import RangeEvidence
-from tfrepro.bisect.versions import Releases, ThenFeatures, VersionFields, expand_versions, feature_hook
+from tfrepro.bisect.versions import Releases, ThenFeatures, VersionFields, feature_hook
 from tfrepro.errors import UserError
 from tfrepro.trials.values import RunResult
 
@@ -127,10 +127,19 @@ def run_versions(
     --steps, the cache, --timing-budget; `releases`: the ends, --keras,
     --tf-dist): progress; returns the result and the answer to print."""
     from tfrepro.bisect.versions import bisect_versions
-    from tfrepro.trials.envs import detect_tf_dist
+    from tfrepro.trials.envs import cache_root, detect_tf_dist
+    from tfrepro.trials.releases import expand, list_releases
 
     dist = releases.tf_dist or detect_tf_dist()
-    versions, excluded, notes = expand_versions(tf_versions, dist)
+    notes: list[str] = []
+
+    def listing():  # the index is asked only for ranges
+        got = list_releases(dist, cache_root())
+        if got.stale:
+            notes.append(f"the package index is unreachable: using the {dist} release list cached earlier")
+        return got
+
+    versions, excluded = expand(tf_versions, listing)
     for n in notes:
         click.echo(f"note: {n}", err=True)
     progress = None if as_json else ProgressLines(click.echo, 14)

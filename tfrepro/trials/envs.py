@@ -238,12 +238,6 @@ class VenvInstaller:
         ]
 
 
-def default_installer() -> Installer:
-    """uv beside this interpreter (installed in the venv), else on PATH, else pip."""
-    beside = Path(sys.executable).parent / "uv"
-    return VenvInstaller(str(beside) if beside.is_file() and os.access(beside, os.X_OK) else shutil.which("uv"))
-
-
 def cache_root() -> Path:
     """`$XDG_CACHE_HOME/tfrepro`, else `~/.cache/tfrepro`."""
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
@@ -279,7 +273,10 @@ class EnvStore:
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.root = Path(root) if root is not None else cache_root() / "envs"
-        self.installer = installer if installer is not None else default_installer()
+        if installer is None:  # uv beside this interpreter (installed in the venv), else on PATH, else pip
+            uv = Path(sys.executable).parent / "uv"
+            installer = VenvInstaller(str(uv) if uv.is_file() and os.access(uv, os.X_OK) else shutil.which("uv"))
+        self.installer = installer
         self.run = run or run_streaming
         self.probe = probe
         self.clock = clock
