@@ -255,8 +255,7 @@ class WarmServer:
         self.dead = True
         if self.proc is not None:
             try:
-                if self.proc.stdin:
-                    self.proc.stdin.close()  # EOF: the server kills its children and exits
+                self.proc.stdin.close()  # EOF: the server kills its children and exits (a pipe: `start`)
                 self.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 with contextlib.suppress(OSError):
