@@ -345,7 +345,7 @@ def test_progress_is_printed_while_ray_starts():
         if len(ticks) >= 2:
             gate.set()  # Ray "comes up" once two progress lines were printed
 
-    assert ray_connect._with_progress(lambda: gate.wait() and "up", "starting", 600, log, 0.001) == "up"
+    assert ray_connect._ticking(lambda: gate.wait() and "up", "starting", log, 0.001, timeout_s=600) == "up"
     assert len(ticks) >= 2 and all(t.startswith("ray: starting...") for t in ticks)
     # A private instance starts in the caller's own thread (Ray's processes die
     # with the thread that started them), with the same progress lines.

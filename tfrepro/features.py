@@ -198,12 +198,9 @@ class SourceFile:
         return self._emit(self._states(enabled), export=True)
 
 
-def _code_lines(lines: list[str], start: int, stop: int, step: int) -> str | None:
-    for i in range(start, stop, step):
-        body = _strip_eol(lines[i]).strip()
-        if body and not body.startswith("#"):
-            return _strip_eol(lines[i])
-    return None
+def _is_code(line: str) -> bool:
+    """Neither blank nor a comment."""
+    return bool(line.strip()) and not line.strip().startswith("#")
 
 
 def _indent_width(line: str) -> int:
@@ -213,8 +210,8 @@ def _indent_width(line: str) -> int:
 def needs_pass(lines: list[str], b: Block) -> bool:
     """Whether removing block `b` entirely leaves a suite empty: the code line
     before it opens a suite and the code line after it is not inside it."""
-    before = _code_lines(lines, b.line - 2, -1, -1)
-    after = _code_lines(lines, b.end_line, len(lines), 1)
+    before = next(filter(_is_code, reversed(lines[: b.line - 1])), None)
+    after = next(filter(_is_code, lines[b.end_line :]), None)
     width = len(b.indent)
     opens = before is not None and _indent_width(before) < width and before.split("#", 1)[0].rstrip().endswith(":")
     return opens and (after is None or _indent_width(after) < width)
@@ -242,7 +239,7 @@ def _check_part(path: str, lines: list[str], start: int, stop: int, indent: str,
     commented = [x.startswith(indent + "# ") or _strip_eol(x) == indent + "#" for _, x in code]
     if all(commented):
         contents = [uncomment_line(x, indent) for _, x in code]
-        if not any(c.strip() and not c.strip().startswith("#") for c in contents):
+        if not any(map(_is_code, contents)):
             raise UserError(
                 f"the {what} part of this feature block holds no code (only comments)",
                 path=path,

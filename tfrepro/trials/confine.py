@@ -84,26 +84,19 @@ def allow_unconfined(value: bool = True) -> None:
 # -- the plan -----------------------------------------------------------------------
 
 
-def _mounts(mountinfo: str) -> list[tuple[str, str]]:
-    out = []
-    for line in mountinfo.splitlines():
-        left, _, right = line.partition(" - ")
-        fields = left.split()
-        if len(fields) < 5 or not right:
-            continue
-        point = fields[4].encode().decode("unicode_escape")
-        # a read-only mount needs no overlay (a write fails there anyway)
-        out.append((point, "ro" if "ro" in fields[5].split(",") else right.split()[0]))
-    return out
-
-
 def plan_overlays(mountinfo: str, listdir=os.listdir, isdir=os.path.isdir) -> tuple[list[str], list[str]]:
     """(dirs to overlay, dirs left read-only) for a mount table: each overlaid
     dir has no mount point below it (an unprivileged overlay cannot take a
     lower layer with submounts) and sits on a file system that can be a lower
     layer; a dir with submounts is descended into. Pure given `listdir`."""
-    mounts = [(p, t) for p, t in _mounts(mountinfo) if not any(p == s or p.startswith(s + "/") for s in SPECIAL)]
-    fstype = dict(mounts)
+    fstype: dict[str, str] = {}  # mount point -> its file system type
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        point = fields[4].encode().decode("unicode_escape") if len(fields) >= 5 and right else None
+        if point is not None and not any(point == s or point.startswith(s + "/") for s in SPECIAL):
+            # a read-only mount needs no overlay (a write fails there anyway)
+            fstype[point] = "ro" if "ro" in fields[5].split(",") else right.split()[0]
     points = set(fstype)
 
     def fs_of(path: str) -> str:

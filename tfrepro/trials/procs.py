@@ -21,7 +21,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import os
 import signal
@@ -192,29 +191,28 @@ class TrialStopped(KeyboardInterrupt):
 
 
 class _Live:
-    """The trials running in this process: their process group and the thread
-    that waits on them. Safe from several threads."""
+    """The trials running in this process: the process group each thread
+    waits on (one at a time). Safe from several threads."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._tokens = itertools.count(1)
-        self._running: dict[int, tuple[int, int]] = {}  # token → (thread ident, pgid)
-        self._stopped: set[int] = set()
+        self._running: dict[int, int] = {}  # thread ident → pgid
+        self._stopped: set[int] = set()  # threads whose trial `stop` killed
 
     @contextlib.contextmanager
     def running(self, pgid: int) -> Iterator[None]:
         """While this thread waits on the trial of process group `pgid`;
         raises TrialStopped at its end when `stop` killed it."""
-        token = next(self._tokens)
+        me = threading.get_ident()
         with self._lock:
-            self._running[token] = (threading.get_ident(), pgid)
+            self._running[me] = pgid
         try:
             yield
         finally:
             with self._lock:
-                self._running.pop(token, None)
-                stopped = token in self._stopped
-                self._stopped.discard(token)
+                self._running.pop(me, None)
+                stopped = me in self._stopped
+                self._stopped.discard(me)
             if stopped:
                 raise TrialStopped()
 
@@ -224,9 +222,7 @@ class _Live:
         wanted = None if threads is None else set(threads)
         with self._lock:
             hit = [
-                (t, pg)
-                for t, (ident, pg) in self._running.items()
-                if (wanted is None or ident in wanted) and t not in self._stopped
+                (t, pg) for t, pg in self._running.items() if (wanted is None or t in wanted) and t not in self._stopped
             ]
             self._stopped.update(t for t, _ in hit)
         for _, pgid in hit:

@@ -75,28 +75,15 @@ def probe(address: str, timeout_s: float, connect=socket.create_connection) -> N
         ) from None
 
 
-def _with_progress(
-    call: Callable[[], Any], what: str, timeout_s: float, log: Callable[[str], None], tick_s: float
+def _ticking(
+    call: Callable[[], Any], what: str, log: Callable[[str], None], tick_s: float, timeout_s: float | None = None
 ) -> Any:
-    """`call()` in a thread, a progress line every `tick_s` (`_ticking`);
-    TimeoutError past `timeout_s`. Only for a call that starts no process: Ray's
-    children die with the thread that started them (PR_SET_PDEATHSIG)."""
-    done: Future = Future()
-
-    def body() -> None:
-        try:
-            done.set_result(call())
-        except BaseException as e:  # handed to the caller's thread
-            done.set_exception(e)
-
-    threading.Thread(target=body, name="tfrepro-ray-init", daemon=True).start()
-    return _ticking(lambda: done.result(timeout_s), what, log, tick_s)
-
-
-def _ticking(call: Callable[[], Any], what: str, log: Callable[[str], None], tick_s: float) -> Any:
-    """`call()` in this thread (it starts Ray's processes, which must outlive
-    the thread that started them), a progress line every `tick_s` meanwhile.
-    Ray bounds its own start-up (the node must register within 30 s)."""
+    """`call()`, a progress line every `tick_s` meanwhile. In this thread (a
+    call that starts Ray's processes, which must outlive the thread that
+    started them; Ray bounds its own start-up: the node must register within
+    30 s), or, given `timeout_s`, in a thread of its own, TimeoutError past
+    it: only for a call that starts no process (Ray's children die with the
+    thread that started them, PR_SET_PDEATHSIG)."""
     done = threading.Event()
     t0 = time.monotonic()
 
@@ -104,9 +91,19 @@ def _ticking(call: Callable[[], Any], what: str, log: Callable[[str], None], tic
         while not done.wait(tick_s):
             log(f"ray: {what}... ({time.monotonic() - t0:.0f} s)")
 
+    def body() -> None:
+        try:
+            answer.set_result(call())
+        except BaseException as e:  # handed to the caller's thread
+            answer.set_exception(e)
+
     threading.Thread(target=tick, name="tfrepro-ray-progress", daemon=True).start()
     try:
-        return call()
+        if timeout_s is None:
+            return call()
+        answer: Future = Future()
+        threading.Thread(target=body, name="tfrepro-ray-init", daemon=True).start()
+        return answer.result(timeout_s)
     finally:
         done.set()
 
@@ -131,7 +128,7 @@ def connect(
         log(f"ray: joining the cluster at {address}")
         probe(address, min(timeout_s, 10.0))
         try:
-            _with_progress(lambda: init(address=address, **kw), f"connecting to {address}", timeout_s, log, tick_s)
+            _ticking(lambda: init(address=address, **kw), f"connecting to {address}", log, tick_s, timeout_s)
         except TimeoutError:
             raise TfreproError(
                 f"ray: the cluster at {address} accepted a connection but did not let this process join "

@@ -146,19 +146,16 @@ class RayExecutor(Executor):
                 self._bases[key] = ray.put(buf.getvalue())
             return self._bases[key]
 
-    def _pick_timing_node(self) -> tuple[str, float]:
-        with self._lock:
+    def _options(self, exclusive: bool) -> dict[str, Any]:
+        if not exclusive:
+            return {"num_gpus": 1} if self.gpus else {"num_cpus": 1}
+        with self._lock:  # the timing node: picked once, the most GPUs (CPUs) of the live nodes
             if self._timing_node is None:
                 alive = [n for n in ray.nodes() if n.get("Alive")]
                 want = "GPU" if self.gpus else "CPU"
                 best = max(alive, key=lambda n: n.get("Resources", {}).get(want, 0))
                 self._timing_node = (best["NodeID"], float(best["Resources"].get("CPU", 1)))
-            return self._timing_node
-
-    def _options(self, exclusive: bool) -> dict[str, Any]:
-        if not exclusive:
-            return {"num_gpus": 1} if self.gpus else {"num_cpus": 1}
-        node, cpus = self._pick_timing_node()
+            node, cpus = self._timing_node
         strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=False)
         return {**({"num_gpus": 1} if self.gpus else {"num_cpus": cpus}), "scheduling_strategy": strategy}
 

@@ -6,11 +6,8 @@ are log files, the child runs in its own session so a timeout (or a Ctrl-C in
 the parent) kills its whole process tree. The runner measures; it never
 decides what a result means (`classify.py` does).
 
-The process is warm or cold. Warm: a plain `python script.py` that imports
-TensorFlow is forked from a warm server that imported it already
-(`trials/warm.py`, `inside/warm.py`); the same trial, 2-3 s cheaper. Cold
-(`cold=True`, any other command, or whenever the warm side cannot serve):
-`inside/launch.py` leads the trial's session and runs the command under it.
+The process is forked from a warm server that imported TensorFlow already
+(2-3 s cheaper), or cold behind `inside/launch.py`: `procs.spawn` says when.
 
 Layout under the state dir:
     trials/<key[:16]>-<random>/{variant/, trial.json, result.json, stdout.log, stderr.log,

@@ -43,25 +43,21 @@ def unmeasured(symptom: Verdict | None, base: Sequence[TrialResult], failing: Se
     """Why the symptom asked for could not be measured on both ends (None:
     it could). A slowdown needs steps past the warm-up on each end, a
     mismatch losses on each end, a memory verdict a peak on each end."""
-    ends = (("the baseline", base), ("the failing configuration", failing))
-    if symptom is Verdict.SLOWDOWN:
-        for name, runs in ends:
-            if runs and not any(len(t.step_times) > WARMUP_STEPS for t in runs):
-                return (
-                    f"the slowdown could not be measured: {name} ran no step past the "
-                    f"{WARMUP_STEPS} warm-up steps; let each trial run more steps (--steps, or a longer fit)"
-                )
-    if symptom is Verdict.MISMATCH:
-        for name, runs in ends:
-            if runs and not any(t.losses for t in runs):
-                return (
-                    f"the mismatch could not be measured: {name} recorded no loss; "
-                    "compile the model with a loss, or print `step=<int> loss=<float>`"
-                )
-    if symptom is Verdict.MEMORY:
-        for name, runs in ends:
-            if runs and not any(t.peak_rss_bytes or t.device_peak_bytes for t in runs):
-                return f"memory could not be measured: {name} recorded no peak memory"
+    for name, runs in (("the baseline", base), ("the failing configuration", failing)):
+        if not runs:
+            continue
+        if symptom is Verdict.SLOWDOWN and not any(len(t.step_times) > WARMUP_STEPS for t in runs):
+            return (
+                f"the slowdown could not be measured: {name} ran no step past the "
+                f"{WARMUP_STEPS} warm-up steps; let each trial run more steps (--steps, or a longer fit)"
+            )
+        if symptom is Verdict.MISMATCH and not any(t.losses for t in runs):
+            return (
+                f"the mismatch could not be measured: {name} recorded no loss; "
+                "compile the model with a loss, or print `step=<int> loss=<float>`"
+            )
+        if symptom is Verdict.MEMORY and not any(t.peak_rss_bytes or t.device_peak_bytes for t in runs):
+            return f"memory could not be measured: {name} recorded no peak memory"
     return None
 
 

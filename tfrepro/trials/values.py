@@ -219,13 +219,15 @@ class Evidence(Protocol):
 
 def evidence_doc(value: object, optional: frozenset[str], skip: frozenset[str] = frozenset()) -> dict[str, object]:
     """A frozen evidence dataclass as the result document's keys, field by
-    field in order: a TrialResult as its `summary`, a value with `to_dict`
+    field in order: a TrialResult as its `summary`, an enum as its value, a value with `to_dict`
     as that, a tuple as a list; the `optional` fields left out when None,
     the `skip` ones always (the caller writes them)."""
 
     def plain(v: object) -> object:
         if isinstance(v, TrialResult):
             return summary(v)
+        if isinstance(v, Enum):
+            return v.value
         if hasattr(v, "to_dict"):
             return v.to_dict()
         return [plain(x) for x in v] if isinstance(v, tuple) else v
@@ -260,6 +262,7 @@ class RunResult:
     first_bad_commit: str | None = None
     first_bad_version: str | None = None
     last_good_version: str | None = None
+    flaky: bool = field(init=False, default=False)  # derived: `status` is FLAKY (`__post_init__`)
     reproduction_rate: float | None = None
     suspects: tuple[str, ...] = ()
     candidates: tuple[Any, ...] = ()
@@ -271,33 +274,17 @@ class RunResult:
     known_cost: CostFound | None = None
     evidence: Evidence | None = field(default=None, compare=False, hash=False)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "flaky", self.status is Status.FLAKY)
+
     @property
     def exit_code(self) -> int:
         return self.status.exit_code
 
-    @property
-    def flaky(self) -> bool:
-        return self.status is Status.FLAKY
-
     def to_dict(self) -> dict[str, Any]:
-        typed = {
-            "status": self.status.value,
-            "symptom": self.symptom.value if self.symptom is not None else None,
+        typed = evidence_doc(self, frozenset(), skip=frozenset({"evidence"}))
+        return {
+            **(self.evidence.to_dict() if self.evidence is not None else {}),
+            **typed,
             "culprits": sorted(self.culprits),
-            "baseline": summary(self.baseline) if self.baseline is not None else None,
-            "trials": self.trials,
-            "wall_s": self.wall_s,
-            "run_dir": self.run_dir,
-            "first_bad_commit": self.first_bad_commit,
-            "first_bad_version": self.first_bad_version,
-            "last_good_version": self.last_good_version,
-            "flaky": self.flaky,
-            "reproduction_rate": self.reproduction_rate,
-            "suspects": list(self.suspects),
-            "candidates": list(self.candidates),
-            "also_seen": [s.to_dict() for s in self.also_seen],
-            "error": self.error,
-            "reason": self.reason,
-            "known_cost": self.known_cost.to_dict() if self.known_cost is not None else None,
         }
-        return {**(self.evidence.to_dict() if self.evidence is not None else {}), **typed}

@@ -112,23 +112,19 @@ class WarmChild:
     def wait(self, timeout: float | None) -> int:
         """The child's return code as Popen gives it (negative: killed by a
         signal). Raises subprocess.TimeoutExpired, or ServerLost."""
-        deadline = None if timeout is None else time.monotonic() + timeout
         buf = b""
-        while not buf.endswith(b"\n"):
-            left = None if deadline is None else max(0.0, deadline - time.monotonic())
-            if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired(["warm", str(self.pid)], timeout or 0)
-            ready, _, _ = select.select([self.conn], [], [], left)
-            if not ready:
-                continue
-            try:
+        try:
+            self.conn.settimeout(timeout)  # the server writes its one line when the child has ended
+            while not buf.endswith(b"\n"):
                 chunk = self.conn.recv(4096)
-            except OSError:
-                chunk = b""
-            if not chunk:
-                self.server.dead = True
-                raise ServerLost(f"warm server {self.server.pid} lost while trial {self.pid} ran")
-            buf += chunk
+                if not chunk:
+                    raise ConnectionError("closed")
+                buf += chunk
+        except TimeoutError:
+            raise subprocess.TimeoutExpired(["warm", str(self.pid)], timeout or 0) from None
+        except OSError:
+            self.server.dead = True
+            raise ServerLost(f"warm server {self.server.pid} lost while trial {self.pid} ran") from None
         self.close()
         return os.waitstatus_to_exitcode(json.loads(buf)["status"])
 
@@ -259,8 +255,7 @@ class WarmServer:
         self.dead = True
         if self.proc is not None:
             try:
-                if self.proc.stdin:
-                    self.proc.stdin.close()  # EOF: the server kills its children and exits
+                self.proc.stdin.close()  # EOF: the server kills its children and exits (a pipe: `start`)
                 self.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
                 with contextlib.suppress(OSError):
