@@ -75,9 +75,17 @@ class Annotation:
 
         written = []
         for r in self.files:
-            if r.changed:
-                write_in_place(r.path, _encode(r.annotated, r.encoding, r.path))
-                written.append(r.path)
+            if not r.changed:
+                continue
+            try:
+                write_in_place(r.path, r.annotated.encode(r.encoding))
+            except UnicodeEncodeError:
+                raise UserError(
+                    f"the annotated text cannot be written in the file's {r.encoding} encoding",
+                    path=r.path,
+                    hint="save the file as UTF-8 and run annotate again",
+                ) from None
+            written.append(r.path)
         if self.manifest_new is not None and self.manifest_path is not None:
             if self.manifest_path.exists():
                 write_in_place(self.manifest_path, self.manifest_new.encode("utf-8"))
@@ -87,17 +95,6 @@ class Annotation:
                 os.replace(tmp, self.manifest_path)
             written.append(self.manifest_path)
         return written
-
-
-def _encode(text: str, encoding: str, path: Path) -> bytes:
-    try:
-        return text.encode(encoding)
-    except UnicodeEncodeError:
-        raise UserError(
-            f"the annotated text cannot be written in the file's {encoding} encoding",
-            path=path,
-            hint="save the file as UTF-8 and run annotate again",
-        ) from None
 
 
 def relpath(path: str | Path, root: Path) -> str:

@@ -155,18 +155,13 @@ def structured_standin(src: Src, call: cst.Call, prefix: str) -> tuple[str, str]
         return None
     if (tf := src.tf_alias()) is None:
         return f"takes a {shape} of inputs and the file imports no TensorFlow to join them with: not marked"
-    if shape == "dict":
-        return _concat_standin(prefix, tf), "its dict of inputs concatenated (float32)"
-    return list_standin(prefix, tf), f"its list of inputs {AVERAGED}"
-
-
-def _concat_standin(prefix: str, tf: str) -> str:
-    """A layer that turns any structure of inputs into one float32 tensor."""
-    return (
-        f"{prefix}.Lambda(lambda inputs: {tf}.concat("
-        f'[{tf}.reshape({tf}.cast(t, "float32"), (-1, t.shape[1:].num_elements())) for t in {tf}.nest.flatten(inputs)], '
-        "axis=-1))"
+    if shape == "list":
+        return list_standin(prefix, tf), f"its list of inputs {AVERAGED}"
+    # A layer that turns any structure of inputs into one float32 tensor.
+    flat = (
+        f'[{tf}.reshape({tf}.cast(t, "float32"), (-1, t.shape[1:].num_elements())) for t in {tf}.nest.flatten(inputs)]'
     )
+    return f"{prefix}.Lambda(lambda inputs: {tf}.concat({flat}, axis=-1))", "its dict of inputs concatenated (float32)"
 
 
 def list_standin(prefix: str, tf: str) -> str:

@@ -168,14 +168,12 @@ def _from_keywords(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Ca
 def _tf_function(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
     """`f = tf.function(f, ...)`: graph compilation of a step function.
     (A `@tf.function` decorator is found in `find_candidates`.)"""
+    # `step = tf.function(other)` has no "off" that keeps `step` defined; the
+    # jit_compile feature takes a statement with `jit_compile=True`.
     unit = src.statement(call)
-    if isinstance(unit, cst.Decorator) or isinstance(unit, str):
+    whole = m.SimpleStatementLine([m.Assign(value=m.MatchIfTrue(lambda v: v is call))])
+    if not m.matches(unit, whole) or not rebinds_itself(unit.body[0]) or jit_on(call):  # type: ignore[union-attr]
         return []
-    small = unit.body[0]
-    if not (isinstance(small, cst.Assign) and small.value is call and rebinds_itself(small)):
-        return []  # `step = tf.function(other)` has no "off" that keeps `step` defined
-    if jit_on(call):
-        return []  # the jit_compile feature takes the statement
     return [_c(unit, "tf_function")]
 
 

@@ -60,20 +60,18 @@ class Loop:
 def loop_edits(src: Src, ctx: Context) -> list[Edit]:
     edits: list[Edit] = []
     seen: set[int] = set()
+    finders = {
+        **dict.fromkeys(APPLY, ("GradientTape", _tape_loop)),
+        "train_on_batch": ("train_on_batch", _train_on_batch_loop),
+    }
     for node in src.nodes(cst.Call, cst.FunctionDef):
-        form, finder = None, None
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-            attr = node.func.attr.value
-            if attr in APPLY and isinstance(node.func.value, cst.Name):
-                form, finder = "GradientTape", _tape_loop
-            elif attr == "train_on_batch" and isinstance(node.func.value, cst.Name):
-                form, finder = "train_on_batch", _train_on_batch_loop
-        elif isinstance(node, cst.FunctionDef) and node.name.value == "train_step":
-            if (edit := _train_step_override(src, ctx, node)) is not None:
+        if isinstance(node, cst.FunctionDef):
+            if node.name.value == "train_step" and (edit := _train_step_override(src, ctx, node)) is not None:
                 edits.append(edit)
             continue
-        if finder is None:
+        if not m.matches(node.func, m.Attribute(value=m.Name())) or node.func.attr.value not in finders:
             continue
+        form, finder = finders[node.func.attr.value]
         try:
             loop = finder(src, node)
         except NotSwitchable as e:

@@ -16,18 +16,6 @@ from tfrepro.annotate.model import BlockSeg, Context, Edit
 from tfrepro.errors import UserError
 
 
-def render_block(seg: BlockSeg, indent: str) -> list[str]:
-    head = f"{indent}# tfrepro: feature {seg.found.name}"
-    if seg.found.description:
-        head += f" -- {seg.found.description}"
-    out = [head + "\n", *seg.on.splitlines(keepends=True)]
-    if seg.off is not None:
-        out.append(f"{indent}# tfrepro: else\n")
-        out.extend(fb.comment_line(x, indent) for x in seg.off.splitlines(keepends=True))
-    out.append(f"{indent}# tfrepro: end\n")
-    return out
-
-
 def apply(lines: list[str], edits: list[Edit]) -> tuple[str, dict[int, tuple[int, BlockSeg]], list[tuple[int, int]]]:
     """The new text; per marker line of a new block, (edit index, segment);
     per edit (sorted by start), the range of new lines it wrote."""
@@ -41,7 +29,12 @@ def apply(lines: list[str], edits: list[Edit]) -> tuple[str, dict[int, tuple[int
         for seg in e.segments:
             if isinstance(seg, BlockSeg):
                 markers[len(out) + 1] = (i, seg)
-                out.extend(render_block(seg, e.indent))
+                desc = f" -- {seg.found.description}" if seg.found.description else ""
+                out += [f"{e.indent}# tfrepro: feature {seg.found.name}{desc}\n", *seg.on.splitlines(keepends=True)]
+                if seg.off is not None:
+                    out.append(f"{e.indent}# tfrepro: else\n")
+                    out.extend(fb.comment_line(x, e.indent) for x in seg.off.splitlines(keepends=True))
+                out.append(f"{e.indent}# tfrepro: end\n")
             else:
                 out.extend(seg.splitlines(keepends=True))
         ranges.append((first, len(out)))
@@ -66,10 +59,6 @@ def resolve_overlaps(edits: list[Edit], ctx: Context, path: str) -> list[Edit]:
             continue
         kept.append(e)
     return kept
-
-
-def _with_pass_else(e: Edit, seg: BlockSeg) -> Edit:
-    return replace(e, segments=tuple(replace(s, off=f"{e.indent}pass\n") if s is seg else s for s in e.segments))
 
 
 def _compiles(text: str, path: str) -> bool:
@@ -123,7 +112,10 @@ def build(text: str, path: str, edits: list[Edit], ctx: Context) -> tuple[str, l
         new_lines = new.splitlines(keepends=True)
         empty = [b for b in parsed.blocks if b.line in markers and b.off_part is None and fb.needs_pass(new_lines, b)]
         for i, seg in (markers[b.line] for b in empty):
-            edits[i] = _with_pass_else(edits[i], seg)
+            e = edits[i]
+            edits[i] = replace(
+                e, segments=tuple(replace(s, off=f"{e.indent}pass\n") if s is seg else s for s in e.segments)
+            )
         if empty:
             continue
         bad = _bad_names(parsed, markers, new, path)
