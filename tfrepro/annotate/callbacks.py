@@ -138,9 +138,16 @@ class _Collector:
             what = "fit call" if fit else "callbacks list"
             self.ctx.skip(src.path, src.line(stmt), f"{what} cannot be commented at its indentation: not marked")
             return
+        if starred := next((el for el in lst.elements if isinstance(el, cst.StarredElement)), None):
+            self.ctx.skip(src.path, src.line(starred), "a starred element in a callbacks list: not marked")
+            return
         small, start, end = stmt.body[0], src.line(stmt), src.end_line(stmt)
         name = var or src.fresh_name(("callbacks", "fit_callbacks" if fit else "cbs"))
-        segs = self.elements(lst, name, indent, scope)
+
+        def segment(el: cst.Element) -> str | BlockSeg:
+            return self.block_for(el.value, append_stmt(src, indent, name, el.value), src.line(el.value), scope)
+
+        segs = split_list(src, lst, indent, segment)
         head = f"{indent}{name} = []\n"
         if isinstance(small, cst.AnnAssign) and not fit:
             head = f"{indent}{name}: {src.code(small.annotation.annotation)} = []\n"
@@ -150,18 +157,6 @@ class _Collector:
             tail = (f"{indent}return {name}\n",) if isinstance(small, cst.Return) else ()
         if (edit := Edit(start, end, indent, (head, *segs, *tail))).found:
             self.edits.append(edit)
-
-    def elements(self, lst: cst.List, var: str, indent: str, scope: cst.CSTNode) -> list[str | BlockSeg]:
-        src = self.src
-        for el in lst.elements:
-            if isinstance(el, cst.StarredElement):
-                self.ctx.skip(src.path, src.line(el), "a starred element in a callbacks list: not marked")
-                return []
-
-        def segment(el: cst.Element) -> str | BlockSeg:
-            return self.block_for(el.value, append_stmt(src, indent, var, el.value), src.line(el.value), scope)
-
-        return split_list(src, lst, indent, segment)
 
     def statement_block(self, stmt: cst.SimpleStatementLine, value: cst.BaseExpression, scope: cst.CSTNode) -> bool:
         """`stmt` as a block when `value` is a callback it names; False: not at

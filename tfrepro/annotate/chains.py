@@ -134,15 +134,9 @@ def _target(
     line, small = src.line(stmt), stmt.body[0]
     if isinstance(small, cst.Return):
         return src.fresh_name(("dataset", "ds", "pipeline")), ""
-    tnode = (
-        small.targets[0].target
-        if isinstance(small, cst.Assign) and len(small.targets) == 1
-        else getattr(small, "target", None)
-    )
-    if not isinstance(tnode, cst.Name):
+    if (target := assigned_name(small)) is None:
         ctx.skip(src.path, line, "tf.data chain assigned to something other than a plain name: not split")
         return None
-    target = tnode.value
     annotation = f": {src.code(small.annotation.annotation)}" if isinstance(small, cst.AnnAssign) else ""
     # Rebinding the name between links would change what later links see.
     if any(is_name(n, target) for c in calls for a in c.args for n in src.walk(a)):

@@ -53,21 +53,6 @@ _WHY = {
 }
 
 
-def check_releases(good: str | None, bad: str | None) -> None:
-    """Version mode: --good/--bad name releases, not commits."""
-    from packaging.version import InvalidVersion, Version
-
-    for option, rev in (("--good", good), ("--bad", bad)):
-        try:
-            if rev is not None:
-                Version(rev)
-        except InvalidVersion:
-            raise UserError(
-                f"{option} {rev} is not a TensorFlow release",
-                hint="with --tf-versions, --good/--bad are releases (e.g. 2.15.1); for commits drop --tf-versions",
-            ) from None
-
-
 @main.command("bisect")
 @cold_option
 @path_argument
@@ -258,10 +243,20 @@ def bisect_cmd(
     # writes there meanwhile (Ray's driver prints a raylet's death notice) goes to stderr.
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         if tf_versions:
+            from packaging.version import InvalidVersion, Version
+
             from tfrepro.bisect.versions import Releases, ThenFeatures
             from tfrepro.cli.range_cmds import run_versions
 
-            check_releases(good, bad)
+            for option, rev in (("--good", good), ("--bad", bad)):  # releases, not commits
+                try:
+                    if rev is not None:
+                        Version(rev)
+                except InvalidVersion:
+                    raise UserError(
+                        f"{option} {rev} is not a TensorFlow release",
+                        hint="with --tf-versions, --good/--bad are releases (e.g. 2.15.1); for commits drop --tf-versions",
+                    ) from None
             releases = Releases(good=good, bad=bad, legacy_keras=keras_mode == "legacy", tf_dist=tf_dist)
             then = ThenFeatures(parse_names(only) or None, parse_names(skip) or None) if then_features else None
             result, answer = run_versions(path, tf_versions, options, releases, then_features=then, as_json=as_json)
