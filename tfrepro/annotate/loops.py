@@ -301,10 +301,7 @@ def _data(src: Src, loop: cst.For, x: str | None, y: str | None) -> tuple[str, s
 
 def _check_used_after(src: Src, block: cst.For) -> None:
     """Names the loop binds that the rest of its scope reads: fit would leave them undefined."""
-    suite = src.parent(block)
-    stmts = list(getattr(suite, "body", ()))
-    if block not in stmts:
-        return
+    stmts = list(src.parent(block).body)  # type: ignore[union-attr]  (a compound statement's suite)
     bound = _bound_names(src, block)
     later = stmts[stmts.index(block) + 1 :]
     read = {n.value for s in later for n in src.walk(s) if isinstance(n, cst.Name)}
