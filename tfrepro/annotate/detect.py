@@ -41,25 +41,18 @@ def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context
     for node in src.nodes(cst.Call, cst.Decorator, cst.SimpleStatementLine):
         if isinstance(node, cst.Call):
             out.extend(_from_call(src, ctx, node, layer_classes))
-        elif isinstance(node, cst.Decorator) and is_tf_function(node.decorator):
-            if not jit_on(node.decorator):  # else the jit_compile feature takes the decorator
-                out.append(_c(node, "tf_function"))
+        elif isinstance(node, cst.Decorator) and is_tf_function(node.decorator) and not jit_on(node.decorator):
+            out.append(_c(node, "tf_function"))  # with jit_compile=True the jit_compile feature takes the decorator
         elif m.matches(node, _ONE_ASSIGNMENT):
             # `options.experimental_deterministic = False`: tf.data may reorder elements.
             target, value = node.body[0].targets[0].target, node.body[0].value  # type: ignore[attr-defined]
             if m.matches(target, _DETERMINISTIC) and literal(value) is False:
                 out.append(_c(node, "nondeterministic_data"))
-            elif var := _xla_env_var(target):
-                out.append(_c(node, "xla_flags", var=var))
+            elif m.matches(target, _ONE_INDEX) and (dotted(target.value) or "").endswith("environ"):
+                # `os.environ["XLA_FLAGS"] = ...` (or TF_XLA_FLAGS)
+                if (var := literal(target.slice[0].slice.value)) in catalog.XLA_VARS:
+                    out.append(_c(node, "xla_flags", var=var))
     return out
-
-
-def _xla_env_var(target: cst.BaseExpression) -> str | None:
-    """`os.environ["XLA_FLAGS"] = ...` (or TF_XLA_FLAGS): the variable's name."""
-    if not m.matches(target, _ONE_INDEX) or not (dotted(target.value) or "").endswith("environ"):
-        return None
-    key = literal(target.slice[0].slice.value)
-    return key if key in catalog.XLA_VARS else None
 
 
 def _whole_call(src: Src, ctx: Context, call: cst.Call, what: str, feature: str, **fields: str) -> list[Candidate]:

@@ -127,12 +127,18 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
     x, y_names = _model_input(src, region, expr, pred)
     locals_ = _bound_names(src, region)
     if isinstance(region, cst.FunctionDef):
-        params = [p.name.value for p in region.params.params]
+        step, params = region.name.value, [p.name.value for p in region.params.params]
         for name in (model, optimizer):
             if name in params or name in locals_:
-                raise NotSwitchable(f"`{name}` is local to {region.name.value}(): fit cannot be given it")
-        call, loop = _single_call(src, region)
-        args = [a.value for a in call.args if a.keyword is None]
+                raise NotSwitchable(f"`{name}` is local to {step}(): fit cannot be given it")
+        calls = [n for n in src.nodes(cst.Call) if is_name(n.func, step)]  # called once, inside a `for` loop
+        if not calls:
+            raise NotSwitchable(f"{step}() is not called directly from a loop (strategy.run or a callback calls it)")
+        if len(calls) > 1:
+            raise NotSwitchable(f"{step}() is called from {len(calls)} places")
+        if (loop := src.enclosing(calls[0], cst.For)) is None:
+            raise NotSwitchable(f"{step}() is not called inside a `for` loop")
+        args = [a.value for a in calls[0].args if a.keyword is None]
         mapping = {
             p: (args[i].value if i < len(args) and isinstance(args[i], cst.Name) else None)
             for i, p in enumerate(params)
@@ -255,18 +261,6 @@ def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
         return src.code(call.func), None
     swaps = [(pred, "y_pred"), *((n, "y_true") for n in src.walk(expr) if is_name(n, y))]
     return "", src.splice(*src.span(expr), swaps)
-
-
-def _single_call(src: Src, fn: cst.FunctionDef) -> tuple[cst.Call, cst.For]:
-    name = fn.name.value
-    calls = [n for n in src.nodes(cst.Call) if is_name(n.func, name)]
-    if not calls:
-        raise NotSwitchable(f"{name}() is not called directly from a loop (strategy.run or a callback calls it)")
-    if len(calls) > 1:
-        raise NotSwitchable(f"{name}() is called from {len(calls)} places")
-    if (loop := src.enclosing(calls[0], cst.For)) is None:
-        raise NotSwitchable(f"{name}() is not called inside a `for` loop")
-    return calls[0], loop
 
 
 # -- the data --------------------------------------------------------------------------------
