@@ -217,9 +217,11 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     mpath = root / MANIFEST
     original = mpath.read_bytes().decode("utf-8") if mpath.is_file() else None  # "\r\n" kept as written
     affects = [f.name for r in results for f in r.found if f.affects_loss]
-    # `tfrepro bisect` in that directory must find the script to run.
-    entry = _entry(results, root) if any(r.found for r in results) else None
-    if entry == "repro.py" or (original is None and (root / "repro.py").is_file()):
+    # `tfrepro bisect` in that directory must find the script to run: the
+    # one with a `__main__` guard, else the first.
+    main = next((r for r in results if "__name__" in r.original and "__main__" in r.original), results[0])
+    entry = p.relative_to(root).as_posix() if (p := main.path.resolve()).is_relative_to(root) else None
+    if not any(r.found for r in results) or entry == "repro.py" or (original is None and (root / "repro.py").is_file()):
         entry = None
     new_manifest, problems = merge(original, affects, entry)
     return Annotation(
@@ -249,10 +251,3 @@ def _layer_srcs(files: list[Path], srcs: dict[Path, Src]) -> dict[Path, Src]:
                 except (OSError, UserError):
                     continue
     return out
-
-
-def _entry(results: list[FileResult], root: Path) -> str | None:
-    """The script a trial should run: the one with a `__main__` guard, else the first."""
-    main = next((r for r in results if "__name__" in r.original and "__main__" in r.original), results[0])
-    p = main.path.resolve()
-    return p.relative_to(root).as_posix() if p.is_relative_to(root) else None

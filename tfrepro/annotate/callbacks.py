@@ -45,7 +45,11 @@ class _Collector:
         self.edits: list[Edit] = []
         self.done: set[int] = set()
         self.by_class: dict[str, str] = {}  # callback class -> its one feature
-        self.stopping = _stopping_classes(src)
+        # The classes of the file that assign `<something>.stop_training`.
+        stop = m.Assign(
+            targets=[m.ZeroOrMore(), m.AssignTarget(m.Attribute(attr=m.Name("stop_training"))), m.ZeroOrMore()]
+        )
+        self.stopping = {c.name.value for c in src.nodes(cst.ClassDef) if any(m.matches(a, stop) for a in src.walk(c))}
         # id(call) -> (call, its save_freq argument) for each batch-scheduled checkpoint
         self.scheduled = {id(c): (c, a) for c in src.nodes(cst.Call) if (a := _batch_schedule(c))}
         self.scheduled_classes = {last_name(c.func) for c, _ in self.scheduled.values()}
@@ -231,14 +235,6 @@ def _batch_schedule(call: cst.Call) -> cst.Arg | None:
     pos = _SAVE_FREQ.get(last_name(call.func) or "")
     a = arg(call, pos, "save_freq") if pos is not None else None
     return a if a is not None and literal(a.value) != "epoch" else None
-
-
-def _stopping_classes(src: Src) -> frozenset[str]:
-    """Classes of the file that assign `<something>.stop_training`."""
-    stop = m.AssignTarget(m.Attribute(attr=m.Name("stop_training")))
-    sets_stop = m.Assign(targets=[m.ZeroOrMore(), stop, m.ZeroOrMore()])
-    classes = src.nodes(cst.ClassDef)
-    return frozenset(c.name.value for c in classes if any(m.matches(a, sets_stop) for a in src.walk(c)))
 
 
 def _statements(src: Src, scope: cst.CSTNode) -> list[cst.SimpleStatementLine]:
