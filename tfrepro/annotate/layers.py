@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 import libcst as cst
+import libcst.matchers as m
 
 from tfrepro.annotate.source import Src, dotted, last_name
 from tfrepro.catalog import snake
@@ -78,7 +79,10 @@ def class_defs(src: Src) -> tuple[ClassDef, ...]:
     out = []
     for node in src.nodes(cst.ClassDef):
         bases = tuple((*_keras_layer_base(src, b.value), last_name(b.value)) for b in node.bases)
-        out.append(ClassDef(node.name.value, bases, _init_params(node), "add_loss(" in src.code(node)))
+        init = next((s for s in node.body.body if m.matches(s, m.FunctionDef(m.Name("__init__")))), None)
+        params = None if init is None else (*init.params.params, *init.params.kwonly_params)
+        names = None if params is None else tuple(p.name.value for p in params if p.name.value != "self")
+        out.append(ClassDef(node.name.value, bases, names, "add_loss(" in src.code(node)))
     return tuple(out)
 
 
@@ -107,14 +111,6 @@ def collect_layer_classes(defs: Iterable[ClassDef]) -> dict[str, LayerClass]:
                 found[c.name] = LayerClass(c.name, stock, c.init_params, c.adds_loss)
                 changed = True
     return found
-
-
-def _init_params(node: cst.ClassDef) -> tuple[str, ...] | None:
-    body = node.body.body if isinstance(node.body, cst.IndentedBlock) else ()
-    for st in body:
-        if isinstance(st, cst.FunctionDef) and st.name.value == "__init__":
-            return tuple(p.name.value for p in (*st.params.params, *st.params.kwonly_params) if p.name.value != "self")
-    return None
 
 
 def stock_equivalent(src: Src, call: cst.Call, cls: LayerClass, prefix: str) -> tuple[str, str, str | None]:
