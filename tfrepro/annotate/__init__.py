@@ -24,7 +24,7 @@ from tfrepro.annotate.model import Context, Found, Skipped
 from tfrepro.errors import UserError
 
 if TYPE_CHECKING:
-    from tfrepro.annotate.layers import LayerClass
+    from tfrepro.annotate.custom import LayerClass
     from tfrepro.annotate.source import Src
 
 __all__ = ["Annotation", "FileResult", "Found", "Skipped", "annotate", "annotate_text"]
@@ -127,8 +127,8 @@ def annotate_text(
     parsed already, with "\n" line ends (`annotate` parses each file once)."""
     from tfrepro.annotate.callbacks import callback_edits
     from tfrepro.annotate.chains import chain_edits
+    from tfrepro.annotate.custom import class_defs, collect_layer_classes
     from tfrepro.annotate.detect import candidates_to_edits, find_candidates
-    from tfrepro.annotate.layers import class_defs, collect_layer_classes
     from tfrepro.annotate.loops import loop_edits
     from tfrepro.annotate.rewrite import build, resolve_overlaps
     from tfrepro.annotate.source import Src
@@ -184,7 +184,7 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     Raises UserError (exit 2) for a missing file, a syntax error, or malformed
     markers already in a file.
     """
-    from tfrepro.annotate.layers import class_defs, collect_layer_classes
+    from tfrepro.annotate.custom import class_defs, collect_layer_classes
     from tfrepro.annotate.manifest import merge
     from tfrepro.annotate.source import Src
     from tfrepro.projectfiles import MANIFEST, find_root

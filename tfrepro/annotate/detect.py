@@ -15,8 +15,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tfrepro import catalog
-from tfrepro.annotate.custom import custom_layer, is_lambda_layer, lambda_layer_candidates
-from tfrepro.annotate.layers import LayerClass
+from tfrepro.annotate.custom import LayerClass, custom_layer, is_lambda_layer, lambda_layer_candidates
 from tfrepro.annotate.lists import append_stmt, split_list
 from tfrepro.annotate.model import BlockSeg, Candidate, Context, Edit, Found, statement_unit
 from tfrepro.annotate.model import candidate as _c
