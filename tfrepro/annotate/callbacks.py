@@ -28,8 +28,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tfrepro import catalog
-from tfrepro.annotate.lists import append_stmt, split_list
-from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
+from tfrepro.annotate.model import BlockSeg, Context, Edit, Found, append_stmt, split_list
 from tfrepro.annotate.source import Src, arg, assigned_name, last_name, literal
 from tfrepro.catalog import snake
 

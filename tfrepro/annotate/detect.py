@@ -16,8 +16,7 @@ import libcst.matchers as m
 
 from tfrepro import catalog
 from tfrepro.annotate.custom import LayerClass, custom_layer, is_lambda_layer, lambda_layer_candidates
-from tfrepro.annotate.lists import append_stmt, split_list
-from tfrepro.annotate.model import BlockSeg, Candidate, Context, Edit, Found, statement_unit
+from tfrepro.annotate.model import BlockSeg, Candidate, Context, Edit, Found, append_stmt, split_list, statement_unit
 from tfrepro.annotate.model import candidate as _c
 from tfrepro.annotate.source import Src, arg, dotted, is_tf_function, jit_on, last_name, literal, rebinds_itself
 
