@@ -154,8 +154,7 @@ def _claim_links(src: Src, ctx: Context, calls: list[cst.Call]) -> dict[int, Fou
         if kind == "interleave" and arg(call, 0, "map_func") is None:
             ctx.skip(src.path, src.line(call), "interleave without a map function: not marked")
             continue
-        desc = catalog.CATALOG[kind].description
-        found[id(call)] = Found.of(name, desc, src.path, line)
+        found[id(call)] = Found.of(name, catalog.CATALOG[kind].description, src.path, line)
     return found
 
 

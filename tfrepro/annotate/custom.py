@@ -153,13 +153,8 @@ def stock_equivalent(src: Src, call: cst.Call, cls: LayerClass, prefix: str) -> 
             continue
         if given is None:
             break
-        kept: dict[str, str] = {}
-        for i, pname in enumerate(positional):
-            if i in given:
-                kept[pname] = given.pop(i)
-        for k in (*positional, *keywords, *_ALWAYS_KW):
-            if k in given:
-                kept[k] = given[k]
+        kept = {pname: given.pop(i) for i, pname in enumerate(positional) if i in given}
+        kept.update({k: given[k] for k in (*positional, *keywords, *_ALWAYS_KW) if k in given})
         if any(r not in kept for r in positional):
             break
         args = ", ".join(f"{k}={v}" for k, v in kept.items())

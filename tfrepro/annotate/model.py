@@ -118,13 +118,10 @@ class Context:
         """The name to use, or None when the feature must be left alone."""
         if self.in_block(path, line) or not self.wanted(base, kind):
             return None
-        if group:
-            if base in self.existing:
-                self.skip(path, line, f"feature name {base!r} is already used by a block; left as is")
-                return None
-            self.claimed.add(base)
-            return base
-        name = first_free(self.existing | self.claimed, (base,))
+        if group and base in self.existing:
+            self.skip(path, line, f"feature name {base!r} is already used by a block; left as is")
+            return None
+        name = base if group else first_free(self.existing | self.claimed, (base,))
         self.claimed.add(name)
         return name
 
