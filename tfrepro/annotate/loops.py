@@ -180,11 +180,7 @@ def _model_input(src: Src, region, expr, pred) -> tuple[str, set[str]]:
     if first is None or not isinstance(first.value, cst.Name) or any(a.keyword is None for a in call.args[1:]):
         raise NotSwitchable("the model is not called on one named input")
     names = {n.value for n in src.walk(expr) if isinstance(n, cst.Name)}
-    if isinstance(pred, cst.Name):
-        names.discard(pred.value)
-    else:
-        names -= {n.value for n in src.walk(pred) if isinstance(n, cst.Name)}
-    return first.value.value, names
+    return first.value.value, names - {n.value for n in src.walk(pred) if isinstance(n, cst.Name)}
 
 
 def _bound_names(src: Src, region: cst.CSTNode) -> set[str]:
