@@ -5,7 +5,11 @@ Invariants:
 - The annotated file, as written, runs exactly as the original: each ON part
   is the original code or code computing the same values in the same order.
 - Nothing is half-edited: an edit that does not pass every check of
-  `rewrite.build` is dropped whole and reported with file:line.
+  `build` is dropped whole and reported with file:line. The checks, for
+  every file: the result parses under the Contract 1 grammar
+  (`tfrepro.features.parse`) with every new block ON, rendering all
+  features ON gives the file back byte for byte, and the file compiles with
+  each new feature OFF and with all of them OFF.
 - Running it on its own output changes nothing (code inside existing blocks is
   never touched; grouped names already used are skipped).
 """
@@ -15,16 +19,16 @@ from __future__ import annotations
 import difflib
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfrepro import features as fb
-from tfrepro.annotate.model import Context, Found, Skipped
+from tfrepro.annotate.model import BlockSeg, Context, Edit, Found, Skipped
 from tfrepro.errors import UserError
 
 if TYPE_CHECKING:
-    from tfrepro.annotate.layers import LayerClass
+    from tfrepro.annotate.custom import LayerClass
     from tfrepro.annotate.source import Src
 
 __all__ = ["Annotation", "FileResult", "Found", "Skipped", "annotate", "annotate_text"]
@@ -75,9 +79,17 @@ class Annotation:
 
         written = []
         for r in self.files:
-            if r.changed:
-                write_in_place(r.path, _encode(r.annotated, r.encoding, r.path))
-                written.append(r.path)
+            if not r.changed:
+                continue
+            try:
+                write_in_place(r.path, r.annotated.encode(r.encoding))
+            except UnicodeEncodeError:
+                raise UserError(
+                    f"the annotated text cannot be written in the file's {r.encoding} encoding",
+                    path=r.path,
+                    hint="save the file as UTF-8 and run annotate again",
+                ) from None
+            written.append(r.path)
         if self.manifest_new is not None and self.manifest_path is not None:
             if self.manifest_path.exists():
                 write_in_place(self.manifest_path, self.manifest_new.encode("utf-8"))
@@ -87,17 +99,6 @@ class Annotation:
                 os.replace(tmp, self.manifest_path)
             written.append(self.manifest_path)
         return written
-
-
-def _encode(text: str, encoding: str, path: Path) -> bytes:
-    try:
-        return text.encode(encoding)
-    except UnicodeEncodeError:
-        raise UserError(
-            f"the annotated text cannot be written in the file's {encoding} encoding",
-            path=path,
-            hint="save the file as UTF-8 and run annotate again",
-        ) from None
 
 
 def relpath(path: str | Path, root: Path) -> str:
@@ -130,10 +131,9 @@ def annotate_text(
     parsed already, with "\n" line ends (`annotate` parses each file once)."""
     from tfrepro.annotate.callbacks import callback_edits
     from tfrepro.annotate.chains import chain_edits
+    from tfrepro.annotate.custom import class_defs, collect_layer_classes
     from tfrepro.annotate.detect import candidates_to_edits, find_candidates
-    from tfrepro.annotate.layers import class_defs, collect_layer_classes
     from tfrepro.annotate.loops import loop_edits
-    from tfrepro.annotate.rewrite import build, resolve_overlaps
     from tfrepro.annotate.source import Src
 
     existing = fb.parse(text, path)  # validates markers already there (exit 2)
@@ -187,7 +187,7 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     Raises UserError (exit 2) for a missing file, a syntax error, or malformed
     markers already in a file.
     """
-    from tfrepro.annotate.layers import class_defs, collect_layer_classes
+    from tfrepro.annotate.custom import class_defs, collect_layer_classes
     from tfrepro.annotate.manifest import merge
     from tfrepro.annotate.source import Src
     from tfrepro.projectfiles import MANIFEST, find_root
@@ -220,9 +220,11 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     mpath = root / MANIFEST
     original = mpath.read_bytes().decode("utf-8") if mpath.is_file() else None  # "\r\n" kept as written
     affects = [f.name for r in results for f in r.found if f.affects_loss]
-    # `tfrepro bisect` in that directory must find the script to run.
-    entry = _entry(results, root) if any(r.found for r in results) else None
-    if entry == "repro.py" or (original is None and (root / "repro.py").is_file()):
+    # `tfrepro bisect` in that directory must find the script to run: the
+    # one with a `__main__` guard, else the first.
+    main = next((r for r in results if "__name__" in r.original and "__main__" in r.original), results[0])
+    entry = p.relative_to(root).as_posix() if (p := main.path.resolve()).is_relative_to(root) else None
+    if not any(r.found for r in results) or entry == "repro.py" or (original is None and (root / "repro.py").is_file()):
         entry = None
     new_manifest, problems = merge(original, affects, entry)
     return Annotation(
@@ -254,8 +256,118 @@ def _layer_srcs(files: list[Path], srcs: dict[Path, Src]) -> dict[Path, Src]:
     return out
 
 
-def _entry(results: list[FileResult], root: Path) -> str | None:
-    """The script a trial should run: the one with a `__main__` guard, else the first."""
-    main = next((r for r in results if "__name__" in r.original and "__main__" in r.original), results[0])
-    p = main.path.resolve()
-    return p.relative_to(root).as_posix() if p.is_relative_to(root) else None
+# -- the edits written, and proved safe before anyone sees them ------------------------
+
+
+def apply(lines: list[str], edits: list[Edit]) -> tuple[str, dict[int, tuple[int, BlockSeg]], list[tuple[int, int]]]:
+    """The new text; per marker line of a new block, (edit index, segment);
+    per edit (sorted by start), the range of new lines it wrote."""
+    out: list[str] = []
+    markers: dict[int, tuple[int, BlockSeg]] = {}
+    ranges: list[tuple[int, int]] = []
+    pos = 0
+    for i, e in enumerate(sorted(edits, key=lambda e: e.start)):
+        out.extend(lines[pos : e.start - 1])
+        first = len(out) + 1
+        for seg in e.segments:
+            if isinstance(seg, BlockSeg):
+                markers[len(out) + 1] = (i, seg)
+                desc = f" -- {seg.found.description}" if seg.found.description else ""
+                out += [f"{e.indent}# tfrepro: feature {seg.found.name}{desc}\n", *seg.on.splitlines(keepends=True)]
+                if seg.off is not None:
+                    out.append(f"{e.indent}# tfrepro: else\n")
+                    out.extend(fb.comment_line(x, e.indent) for x in seg.off.splitlines(keepends=True))
+                out.append(f"{e.indent}# tfrepro: end\n")
+            else:
+                out.extend(seg.splitlines(keepends=True))
+        ranges.append((first, len(out)))
+        pos = e.end
+    out.extend(lines[pos:])
+    return "".join(out), markers, ranges
+
+
+def resolve_overlaps(edits: list[Edit], ctx: Context, path: str) -> list[Edit]:
+    """Drop edits inside existing blocks (already annotated: silently) and
+    edits overlapping an earlier one (reported)."""
+    kept: list[Edit] = []
+    for e in sorted(edits, key=lambda e: (e.start, e.end)):
+        if any(a <= e.end and e.start <= b for a, b in ctx.occupied[path]):
+            continue
+        clash = next((k for k in kept if k.start <= e.end and e.start <= k.end), None)
+        if clash is not None:
+            for f in e.found:
+                ctx.skip(
+                    path, f.line, f"{f.name} touches the same lines as {', '.join(sorted(clash.names))}: not marked"
+                )
+            continue
+        kept.append(e)
+    return kept
+
+
+def _compiles(text: str, path: str) -> bool:
+    try:
+        compile(text, path, "exec", flags=0x400, dont_inherit=True)
+        return True
+    except SyntaxError:
+        return False
+
+
+def _bad_names(parsed: fb.SourceFile, markers: dict[int, tuple[int, BlockSeg]], new: str, path: str) -> set[str]:
+    """The features our blocks in `new` may not keep: a block that does not
+    parse as switched, a file that does not round-trip, or one that does not
+    compile with a feature (or all of ours) switched off."""
+    ours = {seg.found.name for _, seg in markers.values()}
+    names = set(parsed.feature_names)
+    bad = {b.name for b in parsed.blocks if b.line in markers and not b.state}
+    if parsed.render(names) != new:
+        bad |= ours
+    bad |= {n for n in ours - bad if not _compiles(parsed.render(names - {n}), path)}
+    if not bad and not _compiles(parsed.render(names - ours), path):
+        bad |= ours
+    return bad
+
+
+def build(text: str, path: str, edits: list[Edit], ctx: Context) -> tuple[str, list[Edit]]:
+    """The annotated text and the edits it holds, every check passed."""
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"  # a block may follow the last line
+    edits = sorted(edits, key=lambda e: e.start)
+    for _ in range(len(edits) + 2):
+        if not edits:
+            return text, []
+        new, markers, ranges = apply(lines, edits)
+        try:
+            parsed = fb.parse(new, path)
+        except UserError as err:
+            # E.g. a commented-out statement inside the wrapped code reads as
+            # a half-switched block: drop the edit holding the line.
+            hit = [i for i, (a, b) in enumerate(ranges) if err.line is not None and a <= err.line <= b]
+            for i in hit or range(len(edits)):
+                for f in edits[i].found:
+                    ctx.skip(path, f.line, f"{f.name}: not marked, the block would not be valid ({err.message})")
+            if not hit:
+                return text, []
+            edits = [e for i, e in enumerate(edits) if i not in hit]
+            continue
+        # A block without an else part that is alone in its suite would leave
+        # the suite empty when OFF: give it `pass` as its OFF part.
+        new_lines = new.splitlines(keepends=True)
+        empty = [b for b in parsed.blocks if b.line in markers and b.off_part is None and fb.needs_pass(new_lines, b)]
+        for i, seg in (markers[b.line] for b in empty):
+            e = edits[i]
+            edits[i] = replace(
+                e, segments=tuple(replace(s, off=f"{e.indent}pass\n") if s is seg else s for s in e.segments)
+            )
+        if empty:
+            continue
+        bad = _bad_names(parsed, markers, new, path)
+        if not bad:
+            return new, edits
+        for e in edits:
+            culprit = ", ".join(sorted(e.names & bad))
+            why = f"not marked (the file would not compile, or not round-trip, with {culprit} switched off)"
+            for f in e.found if culprit else ():
+                ctx.skip(path, f.line, f"{f.name}: {why}")
+        edits = [e for e in edits if not e.names & bad]
+    return text, []  # pragma: no cover - each round removes an edit or returns

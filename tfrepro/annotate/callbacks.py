@@ -28,8 +28,7 @@ import libcst as cst
 import libcst.matchers as m
 
 from tfrepro import catalog
-from tfrepro.annotate.lists import append_stmt, split_list
-from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
+from tfrepro.annotate.model import BlockSeg, Context, Edit, Found, append_stmt, split_list
 from tfrepro.annotate.source import Src, arg, assigned_name, last_name, literal
 from tfrepro.catalog import snake
 
@@ -45,7 +44,11 @@ class _Collector:
         self.edits: list[Edit] = []
         self.done: set[int] = set()
         self.by_class: dict[str, str] = {}  # callback class -> its one feature
-        self.stopping = _stopping_classes(src)
+        # The classes of the file that assign `<something>.stop_training`.
+        stop = m.Assign(
+            targets=[m.ZeroOrMore(), m.AssignTarget(m.Attribute(attr=m.Name("stop_training"))), m.ZeroOrMore()]
+        )
+        self.stopping = {c.name.value for c in src.nodes(cst.ClassDef) if any(m.matches(a, stop) for a in src.walk(c))}
         # id(call) -> (call, its save_freq argument) for each batch-scheduled checkpoint
         self.scheduled = {id(c): (c, a) for c in src.nodes(cst.Call) if (a := _batch_schedule(c))}
         self.scheduled_classes = {last_name(c.func) for c, _ in self.scheduled.values()}
@@ -138,9 +141,16 @@ class _Collector:
             what = "fit call" if fit else "callbacks list"
             self.ctx.skip(src.path, src.line(stmt), f"{what} cannot be commented at its indentation: not marked")
             return
+        if starred := next((el for el in lst.elements if isinstance(el, cst.StarredElement)), None):
+            self.ctx.skip(src.path, src.line(starred), "a starred element in a callbacks list: not marked")
+            return
         small, start, end = stmt.body[0], src.line(stmt), src.end_line(stmt)
         name = var or src.fresh_name(("callbacks", "fit_callbacks" if fit else "cbs"))
-        segs = self.elements(lst, name, indent, scope)
+
+        def segment(el: cst.Element) -> str | BlockSeg:
+            return self.block_for(el.value, append_stmt(src, indent, name, el.value), src.line(el.value), scope)
+
+        segs = split_list(src, lst, indent, segment)
         head = f"{indent}{name} = []\n"
         if isinstance(small, cst.AnnAssign) and not fit:
             head = f"{indent}{name}: {src.code(small.annotation.annotation)} = []\n"
@@ -150,18 +160,6 @@ class _Collector:
             tail = (f"{indent}return {name}\n",) if isinstance(small, cst.Return) else ()
         if (edit := Edit(start, end, indent, (head, *segs, *tail))).found:
             self.edits.append(edit)
-
-    def elements(self, lst: cst.List, var: str, indent: str, scope: cst.CSTNode) -> list[str | BlockSeg]:
-        src = self.src
-        for el in lst.elements:
-            if isinstance(el, cst.StarredElement):
-                self.ctx.skip(src.path, src.line(el), "a starred element in a callbacks list: not marked")
-                return []
-
-        def segment(el: cst.Element) -> str | BlockSeg:
-            return self.block_for(el.value, append_stmt(src, indent, var, el.value), src.line(el.value), scope)
-
-        return split_list(src, lst, indent, segment)
 
     def statement_block(self, stmt: cst.SimpleStatementLine, value: cst.BaseExpression, scope: cst.CSTNode) -> bool:
         """`stmt` as a block when `value` is a callback it names; False: not at
@@ -236,14 +234,6 @@ def _batch_schedule(call: cst.Call) -> cst.Arg | None:
     pos = _SAVE_FREQ.get(last_name(call.func) or "")
     a = arg(call, pos, "save_freq") if pos is not None else None
     return a if a is not None and literal(a.value) != "epoch" else None
-
-
-def _stopping_classes(src: Src) -> frozenset[str]:
-    """Classes of the file that assign `<something>.stop_training`."""
-    stop = m.AssignTarget(m.Attribute(attr=m.Name("stop_training")))
-    sets_stop = m.Assign(targets=[m.ZeroOrMore(), stop, m.ZeroOrMore()])
-    classes = src.nodes(cst.ClassDef)
-    return frozenset(c.name.value for c in classes if any(m.matches(a, sets_stop) for a in src.walk(c)))
 
 
 def _statements(src: Src, scope: cst.CSTNode) -> list[cst.SimpleStatementLine]:

@@ -78,16 +78,6 @@ def _feature_kind(call: cst.Call) -> str | None:
     return _PARALLEL.get(method) if npc is not None and literal(npc.value) not in (None, 1) else None
 
 
-def dataset_vars(src: Src) -> set[str]:
-    """Names assigned a tf.data pipeline somewhere in the file."""
-    names: set[str] = set()
-    for _ in range(3):
-        for n in (*src.nodes(cst.Assign), *src.nodes(cst.AnnAssign)):
-            if (name := assigned_name(n)) is not None and _is_dataset(src, n.value, names):
-                names.add(name)
-    return names
-
-
 def _is_dataset(src: Src, expr: cst.BaseExpression, known: set[str]) -> bool:
     base, links = flatten(expr)
     base_code = src.code(base)
@@ -97,7 +87,11 @@ def _is_dataset(src: Src, expr: cst.BaseExpression, known: set[str]) -> bool:
 
 
 def chain_edits(src: Src, ctx: Context) -> list[Edit]:
-    known = dataset_vars(src)
+    known: set[str] = set()  # the names assigned a tf.data pipeline somewhere in the file
+    for _ in range(3):
+        for n in (*src.nodes(cst.Assign), *src.nodes(cst.AnnAssign)):
+            if (name := assigned_name(n)) is not None and _is_dataset(src, n.value, known):
+                known.add(name)
     edits: list[Edit] = []
     handled: set[int] = set()
     for stmt in src.nodes(cst.SimpleStatementLine):
@@ -134,15 +128,9 @@ def _target(
     line, small = src.line(stmt), stmt.body[0]
     if isinstance(small, cst.Return):
         return src.fresh_name(("dataset", "ds", "pipeline")), ""
-    tnode = (
-        small.targets[0].target
-        if isinstance(small, cst.Assign) and len(small.targets) == 1
-        else getattr(small, "target", None)
-    )
-    if not isinstance(tnode, cst.Name):
+    if (target := assigned_name(small)) is None:
         ctx.skip(src.path, line, "tf.data chain assigned to something other than a plain name: not split")
         return None
-    target = tnode.value
     annotation = f": {src.code(small.annotation.annotation)}" if isinstance(small, cst.AnnAssign) else ""
     # Rebinding the name between links would change what later links see.
     if any(is_name(n, target) for c in calls for a in c.args for n in src.walk(a)):
@@ -166,21 +154,8 @@ def _claim_links(src: Src, ctx: Context, calls: list[cst.Call]) -> dict[int, Fou
         if kind == "interleave" and arg(call, 0, "map_func") is None:
             ctx.skip(src.path, src.line(call), "interleave without a map function: not marked")
             continue
-        desc = catalog.CATALOG[kind].description
-        found[id(call)] = Found.of(name, desc, src.path, line)
+        found[id(call)] = Found.of(name, catalog.CATALOG[kind].description, src.path, line)
     return found
-
-
-def _groups(calls: list[cst.Call], features: dict[int, Found]) -> list[list[cst.Call]]:
-    """The base with any leading plain links, then each feature link alone,
-    plain links in between kept together."""
-    groups: list[list[cst.Call]] = []
-    for call in calls:
-        if id(call) in features or not groups or id(groups[-1][-1]) in features:
-            groups.append([call])
-        else:
-            groups[-1].append(call)
-    return groups
 
 
 def _split(src: Src, ctx: Context, stmt: cst.SimpleStatementLine) -> Edit | None:
@@ -195,7 +170,14 @@ def _split(src: Src, ctx: Context, stmt: cst.SimpleStatementLine) -> Edit | None
     found = _claim_links(src, ctx, calls)
     if not found:
         return None
-    groups = _groups(calls, found)
+    # The base with any leading plain links, then each feature link alone,
+    # plain links in between kept together.
+    groups: list[list[cst.Call]] = []
+    for call in calls:
+        if id(call) in found or not groups or id(groups[-1][-1]) in found:
+            groups.append([call])
+        else:
+            groups[-1].append(call)
     base_code = src.code(base)
     whole = isinstance(small, (cst.Assign, cst.AnnAssign)) and len(groups) == 1
     # Nothing to split: the statement is kept byte for byte, comments included.

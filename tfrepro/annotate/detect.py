@@ -15,10 +15,8 @@ import libcst as cst
 import libcst.matchers as m
 
 from tfrepro import catalog
-from tfrepro.annotate.custom import custom_layer, is_lambda_layer, lambda_layer_candidates
-from tfrepro.annotate.layers import LayerClass
-from tfrepro.annotate.lists import append_stmt, split_list
-from tfrepro.annotate.model import BlockSeg, Candidate, Context, Edit, Found, statement_unit
+from tfrepro.annotate.custom import LayerClass, custom_layer, is_lambda_layer, lambda_layer_candidates
+from tfrepro.annotate.model import BlockSeg, Candidate, Context, Edit, Found, append_stmt, split_list, statement_unit
 from tfrepro.annotate.model import candidate as _c
 from tfrepro.annotate.source import Src, arg, dotted, is_tf_function, jit_on, last_name, literal, rebinds_itself
 
@@ -41,25 +39,18 @@ def find_candidates(src: Src, layer_classes: dict[str, LayerClass], ctx: Context
     for node in src.nodes(cst.Call, cst.Decorator, cst.SimpleStatementLine):
         if isinstance(node, cst.Call):
             out.extend(_from_call(src, ctx, node, layer_classes))
-        elif isinstance(node, cst.Decorator) and is_tf_function(node.decorator):
-            if not jit_on(node.decorator):  # else the jit_compile feature takes the decorator
-                out.append(_c(node, "tf_function"))
+        elif isinstance(node, cst.Decorator) and is_tf_function(node.decorator) and not jit_on(node.decorator):
+            out.append(_c(node, "tf_function"))  # with jit_compile=True the jit_compile feature takes the decorator
         elif m.matches(node, _ONE_ASSIGNMENT):
             # `options.experimental_deterministic = False`: tf.data may reorder elements.
             target, value = node.body[0].targets[0].target, node.body[0].value  # type: ignore[attr-defined]
             if m.matches(target, _DETERMINISTIC) and literal(value) is False:
                 out.append(_c(node, "nondeterministic_data"))
-            elif var := _xla_env_var(target):
-                out.append(_c(node, "xla_flags", var=var))
+            elif m.matches(target, _ONE_INDEX) and (dotted(target.value) or "").endswith("environ"):
+                # `os.environ["XLA_FLAGS"] = ...` (or TF_XLA_FLAGS)
+                if (var := literal(target.slice[0].slice.value)) in catalog.XLA_VARS:
+                    out.append(_c(node, "xla_flags", var=var))
     return out
-
-
-def _xla_env_var(target: cst.BaseExpression) -> str | None:
-    """`os.environ["XLA_FLAGS"] = ...` (or TF_XLA_FLAGS): the variable's name."""
-    if not m.matches(target, _ONE_INDEX) or not (dotted(target.value) or "").endswith("environ"):
-        return None
-    key = literal(target.slice[0].slice.value)
-    return key if key in catalog.XLA_VARS else None
 
 
 def _whole_call(src: Src, ctx: Context, call: cst.Call, what: str, feature: str, **fields: str) -> list[Candidate]:
@@ -168,14 +159,12 @@ def _from_keywords(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Ca
 def _tf_function(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
     """`f = tf.function(f, ...)`: graph compilation of a step function.
     (A `@tf.function` decorator is found in `find_candidates`.)"""
+    # `step = tf.function(other)` has no "off" that keeps `step` defined; the
+    # jit_compile feature takes a statement with `jit_compile=True`.
     unit = src.statement(call)
-    if isinstance(unit, cst.Decorator) or isinstance(unit, str):
+    whole = m.SimpleStatementLine([m.Assign(value=m.MatchIfTrue(lambda v: v is call))])
+    if not m.matches(unit, whole) or not rebinds_itself(unit.body[0]) or jit_on(call):  # type: ignore[union-attr]
         return []
-    small = unit.body[0]
-    if not (isinstance(small, cst.Assign) and small.value is call and rebinds_itself(small)):
-        return []  # `step = tf.function(other)` has no "off" that keeps `step` defined
-    if jit_on(call):
-        return []  # the jit_compile feature takes the statement
     return [_c(unit, "tf_function")]
 
 

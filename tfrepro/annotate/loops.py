@@ -60,20 +60,18 @@ class Loop:
 def loop_edits(src: Src, ctx: Context) -> list[Edit]:
     edits: list[Edit] = []
     seen: set[int] = set()
+    finders = {
+        **dict.fromkeys(APPLY, ("GradientTape", _tape_loop)),
+        "train_on_batch": ("train_on_batch", _train_on_batch_loop),
+    }
     for node in src.nodes(cst.Call, cst.FunctionDef):
-        form, finder = None, None
-        if isinstance(node, cst.Call) and isinstance(node.func, cst.Attribute):
-            attr = node.func.attr.value
-            if attr in APPLY and isinstance(node.func.value, cst.Name):
-                form, finder = "GradientTape", _tape_loop
-            elif attr == "train_on_batch" and isinstance(node.func.value, cst.Name):
-                form, finder = "train_on_batch", _train_on_batch_loop
-        elif isinstance(node, cst.FunctionDef) and node.name.value == "train_step":
-            if (edit := _train_step_override(src, ctx, node)) is not None:
+        if isinstance(node, cst.FunctionDef):
+            if node.name.value == "train_step" and (edit := _train_step_override(src, ctx, node)) is not None:
                 edits.append(edit)
             continue
-        if finder is None:
+        if not m.matches(node.func, m.Attribute(value=m.Name())) or node.func.attr.value not in finders:
             continue
+        form, finder = finders[node.func.attr.value]
         try:
             loop = finder(src, node)
         except NotSwitchable as e:
@@ -91,46 +89,16 @@ def loop_edits(src: Src, ctx: Context) -> list[Edit]:
 # -- the GradientTape loop -------------------------------------------------------------------
 
 
-def step_region(src: Src, apply_call: cst.Call) -> tuple[cst.For | cst.FunctionDef, cst.Call]:
-    """(the step: the loop holding `apply_call` inline, else its function; the tape's gradient call)."""
+def step_region(src: Src, apply_call: cst.Call) -> tuple[cst.For | cst.FunctionDef, cst.Call, str, str]:
+    """(the step: the loop holding `apply_call` inline, else its function;
+    the tape's gradient call; the loss it differentiates; the model whose
+    trainable variables it is taken over)."""
     fn = src.enclosing(apply_call, cst.FunctionDef)
     loop = src.enclosing(apply_call, cst.For)
     inline = loop is not None and src.enclosing(loop, cst.FunctionDef) is fn  # the loop is inside the function
     region = loop if inline else fn
     if region is None:
         raise NotSwitchable("")  # an apply outside any loop or function: not a training step
-    return region, _gradient_call(src, region)  # type: ignore[return-value]
-
-
-def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
-    optimizer = apply_call.func.value.value  # type: ignore[union-attr]
-    region, grad = step_region(src, apply_call)
-    loss_name, model = _loss_and_model(grad)
-    expr, pred = _loss_expr(src, region, loss_name, model)
-    x, y_names = _model_input(src, region, expr, pred)
-    locals_ = _bound_names(src, region)
-    if isinstance(region, cst.FunctionDef):
-        params = [p.name.value for p in region.params.params]
-        for name in (model, optimizer):
-            if name in params or name in locals_:
-                raise NotSwitchable(f"`{name}` is local to {region.name.value}(): fit cannot be given it")
-        call, loop = _single_call(src, region)
-        args = [a.value for a in call.args if a.keyword is None]
-        mapping = {
-            p: (args[i].value if i < len(args) and isinstance(args[i], cst.Name) else None)
-            for i, p in enumerate(params)
-        }
-    else:
-        mapping, loop = {n: n for n in locals_}, region
-    y = _label_name(y_names, x, locals_)
-    loss_code, loss_def = _loss_code(src, expr, pred, y)
-    base = _loss_base(src, expr, y) if loss_def is not None else None
-    data, epochs, block = _data(src, loop, mapping.get(x), mapping.get(y))
-    _check_used_after(src, block)
-    return Loop(block, model, data, epochs, optimizer, loss_code, loss_def, base, compile_mode(src, region))
-
-
-def _gradient_call(src: Src, region: cst.CSTNode) -> cst.Call:
     tapes = {
         n.asname.name.value
         for n in src.walk(region)
@@ -143,17 +111,46 @@ def _gradient_call(src: Src, region: cst.CSTNode) -> cst.Call:
         raise NotSwitchable("")  # `.apply(...)` of something else
     if len(grads) > 1:
         raise NotSwitchable("several tape.gradient calls in one step")
-    return grads[0]
-
-
-def _loss_and_model(grad: cst.Call) -> tuple[str, str]:
-    target, sources = arg(grad, 0, "target"), arg(grad, 1, "sources")
+    target, sources = arg(grads[0], 0, "target"), arg(grads[0], 1, "sources")
     if target is None or not isinstance(target.value, cst.Name):
         raise NotSwitchable("the tape's target is not one named loss")
     s = sources.value if sources is not None else None
     if not (isinstance(s, cst.Attribute) and s.attr.value in _VARS and isinstance(s.value, cst.Name)):
         raise NotSwitchable("the gradient is not taken over one model's trainable_variables")
-    return target.value.value, s.value.value
+    return region, grads[0], target.value.value, s.value.value  # type: ignore[return-value]
+
+
+def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
+    optimizer = apply_call.func.value.value  # type: ignore[union-attr]
+    region, _, loss_name, model = step_region(src, apply_call)
+    expr, pred = _loss_expr(src, region, loss_name, model)
+    x, y_names = _model_input(src, region, expr, pred)
+    locals_ = _bound_names(src, region)
+    if isinstance(region, cst.FunctionDef):
+        step, params = region.name.value, [p.name.value for p in region.params.params]
+        for name in (model, optimizer):
+            if name in params or name in locals_:
+                raise NotSwitchable(f"`{name}` is local to {step}(): fit cannot be given it")
+        calls = [n for n in src.nodes(cst.Call) if is_name(n.func, step)]  # called once, inside a `for` loop
+        if not calls:
+            raise NotSwitchable(f"{step}() is not called directly from a loop (strategy.run or a callback calls it)")
+        if len(calls) > 1:
+            raise NotSwitchable(f"{step}() is called from {len(calls)} places")
+        if (loop := src.enclosing(calls[0], cst.For)) is None:
+            raise NotSwitchable(f"{step}() is not called inside a `for` loop")
+        args = [a.value for a in calls[0].args if a.keyword is None]
+        mapping = {
+            p: (args[i].value if i < len(args) and isinstance(args[i], cst.Name) else None)
+            for i, p in enumerate(params)
+        }
+    else:
+        mapping, loop = {n: n for n in locals_}, region
+    y = _label_name(y_names, x, locals_)
+    loss_code, loss_def = _loss_code(src, expr, pred, y)
+    base = _loss_base(src, expr, y) if loss_def is not None else None
+    data, epochs, block = _data(src, loop, mapping.get(x), mapping.get(y))
+    _check_used_after(src, block)
+    return Loop(block, model, data, epochs, optimizer, loss_code, loss_def, base, compile_mode(src, region))
 
 
 def _loss_expr(src: Src, region, loss: str, model: str) -> tuple[cst.BaseExpression, cst.CSTNode]:
@@ -183,11 +180,7 @@ def _model_input(src: Src, region, expr, pred) -> tuple[str, set[str]]:
     if first is None or not isinstance(first.value, cst.Name) or any(a.keyword is None for a in call.args[1:]):
         raise NotSwitchable("the model is not called on one named input")
     names = {n.value for n in src.walk(expr) if isinstance(n, cst.Name)}
-    if isinstance(pred, cst.Name):
-        names.discard(pred.value)
-    else:
-        names -= {n.value for n in src.walk(pred) if isinstance(n, cst.Name)}
-    return first.value.value, names
+    return first.value.value, names - {n.value for n in src.walk(pred) if isinstance(n, cst.Name)}
 
 
 def _bound_names(src: Src, region: cst.CSTNode) -> set[str]:
@@ -266,18 +259,6 @@ def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
     return "", src.splice(*src.span(expr), swaps)
 
 
-def _single_call(src: Src, fn: cst.FunctionDef) -> tuple[cst.Call, cst.For]:
-    name = fn.name.value
-    calls = [n for n in src.nodes(cst.Call) if is_name(n.func, name)]
-    if not calls:
-        raise NotSwitchable(f"{name}() is not called directly from a loop (strategy.run or a callback calls it)")
-    if len(calls) > 1:
-        raise NotSwitchable(f"{name}() is called from {len(calls)} places")
-    if (loop := src.enclosing(calls[0], cst.For)) is None:
-        raise NotSwitchable(f"{name}() is not called inside a `for` loop")
-    return calls[0], loop
-
-
 # -- the data --------------------------------------------------------------------------------
 
 
@@ -298,29 +279,19 @@ def _data(src: Src, loop: cst.For, x: str | None, y: str | None) -> tuple[str, s
     bound = {n.value for n in src.walk(loop.target) if isinstance(n, cst.Name)}
     if bound & {n.value for n in src.walk(it) if isinstance(n, cst.Name)}:
         raise NotSwitchable("the data expression reads the loop's own names")
-    if (outer := _epoch_loop(src, loop)) is not None:
-        return src.code(it), src.code(outer.iter.args[0].value), outer  # type: ignore[union-attr]
-    return src.code(it), None, loop
-
-
-def _epoch_loop(src: Src, loop: cst.For) -> cst.For | None:
-    """`for epoch in range(E):` whose body is this loop (and prints/logging)."""
+    # An epoch loop: `for epoch in range(E):` whose body is this loop (and prints/logging).
     suite = src.parent(loop)
     outer = src.parent(suite) if isinstance(suite, cst.IndentedBlock) else None
-    if not m.matches(outer, m.For(iter=m.Call(args=[m.DoNotCare()]))) or last_name(outer.iter.func) != "range":
-        return None
-    others = [s for s in outer.body.body if s is not loop]
-    if all(isinstance(s, cst.SimpleStatementLine) and all(isinstance(x, cst.Expr) for x in s.body) for s in others):
-        return outer
-    return None
+    if m.matches(outer, m.For(iter=m.Call(args=[m.DoNotCare()]))) and last_name(outer.iter.func) == "range":
+        prints = m.SimpleStatementLine([m.ZeroOrMore(m.Expr())])
+        if all(m.matches(s, prints) for s in outer.body.body if s is not loop):
+            return src.code(it), src.code(outer.iter.args[0].value), outer  # type: ignore[union-attr]
+    return src.code(it), None, loop
 
 
 def _check_used_after(src: Src, block: cst.For) -> None:
     """Names the loop binds that the rest of its scope reads: fit would leave them undefined."""
-    suite = src.parent(block)
-    stmts = list(getattr(suite, "body", ()))
-    if block not in stmts:
-        return
+    stmts = list(src.parent(block).body)  # type: ignore[union-attr]  (a compound statement's suite)
     bound = _bound_names(src, block)
     later = stmts[stmts.index(block) + 1 :]
     read = {n.value for s in later for n in src.walk(s) if isinstance(n, cst.Name)}
@@ -428,21 +399,18 @@ def _edit(src: Src, ctx: Context, loop: Loop, form: str) -> Edit | None:
 # read from the step function when fit is compiled, not fixed from the source.
 
 
-def _wrappers(src: Src, fn: cst.FunctionDef) -> list[cst.BaseExpression]:
-    """The `tf.function` expressions that wrap `fn`: its decorators, and `fn = tf.function(fn, ...)`."""
-    out = [d.decorator for d in fn.decorators if is_tf_function(d.decorator)]
-    return out + [
-        n.value for n in src.nodes(cst.Assign) if rebinds_itself(n) == fn.name.value and is_tf_function(n.value)
-    ]
-
-
 def compile_mode(src: Src, region: cst.CSTNode) -> str:
     """The keyword arguments of fit's `compile` that give it the mode of the
     loop's step (`region`: the step function, or the loop itself when the
     step is inline), as source text."""
-    if not isinstance(region, cst.FunctionDef) or not (wrappers := _wrappers(src, region)):
+    if not isinstance(region, cst.FunctionDef):
         return "run_eagerly=True"
     name = region.name.value
+    # The `tf.function` expressions that wrap the step: its decorators, and `step = tf.function(step, ...)`.
+    wrappers = [d.decorator for d in region.decorators if is_tf_function(d.decorator)]
+    wrappers += [n.value for n in src.nodes(cst.Assign) if rebinds_itself(n) == name and is_tf_function(n.value)]
+    if not wrappers:
+        return "run_eagerly=True"
     eager = f'run_eagerly=not hasattr({name}, "get_concrete_function")'
     if any(jit_on(w, legacy=True) for w in wrappers):
         return f'{eager}, jit_compile=getattr({name}, "_jit_compile", None) is True'
@@ -481,8 +449,7 @@ def step_facts(src: Src) -> list[StepFacts]:
 
 
 def _facts(src: Src, apply_call: cst.Call) -> StepFacts:
-    region, grad = step_region(src, apply_call)
-    loss_name, model = _loss_and_model(grad)
+    region, grad, loss_name, model = step_region(src, apply_call)
     assigned = src.assignments(region, loss_name)
     code = src.code(assigned[-1].value) if assigned else ""
     calls = [n for n in src.walk(region) if _is_model_call(n, model)]

@@ -59,12 +59,7 @@ def detect(root: Path, targets: Sequence[str]) -> Detection:
     if not targets:
         return Detection({}, (), ())
     result = annotate([root / t for t in targets])
-    texts: dict[str, str] = {}
-    found: list[Found] = []
-    for r in result.files:
-        rel = Path(r.path).resolve().relative_to(root.resolve()).as_posix()
-        if r.changed:
-            texts[rel] = r.annotated
-        found += [replace(f, path=rel) for f in r.found]
-    skipped = tuple(Skipped(relpath(s.path, root), s.line, s.reason) for s in result.skipped)
-    return Detection(texts, tuple(found), skipped)
+    rel = {r.path: relpath(r.path, root) for r in result.files}
+    texts = {rel[r.path]: r.annotated for r in result.files if r.changed}
+    found = tuple(replace(f, path=rel[r.path]) for r in result.files for f in r.found)
+    return Detection(texts, found, tuple(replace(s, path=relpath(s.path, root)) for s in result.skipped))

@@ -27,45 +27,11 @@ from tfrepro.verdicts import SYMPTOM_ORDER
 if TYPE_CHECKING:
     from tfrepro.trials.values import RunResult
 
-# The options each mode uses; any other given is refused (exit 2), never
-# silently ignored.
-MODE_OPTIONS = {
-    "feature": {
-        "--strategy",
-        "--repeats",
-        "--jobs",
-        "--executor ray",
-        "--only",
-        "--skip",
-        "--replays",
-        "--timing-budget",
-        "--replicas",
-    },
-    "commit": {"--jobs", "--executor ray", "--timing-budget"},
-    "version": {"--keras legacy", "--tf-dist", "--then-features", "--timing-budget"},
-}
-# --then-features continues in feature mode: --only/--skip choose its features
-MODE_OPTIONS["version+features"] = MODE_OPTIONS["version"] | {"--only", "--skip"}
 _WHY = {
     "feature": "--keras and --tf-dist belong to version mode (--tf-versions)",
     "commit": "commit mode runs each commit once, as written (every feature as in the file)",
     "version": "version mode runs the project as written, one release at a time, on this machine",
 }
-
-
-def check_releases(good: str | None, bad: str | None) -> None:
-    """Version mode: --good/--bad name releases, not commits."""
-    from packaging.version import InvalidVersion, Version
-
-    for option, rev in (("--good", good), ("--bad", bad)):
-        try:
-            if rev is not None:
-                Version(rev)
-        except InvalidVersion:
-            raise UserError(
-                f"{option} {rev} is not a TensorFlow release",
-                hint="with --tf-versions, --good/--bad are releases (e.g. 2.15.1); for commits drop --tf-versions",
-            ) from None
 
 
 @main.command("bisect")
@@ -220,22 +186,26 @@ def bisect_cmd(
         if tf_versions
         else ("commit" if good or bad else "feature")
     )
-    asked = {  # each option, whether it was given
-        "--then-features": then_features,
-        "--replays": replays is not None,
-        "--timing-budget": timing_budget is not None,
-        "--strategy": strategy != "auto",
-        "--repeats": repeats is not None,
-        "--jobs": jobs != 1,
-        "--executor ray": executor != "local",
-        "--only": only is not None,
-        "--skip": skip is not None,
-        "--keras legacy": keras_mode != "default",
-        "--tf-dist": tf_dist is not None,
-        "--address (without --executor ray)": address is not None and executor != "ray",
-        "--replicas": replicas is not None,
+    # Each option: whether it was given, and the modes that use it; any other
+    # given is refused (exit 2), never silently ignored. --then-features
+    # continues in feature mode: --only/--skip choose its features.
+    version, feature = ("version", "version+features"), ("feature",)
+    asked = {
+        "--then-features": (then_features, version),
+        "--replays": (replays is not None, feature),
+        "--timing-budget": (timing_budget is not None, ("feature", "commit", *version)),
+        "--strategy": (strategy != "auto", feature),
+        "--repeats": (repeats is not None, feature),
+        "--jobs": (jobs != 1, ("feature", "commit")),
+        "--executor ray": (executor != "local", ("feature", "commit")),
+        "--only": (only is not None, ("feature", "version+features")),
+        "--skip": (skip is not None, ("feature", "version+features")),
+        "--keras legacy": (keras_mode != "default", version),
+        "--tf-dist": (tf_dist is not None, version),
+        "--address (without --executor ray)": (address is not None and executor != "ray", ()),
+        "--replicas": (replicas is not None, feature),
     }
-    if ignored := [name for name, on in asked.items() if on and name not in MODE_OPTIONS[mode]]:
+    if ignored := [name for name, (on, modes) in asked.items() if on and mode not in modes]:
         base = mode.split("+")[0]  # version+features: version mode's reason
         raise UserError(f"{base} mode does not use {', '.join(ignored)}", hint=f"{_WHY[base]}; drop the option")
     from tfrepro.bisect.options import BisectOptions, parse_symptom
@@ -258,10 +228,20 @@ def bisect_cmd(
     # writes there meanwhile (Ray's driver prints a raylet's death notice) goes to stderr.
     with contextlib.redirect_stdout(sys.stderr) if as_json else contextlib.nullcontext():
         if tf_versions:
+            from packaging.version import InvalidVersion, Version
+
             from tfrepro.bisect.versions import Releases, ThenFeatures
             from tfrepro.cli.range_cmds import run_versions
 
-            check_releases(good, bad)
+            for option, rev in (("--good", good), ("--bad", bad)):  # releases, not commits
+                try:
+                    if rev is not None:
+                        Version(rev)
+                except InvalidVersion:
+                    raise UserError(
+                        f"{option} {rev} is not a TensorFlow release",
+                        hint="with --tf-versions, --good/--bad are releases (e.g. 2.15.1); for commits drop --tf-versions",
+                    ) from None
             releases = Releases(good=good, bad=bad, legacy_keras=keras_mode == "legacy", tf_dist=tf_dist)
             then = ThenFeatures(parse_names(only) or None, parse_names(skip) or None) if then_features else None
             result, answer = run_versions(path, tf_versions, options, releases, then_features=then, as_json=as_json)
