@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import libcst as cst
 
+from tfrepro.annotate.source import last_name
 from tfrepro.report.answer import of
 from tfrepro.report.records import DataDoc, ResultJson
 
@@ -178,10 +179,7 @@ class _Sites(cst.CSTTransformer):
         self.done: list[int] = []
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        func, lit = original.func, _literal_file(original)
-        name = (
-            func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
-        )
+        name, lit = last_name(original.func), _literal_file(original)
         for k, (i, want, site) in enumerate(self.todo):
             if want != name or (lit is not None and lit != str(site.file or "").rsplit("/", 1)[-1]):
                 continue
