@@ -84,17 +84,12 @@ class FromScript:
         """Every file the new project gets beside the template's: `files`, and data.npz when reduced."""
         return self.files if self.records is None else {**self.files, DATA: self.records}
 
-    @property
-    def data(self) -> str:
-        """none | standins | reduced | user"""
-        return self.data_facts.kind
-
     def answers(self) -> dict[str, object]:
         return {
             "source_script": self.source,
             "features": list(self.features),
             "affects_loss": list(self.affects_loss),
-            "data": self.data,
+            "data": self.data_facts.kind,
             "script_args": list(self.script_args),
             "settings": self.settings,
         }
@@ -233,12 +228,12 @@ def summary_lines(got: FromScript) -> list[str]:
     """What the command says about the data, a line each."""
     facts = got.data_facts
     out = []
-    if got.data == "standins":
+    if facts.kind == "standins":
         out.append("data: repro.py reads seeded synthetic stand-ins of " + named(facts.standins))
-    elif got.data == "reduced" and facts.reduction is not None:
+    elif facts.kind == "reduced" and facts.reduction is not None:
         red = facts.reduction
         out.append(f"data: data.npz holds {red.records} of {red.of} records of " + named(red.files))
-    elif got.data == "user":
+    elif facts.kind == "user":
         out.append(
             "data: repro.py still reads your data files "
             + named(facts.needs_user_data)

@@ -233,6 +233,8 @@ def _secret_parts(name: str, value: str) -> set[str]:
     """The secrets inside a secret-bearing variable's value, hunted on their
     own too: TF_CONFIG's strings (addresses, tokens), a URL's userinfo."""
     out: set[str] = set()
+    if not _SECRET_BEARING.match(name):
+        return out
     if name.upper() == "TF_CONFIG":
         try:
             out.update(s for _, s in json_strings(json.loads(value)))
@@ -314,12 +316,8 @@ class Scrubber:
     homes: tuple[str, ...] = ()
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Scrubber:
-        environ = os.environ if environ is None else environ
-        found = {v for k, v in environ.items() if v and is_secret(k, v)}
-        for k, v in environ.items():
-            if v and _SECRET_BEARING.match(k):
-                found.update(_secret_parts(k, v))
+    def from_environ(cls, environ: Mapping[str, str]) -> Scrubber:
+        found = {s for k, v in environ.items() if v and is_secret(k, v) for s in (v, *_secret_parts(k, v))}
         secrets = {s for s in found if len(s) >= _MIN_SECRET_LEN and not _PLAIN.match(s)}
         home = environ.get("HOME") or os.path.expanduser("~")
         homes = {home.rstrip("/"), os.path.realpath(home).rstrip("/")} - {""} if home and home.rstrip("/") else set()

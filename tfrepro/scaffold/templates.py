@@ -137,10 +137,8 @@ def ensure_template_repo(name: str, *, source: str | Path | None = None) -> Temp
             repo.git.commit("-m", f"template {name} {version}", "--allow-empty", "--no-verify")
         head = repo.head.commit
         tags = {t.name: t.commit.hexsha for t in repo.tags}
-        on_head = sorted((t for t, sha in tags.items() if sha == head.hexsha), key=Version)
-        if on_head:
-            tag = on_head[-1]
-        else:
+        tag = max((t for t, sha in tags.items() if sha == head.hexsha), key=Version, default=None)
+        if tag is None:
             tag, n = version, 0
             while tag in tags:
                 n += 1
