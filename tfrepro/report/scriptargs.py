@@ -22,6 +22,7 @@ import shlex
 from collections.abc import Sequence
 
 from tfrepro import features as fb
+from tfrepro.inside.devices import GPU_REPLICA_MB
 from tfrepro.settings import TrialSettings
 
 
@@ -82,8 +83,6 @@ def notebook_code(code: str, entry: str, args: Sequence[str]) -> str:
         return code
     return f"import sys\n\nsys.argv = {[entry, *args]!r}  # the script's arguments\n\n" + code
 
-
-GPU_REPLICA_MB = 2048  # as inside/devices.py
 
 _SPLIT = """\
 # Added by tfrepro (--replicas {n}): the bug needs {n} replicas under a distribution

@@ -80,14 +80,8 @@ def assemble(name: str, source: str | Path | None, dest: Path) -> None:
     expects it, in `dest` (empty but for `.git`)."""
     src = template_source(source)
     shutil.copytree(src / SHARED_DIR, dest / SHARED_DIR, ignore=_IGNORED)
-    for entry in sorted((src / name).iterdir()):
-        if entry.name == "copier.yml":
-            shutil.copy2(entry, dest / "copier.yml")
-        elif entry.is_dir():
-            shutil.copytree(entry, dest / SHAPE_DIR / entry.name, ignore=_IGNORED)
-        elif entry.name not in ("__pycache__",):
-            (dest / SHAPE_DIR).mkdir(exist_ok=True)
-            shutil.copy2(entry, dest / SHAPE_DIR / entry.name)
+    shutil.copytree(src / name, dest / SHAPE_DIR, ignore=_IGNORED)  # the shape files, copier.yml beside them
+    (dest / SHAPE_DIR / "copier.yml").rename(dest / "copier.yml")
     shutil.copy2(src / VERSION_FILE, dest / VERSION_FILE)
 
 
