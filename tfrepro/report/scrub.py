@@ -176,10 +176,9 @@ _HEX_KEY = re.compile(r"^(?=.*[0-9])(?=.*[a-f])[0-9a-f]{32,63}$", re.IGNORECASE)
 # Values that are not credentials whatever their name says.
 _NOT_A_VALUE = re.compile(r"^(\d{1,7}|\d*\.\d+(e-?\d+)?|None|True|False|null|true|false|<redacted>)$")
 
-# Environment variables worth recording in a TensorFlow bug report.
+# Environment variables worth recording in a TensorFlow bug report (beside the prefixes below).
 ENV_ALLOW_EXACT = frozenset(
     {
-        "XLA_FLAGS",
         "CUDA_VISIBLE_DEVICES",
         "CUDA_DEVICE_ORDER",
         "NVIDIA_TF32_OVERRIDE",
@@ -188,8 +187,6 @@ ENV_ALLOW_EXACT = frozenset(
         "KMP_BLOCKTIME",
         "KMP_AFFINITY",
         "PYTHONHASHSEED",
-        "TF_USE_LEGACY_KERAS",
-        "KERAS_BACKEND",
     }
 )
 ENV_ALLOW_PREFIXES = ("TF_", "XLA_", "KERAS_", "TFREPRO_")
