@@ -52,11 +52,11 @@ def template_source(source: str | Path | None = None) -> Path:
 
 
 def cache_dir() -> Path:
-    """The directory holding the git-versioned templates."""
-    if os.environ.get("TFREPRO_CACHE_DIR"):
-        return Path(os.environ["TFREPRO_CACHE_DIR"]).expanduser().resolve() / "templates"
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
-    return Path(base).expanduser().resolve() / "tfrepro" / "templates"
+    """The directory holding the git-versioned templates: under $TFREPRO_CACHE_DIR, else tfrepro's user cache."""
+    from tfrepro.trials.envs import cache_root
+
+    base = os.environ.get("TFREPRO_CACHE_DIR")
+    return (Path(base) if base else cache_root()).expanduser().resolve() / "templates"
 
 
 def available_templates(source: str | Path | None = None) -> list[str]:
