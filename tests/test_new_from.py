@@ -412,7 +412,7 @@ def test_without_arguments_the_latest_bisect_runs_are_taken(tmp_path):
 
 
 def test_a_module_or_function_bound_outside_the_blocks_is_no_features():
-    from tfrepro.report.offtail import comment_tail
+    from tfrepro.report.newfrom import comment_tail
 
     text = textwrap.dedent(
         """\
@@ -445,7 +445,7 @@ def test_a_tail_inside_main_is_commented_out_at_its_indentation():
     last training call that read what an OFF feature made are commented out
     in place (the function still compiles); its parameters are never a
     feature's, and the module's own tail (`main()`) is left alone."""
-    from tfrepro.report.offtail import comment_tail
+    from tfrepro.report.newfrom import comment_tail
 
     text = textwrap.dedent(
         """\
