@@ -170,9 +170,7 @@ def new_project(
         except ValueError as e:  # no usable identity: gitpython's fallback failed
             raise TfreproError(f"could not commit the baseline: {e}") from None
         check_destination(dest)  # nobody wrote there meanwhile
-        if dest.exists():
-            dest.rmdir()
-        out.rename(dest)
+        out.rename(dest)  # over an empty directory too (POSIX rename)
         done = True
     finally:
         shutil.rmtree(staging, ignore_errors=True)
