@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.scaffold.generate import ANSWERS_FILE
-from tfrepro.scaffold.templates import available_templates, cache_dir, ensure_template_repo
+from tfrepro.scaffold.generate import ANSWERS_FILE, available_templates, cache_dir, ensure_template_repo
 
 CONFLICT_MARK = "<<<<<<< "
 
