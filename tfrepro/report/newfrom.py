@@ -198,9 +198,8 @@ def same_end(orig: TrialResult, new: TrialResult) -> bool:
 
 
 def _data(project: Any, entry: str, export: Export, trial: TrialFn, tmp: Path, say: Say, args: Sequence[str]):
-    """(the `export` (every feature ON, markers kept) reading the data chosen, the data facts) from one
-    recording trial and reduce.choose_data, each candidate checked by a trial of a new project (the real
-    records only for a NaN or a crash)."""
+    """The module doc's data step: (the `export` (every feature ON, markers kept) reading the data chosen,
+    the data facts)."""
     from tfrepro.report.reduce import choose_data
 
     orig = trial(project, frozenset(project.feature_names))
