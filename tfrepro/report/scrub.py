@@ -393,9 +393,7 @@ def _is_comment_secret(m: re.Match[str]) -> bool:
 
 
 def is_allowed_env(name: str) -> bool:
-    if name.startswith(ENV_DENY_PREFIXES):
-        return False
-    return name in ENV_ALLOW_EXACT or name.startswith(ENV_ALLOW_PREFIXES)
+    return not name.startswith(ENV_DENY_PREFIXES) and (name in ENV_ALLOW_EXACT or name.startswith(ENV_ALLOW_PREFIXES))
 
 
 def capture_env(environ: Mapping[str, str], scrubber: Scrubber, names: Iterable[str] | None = None) -> dict[str, str]:
