@@ -338,9 +338,7 @@ def comment_tail(text: str, path: str = "repro.py") -> tuple[str, list[Commented
             bodies.append((stmt.body, bound | params))
     lines = fb.split_lines(text)
     got = [c for body, outside in bodies for c in _tail(body, outside, blocks, lines)]
-    if not got:
-        return text, []
-    out = list(lines)
+    out = list(lines)  # joined, the text as it was when nothing is commented out
     for c in sorted(got, key=lambda c: c.line, reverse=True):
         indent = " " * c.indent
         body = [fb.comment_line(x, indent) for x in lines[c.line - 1 : c.end]]
