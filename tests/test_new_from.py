@@ -99,7 +99,7 @@ def test_the_script_becomes_repro_py_with_every_detected_feature_a_block_off(tmp
     project = newfrom.load_script(root / "train.py")
     fake = FakeTrial(lambda text, where: pytest.fail("no data read: no trial"))
     got = newfrom.export_script(project, fake)
-    assert set(got.files) == {"repro.py"} and got.data == "none" and fake.calls == []
+    assert set(got.files) == {"repro.py"} and got.data_facts.kind == "none" and fake.calls == []
     assert got.features == ("custom_layer_log_features", "prefetch") == project.feature_names
     new = Project.load(newfrom.write_project(tmp_path / "new", got.files).root)
     assert new.feature_names == project.feature_names and set(new.states_in_files().values()) == {False}
@@ -122,7 +122,10 @@ def test_data_reads_become_stand_ins_when_the_new_project_ends_as_the_script_did
     ]
     assert said[3].startswith("trial 1: NaN/Inf after 2 steps") and said[4].startswith("trying seeded synthetic")
     assert said[5:] == ["trial 2: a candidate repro.py, 2 features ON ...", "trial 2: NaN/Inf after 2 steps (0.0 s)"]
-    assert got.data == "standins" and [s.file for s in got.data_facts.standins] == ["data/x.npy", "data/y.npy"]
+    assert got.data_facts.kind == "standins" and [s.file for s in got.data_facts.standins] == [
+        "data/x.npy",
+        "data/y.npy",
+    ]
     text = got.files["repro.py"]
     assert "x = _tfrepro_data(0)" in text and "data/x.npy" not in text and "data.npz" not in got.written
     assert fake.calls[0] == ("user", ["custom_layer_log_features", "prefetch"])  # the failing configuration
@@ -142,7 +145,7 @@ def test_a_stand_in_that_loses_the_nan_gives_the_few_real_records_that_keep_it(t
         return TrialResult(losses=(1.0, math.nan), first_nonfinite_step=2) if bad else TrialResult(steps_run=5)
 
     got = newfrom.export_script(project, FakeTrial(new))
-    assert got.data == "reduced" and got.data_facts.reduction.records == 1
+    assert got.data_facts.kind == "reduced" and got.data_facts.reduction.records == 1
     assert np.load(__import__("io").BytesIO(got.written["data.npz"]))["f0_rows"].tolist() == [[99.0] * 4]
     assert "np.load(_tfrepro_file(0))" in got.files["repro.py"] and "data/x.npy" not in got.files["repro.py"]
 
@@ -150,7 +153,7 @@ def test_a_stand_in_that_loses_the_nan_gives_the_few_real_records_that_keep_it(t
 def test_when_nothing_ends_alike_the_repro_says_it_needs_the_users_files(tmp_path):
     project = newfrom.load_script(_user_project(tmp_path) / "train.py")
     got = newfrom.export_script(project, FakeTrial(lambda text, where: TrialResult(steps_run=5)))
-    assert got.data == "user" and "data.npz" not in got.written
+    assert got.data_facts.kind == "user" and "data.npz" not in got.written
     assert "still reads your data files data/x.npy (train.py:6)" in newfrom.summary_lines(got)[0]
 
 
@@ -168,7 +171,7 @@ def test_a_read_in_an_imported_module_is_named_as_data_the_repro_needs(tmp_path)
     read = {"call": "numpy.load", "file": "data/x.npy", "at": "loader.py:5", "value": _spec((64, 4))}
     nan = TrialResult(losses=(1.0, math.nan), steps_run=2, first_nonfinite_step=2, data={"sources": [read]})
     got = newfrom.export_script(project, lambda p, enabled: nan)
-    assert got.data == "user" and "loader.py" in got.files and "data.npz" not in got.written
+    assert got.data_facts.kind == "user" and "loader.py" in got.files and "data.npz" not in got.written
     assert "still reads your data files data/x.npy (loader.py:5)" in newfrom.summary_lines(got)[0]
 
 
@@ -409,7 +412,7 @@ def test_without_arguments_the_latest_bisect_runs_are_taken(tmp_path):
 
 
 def test_a_module_or_function_bound_outside_the_blocks_is_no_features():
-    from tfrepro.report.offtail import comment_tail
+    from tfrepro.report.newfrom import comment_tail
 
     text = textwrap.dedent(
         """\
@@ -442,7 +445,7 @@ def test_a_tail_inside_main_is_commented_out_at_its_indentation():
     last training call that read what an OFF feature made are commented out
     in place (the function still compiles); its parameters are never a
     feature's, and the module's own tail (`main()`) is left alone."""
-    from tfrepro.report.offtail import comment_tail
+    from tfrepro.report.newfrom import comment_tail
 
     text = textwrap.dedent(
         """\

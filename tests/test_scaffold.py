@@ -20,8 +20,7 @@ from tfrepro import features as fb
 from tfrepro.cli import main
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.project import Project
-from tfrepro.scaffold.generate import new_project
-from tfrepro.scaffold.templates import PACKAGED_TEMPLATES, available_templates, ensure_template_repo
+from tfrepro.scaffold.generate import PACKAGED_TEMPLATES, available_templates, ensure_template_repo, new_project
 
 CATALOG = [
     "mixed_precision",

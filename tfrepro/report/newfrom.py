@@ -16,7 +16,7 @@ The same parts as the report, on the script as it is (no bisect run needed):
   are reduced only for a NaN or a crash).
 
 Then the tail: a line after the last training call that reads what an OFF
-feature made is commented out (offtail.py), so `python repro.py` runs; the
+feature made is commented out (`comment_tail`, below), so `python repro.py` runs; the
 script's arguments go into repro.py as its default ones and the user's
 tfrepro.toml tables into the answers (scriptargs.py, below):
 
@@ -37,6 +37,7 @@ are returned to the caller (`scaffold.generate.new_project(files=...)`).
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import shlex
@@ -50,7 +51,6 @@ from typing import Any
 from tfrepro import features as fb
 from tfrepro.errors import UserError
 from tfrepro.report.export import DATA, ENTRY, Export, bundle_files, entry_of, write_files
-from tfrepro.report.offtail import comment_tail
 from tfrepro.report.records import run_dirs
 from tfrepro.report.scriptargs import default_args, script_args
 from tfrepro.report.standin import STANDABLE, DataFacts, named
@@ -74,7 +74,7 @@ class FromScript:
     features: tuple[str, ...]
     affects_loss: tuple[str, ...]
     data_facts: DataFacts = DataFacts()  # report.json's `data` facts, as the report's data pipeline gives them
-    commented: tuple[Any, ...] = ()  # offtail.Commented: tail lines that read what an OFF feature made
+    commented: tuple[Commented, ...] = ()  # tail lines that read what an OFF feature made
     script_args: tuple[str, ...] = ()  # repro.py takes them when given none
     settings: dict[str, dict[str, Any]] = field(default_factory=dict)  # the user's tfrepro.toml tables kept
     records: bytes | None = None  # data.npz: the few real records a reduced repro reads
@@ -84,17 +84,12 @@ class FromScript:
         """Every file the new project gets beside the template's: `files`, and data.npz when reduced."""
         return self.files if self.records is None else {**self.files, DATA: self.records}
 
-    @property
-    def data(self) -> str:
-        """none | standins | reduced | user"""
-        return self.data_facts.kind
-
     def answers(self) -> dict[str, object]:
         return {
             "source_script": self.source,
             "features": list(self.features),
             "affects_loss": list(self.affects_loss),
-            "data": self.data,
+            "data": self.data_facts.kind,
             "script_args": list(self.script_args),
             "settings": self.settings,
         }
@@ -203,9 +198,8 @@ def same_end(orig: TrialResult, new: TrialResult) -> bool:
 
 
 def _data(project: Any, entry: str, export: Export, trial: TrialFn, tmp: Path, say: Say, args: Sequence[str]):
-    """(the `export` (every feature ON, markers kept) reading the data chosen, the data facts) from one
-    recording trial and reduce.choose_data, each candidate checked by a trial of a new project (the real
-    records only for a NaN or a crash)."""
+    """The module doc's data step: (the `export` (every feature ON, markers kept) reading the data chosen,
+    the data facts)."""
     from tfrepro.report.reduce import choose_data
 
     orig = trial(project, frozenset(project.feature_names))
@@ -233,12 +227,12 @@ def summary_lines(got: FromScript) -> list[str]:
     """What the command says about the data, a line each."""
     facts = got.data_facts
     out = []
-    if got.data == "standins":
+    if facts.kind == "standins":
         out.append("data: repro.py reads seeded synthetic stand-ins of " + named(facts.standins))
-    elif got.data == "reduced" and facts.reduction is not None:
+    elif facts.kind == "reduced" and facts.reduction is not None:
         red = facts.reduction
         out.append(f"data: data.npz holds {red.records} of {red.of} records of " + named(red.files))
-    elif got.data == "user":
+    elif facts.kind == "user":
         out.append(
             "data: repro.py still reads your data files "
             + named(facts.needs_user_data)
@@ -275,3 +269,123 @@ def recorded_args(root: Path, entry: str) -> tuple[list[str], str | None]:
         if recorded.entry == entry or entry in (recorded.command or ()):
             return script_args(recorded, entry), str(run)
     return [], None
+
+
+# --- the tail: what the script does after its last training call with what a feature made.
+
+# Calls that train: the last module-level statement holding one ends the training.
+TRAINING_CALLS = frozenset({"fit", "fit_generator", "train_on_batch", "apply_gradients"})
+NOTE = "# (tfrepro new --from) commented out so the baseline runs: it reads {names}, which only {features} used (OFF here)\n"
+
+
+@dataclass(frozen=True)
+class Commented:
+    line: int  # its first line in the script (1-based)
+    code: str  # its first line, stripped
+    names: tuple[str, ...]
+    features: tuple[str, ...]
+    end: int = field(default=0, repr=False, compare=False)  # its last line
+    indent: int = field(default=0, repr=False, compare=False)  # the column it is commented out at
+
+
+def _names(node: ast.AST, ctx: type) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ctx)}
+
+
+def comment_tail(text: str, path: str = "repro.py") -> tuple[str, list[Commented]]:
+    """`text` (every feature ON, markers kept) with its tail statements that
+    read a feature's names commented out, and what was commented.
+
+    Every feature is written OFF in the new project, and a statement after the
+    last training call may read what a feature made: `auc_cb.history[-1]` after
+    a `fit` that trained without the callback (the block that passes it is OFF,
+    the object is still built, its history stays empty: IndexError). The
+    zero-edit bisect's trials stop at the step cap and never run that line; a
+    plain `python repro.py` does, and fails. Such statements are commented out,
+    each under a note naming what it reads; the bisect needs none of them (the
+    symptom is in the training).
+
+    A name is a feature's when a block's ON part reads or binds it and no code
+    outside the blocks reads it up to the last training call (binding it there
+    is fine: `auc_cb = BatchValAUC(...)` stays; a module, function or class
+    the script binds outside the blocks is never one). A tail statement that binds a
+    name and is commented out makes that name one too (`h = cb.history`, then
+    `print(h[-1])`). The statements looked at are those of the module and of
+    each function it defines at its top level (a script that trains inside
+    `main()`): a body's own statements after its last training statement, each
+    commented out at its own indentation; a function's parameters are never a
+    feature's.
+    """
+    try:
+        tree = ast.parse(text)
+        blocks = fb.parse(text, path).blocks
+    except (SyntaxError, ValueError, fb.UserError):
+        return text, []
+    if not blocks:
+        return text, []
+    unmarked = [stmt for stmt in tree.body if _block_of(blocks, stmt.lineno) is None]
+    bound: set[str] = set()  # a module, function or class bound outside the blocks is no feature's
+    for stmt in unmarked:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in stmt.names)
+        elif isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(stmt.name)
+    bodies: list[tuple[list[ast.stmt], set[str]]] = [(tree.body, bound)]
+    for stmt in unmarked:
+        if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            params = {a.arg for a in (*stmt.args.posonlyargs, *stmt.args.args, *stmt.args.kwonlyargs)}
+            params |= {a.arg for a in (stmt.args.vararg, stmt.args.kwarg) if a is not None}
+            bodies.append((stmt.body, bound | params))
+    lines = fb.split_lines(text)
+    got = [c for body, outside in bodies for c in _tail(body, outside, blocks, lines)]
+    out = list(lines)  # joined, the text as it was when nothing is commented out
+    for c in sorted(got, key=lambda c: c.line, reverse=True):
+        indent = " " * c.indent
+        body = [fb.comment_line(x, indent) for x in lines[c.line - 1 : c.end]]
+        note = indent + NOTE.format(names=", ".join(c.names), features=", ".join(c.features))
+        out[c.line - 1 : c.end] = [note, *body]
+    return "".join(out), sorted(got, key=lambda c: c.line)
+
+
+def _block_of(blocks, line: int) -> fb.Block | None:
+    return next((b for b in blocks if b.line < line < b.end_line), None)
+
+
+def _tail(body: list[ast.stmt], outside: set[str], blocks, lines: list[str]) -> list[Commented]:
+    """The statements of `body` after its last training statement that read
+    a feature's names (`outside`: names that are never a feature's)."""
+    called = [
+        {n.func.attr for n in ast.walk(s) if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)}
+        for s in body
+    ]
+    trained = [i for i, attrs in enumerate(called) if attrs & TRAINING_CALLS]
+    if not trained:
+        return []
+    owners: dict[str, set[str]] = {}  # a feature's name -> the features that read or bind it
+    outside = set(outside)
+    for stmt in body[: trained[-1] + 1]:
+        for n in ast.walk(stmt):
+            if not isinstance(n, ast.Name):
+                continue
+            b = _block_of(blocks, n.lineno)
+            if b is not None:
+                owners.setdefault(n.id, set()).add(b.name)
+            elif isinstance(n.ctx, ast.Load):
+                outside.add(n.id)
+    made = {name: feats for name, feats in owners.items() if name not in outside}
+    got: list[Commented] = []
+    tail = body[trained[-1] + 1 :]
+    column = body[0].col_offset
+    for k, stmt in enumerate(tail):
+        first, last = stmt.lineno, stmt.end_lineno or stmt.lineno
+        reads = sorted(_names(stmt, ast.Load) & set(made))
+        if not reads or any(b.line <= last and first <= b.end_line for b in blocks):
+            continue
+        shared = (k > 0 and tail[k - 1].end_lineno == first) or (k + 1 < len(tail) and tail[k + 1].lineno == last)
+        if shared or stmt.col_offset != column or not lines[first - 1].startswith(" " * column):
+            continue  # `a; b` on one line (or a body indented with tabs): left alone
+        feats = tuple(sorted(set().union(*(made[n] for n in reads))))
+        for name in _names(stmt, ast.Store):
+            made.setdefault(name, set(feats))
+        got.append(Commented(first, lines[first - 1].strip(), tuple(reads), feats, last, column))
+    return got

@@ -59,4 +59,3 @@ class RuntimeSettings(TypedDict, total=False):  # inside/localize_plugin.py: `se
     jit_compile_requested: list[str]
     op_determinism: bool | None
     run_functions_eagerly: bool | None
-    loss_scale_start: float | None

@@ -281,8 +281,7 @@ def choose_data(
         return export, facts
     say("reducing the data: ddmin over the records the failing run read (batches, then records), each re-run")
     got = reduce_export(root, export, sites, batches, shows)
-    facts = replace(facts, reduction=got)
-    if got.out is None:
-        return export, facts
-    kept = {f.file for f in got.files}
-    return got.out, replace(facts, needs_user_data=tuple(s for s in facts.needs_user_data if s.file not in kept))
+    kept = {f.file for f in got.files}  # none when the reduction failed (no `out`)
+    return got.out or export, replace(
+        facts, reduction=got, needs_user_data=tuple(s for s in facts.needs_user_data if s.file not in kept)
+    )

@@ -22,6 +22,7 @@ import shlex
 from collections.abc import Sequence
 
 from tfrepro import features as fb
+from tfrepro.inside.devices import GPU_REPLICA_MB
 from tfrepro.settings import TrialSettings
 
 
@@ -58,11 +59,9 @@ def preamble_end(body: Sequence[ast.stmt]) -> int | None:
 
 
 def default_args(text: str, entry: str, args: Sequence[str]) -> str:
-    """`text` that runs with `args` when it is given no arguments: three
-    lines after the module docstring and the `__future__` imports (after a
-    shebang or an encoding line when the module starts with code). A text
-    that does not parse gets a first comment line saying how to run it
-    instead (after a shebang or an encoding line, which must stay first)."""
+    """`text` that runs with `args` when it is given no arguments: three lines
+    at `preamble_end` (`insert_lines`). A text that does not parse gets a
+    first comment line saying how to run it instead (`insert_lines`' top)."""
     if not args:
         return text
     try:
@@ -82,8 +81,6 @@ def notebook_code(code: str, entry: str, args: Sequence[str]) -> str:
         return code
     return f"import sys\n\nsys.argv = {[entry, *args]!r}  # the script's arguments\n\n" + code
 
-
-GPU_REPLICA_MB = 2048  # as inside/devices.py
 
 _SPLIT = """\
 # Added by tfrepro (--replicas {n}): the bug needs {n} replicas under a distribution

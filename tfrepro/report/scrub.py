@@ -176,10 +176,9 @@ _HEX_KEY = re.compile(r"^(?=.*[0-9])(?=.*[a-f])[0-9a-f]{32,63}$", re.IGNORECASE)
 # Values that are not credentials whatever their name says.
 _NOT_A_VALUE = re.compile(r"^(\d{1,7}|\d*\.\d+(e-?\d+)?|None|True|False|null|true|false|<redacted>)$")
 
-# Environment variables worth recording in a TensorFlow bug report.
+# Environment variables worth recording in a TensorFlow bug report (beside the prefixes below).
 ENV_ALLOW_EXACT = frozenset(
     {
-        "XLA_FLAGS",
         "CUDA_VISIBLE_DEVICES",
         "CUDA_DEVICE_ORDER",
         "NVIDIA_TF32_OVERRIDE",
@@ -188,8 +187,6 @@ ENV_ALLOW_EXACT = frozenset(
         "KMP_BLOCKTIME",
         "KMP_AFFINITY",
         "PYTHONHASHSEED",
-        "TF_USE_LEGACY_KERAS",
-        "KERAS_BACKEND",
     }
 )
 ENV_ALLOW_PREFIXES = ("TF_", "XLA_", "KERAS_", "TFREPRO_")
@@ -233,6 +230,8 @@ def _secret_parts(name: str, value: str) -> set[str]:
     """The secrets inside a secret-bearing variable's value, hunted on their
     own too: TF_CONFIG's strings (addresses, tokens), a URL's userinfo."""
     out: set[str] = set()
+    if not _SECRET_BEARING.match(name):
+        return out
     if name.upper() == "TF_CONFIG":
         try:
             out.update(s for _, s in json_strings(json.loads(value)))
@@ -314,12 +313,8 @@ class Scrubber:
     homes: tuple[str, ...] = ()
 
     @classmethod
-    def from_environ(cls, environ: Mapping[str, str] | None = None) -> Scrubber:
-        environ = os.environ if environ is None else environ
-        found = {v for k, v in environ.items() if v and is_secret(k, v)}
-        for k, v in environ.items():
-            if v and _SECRET_BEARING.match(k):
-                found.update(_secret_parts(k, v))
+    def from_environ(cls, environ: Mapping[str, str]) -> Scrubber:
+        found = {s for k, v in environ.items() if v and is_secret(k, v) for s in (v, *_secret_parts(k, v))}
         secrets = {s for s in found if len(s) >= _MIN_SECRET_LEN and not _PLAIN.match(s)}
         home = environ.get("HOME") or os.path.expanduser("~")
         homes = {home.rstrip("/"), os.path.realpath(home).rstrip("/")} - {""} if home and home.rstrip("/") else set()
@@ -398,9 +393,7 @@ def _is_comment_secret(m: re.Match[str]) -> bool:
 
 
 def is_allowed_env(name: str) -> bool:
-    if name.startswith(ENV_DENY_PREFIXES):
-        return False
-    return name in ENV_ALLOW_EXACT or name.startswith(ENV_ALLOW_PREFIXES)
+    return not name.startswith(ENV_DENY_PREFIXES) and (name in ENV_ALLOW_EXACT or name.startswith(ENV_ALLOW_PREFIXES))
 
 
 def capture_env(environ: Mapping[str, str], scrubber: Scrubber, names: Iterable[str] | None = None) -> dict[str, str]:

@@ -25,7 +25,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import libcst as cst
+import libcst.matchers as m
 
+from tfrepro.annotate.source import last_name
 from tfrepro.report.answer import of
 from tfrepro.report.records import DataDoc, ResultJson
 
@@ -162,6 +164,9 @@ def _literal_file(call: cst.Call) -> str | None:
     return None
 
 
+_FUTURE = m.SimpleStatementLine(body=[m.ImportFrom(module=m.Name("__future__")), m.ZeroOrMore()])
+_DOC = m.SimpleStatementLine(body=[m.Expr(m.SimpleString()), m.ZeroOrMore()])  # a module's docstring
+
 # What a matched read call becomes: (n, its site, the call) -> the new
 # expression, or None (left as it is); n counts the calls swapped before it.
 Swap = Callable[[int, Read, cst.Call], "cst.BaseExpression | None"]
@@ -178,10 +183,7 @@ class _Sites(cst.CSTTransformer):
         self.done: list[int] = []
 
     def leave_Call(self, original: cst.Call, updated: cst.Call) -> cst.BaseExpression:
-        func, lit = original.func, _literal_file(original)
-        name = (
-            func.attr.value if isinstance(func, cst.Attribute) else func.value if isinstance(func, cst.Name) else None
-        )
+        name, lit = last_name(original.func), _literal_file(original)
         for k, (i, want, site) in enumerate(self.todo):
             if want != name or (lit is not None and lit != str(site.file or "").rsplit("/", 1)[-1]):
                 continue
@@ -206,13 +208,8 @@ def swap_reads(
     if not tr.done:
         return text, []
     body = list(module.body)
-    at = 0  # the header goes after the docstring and the `from __future__` imports
-    for i, stmt in enumerate(body):
-        small = stmt.body[0] if isinstance(stmt, cst.SimpleStatementLine) and stmt.body else None
-        is_doc = i == 0 and isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString)
-        is_future = isinstance(small, cst.ImportFrom) and getattr(small.module, "value", None) == "__future__"
-        if is_doc or is_future:
-            at = i + 1
+    # the header goes after the docstring and the `from __future__` imports
+    at = max((i + 1 for i, s in enumerate(body) if m.matches(s, _FUTURE) or i == 0 and m.matches(s, _DOC)), default=0)
     body[at:at] = cst.parse_module(header(tr.done)).body
     return module.with_changes(body=body).code, tr.done
 

@@ -84,12 +84,7 @@ class _Trim(cst.CSTTransformer):
 
 
 def _bound(alias: cst.ImportAlias) -> str:
-    if alias.asname is not None:
-        return alias.asname.name.value  # type: ignore[attr-defined]
-    node = alias.name
-    while isinstance(node, cst.Attribute):  # `import a.b` binds `a`
-        node = node.value
-    return node.value  # type: ignore[attr-defined]
+    return alias.evaluated_alias or alias.evaluated_name.split(".")[0]  # `import a.b` binds `a`
 
 
 def trim_source(text: str) -> tuple[str, list[str]]:

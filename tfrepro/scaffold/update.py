@@ -12,14 +12,12 @@ The result is left uncommitted, for the user to review (`git diff`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.scaffold.generate import ANSWERS_FILE
-from tfrepro.scaffold.templates import available_templates, cache_dir, ensure_template_repo
+from tfrepro.scaffold.generate import ANSWERS_FILE, available_templates, cache_dir, ensure_template_repo
 
 CONFLICT_MARK = "<<<<<<< "
 
@@ -38,7 +36,9 @@ class UpdateResult:
         return self.old_version == self.new_version
 
 
-def _load_answers(root: Path) -> dict[str, Any]:
+def _load_answers(root: Path) -> tuple[dict[str, Any], str]:
+    """The answers the project recorded, and the template it was made from, when this tfrepro ships it
+    from the same cache."""
     import yaml
 
     if not root.is_dir():
@@ -64,7 +64,22 @@ def _load_answers(root: Path) -> dict[str, Any]:
                 path=path,
                 hint=f"restore it from git (git checkout HEAD -- {ANSWERS_FILE}); never edit it by hand",
             )
-    return answers
+    src_path = Path(str(answers["_src_path"]))
+    name = src_path.name
+    if name not in available_templates():
+        raise UserError(
+            f"the project comes from template {name!r} ({src_path}), which this tfrepro does not ship",
+            path=path,
+            hint="templates: " + ", ".join(available_templates()),
+        )
+    expected = cache_dir() / name
+    if src_path.resolve() != expected:
+        raise UserError(
+            f"the project was made from the template cache {src_path}, this tfrepro uses {expected}",
+            path=path,
+            hint=f"run with TFREPRO_CACHE_DIR set to the cache the project was made with ({src_path.parent.parent})",
+        )
+    return answers, name
 
 
 def _dirty_files(repo, root: Path) -> list[str]:
@@ -72,32 +87,11 @@ def _dirty_files(repo, root: Path) -> list[str]:
     return [line[3:] for line in lines if line.strip()]
 
 
-def _template_name(root: Path, answers: Mapping[str, Any]) -> str:
-    """The template the project was made from, when this tfrepro ships it from the same cache."""
-    src_path = Path(str(answers["_src_path"]))
-    name = src_path.name
-    if name not in available_templates():
-        raise UserError(
-            f"the project comes from template {name!r} ({src_path}), which this tfrepro does not ship",
-            path=root / ANSWERS_FILE,
-            hint="templates: " + ", ".join(available_templates()),
-        )
-    expected = cache_dir() / name
-    if src_path.resolve() != expected:
-        raise UserError(
-            f"the project was made from the template cache {src_path}, this tfrepro uses {expected}",
-            path=root / ANSWERS_FILE,
-            hint=f"run with TFREPRO_CACHE_DIR set to the cache the project was made with ({src_path.parent.parent})",
-        )
-    return name
-
-
 def update_project(path: str | Path = ".") -> UpdateResult:
     """Update the project at `path` to the current version of its template,
     keeping the user's committed edits (conflicts are left inline)."""
     root = Path(path).expanduser().resolve()
-    answers = _load_answers(root)
-    name = _template_name(root, answers)
+    answers, name = _load_answers(root)
     import git
 
     try:
