@@ -38,7 +38,10 @@ def item(
 
 
 def missing(result: TrialResult, what: str) -> str:
-    """Why a probe's record is absent, as precisely as the trial tells."""
+    """Why a probe's record is absent, as precisely as the trial tells: the
+    probe's own reason (`check.skips`) first."""
+    if skip := (result.extra.get("check.skips") or {}).get(what):
+        return skip
     errors = result.extra.get("check.errors") or []
     for e in errors:
         if e.split(":", 1)[0].strip() in _ERROR_SOURCES.get(what, ()):

@@ -123,33 +123,29 @@ def _labels_note(c: int | None, why_no_classes: str, n_labels: int, loss: dict |
     return f"labels judged for {(loss or {}).get('name')} over {c} classes"
 
 
-def _batch_fixes(text: str) -> str | None:
-    """The fix for each kind of problem named in `text`."""
-    fixes = []
-    if "NaN" in text or "Inf" in text:
-        fixes.append(
-            "find where the NaN/Inf come from (missing values, log(0), a division): drop or impute them "
-            "in the data layer (`tf.where(tf.math.is_nan(x), 0.0, x)`); "
-            "`tf.debugging.check_numerics` in a `map` finds the first one"
-        )
-    if "class ids" in text or "one-hot rows" in text or "outside [0, 1]" in text:
-        fixes.append(
-            "labels must be class ids in [0, C): shift 1-based ids (`y - 1`), or give the output layer "
-            "one unit per class (C = largest id + 1)"
-        )
-    if "normalised" in text or "every value is 0" in text:
-        fixes.append(
-            "standardise the inputs: a `keras.layers.Normalization()` adapted on the training data as "
-            "the model's first layer, or `x / 255.0` / `(x - mean) / std` in the pipeline"
-        )
-    return "; ".join(fixes) or None
+# (words a problem's text names, its fix)
+_BATCH_FIXES = (
+    (
+        ("NaN", "Inf"),
+        "find where the NaN/Inf come from (missing values, log(0), a division): drop or impute them "
+        "in the data layer (`tf.where(tf.math.is_nan(x), 0.0, x)`); "
+        "`tf.debugging.check_numerics` in a `map` finds the first one",
+    ),
+    (
+        ("class ids", "one-hot rows", "outside [0, 1]"),
+        "labels must be class ids in [0, C): shift 1-based ids (`y - 1`), or give the output layer "
+        "one unit per class (C = largest id + 1)",
+    ),
+    (
+        ("normalised", "every value is 0"),
+        "standardise the inputs: a `keras.layers.Normalization()` adapted on the training data as "
+        "the model's first layer, or `x / 255.0` / `(x - mean) / std` in the pipeline",
+    ),
+)
 
 
 def check_first_batches(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
-    skips = result.extra.get("check.skips") or {}
     data = result.extra.get("check.batches")
-    if "batches" in skips and not data:
-        return item("first_batches", CheckStatus.SKIP, skips["batches"])
     if not data or not data.get("batches"):
         return item("first_batches", CheckStatus.SKIP, missing(result, "batches"))
     loss = result.extra.get("check.loss")
@@ -161,7 +157,9 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
     evidence.append(_labels_note(c, why_no_classes, n_labels, loss))
     if problems := fails + warns:
         status = CheckStatus.FAIL if fails else CheckStatus.WARN
-        return item("first_batches", status, "; ".join(problems), evidence, _batch_fixes(" ".join(problems)))
+        text = " ".join(problems)
+        fix = "; ".join(fix for words, fix in _BATCH_FIXES if any(w in text for w in words)) or None
+        return item("first_batches", status, "; ".join(problems), evidence, fix)
     shapes = ", ".join(
         f"{t.get('name')} {describe_tensor(t).split(' in [')[0]}"
         for role in ("inputs", "labels")

@@ -148,11 +148,8 @@ def with_gpu_utilisation(item: CheckItem, result: TrialResult) -> CheckItem:
 
 
 def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
-    skips = result.extra.get("check.skips") or {}
     timing = result.extra.get("check.timing")
-    if "timing" in skips:
-        return item("input_pipeline", CheckStatus.SKIP, skips["timing"])
-    if not timing:
+    if not timing or "timing" in (result.extra.get("check.skips") or {}):
         return item("input_pipeline", CheckStatus.SKIP, missing(result, "timing"))
     if (pipe := timing.get("pipeline_s")) is None:  # probe_tools.time_pipeline: pipeline_s or pipeline_error
         why = f": {timing['pipeline_error']}" if timing.get("pipeline_error") else ""
@@ -366,10 +363,9 @@ def _loss_head(losses: Sequence[float], k: int = 5) -> list[str]:
 
 
 def check_parameters(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
-    skips = result.extra.get("check.skips") or {}
     model = result.extra.get("check.model")
     if not model:
-        return item("parameters", CheckStatus.SKIP, skips.get("model") or missing(result, "model"))
+        return item("parameters", CheckStatus.SKIP, missing(result, "model"))
     if model.get("trainable") is None:
         return item("parameters", CheckStatus.SKIP, f"the parameters of model {model.get('name')} could not be counted")
     tr, nt = int(model["trainable"]), int(model.get("non_trainable") or 0)

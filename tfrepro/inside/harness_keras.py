@@ -115,12 +115,9 @@ def _make_callback(base, lib: str):
         """Last in the list: its batch end comes after the user's callbacks."""
 
         _supports_tf_logs = True  # tf_keras: do not convert every log to numpy for us
-
-        def __init__(self) -> None:
-            super().__init__()
-            self._t0 = 0.0
-            self._k = 0
-            self._prev_mean = 0.0
+        _t0 = 0.0  # batch begin
+        _k = 0  # batches this epoch
+        _prev_mean = 0.0  # the logged running mean after batch _k - 1
 
         def on_epoch_begin(self, epoch, logs=None):
             self._k = 0
