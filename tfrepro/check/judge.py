@@ -28,8 +28,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from tfrepro.check.checklist import CheckItem, CheckReport, CheckStatus, fmt_ms, fmt_num, format_report
-from tfrepro.check.common import CheckOptions, item, missing
-from tfrepro.check.data import check_first_batches, num_classes
+from tfrepro.check.data import CheckOptions, check_first_batches, item, missing, num_classes
 from tfrepro.trials.values import TrialResult
 
 __all__ = ["CheckItem", "CheckOptions", "CheckReport", "CheckStatus", "format_report", "judge", "num_classes"]
