@@ -229,7 +229,7 @@ def _finish(code: int, sig: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    _confine_module().exit_as(sig or (code & 0xFF) << 8)  # an uncaught KeyboardInterrupt: CPython dies of SIGINT
+    _confine_module().exit_as(sig or (code & 0xFF) << 8)  # a wait status: an uncaught KeyboardInterrupt dies of SIGINT
 
 
 def child_main(job: dict, server_pid: int, close_fds: list[int]) -> None:
