@@ -227,6 +227,3 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
         for t in data["batches"][0].get(role) or []
     )
     return item("first_batches", CheckStatus.PASS, f"{len(data['batches'])} batch(es) look right: {shapes}", evidence)
-
-
-# -- 4. initial loss ----------------------------------------------------------------

@@ -201,7 +201,7 @@ def _input_bound(pipe: float, compute: float | None, step: float | None, options
     return compute is not None and pipe >= options.input_bound_alone * compute
 
 
-# -- 3. first batches ----------------------------------------------------------------
+# -- 4. initial loss -----------------------------------------------------------------
 
 
 def _off_chance(first: float, chance: float, hi: float, status: CheckStatus) -> tuple[str, str]:
