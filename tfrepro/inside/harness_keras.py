@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import json
 import os
 import sys
@@ -363,8 +364,13 @@ def _patch_compile(cls) -> None:
 
 
 def on_keras(keras) -> None:
-    if H.keras2(keras):
-        _on_keras2(keras, keras.__name__)  # tf_keras, or TensorFlow <= 2.15's Keras 2 (laid out alike)
+    if H.keras2(keras):  # tf_keras, or TensorFlow <= 2.15's Keras 2 (laid out alike)
+        try:  # keras 2.13+ (and tf_keras) keep their code under <name>.src
+            Model = importlib.import_module(f"{keras.__name__}.src.engine.training").Model
+        except ImportError:
+            Model = importlib.import_module(f"{keras.__name__}.engine.training").Model
+        _patch_trainer(Model, keras.callbacks.Callback, keras.__name__, distributed_sum=True)
+        _patched(keras, Model)
         return
     if keras.backend.backend() != "tensorflow":
         H.S.errors.append(f"keras backend {keras.backend.backend()!r} is not measured")
@@ -388,18 +394,6 @@ def _patched(keras, model_cls) -> None:
     model_cls.__init__ = __init__
     if H.S.config.get("deterministic"):
         keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
-
-
-def _on_keras2(keras, lib: str) -> None:
-    """Keras 2 (`keras` of TensorFlow <= 2.15, or `tf_keras`)."""
-    import importlib
-
-    try:  # keras 2.13+ (and tf_keras) keep their code under <lib>.src
-        Model = importlib.import_module(f"{lib}.src.engine.training").Model
-    except ImportError:
-        Model = importlib.import_module(f"{lib}.engine.training").Model
-    _patch_trainer(Model, keras.callbacks.Callback, lib, distributed_sum=True)
-    _patched(keras, Model)
 
 
 def user_models() -> list:
