@@ -1,11 +1,72 @@
 """Check 3, the first batches (shapes, dtypes, ranges, NaN/Inf, labels in
-range, normalisation), and the number of classes the loss implies (pure)."""
+range, normalisation), and the number of classes the loss implies (pure);
+first, what every check shares (`judge.py`, `loops.py`): the thresholds, the
+order and titles of the items, and why a probe's record is missing."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from tfrepro.check.checklist import CheckItem, CheckStatus, describe_tensor, fmt_num
-from tfrepro.check.common import CLASSIFICATION, CheckOptions, item, missing
 from tfrepro.trials.values import TrialResult
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """Thresholds, stated in the evidence wherever they decide."""
+
+    expect_params: int | None = None  # total parameters the author expects
+    chance_tolerance: float = 0.25  # relative, around ln(C) ...
+    chance_slack_nats: float = 0.5  # ... but at least this much above it (logits of std ~1)
+    chance_fail_nats: float = 2.0  # fail above ln(C) + max(ln(C), this); below ln(C) / 2
+    input_scale: float = 10.0  # |mean| or std above this: far from normalised
+    fall_fraction: float = 0.02  # last steps' mean at least this much below the first's
+    input_bound_step_share: float = 0.3  # pipeline >= this share of the trial's quiet step
+    input_bound_alone: float = 10.0  # or pipeline >= this many model steps: it bounds the throughput itself
+
+
+# the six of `judge`, then check 7 (`loops.py`), judged on the script's text
+KEYS = ("environment", "input_pipeline", "first_batches", "initial_loss", "short_run", "parameters", "training_loop")
+
+
+def item(
+    key: str, status: CheckStatus, summary: str, evidence: Sequence[str] = (), fix: str | None = None
+) -> CheckItem:
+    """The item of check `key`, numbered and titled by it (`first_batches`: 3, "first batches")."""
+    return CheckItem(KEYS.index(key) + 1, key, key.replace("_", " "), status, summary, tuple(evidence), fix)
+
+
+def missing(result: TrialResult, what: str) -> str:
+    """Why a probe's record is absent, as precisely as the trial tells: the
+    probe's own reason (`check.skips`) first."""
+    if skip := (result.extra.get("check.skips") or {}).get(what):
+        return skip
+    for e in result.extra.get("check.errors") or []:
+        if e.split(":", 1)[0].strip() in _ERROR_SOURCES.get(what, ()):
+            return f"the probe failed: {e}"
+    for e in result.extra.get("harness_errors") or []:
+        if e.startswith("plugin ") and "probes.py" in e:
+            return f"the probes failed to load: {e}"
+    if result.timed_out:
+        return "the trial timed out before the probes could record it"
+    if result.crashed and result.steps_run == 0:
+        return f"the run crashed before training: {result.error}"
+    if "check.env" not in result.extra and not result.extra.get("harness_errors"):
+        return "no probe data: the trial ran without the probes (or never imported TensorFlow)"
+    return "the probe recorded nothing for it"
+
+
+_ERROR_SOURCES = {
+    "batches": ("fit data", "dataset peek", "fit probe"),
+    "timing": ("timing", "end probe"),
+    "model": ("model", "model (fit)", "end probe"),
+    "env": ("environment", "end probe"),
+    "loss": ("compiled loss", "loss probe"),
+}
+
+
+# -- 3. first batches ----------------------------------------------------------------
 
 
 def num_classes(loss: dict | None, model: dict | None) -> tuple[int | None, str]:
@@ -15,7 +76,7 @@ def num_classes(loss: dict | None, model: dict | None) -> tuple[int | None, str]
     kind = loss.get("kind")
     if kind == "multi":
         return None, "the model has one loss per output (a dict or list of losses): no single chance level"
-    if kind not in CLASSIFICATION:
+    if kind not in ("sparse", "categorical", "binary"):
         return None, f"the loss {loss.get('name')} is not a classification loss"
     width = (model or {}).get("output_width")
     if kind == "binary":
@@ -123,33 +184,29 @@ def _labels_note(c: int | None, why_no_classes: str, n_labels: int, loss: dict |
     return f"labels judged for {(loss or {}).get('name')} over {c} classes"
 
 
-def _batch_fixes(text: str) -> str | None:
-    """The fix for each kind of problem named in `text`."""
-    fixes = []
-    if "NaN" in text or "Inf" in text:
-        fixes.append(
-            "find where the NaN/Inf come from (missing values, log(0), a division): drop or impute them "
-            "in the data layer (`tf.where(tf.math.is_nan(x), 0.0, x)`); "
-            "`tf.debugging.check_numerics` in a `map` finds the first one"
-        )
-    if "class ids" in text or "one-hot rows" in text or "outside [0, 1]" in text:
-        fixes.append(
-            "labels must be class ids in [0, C): shift 1-based ids (`y - 1`), or give the output layer "
-            "one unit per class (C = largest id + 1)"
-        )
-    if "normalised" in text or "every value is 0" in text:
-        fixes.append(
-            "standardise the inputs: a `keras.layers.Normalization()` adapted on the training data as "
-            "the model's first layer, or `x / 255.0` / `(x - mean) / std` in the pipeline"
-        )
-    return "; ".join(fixes) or None
+# (words a problem's text names, its fix)
+_BATCH_FIXES = (
+    (
+        ("NaN", "Inf"),
+        "find where the NaN/Inf come from (missing values, log(0), a division): drop or impute them "
+        "in the data layer (`tf.where(tf.math.is_nan(x), 0.0, x)`); "
+        "`tf.debugging.check_numerics` in a `map` finds the first one",
+    ),
+    (
+        ("class ids", "one-hot rows", "outside [0, 1]"),
+        "labels must be class ids in [0, C): shift 1-based ids (`y - 1`), or give the output layer "
+        "one unit per class (C = largest id + 1)",
+    ),
+    (
+        ("normalised", "every value is 0"),
+        "standardise the inputs: a `keras.layers.Normalization()` adapted on the training data as "
+        "the model's first layer, or `x / 255.0` / `(x - mean) / std` in the pipeline",
+    ),
+)
 
 
 def check_first_batches(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
-    skips = result.extra.get("check.skips") or {}
     data = result.extra.get("check.batches")
-    if "batches" in skips and not data:
-        return item("first_batches", CheckStatus.SKIP, skips["batches"])
     if not data or not data.get("batches"):
         return item("first_batches", CheckStatus.SKIP, missing(result, "batches"))
     loss = result.extra.get("check.loss")
@@ -161,13 +218,12 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
     evidence.append(_labels_note(c, why_no_classes, n_labels, loss))
     if problems := fails + warns:
         status = CheckStatus.FAIL if fails else CheckStatus.WARN
-        return item("first_batches", status, "; ".join(problems), evidence, _batch_fixes(" ".join(problems)))
+        text = " ".join(problems)
+        fix = "; ".join(fix for words, fix in _BATCH_FIXES if any(w in text for w in words)) or None
+        return item("first_batches", status, "; ".join(problems), evidence, fix)
     shapes = ", ".join(
         f"{t.get('name')} {describe_tensor(t).split(' in [')[0]}"
         for role in ("inputs", "labels")
         for t in data["batches"][0].get(role) or []
     )
     return item("first_batches", CheckStatus.PASS, f"{len(data['batches'])} batch(es) look right: {shapes}", evidence)
-
-
-# -- 4. initial loss ----------------------------------------------------------------

@@ -28,8 +28,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from tfrepro.check.checklist import CheckItem, CheckReport, CheckStatus, fmt_ms, fmt_num, format_report
-from tfrepro.check.common import CheckOptions, item, missing
-from tfrepro.check.data import check_first_batches, num_classes
+from tfrepro.check.data import CheckOptions, check_first_batches, item, missing, num_classes
 from tfrepro.trials.values import TrialResult
 
 __all__ = ["CheckItem", "CheckOptions", "CheckReport", "CheckStatus", "format_report", "judge", "num_classes"]
@@ -148,11 +147,8 @@ def with_gpu_utilisation(item: CheckItem, result: TrialResult) -> CheckItem:
 
 
 def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
-    skips = result.extra.get("check.skips") or {}
     timing = result.extra.get("check.timing")
-    if "timing" in skips:
-        return item("input_pipeline", CheckStatus.SKIP, skips["timing"])
-    if not timing:
+    if not timing or "timing" in (result.extra.get("check.skips") or {}):
         return item("input_pipeline", CheckStatus.SKIP, missing(result, "timing"))
     if (pipe := timing.get("pipeline_s")) is None:  # probe_tools.time_pipeline: pipeline_s or pipeline_error
         why = f": {timing['pipeline_error']}" if timing.get("pipeline_error") else ""
@@ -205,7 +201,7 @@ def _input_bound(pipe: float, compute: float | None, step: float | None, options
     return compute is not None and pipe >= options.input_bound_alone * compute
 
 
-# -- 3. first batches ----------------------------------------------------------------
+# -- 4. initial loss -----------------------------------------------------------------
 
 
 def _off_chance(first: float, chance: float, hi: float, status: CheckStatus) -> tuple[str, str]:
@@ -366,10 +362,9 @@ def _loss_head(losses: Sequence[float], k: int = 5) -> list[str]:
 
 
 def check_parameters(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
-    skips = result.extra.get("check.skips") or {}
     model = result.extra.get("check.model")
     if not model:
-        return item("parameters", CheckStatus.SKIP, skips.get("model") or missing(result, "model"))
+        return item("parameters", CheckStatus.SKIP, missing(result, "model"))
     if model.get("trainable") is None:
         return item("parameters", CheckStatus.SKIP, f"the parameters of model {model.get('name')} could not be counted")
     tr, nt = int(model["trainable"]), int(model.get("non_trainable") or 0)

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from tfrepro.annotate.loops import StepFacts, step_facts
 from tfrepro.annotate.source import Src
 from tfrepro.check.checklist import CheckItem, CheckStatus
-from tfrepro.check.common import item
+from tfrepro.check.data import item
 from tfrepro.errors import UserError
 from tfrepro.trials.values import TrialResult
 

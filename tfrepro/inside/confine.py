@@ -60,23 +60,15 @@ def _mount(src, target, fstype, flags, data=None) -> None:
     _check(libc().mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
 
 
-def _write(path: str, text: str) -> None:
-    fd = os.open(path, os.O_WRONLY)
-    try:
-        os.write(fd, text.encode())
-    finally:
-        os.close(fd)
-
-
 # -- overlay --------------------------------------------------------------------------
 
 
 def _namespaces() -> None:
     uid, gid = os.getuid(), os.getgid()
     _check(libc().unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID), "unshare")
-    _write("/proc/self/setgroups", "deny")
-    _write("/proc/self/uid_map", f"{uid} {uid} 1")
-    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:  # one write(2), at close
+            f.write(text)
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
 
 

@@ -45,10 +45,9 @@ def split(tf, config: dict, extra: dict) -> None:
         return
     try:
         if gpus:
-            mb = int(config.get("replica_memory_mb") or GPU_REPLICA_MB)
-            conf = [tf.config.LogicalDeviceConfiguration(memory_limit=mb) for _ in range(n)]
+            conf = [tf.config.LogicalDeviceConfiguration(memory_limit=GPU_REPLICA_MB) for _ in range(n)]
             tf.config.set_logical_device_configuration(gpus[0], conf)
-            extra["replica_devices"] = f"1 GPU split into {n} logical GPUs of {mb} MiB"
+            extra["replica_devices"] = f"1 GPU split into {n} logical GPUs of {GPU_REPLICA_MB} MiB"
             # A split GPU refuses `set_memory_growth` (ValueError): the script's
             # call is ignored, with a warning, rather than crash the trial.
             tf.config.experimental.set_memory_growth = lambda device, enable: _warn(extra, MEMORY_GROWTH_IGNORED)

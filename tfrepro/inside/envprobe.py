@@ -21,12 +21,10 @@ from importlib import metadata
 
 
 def _os_release():
-    with contextlib.suppress(OSError):
-        with open("/etc/os-release", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("PRETTY_NAME="):
-                    return line.split("=", 1)[1].strip().strip('"')
-    return None
+    try:
+        return platform.freedesktop_os_release().get("PRETTY_NAME")
+    except OSError:
+        return None
 
 
 # The distributions that install the `tensorflow` package, in the order a

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import importlib
 import json
 import os
 import sys
@@ -115,12 +116,9 @@ def _make_callback(base, lib: str):
         """Last in the list: its batch end comes after the user's callbacks."""
 
         _supports_tf_logs = True  # tf_keras: do not convert every log to numpy for us
-
-        def __init__(self) -> None:
-            super().__init__()
-            self._t0 = 0.0
-            self._k = 0
-            self._prev_mean = 0.0
+        _t0 = 0.0  # batch begin
+        _k = 0  # batches this epoch
+        _prev_mean = 0.0  # the logged running mean after batch _k - 1
 
         def on_epoch_begin(self, epoch, logs=None):
             self._k = 0
@@ -366,8 +364,13 @@ def _patch_compile(cls) -> None:
 
 
 def on_keras(keras) -> None:
-    if H.keras2(keras):
-        _on_keras2(keras, keras.__name__)  # tf_keras, or TensorFlow <= 2.15's Keras 2 (laid out alike)
+    if H.keras2(keras):  # tf_keras, or TensorFlow <= 2.15's Keras 2 (laid out alike)
+        try:  # keras 2.13+ (and tf_keras) keep their code under <name>.src
+            Model = importlib.import_module(f"{keras.__name__}.src.engine.training").Model
+        except ImportError:
+            Model = importlib.import_module(f"{keras.__name__}.engine.training").Model
+        _patch_trainer(Model, keras.callbacks.Callback, keras.__name__, distributed_sum=True)
+        _patched(keras, Model)
         return
     if keras.backend.backend() != "tensorflow":
         H.S.errors.append(f"keras backend {keras.backend.backend()!r} is not measured")
@@ -391,18 +394,6 @@ def _patched(keras, model_cls) -> None:
     model_cls.__init__ = __init__
     if H.S.config.get("deterministic"):
         keras.utils.set_random_seed(int(H.S.config.get("seed", 0)))
-
-
-def _on_keras2(keras, lib: str) -> None:
-    """Keras 2 (`keras` of TensorFlow <= 2.15, or `tf_keras`)."""
-    import importlib
-
-    try:  # keras 2.13+ (and tf_keras) keep their code under <lib>.src
-        Model = importlib.import_module(f"{lib}.src.engine.training").Model
-    except ImportError:
-        Model = importlib.import_module(f"{lib}.engine.training").Model
-    _patch_trainer(Model, keras.callbacks.Callback, lib, distributed_sum=True)
-    _patched(keras, Model)
 
 
 def user_models() -> list:

@@ -27,10 +27,8 @@ before it (the unscaled loss when the target came from `scale_loss` /
   batch, as `tf.nn.compute_average_loss` gives, sums to fit's loss), and the
   per-replica losses are kept in extra["loop_replica_losses"].
 
-`H.loop_step` records it (its time: since the step before ended) and stops
-the process at `steps` and at the first non-finite loss. A printed `step=N loss=X` line is an explicit override
-(`yield_to_stdout`, called by the stdout tap): the steps recorded here are
-dropped and the printed ones count instead.
+`H.loop_step` records it. A printed `step=N loss=X` line overrides these
+steps (`yield_to_stdout`).
 """
 
 from __future__ import annotations

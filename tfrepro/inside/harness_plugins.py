@@ -12,7 +12,6 @@ imported by path and `plugin.install(ctx)` is called, where `ctx` offers
   ctx.after_import(name, fn)  fn(module) right after the script imports the
                            top-level module `name` (e.g. "tensorflow")
   ctx.replicas(fits=True)  the most replicas in sync so far (devices.replicas)
-  ctx.keras()              the Keras module the script uses (harness.keras_module)
   ctx.tf_settings()        op determinism, eager functions (devices.tf_settings)
 A plugin that raises is recorded in extra["harness_errors"]; it never fails
 the trial.
@@ -49,17 +48,11 @@ class PluginContext:
         H._FINDER.add(module_name, fn)
 
     def replicas(self, fits: bool = True) -> int | None:
-        """The most replicas in sync the trial ran with so far (of the
-        strategies the script built and, with `fits`, of its fits' models);
-        None when unknown (devices.py did not load)."""
+        """None when unknown (devices.py did not load)."""
         return H._DEVICES.replicas(H.S.extra, fits) if H._DEVICES is not None else None
 
-    def keras(self):  # None before the script imports one
-        return H.keras_module()
-
     def tf_settings(self) -> dict:
-        """`op_determinism` and `run_functions_eagerly` as TensorFlow has
-        them now, those it can report; {} before TensorFlow is imported."""
+        """Those TensorFlow can report now; {} before it is imported."""
         tf = sys.modules.get("tensorflow")
         got = H._DEVICES.tf_settings(tf) if H._DEVICES is not None and tf is not None else {}
         return {k: v for k, v in got.items() if isinstance(v, bool)}

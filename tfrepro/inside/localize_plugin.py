@@ -105,17 +105,14 @@ def _patch_keras(lib, facts: dict) -> None:
         _patch_loss_scale(lib.mixed_precision.LossScaleOptimizer, facts["settings"])
 
 
-def _after_run(ctx, facts: dict) -> None:
+def _after_run(ctx, facts: dict, models: list) -> None:
     """What the script set up, read once it ran: the layers of a
-    never-compiled model (custom loop), op determinism, eager functions (the
-    precision policy is the trial's own field: report/localize.py)."""
-    keras = ctx.keras()
-    with contextlib.suppress(Exception):
-        if keras is not None and not facts["layers"]:
-            # Never compiled (custom loop): find the models still alive.
-            import gc
-
-            facts["layers"] = _layers([obj for obj in gc.get_objects() if isinstance(obj, keras.Model)])
+    never-compiled model (custom loop: of the models the trial created),
+    op determinism, eager functions (the precision policy is the trial's
+    own field: report/localize.py)."""
+    if not facts["layers"]:
+        with contextlib.suppress(Exception):
+            facts["layers"] = _layers(models)
     facts["settings"].update(ctx.tf_settings())
 
 
@@ -144,8 +141,8 @@ def install(ctx):
 
     sys.excepthook = excepthook
 
-    def on_end(_models):
-        _after_run(ctx, facts)
+    def on_end(models):
+        _after_run(ctx, facts, models)
         facts["settings"]["replicas"] = ctx.replicas(fits=False)  # a strategy the script built
         ctx.record("localize", facts)
 

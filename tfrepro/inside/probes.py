@@ -154,40 +154,33 @@ class _Probes:
             self._patch_losses(losses)
 
     def _patch_losses(self, losses) -> None:
-        self._wrap_loss_class(losses.Loss)
+        self._wrap_loss(losses.Loss, "__call__", lambda args, kwargs: self._note_loss_object(args[0], "call"))
         for name in ("sparse_categorical_crossentropy", "categorical_crossentropy", "binary_crossentropy"):
             self._wrap_loss_fn(losses, name, from_logits=None)
 
-    def _wrap_loss_class(self, cls) -> None:
-        if getattr(cls, "_tfrepro_probe", False):
-            return
-        orig = cls.__call__
-        probes = self
-
-        def __call__(loss_self, *args, **kwargs):
-            if probes.loss is None:
-                probes._guard("loss probe", probes._note_loss_object, loss_self, "call")
-            return orig(loss_self, *args, **kwargs)
-
-        cls.__call__ = __call__
-        cls._tfrepro_probe = True
-
     def _wrap_loss_fn(self, module, name: str, *, from_logits) -> None:
-        orig = getattr(module, name, None)
+        def note(args, kwargs):
+            logits = from_logits if from_logits is not None else bool(kwargs.get("from_logits", False))
+            self._set_loss({"name": name, "kind": _LOSS_KINDS[name], "from_logits": logits, "source": "call"})
+
+        self._wrap_loss(module, name, note)
+
+    def _wrap_loss(self, owner, attr: str, note) -> None:
+        """`owner.attr` (a loss function, a Loss class's `__call__`), wrapped
+        once, calls `note(args, kwargs)` while no loss is known."""
+        orig = getattr(owner, attr, None)
         if orig is None or getattr(orig, "_tfrepro_probe", False):
             return
-        probes = self
 
         def wrapper(*args, **kwargs):
-            if probes.loss is None:
-                logits = from_logits if from_logits is not None else bool(kwargs.get("from_logits", False))
-                probes._set_loss({"name": name, "kind": _LOSS_KINDS[name], "from_logits": logits, "source": "call"})
+            if self.loss is None:
+                self._guard("loss probe", note, args, kwargs)
             return orig(*args, **kwargs)
 
         wrapper._tfrepro_probe = True
         wrapper.__wrapped__ = orig
-        wrapper.__name__ = name
-        setattr(module, name, wrapper)
+        wrapper.__name__ = attr
+        setattr(owner, attr, wrapper)
 
     # -- loss -------------------------------------------------------------------
 

@@ -229,10 +229,7 @@ def _finish(code: int, sig: int) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    if sig:  # an uncaught KeyboardInterrupt: CPython dies of SIGINT
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-    os._exit(code & 0xFF)
+    _confine_module().exit_as(sig or (code & 0xFF) << 8)  # a wait status: an uncaught KeyboardInterrupt dies of SIGINT
 
 
 def child_main(job: dict, server_pid: int, close_fds: list[int]) -> None:
