@@ -245,7 +245,7 @@ def _layer_srcs(files: list[Path], srcs: dict[Path, Src]) -> dict[Path, Src]:
 
     out = dict(srcs)
     seen = {p.resolve() for p in out}
-    for d in {p.parent for p in files}:
+    for d in sorted({p.parent for p in files}):
         for q in sorted(d.glob("*.py")):
             if q.resolve() not in seen:
                 seen.add(q.resolve())
