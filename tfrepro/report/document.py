@@ -120,10 +120,10 @@ def environment_facts(
     elif not probe:
         facts = {"probe_error": "environment probe not run"}
     else:
-        from tfrepro.report import environment
+        from tfrepro.report import envreport
 
         say("describing the environment (versions, devices) in a TensorFlow child ...")
-        facts = environment.in_trial(python=python)
+        facts = envreport.in_trial(python=python)
     if environ.get("LD_LIBRARY_PATH"):
         facts = {**facts, "ld_library_path": environ["LD_LIBRARY_PATH"]}
     return facts
