@@ -425,7 +425,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project, monkeypatch):
-    monkeypatch.setattr("tfrepro.report.artifacts.have_tensorboard", lambda: False)
+    monkeypatch.setattr("tfrepro.report.tables.have_tensorboard", lambda: False)
     run = make_run(project, "nan", ["mixed_precision"])
     runner = ScriptedRunner()
     b = build(run, runner)

@@ -28,7 +28,6 @@ from tfrepro.errors import UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report import outdir
 from tfrepro.report.answer import Report
-from tfrepro.report.artifacts import plots, write_events
 from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, load_at, write_files, write_scripts
@@ -39,6 +38,7 @@ from tfrepro.report.scriptargs import default_args, notebook_code, script_args, 
 from tfrepro.report.scrub import Scrubber
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
 from tfrepro.report.shows import with_footer
+from tfrepro.report.tables import plots, write_events
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
 
