@@ -13,6 +13,11 @@ The bundle (default `<run>/report/`):
     tensorboard/     one event-file run per trial
 
 Every text written passes through one `Scrubber` (secrets, home directory).
+
+A run whose answer is a known cost (tfrepro/costs.py, `known_cost` in
+result.json) gets EXPLANATION.md instead (`write_explanation`): an
+explanation with the fix, not a drafted bug report (`--force` drafts one
+anyway).
 """
 
 from __future__ import annotations
@@ -47,6 +52,7 @@ if TYPE_CHECKING:
 
 RUNS = Path(STATE_DIR_NAME) / "runs"
 Write = Callable[[str, str], None]  # (path in the bundle, text): build_report's, scrubbed
+EXPLANATION = "EXPLANATION.md"
 
 
 @dataclass(frozen=True)
@@ -91,6 +97,34 @@ def load_result(run_dir: Path) -> ResultJson:
     if not isinstance(result, dict) or "status" not in result:
         raise UserError("not a tfrepro bisect result (no `status`)", path=path)
     return result
+
+
+def write_explanation(run_dir: Path, result: ResultJson, out: Path | None = None) -> Path:
+    """Write EXPLANATION.md into `out` (default: RUN_DIR/report) and return its path."""
+    cost = result["known_cost"]
+    timing = result.get("timing") or {}
+    ratio = f" (step time x{timing['ratio']:.2f})" if isinstance(timing.get("ratio"), (int, float)) else ""
+    culprits = ", ".join(result.get("culprits") or cost.get("features") or [])
+    text = "\n".join(
+        [
+            f"# {result.get('symptom') or 'slowdown'} caused by {culprits}: a known cost, not a bug",
+            "",
+            f"The bisection found that {culprits} makes training slower{ratio}.",
+            f"That is the documented cost of this feature on the hardware the trials ran on: {cost['reason']}.",
+            "",
+            f"**Fix:** {cost['fix']}.",
+            "",
+            f"Source: {cost['source']}",
+            "",
+            "No bug report was drafted. If you believe the cost is larger than it should be, "
+            "`tfrepro report --force` drafts one anyway.",
+            "",
+        ]
+    )
+    dest = outdir.prepare(Path(out) if out is not None else Path(run_dir) / "report")
+    path = dest / EXPLANATION
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 # --------------------------------------------------------------------------- the report
