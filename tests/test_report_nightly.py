@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tfrepro.report import confirm as nightly
+from tfrepro.report import rerun as nightly
 from tfrepro.report.issue import nightly_answer
 from tfrepro.report.rerun import Reproduction
 

@@ -243,7 +243,7 @@ def test_the_nightly_rerun_of_a_reduced_repro_reads_the_kept_records(tmp_path, m
     symptom on nightly, which the form then called fixed)."""
     from report_fakes import build
 
-    from tfrepro.report import confirm as nightly
+    from tfrepro.report import rerun as nightly
     from tfrepro.report.answer import NightlyRun
 
     monkeypatch.setattr("tfrepro.report.tables.have_tensorboard", lambda: False)

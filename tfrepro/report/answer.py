@@ -77,7 +77,7 @@ class Reproduction(Timed):
 @dataclass(frozen=True)
 class NightlyRun:
     """report.json's `nightly` (written with `asdict`): the nightly build
-    tried (confirm.py `on_nightly`, or a version bisect's trial of one),
+    tried (rerun.py `on_nightly`, or a version bisect's trial of one),
     whether the repro showed the symptom there, what it saw."""
 
     version: str = "tf-nightly"
@@ -88,7 +88,7 @@ class NightlyRun:
 @dataclass(frozen=True)
 class Repro:
     """report.json's `repro`: the exported repro (document.py) and its trim
-    (confirm.py: `trimmed`, and what the trim did or why it was not kept)."""
+    (rerun.py `with_data`: `trimmed`, and what the trim did or why it was not kept)."""
 
     entry: str = "repro.py"
     files: list[str] | None = None

@@ -33,12 +33,11 @@ from tfrepro.errors import UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report import outdir
 from tfrepro.report.answer import Report
-from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
 from tfrepro.report.document import document, environment_facts
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, load_at, write_files, write_scripts
 from tfrepro.report.records import ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
-from tfrepro.report.rerun import Runner
+from tfrepro.report.rerun import Runner, nightly_rerun, rerun_settings, with_data
 from tfrepro.report.scriptargs import default_args, notebook_code, script_args, with_split
 from tfrepro.report.scrub import Scrubber
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle

@@ -10,9 +10,9 @@ from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
 from tfrepro.report.answer import Evidence, Localization, NightlyRun, Report, Repro, Reproduction, of
-from tfrepro.report.confirm import rerun_settings
 from tfrepro.report.export import ENTRY, Export
 from tfrepro.report.records import ResultJson
+from tfrepro.report.rerun import rerun_settings
 from tfrepro.report.scan import Setup, extra_imports, merge_runtime, scan_setup
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 
