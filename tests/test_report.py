@@ -375,7 +375,7 @@ def test_the_setup_is_what_the_rerun_trial_recorded_once():
     from types import SimpleNamespace
 
     from tfrepro.report.answer import Reproduction
-    from tfrepro.report.document import _setup_facts
+    from tfrepro.report.bundle import _setup_facts
 
     trial = _rerun("mixed_float16", 1, None, eagerly=True)
     trial.extra["setup"].update(precision_policy="float32", replicas=1, jit_compile=False)  # the old second record
