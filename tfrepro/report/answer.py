@@ -1,5 +1,5 @@
 """The run's answer as the report writes and reads it: report.json's
-document as frozen values (`Report`: document.py builds it, `Report.json`
+document as frozen values (`Report`: bundle.py `document` builds it, `Report.json`
 writes it, bundle.py reads the written, scrubbed document back with
 `Report.of`); what others wrote (trial summaries, environment facts,
 timing) kept as written and read as the writers' own values (a trial as
@@ -87,7 +87,7 @@ class NightlyRun:
 
 @dataclass(frozen=True)
 class Repro:
-    """report.json's `repro`: the exported repro (document.py) and its trim
+    """report.json's `repro`: the exported repro (bundle.py `document`) and its trim
     (rerun.py `with_data`: `trimmed`, and what the trim did or why it was not kept)."""
 
     entry: str = "repro.py"
@@ -207,7 +207,7 @@ class Localization:
 
 @dataclass(frozen=True)
 class Report:
-    """report.json: everything ISSUE.md says, as data (document.py
+    """report.json: everything ISSUE.md says, as data (bundle.py
     `document` builds it). `json` writes it, `Report.of` reads it back. The
     trials (`baseline`, `failing`, `culprit_trial`, `reference_trial`) are
     result.json's trial summaries and `environment` the probe's facts, as

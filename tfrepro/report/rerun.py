@@ -242,12 +242,10 @@ def _slowdown(
         reproduced, detail = False, f"a timing run of repro.py stopped with {out.stopped.value}"
     elif out.verdict == Verdict.SLOWDOWN:
         test = f"{n} clear-cut pair{'s' if n != 1 else ''}" if out.fast else f"p={out.p_value:.3g}, {n} pairs"
-        reproduced, detail = (
-            True,
-            (
-                f"median step time {out.ratio:.2f}x that of {spec.reference} "
-                f"(threshold {threshold}x, {test}; repro.py between two {spec.reference} runs)"
-            ),
+        reproduced = True
+        detail = (
+            f"median step time {out.ratio:.2f}x that of {spec.reference} "
+            f"(threshold {threshold}x, {test}; repro.py between two {spec.reference} runs)"
         )
     elif out.conclusive:
         reproduced = False
