@@ -204,14 +204,12 @@ def build_report(
         env_facts = environment_facts(
             reproduction, probe=how.probe_environment, python=how.python, environ=environ, say=say
         )
-        artifacts.update(plots(out, ctx.result, ctx.symptom, reproduction))
-        culprits, first_bad = ctx.result.get("culprits") or [], ctx.result.get("first_bad_commit")
-        head = Report(symptom=ctx.symptom, culprits=culprits, environment=env_facts, first_bad_commit=first_bad)
-        artifacts.update(_write_notebook(write, ctx, export, head))
-        facts = dict(reproduction=reproduction, loc=loc, env_facts=env_facts, environ=environ, artifacts=artifacts)
+        facts = dict(reproduction=reproduction, loc=loc, env_facts=env_facts, environ=environ)
         report = document(ctx, export, scrubber=scrubber, **facts)
+        artifacts.update(plots(out, report, ctx.result))
+        artifacts.update(_write_notebook(write, ctx, export, report))
         repro = replace(report.repro, trimmed=trim["trimmed"], trim=trim)
-        report = replace(report, repro=repro, data=data.to_dict())
+        report = replace(report, repro=repro, data=data.to_dict(), artifacts={**artifacts, **OWN_FILES})
         if how.nightly:
             report = replace(report, nightly=nightly_rerun(ctx, export, max_pairs=how.max_pairs, say=say))
         doc = scrubber.scrub_obj(report.json())
@@ -263,15 +261,15 @@ def load_context(run_dir: Path) -> Context:
     return Context(run_dir, result, symptom, project, settings, project.manifest.symptoms, entry_of(settings))
 
 
-def _write_notebook(write: Write, ctx: Context, export: Export, head: Report) -> dict[str, str]:
-    """repro.ipynb, titled as the issue is (`head`: the report's first facts)."""
+def _write_notebook(write: Write, ctx: Context, export: Export, report: Report) -> dict[str, str]:
+    """repro.ipynb, titled as the issue is."""
     import nbformat
 
     from tfrepro.report import notebook
 
     try:
         code = notebook_code(export.cand_files[ENTRY], ENTRY, script_args(ctx.settings, ctx.entry))
-        nb = notebook.build(code, symptom=ctx.symptom, env=head.env, title=issue_md.title(head))
+        nb = notebook.build(code, symptom=ctx.symptom, env=report.env, title=issue_md.title(report))
     except SyntaxError as e:
         return {"repro.ipynb": f"skipped: repro.py does not parse ({e.msg}, line {e.lineno})"}
     write("repro.ipynb", nbformat.writes(nb, version=4))
@@ -317,7 +315,6 @@ def document(
     env_facts: dict[str, Any],
     environ: dict[str, str],
     scrubber: Scrubber,
-    artifacts: dict[str, str],
 ) -> Report:
     """report.json: everything ISSUE.md says, as data."""
     result, project = ctx.result, ctx.project
@@ -364,7 +361,6 @@ def document(
             diff=export.diff,
             command=shlex.join(["python", *command[1:]]) if command else f"python {ENTRY}",
         ),
-        artifacts={**artifacts, **OWN_FILES},
         reference_trial=reference or None,
     )
 

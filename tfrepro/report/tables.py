@@ -44,9 +44,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from tfrepro.report.answer import Reproduction, of
+from tfrepro.report.answer import Report
 from tfrepro.report.records import ResultJson
-from tfrepro.trials.slowdown import TimingRecord
 from tfrepro.trials.values import TrialResult, TrialRow
 
 
@@ -258,14 +257,14 @@ def have_tensorboard() -> bool:
     return importlib.util.find_spec("tensorboard") is not None
 
 
-def plots(out: Path, result: ResultJson, symptom: str, rep: Reproduction | None) -> dict[str, str]:
+def plots(out: Path, r: Report, result: ResultJson) -> dict[str, str]:
+    """The report's pictures (`result`: the run's, for the culprit configuration's name)."""
     notes = {"loss.png": "skipped: no per-step loss recorded"}
-    base = TrialResult.from_dict(result.get("baseline") or {})
-    cand = TrialResult.from_dict(result.get("culprit_trial") or result.get("failing") or {})
+    symptom, base, cand = r.symptom, r.base, r.candidate
     label = "+".join(result.get("culprit_config") or result.get("culprits") or []) or "failing"
     curves = [("baseline (all features off)", base), (f"culprit configuration ({label})", cand)]
-    if symptom == "mismatch" and rep and rep.reference:
-        curves.insert(1, ("reference (re-run of reference.py)", TrialResult.from_dict(rep.reference)))
+    if r.reference:  # a mismatch's re-run of reference.py
+        curves.insert(1, ("reference (re-run of reference.py)", r.reference))
     if loss_plot(out / "loss.png", curves, title=f"per-step loss — {symptom}"):
         marked = ", first non-finite step marked" if symptom == "nan" else ""
         notes["loss.png"] = f"per-step loss, baseline against the culprit configuration{marked}"
@@ -277,7 +276,7 @@ def plots(out: Path, result: ResultJson, symptom: str, rep: Reproduction | None)
         # Every steady step of one trial each shows the spread; the per-trial
         # medians of the interleaved timing runs are what the test compared.
         groups = [("baseline", list(base.steady_step_times())), (label, list(cand.steady_step_times()))]
-        timing = of(TimingRecord, result.get("timing")) or TimingRecord()
+        timing = r.evidence.timed
         if not (groups[0][1] and groups[1][1]) and timing.baseline and timing.candidate:
             groups = [
                 ("baseline (per-trial medians)", timing.baseline),
