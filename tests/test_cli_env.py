@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from tfrepro import __version__
 from tfrepro.cli import main
-from tfrepro.report import environment, envreport
+from tfrepro.report import envreport
 from tfrepro.report.answer import Env, of
 
 FACTS = {
@@ -68,7 +68,7 @@ def test_env_doc_versions_settings_and_redacted_variables():
 
 
 def test_env_text_and_json(monkeypatch):
-    monkeypatch.setattr(environment, "collect", lambda **kw: dict(FACTS))
+    monkeypatch.setattr(envreport, "collect", lambda **kw: dict(FACTS))
     for k in list(envreport.os.environ):
         if envreport.scrub.is_allowed_env(k) or k.startswith("CUDA_") or k in envreport.DETERMINISM_VARS:
             monkeypatch.delenv(k)
@@ -96,7 +96,7 @@ def test_env_text_and_json(monkeypatch):
 
 
 def test_env_probe_failure_is_stated_not_raised(monkeypatch):
-    monkeypatch.setattr(environment, "collect", lambda **kw: {"python": "3.11.7", "probe_error": "boom"})
+    monkeypatch.setattr(envreport, "collect", lambda **kw: {"python": "3.11.7", "probe_error": "boom"})
     r = CliRunner().invoke(main, ["env", "--json"])
     assert r.exit_code == 0
     doc = json.loads(r.output)

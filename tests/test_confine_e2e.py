@@ -454,9 +454,9 @@ def test_env_shows_the_active_confinement(monkeypatch):
     from click.testing import CliRunner
 
     from tfrepro.cli import main
-    from tfrepro.report import environment
+    from tfrepro.report import envreport
 
-    monkeypatch.setattr(environment, "collect", lambda **kw: {"python": "3.11.7", "devices": [], "gpus": []})
+    monkeypatch.setattr(envreport, "collect", lambda **kw: {"python": "3.11.7", "devices": [], "gpus": []})
     monkeypatch.setenv(confine.ENV, "none")
     r = CliRunner().invoke(main, ["env"])
     assert r.exit_code == 0, r.output

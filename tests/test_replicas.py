@@ -379,7 +379,7 @@ def test_the_gpu_check_dry_run_lists_every_check_and_runs_nothing(tmp_path):
 
 def test_the_issue_says_replicas_and_a_trial_that_compiled_otherwise():
     from tfrepro.report.answer import Report
-    from tfrepro.report.issue_extra import bisect_evidence
+    from tfrepro.report.issue import bisect_evidence
 
     differs = [{"configuration": ["xla"], "jit_compile": [True], "failing_jit_compile": [False]}]
     text = "\n".join(

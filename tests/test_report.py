@@ -375,7 +375,7 @@ def test_the_setup_is_what_the_rerun_trial_recorded_once():
     from types import SimpleNamespace
 
     from tfrepro.report.answer import Reproduction
-    from tfrepro.report.document import _setup_facts
+    from tfrepro.report.bundle import _setup_facts
 
     trial = _rerun("mixed_float16", 1, None, eagerly=True)
     trial.extra["setup"].update(precision_policy="float32", replicas=1, jit_compile=False)  # the old second record
@@ -425,7 +425,7 @@ def project(tmp_path: Path) -> Path:
 
 
 def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project, monkeypatch):
-    monkeypatch.setattr("tfrepro.report.artifacts.have_tensorboard", lambda: False)
+    monkeypatch.setattr("tfrepro.report.tables.have_tensorboard", lambda: False)
     run = make_run(project, "nan", ["mixed_precision"])
     runner = ScriptedRunner()
     b = build(run, runner)
@@ -606,9 +606,9 @@ def test_issue_states_gpu_and_cuda_when_present():
 def test_cli_md_summary_names_the_bundle(project, monkeypatch):
     # The environment child imports TensorFlow (seconds); its facts are not
     # what this test is about.
-    from tfrepro.report import environment
+    from tfrepro.report import envreport
 
-    monkeypatch.setattr(environment, "in_trial", lambda **kw: {"tf_version": "9.9.9"})
+    monkeypatch.setattr(envreport, "in_trial", lambda **kw: {"tf_version": "9.9.9"})
     run = make_run(project, "nan", ["mixed_precision"])
     r = CliRunner().invoke(main, ["report", str(project), "--no-rerun", "--no-localize"])
     assert r.exit_code == 0, r.output
@@ -642,9 +642,9 @@ def test_a_moved_project_is_reported_from_where_its_run_now_lives(project, tmp_p
 
 
 def test_cli_json_prints_one_document_and_progress_goes_to_stderr(project, monkeypatch):
-    from tfrepro.report import environment
+    from tfrepro.report import envreport
 
-    monkeypatch.setattr(environment, "collect", lambda **kw: {"tf_version": "9.9.9"})
+    monkeypatch.setattr(envreport, "collect", lambda **kw: {"tf_version": "9.9.9"})
     make_run(project, "nan", ["mixed_precision"])
     r = CliRunner().invoke(main, ["report", str(project), "--json", "--no-rerun", "--no-localize"])
     assert r.exit_code == 0, r.output

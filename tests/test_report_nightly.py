@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from tfrepro.report import confirm as nightly
+from tfrepro.report import rerun as nightly
 from tfrepro.report.issue import nightly_answer
 from tfrepro.report.rerun import Reproduction
 
@@ -67,7 +67,7 @@ def test_an_environment_that_cannot_be_built_is_said_not_guessed():
 
 
 def test_a_version_bisects_nightly_trial_is_the_same_record():
-    from tfrepro.report.document import _nightly
+    from tfrepro.report.bundle import _nightly
 
     result = {"symptom": "nan", "version_trials": [{"version": "2.21.0"}, {"version": "2.22.0.dev1", "verdict": "nan"}]}
     got = _nightly(result)

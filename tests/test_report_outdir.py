@@ -29,9 +29,9 @@ def shape(rel: str) -> str:
 
 
 def test_a_bundle_beside_a_git_checkout_is_refused_and_nothing_is_deleted(run, tmp_path, monkeypatch):
-    from tfrepro.report import environment
+    from tfrepro.report import envreport
 
-    monkeypatch.setattr(environment, "collect", lambda **kw: {"tf_version": "9.9.9"})
+    monkeypatch.setattr(envreport, "collect", lambda **kw: {"tf_version": "9.9.9"})
     repo = tmp_path / "myrepo"
     build(run, ScriptedRunner(), out=repo)  # a previous bundle...
     (repo / ".git" / "objects").mkdir(parents=True)  # ...then the user's work lands beside it

@@ -140,7 +140,7 @@ def test_after_a_reduction_reference_py_reads_the_kept_records_too(tmp_path, mon
 
     from tfrepro.trials.values import TrialResult
 
-    monkeypatch.setattr("tfrepro.report.artifacts.have_tensorboard", lambda: False)
+    monkeypatch.setattr("tfrepro.report.tables.have_tensorboard", lambda: False)
     run = _reduced_run(tmp_path)
     root = tmp_path / "home" / "alice" / "proj"
     seen = []
@@ -206,7 +206,7 @@ def test_a_multi_file_reference_finds_the_kept_records_beside_it(tmp_path, monke
 
     from report_fakes import build
 
-    monkeypatch.setattr("tfrepro.report.artifacts.have_tensorboard", lambda: False)
+    monkeypatch.setattr("tfrepro.report.tables.have_tensorboard", lambda: False)
     b = build(_reduced_run(tmp_path, helper=True), _nan_with_row_7)
     assert b.report.repro.reference == "reference/repro.py" and (b.out / "reference" / "helpers.py").is_file()
     assert b.report.repro.diff.startswith("--- reference/repro.py\n+++ repro.py\n")  # the file the diff is from
@@ -230,7 +230,7 @@ def test_the_localisation_of_a_reduced_repro_reads_the_kept_records(tmp_path, mo
         seen.append((sorted(files), np.load(io.BytesIO(data))["f0_rows"].tolist() if data else None))
         return Localization(note="fake")
 
-    monkeypatch.setattr("tfrepro.report.artifacts.have_tensorboard", lambda: False)
+    monkeypatch.setattr("tfrepro.report.tables.have_tensorboard", lambda: False)
     monkeypatch.setattr(localize, "localize", fake)
     b = build(_reduced_run(tmp_path), _nan_with_row_7, localize=True)
     assert b.report.data["reduction"]["records"] == 1
@@ -243,10 +243,10 @@ def test_the_nightly_rerun_of_a_reduced_repro_reads_the_kept_records(tmp_path, m
     symptom on nightly, which the form then called fixed)."""
     from report_fakes import build
 
-    from tfrepro.report import confirm as nightly
+    from tfrepro.report import rerun as nightly
     from tfrepro.report.answer import NightlyRun
 
-    monkeypatch.setattr("tfrepro.report.artifacts.have_tensorboard", lambda: False)
+    monkeypatch.setattr("tfrepro.report.tables.have_tensorboard", lambda: False)
     monkeypatch.setattr(nightly, "nightly_env", lambda say: "an environment")
     monkeypatch.setattr(
         nightly, "on_nightly", lambda again, env: NightlyRun("tf-nightly", again(_nan_with_row_7).reproduced)

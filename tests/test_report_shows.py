@@ -74,7 +74,7 @@ def test_the_footer_names_the_reference_where_the_bundle_puts_it(tmp_path, monke
     compare with that (it said reference.py, which such a bundle lacks)."""
     from report_fakes import ScriptedRunner, build, make_project, make_run
 
-    monkeypatch.setattr("tfrepro.report.artifacts.have_tensorboard", lambda: False)
+    monkeypatch.setattr("tfrepro.report.tables.have_tensorboard", lambda: False)
     root = make_project(tmp_path)
     (root / "helpers.py").write_text("STEPS = 8\n")
     (root / "repro.py").write_text("import helpers\n" + (root / "repro.py").read_text())

@@ -93,8 +93,7 @@ def report(
 
 def _explained(run: Path, out: Path | None, as_json: bool) -> bool:
     """A known cost (result.json `known_cost`): EXPLANATION.md with the fix, no bug report."""
-    from tfrepro.report.bundle import load_result
-    from tfrepro.report.explain import write_explanation
+    from tfrepro.report.bundle import load_result, write_explanation
 
     result = load_result(run)
     cost = result.get("known_cost")

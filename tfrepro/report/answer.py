@@ -1,5 +1,5 @@
 """The run's answer as the report writes and reads it: report.json's
-document as frozen values (`Report`: document.py builds it, `Report.json`
+document as frozen values (`Report`: bundle.py `document` builds it, `Report.json`
 writes it, bundle.py reads the written, scrubbed document back with
 `Report.of`); what others wrote (trial summaries, environment facts,
 timing) kept as written and read as the writers' own values (a trial as
@@ -77,7 +77,7 @@ class Reproduction(Timed):
 @dataclass(frozen=True)
 class NightlyRun:
     """report.json's `nightly` (written with `asdict`): the nightly build
-    tried (confirm.py `on_nightly`, or a version bisect's trial of one),
+    tried (rerun.py `on_nightly`, or a version bisect's trial of one),
     whether the repro showed the symptom there, what it saw."""
 
     version: str = "tf-nightly"
@@ -87,8 +87,8 @@ class NightlyRun:
 
 @dataclass(frozen=True)
 class Repro:
-    """report.json's `repro`: the exported repro (document.py) and its trim
-    (confirm.py: `trimmed`, and what the trim did or why it was not kept)."""
+    """report.json's `repro`: the exported repro (bundle.py `document`) and its trim
+    (rerun.py `with_data`: `trimmed`, and what the trim did or why it was not kept)."""
 
     entry: str = "repro.py"
     files: list[str] | None = None
@@ -207,7 +207,7 @@ class Localization:
 
 @dataclass(frozen=True)
 class Report:
-    """report.json: everything ISSUE.md says, as data (document.py
+    """report.json: everything ISSUE.md says, as data (bundle.py
     `document` builds it). `json` writes it, `Report.of` reads it back. The
     trials (`baseline`, `failing`, `culprit_trial`, `reference_trial`) are
     result.json's trial summaries and `environment` the probe's facts, as

@@ -6,39 +6,47 @@ The bundle (default `<run>/report/`):
     reference.py     the same script without the culprits (for a mismatch: the
                      reference configuration), to compare against
     ISSUE.md         the issue text (see issue.py)
-    report.json      everything ISSUE.md says, as data
+    report.json      everything ISSUE.md says, as data (`document`: the run's
+                     result, the exported repro, the re-run, the
+                     localisation, the environment, the setup)
     result.json      the bisect result the report was made from
     loss.png         per-step loss, baseline against culprit configuration
     steps.png        step-time distributions (slowdowns)
     tensorboard/     one event-file run per trial
 
 Every text written passes through one `Scrubber` (secrets, home directory).
+
+A run whose answer is a known cost (tfrepro/costs.py, `known_cost` in
+result.json) gets EXPLANATION.md instead (`write_explanation`): an
+explanation with the fix, not a drafted bug report (`--force` drafts one
+anyway).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tfrepro import __version__
 from tfrepro.errors import UserError
 from tfrepro.report import issue as issue_md
 from tfrepro.report import outdir
-from tfrepro.report.answer import Report
-from tfrepro.report.artifacts import plots, write_events
-from tfrepro.report.confirm import nightly_rerun, rerun_settings, with_data
-from tfrepro.report.document import document, environment_facts
+from tfrepro.report.answer import Evidence, Localization, NightlyRun, Report, Repro, Reproduction, of
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, load_at, write_files, write_scripts
 from tfrepro.report.records import ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
-from tfrepro.report.rerun import Runner
+from tfrepro.report.rerun import Runner, nightly_rerun, rerun_settings, with_data
+from tfrepro.report.scan import Setup, extra_imports, merge_runtime, scan_setup
 from tfrepro.report.scriptargs import default_args, notebook_code, script_args, with_split
-from tfrepro.report.scrub import Scrubber
+from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
 from tfrepro.report.shows import with_footer
+from tfrepro.report.tables import plots, write_events
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
 
@@ -47,6 +55,7 @@ if TYPE_CHECKING:
 
 RUNS = Path(STATE_DIR_NAME) / "runs"
 Write = Callable[[str, str], None]  # (path in the bundle, text): build_report's, scrubbed
+EXPLANATION = "EXPLANATION.md"
 
 
 @dataclass(frozen=True)
@@ -91,6 +100,29 @@ def load_result(run_dir: Path) -> ResultJson:
     if not isinstance(result, dict) or "status" not in result:
         raise UserError("not a tfrepro bisect result (no `status`)", path=path)
     return result
+
+
+def write_explanation(run_dir: Path, result: ResultJson, out: Path | None = None) -> Path:
+    """Write EXPLANATION.md into `out` (default: RUN_DIR/report) and return its path."""
+    cost = result["known_cost"]
+    timing = result.get("timing") or {}
+    ratio = f" (step time x{timing['ratio']:.2f})" if isinstance(timing.get("ratio"), (int, float)) else ""
+    culprits = ", ".join(result.get("culprits") or cost.get("features") or [])
+    text = f"""# {result.get("symptom") or "slowdown"} caused by {culprits}: a known cost, not a bug
+
+The bisection found that {culprits} makes training slower{ratio}.
+That is the documented cost of this feature on the hardware the trials ran on: {cost["reason"]}.
+
+**Fix:** {cost["fix"]}.
+
+Source: {cost["source"]}
+
+No bug report was drafted. If you believe the cost is larger than it should be, `tfrepro report --force` drafts one anyway.
+"""
+    dest = outdir.prepare(Path(out) if out is not None else Path(run_dir) / "report")
+    path = dest / EXPLANATION
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 # --------------------------------------------------------------------------- the report
@@ -167,14 +199,12 @@ def build_report(
         env_facts = environment_facts(
             reproduction, probe=how.probe_environment, python=how.python, environ=environ, say=say
         )
-        artifacts.update(plots(out, ctx.result, ctx.symptom, reproduction))
-        culprits, first_bad = ctx.result.get("culprits") or [], ctx.result.get("first_bad_commit")
-        head = Report(symptom=ctx.symptom, culprits=culprits, environment=env_facts, first_bad_commit=first_bad)
-        artifacts.update(_write_notebook(write, ctx, export, head))
-        facts = dict(reproduction=reproduction, loc=loc, env_facts=env_facts, environ=environ, artifacts=artifacts)
+        facts = dict(reproduction=reproduction, loc=loc, env_facts=env_facts, environ=environ)
         report = document(ctx, export, scrubber=scrubber, **facts)
+        artifacts.update(plots(out, report, ctx.result))
+        artifacts.update(_write_notebook(write, ctx, export, report))
         repro = replace(report.repro, trimmed=trim["trimmed"], trim=trim)
-        report = replace(report, repro=repro, data=data.to_dict())
+        report = replace(report, repro=repro, data=data.to_dict(), artifacts={**artifacts, **OWN_FILES})
         if how.nightly:
             report = replace(report, nightly=nightly_rerun(ctx, export, max_pairs=how.max_pairs, say=say))
         doc = scrubber.scrub_obj(report.json())
@@ -226,15 +256,15 @@ def load_context(run_dir: Path) -> Context:
     return Context(run_dir, result, symptom, project, settings, project.manifest.symptoms, entry_of(settings))
 
 
-def _write_notebook(write: Write, ctx: Context, export: Export, head: Report) -> dict[str, str]:
-    """repro.ipynb, titled as the issue is (`head`: the report's first facts)."""
+def _write_notebook(write: Write, ctx: Context, export: Export, report: Report) -> dict[str, str]:
+    """repro.ipynb, titled as the issue is."""
     import nbformat
 
     from tfrepro.report import notebook
 
     try:
         code = notebook_code(export.cand_files[ENTRY], ENTRY, script_args(ctx.settings, ctx.entry))
-        nb = notebook.build(code, symptom=ctx.symptom, env=head.env, title=issue_md.title(head))
+        nb = notebook.build(code, symptom=ctx.symptom, env=report.env, title=issue_md.title(report))
     except SyntaxError as e:
         return {"repro.ipynb": f"skipped: repro.py does not parse ({e.msg}, line {e.lineno})"}
     write("repro.ipynb", nbformat.writes(nb, version=4))
@@ -251,3 +281,113 @@ def _write_data(out: Path, ctx: Context, data: DataFacts, no_data: bool) -> dict
     if not no_data:
         artifacts.update(write_replay(out, ctx.run_dir, ctx.result))
     return artifacts
+
+
+# --------------------------------------------------------------------------- report.json
+
+
+# The files every bundle has besides its artifacts.
+OWN_FILES = {
+    "ISSUE.md": "this issue text",
+    "report.json": "everything in ISSUE.md, as data",
+    "result.json": "the bisect result this report was made from",
+}
+
+
+def _setup_facts(export: Export, reproduction: Reproduction | None, loc: Localization | None) -> Setup:
+    """Precision, replicas, XLA...: read from the source, then corrected by
+    what the re-run and the localisation saw at run time."""
+    rerun = reproduction.trial if reproduction else None
+    return merge_runtime(scan_setup(export.cand_files[ENTRY]), rerun, loc.settings if loc else None)
+
+
+def document(
+    ctx: Context,
+    export: Export,
+    *,
+    reproduction: Reproduction | None,
+    loc: Localization | None,
+    env_facts: dict[str, Any],
+    environ: dict[str, str],
+    scrubber: Scrubber,
+) -> Report:
+    """report.json: everything ISSUE.md says, as data."""
+    result, project = ctx.result, ctx.project
+    # the run's result fields answer.Evidence names; the replicas the trials ran with
+    evidence = {f.name: result.get(f.name) for f in fields(Evidence)} | {"replicas": ctx.settings.replicas}
+    reference = reproduction.reference if reproduction and ctx.symptom == "mismatch" else None
+    command = rerun_settings(ctx).command
+    return Report(
+        tfrepro_version=__version__,
+        run_id=ctx.run_dir.name,
+        run_dir=str(ctx.run_dir),
+        project=str(project.root),
+        status=result.get("status"),
+        symptom=ctx.symptom,
+        culprits=list(result.get("culprits") or []),
+        culprit_config=list(export.cand_cfg or []),
+        reference_config=list(export.ref_cfg or []),
+        first_bad_commit=result.get("first_bad_commit"),
+        commit=result.get("commit"),
+        follows=result.get("follows"),
+        nightly=_nightly(result),
+        features={
+            n: {"description": project.description(n), "affects_loss": n in project.affects_loss}
+            for n in project.feature_names
+        },
+        settings=ctx.settings.to_dict(),
+        symptom_settings=ctx.symptoms,
+        baseline=result.get("baseline") or {},
+        failing=result.get("failing") or {},
+        culprit_trial=result.get("culprit_trial") or result.get("failing") or {},
+        evidence=Evidence(**evidence),  # type: ignore[arg-type]
+        environment=env_facts,
+        env_vars=capture_env(environ, scrubber),
+        redacted_env_count=withheld_count(environ),
+        setup=_setup_facts(export, reproduction, loc),
+        reproduction=reproduction,
+        localization=loc,
+        repro=Repro(
+            entry=ENTRY,
+            files=sorted(export.cand_files),
+            code=export.cand_files[ENTRY],  # type: ignore[arg-type]
+            extra_imports=extra_imports(export.cand_files),
+            reference=export.ref_name,
+            diff=export.diff,
+            command=shlex.join(["python", *command[1:]]) if command else f"python {ENTRY}",
+        ),
+        reference_trial=reference or None,
+    )
+
+
+def _nightly(result: ResultJson) -> NightlyRun | None:
+    """Whether a nightly build was tried: a `nightly` record of the run (an
+    older result.json's), or a nightly among a version bisect's trials."""
+    if isinstance(result.get("nightly"), dict):
+        return of(NightlyRun, result["nightly"])
+    for row in result.get("version_trials") or []:
+        version = str(row.get("version") or "")
+        if "dev" in version or "nightly" in version:
+            verdict = row.get("verdict")
+            return NightlyRun(version, verdict == result.get("symptom"), f"the version bisect's trial: {verdict}")
+    return None
+
+
+def environment_facts(
+    reproduction: Reproduction | None, *, probe: bool, python: str | None, environ: Mapping[str, str], say: Progress
+) -> dict[str, Any]:
+    """The re-run's process described itself; otherwise a child of its own.
+    The library path the CUDA libraries load from comes from `environ`."""
+    facts = ((reproduction.candidate or {}).get("extra") or {}).get("environment") if reproduction else None
+    if facts and "probe_error" not in facts:
+        facts = {**facts, "collected_in": "the re-run of repro.py"}
+    elif not probe:
+        facts = {"probe_error": "environment probe not run"}
+    else:
+        from tfrepro.report import envreport
+
+        say("describing the environment (versions, devices) in a TensorFlow child ...")
+        facts = envreport.in_trial(python=python)
+    if environ.get("LD_LIBRARY_PATH"):
+        facts = {**facts, "ld_library_path": environ["LD_LIBRARY_PATH"]}
+    return facts

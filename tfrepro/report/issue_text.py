@@ -244,23 +244,20 @@ def _series(xs: Sequence[float], scale: float = 1.0, n: int = 12) -> str:
 def series_log(r: Report) -> list[str]:
     """The measured series a maintainer compares, as text."""
     cand, base = r.culprit or TrialResult(), r.base
-    if r.symptom == "slowdown":
-        lines = [
-            f"step time, ms (culprit configuration): {_series(cand.step_times, 1000)}",
-            f"step time, ms (baseline):              {_series(base.step_times, 1000)}",
+    if r.symptom in ("slowdown", "memory"):
+        slow = r.symptom == "slowdown"
+        what, scale = ("step time, ms", 1000) if slow else ("RSS after each step, MB", 1e-6)
+        lines = [  # the two series aligned
+            f"{what} {role + ':':<24} {_series(t.step_times if slow else t.rss_per_step, scale)}"
+            for role, t in (("(culprit configuration)", cand), ("(baseline)", base))
         ]
         timing = r.rerun.timed
-        if timing.candidate:
+        if slow and timing.candidate:
             lines.append(
                 f"re-run medians, ms: repro.py {_series(timing.candidate, 1000)}; "
                 f"{r.repro.reference} {_series(timing.baseline or [], 1000)}"
             )
         return lines
-    if r.symptom == "memory":
-        return [
-            f"RSS after each step, MB (culprit configuration): {_series(cand.rss_per_step, 1e-6)}",
-            f"RSS after each step, MB (baseline):              {_series(base.rss_per_step, 1e-6)}",
-        ]
     if r.symptom == "mismatch":
         cand, ref = mismatch_pair(r)
         lines = [

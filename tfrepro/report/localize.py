@@ -142,20 +142,19 @@ def _user_line(message: str, traceback_text: str, script: str, source: str, rel:
     (a found Localization holding only those): from the op's creation
     stack, else (eager ops carry none) from the exception's own traceback."""
     script_abs, base = os.path.abspath(script), os.path.basename(script)
-    frames = [(f, int(n), fn) for f, n, fn in _FRAME.findall(message) + _STACK_FRAME.findall(message)]
-    user = _user_frames(frames, script_abs, base)
+    user = _user_frames(_FRAME.findall(message) + _STACK_FRAME.findall(message), script_abs, base)
     if not user and traceback_text:
-        user = _user_frames([(f, int(n), fn) for f, n, fn in _FRAME.findall(traceback_text)], script_abs, base)
+        user = _user_frames(_FRAME.findall(traceback_text), script_abs, base)
     if not user:
         return Localization(True)
-    n = user[-1][1]
+    n = int(user[-1][1])
     lines = source.splitlines()
     code = lines[n - 1].strip() if 0 < n <= len(lines) else None
     return Localization(True, file=rel, line=n, code=code, function=enclosing_scope(source, n) if source else None)
 
 
-def _user_frames(frames: list[tuple[str, int, str]], script_abs: str, base: str) -> list[tuple[str, int, str]]:
-    """Frames in the repro script, in the order the message lists them
+def _user_frames(frames: list[tuple[str, str, str]], script_abs: str, base: str) -> list[tuple[str, str, str]]:
+    """Frames (file, line, function) in the repro script, in the order the message lists them
     (outermost first). The op-creation stack abbreviates long paths with a
     leading '...', so a basename match is accepted there."""
     mine = (script_abs, base)

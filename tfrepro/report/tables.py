@@ -17,19 +17,34 @@ optionally an HParams session (the HParams dashboard: one session per trial,
 its hparams and metrics). tensorboardX supplies the protocol buffers, the
 HParams plugin data and the TFRecord framing; it is imported only when a
 file is written.
+
+The report bundle's measured artifacts (`write_events`, `plots`) are made
+here too: one TensorBoard run per trial, loss and step-time plots. The
+pictures (matplotlib, imported only when one is drawn, non-interactive)
+read trial summaries as stored in result.json, read back as `TrialResult`s:
+`losses` with NaN for a non-finite value, `step_times` in seconds,
+`first_nonfinite_step`.
 """
 
 from __future__ import annotations
 
+import atexit
 import csv
+import importlib.util
 import json
 import math
+import os
+import shutil
+import statistics
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from tfrepro.report.answer import Report
 from tfrepro.report.records import ResultJson
 from tfrepro.trials.values import TrialResult, TrialRow
 
@@ -204,3 +219,172 @@ def write_run(
 def safe_name(name: str, limit: int) -> str:
     """`name` as a run directory's name: only letters, digits and `+-_.`, at most `limit` characters."""
     return "".join(c if c.isalnum() or c in "+-_." else "_" for c in name)[:limit]
+
+
+# --------------------------------------------------------------------------- the report bundle's artifacts
+
+
+def write_events(logdir: Path, run_dir: Path, result: ResultJson) -> dict[str, str]:
+    """One TensorBoard run per trial of the run, in order (written with
+    tensorboardX: neither TensorFlow nor tensorboard is needed to write
+    them); the baseline, failing and culprit summaries when the table has none."""
+    trials = []
+    for i, row in enumerate(result.get("trials_table") or [], 1):
+        summary = read_summary(run_dir, row)
+        if summary is None:
+            continue
+        label = "+".join(row.get("enabled") or []) or "baseline"
+        role = f"_{row['role']}{row.get('repeat', '')}" if row.get("role") else ""
+        trials.append((f"{i:02d}_{label}{role}_{row.get('verdict', '')}"[:120], summary))
+    trials = trials or [
+        (key, TrialResult.from_dict(result[key])) for key in ("baseline", "failing", "culprit_trial") if result.get(key)
+    ]
+    if not trials:
+        return {"tensorboard/": "skipped: the run kept no per-trial summaries"}
+    for name, s in trials:
+        ms, mb = [1000.0 * t for t in s.step_times], [v / 1e6 for v in s.rss_per_step]
+        write_run(logdir / safe_name(name, 120), {"loss": s.losses, "step_time_ms": ms, "rss_mb": mb})
+    view = (
+        "view them with `tensorboard --logdir tensorboard`"
+        if have_tensorboard()
+        else "viewing skipped: tensorboard not installed here (`pip install tensorboard`, "
+        "then `tensorboard --logdir tensorboard`)"
+    )
+    return {"tensorboard/": f"{len(trials)} runs, one per trial (scalars loss, step_time_ms, rss_mb); {view}"}
+
+
+def have_tensorboard() -> bool:
+    return importlib.util.find_spec("tensorboard") is not None
+
+
+def plots(out: Path, r: Report, result: ResultJson) -> dict[str, str]:
+    """The report's pictures (`result`: the run's, for the culprit configuration's name)."""
+    notes = {"loss.png": "skipped: no per-step loss recorded"}
+    symptom, base, cand = r.symptom, r.base, r.candidate
+    label = "+".join(result.get("culprit_config") or result.get("culprits") or []) or "failing"
+    curves = [("baseline (all features off)", base), (f"culprit configuration ({label})", cand)]
+    if r.reference:  # a mismatch's re-run of reference.py
+        curves.insert(1, ("reference (re-run of reference.py)", r.reference))
+    if loss_plot(out / "loss.png", curves, title=f"per-step loss — {symptom}"):
+        marked = ", first non-finite step marked" if symptom == "nan" else ""
+        notes["loss.png"] = f"per-step loss, baseline against the culprit configuration{marked}"
+    if symptom == "memory":
+        notes["memory.png"] = "skipped: no memory series recorded"
+        if memory_plot(out / "memory.png", curves[-2:], title="process memory per step — memory"):
+            notes["memory.png"] = "resident memory after each step, baseline against the culprit configuration"
+    if symptom == "slowdown":
+        # Every steady step of one trial each shows the spread; the per-trial
+        # medians of the interleaved timing runs are what the test compared.
+        groups = [("baseline", list(base.steady_step_times())), (label, list(cand.steady_step_times()))]
+        timing = r.evidence.timed
+        if not (groups[0][1] and groups[1][1]) and timing.baseline and timing.candidate:
+            groups = [
+                ("baseline (per-trial medians)", timing.baseline),
+                (f"{label} (per-trial medians)", timing.candidate),
+            ]
+        notes["steps.png"] = "skipped: no step times recorded"
+        if step_time_plot(out / "steps.png", groups, title="steady-state step time (warm-up excluded)"):
+            notes["steps.png"] = "step-time distributions, baseline against the culprit configuration"
+    return notes
+
+
+@contextmanager
+def _figure(path: Path, title: str, xlabel: str | None, ylabel: str):
+    """A figure's axes to draw on; then labelled, titled, saved to `path` and
+    closed. No `xlabel`: a box plot (a grid across only, no legend).
+    matplotlib on the Agg backend, its config and font cache in a temp dir
+    of ours: importing it must not create ~/.config/matplotlib (tfrepro
+    writes nothing of the user's, its own processes included)."""
+    if "MPLCONFIGDIR" not in os.environ:
+        scratch = tempfile.mkdtemp(prefix="tfrepro-mpl-")
+        atexit.register(shutil.rmtree, scratch, True)
+        os.environ["MPLCONFIGDIR"] = scratch
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    try:
+        yield ax
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3, axis="y" if xlabel is None else "both")
+        if xlabel is not None:
+            ax.set_xlabel(xlabel)
+            ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+
+
+def loss_plot(path: Path, curves: Sequence[tuple[str, TrialResult]], *, title: str) -> bool:
+    """Per-step loss of each (label, summary); a non-finite step is drawn as a
+    red vertical line and named in the legend. Returns False (and writes
+    nothing) when no curve has a single loss."""
+    if not any(s.losses for _, s in curves):
+        return False
+    with _figure(path, title, "step", "loss") as ax:
+        finite_all: list[float] = []
+        for label, s in curves:
+            ys = [float(v) for v in s.losses]
+            xs = list(range(1, len(ys) + 1))
+            finite_all += [y for y in ys if math.isfinite(y)]
+            (line,) = ax.plot(xs, ys, marker="." if len(ys) < 60 else None, label=label)
+            bad = s.first_nonfinite_step
+            if bad is not None:
+                ax.axvline(
+                    bad, color="red", linestyle="--", linewidth=1.2, label=f"{label}: first non-finite loss, step {bad}"
+                )
+                # The loss there has no value to plot: mark the step at the top.
+                tr = ax.get_xaxis_transform()
+                ax.plot([bad], [0.95], marker="x", color="red", markersize=10, linestyle="none", transform=tr)
+                ax.annotate(
+                    "NaN/Inf",
+                    (bad, 0.95),
+                    xytext=(6, -4),
+                    textcoords="offset points",
+                    xycoords=tr,
+                    color="red",
+                    fontsize=8,
+                )
+            elif s.weights_finite is False:
+                ax.plot([], [], " ", label=f"{label}: weights non-finite at the end")
+        if finite_all and min(finite_all) > 0 and max(finite_all) / min(finite_all) > 100:
+            ax.set_yscale("log")
+    return True
+
+
+def step_time_plot(path: Path, groups: Sequence[tuple[str, Sequence[float]]], *, title: str) -> bool:
+    """Distributions of step time (seconds in, milliseconds drawn), one box
+    per (label, samples). Returns False when a group is empty."""
+    groups = [(label, [1000.0 * t for t in xs]) for label, xs in groups]
+    if not groups or any(not xs for _, xs in groups):
+        return False
+    with _figure(path, title, None, "step time (ms)") as ax:
+        labels = [f"{label}\nmedian {statistics.median(xs):.2f} ms (n={len(xs)})" for label, xs in groups]
+        ax.boxplot([xs for _, xs in groups], showfliers=True)
+        ax.set_xticks(range(1, len(groups) + 1), labels)
+        for i, (_, xs) in enumerate(groups, start=1):
+            jitter = [i + 0.08 * ((k % 7) - 3) / 3 for k in range(len(xs))]
+            ax.plot(jitter, xs, ".", alpha=0.4, color="gray")
+    return True
+
+
+def memory_plot(path: Path, curves: Sequence[tuple[str, TrialResult]], *, title: str) -> bool:
+    """Process RSS after each step (MB) of each (label, summary), with its
+    growth slope in the legend. Returns False when no curve has a series."""
+    if not any(s.rss_per_step for _, s in curves):
+        return False
+    with _figure(path, title, "step", "resident memory (MB)") as ax:
+        for label, s in curves:
+            ys = [v / 1e6 for v in s.rss_per_step]
+            stride = int((s.extra.get("memory") or {}).get("stride") or 1)
+            xs = [(i + 1) * stride for i in range(len(ys))]
+            growth = s.growth_per_step
+            tail = f" ({growth / 1e6:+.2f} MB/step)" if isinstance(growth, (int, float)) else ""
+            ax.plot(xs, ys, marker="." if len(ys) < 60 else None, label=label + tail)
+            if s.device_peak_bytes:
+                ax.axhline(s.device_peak_bytes / 1e6, linestyle=":", linewidth=1, label=f"{label}: device peak")
+    return True
