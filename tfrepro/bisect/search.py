@@ -28,88 +28,11 @@ Invariants (the pattern of Hypothesis's shrinker):
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from tfrepro.trials.ddmin import _split, ddmin  # noqa: F401  (the pure ddmin, shared with report)
+from tfrepro.trials.ddmin import Config, Oracle, _split, ddmin  # noqa: F401  (the pure ddmin and its oracle, shared with report)
 from tfrepro.verdicts import Verdict
-
-Config = frozenset[str]
-TestBatch = Callable[[list[Config]], list[Verdict]]
-
-
-class Oracle:
-    """Cached, batched, symptom-locked access to a test function.
-
-    `batch_size` is how many configurations the executor can usefully run at
-    once; `first_failing` asks for that many at a time so that a serial
-    executor (batch_size 1) stops at the first failure instead of paying for
-    the whole batch. `test_final`, when given, tests one configuration whose
-    failure ends the search (`first_failing(..., final=True)`: ddmin's last
-    pair), one at a time: the executor's spare slots run the trial that
-    answer needs next (its replay) rather than a sibling the search may not
-    need.
-    """
-
-    def __init__(
-        self,
-        test_batch: TestBatch,
-        target: Verdict,
-        *,
-        batch_size: int = 1,
-        known: dict[Config, Verdict] | None = None,
-        test_final: Callable[[Config], Verdict] | None = None,
-    ) -> None:
-        if batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
-        self._test_batch = test_batch
-        self.target = target
-        self.batch_size = batch_size
-        self.cache: dict[Config, Verdict] = dict(known or {})
-        self.tested: list[tuple[Config, Verdict]] = []  # in test order, cache misses only
-        self.test_final = test_final
-
-    @property
-    def calls(self) -> int:
-        """How many configurations were actually tested (cache misses)."""
-        return len(self.tested)
-
-    def verdicts(self, configs: Sequence[Config], test: TestBatch | None = None) -> list[Verdict]:
-        """Verdicts of all `configs`, testing the unknown ones in one batch (of `test`: `test_batch` unless given)."""
-        todo = list(dict.fromkeys(c for c in map(frozenset, configs) if c not in self.cache))  # in order, once
-        if todo:
-            got = (test or self._test_batch)(todo)
-            if len(got) != len(todo):
-                raise RuntimeError("test_batch returned a wrong number of verdicts")
-            for c, v in zip(todo, got):
-                self.cache[c] = v
-                self.tested.append((c, v))
-        return [self.cache[frozenset(c)] for c in configs]
-
-    def fails(self, config: Iterable[str]) -> bool:
-        return self.verdicts([frozenset(config)])[0] == self.target
-
-    def first_failing(self, configs: Sequence[Config], *, final: bool = False) -> int | None:
-        """Index of the first failing configuration in order, testing at most
-        `batch_size` unknown ones at a time (`final` with `test_final`: one
-        at a time, through it); None when none fails."""
-        test, size = None, self.batch_size
-        if final and (one := self.test_final) is not None and size > 1:
-            test, size = (lambda cs: [one(c) for c in cs]), 1
-        i = 0
-        while i < len(configs):
-            # Grow the window until it holds batch_size unknown configs, so
-            # cached ones never waste a slot of the batch.
-            j, unknown = i, 0
-            while j < len(configs) and (unknown < size or frozenset(configs[j]) in self.cache):
-                unknown += frozenset(configs[j]) not in self.cache
-                j += 1
-            window = configs[i:j]
-            for k, v in enumerate(self.verdicts(window, test)):
-                if v == self.target:
-                    return i + k
-            i = j
-        return None
 
 
 def ablation(features: Iterable[str], oracle: Oracle) -> dict[str, Verdict]:

@@ -1,46 +1,93 @@
 """Delta debugging (Zeller's ddmin), pure: shared by the feature search
 (`bisect/search.py`, which re-exports it) and the report's data reduction
-(`report/reduce.py`). It knows only sets of strings and an oracle with
-`fails(config)` and `first_failing(configs, final=...)` (`final`: the first
-of them to fail is the search's answer, so an executor with spare slots may
-run what the answer needs next beside it); `SetOracle` is the plain cached
-one over a predicate.
+(`report/reduce.py`). It knows only sets of strings and an `Oracle`: a
+cached test of configurations, `fails(config)` and `first_failing(configs,
+final=...)` (`final`: the first of them to fail is the search's answer, so an
+executor with spare slots may run what the answer needs next beside it).
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterable, Sequence
-from typing import Protocol
 
 Config = frozenset[str]
+Outcome = object  # what a test says of a configuration: a Verdict (the feature search), a bool (report/reduce.py)
+TestBatch = Callable[[list[Config]], Sequence[Outcome]]
 
 
-class Oracle(Protocol):
-    def fails(self, config: Iterable[str]) -> bool: ...
+class Oracle:
+    """Cached, batched, symptom-locked access to a test function.
 
-    def first_failing(self, configs: Sequence[Config], *, final: bool = False) -> int | None: ...
+    `batch_size` is how many configurations the executor can usefully run at
+    once; `first_failing` asks for that many at a time so that a serial
+    executor (batch_size 1) stops at the first failure instead of paying for
+    the whole batch. `test_final`, when given, tests one configuration whose
+    failure ends the search (`first_failing(..., final=True)`: ddmin's last
+    pair), one at a time: the executor's spare slots run the trial that
+    answer needs next (its replay) rather than a sibling the search may not
+    need.
+    """
 
-
-class SetOracle:
-    """`fails` = a predicate on a set, cached; tested one at a time."""
-
-    def __init__(self, predicate: Callable[[Config], bool]) -> None:
-        self.predicate = predicate
-        self.cache: dict[Config, bool] = {}
+    def __init__(
+        self,
+        test_batch: TestBatch,
+        target: Outcome,
+        *,
+        batch_size: int = 1,
+        known: dict[Config, Outcome] | None = None,
+        test_final: Callable[[Config], Outcome] | None = None,
+    ) -> None:
+        if batch_size < 1:
+            raise ValueError("batch_size must be >= 1")
+        self._test_batch = test_batch
+        self.target = target
+        self.batch_size = batch_size
+        self.cache: dict[Config, Outcome] = dict(known or {})
+        self.tested: list[tuple[Config, Outcome]] = []  # in test order, cache misses only
+        self.test_final = test_final
 
     @property
     def calls(self) -> int:
-        return len(self.cache)
+        """How many configurations were actually tested (cache misses)."""
+        return len(self.tested)
+
+    def verdicts(self, configs: Sequence[Config], test: TestBatch | None = None) -> list[Outcome]:
+        """Verdicts of all `configs`, testing the unknown ones in one batch (of `test`: `test_batch` unless given)."""
+        todo = list(dict.fromkeys(c for c in map(frozenset, configs) if c not in self.cache))  # in order, once
+        if todo:
+            got = (test or self._test_batch)(todo)
+            if len(got) != len(todo):
+                raise RuntimeError("test_batch returned a wrong number of verdicts")
+            for c, v in zip(todo, got):
+                self.cache[c] = v
+                self.tested.append((c, v))
+        return [self.cache[frozenset(c)] for c in configs]
 
     def fails(self, config: Iterable[str]) -> bool:
-        c = frozenset(config)
-        if c not in self.cache:
-            self.cache[c] = bool(self.predicate(c))
-        return self.cache[c]
+        return self.verdicts([frozenset(config)])[0] == self.target
 
     def first_failing(self, configs: Sequence[Config], *, final: bool = False) -> int | None:
-        return next((i for i, c in enumerate(configs) if self.fails(c)), None)
+        """Index of the first failing configuration in order, testing at most
+        `batch_size` unknown ones at a time (`final` with `test_final`: one
+        at a time, through it); None when none fails."""
+        test, size = None, self.batch_size
+        if final and (one := self.test_final) is not None and size > 1:
+            test, size = (lambda cs: [one(c) for c in cs]), 1
+        i = 0
+        while i < len(configs):
+            # Grow the window until it holds batch_size unknown configs, so
+            # cached ones never waste a slot of the batch.
+            j, unknown = i, 0
+            while j < len(configs) and (unknown < size or frozenset(configs[j]) in self.cache):
+                unknown += frozenset(configs[j]) not in self.cache
+                j += 1
+            window = configs[i:j]
+            for k, v in enumerate(self.verdicts(window, test)):
+                if v == self.target:
+                    return i + k
+            i = j
+        return None
 
 
 def _split(items: Sequence[str], n: int) -> list[list[str]]:
