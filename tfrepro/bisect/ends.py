@@ -124,16 +124,13 @@ class Ends:
         why = lost("the baseline", base_runs) or lost("the failing configuration", fail_runs)
         if why is not None:
             return self._finish(Status.ERROR, self.opts.symptom, error=why)
-        base_fail = [
-            bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & BASELINE_FAILURES)
-            for t in base_runs
-        ]
+        base_shown = [classify.symptoms(t, reference=None, settings=self.symptom_settings) for t in base_runs]
+        base_fail = [bool(s & BASELINE_FAILURES) for s in base_shown]
         # An end with no training step is `untestable` (Contract 4): `_unmeasured`, after this.
         if not any(base_fail):
             self.noise = classify.measure_noise(base_runs[0], base_runs[1])
             return None
-        first = next(t for t, bad in zip(base_runs, base_fail) if bad)
-        shown = classify.classify(first, reference=None, settings=self.symptom_settings)
+        first, shown = next((t, classify.primary(s)) for t, s in zip(base_runs, base_shown) if s & BASELINE_FAILURES)
         checks = self._baseline_checks(shown)
         reason = f"; sanity {checks['reason']}" if checks.get("reason") else ""
         words, suspects = self._baseline_words()
@@ -210,15 +207,6 @@ class Ends:
         reason = ends_reason(self._end_runs()[0], fails, symptom, failed=failed)
         return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
 
-    def _untimed(self, full: Config) -> RunResult | None:
-        """`untestable` when a slowdown was asked for and the failing
-        configuration could not be timed (`untimed`), as in range mode."""
-        why = untimed(self.timing.get(full)) if self.opts.symptom is Verdict.SLOWDOWN else None
-        if why is None:
-            return None
-        why = f"the failing configuration {why}"
-        return self._finish(Status.UNTESTABLE, Verdict.SLOWDOWN, error=why, reason=why)
-
     def _baseline_words(self) -> tuple[str, str]:
         """The baseline as it ran: every feature off but the always-on ones
         (their OFF part breaks the script: kept ON by the preflight); and
@@ -232,8 +220,21 @@ class Ends:
         )
 
     def _preflight(self) -> None:
-        """The baseline must run: a feature whose OFF part breaks it is kept ON, no candidate."""
-        got = run_preflight(self.project, self.executor, self._request(frozenset(), 0, Purpose.BASELINE), self.events)
+        """The baseline must run: a feature whose OFF part breaks it is kept ON,
+        no candidate (`preflight`, with the engine's executor; a phase is
+        announced only when the baseline crashes)."""
+        request, calls = self._request(frozenset(), 0, Purpose.BASELINE), []
+
+        def run(p: Any) -> TrialResult:
+            if len(calls) == 1:
+                self.events.phase("preflight: the baseline crashes; looking for a feature whose OFF part breaks it")
+            calls.append(p)
+            self.events.trial_started((), Purpose.BASELINE if len(calls) == 1 else Purpose.PREFLIGHT, 0)
+            return self.executor.run_batch(p, [request])[0]
+
+        got = preflight(self.project, run)
+        for d in got.dropped:
+            self.events.phase(f"dropped {d['name']}: {d['reason']}")
         if got.dropped:
             self.project, self.dropped, self.features = got.project, got.dropped, tuple(got.project.feature_names)
             self.affects_loss = frozenset(got.project.affects_loss)
@@ -293,26 +294,25 @@ class Ends:
         return 1 + (self.symptom_settings.slowdown - 1) / 4
 
     def _end_runs(self) -> tuple[list[TrialResult], list[TrialResult]]:
-        """The baseline's runs (`max(k, 2)`: the noise needs two) and the failing configuration's (`k`)."""
-        base, full = frozenset(), frozenset(self.features)
-        return [self.memo[(base, r)] for r in range(max(self.k, 2))], [self.memo[(full, r)] for r in range(self.k)]
+        """The baseline's runs (`max(k, 2)`: the noise needs two) and the
+        failing configuration's (`k`), those made so far."""
+        ends = ((frozenset(), max(self.k, 2)), (frozenset(self.features), self.k))
+        base, full = ([t for r in range(n) if (t := self.memo.get((c, r))) is not None] for c, n in ends)
+        return base, full
 
     def untimed_ratio(self) -> float | None:
         """How much slower the failing configuration's fastest untimed run is
         than the baseline's (the fastest: the least disturbed by parallel
         trials), over the end runs made so far; None when either end has no
         step time (or the baseline's is 0)."""
-        fastest = []
-        for config, repeats in ((frozenset(), max(self.k, 2)), (frozenset(self.features), self.k)):
-            runs = [t for r in range(repeats) if (t := self.memo.get((config, r))) is not None]
-            known = [m for m in map(classify.timing_sample, runs) if m is not None]
-            fastest.append(min(known) if known else None)
-        mb, mf = fastest
+        mb, mf = (
+            min((m for t in runs if (m := classify.timing_sample(t)) is not None), default=None)
+            for runs in self._end_runs()
+        )
         return mf / mb if mb and mf is not None else None
 
 
 # -- preflight: the baseline must run ----------------------------------------
-RunBaseline = Callable[[Any], TrialResult]
 _NAME_RE = re.compile(r"(?:NameError|UnboundLocalError)\b.*?'(?P<name>[A-Za-z_]\w*)'")
 _ATTR_RE = re.compile(r"AttributeError\b.*?attribute '(?P<name>[A-Za-z_]\w*)'")
 _QUOTED_RE = re.compile(r"['\"](?P<name>[A-Za-z_]\w*)['\"]")
@@ -357,7 +357,7 @@ def _reason(error: str | None, fixed: bool) -> str:
     return f"its OFF part breaks the baseline ({what}; the baseline still crashes further on); kept ON"
 
 
-def preflight(project: Any, run: RunBaseline, *, max_rounds: int = 3) -> PreflightResult:
+def preflight(project: Any, run: Callable[[Any], TrialResult], *, max_rounds: int = 3) -> PreflightResult:
     """Run the baseline of `project`; when it crashes, find and drop the
     features whose OFF part breaks it. The baseline (every feature OFF) must
     run before a bisect.
@@ -403,21 +403,3 @@ def preflight(project: Any, run: RunBaseline, *, max_rounds: int = 3) -> Preflig
         dropped.append({"name": name, "reason": _reason(result.error, False)})
         current, result = current.exclude({name: "preflight"}), got
     return PreflightResult(project, first, [], trials)
-
-
-def run_preflight(project: Any, executor: Any, request: Any, events: Any) -> PreflightResult:
-    """`preflight` with the engine's executor, baseline request and events
-    (a phase is announced only when the baseline crashes)."""
-    calls: list[Any] = []
-
-    def run(p: Any) -> TrialResult:
-        if len(calls) == 1:
-            events.phase("preflight: the baseline crashes; looking for a feature whose OFF part breaks it")
-        calls.append(p)
-        events.trial_started((), Purpose.BASELINE if len(calls) == 1 else Purpose.PREFLIGHT, 0)
-        return executor.run_batch(p, [request])[0]
-
-    got = preflight(project, run)
-    for d in got.dropped:
-        events.phase(f"dropped {d['name']}: {d['reason']}")
-    return got

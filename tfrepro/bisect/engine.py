@@ -44,7 +44,7 @@ from dataclasses import replace
 from typing import Any
 
 from tfrepro.bisect import compile_pin, result_doc
-from tfrepro.bisect.ends import Ends, early_exit, timing_stop
+from tfrepro.bisect.ends import Ends, early_exit, timing_stop, untimed
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.late import save_nan_state, within_steps
 from tfrepro.bisect.options import BisectOptions
@@ -246,8 +246,8 @@ class _Bisection(Ends, Replay):
 
     def _memory_baselines(self) -> list[TrialResult]:
         """The baseline runs memory is compared with (the first two, once both ran)."""
-        runs = [self.memo.get((frozenset(), r)) for r in range(max(self.k, 2))]
-        return [t for t in runs if t is not None] if all(runs) else []
+        base = self._end_runs()[0]
+        return base if len(base) == max(self.k, 2) else []
 
     def _memory_verdicts(self, configs: list[Config]) -> dict[Config, Verdict]:
         """A memory decision near its threshold is not trusted from `k` runs:
@@ -359,11 +359,15 @@ class _Bisection(Ends, Replay):
             return stopped
         # timing trials time the calls the failing configuration ran slower than the baseline (fit#2...)
         self.timed_calls = slower_calls(*self._end_runs(), self._screen())
-        target = self.target = self._pick_symptom(frozenset(self.features))
+        full = frozenset(self.features)
+        target = self.target = self._pick_symptom(full)
+        # a slowdown asked for of a failing configuration that could not be timed: `untestable`, as in range mode
+        if target is None and self.opts.symptom is Verdict.SLOWDOWN and (why := untimed(self.timing.get(full))):
+            why = f"the failing configuration {why}"
+            return self._finish(Status.UNTESTABLE, Verdict.SLOWDOWN, error=why, reason=why)
         if target is None:
-            note = compile_pin.one_replica_note(self.memo[(frozenset(self.features), 0)], self.settings.replicas)
-            extra = {"note": note} if note else None
-            return self._untimed(frozenset(self.features)) or self._finish(Status.NONE, self.opts.symptom, extra=extra)
+            note = compile_pin.one_replica_note(self.memo[(full, 0)], self.settings.replicas)
+            return self._finish(Status.NONE, self.opts.symptom, extra={"note": note} if note else None)
         culprits, config, table = self._search(target)
         if target == Verdict.NAN:
             self.nan_state = save_nan_state(self, config)

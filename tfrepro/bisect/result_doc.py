@@ -82,7 +82,7 @@ def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
     (`also_seen`), from the bisection's trials."""
     full = frozenset(run.features)
     doubt = run.memory_doubt
-    shown = set().union(*(run._shows(full, run.memo[(full, r)]) for r in range(run.k) if (full, r) in run.memo))
+    shown = set().union(*(run._shows(full, t) for t in run._end_runs()[1]))
     timed = full in run.timing  # measured: no "possible" slowdown to guess
     seen = also_seen(
         shown, target, ratio=None if timed else run.untimed_ratio(), slowdown=run.symptom_settings.slowdown
