@@ -208,10 +208,14 @@ class Replay:
         run that differs, any inconsistency, a memory hunt, non-deterministic
         settings) gets the full replay: `replays` fresh runs of the culprit
         configuration and of the baseline, as the flaky rule needs."""
-        hits, clean = self._consistent_evidence(target, culprits, config)
+        with self.lock:
+            memo = list(self.memo.items())
+        shown = [(c, target in self._shows(c, t)) for (c, _r), t in memo]
+        hits = [s for c, s in shown if config <= c]  # the whole evidence: the trials holding `config`,
+        clean = [s for c, s in shown if not config <= c and not culprits <= c]  # those without the culprits
         seen = [self.memo[(config, r)] for r in range(self.k) if (config, r) in self.memo]
-        quick = hits is not None and self._one_run_replay_applies(target)
-        if quick and seen:
+        consistent = hits and all(hits) and not any(clean)
+        if consistent and self._one_run_replay_applies(target) and seen:
             first = fresh.start
             ahead = (config, first) in self.memo  # run beside the search's last pair (engine._test_final)
             self._many(self._needs(config, [first], Purpose.REPLAY, target))
@@ -247,21 +251,6 @@ class Replay:
             if shown:
                 return f"it showed without {c} in {shown} of {len(runs)} fresh runs (the search kept {c} as needed)"
         return None
-
-    def _consistent_evidence(
-        self, target: Verdict, culprits: Config, config: Config
-    ) -> tuple[list[bool] | None, list[bool]]:
-        """(observations of the trials holding `config`, of the trials
-        without the culprits) when all of them agree with the answer, else
-        (None, [])."""
-        with self.lock:
-            memo = list(self.memo.items())
-        seen = [(c, target in self._shows(c, t)) for (c, _r), t in memo]
-        hits = [shown for c, shown in seen if config <= c]
-        clean = [shown for c, shown in seen if not config <= c and not culprits <= c]
-        if not hits or not all(hits) or any(clean):
-            return None, []
-        return hits, clean
 
     def _minimal_slowdown(self, culprits: Config) -> Config:
         """A timing decision near the threshold can wrongly keep a bystander
