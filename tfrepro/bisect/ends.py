@@ -116,9 +116,7 @@ class Ends:
         wanted = [(base, r, Purpose.BASELINE) for r in range(n_base)]
         wanted += self._needs(full, range(k), Purpose.FAILING, self.opts.symptom)
         self._many(wanted)
-        if self._late(full):
-            self._many(wanted)  # again, at the steps past the late symptom
-            self._unreachable_calls()
+        self._late(full, wanted)
         self._pin_compile(full)
         base_runs, fail_runs = self._end_runs()
         why = lost("the baseline", base_runs) or lost("the failing configuration", fail_runs)
@@ -143,10 +141,15 @@ class Ends:
             extra={"checks": checks, "baseline_flaky": not all(base_fail)},
         )
 
-    def _late(self, full: Config) -> bool:
+    def _late(self, full: Config, wanted: list[tuple[Config, int, Purpose]]) -> None:
         """The failing configuration's run until its symptom showed it past
         `steps`: later trials run to a little past that step, and what ran at
-        the shorter length runs again (its records stay in the run dir)."""
+        the shorter length (`wanted`) runs again (its records stay in the run
+        dir). Run on to reach the later training calls, those cannot be
+        measured when the baseline crashes past the old steps (an OFF part
+        breaks the code between the calls: a checkpoint the script reads
+        back): back to the old steps and what ran at them, said in
+        result.json's `late_step`."""
         explored = self.memo[(full, 0)]
         step = symptom_step(explored) if self.until_symptom else None
         old = self.settings.steps
@@ -155,32 +158,22 @@ class Ends:
         elif step is None and self.until_symptom:  # reach the calls a capped trial never starts (bisect/late.py)
             new, why = later_calls_steps(explored, old), "ran training calls past the steps"
         else:
-            return False
+            return
         if new is None or new <= old:
-            return False
+            return
         self.settings = replace(self.settings, steps=new)
         self.late_step = {"symptom_step": step, "steps_before": old, "steps": new, "budget_s": self.settings.budget_s}
         self.events.phase(f"the failing configuration {why}: trials now run {self.settings.steps}")
-        self._calls_undo = (old, dict(self.memo)) if symptom_step(explored) is None else None
+        memo = dict(self.memo)
         with self.lock:
             self.memo = {(full, 0): explored}
-        return True
-
-    def _unreachable_calls(self) -> None:
-        """The later calls cannot be measured when the baseline crashes past
-        the old steps (an OFF part breaks the code between the calls: a
-        checkpoint the script reads back): back to the old steps and what ran
-        at them, said in result.json's `late_step`."""
-        undo, self._calls_undo = self._calls_undo, None
-        if undo is None:
-            return
-        old, memo = undo
+        self._many(wanted)  # again, at the steps past the late symptom
         crashed = [t for t in self._end_runs()[0] if t.crashed and t.steps_run > old]
-        if not crashed:
+        if step is not None or not crashed:
             return
         why = f"the baseline crashes after step {crashed[0].steps_run} ({crashed[0].error or 'see its logs'})"
         self.settings = replace(self.settings, steps=old)
-        self.late_step = {**(self.late_step or {}), "steps": old, "later_calls": f"not measured: {why}"}
+        self.late_step = {**self.late_step, "steps": old, "later_calls": f"not measured: {why}"}
         self.events.phase(f"the later training calls are not measured: {why}; trials run {old} steps")
         with self.lock:
             self.memo = memo
