@@ -20,9 +20,9 @@ from typing import Any
 
 from tfrepro.bisect import compile_pin
 from tfrepro.bisect.late import later_calls_steps, symptom_step
-from tfrepro.bisect.search import Config
 from tfrepro.settings import late_steps
 from tfrepro.trials import classify
+from tfrepro.trials.ddmin import Config
 from tfrepro.trials.memcheck import is_oom
 from tfrepro.trials.trial import Purpose, TrialOptions
 from tfrepro.trials.untestable import ends_reason

@@ -3,8 +3,8 @@
 The engine gets its trial runner and its event handler injected (the pattern
 of mozregression's `Bisector`): `runner` defaults to `trial.run_trial`, and a
 fake one makes the status logic testable in milliseconds. It decides nothing
-by itself: `trials/classify.py` says what a trial shows, `search.py` which
-configuration to try next and whether a replayed answer stands.
+by itself: `trials/classify.py` says what a trial shows, `trials/ddmin.py` which
+configuration to try next, `replay.py` whether a replayed answer stands.
 
 The sequence, and the status each step can end with:
 
@@ -15,7 +15,7 @@ The sequence, and the status each step can end with:
    slowdown that the failing configuration shows and the baseline does not.
    None shown -> `none`.
 3. the search, locked onto that symptom: ablation and/or ddmin (a slowdown,
-   whose timing pairs run one at a time: `search.halving`, ddmin's cheaper
+   whose timing pairs run one at a time: `ddmin.halving`, ddmin's cheaper
    one-test-per-round form).
 4. replay: the culprit configuration and the baseline run again with fresh
    repeat indices (a slowdown: fresh timing pairs added to the evidence the
@@ -49,11 +49,11 @@ from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.late import save_nan_state, within_steps
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.replay import Replay
-from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving
 from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.trials import classify
 from tfrepro.trials.calls import slower_calls
+from tfrepro.trials.ddmin import Config, Oracle, ablation, ddmin, halving
 from tfrepro.trials.executors import Executor, Runner, make_executor
 from tfrepro.trials.memcheck import decide_memory
 from tfrepro.trials.state import StateDir
@@ -405,7 +405,7 @@ class _Bisection(Ends, Replay):
             alone = [f for f in items if table[f] == target]
             culprits = frozenset(alone[:1]) or None
         if culprits is None and target == Verdict.SLOWDOWN:
-            # timing pairs run one at a time: one test per round (search.halving)
+            # timing pairs run one at a time: one test per round (ddmin.halving)
             self.events.phase(f"halving ({target.value})")
             culprits = halving(items, oracle, fixed=fixed)
         elif culprits is None:

@@ -2,14 +2,15 @@
 evidence: the one-run replay of a deterministic symptom seen to be
 deterministic, the full replay (`replays` fresh runs of the culprit
 configuration and of the baseline) for everything else, the flaky rule
-(`search.judge_replay`), and the slowdown's fresh pairs and minimal set."""
+(`judge_replay`), and the slowdown's fresh pairs and minimal set."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
-from tfrepro.bisect.search import Config, judge_replay
+from tfrepro.trials.ddmin import Config
 from tfrepro.trials.trial import Purpose
 from tfrepro.trials.values import RunResult, Status, TrialResult
 from tfrepro.verdicts import Verdict
@@ -42,6 +43,43 @@ _COMBINED = (
     f"{COMBINED_FEATURES} or more features together counts from x{OWN_COST_SLOWDOWN:g}; "
 )
 _ANYWAY = "rerun with --symptom slowdown to hunt it anyway)"
+
+
+@dataclass(frozen=True)
+class ReplayJudgement:
+    """Whether a found answer stands up to repeated runs.
+
+    `reproduction_rate` is the fraction of the culprit configuration's trials
+    that showed the symptom (None when it has none)."""
+
+    flaky: bool
+    reproduction_rate: float | None
+    reason: str = ""
+
+
+def judge_replay(culprit: Sequence[bool], baseline: Sequence[bool] = ()) -> ReplayJudgement:
+    """The replay rule, stated once.
+
+    `culprit` holds, for every trial of the culprit configuration (those the
+    search saw and the replays with fresh repeat indices), whether it showed
+    the symptom; `baseline` the same for the baseline's trials. The answer
+    stands only if every culprit trial shows the symptom and no baseline trial
+    does. Anything else means the search took its decisions on outcomes that
+    do not repeat, so it may not name a culprit: the failure is flaky, with the
+    observed rate. (With `repeats` > 1 the search counts a configuration as
+    failing when any repeat fails; that lets it *find* a flaky culprit, but the
+    answer is still reported as flaky.)
+    """
+    rate = (sum(culprit) / len(culprit)) if culprit else None
+    missed = sum(1 for t in culprit if not t)
+    base_hits = sum(1 for t in baseline if t)
+    if not culprit or missed:
+        return ReplayJudgement(
+            True, rate, f"the culprit configuration did not show it in {missed} of {len(culprit)} runs"
+        )
+    if base_hits:
+        return ReplayJudgement(True, rate, f"the baseline showed it in {base_hits} of {len(baseline)} runs")
+    return ReplayJudgement(False, rate)
 
 
 def _same_outcome(a: TrialResult, b: TrialResult) -> bool:

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from tfrepro import __version__
 from tfrepro.bisect.compile_pin import CompileDiff, differing
 from tfrepro.bisect.events import TrialRecord
-from tfrepro.bisect.search import Config
 from tfrepro.bisect.trial_log import trial_row
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
+from tfrepro.trials.ddmin import Config
 from tfrepro.trials.values import AlsoSeen, RunResult, Status, TrialResult, TrialRow, evidence_doc
 from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 

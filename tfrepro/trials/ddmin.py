@@ -1,9 +1,34 @@
-"""Delta debugging (Zeller's ddmin), pure: shared by the feature search
-(`bisect/search.py`, which re-exports it) and the report's data reduction
-(`report/reduce.py`). It knows only sets of strings and an `Oracle`: a
-cached test of configurations, `fails(config)` and `first_failing(configs,
-final=...)` (`final`: the first of them to fail is the search's answer, so an
-executor with spare slots may run what the answer needs next beside it).
+"""Search over feature sets: ablation, halving and delta debugging (Zeller's
+ddmin), pure: the feature search's (`bisect/engine.py`) and the report's
+data reduction's (`report/reduce.py`, ddmin over records).
+
+The search knows only configurations (frozensets of names) and an `Oracle`
+over a batch test function `test_batch(list[frozenset]) -> list[Verdict]`
+(a bool in the report); it never starts a process or reads a file, so it is
+tested in milliseconds with fakes and reused by any executor. Batches let the
+executor run independent configurations in parallel (a round of ablation,
+the candidates of one delta debugging step).
+
+Invariants (the pattern of Hypothesis's shrinker):
+
+- Locked onto one symptom: a configuration *fails* when its verdict is the
+  hunted `target`, nothing else. A search for a NaN never drifts into chasing
+  a crash.
+- Outcomes are cached by canonical value (the frozenset): no configuration is
+  sent to `test_batch` twice, and the executor may seed known outcomes (the
+  baseline and the failing configuration, checked before any search).
+- `ddmin` returns a failing, 1-minimal subset: it fails, and removing any one
+  of its items makes the failure disappear (every such removal was tested).
+  Chunks are deleted in halving sizes, so a single culprit among N items costs
+  about 2*log2(N) tests at most (1.5*log2(N) on average when run one by one).
+  Its last pair goes through `first_failing(configs, final=True)`: the first
+  of them to fail is the answer, so an executor with spare slots may run what
+  the answer needs next beside it.
+- `halving` is the cheaper search for tests that run one at a time: one
+  test per round, the other half inferred, the answer always tested, ddmin
+  as the fallback when an inference was wrong (an interaction).
+- Replay is the caller's business (it needs fresh runs): `bisect/replay.py`
+  and its pure rule `judge_replay`.
 """
 
 from __future__ import annotations
@@ -130,3 +155,45 @@ def ddmin(items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()) 
     if len(current) == 1 and oracle.fails(cfg([])):
         current = []
     return frozenset(current)
+
+
+def ablation(features: Iterable[str], oracle: Oracle) -> dict[str, Outcome]:
+    """Each feature alone (every other one off, as in the baseline): every
+    feature's individual effect, in one batch."""
+    names = sorted(features)
+    return dict(zip(names, oracle.verdicts([frozenset({f}) for f in names])))
+
+
+def halving(items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()) -> Config:
+    """Optimistic binary search for one culprit, verified, with ddmin behind it.
+
+    Each round tests only the first half of the current set. When that half
+    fails the search goes on inside it; when it does not, the second half is
+    *assumed* to fail (true whenever one feature alone causes the symptom)
+    and the search goes on inside it untested. The answer is always tested:
+    a last item the search only inferred is run before it is returned. When
+    it does not fail, the symptom needs features from both halves (an
+    interaction): ddmin takes over from the smallest set seen failing, so the
+    guarantees are ddmin's (a failing, 1-minimal subset; ValueError when
+    `items | fixed` does not fail). A single culprit among N items costs at
+    most ceil(log2 N) + 1 tests, against up to 2*log2(N) for ddmin: the
+    search for expensive, one-at-a-time tests (a slowdown's timing pairs).
+    """
+    current = sorted(set(items))
+
+    def cfg(subset: Iterable[str]) -> Config:
+        return frozenset(subset) | fixed
+
+    if not oracle.fails(cfg(current)):
+        raise ValueError("halving must start from a failing configuration")
+    seen_failing, inferred = current, False
+    while len(current) >= 2:
+        first, second = _split(current, 2)
+        if oracle.fails(cfg(first)):
+            current = seen_failing = first
+            inferred = False
+        else:
+            current, inferred = second, True  # not tested
+    if inferred and not oracle.fails(cfg(current)):
+        current = seen_failing  # an interaction: ddmin from the smallest set seen failing
+    return ddmin(current, oracle, fixed=fixed)  # one item, tested: only whether `fixed` alone fails
