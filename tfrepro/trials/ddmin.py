@@ -132,10 +132,7 @@ def ddmin(items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()) 
     fail (the caller checks both ends first).
     """
     current = sorted(set(items))
-
-    def cfg(subset: Iterable[str]) -> Config:
-        return frozenset(subset) | fixed
-
+    cfg = fixed.union  # the configuration tested for a subset S: S | fixed
     if not oracle.fails(cfg(current)):
         raise ValueError("ddmin must start from a failing configuration")
     n = 2
@@ -180,10 +177,7 @@ def halving(items: Iterable[str], oracle: Oracle, *, fixed: Config = frozenset()
     search for expensive, one-at-a-time tests (a slowdown's timing pairs).
     """
     current = sorted(set(items))
-
-    def cfg(subset: Iterable[str]) -> Config:
-        return frozenset(subset) | fixed
-
+    cfg = fixed.union  # the configuration tested for a subset S: S | fixed
     if not oracle.fails(cfg(current)):
         raise ValueError("halving must start from a failing configuration")
     seen_failing, inferred = current, False
