@@ -327,13 +327,11 @@ def broken(result: TrialResult) -> bool:
 def suspects(project: Any, error: str | None) -> list[str]:
     """Candidate features, the likeliest culprits of `error` first."""
     names = list(project.feature_names)
-    words: list[str] = []
-    for rx in (_NAME_RE, _ATTR_RE, _QUOTED_RE):
-        words += [m.group("name") for m in rx.finditer(error or "")]
+    words = [m.group("name") for rx in (_NAME_RE, _ATTR_RE, _QUOTED_RE) for m in rx.finditer(error or "")]
     if not words:
         return names
     score: dict[str, int] = {}
-    for rel, src in project.sources.items():
+    for src in project.sources.values():
         for b in src.blocks:
             if b.name not in names:
                 continue

@@ -198,13 +198,11 @@ class _Bisection(Ends, Replay):
         base = self._memory_baselines()
         if base and not self.noise:  # as _both_ends sets it
             self.noise = classify.measure_noise(base[0], base[1])
-        ready: list[TrialRecord] = []
-        for rec in list(self.unshown):
-            config = frozenset(rec.enabled)
-            if self._reference(config) is None or (config and not base):
-                continue
-            rec.live = classify.primary(self._shows(config, rec.result), self.target)
-            ready.append(rec)
+        ready = [
+            r for r in self.unshown if self._reference(frozenset(r.enabled)) is not None and (base or not r.enabled)
+        ]
+        for rec in ready:
+            rec.live = classify.primary(self._shows(frozenset(rec.enabled), rec.result), self.target)
             self.unshown.remove(rec)
         return ready
 
