@@ -402,13 +402,10 @@ class _Bisection(Ends, Replay):
             table = ablation(self.features, oracle)
             alone = [f for f in items if table[f] == target]
             culprits = frozenset(alone[:1]) or None
-        if culprits is None and target == Verdict.SLOWDOWN:
-            # timing pairs run one at a time: one test per round (ddmin.halving)
-            self.events.phase(f"halving ({target.value})")
-            culprits = halving(items, oracle, fixed=fixed)
-        elif culprits is None:
-            self.events.phase(f"delta debugging ({target.value})")
-            culprits = ddmin(items, oracle, fixed=fixed)
+        if culprits is None:  # a slowdown's timing pairs run one at a time: one test per round (ddmin.halving)
+            name, search = ("halving", halving) if target == Verdict.SLOWDOWN else ("delta debugging", ddmin)
+            self.events.phase(f"{name} ({target.value})")
+            culprits = search(items, oracle, fixed=fixed)
         config = culprits
         if mismatch and fixed:
             # the affects_loss context the mismatch needs, minimised too
