@@ -44,9 +44,8 @@ from dataclasses import replace
 from typing import Any
 
 from tfrepro.bisect import compile_pin, result_doc
-from tfrepro.bisect.ends import Ends, early_exit, timing_stop, untimed
+from tfrepro.bisect.ends import Ends, early_exit, save_nan_state, timing_stop, untimed, within_steps
 from tfrepro.bisect.events import BisectEvents, TrialRecord
-from tfrepro.bisect.late import save_nan_state, within_steps
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.replay import Replay
 from tfrepro.bisect.trial_log import TrialLog
@@ -122,10 +121,10 @@ class _Bisection(Ends, Replay):
         manifest = project.manifest
         # every trial's settings: `[trial]` with the command-line overrides, as in every mode
         self.settings = options.trial_settings(manifest.trial)
-        # Without --steps the failing configuration runs until its symptom (bisect/late.py).
+        # Without --steps the failing configuration runs until its symptom (ends.py: the late step).
         self.until_symptom = options.steps is None
         self.late_step: dict | None = None
-        self.nan_state: dict | None = None  # bisect/late.py: the state before the NaN step
+        self.nan_state: dict | None = None  # ends.save_nan_state: the state before the NaN step
         self.k = max(1, options.repeats or manifest.repeats)
         self.symptom_settings = manifest.symptoms
         self.features: tuple[str, ...] = tuple(project.feature_names)
@@ -230,7 +229,7 @@ class _Bisection(Ends, Replay):
     def _shows(self, config: Config, result: TrialResult, *, early: bool = True) -> frozenset[Verdict]:
         """What `result` shows (`early`: with the clean early exit as a crash, `ends.early_exit`)."""
         result = classify.first_steps(result, self.settings.steps)  # a timing trial runs longer
-        if self.until_symptom:  # the failing run until its symptom ran longer too (bisect/late.py)
+        if self.until_symptom:  # the failing run until its symptom ran longer too (ends.py: the late step)
             result = within_steps(result, self.settings.steps)
         shown = classify.symptoms(
             result,
