@@ -47,10 +47,7 @@ def loss_deviation(losses: Sequence[float], reference: Sequence[float]) -> float
     deviation; no common step gives 0.0 (nothing to compare).
     """
     n = min(len(losses), len(reference))
-    if n == 0:
-        return 0.0
-    finite_ref = [abs(x) for x in reference[:n] if math.isfinite(x)]
-    scale = max(finite_ref, default=0.0)
+    scale = max((abs(x) for x in reference[:n] if math.isfinite(x)), default=0.0)
     floor = max(_REL_FLOOR * scale, 1e-12)
     worst = 0.0
     for a, b in zip(losses[:n], reference[:n]):
