@@ -35,7 +35,7 @@ from tfrepro.settings import late_steps
 from tfrepro.trials import classify
 from tfrepro.trials.ddmin import Config
 from tfrepro.trials.memcheck import is_oom
-from tfrepro.trials.trial import Purpose, Trial, TrialOptions
+from tfrepro.trials.trial import Purpose, TrialOptions
 from tfrepro.trials.untestable import ends_reason
 from tfrepro.trials.values import RunResult, Status, TrialResult
 from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
@@ -447,10 +447,7 @@ def save_nan_state(run, config) -> dict | None:
     step = first.first_nonfinite_step if first is not None else None
     if not step:
         return None
-    settings = replace(run.settings, repeat=NAN_STATE_REPEAT, steps=step, save_state_step=step)
-    request = Trial(
-        tuple(sorted(config)), settings, TrialOptions(label=Purpose.NAN_STATE, use_cache=run.opts.use_cache)
-    )
+    request = run._request(config, NAN_STATE_REPEAT, Purpose.NAN_STATE, steps=step, save_state_step=step)
     run.events.phase(f"saving the state before the NaN step {step}")
     got = run.executor.run_batch(
         run.project, [request], on_result=lambda i, res: run._record(config, NAN_STATE_REPEAT, Purpose.NAN_STATE, res)

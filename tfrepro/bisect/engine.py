@@ -156,9 +156,10 @@ class _Bisection(Ends, Replay):
         self.run_dir, self.records = self.log.run_dir, self.log.records
 
     # -- trials ------------------------------------------------------------
-    def _request(self, config: Config, repeat: int, role: Purpose, *, timed: bool = False) -> Trial:
-        """The trial of `config`; `timed`: a timing trial (a time budget of steady steps, `_trial`)."""
-        settings = replace(self.settings, repeat=repeat)
+    def _request(self, config: Config, repeat: int, role: Purpose, *, timed: bool = False, **changes: int) -> Trial:
+        """The trial of `config`; `timed`: a timing trial (a time budget of steady steps, `_trial`);
+        `changes`: settings of its own (the nan-state trial's steps)."""
+        settings = replace(self.settings, repeat=repeat, **changes)
         if role is Purpose.FAILING and repeat == 0 and self.until_symptom:
             settings = replace(settings, until_symptom=True)
         if timed:
