@@ -35,9 +35,7 @@ Shows = Callable[[Config, TrialResult], frozenset[Verdict]]
 def best(
     memo: Mapping[tuple[Config, int], TrialResult], shows: Shows, cfg: Config | None, target: Verdict | None
 ) -> TrialResult | None:
-    """A trial of `cfg`, preferring one that shows `target`."""
-    if cfg is None:
-        return None
+    """A trial of `cfg`, preferring one that shows `target` (None: no trial of it)."""
     mine = [t for (c, _r), t in sorted(memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
     hits = [t for t in mine if target is not None and target in shows(cfg, t)]
     return (hits or mine)[0] if mine else None
