@@ -37,7 +37,7 @@ COMBINED_FEATURES = 4
 # together, answered as a pair). An interaction (slower only together) is
 # still a pair of culprits.
 PARTS_SHARE = 0.5
-# How a combined overhead's reason ends (`_features_cost`, `_whole_cost`).
+# How a combined overhead's reason ends (`_features_cost`).
 _COMBINED = (
     ": their combined overhead, not a defect of any one (a slowdown of "
     f"{COMBINED_FEATURES} or more features together counts from x{OWN_COST_SLOWDOWN:g}; "
@@ -111,9 +111,9 @@ class Replay:
         if not judged.flaky and target != Verdict.SLOWDOWN and (why := self._unneeded(target, culprits, config, runs)):
             judged = replace(judged, flaky=True, reason=why)
         extra = {"ablation": {f: v.value for f, v in table.items()} if table else None}
-        cost = self._features_cost(target, culprits, config, repeated=not judged.flaky)
+        cost = self._features_cost(culprits, config, repeated=not judged.flaky) if target == Verdict.SLOWDOWN else None
         if cost is None and target == Verdict.SLOWDOWN and judged.flaky and not any(culprit_obs):
-            cost = self._whole_cost(config)
+            cost = self._features_cost(frozenset(self.features), frozenset(self.features), overturned=config)
         if cost is not None:
             key, doc = cost
             return self._finish(Status.NONE, None, extra={**extra, key: doc}, reason=doc["reason"])
@@ -141,7 +141,7 @@ class Replay:
         return range(max(self.k, 2), max(self.k, 2) + self.opts.replays)
 
     def _features_cost(
-        self, target: Verdict, culprits: Config, config: Config, *, repeated: bool = True
+        self, culprits: Config, config: Config, *, repeated: bool = True, overturned: Config | None = None
     ) -> tuple[str, dict] | None:
         """A slowdown found without --symptom, under OWN_COST_SLOWDOWN, whose
         culprits are all custom layers (their own compute against their
@@ -151,10 +151,18 @@ class Replay:
         key and what result.json says under it, the reason the answer is `none`.
         Not `repeated` (the replay did not show it again: flaky): the same for
         the configuration the search ended on, its parts never timed anew
-        (a cost that does not even repeat is no defect either, journey J29)."""
+        (a cost that does not even repeat is no defect either, journey J29).
+        `overturned`: the search ended on that smaller set, which none of the
+        replay's fresh pairs found slower; what stands is the failing
+        configuration (`culprits`) with its own slowdown, a combined overhead
+        when it has COMBINED_FEATURES or more features. Journey J31 (Intel
+        Xeon, `healthy`: seven features x1.43; prefetch alone judged slower
+        from one pair under load, never again in nine)."""
         from tfrepro import catalog
 
-        if target != Verdict.SLOWDOWN or self.opts.symptom is not None or not culprits:
+        if self.opts.symptom is not None or not culprits or overturned == culprits:
+            return None
+        if overturned is not None and len(culprits) < COMBINED_FEATURES:
             return None
         own = all((e := catalog.get(c)) is not None and e.kind == "custom_layer" for c in culprits)
         outcomes = self.timing.get(config) or []
@@ -169,7 +177,13 @@ class Replay:
             if alone is None:
                 return None
         names = ", ".join(sorted(culprits))
-        if alone is not None:
+        if overturned is not None:
+            reason = (
+                f"the {len(culprits)} features together ({names}) are slower, x{round(ratio, 3):.2f}, and the "
+                f"smaller set the search ended on ({', '.join(sorted(overturned))}) was not slower in any of the "
+                f"replay's fresh pairs{_COMBINED}"
+            )
+        elif alone is not None:
             each = ", ".join(f"{c} x{r:.2f}" for c, r in sorted(alone.items()))
             reason = (
                 f"{names} are x{ratio:.2f} slower together and each alone is slower by part of it ({each}): "
@@ -193,26 +207,6 @@ class Replay:
         if alone is not None:
             doc["alone"] = {c: round(r, 3) for c, r in sorted(alone.items())}
         return ("own_cost" if own else "combined_cost"), doc
-
-    def _whole_cost(self, overturned: Config) -> tuple[str, dict] | None:
-        """The search ended on a smaller set that none of the replay's fresh
-        pairs found slower: what stands is the failing configuration's own
-        slowdown, which is a combined overhead (`_features_cost`) when it has
-        COMBINED_FEATURES or more features and is under the same x3. Journey
-        J31 (Intel Xeon, `healthy`: seven features x1.43; prefetch alone
-        judged slower from one pair under load, never again in nine)."""
-        full = frozenset(self.features)
-        if overturned == full or len(full) < COMBINED_FEATURES:
-            return None
-        cost = self._features_cost(Verdict.SLOWDOWN, full, full)
-        if cost is not None:
-            doc = cost[1]
-            doc["reason"] = (
-                f"the {len(full)} features together ({', '.join(sorted(full))}) are slower, x{doc['ratio']:.2f}, "
-                f"and the smaller set the search ended on ({', '.join(sorted(overturned))}) was not slower in any "
-                f"of the replay's fresh pairs{_COMBINED}{_ANYWAY}"
-            )
-        return cost
 
     def _costs_add_up(self, culprits: Config, ratio: float) -> dict[str, float] | None:
         """Each culprit's ratio alone (timed now when the search did not),
