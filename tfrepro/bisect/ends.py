@@ -255,14 +255,6 @@ class Ends:
         how = TrialOptions(use_cache=self.opts.use_cache)
         return self.opts.baseline_checks(self.project, (), self.settings, runner=self.runner, how=how)
 
-    def _pick_symptom(self, full: Config) -> Verdict | None:
-        """The symptom to hunt (`pick_symptom`): memory by evidence
-        (`_memory_stands`), a slowdown by `_slower`."""
-        shown = set().union(*(self._shows(full, t) for t in self._end_runs()[1]))
-        return pick_symptom(
-            shown, self.opts.symptom, memory_stands=lambda: self._memory_stands(full), slower=lambda: self._slower(full)
-        )
-
     def _slower(self, full: Config) -> bool:
         """The failing configuration timed against the baseline; when no
         slowdown was asked, only past a cheap pre-screen: the fastest runs

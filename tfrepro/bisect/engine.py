@@ -44,7 +44,7 @@ from dataclasses import replace
 from typing import Any
 
 from tfrepro.bisect import compile_pin, result_doc
-from tfrepro.bisect.ends import Ends, early_exit, save_nan_state, timing_stop, untimed, within_steps
+from tfrepro.bisect.ends import Ends, early_exit, pick_symptom, save_nan_state, timing_stop, untimed, within_steps
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.replay import Replay
@@ -358,7 +358,10 @@ class _Bisection(Ends, Replay):
         # timing trials time the calls the failing configuration ran slower than the baseline (fit#2...)
         self.timed_calls = slower_calls(*self._end_runs(), self._screen())
         full = frozenset(self.features)
-        target = self.target = self._pick_symptom(full)
+        shown = set().union(*(self._shows(full, t) for t in self._end_runs()[1]))
+        target = self.target = pick_symptom(  # memory by evidence, a slowdown by its timing
+            shown, self.opts.symptom, memory_stands=lambda: self._memory_stands(full), slower=lambda: self._slower(full)
+        )
         # a slowdown asked for of a failing configuration that could not be timed: `untestable`, as in range mode
         if target is None and self.opts.symptom is Verdict.SLOWDOWN and (why := untimed(self.timing.get(full))):
             why = f"the failing configuration {why}"

@@ -112,6 +112,10 @@ class Replay:
             judged = replace(judged, flaky=True, reason=why)
         extra = {"ablation": {f: v.value for f, v in table.items()} if table else None}
         cost = self._features_cost(culprits, config, repeated=not judged.flaky) if target == Verdict.SLOWDOWN else None
+        # None of the replay's fresh pairs found the search's set slower: what stands is the
+        # failing configuration with its own slowdown, a combined overhead when it has
+        # COMBINED_FEATURES or more features. Journey J31 (Intel Xeon, `healthy`: seven features
+        # x1.43; prefetch alone judged slower from one pair under load, never again in nine).
         if cost is None and target == Verdict.SLOWDOWN and judged.flaky and not any(culprit_obs):
             cost = self._features_cost(frozenset(self.features), frozenset(self.features), overturned=config)
         if cost is not None:
@@ -152,12 +156,7 @@ class Replay:
         Not `repeated` (the replay did not show it again: flaky): the same for
         the configuration the search ended on, its parts never timed anew
         (a cost that does not even repeat is no defect either, journey J29).
-        `overturned`: the search ended on that smaller set, which none of the
-        replay's fresh pairs found slower; what stands is the failing
-        configuration (`culprits`) with its own slowdown, a combined overhead
-        when it has COMBINED_FEATURES or more features. Journey J31 (Intel
-        Xeon, `healthy`: seven features x1.43; prefetch alone judged slower
-        from one pair under load, never again in nine)."""
+        `overturned`: the smaller set the search ended on (see `_replay`)."""
         from tfrepro import catalog
 
         if self.opts.symptom is not None or not culprits or overturned == culprits:
@@ -169,13 +168,10 @@ class Replay:
         ratio = outcomes[-1].ratio if outcomes else None
         if ratio is None or ratio >= OWN_COST_SLOWDOWN:
             return None
-        alone = None
-        if not own and len(culprits) < COMBINED_FEATURES:
-            if not repeated:
-                return None
-            alone = self._costs_add_up(culprits, ratio)
-            if alone is None:
-                return None
+        few = not own and len(culprits) < COMBINED_FEATURES  # a cost only when their costs add up (`alone`)
+        alone = self._costs_add_up(culprits, ratio) if few and repeated else None
+        if few and alone is None:
+            return None
         names = ", ".join(sorted(culprits))
         if overturned is not None:
             reason = (

@@ -66,9 +66,7 @@ def is_oom(result: TrialResult) -> bool:
     """Killed for memory, not by our timeout (see the module docstring)."""
     if result.timed_out or not result.crashed:
         return False
-    if result.error and _OOM_LINE.search(result.error):
-        return True
-    return result.exit_code in _SIGKILL
+    return bool(result.error and _OOM_LINE.search(result.error)) or result.exit_code in _SIGKILL
 
 
 def growth_of(result: TrialResult) -> tuple[float | None, float, int]:
