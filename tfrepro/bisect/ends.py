@@ -123,8 +123,7 @@ class Ends:
         their trials (`lost`), `baseline-fails` when the baseline already
         fails, else None (and `self.noise` is set)."""
         k, base, full = self.k, frozenset(), frozenset(self.features)
-        n_base = max(k, 2)
-        wanted = [(base, r, Purpose.BASELINE) for r in range(n_base)]
+        wanted = [(base, r, Purpose.BASELINE) for r in range(max(k, 2))]
         wanted += self._needs(full, range(k), Purpose.FAILING, self.opts.symptom)
         self._many(wanted)
         self._late(full, wanted)

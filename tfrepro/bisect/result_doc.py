@@ -184,7 +184,7 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
     timed = config if config in run.timing else full if full in run.timing else next(iter(run.timing), None)
     # the trials that stand (a trial re-run pinned replaced its first run), for their jit_compile
     kept = [(r.enabled, r.result) for r in run.records if run.memo.get((frozenset(r.enabled), r.repeat)) is r.result]
-    evidence = FeatureEvidence(
+    return FeatureEvidence(
         project=str(Path(run.project.root).resolve()),
         settings=run.settings,
         repeats=run.k,
@@ -206,8 +206,8 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
         compile_differs=tuple(differing(run.memo.get((full, 0)), kept)),
         timed_calls=run.timed_calls,
         symptom_call=_symptom_call(run, symptom, config if config is not None else full),
+        **(a.extra or {}),
     )
-    return replace(evidence, **(a.extra or {}))
 
 
 def finish(run: _Bisection, a: Answer) -> RunResult:
