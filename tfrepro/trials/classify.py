@@ -125,9 +125,8 @@ def stopped_early(result: TrialResult, reference: TrialResult | None, steps: int
     if reference is None or result.crashed or result.timed_out or result.could_not_run or result.nonfinite:
         return False
     extra = result.extra or {}
-    if extra.get("callback_stops"):
-        return False
-    if extra.get("stop") not in (None, "exit"):  # tfrepro's harness ended it (a timing budget, the step cap)
+    # a callback stopped it, or tfrepro's harness did (a timing budget, the step cap)
+    if extra.get("callback_stops") or extra.get("stop") not in (None, "exit"):
         return False
     want = reference.steps_run if steps is None else min(reference.steps_run, steps)
     return result.steps_run < want

@@ -107,8 +107,7 @@ class Oracle:
             while j < len(configs) and (unknown < size or frozenset(configs[j]) in self.cache):
                 unknown += frozenset(configs[j]) not in self.cache
                 j += 1
-            window = configs[i:j]
-            for k, v in enumerate(self.verdicts(window, test)):
+            for k, v in enumerate(self.verdicts(configs[i:j], test)):
                 if v == self.target:
                     return i + k
             i = j
