@@ -197,8 +197,7 @@ class Ends:
             return
         self.settings = replace(self.settings, jit_auto=pin)
         stale = [k for k, r in self.memo.items() if compile_pin.auto_differs(r, pin)]
-        for k in stale:
-            del self.memo[k]
+        self.memo = {k: r for k, r in self.memo.items() if k not in stale}
         self._many([(c, r, "pinned") for c, r in stale])
 
     def _unmeasured(self, symptom: Verdict | None) -> RunResult | None:

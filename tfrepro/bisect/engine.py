@@ -168,10 +168,9 @@ class _Bisection(Ends, Replay):
 
     def _trial(self, config: Config, repeat: int, role: Purpose) -> TrialResult:
         """One timing trial (alone: see `_timed`), or a memo hit."""
-        key = (config, repeat)
         with self.lock:
-            if key in self.memo:
-                return self.memo[key]
+            if (config, repeat) in self.memo:
+                return self.memo[(config, repeat)]
         self.events.trial_started(tuple(sorted(config)), role, repeat)
         return self._record(
             config, repeat, role, self.executor.run_timed(self.project, self._request(config, repeat, role, timed=True))
