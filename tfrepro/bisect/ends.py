@@ -418,9 +418,7 @@ def later_calls_steps(result: TrialResult, steps: int) -> int | None:
     from tfrepro.trials.calls import calls_of
 
     starts = [c.start for c in calls_of(result) if c.start >= steps and c.end > c.start]
-    if not starts:
-        return None
-    return max(steps, min(result.steps_run, max(starts) + steps))
+    return max(steps, min(result.steps_run, max(starts) + steps)) if starts else None
 
 
 # The repeat index of the nan-state trial (apart from every search and replay index).

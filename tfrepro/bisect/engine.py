@@ -271,9 +271,7 @@ class _Bisection(Ends, Replay):
 
     def _verdict(self, config: Config, target: Verdict) -> Verdict:
         shown = [self._shows(config, self.memo[(config, r)]) for r in range(self.k)]
-        if any(target in s for s in shown):
-            return target
-        return classify.primary(shown[0])
+        return target if any(target in s for s in shown) else classify.primary(shown[0])
 
     def test_batch(self, target: Verdict) -> Callable[[list[Config]], list[Verdict]]:
         def run(configs: list[Config]) -> list[Verdict]:

@@ -42,7 +42,6 @@ _COMBINED = (
     ": their combined overhead, not a defect of any one (a slowdown of "
     f"{COMBINED_FEATURES} or more features together counts from x{OWN_COST_SLOWDOWN:g}; "
 )
-_ANYWAY = "rerun with --symptom slowdown to hunt it anyway)"
 
 
 @dataclass(frozen=True)
@@ -196,7 +195,7 @@ class Replay:
                 f"only the {len(culprits)} features together ({names}) are slower, x{ratio:.2f}, and no "
                 f"smaller set of them is{_COMBINED}"
             )
-        reason += _ANYWAY
+        reason += "rerun with --symptom slowdown to hunt it anyway)"
         if not repeated:
             reason = f"{reason}; and it did not repeat: the replay's fresh pairs were not slower"
         doc = {"features": sorted(culprits), "ratio": round(ratio, 3), "reason": reason}
