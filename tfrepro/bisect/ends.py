@@ -380,8 +380,7 @@ def preflight(project: Any, run: Callable[[Any], TrialResult], *, max_rounds: in
     for _ in range(max_rounds):
         changed = None
         for name in suspects(current, result.error):
-            trial = current.exclude({name: "preflight"})
-            got = run(trial)
+            got = run(current.exclude({name: "preflight"}))
             trials += 1
             if not broken(got):
                 dropped.append({"name": name, "reason": _reason(result.error, True)})
