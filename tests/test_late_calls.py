@@ -1,4 +1,4 @@
-"""Calls a capped trial never starts (bisect/late.py `later_calls_steps`):
+"""Calls a capped trial never starts (bisect/ends.py `later_calls_steps`):
 the wild save-and-load case's fit#1 is 64 steps, so 50-step trials never
 reached fit#2, where its slow checkpoint callback runs. Once the failing
 configuration's run until its symptom shows such calls, every later trial
@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from tfrepro.bisect.ends import later_calls_steps
 from tfrepro.bisect.engine import BisectOptions, bisect
-from tfrepro.bisect.late import later_calls_steps
 from tfrepro.project import Project
 from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult

@@ -1,4 +1,4 @@
-"""The late step (bisect/late.py): without --steps the failing configuration
+"""The late step (bisect/ends.py): without --steps the failing configuration
 runs until its symptom, and later trials run to a little past its step.
 A fake trial runner that honours the settings (no TensorFlow)."""
 
@@ -126,7 +126,7 @@ def test_late_steps_margin():
 
 
 def test_a_longer_run_is_judged_on_memory_within_the_steps():
-    from tfrepro.bisect.late import within_steps
+    from tfrepro.bisect.ends import within_steps
 
     long = TrialResult(steps_run=700, rss_per_step=tuple(100 + i for i in range(700)), peak_rss_bytes=800)
     cut = within_steps(long, 50)
@@ -164,6 +164,6 @@ def test_a_timeout_after_the_steps_in_the_run_until_symptom_is_not_a_symptom(tmp
 
 
 def within_steps_view(result, steps):
-    from tfrepro.bisect.late import within_steps
+    from tfrepro.bisect.ends import within_steps
 
     return within_steps(result, steps)

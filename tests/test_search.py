@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tfrepro.bisect.search import Oracle, ablation, ddmin, halving, judge_replay
+from tfrepro.bisect.replay import judge_replay
+from tfrepro.trials.ddmin import Oracle, ablation, ddmin, halving
 from tfrepro.verdicts import Verdict
 
 NAN = Verdict.NAN

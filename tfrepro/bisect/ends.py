@@ -9,20 +9,31 @@ The `Ends` mixin of `engine._Bisection`: the preflight, the baseline and the
 failing configuration, the late step and the compile pin, the symptom by
 evidence (a marginal memory signal does not preempt a decisive one), and
 the baseline's sanity checks. It reads and sets the bisection's state
-(memo, settings, noise) and calls its trial methods."""
+(memo, settings, noise) and calls its trial methods.
+
+The late step: a fixed 50 steps misses a NaN that first shows at step 600
+(an export sorted by one column, no shuffle, the bad rows in the last
+batches of the epoch). Without `--steps`, the failing configuration's first
+trial runs with no step cap, for the script's own length and at most
+`[trial] budget_s` seconds of training (`TrialSettings.until_symptom`). When
+it shows a NaN or a crash past `steps`, every later trial runs to a little
+past that step (`settings.late_steps`), and the trials already run at the
+shorter length (the baseline, the mismatch reference) are judged again at
+the new one (`within_steps`)."""
 
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from tfrepro.bisect import compile_pin
-from tfrepro.bisect.late import later_calls_steps, symptom_step
-from tfrepro.bisect.search import Config
 from tfrepro.settings import late_steps
 from tfrepro.trials import classify
+from tfrepro.trials.ddmin import Config
 from tfrepro.trials.memcheck import is_oom
 from tfrepro.trials.trial import Purpose, TrialOptions
 from tfrepro.trials.untestable import ends_reason
@@ -112,28 +123,22 @@ class Ends:
         their trials (`lost`), `baseline-fails` when the baseline already
         fails, else None (and `self.noise` is set)."""
         k, base, full = self.k, frozenset(), frozenset(self.features)
-        n_base = max(k, 2)
-        wanted = [(base, r, Purpose.BASELINE) for r in range(n_base)]
+        wanted = [(base, r, Purpose.BASELINE) for r in range(max(k, 2))]
         wanted += self._needs(full, range(k), Purpose.FAILING, self.opts.symptom)
         self._many(wanted)
-        if self._late(full):
-            self._many(wanted)  # again, at the steps past the late symptom
-            self._unreachable_calls()
+        self._late(full, wanted)
         self._pin_compile(full)
         base_runs, fail_runs = self._end_runs()
         why = lost("the baseline", base_runs) or lost("the failing configuration", fail_runs)
         if why is not None:
             return self._finish(Status.ERROR, self.opts.symptom, error=why)
-        base_fail = [
-            bool(classify.symptoms(t, reference=None, settings=self.symptom_settings) & BASELINE_FAILURES)
-            for t in base_runs
-        ]
+        base_shown = [classify.symptoms(t, reference=None, settings=self.symptom_settings) for t in base_runs]
+        base_fail = [bool(s & BASELINE_FAILURES) for s in base_shown]
         # An end with no training step is `untestable` (Contract 4): `_unmeasured`, after this.
         if not any(base_fail):
             self.noise = classify.measure_noise(base_runs[0], base_runs[1])
             return None
-        first = next(t for t, bad in zip(base_runs, base_fail) if bad)
-        shown = classify.classify(first, reference=None, settings=self.symptom_settings)
+        first, shown = next((t, classify.primary(s)) for t, s in zip(base_runs, base_shown) if s & BASELINE_FAILURES)
         checks = self._baseline_checks(shown)
         reason = f"; sanity {checks['reason']}" if checks.get("reason") else ""
         words, suspects = self._baseline_words()
@@ -146,44 +151,39 @@ class Ends:
             extra={"checks": checks, "baseline_flaky": not all(base_fail)},
         )
 
-    def _late(self, full: Config) -> bool:
+    def _late(self, full: Config, wanted: list[tuple[Config, int, Purpose]]) -> None:
         """The failing configuration's run until its symptom showed it past
         `steps`: later trials run to a little past that step, and what ran at
-        the shorter length runs again (its records stay in the run dir)."""
+        the shorter length (`wanted`) runs again (its records stay in the run
+        dir). Run on to reach the later training calls, those cannot be
+        measured when the baseline crashes past the old steps (an OFF part
+        breaks the code between the calls: a checkpoint the script reads
+        back): back to the old steps and what ran at them, said in
+        result.json's `late_step`."""
         explored = self.memo[(full, 0)]
         step = symptom_step(explored) if self.until_symptom else None
         old = self.settings.steps
         if step is not None and step > old:
             new, why = late_steps(step, old), f"showed it at step {step}"
-        elif step is None and self.until_symptom:  # reach the calls a capped trial never starts (bisect/late.py)
+        elif step is None and self.until_symptom:  # reach the calls a capped trial never starts (`later_calls_steps`)
             new, why = later_calls_steps(explored, old), "ran training calls past the steps"
         else:
-            return False
+            return
         if new is None or new <= old:
-            return False
+            return
         self.settings = replace(self.settings, steps=new)
         self.late_step = {"symptom_step": step, "steps_before": old, "steps": new, "budget_s": self.settings.budget_s}
         self.events.phase(f"the failing configuration {why}: trials now run {self.settings.steps}")
-        self._calls_undo = (old, dict(self.memo)) if symptom_step(explored) is None else None
+        memo = dict(self.memo)
         with self.lock:
             self.memo = {(full, 0): explored}
-        return True
-
-    def _unreachable_calls(self) -> None:
-        """The later calls cannot be measured when the baseline crashes past
-        the old steps (an OFF part breaks the code between the calls: a
-        checkpoint the script reads back): back to the old steps and what ran
-        at them, said in result.json's `late_step`."""
-        undo, self._calls_undo = self._calls_undo, None
-        if undo is None:
-            return
-        old, memo = undo
+        self._many(wanted)  # again, at the steps past the late symptom
         crashed = [t for t in self._end_runs()[0] if t.crashed and t.steps_run > old]
-        if not crashed:
+        if step is not None or not crashed:
             return
         why = f"the baseline crashes after step {crashed[0].steps_run} ({crashed[0].error or 'see its logs'})"
         self.settings = replace(self.settings, steps=old)
-        self.late_step = {**(self.late_step or {}), "steps": old, "later_calls": f"not measured: {why}"}
+        self.late_step = {**self.late_step, "steps": old, "later_calls": f"not measured: {why}"}
         self.events.phase(f"the later training calls are not measured: {why}; trials run {old} steps")
         with self.lock:
             self.memo = memo
@@ -197,8 +197,7 @@ class Ends:
             return
         self.settings = replace(self.settings, jit_auto=pin)
         stale = [k for k, r in self.memo.items() if compile_pin.auto_differs(r, pin)]
-        for k in stale:
-            del self.memo[k]
+        self.memo = {k: r for k, r in self.memo.items() if k not in stale}
         self._many([(c, r, "pinned") for c, r in stale])
 
     def _unmeasured(self, symptom: Verdict | None) -> RunResult | None:
@@ -209,15 +208,6 @@ class Ends:
         failed = any(self._shows(full, t, early=False) & STOPPERS for t in fails)
         reason = ends_reason(self._end_runs()[0], fails, symptom, failed=failed)
         return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
-
-    def _untimed(self, full: Config) -> RunResult | None:
-        """`untestable` when a slowdown was asked for and the failing
-        configuration could not be timed (`untimed`), as in range mode."""
-        why = untimed(self.timing.get(full)) if self.opts.symptom is Verdict.SLOWDOWN else None
-        if why is None:
-            return None
-        why = f"the failing configuration {why}"
-        return self._finish(Status.UNTESTABLE, Verdict.SLOWDOWN, error=why, reason=why)
 
     def _baseline_words(self) -> tuple[str, str]:
         """The baseline as it ran: every feature off but the always-on ones
@@ -232,8 +222,21 @@ class Ends:
         )
 
     def _preflight(self) -> None:
-        """The baseline must run: a feature whose OFF part breaks it is kept ON, no candidate."""
-        got = run_preflight(self.project, self.executor, self._request(frozenset(), 0, Purpose.BASELINE), self.events)
+        """The baseline must run: a feature whose OFF part breaks it is kept ON,
+        no candidate (`preflight`, with the engine's executor; a phase is
+        announced only when the baseline crashes)."""
+        request, calls = self._request(frozenset(), 0, Purpose.BASELINE), []
+
+        def run(p: Any) -> TrialResult:
+            if len(calls) == 1:
+                self.events.phase("preflight: the baseline crashes; looking for a feature whose OFF part breaks it")
+            calls.append(p)
+            self.events.trial_started((), Purpose.BASELINE if len(calls) == 1 else Purpose.PREFLIGHT, 0)
+            return self.executor.run_batch(p, [request])[0]
+
+        got = preflight(self.project, run)
+        for d in got.dropped:
+            self.events.phase(f"dropped {d['name']}: {d['reason']}")
         if got.dropped:
             self.project, self.dropped, self.features = got.project, got.dropped, tuple(got.project.feature_names)
             self.affects_loss = frozenset(got.project.affects_loss)
@@ -249,14 +252,6 @@ class Ends:
         self.events.phase("sanity checks on the baseline")
         how = TrialOptions(use_cache=self.opts.use_cache)
         return self.opts.baseline_checks(self.project, (), self.settings, runner=self.runner, how=how)
-
-    def _pick_symptom(self, full: Config) -> Verdict | None:
-        """The symptom to hunt (`pick_symptom`): memory by evidence
-        (`_memory_stands`), a slowdown by `_slower`."""
-        shown = set().union(*(self._shows(full, t) for t in self._end_runs()[1]))
-        return pick_symptom(
-            shown, self.opts.symptom, memory_stands=lambda: self._memory_stands(full), slower=lambda: self._slower(full)
-        )
 
     def _slower(self, full: Config) -> bool:
         """The failing configuration timed against the baseline; when no
@@ -293,26 +288,25 @@ class Ends:
         return 1 + (self.symptom_settings.slowdown - 1) / 4
 
     def _end_runs(self) -> tuple[list[TrialResult], list[TrialResult]]:
-        """The baseline's runs (`max(k, 2)`: the noise needs two) and the failing configuration's (`k`)."""
-        base, full = frozenset(), frozenset(self.features)
-        return [self.memo[(base, r)] for r in range(max(self.k, 2))], [self.memo[(full, r)] for r in range(self.k)]
+        """The baseline's runs (`max(k, 2)`: the noise needs two) and the
+        failing configuration's (`k`), those made so far."""
+        ends = ((frozenset(), max(self.k, 2)), (frozenset(self.features), self.k))
+        base, full = ([t for r in range(n) if (t := self.memo.get((c, r))) is not None] for c, n in ends)
+        return base, full
 
     def untimed_ratio(self) -> float | None:
         """How much slower the failing configuration's fastest untimed run is
         than the baseline's (the fastest: the least disturbed by parallel
         trials), over the end runs made so far; None when either end has no
         step time (or the baseline's is 0)."""
-        fastest = []
-        for config, repeats in ((frozenset(), max(self.k, 2)), (frozenset(self.features), self.k)):
-            runs = [t for r in range(repeats) if (t := self.memo.get((config, r))) is not None]
-            known = [m for m in map(classify.timing_sample, runs) if m is not None]
-            fastest.append(min(known) if known else None)
-        mb, mf = fastest
+        mb, mf = (
+            min((m for t in runs if (m := classify.timing_sample(t)) is not None), default=None)
+            for runs in self._end_runs()
+        )
         return mf / mb if mb and mf is not None else None
 
 
 # -- preflight: the baseline must run ----------------------------------------
-RunBaseline = Callable[[Any], TrialResult]
 _NAME_RE = re.compile(r"(?:NameError|UnboundLocalError)\b.*?'(?P<name>[A-Za-z_]\w*)'")
 _ATTR_RE = re.compile(r"AttributeError\b.*?attribute '(?P<name>[A-Za-z_]\w*)'")
 _QUOTED_RE = re.compile(r"['\"](?P<name>[A-Za-z_]\w*)['\"]")
@@ -334,13 +328,11 @@ def broken(result: TrialResult) -> bool:
 def suspects(project: Any, error: str | None) -> list[str]:
     """Candidate features, the likeliest culprits of `error` first."""
     names = list(project.feature_names)
-    words: list[str] = []
-    for rx in (_NAME_RE, _ATTR_RE, _QUOTED_RE):
-        words += [m.group("name") for m in rx.finditer(error or "")]
+    words = [m.group("name") for rx in (_NAME_RE, _ATTR_RE, _QUOTED_RE) for m in rx.finditer(error or "")]
     if not words:
         return names
     score: dict[str, int] = {}
-    for rel, src in project.sources.items():
+    for src in project.sources.values():
         for b in src.blocks:
             if b.name not in names:
                 continue
@@ -357,7 +349,7 @@ def _reason(error: str | None, fixed: bool) -> str:
     return f"its OFF part breaks the baseline ({what}; the baseline still crashes further on); kept ON"
 
 
-def preflight(project: Any, run: RunBaseline, *, max_rounds: int = 3) -> PreflightResult:
+def preflight(project: Any, run: Callable[[Any], TrialResult], *, max_rounds: int = 3) -> PreflightResult:
     """Run the baseline of `project`; when it crashes, find and drop the
     features whose OFF part breaks it. The baseline (every feature OFF) must
     run before a bisect.
@@ -388,8 +380,7 @@ def preflight(project: Any, run: RunBaseline, *, max_rounds: int = 3) -> Preflig
     for _ in range(max_rounds):
         changed = None
         for name in suspects(current, result.error):
-            trial = current.exclude({name: "preflight"})
-            got = run(trial)
+            got = run(current.exclude({name: "preflight"}))
             trials += 1
             if not broken(got):
                 dropped.append({"name": name, "reason": _reason(result.error, True)})
@@ -405,19 +396,75 @@ def preflight(project: Any, run: RunBaseline, *, max_rounds: int = 3) -> Preflig
     return PreflightResult(project, first, [], trials)
 
 
-def run_preflight(project: Any, executor: Any, request: Any, events: Any) -> PreflightResult:
-    """`preflight` with the engine's executor, baseline request and events
-    (a phase is announced only when the baseline crashes)."""
-    calls: list[Any] = []
+# -- the late step and the nan-state trial ------------------------------------
+def symptom_step(result: TrialResult) -> int | None:
+    """The step at which `result` first showed a NaN or a crash, or None.
+    A NaN seen only in the weights at the end, and a crash, count at the last
+    step the trial ran (a crash before any step: step 1)."""
+    if result.first_nonfinite_step is not None:
+        return result.first_nonfinite_step
+    if result.crashed or result.weights_finite is False:
+        return max(1, result.steps_run)
+    return None
 
-    def run(p: Any) -> TrialResult:
-        if len(calls) == 1:
-            events.phase("preflight: the baseline crashes; looking for a feature whose OFF part breaks it")
-        calls.append(p)
-        events.trial_started((), Purpose.BASELINE if len(calls) == 1 else Purpose.PREFLIGHT, 0)
-        return executor.run_batch(p, [request])[0]
 
-    got = preflight(project, run)
-    for d in got.dropped:
-        events.phase(f"dropped {d['name']}: {d['reason']}")
-    return got
+def later_calls_steps(result: TrialResult, steps: int) -> int | None:
+    """The steps a trial needs to reach every training call that the run until
+    its symptom ran and a `steps`-long trial never starts (fit#2 of a script
+    whose fit#1 alone is longer than `steps`: a slowdown there is in no capped
+    trial): up to the last such call's start plus `steps` (at most what the run
+    ran). None when every call starts within `steps`."""
+    from tfrepro.trials.calls import calls_of
+
+    starts = [c.start for c in calls_of(result) if c.start >= steps and c.end > c.start]
+    return max(steps, min(result.steps_run, max(starts) + steps)) if starts else None
+
+
+# The repeat index of the nan-state trial (apart from every search and replay index).
+NAN_STATE_REPEAT = 900
+NAN_STATE_DIR = "nan_state"
+
+
+def save_nan_state(run, config) -> dict | None:
+    """For a NaN: rerun `config` (seeded, deterministic) to its first NaN step,
+    saving the state before that step and its batch (`harness_keras.StateSaver`),
+    copied to `<run_dir>/nan_state/`. Returns result.json's `nan_state`, or
+    None when the NaN showed in no loss (only in the weights at the end)."""
+    first = run.memo.get((config, 0))
+    step = first.first_nonfinite_step if first is not None else None
+    if not step:
+        return None
+    request = run._request(config, NAN_STATE_REPEAT, Purpose.NAN_STATE, steps=step, save_state_step=step)
+    run.events.phase(f"saving the state before the NaN step {step}")
+    got = run.executor.run_batch(
+        run.project, [request], on_result=lambda i, res: run._record(config, NAN_STATE_REPEAT, Purpose.NAN_STATE, res)
+    )[0]
+    src = Path(got.log_dir or "") / NAN_STATE_DIR
+    doc = {"step": step, "dir": None, "config": sorted(config), "deterministic": run.settings.deterministic}
+    if got.log_dir and (src / "state.npz").is_file() and (src / "batch.npz").is_file():
+        shutil.copytree(src, run.run_dir / NAN_STATE_DIR, dirs_exist_ok=True)
+        doc["dir"] = NAN_STATE_DIR
+    else:
+        doc["error"] = "the nan-state trial saved no state (a custom loop, or no Keras fit)"
+    return doc
+
+
+def within_steps(result: TrialResult, steps: int) -> TrialResult:
+    """The view at `steps` of a trial that ran past them (the run until its
+    symptom, the script's whole length): its RSS series cut at `steps`, so a
+    longer run is not judged against a shorter baseline's peak and growth;
+    and a timeout after `steps` is not one at `steps` (the trials compared
+    with it stop there: on a loaded machine the whole-length run can reach
+    the trial's time limit, and its timeout, seen in no capped trial, made a
+    healthy script `flaky`). A NaN or a crash past `steps` moves every trial
+    past it instead (`symptom_step`)."""
+    if result.steps_run <= steps:
+        return result
+    if result.timed_out:
+        result = replace(result, timed_out=False, extra={**result.extra, "timed_out_at_step": result.steps_run})
+    if not result.rss_per_step:
+        return result
+    stride = max(1, int((result.extra.get("memory") or {}).get("stride") or 1))
+    series = result.rss_per_step[: max(1, -(-steps // stride))]
+    peak = min(max(series), result.peak_rss_bytes or max(series))
+    return replace(result, rss_per_step=series, peak_rss_bytes=peak, growth_per_step=None, steps_run=steps)

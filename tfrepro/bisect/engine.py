@@ -3,8 +3,8 @@
 The engine gets its trial runner and its event handler injected (the pattern
 of mozregression's `Bisector`): `runner` defaults to `trial.run_trial`, and a
 fake one makes the status logic testable in milliseconds. It decides nothing
-by itself: `trials/classify.py` says what a trial shows, `search.py` which
-configuration to try next and whether a replayed answer stands.
+by itself: `trials/classify.py` says what a trial shows, `trials/ddmin.py` which
+configuration to try next, `replay.py` whether a replayed answer stands.
 
 The sequence, and the status each step can end with:
 
@@ -15,7 +15,7 @@ The sequence, and the status each step can end with:
    slowdown that the failing configuration shows and the baseline does not.
    None shown -> `none`.
 3. the search, locked onto that symptom: ablation and/or ddmin (a slowdown,
-   whose timing pairs run one at a time: `search.halving`, ddmin's cheaper
+   whose timing pairs run one at a time: `ddmin.halving`, ddmin's cheaper
    one-test-per-round form).
 4. replay: the culprit configuration and the baseline run again with fresh
    repeat indices (a slowdown: fresh timing pairs added to the evidence the
@@ -44,16 +44,15 @@ from dataclasses import replace
 from typing import Any
 
 from tfrepro.bisect import compile_pin, result_doc
-from tfrepro.bisect.ends import Ends, early_exit, timing_stop
+from tfrepro.bisect.ends import Ends, early_exit, pick_symptom, save_nan_state, timing_stop, untimed, within_steps
 from tfrepro.bisect.events import BisectEvents, TrialRecord
-from tfrepro.bisect.late import save_nan_state, within_steps
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.replay import Replay
-from tfrepro.bisect.search import Config, Oracle, ablation, ddmin, halving
 from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.trials import classify
 from tfrepro.trials.calls import slower_calls
+from tfrepro.trials.ddmin import Config, Oracle, ablation, ddmin, halving
 from tfrepro.trials.executors import Executor, Runner, make_executor
 from tfrepro.trials.memcheck import decide_memory
 from tfrepro.trials.state import StateDir
@@ -122,10 +121,10 @@ class _Bisection(Ends, Replay):
         manifest = project.manifest
         # every trial's settings: `[trial]` with the command-line overrides, as in every mode
         self.settings = options.trial_settings(manifest.trial)
-        # Without --steps the failing configuration runs until its symptom (bisect/late.py).
+        # Without --steps the failing configuration runs until its symptom (ends.py: the late step).
         self.until_symptom = options.steps is None
         self.late_step: dict | None = None
-        self.nan_state: dict | None = None  # bisect/late.py: the state before the NaN step
+        self.nan_state: dict | None = None  # ends.save_nan_state: the state before the NaN step
         self.k = max(1, options.repeats or manifest.repeats)
         self.symptom_settings = manifest.symptoms
         self.features: tuple[str, ...] = tuple(project.feature_names)
@@ -157,9 +156,10 @@ class _Bisection(Ends, Replay):
         self.run_dir, self.records = self.log.run_dir, self.log.records
 
     # -- trials ------------------------------------------------------------
-    def _request(self, config: Config, repeat: int, role: Purpose, *, timed: bool = False) -> Trial:
-        """The trial of `config`; `timed`: a timing trial (a time budget of steady steps, `_trial`)."""
-        settings = replace(self.settings, repeat=repeat)
+    def _request(self, config: Config, repeat: int, role: Purpose, *, timed: bool = False, **changes: int) -> Trial:
+        """The trial of `config`; `timed`: a timing trial (a time budget of steady steps, `_trial`);
+        `changes`: settings of its own (the nan-state trial's steps)."""
+        settings = replace(self.settings, repeat=repeat, **changes)
         if role is Purpose.FAILING and repeat == 0 and self.until_symptom:
             settings = replace(settings, until_symptom=True)
         if timed:
@@ -168,10 +168,9 @@ class _Bisection(Ends, Replay):
 
     def _trial(self, config: Config, repeat: int, role: Purpose) -> TrialResult:
         """One timing trial (alone: see `_timed`), or a memo hit."""
-        key = (config, repeat)
         with self.lock:
-            if key in self.memo:
-                return self.memo[key]
+            if (config, repeat) in self.memo:
+                return self.memo[(config, repeat)]
         self.events.trial_started(tuple(sorted(config)), role, repeat)
         return self._record(
             config, repeat, role, self.executor.run_timed(self.project, self._request(config, repeat, role, timed=True))
@@ -198,13 +197,11 @@ class _Bisection(Ends, Replay):
         base = self._memory_baselines()
         if base and not self.noise:  # as _both_ends sets it
             self.noise = classify.measure_noise(base[0], base[1])
-        ready: list[TrialRecord] = []
-        for rec in list(self.unshown):
-            config = frozenset(rec.enabled)
-            if self._reference(config) is None or (config and not base):
-                continue
-            rec.live = classify.primary(self._shows(config, rec.result), self.target)
-            ready.append(rec)
+        ready = [
+            r for r in self.unshown if self._reference(frozenset(r.enabled)) is not None and (base or not r.enabled)
+        ]
+        for rec in ready:
+            rec.live = classify.primary(self._shows(frozenset(rec.enabled), rec.result), self.target)
             self.unshown.remove(rec)
         return ready
 
@@ -232,7 +229,7 @@ class _Bisection(Ends, Replay):
     def _shows(self, config: Config, result: TrialResult, *, early: bool = True) -> frozenset[Verdict]:
         """What `result` shows (`early`: with the clean early exit as a crash, `ends.early_exit`)."""
         result = classify.first_steps(result, self.settings.steps)  # a timing trial runs longer
-        if self.until_symptom:  # the failing run until its symptom ran longer too (bisect/late.py)
+        if self.until_symptom:  # the failing run until its symptom ran longer too (ends.py: the late step)
             result = within_steps(result, self.settings.steps)
         shown = classify.symptoms(
             result,
@@ -246,8 +243,8 @@ class _Bisection(Ends, Replay):
 
     def _memory_baselines(self) -> list[TrialResult]:
         """The baseline runs memory is compared with (the first two, once both ran)."""
-        runs = [self.memo.get((frozenset(), r)) for r in range(max(self.k, 2))]
-        return [t for t in runs if t is not None] if all(runs) else []
+        base = self._end_runs()[0]
+        return base if len(base) == max(self.k, 2) else []
 
     def _memory_verdicts(self, configs: list[Config]) -> dict[Config, Verdict]:
         """A memory decision near its threshold is not trusted from `k` runs:
@@ -274,9 +271,7 @@ class _Bisection(Ends, Replay):
 
     def _verdict(self, config: Config, target: Verdict) -> Verdict:
         shown = [self._shows(config, self.memo[(config, r)]) for r in range(self.k)]
-        if any(target in s for s in shown):
-            return target
-        return classify.primary(shown[0])
+        return target if any(target in s for s in shown) else classify.primary(shown[0])
 
     def test_batch(self, target: Verdict) -> Callable[[list[Config]], list[Verdict]]:
         def run(configs: list[Config]) -> list[Verdict]:
@@ -359,11 +354,18 @@ class _Bisection(Ends, Replay):
             return stopped
         # timing trials time the calls the failing configuration ran slower than the baseline (fit#2...)
         self.timed_calls = slower_calls(*self._end_runs(), self._screen())
-        target = self.target = self._pick_symptom(frozenset(self.features))
+        full = frozenset(self.features)
+        shown = set().union(*(self._shows(full, t) for t in self._end_runs()[1]))
+        target = self.target = pick_symptom(  # memory by evidence, a slowdown by its timing
+            shown, self.opts.symptom, memory_stands=lambda: self._memory_stands(full), slower=lambda: self._slower(full)
+        )
+        # a slowdown asked for of a failing configuration that could not be timed: `untestable`, as in range mode
+        if target is None and self.opts.symptom is Verdict.SLOWDOWN and (why := untimed(self.timing.get(full))):
+            why = f"the failing configuration {why}"
+            return self._finish(Status.UNTESTABLE, Verdict.SLOWDOWN, error=why, reason=why)
         if target is None:
-            note = compile_pin.one_replica_note(self.memo[(frozenset(self.features), 0)], self.settings.replicas)
-            extra = {"note": note} if note else None
-            return self._untimed(frozenset(self.features)) or self._finish(Status.NONE, self.opts.symptom, extra=extra)
+            note = compile_pin.one_replica_note(self.memo[(full, 0)], self.settings.replicas)
+            return self._finish(Status.NONE, self.opts.symptom, extra={"note": note} if note else None)
         culprits, config, table = self._search(target)
         if target == Verdict.NAN:
             self.nan_state = save_nan_state(self, config)
@@ -400,13 +402,10 @@ class _Bisection(Ends, Replay):
             table = ablation(self.features, oracle)
             alone = [f for f in items if table[f] == target]
             culprits = frozenset(alone[:1]) or None
-        if culprits is None and target == Verdict.SLOWDOWN:
-            # timing pairs run one at a time: one test per round (search.halving)
-            self.events.phase(f"halving ({target.value})")
-            culprits = halving(items, oracle, fixed=fixed)
-        elif culprits is None:
-            self.events.phase(f"delta debugging ({target.value})")
-            culprits = ddmin(items, oracle, fixed=fixed)
+        if culprits is None:  # a slowdown's timing pairs run one at a time: one test per round (ddmin.halving)
+            name, search = ("halving", halving) if target == Verdict.SLOWDOWN else ("delta debugging", ddmin)
+            self.events.phase(f"{name} ({target.value})")
+            culprits = search(items, oracle, fixed=fixed)
         config = culprits
         if mismatch and fixed:
             # the affects_loss context the mismatch needs, minimised too

@@ -2,14 +2,15 @@
 evidence: the one-run replay of a deterministic symptom seen to be
 deterministic, the full replay (`replays` fresh runs of the culprit
 configuration and of the baseline) for everything else, the flaky rule
-(`search.judge_replay`), and the slowdown's fresh pairs and minimal set."""
+(`judge_replay`), and the slowdown's fresh pairs and minimal set."""
 
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 
-from tfrepro.bisect.search import Config, judge_replay
+from tfrepro.trials.ddmin import Config
 from tfrepro.trials.trial import Purpose
 from tfrepro.trials.values import RunResult, Status, TrialResult
 from tfrepro.verdicts import Verdict
@@ -36,12 +37,48 @@ COMBINED_FEATURES = 4
 # together, answered as a pair). An interaction (slower only together) is
 # still a pair of culprits.
 PARTS_SHARE = 0.5
-# How a combined overhead's reason ends (`_features_cost`, `_whole_cost`).
+# How a combined overhead's reason ends (`_features_cost`).
 _COMBINED = (
     ": their combined overhead, not a defect of any one (a slowdown of "
     f"{COMBINED_FEATURES} or more features together counts from x{OWN_COST_SLOWDOWN:g}; "
 )
-_ANYWAY = "rerun with --symptom slowdown to hunt it anyway)"
+
+
+@dataclass(frozen=True)
+class ReplayJudgement:
+    """Whether a found answer stands up to repeated runs.
+
+    `reproduction_rate` is the fraction of the culprit configuration's trials
+    that showed the symptom (None when it has none)."""
+
+    flaky: bool
+    reproduction_rate: float | None
+    reason: str = ""
+
+
+def judge_replay(culprit: Sequence[bool], baseline: Sequence[bool] = ()) -> ReplayJudgement:
+    """The replay rule, stated once.
+
+    `culprit` holds, for every trial of the culprit configuration (those the
+    search saw and the replays with fresh repeat indices), whether it showed
+    the symptom; `baseline` the same for the baseline's trials. The answer
+    stands only if every culprit trial shows the symptom and no baseline trial
+    does. Anything else means the search took its decisions on outcomes that
+    do not repeat, so it may not name a culprit: the failure is flaky, with the
+    observed rate. (With `repeats` > 1 the search counts a configuration as
+    failing when any repeat fails; that lets it *find* a flaky culprit, but the
+    answer is still reported as flaky.)
+    """
+    rate = (sum(culprit) / len(culprit)) if culprit else None
+    missed = sum(1 for t in culprit if not t)
+    base_hits = sum(1 for t in baseline if t)
+    if not culprit or missed:
+        return ReplayJudgement(
+            True, rate, f"the culprit configuration did not show it in {missed} of {len(culprit)} runs"
+        )
+    if base_hits:
+        return ReplayJudgement(True, rate, f"the baseline showed it in {base_hits} of {len(baseline)} runs")
+    return ReplayJudgement(False, rate)
 
 
 def _same_outcome(a: TrialResult, b: TrialResult) -> bool:
@@ -73,9 +110,13 @@ class Replay:
         if not judged.flaky and target != Verdict.SLOWDOWN and (why := self._unneeded(target, culprits, config, runs)):
             judged = replace(judged, flaky=True, reason=why)
         extra = {"ablation": {f: v.value for f, v in table.items()} if table else None}
-        cost = self._features_cost(target, culprits, config, repeated=not judged.flaky)
+        cost = self._features_cost(culprits, config, repeated=not judged.flaky) if target == Verdict.SLOWDOWN else None
+        # None of the replay's fresh pairs found the search's set slower: what stands is the
+        # failing configuration with its own slowdown, a combined overhead when it has
+        # COMBINED_FEATURES or more features. Journey J31 (Intel Xeon, `healthy`: seven features
+        # x1.43; prefetch alone judged slower from one pair under load, never again in nine).
         if cost is None and target == Verdict.SLOWDOWN and judged.flaky and not any(culprit_obs):
-            cost = self._whole_cost(config)
+            cost = self._features_cost(frozenset(self.features), frozenset(self.features), overturned=config)
         if cost is not None:
             key, doc = cost
             return self._finish(Status.NONE, None, extra={**extra, key: doc}, reason=doc["reason"])
@@ -103,7 +144,7 @@ class Replay:
         return range(max(self.k, 2), max(self.k, 2) + self.opts.replays)
 
     def _features_cost(
-        self, target: Verdict, culprits: Config, config: Config, *, repeated: bool = True
+        self, culprits: Config, config: Config, *, repeated: bool = True, overturned: Config | None = None
     ) -> tuple[str, dict] | None:
         """A slowdown found without --symptom, under OWN_COST_SLOWDOWN, whose
         culprits are all custom layers (their own compute against their
@@ -113,25 +154,31 @@ class Replay:
         key and what result.json says under it, the reason the answer is `none`.
         Not `repeated` (the replay did not show it again: flaky): the same for
         the configuration the search ended on, its parts never timed anew
-        (a cost that does not even repeat is no defect either, journey J29)."""
+        (a cost that does not even repeat is no defect either, journey J29).
+        `overturned`: the smaller set the search ended on (see `_replay`)."""
         from tfrepro import catalog
 
-        if target != Verdict.SLOWDOWN or self.opts.symptom is not None or not culprits:
+        if self.opts.symptom is not None or not culprits or overturned == culprits:
+            return None
+        if overturned is not None and len(culprits) < COMBINED_FEATURES:
             return None
         own = all((e := catalog.get(c)) is not None and e.kind == "custom_layer" for c in culprits)
         outcomes = self.timing.get(config) or []
         ratio = outcomes[-1].ratio if outcomes else None
         if ratio is None or ratio >= OWN_COST_SLOWDOWN:
             return None
-        alone = None
-        if not own and len(culprits) < COMBINED_FEATURES:
-            if not repeated:
-                return None
-            alone = self._costs_add_up(culprits, ratio)
-            if alone is None:
-                return None
+        few = not own and len(culprits) < COMBINED_FEATURES  # a cost only when their costs add up (`alone`)
+        alone = self._costs_add_up(culprits, ratio) if few and repeated else None
+        if few and alone is None:
+            return None
         names = ", ".join(sorted(culprits))
-        if alone is not None:
+        if overturned is not None:
+            reason = (
+                f"the {len(culprits)} features together ({names}) are slower, x{round(ratio, 3):.2f}, and the "
+                f"smaller set the search ended on ({', '.join(sorted(overturned))}) was not slower in any of the "
+                f"replay's fresh pairs{_COMBINED}"
+            )
+        elif alone is not None:
             each = ", ".join(f"{c} x{r:.2f}" for c, r in sorted(alone.items()))
             reason = (
                 f"{names} are x{ratio:.2f} slower together and each alone is slower by part of it ({each}): "
@@ -148,33 +195,13 @@ class Replay:
                 f"only the {len(culprits)} features together ({names}) are slower, x{ratio:.2f}, and no "
                 f"smaller set of them is{_COMBINED}"
             )
-        reason += _ANYWAY
+        reason += "rerun with --symptom slowdown to hunt it anyway)"
         if not repeated:
             reason = f"{reason}; and it did not repeat: the replay's fresh pairs were not slower"
         doc = {"features": sorted(culprits), "ratio": round(ratio, 3), "reason": reason}
         if alone is not None:
             doc["alone"] = {c: round(r, 3) for c, r in sorted(alone.items())}
         return ("own_cost" if own else "combined_cost"), doc
-
-    def _whole_cost(self, overturned: Config) -> tuple[str, dict] | None:
-        """The search ended on a smaller set that none of the replay's fresh
-        pairs found slower: what stands is the failing configuration's own
-        slowdown, which is a combined overhead (`_features_cost`) when it has
-        COMBINED_FEATURES or more features and is under the same x3. Journey
-        J31 (Intel Xeon, `healthy`: seven features x1.43; prefetch alone
-        judged slower from one pair under load, never again in nine)."""
-        full = frozenset(self.features)
-        if overturned == full or len(full) < COMBINED_FEATURES:
-            return None
-        cost = self._features_cost(Verdict.SLOWDOWN, full, full)
-        if cost is not None:
-            doc = cost[1]
-            doc["reason"] = (
-                f"the {len(full)} features together ({', '.join(sorted(full))}) are slower, x{doc['ratio']:.2f}, "
-                f"and the smaller set the search ended on ({', '.join(sorted(overturned))}) was not slower in any "
-                f"of the replay's fresh pairs{_COMBINED}{_ANYWAY}"
-            )
-        return cost
 
     def _costs_add_up(self, culprits: Config, ratio: float) -> dict[str, float] | None:
         """Each culprit's ratio alone (timed now when the search did not),
@@ -208,10 +235,14 @@ class Replay:
         run that differs, any inconsistency, a memory hunt, non-deterministic
         settings) gets the full replay: `replays` fresh runs of the culprit
         configuration and of the baseline, as the flaky rule needs."""
-        hits, clean = self._consistent_evidence(target, culprits, config)
+        with self.lock:
+            memo = list(self.memo.items())
+        shown = [(c, target in self._shows(c, t)) for (c, _r), t in memo]
+        hits = [s for c, s in shown if config <= c]  # the whole evidence: the trials holding `config`,
+        clean = [s for c, s in shown if not config <= c and not culprits <= c]  # those without the culprits
         seen = [self.memo[(config, r)] for r in range(self.k) if (config, r) in self.memo]
-        quick = hits is not None and self._one_run_replay_applies(target)
-        if quick and seen:
+        consistent = hits and all(hits) and not any(clean)
+        if consistent and self._one_run_replay_applies(target) and seen:
             first = fresh.start
             ahead = (config, first) in self.memo  # run beside the search's last pair (engine._test_final)
             self._many(self._needs(config, [first], Purpose.REPLAY, target))
@@ -247,21 +278,6 @@ class Replay:
             if shown:
                 return f"it showed without {c} in {shown} of {len(runs)} fresh runs (the search kept {c} as needed)"
         return None
-
-    def _consistent_evidence(
-        self, target: Verdict, culprits: Config, config: Config
-    ) -> tuple[list[bool] | None, list[bool]]:
-        """(observations of the trials holding `config`, of the trials
-        without the culprits) when all of them agree with the answer, else
-        (None, [])."""
-        with self.lock:
-            memo = list(self.memo.items())
-        seen = [(c, target in self._shows(c, t)) for (c, _r), t in memo]
-        hits = [shown for c, shown in seen if config <= c]
-        clean = [shown for c, shown in seen if not config <= c and not culprits <= c]
-        if not hits or not all(hits) or any(clean):
-            return None, []
-        return hits, clean
 
     def _minimal_slowdown(self, culprits: Config) -> Config:
         """A timing decision near the threshold can wrongly keep a bystander

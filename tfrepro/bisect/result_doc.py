@@ -17,11 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
 from tfrepro.bisect.compile_pin import CompileDiff, differing
-from tfrepro.bisect.events import TrialRecord
-from tfrepro.bisect.search import Config
 from tfrepro.bisect.trial_log import trial_row
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify
+from tfrepro.trials.ddmin import Config
 from tfrepro.trials.values import AlsoSeen, RunResult, Status, TrialResult, TrialRow, evidence_doc
 from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 
@@ -35,21 +34,10 @@ Shows = Callable[[Config, TrialResult], frozenset[Verdict]]
 def best(
     memo: Mapping[tuple[Config, int], TrialResult], shows: Shows, cfg: Config | None, target: Verdict | None
 ) -> TrialResult | None:
-    """A trial of `cfg`, preferring one that shows `target`."""
-    if cfg is None:
-        return None
+    """A trial of `cfg`, preferring one that shows `target` (None: no trial of it)."""
     mine = [t for (c, _r), t in sorted(memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
     hits = [t for t in mine if target is not None and target in shows(cfg, t)]
     return (hits or mine)[0] if mine else None
-
-
-def trials_table(records: list[TrialRecord], shows: Shows, target: Verdict | None) -> list[TrialRow]:
-    """Every trial of the run in order, with its verdict (judged now for the
-    trials the search did not judge itself)."""
-    for rec in records:
-        if rec.verdict is None:
-            rec.verdict = classify.primary(shows(frozenset(rec.enabled), rec.result), target)
-    return [trial_row(r, r.verdict.value if r.verdict else None) for r in records]
 
 
 def also_seen(
@@ -82,7 +70,7 @@ def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
     (`also_seen`), from the bisection's trials."""
     full = frozenset(run.features)
     doubt = run.memory_doubt
-    shown = set().union(*(run._shows(full, run.memo[(full, r)]) for r in range(run.k) if (full, r) in run.memo))
+    shown = set().union(*(run._shows(full, t) for t in run._end_runs()[1]))
     timed = full in run.timing  # measured: no "possible" slowdown to guess
     seen = also_seen(
         shown, target, ratio=None if timed else run.untimed_ratio(), slowdown=run.symptom_settings.slowdown
@@ -186,7 +174,10 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
     timed = config if config in run.timing else full if full in run.timing else next(iter(run.timing), None)
     # the trials that stand (a trial re-run pinned replaced its first run), for their jit_compile
     kept = [(r.enabled, r.result) for r in run.records if run.memo.get((frozenset(r.enabled), r.repeat)) is r.result]
-    evidence = FeatureEvidence(
+    for rec in run.records:  # each with its verdict: judged now for the trials the search did not judge itself
+        if rec.verdict is None:
+            rec.verdict = classify.primary(run._shows(frozenset(rec.enabled), rec.result), symptom)
+    return FeatureEvidence(
         project=str(Path(run.project.root).resolve()),
         settings=run.settings,
         repeats=run.k,
@@ -200,7 +191,7 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
         failing=best(run.memo, run._shows, full, symptom),
         culprit_trial=best(run.memo, run._shows, config, symptom),
         culprit_config=tuple(sorted(config)) if config is not None else (),
-        trials_table=tuple(trials_table(run.records, run._shows, symptom)),
+        trials_table=tuple(trial_row(r, r.verdict.value) for r in run.records),
         cached_trials=run.log.cached,
         noise=run.noise,
         timing=run.timing[timed][-1] if timed is not None else None,
@@ -208,8 +199,8 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
         compile_differs=tuple(differing(run.memo.get((full, 0)), kept)),
         timed_calls=run.timed_calls,
         symptom_call=_symptom_call(run, symptom, config if config is not None else full),
+        **(a.extra or {}),
     )
-    return replace(evidence, **(a.extra or {}))
 
 
 def finish(run: _Bisection, a: Answer) -> RunResult:

@@ -48,12 +48,11 @@ class TrialLog:
     def answer(self, result: RunResult, evidence: Evidence) -> RunResult:
         """`result` with the run's trials, wall time, run dir and `evidence`,
         written to `<run_dir>/result.json` (Contract 4), and returned."""
-        run_dir = shown_path(self.run_dir)
         result = replace(
             result,
             trials=len(self.records),
             wall_s=round(self.clock() - self.started, 3),
-            run_dir=run_dir,
+            run_dir=shown_path(self.run_dir),
             evidence=evidence,
         )
         text = json.dumps(result.to_dict(), indent=1, default=str) + "\n"

@@ -42,7 +42,7 @@ from tfrepro.report.standin import (
     rewrite,
     swap_reads,
 )
-from tfrepro.trials.ddmin import SetOracle, ddmin
+from tfrepro.trials.ddmin import Oracle, ddmin
 
 MAX_SHARE = 0.1
 MAX_RECORDS = 1000
@@ -101,9 +101,9 @@ def reduce_records(n: int, chunk: int, test: Callable[[list[int]], bool]) -> tup
     def rows(cfg) -> list[int]:
         return sorted(i for c in cfg for i in chunks[c])
 
-    by_chunk = SetOracle(lambda cfg: test(rows(cfg)))
+    by_chunk = Oracle(lambda cfgs: [test(rows(c)) for c in cfgs], True)
     kept = rows(ddmin(list(chunks), by_chunk))
-    by_record = SetOracle(lambda cfg: test(sorted(int(i) for i in cfg)))
+    by_record = Oracle(lambda cfgs: [test(sorted(int(i) for i in c)) for c in cfgs], True)
     left = sorted(int(i) for i in ddmin([f"{i:08d}" for i in kept], by_record))
     return left, by_chunk.calls + by_record.calls
 

@@ -47,10 +47,7 @@ def loss_deviation(losses: Sequence[float], reference: Sequence[float]) -> float
     deviation; no common step gives 0.0 (nothing to compare).
     """
     n = min(len(losses), len(reference))
-    if n == 0:
-        return 0.0
-    finite_ref = [abs(x) for x in reference[:n] if math.isfinite(x)]
-    scale = max(finite_ref, default=0.0)
+    scale = max((abs(x) for x in reference[:n] if math.isfinite(x)), default=0.0)
     floor = max(_REL_FLOOR * scale, 1e-12)
     worst = 0.0
     for a, b in zip(losses[:n], reference[:n]):
@@ -128,9 +125,8 @@ def stopped_early(result: TrialResult, reference: TrialResult | None, steps: int
     if reference is None or result.crashed or result.timed_out or result.could_not_run or result.nonfinite:
         return False
     extra = result.extra or {}
-    if extra.get("callback_stops"):
-        return False
-    if extra.get("stop") not in (None, "exit"):  # tfrepro's harness ended it (a timing budget, the step cap)
+    # a callback stopped it, or tfrepro's harness did (a timing budget, the step cap)
+    if extra.get("callback_stops") or extra.get("stop") not in (None, "exit"):
         return False
     want = reference.steps_run if steps is None else min(reference.steps_run, steps)
     return result.steps_run < want

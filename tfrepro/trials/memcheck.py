@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from tfrepro.inside.memory import steady_growth, steady_part, tau_z
 from tfrepro.trials.values import TrialResult
@@ -55,25 +55,18 @@ _SIGKILL = (-9, 137)
 class MemoryDecision:
     shows: bool
     close: bool = False
-    oom: bool = False
     reason: str = ""
     peak_ratio: float | None = None
     growth: float | None = None  # bytes/step, the baseline's subtracted
     growth_limit: float | None = None  # bytes/step above which growth counts
     growth_z: float | None = None
 
-    def to_dict(self) -> dict[str, object]:
-        renamed = {"growth": "growth_per_step", "growth_limit": "growth_limit_per_step"}
-        return {renamed.get(k, k): v for k, v in asdict(self).items()}
-
 
 def is_oom(result: TrialResult) -> bool:
     """Killed for memory, not by our timeout (see the module docstring)."""
     if result.timed_out or not result.crashed:
         return False
-    if result.error and _OOM_LINE.search(result.error):
-        return True
-    return result.exit_code in _SIGKILL
+    return bool(result.error and _OOM_LINE.search(result.error)) or result.exit_code in _SIGKILL
 
 
 def growth_of(result: TrialResult) -> tuple[float | None, float, int]:
@@ -81,10 +74,7 @@ def growth_of(result: TrialResult) -> tuple[float | None, float, int]:
     the harness's `growth_per_step` (z unknown: 0) when there is no series."""
     series = list(result.rss_per_step)
     if len(series) >= 6:
-        try:
-            stride = max(1, int((result.extra.get("memory") or {}).get("stride", 1)))
-        except (TypeError, ValueError):
-            stride = 1
+        stride = max(1, int((result.extra.get("memory") or {}).get("stride") or 1))  # the harness's int
         slope, tau = steady_growth(series, stride)
         n = len(steady_part(series, stride)[0])
         return slope, tau_z(tau, min(n, 512)), n
@@ -95,7 +85,7 @@ def decide_memory(result: TrialResult, baselines: Sequence[TrialResult], thresho
     """Does `result` show the memory symptom against the `baselines` (the
     baseline configuration's runs)? Pure; see the module docstring."""
     if is_oom(result):
-        return MemoryDecision(True, oom=True, reason=f"killed for memory: {result.error or result.exit_code}")
+        return MemoryDecision(True, reason=f"killed for memory: {result.error or result.exit_code}")
     if result.crashed or result.timed_out or result.could_not_run:
         return MemoryDecision(False, reason="no memory measurement of a trial that did not finish")
     measured = [b for b in baselines if b.peak_rss_bytes and not (b.crashed or b.timed_out)]
@@ -125,6 +115,4 @@ def decide_memory(result: TrialResult, baselines: Sequence[TrialResult], thresho
         why.append(
             f"grows {excess / 1e6:.2f} MB/step more than the baseline (limit {limit / 1e6:.2f} MB/step, z {z:.1f})"
         )
-    return MemoryDecision(
-        high or grows, close, False, "; ".join(why) or "within bounds", ratio, excess, limit, round(z, 2)
-    )
+    return MemoryDecision(high or grows, close, "; ".join(why) or "within bounds", ratio, excess, limit, round(z, 2))

@@ -309,8 +309,6 @@ def decide_slowdown(
     test is consulted from `policy.min_samples` pairs on; the clear-pair rule always."""
     alpha, min_pairs = policy.alpha, policy.min_samples
     alpha_ok = alpha if policy.alpha_not_slower is None else policy.alpha_not_slower
-    if not pairs:
-        raise ValueError("decide_slowdown needs at least one pair")
     n = len(pairs)
     logs = [p.log_ratio for p in pairs]
     ratio = math.exp(statistics.median(logs))
@@ -423,9 +421,6 @@ def sequential_slowdown(
     spent. Pair i is requested as
     `sample_pair(i)`, i = 0, 1, ... (the caller maps i to deterministic
     repeat indices, so an interrupted run resumes from its cache)."""
-    min_new, min_samples, max_samples = policy.min_new, policy.min_samples, policy.max_samples
-    if min_samples < 1 or max_samples < 1 or min_new > max_samples:
-        raise ValueError("need 1 <= min_samples, 1 <= max_samples and min_new <= max_samples")
     pairs = list(prior)
     last: TimingDecision | None = None  # the latest decision
 
@@ -433,16 +428,16 @@ def sequential_slowdown(
         ratio, p_value = (d.ratio, d.p_value) if d else (None, None)
         return TimingOutcome(verdict, conclusive, ratio, p_value, tuple(pairs), stopped, bool(last and last.fast), new)
 
-    for i in range(max_samples):
+    for i in range(policy.max_samples):
         got = sample_pair(i)
         if isinstance(got, Verdict):
             return end(got, True, None, stopped=got, new=i)
         pairs.append(got)
-        if i + 1 < min_new:
+        if i + 1 < policy.min_new:
             continue
         last = d = decide_slowdown(pairs, threshold, policy)
         if d.state == TimingState.SLOWER:
             return end(Verdict.SLOWDOWN, True, d, new=i + 1)
         if d.state == TimingState.NOT_SLOWER:
             return end(Verdict.OK, True, d, new=i + 1)
-    return end(Verdict.OK, False, last, new=max_samples)
+    return end(Verdict.OK, False, last, new=policy.max_samples)
