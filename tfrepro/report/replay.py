@@ -2,7 +2,7 @@
 
 A NaN hunt's bisect saves, under its run dir, the state just before the step
 whose loss first went non-finite and the batch of that step
-(`bisect/late.py`, `inside/harness_keras.py`). The report copies them into
+(`bisect/ends.py`, `inside/harness_keras.py`). The report copies them into
 the bundle and writes `replay.py`: it runs repro.py up to its `fit`, then,
 instead of training, loads that state into the model and its optimizer,
 trains on that one batch and prints the loss: NaN, in one step, with no
