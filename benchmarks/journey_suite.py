@@ -127,7 +127,13 @@ def score(out: Outcome, doc: dict[str, Any], want: dict[str, Any]) -> None:
 
 
 def run_case(
-    case: Path, mode: str, timeout: float, keep: bool, keep_wrong: Path | None = None, ratio: float | None = None
+    case: Path,
+    mode: str,
+    timeout: float,
+    keep: bool,
+    keep_wrong: Path | None = None,
+    ratio: float | None = None,
+    keep_over: int | None = None,
 ) -> Outcome:
     want = json.loads((case / "expected.json").read_text())
     out = Outcome(case.name, mode, describe(want["symptom"], want["culprits"]))
@@ -170,10 +176,12 @@ def run_case(
         out.git_status, touched = tree_status(repo, env)
         out.git_clean = not touched if mode == "zero-edit" else touched <= ANNOTATE_MAY_TOUCH
         out.git_extra = sorted(touched if mode == "zero-edit" else touched - ANNOTATE_MAY_TOUCH)
-        if keep_wrong is not None and not out.right and (repo / ".tfrepro" / "runs").is_dir():
+        outlier = keep_over is not None and (out.trials or 0) > keep_over
+        if keep_wrong is not None and (not out.right or outlier) and (repo / ".tfrepro" / "runs").is_dir():
             dest = keep_wrong / f"{case.name}-{mode}"
             shutil.copytree(repo / ".tfrepro" / "runs", dest, dirs_exist_ok=True)  # result.json, trials
-            print(f"  kept the run of a wrong answer in {dest}", file=sys.stderr)
+            why = "a wrong answer" if not out.right else f"a right answer in {out.trials} trials"
+            print(f"  kept the run of {why} in {dest}", file=sys.stderr)
     return out
 
 
@@ -219,6 +227,11 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         help="copy the .tfrepro/runs of every wrong answer here (result.json, trial summaries)",
     )
+    ap.add_argument(
+        "--keep-over",
+        type=int,
+        help="with --keep-wrong: also keep the runs of right answers that took more than this many trials",
+    )
     args = ap.parse_args(argv)
     modes = [m for m in args.modes.split(",") if m]
     if bad := [m for m in modes if m not in MODES]:
@@ -236,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{case.name}: planted cost {ratio:.3f}x on this machine (bare, its probe)", file=sys.stderr)
         for mode in modes:
             print(f"{case.name} [{mode}] ...", file=sys.stderr, flush=True)
-            row = run_case(case, mode, args.timeout, args.keep, args.keep_wrong, ratio)
+            row = run_case(case, mode, args.timeout, args.keep, args.keep_wrong, ratio, args.keep_over)
             print(f"  -> {row.got} ({row.wall_s:.0f}s){'  ' + row.error if row.error else ''}", file=sys.stderr)
             rows.append(row)
     print(table(rows))
