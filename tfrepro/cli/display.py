@@ -31,7 +31,8 @@ def _config(enabled: tuple[str, ...] | list[str]) -> str:
 
 
 class RichProgress(BisectEvents):
-    """One line per finished trial under a spinner that says what is running."""
+    """One line per finished trial under a spinner (`status`, shown inside
+    `with progress.status:`) that says what is running."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -41,13 +42,6 @@ class RichProgress(BisectEvents):
         self.cached = 0
         self.status = console.status("starting", spinner="dots")
         self.phase_text = "starting"
-
-    def __enter__(self) -> "RichProgress":
-        self.status.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.status.stop()
 
     def _refresh(self) -> None:
         now = ", ".join(f"{_config(c)} [{role}]" for (c, _), role in list(self.running.items())[:3]) or "-"
@@ -188,7 +182,8 @@ def run_bisect(project: Any, options: Any, *, as_json: bool) -> RunResult:
     console.print(
         f"bisecting {project.root} ({len(project.feature_names)} features: {', '.join(project.feature_names)})"
     )
-    with RichProgress(console) as progress:
+    progress = RichProgress(console)
+    with progress.status:  # the spinner runs while the engine does
         result = bisect(project, options, events=progress)
     final_table(console, result)
     return result
