@@ -31,10 +31,9 @@ from tfrepro.errors import UserError
 from tfrepro.verdicts import SYMPTOM_ORDER
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterable
+    from collections.abc import Callable
 
     from tfrepro.bisect.options import BisectOptions
-    from tfrepro.bisect.ranges import RangeEvidence
     from tfrepro.bisect.versions import Releases, ThenFeatures
     from tfrepro.trials.values import RunResult
 
@@ -347,38 +346,55 @@ def demo_cmd(jobs: int, keep: bool, as_json: bool) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _evidence(result: RunResult) -> RangeEvidence | None:
+def range_answer(result: RunResult, notes: list[str] | None = None) -> str:
+    """A range bisection in words: the first bad commit (`notes` None: commit
+    mode; its tried commits are printed as they go, see `run_commits`) or
+    release (then one line per release and the `notes`), the candidates when
+    ambiguous, else the status and why; then the cost: trials, cache hits,
+    wall time, run dir."""
+    from tfrepro.bisect.commits import CommitFields
     from tfrepro.bisect.ranges import RangeEvidence
+    from tfrepro.bisect.versions import VersionFields
 
-    return result.evidence if isinstance(result.evidence, RangeEvidence) else None
-
-
-def _answer(result: RunResult, found: list[str] | None, ambiguous: list[str], rows: Iterable[str] = ()) -> str:
-    """A range answer: `found` when the bisection found one (None: nothing
-    to name), `ambiguous` when ambiguous, else the status and why; then
-    `rows`, then the cost: trials, cache hits, wall time, run dir."""
-    ev, status = _evidence(result), result.status.value
+    ev = result.evidence if isinstance(result.evidence, RangeEvidence) else None
+    status, symptom = result.status.value, result.symptom.value if result.symptom is not None else None
+    rows: list[str] = []
+    if notes is None:
+        c = ev.mode.commit if ev is not None and isinstance(ev.mode, CommitFields) else None
+        found = (
+            None
+            if c is None
+            else [f"first bad commit ({symptom}): {c.sha}", f"  {c.subject}", f"  {c.author}, {c.date}"]
+        )
+        ambiguous = [f"{symptom}: the first bad commit is one of:"]
+        ambiguous += [f"  {d['sha'][:12]}  {d['subject']}" for d in result.candidates]
+    else:
+        mode = ev.mode if ev is not None and isinstance(ev.mode, VersionFields) else None
+        found = [f"first bad version ({symptom}): {result.first_bad_version}  (last good: {result.last_good_version})"]
+        then = mode.then_features if mode is not None else None
+        if then:
+            inside = (
+                f"and only with {' + '.join(then['culprits'])} on"
+                if then.get("culprits")
+                else f"feature bisect inside it: {then.get('status')}"
+            )
+            found.append(f"  {inside} (run: {then.get('run_dir')})")
+        if mode is not None and mode.follows_note:
+            found.append(f"  follows {mode.follows}: {mode.follows_note}")
+        ambiguous = [f"{symptom}: the first bad version is one of {', '.join(result.candidates)}"]
+        for row in mode.versions if mode is not None else ():
+            what = row.verdict if row.verdict in ("ok", "not tried", "untestable", "excluded") else "BAD"
+            shows = f" [{', '.join(row.shows)}]" if row.shows else ""
+            keras = f"  keras {row.keras}" + (" (tf_keras)" if row.keras_lib == "tf_keras" else "") if row.keras else ""
+            note = f"  {row.note}" if row.note else ""
+            rows.append(f"  {row.version:<14} {what:<10}{shows}{keras}{note}")
+        rows += [f"note: {n}" for n in notes]
     if status == "found" and found is not None:
         head = found
     else:
         head = ambiguous if status == "ambiguous" else [f"{status}: {ev.message if ev and ev.message else ''}"]
     cached = f", {ev.cached_trials} from cache" if ev is not None and ev.cached_trials else ""
     return "\n".join([*head, *rows, f"{result.trials} trials{cached}, {result.wall_s:.1f} s; run: {result.run_dir}"])
-
-
-def commits_answer(result: RunResult) -> str:
-    """The human summary of a commit bisection (the tried commits are
-    printed as they go, see `run_commits`)."""
-    from tfrepro.bisect.commits import CommitFields
-
-    ev, symptom = _evidence(result), result.symptom.value if result.symptom is not None else None
-    c = ev.mode.commit if ev is not None and isinstance(ev.mode, CommitFields) else None
-    found = (
-        None if c is None else [f"first bad commit ({symptom}): {c.sha}", f"  {c.subject}", f"  {c.author}, {c.date}"]
-    )
-    ambiguous = [f"{symptom}: the first bad commit is one of:"]
-    ambiguous += [f"  {d['sha'][:12]}  {d['subject']}" for d in result.candidates]
-    return _answer(result, found, ambiguous)
 
 
 def run_commits(
@@ -410,36 +426,7 @@ def run_commits(
         result = bisect_commits(path, good, bad, o, events=events, executor=runs_on)
     finally:
         runs_on.close()
-    return result, json.dumps(result.to_dict()) if as_json else commits_answer(result)
-
-
-def versions_answer(result: RunResult, notes: list[str]) -> str:
-    """The human summary of a version bisection: the answer, then one line
-    per release, the `notes`, the cost."""
-    from tfrepro.bisect.versions import VersionFields
-
-    ev, symptom = _evidence(result), result.symptom.value if result.symptom is not None else None
-    mode = ev.mode if ev is not None and isinstance(ev.mode, VersionFields) else None
-    found = [f"first bad version ({symptom}): {result.first_bad_version}  (last good: {result.last_good_version})"]
-    then = mode.then_features if mode is not None else None
-    if then:
-        inside = (
-            f"and only with {' + '.join(then['culprits'])} on"
-            if then.get("culprits")
-            else f"feature bisect inside it: {then.get('status')}"
-        )
-        found.append(f"  {inside} (run: {then.get('run_dir')})")
-    if mode is not None and mode.follows_note:
-        found.append(f"  follows {mode.follows}: {mode.follows_note}")
-    ambiguous = [f"{symptom}: the first bad version is one of {', '.join(result.candidates)}"]
-    lines = []
-    for row in mode.versions if mode is not None else ():
-        what = row.verdict if row.verdict in ("ok", "not tried", "untestable", "excluded") else "BAD"
-        shows = f" [{', '.join(row.shows)}]" if row.shows else ""
-        keras = f"  keras {row.keras}" + (" (tf_keras)" if row.keras_lib == "tf_keras" else "") if row.keras else ""
-        note = f"  {row.note}" if row.note else ""
-        lines.append(f"  {row.version:<14} {what:<10}{shows}{keras}{note}")
-    return _answer(result, found, ambiguous, [*lines, *(f"note: {n}" for n in notes)])
+    return result, json.dumps(result.to_dict()) if as_json else range_answer(result)
 
 
 def run_versions(
@@ -478,4 +465,4 @@ def run_versions(
     result = bisect_versions(path, versions, options, releases, events=progress, on_line=on_line)
     doc = result.to_dict()
     doc["notes"] = [*notes, *doc.get("notes", [])]
-    return result, json.dumps(doc) if as_json else versions_answer(result, doc["notes"])
+    return result, json.dumps(doc) if as_json else range_answer(result, doc["notes"])
