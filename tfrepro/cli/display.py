@@ -107,32 +107,26 @@ def final_table(console: Console, result: RunResult) -> None:
         console.print(ab)
 
 
-def _found_lines(result: RunResult, d: FeatureEvidence, symptom: str | None) -> list[str]:
-    """A found answer: the culprits, a known cost, where it shows, the timing."""
-    culprits = sorted(result.culprits)
-    lines = [f"{symptom}: caused by {' + '.join(culprits)}"]
-    extra = sorted(set(d.culprit_config) - set(culprits))
-    if extra:
-        lines.append(f"  (together with {', '.join(extra)}, which change the loss on purpose)")
-    if cost := result.known_cost:
-        lines += [f"  known cost, not a bug: {cost.reason}", f"  fix: {cost.fix}", f"  source: {cost.source}"]
-    if d.symptom_call:
-        lines.append(f"  it shows in {d.symptom_call}")
-    if (t := d.timing) is not None and t.ratio is not None and symptom == "slowdown":
-        p = t.p_value
-        support = "clear-cut" if t.fast else (f"p = {p:.3g}" if p is not None and p <= 0.05 else "")
-        lines.append(
-            f"  step time x{t.ratio:.2f} over {len(t.candidate)} interleaved runs"
-            + (f" ({support})" if support else "")
-        )
-    return lines
-
-
 def answer_lines(result: RunResult) -> list[str]:
     """The answer in words (stdout)."""
     status, symptom, d = result.status, result.symptom.value if result.symptom else None, evidence_of(result)
-    if status is Status.FOUND:
-        lines = _found_lines(result, d, symptom)
+    if status is Status.FOUND:  # the culprits, a known cost, where it shows, the timing
+        culprits = sorted(result.culprits)
+        lines = [f"{symptom}: caused by {' + '.join(culprits)}"]
+        extra = sorted(set(d.culprit_config) - set(culprits))
+        if extra:
+            lines.append(f"  (together with {', '.join(extra)}, which change the loss on purpose)")
+        if cost := result.known_cost:
+            lines += [f"  known cost, not a bug: {cost.reason}", f"  fix: {cost.fix}", f"  source: {cost.source}"]
+        if d.symptom_call:
+            lines.append(f"  it shows in {d.symptom_call}")
+        if (t := d.timing) is not None and t.ratio is not None and symptom == "slowdown":
+            p = t.p_value
+            support = "clear-cut" if t.fast else (f"p = {p:.3g}" if p is not None and p <= 0.05 else "")
+            lines.append(
+                f"  step time x{t.ratio:.2f} over {len(t.candidate)} interleaved runs"
+                + (f" ({support})" if support else "")
+            )
     elif status is Status.NONE:
         what = f"no {symptom}" if symptom else "no nan, crash, timeout, mismatch or slowdown"
         # a custom layer's own compute against its stand-in, or several features' combined overhead (bisect/replay.py)

@@ -104,8 +104,31 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json
     unknown = [
         n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_") for f in result.found)
     ]
-    if as_json:
-        click.echo(json.dumps(annotation_doc(result, unknown, write), indent=2))
+    if as_json:  # the features proposed, what was left alone, the --only items that matched nothing, the diff
+        found = [
+            {
+                "name": f.name,
+                "kind": f.kind,
+                "file": f.path,
+                "line": f.line,
+                "description": f.description,
+                "affects_loss": f.affects_loss,
+                "note": f.note,
+            }
+            for f in result.found
+        ]
+        doc = {
+            "features": list(result.feature_names),
+            "found": found,
+            "skipped": [{"file": s.path, "line": s.line, "reason": s.reason} for s in result.skipped],
+            "manifest_problems": list(result.problems),
+            "unknown_only": unknown,
+        }
+        if write:  # or the files written
+            doc["written"] = [str(p) for p in result.write()]
+        else:
+            doc["diff"] = result.diff()
+        click.echo(json.dumps(doc, indent=2))
         return
     if write:
         for p in result.write():
@@ -127,36 +150,6 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json
     click.echo(
         f"{verb} {n} feature{'s' if n != 1 else ''}" + ("" if write or not n else " (run again with --write)"), err=True
     )
-
-
-def annotation_doc(result, unknown: list[str], write: bool) -> dict:
-    """`annotate --json`: the features proposed, what was left alone, the
-    --only items that matched nothing, and the diff (or, with --write, the
-    files written)."""
-    found = [
-        {
-            "name": f.name,
-            "kind": f.kind,
-            "file": f.path,
-            "line": f.line,
-            "description": f.description,
-            "affects_loss": f.affects_loss,
-            "note": f.note,
-        }
-        for f in result.found
-    ]
-    doc = {
-        "features": list(result.feature_names),
-        "found": found,
-        "skipped": [{"file": s.path, "line": s.line, "reason": s.reason} for s in result.skipped],
-        "manifest_problems": list(result.problems),
-        "unknown_only": unknown,
-    }
-    if write:
-        doc["written"] = [str(p) for p in result.write()]
-    else:
-        doc["diff"] = result.diff()
-    return doc
 
 
 @main.command("check")
