@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from tfrepro.bisect.options import BisectOptions
-    from tfrepro.bisect.versions import Releases, ThenFeatures
+    from tfrepro.bisect.versions import Releases
     from tfrepro.trials.values import RunResult
 
 _WHY = {
@@ -240,7 +240,7 @@ def bisect_cmd(
         if tf_versions:
             from packaging.version import InvalidVersion, Version
 
-            from tfrepro.bisect.versions import Releases, ThenFeatures
+            from tfrepro.bisect.versions import Releases
 
             for option, rev in (("--good", good), ("--bad", bad)):  # releases, not commits
                 try:
@@ -252,7 +252,7 @@ def bisect_cmd(
                         hint="with --tf-versions, --good/--bad are releases (e.g. 2.15.1); for commits drop --tf-versions",
                     ) from None
             releases = Releases(good=good, bad=bad, legacy_keras=keras_mode == "legacy", tf_dist=tf_dist)
-            then = ThenFeatures(parse_names(only) or None, parse_names(skip) or None) if then_features else None
+            then = (parse_names(only) or None, parse_names(skip) or None) if then_features else None
             result, answer = run_versions(path, tf_versions, options, releases, then_features=then, as_json=as_json)
         elif good or bad:
             result, answer = run_commits(path, good, bad, options, as_json=as_json)
@@ -435,12 +435,13 @@ def run_versions(
     options: BisectOptions,
     releases: Releases,
     *,
-    then_features: ThenFeatures | None,
+    then_features: tuple[list[str] | None, list[str] | None] | None,
     as_json: bool,
 ) -> tuple[RunResult, str]:
     """What `tfrepro bisect --tf-versions ...` does (`options`: the symptom,
     --steps, the cache, --timing-budget; `releases`: the ends, --keras,
-    --tf-dist): progress; returns the result and the answer to print."""
+    --tf-dist; `then_features`: --only and --skip of --then-features):
+    progress; returns the result and the answer to print."""
     from tfrepro.bisect.events import ProgressLines
     from tfrepro.bisect.versions import bisect_versions, feature_hook
     from tfrepro.trials.envs import cache_root, detect_tf_dist
@@ -459,7 +460,7 @@ def run_versions(
     for n in notes:
         click.echo(f"note: {n}", err=True)
     progress = None if as_json else ProgressLines(click.echo, 14)
-    hook = feature_hook(options, then_features, progress) if then_features is not None else None
+    hook = feature_hook(options, *then_features, progress) if then_features is not None else None
     releases = replace(releases, tf_dist=dist, excluded=tuple(excluded), then_features=hook)
     on_line = None if as_json else (lambda line: click.echo(f"  {line}", err=True))
     result = bisect_versions(path, versions, options, releases, events=progress, on_line=on_line)
