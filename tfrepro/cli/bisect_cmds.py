@@ -266,28 +266,22 @@ def bisect_cmd(
             prune_after_run(project)
             answer = json.dumps(result.to_dict()) if as_json else "\n".join(answer_lines(result))
     click.echo(answer)
-    sys.exit(write_tables(result))
-
-
-def write_tables(result: RunResult) -> int:
-    """trials.csv and the TensorBoard HParams view of the run just finished,
-    in its own run dir in every mode (best effort: a failure is a warning on
-    stderr); returns the result's exit code."""
     from tfrepro.report.tables import write_trial_tables
 
-    code = result.exit_code
+    # trials.csv and the TensorBoard HParams view of the run just finished, in
+    # its own run dir in every mode (best effort: a failure is a warning)
     try:
         written = write_trial_tables(Path(result.run_dir))  # type: ignore[arg-type]  (every answer has its run dir)
     except Exception as e:  # noqa: BLE001  (the answer is already out; the tables are extras)
         click.echo(f"warning: trials.csv not written: {type(e).__name__}: {e}", err=True)
-        return code
+        written = None
     if written:
         click.echo(
             f"trials: {written['trials.csv']}; `tensorboard --logdir {written['tensorboard']}` "
             "(HParams tab: features against verdicts)",
             err=True,
         )
-    return code
+    sys.exit(result.exit_code)
 
 
 @main.command("demo")
