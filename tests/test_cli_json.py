@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from gitrepo import GitRepo, isolated_git_env
 
 from tfrepro.bisect import versions
-from tfrepro.cli import main, range_cmds
+from tfrepro.cli import main
 from tfrepro.trials.values import RunResult, Status
 
 LOOP = "print('step=1 loss=1.0')\n"
@@ -150,7 +150,7 @@ def test_bisect_exit_codes_in_every_mode(project, monkeypatch, status):
     assert (r.exit_code, doc) == (EXIT[status], RunResult(Status(status), run_dir="r-features").to_dict())
     assert calls["features"][0][0].root == project.resolve()
 
-    monkeypatch.setattr(range_cmds, "bisect_commits", engine("commits", "r-commits"))
+    monkeypatch.setattr("tfrepro.bisect.commits.bisect_commits", engine("commits", "r-commits"))
     r = _invoke(["bisect", str(project), "--good", "HEAD~1", "--bad", "HEAD", "--json"])
     doc = _one_json_object(r.stdout)
     assert (r.exit_code, doc["status"], doc["run_dir"]) == (EXIT[status], status, "r-commits")

@@ -31,7 +31,7 @@ def test_in_commit_mode_too_what_prints_during_the_hunt_goes_to_stderr(tmp_path,
         print("(raylet) Raylet is terminated. Termination is unexpected.")
         return RunResult(Status.NONE)
 
-    monkeypatch.setattr("tfrepro.cli.range_cmds.bisect_commits", bisect_commits)
+    monkeypatch.setattr("tfrepro.bisect.commits.bisect_commits", bisect_commits)
     r = CliRunner().invoke(main, ["bisect", str(tmp_path), "--good", "a", "--bad", "b", "--json"])
     assert json.loads(r.stdout)["status"] == "none", r.stdout
     assert "Raylet is terminated" in r.stderr

@@ -31,7 +31,8 @@ def test_a_mismatch_hunt_prints_mismatch_for_the_trials_the_engine_judged_so(tmp
     runner = FakeRunner(lambda cfg, r: {"losses": losses(1.2)} if "cache" in cfg else {})
     buf = io.StringIO()
     console = Console(file=buf, width=200, no_color=True)
-    with display.RichProgress(console) as progress:
+    progress = display.RichProgress(console)
+    with progress.status:
         res = bisect(p, BisectOptions(), runner=runner, events=progress)
     doc = res.to_dict()
     assert (doc["status"], doc["symptom"], doc["culprits"]) == ("found", "mismatch", ["cache"])

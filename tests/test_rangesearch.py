@@ -38,13 +38,13 @@ def test_finds_first_bad_in_log2_trials():
     assert result.first_bad == 700
     assert result.candidates == ()
     # two ends + ceil(log2(1024)) midpoints
-    assert result.trials == len(calls) == 2 + 10
+    assert len(result.tried) == len(calls) == 2 + 10
     assert [m for _, m in result.tried][:2] == [Mark.GOOD, Mark.BAD]
 
 
 def test_adjacent_ends_need_only_the_ends():
     result = bisect_range(["good", "bad"], each(lambda s: Mark.GOOD if s == "good" else Mark.BAD))
-    assert (result.status, result.first_bad, result.trials) == ("found", "bad", 2)
+    assert (result.status, result.first_bad, len(result.tried)) == ("found", "bad", 2)
 
 
 def test_skipped_midpoint_tries_a_neighbour_and_still_finds_it():
@@ -112,8 +112,8 @@ def test_right_answer_or_honest_candidates_within_the_bound(data, n):
         assert set(result.candidates[:-1]) <= untestable
         assert list(result.candidates) == list(range(result.candidates[0], result.candidates[-1] + 1))
     skips = sum(1 for _, m in result.tried if m is Mark.SKIP)
-    assert result.trials == len(calls) == len(set(calls))
-    assert result.trials <= math.ceil(math.log2(n - 1 if n > 2 else 1)) + skips + 2
+    assert len(result.tried) == len(calls) == len(set(calls))
+    assert len(result.tried) <= math.ceil(math.log2(n - 1 if n > 2 else 1)) + skips + 2
     # a skip-free range always gives an exact answer
     if not untestable:
         assert result.status == "found"

@@ -200,8 +200,8 @@ def test_prune_removes_incomplete_old_and_orphaned_envs(tmp_path):
     assert set(removed) == {old.name, "tf-2.16.2-cpu-py3.11-deadbeef"}
     assert removed["tf-2.16.2-cpu-py3.11-deadbeef"] == "incomplete build"
     assert [i.name for i in store.entries()] == [fresh.name]
-    assert envs.prune_lines(store, everything=True) == [f"removed {fresh.name} (asked for)"]
-    assert envs.envs_lines(store) == [f"no environments in {store.root}"]
+    assert envs.envs_report(store, prune=True, everything=True)[1] == [f"removed {fresh.name} (asked for)"]
+    assert envs.envs_report(store)[1] == [f"no environments in {store.root}"]
 
 
 def test_prune_keeps_the_lock_a_waiting_builder_holds(tmp_path):

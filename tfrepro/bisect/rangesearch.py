@@ -55,17 +55,13 @@ class RangeResult(Generic[T]):
 
     `status`: "found" (`first_bad` set) or "ambiguous" (`candidates` set:
     skips hide which of them is the first bad one).
-    `tried` lists every test in the order it ran.
+    `tried` lists every test in the order it ran (its length: the trials).
     """
 
     status: str
     first_bad: T | None
     candidates: tuple[T, ...]
     tried: tuple[tuple[T, Mark], ...]
-
-    @property
-    def trials(self) -> int:
-        return len(self.tried)
 
 
 def _untried(lo: int, hi: int, skipped: set[int], width: int) -> list[int]:

@@ -369,24 +369,19 @@ def _version_answer(
     return with_evidence(answer, run, first_bad, fields)
 
 
-@dataclass(frozen=True)
-class ThenFeatures:
-    """`--then-features` and the features it bisects (`--only`, `--skip`: their names, None: not given)."""
-
-    only: list[str] | None = None
-    skip: list[str] | None = None
-
-
-def feature_hook(options: BisectOptions, chosen: ThenFeatures, events: BisectEvents | None) -> FeatureHook:
+def feature_hook(
+    options: BisectOptions, only: list[str] | None, skip: list[str] | None, events: BisectEvents | None
+) -> FeatureHook:
     """`--then-features`: a feature bisection of the project inside the first
     bad release's environment (--steps, the cache and --timing-budget of
-    `options`); its answer goes under `then_features`."""
+    `options`; the features `only`/`skip` choose, None: not given); its
+    answer goes under `then_features`."""
 
     def hook(start: FeatureStart) -> FeatureAnswer:
         from tfrepro.bisect.engine import bisect
         from tfrepro.project import Project
 
-        project = Project.load(start.project_root, only=chosen.only, skip=chosen.skip)
+        project = Project.load(start.project_root, only=only, skip=skip)
         if events is not None:
             events.phase(f"bisecting the features inside tensorflow {start.version}")
         inside = BisectOptions(

@@ -1,4 +1,10 @@
-"""`tfrepro bisect` (features, commits, TensorFlow releases) and `tfrepro demo`."""
+"""`tfrepro bisect` (features, commits, TensorFlow releases) and `tfrepro demo`.
+
+Progress goes to stderr as trials run, the answer to stdout (exactly one JSON
+object with --json, in every mode); the result carries the exit code
+(Contract 4) and the run dir. The range modes' work is `bisect/commits.py`
+and `bisect/versions.py`, imported only when a range is bisected.
+"""
 
 from __future__ import annotations
 
@@ -25,6 +31,10 @@ from tfrepro.errors import UserError
 from tfrepro.verdicts import SYMPTOM_ORDER
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tfrepro.bisect.options import BisectOptions
+    from tfrepro.bisect.versions import Releases
     from tfrepro.trials.values import RunResult
 
 _WHY = {
@@ -230,8 +240,7 @@ def bisect_cmd(
         if tf_versions:
             from packaging.version import InvalidVersion, Version
 
-            from tfrepro.bisect.versions import Releases, ThenFeatures
-            from tfrepro.cli.range_cmds import run_versions
+            from tfrepro.bisect.versions import Releases
 
             for option, rev in (("--good", good), ("--bad", bad)):  # releases, not commits
                 try:
@@ -243,11 +252,9 @@ def bisect_cmd(
                         hint="with --tf-versions, --good/--bad are releases (e.g. 2.15.1); for commits drop --tf-versions",
                     ) from None
             releases = Releases(good=good, bad=bad, legacy_keras=keras_mode == "legacy", tf_dist=tf_dist)
-            then = ThenFeatures(parse_names(only) or None, parse_names(skip) or None) if then_features else None
+            then = (parse_names(only) or None, parse_names(skip) or None) if then_features else None
             result, answer = run_versions(path, tf_versions, options, releases, then_features=then, as_json=as_json)
         elif good or bad:
-            from tfrepro.cli.range_cmds import run_commits
-
             result, answer = run_commits(path, good, bad, options, as_json=as_json)
         else:
             from tfrepro.check.run import checks_for_result
@@ -259,28 +266,22 @@ def bisect_cmd(
             prune_after_run(project)
             answer = json.dumps(result.to_dict()) if as_json else "\n".join(answer_lines(result))
     click.echo(answer)
-    sys.exit(write_tables(result))
-
-
-def write_tables(result: RunResult) -> int:
-    """trials.csv and the TensorBoard HParams view of the run just finished,
-    in its own run dir in every mode (best effort: a failure is a warning on
-    stderr); returns the result's exit code."""
     from tfrepro.report.tables import write_trial_tables
 
-    code = result.exit_code
+    # trials.csv and the TensorBoard HParams view of the run just finished, in
+    # its own run dir in every mode (best effort: a failure is a warning)
     try:
         written = write_trial_tables(Path(result.run_dir))  # type: ignore[arg-type]  (every answer has its run dir)
     except Exception as e:  # noqa: BLE001  (the answer is already out; the tables are extras)
         click.echo(f"warning: trials.csv not written: {type(e).__name__}: {e}", err=True)
-        return code
+        written = None
     if written:
         click.echo(
             f"trials: {written['trials.csv']}; `tensorboard --logdir {written['tensorboard']}` "
             "(HParams tab: features against verdicts)",
             err=True,
         )
-    return code
+    sys.exit(result.exit_code)
 
 
 @main.command("demo")
@@ -337,3 +338,126 @@ def demo_cmd(jobs: int, keep: bool, as_json: bool) -> None:
     finally:
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def range_answer(result: RunResult, notes: list[str] | None = None) -> str:
+    """A range bisection in words: the first bad commit (`notes` None: commit
+    mode; its tried commits are printed as they go, see `run_commits`) or
+    release (then one line per release and the `notes`), the candidates when
+    ambiguous, else the status and why; then the cost: trials, cache hits,
+    wall time, run dir."""
+    from tfrepro.bisect.commits import CommitFields
+    from tfrepro.bisect.ranges import RangeEvidence
+    from tfrepro.bisect.versions import VersionFields
+
+    ev = result.evidence if isinstance(result.evidence, RangeEvidence) else None
+    status, symptom = result.status.value, result.symptom.value if result.symptom is not None else None
+    rows: list[str] = []
+    if notes is None:
+        c = ev.mode.commit if ev is not None and isinstance(ev.mode, CommitFields) else None
+        found = (
+            None
+            if c is None
+            else [f"first bad commit ({symptom}): {c.sha}", f"  {c.subject}", f"  {c.author}, {c.date}"]
+        )
+        ambiguous = [f"{symptom}: the first bad commit is one of:"]
+        ambiguous += [f"  {d['sha'][:12]}  {d['subject']}" for d in result.candidates]
+    else:
+        mode = ev.mode if ev is not None and isinstance(ev.mode, VersionFields) else None
+        found = [f"first bad version ({symptom}): {result.first_bad_version}  (last good: {result.last_good_version})"]
+        then = mode.then_features if mode is not None else None
+        if then:
+            inside = (
+                f"and only with {' + '.join(then['culprits'])} on"
+                if then.get("culprits")
+                else f"feature bisect inside it: {then.get('status')}"
+            )
+            found.append(f"  {inside} (run: {then.get('run_dir')})")
+        if mode is not None and mode.follows_note:
+            found.append(f"  follows {mode.follows}: {mode.follows_note}")
+        ambiguous = [f"{symptom}: the first bad version is one of {', '.join(result.candidates)}"]
+        for row in mode.versions if mode is not None else ():
+            what = row.verdict if row.verdict in ("ok", "not tried", "untestable", "excluded") else "BAD"
+            shows = f" [{', '.join(row.shows)}]" if row.shows else ""
+            keras = f"  keras {row.keras}" + (" (tf_keras)" if row.keras_lib == "tf_keras" else "") if row.keras else ""
+            note = f"  {row.note}" if row.note else ""
+            rows.append(f"  {row.version:<14} {what:<10}{shows}{keras}{note}")
+        rows += [f"note: {n}" for n in notes]
+    if status == "found" and found is not None:
+        head = found
+    else:
+        head = ambiguous if status == "ambiguous" else [f"{status}: {ev.message if ev and ev.message else ''}"]
+    cached = f", {ev.cached_trials} from cache" if ev is not None and ev.cached_trials else ""
+    return "\n".join([*head, *rows, f"{result.trials} trials{cached}, {result.wall_s:.1f} s; run: {result.run_dir}"])
+
+
+def run_commits(
+    path: str | Path,
+    good: str | None,
+    bad: str | None,
+    options: BisectOptions | None = None,
+    *,
+    as_json: bool = False,
+    echo: Callable[..., None] = click.echo,
+) -> tuple[RunResult, str]:
+    """What `tfrepro bisect --good REV --bad REV` does (`options`: the
+    symptom, --steps, the cache, the executor, --timing-budget): progress;
+    returns the result (its run dir, its exit code) and the answer to print
+    (the JSON object with `as_json`)."""
+    if not good or not bad:
+        raise UserError(
+            "commit mode needs both --good REV and --bad REV", hint="e.g. tfrepro bisect --good v1.2 --bad HEAD"
+        )
+    from tfrepro.bisect.commits import bisect_commits
+    from tfrepro.bisect.events import ProgressLines
+    from tfrepro.bisect.options import BisectOptions
+    from tfrepro.trials.executors import make_executor
+
+    o = options or BisectOptions()
+    runs_on = make_executor(o.executor, jobs=o.jobs, address=o.address, log=lambda text: echo(text, err=True))
+    try:
+        events = None if as_json else ProgressLines(echo, 12)
+        result = bisect_commits(path, good, bad, o, events=events, executor=runs_on)
+    finally:
+        runs_on.close()
+    return result, json.dumps(result.to_dict()) if as_json else range_answer(result)
+
+
+def run_versions(
+    path: str | Path,
+    tf_versions: str,
+    options: BisectOptions,
+    releases: Releases,
+    *,
+    then_features: tuple[list[str] | None, list[str] | None] | None,
+    as_json: bool,
+) -> tuple[RunResult, str]:
+    """What `tfrepro bisect --tf-versions ...` does (`options`: the symptom,
+    --steps, the cache, --timing-budget; `releases`: the ends, --keras,
+    --tf-dist; `then_features`: --only and --skip of --then-features):
+    progress; returns the result and the answer to print."""
+    from tfrepro.bisect.events import ProgressLines
+    from tfrepro.bisect.versions import bisect_versions, feature_hook
+    from tfrepro.trials.envs import cache_root, detect_tf_dist
+    from tfrepro.trials.releases import expand, list_releases
+
+    dist = releases.tf_dist or detect_tf_dist()
+    notes: list[str] = []
+
+    def listing():  # the index is asked only for ranges
+        got = list_releases(dist, cache_root())
+        if got.stale:
+            notes.append(f"the package index is unreachable: using the {dist} release list cached earlier")
+        return got
+
+    versions, excluded = expand(tf_versions, listing)
+    for n in notes:
+        click.echo(f"note: {n}", err=True)
+    progress = None if as_json else ProgressLines(click.echo, 14)
+    hook = feature_hook(options, *then_features, progress) if then_features is not None else None
+    releases = replace(releases, tf_dist=dist, excluded=tuple(excluded), then_features=hook)
+    on_line = None if as_json else (lambda line: click.echo(f"  {line}", err=True))
+    result = bisect_versions(path, versions, options, releases, events=progress, on_line=on_line)
+    doc = result.to_dict()
+    doc["notes"] = [*notes, *doc.get("notes", [])]
+    return result, json.dumps(doc) if as_json else range_answer(result, doc["notes"])

@@ -31,7 +31,8 @@ def _config(enabled: tuple[str, ...] | list[str]) -> str:
 
 
 class RichProgress(BisectEvents):
-    """One line per finished trial under a spinner that says what is running."""
+    """One line per finished trial under a spinner (`status`, shown inside
+    `with progress.status:`) that says what is running."""
 
     def __init__(self, console: Console) -> None:
         self.console = console
@@ -41,13 +42,6 @@ class RichProgress(BisectEvents):
         self.cached = 0
         self.status = console.status("starting", spinner="dots")
         self.phase_text = "starting"
-
-    def __enter__(self) -> "RichProgress":
-        self.status.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.status.stop()
 
     def _refresh(self) -> None:
         now = ", ".join(f"{_config(c)} [{role}]" for (c, _), role in list(self.running.items())[:3]) or "-"
@@ -113,32 +107,26 @@ def final_table(console: Console, result: RunResult) -> None:
         console.print(ab)
 
 
-def _found_lines(result: RunResult, d: FeatureEvidence, symptom: str | None) -> list[str]:
-    """A found answer: the culprits, a known cost, where it shows, the timing."""
-    culprits = sorted(result.culprits)
-    lines = [f"{symptom}: caused by {' + '.join(culprits)}"]
-    extra = sorted(set(d.culprit_config) - set(culprits))
-    if extra:
-        lines.append(f"  (together with {', '.join(extra)}, which change the loss on purpose)")
-    if cost := result.known_cost:
-        lines += [f"  known cost, not a bug: {cost.reason}", f"  fix: {cost.fix}", f"  source: {cost.source}"]
-    if d.symptom_call:
-        lines.append(f"  it shows in {d.symptom_call}")
-    if (t := d.timing) is not None and t.ratio is not None and symptom == "slowdown":
-        p = t.p_value
-        support = "clear-cut" if t.fast else (f"p = {p:.3g}" if p is not None and p <= 0.05 else "")
-        lines.append(
-            f"  step time x{t.ratio:.2f} over {len(t.candidate)} interleaved runs"
-            + (f" ({support})" if support else "")
-        )
-    return lines
-
-
 def answer_lines(result: RunResult) -> list[str]:
     """The answer in words (stdout)."""
     status, symptom, d = result.status, result.symptom.value if result.symptom else None, evidence_of(result)
-    if status is Status.FOUND:
-        lines = _found_lines(result, d, symptom)
+    if status is Status.FOUND:  # the culprits, a known cost, where it shows, the timing
+        culprits = sorted(result.culprits)
+        lines = [f"{symptom}: caused by {' + '.join(culprits)}"]
+        extra = sorted(set(d.culprit_config) - set(culprits))
+        if extra:
+            lines.append(f"  (together with {', '.join(extra)}, which change the loss on purpose)")
+        if cost := result.known_cost:
+            lines += [f"  known cost, not a bug: {cost.reason}", f"  fix: {cost.fix}", f"  source: {cost.source}"]
+        if d.symptom_call:
+            lines.append(f"  it shows in {d.symptom_call}")
+        if (t := d.timing) is not None and t.ratio is not None and symptom == "slowdown":
+            p = t.p_value
+            support = "clear-cut" if t.fast else (f"p = {p:.3g}" if p is not None and p <= 0.05 else "")
+            lines.append(
+                f"  step time x{t.ratio:.2f} over {len(t.candidate)} interleaved runs"
+                + (f" ({support})" if support else "")
+            )
     elif status is Status.NONE:
         what = f"no {symptom}" if symptom else "no nan, crash, timeout, mismatch or slowdown"
         # a custom layer's own compute against its stand-in, or several features' combined overhead (bisect/replay.py)
@@ -188,7 +176,8 @@ def run_bisect(project: Any, options: Any, *, as_json: bool) -> RunResult:
     console.print(
         f"bisecting {project.root} ({len(project.feature_names)} features: {', '.join(project.feature_names)})"
     )
-    with RichProgress(console) as progress:
+    progress = RichProgress(console)
+    with progress.status:  # the spinner runs while the engine does
         result = bisect(project, options, events=progress)
     final_table(console, result)
     return result

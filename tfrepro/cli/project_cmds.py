@@ -104,8 +104,31 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json
     unknown = [
         n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_") for f in result.found)
     ]
-    if as_json:
-        click.echo(json.dumps(annotation_doc(result, unknown, write), indent=2))
+    if as_json:  # the features proposed, what was left alone, the --only items that matched nothing, the diff
+        found = [
+            {
+                "name": f.name,
+                "kind": f.kind,
+                "file": f.path,
+                "line": f.line,
+                "description": f.description,
+                "affects_loss": f.affects_loss,
+                "note": f.note,
+            }
+            for f in result.found
+        ]
+        doc = {
+            "features": list(result.feature_names),
+            "found": found,
+            "skipped": [{"file": s.path, "line": s.line, "reason": s.reason} for s in result.skipped],
+            "manifest_problems": list(result.problems),
+            "unknown_only": unknown,
+        }
+        if write:  # or the files written
+            doc["written"] = [str(p) for p in result.write()]
+        else:
+            doc["diff"] = result.diff()
+        click.echo(json.dumps(doc, indent=2))
         return
     if write:
         for p in result.write():
@@ -127,36 +150,6 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json
     click.echo(
         f"{verb} {n} feature{'s' if n != 1 else ''}" + ("" if write or not n else " (run again with --write)"), err=True
     )
-
-
-def annotation_doc(result, unknown: list[str], write: bool) -> dict:
-    """`annotate --json`: the features proposed, what was left alone, the
-    --only items that matched nothing, and the diff (or, with --write, the
-    files written)."""
-    found = [
-        {
-            "name": f.name,
-            "kind": f.kind,
-            "file": f.path,
-            "line": f.line,
-            "description": f.description,
-            "affects_loss": f.affects_loss,
-            "note": f.note,
-        }
-        for f in result.found
-    ]
-    doc = {
-        "features": list(result.feature_names),
-        "found": found,
-        "skipped": [{"file": s.path, "line": s.line, "reason": s.reason} for s in result.skipped],
-        "manifest_problems": list(result.problems),
-        "unknown_only": unknown,
-    }
-    if write:
-        doc["written"] = [str(p) for p in result.write()]
-    else:
-        doc["diff"] = result.diff()
-    return doc
 
 
 @main.command("check")
@@ -286,22 +279,10 @@ def env_cmd(as_json: bool, python: str | None) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the environments (or those removed) as JSON.")
 def envs_cmd(prune: bool, days: float, all_: bool, as_json: bool) -> None:
     """List (or prune) the per-TensorFlow-version environments of `bisect --tf-versions`."""
-    from tfrepro.trials.envs import EnvStore, envs_lines, prune_lines
+    from tfrepro.trials.envs import EnvStore, envs_report
 
-    if not as_json:
-        click.echo("\n".join(prune_lines(max_age_days=days, everything=all_) if prune else envs_lines()))
-        return
-    store = EnvStore()  # --json: the environments, or with --prune those removed and why
-    if prune:
-        removed = store.prune(max_age_days=days, everything=all_)
-        doc = {"root": str(store.root), "removed": [{"name": i.name, "reason": why} for i, why in removed]}
-    else:
-        envs = [
-            {"name": i.name, "ready": i.ready, "versions": i.versions, "size": i.size, "last_used": i.last_used}
-            for i in store.entries(sizes=True)
-        ]
-        doc = {"root": str(store.root), "environments": envs}
-    click.echo(json.dumps(doc, indent=2))
+    doc, lines = envs_report(EnvStore(), prune=prune, max_age_days=days, everything=all_)
+    click.echo(json.dumps(doc, indent=2) if as_json else "\n".join(lines))
 
 
 # `git bisect run`'s language: 0 good, 1 bad, 125 this commit cannot be tested.
@@ -400,9 +381,10 @@ def run(
     from dataclasses import replace
 
     from tfrepro.bisect.options import BisectOptions
-    from tfrepro.trials.runner import run_trial
+    from tfrepro.trials.runner import describe, run_trial
     from tfrepro.trials.state import prune_after_run
     from tfrepro.trials.trial import TrialOptions
+    from tfrepro.trials.values import summary
 
     if sum([with_ is not None, all_, none_]) > 1:
         raise UserError("--with, --all and --none exclude each other", hint="give one of them")
@@ -421,13 +403,6 @@ def run(
         if expect is None:
             raise
         _fail(str(e), CANNOT_TEST, as_json)
-    _print_results(results, expect, as_json)
-
-
-def _print_results(results: list, expect: str | None, as_json: bool) -> None:
-    from tfrepro.trials.runner import describe
-    from tfrepro.trials.values import summary
-
     # plain `run`: 1 when a trial crashed, timed out, went non-finite or could not run
     failed = any(r.crashed or r.timed_out or r.nonfinite or r.could_not_run for r in results)
     code, reason = expect_verdict(results, expect) if expect else (int(failed), "")

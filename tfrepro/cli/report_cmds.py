@@ -52,11 +52,19 @@ def report(
     for a NaN, the op and layer that produced the first non-finite value.
     Secrets are never recorded and your home directory shows as ~.
     """
-    from tfrepro.report.bundle import ReportOptions, build_report, find_run
+    from tfrepro.report.bundle import ReportOptions, build_report, find_run, load_result, write_explanation
 
     run = find_run(run_dir)
     click.echo(f"reporting run {run}", err=True)
-    if not force and _explained(run, out, as_json):
+    result = {} if force else load_result(run)
+    if cost := result.get("known_cost"):  # a known cost: EXPLANATION.md with the fix, no bug report
+        path = write_explanation(run, result, out)
+        if as_json:
+            click.echo(json.dumps({"status": "known_cost", "known_cost": cost, "explanation": str(path)}, indent=2))
+        else:
+            click.echo(f"known cost, not a bug: {cost['reason']}")
+            click.echo(f"fix: {cost['fix']}")
+            click.echo(f"explanation: {path} (no bug report drafted; --force drafts one)")
         return
     if nightly and no_rerun:
         raise UserError("--nightly re-runs the repro, --no-rerun says not to", hint="drop one of them")
@@ -89,24 +97,6 @@ def report(
         click.echo(f"localisation: {r.localization.headline()}")
     for name, what in (r.artifacts or {}).items():
         click.echo(f"  {name}: {what}")
-
-
-def _explained(run: Path, out: Path | None, as_json: bool) -> bool:
-    """A known cost (result.json `known_cost`): EXPLANATION.md with the fix, no bug report."""
-    from tfrepro.report.bundle import load_result, write_explanation
-
-    result = load_result(run)
-    cost = result.get("known_cost")
-    if not cost:
-        return False
-    path = write_explanation(run, result, out)
-    if as_json:
-        click.echo(json.dumps({"status": "known_cost", "known_cost": cost, "explanation": str(path)}, indent=2))
-    else:
-        click.echo(f"known cost, not a bug: {cost['reason']}")
-        click.echo(f"fix: {cost['fix']}")
-        click.echo(f"explanation: {path} (no bug report drafted; --force drafts one)")
-    return True
 
 
 @main.command("new")

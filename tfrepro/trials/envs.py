@@ -400,14 +400,18 @@ def _size(n: int | None) -> str:
     return f"{n:.1f} GB"
 
 
-def envs_lines(store: EnvStore | None = None, now: float | None = None) -> list[str]:
-    """`tfrepro envs`: one line per environment (name, state, versions, size, last use)."""
-    store = store or EnvStore()
-    now = time.time() if now is None else now
+def envs_report(
+    store: EnvStore, *, prune: bool = False, max_age_days: float = 30.0, everything: bool = False
+) -> tuple[dict[str, object], list[str]]:
+    """`tfrepro envs [--prune]` -> (its --json document, the lines it prints
+    otherwise): one line per environment (name, state, versions, size, last
+    use), or with `prune` what was removed and why."""
+    if prune:
+        removed = store.prune(max_age_days=max_age_days, everything=everything)
+        lines = [f"removed {info.name} ({why})" for info, why in removed] or [f"nothing to prune in {store.root}"]
+        return {"root": str(store.root), "removed": [{"name": i.name, "reason": why} for i, why in removed]}, lines
     infos = store.entries(sizes=True)
-    if not infos:
-        return [f"no environments in {store.root}"]
-    lines = [f"environments in {store.root}:"]
+    lines = [f"environments in {store.root}:" if infos else f"no environments in {store.root}"]
     for i in infos:
         v = i.versions or {}
         what = (
@@ -417,14 +421,9 @@ def envs_lines(store: EnvStore | None = None, now: float | None = None) -> list[
             if i.ready
             else "INCOMPLETE (removed by --prune)"
         )
-        lines.append(f"  {i.name}  {what}  {_size(i.size)}  used {(now - i.last_used) / 86400:.0f} days ago")
-    return lines
-
-
-def prune_lines(store: EnvStore | None = None, *, max_age_days: float = 30.0, everything: bool = False) -> list[str]:
-    """`tfrepro envs --prune`: what was removed and why."""
-    store = store or EnvStore()
-    removed = store.prune(max_age_days=max_age_days, everything=everything)
-    if not removed:
-        return [f"nothing to prune in {store.root}"]
-    return [f"removed {info.name} ({why})" for info, why in removed]
+        lines.append(f"  {i.name}  {what}  {_size(i.size)}  used {(time.time() - i.last_used) / 86400:.0f} days ago")
+    envs = [
+        {"name": i.name, "ready": i.ready, "versions": i.versions, "size": i.size, "last_used": i.last_used}
+        for i in infos
+    ]
+    return {"root": str(store.root), "environments": envs}, lines
