@@ -44,7 +44,7 @@ from tfrepro.dists import TF_DISTS, VERSIONS_SCRIPT, dist_version
 from tfrepro.errors import TfreproError
 from tfrepro.projectfiles import atomic_write
 from tfrepro.trials.state import tree_size
-from tfrepro.trials.stored import read_json
+from tfrepro.trials.values import read_json
 from tfrepro.urls import hide_userinfo
 
 SPEC_FILE = "tfrepro-env.json"

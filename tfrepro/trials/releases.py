@@ -30,7 +30,7 @@ from packaging.version import Version
 
 from tfrepro.errors import UserError
 from tfrepro.projectfiles import atomic_write
-from tfrepro.trials.stored import read_json
+from tfrepro.trials.values import read_json
 from tfrepro.urls import basic_auth, hide_userinfo, public_url, split_userinfo
 
 DEFAULT_INDEX = "https://pypi.org/simple"

@@ -52,9 +52,8 @@ from tfrepro.trials.memcheck import is_oom
 from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import Exit, spawn
 from tfrepro.trials.state import StateDir
-from tfrepro.trials.stored import load_result, read_json
 from tfrepro.trials.trial import TrialOptions
-from tfrepro.trials.values import TrialResult
+from tfrepro.trials.values import TrialResult, load_result, read_json
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
