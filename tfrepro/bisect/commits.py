@@ -32,7 +32,7 @@ from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import TfreproError
-from tfrepro.projectload import locate
+from tfrepro.project import locate
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.executors import Executor, LocalExecutor, Runner
 from tfrepro.trials.state import StateDir
