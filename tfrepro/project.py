@@ -279,16 +279,11 @@ class Project:
         return names
 
     # -- variants ----------------------------------------------------------
-    def render(self, enabled: Iterable[str] | None) -> dict[str, str]:
+    def render(self, enabled: Iterable[str] | None, *, export: bool = False) -> dict[str, str]:
         """relpath -> text of every marked file with the given features ON
-        (`None`: as written)."""
+        (`None`: as written); `export`: standalone (markers and inactive parts removed)."""
         enabled = None if enabled is None else set(enabled) | self.fixed_on
-        return {rel: s.render(enabled) for rel, s in self.sources.items()}
-
-    def export(self, enabled: Iterable[str] | None) -> dict[str, str]:
-        """relpath -> standalone text (markers and inactive parts removed)."""
-        enabled = None if enabled is None else set(enabled) | self.fixed_on
-        return {rel: s.export(enabled) for rel, s in self.sources.items()}
+        return {rel: (s.export if export else s.render)(enabled) for rel, s in self.sources.items()}
 
     def write_variant(self, enabled: Iterable[str] | None, dest: Path) -> FileNote:
         """Copy the project to `dest` with marked files rendered; `dest` must
