@@ -399,7 +399,7 @@ def test_range_modes_apply_the_command_line_as_feature_mode_does(tmp_path):
     """One rule for the command-line overrides of `[trial]`: --budget-s reaches a
     range bisection's trials (it was silently ignored there), and one past the
     trial timeout is the same UserError as in feature mode."""
-    from tfrepro.manifest import read_manifest
+    from tfrepro.project import read_manifest
 
     (tmp_path / "tfrepro.toml").write_text("[trial]\nsteps = 7\ntimeout_s = 100\n")
     options = BisectOptions(budget_s=20.0)

@@ -12,7 +12,7 @@ from tfrepro.trials import envs
 
 def test_every_reader_gives_the_installed_tensorflow():
     installed = metadata.version("tensorflow")
-    assert dists.tf_version() == installed
+    assert dists.dist_version(*dists.TF_DISTS) == installed
     assert dists.versions()["tensorflow"] == installed
     assert envs.read_versions(sys.executable) == dists.versions()
     assert f"TensorFlow {installed}," in version_line()
@@ -23,7 +23,7 @@ def test_the_version_comes_from_any_of_the_names(monkeypatch):
     dists.dist_version.cache_clear()
     monkeypatch.setattr(dists.metadata, "version", lambda n: {"intel-tensorflow": "2.9.0"}.get(n) or _missing(n))
     try:
-        assert dists.tf_version() == "2.9.0" and dists.dist_version("keras") is None
+        assert dists.versions()["tensorflow"] == "2.9.0" and dists.dist_version("keras") is None
         assert envs.detect_tf_dist() == "tensorflow"
     finally:
         dists.dist_version.cache_clear()

@@ -12,8 +12,7 @@ import pytest
 
 from tfrepro.bisect.engine import BisectOptions, bisect
 from tfrepro.errors import UserError
-from tfrepro.manifest import Manifest
-from tfrepro.project import Project
+from tfrepro.project import Manifest, Project
 from tfrepro.settings import late_steps
 from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult

@@ -11,7 +11,7 @@ import pytest
 
 from tfrepro.errors import UserError
 from tfrepro.inside import memory as sampler
-from tfrepro.manifest import Manifest
+from tfrepro.project import Manifest
 from tfrepro.settings import SymptomSettings
 from tfrepro.trials.classify import classify, symptoms
 from tfrepro.trials.memcheck import decide_memory, is_oom

@@ -105,7 +105,7 @@ def test_the_script_becomes_repro_py_with_every_detected_feature_a_block_off(tmp
     assert new.feature_names == project.feature_names and set(new.states_in_files().values()) == {False}
     # each configuration is the variant the zero-edit bisect of the script runs; the user's file is untouched
     for cfg in ([], ["prefetch"], list(project.feature_names)):
-        assert new.export(cfg)["repro.py"] == project.export(cfg)["train.py"]
+        assert new.render(cfg, export=True)["repro.py"] == project.render(cfg, export=True)["train.py"]
     assert (root / "train.py").read_bytes() == before
 
 
@@ -318,7 +318,7 @@ def test_a_tail_line_reading_what_an_off_feature_made_is_commented_out_so_the_ba
     project = newfrom.load_script(root / "train.py")
     assert "callback_history" in project.feature_names
     got = newfrom.export_script(project, FakeTrial(lambda text, where: pytest.fail("no data read: no trial")))
-    baseline = Project.load(newfrom.write_project(tmp_path / "new", got.files).root).export([])["repro.py"]
+    baseline = Project.load(newfrom.write_project(tmp_path / "new", got.files).root).render([], export=True)["repro.py"]
     assert "hist.seen" not in "".join(x for x in baseline.splitlines(keepends=True) if not x.startswith("#"))
     assert '# print("last batch:", last)' in got.files["repro.py"]
     assert 'print("done", model.name, tf.reduce_sum(np.ones(2)))' in baseline.splitlines()  # no feature's names

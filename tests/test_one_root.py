@@ -13,7 +13,7 @@ from tfrepro.annotate import annotate
 from tfrepro.bisect import commits
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.cli import main
-from tfrepro.projectload import locate
+from tfrepro.project import locate
 from tfrepro.trials.state import StateDir, clean_project
 
 

@@ -10,8 +10,7 @@ from click.testing import CliRunner
 
 from tfrepro.cli import main
 from tfrepro.errors import UserError
-from tfrepro.manifest import Manifest
-from tfrepro.project import Project
+from tfrepro.project import Manifest, Project
 
 REPRO = """\
 import os

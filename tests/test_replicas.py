@@ -39,7 +39,7 @@ def test_replicas_and_the_pin_enter_the_key_only_when_set():
 
 @pytest.mark.parametrize("value", ["0", "65", "true", '"2"'])
 def test_a_bad_replicas_value_names_the_line(tmp_path, value):
-    from tfrepro.manifest import read_manifest
+    from tfrepro.project import read_manifest
 
     (tmp_path / "tfrepro.toml").write_text(f"[trial]\nsteps = 5\nreplicas = {value}\n")
     with pytest.raises(UserError) as e:
@@ -48,7 +48,7 @@ def test_a_bad_replicas_value_names_the_line(tmp_path, value):
 
 
 def test_replicas_from_the_manifest(tmp_path):
-    from tfrepro.manifest import read_manifest
+    from tfrepro.project import read_manifest
 
     (tmp_path / "tfrepro.toml").write_text("[trial]\nreplicas = 2\n")
     assert read_manifest(tmp_path)[1].trial.replicas == 2

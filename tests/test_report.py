@@ -672,7 +672,7 @@ def test_the_bisect_records_what_it_kept_on(tmp_path):
     from test_engine import make_project as engine_project
 
     from tfrepro.bisect.engine import BisectOptions, bisect
-    from tfrepro.projectload import selection
+    from tfrepro.project import selection
 
     p = engine_project(tmp_path, FEATS)
     p = p.exclude(selection(p.feature_names, None, ["xla"], root=p.root))

@@ -25,7 +25,7 @@ ENV = Env(
 
 
 def demo_repro() -> str:
-    return Project.load(EXAMPLES / "demo").export(["mixed_precision"])["repro.py"]
+    return Project.load(EXAMPLES / "demo").render(["mixed_precision"], export=True)["repro.py"]
 
 
 def code_cells(nb) -> list[str]:

@@ -119,14 +119,14 @@ def test_every_catalog_feature_is_a_block_written_off(all_on_projects, template)
 @pytest.mark.parametrize("template", ["image", "tabular", "sequence"])
 def test_exported_baseline_is_only_data_model_train(all_on_projects, template):
     project = Project.load(all_on_projects[template])
-    baseline = project.export(set())["repro.py"]
+    baseline = project.render(set(), export=True)["repro.py"]
     compile(baseline, "repro.py", "exec")
     assert "tfrepro" not in baseline
     leaked = [name for name, code in FEATURE_CODE.items() if code in baseline]
     assert leaked == []
     for section in ("def make_dataset", "def build_model", "model.fit("):
         assert section in baseline
-    full = project.export(set(CATALOG))["repro.py"]
+    full = project.render(set(CATALOG), export=True)["repro.py"]
     compile(full, "repro.py", "exec")
     assert "tfrepro" not in full
     assert [name for name, code in FEATURE_CODE.items() if code not in full] == []

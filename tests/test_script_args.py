@@ -7,8 +7,7 @@ import json
 from click.testing import CliRunner
 
 from tfrepro.cli import main
-from tfrepro.project import Project
-from tfrepro.projectload import with_script_args
+from tfrepro.project import Project, with_script_args
 from tfrepro.report.scriptargs import default_args, notebook_code, script_args
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.runner import _crash_line, usage_error

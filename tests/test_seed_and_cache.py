@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 
 from tfrepro.trials.state import StateDir
-from tfrepro.trials.stored import load_result
-from tfrepro.trials.values import TrialResult
+from tfrepro.trials.values import TrialResult, load_result
 
 PY = sys.executable
 

@@ -70,8 +70,8 @@ def test_an_unmarked_script_is_annotated_in_memory_only(unmarked):
     assert snapshot(unmarked) == before
     # every feature on is the annotated text as written (which runs as the user's code)
     assert p.render(p.feature_names) == p.render(None)
-    assert p.export(p.feature_names)["model.py"] == MODEL
-    off = p.export(())
+    assert p.render(p.feature_names, export=True)["model.py"] == MODEL
+    off = p.render((), export=True)
     assert ".shuffle(" not in off["train.py"] and "jit_compile=False" in off["train.py"]
     assert "MyDense(2)" not in off["model.py"]
     for rel, text in off.items():
@@ -113,7 +113,7 @@ def test_select_only_and_skip_keep_the_others_on_in_every_variant(unmarked):
     q = Project.load(unmarked / "train.py", only=["dataset", "jit_compile"], skip=["prefetch"])
     assert q.feature_names == ("jit_compile", "shuffle")
     assert q.excluded["prefetch"] == "--skip" and q.excluded["callback_csv_logger"] == "not in --only"
-    base = q.export(())["train.py"]
+    base = q.render((), export=True)["train.py"]
     assert ".prefetch(2)" in base and "CSVLogger" in base and ".shuffle(" not in base
     assert Project.load(unmarked / "train.py", skip=["callback"]).feature_names == (
         "custom_layer_my_dense",

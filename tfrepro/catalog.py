@@ -183,9 +183,7 @@ def kind_of(name: str) -> str | None:
 def affects_loss(name: str) -> bool:
     """Whether the feature `name` changes the math on purpose (catalog default;
     `[features.NAME] affects_loss` in tfrepro.toml overrides it)."""
-    if (e := get(name)) is None:
-        return False
-    return (callback_entry(None, name) if e.name == "callback" else e).affects_loss  # a callback: by its name
+    return get(name) is not None and callback_entry(None, name).affects_loss  # a callback: by its name
 
 
 def callback_entry(class_name: str | None, feature: str, *, stops: bool = False) -> Entry:

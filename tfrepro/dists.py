@@ -22,11 +22,6 @@ def dist_version(*names: str) -> str | None:
     return None
 
 
-def tf_version() -> str | None:
-    """The installed TensorFlow's version, without importing it."""
-    return dist_version(*TF_DISTS)
-
-
 # Each version a trial runs with, and the distribution names it is read under (the first installed).
 VERSION_DISTS = {"tensorflow": TF_DISTS, "keras": ("keras",), "tf_keras": ("tf_keras", "tf-keras")}
 

@@ -1,7 +1,7 @@
 """The schema of `tfrepro.toml` (Contract 2): strict pydantic models of its
 tables, and their first error in tfrepro's words.
 
-Imported only when a project has a `tfrepro.toml` (manifest.Manifest.parse):
+Imported only when a project has a `tfrepro.toml` (project.Manifest.parse):
 a plain script's commands do not pay pydantic's import.
 """
 

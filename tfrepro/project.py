@@ -1,26 +1,221 @@
-"""A project directory: its manifest (manifest.py), its features, its variants.
+"""A project directory: its manifest (`tfrepro.toml`), its features, its variants.
 
 `Project.load` reads and validates everything up front (every malformed
 marker or manifest entry is a `UserError` naming file:line), so nothing is run
 or written for a bad project. Variants are written under a destination the
 caller chooses (always below `.tfrepro/` or a temp dir, never the user's files).
+
+How `Project.load` finds a project and its features: `locate` (a project
+directory, or a plain script, which belongs to the nearest enclosing project
+and becomes its entry), `marked_sources` (the files with feature-block markers,
+Contract 1), else `detected_sources` (zero-edit: annotated in memory, nothing
+written), `selection` (`--only` / `--skip`), `with_script_args` (`tfrepro
+bisect train.py -- --epochs 3`).
+
+`tfrepro.toml` (Contract 2) is read and validated up front too (`Manifest`):
+every unknown table or key, wrong type and out-of-range value is a UserError
+naming file:line, with a hint. The tables are strict pydantic models
+(manifest_schema.py, imported only when there is a file to validate).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 import shutil
+import tomllib
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from itertools import groupby
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tfrepro import catalog
 from tfrepro import features as fb
 from tfrepro.errors import UserError
-from tfrepro.manifest import Manifest, line_of, read_manifest
-from tfrepro.projectfiles import FileNote, copy_file, iter_project_files, write_in_place
-from tfrepro.projectload import detected_sources, locate, marked_sources, selection, with_script_args
+from tfrepro.projectfiles import (
+    MANIFEST,
+    FileNote,
+    check_root,
+    copy_file,
+    find_root,
+    imported_files,
+    iter_project_files,
+    write_in_place,
+)
+from tfrepro.settings import StateSettings, SymptomSettings, TrialSettings
+
+if TYPE_CHECKING:
+    from tfrepro.annotate.zeroedit import Detection
+    from tfrepro.manifest_schema import FeatureConfig
+
+
+@dataclass(frozen=True)
+class Manifest:
+    trial: TrialSettings = TrialSettings()
+    repeats: int = 1
+    symptoms: SymptomSettings = SymptomSettings()
+    features: dict[str, FeatureConfig] = field(default_factory=dict)
+    path: str | None = None
+    state: StateSettings = StateSettings()
+
+    @classmethod
+    def parse(cls, text: str, path: str = MANIFEST) -> "Manifest":
+        """Validate a `tfrepro.toml` text (Contract 2). Raises UserError."""
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as e:
+            m = re.search(r"\(at line (\d+)", str(e))
+            raise UserError(
+                f"not valid TOML: {e}",
+                path=path,
+                line=int(m.group(1)) if m else None,
+                hint="see https://toml.io for the syntax",
+            ) from None
+        import pydantic
+
+        from tfrepro import manifest_schema
+
+        try:
+            doc = manifest_schema.Document.model_validate(data)
+        except pydantic.ValidationError as e:
+            msg, table, key, hint = manifest_schema.first_error(e, data)
+            raise UserError(msg, path=path, line=line_of(text, table, key), hint=hint) from None
+        return cls(
+            # the values as validated (model_dump would turn `command`'s tuple back into a list)
+            trial=TrialSettings(**{k: getattr(doc.trial, k) for k in doc.trial.model_fields_set - {"repeats"}}),
+            repeats=doc.trial.repeats or 1,
+            symptoms=SymptomSettings(**doc.symptoms.model_dump(exclude_unset=True)),
+            features=doc.features,
+            path=path,
+            state=StateSettings(**doc.state.model_dump(exclude_unset=True)),
+        )
+
+
+def line_of(text: str, table: str, key: str | None) -> int | None:
+    """Best-effort line number of `[table]` / `key =` in a TOML text."""
+    lines = text.splitlines()
+    header = re.compile(r"^\s*\[\s*" + re.escape(table) + r"\s*\]")
+    at = next((i + 1 for i, line in enumerate(lines) if header.match(line)), None)  # the header's line
+    if key is None:
+        return at
+    keyre = re.compile(r"^\s*" + re.escape(key) + r"\s*=")
+    for i in range(at or 0, len(lines)):  # within the table, or anywhere without its header
+        if at is not None and lines[i].lstrip().startswith("["):
+            break
+        if keyre.match(lines[i]):
+            return i + 1
+    return at
+
+
+def read_manifest(root: Path) -> tuple[str, Manifest]:
+    """The project's `tfrepro.toml`, validated, and its text (for line
+    numbers); without one, "" and the defaults."""
+    manifest_path = root / MANIFEST
+    if manifest_path.is_dir():
+        raise UserError(
+            f"{MANIFEST} is a directory, not a file",
+            path=manifest_path,
+            hint=f"remove or rename that directory ({MANIFEST} is tfrepro's settings file)",
+        )
+    if not manifest_path.exists():
+        return "", Manifest()
+    data = manifest_path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(
+            "not UTF-8 text (TOML files are UTF-8)",
+            path=manifest_path,
+            line=data[: e.start].count(b"\n") + 1,
+            hint="save tfrepro.toml as UTF-8",
+        ) from None
+    return text, Manifest.parse(text, str(manifest_path))
+
+
+def locate(path: str | Path) -> tuple[Path, str | None]:
+    """(the project root, the entry a script path names or None): `path` is
+    a project directory or its `.py` training script."""
+    p = Path(path)
+    if not p.exists():
+        raise UserError("no such file or directory", path=p, hint="give the project directory (or its .py entry file)")
+    if not p.is_file():
+        root = p.resolve()
+        check_root(root)
+        return root, None
+    if p.suffix != ".py":
+        raise UserError(
+            "not a Python file or a project directory",
+            path=p,
+            hint="give the project directory, or the training script ending in .py",
+        )
+    # The script's project: the nearest tfrepro.toml/.git/pyproject.toml
+    # above it, else its folder; never $HOME or / (projectfiles.find_root).
+    root = find_root(p)
+    return root, p.resolve().relative_to(root).as_posix()
+
+
+def marked_sources(root: Path, files: Iterable[str]) -> dict[str, fb.SourceFile]:
+    """relpath -> parsed file, for every .py file with at least one feature
+    block (a malformed marker is a UserError naming file:line)."""
+    sources: dict[str, fb.SourceFile] = {}
+    nested = {rel.rsplit("/", 1)[0] for rel in files if rel.endswith("/tfrepro.toml")}  # projects of their own
+    for rel in files:
+        if not rel.endswith(".py") or any(rel.startswith(n + "/") for n in nested):
+            continue  # a project of its own below this one (`tfrepro new sub`) marks its own features
+        full = root / rel
+        data = full.read_bytes()
+        if b"tfrepro:" not in data:  # no marker: never decoded, whatever its encoding
+            continue
+        src, encoding = fb.decode_source(data, str(full))
+        parsed = fb.parse(src, str(full), encoding)
+        if parsed.blocks:
+            sources[rel] = parsed
+    return sources
+
+
+def detected_sources(
+    root: Path, entry: str | None, command: Sequence[str] | None, files: list[str]
+) -> tuple[dict[str, fb.SourceFile], Detection]:
+    """Zero-edit: the feature blocks of the entry script (`[trial] entry` or
+    the `.py` files of `command`) and the modules it imports, annotated in
+    memory; every non-test `.py` file when the entry is unknown."""
+    from tfrepro.annotate.zeroedit import default_targets, detect, entry_scripts
+
+    entries = entry_scripts(entry, command, files)
+    targets = imported_files(root, entries, files) if entries else default_targets(files)
+    detection = detect(root, targets)
+    return {rel: fb.parse(t, str(root / rel)) for rel, t in detection.texts.items()}, detection
+
+
+def selection(
+    names: Sequence[str], only: Iterable[str] | None, skip: Iterable[str] | None, *, root: Path
+) -> dict[str, str]:
+    """feature -> why it is not a candidate: those not named in `only` (all
+    are when None), and those named in `skip`. Each item is a feature name, a
+    name prefix (`callback` for callback_*) or a catalog kind (`dataset`); one
+    that matches no feature is a UserError."""
+
+    def match(item: str) -> set[str]:
+        got = {n for n in names if n == item or n.startswith(item + "_") or catalog.kind_of(n) == item}
+        if not got:
+            raise UserError(
+                f"no feature matches {item!r}",
+                path=root,
+                hint="known features: " + (", ".join(names) or "(none)"),
+            )
+        return got
+
+    keep = set(names) if only is None else set().union(*(match(x) for x in only))
+    skipped = set().union(*(match(x) for x in skip or ()))
+    return dict.fromkeys(set(names) - keep, "not in --only") | dict.fromkeys(skipped, "--skip")
+
+
+def with_script_args(command: Sequence[str] | None, entry: str, args: Sequence[str]) -> tuple[str, ...]:
+    """The trial command with the script's arguments after it, as `git
+    bisect run` passes its command's: `[trial] command` + args, or
+    `python ENTRY` + args (`Project.load` calls it only with args)."""
+    return (*(command if command is not None else ("python", entry)), *args)
 
 
 class Project:
@@ -55,7 +250,7 @@ class Project:
     ) -> "Project":
         """Load and validate a project. A project with no marker in any file
         is zero-edit: its features are detected in memory (`detect=False`:
-        none). `only`/`skip`: the candidates (`projectload.selection`; the
+        none). `only`/`skip`: the candidates (`selection`; the
         others stay as written, ON for detected features, in every variant).
         `root`: the project's directory when it is known (a commit's checkout
         under `.tfrepro/`: never the project found above it), `path` then its
@@ -176,16 +371,11 @@ class Project:
         return names
 
     # -- variants ----------------------------------------------------------
-    def render(self, enabled: Iterable[str] | None) -> dict[str, str]:
+    def render(self, enabled: Iterable[str] | None, *, export: bool = False) -> dict[str, str]:
         """relpath -> text of every marked file with the given features ON
-        (`None`: as written)."""
+        (`None`: as written); `export`: standalone (markers and inactive parts removed)."""
         enabled = None if enabled is None else set(enabled) | self.fixed_on
-        return {rel: s.render(enabled) for rel, s in self.sources.items()}
-
-    def export(self, enabled: Iterable[str] | None) -> dict[str, str]:
-        """relpath -> standalone text (markers and inactive parts removed)."""
-        enabled = None if enabled is None else set(enabled) | self.fixed_on
-        return {rel: s.export(enabled) for rel, s in self.sources.items()}
+        return {rel: (s.export if export else s.render)(enabled) for rel, s in self.sources.items()}
 
     def write_variant(self, enabled: Iterable[str] | None, dest: Path) -> FileNote:
         """Copy the project to `dest` with marked files rendered; `dest` must

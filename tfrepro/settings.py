@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields, replace
-from typing import Any
 
 # Steps at the start of a trial that never enter a timing comparison
 # (tracing, XLA compilation).
@@ -104,11 +103,9 @@ class TrialSettings:
     @classmethod
     def from_dict(cls, doc: Mapping[str, object]) -> "TrialSettings":
         """`to_dict`'s output read back (result.json, the trial cache)."""
-        d: dict[str, Any] = dict(doc)
-        if d.get("command") is not None:
-            d["command"] = tuple(d["command"])
-        d["timed_calls"] = tuple(d.get("timed_calls") or ())
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
+        return cls(
+            **{f.name: tuple(v) if isinstance(v := doc[f.name], list) else v for f in fields(cls) if f.name in doc}
+        )
 
 
 def late_steps(symptom_step: int, steps: int) -> int:

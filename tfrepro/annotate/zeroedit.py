@@ -1,6 +1,6 @@
 """Zero-edit mode: the feature blocks of an unmarked project, found by the
 annotate recognisers and kept in memory (nothing is written to the user's
-files). `Project.load` calls `detect` (through `projectload`) when no file
+files). `Project.load` calls `detect` (through `project.detected_sources`) when no file
 of the project has a marker; trials then render their variants from the
 annotated texts.
 

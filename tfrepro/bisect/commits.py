@@ -32,7 +32,7 @@ from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import TfreproError
-from tfrepro.projectload import locate
+from tfrepro.project import locate
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.executors import Executor, LocalExecutor, Runner
 from tfrepro.trials.state import StateDir
@@ -51,8 +51,7 @@ def as_written(root: Path) -> "Project":
     markers are malformed (or whose blocks of one feature disagree) still
     runs exactly as written, as plain Python ignores the marker comments.
     """
-    from tfrepro.manifest import Manifest
-    from tfrepro.project import Project, iter_project_files
+    from tfrepro.project import Manifest, Project, iter_project_files
 
     return Project(root, Manifest(), {}, [f.as_posix() for f in iter_project_files(root)])
 
@@ -63,7 +62,7 @@ def range_settings(root: Path, entry: str | None, options: BisectOptions) -> tup
     the defaults) with the command-line overrides as in feature mode
     (`BisectOptions.trial_settings`: --steps, --budget-s) and the entry PATH
     named. Bad input raises UserError."""
-    from tfrepro.manifest import read_manifest
+    from tfrepro.project import read_manifest
 
     manifest = read_manifest(root)[1]
     settings, symptoms = options.trial_settings(manifest.trial), manifest.symptoms

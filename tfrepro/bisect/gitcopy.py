@@ -118,7 +118,7 @@ def _info(commit: Any) -> CommitInfo:
 def open_repo(path: str | Path) -> Any:
     """The `git.Repo` holding `path`; UserError (exit 2) when there is none."""
     git = _git_module()
-    p = Path(path)  # it exists: `projectload.locate` checked it
+    p = Path(path)  # it exists: `project.locate` checked it
     try:
         repo = git.Repo(p, search_parent_directories=True)
     except (git.InvalidGitRepositoryError, git.NoSuchPathError):

@@ -34,7 +34,7 @@ from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import UserError
-from tfrepro.projectload import locate
+from tfrepro.project import locate
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.executors import LocalExecutor
 from tfrepro.trials.state import StateDir

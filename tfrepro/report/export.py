@@ -97,7 +97,7 @@ def bundle_files(project: Any, enabled: Iterable[str] | None, entry: str, *, mar
     from tfrepro.features import decode_source
     from tfrepro.projectfiles import imported_files
 
-    marked = project.render(enabled) if markers else project.export(enabled)
+    marked = project.render(enabled, export=not markers)
     files: dict[str, str] = {}
     for rel in imported_files(project.root, [entry], project.files):
         if not rel.endswith(".py"):

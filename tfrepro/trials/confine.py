@@ -40,7 +40,7 @@ from pathlib import Path
 from tfrepro import inside
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.inside.confine import OUTSIDE
-from tfrepro.trials.stored import read_json
+from tfrepro.trials.values import read_json
 
 ENV = "TFREPRO_CONFINE"
 # Directories a trial may write for real besides its own (os.pathsep-separated):

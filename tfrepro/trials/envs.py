@@ -43,9 +43,9 @@ from typing import Protocol
 from tfrepro.dists import TF_DISTS, VERSIONS_SCRIPT, dist_version
 from tfrepro.errors import TfreproError
 from tfrepro.projectfiles import atomic_write
+from tfrepro.trials.releases import hide_userinfo
 from tfrepro.trials.state import tree_size
-from tfrepro.trials.stored import read_json
-from tfrepro.urls import hide_userinfo
+from tfrepro.trials.values import read_json
 
 SPEC_FILE = "tfrepro-env.json"
 # Decided by the version tried, never by the project's requirements.

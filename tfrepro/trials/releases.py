@@ -16,11 +16,13 @@ UserError that says how to go on (name the versions).
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -30,8 +32,7 @@ from packaging.version import Version
 
 from tfrepro.errors import UserError
 from tfrepro.projectfiles import atomic_write
-from tfrepro.trials.stored import read_json
-from tfrepro.urls import basic_auth, hide_userinfo, public_url, split_userinfo
+from tfrepro.trials.values import read_json
 
 DEFAULT_INDEX = "https://pypi.org/simple"
 LISTING_TTL_S = 24 * 3600
@@ -43,6 +44,50 @@ _VERSION = re.compile(
 
 # fetch(url) -> the response body; raises OSError when the index cannot be reached.
 Fetch = Callable[[str], bytes]
+
+
+# -- an index URL's userinfo (`https://user:password@host/...`) is a credential: never
+# printed, never stored (here, and in the installer output `envs.py` relays), sent
+# the way pip sends it (HTTP Basic auth).
+
+HIDDEN = "<redacted>"
+# `scheme://userinfo@` in any text (a log line, an error message).
+_USERINFO = re.compile(r"""(\b[a-z][a-z0-9+.-]*://)([^/\s@"'<>]+)@""", re.IGNORECASE)
+
+
+def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
+    """(the URL without its userinfo, user, password); user and password
+    percent-decoded, None where absent."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None, None
+    info, _, host = parts.netloc.rpartition("@")
+    user, sep, password = info.partition(":")
+    public = urllib.parse.urlunsplit(parts._replace(netloc=host))
+    return public, urllib.parse.unquote(user), urllib.parse.unquote(password) if sep else None
+
+
+def public_url(url: str) -> str:
+    """`url` as it may be printed: the userinfo replaced by a marker."""
+    public, user, _ = split_userinfo(url)
+    if user is None:
+        return url
+    scheme, rest = public.split("://", 1) if "://" in public else ("", public)
+    return f"{scheme}://{HIDDEN}@{rest}" if scheme else public
+
+
+def hide_userinfo(text: str) -> str:
+    """Every `scheme://userinfo@` in `text` with the userinfo hidden."""
+    return _USERINFO.sub(lambda m: m.group(0) if m.group(2) == HIDDEN else f"{m.group(1)}{HIDDEN}@", text)
+
+
+def basic_auth(user: str | None, password: str | None) -> dict[str, str]:
+    """The Authorization header pip sends for an index URL's userinfo
+    (a token alone as the user, an empty password: as pip does)."""
+    if user is None:
+        return {}
+    token = base64.b64encode(f"{user}:{password or ''}".encode()).decode()
+    return {"Authorization": f"Basic {token}"}
 
 
 def version_key(version: str) -> Version:

@@ -42,7 +42,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tfrepro import inside
-from tfrepro.dists import tf_version
 from tfrepro.dists import versions as this_versions
 from tfrepro.errors import TfreproError
 from tfrepro.inside import harness
@@ -52,9 +51,8 @@ from tfrepro.trials.memcheck import is_oom
 from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import Exit, spawn
 from tfrepro.trials.state import StateDir
-from tfrepro.trials.stored import load_result, read_json
 from tfrepro.trials.trial import TrialOptions
-from tfrepro.trials.values import TrialResult
+from tfrepro.trials.values import TrialResult, load_result, read_json
 
 if TYPE_CHECKING:
     from tfrepro.project import Project
@@ -310,7 +308,7 @@ def run_variant(
     if cmd[0] in _PYTHON_NAMES:
         cmd[0] = how.python or sys.executable
     # The driver's TensorFlow says nothing about another interpreter's trial.
-    tf_fallback = None if how.python else tf_version()
+    tf_fallback = None if how.python else this_versions()["tensorflow"]
     full_env = child_env(settings, config_path, how.env)
     pool = None if how.cold or warm.forced_cold() else warm_pool or warm.default_pool()
     end = spawn(cmd, Path(variant_dir), full_env, settings.timeout_s, trial_dir, pool)

@@ -410,10 +410,9 @@ def clean_project(path: str | Path, *, everything: bool = False) -> Pruned:
     pruned to its `[state]` settings, every trial copy and scratch dir
     removed; `everything`: the whole `.tfrepro/`. The project and its
     manifest are found and read as every command finds them
-    (`projectload.locate`, `manifest.read_manifest`); only the manifest is
+    (`project.locate`, `project.read_manifest`); only the manifest is
     read, so it works on a project whose markers are broken."""
-    from tfrepro.manifest import read_manifest
-    from tfrepro.projectload import locate
+    from tfrepro.project import locate, read_manifest
 
     root = locate(path)[0]
     settings = read_manifest(root)[1].state
