@@ -17,8 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfrepro import features as fb
-from tfrepro.annotate import annotate, annotate_text
-from tfrepro.annotate.manifest import merge
+from tfrepro.annotate import annotate, annotate_text, merge
 from tfrepro.cli import main
 
 SCRIPTS = Path(__file__).parent / "scripts_annotate"
