@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 import libcst.matchers as m
@@ -65,10 +65,14 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
 
 @dataclass(frozen=True)
 class LayerClass:
+    """One class statement of a file (`class_defs`); among the Layer
+    subclasses (`collect_layer_classes`), with its `stock_base`."""
+
     name: str
-    stock_base: str | None  # e.g. "Dense" for `class MyDense(layers.Dense)`
+    bases: tuple[tuple[bool, str | None, str | None], ...]  # (a Keras layer base, its stock layer, last name)
     init_params: tuple[str, ...] | None  # None: no __init__ of its own
     adds_loss: bool = False  # part of the objective (`self.add_loss`): no stand-in
+    stock_base: str | None = None  # e.g. "Dense" for `class MyDense(layers.Dense)`
 
     @property
     def feature(self) -> str:
@@ -92,17 +96,7 @@ def _keras_layer_base(src: Src, base: cst.BaseExpression) -> tuple[bool, str | N
     return False, None
 
 
-@dataclass(frozen=True)
-class ClassDef:
-    """One class statement of a file, as much of it as `resolve_layer_classes` needs."""
-
-    name: str
-    bases: tuple[tuple[bool, str | None, str | None], ...]  # (a Keras layer base, its stock layer, last name)
-    init_params: tuple[str, ...] | None
-    adds_loss: bool
-
-
-def class_defs(src: Src) -> tuple[ClassDef, ...]:
+def class_defs(src: Src) -> tuple[LayerClass, ...]:
     """Every class statement of `src`, in document order (one walk of the file)."""
     out = []
     for node in src.nodes(cst.ClassDef):
@@ -110,11 +104,11 @@ def class_defs(src: Src) -> tuple[ClassDef, ...]:
         init = next((s for s in node.body.body if m.matches(s, m.FunctionDef(m.Name("__init__")))), None)
         params = None if init is None else (*init.params.params, *init.params.kwonly_params)
         names = None if params is None else tuple(p.name.value for p in params if p.name.value != "self")
-        out.append(ClassDef(node.name.value, bases, names, "add_loss(" in src.code(node)))
+        out.append(LayerClass(node.name.value, bases, names, "add_loss(" in src.code(node)))
     return tuple(out)
 
 
-def collect_layer_classes(defs: Iterable[ClassDef]) -> dict[str, LayerClass]:
+def collect_layer_classes(defs: Iterable[LayerClass]) -> dict[str, LayerClass]:
     """Every `Layer` subclass among `defs`, direct or through another; a name
     defined twice takes the first definition that is a layer."""
     classes = list(defs)
@@ -136,7 +130,7 @@ def collect_layer_classes(defs: Iterable[ClassDef]) -> dict[str, LayerClass]:
                     is_layer = False
                     break
             if is_layer:
-                found[c.name] = LayerClass(c.name, stock, c.init_params, c.adds_loss)
+                found[c.name] = replace(c, stock_base=stock)
                 changed = True
     return found
 
@@ -206,7 +200,7 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
         return []
     if structured is not None:  # called on a dict/list: one tensor from many (the stand-ins below)
         (expr, what), note = structured, None
-    tf = src.tf_alias()
+    tf = src.alias("tensorflow")
     several = layer_inputs(src, call) or []
     if note is not None and len(several) > 1 and tf is not None and not any(a.star for a in several):
         # `Dist()(a, b)`: the whole call becomes the list stand-in over its inputs
@@ -304,7 +298,7 @@ def structured_standin(src: Src, call: cst.Call, prefix: str) -> tuple[str, str]
     tensor."""
     if (shape := structured_input(src, call)) is None:
         return None
-    if (tf := src.tf_alias()) is None:
+    if (tf := src.alias("tensorflow")) is None:
         return f"takes a {shape} of inputs and the file imports no TensorFlow to join them with: not marked"
     if shape == "list":
         return list_standin(prefix, tf), f"its list of inputs {AVERAGED}"

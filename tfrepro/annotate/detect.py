@@ -131,9 +131,8 @@ def _strategy_getter(src: Src, d: str) -> str | None:
     if "distribute" in parts[:-1]:
         # `tf.distribute.experimental.TPUStrategy` -> `tf.distribute.get_strategy()`
         return ".".join(parts[: parts.index("distribute") + 1]) + ".get_strategy()"
-    if src.tf_alias():
-        return f"{src.tf_alias()}.distribute.get_strategy()"
-    return None
+    tf = src.alias("tensorflow")
+    return f"{tf}.distribute.get_strategy()" if tf else None
 
 
 def _from_keywords(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candidate]:

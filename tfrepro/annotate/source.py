@@ -298,23 +298,21 @@ class Src:
         head, _, tail = d.partition(".")
         return ".".join(filter(None, (self.import_aliases.get(head, head), tail)))
 
+    def alias(self, *targets: str) -> str | None:
+        """The first name the file binds to one of `targets` (`tf` for "tensorflow"), or None."""
+        return next((a for a, t in self.import_aliases.items() if t in targets), None)
+
     @cached_property
     def keras_prefix(self) -> str | None:
         """How this file names Keras: `keras`, `tf.keras`..., None when it
         imports neither Keras nor TensorFlow."""
-        for targets, suffix in ((_KERAS_MODULES, ""), (("tensorflow",), ".keras")):
-            if (alias := next((a for a, t in self.import_aliases.items() if t in targets), None)) is not None:
-                return alias + suffix
-        return None
+        if (keras := self.alias(*_KERAS_MODULES)) is not None:
+            return keras
+        return None if (tf := self.alias("tensorflow")) is None else f"{tf}.keras"
 
     @cached_property
     def layers_prefix(self) -> str | None:
         """How this file names Keras layers: `layers`, `keras.layers`,
         `tf.keras.layers`..., None when it imports no Keras at all."""
-        layers = tuple(f"{m}.layers" for m in _KERAS_MODULES)
-        alias = next((a for a, t in self.import_aliases.items() if t in layers), None)
+        alias = self.alias(*(f"{m}.layers" for m in _KERAS_MODULES))
         return alias or (f"{self.keras_prefix}.layers" if self.keras_prefix is not None else None)
-
-    def tf_alias(self) -> str | None:
-        """The name the file binds `tensorflow` to (`import tensorflow as tf`), or None."""
-        return next((alias for alias, target in self.import_aliases.items() if target == "tensorflow"), None)
