@@ -429,7 +429,7 @@ def test_layer_classes_from_sibling_files_count_as_the_projects(tmp_path):
     assert [f.name for f in result.found] == ["custom_layer_gated_unit"]
     assert "# x = tf.keras.layers.Identity()(inp)" in result.files[0].annotated
     # the layer's stand-in computes something else: it affects the loss by construction
-    assert tomllib.loads(result.manifest_new) == {
+    assert tomllib.loads(result.manifest.annotated) == {
         "trial": {"entry": "train.py"},
         "features": {"custom_layer_gated_unit": {"affects_loss": True}},
     }

@@ -41,7 +41,7 @@ __all__ = ["Annotation", "FileResult", "Found", "Skipped", "annotate", "annotate
 @dataclass(frozen=True)
 class FileResult:
     path: Path
-    original: str
+    original: str | None  # None: a new file (the manifest)
     annotated: str
     found: tuple[Found, ...]
     encoding: str = "utf-8"  # the file's own (`features.decode_source`): a BOM, a PEP 263 line
@@ -55,9 +55,7 @@ class FileResult:
 class Annotation:
     files: tuple[FileResult, ...]
     skipped: tuple[Skipped, ...]
-    manifest_path: Path | None = None
-    manifest_original: str | None = None
-    manifest_new: str | None = None
+    manifest: FileResult | None = None  # tfrepro.toml, when it changes
     problems: tuple[str, ...] = ()
 
     @property
@@ -70,10 +68,8 @@ class Annotation:
 
     def diff(self) -> str:
         """A unified diff of every change (files, then the manifest)."""
-        parts = [_diff(r.original, r.annotated, relpath(r.path, Path.cwd())) for r in self.files if r.changed]
-        if self.manifest_new is not None and self.manifest_path is not None:
-            parts.append(_diff(self.manifest_original, self.manifest_new, relpath(self.manifest_path, Path.cwd())))
-        return "".join(parts)
+        changed = [r for r in (*self.files, self.manifest) if r is not None and r.changed]
+        return "".join(_diff(r.original, r.annotated, relpath(r.path, Path.cwd())) for r in changed)
 
     def write(self) -> list[Path]:
         """Write the changes in place, through links (a symlinked or hard-linked
@@ -82,26 +78,24 @@ class Annotation:
         from tfrepro.projectfiles import write_in_place
 
         written = []
-        for r in self.files:
-            if not r.changed:
+        for r in (*self.files, self.manifest):
+            if r is None or not r.changed:
                 continue
             try:
-                write_in_place(r.path, r.annotated.encode(r.encoding))
+                data = r.annotated.encode(r.encoding)
             except UnicodeEncodeError:
                 raise UserError(
                     f"the annotated text cannot be written in the file's {r.encoding} encoding",
                     path=r.path,
                     hint="save the file as UTF-8 and run annotate again",
                 ) from None
-            written.append(r.path)
-        if self.manifest_new is not None and self.manifest_path is not None:
-            if self.manifest_path.exists():
-                write_in_place(self.manifest_path, self.manifest_new.encode("utf-8"))
+            if r.path.exists():
+                write_in_place(r.path, data)
             else:  # a new file: written whole beside it, then renamed into place
-                tmp = self.manifest_path.with_name(self.manifest_path.name + ".tfrepro-tmp")
-                tmp.write_text(self.manifest_new, encoding="utf-8", newline="")
-                os.replace(tmp, self.manifest_path)
-            written.append(self.manifest_path)
+                tmp = r.path.with_name(r.path.name + ".tfrepro-tmp")
+                tmp.write_bytes(data)
+                os.replace(tmp, r.path)
+            written.append(r.path)
         return written
 
 
@@ -230,14 +224,8 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     if not any(r.found for r in results) or entry == "repro.py" or (original is None and (root / "repro.py").is_file()):
         entry = None
     new_manifest, problems = merge(original, affects, entry)
-    return Annotation(
-        tuple(results),
-        tuple(ctx.skipped),
-        mpath if new_manifest is not None else None,
-        original,
-        new_manifest,
-        tuple(problems),
-    )
+    manifest = FileResult(mpath, original, new_manifest, ()) if new_manifest is not None else None
+    return Annotation(tuple(results), tuple(ctx.skipped), manifest, tuple(problems))
 
 
 def _layer_srcs(files: list[Path], srcs: dict[Path, Src]) -> dict[Path, Src]:
