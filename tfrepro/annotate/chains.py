@@ -20,24 +20,20 @@ from tfrepro import catalog
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
 from tfrepro.annotate.source import Src, arg, assigned_name, is_name, literal
 
+_STRONG = {"prefetch", "interleave", "padded_batch", "unbatch", "with_options", "rebatch", "ragged_batch", "flat_map"}
+_NAME_HINT = re.compile(r"(^|_)(ds|dataset|datasets|data|pipeline)(_|$)|dataset")
+_PARALLEL = {"map": "parallel_map", "batch": "parallel_batch", "padded_batch": "parallel_batch"}
+_DROPPED = ("prefetch", "cache", "shuffle")  # links that are their feature, dropped when OFF
+# The tf.data methods a chain is made of (each name once: the feature links and `_STRONG` above).
 METHODS = {
-    "map",
-    "batch",
-    "prefetch",
-    "cache",
-    "shuffle",
-    "interleave",
+    *_STRONG,
+    *_PARALLEL,
+    *_DROPPED,
     "repeat",
     "filter",
     "take",
     "skip",
-    "unbatch",
-    "padded_batch",
     "apply",
-    "with_options",
-    "flat_map",
-    "rebatch",
-    "ragged_batch",
     "enumerate",
     "shard",
     "window",
@@ -52,10 +48,6 @@ METHODS = {
     "parallel_interleave",
     "prefetch_to_device",
 }
-_STRONG = {"prefetch", "interleave", "padded_batch", "unbatch", "with_options", "rebatch", "ragged_batch", "flat_map"}
-_NAME_HINT = re.compile(r"(^|_)(ds|dataset|datasets|data|pipeline)(_|$)|dataset")
-_PARALLEL = {"map": "parallel_map", "batch": "parallel_batch", "padded_batch": "parallel_batch"}
-_DROPPED = ("prefetch", "cache", "shuffle")  # links that are their feature, dropped when OFF
 
 
 def flatten(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.Call]]:
