@@ -239,13 +239,24 @@ class Src:
     def fresh_name(self, candidates: tuple[str, ...]) -> str:
         return first_free(self._used, candidates)
 
-    def comments(self, node: cst.CSTNode, skip: list[tuple[int, int]]) -> Iterator[tuple[cst.Comment, int, bool]]:
-        """The comments under `node` that start outside the `skip` spans:
-        (comment, its line, whether code precedes it on that line)."""
+    def comments(
+        self, node: cst.CSTNode, skip: list[tuple[int, int]], starts: list[int], ends: list[int], last: int
+    ) -> dict[int, list[str]]:
+        """The comments under `node` that start outside the `skip` spans, by
+        the index of the item (of those starting on the lines `starts`, ending
+        on `ends`) each belongs to: a trailing one (code before it on its
+        line) to the last item ending on or before its line, else the first;
+        one on a line of its own to the first item starting below it, else `last`."""
+        out: dict[int, list[str]] = {}
         for n in self.walk(node):
             if isinstance(n, cst.Comment) and not any(x <= self.span(n)[0] < y for x, y in skip):
                 line = self.line(n)
-                yield n, line, bool(self.lines[line - 1][: self.pos[n].start.column].strip())
+                if self.lines[line - 1][: self.pos[n].start.column].strip():
+                    idx = max((i for i, e in enumerate(ends) if e <= line), default=0)
+                else:
+                    idx = next((i for i, s in enumerate(starts) if s > line), last)
+                out.setdefault(idx, []).append(n.value)
+        return out
 
     def walk(self, node: cst.CSTNode | None = None) -> Iterator[cst.CSTNode]:
         """Every node under `node` (default: the module), in document order."""
