@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 import libcst as cst
+import libcst.matchers as m
 
 from tfrepro import catalog
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
@@ -24,6 +25,8 @@ _STRONG = {"prefetch", "interleave", "padded_batch", "unbatch", "with_options", 
 _NAME_HINT = re.compile(r"(^|_)(ds|dataset|datasets|data|pipeline)(_|$)|dataset")
 _PARALLEL = {"map": "parallel_map", "batch": "parallel_batch", "padded_batch": "parallel_batch"}
 _DROPPED = ("prefetch", "cache", "shuffle")  # links that are their feature, dropped when OFF
+# `x = <call>`, `x: T = <call>` or `return <call>`, alone on its line: a chain that can be split.
+_CHAIN_STATEMENT = m.SimpleStatementLine([m.Assign(value=m.Call()) | m.AnnAssign(value=m.Call()) | m.Return(m.Call())])
 # The tf.data methods a chain is made of (each name once: the feature links and `_STRONG` above).
 METHODS = {
     *_STRONG,
@@ -87,13 +90,9 @@ def chain_edits(src: Src, ctx: Context) -> list[Edit]:
     edits: list[Edit] = []
     handled: set[int] = set()
     for stmt in src.nodes(cst.SimpleStatementLine):
-        if len(stmt.body) != 1:
+        if not m.matches(stmt, _CHAIN_STATEMENT):
             continue
-        small = stmt.body[0]
-        value = getattr(small, "value", None)
-        if not isinstance(value, cst.Call) or not isinstance(small, (cst.Assign, cst.AnnAssign, cst.Return)):
-            continue
-        links = flatten(value)[1]
+        links = flatten(value := stmt.body[0].value)[1]  # type: ignore[attr-defined]
         if not links or not any(_feature_kind(c) for c in links) or not _is_dataset(src, value, known):
             continue
         handled.update(id(c) for c in links)
