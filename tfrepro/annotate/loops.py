@@ -74,6 +74,7 @@ def loop_edits(src: Src, ctx: Context) -> list[Edit]:
         form, finder = finders[node.func.attr.value]
         try:
             loop = finder(src, node)
+            _check_used_after(src, loop.block)
         except NotSwitchable as e:
             if str(e):
                 ctx.skip(src.path, src.line(node), _NOT_SWITCHABLE.format(form=form, why=e))
@@ -149,7 +150,6 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
     loss_code, loss_def = _loss_code(src, expr, pred, y)
     base = _loss_base(src, expr, y) if loss_def is not None else None
     data, epochs, block = _data(src, loop, mapping.get(x), mapping.get(y))
-    _check_used_after(src, block)
     return Loop(block, model, data, epochs, optimizer, loss_code, loss_def, base, compile_mode(src, region))
 
 
@@ -316,7 +316,6 @@ def _train_on_batch_loop(src: Src, call: cst.Call) -> Loop:
     ):
         raise NotSwitchable("train_on_batch takes weights fit would need too")
     data, epochs, block = _data(src, loop, a.value.value, b.value.value)
-    _check_used_after(src, block)
     return Loop(block, model, data, epochs)
 
 
