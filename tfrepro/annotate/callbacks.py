@@ -238,11 +238,7 @@ def _batch_schedule(call: cst.Call) -> cst.Arg | None:
 
 def _statements(src: Src, scope: cst.CSTNode) -> list[cst.SimpleStatementLine]:
     """Simple statement lines of `scope` itself (not of nested functions)."""
-    return [
-        n
-        for n in src.walk(scope)
-        if isinstance(n, cst.SimpleStatementLine) and len(n.body) == 1 and src.scope(n) is scope
-    ]
+    return [n for n in src.nodes(cst.SimpleStatementLine) if len(n.body) == 1 and src.scope(n) is scope]
 
 
 def callback_feature(class_name: str | None, var_name: str | None) -> str:
