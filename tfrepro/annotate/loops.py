@@ -140,10 +140,7 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
         if (loop := src.enclosing(calls[0], cst.For)) is None:
             raise NotSwitchable(f"{step}() is not called inside a `for` loop")
         args = [a.value for a in calls[0].args if a.keyword is None]
-        mapping = {
-            p: (args[i].value if i < len(args) and isinstance(args[i], cst.Name) else None)
-            for i, p in enumerate(params)
-        }
+        mapping = {p: (a.value if isinstance(a, cst.Name) else None) for p, a in zip(params, args)}
     else:
         mapping, loop = {n: n for n in locals_}, region
     y = _label_name(y_names, x, locals_)
