@@ -18,19 +18,17 @@ custom layer class by how it is called: on a list or a dict of tensors, the
 stand-in below; on one tensor, `Identity()`, with a note asking the user to
 choose the stock layer.
 
-The stand-in follows how the layer is called (one tensor: a stock layer or
-`Identity()`). A layer called on a dict or a list of inputs (a feature layer over
-named columns) returns one tensor from many: `Identity` would hand the next
-layer the dict itself (`KeyError: -1`). Its stand-in is the pass-through of
-the right structure: every input, cast to float32 and flattened per example,
-concatenated into one tensor (the next Dense layer takes any width). A
-layer called on a list of inputs of one shape (a sampling or merge layer:
+A layer called on a dict or a list of inputs (a feature layer over named
+columns) returns one tensor from many: `Identity` would hand the next layer
+the dict itself (`KeyError: -1`). Its stand-in is the pass-through of the
+right structure: every input, cast to float32 and flattened per example,
+concatenated into one tensor (the next Dense layer takes any width). A layer
+called on a list of inputs of one shape (a sampling or merge layer:
 `Sampling()([z_mean, z_log_var])`) returns that shape, and what takes its
 output may be built for it (a decoder model with `Input(shape=(2,))`): its
-stand-in averages them, as Keras's own `Average` merge does, and
-concatenates only inputs of different shapes. The
-expression uses the script's own TensorFlow import, so the variant still
-runs with TensorFlow alone.
+stand-in averages them, as Keras's own `Average` merge does, and concatenates
+only inputs of different shapes. The expression uses the script's own
+TensorFlow import, so the variant still runs with TensorFlow alone.
 """
 
 from __future__ import annotations
@@ -293,9 +291,8 @@ AVERAGED = "averaged if of one shape, else concatenated (float32)"
 def structured_standin(src: Src, call: cst.Call, prefix: str) -> tuple[str, str] | str | None:
     """(the stand-in, what it is in words) of a layer called on a dict or a
     list of inputs (`structured_input`), a layer class's and a `Lambda`'s
-    alike (annotate/custom.py); why it is not marked when the file imports
-    no TensorFlow to write it with; None when the layer is called on one
-    tensor."""
+    alike; why it is not marked when the file imports no TensorFlow to write
+    it with; None when the layer is called on one tensor."""
     if (shape := structured_input(src, call)) is None:
         return None
     if (tf := src.alias("tensorflow")) is None:
