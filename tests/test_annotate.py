@@ -17,8 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tfrepro import features as fb
-from tfrepro.annotate import annotate, annotate_text
-from tfrepro.annotate.manifest import merge
+from tfrepro.annotate import annotate, annotate_text, merge
 from tfrepro.cli import main
 
 SCRIPTS = Path(__file__).parent / "scripts_annotate"
@@ -430,7 +429,7 @@ def test_layer_classes_from_sibling_files_count_as_the_projects(tmp_path):
     assert [f.name for f in result.found] == ["custom_layer_gated_unit"]
     assert "# x = tf.keras.layers.Identity()(inp)" in result.files[0].annotated
     # the layer's stand-in computes something else: it affects the loss by construction
-    assert tomllib.loads(result.manifest_new) == {
+    assert tomllib.loads(result.manifest.annotated) == {
         "trial": {"entry": "train.py"},
         "features": {"custom_layer_gated_unit": {"affects_loss": True}},
     }

@@ -122,8 +122,8 @@ def test_annotate_marks_shuffle_affects_loss_and_writes_it_to_the_manifest(tmp_p
     )
     result = annotate([script])
     assert {f.name: f.affects_loss for f in result.found} == {"shuffle": True, "prefetch": False}
-    assert "[features.shuffle]\naffects_loss = true" in (result.manifest_new or "")
-    assert "prefetch" not in (result.manifest_new or "")
+    assert "[features.shuffle]\naffects_loss = true" in (result.manifest.annotated if result.manifest else "")
+    assert "prefetch" not in (result.manifest.annotated if result.manifest else "")
 
 
 KEYWORDS = """\

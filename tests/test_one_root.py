@@ -44,8 +44,8 @@ def test_annotate_writes_the_manifest_bisect_reads(tmp_path, monkeypatch):
     (root / "tfrepro.toml").unlink()
     monkeypatch.chdir(root)
     ann = annotate(["sub/train.py"])
-    assert ann.manifest_path is not None  # the detected mixed_precision is not the default entry
-    assert ann.manifest_path.parent == locate("sub/train.py")[0] == root.resolve()
+    assert ann.manifest is not None  # the detected mixed_precision is not the default entry
+    assert ann.manifest.path.parent == locate("sub/train.py")[0] == root.resolve()
 
 
 def test_clean_finds_the_project_and_reads_its_manifest_as_bisect_does(tmp_path, monkeypatch):

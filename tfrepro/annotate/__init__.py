@@ -16,8 +16,11 @@ Invariants:
 
 from __future__ import annotations
 
+import copy
 import difflib
 import os
+import re
+import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,6 +29,7 @@ from typing import TYPE_CHECKING
 from tfrepro import features as fb
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found, Skipped
 from tfrepro.errors import UserError
+from tfrepro.projectfiles import MANIFEST
 
 if TYPE_CHECKING:
     from tfrepro.annotate.custom import LayerClass
@@ -37,7 +41,7 @@ __all__ = ["Annotation", "FileResult", "Found", "Skipped", "annotate", "annotate
 @dataclass(frozen=True)
 class FileResult:
     path: Path
-    original: str
+    original: str | None  # None: a new file (the manifest)
     annotated: str
     found: tuple[Found, ...]
     encoding: str = "utf-8"  # the file's own (`features.decode_source`): a BOM, a PEP 263 line
@@ -51,9 +55,7 @@ class FileResult:
 class Annotation:
     files: tuple[FileResult, ...]
     skipped: tuple[Skipped, ...]
-    manifest_path: Path | None = None
-    manifest_original: str | None = None
-    manifest_new: str | None = None
+    manifest: FileResult | None = None  # tfrepro.toml, when it changes
     problems: tuple[str, ...] = ()
 
     @property
@@ -66,10 +68,8 @@ class Annotation:
 
     def diff(self) -> str:
         """A unified diff of every change (files, then the manifest)."""
-        parts = [_diff(r.original, r.annotated, relpath(r.path, Path.cwd())) for r in self.files if r.changed]
-        if self.manifest_new is not None and self.manifest_path is not None:
-            parts.append(_diff(self.manifest_original, self.manifest_new, relpath(self.manifest_path, Path.cwd())))
-        return "".join(parts)
+        changed = [r for r in (*self.files, self.manifest) if r is not None and r.changed]
+        return "".join(_diff(r.original, r.annotated, relpath(r.path, Path.cwd())) for r in changed)
 
     def write(self) -> list[Path]:
         """Write the changes in place, through links (a symlinked or hard-linked
@@ -78,26 +78,24 @@ class Annotation:
         from tfrepro.projectfiles import write_in_place
 
         written = []
-        for r in self.files:
-            if not r.changed:
+        for r in (*self.files, self.manifest):
+            if r is None or not r.changed:
                 continue
             try:
-                write_in_place(r.path, r.annotated.encode(r.encoding))
+                data = r.annotated.encode(r.encoding)
             except UnicodeEncodeError:
                 raise UserError(
                     f"the annotated text cannot be written in the file's {r.encoding} encoding",
                     path=r.path,
                     hint="save the file as UTF-8 and run annotate again",
                 ) from None
-            written.append(r.path)
-        if self.manifest_new is not None and self.manifest_path is not None:
-            if self.manifest_path.exists():
-                write_in_place(self.manifest_path, self.manifest_new.encode("utf-8"))
+            if r.path.exists():
+                write_in_place(r.path, data)
             else:  # a new file: written whole beside it, then renamed into place
-                tmp = self.manifest_path.with_name(self.manifest_path.name + ".tfrepro-tmp")
-                tmp.write_text(self.manifest_new, encoding="utf-8", newline="")
-                os.replace(tmp, self.manifest_path)
-            written.append(self.manifest_path)
+                tmp = r.path.with_name(r.path.name + ".tfrepro-tmp")
+                tmp.write_bytes(data)
+                os.replace(tmp, r.path)
+            written.append(r.path)
         return written
 
 
@@ -188,9 +186,8 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     markers already in a file.
     """
     from tfrepro.annotate.custom import class_defs, collect_layer_classes
-    from tfrepro.annotate.manifest import merge
     from tfrepro.annotate.source import Src
-    from tfrepro.projectfiles import MANIFEST, find_root
+    from tfrepro.projectfiles import find_root
 
     files = _expand(paths)
     if not files:
@@ -227,14 +224,8 @@ def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) 
     if not any(r.found for r in results) or entry == "repro.py" or (original is None and (root / "repro.py").is_file()):
         entry = None
     new_manifest, problems = merge(original, affects, entry)
-    return Annotation(
-        tuple(results),
-        tuple(ctx.skipped),
-        mpath if new_manifest is not None else None,
-        original,
-        new_manifest,
-        tuple(problems),
-    )
+    manifest = FileResult(mpath, original, new_manifest, ()) if new_manifest is not None else None
+    return Annotation(tuple(results), tuple(ctx.skipped), manifest, tuple(problems))
 
 
 def _layer_srcs(files: list[Path], srcs: dict[Path, Src]) -> dict[Path, Src]:
@@ -254,6 +245,76 @@ def _layer_srcs(files: list[Path], srcs: dict[Path, Src]) -> dict[Path, Src]:
                 except (OSError, UserError):
                     continue
     return out
+
+
+# -- tfrepro.toml: `affects_loss = true` features declared without ever
+# destroying what the user wrote: the text is edited by lines, then read back
+# with tomllib and compared with the intended data; anything else is a problem
+# reported to the user, and the file is left alone.
+_HEADER = (
+    "# Written by `tfrepro annotate`: the script a trial runs, and the features that\n"
+    "# change the loss on purpose (never blamed for a loss mismatch).\n"
+)
+
+
+def _under(text: str, table: str, line: str) -> str | None:
+    """`line` added right under the `[table]` header (its dotted parts may
+    be spaced, a comment may follow it), None when there is no such header."""
+    parts = r"[ \t]*\.[ \t]*".join(map(re.escape, table.split(".")))
+    m = re.search(r"^[ \t]*\[[ \t]*" + parts + r"[ \t]*\][ \t]*(#.*)?$", text, re.M)
+    return None if m is None else text[: m.end()] + "\n" + line + text[m.end() :]
+
+
+def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> tuple[str | None, list[str]]:
+    """(new manifest text or None when nothing changes, problems).
+
+    `entry`: the script trials should run, written as `[trial] entry` when the
+    manifest says neither `entry` nor `command` (None: leave [trial] alone)."""
+    names = sorted(set(affects_loss))
+    if not names and not entry:
+        return None, []
+    if existing is None:
+        text = _HEADER
+        if entry:
+            text += f'\n[trial]\nentry = "{entry}"\n'
+        for n in names:
+            text += f"\n[features.{n}]\naffects_loss = true\n"
+        return text, []
+    try:
+        data = tomllib.loads(existing)
+    except tomllib.TOMLDecodeError as e:
+        return None, [f"{MANIFEST} is not valid TOML ({e}); add affects_loss = true for {', '.join(names)} by hand"]
+    if not isinstance(feats := data.get("features", {}), dict):
+        return None, [f"{MANIFEST}: `features` is not a table; left alone"]
+    problems: list[str] = []
+    want = copy.deepcopy(data)
+    text = existing
+    trial = data.get("trial", {})
+    if entry and isinstance(trial, dict) and "entry" not in trial and "command" not in trial:
+        want.setdefault("trial", {})["entry"] = entry
+        line = f'entry = "{entry}"'
+        text = _under(text, "trial", line) or f"[trial]\n{line}\n\n" + text  # a new [trial] table first
+    for n in names:
+        cfg = feats.get(n)
+        if isinstance(cfg, dict) and "affects_loss" in cfg:
+            if cfg["affects_loss"] is not True:
+                problems.append(
+                    f"{MANIFEST} says affects_loss = {cfg['affects_loss']!r} for {n}; "
+                    "left as is (the annotator would have said true)"
+                )
+            continue
+        want.setdefault("features", {}).setdefault(n, {})["affects_loss"] = True
+        table = ("" if text.endswith("\n") else "\n") + f"\n[features.{n}]\naffects_loss = true\n"  # a new one last
+        text = _under(text, f"features.{n}", "affects_loss = true") or text + table
+    if text == existing:
+        return None, problems
+    try:
+        if tomllib.loads(text) != want:
+            raise ValueError
+    except (tomllib.TOMLDecodeError, ValueError):
+        what = ", ".join([f"affects_loss = true for {n}" for n in names] + ([f'entry = "{entry}"'] if entry else []))
+        return None, problems + [f"could not add {what} to {MANIFEST} safely; add it by hand"]
+    return text, problems
 
 
 # -- the edits written, and proved safe before anyone sees them ------------------------

@@ -49,10 +49,9 @@ class _Collector:
             targets=[m.ZeroOrMore(), m.AssignTarget(m.Attribute(attr=m.Name("stop_training"))), m.ZeroOrMore()]
         )
         self.stopping = {c.name.value for c in src.nodes(cst.ClassDef) if any(m.matches(a, stop) for a in src.walk(c))}
-        # id(call) -> (call, its save_freq argument) for each batch-scheduled checkpoint
-        self.scheduled = {id(c): (c, a) for c in src.nodes(cst.Call) if (a := _batch_schedule(c))}
-        self.scheduled_classes = {last_name(c.func) for c, _ in self.scheduled.values()}
-        self.schedule_done: set[int] = set()
+        # call -> its save_freq argument, for each batch-scheduled checkpoint not yet in a block
+        self.scheduled = {c: a for c in src.nodes(cst.Call) if (a := _batch_schedule(c))}
+        self.scheduled_classes = {last_name(c.func) for c in self.scheduled}
 
     # -- resolution --------------------------------------------------------
     def from_fit(self, fit: cst.Call) -> None:
@@ -176,10 +175,9 @@ class _Collector:
         cls, var = _callback_class(self.src, value, scope)
         off = freq = None
         if cls in self.scheduled_classes:
-            if not (isinstance(value, cst.Call) and id(value) in self.scheduled):
+            if value not in self.scheduled:
                 return stmt  # stays ON: its class is switched by the schedule where it is built
-            self.schedule_done.add(id(value))
-            freq = self.scheduled[id(value)][1].value
+            freq = self.scheduled.pop(value).value
             at_epoch = self.src.splice(*self.src.span(value), [(freq, '"epoch"')])  # the call at save_freq="epoch"
             off = stmt.replace(self.src.code(value), at_epoch, 1)
         if (name := self.name_for(cls, var, line)) is None:
@@ -205,9 +203,7 @@ class _Collector:
         """A block for each batch-scheduled checkpoint built outside a callbacks
         list (`cp = ModelCheckpoint(..., save_freq=5)`): OFF at "epoch"."""
         src = self.src
-        for call, _ in self.scheduled.values():
-            if id(call) in self.schedule_done:
-                continue
+        for call in list(self.scheduled):
             stmt = src.statement(call)
             if not (isinstance(stmt, cst.SimpleStatementLine) and self.statement_block(stmt, call, src.scope(call))):
                 self.ctx.skip(
@@ -238,11 +234,7 @@ def _batch_schedule(call: cst.Call) -> cst.Arg | None:
 
 def _statements(src: Src, scope: cst.CSTNode) -> list[cst.SimpleStatementLine]:
     """Simple statement lines of `scope` itself (not of nested functions)."""
-    return [
-        n
-        for n in src.walk(scope)
-        if isinstance(n, cst.SimpleStatementLine) and len(n.body) == 1 and src.scope(n) is scope
-    ]
+    return [n for n in src.nodes(cst.SimpleStatementLine) if len(n.body) == 1 and src.scope(n) is scope]
 
 
 def callback_feature(class_name: str | None, var_name: str | None) -> str:

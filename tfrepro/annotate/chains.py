@@ -15,29 +15,28 @@ from __future__ import annotations
 import re
 
 import libcst as cst
+import libcst.matchers as m
 
 from tfrepro import catalog
 from tfrepro.annotate.model import BlockSeg, Context, Edit, Found
 from tfrepro.annotate.source import Src, arg, assigned_name, is_name, literal
 
+_STRONG = {"prefetch", "interleave", "padded_batch", "unbatch", "with_options", "rebatch", "ragged_batch", "flat_map"}
+_NAME_HINT = re.compile(r"(^|_)(ds|dataset|datasets|data|pipeline)(_|$)|dataset")
+_PARALLEL = {"map": "parallel_map", "batch": "parallel_batch", "padded_batch": "parallel_batch"}
+_DROPPED = ("prefetch", "cache", "shuffle")  # links that are their feature, dropped when OFF
+# `x = <call>`, `x: T = <call>` or `return <call>`, alone on its line: a chain that can be split.
+_CHAIN_STATEMENT = m.SimpleStatementLine([m.Assign(value=m.Call()) | m.AnnAssign(value=m.Call()) | m.Return(m.Call())])
+# The tf.data methods a chain is made of (each name once: the feature links and `_STRONG` above).
 METHODS = {
-    "map",
-    "batch",
-    "prefetch",
-    "cache",
-    "shuffle",
-    "interleave",
+    *_STRONG,
+    *_PARALLEL,
+    *_DROPPED,
     "repeat",
     "filter",
     "take",
     "skip",
-    "unbatch",
-    "padded_batch",
     "apply",
-    "with_options",
-    "flat_map",
-    "rebatch",
-    "ragged_batch",
     "enumerate",
     "shard",
     "window",
@@ -52,10 +51,6 @@ METHODS = {
     "parallel_interleave",
     "prefetch_to_device",
 }
-_STRONG = {"prefetch", "interleave", "padded_batch", "unbatch", "with_options", "rebatch", "ragged_batch", "flat_map"}
-_NAME_HINT = re.compile(r"(^|_)(ds|dataset|datasets|data|pipeline)(_|$)|dataset")
-_PARALLEL = {"map": "parallel_map", "batch": "parallel_batch", "padded_batch": "parallel_batch"}
-_DROPPED = ("prefetch", "cache", "shuffle")  # links that are their feature, dropped when OFF
 
 
 def flatten(expr: cst.BaseExpression) -> tuple[cst.BaseExpression, list[cst.Call]]:
@@ -95,13 +90,9 @@ def chain_edits(src: Src, ctx: Context) -> list[Edit]:
     edits: list[Edit] = []
     handled: set[int] = set()
     for stmt in src.nodes(cst.SimpleStatementLine):
-        if len(stmt.body) != 1:
+        if not m.matches(stmt, _CHAIN_STATEMENT):
             continue
-        small = stmt.body[0]
-        value = getattr(small, "value", None)
-        if not isinstance(value, cst.Call) or not isinstance(small, (cst.Assign, cst.AnnAssign, cst.Return)):
-            continue
-        links = flatten(value)[1]
+        links = flatten(value := stmt.body[0].value)[1]  # type: ignore[attr-defined]
         if not links or not any(_feature_kind(c) for c in links) or not _is_dataset(src, value, known):
             continue
         handled.update(id(c) for c in links)
@@ -180,15 +171,21 @@ def _split(src: Src, ctx: Context, stmt: cst.SimpleStatementLine) -> Edit | None
             groups[-1].append(call)
     base_code = src.code(base)
     whole = isinstance(small, (cst.Assign, cst.AnnAssign)) and len(groups) == 1
-    # Nothing to split: the statement is kept byte for byte, comments included.
-    comments = {} if whole else _lost_comments(src, stmt, base, calls)
+    # The comments the split statements would drop (between links, and the
+    # trailing one), by the index of the link they belong to (len(calls):
+    # after the last statement); those above the statement stay where they
+    # are (outside the edit). Nothing to split: the statement is kept byte
+    # for byte, comments included.
+    kept = [(0, src.span(stmt)[0]), src.span(base), *((src.span(c.func.attr)[1], src.span(c)[1]) for c in calls)]  # type: ignore[attr-defined]
+    starts = [src.line(c.func.attr) for c in calls]  # type: ignore[attr-defined]
+    comments = {} if whole else src.comments(stmt, kept, starts, starts, len(calls))
 
     segments: list[str | BlockSeg] = []
     for gi, group in enumerate(groups):
         receiver = base_code if gi == 0 else target
         lhs = f"{indent}{target}{annotation if gi == 0 else ''} = "
         for call in group:
-            segments.extend(f"{indent}{c}\n" for c in comments.get(id(call), []))
+            segments.extend(f"{indent}{c}\n" for c in comments.get(calls.index(call), []))
         on = lhs + receiver + "".join(_tail(src, call) for call in group) + "\n"
         if (feature := found.get(id(group[0]))) is None:
             segments.append(on)
@@ -197,7 +194,7 @@ def _split(src: Src, ctx: Context, stmt: cst.SimpleStatementLine) -> Edit | None
             on = src.lines_text(line, src.end_line(stmt))  # nothing to split: keep the bytes
         off = _off(src, group[0], lhs, receiver, target)
         segments.append(BlockSeg(feature, on, off))
-    for c in comments.get(0, []):
+    for c in comments.get(len(calls), []):
         segments.append(f"{indent}{c}\n")
     if isinstance(small, cst.Return):
         segments.append(f"{indent}return {target}\n")
@@ -227,22 +224,3 @@ def _off(src: Src, call: cst.Call, lhs: str, receiver: str, target: str) -> str 
         kw = f"{a.keyword.value}=" if a.keyword is not None else (a.star or "")
         parts.append(kw + src.code(a.value))
     return f"{lhs}{receiver}.{call.func.attr.value}({', '.join(parts)})\n"  # type: ignore[attr-defined]
-
-
-def _lost_comments(
-    src: Src, stmt: cst.SimpleStatementLine, base: cst.BaseExpression, calls: list[cst.Call]
-) -> dict[int, list[str]]:
-    """Comments of the statement that the split statements would drop (those
-    between links, and the trailing one), keyed by the id of the link they
-    belong to (0: after the last statement)."""
-    # Comments above the statement stay where they are (outside the edit).
-    kept = [(0, src.span(stmt)[0]), src.span(base), *((src.span(c.func.attr)[1], src.span(c)[1]) for c in calls)]  # type: ignore[attr-defined]
-    starts = [(src.line(c.func.attr), id(c)) for c in calls]  # type: ignore[attr-defined]
-    out: dict[int, list[str]] = {}
-    for n, line, trailing in src.comments(stmt, kept):
-        if trailing:
-            key = next((k for ln, k in reversed(starts) if ln <= line), starts[0][1])
-        else:
-            key = next((k for ln, k in starts if ln > line), 0)
-        out.setdefault(key, []).append(n.value)
-    return out

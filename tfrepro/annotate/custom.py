@@ -18,26 +18,24 @@ custom layer class by how it is called: on a list or a dict of tensors, the
 stand-in below; on one tensor, `Identity()`, with a note asking the user to
 choose the stock layer.
 
-The stand-in follows how the layer is called (one tensor: a stock layer or
-`Identity()`). A layer called on a dict or a list of inputs (a feature layer over
-named columns) returns one tensor from many: `Identity` would hand the next
-layer the dict itself (`KeyError: -1`). Its stand-in is the pass-through of
-the right structure: every input, cast to float32 and flattened per example,
-concatenated into one tensor (the next Dense layer takes any width). A
-layer called on a list of inputs of one shape (a sampling or merge layer:
+A layer called on a dict or a list of inputs (a feature layer over named
+columns) returns one tensor from many: `Identity` would hand the next layer
+the dict itself (`KeyError: -1`). Its stand-in is the pass-through of the
+right structure: every input, cast to float32 and flattened per example,
+concatenated into one tensor (the next Dense layer takes any width). A layer
+called on a list of inputs of one shape (a sampling or merge layer:
 `Sampling()([z_mean, z_log_var])`) returns that shape, and what takes its
 output may be built for it (a decoder model with `Input(shape=(2,))`): its
-stand-in averages them, as Keras's own `Average` merge does, and
-concatenates only inputs of different shapes. The
-expression uses the script's own TensorFlow import, so the variant still
-runs with TensorFlow alone.
+stand-in averages them, as Keras's own `Average` merge does, and concatenates
+only inputs of different shapes. The expression uses the script's own
+TensorFlow import, so the variant still runs with TensorFlow alone.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import libcst as cst
 import libcst.matchers as m
@@ -65,10 +63,14 @@ _TABLE: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...]], ...] = (
 
 @dataclass(frozen=True)
 class LayerClass:
+    """One class statement of a file (`class_defs`); among the Layer
+    subclasses (`collect_layer_classes`), with its `stock_base`."""
+
     name: str
-    stock_base: str | None  # e.g. "Dense" for `class MyDense(layers.Dense)`
+    bases: tuple[tuple[bool, str | None, str | None], ...]  # (a Keras layer base, its stock layer, last name)
     init_params: tuple[str, ...] | None  # None: no __init__ of its own
     adds_loss: bool = False  # part of the objective (`self.add_loss`): no stand-in
+    stock_base: str | None = None  # e.g. "Dense" for `class MyDense(layers.Dense)`
 
     @property
     def feature(self) -> str:
@@ -92,17 +94,7 @@ def _keras_layer_base(src: Src, base: cst.BaseExpression) -> tuple[bool, str | N
     return False, None
 
 
-@dataclass(frozen=True)
-class ClassDef:
-    """One class statement of a file, as much of it as `resolve_layer_classes` needs."""
-
-    name: str
-    bases: tuple[tuple[bool, str | None, str | None], ...]  # (a Keras layer base, its stock layer, last name)
-    init_params: tuple[str, ...] | None
-    adds_loss: bool
-
-
-def class_defs(src: Src) -> tuple[ClassDef, ...]:
+def class_defs(src: Src) -> tuple[LayerClass, ...]:
     """Every class statement of `src`, in document order (one walk of the file)."""
     out = []
     for node in src.nodes(cst.ClassDef):
@@ -110,11 +102,11 @@ def class_defs(src: Src) -> tuple[ClassDef, ...]:
         init = next((s for s in node.body.body if m.matches(s, m.FunctionDef(m.Name("__init__")))), None)
         params = None if init is None else (*init.params.params, *init.params.kwonly_params)
         names = None if params is None else tuple(p.name.value for p in params if p.name.value != "self")
-        out.append(ClassDef(node.name.value, bases, names, "add_loss(" in src.code(node)))
+        out.append(LayerClass(node.name.value, bases, names, "add_loss(" in src.code(node)))
     return tuple(out)
 
 
-def collect_layer_classes(defs: Iterable[ClassDef]) -> dict[str, LayerClass]:
+def collect_layer_classes(defs: Iterable[LayerClass]) -> dict[str, LayerClass]:
     """Every `Layer` subclass among `defs`, direct or through another; a name
     defined twice takes the first definition that is a layer."""
     classes = list(defs)
@@ -136,7 +128,7 @@ def collect_layer_classes(defs: Iterable[ClassDef]) -> dict[str, LayerClass]:
                     is_layer = False
                     break
             if is_layer:
-                found[c.name] = LayerClass(c.name, stock, c.init_params, c.adds_loss)
+                found[c.name] = replace(c, stock_base=stock)
                 changed = True
     return found
 
@@ -206,7 +198,7 @@ def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix
         return []
     if structured is not None:  # called on a dict/list: one tensor from many (the stand-ins below)
         (expr, what), note = structured, None
-    tf = src.tf_alias()
+    tf = src.alias("tensorflow")
     several = layer_inputs(src, call) or []
     if note is not None and len(several) > 1 and tf is not None and not any(a.star for a in several):
         # `Dist()(a, b)`: the whole call becomes the list stand-in over its inputs
@@ -299,12 +291,11 @@ AVERAGED = "averaged if of one shape, else concatenated (float32)"
 def structured_standin(src: Src, call: cst.Call, prefix: str) -> tuple[str, str] | str | None:
     """(the stand-in, what it is in words) of a layer called on a dict or a
     list of inputs (`structured_input`), a layer class's and a `Lambda`'s
-    alike (annotate/custom.py); why it is not marked when the file imports
-    no TensorFlow to write it with; None when the layer is called on one
-    tensor."""
+    alike; why it is not marked when the file imports no TensorFlow to write
+    it with; None when the layer is called on one tensor."""
     if (shape := structured_input(src, call)) is None:
         return None
-    if (tf := src.tf_alias()) is None:
+    if (tf := src.alias("tensorflow")) is None:
         return f"takes a {shape} of inputs and the file imports no TensorFlow to join them with: not marked"
     if shape == "list":
         return list_standin(prefix, tf), f"its list of inputs {AVERAGED}"

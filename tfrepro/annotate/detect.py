@@ -131,9 +131,8 @@ def _strategy_getter(src: Src, d: str) -> str | None:
     if "distribute" in parts[:-1]:
         # `tf.distribute.experimental.TPUStrategy` -> `tf.distribute.get_strategy()`
         return ".".join(parts[: parts.index("distribute") + 1]) + ".get_strategy()"
-    if src.tf_alias():
-        return f"{src.tf_alias()}.distribute.get_strategy()"
-    return None
+    tf = src.alias("tensorflow")
+    return f"{tf}.distribute.get_strategy()" if tf else None
 
 
 def _from_keywords(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candidate]:
@@ -237,17 +236,12 @@ def _sequential_split(src: Src, ctx: Context, unit: cst.CSTNode, indent: str, gr
     appends so that each layer gets its own block (same layers, same order)."""
     if not all(c.kind == "custom_layer" and c.node is not None for c in group):
         return None
-    lists = set()
-    for c in group:
-        el = src.parent(c.node)  # type: ignore[arg-type]
-        lst = src.parent(el) if isinstance(el, cst.Element) else None
-        if not isinstance(lst, cst.List) or el.value is not c.node:  # type: ignore[union-attr]
-            return None
-        lists.add(lst)
-    if len(lists) != 1:
+    elements = [src.parent(c.node) for c in group]  # type: ignore[arg-type]
+    lists = {src.parent(el) for el in elements}  # type: ignore[arg-type]
+    if not all(isinstance(el, cst.Element) for el in elements) or len(lists) != 1:
         return None
     lst = lists.pop()
-    argnode = src.parent(lst)
+    argnode = src.parent(lst) if isinstance(lst, cst.List) else None
     call = src.parent(argnode) if isinstance(argnode, cst.Arg) else None
     if (
         not isinstance(call, cst.Call)

@@ -74,6 +74,7 @@ def loop_edits(src: Src, ctx: Context) -> list[Edit]:
         form, finder = finders[node.func.attr.value]
         try:
             loop = finder(src, node)
+            _check_used_after(src, loop.block)
         except NotSwitchable as e:
             if str(e):
                 ctx.skip(src.path, src.line(node), _NOT_SWITCHABLE.format(form=form, why=e))
@@ -139,17 +140,13 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
         if (loop := src.enclosing(calls[0], cst.For)) is None:
             raise NotSwitchable(f"{step}() is not called inside a `for` loop")
         args = [a.value for a in calls[0].args if a.keyword is None]
-        mapping = {
-            p: (args[i].value if i < len(args) and isinstance(args[i], cst.Name) else None)
-            for i, p in enumerate(params)
-        }
+        mapping = {p: (a.value if isinstance(a, cst.Name) else None) for p, a in zip(params, args)}
     else:
         mapping, loop = {n: n for n in locals_}, region
     y = _label_name(y_names, x, locals_)
     loss_code, loss_def = _loss_code(src, expr, pred, y)
     base = _loss_base(src, expr, y) if loss_def is not None else None
     data, epochs, block = _data(src, loop, mapping.get(x), mapping.get(y))
-    _check_used_after(src, block)
     return Loop(block, model, data, epochs, optimizer, loss_code, loss_def, base, compile_mode(src, region))
 
 
@@ -316,7 +313,6 @@ def _train_on_batch_loop(src: Src, call: cst.Call) -> Loop:
     ):
         raise NotSwitchable("train_on_batch takes weights fit would need too")
     data, epochs, block = _data(src, loop, a.value.value, b.value.value)
-    _check_used_after(src, block)
     return Loop(block, model, data, epochs)
 
 

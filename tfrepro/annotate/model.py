@@ -180,17 +180,12 @@ def split_list(
 ) -> list[str | BlockSeg]:
     """Segments for the elements (`segment(el)` makes each), with the list's
     own comments placed above the element they belong to."""
-    elements = list(lst.elements)
-    spans = [src.span(e.value) for e in elements]
-    placed: dict[int, list[str]] = {}
-    for n, line, trailing in src.comments(lst, spans):  # one inside an element travels with its code
-        if trailing:
-            idx = max((i for i, e in enumerate(elements) if src.end_line(e.value) <= line), default=0)
-        else:
-            idx = min((i for i, e in enumerate(elements) if src.line(e.value) > line), default=len(elements) - 1)
-        placed.setdefault(idx, []).append(n.value)
+    values = [e.value for e in lst.elements]
+    starts, ends = [src.line(v) for v in values], [src.end_line(v) for v in values]
+    # A comment inside an element travels with its code.
+    placed = src.comments(lst, [src.span(v) for v in values], starts, ends, len(values) - 1)
     out: list[str | BlockSeg] = []
-    for i, el in enumerate(elements):
+    for i, el in enumerate(lst.elements):
         out.extend(f"{indent}{c}\n" for c in placed.get(i, []))
         out.append(segment(el))
     return out

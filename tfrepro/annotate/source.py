@@ -239,13 +239,24 @@ class Src:
     def fresh_name(self, candidates: tuple[str, ...]) -> str:
         return first_free(self._used, candidates)
 
-    def comments(self, node: cst.CSTNode, skip: list[tuple[int, int]]) -> Iterator[tuple[cst.Comment, int, bool]]:
-        """The comments under `node` that start outside the `skip` spans:
-        (comment, its line, whether code precedes it on that line)."""
+    def comments(
+        self, node: cst.CSTNode, skip: list[tuple[int, int]], starts: list[int], ends: list[int], last: int
+    ) -> dict[int, list[str]]:
+        """The comments under `node` that start outside the `skip` spans, by
+        the index of the item (of those starting on the lines `starts`, ending
+        on `ends`) each belongs to: a trailing one (code before it on its
+        line) to the last item ending on or before its line, else the first;
+        one on a line of its own to the first item starting below it, else `last`."""
+        out: dict[int, list[str]] = {}
         for n in self.walk(node):
             if isinstance(n, cst.Comment) and not any(x <= self.span(n)[0] < y for x, y in skip):
                 line = self.line(n)
-                yield n, line, bool(self.lines[line - 1][: self.pos[n].start.column].strip())
+                if self.lines[line - 1][: self.pos[n].start.column].strip():
+                    idx = max((i for i, e in enumerate(ends) if e <= line), default=0)
+                else:
+                    idx = next((i for i, s in enumerate(starts) if s > line), last)
+                out.setdefault(idx, []).append(n.value)
+        return out
 
     def walk(self, node: cst.CSTNode | None = None) -> Iterator[cst.CSTNode]:
         """Every node under `node` (default: the module), in document order."""
@@ -298,23 +309,21 @@ class Src:
         head, _, tail = d.partition(".")
         return ".".join(filter(None, (self.import_aliases.get(head, head), tail)))
 
+    def alias(self, *targets: str) -> str | None:
+        """The first name the file binds to one of `targets` (`tf` for "tensorflow"), or None."""
+        return next((a for a, t in self.import_aliases.items() if t in targets), None)
+
     @cached_property
     def keras_prefix(self) -> str | None:
         """How this file names Keras: `keras`, `tf.keras`..., None when it
         imports neither Keras nor TensorFlow."""
-        for targets, suffix in ((_KERAS_MODULES, ""), (("tensorflow",), ".keras")):
-            if (alias := next((a for a, t in self.import_aliases.items() if t in targets), None)) is not None:
-                return alias + suffix
-        return None
+        if (keras := self.alias(*_KERAS_MODULES)) is not None:
+            return keras
+        return None if (tf := self.alias("tensorflow")) is None else f"{tf}.keras"
 
     @cached_property
     def layers_prefix(self) -> str | None:
         """How this file names Keras layers: `layers`, `keras.layers`,
         `tf.keras.layers`..., None when it imports no Keras at all."""
-        layers = tuple(f"{m}.layers" for m in _KERAS_MODULES)
-        alias = next((a for a, t in self.import_aliases.items() if t in layers), None)
+        alias = self.alias(*(f"{m}.layers" for m in _KERAS_MODULES))
         return alias or (f"{self.keras_prefix}.layers" if self.keras_prefix is not None else None)
-
-    def tf_alias(self) -> str | None:
-        """The name the file binds `tensorflow` to (`import tensorflow as tf`), or None."""
-        return next((alias for alias, target in self.import_aliases.items() if target == "tensorflow"), None)
