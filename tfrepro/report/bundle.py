@@ -42,10 +42,9 @@ from tfrepro.report.records import ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
 from tfrepro.report.rerun import Runner, nightly_rerun, rerun_settings, with_data
 from tfrepro.report.scan import Setup, extra_imports, merge_runtime, scan_setup
-from tfrepro.report.scriptargs import default_args, notebook_code, script_args, with_split
+from tfrepro.report.scriptargs import default_args, notebook_code, script_args, with_footer, with_split
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
-from tfrepro.report.shows import with_footer
 from tfrepro.report.tables import plots, write_events
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME

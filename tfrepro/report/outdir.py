@@ -81,7 +81,7 @@ def _bundle_files(out: Path) -> set[Path]:
             return set()
         inside = {(out / rel) for rel in listed if ".." not in Path(rel).parts and not Path(rel).is_absolute()}
         return inside | {manifest}
-    if set(out.iterdir()) == {out / "EXPLANATION.md"}:  # a known cost explained (report/explain.py)
+    if set(out.iterdir()) == {out / "EXPLANATION.md"}:  # a known cost explained (report/bundle.py `write_explanation`)
         return {out / "EXPLANATION.md"}
     if (out / "ISSUE.md").is_file() and (out / "report.json").is_file():
         return {p for p in _all_files(out) if p.relative_to(out).parts[0] in _LEGACY_NAMES}
