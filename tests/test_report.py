@@ -372,15 +372,14 @@ def test_the_setup_is_what_the_rerun_trial_recorded_once():
     the setup plugin's (the global policy at the end; an unknown jit_compile
     written as False). Before: a script that set the global policy back
     after fit was reported float32, and an unknown jit_compile as False."""
-    from types import SimpleNamespace
 
     from tfrepro.report.answer import Reproduction
-    from tfrepro.report.bundle import _setup_facts
+    from tfrepro.report.scan import merge_runtime
 
     trial = _rerun("mixed_float16", 1, None, eagerly=True)
     trial.extra["setup"].update(precision_policy="float32", replicas=1, jit_compile=False)  # the old second record
-    export = SimpleNamespace(cand_files={"repro.py": "import keras\n"})
-    got = _setup_facts(export, Reproduction(candidate=trial.to_dict()), None)  # type: ignore[arg-type]
+    # as bundle.document reads it: the exported source's scan, then the re-run's trial as report.json holds it
+    got = merge_runtime(scan_setup("import keras\n"), Reproduction(candidate=trial.to_dict()).trial, None)
     assert got.precision_policy == "mixed_float16 (observed at run time)"
     assert got.xla == scan_setup("import keras\n").xla and got.eager.endswith("(observed at run time)")
 

@@ -41,7 +41,7 @@ from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, load
 from tfrepro.report.records import ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
 from tfrepro.report.rerun import Runner, nightly_rerun, rerun_settings, with_data
-from tfrepro.report.scan import Setup, extra_imports, merge_runtime, scan_setup
+from tfrepro.report.scan import extra_imports, merge_runtime, scan_setup
 from tfrepro.report.scriptargs import default_args, notebook_code, script_args, with_footer, with_split
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
@@ -293,13 +293,6 @@ OWN_FILES = {
 }
 
 
-def _setup_facts(export: Export, reproduction: Reproduction | None, loc: Localization | None) -> Setup:
-    """Precision, replicas, XLA...: read from the source, then corrected by
-    what the re-run and the localisation saw at run time."""
-    rerun = reproduction.trial if reproduction else None
-    return merge_runtime(scan_setup(export.cand_files[ENTRY]), rerun, loc.settings if loc else None)
-
-
 def document(
     ctx: Context,
     export: Export,
@@ -315,7 +308,7 @@ def document(
     # the run's result fields answer.Evidence names; the replicas the trials ran with
     evidence = {f.name: result.get(f.name) for f in fields(Evidence)} | {"replicas": ctx.settings.replicas}
     reference = reproduction.reference if reproduction and ctx.symptom == "mismatch" else None
-    command = rerun_settings(ctx).command
+    command, code = rerun_settings(ctx).command, export.cand_files[ENTRY]
     return Report(
         tfrepro_version=__version__,
         run_id=ctx.run_dir.name,
@@ -343,13 +336,16 @@ def document(
         environment=env_facts,
         env_vars=capture_env(environ, scrubber),
         redacted_env_count=withheld_count(environ),
-        setup=_setup_facts(export, reproduction, loc),
+        # precision, replicas, XLA...: read from the source, corrected by what the re-run and the localisation saw
+        setup=merge_runtime(
+            scan_setup(code), reproduction.trial if reproduction else None, loc.settings if loc else None
+        ),
         reproduction=reproduction,
         localization=loc,
         repro=Repro(
             entry=ENTRY,
             files=sorted(export.cand_files),
-            code=export.cand_files[ENTRY],  # type: ignore[arg-type]
+            code=code,
             extra_imports=extra_imports(export.cand_files),
             reference=export.ref_name,
             diff=export.diff,

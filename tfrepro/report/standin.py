@@ -255,9 +255,9 @@ def recorded(result: ResultJson, entry: str) -> tuple[DataFacts, list[Read], int
     return DataFacts(sources, needs_user_data=sources, unseen=unseen), sites, batches
 
 
-def issue_lines(doc: dict[str, Any]) -> list[str]:
-    """ISSUE.md's "Data" section: what the repro reads instead of the user's files, and what it still needs."""
-    data = doc.get("data") or {}
+def issue_lines(data: dict[str, Any]) -> list[str]:
+    """ISSUE.md's "Data" section from report.json's `data` (`DataFacts.to_dict`): what the repro reads instead
+    of the user's files, and what it still needs."""
     if not (data.get("standins") or data.get("needs_user_data") or data.get("unseen") or data.get("reduction")):
         return []
     out = ["### Data", ""]

@@ -46,6 +46,7 @@ from typing import Any
 
 from tfrepro.report.answer import Report
 from tfrepro.report.records import ResultJson
+from tfrepro.trials.stored import read_json
 from tfrepro.trials.values import TrialResult, TrialRow
 
 
@@ -75,10 +76,7 @@ COLUMNS = [f.name for f in fields(Row)][:-2]
 
 def read_summary(run_dir: Path, row: TrialRow) -> TrialResult | None:
     """The trial's summary.json, or None (none recorded, or unreadable)."""
-    try:
-        doc = json.loads((run_dir / row["summary"]).read_text(encoding="utf-8")) if row.get("summary") else None
-    except (OSError, json.JSONDecodeError):
-        return None
+    doc = read_json(run_dir / row["summary"]) if row.get("summary") else None
     return None if doc is None else TrialResult.from_dict(doc)
 
 
