@@ -20,6 +20,13 @@ A run whose answer is a known cost (tfrepro/costs.py, `known_cost` in
 result.json) gets EXPLANATION.md instead (`write_explanation`): an
 explanation with the fix, not a drafted bug report (`--force` drafts one
 anyway).
+
+The bundle directory (`prepare_out`, `record_out`): what tfrepro may
+delete there, and nothing else. A bundle records every file it wrote in
+`MANIFEST`. Rewriting a bundle
+deletes exactly those files; a directory holding anything else (a `.git/`,
+a `src/`, a thesis) is refused, never emptied. A bundle written before the
+manifest existed is recognised by its fixed file names only.
 """
 
 from __future__ import annotations
@@ -35,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 from tfrepro import __version__
 from tfrepro.errors import UserError
 from tfrepro.report import issue as issue_md
-from tfrepro.report import outdir
 from tfrepro.report.answer import Evidence, Localization, NightlyRun, Report, Repro, Reproduction, of
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, load_at, write_files, write_scripts
 from tfrepro.report.records import ResultJson, run_dirs
@@ -118,10 +124,87 @@ Source: {cost["source"]}
 
 No bug report was drafted. If you believe the cost is larger than it should be, `tfrepro report --force` drafts one anyway.
 """
-    dest = outdir.prepare(Path(out) if out is not None else Path(run_dir) / "report")
+    dest = prepare_out(Path(out) if out is not None else Path(run_dir) / "report")
     path = dest / EXPLANATION
     path.write_text(text, encoding="utf-8")
     return path
+
+
+# --------------------------------------------------------------------------- the bundle directory
+
+MANIFEST = ".tfrepro-bundle.json"
+# What a bundle written before the manifest could hold (top-level names).
+_LEGACY_NAMES = frozenset(
+    {
+        "repro.py",
+        "reference.py",
+        "reference",
+        "ISSUE.md",
+        "report.json",
+        "result.json",
+        "loss.png",
+        "steps.png",
+        "tensorboard",
+        "repro.ipynb",
+        EXPLANATION,
+    }
+)
+
+
+def prepare_out(out: Path) -> Path:
+    """`out`, resolved, existing and empty: an earlier bundle's own files are
+    deleted, any other content makes this a `UserError` with nothing touched."""
+    out = out.resolve()
+    if out.exists() and not out.is_dir():
+        raise UserError("--out names a file, not a directory", path=out, hint="give a new or empty directory")
+    if out.is_dir() and any(out.iterdir()):
+        ours = _bundle_files(out)
+        foreign = sorted(p.relative_to(out).as_posix() for p in _all_files(out) if p not in ours)
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+            raise UserError(
+                f"--out directory holds files tfrepro did not write ({shown}); nothing was deleted",
+                path=out,
+                hint="give --out a new or empty directory, or an earlier bundle's own",
+            )
+        for p in ours:
+            if p.is_symlink() or p.is_file():
+                p.unlink()
+        # directories the bundle made, deepest first, once they are empty
+        for d in sorted({d for p in ours for d in p.parents if out in d.parents}, key=lambda d: -len(d.parts)):
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def record_out(out: Path) -> None:
+    """Write the manifest: every file now under `out` (which `prepare_out` left
+    empty, so every one is the bundle's)."""
+    files = sorted(p.relative_to(out).as_posix() for p in _all_files(out) if p.name != MANIFEST)
+    (out / MANIFEST).write_text(json.dumps({"tool": "tfrepro", "files": files}, indent=1), encoding="utf-8")
+
+
+def _all_files(out: Path) -> list[Path]:
+    """Files and symlinks under `out`: a directory counts through what it
+    holds (an empty one holds no data, and is left where it is)."""
+    return [p for p in out.rglob("*") if p.is_symlink() or not p.is_dir()]
+
+
+def _bundle_files(out: Path) -> set[Path]:
+    manifest = out / MANIFEST
+    if manifest.is_file():
+        try:
+            listed = json.loads(manifest.read_text(encoding="utf-8"))["files"]
+        except (OSError, ValueError, KeyError, TypeError):
+            return set()
+        inside = {(out / rel) for rel in listed if ".." not in Path(rel).parts and not Path(rel).is_absolute()}
+        return inside | {manifest}
+    if set(out.iterdir()) == {out / EXPLANATION}:  # a known cost explained (`write_explanation`)
+        return {out / EXPLANATION}
+    if (out / "ISSUE.md").is_file() and (out / "report.json").is_file():
+        return {p for p in _all_files(out) if p.relative_to(out).parts[0] in _LEGACY_NAMES}
+    return set()
 
 
 # --------------------------------------------------------------------------- the report
@@ -181,7 +264,7 @@ def build_report(
     if how.replicas is not None:  # `report --replicas N` (default: the run's own)
         ctx = replace(ctx, settings=replace(ctx.settings, replicas=how.replicas))
     export = _export(ctx, scrubber)
-    out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
+    out = prepare_out(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         write: Write = lambda rel, text: write_files(out, {rel: scrubber.scrub(text)})  # every text scrubbed
         kw = dict(rerun=how.rerun, runner=runner, max_pairs=how.max_pairs, say=say)
@@ -212,7 +295,7 @@ def build_report(
         write("ISSUE.md", issue_md.render_issue(report))
         write("result.json", json.dumps(ctx.result, indent=2))
     finally:
-        outdir.record(out)
+        record_out(out)
     # A finding the rules did not redact fails the report, naming file:line.
     raise_on_findings(scan_bundle(out, commits=run_commits(ctx.result)), bundle=out)
     return Bundle(out, report)
