@@ -231,12 +231,10 @@ class ReportOptions:
     (`rerun`, `max_pairs` timing pairs for a slowdown), localise a NaN, probe
     the environment in a TensorFlow child when no re-run described it,
     re-run on the newest tf-nightly (`nightly`), keep the user's data
-    (`no_data`), split the device into `replicas` (None: the run's own);
-    `python` is the interpreter of the localisation and probe."""
+    (`no_data`), split the device into `replicas` (None: the run's own)."""
 
     rerun: bool = True
     localize: bool = True
-    python: str | None = None
     max_pairs: int = 5
     probe_environment: bool = True
     nightly: bool = False
@@ -276,11 +274,9 @@ def build_report(
             from tfrepro.report.localize import localize
 
             say("localising the first non-finite value (check_numerics, XLA off) ...")
-            loc = localize(export.cand_files, export.data, python=how.python, settings=rerun_settings(ctx))
+            loc = localize(export.cand_files, export.data, settings=rerun_settings(ctx))
         artifacts.update(write_events(out / "tensorboard", ctx.run_dir, ctx.result))
-        env_facts = environment_facts(
-            reproduction, probe=how.probe_environment, python=how.python, environ=environ, say=say
-        )
+        env_facts = environment_facts(reproduction, probe=how.probe_environment, environ=environ, say=say)
         facts = dict(reproduction=reproduction, loc=loc, env_facts=env_facts, environ=environ)
         report = document(ctx, export, scrubber=scrubber, **facts)
         artifacts.update(plots(out, report, ctx.result))
@@ -452,7 +448,7 @@ def _nightly(result: ResultJson) -> NightlyRun | None:
 
 
 def environment_facts(
-    reproduction: Reproduction | None, *, probe: bool, python: str | None, environ: Mapping[str, str], say: Progress
+    reproduction: Reproduction | None, *, probe: bool, environ: Mapping[str, str], say: Progress
 ) -> dict[str, Any]:
     """The re-run's process described itself; otherwise a child of its own.
     The library path the CUDA libraries load from comes from `environ`."""
@@ -465,7 +461,7 @@ def environment_facts(
         from tfrepro.report import envreport
 
         say("describing the environment (versions, devices) in a TensorFlow child ...")
-        facts = envreport.in_trial(python=python)
+        facts = envreport.in_trial()
     if environ.get("LD_LIBRARY_PATH"):
         facts = {**facts, "ld_library_path": environ["LD_LIBRARY_PATH"]}
     return facts
