@@ -68,10 +68,6 @@ class Bundle:
     out: Path
     report: Report  # report.json, as written
 
-    @property
-    def reproduced(self) -> bool | None:
-        return self.report.rerun.reproduced
-
 
 # --------------------------------------------------------------------------- finding the run
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from tfrepro.report.answer import Report
+from tfrepro.report.answer import Report, timed
 from tfrepro.report.records import ResultJson
 from tfrepro.trials.stored import read_json
 from tfrepro.trials.values import TrialResult, TrialRow
@@ -274,7 +274,7 @@ def plots(out: Path, r: Report, result: ResultJson) -> dict[str, str]:
         # Every steady step of one trial each shows the spread; the per-trial
         # medians of the interleaved timing runs are what the test compared.
         groups = [("baseline", list(base.steady_step_times())), (label, list(cand.steady_step_times()))]
-        timing = r.evidence.timed
+        timing = timed(r.evidence)
         if not (groups[0][1] and groups[1][1]) and timing.baseline and timing.candidate:
             groups = [
                 ("baseline (per-trial medians)", timing.baseline),
