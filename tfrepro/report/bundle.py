@@ -54,6 +54,7 @@ from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundl
 from tfrepro.report.tables import plots, write_events
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
+from tfrepro.trials.stored import read_json
 
 if TYPE_CHECKING:
     from tfrepro.report.standin import DataFacts
@@ -190,9 +191,8 @@ def _all_files(out: Path) -> list[Path]:
 def _bundle_files(out: Path) -> set[Path]:
     manifest = out / MANIFEST
     if manifest.is_file():
-        try:
-            listed = json.loads(manifest.read_text(encoding="utf-8"))["files"]
-        except (OSError, ValueError, KeyError, TypeError):
+        listed = (read_json(manifest) or {}).get("files")
+        if listed is None:  # unreadable, or not a manifest
             return set()
         inside = {(out / rel) for rel in listed if ".." not in Path(rel).parts and not Path(rel).is_absolute()}
         return inside | {manifest}
