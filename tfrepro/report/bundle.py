@@ -59,7 +59,6 @@ from tfrepro.trials.stored import read_json
 if TYPE_CHECKING:
     from tfrepro.report.standin import DataFacts
 
-RUNS = Path(STATE_DIR_NAME) / "runs"
 Write = Callable[[str, str], None]  # (path in the bundle, text): build_report's, scrubbed
 EXPLANATION = "EXPLANATION.md"
 
@@ -79,7 +78,7 @@ def find_run(path: str | Path | None = None) -> Path:
     p = Path(path) if path is not None else Path(".")
     if (p / "result.json").is_file():
         return p
-    for runs in (p / RUNS, p / "runs", p):
+    for runs in (p / STATE_DIR_NAME / "runs", p / "runs", p):
         if runs.is_dir() and (found := run_dirs(runs)):
             return found[-1]
     if not p.exists():

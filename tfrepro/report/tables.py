@@ -11,12 +11,9 @@ run directory, written after every bisect (feature, commit or version mode).
 from result.json's trials table and each trial's summary.json; written with
 tensorboardX (no TensorFlow).
 
-An event file (`write_run`; one run directory holds one): each series as
-`simple_value` scalars at steps 1, 2, ... (TensorBoard's scalars dashboard),
-optionally an HParams session (the HParams dashboard: one session per trial,
-its hparams and metrics). tensorboardX supplies the protocol buffers, the
-HParams plugin data and the TFRecord framing; it is imported only when a
-file is written.
+An event file (`write_run`, one per run directory): tensorboardX supplies
+the protocol buffers, the HParams plugin data and the TFRecord framing; it
+is imported only when a file is written.
 
 The report bundle's measured artifacts (`write_events`, `plots`) are made
 here too: one TensorBoard run per trial, loss and step-time plots. The
