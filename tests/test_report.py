@@ -25,8 +25,8 @@ from tfrepro.report.answer import Report
 from tfrepro.report.bundle import find_run
 from tfrepro.report.localize import enclosing_scope, parse_check_numerics
 from tfrepro.report.scan import scan_setup
+from tfrepro.report.scriptargs import BEGIN
 from tfrepro.report.scrub import REDACTED, Scrubber, capture_env
-from tfrepro.report.shows import BEGIN
 
 SECRETS = {
     "AWS_SECRET_ACCESS_KEY": "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
@@ -372,15 +372,14 @@ def test_the_setup_is_what_the_rerun_trial_recorded_once():
     the setup plugin's (the global policy at the end; an unknown jit_compile
     written as False). Before: a script that set the global policy back
     after fit was reported float32, and an unknown jit_compile as False."""
-    from types import SimpleNamespace
 
     from tfrepro.report.answer import Reproduction
-    from tfrepro.report.bundle import _setup_facts
+    from tfrepro.report.scan import merge_runtime
 
     trial = _rerun("mixed_float16", 1, None, eagerly=True)
     trial.extra["setup"].update(precision_policy="float32", replicas=1, jit_compile=False)  # the old second record
-    export = SimpleNamespace(cand_files={"repro.py": "import keras\n"})
-    got = _setup_facts(export, Reproduction(candidate=trial.to_dict()), None)  # type: ignore[arg-type]
+    # as bundle.document reads it: the exported source's scan, then the re-run's trial as report.json holds it
+    got = merge_runtime(scan_setup("import keras\n"), Reproduction(candidate=trial.to_dict()).trial, None)
     assert got.precision_policy == "mixed_float16 (observed at run time)"
     assert got.xla == scan_setup("import keras\n").xla and got.eager.endswith("(observed at run time)")
 
@@ -431,13 +430,15 @@ def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project, monk
     b = build(run, runner)
     assert b.out == (run / "report").resolve()
     repro = (b.out / "repro.py").read_text()
-    code, footer = repro.split(BEGIN)  # the footer, last, says whether the run shows the NaN (report/shows.py)
+    code, footer = repro.split(
+        BEGIN
+    )  # the footer, last, says whether the run shows the NaN (report/scriptargs.py `with_footer`)
     assert "tfrepro" not in code and 'keras.mixed_precision.set_global_policy("mixed_float16")' in code
     assert "symptom seen: NaN/Inf" in footer and "the run saw it at step 2" in footer
     assert 'MODE = "fit"' in repro and 'MODE = "loop"' not in repro  # inactive parts removed
     ref = (b.out / "reference.py").read_text()
     assert "mixed_float16" not in ref
-    assert b.reproduced is True and len(runner.calls) == 1
+    assert b.report.rerun.reproduced is True and len(runner.calls) == 1
     issue = (b.out / "ISSUE.md").read_text()
     check_issue_fields(issue)
     assert "becomes NaN/Inf at step 2" in issue
@@ -460,7 +461,7 @@ def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project, monk
 def test_crash_bundle_quotes_the_traceback(project):
     run = make_run(project, "crash", ["bad_reshape"])
     b = build(run, ScriptedRunner())
-    assert b.reproduced is True and "cannot reshape" in b.report.rerun.detail
+    assert b.report.rerun.reproduced is True and "cannot reshape" in b.report.rerun.detail
     issue = (b.out / "ISSUE.md").read_text()
     check_issue_fields(issue)
     assert "training raises: ValueError: cannot reshape array of size 32 into shape (3,7)." in issue
@@ -470,19 +471,19 @@ def test_crash_bundle_quotes_the_traceback(project):
 def test_a_crash_with_another_message_is_not_the_bisects_crash(project):
     run = make_run(project, "crash", ["bad_reshape"])
     b = build(run, ScriptedRunner(crash_error="ImportError: No module named 'helpers'"))
-    assert b.reproduced is False
+    assert b.report.rerun.reproduced is False
     assert b.report.rerun.detail == (
         "the script raised: ImportError: No module named 'helpers', not the "
         "bisect's ValueError: cannot reshape array of size 32 into shape (3,7)"
     )
     again = build(run, ScriptedRunner(crash_error="ValueError: cannot reshape array of size 32 into shape (3,7)  "))
-    assert again.reproduced is True
+    assert again.report.rerun.reproduced is True
 
 
 def test_a_repro_that_no_longer_fails_says_so(project):
     run = make_run(project, "nan", ["mixed_precision"])
     b = build(run, ScriptedRunner(healthy=True))
-    assert b.reproduced is False
+    assert b.report.rerun.reproduced is False
     assert "reproduced no" in (b.out / "ISSUE.md").read_text()
 
 
@@ -495,7 +496,7 @@ def test_mismatch_is_judged_against_the_reference_configuration(project):
     assert len(runner.calls) == 2
     ref = (b.out / "reference.py").read_text()
     assert "PolynomialDecay" in ref and 'MODE = "fit"' in ref
-    assert b.reproduced is True
+    assert b.report.rerun.reproduced is True
     issue = (b.out / "ISSUE.md").read_text()
     check_issue_fields(issue)
     assert '-MODE = "fit"' in issue and '+MODE = "loop"' in issue
@@ -509,7 +510,7 @@ def test_slowdown_bundle_times_interleaved_pairs_and_draws_step_times(project):
     # R C R C R: each reference run serves the pairs on both sides of it;
     # the fake measures no load, so it takes two clear pairs (slowdown.py)
     assert ["SLEEP = 0.05" in c for c in runner.calls] == [False, True, False, True, False]
-    assert b.reproduced is True and "x that of reference.py" in b.report.rerun.detail
+    assert b.report.rerun.reproduced is True and "x that of reference.py" in b.report.rerun.detail
     assert (b.out / "steps.png").read_bytes()[:4] == b"\x89PNG"
     issue = (b.out / "ISSUE.md").read_text()
     check_issue_fields(issue)
@@ -575,7 +576,7 @@ def test_commit_mode_reports_the_first_bad_commit_against_the_good_one(project):
     issue = (b.out / "ISSUE.md").read_text()
     assert "Since commit abababababab (Switch to float16)" in issue
     assert '+keras.mixed_precision.set_global_policy("mixed_float16")' in issue
-    assert b.reproduced is True
+    assert b.report.rerun.reproduced is True
 
 
 def test_desktop_session_words_are_not_hunted_through_texts():
@@ -637,7 +638,7 @@ def test_a_moved_project_is_reported_from_where_its_run_now_lives(project, tmp_p
     moved = project.parent / "moved"
     project.rename(moved)
     b = build(moved / ".tfrepro" / "runs" / run.name, ScriptedRunner())
-    assert b.reproduced is True
+    assert b.report.rerun.reproduced is True
     assert "mixed_float16" in (b.out / "repro.py").read_text()
 
 

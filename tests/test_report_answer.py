@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from tfrepro.report.answer import Report
+from tfrepro.report.answer import Report, timed
 from tfrepro.report.issue_text import _slowdown, log_output
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "repro.py", line 3\nValueError: boom'
@@ -84,11 +84,11 @@ def test_an_old_report_json_reads_back_as_the_trials_and_timing_it_wrote():
     assert cand.losses[0] == 1.0 and math.isnan(cand.losses[1]) and cand.first_nonfinite_step == 2
     assert cand.median_step_time() == OLD["culprit_trial"]["median_step_time"]  # its timed ranges, as written
     assert (cand.crashed, cand.error, cand.error_detail) == (True, "ValueError: boom", TRACEBACK)
-    timed = r.evidence.timed
-    assert (timed.baseline, timed.candidate, len(timed.pairs)) == ([0.01, 0.011, 0.01], [0.03, 0.031, 0.03], 3)
-    assert (timed.ratio, timed.p_value, timed.fast, timed.verdict) == (3.0, 0.125, True, "slowdown")
-    assert r.rerun.trial.error == "RuntimeError: late" and r.rerun.timed.candidate == [0.03]
-    assert r.rerun.timed.fast is None  # a key the document lacks reads as None, as before
+    got = timed(r.evidence)
+    assert (got.baseline, got.candidate, len(got.pairs)) == ([0.01, 0.011, 0.01], [0.03, 0.031, 0.03], 3)
+    assert (got.ratio, got.p_value, got.fast, got.verdict) == (3.0, 0.125, True, "slowdown")
+    assert r.rerun.trial.error == "RuntimeError: late" and timed(r.rerun).candidate == [0.03]
+    assert timed(r.rerun).fast is None  # a key the document lacks reads as None, as before
 
 
 def test_an_old_report_json_is_written_back_unchanged_and_says_the_same():

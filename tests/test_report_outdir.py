@@ -11,7 +11,7 @@ from report_fakes import ScriptedRunner, build, make_project, make_run
 
 from tfrepro.cli import main
 from tfrepro.errors import UserError
-from tfrepro.report.outdir import MANIFEST
+from tfrepro.report.bundle import MANIFEST
 
 
 @pytest.fixture

@@ -160,7 +160,7 @@ def test_after_a_reduction_reference_py_reads_the_kept_records_too(tmp_path, mon
     red = b.report.data["reduction"]
     assert red["records"] == 1 and red["of"] == 20 and "ref_text" not in red
     assert np.load(b.out / "data.npz")["f0_rows"].tolist() == [[14.0, 15.0]]
-    assert b.reproduced is True and seen[-1] == (True, 1)
+    assert b.report.rerun.reproduced is True and seen[-1] == (True, 1)
 
 
 def _reduced_run(tmp_path, *, helper: bool = False):
@@ -252,7 +252,7 @@ def test_the_nightly_rerun_of_a_reduced_repro_reads_the_kept_records(tmp_path, m
         nightly, "on_nightly", lambda again, env: NightlyRun("tf-nightly", again(_nan_with_row_7).reproduced)
     )
     b = build(_reduced_run(tmp_path), _nan_with_row_7, nightly=True)
-    assert b.report.data["reduction"]["records"] == 1 and b.reproduced is True
+    assert b.report.data["reduction"]["records"] == 1 and b.report.rerun.reproduced is True
     assert b.report.nightly.reproduced is True
 
 

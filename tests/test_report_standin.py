@@ -123,7 +123,7 @@ def test_export_with_standins_and_what_issue_md_says():
     assert [s.file for s in doc.standins] == ["data/customers.csv", "data/labels.npy"]
     assert [s.file for s in doc.needs_user_data] == ["x.npy"]
     assert doc.unseen == ("train.py:20",)
-    text = "\n".join(issue_lines({"data": {**doc.to_dict(), "standin_reproduced": True}}))
+    text = "\n".join(issue_lines({**doc.to_dict(), "standin_reproduced": True}))
     assert "`data/customers.csv` (numpy.loadtxt at train.py:6, 400x2)" in text and "still shows" in text
     assert "needs the user's data" in text and "train.py:20" in text
 

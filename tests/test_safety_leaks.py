@@ -233,7 +233,7 @@ def test_a_leaky_project_gives_a_bundle_without_any_of_its_secrets(project):
     (project / "repro.py").write_text(ALL_LEAKS + PROJECT_SRC)
     run = make_run(project, "nan", ["mixed_precision"])
     b = build(run, ScriptedRunner())
-    assert b.reproduced is True  # the scrubbed repro.py is what was re-run
+    assert b.report.rerun.reproduced is True  # the scrubbed repro.py is what was re-run
     leaks = {p.name: [v for v in ALL_VALUES if v.encode() in p.read_bytes()] for p in b.out.rglob("*") if p.is_file()}
     assert {k: v for k, v in leaks.items() if v} == {}
     repro = (b.out / "repro.py").read_text()

@@ -40,25 +40,20 @@ def _value(hint: Any, v: Any) -> Any:
     return of(sub, v) if type(None) in kinds else of(sub, v) or sub()
 
 
-class Timed:
-    """A value holding a timing comparison as written (`timing`, a TimingOutcome.to_dict): `timed` reads it."""
-
-    timing: dict[str, Any] | None
-
-    @property
-    def timed(self) -> TimingRecord:
-        return of(TimingRecord, self.timing) or TimingRecord()
+def timed(doc: Reproduction | Evidence) -> TimingRecord:
+    """The timing comparison `doc` holds as written (`timing`, a TimingOutcome.to_dict)."""
+    return of(TimingRecord, doc.timing) or TimingRecord()
 
 
 @dataclass(frozen=True)
-class Reproduction(Timed):
+class Reproduction:
     """report.json's `reproduction`: the report's re-run of repro.py on its
     own (rerun.py `reproduce`), written with `asdict`. `reproduced` is None
     when the re-run could not decide (e.g. no trial machinery, a timing
     comparison inconclusive at its budget). `candidate` and `reference` are
     the re-run's trials as written (trials/values.py `TrialResult.to_dict`),
     `timing` its timing comparison (`TimingOutcome.to_dict`); `trial` and
-    `timed` read them back."""
+    `timed` (above) read them back."""
 
     symptom: str | None = None
     reproduced: bool | None = None
@@ -102,7 +97,7 @@ class Repro:
 
 
 @dataclass(frozen=True)
-class Evidence(Timed):
+class Evidence:
     """What the bisect measured besides the answer: report.json's `evidence`,
     the run's result fields of these names as result.json has them (its
     `timing` a `TimingOutcome.to_dict`, read through `timed`) and the

@@ -20,6 +20,13 @@ A run whose answer is a known cost (tfrepro/costs.py, `known_cost` in
 result.json) gets EXPLANATION.md instead (`write_explanation`): an
 explanation with the fix, not a drafted bug report (`--force` drafts one
 anyway).
+
+The bundle directory (`prepare_out`, `record_out`): what tfrepro may
+delete there, and nothing else. A bundle records every file it wrote in
+`MANIFEST`. Rewriting a bundle
+deletes exactly those files; a directory holding anything else (a `.git/`,
+a `src/`, a thesis) is refused, never emptied. A bundle written before the
+manifest existed is recognised by its fixed file names only.
 """
 
 from __future__ import annotations
@@ -35,25 +42,23 @@ from typing import TYPE_CHECKING, Any
 from tfrepro import __version__
 from tfrepro.errors import UserError
 from tfrepro.report import issue as issue_md
-from tfrepro.report import outdir
 from tfrepro.report.answer import Evidence, Localization, NightlyRun, Report, Repro, Reproduction, of
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, load_at, write_files, write_scripts
 from tfrepro.report.records import ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
 from tfrepro.report.rerun import Runner, nightly_rerun, rerun_settings, with_data
-from tfrepro.report.scan import Setup, extra_imports, merge_runtime, scan_setup
-from tfrepro.report.scriptargs import default_args, notebook_code, script_args, with_split
+from tfrepro.report.scan import extra_imports, merge_runtime, scan_setup
+from tfrepro.report.scriptargs import default_args, notebook_code, script_args, with_footer, with_split
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
-from tfrepro.report.shows import with_footer
 from tfrepro.report.tables import plots, write_events
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
+from tfrepro.trials.stored import read_json
 
 if TYPE_CHECKING:
     from tfrepro.report.standin import DataFacts
 
-RUNS = Path(STATE_DIR_NAME) / "runs"
 Write = Callable[[str, str], None]  # (path in the bundle, text): build_report's, scrubbed
 EXPLANATION = "EXPLANATION.md"
 
@@ -62,10 +67,6 @@ EXPLANATION = "EXPLANATION.md"
 class Bundle:
     out: Path
     report: Report  # report.json, as written
-
-    @property
-    def reproduced(self) -> bool | None:
-        return self.report.rerun.reproduced
 
 
 # --------------------------------------------------------------------------- finding the run
@@ -77,7 +78,7 @@ def find_run(path: str | Path | None = None) -> Path:
     p = Path(path) if path is not None else Path(".")
     if (p / "result.json").is_file():
         return p
-    for runs in (p / RUNS, p / "runs", p):
+    for runs in (p / STATE_DIR_NAME / "runs", p / "runs", p):
         if runs.is_dir() and (found := run_dirs(runs)):
             return found[-1]
     if not p.exists():
@@ -119,10 +120,86 @@ Source: {cost["source"]}
 
 No bug report was drafted. If you believe the cost is larger than it should be, `tfrepro report --force` drafts one anyway.
 """
-    dest = outdir.prepare(Path(out) if out is not None else Path(run_dir) / "report")
+    dest = prepare_out(Path(out) if out is not None else Path(run_dir) / "report")
     path = dest / EXPLANATION
     path.write_text(text, encoding="utf-8")
     return path
+
+
+# --------------------------------------------------------------------------- the bundle directory
+
+MANIFEST = ".tfrepro-bundle.json"
+# What a bundle written before the manifest could hold (top-level names).
+_LEGACY_NAMES = frozenset(
+    {
+        "repro.py",
+        "reference.py",
+        "reference",
+        "ISSUE.md",
+        "report.json",
+        "result.json",
+        "loss.png",
+        "steps.png",
+        "tensorboard",
+        "repro.ipynb",
+        EXPLANATION,
+    }
+)
+
+
+def prepare_out(out: Path) -> Path:
+    """`out`, resolved, existing and empty: an earlier bundle's own files are
+    deleted, any other content makes this a `UserError` with nothing touched."""
+    out = out.resolve()
+    if out.exists() and not out.is_dir():
+        raise UserError("--out names a file, not a directory", path=out, hint="give a new or empty directory")
+    if out.is_dir() and any(out.iterdir()):
+        ours = _bundle_files(out)
+        foreign = sorted(p.relative_to(out).as_posix() for p in _all_files(out) if p not in ours)
+        if foreign:
+            shown = ", ".join(foreign[:3]) + (", ..." if len(foreign) > 3 else "")
+            raise UserError(
+                f"--out directory holds files tfrepro did not write ({shown}); nothing was deleted",
+                path=out,
+                hint="give --out a new or empty directory, or an earlier bundle's own",
+            )
+        for p in ours:
+            if p.is_symlink() or p.is_file():
+                p.unlink()
+        # directories the bundle made, deepest first, once they are empty
+        for d in sorted({d for p in ours for d in p.parents if out in d.parents}, key=lambda d: -len(d.parts)):
+            if d.is_dir() and not any(d.iterdir()):
+                d.rmdir()
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def record_out(out: Path) -> None:
+    """Write the manifest: every file now under `out` (which `prepare_out` left
+    empty, so every one is the bundle's)."""
+    files = sorted(p.relative_to(out).as_posix() for p in _all_files(out) if p.name != MANIFEST)
+    (out / MANIFEST).write_text(json.dumps({"tool": "tfrepro", "files": files}, indent=1), encoding="utf-8")
+
+
+def _all_files(out: Path) -> list[Path]:
+    """Files and symlinks under `out`: a directory counts through what it
+    holds (an empty one holds no data, and is left where it is)."""
+    return [p for p in out.rglob("*") if p.is_symlink() or not p.is_dir()]
+
+
+def _bundle_files(out: Path) -> set[Path]:
+    manifest = out / MANIFEST
+    if manifest.is_file():
+        listed = (read_json(manifest) or {}).get("files")
+        if listed is None:  # unreadable, or not a manifest
+            return set()
+        inside = {(out / rel) for rel in listed if ".." not in Path(rel).parts and not Path(rel).is_absolute()}
+        return inside | {manifest}
+    if set(out.iterdir()) == {out / EXPLANATION}:  # a known cost explained (`write_explanation`)
+        return {out / EXPLANATION}
+    if (out / "ISSUE.md").is_file() and (out / "report.json").is_file():
+        return {p for p in _all_files(out) if p.relative_to(out).parts[0] in _LEGACY_NAMES}
+    return set()
 
 
 # --------------------------------------------------------------------------- the report
@@ -149,12 +226,10 @@ class ReportOptions:
     (`rerun`, `max_pairs` timing pairs for a slowdown), localise a NaN, probe
     the environment in a TensorFlow child when no re-run described it,
     re-run on the newest tf-nightly (`nightly`), keep the user's data
-    (`no_data`), split the device into `replicas` (None: the run's own);
-    `python` is the interpreter of the localisation and probe."""
+    (`no_data`), split the device into `replicas` (None: the run's own)."""
 
     rerun: bool = True
     localize: bool = True
-    python: str | None = None
     max_pairs: int = 5
     probe_environment: bool = True
     nightly: bool = False
@@ -182,7 +257,7 @@ def build_report(
     if how.replicas is not None:  # `report --replicas N` (default: the run's own)
         ctx = replace(ctx, settings=replace(ctx.settings, replicas=how.replicas))
     export = _export(ctx, scrubber)
-    out = outdir.prepare(Path(out) if out is not None else ctx.run_dir / "report")
+    out = prepare_out(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         write: Write = lambda rel, text: write_files(out, {rel: scrubber.scrub(text)})  # every text scrubbed
         kw = dict(rerun=how.rerun, runner=runner, max_pairs=how.max_pairs, say=say)
@@ -194,11 +269,9 @@ def build_report(
             from tfrepro.report.localize import localize
 
             say("localising the first non-finite value (check_numerics, XLA off) ...")
-            loc = localize(export.cand_files, export.data, python=how.python, settings=rerun_settings(ctx))
+            loc = localize(export.cand_files, export.data, settings=rerun_settings(ctx))
         artifacts.update(write_events(out / "tensorboard", ctx.run_dir, ctx.result))
-        env_facts = environment_facts(
-            reproduction, probe=how.probe_environment, python=how.python, environ=environ, say=say
-        )
+        env_facts = environment_facts(reproduction, probe=how.probe_environment, environ=environ, say=say)
         facts = dict(reproduction=reproduction, loc=loc, env_facts=env_facts, environ=environ)
         report = document(ctx, export, scrubber=scrubber, **facts)
         artifacts.update(plots(out, report, ctx.result))
@@ -213,7 +286,7 @@ def build_report(
         write("ISSUE.md", issue_md.render_issue(report))
         write("result.json", json.dumps(ctx.result, indent=2))
     finally:
-        outdir.record(out)
+        record_out(out)
     # A finding the rules did not redact fails the report, naming file:line.
     raise_on_findings(scan_bundle(out, commits=run_commits(ctx.result)), bundle=out)
     return Bundle(out, report)
@@ -294,13 +367,6 @@ OWN_FILES = {
 }
 
 
-def _setup_facts(export: Export, reproduction: Reproduction | None, loc: Localization | None) -> Setup:
-    """Precision, replicas, XLA...: read from the source, then corrected by
-    what the re-run and the localisation saw at run time."""
-    rerun = reproduction.trial if reproduction else None
-    return merge_runtime(scan_setup(export.cand_files[ENTRY]), rerun, loc.settings if loc else None)
-
-
 def document(
     ctx: Context,
     export: Export,
@@ -316,7 +382,7 @@ def document(
     # the run's result fields answer.Evidence names; the replicas the trials ran with
     evidence = {f.name: result.get(f.name) for f in fields(Evidence)} | {"replicas": ctx.settings.replicas}
     reference = reproduction.reference if reproduction and ctx.symptom == "mismatch" else None
-    command = rerun_settings(ctx).command
+    command, code = rerun_settings(ctx).command, export.cand_files[ENTRY]
     return Report(
         tfrepro_version=__version__,
         run_id=ctx.run_dir.name,
@@ -344,13 +410,16 @@ def document(
         environment=env_facts,
         env_vars=capture_env(environ, scrubber),
         redacted_env_count=withheld_count(environ),
-        setup=_setup_facts(export, reproduction, loc),
+        # precision, replicas, XLA...: read from the source, corrected by what the re-run and the localisation saw
+        setup=merge_runtime(
+            scan_setup(code), reproduction.trial if reproduction else None, loc.settings if loc else None
+        ),
         reproduction=reproduction,
         localization=loc,
         repro=Repro(
             entry=ENTRY,
             files=sorted(export.cand_files),
-            code=export.cand_files[ENTRY],  # type: ignore[arg-type]
+            code=code,
             extra_imports=extra_imports(export.cand_files),
             reference=export.ref_name,
             diff=export.diff,
@@ -374,7 +443,7 @@ def _nightly(result: ResultJson) -> NightlyRun | None:
 
 
 def environment_facts(
-    reproduction: Reproduction | None, *, probe: bool, python: str | None, environ: Mapping[str, str], say: Progress
+    reproduction: Reproduction | None, *, probe: bool, environ: Mapping[str, str], say: Progress
 ) -> dict[str, Any]:
     """The re-run's process described itself; otherwise a child of its own.
     The library path the CUDA libraries load from comes from `environ`."""
@@ -387,7 +456,7 @@ def environment_facts(
         from tfrepro.report import envreport
 
         say("describing the environment (versions, devices) in a TensorFlow child ...")
-        facts = envreport.in_trial(python=python)
+        facts = envreport.in_trial()
     if environ.get("LD_LIBRARY_PATH"):
         facts = {**facts, "ld_library_path": environ["LD_LIBRARY_PATH"]}
     return facts

@@ -221,7 +221,7 @@ def beyond_the_form(r: Report) -> list[str]:
     out = ["## Beyond the issue form", ""]
     for section in (
         reproduction,
-        lambda r: data_lines({"data": r.data}),  # standin.py still reads the document's dict
+        lambda r: data_lines(r.data or {}),
         training_setup,
         environment_variables,
         localisation,

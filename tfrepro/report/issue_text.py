@@ -9,7 +9,7 @@ import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tfrepro.report.answer import Env, Report
+from tfrepro.report.answer import Env, Report, timed
 from tfrepro.trials.values import TrialResult
 
 SYMPTOM_WORDS = {
@@ -143,7 +143,7 @@ def _timeout(r: Report, who: str) -> tuple[str, str]:
 
 
 def _slowdown(r: Report, who: str) -> tuple[str, str]:
-    timing = r.evidence.timed
+    timing = timed(r.evidence)
     b, c = r.base.median_step_time(), r.candidate.median_step_time()
     if timing.baseline and timing.candidate:
         # one number per claim: the step times and the ratio from the same timed samples
@@ -251,7 +251,7 @@ def series_log(r: Report) -> list[str]:
             f"{what} {role + ':':<24} {_series(t.step_times if slow else t.rss_per_step, scale)}"
             for role, t in (("(culprit configuration)", cand), ("(baseline)", base))
         ]
-        timing = r.rerun.timed
+        timing = timed(r.rerun)
         if slow and timing.candidate:
             lines.append(
                 f"re-run medians, ms: repro.py {_series(timing.candidate, 1000)}; "

@@ -167,7 +167,6 @@ def localize(
     files: dict[str, str],
     data: bytes | None = None,
     *,
-    python: str | None = None,
     settings: TrialSettings = TrialSettings(),
     timeout_s: float | None = None,
 ) -> Localization:
@@ -186,7 +185,7 @@ def localize(
         settings, timeout_s=timeout_s, until_symptom=True, budget_s=budget, deterministic=False, repeat=0
     )
     with tempfile.TemporaryDirectory(prefix="tfrepro-localize-", ignore_cleanup_errors=True) as tmp:
-        got = _facts(Path(tmp), files, data, python, settings)
+        got = _facts(Path(tmp), files, data, settings)
     if isinstance(got, str):
         return Localization(found=False, note=got)
     facts, script = got
@@ -214,7 +213,7 @@ def localize(
 
 
 def _facts(
-    tmp: Path, files: dict[str, str], data: bytes | None, python: str | None, settings: TrialSettings
+    tmp: Path, files: dict[str, str], data: bytes | None, settings: TrialSettings
 ) -> tuple[ProbeFacts, Path] | str:
     """The plugin's facts of the check_numerics trial and the path its script
     ran at (the trial's copy: its traceback's frames), or why there are none."""
@@ -228,7 +227,6 @@ def _facts(
         # Auto-clustering would put ops under XLA too.
         env={"TF_XLA_FLAGS": (flags + " --tf_xla_auto_jit=0").strip()},
         plugins=(LOCALIZE_PLUGIN,),
-        python=python,
         cold=True,
     )
     got = run_as_written(root, settings, how)

@@ -38,7 +38,6 @@ are returned to the caller (`scaffold.generate.new_project(files=...)`).
 from __future__ import annotations
 
 import ast
-import json
 import re
 import shlex
 import tempfile
@@ -56,6 +55,7 @@ from tfrepro.report.scriptargs import default_args, script_args
 from tfrepro.report.standin import STANDABLE, DataFacts, named
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
+from tfrepro.trials.stored import read_json
 from tfrepro.trials.values import TrialResult
 
 # (project, features ON) -> the trial's result. The default runs a real one.
@@ -259,10 +259,7 @@ def recorded_args(root: Path, entry: str) -> tuple[list[str], str | None]:
     if not runs.is_dir():
         return [], None
     for run in reversed(run_dirs(runs)):
-        try:
-            settings = json.loads((run / "result.json").read_text(encoding="utf-8")).get("settings")
-        except (OSError, ValueError):
-            continue
+        settings = (read_json(run / "result.json") or {}).get("settings")
         if not isinstance(settings, dict):
             continue
         recorded = TrialSettings.from_dict(settings)

@@ -9,7 +9,7 @@ repro gets `_tfrepro_file(i)` instead of the user's path: a temp file of the
 same format holding those records, so the script's own reading code (its
 delimiter, header, parsing) runs unchanged.
 
-`choose_data` (below) is the one data pipeline `tfrepro report` (confirm.py)
+`choose_data` (below) is the one data pipeline `tfrepro report` (rerun.py `with_data`)
 and `tfrepro new --from` (newfrom.py) both run.
 
 Record formats: `.npy` (rows), text (lines; the first line, a possible

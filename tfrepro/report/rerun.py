@@ -319,9 +319,8 @@ def with_data(ctx: Context, export: Export, *, no_data: bool, **kw: Any):
         checked.append(_reproduce_trimmed(ctx, tried, **kw))
         return checked[-1][0].reproduced if checked[-1][0] else None
 
-    def shows(tried: Export) -> bool | None:
-        rep = _reproduce(ctx, tried, **kw)
-        return rep.reproduced if rep else None
+    def shows(tried: Export) -> bool | None:  # only with a re-run: `_reproduce` gives a Reproduction
+        return _reproduce(ctx, tried, **kw).reproduced  # type: ignore[union-attr]
 
     on_rerun = dict(check=check, shows=shows if kw["rerun"] else None, say=kw["say"], no_data=no_data)
     got, data = choose_data(ctx.project.root, ctx.result, ctx.entry, export, **on_rerun)

@@ -30,6 +30,7 @@ import libcst.matchers as m
 from tfrepro.annotate.source import last_name
 from tfrepro.report.answer import of
 from tfrepro.report.records import DataDoc, ResultJson
+from tfrepro.trials.values import evidence_doc
 
 if TYPE_CHECKING:
     from tfrepro.report.reduce import Reduction
@@ -105,7 +106,7 @@ class Read:
     at: str | None = None
     value: dict[str, Any] | None = None
 
-    def brief(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The read as report.json names it."""
         v = self.value or {}
         shape = v.get("shape") or ([v["rows"], len(v.get("columns") or {})] if "rows" in v else None)
@@ -142,16 +143,10 @@ class DataFacts:
             return "standins"
         return "user" if self.needs_user_data else "none"
 
-    def to_dict(self) -> dict[str, Any]:
-        reads = {k: [s.brief() for s in getattr(self, k)] for k in ("sources", "standins", "needs_user_data")}
-        doc: dict[str, Any] = {**reads, "unseen": list(self.unseen)}
-        if self.rerun:
-            doc["standin_reproduced"] = self.standin_reproduced
-        if self.note is not None:
-            doc["note"] = self.note
-        if self.reduction is not None:
-            doc["reduction"] = self.reduction.to_dict()
-        return doc
+    def to_dict(self) -> dict[str, object]:
+        """Every field, `note` and `reduction` where there is one, `standin_reproduced` once re-run."""
+        skip = {"rerun"} if self.rerun else {"rerun", "standin_reproduced"}
+        return evidence_doc(self, frozenset({"note", "reduction"}), frozenset(skip))
 
 
 def _literal_file(call: cst.Call) -> str | None:
@@ -255,9 +250,9 @@ def recorded(result: ResultJson, entry: str) -> tuple[DataFacts, list[Read], int
     return DataFacts(sources, needs_user_data=sources, unseen=unseen), sites, batches
 
 
-def issue_lines(doc: dict[str, Any]) -> list[str]:
-    """ISSUE.md's "Data" section: what the repro reads instead of the user's files, and what it still needs."""
-    data = doc.get("data") or {}
+def issue_lines(data: dict[str, Any]) -> list[str]:
+    """ISSUE.md's "Data" section from report.json's `data` (`DataFacts.to_dict`): what the repro reads instead
+    of the user's files, and what it still needs."""
     if not (data.get("standins") or data.get("needs_user_data") or data.get("unseen") or data.get("reduction")):
         return []
     out = ["### Data", ""]

@@ -11,12 +11,9 @@ run directory, written after every bisect (feature, commit or version mode).
 from result.json's trials table and each trial's summary.json; written with
 tensorboardX (no TensorFlow).
 
-An event file (`write_run`; one run directory holds one): each series as
-`simple_value` scalars at steps 1, 2, ... (TensorBoard's scalars dashboard),
-optionally an HParams session (the HParams dashboard: one session per trial,
-its hparams and metrics). tensorboardX supplies the protocol buffers, the
-HParams plugin data and the TFRecord framing; it is imported only when a
-file is written.
+An event file (`write_run`, one per run directory): tensorboardX supplies
+the protocol buffers, the HParams plugin data and the TFRecord framing; it
+is imported only when a file is written.
 
 The report bundle's measured artifacts (`write_events`, `plots`) are made
 here too: one TensorBoard run per trial, loss and step-time plots. The
@@ -44,14 +41,15 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from tfrepro.report.answer import Report
+from tfrepro.report.answer import Report, timed
 from tfrepro.report.records import ResultJson
+from tfrepro.trials.stored import read_json
 from tfrepro.trials.values import TrialResult, TrialRow
 
 
 @dataclass(frozen=True)
 class Row:
-    """One trial: the CSV's columns, in order, then its summary and features (for TensorBoard)."""
+    """One trial: the CSV's columns, in order."""
 
     index: int
     role: str
@@ -66,19 +64,14 @@ class Row:
     median_step_ms: float | None
     wall_s: float | None
     cached: bool
-    summary: TrialResult
-    enabled: list[str]
 
 
-COLUMNS = [f.name for f in fields(Row)][:-2]
+COLUMNS = [f.name for f in fields(Row)]
 
 
 def read_summary(run_dir: Path, row: TrialRow) -> TrialResult | None:
     """The trial's summary.json, or None (none recorded, or unreadable)."""
-    try:
-        doc = json.loads((run_dir / row["summary"]).read_text(encoding="utf-8")) if row.get("summary") else None
-    except (OSError, json.JSONDecodeError):
-        return None
+    doc = read_json(run_dir / row["summary"]) if row.get("summary") else None
     return None if doc is None else TrialResult.from_dict(doc)
 
 
@@ -95,57 +88,48 @@ def _cell(v: Any) -> Any:
     return v
 
 
-def write_hparams(logdir: Path, rows: list[Row], features: list[str], wall_time: float) -> None:
-    """One HParams session per trial under `logdir`."""
-    for r in rows:
+def write_trial_tables(run_dir: Path) -> dict[str, Path]:
+    """trials.csv and tensorboard/ (one HParams session per trial) of a
+    finished run; {} when the run has no trials table."""
+    run_dir = Path(run_dir)
+    result: ResultJson = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
+    rows: list[Row] = []
+    features, wall_time = list(result.get("features") or []), time.time()  # one wall time for every session
+    for i, row in enumerate(result.get("trials_table") or [], 1):
+        s = read_summary(run_dir, row) or TrialResult()
+        losses = s.losses  # a non-finite loss (null) reads back as NaN
+        label = row.get("version") or row.get("sha") or s.label or ""  # a commit's sha or a release
+        r = Row(
+            index=i,
+            role=row.get("role") or "",
+            repeat=row.get("repeat", 0),
+            label="" if label == row.get("role") else label,
+            features_on=";".join(row.get("enabled") or []),
+            verdict=row.get("verdict") or "",
+            steps=s.steps_run or len(losses),
+            first_loss=losses[0] if losses else None,
+            last_loss=losses[-1] if losses else None,
+            first_nonfinite_step=s.first_nonfinite_step,
+            median_step_ms=_median_ms(s),
+            wall_s=s.wall_s,
+            cached=bool(row.get("cached")),
+        )
+        rows.append(r)
         metrics = {
             "shows_symptom": 0.0 if r.verdict in ("ok", "") else 1.0,
             "final_loss": math.nan if r.last_loss is None else r.last_loss,
             "median_step_ms": r.median_step_ms,
         }
-        s, step = r.summary, max(1, r.steps or 0)
-        hparams: dict[str, bool | str] = {f: f in r.enabled for f in features}
+        hparams: dict[str, bool | str] = {f: f in (row.get("enabled") or []) for f in features}
         if r.label and not features:  # a commit or version run: its label
             hparams["label"] = r.label
         hparams |= {"role": r.role, "verdict": r.verdict or "unknown"}
-        scalars = {"loss": s.losses, "step_time_ms": [1000.0 * t for t in s.step_times]}
         write_run(
-            logdir / f"{r.index:03d}_{safe_name(r.role, 80)}",
-            scalars,
+            run_dir / "tensorboard" / f"{r.index:03d}_{safe_name(r.role, 80)}",
+            {"loss": s.losses, "step_time_ms": [1000.0 * t for t in s.step_times]},
             wall_time=wall_time,
             hparams=hparams,
-            metrics={k: (step, v) for k, v in metrics.items() if v is not None},
-        )
-
-
-def write_trial_tables(run_dir: Path) -> dict[str, Path]:
-    """trials.csv and tensorboard/ (HParams) of a finished run; {} when the
-    run has no trials table."""
-    run_dir = Path(run_dir)
-    result: ResultJson = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
-    rows = []
-    for i, row in enumerate(result.get("trials_table") or [], 1):
-        s = read_summary(run_dir, row) or TrialResult()
-        losses = s.losses  # a non-finite loss (null) reads back as NaN
-        label = row.get("version") or row.get("sha") or s.label or ""  # a commit's sha or a release
-        rows.append(
-            Row(
-                index=i,
-                role=row.get("role") or "",
-                repeat=row.get("repeat", 0),
-                label="" if label == row.get("role") else label,
-                features_on=";".join(row.get("enabled") or []),
-                verdict=row.get("verdict") or "",
-                steps=s.steps_run or len(losses),
-                first_loss=losses[0] if losses else None,
-                last_loss=losses[-1] if losses else None,
-                first_nonfinite_step=s.first_nonfinite_step,
-                median_step_ms=_median_ms(s),
-                wall_s=s.wall_s,
-                cached=bool(row.get("cached")),
-                summary=s,
-                enabled=list(row.get("enabled") or []),
-            )
+            metrics={k: (max(1, r.steps or 0), v) for k, v in metrics.items() if v is not None},
         )
     if not rows:
         return {}
@@ -153,7 +137,6 @@ def write_trial_tables(run_dir: Path) -> dict[str, Path]:
         w = csv.writer(f)
         w.writerow(COLUMNS)
         w.writerows([_cell(getattr(r, c)) for c in COLUMNS] for r in rows)
-    write_hparams(run_dir / "tensorboard", rows, list(result.get("features") or []), time.time())
     return {"trials.csv": run_dir / "trials.csv", "tensorboard": run_dir / "tensorboard"}
 
 
@@ -276,7 +259,7 @@ def plots(out: Path, r: Report, result: ResultJson) -> dict[str, str]:
         # Every steady step of one trial each shows the spread; the per-trial
         # medians of the interleaved timing runs are what the test compared.
         groups = [("baseline", list(base.steady_step_times())), (label, list(cand.steady_step_times()))]
-        timing = r.evidence.timed
+        timing = timed(r.evidence)
         if not (groups[0][1] and groups[1][1]) and timing.baseline and timing.candidate:
             groups = [
                 ("baseline (per-trial medians)", timing.baseline),
