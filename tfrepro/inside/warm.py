@@ -254,21 +254,22 @@ def _send(conn: socket.socket, msg: dict) -> None:
         conn.sendall(json.dumps(msg).encode() + b"\n")
 
 
-def _read_job(conn: socket.socket) -> dict:
-    conn.settimeout(10)
+def recv_line(conn: socket.socket) -> dict:
+    """One JSON line from `conn`, under its timeout (both sides of the
+    protocol read with this); ConnectionError when it closes first."""
     buf = b""
     while not buf.endswith(b"\n"):
         chunk = conn.recv(65536)
         if not chunk:
-            raise EOFError("connection closed before the job")
+            raise ConnectionError("connection closed")
         buf += chunk
-    conn.setblocking(True)
     return json.loads(buf)
 
 
-def _killpg(pid: int) -> None:
+def killpg(pgid: int) -> None:
+    """SIGKILL a process group, gone or not (the parent kills its trials with this too)."""
     with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
 
 
 class Server:
@@ -315,13 +316,15 @@ class Server:
                     except OSError:
                         data = b""
                     if not data:
-                        _killpg(pid)
+                        killpg(pid)
                         self.sel.unregister(conn)
 
     def start(self, conn: socket.socket) -> None:
         try:
-            job = _read_job(conn)
-        except (OSError, ValueError, EOFError) as e:
+            conn.settimeout(10)
+            job = recv_line(conn)
+            conn.setblocking(True)
+        except (OSError, ValueError) as e:
             _send(conn, {"error": f"bad job: {e}"})
             conn.close()
             return
@@ -355,7 +358,7 @@ class Server:
 
     def shutdown(self) -> None:
         for pid in list(self.children):
-            _killpg(pid)
+            killpg(pid)
         os._exit(0)
 
 

@@ -15,7 +15,7 @@ are unrestricted. Detected once per process, all unprivileged:
 2. landlock (Linux >= 5.13): writes outside the trial dir fail with EACCES,
    and the harness names the path in the trial's result;
 3. none (`TFREPRO_CONFINE=none`, or nothing works): trials refuse to run
-   unless `--unconfined` was given (`allow_unconfined()`), exit 2.
+   unless `--unconfined` was given (`UNCONFINED`), exit 2.
 
 `TFREPRO_CONFINE=overlay|landlock|none` forces a mechanism (tests, and a
 user who wants Landlock's loud failures instead of the overlay's silence).
@@ -71,14 +71,8 @@ class Confinement:
         return f"none ({self.reason})"
 
 
-_UNCONFINED = False
+UNCONFINED = False  # `--unconfined`: trials run even without a confinement mechanism
 _LOCK = threading.Lock()
-
-
-def allow_unconfined(value: bool = True) -> None:
-    """`--unconfined`: trials run even without a confinement mechanism."""
-    global _UNCONFINED
-    _UNCONFINED = value
 
 
 # -- the plan -----------------------------------------------------------------------
@@ -211,7 +205,7 @@ def require() -> Confinement:
     """The mechanism trials run under; refuses (exit 2) when there is none and
     `--unconfined` was not given."""
     conf = detect()
-    if conf.mode == "none" and not _UNCONFINED:
+    if conf.mode == "none" and not UNCONFINED:
         raise UserError(
             f"no way to confine trials here: {conf.reason}",
             hint="a trial could then write anywhere your user can (an absolute checkpoint path, ~, /tmp); "

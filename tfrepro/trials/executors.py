@@ -170,7 +170,7 @@ class LocalExecutor(Executor):
 
     def describe(self) -> str:
         gpus = f", GPUs {','.join(self.devices)}" if self.devices else ""
-        return f"local ({self.slots} at a time{gpus}{', cold processes' if warm.forced_cold() else ''})"
+        return f"local ({self.slots} at a time{gpus}{', cold processes' if warm.COLD else ''})"
 
     def close(self) -> None:
         """End the warm servers this process started (they die with it anyway)."""
@@ -197,7 +197,7 @@ def make_executor(
     log: Callable[[str], None] | None = None,
 ) -> Executor:
     """The executor the user asked for (`--executor`, `--jobs`, `--address`); on
-    either, a trial runs cold by `--cold` (`warm.force_cold`) or its own `TrialOptions.cold`."""
+    either, a trial runs cold by `--cold` (`warm.COLD`) or its own `TrialOptions.cold`."""
     if name == "local":
         if address:
             raise UserError("--address needs --executor ray", hint="add --executor ray")

@@ -35,6 +35,7 @@ from pathlib import Path
 from tfrepro import inside
 from tfrepro.inside import confine as confine_inside
 from tfrepro.inside import harness
+from tfrepro.inside.warm import killpg
 from tfrepro.trials import confine, warm
 from tfrepro.trials.state import LOGS
 
@@ -147,7 +148,7 @@ def _watch(child: "subprocess.Popen | warm.WarmChild", timeout: float, trial_dir
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            kill_group(child.pid)
+            killpg(child.pid)
             if rc is None:  # killed: read its status (a timeout is the result either way)
                 with contextlib.suppress(subprocess.TimeoutExpired, warm.ServerLost):
                     rc = child.wait(10)
@@ -226,17 +227,12 @@ class _Live:
             ]
             self._stopped.update(t for t, _ in hit)
         for _, pgid in hit:
-            kill_group(pgid)
+            killpg(pgid)
         return len(hit)
 
 
 LIVE = _Live()
 stop_trials = LIVE.stop  # kill the running trials now (of the given threads, or all)
-
-
-def kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 def strays(trial_dir: Path, proc: Path = Path("/proc")) -> list[int]:
@@ -280,6 +276,6 @@ def run_probe(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: fl
     except subprocess.TimeoutExpired:
         return None
     finally:
-        kill_group(proc.pid)
+        killpg(proc.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - SIGKILL not honoured
             proc.wait(timeout=10)

@@ -299,7 +299,7 @@ def run_variant(
 ) -> TrialResult:
     """Run an already rendered variant (no cache; `how.env` is its whole
     environment override), warm or cold (the module docstring; `--cold`:
-    `warm.forced_cold`). `trial_dir` receives the config, the result and the
+    `warm.COLD`). `trial_dir` receives the config, the result and the
     logs. Raises what interrupted the parent (KeyboardInterrupt;
     `TrialStopped` from `stop_trials`) after killing the child's process tree."""
     trial_dir = Path(trial_dir).resolve()
@@ -312,7 +312,7 @@ def run_variant(
     # The driver's TensorFlow says nothing about another interpreter's trial.
     tf_fallback = None if how.python else tf_version()
     full_env = child_env(settings, config_path, how.env)
-    pool = None if how.cold or warm.forced_cold() else warm_pool or warm.default_pool()
+    pool = None if how.cold or warm.COLD else warm_pool or warm.default_pool()
     end = spawn(cmd, Path(variant_dir), full_env, settings.timeout_s, trial_dir, pool)
     result = _collect(end, settings, trial_dir, tf_fallback)
     return confine.note_outside(replace(result, extra={**result.extra, "process": end.process}), trial_dir)
