@@ -238,14 +238,6 @@ def spec_for(conf: Confinement, trial_dir: Path, also: Sequence[Path] = ()) -> d
     return {"mode": conf.mode, "writable": writable}
 
 
-def wrap(cmd: Sequence[str], conf: Confinement, trial_dir: Path, also: Sequence[Path] = ()) -> list[str]:
-    """`cmd` as a confined command: under bubblewrap (overlay), or as is (the
-    launcher applies Landlock itself; none: unconfined)."""
-    if conf.mode == "overlay" and conf.bwrap:
-        return [*bwrap_argv(conf.bwrap, conf.overlay, writable_dirs(trial_dir, also)), "--", *cmd]
-    return list(cmd)
-
-
 def server_argv(cmd: Sequence[str], sock_dir: Path, root: Path | None = None) -> tuple[list[str], str | None]:
     """A warm server's command, and where it sees the real file system.
 
@@ -257,7 +249,7 @@ def server_argv(cmd: Sequence[str], sock_dir: Path, root: Path | None = None) ->
     itself to its socket dir and the trials dir `root` (a Landlock domain
     only narrows in its children, so theirs must lie inside it). None: as is."""
     conf = detect()
-    if conf.mode == "overlay" and conf.bwrap:
+    if conf.mode == "overlay":
         host = Path(sock_dir) / "host"
         argv = bwrap_argv(conf.bwrap, conf.overlay, [sock_dir], pid=False)
         return [*argv, "--bind", "/", str(host), "--", *cmd], str(host)

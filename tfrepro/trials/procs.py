@@ -178,7 +178,8 @@ def confined(cmd: Sequence[str], trial_dir: Path, status: Path | None = None, al
         # with bubblewrap); the outer one watches us. bubblewrap's own
         # --die-with-parent is set only once its namespaces are built, and
         # a tfrepro killed before that would leave it orphaned for good.
-        return launcher(confine.wrap(launcher(cmd, options, parent=0), conf, trial_dir, also))
+        bwrap = confine.bwrap_argv(conf.bwrap, conf.overlay, confine.writable_dirs(trial_dir, also))
+        return launcher([*bwrap, "--", *launcher(cmd, options, parent=0)])
     if conf.mode == "landlock":
         options.append("--confine=" + json.dumps(confine.spec_for(conf, trial_dir, also)))
     return launcher(cmd, options)
