@@ -42,7 +42,6 @@ from tfrepro.trials.values import TrialResult
 if TYPE_CHECKING:
     from tfrepro.project import Project
 
-RAY_INSTALL_HINT = "pip install 'tfrepro[ray]'"
 # -- GPUs ----------------------------------------------------------------------------
 # `[trial] gpus = N | "all"` says how many GPUs a trial gets; unset, a project
 # with a distribution feature (a catalog entry of kind "strategy":
@@ -58,12 +57,10 @@ RAY_INSTALL_HINT = "pip install 'tfrepro[ray]'"
 # it, and runs alone). Trials are pinned with `CUDA_VISIBLE_DEVICES` (an unkeyed
 # env: any GPU of the box gives the same trial).
 
-DISTRIBUTION_KIND = "strategy"
-
 
 def distribution_features(feature_names: Iterable[str]) -> list[str]:
     """The features that distribute training over devices (catalog kind "strategy")."""
-    return sorted(n for n in feature_names if catalog.kind_of(n) == DISTRIBUTION_KIND)
+    return sorted(n for n in feature_names if catalog.kind_of(n) == "strategy")
 
 
 def gpus_needed(setting: int | str | None, feature_names: Iterable[str], visible: Sequence[str]) -> int:
@@ -210,7 +207,7 @@ def make_executor(
         except ImportError as e:
             raise UserError(
                 f"--executor ray needs Ray, which is not installed ({e})",
-                hint=f"{RAY_INSTALL_HINT}, or run without --executor ray",
+                hint="pip install 'tfrepro[ray]', or run without --executor ray",
             ) from None
         return RayExecutor(address=address, log=log)
     raise UserError(f"unknown executor {name!r}", hint="use local or ray")

@@ -323,8 +323,6 @@ def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: s
     result_path, stderr_path = trial_dir / "result.json", trial_dir / "stderr.log"
     rc = end.rc
     base = {"exit_code": rc, "wall_s": round(end.wall_s, 4), "log_dir": str(trial_dir)}
-    if end.error is not None:  # it could not start
-        return TrialResult(crashed=True, error=end.error, tf_version=tf_fallback, **base)
     if end.timed_out:
         progress = read_json(Path(harness.progress_path(str(result_path)))) or {}
         error = f"timed out after {settings.timeout_s:g} s"
@@ -333,23 +331,14 @@ def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: s
         return TrialResult.from_dict(
             {**progress, "timed_out": True, "error": error, "tf_version": tf_fallback, **base, "exit_code": None}
         )
-    data = read_json(result_path)
-    if data is None:
-        # Died without a word from the harness: segfault, os._exit, python -S.
-        crashed = rc != 0
-        return TrialResult(
-            crashed=crashed,
-            error=_crash_line(rc, stderr_path) if crashed else None,
-            tf_version=tf_fallback,
-            extra={"no_result": True},
-            **base,
-        )
+    if end.error is not None:  # it could not start
+        data = {"crashed": True, "error": end.error}
+    elif (data := read_json(result_path)) is None:  # died without a word: segfault, os._exit, python -S
+        data = {"extra": {"no_result": True}}
     result = TrialResult.from_dict({**data, **base})
     if rc != 0 and not result.crashed:
         result = replace(result, crashed=True, error=result.error or _crash_line(rc, stderr_path))
-    if result.tf_version is None:
-        result = replace(result, tf_version=tf_fallback)
-    return result
+    return result if result.tf_version is not None else replace(result, tf_version=tf_fallback)
 
 
 def usage_error(rc: int | None, stderr_path: Path) -> str | None:
