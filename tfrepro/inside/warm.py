@@ -79,8 +79,9 @@ def _redirect(path: str | None, fd: int, flags: int) -> None:
 
 def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     os.setsid()
+    confine = _confine_module()
     with contextlib.suppress(Exception):  # not Linux: the harness's parent watch still runs
-        _confine_module()._pdeathsig()  # SIGKILL when the server dies
+        confine._pdeathsig()  # SIGKILL when the server dies
     if os.getppid() != server_pid:
         os._exit(137)
     # The server's fds become /dev/null rather than closed: their Python
@@ -97,16 +98,15 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _redirect(None, 0, os.O_RDONLY)
     spec = job.get("confine")
-    real = _confine_module().real_path if spec else (lambda _spec, path: path)
-    _redirect(real(spec, job.get("stdout")), 1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    _redirect(real(spec, job.get("stderr")), 2, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    _redirect(confine.real_path(spec, job.get("stdout")), 1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    _redirect(confine.real_path(spec, job.get("stderr")), 2, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     server_cwd = os.getcwd()  # before the namespace: the server's dir may be hidden in it
     # Confined before the user's code runs, as a cold trial is (overlay: returns in PID 2 of a new
     # namespace; the forked child waits and exits as the trial does). A failure exits CANNOT_CONFINE
     # with the mark on stderr: the parent runs the trial cold.
-    _confine_module().enter_or_exit(spec)  # no spec, or mode "none": nothing
+    confine.enter_or_exit(spec)  # no spec, or mode "none": nothing
     if (spec or {}).get("mode") == "landlock":
-        _confine_module().reaped()
+        confine.reaped()
     os.chdir(job["cwd"])
     os.environ.clear()
     os.environ.update(job["env"])
@@ -172,17 +172,6 @@ def _rebase(entries: list, old: str, new: str) -> list:
     return list({os.path.normcase(p) if isinstance(p, str) else p: p for p in moved}.values())
 
 
-def _exit_code(e: SystemExit) -> int:
-    code = e.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"{code}\n")
-    return 1
-
-
 def _run_main(script: str) -> tuple[int, int]:
     """The script as `__main__`; returns (the exit code a real interpreter
     would give, the signal it would die of instead, or 0)."""
@@ -204,8 +193,12 @@ def _run_main(script: str) -> tuple[int, int]:
             code = compile(f.read(), script, "exec")
         exec(code, main.__dict__)
         return 0, 0
-    except SystemExit as e:
-        return _exit_code(e), 0
+    except SystemExit as e:  # None: 0; an int: itself; anything else: printed, 1
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0, 0
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"{e.code}\n")
+        return 1, 0
     except BaseException as e:
         tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
         if tb is not None:

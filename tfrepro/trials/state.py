@@ -196,10 +196,9 @@ class StateDir:
         for n in range(1, 1000):
             d = base / (stamp if n == 1 else f"{stamp}-{n}")
             try:
-                d.mkdir()
+                self.make_dir(d)  # in use until this process ends
             except FileExistsError:
                 continue
-            hold(d)  # in use until this process ends
             (d / "trials").mkdir()
             return d
         raise FileExistsError(f"cannot create a run directory under {base}")
