@@ -330,19 +330,15 @@ class Server:
         self.sel.register(conn, selectors.EVENT_READ, (pid, conn))
 
     def reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            conn = self.children.pop(pid, None)
-            if conn is not None:
-                with contextlib.suppress(KeyError, ValueError):
-                    self.sel.unregister(conn)
-                _send(conn, {"status": status})
-                conn.close()
+        with contextlib.suppress(ChildProcessError):  # until no child has ended, or none is left
+            while (ended := os.waitpid(-1, os.WNOHANG))[0]:
+                pid, status = ended
+                conn = self.children.pop(pid, None)
+                if conn is not None:
+                    with contextlib.suppress(KeyError, ValueError):
+                        self.sel.unregister(conn)
+                    _send(conn, {"status": status})
+                    conn.close()
 
     def shutdown(self) -> None:
         for pid in list(self.children):

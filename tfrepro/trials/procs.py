@@ -102,12 +102,10 @@ def run_warm(
     stdout, stderr = (trial_dir / name for name in LOGS)
     child = server.submit(argv, cwd, confine.trial_env(env, trial_dir, cwd), stdout, stderr, confine=spec)
     rc, timed_out = _watch(child, timeout, trial_dir)  # ServerLost: it runs again, cold
-    head = b""
     if rc == confine_inside.CANNOT_CONFINE:  # and its stderr says so
         with contextlib.suppress(OSError), open(stderr, "rb") as f:
-            head = f.read(4096)
-    if confine_inside.MARK.encode() in head:
-        raise warm.WarmUnavailable("the warm child could not confine itself")
+            if confine_inside.MARK.encode() in f.read(4096):
+                raise warm.WarmUnavailable("the warm child could not confine itself")
     return Exit(rc, timed_out, time.perf_counter() - start, "warm")
 
 

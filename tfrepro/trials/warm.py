@@ -190,14 +190,11 @@ class WarmServer:
         """A module of the script's dir that a cold run would import instead of
         the one this server imported already (a local `utils.py`, `six.py`, ...)."""
         loaded = set(self.info.get("modules", ()))
-        try:
-            entries = list(script_dir.iterdir())
-        except OSError:
-            return None
-        for entry in entries:
-            name = entry.stem if entry.suffix == ".py" else entry.name if entry.is_dir() else None
-            if name in loaded:
-                return name
+        with contextlib.suppress(OSError):  # an unreadable dir: nothing to shadow
+            for entry in script_dir.iterdir():
+                name = entry.stem if entry.suffix == ".py" else entry.name if entry.is_dir() else None
+                if name in loaded:
+                    return name
         return None
 
     def alive(self) -> bool:
