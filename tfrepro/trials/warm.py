@@ -354,7 +354,6 @@ def default_pool() -> WarmPool:
 
 def close_default_pool() -> None:
     """End the process's warm servers (the next trial starts new ones)."""
-    with _DEFAULT_LOCK:
-        pool = _DEFAULT
+    pool = _DEFAULT  # one read: `default_pool` may replace it meanwhile
     if pool is not None:
         pool.close()
