@@ -5,10 +5,8 @@ subsets of a delta-debugging step) and, for a slowdown, for timing trials one
 at a time. An `Executor` runs them and returns their `TrialResult`s; the
 engine never knows which executor it has.
 
-- `LocalExecutor`: today's thread pool around `runner.run_trial`, `jobs` wide;
-  when GPUs exist, each trial gets the free GPUs it needs (`[trial] gpus`,
-  see GPUs below: disjoint sets, first come first served) through
-  `CUDA_VISIBLE_DEVICES`.
+- `LocalExecutor`: a thread pool around `runner.run_trial`, `jobs` wide, each
+  trial pinned to the free GPUs it needs (GPUs below);
 - `RayExecutor` (`ray_executor.py`, imported only when asked for): each trial
   a Ray task; see that module.
 
