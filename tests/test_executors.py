@@ -323,14 +323,14 @@ def test_help_does_not_import_ray():
 
 
 def test_the_local_description_says_cold_processes_under_the_clis_cold(monkeypatch):
-    """`--cold` (warm.force_cold) is the one switch for local trials: the
+    """`--cold` (warm.COLD) is the one switch for local trials: the
     executor's description says so (it used to read a flag nobody set)."""
     from tfrepro.trials import warm
 
     ex = LocalExecutor(1, runner=lambda *a, **k: TrialResult())
-    monkeypatch.setattr(warm, "_FORCE_COLD", False)
+    monkeypatch.setattr(warm, "COLD", False)
     assert "cold" not in ex.describe()
-    monkeypatch.setattr(warm, "_FORCE_COLD", True)
+    monkeypatch.setattr(warm, "COLD", True)
     assert "cold processes" in ex.describe()
 
 

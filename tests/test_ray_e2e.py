@@ -298,7 +298,7 @@ for step in range(1, 4):
 
 def test_cold_trials_are_cold_on_the_workers(cluster, tmp_path):
     """A trial's `TrialOptions(cold=True)`, and the driver's `--cold`
-    (`warm.force_cold()`), reach the worker: its trials are cold processes;
+    (`warm.COLD`), reach the worker: its trials are cold processes;
     without either they are forked warm."""
     from tfrepro.trials import warm
     from tfrepro.trials.executors import make_executor
@@ -311,13 +311,13 @@ def test_cold_trials_are_cold_on_the_workers(cluster, tmp_path):
     assert isinstance(ex, RayExecutor) and "cold" not in ex.describe()
     r = ex.run_batch(p, [Trial(request.enabled, request.settings, TrialOptions(use_cache=False, cold=True))])[0]
     assert r.extra["process"] == "cold" and r.steps_run == 3 and not r.crashed
-    warm.force_cold()
+    warm.COLD = True
     try:
         forced = RayExecutor()
         assert "cold processes" in forced.describe()
         assert forced.run_batch(p, [request])[0].extra["process"] == "cold"
     finally:
-        warm.force_cold(False)
+        warm.COLD = False
 
     if importlib.util.find_spec("tensorflow") is None:
         pytest.skip("a warm trial needs TensorFlow on the worker (its warm server imports it)")

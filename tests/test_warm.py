@@ -329,7 +329,7 @@ def test_a_server_that_grew_threads_forks_no_more(tmp_path, monkeypatch):
     from tfrepro.trials import confine
 
     monkeypatch.setenv("TFREPRO_CONFINE", "none")
-    monkeypatch.setattr(confine, "_UNCONFINED", True)
+    monkeypatch.setattr(confine, "UNCONFINED", True)
     grow = drop / "grow"
     (mods / "spawner.py").write_text(
         textwrap.dedent(f"""\

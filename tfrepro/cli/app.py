@@ -184,7 +184,7 @@ def _trial_switch(ctx: click.Context, param: click.Parameter, on: bool) -> None:
     if on:
         from tfrepro.trials import confine, warm
 
-        {"cold": warm.force_cold, "unconfined": confine.allow_unconfined}[param.name]()
+        setattr({"cold": warm, "unconfined": confine}[param.name], param.name.upper(), True)
 
 
 def cold_option(f):

@@ -219,12 +219,9 @@ def sweep_children() -> None:
         for pid in kids:
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL) if os.getpgid(pid) == pid else os.kill(pid, signal.SIGKILL)
-        while True:
-            try:
-                if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                    break
-            except ChildProcessError:
-                break
+        with contextlib.suppress(ChildProcessError):  # reap the killed until none is left
+            while os.waitpid(-1, os.WNOHANG)[0]:
+                pass
 
 
 def _children(pid: int) -> list:

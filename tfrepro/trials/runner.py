@@ -297,7 +297,7 @@ def run_variant(
 ) -> TrialResult:
     """Run an already rendered variant (no cache; `how.env` is its whole
     environment override), warm or cold (the module docstring; `--cold`:
-    `warm.forced_cold`). `trial_dir` receives the config, the result and the
+    `warm.COLD`). `trial_dir` receives the config, the result and the
     logs. Raises what interrupted the parent (KeyboardInterrupt;
     `TrialStopped` from `stop_trials`) after killing the child's process tree."""
     trial_dir = Path(trial_dir).resolve()
@@ -310,7 +310,7 @@ def run_variant(
     # The driver's TensorFlow says nothing about another interpreter's trial.
     tf_fallback = None if how.python else this_versions()["tensorflow"]
     full_env = child_env(settings, config_path, how.env)
-    pool = None if how.cold or warm.forced_cold() else warm_pool or warm.default_pool()
+    pool = None if how.cold or warm.COLD else warm_pool or warm.default_pool()
     end = spawn(cmd, Path(variant_dir), full_env, settings.timeout_s, trial_dir, pool)
     result = _collect(end, settings, trial_dir, tf_fallback)
     return confine.note_outside(replace(result, extra={**result.extra, "process": end.process}), trial_dir)
@@ -321,8 +321,6 @@ def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: s
     result_path, stderr_path = trial_dir / "result.json", trial_dir / "stderr.log"
     rc = end.rc
     base = {"exit_code": rc, "wall_s": round(end.wall_s, 4), "log_dir": str(trial_dir)}
-    if end.error is not None:  # it could not start
-        return TrialResult(crashed=True, error=end.error, tf_version=tf_fallback, **base)
     if end.timed_out:
         progress = read_json(Path(harness.progress_path(str(result_path)))) or {}
         error = f"timed out after {settings.timeout_s:g} s"
@@ -331,23 +329,14 @@ def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: s
         return TrialResult.from_dict(
             {**progress, "timed_out": True, "error": error, "tf_version": tf_fallback, **base, "exit_code": None}
         )
-    data = read_json(result_path)
-    if data is None:
-        # Died without a word from the harness: segfault, os._exit, python -S.
-        crashed = rc != 0
-        return TrialResult(
-            crashed=crashed,
-            error=_crash_line(rc, stderr_path) if crashed else None,
-            tf_version=tf_fallback,
-            extra={"no_result": True},
-            **base,
-        )
+    if end.error is not None:  # it could not start
+        data = {"crashed": True, "error": end.error}
+    elif (data := read_json(result_path)) is None:  # died without a word: segfault, os._exit, python -S
+        data = {"extra": {"no_result": True}}
     result = TrialResult.from_dict({**data, **base})
     if rc != 0 and not result.crashed:
         result = replace(result, crashed=True, error=result.error or _crash_line(rc, stderr_path))
-    if result.tf_version is None:
-        result = replace(result, tf_version=tf_fallback)
-    return result
+    return result if result.tf_version is not None else replace(result, tf_version=tf_fallback)
 
 
 def usage_error(rc: int | None, stderr_path: Path) -> str | None:

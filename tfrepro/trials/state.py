@@ -167,15 +167,12 @@ class StateDir:
     @staticmethod
     def intact(trial_dir: Path) -> bool:
         """Whether `trial_dir` is still the dir this process made (its mark
-        not removed or replaced under it while its trial ran)."""
-        fd = _HELD.get(str(trial_dir))
+        not removed or replaced under it while its trial ran; `new_trial_dir` holds it)."""
         try:
             st = os.lstat(Path(trial_dir) / MARK)
         except OSError:
             return False
-        if fd is None:
-            return stat.S_ISREG(st.st_mode)
-        held = os.fstat(fd)
+        held = os.fstat(_HELD[str(trial_dir)])
         return (st.st_dev, st.st_ino) == (held.st_dev, held.st_ino)
 
     def cache_file(self, key: str) -> Path:
@@ -199,10 +196,9 @@ class StateDir:
         for n in range(1, 1000):
             d = base / (stamp if n == 1 else f"{stamp}-{n}")
             try:
-                d.mkdir()
+                self.make_dir(d)  # in use until this process ends
             except FileExistsError:
                 continue
-            hold(d)  # in use until this process ends
             (d / "trials").mkdir()
             return d
         raise FileExistsError(f"cannot create a run directory under {base}")

@@ -29,7 +29,6 @@ import json
 import os
 import re
 import select
-import signal
 import socket
 import subprocess
 import threading
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfrepro import inside
+from tfrepro.inside.warm import killpg, recv_line
 from tfrepro.trials import confine, ownedtmp
 
 WARM_SERVER = inside.INSIDE_DIR / "warm.py"
@@ -112,21 +112,16 @@ class WarmChild:
     def wait(self, timeout: float | None) -> int:
         """The child's return code as Popen gives it (negative: killed by a
         signal). Raises subprocess.TimeoutExpired, or ServerLost."""
-        buf = b""
         try:
             self.conn.settimeout(timeout)  # the server writes its one line when the child has ended
-            while not buf.endswith(b"\n"):
-                chunk = self.conn.recv(4096)
-                if not chunk:
-                    raise ConnectionError("closed")
-                buf += chunk
+            answer = recv_line(self.conn)
         except TimeoutError:
             raise subprocess.TimeoutExpired(["warm", str(self.pid)], timeout or 0) from None
         except OSError:
             self.server.dead = True
             raise ServerLost(f"warm server {self.server.pid} lost while trial {self.pid} ran") from None
         self.close()
-        return os.waitstatus_to_exitcode(json.loads(buf)["status"])
+        return os.waitstatus_to_exitcode(answer["status"])
 
     def close(self) -> None:
         if self.conn.fileno() >= 0:
@@ -195,14 +190,11 @@ class WarmServer:
         """A module of the script's dir that a cold run would import instead of
         the one this server imported already (a local `utils.py`, `six.py`, ...)."""
         loaded = set(self.info.get("modules", ()))
-        try:
-            entries = list(script_dir.iterdir())
-        except OSError:
-            return None
-        for entry in entries:
-            name = entry.stem if entry.suffix == ".py" else entry.name if entry.is_dir() else None
-            if name in loaded:
-                return name
+        with contextlib.suppress(OSError):  # an unreadable dir: nothing to shadow
+            for entry in script_dir.iterdir():
+                name = entry.stem if entry.suffix == ".py" else entry.name if entry.is_dir() else None
+                if name in loaded:
+                    return name
         return None
 
     def alive(self) -> bool:
@@ -231,14 +223,8 @@ class WarmServer:
             conn.settimeout(30)
             conn.connect(self.sock_path)
             conn.sendall(json.dumps(job).encode() + b"\n")
-            buf = b""
-            while not buf.endswith(b"\n"):
-                chunk = conn.recv(4096)
-                if not chunk:
-                    raise OSError("connection closed")
-                buf += chunk
+            answer = recv_line(conn)
             conn.settimeout(None)
-            answer = json.loads(buf)
         except (OSError, ValueError) as e:
             conn.close()
             self.dead = not self.alive() or isinstance(e, OSError)
@@ -258,8 +244,7 @@ class WarmServer:
                 self.proc.stdin.close()  # EOF: the server kills its children and exits (a pipe: `start`)
                 self.proc.wait(timeout=5)
             except (OSError, subprocess.TimeoutExpired):
-                with contextlib.suppress(OSError):
-                    os.killpg(self.proc.pid, signal.SIGKILL)
+                killpg(self.proc.pid)
                 self.proc.wait()
         self.owned.close()
 
@@ -348,6 +333,10 @@ class WarmPool:
             server.close()
 
 
+# `--cold` (the CLI's switch): every trial this process runs, or sends to a Ray
+# worker, runs in a cold process (`TrialOptions.cold` does the same for one
+# trial); `runner.run_variant` and the Ray tasks this process sends read it.
+COLD = False
 _DEFAULT: WarmPool | None = None
 _DEFAULT_LOCK = threading.Lock()
 
@@ -363,26 +352,8 @@ def default_pool() -> WarmPool:
         return _DEFAULT
 
 
-def force_cold(cold: bool = True) -> None:
-    """`--cold`: every trial this process runs, or sends to a Ray worker, runs
-    in a cold process (the CLI's switch; `TrialOptions.cold` does the same
-    for one trial)."""
-    global _FORCE_COLD
-    _FORCE_COLD = cold
-
-
-def forced_cold() -> bool:
-    """Whether `force_cold()` is on in this process (`runner.run_variant` and
-    the Ray tasks this process sends ask, with their trial's own `cold`)."""
-    return _FORCE_COLD
-
-
-_FORCE_COLD = False
-
-
 def close_default_pool() -> None:
     """End the process's warm servers (the next trial starts new ones)."""
-    with _DEFAULT_LOCK:
-        pool = _DEFAULT
+    pool = _DEFAULT  # one read: `default_pool` may replace it meanwhile
     if pool is not None:
         pool.close()
