@@ -32,7 +32,7 @@ from typing import Any
 
 from tfrepro.bisect import compile_pin
 from tfrepro.settings import late_steps
-from tfrepro.trials import classify
+from tfrepro.trials import classify, slowdown
 from tfrepro.trials.ddmin import Config
 from tfrepro.trials.memcheck import is_oom
 from tfrepro.trials.trial import Purpose, TrialOptions
@@ -80,7 +80,7 @@ def timing_stop(result: TrialResult, shown: frozenset[Verdict]) -> Verdict:
     return classify.primary(shown & (BASELINE_FAILURES if is_oom(result) else STOPPERS))
 
 
-def untimed(outcomes: list[classify.TimingOutcome] | None) -> str | None:
+def untimed(outcomes: list[slowdown.TimingOutcome] | None) -> str | None:
     """Why the last timing comparison of a candidate (`outcomes`: its
     comparisons, `TimingPool.outcomes`) decided nothing, in every mode: once
     no symptom was picked, a slowdown asked for of an end that `could not be
@@ -300,7 +300,7 @@ class Ends:
         trials), over the end runs made so far; None when either end has no
         step time (or the baseline's is 0)."""
         mb, mf = (
-            min((m for t in runs if (m := classify.timing_sample(t)) is not None), default=None)
+            min((m for t in runs if (m := slowdown.timing_sample(t)) is not None), default=None)
             for runs in self._end_runs()
         )
         return mf / mb if mb and mf is not None else None

@@ -50,7 +50,7 @@ from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.replay import Replay
 from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.trials import classify
+from tfrepro.trials import classify, slowdown
 from tfrepro.trials.calls import slower_calls
 from tfrepro.trials.ddmin import Config, Oracle, ablation, ddmin, halving
 from tfrepro.trials.executors import Executor, Runner, make_executor
@@ -308,19 +308,17 @@ class _Bisection(Ends, Replay):
 
     def _timed(
         self, config: Config, fresh: int = 1, *, search: bool = False, explains: bool = False
-    ) -> classify.TimingOutcome:
+    ) -> slowdown.TimingOutcome:
         """The timing comparison of `config` against the baseline (trials/timing.py);
         `search`: the search's looser "not slower" (one clear pair even on a
         loaded machine, the rank test at SEARCH_ALPHA_NOT_SLOWER); `search`
         or `explains`: "slower" only at SEARCH_SHARE of the failing
         configuration's slowdown (`_search_share`)."""
         o = self.opts
-        lenient: dict[str, float] = (
-            {"loaded_not_slower": 1, "alpha_not_slower": SEARCH_ALPHA_NOT_SLOWER} if search else {}
-        )
-        if search or explains:
-            lenient["at_least"] = self._search_share()
-        got = self.timing_pool.timed(config, fresh=fresh, min_pairs=o.timing_min, max_pairs=o.timing_max, **lenient)
+        policy = slowdown.SequentialPolicy(fresh, o.timing_min, o.timing_max)
+        if search:
+            policy = replace(policy, loaded_not_slower=1, alpha_not_slower=SEARCH_ALPHA_NOT_SLOWER)
+        got = self.timing_pool.timed(config, policy, at_least=self._search_share() if search or explains else 0.0)
         for rec in self.records:
             if rec.role == Purpose.TIMING and frozenset(rec.enabled) == config:
                 rec.verdict = got.verdict

@@ -40,7 +40,7 @@ from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor
 from tfrepro.trials.sigterm import sigterm_interrupts
-from tfrepro.trials.slowdown import TimingOutcome
+from tfrepro.trials.slowdown import SequentialPolicy, TimingOutcome
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Trial
 from tfrepro.trials.untestable import ends_reason
@@ -246,7 +246,7 @@ class RangeRun:
         timed or None). Repeat indices are deterministic: a re-run gets the
         finished trials from the cache."""
         o = self.options
-        out = self.timing.timed(point, min_pairs=o.timing_min, max_pairs=o.timing_max)
+        out = self.timing.timed(point, SequentialPolicy(min_samples=o.timing_min, max_samples=o.timing_max))
         why = untimed([out])
         return (False, why) if why else (out.verdict is Verdict.SLOWDOWN, None)
 

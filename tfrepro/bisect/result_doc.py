@@ -19,7 +19,7 @@ from tfrepro import __version__
 from tfrepro.bisect.compile_pin import CompileDiff, differing
 from tfrepro.bisect.trial_log import trial_row
 from tfrepro.settings import TrialSettings
-from tfrepro.trials import classify
+from tfrepro.trials import classify, slowdown
 from tfrepro.trials.ddmin import Config
 from tfrepro.trials.values import AlsoSeen, RunResult, Status, TrialResult, TrialRow, evidence_doc
 from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
@@ -147,7 +147,7 @@ class FeatureEvidence:
     ablation: Mapping[str, str] | None = None
     trials_table: tuple[TrialRow, ...] = ()
     noise: float = 0.0
-    timing: classify.TimingOutcome | None = None
+    timing: slowdown.TimingOutcome | None = None
     version: str = __version__
     warnings: tuple[str, ...] = ()  # what trials said about themselves (e.g. XLA dropped under determinism)
     compile_differs: tuple[CompileDiff, ...] = ()

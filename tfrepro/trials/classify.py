@@ -2,13 +2,13 @@
 
 Two questions live here, kept apart because they need different evidence:
 
-- `symptoms` / `classify`: one trial against its reference. NaN, crash and
+- `symptoms` / `primary`: one trial against its reference. NaN, crash and
   timeout are facts of the trial alone; a mismatch compares the per-step losses
   with the reference, the same configuration with only its `affects_loss`
   features on (the baseline when it has none).
 - `sequential_slowdown`: a slowdown is never read off one trial, but off
   timing pairs (a candidate between two baseline trials); that decision
-  lives in `trials/slowdown.py`, and what its callers use is re-exported here.
+  lives in `trials/slowdown.py`.
 """
 
 from __future__ import annotations
@@ -19,14 +19,6 @@ from dataclasses import replace
 
 from tfrepro.settings import SymptomSettings
 from tfrepro.trials.memcheck import decide_memory, is_oom
-from tfrepro.trials.slowdown import (  # noqa: F401  (the slowdown decision, re-exported: classify is the one entry)
-    SequentialPolicy,
-    TimingOutcome,
-    TimingPair,
-    sequential_slowdown,
-    timing_pair,
-    timing_sample,
-)
 from tfrepro.trials.values import TrialResult
 from tfrepro.verdicts import SYMPTOM_ORDER, Verdict
 
@@ -138,19 +130,6 @@ def primary(shown: frozenset[Verdict] | set[Verdict], target: Verdict | None = N
     if target is not None and target in shown:
         return target
     return next((v for v in (*SYMPTOM_ORDER, Verdict.UNTESTABLE) if v in shown), Verdict.OK)
-
-
-def classify(
-    result: TrialResult,
-    *,
-    reference: TrialResult | None,
-    settings: SymptomSettings,
-    noise: float = 0.0,
-    target: Verdict | None = None,
-    baselines: Sequence[TrialResult] = (),
-) -> Verdict:
-    """The one verdict of a trial (see `symptoms` and `primary`)."""
-    return primary(symptoms(result, reference=reference, settings=settings, noise=noise, baselines=baselines), target)
 
 
 def first_steps(result: TrialResult, steps: int) -> TrialResult:
