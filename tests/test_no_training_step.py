@@ -81,8 +81,7 @@ def test_a_feature_that_exits_after_3_of_40_steps_is_found(tmp_path):
 
 
 def test_stopped_early_and_no_training_step_are_pure_judgements():
-    from tfrepro.trials.classify import stopped_early
-    from tfrepro.trials.untestable import no_step_reason
+    from tfrepro.trials.classify import no_step_reason, stopped_early
     from tfrepro.trials.values import TrialResult
 
     base = TrialResult(losses=(1.0,) * 40, steps_run=40)

@@ -1,7 +1,7 @@
 """The bisection's two ends. The rules of every mode (feature mode here,
 range mode in `ranges.check_ends`): what makes the good end fail
 (`BASELINE_FAILURES`), an end trial the executor lost (`lost`), an end that
-cannot be measured (`untestable.ends_reason`), then a clean early exit as a
+cannot be measured (`classify.ends_reason`), then a clean early exit as a
 crash (`early_exit`), the symptom the hunt locks onto (`pick_symptom`), a
 timing that stopped (`timing_stop`, `untimed`).
 
@@ -36,7 +36,6 @@ from tfrepro.trials import classify, slowdown
 from tfrepro.trials.ddmin import Config
 from tfrepro.trials.memcheck import is_oom
 from tfrepro.trials.trial import Purpose, TrialOptions
-from tfrepro.trials.untestable import ends_reason
 from tfrepro.trials.values import RunResult, Status, TrialResult
 from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 
@@ -202,11 +201,11 @@ class Ends:
 
     def _unmeasured(self, symptom: Verdict | None) -> RunResult | None:
         """`untestable` when an end ran no training step or `symptom` could
-        not be measured (trials/untestable.py); the failing configuration
+        not be measured (`classify.ends_reason`); the failing configuration
         judged on its own symptoms, before `early_exit` (as in range mode)."""
         full, fails = frozenset(self.features), self._end_runs()[1]
         failed = any(self._shows(full, t, early=False) & STOPPERS for t in fails)
-        reason = ends_reason(self._end_runs()[0], fails, symptom, failed=failed)
+        reason = classify.ends_reason(self._end_runs()[0], fails, symptom, failed=failed)
         return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
 
     def _baseline_words(self) -> tuple[str, str]:
@@ -414,9 +413,7 @@ def later_calls_steps(result: TrialResult, steps: int) -> int | None:
     whose fit#1 alone is longer than `steps`: a slowdown there is in no capped
     trial): up to the last such call's start plus `steps` (at most what the run
     ran). None when every call starts within `steps`."""
-    from tfrepro.trials.calls import calls_of
-
-    starts = [c.start for c in calls_of(result) if c.start >= steps and c.end > c.start]
+    starts = [c.start for c in classify.calls_of(result) if c.start >= steps and c.end > c.start]
     return max(steps, min(result.steps_run, max(starts) + steps)) if starts else None
 
 

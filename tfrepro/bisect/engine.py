@@ -51,7 +51,6 @@ from tfrepro.bisect.replay import Replay
 from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.trials import classify, slowdown
-from tfrepro.trials.calls import slower_calls
 from tfrepro.trials.ddmin import Config, Oracle, ablation, ddmin, halving
 from tfrepro.trials.executors import Executor, Runner, make_executor
 from tfrepro.trials.memcheck import decide_memory
@@ -143,7 +142,7 @@ class _Bisection(Ends, Replay):
         )
         self.timing = self.timing_pool.outcomes
         self.dropped: list[dict[str, str]] = []
-        self.timed_calls: tuple[str, ...] = ()  # what timing trials time (trials/calls.py)
+        self.timed_calls: tuple[str, ...] = ()  # what timing trials time (`classify.slower_calls`)
         self.memory_doubt: str | None = None  # why a memory signal did not decide the hunt
         if not project.feature_names:  # bad input, before any trial (as a slowdown without steps to time)
             raise UserError(
@@ -351,7 +350,7 @@ class _Bisection(Ends, Replay):
         if stopped is not None:
             return stopped
         # timing trials time the calls the failing configuration ran slower than the baseline (fit#2...)
-        self.timed_calls = slower_calls(*self._end_runs(), self._screen())
+        self.timed_calls = classify.slower_calls(*self._end_runs(), self._screen())
         full = frozenset(self.features)
         shown = set().union(*(self._shows(full, t) for t in self._end_runs()[1]))
         target = self.target = pick_symptom(  # memory by evidence, a slowdown by its timing

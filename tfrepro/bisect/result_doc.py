@@ -80,9 +80,7 @@ def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
 
 
 def _symptom_call(run: _Bisection, symptom: Verdict | None, cfg: Config) -> str | None:
-    """The training call (fit#2, file:line) the symptom shows in (trials/calls.py)."""
-    from tfrepro.trials.calls import symptom_call, where_mapper
-
+    """The training call (fit#2, file:line) the symptom shows in (`classify.symptom_call`)."""
     texts = {}  # zero-edit: the variant's lines are the annotated text's, not the file's
     detection = run.project.detection
     for rel, annotated in (detection.texts if detection is not None else {}).items():
@@ -90,7 +88,9 @@ def _symptom_call(run: _Bisection, symptom: Verdict | None, cfg: Config) -> str 
             texts[rel] = (annotated, (Path(run.project.root) / rel).read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError):
             continue
-    return symptom_call(best(run.memo, run._shows, cfg, symptom), symptom, run.timed_calls, where_mapper(texts))
+    return classify.symptom_call(
+        best(run.memo, run._shows, cfg, symptom), symptom, run.timed_calls, classify.where_mapper(texts)
+    )
 
 
 def _known_cost(run: _Bisection, status: Status, symptom: Verdict | None, culprits: Config) -> CostFound | None:
