@@ -316,7 +316,6 @@ class PreflightResult:
     project: Any  # the project to bisect (features dropped, if any)
     baseline: TrialResult  # its baseline trial (the last one run)
     dropped: list[dict[str, str]] = field(default_factory=list)
-    trials: int = 0
 
 
 def broken(result: TrialResult) -> bool:
@@ -372,19 +371,17 @@ def preflight(project: Any, run: Callable[[Any], TrialResult], *, max_rounds: in
     Pure logic over an injected `run(project) -> TrialResult`: tested with fakes.
     """
     first = run(project)
-    trials = 1
     if not broken(first) or not project.feature_names:
-        return PreflightResult(project, first, [], trials)
+        return PreflightResult(project, first)
     current, result, dropped = project, first, []
     for _ in range(max_rounds):
         changed = None
         for name in suspects(current, result.error):
             got = run(current.exclude({name: "preflight"}))
-            trials += 1
             if not broken(got):
                 dropped.append({"name": name, "reason": _reason(result.error, True)})
                 kept_on = project.exclude({d["name"]: "preflight: " + d["reason"] for d in dropped})
-                return PreflightResult(kept_on, got, dropped, trials)
+                return PreflightResult(kept_on, got, dropped)
             if changed is None and got.error != result.error:
                 changed = (name, got)
         if changed is None:
@@ -392,7 +389,7 @@ def preflight(project: Any, run: Callable[[Any], TrialResult], *, max_rounds: in
         name, got = changed
         dropped.append({"name": name, "reason": _reason(result.error, False)})
         current, result = current.exclude({name: "preflight"}), got
-    return PreflightResult(project, first, [], trials)
+    return PreflightResult(project, first)
 
 
 # -- the late step and the nan-state trial ------------------------------------

@@ -26,7 +26,6 @@ from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 
 if TYPE_CHECKING:
     from tfrepro.bisect.engine import _Bisection
-    from tfrepro.costs import CostFound
 
 Shows = Callable[[Config, TrialResult], frozenset[Verdict]]
 
@@ -77,31 +76,6 @@ def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
     )
     hint = f"memory ({doubt}): rerun with --symptom memory --repeats 3 to hunt it"
     return [replace(s, hint=hint) if s.symptom == Verdict.MEMORY.value and doubt else s for s in seen]
-
-
-def _symptom_call(run: _Bisection, symptom: Verdict | None, cfg: Config) -> str | None:
-    """The training call (fit#2, file:line) the symptom shows in (`classify.symptom_call`)."""
-    texts = {}  # zero-edit: the variant's lines are the annotated text's, not the file's
-    detection = run.project.detection
-    for rel, annotated in (detection.texts if detection is not None else {}).items():
-        try:
-            texts[rel] = (annotated, (Path(run.project.root) / rel).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError):
-            continue
-    return classify.symptom_call(
-        best(run.memo, run._shows, cfg, symptom), symptom, run.timed_calls, classify.where_mapper(texts)
-    )
-
-
-def _known_cost(run: _Bisection, status: Status, symptom: Verdict | None, culprits: Config) -> CostFound | None:
-    """A found slowdown whose culprits are documented costs on the hardware
-    the culprit configuration's trials ran on (tfrepro/costs.py)."""
-    from tfrepro.costs import known_cost
-
-    if status is not Status.FOUND or symptom is not Verdict.SLOWDOWN:
-        return None
-    hw = next((t.extra["hardware"] for (c, _r), t in run.memo.items() if c == culprits and t.extra.get("hardware")), {})
-    return known_cost(sorted(culprits), symptom.value, hw, run.project.description)
 
 
 @dataclass(frozen=True)
@@ -177,6 +151,17 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
     for rec in run.records:  # each with its verdict: judged now for the trials the search did not judge itself
         if rec.verdict is None:
             rec.verdict = classify.primary(run._shows(frozenset(rec.enabled), rec.result), symptom)
+    texts = {}  # zero-edit: the variant's lines are the annotated text's, not the file's (`symptom_call`)
+    detection = run.project.detection
+    for rel, annotated in (detection.texts if detection is not None else {}).items():
+        try:
+            texts[rel] = (annotated, (Path(run.project.root) / rel).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue
+    named = config if config is not None else full  # the training call (fit#2, file:line) the symptom shows in
+    call = classify.symptom_call(
+        best(run.memo, run._shows, named, symptom), symptom, run.timed_calls, classify.where_mapper(texts)
+    )
     return FeatureEvidence(
         project=str(Path(run.project.root).resolve()),
         settings=run.settings,
@@ -198,7 +183,7 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
         warnings=tuple(sorted({w for r in run.records for w in r.result.extra.get("warnings", [])})),
         compile_differs=tuple(differing(run.memo.get((full, 0)), kept)),
         timed_calls=run.timed_calls,
-        symptom_call=_symptom_call(run, symptom, config if config is not None else full),
+        symptom_call=call,
         **(a.extra or {}),
     )
 
@@ -206,6 +191,14 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
 def finish(run: _Bisection, a: Answer) -> RunResult:
     """The run's answer from the bisection `run` (its trials, settings and
     run dir), written to `<run_dir>/result.json`."""
+    from tfrepro.costs import known_cost
+
+    cost = None  # a found slowdown whose culprits are documented costs on the hardware their trials ran on
+    if a.status is Status.FOUND and a.symptom is Verdict.SLOWDOWN:
+        hw = next(
+            (t.extra["hardware"] for (c, _r), t in run.memo.items() if c == a.culprits and t.extra.get("hardware")), {}
+        )
+        cost = known_cost(sorted(a.culprits), a.symptom.value, hw, run.project.description)
     result = RunResult(
         a.status,
         a.symptom,
@@ -216,6 +209,6 @@ def finish(run: _Bisection, a: Answer) -> RunResult:
         also_seen=tuple(also_seen_of(run, a.symptom)),
         error=a.error,
         reason=a.reason,
-        known_cost=_known_cost(run, a.status, a.symptom, a.culprits),
+        known_cost=cost,
     )
     return run.log.answer(result, _evidence(run, a))
