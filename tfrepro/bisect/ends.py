@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tfrepro.bisect import compile_pin
+from tfrepro.bisect import result_doc
 from tfrepro.settings import late_steps
 from tfrepro.trials import classify, slowdown
 from tfrepro.trials.ddmin import Config
@@ -189,13 +189,13 @@ class Ends:
 
     def _pin_compile(self, full: Config) -> None:
         """Keras 3's jit_compile="auto" pinned to what the failing
-        configuration resolved it to (bisect/compile_pin.py); the trials that
+        configuration resolved it to (`result_doc.pin_for`); the trials that
         ran before the pin was known and resolved otherwise run again."""
-        pin = compile_pin.pin_for(self.memo[(full, 0)])
+        pin = result_doc.pin_for(self.memo[(full, 0)])
         if pin is None or self.settings.jit_auto is not None:
             return
         self.settings = replace(self.settings, jit_auto=pin)
-        stale = [k for k, r in self.memo.items() if compile_pin.auto_differs(r, pin)]
+        stale = [k for k, r in self.memo.items() if result_doc.auto_differs(r, pin)]
         self.memo = {k: r for k, r in self.memo.items() if k not in stale}
         self._many([(c, r, "pinned") for c, r in stale])
 

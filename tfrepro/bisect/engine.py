@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from tfrepro.bisect import compile_pin, result_doc
+from tfrepro.bisect import result_doc
 from tfrepro.bisect.ends import Ends, early_exit, pick_symptom, save_nan_state, timing_stop, untimed, within_steps
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.options import BisectOptions
@@ -361,7 +361,7 @@ class _Bisection(Ends, Replay):
             why = f"the failing configuration {why}"
             return self._finish(Status.UNTESTABLE, Verdict.SLOWDOWN, error=why, reason=why)
         if target is None:
-            note = compile_pin.one_replica_note(self.memo[(full, 0)], self.settings.replicas)
+            note = result_doc.one_replica_note(self.memo[(full, 0)], self.settings.replicas)
             return self._finish(Status.NONE, self.opts.symptom, extra={"note": note} if note else None)
         culprits, config, table = self._search(target)
         if target == Verdict.NAN:
