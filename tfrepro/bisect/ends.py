@@ -45,17 +45,25 @@ BASELINE_FAILURES = STOPPERS | {Verdict.MEMORY}
 
 
 def early_exit(
-    shown: frozenset[Verdict], result: TrialResult, good: TrialResult | None, steps: int | None
+    shown: frozenset[Verdict], result: TrialResult, good: TrialResult | None, steps: int
 ) -> frozenset[Verdict]:
     """What a trial shows, in every mode: `shown` (its own symptoms), or a
-    crash when it showed nothing but exited cleanly before the good end's
-    run `good` did (within `steps`: `classify.stopped_early`; `sys.exit(0)`
-    after 3 of 40 steps is no healthy run). The ends rule (`ends_reason`)
-    judges the ends on their own symptoms first: an end that exits before its
-    first step is `untestable`, not a crash."""
-    if not shown and classify.stopped_early(result, good, steps):
-        return frozenset({Verdict.CRASH})
-    return shown
+    crash when it showed nothing but ended cleanly with fewer training steps
+    than the good end's run `good` (at most `steps`): a feature that makes
+    the script exit early (`sys.exit(0)` after 3 of 40 steps) is no healthy
+    run. A `fit` that one of the script's callbacks stopped
+    (`model.stop_training`: EarlyStopping and its kin) ended as the script
+    asked, not early; nor did a trial the harness itself stopped (a timing
+    trial at its budget). The ends rule (`ends_reason`) judges the ends on
+    their own symptoms first: an end that exits before its first step is
+    `untestable`, not a crash."""
+    if shown or good is None or result.crashed or result.timed_out or result.could_not_run or result.nonfinite:
+        return shown
+    extra = result.extra or {}
+    # a callback stopped it, or tfrepro's harness did (a timing budget, the step cap)
+    if extra.get("callback_stops") or extra.get("stop") not in (None, "exit"):
+        return shown
+    return frozenset({Verdict.CRASH}) if result.steps_run < min(good.steps_run, steps) else shown
 
 
 def lost(end: str, runs: Iterable[TrialResult | str]) -> str | None:

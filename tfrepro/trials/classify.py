@@ -113,23 +113,6 @@ def symptoms(
     return frozenset(found)
 
 
-def stopped_early(result: TrialResult, reference: TrialResult | None, steps: int | None = None) -> bool:
-    """A trial that ended cleanly (no crash, timeout or NaN) with fewer training
-    steps than its reference ran (at most `steps`): a feature that makes the
-    script exit early (`sys.exit(0)` after 3 of 40 steps) is not healthy. A
-    `fit` that one of the script's callbacks stopped (`model.stop_training`:
-    EarlyStopping and its kin) ended as the script asked, not early; nor did
-    a trial the harness itself stopped (a timing trial at its budget)."""
-    if reference is None or result.crashed or result.timed_out or result.could_not_run or result.nonfinite:
-        return False
-    extra = result.extra or {}
-    # a callback stopped it, or tfrepro's harness did (a timing budget, the step cap)
-    if extra.get("callback_stops") or extra.get("stop") not in (None, "exit"):
-        return False
-    want = reference.steps_run if steps is None else min(reference.steps_run, steps)
-    return result.steps_run < want
-
-
 def primary(shown: frozenset[Verdict] | set[Verdict], target: Verdict | None = None) -> Verdict:
     """One verdict out of several: the hunted `target` when shown (the search is
     locked onto one symptom), otherwise the first in `SYMPTOM_ORDER`, else OK."""
