@@ -314,7 +314,7 @@ class _Bisection(Ends, Replay):
         or `explains`: "slower" only at SEARCH_SHARE of the failing
         configuration's slowdown (`_search_share`)."""
         o = self.opts
-        policy = slowdown.SequentialPolicy(fresh, o.timing_min, o.timing_max)
+        policy = slowdown.SequentialPolicy(min_new=fresh, min_samples=o.timing_min, max_samples=o.timing_max)
         if search:
             policy = replace(policy, loaded_not_slower=1, alpha_not_slower=SEARCH_ALPHA_NOT_SLOWER)
         got = self.timing_pool.timed(config, policy, at_least=self._search_share() if search or explains else 0.0)
