@@ -26,7 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from tfrepro.project import Project  # noqa: E402
 from tfrepro.scaffold.generate import new_project  # noqa: E402
-from tfrepro.trials.classify import classify, measure_noise, sequential_slowdown, timing_pair  # noqa: E402
+from tfrepro.trials import classify  # noqa: E402
+from tfrepro.trials.classify import measure_noise, sequential_slowdown, timing_pair  # noqa: E402
 from tfrepro.trials.runner import run_trial  # noqa: E402
 from tfrepro.verdicts import Verdict  # noqa: E402
 
@@ -40,7 +41,7 @@ def judge_defaults(project: Project) -> dict[str, object]:
     reference_set = every & project.affects_loss
     reference = run_trial(project, reference_set, settings) if reference_set else base[0]
     noise = measure_noise(base[0], base[1])
-    verdict = classify(full, reference=reference, settings=symptoms, noise=noise)
+    verdict = classify.primary(classify.symptoms(full, reference=reference, settings=symptoms, noise=noise))
 
     def pair(i: int):  # B C B, as the bisect times a candidate
         before = run_trial(project, (), dataclasses.replace(settings, repeat=2 * i))

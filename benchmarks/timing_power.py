@@ -7,7 +7,7 @@ Four parts, each printing a table and the load average (1, 5, 15 min):
             batch 64), each through the real harness with a long fixed step
             count; their per-step times are saved as JSON traces.
   resample  (traces recorded here at load 4-13 on 2 cores: benchmarks/data/)
-            the classifier's sequential decision (classify.sequential_slowdown)
+            the classifier's sequential decision (slowdown.sequential_slowdown)
             on pairs drawn from recorded traces, each trace cut to the time
             budget the harness would stop at: A/A (a bare trial between two
             bare ones), a uniform 1.4x (that middle trial's steps x1.4) and
@@ -265,7 +265,7 @@ def real(n: int) -> None:
     for i in range(n):
         for name, key in (("A/A", f"aa{i}"), ("mixed_float16", f"mixed_precision{i}")):
             before = next(counter)
-            out = pool.timed(frozenset({key}), min_pairs=3, max_pairs=16)
+            out = pool.timed(frozenset({key}), SequentialPolicy(min_samples=3, max_samples=16))
             trials = next(counter) - before - 1
             totals.setdefault(name, []).append(out)
             print(

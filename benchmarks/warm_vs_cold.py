@@ -10,7 +10,7 @@ Two parts, every trial through the real runner (`run_variant`):
    the runner makes them, cold then warm, each trial in a fresh variant
    directory: the per-step losses must be bit-identical, the crash line, the
    first non-finite step and the timeout too, and the verdict of
-   `classify.classify` the same, warm and cold each judged against the same
+   `classify.primary` the same, warm and cold each judged against the same
    reference (the cold baseline: its losses for mismatch, its memory for
    memory; a slowdown is never decided by `classify`, the median step times
    are printed instead). Exceptions, each with its reason, in `RANDOM_BY_DESIGN`
@@ -86,7 +86,7 @@ def end_facts(r: TrialResult) -> tuple:
 def verdict(r: TrialResult, reference: TrialResult, project: Project) -> str:
     """The classifier's verdict of `r` against `reference` (losses and memory)."""
     sym = project.manifest.symptoms
-    return classify.classify(r, reference=reference, settings=sym, baselines=(reference,)).value
+    return classify.primary(classify.symptoms(r, reference=reference, settings=sym, baselines=(reference,))).value
 
 
 def scripts(suite: str, only: set[str], scratch: Path) -> list[Script]:

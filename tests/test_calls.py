@@ -1,4 +1,4 @@
-"""Issue 26: every training call is a step source (trials/calls.py, the
+"""Issue 26: every training call is a step source (trials/classify.py's training calls, the
 timing budget per call in inside/harness_timing.py), pure, no TensorFlow."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import tfrepro
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
-from tfrepro.trials.calls import calls_of, per_call_ratios, slower_calls, symptom_call
+from tfrepro.trials.classify import calls_of, per_call_ratios, slower_calls, symptom_call
 from tfrepro.trials.values import TrialResult
 from tfrepro.verdicts import Verdict
 
@@ -101,7 +101,7 @@ def test_without_timed_calls_the_budget_is_as_before():
 
 
 def test_a_zero_edit_variant_line_is_named_as_the_users_file_line():
-    from tfrepro.trials.calls import original_line, where_mapper
+    from tfrepro.trials.classify import original_line, where_mapper
 
     original = "a = 1\nmodel.fit(x, callbacks=[Cb()])\nb = 2\nmodel.fit(\n    y,\n)\n"
     annotated = (

@@ -10,7 +10,7 @@ import pytest
 
 from tfrepro.project import Project
 from tfrepro.settings import WARMUP_STEPS
-from tfrepro.trials.calls import calls_of
+from tfrepro.trials.classify import calls_of
 from tfrepro.trials.runner import run_trial
 from tfrepro.trials.trial import TrialOptions
 

@@ -145,8 +145,11 @@ def test_could_not_run_is_untestable_never_a_symptom():
     r = could_not_run(["WorkerCrashedError: gone", "NodeDiedError: gone"])
     assert r.could_not_run and not r.crashed and "2 attempts lost" in r.error
     assert classify.symptoms(r, reference=None, settings=SymptomSettings()) == {Verdict.UNTESTABLE}
-    assert classify.classify(r, reference=None, settings=SymptomSettings()) == Verdict.UNTESTABLE
-    assert classify.classify(r, reference=None, settings=SymptomSettings(), target=Verdict.NAN) == Verdict.UNTESTABLE
+    assert classify.primary(classify.symptoms(r, reference=None, settings=SymptomSettings())) == Verdict.UNTESTABLE
+    assert (
+        classify.primary(classify.symptoms(r, reference=None, settings=SymptomSettings()), Verdict.NAN)
+        == Verdict.UNTESTABLE
+    )
     assert TrialResult.from_dict(r.to_dict()).could_not_run
 
 

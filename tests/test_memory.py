@@ -13,7 +13,7 @@ from tfrepro.errors import UserError
 from tfrepro.inside import memory as sampler
 from tfrepro.project import Manifest
 from tfrepro.settings import SymptomSettings
-from tfrepro.trials.classify import classify, symptoms
+from tfrepro.trials.classify import primary, symptoms
 from tfrepro.trials.memcheck import decide_memory, is_oom
 from tfrepro.trials.values import TrialResult
 from tfrepro.verdicts import SYMPTOM_ORDER, Verdict
@@ -195,9 +195,9 @@ def test_a_leak_of_a_megabyte_and_a_half_per_step_is_memory():
     leak = trial(noisy(rng, leak=1.5 * MB))
     d = decide_memory(leak, base, 1.5)
     assert d.shows and "grows" in d.reason
-    assert classify(leak, reference=None, settings=SETTINGS, baselines=base) == Verdict.MEMORY
+    assert primary(symptoms(leak, reference=None, settings=SETTINGS, baselines=base)) == Verdict.MEMORY
     # without baselines there is nothing to compare with: no memory verdict
-    assert classify(leak, reference=None, settings=SETTINGS) == Verdict.OK
+    assert primary(symptoms(leak, reference=None, settings=SETTINGS)) == Verdict.OK
 
 
 def test_noisy_a_a_pairs_never_show_memory_and_leaks_always_do():

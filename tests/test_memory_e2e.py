@@ -11,7 +11,7 @@ import pytest
 
 from tfrepro.project import Project
 from tfrepro.settings import SymptomSettings
-from tfrepro.trials.classify import classify
+from tfrepro.trials.classify import primary, symptoms
 from tfrepro.trials.runner import run_trial
 from tfrepro.trials.trial import TrialOptions
 from tfrepro.verdicts import Verdict
@@ -41,7 +41,7 @@ def test_tensorflow_oom_under_a_low_address_space_limit_is_memory(tmp_path):
     result = run_trial(project, (), project.manifest.trial, TrialOptions(use_cache=False))
     assert result.crashed and "ResourceExhaustedError" in (result.error or "")
     assert result.peak_rss_bytes and result.steps_run == 1
-    assert classify(result, reference=None, settings=SymptomSettings()) == Verdict.MEMORY
+    assert primary(symptoms(result, reference=None, settings=SymptomSettings())) == Verdict.MEMORY
 
 
 def test_a_numpy_memory_error_and_an_oom_kill_are_memory(tmp_path):
@@ -66,7 +66,7 @@ def test_a_numpy_memory_error_and_an_oom_kill_are_memory(tmp_path):
         result = run_trial(project, (), project.manifest.trial, TrialOptions(use_cache=False))
         assert result.crashed and not result.timed_out
         assert what in (result.error or ""), result.error
-        assert classify(result, reference=None, settings=SymptomSettings()) == Verdict.MEMORY
+        assert primary(symptoms(result, reference=None, settings=SymptomSettings())) == Verdict.MEMORY
 
 
 def test_a_loop_trial_records_rss_per_step_and_sees_a_leak(tmp_path):
@@ -83,5 +83,5 @@ def test_a_loop_trial_records_rss_per_step_and_sees_a_leak(tmp_path):
     leak = run_trial(project, ("leak",), project.manifest.trial, TrialOptions(use_cache=False))
     assert len(leak.rss_per_step) == 30 and leak.peak_rss_bytes >= max(leak.rss_per_step)
     assert leak.growth_per_step == pytest.approx(4 * 1024 * 1024, rel=0.1)
-    assert classify(leak, reference=None, settings=SymptomSettings(), baselines=base) == Verdict.MEMORY
-    assert classify(base[1], reference=None, settings=SymptomSettings(), baselines=base) == Verdict.OK
+    assert primary(symptoms(leak, reference=None, settings=SymptomSettings(), baselines=base)) == Verdict.MEMORY
+    assert primary(symptoms(base[1], reference=None, settings=SymptomSettings(), baselines=base)) == Verdict.OK

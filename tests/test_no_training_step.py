@@ -80,9 +80,16 @@ def test_a_feature_that_exits_after_3_of_40_steps_is_found(tmp_path):
     assert r.returncode == 0
 
 
+def stopped_early(result, good, steps=10**9):
+    """`ends.early_exit` of a trial that showed nothing: a crash when it stopped early."""
+    from tfrepro.bisect.ends import early_exit
+    from tfrepro.verdicts import Verdict
+
+    return early_exit(frozenset(), result, good, steps) == {Verdict.CRASH}
+
+
 def test_stopped_early_and_no_training_step_are_pure_judgements():
-    from tfrepro.trials.classify import stopped_early
-    from tfrepro.trials.untestable import no_step_reason
+    from tfrepro.trials.classify import no_step_reason
     from tfrepro.trials.values import TrialResult
 
     base = TrialResult(losses=(1.0,) * 40, steps_run=40)
@@ -95,7 +102,6 @@ def test_stopped_early_and_no_training_step_are_pure_judgements():
 
 
 def test_a_fit_stopped_by_the_scripts_callback_did_not_stop_early():
-    from tfrepro.trials.classify import stopped_early
     from tfrepro.trials.values import TrialResult
 
     base = TrialResult(steps_run=40, losses=[1.0] * 40)
@@ -141,7 +147,6 @@ def test_a_trial_the_harness_stopped_did_not_stop_early():
     """A timing trial of an 80x slower configuration ends at its time budget
     after 33 of 40 steps: that is tfrepro's doing, not the script's (eager_debug
     was answered `none` after it was judged a crash)."""
-    from tfrepro.trials.classify import stopped_early
     from tfrepro.trials.values import TrialResult
 
     base = TrialResult(steps_run=40, losses=[1.0] * 40, extra={"stop": "steps"})

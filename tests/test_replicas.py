@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tfrepro.bisect import compile_pin
+from tfrepro.bisect import result_doc
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.inside import devices
 from tfrepro.report.scriptargs import with_split
@@ -178,35 +178,34 @@ def test_the_pin_is_what_auto_resolved_to_in_the_failing_configuration():
     # A GPU resolves "auto" to no XLA under MirroredStrategy, to XLA without one:
     # the failing configuration (strategy on) decides for every trial.
     failing = _trial(["mirrored_strategy"], [_compile(False)])
-    assert compile_pin.pin_for(failing) is False
-    assert compile_pin.pin_for(_trial(compile_modes=[_compile(True, requested=True)])) is None
-    assert compile_pin.pin_for(_trial()) is None
+    assert result_doc.pin_for(failing) is False
+    assert result_doc.pin_for(_trial(compile_modes=[_compile(True, requested=True)])) is None
+    assert result_doc.pin_for(_trial()) is None
     baseline_before_pin = _trial([], [_compile(True)])
-    assert compile_pin.auto_differs(baseline_before_pin, False)  # runs again, pinned
-    assert not compile_pin.auto_differs(_trial([], [_compile(False, pinned=True)]), False)
-    assert not compile_pin.auto_differs(_trial([], [_compile(True, requested=True)]), False)
+    assert result_doc.auto_differs(baseline_before_pin, False)  # runs again, pinned
+    assert not result_doc.auto_differs(_trial([], [_compile(False, pinned=True)]), False)
+    assert not result_doc.auto_differs(_trial([], [_compile(True, requested=True)]), False)
 
 
 def test_a_trial_that_compiled_otherwise_is_named():
     failing = _trial(["mirrored_strategy", "xla"], [_compile(True, requested=True)])
     trials = [(("mirrored_strategy",), _trial(compile_modes=[_compile(False, requested=False)])), (("xla",), failing)]
-    got = compile_pin.differing(failing, trials)
+    got = result_doc.differing(failing, trials)
     assert got == [{"configuration": ["mirrored_strategy"], "jit_compile": [False], "failing_jit_compile": [True]}]
-    assert compile_pin.differing(failing, [(("xla",), failing)]) == []
+    assert result_doc.differing(failing, [(("xla",), failing)]) == []
 
 
 def test_the_one_replica_note():
     one = _trial(strategies=[{"strategy": "MirroredStrategy", "replicas": 1}])
-    note = compile_pin.one_replica_note(one, None)
+    note = result_doc.one_replica_note(one, None)
     assert note.startswith("only one replica was available") and "--replicas 2" in note
-    assert compile_pin.one_replica_note(one, 2) is None  # asked for replicas: no advice
+    assert result_doc.one_replica_note(one, 2) is None  # asked for replicas: no advice
     assert (
-        compile_pin.one_replica_note(_trial(strategies=[{"strategy": "MirroredStrategy", "replicas": 2}]), None) is None
+        result_doc.one_replica_note(_trial(strategies=[{"strategy": "MirroredStrategy", "replicas": 2}]), None) is None
     )
-    assert compile_pin.one_replica_note(_trial(), None) is None
+    assert result_doc.one_replica_note(_trial(), None) is None
     assert (
-        compile_pin.one_replica_note(_trial(strategies=[{"strategy": "OneDeviceStrategy", "replicas": 1}]), None)
-        is None
+        result_doc.one_replica_note(_trial(strategies=[{"strategy": "OneDeviceStrategy", "replicas": 1}]), None) is None
     )
 
 

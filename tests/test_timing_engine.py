@@ -237,6 +237,7 @@ def test_a_baseline_timing_run_is_broken_by_a_nan_only_within_steps(nan_step, st
     mode and the report's re-run: a timing run goes on past `steps` (10
     here), and a NaN after them is not the hunted symptom; the engine's pool
     used to reject a baseline timing run that went NaN at any step."""
+    from tfrepro.trials.slowdown import SequentialPolicy
     from tfrepro.trials.timing import TimingPool
 
     def trial(key, repeat, role):
@@ -246,7 +247,7 @@ def test_a_baseline_timing_run_is_broken_by_a_nan_only_within_steps(nan_step, st
         return TrialResult(losses=losses, step_times=(0.01,) * 20, first_nonfinite_step=nan_step, mode="fit")
 
     pool = TimingPool(trial, lambda _k, _r: Verdict.OK, 1.25, steps=10)
-    out = pool.timed(frozenset({"xla"}), min_pairs=1, max_pairs=3)
+    out = pool.timed(frozenset({"xla"}), SequentialPolicy(min_samples=1, max_samples=3))
     assert out.stopped is stop
     assert (pool.why, len(out.pairs) > 0) == (
         ([], True) if stop is None else (["the baseline's timing run stopped with nan"], False)

@@ -8,7 +8,7 @@ from test_engine import FEATS, FakeRunner, make_project
 
 from tfrepro.bisect.engine import BisectOptions, bisect
 from tfrepro.cli.display import answer_lines
-from tfrepro.trials import untestable
+from tfrepro.trials import classify
 from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import RunResult, Status, TrialResult
 from tfrepro.verdicts import Verdict
@@ -49,12 +49,10 @@ def test_a_slowdown_asked_for_with_no_step_past_the_warm_up_is_untestable(tmp_pa
 
 def test_healthy_measured_ends_stay_none():
     ran = TrialResult(losses=(1.0,), step_times=(0.1,), steps_run=1)
-    assert untestable.no_step_reason([ran], "x") is None
-    assert untestable.no_step_reason([TrialResult()], "the bad end abc").startswith(
-        "no training step ran in the bad end"
-    )
-    assert untestable.unmeasured(Verdict.MISMATCH, [TrialResult()], [ran]).startswith("the mismatch could not")
-    assert untestable.unmeasured(None, [TrialResult()], [TrialResult()]) is None
+    assert classify.no_step_reason([ran], "x") is None
+    assert classify.no_step_reason([TrialResult()], "the bad end abc").startswith("no training step ran in the bad end")
+    assert classify.unmeasured(Verdict.MISMATCH, [TrialResult()], [ran]).startswith("the mismatch could not")
+    assert classify.unmeasured(None, [TrialResult()], [TrialResult()]) is None
 
 
 def test_untestable_is_written_with_its_reason_and_exit_code():
@@ -94,11 +92,11 @@ def test_one_ends_rule_for_both_modes():
     ran = TrialResult(losses=(1.0, 0.9), steps_run=2, mode="fit")
     nothing = TrialResult()
     names = ("the good end abc", "the bad end def")
-    assert untestable.ends_reason([nothing], [ran], None, failed=False, names=names).startswith(
+    assert classify.ends_reason([nothing], [ran], None, failed=False, names=names).startswith(
         "no training step ran in the good end abc"
     )
-    assert untestable.ends_reason([nothing], [ran], None, failed=True, names=names) is None
-    assert untestable.ends_reason([ran], [nothing], None, failed=False).startswith(
+    assert classify.ends_reason([nothing], [ran], None, failed=True, names=names) is None
+    assert classify.ends_reason([ran], [nothing], None, failed=False).startswith(
         "no training step ran in the failing configuration"
     )
 

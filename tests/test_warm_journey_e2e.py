@@ -97,7 +97,8 @@ def test_journey_script_warm_and_cold_give_identical_losses_and_verdicts(tmp_pat
         assert bits(hot.losses) == bits(cold.losses), where
         assert end(hot) == end(cold), where
         verdicts = [
-            classify.classify(r, reference=reference, settings=sym, baselines=(reference,)).value for r in (cold, hot)
+            classify.primary(classify.symptoms(r, reference=reference, settings=sym, baselines=(reference,))).value
+            for r in (cold, hot)
         ]
         assert verdicts[1] == verdicts[0], where
         if config == "all-on":

@@ -66,7 +66,7 @@ class TrialSettings:
     # the script's first op (inside/devices.py), unless N real GPUs are there.
     replicas: int | None = None
     # Keras 3's jit_compile="auto" pinned to what it resolved to in the
-    # failing configuration (bisect/compile_pin.py); None: not pinned.
+    # failing configuration (bisect/result_doc.py `pin_for`); None: not pinned.
     jit_auto: bool | None = None
     # A timing trial's calls to time (fit#2, ...: the ones the failing
     # configuration showed slower); () the first. In the key only when set.

@@ -1,7 +1,7 @@
 """The bisection's two ends. The rules of every mode (feature mode here,
 range mode in `ranges.check_ends`): what makes the good end fail
 (`BASELINE_FAILURES`), an end trial the executor lost (`lost`), an end that
-cannot be measured (`untestable.ends_reason`), then a clean early exit as a
+cannot be measured (`classify.ends_reason`), then a clean early exit as a
 crash (`early_exit`), the symptom the hunt locks onto (`pick_symptom`), a
 timing that stopped (`timing_stop`, `untimed`).
 
@@ -30,13 +30,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tfrepro.bisect import compile_pin
+from tfrepro.bisect import result_doc
 from tfrepro.settings import late_steps
-from tfrepro.trials import classify
+from tfrepro.trials import classify, slowdown
 from tfrepro.trials.ddmin import Config
 from tfrepro.trials.memcheck import is_oom
 from tfrepro.trials.trial import Purpose, TrialOptions
-from tfrepro.trials.untestable import ends_reason
 from tfrepro.trials.values import RunResult, Status, TrialResult
 from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 
@@ -46,17 +45,25 @@ BASELINE_FAILURES = STOPPERS | {Verdict.MEMORY}
 
 
 def early_exit(
-    shown: frozenset[Verdict], result: TrialResult, good: TrialResult | None, steps: int | None
+    shown: frozenset[Verdict], result: TrialResult, good: TrialResult | None, steps: int
 ) -> frozenset[Verdict]:
     """What a trial shows, in every mode: `shown` (its own symptoms), or a
-    crash when it showed nothing but exited cleanly before the good end's
-    run `good` did (within `steps`: `classify.stopped_early`; `sys.exit(0)`
-    after 3 of 40 steps is no healthy run). The ends rule (`ends_reason`)
-    judges the ends on their own symptoms first: an end that exits before its
-    first step is `untestable`, not a crash."""
-    if not shown and classify.stopped_early(result, good, steps):
-        return frozenset({Verdict.CRASH})
-    return shown
+    crash when it showed nothing but ended cleanly with fewer training steps
+    than the good end's run `good` (at most `steps`): a feature that makes
+    the script exit early (`sys.exit(0)` after 3 of 40 steps) is no healthy
+    run. A `fit` that one of the script's callbacks stopped
+    (`model.stop_training`: EarlyStopping and its kin) ended as the script
+    asked, not early; nor did a trial the harness itself stopped (a timing
+    trial at its budget). The ends rule (`ends_reason`) judges the ends on
+    their own symptoms first: an end that exits before its first step is
+    `untestable`, not a crash."""
+    if shown or good is None or result.crashed or result.timed_out or result.could_not_run or result.nonfinite:
+        return shown
+    extra = result.extra or {}
+    # a callback stopped it, or tfrepro's harness did (a timing budget, the step cap)
+    if extra.get("callback_stops") or extra.get("stop") not in (None, "exit"):
+        return shown
+    return frozenset({Verdict.CRASH}) if result.steps_run < min(good.steps_run, steps) else shown
 
 
 def lost(end: str, runs: Iterable[TrialResult | str]) -> str | None:
@@ -80,7 +87,7 @@ def timing_stop(result: TrialResult, shown: frozenset[Verdict]) -> Verdict:
     return classify.primary(shown & (BASELINE_FAILURES if is_oom(result) else STOPPERS))
 
 
-def untimed(outcomes: list[classify.TimingOutcome] | None) -> str | None:
+def untimed(outcomes: list[slowdown.TimingOutcome] | None) -> str | None:
     """Why the last timing comparison of a candidate (`outcomes`: its
     comparisons, `TimingPool.outcomes`) decided nothing, in every mode: once
     no symptom was picked, a slowdown asked for of an end that `could not be
@@ -190,23 +197,23 @@ class Ends:
 
     def _pin_compile(self, full: Config) -> None:
         """Keras 3's jit_compile="auto" pinned to what the failing
-        configuration resolved it to (bisect/compile_pin.py); the trials that
+        configuration resolved it to (`result_doc.pin_for`); the trials that
         ran before the pin was known and resolved otherwise run again."""
-        pin = compile_pin.pin_for(self.memo[(full, 0)])
+        pin = result_doc.pin_for(self.memo[(full, 0)])
         if pin is None or self.settings.jit_auto is not None:
             return
         self.settings = replace(self.settings, jit_auto=pin)
-        stale = [k for k, r in self.memo.items() if compile_pin.auto_differs(r, pin)]
+        stale = [k for k, r in self.memo.items() if result_doc.auto_differs(r, pin)]
         self.memo = {k: r for k, r in self.memo.items() if k not in stale}
         self._many([(c, r, "pinned") for c, r in stale])
 
     def _unmeasured(self, symptom: Verdict | None) -> RunResult | None:
         """`untestable` when an end ran no training step or `symptom` could
-        not be measured (trials/untestable.py); the failing configuration
+        not be measured (`classify.ends_reason`); the failing configuration
         judged on its own symptoms, before `early_exit` (as in range mode)."""
         full, fails = frozenset(self.features), self._end_runs()[1]
         failed = any(self._shows(full, t, early=False) & STOPPERS for t in fails)
-        reason = ends_reason(self._end_runs()[0], fails, symptom, failed=failed)
+        reason = classify.ends_reason(self._end_runs()[0], fails, symptom, failed=failed)
         return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
 
     def _baseline_words(self) -> tuple[str, str]:
@@ -300,7 +307,7 @@ class Ends:
         trials), over the end runs made so far; None when either end has no
         step time (or the baseline's is 0)."""
         mb, mf = (
-            min((m for t in runs if (m := classify.timing_sample(t)) is not None), default=None)
+            min((m for t in runs if (m := slowdown.timing_sample(t)) is not None), default=None)
             for runs in self._end_runs()
         )
         return mf / mb if mb and mf is not None else None
@@ -317,7 +324,6 @@ class PreflightResult:
     project: Any  # the project to bisect (features dropped, if any)
     baseline: TrialResult  # its baseline trial (the last one run)
     dropped: list[dict[str, str]] = field(default_factory=list)
-    trials: int = 0
 
 
 def broken(result: TrialResult) -> bool:
@@ -373,19 +379,17 @@ def preflight(project: Any, run: Callable[[Any], TrialResult], *, max_rounds: in
     Pure logic over an injected `run(project) -> TrialResult`: tested with fakes.
     """
     first = run(project)
-    trials = 1
     if not broken(first) or not project.feature_names:
-        return PreflightResult(project, first, [], trials)
+        return PreflightResult(project, first)
     current, result, dropped = project, first, []
     for _ in range(max_rounds):
         changed = None
         for name in suspects(current, result.error):
             got = run(current.exclude({name: "preflight"}))
-            trials += 1
             if not broken(got):
                 dropped.append({"name": name, "reason": _reason(result.error, True)})
                 kept_on = project.exclude({d["name"]: "preflight: " + d["reason"] for d in dropped})
-                return PreflightResult(kept_on, got, dropped, trials)
+                return PreflightResult(kept_on, got, dropped)
             if changed is None and got.error != result.error:
                 changed = (name, got)
         if changed is None:
@@ -393,7 +397,7 @@ def preflight(project: Any, run: Callable[[Any], TrialResult], *, max_rounds: in
         name, got = changed
         dropped.append({"name": name, "reason": _reason(result.error, False)})
         current, result = current.exclude({name: "preflight"}), got
-    return PreflightResult(project, first, [], trials)
+    return PreflightResult(project, first)
 
 
 # -- the late step and the nan-state trial ------------------------------------
@@ -414,9 +418,7 @@ def later_calls_steps(result: TrialResult, steps: int) -> int | None:
     whose fit#1 alone is longer than `steps`: a slowdown there is in no capped
     trial): up to the last such call's start plus `steps` (at most what the run
     ran). None when every call starts within `steps`."""
-    from tfrepro.trials.calls import calls_of
-
-    starts = [c.start for c in calls_of(result) if c.start >= steps and c.end > c.start]
+    starts = [c.start for c in classify.calls_of(result) if c.start >= steps and c.end > c.start]
     return max(steps, min(result.steps_run, max(starts) + steps)) if starts else None
 
 

@@ -43,15 +43,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
-from tfrepro.bisect import compile_pin, result_doc
+from tfrepro.bisect import result_doc
 from tfrepro.bisect.ends import Ends, early_exit, pick_symptom, save_nan_state, timing_stop, untimed, within_steps
 from tfrepro.bisect.events import BisectEvents, TrialRecord
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.replay import Replay
 from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import TfreproError, UserError
-from tfrepro.trials import classify
-from tfrepro.trials.calls import slower_calls
+from tfrepro.trials import classify, slowdown
 from tfrepro.trials.ddmin import Config, Oracle, ablation, ddmin, halving
 from tfrepro.trials.executors import Executor, Runner, make_executor
 from tfrepro.trials.memcheck import decide_memory
@@ -143,7 +142,7 @@ class _Bisection(Ends, Replay):
         )
         self.timing = self.timing_pool.outcomes
         self.dropped: list[dict[str, str]] = []
-        self.timed_calls: tuple[str, ...] = ()  # what timing trials time (trials/calls.py)
+        self.timed_calls: tuple[str, ...] = ()  # what timing trials time (`classify.slower_calls`)
         self.memory_doubt: str | None = None  # why a memory signal did not decide the hunt
         if not project.feature_names:  # bad input, before any trial (as a slowdown without steps to time)
             raise UserError(
@@ -308,19 +307,17 @@ class _Bisection(Ends, Replay):
 
     def _timed(
         self, config: Config, fresh: int = 1, *, search: bool = False, explains: bool = False
-    ) -> classify.TimingOutcome:
+    ) -> slowdown.TimingOutcome:
         """The timing comparison of `config` against the baseline (trials/timing.py);
         `search`: the search's looser "not slower" (one clear pair even on a
         loaded machine, the rank test at SEARCH_ALPHA_NOT_SLOWER); `search`
         or `explains`: "slower" only at SEARCH_SHARE of the failing
         configuration's slowdown (`_search_share`)."""
         o = self.opts
-        lenient: dict[str, float] = (
-            {"loaded_not_slower": 1, "alpha_not_slower": SEARCH_ALPHA_NOT_SLOWER} if search else {}
-        )
-        if search or explains:
-            lenient["at_least"] = self._search_share()
-        got = self.timing_pool.timed(config, fresh=fresh, min_pairs=o.timing_min, max_pairs=o.timing_max, **lenient)
+        policy = slowdown.SequentialPolicy(min_new=fresh, min_samples=o.timing_min, max_samples=o.timing_max)
+        if search:
+            policy = replace(policy, loaded_not_slower=1, alpha_not_slower=SEARCH_ALPHA_NOT_SLOWER)
+        got = self.timing_pool.timed(config, policy, at_least=self._search_share() if search or explains else 0.0)
         for rec in self.records:
             if rec.role == Purpose.TIMING and frozenset(rec.enabled) == config:
                 rec.verdict = got.verdict
@@ -353,7 +350,7 @@ class _Bisection(Ends, Replay):
         if stopped is not None:
             return stopped
         # timing trials time the calls the failing configuration ran slower than the baseline (fit#2...)
-        self.timed_calls = slower_calls(*self._end_runs(), self._screen())
+        self.timed_calls = classify.slower_calls(*self._end_runs(), self._screen())
         full = frozenset(self.features)
         shown = set().union(*(self._shows(full, t) for t in self._end_runs()[1]))
         target = self.target = pick_symptom(  # memory by evidence, a slowdown by its timing
@@ -364,7 +361,7 @@ class _Bisection(Ends, Replay):
             why = f"the failing configuration {why}"
             return self._finish(Status.UNTESTABLE, Verdict.SLOWDOWN, error=why, reason=why)
         if target is None:
-            note = compile_pin.one_replica_note(self.memo[(full, 0)], self.settings.replicas)
+            note = result_doc.one_replica_note(self.memo[(full, 0)], self.settings.replicas)
             return self._finish(Status.NONE, self.opts.symptom, extra={"note": note} if note else None)
         culprits, config, table = self._search(target)
         if target == Verdict.NAN:

@@ -39,7 +39,7 @@ class BisectOptions:
     use_cache: bool = True
     replays: int = 3  # fresh runs of the culprit (and of the baseline) at the end
     # Slowdown hunts. A pair is one candidate timing trial between two
-    # baseline ones; a clear-cut pair decides alone (classify.TimingPair.clear).
+    # baseline ones; a clear-cut pair decides alone (slowdown.TimingPair.clear).
     timing_min: int = 3  # pairs before the rank test is consulted (it can pass from 5 on)
     timing_max: int = 16  # new pairs per comparison, at most
     timing_replays: int = 1  # fresh pairs the replay adds to the evidence, at least

@@ -40,10 +40,9 @@ from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor
 from tfrepro.trials.sigterm import sigterm_interrupts
-from tfrepro.trials.slowdown import TimingOutcome
+from tfrepro.trials.slowdown import SequentialPolicy, TimingOutcome
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Trial
-from tfrepro.trials.untestable import ends_reason
 from tfrepro.trials.values import Evidence, RunResult, Status, TrialResult, TrialRow, evidence_doc, summary
 from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 
@@ -246,7 +245,7 @@ class RangeRun:
         timed or None). Repeat indices are deterministic: a re-run gets the
         finished trials from the cache."""
         o = self.options
-        out = self.timing.timed(point, min_pairs=o.timing_min, max_pairs=o.timing_max)
+        out = self.timing.timed(point, SequentialPolicy(min_samples=o.timing_min, max_samples=o.timing_max))
         why = untimed([out])
         return (False, why) if why else (out.verdict is Verdict.SLOWDOWN, None)
 
@@ -312,7 +311,7 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         raise Stop(Status.ERROR, why, symptom, g)
     x_shows = run.shows(x, g, early=False)  # the ends rule first: an end that trains nothing is untestable
     ends = (f"the good end {good.named}", f"the bad end {bad.named}")
-    reason = ends_reason([g], [x], symptom, failed=bool(x_shows & STOPPERS), names=ends)
+    reason = classify.ends_reason([g], [x], symptom, failed=bool(x_shows & STOPPERS), names=ends)
     x_shows = run.shows(x, g)
     if reason is not None:
         run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, reason)

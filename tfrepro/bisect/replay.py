@@ -146,12 +146,10 @@ class Replay:
     def _features_cost(
         self, culprits: Config, config: Config, *, repeated: bool = True, overturned: Config | None = None
     ) -> tuple[str, dict] | None:
-        """A slowdown found without --symptom, under OWN_COST_SLOWDOWN, whose
-        culprits are all custom layers (their own compute against their
-        stand-ins: result.json's `own_cost`) or COMBINED_FEATURES or more
-        features together, or fewer whose costs alone add up to PARTS_SHARE
-        of it (their combined overhead: `combined_cost`): that
-        key and what result.json says under it, the reason the answer is `none`.
+        """A slowdown found without --symptom that is a cost, not a defect (see
+        OWN_COST_SLOWDOWN, COMBINED_FEATURES, PARTS_SHARE): result.json's key for
+        it (`own_cost`: all custom layers; else `combined_cost`) and what it says
+        under it, the reason the answer is `none`.
         Not `repeated` (the replay did not show it again: flaky): the same for
         the configuration the search ended on, its parts never timed anew
         (a cost that does not even repeat is no defect either, journey J29).

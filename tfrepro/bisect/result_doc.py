@@ -5,7 +5,8 @@ to `<run_dir>/result.json`.
 The engine decides; this module only writes down what its trials showed:
 the trial it names for each end and for the culprit configuration (one that
 shows the symptom when there is one), the trials table, the timing evidence,
-and every other symptom the failing configuration showed (`also_seen`).
+and every other symptom the failing configuration showed (`also_seen`);
+and what actually ran (the compile pin, below: `pin_for`, `differing`).
 """
 
 from __future__ import annotations
@@ -13,20 +14,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from tfrepro import __version__
-from tfrepro.bisect.compile_pin import CompileDiff, differing
 from tfrepro.bisect.trial_log import trial_row
 from tfrepro.settings import TrialSettings
-from tfrepro.trials import classify
+from tfrepro.trials import classify, slowdown
 from tfrepro.trials.ddmin import Config
 from tfrepro.trials.values import AlsoSeen, RunResult, Status, TrialResult, TrialRow, evidence_doc
 from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 
 if TYPE_CHECKING:
     from tfrepro.bisect.engine import _Bisection
-    from tfrepro.costs import CostFound
 
 Shows = Callable[[Config, TrialResult], frozenset[Verdict]]
 
@@ -79,29 +78,73 @@ def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
     return [replace(s, hint=hint) if s.symptom == Verdict.MEMORY.value and doubt else s for s in seen]
 
 
-def _symptom_call(run: _Bisection, symptom: Verdict | None, cfg: Config) -> str | None:
-    """The training call (fit#2, file:line) the symptom shows in (trials/calls.py)."""
-    from tfrepro.trials.calls import symptom_call, where_mapper
-
-    texts = {}  # zero-edit: the variant's lines are the annotated text's, not the file's
-    detection = run.project.detection
-    for rel, annotated in (detection.texts if detection is not None else {}).items():
-        try:
-            texts[rel] = (annotated, (Path(run.project.root) / rel).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError):
-            continue
-    return symptom_call(best(run.memo, run._shows, cfg, symptom), symptom, run.timed_calls, where_mapper(texts))
+# -- the compile pin ------------------------------------------------------------
+# What actually ran, across a hunt (Contract 3): Keras 3's `jit_compile="auto"`
+# pinned to what it resolved to in the failing configuration, the trials that
+# still compiled differently, and the one-replica note. Pure: trial results in,
+# values out.
+#
+# Keras 3 resolves "auto" to XLA on a GPU only when no distribution strategy is
+# active (`Trainer._resolve_auto_jit_compile`), so switching MirroredStrategy
+# off would switch XLA on: two features would move when one is toggled. The
+# failing configuration's resolution is the one every other trial gets.
 
 
-def _known_cost(run: _Bisection, status: Status, symptom: Verdict | None, culprits: Config) -> CostFound | None:
-    """A found slowdown whose culprits are documented costs on the hardware
-    the culprit configuration's trials ran on (tfrepro/costs.py)."""
-    from tfrepro.costs import known_cost
+def resolved(result: TrialResult) -> tuple[bool | None, ...]:
+    """The compile mode each compile of the trial resolved to, in order."""
+    return tuple(m.get("jit_compile") for m in result.compile_modes if str(m.get("call", "")).startswith("compile#"))
 
-    if status is not Status.FOUND or symptom is not Verdict.SLOWDOWN:
+
+def pin_for(failing: TrialResult) -> bool | None:
+    """The value a detected "auto" resolved to in the failing configuration
+    (its first compile that asked for "auto"), or None: nothing to pin."""
+    auto = (m.get("jit_compile") for m in failing.compile_modes if m.get("requested") == "auto")
+    return next((j for j in auto if isinstance(j, bool)), None)
+
+
+def auto_differs(result: TrialResult, pin: bool) -> bool:
+    """A trial run before the pin was known whose "auto" resolved otherwise
+    (it must run again, pinned)."""
+    return any(
+        m.get("requested") == "auto" and not m.get("pinned") and m.get("jit_compile") not in (None, pin)
+        for m in result.compile_modes
+    )
+
+
+class CompileDiff(TypedDict):
+    """A configuration whose resolved jit_compile differs from the failing one's."""
+
+    configuration: list[str]
+    jit_compile: list[str]
+    failing_jit_compile: list[str]
+
+
+def differing(failing: TrialResult | None, trials: Iterable[tuple[tuple[str, ...], TrialResult]]) -> list[CompileDiff]:
+    """The trials whose resolved compile modes differ from the failing
+    configuration's (a feature toggled `jit_compile` itself, say): each with
+    its configuration and both modes; none when the failing one did not run."""
+    want = resolved(failing) if failing is not None else ()
+    out: dict[tuple[str, ...], CompileDiff] = {}  # the first trial of each configuration
+    for enabled, result in trials:
+        if want and (got := resolved(result)) and got != want:
+            out.setdefault(
+                enabled, CompileDiff(configuration=list(enabled), jit_compile=list(got), failing_jit_compile=list(want))
+            )
+    return list(out.values())
+
+
+def one_replica_note(failing: TrialResult, replicas: int | None) -> str | None:
+    """Why a strategy hunt may have seen nothing: the failing configuration
+    built a multi-device strategy that had a single replica."""
+    strategies = [s for s in failing.extra.get("strategies") or [] if s.get("strategy") != "OneDeviceStrategy"]
+    if replicas or not strategies or any(s.get("replicas", 1) > 1 for s in strategies):
         return None
-    hw = next((t.extra["hardware"] for (c, _r), t in run.memo.items() if c == culprits and t.extra.get("hardware")), {})
-    return known_cost(sorted(culprits), symptom.value, hw, run.project.description)
+    names = sorted({s.get("strategy", "a strategy") for s in strategies})
+    return (
+        f"only one replica was available: {', '.join(names)} ran on a single device, so it computed "
+        "what the default strategy computes; rerun with --replicas 2 (or [trial] replicas = 2 in "
+        "tfrepro.toml) to split the device into 2 logical ones and test it with 2 replicas"
+    )
 
 
 @dataclass(frozen=True)
@@ -147,7 +190,7 @@ class FeatureEvidence:
     ablation: Mapping[str, str] | None = None
     trials_table: tuple[TrialRow, ...] = ()
     noise: float = 0.0
-    timing: classify.TimingOutcome | None = None
+    timing: slowdown.TimingOutcome | None = None
     version: str = __version__
     warnings: tuple[str, ...] = ()  # what trials said about themselves (e.g. XLA dropped under determinism)
     compile_differs: tuple[CompileDiff, ...] = ()
@@ -177,6 +220,17 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
     for rec in run.records:  # each with its verdict: judged now for the trials the search did not judge itself
         if rec.verdict is None:
             rec.verdict = classify.primary(run._shows(frozenset(rec.enabled), rec.result), symptom)
+    texts = {}  # zero-edit: the variant's lines are the annotated text's, not the file's (`symptom_call`)
+    detection = run.project.detection
+    for rel, annotated in (detection.texts if detection is not None else {}).items():
+        try:
+            texts[rel] = (annotated, (Path(run.project.root) / rel).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            continue
+    named = config if config is not None else full  # the training call (fit#2, file:line) the symptom shows in
+    call = classify.symptom_call(
+        best(run.memo, run._shows, named, symptom), symptom, run.timed_calls, classify.where_mapper(texts)
+    )
     return FeatureEvidence(
         project=str(Path(run.project.root).resolve()),
         settings=run.settings,
@@ -198,7 +252,7 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
         warnings=tuple(sorted({w for r in run.records for w in r.result.extra.get("warnings", [])})),
         compile_differs=tuple(differing(run.memo.get((full, 0)), kept)),
         timed_calls=run.timed_calls,
-        symptom_call=_symptom_call(run, symptom, config if config is not None else full),
+        symptom_call=call,
         **(a.extra or {}),
     )
 
@@ -206,6 +260,14 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
 def finish(run: _Bisection, a: Answer) -> RunResult:
     """The run's answer from the bisection `run` (its trials, settings and
     run dir), written to `<run_dir>/result.json`."""
+    from tfrepro.costs import known_cost
+
+    cost = None  # a found slowdown whose culprits are documented costs on the hardware their trials ran on
+    if a.status is Status.FOUND and a.symptom is Verdict.SLOWDOWN:
+        hw = next(
+            (t.extra["hardware"] for (c, _r), t in run.memo.items() if c == a.culprits and t.extra.get("hardware")), {}
+        )
+        cost = known_cost(sorted(a.culprits), a.symptom.value, hw, run.project.description)
     result = RunResult(
         a.status,
         a.symptom,
@@ -216,6 +278,6 @@ def finish(run: _Bisection, a: Answer) -> RunResult:
         also_seen=tuple(also_seen_of(run, a.symptom)),
         error=a.error,
         reason=a.reason,
-        known_cost=_known_cost(run, a.status, a.symptom, a.culprits),
+        known_cost=cost,
     )
     return run.log.answer(result, _evidence(run, a))

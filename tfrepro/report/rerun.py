@@ -11,7 +11,7 @@ the bisect did; the classifier judges the result. What counts as reproduced:
 - slowdown: timing runs with a time budget (as the bisect's), repro.py's
   each between two of reference.py's (R C R C R: a reference run serves the
   pairs on both sides of it), the harness's load measurement with each;
-  `classify.sequential_slowdown` over the pairs says "slower" (one clear
+  `slowdown.sequential_slowdown` over the pairs says "slower" (one clear
   pair on a quiet machine is enough, else the signed-rank test).
 
 Which repro the bundle ships, each choice confirmed by such a re-run
@@ -207,6 +207,7 @@ def _slowdown(
 ) -> Reproduction:
     """R C R C R ...: repro.py between two reference.py runs, never
     concurrently, through the bisect's own timing pool (trials/timing.py)."""
+    from tfrepro.trials.slowdown import SequentialPolicy
     from tfrepro.trials.timing import TIMING_BASELINE, TIMING_CANDIDATE, TimingPool, stopped
 
     settings, max_pairs = spec.settings, spec.max_pairs
@@ -233,7 +234,7 @@ def _slowdown(
         steps=settings.steps,
         name=spec.reference,
     )
-    out = pool.timed("repro", min_pairs=min(3, max_pairs), max_pairs=max_pairs)
+    out = pool.timed("repro", SequentialPolicy(min_samples=min(3, max_pairs), max_samples=max_pairs))
     # (reproduced, detail); `pool.why`: the reasons a run could not be timed, the last one first to tell
     threshold, n = spec.symptoms.slowdown, len(out.pairs)
     if out.stopped is Verdict.UNTESTABLE:

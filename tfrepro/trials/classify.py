@@ -2,31 +2,29 @@
 
 Two questions live here, kept apart because they need different evidence:
 
-- `symptoms` / `classify`: one trial against its reference. NaN, crash and
+- `symptoms` / `primary`: one trial against its reference. NaN, crash and
   timeout are facts of the trial alone; a mismatch compares the per-step losses
   with the reference, the same configuration with only its `affects_loss`
   features on (the baseline when it has none).
 - `sequential_slowdown`: a slowdown is never read off one trial, but off
   timing pairs (a candidate between two baseline trials); that decision
-  lives in `trials/slowdown.py`, and what its callers use is re-exported here.
+  lives in `trials/slowdown.py`.
+
+And, over a configuration's runs: why an end could not be measured
+(`ends_reason`), and which of the script's training calls a configuration
+is slower in or a symptom shows in (`slower_calls`, `symptom_call`).
 """
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Sequence
-from dataclasses import replace
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from tfrepro.settings import SymptomSettings
+from tfrepro.settings import WARMUP_STEPS, SymptomSettings
 from tfrepro.trials.memcheck import decide_memory, is_oom
-from tfrepro.trials.slowdown import (  # noqa: F401  (the slowdown decision, re-exported: classify is the one entry)
-    SequentialPolicy,
-    TimingOutcome,
-    TimingPair,
-    sequential_slowdown,
-    timing_pair,
-    timing_sample,
-)
 from tfrepro.trials.values import TrialResult
 from tfrepro.verdicts import SYMPTOM_ORDER, Verdict
 
@@ -115,42 +113,12 @@ def symptoms(
     return frozenset(found)
 
 
-def stopped_early(result: TrialResult, reference: TrialResult | None, steps: int | None = None) -> bool:
-    """A trial that ended cleanly (no crash, timeout or NaN) with fewer training
-    steps than its reference ran (at most `steps`): a feature that makes the
-    script exit early (`sys.exit(0)` after 3 of 40 steps) is not healthy. A
-    `fit` that one of the script's callbacks stopped (`model.stop_training`:
-    EarlyStopping and its kin) ended as the script asked, not early; nor did
-    a trial the harness itself stopped (a timing trial at its budget)."""
-    if reference is None or result.crashed or result.timed_out or result.could_not_run or result.nonfinite:
-        return False
-    extra = result.extra or {}
-    # a callback stopped it, or tfrepro's harness did (a timing budget, the step cap)
-    if extra.get("callback_stops") or extra.get("stop") not in (None, "exit"):
-        return False
-    want = reference.steps_run if steps is None else min(reference.steps_run, steps)
-    return result.steps_run < want
-
-
 def primary(shown: frozenset[Verdict] | set[Verdict], target: Verdict | None = None) -> Verdict:
     """One verdict out of several: the hunted `target` when shown (the search is
     locked onto one symptom), otherwise the first in `SYMPTOM_ORDER`, else OK."""
     if target is not None and target in shown:
         return target
     return next((v for v in (*SYMPTOM_ORDER, Verdict.UNTESTABLE) if v in shown), Verdict.OK)
-
-
-def classify(
-    result: TrialResult,
-    *,
-    reference: TrialResult | None,
-    settings: SymptomSettings,
-    noise: float = 0.0,
-    target: Verdict | None = None,
-    baselines: Sequence[TrialResult] = (),
-) -> Verdict:
-    """The one verdict of a trial (see `symptoms` and `primary`)."""
-    return primary(symptoms(result, reference=reference, settings=settings, noise=noise, baselines=baselines), target)
 
 
 def first_steps(result: TrialResult, steps: int) -> TrialResult:
@@ -162,3 +130,196 @@ def first_steps(result: TrialResult, steps: int) -> TrialResult:
     return replace(
         result, losses=result.losses[:steps], first_nonfinite_step=bad if bad is not None and bad <= steps else None
     )
+
+
+# --------------------------------------------------------------------------- untestable ends
+# Untestable, not healthy (Contract 3/4): a trial that ran no training
+# step, or a symptom that could not be measured, says so with its reason and
+# the way out, instead of passing for "none" (measured, and healthy). The
+# bisection engine and the range modes (commits, versions) ask here before
+# they answer `none`.
+
+NO_STEP_WAY_OUT = (
+    "train with Model.fit, or a loop that calls the optimizer's apply_gradients, "
+    "or print one line `step=<int> loss=<float>` per training step; "
+    "`tfrepro check` shows what the trial saw"
+)
+
+
+def no_step_reason(runs: Sequence[TrialResult], end: str) -> str | None:
+    """Why `end` ("the failing configuration", "the baseline", "the bad end
+    abc123") could not be measured, when none of its runs ran a training
+    step; None when one did (or one crashed or timed out: that is measured)."""
+    if not runs or any(  # a training step, or another measured outcome (a crash or a timeout is one)
+        t.steps_run or t.losses or t.step_times or t.crashed or t.timed_out or t.could_not_run or t.nonfinite
+        for t in runs
+    ):
+        return None
+    seen = runs[0].mode
+    how = (
+        f" (the harness saw {seen!r} training)"
+        if seen not in ("none", "")
+        else " (no Model.fit step and no printed step line: a loop the harness cannot see?)"
+    )
+    return f"no training step ran in {end}{how}: nothing to measure; {NO_STEP_WAY_OUT}"
+
+
+def unmeasured(symptom: Verdict | None, base: Sequence[TrialResult], failing: Sequence[TrialResult]) -> str | None:
+    """Why the symptom asked for could not be measured on both ends (None:
+    it could). A slowdown needs steps past the warm-up on each end, a
+    mismatch losses on each end, a memory verdict a peak on each end."""
+    for name, runs in (("the baseline", base), ("the failing configuration", failing)):
+        if not runs:
+            continue
+        if symptom is Verdict.SLOWDOWN and not any(len(t.step_times) > WARMUP_STEPS for t in runs):
+            return (
+                f"the slowdown could not be measured: {name} ran no step past the "
+                f"{WARMUP_STEPS} warm-up steps; let each trial run more steps (--steps, or a longer fit)"
+            )
+        if symptom is Verdict.MISMATCH and not any(t.losses for t in runs):
+            return (
+                f"the mismatch could not be measured: {name} recorded no loss; "
+                "compile the model with a loss, or print `step=<int> loss=<float>`"
+            )
+        if symptom is Verdict.MEMORY and not any(t.peak_rss_bytes or t.device_peak_bytes for t in runs):
+            return f"memory could not be measured: {name} recorded no peak memory"
+    return None
+
+
+def ends_reason(
+    base: Sequence[TrialResult],
+    failing: Sequence[TrialResult],
+    symptom: Verdict | None,
+    *,
+    failed: bool,
+    names: tuple[str, str] = ("the baseline (every feature off)", "the failing configuration (every feature on)"),
+) -> str | None:
+    """Why a bisection cannot answer from its two ends, in every mode
+    (`names`: the good end's and the failing end's, as the reason says
+    them): unless the failing end `failed` (a crash, NaN or timeout is
+    measured), an end ran no training step (the failing end first: every
+    other symptom is measured against the good end); or the symptom asked
+    for cannot be measured."""
+    reason = None
+    if not failed:
+        reason = no_step_reason(failing, names[1]) or no_step_reason(base, names[0])
+    return reason or unmeasured(symptom, base, failing)
+
+
+# --------------------------------------------------------------------------- training calls
+# Every training call is a step source (Contract 3): a trial records the
+# script's calls (`fit#1`, `fit#2`, ..., with file:line) in `extra["calls"]`,
+# each the steps from its start to the next call's: which calls a
+# configuration is slower in (what a timing trial then times), and which
+# call a symptom shows in (what the answer names).
+
+
+@dataclass(frozen=True)
+class Call:
+    tag: str  # "fit#2"
+    where: str  # "train.py:120"
+    start: int  # steps before it (0-based index of its first step)
+    end: int  # one past its last step
+
+    @property
+    def text(self) -> str:
+        return f"{self.tag} ({self.where})" if self.where and self.where != "?" else self.tag
+
+
+def calls_of(result: TrialResult) -> list[Call]:
+    """The training calls of a trial, in order, with their step ranges."""
+    raw = result.extra.get("calls") or []
+    n = max(len(result.step_times), result.steps_run)
+    out: list[Call] = []
+    for i, c in enumerate(raw):
+        try:
+            start = int(c["start"])
+            end = int(raw[i + 1]["start"]) if i + 1 < len(raw) else n
+            out.append(Call(str(c["call"]), str(c.get("where") or ""), start, max(start, end)))
+        except (KeyError, TypeError, ValueError):
+            return []
+    return out
+
+
+def _call_median(result: TrialResult, tag: str) -> float | None:
+    for c in calls_of(result):
+        if c.tag == tag:
+            times = result.step_times[c.start : c.end]
+            steady = times[WARMUP_STEPS:] if len(times) > WARMUP_STEPS + 1 else times[1:]
+            return statistics.median(steady) if steady else None
+    return None
+
+
+def per_call_ratios(base: Sequence[TrialResult], failing: Sequence[TrialResult]) -> dict[str, float]:
+    """Per call of the failing configuration: its fastest run's typical step
+    over the baseline's fastest (calls both ends ran, with steps)."""
+    tags = [c.tag for c in calls_of(failing[0])] if failing else []
+    out: dict[str, float] = {}
+    for tag in tags:
+        f = [m for m in (_call_median(t, tag) for t in failing) if m is not None]
+        b = [m for m in (_call_median(t, tag) for t in base) if m is not None]
+        if f and b and min(b) > 0:
+            out[tag] = min(f) / min(b)
+    return out
+
+
+def slower_calls(base: Sequence[TrialResult], failing: Sequence[TrialResult], screen: float) -> tuple[str, ...]:
+    """The calls a timing trial should time: those where the failing
+    configuration ran at least `screen` times slower than the baseline and
+    at least halfway to the slowest call's ratio, in order; () (time the first call, as a single-call script has it) when
+    there is one call, none stands out, or only the first does."""
+    ratios = per_call_ratios(base, failing)
+    if len(ratios) < 2:
+        return ()
+    # the calls near the slowest one: noise on a loaded machine lifts the others a little
+    bar = max(screen, 1 + (max(ratios.values()) - 1) / 2)
+    slow = tuple(t for t, r in ratios.items() if r >= bar)
+    first = next(iter(ratios))
+    return () if slow in ((), (first,)) else slow
+
+
+def original_line(annotated: str, original: str, line: int) -> int:
+    """Line `line` of a zero-edit variant (the user's file with feature
+    markers added in memory) as a line of the user's file: the same line
+    where it is unchanged, else the first line of the statement it replaces."""
+    a, b = annotated.splitlines(), original.splitlines()
+    for tag, i1, i2, j1, _j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if i1 < line <= i2 or (i1 == i2 == line - 1):
+            return j1 + (line - i1) if tag == "equal" else j1 + 1
+    return line
+
+
+def where_mapper(texts: Mapping[str, tuple[str, str]]) -> Callable[[str], str]:
+    """file:line of a variant -> of the user's file, for the files whose
+    variant text differs from the file (relpath -> (variant, original))."""
+
+    def map_where(where: str) -> str:
+        rel, _, num = where.rpartition(":")
+        if rel in texts and num.isdigit():
+            return f"{rel}:{original_line(*texts[rel], int(num))}"
+        return where
+
+    return map_where
+
+
+def symptom_call(
+    result: TrialResult | None,
+    symptom: Verdict | None,
+    timed: Sequence[str] = (),
+    where: Callable[[str], str] = str,
+) -> str | None:
+    """Where the symptom shows, as the answer names it: the call of the first
+    non-finite loss for a NaN, the calls timed for a slowdown (the first call
+    when none was chosen); None for a single-call script or no call seen."""
+    if result is None or symptom is None:
+        return None
+    calls = [replace(c, where=where(c.where)) for c in calls_of(result)]
+    if len(calls) < 2:
+        return None
+    if symptom is Verdict.NAN and result.first_nonfinite_step is not None:
+        step = result.first_nonfinite_step
+        return next((c.text for c in calls if c.start < step <= c.end), None)
+    if symptom is Verdict.SLOWDOWN:
+        wanted = list(timed) or [calls[0].tag]
+        return ", ".join(c.text for c in calls if c.tag in wanted) or None
+    return None

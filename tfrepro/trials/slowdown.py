@@ -14,7 +14,7 @@ the evidence is inconclusive the sequential policy asks for another pair, up
 to a budget, and at the budget it says "no slowdown (inconclusive)" rather
 than guess. Measured: tests/test_timing_power.py (seeded noise models),
 benchmarks/timing_power.py (real trials, recorded real step-time traces
-resampled). `classify` re-exports what its callers use.
+resampled).
 
 Nothing here sleeps, reads a clock or starts a process: samples come from an
 injected function, and every test is exact (no randomness).

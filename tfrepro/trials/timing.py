@@ -4,7 +4,7 @@ shared by every candidate, and the evidence gathered per candidate.
 Each candidate trial runs between the pool's latest baseline trial and a
 fresh one (B C B C B ...), so one baseline trial serves the candidates on
 both sides of it; `timed` adds pairs to a candidate's evidence until
-`classify.sequential_slowdown` decides over all of it (a later look, e.g.
+`slowdown.sequential_slowdown` decides over all of it (a later look, e.g.
 the replay, continues the evidence instead of starting over). Runs nothing
 itself: the caller injects `trial(key, repeat, role)` (one timing trial,
 alone) and `failure(key, result)` (the nan/crash/timeout verdict that stops
@@ -23,8 +23,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import replace
 from typing import Generic, TypeVar
 
-from tfrepro.trials import classify
-from tfrepro.trials.slowdown import LOADED_CLEAR_NOT_SLOWER
+from tfrepro.trials import classify, slowdown
 from tfrepro.trials.trial import Purpose
 from tfrepro.trials.values import TrialResult
 from tfrepro.verdicts import Verdict
@@ -55,8 +54,8 @@ class TimingPool(Generic[K]):
         self.trial, self.failure, self.threshold, self.baseline = trial, failure, threshold, baseline
         self.steps, self.name = steps, name
         self.pool: list[TrialResult] = []  # baseline timing trials, in the order run
-        self.pairs: dict[K, list[classify.TimingPair]] = {}  # the evidence per candidate
-        self.outcomes: dict[K, list[classify.TimingOutcome]] = {}
+        self.pairs: dict[K, list[slowdown.TimingPair]] = {}  # the evidence per candidate
+        self.outcomes: dict[K, list[slowdown.TimingOutcome]] = {}
         self.why: list[str] = []  # why a pair could not be timed, in order
 
     def _unusable(self, baseline: TrialResult) -> bool:
@@ -72,21 +71,15 @@ class TimingPool(Generic[K]):
     def timed(
         self,
         key: K,
+        policy: slowdown.SequentialPolicy = slowdown.SequentialPolicy(max_samples=16),
         *,
-        fresh: int = 1,
-        min_pairs: int = 3,
-        max_pairs: int = 16,
-        loaded_not_slower: int = LOADED_CLEAR_NOT_SLOWER,
-        alpha_not_slower: float | None = None,
         at_least: float = 0.0,
-    ) -> classify.TimingOutcome:
-        """New pairs of `key` (at least `fresh`, at most `max_pairs`) added
-        to its evidence, decided over all of it. `loaded_not_slower`: clear
-        "not slower" pairs that decide on a loaded machine; `alpha_not_slower`:
-        the rank test's level for "not slower" (None: the same as for "slower");
-        `at_least`: a "slower" decision whose ratio is under it is taken as
-        not slower (a search's subset that does not explain the slowdown it
-        looks for)."""
+    ) -> slowdown.TimingOutcome:
+        """New pairs of `key` (at least `policy.min_new`, at most its
+        `max_samples`) added to its evidence, decided over all of it by
+        `policy`; `at_least`: a "slower" decision whose ratio is under it is
+        taken as not slower (a search's subset that does not explain the
+        slowdown it looks for)."""
         evidence = self.pairs.setdefault(key, [])
 
         def pair(i: int):
@@ -100,21 +93,15 @@ class TimingPool(Generic[K]):
             after = self._baseline()
             if self._unusable(after):
                 return Verdict.UNTESTABLE
-            got = classify.timing_pair(before, c, after)
+            got = slowdown.timing_pair(before, c, after)
             if got is None:
                 self.why.append("fewer than 2 steps past the warm-up")
                 return Verdict.UNTESTABLE
             evidence.append(got)
             return got
 
-        policy = classify.SequentialPolicy(
-            min_new=fresh,
-            min_samples=min_pairs,
-            max_samples=max(max_pairs, fresh),
-            loaded_not_slower=loaded_not_slower,
-            alpha_not_slower=alpha_not_slower,
-        )
-        got = classify.sequential_slowdown(pair, self.threshold, policy, prior=tuple(evidence))
+        policy = replace(policy, max_samples=max(policy.max_samples, policy.min_new))
+        got = slowdown.sequential_slowdown(pair, self.threshold, policy, prior=tuple(evidence))
         if got.verdict == Verdict.SLOWDOWN and got.ratio is not None and got.ratio < at_least:
             got = replace(got, verdict=Verdict.OK)
         self.outcomes.setdefault(key, []).append(got)
