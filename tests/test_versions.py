@@ -179,7 +179,7 @@ def test_spec_change_rebuilds_and_half_built_env_is_never_reused(tmp_path):
     (b.path / envs.SPEC_FILE).unlink()  # interrupted before the spec file: half built
     assert store.ready(spec(requirements=("numpy<2",))) is None
     c = store.ensure(spec(requirements=("numpy<2",)))
-    assert len(runs) == 6  # built again
+    assert c.path == b.path and len(runs) == 6  # built again
 
 
 def test_failed_install_leaves_nothing_and_says_why(tmp_path):
