@@ -201,34 +201,29 @@ def test_sigterm_stops_the_bisect_and_cleans_up_at_once(repo, tmp_path):
 
 
 @pytest.mark.e2e
-def test_cli_entry_prints_one_json_object_and_exit_codes(repo):
+def test_cli_entry_prints_one_json_object_and_exit_codes(repo, capsys):
     from tfrepro.bisect.options import BisectOptions, parse_symptom
     from tfrepro.cli.bisect_cmds import run_commits as run_from_cli
     from tfrepro.errors import UserError
     from tfrepro.verdicts import Verdict
 
     shas = build(repo, sleep=0)
-    out: list[tuple[str, bool]] = []
-
-    def echo(text: str = "", err: bool = False) -> None:
-        out.append((text, err))
-
+    capsys.readouterr()
     proj = repo.root / "proj"
-    result, answer = run_from_cli(proj, shas[0], "main", as_json=True, echo=echo)
+    result, answer = run_from_cli(proj, shas[0], "main", as_json=True)
     assert result.exit_code == 0
-    assert [err for _, err in out] == []  # nothing else: the command prints the answer, one JSON object
+    assert capsys.readouterr() == ("", "")  # nothing else: the command prints the answer, one JSON object
     doc = json.loads(answer)
     assert doc["first_bad_commit"] == shas[FIRST_BAD] and doc["culprits"] == []
 
-    out.clear()
-    result, answer = run_from_cli(proj, shas[0], shas[5], BisectOptions(symptom=Verdict.NAN), echo=echo)
+    result, answer = run_from_cli(proj, shas[0], shas[5], BisectOptions(symptom=Verdict.NAN))
     assert result.exit_code == 3  # the bad end is healthy: none
-    text = "\n".join([*(t for t, _ in out), answer])
+    text = "\n".join([*capsys.readouterr(), answer])
     assert f"the bad end {shas[5][:12]} (commit 5) does not show nan" in text
     assert "bisecting 6 commits" in text
 
     with pytest.raises(UserError, match="needs both --good REV and --bad REV"):
-        run_from_cli(proj, shas[0], None, echo=echo)
+        run_from_cli(proj, shas[0], None)
     with pytest.raises(UserError, match="unknown symptom 'oops'"):
         parse_symptom("oops")
 

@@ -264,22 +264,23 @@ def _edit_template(src: Path, old: str, new: str, version: str | None) -> None:
         (src / "VERSION").write_text(version + "\n")
 
 
-def test_cache_tags_each_template_content_once(tmp_path):
+def test_cache_tags_each_template_content_once(tmp_path, monkeypatch):
     src = _template_copy(tmp_path)
-    first = ensure_template_repo("tabular", source=src)
+    monkeypatch.setenv("TFREPRO_TEMPLATES_DIR", str(src))
+    first = ensure_template_repo("tabular")
     assert first.tag == (src / "VERSION").read_text().strip()
-    assert ensure_template_repo("tabular", source=src) == first  # same content: same commit, same tag
+    assert ensure_template_repo("tabular") == first  # same content: same commit, same tag
     _edit_template(src, "# ---- data ---", "# ---- data (edited) ---", None)
-    second = ensure_template_repo("tabular", source=src)
+    second = ensure_template_repo("tabular")
     assert second.tag == f"{first.tag}.post1" and second.commit != first.commit
     _edit_template(src, "(edited)", "(v9)", "9.0.0")
-    third = ensure_template_repo("tabular", source=src)
+    third = ensure_template_repo("tabular")
     assert third.tag == "9.0.0"
     tags = {t.name for t in git.Repo(third.path).tags}
     assert tags == {first.tag, second.tag, "9.0.0"}
     _edit_template(src, "(v9)", "(older)", "1.0.0")
     with pytest.raises(TfreproError, match="older than 9.0.0"):
-        ensure_template_repo("tabular", source=src)
+        ensure_template_repo("tabular")
 
 
 # -- update ------------------------------------------------------------------

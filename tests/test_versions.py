@@ -165,10 +165,10 @@ def test_env_is_built_once_then_reused_and_named_for_people(tmp_path):
     store, runs = fake_store(tmp_path)
     lines = []
     env = store.ensure(spec(), lines.append)
-    assert env.built and env.name.startswith("tf-2.15.1-cpu-py3.11-") and env.versions["keras"] == "2.15.0"
+    assert len(runs) == 2 and env.name.startswith("tf-2.15.1-cpu-py3.11-") and env.versions["keras"] == "2.15.0"
     assert any("Installed 42 packages" in line for line in lines)
-    again = store.ensure(spec())
-    assert not again.built and again.path == env.path and len(runs) == 2
+    again = store.ensure(spec(), lines.append)
+    assert lines[-1].endswith(": reused") and again.path == env.path and len(runs) == 2  # built once
 
 
 def test_spec_change_rebuilds_and_half_built_env_is_never_reused(tmp_path):
@@ -179,7 +179,7 @@ def test_spec_change_rebuilds_and_half_built_env_is_never_reused(tmp_path):
     (b.path / envs.SPEC_FILE).unlink()  # interrupted before the spec file: half built
     assert store.ready(spec(requirements=("numpy<2",))) is None
     c = store.ensure(spec(requirements=("numpy<2",)))
-    assert c.built and len(runs) == 6
+    assert c.path == b.path and len(runs) == 6  # built again
 
 
 def test_failed_install_leaves_nothing_and_says_why(tmp_path):

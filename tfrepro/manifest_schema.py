@@ -102,7 +102,10 @@ class _Trial(_Table):
             raise _Bad(
                 "[trial] command must be a non-empty list of strings", 'e.g. command = ["python", "train.py", "--fast"]'
             )
-        if key == "entry" and _outside(value):
+        # absolute (`/x.py`, `\\x.py`, `C:x.py`), or climbing out of the project (`../x.py`)
+        if key == "entry" and (
+            re.match(r"[/\\]|[A-Za-z]:", value) or os.path.normpath(value).split(os.sep)[0] == os.pardir
+        ):
             raise _Bad(
                 f"[trial] entry {value!r} is outside the project",
                 "give the script's path relative to the project directory, e.g. "
@@ -215,10 +218,3 @@ def _rank(err: ErrorDetails, data: dict[str, object]) -> tuple[int, list[int]]:
         where.append(list(level).index(part))
         level = level[part]
     return phase, where
-
-
-def _outside(entry: str) -> bool:
-    """`entry` is absolute or climbs out of the project (`../x.py`)."""
-    if os.path.isabs(entry) or entry.startswith(("/", "\\")) or re.match(r"^[A-Za-z]:", entry):
-        return True
-    return os.path.normpath(entry).split(os.sep)[0] == os.pardir

@@ -189,7 +189,11 @@ def open_range(path: str | Path, good: str, bad: str) -> CommitRange:
             f"--good {good} ({good_c.hexsha[:12]}) is not an ancestor of --bad {bad} ({bad_c.hexsha[:12]})",
             hint=hint,
         )
-    if relpath != "." and not _has_dir(bad_c, relpath):
+    try:
+        committed = relpath == "." or (bad_c.tree / relpath).type == "tree"
+    except KeyError:
+        committed = False
+    if not committed:
         raise UserError(
             f"the project directory {relpath!r} is not committed at --bad {bad}",
             path=project,
@@ -199,14 +203,6 @@ def open_range(path: str | Path, good: str, bad: str) -> CommitRange:
     shas = repo.git.rev_list("--first-parent", "--ancestry-path", f"{good_c.hexsha}..{bad_c.hexsha}")
     chain = [repo.commit(s) for s in reversed(shas.split())]
     return CommitRange(root, relpath, tuple(_info(c) for c in [good_c, *chain]))
-
-
-def _has_dir(commit: Any, relpath: str) -> bool:
-    try:
-        obj = commit.tree / relpath
-    except KeyError:
-        return False
-    return obj.type == "tree"
 
 
 def materialize(repo_root: Path, sha: str, relpath: str, dest: Path, git_dir: Path | None = None) -> Path:
@@ -239,7 +235,9 @@ def materialize(repo_root: Path, sha: str, relpath: str, dest: Path, git_dir: Pa
     # each submodule directory filled from the submodule's own objects
     # (`git_dir` set: a submodule's, for nested ones)
     cwd = dest if git_dir is not None else repo_root
-    links = gitlinks(cwd, treeish, git_dir)
+    out = _git(git_dir, cwd, "ls-tree", "-r", "-z", treeish)  # (path relative to `treeish`, sha) of each gitlink
+    records = [rec.partition("\t") for rec in out.stdout.split("\0")]
+    links = [(path, meta.split()[2]) for meta, _, path in records if meta.startswith("160000 ")]
     names = _names(cwd, sha, git_dir) if links else {}
     for path, sub_sha in links:
         rootrel = path if relpath == "." else f"{relpath}/{path}"
@@ -261,13 +259,6 @@ def _git(git_dir: Path | None, cwd: Path, *args: str) -> subprocess.CompletedPro
     if git_dir is not None:
         env["GIT_DIR"] = str(git_dir)
     return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, check=False)
-
-
-def gitlinks(repo: Path, treeish: str, git_dir: Path | None = None) -> list[tuple[str, str]]:
-    """(path relative to `treeish`, commit sha) of every submodule in it."""
-    out = _git(git_dir, repo, "ls-tree", "-r", "-z", treeish)
-    records = [rec.partition("\t") for rec in out.stdout.split("\0")]
-    return [(path, meta.split()[2]) for meta, _, path in records if meta.startswith("160000 ")]
 
 
 def _names(repo: Path, sha: str, git_dir: Path | None) -> dict[str, str]:

@@ -34,7 +34,7 @@ from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import UserError
-from tfrepro.project import locate
+from tfrepro.project import Project, locate
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.executors import LocalExecutor
 from tfrepro.trials.state import StateDir
@@ -91,14 +91,12 @@ class FeatureAnswer(TypedDict, total=False):
 FeatureHook = Callable[[FeatureStart], FeatureAnswer]
 
 
-def uses_tf_keras(root: Path) -> bool:
+def uses_tf_keras(project: Project) -> bool:
     """Whether the project's Python files reach Keras through TensorFlow
     (`tf.keras`, `tensorflow.keras`): only then does TF_USE_LEGACY_KERAS matter."""
-    from tfrepro.project import iter_project_files
-
-    for rel in (r for r in iter_project_files(root) if r.suffix == ".py"):
+    for rel in (r for r in project.files if r.endswith(".py")):
         with contextlib.suppress(OSError):
-            if _TF_KERAS_USE.search((root / rel).read_text(encoding="utf-8", errors="replace")):
+            if _TF_KERAS_USE.search((project.root / rel).read_text(encoding="utf-8", errors="replace")):
                 return True
     return False
 
@@ -341,7 +339,7 @@ def _version_answer(
     rows = _rows(run)
     lib_follows, follows_note = follows(rows, last_good, first_bad.label if first_bad else None)
     notes = []
-    if releases.legacy_keras and not uses_tf_keras(source.root):
+    if releases.legacy_keras and not uses_tf_keras(source.project):
         notes.append("--keras legacy: the project does not use tf.keras, so TF_USE_LEGACY_KERAS changes nothing")
     then = None
     if first_bad and releases.then_features is not None:
@@ -379,7 +377,6 @@ def feature_hook(
 
     def hook(start: FeatureStart) -> FeatureAnswer:
         from tfrepro.bisect.engine import bisect
-        from tfrepro.project import Project
 
         project = Project.load(start.project_root, only=only, skip=skip)
         if events is not None:

@@ -31,8 +31,6 @@ from tfrepro.errors import UserError
 from tfrepro.verdicts import SYMPTOM_ORDER
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from tfrepro.bisect.options import BisectOptions
     from tfrepro.bisect.versions import Releases
     from tfrepro.trials.values import RunResult
@@ -398,7 +396,6 @@ def run_commits(
     options: BisectOptions | None = None,
     *,
     as_json: bool = False,
-    echo: Callable[..., None] = click.echo,
 ) -> tuple[RunResult, str]:
     """What `tfrepro bisect --good REV --bad REV` does (`options`: the
     symptom, --steps, the cache, the executor, --timing-budget): progress;
@@ -414,9 +411,9 @@ def run_commits(
     from tfrepro.trials.executors import make_executor
 
     o = options or BisectOptions()
-    runs_on = make_executor(o.executor, jobs=o.jobs, address=o.address, log=lambda text: echo(text, err=True))
+    runs_on = make_executor(o.executor, jobs=o.jobs, address=o.address, log=lambda text: click.echo(text, err=True))
     try:
-        events = None if as_json else ProgressLines(echo, 12)
+        events = None if as_json else ProgressLines(click.echo, 12)
         result = bisect_commits(path, good, bad, o, events=events, executor=runs_on)
     finally:
         runs_on.close()

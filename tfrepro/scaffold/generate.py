@@ -56,11 +56,10 @@ class TemplateRepo:
     commit: str
 
 
-def template_source(source: str | Path | None = None) -> Path:
-    """Where the templates are read from: `source`, else $TFREPRO_TEMPLATES_DIR
-    (template development), else the ones shipped in the package."""
-    chosen = source or os.environ.get("TFREPRO_TEMPLATES_DIR") or PACKAGED_TEMPLATES
-    return Path(chosen).expanduser().resolve()
+def template_source() -> Path:
+    """Where the templates are read from: $TFREPRO_TEMPLATES_DIR (template
+    development), else the ones shipped in the package."""
+    return Path(os.environ.get("TFREPRO_TEMPLATES_DIR") or PACKAGED_TEMPLATES).expanduser().resolve()
 
 
 def cache_dir() -> Path:
@@ -71,39 +70,33 @@ def cache_dir() -> Path:
     return (Path(base) if base else cache_root()).expanduser().resolve() / "templates"
 
 
-def available_templates(source: str | Path | None = None) -> list[str]:
-    root = template_source(source)
+def available_templates() -> list[str]:
+    root = template_source()
     if not root.is_dir():
         return []
     return sorted(p.name for p in root.iterdir() if (p / "copier.yml").is_file() and not p.name.startswith("_"))
 
 
-def check_template(name: str, source: str | Path | None = None) -> None:
-    names = available_templates(source)
-    if name not in names:
-        raise UserError(
-            f"unknown template {name!r}",
-            hint="templates: " + (", ".join(names) or f"(none found in {template_source(source)})"),
-        )
-
-
-def assemble(name: str, source: str | Path | None, dest: Path) -> None:
-    """Lay the template `name` (checked: `check_template`) out as copier
-    expects it, in `dest` (empty but for `.git`)."""
-    src = template_source(source)
+def assemble(src: Path, name: str, dest: Path) -> None:
+    """Lay the template `name` of `src` out as copier expects it, in `dest`
+    (empty but for `.git`)."""
     shutil.copytree(src / SHARED_DIR, dest / SHARED_DIR, ignore=_IGNORED)
     shutil.copytree(src / name, dest / SHAPE_DIR, ignore=_IGNORED)  # the shape files, copier.yml beside them
     (dest / SHAPE_DIR / "copier.yml").rename(dest / "copier.yml")
     shutil.copy2(src / VERSION_FILE, dest / VERSION_FILE)
 
 
-def ensure_template_repo(name: str, *, source: str | Path | None = None) -> TemplateRepo:
+def ensure_template_repo(name: str) -> TemplateRepo:
     """The git-versioned copy of template `name`, brought up to date with the
     package: a new commit and tag when the content changed."""
     import git
 
-    check_template(name, source)
-    path = template_source(source) / VERSION_FILE  # one version for all: they share the feature catalog
+    src = template_source()
+    if name not in (names := available_templates()):
+        raise UserError(
+            f"unknown template {name!r}", hint="templates: " + (", ".join(names) or f"(none found in {src})")
+        )
+    path = src / VERSION_FILE  # one version for all: they share the feature catalog
     try:
         version = path.read_text(encoding="utf-8").strip()
         Version(version)
@@ -137,7 +130,7 @@ def ensure_template_repo(name: str, *, source: str | Path | None = None) -> Temp
         for entry in repo_path.iterdir():
             if entry.name != ".git":
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-        assemble(name, source, repo_path)
+        assemble(src, name, repo_path)
         repo.git.add("--all", ".")
         if not repo.head.is_valid() or repo.is_dirty(index=True, working_tree=False):
             repo.git.commit("-m", f"template {name} {version}", "--allow-empty", "--no-verify")

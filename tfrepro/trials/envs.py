@@ -148,7 +148,6 @@ class Env:
     path: Path
     spec: EnvSpec
     versions: dict = field(default_factory=dict, compare=False, hash=False)
-    built: bool = False  # built by this call (not reused)
 
     @property
     def python(self) -> Path:
@@ -162,12 +161,12 @@ class Env:
 # -- reading the versions inside an environment ------------------------------------------
 
 
-def read_versions(python: Path | str, timeout_s: float = 60) -> dict:
+def read_versions(python: Path | str) -> dict:
     """`dists.versions()` of another interpreter: its TensorFlow, Keras,
     tf_keras and Python versions, from package metadata (nothing is imported: ~50 ms)."""
     try:
         out = subprocess.run(
-            [str(python), "-I", "-c", VERSIONS_SCRIPT], capture_output=True, text=True, timeout=timeout_s, check=True
+            [str(python), "-I", "-c", VERSIONS_SCRIPT], capture_output=True, text=True, timeout=60, check=True
         ).stdout
         return json.loads(out.strip().splitlines()[-1])
     except (OSError, subprocess.SubprocessError, ValueError, IndexError) as e:
@@ -340,12 +339,10 @@ class EnvStore:
         except BaseException:
             shutil.rmtree(path, ignore_errors=True)
             raise
-        build_s = round(self.clock() - started, 2)
-        record = {"spec": spec.to_dict(), "versions": versions, "created": self.clock(), "build_s": build_s}
-        record["installer"] = self.installer.name
+        record = {"spec": spec.to_dict(), "versions": versions}
         atomic_write(path / SPEC_FILE, json.dumps(record, indent=1, sort_keys=True).encode())
-        say(f"environment {spec.name}: ready in {build_s:.1f} s")
-        return Env(path, spec, versions, built=True)
+        say(f"environment {spec.name}: ready in {self.clock() - started:.1f} s")
+        return Env(path, spec, versions)
 
     # -- tfrepro envs ----------------------------------------------------------
     def entries(self, *, sizes: bool = False) -> list[EnvInfo]:

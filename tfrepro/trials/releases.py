@@ -67,27 +67,9 @@ def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
     return public, urllib.parse.unquote(user), urllib.parse.unquote(password) if sep else None
 
 
-def public_url(url: str) -> str:
-    """`url` as it may be printed: the userinfo replaced by a marker."""
-    public, user, _ = split_userinfo(url)
-    if user is None:
-        return url
-    scheme, rest = public.split("://", 1) if "://" in public else ("", public)
-    return f"{scheme}://{HIDDEN}@{rest}" if scheme else public
-
-
 def hide_userinfo(text: str) -> str:
     """Every `scheme://userinfo@` in `text` with the userinfo hidden."""
     return _USERINFO.sub(lambda m: m.group(0) if m.group(2) == HIDDEN else f"{m.group(1)}{HIDDEN}@", text)
-
-
-def basic_auth(user: str | None, password: str | None) -> dict[str, str]:
-    """The Authorization header pip sends for an index URL's userinfo
-    (a token alone as the user, an empty password: as pip does)."""
-    if user is None:
-        return {}
-    token = base64.b64encode(f"{user}:{password or ''}".encode()).decode()
-    return {"Authorization": f"Basic {token}"}
 
 
 def version_key(version: str) -> Version:
@@ -173,7 +155,9 @@ def _http_fetch(url: str) -> bytes:
     """GET `url`; its userinfo (a credentialed index) goes as HTTP Basic auth,
     as pip sends it (urllib itself refuses a URL with a userinfo)."""
     public, user, password = split_userinfo(url)
-    headers = {"Accept": "application/vnd.pypi.simple.v1+json", **basic_auth(user, password)}
+    headers = {"Accept": "application/vnd.pypi.simple.v1+json"}
+    if user is not None:  # a token alone as the user, an empty password: as pip does
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user}:{password or ''}".encode()).decode()
     req = urllib.request.Request(public, headers=headers)
     try:
         with urllib.request.urlopen(req, timeout=30) as response:
@@ -222,7 +206,9 @@ def list_releases(dist: str, cache_dir: Path, *, fetch: Fetch | None = None, now
     uv_or_pip = ("UV_DEFAULT_INDEX", "UV_INDEX_URL", "PIP_INDEX_URL")  # the index they would use
     index = next((os.environ[v].rstrip("/") for v in uv_or_pip if os.environ.get(v)), DEFAULT_INDEX)
     url = f"{index}/{dist}/"
-    shown = public_url(url)  # what is printed and stored: never the userinfo
+    public, user, _ = split_userinfo(url)  # what is printed and stored: never the userinfo
+    scheme, sep, rest = public.partition("://")
+    shown = f"{scheme}://{HIDDEN}@{rest}" if user is not None and scheme and sep else public
     if cached and cached.get("url") == shown and now - float(cached.get("fetched", 0)) < LISTING_TTL_S:
         return wheel_versions(cached.get("files", []), dist)
     try:
