@@ -326,6 +326,19 @@ def _quietly(where: str, fn, *args):
         return None
 
 
+def wrap_once(owner, attr: str, make, mark: str = "_tfrepro") -> None:
+    """`owner.attr` replaced by `make(orig)`, the one way the harness and its
+    plugins patch code: once (the wrapper carries `mark`), the original kept
+    as `__wrapped__`; an absent attribute is left alone."""
+    orig = getattr(owner, attr, None)
+    if orig is None or getattr(orig, mark, False):
+        return
+    wrapped = make(orig)
+    wrapped.__wrapped__ = orig
+    setattr(wrapped, mark, True)
+    setattr(owner, attr, wrapped)
+
+
 # -- memory (memory.py, loaded by path) ----------------------------------------------
 
 _MEMORY = None  # this trial's MemorySampler, None when it could not load

@@ -177,7 +177,7 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
         if "train_step" not in vars(self):
             object.__setattr__(self, "train_step", _capturing_step(self, self.train_step, distributed_sum))
         orig_make(self, *args, **kwargs)
-        _wrap_train_function(self)
+        H.wrap_once(self, "train_function", _taking_outputs)
         return self.train_function
 
     cls.fit = fit
@@ -214,12 +214,9 @@ def _after_fit(model, tag: str | None) -> None:
         H._stop("fit ended (timing trial)")
 
 
-def _wrap_train_function(model) -> None:
-    """The built train function, wrapped once to take our loss and batch
-    out of its outputs (the captured step adds them)."""
-    fn = model.train_function
-    if fn is None or getattr(fn, "_tfrepro", False):
-        return
+def _taking_outputs(fn):
+    """The built train function `fn` that takes our loss and batch out of
+    its outputs (the captured step adds them)."""
 
     def train_function(*a, **k):
         out = fn(*a, **k)
@@ -229,9 +226,7 @@ def _wrap_train_function(model) -> None:
             H.S.pending_batch = out.pop(BATCH_KEY, None)
         return out
 
-    train_function._tfrepro = True
-    train_function.__wrapped__ = fn
-    model.train_function = train_function
+    return train_function
 
 
 def _capturing_step(model, step, distributed_sum: bool):

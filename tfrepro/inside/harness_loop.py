@@ -313,12 +313,8 @@ def _drain(end: float) -> None:
 
 
 def _patch(cls, method: str, wrapper) -> None:
-    fn = cls.__dict__.get(method)
-    if fn is not None and not getattr(fn, "_tfrepro", False):
-        wrapped = wrapper(fn)
-        wrapped.__wrapped__ = fn
-        wrapped._tfrepro = True
-        setattr(cls, method, wrapped)
+    if method in vars(cls):  # the class's own method, not one it inherits
+        H.wrap_once(cls, method, wrapper)
 
 
 def _patch_classes(specs, methods: list, wrapper) -> None:
