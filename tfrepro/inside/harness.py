@@ -420,10 +420,14 @@ def error_line(tp, value) -> tuple[str, str | None]:
     return lines[0].strip(), text[-4000:]
 
 
-def _excepthook(orig):
-    """`orig` after recording an uncaught exception as the trial's crash."""
+def _excepthook(orig, watch=None):
+    """`orig` after recording an uncaught exception as the trial's crash
+    (and, with a Landlock `watch`, naming the write outside the trial dir it
+    may be: confine.py's Watch)."""
 
     def hook(tp, value, tb):
+        if watch is not None:
+            watch.exception(value)
         if not issubclass(tp, SystemExit):
             S.crashed = True
             S.error, detail = error_line(tp, value)
@@ -436,19 +440,13 @@ def _excepthook(orig):
     return hook
 
 
-def _watch_writes(spec: dict | None) -> None:
-    """Landlock: name the first write outside the trial dir (confine.py's Watch)."""
+def _watch_writes(spec: dict | None):
+    """Landlock: the watch that names the first write outside the trial dir
+    (confine.py's Watch); None without Landlock."""
     if not spec or spec.get("mode") != "landlock" or not spec.get("writable"):
-        return
+        return None
     module = sys.modules.get("_tfrepro_confine") or _sibling_file("confine")
-    w = module.watch(spec, os.getcwd(), FRAMES.user_where)
-    orig = sys.excepthook
-
-    def hook(tp, value, tb):
-        w.exception(value)
-        orig(tp, value, tb)
-
-    sys.excepthook = hook
+    return module.watch(spec, os.getcwd(), FRAMES.user_where)
 
 
 def activate(config_path: str) -> None:
@@ -469,8 +467,7 @@ def activate(config_path: str) -> None:
         _sibling_file("launch").watch_parent(os.getppid())
     # the sampler sets `[trial] memory_limit_mb` (RLIMIT_AS) before the script runs
     _MEMORY = _quietly("memory sampler", lambda: _sibling_file("memory").start(S.config))
-    sys.excepthook = _excepthook(sys.excepthook)
-    _watch_writes(S.config.get("confine"))
+    sys.excepthook = _excepthook(sys.excepthook, _watch_writes(S.config.get("confine")))
     atexit.register(finish)
     sys.stdout = StdoutTap(sys.stdout)  # custom loops: `step=N loss=X` lines
     _FINDER = _sibling_file("harness_imports").PostImportFinder(_HOOKS, note_error)
