@@ -50,13 +50,13 @@ def split(tf, config: dict, extra: dict) -> None:
             extra["replica_devices"] = f"1 GPU split into {n} logical GPUs of {GPU_REPLICA_MB} MiB"
             # A split GPU refuses `set_memory_growth` (ValueError): the script's
             # call is ignored, with a warning, rather than crash the trial.
-            tf.config.experimental.set_memory_growth = lambda device, enable: _warn(extra, MEMORY_GROWTH_IGNORED)
+            tf.config.experimental.set_memory_growth = lambda device, enable: warn(extra, MEMORY_GROWTH_IGNORED)
         else:
             cpus = tf.config.list_physical_devices("CPU")
             tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
             extra["replica_devices"] = f"the CPU split into {n} logical CPUs"
     except (RuntimeError, ValueError) as e:
-        _warn(extra, SPLIT_TOO_LATE.format(n=n, error=str(e).splitlines()[0]))
+        warn(extra, SPLIT_TOO_LATE.format(n=n, error=str(e).splitlines()[0]))
 
 
 MEMORY_GROWTH_IGNORED = (
@@ -65,7 +65,8 @@ MEMORY_GROWTH_IGNORED = (
 )
 
 
-def _warn(extra: dict, text: str) -> None:
+def warn(extra: dict, text: str) -> None:
+    """`text` once in the result's warnings (here and harness_keras.py's compile)."""
     if text not in (warnings := extra.setdefault("warnings", [])):
         warnings.append(text)
 

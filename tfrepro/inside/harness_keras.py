@@ -331,12 +331,6 @@ def auto_jit_dropped(model, kwargs: dict, tf, deterministic: bool) -> bool:
         return False
 
 
-def _warn(text: str) -> None:
-    warnings = H.S.extra.setdefault("warnings", [])
-    if text not in warnings:
-        warnings.append(text)
-
-
 def _patch_compile(cls) -> None:
     """Keras 3 quietly drops `jit_compile=True` under op determinism, which
     the harness turns on: an XLA feature would then be a no-op in every trial.
@@ -344,15 +338,16 @@ def _patch_compile(cls) -> None:
     orig = cls.compile
 
     def compile(self, *args, **kwargs):
-        dev = H._DEVICES  # devices.py: jit_compile="auto" pinned, the resolved mode recorded
-        kwargs, requested, pinned = dev.pin_compile(args, kwargs, H.S.config) if dev else (kwargs, None, False)
+        dev = H._DEVICES  # devices.py: jit_compile="auto" pinned, the resolved mode recorded, the warning
+        if dev is None:
+            return orig(self, *args, **kwargs)
+        kwargs, requested, pinned = dev.pin_compile(args, kwargs, H.S.config)
         out = orig(self, *args, **kwargs)
-        if dev:
-            dev.record_compile(self, H.S.extra, requested, pinned)
+        dev.record_compile(self, H.S.extra, requested, pinned)
         if kwargs.get("jit_compile") is True and getattr(self, "jit_compile", None) is False:
-            _warn(JIT_DROPPED)
+            dev.warn(H.S.extra, JIT_DROPPED)
         elif auto_jit_dropped(self, kwargs, sys.modules.get("tensorflow"), bool(H.S.config.get("deterministic"))):
-            _warn(AUTO_JIT_DROPPED)
+            dev.warn(H.S.extra, AUTO_JIT_DROPPED)
         return out
 
     cls.compile = compile

@@ -105,17 +105,6 @@ def _patch_keras(lib, facts: dict) -> None:
         _patch_loss_scale(lib.mixed_precision.LossScaleOptimizer, facts["settings"])
 
 
-def _after_run(ctx, facts: dict, models: list) -> None:
-    """What the script set up, read once it ran: the layers of a
-    never-compiled model (custom loop: of the models the trial created),
-    op determinism, eager functions (the precision policy is the trial's
-    own field: report/localize.py)."""
-    if not facts["layers"]:
-        with contextlib.suppress(Exception):
-            facts["layers"] = _layers(models)
-    facts["settings"].update(ctx.tf_settings())
-
-
 def install(ctx):
     facts = {
         "completed": True,
@@ -142,8 +131,13 @@ def install(ctx):
     sys.excepthook = excepthook
 
     def on_end(models):
-        _after_run(ctx, facts, models)
-        facts["settings"]["replicas"] = ctx.replicas(fits=False)  # a strategy the script built
+        # What the script set up, read once it ran: the layers of a never-compiled model (custom loop:
+        # of the models the trial created), op determinism, eager functions, the replicas of a strategy
+        # the script built (the precision policy is the trial's own field: report/localize.py).
+        if not facts["layers"]:
+            with contextlib.suppress(Exception):
+                facts["layers"] = _layers(models)
+        facts["settings"].update(ctx.tf_settings(), replicas=ctx.replicas(fits=False))
         ctx.record("localize", facts)
 
     ctx.add_end_hook(on_end)
