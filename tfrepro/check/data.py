@@ -1,6 +1,6 @@
 """Check 3, the first batches (shapes, dtypes, ranges, NaN/Inf, labels in
 range, normalisation), and the number of classes the loss implies (pure);
-first, what every check shares (`judge.py`, `loops.py`): the thresholds, the
+first, what every check shares (`judge.py`, `run.py`): the thresholds, the
 order and titles of the items, and why a probe's record is missing."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class CheckOptions:
     input_bound_alone: float = 10.0  # or pipeline >= this many model steps: it bounds the throughput itself
 
 
-# the six of `judge`, then check 7 (`loops.py`), judged on the script's text
+# the six of `judge`, then check 7 (`run.py`), judged on the script's text
 KEYS = ("environment", "input_pipeline", "first_batches", "initial_loss", "short_run", "parameters", "training_loop")
 
 
