@@ -120,7 +120,6 @@ class _Probes:
             return orig_iter(ds)
 
         tf.data.Dataset.__iter__ = __iter__
-        self._orig_iter = orig_iter
         strategy = getattr(getattr(tf, "distribute", None), "Strategy", None)
         orig_distribute = getattr(strategy, "experimental_distribute_dataset", None)
         if orig_distribute is not None:
@@ -252,7 +251,7 @@ class _Probes:
         self.dataset = ds
         self.busy = True
         try:
-            elements = list(self._orig_iter(ds.take(2)) if hasattr(self, "_orig_iter") else iter(ds.take(2)))
+            elements = list(ds.take(2))  # `busy`: no peek at our own iteration
         finally:
             self.busy = False
         self._record_batches(elements, {"fit": "fit (tf.data)", "iter": "first dataset iterated"}.get(source, source))
