@@ -102,16 +102,6 @@ INPUT_BOUND_FIX = (
 )
 
 
-def steady_utilisation(result: TrialResult) -> tuple[float, int] | None:
-    """(median GPU utilisation %, samples) past the first fifth of the trial
-    (tracing, compilation, the first batches); None without NVML samples."""
-    samples = [float(x) for x in ((result.extra.get("nvml") or {}).get("gpu_util") or [])]
-    if not samples:
-        return None
-    steady = samples[len(samples) // 5 :] or samples
-    return statistics.median(steady), len(steady)
-
-
 def quiet_step_time(result: TrialResult) -> float | None:
     """The trial's step time as the data allows it: the first quartile of
     the steps after warm-up. Load from other processes only lengthens steps,
@@ -124,9 +114,11 @@ def quiet_step_time(result: TrialResult) -> float | None:
 def with_gpu_utilisation(item: CheckItem, result: TrialResult) -> CheckItem:
     """The input-pipeline item with the GPU's utilisation as evidence, and
     `warn` (input-bound) when the GPU idles while the steps are slow."""
-    if (got := steady_utilisation(result)) is None:
+    samples = [float(x) for x in ((result.extra.get("nvml") or {}).get("gpu_util") or [])]
+    if not samples:
         return item
-    util, n = got
+    steady = samples[len(samples) // 5 :] or samples  # past the first fifth (tracing, compilation, first batches)
+    util, n = statistics.median(steady), len(steady)
     timing = result.extra.get("check.timing") or {}
     compute = timing.get("compute_s")
     step = quiet_step_time(result)
@@ -402,25 +394,17 @@ def judge(result: TrialResult, options: CheckOptions = CheckOptions(), *, projec
         check_short_run(result, options),
         check_parameters(result, options),
     ]
-    items = _data_first(items)
+    flagged = (CheckStatus.FAIL, CheckStatus.WARN)
+    if (batches := items[2]).status in flagged:  # check 3: the data-first rule (see the module docstring)
+        for k, i in enumerate(items):
+            if i.key in ("initial_loss", "short_run") and i.status in flagged:
+                items[k] = replace(
+                    i,
+                    status=CheckStatus.SKIP,
+                    summary=f"not judged: the first batches are flagged (check {batches.number}); observed: {i.summary}",
+                    fix=f"fix check {batches.number} first, then run `tfrepro check` again",
+                )
     trial = {k: getattr(result, k) for k in ("mode", "steps_run", "crashed", "error", "timed_out", "wall_s", "log_dir")}
     trial["first_loss"] = result.first_loss if result.losses and math.isfinite(result.losses[0]) else None
     trial["probe_errors"] = [*(result.extra.get("check.errors") or []), *(result.extra.get("harness_errors") or [])]
     return CheckReport(tuple(items), project=project, enabled=tuple(result.enabled), trial=trial)
-
-
-def _data_first(items: list[CheckItem]) -> list[CheckItem]:
-    batches = next(i for i in items if i.key == "first_batches")
-    if batches.status not in (CheckStatus.FAIL, CheckStatus.WARN):
-        return items
-    out = []
-    for i in items:
-        if i.key in ("initial_loss", "short_run") and i.status in (CheckStatus.FAIL, CheckStatus.WARN):
-            i = replace(
-                i,
-                status=CheckStatus.SKIP,
-                summary=f"not judged: the first batches are flagged (check {batches.number}); observed: {i.summary}",
-                fix=f"fix check {batches.number} first, then run `tfrepro check` again",
-            )
-        out.append(i)
-    return out
