@@ -228,7 +228,12 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
         return item("initial_loss", CheckStatus.SKIP, reason)
     first = result.losses[0]
     chance = math.log(c)
-    lo, hi, fail_lo, fail_hi = chance_bands(chance, options)
+    # The pass and fail bands around chance. Above it the slack is absolute as well as relative:
+    # with logits of standard deviation s at initialisation the loss exceeds ln(C) by roughly
+    # s²/2 whatever C, so a relative band alone would punish few classes.
+    lo, fail_lo = chance * (1 - options.chance_tolerance), chance / 2
+    hi = chance + max(options.chance_tolerance * chance, options.chance_slack_nats)
+    fail_hi = chance + max(chance, options.chance_fail_nats)
     expect = f"chance ln({c}) = {chance:.3f}"
     bands = (
         f"pass {lo:.3f}..{hi:.3f} (-{options.chance_tolerance:.0%}, +max({options.chance_tolerance:.0%}, "
@@ -252,18 +257,6 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
     elif mismatch := _logits_mismatch(loss, act):
         status, (summary, fix) = CheckStatus.WARN, mismatch
     return item("initial_loss", status, summary, evidence, fix)
-
-
-def chance_bands(chance: float, options: CheckOptions = CheckOptions()) -> tuple[float, float, float, float]:
-    """(pass low, pass high, fail low, fail high) around the chance loss.
-
-    Above chance the slack is absolute as well as relative: with logits of
-    standard deviation s at initialisation the loss exceeds ln(C) by roughly
-    s²/2 whatever C, so a relative band alone would punish few classes.
-    """
-    lo = chance * (1 - options.chance_tolerance)
-    hi = chance + max(options.chance_tolerance * chance, options.chance_slack_nats)
-    return lo, hi, chance / 2, chance + max(chance, options.chance_fail_nats)
 
 
 def _logits_mismatch(loss: dict, act: str | None) -> tuple[str, str] | None:
