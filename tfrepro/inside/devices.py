@@ -230,21 +230,17 @@ FP16_FLAGS = ("avx512_fp16", "amx_fp16")
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-def _cpu_flags() -> set[str]:
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return set(line.split(":", 1)[1].split())
-    return set()
-
-
 def hardware(extra: dict) -> dict:
     """The result's extra["hardware"], at the end of a trial: the most
     replicas in sync, the CPU's float16/bfloat16 instructions (Linux
     /proc/cpuinfo flags), the accelerators TensorFlow saw."""
     out: dict = {"replicas": replicas(extra)}
-    flags = _cpu_flags()
+    flags = set()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+        for line in f:
+            if line.startswith(("flags", "Features")):
+                flags = set(line.split(":", 1)[1].split())
+                break
     if flags:
         out["cpu_fp16"] = any(f in flags for f in FP16_FLAGS)
         out["cpu_bf16"] = any(f in flags for f in BF16_FLAGS)

@@ -140,9 +140,18 @@ def record_step(loss: float | None, dt: float) -> None:
         elif time.monotonic() - S.t_first >= S.until_s:
             _stop("budget_s")
     now = time.monotonic()
-    if now - S.last_progress >= PROGRESS_EVERY_S:
+    if now - S.last_progress >= PROGRESS_EVERY_S:  # what a trial killed at its timeout leaves behind
         S.last_progress = now
-        _write_progress()
+        progress = {
+            "mode": S.mode,
+            "losses": [x if math.isfinite(x) else None for x in S.losses],
+            "step_times": S.step_times,
+            "steps_run": S.steps_seen,
+        }
+        try:
+            _write_json(progress_path(S.result_path), progress)
+        except OSError:
+            note_error("progress")
 
 
 def loop_step(loss: float | None, dt: float | None = None) -> None:
@@ -202,20 +211,6 @@ class StdoutTap:
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
-
-
-def _write_progress() -> None:
-    """What a trial killed at its timeout leaves behind: the steps so far."""
-    progress = {
-        "mode": S.mode,
-        "losses": [x if math.isfinite(x) else None for x in S.losses],
-        "step_times": S.step_times,
-        "steps_run": S.steps_seen,
-    }
-    try:
-        _write_json(progress_path(S.result_path), progress)
-    except OSError:
-        note_error("progress")
 
 
 def progress_path(result_path: str) -> str:
