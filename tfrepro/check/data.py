@@ -174,16 +174,6 @@ def _scale_warnings(model: dict | None, first: list[dict], limit: float, evidenc
     return [p for p in found if p]
 
 
-def _labels_note(c: int | None, why_no_classes: str, n_labels: int, loss: dict | None) -> str:
-    if c is None:
-        return f"labels not judged: {why_no_classes}"
-    if n_labels != 1:
-        return "labels not judged: " + (
-            "the batches carry no labels" if n_labels == 0 else f"{n_labels} label tensors (one per output)"
-        )
-    return f"labels judged for {(loss or {}).get('name')} over {c} classes"
-
-
 # (words a problem's text names, its fix)
 _BATCH_FIXES = (
     (
@@ -215,7 +205,14 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
     evidence: list[str] = [f"seen at: {data.get('source')}"]
     fails, n_labels = _batch_problems(data["batches"], loss, c, evidence)
     warns = _scale_warnings(model, data["batches"][0].get("inputs") or [], options.input_scale, evidence)
-    evidence.append(_labels_note(c, why_no_classes, n_labels, loss))
+    if c is None:
+        evidence.append(f"labels not judged: {why_no_classes}")
+    elif n_labels == 0:
+        evidence.append("labels not judged: the batches carry no labels")
+    elif n_labels > 1:
+        evidence.append(f"labels not judged: {n_labels} label tensors (one per output)")
+    else:
+        evidence.append(f"labels judged for {(loss or {}).get('name')} over {c} classes")
     if problems := fails + warns:
         status = CheckStatus.FAIL if fails else CheckStatus.WARN
         text = " ".join(problems)
