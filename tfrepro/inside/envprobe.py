@@ -19,14 +19,6 @@ import subprocess
 import sys
 from importlib import metadata
 
-
-def _os_release():
-    try:
-        return platform.freedesktop_os_release().get("PRETTY_NAME")
-    except OSError:
-        return None
-
-
 # The distributions that install the `tensorflow` package, in the order a
 # version is looked up when several are installed (tfrepro.dists reads it).
 TF_DISTS = (
@@ -117,10 +109,14 @@ def build_info(tf) -> dict:
 
 
 def describe():
+    try:
+        os_name = platform.freedesktop_os_release().get("PRETTY_NAME")
+    except OSError:
+        os_name = None
     facts = {
         "python": platform.python_version(),
         "python_impl": platform.python_implementation(),
-        "os": _os_release() or platform.platform(),
+        "os": os_name or platform.platform(),
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),

@@ -139,11 +139,7 @@ class MemorySampler:
                 if len(self.series) > self.max_points:
                     self.series = self.series[1::2]  # keep steps 2k, 4k, ... : stride doubles
                     self.stride *= 2
-        self._sample_nvml()
-
-    # -- devices ---------------------------------------------------------------
-    def _sample_nvml(self) -> None:
-        now = time.monotonic()
+        now = time.monotonic()  # NVML: at most every NVML_EVERY_S
         if now < self._nvml_next:
             return
         self._nvml_next = now + NVML_EVERY_S
