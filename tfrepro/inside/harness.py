@@ -404,17 +404,6 @@ def finish() -> None:
 # -- how a trial ends when it is not our stop: a crash, a dead parent, a write outside ------
 
 
-def error_line(tp, value) -> tuple[str, str | None]:
-    """("Type: first line of the message", the whole text when it has more).
-    TensorFlow's messages run over many lines with node names and paths; the
-    first line is the stable part to compare crashes by."""
-    text = "".join(traceback.format_exception_only(tp, value)).strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    if len(lines) <= 1:
-        return text, None
-    return lines[0].strip(), text[-4000:]
-
-
 def _excepthook(orig, watch=None):
     """`orig` after recording an uncaught exception as the trial's crash
     (and, with a Landlock `watch`, naming the write outside the trial dir it
@@ -425,9 +414,12 @@ def _excepthook(orig, watch=None):
             watch.exception(value)
         if not issubclass(tp, SystemExit):
             S.crashed = True
-            S.error, detail = error_line(tp, value)
-            if detail:
-                S.extra["error_detail"] = detail
+            # The error is "Type: first line of the message", the whole text kept when it has more:
+            # TensorFlow's messages run over many lines with node names and paths; the first line
+            # is the stable part to compare crashes by.
+            S.error = text = "".join(traceback.format_exception_only(tp, value)).strip()
+            if len(lines := [line for line in text.splitlines() if line.strip()]) > 1:
+                S.error, S.extra["error_detail"] = lines[0].strip(), text[-4000:]
         if _FINDER is not None:  # without the first-import wrappers' frames (a cold process has none)
             tb = sys.modules["_tfrepro_harness_imports"].hide(value, tb)
         orig(tp, value, tb)
