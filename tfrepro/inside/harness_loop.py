@@ -190,15 +190,6 @@ def _replica(tf):
     return rid, n
 
 
-def _target():
-    target = getattr(_tls, "target", None)
-    _tls.target = None
-    scaled = getattr(_tls, "scaled", None)
-    if scaled is not None and target is scaled[0]:
-        target = scaled[1]
-    return target
-
-
 def _on_apply(optimizer) -> None:
     tf = sys.modules["tensorflow"]
     if L.primary is None:
@@ -206,7 +197,12 @@ def _on_apply(optimizer) -> None:
     elif L.primary != id(optimizer):
         H.S.extra["loop_other_optimizer"] = type(optimizer).__name__
         return
-    target = _target()
+    # The step's loss: the tape's last target (the unscaled loss when it came from scale_loss).
+    target = getattr(_tls, "target", None)
+    _tls.target = None
+    scaled = getattr(_tls, "scaled", None)
+    if scaled is not None and target is scaled[0]:
+        target = scaled[1]
     rid, n = _replica(tf)
     if isinstance(rid, int) and rid >= R_MAX:
         return

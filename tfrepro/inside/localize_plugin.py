@@ -63,15 +63,6 @@ def _patch_compile(model_cls, label: str, facts: dict) -> None:
     model_cls.compile = compile
 
 
-def _patch_loss_scale(cls, settings: dict) -> None:
-    """A dynamic loss scale starts at 1, in each class that builds one: the
-    public class and, in Keras 2 and tf_keras, the `LossScaleOptimizer` /
-    `LossScaleOptimizerV3` its metaclass builds instead of itself."""
-    for klass in (cls, *cls.__subclasses__()):
-        if "__init__" in vars(klass):
-            klass.__init__ = _scale_one(klass.__init__, settings)
-
-
 def _scale_one(orig, settings: dict):
     # Dynamic loss scaling starts at 2**15 and *expects* the first scaled
     # gradients to overflow (the optimizer skips those steps). Under
@@ -102,7 +93,13 @@ def _patch_keras(lib, facts: dict) -> None:
     label = "Model.compile" if lib.__name__ == "keras" else f"{lib.__name__}.Model.compile"
     with contextlib.suppress(Exception):
         _patch_compile(lib.Model, label, facts)
-        _patch_loss_scale(lib.mixed_precision.LossScaleOptimizer, facts["settings"])
+        # A dynamic loss scale starts at 1, in each class that builds one: the public class
+        # and, in Keras 2 and tf_keras, the `LossScaleOptimizer` / `LossScaleOptimizerV3`
+        # its metaclass builds instead of itself.
+        cls = lib.mixed_precision.LossScaleOptimizer
+        for klass in (cls, *cls.__subclasses__()):
+            if "__init__" in vars(klass):
+                klass.__init__ = _scale_one(klass.__init__, facts["settings"])
 
 
 def install(ctx):
