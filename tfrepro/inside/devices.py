@@ -152,13 +152,6 @@ def jit_compile(model) -> bool | None:
     return bool(jit) if jit is not None else None
 
 
-def _replicas(model) -> int | None:
-    try:
-        return int(model.distribute_strategy.num_replicas_in_sync)
-    except Exception:  # no strategy: None
-        return None
-
-
 def record_compile(model, extra: dict, requested, pinned: bool) -> None:
     """One `compile`: what was asked, what Keras resolved, whether we pinned it."""
     n = len(extra.setdefault("compile_modes", [])) + 1
@@ -176,12 +169,16 @@ def record_compile(model, extra: dict, requested, pinned: bool) -> None:
 def record_fit(model, extra: dict, keras) -> None:
     """One `fit`: the compile mode it ran, replicas in sync, precision policy."""
     fits = extra.setdefault("fits", [])
+    try:
+        n = int(model.distribute_strategy.num_replicas_in_sync)
+    except Exception:  # no strategy: None
+        n = None
     fits.append(
         {
             "call": f"fit#{len(fits) + 1}",
             "jit_compile": jit_compile(model),
             "run_eagerly": bool(getattr(model, "run_eagerly", False)),
-            "replicas": _replicas(model),
+            "replicas": n,
             "precision_policy": precision_policy(keras, model),
         }
     )

@@ -73,15 +73,6 @@ def _nvidia_smi():
     return [{"name": r[0], "memory": r[1], "driver": r[2]} for r in rows if len(r) >= 3]
 
 
-def _nvidia_wheels():
-    """CUDA/cuDNN libraries installed as pip wheels (nvidia-cudnn-cu12, ...)."""
-    try:
-        names = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
-    except Exception:
-        return {}
-    return {n: v for n, v in sorted(names.items()) if n.startswith("nvidia-")}
-
-
 def tf_gpus(tf) -> list:
     """Each GPU TensorFlow sees: its name (the device's own, else TensorFlow's)
     and compute capability. Also `tfrepro check`'s GPU names (probes.py)."""
@@ -124,7 +115,11 @@ def describe():
     tf_dist = next(filter(None, map(_dist, TF_DISTS)), None)  # the first installed
     if tf_dist:
         facts["tf_dist"] = tf_dist
-    facts["cuda_wheels"] = _nvidia_wheels()
+    try:  # CUDA/cuDNN libraries installed as pip wheels (nvidia-cudnn-cu12, ...)
+        names = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
+    except Exception:
+        names = {}
+    facts["cuda_wheels"] = {n: v for n, v in sorted(names.items()) if n.startswith("nvidia-")}
     for name in ("keras", "tf_keras", "numpy"):
         if d := _dist(name):
             facts[f"{name}_dist"] = d
