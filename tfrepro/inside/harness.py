@@ -427,15 +427,6 @@ def _excepthook(orig, watch=None):
     return hook
 
 
-def _watch_writes(spec: dict | None):
-    """Landlock: the watch that names the first write outside the trial dir
-    (confine.py's Watch); None without Landlock."""
-    if not spec or spec.get("mode") != "landlock" or not spec.get("writable"):
-        return None
-    module = sys.modules.get("_tfrepro_confine") or _sibling_file("confine")
-    return module.watch(spec, os.getcwd(), FRAMES.user_where)
-
-
 def activate(config_path: str) -> None:
     """Install everything; called once, from sitecustomize, before the script."""
     global S, FRAMES, _MEMORY, _FINDER, _DATA
@@ -454,7 +445,11 @@ def activate(config_path: str) -> None:
         _sibling_file("launch").watch_parent(os.getppid())
     # the sampler sets `[trial] memory_limit_mb` (RLIMIT_AS) before the script runs
     _MEMORY = _quietly("memory sampler", lambda: _sibling_file("memory").start(S.config))
-    sys.excepthook = _excepthook(sys.excepthook, _watch_writes(S.config.get("confine")))
+    watch = None  # Landlock: the first write outside the trial dir named (confine.py's Watch)
+    if (spec := S.config.get("confine") or {}).get("mode") == "landlock" and spec.get("writable"):
+        module = sys.modules.get("_tfrepro_confine") or _sibling_file("confine")
+        watch = module.watch(spec, os.getcwd(), FRAMES.user_where)
+    sys.excepthook = _excepthook(sys.excepthook, watch)
     atexit.register(finish)
     sys.stdout = StdoutTap(sys.stdout)  # custom loops: `step=N loss=X` lines
     _FINDER = _sibling_file("harness_imports").PostImportFinder(_HOOKS, note_error)
