@@ -465,5 +465,10 @@ def activate(config_path: str) -> None:
     for name in ("tensorflow", "keras", "tf_keras"):  # custom loops (harness_loop.py)
         on = "on_tensorflow" if name == "tensorflow" else "on_keras"  # Keras 3, Keras 2 or tf_keras
         _FINDER.add(name, lambda module, on=on: getattr(_side("loop"), on)(module))
-    if S.config.get("plugins"):  # harness_plugins.py
-        _side("plugins").load(S.config["plugins"], S.config.get("plugin_options"))
+    if S.config.get("plugins"):  # each imported by path, its `install(ctx)` called (harness_plugins.py)
+        ctx = _side("plugins").PluginContext(S.config.get("plugin_options") or {})
+        for i, path in enumerate(S.config["plugins"]):
+            try:
+                _load(f"_tfrepro_plugin_{i}", path).install(ctx)
+            except Exception:
+                note_error(f"plugin {path}")
