@@ -168,7 +168,13 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
             history = orig_fit(self, *args, **kwargs)
         finally:
             H.S.fit_depth -= 1
-        _after_fit(self, tag)
+        if getattr(self, "stop_training", False):  # a callback of the script's asked fit to stop (EarlyStopping)
+            H.S.extra.setdefault("callback_stops", []).append(tag or "fit")
+        if H.S.budget is not None and H.S.fit_depth == 0 and H.S.steps_seen and H.S.budget.call_ended(tag):
+            # A timing trial is for step times: it ends with the training it timed (the calls it was
+            # asked to time: the first one, or the ones the failing configuration showed slower),
+            # before the script's post-training code.
+            H._stop("fit ended (timing trial)")
         return history
 
     def make_train_function(self, *args, **kwargs):
@@ -201,17 +207,6 @@ def _before_fit(model, lib: str, args: list, kwargs: dict, callback) -> tuple[li
     if H._DEVICES is not None:  # its compile mode, replicas in sync, precision policy (devices.py)
         H._DEVICES.record_fit(model, H.S.extra, H.keras_module())
     return args, kwargs, tag
-
-
-def _after_fit(model, tag: str | None) -> None:
-    if getattr(model, "stop_training", False):  # a callback of the script's asked fit to stop (EarlyStopping)
-        H.S.extra.setdefault("callback_stops", []).append(tag or "fit")
-    if H.S.budget is not None and H.S.fit_depth == 0 and H.S.steps_seen and H.S.budget.call_ended(tag):
-        # A timing trial is for step times: it ends with the training it
-        # timed (the calls it was asked to time: the first one, or the
-        # ones the failing configuration showed slower), before the
-        # script's post-training code.
-        H._stop("fit ended (timing trial)")
 
 
 def _taking_outputs(fn):

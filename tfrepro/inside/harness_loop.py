@@ -340,7 +340,17 @@ _APPLY = ["apply_gradients", "apply"]
 def on_keras(keras) -> None:
     if H.keras2(keras):  # Keras 2 or tf_keras: its code under <name>.src (Keras 2's also under <name>)
         for root in (f"{keras.__name__}.src", keras.__name__):
-            _on_keras2(root)
+            lso = f"{root}.mixed_precision.loss_scale_optimizer"
+            optimizers = [
+                (f"{root}.optimizers.optimizer", "_BaseOptimizer"),
+                (f"{root}.optimizers.optimizer", "Optimizer"),
+                (f"{root}.optimizers.legacy.optimizer_v2", "OptimizerV2"),
+            ]
+            _patch_classes(
+                [*optimizers, (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")], _APPLY, _apply_wrapper
+            )
+            scaling = [(lso, "BaseLossScaleOptimizer"), (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")]
+            _patch_classes(scaling, ["get_scaled_loss"], _scale_wrapper)
         return
     optimizers = [
         ("keras.src.optimizers.base_optimizer", "BaseOptimizer"),
@@ -348,15 +358,3 @@ def on_keras(keras) -> None:
     ]
     _patch_classes(optimizers, _APPLY, _apply_wrapper)
     _patch_classes(optimizers, ["scale_loss"], _scale_wrapper)
-
-
-def _on_keras2(root: str) -> None:
-    lso = f"{root}.mixed_precision.loss_scale_optimizer"
-    optimizers = [
-        (f"{root}.optimizers.optimizer", "_BaseOptimizer"),
-        (f"{root}.optimizers.optimizer", "Optimizer"),
-        (f"{root}.optimizers.legacy.optimizer_v2", "OptimizerV2"),
-    ]
-    _patch_classes([*optimizers, (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")], _APPLY, _apply_wrapper)
-    scaling = [(lso, "BaseLossScaleOptimizer"), (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")]
-    _patch_classes(scaling, ["get_scaled_loss"], _scale_wrapper)
