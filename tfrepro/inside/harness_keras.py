@@ -162,7 +162,21 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
     orig_make = cls.make_train_function
 
     def fit(self, *args, **kwargs):
-        args, kwargs, tag = _before_fit(self, lib, list(args), kwargs, callback_cls())
+        # Before it runs: the fit hooks, our callback added to the script's, the call's tag
+        # (fit#N at file:line) and what it ran (devices.py).
+        H.S.models.setdefault(id(self), self)
+        H.S.keras_lib = H.S.keras_lib or lib
+        H.S.mode = "fit"
+        args = list(args)
+        for hook in H.S.fit_hooks:
+            H._quietly("fit hook", hook, self, args, kwargs)
+        if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
+            args[5] = _with_callback(args[5], callback_cls())
+        else:
+            kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback_cls())
+        tag = H.begin_call("fit", H.FRAMES.user_where() or "?") if H.S.fit_depth == 0 else None
+        if H._DEVICES is not None:  # its compile mode, replicas in sync, precision policy
+            H._DEVICES.record_fit(self, H.S.extra, H.keras_module())
         H.S.fit_depth += 1
         try:
             history = orig_fit(self, *args, **kwargs)
@@ -189,24 +203,6 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
     cls.fit = fit
     cls.make_train_function = make_train_function
     cls._tfrepro_patched = True
-
-
-def _before_fit(model, lib: str, args: list, kwargs: dict, callback) -> tuple[list, dict, str | None]:
-    """What a fit call records before it runs: the fit hooks, our callback
-    added to the script's, the call's tag (fit#N at file:line) and what it ran (devices.py)."""
-    H.S.models.setdefault(id(model), model)
-    H.S.keras_lib = H.S.keras_lib or lib
-    H.S.mode = "fit"
-    for hook in H.S.fit_hooks:
-        H._quietly("fit hook", hook, model, args, kwargs)
-    if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
-        args[5] = _with_callback(args[5], callback)
-    else:
-        kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback)
-    tag = H.begin_call("fit", H.FRAMES.user_where() or "?") if H.S.fit_depth == 0 else None
-    if H._DEVICES is not None:  # its compile mode, replicas in sync, precision policy (devices.py)
-        H._DEVICES.record_fit(model, H.S.extra, H.keras_module())
-    return args, kwargs, tag
 
 
 def _taking_outputs(fn):
