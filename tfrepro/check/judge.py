@@ -169,7 +169,14 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
         return item(
             "input_pipeline", CheckStatus.SKIP, "no step time to compare with (no model, no training step)", evidence
         )
-    if _input_bound(pipe, compute, step, options):
+    # The data starves the model when it takes longer than the model's own work AND a real share
+    # of the step (tiny models on a busy CPU make the first comparison alone noisy). A pipeline many
+    # times slower than the model bounds the step by itself: the trial's step, stretched by a busy
+    # machine (another CPU-bound process), does not make it a small share.
+    bound = compute is None or pipe > compute
+    if bound and step is not None and pipe < options.input_bound_step_share * step:
+        bound = compute is not None and pipe >= options.input_bound_alone * compute
+    if bound:
         summary = (
             f"input-bound: the pipeline alone needs {fmt_ms(pipe)} per batch, "
             f"the model {fmt_ms(reference)} per step" + (f" (trial step {fmt_ms(step)})" if step else "")
@@ -178,19 +185,6 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
     ratio = pipe / reference if reference else 0.0
     summary = f"not input-bound: pipeline {fmt_ms(pipe)} per batch, model {fmt_ms(reference)} per step ({ratio:.0%})"
     return item("input_pipeline", CheckStatus.PASS, summary, evidence)
-
-
-def _input_bound(pipe: float, compute: float | None, step: float | None, options: CheckOptions) -> bool:
-    """The data starves the model when it takes longer than the model's own
-    work AND a real share of the step (tiny models on a busy CPU make the first
-    comparison alone noisy). A pipeline many times slower than the model bounds
-    the step by itself: the trial's step, stretched by a busy machine (another
-    CPU-bound process), does not make it a small share."""
-    if compute is not None and pipe <= compute:
-        return False
-    if step is None or pipe >= options.input_bound_step_share * step:
-        return True
-    return compute is not None and pipe >= options.input_bound_alone * compute
 
 
 # -- 4. initial loss -----------------------------------------------------------------
