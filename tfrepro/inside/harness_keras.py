@@ -98,19 +98,6 @@ def _save(what: str, *args) -> None:
         H._quietly("nan state", getattr(saver, what), *args)
 
 
-def _loss_trackers(model) -> list:
-    """The Mean metrics that receive the training loss: Keras 3's tracker,
-    tf_keras's compiled-loss mean, and any model metric named "loss" (the
-    custom train_step recipe)."""
-    found = [
-        getattr(model, "_loss_tracker", None),
-        getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None),
-    ]
-    with contextlib.suppress(Exception):
-        found += [m for m in model.metrics if getattr(m, "name", None) == "loss"]
-    return list({id(t): t for t in found if t is not None and hasattr(t, "update_state")}.values())  # each once
-
-
 def _make_callback(base, lib: str):
     class TrialCallback(base):
         """Last in the list: its batch end comes after the user's callbacks."""
@@ -224,8 +211,16 @@ def _capturing_step(model, step, distributed_sum: bool):
     """train_step that also returns the loss its loss tracker was fed."""
 
     def train_step(data):
-        # MirroredStrategy traces one replica per thread: captures are per thread.
-        for tracker in _loss_trackers(model):
+        # MirroredStrategy traces one replica per thread: captures are per thread. Hooked, each once:
+        # the Mean metrics that receive the training loss (Keras 3's tracker, tf_keras's
+        # compiled-loss mean, and any model metric named "loss": the custom train_step recipe).
+        found = [
+            getattr(model, "_loss_tracker", None),
+            getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None),
+        ]
+        with contextlib.suppress(Exception):
+            found += [m for m in model.metrics if getattr(m, "name", None) == "loss"]
+        for tracker in {id(t): t for t in found if t is not None and hasattr(t, "update_state")}.values():
             _hook_tracker(tracker)
         _tls.seen = seen = []
         try:
