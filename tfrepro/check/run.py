@@ -134,24 +134,17 @@ def facts_of(texts: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, StepFact
     return steps, mode_layers
 
 
-def _ranks(result: TrialResult | None) -> tuple[int | None, int | None]:
-    """(rank of the first batch's labels, rank of the model's output), when the probes recorded them."""
-    if result is None:
-        return None, None
-    label_rank = None
-    batches = (result.extra.get("check.batches") or {}).get("batches") or []
-    if batches and batches[0].get("labels"):
-        shape = batches[0]["labels"][0].get("shape")
-        label_rank = len(shape) if shape is not None else None
-    out = (result.extra.get("check.model") or {}).get("output_rank")
-    return label_rank, out if isinstance(out, int) else None
-
-
 def check_loop(steps: list[tuple[str, StepFacts]], mode_layers: bool, result: TrialResult | None) -> CheckItem | None:
     if not steps:
         return None
     warnings, fixes, evidence = [], [], []
-    label_rank, out_rank = _ranks(result)
+    # The ranks of the first batch's labels and of the model's output, when the probes recorded them.
+    extra = result.extra if result is not None else {}
+    batches = (extra.get("check.batches") or {}).get("batches") or []
+    labels = batches[0].get("labels") if batches else None
+    label_rank = len(labels[0]["shape"]) if labels and labels[0].get("shape") is not None else None
+    out_rank = (extra.get("check.model") or {}).get("output_rank")
+    out_rank = out_rank if isinstance(out_rank, int) else None
     for path, f in steps:
         where = f"{path}:{f.line}"
         evidence.append(f"{where}: loss {f.loss_code}")
