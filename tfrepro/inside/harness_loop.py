@@ -176,20 +176,6 @@ def yield_to_stdout() -> None:
 # -- the hooks ----------------------------------------------------------------------------
 
 
-def _replica(tf):
-    """(replica id: an int or a tensor, replicas in sync) of the calling context."""
-    ctx = tf.distribute.get_replica_context()
-    if ctx is None or int(ctx.num_replicas_in_sync) == 1:
-        return 0, 1
-    n = int(ctx.num_replicas_in_sync)
-    rid = getattr(ctx, "_replica_id_in_sync_group", None)
-    if not isinstance(rid, int):
-        rid = ctx.replica_id_in_sync_group
-        static = tf.get_static_value(rid)
-        rid = int(static) if static is not None else rid
-    return rid, n
-
-
 def _on_apply(optimizer) -> None:
     tf = sys.modules["tensorflow"]
     if L.primary is None:
@@ -203,7 +189,15 @@ def _on_apply(optimizer) -> None:
     scaled = getattr(_tls, "scaled", None)
     if scaled is not None and target is scaled[0]:
         target = scaled[1]
-    rid, n = _replica(tf)
+    rid, n = 0, 1  # the calling context's replica id (an int or a tensor) and replicas in sync
+    ctx = tf.distribute.get_replica_context()
+    if ctx is not None and int(ctx.num_replicas_in_sync) > 1:
+        n = int(ctx.num_replicas_in_sync)
+        rid = getattr(ctx, "_replica_id_in_sync_group", None)
+        if not isinstance(rid, int):
+            rid = ctx.replica_id_in_sync_group
+            static = tf.get_static_value(rid)
+            rid = int(static) if static is not None else rid
     if isinstance(rid, int) and rid >= R_MAX:
         return
     if tf.executing_eagerly():
