@@ -1,10 +1,10 @@
-"""Check 7, the training loop (check/loops.py): the step as written against
+"""Check 7, the training loop (check/run.py): the step as written against
 fit, with the ranks the probes recorded. Pure: no TensorFlow."""
 
 from __future__ import annotations
 
 from tfrepro.check.checklist import CheckStatus
-from tfrepro.check.loops import check_loop, facts_of
+from tfrepro.check.run import check_loop, facts_of
 from tfrepro.trials.values import TrialResult
 
 STEP = """\

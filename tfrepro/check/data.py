@@ -1,6 +1,6 @@
 """Check 3, the first batches (shapes, dtypes, ranges, NaN/Inf, labels in
 range, normalisation), and the number of classes the loss implies (pure);
-first, what every check shares (`judge.py`, `loops.py`): the thresholds, the
+first, what every check shares (`judge.py`, `run.py`): the thresholds, the
 order and titles of the items, and why a probe's record is missing."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class CheckOptions:
     input_bound_alone: float = 10.0  # or pipeline >= this many model steps: it bounds the throughput itself
 
 
-# the six of `judge`, then check 7 (`loops.py`), judged on the script's text
+# the six of `judge`, then check 7 (`run.py`), judged on the script's text
 KEYS = ("environment", "input_pipeline", "first_batches", "initial_loss", "short_run", "parameters", "training_loop")
 
 
@@ -174,16 +174,6 @@ def _scale_warnings(model: dict | None, first: list[dict], limit: float, evidenc
     return [p for p in found if p]
 
 
-def _labels_note(c: int | None, why_no_classes: str, n_labels: int, loss: dict | None) -> str:
-    if c is None:
-        return f"labels not judged: {why_no_classes}"
-    if n_labels != 1:
-        return "labels not judged: " + (
-            "the batches carry no labels" if n_labels == 0 else f"{n_labels} label tensors (one per output)"
-        )
-    return f"labels judged for {(loss or {}).get('name')} over {c} classes"
-
-
 # (words a problem's text names, its fix)
 _BATCH_FIXES = (
     (
@@ -215,7 +205,14 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
     evidence: list[str] = [f"seen at: {data.get('source')}"]
     fails, n_labels = _batch_problems(data["batches"], loss, c, evidence)
     warns = _scale_warnings(model, data["batches"][0].get("inputs") or [], options.input_scale, evidence)
-    evidence.append(_labels_note(c, why_no_classes, n_labels, loss))
+    if c is None:
+        evidence.append(f"labels not judged: {why_no_classes}")
+    elif n_labels == 0:
+        evidence.append("labels not judged: the batches carry no labels")
+    elif n_labels > 1:
+        evidence.append(f"labels not judged: {n_labels} label tensors (one per output)")
+    else:
+        evidence.append(f"labels judged for {(loss or {}).get('name')} over {c} classes")
     if problems := fails + warns:
         status = CheckStatus.FAIL if fails else CheckStatus.WARN
         text = " ".join(problems)

@@ -102,16 +102,6 @@ INPUT_BOUND_FIX = (
 )
 
 
-def steady_utilisation(result: TrialResult) -> tuple[float, int] | None:
-    """(median GPU utilisation %, samples) past the first fifth of the trial
-    (tracing, compilation, the first batches); None without NVML samples."""
-    samples = [float(x) for x in ((result.extra.get("nvml") or {}).get("gpu_util") or [])]
-    if not samples:
-        return None
-    steady = samples[len(samples) // 5 :] or samples
-    return statistics.median(steady), len(steady)
-
-
 def quiet_step_time(result: TrialResult) -> float | None:
     """The trial's step time as the data allows it: the first quartile of
     the steps after warm-up. Load from other processes only lengthens steps,
@@ -124,9 +114,11 @@ def quiet_step_time(result: TrialResult) -> float | None:
 def with_gpu_utilisation(item: CheckItem, result: TrialResult) -> CheckItem:
     """The input-pipeline item with the GPU's utilisation as evidence, and
     `warn` (input-bound) when the GPU idles while the steps are slow."""
-    if (got := steady_utilisation(result)) is None:
+    samples = [float(x) for x in ((result.extra.get("nvml") or {}).get("gpu_util") or [])]
+    if not samples:
         return item
-    util, n = got
+    steady = samples[len(samples) // 5 :] or samples  # past the first fifth (tracing, compilation, first batches)
+    util, n = statistics.median(steady), len(steady)
     timing = result.extra.get("check.timing") or {}
     compute = timing.get("compute_s")
     step = quiet_step_time(result)
@@ -177,7 +169,14 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
         return item(
             "input_pipeline", CheckStatus.SKIP, "no step time to compare with (no model, no training step)", evidence
         )
-    if _input_bound(pipe, compute, step, options):
+    # The data starves the model when it takes longer than the model's own work AND a real share
+    # of the step (tiny models on a busy CPU make the first comparison alone noisy). A pipeline many
+    # times slower than the model bounds the step by itself: the trial's step, stretched by a busy
+    # machine (another CPU-bound process), does not make it a small share.
+    bound = compute is None or pipe > compute
+    if bound and step is not None and pipe < options.input_bound_step_share * step:
+        bound = compute is not None and pipe >= options.input_bound_alone * compute
+    if bound:
         summary = (
             f"input-bound: the pipeline alone needs {fmt_ms(pipe)} per batch, "
             f"the model {fmt_ms(reference)} per step" + (f" (trial step {fmt_ms(step)})" if step else "")
@@ -186,19 +185,6 @@ def check_input_pipeline(result: TrialResult, options: CheckOptions = CheckOptio
     ratio = pipe / reference if reference else 0.0
     summary = f"not input-bound: pipeline {fmt_ms(pipe)} per batch, model {fmt_ms(reference)} per step ({ratio:.0%})"
     return item("input_pipeline", CheckStatus.PASS, summary, evidence)
-
-
-def _input_bound(pipe: float, compute: float | None, step: float | None, options: CheckOptions) -> bool:
-    """The data starves the model when it takes longer than the model's own
-    work AND a real share of the step (tiny models on a busy CPU make the first
-    comparison alone noisy). A pipeline many times slower than the model bounds
-    the step by itself: the trial's step, stretched by a busy machine (another
-    CPU-bound process), does not make it a small share."""
-    if compute is not None and pipe <= compute:
-        return False
-    if step is None or pipe >= options.input_bound_step_share * step:
-        return True
-    return compute is not None and pipe >= options.input_bound_alone * compute
 
 
 # -- 4. initial loss -----------------------------------------------------------------
@@ -236,7 +222,12 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
         return item("initial_loss", CheckStatus.SKIP, reason)
     first = result.losses[0]
     chance = math.log(c)
-    lo, hi, fail_lo, fail_hi = chance_bands(chance, options)
+    # The pass and fail bands around chance. Above it the slack is absolute as well as relative:
+    # with logits of standard deviation s at initialisation the loss exceeds ln(C) by roughly
+    # s²/2 whatever C, so a relative band alone would punish few classes.
+    lo, fail_lo = chance * (1 - options.chance_tolerance), chance / 2
+    hi = chance + max(options.chance_tolerance * chance, options.chance_slack_nats)
+    fail_hi = chance + max(chance, options.chance_fail_nats)
     expect = f"chance ln({c}) = {chance:.3f}"
     bands = (
         f"pass {lo:.3f}..{hi:.3f} (-{options.chance_tolerance:.0%}, +max({options.chance_tolerance:.0%}, "
@@ -260,18 +251,6 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
     elif mismatch := _logits_mismatch(loss, act):
         status, (summary, fix) = CheckStatus.WARN, mismatch
     return item("initial_loss", status, summary, evidence, fix)
-
-
-def chance_bands(chance: float, options: CheckOptions = CheckOptions()) -> tuple[float, float, float, float]:
-    """(pass low, pass high, fail low, fail high) around the chance loss.
-
-    Above chance the slack is absolute as well as relative: with logits of
-    standard deviation s at initialisation the loss exceeds ln(C) by roughly
-    s²/2 whatever C, so a relative band alone would punish few classes.
-    """
-    lo = chance * (1 - options.chance_tolerance)
-    hi = chance + max(options.chance_tolerance * chance, options.chance_slack_nats)
-    return lo, hi, chance / 2, chance + max(chance, options.chance_fail_nats)
 
 
 def _logits_mismatch(loss: dict, act: str | None) -> tuple[str, str] | None:
@@ -402,25 +381,17 @@ def judge(result: TrialResult, options: CheckOptions = CheckOptions(), *, projec
         check_short_run(result, options),
         check_parameters(result, options),
     ]
-    items = _data_first(items)
+    flagged = (CheckStatus.FAIL, CheckStatus.WARN)
+    if (batches := items[2]).status in flagged:  # check 3: the data-first rule (see the module docstring)
+        for k, i in enumerate(items):
+            if i.key in ("initial_loss", "short_run") and i.status in flagged:
+                items[k] = replace(
+                    i,
+                    status=CheckStatus.SKIP,
+                    summary=f"not judged: the first batches are flagged (check {batches.number}); observed: {i.summary}",
+                    fix=f"fix check {batches.number} first, then run `tfrepro check` again",
+                )
     trial = {k: getattr(result, k) for k in ("mode", "steps_run", "crashed", "error", "timed_out", "wall_s", "log_dir")}
     trial["first_loss"] = result.first_loss if result.losses and math.isfinite(result.losses[0]) else None
     trial["probe_errors"] = [*(result.extra.get("check.errors") or []), *(result.extra.get("harness_errors") or [])]
     return CheckReport(tuple(items), project=project, enabled=tuple(result.enabled), trial=trial)
-
-
-def _data_first(items: list[CheckItem]) -> list[CheckItem]:
-    batches = next(i for i in items if i.key == "first_batches")
-    if batches.status not in (CheckStatus.FAIL, CheckStatus.WARN):
-        return items
-    out = []
-    for i in items:
-        if i.key in ("initial_loss", "short_run") and i.status in (CheckStatus.FAIL, CheckStatus.WARN):
-            i = replace(
-                i,
-                status=CheckStatus.SKIP,
-                summary=f"not judged: the first batches are flagged (check {batches.number}); observed: {i.summary}",
-                fix=f"fix check {batches.number} first, then run `tfrepro check` again",
-            )
-        out.append(i)
-    return out

@@ -50,13 +50,13 @@ def split(tf, config: dict, extra: dict) -> None:
             extra["replica_devices"] = f"1 GPU split into {n} logical GPUs of {GPU_REPLICA_MB} MiB"
             # A split GPU refuses `set_memory_growth` (ValueError): the script's
             # call is ignored, with a warning, rather than crash the trial.
-            tf.config.experimental.set_memory_growth = lambda device, enable: _warn(extra, MEMORY_GROWTH_IGNORED)
+            tf.config.experimental.set_memory_growth = lambda device, enable: warn(extra, MEMORY_GROWTH_IGNORED)
         else:
             cpus = tf.config.list_physical_devices("CPU")
             tf.config.set_logical_device_configuration(cpus[0], [tf.config.LogicalDeviceConfiguration()] * n)
             extra["replica_devices"] = f"the CPU split into {n} logical CPUs"
     except (RuntimeError, ValueError) as e:
-        _warn(extra, SPLIT_TOO_LATE.format(n=n, error=str(e).splitlines()[0]))
+        warn(extra, SPLIT_TOO_LATE.format(n=n, error=str(e).splitlines()[0]))
 
 
 MEMORY_GROWTH_IGNORED = (
@@ -65,7 +65,8 @@ MEMORY_GROWTH_IGNORED = (
 )
 
 
-def _warn(extra: dict, text: str) -> None:
+def warn(extra: dict, text: str) -> None:
+    """`text` once in the result's warnings (here and harness_keras.py's compile)."""
     if text not in (warnings := extra.setdefault("warnings", [])):
         warnings.append(text)
 
@@ -151,13 +152,6 @@ def jit_compile(model) -> bool | None:
     return bool(jit) if jit is not None else None
 
 
-def _replicas(model) -> int | None:
-    try:
-        return int(model.distribute_strategy.num_replicas_in_sync)
-    except Exception:  # no strategy: None
-        return None
-
-
 def record_compile(model, extra: dict, requested, pinned: bool) -> None:
     """One `compile`: what was asked, what Keras resolved, whether we pinned it."""
     n = len(extra.setdefault("compile_modes", [])) + 1
@@ -175,12 +169,16 @@ def record_compile(model, extra: dict, requested, pinned: bool) -> None:
 def record_fit(model, extra: dict, keras) -> None:
     """One `fit`: the compile mode it ran, replicas in sync, precision policy."""
     fits = extra.setdefault("fits", [])
+    try:
+        n = int(model.distribute_strategy.num_replicas_in_sync)
+    except Exception:  # no strategy: None
+        n = None
     fits.append(
         {
             "call": f"fit#{len(fits) + 1}",
             "jit_compile": jit_compile(model),
             "run_eagerly": bool(getattr(model, "run_eagerly", False)),
-            "replicas": _replicas(model),
+            "replicas": n,
             "precision_policy": precision_policy(keras, model),
         }
     )
@@ -229,21 +227,17 @@ FP16_FLAGS = ("avx512_fp16", "amx_fp16")
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
-def _cpu_flags() -> set[str]:
-    with contextlib.suppress(OSError):
-        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    return set(line.split(":", 1)[1].split())
-    return set()
-
-
 def hardware(extra: dict) -> dict:
     """The result's extra["hardware"], at the end of a trial: the most
     replicas in sync, the CPU's float16/bfloat16 instructions (Linux
     /proc/cpuinfo flags), the accelerators TensorFlow saw."""
     out: dict = {"replicas": replicas(extra)}
-    flags = _cpu_flags()
+    flags = set()
+    with contextlib.suppress(OSError), open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+        for line in f:
+            if line.startswith(("flags", "Features")):
+                flags = set(line.split(":", 1)[1].split())
+                break
     if flags:
         out["cpu_fp16"] = any(f in flags for f in FP16_FLAGS)
         out["cpu_bf16"] = any(f in flags for f in BF16_FLAGS)

@@ -19,14 +19,6 @@ import subprocess
 import sys
 from importlib import metadata
 
-
-def _os_release():
-    try:
-        return platform.freedesktop_os_release().get("PRETTY_NAME")
-    except OSError:
-        return None
-
-
 # The distributions that install the `tensorflow` package, in the order a
 # version is looked up when several are installed (tfrepro.dists reads it).
 TF_DISTS = (
@@ -81,15 +73,6 @@ def _nvidia_smi():
     return [{"name": r[0], "memory": r[1], "driver": r[2]} for r in rows if len(r) >= 3]
 
 
-def _nvidia_wheels():
-    """CUDA/cuDNN libraries installed as pip wheels (nvidia-cudnn-cu12, ...)."""
-    try:
-        names = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
-    except Exception:
-        return {}
-    return {n: v for n, v in sorted(names.items()) if n.startswith("nvidia-")}
-
-
 def tf_gpus(tf) -> list:
     """Each GPU TensorFlow sees: its name (the device's own, else TensorFlow's)
     and compute capability. Also `tfrepro check`'s GPU names (probes.py)."""
@@ -117,10 +100,14 @@ def build_info(tf) -> dict:
 
 
 def describe():
+    try:
+        os_name = platform.freedesktop_os_release().get("PRETTY_NAME")
+    except OSError:
+        os_name = None
     facts = {
         "python": platform.python_version(),
         "python_impl": platform.python_implementation(),
-        "os": _os_release() or platform.platform(),
+        "os": os_name or platform.platform(),
         "platform": platform.platform(),
         "machine": platform.machine(),
         "cpu_count": os.cpu_count(),
@@ -128,7 +115,11 @@ def describe():
     tf_dist = next(filter(None, map(_dist, TF_DISTS)), None)  # the first installed
     if tf_dist:
         facts["tf_dist"] = tf_dist
-    facts["cuda_wheels"] = _nvidia_wheels()
+    try:  # CUDA/cuDNN libraries installed as pip wheels (nvidia-cudnn-cu12, ...)
+        names = {(d.metadata["Name"] or "").lower(): d.version for d in metadata.distributions()}
+    except Exception:
+        names = {}
+    facts["cuda_wheels"] = {n: v for n, v in sorted(names.items()) if n.startswith("nvidia-")}
     for name in ("keras", "tf_keras", "numpy"):
         if d := _dist(name):
             facts[f"{name}_dist"] = d

@@ -140,9 +140,18 @@ def record_step(loss: float | None, dt: float) -> None:
         elif time.monotonic() - S.t_first >= S.until_s:
             _stop("budget_s")
     now = time.monotonic()
-    if now - S.last_progress >= PROGRESS_EVERY_S:
+    if now - S.last_progress >= PROGRESS_EVERY_S:  # what a trial killed at its timeout leaves behind
         S.last_progress = now
-        _write_progress()
+        progress = {
+            "mode": S.mode,
+            "losses": [x if math.isfinite(x) else None for x in S.losses],
+            "step_times": S.step_times,
+            "steps_run": S.steps_seen,
+        }
+        try:
+            _write_json(progress_path(S.result_path), progress)
+        except OSError:
+            note_error("progress")
 
 
 def loop_step(loss: float | None, dt: float | None = None) -> None:
@@ -202,20 +211,6 @@ class StdoutTap:
 
     def __getattr__(self, name):
         return getattr(self._stream, name)
-
-
-def _write_progress() -> None:
-    """What a trial killed at its timeout leaves behind: the steps so far."""
-    progress = {
-        "mode": S.mode,
-        "losses": [x if math.isfinite(x) else None for x in S.losses],
-        "step_times": S.step_times,
-        "steps_run": S.steps_seen,
-    }
-    try:
-        _write_json(progress_path(S.result_path), progress)
-    except OSError:
-        note_error("progress")
 
 
 def progress_path(result_path: str) -> str:
@@ -326,6 +321,19 @@ def _quietly(where: str, fn, *args):
         return None
 
 
+def wrap_once(owner, attr: str, make, mark: str = "_tfrepro") -> None:
+    """`owner.attr` replaced by `make(orig)`, the one way the harness and its
+    plugins patch code: once (the wrapper carries `mark`), the original kept
+    as `__wrapped__`; an absent attribute is left alone."""
+    orig = getattr(owner, attr, None)
+    if orig is None or getattr(orig, mark, False):
+        return
+    wrapped = make(orig)
+    wrapped.__wrapped__ = orig
+    setattr(wrapped, mark, True)
+    setattr(owner, attr, wrapped)
+
+
 # -- memory (memory.py, loaded by path) ----------------------------------------------
 
 _MEMORY = None  # this trial's MemorySampler, None when it could not load
@@ -396,46 +404,27 @@ def finish() -> None:
 # -- how a trial ends when it is not our stop: a crash, a dead parent, a write outside ------
 
 
-def error_line(tp, value) -> tuple[str, str | None]:
-    """("Type: first line of the message", the whole text when it has more).
-    TensorFlow's messages run over many lines with node names and paths; the
-    first line is the stable part to compare crashes by."""
-    text = "".join(traceback.format_exception_only(tp, value)).strip()
-    lines = [line for line in text.splitlines() if line.strip()]
-    if len(lines) <= 1:
-        return text, None
-    return lines[0].strip(), text[-4000:]
-
-
-def _excepthook(orig):
-    """`orig` after recording an uncaught exception as the trial's crash."""
+def _excepthook(orig, watch=None):
+    """`orig` after recording an uncaught exception as the trial's crash
+    (and, with a Landlock `watch`, naming the write outside the trial dir it
+    may be: confine.py's Watch)."""
 
     def hook(tp, value, tb):
+        if watch is not None:
+            watch.exception(value)
         if not issubclass(tp, SystemExit):
             S.crashed = True
-            S.error, detail = error_line(tp, value)
-            if detail:
-                S.extra["error_detail"] = detail
+            # The error is "Type: first line of the message", the whole text kept when it has more:
+            # TensorFlow's messages run over many lines with node names and paths; the first line
+            # is the stable part to compare crashes by.
+            S.error = text = "".join(traceback.format_exception_only(tp, value)).strip()
+            if len(lines := [line for line in text.splitlines() if line.strip()]) > 1:
+                S.error, S.extra["error_detail"] = lines[0].strip(), text[-4000:]
         if _FINDER is not None:  # without the first-import wrappers' frames (a cold process has none)
             tb = sys.modules["_tfrepro_harness_imports"].hide(value, tb)
         orig(tp, value, tb)
 
     return hook
-
-
-def _watch_writes(spec: dict | None) -> None:
-    """Landlock: name the first write outside the trial dir (confine.py's Watch)."""
-    if not spec or spec.get("mode") != "landlock" or not spec.get("writable"):
-        return
-    module = sys.modules.get("_tfrepro_confine") or _sibling_file("confine")
-    w = module.watch(spec, os.getcwd(), FRAMES.user_where)
-    orig = sys.excepthook
-
-    def hook(tp, value, tb):
-        w.exception(value)
-        orig(tp, value, tb)
-
-    sys.excepthook = hook
 
 
 def activate(config_path: str) -> None:
@@ -456,8 +445,11 @@ def activate(config_path: str) -> None:
         _sibling_file("launch").watch_parent(os.getppid())
     # the sampler sets `[trial] memory_limit_mb` (RLIMIT_AS) before the script runs
     _MEMORY = _quietly("memory sampler", lambda: _sibling_file("memory").start(S.config))
-    sys.excepthook = _excepthook(sys.excepthook)
-    _watch_writes(S.config.get("confine"))
+    watch = None  # Landlock: the first write outside the trial dir named (confine.py's Watch)
+    if (spec := S.config.get("confine") or {}).get("mode") == "landlock" and spec.get("writable"):
+        module = sys.modules.get("_tfrepro_confine") or _sibling_file("confine")
+        watch = module.watch(spec, os.getcwd(), FRAMES.user_where)
+    sys.excepthook = _excepthook(sys.excepthook, watch)
     atexit.register(finish)
     sys.stdout = StdoutTap(sys.stdout)  # custom loops: `step=N loss=X` lines
     _FINDER = _sibling_file("harness_imports").PostImportFinder(_HOOKS, note_error)
@@ -473,5 +465,10 @@ def activate(config_path: str) -> None:
     for name in ("tensorflow", "keras", "tf_keras"):  # custom loops (harness_loop.py)
         on = "on_tensorflow" if name == "tensorflow" else "on_keras"  # Keras 3, Keras 2 or tf_keras
         _FINDER.add(name, lambda module, on=on: getattr(_side("loop"), on)(module))
-    if S.config.get("plugins"):  # harness_plugins.py
-        _side("plugins").load(S.config["plugins"], S.config.get("plugin_options"))
+    if S.config.get("plugins"):  # each imported by path, its `install(ctx)` called (harness_plugins.py)
+        ctx = _side("plugins").PluginContext(S.config.get("plugin_options") or {})
+        for i, path in enumerate(S.config["plugins"]):
+            try:
+                _load(f"_tfrepro_plugin_{i}", path).install(ctx)
+            except Exception:
+                note_error(f"plugin {path}")

@@ -224,26 +224,24 @@ class Recorder:
 
     def wrap(self, owner, attr: str, call: str, path_kw: str) -> None:
         """`owner.attr` recording its reads (the path: the first argument, or `path_kw`)."""
-        orig = getattr(owner, attr, None)
-        if orig is None or getattr(orig, "_tfrepro_data", False):
-            return
         rec = self
 
-        def wrapper(*args, **kwargs):
-            if rec.depth:  # a read inside another (np.load's own reads): the outer one is recorded
-                return orig(*args, **kwargs)
-            rec.depth += 1
-            try:
-                out = orig(*args, **kwargs)
-            finally:
-                rec.depth -= 1
-            rec.source(call, args[0] if args else kwargs.get(path_kw), out)
-            return out
+        def make(orig):
+            def wrapper(*args, **kwargs):
+                if rec.depth:  # a read inside another (np.load's own reads): the outer one is recorded
+                    return orig(*args, **kwargs)
+                rec.depth += 1
+                try:
+                    out = orig(*args, **kwargs)
+                finally:
+                    rec.depth -= 1
+                rec.source(call, args[0] if args else kwargs.get(path_kw), out)
+                return out
 
-        wrapper._tfrepro_data = True
-        wrapper.__wrapped__ = orig
-        wrapper.__doc__, wrapper.__name__ = orig.__doc__, getattr(orig, "__name__", attr)
-        setattr(owner, attr, wrapper)
+            wrapper.__doc__, wrapper.__name__ = orig.__doc__, getattr(orig, "__name__", attr)
+            return wrapper
+
+        H.wrap_once(owner, attr, make, "_tfrepro_data")
 
     # -- what training was fed ---------------------------------------------
     def on_fit(self, model, args, kwargs) -> None:
@@ -342,18 +340,17 @@ def install(rec: Recorder, finder) -> None:
 
     def on_tf(tf):
         rec.wrap(tf.data.experimental, "make_csv_dataset", "tf.data.experimental.make_csv_dataset", "file_pattern")
-        cls = tf.data.TFRecordDataset
-        orig = cls.__init__
-        if not getattr(orig, "_tfrepro_data", False):
 
+        def make(orig):
             def __init__(self, filenames, *args, **kwargs):
                 orig(self, filenames, *args, **kwargs)
                 files = filenames if isinstance(filenames, (list, tuple)) else [filenames]
                 for f in files[:20]:
                     rec.source("tf.data.TFRecordDataset", f if isinstance(f, (str, bytes)) else repr(f))
 
-            __init__._tfrepro_data = True
-            cls.__init__ = __init__
+            return __init__
+
+        H.wrap_once(tf.data.TFRecordDataset, "__init__", make, "_tfrepro_data")
 
     def on_keras(keras):
         for attr in ("image_dataset_from_directory", "text_dataset_from_directory"):
@@ -368,20 +365,19 @@ def _hook_open(rec: Recorder) -> None:
     """open() of a data file for reading (csv, npy, tfrecord, ...), from the user's code."""
     import builtins
 
-    orig = builtins.open
+    def make(orig):
+        def open_(file, mode="r", *args, **kwargs):
+            f = orig(file, mode, *args, **kwargs)
+            with contextlib.suppress(Exception):
+                if isinstance(file, (str, os.PathLike)) and "r" in mode and "+" not in mode:
+                    name = os.fspath(file)
+                    # the direct caller is the user's code (not NumPy's np.load opening its file)
+                    if name.lower().endswith(DATA_EXTENSIONS) and not rec.frames.is_library(
+                        sys._getframe(1).f_code.co_filename
+                    ):
+                        rec.source("open", name)
+            return f
 
-    def open_(file, mode="r", *args, **kwargs):
-        f = orig(file, mode, *args, **kwargs)
-        with contextlib.suppress(Exception):
-            if isinstance(file, (str, os.PathLike)) and "r" in mode and "+" not in mode:
-                name = os.fspath(file)
-                # the direct caller is the user's code (not NumPy's np.load opening its file)
-                if name.lower().endswith(DATA_EXTENSIONS) and not rec.frames.is_library(
-                    sys._getframe(1).f_code.co_filename
-                ):
-                    rec.source("open", name)
-        return f
+        return open_
 
-    open_._tfrepro_data = True
-    if not getattr(orig, "_tfrepro_data", False):
-        builtins.open = open_
+    H.wrap_once(builtins, "open", make, "_tfrepro_data")

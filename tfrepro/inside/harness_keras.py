@@ -98,19 +98,6 @@ def _save(what: str, *args) -> None:
         H._quietly("nan state", getattr(saver, what), *args)
 
 
-def _loss_trackers(model) -> list:
-    """The Mean metrics that receive the training loss: Keras 3's tracker,
-    tf_keras's compiled-loss mean, and any model metric named "loss" (the
-    custom train_step recipe)."""
-    found = [
-        getattr(model, "_loss_tracker", None),
-        getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None),
-    ]
-    with contextlib.suppress(Exception):
-        found += [m for m in model.metrics if getattr(m, "name", None) == "loss"]
-    return list({id(t): t for t in found if t is not None and hasattr(t, "update_state")}.values())  # each once
-
-
 def _make_callback(base, lib: str):
     class TrialCallback(base):
         """Last in the list: its batch end comes after the user's callbacks."""
@@ -162,13 +149,33 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
     orig_make = cls.make_train_function
 
     def fit(self, *args, **kwargs):
-        args, kwargs, tag = _before_fit(self, lib, list(args), kwargs, callback_cls())
+        # Before it runs: the fit hooks, our callback added to the script's, the call's tag
+        # (fit#N at file:line) and what it ran (devices.py).
+        H.S.models.setdefault(id(self), self)
+        H.S.keras_lib = H.S.keras_lib or lib
+        H.S.mode = "fit"
+        args = list(args)
+        for hook in H.S.fit_hooks:
+            H._quietly("fit hook", hook, self, args, kwargs)
+        if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
+            args[5] = _with_callback(args[5], callback_cls())
+        else:
+            kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback_cls())
+        tag = H.begin_call("fit", H.FRAMES.user_where() or "?") if H.S.fit_depth == 0 else None
+        if H._DEVICES is not None:  # its compile mode, replicas in sync, precision policy
+            H._DEVICES.record_fit(self, H.S.extra, H.keras_module())
         H.S.fit_depth += 1
         try:
             history = orig_fit(self, *args, **kwargs)
         finally:
             H.S.fit_depth -= 1
-        _after_fit(self, tag)
+        if getattr(self, "stop_training", False):  # a callback of the script's asked fit to stop (EarlyStopping)
+            H.S.extra.setdefault("callback_stops", []).append(tag or "fit")
+        if H.S.budget is not None and H.S.fit_depth == 0 and H.S.steps_seen and H.S.budget.call_ended(tag):
+            # A timing trial is for step times: it ends with the training it timed (the calls it was
+            # asked to time: the first one, or the ones the failing configuration showed slower),
+            # before the script's post-training code.
+            H._stop("fit ended (timing trial)")
         return history
 
     def make_train_function(self, *args, **kwargs):
@@ -177,7 +184,7 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
         if "train_step" not in vars(self):
             object.__setattr__(self, "train_step", _capturing_step(self, self.train_step, distributed_sum))
         orig_make(self, *args, **kwargs)
-        _wrap_train_function(self)
+        H.wrap_once(self, "train_function", _taking_outputs)
         return self.train_function
 
     cls.fit = fit
@@ -185,41 +192,9 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
     cls._tfrepro_patched = True
 
 
-def _before_fit(model, lib: str, args: list, kwargs: dict, callback) -> tuple[list, dict, str | None]:
-    """What a fit call records before it runs: the fit hooks, our callback
-    added to the script's, the call's tag (fit#N at file:line) and what it ran (devices.py)."""
-    H.S.models.setdefault(id(model), model)
-    H.S.keras_lib = H.S.keras_lib or lib
-    H.S.mode = "fit"
-    for hook in H.S.fit_hooks:
-        H._quietly("fit hook", hook, model, args, kwargs)
-    if len(args) > 5:  # fit(x, y, batch_size, epochs, verbose, callbacks, ...)
-        args[5] = _with_callback(args[5], callback)
-    else:
-        kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback)
-    tag = H.begin_call("fit", H.FRAMES.user_where() or "?") if H.S.fit_depth == 0 else None
-    if H._DEVICES is not None:  # its compile mode, replicas in sync, precision policy (devices.py)
-        H._DEVICES.record_fit(model, H.S.extra, H.keras_module())
-    return args, kwargs, tag
-
-
-def _after_fit(model, tag: str | None) -> None:
-    if getattr(model, "stop_training", False):  # a callback of the script's asked fit to stop (EarlyStopping)
-        H.S.extra.setdefault("callback_stops", []).append(tag or "fit")
-    if H.S.budget is not None and H.S.fit_depth == 0 and H.S.steps_seen and H.S.budget.call_ended(tag):
-        # A timing trial is for step times: it ends with the training it
-        # timed (the calls it was asked to time: the first one, or the
-        # ones the failing configuration showed slower), before the
-        # script's post-training code.
-        H._stop("fit ended (timing trial)")
-
-
-def _wrap_train_function(model) -> None:
-    """The built train function, wrapped once to take our loss and batch
-    out of its outputs (the captured step adds them)."""
-    fn = model.train_function
-    if fn is None or getattr(fn, "_tfrepro", False):
-        return
+def _taking_outputs(fn):
+    """The built train function `fn` that takes our loss and batch out of
+    its outputs (the captured step adds them)."""
 
     def train_function(*a, **k):
         out = fn(*a, **k)
@@ -229,17 +204,23 @@ def _wrap_train_function(model) -> None:
             H.S.pending_batch = out.pop(BATCH_KEY, None)
         return out
 
-    train_function._tfrepro = True
-    train_function.__wrapped__ = fn
-    model.train_function = train_function
+    return train_function
 
 
 def _capturing_step(model, step, distributed_sum: bool):
     """train_step that also returns the loss its loss tracker was fed."""
 
     def train_step(data):
-        # MirroredStrategy traces one replica per thread: captures are per thread.
-        for tracker in _loss_trackers(model):
+        # MirroredStrategy traces one replica per thread: captures are per thread. Hooked, each once:
+        # the Mean metrics that receive the training loss (Keras 3's tracker, tf_keras's
+        # compiled-loss mean, and any model metric named "loss": the custom train_step recipe).
+        found = [
+            getattr(model, "_loss_tracker", None),
+            getattr(getattr(model, "compiled_loss", None), "_total_loss_mean", None),
+        ]
+        with contextlib.suppress(Exception):
+            found += [m for m in model.metrics if getattr(m, "name", None) == "loss"]
+        for tracker in {id(t): t for t in found if t is not None and hasattr(t, "update_state")}.values():
             _hook_tracker(tracker)
         _tls.seen = seen = []
         try:
@@ -336,12 +317,6 @@ def auto_jit_dropped(model, kwargs: dict, tf, deterministic: bool) -> bool:
         return False
 
 
-def _warn(text: str) -> None:
-    warnings = H.S.extra.setdefault("warnings", [])
-    if text not in warnings:
-        warnings.append(text)
-
-
 def _patch_compile(cls) -> None:
     """Keras 3 quietly drops `jit_compile=True` under op determinism, which
     the harness turns on: an XLA feature would then be a no-op in every trial.
@@ -349,15 +324,16 @@ def _patch_compile(cls) -> None:
     orig = cls.compile
 
     def compile(self, *args, **kwargs):
-        dev = H._DEVICES  # devices.py: jit_compile="auto" pinned, the resolved mode recorded
-        kwargs, requested, pinned = dev.pin_compile(args, kwargs, H.S.config) if dev else (kwargs, None, False)
+        dev = H._DEVICES  # devices.py: jit_compile="auto" pinned, the resolved mode recorded, the warning
+        if dev is None:
+            return orig(self, *args, **kwargs)
+        kwargs, requested, pinned = dev.pin_compile(args, kwargs, H.S.config)
         out = orig(self, *args, **kwargs)
-        if dev:
-            dev.record_compile(self, H.S.extra, requested, pinned)
+        dev.record_compile(self, H.S.extra, requested, pinned)
         if kwargs.get("jit_compile") is True and getattr(self, "jit_compile", None) is False:
-            _warn(JIT_DROPPED)
+            dev.warn(H.S.extra, JIT_DROPPED)
         elif auto_jit_dropped(self, kwargs, sys.modules.get("tensorflow"), bool(H.S.config.get("deterministic"))):
-            _warn(AUTO_JIT_DROPPED)
+            dev.warn(H.S.extra, AUTO_JIT_DROPPED)
         return out
 
     cls.compile = compile

@@ -176,29 +176,6 @@ def yield_to_stdout() -> None:
 # -- the hooks ----------------------------------------------------------------------------
 
 
-def _replica(tf):
-    """(replica id: an int or a tensor, replicas in sync) of the calling context."""
-    ctx = tf.distribute.get_replica_context()
-    if ctx is None or int(ctx.num_replicas_in_sync) == 1:
-        return 0, 1
-    n = int(ctx.num_replicas_in_sync)
-    rid = getattr(ctx, "_replica_id_in_sync_group", None)
-    if not isinstance(rid, int):
-        rid = ctx.replica_id_in_sync_group
-        static = tf.get_static_value(rid)
-        rid = int(static) if static is not None else rid
-    return rid, n
-
-
-def _target():
-    target = getattr(_tls, "target", None)
-    _tls.target = None
-    scaled = getattr(_tls, "scaled", None)
-    if scaled is not None and target is scaled[0]:
-        target = scaled[1]
-    return target
-
-
 def _on_apply(optimizer) -> None:
     tf = sys.modules["tensorflow"]
     if L.primary is None:
@@ -206,8 +183,21 @@ def _on_apply(optimizer) -> None:
     elif L.primary != id(optimizer):
         H.S.extra["loop_other_optimizer"] = type(optimizer).__name__
         return
-    target = _target()
-    rid, n = _replica(tf)
+    # The step's loss: the tape's last target (the unscaled loss when it came from scale_loss).
+    target = getattr(_tls, "target", None)
+    _tls.target = None
+    scaled = getattr(_tls, "scaled", None)
+    if scaled is not None and target is scaled[0]:
+        target = scaled[1]
+    rid, n = 0, 1  # the calling context's replica id (an int or a tensor) and replicas in sync
+    ctx = tf.distribute.get_replica_context()
+    if ctx is not None and int(ctx.num_replicas_in_sync) > 1:
+        n = int(ctx.num_replicas_in_sync)
+        rid = getattr(ctx, "_replica_id_in_sync_group", None)
+        if not isinstance(rid, int):
+            rid = ctx.replica_id_in_sync_group
+            static = tf.get_static_value(rid)
+            rid = int(static) if static is not None else rid
     if isinstance(rid, int) and rid >= R_MAX:
         return
     if tf.executing_eagerly():
@@ -313,12 +303,8 @@ def _drain(end: float) -> None:
 
 
 def _patch(cls, method: str, wrapper) -> None:
-    fn = cls.__dict__.get(method)
-    if fn is not None and not getattr(fn, "_tfrepro", False):
-        wrapped = wrapper(fn)
-        wrapped.__wrapped__ = fn
-        wrapped._tfrepro = True
-        setattr(cls, method, wrapped)
+    if method in vars(cls):  # the class's own method, not one it inherits
+        H.wrap_once(cls, method, wrapper)
 
 
 def _patch_classes(specs, methods: list, wrapper) -> None:
@@ -348,7 +334,17 @@ _APPLY = ["apply_gradients", "apply"]
 def on_keras(keras) -> None:
     if H.keras2(keras):  # Keras 2 or tf_keras: its code under <name>.src (Keras 2's also under <name>)
         for root in (f"{keras.__name__}.src", keras.__name__):
-            _on_keras2(root)
+            lso = f"{root}.mixed_precision.loss_scale_optimizer"
+            optimizers = [
+                (f"{root}.optimizers.optimizer", "_BaseOptimizer"),
+                (f"{root}.optimizers.optimizer", "Optimizer"),
+                (f"{root}.optimizers.legacy.optimizer_v2", "OptimizerV2"),
+            ]
+            _patch_classes(
+                [*optimizers, (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")], _APPLY, _apply_wrapper
+            )
+            scaling = [(lso, "BaseLossScaleOptimizer"), (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")]
+            _patch_classes(scaling, ["get_scaled_loss"], _scale_wrapper)
         return
     optimizers = [
         ("keras.src.optimizers.base_optimizer", "BaseOptimizer"),
@@ -356,15 +352,3 @@ def on_keras(keras) -> None:
     ]
     _patch_classes(optimizers, _APPLY, _apply_wrapper)
     _patch_classes(optimizers, ["scale_loss"], _scale_wrapper)
-
-
-def _on_keras2(root: str) -> None:
-    lso = f"{root}.mixed_precision.loss_scale_optimizer"
-    optimizers = [
-        (f"{root}.optimizers.optimizer", "_BaseOptimizer"),
-        (f"{root}.optimizers.optimizer", "Optimizer"),
-        (f"{root}.optimizers.legacy.optimizer_v2", "OptimizerV2"),
-    ]
-    _patch_classes([*optimizers, (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")], _APPLY, _apply_wrapper)
-    scaling = [(lso, "BaseLossScaleOptimizer"), (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")]
-    _patch_classes(scaling, ["get_scaled_loss"], _scale_wrapper)

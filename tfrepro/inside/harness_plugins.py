@@ -56,13 +56,3 @@ class PluginContext:
         tf = sys.modules.get("tensorflow")
         got = H._DEVICES.tf_settings(tf) if H._DEVICES is not None and tf is not None else {}
         return {k: v for k, v in got.items() if isinstance(v, bool)}
-
-
-def load(paths, options) -> None:
-    """Import each plugin by path and call its `install(ctx)`."""
-    ctx = PluginContext(options or {})
-    for i, path in enumerate(paths):
-        try:
-            H._load(f"_tfrepro_plugin_{i}", path).install(ctx)
-        except Exception:
-            H.note_error(f"plugin {path}")

@@ -26,52 +26,6 @@ def _layers(models) -> list:
     return [[n, c] for n, c in seen.items()]
 
 
-def _patch_jit(tf, settings: dict) -> None:
-    """`tf.function(jit_compile=...)` and `set_jit(True)` recorded, XLA kept off."""
-    orig_function = tf.function
-
-    def function(*args, **kwargs):
-        if kwargs.pop("jit_compile", None):
-            settings["jit_compile_requested"].append("tf.function")
-        return orig_function(*args, **kwargs)
-
-    tf.function = function
-    orig_set_jit = tf.config.optimizer.set_jit
-
-    def set_jit(enabled):
-        if enabled:
-            settings["jit_compile_requested"].append("tf.config.optimizer.set_jit")
-        return orig_set_jit(False)
-
-    tf.config.optimizer.set_jit = set_jit
-
-
-def _patch_compile(model_cls, label: str, facts: dict) -> None:
-    """`Model.compile` without XLA (what it asked for recorded) and its layers noted."""
-    settings = facts["settings"]
-    orig = model_cls.compile
-
-    def compile(self, *args, **kwargs):
-        jit = kwargs.get("jit_compile", "auto")
-        if jit not in (False, None, "auto"):
-            settings["jit_compile_requested"].append(f"{label}(jit_compile={jit!r})")
-        kwargs["jit_compile"] = False
-        with contextlib.suppress(Exception):
-            facts["layers"] = _layers([self])
-        return orig(self, *args, **kwargs)
-
-    model_cls.compile = compile
-
-
-def _patch_loss_scale(cls, settings: dict) -> None:
-    """A dynamic loss scale starts at 1, in each class that builds one: the
-    public class and, in Keras 2 and tf_keras, the `LossScaleOptimizer` /
-    `LossScaleOptimizerV3` its metaclass builds instead of itself."""
-    for klass in (cls, *cls.__subclasses__()):
-        if "__init__" in vars(klass):
-            klass.__init__ = _scale_one(klass.__init__, settings)
-
-
 def _scale_one(orig, settings: dict):
     # Dynamic loss scaling starts at 2**15 and *expects* the first scaled
     # gradients to overflow (the optimizer skips those steps). Under
@@ -97,23 +51,31 @@ def _scale_one(orig, settings: dict):
 
 
 def _patch_keras(lib, facts: dict) -> None:
-    """compile and the loss-scale optimizer of a Keras the script imports
-    (Keras 3, Keras 2, tf_keras: each has `mixed_precision.LossScaleOptimizer`)."""
+    """`Model.compile` without XLA (what it asked for recorded, its layers
+    noted) and the loss-scale optimizer of a Keras the script imports (Keras
+    3, Keras 2, tf_keras: each has `mixed_precision.LossScaleOptimizer`)."""
     label = "Model.compile" if lib.__name__ == "keras" else f"{lib.__name__}.Model.compile"
+    settings = facts["settings"]
     with contextlib.suppress(Exception):
-        _patch_compile(lib.Model, label, facts)
-        _patch_loss_scale(lib.mixed_precision.LossScaleOptimizer, facts["settings"])
+        orig = lib.Model.compile
 
+        def compile(self, *args, **kwargs):
+            jit = kwargs.get("jit_compile", "auto")
+            if jit not in (False, None, "auto"):
+                settings["jit_compile_requested"].append(f"{label}(jit_compile={jit!r})")
+            kwargs["jit_compile"] = False
+            with contextlib.suppress(Exception):
+                facts["layers"] = _layers([self])
+            return orig(self, *args, **kwargs)
 
-def _after_run(ctx, facts: dict, models: list) -> None:
-    """What the script set up, read once it ran: the layers of a
-    never-compiled model (custom loop: of the models the trial created),
-    op determinism, eager functions (the precision policy is the trial's
-    own field: report/localize.py)."""
-    if not facts["layers"]:
-        with contextlib.suppress(Exception):
-            facts["layers"] = _layers(models)
-    facts["settings"].update(ctx.tf_settings())
+        lib.Model.compile = compile
+        # A dynamic loss scale starts at 1, in each class that builds one: the public class
+        # and, in Keras 2 and tf_keras, the `LossScaleOptimizer` / `LossScaleOptimizerV3`
+        # its metaclass builds instead of itself.
+        cls = lib.mixed_precision.LossScaleOptimizer
+        for klass in (cls, *cls.__subclasses__()):
+            if "__init__" in vars(klass):
+                klass.__init__ = _scale_one(klass.__init__, settings)
 
 
 def install(ctx):
@@ -124,9 +86,24 @@ def install(ctx):
         "layers": [],
         "settings": {"jit_compile_requested": [], "replicas": None},
     }
+    settings = facts["settings"]
 
-    def on_tensorflow(tf):
-        _patch_jit(tf, facts["settings"])
+    def on_tensorflow(tf):  # `tf.function(jit_compile=...)` and `set_jit(True)` recorded, XLA kept off
+        orig_function = tf.function
+        orig_set_jit = tf.config.optimizer.set_jit
+
+        def function(*args, **kwargs):
+            if kwargs.pop("jit_compile", None):
+                settings["jit_compile_requested"].append("tf.function")
+            return orig_function(*args, **kwargs)
+
+        def set_jit(enabled):
+            if enabled:
+                settings["jit_compile_requested"].append("tf.config.optimizer.set_jit")
+            return orig_set_jit(False)
+
+        tf.function = function
+        tf.config.optimizer.set_jit = set_jit
         tf.debugging.enable_check_numerics()
 
     ctx.after_import("tensorflow", on_tensorflow)
@@ -142,8 +119,13 @@ def install(ctx):
     sys.excepthook = excepthook
 
     def on_end(models):
-        _after_run(ctx, facts, models)
-        facts["settings"]["replicas"] = ctx.replicas(fits=False)  # a strategy the script built
+        # What the script set up, read once it ran: the layers of a never-compiled model (custom loop:
+        # of the models the trial created), op determinism, eager functions, the replicas of a strategy
+        # the script built (the precision policy is the trial's own field: report/localize.py).
+        if not facts["layers"]:
+            with contextlib.suppress(Exception):
+                facts["layers"] = _layers(models)
+        settings.update(ctx.tf_settings(), replicas=ctx.replicas(fits=False))
         ctx.record("localize", facts)
 
     ctx.add_end_hook(on_end)

@@ -139,11 +139,7 @@ class MemorySampler:
                 if len(self.series) > self.max_points:
                     self.series = self.series[1::2]  # keep steps 2k, 4k, ... : stride doubles
                     self.stride *= 2
-        self._sample_nvml()
-
-    # -- devices ---------------------------------------------------------------
-    def _sample_nvml(self) -> None:
-        now = time.monotonic()
+        now = time.monotonic()  # NVML: at most every NVML_EVERY_S
         if now < self._nvml_next:
             return
         self._nvml_next = now + NVML_EVERY_S
@@ -162,7 +158,13 @@ class MemorySampler:
         growth, tau = steady_growth(self.series, self.stride)
         memory = {"source": self.source, "measure": MEASURE[self.source], "stride": self.stride}
         extra: dict = {"memory": {**memory, "growth_tau": round(tau, 4)}}
-        device = device_peaks()
+        # {"GPU:0": peak bytes, ...} from TensorFlow's allocator, if imported (never initialises a device)
+        device: dict[str, int] = {}
+        tf = sys.modules.get("tensorflow")
+        with contextlib.suppress(Exception):
+            for i in range(len(tf.config.list_physical_devices("GPU")) if tf is not None else 0):
+                with contextlib.suppress(Exception):
+                    device[f"GPU:{i}"] = int(tf.config.experimental.get_memory_info(f"GPU:{i}").get("peak", 0))
         if device:
             extra["memory"]["device_peaks"] = device
         if self._nvml:
@@ -195,23 +197,6 @@ def max_rss() -> int | None:
     except (ImportError, OSError, AttributeError):
         return None
     return int(kb) if sys.platform == "darwin" else int(kb) * 1024
-
-
-def device_peaks() -> dict[str, int]:
-    """{"GPU:0": peak bytes, ...} from TensorFlow's allocator, only when
-    TensorFlow is imported and sees a GPU (never initialises a device)."""
-    tf = sys.modules.get("tensorflow")
-    if tf is None:
-        return {}
-    try:
-        gpus = tf.config.list_physical_devices("GPU")
-    except Exception:
-        return {}
-    out: dict[str, int] = {}
-    for i in range(len(gpus)):
-        with contextlib.suppress(Exception):
-            out[f"GPU:{i}"] = int(tf.config.experimental.get_memory_info(f"GPU:{i}").get("peak", 0))
-    return out
 
 
 def _nvml_sampler():

@@ -68,11 +68,12 @@ _TF_ENV_PREFIXES = (
 _TF_ENV_NAMES = ("CUDA_VISIBLE_DEVICES", "XLA_FLAGS", "KERAS_BACKEND", "KERAS_HOME")
 
 
-# The sibling helper module, loaded by path as `_tfrepro_probe_tools` by the
-# harness that loads this plugin (in sys.modules: AutoGraph and pickling look
+# The harness that loads this plugin, and the sibling helper module it loads by
+# path as `_tfrepro_probe_tools` (in sys.modules: AutoGraph and pickling look
 # functions up by module).
-T = sys.modules["_tfrepro_harness"]._sibling_file("probe_tools")
-D = sys.modules["_tfrepro_harness"]._side("data")  # harness_data.py: the walk over a batch's leaves
+H = sys.modules["_tfrepro_harness"]
+T = H._sibling_file("probe_tools")
+D = H._side("data")  # harness_data.py: the walk over a batch's leaves
 
 
 class _Probes:
@@ -114,12 +115,11 @@ class _Probes:
             if not probes.busy and not probes.captured and tf.executing_eagerly():
                 probes._guard("late loss patches", probes.patch_losses_late)
                 caller = sys._getframe(1).f_code.co_filename  # harness_frames.py: not a library's, not ours
-                if not sys.modules["_tfrepro_harness"].FRAMES.is_library(caller):
+                if not H.FRAMES.is_library(caller):
                     probes._guard("dataset peek", probes._capture_dataset, ds, "iter")
             return orig_iter(ds)
 
         tf.data.Dataset.__iter__ = __iter__
-        self._orig_iter = orig_iter
         strategy = getattr(getattr(tf, "distribute", None), "Strategy", None)
         orig_distribute = getattr(strategy, "experimental_distribute_dataset", None)
         if orig_distribute is not None:
@@ -168,19 +168,17 @@ class _Probes:
     def _wrap_loss(self, owner, attr: str, note) -> None:
         """`owner.attr` (a loss function, a Loss class's `__call__`), wrapped
         once, calls `note(args, kwargs)` while no loss is known."""
-        orig = getattr(owner, attr, None)
-        if orig is None or getattr(orig, "_tfrepro_probe", False):
-            return
 
-        def wrapper(*args, **kwargs):
-            if self.loss is None:
-                self._guard("loss probe", note, args, kwargs)
-            return orig(*args, **kwargs)
+        def make(orig):
+            def wrapper(*args, **kwargs):
+                if self.loss is None:
+                    self._guard("loss probe", note, args, kwargs)
+                return orig(*args, **kwargs)
 
-        wrapper._tfrepro_probe = True
-        wrapper.__wrapped__ = orig
-        wrapper.__name__ = attr
-        setattr(owner, attr, wrapper)
+            wrapper.__name__ = attr
+            return wrapper
+
+        H.wrap_once(owner, attr, make, "_tfrepro_probe")
 
     # -- loss -------------------------------------------------------------------
 
@@ -253,7 +251,7 @@ class _Probes:
         self.dataset = ds
         self.busy = True
         try:
-            elements = list(self._orig_iter(ds.take(2)) if hasattr(self, "_orig_iter") else iter(ds.take(2)))
+            elements = list(ds.take(2))  # `busy`: no peek at our own iteration
         finally:
             self.busy = False
         self._record_batches(elements, {"fit": "fit (tf.data)", "iter": "first dataset iterated"}.get(source, source))
@@ -363,7 +361,7 @@ class _Probes:
             for lib in ("keras", "tf_keras"):
                 if version := getattr(sys.modules.get(lib), "__version__", None):
                     env[lib] = version
-            envprobe = sys.modules["_tfrepro_harness"]._sibling_file("envprobe")
+            envprobe = H._sibling_file("envprobe")
             try:
                 env["build"] = envprobe.build_info(tf)
             except Exception:
