@@ -27,8 +27,9 @@ sys.path.insert(0, str(ROOT))
 from tfrepro.project import Project  # noqa: E402
 from tfrepro.scaffold.generate import new_project  # noqa: E402
 from tfrepro.trials import classify  # noqa: E402
-from tfrepro.trials.classify import measure_noise, sequential_slowdown, timing_pair  # noqa: E402
+from tfrepro.trials.classify import measure_noise  # noqa: E402
 from tfrepro.trials.runner import run_trial  # noqa: E402
+from tfrepro.trials.slowdown import sequential_slowdown, timing_pair  # noqa: E402
 from tfrepro.verdicts import Verdict  # noqa: E402
 
 

@@ -54,7 +54,7 @@ from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundl
 from tfrepro.report.tables import plots, write_events
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
-from tfrepro.trials.stored import read_json
+from tfrepro.trials.values import read_json
 
 if TYPE_CHECKING:
     from tfrepro.report.standin import DataFacts

@@ -55,8 +55,7 @@ from tfrepro.report.scriptargs import default_args, script_args
 from tfrepro.report.standin import STANDABLE, DataFacts, named
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
-from tfrepro.trials.stored import read_json
-from tfrepro.trials.values import TrialResult
+from tfrepro.trials.values import TrialResult, read_json
 
 # (project, features ON) -> the trial's result. The default runs a real one.
 TrialFn = Callable[[Any, frozenset[str]], TrialResult]

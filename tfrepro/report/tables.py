@@ -43,8 +43,7 @@ from typing import Any
 
 from tfrepro.report.answer import Report, timed
 from tfrepro.report.records import ResultJson
-from tfrepro.trials.stored import read_json
-from tfrepro.trials.values import TrialResult, TrialRow
+from tfrepro.trials.values import TrialResult, TrialRow, read_json
 
 
 @dataclass(frozen=True)
