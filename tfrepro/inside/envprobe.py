@@ -2,7 +2,7 @@
 never imports tfrepro). Two ways in:
 
     python envprobe.py OUT.json [--runtime]
-                                      a child of its own (`environment.collect`);
+                                      a child of its own (`envreport.collect`);
                                       `--runtime` adds the runtime settings
                                       `tfrepro env` states (`runtime`)
     describe()                        from the report's re-run, where the trial

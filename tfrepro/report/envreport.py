@@ -82,8 +82,16 @@ def _unset(value: object) -> str:
 def env_lines(doc: dict[str, Any]) -> list[str]:
     """`tfrepro env` as text."""
     v = doc["versions"]
-    names = zip(("tfrepro", "Python", "TensorFlow", "Keras", "tf_keras", "NumPy"), v.values())  # env_doc's order
-    lines = [f"{name:<11} {version if version is not None else '(not installed)'}" for name, version in names]
+    # each version by its key in env_doc, not by its position
+    labels = {
+        "tfrepro": "tfrepro",
+        "python": "Python",
+        "tensorflow": "TensorFlow",
+        "keras": "Keras",
+        "tf_keras": "tf_keras",
+        "numpy": "NumPy",
+    }
+    lines = [f"{name:<11} {v[k] if v[k] is not None else '(not installed)'}" for k, name in labels.items()]
     lines += [f"error: {doc[key]}" for key in ("tf_error", "probe_error") if doc.get(key)]
     devices = ", ".join(f"{d['name']} ({d['type']})" for d in doc["devices"]) or "(none seen)"
     lines.append(f"devices     {devices}")

@@ -307,7 +307,7 @@ def _is_key_shaped(value: str) -> bool:
 @dataclass(frozen=True)
 class Scrubber:
     """Replaces secrets and the home directory in texts. Build it with
-    `Scrubber.from_environ()`; `scrub` is idempotent."""
+    `Scrubber.from_environ(environ)`; `scrub` is idempotent."""
 
     secrets: tuple[str, ...] = ()
     homes: tuple[str, ...] = ()

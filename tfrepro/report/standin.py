@@ -129,9 +129,9 @@ class DataFacts:
     standins: tuple[Read, ...] = ()
     needs_user_data: tuple[Read, ...] = ()
     unseen: tuple[str, ...] = ()
-    note: str | None = None
     rerun: bool = False
     standin_reproduced: bool | None = None
+    note: str | None = None  # after standin_reproduced: report.json's key order
     reduction: Reduction | None = None
 
     @property
