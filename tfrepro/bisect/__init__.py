@@ -1,6 +1,6 @@
 """The searches and the bisections built on them.
 
-- `search`, `rangesearch`  pure: feature sets (ablation, ddmin), ordered ranges
+- `rangesearch`            pure: ordered ranges (feature sets: `trials/ddmin.py`)
 - `engine`, `ends`         feature bisection (`tfrepro bisect PATH`)
 - `ranges`                 the range bisection commit and version mode share
 - `commits`, `gitcopy`     commit bisection (`--good/--bad`), read-only checkouts

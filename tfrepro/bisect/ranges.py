@@ -326,7 +326,7 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
     target = pick_symptom(x_shows, symptom, slower=lambda: _bad_end_slower(run, x_shows))
     if target is None:
         why = untimed(run.timing.outcomes.get(bad))
-        if why and symptom is Verdict.SLOWDOWN:  # as feature mode's `Ends._untimed`
+        if why and symptom is Verdict.SLOWDOWN:  # as feature mode's `_Bisection._run`
             run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, why)
             raise Stop(Status.UNTESTABLE, f"the bad end {bad.named} {why}", symptom, g)
         what = symptom.value if symptom else "any symptom (nan, crash, timeout, mismatch, slowdown)"

@@ -16,8 +16,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from tfrepro.annotate.loops import StepFacts, step_facts
-from tfrepro.annotate.source import Src
 from tfrepro.check.data import item
 from tfrepro.check.judge import CheckItem, CheckOptions, CheckReport, CheckStatus, judge
 from tfrepro.errors import UserError
@@ -27,6 +25,7 @@ from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
+    from tfrepro.annotate.loops import StepFacts
     from tfrepro.project import Project
 
 
@@ -126,6 +125,9 @@ _MODE_LAYERS = re.compile(r"\b(Dropout|SpatialDropout[123]D|GaussianDropout|Alph
 
 def facts_of(texts: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, StepFacts]], bool]:
     """(path, step) for every GradientTape step in the texts, and whether they build Dropout/BatchNorm."""
+    from tfrepro.annotate.loops import step_facts  # libcst: not on every bisect's path (it imports this module)
+    from tfrepro.annotate.source import Src
+
     steps, mode_layers = [], False
     for path, text in texts:
         mode_layers = mode_layers or bool(_MODE_LAYERS.search(text))

@@ -184,7 +184,10 @@ def _trial_switch(ctx: click.Context, param: click.Parameter, on: bool) -> None:
     if on:
         from tfrepro.trials import confine, warm
 
-        setattr({"cold": warm, "unconfined": confine}[param.name], param.name.upper(), True)
+        if param.name == "cold":
+            warm.COLD = True
+        else:
+            confine.UNCONFINED = True
 
 
 def cold_option(f):
