@@ -74,7 +74,10 @@ def growth_of(result: TrialResult) -> tuple[float | None, float, int]:
     the harness's `growth_per_step` (z unknown: 0) when there is no series."""
     series = list(result.rss_per_step)
     if len(series) >= 6:
-        stride = max(1, int((result.extra.get("memory") or {}).get("stride") or 1))  # the harness's int
+        try:  # the harness writes an int; a stored result read back may hold anything (a miss, not a crash)
+            stride = max(1, int((result.extra.get("memory") or {}).get("stride") or 1))
+        except (TypeError, ValueError):
+            stride = 1
         slope, tau = steady_growth(series, stride)
         n = len(steady_part(series, stride)[0])
         return slope, tau_z(tau, min(n, 512)), n
