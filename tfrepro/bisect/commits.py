@@ -152,16 +152,15 @@ def bisect_commits(
     rng = gitcopy.open_range(root, good, bad)
     settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)
-    events = events or BisectEvents()
-    events.phase(
-        f"bisecting {len(rng.commits)} commits: good {rng.good.sha[:12]} ({rng.good.subject}) .. "
-        f"bad {rng.bad.sha[:12]} ({rng.bad.subject})"
-    )
     executor = executor or LocalExecutor(1, runner=trial)
     points = [Point(c.sha, c.subject, c) for c in rng.commits]
     with gitcopy.Checkouts(state) as checkouts:
         source = CommitSource(rng, checkouts, state, options.use_cache)
         run = RangeRun(points, source, executor, settings, symptoms, TrialLog(state, started=started), events, options)
+        run.events.phase(
+            f"bisecting {len(rng.commits)} commits: good {rng.good.sha[:12]} ({rng.good.subject}) .. "
+            f"bad {rng.bad.sha[:12]} ({rng.bad.subject})"
+        )
         answer, first_bad = run.answer(options.symptom)
     fields = CommitFields(rng.good, rng.bad, len(rng.commits), str(root), run.settings)
     if first_bad is not None:  # the two commits' projects, kept for the bug report

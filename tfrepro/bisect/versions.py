@@ -284,11 +284,10 @@ def bisect_versions(
     settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)
     source = VersionSource(root, state, releases, options.use_cache, on_line=on_line, trial=trial)
-    events = events or BisectEvents()
-    events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
     executor = LocalExecutor(1, devices=[] if trial is not None else None)
     points = [Point(v, "") for v in items]
     run = RangeRun(points, source, executor, settings, symptoms, TrialLog(state, started=started), events, options)
+    run.events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
     answer, first_bad = run.answer(options.symptom)
     return _version_answer(run, answer, first_bad, versions, items, releases)
 
