@@ -85,21 +85,18 @@ class CommitSource(Source):
         self.rng, self.checkouts, self.state, self.use_cache = rng, checkouts, state, use_cache
         self.projects: dict[str, Project | str] = {}  # sha -> project, or why it cannot load
 
-    def project(self, sha: str, settings: TrialSettings) -> "Project | str":
-        if sha in self.projects:
-            return self.projects[sha]
-        try:
-            root = self.checkouts.checkout(self.rng, sha)
-            if settings.command is None and not (root / settings.entry).is_file():
-                raise TfreproError(f"no {settings.entry}")
-        except TfreproError as e:
-            self.projects[sha] = f"the project does not load at this commit: {e}"
-        else:
-            self.projects[sha] = as_written(root)
-        return self.projects[sha]
-
     def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
-        project = self.project(point.label, settings)
+        sha = point.label
+        if sha not in self.projects:  # checked out on first use
+            try:
+                root = self.checkouts.checkout(self.rng, sha)
+                if settings.command is None and not (root / settings.entry).is_file():
+                    raise TfreproError(f"no {settings.entry}")
+            except TfreproError as e:
+                self.projects[sha] = f"the project does not load at this commit: {e}"
+            else:
+                self.projects[sha] = as_written(root)
+        project = self.projects[sha]
         if isinstance(project, str):
             return project
         how = TrialOptions(label=point.label, use_cache=self.use_cache, state_dir=self.state.path)
