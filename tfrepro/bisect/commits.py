@@ -85,21 +85,18 @@ class CommitSource(Source):
         self.rng, self.checkouts, self.state, self.use_cache = rng, checkouts, state, use_cache
         self.projects: dict[str, Project | str] = {}  # sha -> project, or why it cannot load
 
-    def project(self, sha: str, settings: TrialSettings) -> "Project | str":
-        if sha in self.projects:
-            return self.projects[sha]
-        try:
-            root = self.checkouts.checkout(self.rng, sha)
-            if settings.command is None and not (root / settings.entry).is_file():
-                raise TfreproError(f"no {settings.entry}")
-        except TfreproError as e:
-            self.projects[sha] = f"the project does not load at this commit: {e}"
-        else:
-            self.projects[sha] = as_written(root)
-        return self.projects[sha]
-
     def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
-        project = self.project(point.label, settings)
+        sha = point.label
+        if sha not in self.projects:  # checked out on first use
+            try:
+                root = self.checkouts.checkout(self.rng, sha)
+                if settings.command is None and not (root / settings.entry).is_file():
+                    raise TfreproError(f"no {settings.entry}")
+            except TfreproError as e:
+                self.projects[sha] = f"the project does not load at this commit: {e}"
+            else:
+                self.projects[sha] = as_written(root)
+        project = self.projects[sha]
         if isinstance(project, str):
             return project
         how = TrialOptions(label=point.label, use_cache=self.use_cache, state_dir=self.state.path)
@@ -152,16 +149,15 @@ def bisect_commits(
     rng = gitcopy.open_range(root, good, bad)
     settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)
-    events = events or BisectEvents()
-    events.phase(
-        f"bisecting {len(rng.commits)} commits: good {rng.good.sha[:12]} ({rng.good.subject}) .. "
-        f"bad {rng.bad.sha[:12]} ({rng.bad.subject})"
-    )
     executor = executor or LocalExecutor(1, runner=trial)
     points = [Point(c.sha, c.subject, c) for c in rng.commits]
     with gitcopy.Checkouts(state) as checkouts:
         source = CommitSource(rng, checkouts, state, options.use_cache)
         run = RangeRun(points, source, executor, settings, symptoms, TrialLog(state, started=started), events, options)
+        run.events.phase(
+            f"bisecting {len(rng.commits)} commits: good {rng.good.sha[:12]} ({rng.good.subject}) .. "
+            f"bad {rng.bad.sha[:12]} ({rng.bad.subject})"
+        )
         answer, first_bad = run.answer(options.symptom)
     fields = CommitFields(rng.good, rng.bad, len(rng.commits), str(root), run.settings)
     if first_bad is not None:  # the two commits' projects, kept for the bug report

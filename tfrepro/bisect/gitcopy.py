@@ -115,24 +115,6 @@ def _info(commit: Any) -> CommitInfo:
     )
 
 
-def open_repo(path: str | Path) -> Any:
-    """The `git.Repo` holding `path`; UserError (exit 2) when there is none."""
-    git = _git_module()
-    p = Path(path)  # it exists: `project.locate` checked it
-    try:
-        repo = git.Repo(p, search_parent_directories=True)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
-        raise UserError(
-            "not inside a git repository",
-            path=p,
-            hint="commit mode (--good/--bad) bisects the history of a git repository; "
-            "without --good/--bad, `tfrepro bisect` bisects the features instead",
-        ) from None
-    if repo.bare or repo.working_tree_dir is None:
-        raise UserError("a bare repository has no project to run", path=p)
-    return repo
-
-
 SHALLOW_HINT = (
     "the clone is shallow (its history stops at a cut-off commit): run `git fetch --unshallow` "
     "(or `git fetch --deepen=N`) to get the commits up to --good, then try again"
@@ -150,12 +132,12 @@ def _resolve(repo: Any, rev: str, option: str) -> Any:
     try:
         return repo.commit(rev)
     except (git.BadName, git.BadObject, ValueError, git.GitCommandError):
-        if is_shallow(repo):
-            raise UserError(
-                f"unknown revision {rev!r} given to {option} (this clone is shallow)", hint=SHALLOW_HINT
-            ) from None
         hint = "give a commit sha, branch or tag that exists in this repository (`git log --oneline` lists them)"
-        raise UserError(f"unknown revision {rev!r} given to {option}", hint=hint) from None
+        shallow = is_shallow(repo)
+        raise UserError(
+            f"unknown revision {rev!r} given to {option}" + (" (this clone is shallow)" if shallow else ""),
+            hint=SHALLOW_HINT if shallow else hint,
+        ) from None
 
 
 def open_range(path: str | Path, good: str, bad: str) -> CommitRange:
@@ -166,7 +148,18 @@ def open_range(path: str | Path, good: str, bad: str) -> CommitRange:
     matters: the project directory is not committed at the bad end (the
     bisect only ever runs committed code).
     """
-    repo = open_repo(path)
+    git = _git_module()
+    try:  # `path` exists: `project.locate` checked it
+        repo = git.Repo(path, search_parent_directories=True)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UserError(
+            "not inside a git repository",
+            path=Path(path),
+            hint="commit mode (--good/--bad) bisects the history of a git repository; "
+            "without --good/--bad, `tfrepro bisect` bisects the features instead",
+        ) from None
+    if repo.bare or repo.working_tree_dir is None:
+        raise UserError("a bare repository has no project to run", path=Path(path))
     root = Path(repo.working_tree_dir).resolve()
     project = Path(path).resolve()
     relpath = project.relative_to(root).as_posix() if project != root else "."

@@ -137,12 +137,12 @@ class RangeRun:
         settings: TrialSettings,
         symptoms: SymptomSettings,
         log: TrialLog,
-        events: BisectEvents,
+        events: BisectEvents | None,
         options: BisectOptions = BisectOptions(),
     ) -> None:
         self.points, self.source, self.executor = points, source, executor
         self.good, self.bad = points[0], points[-1]  # the ends
-        self.settings, self.symptoms, self.events = settings, symptoms, events
+        self.settings, self.symptoms, self.events = settings, symptoms, events or BisectEvents()
         self.options = options  # the timing ones: budget, pairs per comparison
         # The good end is every point's timing baseline: one pool of its
         # timing trials, each serving the points on both sides of it; a

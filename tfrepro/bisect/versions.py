@@ -157,11 +157,6 @@ class VersionSource(Source):
         how = replace(how, env=self.extra_env or None, python=str(env.python), versions=env.versions)
         return replace(base, how=how)
 
-    def start_for(self, version: str) -> FeatureStart:
-        env = self.env_for(version) if self.trial is None else "injected trial"
-        python, versions = (None, {}) if isinstance(env, str) else (str(env.python), dict(env.versions))
-        return FeatureStart(self.root, version, python, versions, self.extra_env)
-
 
 @dataclass(frozen=True)
 class Row:
@@ -289,11 +284,10 @@ def bisect_versions(
     settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)
     source = VersionSource(root, state, releases, options.use_cache, on_line=on_line, trial=trial)
-    events = events or BisectEvents()
-    events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
     executor = LocalExecutor(1, devices=[] if trial is not None else None)
     points = [Point(v, "") for v in items]
     run = RangeRun(points, source, executor, settings, symptoms, TrialLog(state, started=started), events, options)
+    run.events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
     answer, first_bad = run.answer(options.symptom)
     return _version_answer(run, answer, first_bad, versions, items, releases)
 
@@ -342,8 +336,10 @@ def _version_answer(
     if releases.legacy_keras and not uses_tf_keras(source.project):
         notes.append("--keras legacy: the project does not use tf.keras, so TF_USE_LEGACY_KERAS changes nothing")
     then = None
-    if first_bad and releases.then_features is not None:
-        then = releases.then_features(source.start_for(first_bad.label))
+    if first_bad and releases.then_features is not None:  # inside the first bad release's environment
+        env = source.env_for(first_bad.label) if source.trial is None else "injected trial"
+        python, pinned = (None, {}) if isinstance(env, str) else (str(env.python), dict(env.versions))
+        then = releases.then_features(FeatureStart(source.root, first_bad.label, python, pinned, source.extra_env))
     fields = VersionFields(
         good=items[0],
         bad=items[-1],

@@ -32,7 +32,6 @@ from tfrepro.verdicts import SYMPTOM_ORDER
 
 if TYPE_CHECKING:
     from tfrepro.bisect.options import BisectOptions
-    from tfrepro.bisect.versions import Releases
     from tfrepro.trials.values import RunResult
 
 _WHY = {
@@ -238,7 +237,10 @@ def bisect_cmd(
         if tf_versions:
             from packaging.version import InvalidVersion, Version
 
-            from tfrepro.bisect.versions import Releases
+            from tfrepro.bisect.events import ProgressLines
+            from tfrepro.bisect.versions import Releases, bisect_versions, feature_hook
+            from tfrepro.trials.envs import cache_root, detect_tf_dist
+            from tfrepro.trials.releases import expand, list_releases
 
             for option, rev in (("--good", good), ("--bad", bad)):  # releases, not commits
                 try:
@@ -249,9 +251,27 @@ def bisect_cmd(
                         f"{option} {rev} is not a TensorFlow release",
                         hint="with --tf-versions, --good/--bad are releases (e.g. 2.15.1); for commits drop --tf-versions",
                     ) from None
-            releases = Releases(good=good, bad=bad, legacy_keras=keras_mode == "legacy", tf_dist=tf_dist)
-            then = (parse_names(only) or None, parse_names(skip) or None) if then_features else None
-            result, answer = run_versions(path, tf_versions, options, releases, then_features=then, as_json=as_json)
+            dist = tf_dist or detect_tf_dist()
+            notes: list[str] = []
+
+            def listing():  # the index is asked only for ranges
+                got = list_releases(dist, cache_root())
+                if got.stale:
+                    notes.append(f"the package index is unreachable: using the {dist} release list cached earlier")
+                return got
+
+            versions, excluded = expand(tf_versions, listing)
+            for n in notes:
+                click.echo(f"note: {n}", err=True)
+            progress = None if as_json else ProgressLines(click.echo, 14)
+            names = (parse_names(only) or None, parse_names(skip) or None)  # --then-features' features
+            hook = feature_hook(options, *names, progress) if then_features else None
+            releases = Releases(good, bad, keras_mode == "legacy", dist, tuple(excluded), hook)
+            on_line = None if as_json else (lambda line: click.echo(f"  {line}", err=True))
+            result = bisect_versions(path, versions, options, releases, events=progress, on_line=on_line)
+            doc = result.to_dict()
+            doc["notes"] = [*notes, *doc.get("notes", [])]
+            answer = json.dumps(doc) if as_json else range_answer(result, doc["notes"])
         elif good or bad:
             result, answer = run_commits(path, good, bad, options, as_json=as_json)
         else:
@@ -418,43 +438,3 @@ def run_commits(
     finally:
         runs_on.close()
     return result, json.dumps(result.to_dict()) if as_json else range_answer(result)
-
-
-def run_versions(
-    path: str | Path,
-    tf_versions: str,
-    options: BisectOptions,
-    releases: Releases,
-    *,
-    then_features: tuple[list[str] | None, list[str] | None] | None,
-    as_json: bool,
-) -> tuple[RunResult, str]:
-    """What `tfrepro bisect --tf-versions ...` does (`options`: the symptom,
-    --steps, the cache, --timing-budget; `releases`: the ends, --keras,
-    --tf-dist; `then_features`: --only and --skip of --then-features):
-    progress; returns the result and the answer to print."""
-    from tfrepro.bisect.events import ProgressLines
-    from tfrepro.bisect.versions import bisect_versions, feature_hook
-    from tfrepro.trials.envs import cache_root, detect_tf_dist
-    from tfrepro.trials.releases import expand, list_releases
-
-    dist = releases.tf_dist or detect_tf_dist()
-    notes: list[str] = []
-
-    def listing():  # the index is asked only for ranges
-        got = list_releases(dist, cache_root())
-        if got.stale:
-            notes.append(f"the package index is unreachable: using the {dist} release list cached earlier")
-        return got
-
-    versions, excluded = expand(tf_versions, listing)
-    for n in notes:
-        click.echo(f"note: {n}", err=True)
-    progress = None if as_json else ProgressLines(click.echo, 14)
-    hook = feature_hook(options, *then_features, progress) if then_features is not None else None
-    releases = replace(releases, tf_dist=dist, excluded=tuple(excluded), then_features=hook)
-    on_line = None if as_json else (lambda line: click.echo(f"  {line}", err=True))
-    result = bisect_versions(path, versions, options, releases, events=progress, on_line=on_line)
-    doc = result.to_dict()
-    doc["notes"] = [*notes, *doc.get("notes", [])]
-    return result, json.dumps(doc) if as_json else range_answer(result, doc["notes"])
