@@ -34,7 +34,6 @@ from tfrepro.bisect import result_doc
 from tfrepro.settings import late_steps
 from tfrepro.trials import classify, slowdown
 from tfrepro.trials.ddmin import Config
-from tfrepro.trials.memcheck import is_oom
 from tfrepro.trials.trial import Purpose, TrialOptions
 from tfrepro.trials.values import RunResult, Status, TrialResult
 from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
@@ -84,7 +83,7 @@ def timing_stop(result: TrialResult, shown: frozenset[Verdict]) -> Verdict:
     killed for memory (a memory growth is no reason to stop); else OK."""
     if result.could_not_run:
         return Verdict.UNTESTABLE
-    return classify.primary(shown & (BASELINE_FAILURES if is_oom(result) else STOPPERS))
+    return classify.primary(shown & (BASELINE_FAILURES if classify.is_oom(result) else STOPPERS))
 
 
 def untimed(outcomes: list[slowdown.TimingOutcome] | None) -> str | None:
