@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from tfrepro import __version__
-from tfrepro.bisect.trial_log import trial_row
+from tfrepro.bisect.events import trial_row
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify, slowdown
 from tfrepro.trials.ddmin import Config
