@@ -147,7 +147,14 @@ class Ends:
         first, shown = next((t, classify.primary(s)) for t, s in zip(base_runs, base_shown) if s & BASELINE_FAILURES)
         checks = self._baseline_checks(shown)
         reason = f"; sanity {checks['reason']}" if checks.get("reason") else ""
-        words, suspects = self._baseline_words()
+        # the baseline as it ran: every feature off but those its preflight kept on (the suspects)
+        on, suspects = [d["name"] for d in self.dropped], ""
+        if on:
+            suspects = (
+                f"; {' or '.join(on)} {'is' if len(on) == 1 else 'are'} the suspect: always on (no OFF stand-in runs), "
+                "so the bisection cannot clear it; fix its else part by hand and bisect again"
+            )
+        words = f"every feature off except {', '.join(on)}, always on" if on else "every feature off"
         why = f"{first.error or 'see its logs'}{reason}{suspects}"
         return self._finish(
             Status.BASELINE_FAILS,
@@ -214,18 +221,6 @@ class Ends:
         failed = any(self._shows(full, t, early=False) & STOPPERS for t in fails)
         reason = classify.ends_reason(self._end_runs()[0], fails, symptom, failed=failed)
         return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
-
-    def _baseline_words(self) -> tuple[str, str]:
-        """The baseline as it ran: every feature off but the always-on ones
-        (their OFF part breaks the script: kept ON by the preflight); and
-        those as the suspects."""
-        on = [d["name"] for d in self.dropped]
-        if not on:
-            return "every feature off", ""
-        return f"every feature off except {', '.join(on)}, always on", (
-            f"; {' or '.join(on)} {'is' if len(on) == 1 else 'are'} the suspect: always on (no OFF stand-in runs), "
-            "so the bisection cannot clear it; fix its else part by hand and bisect again"
-        )
 
     def _preflight(self) -> None:
         """The baseline must run: a feature whose OFF part breaks it is kept ON,

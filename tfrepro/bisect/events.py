@@ -57,11 +57,6 @@ class TrialLog:
         write_trial_record(self.run_dir / rel, result)
         return record
 
-    @property
-    def cached(self) -> int:
-        """How many of the trials came from the trial cache."""
-        return sum(1 for r in self.records if r.result.cached)
-
     def answer(self, result: RunResult, evidence: Evidence) -> RunResult:
         """`result` with the run's trials, wall time, run dir and `evidence`,
         written to `<run_dir>/result.json` (Contract 4), and returned."""

@@ -395,7 +395,7 @@ def with_evidence(answer: RunResult, run: RangeRun, first_bad: Point | None, mod
         mode,
         failing=run.first.get(failing.label),
         timing=timed[-1] if timed else None,  # the failing point's timing evidence
-        cached_trials=run.log.cached,
+        cached_trials=sum(r.result.cached for r in run.records),
         noise=run.noise,
         tried=tuple(run.tried),
         trials_table=tuple(

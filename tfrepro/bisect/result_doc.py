@@ -246,7 +246,7 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
         culprit_trial=best(run.memo, run._shows, config, symptom),
         culprit_config=tuple(sorted(config)) if config is not None else (),
         trials_table=tuple(trial_row(r, r.verdict.value) for r in run.records),
-        cached_trials=run.log.cached,
+        cached_trials=sum(r.result.cached for r in run.records),
         noise=run.noise,
         timing=run.timing[timed][-1] if timed is not None else None,
         warnings=tuple(sorted({w for r in run.records for w in r.result.extra.get("warnings", [])})),
