@@ -272,7 +272,9 @@ class _Bisection(Ends, Replay):
         shown = [self._shows(config, self.memo[(config, r)]) for r in range(self.k)]
         return target if any(target in s for s in shown) else classify.primary(shown[0])
 
-    def test_batch(self, target: Verdict) -> Callable[[list[Config]], list[Verdict]]:
+    def test_batch(self, target: Verdict, *, ahead: bool = False) -> Callable[[list[Config]], list[Verdict]]:
+        """The search's test of `target` (`ahead`: with the first replay trial, `_test_final`)."""
+
         def run(configs: list[Config]) -> list[Verdict]:
             if target == Verdict.SLOWDOWN:  # timing trials never run concurrently
                 # A wrong "not slower" in the search costs trials, never the
@@ -280,7 +282,8 @@ class _Bisection(Ends, Replay):
                 # one clear pair says it even on a loaded machine, and the
                 # rank test at SEARCH_ALPHA_NOT_SLOWER (3 pairs, not 5).
                 return [self._timed(c, search=True).verdict for c in configs]
-            self._many([w for c in configs for w in self._needs(c, range(self.k), Purpose.SEARCH, target)])
+            wanted = [w for c in configs for w in self._needs(c, range(self.k), Purpose.SEARCH, target)]
+            self._many(wanted + [(c, self._fresh().start, Purpose.REPLAY) for c in configs if ahead])
             memory = self._memory_verdicts(configs) if target == Verdict.MEMORY else {}
             return [memory.get(c) or self._verdict(c, target) for c in configs]
 
@@ -297,13 +300,8 @@ class _Bisection(Ends, Replay):
         and a slot is free beside the search's `repeats` runs."""
         if target not in STOPPERS or not self._one_run_replay_applies(target) or self.k >= self.executor.slots:
             return None
-
-        def run(config: Config) -> Verdict:
-            ahead = (config, self._fresh().start, Purpose.REPLAY)
-            self._many([*self._needs(config, range(self.k), Purpose.SEARCH, target), ahead])
-            return self._verdict(config, target)
-
-        return run
+        batch = self.test_batch(target, ahead=True)
+        return lambda config: batch([config])[0]
 
     def _timed(
         self, config: Config, fresh: int = 1, *, search: bool = False, explains: bool = False

@@ -435,8 +435,6 @@ def sequential_slowdown(
         if i + 1 < policy.min_new:
             continue
         last = d = decide_slowdown(pairs, threshold, policy)
-        if d.state == TimingState.SLOWER:
-            return end(Verdict.SLOWDOWN, True, d, new=i + 1)
-        if d.state == TimingState.NOT_SLOWER:
-            return end(Verdict.OK, True, d, new=i + 1)
+        if d.state != TimingState.INCONCLUSIVE:
+            return end(Verdict.SLOWDOWN if d.state == TimingState.SLOWER else Verdict.OK, True, d, new=i + 1)
     return end(Verdict.OK, False, last, new=policy.max_samples)
