@@ -173,12 +173,16 @@ class Ends:
         breaks the code between the calls: a checkpoint the script reads
         back): back to the old steps and what ran at them, said in
         result.json's `late_step`."""
-        explored = self.memo[(full, 0)]
-        step = symptom_step(explored) if self.until_symptom else None
-        old = self.settings.steps
+        if not self.until_symptom:
+            return
+        explored, old = self.memo[(full, 0)], self.settings.steps
+        # the step it first showed a NaN or a crash at (a NaN only in the final weights, a crash: its last step)
+        step = explored.first_nonfinite_step
+        if step is None and (explored.crashed or explored.weights_finite is False):
+            step = max(1, explored.steps_run)
         if step is not None and step > old:
             new, why = late_steps(step, old), f"showed it at step {step}"
-        elif step is None and self.until_symptom:  # reach the calls a capped trial never starts (`later_calls_steps`)
+        elif step is None:  # reach the calls a capped trial never starts (`later_calls_steps`)
             new, why = later_calls_steps(explored, old), "ran training calls past the steps"
         else:
             return
@@ -395,17 +399,6 @@ def preflight(project: Any, run: Callable[[Any], TrialResult], *, max_rounds: in
 
 
 # -- the late step and the nan-state trial ------------------------------------
-def symptom_step(result: TrialResult) -> int | None:
-    """The step at which `result` first showed a NaN or a crash, or None.
-    A NaN seen only in the weights at the end, and a crash, count at the last
-    step the trial ran (a crash before any step: step 1)."""
-    if result.first_nonfinite_step is not None:
-        return result.first_nonfinite_step
-    if result.crashed or result.weights_finite is False:
-        return max(1, result.steps_run)
-    return None
-
-
 def later_calls_steps(result: TrialResult, steps: int) -> int | None:
     """The steps a trial needs to reach every training call that the run until
     its symptom ran and a `steps`-long trial never starts (fit#2 of a script
@@ -453,7 +446,7 @@ def within_steps(result: TrialResult, steps: int) -> TrialResult:
     with it stop there: on a loaded machine the whole-length run can reach
     the trial's time limit, and its timeout, seen in no capped trial, made a
     healthy script `flaky`). A NaN or a crash past `steps` moves every trial
-    past it instead (`symptom_step`)."""
+    past it instead (`Ends._late`)."""
     if result.steps_run <= steps:
         return result
     if result.timed_out:
