@@ -333,8 +333,6 @@ def suspects(project: Any, error: str | None) -> list[str]:
     """Candidate features, the likeliest culprits of `error` first."""
     names = list(project.feature_names)
     words = [m.group("name") for rx in (_NAME_RE, _ATTR_RE, _QUOTED_RE) for m in rx.finditer(error or "")]
-    if not words:
-        return names
     score: dict[str, int] = {}
     for src in project.sources.values():
         for b in src.blocks:
