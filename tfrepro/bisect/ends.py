@@ -423,9 +423,7 @@ def save_nan_state(run, config) -> dict | None:
         return None
     request = run._request(config, NAN_STATE_REPEAT, Purpose.NAN_STATE, steps=step, save_state_step=step)
     run.events.phase(f"saving the state before the NaN step {step}")
-    got = run.executor.run_batch(
-        run.project, [request], on_result=lambda i, res: run._record(config, NAN_STATE_REPEAT, Purpose.NAN_STATE, res)
-    )[0]
+    got = run._record(config, NAN_STATE_REPEAT, Purpose.NAN_STATE, run.executor.run_batch(run.project, [request])[0])
     src = Path(got.log_dir or "") / NAN_STATE_DIR
     doc = {"step": step, "dir": None, "config": sorted(config), "deterministic": run.settings.deterministic}
     if got.log_dir and (src / "state.npz").is_file() and (src / "batch.npz").is_file():
