@@ -50,6 +50,7 @@ from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.replay import Replay
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.trials import classify, slowdown
+from tfrepro.trials.classify import decide_memory
 from tfrepro.trials.ddmin import Config, Oracle, ablation, ddmin, halving
 from tfrepro.trials.executors import Executor, Runner, make_executor
 from tfrepro.trials.state import StateDir
@@ -247,9 +248,7 @@ class _Bisection(Ends, Replay):
         """A memory decision near its threshold is not trusted from `k` runs:
         such configurations get `_MEMORY_EXTRA` more runs and the majority decides."""
         base, thr = self._memory_baselines(), self.symptom_settings.memory
-        close = [
-            c for c in configs if any(classify.decide_memory(self.memo[(c, r)], base, thr).close for r in range(self.k))
-        ]
+        close = [c for c in configs if any(decide_memory(self.memo[(c, r)], base, thr).close for r in range(self.k))]
         extra = range(_MEMORY_CLOSE, _MEMORY_CLOSE + _MEMORY_EXTRA)
         self._many([(c, r, Purpose.MEMORY_REPEAT) for c in close for r in extra])
         out = {}
