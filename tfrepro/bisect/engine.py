@@ -400,11 +400,9 @@ class _Bisection(Ends, Replay):
             name, search = ("halving", halving) if target == Verdict.SLOWDOWN else ("delta debugging", ddmin)
             self.events.phase(f"{name} ({target.value})")
             culprits = search(items, oracle, fixed=fixed)
-        config = culprits
-        if mismatch and fixed:
-            # the affects_loss context the mismatch needs, minimised too
-            config = culprits | ddmin(sorted(fixed), oracle, fixed=culprits)
-        return culprits, frozenset(config), table
+        if mismatch and fixed:  # the affects_loss context the mismatch needs, minimised too
+            return culprits, culprits | ddmin(sorted(fixed), oracle, fixed=culprits), table
+        return culprits, culprits, table
 
     def _finish(self, status: Status, symptom: Verdict | None, **kw: Any) -> RunResult:
         """The run's answer (`result_doc.Answer`: culprits, config, suspects,
