@@ -288,7 +288,7 @@ class _Bisection(Ends, Replay):
 
         return run
 
-    def _test_final(self, target: Verdict) -> Callable[[Config], Verdict] | None:
+    def _test_final(self, target: Verdict) -> Callable[[list[Config]], list[Verdict]] | None:
         """ddmin's last pair ({x}, {y}) with a slot to spare: {x} runs beside
         the one-run replay's trial of {x}, not beside {y}. Serial ddmin tests
         {y} only when {x} does not fail; the replay's trial is the one the
@@ -299,8 +299,7 @@ class _Bisection(Ends, Replay):
         and a slot is free beside the search's `repeats` runs."""
         if target not in STOPPERS or not self._one_run_replay_applies(target) or self.k >= self.executor.slots:
             return None
-        batch = self.test_batch(target, ahead=True)
-        return lambda config: batch([config])[0]
+        return self.test_batch(target, ahead=True)
 
     def _timed(
         self, config: Config, fresh: int = 1, *, search: bool = False, explains: bool = False
