@@ -30,8 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tfrepro.project import Project  # noqa: E402
-from tfrepro.trials.classify import symptoms  # noqa: E402
-from tfrepro.trials.memcheck import decide_memory  # noqa: E402
+from tfrepro.trials.classify import decide_memory, symptoms  # noqa: E402
 from tfrepro.trials.runner import TrialOptions, run_trial  # noqa: E402
 from tfrepro.verdicts import Verdict  # noqa: E402
 

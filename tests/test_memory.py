@@ -13,8 +13,7 @@ from tfrepro.errors import UserError
 from tfrepro.inside import memory as sampler
 from tfrepro.project import Manifest
 from tfrepro.settings import SymptomSettings
-from tfrepro.trials.classify import primary, symptoms
-from tfrepro.trials.memcheck import decide_memory, is_oom
+from tfrepro.trials.classify import decide_memory, is_oom, primary, symptoms
 from tfrepro.trials.values import TrialResult
 from tfrepro.verdicts import SYMPTOM_ORDER, Verdict
 

@@ -296,9 +296,9 @@ def test_ddmins_last_pair_goes_one_at_a_time_through_test_final():
     def recording(culprit):
         finals: list = []
 
-        def final(c):
-            finals.append(c)
-            return planted({culprit})([c])[0]
+        def final(configs):
+            finals.extend(configs)
+            return planted({culprit})(configs)
 
         return final, finals
 

@@ -27,10 +27,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfrepro.bisect import gitcopy
-from tfrepro.bisect.events import BisectEvents
+from tfrepro.bisect.events import BisectEvents, TrialLog
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
-from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import TfreproError
 from tfrepro.project import locate
 from tfrepro.settings import SymptomSettings, TrialSettings

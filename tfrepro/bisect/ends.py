@@ -34,7 +34,6 @@ from tfrepro.bisect import result_doc
 from tfrepro.settings import late_steps
 from tfrepro.trials import classify, slowdown
 from tfrepro.trials.ddmin import Config
-from tfrepro.trials.memcheck import is_oom
 from tfrepro.trials.trial import Purpose, TrialOptions
 from tfrepro.trials.values import RunResult, Status, TrialResult
 from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
@@ -84,7 +83,7 @@ def timing_stop(result: TrialResult, shown: frozenset[Verdict]) -> Verdict:
     killed for memory (a memory growth is no reason to stop); else OK."""
     if result.could_not_run:
         return Verdict.UNTESTABLE
-    return classify.primary(shown & (BASELINE_FAILURES if is_oom(result) else STOPPERS))
+    return classify.primary(shown & (BASELINE_FAILURES if classify.is_oom(result) else STOPPERS))
 
 
 def untimed(outcomes: list[slowdown.TimingOutcome] | None) -> str | None:
@@ -148,7 +147,14 @@ class Ends:
         first, shown = next((t, classify.primary(s)) for t, s in zip(base_runs, base_shown) if s & BASELINE_FAILURES)
         checks = self._baseline_checks(shown)
         reason = f"; sanity {checks['reason']}" if checks.get("reason") else ""
-        words, suspects = self._baseline_words()
+        # the baseline as it ran: every feature off but those its preflight kept on (the suspects)
+        on, suspects = [d["name"] for d in self.dropped], ""
+        if on:
+            suspects = (
+                f"; {' or '.join(on)} {'is' if len(on) == 1 else 'are'} the suspect: always on (no OFF stand-in runs), "
+                "so the bisection cannot clear it; fix its else part by hand and bisect again"
+            )
+        words = f"every feature off except {', '.join(on)}, always on" if on else "every feature off"
         why = f"{first.error or 'see its logs'}{reason}{suspects}"
         return self._finish(
             Status.BASELINE_FAILS,
@@ -167,12 +173,16 @@ class Ends:
         breaks the code between the calls: a checkpoint the script reads
         back): back to the old steps and what ran at them, said in
         result.json's `late_step`."""
-        explored = self.memo[(full, 0)]
-        step = symptom_step(explored) if self.until_symptom else None
-        old = self.settings.steps
+        if not self.until_symptom:
+            return
+        explored, old = self.memo[(full, 0)], self.settings.steps
+        # the step it first showed a NaN or a crash at (a NaN only in the final weights, a crash: its last step)
+        step = explored.first_nonfinite_step
+        if step is None and (explored.crashed or explored.weights_finite is False):
+            step = max(1, explored.steps_run)
         if step is not None and step > old:
             new, why = late_steps(step, old), f"showed it at step {step}"
-        elif step is None and self.until_symptom:  # reach the calls a capped trial never starts (`later_calls_steps`)
+        elif step is None:  # reach the calls a capped trial never starts (`later_calls_steps`)
             new, why = later_calls_steps(explored, old), "ran training calls past the steps"
         else:
             return
@@ -215,18 +225,6 @@ class Ends:
         failed = any(self._shows(full, t, early=False) & STOPPERS for t in fails)
         reason = classify.ends_reason(self._end_runs()[0], fails, symptom, failed=failed)
         return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
-
-    def _baseline_words(self) -> tuple[str, str]:
-        """The baseline as it ran: every feature off but the always-on ones
-        (their OFF part breaks the script: kept ON by the preflight); and
-        those as the suspects."""
-        on = [d["name"] for d in self.dropped]
-        if not on:
-            return "every feature off", ""
-        return f"every feature off except {', '.join(on)}, always on", (
-            f"; {' or '.join(on)} {'is' if len(on) == 1 else 'are'} the suspect: always on (no OFF stand-in runs), "
-            "so the bisection cannot clear it; fix its else part by hand and bisect again"
-        )
 
     def _preflight(self) -> None:
         """The baseline must run: a feature whose OFF part breaks it is kept ON,
@@ -335,8 +333,6 @@ def suspects(project: Any, error: str | None) -> list[str]:
     """Candidate features, the likeliest culprits of `error` first."""
     names = list(project.feature_names)
     words = [m.group("name") for rx in (_NAME_RE, _ATTR_RE, _QUOTED_RE) for m in rx.finditer(error or "")]
-    if not words:
-        return names
     score: dict[str, int] = {}
     for src in project.sources.values():
         for b in src.blocks:
@@ -401,17 +397,6 @@ def preflight(project: Any, run: Callable[[Any], TrialResult], *, max_rounds: in
 
 
 # -- the late step and the nan-state trial ------------------------------------
-def symptom_step(result: TrialResult) -> int | None:
-    """The step at which `result` first showed a NaN or a crash, or None.
-    A NaN seen only in the weights at the end, and a crash, count at the last
-    step the trial ran (a crash before any step: step 1)."""
-    if result.first_nonfinite_step is not None:
-        return result.first_nonfinite_step
-    if result.crashed or result.weights_finite is False:
-        return max(1, result.steps_run)
-    return None
-
-
 def later_calls_steps(result: TrialResult, steps: int) -> int | None:
     """The steps a trial needs to reach every training call that the run until
     its symptom ran and a `steps`-long trial never starts (fit#2 of a script
@@ -438,9 +423,7 @@ def save_nan_state(run, config) -> dict | None:
         return None
     request = run._request(config, NAN_STATE_REPEAT, Purpose.NAN_STATE, steps=step, save_state_step=step)
     run.events.phase(f"saving the state before the NaN step {step}")
-    got = run.executor.run_batch(
-        run.project, [request], on_result=lambda i, res: run._record(config, NAN_STATE_REPEAT, Purpose.NAN_STATE, res)
-    )[0]
+    got = run._record(config, NAN_STATE_REPEAT, Purpose.NAN_STATE, run.executor.run_batch(run.project, [request])[0])
     src = Path(got.log_dir or "") / NAN_STATE_DIR
     doc = {"step": step, "dir": None, "config": sorted(config), "deterministic": run.settings.deterministic}
     if got.log_dir and (src / "state.npz").is_file() and (src / "batch.npz").is_file():
@@ -459,7 +442,7 @@ def within_steps(result: TrialResult, steps: int) -> TrialResult:
     with it stop there: on a loaded machine the whole-length run can reach
     the trial's time limit, and its timeout, seen in no capped trial, made a
     healthy script `flaky`). A NaN or a crash past `steps` moves every trial
-    past it instead (`symptom_step`)."""
+    past it instead (`Ends._late`)."""
     if result.steps_run <= steps:
         return result
     if result.timed_out:

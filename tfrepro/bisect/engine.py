@@ -45,15 +45,14 @@ from typing import Any
 
 from tfrepro.bisect import result_doc
 from tfrepro.bisect.ends import Ends, early_exit, pick_symptom, save_nan_state, timing_stop, untimed, within_steps
-from tfrepro.bisect.events import BisectEvents, TrialRecord
+from tfrepro.bisect.events import BisectEvents, TrialLog, TrialRecord
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.replay import Replay
-from tfrepro.bisect.trial_log import TrialLog
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.trials import classify, slowdown
+from tfrepro.trials.classify import decide_memory
 from tfrepro.trials.ddmin import Config, Oracle, ablation, ddmin, halving
 from tfrepro.trials.executors import Executor, Runner, make_executor
-from tfrepro.trials.memcheck import decide_memory
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.timing import TimingPool
 from tfrepro.trials.trial import Purpose, Trial, TrialOptions
@@ -272,7 +271,9 @@ class _Bisection(Ends, Replay):
         shown = [self._shows(config, self.memo[(config, r)]) for r in range(self.k)]
         return target if any(target in s for s in shown) else classify.primary(shown[0])
 
-    def test_batch(self, target: Verdict) -> Callable[[list[Config]], list[Verdict]]:
+    def test_batch(self, target: Verdict, *, ahead: bool = False) -> Callable[[list[Config]], list[Verdict]]:
+        """The search's test of `target` (`ahead`: with the first replay trial, `_test_final`)."""
+
         def run(configs: list[Config]) -> list[Verdict]:
             if target == Verdict.SLOWDOWN:  # timing trials never run concurrently
                 # A wrong "not slower" in the search costs trials, never the
@@ -280,13 +281,14 @@ class _Bisection(Ends, Replay):
                 # one clear pair says it even on a loaded machine, and the
                 # rank test at SEARCH_ALPHA_NOT_SLOWER (3 pairs, not 5).
                 return [self._timed(c, search=True).verdict for c in configs]
-            self._many([w for c in configs for w in self._needs(c, range(self.k), Purpose.SEARCH, target)])
+            wanted = [w for c in configs for w in self._needs(c, range(self.k), Purpose.SEARCH, target)]
+            self._many(wanted + [(c, self._fresh().start, Purpose.REPLAY) for c in configs if ahead])
             memory = self._memory_verdicts(configs) if target == Verdict.MEMORY else {}
             return [memory.get(c) or self._verdict(c, target) for c in configs]
 
         return run
 
-    def _test_final(self, target: Verdict) -> Callable[[Config], Verdict] | None:
+    def _test_final(self, target: Verdict) -> Callable[[list[Config]], list[Verdict]] | None:
         """ddmin's last pair ({x}, {y}) with a slot to spare: {x} runs beside
         the one-run replay's trial of {x}, not beside {y}. Serial ddmin tests
         {y} only when {x} does not fail; the replay's trial is the one the
@@ -297,13 +299,7 @@ class _Bisection(Ends, Replay):
         and a slot is free beside the search's `repeats` runs."""
         if target not in STOPPERS or not self._one_run_replay_applies(target) or self.k >= self.executor.slots:
             return None
-
-        def run(config: Config) -> Verdict:
-            ahead = (config, self._fresh().start, Purpose.REPLAY)
-            self._many([*self._needs(config, range(self.k), Purpose.SEARCH, target), ahead])
-            return self._verdict(config, target)
-
-        return run
+        return self.test_batch(target, ahead=True)
 
     def _timed(
         self, config: Config, fresh: int = 1, *, search: bool = False, explains: bool = False
@@ -403,11 +399,9 @@ class _Bisection(Ends, Replay):
             name, search = ("halving", halving) if target == Verdict.SLOWDOWN else ("delta debugging", ddmin)
             self.events.phase(f"{name} ({target.value})")
             culprits = search(items, oracle, fixed=fixed)
-        config = culprits
-        if mismatch and fixed:
-            # the affects_loss context the mismatch needs, minimised too
-            config = culprits | ddmin(sorted(fixed), oracle, fixed=culprits)
-        return culprits, frozenset(config), table
+        if mismatch and fixed:  # the affects_loss context the mismatch needs, minimised too
+            return culprits, culprits | ddmin(sorted(fixed), oracle, fixed=culprits), table
+        return culprits, culprits, table
 
     def _finish(self, status: Status, symptom: Verdict | None, **kw: Any) -> RunResult:
         """The run's answer (`result_doc.Answer`: culprits, config, suspects,

@@ -32,10 +32,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tfrepro.bisect.ends import BASELINE_FAILURES, early_exit, lost, pick_symptom, timing_stop, untimed
-from tfrepro.bisect.events import BisectEvents, PointTried
+from tfrepro.bisect.events import BisectEvents, PointTried, TrialLog, trial_row
 from tfrepro.bisect.options import BisectOptions
 from tfrepro.bisect.rangesearch import Mark, RangeResult, bisect_range, judge
-from tfrepro.bisect.trial_log import TrialLog, trial_row
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor
@@ -396,7 +395,7 @@ def with_evidence(answer: RunResult, run: RangeRun, first_bad: Point | None, mod
         mode,
         failing=run.first.get(failing.label),
         timing=timed[-1] if timed else None,  # the failing point's timing evidence
-        cached_trials=run.log.cached,
+        cached_trials=sum(r.result.cached for r in run.records),
         noise=run.noise,
         tried=tuple(run.tried),
         trials_table=tuple(

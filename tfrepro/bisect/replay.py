@@ -84,17 +84,13 @@ def judge_replay(culprit: Sequence[bool], baseline: Sequence[bool] = ()) -> Repl
 def _same_outcome(a: TrialResult, b: TrialResult) -> bool:
     """Two runs of one configuration came out bit-identical: the same losses
     (NaN equal to NaN), first non-finite step, crash and crash line."""
-
-    def outcome(t: TrialResult) -> tuple:
-        return len(t.losses), t.first_nonfinite_step, t.crashed, t.error, t.timed_out
-
-    return outcome(a) == outcome(b) and all(x == y or (x != x and y != y) for x, y in zip(a.losses, b.losses))
+    got_a, got_b = ((len(t.losses), t.first_nonfinite_step, t.crashed, t.error, t.timed_out) for t in (a, b))
+    return got_a == got_b and all(x == y or (x != x and y != y) for x, y in zip(a.losses, b.losses))
 
 
 class Replay:
     def _replay(self, target: Verdict, culprits: Config, config: Config, table: dict[str, Verdict] | None) -> RunResult:
         self.events.phase("replaying the answer")
-        fresh = self._fresh()
         if target == Verdict.SLOWDOWN:
             # Each decision re-judges all the evidence so far: the replay's
             # observations are the decisions made from here on (the search's
@@ -105,7 +101,7 @@ class Replay:
             culprit_obs = [t.verdict == target for t in self.timing[config][seen.get(config, 0) :]]
             base_obs: list[bool] = []
         else:
-            culprit_obs, base_obs, runs = self._replayed(target, culprits, config, fresh)
+            culprit_obs, base_obs, runs = self._replayed(target, culprits, config, self._fresh())
         judged = judge_replay(culprit_obs, base_obs)
         if not judged.flaky and target != Verdict.SLOWDOWN and (why := self._unneeded(target, culprits, config, runs)):
             judged = replace(judged, flaky=True, reason=why)

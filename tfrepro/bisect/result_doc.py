@@ -11,13 +11,13 @@ and what actually ran (the compile pin, below: `pin_for`, `differing`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from tfrepro import __version__
-from tfrepro.bisect.trial_log import trial_row
+from tfrepro.bisect.events import trial_row
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import classify, slowdown
 from tfrepro.trials.ddmin import Config
@@ -27,15 +27,11 @@ from tfrepro.verdicts import STOPPERS, SYMPTOM_ORDER, Verdict
 if TYPE_CHECKING:
     from tfrepro.bisect.engine import _Bisection
 
-Shows = Callable[[Config, TrialResult], frozenset[Verdict]]
 
-
-def best(
-    memo: Mapping[tuple[Config, int], TrialResult], shows: Shows, cfg: Config | None, target: Verdict | None
-) -> TrialResult | None:
+def best(run: _Bisection, cfg: Config | None, target: Verdict | None) -> TrialResult | None:
     """A trial of `cfg`, preferring one that shows `target` (None: no trial of it)."""
-    mine = [t for (c, _r), t in sorted(memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
-    hits = [t for t in mine if target is not None and target in shows(cfg, t)]
+    mine = [t for (c, _r), t in sorted(run.memo.items(), key=lambda kv: kv[0][1]) if c == cfg]
+    hits = [t for t in mine if target is not None and target in run._shows(cfg, t)]
     return (hits or mine)[0] if mine else None
 
 
@@ -62,20 +58,6 @@ def also_seen(
         r = round(ratio, 2)
         out.append(AlsoSeen("slowdown", f"possible slowdown x{r:g} (untimed runs): rerun with --symptom slowdown", r))
     return out
-
-
-def also_seen_of(run: _Bisection, target: Verdict | None) -> list[AlsoSeen]:
-    """Every symptom the failing configuration showed besides `target`
-    (`also_seen`), from the bisection's trials."""
-    full = frozenset(run.features)
-    doubt = run.memory_doubt
-    shown = set().union(*(run._shows(full, t) for t in run._end_runs()[1]))
-    timed = full in run.timing  # measured: no "possible" slowdown to guess
-    seen = also_seen(
-        shown, target, ratio=None if timed else run.untimed_ratio(), slowdown=run.symptom_settings.slowdown
-    )
-    hint = f"memory ({doubt}): rerun with --symptom memory --repeats 3 to hunt it"
-    return [replace(s, hint=hint) if s.symptom == Verdict.MEMORY.value and doubt else s for s in seen]
 
 
 # -- the compile pin ------------------------------------------------------------
@@ -228,9 +210,7 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
         except (OSError, UnicodeDecodeError):
             continue
     named = config if config is not None else full  # the training call (fit#2, file:line) the symptom shows in
-    call = classify.symptom_call(
-        best(run.memo, run._shows, named, symptom), symptom, run.timed_calls, classify.where_mapper(texts)
-    )
+    call = classify.symptom_call(best(run, named, symptom), symptom, run.timed_calls, classify.where_mapper(texts))
     return FeatureEvidence(
         project=str(Path(run.project.root).resolve()),
         settings=run.settings,
@@ -242,11 +222,11 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
         dropped_features=tuple(run.dropped),
         late_step=run.late_step,
         nan_state=run.nan_state,
-        failing=best(run.memo, run._shows, full, symptom),
-        culprit_trial=best(run.memo, run._shows, config, symptom),
+        failing=best(run, full, symptom),
+        culprit_trial=best(run, config, symptom),
         culprit_config=tuple(sorted(config)) if config is not None else (),
         trials_table=tuple(trial_row(r, r.verdict.value) for r in run.records),
-        cached_trials=run.log.cached,
+        cached_trials=sum(r.result.cached for r in run.records),
         noise=run.noise,
         timing=run.timing[timed][-1] if timed is not None else None,
         warnings=tuple(sorted({w for r in run.records for w in r.result.extra.get("warnings", [])})),
@@ -268,14 +248,20 @@ def finish(run: _Bisection, a: Answer) -> RunResult:
             (t.extra["hardware"] for (c, _r), t in run.memo.items() if c == a.culprits and t.extra.get("hardware")), {}
         )
         cost = known_cost(sorted(a.culprits), a.symptom.value, hw, run.project.description)
+    # every other symptom the failing configuration showed (`also_seen`; timed: no "possible" slowdown to guess)
+    full, doubt = frozenset(run.features), run.memory_doubt
+    shown = set().union(*(run._shows(full, t) for t in run._end_runs()[1]))
+    ratio = None if full in run.timing else run.untimed_ratio()
+    hint = f"memory ({doubt}): rerun with --symptom memory --repeats 3 to hunt it"
+    seen = also_seen(shown, a.symptom, ratio=ratio, slowdown=run.symptom_settings.slowdown)
     result = RunResult(
         a.status,
         a.symptom,
         tuple(sorted(a.culprits)),
-        baseline=best(run.memo, run._shows, frozenset(), a.symptom),
+        baseline=best(run, frozenset(), a.symptom),
         reproduction_rate=a.rate,
         suspects=tuple(sorted(a.suspects)),
-        also_seen=tuple(also_seen_of(run, a.symptom)),
+        also_seen=tuple(replace(s, hint=hint) if s.symptom == Verdict.MEMORY.value and doubt else s for s in seen),
         error=a.error,
         reason=a.reason,
         known_cost=cost,

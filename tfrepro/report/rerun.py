@@ -181,7 +181,7 @@ def _detail(
             f"(tolerance {tol:.3g}) over {min(len(cand.losses), len(ref.losses))} steps"
         )
     if symptom == Verdict.MEMORY.value and ref is not None:
-        from tfrepro.trials.memcheck import decide_memory
+        from tfrepro.trials.classify import decide_memory
 
         return f"against {spec.reference}: {decide_memory(cand, [ref], spec.symptoms.memory).reason}"
     return f"verdict {verdict.value}"

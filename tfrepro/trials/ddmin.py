@@ -47,11 +47,11 @@ class Oracle:
     `batch_size` is how many configurations the executor can usefully run at
     once; `first_failing` asks for that many at a time so that a serial
     executor (batch_size 1) stops at the first failure instead of paying for
-    the whole batch. `test_final`, when given, tests one configuration whose
-    failure ends the search (`first_failing(..., final=True)`: ddmin's last
-    pair), one at a time: the executor's spare slots run the trial that
-    answer needs next (its replay) rather than a sibling the search may not
-    need.
+    the whole batch. `test_final`, when given (a test of the same form),
+    tests the configurations whose failure ends the search
+    (`first_failing(..., final=True)`: ddmin's last pair), one at a time:
+    the executor's spare slots run the trial that answer needs next (its
+    replay) rather than a sibling the search may not need.
     """
 
     def __init__(
@@ -61,7 +61,7 @@ class Oracle:
         *,
         batch_size: int = 1,
         known: dict[Config, Outcome] | None = None,
-        test_final: Callable[[Config], Outcome] | None = None,
+        test_final: TestBatch | None = None,
     ) -> None:
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
@@ -97,8 +97,8 @@ class Oracle:
         `batch_size` unknown ones at a time (`final` with `test_final`: one
         at a time, through it); None when none fails."""
         test, size = None, self.batch_size
-        if final and (one := self.test_final) is not None and size > 1:
-            test, size = (lambda cs: [one(c) for c in cs]), 1
+        if final and self.test_final is not None and size > 1:
+            test, size = self.test_final, 1
         i = 0
         while i < len(configs):
             # Grow the window until it holds batch_size unknown configs, so

@@ -47,7 +47,7 @@ from tfrepro.errors import TfreproError
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import confine, warm
-from tfrepro.trials.memcheck import is_oom
+from tfrepro.trials.classify import is_oom
 from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
 from tfrepro.trials.procs import Exit, spawn
 from tfrepro.trials.state import StateDir

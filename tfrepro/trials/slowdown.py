@@ -103,8 +103,8 @@ NEIGHBOUR_SPLIT = 1.5
 ROUNDING = 1e-9
 
 
-def _quantile(sorted_xs: Sequence[float], q: float) -> float:
-    return sorted_xs[int(q * (len(sorted_xs) - 1))]
+def _p10(xs: Sequence[float]) -> float:
+    return sorted(xs)[int(0.1 * (len(xs) - 1))]
 
 
 def typical_step(steady: Sequence[float]) -> float | None:
@@ -178,8 +178,8 @@ class TimingPair:
     def _excess(self) -> tuple[float, float]:
         """The lowest and highest of the candidate's typical step and 10th
         percentile over each neighbour's same."""
-        c, c10 = typical_step(self.candidate), _quantile(sorted(self.candidate), 0.1)
-        ratios = [r for b in self.baselines for r in (c / typical_step(b), c10 / _quantile(sorted(b), 0.1))]
+        c, c10 = typical_step(self.candidate), _p10(self.candidate)
+        ratios = [r for b in self.baselines for r in (c / typical_step(b), c10 / _p10(b))]
         return min(ratios), max(ratios)
 
     def _loads(self) -> tuple[float | None, list[float | None]]:
@@ -291,15 +291,15 @@ class SequentialPolicy:
     `decide_slowdown`) decides: at least `min_new` new pairs, the rank test
     from `min_samples` pairs on, at most `max_samples` new ones;
     `loaded_not_slower` clear "not slower" pairs decide on a loaded machine;
-    `alpha_not_slower` is the rank test's level for "not slower" (None:
-    `alpha`, the same as for "slower")."""
+    `alpha` and `alpha_not_slower` are the rank test's levels for "slower"
+    and for "not slower"."""
 
     min_new: int = 1
     min_samples: int = 3
     max_samples: int = 10
     alpha: float = 0.05
     loaded_not_slower: int = LOADED_CLEAR_NOT_SLOWER
-    alpha_not_slower: float | None = None
+    alpha_not_slower: float = 0.05
 
 
 def decide_slowdown(
@@ -307,8 +307,7 @@ def decide_slowdown(
 ) -> TimingDecision:
     """Pure decision over the pairs so far; see `TimingDecision`. The rank
     test is consulted from `policy.min_samples` pairs on; the clear-pair rule always."""
-    alpha, min_pairs = policy.alpha, policy.min_samples
-    alpha_ok = alpha if policy.alpha_not_slower is None else policy.alpha_not_slower
+    alpha, alpha_ok, min_pairs = policy.alpha, policy.alpha_not_slower, policy.min_samples
     n = len(pairs)
     logs = [p.log_ratio for p in pairs]
     ratio = math.exp(statistics.median(logs))
@@ -436,8 +435,6 @@ def sequential_slowdown(
         if i + 1 < policy.min_new:
             continue
         last = d = decide_slowdown(pairs, threshold, policy)
-        if d.state == TimingState.SLOWER:
-            return end(Verdict.SLOWDOWN, True, d, new=i + 1)
-        if d.state == TimingState.NOT_SLOWER:
-            return end(Verdict.OK, True, d, new=i + 1)
+        if d.state != TimingState.INCONCLUSIVE:
+            return end(Verdict.SLOWDOWN if d.state == TimingState.SLOWER else Verdict.OK, True, d, new=i + 1)
     return end(Verdict.OK, False, last, new=policy.max_samples)

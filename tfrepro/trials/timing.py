@@ -58,15 +58,14 @@ class TimingPool(Generic[K]):
         self.outcomes: dict[K, list[slowdown.TimingOutcome]] = {}
         self.why: list[str] = []  # why a pair could not be timed, in order
 
-    def _unusable(self, baseline: TrialResult) -> bool:
-        stop = stopped(baseline, self.steps)
+    def _baseline(self, fresh: bool) -> TrialResult | None:
+        """The pool's latest baseline trial (`fresh`, or none yet: a new one); None when `stopped` rejects it."""
+        if fresh or not self.pool:
+            self.pool.append(self.trial(self.baseline, TIMING_BASELINE + len(self.pool), Purpose.TIMING_BASELINE))
+        stop = stopped(self.pool[-1], self.steps)
         if stop is not None:
             self.why.append(f"{self.name} stopped with {stop.value}")
-        return stop is not None
-
-    def _baseline(self) -> TrialResult:
-        self.pool.append(self.trial(self.baseline, TIMING_BASELINE + len(self.pool), Purpose.TIMING_BASELINE))
-        return self.pool[-1]
+        return None if stop is not None else self.pool[-1]
 
     def timed(
         self,
@@ -83,15 +82,15 @@ class TimingPool(Generic[K]):
         evidence = self.pairs.setdefault(key, [])
 
         def pair(i: int):
-            before = self.pool[-1] if self.pool else self._baseline()
-            if self._unusable(before):
+            before = self._baseline(fresh=False)
+            if before is None:
                 return Verdict.UNTESTABLE
             c = self.trial(key, TIMING_CANDIDATE + len(evidence), Purpose.TIMING)
             stop = self.failure(key, c)
             if stop != Verdict.OK:
                 return stop
-            after = self._baseline()
-            if self._unusable(after):
+            after = self._baseline(fresh=True)
+            if after is None:
                 return Verdict.UNTESTABLE
             got = slowdown.timing_pair(before, c, after)
             if got is None:
