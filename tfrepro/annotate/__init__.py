@@ -127,11 +127,10 @@ def annotate_text(
     subclasses as this file sees them (`annotate` collects them over the
     project's files); None: those the file itself defines. `src`: the text
     parsed already, with "\n" line ends (`annotate` parses each file once)."""
-    from tfrepro.annotate.callbacks import callback_edits
-    from tfrepro.annotate.chains import chain_edits
     from tfrepro.annotate.custom import class_defs, collect_layer_classes
     from tfrepro.annotate.detect import candidates_to_edits, find_candidates
     from tfrepro.annotate.loops import loop_edits
+    from tfrepro.annotate.rebuild import callback_edits, chain_edits
     from tfrepro.annotate.source import Src
 
     existing = fb.parse(text, path)  # validates markers already there (exit 2)
