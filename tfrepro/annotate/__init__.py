@@ -272,27 +272,21 @@ def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> t
     names = sorted(set(affects_loss))
     if not names and not entry:
         return None, []
-    if existing is None:
-        text = _HEADER
-        if entry:
-            text += f'\n[trial]\nentry = "{entry}"\n'
-        for n in names:
-            text += f"\n[features.{n}]\naffects_loss = true\n"
-        return text, []
     try:
-        data = tomllib.loads(existing)
+        data = tomllib.loads(existing or "")  # None: a new file, written below its header
     except tomllib.TOMLDecodeError as e:
         return None, [f"{MANIFEST} is not valid TOML ({e}); add affects_loss = true for {', '.join(names)} by hand"]
     if not isinstance(feats := data.get("features", {}), dict):
         return None, [f"{MANIFEST}: `features` is not a table; left alone"]
     problems: list[str] = []
     want = copy.deepcopy(data)
-    text = existing
+    text = _HEADER if existing is None else existing
     trial = data.get("trial", {})
     if entry and isinstance(trial, dict) and "entry" not in trial and "command" not in trial:
         want.setdefault("trial", {})["entry"] = entry
         line = f'entry = "{entry}"'
-        text = _under(text, "trial", line) or f"[trial]\n{line}\n\n" + text  # a new [trial] table first
+        table = f"[trial]\n{line}\n"  # a new [trial] table first (in a new file, after the header)
+        text = _under(text, "trial", line) or (text + "\n" + table if existing is None else table + "\n" + text)
     for n in names:
         cfg = feats.get(n)
         if isinstance(cfg, dict) and "affects_loss" in cfg:
