@@ -450,8 +450,7 @@ def _split(src: Src, ctx: Context, stmt: cst.SimpleStatementLine) -> Edit | None
             on = src.lines_text(line, src.end_line(stmt))  # nothing to split: keep the bytes
         off = _off(src, group[0], lhs, receiver, target)
         segments.append(BlockSeg(feature, on, off))
-    for c in comments.get(len(calls), []):
-        segments.append(f"{indent}{c}\n")
+    segments.extend(f"{indent}{c}\n" for c in comments.get(len(calls), []))
     if isinstance(small, cst.Return):
         segments.append(f"{indent}return {target}\n")
     return Edit(line, src.end_line(stmt), indent, tuple(segments))
