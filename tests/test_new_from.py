@@ -204,7 +204,7 @@ def test_a_syntax_error_and_a_destination_in_use_exit_2(tmp_path):
 
 
 def test_the_cli_writes_a_committed_copier_project_that_update_knows(tmp_path):
-    from tfrepro.scaffold.update import update_project
+    from tfrepro.scaffold.generate import update_project
 
     root = _user_project(tmp_path, NO_DATA)
     r = CliRunner().invoke(main, ["new", "--from", str(root / "train.py"), str(tmp_path / "out"), "--json"])

@@ -46,7 +46,7 @@ from tfrepro.projectfiles import (
 from tfrepro.settings import StateSettings, SymptomSettings, TrialSettings
 
 if TYPE_CHECKING:
-    from tfrepro.annotate.zeroedit import Detection
+    from tfrepro.annotate import Detection
     from tfrepro.manifest_schema import FeatureConfig
 
 
@@ -180,11 +180,11 @@ def detected_sources(
     """Zero-edit: the feature blocks of the entry script (`[trial] entry` or
     the `.py` files of `command`) and the modules it imports, annotated in
     memory; every non-test `.py` file when the entry is unknown."""
-    from tfrepro.annotate.zeroedit import default_targets, detect, entry_scripts
+    from tfrepro.annotate import default_targets, detect_blocks, entry_scripts
 
     entries = entry_scripts(entry, command, files)
     targets = imported_files(root, entries, files) if entries else default_targets(files)
-    detection = detect(root, targets)
+    detection = detect_blocks(root, targets)
     return {rel: fb.parse(t, str(root / rel)) for rel, t in detection.texts.items()}, detection
 
 
@@ -230,7 +230,7 @@ class Project:
         self._hash_memo: dict[tuple[str, int, int], str] = {}
         # Zero-edit mode (no marker in any file): the blocks were detected by
         # the annotator and live only in memory (`sources` hold annotated texts).
-        self.detection: Any = None  # tfrepro.annotate.zeroedit.Detection when detected
+        self.detection: Any = None  # tfrepro.annotate.Detection when detected
         # Features that are not candidates (--only/--skip, preflight): name ->
         # why; their blocks stay in the state in `fixed_on` (ON) or OFF.
         self.excluded: dict[str, str] = {}

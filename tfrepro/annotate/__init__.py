@@ -21,7 +21,7 @@ import difflib
 import os
 import re
 import tomllib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from tfrepro.annotate.custom import LayerClass
     from tfrepro.annotate.source import Src
 
-__all__ = ["Annotation", "FileResult", "Found", "Skipped", "annotate", "annotate_text"]
+__all__ = ["Annotation", "Detection", "FileResult", "Found", "Skipped", "annotate", "annotate_text", "detect_blocks"]
 
 
 @dataclass(frozen=True)
@@ -127,11 +127,10 @@ def annotate_text(
     subclasses as this file sees them (`annotate` collects them over the
     project's files); None: those the file itself defines. `src`: the text
     parsed already, with "\n" line ends (`annotate` parses each file once)."""
-    from tfrepro.annotate.callbacks import callback_edits
-    from tfrepro.annotate.chains import chain_edits
     from tfrepro.annotate.custom import class_defs, collect_layer_classes
     from tfrepro.annotate.detect import candidates_to_edits, find_candidates
     from tfrepro.annotate.loops import loop_edits
+    from tfrepro.annotate.rebuild import callback_edits, chain_edits
     from tfrepro.annotate.source import Src
 
     existing = fb.parse(text, path)  # validates markers already there (exit 2)
@@ -273,27 +272,21 @@ def merge(existing: str | None, affects_loss: list[str], entry: str | None) -> t
     names = sorted(set(affects_loss))
     if not names and not entry:
         return None, []
-    if existing is None:
-        text = _HEADER
-        if entry:
-            text += f'\n[trial]\nentry = "{entry}"\n'
-        for n in names:
-            text += f"\n[features.{n}]\naffects_loss = true\n"
-        return text, []
     try:
-        data = tomllib.loads(existing)
+        data = tomllib.loads(existing or "")  # None: a new file, written below its header
     except tomllib.TOMLDecodeError as e:
         return None, [f"{MANIFEST} is not valid TOML ({e}); add affects_loss = true for {', '.join(names)} by hand"]
     if not isinstance(feats := data.get("features", {}), dict):
         return None, [f"{MANIFEST}: `features` is not a table; left alone"]
     problems: list[str] = []
     want = copy.deepcopy(data)
-    text = existing
+    text = _HEADER if existing is None else existing
     trial = data.get("trial", {})
     if entry and isinstance(trial, dict) and "entry" not in trial and "command" not in trial:
         want.setdefault("trial", {})["entry"] = entry
         line = f'entry = "{entry}"'
-        text = _under(text, "trial", line) or f"[trial]\n{line}\n\n" + text  # a new [trial] table first
+        table = f"[trial]\n{line}\n"  # a new [trial] table first (in a new file, after the header)
+        text = _under(text, "trial", line) or (text + "\n" + table if existing is None else table + "\n" + text)
     for n in names:
         cfg = feats.get(n)
         if isinstance(cfg, dict) and "affects_loss" in cfg:
@@ -432,3 +425,59 @@ def build(text: str, path: str, edits: list[Edit], ctx: Context) -> tuple[str, l
                 ctx.skip(path, f.line, f"{f.name}: {why}")
         edits = [e for e in edits if not e.names & bad]
     return text, []  # pragma: no cover - each round removes an edit or returns
+
+
+# -- zero-edit mode: the feature blocks of an unmarked project, found by the
+# recognisers above and kept in memory (nothing is written to the user's
+# files). `Project.load` calls `detect_blocks` (through `project.detected_sources`)
+# when no file of the project has a marker; trials then render their variants
+# from the annotated texts.
+#
+# Which files: the trial's entry script and the project modules it imports
+# (transitively, as `import x` / `from x import y` resolve from the script's
+# directory or the project root); when the entry is unknown, every `.py` file
+# that is not a test.
+
+
+@dataclass(frozen=True)
+class Detection:
+    texts: dict[str, str]  # relpath -> annotated text (only files that changed)
+    found: tuple[Found, ...]  # Found.path is the relpath, Found.line a line of the original file
+    skipped: tuple[Skipped, ...]
+
+    @property
+    def affects_loss(self) -> frozenset[str]:
+        return frozenset(f.name for f in self.found if f.affects_loss)
+
+
+def entry_scripts(entry: str | None, command: Sequence[str] | None, files: Iterable[str]) -> list[str]:
+    """The project's entry scripts (relpaths) from `[trial] entry` or `command`."""
+    known = set(files)
+    if command is None:
+        return [entry] if entry in known else []
+    out = [c for c in command if c.endswith(".py") and c in known]
+    for i, c in enumerate(command[:-1]):
+        if c == "-m":
+            mod = command[i + 1].replace(".", "/")
+            out += [m for m in (f"{mod}.py", f"{mod}/__main__.py") if m in known]
+    return out
+
+
+def default_targets(files: Iterable[str]) -> list[str]:
+    """Every `.py` file that is not a test (when the entry is unknown)."""
+    return [
+        f
+        for f in files
+        if f.endswith(".py") and not f.startswith("tests/") and not Path(f).name.startswith(("test_", "conftest"))
+    ]
+
+
+def detect_blocks(root: Path, targets: Sequence[str]) -> Detection:
+    """Run the annotator over `targets` (relpaths under `root`) in memory."""
+    if not targets:
+        return Detection({}, (), ())
+    result = annotate([root / t for t in targets])
+    rel = {r.path: relpath(r.path, root) for r in result.files}
+    texts = {rel[r.path]: r.annotated for r in result.files if r.changed}
+    found = tuple(replace(f, path=rel[r.path]) for r in result.files for f in r.found)
+    return Detection(texts, found, tuple(replace(s, path=relpath(s.path, root)) for s in result.skipped))

@@ -47,6 +47,10 @@ from tfrepro.catalog import snake
 
 _NOT_LAYERS = {"Model", "Sequential", "Functional", "Layer", "InputSpec", "Callback"}
 _ALWAYS_KW = ("name", "dtype")
+_IDENTITY_NOTE = (
+    "no obvious stock layer for {}: OFF uses Identity(); "
+    "edit the else part to choose the stock layer it should be compared with"
+)
 
 # (pattern on the snake-cased class name, stock class, its positional
 # parameters (all required), other keywords it accepts)
@@ -152,14 +156,7 @@ def stock_equivalent(src: Src, call: cst.Call, cls: LayerClass, prefix: str) -> 
         args = ", ".join(f"{k}={v}" for k, v in kept.items())
         return f"{prefix}.{stock}({args})", f"stock {stock}", None
     name_kw = f"name={given['name']}" if given and "name" in given else ""
-    return f"{prefix}.Identity({name_kw})", "Identity (no obvious stock equivalent)", identity_note(cls.name)
-
-
-def identity_note(what: str) -> str:
-    return (
-        f"no obvious stock layer for {what}: OFF uses Identity(); "
-        "edit the else part to choose the stock layer it should be compared with"
-    )
+    return f"{prefix}.Identity({name_kw})", "Identity (no obvious stock equivalent)", _IDENTITY_NOTE.format(cls.name)
 
 
 def _named_args(src: Src, call: cst.Call, cls: LayerClass) -> dict | None:
@@ -249,7 +246,7 @@ def lambda_layer_candidates(src: Src, ctx: Context, call: cst.Call, prefix: str)
         (standin, stock), note = structured, None
     else:
         standin, stock = f"{prefix}.Identity()", "Identity (the function not applied)"
-        note = identity_note(what)
+        note = _IDENTITY_NOTE.format(what)
     if (unit := statement_unit(src, ctx, call, f"{what}(...)")) is None:
         return []
     return [_c(unit, feature, call, standin, note=note, cls=what, stock=stock)]

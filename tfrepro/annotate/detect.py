@@ -6,7 +6,7 @@ precision policy, LossScaleOptimizer, distribution strategy, `jit_compile`,
 `run_eagerly`, `run_functions_eagerly`, `tf.function`, XLA auto-jit, memory
 growth, `os.environ["XLA_FLAGS"]` / `TF_XLA_FLAGS`, tf.data parallel reads and non-determinism, learning-rate schedules
 and the project's own layers. (tf.data chains and callbacks need the
-statement rebuilt: `chains.py`, `callbacks.py`.)
+statement rebuilt: `rebuild.py`.)
 """
 
 from __future__ import annotations

@@ -438,26 +438,22 @@ def step_facts(src: Src) -> list[StepFacts]:
         if not (isinstance(node.func, cst.Attribute) and node.func.attr.value in APPLY):
             continue
         try:
-            out.append(_facts(src, node))
+            region, grad, loss_name, model = step_region(src, node)
         except NotSwitchable:
             continue
+        assigned = src.assignments(region, loss_name)
+        code = src.code(assigned[-1].value) if assigned else ""
+        calls = [n for n in src.walk(region) if _is_model_call(n, model)]
+        training = arg(calls[0], None, "training") if calls else None
+        value = None if training is None else {"True": True, "False": False}.get(src.code(training.value))
+        try:
+            loss_object = loss_call(src, *_loss_expr(src, region, loss_name, model)) is not None
+        except NotSwitchable:
+            loss_object = True  # not identified: no claim about ranks
+        runs = isinstance(region, cst.FunctionDef) and any(
+            last_name(n.func) == "run" and n.args and is_name(n.args[0].value, region.name.value)
+            for n in src.nodes(cst.Call)
+        )
+        global_avg = "compute_average_loss" in code or "global_batch" in code.lower() or "/" in code
+        out.append(StepFacts(src.line(grad), model, value, loss_object, code, runs, global_avg))
     return out
-
-
-def _facts(src: Src, apply_call: cst.Call) -> StepFacts:
-    region, grad, loss_name, model = step_region(src, apply_call)
-    assigned = src.assignments(region, loss_name)
-    code = src.code(assigned[-1].value) if assigned else ""
-    calls = [n for n in src.walk(region) if _is_model_call(n, model)]
-    training = arg(calls[0], None, "training") if calls else None
-    value = None if training is None else {"True": True, "False": False}.get(src.code(training.value))
-    try:
-        loss_object = loss_call(src, *_loss_expr(src, region, loss_name, model)) is not None
-    except NotSwitchable:
-        loss_object = True  # not identified: no claim about ranks
-    runs = isinstance(region, cst.FunctionDef) and any(
-        last_name(n.func) == "run" and n.args and is_name(n.args[0].value, region.name.value)
-        for n in src.nodes(cst.Call)
-    )
-    global_avg = "compute_average_loss" in code or "global_batch" in code.lower() or "/" in code
-    return StepFacts(src.line(grad), model, value, loss_object, code, runs, global_avg)

@@ -317,9 +317,7 @@ class Src:
     def keras_prefix(self) -> str | None:
         """How this file names Keras: `keras`, `tf.keras`..., None when it
         imports neither Keras nor TensorFlow."""
-        if (keras := self.alias(*_KERAS_MODULES)) is not None:
-            return keras
-        return None if (tf := self.alias("tensorflow")) is None else f"{tf}.keras"
+        return self.alias(*_KERAS_MODULES) or (f"{tf}.keras" if (tf := self.alias("tensorflow")) else None)
 
     @cached_property
     def layers_prefix(self) -> str | None:

@@ -78,7 +78,7 @@ def run_checks(
 
 def _with_loop_check(report: CheckReport, project: "Project", result: TrialResult) -> CheckReport:
     """Check 7 (below) for a script with a GradientTape step: its entry scripts as written."""
-    from tfrepro.annotate.zeroedit import entry_scripts
+    from tfrepro.annotate import entry_scripts
 
     trial = project.manifest.trial
     texts = []

@@ -213,7 +213,7 @@ def update_cmd(path: Path, as_json: bool) -> None:
     """Move a project made by `tfrepro new` to the current template version,
     keeping your committed edits (copier's three-way update). The result is
     left uncommitted: review it with `git diff`, then commit."""
-    from tfrepro.scaffold.update import update_project
+    from tfrepro.scaffold.generate import update_project
 
     result = update_project(path)
     if as_json:  # default=str: the path as text (tuples are lists in JSON)
