@@ -47,7 +47,7 @@ from tfrepro.errors import TfreproError
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import confine, warm
-from tfrepro.trials.procs import Exit, spawn
+from tfrepro.trials.procs import Exit, spawn, warm_argv
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult, load_result, read_json
@@ -371,7 +371,8 @@ def run_variant(
     # The driver's TensorFlow says nothing about another interpreter's trial.
     tf_fallback = None if how.python else this_versions()["tensorflow"]
     full_env = child_env(settings, config_path, how.env)
-    pool = None if how.cold or warm.COLD else warm_pool or warm.default_pool()
+    # warm only a plain `python script.py` under the trial's interpreter (`procs.warm_argv`)
+    pool = None if how.cold or warm.COLD or warm_argv(cmd, how.python) is None else warm_pool or warm.default_pool()
     end = spawn(cmd, Path(variant_dir), full_env, settings.timeout_s, trial_dir, pool)
     result = _collect(end, settings, trial_dir, tf_fallback)
     return confine.note_outside(replace(result, extra={**result.extra, "process": end.process}), trial_dir)
