@@ -278,10 +278,11 @@ def ray_connect():
 def test_no_address_starts_a_private_loopback_instance(ray_connect, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     calls, lines = [], []
-    conn = ray_connect.connect(None, lines.append, {"num_cpus": 1}, init=lambda **kw: calls.append(kw))
+    conn = ray_connect.connect(None, lines.append, init=lambda **kw: calls.append(kw))
     (kw,) = calls
     assert kw["address"] == "local"  # never the cluster a stale /tmp/ray/ray_current_cluster names
-    assert kw["_node_ip_address"] == "127.0.0.1" and kw["include_dashboard"] is False and kw["num_cpus"] == 1
+    assert kw["_node_ip_address"] == "127.0.0.1" and kw["include_dashboard"] is False
+    assert kw["log_to_driver"] is False
     assert kw["_temp_dir"] == conn.temp_dir and conn.owns
     assert any("private local Ray instance" in line for line in lines)
     conn.close(lambda: None)

@@ -166,21 +166,20 @@ def _ticking(
 def connect(
     address: str | None,
     log: Callable[[str], None],
-    init_kwargs: dict[str, Any] | None = None,
     *,
-    init: Callable[..., Any] | None = None,
+    init: Callable[..., Any] = ray.init,
     timeout_s: float = CONNECT_TIMEOUT_S,
     tick_s: float = TICK_S,
 ) -> Connection:
     """Join `address` (or RAY_ADDRESS), or start a private local instance."""
-    init = init or ray.init
-    kw: dict[str, Any] = {"log_to_driver": False, **(init_kwargs or {})}
     address = address or os.environ.get("RAY_ADDRESS") or None
     if address:
         log(f"ray: joining the cluster at {address}")
         probe(address, min(timeout_s, 10.0))
         try:
-            _ticking(lambda: init(address=address, **kw), f"connecting to {address}", log, tick_s, timeout_s)
+            _ticking(
+                lambda: init(address=address, log_to_driver=False), f"connecting to {address}", log, tick_s, timeout_s
+            )
         except TimeoutError:
             raise TfreproError(
                 f"ray: the cluster at {address} accepted a connection but did not let this process join "
@@ -192,7 +191,7 @@ def connect(
         temp_dir = owned.enter_context(ownedtmp.owned("tfrepro-ray-"))  # swept by the next start if we are killed
         log("ray: no --address given, starting a private local Ray instance on this machine (127.0.0.1)")
         local = {"address": "local", "include_dashboard": False, "_node_ip_address": LOOPBACK, "_temp_dir": temp_dir}
-        _ticking(lambda: init(**{**local, **kw}), "starting the local instance", log, tick_s)
+        _ticking(lambda: init(**local, log_to_driver=False), "starting the local instance", log, tick_s)
         log("ray: the local instance is up")
         return Connection(owns=True, temp_dir=temp_dir, owned=owned.pop_all())
 

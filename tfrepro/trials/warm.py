@@ -155,11 +155,10 @@ class WarmServer:
 
     def start(self, timeout: float = START_TIMEOUT_S) -> None:
         self.tmp = self.owned.enter_context(ownedtmp.owned("tfrepro-warm-"))  # swept by the next run if we are killed
-        # the last argument: at most as many threads to fork as right after the preload (0)
         cmd = [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload)]
         # Under the overlay the server itself writes only into one of its own
         # (an import that creates ~/.keras); its children see the real files.
-        argv, self.host = confine.server_argv([*cmd, "0"], Path(self.tmp), self.root)
+        argv, self.host = confine.server_argv(cmd, Path(self.tmp), self.root)
         with open(os.path.join(self.tmp, "server.log"), "wb") as log:
             try:
                 self.proc = subprocess.Popen(
