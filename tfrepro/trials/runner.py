@@ -378,7 +378,7 @@ def run_variant(
     return confine.note_outside(replace(result, extra={**result.extra, "process": end.process}), trial_dir)
 
 
-def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: str | None = None) -> TrialResult:
+def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: str | None) -> TrialResult:
     """The trial's result from its process's end and what the harness wrote in `trial_dir`."""
     result_path, stderr_path = trial_dir / "result.json", trial_dir / "stderr.log"
     rc = end.rc

@@ -153,7 +153,7 @@ class WarmServer:
     def sock_path(self) -> str:
         return os.path.join(self.tmp or "", "s")
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+    def start(self) -> None:
         self.tmp = self.owned.enter_context(ownedtmp.owned("tfrepro-warm-"))  # swept by the next run if we are killed
         cmd = [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload)]
         # Under the overlay the server itself writes only into one of its own
@@ -173,7 +173,7 @@ class WarmServer:
             except OSError as e:
                 self.dead = True
                 raise WarmUnavailable(f"cannot start a warm server: {e}") from None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
         line = self.proc.stdout.readline() if ready else b""
         self.proc.stdout.close()
         try:
