@@ -92,15 +92,6 @@ def imports_tensorflow(script: Path) -> bool:
     return False
 
 
-def sets_import_env(script: Path) -> bool:
-    """The script writes to os.environ and names a variable read at import."""
-    try:
-        text = script.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return True
-    return bool(_ENV_WRITE.search(text) and _IMPORT_ENV_NAME.search(text))
-
-
 @dataclass
 class WarmChild:
     """One trial forked by a server. `pid` is also its process group."""
@@ -279,9 +270,11 @@ class WarmPool:
             return "entry is not a file"
         if self.only_tf_scripts and not imports_tensorflow(script):
             return "imports no TensorFlow/Keras"
-        if sets_import_env(script):
-            return "sets an import-time variable itself"
-        return None
+        with contextlib.suppress(OSError):  # a script that cannot be read runs cold too
+            text = script.read_text(encoding="utf-8", errors="replace")
+            if not (_ENV_WRITE.search(text) and _IMPORT_ENV_NAME.search(text)):
+                return None
+        return "sets an import-time variable itself"  # writes to os.environ, names a variable read at import
 
     def server(self, executable: str, env: Mapping[str, str], root: Path | None = None) -> WarmServer:
         """The live server for this environment, started if need be."""
