@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tfrepro.trials.pathhints import missing_path_hint
+from tfrepro.trials.runner import missing_path_hint
 
 PY = sys.executable
 

@@ -23,7 +23,6 @@ from tfrepro.errors import TfreproError, UserError
 from tfrepro.inside import devices
 from tfrepro.report.scriptargs import with_split
 from tfrepro.settings import TrialSettings
-from tfrepro.trials import ray_connect
 from tfrepro.trials.values import TrialResult
 
 # -- settings and the manifest ------------------------------------------------------
@@ -270,20 +269,27 @@ def test_a_script_without_a_tensorflow_import_keeps_its_docstring_and_future_imp
 # -- Ray: a private instance, or a bounded wait for a named address ------------------------------
 
 
-def test_no_address_starts_a_private_loopback_instance(monkeypatch):
+@pytest.fixture
+def ray_connect():
+    """`ray_executor`'s connection half (it imports Ray; nothing here starts it)."""
+    return pytest.importorskip("tfrepro.trials.ray_executor")
+
+
+def test_no_address_starts_a_private_loopback_instance(ray_connect, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     calls, lines = [], []
-    conn = ray_connect.connect(None, lines.append, {"num_cpus": 1}, init=lambda **kw: calls.append(kw))
+    conn = ray_connect.connect(None, lines.append, init=lambda **kw: calls.append(kw))
     (kw,) = calls
     assert kw["address"] == "local"  # never the cluster a stale /tmp/ray/ray_current_cluster names
-    assert kw["_node_ip_address"] == "127.0.0.1" and kw["include_dashboard"] is False and kw["num_cpus"] == 1
+    assert kw["_node_ip_address"] == "127.0.0.1" and kw["include_dashboard"] is False
+    assert kw["log_to_driver"] is False
     assert kw["_temp_dir"] == conn.temp_dir and conn.owns
     assert any("private local Ray instance" in line for line in lines)
     conn.close(lambda: None)
     assert not __import__("os").path.exists(kw["_temp_dir"])
 
 
-def test_a_killed_drivers_private_ray_dir_is_swept_by_the_next_start(tmp_path, monkeypatch):
+def test_a_killed_drivers_private_ray_dir_is_swept_by_the_next_start(ray_connect, tmp_path, monkeypatch):
     """The private instance's temp dir has an owner (`ownedtmp`): a driver
     SIGKILLed with its Ray up leaves the dir behind only until the next
     private start, which never takes a live driver's."""
@@ -295,7 +301,7 @@ def test_a_killed_drivers_private_ray_dir_is_swept_by_the_next_start(tmp_path, m
 
     live = start()
     code = (
-        "import os, signal; from tfrepro.trials import ray_connect\n"
+        "import os, signal; from tfrepro.trials import ray_executor as ray_connect\n"
         "c = ray_connect.connect(None, lambda line: None, init=lambda **kw: None)\n"
         "print(c.temp_dir, flush=True); os.kill(os.getpid(), signal.SIGKILL)"
     )
@@ -310,7 +316,7 @@ def test_a_killed_drivers_private_ray_dir_is_swept_by_the_next_start(tmp_path, m
     assert list(tmp_path.iterdir()) == []
 
 
-def test_an_address_nobody_answers_at_is_named_at_once():
+def test_an_address_nobody_answers_at_is_named_at_once(ray_connect):
     def refuse(addr, timeout):
         raise ConnectionRefusedError(111, "Connection refused")
 
@@ -321,7 +327,7 @@ def test_an_address_nobody_answers_at_is_named_at_once():
         ray_connect.host_port("auto")
 
 
-def test_a_cluster_that_never_lets_us_join_times_out_naming_it(monkeypatch):
+def test_a_cluster_that_never_lets_us_join_times_out_naming_it(ray_connect, monkeypatch):
     release = threading.Event()
     monkeypatch.setattr(ray_connect, "probe", lambda address, timeout: None)
     lines: list[str] = []
@@ -336,7 +342,7 @@ def test_a_cluster_that_never_lets_us_join_times_out_naming_it(monkeypatch):
     assert lines[0] == "ray: joining the cluster at 10.9.8.7:6379"
 
 
-def test_progress_is_printed_while_ray_starts():
+def test_progress_is_printed_while_ray_starts(ray_connect):
     gate, ticks = threading.Event(), []
 
     def log(line):

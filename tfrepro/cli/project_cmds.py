@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -24,6 +25,9 @@ from tfrepro.cli.app import (
     use_color,
 )
 from tfrepro.errors import TfreproError, UserError
+
+if TYPE_CHECKING:
+    from tfrepro.trials.values import TrialResult
 
 
 @main.command()
@@ -381,7 +385,7 @@ def run(
     from dataclasses import replace
 
     from tfrepro.bisect.options import BisectOptions
-    from tfrepro.trials.runner import describe, run_trial
+    from tfrepro.trials.runner import run_trial
     from tfrepro.trials.state import prune_after_run
     from tfrepro.trials.trial import TrialOptions
     from tfrepro.trials.values import summary
@@ -422,3 +426,72 @@ def run(
                 f"({({GOOD: 'good', BAD: 'bad', CANNOT_TEST: 'cannot test'})[code]})"
             )
     sys.exit(code)
+
+
+# -- presentation of one trial (`tfrepro run`) ---------------------------------------
+
+
+def what_ran(result: TrialResult) -> str | None:
+    """One line, e.g. "ran: fit#1 jit_compile=False; 2 replicas in sync; float32; 2 devices"."""
+    parts = []
+    modes = [m for m in result.compile_modes if str(m.get("call", "")).startswith("fit#")]
+    modes = modes or list(result.compile_modes)
+    if modes:
+        parts.append(
+            ", ".join(
+                f"{m.get('call')} jit_compile={m.get('jit_compile')}" + (" (auto, pinned)" if m.get("pinned") else "")
+                for m in modes
+            )
+        )
+    if result.replicas_in_sync:
+        n = result.replicas_in_sync
+        parts.append(f"{n} replica{'s' if n != 1 else ''} in sync")
+    if result.precision_policy:
+        parts.append(result.precision_policy)
+    if result.devices:
+        parts.append(f"{len(result.devices)} device{'s' if len(result.devices) != 1 else ''}")
+    return "ran: " + "; ".join(parts) if parts else None
+
+
+def describe(result: TrialResult) -> list[str]:
+    """Human-readable lines for one trial."""
+    from tfrepro.settings import WARMUP_STEPS
+    from tfrepro.trials.classify import is_oom
+
+    head = f"features on: {', '.join(result.enabled) or 'none'}" + ("  (cached)" if result.cached else "")
+    lines = [f"{result.label}  {head}" if result.label else head]
+    if result.timed_out:
+        lines.append(f"TIMEOUT: {result.error}")
+    elif result.crashed:
+        lines.append(f"CRASH: {result.error or 'exit code ' + str(result.exit_code)}")
+    if result.losses:
+        n = len(result.losses)
+        last = f", at step {n}: {result.losses[-1]:.6g}" if n > 1 else ""
+        lines.append(f"{result.mode}: {n} step{'s' if n != 1 else ''}; loss at step 1: {result.losses[0]:.6g}{last}")
+    elif not (result.crashed or result.timed_out):
+        lines.append("no training step seen (no Model.fit, no `step=N loss=X` line)")
+    if result.first_nonfinite_step is not None:
+        lines.append(f"first non-finite loss at step {result.first_nonfinite_step}")
+    if result.weights_finite is False:
+        lines.append("non-finite weights at the end: " + ", ".join(result.nonfinite_weights))
+    elif result.losses and result.first_nonfinite_step is None:
+        lines.append("loss finite at every step" + (", weights finite" if result.weights_finite else ""))
+    median = result.median_step_time()
+    if median is not None:
+        lines.append(f"median step time: {median * 1000:.3g} ms (steps {WARMUP_STEPS + 1}-{len(result.step_times)})")
+    elif result.step_times:
+        lines.append("median step time: too few steps past the warm-up")
+    if is_oom(result):
+        lines.append("out of memory: this counts as the memory symptom, not a crash")
+    if result.peak_rss_bytes:
+        text = f"peak memory: {result.peak_rss_bytes / 1e6:.0f} MB anonymous resident"
+        if result.growth_per_step is not None:
+            text += f", growth {result.growth_per_step / 1e6:+.2f} MB/step over the steady steps"
+        if result.device_peak_bytes:
+            text += f"; device peak {result.device_peak_bytes / 1e6:.0f} MB"
+        lines.append(text)
+    lines.extend(x for x in [what_ran(result)] if x)  # compile mode, replicas, policy, devices
+    lines.extend(f"warning: {w}" for w in result.extra.get("warnings", []))
+    if result.log_dir:
+        lines.append(f"logs: {result.log_dir}")
+    return lines

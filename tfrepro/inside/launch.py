@@ -45,10 +45,9 @@ def watch_parent(parent: int) -> None:
     leads its own group (harness.py loads this file for it)."""
 
     def watch() -> None:
-        while True:
+        while os.getppid() == parent:
             time.sleep(0.25)
-            if os.getppid() != parent:
-                _bail()
+        _bail()
 
     threading.Thread(target=watch, name="tfrepro-parent-watch", daemon=True).start()
 

@@ -1,7 +1,7 @@
 """The warm trial server: runs INSIDE a trial's interpreter, never imports tfrepro.
 
 Started once per import-time environment by `tfrepro/trials/warm.py` as
-`python -c BOOT warm.py SOCKET PRELOAD MAX_THREADS` (stdlib only, loaded by path). It
+`python -c BOOT warm.py SOCKET PRELOAD` (stdlib only, loaded by path). It
 imports the PRELOAD modules (NumPy, TensorFlow, Keras), runs no op, touches
 no device, then forks one child per trial on request. It is as dumb as
 gunicorn's arbiter: import, fork, hand the child its job, reap, report. The
@@ -278,11 +278,6 @@ class Server:
         self.sel.register(self.listener, selectors.EVENT_READ, "accept")
         self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
 
-    def fds(self) -> list[int]:
-        """The server's own descriptors, which no child may keep."""
-        sel_fd = getattr(self.sel, "fileno", lambda: -1)()
-        return [self.listener.fileno(), self.wake_r, self.wake_w, sel_fd] + [c.fileno() for c in self.children.values()]
-
     def serve(self) -> None:
         while True:
             for key, _ in self.sel.select():
@@ -321,7 +316,9 @@ class Server:
             _send(conn, {"error": f"{threads} threads in the warm server (at most {self.max_threads} to fork)"})
             conn.close()
             return
-        close_fds = [fd for fd in self.fds() if fd >= 0] + [conn.fileno()]
+        # the server's own descriptors, which no child may keep (Linux only: the selector is epoll's)
+        close_fds = [self.listener.fileno(), self.wake_r, self.wake_w, self.sel.fileno(), conn.fileno()]
+        close_fds += [c.fileno() for c in self.children.values()]
         pid = os.fork()
         if pid == 0:
             child_main(job, self.pid, close_fds)
@@ -347,12 +344,13 @@ class Server:
 
 
 def serve(argv: list[str]) -> None:
-    """Entry point: argv = [socket path, comma-separated preload, max threads or 0 (= as after preload),
-    and, under Landlock, the JSON spec the server confines itself with]."""
-    sock_path, names, max_threads = argv[0], [n for n in argv[1].split(",") if n], int(argv[2])
+    """Entry point: argv = [socket path, comma-separated preload, and, under
+    Landlock, the JSON spec the server confines itself with]; it forks with no
+    more threads than right after the preload."""
+    sock_path, names = argv[0], [n for n in argv[1].split(",") if n]
     try:
-        if len(argv) > 3:  # Landlock: the server too writes only in its own dir and the trials dir
-            spec = json.loads(argv[3])
+        if len(argv) > 2:  # Landlock: the server too writes only in its own dir and the trials dir
+            spec = json.loads(argv[2])
             _confine_module().enter_landlock(spec["writable"])
             tmp = os.path.join(spec["writable"][0], "tmp")
             os.makedirs(tmp, exist_ok=True)
@@ -363,10 +361,7 @@ def serve(argv: list[str]) -> None:
         gc.collect()
         gc.freeze()  # the children do not copy pages for the collector's sake
         threads = thread_count()
-        limit = max_threads or threads
-        if threads > limit:
-            raise RuntimeError(f"{threads} threads after the preload (at most {limit} to fork)")
-        server = Server(sock_path, limit)
+        server = Server(sock_path, threads)
         modules = sorted({name.partition(".")[0] for name in sys.modules})
         ready = {"ready": True, "pid": os.getpid(), "threads": threads, "modules": modules}
     except BaseException as e:

@@ -80,11 +80,9 @@ def spawn(
 def run_warm(
     cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float, trial_dir: Path, pool: "warm.WarmPool"
 ) -> Exit:
-    """The trial forked from a warm server; raises `warm.WarmUnavailable`
-    (`ServerLost` too) when it must run cold."""
-    argv = warm_argv(cmd, cmd[0])
-    if argv is None:
-        raise warm.WarmUnavailable("not a plain `python script.py`")
+    """The trial (a plain `python script.py`: `warm_argv`) forked from a warm
+    server; raises `warm.WarmUnavailable` (`ServerLost` too) when it must run cold."""
+    argv = list(cmd[1:])
     reason = pool.wants(cwd / argv[0])
     if reason is not None:
         raise warm.WarmUnavailable(reason)

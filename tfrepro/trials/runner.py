@@ -47,9 +47,7 @@ from tfrepro.errors import TfreproError
 from tfrepro.inside import harness
 from tfrepro.settings import WARMUP_STEPS, TrialSettings
 from tfrepro.trials import confine, warm
-from tfrepro.trials.classify import is_oom
-from tfrepro.trials.pathhints import lfs_pointer_hint, missing_path_hint
-from tfrepro.trials.procs import Exit, spawn
+from tfrepro.trials.procs import Exit, spawn, warm_argv
 from tfrepro.trials.state import StateDir
 from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult, load_result, read_json
@@ -155,6 +153,69 @@ def _annotated(
         extra["hint"] = hint
         result = replace(result, error=f"{result.error} (hint: {hint})")
     return replace(result, extra=extra)
+
+
+# -- why a file a trial reads is missing from its copy: the hint a crash gets --------
+# A trial runs in a copy of the project under `.tfrepro/trials/.../variant/`.
+# Two kinds of reads that work in the project fail there, silently from the
+# user's side: a path through a symlinked directory (`data -> /mnt/data`: a
+# variant never links to a user's files, so the link is not copied), and a
+# relative path out of the project (`../shared_data/x.csv`: relative to the
+# copy, that is somewhere under `.tfrepro/`). The hint says which, and the fix.
+# A third: a git-lfs pointer file read as data (commit mode never downloads LFS
+# objects, and a clone without `git lfs pull` holds only pointers).
+
+# `FileNotFoundError: [Errno 2] No such file or directory: 'x'`, tf.io's
+# `NotFoundError: x; No such file or directory`, `No such file: x`.
+_MISSING = (
+    re.compile(r"No such file or directory: ['\"]([^'\"]+)['\"]"),
+    re.compile(r"NotFoundError[^:]*: ([^;\s]+); No such file"),
+    re.compile(r"(?:not found|No such file)[:]? ['\"]?([^'\"\s;]+)"),
+)
+
+
+def missing_path_hint(error: str | None, root: Path) -> str | None:
+    """The hint for a crash whose error names a missing path, or None."""
+    path = next((m.group(1) for p in _MISSING if (m := p.search(error or ""))), None)
+    if not path or os.path.isabs(path):
+        return None
+    parts = Path(path).parts
+    if parts and parts[0] == "..":
+        return (
+            f"{path} is outside the project directory: a trial runs in a copy of the project under .tfrepro/, "
+            f"where it is not; give the script an absolute path ({(Path(root) / path).resolve()}) or move the "
+            "data into the project"
+        )
+    for n in range(1, len(parts)):
+        prefix = Path(root, *parts[:n])
+        if prefix.is_symlink() and prefix.is_dir():
+            rel = Path(*parts[:n]).as_posix()
+            return (
+                f"{rel} is a symlink to the directory {os.readlink(prefix)}, which trials do not get (a trial's "
+                f"copy never links to your files); read it by its absolute path ({prefix.resolve()}/...) or make "
+                f"{rel} a real directory in the project"
+            )
+    return None
+
+
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1"
+
+
+def lfs_pointer_hint(root: Path, files: list[str]) -> str | None:
+    """The hint for a crash in a project holding git-lfs pointer files."""
+    pointers = []
+    for rel in files:
+        p = Path(root) / rel
+        with contextlib.suppress(OSError):
+            if p.stat().st_size <= 1024 and p.read_bytes().startswith(LFS_POINTER):
+                pointers.append(rel)
+    if not pointers:
+        return None
+    more = f" and {len(pointers) - 1} more" if len(pointers) > 1 else ""
+    return (
+        f"{pointers[0]}{more} is a git-lfs pointer file, not its data (tfrepro never downloads LFS objects): "
+        "if the script reads it, run `git lfs pull` in the project, or give the data by an absolute path"
+    )
 
 
 def cached(
@@ -310,13 +371,14 @@ def run_variant(
     # The driver's TensorFlow says nothing about another interpreter's trial.
     tf_fallback = None if how.python else this_versions()["tensorflow"]
     full_env = child_env(settings, config_path, how.env)
-    pool = None if how.cold or warm.COLD else warm_pool or warm.default_pool()
+    # warm only a plain `python script.py` under the trial's interpreter (`procs.warm_argv`)
+    pool = None if how.cold or warm.COLD or warm_argv(cmd, how.python) is None else warm_pool or warm.default_pool()
     end = spawn(cmd, Path(variant_dir), full_env, settings.timeout_s, trial_dir, pool)
     result = _collect(end, settings, trial_dir, tf_fallback)
     return confine.note_outside(replace(result, extra={**result.extra, "process": end.process}), trial_dir)
 
 
-def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: str | None = None) -> TrialResult:
+def _collect(end: Exit, settings: TrialSettings, trial_dir: Path, tf_fallback: str | None) -> TrialResult:
     """The trial's result from its process's end and what the harness wrote in `trial_dir`."""
     result_path, stderr_path = trial_dir / "result.json", trial_dir / "stderr.log"
     rc = end.rc
@@ -351,11 +413,11 @@ def usage_error(rc: int | None, stderr_path: Path) -> str | None:
     return next((line.strip() for line in after if ": error: " in line), after[0].strip())
 
 
-def read_tail(path: Path, tail: int = 65536) -> str:
-    """The last `tail` bytes of a log file as text ("" when it cannot be read)."""
+def read_tail(path: Path) -> str:
+    """The last 64 KiB of a log file as text ("" when it cannot be read)."""
     try:
         with open(path, "rb") as f:
-            f.seek(max(0, f.seek(0, os.SEEK_END) - tail))
+            f.seek(max(0, f.seek(0, os.SEEK_END) - 65536))
             return f.read().decode("utf-8", "replace")
     except OSError:
         return ""
@@ -393,69 +455,3 @@ def last_line(path: Path) -> str | None:
     one is)."""
     lines = [line.strip() for line in read_tail(path).splitlines() if line.strip()]
     return next((line for line in reversed(lines) if not _TF_LOG.match(line)), lines[-1] if lines else None)
-
-
-# -- presentation (`tfrepro run`) -------------------------------------------------
-
-
-def what_ran(result: TrialResult) -> str | None:
-    """One line, e.g. "ran: fit#1 jit_compile=False; 2 replicas in sync; float32; 2 devices"."""
-    parts = []
-    modes = [m for m in result.compile_modes if str(m.get("call", "")).startswith("fit#")]
-    modes = modes or list(result.compile_modes)
-    if modes:
-        parts.append(
-            ", ".join(
-                f"{m.get('call')} jit_compile={m.get('jit_compile')}" + (" (auto, pinned)" if m.get("pinned") else "")
-                for m in modes
-            )
-        )
-    if result.replicas_in_sync:
-        n = result.replicas_in_sync
-        parts.append(f"{n} replica{'s' if n != 1 else ''} in sync")
-    if result.precision_policy:
-        parts.append(result.precision_policy)
-    if result.devices:
-        parts.append(f"{len(result.devices)} device{'s' if len(result.devices) != 1 else ''}")
-    return "ran: " + "; ".join(parts) if parts else None
-
-
-def describe(result: TrialResult) -> list[str]:
-    """Human-readable lines for one trial."""
-    head = f"features on: {', '.join(result.enabled) or 'none'}" + ("  (cached)" if result.cached else "")
-    lines = [f"{result.label}  {head}" if result.label else head]
-    if result.timed_out:
-        lines.append(f"TIMEOUT: {result.error}")
-    elif result.crashed:
-        lines.append(f"CRASH: {result.error or 'exit code ' + str(result.exit_code)}")
-    if result.losses:
-        n = len(result.losses)
-        last = f", at step {n}: {result.losses[-1]:.6g}" if n > 1 else ""
-        lines.append(f"{result.mode}: {n} step{'s' if n != 1 else ''}; loss at step 1: {result.losses[0]:.6g}{last}")
-    elif not (result.crashed or result.timed_out):
-        lines.append("no training step seen (no Model.fit, no `step=N loss=X` line)")
-    if result.first_nonfinite_step is not None:
-        lines.append(f"first non-finite loss at step {result.first_nonfinite_step}")
-    if result.weights_finite is False:
-        lines.append("non-finite weights at the end: " + ", ".join(result.nonfinite_weights))
-    elif result.losses and result.first_nonfinite_step is None:
-        lines.append("loss finite at every step" + (", weights finite" if result.weights_finite else ""))
-    median = result.median_step_time()
-    if median is not None:
-        lines.append(f"median step time: {median * 1000:.3g} ms (steps {WARMUP_STEPS + 1}-{len(result.step_times)})")
-    elif result.step_times:
-        lines.append("median step time: too few steps past the warm-up")
-    if is_oom(result):
-        lines.append("out of memory: this counts as the memory symptom, not a crash")
-    if result.peak_rss_bytes:
-        text = f"peak memory: {result.peak_rss_bytes / 1e6:.0f} MB anonymous resident"
-        if result.growth_per_step is not None:
-            text += f", growth {result.growth_per_step / 1e6:+.2f} MB/step over the steady steps"
-        if result.device_peak_bytes:
-            text += f"; device peak {result.device_peak_bytes / 1e6:.0f} MB"
-        lines.append(text)
-    lines.extend(x for x in [what_ran(result)] if x)  # compile mode, replicas, policy, devices
-    lines.extend(f"warning: {w}" for w in result.extra.get("warnings", []))
-    if result.log_dir:
-        lines.append(f"logs: {result.log_dir}")
-    return lines

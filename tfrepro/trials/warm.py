@@ -92,15 +92,6 @@ def imports_tensorflow(script: Path) -> bool:
     return False
 
 
-def sets_import_env(script: Path) -> bool:
-    """The script writes to os.environ and names a variable read at import."""
-    try:
-        text = script.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return True
-    return bool(_ENV_WRITE.search(text) and _IMPORT_ENV_NAME.search(text))
-
-
 @dataclass
 class WarmChild:
     """One trial forked by a server. `pid` is also its process group."""
@@ -153,13 +144,12 @@ class WarmServer:
     def sock_path(self) -> str:
         return os.path.join(self.tmp or "", "s")
 
-    def start(self, timeout: float = START_TIMEOUT_S) -> None:
+    def start(self) -> None:
         self.tmp = self.owned.enter_context(ownedtmp.owned("tfrepro-warm-"))  # swept by the next run if we are killed
-        # the last argument: at most as many threads to fork as right after the preload (0)
         cmd = [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload)]
         # Under the overlay the server itself writes only into one of its own
         # (an import that creates ~/.keras); its children see the real files.
-        argv, self.host = confine.server_argv([*cmd, "0"], Path(self.tmp), self.root)
+        argv, self.host = confine.server_argv(cmd, Path(self.tmp), self.root)
         with open(os.path.join(self.tmp, "server.log"), "wb") as log:
             try:
                 self.proc = subprocess.Popen(
@@ -174,7 +164,7 @@ class WarmServer:
             except OSError as e:
                 self.dead = True
                 raise WarmUnavailable(f"cannot start a warm server: {e}") from None
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        ready, _, _ = select.select([self.proc.stdout], [], [], START_TIMEOUT_S)
         line = self.proc.stdout.readline() if ready else b""
         self.proc.stdout.close()
         try:
@@ -280,9 +270,11 @@ class WarmPool:
             return "entry is not a file"
         if self.only_tf_scripts and not imports_tensorflow(script):
             return "imports no TensorFlow/Keras"
-        if sets_import_env(script):
-            return "sets an import-time variable itself"
-        return None
+        with contextlib.suppress(OSError):  # a script that cannot be read runs cold too
+            text = script.read_text(encoding="utf-8", errors="replace")
+            if not (_ENV_WRITE.search(text) and _IMPORT_ENV_NAME.search(text)):
+                return None
+        return "sets an import-time variable itself"  # writes to os.environ, names a variable read at import
 
     def server(self, executable: str, env: Mapping[str, str], root: Path | None = None) -> WarmServer:
         """The live server for this environment, started if need be."""
