@@ -129,15 +129,19 @@ No bug report was drafted. If you believe the cost is larger than it should be, 
 # --------------------------------------------------------------------------- the bundle directory
 
 MANIFEST = ".tfrepro-bundle.json"
+# The files every bundle has besides its artifacts.
+OWN_FILES = {
+    "ISSUE.md": "this issue text",
+    "report.json": "everything in ISSUE.md, as data",
+    "result.json": "the bisect result this report was made from",
+}
 # What a bundle written before the manifest could hold (top-level names).
 _LEGACY_NAMES = frozenset(
     {
-        "repro.py",
+        *OWN_FILES,
+        ENTRY,
         "reference.py",
         "reference",
-        "ISSUE.md",
-        "report.json",
-        "result.json",
         "loss.png",
         "steps.png",
         "tensorboard",
@@ -357,14 +361,6 @@ def _write_data(out: Path, ctx: Context, data: DataFacts, no_data: bool) -> dict
 
 
 # --------------------------------------------------------------------------- report.json
-
-
-# The files every bundle has besides its artifacts.
-OWN_FILES = {
-    "ISSUE.md": "this issue text",
-    "report.json": "everything in ISSUE.md, as data",
-    "result.json": "the bisect result this report was made from",
-}
 
 
 def document(

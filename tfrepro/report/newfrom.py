@@ -132,8 +132,22 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
             say(f"repro.py takes the script's arguments when given none: {shlex.join(args)}")
         got, facts = Export(None, None, texts, {}), DataFacts()
         if any(_READS.search(t) for t in texts.values()):
+            from tfrepro.report.reduce import choose_data
+
             say("the script reads data files: one trial with every feature ON records what it reads")
-            got, facts = _data(project, entry, got, trial, Path(tmp), say, args)
+            orig = trial(project, frozenset(project.feature_names))
+            counter = iter(range(1 << 30))
+
+            def ends_alike(tried: Export) -> bool:
+                repro = _all_off(default_args(tried.cand_files[ENTRY], ENTRY, args), ENTRY)
+                new = write_project(Path(tmp) / f"try-{next(counter)}", {**tried.cand_files, ENTRY: repro}, tried.data)
+                return same_end(orig, trial(new, frozenset(project.feature_names)))
+
+            # the data step of the module doc: stand-ins, else (a NaN or a crash) the real records reduced
+            shows = ends_alike if orig.nonfinite or orig.crashed else None
+            got, facts = choose_data(
+                project.root, {"failing": orig.to_dict()}, entry, got, check=ends_alike, shows=shows, say=say
+            )
         on, commented = comment_tail(got.cand_files[ENTRY], entry)
         on = default_args(on, ENTRY, args)
         files = {rel: _all_off(on if rel == ENTRY else t, rel) for rel, t in texts.items()}
@@ -194,24 +208,6 @@ def same_end(orig: TrialResult, new: TrialResult) -> bool:
     if orig.crashed:
         return new.crashed and same_error(new.error, orig.error)
     return not (new.crashed or new.timed_out or new.nonfinite) and new.steps_run > 0
-
-
-def _data(project: Any, entry: str, export: Export, trial: TrialFn, tmp: Path, say: Say, args: Sequence[str]):
-    """The module doc's data step: (the `export` (every feature ON, markers kept) reading the data chosen,
-    the data facts)."""
-    from tfrepro.report.reduce import choose_data
-
-    orig = trial(project, frozenset(project.feature_names))
-    counter = iter(range(1 << 30))
-
-    def ends_alike(tried: Export) -> bool:
-        repro = _all_off(default_args(tried.cand_files[ENTRY], ENTRY, args), ENTRY)
-        new = write_project(tmp / f"try-{next(counter)}", {**tried.cand_files, ENTRY: repro}, tried.data)
-        return same_end(orig, trial(new, frozenset(project.feature_names)))
-
-    shows = ends_alike if orig.nonfinite or orig.crashed else None
-    result = {"failing": orig.to_dict()}
-    return choose_data(project.root, result, entry, export, check=ends_alike, shows=shows, say=say)
 
 
 def write_project(dest: Path, files: dict[str, str], data: bytes | None = None) -> Any:

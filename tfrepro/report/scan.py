@@ -30,8 +30,6 @@ _AUTO = "tf.config.optimizer.set_jit (auto-clustering)"
 _EAGERLY = "tf.config.run_functions_eagerly(True)"
 _OBSERVED = " (observed at run time)"
 _STRATEGY = re.compile(rf"\b({'|'.join(catalog.STRATEGIES)})\s*\(")
-_LOGICAL = re.compile(r"set_logical_device_configuration\(")
-_LOGICAL_N = re.compile(r"LogicalDeviceConfiguration\(")
 _LOGICAL_RANGE = re.compile(r"LogicalDeviceConfiguration\([^)]*\)\s*(?:\]\s*\*\s*(\d+)|for\s+_\s+in\s+range\((\d+)\))")
 _DETERMINISM = re.compile(r"enable_op_determinism\(\s*\)")
 _EAGER = re.compile(r"run_functions_eagerly\(\s*True\s*\)")
@@ -70,8 +68,8 @@ def scan_setup(source: str) -> Setup:
     n = None
     if r := _LOGICAL_RANGE.search(code):
         n = int(r.group(1) or r.group(2))
-    elif _LOGICAL.search(code):
-        n = len(_LOGICAL_N.findall(code)) or None
+    elif "set_logical_device_configuration(" in code:
+        n = code.count("LogicalDeviceConfiguration(") or None
     return Setup(
         precision_policy=policy or "float32 (Keras default)",
         xla=", ".join(xla) if xla else "off (no jit_compile=True, no auto-clustering)",
