@@ -251,9 +251,7 @@ def recorded_args(root: Path, entry: str) -> tuple[list[str], str | None]:
     """The script arguments of the latest bisect run of `entry` under `root`
     (and that run's directory), or ([], None)."""
     runs = root / STATE_DIR_NAME / "runs"
-    if not runs.is_dir():
-        return [], None
-    for run in reversed(run_dirs(runs)):
+    for run in reversed(run_dirs(runs) if runs.is_dir() else []):
         settings = (read_json(run / "result.json") or {}).get("settings")
         if not isinstance(settings, dict):
             continue
@@ -325,8 +323,8 @@ def comment_tail(text: str, path: str = "repro.py") -> tuple[str, list[Commented
     bodies: list[tuple[list[ast.stmt], set[str]]] = [(tree.body, bound)]
     for stmt in unmarked:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            params = {a.arg for a in (*stmt.args.posonlyargs, *stmt.args.args, *stmt.args.kwonlyargs)}
-            params |= {a.arg for a in (stmt.args.vararg, stmt.args.kwarg) if a is not None}
+            a = stmt.args
+            params = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x is not None}
             bodies.append((stmt.body, bound | params))
     lines = fb.split_lines(text)
     got = [c for body, outside in bodies for c in _tail(body, outside, blocks, lines)]
