@@ -265,9 +265,8 @@ def issue_lines(data: dict[str, Any]) -> list[str]:
         state = {True: "and it still shows the symptom", False: "but it did NOT show the symptom"}.get(
             data.get("standin_reproduced"), "(not re-run)"
         )
-        out.append(f"repro.py reads seeded synthetic stand-ins of the recorded shape and statistics, {state}:")
-        out.extend(line(s) for s in data["standins"])
-        out.append("")
+        out += [f"repro.py reads seeded synthetic stand-ins of the recorded shape and statistics, {state}:"]
+        out += [*map(line, data["standins"]), ""]
     red = data.get("reduction") or {}
     if red.get("records"):
         files = ", ".join(f"`{f['file']}`" for f in red.get("files") or [])
@@ -280,9 +279,7 @@ def issue_lines(data: dict[str, Any]) -> list[str]:
     elif red.get("error"):
         out.extend([f"The data could not be reduced: {red['error']}.", ""])
     if data.get("needs_user_data"):
-        out.append("The repro needs the user's data (not shipped):")
-        out.extend(line(s) for s in data["needs_user_data"])
-        out.append("")
+        out += ["The repro needs the user's data (not shipped):", *map(line, data["needs_user_data"]), ""]
     for fit in data.get("unseen") or []:
         out.append(
             f"- the data `Model.fit` trains on at {fit} comes from a source tfrepro cannot see "
