@@ -156,9 +156,7 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
     # the user's tfrepro.toml tables the new project keeps ({} without one)
     path = project.manifest.path
     data = tomllib.loads(Path(path).read_text(encoding="utf-8")) if path and Path(path).is_file() else {}
-    kept = {
-        t: {k: v for k, v in (data.get(t) or {}).items() if k not in NOT_CARRIED.get(t, set())} for t in CARRIED_TABLES
-    }
+    kept = {t: {k: v for k, v in (data.get(t) or {}).items() if k not in skip} for t, skip in CARRIED.items()}
     kept = {table: values for table, values in kept.items() if values}
     return FromScript(entry, files, names, loss, facts, tuple(commented), args, kept, got.data)
 
@@ -243,8 +241,8 @@ def summary_lines(got: FromScript) -> list[str]:
     return out
 
 
-CARRIED_TABLES = ("trial", "symptoms", "state")
-NOT_CARRIED = {"trial": {"entry", "command"}}
+# The tfrepro.toml tables `new --from` keeps, each without these keys.
+CARRIED = {"trial": {"entry", "command"}, "symptoms": set(), "state": set()}
 
 
 def recorded_args(root: Path, entry: str) -> tuple[list[str], str | None]:

@@ -24,6 +24,7 @@ import os
 import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 
 REDACTED = "<redacted>"
@@ -233,17 +234,13 @@ def _secret_parts(name: str, value: str) -> set[str]:
     if not _SECRET_BEARING.match(name):
         return out
     if name.upper() == "TF_CONFIG":
-        try:
+        with suppress(ValueError):
             out.update(s for _, s in json_strings(json.loads(value)))
-        except ValueError:
-            pass
     for word in value.split():  # a URL's user and password, as written and unquoted
-        try:
+        with suppress(ValueError):
             parts = urllib.parse.urlsplit(word)
-        except ValueError:
-            continue
-        found = {x for x in (parts.username, parts.password) if x}
-        out |= found | {urllib.parse.unquote(x) for x in found}
+            found = {x for x in (parts.username, parts.password) if x}
+            out |= found | {urllib.parse.unquote(x) for x in found}
     return out
 
 
