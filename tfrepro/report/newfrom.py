@@ -227,9 +227,8 @@ def summary_lines(got: FromScript) -> list[str]:
         out.append(f"data: data.npz holds {red.records} of {red.of} records of " + named(red.files))
     elif facts.kind == "user":
         out.append(
-            "data: repro.py still reads your data files "
-            + named(facts.needs_user_data)
-            + " (no stand-in or reduction ended as the script did): run it where they are"
+            f"data: repro.py still reads your data files {named(facts.needs_user_data)} "
+            "(no stand-in or reduction ended as the script did): run it where they are"
         )
     for c in got.commented:
         out.append(

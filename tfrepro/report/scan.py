@@ -28,7 +28,6 @@ _JIT_TRUE = re.compile(r"jit_compile\s*=\s*True")
 _SET_JIT = re.compile(r"optimizer\.set_jit\(\s*(True|[\"']autoclustering[\"'])")
 _AUTO = "tf.config.optimizer.set_jit (auto-clustering)"
 _EAGERLY = "tf.config.run_functions_eagerly(True)"
-_OBSERVED = " (observed at run time)"
 _STRATEGY = re.compile(rf"\b({'|'.join(catalog.STRATEGIES)})\s*\(")
 _LOGICAL_RANGE = re.compile(r"LogicalDeviceConfiguration\([^)]*\)\s*(?:\]\s*\*\s*(\d+)|for\s+_\s+in\s+range\((\d+)\))")
 _DETERMINISM = re.compile(r"enable_op_determinism\(\s*\)")
@@ -116,7 +115,7 @@ def _observed(seen: RuntimeSettings) -> dict[str, str]:
         "determinism": "op determinism enabled" if seen.get("op_determinism") is True else None,
         "eager": _EAGERLY if seen.get("run_functions_eagerly") is True else None,
     }
-    return {k: f"{v}{_OBSERVED}" for k, v in out.items() if v is not None}
+    return {k: f"{v} (observed at run time)" for k, v in out.items() if v is not None}
 
 
 # What a TensorFlow bug report may assume is installed.
