@@ -21,6 +21,7 @@ needs that data.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -152,10 +153,8 @@ class DataFacts:
 def _literal_file(call: cst.Call) -> str | None:
     """The basename of a string-literal first argument, or None."""
     if call.args and isinstance(call.args[0].value, cst.SimpleString):
-        try:
+        with suppress(Exception):
             return str(call.args[0].value.evaluated_value).replace("\\", "/").rsplit("/", 1)[-1]
-        except Exception:
-            return None
     return None
 
 
@@ -184,10 +183,9 @@ class _Sites(cst.CSTTransformer):
                 continue
             del self.todo[: k + 1]  # sites keep their order
             new = self.swap(len(self.done), site, updated)
-            if new is None:
-                return updated
-            self.done.append(i)
-            return new
+            if new is not None:
+                self.done.append(i)
+            return updated if new is None else new
         return updated
 
 
