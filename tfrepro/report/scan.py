@@ -128,17 +128,14 @@ def extra_imports(files: dict[str, str]) -> list[str]:
     A repro for the issue tracker should need none; `tfrepro` least of all."""
     import ast
     import sys
+    from contextlib import suppress
 
     local = {rel[:-3].replace("/", ".").split(".")[0] for rel in files if rel.endswith(".py")}
-    found: set[str] = set()
+    trees = []
     for text in files.values():
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                found.update(a.name.split(".")[0] for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                found.add(node.module.split(".")[0])
+        with suppress(SyntaxError):
+            trees.append(ast.parse(text))
+    nodes = [n for tree in trees for n in ast.walk(tree)]
+    found = {a.name.split(".")[0] for n in nodes if isinstance(n, ast.Import) for a in n.names}
+    found |= {n.module.split(".")[0] for n in nodes if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module}
     return sorted(found - sys.stdlib_module_names - _ALLOWED_PACKAGES - local)
