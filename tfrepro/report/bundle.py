@@ -129,15 +129,19 @@ No bug report was drafted. If you believe the cost is larger than it should be, 
 # --------------------------------------------------------------------------- the bundle directory
 
 MANIFEST = ".tfrepro-bundle.json"
+# The files every bundle has besides its artifacts.
+OWN_FILES = {
+    "ISSUE.md": "this issue text",
+    "report.json": "everything in ISSUE.md, as data",
+    "result.json": "the bisect result this report was made from",
+}
 # What a bundle written before the manifest could hold (top-level names).
 _LEGACY_NAMES = frozenset(
     {
-        "repro.py",
+        *OWN_FILES,
+        ENTRY,
         "reference.py",
         "reference",
-        "ISSUE.md",
-        "report.json",
-        "result.json",
         "loss.png",
         "steps.png",
         "tensorboard",
@@ -253,10 +257,14 @@ def build_report(
     environ = dict(os.environ if environ is None else environ)
     say = progress or (lambda _msg: None)
     scrubber = Scrubber.from_environ(environ)
-    ctx = load_context(Path(run_dir))
-    if how.replicas is not None:  # `report --replicas N` (default: the run's own)
-        ctx = replace(ctx, settings=replace(ctx.settings, replicas=how.replicas))
-    export = _export(ctx, scrubber)
+    ctx = load_context(Path(run_dir), how.replicas)
+    # the two variants as standalone scripts: repro.py and its reference, each splitting the device as the
+    # trials did and taking the script's arguments (`tfrepro bisect train.py -- ARGS`) when given none
+    export = export_variants(ctx.result, ctx.project, ctx.run_dir, ctx.symptom, ctx.entry, scrubber.scrub)
+    args = script_args(ctx.settings, ctx.entry)
+    export = export.with_entry(lambda text: default_args(with_split(text, ctx.settings.replicas), ENTRY, args))
+    # a plain `python repro.py` ends with a line saying whether it showed the symptom
+    export = export.with_entry(lambda text: with_footer(text, ctx.symptom, ctx.result, export.ref_name), ref=False)
     out = prepare_out(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         write: Write = lambda rel, text: write_files(out, {rel: scrubber.scrub(text)})  # every text scrubbed
@@ -292,19 +300,9 @@ def build_report(
     return Bundle(out, report)
 
 
-def _export(ctx: Context, scrubber: Scrubber) -> Export:
-    """The two variants as standalone scripts: repro.py and its reference."""
-    export = export_variants(ctx.result, ctx.project, ctx.run_dir, ctx.symptom, ctx.entry, scrubber.scrub)
-    # repro.py splits the device as the trials did (both entries)
-    export = export.with_entry(lambda text: with_split(text, ctx.settings.replicas))
-    # a plain `python repro.py` ends with a line saying whether it showed the symptom
-    export = export.with_entry(lambda text: with_footer(text, ctx.symptom, ctx.result, export.ref_name), ref=False)
-    args = script_args(ctx.settings, ctx.entry)  # `tfrepro bisect train.py -- ARGS`: kept in the repro
-    return export.with_entry(lambda text: default_args(text, ENTRY, args))
-
-
-def load_context(run_dir: Path) -> Context:
-    """The run's result and project; a healthy or failed run is refused."""
+def load_context(run_dir: Path, replicas: int | None = None) -> Context:
+    """The run's result and project; a healthy or failed run is refused.
+    `replicas`: `report --replicas N` (None: the run's own)."""
     result = load_result(run_dir)
     status = result.get("status")
     if status in ("none", "error"):
@@ -325,6 +323,8 @@ def load_context(run_dir: Path) -> Context:
     if fixed:  # what the bisect kept ON in every trial (--only/--skip, preflight): so in the repro
         project = project.exclude(dict.fromkeys(fixed, "kept on in the run"))
     settings = recorded or project.manifest.trial
+    if replicas is not None:
+        settings = replace(settings, replicas=replicas)
     symptom = result.get("symptom") or "nan"
     return Context(run_dir, result, symptom, project, settings, project.manifest.symptoms, entry_of(settings))
 
@@ -357,14 +357,6 @@ def _write_data(out: Path, ctx: Context, data: DataFacts, no_data: bool) -> dict
 
 
 # --------------------------------------------------------------------------- report.json
-
-
-# The files every bundle has besides its artifacts.
-OWN_FILES = {
-    "ISSUE.md": "this issue text",
-    "report.json": "everything in ISSUE.md, as data",
-    "result.json": "the bisect result this report was made from",
-}
 
 
 def document(

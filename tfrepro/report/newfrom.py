@@ -132,8 +132,22 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
             say(f"repro.py takes the script's arguments when given none: {shlex.join(args)}")
         got, facts = Export(None, None, texts, {}), DataFacts()
         if any(_READS.search(t) for t in texts.values()):
+            from tfrepro.report.reduce import choose_data
+
             say("the script reads data files: one trial with every feature ON records what it reads")
-            got, facts = _data(project, entry, got, trial, Path(tmp), say, args)
+            orig = trial(project, frozenset(project.feature_names))
+            counter = iter(range(1 << 30))
+
+            def ends_alike(tried: Export) -> bool:
+                repro = _all_off(default_args(tried.cand_files[ENTRY], ENTRY, args), ENTRY)
+                new = write_project(Path(tmp) / f"try-{next(counter)}", {**tried.cand_files, ENTRY: repro}, tried.data)
+                return same_end(orig, trial(new, frozenset(project.feature_names)))
+
+            # the data step of the module doc: stand-ins, else (a NaN or a crash) the real records reduced
+            shows = ends_alike if orig.nonfinite or orig.crashed else None
+            got, facts = choose_data(
+                project.root, {"failing": orig.to_dict()}, entry, got, check=ends_alike, shows=shows, say=say
+            )
         on, commented = comment_tail(got.cand_files[ENTRY], entry)
         on = default_args(on, ENTRY, args)
         files = {rel: _all_off(on if rel == ENTRY else t, rel) for rel, t in texts.items()}
@@ -142,9 +156,7 @@ def export_script(project: Any, trial: TrialFn | None = None, say: Say | None = 
     # the user's tfrepro.toml tables the new project keeps ({} without one)
     path = project.manifest.path
     data = tomllib.loads(Path(path).read_text(encoding="utf-8")) if path and Path(path).is_file() else {}
-    kept = {
-        t: {k: v for k, v in (data.get(t) or {}).items() if k not in NOT_CARRIED.get(t, set())} for t in CARRIED_TABLES
-    }
+    kept = {t: {k: v for k, v in (data.get(t) or {}).items() if k not in skip} for t, skip in CARRIED.items()}
     kept = {table: values for table, values in kept.items() if values}
     return FromScript(entry, files, names, loss, facts, tuple(commented), args, kept, got.data)
 
@@ -196,24 +208,6 @@ def same_end(orig: TrialResult, new: TrialResult) -> bool:
     return not (new.crashed or new.timed_out or new.nonfinite) and new.steps_run > 0
 
 
-def _data(project: Any, entry: str, export: Export, trial: TrialFn, tmp: Path, say: Say, args: Sequence[str]):
-    """The module doc's data step: (the `export` (every feature ON, markers kept) reading the data chosen,
-    the data facts)."""
-    from tfrepro.report.reduce import choose_data
-
-    orig = trial(project, frozenset(project.feature_names))
-    counter = iter(range(1 << 30))
-
-    def ends_alike(tried: Export) -> bool:
-        repro = _all_off(default_args(tried.cand_files[ENTRY], ENTRY, args), ENTRY)
-        new = write_project(tmp / f"try-{next(counter)}", {**tried.cand_files, ENTRY: repro}, tried.data)
-        return same_end(orig, trial(new, frozenset(project.feature_names)))
-
-    shows = ends_alike if orig.nonfinite or orig.crashed else None
-    result = {"failing": orig.to_dict()}
-    return choose_data(project.root, result, entry, export, check=ends_alike, shows=shows, say=say)
-
-
 def write_project(dest: Path, files: dict[str, str], data: bytes | None = None) -> Any:
     """`files` (and `data`, data.npz) as a marked project in `dest` (entry repro.py), loaded."""
     from tfrepro.project import Project
@@ -233,9 +227,8 @@ def summary_lines(got: FromScript) -> list[str]:
         out.append(f"data: data.npz holds {red.records} of {red.of} records of " + named(red.files))
     elif facts.kind == "user":
         out.append(
-            "data: repro.py still reads your data files "
-            + named(facts.needs_user_data)
-            + " (no stand-in or reduction ended as the script did): run it where they are"
+            f"data: repro.py still reads your data files {named(facts.needs_user_data)} "
+            "(no stand-in or reduction ended as the script did): run it where they are"
         )
     for c in got.commented:
         out.append(
@@ -247,17 +240,15 @@ def summary_lines(got: FromScript) -> list[str]:
     return out
 
 
-CARRIED_TABLES = ("trial", "symptoms", "state")
-NOT_CARRIED = {"trial": {"entry", "command"}}
+# The tfrepro.toml tables `new --from` keeps, each without these keys.
+CARRIED = {"trial": {"entry", "command"}, "symptoms": set(), "state": set()}
 
 
 def recorded_args(root: Path, entry: str) -> tuple[list[str], str | None]:
     """The script arguments of the latest bisect run of `entry` under `root`
     (and that run's directory), or ([], None)."""
     runs = root / STATE_DIR_NAME / "runs"
-    if not runs.is_dir():
-        return [], None
-    for run in reversed(run_dirs(runs)):
+    for run in reversed(run_dirs(runs) if runs.is_dir() else []):
         settings = (read_json(run / "result.json") or {}).get("settings")
         if not isinstance(settings, dict):
             continue
@@ -329,8 +320,8 @@ def comment_tail(text: str, path: str = "repro.py") -> tuple[str, list[Commented
     bodies: list[tuple[list[ast.stmt], set[str]]] = [(tree.body, bound)]
     for stmt in unmarked:
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            params = {a.arg for a in (*stmt.args.posonlyargs, *stmt.args.args, *stmt.args.kwonlyargs)}
-            params |= {a.arg for a in (stmt.args.vararg, stmt.args.kwarg) if a is not None}
+            a = stmt.args
+            params = {x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if x is not None}
             bodies.append((stmt.body, bound | params))
     lines = fb.split_lines(text)
     got = [c for body, outside in bodies for c in _tail(body, outside, blocks, lines)]

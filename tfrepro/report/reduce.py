@@ -33,15 +33,7 @@ import numpy as np
 
 from tfrepro.report.export import ENTRY, Export
 from tfrepro.report.records import ResultJson
-from tfrepro.report.standin import (
-    STANDABLE,
-    DataFacts,
-    Read,
-    named,
-    recorded,
-    rewrite,
-    swap_reads,
-)
+from tfrepro.report.standin import STANDABLE, DataFacts, Read, named, recorded, rewrite, swap_reads
 from tfrepro.trials.ddmin import Oracle, ddmin
 
 MAX_SHARE = 0.1
@@ -74,17 +66,15 @@ def read_records(root: Path, site: Read) -> Records | None:
     """The records of the file `site` read, or None (a format not reduced, a file not there)."""
     path = root / str(site.file or "")
     call = site.call
-    if not path.is_file() or call not in CALL_NAMES:
+    if not path.is_file() or call not in CALL_NAMES or call == "numpy.load" and path.suffix != ".npy":
         return None
-    if call == "numpy.load" and path.suffix == ".npy":
+    if call == "numpy.load":
         rows = np.load(path, mmap_mode="r")
         return Records(site, "npy", ".npy", rows) if rows.ndim >= 1 else None
     data = path.read_bytes()
     if call in TEXT_CALLS:
         lines = data.splitlines(keepends=True)
         return Records(site, "text", path.suffix, lines[1:], header=lines[0] if lines else b"")
-    if call != "tf.data.TFRecordDataset":
-        return None
     frames, at = [], 0  # each: length (8 bytes), its CRC (4), the payload, its CRC (4)
     while at + 12 <= len(data):
         (n,) = struct.unpack("<Q", data[at : at + 8])

@@ -28,10 +28,7 @@ _JIT_TRUE = re.compile(r"jit_compile\s*=\s*True")
 _SET_JIT = re.compile(r"optimizer\.set_jit\(\s*(True|[\"']autoclustering[\"'])")
 _AUTO = "tf.config.optimizer.set_jit (auto-clustering)"
 _EAGERLY = "tf.config.run_functions_eagerly(True)"
-_OBSERVED = " (observed at run time)"
 _STRATEGY = re.compile(rf"\b({'|'.join(catalog.STRATEGIES)})\s*\(")
-_LOGICAL = re.compile(r"set_logical_device_configuration\(")
-_LOGICAL_N = re.compile(r"LogicalDeviceConfiguration\(")
 _LOGICAL_RANGE = re.compile(r"LogicalDeviceConfiguration\([^)]*\)\s*(?:\]\s*\*\s*(\d+)|for\s+_\s+in\s+range\((\d+)\))")
 _DETERMINISM = re.compile(r"enable_op_determinism\(\s*\)")
 _EAGER = re.compile(r"run_functions_eagerly\(\s*True\s*\)")
@@ -70,8 +67,8 @@ def scan_setup(source: str) -> Setup:
     n = None
     if r := _LOGICAL_RANGE.search(code):
         n = int(r.group(1) or r.group(2))
-    elif _LOGICAL.search(code):
-        n = len(_LOGICAL_N.findall(code)) or None
+    elif "set_logical_device_configuration(" in code:
+        n = code.count("LogicalDeviceConfiguration(") or None
     return Setup(
         precision_policy=policy or "float32 (Keras default)",
         xla=", ".join(xla) if xla else "off (no jit_compile=True, no auto-clustering)",
@@ -118,7 +115,7 @@ def _observed(seen: RuntimeSettings) -> dict[str, str]:
         "determinism": "op determinism enabled" if seen.get("op_determinism") is True else None,
         "eager": _EAGERLY if seen.get("run_functions_eagerly") is True else None,
     }
-    return {k: f"{v}{_OBSERVED}" for k, v in out.items() if v is not None}
+    return {k: f"{v} (observed at run time)" for k, v in out.items() if v is not None}
 
 
 # What a TensorFlow bug report may assume is installed.
@@ -131,17 +128,14 @@ def extra_imports(files: dict[str, str]) -> list[str]:
     A repro for the issue tracker should need none; `tfrepro` least of all."""
     import ast
     import sys
+    from contextlib import suppress
 
     local = {rel[:-3].replace("/", ".").split(".")[0] for rel in files if rel.endswith(".py")}
-    found: set[str] = set()
+    trees = []
     for text in files.values():
-        try:
-            tree = ast.parse(text)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                found.update(a.name.split(".")[0] for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                found.add(node.module.split(".")[0])
+        with suppress(SyntaxError):
+            trees.append(ast.parse(text))
+    nodes = [n for tree in trees for n in ast.walk(tree)]
+    found = {a.name.split(".")[0] for n in nodes if isinstance(n, ast.Import) for a in n.names}
+    found |= {n.module.split(".")[0] for n in nodes if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module}
     return sorted(found - sys.stdlib_module_names - _ALLOWED_PACKAGES - local)

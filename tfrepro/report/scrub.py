@@ -24,6 +24,7 @@ import os
 import re
 import urllib.parse
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 
 REDACTED = "<redacted>"
@@ -233,17 +234,13 @@ def _secret_parts(name: str, value: str) -> set[str]:
     if not _SECRET_BEARING.match(name):
         return out
     if name.upper() == "TF_CONFIG":
-        try:
+        with suppress(ValueError):
             out.update(s for _, s in json_strings(json.loads(value)))
-        except ValueError:
-            pass
     for word in value.split():  # a URL's user and password, as written and unquoted
-        try:
+        with suppress(ValueError):
             parts = urllib.parse.urlsplit(word)
-        except ValueError:
-            continue
-        found = {x for x in (parts.username, parts.password) if x}
-        out |= found | {urllib.parse.unquote(x) for x in found}
+            found = {x for x in (parts.username, parts.password) if x}
+            out |= found | {urllib.parse.unquote(x) for x in found}
     return out
 
 
@@ -290,13 +287,6 @@ def _is_token_like(s: str) -> bool:
     return len(s) >= 24 or (len(s) >= 8 and has_digit and has_alpha)
 
 
-def _is_bare_secret(m: re.Match[str]) -> bool:
-    """An unquoted value after a secret name: not a number, a constant or a
-    short word of prose (`token: long`)."""
-    value = m.group(2)
-    return not _NOT_A_VALUE.match(value) and not (value.isalpha() and len(value) < 6)
-
-
 def _is_key_shaped(value: str) -> bool:
     """The hex of a W&B or Kaggle key, or a random-looking or long token-like value."""
     if re.fullmatch(r"[0-9a-fA-F]+", value):  # a hex key, but not a sha256 digest (trial-cache keys)
@@ -334,7 +324,10 @@ class Scrubber:
             _redact_group("v", lambda m: m.group("name") not in ("key", "apikey") or _is_key_shaped(m.group("v"))), text
         )
         text = _NAME_VALUE_PAIR.sub(_redact_group("v"), text)
-        text = _ASSIGNMENT.sub(_redact_group(2, _is_bare_secret), text)
+        # an unquoted value after a secret name: not a number, a constant or a short word of prose (`token: long`)
+        text = _ASSIGNMENT.sub(
+            _redact_group(2, lambda m: not (_NOT_A_VALUE.match(m[2]) or m[2].isalpha() and len(m[2]) < 6)), text
+        )
         # auth pairs, Authorization headers, webhook and signed URLs, credential-looking option defaults,
         # secrets named in comments
         text = _AUTH_PAIR.sub(_redact_group("v"), text)

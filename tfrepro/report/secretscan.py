@@ -130,11 +130,7 @@ def _is_ours(kind: str, value: str, line: str) -> bool:
     # an absolute path (the re-run's log directory under /tmp), which the base64-entropy plugin takes for a key:
     # at least three segments, two of them plain words (`tmp`, `state`), which a random key does not have
     if kind == BASE64_KIND and re.fullmatch(r"~?(/[\w.+-]+){3,}/?", value):
-        if sum(seg.isalpha() and seg.islower() and len(seg) >= 3 for seg in value.split("/")) >= 2:
-            return True
-    if kind == HEX_KIND:
-        if len(value) == 64:  # sha256: trial-cache keys, content hashes
-            return True
-        if len(value) == 40 and _COMMIT_CONTEXT.search(line[: max(line.find(value), 0)].rstrip(" \"':=")):
-            return True
-    return False
+        return sum(seg.isalpha() and seg.islower() and len(seg) >= 3 for seg in value.split("/")) >= 2
+    # sha256 (trial-cache keys, content hashes), or a commit named so on its line
+    before = line[: max(line.find(value), 0)].rstrip(" \"':=")
+    return kind == HEX_KIND and (len(value) == 64 or len(value) == 40 and bool(_COMMIT_CONTEXT.search(before)))

@@ -21,6 +21,7 @@ needs that data.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -152,10 +153,8 @@ class DataFacts:
 def _literal_file(call: cst.Call) -> str | None:
     """The basename of a string-literal first argument, or None."""
     if call.args and isinstance(call.args[0].value, cst.SimpleString):
-        try:
+        with suppress(Exception):
             return str(call.args[0].value.evaluated_value).replace("\\", "/").rsplit("/", 1)[-1]
-        except Exception:
-            return None
     return None
 
 
@@ -184,10 +183,9 @@ class _Sites(cst.CSTTransformer):
                 continue
             del self.todo[: k + 1]  # sites keep their order
             new = self.swap(len(self.done), site, updated)
-            if new is None:
-                return updated
-            self.done.append(i)
-            return new
+            if new is not None:
+                self.done.append(i)
+            return updated if new is None else new
         return updated
 
 
@@ -265,9 +263,8 @@ def issue_lines(data: dict[str, Any]) -> list[str]:
         state = {True: "and it still shows the symptom", False: "but it did NOT show the symptom"}.get(
             data.get("standin_reproduced"), "(not re-run)"
         )
-        out.append(f"repro.py reads seeded synthetic stand-ins of the recorded shape and statistics, {state}:")
-        out.extend(line(s) for s in data["standins"])
-        out.append("")
+        out += [f"repro.py reads seeded synthetic stand-ins of the recorded shape and statistics, {state}:"]
+        out += [*map(line, data["standins"]), ""]
     red = data.get("reduction") or {}
     if red.get("records"):
         files = ", ".join(f"`{f['file']}`" for f in red.get("files") or [])
@@ -280,9 +277,7 @@ def issue_lines(data: dict[str, Any]) -> list[str]:
     elif red.get("error"):
         out.extend([f"The data could not be reduced: {red['error']}.", ""])
     if data.get("needs_user_data"):
-        out.append("The repro needs the user's data (not shipped):")
-        out.extend(line(s) for s in data["needs_user_data"])
-        out.append("")
+        out += ["The repro needs the user's data (not shipped):", *map(line, data["needs_user_data"]), ""]
     for fit in data.get("unseen") or []:
         out.append(
             f"- the data `Model.fit` trains on at {fit} comes from a source tfrepro cannot see "
