@@ -141,7 +141,10 @@ class SourceFile:
     def feature_names(self) -> tuple[str, ...]:
         return tuple(sorted({b.name for b in self.blocks}))
 
-    def _emit(self, want: Mapping[str, bool], *, export: bool) -> str:
+    def set_states(self, want: Mapping[str, bool], *, export: bool = False) -> str:
+        """The file with the named features switched, others as written;
+        `export`: standalone (markers and inactive parts removed, `pass`
+        where a suite would be left empty)."""
         out: list[str] = []
         pos = 0
         for b in self.blocks:
@@ -178,24 +181,12 @@ class SourceFile:
         switch = uncomment_line if live else comment_line
         return [switch(x, b.indent) for x in lines]
 
-    def _states(self, enabled: Iterable[str] | None) -> dict[str, bool]:
-        """Each block ON iff its name is in `enabled`; `None`: {} (as written)."""
+    def render(self, enabled: Iterable[str] | None, *, export: bool = False) -> str:
+        """The file with every block ON iff its name is in `enabled` (`None`:
+        the states as written), markers kept (line numbers unchanged), or
+        `export`ed (`set_states`)."""
         on = set(enabled or ())
-        return {} if enabled is None else {b.name: b.name in on for b in self.blocks}
-
-    def render(self, enabled: Iterable[str] | None) -> str:
-        """The file with every block ON iff its name is in `enabled`, markers
-        kept (line numbers unchanged). `None` keeps the states as written."""
-        return self.text if enabled is None else self._emit(self._states(enabled), export=False)
-
-    def set_states(self, states: Mapping[str, bool]) -> str:
-        """The file with the named features switched; others as written."""
-        return self._emit(states, export=False)
-
-    def export(self, enabled: Iterable[str] | None) -> str:
-        """A standalone variant: markers and inactive parts removed, `pass`
-        where a suite would be left empty. `None`: states as written."""
-        return self._emit(self._states(enabled), export=True)
+        return self.set_states({} if enabled is None else {b.name: b.name in on for b in self.blocks}, export=export)
 
 
 def _is_code(line: str) -> bool:

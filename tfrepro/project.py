@@ -28,7 +28,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import groupby
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfrepro import catalog
 from tfrepro import features as fb
@@ -218,23 +218,23 @@ def with_script_args(command: Sequence[str] | None, entry: str, args: Sequence[s
     return (*(command if command is not None else ("python", entry)), *args)
 
 
+@dataclass(eq=False)
 class Project:
     """A loaded, validated project. Cheap to keep; never writes into root."""
 
-    def __init__(self, root: Path, manifest: Manifest, sources: dict[str, fb.SourceFile], files: list[str]) -> None:
-        self.root = root
-        self.manifest = manifest
-        self.sources = sources  # relpath -> parsed file, only files with blocks
-        self.files = files  # every project file (relpaths, posix)
-        self.warnings: list[str] = []  # files skipped (special files, dangling symlinks)
-        self._hash_memo: dict[tuple[str, int, int], str] = {}
-        # Zero-edit mode (no marker in any file): the blocks were detected by
-        # the annotator and live only in memory (`sources` hold annotated texts).
-        self.detection: Any = None  # tfrepro.annotate.zeroedit.Detection when detected
-        # Features that are not candidates (--only/--skip, preflight): name ->
-        # why; their blocks stay in the state in `fixed_on` (ON) or OFF.
-        self.excluded: dict[str, str] = {}
-        self.fixed_on: frozenset[str] = frozenset()
+    root: Path
+    manifest: Manifest
+    sources: dict[str, fb.SourceFile]  # relpath -> parsed file, only files with blocks
+    files: list[str]  # every project file (relpaths, posix)
+    warnings: list[str] = field(default_factory=list)  # files skipped (special files, dangling symlinks)
+    # Zero-edit mode (no marker in any file): the blocks were detected by
+    # the annotator and live only in memory (`sources` hold annotated texts).
+    detection: Detection | None = None
+    # Features that are not candidates (--only/--skip, preflight): name ->
+    # why; their blocks stay in the state in `fixed_on` (ON) or OFF.
+    excluded: dict[str, str] = field(default_factory=dict)
+    fixed_on: frozenset[str] = frozenset()
+    _hash_memo: dict[tuple[str, int, int], str] = field(default_factory=dict, init=False, repr=False)
 
     # -- loading -----------------------------------------------------------
     @classmethod
@@ -281,8 +281,7 @@ class Project:
         detection = None
         if not sources and detect:
             sources, detection = detected_sources(root, manifest.trial.entry, manifest.trial.command, files)
-        project = cls(root, manifest, sources, files)
-        project.warnings, project.detection = skipped, detection
+        project = cls(root, manifest, sources, files, skipped, detection)
         project._check_feature_tables(text)
         if only is not None or skip is not None:
             project = project.exclude(selection(project.feature_names, only, skip, root=root))
@@ -308,12 +307,10 @@ class Project:
     def exclude(self, why: dict[str, str]) -> "Project":
         """A project without the features `why` names as candidates (name ->
         reason); they stay ON in every variant."""
-        other = Project(self.root, self.manifest, self.sources, self.files)
-        other.detection = self.detection
-        other.warnings = list(self.warnings)  # what loading found (skipped files, stale tables) still holds
-        other.excluded = self.excluded | why
-        other.fixed_on = self.fixed_on | frozenset(why)
-        return other
+        # what loading found (skipped files, stale tables) still holds
+        return replace(
+            self, warnings=list(self.warnings), excluded=self.excluded | why, fixed_on=self.fixed_on | frozenset(why)
+        )
 
     def locations(self, name: str) -> list[tuple[str, int]]:
         """(relpath, line) of each block of `name`; for detected features the
@@ -375,7 +372,7 @@ class Project:
         """relpath -> text of every marked file with the given features ON
         (`None`: as written); `export`: standalone (markers and inactive parts removed)."""
         enabled = None if enabled is None else set(enabled) | self.fixed_on
-        return {rel: (s.export if export else s.render)(enabled) for rel, s in self.sources.items()}
+        return {rel: s.render(enabled, export=export) for rel, s in self.sources.items()}
 
     def write_variant(self, enabled: Iterable[str] | None, dest: Path) -> FileNote:
         """Copy the project to `dest` with marked files rendered; `dest` must
