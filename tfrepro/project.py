@@ -36,11 +36,11 @@ from tfrepro.errors import UserError
 from tfrepro.projectfiles import (
     MANIFEST,
     FileNote,
-    check_root,
     copy_file,
     find_root,
     imported_files,
     iter_project_files,
+    protected_dirs,
     write_in_place,
 )
 from tfrepro.settings import StateSettings, SymptomSettings, TrialSettings
@@ -140,8 +140,12 @@ def locate(path: str | Path) -> tuple[Path, str | None]:
     if not p.exists():
         raise UserError("no such file or directory", path=p, hint="give the project directory (or its .py entry file)")
     if not p.is_file():
-        root = p.resolve()
-        check_root(root)
+        if (root := p.resolve()) in protected_dirs():
+            raise UserError(
+                "this is your home directory (or /): tfrepro would copy all of it into every trial",
+                path=root,
+                hint="give the folder that holds the training script and its files",
+            )
         return root, None
     if p.suffix != ".py":
         raise UserError(

@@ -124,7 +124,8 @@ def iter_project_files(root: Path, skipped: list[str] | None = None) -> Iterator
             yield rel
 
 
-def _protected_dirs() -> set[Path]:
+def protected_dirs() -> set[Path]:
+    """`$HOME` and `/`: never a project (they hold far more than one)."""
     home = os.environ.get("HOME")
     return {Path("/"), Path(home).resolve()} if home else {Path("/")}
 
@@ -135,7 +136,7 @@ def find_root(script: Path) -> Path:
     Never `$HOME` or `/` (they hold far more than a project): a script directly
     there is a UserError asking to move it into a folder of its own."""
     start = script.resolve().parent
-    protected = _protected_dirs()
+    protected = protected_dirs()
     for d in (start, *start.parents):
         if d in protected:
             break
@@ -150,16 +151,6 @@ def find_root(script: Path) -> Path:
             "e.g. mkdir ~/repro && mv train.py ~/repro/",
         )
     return start
-
-
-def check_root(root: Path) -> None:
-    """A directory given as the project must not be `$HOME` or `/`."""
-    if root.resolve() in _protected_dirs():
-        raise UserError(
-            "this is your home directory (or /): tfrepro would copy all of it into every trial",
-            path=root,
-            hint="give the folder that holds the training script and its files",
-        )
 
 
 # -- variants: copy-on-write or copy, never a link ------------------------------

@@ -73,11 +73,7 @@ def run_checks(
     probed = replace(how, label="check", plugins=(PROBES,), plugin_options={"expect_gpu": expect_gpu})
     result = runner(project, enabled, replace(settings, repeat=0), how=probed)
     report = judge(result, options, project=str(project.root))
-    return _with_loop_check(report, project, result)
-
-
-def _with_loop_check(report: CheckReport, project: "Project", result: TrialResult) -> CheckReport:
-    """Check 7 (below) for a script with a GradientTape step: its entry scripts as written."""
+    # Check 7 (below) for a script with a GradientTape step: its entry scripts as written.
     from tfrepro.annotate.zeroedit import entry_scripts
 
     trial = project.manifest.trial
@@ -85,8 +81,8 @@ def _with_loop_check(report: CheckReport, project: "Project", result: TrialResul
     for rel in entry_scripts(trial.entry, trial.command, project.files):
         with contextlib.suppress(OSError, UnicodeDecodeError):
             texts.append((rel, (project.root / rel).read_text(encoding="utf-8")))
-    item = check_loop(*facts_of(texts), result)
-    return report if item is None else replace(report, items=(*report.items, item))
+    loop = check_loop(*facts_of(texts), result)
+    return report if loop is None else replace(report, items=(*report.items, loop))
 
 
 def checks_for_result(
