@@ -385,7 +385,6 @@ class Project:
         reaches the user's files. Copies beyond `[state] copy_budget_mb`
         raise a UserError naming the file. Returns how the files were made
         (for `TrialResult.extra["files"]`)."""
-        dest = Path(dest)
         rendered = self.render(enabled)
         budget = int(self.manifest.state.copy_budget_mb * 1024 * 1024)
         note = FileNote()

@@ -85,7 +85,6 @@ def iter_project_files(root: Path, skipped: list[str] | None = None) -> Iterator
     logger, and appended to `skipped` when given); credential stores and
     virtualenvs are skipped silently: they are never part of a project.
     """
-    root = Path(root)
 
     def note(rel: Path, why: str) -> None:
         msg = f"{rel.as_posix()}: {why}, not copied into trials"
