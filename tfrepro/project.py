@@ -329,16 +329,13 @@ class Project:
         return self.detection is not None
 
     @property
-    def blocks(self) -> list[fb.Block]:
-        return [b for s in self.sources.values() for b in s.blocks if b.name not in self.excluded]
-
-    @property
     def feature_names(self) -> tuple[str, ...]:
-        return tuple(sorted({b.name for b in self.blocks}))
+        return tuple(self.features)  # sorted
 
     @property
     def features(self) -> dict[str, list[fb.Block]]:
-        by_name = sorted(self.blocks, key=lambda b: b.name)  # stable: a feature's blocks in file order
+        blocks = [b for s in self.sources.values() for b in s.blocks if b.name not in self.excluded]
+        by_name = sorted(blocks, key=lambda b: b.name)  # stable: a feature's blocks in file order
         return {name: list(blocks) for name, blocks in groupby(by_name, key=lambda b: b.name)}
 
     def description(self, name: str) -> str:
