@@ -9,8 +9,9 @@ How `Project.load` finds a project and its features: `locate` (a project
 directory, or a plain script, which belongs to the nearest enclosing project
 and becomes its entry), `marked_sources` (the files with feature-block markers,
 Contract 1), else `detected_sources` (zero-edit: annotated in memory, nothing
-written), `selection` (`--only` / `--skip`), `with_script_args` (`tfrepro
-bisect train.py -- --epochs 3`).
+written), `selection` (`--only` / `--skip`), the script's arguments (`tfrepro
+bisect train.py -- --epochs 3`: after `[trial] command`, or `python ENTRY`, as
+`git bisect run` passes its command's).
 
 `tfrepro.toml` (Contract 2) is read and validated up front too (`Manifest`):
 every unknown table or key, wrong type and out-of-range value is a UserError
@@ -215,13 +216,6 @@ def selection(
     return dict.fromkeys(set(names) - keep, "not in --only") | dict.fromkeys(skipped, "--skip")
 
 
-def with_script_args(command: Sequence[str] | None, entry: str, args: Sequence[str]) -> tuple[str, ...]:
-    """The trial command with the script's arguments after it, as `git
-    bisect run` passes its command's: `[trial] command` + args, or
-    `python ENTRY` + args (`Project.load` calls it only with args)."""
-    return (*(command if command is not None else ("python", entry)), *args)
-
-
 @dataclass(eq=False)
 class Project:
     """A loaded, validated project. Cheap to keep; never writes into root."""
@@ -280,7 +274,7 @@ class Project:
                 hint='set [trial] entry = "your_script.py" (or command = [...]) in tfrepro.toml',
             )
         if script_args:  # `tfrepro bisect train.py -- ARGS`: every trial passes them on
-            command = with_script_args(manifest.trial.command, manifest.trial.entry, script_args)
+            command = (*(manifest.trial.command or ("python", manifest.trial.entry)), *script_args)
             manifest = replace(manifest, trial=replace(manifest.trial, command=command))
         detection = None
         if not sources and detect:
