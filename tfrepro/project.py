@@ -424,11 +424,9 @@ class Project:
                 hint="`tfrepro annotate --write` marks them in the files first",
             )
         self.check_names(states)
-        new_bytes: dict[str, bytes] = {}
-        for rel, s in self.sources.items():
-            text = s.set_states(states)
-            if text != s.text:
-                new_bytes[rel] = text.encode(s.encoding)
+        new_bytes = {
+            rel: text.encode(s.encoding) for rel, s in self.sources.items() if (text := s.set_states(states)) != s.text
+        }
         for rel, data in new_bytes.items():
             write_in_place(self.root / rel, data)
         return list(new_bytes)
