@@ -25,7 +25,6 @@ from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
-    from tfrepro.annotate.loops import StepFacts
     from tfrepro.project import Project
 
 
@@ -81,7 +80,7 @@ def run_checks(
     for rel in entry_scripts(trial.entry, trial.command, project.files):
         with contextlib.suppress(OSError, UnicodeDecodeError):
             texts.append((rel, (project.root / rel).read_text(encoding="utf-8")))
-    loop = check_loop(*facts_of(texts), result)
+    loop = check_loop(texts, result)
     return report if loop is None else replace(report, items=(*report.items, loop))
 
 
@@ -119,8 +118,9 @@ def checks_for_result(
 _MODE_LAYERS = re.compile(r"\b(Dropout|SpatialDropout[123]D|GaussianDropout|AlphaDropout|BatchNormalization)\b")
 
 
-def facts_of(texts: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, StepFacts]], bool]:
-    """(path, step) for every GradientTape step in the texts, and whether they build Dropout/BatchNorm."""
+def check_loop(texts: Iterable[tuple[str, str]], result: TrialResult | None) -> CheckItem | None:
+    """Check 7 over the scripts' (path, text): every GradientTape step in
+    them, and whether they build Dropout/BatchNorm; None without a step."""
     from tfrepro.annotate.loops import step_facts  # libcst: not on every bisect's path (it imports this module)
     from tfrepro.annotate.source import Src
 
@@ -129,10 +129,6 @@ def facts_of(texts: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, StepFact
         mode_layers = mode_layers or bool(_MODE_LAYERS.search(text))
         with contextlib.suppress(UserError):
             steps += [(path, f) for f in step_facts(Src(text, path))]
-    return steps, mode_layers
-
-
-def check_loop(steps: list[tuple[str, StepFacts]], mode_layers: bool, result: TrialResult | None) -> CheckItem | None:
     if not steps:
         return None
     warnings, fixes, evidence = [], [], []
