@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from tfrepro import catalog
 from tfrepro.check.data import item
 from tfrepro.check.judge import CheckItem, CheckOptions, CheckReport, CheckStatus, judge
 from tfrepro.errors import UserError
@@ -36,11 +37,7 @@ def checked_features(project: "Project", with_: Iterable[str] | None = None, all
     that stands in for it. The checks judge the loop the user runs."""
     if with_ is not None:
         return project.check_names(with_)
-    if all_:
-        return frozenset(project.feature_names)
-    from tfrepro import catalog
-
-    return frozenset(n for n in project.feature_names if catalog.kind_of(n) == "loop")
+    return frozenset(n for n in project.feature_names if all_ or catalog.kind_of(n) == "loop")
 
 
 def run_checks(
