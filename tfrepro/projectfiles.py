@@ -165,28 +165,23 @@ class FileNote:
     rendered: int = 0
 
 
-def reflink(src: Path, dest: Path) -> bool:
-    """Clone `src` to a new file `dest` sharing its blocks copy-on-write.
-    False (and no `dest`) where the file system cannot."""
-    with open(src, "rb") as fi, open(dest, "xb") as fo:
-        try:
-            fcntl.ioctl(fo.fileno(), FICLONE, fi.fileno())
-        except OSError as e:
-            if e.errno not in _NO_REFLINK:
-                raise
-            dest.unlink()  # still open: fine on POSIX
-            return False
-    shutil.copystat(src, dest)
-    return True
-
-
 def copy_file(src: Path, dest: Path, rel: str, note: FileNote, budget: int) -> None:
-    """Give the variant its own `dest` for `src`: a reflink, else a copy
+    """Give the variant its own `dest` for `src`: a reflink (a clone sharing
+    its blocks copy-on-write) where the file system can make one, else a copy
     within `budget` bytes of copies per variant, else a UserError."""
     size = src.stat().st_size
-    if size > 64 * 1024 and reflink(src, dest):
-        note.reflinked.append(rel)
-        return
+    if size > 64 * 1024:
+        with open(src, "rb") as fi, open(dest, "xb") as fo:
+            try:
+                fcntl.ioctl(fo.fileno(), FICLONE, fi.fileno())
+            except OSError as e:
+                if e.errno not in _NO_REFLINK:
+                    raise
+                dest.unlink()  # still open: fine on POSIX
+        if dest.exists():  # cloned
+            shutil.copystat(src, dest)
+            note.reflinked.append(rel)
+            return
     if note.copied_bytes + size > budget:
         raise UserError(
             f"{rel} ({size / 2**20:.0f} MB) does not fit the copy budget of a trial "
