@@ -263,20 +263,15 @@ def imported_files(root: Path, start: Iterable[str], files: Iterable[str]) -> li
             tree = ast.parse((root / rel).read_bytes())  # a BOM, a coding line: as Python reads it
         except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
             continue  # annotate reports it (a syntax error is bad input)
-        here = Path(rel).parent
-        for mod in _modules(tree):
-            for base in {here, Path(".")}:
+        mods: list[str] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                mods += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level <= 1:  # level > 1: beyond the script's directory, rare
+                prefix = f"{node.module}." if node.module else ""
+                mods += ([node.module] if node.module else []) + [prefix + a.name for a in node.names]
+        for mod in mods:
+            for base in {Path(rel).parent, Path(".")}:
                 p = (base / mod.replace(".", "/")).as_posix()
                 todo += [c for c in (f"{p}.py", f"{p}/__init__.py") if c in known and c not in seen]
     return seen
-
-
-def _modules(tree: ast.Module) -> list[str]:
-    out: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level <= 1:  # level > 1: beyond the script's directory, rare
-            prefix = f"{node.module}." if node.module else ""
-            out += ([node.module] if node.module else []) + [prefix + a.name for a in node.names]
-    return out
