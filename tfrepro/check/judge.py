@@ -273,16 +273,17 @@ def _logits_mismatch(loss: dict, act: str | None) -> tuple[str, str] | None:
 # -- 5. short run --------------------------------------------------------------------
 
 
-def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
-    """The short run's failure when it did not run through: a timeout, a
-    non-finite loss or weights, a crash, no training step at all."""
+def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
+    """Whether the loss falls, or why the run did not run through: a
+    timeout, a non-finite loss or weights, a crash, no training step at all."""
     n, step, status = len(result.losses), result.first_nonfinite_step, CheckStatus.FAIL
+    evidence = [f"{n} step(s), mode {result.mode}"]
     if result.timed_out:
         summary = f"the run timed out after {n} step(s)"
         fix = "raise [trial] timeout_s, or look for a hang in the input pipeline"
     elif step is not None:
         summary = f"the loss became {result.losses[step - 1]} at step {step}"
-        evidence = evidence + _loss_head(result.losses)
+        evidence += _loss_head(result.losses)
         fix = (
             "lower the learning rate, look at the inputs (check 3), clip gradients; "
             "`tf.debugging.enable_check_numerics()` names the first op"
@@ -290,7 +291,7 @@ def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
     elif result.weights_finite is False:
         names = ", ".join(result.nonfinite_weights[:4]) + (" ..." if len(result.nonfinite_weights) > 4 else "")
         summary = f"weights hold NaN/Inf after {n} step(s): {names}"
-        evidence = evidence + _loss_head(result.losses)
+        evidence += _loss_head(result.losses)
         fix = "a ReLU turns NaN into 0 and hides it from the loss: look at the inputs (check 3) and the learning rate"
     elif result.crashed:
         summary = f"the run crashed after {n} step(s): {result.error}"
@@ -305,32 +306,24 @@ def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
             "a custom loop is measured at its optimizer's apply_gradients/apply; one that updates the weights "
             "otherwise can print `step=N loss=X` per step"
         )
-    else:
-        return None
-    return item("short_run", status, summary, evidence, fix)
-
-
-def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
-    n = len(result.losses)
-    evidence = [f"{n} step(s), mode {result.mode}"]
-    if (stopped := _run_stopped(result, evidence)) is not None:
-        return stopped
-    if n < 4:
+    elif n < 4:
         return item(
             "short_run", CheckStatus.SKIP, f"only {n} training step(s) ran; 4 are needed to see a trend", evidence
         )
-    w = max(2, n // 5)
-    head = sum(result.losses[:w]) / w
-    tail = sum(result.losses[-w:]) / w
-    evidence.append(f"mean of the first {w} steps: {fmt_num(head)}; of the last {w}: {fmt_num(tail)}")
-    trend = f"({fmt_num(head)} → {fmt_num(tail)} over {n} steps)"
-    if tail < head - options.fall_fraction * abs(head):
-        return item("short_run", CheckStatus.PASS, f"the loss falls {trend} and stays finite", evidence)
-    fix = (
-        "check the learning rate, that the optimizer updates model.trainable_variables, "
-        "that custom loops pass training=True, and the labels (check 3)"
-    )
-    return item("short_run", CheckStatus.FAIL, f"the loss does not fall {trend}", evidence, fix)
+    else:
+        w = max(2, n // 5)
+        head = sum(result.losses[:w]) / w
+        tail = sum(result.losses[-w:]) / w
+        evidence.append(f"mean of the first {w} steps: {fmt_num(head)}; of the last {w}: {fmt_num(tail)}")
+        trend = f"({fmt_num(head)} → {fmt_num(tail)} over {n} steps)"
+        if tail < head - options.fall_fraction * abs(head):
+            return item("short_run", CheckStatus.PASS, f"the loss falls {trend} and stays finite", evidence)
+        summary = f"the loss does not fall {trend}"
+        fix = (
+            "check the learning rate, that the optimizer updates model.trainable_variables, "
+            "that custom loops pass training=True, and the labels (check 3)"
+        )
+    return item("short_run", status, summary, evidence, fix)
 
 
 def _loss_head(losses: Sequence[float], k: int = 5) -> list[str]:
