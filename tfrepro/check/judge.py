@@ -248,26 +248,17 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
     elif not lo <= first <= hi:
         status = CheckStatus.FAIL if (first < fail_lo or first > fail_hi) else CheckStatus.WARN
         summary, fix = _off_chance(first, chance, hi, status)
-    elif mismatch := _logits_mismatch(loss, act):
-        status, (summary, fix) = CheckStatus.WARN, mismatch
+    elif act is not None and loss.get("from_logits") is not None:  # the last layer against from_logits
+        squash = "sigmoid" if loss.get("kind") == "binary" else "softmax"
+        if loss["from_logits"] and act == squash:
+            status = CheckStatus.WARN
+            summary = f"the last layer applies {squash} and the loss from_logits=True applies it again"
+            fix = f"drop the {squash} from the last layer, or pass from_logits=False"
+        elif not loss["from_logits"] and act == "linear":
+            status = CheckStatus.WARN
+            summary = "the last layer outputs logits (linear) but the loss expects probabilities (from_logits=False)"
+            fix = "pass from_logits=True to the loss"
     return item("initial_loss", status, summary, evidence, fix)
-
-
-def _logits_mismatch(loss: dict, act: str | None) -> tuple[str, str] | None:
-    if act is None or loss.get("from_logits") is None:
-        return None
-    squash = "sigmoid" if loss.get("kind") == "binary" else "softmax"
-    if loss["from_logits"] and act == squash:
-        return (
-            f"the last layer applies {squash} and the loss from_logits=True applies it again",
-            f"drop the {squash} from the last layer, or pass from_logits=False",
-        )
-    if not loss["from_logits"] and act == "linear":
-        return (
-            "the last layer outputs logits (linear) but the loss expects probabilities (from_logits=False)",
-            "pass from_logits=True to the loss",
-        )
-    return None
 
 
 # -- 5. short run --------------------------------------------------------------------
