@@ -376,6 +376,6 @@ def judge(result: TrialResult, options: CheckOptions = CheckOptions(), *, projec
                     fix=f"fix check {batches.number} first, then run `tfrepro check` again",
                 )
     trial = {k: getattr(result, k) for k in ("mode", "steps_run", "crashed", "error", "timed_out", "wall_s", "log_dir")}
-    trial["first_loss"] = result.first_loss if result.losses and math.isfinite(result.losses[0]) else None
+    trial["first_loss"] = result.losses[0] if result.losses and math.isfinite(result.losses[0]) else None
     trial["probe_errors"] = [*(result.extra.get("check.errors") or []), *(result.extra.get("harness_errors") or [])]
     return CheckReport(tuple(items), project=project, enabled=tuple(result.enabled), trial=trial)
