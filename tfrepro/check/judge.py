@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
 from dataclasses import replace
 
 from tfrepro.check.checklist import CheckItem, CheckReport, CheckStatus, fmt_ms, fmt_num, format_report
@@ -269,12 +268,13 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
     timeout, a non-finite loss or weights, a crash, no training step at all."""
     n, step, status = len(result.losses), result.first_nonfinite_step, CheckStatus.FAIL
     evidence = [f"{n} step(s), mode {result.mode}"]
+    shown = ["losses: " + ", ".join(fmt_num(x) for x in result.losses[:5]) + (" ..." if n > 5 else "")]
     if result.timed_out:
         summary = f"the run timed out after {n} step(s)"
         fix = "raise [trial] timeout_s, or look for a hang in the input pipeline"
     elif step is not None:
         summary = f"the loss became {result.losses[step - 1]} at step {step}"
-        evidence += _loss_head(result.losses)
+        evidence += shown
         fix = (
             "lower the learning rate, look at the inputs (check 3), clip gradients; "
             "`tf.debugging.enable_check_numerics()` names the first op"
@@ -282,7 +282,7 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
     elif result.weights_finite is False:
         names = ", ".join(result.nonfinite_weights[:4]) + (" ..." if len(result.nonfinite_weights) > 4 else "")
         summary = f"weights hold NaN/Inf after {n} step(s): {names}"
-        evidence += _loss_head(result.losses)
+        evidence += shown
         fix = "a ReLU turns NaN into 0 and hides it from the loss: look at the inputs (check 3) and the learning rate"
     elif result.crashed:
         summary = f"the run crashed after {n} step(s): {result.error}"
@@ -315,10 +315,6 @@ def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions())
             "that custom loops pass training=True, and the labels (check 3)"
         )
     return item("short_run", status, summary, evidence, fix)
-
-
-def _loss_head(losses: Sequence[float], k: int = 5) -> list[str]:
-    return ["losses: " + ", ".join(fmt_num(x) for x in losses[:k]) + (" ..." if len(losses) > k else "")]
 
 
 # -- 6. parameters ----------------------------------------------------------------------
