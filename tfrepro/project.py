@@ -330,7 +330,7 @@ class Project:
     def features(self) -> dict[str, list[fb.Block]]:
         blocks = [b for s in self.sources.values() for b in s.blocks if b.name not in self.excluded]
         by_name = sorted(blocks, key=lambda b: b.name)  # stable: a feature's blocks in file order
-        return {name: list(blocks) for name, blocks in groupby(by_name, key=lambda b: b.name)}
+        return {name: list(group) for name, group in groupby(by_name, key=lambda b: b.name)}
 
     def description(self, name: str) -> str:
         return next((b.description for b in self.features.get(name, []) if b.description), "")
