@@ -202,12 +202,12 @@ def test_single_statement_features_and_their_off_parts():
     # every state compiles; the live text is the original code
     for name in parsed.feature_names:
         compile(parsed.render(set(parsed.feature_names) - {name}), "t", "exec")
-    assert parsed.export(set(parsed.feature_names)).replace("\n", "").count("set_global_policy") == 1
+    assert parsed.render(set(parsed.feature_names), export=True).replace("\n", "").count("set_global_policy") == 1
 
 
 def test_the_annotated_file_holds_the_original_statements_live():
     text, _, _ = ann(SIMPLE)
-    exported = fb.parse(text, "t").export(None).splitlines()
+    exported = fb.parse(text, "t").render(None, export=True).splitlines()
     # Every original line is live as written, except the returned callbacks
     # list, rebuilt with appends (the same list, in the same order).
     rebuilt = "    return [keras.callbacks.TerminateOnNaN(), keras.callbacks.LearningRateScheduler(lambda e, lr: lr)]"
@@ -456,7 +456,7 @@ def test_tf_function_decorators_and_rewraps_switch_together():
     )
     text, found, _ = ann(code)
     assert [(f.name, f.line) for f in found] == [("tf_function", 4), ("tf_function", 13)]
-    off = fb.parse(text, "t").export(set())
+    off = fb.parse(text, "t").render(set(), export=True)
     assert "@tf.function" not in off and "step = tf.function(step)" not in off
     assert "other = tf.function(step)" in off
     compile(off, "t", "exec")
@@ -514,7 +514,7 @@ def test_input_options_and_experimental_strategies():
     )
     text, found, _ = ann(code)
     assert names(found) == {"nondeterministic_data", "parallel_reads", "tpu_strategy"}
-    off = fb.parse(text, "t").export(set())
+    off = fb.parse(text, "t").render(set(), export=True)
     assert "experimental_deterministic" not in off
     assert "ds = tf.data.TFRecordDataset(files, num_parallel_reads=None)" in off
     assert "strategy = tf.distribute.get_strategy()" in off

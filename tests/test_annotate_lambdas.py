@@ -34,17 +34,17 @@ def test_a_lambda_over_two_tensors_is_a_custom_layer_joined_when_off():
     f = found["custom_layer_euclidean_distance"]
     assert f.kind == "custom_layer" and f.affects_loss and f.line == HEAD.count("\n") + 1
     assert "Lambda(euclidean_distance)" in f.description and "list of inputs averaged" in f.description
-    off = fb.parse(new, "train.py").export(set())
+    off = fb.parse(new, "train.py").render(set(), export=True)
     assert "distance = keras.layers.Lambda(lambda inputs: (lambda ts: tf.add_n(ts)" in off and "([a, b])" in off
     assert "Lambda(euclidean_distance)" not in off
-    assert fb.parse(new, "train.py").export({"custom_layer_euclidean_distance"}) == HEAD + body
+    assert fb.parse(new, "train.py").render({"custom_layer_euclidean_distance"}, export=True) == HEAD + body
 
 
 def test_a_lambda_on_one_tensor_is_identity_when_off_with_a_note():
     new, found, _ = annotated('from keras.layers import Lambda\nh = Lambda(lambda t: t * 2.0, name="double")(a)\n')
     f = found["custom_layer_double"]
     assert f.note and "Identity()" in f.note
-    assert "h = keras.layers.Identity()(a)" in fb.parse(new, "train.py").export(set())
+    assert "h = keras.layers.Identity()(a)" in fb.parse(new, "train.py").render(set(), export=True)
     _, found, _ = annotated("scaled = keras.layers.Lambda(lambda t: t / 255.0)(a)\n")
     assert "custom_layer_scaled" in found
 
@@ -63,7 +63,7 @@ def test_a_lambda_and_a_layer_class_called_on_one_list_get_one_stand_in():
         new, found, _ = annotated(cls + body)
         lam, layer = found["custom_layer_euclidean_distance"], found["custom_layer_dist"]
         assert lam.description.split("; off: ")[1] == layer.description.split("; off: ")[1]
-        off = fb.parse(new, "train.py").export(set()).splitlines()
+        off = fb.parse(new, "train.py").render(set(), export=True).splitlines()
         assert off[-2].removeprefix("d1 = ") == off[-1].removeprefix("d2 = ")
 
 

@@ -39,7 +39,7 @@ def annotated(body: str) -> tuple[str, dict, list]:
 def off_part(new: str) -> str:
     """The custom_loop block's OFF code, as a variant with custom_loop off renders it."""
     parsed = fb.parse(new, "train.py")
-    return parsed.export(set())
+    return parsed.render(set(), export=True)
 
 
 def test_a_step_function_loop_becomes_fit_with_the_same_parts():

@@ -4,7 +4,7 @@ fit, with the ranks the probes recorded. Pure: no TensorFlow."""
 from __future__ import annotations
 
 from tfrepro.check.checklist import CheckStatus
-from tfrepro.check.run import check_loop, facts_of
+from tfrepro.check.run import check_loop
 from tfrepro.trials.values import TrialResult
 
 STEP = """\
@@ -36,7 +36,7 @@ def shapes(labels, out_rank) -> TrialResult:
 
 def judged(result=None, layer="Dropout", training=", training=True", loss="loss_fn(yb, pred)", extra=""):
     text = STEP.format(layer=layer, training=training, loss=loss) + extra
-    return check_loop(*facts_of([("train.py", text)]), result)
+    return check_loop([("train.py", text)], result)
 
 
 def test_a_correct_step_passes():
@@ -69,7 +69,7 @@ def test_a_per_replica_loss_over_the_local_batch_warns():
 
 
 def test_a_script_without_a_tape_step_gets_no_item():
-    assert check_loop(*facts_of([("train.py", "import keras\nmodel.fit(x, y)\n")]), None) is None
+    assert check_loop([("train.py", "import keras\nmodel.fit(x, y)\n")], None) is None
 
 
 def test_check_runs_a_loop_as_written_and_the_rest_as_the_baseline(tmp_path):

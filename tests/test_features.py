@@ -103,7 +103,7 @@ def test_blocks_with_the_same_name_switch_together():
 
 def test_export_removes_markers_and_inactive_parts():
     src = fb.parse(DESIGN_EXAMPLE, "repro.py")
-    out = src.export({"mirrored_strategy"})
+    out = src.render({"mirrored_strategy"}, export=True)
     assert "tfrepro" not in out
     assert "set_global_policy" not in out
     assert "strategy = tf.distribute.MirroredStrategy()" in out
@@ -125,7 +125,7 @@ def test_export_puts_pass_where_a_suite_would_be_empty():
             print(i)
         """
     )
-    out = fb.parse(text, "x.py").export(set())
+    out = fb.parse(text, "x.py").render(set(), export=True)
     ast.parse(out)
     assert out.splitlines()[:2] == ["with scope():", "    pass"]
     assert "print(i)" in out and out.count("pass") == 1
@@ -219,6 +219,6 @@ def test_any_states_round_trip_and_render_valid_python(file_and_states, data):
     assert all(b.state == want[b.name] for b in reparsed.blocks)
     assert reparsed.set_states(states) == text
     enabled = {n for n, v in want.items() if v}
-    exported = src.export(enabled)
+    exported = src.render(enabled, export=True)
     ast.parse(exported)
     assert "tfrepro" not in exported

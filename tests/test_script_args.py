@@ -7,7 +7,7 @@ import json
 from click.testing import CliRunner
 
 from tfrepro.cli import main
-from tfrepro.project import Project, with_script_args
+from tfrepro.project import Project
 from tfrepro.report.scriptargs import default_args, notebook_code, script_args
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.runner import _crash_line, usage_error
@@ -37,7 +37,9 @@ def test_the_arguments_reach_every_trial_command(tmp_path):
     p = Project.load(tmp_path / "train.py", script_args=("--epochs", "3"))
     assert p.manifest.trial.command == ("python", "train.py", "--epochs", "3")
     assert Project.load(tmp_path / "train.py").manifest.trial.command is None
-    assert with_script_args(("python", "-m", "pkg"), "x.py", ["-v"]) == ("python", "-m", "pkg", "-v")
+    (tmp_path / "tfrepro.toml").write_text('[trial]\ncommand = ["python", "-m", "pkg"]\n')
+    cmd = Project.load(tmp_path, script_args=["-v"]).manifest.trial.command
+    assert cmd == ("python", "-m", "pkg", "-v")
 
 
 def test_the_cli_takes_them_after_a_double_dash(tmp_path, monkeypatch):

@@ -33,18 +33,12 @@ class KnownCost:
     fix: Callable[[Hardware], str]
 
 
-def _no_accelerator(hw: Hardware) -> bool:
-    return not hw.get("accelerators")
-
-
 def _fp16_on_plain_cpu(description: str, hw: Hardware) -> bool:
     """mixed_float16 with no accelerator, the CPU known (its flags read). A
     CPU's own float16 instructions do not make TensorFlow's CPU kernels fast:
     on an Intel Xeon with AVX512-FP16, TensorFlow 2.21 ran the journey's MLP
     80-123x slower under mixed_float16 (docs/benchmarks.md, 2026-12-03)."""
-    if "bfloat16" in description:
-        return False
-    return _no_accelerator(hw) and hw.get("cpu_fp16") is not None
+    return "bfloat16" not in description and not hw.get("accelerators") and hw.get("cpu_fp16") is not None
 
 
 def _precision_fix(hw: Hardware) -> str:
@@ -77,7 +71,7 @@ COSTS: tuple[KnownCost, ...] = (
     ),
     KnownCost(
         "xla",
-        lambda _d, hw: _no_accelerator(hw),
+        lambda _d, hw: not hw.get("accelerators"),
         "XLA on a CPU: compile time, and XLA:CPU is often no faster than TensorFlow's own CPU kernels",
         "https://www.tensorflow.org/xla",
         lambda _hw: "leave XLA off on this CPU (jit_compile=False), or measure it on the accelerator it is for",

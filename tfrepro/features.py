@@ -30,7 +30,7 @@ import io
 import re
 import tokenize
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tfrepro.errors import UserError
 
@@ -80,18 +80,20 @@ def decode_source(data: bytes, path: str = "<bytes>") -> tuple[str, str]:
 @dataclass(frozen=True)
 class Block:
     """One feature block. Line numbers are 1-based, ranges are 0-based
-    half-open indices into the file's lines (marker lines excluded)."""
+    half-open indices into the file's lines (marker lines excluded). While
+    `parse` reads a block, the fields its `end` marker decides keep their
+    defaults."""
 
     name: str
     description: str
     path: str
     line: int
-    else_line: int | None
-    end_line: int
     indent: str
-    on_part: tuple[int, int]
-    off_part: tuple[int, int] | None
-    state: bool  # True when the block is ON as written in the file
+    else_line: int | None = None
+    end_line: int = 0
+    on_part: tuple[int, int] = (0, 0)
+    off_part: tuple[int, int] | None = None
+    state: bool = False  # True when the block is ON as written in the file
 
 
 def _strip_eol(line: str) -> str:
@@ -141,7 +143,10 @@ class SourceFile:
     def feature_names(self) -> tuple[str, ...]:
         return tuple(sorted({b.name for b in self.blocks}))
 
-    def _emit(self, want: Mapping[str, bool], *, export: bool) -> str:
+    def set_states(self, want: Mapping[str, bool], *, export: bool = False) -> str:
+        """The file with the named features switched, others as written;
+        `export`: standalone (markers and inactive parts removed, `pass`
+        where a suite would be left empty)."""
         out: list[str] = []
         pos = 0
         for b in self.blocks:
@@ -178,24 +183,12 @@ class SourceFile:
         switch = uncomment_line if live else comment_line
         return [switch(x, b.indent) for x in lines]
 
-    def _states(self, enabled: Iterable[str] | None) -> dict[str, bool]:
-        """Each block ON iff its name is in `enabled`; `None`: {} (as written)."""
+    def render(self, enabled: Iterable[str] | None, *, export: bool = False) -> str:
+        """The file with every block ON iff its name is in `enabled` (`None`:
+        the states as written), markers kept (line numbers unchanged), or
+        `export`ed (`set_states`)."""
         on = set(enabled or ())
-        return {} if enabled is None else {b.name: b.name in on for b in self.blocks}
-
-    def render(self, enabled: Iterable[str] | None) -> str:
-        """The file with every block ON iff its name is in `enabled`, markers
-        kept (line numbers unchanged). `None` keeps the states as written."""
-        return self.text if enabled is None else self._emit(self._states(enabled), export=False)
-
-    def set_states(self, states: Mapping[str, bool]) -> str:
-        """The file with the named features switched; others as written."""
-        return self._emit(states, export=False)
-
-    def export(self, enabled: Iterable[str] | None) -> str:
-        """A standalone variant: markers and inactive parts removed, `pass`
-        where a suite would be left empty. `None`: states as written."""
-        return self._emit(self._states(enabled), export=True)
+        return self.set_states({} if enabled is None else {b.name: b.name in on for b in self.blocks}, export=export)
 
 
 def _is_code(line: str) -> bool:
@@ -260,14 +253,14 @@ def _check_part(path: str, lines: list[str], start: int, stop: int, indent: str,
     return False
 
 
-def _opened(path: str, lineno: int, indent: str, rest: str, open_: dict | None) -> dict:
+def _opened(path: str, lineno: int, indent: str, rest: str, open_: Block | None) -> Block:
     """The block a `# tfrepro: feature NAME -- description` marker opens."""
     fm = _FEATURE_RE.match(rest)
     name = fm.group("name") if fm else None
     if open_ is not None:
         raise UserError(
-            f"feature block {name or '?'!r} opened inside block {open_['name']!r} "
-            f"(opened at line {open_['line']}); blocks do not nest",
+            f"feature block {name or '?'!r} opened inside block {open_.name!r} "
+            f"(opened at line {open_.line}); blocks do not nest",
             path=path,
             line=lineno,
             hint="close the outer block with `# tfrepro: end` first",
@@ -286,8 +279,7 @@ def _opened(path: str, lineno: int, indent: str, rest: str, open_: dict | None) 
             line=lineno,
             hint="use lower case letters, digits and underscores, starting with a letter",
         )
-    desc = (fm.group("desc") or "").strip()
-    return {"name": name, "desc": desc, "line": lineno, "indent": indent, "else": None}
+    return Block(name, (fm.group("desc") or "").strip(), path, lineno, indent)
 
 
 def parse(text: str, path: str = "<string>", encoding: str = "utf-8") -> SourceFile:
@@ -300,7 +292,7 @@ def parse(text: str, path: str = "<string>", encoding: str = "utf-8") -> SourceF
     """
     lines = split_lines(text)
     blocks: list[Block] = []
-    open_: dict | None = None
+    open_: Block | None = None
     for lineno, raw in enumerate(lines, start=1):
         m = _MARKER_RE.match(_strip_eol(raw))
         if not m:
@@ -317,16 +309,16 @@ def parse(text: str, path: str = "<string>", encoding: str = "utf-8") -> SourceF
                 hint="remove it, or open a block with `# tfrepro: feature NAME` before it",
             )
         elif rest == "else":
-            if open_["else"] is not None:
+            if open_.else_line is not None:
                 raise UserError(
-                    f"second `else` in feature block {open_['name']!r} (first at line {open_['else']})",
+                    f"second `else` in feature block {open_.name!r} (first at line {open_.else_line})",
                     path=path,
                     line=lineno,
                     hint="a block has at most two parts",
                 )
-            open_["else"] = lineno
+            open_ = replace(open_, else_line=lineno)
         elif rest == "end":
-            blocks.append(_close(path, lines, open_, lineno))
+            blocks.append(_close(lines, open_, lineno))
             open_ = None
         else:
             raise UserError(
@@ -337,41 +329,27 @@ def parse(text: str, path: str = "<string>", encoding: str = "utf-8") -> SourceF
             )
     if open_ is not None:
         raise UserError(
-            f"feature block {open_['name']!r} is never closed",
+            f"feature block {open_.name!r} is never closed",
             path=path,
-            line=open_["line"],
+            line=open_.line,
             hint="add `# tfrepro: end` after the block's code",
         )
     return SourceFile(path, text, blocks, encoding)
 
 
-def _close(path: str, lines: list[str], o: dict, end_line: int) -> Block:
-    indent = o["indent"]
-    start = o["line"]  # index of the first line after the marker
-    else_line = o["else"]
-    on_stop = (else_line or end_line) - 1
-    on_commented = _check_part(path, lines, start, on_stop, indent, "ON", o["line"])
-    off_part = None
-    if else_line is not None:
-        off_part = (else_line, end_line - 1)
-        off_commented = _check_part(path, lines, else_line, end_line - 1, indent, "OFF", else_line)
+def _close(lines: list[str], o: Block, end_line: int) -> Block:
+    """Block `o` closed at `end_line`: its parts validated, its state as written."""
+    on_stop = (o.else_line or end_line) - 1  # the ON part starts after the feature marker
+    on_commented = _check_part(o.path, lines, o.line, on_stop, o.indent, "ON", o.line)
+    off_part = None if o.else_line is None else (o.else_line, end_line - 1)
+    if off_part is not None:
+        off_commented = _check_part(o.path, lines, *off_part, o.indent, "OFF", o.else_line)
         if on_commented == off_commented:
             both = "commented" if on_commented else "live"
             raise UserError(
-                f"both parts of feature block {o['name']!r} are {both}",
-                path=path,
-                line=o["line"],
+                f"both parts of feature block {o.name!r} are {both}",
+                path=o.path,
+                line=o.line,
                 hint="exactly one part is live: comment the inactive one with `# `",
             )
-    return Block(
-        name=o["name"],
-        description=o["desc"],
-        path=path,
-        line=o["line"],
-        else_line=else_line,
-        end_line=end_line,
-        indent=indent,
-        on_part=(start, on_stop),
-        off_part=off_part,
-        state=not on_commented,
-    )
+    return replace(o, end_line=end_line, on_part=(o.line, on_stop), off_part=off_part, state=not on_commented)

@@ -9,8 +9,9 @@ How `Project.load` finds a project and its features: `locate` (a project
 directory, or a plain script, which belongs to the nearest enclosing project
 and becomes its entry), `marked_sources` (the files with feature-block markers,
 Contract 1), else `detected_sources` (zero-edit: annotated in memory, nothing
-written), `selection` (`--only` / `--skip`), `with_script_args` (`tfrepro
-bisect train.py -- --epochs 3`).
+written), `selection` (`--only` / `--skip`), the script's arguments (`tfrepro
+bisect train.py -- --epochs 3`: after `[trial] command`, or `python ENTRY`, as
+`git bisect run` passes its command's).
 
 `tfrepro.toml` (Contract 2) is read and validated up front too (`Manifest`):
 every unknown table or key, wrong type and out-of-range value is a UserError
@@ -28,7 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from itertools import groupby
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tfrepro import catalog
 from tfrepro import features as fb
@@ -36,11 +37,11 @@ from tfrepro.errors import UserError
 from tfrepro.projectfiles import (
     MANIFEST,
     FileNote,
-    check_root,
     copy_file,
     find_root,
     imported_files,
     iter_project_files,
+    protected_dirs,
     write_in_place,
 )
 from tfrepro.settings import StateSettings, SymptomSettings, TrialSettings
@@ -140,8 +141,12 @@ def locate(path: str | Path) -> tuple[Path, str | None]:
     if not p.exists():
         raise UserError("no such file or directory", path=p, hint="give the project directory (or its .py entry file)")
     if not p.is_file():
-        root = p.resolve()
-        check_root(root)
+        if (root := p.resolve()) in protected_dirs():
+            raise UserError(
+                "this is your home directory (or /): tfrepro would copy all of it into every trial",
+                path=root,
+                hint="give the folder that holds the training script and its files",
+            )
         return root, None
     if p.suffix != ".py":
         raise UserError(
@@ -211,30 +216,23 @@ def selection(
     return dict.fromkeys(set(names) - keep, "not in --only") | dict.fromkeys(skipped, "--skip")
 
 
-def with_script_args(command: Sequence[str] | None, entry: str, args: Sequence[str]) -> tuple[str, ...]:
-    """The trial command with the script's arguments after it, as `git
-    bisect run` passes its command's: `[trial] command` + args, or
-    `python ENTRY` + args (`Project.load` calls it only with args)."""
-    return (*(command if command is not None else ("python", entry)), *args)
-
-
+@dataclass(eq=False)
 class Project:
     """A loaded, validated project. Cheap to keep; never writes into root."""
 
-    def __init__(self, root: Path, manifest: Manifest, sources: dict[str, fb.SourceFile], files: list[str]) -> None:
-        self.root = root
-        self.manifest = manifest
-        self.sources = sources  # relpath -> parsed file, only files with blocks
-        self.files = files  # every project file (relpaths, posix)
-        self.warnings: list[str] = []  # files skipped (special files, dangling symlinks)
-        self._hash_memo: dict[tuple[str, int, int], str] = {}
-        # Zero-edit mode (no marker in any file): the blocks were detected by
-        # the annotator and live only in memory (`sources` hold annotated texts).
-        self.detection: Any = None  # tfrepro.annotate.Detection when detected
-        # Features that are not candidates (--only/--skip, preflight): name ->
-        # why; their blocks stay in the state in `fixed_on` (ON) or OFF.
-        self.excluded: dict[str, str] = {}
-        self.fixed_on: frozenset[str] = frozenset()
+    root: Path
+    manifest: Manifest
+    sources: dict[str, fb.SourceFile]  # relpath -> parsed file, only files with blocks
+    files: list[str]  # every project file (relpaths, posix)
+    warnings: list[str] = field(default_factory=list)  # files skipped (special files, dangling symlinks)
+    # Zero-edit mode (no marker in any file): the blocks were detected by
+    # the annotator and live only in memory (`sources` hold annotated texts).
+    detection: Detection | None = None
+    # Features that are not candidates (--only/--skip, preflight): name ->
+    # why; their blocks stay in the state in `fixed_on` (ON) or OFF.
+    excluded: dict[str, str] = field(default_factory=dict)
+    fixed_on: frozenset[str] = frozenset()
+    _hash_memo: dict[tuple[str, int, int], str] = field(default_factory=dict, init=False, repr=False)
 
     # -- loading -----------------------------------------------------------
     @classmethod
@@ -276,13 +274,12 @@ class Project:
                 hint='set [trial] entry = "your_script.py" (or command = [...]) in tfrepro.toml',
             )
         if script_args:  # `tfrepro bisect train.py -- ARGS`: every trial passes them on
-            command = with_script_args(manifest.trial.command, manifest.trial.entry, script_args)
+            command = (*(manifest.trial.command or ("python", manifest.trial.entry)), *script_args)
             manifest = replace(manifest, trial=replace(manifest.trial, command=command))
         detection = None
         if not sources and detect:
             sources, detection = detected_sources(root, manifest.trial.entry, manifest.trial.command, files)
-        project = cls(root, manifest, sources, files)
-        project.warnings, project.detection = skipped, detection
+        project = cls(root, manifest, sources, files, skipped, detection)
         project._check_feature_tables(text)
         if only is not None or skip is not None:
             project = project.exclude(selection(project.feature_names, only, skip, root=root))
@@ -308,12 +305,10 @@ class Project:
     def exclude(self, why: dict[str, str]) -> "Project":
         """A project without the features `why` names as candidates (name ->
         reason); they stay ON in every variant."""
-        other = Project(self.root, self.manifest, self.sources, self.files)
-        other.detection = self.detection
-        other.warnings = list(self.warnings)  # what loading found (skipped files, stale tables) still holds
-        other.excluded = self.excluded | why
-        other.fixed_on = self.fixed_on | frozenset(why)
-        return other
+        # what loading found (skipped files, stale tables) still holds
+        return replace(
+            self, warnings=list(self.warnings), excluded=self.excluded | why, fixed_on=self.fixed_on | frozenset(why)
+        )
 
     def locations(self, name: str) -> list[tuple[str, int]]:
         """(relpath, line) of each block of `name`; for detected features the
@@ -328,17 +323,14 @@ class Project:
         return self.detection is not None
 
     @property
-    def blocks(self) -> list[fb.Block]:
-        return [b for s in self.sources.values() for b in s.blocks if b.name not in self.excluded]
-
-    @property
     def feature_names(self) -> tuple[str, ...]:
-        return tuple(sorted({b.name for b in self.blocks}))
+        return tuple(self.features)  # sorted
 
     @property
     def features(self) -> dict[str, list[fb.Block]]:
-        by_name = sorted(self.blocks, key=lambda b: b.name)  # stable: a feature's blocks in file order
-        return {name: list(blocks) for name, blocks in groupby(by_name, key=lambda b: b.name)}
+        blocks = [b for s in self.sources.values() for b in s.blocks if b.name not in self.excluded]
+        by_name = sorted(blocks, key=lambda b: b.name)  # stable: a feature's blocks in file order
+        return {name: list(group) for name, group in groupby(by_name, key=lambda b: b.name)}
 
     def description(self, name: str) -> str:
         return next((b.description for b in self.features.get(name, []) if b.description), "")
@@ -375,7 +367,7 @@ class Project:
         """relpath -> text of every marked file with the given features ON
         (`None`: as written); `export`: standalone (markers and inactive parts removed)."""
         enabled = None if enabled is None else set(enabled) | self.fixed_on
-        return {rel: (s.export if export else s.render)(enabled) for rel, s in self.sources.items()}
+        return {rel: s.render(enabled, export=export) for rel, s in self.sources.items()}
 
     def write_variant(self, enabled: Iterable[str] | None, dest: Path) -> FileNote:
         """Copy the project to `dest` with marked files rendered; `dest` must
@@ -384,7 +376,6 @@ class Project:
         reaches the user's files. Copies beyond `[state] copy_budget_mb`
         raise a UserError naming the file. Returns how the files were made
         (for `TrialResult.extra["files"]`)."""
-        dest = Path(dest)
         rendered = self.render(enabled)
         budget = int(self.manifest.state.copy_budget_mb * 1024 * 1024)
         note = FileNote()
@@ -433,11 +424,9 @@ class Project:
                 hint="`tfrepro annotate --write` marks them in the files first",
             )
         self.check_names(states)
-        new_bytes: dict[str, bytes] = {}
-        for rel, s in self.sources.items():
-            text = s.set_states(states)
-            if text != s.text:
-                new_bytes[rel] = text.encode(s.encoding)
+        new_bytes = {
+            rel: text.encode(s.encoding) for rel, s in self.sources.items() if (text := s.set_states(states)) != s.text
+        }
         for rel, data in new_bytes.items():
             write_in_place(self.root / rel, data)
         return list(new_bytes)

@@ -85,7 +85,6 @@ def iter_project_files(root: Path, skipped: list[str] | None = None) -> Iterator
     logger, and appended to `skipped` when given); credential stores and
     virtualenvs are skipped silently: they are never part of a project.
     """
-    root = Path(root)
 
     def note(rel: Path, why: str) -> None:
         msg = f"{rel.as_posix()}: {why}, not copied into trials"
@@ -124,7 +123,8 @@ def iter_project_files(root: Path, skipped: list[str] | None = None) -> Iterator
             yield rel
 
 
-def _protected_dirs() -> set[Path]:
+def protected_dirs() -> set[Path]:
+    """`$HOME` and `/`: never a project (they hold far more than one)."""
     home = os.environ.get("HOME")
     return {Path("/"), Path(home).resolve()} if home else {Path("/")}
 
@@ -135,7 +135,7 @@ def find_root(script: Path) -> Path:
     Never `$HOME` or `/` (they hold far more than a project): a script directly
     there is a UserError asking to move it into a folder of its own."""
     start = script.resolve().parent
-    protected = _protected_dirs()
+    protected = protected_dirs()
     for d in (start, *start.parents):
         if d in protected:
             break
@@ -152,16 +152,6 @@ def find_root(script: Path) -> Path:
     return start
 
 
-def check_root(root: Path) -> None:
-    """A directory given as the project must not be `$HOME` or `/`."""
-    if root.resolve() in _protected_dirs():
-        raise UserError(
-            "this is your home directory (or /): tfrepro would copy all of it into every trial",
-            path=root,
-            hint="give the folder that holds the training script and its files",
-        )
-
-
 # -- variants: copy-on-write or copy, never a link ------------------------------
 
 
@@ -175,28 +165,23 @@ class FileNote:
     rendered: int = 0
 
 
-def reflink(src: Path, dest: Path) -> bool:
-    """Clone `src` to a new file `dest` sharing its blocks copy-on-write.
-    False (and no `dest`) where the file system cannot."""
-    with open(src, "rb") as fi, open(dest, "xb") as fo:
-        try:
-            fcntl.ioctl(fo.fileno(), FICLONE, fi.fileno())
-        except OSError as e:
-            if e.errno not in _NO_REFLINK:
-                raise
-            dest.unlink()  # still open: fine on POSIX
-            return False
-    shutil.copystat(src, dest)
-    return True
-
-
 def copy_file(src: Path, dest: Path, rel: str, note: FileNote, budget: int) -> None:
-    """Give the variant its own `dest` for `src`: a reflink, else a copy
+    """Give the variant its own `dest` for `src`: a reflink (a clone sharing
+    its blocks copy-on-write) where the file system can make one, else a copy
     within `budget` bytes of copies per variant, else a UserError."""
     size = src.stat().st_size
-    if size > 64 * 1024 and reflink(src, dest):
-        note.reflinked.append(rel)
-        return
+    if size > 64 * 1024:
+        with open(src, "rb") as fi, open(dest, "xb") as fo:
+            try:
+                fcntl.ioctl(fo.fileno(), FICLONE, fi.fileno())
+            except OSError as e:
+                if e.errno not in _NO_REFLINK:
+                    raise
+                dest.unlink()  # still open: fine on POSIX
+        if dest.exists():  # cloned
+            shutil.copystat(src, dest)
+            note.reflinked.append(rel)
+            return
     if note.copied_bytes + size > budget:
         raise UserError(
             f"{rel} ({size / 2**20:.0f} MB) does not fit the copy budget of a trial "
@@ -278,20 +263,15 @@ def imported_files(root: Path, start: Iterable[str], files: Iterable[str]) -> li
             tree = ast.parse((root / rel).read_bytes())  # a BOM, a coding line: as Python reads it
         except (SyntaxError, UnicodeDecodeError, OSError, ValueError):
             continue  # annotate reports it (a syntax error is bad input)
-        here = Path(rel).parent
-        for mod in _modules(tree):
-            for base in {here, Path(".")}:
+        mods: list[str] = []
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                mods += [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level <= 1:  # level > 1: beyond the script's directory, rare
+                prefix = f"{node.module}." if node.module else ""
+                mods += ([node.module] if node.module else []) + [prefix + a.name for a in node.names]
+        for mod in mods:
+            for base in {Path(rel).parent, Path(".")}:
                 p = (base / mod.replace(".", "/")).as_posix()
                 todo += [c for c in (f"{p}.py", f"{p}/__init__.py") if c in known and c not in seen]
     return seen
-
-
-def _modules(tree: ast.Module) -> list[str]:
-    out: list[str] = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            out += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level <= 1:  # level > 1: beyond the script's directory, rare
-            prefix = f"{node.module}." if node.module else ""
-            out += ([node.module] if node.module else []) + [prefix + a.name for a in node.names]
-    return out

@@ -131,32 +131,6 @@ def _input_scale_problem(t: dict, limit: float, what: str) -> str | None:
     return None
 
 
-def _batch_problems(
-    batches: list[dict], loss: dict | None, c: int | None, evidence: list[str]
-) -> tuple[list[str], int]:
-    """NaN/Inf inputs and label problems of the first two batches (each
-    tensor described in `evidence`) -> (failures, label tensors per batch)."""
-    fails: list[str] = []
-    label_problems: dict[str, list[str]] = {}  # the same problem in both batches is said once
-    n_labels = 0
-    for b, batch in enumerate(batches[:2], start=1):
-        for role in ("inputs", "labels"):
-            for t in batch.get(role) or []:
-                evidence.append(f"batch {b} {t.get('name') or role}: {describe_tensor(t)}")
-                if role == "inputs" and (t.get("nan") or t.get("inf")):
-                    fails.append(
-                        f"batch {b} {t.get('name')}: {t.get('nan', 0)} NaN and {t.get('inf', 0)} Inf "
-                        f"among {t.get('size')} values"
-                    )
-        labels = batch.get("labels") or []
-        n_labels = max(n_labels, len(labels))
-        if c is not None and loss is not None and len(labels) == 1:
-            for p in _label_problems(labels[0], loss["kind"], c):
-                label_problems.setdefault(p, []).append(str(b))
-    fails.extend(f"batch{'es' if len(bs) > 1 else ''} {' and '.join(bs)} {p}" for p, bs in label_problems.items())
-    return fails, n_labels
-
-
 def _scale_warnings(model: dict | None, first: list[dict], limit: float, evidence: list[str]) -> list[str]:
     """Inputs far from normalised: what the first weighted layer receives
     when it was seen (unless the model normalises them), else the first batch's inputs."""
@@ -203,7 +177,25 @@ def check_first_batches(result: TrialResult, options: CheckOptions = CheckOption
     model = result.extra.get("check.model")
     c, why_no_classes = num_classes(loss, model)
     evidence: list[str] = [f"seen at: {data.get('source')}"]
-    fails, n_labels = _batch_problems(data["batches"], loss, c, evidence)
+    # NaN/Inf inputs and label problems of the first two batches, each tensor described
+    fails: list[str] = []
+    label_problems: dict[str, list[str]] = {}  # the same problem in both batches is said once
+    n_labels = 0  # label tensors per batch
+    for b, batch in enumerate(data["batches"][:2], start=1):
+        for role in ("inputs", "labels"):
+            for t in batch.get(role) or []:
+                evidence.append(f"batch {b} {t.get('name') or role}: {describe_tensor(t)}")
+                if role == "inputs" and (t.get("nan") or t.get("inf")):
+                    fails.append(
+                        f"batch {b} {t.get('name')}: {t.get('nan', 0)} NaN and {t.get('inf', 0)} Inf "
+                        f"among {t.get('size')} values"
+                    )
+        labels = batch.get("labels") or []
+        n_labels = max(n_labels, len(labels))
+        if c is not None and loss is not None and len(labels) == 1:
+            for p in _label_problems(labels[0], loss["kind"], c):
+                label_problems.setdefault(p, []).append(str(b))
+    fails.extend(f"batch{'es' if len(bs) > 1 else ''} {' and '.join(bs)} {p}" for p, bs in label_problems.items())
     warns = _scale_warnings(model, data["batches"][0].get("inputs") or [], options.input_scale, evidence)
     if c is None:
         evidence.append(f"labels not judged: {why_no_classes}")

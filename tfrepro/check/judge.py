@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Sequence
 from dataclasses import replace
 
 from tfrepro.check.checklist import CheckItem, CheckReport, CheckStatus, fmt_ms, fmt_num, format_report
@@ -248,41 +247,34 @@ def check_initial_loss(result: TrialResult, options: CheckOptions = CheckOptions
     elif not lo <= first <= hi:
         status = CheckStatus.FAIL if (first < fail_lo or first > fail_hi) else CheckStatus.WARN
         summary, fix = _off_chance(first, chance, hi, status)
-    elif mismatch := _logits_mismatch(loss, act):
-        status, (summary, fix) = CheckStatus.WARN, mismatch
+    elif act is not None and loss.get("from_logits") is not None:  # the last layer against from_logits
+        squash = "sigmoid" if loss.get("kind") == "binary" else "softmax"
+        if loss["from_logits"] and act == squash:
+            status = CheckStatus.WARN
+            summary = f"the last layer applies {squash} and the loss from_logits=True applies it again"
+            fix = f"drop the {squash} from the last layer, or pass from_logits=False"
+        elif not loss["from_logits"] and act == "linear":
+            status = CheckStatus.WARN
+            summary = "the last layer outputs logits (linear) but the loss expects probabilities (from_logits=False)"
+            fix = "pass from_logits=True to the loss"
     return item("initial_loss", status, summary, evidence, fix)
-
-
-def _logits_mismatch(loss: dict, act: str | None) -> tuple[str, str] | None:
-    if act is None or loss.get("from_logits") is None:
-        return None
-    squash = "sigmoid" if loss.get("kind") == "binary" else "softmax"
-    if loss["from_logits"] and act == squash:
-        return (
-            f"the last layer applies {squash} and the loss from_logits=True applies it again",
-            f"drop the {squash} from the last layer, or pass from_logits=False",
-        )
-    if not loss["from_logits"] and act == "linear":
-        return (
-            "the last layer outputs logits (linear) but the loss expects probabilities (from_logits=False)",
-            "pass from_logits=True to the loss",
-        )
-    return None
 
 
 # -- 5. short run --------------------------------------------------------------------
 
 
-def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
-    """The short run's failure when it did not run through: a timeout, a
-    non-finite loss or weights, a crash, no training step at all."""
+def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
+    """Whether the loss falls, or why the run did not run through: a
+    timeout, a non-finite loss or weights, a crash, no training step at all."""
     n, step, status = len(result.losses), result.first_nonfinite_step, CheckStatus.FAIL
+    evidence = [f"{n} step(s), mode {result.mode}"]
+    shown = ["losses: " + ", ".join(fmt_num(x) for x in result.losses[:5]) + (" ..." if n > 5 else "")]
     if result.timed_out:
         summary = f"the run timed out after {n} step(s)"
         fix = "raise [trial] timeout_s, or look for a hang in the input pipeline"
     elif step is not None:
         summary = f"the loss became {result.losses[step - 1]} at step {step}"
-        evidence = evidence + _loss_head(result.losses)
+        evidence += shown
         fix = (
             "lower the learning rate, look at the inputs (check 3), clip gradients; "
             "`tf.debugging.enable_check_numerics()` names the first op"
@@ -290,7 +282,7 @@ def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
     elif result.weights_finite is False:
         names = ", ".join(result.nonfinite_weights[:4]) + (" ..." if len(result.nonfinite_weights) > 4 else "")
         summary = f"weights hold NaN/Inf after {n} step(s): {names}"
-        evidence = evidence + _loss_head(result.losses)
+        evidence += shown
         fix = "a ReLU turns NaN into 0 and hides it from the loss: look at the inputs (check 3) and the learning rate"
     elif result.crashed:
         summary = f"the run crashed after {n} step(s): {result.error}"
@@ -305,36 +297,24 @@ def _run_stopped(result: TrialResult, evidence: list[str]) -> CheckItem | None:
             "a custom loop is measured at its optimizer's apply_gradients/apply; one that updates the weights "
             "otherwise can print `step=N loss=X` per step"
         )
-    else:
-        return None
-    return item("short_run", status, summary, evidence, fix)
-
-
-def check_short_run(result: TrialResult, options: CheckOptions = CheckOptions()) -> CheckItem:
-    n = len(result.losses)
-    evidence = [f"{n} step(s), mode {result.mode}"]
-    if (stopped := _run_stopped(result, evidence)) is not None:
-        return stopped
-    if n < 4:
+    elif n < 4:
         return item(
             "short_run", CheckStatus.SKIP, f"only {n} training step(s) ran; 4 are needed to see a trend", evidence
         )
-    w = max(2, n // 5)
-    head = sum(result.losses[:w]) / w
-    tail = sum(result.losses[-w:]) / w
-    evidence.append(f"mean of the first {w} steps: {fmt_num(head)}; of the last {w}: {fmt_num(tail)}")
-    trend = f"({fmt_num(head)} → {fmt_num(tail)} over {n} steps)"
-    if tail < head - options.fall_fraction * abs(head):
-        return item("short_run", CheckStatus.PASS, f"the loss falls {trend} and stays finite", evidence)
-    fix = (
-        "check the learning rate, that the optimizer updates model.trainable_variables, "
-        "that custom loops pass training=True, and the labels (check 3)"
-    )
-    return item("short_run", CheckStatus.FAIL, f"the loss does not fall {trend}", evidence, fix)
-
-
-def _loss_head(losses: Sequence[float], k: int = 5) -> list[str]:
-    return ["losses: " + ", ".join(fmt_num(x) for x in losses[:k]) + (" ..." if len(losses) > k else "")]
+    else:
+        w = max(2, n // 5)
+        head = sum(result.losses[:w]) / w
+        tail = sum(result.losses[-w:]) / w
+        evidence.append(f"mean of the first {w} steps: {fmt_num(head)}; of the last {w}: {fmt_num(tail)}")
+        trend = f"({fmt_num(head)} → {fmt_num(tail)} over {n} steps)"
+        if tail < head - options.fall_fraction * abs(head):
+            return item("short_run", CheckStatus.PASS, f"the loss falls {trend} and stays finite", evidence)
+        summary = f"the loss does not fall {trend}"
+        fix = (
+            "check the learning rate, that the optimizer updates model.trainable_variables, "
+            "that custom loops pass training=True, and the labels (check 3)"
+        )
+    return item("short_run", status, summary, evidence, fix)
 
 
 # -- 6. parameters ----------------------------------------------------------------------
@@ -392,6 +372,6 @@ def judge(result: TrialResult, options: CheckOptions = CheckOptions(), *, projec
                     fix=f"fix check {batches.number} first, then run `tfrepro check` again",
                 )
     trial = {k: getattr(result, k) for k in ("mode", "steps_run", "crashed", "error", "timed_out", "wall_s", "log_dir")}
-    trial["first_loss"] = result.first_loss if result.losses and math.isfinite(result.losses[0]) else None
+    trial["first_loss"] = result.losses[0] if result.losses and math.isfinite(result.losses[0]) else None
     trial["probe_errors"] = [*(result.extra.get("check.errors") or []), *(result.extra.get("harness_errors") or [])]
     return CheckReport(tuple(items), project=project, enabled=tuple(result.enabled), trial=trial)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from tfrepro import catalog
 from tfrepro.check.data import item
 from tfrepro.check.judge import CheckItem, CheckOptions, CheckReport, CheckStatus, judge
 from tfrepro.errors import UserError
@@ -25,7 +26,6 @@ from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
-    from tfrepro.annotate.loops import StepFacts
     from tfrepro.project import Project
 
 
@@ -37,11 +37,7 @@ def checked_features(project: "Project", with_: Iterable[str] | None = None, all
     that stands in for it. The checks judge the loop the user runs."""
     if with_ is not None:
         return project.check_names(with_)
-    if all_:
-        return frozenset(project.feature_names)
-    from tfrepro import catalog
-
-    return frozenset(n for n in project.feature_names if catalog.kind_of(n) == "loop")
+    return frozenset(n for n in project.feature_names if all_ or catalog.kind_of(n) == "loop")
 
 
 def run_checks(
@@ -73,11 +69,7 @@ def run_checks(
     probed = replace(how, label="check", plugins=(PROBES,), plugin_options={"expect_gpu": expect_gpu})
     result = runner(project, enabled, replace(settings, repeat=0), how=probed)
     report = judge(result, options, project=str(project.root))
-    return _with_loop_check(report, project, result)
-
-
-def _with_loop_check(report: CheckReport, project: "Project", result: TrialResult) -> CheckReport:
-    """Check 7 (below) for a script with a GradientTape step: its entry scripts as written."""
+    # Check 7 (below) for a script with a GradientTape step: its entry scripts as written.
     from tfrepro.annotate import entry_scripts
 
     trial = project.manifest.trial
@@ -85,8 +77,8 @@ def _with_loop_check(report: CheckReport, project: "Project", result: TrialResul
     for rel in entry_scripts(trial.entry, trial.command, project.files):
         with contextlib.suppress(OSError, UnicodeDecodeError):
             texts.append((rel, (project.root / rel).read_text(encoding="utf-8")))
-    item = check_loop(*facts_of(texts), result)
-    return report if item is None else replace(report, items=(*report.items, item))
+    loop = check_loop(texts, result)
+    return report if loop is None else replace(report, items=(*report.items, loop))
 
 
 def checks_for_result(
@@ -123,8 +115,9 @@ def checks_for_result(
 _MODE_LAYERS = re.compile(r"\b(Dropout|SpatialDropout[123]D|GaussianDropout|AlphaDropout|BatchNormalization)\b")
 
 
-def facts_of(texts: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, StepFacts]], bool]:
-    """(path, step) for every GradientTape step in the texts, and whether they build Dropout/BatchNorm."""
+def check_loop(texts: Iterable[tuple[str, str]], result: TrialResult | None) -> CheckItem | None:
+    """Check 7 over the scripts' (path, text): every GradientTape step in
+    them, and whether they build Dropout/BatchNorm; None without a step."""
     from tfrepro.annotate.loops import step_facts  # libcst: not on every bisect's path (it imports this module)
     from tfrepro.annotate.source import Src
 
@@ -133,10 +126,6 @@ def facts_of(texts: Iterable[tuple[str, str]]) -> tuple[list[tuple[str, StepFact
         mode_layers = mode_layers or bool(_MODE_LAYERS.search(text))
         with contextlib.suppress(UserError):
             steps += [(path, f) for f in step_facts(Src(text, path))]
-    return steps, mode_layers
-
-
-def check_loop(steps: list[tuple[str, StepFacts]], mode_layers: bool, result: TrialResult | None) -> CheckItem | None:
     if not steps:
         return None
     warnings, fixes, evidence = [], [], []

@@ -112,10 +112,6 @@ class TrialResult:
         return self.first_nonfinite_step is not None or self.weights_finite is False
 
     @property
-    def first_loss(self) -> float | None:
-        return self.losses[0] if self.losses else None
-
-    @property
     def last_loss(self) -> float | None:
         return self.losses[-1] if self.losses else None
 
