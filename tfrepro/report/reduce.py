@@ -33,7 +33,15 @@ import numpy as np
 
 from tfrepro.report.export import ENTRY, Export
 from tfrepro.report.records import ResultJson
-from tfrepro.report.standin import STANDABLE, DataFacts, Read, named, recorded, rewrite, swap_reads
+from tfrepro.report.standin import (
+    STANDABLE,
+    DataFacts,
+    Read,
+    named,
+    recorded,
+    rewrite,
+    swap_reads,
+)
 from tfrepro.trials.ddmin import Oracle, ddmin
 
 MAX_SHARE = 0.1
