@@ -307,7 +307,7 @@ _HOOKS = {
 
 
 _FINDER = None  # harness_imports.PostImportFinder, once activated
-FRAMES = None  # harness_frames.py: the user's file:line, once activated
+FRAMES = None  # harness_data.py, for the user's file:line (`user_where`, `is_library`), once activated
 _DATA = None  # harness_data.Recorder: what the script feeds training
 
 
@@ -432,7 +432,7 @@ def activate(config_path: str) -> None:
     global S, FRAMES, _MEMORY, _FINDER, _DATA
     with open(config_path, encoding="utf-8") as f:
         S = _State(json.load(f))
-    FRAMES = _sibling_file("harness_frames")
+    FRAMES = _side("data")  # also the walk over a batch's leaves (harness_keras.py, probes.py)
     if S.config.get("deterministic"):
         import random
 
@@ -456,9 +456,8 @@ def activate(config_path: str) -> None:
     sys.meta_path.insert(0, _FINDER)
     _FINDER.fire_imported()
     try:  # what the script feeds training (harness_data.py)
-        module = _side("data")  # also the walk over a batch's leaves (harness_keras.py, probes.py)
-        _DATA = module.Recorder(note_error, FRAMES)
-        module.install(_DATA, _FINDER)
+        _DATA = FRAMES.Recorder(note_error)
+        FRAMES.install(_DATA, _FINDER)
         S.fit_hooks.append(_DATA.on_fit)
     except Exception:
         note_error("data recorder")

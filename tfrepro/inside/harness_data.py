@@ -21,6 +21,14 @@ stdlib, NumPy and TensorFlow only, no tfrepro import). Ends up in
 
 A fit with no source seen is the case the report names by its file:line: the
 data comes from something the recorder cannot see.
+
+Also the user's file:line (`is_library`, `user_where`): the one rule that walks
+a stack or a traceback to the frame in the script's own code (a fit's call
+site, a data read's, a write outside the trial dir, a dataset the script
+iterates). Library code is told by its location, not by a name in its path:
+installed packages, the standard library, the harness's own files (a project
+in a folder called keras-bug/ or pandas-demo/ is the user's code). Loaded by
+harness.py when it activates, imported as a module by the tests.
 """
 
 from __future__ import annotations
@@ -29,12 +37,52 @@ import contextlib
 import math
 import os
 import sys
+import sysconfig
+import traceback
 
 DISTINCT_MAX = 20
 ROWS_MAX = 100_000
 BATCHES_MAX = 32
 DATA_EXTENSIONS = (".csv", ".tsv", ".npy", ".npz", ".tfrecord", ".tfrecords", ".parquet", ".jsonl", ".txt", ".h5")
 H = None  # the harness core module, set by harness.py (`_side`)
+
+
+# -- the user's file:line ----------------------------------------------------------
+
+_INSTALLED = ("site-packages", "dist-packages", "_tfrepro")
+_OWN = os.path.dirname(os.path.abspath(__file__))
+_STDLIB = tuple(
+    {os.path.abspath(d) for d in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if d}
+)
+
+
+def is_library(name: str) -> bool:
+    """Is the frame's file (its code's `co_filename`) library code, not the user's?"""
+    if not name or name.startswith("<") or any(part in name for part in _INSTALLED):
+        return True
+    path = os.path.abspath(name)
+    return any(path == d or path.startswith(d + os.sep) for d in (_OWN, *_STDLIB))
+
+
+def user_where(frames=None, root: str | None = None) -> str | None:
+    """file:line of the innermost of `frames` ((frame, line) pairs, innermost
+    first, as `traceback.walk_stack`/`walk_tb` give them; by default the
+    caller's stack) in the user's code: the first under `root` (default: the
+    working directory), as a path relative to it; else the first anywhere,
+    as an absolute path; None when every frame is a library's."""
+    if frames is None:
+        frames = traceback.walk_stack(sys._getframe(1))
+    root = os.path.abspath(root or os.getcwd())
+    fallback = None
+    for frame, line in frames:
+        name = frame.f_code.co_filename
+        if is_library(name):
+            continue
+        path = os.path.abspath(name)
+        if path.startswith(root + os.sep):
+            return f"{os.path.relpath(path, root)}:{line}"
+        fallback = fallback or f"{path}:{line}"
+    return fallback
 
 
 class FeatureStats:
@@ -197,9 +245,8 @@ def _columns(name: str, a):
 
 
 class Recorder:
-    def __init__(self, note_error, frames) -> None:
+    def __init__(self, note_error) -> None:
         self.note_error = note_error
-        self.frames = frames  # harness_frames.py: where in the user's code a read happened
         self.sources: list[dict] = []
         self.fits: list[dict] = []
         self.seen_files: set[str] = set()
@@ -210,7 +257,7 @@ class Recorder:
     # -- where the data came from ------------------------------------------
     def source(self, call: str, path, out=None) -> None:
         try:
-            entry = {"call": call, "file": _rel(path) if path is not None else None, "at": self.frames.user_where()}
+            entry = {"call": call, "file": _rel(path) if path is not None else None, "at": user_where()}
             if out is not None and _shape(out) is not None:
                 entry["shape"] = _shape(out)
                 entry["value"] = value_of(out)
@@ -248,7 +295,7 @@ class Recorder:
         x = args[0] if args else kwargs.get("x")
         y = args[1] if len(args) > 1 else kwargs.get("y")
         batch_size = args[2] if len(args) > 2 else kwargs.get("batch_size")
-        fit = {"at": self.frames.user_where(), "kind": _kind(x), "sources_seen": len(self.sources)}
+        fit = {"at": user_where(), "kind": _kind(x), "sources_seen": len(self.sources)}
         fit.update(_describe(x, y, batch_size, kwargs.get("steps_per_epoch")))
         if len(self.fits) < 10:
             self.fits.append(fit)
@@ -372,9 +419,7 @@ def _hook_open(rec: Recorder) -> None:
                 if isinstance(file, (str, os.PathLike)) and "r" in mode and "+" not in mode:
                     name = os.fspath(file)
                     # the direct caller is the user's code (not NumPy's np.load opening its file)
-                    if name.lower().endswith(DATA_EXTENSIONS) and not rec.frames.is_library(
-                        sys._getframe(1).f_code.co_filename
-                    ):
+                    if name.lower().endswith(DATA_EXTENSIONS) and not is_library(sys._getframe(1).f_code.co_filename):
                         rec.source("open", name)
             return f
 

@@ -114,7 +114,7 @@ class _Probes:
         def __iter__(ds):
             if not probes.busy and not probes.captured and tf.executing_eagerly():
                 probes._guard("late loss patches", probes.patch_losses_late)
-                caller = sys._getframe(1).f_code.co_filename  # harness_frames.py: not a library's, not ours
+                caller = sys._getframe(1).f_code.co_filename  # harness_data.py: not a library's, not ours
                 if not H.FRAMES.is_library(caller):
                     probes._guard("dataset peek", probes._capture_dataset, ds, "iter")
             return orig_iter(ds)
