@@ -39,6 +39,7 @@ import os
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 BUF = 256  # steps one tf.function call can hold before the oldest losses are lost
 R_MAX = 32  # replica slots
@@ -70,24 +71,15 @@ class _GraphRecorder:
     """One variable written by the traced step, read after each outermost call."""
 
     def __init__(self, tf) -> None:
-        made: dict = {}
+        # Made in a fresh thread: eager, outside any strategy scope or graph of the tracer (an error
+        # is raised here, reported by the caller). Rows 0..BUF-1: losses per replica slot; row BUF:
+        # the step count per slot (float32: every device has float32 scatter kernels, exact to 2**24
+        # steps). One variable, so one read after each call.
+        def make():
+            return tf.Variable(tf.zeros([BUF + 1, R_MAX], tf.float32), trainable=False, name="tfrepro_loss")
 
-        def make() -> None:
-            # A fresh thread: eager, outside any strategy scope or graph of the tracer.
-            try:
-                # Rows 0..BUF-1: losses per replica slot; row BUF: the step count per slot (float32:
-                # every device has float32 scatter kernels, exact to 2**24 steps). One variable, so
-                # one read after each call.
-                made["buf"] = tf.Variable(tf.zeros([BUF + 1, R_MAX], tf.float32), trainable=False, name="tfrepro_loss")
-            except Exception as e:  # noqa: BLE001 - reported by the caller
-                made["error"] = e
-
-        t = threading.Thread(target=make, name="tfrepro-loop-vars")
-        t.start()
-        t.join()
-        if "error" in made:
-            raise made["error"]
-        self.buf = made["buf"]
+        with ThreadPoolExecutor(1, thread_name_prefix="tfrepro-loop-vars") as pool:
+            self.buf = pool.submit(make).result()
         self.seen = [0] * R_MAX
 
     def write(self, tf, loss, replica) -> None:
