@@ -309,6 +309,7 @@ _HOOKS = {
 _FINDER = None  # harness_imports.PostImportFinder, once activated
 FRAMES = None  # harness_data.py, for the user's file:line (`user_where`, `is_library`), once activated
 _DATA = None  # harness_data.Recorder: what the script feeds training
+_MEMORY = None  # memory.py (loaded by path): this trial's MemorySampler, None when it could not load
 
 
 def _quietly(where: str, fn, *args):
@@ -332,11 +333,6 @@ def wrap_once(owner, attr: str, make, mark: str = "_tfrepro") -> None:
     wrapped.__wrapped__ = orig
     setattr(wrapped, mark, True)
     setattr(owner, attr, wrapped)
-
-
-# -- memory (memory.py, loaded by path) ----------------------------------------------
-
-_MEMORY = None  # this trial's MemorySampler, None when it could not load
 
 
 # -- the script's Keras ----------------------------------------------------------------

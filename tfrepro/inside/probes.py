@@ -230,11 +230,10 @@ class _Probes:
             elements = []
             for i in range(2):
                 sl = slice(i * batch_size, (i + 1) * batch_size)
-                xs = tf.nest.map_structure(lambda a: a[sl], x)
-                ys = tf.nest.map_structure(lambda a: a[sl], y) if y is not None else None
-                if not D.rows(xs):
+                element = tf.nest.map_structure(lambda a: a[sl], (x, y) if y is not None else (x,))
+                if not D.rows(element[0]):
                     break
-                elements.append((xs, ys) if ys is not None else (xs,))
+                elements.append(element)
             self._record_batches(elements, "fit (arrays)")
             self._skip(
                 "timing",
