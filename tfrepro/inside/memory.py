@@ -145,10 +145,7 @@ class MemorySampler:
         self._nvml_next = now + NVML_EVERY_S
         if self._nvml is None:
             self._nvml = _nvml_sampler() or False
-        if not self._nvml:
-            return
-        got = self._nvml()
-        if got is not None:
+        if self._nvml and (got := self._nvml()) is not None:
             self._nvml_util.append(got[0])
             self._nvml_mem_peak = max(self._nvml_mem_peak, got[1])
 
