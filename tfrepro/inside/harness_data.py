@@ -122,16 +122,14 @@ class FeatureStats:
             self.hi = hi if self.hi is None else max(self.hi, hi)
 
     def _distinct(self, a) -> None:
-        if self.distinct is None:
-            return
-        if len(set(a[:1000].tolist())) > DISTINCT_MAX:  # most features: decided on a sample
+        if self.distinct is None or len(set(a[:1000].tolist())) > DISTINCT_MAX:  # most features: decided on a sample
             self.distinct = None
             return
-        for v in set(a[:ROWS_MAX].tolist()):
-            self.distinct.add(v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
-            if len(self.distinct) > DISTINCT_MAX:
-                self.distinct = None
-                return
+        self.distinct.update(
+            v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in set(a[:ROWS_MAX].tolist())
+        )
+        if len(self.distinct) > DISTINCT_MAX:
+            self.distinct = None
 
     def to_dict(self) -> dict:
         d = {"dtype": self.dtype, "count": self.n, "nan": self.nan, "inf": self.inf}
