@@ -305,10 +305,8 @@ class _Probes:
         self._guard("environment", self._record_env)
         if not models:
             self._skip("model", "no Keras model was created during the trial")
-        else:
-            main = self._main_model(models)
-            if main is not None:
-                self._guard("model", self._record_model, main)
+        elif (main := self._main_model(models)) is not None:
+            self._guard("model", self._record_model, main)
         if not self.captured:
             self._skip(
                 "batches",
