@@ -82,7 +82,7 @@ class _State:
         self.fit_hooks: list = []
         self.end_hooks: list = []
         self.fit_depth = 0
-        # The script's training calls (fit#1, fit#2, loop#1...), in order:
+        # The script's training calls (fit#1, fit#2...), in order (harness_keras.py's fit):
         # {"call", "where" (file:line), "start" (steps before it)}.
         self.calls: list[dict] = []
         self.pending_loss = None  # exact loss tensor of the last fit step
@@ -101,17 +101,6 @@ def note_error(where: str) -> None:
 
 
 # -- recording ----------------------------------------------------------------
-
-
-def begin_call(kind: str, where: str) -> str:
-    """A training call of the script starts (kind "fit", "loop"...): its
-    steps are the ones recorded from here to the next call. Returns its tag."""
-    tag = f"{kind}#{sum(1 for c in S.calls if c['call'].startswith(kind + '#')) + 1}"
-    S.calls.append({"call": tag, "where": where, "start": S.steps_seen})
-    S.extra["calls"] = S.calls
-    if S.budget is not None:
-        S.budget.begin_call(tag)
-    return tag
 
 
 def record_step(loss: float | None, dt: float) -> None:

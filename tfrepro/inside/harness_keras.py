@@ -161,7 +161,13 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
             args[5] = _with_callback(args[5], callback_cls())
         else:
             kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback_cls())
-        tag = H.begin_call("fit", H.FRAMES.user_where() or "?") if H.S.fit_depth == 0 else None
+        tag = None
+        if H.S.fit_depth == 0:  # a training call of the script: its steps are those from here to the next
+            tag = f"fit#{len(H.S.calls) + 1}"
+            H.S.calls.append({"call": tag, "where": H.FRAMES.user_where() or "?", "start": H.S.steps_seen})
+            H.S.extra["calls"] = H.S.calls
+            if H.S.budget is not None:
+                H.S.budget.begin_call(tag)
         if H._DEVICES is not None:  # its compile mode, replicas in sync, precision policy
             H._DEVICES.record_fit(self, H.S.extra, H.keras_module())
         H.S.fit_depth += 1
