@@ -52,10 +52,6 @@ class StateSaver:
         self.dir = config.get("state_dir") or ""
         self.meta: dict = {"step": self.step}
 
-    def wanted(self, steps_seen: int) -> bool:
-        """Is the step about to run (steps_seen + 1) the one to save?"""
-        return bool(self.dir) and steps_seen + 1 == self.step
-
     def save_state(self, model) -> None:
         import numpy as np
 
@@ -92,9 +88,10 @@ def _saver():
 
 
 def _save(what: str, *args) -> None:
-    """The nan-state trial's save at the step it wants (a failure is noted, never raised)."""
+    """The nan-state trial's save at the step it wants, the one about to run (a
+    failure is noted, never raised)."""
     saver = _saver()
-    if saver is not None and saver.wanted(H.S.steps_seen):
+    if saver is not None and saver.dir and H.S.steps_seen + 1 == saver.step:
         H._quietly("nan state", getattr(saver, what), *args)
 
 
