@@ -154,32 +154,28 @@ def jit_compile(model) -> bool | None:
 
 def record_compile(model, extra: dict, requested, pinned: bool) -> None:
     """One `compile`: what was asked, what Keras resolved, whether we pinned it."""
-    n = len(extra.setdefault("compile_modes", [])) + 1
-    extra["compile_modes"].append(
-        {
-            "call": f"compile#{n}",
-            "requested": requested if isinstance(requested, (bool, str)) else repr(requested),
-            "jit_compile": jit_compile(model),
-            "pinned": pinned,
-            "run_eagerly": bool(getattr(model, "run_eagerly", False)),
-        }
-    )
+    requested = requested if isinstance(requested, (bool, str)) else repr(requested)
+    _record("compile_modes", "compile", model, extra, requested=requested, pinned=pinned)
 
 
 def record_fit(model, extra: dict, keras) -> None:
     """One `fit`: the compile mode it ran, replicas in sync, precision policy."""
-    fits = extra.setdefault("fits", [])
     try:
         n = int(model.distribute_strategy.num_replicas_in_sync)
     except Exception:  # no strategy: None
         n = None
-    fits.append(
+    _record("fits", "fit", model, extra, replicas=n, precision_policy=precision_policy(keras, model))
+
+
+def _record(key: str, kind: str, model, extra: dict, **fields) -> None:
+    """`extra[key]` gets the call's tag (`kind#N`), resolved `jit_compile`, `run_eagerly` and `fields`."""
+    calls = extra.setdefault(key, [])
+    calls.append(
         {
-            "call": f"fit#{len(fits) + 1}",
+            "call": f"{kind}#{len(calls) + 1}",
             "jit_compile": jit_compile(model),
             "run_eagerly": bool(getattr(model, "run_eagerly", False)),
-            "replicas": n,
-            "precision_policy": precision_policy(keras, model),
+            **fields,
         }
     )
 
