@@ -263,13 +263,11 @@ def _hook_tracker(tracker) -> None:
 
 
 def _with_callback(callbacks, cb):
-    if callbacks is None:
-        return [cb]
     if hasattr(callbacks, "append") and not isinstance(callbacks, (list, tuple)):
         callbacks.append(cb)  # a CallbackList
         cb.set_model(getattr(callbacks, "model", None))
         return callbacks
-    return list(callbacks) + [cb]
+    return [*(callbacks or ()), cb]
 
 
 def _global_loss(seen, distributed_sum: bool):
