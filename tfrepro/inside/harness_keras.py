@@ -401,6 +401,4 @@ def check_weights() -> tuple[bool | None, list[str]]:
                 bad.append(getattr(w, "path", None) or w.name)
         except Exception:
             H.note_error("weight check")
-    if not checked:
-        return None, []
-    return not bad, bad
+    return (not bad, bad) if checked else (None, [])
