@@ -332,10 +332,8 @@ def on_keras(keras) -> None:
                 (f"{root}.optimizers.optimizer", "Optimizer"),
                 (f"{root}.optimizers.legacy.optimizer_v2", "OptimizerV2"),
             ]
-            _patch_classes(
-                [*optimizers, (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")], _APPLY, _apply_wrapper
-            )
             scaling = [(lso, "BaseLossScaleOptimizer"), (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")]
+            _patch_classes([*optimizers, *scaling[1:]], _APPLY, _apply_wrapper)  # the wrappers' own apply too
             _patch_classes(scaling, ["get_scaled_loss"], _scale_wrapper)
         return
     optimizers = [
