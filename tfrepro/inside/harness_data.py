@@ -33,6 +33,7 @@ harness.py when it activates, imported as a module by the tests.
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import math
 import os
@@ -373,7 +374,7 @@ def _describe(x, y, batch_size, steps_per_epoch) -> dict:
 
 
 def install(rec: Recorder, finder) -> None:
-    """The source hooks, each as its library is imported."""
+    """The source hooks, each as its library is imported (open()'s now)."""
 
     def on_numpy(np):
         for attr in ("load", "loadtxt", "genfromtxt"):
@@ -403,14 +404,8 @@ def install(rec: Recorder, finder) -> None:
 
     for name, fn in (("numpy", on_numpy), ("pandas", on_pandas), ("tensorflow", on_tf), ("keras", on_keras)):
         finder.add(name, lambda module, fn=fn, name=name: H._quietly(f"data hooks ({name})", fn, module))
-    _hook_open(rec)
 
-
-def _hook_open(rec: Recorder) -> None:
-    """open() of a data file for reading (csv, npy, tfrecord, ...), from the user's code."""
-    import builtins
-
-    def make(orig):
+    def make(orig):  # open() of a data file for reading (csv, npy, tfrecord, ...), from the user's code
         def open_(file, mode="r", *args, **kwargs):
             f = orig(file, mode, *args, **kwargs)
             with contextlib.suppress(Exception):
