@@ -318,28 +318,6 @@ def auto_jit_dropped(model, kwargs: dict, tf, deterministic: bool) -> bool:
         return False
 
 
-def _patch_compile(cls) -> None:
-    """Keras 3 quietly drops `jit_compile=True` under op determinism, which
-    the harness turns on: an XLA feature would then be a no-op in every trial.
-    Say so in the result rather than let a bisect blame or clear XLA wrongly."""
-    orig = cls.compile
-
-    def compile(self, *args, **kwargs):
-        dev = H._DEVICES  # devices.py: jit_compile="auto" pinned, the resolved mode recorded, the warning
-        if dev is None:
-            return orig(self, *args, **kwargs)
-        kwargs, requested, pinned = dev.pin_compile(args, kwargs, H.S.config)
-        out = orig(self, *args, **kwargs)
-        dev.record_compile(self, H.S.extra, requested, pinned)
-        if kwargs.get("jit_compile") is True and getattr(self, "jit_compile", None) is False:
-            dev.warn(H.S.extra, JIT_DROPPED)
-        elif auto_jit_dropped(self, kwargs, sys.modules.get("tensorflow"), bool(H.S.config.get("deterministic"))):
-            dev.warn(H.S.extra, AUTO_JIT_DROPPED)
-        return out
-
-    cls.compile = compile
-
-
 def on_keras(keras) -> None:
     if H.keras2(keras):  # tf_keras, or TensorFlow <= 2.15's Keras 2 (laid out alike)
         try:  # keras 2.13+ (and tf_keras) keep their code under <name>.src
@@ -356,7 +334,25 @@ def on_keras(keras) -> None:
     from keras.src.trainers.trainer import Trainer
 
     _patch_trainer(TensorFlowTrainer, keras.callbacks.Callback, "keras", distributed_sum=False)
-    _patch_compile(Trainer)
+    orig_compile = Trainer.compile
+
+    # Keras 3 quietly drops `jit_compile=True` under op determinism, which the harness turns on: an
+    # XLA feature would then be a no-op in every trial. Say so in the result rather than let a bisect
+    # blame or clear XLA wrongly.
+    def compile(self, *args, **kwargs):
+        dev = H._DEVICES  # devices.py: jit_compile="auto" pinned, the resolved mode recorded, the warning
+        if dev is None:
+            return orig_compile(self, *args, **kwargs)
+        kwargs, requested, pinned = dev.pin_compile(args, kwargs, H.S.config)
+        out = orig_compile(self, *args, **kwargs)
+        dev.record_compile(self, H.S.extra, requested, pinned)
+        if kwargs.get("jit_compile") is True and getattr(self, "jit_compile", None) is False:
+            dev.warn(H.S.extra, JIT_DROPPED)
+        elif auto_jit_dropped(self, kwargs, sys.modules.get("tensorflow"), bool(H.S.config.get("deterministic"))):
+            dev.warn(H.S.extra, AUTO_JIT_DROPPED)
+        return out
+
+    Trainer.compile = compile
     _patched(keras, Trainer)
 
 
