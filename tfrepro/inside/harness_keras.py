@@ -231,8 +231,18 @@ def _capturing_step(model, step, distributed_sum: bool):
         finally:
             _tls.seen = None
         if seen and isinstance(logs, dict):
+            import tensorflow as tf
+
+            # The step's loss as one value after the trainer's per-replica reduction: Keras 3 averages
+            # replicas (equal shards: exact); tf_keras sums them, so each replica contributes its batch share.
+            value, weight = seen[-1]
+            value = tf.cast(value, tf.float32)
+            ctx = tf.distribute.get_replica_context()
+            if distributed_sum and ctx is not None and ctx.num_replicas_in_sync > 1 and weight is not None:
+                w = tf.cast(weight, tf.float32)
+                value = value * w / ctx.all_reduce("sum", w)
             logs = dict(logs)
-            logs[LOSS_KEY] = _global_loss(seen[-1], distributed_sum)
+            logs[LOSS_KEY] = value
             if _saver() is not None or H.S.config.get("record_data"):  # the batch leaves the step too
                 H._quietly("nan state batch", lambda: logs.update({BATCH_KEY: H._side("data").batch_outputs(data)}))
         return logs
@@ -268,21 +278,6 @@ def _with_callback(callbacks, cb):
         cb.set_model(getattr(callbacks, "model", None))
         return callbacks
     return [*(callbacks or ()), cb]
-
-
-def _global_loss(seen, distributed_sum: bool):
-    """The step's loss as one value after the trainer's per-replica reduction:
-    Keras 3 averages replicas (equal shards: exact); tf_keras sums them, so
-    each replica contributes its batch share."""
-    import tensorflow as tf
-
-    value, weight = seen
-    value = tf.cast(value, tf.float32)
-    ctx = tf.distribute.get_replica_context()
-    if distributed_sum and ctx is not None and ctx.num_replicas_in_sync > 1 and weight is not None:
-        w = tf.cast(weight, tf.float32)
-        return value * w / ctx.all_reduce("sum", w)
-    return value
 
 
 JIT_DROPPED = (
