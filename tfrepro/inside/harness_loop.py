@@ -202,21 +202,16 @@ def _on_apply(optimizer) -> None:
     L.traced = True
     if L.recorder is None:
         L.recorder = _GraphRecorder(tf)
-    if target is not None and not _usable(tf, target):
-        target = None
+    if target is not None:  # a symbolic target of the graph being traced or of a graph it captures from, or none
+        current = tf.compat.v1.get_default_graph()
+        for part in target if isinstance(target, (list, tuple)) else [target]:
+            g, graph = getattr(part, "graph", None), current
+            while graph is not None and graph is not g:
+                graph = getattr(graph, "outer_graph", None)
+            if g is None or graph is None:
+                target = None
+                break
     L.recorder.write(tf, target, rid)
-
-
-def _usable(tf, target) -> bool:
-    """A symbolic target of the graph being traced or of a graph it captures from."""
-    current = tf.compat.v1.get_default_graph()
-    for part in target if isinstance(target, (list, tuple)) else [target]:
-        g, graph = getattr(part, "graph", None), current
-        while graph is not None and graph is not g:
-            graph = getattr(graph, "outer_graph", None)
-        if g is None or graph is None:
-            return False
-    return True
 
 
 def _eager_replica(value, rid: int, n: int) -> None:
