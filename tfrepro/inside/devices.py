@@ -23,6 +23,7 @@ first op:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 
 # A logical GPU's memory limit when one GPU is split (MiB).
@@ -130,16 +131,12 @@ def tf_settings(tf) -> dict:
     """Op determinism and eager `tf.function`s, as TensorFlow has them now:
     the one reading, for the plugins (`ctx.tf_settings()`) and
     envprobe.runtime (each a bool, or what `read` says)."""
-    return {
-        "op_determinism": read(lambda: bool(_op_determinism())),
+    return {  # op determinism: no public getter in TensorFlow 2.x
+        "op_determinism": read(
+            lambda: bool(importlib.import_module("tensorflow.python.framework.config").is_op_determinism_enabled())
+        ),
         "run_functions_eagerly": read(lambda: bool(tf.config.functions_run_eagerly())),
     }
-
-
-def _op_determinism():
-    from tensorflow.python.framework import config  # no public getter in TensorFlow 2.x
-
-    return config.is_op_determinism_enabled()
 
 
 def jit_compile(model) -> bool | None:
