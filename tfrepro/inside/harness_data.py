@@ -294,8 +294,29 @@ class Recorder:
         x = args[0] if args else kwargs.get("x")
         y = args[1] if len(args) > 1 else kwargs.get("y")
         batch_size = args[2] if len(args) > 2 else kwargs.get("batch_size")
-        fit = {"at": user_where(), "kind": _kind(x), "sources_seen": len(self.sources)}
-        fit.update(_describe(x, y, batch_size, kwargs.get("steps_per_epoch")))
+        kind = _kind(x)
+        # Spec, batches per epoch and (for arrays) per-feature statistics.
+        fit: dict = {"at": user_where(), "kind": kind, "sources_seen": len(self.sources)}
+        if kind in ("tf.data", "sequence"):
+            if kind == "tf.data":
+                fit["element_spec"] = spec_of(getattr(x, "element_spec", None))
+            fit["batches_per_epoch"] = None
+            with contextlib.suppress(Exception):
+                n = int(x.cardinality()) if kind == "tf.data" else len(x)
+                fit["batches_per_epoch"] = n if n >= 0 else None  # a dataset's -1: infinite, -2: unknown
+        elif kind in ("arrays", "dataframe"):
+            if kind == "dataframe":
+                x = {str(c): x[c].to_numpy() for c in x.columns}
+            if hasattr(y, "to_numpy"):
+                y = y.to_numpy()
+            fit["element_spec"] = {"x": spec_of(x), "y": spec_of(y)}
+            if n := rows(x):
+                fit["records"] = n
+                fit["batches_per_epoch"] = -(-n // int(batch_size or 32))
+            named = [(name(root, keys), a) for root, part in (("x", x), ("y", y)) for keys, a in leaves(part)]
+            fit["features"] = {col: stats_of(v) for label, a in named for col, v in _columns(label, _head(a))}
+        if steps_per_epoch := kwargs.get("steps_per_epoch"):
+            fit["batches_per_epoch"] = int(steps_per_epoch)
         if len(self.fits) < 10:
             self.fits.append(fit)
 
@@ -306,7 +327,7 @@ class Recorder:
         self.batches_seen += 1
         for path, t in batch.items():  # `batch_outputs`'s keys
             top, *keys = path.split("/")
-            keys = [int(k) if k.isdigit() else k for k in keys]  # a list index, named as `_describe` names it
+            keys = [int(k) if k.isdigit() else k for k in keys]  # a list index, named as `on_fit` names it
             label = name({"0": "x", "1": "y", "2": "sample_weight"}.get(top, top), keys)
             for col, values in _columns(label, t.numpy() if hasattr(t, "numpy") else t):
                 self.batch_stats.setdefault(col, FeatureStats()).update(values)
@@ -344,33 +365,6 @@ def _kind(x) -> str:
     if hasattr(x, "__next__") or type(x).__name__ == "generator":
         return "generator"
     return "arrays"
-
-
-def _describe(x, y, batch_size, steps_per_epoch) -> dict:
-    """Spec, batches per epoch and (for arrays) per-feature statistics."""
-    kind = _kind(x)
-    out: dict = {}
-    if kind in ("tf.data", "sequence"):
-        if kind == "tf.data":
-            out["element_spec"] = spec_of(getattr(x, "element_spec", None))
-        out["batches_per_epoch"] = None
-        with contextlib.suppress(Exception):
-            n = int(x.cardinality()) if kind == "tf.data" else len(x)
-            out["batches_per_epoch"] = n if n >= 0 else None  # a dataset's -1: infinite, -2: unknown
-    elif kind in ("arrays", "dataframe"):
-        if kind == "dataframe":
-            x = {str(c): x[c].to_numpy() for c in x.columns}
-        if hasattr(y, "to_numpy"):
-            y = y.to_numpy()
-        out["element_spec"] = {"x": spec_of(x), "y": spec_of(y)}
-        if n := rows(x):
-            out["records"] = n
-            out["batches_per_epoch"] = -(-n // int(batch_size or 32))
-        named = [(name(root, keys), a) for root, part in (("x", x), ("y", y)) for keys, a in leaves(part)]
-        out["features"] = {col: stats_of(v) for label, a in named for col, v in _columns(label, _head(a))}
-    if steps_per_epoch:
-        out["batches_per_epoch"] = int(steps_per_epoch)
-    return out
 
 
 def install(rec: Recorder, finder) -> None:
