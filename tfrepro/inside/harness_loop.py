@@ -40,6 +40,7 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 BUF = 256  # steps one tf.function call can hold before the oldest losses are lost
 R_MAX = 32  # replica slots
@@ -51,17 +52,14 @@ _tls = threading.local()
 _lock = threading.Lock()
 
 
-class _Loop:
-    def __init__(self) -> None:
-        self.recorder = None  # _GraphRecorder, created at the first traced step
-        self.primary = None  # id of the optimizer whose steps count
-        self.traced = False  # a trace happened since the last recorded step
-        self.pending: dict[int, list] = {}  # eager replica losses waiting for the other replicas
-        self.first_step = None  # S.steps_seen when this source started recording
-        self.t_ref0 = None  # S.t_ref then: a printed line's step time starts there
-
-
-L = _Loop()
+L = SimpleNamespace(  # this process's loop
+    recorder=None,  # _GraphRecorder, created at the first traced step
+    primary=None,  # id of the optimizer whose steps count
+    traced=False,  # a trace happened since the last recorded step
+    pending={},  # replica id -> its eager losses waiting for the other replicas
+    first_step=None,  # S.steps_seen when this source started recording
+    t_ref0=None,  # S.t_ref then: a printed line's step time starts there
+)
 
 
 # -- the graph side --------------------------------------------------------------------
