@@ -178,21 +178,17 @@ class StdoutTap:
                     self._pending += s
                 return n
             *lines, self._pending = (self._pending + s).split("\n")
-            for line in lines:
-                if m := STEP_LINE.match(line):
-                    self._on_step_line(m.group(2))
+            for m in filter(None, map(STEP_LINE.match, lines)):
+                try:
+                    loss = float(m.group(2).rstrip(",;"))
+                except ValueError:
+                    continue
+                loop = sys.modules.get("_tfrepro_harness_loop")
+                if loop is not None:  # the printed line overrides the steps seen at apply_gradients
+                    loop.yield_to_stdout()  # (and its time starts where theirs did)
+                self._stream.flush()
+                loop_step(loss)
         return n
-
-    def _on_step_line(self, text: str) -> None:
-        try:
-            loss = float(text.rstrip(",;"))
-        except ValueError:
-            return
-        loop = sys.modules.get("_tfrepro_harness_loop")
-        if loop is not None:  # the printed line overrides the steps seen at apply_gradients
-            loop.yield_to_stdout()  # (and its time starts where theirs did)
-        self._stream.flush()
-        loop_step(loss)
 
     def writelines(self, lines):
         for line in lines:
