@@ -7,7 +7,6 @@ import math
 import numpy as np
 
 from tfrepro.inside import harness_data as hd
-from tfrepro.inside import harness_frames
 
 
 def test_feature_stats_of_floats_with_nan_inf_and_zeros():
@@ -37,7 +36,7 @@ def test_distinct_values_of_integer_and_string_features_up_to_the_limit():
 
 
 def test_fit_on_arrays_records_spec_batches_and_per_column_stats():
-    rec = hd.Recorder(lambda where: None, harness_frames)
+    rec = hd.Recorder(lambda where: None)
     x = np.zeros((100, 2), dtype=np.float32)
     x[:, 1] = np.arange(100)
     y = np.arange(100) % 3
@@ -52,7 +51,7 @@ def test_fit_on_arrays_records_spec_batches_and_per_column_stats():
 
 
 def test_batches_training_saw_give_the_stats_of_a_dataset():
-    rec = hd.Recorder(lambda where: None, harness_frames)
+    rec = hd.Recorder(lambda where: None)
     rec.fits.append({"kind": "tf.data"})
     for i in range(3):
         rec.see_batch({"0/a": np.full((4,), float(i)), "1": np.array([1, 0, 1, 1])})
@@ -67,9 +66,9 @@ def test_a_fit_on_arrays_and_the_batches_training_saw_name_the_features_alike():
     whether fit got the arrays or training saw them as a batch (the train
     step's outputs, keyed "0/1"; they were x['1'])."""
     a, b = np.arange(8.0), np.ones(8)
-    arrays = hd.Recorder(lambda where: None, harness_frames)
+    arrays = hd.Recorder(lambda where: None)
     arrays.on_fit(None, ([a, {"k": b}], a), {})
-    seen = hd.Recorder(lambda where: None, harness_frames)
+    seen = hd.Recorder(lambda where: None)
     seen.fits.append({"kind": "tf.data"})
     seen.see_batch({"0/0": a, "0/1/k": b, "1": a})
     names = {"x[0]", "x[1]['k']", "y"}
@@ -79,7 +78,7 @@ def test_a_fit_on_arrays_and_the_batches_training_saw_name_the_features_alike():
 
 def test_a_source_is_named_with_the_callers_file_and_line(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    rec = hd.Recorder(lambda where: None, harness_frames)
+    rec = hd.Recorder(lambda where: None)
     rec.source("numpy.load", tmp_path / "x.npy", np.zeros((5, 2)))
     got = rec.to_dict()["sources"][0]
     assert got["call"] == "numpy.load" and got["file"] == "x.npy" and got["shape"] == [5, 2]

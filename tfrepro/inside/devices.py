@@ -23,6 +23,7 @@ first op:
 from __future__ import annotations
 
 import contextlib
+import importlib
 import sys
 
 # A logical GPU's memory limit when one GPU is split (MiB).
@@ -130,16 +131,12 @@ def tf_settings(tf) -> dict:
     """Op determinism and eager `tf.function`s, as TensorFlow has them now:
     the one reading, for the plugins (`ctx.tf_settings()`) and
     envprobe.runtime (each a bool, or what `read` says)."""
-    return {
-        "op_determinism": read(lambda: bool(_op_determinism())),
+    return {  # op determinism: no public getter in TensorFlow 2.x
+        "op_determinism": read(
+            lambda: bool(importlib.import_module("tensorflow.python.framework.config").is_op_determinism_enabled())
+        ),
         "run_functions_eagerly": read(lambda: bool(tf.config.functions_run_eagerly())),
     }
-
-
-def _op_determinism():
-    from tensorflow.python.framework import config  # no public getter in TensorFlow 2.x
-
-    return config.is_op_determinism_enabled()
 
 
 def jit_compile(model) -> bool | None:
@@ -154,32 +151,28 @@ def jit_compile(model) -> bool | None:
 
 def record_compile(model, extra: dict, requested, pinned: bool) -> None:
     """One `compile`: what was asked, what Keras resolved, whether we pinned it."""
-    n = len(extra.setdefault("compile_modes", [])) + 1
-    extra["compile_modes"].append(
-        {
-            "call": f"compile#{n}",
-            "requested": requested if isinstance(requested, (bool, str)) else repr(requested),
-            "jit_compile": jit_compile(model),
-            "pinned": pinned,
-            "run_eagerly": bool(getattr(model, "run_eagerly", False)),
-        }
-    )
+    requested = requested if isinstance(requested, (bool, str)) else repr(requested)
+    _record("compile_modes", "compile", model, extra, requested=requested, pinned=pinned)
 
 
 def record_fit(model, extra: dict, keras) -> None:
     """One `fit`: the compile mode it ran, replicas in sync, precision policy."""
-    fits = extra.setdefault("fits", [])
     try:
         n = int(model.distribute_strategy.num_replicas_in_sync)
     except Exception:  # no strategy: None
         n = None
-    fits.append(
+    _record("fits", "fit", model, extra, replicas=n, precision_policy=precision_policy(keras, model))
+
+
+def _record(key: str, kind: str, model, extra: dict, **fields) -> None:
+    """`extra[key]` gets the call's tag (`kind#N`), resolved `jit_compile`, `run_eagerly` and `fields`."""
+    calls = extra.setdefault(key, [])
+    calls.append(
         {
-            "call": f"fit#{len(fits) + 1}",
+            "call": f"{kind}#{len(calls) + 1}",
             "jit_compile": jit_compile(model),
             "run_eagerly": bool(getattr(model, "run_eagerly", False)),
-            "replicas": n,
-            "precision_policy": precision_policy(keras, model),
+            **fields,
         }
     )
 

@@ -82,7 +82,7 @@ class _State:
         self.fit_hooks: list = []
         self.end_hooks: list = []
         self.fit_depth = 0
-        # The script's training calls (fit#1, fit#2, loop#1...), in order:
+        # The script's training calls (fit#1, fit#2...), in order (harness_keras.py's fit):
         # {"call", "where" (file:line), "start" (steps before it)}.
         self.calls: list[dict] = []
         self.pending_loss = None  # exact loss tensor of the last fit step
@@ -101,17 +101,6 @@ def note_error(where: str) -> None:
 
 
 # -- recording ----------------------------------------------------------------
-
-
-def begin_call(kind: str, where: str) -> str:
-    """A training call of the script starts (kind "fit", "loop"...): its
-    steps are the ones recorded from here to the next call. Returns its tag."""
-    tag = f"{kind}#{sum(1 for c in S.calls if c['call'].startswith(kind + '#')) + 1}"
-    S.calls.append({"call": tag, "where": where, "start": S.steps_seen})
-    S.extra["calls"] = S.calls
-    if S.budget is not None:
-        S.budget.begin_call(tag)
-    return tag
 
 
 def record_step(loss: float | None, dt: float) -> None:
@@ -189,21 +178,17 @@ class StdoutTap:
                     self._pending += s
                 return n
             *lines, self._pending = (self._pending + s).split("\n")
-            for line in lines:
-                if m := STEP_LINE.match(line):
-                    self._on_step_line(m.group(2))
+            for m in filter(None, map(STEP_LINE.match, lines)):
+                try:
+                    loss = float(m.group(2).rstrip(",;"))
+                except ValueError:
+                    continue
+                loop = sys.modules.get("_tfrepro_harness_loop")
+                if loop is not None:  # the printed line overrides the steps seen at apply_gradients
+                    loop.yield_to_stdout()  # (and its time starts where theirs did)
+                self._stream.flush()
+                loop_step(loss)
         return n
-
-    def _on_step_line(self, text: str) -> None:
-        try:
-            loss = float(text.rstrip(",;"))
-        except ValueError:
-            return
-        loop = sys.modules.get("_tfrepro_harness_loop")
-        if loop is not None:  # the printed line overrides the steps seen at apply_gradients
-            loop.yield_to_stdout()  # (and its time starts where theirs did)
-        self._stream.flush()
-        loop_step(loss)
 
     def writelines(self, lines):
         for line in lines:
@@ -307,8 +292,9 @@ _HOOKS = {
 
 
 _FINDER = None  # harness_imports.PostImportFinder, once activated
-FRAMES = None  # harness_frames.py: the user's file:line, once activated
+FRAMES = None  # harness_data.py, for the user's file:line (`user_where`, `is_library`), once activated
 _DATA = None  # harness_data.Recorder: what the script feeds training
+_MEMORY = None  # memory.py (loaded by path): this trial's MemorySampler, None when it could not load
 
 
 def _quietly(where: str, fn, *args):
@@ -332,11 +318,6 @@ def wrap_once(owner, attr: str, make, mark: str = "_tfrepro") -> None:
     wrapped.__wrapped__ = orig
     setattr(wrapped, mark, True)
     setattr(owner, attr, wrapped)
-
-
-# -- memory (memory.py, loaded by path) ----------------------------------------------
-
-_MEMORY = None  # this trial's MemorySampler, None when it could not load
 
 
 # -- the script's Keras ----------------------------------------------------------------
@@ -432,7 +413,7 @@ def activate(config_path: str) -> None:
     global S, FRAMES, _MEMORY, _FINDER, _DATA
     with open(config_path, encoding="utf-8") as f:
         S = _State(json.load(f))
-    FRAMES = _sibling_file("harness_frames")
+    FRAMES = _side("data")  # also the walk over a batch's leaves (harness_keras.py, probes.py)
     if S.config.get("deterministic"):
         import random
 
@@ -456,9 +437,8 @@ def activate(config_path: str) -> None:
     sys.meta_path.insert(0, _FINDER)
     _FINDER.fire_imported()
     try:  # what the script feeds training (harness_data.py)
-        module = _side("data")  # also the walk over a batch's leaves (harness_keras.py, probes.py)
-        _DATA = module.Recorder(note_error, FRAMES)
-        module.install(_DATA, _FINDER)
+        _DATA = FRAMES.Recorder(note_error)
+        FRAMES.install(_DATA, _FINDER)
         S.fit_hooks.append(_DATA.on_fit)
     except Exception:
         note_error("data recorder")

@@ -21,20 +21,69 @@ stdlib, NumPy and TensorFlow only, no tfrepro import). Ends up in
 
 A fit with no source seen is the case the report names by its file:line: the
 data comes from something the recorder cannot see.
+
+Also the user's file:line (`is_library`, `user_where`): the one rule that walks
+a stack or a traceback to the frame in the script's own code (a fit's call
+site, a data read's, a write outside the trial dir, a dataset the script
+iterates). Library code is told by its location, not by a name in its path:
+installed packages, the standard library, the harness's own files (a project
+in a folder called keras-bug/ or pandas-demo/ is the user's code). Loaded by
+harness.py when it activates, imported as a module by the tests.
 """
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import math
 import os
 import sys
+import sysconfig
+import traceback
 
 DISTINCT_MAX = 20
 ROWS_MAX = 100_000
 BATCHES_MAX = 32
 DATA_EXTENSIONS = (".csv", ".tsv", ".npy", ".npz", ".tfrecord", ".tfrecords", ".parquet", ".jsonl", ".txt", ".h5")
 H = None  # the harness core module, set by harness.py (`_side`)
+
+
+# -- the user's file:line ----------------------------------------------------------
+
+_INSTALLED = ("site-packages", "dist-packages", "_tfrepro")
+_OWN = os.path.dirname(os.path.abspath(__file__))
+_STDLIB = tuple(
+    {os.path.abspath(d) for d in (sysconfig.get_paths().get("stdlib"), sysconfig.get_paths().get("platstdlib")) if d}
+)
+
+
+def is_library(name: str) -> bool:
+    """Is the frame's file (its code's `co_filename`) library code, not the user's?"""
+    if not name or name.startswith("<") or any(part in name for part in _INSTALLED):
+        return True
+    path = os.path.abspath(name)
+    return any(path == d or path.startswith(d + os.sep) for d in (_OWN, *_STDLIB))
+
+
+def user_where(frames=None, root: str | None = None) -> str | None:
+    """file:line of the innermost of `frames` ((frame, line) pairs, innermost
+    first, as `traceback.walk_stack`/`walk_tb` give them; by default the
+    caller's stack) in the user's code: the first under `root` (default: the
+    working directory), as a path relative to it; else the first anywhere,
+    as an absolute path; None when every frame is a library's."""
+    if frames is None:
+        frames = traceback.walk_stack(sys._getframe(1))
+    root = os.path.abspath(root or os.getcwd())
+    fallback = None
+    for frame, line in frames:
+        name = frame.f_code.co_filename
+        if is_library(name):
+            continue
+        path = os.path.abspath(name)
+        if path.startswith(root + os.sep):
+            return f"{os.path.relpath(path, root)}:{line}"
+        fallback = fallback or f"{path}:{line}"
+    return fallback
 
 
 class FeatureStats:
@@ -74,16 +123,14 @@ class FeatureStats:
             self.hi = hi if self.hi is None else max(self.hi, hi)
 
     def _distinct(self, a) -> None:
-        if self.distinct is None:
-            return
-        if len(set(a[:1000].tolist())) > DISTINCT_MAX:  # most features: decided on a sample
+        if self.distinct is None or len(set(a[:1000].tolist())) > DISTINCT_MAX:  # most features: decided on a sample
             self.distinct = None
             return
-        for v in set(a[:ROWS_MAX].tolist()):
-            self.distinct.add(v.decode("utf-8", "replace") if isinstance(v, bytes) else v)
-            if len(self.distinct) > DISTINCT_MAX:
-                self.distinct = None
-                return
+        self.distinct.update(
+            v.decode("utf-8", "replace") if isinstance(v, bytes) else v for v in set(a[:ROWS_MAX].tolist())
+        )
+        if len(self.distinct) > DISTINCT_MAX:
+            self.distinct = None
 
     def to_dict(self) -> dict:
         d = {"dtype": self.dtype, "count": self.n, "nan": self.nan, "inf": self.inf}
@@ -197,9 +244,8 @@ def _columns(name: str, a):
 
 
 class Recorder:
-    def __init__(self, note_error, frames) -> None:
+    def __init__(self, note_error) -> None:
         self.note_error = note_error
-        self.frames = frames  # harness_frames.py: where in the user's code a read happened
         self.sources: list[dict] = []
         self.fits: list[dict] = []
         self.seen_files: set[str] = set()
@@ -210,7 +256,7 @@ class Recorder:
     # -- where the data came from ------------------------------------------
     def source(self, call: str, path, out=None) -> None:
         try:
-            entry = {"call": call, "file": _rel(path) if path is not None else None, "at": self.frames.user_where()}
+            entry = {"call": call, "file": _rel(path) if path is not None else None, "at": user_where()}
             if out is not None and _shape(out) is not None:
                 entry["shape"] = _shape(out)
                 entry["value"] = value_of(out)
@@ -248,8 +294,29 @@ class Recorder:
         x = args[0] if args else kwargs.get("x")
         y = args[1] if len(args) > 1 else kwargs.get("y")
         batch_size = args[2] if len(args) > 2 else kwargs.get("batch_size")
-        fit = {"at": self.frames.user_where(), "kind": _kind(x), "sources_seen": len(self.sources)}
-        fit.update(_describe(x, y, batch_size, kwargs.get("steps_per_epoch")))
+        kind = _kind(x)
+        # Spec, batches per epoch and (for arrays) per-feature statistics.
+        fit: dict = {"at": user_where(), "kind": kind, "sources_seen": len(self.sources)}
+        if kind in ("tf.data", "sequence"):
+            if kind == "tf.data":
+                fit["element_spec"] = spec_of(getattr(x, "element_spec", None))
+            fit["batches_per_epoch"] = None
+            with contextlib.suppress(Exception):
+                n = int(x.cardinality()) if kind == "tf.data" else len(x)
+                fit["batches_per_epoch"] = n if n >= 0 else None  # a dataset's -1: infinite, -2: unknown
+        elif kind in ("arrays", "dataframe"):
+            if kind == "dataframe":
+                x = {str(c): x[c].to_numpy() for c in x.columns}
+            if hasattr(y, "to_numpy"):
+                y = y.to_numpy()
+            fit["element_spec"] = {"x": spec_of(x), "y": spec_of(y)}
+            if n := rows(x):
+                fit["records"] = n
+                fit["batches_per_epoch"] = -(-n // int(batch_size or 32))
+            named = [(name(root, keys), a) for root, part in (("x", x), ("y", y)) for keys, a in leaves(part)]
+            fit["features"] = {col: stats_of(v) for label, a in named for col, v in _columns(label, _head(a))}
+        if steps_per_epoch := kwargs.get("steps_per_epoch"):
+            fit["batches_per_epoch"] = int(steps_per_epoch)
         if len(self.fits) < 10:
             self.fits.append(fit)
 
@@ -260,7 +327,7 @@ class Recorder:
         self.batches_seen += 1
         for path, t in batch.items():  # `batch_outputs`'s keys
             top, *keys = path.split("/")
-            keys = [int(k) if k.isdigit() else k for k in keys]  # a list index, named as `_describe` names it
+            keys = [int(k) if k.isdigit() else k for k in keys]  # a list index, named as `on_fit` names it
             label = name({"0": "x", "1": "y", "2": "sample_weight"}.get(top, top), keys)
             for col, values in _columns(label, t.numpy() if hasattr(t, "numpy") else t):
                 self.batch_stats.setdefault(col, FeatureStats()).update(values)
@@ -300,35 +367,8 @@ def _kind(x) -> str:
     return "arrays"
 
 
-def _describe(x, y, batch_size, steps_per_epoch) -> dict:
-    """Spec, batches per epoch and (for arrays) per-feature statistics."""
-    kind = _kind(x)
-    out: dict = {}
-    if kind in ("tf.data", "sequence"):
-        if kind == "tf.data":
-            out["element_spec"] = spec_of(getattr(x, "element_spec", None))
-        out["batches_per_epoch"] = None
-        with contextlib.suppress(Exception):
-            n = int(x.cardinality()) if kind == "tf.data" else len(x)
-            out["batches_per_epoch"] = n if n >= 0 else None  # a dataset's -1: infinite, -2: unknown
-    elif kind in ("arrays", "dataframe"):
-        if kind == "dataframe":
-            x = {str(c): x[c].to_numpy() for c in x.columns}
-        if hasattr(y, "to_numpy"):
-            y = y.to_numpy()
-        out["element_spec"] = {"x": spec_of(x), "y": spec_of(y)}
-        if n := rows(x):
-            out["records"] = n
-            out["batches_per_epoch"] = -(-n // int(batch_size or 32))
-        named = [(name(root, keys), a) for root, part in (("x", x), ("y", y)) for keys, a in leaves(part)]
-        out["features"] = {col: stats_of(v) for label, a in named for col, v in _columns(label, _head(a))}
-    if steps_per_epoch:
-        out["batches_per_epoch"] = int(steps_per_epoch)
-    return out
-
-
 def install(rec: Recorder, finder) -> None:
-    """The source hooks, each as its library is imported."""
+    """The source hooks, each as its library is imported (open()'s now)."""
 
     def on_numpy(np):
         for attr in ("load", "loadtxt", "genfromtxt"):
@@ -358,23 +398,15 @@ def install(rec: Recorder, finder) -> None:
 
     for name, fn in (("numpy", on_numpy), ("pandas", on_pandas), ("tensorflow", on_tf), ("keras", on_keras)):
         finder.add(name, lambda module, fn=fn, name=name: H._quietly(f"data hooks ({name})", fn, module))
-    _hook_open(rec)
 
-
-def _hook_open(rec: Recorder) -> None:
-    """open() of a data file for reading (csv, npy, tfrecord, ...), from the user's code."""
-    import builtins
-
-    def make(orig):
+    def make(orig):  # open() of a data file for reading (csv, npy, tfrecord, ...), from the user's code
         def open_(file, mode="r", *args, **kwargs):
             f = orig(file, mode, *args, **kwargs)
             with contextlib.suppress(Exception):
                 if isinstance(file, (str, os.PathLike)) and "r" in mode and "+" not in mode:
                     name = os.fspath(file)
                     # the direct caller is the user's code (not NumPy's np.load opening its file)
-                    if name.lower().endswith(DATA_EXTENSIONS) and not rec.frames.is_library(
-                        sys._getframe(1).f_code.co_filename
-                    ):
+                    if name.lower().endswith(DATA_EXTENSIONS) and not is_library(sys._getframe(1).f_code.co_filename):
                         rec.source("open", name)
             return f
 

@@ -23,39 +23,6 @@ import sys
 _CODES: set = set()  # the wrappers' code objects
 
 
-def on_first_import(names: set, fire) -> None:
-    """Call `fire()` once, right after the first import of a top-level module in `names`."""
-    orig_import, orig_import_module = builtins.__import__, importlib.import_module
-    done = False
-
-    def seen(name: str) -> None:
-        nonlocal done
-        if done or name.partition(".")[0] not in names:
-            return
-        done = True
-        if builtins.__import__ is _import:
-            builtins.__import__ = orig_import
-        if importlib.import_module is _import_module:
-            importlib.import_module = orig_import_module
-        fire()
-
-    def _import(name, globals=None, locals=None, fromlist=(), level=0):
-        module = orig_import(name, globals, locals, fromlist, level)
-        if level == 0:
-            seen(name)
-        return module
-
-    def _import_module(name, package=None):
-        module = orig_import_module(name, package)
-        if not name.startswith("."):
-            seen(name)
-        return module
-
-    _CODES.update((_import.__code__, _import_module.__code__))
-    builtins.__import__ = _import
-    importlib.import_module = _import_module
-
-
 def hide(exc: BaseException | None, tb):
     """`tb` (the traceback of `exc`) and those of the exceptions chained to
     it, without the wrappers' frames; returns the new head of `tb`."""
@@ -123,15 +90,37 @@ class PostImportFinder:
         `import keras` (each imports the other). Not now: a script that seeds
         NumPy or `random` before that import has its seed replaced by the
         trial's there, warm as cold (tests/test_warm.py)."""
-        self._waiting = {n for n in self._hooks if n in sys.modules}
-        if self._waiting:
-            on_first_import(self._waiting, self._fire_waiting)
+        self._waiting = waiting = {n for n in self._hooks if n in sys.modules}
+        if not waiting:
+            return
+        orig_import, orig_import_module = builtins.__import__, importlib.import_module
 
-    def _fire_waiting(self) -> None:
-        names = [n for n in self._hooks if n in self._waiting]
-        self._waiting = set()
-        for name in names:
-            self._consume(name)(sys.modules[name])
+        def seen(name: str) -> None:  # an import: the first of a watched name puts both back, runs the hooks
+            if not self._waiting or name.partition(".")[0] not in waiting:
+                return
+            self._waiting = set()
+            if builtins.__import__ is _import:
+                builtins.__import__ = orig_import
+            if importlib.import_module is _import_module:
+                importlib.import_module = orig_import_module
+            for fullname in [n for n in self._hooks if n in waiting]:
+                self._consume(fullname)(sys.modules[fullname])
+
+        def _import(name, globals=None, locals=None, fromlist=(), level=0):
+            module = orig_import(name, globals, locals, fromlist, level)
+            if level == 0:
+                seen(name)
+            return module
+
+        def _import_module(name, package=None):
+            module = orig_import_module(name, package)
+            if not name.startswith("."):
+                seen(name)
+            return module
+
+        _CODES.update((_import.__code__, _import_module.__code__))
+        builtins.__import__ = _import
+        importlib.import_module = _import_module
 
     def find_spec(self, fullname, path=None, target=None):
         # A mere importlib.util.find_spec (TensorFlow probes for keras) also

@@ -52,10 +52,6 @@ class StateSaver:
         self.dir = config.get("state_dir") or ""
         self.meta: dict = {"step": self.step}
 
-    def wanted(self, steps_seen: int) -> bool:
-        """Is the step about to run (steps_seen + 1) the one to save?"""
-        return bool(self.dir) and steps_seen + 1 == self.step
-
     def save_state(self, model) -> None:
         import numpy as np
 
@@ -92,9 +88,10 @@ def _saver():
 
 
 def _save(what: str, *args) -> None:
-    """The nan-state trial's save at the step it wants (a failure is noted, never raised)."""
+    """The nan-state trial's save at the step it wants, the one about to run (a
+    failure is noted, never raised)."""
     saver = _saver()
-    if saver is not None and saver.wanted(H.S.steps_seen):
+    if saver is not None and saver.dir and H.S.steps_seen + 1 == saver.step:
         H._quietly("nan state", getattr(saver, what), *args)
 
 
@@ -161,7 +158,13 @@ def _patch_trainer(cls, callback_base, lib: str, distributed_sum: bool) -> None:
             args[5] = _with_callback(args[5], callback_cls())
         else:
             kwargs["callbacks"] = _with_callback(kwargs.get("callbacks"), callback_cls())
-        tag = H.begin_call("fit", H.FRAMES.user_where() or "?") if H.S.fit_depth == 0 else None
+        tag = None
+        if H.S.fit_depth == 0:  # a training call of the script: its steps are those from here to the next
+            tag = f"fit#{len(H.S.calls) + 1}"
+            H.S.calls.append({"call": tag, "where": H.FRAMES.user_where() or "?", "start": H.S.steps_seen})
+            H.S.extra["calls"] = H.S.calls
+            if H.S.budget is not None:
+                H.S.budget.begin_call(tag)
         if H._DEVICES is not None:  # its compile mode, replicas in sync, precision policy
             H._DEVICES.record_fit(self, H.S.extra, H.keras_module())
         H.S.fit_depth += 1
@@ -228,8 +231,18 @@ def _capturing_step(model, step, distributed_sum: bool):
         finally:
             _tls.seen = None
         if seen and isinstance(logs, dict):
+            import tensorflow as tf
+
+            # The step's loss as one value after the trainer's per-replica reduction: Keras 3 averages
+            # replicas (equal shards: exact); tf_keras sums them, so each replica contributes its batch share.
+            value, weight = seen[-1]
+            value = tf.cast(value, tf.float32)
+            ctx = tf.distribute.get_replica_context()
+            if distributed_sum and ctx is not None and ctx.num_replicas_in_sync > 1 and weight is not None:
+                w = tf.cast(weight, tf.float32)
+                value = value * w / ctx.all_reduce("sum", w)
             logs = dict(logs)
-            logs[LOSS_KEY] = _global_loss(seen[-1], distributed_sum)
+            logs[LOSS_KEY] = value
             if _saver() is not None or H.S.config.get("record_data"):  # the batch leaves the step too
                 H._quietly("nan state batch", lambda: logs.update({BATCH_KEY: H._side("data").batch_outputs(data)}))
         return logs
@@ -260,28 +273,11 @@ def _hook_tracker(tracker) -> None:
 
 
 def _with_callback(callbacks, cb):
-    if callbacks is None:
-        return [cb]
     if hasattr(callbacks, "append") and not isinstance(callbacks, (list, tuple)):
         callbacks.append(cb)  # a CallbackList
         cb.set_model(getattr(callbacks, "model", None))
         return callbacks
-    return list(callbacks) + [cb]
-
-
-def _global_loss(seen, distributed_sum: bool):
-    """The step's loss as one value after the trainer's per-replica reduction:
-    Keras 3 averages replicas (equal shards: exact); tf_keras sums them, so
-    each replica contributes its batch share."""
-    import tensorflow as tf
-
-    value, weight = seen
-    value = tf.cast(value, tf.float32)
-    ctx = tf.distribute.get_replica_context()
-    if distributed_sum and ctx is not None and ctx.num_replicas_in_sync > 1 and weight is not None:
-        w = tf.cast(weight, tf.float32)
-        return value * w / ctx.all_reduce("sum", w)
-    return value
+    return [*(callbacks or ()), cb]
 
 
 JIT_DROPPED = (
@@ -317,28 +313,6 @@ def auto_jit_dropped(model, kwargs: dict, tf, deterministic: bool) -> bool:
         return False
 
 
-def _patch_compile(cls) -> None:
-    """Keras 3 quietly drops `jit_compile=True` under op determinism, which
-    the harness turns on: an XLA feature would then be a no-op in every trial.
-    Say so in the result rather than let a bisect blame or clear XLA wrongly."""
-    orig = cls.compile
-
-    def compile(self, *args, **kwargs):
-        dev = H._DEVICES  # devices.py: jit_compile="auto" pinned, the resolved mode recorded, the warning
-        if dev is None:
-            return orig(self, *args, **kwargs)
-        kwargs, requested, pinned = dev.pin_compile(args, kwargs, H.S.config)
-        out = orig(self, *args, **kwargs)
-        dev.record_compile(self, H.S.extra, requested, pinned)
-        if kwargs.get("jit_compile") is True and getattr(self, "jit_compile", None) is False:
-            dev.warn(H.S.extra, JIT_DROPPED)
-        elif auto_jit_dropped(self, kwargs, sys.modules.get("tensorflow"), bool(H.S.config.get("deterministic"))):
-            dev.warn(H.S.extra, AUTO_JIT_DROPPED)
-        return out
-
-    cls.compile = compile
-
-
 def on_keras(keras) -> None:
     if H.keras2(keras):  # tf_keras, or TensorFlow <= 2.15's Keras 2 (laid out alike)
         try:  # keras 2.13+ (and tf_keras) keep their code under <name>.src
@@ -355,7 +329,25 @@ def on_keras(keras) -> None:
     from keras.src.trainers.trainer import Trainer
 
     _patch_trainer(TensorFlowTrainer, keras.callbacks.Callback, "keras", distributed_sum=False)
-    _patch_compile(Trainer)
+    orig_compile = Trainer.compile
+
+    # Keras 3 quietly drops `jit_compile=True` under op determinism, which the harness turns on: an
+    # XLA feature would then be a no-op in every trial. Say so in the result rather than let a bisect
+    # blame or clear XLA wrongly.
+    def compile(self, *args, **kwargs):
+        dev = H._DEVICES  # devices.py: jit_compile="auto" pinned, the resolved mode recorded, the warning
+        if dev is None:
+            return orig_compile(self, *args, **kwargs)
+        kwargs, requested, pinned = dev.pin_compile(args, kwargs, H.S.config)
+        out = orig_compile(self, *args, **kwargs)
+        dev.record_compile(self, H.S.extra, requested, pinned)
+        if kwargs.get("jit_compile") is True and getattr(self, "jit_compile", None) is False:
+            dev.warn(H.S.extra, JIT_DROPPED)
+        elif auto_jit_dropped(self, kwargs, sys.modules.get("tensorflow"), bool(H.S.config.get("deterministic"))):
+            dev.warn(H.S.extra, AUTO_JIT_DROPPED)
+        return out
+
+    Trainer.compile = compile
     _patched(keras, Trainer)
 
 
@@ -400,6 +392,4 @@ def check_weights() -> tuple[bool | None, list[str]]:
                 bad.append(getattr(w, "path", None) or w.name)
         except Exception:
             H.note_error("weight check")
-    if not checked:
-        return None, []
-    return not bad, bad
+    return (not bad, bad) if checked else (None, [])

@@ -39,6 +39,8 @@ import os
 import sys
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from types import SimpleNamespace
 
 BUF = 256  # steps one tf.function call can hold before the oldest losses are lost
 R_MAX = 32  # replica slots
@@ -50,17 +52,14 @@ _tls = threading.local()
 _lock = threading.Lock()
 
 
-class _Loop:
-    def __init__(self) -> None:
-        self.recorder = None  # _GraphRecorder, created at the first traced step
-        self.primary = None  # id of the optimizer whose steps count
-        self.traced = False  # a trace happened since the last recorded step
-        self.pending: dict[int, list] = {}  # eager replica losses waiting for the other replicas
-        self.first_step = None  # S.steps_seen when this source started recording
-        self.t_ref0 = None  # S.t_ref then: a printed line's step time starts there
-
-
-L = _Loop()
+L = SimpleNamespace(  # this process's loop
+    recorder=None,  # _GraphRecorder, created at the first traced step
+    primary=None,  # id of the optimizer whose steps count
+    traced=False,  # a trace happened since the last recorded step
+    pending={},  # replica id -> its eager losses waiting for the other replicas
+    first_step=None,  # S.steps_seen when this source started recording
+    t_ref0=None,  # S.t_ref then: a printed line's step time starts there
+)
 
 
 # -- the graph side --------------------------------------------------------------------
@@ -70,24 +69,15 @@ class _GraphRecorder:
     """One variable written by the traced step, read after each outermost call."""
 
     def __init__(self, tf) -> None:
-        made: dict = {}
+        # Made in a fresh thread: eager, outside any strategy scope or graph of the tracer (an error
+        # is raised here, reported by the caller). Rows 0..BUF-1: losses per replica slot; row BUF:
+        # the step count per slot (float32: every device has float32 scatter kernels, exact to 2**24
+        # steps). One variable, so one read after each call.
+        def make():
+            return tf.Variable(tf.zeros([BUF + 1, R_MAX], tf.float32), trainable=False, name="tfrepro_loss")
 
-        def make() -> None:
-            # A fresh thread: eager, outside any strategy scope or graph of the tracer.
-            try:
-                # Rows 0..BUF-1: losses per replica slot; row BUF: the step count per slot (float32:
-                # every device has float32 scatter kernels, exact to 2**24 steps). One variable, so
-                # one read after each call.
-                made["buf"] = tf.Variable(tf.zeros([BUF + 1, R_MAX], tf.float32), trainable=False, name="tfrepro_loss")
-            except Exception as e:  # noqa: BLE001 - reported by the caller
-                made["error"] = e
-
-        t = threading.Thread(target=make, name="tfrepro-loop-vars")
-        t.start()
-        t.join()
-        if "error" in made:
-            raise made["error"]
-        self.buf = made["buf"]
+        with ThreadPoolExecutor(1, thread_name_prefix="tfrepro-loop-vars") as pool:
+            self.buf = pool.submit(make).result()
         self.seen = [0] * R_MAX
 
     def write(self, tf, loss, replica) -> None:
@@ -210,21 +200,16 @@ def _on_apply(optimizer) -> None:
     L.traced = True
     if L.recorder is None:
         L.recorder = _GraphRecorder(tf)
-    if target is not None and not _usable(tf, target):
-        target = None
+    if target is not None:  # a symbolic target of the graph being traced or of a graph it captures from, or none
+        current = tf.compat.v1.get_default_graph()
+        for part in target if isinstance(target, (list, tuple)) else [target]:
+            g, graph = getattr(part, "graph", None), current
+            while graph is not None and graph is not g:
+                graph = getattr(graph, "outer_graph", None)
+            if g is None or graph is None:
+                target = None
+                break
     L.recorder.write(tf, target, rid)
-
-
-def _usable(tf, target) -> bool:
-    """A symbolic target of the graph being traced or of a graph it captures from."""
-    current = tf.compat.v1.get_default_graph()
-    for part in target if isinstance(target, (list, tuple)) else [target]:
-        g, graph = getattr(part, "graph", None), current
-        while graph is not None and graph is not g:
-            graph = getattr(graph, "outer_graph", None)
-        if g is None or graph is None:
-            return False
-    return True
 
 
 def _eager_replica(value, rid: int, n: int) -> None:
@@ -340,10 +325,8 @@ def on_keras(keras) -> None:
                 (f"{root}.optimizers.optimizer", "Optimizer"),
                 (f"{root}.optimizers.legacy.optimizer_v2", "OptimizerV2"),
             ]
-            _patch_classes(
-                [*optimizers, (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")], _APPLY, _apply_wrapper
-            )
             scaling = [(lso, "BaseLossScaleOptimizer"), (lso, "LossScaleOptimizer"), (lso, "LossScaleOptimizerV3")]
+            _patch_classes([*optimizers, *scaling[1:]], _APPLY, _apply_wrapper)  # the wrappers' own apply too
             _patch_classes(scaling, ["get_scaled_loss"], _scale_wrapper)
         return
     optimizers = [

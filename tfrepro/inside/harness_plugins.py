@@ -28,6 +28,11 @@ H = None  # the harness core module, set by harness.py
 class PluginContext:
     def __init__(self, options: dict) -> None:
         self.options = dict(options)
+        self.add_fit_hook = H.S.fit_hooks.append
+        self.add_end_hook = H.S.end_hooks.append
+        # Or now if it is imported (in a warm child, where it was imported before the trial: at the
+        # script's first import of it, as cold).
+        self.after_import = H._FINDER.add
 
     def record(self, key: str, value) -> None:
         try:
@@ -35,17 +40,6 @@ class PluginContext:
         except (TypeError, ValueError):
             value = repr(value)
         H.S.extra[key] = value
-
-    def add_fit_hook(self, fn) -> None:
-        H.S.fit_hooks.append(fn)
-
-    def add_end_hook(self, fn) -> None:
-        H.S.end_hooks.append(fn)
-
-    def after_import(self, module_name: str, fn) -> None:
-        """Or now if it is imported (in a warm child, where it was imported
-        before the trial: at the script's first import of it, as cold)."""
-        H._FINDER.add(module_name, fn)
 
     def replicas(self, fits: bool = True) -> int | None:
         """None when unknown (devices.py did not load)."""

@@ -38,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+import mmap
 import os
 import statistics
 import sys
@@ -106,10 +107,6 @@ class MemorySampler:
         self.source = "statm"
         self._fd: int | None = None
         self._pid = -1
-        try:
-            self._page = os.sysconf("SC_PAGE_SIZE")
-        except (ValueError, OSError, AttributeError):
-            self._page = 4096
         self._nvml = None
         self._nvml_next = 0.0
         self._nvml_util: list[int] = []
@@ -124,7 +121,7 @@ class MemorySampler:
                 if self._fd is None or self._pid != os.getpid():  # a forked worker reopens its own
                     self._fd, self._pid = os.open("/proc/self/statm", os.O_RDONLY), os.getpid()
                 fields = os.pread(self._fd, 128, 0).split()
-                return (int(fields[1]) - int(fields[2])) * self._page
+                return (int(fields[1]) - int(fields[2])) * mmap.PAGESIZE
             except (OSError, IndexError, ValueError):
                 self.source = "getrusage"
         return max_rss()
@@ -145,10 +142,7 @@ class MemorySampler:
         self._nvml_next = now + NVML_EVERY_S
         if self._nvml is None:
             self._nvml = _nvml_sampler() or False
-        if not self._nvml:
-            return
-        got = self._nvml()
-        if got is not None:
+        if self._nvml and (got := self._nvml()) is not None:
             self._nvml_util.append(got[0])
             self._nvml_mem_peak = max(self._nvml_mem_peak, got[1])
 

@@ -114,7 +114,7 @@ class _Probes:
         def __iter__(ds):
             if not probes.busy and not probes.captured and tf.executing_eagerly():
                 probes._guard("late loss patches", probes.patch_losses_late)
-                caller = sys._getframe(1).f_code.co_filename  # harness_frames.py: not a library's, not ours
+                caller = sys._getframe(1).f_code.co_filename  # harness_data.py: not a library's, not ours
                 if not H.FRAMES.is_library(caller):
                     probes._guard("dataset peek", probes._capture_dataset, ds, "iter")
             return orig_iter(ds)
@@ -230,11 +230,10 @@ class _Probes:
             elements = []
             for i in range(2):
                 sl = slice(i * batch_size, (i + 1) * batch_size)
-                xs = tf.nest.map_structure(lambda a: a[sl], x)
-                ys = tf.nest.map_structure(lambda a: a[sl], y) if y is not None else None
-                if not D.rows(xs):
+                element = tf.nest.map_structure(lambda a: a[sl], (x, y) if y is not None else (x,))
+                if not D.rows(element[0]):
                     break
-                elements.append((xs, ys) if ys is not None else (xs,))
+                elements.append(element)
             self._record_batches(elements, "fit (arrays)")
             self._skip(
                 "timing",
@@ -306,10 +305,8 @@ class _Probes:
         self._guard("environment", self._record_env)
         if not models:
             self._skip("model", "no Keras model was created during the trial")
-        else:
-            main = self._main_model(models)
-            if main is not None:
-                self._guard("model", self._record_model, main)
+        elif (main := self._main_model(models)) is not None:
+            self._guard("model", self._record_model, main)
         if not self.captured:
             self._skip(
                 "batches",
