@@ -37,35 +37,12 @@ import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from tfrepro.report.answer import Report, timed
 from tfrepro.report.records import ResultJson
 from tfrepro.trials.values import TrialResult, TrialRow, read_json
-
-
-@dataclass(frozen=True)
-class Row:
-    """One trial: the CSV's columns, in order."""
-
-    index: int
-    role: str
-    repeat: int
-    label: str
-    features_on: str
-    verdict: str
-    steps: int
-    first_loss: float | None
-    last_loss: float | None
-    first_nonfinite_step: int | None
-    median_step_ms: float | None
-    wall_s: float | None
-    cached: bool
-
-
-COLUMNS = [f.name for f in fields(Row)]
 
 
 def read_summary(run_dir: Path, row: TrialRow) -> TrialResult | None:
@@ -92,50 +69,50 @@ def write_trial_tables(run_dir: Path) -> dict[str, Path]:
     finished run; {} when the run has no trials table."""
     run_dir = Path(run_dir)
     result: ResultJson = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
-    rows: list[Row] = []
+    rows: list[dict[str, Any]] = []
     features, wall_time = list(result.get("features") or []), time.time()  # one wall time for every session
     for i, row in enumerate(result.get("trials_table") or [], 1):
         s = read_summary(run_dir, row) or TrialResult()
         losses = s.losses  # a non-finite loss (null) reads back as NaN
         label = row.get("version") or row.get("sha") or s.label or ""  # a commit's sha or a release
-        r = Row(
-            index=i,
-            role=row.get("role") or "",
-            repeat=row.get("repeat", 0),
-            label="" if label == row.get("role") else label,
-            features_on=";".join(row.get("enabled") or []),
-            verdict=row.get("verdict") or "",
-            steps=s.steps_run or len(losses),
-            first_loss=losses[0] if losses else None,
-            last_loss=losses[-1] if losses else None,
-            first_nonfinite_step=s.first_nonfinite_step,
-            median_step_ms=_median_ms(s),
-            wall_s=s.wall_s,
-            cached=bool(row.get("cached")),
-        )
+        r = {  # one trial: the CSV's columns, in order
+            "index": i,
+            "role": row.get("role") or "",
+            "repeat": row.get("repeat", 0),
+            "label": "" if label == row.get("role") else label,
+            "features_on": ";".join(row.get("enabled") or []),
+            "verdict": row.get("verdict") or "",
+            "steps": s.steps_run or len(losses),
+            "first_loss": losses[0] if losses else None,
+            "last_loss": losses[-1] if losses else None,
+            "first_nonfinite_step": s.first_nonfinite_step,
+            "median_step_ms": _median_ms(s),
+            "wall_s": s.wall_s,
+            "cached": bool(row.get("cached")),
+        }
         rows.append(r)
         metrics = {
-            "shows_symptom": 0.0 if r.verdict in ("ok", "") else 1.0,
-            "final_loss": math.nan if r.last_loss is None else r.last_loss,
-            "median_step_ms": r.median_step_ms,
+            "shows_symptom": 0.0 if r["verdict"] in ("ok", "") else 1.0,
+            "final_loss": math.nan if r["last_loss"] is None else r["last_loss"],
+            "median_step_ms": r["median_step_ms"],
         }
         hparams: dict[str, bool | str] = {f: f in (row.get("enabled") or []) for f in features}
-        if r.label and not features:  # a commit or version run: its label
-            hparams["label"] = r.label
-        hparams |= {"role": r.role, "verdict": r.verdict or "unknown"}
+        if r["label"] and not features:  # a commit or version run: its label
+            hparams["label"] = r["label"]
+        hparams |= {"role": r["role"], "verdict": r["verdict"] or "unknown"}
         write_run(
-            run_dir / "tensorboard" / f"{r.index:03d}_{safe_name(r.role, 80)}",
+            run_dir / "tensorboard" / f"{i:03d}_{safe_name(r['role'], 80)}",
             {"loss": s.losses, "step_time_ms": [1000.0 * t for t in s.step_times]},
             wall_time=wall_time,
             hparams=hparams,
-            metrics={k: (max(1, r.steps or 0), v) for k, v in metrics.items() if v is not None},
+            metrics={k: (max(1, r["steps"] or 0), v) for k, v in metrics.items() if v is not None},
         )
     if not rows:
         return {}
     with open(run_dir / "trials.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(COLUMNS)
-        w.writerows([_cell(getattr(r, c)) for c in COLUMNS] for r in rows)
+        w.writerow(rows[0])  # the column names
+        w.writerows([_cell(v) for v in r.values()] for r in rows)
     return {"trials.csv": run_dir / "trials.csv", "tensorboard": run_dir / "tensorboard"}
 
 
