@@ -17,16 +17,12 @@ the bisect did; the classifier judges the result. What counts as reproduced:
 Which repro the bundle ships, each choice confirmed by such a re-run
 (`with_data`): trimmed (`trim_files`, below) when the trimmed one still shows the
 symptom, reading synthetic stand-ins for the data (standin.py) or the few
-real records that still show it (reduce.py); and the same re-run on the
-newest tf-nightly (`report --nightly`: does the exported repro still show the
-symptom on TensorFlow's nightly build? The bug form asks; triagers close
-issues that are already fixed on nightly).
-
-The newest `tf-nightly` from the package index is installed once into the
-user cache of per-release environments (`trials/envs.py`, the same store as
-`bisect --tf-versions`); the exported repro (and its reference, when the
-symptom needs one) re-runs there through the ordinary re-run
-(`reproduce`). The answer fills the form's nightly question.
+real records that still show it (reduce.py); and the same re-run
+(`reproduce`) on the newest tf-nightly of the package index, installed once
+into the user cache of per-release environments (`trials/envs.py`, the same
+store as `bisect --tf-versions`): `report --nightly`, does the exported repro
+still show the symptom on TensorFlow's nightly build? The bug form asks;
+triagers close issues that are already fixed on nightly.
 """
 
 from __future__ import annotations
@@ -61,24 +57,22 @@ NIGHTLY_DIST = "tf-nightly"
 
 
 def default_runner(
-    state_dir: Path,
-    *,
-    python: str | None = None,
-    versions: Mapping[str, str | None] | None = None,
-    label: str = "report-rerun",
-    cold: bool = False,
+    state_dir: Path, *, python: str | None = None, versions: Mapping[str, str | None] | None = None
 ) -> Runner:
     """Trials of an exported repro, as written, each process describing its
     environment (`inside/setup_plugin.py`); under `python` (another
     environment's interpreter, e.g. tf-nightly's) when given."""
     from tfrepro.trials.trial import TrialOptions
 
-    def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
-        opts = dict(state_dir=state_dir, label=label, python=python, versions=versions, cold=cold)
-        how = TrialOptions(plugins=(SETUP_PLUGIN,), plugin_options={"environment": True}, **opts)
-        return run_as_written(project_dir, settings, how)
-
-    return run
+    how = TrialOptions(
+        label="report-rerun",
+        state_dir=state_dir,
+        python=python,
+        versions=versions,
+        plugins=(SETUP_PLUGIN,),
+        plugin_options={"environment": True},
+    )
+    return lambda project_dir, settings: run_as_written(project_dir, settings, how)
 
 
 def run_as_written(project_dir: Path, settings: TrialSettings, how: TrialOptions) -> TrialResult:
