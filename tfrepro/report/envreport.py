@@ -8,13 +8,13 @@ light and a broken TensorFlow install still gives a report that says so.
 When the report re-ran the repro, the re-run's own process already
 described itself (`inside/setup_plugin.py`) and no extra child is needed.
 `collect` runs `inside/envprobe.py` (`--runtime`: with the runtime
-settings) as a child of its own: without a re-run, for the report, confined
+settings) as a child of its own: for a report without a re-run, confined
 as a trial is (`confine`: refused where nothing confines it, unless
 --unconfined); for `tfrepro env`, which must still tell what is there on a
 machine where no trial can run (no confinement, a broken install),
-confined only where a mechanism works. `tfrepro env`'s variables come from this process's environment,
-allow-listed and redacted by `scrub.py`'s rules, and every string passes
-the scrubber (the home directory shows as `~`).
+confined only where a mechanism works. `tfrepro env`'s variables come from
+this process's environment, allow-listed and redacted by `scrub.py`'s
+rules, and every string passes the scrubber (the home directory shows as `~`).
 """
 
 from __future__ import annotations
