@@ -168,22 +168,18 @@ def localize(
     data: bytes | None = None,
     *,
     settings: TrialSettings = TrialSettings(),
-    timeout_s: float | None = None,
 ) -> Localization:
     """Run the exported variant `files` (relpath -> text; `settings.entry`
     its script; `data`: the records a reduced one reads) under
     check_numerics as a trial, XLA off, and say where the first non-finite
     value came from. `settings`: the re-run's (the bisect's,
     for the exported script); the run goes to the script's own end or its
-    first NaN, within `timeout_s` (default: the settings'). Never raises for
-    a failing run: the note says what happened."""
+    first NaN, within the settings' `timeout_s`. Never raises for a failing
+    run: the note says what happened."""
     # As the script is written (no seed or determinism the harness adds), with no step cap: to its
     # own end or its symptom, at most `budget_s` seconds of training within the time limit.
-    timeout_s = timeout_s or settings.timeout_s
-    budget = min(settings.budget_s, 0.9 * timeout_s)
-    settings = replace(
-        settings, timeout_s=timeout_s, until_symptom=True, budget_s=budget, deterministic=False, repeat=0
-    )
+    budget = min(settings.budget_s, 0.9 * settings.timeout_s)
+    settings = replace(settings, until_symptom=True, budget_s=budget, deterministic=False, repeat=0)
     with tempfile.TemporaryDirectory(prefix="tfrepro-localize-", ignore_cleanup_errors=True) as tmp:
         got = _facts(Path(tmp), files, data, settings)
     if isinstance(got, str):
