@@ -122,8 +122,7 @@ def reproduce(
         root = Path(tmp)
         cand_dir = write_files(root / "candidate", export.cand_files, export.data)
         ref_dir = write_files(root / "reference", export.ref_files, export.data)
-        if runner is None:
-            runner = default_runner(root / "state")
+        runner = runner or default_runner(root / "state")
         spec = replace(spec, settings=replace(spec.settings, repeat=0), reference=export.ref_name)
         if symptom == Verdict.SLOWDOWN.value:
             return _slowdown(cand_dir, ref_dir, spec, runner, progress)

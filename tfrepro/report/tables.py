@@ -8,12 +8,10 @@ run directory, written after every bisect (feature, commit or version mode).
                                   median_step_ms; the loss and step time per step
 
 `tensorboard --logdir <run_dir>/tensorboard` shows them (HParams tab). Read
-from result.json's trials table and each trial's summary.json; written with
-tensorboardX (no TensorFlow).
-
-An event file (`write_run`, one per run directory): tensorboardX supplies
-the protocol buffers, the HParams plugin data and the TFRecord framing; it
-is imported only when a file is written.
+from result.json's trials table and each trial's summary.json; each event
+file (`write_run`, one per run directory) written with tensorboardX (no
+TensorFlow), which supplies the protocol buffers, the HParams plugin data
+and the TFRecord framing, imported only when a file is written.
 
 The report bundle's measured artifacts (`write_events`, `plots`) are made
 here too: one TensorBoard run per trial, loss and step-time plots. The
