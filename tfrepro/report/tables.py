@@ -34,7 +34,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -141,35 +141,27 @@ def write_run(
     from tensorboardX.record_writer import RecordWriter
     from tensorboardX.summary import hparams as hparams_summaries
 
-    def scalar(tag: str, v: float) -> Summary:  # not summary.scalar: it warns on NaN, which we mean
-        return Summary(value=[Summary.Value(tag=tag, simple_value=v)])
-
     logdir.mkdir(parents=True, exist_ok=True)
     t = time.time() if wall_time is None else wall_time
+    events = [Event(wall_time=t, step=0, file_version="brain.Event:2")]
+    if hparams is not None:
+        # The session start only: TensorBoard infers the experiment
+        # (hparam domains, metric names) from the sessions it finds.
+        _, start, _ = hparams_summaries(dict(hparams), dict(metrics or {}))
+        plugin = start.value[0].metadata.plugin_data
+        data = HParamsPluginData.FromString(plugin.content)
+        data.session_start_info.start_time_secs = t
+        plugin.content = data.SerializeToString()
+        events.append(Event(wall_time=t, step=0, summary=start))
+    points = [(i, tag, v) for tag, series in scalars.items() for i, v in enumerate(series, 1)]
+    for step, tag, v in points + [(step, tag, v) for tag, (step, v) in (metrics or {}).items()]:
+        # a scalar by hand, not summary.scalar: it warns on NaN, which we mean
+        value = Summary.Value(tag=tag, simple_value=math.nan if v is None else float(v))
+        events.append(Event(wall_time=t, step=step, summary=Summary(value=[value])))
     path = logdir / EVENT_FILE
-    writer = RecordWriter(str(path))
-    try:
-        writer.write(Event(wall_time=t, step=0, file_version="brain.Event:2").SerializeToString())
-
-        def put(step: int, summary) -> None:
-            writer.write(Event(wall_time=t, step=step, summary=summary).SerializeToString())
-
-        if hparams is not None:
-            # The session start only: TensorBoard infers the experiment
-            # (hparam domains, metric names) from the sessions it finds.
-            _, start, _ = hparams_summaries(dict(hparams), dict(metrics or {}))
-            plugin = start.value[0].metadata.plugin_data
-            data = HParamsPluginData.FromString(plugin.content)
-            data.session_start_info.start_time_secs = t
-            plugin.content = data.SerializeToString()
-            put(0, start)
-        for tag, series in scalars.items():
-            for i, v in enumerate(series, 1):
-                put(i, scalar(tag, math.nan if v is None else float(v)))
-        for tag, (step, v) in (metrics or {}).items():
-            put(step, scalar(tag, v))
-    finally:
-        writer.close()
+    with closing(RecordWriter(str(path))) as writer:
+        for event in events:
+            writer.write(event.SerializeToString())
     return path
 
 
