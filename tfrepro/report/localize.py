@@ -140,27 +140,22 @@ def _node_of(message: str, layers: dict[str, str]) -> Localization:
 def _user_line(message: str, traceback_text: str, script: str, source: str, rel: str) -> Localization:
     """file/line/code/function of the innermost frame in the user's script
     (a found Localization holding only those): from the op's creation
-    stack, else (eager ops carry none) from the exception's own traceback."""
+    stack, else (eager ops carry none) from the exception's own traceback.
+    Either lists its frames (file, line, function) outermost first; the
+    script's are those naming its path or (the op-creation stack abbreviates
+    long paths with a leading '...') its basename, else those whose path
+    resolves to it."""
     script_abs, base = os.path.abspath(script), os.path.basename(script)
-    user = _user_frames(_FRAME.findall(message) + _STACK_FRAME.findall(message), script_abs, base)
-    if not user and traceback_text:
-        user = _user_frames(_FRAME.findall(traceback_text), script_abs, base)
+    user: list[tuple[str, str, str]] = []
+    for frames in (_FRAME.findall(message) + _STACK_FRAME.findall(message), _FRAME.findall(traceback_text)):
+        resolved = [x for x in frames if not x[0].startswith("...") and os.path.abspath(x[0]) == script_abs]
+        user = user or [x for x in frames if x[0] in (script_abs, base)] or resolved
     if not user:
         return Localization(True)
     n = int(user[-1][1])
     lines = source.splitlines()
     code = lines[n - 1].strip() if 0 < n <= len(lines) else None
     return Localization(True, file=rel, line=n, code=code, function=enclosing_scope(source, n) if source else None)
-
-
-def _user_frames(frames: list[tuple[str, str, str]], script_abs: str, base: str) -> list[tuple[str, str, str]]:
-    """Frames (file, line, function) in the repro script, in the order the message lists them
-    (outermost first). The op-creation stack abbreviates long paths with a
-    leading '...', so a basename match is accepted there."""
-    mine = (script_abs, base)
-    full = [x for x in frames if x[0] in mine]
-    out = [x for x in frames if x[0] in mine or (not x[0].startswith("...") and os.path.abspath(x[0]) == script_abs)]
-    return full or out
 
 
 def localize(
