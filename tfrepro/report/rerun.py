@@ -337,9 +337,7 @@ def trim_source(text: str) -> tuple[str, list[str]]:
       never a star import, none at all when the module defines `__all__`).
 
     Dead assignments in general are left alone (a name read by `eval`, a
-    callback or another module cannot be told apart cheaply). The bundle
-    re-runs the trimmed repro and keeps the untrimmed one when the symptom no
-    longer shows."""
+    callback or another module cannot be told apart cheaply)."""
     try:
         tree = cst.parse_module(text)
     except cst.ParserSyntaxError:
@@ -363,8 +361,7 @@ def trim_files(files: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     is not seen: the bundle's re-run is what guards against that)."""
     out, changes = {}, []
     for rel, text in files.items():
-        new, done = trim_source(text) if rel.endswith(".py") else (text, [])
-        out[rel] = new
+        out[rel], done = trim_source(text) if rel.endswith(".py") else (text, [])
         changes.extend(f"{rel}: {c}" for c in done)
     return out, changes
 
