@@ -159,18 +159,15 @@ def _user_line(message: str, traceback_text: str, script: str, source: str, rel:
 
 
 def localize(
-    files: dict[str, str],
-    data: bytes | None = None,
-    *,
-    settings: TrialSettings = TrialSettings(),
+    files: dict[str, str], data: bytes | None = None, *, settings: TrialSettings = TrialSettings()
 ) -> Localization:
     """Run the exported variant `files` (relpath -> text; `settings.entry`
     its script; `data`: the records a reduced one reads) under
     check_numerics as a trial, XLA off, and say where the first non-finite
-    value came from. `settings`: the re-run's (the bisect's,
-    for the exported script); the run goes to the script's own end or its
-    first NaN, within the settings' `timeout_s`. Never raises for a failing
-    run: the note says what happened."""
+    value came from. `settings`: the re-run's (the bisect's, for the
+    exported script); the run goes to the script's own end or its first
+    NaN, within the settings' `timeout_s`. Never raises for a failing run:
+    the note says what happened."""
     # As the script is written (no seed or determinism the harness adds), with no step cap: to its
     # own end or its symptom, at most `budget_s` seconds of training within the time limit.
     budget = min(settings.budget_s, 0.9 * settings.timeout_s)
