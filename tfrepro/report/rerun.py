@@ -212,15 +212,13 @@ def _slowdown(
     runs: dict[str, list[TrialResult]] = {"reference": [], "repro": []}
 
     def trial(key: str, repeat: int, role: str) -> TrialResult:
-        if key == "repro":
-            if progress:
-                progress(
-                    f"  timing pair {len(runs[key]) + 1} (at most {max_pairs}): repro.py between two {spec.reference} runs"
-                )
-            number, where = repeat - TIMING_CANDIDATE, cand_dir
-        else:
-            number, where = repeat - TIMING_BASELINE, ref_dir
-        runs[key].append(runner(where, replace(timed, repeat=number)))
+        repro = key == "repro"
+        if repro and progress:
+            progress(
+                f"  timing pair {len(runs[key]) + 1} (at most {max_pairs}): repro.py between two {spec.reference} runs"
+            )
+        number = repeat - (TIMING_CANDIDATE if repro else TIMING_BASELINE)
+        runs[key].append(runner(cand_dir if repro else ref_dir, replace(timed, repeat=number)))
         return runs[key][-1]
 
     pool: TimingPool[str] = TimingPool(
