@@ -187,14 +187,13 @@ class Localization:
         where = f"layer `{self.layer}`" if self.layer else (f"scope `{self.scope}`" if self.scope else "")
         if self.layer_class:
             where += f" ({self.layer_class})" if where else f"`{self.layer_class}`"
-        loc = f"{self.file}:{self.line}" if self.file and self.line else ""
         text = f"first non-finite value ({self.kind or 'NaN/Inf'}) produced by op `{self.op_type}`"
         if where:
             text += f" in {where}"
         if self.backward:
             text += ", in the backward pass"
-        if loc:
-            text += f" at {loc}"
+        if self.file and self.line:
+            text += f" at {self.file}:{self.line}"
             if self.function:
                 text += f" in `{self.function}`"
         return text

@@ -256,8 +256,7 @@ def _figure(path: Path, title: str, xlabel: str | None, ylabel: str):
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     try:
         yield ax
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
+        ax.set(ylabel=ylabel, title=title)
         ax.grid(alpha=0.3, axis="y" if xlabel is None else "both")
         if xlabel is not None:
             ax.set_xlabel(xlabel)
