@@ -201,12 +201,11 @@ class Localization:
 
 @dataclass(frozen=True)
 class Report:
-    """report.json: everything ISSUE.md says, as data (bundle.py
-    `document` builds it). `json` writes it, `Report.of` reads it back. The
-    trials (`baseline`, `failing`, `culprit_trial`, `reference_trial`) are
-    result.json's trial summaries and `environment` the probe's facts, as
-    written there: `base`, `culprit`, `reference`, `candidate` and `env`
-    read them back."""
+    """report.json: everything ISSUE.md says, as data (the module says who
+    builds, writes and reads it). The trials (`baseline`, `failing`,
+    `culprit_trial`, `reference_trial`) are result.json's trial summaries and
+    `environment` the probe's facts, as written there: `base`, `culprit`,
+    `reference`, `candidate` and `env` read them back."""
 
     tfrepro_version: str = ""
     run_id: str = "?"
