@@ -121,9 +121,7 @@ def _node_of(message: str, layers: dict[str, str]) -> Localization:
     and whether it is part of the gradient computation (a found Localization
     holding only those)."""
     nm = _NODE.search(message)
-    node = (nm.group(1) or nm.group(2)).strip() if nm else None
-    if node:
-        node = re.sub(r"/CheckNumerics(V2)?$", "", node)
+    node = re.sub(r"/CheckNumerics(V2)?$", "", (nm.group(1) or nm.group(2)).strip()) if nm else None
     parts = node.split("/") if node else []
     # The innermost scope component naming a known layer (Keras uniquifies name scopes: `custom_norm`
     # traced as `custom_norm_1`, so a numeric suffix is tried off too). No model layer list (custom
