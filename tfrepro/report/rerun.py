@@ -113,8 +113,7 @@ def reproduce(
 ) -> Reproduction:
     """Re-run the `export`'s culprit variant (entry `spec.settings.entry`)
     and, when the symptom needs one, its reference, each in a dir of its own
-    with the records a reduced export reads. A crash reproduces only with
-    the bisect's `spec.expected_error`, when it is known."""
+    with the records a reduced export reads (a crash: `same_error`)."""
     from tfrepro.trials.classify import primary
     from tfrepro.trials.classify import symptoms as shows
 

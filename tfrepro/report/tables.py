@@ -119,15 +119,13 @@ def write_trial_tables(run_dir: Path) -> dict[str, Path]:
 # tracker must not (one run per directory: one fixed name is enough).
 EVENT_FILE = "events.out.tfevents.tfrepro"
 
-HParams = Mapping[str, bool | int | float | str]
-
 
 def write_run(
     logdir: Path,
     scalars: Mapping[str, Sequence[float | None]],
     *,
     wall_time: float | None = None,
-    hparams: HParams | None = None,
+    hparams: Mapping[str, bool | int | float | str] | None = None,
     metrics: Mapping[str, tuple[int, float]] | None = None,
 ) -> Path:
     """One event file in `logdir` holding each series as scalars at steps
