@@ -172,9 +172,9 @@ def safe_name(name: str, limit: int) -> str:
 
 
 def write_events(logdir: Path, run_dir: Path, result: ResultJson) -> dict[str, str]:
-    """One TensorBoard run per trial of the run, in order (written with
-    tensorboardX: neither TensorFlow nor tensorboard is needed to write
-    them); the baseline, failing and culprit summaries when the table has none."""
+    """One TensorBoard run per trial of the run, in order (tensorboard itself
+    is not needed to write them: `write_run`); the baseline, failing and
+    culprit summaries when the table has none."""
     trials = []
     for i, row in enumerate(result.get("trials_table") or [], 1):
         summary = read_summary(run_dir, row)
@@ -275,9 +275,8 @@ def loss_plot(path: Path, curves: Sequence[tuple[str, TrialResult]], *, title: s
         finite_all: list[float] = []
         for label, s in curves:
             ys = [float(v) for v in s.losses]
-            xs = list(range(1, len(ys) + 1))
             finite_all += [y for y in ys if math.isfinite(y)]
-            (line,) = ax.plot(xs, ys, marker="." if len(ys) < 60 else None, label=label)
+            ax.plot(range(1, len(ys) + 1), ys, marker="." if len(ys) < 60 else None, label=label)
             bad = s.first_nonfinite_step
             if bad is not None:
                 ax.axvline(
