@@ -290,11 +290,10 @@ def training_setup(r: Report) -> list[str]:
 
 
 def environment_variables(r: Report) -> list[str]:
-    env_vars = r.env_vars or {}
     out = [
         "Relevant environment variables (allow-list; secret-looking values redacted):",
         "",
-        code("\n".join(f"{k}={v}" for k, v in env_vars.items()) or "(none set)"),
+        code("\n".join(f"{k}={v}" for k, v in (r.env_vars or {}).items()) or "(none set)"),
         "",
     ]
     if r.env.probe_error:
