@@ -7,7 +7,7 @@ import json
 import pytest
 from report_fakes import ScriptedRunner, build, make_project, make_run
 
-from tfrepro.report.trim import trim_source
+from tfrepro.report.rerun import trim_source
 
 SRC = """from __future__ import annotations
 

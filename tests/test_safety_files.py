@@ -372,6 +372,7 @@ def test_localize_timeout_kills_the_probes_children_and_removes_its_temp_dir(tmp
     import tempfile
 
     from tfrepro.report.localize import localize
+    from tfrepro.settings import TrialSettings
 
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -380,7 +381,7 @@ def test_localize_timeout_kills_the_probes_children_and_removes_its_temp_dir(tmp
     pid_file.parent.mkdir()
     monkeypatch.setenv("TFREPRO_CONFINE_WRITABLE", str(pid_file.parent))  # the probe is confined to its dir
 
-    loc = localize({"repro.py": SPAWNER.format(pid_file=str(pid_file))}, timeout_s=20)
+    loc = localize({"repro.py": SPAWNER.format(pid_file=str(pid_file))}, settings=TrialSettings(timeout_s=20))
 
     assert "timed out" in loc.note
     pid = int(pid_file.read_text())  # in the probe's own PID namespace, where it has one

@@ -187,14 +187,13 @@ class Localization:
         where = f"layer `{self.layer}`" if self.layer else (f"scope `{self.scope}`" if self.scope else "")
         if self.layer_class:
             where += f" ({self.layer_class})" if where else f"`{self.layer_class}`"
-        loc = f"{self.file}:{self.line}" if self.file and self.line else ""
         text = f"first non-finite value ({self.kind or 'NaN/Inf'}) produced by op `{self.op_type}`"
         if where:
             text += f" in {where}"
         if self.backward:
             text += ", in the backward pass"
-        if loc:
-            text += f" at {loc}"
+        if self.file and self.line:
+            text += f" at {self.file}:{self.line}"
             if self.function:
                 text += f" in `{self.function}`"
         return text
@@ -202,12 +201,11 @@ class Localization:
 
 @dataclass(frozen=True)
 class Report:
-    """report.json: everything ISSUE.md says, as data (bundle.py
-    `document` builds it). `json` writes it, `Report.of` reads it back. The
-    trials (`baseline`, `failing`, `culprit_trial`, `reference_trial`) are
-    result.json's trial summaries and `environment` the probe's facts, as
-    written there: `base`, `culprit`, `reference`, `candidate` and `env`
-    read them back."""
+    """report.json: everything ISSUE.md says, as data (the module says who
+    builds, writes and reads it). The trials (`baseline`, `failing`,
+    `culprit_trial`, `reference_trial`) are result.json's trial summaries and
+    `environment` the probe's facts, as written there: `base`, `culprit`,
+    `reference`, `candidate` and `env` read them back."""
 
     tfrepro_version: str = ""
     run_id: str = "?"

@@ -448,7 +448,7 @@ def environment_facts(
         from tfrepro.report import envreport
 
         say("describing the environment (versions, devices) in a TensorFlow child ...")
-        facts = envreport.in_trial()
+        facts = envreport.collect(confine=True)
     if environ.get("LD_LIBRARY_PATH"):
         facts = {**facts, "ld_library_path": environ["LD_LIBRARY_PATH"]}
     return facts

@@ -55,11 +55,9 @@ class Export:
     def diff(self) -> str:
         """The reference's files -> the culprit variant's, as one unified diff."""
         chunks = []
-        for rel in sorted(set(self.ref_files) | set(self.cand_files)):
-            a, b = self.ref_files.get(rel, ""), self.cand_files.get(rel, "")
-            if a != b:
-                lines = a.splitlines(keepends=True), b.splitlines(keepends=True)
-                chunks.extend(difflib.unified_diff(*lines, fromfile=self.ref_path(rel), tofile=rel))
+        for rel in sorted(set(self.ref_files) | set(self.cand_files)):  # a file alike in both gives no chunk
+            a, b = (files.get(rel, "").splitlines(keepends=True) for files in (self.ref_files, self.cand_files))
+            chunks.extend(difflib.unified_diff(a, b, fromfile=self.ref_path(rel), tofile=rel))
         return "".join(chunks)
 
     def with_entry(self, change: Callable[[str], str], *, ref: bool = True) -> Export:

@@ -283,20 +283,19 @@ def first_diverging_rows(loop: Sequence[float | None], fit: Sequence[float | Non
     """A custom loop against fit, step by step (a `custom_loop` culprit: repro.py keeps the loop,
     reference.py is fit built from its parts), as a plain-text table: the first step, then the
     first six steps where the loop's loss is off fit's by more than `tol`."""
-    n = min(len(loop), len(fit))
-    if n == 0:
+    rels = [_rel(a, b) for a, b in zip(loop, fit)]
+    if not rels:
         return []
-    off = [i for i in range(n) if (_rel(loop[i], fit[i]) is None) or _rel(loop[i], fit[i]) > tol]
+    off = [i for i, rel in enumerate(rels) if rel is None or rel > tol]
     if not off:
-        return [f"custom loop (repro.py) and fit (reference.py) agree within {fmt(tol)} over {n} steps"]
+        return [f"custom loop (repro.py) and fit (reference.py) agree within {fmt(tol)} over {len(rels)} steps"]
     lines = [
         f"first diverging steps, custom loop (repro.py) against fit (reference.py), tolerance {fmt(tol)}:",
         f"{'step':>6}  {'loop':>12}  {'fit':>12}  {'relative':>9}",
     ]
     for i in sorted({0, *off[:6]}):
-        rel = _rel(loop[i], fit[i])
         cells = ["NaN" if v is None or not math.isfinite(v) else fmt(v) for v in (loop[i], fit[i])]
-        lines.append(f"{i + 1:>6}  {cells[0]:>12}  {cells[1]:>12}  {'-' if rel is None else fmt(rel):>9}")
+        lines.append(f"{i + 1:>6}  {cells[0]:>12}  {cells[1]:>12}  {'-' if rels[i] is None else fmt(rels[i]):>9}")
     return lines
 
 

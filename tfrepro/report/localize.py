@@ -121,9 +121,7 @@ def _node_of(message: str, layers: dict[str, str]) -> Localization:
     and whether it is part of the gradient computation (a found Localization
     holding only those)."""
     nm = _NODE.search(message)
-    node = (nm.group(1) or nm.group(2)).strip() if nm else None
-    if node:
-        node = re.sub(r"/CheckNumerics(V2)?$", "", node)
+    node = re.sub(r"/CheckNumerics(V2)?$", "", (nm.group(1) or nm.group(2)).strip()) if nm else None
     parts = node.split("/") if node else []
     # The innermost scope component naming a known layer (Keras uniquifies name scopes: `custom_norm`
     # traced as `custom_norm_1`, so a numeric suffix is tried off too). No model layer list (custom
@@ -140,11 +138,16 @@ def _node_of(message: str, layers: dict[str, str]) -> Localization:
 def _user_line(message: str, traceback_text: str, script: str, source: str, rel: str) -> Localization:
     """file/line/code/function of the innermost frame in the user's script
     (a found Localization holding only those): from the op's creation
-    stack, else (eager ops carry none) from the exception's own traceback."""
+    stack, else (eager ops carry none) from the exception's own traceback.
+    Either lists its frames (file, line, function) outermost first; the
+    script's are those naming its path or (the op-creation stack abbreviates
+    long paths with a leading '...') its basename, else those whose path
+    resolves to it."""
     script_abs, base = os.path.abspath(script), os.path.basename(script)
-    user = _user_frames(_FRAME.findall(message) + _STACK_FRAME.findall(message), script_abs, base)
-    if not user and traceback_text:
-        user = _user_frames(_FRAME.findall(traceback_text), script_abs, base)
+    user: list[tuple[str, str, str]] = []
+    for frames in (_FRAME.findall(message) + _STACK_FRAME.findall(message), _FRAME.findall(traceback_text)):
+        resolved = [x for x in frames if not x[0].startswith("...") and os.path.abspath(x[0]) == script_abs]
+        user = user or [x for x in frames if x[0] in (script_abs, base)] or resolved
     if not user:
         return Localization(True)
     n = int(user[-1][1])
@@ -153,37 +156,20 @@ def _user_line(message: str, traceback_text: str, script: str, source: str, rel:
     return Localization(True, file=rel, line=n, code=code, function=enclosing_scope(source, n) if source else None)
 
 
-def _user_frames(frames: list[tuple[str, str, str]], script_abs: str, base: str) -> list[tuple[str, str, str]]:
-    """Frames (file, line, function) in the repro script, in the order the message lists them
-    (outermost first). The op-creation stack abbreviates long paths with a
-    leading '...', so a basename match is accepted there."""
-    mine = (script_abs, base)
-    full = [x for x in frames if x[0] in mine]
-    out = [x for x in frames if x[0] in mine or (not x[0].startswith("...") and os.path.abspath(x[0]) == script_abs)]
-    return full or out
-
-
 def localize(
-    files: dict[str, str],
-    data: bytes | None = None,
-    *,
-    settings: TrialSettings = TrialSettings(),
-    timeout_s: float | None = None,
+    files: dict[str, str], data: bytes | None = None, *, settings: TrialSettings = TrialSettings()
 ) -> Localization:
     """Run the exported variant `files` (relpath -> text; `settings.entry`
     its script; `data`: the records a reduced one reads) under
     check_numerics as a trial, XLA off, and say where the first non-finite
-    value came from. `settings`: the re-run's (the bisect's,
-    for the exported script); the run goes to the script's own end or its
-    first NaN, within `timeout_s` (default: the settings'). Never raises for
-    a failing run: the note says what happened."""
+    value came from. `settings`: the re-run's (the bisect's, for the
+    exported script); the run goes to the script's own end or its first
+    NaN, within the settings' `timeout_s`. Never raises for a failing run:
+    the note says what happened."""
     # As the script is written (no seed or determinism the harness adds), with no step cap: to its
     # own end or its symptom, at most `budget_s` seconds of training within the time limit.
-    timeout_s = timeout_s or settings.timeout_s
-    budget = min(settings.budget_s, 0.9 * timeout_s)
-    settings = replace(
-        settings, timeout_s=timeout_s, until_symptom=True, budget_s=budget, deterministic=False, repeat=0
-    )
+    budget = min(settings.budget_s, 0.9 * settings.timeout_s)
+    settings = replace(settings, until_symptom=True, budget_s=budget, deterministic=False, repeat=0)
     with tempfile.TemporaryDirectory(prefix="tfrepro-localize-", ignore_cleanup_errors=True) as tmp:
         got = _facts(Path(tmp), files, data, settings)
     if isinstance(got, str):

@@ -53,17 +53,14 @@ def _leading_comments(lines: list[str], index: int) -> int:
 
 
 def _kind(code: str, node: ast.stmt) -> str | None:
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        return SETUP
-    if any(w in code for w in _TRAIN_WORDS):
-        return TRAINING
-    if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-        return LAYERS
-    if any(w in code for w in _MODEL_WORDS):
-        return MODEL
-    if any(w in code for w in _DATA_WORDS):
-        return DATA
-    return None
+    rules = (  # the first that holds
+        (SETUP, isinstance(node, (ast.Import, ast.ImportFrom))),
+        (TRAINING, any(w in code for w in _TRAIN_WORDS)),
+        (LAYERS, isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))),
+        (MODEL, any(w in code for w in _MODEL_WORDS)),
+        (DATA, any(w in code for w in _DATA_WORDS)),
+    )
+    return next((kind for kind, holds in rules if holds), None)
 
 
 def check_cell(symptom: str) -> str:

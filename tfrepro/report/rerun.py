@@ -15,28 +15,28 @@ the bisect did; the classifier judges the result. What counts as reproduced:
   pair on a quiet machine is enough, else the signed-rank test).
 
 Which repro the bundle ships, each choice confirmed by such a re-run
-(`with_data`): trimmed (trim.py) when the trimmed one still shows the
+(`with_data`): trimmed (`trim_files`, below) when the trimmed one still shows the
 symptom, reading synthetic stand-ins for the data (standin.py) or the few
-real records that still show it (reduce.py); and the same re-run on the
-newest tf-nightly (`report --nightly`: does the exported repro still show the
-symptom on TensorFlow's nightly build? The bug form asks; triagers close
-issues that are already fixed on nightly).
-
-The newest `tf-nightly` from the package index is installed once into the
-user cache of per-release environments (`trials/envs.py`, the same store as
-`bisect --tf-versions`); the exported repro (and its reference, when the
-symptom needs one) re-runs there through the ordinary re-run
-(`reproduce`). The answer fills the form's nightly question.
+real records that still show it (reduce.py); and the same re-run
+(`reproduce`) on the newest tf-nightly of the package index, installed once
+into the user cache of per-release environments (`trials/envs.py`, the same
+store as `bisect --tf-versions`): `report --nightly`, does the exported repro
+still show the symptom on TensorFlow's nightly build? The bug form asks;
+triagers close issues that are already fixed on nightly.
 """
 
 from __future__ import annotations
 
 import re
 import tempfile
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import libcst as cst
+import libcst.matchers as m
 
 from tfrepro.errors import TfreproError
 from tfrepro.inside import SETUP_PLUGIN
@@ -57,24 +57,22 @@ NIGHTLY_DIST = "tf-nightly"
 
 
 def default_runner(
-    state_dir: Path,
-    *,
-    python: str | None = None,
-    versions: Mapping[str, str | None] | None = None,
-    label: str = "report-rerun",
-    cold: bool = False,
+    state_dir: Path, *, python: str | None = None, versions: Mapping[str, str | None] | None = None
 ) -> Runner:
     """Trials of an exported repro, as written, each process describing its
     environment (`inside/setup_plugin.py`); under `python` (another
     environment's interpreter, e.g. tf-nightly's) when given."""
     from tfrepro.trials.trial import TrialOptions
 
-    def run(project_dir: Path, settings: TrialSettings) -> TrialResult:
-        opts = dict(state_dir=state_dir, label=label, python=python, versions=versions, cold=cold)
-        how = TrialOptions(plugins=(SETUP_PLUGIN,), plugin_options={"environment": True}, **opts)
-        return run_as_written(project_dir, settings, how)
-
-    return run
+    how = TrialOptions(
+        label="report-rerun",
+        state_dir=state_dir,
+        python=python,
+        versions=versions,
+        plugins=(SETUP_PLUGIN,),
+        plugin_options={"environment": True},
+    )
+    return lambda project_dir, settings: run_as_written(project_dir, settings, how)
 
 
 def run_as_written(project_dir: Path, settings: TrialSettings, how: TrialOptions) -> TrialResult:
@@ -115,8 +113,7 @@ def reproduce(
 ) -> Reproduction:
     """Re-run the `export`'s culprit variant (entry `spec.settings.entry`)
     and, when the symptom needs one, its reference, each in a dir of its own
-    with the records a reduced export reads. A crash reproduces only with
-    the bisect's `spec.expected_error`, when it is known."""
+    with the records a reduced export reads (a crash: `same_error`)."""
     from tfrepro.trials.classify import primary
     from tfrepro.trials.classify import symptoms as shows
 
@@ -124,8 +121,7 @@ def reproduce(
         root = Path(tmp)
         cand_dir = write_files(root / "candidate", export.cand_files, export.data)
         ref_dir = write_files(root / "reference", export.ref_files, export.data)
-        if runner is None:
-            runner = default_runner(root / "state")
+        runner = runner or default_runner(root / "state")
         spec = replace(spec, settings=replace(spec.settings, repeat=0), reference=export.ref_name)
         if symptom == Verdict.SLOWDOWN.value:
             return _slowdown(cand_dir, ref_dir, spec, runner, progress)
@@ -191,9 +187,7 @@ def same_error(got: str | None, expected: str | None) -> bool:
     """Same exception type and message (the last traceback line), ignoring
     what differs between two runs of the same failure: memory addresses,
     temp paths, spacing. Unknown expectations match any crash."""
-    if not expected:
-        return True
-    return _error_key(got or "") == _error_key(expected)
+    return not expected or _error_key(got or "") == _error_key(expected)
 
 
 def _error_key(line: str) -> str:
@@ -215,15 +209,13 @@ def _slowdown(
     runs: dict[str, list[TrialResult]] = {"reference": [], "repro": []}
 
     def trial(key: str, repeat: int, role: str) -> TrialResult:
-        if key == "repro":
-            if progress:
-                progress(
-                    f"  timing pair {len(runs[key]) + 1} (at most {max_pairs}): repro.py between two {spec.reference} runs"
-                )
-            number, where = repeat - TIMING_CANDIDATE, cand_dir
-        else:
-            number, where = repeat - TIMING_BASELINE, ref_dir
-        runs[key].append(runner(where, replace(timed, repeat=number)))
+        repro = key == "repro"
+        if repro and progress:
+            progress(
+                f"  timing pair {len(runs[key]) + 1} (at most {max_pairs}): repro.py between two {spec.reference} runs"
+            )
+        number = repeat - (TIMING_CANDIDATE if repro else TIMING_BASELINE)
+        runs[key].append(runner(cand_dir if repro else ref_dir, replace(timed, repeat=number)))
         return runs[key][-1]
 
     pool: TimingPool[str] = TimingPool(
@@ -258,6 +250,117 @@ def _slowdown(
     return Reproduction("slowdown", reproduced, detail, out.verdict.value, cand, ref, out.to_dict())
 
 
+# --------------------------------------------------------------------------- the trimmed repro
+
+
+_SCOPE = m.Call(func=m.Attribute(value=m.Name(), attr=m.Name("scope")), args=[])  # `NAME.scope()`
+_GET_STRATEGY = m.Call(
+    func=m.Attribute(value=m.Attribute(value=m.Name(), attr=m.Name("distribute")), attr=m.Name("get_strategy")), args=[]
+)
+
+
+def _names(tree: cst.CSTNode) -> Counter[str]:
+    """How often each bare name is read or written (imports' own names excluded)."""
+    imports = m.findall(tree, m.Import() | m.ImportFrom())
+    seen = Counter(n.value for n in m.findall(tree, m.Name()))  # type: ignore[attr-defined]
+    return seen - Counter(n.value for s in imports for n in m.findall(s, m.Name()))  # type: ignore[attr-defined]
+
+
+def _scope_only_strategies(tree: cst.Module, counts: Counter[str]) -> set[str]:
+    """Names bound once to get_strategy() and used only as `with NAME.scope():`."""
+    found = m.findall(tree, m.Assign(targets=[m.AssignTarget(target=m.Name())], value=_GET_STRATEGY))
+    bound = [s.targets[0].target.value for s in found]  # type: ignore[attr-defined]
+    withs = m.findall(tree, m.With(items=[m.WithItem(item=_SCOPE, asname=None)]))
+    scopes = Counter(w.items[0].item.func.value.value for w in withs)  # type: ignore[attr-defined]
+    return {n for n in bound if bound.count(n) == 1 and scopes[n] and counts[n] == 1 + scopes[n]}
+
+
+class _Trim(cst.CSTTransformer):
+    def __init__(self, strategies: set[str], unused: set[str]) -> None:
+        self.strategies, self.unused, self.changes = strategies, unused, []
+
+    def _drop_stmt(self, s: cst.BaseSmallStatement | None) -> bool:
+        if not m.matches(s, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+            return False
+        name = s.targets[0].target.value  # type: ignore[union-attr]
+        if m.matches(s.value, m.Name(name)):  # type: ignore[union-attr]
+            self.changes.append(f"removed the self-assignment {name} = {name}")
+        elif name in self.strategies and m.matches(s.value, _GET_STRATEGY):  # type: ignore[union-attr]
+            self.changes.append(f"removed {name} = ...get_strategy() and unwrapped `with {name}.scope():`")
+        else:
+            return False
+        return True
+
+    def leave_SimpleStatementLine(self, original, updated):
+        s = updated.body[0] if len(updated.body) == 1 else None
+        if self._drop_stmt(s):
+            return cst.RemoveFromParent()
+        if isinstance(s, (cst.Import, cst.ImportFrom)) and not isinstance(s.names, cst.ImportStar):
+            if isinstance(s, cst.ImportFrom) and m.matches(s.module, m.Name("__future__")):
+                return updated
+            keep = [a for a in s.names if _bound(a) not in self.unused]
+            if len(keep) == len(s.names):
+                return updated
+            self.changes.extend(f"removed the unused import {_bound(a)}" for a in s.names if a not in keep)
+            if not keep:
+                return cst.RemoveFromParent()
+            keep[-1] = keep[-1].with_changes(comma=cst.MaybeSentinel.DEFAULT)
+            return updated.with_changes(body=[s.with_changes(names=keep)])
+        return updated
+
+    def leave_With(self, original, updated):
+        scoped = len(updated.items) == 1 and m.matches(updated.items[0].item, _SCOPE)
+        if scoped and updated.items[0].item.func.value.value in self.strategies:  # type: ignore[attr-defined]
+            return cst.FlattenSentinel(list(updated.body.body))  # type: ignore[attr-defined]
+        return updated
+
+
+def _bound(alias: cst.ImportAlias) -> str:
+    return alias.evaluated_alias or alias.evaluated_name.split(".")[0]  # `import a.b` binds `a`
+
+
+def trim_source(text: str) -> tuple[str, list[str]]:
+    """(trimmed text, what was removed); the text unchanged when it does not
+    parse. Trimmed (libcst, source-preserving): what the export leaves
+    behind once the inactive feature code is gone.
+
+    - `X = X` self-assignments (a feature's OFF part that only kept a name);
+    - `strategy = tf.distribute.get_strategy()` whose only use is
+      `with strategy.scope():`, the `with` unwrapped (the default strategy's
+      scope does nothing);
+    - module-level imports no code uses any more (never `from __future__`,
+      never a star import, none at all when the module defines `__all__`).
+
+    Dead assignments in general are left alone (a name read by `eval`, a
+    callback or another module cannot be told apart cheaply)."""
+    try:
+        tree = cst.parse_module(text)
+    except cst.ParserSyntaxError:
+        return text, []
+    changes: list[str] = []
+    for _ in range(3):  # removing one thing can make an import unused
+        counts = _names(tree)
+        imports = [s for s in m.findall(tree, m.Import() | m.ImportFrom()) if not isinstance(s.names, cst.ImportStar)]
+        imported = {_bound(a) for s in imports for a in s.names}  # type: ignore[attr-defined]
+        unused = set() if counts["__all__"] else {n for n in imported if not counts[n]}
+        t = _Trim(_scope_only_strategies(tree, counts), unused)
+        new = tree.visit(t)
+        if not t.changes:
+            break
+        tree, changes = new, changes + t.changes
+    return tree.code, changes
+
+
+def trim_files(files: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """Every .py file trimmed (a name another module imports from this one
+    is not seen: the bundle's re-run is what guards against that)."""
+    out, changes = {}, []
+    for rel, text in files.items():
+        out[rel], done = trim_source(text) if rel.endswith(".py") else (text, [])
+        changes.extend(f"{rel}: {c}" for c in done)
+    return out, changes
+
+
 # --------------------------------------------------------------------------- which repro the bundle ships
 
 
@@ -287,11 +390,9 @@ def _reproduce(
 
 
 def _reproduce_trimmed(ctx: Context, export: Export, **kw: Any) -> tuple[Reproduction | None, Export, dict[str, Any]]:
-    """The trimmed repro (report/trim.py) when a re-run shows the symptom
+    """The trimmed repro (`trim_files`) when a re-run shows the symptom
     with it; else the untrimmed one. Returns (reproduction, export, facts);
     `kw`: `_reproduce`'s (rerun, runner, max_pairs, say)."""
-    from tfrepro.report.trim import trim_files
-
     cand, changes = trim_files(export.cand_files)
     if not changes:
         note = "nothing to trim"

@@ -8,12 +8,10 @@ run directory, written after every bisect (feature, commit or version mode).
                                   median_step_ms; the loss and step time per step
 
 `tensorboard --logdir <run_dir>/tensorboard` shows them (HParams tab). Read
-from result.json's trials table and each trial's summary.json; written with
-tensorboardX (no TensorFlow).
-
-An event file (`write_run`, one per run directory): tensorboardX supplies
-the protocol buffers, the HParams plugin data and the TFRecord framing; it
-is imported only when a file is written.
+from result.json's trials table and each trial's summary.json; each event
+file (`write_run`, one per run directory) written with tensorboardX (no
+TensorFlow), which supplies the protocol buffers, the HParams plugin data
+and the TFRecord framing, imported only when a file is written.
 
 The report bundle's measured artifacts (`write_events`, `plots`) are made
 here too: one TensorBoard run per trial, loss and step-time plots. The
@@ -36,36 +34,13 @@ import statistics
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass, fields
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
 from tfrepro.report.answer import Report, timed
 from tfrepro.report.records import ResultJson
 from tfrepro.trials.values import TrialResult, TrialRow, read_json
-
-
-@dataclass(frozen=True)
-class Row:
-    """One trial: the CSV's columns, in order."""
-
-    index: int
-    role: str
-    repeat: int
-    label: str
-    features_on: str
-    verdict: str
-    steps: int
-    first_loss: float | None
-    last_loss: float | None
-    first_nonfinite_step: int | None
-    median_step_ms: float | None
-    wall_s: float | None
-    cached: bool
-
-
-COLUMNS = [f.name for f in fields(Row)]
 
 
 def read_summary(run_dir: Path, row: TrialRow) -> TrialResult | None:
@@ -92,50 +67,50 @@ def write_trial_tables(run_dir: Path) -> dict[str, Path]:
     finished run; {} when the run has no trials table."""
     run_dir = Path(run_dir)
     result: ResultJson = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
-    rows: list[Row] = []
+    rows: list[dict[str, Any]] = []
     features, wall_time = list(result.get("features") or []), time.time()  # one wall time for every session
     for i, row in enumerate(result.get("trials_table") or [], 1):
         s = read_summary(run_dir, row) or TrialResult()
         losses = s.losses  # a non-finite loss (null) reads back as NaN
         label = row.get("version") or row.get("sha") or s.label or ""  # a commit's sha or a release
-        r = Row(
-            index=i,
-            role=row.get("role") or "",
-            repeat=row.get("repeat", 0),
-            label="" if label == row.get("role") else label,
-            features_on=";".join(row.get("enabled") or []),
-            verdict=row.get("verdict") or "",
-            steps=s.steps_run or len(losses),
-            first_loss=losses[0] if losses else None,
-            last_loss=losses[-1] if losses else None,
-            first_nonfinite_step=s.first_nonfinite_step,
-            median_step_ms=_median_ms(s),
-            wall_s=s.wall_s,
-            cached=bool(row.get("cached")),
-        )
+        r = {  # one trial: the CSV's columns, in order
+            "index": i,
+            "role": row.get("role") or "",
+            "repeat": row.get("repeat", 0),
+            "label": "" if label == row.get("role") else label,
+            "features_on": ";".join(row.get("enabled") or []),
+            "verdict": row.get("verdict") or "",
+            "steps": s.steps_run or len(losses),
+            "first_loss": losses[0] if losses else None,
+            "last_loss": losses[-1] if losses else None,
+            "first_nonfinite_step": s.first_nonfinite_step,
+            "median_step_ms": _median_ms(s),
+            "wall_s": s.wall_s,
+            "cached": bool(row.get("cached")),
+        }
         rows.append(r)
         metrics = {
-            "shows_symptom": 0.0 if r.verdict in ("ok", "") else 1.0,
-            "final_loss": math.nan if r.last_loss is None else r.last_loss,
-            "median_step_ms": r.median_step_ms,
+            "shows_symptom": 0.0 if r["verdict"] in ("ok", "") else 1.0,
+            "final_loss": math.nan if r["last_loss"] is None else r["last_loss"],
+            "median_step_ms": r["median_step_ms"],
         }
         hparams: dict[str, bool | str] = {f: f in (row.get("enabled") or []) for f in features}
-        if r.label and not features:  # a commit or version run: its label
-            hparams["label"] = r.label
-        hparams |= {"role": r.role, "verdict": r.verdict or "unknown"}
+        if r["label"] and not features:  # a commit or version run: its label
+            hparams["label"] = r["label"]
+        hparams |= {"role": r["role"], "verdict": r["verdict"] or "unknown"}
         write_run(
-            run_dir / "tensorboard" / f"{r.index:03d}_{safe_name(r.role, 80)}",
+            run_dir / "tensorboard" / f"{i:03d}_{safe_name(r['role'], 80)}",
             {"loss": s.losses, "step_time_ms": [1000.0 * t for t in s.step_times]},
             wall_time=wall_time,
             hparams=hparams,
-            metrics={k: (max(1, r.steps or 0), v) for k, v in metrics.items() if v is not None},
+            metrics={k: (max(1, r["steps"] or 0), v) for k, v in metrics.items() if v is not None},
         )
     if not rows:
         return {}
     with open(run_dir / "trials.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.writer(f)
-        w.writerow(COLUMNS)
-        w.writerows([_cell(getattr(r, c)) for c in COLUMNS] for r in rows)
+        w.writerow(rows[0])  # the column names
+        w.writerows([_cell(v) for v in r.values()] for r in rows)
     return {"trials.csv": run_dir / "trials.csv", "tensorboard": run_dir / "tensorboard"}
 
 
@@ -144,15 +119,13 @@ def write_trial_tables(run_dir: Path) -> dict[str, Path]:
 # tracker must not (one run per directory: one fixed name is enough).
 EVENT_FILE = "events.out.tfevents.tfrepro"
 
-HParams = Mapping[str, bool | int | float | str]
-
 
 def write_run(
     logdir: Path,
     scalars: Mapping[str, Sequence[float | None]],
     *,
     wall_time: float | None = None,
-    hparams: HParams | None = None,
+    hparams: Mapping[str, bool | int | float | str] | None = None,
     metrics: Mapping[str, tuple[int, float]] | None = None,
 ) -> Path:
     """One event file in `logdir` holding each series as scalars at steps
@@ -166,35 +139,27 @@ def write_run(
     from tensorboardX.record_writer import RecordWriter
     from tensorboardX.summary import hparams as hparams_summaries
 
-    def scalar(tag: str, v: float) -> Summary:  # not summary.scalar: it warns on NaN, which we mean
-        return Summary(value=[Summary.Value(tag=tag, simple_value=v)])
-
     logdir.mkdir(parents=True, exist_ok=True)
     t = time.time() if wall_time is None else wall_time
+    events = [Event(wall_time=t, step=0, file_version="brain.Event:2")]
+    if hparams is not None:
+        # The session start only: TensorBoard infers the experiment
+        # (hparam domains, metric names) from the sessions it finds.
+        _, start, _ = hparams_summaries(dict(hparams), dict(metrics or {}))
+        plugin = start.value[0].metadata.plugin_data
+        data = HParamsPluginData.FromString(plugin.content)
+        data.session_start_info.start_time_secs = t
+        plugin.content = data.SerializeToString()
+        events.append(Event(wall_time=t, step=0, summary=start))
+    points = [(i, tag, v) for tag, series in scalars.items() for i, v in enumerate(series, 1)]
+    for step, tag, v in points + [(step, tag, v) for tag, (step, v) in (metrics or {}).items()]:
+        # a scalar by hand, not summary.scalar: it warns on NaN, which we mean
+        value = Summary.Value(tag=tag, simple_value=math.nan if v is None else float(v))
+        events.append(Event(wall_time=t, step=step, summary=Summary(value=[value])))
     path = logdir / EVENT_FILE
-    writer = RecordWriter(str(path))
-    try:
-        writer.write(Event(wall_time=t, step=0, file_version="brain.Event:2").SerializeToString())
-
-        def put(step: int, summary) -> None:
-            writer.write(Event(wall_time=t, step=step, summary=summary).SerializeToString())
-
-        if hparams is not None:
-            # The session start only: TensorBoard infers the experiment
-            # (hparam domains, metric names) from the sessions it finds.
-            _, start, _ = hparams_summaries(dict(hparams), dict(metrics or {}))
-            plugin = start.value[0].metadata.plugin_data
-            data = HParamsPluginData.FromString(plugin.content)
-            data.session_start_info.start_time_secs = t
-            plugin.content = data.SerializeToString()
-            put(0, start)
-        for tag, series in scalars.items():
-            for i, v in enumerate(series, 1):
-                put(i, scalar(tag, math.nan if v is None else float(v)))
-        for tag, (step, v) in (metrics or {}).items():
-            put(step, scalar(tag, v))
-    finally:
-        writer.close()
+    with closing(RecordWriter(str(path))) as writer:
+        for event in events:
+            writer.write(event.SerializeToString())
     return path
 
 
@@ -207,9 +172,9 @@ def safe_name(name: str, limit: int) -> str:
 
 
 def write_events(logdir: Path, run_dir: Path, result: ResultJson) -> dict[str, str]:
-    """One TensorBoard run per trial of the run, in order (written with
-    tensorboardX: neither TensorFlow nor tensorboard is needed to write
-    them); the baseline, failing and culprit summaries when the table has none."""
+    """One TensorBoard run per trial of the run, in order (tensorboard itself
+    is not needed to write them: `write_run`); the baseline, failing and
+    culprit summaries when the table has none."""
     trials = []
     for i, row in enumerate(result.get("trials_table") or [], 1):
         summary = read_summary(run_dir, row)
@@ -289,8 +254,7 @@ def _figure(path: Path, title: str, xlabel: str | None, ylabel: str):
     fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
     try:
         yield ax
-        ax.set_ylabel(ylabel)
-        ax.set_title(title)
+        ax.set(ylabel=ylabel, title=title)
         ax.grid(alpha=0.3, axis="y" if xlabel is None else "both")
         if xlabel is not None:
             ax.set_xlabel(xlabel)
@@ -311,9 +275,8 @@ def loss_plot(path: Path, curves: Sequence[tuple[str, TrialResult]], *, title: s
         finite_all: list[float] = []
         for label, s in curves:
             ys = [float(v) for v in s.losses]
-            xs = list(range(1, len(ys) + 1))
             finite_all += [y for y in ys if math.isfinite(y)]
-            (line,) = ax.plot(xs, ys, marker="." if len(ys) < 60 else None, label=label)
+            ax.plot(range(1, len(ys) + 1), ys, marker="." if len(ys) < 60 else None, label=label)
             bad = s.first_nonfinite_step
             if bad is not None:
                 ax.axvline(
