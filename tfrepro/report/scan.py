@@ -16,7 +16,10 @@ precision-policy setters, are the catalog's.
 
 from __future__ import annotations
 
+import ast
 import re
+import sys
+from contextlib import suppress
 from dataclasses import dataclass, replace
 
 from tfrepro import catalog
@@ -126,16 +129,11 @@ def extra_imports(files: dict[str, str]) -> list[str]:
     """Top-level packages the exported scripts import beyond the standard
     library, TensorFlow/Keras, NumPy and the bundle's own modules (sorted).
     A repro for the issue tracker should need none; `tfrepro` least of all."""
-    import ast
-    import sys
-    from contextlib import suppress
-
     local = {rel[:-3].replace("/", ".").split(".")[0] for rel in files if rel.endswith(".py")}
-    trees = []
+    nodes: list[ast.AST] = []
     for text in files.values():
         with suppress(SyntaxError):
-            trees.append(ast.parse(text))
-    nodes = [n for tree in trees for n in ast.walk(tree)]
+            nodes += ast.walk(ast.parse(text))
     found = {a.name.split(".")[0] for n in nodes if isinstance(n, ast.Import) for a in n.names}
     found |= {n.module.split(".")[0] for n in nodes if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module}
     return sorted(found - sys.stdlib_module_names - _ALLOWED_PACKAGES - local)
