@@ -61,8 +61,6 @@ from tfrepro.trials.values import TrialResult, read_json
 TrialFn = Callable[[Any, frozenset[str]], TrialResult]
 Say = Callable[[str], None]
 
-MANIFEST_TEXT = '[trial]\nentry = "repro.py"\n'
-
 
 @dataclass(frozen=True)
 class FromScript:
@@ -213,7 +211,7 @@ def write_project(dest: Path, files: dict[str, str], data: bytes | None = None) 
     from tfrepro.project import Project
 
     dest.mkdir(parents=True)
-    return Project.load(write_files(dest, {"tfrepro.toml": MANIFEST_TEXT, **files}, data))
+    return Project.load(write_files(dest, {"tfrepro.toml": f'[trial]\nentry = "{ENTRY}"\n', **files}, data))
 
 
 def summary_lines(got: FromScript) -> list[str]:
