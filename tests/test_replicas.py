@@ -21,7 +21,7 @@ import pytest
 from tfrepro.bisect import result_doc
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.inside import devices
-from tfrepro.report.scriptargs import with_split
+from tfrepro.report.scan import with_split
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.values import TrialResult
 

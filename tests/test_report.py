@@ -24,8 +24,7 @@ from tfrepro.report import tables
 from tfrepro.report.answer import Report
 from tfrepro.report.bundle import find_run
 from tfrepro.report.localize import enclosing_scope, parse_check_numerics
-from tfrepro.report.scan import scan_setup
-from tfrepro.report.scriptargs import BEGIN
+from tfrepro.report.scan import BEGIN, scan_setup
 from tfrepro.report.scrub import REDACTED, Scrubber, capture_env
 
 SECRETS = {
@@ -432,7 +431,7 @@ def test_nan_bundle_holds_the_exported_repro_and_every_issue_field(project, monk
     repro = (b.out / "repro.py").read_text()
     code, footer = repro.split(
         BEGIN
-    )  # the footer, last, says whether the run shows the NaN (report/scriptargs.py `with_footer`)
+    )  # the footer, last, says whether the run shows the NaN (report/scan.py `with_footer`)
     assert "tfrepro" not in code and 'keras.mixed_precision.set_global_policy("mixed_float16")' in code
     assert "symptom seen: NaN/Inf" in footer and "the run saw it at step 2" in footer
     assert 'MODE = "fit"' in repro and 'MODE = "loop"' not in repro  # inactive parts removed

@@ -1,4 +1,4 @@
-"""The bundle's repro.py ends with a line saying what it shows (report/scriptargs.py `with_footer`):
+"""The bundle's repro.py ends with a line saying what it shows (report/scan.py `with_footer`):
 a `verbose=0` script prints nothing else."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import types
 import numpy as np
 import pytest
 
-from tfrepro.report.scriptargs import BEGIN, with_footer
+from tfrepro.report.scan import BEGIN, with_footer
 
 SCRIPT = "import keras\n\nmodel = keras.Model('net', LOSSES, WEIGHT)\n"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from test_versions import VERSIONS, bisect_versions, project, scripted
 
 from tfrepro.report.bundle import ReportOptions, build_report
-from tfrepro.report.scriptargs import BEGIN
+from tfrepro.report.scan import BEGIN
 
 
 def test_report_after_a_version_bisect_names_the_first_bad_release(tmp_path):

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 
 from tfrepro.cli import main
 from tfrepro.project import Project
-from tfrepro.report.scriptargs import default_args, notebook_code, script_args
+from tfrepro.report.scan import default_args, notebook_code, script_args
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.runner import _crash_line, usage_error
 
@@ -95,7 +95,7 @@ def _argv_after(text: str, given: list[str]) -> list[str]:
 
 
 def test_a_plain_python_repro_py_runs_with_the_runs_arguments_and_given_ones_win():
-    from tfrepro.report.scriptargs import default_args
+    from tfrepro.report.scan import default_args
 
     args = ["--epochs", "3", "--data", "./x y"]
     doc = '"""My script."""\nfrom __future__ import annotations\n\nimport os\n'

@@ -42,13 +42,12 @@ from typing import TYPE_CHECKING, Any
 from tfrepro import __version__
 from tfrepro.errors import UserError
 from tfrepro.report import issue as issue_md
+from tfrepro.report import scan
 from tfrepro.report.answer import Evidence, Localization, NightlyRun, Report, Repro, Reproduction, of
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, load_at, write_files, write_scripts
 from tfrepro.report.records import ResultJson, run_dirs
 from tfrepro.report.replay import write_replay
 from tfrepro.report.rerun import Runner, nightly_rerun, rerun_settings, with_data
-from tfrepro.report.scan import extra_imports, merge_runtime, scan_setup
-from tfrepro.report.scriptargs import default_args, notebook_code, script_args, with_footer, with_split
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
 from tfrepro.report.tables import plots, write_events
@@ -261,10 +260,12 @@ def build_report(
     # the two variants as standalone scripts: repro.py and its reference, each splitting the device as the
     # trials did and taking the script's arguments (`tfrepro bisect train.py -- ARGS`) when given none
     export = export_variants(ctx.result, ctx.project, ctx.run_dir, ctx.symptom, ctx.entry, scrubber.scrub)
-    args = script_args(ctx.settings, ctx.entry)
-    export = export.with_entry(lambda text: default_args(with_split(text, ctx.settings.replicas), ENTRY, args))
+    args = scan.script_args(ctx.settings, ctx.entry)
+    export = export.with_entry(
+        lambda text: scan.default_args(scan.with_split(text, ctx.settings.replicas), ENTRY, args)
+    )
     # a plain `python repro.py` ends with a line saying whether it showed the symptom
-    export = export.with_entry(lambda text: with_footer(text, ctx.symptom, ctx.result, export.ref_name), ref=False)
+    export = export.with_entry(lambda text: scan.with_footer(text, ctx.symptom, ctx.result, export.ref_name), ref=False)
     out = prepare_out(Path(out) if out is not None else ctx.run_dir / "report")
     try:
         write: Write = lambda rel, text: write_files(out, {rel: scrubber.scrub(text)})  # every text scrubbed
@@ -336,7 +337,7 @@ def _write_notebook(write: Write, ctx: Context, export: Export, report: Report) 
     from tfrepro.report import notebook
 
     try:
-        code = notebook_code(export.cand_files[ENTRY], ENTRY, script_args(ctx.settings, ctx.entry))
+        code = scan.notebook_code(export.cand_files[ENTRY], ENTRY, scan.script_args(ctx.settings, ctx.entry))
         nb = notebook.build(code, symptom=ctx.symptom, env=report.env, title=issue_md.title(report))
     except SyntaxError as e:
         return {"repro.ipynb": f"skipped: repro.py does not parse ({e.msg}, line {e.lineno})"}
@@ -403,8 +404,8 @@ def document(
         env_vars=capture_env(environ, scrubber),
         redacted_env_count=withheld_count(environ),
         # precision, replicas, XLA...: read from the source, corrected by what the re-run and the localisation saw
-        setup=merge_runtime(
-            scan_setup(code), reproduction.trial if reproduction else None, loc.settings if loc else None
+        setup=scan.merge_runtime(
+            scan.scan_setup(code), reproduction.trial if reproduction else None, loc.settings if loc else None
         ),
         reproduction=reproduction,
         localization=loc,
@@ -412,7 +413,7 @@ def document(
             entry=ENTRY,
             files=sorted(export.cand_files),
             code=code,
-            extra_imports=extra_imports(export.cand_files),
+            extra_imports=scan.extra_imports(export.cand_files),
             reference=export.ref_name,
             diff=export.diff,
             command=shlex.join(["python", *command[1:]]) if command else f"python {ENTRY}",

@@ -18,13 +18,13 @@ The same parts as the report, on the script as it is (no bisect run needed):
 Then the tail: a line after the last training call that reads what an OFF
 feature made is commented out (`comment_tail`, below), so `python repro.py` runs; the
 script's arguments go into repro.py as its default ones and the user's
-tfrepro.toml tables into the answers (scriptargs.py, below):
+tfrepro.toml tables into the answers (scan.py; below):
 
 - the arguments: those given after `--` (`tfrepro new --from train.py NEW
   -- --epochs 3`), else those of `[trial] command`, else those of the
   latest bisect run of the same script (its result.json records the trial
   command, `tfrepro bisect train.py -- --epochs 3`). The new repro.py takes
-  them when it is given none (`scriptargs.default_args`), so `python
+  them when it is given none (`scan.default_args`), so `python
   repro.py` and the new project's trials run as the script's did.
 - the settings: `[trial]` (but `entry` and `command`: the new project runs
   `repro.py`), `[symptoms]` and `[state]`, as the user wrote them; they
@@ -51,7 +51,7 @@ from tfrepro import features as fb
 from tfrepro.errors import UserError
 from tfrepro.report.export import DATA, ENTRY, Export, bundle_files, entry_of, write_files
 from tfrepro.report.records import run_dirs
-from tfrepro.report.scriptargs import default_args, script_args
+from tfrepro.report.scan import default_args, script_args
 from tfrepro.report.standin import STANDABLE, DataFacts, named
 from tfrepro.settings import TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
@@ -60,8 +60,6 @@ from tfrepro.trials.values import TrialResult, read_json
 # (project, features ON) -> the trial's result. The default runs a real one.
 TrialFn = Callable[[Any, frozenset[str]], TrialResult]
 Say = Callable[[str], None]
-
-MANIFEST_TEXT = '[trial]\nentry = "repro.py"\n'
 
 
 @dataclass(frozen=True)
@@ -213,7 +211,7 @@ def write_project(dest: Path, files: dict[str, str], data: bytes | None = None) 
     from tfrepro.project import Project
 
     dest.mkdir(parents=True)
-    return Project.load(write_files(dest, {"tfrepro.toml": MANIFEST_TEXT, **files}, data))
+    return Project.load(write_files(dest, {"tfrepro.toml": f'[trial]\nentry = "{ENTRY}"\n', **files}, data))
 
 
 def summary_lines(got: FromScript) -> list[str]:

@@ -113,8 +113,8 @@ def npz_bytes(groups: list[tuple[int, Records]], keep: list[int]) -> bytes:
     return buf.getvalue()
 
 
+# What `rewrite_reads` inserts: statements only (see standin.HEADER).
 HEADER = '''
-# --- tfrepro: the few real records that still show the symptom (data.npz) ---
 import atexit as _tfrepro_atexit
 import os as _tfrepro_os
 import struct as _tfrepro_struct
@@ -166,9 +166,6 @@ def _tfrepro_file(i):
             else:
                 f.write(part)
     return path
-
-
-# --- end of the records ----------------------------------------------------------
 '''
 
 

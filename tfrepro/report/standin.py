@@ -48,10 +48,8 @@ STANDABLE = {
     "pandas.read_feather": "read_feather",
 }
 
+# What `rewrite` inserts: statements only (`swap_reads` takes a parsed module's body, no leading comment).
 HEADER = """
-# --- tfrepro: synthetic stand-ins for the data files this script read --------
-# Seeded NumPy data of the recorded shapes, dtypes and per-column statistics;
-# the user's files are not needed (and not shipped).
 import numpy as _tfrepro_np
 
 _TFREPRO_DATA = json_specs
@@ -91,9 +89,6 @@ def _tfrepro_data(i):
         return _tfrepro_np.stack([_tfrepro_column(rng, shape[0], s) for s in cols.values()], axis=1)
     n = int(_tfrepro_np.prod(shape)) if shape else 1
     return _tfrepro_column(rng, n, next(iter(cols.values()))).reshape(shape)
-
-
-# --- end of the stand-ins ------------------------------------------------------
 """
 
 
