@@ -397,18 +397,17 @@ class Project:
         rendered = self.render(enabled)
         h = hashlib.sha256()
         for rel in self.files:
-            text = rendered.get(rel)
-            digest = self._file_digest(rel) if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+            if rel in rendered:
+                digest = hashlib.sha256(rendered[rel].encode("utf-8")).hexdigest()
+            else:  # memoised by size and mtime
+                st = (self.root / rel).stat()
+                key = (rel, st.st_size, st.st_mtime_ns)
+                if key not in self._hash_memo:
+                    with open(self.root / rel, "rb") as f:
+                        self._hash_memo[key] = hashlib.file_digest(f, "sha256").hexdigest()
+                digest = self._hash_memo[key]
             h.update(f"{rel}\0{digest}\0".encode())
         return h.hexdigest()
-
-    def _file_digest(self, rel: str) -> str:
-        st = (self.root / rel).stat()
-        memo_key = (rel, st.st_size, st.st_mtime_ns)
-        if memo_key not in self._hash_memo:
-            with open(self.root / rel, "rb") as f:
-                self._hash_memo[memo_key] = hashlib.file_digest(f, "sha256").hexdigest()
-        return self._hash_memo[memo_key]
 
     # -- writing states (the one operation that edits the user's files) -----
     def set_states(self, states: dict[str, bool]) -> list[str]:
