@@ -413,7 +413,7 @@ def run_commits(
     path: str | Path,
     good: str | None,
     bad: str | None,
-    options: BisectOptions | None = None,
+    options: BisectOptions,
     *,
     as_json: bool = False,
 ) -> tuple[RunResult, str]:
@@ -427,14 +427,14 @@ def run_commits(
         )
     from tfrepro.bisect.commits import bisect_commits
     from tfrepro.bisect.events import ProgressLines
-    from tfrepro.bisect.options import BisectOptions
     from tfrepro.trials.executors import make_executor
 
-    o = options or BisectOptions()
-    runs_on = make_executor(o.executor, jobs=o.jobs, address=o.address, log=lambda text: click.echo(text, err=True))
+    runs_on = make_executor(
+        options.executor, jobs=options.jobs, address=options.address, log=lambda text: click.echo(text, err=True)
+    )
     try:
         events = None if as_json else ProgressLines(click.echo, 12)
-        result = bisect_commits(path, good, bad, o, events=events, executor=runs_on)
+        result = bisect_commits(path, good, bad, options, events=events, executor=runs_on)
     finally:
         runs_on.close()
     return result, json.dumps(result.to_dict()) if as_json else range_answer(result)
