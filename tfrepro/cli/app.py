@@ -121,19 +121,6 @@ def use_color(stream) -> bool:
     return bool(stream.isatty()) and not os.environ.get("NO_COLOR")
 
 
-def parse_states(value: str) -> dict[str, bool]:
-    """`a=on,b=off` -> {"a": True, "b": False}."""
-    states: dict[str, bool] = {}
-    for item in parse_names(value):
-        name, sep, state = item.partition("=")
-        if not sep or state.lower() not in ("on", "off"):
-            raise UserError(f"bad --set item {item!r}", hint="write NAME=on or NAME=off, comma-separated")
-        states[name.strip()] = state.lower() == "on"
-    if not states:
-        raise UserError("--set needs at least one NAME=on|off")
-    return states
-
-
 def parse_names(value: str | None) -> list[str]:
     return [x.strip() for x in (value or "").split(",") if x.strip()]
 

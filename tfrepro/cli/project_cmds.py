@@ -17,7 +17,6 @@ from tfrepro.cli.app import (
     load_project,
     main,
     parse_names,
-    parse_states,
     path_argument,
     replicas_option,
     script_args_argument,
@@ -44,7 +43,15 @@ def features(path: Path, set_: str | None, as_json: bool, only: str | None, skip
     """
     project = load_project(path, only, skip)
     if set_:
-        changed = project.set_states(parse_states(set_))
+        want: dict[str, bool] = {}  # `a=on,b=off` -> {"a": True, "b": False}
+        for item in parse_names(set_):
+            name, sep, state = item.partition("=")
+            if not sep or state.lower() not in ("on", "off"):
+                raise UserError(f"bad --set item {item!r}", hint="write NAME=on or NAME=off, comma-separated")
+            want[name.strip()] = state.lower() == "on"
+        if not want:
+            raise UserError("--set needs at least one NAME=on|off")
+        changed = project.set_states(want)
         if as_json:
             click.echo(json.dumps({"changed": changed}))
         else:
