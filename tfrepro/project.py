@@ -344,8 +344,7 @@ class Project:
 
     def check_names(self, names: Iterable[str]) -> frozenset[str]:
         names = frozenset(names)
-        unknown = sorted(names - set(self.feature_names))
-        if unknown:
+        if unknown := sorted(names - set(self.feature_names)):
             raise UserError(
                 f"unknown feature{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}",
                 path=self.root,
