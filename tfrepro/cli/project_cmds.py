@@ -116,15 +116,11 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json
         n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_") for f in result.found)
     ]
     if as_json:  # the features proposed, what was left alone, the --only items that matched nothing, the diff
-        from dataclasses import asdict
-
-        def located(x) -> dict[str, object]:  # a Found or Skipped, its path as "file"
-            return {("file" if k == "path" else k): v for k, v in asdict(x).items()}
-
+        keys = ("name", "kind", "file", "line", "description", "affects_loss", "note")  # "file": a Found's path
         doc = {
             "features": list(result.feature_names),
-            "found": [located(f) for f in result.found],
-            "skipped": [located(s) for s in result.skipped],
+            "found": [{k: getattr(f, "path" if k == "file" else k) for k in keys} for f in result.found],
+            "skipped": [{"file": s.path, "line": s.line, "reason": s.reason} for s in result.skipped],
             "manifest_problems": list(result.problems),
             "unknown_only": unknown,
         }
