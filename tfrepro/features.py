@@ -96,10 +96,6 @@ class Block:
     state: bool = False  # True when the block is ON as written in the file
 
 
-def _strip_eol(line: str) -> str:
-    return line.rstrip("\r\n")
-
-
 def _looks_like_code(text: str) -> bool:
     """True when a commented line's content is a Python statement rather than
     prose: used to catch half-toggled parts without rejecting real comments."""
@@ -114,7 +110,7 @@ def _looks_like_code(text: str) -> bool:
 def comment_line(line: str, indent: str, *, undo: bool = False) -> str:
     """`line` commented after `indent` (`undo`: uncommented); a blank line
     stands commented as `<indent>#`."""
-    body = _strip_eol(line)
+    body = line.rstrip("\r\n")
     eol = line[len(body) :]
     if not body.strip():
         return line if undo else indent + "#" + eol
@@ -215,14 +211,14 @@ def _check_part(path: str, lines: list[str], start: int, stop: int, indent: str,
             hint="put the statements the part stands for between the markers, or delete the empty part",
         )
     for i, x in code:
-        if not _strip_eol(x).startswith(indent):
+        if not x.rstrip("\r\n").startswith(indent):
             raise UserError(
                 "line is indented less than its feature marker",
                 path=path,
                 line=i + 1,
                 hint="indent the feature markers like the code they enclose",
             )
-    commented = [x.startswith(indent + "# ") or _strip_eol(x) == indent + "#" for _, x in code]
+    commented = [x.startswith(indent + "# ") or x.rstrip("\r\n") == indent + "#" for _, x in code]
     if all(commented):
         contents = [comment_line(x, indent, undo=True) for _, x in code]
         if not any(map(_is_code, contents)):
@@ -287,7 +283,7 @@ def parse(text: str, path: str = "<string>", encoding: str = "utf-8") -> SourceF
     blocks: list[Block] = []
     open_: Block | None = None
     for lineno, raw in enumerate(lines, start=1):
-        m = _MARKER_RE.match(_strip_eol(raw))
+        m = _MARKER_RE.match(raw.rstrip("\r\n"))
         if not m:
             continue
         indent, rest = m.group("indent"), m.group("rest")
