@@ -201,29 +201,29 @@ def test_sigterm_stops_the_bisect_and_cleans_up_at_once(repo, tmp_path):
 
 
 @pytest.mark.e2e
-def test_cli_entry_prints_one_json_object_and_exit_codes(repo, capsys):
-    from tfrepro.bisect.options import BisectOptions, parse_symptom
-    from tfrepro.cli.bisect_cmds import run_commits as run_from_cli
+def test_cli_entry_prints_one_json_object_and_exit_codes(repo):
+    from click.testing import CliRunner
+
+    from tfrepro.bisect.options import parse_symptom
+    from tfrepro.cli import main
     from tfrepro.errors import UserError
-    from tfrepro.verdicts import Verdict
 
     shas = build(repo, sleep=0)
-    capsys.readouterr()
-    proj = repo.root / "proj"
-    result, answer = run_from_cli(proj, shas[0], "main", as_json=True)
-    assert result.exit_code == 0
-    assert capsys.readouterr() == ("", "")  # nothing else: the command prints the answer, one JSON object
-    doc = json.loads(answer)
+    proj = str(repo.root / "proj")
+    r = CliRunner().invoke(main, ["bisect", proj, "--good", shas[0], "--bad", "main", "--json"])
+    assert r.exit_code == 0, r.output
+    # nothing else: the command prints the answer, one JSON object (stderr: only where trials.csv went)
+    assert [line for line in r.stderr.splitlines() if not line.startswith("trials: ")] == []
+    doc = json.loads(r.stdout)
     assert doc["first_bad_commit"] == shas[FIRST_BAD] and doc["culprits"] == []
 
-    result, answer = run_from_cli(proj, shas[0], shas[5], BisectOptions(symptom=Verdict.NAN))
-    assert result.exit_code == 3  # the bad end is healthy: none
-    text = "\n".join([*capsys.readouterr(), answer])
-    assert f"the bad end {shas[5][:12]} (commit 5) does not show nan" in text
-    assert "bisecting 6 commits" in text
+    r = CliRunner().invoke(main, ["bisect", proj, "--good", shas[0], "--bad", shas[5], "--symptom", "nan"])
+    assert r.exit_code == 3  # the bad end is healthy: none
+    assert f"the bad end {shas[5][:12]} (commit 5) does not show nan" in r.output
+    assert "bisecting 6 commits" in r.output
 
-    with pytest.raises(UserError, match="needs both --good REV and --bad REV"):
-        run_from_cli(proj, shas[0], None)
+    r = CliRunner().invoke(main, ["bisect", proj, "--good", shas[0]])
+    assert r.exit_code == 2 and "needs both --good REV and --bad REV" in r.output
     with pytest.raises(UserError, match="unknown symptom 'oops'"):
         parse_symptom("oops")
 

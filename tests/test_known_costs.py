@@ -1,4 +1,4 @@
-"""Issue 26: known costs (tfrepro/costs.py): a slowdown that is the documented
+"""Issue 26: known costs (tfrepro/catalog.py): a slowdown that is the documented
 cost of a feature on its hardware is said to be one, and `report` explains it
 with the fix instead of drafting a bug report (unless --force)."""
 
@@ -10,9 +10,9 @@ from click.testing import CliRunner
 from test_engine import FakeRunner, make_project
 
 from tfrepro.bisect.engine import BisectOptions, bisect
+from tfrepro.catalog import known_cost
 from tfrepro.cli import main
 from tfrepro.cli.display import answer_lines
-from tfrepro.costs import known_cost
 from tfrepro.verdicts import Verdict
 
 PLAIN_CPU = {"accelerators": [], "cpu_fp16": False, "cpu_bf16": False, "replicas": 1}

@@ -169,7 +169,7 @@ def test_commit_bisect_writes_trials_csv_labelled_by_commit(tmp_path, monkeypatc
 def test_a_range_bisect_writes_its_tables_into_the_run_its_answer_names(tmp_path, monkeypatch):
     """Every mode's tables go to its result's run dir: not to the newest run
     dir of the project (--then-features makes one after the version run's)."""
-    from tfrepro.cli import bisect_cmds
+    from tfrepro.bisect import commits
     from tfrepro.trials.values import RunResult, Status
 
     answered = _fake_run(tmp_path)
@@ -178,7 +178,7 @@ def test_a_range_bisect_writes_its_tables_into_the_run_its_answer_names(tmp_path
     (newer / "result.json").write_text(json.dumps({"status": "found", "trials_table": []}))
     (tmp_path / "p" / "repro.py").write_text("print(1)\n")
     result = RunResult(status=Status.FOUND, run_dir=str(answered))
-    monkeypatch.setattr(bisect_cmds, "run_commits", lambda *a, **k: (result, "found"))
+    monkeypatch.setattr(commits, "bisect_commits", lambda *a, **k: result)
     r = CliRunner().invoke(main, ["bisect", str(tmp_path / "p"), "--good", "a", "--bad", "b"])
     assert r.exit_code == 0, r.output
     assert (answered / "trials.csv").is_file() and not (newer / "trials.csv").exists()

@@ -96,10 +96,6 @@ class Block:
     state: bool = False  # True when the block is ON as written in the file
 
 
-def _strip_eol(line: str) -> str:
-    return line.rstrip("\r\n")
-
-
 def _looks_like_code(text: str) -> bool:
     """True when a commented line's content is a Python statement rather than
     prose: used to catch half-toggled parts without rejecting real comments."""
@@ -111,22 +107,16 @@ def _looks_like_code(text: str) -> bool:
     return any(not (isinstance(n, ast.Expr) and isinstance(n.value, (ast.Name, ast.Constant))) for n in tree.body)
 
 
-def comment_line(line: str, indent: str) -> str:
-    body = _strip_eol(line)
+def comment_line(line: str, indent: str, *, undo: bool = False) -> str:
+    """`line` commented after `indent` (`undo`: uncommented); a blank line
+    stands commented as `<indent>#`."""
+    body = line.rstrip("\r\n")
     eol = line[len(body) :]
     if not body.strip():
-        return indent + "#" + eol
+        return line if undo else indent + "#" + eol
+    if undo:
+        return eol if body == indent + "#" else indent + body[len(indent) + 2 :] + eol
     return indent + "# " + body[len(indent) :] + eol
-
-
-def uncomment_line(line: str, indent: str) -> str:
-    body = _strip_eol(line)
-    eol = line[len(body) :]
-    if not body.strip():
-        return line
-    if body == indent + "#":
-        return eol
-    return indent + body[len(indent) + 2 :] + eol
 
 
 class SourceFile:
@@ -180,8 +170,7 @@ class SourceFile:
         lines = self.lines[part[0] : part[1]]
         if (b.state == on) == live:  # live as written (the ON part iff the block is ON): keep the bytes
             return lines
-        switch = uncomment_line if live else comment_line
-        return [switch(x, b.indent) for x in lines]
+        return [comment_line(x, b.indent, undo=live) for x in lines]
 
     def render(self, enabled: Iterable[str] | None, *, export: bool = False) -> str:
         """The file with every block ON iff its name is in `enabled` (`None`:
@@ -222,16 +211,16 @@ def _check_part(path: str, lines: list[str], start: int, stop: int, indent: str,
             hint="put the statements the part stands for between the markers, or delete the empty part",
         )
     for i, x in code:
-        if not _strip_eol(x).startswith(indent):
+        if not x.rstrip("\r\n").startswith(indent):
             raise UserError(
                 "line is indented less than its feature marker",
                 path=path,
                 line=i + 1,
                 hint="indent the feature markers like the code they enclose",
             )
-    commented = [x.startswith(indent + "# ") or _strip_eol(x) == indent + "#" for _, x in code]
+    commented = [x.startswith(indent + "# ") or x.rstrip("\r\n") == indent + "#" for _, x in code]
     if all(commented):
-        contents = [uncomment_line(x, indent) for _, x in code]
+        contents = [comment_line(x, indent, undo=True) for _, x in code]
         if not any(map(_is_code, contents)):
             raise UserError(
                 f"the {what} part of this feature block holds no code (only comments)",
@@ -243,7 +232,7 @@ def _check_part(path: str, lines: list[str], start: int, stop: int, indent: str,
     # A live part may carry its own comments; a commented *statement* next to
     # live code means the block was half switched by hand.
     for (i, x), c in zip(code, commented):
-        if c and _looks_like_code(uncomment_line(x, indent)):
+        if c and _looks_like_code(comment_line(x, indent, undo=True)):
             raise UserError(
                 f"the {what} part mixes commented and live code lines",
                 path=path,
@@ -294,7 +283,7 @@ def parse(text: str, path: str = "<string>", encoding: str = "utf-8") -> SourceF
     blocks: list[Block] = []
     open_: Block | None = None
     for lineno, raw in enumerate(lines, start=1):
-        m = _MARKER_RE.match(_strip_eol(raw))
+        m = _MARKER_RE.match(raw.rstrip("\r\n"))
         if not m:
             continue
         indent, rest = m.group("indent"), m.group("rest")

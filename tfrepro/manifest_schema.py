@@ -20,21 +20,16 @@ from tfrepro import features as fb
 from tfrepro.settings import MAX_REPLICAS, StateSettings, SymptomSettings, TrialSettings
 
 # Finite bounds of the numeric settings: nan, inf or 1e300 would silently
-# switch a check off. (low, high, low is exclusive)
-_BOUNDS: dict[str, tuple[float, float, bool]] = {
-    **dict.fromkeys(("timeout_s", "budget_s"), (0.0, 7 * 24 * 3600.0, True)),
-    "slowdown": (1.0, 1000.0, True),
-    "mismatch": (0.0, 100.0, False),
-    "memory": (1.0, 1000.0, True),
-    "keep_runs": (0, 100_000, False),
-    "keep_trials": (0, 1_000_000, False),
-    **dict.fromkeys(("copy_budget_mb", "keep_mb"), (0.0, 1e8, False)),
-}
-# The low bounds of the trial's and the symptoms' numbers have a message of their own.
-_LOW = {
-    **dict.fromkeys(("timeout_s", "budget_s"), ("must be positive", None)),
-    "slowdown": ("is a ratio above 1", "e.g. slowdown = 1.25 for 25% slower"),
-    "mismatch": ("must be >= 0", None),
+# switch a check off. (low, high, low is exclusive, and for the trial's and the
+# symptoms' numbers the message and hint of a value below low)
+_BOUNDS: dict[str, tuple[float, float, bool, tuple[str, str | None] | None]] = {
+    **dict.fromkeys(("timeout_s", "budget_s"), (0.0, 7 * 24 * 3600.0, True, ("must be positive", None))),
+    "slowdown": (1.0, 1000.0, True, ("is a ratio above 1", "e.g. slowdown = 1.25 for 25% slower")),
+    "mismatch": (0.0, 100.0, False, ("must be >= 0", None)),
+    "memory": (1.0, 1000.0, True, None),
+    "keep_runs": (0, 100_000, False, None),
+    "keep_trials": (0, 1_000_000, False, None),
+    **dict.fromkeys(("copy_budget_mb", "keep_mb"), (0.0, 1e8, False, None)),
 }
 # pydantic's type errors, as the accepted TOML types they name ("int or str": a union's two)
 _TYPE_NAMES = dict(int_type="int", float_type="int or float", string_type="str", bool_type="bool", list_type="list")
@@ -65,10 +60,10 @@ class _Table(pd.BaseModel):
         # before the type check (a wrong type is no bound's business), on the value as written
         key = info.field_name or ""
         if key in _BOUNDS and isinstance(value, (int, float)) and not isinstance(value, bool):
-            lo, hi, lo_open = _BOUNDS[key]
+            lo, hi, lo_open, too_low = _BOUNDS[key]
             low = value <= lo if lo_open else value < lo
-            if low and key in _LOW:
-                raise _Bad(f"[{cls.table}] {key} {_LOW[key][0]}, not {value}", _LOW[key][1])
+            if low and too_low:
+                raise _Bad(f"[{cls.table}] {key} {too_low[0]}, not {value}", too_low[1])
             if not math.isfinite(value):
                 raise _OutOfBounds(f"[{cls.table}] {key}: must be a finite number, not {value}")
             if value > hi or low:

@@ -8,7 +8,7 @@ caller chooses (always below `.tfrepro/` or a temp dir, never the user's files).
 How `Project.load` finds a project and its features: `locate` (a project
 directory, or a plain script, which belongs to the nearest enclosing project
 and becomes its entry), `marked_sources` (the files with feature-block markers,
-Contract 1), else `detected_sources` (zero-edit: annotated in memory, nothing
+Contract 1), else zero-edit detection (annotated in memory, nothing
 written), `selection` (`--only` / `--skip`), the script's arguments (`tfrepro
 bisect train.py -- --epochs 3`: after `[trial] command`, or `python ENTRY`, as
 `git bisect run` passes its command's).
@@ -179,20 +179,6 @@ def marked_sources(root: Path, files: Iterable[str]) -> dict[str, fb.SourceFile]
     return sources
 
 
-def detected_sources(
-    root: Path, entry: str | None, command: Sequence[str] | None, files: list[str]
-) -> tuple[dict[str, fb.SourceFile], Detection]:
-    """Zero-edit: the feature blocks of the entry script (`[trial] entry` or
-    the `.py` files of `command`) and the modules it imports, annotated in
-    memory; every non-test `.py` file when the entry is unknown."""
-    from tfrepro.annotate import default_targets, detect_blocks, entry_scripts
-
-    entries = entry_scripts(entry, command, files)
-    targets = imported_files(root, entries, files) if entries else default_targets(files)
-    detection = detect_blocks(root, targets)
-    return {rel: fb.parse(t, str(root / rel)) for rel, t in detection.texts.items()}, detection
-
-
 def selection(
     names: Sequence[str], only: Iterable[str] | None, skip: Iterable[str] | None, *, root: Path
 ) -> dict[str, str]:
@@ -277,8 +263,13 @@ class Project:
             command = (*(manifest.trial.command or ("python", manifest.trial.entry)), *script_args)
             manifest = replace(manifest, trial=replace(manifest.trial, command=command))
         detection = None
-        if not sources and detect:
-            sources, detection = detected_sources(root, manifest.trial.entry, manifest.trial.command, files)
+        if not sources and detect:  # zero-edit: the entry script and the modules it imports, annotated in memory
+            from tfrepro.annotate import default_targets, detect_blocks, entry_scripts
+
+            entries = entry_scripts(manifest.trial.entry, manifest.trial.command, files)  # `entry`, or `command`'s .py
+            # every non-test .py file when the entry is unknown
+            detection = detect_blocks(root, imported_files(root, entries, files) if entries else default_targets(files))
+            sources = {rel: fb.parse(t, str(root / rel)) for rel, t in detection.texts.items()}
         project = cls(root, manifest, sources, files, skipped, detection)
         project._check_feature_tables(text)
         if only is not None or skip is not None:
@@ -353,8 +344,7 @@ class Project:
 
     def check_names(self, names: Iterable[str]) -> frozenset[str]:
         names = frozenset(names)
-        unknown = sorted(names - set(self.feature_names))
-        if unknown:
+        if unknown := sorted(names - set(self.feature_names)):
             raise UserError(
                 f"unknown feature{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)}",
                 path=self.root,
@@ -397,18 +387,17 @@ class Project:
         rendered = self.render(enabled)
         h = hashlib.sha256()
         for rel in self.files:
-            text = rendered.get(rel)
-            digest = self._file_digest(rel) if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
+            if rel in rendered:
+                digest = hashlib.sha256(rendered[rel].encode("utf-8")).hexdigest()
+            else:  # memoised by size and mtime
+                st = (self.root / rel).stat()
+                key = (rel, st.st_size, st.st_mtime_ns)
+                if key not in self._hash_memo:
+                    with open(self.root / rel, "rb") as f:
+                        self._hash_memo[key] = hashlib.file_digest(f, "sha256").hexdigest()
+                digest = self._hash_memo[key]
             h.update(f"{rel}\0{digest}\0".encode())
         return h.hexdigest()
-
-    def _file_digest(self, rel: str) -> str:
-        st = (self.root / rel).stat()
-        memo_key = (rel, st.st_size, st.st_mtime_ns)
-        if memo_key not in self._hash_memo:
-            with open(self.root / rel, "rb") as f:
-                self._hash_memo[memo_key] = hashlib.file_digest(f, "sha256").hexdigest()
-        return self._hash_memo[memo_key]
 
     # -- writing states (the one operation that edits the user's files) -----
     def set_states(self, states: dict[str, bool]) -> list[str]:

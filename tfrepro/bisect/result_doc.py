@@ -240,7 +240,7 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
 def finish(run: _Bisection, a: Answer) -> RunResult:
     """The run's answer from the bisection `run` (its trials, settings and
     run dir), written to `<run_dir>/result.json`."""
-    from tfrepro.costs import known_cost
+    from tfrepro.catalog import known_cost
 
     cost = None  # a found slowdown whose culprits are documented costs on the hardware their trials ran on
     if a.status is Status.FOUND and a.symptom is Verdict.SLOWDOWN:

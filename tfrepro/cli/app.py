@@ -35,18 +35,6 @@ def _fail(message: str, code: int, as_json: bool, **extra: object) -> NoReturn:
     sys.exit(code)
 
 
-def _input_error(e: BaseException) -> str | None:
-    """A one-line message for an error caused by the user's input (a file
-    that cannot be read or decoded, a bad git revision), else None."""
-    if isinstance(e, UnicodeDecodeError):
-        return f"cannot decode a file as {e.encoding}: {e.reason} at byte {e.start}"
-    if isinstance(e, OSError) and e.filename is not None:
-        return f"{e.filename}: {e.strerror or e}"
-    if type(e).__name__ in ("GitCommandError", "BadName", "InvalidGitRepositoryError", "NoSuchPathError"):
-        return f"git: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
-    return None
-
-
 class _Group(click.Group):
     """The one place that turns errors into messages and exit codes:
     UserError and input errors 2, other failures 1, Ctrl-C or SIGTERM 130
@@ -83,9 +71,14 @@ class _Group(click.Group):
                 as_json,
                 status="interrupted",
             )
-        except Exception as e:
-            message = _input_error(e)
-            if message is None:
+        except Exception as e:  # the user's input: a file that cannot be read or decoded, a bad git revision
+            if isinstance(e, UnicodeDecodeError):
+                message = f"cannot decode a file as {e.encoding}: {e.reason} at byte {e.start}"
+            elif isinstance(e, OSError) and e.filename is not None:
+                message = f"{e.filename}: {e.strerror or e}"
+            elif type(e).__name__ in ("GitCommandError", "BadName", "InvalidGitRepositoryError", "NoSuchPathError"):
+                message = f"git: {str(e).strip().splitlines()[-1] if str(e).strip() else type(e).__name__}"
+            else:
                 raise
             _fail(message, 2, as_json)
 
@@ -126,19 +119,6 @@ def main() -> None:
 def use_color(stream) -> bool:
     """Colour only on a terminal, and never when NO_COLOR is set (non-empty)."""
     return bool(stream.isatty()) and not os.environ.get("NO_COLOR")
-
-
-def parse_states(value: str) -> dict[str, bool]:
-    """`a=on,b=off` -> {"a": True, "b": False}."""
-    states: dict[str, bool] = {}
-    for item in parse_names(value):
-        name, sep, state = item.partition("=")
-        if not sep or state.lower() not in ("on", "off"):
-            raise UserError(f"bad --set item {item!r}", hint="write NAME=on or NAME=off, comma-separated")
-        states[name.strip()] = state.lower() == "on"
-    if not states:
-        raise UserError("--set needs at least one NAME=on|off")
-    return states
 
 
 def parse_names(value: str | None) -> list[str]:

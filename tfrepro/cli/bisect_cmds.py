@@ -31,7 +31,6 @@ from tfrepro.errors import UserError
 from tfrepro.verdicts import SYMPTOM_ORDER
 
 if TYPE_CHECKING:
-    from tfrepro.bisect.options import BisectOptions
     from tfrepro.trials.values import RunResult
 
 _WHY = {
@@ -273,7 +272,21 @@ def bisect_cmd(
             doc["notes"] = [*notes, *doc.get("notes", [])]
             answer = json.dumps(doc) if as_json else range_answer(result, doc["notes"])
         elif good or bad:
-            result, answer = run_commits(path, good, bad, options, as_json=as_json)
+            if not good or not bad:
+                raise UserError(
+                    "commit mode needs both --good REV and --bad REV", hint="e.g. tfrepro bisect --good v1.2 --bad HEAD"
+                )
+            from tfrepro.bisect.commits import bisect_commits
+            from tfrepro.bisect.events import ProgressLines
+            from tfrepro.trials.executors import make_executor
+
+            runs_on = make_executor(executor, jobs=jobs, address=address, log=lambda text: click.echo(text, err=True))
+            try:  # the tried commits are printed as they go
+                events = None if as_json else ProgressLines(click.echo, 12)
+                result = bisect_commits(path, good, bad, options, events=events, executor=runs_on)
+            finally:
+                runs_on.close()
+            answer = json.dumps(result.to_dict()) if as_json else range_answer(result)
         else:
             from tfrepro.check.run import checks_for_result
             from tfrepro.cli.display import answer_lines, run_bisect
@@ -360,7 +373,7 @@ def demo_cmd(jobs: int, keep: bool, as_json: bool) -> None:
 
 def range_answer(result: RunResult, notes: list[str] | None = None) -> str:
     """A range bisection in words: the first bad commit (`notes` None: commit
-    mode; its tried commits are printed as they go, see `run_commits`) or
+    mode; its tried commits are printed as they go) or
     release (then one line per release and the `notes`), the candidates when
     ambiguous, else the status and why; then the cost: trials, cache hits,
     wall time, run dir."""
@@ -407,34 +420,3 @@ def range_answer(result: RunResult, notes: list[str] | None = None) -> str:
         head = ambiguous if status == "ambiguous" else [f"{status}: {ev.message if ev and ev.message else ''}"]
     cached = f", {ev.cached_trials} from cache" if ev is not None and ev.cached_trials else ""
     return "\n".join([*head, *rows, f"{result.trials} trials{cached}, {result.wall_s:.1f} s; run: {result.run_dir}"])
-
-
-def run_commits(
-    path: str | Path,
-    good: str | None,
-    bad: str | None,
-    options: BisectOptions | None = None,
-    *,
-    as_json: bool = False,
-) -> tuple[RunResult, str]:
-    """What `tfrepro bisect --good REV --bad REV` does (`options`: the
-    symptom, --steps, the cache, the executor, --timing-budget): progress;
-    returns the result (its run dir, its exit code) and the answer to print
-    (the JSON object with `as_json`)."""
-    if not good or not bad:
-        raise UserError(
-            "commit mode needs both --good REV and --bad REV", hint="e.g. tfrepro bisect --good v1.2 --bad HEAD"
-        )
-    from tfrepro.bisect.commits import bisect_commits
-    from tfrepro.bisect.events import ProgressLines
-    from tfrepro.bisect.options import BisectOptions
-    from tfrepro.trials.executors import make_executor
-
-    o = options or BisectOptions()
-    runs_on = make_executor(o.executor, jobs=o.jobs, address=o.address, log=lambda text: click.echo(text, err=True))
-    try:
-        events = None if as_json else ProgressLines(click.echo, 12)
-        result = bisect_commits(path, good, bad, o, events=events, executor=runs_on)
-    finally:
-        runs_on.close()
-    return result, json.dumps(result.to_dict()) if as_json else range_answer(result)

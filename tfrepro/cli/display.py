@@ -113,8 +113,7 @@ def answer_lines(result: RunResult) -> list[str]:
     if status is Status.FOUND:  # the culprits, a known cost, where it shows, the timing
         culprits = sorted(result.culprits)
         lines = [f"{symptom}: caused by {' + '.join(culprits)}"]
-        extra = sorted(set(d.culprit_config) - set(culprits))
-        if extra:
+        if extra := sorted(set(d.culprit_config) - set(culprits)):
             lines.append(f"  (together with {', '.join(extra)}, which change the loss on purpose)")
         if cost := result.known_cost:
             lines += [f"  known cost, not a bug: {cost.reason}", f"  fix: {cost.fix}", f"  source: {cost.source}"]

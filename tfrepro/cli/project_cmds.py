@@ -17,7 +17,6 @@ from tfrepro.cli.app import (
     load_project,
     main,
     parse_names,
-    parse_states,
     path_argument,
     replicas_option,
     script_args_argument,
@@ -44,7 +43,15 @@ def features(path: Path, set_: str | None, as_json: bool, only: str | None, skip
     """
     project = load_project(path, only, skip)
     if set_:
-        changed = project.set_states(parse_states(set_))
+        want: dict[str, bool] = {}  # `a=on,b=off` -> {"a": True, "b": False}
+        for item in parse_names(set_):
+            name, sep, state = item.partition("=")
+            if not sep or state.lower() not in ("on", "off"):
+                raise UserError(f"bad --set item {item!r}", hint="write NAME=on or NAME=off, comma-separated")
+            want[name.strip()] = state.lower() == "on"
+        if not want:
+            raise UserError("--set needs at least one NAME=on|off")
+        changed = project.set_states(want)
         if as_json:
             click.echo(json.dumps({"changed": changed}))
         else:
@@ -109,21 +116,10 @@ def annotate_cmd(files: tuple[Path, ...], write: bool, only: str | None, as_json
         n for n in names if not any(f.name == n or f.kind == n or f.name.startswith(n + "_") for f in result.found)
     ]
     if as_json:  # the features proposed, what was left alone, the --only items that matched nothing, the diff
-        found = [
-            {
-                "name": f.name,
-                "kind": f.kind,
-                "file": f.path,
-                "line": f.line,
-                "description": f.description,
-                "affects_loss": f.affects_loss,
-                "note": f.note,
-            }
-            for f in result.found
-        ]
+        keys = ("name", "kind", "file", "line", "description", "affects_loss", "note")  # "file": a Found's path
         doc = {
             "features": list(result.feature_names),
-            "found": found,
+            "found": [{k: getattr(f, "path" if k == "file" else k) for k in keys} for f in result.found],
             "skipped": [{"file": s.path, "line": s.line, "reason": s.reason} for s in result.skipped],
             "manifest_problems": list(result.problems),
             "unknown_only": unknown,
@@ -291,7 +287,6 @@ def envs_cmd(prune: bool, days: float, all_: bool, as_json: bool) -> None:
 
 # `git bisect run`'s language: 0 good, 1 bad, 125 this commit cannot be tested.
 GOOD, BAD, CANNOT_TEST = 0, 1, 125
-EXPECTABLE = ["nan", "crash", "timeout"]
 
 
 def expect_verdict(results, symptom: str) -> tuple[int, str]:
@@ -316,24 +311,6 @@ def expect_verdict(results, symptom: str) -> tuple[int, str]:
     return GOOD, "absent"
 
 
-def _enabled(project, with_: str | None, all_: bool, none_: bool) -> frozenset[str]:
-    if with_ is not None:
-        return project.check_names(parse_names(with_))
-    if all_:
-        return frozenset(project.feature_names)
-    if none_:
-        return frozenset()
-    states = project.states_in_files()
-    mixed = sorted(n for n, s in states.items() if s is None)
-    if mixed:
-        raise UserError(
-            f"feature {mixed[0]!r} is ON in some blocks and OFF in others",
-            path=project.root,
-            hint="say which configuration to run: --with a,b, --all or --none",
-        )
-    return frozenset(n for n, s in states.items() if s)
-
-
 @main.command()
 @cold_option
 @path_argument
@@ -346,7 +323,7 @@ def _enabled(project, with_: str | None, all_: bool, none_: bool) -> frozenset[s
 @click.option("--no-cache", is_flag=True, help="Run even if the same trial is cached.")
 @click.option(
     "--expect",
-    type=click.Choice(EXPECTABLE),
+    type=click.Choice(["nan", "crash", "timeout"]),
     metavar="SYMPTOM",
     help="Exit 0 if the symptom (nan, crash, timeout) is absent, 1 if present, 125 if the run could "
     "not test it: `git bisect run tfrepro run --expect nan`.",
@@ -395,7 +372,19 @@ def run(
     results = []
     try:
         project = load_project(path, only, skip)
-        enabled = _enabled(project, with_, all_, none_)
+        if with_ is not None:
+            enabled = project.check_names(parse_names(with_))
+        elif all_ or none_:
+            enabled = frozenset(project.feature_names if all_ else ())
+        else:  # as the files have them
+            states = project.states_in_files()
+            if mixed := sorted(n for n, s in states.items() if s is None):
+                raise UserError(
+                    f"feature {mixed[0]!r} is ON in some blocks and OFF in others",
+                    path=project.root,
+                    hint="say which configuration to run: --with a,b, --all or --none",
+                )
+            enabled = frozenset(n for n, s in states.items() if s)
         settings = BisectOptions(steps=steps, replicas=replicas).trial_settings(project.manifest.trial)
         for i in range(repeats or project.manifest.repeats):
             if not as_json:
@@ -429,28 +418,6 @@ def run(
 
 
 # -- presentation of one trial (`tfrepro run`) ---------------------------------------
-
-
-def what_ran(result: TrialResult) -> str | None:
-    """One line, e.g. "ran: fit#1 jit_compile=False; 2 replicas in sync; float32; 2 devices"."""
-    parts = []
-    modes = [m for m in result.compile_modes if str(m.get("call", "")).startswith("fit#")]
-    modes = modes or list(result.compile_modes)
-    if modes:
-        parts.append(
-            ", ".join(
-                f"{m.get('call')} jit_compile={m.get('jit_compile')}" + (" (auto, pinned)" if m.get("pinned") else "")
-                for m in modes
-            )
-        )
-    if result.replicas_in_sync:
-        n = result.replicas_in_sync
-        parts.append(f"{n} replica{'s' if n != 1 else ''} in sync")
-    if result.precision_policy:
-        parts.append(result.precision_policy)
-    if result.devices:
-        parts.append(f"{len(result.devices)} device{'s' if len(result.devices) != 1 else ''}")
-    return "ran: " + "; ".join(parts) if parts else None
 
 
 def describe(result: TrialResult) -> list[str]:
@@ -490,7 +457,25 @@ def describe(result: TrialResult) -> list[str]:
         if result.device_peak_bytes:
             text += f"; device peak {result.device_peak_bytes / 1e6:.0f} MB"
         lines.append(text)
-    lines.extend(x for x in [what_ran(result)] if x)  # compile mode, replicas, policy, devices
+    # what ran, e.g. "ran: fit#1 jit_compile=False; 2 replicas in sync; float32; 2 devices"
+    parts = []
+    modes = [m for m in result.compile_modes if str(m.get("call", "")).startswith("fit#")]
+    modes = modes or list(result.compile_modes)
+    if modes:
+        parts.append(
+            ", ".join(
+                f"{m.get('call')} jit_compile={m.get('jit_compile')}" + (" (auto, pinned)" if m.get("pinned") else "")
+                for m in modes
+            )
+        )
+    if n := result.replicas_in_sync:
+        parts.append(f"{n} replica{'s' if n != 1 else ''} in sync")
+    if result.precision_policy:
+        parts.append(result.precision_policy)
+    if result.devices:
+        parts.append(f"{len(result.devices)} device{'s' if len(result.devices) != 1 else ''}")
+    if parts:
+        lines.append("ran: " + "; ".join(parts))
     lines.extend(f"warning: {w}" for w in result.extra.get("warnings", []))
     if result.log_dir:
         lines.append(f"logs: {result.log_dir}")

@@ -16,7 +16,7 @@ The bundle (default `<run>/report/`):
 
 Every text written passes through one `Scrubber` (secrets, home directory).
 
-A run whose answer is a known cost (tfrepro/costs.py, `known_cost` in
+A run whose answer is a known cost (tfrepro/catalog.py, `known_cost` in
 result.json) gets EXPLANATION.md instead (`write_explanation`): an
 explanation with the fix, not a drafted bug report (`--force` drafts one
 anyway).

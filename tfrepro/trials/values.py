@@ -23,7 +23,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Protocol, TypedDict
 
-from tfrepro.costs import CostFound
+from tfrepro.catalog import CostFound
 from tfrepro.settings import WARMUP_STEPS
 from tfrepro.verdicts import Verdict
 
@@ -312,7 +312,7 @@ class RunResult:
     also_seen: tuple[AlsoSeen, ...] = ()
     error: str | None = None
     reason: str | None = None  # untestable: why nothing could be measured, and the way out
-    # The culprits' effect is a documented cost on this hardware (tfrepro/costs.py);
+    # The culprits' effect is a documented cost on this hardware (tfrepro/catalog.py);
     # `report` explains instead of drafting a bug.
     known_cost: CostFound | None = None
     evidence: Evidence | None = field(default=None, compare=False, hash=False)
