@@ -17,7 +17,7 @@ first op:
 
 `summary(extra)` turns the records into the result's fields (`compile_modes`,
 `replicas_in_sync`, `precision_policy`, `devices`); `hardware(extra)`, into
-`extra["hardware"]` (what the trial ran on, for tfrepro/costs.py).
+`extra["hardware"]` (what the trial ran on, for `catalog.known_cost`).
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def _logical() -> list | None:
         return None
 
 
-# -- what it ran on: the known costs of features on their hardware (tfrepro/costs.py) --
+# -- what it ran on: the known costs of features on their hardware (tfrepro/catalog.py) --
 
 FP16_FLAGS = ("avx512_fp16", "amx_fp16")
 BF16_FLAGS = ("avx512_bf16", "amx_bf16")
