@@ -39,7 +39,7 @@ from pathlib import Path
 
 from tfrepro import inside
 from tfrepro.inside.warm import killpg, recv_line
-from tfrepro.trials import confine, ownedtmp
+from tfrepro.trials import confine, state
 
 WARM_SERVER = inside.INSIDE_DIR / "warm.py"
 BOOT = (
@@ -137,7 +137,7 @@ class WarmServer:
     info: dict = field(default_factory=dict)
     running: int = 0  # children forked and not yet closed (never evict a busy server)
     last_used: float = 0.0
-    # `tmp` while it is ours (`ownedtmp.owned`): `close` removes it and lets its lock go
+    # `tmp` while it is ours (`state.owned`): `close` removes it and lets its lock go
     owned: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False, compare=False)
 
     @property
@@ -145,7 +145,7 @@ class WarmServer:
         return os.path.join(self.tmp or "", "s")
 
     def start(self) -> None:
-        self.tmp = self.owned.enter_context(ownedtmp.owned("tfrepro-warm-"))  # swept by the next run if we are killed
+        self.tmp = self.owned.enter_context(state.owned("tfrepro-warm-"))  # swept by the next run if we are killed
         cmd = [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload)]
         # Under the overlay the server itself writes only into one of its own
         # (an import that creates ~/.keras); its children see the real files.
