@@ -83,13 +83,11 @@ def server_key(executable: str, env: Mapping[str, str], preload: Sequence[str]) 
     return (executable, tuple(preload), tuple(keyed))
 
 
-def imports_tensorflow(script: Path) -> bool:
-    """The script, or a .py file next to it, imports TensorFlow or Keras."""
-    for path in [script, *sorted(p for p in script.parent.glob("*.py") if p != script)]:
-        with contextlib.suppress(OSError):
-            if _TF_IMPORT.search(path.read_text(encoding="utf-8", errors="replace")):
-                return True
-    return False
+def _text(path: Path, unreadable: str | None = "") -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return unreadable
 
 
 @dataclass
@@ -268,12 +266,12 @@ class WarmPool:
             return "no fork/Linux"
         if not script.is_file():
             return "entry is not a file"
-        if self.only_tf_scripts and not imports_tensorflow(script):
+        # the script, or a .py file next to it, imports TensorFlow or Keras
+        if self.only_tf_scripts and not any(_TF_IMPORT.search(_text(p)) for p in [script, *script.parent.glob("*.py")]):
             return "imports no TensorFlow/Keras"
-        with contextlib.suppress(OSError):  # a script that cannot be read runs cold too
-            text = script.read_text(encoding="utf-8", errors="replace")
-            if not (_ENV_WRITE.search(text) and _IMPORT_ENV_NAME.search(text)):
-                return None
+        text = _text(script, None)  # a script that cannot be read runs cold too
+        if text is not None and not (_ENV_WRITE.search(text) and _IMPORT_ENV_NAME.search(text)):
+            return None
         return "sets an import-time variable itself"  # writes to os.environ, names a variable read at import
 
     def server(self, executable: str, env: Mapping[str, str], root: Path | None = None) -> WarmServer:
