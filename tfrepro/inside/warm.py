@@ -261,8 +261,8 @@ def killpg(pgid: int) -> None:
 
 
 class Server:
-    def __init__(self, sock_path: str, max_threads: int) -> None:
-        self.max_threads = max_threads
+    def __init__(self, sock_path: str) -> None:
+        self.max_threads = thread_count()  # right after the preload: what it may fork with
         self.pid = os.getpid()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(sock_path)
@@ -360,10 +360,9 @@ def serve(argv: list[str]) -> None:
         precompile()
         gc.collect()
         gc.freeze()  # the children do not copy pages for the collector's sake
-        threads = thread_count()
-        server = Server(sock_path, threads)
+        server = Server(sock_path)
         modules = sorted({name.partition(".")[0] for name in sys.modules})
-        ready = {"ready": True, "pid": os.getpid(), "threads": threads, "modules": modules}
+        ready = {"ready": True, "pid": os.getpid(), "threads": server.max_threads, "modules": modules}
     except BaseException as e:
         ready = {"ready": False, "error": f"{type(e).__name__}: {e}"}
         server = None

@@ -9,10 +9,7 @@ decides what a result means (`classify.py` does).
 The process is forked from a warm server that imported TensorFlow already
 (2-3 s cheaper), or cold behind `inside/launch.py`: `procs.spawn` says when.
 
-Layout under the state dir:
-    trials/<key[:16]>-<random>/{variant/, trial.json, result.json, stdout.log, stderr.log,
-                                result.json.progress (the steps so far: what a timeout keeps)}
-    cache/<key>.json
+Its files under the state dir (a trial dir, a cache entry): `state.py`'s Layout.
 
 Invariants:
 - the user's files are only read (the variant is rendered into the trial dir);

@@ -11,7 +11,8 @@ command that makes one).
 Layout:
     .gitignore
     cache/<key>.json                  one finished trial (atomic writes)
-    trials/<key[:16]>-<random>/       one trial's variant, config, result, logs
+    trials/<key[:16]>-<random>/       one trial: variant/, trial.json, result.json (and .progress:
+                                      the steps so far, what a timeout keeps), stdout.log, stderr.log
     runs/<id>/                        one bisect: result.json, trials/<n>-.../
     checkouts/<pid>-<ns>/<sha>/       commit mode's read-only copies
     tmp/                              scratch of older versions (nothing makes it now; clean prunes it)

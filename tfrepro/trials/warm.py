@@ -36,6 +36,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tfrepro import inside
 from tfrepro.inside.warm import killpg, recv_line
@@ -81,6 +82,12 @@ class ServerLost(WarmUnavailable):
 def server_key(executable: str, env: Mapping[str, str], preload: Sequence[str]) -> tuple:
     keyed = sorted((k, v) for k, v in env.items() if k.startswith(KEY_PREFIXES) and k not in PER_TRIAL)
     return (executable, tuple(preload), tuple(keyed))
+
+
+def session(argv: Sequence[str], **popen: Any) -> subprocess.Popen:
+    """`argv` started leading a session of its own (its process group is what
+    `killpg` kills: every trial, probe and warm server), stdin empty unless given."""
+    return subprocess.Popen(list(argv), **{"stdin": subprocess.DEVNULL, **popen}, start_new_session=True)
 
 
 def _text(path: Path, unreadable: str | None = "") -> str | None:
@@ -150,14 +157,8 @@ class WarmServer:
         argv, self.host = confine.server_argv(cmd, Path(self.tmp), self.root)
         with open(os.path.join(self.tmp, "server.log"), "wb") as log:
             try:
-                self.proc = subprocess.Popen(
-                    argv,
-                    cwd=self.tmp,
-                    env=self.env,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=log,
-                    start_new_session=True,
+                self.proc = session(
+                    argv, cwd=self.tmp, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log
                 )
             except OSError as e:
                 self.dead = True
