@@ -34,7 +34,7 @@ else Ray schedules runs beside it on that device.
 
 Failures: the task runs with Ray's own retries off; a lost worker, a dead
 node or a task that raised is tried once more, then the trial "could not
-run" (`executor_base.could_not_run`: never cached, UNTESTABLE). A trial that
+run" (`trial.could_not_run`: never cached, UNTESTABLE). A trial that
 crashes or times out is a measurement, not a failure of the task.
 
 Starting or joining Ray (`connect`), without ever hanging:
@@ -78,9 +78,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import TrialSettings
 from tfrepro.trials import runner, state, warm
-from tfrepro.trials.executor_base import Executor, could_not_run, retry_once
 from tfrepro.trials.state import LOGS
-from tfrepro.trials.trial import Trial, TrialOptions
+from tfrepro.trials.trial import Executor, Trial, TrialOptions, could_not_run, retry_once
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
