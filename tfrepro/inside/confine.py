@@ -280,15 +280,13 @@ class Watch:
             return False
         return not any(real == a or real.startswith(a.rstrip("/") + "/") for a in self.allowed)
 
-    def where(self, frames) -> str:
-        """file:line of the first of `frames` ((frame, line), innermost first) in the script's code."""
-        return self.user_where(frames, self.root) or ""
-
-    def note(self, path, where: str, kind: str = "audit") -> None:
+    def note(self, path, frames, kind: str = "audit") -> None:
         """Keep the first write outside the audit hook saw (with a place in the
-        project) and the one an uncaught exception names; the parent uses
+        project: the first of `frames`, (frame, line) innermost first, in the
+        script's code) and the one an uncaught exception names; the parent uses
         them only when the trial crashed (a library that tolerates a failed
         write at import, ~/.keras, is no reason to stop)."""
+        where = self.user_where(frames, self.root) or ""
         if kind in self.seen or (kind == "audit" and not where):
             return
         self.seen[kind] = {"path": os.path.abspath(os.fsdecode(path)), "where": where}
@@ -309,7 +307,7 @@ class Watch:
         if path is not None and self.outside(path):
             import traceback  # here: the cold launcher loads this file too
 
-            self.note(path, self.where(traceback.walk_stack(sys._getframe(1))))
+            self.note(path, traceback.walk_stack(sys._getframe(1)))
 
     def exception(self, value: BaseException) -> None:
         for exc in (value, value.__cause__, value.__context__):
@@ -322,7 +320,7 @@ class Watch:
             if path is not None and self.outside(path):
                 import traceback
 
-                self.note(path, self.where(reversed(list(traceback.walk_tb(exc.__traceback__)))), "exception")
+                self.note(path, reversed(list(traceback.walk_tb(exc.__traceback__))), "exception")
                 return
 
 

@@ -86,8 +86,6 @@ class Trial:
 RETRIES = 1
 
 T = TypeVar("T")
-OnStart = Callable[[int], None]
-OnResult = Callable[[int, TrialResult], None]
 # `runner.run_trial` or a stand-in: (project, enabled, settings, how=TrialOptions) -> TrialResult
 Runner = Callable[..., TrialResult]
 
@@ -116,8 +114,8 @@ class Executor:
         project: "Project | None",
         requests: Sequence[Trial],
         *,
-        on_start: OnStart | None = None,
-        on_result: OnResult | None = None,
+        on_start: Callable[[int], None] | None = None,
+        on_result: Callable[[int, TrialResult], None] | None = None,
     ) -> list[TrialResult]:
         """Run independent trials, `slots` at a time; results in request order.
         `on_start(i)` / `on_result(i, result)` are called from worker threads.
