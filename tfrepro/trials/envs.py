@@ -419,8 +419,5 @@ def envs_report(
             else "INCOMPLETE (removed by --prune)"
         )
         lines.append(f"  {i.name}  {what}  {_size(i.size)}  used {(time.time() - i.last_used) / 86400:.0f} days ago")
-    envs = [
-        {"name": i.name, "ready": i.ready, "versions": i.versions, "size": i.size, "last_used": i.last_used}
-        for i in infos
-    ]
+    envs = [{k: getattr(i, k) for k in ("name", "ready", "versions", "size", "last_used")} for i in infos]
     return {"root": str(store.root), "environments": envs}, lines
