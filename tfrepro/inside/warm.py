@@ -41,6 +41,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import importlib
 import json
 import os
 import selectors
@@ -54,17 +55,6 @@ ERROR_EXIT = 70  # the child could not be set up (never the script's own code)
 
 def thread_count() -> int:
     return len(os.listdir("/proc/self/task"))  # Linux only: the pool sends no trial here elsewhere
-
-
-def preload(names: list[str]) -> None:
-    """`mod` imports mod; `mod:attr` also resolves a lazy attribute (tensorflow:keras)."""
-    import importlib
-
-    for name in names:
-        mod_name, _, attr = name.partition(":")
-        module = importlib.import_module(mod_name)
-        if attr:
-            getattr(module, attr)
 
 
 # -- the child --------------------------------------------------------------------------
@@ -355,7 +345,11 @@ def serve(argv: list[str]) -> None:
             tmp = os.path.join(spec["writable"][0], "tmp")
             os.makedirs(tmp, exist_ok=True)
             os.environ["TMPDIR"] = tmp  # what an import caches (matplotlib) goes there
-        preload(names)
+        for name in names:  # `mod` imports mod; `mod:attr` also resolves a lazy attribute (tensorflow:keras)
+            module_name, _, attr = name.partition(":")
+            module = importlib.import_module(module_name)
+            if attr:
+                getattr(module, attr)
         _confine_module()
         precompile()
         gc.collect()
