@@ -41,7 +41,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
-import importlib
+import glob
+import importlib.util
 import json
 import os
 import selectors
@@ -50,6 +51,7 @@ import socket
 import sys
 import traceback
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 ERROR_EXIT = 70  # the child could not be set up (never the script's own code)
 
 
@@ -125,23 +127,11 @@ COMPILED: dict = {}
 _CHILD_FILES = ("harness*.py", "memory.py", "devices.py", "launch.py")
 
 
-def precompile() -> None:
-    import glob
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    for pattern in _CHILD_FILES:
-        for path in sorted(glob.glob(os.path.join(here, pattern))):
-            with contextlib.suppress(OSError, SyntaxError, ValueError), open(path, "rb") as f:
-                COMPILED[path] = compile(f.read(), path, "exec", dont_inherit=True)
-
-
 def _confine_module():
     """`confine.py` next to this file (loaded by path as `_tfrepro_confine`, once, in the server)."""
     module = sys.modules.get("_tfrepro_confine")
     if module is None:
-        import importlib.util
-
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
+        path = os.path.join(HERE, "confine.py")
         spec = importlib.util.spec_from_file_location("_tfrepro_confine", path)
         module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -351,7 +341,9 @@ def serve(argv: list[str]) -> None:
             if attr:
                 getattr(module, attr)
         _confine_module()
-        precompile()
+        for path in [p for pattern in _CHILD_FILES for p in glob.glob(os.path.join(HERE, pattern))]:
+            with contextlib.suppress(OSError, SyntaxError, ValueError), open(path, "rb") as f:
+                COMPILED[path] = compile(f.read(), path, "exec", dont_inherit=True)
         gc.collect()
         gc.freeze()  # the children do not copy pages for the collector's sake
         server = Server(sock_path)
