@@ -354,16 +354,11 @@ def enter_or_exit(spec: dict | None) -> None:
         os._exit(CANNOT_CONFINE)
 
 
-def _probe(plan: dict) -> None:
+if __name__ == "__main__" and sys.argv[1:2] == ["--probe"]:
+    plan = json.loads(sys.argv[2])
     enter(plan)
-    if plan.get("mode") == "overlay":
-        target = os.path.join(plan["writable"][0], "probe")
-        with open(target, "w") as f:
+    if plan.get("mode") == "overlay":  # what the parent checks: a write in the dir bound writable
+        with open(os.path.join(plan["writable"][0], "probe"), "w") as f:
             f.write(str(os.getpid()))
     sys.stdout.write("ok\n")
     sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--probe"]:
-        _probe(json.loads(sys.argv[2]))
