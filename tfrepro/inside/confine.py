@@ -63,15 +63,6 @@ def _mount(src, target, fstype, flags, data=None) -> None:
 # -- overlay --------------------------------------------------------------------------
 
 
-def _namespaces() -> None:
-    uid, gid = os.getuid(), os.getgid()
-    _check(libc().unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID), "unshare")
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-        with open(f"/proc/self/{name}", "w") as f:  # one write(2), at close
-            f.write(text)
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-
-
 def _layers(plan: dict) -> None:
     """The overlays, then the trial dirs bound back on top (open_tree would do
     without the O_PATH descriptors; these work on every kernel with
@@ -142,7 +133,12 @@ def _wait(trial: int) -> int | None:
 def enter_overlay(plan: dict) -> None:
     """Confine the calling (single-threaded) process; returns in PID 2 of the
     new namespace, never in the caller, which exits as the trial does."""
-    _namespaces()
+    uid, gid = os.getuid(), os.getgid()
+    _check(libc().unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID), "unshare")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:  # one write(2), at close
+            f.write(text)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
     r, w = os.pipe()
     init = os.fork()
     if init:  # the original process: outside the namespace, waits and mirrors
