@@ -293,7 +293,14 @@ class WarmPool:
             server = WarmServer(
                 executable, {k: v for k, v in env.items() if k not in PER_TRIAL}, self.preload, root=root
             )
-            self._evict_idle()
+            # Room for one more server: end the least recently used idle ones (a version
+            # bisect meets one interpreter after another; each idle server holds its TensorFlow).
+            with self._lock:
+                live = [(k, s) for k, s in self._servers.items() if s.alive()]
+                idle = sorted((s.last_used, k) for k, s in live if s.running == 0)
+                gone = [self._servers.pop(k) for _, k in idle[: max(0, len(live) - self.max_servers + 1)]]
+            for old in gone:
+                old.close()
             try:
                 server.start()
             except WarmUnavailable as e:
@@ -302,18 +309,6 @@ class WarmPool:
                 raise
             self._servers[key] = server
             return server
-
-    def _evict_idle(self) -> None:
-        """Room for one more server: end the least recently used idle ones
-        (a version bisect meets one interpreter after another; each idle
-        server holds its TensorFlow in memory)."""
-        with self._lock:
-            live = [(k, s) for k, s in self._servers.items() if s.alive()]
-            idle = sorted((s.last_used, k) for k, s in live if s.running == 0)
-            evict = [k for _, k in idle[: max(0, len(live) - self.max_servers + 1)]]
-            gone = [self._servers.pop(k) for k in evict]
-        for server in gone:
-            server.close()
 
     def close(self) -> None:
         self.closed = True
