@@ -3,11 +3,10 @@ features ON, the settings, `TrialOptions`: how it runs) is what the engine
 asks an executor for, what the executor's spawner (`LocalExecutor`: warm or
 cold processes; `RayExecutor`: Ray tasks) runs through `runner.run_trial`,
 and, with the variant's hash, what the trial cache key is made of
-(`runner.trial_key`). Below, what every executor shares (executors.py,
-ray_executor.py): the `Executor` base (its spawner method `_run` takes one
-`Trial`) with its batch runner, and the retry of a lost task (a trial whose
-every attempt was lost could not run: never cached, never a verdict on the
-feature)."""
+(`runner.trial_key`). Below, what every executor (executors.py,
+ray_executor.py) shares: the `Executor` base (its spawner method `_run`
+takes one `Trial`) with its batch runner, and the retry of a lost task
+(`could_not_run`: executors.py's invariants)."""
 
 from __future__ import annotations
 
