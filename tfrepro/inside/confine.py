@@ -209,7 +209,10 @@ def enter_landlock(writable: list) -> None:
 def sweep_children() -> None:
     """SIGKILL every descendant left (this process is their subreaper)."""
     for _ in range(100):
-        kids = _children(os.getpid())
+        kids = []
+        for path in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
+            with contextlib.suppress(OSError), open(path) as f:
+                kids += [int(x) for x in f.read().split()]
         if not kids:
             return
         for pid in kids:
@@ -218,14 +221,6 @@ def sweep_children() -> None:
         with contextlib.suppress(ChildProcessError):  # reap the killed until none is left
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
-
-
-def _children(pid: int) -> list:
-    out = []
-    for path in glob.glob(f"/proc/{pid}/task/*/children"):
-        with contextlib.suppress(OSError), open(path) as f:
-            out += [int(x) for x in f.read().split()]
-    return out
 
 
 def subreaper() -> None:
