@@ -187,21 +187,9 @@ def _run_main(script: str) -> tuple[int, int]:
         return 1, (signal.SIGINT if isinstance(e, KeyboardInterrupt) else 0)
 
 
-def _finish(code: int, sig: int) -> None:
-    """Py_FinalizeEx's order minus the teardown: join threads, atexit, flush, exit."""
-    import threading
-
-    with contextlib.suppress(BaseException):
-        threading._shutdown()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    _confine_module().exit_as(sig or (code & 0xFF) << 8)  # a wait status: an uncaught KeyboardInterrupt dies of SIGINT
-
-
 def child_main(job: dict, server_pid: int, close_fds: list[int]) -> None:
-    """In the forked child: never returns."""
+    """In the forked child: never returns. The script's end is Py_FinalizeEx's
+    order minus the teardown: join threads, atexit, flush, exit."""
     try:
         try:
             script = _setup_child(job, server_pid, close_fds)
@@ -209,7 +197,17 @@ def child_main(job: dict, server_pid: int, close_fds: list[int]) -> None:
             traceback.print_exc()
             sys.stderr.flush()
             os._exit(ERROR_EXIT)
-        _finish(*_run_main(script))
+        code, sig = _run_main(script)
+        import threading
+
+        with contextlib.suppress(BaseException):
+            threading._shutdown()
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        # a wait status: an uncaught KeyboardInterrupt dies of SIGINT
+        _confine_module().exit_as(sig or (code & 0xFF) << 8)
     finally:
         os._exit(ERROR_EXIT)
 
