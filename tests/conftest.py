@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tfrepro.trials import ownedtmp
+from tfrepro.trials import state
 
 OPT_IN = os.environ.get("TFREPRO_TEST_USER_CACHE") == "1"
 
@@ -41,9 +41,9 @@ _PREFIX = str(REAL_CACHE)
 _FRESH = None
 _FRESH_LOCK = -1
 if not OPT_IN:
-    # owned (trials/ownedtmp.py): a worker killed by a signal never reaches
+    # owned (trials/state.py: `owned`): a worker killed by a signal never reaches
     # pytest_unconfigure, and the next session sweeps its dir
-    _FRESH, _FRESH_LOCK = ownedtmp.make("tfrepro-test-cache-")
+    _FRESH, _FRESH_LOCK = state.make("tfrepro-test-cache-")
     os.environ["XDG_CACHE_HOME"] = _FRESH
     os.environ.pop("TFREPRO_CACHE_DIR", None)
 

@@ -17,10 +17,9 @@ from tfrepro.errors import UserError
 from tfrepro.project import Project
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify, confine, runner
-from tfrepro.trials.executor_base import could_not_run, retry_once
 from tfrepro.trials.executors import Executor, LocalExecutor, make_executor, visible_gpus
 from tfrepro.trials.state import StateDir
-from tfrepro.trials.trial import Trial, TrialOptions
+from tfrepro.trials.trial import Trial, TrialOptions, could_not_run, retry_once
 from tfrepro.trials.values import Status, TrialResult
 from tfrepro.verdicts import Verdict
 
@@ -340,7 +339,7 @@ def test_the_local_description_says_cold_processes_under_the_clis_cold(monkeypat
 def test_a_given_result_is_never_spawned_by_any_executor():
     """`Trial.given` (a result known already) is the executor base's rule, so
     a spawner that is not the local one (Ray's) honours it too."""
-    from tfrepro.trials.executor_base import Executor
+    from tfrepro.trials.trial import Executor
 
     class Spawner(Executor):
         def _run(self, project, request, exclusive):

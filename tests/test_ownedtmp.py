@@ -9,18 +9,18 @@ import signal
 import subprocess
 import sys
 
-from tfrepro.trials import ownedtmp
+from tfrepro.trials import state
 
 PREFIX = "tfrepro-warm-"
 
 
 def test_a_killed_owners_dir_is_swept_and_a_live_ones_is_kept(tmp_path):
     root = str(tmp_path)
-    live, fd = ownedtmp.make(PREFIX, root)
+    live, fd = state.make(PREFIX, root)
     # Another process makes one and is killed with it held: no cleanup of ours runs.
     code = (
-        "import os, signal, sys; from tfrepro.trials import ownedtmp; "
-        f"p, _ = ownedtmp.make({PREFIX!r}, {root!r}); print(p, flush=True); os.kill(os.getpid(), signal.SIGKILL)"
+        "import os, signal, sys; from tfrepro.trials import state; "
+        f"p, _ = state.make({PREFIX!r}, {root!r}); print(p, flush=True); os.kill(os.getpid(), signal.SIGKILL)"
     )
     child = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert child.returncode == -signal.SIGKILL
@@ -29,11 +29,11 @@ def test_a_killed_owners_dir_is_swept_and_a_live_ones_is_kept(tmp_path):
     unlocked.mkdir()
     assert os.path.isdir(dead)
 
-    newer, fd2 = ownedtmp.make(PREFIX, root)
+    newer, fd2 = state.make(PREFIX, root)
     assert not os.path.exists(dead)
     assert os.path.isdir(live) and os.path.isdir(newer) and unlocked.is_dir()
     os.close(fd)  # its owner lets go: the next sweep may take it
-    assert ownedtmp.sweep(PREFIX, root) == [live]
+    assert state.sweep(PREFIX, root) == [live]
     os.close(fd2)
 
 
@@ -44,28 +44,28 @@ def test_in_use_is_the_lock_alone_and_none_without_one(tmp_path):
     judgement."""
     bare = tmp_path / "bare"
     bare.mkdir()
-    assert ownedtmp.in_use(bare) is None
-    fd = ownedtmp.hold(bare)
-    assert (bare / ownedtmp.LOCK).read_text() == f"{os.getpid()}\n"
-    assert not (bare / (ownedtmp.LOCK + ".new")).exists()
-    assert ownedtmp.in_use(bare) is True
+    assert state.in_use(bare) is None
+    fd = state.hold(bare)
+    assert (bare / state.LOCK).read_text() == f"{os.getpid()}\n"
+    assert not (bare / (state.LOCK + ".new")).exists()
+    assert state.in_use(bare) is True
     os.close(fd)
-    assert ownedtmp.in_use(bare) is False
+    assert state.in_use(bare) is False
 
 
 def test_owned_removes_its_dir_and_a_killed_owners_is_swept_by_the_next(tmp_path):
     root = str(tmp_path)
-    with ownedtmp.owned("task-", root) as path:
-        assert os.path.isdir(path) and ownedtmp.in_use(path) is True
+    with state.owned("task-", root) as path:
+        assert os.path.isdir(path) and state.in_use(path) is True
     assert not os.path.exists(path)
     code = (
-        "import os, signal; from tfrepro.trials import ownedtmp\n"
-        f"with ownedtmp.owned('task-', {root!r}) as p:\n"
+        "import os, signal; from tfrepro.trials import state\n"
+        f"with state.owned('task-', {root!r}) as p:\n"
         "    print(p, flush=True); os.kill(os.getpid(), signal.SIGKILL)"
     )
     dead = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
     assert os.path.isdir(dead)
-    with ownedtmp.owned("task-", root) as path:
+    with state.owned("task-", root) as path:
         assert not os.path.exists(dead) and os.listdir(root) == [os.path.basename(path)]
 
 
@@ -75,9 +75,9 @@ def test_a_holder_killed_before_its_rename_does_not_block_the_next(tmp_path):
     same dir (a trial dir run again) still gets the lock (before: FileExistsError)."""
     for left in ("owner.lock.new", "owner.lock.abc123.new"):  # the old name, the new
         (tmp_path / left).write_text("12345\n")
-    fd = ownedtmp.hold(tmp_path)
+    fd = state.hold(tmp_path)
     try:
-        assert ownedtmp.in_use(tmp_path) is True
+        assert state.in_use(tmp_path) is True
     finally:
         os.close(fd)
-    assert ownedtmp.in_use(tmp_path) is False
+    assert state.in_use(tmp_path) is False

@@ -63,15 +63,6 @@ def _mount(src, target, fstype, flags, data=None) -> None:
 # -- overlay --------------------------------------------------------------------------
 
 
-def _namespaces() -> None:
-    uid, gid = os.getuid(), os.getgid()
-    _check(libc().unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID), "unshare")
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
-        with open(f"/proc/self/{name}", "w") as f:  # one write(2), at close
-            f.write(text)
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-
-
 def _layers(plan: dict) -> None:
     """The overlays, then the trial dirs bound back on top (open_tree would do
     without the O_PATH descriptors; these work on every kernel with
@@ -142,7 +133,12 @@ def _wait(trial: int) -> int | None:
 def enter_overlay(plan: dict) -> None:
     """Confine the calling (single-threaded) process; returns in PID 2 of the
     new namespace, never in the caller, which exits as the trial does."""
-    _namespaces()
+    uid, gid = os.getuid(), os.getgid()
+    _check(libc().unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID), "unshare")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"), ("gid_map", f"{gid} {gid} 1")):
+        with open(f"/proc/self/{name}", "w") as f:  # one write(2), at close
+            f.write(text)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
     r, w = os.pipe()
     init = os.fork()
     if init:  # the original process: outside the namespace, waits and mirrors
@@ -213,7 +209,10 @@ def enter_landlock(writable: list) -> None:
 def sweep_children() -> None:
     """SIGKILL every descendant left (this process is their subreaper)."""
     for _ in range(100):
-        kids = _children(os.getpid())
+        kids = []
+        for path in glob.glob(f"/proc/{os.getpid()}/task/*/children"):
+            with contextlib.suppress(OSError), open(path) as f:
+                kids += [int(x) for x in f.read().split()]
         if not kids:
             return
         for pid in kids:
@@ -222,14 +221,6 @@ def sweep_children() -> None:
         with contextlib.suppress(ChildProcessError):  # reap the killed until none is left
             while os.waitpid(-1, os.WNOHANG)[0]:
                 pass
-
-
-def _children(pid: int) -> list:
-    out = []
-    for path in glob.glob(f"/proc/{pid}/task/*/children"):
-        with contextlib.suppress(OSError), open(path) as f:
-            out += [int(x) for x in f.read().split()]
-    return out
 
 
 def subreaper() -> None:
@@ -280,15 +271,13 @@ class Watch:
             return False
         return not any(real == a or real.startswith(a.rstrip("/") + "/") for a in self.allowed)
 
-    def where(self, frames) -> str:
-        """file:line of the first of `frames` ((frame, line), innermost first) in the script's code."""
-        return self.user_where(frames, self.root) or ""
-
-    def note(self, path, where: str, kind: str = "audit") -> None:
+    def note(self, path, frames, kind: str = "audit") -> None:
         """Keep the first write outside the audit hook saw (with a place in the
-        project) and the one an uncaught exception names; the parent uses
+        project: the first of `frames`, (frame, line) innermost first, in the
+        script's code) and the one an uncaught exception names; the parent uses
         them only when the trial crashed (a library that tolerates a failed
         write at import, ~/.keras, is no reason to stop)."""
+        where = self.user_where(frames, self.root) or ""
         if kind in self.seen or (kind == "audit" and not where):
             return
         self.seen[kind] = {"path": os.path.abspath(os.fsdecode(path)), "where": where}
@@ -309,7 +298,7 @@ class Watch:
         if path is not None and self.outside(path):
             import traceback  # here: the cold launcher loads this file too
 
-            self.note(path, self.where(traceback.walk_stack(sys._getframe(1))))
+            self.note(path, traceback.walk_stack(sys._getframe(1)))
 
     def exception(self, value: BaseException) -> None:
         for exc in (value, value.__cause__, value.__context__):
@@ -322,7 +311,7 @@ class Watch:
             if path is not None and self.outside(path):
                 import traceback
 
-                self.note(path, self.where(reversed(list(traceback.walk_tb(exc.__traceback__)))), "exception")
+                self.note(path, reversed(list(traceback.walk_tb(exc.__traceback__))), "exception")
                 return
 
 
@@ -356,16 +345,11 @@ def enter_or_exit(spec: dict | None) -> None:
         os._exit(CANNOT_CONFINE)
 
 
-def _probe(plan: dict) -> None:
+if __name__ == "__main__" and sys.argv[1:2] == ["--probe"]:
+    plan = json.loads(sys.argv[2])
     enter(plan)
-    if plan.get("mode") == "overlay":
-        target = os.path.join(plan["writable"][0], "probe")
-        with open(target, "w") as f:
+    if plan.get("mode") == "overlay":  # what the parent checks: a write in the dir bound writable
+        with open(os.path.join(plan["writable"][0], "probe"), "w") as f:
             f.write(str(os.getpid()))
     sys.stdout.write("ok\n")
     sys.stdout.flush()
-
-
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--probe"]:
-        _probe(json.loads(sys.argv[2]))

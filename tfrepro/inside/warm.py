@@ -41,6 +41,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import gc
+import glob
+import importlib.util
 import json
 import os
 import selectors
@@ -49,22 +51,12 @@ import socket
 import sys
 import traceback
 
+HERE = os.path.dirname(os.path.abspath(__file__))
 ERROR_EXIT = 70  # the child could not be set up (never the script's own code)
 
 
 def thread_count() -> int:
     return len(os.listdir("/proc/self/task"))  # Linux only: the pool sends no trial here elsewhere
-
-
-def preload(names: list[str]) -> None:
-    """`mod` imports mod; `mod:attr` also resolves a lazy attribute (tensorflow:keras)."""
-    import importlib
-
-    for name in names:
-        mod_name, _, attr = name.partition(":")
-        module = importlib.import_module(mod_name)
-        if attr:
-            getattr(module, attr)
 
 
 # -- the child --------------------------------------------------------------------------
@@ -135,23 +127,11 @@ COMPILED: dict = {}
 _CHILD_FILES = ("harness*.py", "memory.py", "devices.py", "launch.py")
 
 
-def precompile() -> None:
-    import glob
-
-    here = os.path.dirname(os.path.abspath(__file__))
-    for pattern in _CHILD_FILES:
-        for path in sorted(glob.glob(os.path.join(here, pattern))):
-            with contextlib.suppress(OSError, SyntaxError, ValueError), open(path, "rb") as f:
-                COMPILED[path] = compile(f.read(), path, "exec", dont_inherit=True)
-
-
 def _confine_module():
     """`confine.py` next to this file (loaded by path as `_tfrepro_confine`, once, in the server)."""
     module = sys.modules.get("_tfrepro_confine")
     if module is None:
-        import importlib.util
-
-        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "confine.py")
+        path = os.path.join(HERE, "confine.py")
         spec = importlib.util.spec_from_file_location("_tfrepro_confine", path)
         module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
@@ -207,21 +187,9 @@ def _run_main(script: str) -> tuple[int, int]:
         return 1, (signal.SIGINT if isinstance(e, KeyboardInterrupt) else 0)
 
 
-def _finish(code: int, sig: int) -> None:
-    """Py_FinalizeEx's order minus the teardown: join threads, atexit, flush, exit."""
-    import threading
-
-    with contextlib.suppress(BaseException):
-        threading._shutdown()
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    _confine_module().exit_as(sig or (code & 0xFF) << 8)  # a wait status: an uncaught KeyboardInterrupt dies of SIGINT
-
-
 def child_main(job: dict, server_pid: int, close_fds: list[int]) -> None:
-    """In the forked child: never returns."""
+    """In the forked child: never returns. The script's end is Py_FinalizeEx's
+    order minus the teardown: join threads, atexit, flush, exit."""
     try:
         try:
             script = _setup_child(job, server_pid, close_fds)
@@ -229,7 +197,17 @@ def child_main(job: dict, server_pid: int, close_fds: list[int]) -> None:
             traceback.print_exc()
             sys.stderr.flush()
             os._exit(ERROR_EXIT)
-        _finish(*_run_main(script))
+        code, sig = _run_main(script)
+        import threading
+
+        with contextlib.suppress(BaseException):
+            threading._shutdown()
+        atexit._run_exitfuncs()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        # a wait status: an uncaught KeyboardInterrupt dies of SIGINT
+        _confine_module().exit_as(sig or (code & 0xFF) << 8)
     finally:
         os._exit(ERROR_EXIT)
 
@@ -261,8 +239,8 @@ def killpg(pgid: int) -> None:
 
 
 class Server:
-    def __init__(self, sock_path: str, max_threads: int) -> None:
-        self.max_threads = max_threads
+    def __init__(self, sock_path: str) -> None:
+        self.max_threads = thread_count()  # right after the preload: what it may fork with
         self.pid = os.getpid()
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(sock_path)
@@ -355,15 +333,20 @@ def serve(argv: list[str]) -> None:
             tmp = os.path.join(spec["writable"][0], "tmp")
             os.makedirs(tmp, exist_ok=True)
             os.environ["TMPDIR"] = tmp  # what an import caches (matplotlib) goes there
-        preload(names)
+        for name in names:  # `mod` imports mod; `mod:attr` also resolves a lazy attribute (tensorflow:keras)
+            module_name, _, attr = name.partition(":")
+            module = importlib.import_module(module_name)
+            if attr:
+                getattr(module, attr)
         _confine_module()
-        precompile()
+        for path in [p for pattern in _CHILD_FILES for p in glob.glob(os.path.join(HERE, pattern))]:
+            with contextlib.suppress(OSError, SyntaxError, ValueError), open(path, "rb") as f:
+                COMPILED[path] = compile(f.read(), path, "exec", dont_inherit=True)
         gc.collect()
         gc.freeze()  # the children do not copy pages for the collector's sake
-        threads = thread_count()
-        server = Server(sock_path, threads)
+        server = Server(sock_path)
         modules = sorted({name.partition(".")[0] for name in sys.modules})
-        ready = {"ready": True, "pid": os.getpid(), "threads": threads, "modules": modules}
+        ready = {"ready": True, "pid": os.getpid(), "threads": server.max_threads, "modules": modules}
     except BaseException as e:
         ready = {"ready": False, "error": f"{type(e).__name__}: {e}"}
         server = None

@@ -316,9 +316,7 @@ def ends_reason(
     measured), an end ran no training step (the failing end first: every
     other symptom is measured against the good end); or the symptom asked
     for cannot be measured."""
-    reason = None
-    if not failed:
-        reason = no_step_reason(failing, names[1]) or no_step_reason(base, names[0])
+    reason = None if failed else no_step_reason(failing, names[1]) or no_step_reason(base, names[0])
     return reason or unmeasured(symptom, base, failing)
 
 

@@ -318,31 +318,28 @@ class EnvStore:
                 os.utime(env.path / SPEC_FILE)  # last used
                 say(f"environment {spec.name}: reused")
                 return env
-            return self._build(spec, say)
-
-    def _build(self, spec: EnvSpec, say: OnLine) -> Env:
-        path = self.path(spec)
-        if path.exists():  # half-built, or built from another spec: never reused
-            say(f"environment {spec.name}: removing an incomplete or outdated build")
-            shutil.rmtree(path, ignore_errors=True)
-        say(f"environment {spec.name}: creating with {self.installer.name} ({', '.join(spec.packages())})")
-        started = self.clock()
-        try:
-            for argv in self.installer.commands(path, spec):
-                rc, tail = self.run(argv, lambda line: say(f"  {line}"))
-                if rc != 0:
-                    raise EnvError(
-                        f"installing {' '.join(spec.packages())} failed (exit {rc}): "
-                        + (tail[-1] if tail else "no output")
-                    )
-            versions = self.probe(path / "bin" / "python")
-        except BaseException:
-            shutil.rmtree(path, ignore_errors=True)
-            raise
-        record = {"spec": spec.to_dict(), "versions": versions}
-        atomic_write(path / SPEC_FILE, json.dumps(record, indent=1, sort_keys=True).encode())
-        say(f"environment {spec.name}: ready in {self.clock() - started:.1f} s")
-        return Env(path, spec, versions)
+            path = self.path(spec)
+            if path.exists():  # half-built, or built from another spec: never reused
+                say(f"environment {spec.name}: removing an incomplete or outdated build")
+                shutil.rmtree(path, ignore_errors=True)
+            say(f"environment {spec.name}: creating with {self.installer.name} ({', '.join(spec.packages())})")
+            started = self.clock()
+            try:
+                for argv in self.installer.commands(path, spec):
+                    rc, tail = self.run(argv, lambda line: say(f"  {line}"))
+                    if rc != 0:
+                        raise EnvError(
+                            f"installing {' '.join(spec.packages())} failed (exit {rc}): "
+                            + (tail[-1] if tail else "no output")
+                        )
+                versions = self.probe(path / "bin" / "python")
+            except BaseException:
+                shutil.rmtree(path, ignore_errors=True)
+                raise
+            record = {"spec": spec.to_dict(), "versions": versions}
+            atomic_write(path / SPEC_FILE, json.dumps(record, indent=1, sort_keys=True).encode())
+            say(f"environment {spec.name}: ready in {self.clock() - started:.1f} s")
+            return Env(path, spec, versions)
 
     # -- tfrepro envs ----------------------------------------------------------
     def entries(self, *, sizes: bool = False) -> list[EnvInfo]:
@@ -419,8 +416,5 @@ def envs_report(
             else "INCOMPLETE (removed by --prune)"
         )
         lines.append(f"  {i.name}  {what}  {_size(i.size)}  used {(time.time() - i.last_used) / 86400:.0f} days ago")
-    envs = [
-        {"name": i.name, "ready": i.ready, "versions": i.versions, "size": i.size, "last_used": i.last_used}
-        for i in infos
-    ]
+    envs = [{k: getattr(i, k) for k in ("name", "ready", "versions", "size", "last_used")} for i in infos]
     return {"root": str(store.root), "environments": envs}, lines

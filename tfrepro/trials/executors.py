@@ -33,8 +33,7 @@ from typing import TYPE_CHECKING
 from tfrepro import catalog
 from tfrepro.errors import UserError
 from tfrepro.trials import warm
-from tfrepro.trials.executor_base import Executor, Runner
-from tfrepro.trials.trial import Trial
+from tfrepro.trials.trial import Executor, Runner, Trial
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:

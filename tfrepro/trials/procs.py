@@ -114,15 +114,7 @@ def run_cold(cmd: Sequence[str], cwd: Path, env: dict[str, str], timeout: float,
     start = time.perf_counter()
     with open(trial_dir / LOGS[0], "wb") as out, open(trial_dir / LOGS[1], "wb") as err:
         try:
-            proc = subprocess.Popen(
-                argv,
-                cwd=cwd,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                start_new_session=True,
-            )
+            proc = warm.session(argv, cwd=cwd, env=env, stdout=out, stderr=err)
         except OSError as e:
             return Exit(None, False, 0.0, "cold", error=f"cannot start {cmd[0]!r}: {e.strerror or e}")
         rc, timed_out = _watch(proc, timeout, trial_dir)
@@ -248,16 +240,7 @@ def run_probe(argv: Sequence[str], cwd: Path, env: dict[str, str], timeout_s: fl
     no trial can; `argv` confined by the caller where it can be) -> (exit
     code, stderr), or None when it timed out. Its whole process group is
     killed on the way out, finished or not."""
-    proc = subprocess.Popen(
-        list(argv),
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    proc = warm.session(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         _, err = proc.communicate(timeout=timeout_s)
         return proc.returncode, err or ""

@@ -12,7 +12,7 @@ How one trial runs:
    trial's `TrialOptions` whole, as `run_variant` takes it (its env, plugins,
    interpreter), its env joined by the driver's TF_/KERAS_/XLA_/... variables
    (the ones the key covers);
-3. the task unpacks them into a temp dir on its node (`trials/ownedtmp.py`:
+3. the task unpacks them into a temp dir on its node (`trials/state.py`:
    a later task sweeps it when its worker is lost) and runs the variant
    with `runner.run_variant` (a process in its own session, timeout, harness:
    the very code of a local trial; tfrepro must be installed on the workers,
@@ -34,13 +34,13 @@ else Ray schedules runs beside it on that device.
 
 Failures: the task runs with Ray's own retries off; a lost worker, a dead
 node or a task that raised is tried once more, then the trial "could not
-run" (`executor_base.could_not_run`: never cached, UNTESTABLE). A trial that
+run" (`trial.could_not_run`: never cached, UNTESTABLE). A trial that
 crashes or times out is a measurement, not a failure of the task.
 
 Starting or joining Ray (`connect`), without ever hanging:
 - Without `--address` (and no RAY_ADDRESS), a **private** local instance:
   `address="local"` (never the cluster a stale `/tmp/ray/ray_current_cluster`
-  names), its own temp dir (removed at the end; `ownedtmp.owned`, so the
+  names), its own temp dir (removed at the end; `state.owned`, so the
   next private start sweeps it when this process was killed), every address
   127.0.0.1, no dashboard. `executors.keep_ray_on_loopback` has Ray resolve
   "this node" to 127.0.0.1 rather than the host's interface address.
@@ -77,10 +77,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.settings import TrialSettings
-from tfrepro.trials import ownedtmp, runner, warm
-from tfrepro.trials.executor_base import Executor, could_not_run, retry_once
+from tfrepro.trials import runner, state, warm
 from tfrepro.trials.state import LOGS
-from tfrepro.trials.trial import Trial, TrialOptions
+from tfrepro.trials.trial import Executor, Trial, TrialOptions, could_not_run, retry_once
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
@@ -95,7 +94,7 @@ LOOPBACK = "127.0.0.1"
 class Connection:
     """How this process got its Ray: `owns` it (a private instance or a
     connection it made), and the private instance's temp dir, held while
-    `owned` (`ownedtmp.owned`: its close removes the dir and lets it go)."""
+    `owned` (`state.owned`: its close removes the dir and lets it go)."""
 
     owns: bool
     temp_dir: str | None = None
@@ -188,7 +187,7 @@ def connect(
             ) from None
         return Connection(owns=True)
     with contextlib.ExitStack() as owned:  # the temp dir goes at once when Ray does not start
-        temp_dir = owned.enter_context(ownedtmp.owned("tfrepro-ray-"))  # swept by the next start if we are killed
+        temp_dir = owned.enter_context(state.owned("tfrepro-ray-"))  # swept by the next start if we are killed
         log("ray: no --address given, starting a private local Ray instance on this machine (127.0.0.1)")
         local = {"address": "local", "include_dashboard": False, "_node_ip_address": LOOPBACK, "_temp_dir": temp_dir}
         _ticking(lambda: init(**local, log_to_driver=False), "starting the local instance", log, tick_s)
@@ -218,7 +217,7 @@ def _trial_task(base: bytes, rendered: dict[str, str], settings: TrialSettings, 
     parent = Path(tempfile.gettempdir()) / "tfrepro-ray"
     parent.mkdir(exist_ok=True)
     # owned: a worker lost in a trial cannot clean up, the next task sweeps its dir
-    with ownedtmp.owned("task-", str(parent)) as tmp:
+    with state.owned("task-", str(parent)) as tmp:
         variant, trial_dir = Path(tmp) / "variant", Path(tmp) / "trial"
         with tarfile.open(fileobj=io.BytesIO(base), mode="r") as tar:
             # The "data" filter (Python >= 3.11.4) also refuses links and devices.

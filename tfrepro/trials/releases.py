@@ -183,9 +183,7 @@ def wheel_versions(
         if len(parts) < 5:
             continue
         version, py, plat = parts[1], parts[-3], parts[-1]
-        try:
-            version_key(version)
-        except UserError:
+        if _VERSION.match(version.strip()) is None:  # not a form TensorFlow publishes (`version_key`)
             continue
         if f.get("yanked"):
             seen.setdefault(version, "yanked")

@@ -9,10 +9,7 @@ decides what a result means (`classify.py` does).
 The process is forked from a warm server that imported TensorFlow already
 (2-3 s cheaper), or cold behind `inside/launch.py`: `procs.spawn` says when.
 
-Layout under the state dir:
-    trials/<key[:16]>-<random>/{variant/, trial.json, result.json, stdout.log, stderr.log,
-                                result.json.progress (the steps so far: what a timeout keeps)}
-    cache/<key>.json
+Its files under the state dir (a trial dir, a cache entry): `state.py`'s Layout.
 
 Invariants:
 - the user's files are only read (the variant is rendered into the trial dir);
@@ -58,7 +55,6 @@ if TYPE_CHECKING:
 # Variables of the parent's environment that change what a trial computes,
 # hence part of the cache key (explicit `env` overrides always are).
 _KEYED_ENV_PREFIXES = ("TF_", "KERAS_", "XLA_", "CUDA_", "TFREPRO_")
-_PYTHON_NAMES = {"python", "python3"}
 # A script that takes arguments and did not get them: argparse's usage
 # error (exit 2, "usage:" on stderr) is named as such, with the way to pass them.
 USAGE_HINT = (
@@ -366,7 +362,7 @@ def run_variant(
     config_path = write_config(settings, trial_dir, variant_dir, how)
     # The child's argv; `python ...` runs under `how.python` (default: this interpreter).
     cmd = list(settings.command or (how.python or sys.executable, settings.entry))
-    if cmd[0] in _PYTHON_NAMES:
+    if cmd[0] in ("python", "python3"):
         cmd[0] = how.python or sys.executable
     # The driver's TensorFlow says nothing about another interpreter's trial.
     tf_fallback = None if how.python else this_versions()["tensorflow"]

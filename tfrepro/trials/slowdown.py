@@ -307,7 +307,6 @@ def decide_slowdown(
 ) -> TimingDecision:
     """Pure decision over the pairs so far; see `TimingDecision`. The rank
     test is consulted from `policy.min_samples` pairs on; the clear-pair rule always."""
-    alpha, alpha_ok, min_pairs = policy.alpha, policy.alpha_not_slower, policy.min_samples
     n = len(pairs)
     logs = [p.log_ratio for p in pairs]
     ratio = math.exp(statistics.median(logs))
@@ -326,12 +325,12 @@ def decide_slowdown(
         return TimingDecision(TimingState.SLOWER, ratio, p_slow, n, fast=True)
     if ok_n == n and TimingState.NOT_SLOWER in alone or loaded_ok:
         return TimingDecision(TimingState.NOT_SLOWER, ratio, p_slow, n, fast=True)
-    # The rank test's answer, never before `min_pairs` pairs: slower (ratio at
+    # The rank test's answer, never before `policy.min_samples` pairs: slower (ratio at
     # or above the threshold and significant), not slower (below it and significant).
     state = TimingState.INCONCLUSIVE
-    if n >= min_pairs and ratio / threshold >= 1 and p_slow <= alpha:
+    if n >= policy.min_samples and ratio / threshold >= 1 and p_slow <= policy.alpha:
         state = TimingState.SLOWER
-    elif n >= min_pairs and ratio / threshold < 1 and p_ok <= alpha_ok:
+    elif n >= policy.min_samples and ratio / threshold < 1 and p_ok <= policy.alpha_not_slower:
         state = TimingState.NOT_SLOWER
     return TimingDecision(state, ratio, p_slow, n)
 

@@ -11,7 +11,8 @@ command that makes one).
 Layout:
     .gitignore
     cache/<key>.json                  one finished trial (atomic writes)
-    trials/<key[:16]>-<random>/       one trial's variant, config, result, logs
+    trials/<key[:16]>-<random>/       one trial: variant/, trial.json, result.json (and .progress:
+                                      the steps so far, what a timeout keeps), stdout.log, stderr.log
     runs/<id>/                        one bisect: result.json, trials/<n>-.../
     checkouts/<pid>-<ns>/<sha>/       commit mode's read-only copies
     tmp/                              scratch of older versions (nothing makes it now; clean prunes it)
@@ -25,8 +26,8 @@ Records: every directory tfrepro makes here holds a `MARK` file
 (`.tfrepro-made`), and pruning deletes only marked directories, cache
 entries named `<hex>.json`, and the state dir's own `.gitignore`; anything
 else found here is left alone and counted (`Pruned.foreign`). The mark is
-also the directory's lock (`ownedtmp`, the one rule for whether a dir's
-owner lives): the process that made it holds an `flock` on it while the
+also the directory's lock (`hold`, `in_use`: the one rule for whether a
+dir's owner lives, below): the process that made it holds an `flock` on it while the
 directory is in use (a trial until its result is stored, a run until the
 process ends, a commit-mode run's checkouts until it ends), and pruning,
 `clean --all` included, skips a locked directory. A trial dir whose mark is gone when its trial ends (removed under
@@ -36,6 +37,7 @@ it) gives a could-not-run result, never cached (`runner.cached`).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import re
@@ -43,13 +45,13 @@ import shutil
 import stat
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tfrepro.errors import UserError
 from tfrepro.projectfiles import STATE_DIR, atomic_write
-from tfrepro.trials import ownedtmp
 from tfrepro.trials.values import TrialResult, summary
 
 STATE_DIR_NAME = STATE_DIR  # the name is the project layout's (projectfiles excludes it from variants)
@@ -139,7 +141,7 @@ class StateDir:
         (a path elsewhere: ValueError, from `relative_to`)."""
         self.sub(*path.parent.relative_to(self.path).parts)
         path.mkdir()
-        hold(path)
+        _HELD[str(path)] = hold(path, MARK)
         return path
 
     # -- trials and the cache ----------------------------------------------
@@ -147,7 +149,7 @@ class StateDir:
         """A new, unique directory under `trials/`: marked as ours and locked
         by this process until `release` (or its exit)."""
         d = Path(tempfile.mkdtemp(prefix=f"{key[:16]}-", dir=self.sub("trials")))
-        hold(d)
+        _HELD[str(d)] = hold(d, MARK)
         return d
 
     @staticmethod
@@ -226,7 +228,7 @@ class StateDir:
             st = path.lstat()
         except FileNotFoundError:
             return
-        if stat.S_ISDIR(st.st_mode) and ownedtmp.in_use(path, MARK):
+        if stat.S_ISDIR(st.st_mode) and in_use(path, MARK):
             out.busy += 1
             return
         size = tree_size(path)
@@ -249,7 +251,7 @@ class StateDir:
         The cache is never touched; dirs in use or not ours are skipped."""
         self.check()
         out = Pruned()
-        runs = [d for d in self._children("runs", out) if not ownedtmp.in_use(d, MARK)]
+        runs = [d for d in self._children("runs", out) if not in_use(d, MARK)]
         cut = max(0, len(runs) - keep_runs)
         for d in runs[:cut]:
             self._remove(d, out, "runs")
@@ -259,8 +261,8 @@ class StateDir:
                 if not f.is_symlink():
                     referenced.update(_TRIAL_REF.findall(f.read_text(encoding="utf-8", errors="replace")))
         trials = self._children("trials", out)
-        out.busy += sum(1 for d in trials if ownedtmp.in_use(d, MARK))
-        trials = [d for d in trials if not ownedtmp.in_use(d, MARK)]
+        out.busy += sum(1 for d in trials if in_use(d, MARK))
+        trials = [d for d in trials if not in_use(d, MARK)]
         cut = max(0, len(trials) - keep_trials)
         if keep_bytes is not None:  # by size as well as count: the oldest go until the rest fits
             sizes = [tree_size(d) for d in trials]
@@ -342,9 +344,79 @@ def _check_dir(path: Path, what: str) -> None:
         )
 
 
-def hold(d: Path) -> None:
-    """Mark `d` as made by tfrepro and lock it for this process (`ownedtmp.hold`)."""
-    _HELD[str(d)] = ownedtmp.hold(d, MARK)
+# -- dirs that outlive a killed owner only until someone looks (EDGE) ------------------
+# The owner holds an flock on a lock file inside the dir while the dir is in
+# use (the kernel drops it when the process dies, however it dies): held, in
+# use; free, its owner is gone (a pid in a name can be reused: not proof). The
+# lock file appears only once held; a dir without it is never judged. Users:
+# `MARK` (trial, run and checkout dirs: pruning skips held ones) and the
+# system temp dir's warm-server, Ray-task, private Ray instance and test-cache
+# dirs, which the next `make` of their prefix sweeps.
+
+LOCK = "owner.lock"
+
+
+def hold(d: str | Path, name: str = LOCK) -> int:
+    """Create the lock file `d/name` (holding this process's pid), locked by
+    this process, and return its fd: closing it (or dying) lets go."""
+    # a name of its own: one left by a holder killed before its rename never blocks the next
+    fd, new = tempfile.mkstemp(prefix=name + ".", suffix=".new", dir=d)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(new, os.path.join(d, name))  # visible only once held
+    return fd
+
+
+def in_use(d: str | Path, name: str = LOCK) -> bool | None:
+    """Whether a live process (this one included) holds `d`'s lock; None
+    when `d` has no lock file `name` (being made, or not ours to judge)."""
+    try:
+        fd = os.open(os.path.join(d, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return True  # held (or cannot tell: kept)
+    finally:
+        os.close(fd)
+    return False
+
+
+def make(prefix: str, root: str | None = None) -> tuple[str, int]:
+    """A new dir under `root` (the system temp dir) and the fd of its held
+    lock: close the fd after removing the dir. The stale dirs of `prefix`
+    are swept first."""
+    sweep(prefix, root)
+    path = tempfile.mkdtemp(prefix=prefix, dir=root)
+    return path, hold(path)
+
+
+@contextlib.contextmanager
+def owned(prefix: str, root: str | None = None) -> Iterator[str]:
+    """`make`'s dir for the block: removed and let go at its end; swept by
+    the next `make` of `prefix` when this process is killed in it."""
+    path, fd = make(prefix, root)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+
+
+def sweep(prefix: str, root: str | None = None) -> list[str]:
+    """Remove this user's dirs of `prefix` whose owner is dead; -> what was removed."""
+    removed = []
+    for d in Path(root or tempfile.gettempdir()).glob(prefix + "*"):
+        try:
+            if d.is_symlink() or not d.is_dir() or d.stat().st_uid != os.getuid():
+                continue
+        except OSError:
+            continue
+        if in_use(d) is False:
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(str(d))
+    return removed
 
 
 def ours(d: Path) -> bool:

@@ -36,10 +36,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tfrepro import inside
 from tfrepro.inside.warm import killpg, recv_line
-from tfrepro.trials import confine, ownedtmp
+from tfrepro.trials import confine, state
 
 WARM_SERVER = inside.INSIDE_DIR / "warm.py"
 BOOT = (
@@ -83,13 +84,17 @@ def server_key(executable: str, env: Mapping[str, str], preload: Sequence[str]) 
     return (executable, tuple(preload), tuple(keyed))
 
 
-def imports_tensorflow(script: Path) -> bool:
-    """The script, or a .py file next to it, imports TensorFlow or Keras."""
-    for path in [script, *sorted(p for p in script.parent.glob("*.py") if p != script)]:
-        with contextlib.suppress(OSError):
-            if _TF_IMPORT.search(path.read_text(encoding="utf-8", errors="replace")):
-                return True
-    return False
+def session(argv: Sequence[str], **popen: Any) -> subprocess.Popen:
+    """`argv` started leading a session of its own (its process group is what
+    `killpg` kills: every trial, probe and warm server), stdin empty unless given."""
+    return subprocess.Popen(list(argv), **{"stdin": subprocess.DEVNULL, **popen}, start_new_session=True)
+
+
+def _text(path: Path, unreadable: str | None = "") -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return unreadable
 
 
 @dataclass
@@ -137,7 +142,7 @@ class WarmServer:
     info: dict = field(default_factory=dict)
     running: int = 0  # children forked and not yet closed (never evict a busy server)
     last_used: float = 0.0
-    # `tmp` while it is ours (`ownedtmp.owned`): `close` removes it and lets its lock go
+    # `tmp` while it is ours (`state.owned`): `close` removes it and lets its lock go
     owned: contextlib.ExitStack = field(default_factory=contextlib.ExitStack, repr=False, compare=False)
 
     @property
@@ -145,21 +150,15 @@ class WarmServer:
         return os.path.join(self.tmp or "", "s")
 
     def start(self) -> None:
-        self.tmp = self.owned.enter_context(ownedtmp.owned("tfrepro-warm-"))  # swept by the next run if we are killed
+        self.tmp = self.owned.enter_context(state.owned("tfrepro-warm-"))  # swept by the next run if we are killed
         cmd = [self.executable, "-c", BOOT, str(WARM_SERVER), self.sock_path, ",".join(self.preload)]
         # Under the overlay the server itself writes only into one of its own
         # (an import that creates ~/.keras); its children see the real files.
         argv, self.host = confine.server_argv(cmd, Path(self.tmp), self.root)
         with open(os.path.join(self.tmp, "server.log"), "wb") as log:
             try:
-                self.proc = subprocess.Popen(
-                    argv,
-                    cwd=self.tmp,
-                    env=self.env,
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    stderr=log,
-                    start_new_session=True,
+                self.proc = session(
+                    argv, cwd=self.tmp, env=self.env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log
                 )
             except OSError as e:
                 self.dead = True
@@ -268,12 +267,12 @@ class WarmPool:
             return "no fork/Linux"
         if not script.is_file():
             return "entry is not a file"
-        if self.only_tf_scripts and not imports_tensorflow(script):
+        # the script, or a .py file next to it, imports TensorFlow or Keras
+        if self.only_tf_scripts and not any(_TF_IMPORT.search(_text(p)) for p in [script, *script.parent.glob("*.py")]):
             return "imports no TensorFlow/Keras"
-        with contextlib.suppress(OSError):  # a script that cannot be read runs cold too
-            text = script.read_text(encoding="utf-8", errors="replace")
-            if not (_ENV_WRITE.search(text) and _IMPORT_ENV_NAME.search(text)):
-                return None
+        text = _text(script, None)  # a script that cannot be read runs cold too
+        if text is not None and not (_ENV_WRITE.search(text) and _IMPORT_ENV_NAME.search(text)):
+            return None
         return "sets an import-time variable itself"  # writes to os.environ, names a variable read at import
 
     def server(self, executable: str, env: Mapping[str, str], root: Path | None = None) -> WarmServer:
@@ -294,7 +293,14 @@ class WarmPool:
             server = WarmServer(
                 executable, {k: v for k, v in env.items() if k not in PER_TRIAL}, self.preload, root=root
             )
-            self._evict_idle()
+            # Room for one more server: end the least recently used idle ones (a version
+            # bisect meets one interpreter after another; each idle server holds its TensorFlow).
+            with self._lock:
+                live = [(k, s) for k, s in self._servers.items() if s.alive()]
+                idle = sorted((s.last_used, k) for k, s in live if s.running == 0)
+                gone = [self._servers.pop(k) for _, k in idle[: max(0, len(live) - self.max_servers + 1)]]
+            for old in gone:
+                old.close()
             try:
                 server.start()
             except WarmUnavailable as e:
@@ -303,18 +309,6 @@ class WarmPool:
                 raise
             self._servers[key] = server
             return server
-
-    def _evict_idle(self) -> None:
-        """Room for one more server: end the least recently used idle ones
-        (a version bisect meets one interpreter after another; each idle
-        server holds its TensorFlow in memory)."""
-        with self._lock:
-            live = [(k, s) for k, s in self._servers.items() if s.alive()]
-            idle = sorted((s.last_used, k) for k, s in live if s.running == 0)
-            evict = [k for _, k in idle[: max(0, len(live) - self.max_servers + 1)]]
-            gone = [self._servers.pop(k) for k in evict]
-        for server in gone:
-            server.close()
 
     def close(self) -> None:
         self.closed = True
