@@ -290,7 +290,7 @@ def test_no_address_starts_a_private_loopback_instance(ray_connect, monkeypatch)
 
 
 def test_a_killed_drivers_private_ray_dir_is_swept_by_the_next_start(ray_connect, tmp_path, monkeypatch):
-    """The private instance's temp dir has an owner (`ownedtmp`): a driver
+    """The private instance's temp dir has an owner (`state.owned`): a driver
     SIGKILLed with its Ray up leaves the dir behind only until the next
     private start, which never takes a live driver's."""
     monkeypatch.delenv("RAY_ADDRESS", raising=False)

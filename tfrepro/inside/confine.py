@@ -260,7 +260,7 @@ class Watch:
     def __init__(self, writable: list, root: str, user_where) -> None:
         self.allowed = [os.path.realpath(p) for p in [*writable, *ALWAYS_WRITABLE]]
         self.root = os.path.realpath(root)
-        self.user_where = user_where  # harness_frames.user_where: the script's file:line
+        self.user_where = user_where  # harness_data.user_where: the script's file:line
         self.record = os.path.join(writable[0], OUTSIDE)
         self.seen: dict = {}
 
