@@ -202,7 +202,7 @@ def test_sigterm_stops_the_bisect_and_cleans_up_at_once(repo, tmp_path):
 
 @pytest.mark.e2e
 def test_cli_entry_prints_one_json_object_and_exit_codes(repo, capsys):
-    from tfrepro.bisect.options import BisectOptions, parse_symptom
+    from tfrepro.bisect.events import BisectOptions, parse_symptom
     from tfrepro.cli.bisect_cmds import run_commits as run_from_cli
     from tfrepro.errors import UserError
     from tfrepro.verdicts import Verdict

@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfrepro.bisect import gitcopy
-from tfrepro.bisect.events import BisectEvents, TrialLog
-from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.events import BisectEvents, BisectOptions, TrialLog
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.errors import TfreproError
 from tfrepro.project import locate

@@ -45,8 +45,7 @@ from typing import Any
 
 from tfrepro.bisect import result_doc
 from tfrepro.bisect.ends import Ends, early_exit, pick_symptom, save_nan_state, timing_stop, untimed, within_steps
-from tfrepro.bisect.events import BisectEvents, TrialLog, TrialRecord
-from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.events import BisectEvents, BisectOptions, TrialLog, TrialRecord
 from tfrepro.bisect.replay import Replay
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.trials import classify, slowdown

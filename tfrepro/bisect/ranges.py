@@ -32,8 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from tfrepro.bisect.ends import BASELINE_FAILURES, early_exit, lost, pick_symptom, timing_stop, untimed
-from tfrepro.bisect.events import BisectEvents, PointTried, TrialLog, trial_row
-from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.events import BisectEvents, BisectOptions, PointTried, TrialLog, trial_row
 from tfrepro.bisect.rangesearch import Mark, RangeResult, bisect_range, judge
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify

@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from tfrepro.bisect.commits import as_written, range_settings
-from tfrepro.bisect.events import BisectEvents, TrialLog
-from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.events import BisectEvents, BisectOptions, TrialLog
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.errors import UserError
 from tfrepro.project import Project, locate

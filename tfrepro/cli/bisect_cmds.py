@@ -31,7 +31,7 @@ from tfrepro.errors import UserError
 from tfrepro.verdicts import SYMPTOM_ORDER
 
 if TYPE_CHECKING:
-    from tfrepro.bisect.options import BisectOptions
+    from tfrepro.bisect.events import BisectOptions
     from tfrepro.trials.values import RunResult
 
 _WHY = {
@@ -215,7 +215,7 @@ def bisect_cmd(
     if ignored := [name for name, (on, modes) in asked.items() if on and mode not in modes]:
         base = mode.split("+")[0]  # version+features: version mode's reason
         raise UserError(f"{base} mode does not use {', '.join(ignored)}", hint=f"{_WHY[base]}; drop the option")
-    from tfrepro.bisect.options import BisectOptions, parse_symptom
+    from tfrepro.bisect.events import BisectOptions, parse_symptom
 
     given = {"replays": replays, "timing_replays": replays, "timing_budget_s": timing_budget}
     options = BisectOptions(
@@ -426,8 +426,7 @@ def run_commits(
             "commit mode needs both --good REV and --bad REV", hint="e.g. tfrepro bisect --good v1.2 --bad HEAD"
         )
     from tfrepro.bisect.commits import bisect_commits
-    from tfrepro.bisect.events import ProgressLines
-    from tfrepro.bisect.options import BisectOptions
+    from tfrepro.bisect.events import BisectOptions, ProgressLines
     from tfrepro.trials.executors import make_executor
 
     o = options or BisectOptions()
