@@ -351,7 +351,7 @@ def _reason(error: str | None, fixed: bool) -> str:
     return f"its OFF part breaks the baseline ({what}; the baseline still crashes further on); kept ON"
 
 
-def preflight(project: Any, run: Callable[[Any], TrialResult], *, max_rounds: int = 3) -> PreflightResult:
+def preflight(project: Any, run: Callable[[Any], TrialResult]) -> PreflightResult:
     """Run the baseline of `project`; when it crashes, find and drop the
     features whose OFF part breaks it. The baseline (every feature OFF) must
     run before a bisect.
@@ -378,7 +378,7 @@ def preflight(project: Any, run: Callable[[Any], TrialResult], *, max_rounds: in
     if not broken(first) or not project.feature_names:
         return PreflightResult(project, first)
     current, result, dropped = project, first, []
-    for _ in range(max_rounds):
+    for _ in range(3):  # rounds: a broken OFF part dropped in each
         changed = None
         for name in suspects(current, result.error):
             got = run(current.exclude({name: "preflight"}))
