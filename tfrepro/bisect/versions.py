@@ -287,43 +287,6 @@ def bisect_versions(
     run = RangeRun(points, source, executor, settings, symptoms, TrialLog(state, started=started), events, options)
     run.events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
     answer, first_bad = run.answer(options.symptom)
-    return _version_answer(run, answer, first_bad, versions, items, releases)
-
-
-@dataclass(frozen=True)
-class VersionFields:
-    """Version mode's keys of the result document: the ends, the table of
-    releases, what the change follows (Keras or TensorFlow), the
-    environments, --then-features' answer."""
-
-    good: str
-    bad: str
-    versions: tuple[Row, ...]
-    follows: str | None
-    follows_note: str | None
-    keras: str
-    tf_dist: str
-    notes: tuple[str, ...]
-    project: str
-    settings: TrialSettings
-    environments: Mapping[str, str]
-    then_features: FeatureAnswer | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return evidence_doc(self, frozenset({"then_features"}))
-
-
-def _version_answer(
-    run: RangeRun,
-    answer: RunResult,
-    first_bad: Point | None,
-    versions: Sequence[str],
-    items: list[str],
-    releases: Releases,
-) -> RunResult:
-    """The final result with version mode's fields: the first bad and last good
-    release, the table of releases, what the change follows (Keras or TensorFlow), --then-features."""
-    source = run.source
     candidates = [p.label for p in answer.candidates]
     # the release before the first bad one (or before the first candidate)
     after = first_bad.label if first_bad else (candidates[0] if candidates else None)
@@ -359,6 +322,29 @@ def _version_answer(
         candidates=tuple(candidates),
     )
     return with_evidence(answer, run, first_bad, fields)
+
+
+@dataclass(frozen=True)
+class VersionFields:
+    """Version mode's keys of the result document: the ends, the table of
+    releases, what the change follows (Keras or TensorFlow), the
+    environments, --then-features' answer."""
+
+    good: str
+    bad: str
+    versions: tuple[Row, ...]
+    follows: str | None
+    follows_note: str | None
+    keras: str
+    tf_dist: str
+    notes: tuple[str, ...]
+    project: str
+    settings: TrialSettings
+    environments: Mapping[str, str]
+    then_features: FeatureAnswer | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return evidence_doc(self, frozenset({"then_features"}))
 
 
 def feature_hook(
