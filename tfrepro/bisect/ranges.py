@@ -310,18 +310,18 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
     x_shows = run.shows(x, g, early=False)  # the ends rule first: an end that trains nothing is untestable
     ends = (f"the good end {good.named}", f"the bad end {bad.named}")
     reason = classify.ends_reason([g], [x], symptom, failed=bool(x_shows & STOPPERS), names=ends)
-    x_shows = run.shows(x, g)
     if reason is not None:
-        run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, reason)
+        run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, run.shows(x, g), reason)
         raise Stop(Status.UNTESTABLE, reason, symptom, g)
-    if (symptom or pick_symptom(x_shows, None)) is Verdict.MISMATCH:
-        # The good end run twice says how much loss noise is inherent; a
-        # "mismatch" within that noise is no symptom.
+    if (symptom or pick_symptom(run.shows(x, g), None)) is Verdict.MISMATCH:
+        # the good end run twice: its loss noise (a "mismatch" within it is no symptom)
         g2 = run.run_many([good], repeat=1)[0]
         if not isinstance(g2, str):
             run.noise = classify.measure_noise(g, g2)
-        x_shows = run.shows(x, g)
-    target = pick_symptom(x_shows, symptom, slower=lambda: _bad_end_slower(run, x_shows))
+    x_shows = run.shows(x, g)
+    target = pick_symptom(  # the bad end timed against the good end, unless slowdowns are off or it stopped early
+        x_shows, symptom, slower=lambda: bool(run.symptoms.slowdown) and not x_shows & STOPPERS and run.slower(bad)[0]
+    )
     if target is None:
         why = untimed(run.timing.outcomes.get(bad))
         if why and symptom is Verdict.SLOWDOWN:  # as feature mode's `_Bisection._run`
@@ -340,12 +340,6 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
     run.mark(bad, Mark.BAD, target, x_shows, x.error if target is Verdict.CRASH else None)
     run.events.phase(f"hunting: {target.value} ({len(run.points)} {noun}s)")
     return Ends(g, x, target)
-
-
-def _bad_end_slower(run: RangeRun, x_shows: frozenset[Verdict]) -> bool:
-    """The bad end timed against the good end (`RangeRun.slower`), unless
-    slowdowns are off or it stopped early."""
-    return bool(run.symptoms.slowdown) and not x_shows & STOPPERS and run.slower(run.bad)[0]
 
 
 def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
