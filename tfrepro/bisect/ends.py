@@ -127,7 +127,8 @@ class Ends:
         """The baseline (twice at least: the second run measures the noise)
         and the failing configuration; `error` when the executor lost one of
         their trials (`lost`), `baseline-fails` when the baseline already
-        fails, else None (and `self.noise` is set)."""
+        fails, `untestable` when an end cannot be measured, else None (and
+        `self.noise` is set)."""
         k, base, full = self.k, frozenset(), frozenset(self.features)
         wanted = [(base, r, Purpose.BASELINE) for r in range(max(k, 2))]
         wanted += self._needs(full, range(k), Purpose.FAILING, self.opts.symptom)
@@ -140,9 +141,14 @@ class Ends:
             return self._finish(Status.ERROR, self.opts.symptom, error=why)
         base_shown = [classify.symptoms(t, reference=None, settings=self.symptom_settings) for t in base_runs]
         base_fail = [bool(s & BASELINE_FAILURES) for s in base_shown]
-        # An end with no training step is `untestable` (Contract 4): `_unmeasured`, after this.
         if not any(base_fail):
             self.noise = classify.measure_noise(base_runs[0], base_runs[1])
+            # `untestable` (Contract 4) when an end ran no training step or the symptom could not be measured
+            # (`classify.ends_reason`): the failing configuration judged on its own symptoms, before `early_exit`
+            failed = any(self._shows(full, t, early=False) & STOPPERS for t in fail_runs)
+            reason = classify.ends_reason(base_runs, fail_runs, self.opts.symptom, failed=failed)
+            if reason is not None:
+                return self._finish(Status.UNTESTABLE, self.opts.symptom, error=reason, reason=reason)
             return None
         first, shown = next((t, classify.primary(s)) for t, s in zip(base_runs, base_shown) if s & BASELINE_FAILURES)
         checks = self._baseline_checks(shown)
@@ -216,15 +222,6 @@ class Ends:
         stale = [k for k, r in self.memo.items() if result_doc.auto_differs(r, pin)]
         self.memo = {k: r for k, r in self.memo.items() if k not in stale}
         self._many([(c, r, "pinned") for c, r in stale])
-
-    def _unmeasured(self, symptom: Verdict | None) -> RunResult | None:
-        """`untestable` when an end ran no training step or `symptom` could
-        not be measured (`classify.ends_reason`); the failing configuration
-        judged on its own symptoms, before `early_exit` (as in range mode)."""
-        full, fails = frozenset(self.features), self._end_runs()[1]
-        failed = any(self._shows(full, t, early=False) & STOPPERS for t in fails)
-        reason = classify.ends_reason(self._end_runs()[0], fails, symptom, failed=failed)
-        return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
 
     def _preflight(self) -> None:
         """The baseline must run: a feature whose OFF part breaks it is kept ON,

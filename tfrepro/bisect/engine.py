@@ -341,7 +341,7 @@ class _Bisection(Ends, Replay):
     def _run(self) -> RunResult:
         self.events.phase("baseline and failing configuration")
         self._preflight()
-        stopped = self._both_ends() or self._unmeasured(self.opts.symptom)  # baseline-fails, untestable
+        stopped = self._both_ends()  # error, baseline-fails, untestable
         if stopped is not None:
             return stopped
         # timing trials time the calls the failing configuration ran slower than the baseline (fit#2...)
