@@ -341,13 +341,6 @@ def suspects(project: Any, error: str | None) -> list[str]:
     return sorted(names, key=lambda n: (-score.get(n, 0), names.index(n)))
 
 
-def _reason(error: str | None, fixed: bool) -> str:
-    what = error or "it crashes"
-    if fixed:
-        return f"its OFF part breaks the baseline ({what}); kept ON, not a candidate"
-    return f"its OFF part breaks the baseline ({what}; the baseline still crashes further on); kept ON"
-
-
 def preflight(project: Any, run: Callable[[Any], TrialResult]) -> PreflightResult:
     """Run the baseline of `project`; when it crashes, find and drop the
     features whose OFF part breaks it. The baseline (every feature OFF) must
@@ -377,10 +370,11 @@ def preflight(project: Any, run: Callable[[Any], TrialResult]) -> PreflightResul
     current, result, dropped = project, first, []
     for _ in range(3):  # rounds: a broken OFF part dropped in each
         changed = None
+        breaks = f"its OFF part breaks the baseline ({result.error or 'it crashes'}"  # + how it ends below
         for name in suspects(current, result.error):
             got = run(current.exclude({name: "preflight"}))
             if not broken(got):
-                dropped.append({"name": name, "reason": _reason(result.error, True)})
+                dropped.append({"name": name, "reason": f"{breaks}); kept ON, not a candidate"})
                 kept_on = project.exclude({d["name"]: "preflight: " + d["reason"] for d in dropped})
                 return PreflightResult(kept_on, got, dropped)
             if changed is None and got.error != result.error:
@@ -388,7 +382,7 @@ def preflight(project: Any, run: Callable[[Any], TrialResult]) -> PreflightResul
         if changed is None:
             break
         name, got = changed
-        dropped.append({"name": name, "reason": _reason(result.error, False)})
+        dropped.append({"name": name, "reason": f"{breaks}; the baseline still crashes further on); kept ON"})
         current, result = current.exclude({name: "preflight"}), got
     return PreflightResult(project, first)
 
