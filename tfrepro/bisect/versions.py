@@ -44,7 +44,6 @@ from tfrepro.verdicts import SYMPTOM_ORDER
 # cannot be tried (its environment failed to build).
 VersionTrial = Callable[[str, TrialSettings], "TrialResult | str"]
 OnLine = Callable[[str], None] | None  # gets the environment builds' output
-LEGACY_KERAS_ENV = {"TF_USE_LEGACY_KERAS": "1"}
 _TF_KERAS_USE = re.compile(r"\btf\.keras\b|\btensorflow\.keras\b|from\s+tensorflow\s+import\s+[^\n]*\bkeras\b")
 
 
@@ -123,7 +122,7 @@ class VersionSource(Source):
         self.store = EnvStore()  # the user cache of environments
         self.tf_dist = releases.tf_dist or (detect_tf_dist() if trial is None else "tensorflow-cpu")
         self.legacy_keras = releases.legacy_keras
-        self.extra_env = dict(LEGACY_KERAS_ENV) if self.legacy_keras else {}  # what a trial's environment adds
+        self.extra_env = {"TF_USE_LEGACY_KERAS": "1"} if self.legacy_keras else {}  # what a trial's environment adds
         self.on_line = on_line or (lambda line: None)
         self.envs: dict[str, Any] = {}  # version -> Env, or the reason it failed
         self.project = as_written(root)
