@@ -83,7 +83,7 @@ class CommitSource(Source):
         self.rng, self.checkouts, self.state, self.use_cache = rng, checkouts, state, use_cache
         self.projects: dict[str, Project | str] = {}  # sha -> project, or why it cannot load
 
-    def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
+    def request(self, point: Point, settings: TrialSettings) -> Trial | str:
         sha = point.label
         if sha not in self.projects:  # checked out on first use
             try:
@@ -98,7 +98,7 @@ class CommitSource(Source):
         if isinstance(project, str):
             return project
         how = TrialOptions(label=point.label, use_cache=self.use_cache, state_dir=self.state.path)
-        return Trial((), replace(settings, repeat=repeat), how, project=project)
+        return Trial((), settings, how, project=project)
 
     def release(self, point: Point) -> None:
         self.checkouts.release(point.label)

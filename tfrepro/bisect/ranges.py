@@ -8,7 +8,7 @@ end decides, the good end as everybody's reference, the hunt with
 once), skips for points that cannot be tried or that stop on another
 symptom, the trials table.
 
-A mode supplies a `Source`: `request(point, repeat)` gives the trial to run
+A mode supplies a `Source`: `request(point, settings)` gives the trial to run
 (or the reason the point cannot be tried), `release(point)` frees what it
 held. Trials run on the same `Executor` as feature mode; progress goes to
 the same typed `BisectEvents`.
@@ -28,7 +28,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from tfrepro.bisect.ends import BASELINE_FAILURES, early_exit, lost, pick_symptom, timing_stop, untimed
@@ -73,7 +73,7 @@ class Source:
     key = "point"  # what the trial log and the tables call a point's label ("sha", "version")
     older = "give an older good end"  # what to do when the good end already fails
 
-    def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
+    def request(self, point: Point, settings: TrialSettings) -> Trial | str:
         raise NotImplementedError
 
     def release(self, point: Point) -> None:
@@ -189,7 +189,7 @@ class RangeRun:
         side, `executor.slots` at a time, or one at a time with nothing beside
         them (`alone`: a slowdown hunt's, `executor.run_timed`). A point that
         cannot be tried gives the reason instead of a trial."""
-        out: list = [self.source.request(p, repeat, settings or self.settings) for p in points]
+        out: list = [self.source.request(p, replace(settings or self.settings, repeat=repeat)) for p in points]
         todo = [i for i, w in enumerate(out) if not isinstance(w, str)]
         for i in todo:  # alone: each one started, run and recorded before the next
             self.events.trial_started((), self.source.role(points[i]), repeat)

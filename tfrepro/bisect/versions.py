@@ -141,8 +141,7 @@ class VersionSource(Source):
                 self.envs[version] = f"no environment for {self.tf_dist} {version}: {e}"
         return self.envs[version]
 
-    def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
-        settings = replace(settings, repeat=repeat)
+    def request(self, point: Point, settings: TrialSettings) -> Trial | str:
         how = TrialOptions(label=self.role(point), use_cache=self.use_cache, state_dir=self.state.path)
         base = Trial((), settings, how, self.project)
         if self.trial is not None:  # tests: the injected trial stands in for environment and run
