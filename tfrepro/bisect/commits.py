@@ -55,11 +55,9 @@ def as_written(root: Path) -> "Project":
 
 
 def range_settings(root: Path, entry: str | None, options: BisectOptions) -> tuple[TrialSettings, SymptomSettings]:
-    """One set of settings for every trial of a range bisection: the user's
-    current `tfrepro.toml` (working tree, read as feature mode reads it; or
-    the defaults) with the command-line overrides as in feature mode
-    (`BisectOptions.trial_settings`: --steps, --budget-s) and the entry PATH
-    named. Bad input raises UserError."""
+    """The settings of every trial of a range bisection: feature mode's (the
+    working tree's `tfrepro.toml`, `BisectOptions.trial_settings`) with the
+    entry PATH named. Bad input raises UserError."""
     from tfrepro.project import read_manifest
 
     manifest = read_manifest(root)[1]
