@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING
 
 from tfrepro.bisect.ends import BASELINE_FAILURES, early_exit, lost, pick_symptom, timing_stop, untimed
 from tfrepro.bisect.events import BisectEvents, BisectOptions, PointTried, TrialLog, trial_row
-from tfrepro.bisect.rangesearch import Mark, RangeResult, bisect_range, judge
+from tfrepro.bisect.rangesearch import Mark, bisect_range, judge
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor
@@ -169,7 +169,16 @@ class RangeRun:
                 ends = check_ends(self, symptom)
             except Stop as stop:
                 return stop.result, None
-            found = hunt(self, ends)
+            # the range between the ends (both already judged)
+            known = {self.good.label: Mark.GOOD, self.bad.label: Mark.BAD}
+            timed = ends.target is Verdict.SLOWDOWN  # timing trials run one at a time
+
+            def test(ps: list[Point]) -> list[Mark]:
+                todo = [p for p in ps if p.label not in known]
+                got = dict(zip([p.label for p in todo], self.run_many(todo, alone=timed)))
+                return [known.get(p.label) or self.judge_point(p, got[p.label], ends) for p in ps]
+
+            found = bisect_range(self.points, test, width=1 if timed else self.executor.slots)
         if found.status == "found":
             return RunResult(Status.FOUND, ends.target, baseline=ends.good), found.first_bad
         return RunResult(
@@ -340,20 +349,6 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
     run.mark(bad, Mark.BAD, target, x_shows, x.error if target is Verdict.CRASH else None)
     run.events.phase(f"hunting: {target.value} ({len(run.points)} {noun}s)")
     return Ends(g, x, target)
-
-
-def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
-    """The range between the ends (both already judged)."""
-    known = {run.good.label: Mark.GOOD, run.bad.label: Mark.BAD}
-    timed = ends.target is Verdict.SLOWDOWN  # timing trials run one at a time
-
-    def test(ps: list[Point]) -> list[Mark]:
-        todo = [p for p in ps if p.label not in known]
-        tried = run.run_many(todo, alone=timed)
-        got = dict(zip([p.label for p in todo], tried))
-        return [known.get(p.label) or run.judge_point(p, got[p.label], ends) for p in ps]
-
-    return bisect_range(run.points, test, width=1 if timed else run.executor.slots)
 
 
 @dataclass(frozen=True)
