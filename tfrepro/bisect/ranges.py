@@ -114,16 +114,6 @@ class Ends:
     target: Verdict
 
 
-class Stop(Exception):
-    """The ends do not hold: `result` is the run's answer, this status and
-    message (and the good end's trial, the baseline, once it ran)."""
-
-    def __init__(self, status: Status, message: str, symptom: Verdict | None = None, good: TrialResult | None = None):
-        super().__init__(message)
-        reason = message if status is Status.UNTESTABLE else None
-        self.result = RunResult(status, symptom, baseline=good, error=message, reason=reason)
-
-
 class RangeRun:
     """The state of one range bisection: trials, judged points, the run dir."""
 
@@ -165,10 +155,9 @@ class RangeRun:
         fields, the first bad point when found: the caller fills
         first_bad_commit / first_bad_version from it and from `candidates`)."""
         with sigterm_interrupts():
-            try:
-                ends = check_ends(self, symptom)
-            except Stop as stop:
-                return stop.result, None
+            ends = check_ends(self, symptom)
+            if isinstance(ends, RunResult):  # the ends do not hold: the run's answer
+                return ends, None
             # the range between the ends (both already judged)
             known = {self.good.label: Mark.GOOD, self.bad.label: Mark.BAD}
             timed = ends.target is Verdict.SLOWDOWN  # timing trials run one at a time
@@ -289,39 +278,38 @@ class RangeRun:
         return self.mark(point, mark, verdict, shown, reason)
 
 
-def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
+def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends | RunResult:
     """Both ends first, by feature mode's rules (`bisect/ends.py`): the good
     end must not fail, the ends must be measured (`ends_reason`), the bad
-    end must show the symptom hunted (`pick_symptom`). Raises Stop when they
-    do not."""
+    end must show the symptom hunted (`pick_symptom`). When they do not, the
+    run's answer (with the good end's trial as its baseline once it ran)."""
     good, bad, noun = run.good, run.bad, run.source.noun
-    # Side by side when trials run in parallel; else the good end alone first
-    # (a good end that fails ends the run before the bad end costs a trial).
+    # side by side on parallel slots; else the good end first (one that fails spares the bad end's trial)
     g, x = run.run_many([good, bad]) if run.executor.slots > 1 else (run.run_many([good])[0], None)
     if why := lost(f"the good end {good.short}", [g]):
         run.mark(good, Mark.SKIP, Verdict.UNTESTABLE, reason=g)
-        raise Stop(Status.ERROR, why, symptom)
+        return RunResult(Status.ERROR, symptom, error=why)
     g_shows = run.shows(g, None)
     if g_shows & BASELINE_FAILURES:
         run.mark(good, Mark.BAD, classify.primary(g_shows, symptom), g_shows, g.error)
-        raise Stop(
+        return RunResult(
             Status.BASELINE_FAILS,
-            f"the good end {good.named} already shows "
-            f"{names(g_shows)}" + (f": {g.error}" if g.error else "") + f"; {run.source.older}",
             symptom,
-            g,
+            baseline=g,
+            error=f"the good end {good.named} already shows "
+            f"{names(g_shows)}" + (f": {g.error}" if g.error else "") + f"; {run.source.older}",
         )
     run.mark(good, Mark.GOOD, Verdict.OK, g_shows)
     x = x if x is not None else run.run_many([bad])[0]
     if why := lost(f"the bad end {bad.short}", [x]):
         run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, reason=x)
-        raise Stop(Status.ERROR, why, symptom, g)
+        return RunResult(Status.ERROR, symptom, baseline=g, error=why)
     x_shows = run.shows(x, g, early=False)  # the ends rule first: an end that trains nothing is untestable
     ends = (f"the good end {good.named}", f"the bad end {bad.named}")
     reason = classify.ends_reason([g], [x], symptom, failed=bool(x_shows & STOPPERS), names=ends)
     if reason is not None:
         run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, run.shows(x, g), reason)
-        raise Stop(Status.UNTESTABLE, reason, symptom, g)
+        return RunResult(Status.UNTESTABLE, symptom, baseline=g, error=reason, reason=reason)
     if (symptom or pick_symptom(run.shows(x, g), None)) is Verdict.MISMATCH:
         # the good end run twice: its loss noise (a "mismatch" within it is no symptom)
         g2 = run.run_many([good], repeat=1)[0]
@@ -335,15 +323,16 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
         why = untimed(run.timing.outcomes.get(bad))
         if why and symptom is Verdict.SLOWDOWN:  # as feature mode's `_Bisection._run`
             run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, why)
-            raise Stop(Status.UNTESTABLE, f"the bad end {bad.named} {why}", symptom, g)
+            why = f"the bad end {bad.named} {why}"
+            return RunResult(Status.UNTESTABLE, symptom, baseline=g, error=why, reason=why)
         what = symptom.value if symptom else "any symptom (nan, crash, timeout, mismatch, slowdown)"
         run.mark(bad, Mark.GOOD, classify.primary(x_shows), x_shows)
-        raise Stop(
+        return RunResult(
             Status.NONE,
-            f"the bad end {bad.named} does not show {what} against the "
-            f"good end {good.short} (it shows {names(x_shows)}{f'; it {why}' if why else ''})",
             symptom,
-            g,
+            baseline=g,
+            error=f"the bad end {bad.named} does not show {what} against the "
+            f"good end {good.short} (it shows {names(x_shows)}{f'; it {why}' if why else ''})",
         )
     x_shows |= {target}  # a slowdown shows only in the timing
     run.mark(bad, Mark.BAD, target, x_shows, x.error if target is Verdict.CRASH else None)
