@@ -239,9 +239,8 @@ class Ends:
         got = preflight(self.project, run)
         for d in got.dropped:
             self.events.phase(f"dropped {d['name']}: {d['reason']}")
-        if got.dropped:
-            self.project, self.dropped, self.features = got.project, got.dropped, tuple(got.project.feature_names)
-            self.affects_loss = frozenset(got.project.affects_loss)
+        self.project, self.dropped, self.features = got.project, got.dropped, tuple(got.project.feature_names)
+        self.affects_loss = frozenset(got.project.affects_loss)
         self._record(frozenset(), 0, Purpose.BASELINE, got.baseline)
 
     def _baseline_checks(self, shown: Verdict) -> dict[str, Any]:

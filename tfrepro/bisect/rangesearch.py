@@ -108,9 +108,7 @@ def bisect_range(items: Sequence[T], test: Callable[[list[T]], list[Mark]], *, w
 
 def exception_type(error: str | None) -> str | None:
     """`"ValueError: bad shape"` -> `"ValueError"` (the last traceback line)."""
-    if not error:
-        return None
-    m = re.match(r"\s*([A-Za-z_][\w.]*)\s*(?::|$)", error)
+    m = re.match(r"\s*([A-Za-z_][\w.]*)\s*(?::|$)", error or "")
     return m.group(1).rsplit(".", 1)[-1] if m else None
 
 
