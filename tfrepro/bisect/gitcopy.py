@@ -97,7 +97,6 @@ class CommitRange:
 
 
 def _git_module():
-    # gitpython is imported lazily: `tfrepro --help` must stay instant.
     try:
         import git
     except ImportError as e:  # gitpython raises ImportError when no git executable is found

@@ -104,16 +104,6 @@ def names(shown: frozenset[Verdict]) -> str:
     return ", ".join(v.value for v in SYMPTOM_ORDER if v in shown) or "nothing"
 
 
-@dataclass(frozen=True)
-class Ends:
-    """What the two ends established: the reference trial (the good end's:
-    the result's baseline), the bad end's trial, the symptom hunted."""
-
-    good: TrialResult
-    bad: TrialResult
-    target: Verdict
-
-
 class RangeRun:
     """The state of one range bisection: trials, judged points, the run dir."""
 
@@ -155,25 +145,26 @@ class RangeRun:
         fields, the first bad point when found: the caller fills
         first_bad_commit / first_bad_version from it and from `candidates`)."""
         with sigterm_interrupts():
-            ends = check_ends(self, symptom)
-            if isinstance(ends, RunResult):  # the ends do not hold: the run's answer
-                return ends, None
+            target = check_ends(self, symptom)
+            if isinstance(target, RunResult):  # the ends do not hold: the run's answer
+                return target, None
             # the range between the ends (both already judged)
             known = {self.good.label: Mark.GOOD, self.bad.label: Mark.BAD}
-            timed = ends.target is Verdict.SLOWDOWN  # timing trials run one at a time
+            timed = target is Verdict.SLOWDOWN  # timing trials run one at a time
 
             def test(ps: list[Point]) -> list[Mark]:
                 todo = [p for p in ps if p.label not in known]
                 got = dict(zip([p.label for p in todo], self.run_many(todo, alone=timed)))
-                return [known.get(p.label) or self.judge_point(p, got[p.label], ends) for p in ps]
+                return [known.get(p.label) or self.judge_point(p, got[p.label], target) for p in ps]
 
             found = bisect_range(self.points, test, width=1 if timed else self.executor.slots)
+        good = self.first[self.good.label]  # the good end's trial: the result's baseline
         if found.status == "found":
-            return RunResult(Status.FOUND, ends.target, baseline=ends.good), found.first_bad
+            return RunResult(Status.FOUND, target, baseline=good), found.first_bad
         return RunResult(
             Status.AMBIGUOUS,
-            ends.target,
-            baseline=ends.good,
+            target,
+            baseline=good,
             candidates=tuple(found.candidates),
             error=f"{len(found.candidates)} candidate {self.source.noun}s: the untestable ones among them hide "
             f"which one is the first bad one",
@@ -259,30 +250,30 @@ class RangeRun:
         self.events.point_tried(tried)
         return mark
 
-    def judge_point(self, point: Point, r: TrialResult | str, ends: Ends) -> Mark:
+    def judge_point(self, point: Point, r: TrialResult | str, target: Verdict) -> Mark:
         """Good, bad or skip for one tried point, locked onto the target."""
         if isinstance(r, str):
             self.source.release(point)
             return self.mark(point, Mark.SKIP, Verdict.UNTESTABLE, reason=r)
-        shown = self.shows(r, ends.good)
-        if ends.target is Verdict.SLOWDOWN and not shown & STOPPERS:
+        shown = self.shows(r, self.first[self.good.label])  # against the good end's trial
+        if target is Verdict.SLOWDOWN and not shown & STOPPERS:
             slower, why = self.slower(point)
             if why:
                 return self.mark(point, Mark.SKIP, Verdict.UNTESTABLE, shown, why)
             shown = shown | {Verdict.SLOWDOWN} if slower else shown
-        mark, reason = judge(shown, ends.target, error=r.error, bad_error=ends.bad.error)
+        mark, reason = judge(shown, target, error=r.error, bad_error=self.first[self.bad.label].error)
         self.source.release(point)
-        verdict = {Mark.BAD: ends.target, Mark.GOOD: Verdict.OK, Mark.SKIP: Verdict.UNTESTABLE}[mark]
-        if reason is None and mark is Mark.BAD and ends.target is Verdict.CRASH:
+        verdict = {Mark.BAD: target, Mark.GOOD: Verdict.OK, Mark.SKIP: Verdict.UNTESTABLE}[mark]
+        if reason is None and mark is Mark.BAD and target is Verdict.CRASH:
             reason = r.error
         return self.mark(point, mark, verdict, shown, reason)
 
 
-def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends | RunResult:
+def check_ends(run: RangeRun, symptom: Verdict | None) -> Verdict | RunResult:
     """Both ends first, by feature mode's rules (`bisect/ends.py`): the good
     end must not fail, the ends must be measured (`ends_reason`), the bad
-    end must show the symptom hunted (`pick_symptom`). When they do not, the
-    run's answer (with the good end's trial as its baseline once it ran)."""
+    end must show the symptom hunted (`pick_symptom`): -> that symptom; else
+    the run's answer (with the good end's trial as its baseline once it ran)."""
     good, bad, noun = run.good, run.bad, run.source.noun
     # side by side on parallel slots; else the good end first (one that fails spares the bad end's trial)
     g, x = run.run_many([good, bad]) if run.executor.slots > 1 else (run.run_many([good])[0], None)
@@ -337,7 +328,7 @@ def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends | RunResult:
     x_shows |= {target}  # a slowdown shows only in the timing
     run.mark(bad, Mark.BAD, target, x_shows, x.error if target is Verdict.CRASH else None)
     run.events.phase(f"hunting: {target.value} ({len(run.points)} {noun}s)")
-    return Ends(g, x, target)
+    return target
 
 
 @dataclass(frozen=True)
