@@ -18,7 +18,7 @@ import pytest
 from gitrepo import GitRepo, isolated_git_env
 
 from tfrepro.bisect import commits
-from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.events import BisectOptions
 from tfrepro.errors import UserError
 from tfrepro.settings import (
     TIMING_MIN_STEPS,

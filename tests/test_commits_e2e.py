@@ -204,7 +204,7 @@ def test_sigterm_stops_the_bisect_and_cleans_up_at_once(repo, tmp_path):
 def test_cli_entry_prints_one_json_object_and_exit_codes(repo):
     from click.testing import CliRunner
 
-    from tfrepro.bisect.options import parse_symptom
+    from tfrepro.bisect.events import parse_symptom
     from tfrepro.cli import main
     from tfrepro.errors import UserError
 

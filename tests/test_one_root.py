@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from tfrepro.annotate import annotate
 from tfrepro.bisect import commits
-from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.events import BisectOptions
 from tfrepro.cli import main
 from tfrepro.project import locate
 from tfrepro.trials.state import StateDir, clean_project

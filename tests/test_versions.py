@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tfrepro.bisect import versions as vmode
-from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.events import BisectOptions
 from tfrepro.bisect.versions import Row, follows, order_range
 from tfrepro.errors import UserError
 from tfrepro.settings import TrialSettings

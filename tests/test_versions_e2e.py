@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tfrepro.bisect import versions as vmode
-from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.events import BisectOptions
 from tfrepro.trials.envs import EnvStore, spec_for
 
 DIST = "tensorflow-cpu"

@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tfrepro.bisect import gitcopy
-from tfrepro.bisect.events import BisectEvents, TrialLog
-from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.events import BisectEvents, BisectOptions, TrialLog
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.errors import TfreproError
 from tfrepro.project import locate
@@ -56,11 +55,9 @@ def as_written(root: Path) -> "Project":
 
 
 def range_settings(root: Path, entry: str | None, options: BisectOptions) -> tuple[TrialSettings, SymptomSettings]:
-    """One set of settings for every trial of a range bisection: the user's
-    current `tfrepro.toml` (working tree, read as feature mode reads it; or
-    the defaults) with the command-line overrides as in feature mode
-    (`BisectOptions.trial_settings`: --steps, --budget-s) and the entry PATH
-    named. Bad input raises UserError."""
+    """The settings of every trial of a range bisection: feature mode's (the
+    working tree's `tfrepro.toml`, `BisectOptions.trial_settings`) with the
+    entry PATH named. Bad input raises UserError."""
     from tfrepro.project import read_manifest
 
     manifest = read_manifest(root)[1]
@@ -84,7 +81,7 @@ class CommitSource(Source):
         self.rng, self.checkouts, self.state, self.use_cache = rng, checkouts, state, use_cache
         self.projects: dict[str, Project | str] = {}  # sha -> project, or why it cannot load
 
-    def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
+    def request(self, point: Point, settings: TrialSettings) -> Trial | str:
         sha = point.label
         if sha not in self.projects:  # checked out on first use
             try:
@@ -99,7 +96,7 @@ class CommitSource(Source):
         if isinstance(project, str):
             return project
         how = TrialOptions(label=point.label, use_cache=self.use_cache, state_dir=self.state.path)
-        return Trial((), replace(settings, repeat=repeat), how, project=project)
+        return Trial((), settings, how, project=project)
 
     def release(self, point: Point) -> None:
         self.checkouts.release(point.label)

@@ -127,7 +127,8 @@ class Ends:
         """The baseline (twice at least: the second run measures the noise)
         and the failing configuration; `error` when the executor lost one of
         their trials (`lost`), `baseline-fails` when the baseline already
-        fails, else None (and `self.noise` is set)."""
+        fails, `untestable` when an end cannot be measured, else None (and
+        `self.noise` is set)."""
         k, base, full = self.k, frozenset(), frozenset(self.features)
         wanted = [(base, r, Purpose.BASELINE) for r in range(max(k, 2))]
         wanted += self._needs(full, range(k), Purpose.FAILING, self.opts.symptom)
@@ -140,9 +141,14 @@ class Ends:
             return self._finish(Status.ERROR, self.opts.symptom, error=why)
         base_shown = [classify.symptoms(t, reference=None, settings=self.symptom_settings) for t in base_runs]
         base_fail = [bool(s & BASELINE_FAILURES) for s in base_shown]
-        # An end with no training step is `untestable` (Contract 4): `_unmeasured`, after this.
         if not any(base_fail):
             self.noise = classify.measure_noise(base_runs[0], base_runs[1])
+            # `untestable` (Contract 4) when an end ran no training step or the symptom could not be measured
+            # (`classify.ends_reason`): the failing configuration judged on its own symptoms, before `early_exit`
+            failed = any(self._shows(full, t, early=False) & STOPPERS for t in fail_runs)
+            reason = classify.ends_reason(base_runs, fail_runs, self.opts.symptom, failed=failed)
+            if reason is not None:
+                return self._finish(Status.UNTESTABLE, self.opts.symptom, error=reason, reason=reason)
             return None
         first, shown = next((t, classify.primary(s)) for t, s in zip(base_runs, base_shown) if s & BASELINE_FAILURES)
         checks = self._baseline_checks(shown)
@@ -217,15 +223,6 @@ class Ends:
         self.memo = {k: r for k, r in self.memo.items() if k not in stale}
         self._many([(c, r, "pinned") for c, r in stale])
 
-    def _unmeasured(self, symptom: Verdict | None) -> RunResult | None:
-        """`untestable` when an end ran no training step or `symptom` could
-        not be measured (`classify.ends_reason`); the failing configuration
-        judged on its own symptoms, before `early_exit` (as in range mode)."""
-        full, fails = frozenset(self.features), self._end_runs()[1]
-        failed = any(self._shows(full, t, early=False) & STOPPERS for t in fails)
-        reason = classify.ends_reason(self._end_runs()[0], fails, symptom, failed=failed)
-        return None if reason is None else self._finish(Status.UNTESTABLE, symptom, error=reason, reason=reason)
-
     def _preflight(self) -> None:
         """The baseline must run: a feature whose OFF part breaks it is kept ON,
         no candidate (`preflight`, with the engine's executor; a phase is
@@ -242,9 +239,8 @@ class Ends:
         got = preflight(self.project, run)
         for d in got.dropped:
             self.events.phase(f"dropped {d['name']}: {d['reason']}")
-        if got.dropped:
-            self.project, self.dropped, self.features = got.project, got.dropped, tuple(got.project.feature_names)
-            self.affects_loss = frozenset(got.project.affects_loss)
+        self.project, self.dropped, self.features = got.project, got.dropped, tuple(got.project.feature_names)
+        self.affects_loss = frozenset(got.project.affects_loss)
         self._record(frozenset(), 0, Purpose.BASELINE, got.baseline)
 
     def _baseline_checks(self, shown: Verdict) -> dict[str, Any]:
@@ -344,14 +340,7 @@ def suspects(project: Any, error: str | None) -> list[str]:
     return sorted(names, key=lambda n: (-score.get(n, 0), names.index(n)))
 
 
-def _reason(error: str | None, fixed: bool) -> str:
-    what = error or "it crashes"
-    if fixed:
-        return f"its OFF part breaks the baseline ({what}); kept ON, not a candidate"
-    return f"its OFF part breaks the baseline ({what}; the baseline still crashes further on); kept ON"
-
-
-def preflight(project: Any, run: Callable[[Any], TrialResult], *, max_rounds: int = 3) -> PreflightResult:
+def preflight(project: Any, run: Callable[[Any], TrialResult]) -> PreflightResult:
     """Run the baseline of `project`; when it crashes, find and drop the
     features whose OFF part breaks it. The baseline (every feature OFF) must
     run before a bisect.
@@ -378,12 +367,13 @@ def preflight(project: Any, run: Callable[[Any], TrialResult], *, max_rounds: in
     if not broken(first) or not project.feature_names:
         return PreflightResult(project, first)
     current, result, dropped = project, first, []
-    for _ in range(max_rounds):
+    for _ in range(3):  # rounds: a broken OFF part dropped in each
         changed = None
+        breaks = f"its OFF part breaks the baseline ({result.error or 'it crashes'}"  # + how it ends below
         for name in suspects(current, result.error):
             got = run(current.exclude({name: "preflight"}))
             if not broken(got):
-                dropped.append({"name": name, "reason": _reason(result.error, True)})
+                dropped.append({"name": name, "reason": f"{breaks}); kept ON, not a candidate"})
                 kept_on = project.exclude({d["name"]: "preflight: " + d["reason"] for d in dropped})
                 return PreflightResult(kept_on, got, dropped)
             if changed is None and got.error != result.error:
@@ -391,7 +381,7 @@ def preflight(project: Any, run: Callable[[Any], TrialResult], *, max_rounds: in
         if changed is None:
             break
         name, got = changed
-        dropped.append({"name": name, "reason": _reason(result.error, False)})
+        dropped.append({"name": name, "reason": f"{breaks}; the baseline still crashes further on); kept ON"})
         current, result = current.exclude({name: "preflight"}), got
     return PreflightResult(project, first)
 

@@ -45,8 +45,7 @@ from typing import Any
 
 from tfrepro.bisect import result_doc
 from tfrepro.bisect.ends import Ends, early_exit, pick_symptom, save_nan_state, timing_stop, untimed, within_steps
-from tfrepro.bisect.events import BisectEvents, TrialLog, TrialRecord
-from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.events import BisectEvents, BisectOptions, TrialLog, TrialRecord
 from tfrepro.bisect.replay import Replay
 from tfrepro.errors import TfreproError, UserError
 from tfrepro.trials import classify, slowdown
@@ -342,7 +341,7 @@ class _Bisection(Ends, Replay):
     def _run(self) -> RunResult:
         self.events.phase("baseline and failing configuration")
         self._preflight()
-        stopped = self._both_ends() or self._unmeasured(self.opts.symptom)  # baseline-fails, untestable
+        stopped = self._both_ends()  # error, baseline-fails, untestable
         if stopped is not None:
             return stopped
         # timing trials time the calls the failing configuration ran slower than the baseline (fit#2...)

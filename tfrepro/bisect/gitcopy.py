@@ -97,7 +97,6 @@ class CommitRange:
 
 
 def _git_module():
-    # gitpython is imported lazily: `tfrepro --help` must stay instant.
     try:
         import git
     except ImportError as e:  # gitpython raises ImportError when no git executable is found
@@ -265,9 +264,8 @@ def _candidates(repo: Path, git_dir: Path | None, name: str, rootrel: str) -> li
     common = _git(git_dir, repo, "rev-parse", "--path-format=absolute", "--git-common-dir").stdout.strip()
     found = [Path(common) / "modules" / name] if common else []
     dotgit = repo / rootrel / ".git"
-    if dotgit.is_dir():
-        found.append(dotgit)
-    elif dotgit.is_file():
+    found.append(dotgit)  # a submodule checkout's own .git directory (a file is left out below)
+    if dotgit.is_file():
         text = dotgit.read_text(encoding="utf-8", errors="replace").strip()
         if text.startswith("gitdir:"):
             found.append((dotgit.parent / text[len("gitdir:") :].strip()).resolve())

@@ -8,7 +8,7 @@ end decides, the good end as everybody's reference, the hunt with
 once), skips for points that cannot be tried or that stop on another
 symptom, the trials table.
 
-A mode supplies a `Source`: `request(point, repeat)` gives the trial to run
+A mode supplies a `Source`: `request(point, settings)` gives the trial to run
 (or the reason the point cannot be tried), `release(point)` frees what it
 held. Trials run on the same `Executor` as feature mode; progress goes to
 the same typed `BisectEvents`.
@@ -28,13 +28,12 @@ Invariants:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from tfrepro.bisect.ends import BASELINE_FAILURES, early_exit, lost, pick_symptom, timing_stop, untimed
-from tfrepro.bisect.events import BisectEvents, PointTried, TrialLog, trial_row
-from tfrepro.bisect.options import BisectOptions
-from tfrepro.bisect.rangesearch import Mark, RangeResult, bisect_range, judge
+from tfrepro.bisect.events import BisectEvents, BisectOptions, PointTried, TrialLog, trial_row
+from tfrepro.bisect.rangesearch import Mark, bisect_range, judge
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials import classify
 from tfrepro.trials.executors import Executor
@@ -74,7 +73,7 @@ class Source:
     key = "point"  # what the trial log and the tables call a point's label ("sha", "version")
     older = "give an older good end"  # what to do when the good end already fails
 
-    def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
+    def request(self, point: Point, settings: TrialSettings) -> Trial | str:
         raise NotImplementedError
 
     def release(self, point: Point) -> None:
@@ -103,26 +102,6 @@ ROW_KEYS = (
 
 def names(shown: frozenset[Verdict]) -> str:
     return ", ".join(v.value for v in SYMPTOM_ORDER if v in shown) or "nothing"
-
-
-@dataclass(frozen=True)
-class Ends:
-    """What the two ends established: the reference trial (the good end's:
-    the result's baseline), the bad end's trial, the symptom hunted."""
-
-    good: TrialResult
-    bad: TrialResult
-    target: Verdict
-
-
-class Stop(Exception):
-    """The ends do not hold: `result` is the run's answer, this status and
-    message (and the good end's trial, the baseline, once it ran)."""
-
-    def __init__(self, status: Status, message: str, symptom: Verdict | None = None, good: TrialResult | None = None):
-        super().__init__(message)
-        reason = message if status is Status.UNTESTABLE else None
-        self.result = RunResult(status, symptom, baseline=good, error=message, reason=reason)
 
 
 class RangeRun:
@@ -166,17 +145,26 @@ class RangeRun:
         fields, the first bad point when found: the caller fills
         first_bad_commit / first_bad_version from it and from `candidates`)."""
         with sigterm_interrupts():
-            try:
-                ends = check_ends(self, symptom)
-            except Stop as stop:
-                return stop.result, None
-            found = hunt(self, ends)
+            target = check_ends(self, symptom)
+            if isinstance(target, RunResult):  # the ends do not hold: the run's answer
+                return target, None
+            # the range between the ends (both already judged)
+            known = {self.good.label: Mark.GOOD, self.bad.label: Mark.BAD}
+            timed = target is Verdict.SLOWDOWN  # timing trials run one at a time
+
+            def test(ps: list[Point]) -> list[Mark]:
+                todo = [p for p in ps if p.label not in known]
+                got = dict(zip([p.label for p in todo], self.run_many(todo, alone=timed)))
+                return [known.get(p.label) or self.judge_point(p, got[p.label], target) for p in ps]
+
+            found = bisect_range(self.points, test, width=1 if timed else self.executor.slots)
+        good = self.first[self.good.label]  # the good end's trial: the result's baseline
         if found.status == "found":
-            return RunResult(Status.FOUND, ends.target, baseline=ends.good), found.first_bad
+            return RunResult(Status.FOUND, target, baseline=good), found.first_bad
         return RunResult(
             Status.AMBIGUOUS,
-            ends.target,
-            baseline=ends.good,
+            target,
+            baseline=good,
             candidates=tuple(found.candidates),
             error=f"{len(found.candidates)} candidate {self.source.noun}s: the untestable ones among them hide "
             f"which one is the first bad one",
@@ -190,7 +178,7 @@ class RangeRun:
         side, `executor.slots` at a time, or one at a time with nothing beside
         them (`alone`: a slowdown hunt's, `executor.run_timed`). A point that
         cannot be tried gives the reason instead of a trial."""
-        out: list = [self.source.request(p, repeat, settings or self.settings) for p in points]
+        out: list = [self.source.request(p, replace(settings or self.settings, repeat=repeat)) for p in points]
         todo = [i for i, w in enumerate(out) if not isinstance(w, str)]
         for i in todo:  # alone: each one started, run and recorded before the next
             self.events.trial_started((), self.source.role(points[i]), repeat)
@@ -262,105 +250,85 @@ class RangeRun:
         self.events.point_tried(tried)
         return mark
 
-    def judge_point(self, point: Point, r: TrialResult | str, ends: Ends) -> Mark:
+    def judge_point(self, point: Point, r: TrialResult | str, target: Verdict) -> Mark:
         """Good, bad or skip for one tried point, locked onto the target."""
         if isinstance(r, str):
             self.source.release(point)
             return self.mark(point, Mark.SKIP, Verdict.UNTESTABLE, reason=r)
-        shown = self.shows(r, ends.good)
-        if ends.target is Verdict.SLOWDOWN and not shown & STOPPERS:
+        shown = self.shows(r, self.first[self.good.label])  # against the good end's trial
+        if target is Verdict.SLOWDOWN and not shown & STOPPERS:
             slower, why = self.slower(point)
             if why:
                 return self.mark(point, Mark.SKIP, Verdict.UNTESTABLE, shown, why)
             shown = shown | {Verdict.SLOWDOWN} if slower else shown
-        mark, reason = judge(shown, ends.target, error=r.error, bad_error=ends.bad.error)
+        mark, reason = judge(shown, target, error=r.error, bad_error=self.first[self.bad.label].error)
         self.source.release(point)
-        verdict = {Mark.BAD: ends.target, Mark.GOOD: Verdict.OK, Mark.SKIP: Verdict.UNTESTABLE}[mark]
-        if reason is None and mark is Mark.BAD and ends.target is Verdict.CRASH:
+        verdict = {Mark.BAD: target, Mark.GOOD: Verdict.OK, Mark.SKIP: Verdict.UNTESTABLE}[mark]
+        if reason is None and mark is Mark.BAD and target is Verdict.CRASH:
             reason = r.error
         return self.mark(point, mark, verdict, shown, reason)
 
 
-def check_ends(run: RangeRun, symptom: Verdict | None) -> Ends:
+def check_ends(run: RangeRun, symptom: Verdict | None) -> Verdict | RunResult:
     """Both ends first, by feature mode's rules (`bisect/ends.py`): the good
     end must not fail, the ends must be measured (`ends_reason`), the bad
-    end must show the symptom hunted (`pick_symptom`). Raises Stop when they
-    do not."""
+    end must show the symptom hunted (`pick_symptom`): -> that symptom; else
+    the run's answer (with the good end's trial as its baseline once it ran)."""
     good, bad, noun = run.good, run.bad, run.source.noun
-    # Side by side when trials run in parallel; else the good end alone first
-    # (a good end that fails ends the run before the bad end costs a trial).
+    # side by side on parallel slots; else the good end first (one that fails spares the bad end's trial)
     g, x = run.run_many([good, bad]) if run.executor.slots > 1 else (run.run_many([good])[0], None)
     if why := lost(f"the good end {good.short}", [g]):
         run.mark(good, Mark.SKIP, Verdict.UNTESTABLE, reason=g)
-        raise Stop(Status.ERROR, why, symptom)
+        return RunResult(Status.ERROR, symptom, error=why)
     g_shows = run.shows(g, None)
     if g_shows & BASELINE_FAILURES:
         run.mark(good, Mark.BAD, classify.primary(g_shows, symptom), g_shows, g.error)
-        raise Stop(
+        return RunResult(
             Status.BASELINE_FAILS,
-            f"the good end {good.named} already shows "
-            f"{names(g_shows)}" + (f": {g.error}" if g.error else "") + f"; {run.source.older}",
             symptom,
-            g,
+            baseline=g,
+            error=f"the good end {good.named} already shows "
+            f"{names(g_shows)}" + (f": {g.error}" if g.error else "") + f"; {run.source.older}",
         )
     run.mark(good, Mark.GOOD, Verdict.OK, g_shows)
     x = x if x is not None else run.run_many([bad])[0]
     if why := lost(f"the bad end {bad.short}", [x]):
         run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, reason=x)
-        raise Stop(Status.ERROR, why, symptom, g)
+        return RunResult(Status.ERROR, symptom, baseline=g, error=why)
     x_shows = run.shows(x, g, early=False)  # the ends rule first: an end that trains nothing is untestable
     ends = (f"the good end {good.named}", f"the bad end {bad.named}")
     reason = classify.ends_reason([g], [x], symptom, failed=bool(x_shows & STOPPERS), names=ends)
-    x_shows = run.shows(x, g)
     if reason is not None:
-        run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, reason)
-        raise Stop(Status.UNTESTABLE, reason, symptom, g)
-    if (symptom or pick_symptom(x_shows, None)) is Verdict.MISMATCH:
-        # The good end run twice says how much loss noise is inherent; a
-        # "mismatch" within that noise is no symptom.
+        run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, run.shows(x, g), reason)
+        return RunResult(Status.UNTESTABLE, symptom, baseline=g, error=reason, reason=reason)
+    if (symptom or pick_symptom(run.shows(x, g), None)) is Verdict.MISMATCH:
+        # the good end run twice: its loss noise (a "mismatch" within it is no symptom)
         g2 = run.run_many([good], repeat=1)[0]
         if not isinstance(g2, str):
             run.noise = classify.measure_noise(g, g2)
-        x_shows = run.shows(x, g)
-    target = pick_symptom(x_shows, symptom, slower=lambda: _bad_end_slower(run, x_shows))
+    x_shows = run.shows(x, g)
+    target = pick_symptom(  # the bad end timed against the good end, unless slowdowns are off or it stopped early
+        x_shows, symptom, slower=lambda: bool(run.symptoms.slowdown) and not x_shows & STOPPERS and run.slower(bad)[0]
+    )
     if target is None:
         why = untimed(run.timing.outcomes.get(bad))
         if why and symptom is Verdict.SLOWDOWN:  # as feature mode's `_Bisection._run`
             run.mark(bad, Mark.SKIP, Verdict.UNTESTABLE, x_shows, why)
-            raise Stop(Status.UNTESTABLE, f"the bad end {bad.named} {why}", symptom, g)
+            why = f"the bad end {bad.named} {why}"
+            return RunResult(Status.UNTESTABLE, symptom, baseline=g, error=why, reason=why)
         what = symptom.value if symptom else "any symptom (nan, crash, timeout, mismatch, slowdown)"
         run.mark(bad, Mark.GOOD, classify.primary(x_shows), x_shows)
-        raise Stop(
+        return RunResult(
             Status.NONE,
-            f"the bad end {bad.named} does not show {what} against the "
-            f"good end {good.short} (it shows {names(x_shows)}{f'; it {why}' if why else ''})",
             symptom,
-            g,
+            baseline=g,
+            error=f"the bad end {bad.named} does not show {what} against the "
+            f"good end {good.short} (it shows {names(x_shows)}{f'; it {why}' if why else ''})",
         )
     x_shows |= {target}  # a slowdown shows only in the timing
     run.mark(bad, Mark.BAD, target, x_shows, x.error if target is Verdict.CRASH else None)
     run.events.phase(f"hunting: {target.value} ({len(run.points)} {noun}s)")
-    return Ends(g, x, target)
-
-
-def _bad_end_slower(run: RangeRun, x_shows: frozenset[Verdict]) -> bool:
-    """The bad end timed against the good end (`RangeRun.slower`), unless
-    slowdowns are off or it stopped early."""
-    return bool(run.symptoms.slowdown) and not x_shows & STOPPERS and run.slower(run.bad)[0]
-
-
-def hunt(run: RangeRun, ends: Ends) -> RangeResult[Point]:
-    """The range between the ends (both already judged)."""
-    known = {run.good.label: Mark.GOOD, run.bad.label: Mark.BAD}
-    timed = ends.target is Verdict.SLOWDOWN  # timing trials run one at a time
-
-    def test(ps: list[Point]) -> list[Mark]:
-        todo = [p for p in ps if p.label not in known]
-        tried = run.run_many(todo, alone=timed)
-        got = dict(zip([p.label for p in todo], tried))
-        return [known.get(p.label) or run.judge_point(p, got[p.label], ends) for p in ps]
-
-    return bisect_range(run.points, test, width=1 if timed else run.executor.slots)
+    return target
 
 
 @dataclass(frozen=True)

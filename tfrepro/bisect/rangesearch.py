@@ -55,13 +55,11 @@ class RangeResult(Generic[T]):
 
     `status`: "found" (`first_bad` set) or "ambiguous" (`candidates` set:
     skips hide which of them is the first bad one).
-    `tried` lists every test in the order it ran (its length: the trials).
     """
 
     status: str
     first_bad: T | None
     candidates: tuple[T, ...]
-    tried: tuple[tuple[T, Mark], ...]
 
 
 def _untried(lo: int, hi: int, skipped: set[int], width: int) -> list[int]:
@@ -85,13 +83,9 @@ def bisect_range(items: Sequence[T], test: Callable[[list[T]], list[Mark]], *, w
     """
     if len(items) < 2:
         raise ValueError("a range needs a good end and a bad end (two items at least)")
-    tried: list[tuple[T, Mark]] = []
 
     def run(indices: list[int]) -> list[Mark]:
-        chosen = [items[i] for i in indices]
-        marks = [Mark(m) for m in test(chosen)]
-        tried.extend(zip(chosen, marks))
-        return marks
+        return [Mark(m) for m in test([items[i] for i in indices])]
 
     if run([0, len(items) - 1]) != [Mark.GOOD, Mark.BAD]:
         raise ValueError("the ends must be judged good and bad before the search (ranges.check_ends)")
@@ -105,8 +99,8 @@ def bisect_range(items: Sequence[T], test: Callable[[list[T]], list[Mark]], *, w
         lo = max([i for i, m in marks.items() if m is Mark.GOOD and i < hi] + [lo])
 
     if hi - lo == 1:
-        return RangeResult("found", items[hi], (), tuple(tried))
-    return RangeResult("ambiguous", None, tuple(items[lo + 1 : hi + 1]), tuple(tried))
+        return RangeResult("found", items[hi], ())
+    return RangeResult("ambiguous", None, tuple(items[lo + 1 : hi + 1]))
 
 
 # --------------------------------------------------------------------------- commits
@@ -114,9 +108,7 @@ def bisect_range(items: Sequence[T], test: Callable[[list[T]], list[Mark]], *, w
 
 def exception_type(error: str | None) -> str | None:
     """`"ValueError: bad shape"` -> `"ValueError"` (the last traceback line)."""
-    if not error:
-        return None
-    m = re.match(r"\s*([A-Za-z_][\w.]*)\s*(?::|$)", error)
+    m = re.match(r"\s*([A-Za-z_][\w.]*)\s*(?::|$)", error or "")
     return m.group(1).rsplit(".", 1)[-1] if m else None
 
 

@@ -11,6 +11,7 @@ and what actually ran (the compile pin, below: `pin_for`, `differing`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -205,10 +206,8 @@ def _evidence(run: _Bisection, a: Answer) -> FeatureEvidence:
     texts = {}  # zero-edit: the variant's lines are the annotated text's, not the file's (`symptom_call`)
     detection = run.project.detection
     for rel, annotated in (detection.texts if detection is not None else {}).items():
-        try:
+        with contextlib.suppress(OSError, UnicodeDecodeError):
             texts[rel] = (annotated, (Path(run.project.root) / rel).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError):
-            continue
     named = config if config is not None else full  # the training call (fit#2, file:line) the symptom shows in
     call = classify.symptom_call(best(run, named, symptom), symptom, run.timed_calls, classify.where_mapper(texts))
     return FeatureEvidence(

@@ -29,8 +29,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from tfrepro.bisect.commits import as_written, range_settings
-from tfrepro.bisect.events import BisectEvents, TrialLog
-from tfrepro.bisect.options import BisectOptions
+from tfrepro.bisect.events import BisectEvents, BisectOptions, TrialLog
 from tfrepro.bisect.ranges import Point, RangeRun, Source, with_evidence
 from tfrepro.errors import UserError
 from tfrepro.project import Project, locate
@@ -45,7 +44,6 @@ from tfrepro.verdicts import SYMPTOM_ORDER
 # cannot be tried (its environment failed to build).
 VersionTrial = Callable[[str, TrialSettings], "TrialResult | str"]
 OnLine = Callable[[str], None] | None  # gets the environment builds' output
-LEGACY_KERAS_ENV = {"TF_USE_LEGACY_KERAS": "1"}
 _TF_KERAS_USE = re.compile(r"\btf\.keras\b|\btensorflow\.keras\b|from\s+tensorflow\s+import\s+[^\n]*\bkeras\b")
 
 
@@ -124,7 +122,7 @@ class VersionSource(Source):
         self.store = EnvStore()  # the user cache of environments
         self.tf_dist = releases.tf_dist or (detect_tf_dist() if trial is None else "tensorflow-cpu")
         self.legacy_keras = releases.legacy_keras
-        self.extra_env = dict(LEGACY_KERAS_ENV) if self.legacy_keras else {}  # what a trial's environment adds
+        self.extra_env = {"TF_USE_LEGACY_KERAS": "1"} if self.legacy_keras else {}  # what a trial's environment adds
         self.on_line = on_line or (lambda line: None)
         self.envs: dict[str, Any] = {}  # version -> Env, or the reason it failed
         self.project = as_written(root)
@@ -143,8 +141,7 @@ class VersionSource(Source):
                 self.envs[version] = f"no environment for {self.tf_dist} {version}: {e}"
         return self.envs[version]
 
-    def request(self, point: Point, repeat: int, settings: TrialSettings) -> Trial | str:
-        settings = replace(settings, repeat=repeat)
+    def request(self, point: Point, settings: TrialSettings) -> Trial | str:
         how = TrialOptions(label=self.role(point), use_cache=self.use_cache, state_dir=self.state.path)
         base = Trial((), settings, how, self.project)
         if self.trial is not None:  # tests: the injected trial stands in for environment and run
@@ -288,43 +285,6 @@ def bisect_versions(
     run = RangeRun(points, source, executor, settings, symptoms, TrialLog(state, started=started), events, options)
     run.events.phase(f"bisecting {len(items)} {source.tf_dist} releases: good {items[0]} .. bad {items[-1]}")
     answer, first_bad = run.answer(options.symptom)
-    return _version_answer(run, answer, first_bad, versions, items, releases)
-
-
-@dataclass(frozen=True)
-class VersionFields:
-    """Version mode's keys of the result document: the ends, the table of
-    releases, what the change follows (Keras or TensorFlow), the
-    environments, --then-features' answer."""
-
-    good: str
-    bad: str
-    versions: tuple[Row, ...]
-    follows: str | None
-    follows_note: str | None
-    keras: str
-    tf_dist: str
-    notes: tuple[str, ...]
-    project: str
-    settings: TrialSettings
-    environments: Mapping[str, str]
-    then_features: FeatureAnswer | None = None
-
-    def to_dict(self) -> dict[str, object]:
-        return evidence_doc(self, frozenset({"then_features"}))
-
-
-def _version_answer(
-    run: RangeRun,
-    answer: RunResult,
-    first_bad: Point | None,
-    versions: Sequence[str],
-    items: list[str],
-    releases: Releases,
-) -> RunResult:
-    """The final result with version mode's fields: the first bad and last good
-    release, the table of releases, what the change follows (Keras or TensorFlow), --then-features."""
-    source = run.source
     candidates = [p.label for p in answer.candidates]
     # the release before the first bad one (or before the first candidate)
     after = first_bad.label if first_bad else (candidates[0] if candidates else None)
@@ -360,6 +320,29 @@ def _version_answer(
         candidates=tuple(candidates),
     )
     return with_evidence(answer, run, first_bad, fields)
+
+
+@dataclass(frozen=True)
+class VersionFields:
+    """Version mode's keys of the result document: the ends, the table of
+    releases, what the change follows (Keras or TensorFlow), the
+    environments, --then-features' answer."""
+
+    good: str
+    bad: str
+    versions: tuple[Row, ...]
+    follows: str | None
+    follows_note: str | None
+    keras: str
+    tf_dist: str
+    notes: tuple[str, ...]
+    project: str
+    settings: TrialSettings
+    environments: Mapping[str, str]
+    then_features: FeatureAnswer | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return evidence_doc(self, frozenset({"then_features"}))
 
 
 def feature_hook(

@@ -214,7 +214,7 @@ def bisect_cmd(
     if ignored := [name for name, (on, modes) in asked.items() if on and mode not in modes]:
         base = mode.split("+")[0]  # version+features: version mode's reason
         raise UserError(f"{base} mode does not use {', '.join(ignored)}", hint=f"{_WHY[base]}; drop the option")
-    from tfrepro.bisect.options import BisectOptions, parse_symptom
+    from tfrepro.bisect.events import BisectOptions, parse_symptom
 
     given = {"replays": replays, "timing_replays": replays, "timing_budget_s": timing_budget}
     options = BisectOptions(

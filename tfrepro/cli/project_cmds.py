@@ -203,7 +203,7 @@ def check_cmd(
     short run (the loss falls and stays finite), 6 parameter count.
     Exit code 1 when a check fails.
     """
-    from tfrepro.bisect.options import BisectOptions
+    from tfrepro.bisect.events import BisectOptions
     from tfrepro.check.judge import CheckOptions, format_report
     from tfrepro.check.run import checked_features, run_checks
     from tfrepro.trials.trial import TrialOptions
@@ -361,7 +361,7 @@ def run(
     """
     from dataclasses import replace
 
-    from tfrepro.bisect.options import BisectOptions
+    from tfrepro.bisect.events import BisectOptions
     from tfrepro.trials.runner import run_trial
     from tfrepro.trials.state import prune_after_run
     from tfrepro.trials.trial import TrialOptions
