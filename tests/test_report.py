@@ -608,7 +608,7 @@ def test_cli_md_summary_names_the_bundle(project, monkeypatch):
     # what this test is about.
     from tfrepro.report import envreport
 
-    monkeypatch.setattr(envreport, "collect", lambda **kw: {"tf_version": "9.9.9"})
+    monkeypatch.setattr(envreport, "in_trial", lambda **kw: {"tf_version": "9.9.9"})
     run = make_run(project, "nan", ["mixed_precision"])
     r = CliRunner().invoke(main, ["report", str(project), "--no-rerun", "--no-localize"])
     assert r.exit_code == 0, r.output

@@ -449,7 +449,7 @@ def environment_facts(
         from tfrepro.report import envreport
 
         say("describing the environment (versions, devices) in a TensorFlow child ...")
-        facts = envreport.collect(confine=True)
+        facts = envreport.in_trial()
     if environ.get("LD_LIBRARY_PATH"):
         facts = {**facts, "ld_library_path": environ["LD_LIBRARY_PATH"]}
     return facts

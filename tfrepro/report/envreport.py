@@ -6,15 +6,15 @@ and as text lines.
 TensorFlow is imported only in a child process, so the CLI process stays
 light and a broken TensorFlow install still gives a report that says so.
 When the report re-ran the repro, the re-run's own process already
-described itself (`inside/setup_plugin.py`) and no extra child is needed.
-`collect` runs `inside/envprobe.py` (`--runtime`: with the runtime
-settings) as a child of its own: for a report without a re-run, confined
-as a trial is (`confine`: refused where nothing confines it, unless
---unconfined); for `tfrepro env`, which must still tell what is there on a
-machine where no trial can run (no confinement, a broken install),
-confined only where a mechanism works. `tfrepro env`'s variables come from
-this process's environment, allow-listed and redacted by `scrub.py`'s
-rules, and every string passes the scrubber (the home directory shows as `~`).
+described itself (`inside/setup_plugin.py`) and no extra child is needed;
+without a re-run, `in_trial` runs a trial of a script that only imports
+TensorFlow with that plugin (the trial spawner: launcher, confinement, time
+limit). `collect` runs `inside/envprobe.py` (`--runtime`: with the runtime
+settings) as a child of its own for `tfrepro env`, which must still tell
+what is there on a machine where no trial can run (no confinement, a broken
+install). `tfrepro env`'s variables come from this process's environment,
+allow-listed and redacted by `scrub.py`'s rules, and every string passes
+the scrubber (the home directory shows as `~`).
 """
 
 from __future__ import annotations
@@ -116,9 +116,30 @@ def collect_env(python: str | None = None) -> dict[str, Any]:
     return env_doc(of(Env, collect(python=python, runtime=True)) or Env())
 
 
-def collect(
-    *, python: str | None = None, timeout_s: float = 180.0, runtime: bool = False, confine: bool = False
-) -> dict[str, Any]:
+# The script of the environment trial: TensorFlow and Keras imported, nothing run.
+ENV_SCRIPT = "import tensorflow\nimport keras\n"
+
+
+def in_trial(*, python: str | None = None, timeout_s: float = 180.0) -> dict[str, Any]:
+    """Facts about the TensorFlow installation `python` runs, from inside a
+    trial (`inside/setup_plugin.py`'s `environment`). Never raises for a
+    failing trial: the facts then carry `probe_error`."""
+    from tfrepro.report.rerun import default_runner, write_files
+    from tfrepro.settings import TrialSettings
+
+    with tempfile.TemporaryDirectory(prefix="tfrepro-env-") as tmp:
+        root = write_files(Path(tmp) / "env", {"repro.py": ENV_SCRIPT})
+        run = default_runner(Path(tmp) / "state", python=python, label="environment", cold=True)
+        got = run(root, TrialSettings(timeout_s=timeout_s, deterministic=False))
+    facts = got.extra.get("environment")
+    if isinstance(facts, dict):
+        return facts
+    if got.timed_out:
+        return {"probe_error": f"environment probe timed out after {timeout_s:.0f} s"}
+    return {"probe_error": f"environment probe failed (exit {got.exit_code}): {got.error or 'no output'}"}
+
+
+def collect(*, python: str | None = None, timeout_s: float = 180.0, runtime: bool = False) -> dict[str, Any]:
     """Facts about the TensorFlow installation `python` runs (see
     `inside/envprobe.py`; `runtime` adds the runtime settings).
     Never raises for a failing child: the facts then carry `probe_error`."""
@@ -129,9 +150,8 @@ def collect(
         out = Path(tmp) / "env.json"
         cmd = [python or sys.executable, str(ENV_PROBE), str(out), *(["--runtime"] if runtime else [])]
         # Confined to `tmp` where a mechanism works; where none does it runs as is (it is
-        # tfrepro's code: `tfrepro env` must still tell what is there, the missing confinement included),
-        # unless `confine`: the report's probe is refused there, as its trials are.
-        cmd = confined(cmd, Path(tmp)) if confine or detect().mode != "none" else cmd
+        # tfrepro's code: `tfrepro env` must still tell what is there, the missing confinement included).
+        cmd = confined(cmd, Path(tmp)) if detect().mode != "none" else cmd
         # quiet logs, and no path that would make tfrepro importable (what it probes must stand on its own)
         env = {"TF_CPP_MIN_LOG_LEVEL": "2"} | {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         done = run_probe(cmd, Path(tmp), env, timeout_s)

@@ -57,7 +57,12 @@ NIGHTLY_DIST = "tf-nightly"
 
 
 def default_runner(
-    state_dir: Path, *, python: str | None = None, versions: Mapping[str, str | None] | None = None
+    state_dir: Path,
+    *,
+    python: str | None = None,
+    versions: Mapping[str, str | None] | None = None,
+    label: str = "report-rerun",
+    cold: bool = False,
 ) -> Runner:
     """Trials of an exported repro, as written, each process describing its
     environment (`inside/setup_plugin.py`); under `python` (another
@@ -65,10 +70,11 @@ def default_runner(
     from tfrepro.trials.trial import TrialOptions
 
     how = TrialOptions(
-        label="report-rerun",
+        label=label,
         state_dir=state_dir,
         python=python,
         versions=versions,
+        cold=cold,
         plugins=(SETUP_PLUGIN,),
         plugin_options={"environment": True},
     )
