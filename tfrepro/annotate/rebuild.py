@@ -217,13 +217,10 @@ class _Collector:
 def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> tuple[str | None, str | None]:
     if isinstance(value, cst.Call):
         return last_name(value.func), None
-    if isinstance(value, cst.Name):
-        for s in [*_statements(src, scope), *_statements(src, src.module)]:
-            if assigned_name(s.body[0]) == value.value:
-                v = s.body[0].value  # type: ignore[attr-defined]
-                if isinstance(v, cst.Call):
-                    return last_name(v.func), value.value
-        return None, value.value
+    if isinstance(value, cst.Name):  # the class of the first call assigned to it, in its scope, then the module
+        stmts = [*_statements(src, scope), *_statements(src, src.module)]
+        values = [s.body[0].value for s in stmts if assigned_name(s.body[0]) == value.value]  # type: ignore[attr-defined]
+        return next((last_name(v.func) for v in values if isinstance(v, cst.Call)), None), value.value
     return None, None
 
 

@@ -138,11 +138,8 @@ def ensure_template_repo(name: str) -> TemplateRepo:
         head = repo.head.commit
         tags = {t.name: t.commit.hexsha for t in repo.tags}
         tag = max((t for t, sha in tags.items() if sha == head.hexsha), key=Version, default=None)
-        if tag is None:
-            tag, n = version, 0
-            while tag in tags:
-                n += 1
-                tag = f"{version}.post{n}"
+        if tag is None:  # the version, else its first free .postN (one of len(tags) + 2 names is free)
+            tag = next(t for t in [version, *(f"{version}.post{n}" for n in range(1, len(tags) + 2))] if t not in tags)
             repo.create_tag(tag, message=f"template {name} {tag}")
         return TemplateRepo(name=name, path=repo_path, tag=tag, commit=head.hexsha)
 
