@@ -109,12 +109,9 @@ def ensure_template_repo(name: str) -> TemplateRepo:
     # two `tfrepro new` at once must not both rebuild the same cache repo (closing the file releases the lock)
     with open(root / f".{name}.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (repo_path / ".git").is_dir():
-            repo = git.Repo(repo_path)
-        else:
-            if repo_path.exists():
-                shutil.rmtree(repo_path)  # a half-built cache entry, never user data
-            repo = git.Repo.init(repo_path)
+        if repo_path.exists() and not (repo_path / ".git").is_dir():
+            shutil.rmtree(repo_path)  # a half-built cache entry, never user data
+        repo = git.Repo(repo_path) if (repo_path / ".git").is_dir() else git.Repo.init(repo_path)
         with repo.config_writer() as cw:  # copier's update runs git in here too
             cw.set_value("user", "name", "tfrepro")
             cw.set_value("user", "email", "tfrepro@localhost")
@@ -270,7 +267,6 @@ def new_project(
     created_parent = next((p for p in reversed(dest.parents) if not p.exists()), None)
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tfrepro-new-", dir=dest.parent))
-    done = False
     try:
         out = staging / dest.name
         answers = _run_copier(repo, out, answers_in, defaults)
@@ -289,11 +285,12 @@ def new_project(
             raise TfreproError(f"could not commit the baseline: {e}") from None
         check_destination(dest)  # nobody wrote there meanwhile
         out.rename(dest)  # over an empty directory too (POSIX rename)
-        done = True
+    except BaseException:
+        if created_parent is not None:
+            shutil.rmtree(created_parent, ignore_errors=True)  # the directories this call made
+        raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        if not done and created_parent is not None:
-            shutil.rmtree(created_parent, ignore_errors=True)  # the directories this call made
     import yaml
 
     try:
