@@ -115,25 +115,15 @@ def collect_layer_classes(defs: Iterable[LayerClass]) -> dict[str, LayerClass]:
     defined twice takes the first definition that is a layer."""
     classes = list(defs)
     found: dict[str, LayerClass] = {}
-    changed = True
-    while changed:
-        changed = False
+    for _ in classes:  # a pass finds the layers based on one found by the pass before: one pass per class at most
         for c in classes:
             if c.name in found:
                 continue
-            stock: str | None = None
-            is_layer = False
-            for ok, st, parent in c.bases:
-                if ok:
-                    is_layer, stock = True, st
-                elif parent in found:
-                    is_layer, stock = True, None
-                if parent in _NOT_LAYERS - {"Layer"} and not ok:
-                    is_layer = False
-                    break
-            if is_layer:
-                found[c.name] = replace(c, stock_base=stock)
-                changed = True
+            # its layer bases' stock layers (None: Layer, or a layer class of the project's); a Keras base
+            # that is no layer (Model, Callback...) makes it none
+            stocks = [st if ok else None for ok, st, parent in c.bases if ok or parent in found]
+            if stocks and not any(parent in _NOT_LAYERS - {"Layer"} and not ok for ok, _, parent in c.bases):
+                found[c.name] = replace(c, stock_base=stocks[-1])
     return found
 
 
