@@ -78,15 +78,6 @@ def available_templates() -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "copier.yml").is_file() and not p.name.startswith("_"))
 
 
-def assemble(src: Path, name: str, dest: Path) -> None:
-    """Lay the template `name` of `src` out as copier expects it, in `dest`
-    (empty but for `.git`)."""
-    shutil.copytree(src / SHARED_DIR, dest / SHARED_DIR, ignore=_IGNORED)
-    shutil.copytree(src / name, dest / SHAPE_DIR, ignore=_IGNORED)  # the shape files, copier.yml beside them
-    (dest / SHAPE_DIR / "copier.yml").rename(dest / "copier.yml")
-    shutil.copy2(src / VERSION_FILE, dest / VERSION_FILE)
-
-
 def ensure_template_repo(name: str) -> TemplateRepo:
     """The git-versioned copy of template `name`, brought up to date with the
     package: a new commit and tag when the content changed."""
@@ -128,7 +119,11 @@ def ensure_template_repo(name: str) -> TemplateRepo:
         for entry in repo_path.iterdir():
             if entry.name != ".git":
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-        assemble(src, name, repo_path)
+        # the template laid out as copier expects it, in the emptied repository
+        shutil.copytree(src / SHARED_DIR, repo_path / SHARED_DIR, ignore=_IGNORED)
+        shutil.copytree(src / name, repo_path / SHAPE_DIR, ignore=_IGNORED)  # the shape files, copier.yml beside them
+        (repo_path / SHAPE_DIR / "copier.yml").rename(repo_path / "copier.yml")
+        shutil.copy2(src / VERSION_FILE, repo_path / VERSION_FILE)
         repo.git.add("--all", ".")
         if not repo.head.is_valid() or repo.is_dirty(index=True, working_tree=False):
             repo.git.commit("-m", f"template {name} {version}", "--allow-empty", "--no-verify")
