@@ -125,7 +125,12 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
     optimizer = apply_call.func.value.value  # type: ignore[union-attr]
     region, _, loss_name, model = step_region(src, apply_call)
     expr, pred = _loss_expr(src, region, loss_name, model)
-    x, y_names = _model_input(src, region, expr, pred)
+    # The model's input: the one name the model is called on (in the loss, or where the prediction is bound).
+    called = src.assignments(region, pred.value)[0].value if isinstance(pred, cst.Name) else pred
+    first = arg(called, 0, None)
+    if first is None or not isinstance(first.value, cst.Name) or any(a.keyword is None for a in called.args[1:]):
+        raise NotSwitchable("the model is not called on one named input")
+    x = first.value.value
     locals_ = _bound_names(src, region)
     if isinstance(region, cst.FunctionDef):
         step, params = region.name.value, [p.name.value for p in region.params.params]
@@ -143,8 +148,23 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
         mapping = {p: (a.value if isinstance(a, cst.Name) else None) for p, a in zip(params, args)}
     else:
         mapping, loop = {n: n for n in locals_}, region
-    y = _label_name(y_names, x, locals_)
-    loss_code, loss_def = _loss_code(src, expr, pred, y)
+    # The label: the one local name the loss reads outside the prediction.
+    in_pred = {n.value for n in src.walk(pred) if isinstance(n, cst.Name)}
+    labels = sorted(({n.value for n in src.walk(expr) if isinstance(n, cst.Name)} - in_pred) & locals_)
+    if x in labels:
+        raise NotSwitchable("the loss reads the model's input as well as its output")
+    if len(labels) != 1:
+        what = ", ".join(f"`{n}`" for n in labels) or "no label"
+        raise NotSwitchable(f"the loss reads {what} besides the prediction (one label expected)")
+    y = labels[0]
+    # The loss for fit: `fn` for `fn(y, pred)` (a loss call given the labels as they come, by
+    # position: as fit calls it), else the expression with y_true / y_pred in it.
+    call = loss_call(src, expr, pred)
+    if call is not None and all(a.keyword is None for a in call.args) and is_name(call.args[0].value, y):
+        loss_code, loss_def = src.code(call.func), None
+    else:
+        swaps = [(pred, "y_pred"), *((n, "y_true") for n in src.walk(expr) if is_name(n, y))]
+        loss_code, loss_def = "", src.splice(*src.span(expr), swaps)
     base = _loss_base(src, expr, y) if loss_def is not None else None
     data, epochs, block = _data(src, loop, mapping.get(x), mapping.get(y))
     return Loop(block, model, data, epochs, optimizer, loss_code, loss_def, base, compile_mode(src, region))
@@ -171,15 +191,6 @@ def _is_model_call(node: cst.CSTNode, model: str) -> bool:
     return isinstance(node, cst.Call) and is_name(node.func, model)
 
 
-def _model_input(src: Src, region, expr, pred) -> tuple[str, set[str]]:
-    call = src.assignments(region, pred.value)[0].value if isinstance(pred, cst.Name) else pred
-    first = arg(call, 0, None)
-    if first is None or not isinstance(first.value, cst.Name) or any(a.keyword is None for a in call.args[1:]):
-        raise NotSwitchable("the model is not called on one named input")
-    names = {n.value for n in src.walk(expr) if isinstance(n, cst.Name)}
-    return first.value.value, names - {n.value for n in src.walk(pred) if isinstance(n, cst.Name)}
-
-
 def _bound_names(src: Src, region: cst.CSTNode) -> set[str]:
     out: set[str] = set()
     if isinstance(region, cst.FunctionDef):
@@ -190,17 +201,6 @@ def _bound_names(src: Src, region: cst.CSTNode) -> set[str]:
             if target is not None:
                 out |= {t.value for t in src.walk(target) if isinstance(t, cst.Name)}
     return out
-
-
-def _label_name(names: set[str], x: str, locals_: set[str]) -> str:
-    local = sorted(n for n in names if n in locals_)
-    others = [n for n in local if n != x]
-    if x in local:
-        raise NotSwitchable("the loss reads the model's input as well as its output")
-    if len(others) != 1:
-        what = ", ".join(f"`{n}`" for n in others) or "no label"
-        raise NotSwitchable(f"the loss reads {what} besides the prediction (one label expected)")
-    return others[0]
 
 
 _RESHAPES = {"reshape", "expand_dims", "squeeze", "one_hot"}
@@ -244,16 +244,6 @@ def loss_call(src: Src, expr: cst.BaseExpression, pred: cst.CSTNode) -> cst.Call
     ):
         return None
     return None if (src.resolved(expr.func) or "").rpartition(".")[0] in _OP_MODULES else expr
-
-
-def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
-    """`fn` for `fn(y, pred)` (a loss call given the labels as they come, by
-    position: as fit calls it), else the expression with y_true / y_pred in it."""
-    call = loss_call(src, expr, pred)
-    if call is not None and all(a.keyword is None for a in call.args) and is_name(call.args[0].value, y):
-        return src.code(call.func), None
-    swaps = [(pred, "y_pred"), *((n, "y_true") for n in src.walk(expr) if is_name(n, y))]
-    return "", src.splice(*src.span(expr), swaps)
 
 
 # -- the data --------------------------------------------------------------------------------
