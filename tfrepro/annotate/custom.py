@@ -258,18 +258,15 @@ def structured_input(src: Src, call: cst.Call) -> str | None:
     if len(pos) != 1:
         return None
     value = pos[0]
-    if isinstance(value, cst.Name):
-        value = _assigned(src, src.scope(call), value.value) or _assigned(src, src.module, value.value)
+    if isinstance(value, cst.Name):  # its one assignment in the layer's scope, else in the module's
+        scopes = (src.scope(call), src.module)
+        assigned = [[n.value for n in src.assignments(s, value.value) if src.scope(n) is s] for s in scopes]
+        value = next((v[0] for v in assigned if len(v) == 1), None)
     if isinstance(value, (cst.Dict, cst.DictComp)) or (isinstance(value, cst.Call) and is_name(value.func, "dict")):
         return "dict"
     if isinstance(value, (cst.List, cst.Tuple, cst.ListComp)):
         return "list"
     return None
-
-
-def _assigned(src: Src, scope: cst.CSTNode, name: str) -> cst.BaseExpression | None:
-    values = [n.value for n in src.assignments(scope, name) if src.scope(n) is scope]
-    return values[0] if len(values) == 1 else None
 
 
 AVERAGED = "averaged if of one shape, else concatenated (float32)"
