@@ -152,21 +152,12 @@ def stock_equivalent(src: Src, call: cst.Call, cls: LayerClass, prefix: str) -> 
 def _named_args(src: Src, call: cst.Call, cls: LayerClass) -> dict | None:
     """Arguments of the call: keyword -> code, and positional index -> code
     for positionals the class's own __init__ cannot name. None: *args/**kw."""
-    out: dict = {}
-    pos = 0
-    for a in call.args:
-        if a.star:
-            return None
-        code = src.code(a.value)
-        if a.keyword is not None:
-            out[a.keyword.value] = code
-            continue
-        if cls.init_params is not None and pos < len(cls.init_params):
-            out[cls.init_params[pos]] = code
-        else:
-            out[pos] = code
-        pos += 1
-    return out
+    if any(a.star for a in call.args):
+        return None
+    names = cls.init_params or ()
+    positional = [src.code(a.value) for a in call.args if a.keyword is None]
+    out: dict = {(names[i] if i < len(names) else i): code for i, code in enumerate(positional)}
+    return out | {a.keyword.value: src.code(a.value) for a in call.args if a.keyword is not None}
 
 
 def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix: str | None) -> list[Candidate]:
