@@ -74,7 +74,14 @@ def loop_edits(src: Src, ctx: Context) -> list[Edit]:
         form, finder = finders[node.func.attr.value]
         try:
             loop = finder(src, node)
-            _check_used_after(src, loop.block)
+            # Names the loop binds that the rest of its scope reads: fit would leave them undefined.
+            stmts = list(src.parent(loop.block).body)  # type: ignore[union-attr]  (a compound statement's suite)
+            bound = _bound_names(src, loop.block)
+            later = stmts[stmts.index(loop.block) + 1 :]
+            read = {n.value for s in later for n in src.walk(s) if isinstance(n, cst.Name)}
+            assigned_later = {n for s in later for n in _bound_names(src, s)}
+            if used := sorted((bound & read) - assigned_later):
+                raise NotSwitchable(f"{', '.join(f'`{n}`' for n in used)}, set in the loop, is read after it")
         except NotSwitchable as e:
             if str(e):
                 ctx.skip(src.path, src.line(node), _NOT_SWITCHABLE.format(form=form, why=e))
@@ -274,18 +281,6 @@ def _data(src: Src, loop: cst.For, x: str | None, y: str | None) -> tuple[str, s
         if all(m.matches(s, prints) for s in outer.body.body if s is not loop):
             return src.code(it), src.code(outer.iter.args[0].value), outer  # type: ignore[union-attr]
     return src.code(it), None, loop
-
-
-def _check_used_after(src: Src, block: cst.For) -> None:
-    """Names the loop binds that the rest of its scope reads: fit would leave them undefined."""
-    stmts = list(src.parent(block).body)  # type: ignore[union-attr]  (a compound statement's suite)
-    bound = _bound_names(src, block)
-    later = stmts[stmts.index(block) + 1 :]
-    read = {n.value for s in later for n in src.walk(s) if isinstance(n, cst.Name)}
-    assigned_later = {n for s in later for n in _bound_names(src, s)}
-    used = sorted((bound & read) - assigned_later)
-    if used:
-        raise NotSwitchable(f"{', '.join(f'`{n}`' for n in used)}, set in the loop, is read after it")
 
 
 # -- train_on_batch and train_step ---------------------------------------------------------------
