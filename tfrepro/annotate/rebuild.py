@@ -175,22 +175,27 @@ class _Collector:
         return True
 
     def block_for(self, value: cst.BaseExpression, stmt: str, line: int, scope: cst.CSTNode) -> str | BlockSeg:
-        cls, var = _callback_class(self.src, value, scope)
+        src = self.src
+        cls, var = (last_name(value.func), None) if isinstance(value, cst.Call) else (None, None)
+        if isinstance(value, cst.Name):  # the class of the first call assigned to it, in its scope, then the module
+            stmts = [*_statements(src, scope), *_statements(src, src.module)]
+            values = [s.body[0].value for s in stmts if assigned_name(s.body[0]) == value.value]  # type: ignore[attr-defined]
+            cls, var = next((last_name(v.func) for v in values if isinstance(v, cst.Call)), None), value.value
         off = freq = None
         if cls in self.scheduled_classes:
             if value not in self.scheduled:
                 return stmt  # stays ON: its class is switched by the schedule where it is built
             freq = self.scheduled.pop(value).value
-            at_epoch = self.src.splice(*self.src.span(value), [(freq, '"epoch"')])  # the call at save_freq="epoch"
-            off = stmt.replace(self.src.code(value), at_epoch, 1)
+            at_epoch = src.splice(*src.span(value), [(freq, '"epoch"')])  # the call at save_freq="epoch"
+            off = stmt.replace(src.code(value), at_epoch, 1)
         if (name := self.name_for(cls, var, line)) is None:
             return stmt
         entry = catalog.callback_entry(cls, name, stops=cls in self.stopping)
         desc = entry.describe(cls=cls or var or "a")
         if freq is not None:
-            every = self.src.code(freq)
+            every = src.code(freq)
             desc = f'{cls} saving every {every} batches; off: save_freq="epoch" (its default: saved once per epoch)'
-        return BlockSeg(Found(name, desc, self.src.path, line, entry.kind, affects_loss=entry.affects_loss), stmt, off)
+        return BlockSeg(Found(name, desc, src.path, line, entry.kind, affects_loss=entry.affects_loss), stmt, off)
 
     def name_for(self, cls: str | None, var: str | None, line: int) -> str | None:
         name = self.by_class.get(cls) if cls else None
@@ -212,16 +217,6 @@ class _Collector:
                 self.ctx.skip(
                     src.path, src.line(call), f"{last_name(call.func)} with save_freq in this statement: not marked"
                 )
-
-
-def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> tuple[str | None, str | None]:
-    if isinstance(value, cst.Call):
-        return last_name(value.func), None
-    if isinstance(value, cst.Name):  # the class of the first call assigned to it, in its scope, then the module
-        stmts = [*_statements(src, scope), *_statements(src, src.module)]
-        values = [s.body[0].value for s in stmts if assigned_name(s.body[0]) == value.value]  # type: ignore[attr-defined]
-        return next((last_name(v.func) for v in values if isinstance(v, cst.Call)), None), value.value
-    return None, None
 
 
 def _batch_schedule(call: cst.Call) -> cst.Arg | None:
