@@ -38,6 +38,7 @@ from tfrepro.catalog import snake
 # Stock callbacks that save on a schedule: `save_freq` ("epoch", the default,
 # or every N batches) and its positional index.
 _SAVE_FREQ = {"ModelCheckpoint": 6, "BackupAndRestore": 1}
+_FIT = m.Attribute(attr=m.Name("fit") | m.Name("fit_generator"))  # `model.fit(...)`, `model.fit_generator(...)`
 
 
 class _Collector:
@@ -57,17 +58,6 @@ class _Collector:
         self.scheduled_classes = {last_name(c.func) for c in self.scheduled}
 
     # -- resolution --------------------------------------------------------
-    def from_fit(self, fit: cst.Call) -> None:
-        if (value := arg(fit, None, "callbacks")) is None:
-            return
-        v, scope, stmt = value.value, self.src.scope(fit), self.src.statement(fit)
-        if not isinstance(v, cst.List):
-            self.resolve(v, scope, self.src.line(fit), depth=0)
-        elif isinstance(stmt, str) or isinstance(stmt, cst.Decorator):
-            self.ctx.skip(self.src.path, self.src.line(fit), f"fit with inline callbacks {stmt}: not marked")
-        else:
-            self.list_statement(stmt, v, None, scope, fit=True)
-
     def resolve(self, v: cst.BaseExpression, scope: cst.CSTNode, line: int, depth: int) -> None:
         src, ctx = self.src, self.ctx
         if depth > 3:
@@ -251,9 +241,16 @@ def callback_feature(class_name: str | None, var_name: str | None) -> str:
 
 def callback_edits(src: Src, ctx: Context) -> list[Edit]:
     c = _Collector(src, ctx)
-    for n in src.nodes(cst.Call):
-        if last_name(n.func) in ("fit", "fit_generator") and isinstance(n.func, cst.Attribute):
-            c.from_fit(n)
+    for fit in src.nodes(cst.Call):
+        if not m.matches(fit.func, _FIT) or (value := arg(fit, None, "callbacks")) is None:
+            continue
+        v, scope, stmt = value.value, src.scope(fit), src.statement(fit)
+        if not isinstance(v, cst.List):
+            c.resolve(v, scope, src.line(fit), depth=0)
+        elif isinstance(stmt, str | cst.Decorator):
+            ctx.skip(src.path, src.line(fit), f"fit with inline callbacks {stmt}: not marked")
+        else:
+            c.list_statement(stmt, v, None, scope, fit=True)
     c.scheduled_statements()
     return c.edits
 
