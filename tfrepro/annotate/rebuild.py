@@ -197,17 +197,6 @@ class _Collector:
             return None
         return name
 
-    def scheduled_statements(self) -> None:
-        """A block for each batch-scheduled checkpoint built outside a callbacks
-        list (`cp = ModelCheckpoint(..., save_freq=5)`): OFF at "epoch"."""
-        src = self.src
-        for call in list(self.scheduled):
-            stmt = src.statement(call)
-            if not (isinstance(stmt, cst.SimpleStatementLine) and self.statement_block(stmt, call, src.scope(call))):
-                self.ctx.skip(
-                    src.path, src.line(call), f"{last_name(call.func)} with save_freq in this statement: not marked"
-                )
-
 
 def _batch_schedule(call: cst.Call) -> cst.Arg | None:
     """The `save_freq` argument of a stock checkpoint callback saving every N
@@ -251,7 +240,12 @@ def callback_edits(src: Src, ctx: Context) -> list[Edit]:
             ctx.skip(src.path, src.line(fit), f"fit with inline callbacks {stmt}: not marked")
         else:
             c.list_statement(stmt, v, None, scope, fit=True)
-    c.scheduled_statements()
+    # A block for each batch-scheduled checkpoint built outside a callbacks list
+    # (`cp = ModelCheckpoint(..., save_freq=5)`): OFF at "epoch".
+    for call in list(c.scheduled):
+        stmt = src.statement(call)
+        if not (isinstance(stmt, cst.SimpleStatementLine) and c.statement_block(stmt, call, src.scope(call))):
+            ctx.skip(src.path, src.line(call), f"{last_name(call.func)} with save_freq in this statement: not marked")
     return c.edits
 
 
