@@ -178,7 +178,11 @@ class _Collector:
             freq = self.scheduled.pop(value).value
             at_epoch = src.splice(*src.span(value), [(freq, '"epoch"')])  # the call at save_freq="epoch"
             off = stmt.replace(src.code(value), at_epoch, 1)
-        if (name := self.name_for(cls, var, line)) is None:
+        if (name := self.by_class.get(cls) if cls else None) is None:  # the class's feature, else a new one
+            name = self.ctx.claim(callback_feature(cls, var), "callback", group=False, path=src.path, line=line)
+            if name is not None and cls:
+                self.by_class[cls] = name
+        if name is None or self.ctx.in_block(src.path, line):
             return stmt
         entry = catalog.callback_entry(cls, name, stops=cls in self.stopping)
         desc = entry.describe(cls=cls or var or "a")
@@ -186,16 +190,6 @@ class _Collector:
             every = src.code(freq)
             desc = f'{cls} saving every {every} batches; off: save_freq="epoch" (its default: saved once per epoch)'
         return BlockSeg(Found(name, desc, src.path, line, entry.kind, affects_loss=entry.affects_loss), stmt, off)
-
-    def name_for(self, cls: str | None, var: str | None, line: int) -> str | None:
-        name = self.by_class.get(cls) if cls else None
-        if name is None:
-            name = self.ctx.claim(callback_feature(cls, var), "callback", group=False, path=self.src.path, line=line)
-            if name is not None and cls:
-                self.by_class[cls] = name
-        elif self.ctx.in_block(self.src.path, line):
-            return None
-        return name
 
 
 def _batch_schedule(call: cst.Call) -> cst.Arg | None:
