@@ -121,7 +121,7 @@ def test_clean_record_passes_every_check():
     assert statuses(report) == dict.fromkeys(
         ["environment", "input_pipeline", "first_batches", "initial_loss", "short_run", "parameters"], "pass"
     )
-    assert report.ok and report.flagged() == []
+    assert report.ok and report.to_dict()["flagged"] == []
     assert [i.number for i in report.items] == [1, 2, 3, 4, 5, 6]
 
 
@@ -155,7 +155,7 @@ def test_text_names_the_failed_check_with_evidence_and_fix():
 def test_labels_out_of_range_fail_only_the_batch_check():
     y = tstats("labels", (64,), "int32", min=1, max=10, mean=5, std=3, integral=True)
     report = judge(result(with_(batches=batches(y=y))))
-    assert report.flagged() == ["first_batches"]
+    assert report.to_dict()["flagged"] == ["first_batches"]
     assert report.item("first_batches").status is CheckStatus.FAIL
     assert "class ids in [1, 10], outside [0, 10) for a 10-way output" in report.item("first_batches").summary
 
@@ -217,7 +217,7 @@ def test_nan_inputs_fail_the_batch_check_and_block_the_loss_checks():
             nonfinite_weights=("dense/kernel",),
         )
     )
-    assert report.flagged() == ["first_batches"]
+    assert report.to_dict()["flagged"] == ["first_batches"]
     assert "3 NaN and 0 Inf among 2048 values" in report.item("first_batches").summary
     for key in ("initial_loss", "short_run"):
         item = report.item(key)
@@ -235,7 +235,7 @@ def test_nan_loss_without_bad_inputs_fails_the_loss_checks():
 def test_unnormalised_inputs_warn_and_block_a_bad_initial_loss():
     x = tstats("inputs", (64, 32), min=0, max=255, mean=127.4, std=73.9, nan=0, inf=0, integral=True)
     report = judge(result(with_(batches=batches(x=x)), losses=(82.0, 61.0, 86.0, 40.0, 30.0)))
-    assert report.flagged() == ["first_batches"]
+    assert report.to_dict()["flagged"] == ["first_batches"]
     item = report.item("first_batches")
     assert item.status is CheckStatus.WARN and "far from normalised: mean 127.4" in item.summary
     assert "keras.layers.Normalization()" in item.fix
@@ -281,7 +281,7 @@ def test_no_batch_seen_is_a_skip_with_the_reason():
 def test_slow_pipeline_is_input_bound_with_both_numbers():
     timing = {"pipeline_s": 0.036, "compute_s": 0.00035, "pipeline_batches": 27}
     report = judge(result(with_(timing=timing), step_time=0.04))
-    assert report.flagged() == ["input_pipeline"]
+    assert report.to_dict()["flagged"] == ["input_pipeline"]
     item = report.item("input_pipeline")
     assert item.status is CheckStatus.WARN
     assert "36 ms per batch" in item.summary and "0.35 ms per step" in item.summary

@@ -172,10 +172,8 @@ def _expand(paths: Iterable[str | Path]) -> list[Path]:
             raise UserError("not a Python file", path=p, hint="annotate reads .py training scripts")
         else:
             out.append(p)
-    seen: dict[Path, Path] = {}
-    for p in out:
-        seen.setdefault(p.resolve(), p)
-    return list(seen.values())
+    seen: dict[Path, Path] = {}  # each file once, as first named
+    return [seen.setdefault(p.resolve(), p) for p in out if p.resolve() not in seen]
 
 
 def annotate(paths: Iterable[str | Path], *, only: Iterable[str] | None = None) -> Annotation:

@@ -115,25 +115,15 @@ def collect_layer_classes(defs: Iterable[LayerClass]) -> dict[str, LayerClass]:
     defined twice takes the first definition that is a layer."""
     classes = list(defs)
     found: dict[str, LayerClass] = {}
-    changed = True
-    while changed:
-        changed = False
+    for _ in classes:  # a pass finds the layers based on one found by the pass before: one pass per class at most
         for c in classes:
             if c.name in found:
                 continue
-            stock: str | None = None
-            is_layer = False
-            for ok, st, parent in c.bases:
-                if ok:
-                    is_layer, stock = True, st
-                elif parent in found:
-                    is_layer, stock = True, None
-                if parent in _NOT_LAYERS - {"Layer"} and not ok:
-                    is_layer = False
-                    break
-            if is_layer:
-                found[c.name] = replace(c, stock_base=stock)
-                changed = True
+            # its layer bases' stock layers (None: Layer, or a layer class of the project's); a Keras base
+            # that is no layer (Model, Callback...) makes it none
+            stocks = [st if ok else None for ok, st, parent in c.bases if ok or parent in found]
+            if stocks and not any(parent in _NOT_LAYERS - {"Layer"} and not ok for ok, _, parent in c.bases):
+                found[c.name] = replace(c, stock_base=stocks[-1])
     return found
 
 
@@ -162,21 +152,12 @@ def stock_equivalent(src: Src, call: cst.Call, cls: LayerClass, prefix: str) -> 
 def _named_args(src: Src, call: cst.Call, cls: LayerClass) -> dict | None:
     """Arguments of the call: keyword -> code, and positional index -> code
     for positionals the class's own __init__ cannot name. None: *args/**kw."""
-    out: dict = {}
-    pos = 0
-    for a in call.args:
-        if a.star:
-            return None
-        code = src.code(a.value)
-        if a.keyword is not None:
-            out[a.keyword.value] = code
-            continue
-        if cls.init_params is not None and pos < len(cls.init_params):
-            out[cls.init_params[pos]] = code
-        else:
-            out[pos] = code
-        pos += 1
-    return out
+    if any(a.star for a in call.args):
+        return None
+    names = cls.init_params or ()
+    positional = [src.code(a.value) for a in call.args if a.keyword is None]
+    out: dict = {(names[i] if i < len(names) else i): code for i, code in enumerate(positional)}
+    return out | {a.keyword.value: src.code(a.value) for a in call.args if a.keyword is not None}
 
 
 def custom_layer(src: Src, ctx: Context, call: cst.Call, cls: LayerClass, prefix: str | None) -> list[Candidate]:
@@ -268,18 +249,15 @@ def structured_input(src: Src, call: cst.Call) -> str | None:
     if len(pos) != 1:
         return None
     value = pos[0]
-    if isinstance(value, cst.Name):
-        value = _assigned(src, src.scope(call), value.value) or _assigned(src, src.module, value.value)
+    if isinstance(value, cst.Name):  # its one assignment in the layer's scope, else in the module's
+        scopes = (src.scope(call), src.module)
+        assigned = [[n.value for n in src.assignments(s, value.value) if src.scope(n) is s] for s in scopes]
+        value = next((v[0] for v in assigned if len(v) == 1), None)
     if isinstance(value, (cst.Dict, cst.DictComp)) or (isinstance(value, cst.Call) and is_name(value.func, "dict")):
         return "dict"
     if isinstance(value, (cst.List, cst.Tuple, cst.ListComp)):
         return "list"
     return None
-
-
-def _assigned(src: Src, scope: cst.CSTNode, name: str) -> cst.BaseExpression | None:
-    values = [n.value for n in src.assignments(scope, name) if src.scope(n) is scope]
-    return values[0] if len(values) == 1 else None
 
 
 AVERAGED = "averaged if of one shape, else concatenated (float32)"

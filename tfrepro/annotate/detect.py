@@ -80,13 +80,24 @@ def _from_call(src: Src, ctx: Context, call: cst.Call, layer_classes: dict[str, 
     elif (strategy := catalog.STRATEGIES.get(name)) and (
         "distribute" in d or "distribute" in src.import_aliases.get(d, "")
     ):
-        if (getter := _strategy_getter(src, d)) is None:
+        parts = d.split(".")  # OFF: the default strategy's getter
+        if "distribute" in parts[:-1]:  # `tf.distribute.experimental.TPUStrategy` -> `tf.distribute.get_strategy()`
+            getter = ".".join(parts[: parts.index("distribute") + 1]) + ".get_strategy()"
+        elif tf := src.alias("tensorflow"):
+            getter = f"{tf}.distribute.get_strategy()"
+        else:
             ctx.skip(src.path, src.line(call), f"{name}: no `import tensorflow` to write the default strategy with")
             return out
         if (unit := statement_unit(src, ctx, call, name)) is not None:
             out.append(_c(unit, strategy, call, getter, cls=name))
     elif is_tf_function(call):
-        out.extend(_tf_function(src, ctx, call))
+        # `f = tf.function(f, ...)`: graph compilation of a step function (a decorator: `find_candidates`).
+        # `step = tf.function(other)` has no OFF that keeps `step` defined; with `jit_compile=True` the
+        # jit_compile feature takes the statement.
+        unit = src.statement(call)
+        whole = m.SimpleStatementLine([m.Assign(value=m.MatchIfTrue(lambda v: v is call))])
+        if m.matches(unit, whole) and rebinds_itself(unit.body[0]) and not jit_on(call):  # type: ignore[union-attr]
+            out.append(_c(unit, "tf_function"))
     elif name == "run_functions_eagerly":
         if first is None or literal(first.value) is not False:
             out += _whole_call(src, ctx, call, name, "eager_debug", how="tf.functions run eagerly, debugging")
@@ -124,17 +135,6 @@ def _loss_scale(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
     return [_c(unit, "mixed_precision", call, src.code(inner.value), desc=desc)]
 
 
-def _strategy_getter(src: Src, d: str) -> str | None:
-    """The default strategy's getter a strategy call is replaced by (OFF), or
-    None when the file has no `import tensorflow` to write it with."""
-    parts = d.split(".")
-    if "distribute" in parts[:-1]:
-        # `tf.distribute.experimental.TPUStrategy` -> `tf.distribute.get_strategy()`
-        return ".".join(parts[: parts.index("distribute") + 1]) + ".get_strategy()"
-    tf = src.alias("tensorflow")
-    return f"{tf}.distribute.get_strategy()" if tf else None
-
-
 def _from_keywords(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candidate]:
     """Features given as keyword arguments of the call (num_parallel_reads,
     jit_compile, run_eagerly, the catalog's keywords)."""
@@ -153,18 +153,6 @@ def _from_keywords(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Ca
         if (unit := statement_unit(src, ctx, a, what)) is not None:
             out.append(_c(unit, feature, a.value, catalog.CATALOG[feature].off_code, **fields))
     return out
-
-
-def _tf_function(src: Src, ctx: Context, call: cst.Call) -> list[Candidate]:
-    """`f = tf.function(f, ...)`: graph compilation of a step function.
-    (A `@tf.function` decorator is found in `find_candidates`.)"""
-    # `step = tf.function(other)` has no "off" that keeps `step` defined; the
-    # jit_compile feature takes a statement with `jit_compile=True`.
-    unit = src.statement(call)
-    whole = m.SimpleStatementLine([m.Assign(value=m.MatchIfTrue(lambda v: v is call))])
-    if not m.matches(unit, whole) or not rebinds_itself(unit.body[0]) or jit_on(call):  # type: ignore[union-attr]
-        return []
-    return [_c(unit, "tf_function")]
 
 
 def _schedule(src: Src, ctx: Context, call: cst.Call, name: str) -> list[Candidate]:

@@ -74,7 +74,14 @@ def loop_edits(src: Src, ctx: Context) -> list[Edit]:
         form, finder = finders[node.func.attr.value]
         try:
             loop = finder(src, node)
-            _check_used_after(src, loop.block)
+            # Names the loop binds that the rest of its scope reads: fit would leave them undefined.
+            stmts = list(src.parent(loop.block).body)  # type: ignore[union-attr]  (a compound statement's suite)
+            bound = _bound_names(src, loop.block)
+            later = stmts[stmts.index(loop.block) + 1 :]
+            read = {n.value for s in later for n in src.walk(s) if isinstance(n, cst.Name)}
+            assigned_later = {n for s in later for n in _bound_names(src, s)}
+            if used := sorted((bound & read) - assigned_later):
+                raise NotSwitchable(f"{', '.join(f'`{n}`' for n in used)}, set in the loop, is read after it")
         except NotSwitchable as e:
             if str(e):
                 ctx.skip(src.path, src.line(node), _NOT_SWITCHABLE.format(form=form, why=e))
@@ -125,7 +132,12 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
     optimizer = apply_call.func.value.value  # type: ignore[union-attr]
     region, _, loss_name, model = step_region(src, apply_call)
     expr, pred = _loss_expr(src, region, loss_name, model)
-    x, y_names = _model_input(src, region, expr, pred)
+    # The model's input: the one name the model is called on (in the loss, or where the prediction is bound).
+    called = src.assignments(region, pred.value)[0].value if isinstance(pred, cst.Name) else pred
+    first = arg(called, 0, None)
+    if first is None or not isinstance(first.value, cst.Name) or any(a.keyword is None for a in called.args[1:]):
+        raise NotSwitchable("the model is not called on one named input")
+    x = first.value.value
     locals_ = _bound_names(src, region)
     if isinstance(region, cst.FunctionDef):
         step, params = region.name.value, [p.name.value for p in region.params.params]
@@ -143,8 +155,23 @@ def _tape_loop(src: Src, apply_call: cst.Call) -> Loop:
         mapping = {p: (a.value if isinstance(a, cst.Name) else None) for p, a in zip(params, args)}
     else:
         mapping, loop = {n: n for n in locals_}, region
-    y = _label_name(y_names, x, locals_)
-    loss_code, loss_def = _loss_code(src, expr, pred, y)
+    # The label: the one local name the loss reads outside the prediction.
+    in_pred = {n.value for n in src.walk(pred) if isinstance(n, cst.Name)}
+    labels = sorted(({n.value for n in src.walk(expr) if isinstance(n, cst.Name)} - in_pred) & locals_)
+    if x in labels:
+        raise NotSwitchable("the loss reads the model's input as well as its output")
+    if len(labels) != 1:
+        what = ", ".join(f"`{n}`" for n in labels) or "no label"
+        raise NotSwitchable(f"the loss reads {what} besides the prediction (one label expected)")
+    y = labels[0]
+    # The loss for fit: `fn` for `fn(y, pred)` (a loss call given the labels as they come, by
+    # position: as fit calls it), else the expression with y_true / y_pred in it.
+    call = loss_call(src, expr, pred)
+    if call is not None and all(a.keyword is None for a in call.args) and is_name(call.args[0].value, y):
+        loss_code, loss_def = src.code(call.func), None
+    else:
+        swaps = [(pred, "y_pred"), *((n, "y_true") for n in src.walk(expr) if is_name(n, y))]
+        loss_code, loss_def = "", src.splice(*src.span(expr), swaps)
     base = _loss_base(src, expr, y) if loss_def is not None else None
     data, epochs, block = _data(src, loop, mapping.get(x), mapping.get(y))
     return Loop(block, model, data, epochs, optimizer, loss_code, loss_def, base, compile_mode(src, region))
@@ -171,15 +198,6 @@ def _is_model_call(node: cst.CSTNode, model: str) -> bool:
     return isinstance(node, cst.Call) and is_name(node.func, model)
 
 
-def _model_input(src: Src, region, expr, pred) -> tuple[str, set[str]]:
-    call = src.assignments(region, pred.value)[0].value if isinstance(pred, cst.Name) else pred
-    first = arg(call, 0, None)
-    if first is None or not isinstance(first.value, cst.Name) or any(a.keyword is None for a in call.args[1:]):
-        raise NotSwitchable("the model is not called on one named input")
-    names = {n.value for n in src.walk(expr) if isinstance(n, cst.Name)}
-    return first.value.value, names - {n.value for n in src.walk(pred) if isinstance(n, cst.Name)}
-
-
 def _bound_names(src: Src, region: cst.CSTNode) -> set[str]:
     out: set[str] = set()
     if isinstance(region, cst.FunctionDef):
@@ -190,17 +208,6 @@ def _bound_names(src: Src, region: cst.CSTNode) -> set[str]:
             if target is not None:
                 out |= {t.value for t in src.walk(target) if isinstance(t, cst.Name)}
     return out
-
-
-def _label_name(names: set[str], x: str, locals_: set[str]) -> str:
-    local = sorted(n for n in names if n in locals_)
-    others = [n for n in local if n != x]
-    if x in local:
-        raise NotSwitchable("the loss reads the model's input as well as its output")
-    if len(others) != 1:
-        what = ", ".join(f"`{n}`" for n in others) or "no label"
-        raise NotSwitchable(f"the loss reads {what} besides the prediction (one label expected)")
-    return others[0]
 
 
 _RESHAPES = {"reshape", "expand_dims", "squeeze", "one_hot"}
@@ -246,16 +253,6 @@ def loss_call(src: Src, expr: cst.BaseExpression, pred: cst.CSTNode) -> cst.Call
     return None if (src.resolved(expr.func) or "").rpartition(".")[0] in _OP_MODULES else expr
 
 
-def _loss_code(src: Src, expr, pred, y: str) -> tuple[str, str | None]:
-    """`fn` for `fn(y, pred)` (a loss call given the labels as they come, by
-    position: as fit calls it), else the expression with y_true / y_pred in it."""
-    call = loss_call(src, expr, pred)
-    if call is not None and all(a.keyword is None for a in call.args) and is_name(call.args[0].value, y):
-        return src.code(call.func), None
-    swaps = [(pred, "y_pred"), *((n, "y_true") for n in src.walk(expr) if is_name(n, y))]
-    return "", src.splice(*src.span(expr), swaps)
-
-
 # -- the data --------------------------------------------------------------------------------
 
 
@@ -284,18 +281,6 @@ def _data(src: Src, loop: cst.For, x: str | None, y: str | None) -> tuple[str, s
         if all(m.matches(s, prints) for s in outer.body.body if s is not loop):
             return src.code(it), src.code(outer.iter.args[0].value), outer  # type: ignore[union-attr]
     return src.code(it), None, loop
-
-
-def _check_used_after(src: Src, block: cst.For) -> None:
-    """Names the loop binds that the rest of its scope reads: fit would leave them undefined."""
-    stmts = list(src.parent(block).body)  # type: ignore[union-attr]  (a compound statement's suite)
-    bound = _bound_names(src, block)
-    later = stmts[stmts.index(block) + 1 :]
-    read = {n.value for s in later for n in src.walk(s) if isinstance(n, cst.Name)}
-    assigned_later = {n for s in later for n in _bound_names(src, s)}
-    used = sorted((bound & read) - assigned_later)
-    if used:
-        raise NotSwitchable(f"{', '.join(f'`{n}`' for n in used)}, set in the loop, is read after it")
 
 
 # -- train_on_batch and train_step ---------------------------------------------------------------

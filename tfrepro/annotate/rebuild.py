@@ -38,6 +38,7 @@ from tfrepro.catalog import snake
 # Stock callbacks that save on a schedule: `save_freq` ("epoch", the default,
 # or every N batches) and its positional index.
 _SAVE_FREQ = {"ModelCheckpoint": 6, "BackupAndRestore": 1}
+_FIT = m.Attribute(attr=m.Name("fit") | m.Name("fit_generator"))  # `model.fit(...)`, `model.fit_generator(...)`
 
 
 class _Collector:
@@ -57,17 +58,6 @@ class _Collector:
         self.scheduled_classes = {last_name(c.func) for c in self.scheduled}
 
     # -- resolution --------------------------------------------------------
-    def from_fit(self, fit: cst.Call) -> None:
-        if (value := arg(fit, None, "callbacks")) is None:
-            return
-        v, scope, stmt = value.value, self.src.scope(fit), self.src.statement(fit)
-        if not isinstance(v, cst.List):
-            self.resolve(v, scope, self.src.line(fit), depth=0)
-        elif isinstance(stmt, str) or isinstance(stmt, cst.Decorator):
-            self.ctx.skip(self.src.path, self.src.line(fit), f"fit with inline callbacks {stmt}: not marked")
-        else:
-            self.list_statement(stmt, v, None, scope, fit=True)
-
     def resolve(self, v: cst.BaseExpression, scope: cst.CSTNode, line: int, depth: int) -> None:
         src, ctx = self.src, self.ctx
         if depth > 3:
@@ -175,56 +165,31 @@ class _Collector:
         return True
 
     def block_for(self, value: cst.BaseExpression, stmt: str, line: int, scope: cst.CSTNode) -> str | BlockSeg:
-        cls, var = _callback_class(self.src, value, scope)
+        src = self.src
+        cls, var = (last_name(value.func), None) if isinstance(value, cst.Call) else (None, None)
+        if isinstance(value, cst.Name):  # the class of the first call assigned to it, in its scope, then the module
+            stmts = [*_statements(src, scope), *_statements(src, src.module)]
+            values = [s.body[0].value for s in stmts if assigned_name(s.body[0]) == value.value]  # type: ignore[attr-defined]
+            cls, var = next((last_name(v.func) for v in values if isinstance(v, cst.Call)), None), value.value
         off = freq = None
         if cls in self.scheduled_classes:
             if value not in self.scheduled:
                 return stmt  # stays ON: its class is switched by the schedule where it is built
             freq = self.scheduled.pop(value).value
-            at_epoch = self.src.splice(*self.src.span(value), [(freq, '"epoch"')])  # the call at save_freq="epoch"
-            off = stmt.replace(self.src.code(value), at_epoch, 1)
-        if (name := self.name_for(cls, var, line)) is None:
+            at_epoch = src.splice(*src.span(value), [(freq, '"epoch"')])  # the call at save_freq="epoch"
+            off = stmt.replace(src.code(value), at_epoch, 1)
+        if (name := self.by_class.get(cls) if cls else None) is None:  # the class's feature, else a new one
+            name = self.ctx.claim(callback_feature(cls, var), "callback", group=False, path=src.path, line=line)
+            if name is not None and cls:
+                self.by_class[cls] = name
+        if name is None or self.ctx.in_block(src.path, line):
             return stmt
         entry = catalog.callback_entry(cls, name, stops=cls in self.stopping)
         desc = entry.describe(cls=cls or var or "a")
         if freq is not None:
-            every = self.src.code(freq)
+            every = src.code(freq)
             desc = f'{cls} saving every {every} batches; off: save_freq="epoch" (its default: saved once per epoch)'
-        return BlockSeg(Found(name, desc, self.src.path, line, entry.kind, affects_loss=entry.affects_loss), stmt, off)
-
-    def name_for(self, cls: str | None, var: str | None, line: int) -> str | None:
-        name = self.by_class.get(cls) if cls else None
-        if name is None:
-            name = self.ctx.claim(callback_feature(cls, var), "callback", group=False, path=self.src.path, line=line)
-            if name is not None and cls:
-                self.by_class[cls] = name
-        elif self.ctx.in_block(self.src.path, line):
-            return None
-        return name
-
-    def scheduled_statements(self) -> None:
-        """A block for each batch-scheduled checkpoint built outside a callbacks
-        list (`cp = ModelCheckpoint(..., save_freq=5)`): OFF at "epoch"."""
-        src = self.src
-        for call in list(self.scheduled):
-            stmt = src.statement(call)
-            if not (isinstance(stmt, cst.SimpleStatementLine) and self.statement_block(stmt, call, src.scope(call))):
-                self.ctx.skip(
-                    src.path, src.line(call), f"{last_name(call.func)} with save_freq in this statement: not marked"
-                )
-
-
-def _callback_class(src: Src, value: cst.BaseExpression, scope: cst.CSTNode) -> tuple[str | None, str | None]:
-    if isinstance(value, cst.Call):
-        return last_name(value.func), None
-    if isinstance(value, cst.Name):
-        for s in [*_statements(src, scope), *_statements(src, src.module)]:
-            if assigned_name(s.body[0]) == value.value:
-                v = s.body[0].value  # type: ignore[attr-defined]
-                if isinstance(v, cst.Call):
-                    return last_name(v.func), value.value
-        return None, value.value
-    return None, None
+        return BlockSeg(Found(name, desc, src.path, line, entry.kind, affects_loss=entry.affects_loss), stmt, off)
 
 
 def _batch_schedule(call: cst.Call) -> cst.Arg | None:
@@ -259,10 +224,22 @@ def callback_feature(class_name: str | None, var_name: str | None) -> str:
 
 def callback_edits(src: Src, ctx: Context) -> list[Edit]:
     c = _Collector(src, ctx)
-    for n in src.nodes(cst.Call):
-        if last_name(n.func) in ("fit", "fit_generator") and isinstance(n.func, cst.Attribute):
-            c.from_fit(n)
-    c.scheduled_statements()
+    for fit in src.nodes(cst.Call):
+        if not m.matches(fit.func, _FIT) or (value := arg(fit, None, "callbacks")) is None:
+            continue
+        v, scope, stmt = value.value, src.scope(fit), src.statement(fit)
+        if not isinstance(v, cst.List):
+            c.resolve(v, scope, src.line(fit), depth=0)
+        elif isinstance(stmt, str | cst.Decorator):
+            ctx.skip(src.path, src.line(fit), f"fit with inline callbacks {stmt}: not marked")
+        else:
+            c.list_statement(stmt, v, None, scope, fit=True)
+    # A block for each batch-scheduled checkpoint built outside a callbacks list
+    # (`cp = ModelCheckpoint(..., save_freq=5)`): OFF at "epoch".
+    for call in list(c.scheduled):
+        stmt = src.statement(call)
+        if not (isinstance(stmt, cst.SimpleStatementLine) and c.statement_block(stmt, call, src.scope(call))):
+            ctx.skip(src.path, src.line(call), f"{last_name(call.func)} with save_freq in this statement: not marked")
     return c.edits
 
 

@@ -196,9 +196,7 @@ class Src:
             if isinstance(p, cst.Decorator):
                 return p
             if isinstance(p, cst.SimpleStatementLine):
-                if len(p.body) != 1:
-                    return "shares its line with another statement (`;`)"
-                return p
+                return p if len(p.body) == 1 else "shares its line with another statement (`;`)"
             if isinstance(p, cst.SimpleStatementSuite):
                 return "sits on the same line as its `if`/`for`/`with`/`def`"
             if isinstance(p, cst.BaseCompoundStatement):

@@ -77,22 +77,17 @@ class CheckReport:
     def item(self, key: str) -> CheckItem:
         return {i.key: i for i in reversed(self.items)}[key]  # the first of a key; KeyError when none
 
-    def flagged(self) -> list[str]:
-        """Keys of the checks that warn or fail."""
-        return [i.key for i in self.items if i.status in (CheckStatus.WARN, CheckStatus.FAIL)]
-
     def reason(self) -> str | None:
-        """One line naming the likeliest cause: the first failing check, else
-        the first warning (checks run in causal order: data before loss)."""
-        flagged = (i for s in (CheckStatus.FAIL, CheckStatus.WARN) for i in self.items if i.status is s)
-        i = next(flagged, None)
+        """One line naming the likeliest cause: the first check of the worst
+        status, fail or warn (checks run in causal order: data before loss)."""
+        i = next((i for i in self.items if i.status is self.status is not CheckStatus.PASS), None)
         return None if i is None else f"check {i.number} ({i.title}) {i.status.value}s: {i.summary}"
 
     def to_dict(self) -> CheckReportDoc:
         return {
             "status": self.status.value,
             "reason": self.reason(),
-            "flagged": self.flagged(),
+            "flagged": [i.key for i in self.items if i.status in (CheckStatus.WARN, CheckStatus.FAIL)],
             "project": self.project,
             "enabled": list(self.enabled),
             "trial": dict(self.trial),
@@ -120,9 +115,6 @@ def describe_tensor(t: dict) -> str:
     return text
 
 
-_MARK = {CheckStatus.PASS: "pass", CheckStatus.WARN: "WARN", CheckStatus.FAIL: "FAIL", CheckStatus.SKIP: "skip"}
-
-
 def format_report(report: CheckReport, *, color: bool = False, verbose: bool = False) -> str:
     """The checklist as text: one line per check; the evidence of the checks
     that did not pass (of all with `verbose`) and the fix indented below."""
@@ -137,9 +129,10 @@ def format_report(report: CheckReport, *, color: bool = False, verbose: bool = F
     lines.append("")
     width = max(len(i.title) for i in report.items) if report.items else 0
     for i in report.items:
-        mark = _MARK[i.status]
+        flagged = i.status in (CheckStatus.WARN, CheckStatus.FAIL)
+        mark = i.status.value.upper() if flagged else i.status.value  # WARN and FAIL stand out
         if color and styles[i.status]:
-            mark = click.style(mark, fg=styles[i.status], bold=i.status is not CheckStatus.PASS)
+            mark = click.style(mark, fg=styles[i.status], bold=flagged)
         lines.append(f"{i.number}. {i.title:<{width}}  {mark}  {i.summary}")
         pad = " " * (width + 11)
         if verbose or i.status is not CheckStatus.PASS:

@@ -118,8 +118,7 @@ def with_gpu_utilisation(item: CheckItem, result: TrialResult) -> CheckItem:
         return item
     steady = samples[len(samples) // 5 :] or samples  # past the first fifth (tracing, compilation, first batches)
     util, n = statistics.median(steady), len(steady)
-    timing = result.extra.get("check.timing") or {}
-    compute = timing.get("compute_s")
+    compute = (result.extra.get("check.timing") or {}).get("compute_s")
     step = quiet_step_time(result)
     note = (
         f"GPU utilisation (NVML): median {util:.0f}% over {n} samples; input-bound on a GPU when under "

@@ -78,15 +78,6 @@ def available_templates() -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "copier.yml").is_file() and not p.name.startswith("_"))
 
 
-def assemble(src: Path, name: str, dest: Path) -> None:
-    """Lay the template `name` of `src` out as copier expects it, in `dest`
-    (empty but for `.git`)."""
-    shutil.copytree(src / SHARED_DIR, dest / SHARED_DIR, ignore=_IGNORED)
-    shutil.copytree(src / name, dest / SHAPE_DIR, ignore=_IGNORED)  # the shape files, copier.yml beside them
-    (dest / SHAPE_DIR / "copier.yml").rename(dest / "copier.yml")
-    shutil.copy2(src / VERSION_FILE, dest / VERSION_FILE)
-
-
 def ensure_template_repo(name: str) -> TemplateRepo:
     """The git-versioned copy of template `name`, brought up to date with the
     package: a new commit and tag when the content changed."""
@@ -109,12 +100,9 @@ def ensure_template_repo(name: str) -> TemplateRepo:
     # two `tfrepro new` at once must not both rebuild the same cache repo (closing the file releases the lock)
     with open(root / f".{name}.lock", "a+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if (repo_path / ".git").is_dir():
-            repo = git.Repo(repo_path)
-        else:
-            if repo_path.exists():
-                shutil.rmtree(repo_path)  # a half-built cache entry, never user data
-            repo = git.Repo.init(repo_path)
+        if repo_path.exists() and not (repo_path / ".git").is_dir():
+            shutil.rmtree(repo_path)  # a half-built cache entry, never user data
+        repo = git.Repo(repo_path) if (repo_path / ".git").is_dir() else git.Repo.init(repo_path)
         with repo.config_writer() as cw:  # copier's update runs git in here too
             cw.set_value("user", "name", "tfrepro")
             cw.set_value("user", "email", "tfrepro@localhost")
@@ -131,18 +119,19 @@ def ensure_template_repo(name: str) -> TemplateRepo:
         for entry in repo_path.iterdir():
             if entry.name != ".git":
                 shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
-        assemble(src, name, repo_path)
+        # the template laid out as copier expects it, in the emptied repository
+        shutil.copytree(src / SHARED_DIR, repo_path / SHARED_DIR, ignore=_IGNORED)
+        shutil.copytree(src / name, repo_path / SHAPE_DIR, ignore=_IGNORED)  # the shape files, copier.yml beside them
+        (repo_path / SHAPE_DIR / "copier.yml").rename(repo_path / "copier.yml")
+        shutil.copy2(src / VERSION_FILE, repo_path / VERSION_FILE)
         repo.git.add("--all", ".")
         if not repo.head.is_valid() or repo.is_dirty(index=True, working_tree=False):
             repo.git.commit("-m", f"template {name} {version}", "--allow-empty", "--no-verify")
         head = repo.head.commit
         tags = {t.name: t.commit.hexsha for t in repo.tags}
         tag = max((t for t, sha in tags.items() if sha == head.hexsha), key=Version, default=None)
-        if tag is None:
-            tag, n = version, 0
-            while tag in tags:
-                n += 1
-                tag = f"{version}.post{n}"
+        if tag is None:  # the version, else its first free .postN (one of len(tags) + 2 names is free)
+            tag = next(t for t in [version, *(f"{version}.post{n}" for n in range(1, len(tags) + 2))] if t not in tags)
             repo.create_tag(tag, message=f"template {name} {tag}")
         return TemplateRepo(name=name, path=repo_path, tag=tag, commit=head.hexsha)
 
@@ -273,7 +262,6 @@ def new_project(
     created_parent = next((p for p in reversed(dest.parents) if not p.exists()), None)
     dest.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tfrepro-new-", dir=dest.parent))
-    done = False
     try:
         out = staging / dest.name
         answers = _run_copier(repo, out, answers_in, defaults)
@@ -292,11 +280,12 @@ def new_project(
             raise TfreproError(f"could not commit the baseline: {e}") from None
         check_destination(dest)  # nobody wrote there meanwhile
         out.rename(dest)  # over an empty directory too (POSIX rename)
-        done = True
+    except BaseException:
+        if created_parent is not None:
+            shutil.rmtree(created_parent, ignore_errors=True)  # the directories this call made
+        raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
-        if not done and created_parent is not None:
-            shutil.rmtree(created_parent, ignore_errors=True)  # the directories this call made
     import yaml
 
     try:
