@@ -27,7 +27,7 @@ What it does (Contract 3):
   `until_s` seconds of training instead) and at the first non-finite loss: the result is written and
   the process leaves with os._exit(0) right there (no exception to be
   swallowed by the script's own `except`); a timing trial (`steps_max` > 0)
-  stops on its time budget instead (harness_timing.py);
+  stops on its time budget instead (memory.py's Budget);
 - at the end (stop, normal exit, or uncaught exception) checks the weights of
   every Keras model created during the trial for NaN/Inf, and writes the
   result JSON to the path named in the config. An uncaught exception is a
@@ -64,7 +64,7 @@ class _State:
         self.steps = int(config.get("steps") or 0)
         self.until_s = float(config.get("until_s") or 0)  # "until its symptom": a training-time budget
         self.t_first: float | None = None  # when the first step ended (the budget's start)
-        self.budget = None  # a timing trial's harness_timing.Budget
+        self.budget = None  # a timing trial's memory.Budget
         self.result_path = config["result_path"]
         self.losses: list[float] = []
         self.step_times: list[float] = []
@@ -418,14 +418,15 @@ def activate(config_path: str) -> None:
         import random
 
         random.seed(int(S.config.get("seed", 0)))
+    memory = _sibling_file("memory")  # also a timing trial's step budget
     if S.config.get("steps_max"):
-        S.budget = _sibling_file("harness_timing").Budget(S.config)
+        S.budget = memory.Budget(S.config)
     if os.getpgrp() == os.getpid():  # only when we lead our own group (as run_trial starts us)
         # Die with tfrepro: a SIGKILLed parent cannot kill our session itself, and an orphaned
         # trial would train on for nothing; killing our group takes grandchildren too (launch.py).
         _sibling_file("launch").watch_parent(os.getppid())
     # the sampler sets `[trial] memory_limit_mb` (RLIMIT_AS) before the script runs
-    _MEMORY = _quietly("memory sampler", lambda: _sibling_file("memory").start(S.config))
+    _MEMORY = _quietly("memory sampler", memory.start, S.config)
     watch = None  # Landlock: the first write outside the trial dir named (confine.py's Watch)
     if (spec := S.config.get("confine") or {}).get("mode") == "landlock" and spec.get("writable"):
         module = sys.modules.get("_tfrepro_confine") or _sibling_file("confine")
