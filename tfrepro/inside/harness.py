@@ -34,8 +34,7 @@ What it does (Contract 3):
   crash whose `error` is its last traceback line ("Type: message", the
   message's first line when it runs over several).
 
-Plugin hook (used by `tfrepro check`): the config's `plugins`, in
-harness_plugins.py.
+Plugin hook (used by `tfrepro check`): the config's `plugins`, `PluginContext`.
 """
 
 from __future__ import annotations
@@ -271,7 +270,7 @@ def _sibling_file(name: str):
     return _load(f"_tfrepro_{name}", os.path.join(_HERE, f"{name}.py"))
 
 
-_SIDES: dict = {}  # "keras", "loop", "data", "plugins" (harness_<name>.py): loaded on first use
+_SIDES: dict = {}  # "keras", "loop", "data" (harness_<name>.py): loaded on first use
 
 
 def _side(name: str):
@@ -408,6 +407,50 @@ def _excepthook(orig, watch=None):
     return hook
 
 
+# -- plugins ----------------------------------------------------------------------------
+
+
+class PluginContext:
+    """The config's `plugins` are .py paths; before the script runs, each is
+    imported by path and `plugin.install(ctx)` is called, where `ctx` offers
+      ctx.options              dict, the config's `plugin_options`
+      ctx.record(key, value)   JSON-serializable; ends up in TrialResult.extra[key]
+      ctx.add_fit_hook(fn)     fn(model, args, kwargs) just before each Model.fit
+      ctx.add_end_hook(fn)     fn(models) at the end (also after a step-cap stop),
+                               models = the Keras models created during the trial
+      ctx.after_import(name, fn)  fn(module) right after the script imports the
+                               top-level module `name` (e.g. "tensorflow")
+      ctx.replicas(fits=True)  the most replicas in sync so far (devices.replicas)
+      ctx.tf_settings()        op determinism, eager functions (devices.tf_settings)
+    A plugin that raises is recorded in extra["harness_errors"]; it never fails
+    the trial."""
+
+    def __init__(self, options: dict) -> None:
+        self.options = dict(options)
+        self.add_fit_hook = S.fit_hooks.append
+        self.add_end_hook = S.end_hooks.append
+        # Or now if it is imported (in a warm child, where it was imported before the trial: at the
+        # script's first import of it, as cold).
+        self.after_import = _FINDER.add
+
+    def record(self, key: str, value) -> None:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            value = repr(value)
+        S.extra[key] = value
+
+    def replicas(self, fits: bool = True) -> int | None:
+        """None when unknown (devices.py did not load)."""
+        return _DEVICES.replicas(S.extra, fits) if _DEVICES is not None else None
+
+    def tf_settings(self) -> dict:
+        """Those TensorFlow can report now; {} before it is imported."""
+        tf = sys.modules.get("tensorflow")
+        got = _DEVICES.tf_settings(tf) if _DEVICES is not None and tf is not None else {}
+        return {k: v for k, v in got.items() if isinstance(v, bool)}
+
+
 def activate(config_path: str) -> None:
     """Install everything; called once, from sitecustomize, before the script."""
     global S, FRAMES, _MEMORY, _FINDER, _DATA
@@ -446,8 +489,8 @@ def activate(config_path: str) -> None:
     for name in ("tensorflow", "keras", "tf_keras"):  # custom loops (harness_loop.py)
         on = "on_tensorflow" if name == "tensorflow" else "on_keras"  # Keras 3, Keras 2 or tf_keras
         _FINDER.add(name, lambda module, on=on: getattr(_side("loop"), on)(module))
-    if S.config.get("plugins"):  # each imported by path, its `install(ctx)` called (harness_plugins.py)
-        ctx = _side("plugins").PluginContext(S.config.get("plugin_options") or {})
+    if S.config.get("plugins"):  # each imported by path, its `install(ctx)` called (PluginContext)
+        ctx = PluginContext(S.config.get("plugin_options") or {})
         for i, path in enumerate(S.config["plugins"]):
             try:
                 _load(f"_tfrepro_plugin_{i}", path).install(ctx)

@@ -1,6 +1,6 @@
 """Harness plugin (loaded by path inside a trial process; stdlib + TensorFlow
 only): records what the script set up that no trial field holds, for the
-report's re-run of the exported repro. See `harness_plugins.py`.
+report's re-run of the exported repro. See harness.py's `PluginContext`.
 
 Every trial already states the precision policy, the replicas in sync, each
 compile/fit's resolved `jit_compile` and, in `extra["strategies"]`, the
