@@ -5,21 +5,19 @@ never imports tfrepro). Two ways in:
                                       a child of its own (`envreport.collect`);
                                       `--runtime` adds the runtime settings
                                       `tfrepro env` states (`runtime`)
-    describe()                        from the report's re-run, where the trial
-                                      process has TensorFlow loaded already
-                                      (this file as a harness plugin, `install`)
+    install(ctx)                      the harness plugin (`SETUP_PLUGIN`, harness.py's
+                                      `PluginContext`) of the report's re-run and of
+                                      `envreport.in_trial`: at the end, under
+                                      TrialResult.extra["setup"], whether
+                                      `tf.function`s ran eagerly; with the option
+                                      `environment`, under extra["environment"],
+                                      `describe()` of this very process
 
-As the harness plugin of the report's re-run of the exported repro
-(`SETUP_PLUGIN`, see harness.py's `PluginContext`) it records what the
-script set up that no trial field holds. Every trial already states the
-precision policy, the replicas in sync, each compile/fit's resolved
-`jit_compile` and, in `extra["strategies"]`, the strategies the script built
-(inside/devices.py). The plugin adds, under TrialResult.extra["setup"],
-whether `tf.function`s ran eagerly; with the option `environment`, under
-extra["environment"] the facts of `describe()` (versions, build info,
-devices) of this very process. Op determinism is not recorded: the harness
-itself turns it on for deterministic trials, so it would describe tfrepro,
-not the script.
+The rest of what the script set up is the trial's own fields (the precision
+policy, the replicas in sync, each compile/fit's resolved `jit_compile`, the
+strategies in extra["strategies"]: inside/devices.py). Op determinism is not
+recorded: the harness itself turns it on for deterministic trials, so it
+would describe tfrepro, not the script.
 """
 
 import contextlib
