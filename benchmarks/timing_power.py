@@ -59,7 +59,7 @@ from tfrepro.verdicts import Verdict  # noqa: E402
 def _budget_class():
     import importlib.util
 
-    path = REPO / "tfrepro" / "inside" / "harness_timing.py"
+    path = REPO / "tfrepro" / "inside" / "memory.py"
     spec = importlib.util.spec_from_file_location("_harness_timing", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -117,7 +117,7 @@ def record(n: int, steps: int, out: Path) -> None:
 
 def budget_cut(step_times, scale: float = 1.0) -> tuple[float, ...]:
     """The steady steps a timing trial would have kept: the harness's own
-    budget rule (harness_timing.Budget) fed with the recorded step times (a
+    budget rule (memory.Budget) fed with the recorded step times (a
     recording shorter than the budget keeps all its steps)."""
     budget = _BUDGET(
         {

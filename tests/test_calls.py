@@ -1,5 +1,5 @@
 """Issue 26: every training call is a step source (trials/classify.py's training calls, the
-timing budget per call in inside/harness_timing.py), pure, no TensorFlow."""
+timing budget per call in inside/memory.py), pure, no TensorFlow."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_timed_calls_enter_the_cache_key_only_for_timing_trials_that_set_them():
 
 
 def _budget_module():
-    path = Path(tfrepro.__file__).parent / "inside" / "harness_timing.py"
+    path = Path(tfrepro.__file__).parent / "inside" / "memory.py"
     spec = importlib.util.spec_from_file_location("_t_budget", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)

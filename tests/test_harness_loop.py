@@ -93,14 +93,30 @@ def test_a_traced_step_is_listed(loop):
     assert core.S.extra["loop_traced_steps"] == [1]
 
 
-def test_eager_replicas_make_one_step_once_all_have_applied(loop):
+def test_eager_replicas_make_one_step_once_all_have_applied(loop, monkeypatch):
     module, core = loop
-    module._eager_replica(0.5, 1, 2)
-    module._eager_replica(0.5, 1, 2)
+    ctx = types.SimpleNamespace(num_replicas_in_sync=2, _replica_id_in_sync_group=0)
+    tf = types.SimpleNamespace(  # eager, under a strategy of 2 replicas; a loss is its own scalar
+        distribute=types.SimpleNamespace(get_replica_context=lambda: ctx),
+        executing_eagerly=lambda: True,
+        reduce_sum=lambda p: p,
+        cast=lambda x, dtype: types.SimpleNamespace(numpy=lambda: x),
+        float32="float32",
+    )
+    monkeypatch.setitem(sys.modules, "tensorflow", tf)
+    optimizer = object()
+
+    def apply(loss, rid):  # one replica's eager apply, after its tape's gradient of `loss`
+        ctx._replica_id_in_sync_group = rid
+        module._tls.target = loss
+        module._on_apply(optimizer)
+
+    apply(0.5, 1)
+    apply(0.5, 1)
     assert core.S.steps_seen == 0
-    module._eager_replica(0.25, 0, 2)
+    apply(0.25, 0)
     assert core.S.losses == [0.75]
-    module._eager_replica(1.0, 0, 2)
+    apply(1.0, 0)
     assert core.S.losses == [0.75, 1.5]
 
 

@@ -120,7 +120,7 @@ def _keras(policy: str):
 
 
 def test_the_precision_policy_and_jit_compile_are_read_one_way():
-    """devices.precision_policy / jit_compile: each fit and the trial result
+    """devices.precision_policy / the resolved jit_compile: each fit and the trial result
     read them alike (the report's setup and localisation take the trial's); the
     global policy is the script's Keras's (tf_keras's in a tf_keras trial),
     handed in, never imported."""
@@ -136,7 +136,13 @@ def test_the_precision_policy_and_jit_compile_are_read_one_way():
         (True, "mixed_float16"),
         (False, "mixed_float16"),
     ]
-    assert devices.jit_compile(SimpleNamespace()) is None
+
+    def resolved(model):  # the jit_compile a fit of `model` records
+        got: dict = {}
+        devices.record_fit(model, got, tf_keras)
+        return got["fits"][0]["jit_compile"]
+
+    assert resolved(SimpleNamespace()) is None
 
     class Unresolvable:  # the property raises: the fit goes on, the mode is unknown
         _jit_compile = None
@@ -145,7 +151,7 @@ def test_the_precision_policy_and_jit_compile_are_read_one_way():
         def jit_compile(self):
             raise RuntimeError("cannot resolve")
 
-    assert devices.jit_compile(Unresolvable()) is None
+    assert resolved(Unresolvable()) is None
 
 
 # -- jit_compile="auto" pinned ------------------------------------------------------------

@@ -32,7 +32,7 @@ def harness(tmp_path, monkeypatch):
         module.S = module._State({"result_path": str(tmp_path / "result.json"), **config})
         if config.get("steps_max"):
             monkeypatch.delenv("REPRO_STEPS", raising=False)
-            module.S.budget = module._sibling_file("harness_timing").Budget(module.S.config)
+            module.S.budget = module._sibling_file("memory").Budget(module.S.config)
             assert os.environ["REPRO_STEPS"] == str(config["steps_max"])
         return module
 
@@ -71,7 +71,7 @@ def test_a_timing_trial_measures_the_contention_of_its_steady_steps(harness, mon
     wall time of the steady steps, per CPU; from readings (wall, ours, busy)
     taken when the warm-up ends and at the finish (an injected /proc/stat)."""
     h = harness(steps=50, steps_max=5000, min_time_s=0.05, min_steps=5, warmup=3)
-    clock = h.S.budget.step.__globals__  # the harness_timing module's globals
+    clock = h.S.budget.step.__globals__  # the memory module's globals
     monkeypatch.setattr(clock["os"], "cpu_count", lambda: 4)
     reading = [(0.0, 0.0, 0.0)]
     monkeypatch.setitem(clock, "_cpu_now", lambda: reading[0])

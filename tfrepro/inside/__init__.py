@@ -21,7 +21,7 @@ INJECT_DIR = INSIDE_DIR / "_inject"
 PROBES = INSIDE_DIR / "probes.py"
 ENV_PROBE = INSIDE_DIR / "envprobe.py"
 LOCALIZE_PLUGIN = INSIDE_DIR / "localize_plugin.py"
-SETUP_PLUGIN = INSIDE_DIR / "setup_plugin.py"
+SETUP_PLUGIN = ENV_PROBE  # the report re-run's plugin: envprobe.install
 LAUNCH = INSIDE_DIR / "launch.py"
 
 

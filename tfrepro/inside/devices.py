@@ -139,16 +139,6 @@ def tf_settings(tf) -> dict:
     }
 
 
-def jit_compile(model) -> bool | None:
-    """The model's resolved `jit_compile`, None if unknown (`_jit_compile`
-    first: Keras 3's property resolves "auto" when read); never raises."""
-    jit = getattr(model, "_jit_compile", None)
-    if jit is None:
-        with contextlib.suppress(Exception):
-            jit = getattr(model, "jit_compile", None)
-    return bool(jit) if jit is not None else None
-
-
 def record_compile(model, extra: dict, requested, pinned: bool) -> None:
     """One `compile`: what was asked, what Keras resolved, whether we pinned it."""
     requested = requested if isinstance(requested, (bool, str)) else repr(requested)
@@ -165,12 +155,18 @@ def record_fit(model, extra: dict, keras) -> None:
 
 
 def _record(key: str, kind: str, model, extra: dict, **fields) -> None:
-    """`extra[key]` gets the call's tag (`kind#N`), resolved `jit_compile`, `run_eagerly` and `fields`."""
+    """`extra[key]` gets the call's tag (`kind#N`), the model's resolved
+    `jit_compile` (None if unknown; `_jit_compile` first: Keras 3's property
+    resolves "auto" when read), `run_eagerly` and `fields`."""
+    jit = getattr(model, "_jit_compile", None)
+    if jit is None:
+        with contextlib.suppress(Exception):
+            jit = getattr(model, "jit_compile", None)
     calls = extra.setdefault(key, [])
     calls.append(
         {
             "call": f"{kind}#{len(calls) + 1}",
-            "jit_compile": jit_compile(model),
+            "jit_compile": bool(jit) if jit is not None else None,
             "run_eagerly": bool(getattr(model, "run_eagerly", False)),
             **fields,
         }

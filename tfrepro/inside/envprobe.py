@@ -5,9 +5,19 @@ never imports tfrepro). Two ways in:
                                       a child of its own (`envreport.collect`);
                                       `--runtime` adds the runtime settings
                                       `tfrepro env` states (`runtime`)
-    describe()                        from the report's re-run, where the trial
-                                      process has TensorFlow loaded already
-                                      (`inside/setup_plugin.py`)
+    install(ctx)                      the harness plugin (`SETUP_PLUGIN`, harness.py's
+                                      `PluginContext`) of the report's re-run and of
+                                      `envreport.in_trial`: at the end, under
+                                      TrialResult.extra["setup"], whether
+                                      `tf.function`s ran eagerly; with the option
+                                      `environment`, under extra["environment"],
+                                      `describe()` of this very process
+
+The rest of what the script set up is the trial's own fields (the precision
+policy, the replicas in sync, each compile/fit's resolved `jit_compile`, the
+strategies in extra["strategies"]: inside/devices.py). Op determinism is not
+recorded: the harness itself turns it on for deterministic trials, so it
+would describe tfrepro, not the script.
 """
 
 import contextlib
@@ -176,6 +186,21 @@ def runtime(tf):
     out["op_determinism"] = devices.tf_settings(tf)["op_determinism"]
     out["tensor_float_32"] = devices.read(lambda: tf.config.experimental.tensor_float_32_execution_enabled())
     return out
+
+
+def install(ctx):
+    """The re-run's plugin (see the module docstring)."""
+
+    def on_end(models):
+        if "run_functions_eagerly" in (tf_settings := ctx.tf_settings()):
+            ctx.record("setup", {"run_functions_eagerly": tf_settings["run_functions_eagerly"]})
+        if ctx.options.get("environment"):
+            try:
+                ctx.record("environment", describe()[0])
+            except Exception as e:
+                ctx.record("environment", {"probe_error": f"{type(e).__name__}: {e}"})
+
+    ctx.add_end_hook(on_end)
 
 
 def main():

@@ -27,15 +27,14 @@ What it does (Contract 3):
   `until_s` seconds of training instead) and at the first non-finite loss: the result is written and
   the process leaves with os._exit(0) right there (no exception to be
   swallowed by the script's own `except`); a timing trial (`steps_max` > 0)
-  stops on its time budget instead (harness_timing.py);
+  stops on its time budget instead (memory.py's Budget);
 - at the end (stop, normal exit, or uncaught exception) checks the weights of
   every Keras model created during the trial for NaN/Inf, and writes the
   result JSON to the path named in the config. An uncaught exception is a
   crash whose `error` is its last traceback line ("Type: message", the
   message's first line when it runs over several).
 
-Plugin hook (used by `tfrepro check`): the config's `plugins`, in
-harness_plugins.py.
+Plugin hook (used by `tfrepro check`): the config's `plugins`, `PluginContext`.
 """
 
 from __future__ import annotations
@@ -64,7 +63,7 @@ class _State:
         self.steps = int(config.get("steps") or 0)
         self.until_s = float(config.get("until_s") or 0)  # "until its symptom": a training-time budget
         self.t_first: float | None = None  # when the first step ended (the budget's start)
-        self.budget = None  # a timing trial's harness_timing.Budget
+        self.budget = None  # a timing trial's memory.Budget
         self.result_path = config["result_path"]
         self.losses: list[float] = []
         self.step_times: list[float] = []
@@ -271,7 +270,7 @@ def _sibling_file(name: str):
     return _load(f"_tfrepro_{name}", os.path.join(_HERE, f"{name}.py"))
 
 
-_SIDES: dict = {}  # "keras", "loop", "data", "plugins" (harness_<name>.py): loaded on first use
+_SIDES: dict = {}  # "keras", "loop", "data" (harness_<name>.py): loaded on first use
 
 
 def _side(name: str):
@@ -408,6 +407,50 @@ def _excepthook(orig, watch=None):
     return hook
 
 
+# -- plugins ----------------------------------------------------------------------------
+
+
+class PluginContext:
+    """The config's `plugins` are .py paths; before the script runs, each is
+    imported by path and `plugin.install(ctx)` is called, where `ctx` offers
+      ctx.options              dict, the config's `plugin_options`
+      ctx.record(key, value)   JSON-serializable; ends up in TrialResult.extra[key]
+      ctx.add_fit_hook(fn)     fn(model, args, kwargs) just before each Model.fit
+      ctx.add_end_hook(fn)     fn(models) at the end (also after a step-cap stop),
+                               models = the Keras models created during the trial
+      ctx.after_import(name, fn)  fn(module) right after the script imports the
+                               top-level module `name` (e.g. "tensorflow")
+      ctx.replicas(fits=True)  the most replicas in sync so far (devices.replicas)
+      ctx.tf_settings()        op determinism, eager functions (devices.tf_settings)
+    A plugin that raises is recorded in extra["harness_errors"]; it never fails
+    the trial."""
+
+    def __init__(self, options: dict) -> None:
+        self.options = dict(options)
+        self.add_fit_hook = S.fit_hooks.append
+        self.add_end_hook = S.end_hooks.append
+        # Or now if it is imported (in a warm child, where it was imported before the trial: at the
+        # script's first import of it, as cold).
+        self.after_import = _FINDER.add
+
+    def record(self, key: str, value) -> None:
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            value = repr(value)
+        S.extra[key] = value
+
+    def replicas(self, fits: bool = True) -> int | None:
+        """None when unknown (devices.py did not load)."""
+        return _DEVICES.replicas(S.extra, fits) if _DEVICES is not None else None
+
+    def tf_settings(self) -> dict:
+        """Those TensorFlow can report now; {} before it is imported."""
+        tf = sys.modules.get("tensorflow")
+        got = _DEVICES.tf_settings(tf) if _DEVICES is not None and tf is not None else {}
+        return {k: v for k, v in got.items() if isinstance(v, bool)}
+
+
 def activate(config_path: str) -> None:
     """Install everything; called once, from sitecustomize, before the script."""
     global S, FRAMES, _MEMORY, _FINDER, _DATA
@@ -418,14 +461,15 @@ def activate(config_path: str) -> None:
         import random
 
         random.seed(int(S.config.get("seed", 0)))
+    memory = _sibling_file("memory")  # also a timing trial's step budget
     if S.config.get("steps_max"):
-        S.budget = _sibling_file("harness_timing").Budget(S.config)
+        S.budget = memory.Budget(S.config)
     if os.getpgrp() == os.getpid():  # only when we lead our own group (as run_trial starts us)
         # Die with tfrepro: a SIGKILLed parent cannot kill our session itself, and an orphaned
         # trial would train on for nothing; killing our group takes grandchildren too (launch.py).
         _sibling_file("launch").watch_parent(os.getppid())
     # the sampler sets `[trial] memory_limit_mb` (RLIMIT_AS) before the script runs
-    _MEMORY = _quietly("memory sampler", lambda: _sibling_file("memory").start(S.config))
+    _MEMORY = _quietly("memory sampler", memory.start, S.config)
     watch = None  # Landlock: the first write outside the trial dir named (confine.py's Watch)
     if (spec := S.config.get("confine") or {}).get("mode") == "landlock" and spec.get("writable"):
         module = sys.modules.get("_tfrepro_confine") or _sibling_file("confine")
@@ -445,8 +489,8 @@ def activate(config_path: str) -> None:
     for name in ("tensorflow", "keras", "tf_keras"):  # custom loops (harness_loop.py)
         on = "on_tensorflow" if name == "tensorflow" else "on_keras"  # Keras 3, Keras 2 or tf_keras
         _FINDER.add(name, lambda module, on=on: getattr(_side("loop"), on)(module))
-    if S.config.get("plugins"):  # each imported by path, its `install(ctx)` called (harness_plugins.py)
-        ctx = _side("plugins").PluginContext(S.config.get("plugin_options") or {})
+    if S.config.get("plugins"):  # each imported by path, its `install(ctx)` called (PluginContext)
+        ctx = PluginContext(S.config.get("plugin_options") or {})
         for i, path in enumerate(S.config["plugins"]):
             try:
                 _load(f"_tfrepro_plugin_{i}", path).install(ctx)

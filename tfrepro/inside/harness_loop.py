@@ -49,7 +49,7 @@ MAX_TRACED = 200  # entries kept in extra["loop_traced_steps"]
 H = None  # the harness core module, set by harness.py
 
 _tls = threading.local()
-_lock = threading.Lock()
+_lock = threading.RLock()  # re-entrant: a step's recording may end the trial (its end hooks)
 
 
 L = SimpleNamespace(  # this process's loop
@@ -190,12 +190,12 @@ def _on_apply(optimizer) -> None:
             rid = int(static) if static is not None else rid
     if isinstance(rid, int) and rid >= R_MAX:
         return
-    if tf.executing_eagerly():
+    if tf.executing_eagerly():  # under strategy.run each replica's thread applies: a step is all of them
         value = None if target is None else float(_scalar(tf, target).numpy())
-        if n == 1:
-            _record([value])
-        else:
-            _eager_replica(value, rid, n)
+        with _lock:
+            L.pending.setdefault(int(rid), []).append(value)
+            if all(L.pending.get(r) for r in range(min(n, R_MAX))):
+                _record([L.pending[r].pop(0) for r in range(min(n, R_MAX))])
         return
     L.traced = True
     if L.recorder is None:
@@ -210,16 +210,6 @@ def _on_apply(optimizer) -> None:
                 target = None
                 break
     L.recorder.write(tf, target, rid)
-
-
-def _eager_replica(value, rid: int, n: int) -> None:
-    """Eager strategy.run: the replicas' threads each apply; a step is all of them."""
-    with _lock:
-        L.pending.setdefault(int(rid), []).append(value)
-        if not all(L.pending.get(r) for r in range(min(n, R_MAX))):
-            return
-        values = [L.pending[r].pop(0) for r in range(min(n, R_MAX))]
-        _record(values)
 
 
 def _apply_wrapper(orig):

@@ -1,7 +1,7 @@
 """Harness plugin (loaded by path inside a trial process; stdlib +
 TensorFlow only, never tfrepro): the trial runs under
 `tf.debugging.enable_check_numerics()` with XLA forced off, for the report's
-localization of a NaN (report/localize.py). See `harness_plugins.py`.
+localization of a NaN (report/localize.py). See harness.py's `PluginContext`.
 
 check_numerics does not work under XLA, so `jit_compile` is dropped from
 `Model.compile` and `tf.function`, and `tf.config.optimizer.set_jit` becomes a

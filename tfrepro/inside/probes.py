@@ -374,7 +374,7 @@ class _Probes:
 
 
 def install(ctx) -> None:
-    """The harness's plugin entry point (see harness_plugins.py)."""
+    """The harness's plugin entry point (see harness.py's `PluginContext`)."""
     probes = _Probes(ctx)
 
     for name, fn in (("tensorflow", probes.on_tensorflow), ("keras", probes.on_keras), ("tf_keras", probes.on_keras)):
