@@ -381,14 +381,11 @@ def document(
         run_id=ctx.run_dir.name,
         run_dir=str(ctx.run_dir),
         project=str(project.root),
-        status=result.get("status"),
+        **{k: result.get(k) for k in ("status", "first_bad_commit", "commit", "follows")},
         symptom=ctx.symptom,
         culprits=list(result.get("culprits") or []),
         culprit_config=list(export.cand_cfg or []),
         reference_config=list(export.ref_cfg or []),
-        first_bad_commit=result.get("first_bad_commit"),
-        commit=result.get("commit"),
-        follows=result.get("follows"),
         nightly=_nightly(result),
         features={
             n: {"description": project.description(n), "affects_loss": n in project.affects_loss}
