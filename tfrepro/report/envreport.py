@@ -41,9 +41,9 @@ def env_doc(facts: Env, environ: Mapping[str, str] | None = None) -> dict[str, A
     """The document `tfrepro env --json` prints, from the probe's facts."""
     environ = os.environ if environ is None else environ
     scrubber = scrub.Scrubber.from_environ(environ)
-    # TF_*, KERAS_*, CUDA_*, XLA_* (and scrub.py's allow-list), sorted; a secret-looking name or value redacted
+    # TF_*, KERAS_*, CUDA_*, XLA_* (scrub.py's allow-list: DETERMINISM_VARS in it), sorted; secret-looking redacted
     names = {n for n in environ if scrub.is_allowed_env(n) or n.startswith("CUDA_")}
-    variables = scrub.capture_env(environ, scrubber, names | {n for n in DETERMINISM_VARS if n in environ})
+    variables = scrub.capture_env(environ, scrubber, names)
     runtime = facts.runtime or {}
     doc: dict[str, Any] = {
         "versions": {
