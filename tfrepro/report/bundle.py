@@ -41,8 +41,8 @@ from typing import TYPE_CHECKING, Any
 
 from tfrepro import __version__
 from tfrepro.errors import UserError
+from tfrepro.report import envreport, scan
 from tfrepro.report import issue as issue_md
-from tfrepro.report import scan
 from tfrepro.report.answer import Evidence, Localization, NightlyRun, Report, Repro, Reproduction, of
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, load_at, write_files, write_scripts
 from tfrepro.report.records import ResultJson, run_dirs
@@ -443,8 +443,6 @@ def environment_facts(
     elif not probe:
         facts = {"probe_error": "environment probe not run"}
     else:
-        from tfrepro.report import envreport
-
         say("describing the environment (versions, devices) in a TensorFlow child ...")
         facts = envreport.in_trial()
     if environ.get("LD_LIBRARY_PATH"):

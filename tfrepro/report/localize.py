@@ -24,6 +24,7 @@ from tfrepro.report.export import write_files
 from tfrepro.report.records import RuntimeSettings
 from tfrepro.report.rerun import run_as_written
 from tfrepro.settings import TrialSettings
+from tfrepro.trials.trial import TrialOptions
 
 _DETECTED = re.compile(r'Detected Infinity or NaN in output (\d+) of (graph op|eagerly-executing op) "([^"]+)"')
 _NODE = re.compile(r"Detected at node '?([^\s']+?)'? defined at|\{\{node ([^}]+)\}\}")
@@ -203,8 +204,6 @@ def _facts(
 ) -> tuple[ProbeFacts, Path] | str:
     """The plugin's facts of the check_numerics trial and the path its script
     ran at (the trial's copy: its traceback's frames), or why there are none."""
-    from tfrepro.trials.trial import TrialOptions
-
     root = write_files(tmp / "repro", files, data)
     flags = re.sub(r"--tf_xla_auto_jit=\S+", "", os.environ.get("TF_XLA_FLAGS", "")).strip()
     how = TrialOptions(
