@@ -46,11 +46,10 @@ from tfrepro.report import issue as issue_md
 from tfrepro.report.answer import Evidence, Localization, NightlyRun, Report, Repro, Reproduction, of
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, load_at, write_files, write_scripts
 from tfrepro.report.records import ResultJson, run_dirs
-from tfrepro.report.replay import write_replay
 from tfrepro.report.rerun import Runner, nightly_rerun, rerun_settings, with_data
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
-from tfrepro.report.tables import plots, write_events
+from tfrepro.report.tables import plots, write_events, write_replay
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
 from tfrepro.trials.values import read_json
