@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro.errors import TfreproError, UserError
+from tfrepro.project import Project
 from tfrepro.report.records import ResultJson
 from tfrepro.settings import TrialSettings
 
@@ -80,8 +81,6 @@ def load_at(root: str | Path, entry: str | None, *, detect: bool = True) -> Any:
     project, a commit's checkout), with the entry the run recorded when it
     is a file there (a `train.py` with no tfrepro.toml, not the default
     repro.py); `detect=False`: as written."""
-    from tfrepro.project import Project
-
     script = Path(root) / entry if entry else None
     return Project.load(script if script and script.is_file() else root, detect=detect, root=root)
 
