@@ -37,7 +37,7 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tfrepro import __version__
 from tfrepro.errors import UserError
@@ -49,13 +49,11 @@ from tfrepro.report.records import ResultJson, run_dirs
 from tfrepro.report.rerun import Runner, nightly_rerun, rerun_settings, with_data
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
+from tfrepro.report.standin import DataFacts
 from tfrepro.report.tables import plots, write_events, write_replay
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
 from tfrepro.trials.values import read_json
-
-if TYPE_CHECKING:
-    from tfrepro.report.standin import DataFacts
 
 Write = Callable[[str, str], None]  # (path in the bundle, text): build_report's, scrubbed
 EXPLANATION = "EXPLANATION.md"
