@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro import features as fb
+from tfrepro.annotate.source import parse_python
 from tfrepro.errors import UserError
 from tfrepro.project import Project
 from tfrepro.report.export import DATA, ENTRY, Export, bundle_files, entry_of, write_files
@@ -96,8 +97,6 @@ class FromScript:
 def load_script(path: Path, script_args: Sequence[str] = ()) -> Any:
     """The project `tfrepro bisect train.py [-- ARGS]` would load (zero-edit
     detection), or a UserError (exit 2) saying what to give."""
-    from tfrepro.annotate.source import parse_python
-
     hint = "give your training script: tfrepro new --from train.py [DEST]"
     if not path.exists():
         raise UserError("no such file", path=path, hint=hint)
