@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tfrepro.project import Project
-from tfrepro.report.replay import write_replay
+from tfrepro.report.tables import write_replay
 from tfrepro.trials.runner import run_trial
 from tfrepro.trials.trial import TrialOptions
 

@@ -1,4 +1,4 @@
-"""replay.py (report/replay.py): the saved batch goes back to `fit` in the
+"""replay.py (report/tables.py `write_replay`): the saved batch goes back to `fit` in the
 structure training gave it, without TensorFlow (a stand-in `keras` module
 beside the script)."""
 
@@ -10,7 +10,7 @@ import sys
 
 import numpy as np
 
-from tfrepro.report import replay
+from tfrepro.report.tables import write_replay
 
 FAKE_KERAS = """
 class Model:
@@ -40,7 +40,7 @@ def _replayed(tmp_path, batch: dict) -> str:
     np.savez(state / "batch.npz", **batch)
     np.savez(state / "state.npz")
     (state / "state.json").write_text(json.dumps({"step": 3, "weights": [], "optimizer": [], "batch": {}}))
-    assert replay.write_replay(out, run, {"nan_state": {"dir": "nan_state"}})
+    assert write_replay(out, run, {"nan_state": {"dir": "nan_state"}})
     (out / "keras.py").write_text(FAKE_KERAS)
     (out / "repro.py").write_text("import keras\nkeras.Model().fit()\n")
     got = subprocess.run([sys.executable, "replay.py"], cwd=out, capture_output=True, text=True)

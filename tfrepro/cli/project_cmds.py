@@ -256,10 +256,11 @@ def env_cmd(as_json: bool, python: str | None) -> None:
 
     TensorFlow is imported in a child process only, as a trial would see it.
     """
-    from tfrepro.report.envreport import collect_env, env_lines
+    from tfrepro.report.answer import Env, of
+    from tfrepro.report.envreport import collect, env_doc, env_lines
     from tfrepro.trials.confine import detect
 
-    doc = collect_env(python)
+    doc = env_doc(of(Env, collect(python=python, runtime=True)) or Env())
     conf = detect()
     doc["confinement"] = {"mode": conf.mode, "detail": conf.describe()}
     lines = [*env_lines(doc), f"confinement: {conf.describe()}"]

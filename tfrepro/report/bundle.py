@@ -37,26 +37,23 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from tfrepro import __version__
 from tfrepro.errors import UserError
+from tfrepro.report import envreport, scan
 from tfrepro.report import issue as issue_md
-from tfrepro.report import scan
 from tfrepro.report.answer import Evidence, Localization, NightlyRun, Report, Repro, Reproduction, of
 from tfrepro.report.export import ENTRY, Export, entry_of, export_variants, load_at, write_files, write_scripts
 from tfrepro.report.records import ResultJson, run_dirs
-from tfrepro.report.replay import write_replay
 from tfrepro.report.rerun import Runner, nightly_rerun, rerun_settings, with_data
 from tfrepro.report.scrub import Scrubber, capture_env, withheld_count
 from tfrepro.report.secretscan import raise_on_findings, run_commits, scan_bundle
-from tfrepro.report.tables import plots, write_events
+from tfrepro.report.standin import DataFacts
+from tfrepro.report.tables import plots, write_events, write_replay
 from tfrepro.settings import SymptomSettings, TrialSettings
 from tfrepro.trials.state import STATE_DIR_NAME
 from tfrepro.trials.values import read_json
-
-if TYPE_CHECKING:
-    from tfrepro.report.standin import DataFacts
 
 Write = Callable[[str, str], None]  # (path in the bundle, text): build_report's, scrubbed
 EXPLANATION = "EXPLANATION.md"
@@ -381,14 +378,11 @@ def document(
         run_id=ctx.run_dir.name,
         run_dir=str(ctx.run_dir),
         project=str(project.root),
-        status=result.get("status"),
+        **{k: result.get(k) for k in ("status", "first_bad_commit", "commit", "follows")},
         symptom=ctx.symptom,
         culprits=list(result.get("culprits") or []),
         culprit_config=list(export.cand_cfg or []),
         reference_config=list(export.ref_cfg or []),
-        first_bad_commit=result.get("first_bad_commit"),
-        commit=result.get("commit"),
-        follows=result.get("follows"),
         nightly=_nightly(result),
         features={
             n: {"description": project.description(n), "affects_loss": n in project.affects_loss}
@@ -446,8 +440,6 @@ def environment_facts(
     elif not probe:
         facts = {"probe_error": "environment probe not run"}
     else:
-        from tfrepro.report import envreport
-
         say("describing the environment (versions, devices) in a TensorFlow child ...")
         facts = envreport.in_trial()
     if environ.get("LD_LIBRARY_PATH"):

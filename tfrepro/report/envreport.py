@@ -31,7 +31,7 @@ from tfrepro import __version__
 from tfrepro.catalog import XLA_VARS
 from tfrepro.inside import ENV_PROBE
 from tfrepro.report import scrub
-from tfrepro.report.answer import Env, of
+from tfrepro.report.answer import Env
 
 # Variables named by their own section (XLA, determinism) as well as listed.
 DETERMINISM_VARS = ("TF_DETERMINISTIC_OPS", "TF_CUDNN_DETERMINISTIC", "PYTHONHASHSEED")
@@ -41,9 +41,9 @@ def env_doc(facts: Env, environ: Mapping[str, str] | None = None) -> dict[str, A
     """The document `tfrepro env --json` prints, from the probe's facts."""
     environ = os.environ if environ is None else environ
     scrubber = scrub.Scrubber.from_environ(environ)
-    # TF_*, KERAS_*, CUDA_*, XLA_* (and scrub.py's allow-list), sorted; a secret-looking name or value redacted
+    # TF_*, KERAS_*, CUDA_*, XLA_* (scrub.py's allow-list: DETERMINISM_VARS in it), sorted; secret-looking redacted
     names = {n for n in environ if scrub.is_allowed_env(n) or n.startswith("CUDA_")}
-    variables = scrub.capture_env(environ, scrubber, names | {n for n in DETERMINISM_VARS if n in environ})
+    variables = scrub.capture_env(environ, scrubber, names)
     runtime = facts.runtime or {}
     doc: dict[str, Any] = {
         "versions": {
@@ -109,11 +109,6 @@ def env_lines(doc: dict[str, Any]) -> list[str]:
     if doc["withheld_env"]:
         lines.append(f"  ({doc['withheld_env']} secret-looking variables elsewhere in the environment not shown)")
     return lines
-
-
-def collect_env(python: str | None = None) -> dict[str, Any]:
-    """Probe the installation in a child process and build the document."""
-    return env_doc(of(Env, collect(python=python, runtime=True)) or Env())
 
 
 # The script of the environment trial: TensorFlow and Keras imported, nothing run.

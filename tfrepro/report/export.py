@@ -19,6 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro.errors import TfreproError, UserError
+from tfrepro.features import decode_source
+from tfrepro.project import Project
+from tfrepro.projectfiles import imported_files
 from tfrepro.report.records import ResultJson
 from tfrepro.settings import TrialSettings
 
@@ -80,8 +83,6 @@ def load_at(root: str | Path, entry: str | None, *, detect: bool = True) -> Any:
     project, a commit's checkout), with the entry the run recorded when it
     is a file there (a `train.py` with no tfrepro.toml, not the default
     repro.py); `detect=False`: as written."""
-    from tfrepro.project import Project
-
     script = Path(root) / entry if entry else None
     return Project.load(script if script and script.is_file() else root, detect=detect, root=root)
 
@@ -92,9 +93,6 @@ def bundle_files(project: Any, enabled: Iterable[str] | None, entry: str, *, mar
     renamed to repro.py (`carried_rel`). Marked ones exported (markers and
     inactive parts gone), or with `markers` rendered (the blocks kept, for
     `new --from`). Data files are not carried: a repro uses synthetic data."""
-    from tfrepro.features import decode_source
-    from tfrepro.projectfiles import imported_files
-
     marked = project.render(enabled, export=not markers)
     files: dict[str, str] = {}
     for rel in imported_files(project.root, [entry], project.files):

@@ -24,6 +24,7 @@ from tfrepro.report.export import write_files
 from tfrepro.report.records import RuntimeSettings
 from tfrepro.report.rerun import run_as_written
 from tfrepro.settings import TrialSettings
+from tfrepro.trials.trial import TrialOptions
 
 _DETECTED = re.compile(r'Detected Infinity or NaN in output (\d+) of (graph op|eagerly-executing op) "([^"]+)"')
 _NODE = re.compile(r"Detected at node '?([^\s']+?)'? defined at|\{\{node ([^}]+)\}\}")
@@ -170,12 +171,27 @@ def localize(
     # own end or its symptom, at most `budget_s` seconds of training within the time limit.
     budget = min(settings.budget_s, 0.9 * settings.timeout_s)
     settings = replace(settings, until_symptom=True, budget_s=budget, deterministic=False, repeat=0)
+    flags = re.sub(r"--tf_xla_auto_jit=\S+", "", os.environ.get("TF_XLA_FLAGS", "")).strip()
     with tempfile.TemporaryDirectory(prefix="tfrepro-localize-", ignore_cleanup_errors=True) as tmp:
-        got = _facts(Path(tmp), files, data, settings)
-    if isinstance(got, str):
-        return Localization(found=False, note=got)
-    facts, script = got
+        how = TrialOptions(
+            label="localize",
+            state_dir=Path(tmp) / "state",
+            # Auto-clustering would put ops under XLA too.
+            env={"TF_XLA_FLAGS": (flags + " --tf_xla_auto_jit=0").strip()},
+            plugins=(LOCALIZE_PLUGIN,),
+            cold=True,
+        )
+        got = run_as_written(write_files(Path(tmp) / "repro", files, data), settings, how)
+        script = Path(got.log_dir or tmp) / "variant" / settings.entry  # the trial's copy: its traceback's frames
+    if got.timed_out:
+        return Localization(found=False, note=f"the check_numerics run timed out after {settings.timeout_s:.0f} s")
+    facts: ProbeFacts | None = got.extra.get("localize")
+    if not isinstance(facts, dict):
+        note = f"the check_numerics run failed (exit {got.exit_code}): {got.error or 'no output'}"
+        return Localization(found=False, note=note)
     ran: RuntimeSettings = facts.get("settings") or {}
+    if got.precision_policy is not None:  # the trial's own reading: the policy its model trained in
+        ran = {**ran, "precision_policy": got.precision_policy}
     if facts.get("completed"):
         note = (
             "check_numerics saw no NaN/Inf in any op output with XLA off: the non-finite value "
@@ -196,31 +212,3 @@ def localize(
         note = f"the run raised {facts.get('error_type')} before any NaN/Inf: {last[0]}"
         return Localization(found=False, settings=ran, note=note, excerpt=loc.excerpt)
     return replace(loc, settings=ran)
-
-
-def _facts(
-    tmp: Path, files: dict[str, str], data: bytes | None, settings: TrialSettings
-) -> tuple[ProbeFacts, Path] | str:
-    """The plugin's facts of the check_numerics trial and the path its script
-    ran at (the trial's copy: its traceback's frames), or why there are none."""
-    from tfrepro.trials.trial import TrialOptions
-
-    root = write_files(tmp / "repro", files, data)
-    flags = re.sub(r"--tf_xla_auto_jit=\S+", "", os.environ.get("TF_XLA_FLAGS", "")).strip()
-    how = TrialOptions(
-        label="localize",
-        state_dir=tmp / "state",
-        # Auto-clustering would put ops under XLA too.
-        env={"TF_XLA_FLAGS": (flags + " --tf_xla_auto_jit=0").strip()},
-        plugins=(LOCALIZE_PLUGIN,),
-        cold=True,
-    )
-    got = run_as_written(root, settings, how)
-    if got.timed_out:
-        return f"the check_numerics run timed out after {settings.timeout_s:.0f} s"
-    facts = got.extra.get("localize")
-    if not isinstance(facts, dict):
-        return f"the check_numerics run failed (exit {got.exit_code}): {got.error or 'no output'}"
-    if got.precision_policy is not None:  # the trial's own reading: the policy its model trained in
-        facts = {**facts, "settings": {**(facts.get("settings") or {}), "precision_policy": got.precision_policy}}
-    return facts, Path(got.log_dir or tmp) / "variant" / settings.entry

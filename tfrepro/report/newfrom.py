@@ -48,7 +48,9 @@ from pathlib import Path
 from typing import Any
 
 from tfrepro import features as fb
+from tfrepro.annotate.source import parse_python
 from tfrepro.errors import UserError
+from tfrepro.project import Project
 from tfrepro.report.export import DATA, ENTRY, Export, bundle_files, entry_of, write_files
 from tfrepro.report.records import run_dirs
 from tfrepro.report.scan import default_args, script_args
@@ -95,9 +97,6 @@ class FromScript:
 def load_script(path: Path, script_args: Sequence[str] = ()) -> Any:
     """The project `tfrepro bisect train.py [-- ARGS]` would load (zero-edit
     detection), or a UserError (exit 2) saying what to give."""
-    from tfrepro.annotate.source import parse_python
-    from tfrepro.project import Project
-
     hint = "give your training script: tfrepro new --from train.py [DEST]"
     if not path.exists():
         raise UserError("no such file", path=path, hint=hint)
@@ -208,8 +207,6 @@ def same_end(orig: TrialResult, new: TrialResult) -> bool:
 
 def write_project(dest: Path, files: dict[str, str], data: bytes | None = None) -> Any:
     """`files` (and `data`, data.npz) as a marked project in `dest` (entry repro.py), loaded."""
-    from tfrepro.project import Project
-
     dest.mkdir(parents=True)
     return Project.load(write_files(dest, {"tfrepro.toml": f'[trial]\nentry = "{ENTRY}"\n', **files}, data))
 

@@ -43,12 +43,17 @@ from tfrepro.inside import SETUP_PLUGIN
 from tfrepro.report.answer import NightlyRun, Reproduction
 from tfrepro.report.export import ENTRY, Export, write_files
 from tfrepro.settings import SymptomSettings, TrialSettings
+from tfrepro.trials import classify
+from tfrepro.trials.envs import EnvError, EnvStore, cache_root, spec_for
+from tfrepro.trials.releases import list_releases, sort_versions
+from tfrepro.trials.slowdown import SequentialPolicy
+from tfrepro.trials.timing import TIMING_BASELINE, TIMING_CANDIDATE, TimingPool, stopped
+from tfrepro.trials.trial import TrialOptions
 from tfrepro.trials.values import TrialResult
 from tfrepro.verdicts import Verdict
 
 if TYPE_CHECKING:
     from tfrepro.report.bundle import Context, Progress
-    from tfrepro.trials.trial import TrialOptions
 
 # (project_dir, settings) -> TrialResult. The default runs a real trial.
 Runner = Callable[[Path, TrialSettings], TrialResult]
@@ -67,8 +72,6 @@ def default_runner(
     """Trials of an exported repro, as written, each process describing its
     environment (`inside/setup_plugin.py`); under `python` (another
     environment's interpreter, e.g. tf-nightly's) when given."""
-    from tfrepro.trials.trial import TrialOptions
-
     how = TrialOptions(
         label=label,
         state_dir=state_dir,
@@ -120,9 +123,6 @@ def reproduce(
     """Re-run the `export`'s culprit variant (entry `spec.settings.entry`)
     and, when the symptom needs one, its reference, each in a dir of its own
     with the records a reduced export reads (a crash: `same_error`)."""
-    from tfrepro.trials.classify import primary
-    from tfrepro.trials.classify import symptoms as shows
-
     with tempfile.TemporaryDirectory(prefix="tfrepro-rerun-") as tmp:
         root = Path(tmp)
         cand_dir = write_files(root / "candidate", export.cand_files, export.data)
@@ -136,11 +136,11 @@ def reproduce(
         # whether `cand` (against `ref`, for a mismatch or memory) shows `symptom`
         memory = symptom == Verdict.MEMORY.value
         baselines = [ref] if memory and ref is not None else ()
-        seen = shows(
+        seen = classify.symptoms(
             cand, reference=None if memory else ref, settings=spec.symptoms, noise=spec.noise, baselines=baselines
         )
         hunted = next((v for v in Verdict if v.value == symptom), None)
-        verdict = primary(seen, hunted)
+        verdict = classify.primary(seen, hunted)
         # a crash shows only as the bisect's own (same exception and message)
         shown = verdict.value == symptom and (symptom != "crash" or same_error(cand.error, spec.expected_error))
         detail = _detail(symptom, cand, ref, spec, shown=shown, verdict=verdict)
@@ -155,8 +155,6 @@ def _detail(
     symptom: str, cand: TrialResult, ref: TrialResult | None, spec: RerunSpec, *, shown: bool, verdict: Verdict
 ) -> str:
     """What the re-run saw, in one clause of the report."""
-    from tfrepro.trials.classify import loss_deviation, mismatch_tolerance
-
     if symptom == "nan":
         if cand.first_nonfinite_step is not None:
             return f"the loss became non-finite at step {cand.first_nonfinite_step}"
@@ -176,16 +174,14 @@ def _detail(
             else f"the script finished in {cand.wall_s:.1f} s"
         )
     if symptom == "mismatch" and ref is not None:
-        dev = loss_deviation(cand.losses, ref.losses)
-        tol = mismatch_tolerance(spec.symptoms, spec.noise)
+        dev = classify.loss_deviation(cand.losses, ref.losses)
+        tol = classify.mismatch_tolerance(spec.symptoms, spec.noise)
         return (
             f"largest per-step relative loss deviation from {spec.reference}: {dev:.3g} "
             f"(tolerance {tol:.3g}) over {min(len(cand.losses), len(ref.losses))} steps"
         )
     if symptom == Verdict.MEMORY.value and ref is not None:
-        from tfrepro.trials.classify import decide_memory
-
-        return f"against {spec.reference}: {decide_memory(cand, [ref], spec.symptoms.memory).reason}"
+        return f"against {spec.reference}: {classify.decide_memory(cand, [ref], spec.symptoms.memory).reason}"
     return f"verdict {verdict.value}"
 
 
@@ -207,9 +203,6 @@ def _slowdown(
 ) -> Reproduction:
     """R C R C R ...: repro.py between two reference.py runs, never
     concurrently, through the bisect's own timing pool (trials/timing.py)."""
-    from tfrepro.trials.slowdown import SequentialPolicy
-    from tfrepro.trials.timing import TIMING_BASELINE, TIMING_CANDIDATE, TimingPool, stopped
-
     settings, max_pairs = spec.settings, spec.max_pairs
     timed = settings.timed()
     runs: dict[str, list[TrialResult]] = {"reference": [], "repro": []}
@@ -451,9 +444,6 @@ def nightly_rerun(ctx: Context, export: Export, *, max_pairs: int, say: Progress
 
 def newest_nightly(listing: Callable[[], Any] | None = None) -> str:
     """The newest tf-nightly version on the index (the cached listing when offline)."""
-    from tfrepro.trials.envs import cache_root
-    from tfrepro.trials.releases import list_releases, sort_versions
-
     got = (listing or (lambda: list_releases(NIGHTLY_DIST, cache_root())))()
     versions = sort_versions(list(got.versions))
     if not versions:
@@ -464,8 +454,6 @@ def newest_nightly(listing: Callable[[], Any] | None = None) -> str:
 def nightly_env(say: Callable[[str], None]) -> Any:
     """The environment of the newest nightly (built on first use), or the
     reason it cannot be had (a string)."""
-    from tfrepro.trials.envs import EnvError, EnvStore, spec_for
-
     try:
         version = newest_nightly()
     except (TfreproError, OSError) as e:
