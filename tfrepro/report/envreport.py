@@ -6,7 +6,7 @@ and as text lines.
 TensorFlow is imported only in a child process, so the CLI process stays
 light and a broken TensorFlow install still gives a report that says so.
 When the report re-ran the repro, the re-run's own process already
-described itself (`inside/setup_plugin.py`) and no extra child is needed;
+described itself (`inside/envprobe.py`, `install`) and no extra child is needed;
 without a re-run, `in_trial` runs a trial of a script that only imports
 TensorFlow with that plugin (the trial spawner: launcher, confinement, time
 limit). `collect` runs `inside/envprobe.py` (`--runtime`: with the runtime
@@ -117,7 +117,7 @@ ENV_SCRIPT = "import tensorflow\nimport keras\n"
 
 def in_trial(*, python: str | None = None, timeout_s: float = 180.0) -> dict[str, Any]:
     """Facts about the TensorFlow installation `python` runs, from inside a
-    trial (`inside/setup_plugin.py`'s `environment`). Never raises for a
+    trial (`inside/envprobe.py`'s `install`, `environment`). Never raises for a
     failing trial: the facts then carry `probe_error`."""
     from tfrepro.report.rerun import default_runner, write_files
     from tfrepro.settings import TrialSettings

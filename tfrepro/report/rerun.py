@@ -70,7 +70,7 @@ def default_runner(
     cold: bool = False,
 ) -> Runner:
     """Trials of an exported repro, as written, each process describing its
-    environment (`inside/setup_plugin.py`); under `python` (another
+    environment (`inside/envprobe.py`, `install`); under `python` (another
     environment's interpreter, e.g. tf-nightly's) when given."""
     how = TrialOptions(
         label=label,

@@ -131,7 +131,7 @@ def merge_runtime(setup: Setup, rerun: TrialResult | None, localized: RuntimeSet
     """report.json's `setup`: facts recorded while the script ran override the
     static read where they are known: the re-run's trial (the fields every
     trial has, inside/devices.py; eager functions: `extra["setup"]`,
-    inside/setup_plugin.py), then the NaN localisation's settings
+    inside/envprobe.py), then the NaN localisation's settings
     (inside/localize_plugin.py), by one rule (`_observed`)."""
     if rerun is not None:
         fits = [m for m in rerun.compile_modes if str(m.get("call")).startswith("fit#")]
