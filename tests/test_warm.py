@@ -465,6 +465,37 @@ def test_only_a_plain_python_script_goes_warm():
     assert warm_argv(["/other/python", "repro.py"], "/other/python") == ["repro.py"]  # a version environment
 
 
+def test_the_runner_offers_the_pool_to_a_python_command_only(tmp_path, monkeypatch):
+    """A `[trial] command` naming its own interpreter keeps its warm server
+    (the pool keys servers by interpreter); another program runs cold at
+    once, with no warm server started for it."""
+    from tfrepro.trials import runner
+
+    offered = []
+
+    class Spawned(Exception):
+        pass
+
+    def fake_spawn(cmd, cwd, env, timeout, trial_dir, pool):
+        offered.append(pool is not None)
+        raise Spawned
+
+    monkeypatch.setattr(runner, "spawn", fake_spawn)
+    (tmp_path / "v").mkdir()
+    (tmp_path / "v" / "repro.py").write_text("pass\n")
+    commands = [
+        (sys.executable, "repro.py"),
+        ("python3", "repro.py"),  # this interpreter
+        ("/opt/conda/bin/python3.11", "repro.py"),  # its own, warm server of its own
+        ("mytool", "repro.py"),  # not Python
+        (sys.executable, "-m", "repro"),
+    ]
+    for i, cmd in enumerate(commands):
+        with pytest.raises(Spawned):
+            run_variant(tmp_path / "v", TrialSettings(command=cmd), tmp_path / f"t{i}", warm_pool=warm.WarmPool())
+    assert offered == [True, True, True, False, False]
+
+
 def test_the_default_pool_keeps_scripts_without_tensorflow_or_setting_its_variables_cold(tmp_path):
     p = warm.WarmPool()
     plain = tmp_path / "plain.py"

@@ -367,8 +367,10 @@ def run_variant(
     # The driver's TensorFlow says nothing about another interpreter's trial.
     tf_fallback = None if how.python else this_versions()["tensorflow"]
     full_env = child_env(settings, config_path, how.env)
-    # warm only a plain `python script.py` under the trial's interpreter (`procs.warm_argv`)
-    pool = None if how.cold or warm.COLD or warm_argv(cmd, how.python) is None else warm_pool or warm.default_pool()
+    # warm only a plain `python script.py` (`procs.warm_argv`): under the trial's interpreter, or one
+    # the command names (its own warm server); another program runs cold at once
+    python = cmd[0] if re.fullmatch(r"python[\d.]*", Path(cmd[0]).name) else how.python
+    pool = None if how.cold or warm.COLD or warm_argv(cmd, python) is None else warm_pool or warm.default_pool()
     end = spawn(cmd, Path(variant_dir), full_env, settings.timeout_s, trial_dir, pool)
     result = _collect(end, settings, trial_dir, tf_fallback)
     return confine.note_outside(replace(result, extra={**result.extra, "process": end.process}), trial_dir)
