@@ -143,7 +143,7 @@ def test_leftover_checkouts_of_dead_runs_are_removed(repo, tmp_path):
     foreign.mkdir()
     alive = state / cm.CHECKOUTS_DIR / "999999999-3"  # its run still holds its lock, whatever its name says
     alive.mkdir(parents=True)
-    hold(alive)
+    fd = hold(alive, MARK)  # marked as ours and locked, as a live run's checkout is
     reused = state / cm.CHECKOUTS_DIR / f"{os.getppid()}-1"  # a live pid, but no run holds the lock
     reused.mkdir(parents=True)
     (reused / MARK).write_text("1\n")
@@ -155,7 +155,7 @@ def test_leftover_checkouts_of_dead_runs_are_removed(repo, tmp_path):
             assert (path / "repro.py").read_text() == "print('v3')\n"
         assert not co.dir.exists()
     finally:
-        StateDir.release(alive)
+        os.close(fd)
 
 
 def test_good_on_a_merged_side_branch_enters_the_mainline_at_the_merge(repo):
