@@ -49,7 +49,7 @@ MAX_TRACED = 200  # entries kept in extra["loop_traced_steps"]
 H = None  # the harness core module, set by harness.py
 
 _tls = threading.local()
-_lock = threading.RLock()  # re-entrant: a step's recording may end the trial (its end hooks)
+_lock = threading.Lock()
 
 
 L = SimpleNamespace(  # this process's loop
@@ -192,6 +192,9 @@ def _on_apply(optimizer) -> None:
         return
     if tf.executing_eagerly():  # under strategy.run each replica's thread applies: a step is all of them
         value = None if target is None else float(_scalar(tf, target).numpy())
+        if n == 1:  # one replica: its step, whatever an unfinished replicated step left pending
+            _record([value])
+            return
         with _lock:
             L.pending.setdefault(int(rid), []).append(value)
             if all(L.pending.get(r) for r in range(min(n, R_MAX))):
