@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from tfrepro.settings import TrialSettings
-from tfrepro.trials.procs import TrialStopped, stop_trials
 from tfrepro.trials.values import TrialResult
 
 if TYPE_CHECKING:
@@ -122,6 +121,8 @@ class Executor:
         (nothing new starts); a KeyboardInterrupt (Ctrl-C) kills the running
         trials' process groups at once and is raised when their threads are
         done: the finished trials are cached, the killed ones are not."""
+        from tfrepro.trials.procs import TrialStopped, stop_trials  # the process side, only where trials run
+
         stop = threading.Event()
         workers: list[int] = []  # appended from worker threads (a set could change size under a copy)
 
