@@ -56,8 +56,9 @@ def as_written(root: Path) -> "Project":
 
 def range_settings(root: Path, entry: str | None, options: BisectOptions) -> tuple[TrialSettings, SymptomSettings]:
     """The settings of every trial of a range bisection: feature mode's (the
-    working tree's `tfrepro.toml`, `BisectOptions.trial_settings`) with the
-    entry PATH named. Bad input raises UserError."""
+    working tree's `tfrepro.toml`, or the defaults; the command-line
+    overrides through `BisectOptions.trial_settings`: --steps, --budget-s)
+    with the entry PATH named. Bad input raises UserError."""
     from tfrepro.project import read_manifest
 
     manifest = read_manifest(root)[1]
@@ -145,15 +146,16 @@ def bisect_commits(
     rng = gitcopy.open_range(root, good, bad)
     settings, symptoms = range_settings(root, entry, options)
     state = StateDir.of(root)
+    events = events or BisectEvents()  # the first line before the checkouts' sweep and the run dir
+    events.phase(
+        f"bisecting {len(rng.commits)} commits: good {rng.good.sha[:12]} ({rng.good.subject}) .. "
+        f"bad {rng.bad.sha[:12]} ({rng.bad.subject})"
+    )
     executor = executor or LocalExecutor(1, runner=trial)
     points = [Point(c.sha, c.subject, c) for c in rng.commits]
     with gitcopy.Checkouts(state) as checkouts:
         source = CommitSource(rng, checkouts, state, options.use_cache)
         run = RangeRun(points, source, executor, settings, symptoms, TrialLog(state, started=started), events, options)
-        run.events.phase(
-            f"bisecting {len(rng.commits)} commits: good {rng.good.sha[:12]} ({rng.good.subject}) .. "
-            f"bad {rng.bad.sha[:12]} ({rng.bad.subject})"
-        )
         answer, first_bad = run.answer(options.symptom)
     fields = CommitFields(rng.good, rng.bad, len(rng.commits), str(root), run.settings)
     if first_bad is not None:  # the two commits' projects, kept for the bug report
