@@ -1,5 +1,5 @@
 """A checkpoint callback with a batch schedule is switched by its schedule
-(annotate/callbacks.py): OFF, the same callback at `save_freq="epoch"`, so the
+(annotate/rebuild.py): OFF, the same callback at `save_freq="epoch"`, so the
 script's later code that reads the checkpoints back still runs. Checked by
 running every rendering against a recording fake Keras."""
 

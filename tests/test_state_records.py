@@ -88,7 +88,7 @@ def test_prune_and_clean_all_delete_only_what_the_state_dir_recorded(tmp_path):
 def test_clean_judges_a_commit_runs_checkouts_by_their_lock_not_their_name(tmp_path):
     """A running commit-mode run's checkouts are kept (and counted in use);
     a killed one's go, also when its pid in the name now belongs to a live
-    process (`state.owned`: one rule, the lock)."""
+    process (`state.hold` and `in_use` on its mark: one rule, the lock)."""
     state = StateDir(tmp_path / ".tfrepro")
     live = state.make_dir(state.path / "checkouts" / "999999999-1")
     dead = state.make_dir(state.path / "checkouts" / f"{os.getppid()}-2")

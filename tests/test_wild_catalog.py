@@ -1,5 +1,5 @@
 """Issue 26: mismatch only where the math must not change, and one feature
-per callback class (annotate/callbacks.py, catalog.py)."""
+per callback class (annotate/rebuild.py, catalog.py)."""
 
 from __future__ import annotations
 

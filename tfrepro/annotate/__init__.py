@@ -427,7 +427,7 @@ def build(text: str, path: str, edits: list[Edit], ctx: Context) -> tuple[str, l
 
 # -- zero-edit mode: the feature blocks of an unmarked project, found by the
 # recognisers above and kept in memory (nothing is written to the user's
-# files). `Project.load` calls `detect_blocks` (through `Project.load`'s zero-edit branch)
+# files). `Project.load` calls `detect_blocks` (its zero-edit branch)
 # when no file of the project has a marker; trials then render their variants
 # from the annotated texts.
 #

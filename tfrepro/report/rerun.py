@@ -18,11 +18,13 @@ Which repro the bundle ships, each choice confirmed by such a re-run
 (`with_data`): trimmed (`trim_files`, below) when the trimmed one still shows the
 symptom, reading synthetic stand-ins for the data (standin.py) or the few
 real records that still show it (reduce.py); and the same re-run
-(`reproduce`) on the newest tf-nightly of the package index, installed once
-into the user cache of per-release environments (`trials/envs.py`, the same
-store as `bisect --tf-versions`): `report --nightly`, does the exported repro
-still show the symptom on TensorFlow's nightly build? The bug form asks;
-triagers close issues that are already fixed on nightly.
+(`reproduce`: the exported repro, and its reference when the symptom needs
+one) on the newest tf-nightly of the package index, installed once into the
+user cache of per-release environments (`trials/envs.py`, the same store as
+`bisect --tf-versions`): `report --nightly`, does the exported repro still
+show the symptom on TensorFlow's nightly build? The bug form asks (the
+answer fills its nightly question); triagers close issues that are already
+fixed on nightly.
 """
 
 from __future__ import annotations
